@@ -1,0 +1,2 @@
+//! streamcomm-bench (in progress).
+fn main() {}

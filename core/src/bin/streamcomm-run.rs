@@ -1,0 +1,2 @@
+//! `streamcomm-run`: launches local ranks (filled by the launcher work).
+fn main() {}

@@ -1,0 +1,1 @@
+//! Bootstrap: how ranks find each other (filled by the bootstrap work).

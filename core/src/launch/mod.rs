@@ -1,0 +1,1 @@
+//! Launch: reading launcher environments and starting local ranks.
