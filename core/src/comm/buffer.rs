@@ -1,0 +1,237 @@
+//! Buffers as the communicator sees them: storage, element type, length.
+//!
+//! Typed [`HostBuffer`]s are what Rust programs use; [`UntypedBuffer`] carries
+//! its element type at run time (what a C caller or a generic framework has).
+//! Both reach the communicator as a [`BufView`], which is checked against the
+//! call (type, length) before anything is enqueued.
+
+use crate::host::{Element, HostBuffer, RawBuffer};
+use crate::plan::apply::Buffers;
+use crate::plan::Plan;
+use crate::{DataType, Error, Result};
+
+/// A buffer as passed to a collective: storage plus its element type and length.
+#[derive(Clone, Debug)]
+pub struct BufView {
+    raw: RawBuffer,
+    dtype: DataType,
+    len: usize,
+}
+
+/// Anything a collective accepts as a buffer.
+pub trait AsBufView {
+    /// The storage, element type and length.
+    fn buf_view(&self) -> BufView;
+}
+
+impl<T: Element> AsBufView for HostBuffer<T> {
+    fn buf_view(&self) -> BufView {
+        BufView {
+            raw: self.raw().clone(),
+            dtype: T::DTYPE,
+            len: self.len(),
+        }
+    }
+}
+
+/// A host buffer whose element type is known only at run time.
+#[derive(Clone, Debug)]
+pub struct UntypedBuffer {
+    view: BufView,
+}
+
+impl UntypedBuffer {
+    /// A zeroed buffer of `len` elements of `dtype`.
+    pub fn zeroed(dtype: DataType, len: usize) -> UntypedBuffer {
+        let raw = RawBuffer::zeroed(len * dtype.size());
+        UntypedBuffer {
+            view: BufView { raw, dtype, len },
+        }
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DataType {
+        self.view.dtype
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.view.len
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.view.len == 0
+    }
+
+    /// A copy of the bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let g = self.view.raw.read();
+        self.view.raw.bytes_of(&g).to_vec()
+    }
+
+    /// Overwrites the bytes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the length differs.
+    pub fn copy_from_bytes(&self, bytes: &[u8]) -> Result<()> {
+        let mut g = self.view.raw.write();
+        let dst = self.view.raw.bytes_of_mut(&mut g);
+        if dst.len() != bytes.len() {
+            return Err(Error::invalid(format!(
+                "copy_from_bytes: {} bytes into a buffer of {}",
+                bytes.len(),
+                dst.len()
+            )));
+        }
+        dst.copy_from_slice(bytes);
+        Ok(())
+    }
+}
+
+impl AsBufView for UntypedBuffer {
+    fn buf_view(&self) -> BufView {
+        self.view.clone()
+    }
+}
+
+impl BufView {
+    /// The element type.
+    pub fn dtype(&self) -> DataType {
+        self.dtype
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// The buffers bound to one enqueued operation.
+#[derive(Clone, Debug)]
+pub(crate) enum Binding {
+    /// Distinct buffers; either side may be absent (e.g. a non-root's send in broadcast).
+    Separate {
+        send: Option<BufView>,
+        recv: Option<BufView>,
+    },
+    /// One buffer at NCCL's in-place offsets.
+    InPlace(BufView),
+}
+
+impl Binding {
+    /// Runs `f` with the buffers locked (reads shared, writes exclusive, locks
+    /// taken in address order so two streams can never deadlock on them).
+    pub(crate) fn with_buffers<R>(
+        &self,
+        plan: &Plan,
+        f: impl FnOnce(&mut Buffers<'_>) -> Result<R>,
+    ) -> Result<R> {
+        match self {
+            Binding::InPlace(v) => {
+                let mut g = v.raw.write();
+                let mut bufs = Buffers::in_place(plan, v.raw.bytes_of_mut(&mut g))?;
+                f(&mut bufs)
+            }
+            Binding::Separate { send, recv } => {
+                let empty_send: &[u8] = &[];
+                let mut empty_recv: [u8; 0] = [];
+                match (send, recv) {
+                    (Some(s), Some(r)) => {
+                        let (sg, mut rg);
+                        if s.raw.addr() < r.raw.addr() {
+                            sg = s.raw.read();
+                            rg = r.raw.write();
+                        } else {
+                            rg = r.raw.write();
+                            sg = s.raw.read();
+                        }
+                        f(&mut Buffers::Separate {
+                            send: s.raw.bytes_of(&sg),
+                            recv: r.raw.bytes_of_mut(&mut rg),
+                        })
+                    }
+                    (Some(s), None) => {
+                        let sg = s.raw.read();
+                        f(&mut Buffers::Separate {
+                            send: s.raw.bytes_of(&sg),
+                            recv: &mut empty_recv,
+                        })
+                    }
+                    (None, Some(r)) => {
+                        let mut rg = r.raw.write();
+                        f(&mut Buffers::Separate {
+                            send: empty_send,
+                            recv: r.raw.bytes_of_mut(&mut rg),
+                        })
+                    }
+                    (None, None) => f(&mut Buffers::Separate {
+                        send: empty_send,
+                        recv: &mut empty_recv,
+                    }),
+                }
+            }
+        }
+    }
+
+    /// Checks the bound buffers against what `plan` needs.
+    pub(crate) fn check(&self, plan: &Plan) -> Result<()> {
+        let name = plan.collective.name();
+        let check_one = |v: &BufView, need: usize, what: &str| -> Result<()> {
+            if v.dtype != plan.dtype {
+                return Err(Error::invalid(format!(
+                    "{name}: {what} buffer holds {}, the call is {}",
+                    v.dtype, plan.dtype
+                )));
+            }
+            if v.len < need {
+                return Err(Error::invalid(format!(
+                    "{name}: {what} buffer has {} elements, needs {need}",
+                    v.len
+                )));
+            }
+            Ok(())
+        };
+        match self {
+            Binding::InPlace(v) => {
+                let layout = crate::plan::InPlaceLayout::of(plan)?;
+                check_one(v, layout.len, "in-place")
+            }
+            Binding::Separate { send, recv } => {
+                if let (Some(s), Some(r)) = (send, recv) {
+                    if s.raw.same_as(&r.raw) {
+                        return Err(Error::invalid(format!(
+                            "{name}: send and recv are the same buffer; use the *_in_place call"
+                        )));
+                    }
+                    if s.dtype != r.dtype {
+                        return Err(Error::invalid(format!(
+                            "{name}: dtype mismatch: send buffer holds {}, recv buffer holds {}",
+                            s.dtype, r.dtype
+                        )));
+                    }
+                }
+                match send {
+                    Some(s) => check_one(s, plan.send_count, "send")?,
+                    None if plan.send_count > 0 => {
+                        return Err(Error::invalid(format!("{name}: a send buffer is required")))
+                    }
+                    None => {}
+                }
+                match recv {
+                    Some(r) => check_one(r, plan.recv_count, "recv")?,
+                    None if plan.recv_count > 0 => {
+                        return Err(Error::invalid(format!("{name}: a recv buffer is required")))
+                    }
+                    None => {}
+                }
+                Ok(())
+            }
+        }
+    }
+}

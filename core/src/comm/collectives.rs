@@ -1,0 +1,282 @@
+//! The operations users enqueue: collectives, point-to-point and barriers.
+//!
+//! Every call validates its arguments, builds the plan (a pure function, see
+//! [`crate::plan`]) and enqueues one task on the stream, then returns.
+//!
+//! # Stream semantics
+//! On return the operation is *enqueued*, not complete: it runs when the
+//! stream reaches it, after the stream's earlier work and before its later
+//! work; synchronize the stream (or record an event) before reading results
+//! on the host. Across streams, a communicator's operations run in issue order.
+//!
+//! # Graph capture
+//! Every operation here is capturable. A captured operation keeps its plan and
+//! buffers; each launch of the graph is a new, correct collective on whatever
+//! the buffers then hold.
+
+use std::sync::Arc;
+
+use crate::comm::buffer::{AsBufView, Binding};
+use crate::comm::task::{barrier_task, PlanTask};
+use crate::comm::Communicator;
+use crate::host::{HostStream, JobMode};
+use crate::plan::{self, Collective, PlanParams};
+use crate::{DataType, Error, ReduceOp, Result};
+
+impl Communicator {
+    fn enqueue(
+        &self,
+        collective: Collective,
+        dtype: DataType,
+        op: ReduceOp,
+        count: usize,
+        binding: Binding,
+        stream: &HostStream,
+    ) -> Result<()> {
+        if let Some(e) = self.inner.error() {
+            return Err(e);
+        }
+        let plan = plan::build(
+            collective,
+            dtype,
+            op,
+            count,
+            &PlanParams {
+                rank: self.inner.rank,
+                nranks: self.inner.size,
+                slot_bytes: self.inner.config.slot_bytes(),
+            },
+        )?;
+        binding.check(&plan)?;
+        stream.enqueue(Arc::new(PlanTask {
+            comm: self.inner.clone(),
+            plan: Arc::new(plan),
+            binding,
+        }))
+    }
+
+    /// Element-wise reduction of every rank's `send` into every rank's `recv`
+    /// (`count = send.len()`; `recv` must hold at least as many).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `recv` is too small, the element types
+    /// differ, or `send` and `recv` are the same buffer; the stored error if
+    /// the communicator has failed. Execution errors surface from the stream.
+    pub fn all_reduce(
+        &self,
+        send: &impl AsBufView,
+        recv: &mut impl AsBufView,
+        op: ReduceOp,
+        stream: &HostStream,
+    ) -> Result<()> {
+        let (s, r) = (send.buf_view(), recv.buf_view());
+        let binding = Binding::Separate {
+            send: Some(s.clone()),
+            recv: Some(r),
+        };
+        self.enqueue(Collective::AllReduce, s.dtype(), op, s.len(), binding, stream)
+    }
+
+    /// [`Communicator::all_reduce`] with one buffer as input and output.
+    ///
+    /// # Errors
+    /// As [`Communicator::all_reduce`].
+    pub fn all_reduce_in_place(
+        &self,
+        buf: &mut impl AsBufView,
+        op: ReduceOp,
+        stream: &HostStream,
+    ) -> Result<()> {
+        let v = buf.buf_view();
+        let (dtype, count) = (v.dtype(), v.len());
+        self.enqueue(Collective::AllReduce, dtype, op, count, Binding::InPlace(v), stream)
+    }
+
+    /// Copies `root`'s `send` into every rank's `recv` (`count = recv.len()`;
+    /// `send` is read on the root only, and may be any buffer elsewhere).
+    ///
+    /// # Errors
+    /// As [`Communicator::all_reduce`], plus a root out of range.
+    pub fn broadcast(
+        &self,
+        send: &impl AsBufView,
+        recv: &mut impl AsBufView,
+        root: usize,
+        stream: &HostStream,
+    ) -> Result<()> {
+        let (s, r) = (send.buf_view(), recv.buf_view());
+        let (dtype, count) = (r.dtype(), r.len());
+        let send = (self.rank() == root).then_some(s);
+        let binding = Binding::Separate { send, recv: Some(r) };
+        self.enqueue(Collective::Broadcast { root }, dtype, ReduceOp::Sum, count, binding, stream)
+    }
+
+    /// [`Communicator::broadcast`] in one buffer (the root's is the source).
+    ///
+    /// # Errors
+    /// As [`Communicator::broadcast`].
+    pub fn broadcast_in_place(&self, buf: &mut impl AsBufView, root: usize, stream: &HostStream) -> Result<()> {
+        let v = buf.buf_view();
+        let (dtype, count) = (v.dtype(), v.len());
+        self.enqueue(Collective::Broadcast { root }, dtype, ReduceOp::Sum, count, Binding::InPlace(v), stream)
+    }
+
+    /// Reduces every rank's `send` into `root`'s `recv` (`count = send.len()`;
+    /// `recv` is written on the root only).
+    ///
+    /// # Errors
+    /// As [`Communicator::broadcast`].
+    pub fn reduce(
+        &self,
+        send: &impl AsBufView,
+        recv: &mut impl AsBufView,
+        op: ReduceOp,
+        root: usize,
+        stream: &HostStream,
+    ) -> Result<()> {
+        let (s, r) = (send.buf_view(), recv.buf_view());
+        let (dtype, count) = (s.dtype(), s.len());
+        let recv = (self.rank() == root).then_some(r);
+        let binding = Binding::Separate { send: Some(s), recv };
+        self.enqueue(Collective::Reduce { root }, dtype, op, count, binding, stream)
+    }
+
+    /// [`Communicator::reduce`] in one buffer.
+    ///
+    /// # Errors
+    /// As [`Communicator::reduce`].
+    pub fn reduce_in_place(&self, buf: &mut impl AsBufView, op: ReduceOp, root: usize, stream: &HostStream) -> Result<()> {
+        let v = buf.buf_view();
+        let (dtype, count) = (v.dtype(), v.len());
+        self.enqueue(Collective::Reduce { root }, dtype, op, count, Binding::InPlace(v), stream)
+    }
+
+    /// Concatenates every rank's `send` (in rank order) into every rank's
+    /// `recv` (`count = send.len()`; `recv` holds at least `size * count`).
+    ///
+    /// # Errors
+    /// As [`Communicator::all_reduce`].
+    pub fn all_gather(&self, send: &impl AsBufView, recv: &mut impl AsBufView, stream: &HostStream) -> Result<()> {
+        let (s, r) = (send.buf_view(), recv.buf_view());
+        let (dtype, count) = (s.dtype(), s.len());
+        let binding = Binding::Separate { send: Some(s), recv: Some(r) };
+        self.enqueue(Collective::AllGather, dtype, ReduceOp::Sum, count, binding, stream)
+    }
+
+    /// [`Communicator::all_gather`] in one buffer of `size * count` elements,
+    /// this rank's input at `rank * count` (NCCL's in-place layout).
+    ///
+    /// # Errors
+    /// As [`Communicator::all_reduce`], plus a length not divisible by the size.
+    pub fn all_gather_in_place(&self, buf: &mut impl AsBufView, stream: &HostStream) -> Result<()> {
+        let v = buf.buf_view();
+        let count = self.per_rank(v.len(), "all_gather_in_place")?;
+        self.enqueue(Collective::AllGather, v.dtype(), ReduceOp::Sum, count, Binding::InPlace(v), stream)
+    }
+
+    /// Reduces every rank's `send` (`size * count` elements) and leaves block
+    /// `rank` of the result in `recv` (`count = recv.len()`).
+    ///
+    /// # Errors
+    /// As [`Communicator::all_reduce`].
+    pub fn reduce_scatter(
+        &self,
+        send: &impl AsBufView,
+        recv: &mut impl AsBufView,
+        op: ReduceOp,
+        stream: &HostStream,
+    ) -> Result<()> {
+        let (s, r) = (send.buf_view(), recv.buf_view());
+        let (dtype, count) = (r.dtype(), r.len());
+        let binding = Binding::Separate { send: Some(s), recv: Some(r) };
+        self.enqueue(Collective::ReduceScatter, dtype, op, count, binding, stream)
+    }
+
+    /// [`Communicator::reduce_scatter`] in one buffer of `size * count`
+    /// elements; the result lands at `rank * count`.
+    ///
+    /// # Errors
+    /// As [`Communicator::all_gather_in_place`].
+    pub fn reduce_scatter_in_place(&self, buf: &mut impl AsBufView, op: ReduceOp, stream: &HostStream) -> Result<()> {
+        let v = buf.buf_view();
+        let count = self.per_rank(v.len(), "reduce_scatter_in_place")?;
+        self.enqueue(Collective::ReduceScatter, v.dtype(), op, count, Binding::InPlace(v), stream)
+    }
+
+    /// Sends block `j` of `send` to rank `j`, which stores it as block `rank`
+    /// of its `recv` (`count = send.len() / size` per block).
+    ///
+    /// # Errors
+    /// As [`Communicator::all_gather_in_place`].
+    pub fn all_to_all(&self, send: &impl AsBufView, recv: &mut impl AsBufView, stream: &HostStream) -> Result<()> {
+        let (s, r) = (send.buf_view(), recv.buf_view());
+        let (dtype, count) = (s.dtype(), self.per_rank(s.len(), "all_to_all")?);
+        let binding = Binding::Separate { send: Some(s), recv: Some(r) };
+        self.enqueue(Collective::AllToAll, dtype, ReduceOp::Sum, count, binding, stream)
+    }
+
+    /// Sends `buf` to `peer`, which must post a matching [`Communicator::recv`]
+    /// of the same length. Messages to one peer arrive in posting order.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a peer out of range or equal to this rank.
+    pub fn send(&self, buf: &impl AsBufView, peer: usize, stream: &HostStream) -> Result<()> {
+        let v = buf.buf_view();
+        let (dtype, count) = (v.dtype(), v.len());
+        let binding = Binding::Separate { send: Some(v), recv: None };
+        self.enqueue(Collective::Send { peer }, dtype, ReduceOp::Sum, count, binding, stream)
+    }
+
+    /// Receives `buf.len()` elements from `peer` into `buf`. A message of a
+    /// different size fails with [`Error::RemoteFailed`] naming both sizes.
+    ///
+    /// # Errors
+    /// As [`Communicator::send`].
+    pub fn recv(&self, buf: &mut impl AsBufView, peer: usize, stream: &HostStream) -> Result<()> {
+        let v = buf.buf_view();
+        let (dtype, count) = (v.dtype(), v.len());
+        let binding = Binding::Separate { send: None, recv: Some(v) };
+        self.enqueue(Collective::Recv { peer }, dtype, ReduceOp::Sum, count, binding, stream)
+    }
+
+    /// Stream-ordered barrier: work enqueued after it, on any rank, starts only
+    /// once every rank's stream has reached its barrier. Dissemination
+    /// algorithm (⌈log2 size⌉ rounds of zero-byte messages).
+    ///
+    /// # Graph capture
+    /// Capturable; with [`Progress::Proxy`](crate::config::Progress) the
+    /// stream waits on a fixed release doorbell that the proxy rings.
+    ///
+    /// # Errors
+    /// The stored error if the communicator has failed.
+    pub fn barrier(&self, stream: &HostStream) -> Result<()> {
+        if let Some(e) = self.inner.error() {
+            return Err(e);
+        }
+        stream.enqueue(barrier_task(&self.inner))
+    }
+
+    /// Blocks the calling thread until every rank has called `barrier_host`
+    /// (in issue order with this communicator's stream operations). The
+    /// calling thread runs the algorithm itself: no thread hand-off.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] / [`Error::RemoteFailed`] / [`Error::Aborted`].
+    pub fn barrier_host(&self) -> Result<()> {
+        let inner = &self.inner;
+        let ticket = inner.turns.take();
+        let plan = inner.barrier_plan.clone();
+        let binding = Binding::Separate { send: None, recv: None };
+        inner.run_ticketed(ticket, JobMode::Run, "barrier_host", |c| c.run_plan(&plan, &binding, ticket))
+    }
+
+    fn per_rank(&self, len: usize, what: &str) -> Result<usize> {
+        let size = self.inner.size;
+        if len % size != 0 {
+            return Err(Error::invalid(format!(
+                "{what}: buffer of {len} elements is not divisible by the {size} ranks"
+            )));
+        }
+        Ok(len / size)
+    }
+}

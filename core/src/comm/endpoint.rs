@@ -1,0 +1,154 @@
+//! What each rank tells the others at bootstrap, and how it is encoded.
+//!
+//! The endpoint is a small versioned record: the host identity (to decide who
+//! shares memory), the process id, the shared-memory segment name and the ring
+//! geometry (every rank must agree on it). Decoding checks every length before
+//! using it: these bytes come from the network.
+
+use crate::transport::ring::RingShape;
+use crate::{Error, Result};
+
+const VERSION: u8 = 1;
+const MAX_STRING: usize = 256;
+
+/// One rank's bootstrap record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Identity of the machine (hostname and boot id), or an override.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// Name of the rank's shared-memory segment.
+    pub shm_name: String,
+    /// Ring geometry the rank was configured with.
+    pub shape: RingShape,
+}
+
+impl Endpoint {
+    /// Serialises the record.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![VERSION];
+        put_str(&mut out, &self.host);
+        out.extend_from_slice(&self.pid.to_le_bytes());
+        put_str(&mut out, &self.shm_name);
+        out.extend_from_slice(&(self.shape.nsteps as u64).to_le_bytes());
+        out.extend_from_slice(&(self.shape.slot_bytes as u64).to_le_bytes());
+        out
+    }
+
+    /// Parses a record, rejecting anything malformed.
+    ///
+    /// # Errors
+    /// [`Error::Bootstrap`] naming what was wrong.
+    pub fn decode(bytes: &[u8]) -> Result<Endpoint> {
+        let mut r = Reader { bytes, pos: 0 };
+        let version = r.u8()?;
+        if version != VERSION {
+            return Err(Error::Bootstrap(format!(
+                "endpoint version {version}, expected {VERSION}"
+            )));
+        }
+        let host = r.string()?;
+        let pid = u32::from_le_bytes(r.take(4)?.try_into().unwrap_or_default());
+        let shm_name = r.string()?;
+        let nsteps = r.u64()? as usize;
+        let slot_bytes = r.u64()? as usize;
+        if r.pos != bytes.len() {
+            return Err(Error::Bootstrap(format!(
+                "endpoint has {} trailing bytes",
+                bytes.len() - r.pos
+            )));
+        }
+        Ok(Endpoint {
+            host,
+            pid,
+            shm_name,
+            shape: RingShape { nsteps, slot_bytes },
+        })
+    }
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    let b = &s.as_bytes()[..s.len().min(MAX_STRING)];
+    out.extend_from_slice(&(b.len() as u16).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let end = end.ok_or_else(|| {
+            Error::Bootstrap(format!(
+                "endpoint truncated: need {n} bytes at offset {}, have {}",
+                self.pos,
+                self.bytes.len()
+            ))
+        })?;
+        let s = &self.bytes[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u64(&mut self) -> Result<u64> {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(b))
+    }
+
+    fn string(&mut self) -> Result<String> {
+        let mut b = [0u8; 2];
+        b.copy_from_slice(self.take(2)?);
+        let n = u16::from_le_bytes(b) as usize;
+        if n > MAX_STRING {
+            return Err(Error::Bootstrap(format!("endpoint string of {n} bytes")));
+        }
+        String::from_utf8(self.take(n)?.to_vec())
+            .map_err(|_| Error::Bootstrap("endpoint string is not UTF-8".into()))
+    }
+}
+
+/// This machine's identity: hostname plus kernel boot id.
+pub fn local_host_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap_or_else(|_| "unknown-host".into());
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    format!("{}/{}", host.trim(), boot.trim())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_rejects_garbage() {
+        let e = Endpoint {
+            host: local_host_id(),
+            pid: 42,
+            shm_name: "/streamcomm-1-abc".into(),
+            shape: RingShape {
+                nsteps: 8,
+                slot_bytes: 4096,
+            },
+        };
+        let bytes = e.encode();
+        assert_eq!(Endpoint::decode(&bytes).unwrap(), e);
+        for cut in 0..bytes.len() {
+            assert!(Endpoint::decode(&bytes[..cut]).is_err());
+        }
+        let mut long = bytes.clone();
+        long.push(0);
+        assert!(Endpoint::decode(&long).is_err());
+        let mut bad = bytes;
+        bad[0] = 9;
+        assert!(Endpoint::decode(&bad).is_err());
+    }
+}

@@ -1,0 +1,218 @@
+//! The communicator's shared state and the code that executes plans on it.
+//!
+//! `CommInner` holds sub-structs (connections, turns, error state, proxy
+//! handle), never transport or algorithm details. Executing a plan is a loop
+//! over its steps: wait for the input slot and the output credit, lock the
+//! buffers for the duration of one step, apply it, publish. The thread doing
+//! this is whoever runs the stream (or calls `barrier_host`): shared memory is
+//! a direct transport and needs no proxy on its data path.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use crate::comm::buffer::Binding;
+use crate::comm::proxy::ProxyHandle;
+use crate::comm::turns::Turns;
+use crate::config::Config;
+use crate::host::JobMode;
+use crate::plan::{apply_step, Plan, Step};
+use crate::transport::ring::RingError;
+use crate::transport::{raise_failure, Connection, Segment};
+use crate::wait::{WaitError, WaitPolicy};
+use crate::{Error, Result};
+
+/// Where this communicator's ranks live.
+#[derive(Clone, Debug)]
+pub(crate) struct Topology {
+    /// Host identity of every rank.
+    pub hosts: Vec<String>,
+    /// Ranks sharing this rank's host.
+    pub local_ranks: usize,
+}
+
+/// State shared by the communicator handle, its stream tasks and its proxy.
+pub(crate) struct CommInner {
+    pub rank: usize,
+    pub size: usize,
+    pub config: Config,
+    pub topology: Topology,
+    /// `peers[p]` connects to rank `p` (`None` for ourselves).
+    pub peers: Vec<Option<Connection>>,
+    /// Our segment: inbound rings and the failure word peers raise.
+    pub segment: Arc<Segment>,
+    pub turns: Turns,
+    pub spin: u32,
+    error: Mutex<Option<Error>>,
+    pub proxy: ProxyHandle,
+    /// Cached dissemination plan for barriers.
+    pub barrier_plan: Arc<Plan>,
+}
+
+impl CommInner {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        rank: usize,
+        size: usize,
+        config: Config,
+        topology: Topology,
+        peers: Vec<Option<Connection>>,
+        segment: Arc<Segment>,
+        spin: u32,
+        proxy: ProxyHandle,
+        barrier_plan: Arc<Plan>,
+    ) -> CommInner {
+        CommInner {
+            rank,
+            size,
+            config,
+            topology,
+            peers,
+            segment,
+            turns: Turns::default(),
+            spin,
+            error: Mutex::new(None),
+            proxy,
+            barrier_plan,
+        }
+    }
+
+    /// The wait policy for every wait of this communicator.
+    pub(crate) fn policy(&self) -> WaitPolicy<'_> {
+        WaitPolicy::new(self.spin, self.config.timeout).with_abort(&self.segment.header().failed_by)
+    }
+
+    /// The stored error, if the communicator has failed.
+    pub(crate) fn error(&self) -> Option<Error> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Stores the first error and tells every peer, so that their waits end
+    /// now instead of at their timeout.
+    pub(crate) fn fail(&self, e: &Error) {
+        {
+            let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+            if slot.is_none() {
+                tracing::warn!(rank = self.rank, error = %e, "communicator failed");
+                *slot = Some(e.clone());
+            }
+        }
+        raise_failure(self.segment.header(), self.rank);
+        for conn in self.peers.iter().flatten() {
+            raise_failure(conn.peer_segment.header(), self.rank);
+        }
+    }
+
+    /// Runs `f` in issue order under `ticket`, recording any failure.
+    pub(crate) fn run_ticketed(
+        &self,
+        ticket: u64,
+        mode: JobMode,
+        what: &str,
+        f: impl FnOnce(&CommInner) -> Result<()>,
+    ) -> Result<()> {
+        let policy = self.policy();
+        if let Err(w) = self.turns.wait(ticket, &policy) {
+            let e = self.wait_error(w, what, "its turn on the communicator (an earlier operation has not finished)".into(), None);
+            self.fail(&e);
+            return Err(e);
+        }
+        let result = match (mode, self.error()) {
+            (JobMode::Skip, _) => Ok(()),
+            (JobMode::Run, Some(e)) => Err(e),
+            (JobMode::Run, None) => f(self),
+        };
+        if let Err(e) = &result {
+            self.fail(e);
+        }
+        self.turns.done(ticket);
+        result
+    }
+
+    /// Executes every step of `plan` on `binding`.
+    pub(crate) fn run_plan(&self, plan: &Plan, binding: &Binding, seq: u64) -> Result<()> {
+        let _span = tracing::trace_span!("plan", op = plan.collective.name(), seq).entered();
+        for step in &plan.steps {
+            self.run_step(plan, step, binding, seq)?;
+        }
+        Ok(())
+    }
+
+    fn connection(&self, peer: usize) -> Result<&Connection> {
+        self.peers
+            .get(peer)
+            .and_then(|c| c.as_ref())
+            .ok_or_else(|| Error::InvalidUsage(format!("no connection to rank {peer}")))
+    }
+
+    fn run_step(&self, plan: &Plan, step: &Step, binding: &Binding, seq: u64) -> Result<()> {
+        let policy = self.policy();
+        let what = || format!("{} #{seq}", plan.collective.name());
+        let slot_in = match step.recv_from {
+            Some(p) => Some(
+                self.connection(p)?
+                    .recv
+                    .acquire_recv(&policy)
+                    .map_err(|e| self.ring_error(e, &what(), p, "data"))?,
+            ),
+            None => None,
+        };
+        let slot_out = match step.send_to {
+            Some(p) => Some(
+                self.connection(p)?
+                    .send
+                    .acquire_send(&policy)
+                    .map_err(|e| self.ring_error(e, &what(), p, "a free slot (credit)"))?,
+            ),
+            None => None,
+        };
+        let written = if step.src.is_none() && step.dst.is_none() {
+            apply_step(plan, step, &mut crate::plan::Buffers::Separate { send: &[], recv: &mut [] }, slot_in, slot_out)?
+        } else {
+            binding.with_buffers(plan, |bufs| apply_step(plan, step, bufs, slot_in, slot_out))?
+        };
+        if let Some(p) = step.send_to {
+            self.connection(p)?.send.commit_send(written);
+        }
+        if let Some(p) = step.recv_from {
+            self.connection(p)?.recv.release_recv();
+        }
+        Ok(())
+    }
+
+    fn ring_error(&self, e: RingError, what: &str, peer: usize, waiting_for: &str) -> Error {
+        match e {
+            RingError::Wait(w) => self.wait_error(w, what, format!("{waiting_for} from rank {peer} over shm"), Some(peer)),
+            RingError::BadLength(len) => Error::Transport {
+                transport: "shm",
+                peer,
+                cause: format!("slot header claims {len} bytes (corrupted ring)"),
+            },
+        }
+    }
+
+    /// Turns a failed wait into the error a user should see.
+    pub(crate) fn wait_error(&self, w: WaitError, what: &str, waiting_for: String, peer: Option<usize>) -> Error {
+        match w {
+            WaitError::Timeout(d) => Error::Timeout {
+                op: what.to_string(),
+                what: waiting_for,
+                waited_ms: d.as_millis() as u64,
+            },
+            WaitError::Aborted => {
+                if let Some(e) = self.error() {
+                    return e;
+                }
+                let by = self.segment.header().failed_by.load(Ordering::Acquire);
+                match by.checked_sub(1) {
+                    Some(r) if r as usize == self.rank => Error::Aborted(format!("{what}: communicator aborted")),
+                    Some(r) => Error::RemoteFailed {
+                        peer: r as usize,
+                        op: what.to_string(),
+                        cause: "the peer reported a failure and aborted the communicator".into(),
+                    },
+                    None => Error::Aborted(format!("{what} (waiting for {waiting_for}, peer {peer:?})")),
+                }
+            }
+        }
+    }
+}

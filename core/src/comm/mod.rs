@@ -1,0 +1,270 @@
+//! The communicator: ranks, connections, and the operations users enqueue.
+//!
+//! A [`Communicator`] is created collectively by `size` ranks from a
+//! [`UniqueId`] (like `ncclCommInitRank`), from a launcher's environment
+//! ([`Communicator::from_env`]), or for threads of one process. Creation runs
+//! the bootstrap all-gather of endpoints, maps every local peer's shared-memory
+//! segment, and unlinks this rank's segment once all peers hold it.
+//!
+//! # Thread safety
+//! `Communicator` is `Send + Sync`; operations may be enqueued from any thread
+//! and on any stream. Whatever their stream, a communicator's operations
+//! execute in the order they were issued (each takes a ticket), which every
+//! rank must make the same order, as with NCCL.
+
+mod buffer;
+mod collectives;
+mod endpoint;
+mod inner;
+mod proxy;
+mod task;
+mod turns;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use buffer::{AsBufView, BufView, UntypedBuffer};
+pub use endpoint::{local_host_id, Endpoint};
+
+use crate::bootstrap::{Bootstrap, UniqueId};
+use crate::config::Config;
+use crate::plan::{self, Collective, PlanParams};
+use crate::transport::ring::RingShape;
+use crate::transport::{ring_offset, Connection, Segment};
+use crate::wait::spin_budget;
+use crate::{DataType, Error, ReduceOp, Result};
+use inner::{CommInner, Topology};
+use proxy::ProxyHandle;
+
+/// Where a communicator's streams and buffers live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backend {
+    /// CPU streams ([`HostStream`](crate::host::HostStream)) and host memory.
+    Host,
+}
+
+/// A group of ranks that run collectives together.
+///
+/// # Examples
+/// ```
+/// use streamcomm::{bootstrap::UniqueId, comm::{Backend, Communicator}};
+/// use streamcomm::host::{HostBuffer, HostStream};
+/// use streamcomm::ReduceOp;
+///
+/// let id = UniqueId::new().unwrap();
+/// let ranks: Vec<_> = (0..2)
+///     .map(|rank| {
+///         let id = id.clone();
+///         std::thread::spawn(move || {
+///             let comm = Communicator::init(&id, rank, 2, Backend::Host).unwrap();
+///             let stream = HostStream::new().unwrap();
+///             let send = HostBuffer::from_slice(&[rank as f32 + 1.0; 4]);
+///             let mut recv = HostBuffer::<f32>::zeroed(4);
+///             comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream).unwrap();
+///             comm.barrier(&stream).unwrap();
+///             stream.synchronize().unwrap();
+///             recv.to_vec()
+///         })
+///     })
+///     .collect();
+/// for r in ranks {
+///     assert_eq!(r.join().unwrap(), vec![3.0; 4]);
+/// }
+/// ```
+#[derive(Clone)]
+pub struct Communicator {
+    inner: Arc<CommInner>,
+}
+
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Communicator")
+            .field("rank", &self.inner.rank)
+            .field("size", &self.inner.size)
+            .finish()
+    }
+}
+
+impl Communicator {
+    /// Joins the communicator named by `id` as `rank` of `size`, with the
+    /// configuration from the environment ([`Config::from_env`]).
+    ///
+    /// Collective: every rank must call it; it returns when all have joined.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for `size == 0` or `rank >= size`;
+    /// [`Error::Bootstrap`] / [`Error::Timeout`] when the ranks cannot meet;
+    /// [`Error::Unavailable`] when a peer is on another host (no inter-host
+    /// transport is built yet); [`Error::Os`] when shared memory fails.
+    pub fn init(id: &UniqueId, rank: usize, size: usize, backend: Backend) -> Result<Communicator> {
+        Communicator::init_with_config(id, rank, size, backend, Config::from_env()?)
+    }
+
+    /// As [`Communicator::init`], with an explicit configuration.
+    ///
+    /// # Errors
+    /// As [`Communicator::init`], plus [`Error::InvalidArgument`] when ranks
+    /// disagree on the ring geometry.
+    pub fn init_with_config(
+        id: &UniqueId,
+        rank: usize,
+        size: usize,
+        backend: Backend,
+        config: Config,
+    ) -> Result<Communicator> {
+        let _span = tracing::info_span!("init", rank, size).entered();
+        if size == 0 {
+            return Err(Error::invalid("communicator size must be at least 1"));
+        }
+        if rank >= size {
+            return Err(Error::invalid(format!("rank {rank} out of range for size {size}")));
+        }
+        config.validate()?;
+        let Backend::Host = backend;
+        let shape = RingShape {
+            nsteps: config.nsteps,
+            slot_bytes: config.slot_bytes(),
+        };
+        let mut boot = Bootstrap::connect(id, rank, size, config.timeout.min(Duration::from_secs(120)))?;
+        let mut segment = Segment::create(size, shape)?;
+        let me = Endpoint {
+            host: local_host_id(),
+            pid: std::process::id(),
+            shm_name: segment.name().to_string(),
+            shape,
+        };
+        let endpoints = boot
+            .all_gather(&me.encode())?
+            .iter()
+            .map(|b| Endpoint::decode(b))
+            .collect::<Result<Vec<_>>>()?;
+        if endpoints.len() != size {
+            return Err(Error::Bootstrap(format!(
+                "all-gather returned {} endpoints for {size} ranks",
+                endpoints.len()
+            )));
+        }
+        let mut peers = Vec::with_capacity(size);
+        for (p, ep) in endpoints.iter().enumerate() {
+            if ep.shape != shape {
+                return Err(Error::invalid(format!(
+                    "rank {p} uses {} slots of {} bytes, rank {rank} uses {} of {}: set the same STREAMCOMM_BUFFSIZE/NSTEPS everywhere",
+                    ep.shape.nsteps, ep.shape.slot_bytes, shape.nsteps, shape.slot_bytes
+                )));
+            }
+            if p == rank {
+                peers.push(None);
+                continue;
+            }
+            if ep.host != me.host {
+                return Err(Error::Unavailable(format!(
+                    "rank {p} runs on another host ({}); only shared memory between ranks of one host is built so far",
+                    ep.host
+                )));
+            }
+            let peer_segment = Arc::new(Segment::open(&ep.shm_name, size, shape)?);
+            peers.push(Some(Connection {
+                send: peer_segment.ring(ring_offset(p, rank, shape), shape)?,
+                recv: segment.ring(ring_offset(rank, p, shape), shape)?,
+                peer_segment,
+            }));
+        }
+        // Every peer has mapped our segment: remove its name so nothing is
+        // left behind, whatever happens to this process later.
+        boot.barrier()?;
+        segment.unlink();
+        let local_ranks = endpoints.iter().filter(|e| e.host == me.host).count();
+        let topology = Topology {
+            hosts: endpoints.into_iter().map(|e| e.host).collect(),
+            local_ranks,
+        };
+        let barrier_plan = Arc::new(plan::build(
+            Collective::Barrier,
+            DataType::U8,
+            ReduceOp::Sum,
+            0,
+            &PlanParams {
+                rank,
+                nranks: size,
+                slot_bytes: shape.slot_bytes,
+            },
+        )?);
+        let (proxy, rx) = ProxyHandle::channel();
+        let spin = spin_budget(config.spin, local_ranks);
+        let inner = Arc::new(CommInner::new(
+            rank,
+            size,
+            config,
+            topology,
+            peers,
+            Arc::new(segment),
+            spin,
+            proxy,
+            barrier_plan,
+        ));
+        ProxyHandle::start(proxy::weak(&inner), rx, rank)?;
+        tracing::debug!(rank, size, local_ranks, "communicator ready");
+        Ok(Communicator { inner })
+    }
+
+    /// Joins a communicator described by a launcher's environment: our own
+    /// `streamcomm-run`, torchrun, Slurm, Open MPI or PMI (see
+    /// [`launch::env`](crate::launch::env) for the variables read).
+    ///
+    /// Under torchrun-style variables (`MASTER_ADDR`/`MASTER_PORT` without
+    /// `STREAMCOMM_UNIQUE_ID`), rank 0 hosts the bootstrap root on that address.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming a missing or malformed variable, then
+    /// as [`Communicator::init`].
+    pub fn from_env() -> Result<Communicator> {
+        use crate::launch::env::{detect_from_process_env, RootSpec};
+        let info = detect_from_process_env()?;
+        let id = match info.root {
+            RootSpec::UniqueId(id) => id,
+            RootSpec::Address { addr, secret } if info.rank == 0 => UniqueId::serve_at(addr, secret)?,
+            RootSpec::Address { addr, secret } => UniqueId::from_parts(addr, secret),
+        };
+        Communicator::init(&id, info.rank, info.size, Backend::Host)
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.inner.rank
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.inner.size
+    }
+
+    /// Ranks that share this rank's host (itself included).
+    pub fn local_size(&self) -> usize {
+        self.inner.topology.local_ranks
+    }
+
+    /// Host identity of `rank`, as exchanged at bootstrap.
+    pub fn host_of(&self, rank: usize) -> Option<&str> {
+        self.inner.topology.hosts.get(rank).map(|s| s.as_str())
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The error that put the communicator in its failed state, if any
+    /// (never blocks; like `ncclCommGetAsyncError`).
+    pub fn async_error(&self) -> Option<Error> {
+        self.inner.error()
+    }
+
+    /// Fails the communicator from any thread: pending and later operations
+    /// end with [`Error::Aborted`] on this rank, and peers' waits end with
+    /// [`Error::RemoteFailed`] naming this rank, instead of waiting for
+    /// their timeout.
+    pub fn abort(&self) {
+        self.inner.fail(&Error::Aborted("abort() was called".into()));
+    }
+}

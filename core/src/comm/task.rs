@@ -1,0 +1,110 @@
+//! Stream tasks for communicator operations.
+//!
+//! Enqueueing a collective builds its plan once and wraps it in a [`Task`].
+//! Each time the task is prepared (enqueue, or every launch of a graph that
+//! captured it) it takes a fresh ticket on the communicator, so replays are
+//! new collectives in issue order; the plan and buffers are what capture bakes
+//! in, the connection counters advance on the transport side (DESIGN.md §3).
+
+use std::sync::Arc;
+
+use crate::comm::buffer::Binding;
+use crate::comm::inner::CommInner;
+use crate::comm::proxy::ProxyOp;
+use crate::config::Progress;
+use crate::host::{Doorbell, Job, JobMode, Task, WaitCmp};
+use crate::plan::Plan;
+use crate::Error;
+
+/// A collective, p2p operation or inline barrier on a stream.
+pub(crate) struct PlanTask {
+    pub comm: Arc<CommInner>,
+    pub plan: Arc<Plan>,
+    pub binding: Binding,
+}
+
+impl Task for PlanTask {
+    fn prepare(&self) -> Job {
+        let ticket = self.comm.turns.take();
+        let (comm, plan, binding) = (self.comm.clone(), self.plan.clone(), self.binding.clone());
+        Job::new(move |mode| {
+            let name = format!("{} #{ticket}", plan.collective.name());
+            comm.run_ticketed(ticket, mode, &name, |c| c.run_plan(&plan, &binding, ticket))
+        })
+    }
+
+    fn name(&self) -> &str {
+        self.plan.collective.name()
+    }
+}
+
+/// A barrier that the proxy runs while the stream waits on a doorbell
+/// ([`Progress::Proxy`]).
+pub(crate) struct ProxyBarrierTask {
+    pub comm: Arc<CommInner>,
+    /// Release doorbell: fixed for the life of the task (and of any graph).
+    pub release: Doorbell,
+}
+
+impl Task for ProxyBarrierTask {
+    fn prepare(&self) -> Job {
+        let ticket = self.comm.turns.take();
+        let (comm, release) = (self.comm.clone(), self.release.clone());
+        Job::new(move |mode| {
+            if mode == JobMode::Skip {
+                return comm.run_ticketed(ticket, mode, "barrier", |_| Ok(()));
+            }
+            // Signal(arrive): hand the barrier to the proxy.
+            if let Err(e) = comm.proxy.post(ProxyOp::Barrier {
+                ticket,
+                release: release.clone(),
+            }) {
+                comm.fail(&e);
+                return Err(e);
+            }
+            // Wait(release == 1), then reset to 0 (the consumer resets).
+            let policy = comm.policy();
+            let r = release.wait(WaitCmp::Eq, 1, &policy);
+            match r {
+                Ok(()) => {
+                    release.store(0);
+                    Ok(())
+                }
+                Err(None) => {
+                    release.store(0);
+                    Err(comm
+                        .error()
+                        .unwrap_or_else(|| Error::Aborted("barrier released with an error".into())))
+                }
+                Err(Some(w)) => Err(comm.wait_error(
+                    w,
+                    &format!("barrier #{ticket}"),
+                    "the proxy to release the barrier".into(),
+                    None,
+                )),
+            }
+        })
+    }
+
+    fn name(&self) -> &str {
+        "barrier"
+    }
+}
+
+/// Which barrier task a stream barrier uses.
+pub(crate) fn barrier_task(comm: &Arc<CommInner>) -> Arc<dyn Task> {
+    match comm.config.progress {
+        Progress::Inline => Arc::new(PlanTask {
+            comm: comm.clone(),
+            plan: comm.barrier_plan.clone(),
+            binding: Binding::Separate {
+                send: None,
+                recv: None,
+            },
+        }),
+        Progress::Proxy => Arc::new(ProxyBarrierTask {
+            comm: comm.clone(),
+            release: Doorbell::new(),
+        }),
+    }
+}

@@ -1,0 +1,206 @@
+//! One place for configuration (mscclpp's `env.hpp`).
+//!
+//! [`Config`] has one field per `STREAMCOMM_*` environment variable, with one
+//! doc line each. [`Config::from_env`] is the only code in the library that
+//! reads these variables; everything else receives a `Config`.
+
+use std::time::Duration;
+
+use crate::{Error, Result};
+
+/// Default slot-ring size per connection (DESIGN.md §3): 4 MiB.
+pub const DEFAULT_BUFFSIZE: usize = 4 << 20;
+/// Default number of slots per connection.
+pub const DEFAULT_NSTEPS: usize = 8;
+/// Default timeout for every wait.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Where the barrier's algorithm is driven from on the host backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// The thread that runs the stream (or calls `barrier_host`) drives the
+    /// direct transport itself: no thread hand-off on the critical path.
+    Inline,
+    /// The stream hands the barrier to the communicator's proxy thread and
+    /// waits on a doorbell, as the CUDA backend does.
+    Proxy,
+}
+
+/// Communicator settings. `Config::default()` gives the documented defaults;
+/// [`Config::from_env`] applies `STREAMCOMM_*` variables on top.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// `STREAMCOMM_BUFFSIZE`: bytes of slot ring per directed connection (default 4 MiB).
+    pub buffsize: usize,
+    /// `STREAMCOMM_NSTEPS`: slots per ring (default 8); slot size is `buffsize / nsteps`.
+    pub nsteps: usize,
+    /// `STREAMCOMM_TIMEOUT`: seconds any single wait may take before the
+    /// communicator fails with [`Error::Timeout`] (default 300; fractions allowed).
+    pub timeout: Duration,
+    /// `STREAMCOMM_PROGRESS`: `inline` (default) or `proxy`: who drives host-backend barriers.
+    pub progress: Progress,
+    /// `STREAMCOMM_SPIN`: busy-poll iterations before a waiter yields (default
+    /// 2000, divided by 8 when more ranks than cores share this host).
+    pub spin: u32,
+    /// `STREAMCOMM_DEBUG`: a `tracing` filter the examples and benchmark install
+    /// (the library itself never installs a subscriber).
+    pub debug: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            buffsize: DEFAULT_BUFFSIZE,
+            nsteps: DEFAULT_NSTEPS,
+            timeout: DEFAULT_TIMEOUT,
+            progress: Progress::Inline,
+            spin: 2000,
+            debug: None,
+        }
+    }
+}
+
+impl Config {
+    /// Defaults overridden by the process environment.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the variable and its value when one
+    /// does not parse or is out of range.
+    pub fn from_env() -> Result<Config> {
+        Config::default().with_vars(|name| std::env::var(name).ok())
+    }
+
+    /// Applies variables from any getter (the testable core of [`Config::from_env`]).
+    ///
+    /// # Errors
+    /// As [`Config::from_env`].
+    pub fn with_vars(mut self, get: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        if let Some(v) = get("STREAMCOMM_BUFFSIZE") {
+            self.buffsize = parse_size("STREAMCOMM_BUFFSIZE", &v)?;
+        }
+        if let Some(v) = get("STREAMCOMM_NSTEPS") {
+            self.nsteps = parse_num("STREAMCOMM_NSTEPS", &v)?;
+        }
+        if let Some(v) = get("STREAMCOMM_TIMEOUT") {
+            let secs: f64 = v.trim().parse().map_err(|_| bad("STREAMCOMM_TIMEOUT", &v))?;
+            if !(secs > 0.0 && secs.is_finite()) {
+                return Err(bad("STREAMCOMM_TIMEOUT", &v));
+            }
+            self.timeout = Duration::from_secs_f64(secs);
+        }
+        if let Some(v) = get("STREAMCOMM_PROGRESS") {
+            self.progress = match v.trim().to_ascii_lowercase().as_str() {
+                "inline" => Progress::Inline,
+                "proxy" => Progress::Proxy,
+                _ => return Err(bad("STREAMCOMM_PROGRESS", &v)),
+            };
+        }
+        if let Some(v) = get("STREAMCOMM_SPIN") {
+            self.spin = parse_num("STREAMCOMM_SPIN", &v)? as u32;
+        }
+        if let Some(v) = get("STREAMCOMM_DEBUG") {
+            self.debug = Some(v);
+        }
+        self.validate()?;
+        Ok(self)
+    }
+
+    /// Bytes per slot (`buffsize / nsteps`, rounded down to 64 bytes).
+    pub fn slot_bytes(&self) -> usize {
+        (self.buffsize / self.nsteps.max(1)) & !63
+    }
+
+    /// Checks the settings are usable.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the field.
+    pub fn validate(&self) -> Result<()> {
+        if self.nsteps == 0 || self.nsteps > 1024 {
+            return Err(Error::invalid(format!(
+                "nsteps must be in 1..=1024, got {}",
+                self.nsteps
+            )));
+        }
+        if self.slot_bytes() < 64 {
+            return Err(Error::invalid(format!(
+                "buffsize {} / nsteps {} leaves slots under 64 bytes",
+                self.buffsize, self.nsteps
+            )));
+        }
+        if self.buffsize > (1 << 30) {
+            return Err(Error::invalid(format!(
+                "buffsize {} exceeds 1 GiB",
+                self.buffsize
+            )));
+        }
+        if self.timeout.is_zero() {
+            return Err(Error::invalid("timeout must be positive"));
+        }
+        Ok(())
+    }
+}
+
+fn bad(name: &str, value: &str) -> Error {
+    Error::invalid(format!("{name}={value:?} is not valid"))
+}
+
+fn parse_num(name: &str, value: &str) -> Result<usize> {
+    value.trim().parse().map_err(|_| bad(name, value))
+}
+
+/// Parses `4194304`, `4M`, `512K`, `1G` (binary multiples).
+pub(crate) fn parse_size(name: &str, value: &str) -> Result<usize> {
+    let v = value.trim();
+    let (digits, shift) = match v.chars().last() {
+        Some('k' | 'K') => (&v[..v.len() - 1], 10),
+        Some('m' | 'M') => (&v[..v.len() - 1], 20),
+        Some('g' | 'G') => (&v[..v.len() - 1], 30),
+        _ => (v, 0),
+    };
+    let n: usize = digits.parse().map_err(|_| bad(name, value))?;
+    n.checked_mul(1usize << shift).ok_or_else(|| bad(name, value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(vars: &[(&str, &str)]) -> Result<Config> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::default().with_vars(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!(c.slot_bytes(), 512 << 10);
+        let c = cfg(&[
+            ("STREAMCOMM_BUFFSIZE", "1M"),
+            ("STREAMCOMM_NSTEPS", "4"),
+            ("STREAMCOMM_TIMEOUT", "2.5"),
+            ("STREAMCOMM_PROGRESS", "proxy"),
+        ])
+        .unwrap();
+        assert_eq!(c.slot_bytes(), 256 << 10);
+        assert_eq!(c.timeout, Duration::from_millis(2500));
+        assert_eq!(c.progress, Progress::Proxy);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        for (k, v) in [
+            ("STREAMCOMM_NSTEPS", "0"),
+            ("STREAMCOMM_NSTEPS", "x"),
+            ("STREAMCOMM_BUFFSIZE", "12"),
+            ("STREAMCOMM_TIMEOUT", "-1"),
+            ("STREAMCOMM_PROGRESS", "sideways"),
+        ] {
+            let e = cfg(&[(k, v)]).unwrap_err().to_string();
+            assert!(e.contains("nsteps") || e.contains(k) || e.contains("slots"), "{e}");
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! Host memory that streams operate on, the host backend's "device memory".
+//!
+//! A [`HostBuffer`] is a cheap, cloneable handle (like a device pointer) to an
+//! aligned allocation. Stream tasks and the host read and write it through
+//! short-lived locks, so a program that forgets to synchronize sees stale
+//! values, never undefined behaviour. Collectives take the locks one chunk at a
+//! time, and always in address order, so two streams touching the same pair of
+//! buffers cannot deadlock on them.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use half::{bf16, f16};
+
+use crate::{DataType, Error, Result};
+
+/// An element type a buffer may hold.
+pub trait Element: bytemuck::Pod + Send + Sync + fmt::Debug + 'static {
+    /// The matching [`DataType`].
+    const DTYPE: DataType;
+}
+
+macro_rules! element {
+    ($($t:ty => $d:ident),* $(,)?) => {
+        $(impl Element for $t { const DTYPE: DataType = DataType::$d; })*
+    };
+}
+element!(f32 => F32, f64 => F64, f16 => F16, bf16 => Bf16, i8 => I8, u8 => U8,
+         i32 => I32, u32 => U32, i64 => I64, u64 => U64);
+
+/// Untyped shared storage behind a [`HostBuffer`]: 64-byte aligned bytes.
+#[derive(Clone)]
+pub struct RawBuffer {
+    inner: Arc<RwLock<Box<[Block]>>>,
+    bytes: usize,
+}
+
+#[derive(Clone, Copy, bytemuck::Zeroable, bytemuck::Pod)]
+#[repr(C, align(64))]
+pub(crate) struct Block([u8; 64]);
+
+impl fmt::Debug for RawBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RawBuffer({} bytes at {:#x})", self.bytes, self.addr())
+    }
+}
+
+impl RawBuffer {
+    /// A zeroed allocation of `bytes` bytes.
+    pub fn zeroed(bytes: usize) -> RawBuffer {
+        let blocks = bytes.div_ceil(64);
+        RawBuffer {
+            inner: Arc::new(RwLock::new(vec![Block([0; 64]); blocks].into_boxed_slice())),
+            bytes,
+        }
+    }
+
+    /// Length in bytes.
+    pub fn len_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// True when both handles name the same allocation.
+    pub fn same_as(&self, other: &RawBuffer) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Address used to order lock acquisition.
+    pub(crate) fn addr(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
+    /// Shared access to the bytes.
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, Box<[Block]>> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Exclusive access to the bytes.
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, Box<[Block]>> {
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Views locked blocks as exactly `bytes` bytes.
+    pub(crate) fn bytes_of<'a>(&self, blocks: &'a [Block]) -> &'a [u8] {
+        let all: &[u8] = bytemuck::cast_slice(blocks);
+        &all[..self.bytes]
+    }
+
+    /// Views locked blocks as exactly `bytes` mutable bytes.
+    pub(crate) fn bytes_of_mut<'a>(&self, blocks: &'a mut [Block]) -> &'a mut [u8] {
+        let all: &mut [u8] = bytemuck::cast_slice_mut(blocks);
+        &mut all[..self.bytes]
+    }
+}
+
+/// A typed buffer in host memory, usable by streams and collectives.
+///
+/// Cloning gives another handle to the same memory.
+///
+/// # Examples
+/// ```
+/// use streamcomm::host::HostBuffer;
+/// let buf = HostBuffer::from_slice(&[1.0f32, 2.0, 3.0]);
+/// buf.with_mut(|s| s[0] = 5.0);
+/// assert_eq!(buf.to_vec(), vec![5.0, 2.0, 3.0]);
+/// ```
+pub struct HostBuffer<T: Element> {
+    raw: RawBuffer,
+    len: usize,
+    _elem: PhantomData<T>,
+}
+
+impl<T: Element> Clone for HostBuffer<T> {
+    fn clone(&self) -> Self {
+        HostBuffer {
+            raw: self.raw.clone(),
+            len: self.len,
+            _elem: PhantomData,
+        }
+    }
+}
+
+impl<T: Element> fmt::Debug for HostBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HostBuffer<{}>[{}]", T::DTYPE, self.len)
+    }
+}
+
+impl<T: Element> HostBuffer<T> {
+    /// A buffer of `len` zeroed elements.
+    pub fn zeroed(len: usize) -> HostBuffer<T> {
+        HostBuffer {
+            raw: RawBuffer::zeroed(len * std::mem::size_of::<T>()),
+            len,
+            _elem: PhantomData,
+        }
+    }
+
+    /// A buffer holding a copy of `data`.
+    pub fn from_slice(data: &[T]) -> HostBuffer<T> {
+        let buf = HostBuffer::zeroed(data.len());
+        buf.with_mut(|s| s.copy_from_slice(data));
+        buf
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the buffer holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DataType {
+        T::DTYPE
+    }
+
+    /// The untyped storage.
+    pub fn raw(&self) -> &RawBuffer {
+        &self.raw
+    }
+
+    /// Runs `f` with shared access to the elements.
+    ///
+    /// # Stream semantics
+    /// Not ordered with stream work: synchronize the stream first to see the
+    /// results of enqueued work.
+    pub fn with<R>(&self, f: impl FnOnce(&[T]) -> R) -> R {
+        let guard = self.raw.read();
+        let bytes = self.raw.bytes_of(&guard);
+        f(bytemuck::cast_slice(bytes))
+    }
+
+    /// Runs `f` with exclusive access to the elements.
+    ///
+    /// # Stream semantics
+    /// As [`HostBuffer::with`].
+    pub fn with_mut<R>(&self, f: impl FnOnce(&mut [T]) -> R) -> R {
+        let mut guard = self.raw.write();
+        let bytes = self.raw.bytes_of_mut(&mut guard);
+        f(bytemuck::cast_slice_mut(bytes))
+    }
+
+    /// A copy of the elements.
+    pub fn to_vec(&self) -> Vec<T> {
+        self.with(|s| s.to_vec())
+    }
+
+    /// Overwrites the elements with `data`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `data.len()` differs from the buffer's length.
+    pub fn copy_from(&self, data: &[T]) -> Result<()> {
+        if data.len() != self.len {
+            return Err(Error::invalid(format!(
+                "copy_from: {} elements into a buffer of {}",
+                data.len(),
+                self.len
+            )));
+        }
+        self.with_mut(|s| s.copy_from_slice(data));
+        Ok(())
+    }
+
+    /// Sets every byte of the buffer to `byte` (for poisoning outputs in tests).
+    pub fn fill_bytes(&self, byte: u8) {
+        let mut guard = self.raw.write();
+        self.raw.bytes_of_mut(&mut guard).fill(byte);
+    }
+}

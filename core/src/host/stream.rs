@@ -1,0 +1,365 @@
+//! `HostStream`: an in-order queue of work on the CPU, the host backend's CUDA stream.
+//!
+//! Work enqueued on a stream runs strictly in order, one task at a time, on
+//! one executor at a time. The executor is normally the stream's worker
+//! thread, but a thread that blocks on the stream (in
+//! [`HostStream::synchronize`]) runs the queued tasks itself instead of
+//! sleeping while the worker does: on our machines waking another thread costs
+//! more than most small collectives (DESIGN.md §10).
+//!
+//! Errors are sticky, like CUDA's: the first failing task's error is kept,
+//! later tasks are skipped (releasing their communicator turn), and
+//! `synchronize` returns the error.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::config::DEFAULT_TIMEOUT;
+use crate::host::doorbell::{Doorbell, WaitCmp};
+use crate::host::graph::Graph;
+use crate::host::job::{FnTask, Job, JobMode, Task};
+use crate::wait::{WaitError, WaitPolicy};
+use crate::{Error, Result};
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<Job>,
+    /// Someone is executing a job right now.
+    running: bool,
+    error: Option<Error>,
+    capture: Option<Vec<Arc<dyn Task>>>,
+    shutdown: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Signalled when work arrives or a job completes.
+    cond: Condvar,
+    enqueued: AtomicU64,
+    completed: AtomicU64,
+    timeout: Duration,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs the front job (called with `running` just set by the caller).
+    fn run_one<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        let Some(job) = st.queue.pop_front() else {
+            st.running = false;
+            return st;
+        };
+        let mode = if st.error.is_some() {
+            JobMode::Skip
+        } else {
+            JobMode::Run
+        };
+        drop(st);
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.execute(mode)))
+            .unwrap_or_else(|panic| Err(Error::UserTask(panic_message(&panic))));
+        let mut st = self.lock();
+        if let Err(e) = result {
+            if st.error.is_none() {
+                tracing::debug!(error = %e, "host stream task failed");
+                st.error = Some(e);
+            }
+        }
+        st.running = false;
+        self.completed.fetch_add(1, Ordering::Release);
+        self.cond.notify_all();
+        st
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        format!("panicked: {s}")
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        format!("panicked: {s}")
+    } else {
+        "panicked".to_string()
+    }
+}
+
+/// An in-order queue of CPU work (the host backend's stream).
+///
+/// # Examples
+/// ```
+/// use streamcomm::host::{HostBuffer, HostStream};
+/// let stream = HostStream::new().unwrap();
+/// let buf = HostBuffer::<u32>::zeroed(4);
+/// let b = buf.clone();
+/// stream.host_fn(move || b.with_mut(|s| s.fill(7))).unwrap();
+/// stream.synchronize().unwrap();
+/// assert_eq!(buf.to_vec(), vec![7; 4]);
+/// ```
+pub struct HostStream {
+    shared: Arc<Shared>,
+    worker: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for HostStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostStream")
+            .field("enqueued", &self.shared.enqueued.load(Ordering::Relaxed))
+            .field("completed", &self.shared.completed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl HostStream {
+    /// A stream whose waits (doorbells, events) time out after the default 300 s.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when the worker thread cannot be started.
+    pub fn new() -> Result<HostStream> {
+        HostStream::with_timeout(DEFAULT_TIMEOUT)
+    }
+
+    /// A stream whose doorbell and event waits time out after `timeout`.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when the worker thread cannot be started.
+    pub fn with_timeout(timeout: Duration) -> Result<HostStream> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            cond: Condvar::new(),
+            enqueued: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            timeout,
+        });
+        let worker_shared = shared.clone();
+        let worker = std::thread::Builder::new()
+            .name("streamcomm-stream".into())
+            .spawn(move || worker_loop(&worker_shared))
+            .map_err(|e| Error::os("spawn host stream worker", e))?;
+        Ok(HostStream {
+            shared,
+            worker: Some(worker),
+        })
+    }
+
+    /// Enqueues a task (or records it, while capturing).
+    ///
+    /// # Errors
+    /// None today; fallible for symmetry with the CUDA backend.
+    pub fn enqueue(&self, task: Arc<dyn Task>) -> Result<()> {
+        let mut st = self.shared.lock();
+        if let Some(graph) = st.capture.as_mut() {
+            graph.push(task);
+            return Ok(());
+        }
+        st.queue.push_back(task.prepare());
+        self.shared.enqueued.fetch_add(1, Ordering::Relaxed);
+        drop(st);
+        self.shared.cond.notify_all();
+        Ok(())
+    }
+
+    /// Enqueues already-prepared jobs as one unit (a graph launch).
+    pub(crate) fn enqueue_job(&self, job: Job) -> Result<()> {
+        let mut st = self.shared.lock();
+        if st.capture.is_some() {
+            return Err(Error::InvalidUsage(
+                "cannot launch a graph on a stream that is capturing".into(),
+            ));
+        }
+        st.queue.push_back(job);
+        self.shared.enqueued.fetch_add(1, Ordering::Relaxed);
+        drop(st);
+        self.shared.cond.notify_all();
+        Ok(())
+    }
+
+    /// Enqueues user work, the host backend's kernel launch (`cuLaunchHostFunc`).
+    ///
+    /// A panic inside `f` is caught and becomes the stream's error
+    /// ([`Error::UserTask`]).
+    ///
+    /// # Stream semantics
+    /// Runs after everything enqueued before it, before everything after it.
+    ///
+    /// # Graph capture
+    /// Capturable; every replay calls `f` again.
+    ///
+    /// # Errors
+    /// None today; fallible for symmetry with the CUDA backend.
+    pub fn host_fn(&self, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
+        self.enqueue(Arc::new(FnTask {
+            name: "host_fn",
+            f: Arc::new(move || {
+                f();
+                Ok(())
+            }),
+        }))
+    }
+
+    /// Enqueues fallible user work; an `Err` becomes the stream's error.
+    ///
+    /// # Errors
+    /// As [`HostStream::host_fn`].
+    pub fn try_host_fn(
+        &self,
+        f: impl Fn() -> std::result::Result<(), String> + Send + Sync + 'static,
+    ) -> Result<()> {
+        self.enqueue(Arc::new(FnTask {
+            name: "try_host_fn",
+            f: Arc::new(move || f().map_err(Error::UserTask)),
+        }))
+    }
+
+    /// Enqueues a write of `value` to `doorbell` (`cuStreamWriteValue32`).
+    ///
+    /// # Graph capture
+    /// Capturable; the value is fixed at capture.
+    ///
+    /// # Errors
+    /// None today.
+    pub fn write_value32(&self, doorbell: &Doorbell, value: u32) -> Result<()> {
+        let d = doorbell.clone();
+        self.enqueue(Arc::new(FnTask {
+            name: "write_value32",
+            f: Arc::new(move || {
+                d.store(value);
+                Ok(())
+            }),
+        }))
+    }
+
+    /// Enqueues a wait until `doorbell` compares with `value`
+    /// (`cuStreamWaitValue32`). A doorbell set to [`Doorbell::POISON`] fails
+    /// the wait (and the stream) with [`Error::Aborted`]; so does a wait longer
+    /// than the stream's timeout ([`Error::Timeout`]).
+    ///
+    /// # Graph capture
+    /// Capturable; the value is fixed at capture.
+    ///
+    /// # Errors
+    /// None at enqueue time.
+    pub fn wait_value32(&self, doorbell: &Doorbell, value: u32, cmp: WaitCmp) -> Result<()> {
+        let d = doorbell.clone();
+        let timeout = self.shared.timeout;
+        self.enqueue(Arc::new(FnTask {
+            name: "wait_value32",
+            f: Arc::new(move || {
+                let policy = WaitPolicy::new(200, timeout);
+                d.wait(cmp, value, &policy).map_err(|e| match e {
+                    None => Error::Aborted("doorbell was poisoned by a failed producer".into()),
+                    Some(WaitError::Timeout(w)) => Error::Timeout {
+                        op: "wait_value32".into(),
+                        what: format!("doorbell {cmp:?} {value}"),
+                        waited_ms: w.as_millis() as u64,
+                    },
+                    Some(WaitError::Aborted) => Error::Aborted("wait_value32".into()),
+                })
+            }),
+        }))
+    }
+
+    /// Starts recording: tasks enqueued from now on are kept for a [`Graph`]
+    /// instead of running.
+    ///
+    /// # Errors
+    /// [`Error::InvalidUsage`] when already capturing.
+    pub fn begin_capture(&self) -> Result<()> {
+        let mut st = self.shared.lock();
+        if st.capture.is_some() {
+            return Err(Error::InvalidUsage("stream is already capturing".into()));
+        }
+        st.capture = Some(Vec::new());
+        Ok(())
+    }
+
+    /// Ends recording and returns the captured graph.
+    ///
+    /// # Errors
+    /// [`Error::InvalidUsage`] when the stream was not capturing.
+    pub fn end_capture(&self) -> Result<Graph> {
+        let mut st = self.shared.lock();
+        match st.capture.take() {
+            Some(tasks) => Ok(Graph::new(tasks)),
+            None => Err(Error::InvalidUsage(
+                "end_capture without begin_capture".into(),
+            )),
+        }
+    }
+
+    /// True while capturing.
+    pub fn is_capturing(&self) -> bool {
+        self.shared.lock().capture.is_some()
+    }
+
+    /// Blocks until everything enqueued so far has finished, running queued
+    /// work on the calling thread when the worker is not already busy.
+    ///
+    /// # Errors
+    /// The stream's sticky error, if any task failed.
+    pub fn synchronize(&self) -> Result<()> {
+        let target = self.shared.enqueued.load(Ordering::Relaxed);
+        let mut st = self.shared.lock();
+        while self.shared.completed.load(Ordering::Acquire) < target {
+            if !st.running && !st.queue.is_empty() {
+                st.running = true;
+                st = self.shared.run_one(st);
+            } else {
+                st = self
+                    .shared
+                    .cond
+                    .wait_timeout(st, Duration::from_millis(50))
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+        }
+        match &st.error {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// True when all enqueued work has finished (never blocks).
+    pub fn query(&self) -> bool {
+        self.shared.completed.load(Ordering::Acquire) >= self.shared.enqueued.load(Ordering::Relaxed)
+    }
+
+    /// The sticky error, if a task has failed.
+    pub fn error(&self) -> Option<Error> {
+        self.shared.lock().error.clone()
+    }
+
+    /// Timeout applied to this stream's doorbell and event waits.
+    pub fn timeout(&self) -> Duration {
+        self.shared.timeout
+    }
+}
+
+fn worker_loop(shared: &Shared) {
+    let mut st = shared.lock();
+    loop {
+        if !st.running && !st.queue.is_empty() {
+            st.running = true;
+            st = shared.run_one(st);
+            continue;
+        }
+        if st.shutdown && st.queue.is_empty() {
+            return;
+        }
+        st = shared.cond.wait(st).unwrap_or_else(|p| p.into_inner());
+    }
+}
+
+impl Drop for HostStream {
+    /// Finishes enqueued work (each task's own waits are bounded by timeouts),
+    /// then stops the worker. Never panics.
+    fn drop(&mut self) {
+        let _ = self.synchronize();
+        self.shared.lock().shutdown = true;
+        self.shared.cond.notify_all();
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
+}

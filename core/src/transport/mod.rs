@@ -1,0 +1,145 @@
+//! Transports: how slots travel between ranks.
+//!
+//! Today there is one, `shm` (processes on one host), a *direct* transport:
+//! the thread executing a plan copies into the peer's slot itself, so no proxy
+//! is on the data path. A [`Connection`] joins the two rings of one peer
+//! pair (outbound in the peer's segment, inbound in ours).
+//!
+//! Each rank's segment starts with a [`SegmentHeader`] page: a magic/version
+//! check for the layout, and a failure word that any rank may raise to make
+//! every wait of the segment's owner end with an error instead of a timeout.
+
+pub mod ring;
+pub mod shm;
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ring::{RingEnd, RingShape};
+use shm::ShmSegment;
+
+use crate::{Error, Result};
+
+/// Bytes reserved at the start of a segment for its header.
+pub const SEGMENT_HEADER_BYTES: usize = 4096;
+const MAGIC: u64 = 0x7374_7263_6f6d_6d31; // "strcomm1"
+const VERSION: u32 = 1;
+
+/// The first bytes of every rank's segment (fixed layout, shared across processes).
+#[repr(C)]
+#[derive(Debug)]
+pub struct SegmentHeader {
+    /// `MAGIC` once the owner has initialised the segment.
+    pub magic: AtomicU64,
+    /// Layout version.
+    pub version: AtomicU32,
+    /// Owner's process id.
+    pub owner_pid: AtomicU32,
+    /// 0 while healthy; `1 + rank` of the first rank that reported a failure.
+    pub failed_by: AtomicU32,
+    /// Padding to keep the layout explicit.
+    pub reserved: AtomicU32,
+}
+const _: () = assert!(std::mem::size_of::<SegmentHeader>() == 24);
+
+/// Where the inbound ring from `peer` lives in `owner`'s segment.
+pub fn ring_offset(owner: usize, peer: usize, shape: RingShape) -> usize {
+    let index = if peer < owner { peer } else { peer - 1 };
+    SEGMENT_HEADER_BYTES + index * shape.ring_bytes()
+}
+
+/// Bytes of a segment holding `nranks - 1` inbound rings.
+pub fn segment_bytes(nranks: usize, shape: RingShape) -> usize {
+    SEGMENT_HEADER_BYTES + nranks.saturating_sub(1) * shape.ring_bytes()
+}
+
+/// A mapped segment with its header.
+#[derive(Debug)]
+pub struct Segment {
+    shm: ShmSegment,
+}
+
+impl Segment {
+    /// Creates this rank's segment and initialises its header.
+    ///
+    /// # Errors
+    /// As [`ShmSegment::create`].
+    pub fn create(nranks: usize, shape: RingShape) -> Result<Segment> {
+        let seg = Segment {
+            shm: ShmSegment::create(segment_bytes(nranks, shape))?,
+        };
+        let h = seg.header();
+        h.version.store(VERSION, Ordering::Relaxed);
+        h.owner_pid.store(std::process::id(), Ordering::Relaxed);
+        h.magic.store(MAGIC, Ordering::Release);
+        Ok(seg)
+    }
+
+    /// Maps a peer's segment and checks its header.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when it cannot be mapped; [`Error::InvalidUsage`] when
+    /// the header is not a streamcomm segment of this version.
+    pub fn open(name: &str, nranks: usize, shape: RingShape) -> Result<Segment> {
+        let seg = Segment {
+            shm: ShmSegment::open(name, segment_bytes(nranks, shape))?,
+        };
+        let h = seg.header();
+        if h.magic.load(Ordering::Acquire) != MAGIC || h.version.load(Ordering::Relaxed) != VERSION {
+            return Err(Error::InvalidUsage(format!(
+                "{name} is not a streamcomm v{VERSION} segment"
+            )));
+        }
+        Ok(seg)
+    }
+
+    /// The header at the start of the segment.
+    pub fn header(&self) -> &SegmentHeader {
+        // SAFETY: the mapping is page-aligned, at least SEGMENT_HEADER_BYTES
+        // long, zero-initialised, and lives as long as `self`.
+        unsafe { &*(self.shm_ptr() as *const SegmentHeader) }
+    }
+
+    fn shm_ptr(&self) -> *const u8 {
+        self.shm.ring_base()
+    }
+
+    /// Name to publish to peers.
+    pub fn name(&self) -> &str {
+        self.shm.name()
+    }
+
+    /// Removes the name once every peer has mapped the segment.
+    pub fn unlink(&mut self) {
+        self.shm.unlink();
+    }
+
+    /// The ring at `offset`.
+    ///
+    /// # Errors
+    /// As [`ShmSegment::ring`].
+    pub fn ring(&self, offset: usize, shape: RingShape) -> Result<RingEnd> {
+        self.shm.ring(offset, shape)
+    }
+}
+
+/// Both directions between this rank and one peer over shared memory.
+#[derive(Debug)]
+pub struct Connection {
+    /// Ring in the peer's segment that we fill.
+    pub send: RingEnd,
+    /// Ring in our segment that the peer fills.
+    pub recv: RingEnd,
+    /// Keeps the peer's mapping alive as long as `send`.
+    pub peer_segment: Arc<Segment>,
+}
+
+/// Raises the failure word of a segment (first reporter wins).
+pub fn raise_failure(header: &SegmentHeader, rank: usize) {
+    let _ = header.failed_by.compare_exchange(
+        0,
+        rank as u32 + 1,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
+}

@@ -1,0 +1,244 @@
+//! The slot ring: credit-based FIFO of fixed-size slots in shared memory.
+//!
+//! One ring carries one directed connection (DESIGN.md §3). It lives in the
+//! receiver's memory. The sender owns `tail` (slots written), the receiver
+//! owns `head` (slots consumed); both only ever grow. The sender may fill slot
+//! `tail % nsteps` only while `tail - head < nsteps`, so unread data is never
+//! overwritten. Each slot starts with a 64-byte header holding the payload
+//! length, so a receiver can tell a message of the wrong size from its own.
+//!
+//! Memory ordering: the sender writes the payload and length, then publishes
+//! `tail + 1` with `Release`; the receiver reads `tail` with `Acquire` before
+//! touching the slot. Symmetrically for `head` and slot reuse.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::wait::{Notifier, WaitError, WaitPolicy};
+
+/// Bytes of header before each slot's payload.
+pub const SLOT_HEADER: usize = 64;
+
+/// A counter with the notifier its readers sleep on, alone in a cache line.
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub struct Counter {
+    /// The monotonic count.
+    pub value: AtomicU64,
+    /// Wakes whoever waits for `value` to move.
+    pub notifier: Notifier,
+}
+
+/// The control block at the start of every ring.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct RingHeader {
+    /// Slots written by the sender.
+    pub tail: Counter,
+    /// Slots consumed by the receiver.
+    pub head: Counter,
+}
+
+/// Bytes of [`RingHeader`] (a fixed layout shared between processes).
+pub const RING_HEADER_BYTES: usize = 128;
+const _: () = assert!(std::mem::size_of::<RingHeader>() == RING_HEADER_BYTES);
+const _: () = assert!(std::mem::size_of::<Counter>() == 64);
+
+/// Geometry of a ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingShape {
+    /// Number of slots.
+    pub nsteps: usize,
+    /// Payload bytes per slot (a multiple of 64).
+    pub slot_bytes: usize,
+}
+
+impl RingShape {
+    /// Bytes one slot occupies, header included.
+    pub const fn slot_stride(&self) -> usize {
+        SLOT_HEADER + self.slot_bytes
+    }
+
+    /// Bytes the whole ring occupies.
+    pub const fn ring_bytes(&self) -> usize {
+        RING_HEADER_BYTES + self.nsteps * self.slot_stride()
+    }
+}
+
+/// Why a ring operation failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RingError {
+    /// The wait ended (timeout or abort).
+    Wait(WaitError),
+    /// The slot header claims more bytes than a slot holds (corruption).
+    BadLength(u64),
+}
+
+/// One end of a ring mapped in this process.
+///
+/// Holds a raw pointer into a shared mapping; the owner of the mapping
+/// (`ShmSegment`) must outlive it, which `Connection` guarantees by holding both.
+#[derive(Debug)]
+pub struct RingEnd {
+    base: *mut u8,
+    shape: RingShape,
+}
+
+// SAFETY: a RingEnd only touches the ring through atomics and through slots
+// that the credit protocol hands to exactly one side at a time; the mapping it
+// points into is kept alive by its owner.
+unsafe impl Send for RingEnd {}
+// SAFETY: as above; concurrent use of one end is serialised by the
+// communicator's execution turn.
+unsafe impl Sync for RingEnd {}
+
+impl RingEnd {
+    /// Wraps the ring starting at `base`.
+    ///
+    /// # Safety
+    /// `base` must be 64-byte aligned, point to `shape.ring_bytes()` bytes of
+    /// mapped memory that stays mapped for the life of this value, and the
+    /// header must have been zero-initialised (a fresh shm segment is).
+    pub unsafe fn new(base: *mut u8, shape: RingShape) -> RingEnd {
+        RingEnd { base, shape }
+    }
+
+    /// The ring's geometry.
+    pub fn shape(&self) -> RingShape {
+        self.shape
+    }
+
+    fn header(&self) -> &RingHeader {
+        // SAFETY: `new`'s contract: base is aligned and maps a zeroed (valid
+        // for atomics) RingHeader for our lifetime.
+        unsafe { &*(self.base as *const RingHeader) }
+    }
+
+    fn slot_ptr(&self, index: u64) -> *mut u8 {
+        let i = (index % self.shape.nsteps as u64) as usize;
+        // SAFETY: i < nsteps, so the offset stays inside the ring's bytes.
+        unsafe {
+            self.base
+                .add(RING_HEADER_BYTES + i * self.shape.slot_stride())
+        }
+    }
+
+    fn len_word(&self, index: u64) -> &AtomicU64 {
+        // SAFETY: the slot header is 64-byte aligned inside the mapping and
+        // zero-initialised; an AtomicU64 is valid for any bit pattern.
+        unsafe { &*(self.slot_ptr(index) as *const AtomicU64) }
+    }
+
+    /// Sender: waits for a free slot and returns its payload area.
+    ///
+    /// # Errors
+    /// [`RingError::Wait`] when no credit came back in time.
+    #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
+    pub fn acquire_send(&self, policy: &WaitPolicy<'_>) -> Result<&mut [u8], RingError> {
+        let h = self.header();
+        let tail = h.tail.value.load(Ordering::Relaxed);
+        let nsteps = self.shape.nsteps as u64;
+        h.head
+            .notifier
+            .wait_until(policy, || {
+                (tail - h.head.value.load(Ordering::Acquire) < nsteps).then_some(())
+            })
+            .map_err(RingError::Wait)?;
+        // SAFETY: the credit check above gives this slot to the sender alone
+        // until it publishes `tail + 1`; the payload follows the header.
+        Ok(unsafe {
+            std::slice::from_raw_parts_mut(self.slot_ptr(tail).add(SLOT_HEADER), self.shape.slot_bytes)
+        })
+    }
+
+    /// Sender: publishes the slot returned by [`RingEnd::acquire_send`] holding `len` bytes.
+    pub fn commit_send(&self, len: usize) {
+        let h = self.header();
+        let tail = h.tail.value.load(Ordering::Relaxed);
+        self.len_word(tail).store(len as u64, Ordering::Relaxed);
+        h.tail.value.store(tail + 1, Ordering::Release);
+        h.tail.notifier.notify();
+    }
+
+    /// Receiver: waits for the next slot and returns its payload.
+    ///
+    /// # Errors
+    /// [`RingError::Wait`] when nothing arrived in time;
+    /// [`RingError::BadLength`] when the slot header is impossible.
+    pub fn acquire_recv(&self, policy: &WaitPolicy<'_>) -> Result<&[u8], RingError> {
+        let h = self.header();
+        let head = h.head.value.load(Ordering::Relaxed);
+        h.tail
+            .notifier
+            .wait_until(policy, || {
+                (h.tail.value.load(Ordering::Acquire) > head).then_some(())
+            })
+            .map_err(RingError::Wait)?;
+        let len = self.len_word(head).load(Ordering::Relaxed);
+        if len > self.shape.slot_bytes as u64 {
+            return Err(RingError::BadLength(len));
+        }
+        // SAFETY: tail > head, so the sender published this slot (Acquire
+        // above orders its writes before our reads) and will not touch it until
+        // we advance head; len was checked against the slot size.
+        Ok(unsafe { std::slice::from_raw_parts(self.slot_ptr(head).add(SLOT_HEADER), len as usize) })
+    }
+
+    /// Receiver: returns the slot from [`RingEnd::acquire_recv`] to the sender.
+    pub fn release_recv(&self) {
+        let h = self.header();
+        let head = h.head.value.load(Ordering::Relaxed);
+        h.head.value.store(head + 1, Ordering::Release);
+        h.head.notifier.notify();
+    }
+
+    /// Receiver: true when a slot is waiting (never blocks).
+    pub fn has_data(&self) -> bool {
+        let h = self.header();
+        h.tail.value.load(Ordering::Acquire) > h.head.value.load(Ordering::Relaxed)
+    }
+
+    /// Slots published so far (for diagnostics).
+    pub fn tail(&self) -> u64 {
+        self.header().tail.value.load(Ordering::Acquire)
+    }
+
+    /// Slots consumed so far (for diagnostics).
+    pub fn head(&self) -> u64 {
+        self.header().head.value.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[repr(C, align(64))]
+    struct Aligned([u8; 128 + 4 * (64 + 64)]);
+
+    #[test]
+    fn fifo_with_credits() {
+        let mut mem = Box::new(Aligned([0; 128 + 4 * 128]));
+        let shape = RingShape {
+            nsteps: 4,
+            slot_bytes: 64,
+        };
+        // SAFETY: aligned, zeroed, sized for the shape, outlives both ends.
+        let (tx, rx) = unsafe { (RingEnd::new(mem.0.as_mut_ptr(), shape), RingEnd::new(mem.0.as_mut_ptr(), shape)) };
+        let policy = WaitPolicy::new(10, Duration::from_millis(20));
+        for i in 0..4u8 {
+            let s = tx.acquire_send(&policy).unwrap();
+            s[0] = i;
+            tx.commit_send(1 + i as usize);
+        }
+        // Ring full: no credit.
+        assert!(matches!(tx.acquire_send(&policy), Err(RingError::Wait(WaitError::Timeout(_)))));
+        for i in 0..4u8 {
+            let s = rx.acquire_recv(&policy).unwrap();
+            assert_eq!((s[0], s.len()), (i, 1 + i as usize));
+            rx.release_recv();
+        }
+        assert!(matches!(rx.acquire_recv(&policy), Err(RingError::Wait(_))));
+        assert_eq!((tx.tail(), rx.head()), (4, 4));
+    }
+}

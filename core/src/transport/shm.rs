@@ -1,0 +1,236 @@
+//! POSIX shared-memory segments holding the slot rings of one rank.
+//!
+//! Each rank creates one segment with the inbound ring of every local peer
+//! (a ring lives in its receiver's memory; DESIGN.md §4). The name is
+//! unpredictable (`/streamcomm-<pid>-<random>`), the mode 0600, and the owner
+//! unlinks it as soon as every peer has mapped it, so nothing is left in
+//! `/dev/shm` even if a process is killed later. One segment per rank, rather
+//! than one per connection, keeps the number of mappings linear in the rank
+//! count.
+
+use std::ffi::CString;
+use std::ptr::NonNull;
+
+use crate::transport::ring::{RingEnd, RingShape};
+use crate::{Error, Result};
+
+/// A mapped shared-memory segment.
+#[derive(Debug)]
+pub struct ShmSegment {
+    name: String,
+    ptr: NonNull<u8>,
+    len: usize,
+    owner: bool,
+    unlinked: bool,
+}
+
+// SAFETY: the mapping is process-wide; access to its contents goes through
+// atomics and the ring protocol.
+unsafe impl Send for ShmSegment {}
+// SAFETY: as above.
+unsafe impl Sync for ShmSegment {}
+
+impl ShmSegment {
+    /// Creates and maps a new zeroed segment of `len` bytes with a fresh name.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when `shm_open`, `ftruncate` or `mmap` fail (e.g. /dev/shm full).
+    pub fn create(len: usize) -> Result<ShmSegment> {
+        let name = format!(
+            "/streamcomm-{}-{:016x}",
+            std::process::id(),
+            rand::random::<u64>()
+        );
+        let cname = CString::new(name.clone()).map_err(|_| Error::invalid("shm name"))?;
+        // SAFETY: cname is a valid NUL-terminated string; flags create a new
+        // object exclusively with mode 0600.
+        let fd = unsafe {
+            libc::shm_open(
+                cname.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                0o600,
+            )
+        };
+        if fd < 0 {
+            return Err(Error::os(
+                format!("shm_open({name})"),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        let mut seg = ShmSegment {
+            name,
+            ptr: NonNull::dangling(),
+            len,
+            owner: true,
+            unlinked: false,
+        };
+        // SAFETY: fd is an open shm descriptor we own.
+        let r = unsafe { libc::ftruncate(fd, len as libc::off_t) };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: closing our own descriptor once.
+            unsafe { libc::close(fd) };
+            seg.unlink();
+            return Err(Error::os(format!("ftruncate({}, {len})", seg.name), e));
+        }
+        let mapped = map(fd, len, &seg.name);
+        // SAFETY: the mapping (if any) keeps its own reference to the object.
+        unsafe { libc::close(fd) };
+        match mapped {
+            Ok(ptr) => {
+                seg.ptr = ptr;
+                Ok(seg)
+            }
+            Err(e) => {
+                seg.unlink();
+                Err(e)
+            }
+        }
+    }
+
+    /// Maps an existing segment created by a peer.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when it cannot be opened or mapped;
+    /// [`Error::InvalidUsage`] when it is smaller than `len`.
+    pub fn open(name: &str, len: usize) -> Result<ShmSegment> {
+        let cname = CString::new(name).map_err(|_| Error::invalid(format!("shm name {name:?}")))?;
+        // SAFETY: valid C string; opening read-write without creating.
+        let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR, 0) };
+        if fd < 0 {
+            return Err(Error::os(
+                format!("shm_open({name})"),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        // SAFETY: fstat on our descriptor into a zeroed stat buffer.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fd is open; st is a valid out-pointer.
+        let r = unsafe { libc::fstat(fd, &mut st) };
+        if r != 0 || (st.st_size as usize) < len {
+            // SAFETY: closing our own descriptor once.
+            unsafe { libc::close(fd) };
+            return Err(Error::InvalidUsage(format!(
+                "shared memory segment {name} is {} bytes, expected {len}",
+                st.st_size
+            )));
+        }
+        let mapped = map(fd, len, name);
+        // SAFETY: the mapping keeps its own reference.
+        unsafe { libc::close(fd) };
+        Ok(ShmSegment {
+            name: name.to_string(),
+            ptr: mapped?,
+            len,
+            owner: false,
+            unlinked: true,
+        })
+    }
+
+    /// The segment's name (to send to peers).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Mapped length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length segment.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Removes the name (the memory stays mapped); idempotent, owner only.
+    pub fn unlink(&mut self) {
+        if self.owner && !self.unlinked {
+            if let Ok(cname) = CString::new(self.name.clone()) {
+                // SAFETY: valid C string; failure (already gone) is harmless.
+                unsafe { libc::shm_unlink(cname.as_ptr()) };
+            }
+            self.unlinked = true;
+        }
+    }
+
+    /// Start of the mapping.
+    pub(crate) fn ring_base(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The ring at byte `offset` of this segment.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the ring would not fit or is misaligned.
+    pub fn ring(&self, offset: usize, shape: RingShape) -> Result<RingEnd> {
+        if offset % 64 != 0 || offset + shape.ring_bytes() > self.len {
+            return Err(Error::invalid(format!(
+                "ring at {offset} (+{}) does not fit segment {} of {} bytes",
+                shape.ring_bytes(),
+                self.name,
+                self.len
+            )));
+        }
+        // SAFETY: in bounds and 64-aligned (mmap is page-aligned); the
+        // segment was zeroed by ftruncate; the caller keeps `self` alive as long
+        // as the RingEnd (Connection holds both).
+        Ok(unsafe { RingEnd::new(self.ptr.as_ptr().add(offset), shape) })
+    }
+}
+
+fn map(fd: libc::c_int, len: usize, name: &str) -> Result<NonNull<u8>> {
+    // SAFETY: mapping a shared object we hold open; the kernel picks the address.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len.max(1),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(Error::os(
+            format!("mmap({name}, {len})"),
+            std::io::Error::last_os_error(),
+        ));
+    }
+    NonNull::new(p as *mut u8).ok_or_else(|| Error::Unavailable("mmap returned null".into()))
+}
+
+impl Drop for ShmSegment {
+    fn drop(&mut self) {
+        self.unlink();
+        // SAFETY: ptr/len describe a mapping we created and nobody uses after
+        // drop (RingEnds are dropped first by their owner).
+        unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len.max(1)) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_open_unlink() {
+        let shape = RingShape {
+            nsteps: 2,
+            slot_bytes: 64,
+        };
+        let mut a = ShmSegment::create(shape.ring_bytes()).unwrap();
+        let b = ShmSegment::open(a.name(), shape.ring_bytes()).unwrap();
+        let path = format!("/dev/shm{}", a.name());
+        assert!(std::path::Path::new(&path).exists());
+        a.unlink();
+        assert!(!std::path::Path::new(&path).exists());
+        let policy = crate::wait::WaitPolicy::new(10, std::time::Duration::from_secs(1));
+        let tx = b.ring(0, shape).unwrap();
+        let rx = a.ring(0, shape).unwrap();
+        tx.acquire_send(&policy).unwrap()[..3].copy_from_slice(b"abc");
+        tx.commit_send(3);
+        assert_eq!(rx.acquire_recv(&policy).unwrap(), b"abc");
+        assert!(ShmSegment::open(a.name(), 64).is_err());
+        assert!(a.ring(8, shape).is_err());
+    }
+}

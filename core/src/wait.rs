@@ -1,0 +1,251 @@
+//! Waiting without burning the machine: spin, then yield, then sleep on a futex.
+//!
+//! Every wait in streamcomm (a slot arriving, a credit coming back, a doorbell,
+//! a stream draining) goes through [`Notifier::wait_until`]. The machines we
+//! run on taught us (DESIGN.md §10) that waking a parked thread costs
+//! microseconds while spinning without yielding costs milliseconds once ranks
+//! outnumber cores, so a waiter spins briefly, yields for a while, and only
+//! then sleeps on a futex that the writer wakes. A [`Notifier`] is
+//! `#[repr(C)]` plain atomics, so it can live in shared memory and wake a
+//! waiter in another process (the futex is not process-private).
+//!
+//! Every wait is bounded: it checks an abort flag and a deadline, and sleeps in
+//! short slices, so a lost wake-up costs at most one slice, never a hang.
+
+use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Longest single futex sleep; bounds the cost of a missed wake-up and the
+/// latency of noticing an abort.
+const SLEEP_SLICE: Duration = Duration::from_millis(2);
+/// `yield_now` calls between the spin phase and the first sleep.
+const YIELDS: u32 = 64;
+
+/// Why a wait ended without its condition becoming true.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitError {
+    /// The deadline passed; carries how long the wait lasted.
+    Timeout(Duration),
+    /// The abort flag was raised.
+    Aborted,
+}
+
+/// How long to spin and when to give up.
+#[derive(Clone, Copy, Debug)]
+pub struct WaitPolicy<'a> {
+    /// Busy-poll iterations before yielding.
+    pub spin: u32,
+    /// Give up after this long.
+    pub timeout: Duration,
+    /// Checked while waiting; when non-zero the wait ends with
+    /// [`WaitError::Aborted`] (a word, so it can live in shared memory and be
+    /// raised by another process).
+    pub abort: Option<&'a AtomicU32>,
+}
+
+impl<'a> WaitPolicy<'a> {
+    /// A policy with the given spin count and timeout and no abort flag.
+    pub fn new(spin: u32, timeout: Duration) -> WaitPolicy<'a> {
+        WaitPolicy {
+            spin,
+            timeout,
+            abort: None,
+        }
+    }
+
+    /// The same policy, also watching `abort`.
+    pub fn with_abort(self, abort: &'a AtomicU32) -> WaitPolicy<'a> {
+        WaitPolicy {
+            abort: Some(abort),
+            ..self
+        }
+    }
+
+    fn aborted(&self) -> bool {
+        self.abort.is_some_and(|a| a.load(Ordering::Relaxed) != 0)
+    }
+}
+
+/// A wake-up channel: a sequence word to sleep on and a count of sleepers.
+///
+/// The writer changes the shared state (a counter, a doorbell) and then calls
+/// [`Notifier::notify`]; the reader calls [`Notifier::wait_until`] with a
+/// predicate over that state. Both fields are plain atomics so the struct may
+/// be placed in shared memory mapped by several processes.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct Notifier {
+    seq: AtomicU32,
+    sleepers: AtomicU32,
+}
+
+impl Notifier {
+    /// A notifier with nobody waiting.
+    pub const fn new() -> Notifier {
+        Notifier {
+            seq: AtomicU32::new(0),
+            sleepers: AtomicU32::new(0),
+        }
+    }
+
+    /// Wakes every sleeper, if there is one. Call after publishing the state
+    /// change (the state store may be `Release`; this adds the needed fence).
+    #[inline]
+    pub fn notify(&self) {
+        fence(Ordering::SeqCst);
+        if self.sleepers.load(Ordering::Relaxed) != 0 {
+            self.seq.fetch_add(1, Ordering::SeqCst);
+            futex_wake(&self.seq);
+        }
+    }
+
+    /// Waits until `ready` returns `Some`, spinning, yielding, then sleeping.
+    ///
+    /// # Errors
+    /// [`WaitError::Timeout`] after `policy.timeout`, [`WaitError::Aborted`]
+    /// as soon as the abort flag is seen.
+    #[inline]
+    pub fn wait_until<T>(
+        &self,
+        policy: &WaitPolicy<'_>,
+        mut ready: impl FnMut() -> Option<T>,
+    ) -> Result<T, WaitError> {
+        for i in 0..policy.spin {
+            if let Some(v) = ready() {
+                return Ok(v);
+            }
+            if i % 256 == 255 && policy.aborted() {
+                return Err(WaitError::Aborted);
+            }
+            std::hint::spin_loop();
+        }
+        self.wait_slow(policy, &mut ready)
+    }
+
+    #[cold]
+    fn wait_slow<T>(
+        &self,
+        policy: &WaitPolicy<'_>,
+        ready: &mut impl FnMut() -> Option<T>,
+    ) -> Result<T, WaitError> {
+        let start = Instant::now();
+        for _ in 0..YIELDS {
+            if let Some(v) = ready() {
+                return Ok(v);
+            }
+            if policy.aborted() {
+                return Err(WaitError::Aborted);
+            }
+            std::thread::yield_now();
+        }
+        loop {
+            let seq = self.seq.load(Ordering::SeqCst);
+            self.sleepers.fetch_add(1, Ordering::SeqCst);
+            if let Some(v) = ready() {
+                self.sleepers.fetch_sub(1, Ordering::SeqCst);
+                return Ok(v);
+            }
+            let waited = start.elapsed();
+            if policy.aborted() {
+                self.sleepers.fetch_sub(1, Ordering::SeqCst);
+                return Err(WaitError::Aborted);
+            }
+            if waited >= policy.timeout {
+                self.sleepers.fetch_sub(1, Ordering::SeqCst);
+                return Err(WaitError::Timeout(waited));
+            }
+            futex_wait(&self.seq, seq, SLEEP_SLICE.min(policy.timeout - waited));
+            self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Sleeps while `*word == expected`, at most `timeout` (spurious returns allowed).
+#[cfg(target_os = "linux")]
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `word` is a valid, aligned 32-bit atomic for the duration of the
+    // call; FUTEX_WAIT only reads it. The timespec outlives the call. The
+    // operation is not FUTEX_PRIVATE so it also works on shared mappings.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+/// Wakes every thread sleeping on `word`.
+#[cfg(target_os = "linux")]
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: `word` is a valid, aligned 32-bit atomic; FUTEX_WAKE does not
+    // access memory through it beyond identifying the futex.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    if word.load(Ordering::SeqCst) == expected {
+        std::thread::sleep(timeout.min(Duration::from_micros(50)));
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn futex_wake(_word: &AtomicU32) {}
+
+/// Number of CPUs this process may run on.
+pub fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Spin budget for `ranks_on_host` ranks sharing this machine: the configured
+/// value, cut by 8 when ranks outnumber cores (spinning then only steals the
+/// core from the rank we wait for).
+pub fn spin_budget(configured: u32, ranks_on_host: usize) -> u32 {
+    if ranks_on_host > available_cores() {
+        configured / 8
+    } else {
+        configured
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Arc;
+
+    #[test]
+    fn wakes_a_sleeping_waiter() {
+        let state = Arc::new((AtomicU64::new(0), Notifier::new()));
+        let s2 = state.clone();
+        let t = std::thread::spawn(move || {
+            let policy = WaitPolicy::new(0, Duration::from_secs(10));
+            s2.1.wait_until(&policy, || (s2.0.load(Ordering::Acquire) == 7).then_some(()))
+        });
+        std::thread::sleep(Duration::from_millis(30));
+        state.0.store(7, Ordering::Release);
+        state.1.notify();
+        assert_eq!(t.join().unwrap(), Ok(()));
+    }
+
+    #[test]
+    fn times_out_and_aborts() {
+        let n = Notifier::new();
+        let policy = WaitPolicy::new(10, Duration::from_millis(20));
+        let r: Result<(), _> = n.wait_until(&policy, || None);
+        assert!(matches!(r, Err(WaitError::Timeout(d)) if d >= Duration::from_millis(20)));
+        let abort = AtomicU32::new(1);
+        let policy = WaitPolicy::new(10, Duration::from_secs(10)).with_abort(&abort);
+        let r: Result<(), _> = n.wait_until(&policy, || None);
+        assert_eq!(r, Err(WaitError::Aborted));
+    }
+}

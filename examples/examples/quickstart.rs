@@ -1,0 +1,144 @@
+//! Quick start: four local ranks all-reduce random data and run barriers.
+//!
+//! ```text
+//! cargo run --release --example quickstart            # 4 ranks
+//! cargo run --release --example quickstart -- 8       # 8 ranks
+//! streamcomm-run -n 4 -- target/release/examples/quickstart   # any launcher works too
+//! ```
+//!
+//! Started without a launcher environment, the program launches itself as N
+//! ranks (separate processes, like torchrun) and waits for them. Each rank
+//! joins the communicator, all-gathers everyone's input (to compute the
+//! expected result independently, in f64), all-reduces, checks every element,
+//! runs host and stream barriers, and reports. The job prints `OK` when every
+//! rank agrees.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use streamcomm::host::{HostBuffer, HostStream};
+use streamcomm::launch::{env::detect_from_process_env, local::LocalLauncher};
+use streamcomm::{Communicator, ReduceOp};
+
+const COUNT: usize = 1 << 20;
+const BARRIERS: u32 = 2000;
+
+fn main() -> ExitCode {
+    if detect_from_process_env().is_ok() {
+        return match run_rank() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let ranks = match std::env::args().nth(1).map(|a| a.parse::<usize>()) {
+        None => 4,
+        Some(Ok(n)) if n > 0 => n,
+        Some(_) => {
+            eprintln!("usage: quickstart [RANKS]");
+            return ExitCode::FAILURE;
+        }
+    };
+    launch(ranks)
+}
+
+/// Starts `ranks` copies of this program as the ranks of one job.
+fn launch(ranks: usize) -> ExitCode {
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("cannot find my own executable: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("streamcomm quick start: launching {ranks} local ranks (processes, host backend)");
+    match LocalLauncher::new(ranks, exe).run() {
+        Ok(outcome) if outcome.exit_code() == 0 => {
+            println!("OK");
+            ExitCode::SUCCESS
+        }
+        Ok(outcome) => {
+            eprintln!("quick start failed: {outcome:?}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("quick start could not launch its ranks: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_rank() -> Result<(), Box<dyn std::error::Error>> {
+    let comm = Communicator::from_env()?;
+    let (rank, size) = (comm.rank(), comm.size());
+    let stream = HostStream::new()?;
+    if rank == 0 {
+        println!(
+            "backend: host (CPU streams over shared memory); no CUDA backend is built yet, so the GPU is not used"
+        );
+    }
+
+    // Fresh random input on every rank.
+    let mut rng = rand::thread_rng();
+    let input: Vec<f32> = (0..COUNT).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let send = HostBuffer::from_slice(&input);
+    let mut everyone = HostBuffer::<f32>::zeroed(COUNT * size);
+    let mut result = HostBuffer::<f32>::zeroed(COUNT);
+    result.fill_bytes(0xff); // poison: NaN everywhere until written
+
+    // Enqueue: gather all inputs (for the reference), then the all-reduce.
+    comm.all_gather(&send, &mut everyone, &stream)?;
+    stream.synchronize()?;
+    let t0 = Instant::now();
+    comm.all_reduce(&send, &mut result, ReduceOp::Sum, &stream)?;
+    stream.synchronize()?;
+    let all_reduce_time = t0.elapsed();
+
+    // Reference in f64, independent of the library's arithmetic.
+    let all = everyone.to_vec();
+    let got = result.to_vec();
+    let mut worst = 0.0f64;
+    for (i, &g) in got.iter().enumerate() {
+        let want: f64 = (0..size).map(|r| all[r * COUNT + i] as f64).sum();
+        let err = (g as f64 - want).abs();
+        if err.is_nan() || err > 1e-5 * size as f64 {
+            return Err(format!("rank {rank}: element {i} is {g}, expected {want}").into());
+        }
+        worst = worst.max(err);
+    }
+
+    // Barriers: blocking the thread, then stream-ordered.
+    comm.barrier_host()?;
+    let t0 = Instant::now();
+    for _ in 0..BARRIERS {
+        comm.barrier_host()?;
+    }
+    let host_barrier = t0.elapsed() / BARRIERS;
+    let t0 = Instant::now();
+    for _ in 0..BARRIERS {
+        comm.barrier(&stream)?;
+    }
+    stream.synchronize()?;
+    let stream_barrier = t0.elapsed() / BARRIERS;
+
+    let mb = (COUNT * 4) as f64 / 1e6;
+    println!(
+        "rank {rank}/{size}: all_reduce of {COUNT} f32 ({mb:.1} MB) in {} (max error {worst:.1e}); barrier_host {} avg, stream barrier {} avg over {BARRIERS}",
+        fmt_duration(all_reduce_time),
+        fmt_duration(host_barrier),
+        fmt_duration(stream_barrier),
+    );
+    Ok(())
+}
+
+fn fmt_duration(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us >= 1000.0 {
+        format!("{:.2} ms", us / 1000.0)
+    } else {
+        format!("{us:.2} us")
+    }
+}
