@@ -1,0 +1,177 @@
+//! Running ranks in tests: as threads of this process or as processes, each
+//! with a watchdog, and running one checked collective "case" on a rank.
+//!
+//! Use from a test file with `mod common; mod harness;`.
+
+#![allow(dead_code)]
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use streamcomm::bootstrap::UniqueId;
+use streamcomm::comm::UntypedBuffer;
+use streamcomm::host::HostStream;
+use streamcomm::plan::Collective;
+use streamcomm::{Backend, Communicator, Config, DataType, ReduceOp};
+
+use crate::common::{check, expected, gen_inputs, recv_count, send_count};
+
+/// A small ring so that every multi-chunk path runs: 4 slots of 2 KiB.
+pub fn small_config() -> Config {
+    Config {
+        buffsize: 8 << 10,
+        nsteps: 4,
+        timeout: Duration::from_secs(60),
+        ..Config::default()
+    }
+}
+
+/// Runs `f` on `n` ranks, each a thread with its own communicator; fails the
+/// test (instead of hanging) if they do not all finish within `limit`.
+pub fn run_threads<R: Send + 'static>(
+    n: usize,
+    config: Config,
+    limit: Duration,
+    f: impl Fn(Communicator) -> R + Send + Sync + Clone + 'static,
+) -> Vec<R> {
+    let id = UniqueId::new().expect("unique id");
+    let (tx, rx) = mpsc::channel();
+    for rank in 0..n {
+        let (id, config, f, tx) = (id.clone(), config.clone(), f.clone(), tx.clone());
+        std::thread::Builder::new()
+            .name(format!("rank-{rank}"))
+            .spawn(move || {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let comm = Communicator::init_with_config(&id, rank, n, Backend::Host, config)
+                        .unwrap_or_else(|e| panic!("rank {rank}: init failed: {e}"));
+                    f(comm)
+                }));
+                let _ = tx.send((rank, r));
+            })
+            .expect("spawn rank thread");
+    }
+    drop(tx);
+    let deadline = std::time::Instant::now() + limit;
+    let mut results: Vec<Option<R>> = (0..n).map(|_| None).collect();
+    for _ in 0..n {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((rank, Ok(r))) => results[rank] = Some(r),
+            Ok((rank, Err(p))) => {
+                let msg = p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                panic!("rank {rank} failed: {msg}");
+            }
+            Err(_) => panic!("watchdog: ranks did not finish within {limit:?} (hang?)"),
+        }
+    }
+    results.into_iter().map(|r| r.unwrap()).collect()
+}
+
+/// One collective call to run and check.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    pub collective: Collective,
+    pub dtype: DataType,
+    pub op: ReduceOp,
+    pub count: usize,
+    pub in_place: bool,
+    pub seed: u64,
+}
+
+/// Where send and recv lie inside an in-place buffer (NCCL's layout), and its length.
+fn in_place_layout(c: &Case, rank: usize, n: usize) -> (usize, usize, usize) {
+    let (s, r) = (send_count(c.collective, rank, n, c.count), recv_count(c.collective, rank, n, c.count));
+    match c.collective {
+        Collective::AllGather => (rank * c.count, 0, n * c.count),
+        Collective::ReduceScatter => (0, rank * c.count, n * c.count),
+        _ => (0, 0, s.max(r)),
+    }
+}
+
+const POISON: u8 = 0xA5;
+
+/// Runs `case` on this rank (every rank must call it with the same case) and
+/// checks every element of the output against the f64 reference.
+pub fn run_case(comm: &Communicator, stream: &HostStream, c: &Case) -> Result<(), String> {
+    let (rank, n) = (comm.rank(), comm.size());
+    let inputs = gen_inputs(c.collective, c.dtype, c.op, n, c.count, c.seed);
+    let want = expected(c.collective, c.dtype, c.op, n, c.count, &inputs);
+    let esize = c.dtype.size();
+    let ctx = |e: streamcomm::Error| format!("rank {rank} {c:?}: {e}");
+    if c.in_place {
+        let (send_off, recv_off, len) = in_place_layout(c, rank, n);
+        let mut bytes = vec![POISON; len * esize];
+        let input = &inputs[rank];
+        bytes[send_off * esize..send_off * esize + input.len()].copy_from_slice(input);
+        let mut buf = UntypedBuffer::zeroed(c.dtype, len);
+        buf.copy_from_bytes(&bytes).map_err(ctx)?;
+        match c.collective {
+            Collective::AllReduce => comm.all_reduce_in_place(&mut buf, c.op, stream),
+            Collective::AllGather => comm.all_gather_in_place(&mut buf, stream),
+            Collective::ReduceScatter => comm.reduce_scatter_in_place(&mut buf, c.op, stream),
+            Collective::Broadcast { root } => comm.broadcast_in_place(&mut buf, root, stream),
+            Collective::Reduce { root } => comm.reduce_in_place(&mut buf, c.op, root, stream),
+            other => panic!("no in-place form of {other:?}"),
+        }
+        .map_err(ctx)?;
+        stream.synchronize().map_err(ctx)?;
+        if let Some(want) = &want[rank] {
+            let got = buf.to_bytes();
+            let region = &got[recv_off * esize..(recv_off + want.len()) * esize];
+            check(c.dtype, c.op, region, want).map_err(|m| format!("rank {rank} {c:?}: {m}"))?;
+        }
+        return Ok(());
+    }
+    let send = UntypedBuffer::zeroed(c.dtype, inputs[rank].len() / esize);
+    send.copy_from_bytes(&inputs[rank]).map_err(ctx)?;
+    let rlen = recv_count(c.collective, rank, n, c.count);
+    let mut recv = UntypedBuffer::zeroed(c.dtype, rlen);
+    recv.copy_from_bytes(&vec![POISON; rlen * esize]).map_err(ctx)?;
+    match c.collective {
+        Collective::AllReduce => comm.all_reduce(&send, &mut recv, c.op, stream),
+        Collective::AllGather => comm.all_gather(&send, &mut recv, stream),
+        Collective::ReduceScatter => comm.reduce_scatter(&send, &mut recv, c.op, stream),
+        Collective::Broadcast { root } => comm.broadcast(&send, &mut recv, root, stream),
+        Collective::Reduce { root } => comm.reduce(&send, &mut recv, c.op, root, stream),
+        Collective::AllToAll => comm.all_to_all(&send, &mut recv, stream),
+        other => panic!("run_case does not cover {other:?}"),
+    }
+    .map_err(ctx)?;
+    stream.synchronize().map_err(ctx)?;
+    match &want[rank] {
+        Some(want) => check(c.dtype, c.op, &recv.to_bytes(), want).map_err(|m| format!("rank {rank} {c:?}: {m}")),
+        None => Ok(()),
+    }
+}
+
+/// The collectives `run_case` covers, with roots spread over the ranks.
+pub fn collectives(n: usize) -> Vec<Collective> {
+    vec![
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::Broadcast { root: 0 },
+        Collective::Broadcast { root: n - 1 },
+        Collective::Reduce { root: n / 2 },
+        Collective::AllToAll,
+    ]
+}
+
+/// True for the collectives that take an operator.
+pub fn reduces(c: Collective) -> bool {
+    matches!(c, Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce { .. })
+}
+
+/// A fresh seed for this run, printed so a failure can be replayed with `STREAMCOMM_TEST_SEED`.
+pub fn seed() -> u64 {
+    let seed = std::env::var("STREAMCOMM_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("STREAMCOMM_TEST_SEED={seed}");
+    seed
+}
