@@ -1,0 +1,225 @@
+//! Ranks as real processes over real shared memory, started the way
+//! `streamcomm-run` starts them (this test binary re-runs itself as each rank).
+//!
+//! Covers a representative slice of the collective matrix, stream order
+//! across user work and collectives, graph capture and replay on fresh data,
+//! point-to-point, barriers, and 8 ranks on 2 cores.
+
+mod common;
+mod harness;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use harness::{collectives, reduces, run_case, Case};
+use streamcomm::host::{HostBuffer, HostEvent, HostStream};
+use streamcomm::launch::local::LocalLauncher;
+use streamcomm::plan::Collective;
+use streamcomm::{Communicator, DataType, ReduceOp};
+
+const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";
+const SEED: &str = "STREAMCOMM_TEST_SEED";
+
+/// Launches `n` copies of this binary running `scenario`; fails on any rank's failure or a hang.
+fn launch(n: usize, scenario: &str, buffsize: &str) {
+    let seed = harness::seed();
+    let exe = std::env::current_exe().unwrap();
+    let launcher = LocalLauncher::new(n, exe)
+        .args(["--exact", "child", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(SCENARIO, scenario)
+        .env(SEED, seed.to_string())
+        .env("STREAMCOMM_BUFFSIZE", buffsize)
+        .env("STREAMCOMM_NSTEPS", "4")
+        .env("STREAMCOMM_TIMEOUT", "60");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(launcher.run());
+    });
+    let outcome = rx
+        .recv_timeout(Duration::from_secs(300))
+        .expect("watchdog: the ranks did not finish in 300 s")
+        .expect("launch");
+    assert_eq!(outcome.exit_code(), 0, "{scenario} on {n} ranks failed: {outcome:?}");
+}
+
+#[test]
+#[ignore = "entry point of the child processes"]
+fn child() {
+    let Ok(scenario) = std::env::var(SCENARIO) else {
+        return;
+    };
+    let seed: u64 = std::env::var(SEED).unwrap().parse().unwrap();
+    let comm = Communicator::from_env().expect("from_env");
+    let stream = HostStream::new().unwrap();
+    match scenario.as_str() {
+        "matrix" => matrix_slice(&comm, &stream, seed),
+        "order" => stream_order(&comm, &stream, seed),
+        "graph" => graph_replay(&comm, &stream, seed),
+        "p2p" => point_to_point(&comm, &stream, seed),
+        other => panic!("unknown scenario {other}"),
+    }
+}
+
+fn matrix_slice(comm: &Communicator, stream: &HostStream, seed: u64) {
+    let slot = comm.config().slot_bytes();
+    let buffsize = comm.config().buffsize;
+    for collective in collectives(comm.size()) {
+        for dtype in [DataType::F32, DataType::Bf16, DataType::I32, DataType::U8] {
+            let ops: &[ReduceOp] = if reduces(collective) {
+                &[ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg]
+            } else {
+                &[ReduceOp::Sum]
+            };
+            for &op in ops {
+                let el = slot / dtype.size();
+                for count in [0, 1, el + 1, 3 * buffsize + 13] {
+                    for in_place in [false, true] {
+                        if in_place && collective == Collective::AllToAll {
+                            continue;
+                        }
+                        let case = Case { collective, dtype, op, count, in_place, seed: seed ^ count as u64 ^ (dtype as u64) << 32 };
+                        run_case(comm, stream, &case).unwrap_or_else(|e| panic!("{e}"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// User tasks and collectives interleaved on one stream each see the results
+/// of the previous ones; a second stream ordered by an event sees them too.
+fn stream_order(comm: &Communicator, stream: &HostStream, _seed: u64) {
+    let (rank, n) = (comm.rank() as u64, comm.size() as u64);
+    let count = 10_000;
+    let a = HostBuffer::<u64>::zeroed(count);
+    let mut b = HostBuffer::<u64>::zeroed(count);
+    // a[i] = rank + i, written by a user task on the stream (not by the host).
+    let a1 = a.clone();
+    stream.host_fn(move || a1.with_mut(|s| s.iter_mut().enumerate().for_each(|(i, v)| *v = rank + i as u64))).unwrap();
+    comm.all_reduce(&a, &mut b, ReduceOp::Sum, stream).unwrap();
+    // The user task sees the reduced b and derives the next input from it.
+    let (a2, b2) = (a.clone(), b.clone());
+    stream.host_fn(move || {
+        let bv = b2.to_vec();
+        a2.with_mut(|s| s.iter_mut().zip(bv).for_each(|(v, x)| *v = x * 2 + rank));
+    })
+    .unwrap();
+    comm.all_reduce(&a, &mut b, ReduceOp::Sum, stream).unwrap();
+    // Second stream: waits on an event recorded after the collectives.
+    let other = HostStream::new().unwrap();
+    let ev = HostEvent::new();
+    ev.record(stream).unwrap();
+    ev.wait_on(&other).unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (b3, s3) = (b.clone(), seen.clone());
+    other.host_fn(move || *s3.lock().unwrap() = b3.to_vec()).unwrap();
+    other.synchronize().unwrap();
+    stream.synchronize().unwrap();
+    let ranks_sum = n * (n - 1) / 2;
+    for (i, &got) in seen.lock().unwrap().iter().enumerate() {
+        let first = n * i as u64 + ranks_sum;
+        let want = n * (first * 2) + ranks_sum;
+        assert_eq!(got, want, "element {i}");
+    }
+    assert_eq!(seen.lock().unwrap().len(), count);
+}
+
+/// A captured all_reduce + barrier replayed 100 times on fresh input.
+fn graph_replay(comm: &Communicator, stream: &HostStream, seed: u64) {
+    let (rank, n) = (comm.rank(), comm.size());
+    let count = 3 * comm.config().buffsize / 4 + 5; // several chunks
+    let send = HostBuffer::<f32>::zeroed(count);
+    let mut recv = HostBuffer::<f32>::zeroed(count);
+    stream.begin_capture().unwrap();
+    comm.all_reduce(&send, &mut recv, ReduceOp::Sum, stream).unwrap();
+    comm.barrier(stream).unwrap();
+    let graph = stream.end_capture().unwrap();
+    stream.synchronize().unwrap();
+    for iter in 0..100u64 {
+        let inputs = common::gen_inputs(Collective::AllReduce, DataType::F32, ReduceOp::Sum, n, count, seed ^ iter);
+        let want = common::expected(Collective::AllReduce, DataType::F32, ReduceOp::Sum, n, count, &inputs);
+        let mine: Vec<f32> = bytemuck_f32(&inputs[rank]);
+        send.copy_from(&mine).unwrap();
+        recv.fill_bytes(0xA5);
+        graph.launch(stream).unwrap();
+        stream.synchronize().unwrap();
+        let got: Vec<u8> = recv.to_vec().iter().flat_map(|v| v.to_ne_bytes()).collect();
+        common::check(DataType::F32, ReduceOp::Sum, &got, want[rank].as_ref().unwrap())
+            .unwrap_or_else(|e| panic!("replay {iter}: {e}"));
+    }
+}
+
+fn bytemuck_f32(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// Ring exchange, many ordered small messages between ranks 0 and 1, and a
+/// receiver that posts late while the sender has more messages than slots.
+fn point_to_point(comm: &Communicator, stream: &HostStream, seed: u64) {
+    let (rank, n) = (comm.rank(), comm.size());
+    let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
+    // Ring: fits in the slot ring, so send-then-recv cannot deadlock.
+    let msg = HostBuffer::from_slice(&vec![rank as u32 * 7 + 1; 100]);
+    let mut got = HostBuffer::<u32>::zeroed(100);
+    comm.send(&msg, next, stream).unwrap();
+    comm.recv(&mut got, prev, stream).unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(got.to_vec(), vec![prev as u32 * 7 + 1; 100]);
+    // 2000 small messages 0 -> 1, in order, nothing lost or duplicated.
+    if n >= 2 && rank < 2 {
+        let slow = (seed % 2) as usize; // pick who is late
+        if rank == 0 {
+            for i in 0..2000u32 {
+                comm.send(&HostBuffer::from_slice(&[i, i ^ 0xdead]), 1, stream).unwrap();
+            }
+            stream.synchronize().unwrap();
+        } else {
+            if slow == 1 {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let bufs: Vec<_> = (0..2000).map(|_| HostBuffer::<u32>::zeroed(2)).collect();
+            for b in &bufs {
+                comm.recv(&mut b.clone(), 0, stream).unwrap();
+            }
+            stream.synchronize().unwrap();
+            for (i, b) in bufs.iter().enumerate() {
+                assert_eq!(b.to_vec(), vec![i as u32, i as u32 ^ 0xdead], "message {i}");
+            }
+        }
+    }
+    comm.barrier_host().unwrap();
+}
+
+#[test]
+fn matrix_slice_on_2_3_and_5_processes() {
+    for n in [2, 3, 5] {
+        launch(n, "matrix", "8K");
+    }
+}
+
+#[test]
+fn stream_order_across_processes() {
+    launch(3, "order", "8K");
+}
+
+#[test]
+fn graph_replay_100_times_on_fresh_input() {
+    launch(2, "graph", "8K");
+    launch(3, "graph", "8K");
+}
+
+#[test]
+fn point_to_point_across_processes() {
+    launch(2, "p2p", "8K");
+    launch(4, "p2p", "8K");
+}
+
+#[test]
+fn eight_ranks_on_two_cores_finish_promptly() {
+    let t0 = Instant::now();
+    launch(8, "matrix", "16K");
+    let took = t0.elapsed();
+    // Not a timing test (that is the benchmark's job): only that oversubscribed
+    // ranks make progress in seconds, not minutes.
+    assert!(took < Duration::from_secs(240), "8 ranks took {took:?}");
+}
