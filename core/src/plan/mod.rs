@@ -2,7 +2,350 @@
 //!
 //! No I/O and no threads live here, so every algorithm can be run for many
 //! ranks inside one thread by the simulator and checked against a reference.
+//! [`build`] checks the call's arguments once and dispatches to one file per
+//! family of algorithms (ring, chain, pairwise, dissemination); those files
+//! only emit [`Step`]s. [`apply::apply_step`] is the one interpreter of those
+//! steps, shared by the backends and by [`simulate::simulate`].
+//!
+//! # Element counts
+//!
+//! `count` follows NCCL's conventions (elements, not bytes):
+//!
+//! | collective        | send elements      | recv elements          |
+//! |-------------------|--------------------|------------------------|
+//! | `AllReduce`       | `count`            | `count`                |
+//! | `AllGather`       | `count`            | `nranks * count`       |
+//! | `ReduceScatter`   | `nranks * count`   | `count`                |
+//! | `Broadcast{root}` | `count` on root, else 0 | `count`           |
+//! | `Reduce{root}`    | `count`            | `count` on root, else 0 |
+//! | `AllToAll`        | `nranks * count`   | `nranks * count`       |
+//! | `Send{peer}`      | `count`            | 0                      |
+//! | `Recv{peer}`      | 0                  | `count`                |
+//! | `Barrier`         | 0 (`count` must be 0) | 0                   |
+//!
+//! # Slots and deadlock freedom
+//!
+//! Every step that touches a slot moves at most `slot_bytes / dtype.size()`
+//! elements, so large messages are cut into chunks and pipelined. Each rank
+//! runs its steps strictly in order, and every plan completes even when each
+//! directed connection holds a single slot (`nsteps == 1`); more slots only
+//! let more chunks be in flight. NCCL's ring alone would deadlock with one
+//! slot, so the rings give rank 0 a slightly different role (the *breaker*,
+//! see `ring.rs`); the simulator tests check every size with one slot and
+//! with random interleavings.
 
+mod barrier;
+mod chain;
+mod layout;
+mod pairwise;
+mod ring;
+
+pub mod apply;
+pub mod simulate;
 pub mod step;
 
+pub use apply::{apply_step, Buffers};
+pub use layout::InPlaceLayout;
+pub use simulate::{simulate, simulate_with, Schedule, SimConfig, SimError};
 pub use step::{BufId, Collective, Plan, Region, Step};
+
+use streamcomm_kernels::{DataType, ReduceOp};
+
+use crate::Error;
+
+/// Where a plan is built for: this rank, the communicator size and the slot size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanParams {
+    /// The rank the plan is for (`0..nranks`).
+    pub rank: usize,
+    /// Number of ranks in the communicator (at least 1).
+    pub nranks: usize,
+    /// Bytes of one slot of a connection's ring (DESIGN.md §3); every step
+    /// that touches a slot moves at most `slot_bytes / dtype.size()` elements.
+    pub slot_bytes: usize,
+}
+
+/// Builds the plan of one rank for one collective call.
+///
+/// `count` is in elements, with NCCL's meaning per collective (see the
+/// [module docs](self)). A collective with `count == 0` has no steps, except
+/// `Send`/`Recv`, which still exchange one zero-length message so that a
+/// message is matched, and `Barrier`, whose count must be 0.
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] naming the bad value when `nranks` is 0, `rank`
+/// is not below `nranks`, a root or peer is out of range, a `Send`/`Recv`
+/// peer is the rank itself, `slot_bytes` cannot hold one element, a barrier
+/// has a non-zero count, or the buffer sizes overflow `usize`.
+///
+/// # Examples
+///
+/// ```
+/// use streamcomm::plan::{build, Collective, PlanParams};
+/// use streamcomm::{DataType, ReduceOp};
+///
+/// let params = PlanParams { rank: 1, nranks: 4, slot_bytes: 1 << 20 };
+/// let plan = build(Collective::AllReduce, DataType::F32, ReduceOp::Sum, 1024, &params)?;
+/// assert_eq!((plan.send_count, plan.recv_count), (1024, 1024));
+/// // Ring: send, 2 x recvReduceSend, recvReduceCopySend, 2 x recvCopySend, recv.
+/// assert_eq!(plan.steps.len(), 2 * 4 - 1);
+/// # Ok::<(), streamcomm::Error>(())
+/// ```
+pub fn build(
+    collective: Collective,
+    dtype: DataType,
+    op: ReduceOp,
+    count: usize,
+    params: &PlanParams,
+) -> Result<Plan, Error> {
+    let g = validate(collective, dtype, count, params)?;
+    let n = g.nranks;
+    let r = g.rank;
+    let (send_count, recv_count, steps) = match collective {
+        Collective::AllReduce => (count, count, ring::all_reduce(&g)),
+        Collective::AllGather => (count, n * count, ring::all_gather(&g)),
+        Collective::ReduceScatter => (n * count, count, ring::reduce_scatter(&g)),
+        Collective::Broadcast { root } => {
+            let send = if r == root { count } else { 0 };
+            (send, count, chain::broadcast(&g, root))
+        }
+        Collective::Reduce { root } => {
+            let recv = if r == root { count } else { 0 };
+            (count, recv, chain::reduce(&g, root))
+        }
+        Collective::AllToAll => (n * count, n * count, pairwise::all_to_all(&g)),
+        Collective::Send { peer } => (count, 0, pairwise::send(&g, peer)),
+        Collective::Recv { peer } => (0, count, pairwise::recv(&g, peer)),
+        Collective::Barrier => (0, 0, barrier::dissemination(&g)),
+    };
+    Ok(Plan {
+        collective,
+        dtype,
+        op,
+        rank: r,
+        nranks: n,
+        send_count,
+        recv_count,
+        steps,
+    })
+}
+
+/// What the algorithm files need: who we are, how much, and the chunk size.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Geometry {
+    /// This rank.
+    pub rank: usize,
+    /// Number of ranks.
+    pub nranks: usize,
+    /// The call's `count` (elements).
+    pub count: usize,
+    /// Most elements one slot holds (at least 1).
+    pub chunk: usize,
+}
+
+impl Geometry {
+    /// The next rank on the ring.
+    pub fn next(&self) -> usize {
+        (self.rank + 1) % self.nranks
+    }
+
+    /// The previous rank on the ring.
+    pub fn prev(&self) -> usize {
+        (self.rank + self.nranks - 1) % self.nranks
+    }
+
+    /// `(offset, len)` pieces of at most `chunk` elements covering
+    /// `[0, len)`; nothing when `len` is 0.
+    pub fn chunks(&self, len: usize) -> impl Iterator<Item = (usize, usize)> {
+        let chunk = self.chunk;
+        (0..len)
+            .step_by(chunk)
+            .map(move |off| (off, chunk.min(len - off)))
+    }
+}
+
+/// Checks the arguments of [`build`] and returns the geometry they describe.
+fn validate(
+    collective: Collective,
+    dtype: DataType,
+    count: usize,
+    params: &PlanParams,
+) -> Result<Geometry, Error> {
+    let PlanParams {
+        rank,
+        nranks,
+        slot_bytes,
+    } = *params;
+    let name = collective.name();
+    if nranks == 0 {
+        return Err(Error::invalid(format!(
+            "{name}: nranks is 0 (a communicator has at least one rank)"
+        )));
+    }
+    if rank >= nranks {
+        return Err(Error::invalid(format!(
+            "{name}: rank {rank} is out of range for {nranks} ranks"
+        )));
+    }
+    if slot_bytes < dtype.size() {
+        return Err(Error::invalid(format!(
+            "{name}: slot_bytes {slot_bytes} cannot hold one {dtype} element ({} bytes)",
+            dtype.size()
+        )));
+    }
+    match collective {
+        Collective::Broadcast { root } | Collective::Reduce { root } if root >= nranks => {
+            return Err(Error::invalid(format!(
+                "{name}: root {root} is out of range for {nranks} ranks"
+            )));
+        }
+        Collective::Send { peer } | Collective::Recv { peer } => {
+            if peer >= nranks {
+                return Err(Error::invalid(format!(
+                    "{name}: peer {peer} is out of range for {nranks} ranks"
+                )));
+            }
+            if peer == rank {
+                return Err(Error::invalid(format!(
+                    "{name}: peer {peer} is the calling rank itself"
+                )));
+            }
+        }
+        Collective::Barrier if count != 0 => {
+            return Err(Error::invalid(format!(
+                "barrier: count must be 0, got {count}"
+            )));
+        }
+        _ => {}
+    }
+    // The largest buffer is nranks * count elements; its byte size must fit.
+    let fits = count
+        .checked_mul(nranks)
+        .and_then(|elems| elems.checked_mul(dtype.size()))
+        .is_some();
+    if !fits {
+        return Err(Error::invalid(format!(
+            "{name}: count {count} x {nranks} ranks of {dtype} overflows the address space"
+        )));
+    }
+    Ok(Geometry {
+        rank,
+        nranks,
+        count,
+        chunk: slot_bytes / dtype.size(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(rank: usize, nranks: usize) -> PlanParams {
+        PlanParams {
+            rank,
+            nranks,
+            slot_bytes: 16,
+        }
+    }
+
+    fn err(c: Collective, count: usize, p: PlanParams) -> String {
+        match build(c, DataType::F32, ReduceOp::Sum, count, &p) {
+            Err(Error::InvalidArgument(msg)) => msg,
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn rejects_bad_arguments_naming_the_value() {
+        assert!(err(Collective::AllReduce, 1, params(0, 0)).contains("nranks is 0"));
+        assert!(err(Collective::AllReduce, 1, params(4, 4)).contains("rank 4"));
+        let msg = err(Collective::Broadcast { root: 7 }, 1, params(0, 4));
+        assert!(msg.contains("root 7"), "{msg}");
+        let msg = err(Collective::Reduce { root: 4 }, 1, params(0, 4));
+        assert!(msg.contains("root 4"), "{msg}");
+        assert!(err(Collective::Send { peer: 9 }, 1, params(0, 4)).contains("peer 9"));
+        assert!(err(Collective::Recv { peer: 2 }, 1, params(2, 4)).contains("itself"));
+        assert!(err(Collective::Barrier, 3, params(0, 4)).contains("got 3"));
+        let tiny = PlanParams {
+            slot_bytes: 3,
+            ..params(0, 2)
+        };
+        assert!(err(Collective::AllReduce, 1, tiny).contains("slot_bytes 3"));
+        assert!(err(Collective::AllGather, usize::MAX / 2, params(0, 4)).contains("overflows"));
+    }
+
+    #[test]
+    fn counts_follow_nccl() {
+        let p = params(1, 3);
+        let counts = |c| {
+            let plan = build(c, DataType::F32, ReduceOp::Sum, 5, &p).unwrap();
+            (plan.send_count, plan.recv_count)
+        };
+        assert_eq!(counts(Collective::AllReduce), (5, 5));
+        assert_eq!(counts(Collective::AllGather), (5, 15));
+        assert_eq!(counts(Collective::ReduceScatter), (15, 5));
+        assert_eq!(counts(Collective::Broadcast { root: 1 }), (5, 5));
+        assert_eq!(counts(Collective::Broadcast { root: 0 }), (0, 5));
+        assert_eq!(counts(Collective::Reduce { root: 1 }), (5, 5));
+        assert_eq!(counts(Collective::Reduce { root: 2 }), (5, 0));
+        assert_eq!(counts(Collective::AllToAll), (15, 15));
+        assert_eq!(counts(Collective::Send { peer: 0 }), (5, 0));
+        assert_eq!(counts(Collective::Recv { peer: 2 }), (0, 5));
+    }
+
+    #[test]
+    fn slot_steps_never_exceed_a_slot() {
+        let all = [
+            Collective::AllReduce,
+            Collective::AllGather,
+            Collective::ReduceScatter,
+            Collective::Broadcast { root: 2 },
+            Collective::Reduce { root: 0 },
+            Collective::AllToAll,
+        ];
+        for c in all {
+            for rank in 0..5 {
+                let plan = build(c, DataType::F32, ReduceOp::Sum, 37, &params(rank, 5)).unwrap();
+                for s in &plan.steps {
+                    if s.recv_from.is_some() || s.send_to.is_some() {
+                        assert!(s.count <= 4, "{c:?} rank {rank}: {s:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn zero_count_collectives_have_no_steps_but_p2p_still_matches() {
+        for c in [
+            Collective::AllReduce,
+            Collective::AllGather,
+            Collective::ReduceScatter,
+            Collective::Broadcast { root: 0 },
+            Collective::Reduce { root: 0 },
+            Collective::AllToAll,
+        ] {
+            let plan = build(c, DataType::U8, ReduceOp::Max, 0, &params(0, 3)).unwrap();
+            assert!(plan.steps.is_empty(), "{c:?}");
+        }
+        let send = build(
+            Collective::Send { peer: 1 },
+            DataType::U8,
+            ReduceOp::Sum,
+            0,
+            &params(0, 2),
+        )
+        .unwrap();
+        assert_eq!(send.steps, vec![Step::signal(1)]);
+        let recv = build(
+            Collective::Recv { peer: 0 },
+            DataType::U8,
+            ReduceOp::Sum,
+            0,
+            &params(1, 2),
+        )
+        .unwrap();
+        assert_eq!(recv.steps, vec![Step::wait(0)]);
+    }
+}

@@ -238,6 +238,24 @@ pub enum Collective {
     Barrier,
 }
 
+impl Collective {
+    /// Short snake-case name (`all_reduce`, `broadcast`, ...), as used in
+    /// error messages and benchmark output.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all_reduce",
+            Collective::AllGather => "all_gather",
+            Collective::ReduceScatter => "reduce_scatter",
+            Collective::Broadcast { .. } => "broadcast",
+            Collective::Reduce { .. } => "reduce",
+            Collective::AllToAll => "all_to_all",
+            Collective::Send { .. } => "send",
+            Collective::Recv { .. } => "recv",
+            Collective::Barrier => "barrier",
+        }
+    }
+}
+
 /// An ordered list of steps for one rank, with what is needed to interpret them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {

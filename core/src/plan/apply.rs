@@ -1,0 +1,393 @@
+//! The one interpreter of plan steps.
+//!
+//! The host backend, the CUDA backend's host-side fallback and the simulator
+//! all execute a [`Step`] the same way: take the incoming slot and/or a local
+//! region, combine them with the plan's operator, finalise if asked, write the
+//! result to a local region and/or an outgoing slot. Writing that once here
+//! means an algorithm proven in the simulator behaves the same over real
+//! transports. This is also where a mismatched peer is caught: a slot whose
+//! length differs from what this rank's step expects is reported as
+//! [`Error::RemoteFailed`], never truncated or padded.
+//!
+//! Only safe Rust: disjoint regions of one buffer are split with
+//! `split_at_mut`; a source and destination that are the same range are
+//! reduced in place; a partial overlap is refused.
+
+use std::ops::Range;
+
+use streamcomm_kernels::{self as kernels, DataType, KernelError, ReduceOp};
+
+use super::layout::InPlaceLayout;
+use super::step::{BufId, Plan, Region, Step};
+use crate::Error;
+
+/// The buffers of one collective call, as seen by [`apply_step`].
+#[derive(Debug)]
+pub enum Buffers<'a> {
+    /// Distinct send and receive buffers; the send buffer is only read.
+    Separate {
+        /// The call's input ([`BufId::Send`] regions).
+        send: &'a [u8],
+        /// The call's output ([`BufId::Recv`] regions).
+        recv: &'a mut [u8],
+    },
+    /// One buffer holding both sides, at NCCL's offsets (see
+    /// [`InPlaceLayout::of`], and [`Buffers::in_place`] to build this).
+    InPlace {
+        /// The buffer.
+        buf: &'a mut [u8],
+        /// Element of `buf` where send element 0 lies.
+        send_offset: usize,
+        /// Element of `buf` where receive element 0 lies.
+        recv_offset: usize,
+    },
+}
+
+impl<'a> Buffers<'a> {
+    /// In-place buffers laid out as NCCL does for `plan` ([`InPlaceLayout::of`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidUsage`] when the collective cannot run in place
+    /// (all-to-all); [`Error::InvalidArgument`] when `buf` is shorter than the
+    /// layout needs.
+    pub fn in_place(plan: &Plan, buf: &'a mut [u8]) -> Result<Buffers<'a>, Error> {
+        let layout = InPlaceLayout::of(plan)?;
+        let need = layout.len.saturating_mul(plan.dtype.size());
+        if buf.len() < need {
+            return Err(Error::invalid(format!(
+                "{}: in-place buffer is {} bytes, needs {need} ({} {} elements)",
+                plan.collective.name(),
+                buf.len(),
+                layout.len,
+                plan.dtype
+            )));
+        }
+        Ok(Buffers::InPlace {
+            buf,
+            send_offset: layout.send_offset,
+            recv_offset: layout.recv_offset,
+        })
+    }
+}
+
+/// Executes one step of `plan` on `bufs`.
+///
+/// `slot_in` is the slot received from `step.recv_from` (required exactly when
+/// the step receives); `slot_out` is the slot to fill for `step.send_to`
+/// (required when the step sends, at least `step.count * dtype.size()` bytes;
+/// ignored otherwise). Returns the number of bytes written into `slot_out`,
+/// which the caller publishes as the slot's length.
+///
+/// The result is `src op slot` when the step has both inputs, else its one
+/// input; with [`Step::finalize`] and [`ReduceOp::Avg`] it is divided by
+/// `plan.nranks` before being written. A destination equal to the source
+/// range is reduced in place.
+///
+/// # Errors
+///
+/// - [`Error::RemoteFailed`] when `slot_in` is not exactly `step.count`
+///   elements long: the peer ran a different call (count, dtype or
+///   collective).
+/// - [`Error::InvalidArgument`] when a region lies outside its buffer or a
+///   region's count differs from the step's.
+/// - [`Error::InvalidUsage`] when a slot is missing or unexpected, a
+///   destination is in the (read-only) send buffer, or source and destination
+///   partially overlap.
+pub fn apply_step(
+    plan: &Plan,
+    step: &Step,
+    bufs: &mut Buffers<'_>,
+    slot_in: Option<&[u8]>,
+    slot_out: Option<&mut [u8]>,
+) -> Result<usize, Error> {
+    let cx = Cx::new(plan);
+    cx.check_shape(step)?;
+    let nbytes = step
+        .count
+        .checked_mul(cx.esize)
+        .ok_or_else(|| cx.invalid(format!("step count {} overflows", step.count)))?;
+    let slot = match (step.recv_from, slot_in) {
+        (Some(peer), Some(s)) if s.len() != nbytes => {
+            return Err(Error::RemoteFailed {
+                peer,
+                op: cx.name.to_string(),
+                cause: format!("sent {} bytes where {nbytes} were expected", s.len()),
+            })
+        }
+        (Some(_), Some(s)) => Some(s),
+        (Some(peer), None) => {
+            return Err(cx.usage(format!(
+                "step receives from rank {peer} but no slot was given"
+            )))
+        }
+        (None, Some(_)) => return Err(cx.usage("a slot was given to a step that receives none")),
+        (None, None) => None,
+    };
+    let out = match (step.send_to, slot_out) {
+        (Some(peer), Some(o)) => {
+            let len = o.len();
+            Some(o.get_mut(..nbytes).ok_or_else(|| {
+                cx.invalid(format!(
+                    "slot for rank {peer} is {len} bytes, the step writes {nbytes}"
+                ))
+            })?)
+        }
+        (Some(peer), None) => {
+            return Err(cx.usage(format!("step sends to rank {peer} but no slot was given")))
+        }
+        (None, _) => None,
+    };
+    let written = if out.is_some() { nbytes } else { 0 };
+    if step.count == 0 {
+        return Ok(written);
+    }
+    let src = step.src.map(|r| cx.resolve(bufs, r, "src")).transpose()?;
+    let dst = step.dst.map(|r| cx.resolve(bufs, r, "dst")).transpose()?;
+    match (slot, src, dst) {
+        (Some(s), Some(src), Some(dst)) => {
+            match pair(bufs, &src, &dst, &cx)? {
+                Pair::Same(d) => cx.kernel(kernels::reduce_in_place(cx.dtype, cx.op, d, s))?,
+                Pair::Disjoint(a, d) => cx.kernel(kernels::reduce(cx.dtype, cx.op, a, s, d))?,
+            }
+            cx.finish_local(step, bufs, &dst, out)?;
+        }
+        (Some(s), Some(src), None) => {
+            if let Some(o) = out {
+                let a = view(bufs, &src);
+                cx.kernel(kernels::reduce(cx.dtype, cx.op, a, s, o))?;
+                cx.finalize(step, o)?;
+            }
+        }
+        (Some(s), None, Some(dst)) => {
+            view_mut(bufs, &dst, &cx)?.copy_from_slice(s);
+            cx.finish_local(step, bufs, &dst, out)?;
+        }
+        (Some(s), None, None) => {
+            if let Some(o) = out {
+                o.copy_from_slice(s);
+                cx.finalize(step, o)?;
+            }
+        }
+        (None, Some(src), Some(dst)) => {
+            if let Pair::Disjoint(a, d) = pair(bufs, &src, &dst, &cx)? {
+                d.copy_from_slice(a);
+            }
+            cx.finish_local(step, bufs, &dst, out)?;
+        }
+        (None, Some(src), None) => {
+            if let Some(o) = out {
+                o.copy_from_slice(view(bufs, &src));
+                cx.finalize(step, o)?;
+            }
+        }
+        // No input: `check_shape` made sure the count is 0 (handled above).
+        (None, None, _) => {}
+    }
+    Ok(written)
+}
+
+/// A region resolved to a byte range of one concrete buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Loc {
+    /// Which buffer: the separate send / recv buffers, or the in-place one.
+    target: Target,
+    /// Bytes of that buffer.
+    bytes: Range<usize>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    Send,
+    Recv,
+    InPlace,
+}
+
+/// A source and a destination borrowed together.
+enum Pair<'b> {
+    /// The same range: reduce in place, copy is a no-op.
+    Same(&'b mut [u8]),
+    /// Disjoint ranges.
+    Disjoint(&'b [u8], &'b mut [u8]),
+}
+
+/// What every helper needs to know about the plan.
+struct Cx {
+    name: &'static str,
+    dtype: DataType,
+    op: ReduceOp,
+    nranks: usize,
+    esize: usize,
+}
+
+impl Cx {
+    fn new(plan: &Plan) -> Cx {
+        Cx {
+            name: plan.collective.name(),
+            dtype: plan.dtype,
+            op: plan.op,
+            nranks: plan.nranks,
+            esize: plan.dtype.size(),
+        }
+    }
+
+    fn invalid(&self, msg: impl std::fmt::Display) -> Error {
+        Error::InvalidArgument(format!("{}: {msg}", self.name))
+    }
+
+    fn usage(&self, msg: impl std::fmt::Display) -> Error {
+        Error::InvalidUsage(format!("{}: {msg}", self.name))
+    }
+
+    fn kernel(&self, r: Result<(), KernelError>) -> Result<(), Error> {
+        r.map_err(|e| self.invalid(e))
+    }
+
+    /// Region counts agree with the step; no input means no data; nothing is
+    /// written into the send buffer.
+    fn check_shape(&self, step: &Step) -> Result<(), Error> {
+        for (what, region) in [("src", step.src), ("dst", step.dst)] {
+            if let Some(r) = region {
+                if r.count != step.count {
+                    return Err(self.invalid(format!(
+                        "{what} region {r:?} has {} elements but the step moves {}",
+                        r.count, step.count
+                    )));
+                }
+            }
+        }
+        if step.recv_from.is_none() && step.src.is_none() && step.count != 0 {
+            return Err(self.invalid(format!(
+                "step {step:?} has no input but moves {} elements",
+                step.count
+            )));
+        }
+        if let Some(d) = step.dst {
+            if d.buf == BufId::Send {
+                return Err(self.usage(format!(
+                    "dst region {d:?} is in the send buffer, which is read-only"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolves `region` to bytes of a buffer, checking bounds.
+    fn resolve(&self, bufs: &Buffers<'_>, region: Region, what: &str) -> Result<Loc, Error> {
+        let (target, base, len, buf_name) = match bufs {
+            Buffers::Separate { send, recv } => match region.buf {
+                BufId::Send => (Target::Send, 0, send.len(), "send"),
+                BufId::Recv => (Target::Recv, 0, recv.len(), "recv"),
+            },
+            Buffers::InPlace {
+                buf,
+                send_offset,
+                recv_offset,
+            } => {
+                let base = match region.buf {
+                    BufId::Send => *send_offset,
+                    BufId::Recv => *recv_offset,
+                };
+                (Target::InPlace, base, buf.len(), "in-place")
+            }
+        };
+        let elem_range = base
+            .checked_add(region.offset)
+            .and_then(|s| Some(s..s.checked_add(region.count)?));
+        let bytes = elem_range
+            .and_then(|r| Some(r.start.checked_mul(self.esize)?..r.end.checked_mul(self.esize)?));
+        match bytes {
+            Some(b) if b.end <= len => Ok(Loc { target, bytes: b }),
+            _ => Err(self.invalid(format!(
+                "{what} region {region:?} (elements at offset {base} of the buffer) \
+                 lies outside the {buf_name} buffer of {len} bytes"
+            ))),
+        }
+    }
+
+    /// Divides by the number of ranks when the step finalises an `Avg`.
+    fn finalize(&self, step: &Step, bytes: &mut [u8]) -> Result<(), Error> {
+        if step.finalize && self.op == ReduceOp::Avg {
+            self.kernel(kernels::divide(self.dtype, bytes, self.nranks))?;
+        }
+        Ok(())
+    }
+
+    /// After the result is in `dst`: finalise it there, then copy it into the
+    /// outgoing slot, if any.
+    fn finish_local(
+        &self,
+        step: &Step,
+        bufs: &mut Buffers<'_>,
+        dst: &Loc,
+        out: Option<&mut [u8]>,
+    ) -> Result<(), Error> {
+        self.finalize(step, view_mut(bufs, dst, self)?)?;
+        if let Some(o) = out {
+            o.copy_from_slice(view(bufs, dst));
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of a resolved region (bounds were checked by `resolve`).
+fn view<'b>(bufs: &'b Buffers<'_>, loc: &Loc) -> &'b [u8] {
+    let whole: &[u8] = match bufs {
+        Buffers::Separate { send, recv } => match loc.target {
+            Target::Send => send,
+            _ => recv,
+        },
+        Buffers::InPlace { buf, .. } => buf,
+    };
+    whole.get(loc.bytes.clone()).unwrap_or_default()
+}
+
+/// The bytes of a resolved destination region.
+fn view_mut<'b>(bufs: &'b mut Buffers<'_>, loc: &Loc, cx: &Cx) -> Result<&'b mut [u8], Error> {
+    let whole: &mut [u8] = match bufs {
+        Buffers::Separate { recv, .. } if loc.target == Target::Recv => recv,
+        Buffers::InPlace { buf, .. } => buf,
+        Buffers::Separate { .. } => return Err(cx.usage("the send buffer is read-only")),
+    };
+    let len = whole.len();
+    whole
+        .get_mut(loc.bytes.clone())
+        .ok_or_else(|| cx.invalid(format!("bytes {:?} outside a buffer of {len}", loc.bytes)))
+}
+
+/// Borrows a source and a destination together, splitting one buffer when
+/// both lie in it.
+fn pair<'b>(bufs: &'b mut Buffers<'_>, src: &Loc, dst: &Loc, cx: &Cx) -> Result<Pair<'b>, Error> {
+    let (s, d) = (src.bytes.clone(), dst.bytes.clone());
+    let whole: &mut [u8] = match bufs {
+        Buffers::Separate { send, recv } => match (src.target, dst.target) {
+            (Target::Send, Target::Recv) => {
+                let a = send.get(s).unwrap_or_default();
+                return Ok(Pair::Disjoint(a, recv.get_mut(d).unwrap_or_default()));
+            }
+            (Target::Recv, Target::Recv) => recv,
+            _ => return Err(cx.usage("the send buffer is read-only")),
+        },
+        Buffers::InPlace { buf, .. } => buf,
+    };
+    if s == d {
+        return Ok(Pair::Same(whole.get_mut(d).unwrap_or_default()));
+    }
+    if s.end <= d.start {
+        let (lo, hi) = whole.split_at_mut(d.start);
+        let a = lo.get(s).unwrap_or_default();
+        return Ok(Pair::Disjoint(a, hi.get_mut(..d.len()).unwrap_or_default()));
+    }
+    if d.end <= s.start {
+        let (lo, hi) = whole.split_at_mut(s.start);
+        let a = hi.get(..s.len()).unwrap_or_default();
+        return Ok(Pair::Disjoint(a, lo.get_mut(d).unwrap_or_default()));
+    }
+    Err(cx.usage(format!(
+        "source bytes {s:?} and destination bytes {d:?} partially overlap"
+    )))
+}
+
+#[cfg(test)]
+#[path = "apply_tests.rs"]
+mod tests;

@@ -1,0 +1,94 @@
+//! Pairwise exchange (all-to-all) and eager point-to-point.
+//!
+//! All-to-all has no reduction and every pair of ranks has its own data, so
+//! the schedule is the classic pairwise exchange (MPICH's
+//! `MPIR_Alltoall_intra_pairwise`): in round `s` rank `r` sends to `r + s`
+//! and receives from `r - s`, so each round is a permutation and no link
+//! carries two rounds' traffic. Chunks of a round are interleaved (send one,
+//! receive one), which keeps the exchange deadlock-free with a single slot per
+//! connection. Send and receive are the eager protocol of DESIGN.md §6: the
+//! message goes through the peer's slot ring chunk by chunk.
+
+use super::step::{Region, Step};
+use super::Geometry;
+
+/// Pairwise all-to-all: the local block is copied, then `n - 1` rounds of
+/// interleaved chunk sends and receives.
+pub(super) fn all_to_all(g: &Geometry) -> Vec<Step> {
+    let (n, r, count) = (g.nranks, g.rank, g.count);
+    if count == 0 {
+        return Vec::new();
+    }
+    let mut steps = vec![Step::copy(
+        Region::send(r * count, count),
+        Region::recv(r * count, count),
+    )];
+    for s in 1..n {
+        let to = (r + s) % n;
+        let from = (r + n - s) % n;
+        for (off, len) in g.chunks(count) {
+            steps.push(Step::send(to, Region::send(to * count + off, len)));
+            steps.push(Step::recv(from, Region::recv(from * count + off, len)));
+        }
+    }
+    steps
+}
+
+/// Eager send of `count` elements to `peer`, one step per slot-sized chunk;
+/// an empty message is one zero-length step, so it still matches a receive.
+pub(super) fn send(g: &Geometry, peer: usize) -> Vec<Step> {
+    if g.count == 0 {
+        return vec![Step::signal(peer)];
+    }
+    g.chunks(g.count)
+        .map(|(off, len)| Step::send(peer, Region::send(off, len)))
+        .collect()
+}
+
+/// Eager receive of `count` elements from `peer`, mirroring [`send`].
+pub(super) fn recv(g: &Geometry, peer: usize) -> Vec<Step> {
+    if g.count == 0 {
+        return vec![Step::wait(peer)];
+    }
+    g.chunks(g.count)
+        .map(|(off, len)| Step::recv(peer, Region::recv(off, len)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn geom(rank: usize, nranks: usize, count: usize) -> Geometry {
+        Geometry {
+            rank,
+            nranks,
+            count,
+            chunk: 4,
+        }
+    }
+
+    #[test]
+    fn all_to_all_rounds_are_permutations() {
+        let g = geom(1, 3, 6);
+        let steps = all_to_all(&g);
+        // 1 copy + 2 rounds x 2 chunks x (send + recv).
+        assert_eq!(steps.len(), 1 + 2 * 2 * 2);
+        assert_eq!(steps[0], Step::copy(Region::send(6, 6), Region::recv(6, 6)));
+        assert_eq!(steps[1], Step::send(2, Region::send(12, 4)));
+        assert_eq!(steps[2], Step::recv(0, Region::recv(0, 4)));
+        assert_eq!(steps[3], Step::send(2, Region::send(16, 2)));
+        assert_eq!(steps[5], Step::send(0, Region::send(0, 4)));
+        assert_eq!(steps[6], Step::recv(2, Region::recv(12, 4)));
+    }
+
+    #[test]
+    fn p2p_chunks_and_empty_messages() {
+        let g = geom(0, 2, 9);
+        assert_eq!(send(&g, 1).len(), 3);
+        assert_eq!(recv(&g, 1)[2], Step::recv(1, Region::recv(8, 1)));
+        let empty = geom(0, 2, 0);
+        assert_eq!(send(&empty, 1), vec![Step::signal(1)]);
+        assert_eq!(recv(&empty, 1), vec![Step::wait(1)]);
+    }
+}

@@ -1,0 +1,197 @@
+//! Unit tests of the simulator's own failure reports (the algorithm matrix
+//! lives in `core/tests/plan_sim.rs`).
+
+use super::*;
+use crate::plan::{build, Collective, PlanParams, Region};
+use streamcomm_kernels::{DataType, ReduceOp};
+
+fn plan(collective: Collective, rank: usize, nranks: usize, steps: Vec<Step>) -> Plan {
+    Plan {
+        collective,
+        dtype: DataType::U8,
+        op: ReduceOp::Sum,
+        rank,
+        nranks,
+        send_count: 2,
+        recv_count: 2,
+        steps,
+    }
+}
+
+#[test]
+fn runs_a_small_all_reduce() {
+    let plans: Vec<Plan> = (0..3)
+        .map(|rank| {
+            let p = PlanParams {
+                rank,
+                nranks: 3,
+                slot_bytes: 1,
+            };
+            build(Collective::AllReduce, DataType::U8, ReduceOp::Sum, 4, &p).unwrap()
+        })
+        .collect();
+    let inputs = vec![vec![1, 2, 3, 4], vec![10, 20, 30, 40], vec![0, 1, 0, 1]];
+    for nsteps in [1, 2, 8] {
+        let out = simulate(&plans, inputs.clone(), false, nsteps, 1).unwrap();
+        assert!(out.iter().all(|o| o == &[11, 23, 33, 45]), "{out:?}");
+        let out = simulate(&plans, inputs.clone(), true, nsteps, 1).unwrap();
+        assert!(out.iter().all(|o| o == &[11, 23, 33, 45]), "{out:?}");
+    }
+}
+
+#[test]
+fn reports_a_deadlock_naming_each_rank() {
+    let plans = vec![
+        plan(
+            Collective::AllReduce,
+            0,
+            2,
+            vec![Step::wait(1), Step::signal(1)],
+        ),
+        plan(
+            Collective::AllReduce,
+            1,
+            2,
+            vec![Step::wait(0), Step::signal(0)],
+        ),
+    ];
+    let err = simulate(&plans, vec![vec![0; 2], vec![0; 2]], false, 1, 4).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(&err, SimError::Deadlock { stuck } if stuck.len() == 2),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("rank 0 at step 0") && msg.contains("no slot from rank 1"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn full_rings_block_and_deadlock() {
+    // Both ranks send twice before receiving: fine with 2 slots, a deadlock with 1.
+    let steps = |peer| {
+        vec![
+            Step::signal(peer),
+            Step::signal(peer),
+            Step::wait(peer),
+            Step::wait(peer),
+        ]
+    };
+    let plans = vec![
+        plan(Collective::Barrier, 0, 2, steps(1)),
+        plan(Collective::Barrier, 1, 2, steps(0)),
+    ];
+    let inputs = || vec![vec![0; 2], vec![0; 2]];
+    assert!(simulate(&plans, inputs(), false, 2, 4).is_ok());
+    let err = simulate(&plans, inputs(), false, 1, 4).unwrap_err();
+    assert!(err.to_string().contains("is full"), "{err}");
+}
+
+#[test]
+fn reports_undelivered_slots() {
+    let plans = vec![
+        plan(Collective::AllReduce, 0, 2, vec![Step::signal(1)]),
+        plan(Collective::AllReduce, 1, 2, vec![]),
+    ];
+    let err = simulate(&plans, vec![vec![0; 2], vec![0; 2]], false, 1, 4).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "undelivered slots at the end: 1 slot(s) from rank 0 to rank 1"
+    );
+}
+
+#[test]
+fn mismatched_lengths_fail_the_step() {
+    let plans = vec![
+        plan(
+            Collective::AllReduce,
+            0,
+            2,
+            vec![Step::send(1, Region::send(0, 2))],
+        ),
+        plan(
+            Collective::AllReduce,
+            1,
+            2,
+            vec![Step::recv(0, Region::recv(0, 1))],
+        ),
+    ];
+    let err = simulate(&plans, vec![vec![0; 2], vec![0; 2]], false, 1, 4).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            SimError::Step {
+                rank: 1,
+                source: Error::RemoteFailed { peer: 0, .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn oversized_steps_and_bad_setups_are_reported() {
+    let plans = vec![
+        plan(
+            Collective::AllReduce,
+            0,
+            2,
+            vec![Step::send(1, Region::send(0, 2))],
+        ),
+        plan(
+            Collective::AllReduce,
+            1,
+            2,
+            vec![Step::recv(0, Region::recv(0, 2))],
+        ),
+    ];
+    let inputs = || vec![vec![0; 2], vec![0; 2]];
+    assert!(matches!(
+        simulate(&plans, inputs(), false, 1, 1),
+        Err(SimError::SlotOverflow { bytes: 2, .. })
+    ));
+    assert!(matches!(
+        simulate(&plans, vec![vec![0; 2]], false, 1, 4),
+        Err(SimError::Setup(_))
+    ));
+    assert!(matches!(
+        simulate(&plans, vec![vec![0; 3], vec![0; 2]], false, 1, 4),
+        Err(SimError::Setup(_))
+    ));
+    assert!(matches!(
+        simulate(&plans, inputs(), false, 0, 4),
+        Err(SimError::Setup(_))
+    ));
+}
+
+#[test]
+fn random_schedules_are_reproducible_and_complete() {
+    let plans: Vec<Plan> = (0..5)
+        .map(|rank| {
+            let p = PlanParams {
+                rank,
+                nranks: 5,
+                slot_bytes: 2,
+            };
+            build(Collective::AllReduce, DataType::U8, ReduceOp::Max, 23, &p).unwrap()
+        })
+        .collect();
+    let inputs: Vec<Vec<u8>> = (0..5u8)
+        .map(|r| (0..23u8).map(|i| i.wrapping_mul(7) ^ r).collect())
+        .collect();
+    let want: Vec<u8> = (0..23)
+        .map(|i| inputs.iter().map(|v| v[i]).max().unwrap())
+        .collect();
+    for seed in 0..20 {
+        let config = SimConfig {
+            in_place: seed % 2 == 0,
+            nsteps: 1,
+            slot_bytes: 2,
+            schedule: Schedule::Random { seed },
+        };
+        let out = simulate_with(&plans, inputs.clone(), &config).unwrap();
+        assert!(out.iter().all(|o| o == &want), "seed {seed}");
+    }
+}

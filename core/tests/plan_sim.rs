@@ -1,0 +1,498 @@
+//! Every algorithm, for every communicator size from 1 to 64, run by the
+//! simulator and checked element by element against an independent reference.
+//!
+//! The slot is tiny (16 or 24 bytes) so that even short messages take the
+//! multi-chunk, pipelined paths, and connections hold 1, 2 or 8 slots, so a
+//! schedule that only works with spare buffering fails here. Dtypes and
+//! operators are spread over the matrix rather than crossed with it, to keep
+//! the run short; random schedules cover interleavings round-robin never
+//! produces.
+
+mod common;
+
+use std::fmt;
+
+use streamcomm::plan::{
+    build, simulate, simulate_with, Collective, Plan, PlanParams, Schedule, SimConfig, SimError,
+};
+use streamcomm::{DataType, Error, ReduceOp};
+
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+use common::{check, encode, expected, gen_inputs, gen_values, DTYPE_OPS};
+
+const NSTEPS: [usize; 3] = [1, 2, 8];
+const SLOTS: [usize; 2] = [16, 24];
+const MAX_RANKS: usize = 64;
+
+/// One simulated call.
+#[derive(Clone, Copy)]
+struct Case {
+    collective: Collective,
+    dtype: DataType,
+    op: ReduceOp,
+    nranks: usize,
+    count: usize,
+    nsteps: usize,
+    slot: usize,
+    in_place: bool,
+    schedule: Schedule,
+}
+
+impl fmt::Debug for Case {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?} {} {} n={} count={} nsteps={} slot={} in_place={} {:?}",
+            self.collective,
+            self.dtype,
+            self.op,
+            self.nranks,
+            self.count,
+            self.nsteps,
+            self.slot,
+            self.in_place,
+            self.schedule
+        )
+    }
+}
+
+impl Case {
+    fn plans(&self) -> Vec<Plan> {
+        (0..self.nranks)
+            .map(|rank| {
+                let params = PlanParams {
+                    rank,
+                    nranks: self.nranks,
+                    slot_bytes: self.slot,
+                };
+                build(self.collective, self.dtype, self.op, self.count, &params)
+                    .unwrap_or_else(|e| panic!("{self:?}: build failed: {e}"))
+            })
+            .collect()
+    }
+
+    fn config(&self) -> SimConfig {
+        SimConfig {
+            in_place: self.in_place,
+            nsteps: self.nsteps,
+            slot_bytes: self.slot,
+            schedule: self.schedule,
+        }
+    }
+
+    /// Simulates the case and checks every rank's output.
+    fn run(&self) {
+        let seed = (self.nranks * 1_000_003 + self.count) as u64;
+        let inputs = gen_inputs(
+            self.collective,
+            self.dtype,
+            self.op,
+            self.nranks,
+            self.count,
+            seed,
+        );
+        let want = expected(
+            self.collective,
+            self.dtype,
+            self.op,
+            self.nranks,
+            self.count,
+            &inputs,
+        );
+        let got = simulate_with(&self.plans(), inputs, &self.config())
+            .unwrap_or_else(|e| panic!("{self:?}: {e}"));
+        for (rank, (got, want)) in got.iter().zip(&want).enumerate() {
+            match want {
+                Some(want) => check(self.dtype, self.op, got, want)
+                    .unwrap_or_else(|e| panic!("{self:?}: rank {rank}: {e}")),
+                None => assert!(got.is_empty(), "{self:?}: rank {rank} got output"),
+            }
+        }
+    }
+}
+
+/// The counts every collective is tried with: empty, one element, a prime,
+/// several slot-sized chunks, and for all-reduce several ring loops.
+fn counts(collective: Collective, dtype: DataType, slot: usize, nranks: usize) -> Vec<usize> {
+    let chunk = slot / dtype.size();
+    let mut counts = vec![0, 1, 13, 3 * chunk + 5];
+    if collective == Collective::AllReduce {
+        counts.push(2 * nranks * chunk + 3);
+    }
+    counts
+}
+
+/// Runs `collectives(n)` for every n in `1..=MAX_RANKS`, every count and every
+/// ring depth, spreading dtypes, operators, slot sizes and in-place over the
+/// matrix.
+fn sweep(collectives: impl Fn(usize) -> Vec<Collective>, in_place_ok: bool) {
+    let mut k = 0usize;
+    for nranks in 1..=MAX_RANKS {
+        for collective in collectives(nranks) {
+            for nsteps in NSTEPS {
+                k += 1;
+                let (dtype, op) = DTYPE_OPS[k % DTYPE_OPS.len()];
+                let slot = SLOTS[(k / 3) % SLOTS.len()];
+                for (ci, count) in counts(collective, dtype, slot, nranks)
+                    .into_iter()
+                    .enumerate()
+                {
+                    Case {
+                        collective,
+                        dtype,
+                        op,
+                        nranks,
+                        count,
+                        nsteps,
+                        slot,
+                        in_place: in_place_ok && (k + ci) % 2 == 1,
+                        schedule: Schedule::RoundRobin,
+                    }
+                    .run();
+                }
+            }
+        }
+    }
+}
+
+/// Both ends of the ranks as roots (once when they coincide).
+fn roots(nranks: usize) -> Vec<usize> {
+    if nranks == 1 {
+        vec![0]
+    } else {
+        vec![0, nranks - 1]
+    }
+}
+
+#[test]
+fn all_reduce() {
+    sweep(|_| vec![Collective::AllReduce], true);
+}
+
+#[test]
+fn all_gather() {
+    sweep(|_| vec![Collective::AllGather], true);
+}
+
+#[test]
+fn reduce_scatter() {
+    sweep(|_| vec![Collective::ReduceScatter], true);
+}
+
+#[test]
+fn broadcast() {
+    sweep(
+        |n| {
+            roots(n)
+                .into_iter()
+                .map(|root| Collective::Broadcast { root })
+                .collect()
+        },
+        true,
+    );
+}
+
+#[test]
+fn reduce() {
+    sweep(
+        |n| {
+            roots(n)
+                .into_iter()
+                .map(|root| Collective::Reduce { root })
+                .collect()
+        },
+        true,
+    );
+}
+
+#[test]
+fn all_to_all() {
+    sweep(|_| vec![Collective::AllToAll], false);
+}
+
+#[test]
+fn every_dtype_and_op_on_one_ring() {
+    for (i, dtype) in DataType::ALL.into_iter().enumerate() {
+        for op in ReduceOp::ALL {
+            for collective in [Collective::AllReduce, Collective::ReduceScatter] {
+                Case {
+                    collective,
+                    dtype,
+                    op,
+                    nranks: 5 + i % 3,
+                    count: 3 * 24 / dtype.size() + 5,
+                    nsteps: 1,
+                    slot: 24,
+                    in_place: i % 2 == 0,
+                    schedule: Schedule::RoundRobin,
+                }
+                .run();
+            }
+        }
+    }
+}
+
+/// Random interleavings, one slot per connection: the schedule most likely
+/// to expose a deadlock or a race between chunks.
+#[test]
+fn random_schedules() {
+    let collectives = |n: usize| {
+        vec![
+            Collective::AllReduce,
+            Collective::AllGather,
+            Collective::ReduceScatter,
+            Collective::Broadcast { root: n / 2 },
+            Collective::Reduce { root: n - 1 },
+            Collective::AllToAll,
+        ]
+    };
+    for nranks in [2, 3, 4, 5, 7, 8, 13, 16, 33, 64] {
+        for (i, collective) in collectives(nranks).into_iter().enumerate() {
+            for seed in 0..3u64 {
+                let (dtype, op) = DTYPE_OPS[(nranks + i + seed as usize) % DTYPE_OPS.len()];
+                let chunk = 16 / dtype.size();
+                Case {
+                    collective,
+                    dtype,
+                    op,
+                    nranks,
+                    count: 2 * chunk + 3,
+                    nsteps: 1 + seed as usize % 2,
+                    slot: 16,
+                    in_place: collective != Collective::AllToAll && seed == 1,
+                    schedule: Schedule::Random {
+                        seed: seed * 7919 + nranks as u64,
+                    },
+                }
+                .run();
+            }
+        }
+    }
+}
+
+#[test]
+fn barrier_completes_for_every_size() {
+    for nranks in 1..=MAX_RANKS {
+        let plans: Vec<Plan> = (0..nranks)
+            .map(|rank| {
+                let p = PlanParams {
+                    rank,
+                    nranks,
+                    slot_bytes: 16,
+                };
+                build(Collective::Barrier, DataType::U8, ReduceOp::Sum, 0, &p).unwrap()
+            })
+            .collect();
+        let rounds = plans[0].steps.len() / 2;
+        // ceil(log2 n) rounds.
+        assert!(1 << rounds >= nranks && (rounds == 0 || 1 << (rounds - 1) < nranks));
+        for nsteps in NSTEPS {
+            let out = simulate(&plans, vec![Vec::new(); nranks], false, nsteps, 16)
+                .unwrap_or_else(|e| panic!("barrier n={nranks} nsteps={nsteps}: {e}"));
+            assert!(out.iter().all(Vec::is_empty));
+        }
+        let config = SimConfig {
+            in_place: false,
+            nsteps: 1,
+            slot_bytes: 16,
+            schedule: Schedule::Random {
+                seed: nranks as u64,
+            },
+        };
+        simulate_with(&plans, vec![Vec::new(); nranks], &config)
+            .unwrap_or_else(|e| panic!("barrier n={nranks} random: {e}"));
+    }
+}
+
+/// Plans for ranks that pair up: rank `r < n/2` exchanges with `r + n/2`,
+/// the lower one sending when `r` is even, receiving when odd; an odd rank
+/// out runs an empty plan.
+fn p2p_plans(nranks: usize, dtype: DataType, count: usize, slot: usize) -> Vec<Plan> {
+    let half = nranks / 2;
+    (0..nranks)
+        .map(|rank| {
+            let collective = match rank {
+                r if r < half && r % 2 == 0 => Collective::Send { peer: r + half },
+                r if r < half => Collective::Recv { peer: r + half },
+                r if r < 2 * half && (r - half) % 2 == 0 => Collective::Recv { peer: r - half },
+                r if r < 2 * half => Collective::Send { peer: r - half },
+                _ => Collective::AllReduce,
+            };
+            let count = if collective == Collective::AllReduce {
+                0
+            } else {
+                count
+            };
+            let p = PlanParams {
+                rank,
+                nranks,
+                slot_bytes: slot,
+            };
+            build(collective, dtype, ReduceOp::Sum, count, &p).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn send_recv_pairs() {
+    for nranks in 2..=MAX_RANKS {
+        for (i, nsteps) in NSTEPS.into_iter().enumerate() {
+            let (dtype, _) = DTYPE_OPS[(nranks + i) % DTYPE_OPS.len()];
+            let slot = SLOTS[(nranks + i) % 2];
+            for count in [0, 1, 13, 3 * (slot / dtype.size()) + 5] {
+                let plans = p2p_plans(nranks, dtype, count, slot);
+                let mut rng = StdRng::seed_from_u64((nranks * 31 + count) as u64);
+                let inputs: Vec<Vec<u8>> = plans
+                    .iter()
+                    .map(|p| {
+                        encode(
+                            dtype,
+                            &gen_values(dtype, None, p.rank, p.send_count, &mut rng),
+                        )
+                    })
+                    .collect();
+                let out = simulate(&plans, inputs.clone(), false, nsteps, slot)
+                    .unwrap_or_else(|e| panic!("p2p n={nranks} count={count}: {e}"));
+                for (rank, plan) in plans.iter().enumerate() {
+                    match plan.collective {
+                        Collective::Recv { peer } => assert_eq!(
+                            out[rank], inputs[peer],
+                            "p2p n={nranks} count={count} {dtype}: rank {rank} from {peer}"
+                        ),
+                        _ => assert!(out[rank].is_empty()),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Builds one plan per rank, rank `odd` with `odd_count` instead of `count`.
+fn mismatched(
+    collective: Collective,
+    nranks: usize,
+    count: usize,
+    odd: usize,
+    odd_count: usize,
+) -> Vec<Plan> {
+    (0..nranks)
+        .map(|rank| {
+            let p = PlanParams {
+                rank,
+                nranks,
+                slot_bytes: 16,
+            };
+            let c = if rank == odd { odd_count } else { count };
+            build(collective, DataType::F32, ReduceOp::Sum, c, &p).unwrap()
+        })
+        .collect()
+}
+
+fn inputs_for(plans: &[Plan]) -> Vec<Vec<u8>> {
+    plans
+        .iter()
+        .map(|p| vec![0u8; p.send_count * p.dtype.size()])
+        .collect()
+}
+
+#[test]
+fn mismatched_counts_are_errors_not_panics() {
+    // A receiver expecting fewer bytes than the sender sent: the receiving
+    // step reports the peer, the op and the byte counts.
+    let pair = vec![
+        build(
+            Collective::Send { peer: 1 },
+            DataType::F32,
+            ReduceOp::Sum,
+            13,
+            &PlanParams {
+                rank: 0,
+                nranks: 2,
+                slot_bytes: 16,
+            },
+        )
+        .unwrap(),
+        build(
+            Collective::Recv { peer: 0 },
+            DataType::F32,
+            ReduceOp::Sum,
+            5,
+            &PlanParams {
+                rank: 1,
+                nranks: 2,
+                slot_bytes: 16,
+            },
+        )
+        .unwrap(),
+    ];
+    match simulate(&pair, inputs_for(&pair), false, 2, 16) {
+        Err(SimError::Step {
+            rank: 1,
+            source: Error::RemoteFailed { peer: 0, op, cause },
+            ..
+        }) => {
+            assert_eq!(op, "recv");
+            assert_eq!(cause, "sent 16 bytes where 4 were expected");
+        }
+        other => panic!("expected a remote failure, got {other:?}"),
+    }
+    // Collectives where one rank called a different count: an error
+    // (mismatch, deadlock or undelivered slots), whatever the algorithm.
+    for collective in [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::Broadcast { root: 0 },
+        Collective::Reduce { root: 2 },
+        Collective::AllToAll,
+    ] {
+        for (count, odd_count) in [(13, 14), (13, 0), (1, 9), (40, 13)] {
+            for nsteps in [1, 8] {
+                let plans = mismatched(collective, 4, count, 1, odd_count);
+                let result = simulate(&plans, inputs_for(&plans), false, nsteps, 16);
+                assert!(
+                    result.is_err(),
+                    "{collective:?} {count} vs {odd_count}, nsteps={nsteps}: no error"
+                );
+            }
+        }
+    }
+}
+
+/// Many more random interleavings (run with `--ignored`; about ten seconds).
+#[test]
+#[ignore]
+fn random_schedules_stress() {
+    let collectives = |n: usize| {
+        vec![
+            Collective::AllReduce,
+            Collective::AllGather,
+            Collective::ReduceScatter,
+            Collective::Broadcast { root: n - 1 },
+            Collective::Reduce { root: 0 },
+            Collective::AllToAll,
+        ]
+    };
+    for nranks in 2..=24 {
+        for collective in collectives(nranks) {
+            for seed in 0..40u64 {
+                let (dtype, op) = DTYPE_OPS[(seed as usize + nranks) % DTYPE_OPS.len()];
+                let chunk = 16 / dtype.size();
+                Case {
+                    collective,
+                    dtype,
+                    op,
+                    nranks,
+                    count: [1, 13, 3 * chunk + 5, 2 * nranks * chunk + 3][seed as usize % 4],
+                    nsteps: 1 + seed as usize % 2,
+                    slot: 16,
+                    in_place: collective != Collective::AllToAll && seed % 3 == 0,
+                    schedule: Schedule::Random { seed },
+                }
+                .run();
+            }
+        }
+    }
+}
