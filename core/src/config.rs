@@ -82,7 +82,10 @@ impl Config {
             self.nsteps = parse_num("STREAMCOMM_NSTEPS", &v)?;
         }
         if let Some(v) = get("STREAMCOMM_TIMEOUT") {
-            let secs: f64 = v.trim().parse().map_err(|_| bad("STREAMCOMM_TIMEOUT", &v))?;
+            let secs: f64 = v
+                .trim()
+                .parse()
+                .map_err(|_| bad("STREAMCOMM_TIMEOUT", &v))?;
             if !(secs > 0.0 && secs.is_finite()) {
                 return Err(bad("STREAMCOMM_TIMEOUT", &v));
             }
@@ -158,7 +161,8 @@ pub(crate) fn parse_size(name: &str, value: &str) -> Result<usize> {
         _ => (v, 0),
     };
     let n: usize = digits.parse().map_err(|_| bad(name, value))?;
-    n.checked_mul(1usize << shift).ok_or_else(|| bad(name, value))
+    n.checked_mul(1usize << shift)
+        .ok_or_else(|| bad(name, value))
 }
 
 #[cfg(test)]
@@ -200,7 +204,10 @@ mod tests {
             ("STREAMCOMM_PROGRESS", "sideways"),
         ] {
             let e = cfg(&[(k, v)]).unwrap_err().to_string();
-            assert!(e.contains("nsteps") || e.contains(k) || e.contains("slots"), "{e}");
+            assert!(
+                e.contains("nsteps") || e.contains(k) || e.contains("slots"),
+                "{e}"
+            );
         }
     }
 }

@@ -229,7 +229,9 @@ mod tests {
         let s2 = state.clone();
         let t = std::thread::spawn(move || {
             let policy = WaitPolicy::new(0, Duration::from_secs(10));
-            s2.1.wait_until(&policy, || (s2.0.load(Ordering::Acquire) == 7).then_some(()))
+            s2.1.wait_until(&policy, || {
+                (s2.0.load(Ordering::Acquire) == 7).then_some(())
+            })
         });
         std::thread::sleep(Duration::from_millis(30));
         state.0.store(7, Ordering::Release);

@@ -12,16 +12,21 @@ use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::{Backend, Communicator, Config, DataType, Error, ReduceOp};
 
 fn msg(e: Error) -> String {
-    assert!(matches!(e, Error::InvalidArgument(_) | Error::InvalidUsage(_)), "{e:?}");
+    assert!(
+        matches!(e, Error::InvalidArgument(_) | Error::InvalidUsage(_)),
+        "{e:?}"
+    );
     e.to_string()
 }
 
 #[test]
 fn size_zero_and_rank_out_of_range() {
     let id = UniqueId::new().unwrap();
-    let e = Communicator::init_with_config(&id, 0, 0, Backend::Host, Config::default()).unwrap_err();
+    let e =
+        Communicator::init_with_config(&id, 0, 0, Backend::Host, Config::default()).unwrap_err();
     assert!(msg(e).contains("size"));
-    let e = Communicator::init_with_config(&id, 4, 4, Backend::Host, Config::default()).unwrap_err();
+    let e =
+        Communicator::init_with_config(&id, 4, 4, Backend::Host, Config::default()).unwrap_err();
     let m = msg(e);
     assert!(m.contains("rank 4") && m.contains("size 4"), "{m}");
 }
@@ -33,18 +38,27 @@ fn bad_buffers_and_peers_are_refused_at_enqueue() {
         let send = HostBuffer::<f32>::zeroed(100);
         // recv buffer too small
         let mut small = HostBuffer::<f32>::zeroed(99);
-        let m = msg(comm.all_reduce(&send, &mut small, ReduceOp::Sum, &stream).unwrap_err());
-        assert!(m.contains("recv") && m.contains("99") && m.contains("100"), "{m}");
+        let m = msg(comm
+            .all_reduce(&send, &mut small, ReduceOp::Sum, &stream)
+            .unwrap_err());
+        assert!(
+            m.contains("recv") && m.contains("99") && m.contains("100"),
+            "{m}"
+        );
         let mut gathered = HostBuffer::<f32>::zeroed(199);
         let m = msg(comm.all_gather(&send, &mut gathered, &stream).unwrap_err());
         assert!(m.contains("199") && m.contains("200"), "{m}");
         // dtype mismatch between send and recv
         let mut wrong = UntypedBuffer::zeroed(DataType::F64, 100);
-        let m = msg(comm.all_reduce(&send, &mut wrong, ReduceOp::Sum, &stream).unwrap_err());
+        let m = msg(comm
+            .all_reduce(&send, &mut wrong, ReduceOp::Sum, &stream)
+            .unwrap_err());
         assert!(m.contains("f32") && m.contains("f64"), "{m}");
         // same buffer as send and recv
         let mut alias = send.clone();
-        let m = msg(comm.all_reduce(&send, &mut alias, ReduceOp::Sum, &stream).unwrap_err());
+        let m = msg(comm
+            .all_reduce(&send, &mut alias, ReduceOp::Sum, &stream)
+            .unwrap_err());
         assert!(m.contains("in_place"), "{m}");
         // roots and peers out of range, sending to oneself
         let mut recv = HostBuffer::<f32>::zeroed(100);
@@ -58,39 +72,48 @@ fn bad_buffers_and_peers_are_refused_at_enqueue() {
         let mut odd2 = HostBuffer::<f32>::zeroed(101);
         assert!(msg(comm.all_to_all(&odd, &mut odd2, &stream).unwrap_err()).contains("101"));
         // Nothing was enqueued: the communicator still works.
-        comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream).unwrap();
+        comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)
+            .unwrap();
         stream.synchronize().unwrap();
     });
 }
 
 #[test]
 fn mismatched_counts_fail_on_both_ranks_without_hanging() {
-    let config = Config { timeout: Duration::from_secs(30), ..small_config() };
+    let config = Config {
+        timeout: Duration::from_secs(30),
+        ..small_config()
+    };
     let results = run_threads(2, config, Duration::from_secs(60), |comm| {
         let stream = HostStream::new().unwrap();
         let n = if comm.rank() == 0 { 10 } else { 12 };
         let send = HostBuffer::<i32>::zeroed(n);
         let mut recv = HostBuffer::<i32>::zeroed(n);
-        comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream).unwrap();
+        comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)
+            .unwrap();
         let t0 = std::time::Instant::now();
         let e = stream.synchronize().unwrap_err();
         (e, t0.elapsed())
     });
     for (rank, (e, took)) in results.into_iter().enumerate() {
-        assert!(took < Duration::from_secs(10), "rank {rank} waited {took:?}");
+        assert!(
+            took < Duration::from_secs(10),
+            "rank {rank} waited {took:?}"
+        );
         assert!(matches!(e, Error::RemoteFailed { .. }), "rank {rank}: {e}");
     }
 }
 
 #[test]
 fn abort_releases_a_waiting_stream() {
-    let results = run_threads(2, small_config(), Duration::from_secs(60), |comm| {
+    run_threads(2, small_config(), Duration::from_secs(60), |comm| {
         let stream = HostStream::new().unwrap();
         let buf = HostBuffer::<f32>::zeroed(10);
         let mut out = HostBuffer::<f32>::zeroed(10);
         if comm.rank() == 0 {
             // Rank 1 never joins this all_reduce; rank 0 aborts from another thread.
-            comm.all_reduce(&buf, &mut out, ReduceOp::Sum, &stream).unwrap();
+            comm.all_reduce(&buf, &mut out, ReduceOp::Sum, &stream)
+                .unwrap();
             let c = comm.clone();
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(100));
@@ -106,7 +129,10 @@ fn abort_releases_a_waiting_stream() {
             // Rank 1 arrives late and sees rank 0's failure in its own barrier.
             std::thread::sleep(Duration::from_millis(400));
             let e = comm.barrier_host().unwrap_err();
-            assert!(matches!(e, Error::RemoteFailed { peer: 0, .. } | Error::Aborted(_)), "{e}");
+            assert!(
+                matches!(e, Error::RemoteFailed { peer: 0, .. } | Error::Aborted(_)),
+                "{e}"
+            );
         }
     });
 }

@@ -28,7 +28,11 @@ fn host_barrier(n: usize, iters: usize) {
             arrived.fetch_add(1, Ordering::SeqCst);
             comm.barrier_host().unwrap();
             let seen = arrived.load(Ordering::SeqCst);
-            assert!(seen >= n * (k + 1), "rank {} left barrier {k} after {seen} arrivals", comm.rank());
+            assert!(
+                seen >= n * (k + 1),
+                "rank {} left barrier {k} after {seen} arrivals",
+                comm.rank()
+            );
         }
     });
 }
@@ -44,7 +48,10 @@ fn host_barrier_holds_for_1_to_9_ranks() {
 /// after it checks; both run on the stream, so this checks stream order.
 fn stream_barrier(n: usize, iters: usize, progress: Progress, captured: bool) {
     let arrived = Arc::new(AtomicUsize::new(0));
-    let config = Config { progress, ..small_config() };
+    let config = Config {
+        progress,
+        ..small_config()
+    };
     run_threads(n, config, Duration::from_secs(120), move |comm| {
         let stream = HostStream::new().unwrap();
         let rank = comm.rank();
@@ -60,7 +67,10 @@ fn stream_barrier(n: usize, iters: usize, progress: Progress, captured: bool) {
             s.host_fn(move || {
                 let k = d.fetch_add(1, Ordering::SeqCst);
                 let seen = a.load(Ordering::SeqCst);
-                assert!(seen >= n * (k + 1), "rank {rank} passed stream barrier {k} after {seen} arrivals");
+                assert!(
+                    seen >= n * (k + 1),
+                    "rank {rank} passed stream barrier {k} after {seen} arrivals"
+                );
             })
             .unwrap();
         };
@@ -80,7 +90,10 @@ fn stream_barrier(n: usize, iters: usize, progress: Progress, captured: bool) {
             }
         }
         stream.synchronize().unwrap();
-        assert_eq!(done.load(Ordering::SeqCst), if captured { iters / 3 * 3 } else { iters });
+        assert_eq!(
+            done.load(Ordering::SeqCst),
+            if captured { iters / 3 * 3 } else { iters }
+        );
     });
 }
 

@@ -36,11 +36,18 @@ fn matrix(n: usize) {
         let mut cases = 0usize;
         for (ci, collective) in collectives(n).into_iter().enumerate() {
             for dtype in DTYPES {
-                let ops: &[ReduceOp] = if reduces(collective) { &ReduceOp::ALL } else { &[ReduceOp::Sum] };
+                let ops: &[ReduceOp] = if reduces(collective) {
+                    &ReduceOp::ALL
+                } else {
+                    &[ReduceOp::Sum]
+                };
                 for &op in ops {
                     for (k, count) in counts(dtype).into_iter().enumerate() {
                         // The largest count only for f32/u8 and the sum, to keep the suite short.
-                        if k == 5 && !(matches!(dtype, DataType::F32 | DataType::U8) || op == ReduceOp::Sum) {
+                        if k == 5
+                            && !(matches!(dtype, DataType::F32 | DataType::U8)
+                                || op == ReduceOp::Sum)
+                        {
                             continue;
                         }
                         for in_place in [false, true] {
@@ -53,7 +60,11 @@ fn matrix(n: usize) {
                                 op,
                                 count,
                                 in_place,
-                                seed: base ^ ((ci as u64) << 40) ^ ((dtype as u64) << 32) ^ ((op as u64) << 24) ^ count as u64,
+                                seed: base
+                                    ^ ((ci as u64) << 40)
+                                    ^ ((dtype as u64) << 32)
+                                    ^ ((op as u64) << 24)
+                                    ^ count as u64,
                             };
                             if let Err(e) = run_case(&comm, &stream, &case) {
                                 panic!("{e}");

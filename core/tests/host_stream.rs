@@ -26,10 +26,17 @@ fn work_progresses_without_synchronize() {
     let stream = HostStream::new().unwrap();
     let done = Arc::new(AtomicUsize::new(0));
     let d = done.clone();
-    stream.host_fn(move || { d.store(1, Ordering::SeqCst); }).unwrap();
+    stream
+        .host_fn(move || {
+            d.store(1, Ordering::SeqCst);
+        })
+        .unwrap();
     let t0 = Instant::now();
     while done.load(Ordering::SeqCst) == 0 {
-        assert!(t0.elapsed() < Duration::from_secs(10), "worker never ran the task");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "worker never ran the task"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -44,7 +51,8 @@ fn doorbells_order_two_streams() {
     let seen = Arc::new(Mutex::new(0u64));
     let s2 = seen.clone();
     b.wait_value32(&bell, 5, WaitCmp::Geq).unwrap();
-    b.host_fn(move || *s2.lock().unwrap() = bb.to_vec()[0]).unwrap();
+    b.host_fn(move || *s2.lock().unwrap() = bb.to_vec()[0])
+        .unwrap();
     let ba = buf.clone();
     a.host_fn(move || {
         std::thread::sleep(Duration::from_millis(20));
@@ -65,7 +73,10 @@ fn wait_eq_needs_exact_value_and_poison_fails_the_stream() {
     s.wait_value32(&bell, 3, WaitCmp::Eq).unwrap();
     let ran = Arc::new(AtomicUsize::new(0));
     let r = ran.clone();
-    s.host_fn(move || { r.fetch_add(1, Ordering::SeqCst); }).unwrap();
+    s.host_fn(move || {
+        r.fetch_add(1, Ordering::SeqCst);
+    })
+    .unwrap();
     bell.store(4); // not equal: still waiting
     std::thread::sleep(Duration::from_millis(20));
     assert!(!s.query());
@@ -111,7 +122,8 @@ fn events_order_streams_and_report_completion() {
     let bb = buf.clone();
     let copy = Arc::new(Mutex::new(Vec::new()));
     let c2 = copy.clone();
-    b.host_fn(move || *c2.lock().unwrap() = bb.to_vec()).unwrap();
+    b.host_fn(move || *c2.lock().unwrap() = bb.to_vec())
+        .unwrap();
     b.synchronize().unwrap();
     assert_eq!(*copy.lock().unwrap(), vec![-3; 8]);
     ev.synchronize().unwrap();
@@ -126,7 +138,10 @@ fn capture_and_replay() {
     s.begin_capture().unwrap();
     assert!(s.begin_capture().is_err());
     let c = counter.clone();
-    s.host_fn(move || { c.fetch_add(1, Ordering::SeqCst); }).unwrap();
+    s.host_fn(move || {
+        c.fetch_add(1, Ordering::SeqCst);
+    })
+    .unwrap();
     s.write_value32(&bell, 1).unwrap();
     s.wait_value32(&bell, 1, WaitCmp::Eq).unwrap();
     s.write_value32(&bell, 0).unwrap();
@@ -144,7 +159,10 @@ fn capture_and_replay() {
     assert!(s.end_capture().is_err());
     // Event use during capture is refused.
     s.begin_capture().unwrap();
-    assert!(matches!(HostEvent::new().record(&s), Err(Error::InvalidUsage(_))));
+    assert!(matches!(
+        HostEvent::new().record(&s),
+        Err(Error::InvalidUsage(_))
+    ));
     assert!(matches!(graph.launch(&s), Err(Error::InvalidUsage(_))));
     s.end_capture().unwrap();
 }

@@ -25,7 +25,13 @@ fn launch(n: usize, scenario: &str, buffsize: &str) {
     let seed = harness::seed();
     let exe = std::env::current_exe().unwrap();
     let launcher = LocalLauncher::new(n, exe)
-        .args(["--exact", "child", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(SCENARIO, scenario)
         .env(SEED, seed.to_string())
         .env("STREAMCOMM_BUFFSIZE", buffsize)
@@ -39,7 +45,11 @@ fn launch(n: usize, scenario: &str, buffsize: &str) {
         .recv_timeout(Duration::from_secs(300))
         .expect("watchdog: the ranks did not finish in 300 s")
         .expect("launch");
-    assert_eq!(outcome.exit_code(), 0, "{scenario} on {n} ranks failed: {outcome:?}");
+    assert_eq!(
+        outcome.exit_code(),
+        0,
+        "{scenario} on {n} ranks failed: {outcome:?}"
+    );
 }
 
 #[test]
@@ -77,7 +87,14 @@ fn matrix_slice(comm: &Communicator, stream: &HostStream, seed: u64) {
                         if in_place && collective == Collective::AllToAll {
                             continue;
                         }
-                        let case = Case { collective, dtype, op, count, in_place, seed: seed ^ count as u64 ^ (dtype as u64) << 32 };
+                        let case = Case {
+                            collective,
+                            dtype,
+                            op,
+                            count,
+                            in_place,
+                            seed: seed ^ count as u64 ^ (dtype as u64) << 32,
+                        };
                         run_case(comm, stream, &case).unwrap_or_else(|e| panic!("{e}"));
                     }
                 }
@@ -95,15 +112,24 @@ fn stream_order(comm: &Communicator, stream: &HostStream, _seed: u64) {
     let mut b = HostBuffer::<u64>::zeroed(count);
     // a[i] = rank + i, written by a user task on the stream (not by the host).
     let a1 = a.clone();
-    stream.host_fn(move || a1.with_mut(|s| s.iter_mut().enumerate().for_each(|(i, v)| *v = rank + i as u64))).unwrap();
+    stream
+        .host_fn(move || {
+            a1.with_mut(|s| {
+                s.iter_mut()
+                    .enumerate()
+                    .for_each(|(i, v)| *v = rank + i as u64)
+            })
+        })
+        .unwrap();
     comm.all_reduce(&a, &mut b, ReduceOp::Sum, stream).unwrap();
     // The user task sees the reduced b and derives the next input from it.
     let (a2, b2) = (a.clone(), b.clone());
-    stream.host_fn(move || {
-        let bv = b2.to_vec();
-        a2.with_mut(|s| s.iter_mut().zip(bv).for_each(|(v, x)| *v = x * 2 + rank));
-    })
-    .unwrap();
+    stream
+        .host_fn(move || {
+            let bv = b2.to_vec();
+            a2.with_mut(|s| s.iter_mut().zip(bv).for_each(|(v, x)| *v = x * 2 + rank));
+        })
+        .unwrap();
     comm.all_reduce(&a, &mut b, ReduceOp::Sum, stream).unwrap();
     // Second stream: waits on an event recorded after the collectives.
     let other = HostStream::new().unwrap();
@@ -112,7 +138,9 @@ fn stream_order(comm: &Communicator, stream: &HostStream, _seed: u64) {
     ev.wait_on(&other).unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let (b3, s3) = (b.clone(), seen.clone());
-    other.host_fn(move || *s3.lock().unwrap() = b3.to_vec()).unwrap();
+    other
+        .host_fn(move || *s3.lock().unwrap() = b3.to_vec())
+        .unwrap();
     other.synchronize().unwrap();
     stream.synchronize().unwrap();
     let ranks_sum = n * (n - 1) / 2;
@@ -131,26 +159,49 @@ fn graph_replay(comm: &Communicator, stream: &HostStream, seed: u64) {
     let send = HostBuffer::<f32>::zeroed(count);
     let mut recv = HostBuffer::<f32>::zeroed(count);
     stream.begin_capture().unwrap();
-    comm.all_reduce(&send, &mut recv, ReduceOp::Sum, stream).unwrap();
+    comm.all_reduce(&send, &mut recv, ReduceOp::Sum, stream)
+        .unwrap();
     comm.barrier(stream).unwrap();
     let graph = stream.end_capture().unwrap();
     stream.synchronize().unwrap();
     for iter in 0..100u64 {
-        let inputs = common::gen_inputs(Collective::AllReduce, DataType::F32, ReduceOp::Sum, n, count, seed ^ iter);
-        let want = common::expected(Collective::AllReduce, DataType::F32, ReduceOp::Sum, n, count, &inputs);
+        let inputs = common::gen_inputs(
+            Collective::AllReduce,
+            DataType::F32,
+            ReduceOp::Sum,
+            n,
+            count,
+            seed ^ iter,
+        );
+        let want = common::expected(
+            Collective::AllReduce,
+            DataType::F32,
+            ReduceOp::Sum,
+            n,
+            count,
+            &inputs,
+        );
         let mine: Vec<f32> = bytemuck_f32(&inputs[rank]);
         send.copy_from(&mine).unwrap();
         recv.fill_bytes(0xA5);
         graph.launch(stream).unwrap();
         stream.synchronize().unwrap();
         let got: Vec<u8> = recv.to_vec().iter().flat_map(|v| v.to_ne_bytes()).collect();
-        common::check(DataType::F32, ReduceOp::Sum, &got, want[rank].as_ref().unwrap())
-            .unwrap_or_else(|e| panic!("replay {iter}: {e}"));
+        common::check(
+            DataType::F32,
+            ReduceOp::Sum,
+            &got,
+            want[rank].as_ref().unwrap(),
+        )
+        .unwrap_or_else(|e| panic!("replay {iter}: {e}"));
     }
 }
 
 fn bytemuck_f32(bytes: &[u8]) -> Vec<f32> {
-    bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect()
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 /// Ring exchange, many ordered small messages between ranks 0 and 1, and a
@@ -170,7 +221,8 @@ fn point_to_point(comm: &Communicator, stream: &HostStream, seed: u64) {
         let slow = (seed % 2) as usize; // pick who is late
         if rank == 0 {
             for i in 0..2000u32 {
-                comm.send(&HostBuffer::from_slice(&[i, i ^ 0xdead]), 1, stream).unwrap();
+                comm.send(&HostBuffer::from_slice(&[i, i ^ 0xdead]), 1, stream)
+                    .unwrap();
             }
             stream.synchronize().unwrap();
         } else {

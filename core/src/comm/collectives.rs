@@ -74,7 +74,14 @@ impl Communicator {
             send: Some(s.clone()),
             recv: Some(r),
         };
-        self.enqueue(Collective::AllReduce, s.dtype(), op, s.len(), binding, stream)
+        self.enqueue(
+            Collective::AllReduce,
+            s.dtype(),
+            op,
+            s.len(),
+            binding,
+            stream,
+        )
     }
 
     /// [`Communicator::all_reduce`] with one buffer as input and output.
@@ -89,7 +96,14 @@ impl Communicator {
     ) -> Result<()> {
         let v = buf.buf_view();
         let (dtype, count) = (v.dtype(), v.len());
-        self.enqueue(Collective::AllReduce, dtype, op, count, Binding::InPlace(v), stream)
+        self.enqueue(
+            Collective::AllReduce,
+            dtype,
+            op,
+            count,
+            Binding::InPlace(v),
+            stream,
+        )
     }
 
     /// Copies `root`'s `send` into every rank's `recv` (`count = recv.len()`;
@@ -107,18 +121,40 @@ impl Communicator {
         let (s, r) = (send.buf_view(), recv.buf_view());
         let (dtype, count) = (r.dtype(), r.len());
         let send = (self.rank() == root).then_some(s);
-        let binding = Binding::Separate { send, recv: Some(r) };
-        self.enqueue(Collective::Broadcast { root }, dtype, ReduceOp::Sum, count, binding, stream)
+        let binding = Binding::Separate {
+            send,
+            recv: Some(r),
+        };
+        self.enqueue(
+            Collective::Broadcast { root },
+            dtype,
+            ReduceOp::Sum,
+            count,
+            binding,
+            stream,
+        )
     }
 
     /// [`Communicator::broadcast`] in one buffer (the root's is the source).
     ///
     /// # Errors
     /// As [`Communicator::broadcast`].
-    pub fn broadcast_in_place(&self, buf: &mut impl AsBufView, root: usize, stream: &HostStream) -> Result<()> {
+    pub fn broadcast_in_place(
+        &self,
+        buf: &mut impl AsBufView,
+        root: usize,
+        stream: &HostStream,
+    ) -> Result<()> {
         let v = buf.buf_view();
         let (dtype, count) = (v.dtype(), v.len());
-        self.enqueue(Collective::Broadcast { root }, dtype, ReduceOp::Sum, count, Binding::InPlace(v), stream)
+        self.enqueue(
+            Collective::Broadcast { root },
+            dtype,
+            ReduceOp::Sum,
+            count,
+            Binding::InPlace(v),
+            stream,
+        )
     }
 
     /// Reduces every rank's `send` into `root`'s `recv` (`count = send.len()`;
@@ -137,18 +173,41 @@ impl Communicator {
         let (s, r) = (send.buf_view(), recv.buf_view());
         let (dtype, count) = (s.dtype(), s.len());
         let recv = (self.rank() == root).then_some(r);
-        let binding = Binding::Separate { send: Some(s), recv };
-        self.enqueue(Collective::Reduce { root }, dtype, op, count, binding, stream)
+        let binding = Binding::Separate {
+            send: Some(s),
+            recv,
+        };
+        self.enqueue(
+            Collective::Reduce { root },
+            dtype,
+            op,
+            count,
+            binding,
+            stream,
+        )
     }
 
     /// [`Communicator::reduce`] in one buffer.
     ///
     /// # Errors
     /// As [`Communicator::reduce`].
-    pub fn reduce_in_place(&self, buf: &mut impl AsBufView, op: ReduceOp, root: usize, stream: &HostStream) -> Result<()> {
+    pub fn reduce_in_place(
+        &self,
+        buf: &mut impl AsBufView,
+        op: ReduceOp,
+        root: usize,
+        stream: &HostStream,
+    ) -> Result<()> {
         let v = buf.buf_view();
         let (dtype, count) = (v.dtype(), v.len());
-        self.enqueue(Collective::Reduce { root }, dtype, op, count, Binding::InPlace(v), stream)
+        self.enqueue(
+            Collective::Reduce { root },
+            dtype,
+            op,
+            count,
+            Binding::InPlace(v),
+            stream,
+        )
     }
 
     /// Concatenates every rank's `send` (in rank order) into every rank's
@@ -156,11 +215,26 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`Communicator::all_reduce`].
-    pub fn all_gather(&self, send: &impl AsBufView, recv: &mut impl AsBufView, stream: &HostStream) -> Result<()> {
+    pub fn all_gather(
+        &self,
+        send: &impl AsBufView,
+        recv: &mut impl AsBufView,
+        stream: &HostStream,
+    ) -> Result<()> {
         let (s, r) = (send.buf_view(), recv.buf_view());
         let (dtype, count) = (s.dtype(), s.len());
-        let binding = Binding::Separate { send: Some(s), recv: Some(r) };
-        self.enqueue(Collective::AllGather, dtype, ReduceOp::Sum, count, binding, stream)
+        let binding = Binding::Separate {
+            send: Some(s),
+            recv: Some(r),
+        };
+        self.enqueue(
+            Collective::AllGather,
+            dtype,
+            ReduceOp::Sum,
+            count,
+            binding,
+            stream,
+        )
     }
 
     /// [`Communicator::all_gather`] in one buffer of `size * count` elements,
@@ -171,7 +245,14 @@ impl Communicator {
     pub fn all_gather_in_place(&self, buf: &mut impl AsBufView, stream: &HostStream) -> Result<()> {
         let v = buf.buf_view();
         let count = self.per_rank(v.len(), "all_gather_in_place")?;
-        self.enqueue(Collective::AllGather, v.dtype(), ReduceOp::Sum, count, Binding::InPlace(v), stream)
+        self.enqueue(
+            Collective::AllGather,
+            v.dtype(),
+            ReduceOp::Sum,
+            count,
+            Binding::InPlace(v),
+            stream,
+        )
     }
 
     /// Reduces every rank's `send` (`size * count` elements) and leaves block
@@ -188,7 +269,10 @@ impl Communicator {
     ) -> Result<()> {
         let (s, r) = (send.buf_view(), recv.buf_view());
         let (dtype, count) = (r.dtype(), r.len());
-        let binding = Binding::Separate { send: Some(s), recv: Some(r) };
+        let binding = Binding::Separate {
+            send: Some(s),
+            recv: Some(r),
+        };
         self.enqueue(Collective::ReduceScatter, dtype, op, count, binding, stream)
     }
 
@@ -197,10 +281,22 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`Communicator::all_gather_in_place`].
-    pub fn reduce_scatter_in_place(&self, buf: &mut impl AsBufView, op: ReduceOp, stream: &HostStream) -> Result<()> {
+    pub fn reduce_scatter_in_place(
+        &self,
+        buf: &mut impl AsBufView,
+        op: ReduceOp,
+        stream: &HostStream,
+    ) -> Result<()> {
         let v = buf.buf_view();
         let count = self.per_rank(v.len(), "reduce_scatter_in_place")?;
-        self.enqueue(Collective::ReduceScatter, v.dtype(), op, count, Binding::InPlace(v), stream)
+        self.enqueue(
+            Collective::ReduceScatter,
+            v.dtype(),
+            op,
+            count,
+            Binding::InPlace(v),
+            stream,
+        )
     }
 
     /// Sends block `j` of `send` to rank `j`, which stores it as block `rank`
@@ -208,11 +304,26 @@ impl Communicator {
     ///
     /// # Errors
     /// As [`Communicator::all_gather_in_place`].
-    pub fn all_to_all(&self, send: &impl AsBufView, recv: &mut impl AsBufView, stream: &HostStream) -> Result<()> {
+    pub fn all_to_all(
+        &self,
+        send: &impl AsBufView,
+        recv: &mut impl AsBufView,
+        stream: &HostStream,
+    ) -> Result<()> {
         let (s, r) = (send.buf_view(), recv.buf_view());
         let (dtype, count) = (s.dtype(), self.per_rank(s.len(), "all_to_all")?);
-        let binding = Binding::Separate { send: Some(s), recv: Some(r) };
-        self.enqueue(Collective::AllToAll, dtype, ReduceOp::Sum, count, binding, stream)
+        let binding = Binding::Separate {
+            send: Some(s),
+            recv: Some(r),
+        };
+        self.enqueue(
+            Collective::AllToAll,
+            dtype,
+            ReduceOp::Sum,
+            count,
+            binding,
+            stream,
+        )
     }
 
     /// Sends `buf` to `peer`, which must post a matching [`Communicator::recv`]
@@ -223,8 +334,18 @@ impl Communicator {
     pub fn send(&self, buf: &impl AsBufView, peer: usize, stream: &HostStream) -> Result<()> {
         let v = buf.buf_view();
         let (dtype, count) = (v.dtype(), v.len());
-        let binding = Binding::Separate { send: Some(v), recv: None };
-        self.enqueue(Collective::Send { peer }, dtype, ReduceOp::Sum, count, binding, stream)
+        let binding = Binding::Separate {
+            send: Some(v),
+            recv: None,
+        };
+        self.enqueue(
+            Collective::Send { peer },
+            dtype,
+            ReduceOp::Sum,
+            count,
+            binding,
+            stream,
+        )
     }
 
     /// Receives `buf.len()` elements from `peer` into `buf`. A message of a
@@ -235,8 +356,18 @@ impl Communicator {
     pub fn recv(&self, buf: &mut impl AsBufView, peer: usize, stream: &HostStream) -> Result<()> {
         let v = buf.buf_view();
         let (dtype, count) = (v.dtype(), v.len());
-        let binding = Binding::Separate { send: None, recv: Some(v) };
-        self.enqueue(Collective::Recv { peer }, dtype, ReduceOp::Sum, count, binding, stream)
+        let binding = Binding::Separate {
+            send: None,
+            recv: Some(v),
+        };
+        self.enqueue(
+            Collective::Recv { peer },
+            dtype,
+            ReduceOp::Sum,
+            count,
+            binding,
+            stream,
+        )
     }
 
     /// Stream-ordered barrier: work enqueued after it, on any rank, starts only
@@ -266,8 +397,13 @@ impl Communicator {
         let inner = &self.inner;
         let ticket = inner.turns.take();
         let plan = inner.barrier_plan.clone();
-        let binding = Binding::Separate { send: None, recv: None };
-        inner.run_ticketed(ticket, JobMode::Run, "barrier_host", |c| c.run_plan(&plan, &binding, ticket))
+        let binding = Binding::Separate {
+            send: None,
+            recv: None,
+        };
+        inner.run_ticketed(ticket, JobMode::Run, "barrier_host", |c| {
+            c.run_plan(&plan, &binding, ticket)
+        })
     }
 
     fn per_rank(&self, len: usize, what: &str) -> Result<usize> {

@@ -112,7 +112,12 @@ impl CommInner {
     ) -> Result<()> {
         let policy = self.policy();
         if let Err(w) = self.turns.wait(ticket, &policy) {
-            let e = self.wait_error(w, what, "its turn on the communicator (an earlier operation has not finished)".into(), None);
+            let e = self.wait_error(
+                w,
+                what,
+                "its turn on the communicator (an earlier operation has not finished)".into(),
+                None,
+            );
             self.fail(&e);
             return Err(e);
         }
@@ -166,7 +171,16 @@ impl CommInner {
             None => None,
         };
         let written = if step.src.is_none() && step.dst.is_none() {
-            apply_step(plan, step, &mut crate::plan::Buffers::Separate { send: &[], recv: &mut [] }, slot_in, slot_out)?
+            apply_step(
+                plan,
+                step,
+                &mut crate::plan::Buffers::Separate {
+                    send: &[],
+                    recv: &mut [],
+                },
+                slot_in,
+                slot_out,
+            )?
         } else {
             binding.with_buffers(plan, |bufs| apply_step(plan, step, bufs, slot_in, slot_out))?
         };
@@ -181,7 +195,12 @@ impl CommInner {
 
     fn ring_error(&self, e: RingError, what: &str, peer: usize, waiting_for: &str) -> Error {
         match e {
-            RingError::Wait(w) => self.wait_error(w, what, format!("{waiting_for} from rank {peer} over shm"), Some(peer)),
+            RingError::Wait(w) => self.wait_error(
+                w,
+                what,
+                format!("{waiting_for} from rank {peer} over shm"),
+                Some(peer),
+            ),
             RingError::BadLength(len) => Error::Transport {
                 transport: "shm",
                 peer,
@@ -191,7 +210,13 @@ impl CommInner {
     }
 
     /// Turns a failed wait into the error a user should see.
-    pub(crate) fn wait_error(&self, w: WaitError, what: &str, waiting_for: String, peer: Option<usize>) -> Error {
+    pub(crate) fn wait_error(
+        &self,
+        w: WaitError,
+        what: &str,
+        waiting_for: String,
+        peer: Option<usize>,
+    ) -> Error {
         match w {
             WaitError::Timeout(d) => Error::Timeout {
                 op: what.to_string(),
@@ -204,13 +229,17 @@ impl CommInner {
                 }
                 let by = self.segment.header().failed_by.load(Ordering::Acquire);
                 match by.checked_sub(1) {
-                    Some(r) if r as usize == self.rank => Error::Aborted(format!("{what}: communicator aborted")),
+                    Some(r) if r as usize == self.rank => {
+                        Error::Aborted(format!("{what}: communicator aborted"))
+                    }
                     Some(r) => Error::RemoteFailed {
                         peer: r as usize,
                         op: what.to_string(),
                         cause: "the peer reported a failure and aborted the communicator".into(),
                     },
-                    None => Error::Aborted(format!("{what} (waiting for {waiting_for}, peer {peer:?})")),
+                    None => {
+                        Error::Aborted(format!("{what} (waiting for {waiting_for}, peer {peer:?})"))
+                    }
                 }
             }
         }

@@ -118,7 +118,9 @@ impl Communicator {
             return Err(Error::invalid("communicator size must be at least 1"));
         }
         if rank >= size {
-            return Err(Error::invalid(format!("rank {rank} out of range for size {size}")));
+            return Err(Error::invalid(format!(
+                "rank {rank} out of range for size {size}"
+            )));
         }
         config.validate()?;
         let Backend::Host = backend;
@@ -126,7 +128,8 @@ impl Communicator {
             nsteps: config.nsteps,
             slot_bytes: config.slot_bytes(),
         };
-        let mut boot = Bootstrap::connect(id, rank, size, config.timeout.min(Duration::from_secs(120)))?;
+        let mut boot =
+            Bootstrap::connect(id, rank, size, config.timeout.min(Duration::from_secs(120)))?;
         let mut segment = Segment::create(size, shape)?;
         let me = Endpoint {
             host: local_host_id(),
@@ -223,7 +226,9 @@ impl Communicator {
         let info = detect_from_process_env()?;
         let id = match info.root {
             RootSpec::UniqueId(id) => id,
-            RootSpec::Address { addr, secret } if info.rank == 0 => UniqueId::serve_at(addr, secret)?,
+            RootSpec::Address { addr, secret } if info.rank == 0 => {
+                UniqueId::serve_at(addr, secret)?
+            }
             RootSpec::Address { addr, secret } => UniqueId::from_parts(addr, secret),
         };
         Communicator::init(&id, info.rank, info.size, Backend::Host)
@@ -265,6 +270,7 @@ impl Communicator {
     /// [`Error::RemoteFailed`] naming this rank, instead of waiting for
     /// their timeout.
     pub fn abort(&self) {
-        self.inner.fail(&Error::Aborted("abort() was called".into()));
+        self.inner
+            .fail(&Error::Aborted("abort() was called".into()));
     }
 }

@@ -322,7 +322,8 @@ impl HostStream {
 
     /// True when all enqueued work has finished (never blocks).
     pub fn query(&self) -> bool {
-        self.shared.completed.load(Ordering::Acquire) >= self.shared.enqueued.load(Ordering::Relaxed)
+        self.shared.completed.load(Ordering::Acquire)
+            >= self.shared.enqueued.load(Ordering::Relaxed)
     }
 
     /// The sticky error, if a task has failed.

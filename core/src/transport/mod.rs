@@ -85,7 +85,8 @@ impl Segment {
             shm: ShmSegment::open(name, segment_bytes(nranks, shape))?,
         };
         let h = seg.header();
-        if h.magic.load(Ordering::Acquire) != MAGIC || h.version.load(Ordering::Relaxed) != VERSION {
+        if h.magic.load(Ordering::Acquire) != MAGIC || h.version.load(Ordering::Relaxed) != VERSION
+        {
             return Err(Error::InvalidUsage(format!(
                 "{name} is not a streamcomm v{VERSION} segment"
             )));
@@ -136,10 +137,8 @@ pub struct Connection {
 
 /// Raises the failure word of a segment (first reporter wins).
 pub fn raise_failure(header: &SegmentHeader, rank: usize) {
-    let _ = header.failed_by.compare_exchange(
-        0,
-        rank as u32 + 1,
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    );
+    let _ =
+        header
+            .failed_by
+            .compare_exchange(0, rank as u32 + 1, Ordering::AcqRel, Ordering::Acquire);
 }

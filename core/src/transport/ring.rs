@@ -146,7 +146,10 @@ impl RingEnd {
         // SAFETY: the credit check above gives this slot to the sender alone
         // until it publishes `tail + 1`; the payload follows the header.
         Ok(unsafe {
-            std::slice::from_raw_parts_mut(self.slot_ptr(tail).add(SLOT_HEADER), self.shape.slot_bytes)
+            std::slice::from_raw_parts_mut(
+                self.slot_ptr(tail).add(SLOT_HEADER),
+                self.shape.slot_bytes,
+            )
         })
     }
 
@@ -180,7 +183,9 @@ impl RingEnd {
         // SAFETY: tail > head, so the sender published this slot (Acquire
         // above orders its writes before our reads) and will not touch it until
         // we advance head; len was checked against the slot size.
-        Ok(unsafe { std::slice::from_raw_parts(self.slot_ptr(head).add(SLOT_HEADER), len as usize) })
+        Ok(unsafe {
+            std::slice::from_raw_parts(self.slot_ptr(head).add(SLOT_HEADER), len as usize)
+        })
     }
 
     /// Receiver: returns the slot from [`RingEnd::acquire_recv`] to the sender.
@@ -224,7 +229,12 @@ mod tests {
             slot_bytes: 64,
         };
         // SAFETY: aligned, zeroed, sized for the shape, outlives both ends.
-        let (tx, rx) = unsafe { (RingEnd::new(mem.0.as_mut_ptr(), shape), RingEnd::new(mem.0.as_mut_ptr(), shape)) };
+        let (tx, rx) = unsafe {
+            (
+                RingEnd::new(mem.0.as_mut_ptr(), shape),
+                RingEnd::new(mem.0.as_mut_ptr(), shape),
+            )
+        };
         let policy = WaitPolicy::new(10, Duration::from_millis(20));
         for i in 0..4u8 {
             let s = tx.acquire_send(&policy).unwrap();
@@ -232,7 +242,10 @@ mod tests {
             tx.commit_send(1 + i as usize);
         }
         // Ring full: no credit.
-        assert!(matches!(tx.acquire_send(&policy), Err(RingError::Wait(WaitError::Timeout(_)))));
+        assert!(matches!(
+            tx.acquire_send(&policy),
+            Err(RingError::Wait(WaitError::Timeout(_)))
+        ));
         for i in 0..4u8 {
             let s = rx.acquire_recv(&policy).unwrap();
             assert_eq!((s[0], s.len()), (i, 1 + i as usize));

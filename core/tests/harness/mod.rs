@@ -37,7 +37,7 @@ pub fn run_threads<R: Send + 'static>(
     let id = UniqueId::new().expect("unique id");
     let (tx, rx) = mpsc::channel();
     for rank in 0..n {
-        let (id, config, f, tx) = (id.clone(), config.clone(), f.clone(), tx.clone());
+        let (id, config, f, tx) = (id, config.clone(), f.clone(), tx.clone());
         std::thread::Builder::new()
             .name(format!("rank-{rank}"))
             .spawn(move || {
@@ -84,7 +84,10 @@ pub struct Case {
 
 /// Where send and recv lie inside an in-place buffer (NCCL's layout), and its length.
 fn in_place_layout(c: &Case, rank: usize, n: usize) -> (usize, usize, usize) {
-    let (s, r) = (send_count(c.collective, rank, n, c.count), recv_count(c.collective, rank, n, c.count));
+    let (s, r) = (
+        send_count(c.collective, rank, n, c.count),
+        recv_count(c.collective, rank, n, c.count),
+    );
     match c.collective {
         Collective::AllGather => (rank * c.count, 0, n * c.count),
         Collective::ReduceScatter => (0, rank * c.count, n * c.count),
@@ -130,7 +133,8 @@ pub fn run_case(comm: &Communicator, stream: &HostStream, c: &Case) -> Result<()
     send.copy_from_bytes(&inputs[rank]).map_err(ctx)?;
     let rlen = recv_count(c.collective, rank, n, c.count);
     let mut recv = UntypedBuffer::zeroed(c.dtype, rlen);
-    recv.copy_from_bytes(&vec![POISON; rlen * esize]).map_err(ctx)?;
+    recv.copy_from_bytes(&vec![POISON; rlen * esize])
+        .map_err(ctx)?;
     match c.collective {
         Collective::AllReduce => comm.all_reduce(&send, &mut recv, c.op, stream),
         Collective::AllGather => comm.all_gather(&send, &mut recv, stream),
@@ -143,7 +147,8 @@ pub fn run_case(comm: &Communicator, stream: &HostStream, c: &Case) -> Result<()
     .map_err(ctx)?;
     stream.synchronize().map_err(ctx)?;
     match &want[rank] {
-        Some(want) => check(c.dtype, c.op, &recv.to_bytes(), want).map_err(|m| format!("rank {rank} {c:?}: {m}")),
+        Some(want) => check(c.dtype, c.op, &recv.to_bytes(), want)
+            .map_err(|m| format!("rank {rank} {c:?}: {m}")),
         None => Ok(()),
     }
 }
@@ -163,7 +168,10 @@ pub fn collectives(n: usize) -> Vec<Collective> {
 
 /// True for the collectives that take an operator.
 pub fn reduces(c: Collective) -> bool {
-    matches!(c, Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce { .. })
+    matches!(
+        c,
+        Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce { .. }
+    )
 }
 
 /// A fresh seed for this run, printed so a failure can be replayed with `STREAMCOMM_TEST_SEED`.
