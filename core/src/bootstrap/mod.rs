@@ -1,1 +1,36 @@
-//! Bootstrap: how ranks find each other (filled by the bootstrap work).
+//! Bootstrap: how the ranks of a communicator find each other.
+//!
+//! Transports cannot connect before ranks know each other's endpoints, so a
+//! communicator starts like NCCL's: one process creates a [`UniqueId`] (the
+//! address of a *bootstrap root* plus a random secret) and hands it to every
+//! rank by any means (an environment variable, MPI, a file). Each rank then
+//! calls [`Bootstrap::connect`] with its rank and the size, and the root
+//! relays [`Bootstrap::all_gather`] rounds among them: slow (every byte goes
+//! through one TCP server) but needing nothing but IP connectivity, which is
+//! all one can assume before the transports exist.
+//!
+//! The root is a thread of the process that created the id ([`RootServer`]).
+//! It serves exactly one communicator: the first `size` ranks that present the
+//! secret. Connections without the secret, with malformed or oversized
+//! frames, or that stay silent, are dropped and logged (`tracing::warn!`)
+//! without disturbing the real ranks (DESIGN §7). The secret never appears in
+//! logs or in `Debug` output; it does appear in the id's text and byte forms,
+//! which are meant to be handed to the ranks.
+//!
+//! Lifetime: a root whose ranks never all join exits after
+//! [`RootOptions::timeout`] (10 minutes by default); once they have joined, it
+//! exits when they have all dropped their [`Bootstrap`].
+
+mod client;
+mod id;
+mod rendezvous;
+mod root;
+mod rounds;
+mod wire;
+
+pub use client::Bootstrap;
+pub use id::UniqueId;
+pub use root::{RootOptions, RootServer};
+pub use wire::{MAX_BLOB, MAX_RANKS};
+
+pub(crate) use id::parse_secret;

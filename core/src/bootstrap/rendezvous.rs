@@ -1,0 +1,255 @@
+//! The first phase of the bootstrap root: admitting the ranks.
+//!
+//! A single `poll(2)` loop over the listener, the connections still in their
+//! handshake and the ranks already admitted. A hello is read without blocking,
+//! so a silent or slow stranger costs the others nothing; it is dropped when
+//! its handshake timeout passes. Only a hello with the right magic, version and
+//! secret is considered; then its rank and size are checked against the ranks
+//! already admitted, and a refusal is sent back with its reason.
+
+use std::io::{self, Read};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use super::root::{
+    fail_all, millis, missing_ranks, poll, pollfd, remote_failed, Joined, RootOptions,
+    FRAME_TIMEOUT,
+};
+use super::wire::{Hello, Reply, HELLO_FRAME_LEN, HELLO_LEN, MAX_RANKS};
+use crate::{Error, Result};
+
+/// Connections that may be in their handshake at once; more are refused.
+const MAX_PENDING: usize = 256;
+
+/// A connection that has not finished its hello yet.
+struct Pending {
+    stream: TcpStream,
+    peer: SocketAddr,
+    buf: [u8; HELLO_FRAME_LEN],
+    filled: usize,
+    deadline: Instant,
+}
+
+/// Progress of a pending handshake.
+enum Step {
+    Wait,
+    Drop(String),
+    Hello(Hello),
+}
+
+impl Pending {
+    /// Reads what has arrived without blocking and says what to do next.
+    fn advance(&mut self, secret: &[u8; 16]) -> Step {
+        loop {
+            if self.filled >= 4 {
+                let len = u32::from_le_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]);
+                if len as usize != HELLO_LEN {
+                    return Step::Drop(format!(
+                        "announced a {len}-byte first frame (a hello is {HELLO_LEN} bytes)"
+                    ));
+                }
+            }
+            if self.filled == HELLO_FRAME_LEN {
+                let mut body = [0u8; HELLO_LEN];
+                body.copy_from_slice(&self.buf[4..]);
+                return match Hello::decode(&body, secret) {
+                    Ok(hello) => Step::Hello(hello),
+                    Err(e) => Step::Drop(e.to_string()),
+                };
+            }
+            match self.stream.read(&mut self.buf[self.filled..]) {
+                Ok(0) => {
+                    return Step::Drop(format!(
+                        "closed after {} of {HELLO_FRAME_LEN} hello bytes",
+                        self.filled
+                    ))
+                }
+                Ok(n) => self.filled += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Wait,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Step::Drop(format!("read failed: {e}")),
+            }
+        }
+    }
+}
+
+/// Accepts connections until `size` ranks have said a valid hello.
+pub(super) fn rendezvous(
+    listener: &TcpListener,
+    addr: SocketAddr,
+    secret: &[u8; 16],
+    opts: &RootOptions,
+) -> Result<Vec<Joined>> {
+    let start = Instant::now();
+    let deadline = start + opts.timeout;
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut slots: Vec<Option<Joined>> = Vec::new();
+    let mut joined = 0usize;
+    while slots.is_empty() || joined < slots.len() {
+        let now = Instant::now();
+        if now >= deadline {
+            let missing = missing_ranks(slots.iter().map(Option::is_some));
+            let what = format!("ranks {missing} to join the bootstrap root at {addr}");
+            tracing::warn!("bootstrap rendezvous timed out waiting for {missing}");
+            let reason = format!("bootstrap rendezvous timed out waiting for {missing}");
+            fail_all(
+                slots.iter_mut().flatten().map(|j| &mut j.stream),
+                None,
+                &reason,
+            );
+            return Err(Error::Timeout {
+                op: "bootstrap rendezvous".into(),
+                what,
+                waited_ms: millis(now - start),
+            });
+        }
+        let wake = pending
+            .iter()
+            .map(|p| p.deadline)
+            .fold(deadline, Instant::min);
+        let waiting: Vec<usize> = (0..slots.len()).filter(|&r| slots[r].is_some()).collect();
+        let mut fds = vec![pollfd(listener.as_raw_fd())];
+        fds.extend(pending.iter().map(|p| pollfd(p.stream.as_raw_fd())));
+        fds.extend(
+            waiting
+                .iter()
+                .filter_map(|&r| slots[r].as_ref())
+                .map(|j| pollfd(j.stream.as_raw_fd())),
+        );
+        poll(&mut fds, Some(wake.saturating_duration_since(now)))?;
+
+        // A joined rank never speaks before the welcome: any event means it
+        // closed (or misbehaves), and its slot is free again.
+        for (k, &rank) in waiting.iter().enumerate() {
+            if fds[1 + pending.len() + k].revents != 0 {
+                if let Some(j) = slots[rank].take() {
+                    tracing::warn!(rank, peer = %j.peer, "rank left before all ranks joined");
+                    joined -= 1;
+                }
+            }
+        }
+        if joined == 0 {
+            slots.clear();
+        }
+
+        let now = Instant::now();
+        let mut still = Vec::with_capacity(pending.len());
+        for (k, mut p) in pending.drain(..).enumerate() {
+            let step = if fds[1 + k].revents != 0 {
+                p.advance(secret)
+            } else {
+                Step::Wait
+            };
+            match step {
+                Step::Wait if now >= p.deadline => {
+                    let ms = millis(opts.handshake_timeout);
+                    tracing::warn!(peer = %p.peer, "dropped a connection: no hello within {ms} ms");
+                }
+                Step::Wait => still.push(p),
+                Step::Drop(reason) => {
+                    tracing::warn!(peer = %p.peer, "dropped a connection: {reason}");
+                }
+                Step::Hello(hello) => {
+                    if admit(&mut slots, p, &hello) {
+                        joined += 1;
+                    }
+                }
+            }
+        }
+        pending = still;
+
+        if fds[0].revents != 0 {
+            accept_all(listener, &mut pending, now + opts.handshake_timeout);
+        }
+    }
+    let mut ranks: Vec<Joined> = slots.into_iter().flatten().collect();
+    for rank in 0..ranks.len() {
+        if let Err(e) = Reply::Welcome.write_to(&mut ranks[rank].stream) {
+            let reason = format!("rank {rank} disconnected during the bootstrap rendezvous ({e})");
+            tracing::warn!("{reason}");
+            let others = ranks.iter_mut().enumerate().filter(|(r, _)| *r != rank);
+            fail_all(others.map(|(_, j)| &mut j.stream), Some(rank), &reason);
+            return Err(remote_failed(rank, reason));
+        }
+    }
+    Ok(ranks)
+}
+
+/// Takes every connection waiting in the backlog into the handshake.
+fn accept_all(listener: &TcpListener, pending: &mut Vec<Pending>, deadline: Instant) {
+    loop {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                if pending.len() >= MAX_PENDING {
+                    tracing::warn!(%peer, "dropped a connection: {MAX_PENDING} handshakes already pending");
+                    continue;
+                }
+                if let Err(e) = stream.set_nonblocking(true) {
+                    tracing::warn!(%peer, "dropped a connection: {e}");
+                    continue;
+                }
+                let _ = stream.set_nodelay(true);
+                pending.push(Pending {
+                    stream,
+                    peer,
+                    buf: [0; HELLO_FRAME_LEN],
+                    filled: 0,
+                    deadline,
+                });
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                // E.g. out of file descriptors: back off instead of spinning.
+                tracing::warn!("bootstrap root accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+                return;
+            }
+        }
+    }
+}
+
+/// Checks an authenticated hello against the ranks already joined; takes the
+/// connection into its slot, or refuses it with a reason the rank will see.
+fn admit(slots: &mut Vec<Option<Joined>>, p: Pending, hello: &Hello) -> bool {
+    let (rank, size) = (hello.rank as usize, hello.size as usize);
+    let refusal = if size == 0 || size > MAX_RANKS {
+        Some(format!("size {size} is out of range (1..={MAX_RANKS})"))
+    } else if rank >= size {
+        Some(format!("rank {rank} is out of range for size {size}"))
+    } else if !slots.is_empty() && slots.len() != size {
+        Some(format!(
+            "size {size} disagrees with size {} announced by the ranks already joined",
+            slots.len()
+        ))
+    } else if let Some(Some(other)) = slots.get(rank) {
+        Some(format!("rank {rank} is already taken (by {})", other.peer))
+    } else {
+        None
+    };
+    let mut stream = p.stream;
+    let ready = stream
+        .set_nonblocking(false)
+        .and_then(|()| stream.set_write_timeout(Some(FRAME_TIMEOUT)));
+    if let Some(reason) = refusal {
+        tracing::warn!(peer = %p.peer, "refused a rank: {reason}");
+        if ready.is_ok() {
+            let _ = Reply::Failure { peer: None, reason }.write_to(&mut stream);
+        }
+        return false;
+    }
+    if let Err(e) = ready {
+        tracing::warn!(peer = %p.peer, rank, "dropped a rank: {e}");
+        return false;
+    }
+    if slots.is_empty() {
+        slots.resize_with(size, || None);
+    }
+    tracing::debug!(peer = %p.peer, rank, size, "rank joined");
+    slots[rank] = Some(Joined {
+        stream,
+        peer: p.peer,
+    });
+    true
+}

@@ -1,0 +1,422 @@
+//! Reading a launcher's environment: who am I, how many are we, where is the root.
+//!
+//! Programs are started by many launchers, each with its own variables. This
+//! module turns them into one [`LaunchInfo`], so that `Communicator::from_env`
+//! works the same under `streamcomm-run`, torchrun, Slurm, Open MPI and PMI
+//! (MPICH, Intel MPI). It reads through a getter rather than `std::env`, so
+//! tests can pass a map, and every error names the variable at fault.
+//!
+//! Launchers, in the order they are tried (the first whose rank or size
+//! variable is set wins, e.g. torchrun inside a Slurm allocation is torchrun):
+//!
+//! | launcher | rank | size | local rank | local size |
+//! |---|---|---|---|---|
+//! | `streamcomm-run`, torchrun | `RANK` | `WORLD_SIZE` | `LOCAL_RANK` | `LOCAL_WORLD_SIZE` |
+//! | Slurm (`srun`) | `SLURM_PROCID` | `SLURM_NTASKS` (`SLURM_NPROCS`) | `SLURM_LOCALID` | `SLURM_NTASKS_PER_NODE`, else from `SLURM_TASKS_PER_NODE` + `SLURM_NODEID`, else `SLURM_NTASKS / SLURM_NNODES` |
+//! | Open MPI | `OMPI_COMM_WORLD_RANK` | `OMPI_COMM_WORLD_SIZE` | `OMPI_COMM_WORLD_LOCAL_RANK` | `OMPI_COMM_WORLD_LOCAL_SIZE` |
+//! | PMI | `PMI_RANK` | `PMI_SIZE` | `MPI_LOCALRANKID` / `PMI_LOCAL_RANK` | `MPI_LOCALNRANKS` / `PMI_LOCAL_SIZE` |
+//!
+//! Where a launcher leaves out the local figures: for torchrun-style and Open
+//! MPI variables a missing local size means "all ranks on this host" and a
+//! missing local rank means `rank % local_size`; for PMI a missing local rank
+//! is 0 and a missing local size is 1 (or the world size when only the local
+//! rank is known). Empty variables count as unset.
+//!
+//! The bootstrap root ([`RootSpec`]): `STREAMCOMM_UNIQUE_ID` if set (what
+//! `streamcomm-run` sets); otherwise `MASTER_ADDR` + `MASTER_PORT`, for every
+//! launcher (set them yourself under Slurm and MPI), with the secret taken
+//! from `STREAMCOMM_SECRET` (32 hex digits) if set. **Without
+//! `STREAMCOMM_SECRET` the secret is derived from `MASTER_ADDR:MASTER_PORT`**,
+//! so anyone who knows the address can join: it only keeps apart jobs that
+//! happen to reuse a port, it is no protection against a hostile user on the
+//! network. Set `STREAMCOMM_SECRET` (e.g. `openssl rand -hex 16`) for that.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+
+use crate::bootstrap::{parse_secret, UniqueId};
+use crate::{Error, Result};
+
+/// Where this process's communicator finds its bootstrap root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RootSpec {
+    /// A full id from `STREAMCOMM_UNIQUE_ID`: someone (e.g. `streamcomm-run`)
+    /// already serves the root.
+    UniqueId(UniqueId),
+    /// `MASTER_ADDR:MASTER_PORT`: rank 0 is expected to serve the root there
+    /// ([`UniqueId::serve_at`]) and the others to join it.
+    Address {
+        /// `MASTER_ADDR` resolved (IPv4 preferred), with `MASTER_PORT`.
+        addr: SocketAddr,
+        /// From `STREAMCOMM_SECRET`, or derived from the address (weaker;
+        /// see the [module docs](self)).
+        secret: [u8; 16],
+    },
+}
+
+impl RootSpec {
+    /// The id ranks join with (for [`RootSpec::Address`], without starting
+    /// a server: rank 0 serves it with [`UniqueId::serve_at`]).
+    pub fn unique_id(&self) -> UniqueId {
+        match self {
+            RootSpec::UniqueId(id) => *id,
+            RootSpec::Address { addr, secret } => UniqueId::from_parts(*addr, *secret),
+        }
+    }
+}
+
+/// What a launcher told this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchInfo {
+    /// This process's rank, `< size`.
+    pub rank: usize,
+    /// Number of ranks.
+    pub size: usize,
+    /// This process's index among the ranks on its host, `< local_size`.
+    pub local_rank: usize,
+    /// Number of ranks on this host.
+    pub local_size: usize,
+    /// The bootstrap root.
+    pub root: RootSpec,
+    /// Which launcher was recognised: `"streamcomm-run"`, `"torchrun"`,
+    /// `"slurm"`, `"openmpi"` or `"pmi"`.
+    pub launcher: &'static str,
+}
+
+/// Reads the launcher environment through `get` (a variable's value, or
+/// `None` when unset).
+///
+/// # Examples
+///
+/// ```
+/// use std::collections::HashMap;
+/// use streamcomm::launch::env::{detect, RootSpec};
+///
+/// let vars: HashMap<&str, &str> = [
+///     ("RANK", "1"), ("WORLD_SIZE", "4"), ("LOCAL_RANK", "1"), ("LOCAL_WORLD_SIZE", "2"),
+///     ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29500"),
+/// ].into();
+/// let info = detect(&|k| vars.get(k).map(|v| v.to_string()))?;
+/// assert_eq!((info.rank, info.size, info.local_rank, info.local_size), (1, 4, 1, 2));
+/// assert_eq!(info.launcher, "torchrun");
+/// assert!(matches!(info.root, RootSpec::Address { addr, .. } if addr.port() == 29500));
+/// # Ok::<(), streamcomm::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] naming the variable that is missing, not a
+/// number, or inconsistent (e.g. `rank 5 >= WORLD_SIZE 4`), or saying that no
+/// launcher environment was found.
+pub fn detect(get: &dyn Fn(&str) -> Option<String>) -> Result<LaunchInfo> {
+    let get = |name: &str| get(name).filter(|v| !v.trim().is_empty());
+    let ranks = detect_ranks(&get)?;
+    let root = detect_root(&get)?;
+    Ok(LaunchInfo {
+        rank: ranks.rank,
+        size: ranks.size,
+        local_rank: ranks.local_rank,
+        local_size: ranks.local_size,
+        root,
+        launcher: ranks.launcher,
+    })
+}
+
+/// [`detect`] on this process's environment.
+///
+/// # Errors
+///
+/// As for [`detect`].
+pub fn detect_from_process_env() -> Result<LaunchInfo> {
+    detect(&|name| std::env::var(name).ok())
+}
+
+/// Rank figures before the root is known.
+struct Ranks {
+    launcher: &'static str,
+    rank: usize,
+    size: usize,
+    local_rank: usize,
+    local_size: usize,
+}
+
+type Getter<'a> = dyn Fn(&str) -> Option<String> + 'a;
+
+fn detect_ranks(get: &Getter<'_>) -> Result<Ranks> {
+    if get("RANK").is_some() || get("WORLD_SIZE").is_some() {
+        let launcher = match get("STREAMCOMM_LAUNCHER").as_deref() {
+            Some("streamcomm-run") => "streamcomm-run",
+            _ => "torchrun",
+        };
+        let (rank, size) = pair(get, "RANK", "WORLD_SIZE", launcher)?;
+        let local_size = optional(get, &["LOCAL_WORLD_SIZE"])?.unwrap_or(size);
+        let local_rank = optional(get, &["LOCAL_RANK"])?.unwrap_or(rank % local_size.max(1));
+        return finish(
+            launcher,
+            rank,
+            size,
+            local_rank,
+            local_size,
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+        );
+    }
+    if get("SLURM_PROCID").is_some() {
+        let size_var = if get("SLURM_NTASKS").is_some() {
+            "SLURM_NTASKS"
+        } else {
+            "SLURM_NPROCS"
+        };
+        let (rank, size) = pair(get, "SLURM_PROCID", size_var, "slurm")?;
+        let local_size = slurm_local_size(get, size)?;
+        let local_rank = optional(get, &["SLURM_LOCALID"])?.unwrap_or(rank % local_size.max(1));
+        return finish(
+            "slurm",
+            rank,
+            size,
+            local_rank,
+            local_size,
+            "SLURM_LOCALID",
+            "local size",
+        );
+    }
+    if get("OMPI_COMM_WORLD_RANK").is_some() || get("OMPI_COMM_WORLD_SIZE").is_some() {
+        let (rank, size) = pair(
+            get,
+            "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_SIZE",
+            "openmpi",
+        )?;
+        let local_size = optional(get, &["OMPI_COMM_WORLD_LOCAL_SIZE"])?.unwrap_or(size);
+        let local_rank =
+            optional(get, &["OMPI_COMM_WORLD_LOCAL_RANK"])?.unwrap_or(rank % local_size.max(1));
+        let (lr, ls) = ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE");
+        return finish("openmpi", rank, size, local_rank, local_size, lr, ls);
+    }
+    if get("PMI_RANK").is_some() || get("PMI_SIZE").is_some() {
+        let (rank, size) = pair(get, "PMI_RANK", "PMI_SIZE", "pmi")?;
+        let local_rank = optional(get, &["MPI_LOCALRANKID", "PMI_LOCAL_RANK"])?;
+        let local_size = optional(get, &["MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"])?
+            .unwrap_or(if local_rank.is_some() { size } else { 1 });
+        let local_rank = local_rank.unwrap_or(0);
+        return finish(
+            "pmi",
+            rank,
+            size,
+            local_rank,
+            local_size,
+            "MPI_LOCALRANKID",
+            "MPI_LOCALNRANKS",
+        );
+    }
+    Err(Error::invalid(
+        "no launcher environment found: set RANK/WORLD_SIZE (torchrun, streamcomm-run), \
+         SLURM_PROCID/SLURM_NTASKS (srun), OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (Open MPI) \
+         or PMI_RANK/PMI_SIZE (MPICH, Intel MPI)",
+    ))
+}
+
+/// Reads a launcher's rank and size variables, both required once one is set.
+fn pair(
+    get: &Getter<'_>,
+    rank_var: &str,
+    size_var: &str,
+    launcher: &str,
+) -> Result<(usize, usize)> {
+    let rank = required(get, rank_var, size_var, launcher)?;
+    let size = required(get, size_var, rank_var, launcher)?;
+    if size == 0 {
+        return Err(Error::invalid(format!(
+            "{size_var} is 0: a communicator needs at least one rank"
+        )));
+    }
+    if rank >= size {
+        return Err(Error::invalid(format!("rank {rank} >= {size_var} {size}")));
+    }
+    Ok((rank, size))
+}
+
+fn required(get: &Getter<'_>, var: &str, other: &str, launcher: &str) -> Result<usize> {
+    match get(var) {
+        Some(v) => number(var, &v),
+        None => Err(Error::invalid(format!(
+            "{other} is set but {var} is not ({launcher} launch)"
+        ))),
+    }
+}
+
+/// The first of `vars` that is set, as a number.
+fn optional(get: &Getter<'_>, vars: &[&str]) -> Result<Option<usize>> {
+    for var in vars {
+        if let Some(v) = get(var) {
+            return number(var, &v).map(Some);
+        }
+    }
+    Ok(None)
+}
+
+fn number(var: &str, value: &str) -> Result<usize> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| Error::invalid(format!("{var}={value:?} is not a number")))
+}
+
+/// Checks the local figures against each other and the world.
+fn finish(
+    launcher: &'static str,
+    rank: usize,
+    size: usize,
+    local_rank: usize,
+    local_size: usize,
+    local_rank_var: &str,
+    local_size_var: &str,
+) -> Result<Ranks> {
+    if local_size == 0 || local_size > size {
+        return Err(Error::invalid(format!(
+            "{local_size_var} {local_size} is out of range for {size} ranks"
+        )));
+    }
+    if local_rank >= local_size {
+        return Err(Error::invalid(format!(
+            "{local_rank_var} {local_rank} >= {local_size_var} {local_size}"
+        )));
+    }
+    Ok(Ranks {
+        launcher,
+        rank,
+        size,
+        local_rank,
+        local_size,
+    })
+}
+
+/// Tasks on this node under Slurm.
+fn slurm_local_size(get: &Getter<'_>, size: usize) -> Result<usize> {
+    if let Some(v) = get("SLURM_NTASKS_PER_NODE") {
+        return number("SLURM_NTASKS_PER_NODE", &v);
+    }
+    if let (Some(list), Some(node)) = (get("SLURM_TASKS_PER_NODE"), get("SLURM_NODEID")) {
+        let node = number("SLURM_NODEID", &node)?;
+        let counts = parse_tasks_per_node(&list).ok_or_else(|| {
+            Error::invalid(format!(
+                "SLURM_TASKS_PER_NODE={list:?} is not a Slurm task list"
+            ))
+        })?;
+        return counts.get(node).copied().ok_or_else(|| {
+            Error::invalid(format!(
+                "SLURM_NODEID {node} is past the {} nodes of SLURM_TASKS_PER_NODE={list:?}",
+                counts.len()
+            ))
+        });
+    }
+    if let Some(nodes) = get("SLURM_NNODES") {
+        let nodes = number("SLURM_NNODES", &nodes)?;
+        if nodes > 0 && size % nodes == 0 {
+            return Ok(size / nodes);
+        }
+    }
+    Err(Error::invalid(
+        "cannot tell how many Slurm tasks run on this node: set SLURM_NTASKS_PER_NODE \
+         (srun --ntasks-per-node) or SLURM_TASKS_PER_NODE and SLURM_NODEID",
+    ))
+}
+
+/// Expands Slurm's compressed task list, e.g. `2(x3),1` to `[2, 2, 2, 1]`.
+fn parse_tasks_per_node(list: &str) -> Option<Vec<usize>> {
+    let mut out = Vec::new();
+    for item in list.trim().split(',') {
+        let (count, times) = match item.split_once("(x") {
+            Some((count, rest)) => (count, rest.strip_suffix(')')?.parse::<usize>().ok()?),
+            None => (item, 1),
+        };
+        let count: usize = count.parse().ok()?;
+        if times > 1 << 20 {
+            return None;
+        }
+        out.extend(std::iter::repeat(count).take(times));
+    }
+    Some(out)
+}
+
+fn detect_root(get: &Getter<'_>) -> Result<RootSpec> {
+    if let Some(id) = get("STREAMCOMM_UNIQUE_ID") {
+        // The parse error never repeats the value: it holds the secret.
+        return id
+            .parse()
+            .map(RootSpec::UniqueId)
+            .map_err(|e| Error::invalid(format!("STREAMCOMM_UNIQUE_ID: {e}")));
+    }
+    let (host, port) = match (get("MASTER_ADDR"), get("MASTER_PORT")) {
+        (Some(host), Some(port)) => (host, port),
+        (Some(_), None) => return Err(Error::invalid("MASTER_ADDR is set but MASTER_PORT is not")),
+        (None, Some(_)) => return Err(Error::invalid("MASTER_PORT is set but MASTER_ADDR is not")),
+        (None, None) => {
+            return Err(Error::invalid(
+                "no bootstrap root: set STREAMCOMM_UNIQUE_ID, or MASTER_ADDR and MASTER_PORT",
+            ))
+        }
+    };
+    let host = host.trim();
+    let port: u16 = port
+        .trim()
+        .parse()
+        .map_err(|_| Error::invalid(format!("MASTER_PORT={port:?} is not a port number")))?;
+    // torchrun's agent already listens on MASTER_PORT (its rendezvous store),
+    // so under torchrun the root serves one port above it; STREAMCOMM_ROOT_PORT
+    // overrides the choice everywhere.
+    let root_port = match get("STREAMCOMM_ROOT_PORT") {
+        Some(p) => p.trim().parse().map_err(|_| {
+            Error::invalid(format!("STREAMCOMM_ROOT_PORT={p:?} is not a port number"))
+        })?,
+        None if get("TORCHELASTIC_RUN_ID").is_some() => port.checked_add(1).ok_or_else(|| {
+            Error::invalid("MASTER_PORT is 65535: set STREAMCOMM_ROOT_PORT under torchrun")
+        })?,
+        None => port,
+    };
+    let addr = resolve(host, root_port)?;
+    let secret = match get("STREAMCOMM_SECRET") {
+        Some(hex) => parse_secret(hex.trim())
+            .map_err(|what| Error::invalid(format!("STREAMCOMM_SECRET {what}")))?,
+        None => derive_secret(host, port),
+    };
+    Ok(RootSpec::Address { addr, secret })
+}
+
+/// Resolves `MASTER_ADDR`, preferring IPv4 so every rank picks the same family.
+fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
+    // Bracketed IPv6 literals are accepted as well as bare ones.
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    let addrs: Vec<SocketAddr> = (bare, port)
+        .to_socket_addrs()
+        .map_err(|e| Error::invalid(format!("MASTER_ADDR={host:?} cannot be resolved: {e}")))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| Error::invalid(format!("MASTER_ADDR={host:?} resolves to no address")))
+}
+
+/// The weak, deterministic secret used when `STREAMCOMM_SECRET` is unset:
+/// two 64-bit FNV-1a hashes of `MASTER_ADDR:MASTER_PORT` as written (so
+/// every rank derives the same bytes whatever its resolver returns).
+fn derive_secret(host: &str, port: u16) -> [u8; 16] {
+    let text = format!("streamcomm-bootstrap-secret-v1\0{host}:{port}");
+    let fnv = |seed: u64| {
+        text.bytes().fold(seed, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    };
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&fnv(0xcbf2_9ce4_8422_2325).to_le_bytes());
+    out[8..].copy_from_slice(&fnv(0x6c62_272e_07bb_0142).to_le_bytes());
+    out
+}
+
+#[cfg(test)]
+#[path = "env_tests.rs"]
+mod tests;

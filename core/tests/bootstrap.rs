@@ -1,0 +1,406 @@
+//! Bootstrap rendezvous over real TCP on 127.0.0.1: ranks as threads,
+//! strangers that must not disturb them, and every failure path of the client.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use streamcomm::bootstrap::{Bootstrap, RootOptions, RootServer, UniqueId, MAX_BLOB};
+use streamcomm::Error;
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Runs `f` on a thread and fails the test if it takes longer than `limit`.
+fn watchdog<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(v) => v,
+        Err(_) => panic!("test body did not finish within {limit:?}"),
+    }
+}
+
+/// The blob rank `rank` contributes in round `round`: sizes vary per round,
+/// including empty and one large blob.
+fn blob(rank: usize, round: usize) -> Vec<u8> {
+    let mut rng = StdRng::seed_from_u64((rank * 1000 + round) as u64);
+    let len = match round {
+        0 => 0,
+        1 => 1,
+        2 => 1 << 20,
+        _ => rng.gen_range(0..5000),
+    };
+    (0..len).map(|_| rng.gen()).collect()
+}
+
+/// Starts `size` ranks as threads; each runs `rounds` all-gathers and a barrier.
+fn run_ranks(id: UniqueId, size: usize, rounds: usize) -> Vec<thread::JoinHandle<()>> {
+    (0..size)
+        .map(|rank| {
+            thread::spawn(move || {
+                let mut boot = Bootstrap::connect(&id, rank, size, TIMEOUT).expect("connect");
+                assert_eq!((boot.rank(), boot.size()), (rank, size));
+                for round in 0..rounds {
+                    let all = boot.all_gather(&blob(rank, round)).expect("all_gather");
+                    assert_eq!(all.len(), size);
+                    for (r, got) in all.iter().enumerate() {
+                        assert!(
+                            *got == blob(r, round),
+                            "rank {rank} round {round}: blob of rank {r} differs"
+                        );
+                    }
+                }
+                boot.barrier().expect("barrier");
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn all_gather_rounds_for_several_sizes() {
+    watchdog(Duration::from_secs(60), || {
+        for size in [1, 2, 3, 8] {
+            let id = UniqueId::new().expect("unique id");
+            for h in run_ranks(id, size, 6) {
+                h.join().expect("rank thread");
+            }
+        }
+    });
+}
+
+#[test]
+fn root_exits_cleanly_after_ranks_leave() {
+    watchdog(Duration::from_secs(30), || {
+        let root = RootServer::start(
+            local(),
+            UniqueId::random_secret().expect("rng"),
+            RootOptions::default(),
+        )
+        .expect("root");
+        for h in run_ranks(root.id(), 3, 2) {
+            h.join().expect("rank thread");
+        }
+        root.join().expect("root ends without error");
+    });
+}
+
+#[test]
+fn serve_at_a_given_address() {
+    watchdog(Duration::from_secs(30), || {
+        let addr = free_port();
+        let secret = [0x5a; 16];
+        let served = UniqueId::serve_at(addr, secret).expect("serve_at");
+        assert_eq!(served.addr(), addr);
+        let joiner = UniqueId::from_parts(addr, secret);
+        for h in run_ranks(joiner, 2, 3) {
+            h.join().expect("rank thread");
+        }
+    });
+}
+
+/// A valid-looking hello frame (for strangers that know the protocol).
+fn hello_frame(secret: [u8; 16], rank: u32, size: u32) -> Vec<u8> {
+    let mut f = 32u32.to_le_bytes().to_vec();
+    f.extend_from_slice(b"SCBS");
+    f.extend_from_slice(&1u32.to_le_bytes());
+    f.extend_from_slice(&secret);
+    f.extend_from_slice(&rank.to_le_bytes());
+    f.extend_from_slice(&size.to_le_bytes());
+    f
+}
+
+fn stranger(addr: SocketAddr, bytes: &[u8]) -> TcpStream {
+    let mut s = TcpStream::connect(addr).expect("stranger connects");
+    s.write_all(bytes).expect("stranger writes");
+    s
+}
+
+/// True once the root has closed `s` (EOF or reset), within `limit`.
+fn closed_by_root(s: &mut TcpStream, limit: Duration) -> bool {
+    s.set_read_timeout(Some(limit)).expect("timeout");
+    let mut buf = [0u8; 64];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {} // a refusal notice, then the close
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[test]
+fn strangers_do_not_disturb_the_ranks() {
+    watchdog(Duration::from_secs(60), || {
+        // A long handshake timeout: the ranks must finish while the silent
+        // stranger is still connected, i.e. nobody waits for it.
+        let opts = RootOptions::default().with_handshake_timeout(Duration::from_secs(30));
+        let secret = UniqueId::random_secret().expect("rng");
+        let root = RootServer::start(local(), secret, opts).expect("root");
+        let id = root.id();
+        let addr = id.addr();
+        let mut wrong = secret;
+        wrong[0] ^= 1;
+
+        let silent = TcpStream::connect(addr).expect("silent stranger");
+        let mut garbage = stranger(addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        let mut wrong_secret = stranger(addr, &hello_frame(wrong, 0, 2));
+        let mut huge = stranger(addr, &u32::MAX.to_le_bytes());
+        let mut truncated = stranger(addr, &hello_frame(secret, 0, 2)[..20]);
+        truncated
+            .shutdown(std::net::Shutdown::Write)
+            .expect("shutdown");
+        let ranks = run_ranks(id, 2, 4);
+        // More strangers while the ranks connect and gather.
+        let mut late_wrong = stranger(addr, &hello_frame(wrong, 1, 2));
+        let late_silent = TcpStream::connect(addr).expect("late silent stranger");
+        for h in ranks {
+            h.join().expect("rank thread");
+        }
+
+        for (name, s) in [
+            ("garbage", &mut garbage),
+            ("wrong secret", &mut wrong_secret),
+            ("4 GiB length", &mut huge),
+            ("truncated", &mut truncated),
+            ("late wrong secret", &mut late_wrong),
+        ] {
+            assert!(
+                closed_by_root(s, Duration::from_secs(10)),
+                "{name} stranger was not dropped"
+            );
+        }
+        drop((silent, late_silent));
+    });
+}
+
+#[test]
+fn silent_connection_is_dropped_after_the_handshake_timeout() {
+    watchdog(Duration::from_secs(30), || {
+        let opts = RootOptions::default().with_handshake_timeout(Duration::from_millis(200));
+        let root = RootServer::start(local(), [1; 16], opts).expect("root");
+        let mut silent = TcpStream::connect(root.id().addr()).expect("connect");
+        let start = Instant::now();
+        assert!(closed_by_root(&mut silent, Duration::from_secs(10)));
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "took {:?}",
+            start.elapsed()
+        );
+    });
+}
+
+#[test]
+fn wrong_secret_rank_is_refused_and_real_ranks_complete() {
+    watchdog(Duration::from_secs(30), || {
+        let id = UniqueId::new().expect("id");
+        let impostor = UniqueId::from_parts(id.addr(), [0; 16]);
+        let err = Bootstrap::connect(&impostor, 0, 2, TIMEOUT).expect_err("wrong secret");
+        assert!(
+            matches!(&err, Error::Bootstrap(m) if m.contains("closed the connection")),
+            "{err}"
+        );
+        for h in run_ranks(id, 2, 2) {
+            h.join().expect("rank thread");
+        }
+    });
+}
+
+#[test]
+fn duplicate_rank_and_size_disagreement_are_refused() {
+    watchdog(Duration::from_secs(30), || {
+        let id = UniqueId::new().expect("id");
+        // Two processes both claim rank 0: whichever comes second is refused
+        // at once, the first waits for rank 1.
+        let (tx, rx) = mpsc::channel();
+        let claimants: Vec<_> = (0..2)
+            .map(|_| {
+                let tx = tx.clone();
+                thread::spawn(move || match Bootstrap::connect(&id, 0, 2, TIMEOUT) {
+                    Ok(mut b) => Some(b.all_gather(b"0").expect("gather")),
+                    Err(e) => {
+                        let _ = tx.send(e);
+                        None
+                    }
+                })
+            })
+            .collect();
+        let dup = rx.recv().expect("the duplicate is refused");
+        assert!(
+            matches!(&dup, Error::Bootstrap(m) if m.contains("already taken")),
+            "{dup}"
+        );
+        let size = Bootstrap::connect(&id, 1, 3, TIMEOUT).expect_err("size mismatch");
+        assert!(
+            matches!(&size, Error::Bootstrap(m) if m.contains("disagrees")),
+            "{size}"
+        );
+        let mut b = Bootstrap::connect(&id, 1, 2, TIMEOUT).expect("rank 1");
+        let all = b.all_gather(b"1").expect("gather");
+        assert_eq!(all, vec![b"0".to_vec(), b"1".to_vec()]);
+        let results: Vec<_> = claimants
+            .into_iter()
+            .map(|c| c.join().expect("claimant"))
+            .collect();
+        assert_eq!(results.iter().flatten().collect::<Vec<_>>(), vec![&all]);
+    });
+}
+
+#[test]
+fn invalid_arguments() {
+    let id = UniqueId::from_parts(local(), [0; 16]);
+    let short = Duration::from_millis(10);
+    for (rank, size) in [(2, 2), (0, 0), (5, 3)] {
+        let err = Bootstrap::connect(&id, rank, size, short).expect_err("invalid");
+        assert!(
+            matches!(err, Error::InvalidArgument(_)),
+            "rank {rank} size {size}: {err}"
+        );
+    }
+    watchdog(Duration::from_secs(30), || {
+        let id = UniqueId::new().expect("id");
+        let mut b = Bootstrap::connect(&id, 0, 1, TIMEOUT).expect("connect");
+        let err = b.all_gather(&vec![0u8; MAX_BLOB + 1]).expect_err("too big");
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        // The connection is still usable after an argument error.
+        assert_eq!(b.all_gather(b"x").expect("gather"), vec![b"x".to_vec()]);
+    });
+}
+
+#[test]
+fn unreachable_root_times_out_within_the_timeout() {
+    let id = UniqueId::from_parts(free_port(), [0; 16]);
+    let start = Instant::now();
+    let err = Bootstrap::connect(&id, 0, 2, Duration::from_millis(500)).expect_err("nobody there");
+    let took = start.elapsed();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_secs(2),
+        "took {took:?}"
+    );
+}
+
+#[test]
+fn rendezvous_deadline_is_reported_to_waiting_ranks() {
+    watchdog(Duration::from_secs(30), || {
+        let opts = RootOptions::default().with_timeout(Duration::from_millis(300));
+        let root = RootServer::start(local(), [3; 16], opts).expect("root");
+        let err = Bootstrap::connect(&root.id(), 0, 2, TIMEOUT).expect_err("rank 1 never comes");
+        assert!(
+            matches!(&err, Error::Bootstrap(m) if m.contains("timed out")),
+            "{err}"
+        );
+        assert!(matches!(root.join(), Err(Error::Timeout { .. })));
+    });
+}
+
+#[test]
+fn rank_that_leaves_is_named_to_the_others() {
+    watchdog(Duration::from_secs(30), || {
+        let id = UniqueId::new().expect("id");
+        let gatherers: Vec<_> = (0..2)
+            .map(|rank| {
+                thread::spawn(move || {
+                    let mut b = Bootstrap::connect(&id, rank, 3, TIMEOUT).expect("connect");
+                    b.all_gather(b"x").expect_err("rank 2 is gone")
+                })
+            })
+            .collect();
+        drop(Bootstrap::connect(&id, 2, 3, TIMEOUT).expect("rank 2 connects, then leaves"));
+        for g in gatherers {
+            let err = g.join().expect("thread");
+            assert!(matches!(err, Error::RemoteFailed { peer: 2, .. }), "{err}");
+        }
+    });
+}
+
+#[test]
+fn all_gather_times_out_and_stays_failed() {
+    watchdog(Duration::from_secs(30), || {
+        let id = UniqueId::new().expect("id");
+        let other = thread::spawn(move || {
+            let b = Bootstrap::connect(&id, 1, 2, TIMEOUT).expect("rank 1");
+            thread::sleep(Duration::from_secs(2));
+            drop(b);
+        });
+        let mut b = Bootstrap::connect(&id, 0, 2, TIMEOUT).expect("rank 0");
+        b.set_timeout(Duration::from_millis(300));
+        let start = Instant::now();
+        let err = b.all_gather(b"lonely").expect_err("rank 1 never gathers");
+        assert!(matches!(err, Error::Timeout { .. }), "{err}");
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "took {:?}",
+            start.elapsed()
+        );
+        let again = b.barrier().expect_err("stays failed");
+        assert_eq!(again.to_string(), err.to_string());
+        other.join().expect("rank 1 thread");
+    });
+}
+
+#[test]
+fn unique_id_text_and_bytes_round_trip() {
+    let id = UniqueId::new().expect("id");
+    assert_eq!(id.addr().ip(), std::net::Ipv4Addr::LOCALHOST);
+    let text = id.to_string();
+    let (addr, hex) = text.rsplit_once('/').expect("slash");
+    assert_eq!(addr, id.addr().to_string());
+    assert_eq!(hex.len(), 32);
+    assert_eq!(text.parse::<UniqueId>().expect("parse"), id);
+    assert_eq!(UniqueId::from_bytes(&id.to_bytes()).expect("bytes"), id);
+    assert_eq!(
+        UniqueId::from_bytes(&id.to_bytes())
+            .expect("bytes")
+            .secret(),
+        id.secret()
+    );
+    let other = UniqueId::new().expect("second id");
+    assert_ne!(other.secret(), id.secret());
+    assert_ne!(other.addr(), id.addr());
+    // Upper-case hex and surrounding whitespace are accepted.
+    let upper = format!(" {addr}/{} ", hex.to_uppercase());
+    assert_eq!(upper.parse::<UniqueId>().expect("upper"), id);
+}
+
+#[test]
+fn malformed_unique_ids_are_rejected() {
+    let hex = "0123456789abcdef0123456789abcdef";
+    for bad in [
+        String::new(),
+        "127.0.0.1:1".to_string(),
+        format!("127.0.0.1/{hex}"),
+        format!("localhost:1/{hex}"),
+        format!("127.0.0.1:99999/{hex}"),
+        format!("127.0.0.1:1/{}", &hex[..31]),
+        format!("127.0.0.1:1/{hex}0"),
+        format!("127.0.0.1:1/{}g", &hex[..31]),
+        format!("127.0.0.1:1/{hex}/"),
+    ] {
+        let err = bad.parse::<UniqueId>().expect_err(&bad);
+        assert!(matches!(err, Error::InvalidArgument(_)), "{bad:?}: {err}");
+    }
+    let good = UniqueId::from_parts(local(), [9; 16]).to_bytes();
+    assert!(UniqueId::from_bytes(&good[..43]).is_err());
+    for (at, value) in [(0, b'X'), (4, 2), (5, 5)] {
+        let mut bad = good;
+        bad[at] = value;
+        assert!(UniqueId::from_bytes(&bad).is_err(), "byte {at} = {value}");
+    }
+}
+
+fn local() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+/// An address on which nothing listens (a port just released).
+fn free_port() -> SocketAddr {
+    let l = TcpListener::bind(local()).expect("bind");
+    l.local_addr().expect("addr")
+}

@@ -1,0 +1,205 @@
+//! `streamcomm-run` end to end: environment, prefixed output, failure
+//! handling and argument errors, running the real binary.
+
+use std::process::{Command, Output, Stdio};
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+use streamcomm::bootstrap::Bootstrap;
+use streamcomm::launch::env::detect_from_process_env;
+
+const BIN: &str = env!("CARGO_BIN_EXE_streamcomm-run");
+
+/// Runs the launcher with `args`, failing the test if it takes over `limit`.
+fn launch(args: &[&str], limit: Duration) -> (Output, Duration) {
+    launch_with_env(args, &[], limit)
+}
+
+fn launch_with_env(args: &[&str], env: &[(&str, &str)], limit: Duration) -> (Output, Duration) {
+    let child = Command::new(BIN)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start streamcomm-run");
+    let pid = child.id();
+    let start = Instant::now();
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => (out.expect("wait for streamcomm-run"), start.elapsed()),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("streamcomm-run {args:?} did not finish within {limit:?}");
+        }
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn ranks_get_their_environment_and_prefixed_output() {
+    let script = "echo rank=$RANK size=$WORLD_SIZE local=$LOCAL_RANK/$LOCAL_WORLD_SIZE \
+                  master=$MASTER_ADDR:$MASTER_PORT id=${STREAMCOMM_UNIQUE_ID%/*}; echo err$RANK >&2";
+    let (out, _) = launch(
+        &["-n", "3", "--", "sh", "-c", script],
+        Duration::from_secs(30),
+    );
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert!(
+        out.status.success(),
+        "status {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    let mut lines: Vec<&str> = stdout.lines().collect();
+    lines.sort();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    for (rank, line) in lines.iter().enumerate() {
+        let expected = format!("[rank {rank}] rank={rank} size=3 local={rank}/3 master=");
+        assert!(
+            line.starts_with(&expected),
+            "{line:?} should start with {expected:?}"
+        );
+        // MASTER_ADDR:MASTER_PORT is the root of STREAMCOMM_UNIQUE_ID.
+        let (master, id) = line[expected.len()..].split_once(" id=").expect("id field");
+        assert_eq!(master, id, "{line}");
+    }
+    for rank in 0..3 {
+        assert!(
+            stderr.contains(&format!("[rank {rank}] err{rank}\n")),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_failing_rank_stops_the_others() {
+    let script = "if [ $RANK = 1 ]; then exit 3; fi; sleep 60";
+    let (out, took) = launch(&["-n", "3", "sh", "-c", script], Duration::from_secs(30));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "stderr:\n{stderr}");
+    assert!(stderr.contains("rank 1 exited with status 3"), "{stderr}");
+    assert!(
+        took < Duration::from_secs(10),
+        "took {took:?}: the sleepers were not stopped"
+    );
+}
+
+#[test]
+fn a_rank_killed_by_a_signal_fails_the_job() {
+    let script = "if [ $RANK = 0 ]; then kill -9 $$; fi; sleep 60";
+    let (out, took) = launch(&["-n", "2", "sh", "-c", script], Duration::from_secs(30));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + 9), "stderr:\n{stderr}");
+    assert!(stderr.contains("rank 0 was killed by signal 9"), "{stderr}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+}
+
+#[test]
+fn ranks_that_ignore_sigterm_are_killed() {
+    let script = "trap '' TERM; if [ $RANK = 0 ]; then sleep 1; exit 1; fi; sleep 60";
+    let (out, took) = launch(&["-n", "2", "sh", "-c", script], Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(1), "stderr:\n{}", text(&out.stderr));
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+}
+
+#[test]
+fn output_without_trailing_newline_is_forwarded() {
+    let (out, _) = launch(&["-n", "1", "printf", "a\\nb"], Duration::from_secs(30));
+    assert!(out.status.success());
+    assert_eq!(text(&out.stdout), "[rank 0] a\n[rank 0] b\n");
+}
+
+#[test]
+fn bad_arguments_give_a_usage_error() {
+    for args in [
+        &[][..],
+        &["-n"],
+        &["-n", "abc", "true"],
+        &["-n", "0", "true"],
+        &["-n", "2"],
+        &["true"],
+        &["--bogus", "true"],
+    ] {
+        let (out, _) = launch(args, Duration::from_secs(30));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("streamcomm-run: "), "{args:?}: {stderr}");
+        assert!(stderr.contains("--help"), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    let (out, _) = launch(&["--help"], Duration::from_secs(30));
+    assert!(out.status.success());
+    assert!(text(&out.stdout).starts_with("usage: streamcomm-run -n N"));
+}
+
+#[test]
+fn missing_program_is_reported() {
+    let (out, _) = launch(
+        &["-n", "2", "/nonexistent/program"],
+        Duration::from_secs(30),
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("start rank 0"), "{stderr}");
+}
+
+/// Set in the environment of ranks started by `ranks_meet_through_the_launchers_root`.
+const CHILD_VAR: &str = "STREAMCOMM_LAUNCHER_TEST_CHILD";
+
+#[test]
+fn ranks_meet_through_the_launchers_root() {
+    // The ranks are this test binary, running only `rank_entry_point`.
+    let exe = std::env::current_exe().expect("test binary path");
+    let exe = exe.to_str().expect("UTF-8 path");
+    let args = [
+        "-n",
+        "4",
+        exe,
+        "--exact",
+        "rank_entry_point",
+        "--nocapture",
+        "--test-threads=1",
+    ];
+    let (out, _) = launch_with_env(&args, &[(CHILD_VAR, "1")], Duration::from_secs(60));
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        text(&out.stderr)
+    );
+    for rank in 0..4 {
+        let line = format!("[rank {rank}] ");
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(&line) && l.contains("gathered 0,1,2,3 via streamcomm-run")),
+            "no gather line for rank {rank} in:\n{stdout}"
+        );
+    }
+}
+
+/// A rank of `ranks_meet_through_the_launchers_root`; does nothing otherwise.
+#[test]
+fn rank_entry_point() {
+    if std::env::var_os(CHILD_VAR).is_none() {
+        return;
+    }
+    let info = detect_from_process_env().expect("launcher environment");
+    let id = info.root.unique_id();
+    let mut boot =
+        Bootstrap::connect(&id, info.rank, info.size, Duration::from_secs(30)).expect("connect");
+    let all = boot
+        .all_gather(info.rank.to_string().as_bytes())
+        .expect("all_gather");
+    let all: Vec<String> = all.iter().map(|b| text(b)).collect();
+    println!("gathered {} via {}", all.join(","), info.launcher);
+}
