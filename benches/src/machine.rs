@@ -9,7 +9,7 @@
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
@@ -50,35 +50,57 @@ pub fn memcpy_bandwidth(bytes: usize, reps: usize) -> f64 {
     bytes as f64 / best / 1e9
 }
 
+/// Longest the round-trip measurement may take: on an oversubscribed
+/// machine each hand-off between spinning threads can wait for a scheduler
+/// tick, and 20,000 of them would take minutes.
+const ROUND_TRIP_BUDGET: Duration = Duration::from_secs(2);
+/// Round trips before the measured ones.
+const ROUND_TRIP_WARMUP: u64 = 1000;
+/// Flag value that tells the helper thread to stop.
+const STOP: u64 = u64::MAX;
+
 /// Median and p99 round trip (µs) of a ping-pong on two cache lines between
-/// this thread and a helper thread.
+/// this thread and a helper thread: `iters` round trips, or fewer if they
+/// take longer than [`ROUND_TRIP_BUDGET`] (NaN if none completed in time).
 pub fn core_to_core_round_trip(iters: u64) -> (f64, f64) {
     let flags = Arc::new([
         CachePadded::new(AtomicU64::new(0)),
         CachePadded::new(AtomicU64::new(0)),
     ]);
     let f2 = flags.clone();
-    let total = iters + 1000;
     let pong = std::thread::spawn(move || {
-        for i in 1..=total {
-            while f2[0].load(Ordering::Acquire) != i {
-                std::hint::spin_loop();
+        let mut expected = 1;
+        loop {
+            match f2[0].load(Ordering::Acquire) {
+                STOP => return,
+                v if v == expected => {
+                    f2[1].store(v, Ordering::Release);
+                    expected += 1;
+                }
+                _ => std::hint::spin_loop(),
             }
-            f2[1].store(i, Ordering::Release);
         }
     });
+    let start = Instant::now();
     let mut samples = Vec::with_capacity(iters as usize);
-    for i in 1..=total {
+    for i in 1..=iters + ROUND_TRIP_WARMUP {
+        if start.elapsed() > ROUND_TRIP_BUDGET {
+            break;
+        }
         let t = Instant::now();
         flags[0].store(i, Ordering::Release);
         while flags[1].load(Ordering::Acquire) != i {
             std::hint::spin_loop();
         }
-        if i > 1000 {
+        if i > ROUND_TRIP_WARMUP {
             samples.push(t.elapsed().as_secs_f64() * 1e6);
         }
     }
+    flags[0].store(STOP, Ordering::Release);
     let _ = pong.join();
+    if samples.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
     samples.sort_by(f64::total_cmp);
     let at = |q: f64| samples[((samples.len() - 1) as f64 * q) as usize];
     (at(0.5), at(0.99))

@@ -1,2 +1,179 @@
-//! streamcomm-bench (in progress).
-fn main() {}
+//! `streamcomm-bench`: nccl-tests-style benchmarks of streamcomm.
+//!
+//! ```text
+//! streamcomm-bench all_reduce -b 8 -e 64M -f 4 -n 20 -w 5 -c 1 --ranks 2
+//! streamcomm-bench barrier --ranks 2 --json barrier.json
+//! streamcomm-run -n 4 streamcomm-bench all_gather -d bf16
+//! ```
+//!
+//! DESIGN.md §9: every figure is printed next to the machine's own limits,
+//! measured in the same run. Exit status: 0 on success, 1 on an error, 2 on
+//! a usage error, 3 when `-c 1` found wrong results.
+
+mod barrier;
+mod check;
+mod cli;
+mod coll;
+mod error;
+mod latency;
+mod launch;
+mod machine;
+mod report;
+mod stats;
+mod sweep;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use streamcomm::host::HostStream;
+use streamcomm::launch::env::LaunchInfo;
+use streamcomm::{Communicator, Config};
+
+use crate::cli::{Cli, Collective};
+use crate::error::{Context, Fallible};
+use crate::launch::Role;
+use crate::report::{Document, Machine, Printer};
+
+/// Exit status for errors.
+const EXIT_ERROR: u8 = 1;
+/// Exit status for invalid arguments.
+const EXIT_USAGE: u8 = 2;
+/// Exit status when results were wrong.
+const EXIT_WRONG: u8 = 3;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match launch::role() {
+        Err(e) => fail(&e, EXIT_ERROR),
+        Ok(Role::Launcher) => launcher_main(&cli),
+        Ok(Role::Rank(info)) => rank_main(&cli, &info),
+    }
+}
+
+/// Prints `message` (in one write, so ranks' lines do not interleave) and
+/// returns `code`.
+fn fail(message: &str, code: u8) -> ExitCode {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("streamcomm-bench: {message}\n").as_bytes());
+    ExitCode::from(code)
+}
+
+/// Measures the machine, then starts the ranks.
+fn launcher_main(cli: &Cli) -> ExitCode {
+    let nranks = cli.ranks.unwrap_or(1) as usize;
+    if let Err(e) = cli.validate(nranks) {
+        return fail(&e, EXIT_USAGE);
+    }
+    let limits = machine::measure();
+    match launch::run_ranks(nranks, &limits) {
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(EXIT_ERROR)),
+        Err(e) => fail(&e, EXIT_ERROR),
+    }
+}
+
+/// Runs as one rank of a job.
+fn rank_main(cli: &Cli, info: &LaunchInfo) -> ExitCode {
+    let rank = info.rank;
+    if let Err(e) = cli.validate(info.size) {
+        return fail(&format!("rank {rank}: {e}"), EXIT_USAGE);
+    }
+    if let Some(n) = cli.ranks {
+        if n as usize != info.size && rank == 0 {
+            eprintln!(
+                "streamcomm-bench: --ranks {n} ignored: the launcher ({}) started {} ranks",
+                info.launcher, info.size
+            );
+        }
+    }
+    install_tracing();
+    match run_rank(cli, info) {
+        Ok(0) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::from(EXIT_WRONG),
+        Err(e) => fail(&format!("rank {rank}: {e}"), EXIT_ERROR),
+    }
+}
+
+/// Installs a `tracing` subscriber when `STREAMCOMM_DEBUG` asks for one.
+fn install_tracing() {
+    if let Ok(Config {
+        debug: Some(filter),
+        ..
+    }) = Config::from_env()
+    {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
+
+/// The machine's limits on rank 0: the launcher's, or measured now (before
+/// the communicator exists, so that no rank of ours is running yet).
+fn rank0_machine() -> Fallible<Machine> {
+    Ok(match launch::limits_from_env()? {
+        Some(limits) => Machine {
+            limits,
+            measured_by: "launcher",
+        },
+        None => Machine {
+            limits: machine::measure(),
+            measured_by: "rank 0",
+        },
+    })
+}
+
+/// The benchmark on this rank; returns the wrong elements found (all ranks).
+fn run_rank(cli: &Cli, info: &LaunchInfo) -> Fallible<u64> {
+    let machine = if info.rank == 0 {
+        Some(rank0_machine()?)
+    } else {
+        None
+    };
+    let comm = Communicator::from_env().context("create the communicator")?;
+    let stream = HostStream::new().context("create a stream")?;
+    let nranks = comm.size();
+    let mut printer = machine.as_ref().map(|m| {
+        let mut p = Printer::new(cli);
+        report::print_header(&mut p, cli, nranks, info.launcher, m);
+        p
+    });
+
+    let (mut rows, mut latency, mut barrier) = (Vec::new(), None, None);
+    if cli.collective == Collective::Barrier {
+        barrier = Some(barrier::run(
+            &comm,
+            &stream,
+            cli.barrier_iters,
+            cli.stream_barrier_iters(),
+            cli.warmup,
+        )?);
+    } else {
+        if let (Some(p), Some(_)) = (printer.as_mut(), machine.as_ref()) {
+            report::print_table_header(p);
+        }
+        rows = sweep::run(&comm, &stream, cli, |row| {
+            if let (Some(p), Some(m)) = (printer.as_mut(), machine.as_ref()) {
+                report::print_row(p, cli, row, &m.limits);
+            }
+        })?;
+        if cli.collective == Collective::Sendrecv {
+            latency = latency::ping_pong(&comm, &stream, cli.latency_iters)?;
+        }
+    }
+
+    let mut reported = Ok(());
+    if let (Some(p), Some(m)) = (printer.as_mut(), machine.as_ref()) {
+        match &barrier {
+            Some(b) => report::print_barrier(p, b, &m.limits),
+            None => report::print_summary(p, &rows, latency.as_ref(), &m.limits),
+        }
+        if let Some(target) = &cli.json {
+            reported = Document::new(cli, nranks, *m, &rows, latency, barrier).write(target);
+        }
+    }
+    // Nobody exits before rank 0 has reported: a launcher stops the job when
+    // its first rank exits with a non-zero status.
+    comm.barrier_host().context("final barrier")?;
+    reported?;
+    Ok(report::wrong_total(&rows).unwrap_or(0))
+}

@@ -1,0 +1,101 @@
+//! Barrier latency: `barrier_host` and the stream barrier, timed one by one.
+//!
+//! A barrier's cost is its tail, not its mean: one rank descheduled for a
+//! tick stalls everyone (DESIGN.md §10). So each iteration is timed on its
+//! own, and the distribution is reported as percentiles, for rank 0 and for
+//! the slowest rank (each percentile's maximum over ranks). The host barrier
+//! is run by the calling thread; the stream barrier is enqueued and then
+//! waited for with `synchronize`, which is what a program that orders host
+//! work after a stream barrier pays.
+
+use std::time::Instant;
+
+use streamcomm::host::HostStream;
+use streamcomm::{Communicator, ReduceOp};
+
+use crate::error::{Context, Fallible};
+use crate::stats::{across_ranks, Percentiles};
+
+/// One barrier flavour's figures, in microseconds.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct BarrierStats {
+    /// Timed iterations.
+    pub iters: u64,
+    /// This rank's own distribution (what rank 0 reports as its view).
+    pub rank0: Percentiles,
+    /// Each percentile's maximum over ranks.
+    pub slowest: Percentiles,
+}
+
+/// Both flavours.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct BarrierResult {
+    /// `barrier_host()`: blocks the calling thread.
+    pub host: BarrierStats,
+    /// `barrier(&stream)` followed by `stream.synchronize()`.
+    pub stream: BarrierStats,
+}
+
+/// Warm-up iterations before `iters` timed ones: 1 %, at least `min`.
+fn warmup(iters: u64, min: u64) -> u64 {
+    (iters / 100).max(min)
+}
+
+/// Times `host_iters` host barriers, then `stream_iters` stream barriers,
+/// after warming each up (at least `min_warmup` iterations).
+///
+/// # Errors
+/// The first library error.
+pub fn run(
+    comm: &Communicator,
+    stream: &HostStream,
+    host_iters: u64,
+    stream_iters: u64,
+    min_warmup: u64,
+) -> Fallible<BarrierResult> {
+    let host = measure(comm, stream, host_iters, min_warmup, || comm.barrier_host())
+        .context("barrier_host")?;
+    let stream_stats = measure(comm, stream, stream_iters, min_warmup, || {
+        comm.barrier(stream)?;
+        stream.synchronize()
+    })
+    .context("stream barrier")?;
+    Ok(BarrierResult {
+        host,
+        stream: stream_stats,
+    })
+}
+
+fn measure(
+    comm: &Communicator,
+    stream: &HostStream,
+    iters: u64,
+    min_warmup: u64,
+    mut barrier: impl FnMut() -> streamcomm::Result<()>,
+) -> Fallible<BarrierStats> {
+    for _ in 0..warmup(iters, min_warmup) {
+        barrier().context("warm-up")?;
+    }
+    let mut samples = Vec::with_capacity(iters as usize);
+    for _ in 0..iters {
+        let start = Instant::now();
+        barrier().context("timed iteration")?;
+        samples.push(start.elapsed().as_secs_f64() * 1e6);
+    }
+    let mine = Percentiles::of(&mut samples);
+    let slowest = across_ranks(comm, stream, &mine.to_array(), ReduceOp::Max)
+        .context("combine the percentiles")?;
+    Ok(BarrierStats {
+        iters,
+        rank0: mine,
+        slowest: Percentiles::from_array(to4(&slowest)),
+    })
+}
+
+fn to4(v: &[f64]) -> [f64; 4] {
+    let mut a = [0.0; 4];
+    for (dst, src) in a.iter_mut().zip(v) {
+        *dst = *src;
+    }
+    a
+}

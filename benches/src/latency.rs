@@ -1,0 +1,72 @@
+//! Point-to-point latency: an 8-byte ping-pong between ranks 0 and 1.
+//!
+//! The sendrecv sweep measures bandwidth with iterations back to back; the
+//! latency of one small message is a different figure, measured the way
+//! osu_latency does: rank 0 sends and waits for the reply, rank 1 echoes,
+//! each round trip synchronized and timed on its own. One-way latency is
+//! half the round trip. Ranks other than 0 and 1 only wait at the barrier
+//! that ends the test.
+
+use std::time::Instant;
+
+use streamcomm::comm::UntypedBuffer;
+use streamcomm::host::HostStream;
+use streamcomm::{Communicator, DataType};
+
+use crate::error::{Context, Fallible};
+use crate::stats::Percentiles;
+
+/// Bytes per message.
+pub const MESSAGE_BYTES: usize = 8;
+/// Untimed round trips before the timed ones.
+const WARMUP: u64 = 1000;
+
+/// One-way latency between ranks 0 and 1 (half of each round trip), µs.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Latency {
+    /// Bytes per message.
+    pub bytes: usize,
+    /// Timed round trips.
+    pub iters: u64,
+    /// Percentiles of half the round trip, as seen by rank 0.
+    pub one_way: Percentiles,
+}
+
+/// Runs the ping-pong; `Some` on rank 0, `None` elsewhere.
+///
+/// # Errors
+/// The first library error.
+pub fn ping_pong(
+    comm: &Communicator,
+    stream: &HostStream,
+    iters: u64,
+) -> Fallible<Option<Latency>> {
+    let ping = UntypedBuffer::zeroed(DataType::U8, MESSAGE_BYTES);
+    let mut pong = UntypedBuffer::zeroed(DataType::U8, MESSAGE_BYTES);
+    let mut samples = Vec::with_capacity(iters as usize);
+    comm.barrier_host()
+        .context("barrier before the ping-pong")?;
+    if comm.rank() <= 1 {
+        let peer = 1 - comm.rank();
+        for i in 0..WARMUP + iters {
+            let start = Instant::now();
+            if comm.rank() == 0 {
+                comm.send(&ping, peer, stream).context("send")?;
+                comm.recv(&mut pong, peer, stream).context("recv")?;
+            } else {
+                comm.recv(&mut pong, peer, stream).context("recv")?;
+                comm.send(&ping, peer, stream).context("send")?;
+            }
+            stream.synchronize().context("ping-pong")?;
+            if i >= WARMUP {
+                samples.push(start.elapsed().as_secs_f64() * 1e6 / 2.0);
+            }
+        }
+    }
+    comm.barrier_host().context("barrier after the ping-pong")?;
+    Ok((comm.rank() == 0).then(|| Latency {
+        bytes: MESSAGE_BYTES,
+        iters,
+        one_way: Percentiles::of(&mut samples),
+    }))
+}

@@ -1,0 +1,312 @@
+//! What rank 0 prints, and the JSON document.
+//!
+//! The table follows nccl-tests' layout (size, count, type, redop, root,
+//! time, algbw, busbw, #wrong) so the numbers read the same way, plus one
+//! column of our own: bus bandwidth as a fraction of this machine's
+//! single-thread memcpy bandwidth, measured in the same run (DESIGN.md §9:
+//! absolute figures mean little on machines whose cores move, ratios do).
+//! Latencies are also given as multiples of the core-to-core round trip.
+
+use std::io::Write;
+
+use crate::barrier::{BarrierResult, BarrierStats};
+use crate::cli::{human_bytes, Cli, Collective};
+use crate::error::{Context, Fallible};
+use crate::latency::Latency;
+use crate::machine::MachineLimits;
+use crate::stats::Percentiles;
+use crate::sweep::Row;
+
+/// Where the human-readable report goes: stdout, or stderr when the JSON
+/// document takes stdout.
+pub struct Printer {
+    out: Box<dyn Write>,
+}
+
+impl Printer {
+    /// A printer for this run's `--json` choice.
+    pub fn new(cli: &Cli) -> Printer {
+        let out: Box<dyn Write> = if cli.json.as_deref() == Some("-") {
+            Box::new(std::io::stderr())
+        } else {
+            Box::new(std::io::stdout())
+        };
+        Printer { out }
+    }
+
+    /// Prints one line (output errors, e.g. a closed pipe, are ignored: the
+    /// benchmark's exit code still tells the outcome).
+    pub fn line(&mut self, text: impl std::fmt::Display) {
+        let _ = writeln!(self.out, "{text}");
+        let _ = self.out.flush();
+    }
+}
+
+/// The machine's limits as reported, with who measured them.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Machine {
+    /// The figures.
+    #[serde(flatten)]
+    pub limits: MachineLimits,
+    /// `"launcher"` (before the ranks started) or `"rank 0"`.
+    pub measured_by: &'static str,
+}
+
+/// The run's header: what is measured, and the machine's limits.
+pub fn print_header(p: &mut Printer, cli: &Cli, nranks: usize, launcher: &str, machine: &Machine) {
+    let mut what = format!(
+        "# streamcomm-bench {}: {nranks} ranks (started by {launcher})",
+        cli.collective.name()
+    );
+    if cli.collective != Collective::Barrier {
+        what += &format!(", type {}", cli.dtype);
+        if cli.collective.has_op() {
+            what += &format!(", op {}", cli.op);
+        }
+        if cli.collective.has_root() {
+            what += &format!(", root {}", cli.root);
+        }
+    }
+    p.line(what);
+    if cli.collective != Collective::Barrier {
+        p.line(format!(
+            "# sizes {} .. {} x{}, {} iterations after {} warm-up, check {}",
+            human_bytes(cli.min_bytes),
+            human_bytes(cli.max_bytes),
+            cli.step_factor,
+            cli.iters,
+            cli.warmup,
+            if cli.check() { "on" } else { "off" }
+        ));
+    }
+    let l = &machine.limits;
+    let by = if machine.measured_by == "launcher" {
+        "the launcher before starting the ranks"
+    } else {
+        "rank 0 before joining"
+    };
+    p.line(format!(
+        "# memcpy {:.1} GB/s (single thread), core-to-core round trip {:.2} us (p99 {:.2} us), measured by {by}",
+        l.memcpy_gbps, l.c2c_round_trip_us, l.c2c_round_trip_p99_us
+    ));
+}
+
+/// Column headings of the sweep table.
+pub fn print_table_header(p: &mut Printer) {
+    p.line("#");
+    p.line(format!(
+        "# {:>10} {:>12} {:>6} {:>6} {:>5} {:>11} {:>8} {:>8} {:>7} {:>9}",
+        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "busbw/"
+    ));
+    p.line(format!(
+        "# {:>10} {:>12} {:>6} {:>6} {:>5} {:>11} {:>8} {:>8} {:>7} {:>9}",
+        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "memcpy"
+    ));
+}
+
+/// One row of the sweep table.
+pub fn print_row(p: &mut Printer, cli: &Cli, row: &Row, limits: &MachineLimits) {
+    let op = if cli.collective.has_op() {
+        cli.op.name()
+    } else {
+        "none"
+    };
+    let root = if cli.collective.has_root() {
+        cli.root as i64
+    } else {
+        -1
+    };
+    let wrong = row.wrong.map_or("N/A".to_string(), |w| w.to_string());
+    p.line(format!(
+        "  {:>10} {:>12} {:>6} {:>6} {:>5} {:>11.2} {:>8.3} {:>8.3} {:>7} {:>9.3}",
+        row.bytes,
+        row.count,
+        cli.dtype.name(),
+        op,
+        root,
+        row.time_us,
+        row.algbw,
+        row.busbw,
+        wrong,
+        fraction(row.busbw, limits.memcpy_gbps)
+    ));
+}
+
+/// The lines after the table: average bus bandwidth, wrong elements, and
+/// the sendrecv latency where measured.
+pub fn print_summary(
+    p: &mut Printer,
+    rows: &[Row],
+    latency: Option<&Latency>,
+    limits: &MachineLimits,
+) {
+    p.line(format!(
+        "# Avg bus bandwidth    : {:.3} GB/s",
+        average_busbw(rows)
+    ));
+    if let Some(total) = wrong_total(rows) {
+        let verdict = if total == 0 { "OK" } else { "FAILED" };
+        p.line(format!("# Wrong elements       : {total} {verdict}"));
+    }
+    if let Some(l) = latency {
+        p.line(format!(
+            "# sendrecv {} B one-way latency (half round trip, ranks 0<->1, {} iterations): p50 {:.2} us ({:.1}x c2c round trip), p99 {:.2} us, max {:.2} us",
+            l.bytes,
+            l.iters,
+            l.one_way.p50,
+            fraction(l.one_way.p50, limits.c2c_round_trip_us),
+            l.one_way.p99,
+            l.one_way.max
+        ));
+        p.line("# (sendrecv rows: no grouped send+recv in streamcomm, so each rank's send and recv run one after the other)");
+    }
+}
+
+/// The barrier table: percentiles in µs, then as multiples of the
+/// core-to-core round trip.
+pub fn print_barrier(p: &mut Printer, result: &BarrierResult, limits: &MachineLimits) {
+    p.line("#");
+    p.line(format!(
+        "# {:<8} {:<8} {:>7} {:>9} {:>9} {:>9} {:>9}   {:>7} {:>7} {:>7} {:>7}",
+        "barrier", "view", "iters", "p50", "p99", "p99.9", "max", "p50", "p99", "p99.9", "max"
+    ));
+    p.line(format!(
+        "# {:<8} {:<8} {:>7} {:>9} {:>9} {:>9} {:>9}   {:>31}",
+        "", "", "", "(us)", "(us)", "(us)", "(us)", "(x c2c round trip)"
+    ));
+    for (name, stats) in [("host", &result.host), ("stream", &result.stream)] {
+        barrier_line(p, name, "rank 0", stats, &stats.rank0, limits);
+        barrier_line(p, name, "slowest", stats, &stats.slowest, limits);
+    }
+    p.line("# host: barrier_host(); stream: barrier(&stream) + synchronize(); slowest: each percentile's max over ranks");
+}
+
+fn barrier_line(
+    p: &mut Printer,
+    name: &str,
+    view: &str,
+    stats: &BarrierStats,
+    pct: &Percentiles,
+    limits: &MachineLimits,
+) {
+    let x = pct.scaled(limits.c2c_round_trip_us);
+    p.line(format!(
+        "  {:<8} {:<8} {:>7} {:>9.2} {:>9.2} {:>9.2} {:>9.2}   {:>7.1} {:>7.1} {:>7.1} {:>7.1}",
+        name, view, stats.iters, pct.p50, pct.p99, pct.p999, pct.max, x.p50, x.p99, x.p999, x.max
+    ));
+}
+
+/// A row as written to JSON: the printed figures.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct JsonRow {
+    /// The row.
+    #[serde(flatten)]
+    pub row: Row,
+    /// `busbw / memcpy bandwidth`.
+    pub busbw_vs_memcpy: f64,
+}
+
+/// The JSON document (`--json`).
+#[derive(Debug, serde::Serialize)]
+pub struct Document {
+    /// The machine's limits.
+    pub machine: Machine,
+    /// The operation measured.
+    pub collective: &'static str,
+    /// Number of ranks.
+    pub ranks: usize,
+    /// Element type.
+    pub dtype: &'static str,
+    /// Reduction operator (reductions only).
+    pub op: Option<&'static str>,
+    /// Root (broadcast and reduce only).
+    pub root: Option<usize>,
+    /// Timed iterations per size.
+    pub iters: u64,
+    /// Warm-up iterations per size.
+    pub warmup: u64,
+    /// Whether results were checked.
+    pub check: bool,
+    /// One entry per size.
+    pub rows: Vec<JsonRow>,
+    /// Mean bus bandwidth over the rows, GB/s (`null` without rows).
+    pub avg_busbw: Option<f64>,
+    /// Wrong elements over all rows and ranks (`null` without `-c 1`).
+    pub wrong_total: Option<u64>,
+    /// The sendrecv ping-pong latency.
+    pub sendrecv_latency: Option<Latency>,
+    /// The barrier benchmark.
+    pub barrier: Option<BarrierResult>,
+}
+
+impl Document {
+    /// The document for a run.
+    pub fn new(
+        cli: &Cli,
+        nranks: usize,
+        machine: Machine,
+        rows: &[Row],
+        latency: Option<Latency>,
+        barrier: Option<BarrierResult>,
+    ) -> Document {
+        let sweep = cli.collective != Collective::Barrier;
+        Document {
+            machine,
+            collective: cli.collective.name(),
+            ranks: nranks,
+            dtype: cli.dtype.name(),
+            op: cli.collective.has_op().then(|| cli.op.name()),
+            root: cli.collective.has_root().then_some(cli.root),
+            iters: cli.iters,
+            warmup: cli.warmup,
+            check: cli.check() && sweep,
+            rows: rows
+                .iter()
+                .map(|&row| JsonRow {
+                    row,
+                    busbw_vs_memcpy: fraction(row.busbw, machine.limits.memcpy_gbps),
+                })
+                .collect(),
+            avg_busbw: (!rows.is_empty()).then(|| average_busbw(rows)),
+            wrong_total: wrong_total(rows).filter(|_| sweep),
+            sendrecv_latency: latency,
+            barrier,
+        }
+    }
+
+    /// Writes the document to `target` (`-` for stdout).
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub fn write(&self, target: &str) -> Fallible<()> {
+        let text = serde_json::to_string_pretty(self).context("encode the JSON document")?;
+        if target == "-" {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{text}")
+                .and_then(|()| out.flush())
+                .context("write the JSON document to stdout")
+        } else {
+            std::fs::write(target, text + "\n").with_context(|| format!("write {target}"))
+        }
+    }
+}
+
+/// Sum of wrong elements over rows; `None` when unchecked.
+pub fn wrong_total(rows: &[Row]) -> Option<u64> {
+    rows.iter().map(|r| r.wrong).sum()
+}
+
+fn average_busbw(rows: &[Row]) -> f64 {
+    if rows.is_empty() {
+        return 0.0;
+    }
+    rows.iter().map(|r| r.busbw).sum::<f64>() / rows.len() as f64
+}
+
+fn fraction(value: f64, unit: f64) -> f64 {
+    if unit > 0.0 {
+        value / unit
+    } else {
+        f64::NAN
+    }
+}

@@ -1,0 +1,162 @@
+//! End-to-end runs of the built `streamcomm-bench` with two local ranks.
+//!
+//! Each run starts real rank processes through the benchmark's own
+//! launcher, checks the exit status and parses the JSON it writes to stdout.
+//! A watchdog kills a run that hangs, so a library deadlock fails the test
+//! in seconds instead of stalling CI.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Longest a run may take (they take a second or two).
+const WATCHDOG: Duration = Duration::from_secs(90);
+
+/// One benchmark at a time: ranks spin, and two jobs on a small machine
+/// would measure each other (and the machine-limit measurement, whose two
+/// threads spin too, would crawl).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Runs the benchmark with `args`, returning its parsed stdout.
+fn run_bench(args: &[&str]) -> Value {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_streamcomm-bench"))
+        .args(args)
+        // Fail fast inside the library too, not after its 300 s default.
+        .env("STREAMCOMM_TIMEOUT", "30")
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start streamcomm-bench");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + WATCHDOG;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("streamcomm-bench {args:?} hung for {WATCHDOG:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (stdout, stderr) = (out.join().expect("stdout"), err.join().expect("stderr"));
+    assert!(
+        status.success(),
+        "streamcomm-bench {args:?} failed ({status}):\n{stderr}\n{stdout}"
+    );
+    serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!("stdout of {args:?} is not JSON ({e}):\n{stdout}\nstderr:\n{stderr}")
+    })
+}
+
+#[test]
+fn all_reduce_sweep_is_correct() {
+    let doc = run_bench(&[
+        "all_reduce",
+        "-b",
+        "8",
+        "-e",
+        "64K",
+        "-f",
+        "8",
+        "-n",
+        "2",
+        "-w",
+        "1",
+        "-c",
+        "1",
+        "--ranks",
+        "2",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(doc["collective"], "all_reduce");
+    assert_eq!(doc["ranks"], 2);
+    assert_eq!(doc["dtype"], "f32");
+    assert_eq!(doc["op"], "sum");
+    let rows = doc["rows"].as_array().expect("rows");
+    // 8, 64, 512, 4K, 32K bytes.
+    let sizes: Vec<u64> = rows
+        .iter()
+        .map(|r| r["bytes"].as_u64().expect("bytes"))
+        .collect();
+    assert_eq!(sizes, [8, 64, 512, 4096, 32768]);
+    for row in rows {
+        assert_eq!(row["wrong"], 0, "{row}");
+        assert_eq!(
+            row["count"].as_u64(),
+            Some(row["bytes"].as_u64().unwrap() / 4)
+        );
+        assert!(row["time_us"].as_f64().expect("time") > 0.0, "{row}");
+        // Two ranks: busbw = algbw * 2(n-1)/n = algbw.
+        assert_eq!(row["busbw"], row["algbw"]);
+    }
+    assert_eq!(doc["wrong_total"], 0);
+    assert!(doc["machine"]["memcpy_gbps"].as_f64().expect("memcpy") > 0.0);
+    assert_eq!(doc["machine"]["measured_by"], "launcher");
+    assert!(doc["barrier"].is_null());
+}
+
+#[test]
+fn barrier_reports_percentiles() {
+    let doc = run_bench(&[
+        "barrier",
+        "--ranks",
+        "2",
+        "--barrier-iters",
+        "200",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(doc["collective"], "barrier");
+    assert_eq!(doc["ranks"], 2);
+    assert_eq!(doc["rows"].as_array().map(Vec::len), Some(0));
+    for (flavour, iters) in [("host", 200), ("stream", 40)] {
+        let stats = &doc["barrier"][flavour];
+        assert_eq!(stats["iters"], iters, "{flavour}");
+        for view in ["rank0", "slowest"] {
+            let p = &stats[view];
+            let get = |k: &str| {
+                p[k].as_f64()
+                    .unwrap_or_else(|| panic!("{flavour}.{view}.{k}: {p}"))
+            };
+            assert!(get("p50") > 0.0);
+            assert!(
+                get("p50") <= get("p99") && get("p99") <= get("p999") && get("p999") <= get("max")
+            );
+        }
+        assert!(stats["slowest"]["max"].as_f64() >= stats["rank0"]["max"].as_f64());
+    }
+    assert!(doc["machine"]["c2c_round_trip_us"].as_f64().expect("c2c") > 0.0);
+}
+
+#[test]
+fn wrong_arguments_fail_cleanly() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let out = Command::new(env!("CARGO_BIN_EXE_streamcomm-bench"))
+        .args(["broadcast", "-r", "5", "--ranks", "2"])
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-r 5"));
+}
