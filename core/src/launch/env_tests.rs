@@ -340,5 +340,8 @@ fn torchrun_agent_port_is_left_to_torchrun() {
     assert_eq!(info.root.unique_id().addr().port(), 40000);
     vars.pop();
     vars.push(("STREAMCOMM_ROOT_PORT", "x"));
-    assert!(run(&vars).unwrap_err().to_string().contains("STREAMCOMM_ROOT_PORT"));
+    assert!(run(&vars)
+        .unwrap_err()
+        .to_string()
+        .contains("STREAMCOMM_ROOT_PORT"));
 }
