@@ -1,5 +1,6 @@
 //! streamcomm: stream-ordered collectives, point-to-point and barriers.
 
+pub mod barrier;
 pub mod bootstrap;
 pub mod comm;
 pub mod config;

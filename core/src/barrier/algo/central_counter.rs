@@ -1,0 +1,56 @@
+//! Central counter barrier: the textbook centralised barrier.
+//!
+//! Every non-root rank atomically increments a counter on the root and then
+//! spins on one release word; the root waits for the counter to reach
+//! `epoch * (n - 1)` and writes the release word (Mellor-Crummey and Scott,
+//! "Algorithms for scalable synchronization on shared-memory
+//! multiprocessors", ACM TOCS 9(1), 1991, §3.3 "centralized barrier"). The
+//! counter is never reset: it counts every arrival of every barrier, which
+//! replaces MCS's sense reversal. Two hops of latency, but `n - 1` ranks
+//! contend on one cache line and all read the same release word.
+//!
+//! The root is rank 0.
+
+use crate::barrier::step::BarrierStep;
+
+const ROOT: usize = 0;
+
+/// Steps of `rank` out of `n >= 2`.
+pub(super) fn steps(rank: usize, n: usize) -> Vec<BarrierStep> {
+    if rank == ROOT {
+        vec![
+            BarrierStep::WaitCounter {
+                count_per_epoch: (n - 1) as u64,
+            },
+            BarrierStep::Release { peer: ROOT },
+        ]
+    } else {
+        vec![
+            BarrierStep::FetchAdd { root: ROOT },
+            BarrierStep::WaitRelease { at: ROOT },
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_counts_others_add() {
+        assert_eq!(
+            steps(0, 5),
+            vec![
+                BarrierStep::WaitCounter { count_per_epoch: 4 },
+                BarrierStep::Release { peer: 0 }
+            ]
+        );
+        assert_eq!(
+            steps(3, 5),
+            vec![
+                BarrierStep::FetchAdd { root: 0 },
+                BarrierStep::WaitRelease { at: 0 }
+            ]
+        );
+    }
+}

@@ -1,0 +1,70 @@
+//! Central flags barrier: one arrival flag per rank at the root.
+//!
+//! The centralised barrier of Mellor-Crummey and Scott ("Algorithms for
+//! scalable synchronization on shared-memory multiprocessors", ACM TOCS
+//! 9(1), 1991, §3.3) with its shared counter replaced by one flag per rank,
+//! so no atomic read-modify-write is needed (only plain stores, which is all
+//! some memories offer): each rank writes its own arrival flag in the root's area,
+//! the root waits for all of them and then writes each rank's release word
+//! in that rank's own area, so every waiter spins on a word nobody else
+//! reads. No contended cache line, but the root does `2 (n - 1)` writes and
+//! reads in sequence.
+//!
+//! The root is rank 0.
+
+use crate::barrier::step::BarrierStep;
+
+const ROOT: usize = 0;
+
+/// Steps of `rank` out of `n >= 2`.
+pub(super) fn steps(rank: usize, n: usize) -> Vec<BarrierStep> {
+    if rank != ROOT {
+        return vec![
+            BarrierStep::Notify {
+                peer: ROOT,
+                round: 0,
+            },
+            BarrierStep::WaitRelease { at: rank },
+        ];
+    }
+    let others = (0..n).filter(|&r| r != ROOT);
+    let arrivals = others
+        .clone()
+        .map(|from| BarrierStep::WaitFlag { from, round: 0 });
+    let releases = others.map(|peer| BarrierStep::Release { peer });
+    arrivals.chain(releases).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_waits_all_then_releases_each() {
+        assert_eq!(
+            steps(0, 3),
+            vec![
+                BarrierStep::WaitFlag { from: 1, round: 0 },
+                BarrierStep::WaitFlag { from: 2, round: 0 },
+                BarrierStep::Release { peer: 1 },
+                BarrierStep::Release { peer: 2 },
+            ]
+        );
+        assert_eq!(
+            steps(2, 3),
+            vec![
+                BarrierStep::Notify { peer: 0, round: 0 },
+                BarrierStep::WaitRelease { at: 2 }
+            ]
+        );
+    }
+
+    #[test]
+    fn no_read_modify_write() {
+        for r in 0..9 {
+            assert!(steps(r, 9)
+                .iter()
+                .all(|s| !matches!(s, BarrierStep::FetchAdd { .. })));
+        }
+    }
+}

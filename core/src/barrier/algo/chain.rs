@@ -1,0 +1,66 @@
+//! Chain barrier: arrival down a line of ranks, release back up it.
+//!
+//! Rank 0 signals rank 1, which, once it has arrived too, signals rank 2, and
+//! so on; when rank `n - 1` has heard from `n - 2` everybody has arrived.
+//! The release then travels *back down the chain* (`n - 1` releases `n - 2`,
+//! which releases `n - 3`, ... down to 0), not around a ring, so every hop
+//! is between neighbours and each word has a single writer. `2 (n - 1)`
+//! sequential hops: the simplest barrier and the slowest one, kept as a
+//! baseline (the linear barrier of Hoefler et al., "A survey of barrier
+//! algorithms for coarse grained supercomputers", 2005).
+
+use crate::barrier::step::BarrierStep;
+
+/// Steps of `rank` out of `n >= 2`.
+pub(super) fn steps(rank: usize, n: usize) -> Vec<BarrierStep> {
+    let mut steps = Vec::with_capacity(4);
+    if rank > 0 {
+        steps.push(BarrierStep::WaitFlag {
+            from: rank - 1,
+            round: 0,
+        });
+    }
+    if rank + 1 < n {
+        steps.push(BarrierStep::Notify {
+            peer: rank + 1,
+            round: 0,
+        });
+        steps.push(BarrierStep::WaitRelease { at: rank });
+    }
+    if rank > 0 {
+        steps.push(BarrierStep::Release { peer: rank - 1 });
+    }
+    steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ends_and_middle() {
+        assert_eq!(
+            steps(0, 3),
+            vec![
+                BarrierStep::Notify { peer: 1, round: 0 },
+                BarrierStep::WaitRelease { at: 0 }
+            ]
+        );
+        assert_eq!(
+            steps(1, 3),
+            vec![
+                BarrierStep::WaitFlag { from: 0, round: 0 },
+                BarrierStep::Notify { peer: 2, round: 0 },
+                BarrierStep::WaitRelease { at: 1 },
+                BarrierStep::Release { peer: 0 },
+            ]
+        );
+        assert_eq!(
+            steps(2, 3),
+            vec![
+                BarrierStep::WaitFlag { from: 1, round: 0 },
+                BarrierStep::Release { peer: 1 }
+            ]
+        );
+    }
+}

@@ -1,0 +1,325 @@
+//! A single-threaded simulator that proves barrier plans.
+//!
+//! The property a barrier must give is simple: **no rank leaves barrier `e`
+//! before every rank has entered barrier `e`**. The simulator runs the plans
+//! of all `n` ranks in one thread over [`SimMemory`], for `epochs`
+//! consecutive barriers per rank, interpreting each step with the same
+//! [`apply`](super::apply) the real executor uses. Each rank's next action is either
+//! *enter* its next barrier, or its next step; a wait step can only be
+//! taken when its condition holds. Ranks that leave a barrier may enter the
+//! next one at once and run ahead while slower ranks are still inside the
+//! previous one, which is where epoch confusion and reset races hide.
+//!
+//! It reports, with the rank, epoch and step involved: an early exit (the
+//! property above violated), a deadlock (nobody can move while some rank has
+//! not finished), a word written backwards (monotonicity violated), and step
+//! errors. The [`Schedule`]s are adversarial: random interleavings, and a
+//! *laggard* rank that enters each barrier only when nobody else can move,
+//! so every other rank goes as far as the plan lets it before the last
+//! arrival.
+//!
+//! # Why laggards make the check exhaustive
+//!
+//! A rank's next action depends only on its own position in its plan and on
+//! words that never decrease, and no action can disable another rank's
+//! action: whatever is possible stays possible until it is taken. In such a
+//! *persistent* system, the set of actions the other ranks can take before
+//! rank `L` enters barrier `e` is the same whatever the interleaving, and
+//! [`Schedule::Laggard`] takes all of them before letting `L` in. So a rank
+//! can leave barrier `e` before `L` enters it in *some* interleaving if and
+//! only if it does under `Laggard { rank: L, .. }`, and running every rank
+//! as the laggard checks the barrier property for every interleaving of the
+//! simulated epochs. Random schedules add variety for the running-ahead
+//! figures ([`SimStats::ahead`]) and the monotonicity check.
+
+mod memory;
+mod state;
+
+use std::fmt;
+
+pub use memory::{Regression, SimMemory};
+
+use super::memory::WaitFor;
+use super::step::{BarrierPlan, BarrierStep, MAX_EPOCH, ROUNDS_PER_EPOCH};
+use crate::Error;
+use state::Sim;
+
+/// The order in which the simulator lets ranks act.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Schedule {
+    /// Passes over the ranks in rank order; each rank that can act takes one
+    /// action per pass.
+    #[default]
+    RoundRobin,
+    /// Each action is taken by a rank picked at random among those that can
+    /// act (deterministic for a given seed).
+    Random {
+        /// Seed of the pseudo-random sequence.
+        seed: u64,
+    },
+    /// As `Random`, but `rank` enters each barrier only when no other rank
+    /// can act: every other rank runs as far as it can before the last
+    /// arrival, so any rank that would leave early does.
+    Laggard {
+        /// The rank that always arrives last.
+        rank: usize,
+        /// Seed of the pseudo-random sequence.
+        seed: u64,
+    },
+}
+
+/// What [`simulate`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimConfig {
+    /// Consecutive barriers each rank runs (epochs `1..=epochs`).
+    pub epochs: u64,
+    /// Which rank acts next.
+    pub schedule: Schedule,
+}
+
+/// Figures of a successful simulation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimStats {
+    /// Actions taken (enters plus steps).
+    pub actions: u64,
+    /// Steps a rank ran inside barrier `e` while another rank had not yet
+    /// left barrier `e - 1` (how much running ahead the schedule exercised).
+    pub ahead: u64,
+}
+
+/// Why a simulation failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimError {
+    /// The plans do not describe one barrier of `plans.len()` ranks, or the
+    /// configuration is out of range.
+    #[error("invalid barrier simulation setup: {0}")]
+    Setup(String),
+
+    /// The barrier property was violated.
+    #[error("rank {rank} left barrier {epoch} before rank(s) {missing:?} entered it")]
+    EarlyExit {
+        /// The rank that left.
+        rank: usize,
+        /// The barrier it left.
+        epoch: u64,
+        /// The ranks that had not entered it yet.
+        missing: Vec<usize>,
+    },
+
+    /// No rank could act while some had not finished.
+    #[error("deadlock: {}", list(stuck))]
+    Deadlock {
+        /// Every unfinished rank, with what it waits for.
+        stuck: Vec<Stuck>,
+    },
+
+    /// A store made a word smaller.
+    #[error(
+        "rank {writer} step {index} of barrier {epoch} lowered {} of rank {}'s area from {} to {}",
+        regression.word, regression.owner, regression.old, regression.new
+    )]
+    Regression {
+        /// The rank whose step stored.
+        writer: usize,
+        /// The barrier.
+        epoch: u64,
+        /// Index of the step in the writer's plan.
+        index: usize,
+        /// The word and values.
+        regression: Regression,
+    },
+
+    /// A step failed when interpreted.
+    #[error("rank {rank} step {index} ({step:?}) of barrier {epoch} failed: {source}")]
+    Step {
+        /// The rank.
+        rank: usize,
+        /// The barrier.
+        epoch: u64,
+        /// Index of the step in the rank's plan.
+        index: usize,
+        /// The step.
+        step: BarrierStep,
+        /// What [`apply`](super::apply) reported.
+        #[source]
+        source: Error,
+    },
+}
+
+/// A rank stuck in a deadlock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stuck {
+    /// The rank.
+    pub rank: usize,
+    /// The barrier it is in.
+    pub epoch: u64,
+    /// Index of the step it cannot take.
+    pub index: usize,
+    /// The step.
+    pub step: BarrierStep,
+    /// What the step waits for (`None` if it could not be computed).
+    pub waiting_for: Option<WaitFor>,
+}
+
+impl fmt::Display for Stuck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "rank {} in barrier {} at step {} ({:?})",
+            self.rank, self.epoch, self.index, self.step
+        )?;
+        match &self.waiting_for {
+            Some(on) => write!(f, " waits for {on}"),
+            None => Ok(()),
+        }
+    }
+}
+
+fn list<T: fmt::Display>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(T::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Runs `config.epochs` consecutive barriers of every rank and checks them.
+///
+/// `plans[r]` must be rank `r`'s plan, all for `plans.len()` ranks and the
+/// same algorithm.
+///
+/// # Errors
+///
+/// [`SimError::Setup`] for inconsistent plans or configuration,
+/// [`SimError::EarlyExit`] when a rank leaves a barrier before everybody
+/// entered it, [`SimError::Deadlock`], [`SimError::Regression`] and
+/// [`SimError::Step`].
+///
+/// # Examples
+///
+/// ```
+/// use streamcomm::barrier::{build, sim, BarrierAlgo};
+///
+/// let plans: Vec<_> = (0..5)
+///     .map(|r| build(BarrierAlgo::Chain, r, 5, &[0; 5]))
+///     .collect::<Result<_, _>>()?;
+/// let schedule = sim::Schedule::Laggard { rank: 2, seed: 1 };
+/// let stats = sim::simulate(&plans, &sim::SimConfig { epochs: 3, schedule }).unwrap();
+/// assert!(stats.actions > 0);
+/// # Ok::<(), streamcomm::Error>(())
+/// ```
+pub fn simulate(plans: &[BarrierPlan], config: &SimConfig) -> Result<SimStats, SimError> {
+    check_setup(plans, config)?;
+    let mut sim = Sim::new(plans, config.epochs);
+    let n = plans.len();
+    match config.schedule {
+        Schedule::RoundRobin => loop {
+            let mut progressed = false;
+            for r in 0..n {
+                if sim.can_act(r) {
+                    sim.act(r)?;
+                    progressed = true;
+                }
+            }
+            if !progressed {
+                break;
+            }
+        },
+        Schedule::Random { seed } => run_random(&mut sim, seed, None)?,
+        Schedule::Laggard { rank, seed } => run_random(&mut sim, seed, Some(rank))?,
+    }
+    sim.finish()
+}
+
+/// Plans describe one barrier of `plans.len()` ranks; the config is usable.
+fn check_setup(plans: &[BarrierPlan], config: &SimConfig) -> Result<(), SimError> {
+    let n = plans.len();
+    let setup = |msg: String| Err(SimError::Setup(msg));
+    if n == 0 {
+        return setup("no plans".into());
+    }
+    if config.epochs > MAX_EPOCH {
+        return setup(format!("{} epochs exceed {MAX_EPOCH}", config.epochs));
+    }
+    if let Schedule::Laggard { rank, .. } = config.schedule {
+        if rank >= n {
+            return setup(format!("laggard rank {rank} is out of range for {n} ranks"));
+        }
+    }
+    let algo = plans[0].algo;
+    for (r, plan) in plans.iter().enumerate() {
+        if plan.rank != r || plan.nranks != n {
+            return setup(format!(
+                "plans[{r}] is for rank {} of {}, expected rank {r} of {n}",
+                plan.rank, plan.nranks
+            ));
+        }
+        if plan.algo != algo {
+            return setup(format!(
+                "plans[{r}] runs {}, plans[0] runs {algo}",
+                plan.algo
+            ));
+        }
+        for (i, s) in plan.steps.iter().enumerate() {
+            if s.peer().is_some_and(|p| p >= n) {
+                return setup(format!("rank {r} step {i} ({s:?}) names a rank beyond {n}"));
+            }
+            if s.round().is_some_and(|k| u64::from(k) >= ROUNDS_PER_EPOCH) {
+                return setup(format!(
+                    "rank {r} step {i} ({s:?}) uses a round beyond {ROUNDS_PER_EPOCH}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Lets a random rank among those that can act take one action until none
+/// can; the laggard's enter is taken only when it is the only action left.
+fn run_random(sim: &mut Sim<'_>, seed: u64, laggard: Option<usize>) -> Result<(), SimError> {
+    let mut rng = SplitMix(seed);
+    loop {
+        let len = sim.ready().len();
+        if len == 0 {
+            return Ok(());
+        }
+        let slot = match laggard.and_then(|l| sim.entering_slot(l)) {
+            // Uniform among the others: skip over the laggard's slot.
+            Some(p) if len > 1 => {
+                let i = rng.below(len - 1);
+                if i >= p {
+                    i + 1
+                } else {
+                    i
+                }
+            }
+            _ => rng.below(len),
+        };
+        let r = sim.ready()[slot];
+        sim.act(r)?;
+    }
+}
+
+/// SplitMix64 (Steele, Lea and Flood, 2014): a tiny generator for picking
+/// ranks reproducibly.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A value in `0..bound` (`bound > 0`; the modulo bias is irrelevant here).
+    fn below(&mut self, bound: usize) -> usize {
+        (self.next() % bound as u64) as usize
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,165 @@
+use super::*;
+use crate::barrier::{build, run, wait_for, BarrierAlgo, BarrierMemory, Word};
+
+fn plans(algo: BarrierAlgo, n: usize) -> Vec<BarrierPlan> {
+    let hosts: Vec<usize> = (0..n).map(|r| r % 3).collect();
+    (0..n).map(|r| build(algo, r, n, &hosts).unwrap()).collect()
+}
+
+fn config(schedule: Schedule) -> SimConfig {
+    SimConfig {
+        epochs: 4,
+        schedule,
+    }
+}
+
+const SCHEDULES: [Schedule; 4] = [
+    Schedule::RoundRobin,
+    Schedule::Random { seed: 1 },
+    Schedule::Laggard { rank: 0, seed: 2 },
+    Schedule::Laggard { rank: 4, seed: 3 },
+];
+
+#[test]
+fn every_algorithm_passes_small() {
+    for algo in BarrierAlgo::ALL {
+        for schedule in SCHEDULES {
+            let stats = simulate(&plans(*algo, 7), &config(schedule))
+                .unwrap_or_else(|e| panic!("{algo} {schedule:?}: {e}"));
+            assert!(stats.actions >= 7 * 4, "{algo} {schedule:?}");
+        }
+    }
+}
+
+#[test]
+fn random_schedules_run_ahead() {
+    let p = plans(BarrierAlgo::Dissemination, 8);
+    let ahead: u64 = (0..8)
+        .map(|seed| {
+            simulate(&p, &config(Schedule::Random { seed }))
+                .unwrap()
+                .ahead
+        })
+        .sum();
+    assert!(
+        ahead > 0,
+        "no schedule let a rank run into the next barrier"
+    );
+}
+
+#[test]
+fn skipped_wait_is_an_early_exit() {
+    let mut p = plans(BarrierAlgo::Dissemination, 6);
+    p[3].steps
+        .retain(|s| !matches!(s, BarrierStep::WaitFlag { round: 2, .. }));
+    let caught = (0..6).any(|rank| {
+        matches!(
+            simulate(&p, &config(Schedule::Laggard { rank, seed: 5 })),
+            Err(SimError::EarlyExit { rank: 3, .. })
+        )
+    });
+    assert!(caught);
+}
+
+#[test]
+fn central_root_counting_short_is_an_early_exit() {
+    let mut p = plans(BarrierAlgo::CentralCounter, 5);
+    p[0].steps[0] = BarrierStep::WaitCounter { count_per_epoch: 3 };
+    let err = simulate(&p, &config(Schedule::Laggard { rank: 4, seed: 0 })).unwrap_err();
+    match err {
+        SimError::EarlyExit { missing, .. } => assert_eq!(missing, vec![4]),
+        other => panic!("expected EarlyExit, got {other}"),
+    }
+}
+
+#[test]
+fn missing_notify_is_a_deadlock_naming_the_word() {
+    let mut p = plans(BarrierAlgo::Chain, 4);
+    p[1].steps
+        .retain(|s| !matches!(s, BarrierStep::Notify { .. }));
+    let err = simulate(&p, &config(Schedule::RoundRobin)).unwrap_err();
+    let SimError::Deadlock { stuck } = &err else {
+        panic!("expected Deadlock, got {err}");
+    };
+    let two = stuck.iter().find(|s| s.rank == 2).unwrap();
+    assert_eq!(two.epoch, 1);
+    assert_eq!(two.waiting_for.unwrap().word, Word::Flag { src: 1 });
+    assert!(err.to_string().contains("flag from rank 1"), "{err}");
+}
+
+#[test]
+fn rounds_going_backwards_are_a_regression() {
+    // Rank 0 notifies rank 1 in round 1, then round 0: a backwards store.
+    let mut p = plans(BarrierAlgo::Dissemination, 2);
+    p[0].steps
+        .insert(0, BarrierStep::Notify { peer: 1, round: 1 });
+    let err = simulate(&p, &config(Schedule::RoundRobin)).unwrap_err();
+    assert!(
+        matches!(err, SimError::Regression { writer: 0, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn rejects_bad_setups() {
+    let setup = |p: &[BarrierPlan], c: SimConfig| match simulate(p, &c) {
+        Err(SimError::Setup(msg)) => msg,
+        other => panic!("expected Setup, got {other:?}"),
+    };
+    assert!(setup(&[], config(Schedule::RoundRobin)).contains("no plans"));
+    let p = plans(BarrierAlgo::Chain, 3);
+    let bad = config(Schedule::Laggard { rank: 3, seed: 0 });
+    assert!(setup(&p, bad).contains("laggard rank 3"));
+    let mut swapped = p.clone();
+    swapped.swap(0, 1);
+    assert!(setup(&swapped, config(Schedule::RoundRobin)).contains("plans[0]"));
+    let mut mixed = p.clone();
+    mixed[2] = build(BarrierAlgo::Dissemination, 2, 3, &[0; 3]).unwrap();
+    assert!(setup(&mixed, config(Schedule::RoundRobin)).contains("dissemination"));
+    let mut far = p;
+    far[1].steps.push(BarrierStep::Release { peer: 9 });
+    assert!(setup(&far, config(Schedule::RoundRobin)).contains("beyond 3"));
+}
+
+#[test]
+fn zero_epochs_do_nothing() {
+    let stats = simulate(
+        &plans(BarrierAlgo::Chain, 3),
+        &SimConfig {
+            epochs: 0,
+            schedule: Schedule::RoundRobin,
+        },
+    )
+    .unwrap();
+    assert_eq!(stats, SimStats::default());
+}
+
+#[test]
+fn executor_runs_when_nothing_blocks_and_errors_on_bad_epochs() {
+    let mem = SimMemory::new(2);
+    let p = plans(BarrierAlgo::CentralFlags, 2);
+    // Rank 1 arrives; rank 0 then finds everything ready and releases.
+    assert!(run(&p[1], 1, &mem).is_err(), "rank 1 would have to block");
+    assert_eq!(mem.load_flag(0, 1), 256);
+    run(&p[0], 1, &mem).unwrap();
+    assert_eq!(mem.load_release(1), 256);
+    run(&p[1], 1, &mem).unwrap();
+    let dynamic: &dyn BarrierMemory = &mem;
+    for epoch in [0, MAX_EPOCH + 1] {
+        match run(&p[0], epoch, dynamic) {
+            Err(Error::InvalidArgument(msg)) => assert!(msg.contains(&epoch.to_string())),
+            other => panic!("epoch {epoch}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn counter_target_overflow_is_an_error() {
+    let step = BarrierStep::WaitCounter {
+        count_per_epoch: u64::MAX,
+    };
+    assert!(matches!(
+        wait_for(0, &step, 2),
+        Err(Error::InvalidArgument(m)) if m.contains("overflows")
+    ));
+}

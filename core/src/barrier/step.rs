@@ -1,0 +1,176 @@
+//! The vocabulary every barrier algorithm is written in.
+//!
+//! A barrier plan is a short ordered list of [`BarrierStep`]s for one rank:
+//! *actions* (add to a counter, raise a flag, write a release word) and
+//! *waits* (until a word reaches a value). Algorithms only emit steps; the
+//! executor ([`super::exec::run`]) and the simulator ([`super::sim`])
+//! interpret them through [`super::exec::apply`], so an algorithm is written
+//! once and proved once.
+//!
+//! # Values and epochs
+//!
+//! Words are never reset. Every value a step writes or awaits is computed
+//! from the barrier's *epoch* (its sequence number `1, 2, 3, ...`, the same
+//! on every rank, supplied at execution time, never stored in a plan) and the
+//! step's *round*, by [`signal_value`]; waits use `>=`. Values written by one
+//! writer into one word only grow (epochs grow, and within an epoch a plan's
+//! rounds towards one peer grow), so a wait for `(epoch, round)` that sees a
+//! later value knows the earlier store happened: a rank that runs ahead into
+//! the next barrier never confuses a slower peer, and there is no reset race.
+//!
+//! Epochs must be consecutive (`1, 2, 3, ...` with no gaps) on a given
+//! memory: flags and release words would tolerate gaps, but the central
+//! counter's target is `epoch * arrivals per barrier`, which assumes every
+//! earlier epoch was a central-counter barrier of the same size. Flag and
+//! release algorithms may be switched between epochs.
+
+use super::algo::BarrierAlgo;
+
+/// Rounds one epoch may use: values of consecutive epochs never overlap.
+pub const ROUNDS_PER_EPOCH: u64 = 256;
+
+/// Largest epoch whose values fit in a `u64`.
+pub const MAX_EPOCH: u64 = u64::MAX / ROUNDS_PER_EPOCH - 1;
+
+/// The value of a flag or release word meaning "`round` of barrier `epoch`
+/// has happened": `epoch * ROUNDS_PER_EPOCH + round`.
+///
+/// Always at least `ROUNDS_PER_EPOCH` for a valid epoch, so the initial 0 of
+/// a fresh word never satisfies a wait. Release words use round 0.
+/// Returns `None` for epoch 0, an epoch above [`MAX_EPOCH`], or a round not
+/// below [`ROUNDS_PER_EPOCH`].
+///
+/// # Examples
+///
+/// ```
+/// use streamcomm::barrier::signal_value;
+///
+/// assert_eq!(signal_value(1, 0), Some(256));
+/// assert_eq!(signal_value(2, 3), Some(515));
+/// assert_eq!(signal_value(0, 0), None);
+/// ```
+pub const fn signal_value(epoch: u64, round: u32) -> Option<u64> {
+    if epoch == 0 || epoch > MAX_EPOCH || round as u64 >= ROUNDS_PER_EPOCH {
+        return None;
+    }
+    Some(epoch * ROUNDS_PER_EPOCH + round as u64)
+}
+
+/// One step of a barrier plan, executed by the plan's rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BarrierStep {
+    /// Atomically add 1 to `counter` in `root`'s area (an arrival).
+    FetchAdd {
+        /// Owner of the counter.
+        root: usize,
+    },
+    /// Wait until `counter` in this rank's own area is at least
+    /// `epoch * count_per_epoch` (every arrival of every barrier so far).
+    WaitCounter {
+        /// Arrivals each barrier adds to the counter.
+        count_per_epoch: u64,
+    },
+    /// Store `signal_value(epoch, round)` into `flags[rank]` of `peer`'s area.
+    Notify {
+        /// Whose area receives the flag.
+        peer: usize,
+        /// Round within the barrier.
+        round: u32,
+    },
+    /// Wait until `flags[from]` in this rank's own area is at least
+    /// `signal_value(epoch, round)`.
+    WaitFlag {
+        /// The rank that writes the flag.
+        from: usize,
+        /// Round within the barrier.
+        round: u32,
+    },
+    /// Store `signal_value(epoch, 0)` into `release` of `peer`'s area (the
+    /// plan's own rank for a central root releasing everybody at once).
+    Release {
+        /// Whose release word is written.
+        peer: usize,
+    },
+    /// Wait until `release` in `at`'s area is at least `signal_value(epoch, 0)`
+    /// (`at` is this rank for per-rank releases, the root for a central one).
+    WaitRelease {
+        /// Whose release word is read.
+        at: usize,
+    },
+}
+
+impl BarrierStep {
+    /// Whether this step waits (as opposed to acting).
+    pub const fn is_wait(&self) -> bool {
+        matches!(
+            self,
+            BarrierStep::WaitCounter { .. }
+                | BarrierStep::WaitFlag { .. }
+                | BarrierStep::WaitRelease { .. }
+        )
+    }
+
+    /// The other rank the step names: whose area it writes or reads, or
+    /// whose flag it awaits (`None` for [`BarrierStep::WaitCounter`], which
+    /// only reads this rank's own area).
+    pub const fn peer(&self) -> Option<usize> {
+        match *self {
+            BarrierStep::FetchAdd { root } => Some(root),
+            BarrierStep::Notify { peer, .. } | BarrierStep::Release { peer } => Some(peer),
+            BarrierStep::WaitFlag { from, .. } => Some(from),
+            BarrierStep::WaitRelease { at } => Some(at),
+            BarrierStep::WaitCounter { .. } => None,
+        }
+    }
+
+    /// The round of a flag step.
+    pub const fn round(&self) -> Option<u32> {
+        match *self {
+            BarrierStep::Notify { round, .. } | BarrierStep::WaitFlag { round, .. } => Some(round),
+            _ => None,
+        }
+    }
+}
+
+/// One rank's barrier: the algorithm it implements and its steps, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BarrierPlan {
+    /// The algorithm the steps implement (every rank's plan of one barrier
+    /// must use the same one).
+    pub algo: BarrierAlgo,
+    /// The rank the plan is for.
+    pub rank: usize,
+    /// Number of ranks taking part.
+    pub nranks: usize,
+    /// The steps, in execution order (none for a single rank).
+    pub steps: Vec<BarrierStep>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_grow_with_epoch_then_round() {
+        let mut last = 0;
+        for epoch in 1..4 {
+            for round in [0, 1, 7, 255] {
+                let v = signal_value(epoch, round).unwrap();
+                assert!(v > last, "epoch {epoch} round {round}");
+                last = v;
+            }
+        }
+        assert_eq!(signal_value(1, 256), None);
+        assert_eq!(signal_value(MAX_EPOCH + 1, 0), None);
+        assert!(signal_value(MAX_EPOCH, 255).is_some());
+    }
+
+    #[test]
+    fn classifies_steps() {
+        assert!(BarrierStep::WaitCounter { count_per_epoch: 3 }.is_wait());
+        assert!(!BarrierStep::Release { peer: 1 }.is_wait());
+        assert_eq!(BarrierStep::WaitRelease { at: 4 }.peer(), Some(4));
+        assert_eq!(BarrierStep::WaitCounter { count_per_epoch: 3 }.peer(), None);
+        assert_eq!(BarrierStep::Notify { peer: 2, round: 5 }.round(), Some(5));
+    }
+}
