@@ -27,9 +27,11 @@ pub struct BarrierStats {
     pub slowest: Percentiles,
 }
 
-/// Both flavours.
-#[derive(Clone, Copy, Debug, serde::Serialize)]
+/// Both flavours, for one algorithm.
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct BarrierResult {
+    /// The algorithm measured (its full name, e.g. `tree:4`).
+    pub algo: String,
     /// `barrier_host()`: blocks the calling thread.
     pub host: BarrierStats,
     /// `barrier(&stream)` followed by `stream.synchronize()`.
@@ -61,6 +63,7 @@ pub fn run(
     })
     .context("stream barrier")?;
     Ok(BarrierResult {
+        algo: comm.barrier_algo().to_string(),
         host,
         stream: stream_stats,
     })

@@ -135,6 +135,11 @@ pub struct Cli {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub stream_barrier_iters: Option<u64>,
 
+    /// Barrier algorithm(s) to measure: `default` (the communicator's
+    /// choice), `ALL`, or a name (`dissemination`, `tree:4`, ...).
+    #[arg(long, default_value = "default")]
+    pub algo: String,
+
     /// Timed round trips of the 8-byte sendrecv latency test.
     #[arg(long, default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -145,6 +150,24 @@ impl Cli {
     /// True when `-c 1`.
     pub fn check(&self) -> bool {
         self.check == 1
+    }
+
+    /// The barrier algorithms to measure (`None`: the communicator's default).
+    ///
+    /// # Errors
+    /// An unknown algorithm name.
+    pub fn barrier_algos(&self) -> Result<Vec<Option<streamcomm::barrier::BarrierAlgo>>, String> {
+        use streamcomm::barrier::BarrierAlgo;
+        match self.algo.as_str() {
+            "default" => Ok(vec![None]),
+            a if a.eq_ignore_ascii_case("all") => {
+                Ok(BarrierAlgo::ALL.iter().map(|&a| Some(a)).collect())
+            }
+            list => list
+                .split(',')
+                .map(|a| BarrierAlgo::parse(a).map(Some).map_err(|e| e.to_string()))
+                .collect(),
+        }
     }
 
     /// Timed stream-barrier iterations.

@@ -138,15 +138,25 @@ fn run_rank(cli: &Cli, info: &LaunchInfo) -> Fallible<u64> {
         p
     });
 
-    let (mut rows, mut latency, mut barrier) = (Vec::new(), None, None);
+    let (mut rows, mut latency, mut barrier) = (Vec::new(), None, Vec::new());
     if cli.collective == Collective::Barrier {
-        barrier = Some(barrier::run(
-            &comm,
-            &stream,
-            cli.barrier_iters,
-            cli.stream_barrier_iters(),
-            cli.warmup,
-        )?);
+        for algo in cli.barrier_algos().map_err(|e| format!("--algo: {e}"))? {
+            if let Some(algo) = algo {
+                comm.set_barrier_algo(algo)
+                    .context("set the barrier algorithm")?;
+            }
+            let result = barrier::run(
+                &comm,
+                &stream,
+                cli.barrier_iters,
+                cli.stream_barrier_iters(),
+                cli.warmup,
+            )?;
+            if let (Some(p), Some(m)) = (printer.as_mut(), machine.as_ref()) {
+                report::print_barrier(p, &result, &m.limits);
+            }
+            barrier.push(result);
+        }
     } else {
         if let (Some(p), Some(_)) = (printer.as_mut(), machine.as_ref()) {
             report::print_table_header(p);
@@ -163,9 +173,8 @@ fn run_rank(cli: &Cli, info: &LaunchInfo) -> Fallible<u64> {
 
     let mut reported = Ok(());
     if let (Some(p), Some(m)) = (printer.as_mut(), machine.as_ref()) {
-        match &barrier {
-            Some(b) => report::print_barrier(p, b, &m.limits),
-            None => report::print_summary(p, &rows, latency.as_ref(), &m.limits),
+        if barrier.is_empty() {
+            report::print_summary(p, &rows, latency.as_ref(), &m.limits);
         }
         if let Some(target) = &cli.json {
             reported = Document::new(cli, nranks, *m, &rows, latency, barrier).write(target);

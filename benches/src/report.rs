@@ -166,6 +166,7 @@ pub fn print_summary(
 /// core-to-core round trip.
 pub fn print_barrier(p: &mut Printer, result: &BarrierResult, limits: &MachineLimits) {
     p.line("#");
+    p.line(format!("# algorithm: {}", result.algo));
     p.line(format!(
         "# {:<8} {:<8} {:>7} {:>9} {:>9} {:>9} {:>9}   {:>7} {:>7} {:>7} {:>7}",
         "barrier", "view", "iters", "p50", "p99", "p99.9", "max", "p50", "p99", "p99.9", "max"
@@ -235,8 +236,8 @@ pub struct Document {
     pub wrong_total: Option<u64>,
     /// The sendrecv ping-pong latency.
     pub sendrecv_latency: Option<Latency>,
-    /// The barrier benchmark.
-    pub barrier: Option<BarrierResult>,
+    /// The barrier benchmark, one entry per algorithm measured.
+    pub barrier: Vec<BarrierResult>,
 }
 
 impl Document {
@@ -247,7 +248,7 @@ impl Document {
         machine: Machine,
         rows: &[Row],
         latency: Option<Latency>,
-        barrier: Option<BarrierResult>,
+        barrier: Vec<BarrierResult>,
     ) -> Document {
         let sweep = cli.collective != Collective::Barrier;
         Document {

@@ -112,7 +112,7 @@ fn all_reduce_sweep_is_correct() {
     assert_eq!(doc["wrong_total"], 0);
     assert!(doc["machine"]["memcpy_gbps"].as_f64().expect("memcpy") > 0.0);
     assert_eq!(doc["machine"]["measured_by"], "launcher");
-    assert!(doc["barrier"].is_null());
+    assert_eq!(doc["barrier"].as_array().map(Vec::len), Some(0));
 }
 
 #[test]
@@ -123,14 +123,26 @@ fn barrier_reports_percentiles() {
         "2",
         "--barrier-iters",
         "200",
+        "--algo",
+        "ALL",
         "--json",
         "-",
     ]);
     assert_eq!(doc["collective"], "barrier");
     assert_eq!(doc["ranks"], 2);
     assert_eq!(doc["rows"].as_array().map(Vec::len), Some(0));
+    let results = doc["barrier"].as_array().expect("barrier results");
+    assert_eq!(results.len(), streamcomm::barrier::BarrierAlgo::ALL.len());
+    for result in results {
+        check_barrier(result);
+    }
+    assert!(doc["machine"]["c2c_round_trip_us"].as_f64().expect("c2c") > 0.0);
+}
+
+fn check_barrier(result: &serde_json::Value) {
+    assert!(result["algo"].is_string(), "{result}");
     for (flavour, iters) in [("host", 200), ("stream", 40)] {
-        let stats = &doc["barrier"][flavour];
+        let stats = &result[flavour];
         assert_eq!(stats["iters"], iters, "{flavour}");
         for view in ["rank0", "slowest"] {
             let p = &stats[view];
@@ -145,7 +157,6 @@ fn barrier_reports_percentiles() {
         }
         assert!(stats["slowest"]["max"].as_f64() >= stats["rank0"]["max"].as_f64());
     }
-    assert!(doc["machine"]["c2c_round_trip_us"].as_f64().expect("c2c") > 0.0);
 }
 
 #[test]

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use crate::barrier::BarrierAlgo;
 use crate::{Error, Result};
 
 /// Default slot-ring size per connection (DESIGN.md §3): 4 MiB.
@@ -42,6 +43,16 @@ pub struct Config {
     /// `STREAMCOMM_SPIN`: busy-poll iterations before a waiter yields (default
     /// 2000, divided by 8 when more ranks than cores share this host).
     pub spin: u32,
+    /// `STREAMCOMM_BARRIER_ALGO`: barrier algorithm (`central_counter`,
+    /// `central_flags`, `chain`, `tree[:K]`, `dissemination`, `kway[:K]`,
+    /// `hierarchical[:dissemination|:tree[:K]]`); `None` picks by the default
+    /// rule ([`crate::comm::default_barrier_algo`]).
+    pub barrier_algo: Option<BarrierAlgo>,
+    /// `STREAMCOMM_HOSTS_OVERRIDE`: pretend ranks live on these hosts (for
+    /// topology only: tree and hierarchical barriers). Either one label per
+    /// rank, comma-separated (`a,a,b,b`), or a number K meaning K consecutive
+    /// ranks per host.
+    pub hosts_override: Option<HostsOverride>,
     /// `STREAMCOMM_DEBUG`: a `tracing` filter the examples and benchmark install
     /// (the library itself never installs a subscriber).
     pub debug: Option<String>,
@@ -55,6 +66,8 @@ impl Default for Config {
             timeout: DEFAULT_TIMEOUT,
             progress: Progress::Inline,
             spin: 2000,
+            barrier_algo: None,
+            hosts_override: None,
             debug: None,
         }
     }
@@ -101,6 +114,18 @@ impl Config {
         if let Some(v) = get("STREAMCOMM_SPIN") {
             self.spin = parse_num("STREAMCOMM_SPIN", &v)? as u32;
         }
+        if let Some(v) = get("STREAMCOMM_BARRIER_ALGO") {
+            let v = v.trim();
+            if !v.is_empty() && !v.eq_ignore_ascii_case("auto") {
+                self.barrier_algo =
+                    Some(BarrierAlgo::parse(v).map_err(|e| {
+                        Error::invalid(format!("STREAMCOMM_BARRIER_ALGO={v:?}: {e}"))
+                    })?);
+            }
+        }
+        if let Some(v) = get("STREAMCOMM_HOSTS_OVERRIDE") {
+            self.hosts_override = Some(HostsOverride::parse(&v)?);
+        }
         if let Some(v) = get("STREAMCOMM_DEBUG") {
             self.debug = Some(v);
         }
@@ -140,6 +165,53 @@ impl Config {
             return Err(Error::invalid("timeout must be positive"));
         }
         Ok(())
+    }
+}
+
+/// A pretend placement of ranks on hosts (see [`Config::hosts_override`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostsOverride {
+    /// One host label per rank.
+    Labels(Vec<String>),
+    /// This many consecutive ranks per host.
+    RanksPerHost(usize),
+}
+
+impl HostsOverride {
+    /// Parses `a,a,b,b` or `K`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty list or `0`.
+    pub fn parse(text: &str) -> Result<HostsOverride> {
+        let t = text.trim();
+        if let Ok(k) = t.parse::<usize>() {
+            if k == 0 {
+                return Err(bad("STREAMCOMM_HOSTS_OVERRIDE", text));
+            }
+            return Ok(HostsOverride::RanksPerHost(k));
+        }
+        let labels: Vec<String> = t.split(',').map(|s| s.trim().to_string()).collect();
+        if labels.iter().any(|l| l.is_empty()) {
+            return Err(bad("STREAMCOMM_HOSTS_OVERRIDE", text));
+        }
+        Ok(HostsOverride::Labels(labels))
+    }
+
+    /// The host label of each of `size` ranks.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when a label list does not have `size` entries.
+    pub fn labels(&self, size: usize) -> Result<Vec<String>> {
+        match self {
+            HostsOverride::RanksPerHost(k) => {
+                Ok((0..size).map(|r| format!("host{}", r / k)).collect())
+            }
+            HostsOverride::Labels(l) if l.len() == size => Ok(l.clone()),
+            HostsOverride::Labels(l) => Err(Error::invalid(format!(
+                "STREAMCOMM_HOSTS_OVERRIDE names {} hosts for {size} ranks",
+                l.len()
+            ))),
+        }
     }
 }
 
@@ -192,6 +264,18 @@ mod tests {
         assert_eq!(c.slot_bytes(), 256 << 10);
         assert_eq!(c.timeout, Duration::from_millis(2500));
         assert_eq!(c.progress, Progress::Proxy);
+        let c = cfg(&[
+            ("STREAMCOMM_BARRIER_ALGO", "tree:3"),
+            ("STREAMCOMM_HOSTS_OVERRIDE", "2"),
+        ])
+        .unwrap();
+        assert_eq!(c.barrier_algo, Some(BarrierAlgo::Tree { fanout: 3 }));
+        assert_eq!(
+            c.hosts_override.unwrap().labels(3).unwrap(),
+            ["host0", "host0", "host1"]
+        );
+        let o = HostsOverride::parse("x, y").unwrap();
+        assert!(o.labels(3).is_err());
     }
 
     #[test]
@@ -202,6 +286,8 @@ mod tests {
             ("STREAMCOMM_BUFFSIZE", "12"),
             ("STREAMCOMM_TIMEOUT", "-1"),
             ("STREAMCOMM_PROGRESS", "sideways"),
+            ("STREAMCOMM_BARRIER_ALGO", "telepathy"),
+            ("STREAMCOMM_HOSTS_OVERRIDE", "a,,b"),
         ] {
             let e = cfg(&[(k, v)]).unwrap_err().to_string();
             assert!(

@@ -17,9 +17,9 @@
 use std::sync::Arc;
 
 use crate::comm::buffer::{AsBufView, Binding};
-use crate::comm::task::{barrier_task, PlanTask};
+use crate::comm::task::PlanTask;
 use crate::comm::Communicator;
-use crate::host::{HostStream, JobMode};
+use crate::host::HostStream;
 use crate::plan::{self, Collective, PlanParams};
 use crate::{DataType, Error, ReduceOp, Result};
 
@@ -368,42 +368,6 @@ impl Communicator {
             binding,
             stream,
         )
-    }
-
-    /// Stream-ordered barrier: work enqueued after it, on any rank, starts only
-    /// once every rank's stream has reached its barrier. Dissemination
-    /// algorithm (⌈log2 size⌉ rounds of zero-byte messages).
-    ///
-    /// # Graph capture
-    /// Capturable; with [`Progress::Proxy`](crate::config::Progress) the
-    /// stream waits on a fixed release doorbell that the proxy rings.
-    ///
-    /// # Errors
-    /// The stored error if the communicator has failed.
-    pub fn barrier(&self, stream: &HostStream) -> Result<()> {
-        if let Some(e) = self.inner.error() {
-            return Err(e);
-        }
-        stream.enqueue(barrier_task(&self.inner))
-    }
-
-    /// Blocks the calling thread until every rank has called `barrier_host`
-    /// (in issue order with this communicator's stream operations). The
-    /// calling thread runs the algorithm itself: no thread hand-off.
-    ///
-    /// # Errors
-    /// [`Error::Timeout`] / [`Error::RemoteFailed`] / [`Error::Aborted`].
-    pub fn barrier_host(&self) -> Result<()> {
-        let inner = &self.inner;
-        let ticket = inner.turns.take();
-        let plan = inner.barrier_plan.clone();
-        let binding = Binding::Separate {
-            send: None,
-            recv: None,
-        };
-        inner.run_ticketed(ticket, JobMode::Run, "barrier_host", |c| {
-            c.run_plan(&plan, &binding, ticket)
-        })
     }
 
     fn per_rank(&self, len: usize, what: &str) -> Result<usize> {

@@ -10,6 +10,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
+use crate::comm::barrier::BarrierState;
 use crate::comm::buffer::Binding;
 use crate::comm::proxy::ProxyHandle;
 use crate::comm::turns::Turns;
@@ -24,8 +25,10 @@ use crate::{Error, Result};
 /// Where this communicator's ranks live.
 #[derive(Clone, Debug)]
 pub(crate) struct Topology {
-    /// Host identity of every rank.
+    /// Host identity of every rank (after `STREAMCOMM_HOSTS_OVERRIDE`).
     pub hosts: Vec<String>,
+    /// Number of distinct hosts.
+    pub nhosts: usize,
     /// Ranks sharing this rank's host.
     pub local_ranks: usize,
 }
@@ -44,8 +47,8 @@ pub(crate) struct CommInner {
     pub spin: u32,
     error: Mutex<Option<Error>>,
     pub proxy: ProxyHandle,
-    /// Cached dissemination plan for barriers.
-    pub barrier_plan: Arc<Plan>,
+    /// Barrier algorithm, epochs and flag areas.
+    pub barrier: BarrierState,
 }
 
 impl CommInner {
@@ -59,7 +62,7 @@ impl CommInner {
         segment: Arc<Segment>,
         spin: u32,
         proxy: ProxyHandle,
-        barrier_plan: Arc<Plan>,
+        barrier: BarrierState,
     ) -> CommInner {
         CommInner {
             rank,
@@ -72,7 +75,7 @@ impl CommInner {
             spin,
             error: Mutex::new(None),
             proxy,
-            barrier_plan,
+            barrier,
         }
     }
 

@@ -12,6 +12,7 @@
 //! execute in the order they were issued (each takes a ticket), which every
 //! rank must make the same order, as with NCCL.
 
+mod barrier;
 mod buffer;
 mod collectives;
 mod endpoint;
@@ -23,16 +24,17 @@ mod turns;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use barrier::default_barrier_algo;
 pub use buffer::{AsBufView, BufView, UntypedBuffer};
 pub use endpoint::{local_host_id, Endpoint};
 
 use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::config::Config;
-use crate::plan::{self, Collective, PlanParams};
 use crate::transport::ring::RingShape;
 use crate::transport::{ring_offset, Connection, Segment};
 use crate::wait::spin_budget;
-use crate::{DataType, Error, ReduceOp, Result};
+use crate::{Error, Result};
+use barrier::BarrierState;
 use inner::{CommInner, Topology};
 use proxy::ProxyHandle;
 
@@ -168,8 +170,8 @@ impl Communicator {
             }
             let peer_segment = Arc::new(Segment::open(&ep.shm_name, size, shape)?);
             peers.push(Some(Connection {
-                send: peer_segment.ring(ring_offset(p, rank, shape), shape)?,
-                recv: segment.ring(ring_offset(rank, p, shape), shape)?,
+                send: peer_segment.ring(ring_offset(p, rank, size, shape), shape)?,
+                recv: segment.ring(ring_offset(rank, p, size, shape), shape)?,
                 peer_segment,
             }));
         }
@@ -178,21 +180,31 @@ impl Communicator {
         boot.barrier()?;
         segment.unlink();
         let local_ranks = endpoints.iter().filter(|e| e.host == me.host).count();
+        let hosts = match &config.hosts_override {
+            Some(o) => o.labels(size)?,
+            None => endpoints.into_iter().map(|e| e.host).collect(),
+        };
+        let host_index: Vec<usize> = hosts
+            .iter()
+            .map(|h| hosts.iter().position(|x| x == h).unwrap_or(0))
+            .collect();
+        let nhosts = (0..size).filter(|&r| host_index[r] == r).count();
         let topology = Topology {
-            hosts: endpoints.into_iter().map(|e| e.host).collect(),
+            hosts,
+            nhosts,
             local_ranks,
         };
-        let barrier_plan = Arc::new(plan::build(
-            Collective::Barrier,
-            DataType::U8,
-            ReduceOp::Sum,
-            0,
-            &PlanParams {
-                rank,
-                nranks: size,
-                slot_bytes: shape.slot_bytes,
-            },
-        )?);
+        let algo = config
+            .barrier_algo
+            .unwrap_or_else(|| default_barrier_algo(size, nhosts, local_ranks));
+        let barrier_plan = crate::barrier::build(algo, rank, size, &host_index)?;
+        let areas = (0..size)
+            .map(|p| match &peers[p] {
+                Some(conn) => conn.peer_segment.barrier_area(size),
+                None => segment.barrier_area(size),
+            })
+            .collect();
+        let barrier = BarrierState::new(areas, barrier_plan, host_index);
         let (proxy, rx) = ProxyHandle::channel();
         let spin = spin_budget(config.spin, local_ranks);
         let inner = Arc::new(CommInner::new(
@@ -204,7 +216,7 @@ impl Communicator {
             Arc::new(segment),
             spin,
             proxy,
-            barrier_plan,
+            barrier,
         ));
         ProxyHandle::start(proxy::weak(&inner), rx, rank)?;
         tracing::debug!(rank, size, local_ranks, "communicator ready");
@@ -247,6 +259,11 @@ impl Communicator {
     /// Ranks that share this rank's host (itself included).
     pub fn local_size(&self) -> usize {
         self.inner.topology.local_ranks
+    }
+
+    /// Number of distinct hosts the ranks are on (after `STREAMCOMM_HOSTS_OVERRIDE`).
+    pub fn num_hosts(&self) -> usize {
+        self.inner.topology.nhosts
     }
 
     /// Host identity of `rank`, as exchanged at bootstrap.

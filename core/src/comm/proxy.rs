@@ -15,7 +15,6 @@ use std::sync::{Arc, Weak};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::comm::buffer::Binding;
 use crate::comm::inner::CommInner;
 use crate::host::{Doorbell, JobMode};
 use crate::{Error, Result};
@@ -61,14 +60,9 @@ fn proxy_loop(comm: Weak<CommInner>, rx: Receiver<ProxyOp>) {
         let Some(comm) = comm.upgrade() else { return };
         match op {
             ProxyOp::Barrier { ticket, release } => {
-                let plan = comm.barrier_plan.clone();
-                let binding = Binding::Separate {
-                    send: None,
-                    recv: None,
-                };
-                let r = comm.run_ticketed(ticket, JobMode::Run, "barrier", |c| {
-                    c.run_plan(&plan, &binding, ticket)
-                });
+                let _span = tracing::trace_span!("proxy_barrier", ticket).entered();
+                let r =
+                    comm.run_ticketed(ticket, JobMode::Run, "barrier", |c| c.run_barrier(ticket));
                 release.store(if r.is_ok() { 1 } else { Doorbell::POISON });
             }
         }

@@ -91,17 +91,27 @@ impl Task for ProxyBarrierTask {
     }
 }
 
+/// A barrier run by the thread executing the stream ([`Progress::Inline`]).
+pub(crate) struct InlineBarrierTask {
+    pub comm: Arc<CommInner>,
+}
+
+impl Task for InlineBarrierTask {
+    fn prepare(&self) -> Job {
+        let ticket = self.comm.turns.take();
+        let comm = self.comm.clone();
+        Job::new(move |mode| comm.run_ticketed(ticket, mode, "barrier", |c| c.run_barrier(ticket)))
+    }
+
+    fn name(&self) -> &str {
+        "barrier"
+    }
+}
+
 /// Which barrier task a stream barrier uses.
 pub(crate) fn barrier_task(comm: &Arc<CommInner>) -> Arc<dyn Task> {
     match comm.config.progress {
-        Progress::Inline => Arc::new(PlanTask {
-            comm: comm.clone(),
-            plan: comm.barrier_plan.clone(),
-            binding: Binding::Separate {
-                send: None,
-                recv: None,
-            },
-        }),
+        Progress::Inline => Arc::new(InlineBarrierTask { comm: comm.clone() }),
         Progress::Proxy => Arc::new(ProxyBarrierTask {
             comm: comm.clone(),
             release: Doorbell::new(),

@@ -9,12 +9,14 @@
 //! check for the layout, and a failure word that any rank may raise to make
 //! every wait of the segment's owner end with an error instead of a timeout.
 
+pub mod barrier_area;
 pub mod ring;
 pub mod shm;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use barrier_area::{area_bytes, BarrierArea};
 use ring::{RingEnd, RingShape};
 use shm::ShmSegment;
 
@@ -23,7 +25,7 @@ use crate::{Error, Result};
 /// Bytes reserved at the start of a segment for its header.
 pub const SEGMENT_HEADER_BYTES: usize = 4096;
 const MAGIC: u64 = 0x7374_7263_6f6d_6d31; // "strcomm1"
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// The first bytes of every rank's segment (fixed layout, shared across processes).
 #[repr(C)]
@@ -42,15 +44,17 @@ pub struct SegmentHeader {
 }
 const _: () = assert!(std::mem::size_of::<SegmentHeader>() == 24);
 
+/// Layout of a segment: header page, barrier area, then one inbound ring per peer.
+///
 /// Where the inbound ring from `peer` lives in `owner`'s segment.
-pub fn ring_offset(owner: usize, peer: usize, shape: RingShape) -> usize {
+pub fn ring_offset(owner: usize, peer: usize, nranks: usize, shape: RingShape) -> usize {
     let index = if peer < owner { peer } else { peer - 1 };
-    SEGMENT_HEADER_BYTES + index * shape.ring_bytes()
+    SEGMENT_HEADER_BYTES + area_bytes(nranks) + index * shape.ring_bytes()
 }
 
-/// Bytes of a segment holding `nranks - 1` inbound rings.
+/// Bytes of a segment for `nranks` ranks: header, barrier area, `nranks - 1` rings.
 pub fn segment_bytes(nranks: usize, shape: RingShape) -> usize {
-    SEGMENT_HEADER_BYTES + nranks.saturating_sub(1) * shape.ring_bytes()
+    SEGMENT_HEADER_BYTES + area_bytes(nranks) + nranks.saturating_sub(1) * shape.ring_bytes()
 }
 
 /// A mapped segment with its header.
@@ -103,6 +107,14 @@ impl Segment {
 
     fn shm_ptr(&self) -> *const u8 {
         self.shm.ring_base()
+    }
+
+    /// The segment's barrier area (right after the header page).
+    pub fn barrier_area(&self, nranks: usize) -> BarrierArea {
+        // SAFETY: segment_bytes reserves area_bytes(nranks) at this 64-aligned
+        // offset; the memory is zeroed at creation and outlives the area as
+        // long as the communicator holds the segment (it does).
+        unsafe { BarrierArea::new(self.shm_ptr().add(SEGMENT_HEADER_BYTES), nranks) }
     }
 
     /// Name to publish to peers.
