@@ -206,6 +206,7 @@ impl Communicator {
             .collect();
         let barrier = BarrierState::new(areas, barrier_plan, host_index);
         let (proxy, rx) = ProxyHandle::channel();
+        crate::wait::note_local_ranks(local_ranks);
         let spin = spin_budget(config.spin, local_ranks);
         let inner = Arc::new(CommInner::new(
             rank,

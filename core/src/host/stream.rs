@@ -13,14 +13,14 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::config::DEFAULT_TIMEOUT;
 use crate::host::doorbell::{Doorbell, WaitCmp};
 use crate::host::graph::Graph;
 use crate::host::job::{FnTask, Job, JobMode, Task};
-use crate::wait::{WaitError, WaitPolicy};
+use crate::wait::{Notifier, WaitError, WaitPolicy};
 use crate::{Error, Result};
 
 #[derive(Default)]
@@ -35,16 +35,39 @@ struct State {
 
 struct Shared {
     state: Mutex<State>,
-    /// Signalled when work arrives or a job completes.
-    cond: Condvar,
+    /// Bumped (and `work` notified) when work arrives that nobody is about
+    /// to run, or the stream shuts down: what the worker sleeps on.
+    work_version: AtomicU64,
+    work: Notifier,
+    /// Bumped (and `done` notified) when a job completes: what threads in
+    /// `synchronize` sleep on. Kept apart from `work` so that completions do
+    /// not wake the worker (a context switch each, costly when ranks
+    /// outnumber cores).
+    done_version: AtomicU64,
+    done: Notifier,
     enqueued: AtomicU64,
     completed: AtomicU64,
     timeout: Duration,
 }
 
+/// How long one idle wait lasts before it is simply renewed.
+const IDLE: Duration = Duration::from_secs(3600);
+
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wakes the worker: there is work for it.
+    fn bump_work(&self) {
+        self.work_version.fetch_add(1, Ordering::Release);
+        self.work.notify();
+    }
+
+    /// Wakes synchronizing threads: a job completed.
+    fn bump_done(&self) {
+        self.done_version.fetch_add(1, Ordering::Release);
+        self.done.notify();
     }
 
     /// Runs the front job (called with `running` just set by the caller).
@@ -70,7 +93,12 @@ impl Shared {
         }
         st.running = false;
         self.completed.fetch_add(1, Ordering::Release);
-        self.cond.notify_all();
+        self.bump_done();
+        if !st.queue.is_empty() {
+            // Whoever ran this job may stop here (a synchronize reached its
+            // target): make sure the worker picks up the rest.
+            self.bump_work();
+        }
         st
     }
 }
@@ -127,7 +155,10 @@ impl HostStream {
     pub fn with_timeout(timeout: Duration) -> Result<HostStream> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
-            cond: Condvar::new(),
+            work_version: AtomicU64::new(0),
+            work: Notifier::new(),
+            done_version: AtomicU64::new(0),
+            done: Notifier::new(),
             enqueued: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             timeout,
@@ -156,7 +187,7 @@ impl HostStream {
         st.queue.push_back(task.prepare());
         self.shared.enqueued.fetch_add(1, Ordering::Relaxed);
         drop(st);
-        self.shared.cond.notify_all();
+        self.shared.bump_work();
         Ok(())
     }
 
@@ -171,7 +202,7 @@ impl HostStream {
         st.queue.push_back(job);
         self.shared.enqueued.fetch_add(1, Ordering::Relaxed);
         drop(st);
-        self.shared.cond.notify_all();
+        self.shared.bump_work();
         Ok(())
     }
 
@@ -299,22 +330,30 @@ impl HostStream {
     /// # Errors
     /// The stream's sticky error, if any task failed.
     pub fn synchronize(&self) -> Result<()> {
-        let target = self.shared.enqueued.load(Ordering::Relaxed);
-        let mut st = self.shared.lock();
-        while self.shared.completed.load(Ordering::Acquire) < target {
+        let shared = &self.shared;
+        let target = shared.enqueued.load(Ordering::Relaxed);
+        // When the worker is running a job, sleep right away rather than
+        // spin: the job is usually waiting on another rank, and spinning here
+        // would take a core from that rank (measured: 0.7 µs vs 45 µs p50 for
+        // a 2-rank stream barrier).
+        let policy = WaitPolicy::new(0, IDLE).with_yields(0);
+        loop {
+            let seen = shared.done_version.load(Ordering::Acquire);
+            if shared.completed.load(Ordering::Acquire) >= target {
+                break;
+            }
+            let mut st = shared.lock();
             if !st.running && !st.queue.is_empty() {
                 st.running = true;
-                st = self.shared.run_one(st);
-            } else {
-                st = self
-                    .shared
-                    .cond
-                    .wait_timeout(st, Duration::from_millis(50))
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
+                drop(shared.run_one(st));
+                continue;
             }
+            drop(st);
+            let _ = shared.done.wait_until(&policy, || {
+                (shared.done_version.load(Ordering::Acquire) != seen).then_some(())
+            });
         }
-        match &st.error {
+        match &shared.lock().error {
             Some(e) => Err(e.clone()),
             None => Ok(()),
         }
@@ -338,17 +377,25 @@ impl HostStream {
 }
 
 fn worker_loop(shared: &Shared) {
-    let mut st = shared.lock();
+    // The worker goes straight to sleep when idle: a thread in `synchronize`
+    // usually runs short jobs itself, and a spinning worker would only steal
+    // the core from the ranks.
+    let policy = WaitPolicy::new(0, IDLE).with_yields(0);
     loop {
+        let seen = shared.work_version.load(Ordering::Acquire);
+        let mut st = shared.lock();
         if !st.running && !st.queue.is_empty() {
             st.running = true;
-            st = shared.run_one(st);
+            drop(shared.run_one(st));
             continue;
         }
         if st.shutdown && st.queue.is_empty() {
             return;
         }
-        st = shared.cond.wait(st).unwrap_or_else(|p| p.into_inner());
+        drop(st);
+        let _ = shared.work.wait_until(&policy, || {
+            (shared.work_version.load(Ordering::Acquire) != seen).then_some(())
+        });
     }
 }
 
@@ -358,7 +405,7 @@ impl Drop for HostStream {
     fn drop(&mut self) {
         let _ = self.synchronize();
         self.shared.lock().shutdown = true;
-        self.shared.cond.notify_all();
+        self.shared.bump_work();
         if let Some(worker) = self.worker.take() {
             let _ = worker.join();
         }
