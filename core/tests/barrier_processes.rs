@@ -1,0 +1,201 @@
+//! Barriers between real processes: every algorithm × N in 1..=9, ranks
+//! arriving late by random delays, checked through a shared-memory table
+//! that every rank writes before barrier k and reads after it (host barrier
+//! and stream barrier, whose writes and reads are stream tasks), plus
+//! captured barriers replayed 1,000 times, and pretend multi-host layouts
+//! for the tree and hierarchical algorithms. A million-barrier soak is
+//! `#[ignore]`d (run it with `cargo test --release --test barrier_processes -- --ignored soak`).
+
+mod common;
+mod harness;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use streamcomm::barrier::BarrierAlgo;
+use streamcomm::host::HostStream;
+use streamcomm::launch::local::LocalLauncher;
+use streamcomm::Communicator;
+
+const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";
+const TABLE: &str = "STREAMCOMM_TEST_TABLE";
+const ITERS: &str = "STREAMCOMM_TEST_ITERS";
+const MAX_RANKS: usize = 16;
+
+/// A file in /dev/shm that every rank maps: `slots[r]` = last barrier rank r entered.
+struct Table {
+    path: String,
+}
+
+impl Table {
+    fn new() -> Table {
+        let path = format!("/dev/shm/streamcomm-test-{}-{:x}", std::process::id(), rand::random::<u64>());
+        std::fs::write(&path, vec![0u8; MAX_RANKS * 64]).unwrap();
+        Table { path }
+    }
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The mapped table in a child.
+struct Slots {
+    ptr: *mut u8,
+}
+
+// SAFETY: the mapping is only accessed through AtomicU64s.
+unsafe impl Send for Slots {}
+// SAFETY: as above.
+unsafe impl Sync for Slots {}
+
+impl Slots {
+    fn map(path: &str) -> Slots {
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: mapping a file we hold open, MAX_RANKS * 64 bytes, shared.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                MAX_RANKS * 64,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(ptr, libc::MAP_FAILED);
+        Slots { ptr: ptr as *mut u8 }
+    }
+
+    fn slot(&self, r: usize) -> &AtomicU64 {
+        assert!(r < MAX_RANKS);
+        // SAFETY: in bounds, 64-byte aligned inside a page-aligned mapping that
+        // lives for the process; AtomicU64 is valid for any bits.
+        unsafe { &*(self.ptr.add(r * 64) as *const AtomicU64) }
+    }
+
+    /// Every rank's entered count is at least `k`.
+    fn check_all(&self, n: usize, k: u64, who: &str) {
+        for r in 0..n {
+            let seen = self.slot(r).load(Ordering::SeqCst);
+            assert!(seen >= k, "{who} left barrier {k} while rank {r} had only entered {seen}");
+        }
+    }
+}
+
+fn launch(n: usize, scenario: &str, iters: u64, extra_env: &[(&str, &str)]) {
+    let table = Table::new();
+    let exe = std::env::current_exe().unwrap();
+    let mut launcher = LocalLauncher::new(n, exe)
+        .args(["--exact", "child", "--ignored", "--nocapture", "--test-threads=1", "-q"])
+        .env(SCENARIO, scenario)
+        .env(TABLE, &table.path)
+        .env(ITERS, iters.to_string())
+        .env("STREAMCOMM_TIMEOUT", "60")
+        .env("STREAMCOMM_BUFFSIZE", "64K");
+    for (k, v) in extra_env {
+        launcher = launcher.env(*k, *v);
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(launcher.run());
+    });
+    let outcome = rx
+        .recv_timeout(Duration::from_secs(600))
+        .expect("watchdog: ranks did not finish in 600 s")
+        .expect("launch");
+    assert_eq!(outcome.exit_code(), 0, "{scenario} on {n} ranks: {outcome:?}");
+}
+
+#[test]
+#[ignore = "entry point of the child processes"]
+fn child() {
+    let Ok(scenario) = std::env::var(SCENARIO) else {
+        return;
+    };
+    let iters: u64 = std::env::var(ITERS).unwrap().parse().unwrap();
+    let slots = Arc::new(Slots::map(&std::env::var(TABLE).unwrap()));
+    let comm = Communicator::from_env().unwrap();
+    let algos: Vec<BarrierAlgo> = match scenario.as_str() {
+        "all" => BarrierAlgo::ALL.to_vec(),
+        one => vec![BarrierAlgo::parse(one).unwrap()],
+    };
+    let (rank, n) = (comm.rank(), comm.size());
+    let mut rng = rand::rngs::StdRng::seed_from_u64(rand::random());
+    let mut entered = 0u64;
+    let stream = HostStream::new().unwrap();
+    for algo in algos {
+        comm.set_barrier_algo(algo).unwrap();
+        // Host barriers with random late arrivals.
+        for _ in 0..iters {
+            if rng.gen_ratio(1, 100) {
+                std::thread::sleep(Duration::from_micros(rng.gen_range(0..200)));
+            }
+            entered += 1;
+            slots.slot(rank).store(entered, Ordering::SeqCst);
+            comm.barrier_host().unwrap();
+            slots.check_all(n, entered, &format!("rank {rank} ({algo}, host)"));
+        }
+        // Stream barriers: the write before and the check after are stream tasks.
+        let stream_iters = iters / 10;
+        for _ in 0..stream_iters {
+            entered += 1;
+            let (s, k) = (slots.clone(), entered);
+            stream.host_fn(move || s.slot(rank).store(k, Ordering::SeqCst)).unwrap();
+            comm.barrier(&stream).unwrap();
+            let (s, label) = (slots.clone(), format!("rank {rank} ({algo}, stream)"));
+            stream.host_fn(move || s.check_all(n, k, &label)).unwrap();
+        }
+        stream.synchronize().unwrap();
+        // Three captured barriers, replayed: every replay keeps the guarantee.
+        let replays = (iters / 30).max(1);
+        let counter = Arc::new(AtomicU64::new(entered));
+        stream.begin_capture().unwrap();
+        for _ in 0..3 {
+            let (s, c) = (slots.clone(), counter.clone());
+            stream
+                .host_fn(move || {
+                    let k = c.fetch_add(1, Ordering::SeqCst) + 1;
+                    s.slot(rank).store(k, Ordering::SeqCst);
+                })
+                .unwrap();
+            comm.barrier(&stream).unwrap();
+            let (s, c, label) = (slots.clone(), counter.clone(), format!("rank {rank} ({algo}, graph)"));
+            stream.host_fn(move || s.check_all(n, c.load(Ordering::SeqCst), &label)).unwrap();
+        }
+        let graph = stream.end_capture().unwrap();
+        for _ in 0..replays {
+            graph.launch(&stream).unwrap();
+        }
+        stream.synchronize().unwrap();
+        entered = counter.load(Ordering::SeqCst);
+        assert_eq!(entered, slots.slot(rank).load(Ordering::SeqCst));
+    }
+}
+
+#[test]
+fn every_algorithm_on_1_to_9_processes() {
+    for n in 1..=9 {
+        let iters = if n <= 4 { 10_000 } else { 3_000 };
+        launch(n, "all", iters, &[]);
+    }
+}
+
+#[test]
+fn tree_and_hierarchical_with_pretend_hosts() {
+    for algo in ["tree:2", "hierarchical:dissemination", "hierarchical:tree:2"] {
+        launch(6, algo, 2_000, &[("STREAMCOMM_HOSTS_OVERRIDE", "2")]);
+        launch(5, algo, 2_000, &[("STREAMCOMM_HOSTS_OVERRIDE", "a,a,b,b,c")]);
+    }
+}
+
+#[test]
+#[ignore = "soak: a million barriers per algorithm on 4 processes (minutes)"]
+fn soak_a_million_barriers() {
+    launch(4, "all", 1_000_000, &[]);
+}
