@@ -31,7 +31,11 @@ struct Table {
 
 impl Table {
     fn new() -> Table {
-        let path = format!("/dev/shm/streamcomm-test-{}-{:x}", std::process::id(), rand::random::<u64>());
+        let path = format!(
+            "/dev/shm/streamcomm-test-{}-{:x}",
+            std::process::id(),
+            rand::random::<u64>()
+        );
         std::fs::write(&path, vec![0u8; MAX_RANKS * 64]).unwrap();
         Table { path }
     }
@@ -55,7 +59,11 @@ unsafe impl Sync for Slots {}
 
 impl Slots {
     fn map(path: &str) -> Slots {
-        let file = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
         use std::os::fd::AsRawFd;
         // SAFETY: mapping a file we hold open, MAX_RANKS * 64 bytes, shared.
         let ptr = unsafe {
@@ -69,7 +77,9 @@ impl Slots {
             )
         };
         assert_ne!(ptr, libc::MAP_FAILED);
-        Slots { ptr: ptr as *mut u8 }
+        Slots {
+            ptr: ptr as *mut u8,
+        }
     }
 
     fn slot(&self, r: usize) -> &AtomicU64 {
@@ -83,7 +93,10 @@ impl Slots {
     fn check_all(&self, n: usize, k: u64, who: &str) {
         for r in 0..n {
             let seen = self.slot(r).load(Ordering::SeqCst);
-            assert!(seen >= k, "{who} left barrier {k} while rank {r} had only entered {seen}");
+            assert!(
+                seen >= k,
+                "{who} left barrier {k} while rank {r} had only entered {seen}"
+            );
         }
     }
 }
@@ -92,7 +105,14 @@ fn launch(n: usize, scenario: &str, iters: u64, extra_env: &[(&str, &str)]) {
     let table = Table::new();
     let exe = std::env::current_exe().unwrap();
     let mut launcher = LocalLauncher::new(n, exe)
-        .args(["--exact", "child", "--ignored", "--nocapture", "--test-threads=1", "-q"])
+        .args([
+            "--exact",
+            "child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
         .env(SCENARIO, scenario)
         .env(TABLE, &table.path)
         .env(ITERS, iters.to_string())
@@ -109,7 +129,11 @@ fn launch(n: usize, scenario: &str, iters: u64, extra_env: &[(&str, &str)]) {
         .recv_timeout(Duration::from_secs(600))
         .expect("watchdog: ranks did not finish in 600 s")
         .expect("launch");
-    assert_eq!(outcome.exit_code(), 0, "{scenario} on {n} ranks: {outcome:?}");
+    assert_eq!(
+        outcome.exit_code(),
+        0,
+        "{scenario} on {n} ranks: {outcome:?}"
+    );
 }
 
 #[test]
@@ -146,7 +170,9 @@ fn child() {
         for _ in 0..stream_iters {
             entered += 1;
             let (s, k) = (slots.clone(), entered);
-            stream.host_fn(move || s.slot(rank).store(k, Ordering::SeqCst)).unwrap();
+            stream
+                .host_fn(move || s.slot(rank).store(k, Ordering::SeqCst))
+                .unwrap();
             comm.barrier(&stream).unwrap();
             let (s, label) = (slots.clone(), format!("rank {rank} ({algo}, stream)"));
             stream.host_fn(move || s.check_all(n, k, &label)).unwrap();
@@ -165,8 +191,14 @@ fn child() {
                 })
                 .unwrap();
             comm.barrier(&stream).unwrap();
-            let (s, c, label) = (slots.clone(), counter.clone(), format!("rank {rank} ({algo}, graph)"));
-            stream.host_fn(move || s.check_all(n, c.load(Ordering::SeqCst), &label)).unwrap();
+            let (s, c, label) = (
+                slots.clone(),
+                counter.clone(),
+                format!("rank {rank} ({algo}, graph)"),
+            );
+            stream
+                .host_fn(move || s.check_all(n, c.load(Ordering::SeqCst), &label))
+                .unwrap();
         }
         let graph = stream.end_capture().unwrap();
         for _ in 0..replays {
@@ -188,9 +220,18 @@ fn every_algorithm_on_1_to_9_processes() {
 
 #[test]
 fn tree_and_hierarchical_with_pretend_hosts() {
-    for algo in ["tree:2", "hierarchical:dissemination", "hierarchical:tree:2"] {
+    for algo in [
+        "tree:2",
+        "hierarchical:dissemination",
+        "hierarchical:tree:2",
+    ] {
         launch(6, algo, 2_000, &[("STREAMCOMM_HOSTS_OVERRIDE", "2")]);
-        launch(5, algo, 2_000, &[("STREAMCOMM_HOSTS_OVERRIDE", "a,a,b,b,c")]);
+        launch(
+            5,
+            algo,
+            2_000,
+            &[("STREAMCOMM_HOSTS_OVERRIDE", "a,a,b,b,c")],
+        );
     }
 }
 
