@@ -27,6 +27,17 @@ pub enum Progress {
     Proxy,
 }
 
+/// Which transport connects ranks (`STREAMCOMM_TRANSPORT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransportChoice {
+    /// Shared memory between ranks of one host, tcp between hosts.
+    Auto,
+    /// Shared memory only (ranks on other hosts are an error).
+    Shm,
+    /// tcp between every pair of ranks, even on one host.
+    Tcp,
+}
+
 /// Communicator settings. `Config::default()` gives the documented defaults;
 /// [`Config::from_env`] applies `STREAMCOMM_*` variables on top.
 #[derive(Clone, Debug, PartialEq)]
@@ -53,6 +64,13 @@ pub struct Config {
     /// rank, comma-separated (`a,a,b,b`), or a number K meaning K consecutive
     /// ranks per host.
     pub hosts_override: Option<HostsOverride>,
+    /// `STREAMCOMM_TRANSPORT`: `auto` (default), `shm` or `tcp`.
+    pub transport: TransportChoice,
+    /// `STREAMCOMM_NCHANNELS`: sockets per tcp peer, carrying alternate slots (default 2).
+    pub nchannels: usize,
+    /// `STREAMCOMM_SOCKET_IFNAME`: interface whose address tcp listens on
+    /// (default: the address that reaches the bootstrap root).
+    pub socket_ifname: Option<String>,
     /// `STREAMCOMM_DEBUG`: a `tracing` filter the examples and benchmark install
     /// (the library itself never installs a subscriber).
     pub debug: Option<String>,
@@ -68,6 +86,9 @@ impl Default for Config {
             spin: 2000,
             barrier_algo: None,
             hosts_override: None,
+            transport: TransportChoice::Auto,
+            nchannels: 2,
+            socket_ifname: None,
             debug: None,
         }
     }
@@ -126,6 +147,23 @@ impl Config {
         if let Some(v) = get("STREAMCOMM_HOSTS_OVERRIDE") {
             self.hosts_override = Some(HostsOverride::parse(&v)?);
         }
+        if let Some(v) = get("STREAMCOMM_TRANSPORT") {
+            self.transport = match v.trim().to_ascii_lowercase().as_str() {
+                "" | "auto" => TransportChoice::Auto,
+                "shm" => TransportChoice::Shm,
+                "tcp" => TransportChoice::Tcp,
+                _ => return Err(bad("STREAMCOMM_TRANSPORT", &v)),
+            };
+        }
+        if let Some(v) = get("STREAMCOMM_NCHANNELS") {
+            self.nchannels = parse_num("STREAMCOMM_NCHANNELS", &v)?;
+        }
+        if let Some(v) = get("STREAMCOMM_SOCKET_IFNAME") {
+            let v = v.trim();
+            if !v.is_empty() {
+                self.socket_ifname = Some(v.to_string());
+            }
+        }
         if let Some(v) = get("STREAMCOMM_DEBUG") {
             self.debug = Some(v);
         }
@@ -159,6 +197,12 @@ impl Config {
             return Err(Error::invalid(format!(
                 "buffsize {} exceeds 1 GiB",
                 self.buffsize
+            )));
+        }
+        if self.nchannels == 0 || self.nchannels > 64 {
+            return Err(Error::invalid(format!(
+                "nchannels must be in 1..=64, got {}",
+                self.nchannels
             )));
         }
         if self.timeout.is_zero() {

@@ -141,6 +141,17 @@ impl Bootstrap {
         self.timeout = timeout;
     }
 
+    /// This rank's address on the connection to the root: the interface that
+    /// reaches the root, a good default for other sockets of this rank.
+    ///
+    /// # Errors
+    /// [`Error::Os`] if the socket has no local address.
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        self.stream
+            .local_addr()
+            .map_err(|e| Error::os("getsockname(bootstrap)", e))
+    }
+
     /// The root's address.
     pub fn root_addr(&self) -> SocketAddr {
         self.root

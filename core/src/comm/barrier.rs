@@ -19,12 +19,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::barrier::{self, BarrierAlgo, BarrierMemory, BarrierPlan, BarrierStep, Inter, WaitFor};
+use crate::comm::buffer::Binding;
 use crate::comm::inner::CommInner;
 use crate::comm::task::barrier_task;
 use crate::comm::Communicator;
 use crate::host::{HostStream, JobMode};
+use crate::plan::{self, Collective, Plan, PlanParams};
 use crate::transport::barrier_area::{BarrierArea, ShmBarrierMemory};
 use crate::wait::{available_cores, WaitError};
+use crate::{DataType, ReduceOp};
 use crate::{Error, Result};
 
 /// The default barrier algorithm for `nranks` ranks on `nhosts` hosts, with
@@ -44,35 +47,85 @@ pub fn default_barrier_algo(nranks: usize, nhosts: usize, local_ranks: usize) ->
 
 /// Barrier state of a communicator.
 pub(crate) struct BarrierState {
-    /// `areas[r]`: rank r's barrier area (ours included).
-    pub areas: Vec<BarrierArea>,
-    /// The plan in use (replaced, in issue order, by `set_barrier_algo`).
-    pub plan: Mutex<Arc<BarrierPlan>>,
+    /// Flag memory (every peer shares memory with us) or messages.
+    pub mode: BarrierMode,
     /// Barriers run so far on this communicator (the same on every rank).
     pub epoch: AtomicU64,
-    /// Of those, how many used the central counter (its counter only counts those).
-    pub counter_epochs: AtomicU64,
     /// Host index of each rank, for building plans.
     pub hosts: Vec<usize>,
 }
 
+/// How barriers run.
+pub(crate) enum BarrierMode {
+    /// Every peer shares memory: a flag algorithm over the segments' areas.
+    Flags {
+        /// `areas[r]`: rank r's barrier area (ours included).
+        areas: Vec<BarrierArea>,
+        /// The plan in use (replaced, in issue order, by `set_barrier_algo`).
+        plan: Mutex<Arc<BarrierPlan>>,
+        /// Of the barriers so far, how many used the central counter.
+        counter_epochs: AtomicU64,
+    },
+    /// Some peer is reached over tcp: dissemination with zero-byte messages
+    /// through the slot rings (works over any transport).
+    Messages {
+        /// The message plan.
+        plan: Arc<Plan>,
+    },
+}
+
 impl BarrierState {
-    pub(crate) fn new(
+    pub(crate) fn flags(
         areas: Vec<BarrierArea>,
         plan: BarrierPlan,
         hosts: Vec<usize>,
     ) -> BarrierState {
         BarrierState {
-            areas,
-            plan: Mutex::new(Arc::new(plan)),
+            mode: BarrierMode::Flags {
+                areas,
+                plan: Mutex::new(Arc::new(plan)),
+                counter_epochs: AtomicU64::new(0),
+            },
             epoch: AtomicU64::new(0),
-            counter_epochs: AtomicU64::new(0),
             hosts,
         }
     }
 
-    fn plan(&self) -> Arc<BarrierPlan> {
-        self.plan.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    pub(crate) fn messages(
+        rank: usize,
+        size: usize,
+        slot_bytes: usize,
+        hosts: Vec<usize>,
+    ) -> Result<BarrierState> {
+        let plan = plan::build(
+            Collective::Barrier,
+            DataType::U8,
+            ReduceOp::Sum,
+            0,
+            &PlanParams {
+                rank,
+                nranks: size,
+                slot_bytes,
+            },
+        )?;
+        Ok(BarrierState {
+            mode: BarrierMode::Messages {
+                plan: Arc::new(plan),
+            },
+            epoch: AtomicU64::new(0),
+            hosts,
+        })
+    }
+
+    fn algo_name(&self) -> String {
+        match &self.mode {
+            BarrierMode::Flags { plan, .. } => plan
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .algo
+                .to_string(),
+            BarrierMode::Messages { .. } => "dissemination (messages)".to_string(),
+        }
     }
 }
 
@@ -113,8 +166,25 @@ impl CommInner {
     /// Runs one barrier (call under a ticket).
     pub(crate) fn run_barrier(&self, ticket: u64) -> Result<()> {
         let state = &self.barrier;
-        let plan = state.plan();
         let epoch = state.epoch.fetch_add(1, Ordering::Relaxed) + 1;
+        let (areas, plan, counter_epochs) = match &state.mode {
+            BarrierMode::Messages { plan } => {
+                let binding = Binding::Separate {
+                    send: None,
+                    recv: None,
+                };
+                return self.run_plan(plan, &binding, ticket);
+            }
+            BarrierMode::Flags {
+                areas,
+                plan,
+                counter_epochs,
+            } => (
+                areas,
+                plan.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+                counter_epochs,
+            ),
+        };
         let uses_counter = plan.steps.iter().any(|s| {
             matches!(
                 s,
@@ -122,12 +192,12 @@ impl CommInner {
             )
         });
         let earlier_counter = if uses_counter {
-            state.counter_epochs.fetch_add(1, Ordering::Relaxed)
+            counter_epochs.fetch_add(1, Ordering::Relaxed)
         } else {
-            state.counter_epochs.load(Ordering::Relaxed)
+            counter_epochs.load(Ordering::Relaxed)
         };
         let mem = ShmBarrierMemory {
-            areas: &state.areas,
+            areas,
             policy: self.policy(),
         };
         let view = CounterView {
@@ -182,9 +252,10 @@ impl Communicator {
             })
     }
 
-    /// The barrier algorithm in use.
-    pub fn barrier_algo(&self) -> BarrierAlgo {
-        self.inner.barrier.plan().algo
+    /// The barrier algorithm in use, by name (`dissemination (messages)`
+    /// when some peer is reached over tcp).
+    pub fn barrier_algo(&self) -> String {
+        self.inner.barrier.algo_name()
     }
 
     /// Switches the barrier algorithm for barriers issued after this call.
@@ -194,13 +265,21 @@ impl Communicator {
     /// turn like a barrier), so it is ordered with them.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an unusable algorithm (e.g. fan-out 1).
+    /// [`Error::InvalidArgument`] for an unusable algorithm (e.g. fan-out 1);
+    /// [`Error::Unavailable`] when some peer is reached over tcp (flag
+    /// algorithms need shared memory; such communicators use message
+    /// dissemination).
     pub fn set_barrier_algo(&self, algo: BarrierAlgo) -> Result<()> {
         let inner = &self.inner;
+        let BarrierMode::Flags { plan: current, .. } = &inner.barrier.mode else {
+            return Err(Error::Unavailable(format!(
+                "barrier algorithm {algo}: some peers are reached over tcp, where barriers use message dissemination"
+            )));
+        };
         let plan = barrier::build(algo, inner.rank, inner.size, &inner.barrier.hosts)?;
         let ticket = inner.turns.take();
-        inner.run_ticketed(ticket, JobMode::Run, "set_barrier_algo", |c| {
-            *c.barrier.plan.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(plan);
+        inner.run_ticketed(ticket, JobMode::Run, "set_barrier_algo", |_| {
+            *current.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(plan);
             Ok(())
         })
     }

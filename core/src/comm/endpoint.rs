@@ -5,6 +5,8 @@
 //! geometry (every rank must agree on it). Decoding checks every length before
 //! using it: these bytes come from the network.
 
+use std::net::SocketAddr;
+
 use crate::transport::ring::RingShape;
 use crate::{Error, Result};
 
@@ -22,6 +24,8 @@ pub struct Endpoint {
     pub shm_name: String,
     /// Ring geometry the rank was configured with.
     pub shape: RingShape,
+    /// Where the rank accepts tcp connections, if it may use tcp.
+    pub tcp: Option<SocketAddr>,
 }
 
 impl Endpoint {
@@ -33,6 +37,10 @@ impl Endpoint {
         put_str(&mut out, &self.shm_name);
         out.extend_from_slice(&(self.shape.nsteps as u64).to_le_bytes());
         out.extend_from_slice(&(self.shape.slot_bytes as u64).to_le_bytes());
+        put_str(
+            &mut out,
+            &self.tcp.map(|a| a.to_string()).unwrap_or_default(),
+        );
         out
     }
 
@@ -53,6 +61,13 @@ impl Endpoint {
         let shm_name = r.string()?;
         let nsteps = r.u64()? as usize;
         let slot_bytes = r.u64()? as usize;
+        let tcp = match r.string()? {
+            t if t.is_empty() => None,
+            t => Some(
+                t.parse()
+                    .map_err(|_| Error::Bootstrap(format!("endpoint tcp address {t:?}")))?,
+            ),
+        };
         if r.pos != bytes.len() {
             return Err(Error::Bootstrap(format!(
                 "endpoint has {} trailing bytes",
@@ -64,6 +79,7 @@ impl Endpoint {
             pid,
             shm_name,
             shape: RingShape { nsteps, slot_bytes },
+            tcp,
         })
     }
 }
@@ -116,12 +132,19 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// This machine's identity: hostname plus kernel boot id.
+/// This machine's identity: hostname, kernel boot id and network namespace.
+///
+/// Ranks with equal identities share memory. The network namespace is part
+/// of it so that ranks in different namespaces (our multi-host tests, or
+/// containers) talk over the network, as ranks on different hosts would.
 pub fn local_host_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .unwrap_or_else(|_| "unknown-host".into());
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    format!("{}/{}", host.trim(), boot.trim())
+    let netns = std::fs::read_link("/proc/self/ns/net")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!("{}/{}/{}", host.trim(), boot.trim(), netns)
 }
 
 #[cfg(test)]
@@ -138,6 +161,7 @@ mod tests {
                 nsteps: 8,
                 slot_bytes: 4096,
             },
+            tcp: Some("10.1.2.3:4567".parse().unwrap()),
         };
         let bytes = e.encode();
         assert_eq!(Endpoint::decode(&bytes).unwrap(), e);

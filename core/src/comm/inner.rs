@@ -18,6 +18,8 @@ use crate::config::Config;
 use crate::host::JobMode;
 use crate::plan::{apply_step, Plan, Step};
 use crate::transport::ring::RingError;
+use crate::transport::tcp::progress::FailureSink;
+use crate::transport::tcp::TcpNet;
 use crate::transport::{raise_failure, Connection, Segment};
 use crate::wait::{WaitError, WaitPolicy};
 use crate::{Error, Result};
@@ -39,13 +41,17 @@ pub(crate) struct CommInner {
     pub size: usize,
     pub config: Config,
     pub topology: Topology,
+    /// The tcp network thread, if any peer is reached over tcp (declared
+    /// before `peers`: it is stopped before the ring memory it uses goes).
+    #[allow(dead_code)] // held for its Drop, which stops and joins the thread
+    pub net: Option<TcpNet>,
     /// `peers[p]` connects to rank `p` (`None` for ourselves).
     pub peers: Vec<Option<Connection>>,
     /// Our segment: inbound rings and the failure word peers raise.
     pub segment: Arc<Segment>,
     pub turns: Turns,
     pub spin: u32,
-    error: Mutex<Option<Error>>,
+    error: Arc<Mutex<Option<Error>>>,
     pub proxy: ProxyHandle,
     /// Barrier algorithm, epochs and flag areas.
     pub barrier: BarrierState,
@@ -58,7 +64,9 @@ impl CommInner {
         size: usize,
         config: Config,
         topology: Topology,
+        net: Option<TcpNet>,
         peers: Vec<Option<Connection>>,
+        error: Arc<Mutex<Option<Error>>>,
         segment: Arc<Segment>,
         spin: u32,
         proxy: ProxyHandle,
@@ -69,11 +77,12 @@ impl CommInner {
             size,
             config,
             topology,
+            net,
             peers,
             segment,
             turns: Turns::default(),
             spin,
-            error: Mutex::new(None),
+            error,
             proxy,
             barrier,
         }
@@ -100,8 +109,8 @@ impl CommInner {
             }
         }
         raise_failure(self.segment.header(), self.rank);
-        for conn in self.peers.iter().flatten() {
-            raise_failure(conn.peer_segment.header(), self.rank);
+        for seg in self.peers.iter().flatten().filter_map(|c| c.peer_segment()) {
+            raise_failure(seg.header(), self.rank);
         }
     }
 
@@ -156,21 +165,23 @@ impl CommInner {
         let policy = self.policy();
         let what = || format!("{} #{seq}", plan.collective.name());
         let slot_in = match step.recv_from {
-            Some(p) => Some(
-                self.connection(p)?
-                    .recv
-                    .acquire_recv(&policy)
-                    .map_err(|e| self.ring_error(e, &what(), p, "data"))?,
-            ),
+            Some(p) => {
+                let c = self.connection(p)?;
+                Some(
+                    c.recv
+                        .acquire_recv(&policy)
+                        .map_err(|e| self.ring_error(e, &what(), p, c.transport(), "data"))?,
+                )
+            }
             None => None,
         };
         let slot_out = match step.send_to {
-            Some(p) => Some(
-                self.connection(p)?
-                    .send
-                    .acquire_send(&policy)
-                    .map_err(|e| self.ring_error(e, &what(), p, "a free slot (credit)"))?,
-            ),
+            Some(p) => {
+                let c = self.connection(p)?;
+                Some(c.send.acquire_send(&policy).map_err(|e| {
+                    self.ring_error(e, &what(), p, c.transport(), "a free slot (credit)")
+                })?)
+            }
             None => None,
         };
         let written = if step.src.is_none() && step.dst.is_none() {
@@ -188,24 +199,35 @@ impl CommInner {
             binding.with_buffers(plan, |bufs| apply_step(plan, step, bufs, slot_in, slot_out))?
         };
         if let Some(p) = step.send_to {
-            self.connection(p)?.send.commit_send(written);
+            let c = self.connection(p)?;
+            c.send.commit_send(written);
+            c.after_step();
         }
         if let Some(p) = step.recv_from {
-            self.connection(p)?.recv.release_recv();
+            let c = self.connection(p)?;
+            c.recv.release_recv();
+            c.after_step();
         }
         Ok(())
     }
 
-    fn ring_error(&self, e: RingError, what: &str, peer: usize, waiting_for: &str) -> Error {
+    fn ring_error(
+        &self,
+        e: RingError,
+        what: &str,
+        peer: usize,
+        transport: &'static str,
+        waiting_for: &str,
+    ) -> Error {
         match e {
             RingError::Wait(w) => self.wait_error(
                 w,
                 what,
-                format!("{waiting_for} from rank {peer} over shm"),
+                format!("{waiting_for} from rank {peer} over {transport}"),
                 Some(peer),
             ),
             RingError::BadLength(len) => Error::Transport {
-                transport: "shm",
+                transport,
                 peer,
                 cause: format!("slot header claims {len} bytes (corrupted ring)"),
             },
@@ -245,6 +267,29 @@ impl CommInner {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Where the tcp network thread reports a failure: the communicator's error
+/// slot and the failure words of every segment this rank can reach.
+pub(crate) struct CommFailure {
+    pub rank: usize,
+    pub error: Arc<Mutex<Option<Error>>>,
+    pub segments: Vec<Arc<Segment>>,
+}
+
+impl FailureSink for CommFailure {
+    fn fail(&self, error: Error) {
+        {
+            let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+            if slot.is_none() {
+                tracing::warn!(rank = self.rank, error = %error, "communicator failed");
+                *slot = Some(error);
+            }
+        }
+        for seg in &self.segments {
+            raise_failure(seg.header(), self.rank);
         }
     }
 }

@@ -15,6 +15,7 @@
 mod barrier;
 mod buffer;
 mod collectives;
+mod connect;
 mod endpoint;
 mod inner;
 mod proxy;
@@ -30,11 +31,15 @@ pub use endpoint::{local_host_id, Endpoint};
 
 use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::config::Config;
+use crate::config::TransportChoice;
 use crate::transport::ring::RingShape;
-use crate::transport::{ring_offset, Connection, Segment};
+use crate::transport::tcp::{setup, TcpNet};
+use crate::transport::Segment;
 use crate::wait::spin_budget;
 use crate::{Error, Result};
 use barrier::BarrierState;
+use connect::{attach_kick, connect_peers};
+use inner::CommFailure;
 use inner::{CommInner, Topology};
 use proxy::ProxyHandle;
 
@@ -130,14 +135,27 @@ impl Communicator {
             nsteps: config.nsteps,
             slot_bytes: config.slot_bytes(),
         };
-        let mut boot =
-            Bootstrap::connect(id, rank, size, config.timeout.min(Duration::from_secs(120)))?;
+        let timeout = config.timeout.min(Duration::from_secs(120));
+        let mut boot = Bootstrap::connect(id, rank, size, timeout)?;
         let mut segment = Segment::create(size, shape)?;
+        // Listen for tcp unless told to use shared memory only.
+        let listener = match config.transport {
+            TransportChoice::Shm => None,
+            _ if size == 1 => None,
+            _ => {
+                let ip = match &config.socket_ifname {
+                    Some(name) => setup::interface_addr(name)?,
+                    None => boot.local_addr()?.ip(),
+                };
+                Some(setup::listen(ip)?)
+            }
+        };
         let me = Endpoint {
             host: local_host_id(),
             pid: std::process::id(),
             shm_name: segment.name().to_string(),
             shape,
+            tcp: listener.as_ref().map(|(_, addr)| *addr),
         };
         let endpoints = boot
             .all_gather(&me.encode())?
@@ -150,39 +168,18 @@ impl Communicator {
                 endpoints.len()
             )));
         }
-        let mut peers = Vec::with_capacity(size);
-        for (p, ep) in endpoints.iter().enumerate() {
-            if ep.shape != shape {
-                return Err(Error::invalid(format!(
-                    "rank {p} uses {} slots of {} bytes, rank {rank} uses {} of {}: set the same STREAMCOMM_BUFFSIZE/NSTEPS everywhere",
-                    ep.shape.nsteps, ep.shape.slot_bytes, shape.nsteps, shape.slot_bytes
-                )));
-            }
-            if p == rank {
-                peers.push(None);
-                continue;
-            }
-            if ep.host != me.host {
-                return Err(Error::Unavailable(format!(
-                    "rank {p} runs on another host ({}); only shared memory between ranks of one host is built so far",
-                    ep.host
-                )));
-            }
-            let peer_segment = Arc::new(Segment::open(&ep.shm_name, size, shape)?);
-            peers.push(Some(Connection {
-                send: peer_segment.ring(ring_offset(p, rank, size, shape), shape)?,
-                recv: segment.ring(ring_offset(rank, p, size, shape), shape)?,
-                peer_segment,
-            }));
-        }
+        let links = connect_peers(
+            rank, &config, &endpoints, &me, &segment, id, listener, shape,
+        )?;
         // Every peer has mapped our segment: remove its name so nothing is
         // left behind, whatever happens to this process later.
         boot.barrier()?;
         segment.unlink();
+        let segment = Arc::new(segment);
         let local_ranks = endpoints.iter().filter(|e| e.host == me.host).count();
         let hosts = match &config.hosts_override {
             Some(o) => o.labels(size)?,
-            None => endpoints.into_iter().map(|e| e.host).collect(),
+            None => endpoints.iter().map(|e| e.host.clone()).collect(),
         };
         let host_index: Vec<usize> = hosts
             .iter()
@@ -194,30 +191,58 @@ impl Communicator {
             nhosts,
             local_ranks,
         };
-        let algo = config
-            .barrier_algo
-            .unwrap_or_else(|| default_barrier_algo(size, nhosts, local_ranks));
-        let barrier_plan = crate::barrier::build(algo, rank, size, &host_index)?;
-        let areas = (0..size)
-            .map(|p| match &peers[p] {
-                Some(conn) => conn.peer_segment.barrier_area(size),
-                None => segment.barrier_area(size),
-            })
+        let all_shm = links
+            .peers
+            .iter()
+            .flatten()
+            .all(|c| c.peer_segment().is_some());
+        let barrier = if all_shm {
+            let algo = config
+                .barrier_algo
+                .unwrap_or_else(|| default_barrier_algo(size, nhosts, local_ranks));
+            let plan = crate::barrier::build(algo, rank, size, &host_index)?;
+            let areas = (0..size)
+                .map(
+                    |p| match links.peers[p].as_ref().and_then(|c| c.peer_segment()) {
+                        Some(seg) => seg.barrier_area(size),
+                        None => segment.barrier_area(size),
+                    },
+                )
+                .collect();
+            BarrierState::flags(areas, plan, host_index)
+        } else {
+            BarrierState::messages(rank, size, shape.slot_bytes, host_index)?
+        };
+        let error = Arc::new(std::sync::Mutex::new(None));
+        let net = if links.tcp.is_empty() {
+            None
+        } else {
+            let mut segments = vec![segment.clone()];
+            segments.extend(
+                links
+                    .peers
+                    .iter()
+                    .flatten()
+                    .filter_map(|c| c.peer_segment().cloned()),
+            );
+            let sink = CommFailure {
+                rank,
+                error: error.clone(),
+                segments,
+            };
+            Some(TcpNet::start(rank, links.tcp, sink)?)
+        };
+        // Connections reach the network thread through its kick.
+        let peers = links
+            .peers
+            .into_iter()
+            .map(|c| c.map(|c| attach_kick(c, net.as_ref())))
             .collect();
-        let barrier = BarrierState::new(areas, barrier_plan, host_index);
         let (proxy, rx) = ProxyHandle::channel();
         crate::wait::note_local_ranks(local_ranks);
         let spin = spin_budget(config.spin, local_ranks);
         let inner = Arc::new(CommInner::new(
-            rank,
-            size,
-            config,
-            topology,
-            peers,
-            Arc::new(segment),
-            spin,
-            proxy,
-            barrier,
+            rank, size, config, topology, net, peers, error, segment, spin, proxy, barrier,
         ));
         ProxyHandle::start(proxy::weak(&inner), rx, rank)?;
         tracing::debug!(rank, size, local_ranks, "communicator ready");
@@ -265,6 +290,12 @@ impl Communicator {
     /// Number of distinct hosts the ranks are on (after `STREAMCOMM_HOSTS_OVERRIDE`).
     pub fn num_hosts(&self) -> usize {
         self.inner.topology.nhosts
+    }
+
+    /// The transport that reaches `peer` (`"shm"` or `"tcp"`; `None` for
+    /// this rank itself or a rank out of range).
+    pub fn transport_to(&self, peer: usize) -> Option<&'static str> {
+        self.inner.peers.get(peer)?.as_ref().map(|c| c.transport())
     }
 
     /// Host identity of `rank`, as exchanged at bootstrap.

@@ -10,8 +10,10 @@
 //! every wait of the segment's owner end with an error instead of a timeout.
 
 pub mod barrier_area;
+pub mod local_ring;
 pub mod ring;
 pub mod shm;
+pub mod tcp;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -136,15 +138,58 @@ impl Segment {
     }
 }
 
-/// Both directions between this rank and one peer over shared memory.
+/// Which transport a connection uses.
+#[derive(Debug)]
+pub enum Link {
+    /// Shared memory: `send` lies in the peer's segment (kept alive here).
+    Shm {
+        /// The peer's segment.
+        peer_segment: Arc<Segment>,
+    },
+    /// tcp: both rings are local; the network thread moves the slots.
+    Tcp {
+        /// The rings' memory.
+        rings: Arc<tcp::TcpRings>,
+        /// Wakes the network thread after staging a slot or freeing one.
+        kick: Arc<tcp::kick::Kick>,
+    },
+}
+
+/// Both directions between this rank and one peer.
 #[derive(Debug)]
 pub struct Connection {
-    /// Ring in the peer's segment that we fill.
+    /// Ring we fill (the peer's inbound ring, or our tcp staging ring).
     pub send: RingEnd,
-    /// Ring in our segment that the peer fills.
+    /// Ring we read (our inbound ring).
     pub recv: RingEnd,
-    /// Keeps the peer's mapping alive as long as `send`.
-    pub peer_segment: Arc<Segment>,
+    /// The transport behind the rings (keeps their memory alive).
+    pub link: Link,
+}
+
+impl Connection {
+    /// Name of the transport, for errors.
+    pub fn transport(&self) -> &'static str {
+        match self.link {
+            Link::Shm { .. } => "shm",
+            Link::Tcp { .. } => "tcp",
+        }
+    }
+
+    /// Tells a proxied transport that the stream moved a ring.
+    #[inline]
+    pub fn after_step(&self) {
+        if let Link::Tcp { kick, .. } = &self.link {
+            kick.kick();
+        }
+    }
+
+    /// The peer's segment, when it shares memory with us.
+    pub fn peer_segment(&self) -> Option<&Arc<Segment>> {
+        match &self.link {
+            Link::Shm { peer_segment } => Some(peer_segment),
+            Link::Tcp { .. } => None,
+        }
+    }
 }
 
 /// Raises the failure word of a segment (first reporter wins).

@@ -196,6 +196,70 @@ impl RingEnd {
         h.head.notifier.notify();
     }
 
+    /// Sender side, random access (for a proxy striping slots over several
+    /// sockets): the payload area of slot `index` if the ring has room for
+    /// it, i.e. `tail <= index < head + nsteps`. Publish with
+    /// [`RingEnd::set_len`] and [`RingEnd::publish`].
+    #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
+    pub fn slot_for_write(&self, index: u64) -> Option<&mut [u8]> {
+        let h = self.header();
+        let tail = h.tail.value.load(Ordering::Relaxed);
+        let head = h.head.value.load(Ordering::Acquire);
+        if index < tail || index >= head + self.shape.nsteps as u64 {
+            return None;
+        }
+        // SAFETY: the slot is between the published tail and the credit
+        // limit, so the receiver does not read it and no other writer exists.
+        Some(unsafe {
+            std::slice::from_raw_parts_mut(
+                self.slot_ptr(index).add(SLOT_HEADER),
+                self.shape.slot_bytes,
+            )
+        })
+    }
+
+    /// Sender side: records the payload length of slot `index` (before publishing it).
+    pub fn set_len(&self, index: u64, len: usize) {
+        self.len_word(index).store(len as u64, Ordering::Relaxed);
+    }
+
+    /// Sender side: publishes every slot below `new_tail` (all written).
+    pub fn publish(&self, new_tail: u64) {
+        let h = self.header();
+        h.tail.value.store(new_tail, Ordering::Release);
+        h.tail.notifier.notify();
+    }
+
+    /// Receiver side, random access: slot `index` if published and not yet
+    /// consumed (`head <= index < tail`).
+    ///
+    /// # Errors
+    /// [`RingError::BadLength`] when the slot header is impossible.
+    pub fn slot_for_read(&self, index: u64) -> Result<Option<&[u8]>, RingError> {
+        let h = self.header();
+        let tail = h.tail.value.load(Ordering::Acquire);
+        let head = h.head.value.load(Ordering::Relaxed);
+        if index < head || index >= tail {
+            return Ok(None);
+        }
+        let len = self.len_word(index).load(Ordering::Relaxed);
+        if len > self.shape.slot_bytes as u64 {
+            return Err(RingError::BadLength(len));
+        }
+        // SAFETY: published (Acquire on tail) and not yet released, so the
+        // sender will not write it; length checked.
+        Ok(Some(unsafe {
+            std::slice::from_raw_parts(self.slot_ptr(index).add(SLOT_HEADER), len as usize)
+        }))
+    }
+
+    /// Receiver side: returns every slot below `new_head` to the sender.
+    pub fn release_to(&self, new_head: u64) {
+        let h = self.header();
+        h.head.value.store(new_head, Ordering::Release);
+        h.head.notifier.notify();
+    }
+
     /// Receiver: true when a slot is waiting (never blocks).
     pub fn has_data(&self) -> bool {
         let h = self.header();

@@ -1,0 +1,46 @@
+//! Ring memory in this process, for proxied transports.
+//!
+//! A proxied transport (tcp) keeps both of a connection's rings in local
+//! memory: the stream writes outgoing slots into a staging ring that the
+//! network thread drains to the socket, and the network thread fills an
+//! inbound ring that the stream reads. The rings are the same [`RingEnd`]
+//! protocol as in shared memory, so the plan executor does not care which
+//! transport a peer uses.
+
+use crate::transport::ring::{RingEnd, RingShape};
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// A zeroed, 64-byte aligned allocation holding one ring.
+pub struct LocalRing {
+    mem: Box<[Line]>,
+    shape: RingShape,
+}
+
+impl std::fmt::Debug for LocalRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LocalRing({:?})", self.shape)
+    }
+}
+
+impl LocalRing {
+    /// Allocates a ring of `shape`.
+    pub fn new(shape: RingShape) -> LocalRing {
+        let lines = shape.ring_bytes().div_ceil(64);
+        LocalRing {
+            mem: vec![Line([0; 64]); lines].into_boxed_slice(),
+            shape,
+        }
+    }
+
+    /// An end of the ring. Every end of one `LocalRing` shares its memory;
+    /// the `LocalRing` must outlive them (its owner keeps both).
+    pub fn end(&self) -> RingEnd {
+        // SAFETY: the allocation is 64-aligned, zeroed, ring_bytes long, and
+        // never moves (boxed slice); the owner keeps it alive as long as the
+        // ends (Connection holds the LocalRing in an Arc beside them).
+        unsafe { RingEnd::new(self.mem.as_ptr() as *mut u8, self.shape) }
+    }
+}

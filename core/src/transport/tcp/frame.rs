@@ -1,0 +1,174 @@
+//! What travels on a tcp connection: one hello, then slot frames.
+//!
+//! Every byte read from a socket is untrusted: a frame's length is checked
+//! against the slot size before anything is read into a slot, the sequence
+//! number must be the one expected on that socket, and the hello carries the
+//! communicator's secret, compared in constant time.
+
+use crate::{Error, Result};
+
+/// Bytes of a [`Hello`].
+pub const HELLO_BYTES: usize = 40;
+/// Bytes of a [`FrameHeader`].
+pub const HEADER_BYTES: usize = 16;
+const HELLO_MAGIC: u32 = 0x5343_5448; // "SCTH"
+const FRAME_MAGIC: u32 = 0x5343_5446; // "SCTF"
+const VERSION: u32 = 1;
+
+/// First message on every data socket: who is connecting, to which socket index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hello {
+    /// The communicator's secret (from the UniqueId).
+    pub secret: [u8; 16],
+    /// Rank of the connecting side.
+    pub from: u32,
+    /// Rank it wants to reach.
+    pub to: u32,
+    /// Which of the pair's sockets this is.
+    pub socket: u32,
+}
+
+impl Hello {
+    /// Fixed-size encoding.
+    pub fn encode(&self) -> [u8; HELLO_BYTES] {
+        let mut b = [0u8; HELLO_BYTES];
+        b[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&VERSION.to_le_bytes());
+        b[8..24].copy_from_slice(&self.secret);
+        b[24..28].copy_from_slice(&self.from.to_le_bytes());
+        b[28..32].copy_from_slice(&self.to.to_le_bytes());
+        b[32..36].copy_from_slice(&self.socket.to_le_bytes());
+        b
+    }
+
+    /// Decodes and checks a hello against the expected secret.
+    ///
+    /// # Errors
+    /// [`Error::Bootstrap`] for a wrong magic, version or secret.
+    pub fn decode(b: &[u8; HELLO_BYTES], secret: &[u8; 16]) -> Result<Hello> {
+        let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        if word(0) != HELLO_MAGIC || word(4) != VERSION {
+            return Err(Error::Bootstrap(
+                "tcp hello: not a streamcomm v1 connection".into(),
+            ));
+        }
+        let mut got = [0u8; 16];
+        got.copy_from_slice(&b[8..24]);
+        let diff = got
+            .iter()
+            .zip(secret)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        if diff != 0 {
+            return Err(Error::Bootstrap("tcp hello: wrong secret".into()));
+        }
+        Ok(Hello {
+            secret: got,
+            from: word(24),
+            to: word(28),
+            socket: word(32),
+        })
+    }
+}
+
+/// Length value that marks a goodbye frame: the sender closed its
+/// communicator cleanly, after every slot it staged was sent.
+pub const CLOSE_LEN: u32 = u32::MAX;
+
+/// Header of one slot on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// Payload bytes that follow.
+    pub len: u32,
+    /// Index of the slot in the connection's stream of slots.
+    pub seq: u64,
+}
+
+impl FrameHeader {
+    /// Fixed-size encoding.
+    pub fn encode(&self) -> [u8; HEADER_BYTES] {
+        let mut b = [0u8; HEADER_BYTES];
+        b[0..4].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&self.len.to_le_bytes());
+        b[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        b
+    }
+
+    /// Decodes a header, checking its magic, its length against `max_len`
+    /// (before any payload is read) and its sequence number. A goodbye frame
+    /// decodes with `len == CLOSE_LEN`.
+    ///
+    /// # Errors
+    /// A message naming what was wrong.
+    pub fn decode(
+        b: &[u8; HEADER_BYTES],
+        max_len: usize,
+        expected_seq: u64,
+    ) -> std::result::Result<FrameHeader, String> {
+        let magic = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        if magic != FRAME_MAGIC {
+            return Err(format!("bad frame magic {magic:#x}"));
+        }
+        let len = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        if len == CLOSE_LEN {
+            return Ok(FrameHeader {
+                len,
+                seq: expected_seq,
+            });
+        }
+        if len as usize > max_len {
+            return Err(format!(
+                "frame of {len} bytes exceeds the slot size {max_len}"
+            ));
+        }
+        let mut s = [0u8; 8];
+        s.copy_from_slice(&b[8..16]);
+        let seq = u64::from_le_bytes(s);
+        if seq != expected_seq {
+            return Err(format!(
+                "frame {seq} arrived where {expected_seq} was expected"
+            ));
+        }
+        Ok(FrameHeader { len, seq })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_rejections() {
+        let h = Hello {
+            secret: [7; 16],
+            from: 3,
+            to: 5,
+            socket: 1,
+        };
+        assert_eq!(Hello::decode(&h.encode(), &[7; 16]).unwrap(), h);
+        assert!(Hello::decode(&h.encode(), &[8; 16]).is_err());
+        let mut bad = h.encode();
+        bad[0] ^= 1;
+        assert!(Hello::decode(&bad, &[7; 16]).is_err());
+        let f = FrameHeader { len: 100, seq: 9 };
+        assert_eq!(FrameHeader::decode(&f.encode(), 100, 9).unwrap(), f);
+        assert!(FrameHeader::decode(&f.encode(), 99, 9)
+            .unwrap_err()
+            .contains("exceeds"));
+        assert!(FrameHeader::decode(&f.encode(), 100, 8)
+            .unwrap_err()
+            .contains("expected"));
+        let huge = FrameHeader {
+            len: u32::MAX - 1,
+            seq: 0,
+        };
+        assert!(FrameHeader::decode(&huge.encode(), 1 << 20, 0).is_err());
+        let bye = FrameHeader {
+            len: CLOSE_LEN,
+            seq: 0,
+        };
+        assert_eq!(
+            FrameHeader::decode(&bye.encode(), 16, 5).unwrap().len,
+            CLOSE_LEN
+        );
+    }
+}

@@ -1,0 +1,111 @@
+//! The tcp transport: proxied slot rings over sockets, for ranks on other hosts.
+//!
+//! Unlike shared memory, the stream cannot write into a remote peer's ring,
+//! so each tcp peer has two local rings ([`LocalRing`]): the stream stages
+//! outgoing slots in one and reads arriving slots from the other, exactly as
+//! it would over shared memory, while a network thread per communicator (the
+//! proxy's network half, [`progress`]) moves slots between those rings and
+//! the peer's sockets. Several sockets per peer (`STREAMCOMM_NCHANNELS`)
+//! carry alternate slots, in order, to use more than one TCP stream's worth
+//! of bandwidth. Formation of the connections is in [`setup`], the wire
+//! format in [`frame`].
+
+pub mod frame;
+pub mod kick;
+pub mod progress;
+pub mod setup;
+
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use kick::Kick;
+use progress::{FailureSink, PeerIo};
+
+use crate::transport::local_ring::LocalRing;
+use crate::transport::ring::{RingEnd, RingShape};
+use crate::{Error, Result};
+
+/// The local memory of one tcp peer's two rings.
+#[derive(Debug)]
+pub struct TcpRings {
+    /// Outgoing slots (stream writes, network thread reads).
+    pub staging: LocalRing,
+    /// Arriving slots (network thread writes, stream reads).
+    pub inbound: LocalRing,
+}
+
+/// The network thread of a communicator; stops and joins on drop.
+#[derive(Debug)]
+pub struct TcpNet {
+    /// Wakes the thread (streams call it after staging a slot or freeing one).
+    pub kick: Arc<Kick>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// One tcp peer, ready to start: its rings and sockets.
+pub struct TcpPeerSetup {
+    /// The peer's rank.
+    pub peer: usize,
+    /// Its rings (kept alive by the caller's connection).
+    pub rings: Arc<TcpRings>,
+    /// Its sockets.
+    pub sockets: Vec<TcpStream>,
+}
+
+impl TcpRings {
+    /// Two fresh rings of `shape`.
+    pub fn new(shape: RingShape) -> TcpRings {
+        TcpRings {
+            staging: LocalRing::new(shape),
+            inbound: LocalRing::new(shape),
+        }
+    }
+
+    /// The stream's ends: (send into staging, receive from inbound).
+    pub fn stream_ends(&self) -> (RingEnd, RingEnd) {
+        (self.staging.end(), self.inbound.end())
+    }
+}
+
+impl TcpNet {
+    /// Starts the network thread for `peers` (nothing to do for none).
+    ///
+    /// # Errors
+    /// [`Error::Os`] when the eventfd or the thread cannot be created.
+    pub fn start(rank: usize, peers: Vec<TcpPeerSetup>, sink: impl FailureSink) -> Result<TcpNet> {
+        let kick = Arc::new(Kick::new()?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let io: Vec<PeerIo> = peers
+            .into_iter()
+            .map(|p| {
+                let staging = p.rings.staging.end();
+                let inbound = p.rings.inbound.end();
+                // The rings' memory is owned by the connections, which outlive
+                // this thread (TcpNet is dropped, and joined, first).
+                PeerIo::new(p.peer, staging, inbound, p.sockets)
+            })
+            .collect();
+        let (k, s) = (kick.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("streamcomm-net-{rank}"))
+            .spawn(move || progress::run(io, k, s, sink))
+            .map_err(|e| Error::os("spawn tcp network thread", e))?;
+        Ok(TcpNet {
+            kick,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for TcpNet {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        self.kick.signal();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

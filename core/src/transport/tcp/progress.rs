@@ -1,0 +1,371 @@
+//! The network thread: moves slots between local rings and sockets.
+//!
+//! For each tcp peer, the stream fills a local *staging* ring and reads a
+//! local *inbound* ring. This thread writes staged slots to the peer's
+//! sockets (slot `k` on socket `k % nsockets`) and reads frames from them
+//! straight into free inbound slots, publishing slots in order. There are no
+//! separate credit messages: a reader stops reading a socket while its
+//! inbound ring is full, and TCP's own flow control holds the sender back, so
+//! memory is bounded by the rings and the socket buffers, whatever the
+//! message size.
+//!
+//! A socket that closes or fails puts the communicator in its error state
+//! (naming the peer), which releases every wait; the thread then exits and
+//! its sockets close, so the peers fail promptly too.
+
+use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use super::frame::{FrameHeader, CLOSE_LEN, HEADER_BYTES};
+use super::kick::Kick;
+use crate::transport::ring::RingEnd;
+use crate::Error;
+
+/// One socket's transfer state.
+struct Sock {
+    stream: TcpStream,
+    /// Next staged slot this socket carries, and bytes of it already written
+    /// (header included).
+    tx_next: u64,
+    tx_done: usize,
+    /// Next inbound slot this socket carries; header bytes read so far; the
+    /// decoded header once complete, and payload bytes read.
+    rx_next: u64,
+    rx_hdr: [u8; HEADER_BYTES],
+    rx_hdr_got: usize,
+    rx_len: Option<usize>,
+    rx_got: usize,
+    /// The peer said goodbye on this socket: nothing more will arrive.
+    rx_closed: bool,
+}
+
+/// One tcp peer as the network thread sees it.
+pub struct PeerIo {
+    /// The peer's rank.
+    pub peer: usize,
+    /// Staging ring, receiver end (we drain it).
+    pub staging: RingEnd,
+    /// Inbound ring, sender end (we fill it).
+    pub inbound: RingEnd,
+    socks: Vec<Sock>,
+    /// Staged slots fully written, not yet released (by slot % nsteps).
+    sent: Vec<bool>,
+    staging_head: u64,
+    /// Inbound slots fully read, not yet published.
+    arrived: Vec<bool>,
+    inbound_tail: u64,
+}
+
+impl PeerIo {
+    /// Wraps a peer's rings and its sockets.
+    pub fn new(peer: usize, staging: RingEnd, inbound: RingEnd, sockets: Vec<TcpStream>) -> PeerIo {
+        let nsteps = staging.shape().nsteps;
+        let socks = sockets
+            .into_iter()
+            .enumerate()
+            .map(|(j, stream)| Sock {
+                stream,
+                tx_next: j as u64,
+                tx_done: 0,
+                rx_next: j as u64,
+                rx_hdr: [0; HEADER_BYTES],
+                rx_hdr_got: 0,
+                rx_len: None,
+                rx_got: 0,
+                rx_closed: false,
+            })
+            .collect();
+        PeerIo {
+            peer,
+            staging,
+            inbound,
+            socks,
+            sent: vec![false; nsteps],
+            staging_head: 0,
+            arrived: vec![false; nsteps],
+            inbound_tail: 0,
+        }
+    }
+
+    fn nsocks(&self) -> u64 {
+        self.socks.len() as u64
+    }
+
+    fn fail(&self, cause: String) -> Error {
+        Error::Transport {
+            transport: "tcp",
+            peer: self.peer,
+            cause,
+        }
+    }
+
+    /// Writes what can be written without blocking; true if anything moved.
+    fn send(&mut self) -> Result<bool, Error> {
+        let nsteps = self.sent.len() as u64;
+        let s = self.nsocks();
+        let mut moved = false;
+        for j in 0..self.socks.len() {
+            loop {
+                let k = self.socks[j].tx_next;
+                let slot = match self.staging.slot_for_read(k) {
+                    Ok(Some(slot)) => slot,
+                    Ok(None) => break,
+                    Err(e) => return Err(self.fail(format!("staging ring corrupted: {e:?}"))),
+                };
+                let header = FrameHeader {
+                    len: slot.len() as u32,
+                    seq: k,
+                }
+                .encode();
+                let sock = &mut self.socks[j];
+                let done = sock.tx_done;
+                let total = HEADER_BYTES + slot.len();
+                let r = if done < HEADER_BYTES {
+                    sock.stream
+                        .write_vectored(&[IoSlice::new(&header[done..]), IoSlice::new(slot)])
+                } else {
+                    sock.stream.write(&slot[done - HEADER_BYTES..])
+                };
+                match r {
+                    Ok(0) => return Err(self.fail("connection closed while sending".into())),
+                    Ok(n) => {
+                        moved = true;
+                        sock.tx_done += n;
+                        if sock.tx_done == total {
+                            sock.tx_done = 0;
+                            sock.tx_next += s;
+                            self.sent[(k % nsteps) as usize] = true;
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(self.fail(format!("send failed: {e}"))),
+                }
+            }
+        }
+        let start = self.staging_head;
+        while self.sent[(self.staging_head % nsteps) as usize] {
+            self.sent[(self.staging_head % nsteps) as usize] = false;
+            self.staging_head += 1;
+        }
+        if self.staging_head != start {
+            self.staging.release_to(self.staging_head);
+        }
+        Ok(moved)
+    }
+
+    /// Reads what can be read without blocking; true if anything moved.
+    fn recv(&mut self) -> Result<bool, Error> {
+        let nsteps = self.arrived.len() as u64;
+        let s = self.nsocks();
+        let max = self.inbound.shape().slot_bytes;
+        let mut moved = false;
+        for j in 0..self.socks.len() {
+            loop {
+                let sock = &mut self.socks[j];
+                let k = sock.rx_next;
+                if sock.rx_closed {
+                    break;
+                }
+                if sock.rx_len.is_none() {
+                    match sock.stream.read(&mut sock.rx_hdr[sock.rx_hdr_got..]) {
+                        Ok(0) => return Err(self.fail("connection closed by the peer".into())),
+                        Ok(n) => {
+                            moved = true;
+                            sock.rx_hdr_got += n;
+                            if sock.rx_hdr_got < HEADER_BYTES {
+                                continue;
+                            }
+                            let h = FrameHeader::decode(&sock.rx_hdr, max, k).map_err(|e| {
+                                Error::Transport {
+                                    transport: "tcp",
+                                    peer: self.peer,
+                                    cause: e,
+                                }
+                            })?;
+                            if h.len == CLOSE_LEN {
+                                sock.rx_closed = true;
+                                break;
+                            }
+                            sock.rx_len = Some(h.len as usize);
+                            sock.rx_got = 0;
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(self.fail(format!("receive failed: {e}"))),
+                    }
+                }
+                let len = self.socks[j].rx_len.unwrap_or(0);
+                let Some(slot) = self.inbound.slot_for_write(k) else {
+                    break; // inbound ring full: TCP holds the sender back
+                };
+                let sock = &mut self.socks[j];
+                if sock.rx_got < len {
+                    match sock.stream.read(&mut slot[sock.rx_got..len]) {
+                        Ok(0) => return Err(self.fail("connection closed by the peer".into())),
+                        Ok(n) => {
+                            moved = true;
+                            sock.rx_got += n;
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(self.fail(format!("receive failed: {e}"))),
+                    }
+                }
+                if sock.rx_got == len {
+                    self.inbound.set_len(k, len);
+                    sock.rx_len = None;
+                    sock.rx_hdr_got = 0;
+                    sock.rx_next += s;
+                    self.arrived[(k % nsteps) as usize] = true;
+                    moved = true;
+                }
+            }
+        }
+        let start = self.inbound_tail;
+        while self.arrived[(self.inbound_tail % nsteps) as usize] {
+            self.arrived[(self.inbound_tail % nsteps) as usize] = false;
+            self.inbound_tail += 1;
+        }
+        if self.inbound_tail != start {
+            self.inbound.publish(self.inbound_tail);
+        }
+        Ok(moved)
+    }
+
+    /// True when every staged slot has been written out.
+    fn flushed(&self) -> bool {
+        self.socks.iter().all(|s| s.tx_done == 0)
+            && self
+                .staging
+                .slot_for_read(self.staging_head)
+                .map_or(true, |s| s.is_none())
+    }
+
+    /// Says goodbye on every socket (best effort, bounded), so the peer
+    /// knows the end of the stream is not a crash.
+    fn goodbye(&mut self) {
+        for sock in &mut self.socks {
+            let frame = FrameHeader {
+                len: CLOSE_LEN,
+                seq: sock.tx_next,
+            }
+            .encode();
+            let mut done = 0;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+            while done < frame.len() && std::time::Instant::now() < deadline {
+                match sock.stream.write(&frame[done..]) {
+                    Ok(0) => break,
+                    Ok(n) => done += n,
+                    Err(e)
+                        if e.kind() == ErrorKind::WouldBlock
+                            || e.kind() == ErrorKind::Interrupted =>
+                    {
+                        std::thread::sleep(std::time::Duration::from_micros(100))
+                    }
+                    Err(_) => break,
+                }
+            }
+            let _ = sock.stream.shutdown(std::net::Shutdown::Write);
+        }
+    }
+
+    /// The poll events each socket needs now.
+    fn interest(&self) -> Vec<libc::c_short> {
+        self.socks
+            .iter()
+            .map(|sock| {
+                let mut ev = 0;
+                if sock.tx_done > 0
+                    || matches!(self.staging.slot_for_read(sock.tx_next), Ok(Some(_)))
+                {
+                    ev |= libc::POLLOUT;
+                }
+                if !sock.rx_closed
+                    && (sock.rx_len.is_none()
+                        || self.inbound.slot_for_write(sock.rx_next).is_some())
+                {
+                    ev |= libc::POLLIN;
+                }
+                ev
+            })
+            .collect()
+    }
+}
+
+/// What the network thread reports failures to.
+pub trait FailureSink: Send + 'static {
+    /// Records the first error and releases every wait of the communicator.
+    fn fail(&self, error: Error);
+}
+
+/// How long a closing communicator keeps sending what it staged.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Runs until `stop` is set (then flushes what is staged and says goodbye)
+/// or a socket fails.
+pub fn run(mut peers: Vec<PeerIo>, kick: Arc<Kick>, stop: Arc<AtomicBool>, sink: impl FailureSink) {
+    let mut idle_rounds = 0u32;
+    let mut drain_deadline = None;
+    loop {
+        if stop.load(Ordering::Acquire) {
+            let deadline = *drain_deadline.get_or_insert_with(|| std::time::Instant::now() + DRAIN);
+            if peers.iter().all(|p| p.flushed()) || std::time::Instant::now() >= deadline {
+                for p in peers.iter_mut() {
+                    p.goodbye();
+                }
+                return;
+            }
+        }
+        let mut moved = false;
+        for p in peers.iter_mut() {
+            let r = p.send().and_then(|a| p.recv().map(|b| a || b));
+            match r {
+                Ok(m) => moved |= m,
+                Err(e) => {
+                    if stop.load(Ordering::Acquire) {
+                        // Closing anyway: a peer that left first is no error.
+                        continue;
+                    }
+                    sink.fail(e);
+                    return;
+                }
+            }
+        }
+        if moved {
+            idle_rounds = 0;
+            continue;
+        }
+        idle_rounds += 1;
+        if idle_rounds < 64 {
+            std::hint::spin_loop();
+            continue;
+        }
+        // Sleep in poll: announce it first, then compute what to wait for, so
+        // that work published meanwhile either shows in the interest or kicks us.
+        kick.set_sleeping(true);
+        let mut fds = vec![libc::pollfd {
+            fd: kick.raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        for p in &peers {
+            for (sock, ev) in p.socks.iter().zip(p.interest()) {
+                fds.push(libc::pollfd {
+                    fd: sock.stream.as_raw_fd(),
+                    events: ev,
+                    revents: 0,
+                });
+            }
+        }
+        let ms = if stop.load(Ordering::Acquire) { 1 } else { 100 };
+        // SAFETY: fds is a valid array of pollfd for the duration of the call.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        kick.set_sleeping(false);
+        kick.drain();
+        idle_rounds = 0;
+    }
+}

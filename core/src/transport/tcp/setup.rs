@@ -1,0 +1,223 @@
+//! Forming the tcp connections of a communicator.
+//!
+//! Each rank listens on one address (published in its endpoint). For every
+//! pair of ranks that talk over tcp, the lower rank opens `nsockets`
+//! connections to the higher one and says hello (secret, ranks, socket
+//! index); the higher rank accepts them, drops anything that is not an
+//! expected hello (strangers, wrong secret, duplicates) and stops waiting
+//! at the deadline. Connecting first and accepting second never deadlocks:
+//! a connection completes in the listener's backlog before it is accepted.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use super::frame::{Hello, HELLO_BYTES};
+use crate::{Error, Result};
+
+/// How long an accepted connection may take to say hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Starts listening on `ip` (any free port).
+///
+/// # Errors
+/// [`Error::Os`] when the address cannot be bound.
+pub fn listen(ip: IpAddr) -> Result<(TcpListener, SocketAddr)> {
+    let listener = TcpListener::bind(SocketAddr::new(ip, 0))
+        .map_err(|e| Error::os(format!("bind tcp listener on {ip}"), e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::os("getsockname(tcp listener)", e))?;
+    Ok((listener, addr))
+}
+
+/// What one rank needs to connect its tcp peers.
+pub struct ConnectPlan<'a> {
+    /// This rank.
+    pub rank: usize,
+    /// Peers reached over tcp, with their listening addresses.
+    pub peers: &'a [(usize, SocketAddr)],
+    /// Sockets per peer.
+    pub nsockets: usize,
+    /// The communicator's secret.
+    pub secret: [u8; 16],
+    /// Give up after this long.
+    pub timeout: Duration,
+}
+
+/// Opens and accepts every socket; returns them per peer, indexed by socket.
+///
+/// # Errors
+/// [`Error::Transport`] naming the peer that could not be reached, or
+/// [`Error::Timeout`] when expected connections did not arrive.
+pub fn connect_all(
+    plan: &ConnectPlan<'_>,
+    listener: &TcpListener,
+) -> Result<HashMap<usize, Vec<TcpStream>>> {
+    let deadline = Instant::now() + plan.timeout;
+    let mut out: HashMap<usize, Vec<Option<TcpStream>>> = plan
+        .peers
+        .iter()
+        .map(|&(p, _)| (p, (0..plan.nsockets).map(|_| None).collect()))
+        .collect();
+    for &(peer, addr) in plan.peers.iter().filter(|(p, _)| *p > plan.rank) {
+        for socket in 0..plan.nsockets {
+            let stream = connect_retrying(addr, deadline).map_err(|cause| Error::Transport {
+                transport: "tcp",
+                peer,
+                cause: format!("cannot connect to {addr}: {cause}"),
+            })?;
+            let hello = Hello {
+                secret: plan.secret,
+                from: plan.rank as u32,
+                to: peer as u32,
+                socket: socket as u32,
+            };
+            std::io::Write::write_all(&mut &stream, &hello.encode()).map_err(|e| {
+                Error::Transport {
+                    transport: "tcp",
+                    peer,
+                    cause: format!("hello to {addr}: {e}"),
+                }
+            })?;
+            if let Some(slot) = out.get_mut(&peer) {
+                slot[socket] = Some(stream);
+            }
+        }
+    }
+    let mut missing = plan.peers.iter().filter(|(p, _)| *p < plan.rank).count() * plan.nsockets;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::os("set_nonblocking(tcp listener)", e))?;
+    while missing > 0 {
+        match listener.accept() {
+            Ok((stream, from)) => match read_hello(&stream, &plan.secret) {
+                Ok(h) => {
+                    let ok = h.to as usize == plan.rank
+                        && (h.from as usize) < plan.rank
+                        && (h.socket as usize) < plan.nsockets;
+                    match out.get_mut(&(h.from as usize)).filter(|_| ok) {
+                        Some(slots) if slots[h.socket as usize].is_none() => {
+                            slots[h.socket as usize] = Some(stream);
+                            missing -= 1;
+                        }
+                        _ => {
+                            tracing::warn!(%from, ?h.from, ?h.socket, "tcp: unexpected or duplicate connection dropped")
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(%from, error = %e, "tcp: connection without a valid hello dropped")
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    let waiting: Vec<usize> = out
+                        .iter()
+                        .filter(|(p, s)| **p < plan.rank && s.iter().any(|x| x.is_none()))
+                        .map(|(p, _)| *p)
+                        .collect();
+                    return Err(Error::Timeout {
+                        op: "tcp connect".into(),
+                        what: format!("connections from ranks {waiting:?}"),
+                        waited_ms: plan.timeout.as_millis() as u64,
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(Error::os("accept(tcp listener)", e)),
+        }
+    }
+    let mut done = HashMap::new();
+    for (peer, slots) in out {
+        let mut socks = Vec::with_capacity(slots.len());
+        for s in slots {
+            let s = s.ok_or_else(|| Error::Transport {
+                transport: "tcp",
+                peer,
+                cause: "a socket is missing".into(),
+            })?;
+            s.set_nonblocking(true)
+                .map_err(|e| Error::os("set_nonblocking(tcp)", e))?;
+            let _ = s.set_nodelay(true);
+            socks.push(s);
+        }
+        done.insert(peer, socks);
+    }
+    Ok(done)
+}
+
+fn read_hello(stream: &TcpStream, secret: &[u8; 16]) -> Result<Hello> {
+    stream
+        .set_nonblocking(false)
+        .and_then(|()| stream.set_read_timeout(Some(HELLO_TIMEOUT)))
+        .map_err(|e| Error::os("configure accepted tcp socket", e))?;
+    let mut b = [0u8; HELLO_BYTES];
+    (&*stream)
+        .read_exact(&mut b)
+        .map_err(|e| Error::Bootstrap(format!("tcp hello: {e}")))?;
+    Hello::decode(&b, secret)
+}
+
+fn connect_retrying(addr: SocketAddr, deadline: Instant) -> std::result::Result<TcpStream, String> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err("timed out".into());
+        }
+        match TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(5))) {
+            Ok(s) => return Ok(s),
+            Err(e) if Instant::now() >= deadline => return Err(e.to_string()),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// The first IPv4 (else IPv6) address of interface `name`.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when the interface does not exist or has no address.
+pub fn interface_addr(name: &str) -> Result<IpAddr> {
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills a list we free below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
+        return Err(Error::os("getifaddrs", std::io::Error::last_os_error()));
+    }
+    let mut found: Option<IpAddr> = None;
+    let mut cur = ifap;
+    while !cur.is_null() {
+        // SAFETY: cur is a node of the list getifaddrs returned.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let ifname = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy();
+        if ifname != name {
+            continue;
+        }
+        // SAFETY: ifa_addr is non-null; its family tells which sockaddr it is.
+        let family = unsafe { (*ifa.ifa_addr).sa_family } as i32;
+        if family == libc::AF_INET {
+            // SAFETY: AF_INET means a sockaddr_in.
+            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+            found = Some(IpAddr::from(
+                u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+            ));
+            break;
+        } else if family == libc::AF_INET6 && found.is_none() {
+            // SAFETY: AF_INET6 means a sockaddr_in6.
+            let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+            found = Some(IpAddr::from(sin6.sin6_addr.s6_addr));
+        }
+    }
+    // SAFETY: freeing the list getifaddrs allocated, once.
+    unsafe { libc::freeifaddrs(ifap) };
+    found.ok_or_else(|| {
+        Error::invalid(format!(
+            "STREAMCOMM_SOCKET_IFNAME={name:?}: no such interface with an address"
+        ))
+    })
+}
