@@ -31,6 +31,8 @@ pub(crate) struct Topology {
     pub hosts: Vec<String>,
     /// Number of distinct hosts.
     pub nhosts: usize,
+    /// Each rank's tcp listening address, if any.
+    pub tcp_addrs: Vec<Option<std::net::SocketAddr>>,
     /// Ranks sharing this rank's host.
     pub local_ranks: usize,
 }

@@ -190,6 +190,7 @@ impl Communicator {
             hosts,
             nhosts,
             local_ranks,
+            tcp_addrs: endpoints.iter().map(|e| e.tcp).collect(),
         };
         let all_shm = links
             .peers
@@ -290,6 +291,12 @@ impl Communicator {
     /// Number of distinct hosts the ranks are on (after `STREAMCOMM_HOSTS_OVERRIDE`).
     pub fn num_hosts(&self) -> usize {
         self.inner.topology.nhosts
+    }
+
+    /// Where `rank` accepts tcp connections (its tcp listener), if it has one;
+    /// an address of that rank's host that the other ranks can reach.
+    pub fn tcp_addr(&self, rank: usize) -> Option<std::net::SocketAddr> {
+        self.inner.topology.tcp_addrs.get(rank).copied().flatten()
     }
 
     /// The transport that reaches `peer` (`"shm"` or `"tcp"`; `None` for
