@@ -1,17 +1,26 @@
-//! `streamcomm-run -n N [--] PROGRAM [ARGS...]`: runs N local ranks of PROGRAM.
+//! `streamcomm-run [NODE OPTIONS] -n N [--] PROGRAM [ARGS...]`: runs N local
+//! ranks of PROGRAM, alone or as one node of a multi-node job.
 //!
-//! A thin `main` over [`streamcomm::launch::local`]: parse the command line,
-//! pass termination signals on to the ranks, run the job, and turn its
-//! outcome into an exit status (2 for a usage error, the failed rank's status
-//! when a rank fails). It never panics: output errors are ignored.
+//! A thin `main` over [`streamcomm::launch`]: parse the command line, for a
+//! multi-node job resolve this node's part (and on node 0 start the
+//! bootstrap root), pass termination signals on to the ranks, run the job,
+//! and turn its outcome into an exit status (2 for a usage error, the failed
+//! rank's status when a rank fails). It never panics: output errors are
+//! ignored.
 
 use std::io::Write;
 
-use streamcomm::launch::cli::{parse_args, Parsed, USAGE};
+use streamcomm::launch::cli::{parse_args, Parsed, RunArgs, USAGE};
 use streamcomm::launch::local::{install_termination_handler, LocalLauncher, Outcome};
+use streamcomm::launch::nodes::NodeJob;
+use streamcomm::Error;
 
 fn main() {
     std::process::exit(run());
+}
+
+fn say(line: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr(), "streamcomm-run: {line}");
 }
 
 fn run() -> i32 {
@@ -22,36 +31,50 @@ fn run() -> i32 {
             return 0;
         }
         Err(e) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "streamcomm-run: {e}\nrun 'streamcomm-run --help' for usage"
-            );
+            say(format_args!("{e}\nrun 'streamcomm-run --help' for usage"));
             return 2;
         }
     };
+    let launcher = match launcher(args) {
+        Ok(launcher) => launcher,
+        Err(e @ Error::InvalidArgument(_)) => {
+            say(format_args!("{e}"));
+            return 2;
+        }
+        Err(e) => {
+            say(format_args!("{e}"));
+            return 1;
+        }
+    };
     if let Err(e) = install_termination_handler() {
-        let _ = writeln!(std::io::stderr(), "streamcomm-run: warning: {e}");
+        say(format_args!("warning: {e}"));
     }
-    let launcher = LocalLauncher::new(args.nproc, args.program).args(args.args);
     match launcher.run() {
         Ok(Outcome::Success) => 0,
         Ok(outcome @ Outcome::RankFailed { .. }) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "streamcomm-run: {outcome}; stopped the other ranks"
-            );
+            say(format_args!("{outcome}; stopped the other ranks"));
             outcome.exit_code()
         }
         Ok(outcome) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "streamcomm-run: {outcome}; stopped the ranks"
-            );
+            say(format_args!("{outcome}; stopped the ranks"));
             outcome.exit_code()
         }
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "streamcomm-run: {e}");
+            say(format_args!("{e}"));
             1
         }
     }
+}
+
+/// The launcher for this host's ranks; for a node of a multi-node job,
+/// resolves its part first (and on node 0 starts the bootstrap root).
+fn launcher(args: RunArgs) -> streamcomm::Result<LocalLauncher> {
+    let Some(nodes) = args.nodes else {
+        return Ok(LocalLauncher::new(args.nproc, args.program).args(args.args));
+    };
+    let job = NodeJob::resolve(&nodes, args.nproc, &|name| std::env::var(name).ok())?;
+    for warning in job.warnings() {
+        say(format_args!("warning: {warning}"));
+    }
+    job.launcher(args.program, args.args)
 }

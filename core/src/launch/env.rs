@@ -373,17 +373,72 @@ fn detect_root(get: &Getter<'_>) -> Result<RootSpec> {
         })?,
         None => port,
     };
-    let addr = resolve(host, root_port)?;
-    let secret = match get("STREAMCOMM_SECRET") {
-        Some(hex) => parse_secret(hex.trim())
-            .map_err(|what| Error::invalid(format!("STREAMCOMM_SECRET {what}")))?,
-        None => derive_secret(host, port),
-    };
+    let addr = resolve("MASTER_ADDR", host, root_port)?;
+    let secret = job_secret(get, host, port)?.bytes;
     Ok(RootSpec::Address { addr, secret })
 }
 
+/// The bootstrap secret of a job whose root is at `master_addr:master_port`,
+/// as every rank of it derives it: from `STREAMCOMM_SECRET`, or else from
+/// the address (what `streamcomm-run`'s multi-node launchers use).
+///
+/// # Examples
+///
+/// ```
+/// use streamcomm::launch::env::job_secret;
+///
+/// let weak = job_secret(&|_| None, "10.0.0.1", 29500)?;
+/// assert!(weak.derived);
+/// let strong = job_secret(&|_| Some("ab".repeat(16)), "10.0.0.1", 29500)?;
+/// assert_eq!((strong.bytes, strong.derived), ([0xab; 16], false));
+/// # Ok::<(), streamcomm::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] if `STREAMCOMM_SECRET` is set but is not 32
+/// hex digits (the message does not repeat it).
+pub fn job_secret(
+    get: &dyn Fn(&str) -> Option<String>,
+    master_addr: &str,
+    master_port: u16,
+) -> Result<JobSecret> {
+    match get("STREAMCOMM_SECRET").filter(|v| !v.trim().is_empty()) {
+        Some(hex) => parse_secret(hex.trim())
+            .map(|bytes| JobSecret {
+                bytes,
+                derived: false,
+            })
+            .map_err(|what| Error::invalid(format!("STREAMCOMM_SECRET {what}"))),
+        None => Ok(JobSecret {
+            bytes: derive_secret(master_addr.trim(), master_port),
+            derived: true,
+        }),
+    }
+}
+
+/// A job's bootstrap secret and where it came from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct JobSecret {
+    /// The 16 bytes ranks present to the root.
+    pub bytes: [u8; 16],
+    /// `true` when `STREAMCOMM_SECRET` was unset and the secret was derived
+    /// from the root's address: anyone who knows the address can join.
+    pub derived: bool,
+}
+
+impl std::fmt::Debug for JobSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobSecret")
+            .field("bytes", &"<redacted>")
+            .field("derived", &self.derived)
+            .finish()
+    }
+}
+
 /// Resolves `MASTER_ADDR`, preferring IPv4 so every rank picks the same family.
-fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
+/// `what` names the setting in error messages (e.g. `MASTER_ADDR`).
+pub(crate) fn resolve(what: &str, host: &str, port: u16) -> Result<SocketAddr> {
     // Bracketed IPv6 literals are accepted as well as bare ones.
     let bare = host
         .strip_prefix('[')
@@ -391,14 +446,14 @@ fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
         .unwrap_or(host);
     let addrs: Vec<SocketAddr> = (bare, port)
         .to_socket_addrs()
-        .map_err(|e| Error::invalid(format!("MASTER_ADDR={host:?} cannot be resolved: {e}")))?
+        .map_err(|e| Error::invalid(format!("{what}={host:?} cannot be resolved: {e}")))?
         .collect();
     addrs
         .iter()
         .find(|a| a.is_ipv4())
         .or(addrs.first())
         .copied()
-        .ok_or_else(|| Error::invalid(format!("MASTER_ADDR={host:?} resolves to no address")))
+        .ok_or_else(|| Error::invalid(format!("{what}={host:?} resolves to no address")))
 }
 
 /// The weak, deterministic secret used when `STREAMCOMM_SECRET` is unset:

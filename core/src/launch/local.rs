@@ -1,8 +1,10 @@
-//! Starting and supervising the ranks of a job on this host (`streamcomm-run`).
+//! Starting and supervising the ranks of a job on this host (`streamcomm-run`),
+//! whether they are the whole job or one node's share of it.
 //!
 //! torchrun's local agent in Rust: the launcher creates the communicator's
 //! [`UniqueId`] itself, so it hosts the bootstrap root and no rank has to race
-//! for a port, then starts one child per rank with the torchrun variables set
+//! for a port (as a node of a multi-node job it is handed the id of the root
+//! node 0's launcher serves, see [`nodes`](super::nodes)), then starts one child per rank with the torchrun variables set
 //! (plus `STREAMCOMM_UNIQUE_ID`), tags each output line with its rank, and
 //! treats the job as one unit: when a rank fails, the others are stopped
 //! (signal, grace period, `SIGKILL`) instead of waiting forever in a
@@ -75,7 +77,7 @@ pub enum Outcome {
     /// This rank failed first (non-zero status or killed by a signal); the
     /// others were stopped.
     RankFailed {
-        /// The rank.
+        /// The rank (global, in a multi-node job).
         rank: usize,
         /// Its exit status.
         status: ExitStatus,
@@ -124,7 +126,13 @@ impl fmt::Display for Outcome {
 /// `STREAMCOMM_LAUNCHER=streamcomm-run`, so that
 /// [`detect`](super::env::detect) finds it. The launcher hosts the bootstrap
 /// root for one communicator, on `127.0.0.1` unless
-/// [`root_ip`](LocalLauncher::root_ip) says otherwise.
+/// [`root_ip`](LocalLauncher::root_ip) says otherwise, or joins the root of
+/// [`unique_id`](LocalLauncher::unique_id).
+///
+/// As one node of a multi-node job ([`node`](LocalLauncher::node)), its
+/// ranks are the node's slice of the global ranks, and they also get
+/// `GROUP_RANK`, `NODE_RANK` and `GROUP_WORLD_SIZE` (see
+/// [`nodes`](super::nodes), which sets this up).
 ///
 /// # Examples
 ///
@@ -144,6 +152,16 @@ pub struct LocalLauncher {
     prefix_output: bool,
     kill_grace: Duration,
     root_ip: IpAddr,
+    id: Option<UniqueId>,
+    node: Option<Node>,
+    master_addr: Option<String>,
+}
+
+/// This launcher's place in a multi-node job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Node {
+    rank: usize,
+    count: usize,
 }
 
 impl LocalLauncher {
@@ -157,6 +175,9 @@ impl LocalLauncher {
             prefix_output: true,
             kill_grace: Duration::from_secs(2),
             root_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            id: None,
+            node: None,
+            master_addr: None,
         }
     }
 
@@ -199,22 +220,75 @@ impl LocalLauncher {
         self
     }
 
+    /// Makes the ranks join the bootstrap root of `id`, which someone else
+    /// serves (e.g. node 0's launcher), instead of starting a root.
+    pub fn unique_id(mut self, id: UniqueId) -> Self {
+        self.id = Some(id);
+        self
+    }
+
+    /// Runs the ranks as node `node_rank` of `nnodes` nodes that each run
+    /// `nproc` ranks: rank `i` here is global rank `node_rank * nproc + i` of
+    /// `nnodes * nproc`. Combine with [`unique_id`](LocalLauncher::unique_id)
+    /// so that all nodes' ranks meet at one root.
+    pub fn node(mut self, node_rank: usize, nnodes: usize) -> Self {
+        self.node = Some(Node {
+            rank: node_rank,
+            count: nnodes,
+        });
+        self
+    }
+
+    /// The `MASTER_ADDR` the ranks are given (default: the root's IP).
+    pub fn master_addr(mut self, addr: impl Into<String>) -> Self {
+        self.master_addr = Some(addr.into());
+        self
+    }
+
+    /// The global rank of this launcher's first rank, and the world size.
+    fn placement(&self) -> Result<(usize, usize)> {
+        let node = self.node.unwrap_or(Node { rank: 0, count: 1 });
+        if node.rank >= node.count {
+            return Err(Error::invalid(format!(
+                "node rank {} is out of range for {} nodes",
+                node.rank, node.count
+            )));
+        }
+        match node.count.checked_mul(self.nproc) {
+            Some(world) if world <= crate::bootstrap::MAX_RANKS => {
+                Ok((node.rank * self.nproc, world))
+            }
+            _ => Err(Error::invalid(format!(
+                "{} nodes of {} ranks is more than {} ranks",
+                node.count,
+                self.nproc,
+                crate::bootstrap::MAX_RANKS
+            ))),
+        }
+    }
+
     /// Runs the job to its end.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] if `nproc` is 0; [`Error::Os`] if the
-    /// bootstrap root or a rank cannot be started (ranks already started are
-    /// stopped first). A rank that fails is an [`Outcome`], not an error.
+    /// [`Error::InvalidArgument`] if `nproc` is 0 or the node placement is
+    /// impossible; [`Error::Os`] if the bootstrap root or a rank cannot be
+    /// started (ranks already started are stopped first). A rank that fails
+    /// is an [`Outcome`] (naming its global rank), not an error.
     pub fn run(&self) -> Result<Outcome> {
         if self.nproc == 0 {
             return Err(Error::invalid("the number of ranks must be at least 1"));
         }
-        let id = UniqueId::new_on(self.root_ip)?;
+        let (first, world) = self.placement()?;
+        let id = match self.id {
+            Some(id) => id,
+            None => UniqueId::new_on(self.root_ip)?,
+        };
         let (done_tx, done_rx) = mpsc::channel::<()>();
         let mut children: Vec<Child> = Vec::with_capacity(self.nproc);
-        for rank in 0..self.nproc {
-            match self.spawn(rank, &id) {
+        for local in 0..self.nproc {
+            let rank = first + local;
+            match self.spawn(local, rank, world, &id) {
                 Ok(mut child) => {
                     if self.prefix_output {
                         forward_output(&mut child, rank, &done_tx);
@@ -230,7 +304,13 @@ impl LocalLauncher {
             }
         }
         drop(done_tx);
-        let outcome = supervise(&mut children, self.kill_grace);
+        let outcome = match supervise(&mut children, self.kill_grace) {
+            Outcome::RankFailed { rank, status } => Outcome::RankFailed {
+                rank: first + rank,
+                status,
+            },
+            outcome => outcome,
+        };
         // Output may still be in the pipes; wait for it, within reason (a
         // grandchild that outlives its rank may hold a pipe open).
         if let Err(mpsc::RecvTimeoutError::Timeout) = done_rx.recv_timeout(DRAIN) {
@@ -239,20 +319,29 @@ impl LocalLauncher {
         Ok(outcome)
     }
 
-    fn spawn(&self, rank: usize, id: &UniqueId) -> io::Result<Child> {
+    fn spawn(&self, local: usize, rank: usize, world: usize, id: &UniqueId) -> io::Result<Child> {
+        let master = match &self.master_addr {
+            Some(addr) => addr.clone(),
+            None => id.addr().ip().to_string(),
+        };
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.args)
             .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .env("STREAMCOMM_UNIQUE_ID", id.to_string())
             .env("STREAMCOMM_LAUNCHER", "streamcomm-run")
             .env("RANK", rank.to_string())
-            .env("WORLD_SIZE", self.nproc.to_string())
-            .env("LOCAL_RANK", rank.to_string())
+            .env("WORLD_SIZE", world.to_string())
+            .env("LOCAL_RANK", local.to_string())
             .env("LOCAL_WORLD_SIZE", self.nproc.to_string())
-            .env("MASTER_ADDR", id.addr().ip().to_string())
+            .env("MASTER_ADDR", master)
             .env("MASTER_PORT", id.addr().port().to_string())
             .stdin(Stdio::null())
             .process_group(0);
+        if let Some(node) = self.node {
+            cmd.env("GROUP_RANK", node.rank.to_string())
+                .env("NODE_RANK", node.rank.to_string())
+                .env("GROUP_WORLD_SIZE", node.count.to_string());
+        }
         if self.prefix_output {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
@@ -440,55 +529,5 @@ fn emit(line: &mut Vec<u8>, prefix_len: usize, to_stderr: bool) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exit_codes() {
-        assert_eq!(Outcome::Success.exit_code(), 0);
-        let status = ExitStatus::from_raw(3 << 8);
-        let failed = Outcome::RankFailed { rank: 1, status };
-        assert_eq!(failed.exit_code(), 3);
-        assert_eq!(failed.to_string(), "rank 1 exited with status 3");
-        let killed = Outcome::RankFailed {
-            rank: 2,
-            status: ExitStatus::from_raw(libc::SIGKILL),
-        };
-        assert_eq!(killed.exit_code(), 128 + libc::SIGKILL);
-        assert_eq!(
-            killed.to_string(),
-            format!("rank 2 was killed by signal {}", libc::SIGKILL)
-        );
-        assert_eq!(Outcome::Interrupted { signal: 2 }.exit_code(), 130);
-    }
-
-    #[test]
-    fn zero_ranks_is_an_error() {
-        let err = LocalLauncher::new(0, "true").run().expect_err("0 ranks");
-        assert!(matches!(err, Error::InvalidArgument(_)));
-    }
-
-    #[test]
-    fn missing_program_is_an_os_error() {
-        let err = LocalLauncher::new(2, "/nonexistent/streamcomm-test-program")
-            .run()
-            .expect_err("no program");
-        assert!(
-            matches!(&err, Error::Os { call, .. } if call.contains("start rank 0")),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn unprefixed_job_runs() {
-        let outcome = LocalLauncher::new(2, "sh")
-            .args([
-                "-c",
-                "test \"$WORLD_SIZE\" = 2 && test -n \"$STREAMCOMM_UNIQUE_ID\"",
-            ])
-            .prefix_output(false)
-            .run()
-            .expect("run");
-        assert_eq!(outcome, Outcome::Success);
-    }
-}
+#[path = "local_tests.rs"]
+mod tests;

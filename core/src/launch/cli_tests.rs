@@ -1,0 +1,219 @@
+//! Unit tests of the `streamcomm-run` command line.
+
+use super::*;
+
+fn parse(words: &[&str]) -> Result<Parsed> {
+    parse_args(words.iter().map(OsString::from))
+}
+
+fn run(words: &[&str]) -> RunArgs {
+    match parse(words) {
+        Ok(Parsed::Run(r)) => r,
+        other => panic!("{words:?}: {other:?}"),
+    }
+}
+
+fn nodes(words: &[&str]) -> NodeArgs {
+    let r = run(words);
+    r.nodes
+        .unwrap_or_else(|| panic!("{words:?}: expected node options"))
+}
+
+fn message(words: &[&str]) -> String {
+    match parse(words) {
+        Err(Error::InvalidArgument(m)) => m,
+        other => panic!("{words:?}: expected an error, got {other:?}"),
+    }
+}
+
+#[test]
+fn accepted_forms() {
+    for words in [
+        &["-n", "3", "prog", "a"][..],
+        &["--nproc", "3", "prog", "a"],
+        &["--nproc=3", "prog", "a"],
+        &["--nproc-per-node", "3", "prog", "a"],
+        &["--nproc_per_node=3", "prog", "a"],
+        &["-n3", "prog", "a"],
+        &["-n", "3", "--", "prog", "a"],
+        &["-n", "1", "-n", "3", "prog", "a"],
+    ] {
+        let r = run(words);
+        assert_eq!(
+            (r.nproc, r.program.to_str()),
+            (3, Some("prog")),
+            "{words:?}"
+        );
+        assert_eq!(r.args, vec![OsString::from("a")], "{words:?}");
+        assert_eq!(r.nodes, None, "{words:?}");
+    }
+    // The program's own options are passed through, even ours.
+    let r = run(&["-n", "2", "--", "-weird", "-n", "5", "--help"]);
+    assert_eq!(r.program, "-weird");
+    assert_eq!(r.args, ["-n", "5", "--help"].map(OsString::from).to_vec());
+    let r = run(&["-n", "2", "prog", "--nnodes", "2"]);
+    assert_eq!((r.nodes, r.args.len()), (None, 2));
+    assert_eq!(parse(&["-h"]).ok(), Some(Parsed::Help));
+    assert_eq!(
+        parse(&["-n", "2", "--help", "prog"]).ok(),
+        Some(Parsed::Help)
+    );
+}
+
+#[test]
+fn node_options() {
+    let explicit = NodeArgs {
+        nnodes: 2,
+        node_rank: Some(1),
+        master_addr: "10.0.0.1".into(),
+        master_port: 1234,
+        hosts: Vec::new(),
+    };
+    for words in [
+        &[
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "1",
+            "--master-addr",
+            "10.0.0.1",
+            "--master-port",
+            "1234",
+            "-n",
+            "4",
+            "prog",
+        ][..],
+        &[
+            "--nnodes=2",
+            "--node_rank=1",
+            "--master_addr=10.0.0.1",
+            "--master_port=1234",
+            "--nproc_per_node=4",
+            "--",
+            "prog",
+        ],
+    ] {
+        assert_eq!(nodes(words), explicit, "{words:?}");
+        assert_eq!(run(words).nproc, 4);
+    }
+    // Defaults: port 29500; one node needs neither rank nor address.
+    let n = nodes(&[
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "0",
+        "--master-addr",
+        "h",
+        "-n1",
+        "p",
+    ]);
+    assert_eq!(n.master_port, DEFAULT_MASTER_PORT);
+    let n = nodes(&["--master-port", "4000", "-n", "2", "p"]);
+    assert_eq!(
+        (n.nnodes, n.node_rank, n.master_addr.as_str(), n.master_port),
+        (1, Some(0), "127.0.0.1", 4000)
+    );
+}
+
+#[test]
+fn hosts_option() {
+    let n = nodes(&["--hosts", "a,b,c", "-n", "2", "prog"]);
+    assert_eq!(
+        n,
+        NodeArgs {
+            nnodes: 3,
+            node_rank: None,
+            master_addr: "a".into(),
+            master_port: DEFAULT_MASTER_PORT,
+            hosts: vec!["a".into(), "b".into(), "c".into()],
+        }
+    );
+    // Consistent extras are accepted.
+    let n = nodes(&[
+        "--hosts=a, b",
+        "--nnodes",
+        "2",
+        "--master-addr",
+        "a",
+        "--node-rank",
+        "1",
+        "-n1",
+        "p",
+    ]);
+    assert_eq!((n.nnodes, n.node_rank, n.hosts.len()), (2, Some(1), 2));
+    // One host: node 0, no search needed.
+    assert_eq!(nodes(&["--hosts", "solo", "-n1", "p"]).node_rank, Some(0));
+}
+
+#[test]
+fn errors() {
+    assert_eq!(message(&[]), "no program to run");
+    assert_eq!(message(&["-n", "2"]), "no program to run");
+    assert_eq!(message(&["-n", "2", "--"]), "no program to run");
+    assert_eq!(message(&["prog"]), "missing -n N (the number of ranks)");
+    assert_eq!(message(&["-n"]), "-n needs a value");
+    assert!(message(&["-n", "x", "prog"]).contains("got \"x\""));
+    assert!(message(&["-n", "0", "prog"]).contains("between 1 and"));
+    assert!(message(&["--nproc=99999", "prog"]).contains("between 1 and"));
+    assert_eq!(message(&["-x", "prog"]), "unknown option \"-x\"");
+    assert_eq!(
+        message(&["--bogus=1", "prog"]),
+        "unknown option \"--bogus=1\""
+    );
+}
+
+#[test]
+fn node_errors() {
+    let m = |words: &[&str]| {
+        let mut all = words.to_vec();
+        all.extend(["-n", "2", "prog"]);
+        message(&all)
+    };
+    assert_eq!(
+        m(&["--nnodes", "2", "--master-addr", "h"]),
+        "--nnodes 2 needs --node-rank K (0..=1) on each node, or --hosts"
+    );
+    assert_eq!(
+        m(&["--nnodes", "2", "--node-rank", "1"]),
+        "--nnodes 2 needs --master-addr (the address of node 0), or --hosts"
+    );
+    assert_eq!(
+        m(&["--nnodes", "2", "--node-rank", "2", "--master-addr", "h"]),
+        "--node-rank 2 is out of range for 2 nodes (0..=1)"
+    );
+    assert_eq!(
+        m(&["--node-rank", "1"]),
+        "--node-rank 1 is out of range for 1 nodes (0..=0)"
+    );
+    assert_eq!(
+        m(&["--hosts", "a,b", "--nnodes", "3"]),
+        "--hosts lists 2 hosts but --nnodes is 3"
+    );
+    assert_eq!(
+        m(&["--hosts", "a,b", "--master-addr", "b"]),
+        "--master-addr b is not the first of --hosts (a), which is the master"
+    );
+    assert!(m(&["--hosts", "a,,b"]).starts_with("--hosts needs a comma-separated list"));
+    assert!(m(&["--hosts", ""]).starts_with("--hosts needs a comma-separated list"));
+    assert!(m(&["--nnodes", "0"]).contains("between 1 and"));
+    assert!(m(&["--node-rank", "-1"]).contains("got \"-1\""));
+    assert!(m(&["--master-port", "0"]).contains("between 1 and 65535"));
+    assert!(m(&["--master-port", "70000"]).contains("between 1 and 65535"));
+    assert_eq!(
+        m(&["--master-addr", " "]),
+        "--master-addr needs an address, got \"\""
+    );
+    assert_eq!(message(&["--hosts"]), "--hosts needs a value");
+    assert!(message(&[
+        "--nnodes",
+        "1000000",
+        "--node-rank",
+        "0",
+        "--master-addr",
+        "h",
+        "-n",
+        "4096",
+        "p"
+    ])
+    .contains("more than"));
+}
