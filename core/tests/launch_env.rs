@@ -20,7 +20,8 @@ fn child() {
     let n = comm.size() as u64;
     let send = HostBuffer::from_slice(&[comm.rank() as u64 + 1; 64]);
     let mut recv = HostBuffer::<u64>::zeroed(64);
-    comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream).unwrap();
+    comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)
+        .unwrap();
     stream.synchronize().unwrap();
     assert_eq!(recv.to_vec(), vec![n * (n + 1) / 2; 64]);
     comm.barrier_host().unwrap();
@@ -28,7 +29,11 @@ fn child() {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Runs 2 children with `vars(rank)` plus a root address; both must succeed.
@@ -43,7 +48,14 @@ fn run(name: &str, vars: impl Fn(usize) -> Vec<(&'static str, String)>) {
                 .env("MASTER_ADDR", "127.0.0.1")
                 .env("MASTER_PORT", &port)
                 .env("STREAMCOMM_TIMEOUT", "30");
-            for var in ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "STREAMCOMM_UNIQUE_ID", "TORCHELASTIC_RUN_ID"] {
+            for var in [
+                "RANK",
+                "WORLD_SIZE",
+                "LOCAL_RANK",
+                "LOCAL_WORLD_SIZE",
+                "STREAMCOMM_UNIQUE_ID",
+                "TORCHELASTIC_RUN_ID",
+            ] {
                 cmd.env_remove(var);
             }
             for (k, v) in vars(rank) {
@@ -107,5 +119,7 @@ fn open_mpi_variables() {
 
 #[test]
 fn pmi_variables() {
-    run("pmi", |r| vec![("PMI_RANK", r.to_string()), ("PMI_SIZE", "2".into())]);
+    run("pmi", |r| {
+        vec![("PMI_RANK", r.to_string()), ("PMI_SIZE", "2".into())]
+    });
 }

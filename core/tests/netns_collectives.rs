@@ -1,0 +1,192 @@
+//! Ranks on several "hosts": network namespaces joined by a bridge, 2 ranks
+//! each, so shared memory inside a host and tcp between hosts, with traffic
+//! really crossing veth interfaces. Every collective and the barrier, fresh
+//! random data against f64 references; a 256 MiB all-reduce whose memory
+//! stays bounded by the rings; a host whose ranks die mid-collective.
+//!
+//! Needs root and iproute2; skipped with a printed reason otherwise, except
+//! under `CI=true`, where it must run.
+
+mod common;
+mod harness;
+mod netns;
+
+use std::time::Duration;
+
+use harness::{collectives, reduces, run_case, Case};
+use netns::{ready_or_skip, Netns};
+use streamcomm::host::{HostBuffer, HostStream};
+use streamcomm::plan::Collective;
+use streamcomm::{Communicator, DataType, ReduceOp};
+
+const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";
+const SEED: &str = "STREAMCOMM_TEST_SEED";
+const SECRET: &str = "0123456789abcdef0123456789abcdef";
+const LIMIT: Duration = Duration::from_secs(300);
+
+fn job(hosts: usize, ranks_per_host: usize, scenario: &str, extra: &[(&str, &str)]) -> String {
+    let net = Netns::up(hosts).unwrap_or_else(|e| panic!("{e}"));
+    let exe = std::env::current_exe().unwrap();
+    let seed = harness::seed().to_string();
+    let mut env = vec![
+        (SCENARIO, scenario),
+        (SEED, seed.as_str()),
+        ("STREAMCOMM_SECRET", SECRET),
+        ("STREAMCOMM_TIMEOUT", "60"),
+    ];
+    env.extend_from_slice(extra);
+    let out = net
+        .run_job(
+            hosts,
+            ranks_per_host,
+            &exe,
+            &["--exact", "child", "--ignored", "--nocapture", "-q"],
+            &env,
+            LIMIT,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stdout = netns::text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{scenario} failed:\n{stdout}\n{}",
+        netns::text(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+#[ignore = "entry point of the child processes"]
+fn child() {
+    let Ok(scenario) = std::env::var(SCENARIO) else {
+        return;
+    };
+    let seed: u64 = std::env::var(SEED).unwrap().parse().unwrap();
+    let comm = Communicator::from_env().expect("from_env");
+    let stream = HostStream::new().unwrap();
+    let (rank, n) = (comm.rank(), comm.size());
+    let per_host = std::env::var("LOCAL_WORLD_SIZE")
+        .unwrap()
+        .parse::<usize>()
+        .unwrap();
+    // Same host (namespace): shared memory; other hosts: tcp.
+    for p in (0..n).filter(|&p| p != rank) {
+        let want = if p / per_host == rank / per_host {
+            "shm"
+        } else {
+            "tcp"
+        };
+        assert_eq!(comm.transport_to(p), Some(want), "rank {rank} -> {p}");
+    }
+    match scenario.as_str() {
+        "matrix" => {
+            let slot = comm.config().slot_bytes();
+            for collective in collectives(n) {
+                for dtype in [DataType::F32, DataType::Bf16, DataType::I32, DataType::U8] {
+                    let ops: &[ReduceOp] = if reduces(collective) {
+                        &[ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg]
+                    } else {
+                        &[ReduceOp::Sum]
+                    };
+                    for &op in ops {
+                        for count in [
+                            0,
+                            1,
+                            slot / dtype.size() + 1,
+                            3 * comm.config().buffsize + 13,
+                        ] {
+                            for in_place in [false, true] {
+                                if in_place && collective == Collective::AllToAll {
+                                    continue;
+                                }
+                                let case = Case {
+                                    collective,
+                                    dtype,
+                                    op,
+                                    count,
+                                    in_place,
+                                    seed: seed ^ count as u64 ^ (dtype as u64) << 40,
+                                };
+                                run_case(&comm, &stream, &case).unwrap_or_else(|e| panic!("{e}"));
+                            }
+                        }
+                    }
+                }
+            }
+            for _ in 0..500 {
+                comm.barrier_host().unwrap();
+                comm.barrier(&stream).unwrap();
+            }
+            stream.synchronize().unwrap();
+            println!("rank {rank}: matrix and 1000 barriers OK");
+        }
+        "big" => {
+            // 256 MiB of f32 per rank; element i of rank r is (r + i) % 5.
+            let count = 64 << 20;
+            let input: Vec<f32> = (0..count).map(|i| ((rank + i) % 5) as f32).collect();
+            let send = HostBuffer::from_slice(&input);
+            drop(input);
+            let mut recv = HostBuffer::<f32>::zeroed(count);
+            recv.fill_bytes(0xff);
+            let before = vm_hwm_mib();
+            comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)
+                .unwrap();
+            stream.synchronize().unwrap();
+            let after = vm_hwm_mib();
+            recv.with(|got| {
+                for (i, &g) in got.iter().enumerate() {
+                    let want: usize = (0..n).map(|r| (r + i) % 5).sum();
+                    assert_eq!(g, want as f32, "element {i}");
+                }
+            });
+            // The collective itself may only add ring-sized memory, never a copy of the message.
+            assert!(
+                after - before < 64,
+                "peak memory grew by {} MiB during a 256 MiB all_reduce",
+                after - before
+            );
+            println!(
+                "rank {rank}: 256 MiB all_reduce OK, peak memory +{} MiB",
+                after - before
+            );
+        }
+        other => panic!("unknown scenario {other}"),
+    }
+    comm.barrier_host().unwrap();
+}
+
+/// Peak resident memory of this process, MiB.
+fn vm_hwm_mib() -> i64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<i64>()
+        .unwrap()
+        / 1024
+}
+
+#[test]
+fn collectives_across_two_and_three_hosts() {
+    if !ready_or_skip("collectives_across_two_and_three_hosts") {
+        return;
+    }
+    let small = [("STREAMCOMM_BUFFSIZE", "8K"), ("STREAMCOMM_NSTEPS", "4")];
+    for hosts in [2, 3] {
+        let out = job(hosts, 2, "matrix", &small);
+        assert_eq!(
+            out.matches("matrix and 1000 barriers OK").count(),
+            2 * hosts,
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn a_256_mib_all_reduce_across_hosts_stays_bounded() {
+    if !ready_or_skip("a_256_mib_all_reduce_across_hosts_stays_bounded") {
+        return;
+    }
+    let out = job(2, 2, "big", &[]);
+    assert_eq!(out.matches("256 MiB all_reduce OK").count(), 4, "{out}");
+}
