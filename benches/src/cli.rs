@@ -72,7 +72,18 @@ impl Collective {
 /// this host (default 1); under a launcher (`streamcomm-run`, torchrun,
 /// Slurm, Open MPI) it runs as the rank it was given.
 #[derive(Debug, Parser)]
-#[command(name = "streamcomm-bench", version, about, long_about = None)]
+#[command(
+    name = "streamcomm-bench",
+    version,
+    about,
+    long_about = None,
+    after_help = "Environment:\n  \
+        STREAMCOMM_TRANSPORT=tcp     connect every pair of ranks over tcp, even on one host\n  \
+        STREAMCOMM_NCHANNELS=N       sockets per tcp peer (default 2)\n  \
+        STREAMCOMM_BENCH_TCP_BYTES=N bytes of each raw tcp bandwidth run (default 256M)\n\n\
+        When rank 0 reaches rank 1 over tcp, ranks 0 and 1 first measure raw tcp between \
+        them (--latency-iters round trips of 8 B; one and NCHANNELS sockets, best of 2 runs)."
+)]
 pub struct Cli {
     /// The operation to measure.
     #[arg(value_enum)]
@@ -140,7 +151,8 @@ pub struct Cli {
     #[arg(long, default_value = "default")]
     pub algo: String,
 
-    /// Timed round trips of the 8-byte sendrecv latency test.
+    /// Timed round trips of the 8-byte sendrecv latency test (and of the raw
+    /// tcp round-trip measurement when ranks 0 and 1 talk tcp).
     #[arg(long, default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub latency_iters: u64,

@@ -19,7 +19,7 @@ use crate::stats::Percentiles;
 /// Bytes per message.
 pub const MESSAGE_BYTES: usize = 8;
 /// Untimed round trips before the timed ones.
-const WARMUP: u64 = 1000;
+pub const WARMUP: u64 = 1000;
 
 /// One-way latency between ranks 0 and 1 (half of each round trip), µs.
 #[derive(Clone, Copy, Debug, serde::Serialize)]

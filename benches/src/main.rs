@@ -7,7 +7,12 @@
 //! ```
 //!
 //! DESIGN.md §9: every figure is printed next to the machine's own limits,
-//! measured in the same run. Exit status: 0 on success, 1 on an error, 2 on
+//! measured in the same run: memcpy bandwidth and the core-to-core round
+//! trip, and, when rank 0 reaches rank 1 over tcp (other hosts or network
+//! namespaces, or `STREAMCOMM_TRANSPORT=tcp`), the raw TCP round trip and
+//! bandwidth between them, measured right after joining
+//! (`STREAMCOMM_BENCH_TCP_BYTES` sets the bytes of each raw bandwidth run,
+//! default 256M). Exit status: 0 on success, 1 on an error, 2 on
 //! a usage error, 3 when `-c 1` found wrong results.
 
 mod barrier;
@@ -17,10 +22,13 @@ mod coll;
 mod error;
 mod latency;
 mod launch;
+mod link;
 mod machine;
+mod rawtcp;
 mod report;
 mod stats;
 mod sweep;
+mod vstcp;
 
 use std::process::ExitCode;
 
@@ -32,6 +40,8 @@ use streamcomm::{Communicator, Config};
 use crate::cli::{Cli, Collective};
 use crate::error::{Context, Fallible};
 use crate::launch::Role;
+use crate::link::Link;
+use crate::machine::MachineLimits;
 use crate::report::{Document, Machine, Printer};
 
 /// Exit status for errors.
@@ -108,30 +118,37 @@ fn install_tracing() {
 }
 
 /// The machine's limits on rank 0: the launcher's, or measured now (before
-/// the communicator exists, so that no rank of ours is running yet).
-fn rank0_machine() -> Fallible<Machine> {
+/// the communicator exists, so that no rank of ours is running yet), with
+/// who measured them.
+fn rank0_limits() -> Fallible<(MachineLimits, &'static str)> {
     Ok(match launch::limits_from_env()? {
-        Some(limits) => Machine {
-            limits,
-            measured_by: "launcher",
-        },
-        None => Machine {
-            limits: machine::measure(),
-            measured_by: "rank 0",
-        },
+        Some(limits) => (limits, "launcher"),
+        None => (machine::measure(), "rank 0"),
     })
 }
 
 /// The benchmark on this rank; returns the wrong elements found (all ranks).
 fn run_rank(cli: &Cli, info: &LaunchInfo) -> Fallible<u64> {
-    let machine = if info.rank == 0 {
-        Some(rank0_machine()?)
+    let limits = if info.rank == 0 {
+        Some(rank0_limits()?)
     } else {
         None
     };
     let comm = Communicator::from_env().context("create the communicator")?;
     let stream = HostStream::new().context("create a stream")?;
     let nranks = comm.size();
+    let tcp_settings = rawtcp::Settings::new(
+        cli.latency_iters,
+        comm.config().nchannels,
+        comm.config().timeout,
+    )?;
+    let tcp = rawtcp::measure(&comm, &stream, &tcp_settings)?;
+    let machine = limits.map(|(limits, measured_by)| Machine {
+        limits,
+        measured_by,
+        link: Link::of(&comm),
+        tcp,
+    });
     let mut printer = machine.as_ref().map(|m| {
         let mut p = Printer::new(cli);
         report::print_header(&mut p, cli, nranks, info.launcher, m);
@@ -158,12 +175,12 @@ fn run_rank(cli: &Cli, info: &LaunchInfo) -> Fallible<u64> {
             barrier.push(result);
         }
     } else {
-        if let (Some(p), Some(_)) = (printer.as_mut(), machine.as_ref()) {
-            report::print_table_header(p);
+        if let (Some(p), Some(m)) = (printer.as_mut(), machine.as_ref()) {
+            report::print_table_header(p, m.tcp.is_some());
         }
         rows = sweep::run(&comm, &stream, cli, |row| {
             if let (Some(p), Some(m)) = (printer.as_mut(), machine.as_ref()) {
-                report::print_row(p, cli, row, &m.limits);
+                report::print_row(p, cli, row, m);
             }
         })?;
         if cli.collective == Collective::Sendrecv {
@@ -174,10 +191,10 @@ fn run_rank(cli: &Cli, info: &LaunchInfo) -> Fallible<u64> {
     let mut reported = Ok(());
     if let (Some(p), Some(m)) = (printer.as_mut(), machine.as_ref()) {
         if barrier.is_empty() {
-            report::print_summary(p, &rows, latency.as_ref(), &m.limits);
+            report::print_summary(p, &rows, latency.as_ref(), m);
         }
         if let Some(target) = &cli.json {
-            reported = Document::new(cli, nranks, *m, &rows, latency, barrier).write(target);
+            reported = Document::new(cli, nranks, m.clone(), &rows, latency, barrier).write(target);
         }
     }
     // Nobody exits before rank 0 has reported: a launcher stops the job when

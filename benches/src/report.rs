@@ -6,6 +6,9 @@
 //! single-thread memcpy bandwidth, measured in the same run (DESIGN.md §9:
 //! absolute figures mean little on machines whose cores move, ratios do).
 //! Latencies are also given as multiples of the core-to-core round trip.
+//! When rank 0 reaches rank 1 over tcp, the header also gives the raw TCP
+//! figures between them, and the table and summary the run's figures as
+//! fractions of those ([`crate::vstcp`]).
 
 use std::io::Write;
 
@@ -13,9 +16,12 @@ use crate::barrier::{BarrierResult, BarrierStats};
 use crate::cli::{human_bytes, Cli, Collective};
 use crate::error::{Context, Fallible};
 use crate::latency::Latency;
+use crate::link::Link;
 use crate::machine::MachineLimits;
-use crate::stats::Percentiles;
+use crate::rawtcp::RawTcp;
+use crate::stats::{fraction, Percentiles};
 use crate::sweep::Row;
+use crate::vstcp::{self, VsTcp};
 
 /// Where the human-readable report goes: stdout, or stderr when the JSON
 /// document takes stdout.
@@ -42,14 +48,20 @@ impl Printer {
     }
 }
 
-/// The machine's limits as reported, with who measured them.
-#[derive(Clone, Copy, Debug, serde::Serialize)]
+/// The machine's limits as reported, with who measured them, and the path
+/// between ranks 0 and 1.
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct Machine {
     /// The figures.
     #[serde(flatten)]
     pub limits: MachineLimits,
     /// `"launcher"` (before the ranks started) or `"rank 0"`.
     pub measured_by: &'static str,
+    /// The transport from rank 0 to rank 1.
+    #[serde(flatten)]
+    pub link: Link,
+    /// Raw TCP between ranks 0 and 1 (`null` unless they talk tcp).
+    pub tcp: Option<RawTcp>,
 }
 
 /// The run's header: what is measured, and the machine's limits.
@@ -89,23 +101,58 @@ pub fn print_header(p: &mut Printer, cli: &Cli, nranks: usize, launcher: &str, m
         "# memcpy {:.1} GB/s (single thread), core-to-core round trip {:.2} us (p99 {:.2} us), measured by {by}",
         l.memcpy_gbps, l.c2c_round_trip_us, l.c2c_round_trip_p99_us
     ));
+    p.line(format!("# transport to rank 1: {}", machine.link));
+    if let Some(tcp) = &machine.tcp {
+        for line in vstcp::header_lines(tcp) {
+            p.line(line);
+        }
+    }
 }
 
-/// Column headings of the sweep table.
-pub fn print_table_header(p: &mut Printer) {
+/// Column headings of the sweep table (with a `busbw/tcp` column when
+/// `tcp` is measured).
+pub fn print_table_header(p: &mut Printer, tcp: bool) {
+    let extra = |s: &str| {
+        if tcp {
+            format!(" {s:>9}")
+        } else {
+            String::new()
+        }
+    };
     p.line("#");
     p.line(format!(
-        "# {:>10} {:>12} {:>6} {:>6} {:>5} {:>11} {:>8} {:>8} {:>7} {:>9}",
-        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "busbw/"
+        "# {:>10} {:>12} {:>6} {:>6} {:>5} {:>11} {:>8} {:>8} {:>7} {:>9}{}",
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "busbw/",
+        extra("busbw/")
     ));
     p.line(format!(
-        "# {:>10} {:>12} {:>6} {:>6} {:>5} {:>11} {:>8} {:>8} {:>7} {:>9}",
-        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "memcpy"
+        "# {:>10} {:>12} {:>6} {:>6} {:>5} {:>11} {:>8} {:>8} {:>7} {:>9}{}",
+        "(B)",
+        "(elements)",
+        "",
+        "",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        "",
+        "memcpy",
+        extra("tcp")
     ));
 }
 
 /// One row of the sweep table.
-pub fn print_row(p: &mut Printer, cli: &Cli, row: &Row, limits: &MachineLimits) {
+pub fn print_row(p: &mut Printer, cli: &Cli, row: &Row, machine: &Machine) {
+    let limits = &machine.limits;
     let op = if cli.collective.has_op() {
         cli.op.name()
     } else {
@@ -117,8 +164,11 @@ pub fn print_row(p: &mut Printer, cli: &Cli, row: &Row, limits: &MachineLimits) 
         -1
     };
     let wrong = row.wrong.map_or("N/A".to_string(), |w| w.to_string());
+    let vs_tcp = machine.tcp.as_ref().map_or(String::new(), |t| {
+        format!(" {:>9.3}", fraction(row.busbw, t.best_gbps))
+    });
     p.line(format!(
-        "  {:>10} {:>12} {:>6} {:>6} {:>5} {:>11.2} {:>8.3} {:>8.3} {:>7} {:>9.3}",
+        "  {:>10} {:>12} {:>6} {:>6} {:>5} {:>11.2} {:>8.3} {:>8.3} {:>7} {:>9.3}{vs_tcp}",
         row.bytes,
         row.count,
         cli.dtype.name(),
@@ -133,13 +183,9 @@ pub fn print_row(p: &mut Printer, cli: &Cli, row: &Row, limits: &MachineLimits) 
 }
 
 /// The lines after the table: average bus bandwidth, wrong elements, and
-/// the sendrecv latency where measured.
-pub fn print_summary(
-    p: &mut Printer,
-    rows: &[Row],
-    latency: Option<&Latency>,
-    limits: &MachineLimits,
-) {
+/// the sendrecv latency where measured; then the comparison with raw tcp.
+pub fn print_summary(p: &mut Printer, rows: &[Row], latency: Option<&Latency>, machine: &Machine) {
+    let limits = &machine.limits;
     p.line(format!(
         "# Avg bus bandwidth    : {:.3} GB/s",
         average_busbw(rows)
@@ -159,6 +205,11 @@ pub fn print_summary(
             l.one_way.max
         ));
         p.line("# (sendrecv rows: no grouped send+recv in streamcomm, so each rank's send and recv run one after the other)");
+    }
+    if let Some(tcp) = &machine.tcp {
+        for line in vstcp::summary_lines(&VsTcp::new(tcp, rows, latency)) {
+            p.line(line);
+        }
     }
 }
 
@@ -205,6 +256,8 @@ pub struct JsonRow {
     pub row: Row,
     /// `busbw / memcpy bandwidth`.
     pub busbw_vs_memcpy: f64,
+    /// `busbw / best raw tcp bandwidth` (`null` unless ranks 0 and 1 talk tcp).
+    pub busbw_vs_tcp: Option<f64>,
 }
 
 /// The JSON document (`--json`).
@@ -236,6 +289,9 @@ pub struct Document {
     pub wrong_total: Option<u64>,
     /// The sendrecv ping-pong latency.
     pub sendrecv_latency: Option<Latency>,
+    /// The figures as fractions of raw tcp's (`null` unless ranks 0 and 1
+    /// talk tcp).
+    pub vs_tcp: Option<VsTcp>,
     /// The barrier benchmark, one entry per algorithm measured.
     pub barrier: Vec<BarrierResult>,
 }
@@ -251,8 +307,12 @@ impl Document {
         barrier: Vec<BarrierResult>,
     ) -> Document {
         let sweep = cli.collective != Collective::Barrier;
+        let vs_tcp = machine
+            .tcp
+            .as_ref()
+            .map(|t| VsTcp::new(t, rows, latency.as_ref()));
+        let tcp_gbps = machine.tcp.as_ref().map(|t| t.best_gbps);
         Document {
-            machine,
             collective: cli.collective.name(),
             ranks: nranks,
             dtype: cli.dtype.name(),
@@ -266,12 +326,15 @@ impl Document {
                 .map(|&row| JsonRow {
                     row,
                     busbw_vs_memcpy: fraction(row.busbw, machine.limits.memcpy_gbps),
+                    busbw_vs_tcp: tcp_gbps.map(|t| fraction(row.busbw, t)),
                 })
                 .collect(),
             avg_busbw: (!rows.is_empty()).then(|| average_busbw(rows)),
             wrong_total: wrong_total(rows).filter(|_| sweep),
             sendrecv_latency: latency,
+            vs_tcp,
             barrier,
+            machine,
         }
     }
 
@@ -302,12 +365,4 @@ fn average_busbw(rows: &[Row]) -> f64 {
         return 0.0;
     }
     rows.iter().map(|r| r.busbw).sum::<f64>() / rows.len() as f64
-}
-
-fn fraction(value: f64, unit: f64) -> f64 {
-    if unit > 0.0 {
-        value / unit
-    } else {
-        f64::NAN
-    }
 }

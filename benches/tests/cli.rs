@@ -22,6 +22,12 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Runs the benchmark with `args`, returning its parsed stdout.
 fn run_bench(args: &[&str]) -> Value {
+    run_bench_with(args, &[])
+}
+
+/// Runs the benchmark with `args` and the environment variables `envs`,
+/// returning its parsed stdout.
+fn run_bench_with(args: &[&str], envs: &[(&str, &str)]) -> Value {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let mut child = Command::new(env!("CARGO_BIN_EXE_streamcomm-bench"))
         .args(args)
@@ -29,6 +35,9 @@ fn run_bench(args: &[&str]) -> Value {
         .env("STREAMCOMM_TIMEOUT", "30")
         .env_remove("RANK")
         .env_remove("WORLD_SIZE")
+        .env_remove("STREAMCOMM_TRANSPORT")
+        .env_remove("STREAMCOMM_BENCH_TCP_BYTES")
+        .envs(envs.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -113,6 +122,69 @@ fn all_reduce_sweep_is_correct() {
     assert!(doc["machine"]["memcpy_gbps"].as_f64().expect("memcpy") > 0.0);
     assert_eq!(doc["machine"]["measured_by"], "launcher");
     assert_eq!(doc["barrier"].as_array().map(Vec::len), Some(0));
+    // Two ranks of one host talk through shared memory: no raw tcp figures.
+    assert_eq!(doc["machine"]["transport_to_rank1"], "shm");
+    assert!(doc["machine"]["tcp"].is_null());
+    assert!(doc["vs_tcp"].is_null());
+}
+
+#[test]
+fn all_reduce_over_tcp_reports_raw_tcp() {
+    let doc = run_bench_with(
+        &[
+            "all_reduce",
+            "-b",
+            "8",
+            "-e",
+            "1M",
+            "-f",
+            "32",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "-c",
+            "1",
+            "--ranks",
+            "2",
+            "--json",
+            "-",
+        ],
+        // 1 MiB per raw bandwidth run instead of 256 MiB.
+        &[
+            ("STREAMCOMM_TRANSPORT", "tcp"),
+            ("STREAMCOMM_BENCH_TCP_BYTES", "1M"),
+        ],
+    );
+    assert_eq!(doc["wrong_total"], 0);
+    let rows = doc["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 4, "8 B, 256 B, 8 KiB, 256 KiB");
+    let machine = &doc["machine"];
+    assert_eq!(machine["transport_to_rank1"], "tcp");
+    let tcp = &machine["tcp"];
+    let positive = |k: &str| {
+        let v = tcp[k].as_f64().unwrap_or_else(|| panic!("tcp.{k}: {tcp}"));
+        assert!(v > 0.0 && v.is_finite(), "tcp.{k} = {v}");
+        v
+    };
+    assert!(positive("round_trip_us") <= positive("round_trip_p99_us"));
+    let (single, multi) = (
+        positive("single_socket_gbps"),
+        positive("multi_socket_gbps"),
+    );
+    assert_eq!(positive("best_gbps"), single.max(multi));
+    assert_eq!(tcp["bytes"], 1 << 20);
+    assert_eq!(tcp["sockets"], machine["tcp_sockets"]);
+    for row in rows {
+        assert!(row["busbw_vs_tcp"].as_f64().is_some(), "{row}");
+    }
+    assert_eq!(doc["vs_tcp"]["largest_bytes"], 256 << 10);
+    assert!(
+        doc["vs_tcp"]["busbw_vs_tcp_at_largest"]
+            .as_f64()
+            .expect("ratio")
+            > 0.0
+    );
 }
 
 #[test]

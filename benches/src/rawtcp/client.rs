@@ -1,0 +1,132 @@
+//! Rank 0's side of the raw TCP measurement: it times everything.
+//!
+//! Round trips: one 8-byte write and one 8-byte read on the control socket,
+//! each timed on its own, after untimed warm-up ones. Bandwidth: fresh
+//! connections per run (opened before the clock starts), one thread per
+//! socket writing its share in `write_bytes` writes and then reading rank
+//! 1's one-byte acknowledgement, so the time covers every byte's arrival.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Instant;
+
+use super::settings::Settings;
+use super::wire::{self, Command};
+use super::RawTcp;
+use crate::error::{Context, Fallible};
+use crate::latency::MESSAGE_BYTES;
+use crate::stats::Percentiles;
+
+/// Runs the whole measurement against rank 1's listener at `addr`.
+///
+/// # Errors
+/// The first socket error, naming the step.
+pub fn run(addr: SocketAddr, settings: &Settings) -> Fallible<RawTcp> {
+    let mut control = wire::connect(addr, settings.timeout)
+        .with_context(|| format!("connect to rank 1's raw tcp listener at {addr}"))?;
+    let round_trip = ping_pong(&mut control, settings).context("raw tcp round trips")?;
+    let single = bandwidth(&mut control, addr, 1, settings).context("raw tcp on 1 socket")?;
+    let multi = if settings.sockets == 1 {
+        single
+    } else {
+        bandwidth(&mut control, addr, settings.sockets, settings)
+            .with_context(|| format!("raw tcp on {} sockets", settings.sockets))?
+    };
+    wire::send(&mut control, Command::Done).context("end the raw tcp measurement")?;
+    Ok(RawTcp {
+        addr: addr.to_string(),
+        message_bytes: MESSAGE_BYTES,
+        round_trips: settings.round_trips,
+        round_trip_us: round_trip.p50,
+        round_trip_p99_us: round_trip.p99,
+        bytes: settings.bytes,
+        write_bytes: settings.write_bytes,
+        runs: settings.runs,
+        single_socket_gbps: single,
+        sockets: settings.sockets,
+        multi_socket_gbps: multi,
+        best_gbps: single.max(multi),
+    })
+}
+
+/// Percentiles of the 8-byte round trip, µs.
+fn ping_pong(control: &mut TcpStream, settings: &Settings) -> Fallible<Percentiles> {
+    let count = settings.warmup + settings.round_trips;
+    wire::send(control, Command::PingPong { count }).context("send the command")?;
+    let mut samples = Vec::with_capacity(settings.round_trips as usize);
+    let mut pong = [0u8; MESSAGE_BYTES];
+    for i in 0..count {
+        let ping = i.to_le_bytes();
+        let start = Instant::now();
+        control.write_all(&ping).context("write")?;
+        control.read_exact(&mut pong).context("read")?;
+        if i >= settings.warmup {
+            samples.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+        if pong != ping {
+            return Err(format!(
+                "round trip {i}: rank 1 echoed {pong:?}, not {ping:?}"
+            ));
+        }
+    }
+    Ok(Percentiles::of(&mut samples))
+}
+
+/// Best of `settings.runs` runs of `settings.bytes` over `sockets` parallel
+/// sockets, GB/s.
+fn bandwidth(
+    control: &mut TcpStream,
+    addr: SocketAddr,
+    sockets: usize,
+    settings: &Settings,
+) -> Fallible<f64> {
+    let per_socket = settings.bytes_per_socket(sockets);
+    let data = vec![0xa5u8; settings.write_bytes.max(1)];
+    let chunk: &[u8] = &data;
+    let mut best = 0.0f64;
+    for run in 0..settings.runs {
+        wire::send(
+            control,
+            Command::Stream {
+                sockets: sockets as u64,
+                bytes: per_socket,
+            },
+        )
+        .context("send the command")?;
+        let streams = (0..sockets)
+            .map(|_| wire::connect(addr, settings.timeout))
+            .collect::<std::io::Result<Vec<_>>>()
+            .context("connect")?;
+        let start = Instant::now();
+        std::thread::scope(|scope| {
+            let senders: Vec<_> = streams
+                .into_iter()
+                .map(|stream| scope.spawn(move || send_and_wait(stream, per_socket, chunk)))
+                .collect();
+            senders.into_iter().try_for_each(|sender| {
+                sender
+                    .join()
+                    .map_err(|_| "a sender thread panicked".to_string())?
+                    .with_context(|| format!("run {}", run + 1))
+            })
+        })?;
+        let seconds = start.elapsed().as_secs_f64();
+        if seconds > 0.0 {
+            best = best.max((per_socket * sockets as u64) as f64 / seconds / 1e9);
+        }
+    }
+    Ok(best)
+}
+
+/// Writes `bytes` bytes in `chunk`-sized writes, then waits for the
+/// one-byte acknowledgement.
+fn send_and_wait(mut stream: TcpStream, bytes: u64, chunk: &[u8]) -> std::io::Result<()> {
+    let mut left = bytes;
+    while left > 0 {
+        let n = chunk.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        stream.write_all(&chunk[..n])?;
+        left -= n as u64;
+    }
+    let mut ack = [0u8; 1];
+    stream.read_exact(&mut ack)
+}

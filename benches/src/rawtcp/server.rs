@@ -1,0 +1,103 @@
+//! Rank 1's side of the raw TCP measurement: it listens, echoes and drains.
+//!
+//! The listener is bound on the address rank 1's communicator listens on
+//! for tcp (so the raw figures cross the same path as the library's
+//! sockets), on a port of the system's choosing; rank 0 learns the port
+//! through the communicator. Rank 1 then does what rank 0's commands say
+//! until told the measurement is over.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+
+use streamcomm::Communicator;
+
+use super::settings::Settings;
+use super::wire::{self, Command};
+use crate::error::{Context, Fallible};
+use crate::latency::MESSAGE_BYTES;
+
+/// Binds a listener on the address of `comm`'s own tcp listener, port 0.
+///
+/// # Errors
+/// When this rank has no tcp address or the bind fails.
+pub fn listen(comm: &Communicator) -> Fallible<TcpListener> {
+    let own = comm
+        .tcp_addr(comm.rank())
+        .ok_or("this rank has no tcp address although it reaches rank 0 over tcp")?;
+    let addr = SocketAddr::new(own.ip(), 0);
+    TcpListener::bind(addr).with_context(|| format!("bind a raw tcp listener on {addr}"))
+}
+
+/// Serves rank 0's commands until [`Command::Done`].
+///
+/// # Errors
+/// The first socket error, naming the step.
+pub fn serve(listener: &TcpListener, settings: &Settings) -> Fallible<()> {
+    let mut control =
+        wire::accept(listener, settings.timeout).context("accept rank 0's control connection")?;
+    loop {
+        match wire::receive(&mut control).context("read the next command")? {
+            Command::PingPong { count } => {
+                echo(&mut control, count).context("raw tcp round trips")?
+            }
+            Command::Stream { sockets, bytes } => drain(listener, sockets, bytes, settings)
+                .with_context(|| format!("raw tcp on {sockets} sockets"))?,
+            Command::Done => return Ok(()),
+        }
+    }
+}
+
+/// Echoes `count` 8-byte messages.
+fn echo(control: &mut TcpStream, count: u64) -> Fallible<()> {
+    let mut message = [0u8; MESSAGE_BYTES];
+    for _ in 0..count {
+        control.read_exact(&mut message).context("read")?;
+        control.write_all(&message).context("write")?;
+    }
+    Ok(())
+}
+
+/// Accepts `sockets` connections and reads `bytes` from each in parallel,
+/// acknowledging each with one byte once all of its bytes arrived.
+fn drain(listener: &TcpListener, sockets: u64, bytes: u64, settings: &Settings) -> Fallible<()> {
+    let streams = (0..sockets)
+        .map(|_| wire::accept(listener, settings.timeout))
+        .collect::<std::io::Result<Vec<_>>>()
+        .context("accept")?;
+    let buffer_bytes = settings.write_bytes.max(1);
+    std::thread::scope(|scope| {
+        let readers: Vec<_> = streams
+            .into_iter()
+            .map(|stream| scope.spawn(move || read_and_ack(stream, bytes, buffer_bytes)))
+            .collect();
+        readers.into_iter().try_for_each(|reader| {
+            reader
+                .join()
+                .map_err(|_| "a reader thread panicked".to_string())?
+                .context("read")
+        })
+    })
+}
+
+/// Reads exactly `bytes` bytes, then writes the acknowledgement.
+fn read_and_ack(mut stream: TcpStream, bytes: u64, buffer_bytes: usize) -> std::io::Result<()> {
+    let mut buffer = vec![0u8; buffer_bytes];
+    let mut left = bytes;
+    while left > 0 {
+        let want = buffer
+            .len()
+            .min(usize::try_from(left).unwrap_or(usize::MAX));
+        match stream.read(&mut buffer[..want]) {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("rank 0 closed the socket with {left} bytes to go"),
+                ))
+            }
+            Ok(n) => left -= n as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    stream.write_all(&[1])
+}

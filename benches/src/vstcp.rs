@@ -1,0 +1,177 @@
+//! The run's figures as fractions of raw TCP's, when ranks 0 and 1 talk tcp.
+//!
+//! Over tcp the limit is the network path, not memcpy: bus bandwidth is
+//! compared with the best raw socket bandwidth measured between the same
+//! two ranks in the same run (one socket, or `nchannels` in parallel, the
+//! better), and the sendrecv latency with the raw 8-byte round trip — both
+//! the one-way latency (what the latency line prints) and the library's
+//! whole round trip, which is the like-for-like ratio.
+
+use crate::latency::Latency;
+use crate::rawtcp::RawTcp;
+use crate::stats::fraction;
+use crate::sweep::Row;
+
+/// The comparison, as written to JSON (`vs_tcp`).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct VsTcp {
+    /// Raw tcp bandwidth the busbw figures are divided by, GB/s.
+    pub tcp_gbps: f64,
+    /// Raw tcp round trip p50 the latency figures are divided by, µs.
+    pub tcp_round_trip_us: f64,
+    /// Size of the largest row, bytes.
+    pub largest_bytes: Option<u64>,
+    /// busbw of the largest row / raw tcp bandwidth.
+    pub busbw_vs_tcp_at_largest: Option<f64>,
+    /// Size of the row with the best busbw, bytes.
+    pub best_bytes: Option<u64>,
+    /// Best busbw over rows / raw tcp bandwidth.
+    pub best_busbw_vs_tcp: Option<f64>,
+    /// sendrecv one-way latency p50 / raw tcp round trip p50.
+    pub latency_one_way_vs_tcp_round_trip: Option<f64>,
+    /// sendrecv round trip p50 (twice the one-way) / raw tcp round trip p50.
+    pub latency_round_trip_vs_tcp_round_trip: Option<f64>,
+}
+
+impl VsTcp {
+    /// The ratios of `rows` and `latency` to `tcp`'s figures.
+    pub fn new(tcp: &RawTcp, rows: &[Row], latency: Option<&Latency>) -> VsTcp {
+        let largest = rows.iter().max_by_key(|r| r.bytes);
+        let best = rows.iter().max_by(|a, b| a.busbw.total_cmp(&b.busbw));
+        let one_way = latency.map(|l| l.one_way.p50);
+        VsTcp {
+            tcp_gbps: tcp.best_gbps,
+            tcp_round_trip_us: tcp.round_trip_us,
+            largest_bytes: largest.map(|r| r.bytes),
+            busbw_vs_tcp_at_largest: largest.map(|r| fraction(r.busbw, tcp.best_gbps)),
+            best_bytes: best.map(|r| r.bytes),
+            best_busbw_vs_tcp: best.map(|r| fraction(r.busbw, tcp.best_gbps)),
+            latency_one_way_vs_tcp_round_trip: one_way.map(|l| fraction(l, tcp.round_trip_us)),
+            latency_round_trip_vs_tcp_round_trip: one_way
+                .map(|l| fraction(2.0 * l, tcp.round_trip_us)),
+        }
+    }
+}
+
+/// The header lines describing the raw tcp figures.
+pub fn header_lines(tcp: &RawTcp) -> [String; 2] {
+    let mut figures = format!(
+        "# raw tcp between ranks 0 and 1: round trip {:.1} us (p99 {:.1} us), 1 socket {:.2} GB/s",
+        tcp.round_trip_us, tcp.round_trip_p99_us, tcp.single_socket_gbps
+    );
+    if tcp.sockets > 1 {
+        figures += &format!(
+            ", {} sockets {:.2} GB/s",
+            tcp.sockets, tcp.multi_socket_gbps
+        );
+    }
+    let how = format!(
+        "#   ({} round trips of {} B; {} per bandwidth run in {} writes, best of {}; rank 1 listening on {}; measured after joining, before the sweep)",
+        tcp.round_trips,
+        tcp.message_bytes,
+        crate::cli::human_bytes(tcp.bytes),
+        crate::cli::human_bytes(tcp.write_bytes as u64),
+        tcp.runs,
+        tcp.addr
+    );
+    [figures, how]
+}
+
+/// The summary lines after the table.
+pub fn summary_lines(v: &VsTcp) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let (Some(at), Some(largest), Some(best), Some(best_bytes)) = (
+        v.busbw_vs_tcp_at_largest,
+        v.largest_bytes,
+        v.best_busbw_vs_tcp,
+        v.best_bytes,
+    ) {
+        lines.push(format!(
+            "# busbw/tcp            : {at:.3} at {} (largest size), best {best:.3} at {}, of raw tcp {:.2} GB/s",
+            crate::cli::human_bytes(largest),
+            crate::cli::human_bytes(best_bytes),
+            v.tcp_gbps
+        ));
+    }
+    if let (Some(one_way), Some(round_trip)) = (
+        v.latency_one_way_vs_tcp_round_trip,
+        v.latency_round_trip_vs_tcp_round_trip,
+    ) {
+        lines.push(format!(
+            "# latency/tcp          : one-way p50 {one_way:.2}x raw tcp round trip ({:.1} us); sendrecv round trip (2 x one-way) {round_trip:.2}x",
+            v.tcp_round_trip_us
+        ));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::Percentiles;
+
+    fn tcp() -> RawTcp {
+        RawTcp {
+            addr: "10.0.0.2:1234".into(),
+            message_bytes: 8,
+            round_trips: 100,
+            round_trip_us: 20.0,
+            round_trip_p99_us: 30.0,
+            bytes: 256 << 20,
+            write_bytes: 1 << 20,
+            runs: 2,
+            single_socket_gbps: 2.0,
+            sockets: 2,
+            multi_socket_gbps: 4.0,
+            best_gbps: 4.0,
+        }
+    }
+
+    fn row(bytes: u64, busbw: f64) -> Row {
+        Row {
+            bytes,
+            count: 0,
+            time_us: 1.0,
+            algbw: busbw,
+            busbw,
+            wrong: Some(0),
+        }
+    }
+
+    #[test]
+    fn ratios() {
+        let rows = [row(1 << 20, 3.0), row(64 << 20, 2.0)];
+        let latency = Latency {
+            bytes: 8,
+            iters: 10,
+            one_way: Percentiles {
+                p50: 15.0,
+                ..Percentiles::default()
+            },
+        };
+        let v = VsTcp::new(&tcp(), &rows, Some(&latency));
+        assert_eq!(v.largest_bytes, Some(64 << 20));
+        assert_eq!(v.busbw_vs_tcp_at_largest, Some(0.5));
+        assert_eq!(v.best_bytes, Some(1 << 20));
+        assert_eq!(v.best_busbw_vs_tcp, Some(0.75));
+        assert_eq!(v.latency_one_way_vs_tcp_round_trip, Some(0.75));
+        assert_eq!(v.latency_round_trip_vs_tcp_round_trip, Some(1.5));
+        assert_eq!(summary_lines(&v).len(), 2);
+        let v = VsTcp::new(&tcp(), &[], None);
+        assert!(summary_lines(&v).is_empty());
+    }
+
+    #[test]
+    fn header_names_both_socket_counts() {
+        let [figures, _] = header_lines(&tcp());
+        assert!(
+            figures.contains("1 socket 2.00 GB/s, 2 sockets 4.00 GB/s"),
+            "{figures}"
+        );
+        let one = RawTcp {
+            sockets: 1,
+            ..tcp()
+        };
+        assert!(!header_lines(&one)[0].contains("sockets"));
+    }
+}
