@@ -102,12 +102,12 @@ impl PeerIo {
         }
     }
 
-    /// Writes what can be written without blocking; true if anything moved.
-    fn send(&mut self) -> Result<bool, Error> {
+    /// Writes staged slots to socket `j` until it would block; true if anything moved.
+    fn send_on(&mut self, j: usize) -> Result<bool, Error> {
         let nsteps = self.sent.len() as u64;
         let s = self.nsocks();
         let mut moved = false;
-        for j in 0..self.socks.len() {
+        {
             loop {
                 let k = self.socks[j].tx_next;
                 let slot = match self.staging.slot_for_read(k) {
@@ -146,6 +146,13 @@ impl PeerIo {
                 }
             }
         }
+        Ok(moved)
+    }
+
+    /// Releases fully sent staging slots and publishes fully received
+    /// inbound slots, in order.
+    fn advance(&mut self) {
+        let nsteps = self.sent.len() as u64;
         let start = self.staging_head;
         while self.sent[(self.staging_head % nsteps) as usize] {
             self.sent[(self.staging_head % nsteps) as usize] = false;
@@ -154,16 +161,24 @@ impl PeerIo {
         if self.staging_head != start {
             self.staging.release_to(self.staging_head);
         }
-        Ok(moved)
+        let start = self.inbound_tail;
+        while self.arrived[(self.inbound_tail % nsteps) as usize] {
+            self.arrived[(self.inbound_tail % nsteps) as usize] = false;
+            self.inbound_tail += 1;
+        }
+        if self.inbound_tail != start {
+            self.inbound.publish(self.inbound_tail);
+        }
     }
 
-    /// Reads what can be read without blocking; true if anything moved.
-    fn recv(&mut self) -> Result<bool, Error> {
+    /// Reads frames from socket `j` until it would block or the inbound ring
+    /// is full; true if anything moved.
+    fn recv_on(&mut self, j: usize) -> Result<bool, Error> {
         let nsteps = self.arrived.len() as u64;
         let s = self.nsocks();
         let max = self.inbound.shape().slot_bytes;
         let mut moved = false;
-        for j in 0..self.socks.len() {
+        {
             loop {
                 let sock = &mut self.socks[j];
                 let k = sock.rx_next;
@@ -224,14 +239,6 @@ impl PeerIo {
                     moved = true;
                 }
             }
-        }
-        let start = self.inbound_tail;
-        while self.arrived[(self.inbound_tail % nsteps) as usize] {
-            self.arrived[(self.inbound_tail % nsteps) as usize] = false;
-            self.inbound_tail += 1;
-        }
-        if self.inbound_tail != start {
-            self.inbound.publish(self.inbound_tail);
         }
         Ok(moved)
     }
@@ -305,67 +312,84 @@ pub trait FailureSink: Send + 'static {
 /// How long a closing communicator keeps sending what it staged.
 const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Runs until `stop` is set (then flushes what is staged and says goodbye)
-/// or a socket fails.
+/// Runs until `stop` is set (then flushes what is staged and says goodbye).
+///
+/// Poll-driven: the thread sleeps in `poll(2)` on the sockets that can make
+/// progress (readable with room in the inbound ring, writable with staged
+/// slots) and on the kick eventfd, and does I/O only on sockets that are
+/// ready, so an idle or waiting communicator costs no syscalls. A peer whose
+/// socket fails is reported once and then left alone; the other peers keep
+/// being served, so they hear about the failure from the dead peer's own
+/// sockets rather than from ours closing.
 pub fn run(mut peers: Vec<PeerIo>, kick: Arc<Kick>, stop: Arc<AtomicBool>, sink: impl FailureSink) {
-    let mut idle_rounds = 0u32;
     let mut drain_deadline = None;
+    let mut dead = vec![false; peers.len()];
+    let mut fds: Vec<libc::pollfd> = Vec::new();
+    let mut owners: Vec<(usize, usize)> = Vec::new();
     loop {
-        if stop.load(Ordering::Acquire) {
+        let stopping = stop.load(Ordering::Acquire);
+        if stopping {
             let deadline = *drain_deadline.get_or_insert_with(|| std::time::Instant::now() + DRAIN);
-            if peers.iter().all(|p| p.flushed()) || std::time::Instant::now() >= deadline {
-                for p in peers.iter_mut() {
+            let flushed = peers.iter().zip(&dead).all(|(p, &d)| d || p.flushed());
+            if flushed || std::time::Instant::now() >= deadline {
+                for (p, _) in peers.iter_mut().zip(&dead).filter(|(_, &d)| !d) {
                     p.goodbye();
                 }
                 return;
             }
         }
-        let mut moved = false;
-        for p in peers.iter_mut() {
-            let r = p.send().and_then(|a| p.recv().map(|b| a || b));
-            match r {
-                Ok(m) => moved |= m,
-                Err(e) => {
-                    if stop.load(Ordering::Acquire) {
-                        // Closing anyway: a peer that left first is no error.
-                        continue;
-                    }
-                    sink.fail(e);
-                    return;
-                }
-            }
-        }
-        if moved {
-            idle_rounds = 0;
-            continue;
-        }
-        idle_rounds += 1;
-        if idle_rounds < 64 {
-            std::hint::spin_loop();
-            continue;
-        }
-        // Sleep in poll: announce it first, then compute what to wait for, so
-        // that work published meanwhile either shows in the interest or kicks us.
+        // Announce the sleep before computing what to wait for, so that work
+        // published meanwhile either shows in the interest or kicks us.
         kick.set_sleeping(true);
-        let mut fds = vec![libc::pollfd {
+        fds.clear();
+        owners.clear();
+        fds.push(libc::pollfd {
             fd: kick.raw_fd(),
             events: libc::POLLIN,
             revents: 0,
-        }];
-        for p in &peers {
-            for (sock, ev) in p.socks.iter().zip(p.interest()) {
+        });
+        for (i, p) in peers.iter().enumerate().filter(|(i, _)| !dead[*i]) {
+            for (j, (sock, ev)) in p.socks.iter().zip(p.interest()).enumerate() {
                 fds.push(libc::pollfd {
                     fd: sock.stream.as_raw_fd(),
                     events: ev,
                     revents: 0,
                 });
+                owners.push((i, j));
             }
         }
-        let ms = if stop.load(Ordering::Acquire) { 1 } else { 100 };
+        let ms = if stopping { 1 } else { 100 };
         // SAFETY: fds is a valid array of pollfd for the duration of the call.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
         kick.set_sleeping(false);
-        kick.drain();
-        idle_rounds = 0;
+        if fds[0].revents != 0 {
+            kick.drain();
+        }
+        if ready <= 0 {
+            continue;
+        }
+        for (fd, &(i, j)) in fds[1..].iter().zip(&owners) {
+            if fd.revents == 0 || dead[i] {
+                continue;
+            }
+            let p = &mut peers[i];
+            let mut r = Ok(false);
+            if fd.revents & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) != 0 {
+                r = p.send_on(j).map(|_| true);
+            }
+            if r.is_ok() && fd.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0 {
+                r = p.recv_on(j).map(|_| true);
+            }
+            let r = r.and_then(|_| {
+                p.advance();
+                Ok(())
+            });
+            if let Err(e) = r {
+                dead[i] = true;
+                if !stopping {
+                    sink.fail(e);
+                }
+            }
+        }
     }
 }

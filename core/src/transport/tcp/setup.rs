@@ -141,11 +141,31 @@ pub fn connect_all(
             s.set_nonblocking(true)
                 .map_err(|e| Error::os("set_nonblocking(tcp)", e))?;
             let _ = s.set_nodelay(true);
+            set_buffers(&s, SOCKET_BUFFER);
             socks.push(s);
         }
         done.insert(peer, socks);
     }
     Ok(done)
+}
+
+/// Socket send and receive buffer size asked of the kernel (it may cap it).
+const SOCKET_BUFFER: libc::c_int = 4 << 20;
+
+fn set_buffers(s: &TcpStream, bytes: libc::c_int) {
+    use std::os::fd::AsRawFd;
+    for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+        // SAFETY: setsockopt with a valid fd and a pointer to a c_int of the right size.
+        unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                &bytes as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
 }
 
 fn read_hello(stream: &TcpStream, secret: &[u8; 16]) -> Result<Hello> {
