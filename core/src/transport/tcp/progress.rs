@@ -380,10 +380,7 @@ pub fn run(mut peers: Vec<PeerIo>, kick: Arc<Kick>, stop: Arc<AtomicBool>, sink:
             if r.is_ok() && fd.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0 {
                 r = p.recv_on(j).map(|_| true);
             }
-            let r = r.and_then(|_| {
-                p.advance();
-                Ok(())
-            });
+            let r = r.map(|_| p.advance());
             if let Err(e) = r {
                 dead[i] = true;
                 if !stopping {
