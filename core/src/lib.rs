@@ -1,4 +1,68 @@
 //! streamcomm: stream-ordered collectives, point-to-point and barriers.
+//!
+//! A call such as [`Communicator::all_reduce`] appends the collective to a
+//! stream and returns at once; it runs when the stream reaches it, in order
+//! with the program's own work, and it can be captured into a
+//! [`host::Graph`] and replayed. Today the streams are the host backend's
+//! ([`host::HostStream`]): CPU streams with CUDA stream semantics.
+//!
+//! # Quick start
+//! ```
+//! use streamcomm::bootstrap::UniqueId;
+//! use streamcomm::host::{HostBuffer, HostStream};
+//! use streamcomm::{Backend, Communicator, ReduceOp};
+//!
+//! // Two ranks as threads; processes use `Communicator::from_env()` under
+//! // `streamcomm-run`, torchrun, Slurm, Open MPI or PMI.
+//! let id = UniqueId::new()?;
+//! let ranks: Vec<_> = (0..2)
+//!     .map(|rank| {
+//!         std::thread::spawn(move || -> streamcomm::Result<Vec<f64>> {
+//!             let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+//!             let stream = HostStream::new()?;
+//!             let send = HostBuffer::from_slice(&[rank as f64; 8]);
+//!             let mut recv = HostBuffer::<f64>::zeroed(8);
+//!             comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)?; // enqueued
+//!             comm.barrier(&stream)?;
+//!             stream.synchronize()?; // now complete
+//!             Ok(recv.to_vec())
+//!         })
+//!     })
+//!     .collect();
+//! for r in ranks {
+//!     assert_eq!(r.join().unwrap()?, vec![1.0; 8]);
+//! }
+//! # Ok::<(), streamcomm::Error>(())
+//! ```
+//!
+//! # Features
+//! - Collectives: all-reduce, all-gather, reduce-scatter, broadcast, reduce,
+//!   all-to-all (in place and out of place), every [`DataType`] × [`ReduceOp`].
+//! - Point-to-point: eager `send` / `recv`, ordered per peer.
+//! - Barriers: stream-ordered and host-blocking, eight algorithms
+//!   ([`barrier::BarrierAlgo`]).
+//! - Transports: shared memory between ranks of one host, tcp between hosts.
+//! - Errors instead of hangs: every wait has a timeout; a failed or aborted
+//!   rank fails its peers' pending operations promptly, naming it.
+//!
+//! # Runtime libraries
+//! None beyond libc: shared memory is POSIX `shm_open`, waits use Linux
+//! futexes, the bootstrap and tcp are plain sockets. The CUDA backend and
+//! InfiniBand are not built yet.
+//!
+//! # Thread safety
+//! [`Communicator`], [`host::HostStream`] and buffers are `Send + Sync`.
+//! A communicator's operations run in the order they were issued, whatever
+//! stream or thread issued them; every rank must issue them in the same order.
+//!
+//! # Cleanup
+//! Dropping a stream finishes its enqueued work; dropping the last handle of
+//! a communicator flushes what its tcp connections staged, says goodbye to
+//! its peers and unmaps its shared memory. Shared-memory names are unlinked as
+//! soon as every peer has mapped them, so a crash leaves nothing in `/dev/shm`.
+//!
+//! # Configuration
+//! [`Config`] (one field per `STREAMCOMM_*` variable, see [`config`]).
 
 pub mod barrier;
 pub mod bootstrap;
