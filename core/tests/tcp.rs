@@ -198,3 +198,60 @@ fn a_peer_that_dies_mid_collective_fails_the_others_naming_it() {
         "took {took:?} (timeout 30 s + 2 s)"
     );
 }
+
+/// A rank whose collective fails (a peer called a different count) tells
+/// its tcp peers at once: nobody waits for the timeout.
+#[test]
+fn a_mismatch_fails_every_rank_promptly_over_tcp() {
+    let config = Config {
+        timeout: Duration::from_secs(30),
+        ..tcp_config(1)
+    };
+    let results = run_threads(3, config, Duration::from_secs(60), |comm| {
+        let stream = HostStream::new().unwrap();
+        let n = if comm.rank() == 0 { 10 } else { 12 };
+        let send = HostBuffer::<i32>::zeroed(n);
+        let mut recv = HostBuffer::<i32>::zeroed(n);
+        let t0 = Instant::now();
+        comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)
+            .unwrap();
+        let e = stream.synchronize().unwrap_err();
+        (e, t0.elapsed())
+    });
+    for (rank, (e, took)) in results.into_iter().enumerate() {
+        assert!(
+            took < Duration::from_secs(5),
+            "rank {rank} waited {took:?}: {e}"
+        );
+        assert!(
+            matches!(e, Error::RemoteFailed { .. } | Error::Transport { .. }),
+            "rank {rank}: {e}"
+        );
+    }
+}
+
+/// `abort()` on one rank releases the others' waits over tcp, naming it.
+#[test]
+fn abort_reaches_tcp_peers() {
+    run_threads(3, tcp_config(2), Duration::from_secs(60), |comm| {
+        if comm.rank() == 0 {
+            std::thread::sleep(Duration::from_millis(100));
+            comm.abort();
+            assert!(comm.barrier_host().is_err());
+        } else {
+            let t0 = Instant::now();
+            let e = comm.barrier_host().unwrap_err();
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "rank {} took {:?}: {e}",
+                comm.rank(),
+                t0.elapsed()
+            );
+            assert!(
+                matches!(e, Error::RemoteFailed { peer: 0, .. }),
+                "rank {}: {e}",
+                comm.rank()
+            );
+        }
+    });
+}

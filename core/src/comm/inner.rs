@@ -45,7 +45,6 @@ pub(crate) struct CommInner {
     pub topology: Topology,
     /// The tcp network thread, if any peer is reached over tcp (declared
     /// before `peers`: it is stopped before the ring memory it uses goes).
-    #[allow(dead_code)] // held for its Drop, which stops and joins the thread
     pub net: Option<TcpNet>,
     /// `peers[p]` connects to rank `p` (`None` for ourselves).
     pub peers: Vec<Option<Connection>>,
@@ -113,6 +112,9 @@ impl CommInner {
         raise_failure(self.segment.header(), self.rank);
         for seg in self.peers.iter().flatten().filter_map(|c| c.peer_segment()) {
             raise_failure(seg.header(), self.rank);
+        }
+        if let Some(net) = &self.net {
+            net.notify_abort(self.rank);
         }
     }
 

@@ -74,6 +74,10 @@ impl Hello {
 /// communicator cleanly, after every slot it staged was sent.
 pub const CLOSE_LEN: u32 = u32::MAX;
 
+/// Length value that marks an abort frame: the sender's communicator failed
+/// (its `seq` field carries the rank that failed first).
+pub const ABORT_LEN: u32 = u32::MAX - 1;
+
 /// Header of one slot on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameHeader {
@@ -95,7 +99,8 @@ impl FrameHeader {
 
     /// Decodes a header, checking its magic, its length against `max_len`
     /// (before any payload is read) and its sequence number. A goodbye frame
-    /// decodes with `len == CLOSE_LEN`.
+    /// decodes with `len == CLOSE_LEN`, an abort frame with `len ==
+    /// ABORT_LEN` and the failed rank in `seq`.
     ///
     /// # Errors
     /// A message naming what was wrong.
@@ -113,6 +118,14 @@ impl FrameHeader {
             return Ok(FrameHeader {
                 len,
                 seq: expected_seq,
+            });
+        }
+        if len == ABORT_LEN {
+            let mut failed = [0u8; 8];
+            failed.copy_from_slice(&b[8..16]);
+            return Ok(FrameHeader {
+                len,
+                seq: u64::from_le_bytes(failed),
             });
         }
         if len as usize > max_len {
@@ -158,7 +171,7 @@ mod tests {
             .unwrap_err()
             .contains("expected"));
         let huge = FrameHeader {
-            len: u32::MAX - 1,
+            len: u32::MAX - 2,
             seq: 0,
         };
         assert!(FrameHeader::decode(&huge.encode(), 1 << 20, 0).is_err());
@@ -170,5 +183,10 @@ mod tests {
             FrameHeader::decode(&bye.encode(), 16, 5).unwrap().len,
             CLOSE_LEN
         );
+        let abort = FrameHeader {
+            len: ABORT_LEN,
+            seq: 3,
+        };
+        assert_eq!(FrameHeader::decode(&abort.encode(), 16, 9).unwrap(), abort);
     }
 }

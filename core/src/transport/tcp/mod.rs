@@ -16,7 +16,7 @@ pub mod progress;
 pub mod setup;
 
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use kick::Kick;
@@ -41,6 +41,8 @@ pub struct TcpNet {
     /// Wakes the thread (streams call it after staging a slot or freeing one).
     pub kick: Arc<Kick>,
     stop: Arc<AtomicBool>,
+    /// 0, or `1 + rank` of the rank whose failure this communicator reports.
+    abort: Arc<AtomicU32>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -87,16 +89,30 @@ impl TcpNet {
                 PeerIo::new(p.peer, staging, inbound, p.sockets)
             })
             .collect();
-        let (k, s) = (kick.clone(), stop.clone());
+        let abort = Arc::new(AtomicU32::new(0));
+        let (k, s, a) = (kick.clone(), stop.clone(), abort.clone());
         let thread = std::thread::Builder::new()
             .name(format!("streamcomm-net-{rank}"))
-            .spawn(move || progress::run(io, k, s, sink))
+            .spawn(move || progress::run(io, k, s, a, sink))
             .map_err(|e| Error::os("spawn tcp network thread", e))?;
         Ok(TcpNet {
             kick,
             stop,
+            abort,
             thread: Some(thread),
         })
+    }
+
+    /// Tells every tcp peer that this communicator failed because of
+    /// `failed_rank` (once; later calls are ignored).
+    pub fn notify_abort(&self, failed_rank: usize) {
+        let _ = self.abort.compare_exchange(
+            0,
+            failed_rank as u32 + 1,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        self.kick.signal();
     }
 }
 

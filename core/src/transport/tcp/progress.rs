@@ -16,10 +16,10 @@
 use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
-use super::frame::{FrameHeader, CLOSE_LEN, HEADER_BYTES};
+use super::frame::{FrameHeader, ABORT_LEN, CLOSE_LEN, HEADER_BYTES};
 use super::kick::Kick;
 use crate::transport::ring::RingEnd;
 use crate::Error;
@@ -205,6 +205,17 @@ impl PeerIo {
                                 sock.rx_closed = true;
                                 break;
                             }
+                            if h.len == ABORT_LEN {
+                                sock.rx_closed = true;
+                                return Err(Error::RemoteFailed {
+                                    peer: self.peer,
+                                    op: "communicator".into(),
+                                    cause: format!(
+                                        "rank {} failed and aborted the communicator",
+                                        h.seq
+                                    ),
+                                });
+                            }
                             sock.rx_len = Some(h.len as usize);
                             sock.rx_got = 0;
                         }
@@ -255,29 +266,68 @@ impl PeerIo {
     /// Says goodbye on every socket (best effort, bounded), so the peer
     /// knows the end of the stream is not a crash.
     fn goodbye(&mut self) {
-        for sock in &mut self.socks {
-            let frame = FrameHeader {
-                len: CLOSE_LEN,
-                seq: sock.tx_next,
-            }
-            .encode();
-            let mut done = 0;
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-            while done < frame.len() && std::time::Instant::now() < deadline {
-                match sock.stream.write(&frame[done..]) {
-                    Ok(0) => break,
-                    Ok(n) => done += n,
-                    Err(e)
-                        if e.kind() == ErrorKind::WouldBlock
-                            || e.kind() == ErrorKind::Interrupted =>
-                    {
-                        std::thread::sleep(std::time::Duration::from_micros(100))
-                    }
-                    Err(_) => break,
-                }
-            }
-            let _ = sock.stream.shutdown(std::net::Shutdown::Write);
+        for j in 0..self.socks.len() {
+            let seq = self.socks[j].tx_next;
+            self.control_frame(
+                j,
+                FrameHeader {
+                    len: CLOSE_LEN,
+                    seq,
+                },
+            );
+            let _ = self.socks[j].stream.shutdown(std::net::Shutdown::Write);
         }
+    }
+
+    /// Tells the peer, on every socket, that `failed` made this
+    /// communicator fail, so its pending operations fail now rather than at
+    /// their timeout. Best effort, bounded.
+    fn abort_notice(&mut self, failed: u64) {
+        for j in 0..self.socks.len() {
+            self.control_frame(
+                j,
+                FrameHeader {
+                    len: ABORT_LEN,
+                    seq: failed,
+                },
+            );
+        }
+    }
+
+    /// Finishes the frame in progress on socket `j` (frames never
+    /// interleave), then writes a control frame; gives up after 2 s.
+    fn control_frame(&mut self, j: usize, header: FrameHeader) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let mut pending: Vec<u8> = Vec::new();
+        let sock = &self.socks[j];
+        if sock.tx_done > 0 {
+            if let Ok(Some(slot)) = self.staging.slot_for_read(sock.tx_next) {
+                let mut whole = FrameHeader {
+                    len: slot.len() as u32,
+                    seq: sock.tx_next,
+                }
+                .encode()
+                .to_vec();
+                whole.extend_from_slice(slot);
+                pending.extend_from_slice(&whole[sock.tx_done.min(whole.len())..]);
+            }
+        }
+        pending.extend_from_slice(&header.encode());
+        let sock = &mut self.socks[j];
+        let mut done = 0;
+        while done < pending.len() && std::time::Instant::now() < deadline {
+            match sock.stream.write(&pending[done..]) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e)
+                    if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted =>
+                {
+                    std::thread::sleep(std::time::Duration::from_micros(100))
+                }
+                Err(_) => break,
+            }
+        }
+        sock.tx_done = 0;
     }
 
     /// The poll events each socket needs now.
@@ -321,12 +371,28 @@ const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 /// socket fails is reported once and then left alone; the other peers keep
 /// being served, so they hear about the failure from the dead peer's own
 /// sockets rather than from ours closing.
-pub fn run(mut peers: Vec<PeerIo>, kick: Arc<Kick>, stop: Arc<AtomicBool>, sink: impl FailureSink) {
+pub fn run(
+    mut peers: Vec<PeerIo>,
+    kick: Arc<Kick>,
+    stop: Arc<AtomicBool>,
+    abort: Arc<AtomicU32>,
+    sink: impl FailureSink,
+) {
     let mut drain_deadline = None;
     let mut dead = vec![false; peers.len()];
+    let mut abort_sent = false;
     let mut fds: Vec<libc::pollfd> = Vec::new();
     let mut owners: Vec<(usize, usize)> = Vec::new();
     loop {
+        // An abort notice goes out before anything else, a goodbye included:
+        // peers must learn that we failed, not that we left.
+        let failed = abort.load(Ordering::Acquire);
+        if failed != 0 && !abort_sent {
+            abort_sent = true;
+            for (p, _) in peers.iter_mut().zip(&dead).filter(|(_, &d)| !d) {
+                p.abort_notice(u64::from(failed - 1));
+            }
+        }
         let stopping = stop.load(Ordering::Acquire);
         if stopping {
             let deadline = *drain_deadline.get_or_insert_with(|| std::time::Instant::now() + DRAIN);
