@@ -66,6 +66,7 @@ impl Case {
                     rank,
                     nranks: self.nranks,
                     slot_bytes: self.slot,
+                    nsteps: self.nsteps,
                 };
                 build(self.collective, self.dtype, self.op, self.count, &params)
                     .unwrap_or_else(|e| panic!("{self:?}: build failed: {e}"))
@@ -281,6 +282,7 @@ fn barrier_completes_for_every_size() {
                     rank,
                     nranks,
                     slot_bytes: 16,
+                    nsteps: 1,
                 };
                 build(Collective::Barrier, DataType::U8, ReduceOp::Sum, 0, &p).unwrap()
             })
@@ -329,6 +331,7 @@ fn p2p_plans(nranks: usize, dtype: DataType, count: usize, slot: usize) -> Vec<P
                 rank,
                 nranks,
                 slot_bytes: slot,
+                nsteps: 1,
             };
             build(collective, dtype, ReduceOp::Sum, count, &p).unwrap()
         })
@@ -383,6 +386,7 @@ fn mismatched(
                 rank,
                 nranks,
                 slot_bytes: 16,
+                nsteps: 1,
             };
             let c = if rank == odd { odd_count } else { count };
             build(collective, DataType::F32, ReduceOp::Sum, c, &p).unwrap()
@@ -411,6 +415,7 @@ fn mismatched_counts_are_errors_not_panics() {
                 rank: 0,
                 nranks: 2,
                 slot_bytes: 16,
+                nsteps: 1,
             },
         )
         .unwrap(),
@@ -423,6 +428,7 @@ fn mismatched_counts_are_errors_not_panics() {
                 rank: 1,
                 nranks: 2,
                 slot_bytes: 16,
+                nsteps: 1,
             },
         )
         .unwrap(),

@@ -106,6 +106,7 @@ impl BarrierState {
                 rank,
                 nranks: size,
                 slot_bytes,
+                nsteps: 1,
             },
         )?;
         Ok(BarrierState {

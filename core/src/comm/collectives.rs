@@ -45,6 +45,7 @@ impl Communicator {
                 rank: self.inner.rank,
                 nranks: self.inner.size,
                 slot_bytes: self.inner.config.slot_bytes(),
+                nsteps: self.inner.config.nsteps,
             },
         )?;
         binding.check(&plan)?;

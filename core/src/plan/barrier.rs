@@ -34,6 +34,7 @@ mod tests {
             nranks: n,
             count: 0,
             chunk: 1,
+            breaker: true,
         })
         .len()
             / 2
@@ -57,6 +58,7 @@ mod tests {
             nranks: 5,
             count: 0,
             chunk: 1,
+            breaker: true,
         });
         assert_eq!(
             steps,

@@ -71,6 +71,7 @@ mod tests {
             nranks,
             count,
             chunk: 4,
+            breaker: true,
         }
     }
 

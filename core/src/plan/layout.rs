@@ -74,6 +74,7 @@ mod tests {
             rank,
             nranks: 4,
             slot_bytes: 64,
+            nsteps: 1,
         };
         InPlaceLayout::of(&build(c, DataType::I32, ReduceOp::Sum, 10, &p).unwrap())
     }

@@ -63,6 +63,10 @@ pub struct PlanParams {
     /// Bytes of one slot of a connection's ring (DESIGN.md §3); every step
     /// that touches a slot moves at most `slot_bytes / dtype.size()` elements.
     pub slot_bytes: usize,
+    /// Slots per connection the plan may rely on (at least 1). Rings need a
+    /// breaker rank only with a single slot (see `ring.rs`); with two or
+    /// more they run NCCL's fused steps on every rank.
+    pub nsteps: usize,
 }
 
 /// Builds the plan of one rank for one collective call.
@@ -142,6 +146,8 @@ pub(crate) struct Geometry {
     pub count: usize,
     /// Most elements one slot holds (at least 1).
     pub chunk: usize,
+    /// Whether ring plans need a breaker rank (single-slot connections).
+    pub breaker: bool,
 }
 
 impl Geometry {
@@ -176,6 +182,7 @@ fn validate(
         rank,
         nranks,
         slot_bytes,
+        ..
     } = *params;
     let name = collective.name();
     if nranks == 0 {
@@ -234,6 +241,7 @@ fn validate(
         nranks,
         count,
         chunk: slot_bytes / dtype.size(),
+        breaker: params.nsteps < 2,
     })
 }
 
@@ -246,6 +254,7 @@ mod tests {
             rank,
             nranks,
             slot_bytes: 16,
+            nsteps: 1,
         }
     }
 

@@ -65,6 +65,7 @@ mod tests {
             nranks,
             count,
             chunk: 4,
+            breaker: true,
         }
     }
 

@@ -8,7 +8,7 @@
 //! `recvReduceCopySend`, `recvCopySend` x (n-2), `recv`. Data is cut into
 //! slot-sized pieces so long messages pipeline around the ring.
 //!
-//! # One breaker rank
+//! # One breaker rank (single-slot connections only)
 //!
 //! A fused step (`recvReduceSend`, `recvCopySend`, ...) needs its incoming
 //! slot *and* a free outgoing slot at once. After every rank's opening send,
@@ -20,7 +20,10 @@
 //! one more place on the cycle, so some rank can always move. Data
 //! dependencies are those of NCCL's ring, so pipelining is unchanged; the
 //! price is one extra local copy per reduce-scatter hop on rank 0 only
-//! (gather hops cost the same split or fused). Reduce-scatter has no spare
+//! (gather hops cost the same split or fused). With two or more slots per
+//! connection ([`PlanParams::nsteps`](super::PlanParams)) the ring always
+//! has room to move and every rank runs the fused steps: no breaker, no
+//! extra copy. Reduce-scatter has no spare
 //! receive space in place, so there the breaker also sends its own block
 //! first (see [`reduce_scatter`]).
 
@@ -34,7 +37,7 @@ const BREAKER: usize = 0;
 /// reduce) into `stage`, then send `stage`.
 fn relay(steps: &mut Vec<Step>, g: &Geometry, src: Option<Region>, stage: Region, finalize: bool) {
     let (prev, next) = (g.prev(), g.next());
-    if g.rank == BREAKER {
+    if g.breaker && g.rank == BREAKER {
         let first = match src {
             Some(src) => Step::recv_reduce(prev, src, stage),
             None => Step::recv(prev, stage),
@@ -148,7 +151,7 @@ pub(super) fn reduce_scatter(g: &Geometry) -> Vec<Step> {
     }
     let (next, prev) = (g.next(), g.prev());
     // With two ranks there is no relay step, hence no cycle to break.
-    let broken = n >= 3;
+    let broken = g.breaker && n >= 3;
     let mut steps = Vec::new();
     for (off, len) in g.chunks(count) {
         let block = |b: usize| Region::send(b * count + off, len);
@@ -200,6 +203,7 @@ mod tests {
             nranks,
             count,
             chunk,
+            breaker: true,
         }
     }
 

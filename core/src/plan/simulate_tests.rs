@@ -26,6 +26,7 @@ fn runs_a_small_all_reduce() {
                 rank,
                 nranks: 3,
                 slot_bytes: 1,
+                nsteps: 1,
             };
             build(Collective::AllReduce, DataType::U8, ReduceOp::Sum, 4, &p).unwrap()
         })
@@ -174,6 +175,7 @@ fn random_schedules_are_reproducible_and_complete() {
                 rank,
                 nranks: 5,
                 slot_bytes: 2,
+                nsteps: 1,
             };
             build(Collective::AllReduce, DataType::U8, ReduceOp::Max, 23, &p).unwrap()
         })
