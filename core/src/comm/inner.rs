@@ -109,12 +109,14 @@ impl CommInner {
                 *slot = Some(e.clone());
             }
         }
-        raise_failure(self.segment.header(), self.rank);
+        // Peers are told who is at fault, not who noticed.
+        let culprit = culprit(e, self.rank);
+        raise_failure(self.segment.header(), culprit);
         for seg in self.peers.iter().flatten().filter_map(|c| c.peer_segment()) {
-            raise_failure(seg.header(), self.rank);
+            raise_failure(seg.header(), culprit);
         }
         if let Some(net) = &self.net {
-            net.notify_abort(self.rank);
+            net.notify_abort(culprit);
         }
     }
 
@@ -264,7 +266,7 @@ impl CommInner {
                     Some(r) => Error::RemoteFailed {
                         peer: r as usize,
                         op: what.to_string(),
-                        cause: "the peer reported a failure and aborted the communicator".into(),
+                        cause: "it failed, and the communicator was aborted".into(),
                     },
                     None => {
                         Error::Aborted(format!("{what} (waiting for {waiting_for}, peer {peer:?})"))
@@ -285,6 +287,7 @@ pub(crate) struct CommFailure {
 
 impl FailureSink for CommFailure {
     fn fail(&self, error: Error) {
+        let culprit = culprit(&error, self.rank);
         {
             let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
             if slot.is_none() {
@@ -293,7 +296,15 @@ impl FailureSink for CommFailure {
             }
         }
         for seg in &self.segments {
-            raise_failure(seg.header(), self.rank);
+            raise_failure(seg.header(), culprit);
         }
+    }
+}
+
+/// The rank at fault for `e`: the peer it names, else this rank.
+fn culprit(e: &Error, rank: usize) -> usize {
+    match e {
+        Error::RemoteFailed { peer, .. } | Error::Transport { peer, .. } => *peer,
+        _ => rank,
     }
 }

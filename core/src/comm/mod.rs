@@ -21,6 +21,7 @@ mod inner;
 mod proxy;
 mod task;
 mod turns;
+mod watchdog;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -168,6 +169,7 @@ impl Communicator {
                 endpoints.len()
             )));
         }
+        let endpoints_pids: Vec<u32> = endpoints.iter().map(|e| e.pid).collect();
         let links = connect_peers(
             rank, &config, &endpoints, &me, &segment, id, listener, shape,
         )?;
@@ -246,6 +248,15 @@ impl Communicator {
             rank, size, config, topology, net, peers, error, segment, spin, proxy, barrier,
         ));
         ProxyHandle::start(proxy::weak(&inner), rx, rank)?;
+        let shm_peers: Vec<(usize, u32)> = (0..size)
+            .filter(|&p| {
+                inner.peers[p]
+                    .as_ref()
+                    .is_some_and(|c| c.peer_segment().is_some())
+            })
+            .map(|p| (p, endpoints_pids[p]))
+            .collect();
+        watchdog::start(proxy::weak(&inner), rank, shm_peers)?;
         tracing::debug!(rank, size, local_ranks, "communicator ready");
         Ok(Communicator { inner })
     }

@@ -208,11 +208,11 @@ impl PeerIo {
                             if h.len == ABORT_LEN {
                                 sock.rx_closed = true;
                                 return Err(Error::RemoteFailed {
-                                    peer: self.peer,
+                                    peer: h.seq as usize,
                                     op: "communicator".into(),
                                     cause: format!(
-                                        "rank {} failed and aborted the communicator",
-                                        h.seq
+                                        "it failed, and rank {} aborted the communicator",
+                                        self.peer
                                     ),
                                 });
                             }

@@ -1,0 +1,116 @@
+//! A rank sharing memory with the others is SIGKILLed at a random point of
+//! a long all-reduce loop: every survivor fails with an error naming it,
+//! well within the timeout, and no shared-memory segment is left behind.
+
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
+
+use streamcomm::host::{HostBuffer, HostStream};
+use streamcomm::{Communicator, Error, ReduceOp};
+
+const CHILD: &str = "STREAMCOMM_TEST_DEATH_CHILD";
+const VICTIM: usize = 2;
+
+#[test]
+#[ignore = "entry point of the child processes"]
+fn child() {
+    let Ok(kill_at) = std::env::var(CHILD) else {
+        return;
+    };
+    let kill_at: u64 = kill_at.parse().unwrap();
+    let comm = Communicator::from_env().unwrap();
+    let stream = HostStream::new().unwrap();
+    let buf = HostBuffer::<f32>::from_slice(&vec![1.0; 300_000]);
+    let mut out = HostBuffer::<f32>::zeroed(300_000);
+    let t0 = Instant::now();
+    for i in 0u64.. {
+        if comm.rank() == VICTIM && i == kill_at {
+            // SAFETY: raising SIGKILL on ourselves.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        let r = comm
+            .all_reduce(&buf, &mut out, ReduceOp::Sum, &stream)
+            .and_then(|()| stream.synchronize());
+        if let Err(e) = r {
+            eprintln!("rank {} after {:?}: {e}", comm.rank(), t0.elapsed());
+            std::thread::sleep(Duration::from_millis(500));
+            let named = matches!(e, Error::RemoteFailed { peer: VICTIM, .. });
+            std::process::exit(if named { 42 } else { 43 });
+        }
+    }
+}
+
+fn segments_of(pids: &[u32]) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| {
+                    pids.iter()
+                        .any(|p| n.starts_with(&format!("streamcomm-{p}-")))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn killing_a_shm_rank_fails_the_others_naming_it() {
+    let exe = std::env::current_exe().unwrap();
+    for round in 0..5u64 {
+        let id = streamcomm::bootstrap::UniqueId::new().unwrap();
+        let kill_at = 3 + (rand::random::<u64>() % 40);
+        let t0 = Instant::now();
+        let mut children: Vec<_> = (0..4)
+            .map(|rank| {
+                std::process::Command::new(&exe)
+                    .args(["--exact", "child", "--ignored", "--nocapture", "-q"])
+                    .env(CHILD, kill_at.to_string())
+                    .env("STREAMCOMM_UNIQUE_ID", id.to_string())
+                    .env("RANK", rank.to_string())
+                    .env("WORLD_SIZE", "4")
+                    .env("STREAMCOMM_TIMEOUT", "30")
+                    .env("STREAMCOMM_BUFFSIZE", "256K")
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
+        let mut status = vec![None; 4];
+        while status.iter().any(Option::is_none) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "round {round}: a rank hangs"
+            );
+            for (r, c) in children.iter_mut().enumerate() {
+                if status[r].is_none() {
+                    status[r] = c.try_wait().unwrap();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let took = t0.elapsed();
+        assert_eq!(
+            status[VICTIM].unwrap().signal(),
+            Some(libc::SIGKILL),
+            "round {round}: {status:?}"
+        );
+        for r in [0, 1, 3] {
+            assert_eq!(
+                status[r].unwrap().code(),
+                Some(42),
+                "round {round}: rank {r} must fail naming rank {VICTIM}: {status:?}"
+            );
+        }
+        // Timeout 30 s + 2 s is the bound; the watchdog does it in ~100 ms.
+        assert!(
+            took < Duration::from_secs(32),
+            "round {round} took {took:?}"
+        );
+        assert_eq!(
+            segments_of(&pids),
+            Vec::<String>::new(),
+            "round {round}: segments left in /dev/shm"
+        );
+    }
+}
