@@ -163,7 +163,7 @@ fn plans_are_well_formed() {
                         "{algo} n={n} rank {} never waits",
                         plan.rank
                     );
-                    assert!(plan.steps.iter().all(|s| s.peer().map_or(true, |p| p < n)));
+                    assert!(plan.steps.iter().all(|s| s.peer().is_none_or(|p| p < n)));
                 }
             }
         }

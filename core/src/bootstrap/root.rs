@@ -292,7 +292,7 @@ mod tests {
             missing_ranks(std::iter::empty()),
             "all ranks (none joined yet)"
         );
-        let many = missing_ranks(std::iter::repeat(false).take(20));
+        let many = missing_ranks(std::iter::repeat_n(false, 20));
         assert!(many.ends_with("and 4 more"), "{many}");
     }
 

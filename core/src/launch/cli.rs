@@ -299,7 +299,7 @@ impl Raw {
             }
             k => k,
         };
-        if nnodes.checked_mul(nproc).map_or(true, |w| w > MAX_RANKS) {
+        if nnodes.checked_mul(nproc).is_none_or(|w| w > MAX_RANKS) {
             return Err(Error::invalid(format!(
                 "{nnodes} nodes of {nproc} ranks is more than {MAX_RANKS} ranks"
             )));

@@ -333,7 +333,7 @@ fn parse_tasks_per_node(list: &str) -> Option<Vec<usize>> {
         if times > 1 << 20 {
             return None;
         }
-        out.extend(std::iter::repeat(count).take(times));
+        out.extend(std::iter::repeat_n(count, times));
     }
     Some(out)
 }
