@@ -89,7 +89,7 @@ pub struct PlanParams {
 /// use streamcomm::plan::{build, Collective, PlanParams};
 /// use streamcomm::{DataType, ReduceOp};
 ///
-/// let params = PlanParams { rank: 1, nranks: 4, slot_bytes: 1 << 20 };
+/// let params = PlanParams { rank: 1, nranks: 4, slot_bytes: 1 << 20, nsteps: 8 };
 /// let plan = build(Collective::AllReduce, DataType::F32, ReduceOp::Sum, 1024, &params)?;
 /// assert_eq!((plan.send_count, plan.recv_count), (1024, 1024));
 /// // Ring: send, 2 x recvReduceSend, recvReduceCopySend, 2 x recvCopySend, recv.

@@ -178,7 +178,7 @@ pub struct SimConfig {
 ///
 /// let plans: Vec<_> = (0..3)
 ///     .map(|rank| {
-///         let p = PlanParams { rank, nranks: 3, slot_bytes: 2 };
+///         let p = PlanParams { rank, nranks: 3, slot_bytes: 2, nsteps: 1 };
 ///         build(Collective::AllGather, DataType::U8, ReduceOp::Sum, 3, &p)
 ///     })
 ///     .collect::<Result<_, _>>()?;
