@@ -136,3 +136,55 @@ fn abort_releases_a_waiting_stream() {
         }
     });
 }
+
+/// Ranks that call different collectives, types or operators with the same
+/// byte count get an error naming both calls (slot signatures), on every rank.
+#[test]
+fn mismatched_ops_types_and_collectives_are_errors() {
+    for case in 0..3 {
+        let results = run_threads(2, small_config(), Duration::from_secs(60), move |comm| {
+            let stream = HostStream::new().unwrap();
+            let first = comm.rank() == 0;
+            let r = match case {
+                0 => {
+                    let send = HostBuffer::<f32>::zeroed(1000);
+                    let mut recv = HostBuffer::<f32>::zeroed(1000);
+                    let op = if first { ReduceOp::Sum } else { ReduceOp::Max };
+                    comm.all_reduce(&send, &mut recv, op, &stream)
+                }
+                1 => {
+                    let dtype = if first { DataType::F32 } else { DataType::I32 };
+                    let send = UntypedBuffer::zeroed(dtype, 1000);
+                    let mut recv = UntypedBuffer::zeroed(dtype, 1000);
+                    comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)
+                }
+                _ => {
+                    let send = HostBuffer::<f32>::zeroed(1000);
+                    let mut recv = HostBuffer::<f32>::zeroed(1000);
+                    if first {
+                        comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)
+                    } else {
+                        comm.broadcast(&send, &mut recv, 1, &stream)
+                    }
+                }
+            };
+            r.unwrap();
+            // A rank that only sends cannot see the mismatch itself; its
+            // peer's failure then fails its next operation.
+            stream
+                .synchronize()
+                .and_then(|()| comm.barrier_host())
+                .unwrap_err()
+        });
+        for (rank, e) in results.into_iter().enumerate() {
+            let m = e.to_string();
+            // The rank that detects the mismatch names both calls; its peer
+            // is told it was at fault.
+            assert!(
+                (matches!(e, Error::RemoteFailed { .. }) && m.contains("called"))
+                    || (matches!(e, Error::Aborted(_)) && m.contains("at fault")),
+                "case {case} rank {rank}: {m}"
+            );
+        }
+    }
+}

@@ -16,7 +16,7 @@ use crate::comm::proxy::ProxyHandle;
 use crate::comm::turns::Turns;
 use crate::config::Config;
 use crate::host::JobMode;
-use crate::plan::{apply_step, Plan, Step};
+use crate::plan::{apply_step, signature, Plan, Step};
 use crate::transport::ring::RingError;
 use crate::transport::tcp::progress::FailureSink;
 use crate::transport::tcp::TcpNet;
@@ -170,14 +170,27 @@ impl CommInner {
     fn run_step(&self, plan: &Plan, step: &Step, binding: &Binding, seq: u64) -> Result<()> {
         let policy = self.policy();
         let what = || format!("{} #{seq}", plan.collective.name());
+        let sig = signature::of(plan);
         let slot_in = match step.recv_from {
             Some(p) => {
                 let c = self.connection(p)?;
-                Some(
-                    c.recv
-                        .acquire_recv(&policy)
-                        .map_err(|e| self.ring_error(e, &what(), p, c.transport(), "data"))?,
-                )
+                let slot = c
+                    .recv
+                    .acquire_recv(&policy)
+                    .map_err(|e| self.ring_error(e, &what(), p, c.transport(), "data"))?;
+                let theirs = c.recv.head_sig();
+                if theirs != sig {
+                    return Err(Error::RemoteFailed {
+                        peer: p,
+                        op: what(),
+                        cause: format!(
+                            "it called {} where this rank called {}",
+                            signature::describe(theirs),
+                            signature::describe(sig)
+                        ),
+                    });
+                }
+                Some(slot)
             }
             None => None,
         };
@@ -206,7 +219,7 @@ impl CommInner {
         };
         if let Some(p) = step.send_to {
             let c = self.connection(p)?;
-            c.send.commit_send(written);
+            c.send.commit_send(written, sig);
             c.after_step();
         }
         if let Some(p) = step.recv_from {
@@ -260,9 +273,9 @@ impl CommInner {
                 }
                 let by = self.segment.header().failed_by.load(Ordering::Acquire);
                 match by.checked_sub(1) {
-                    Some(r) if r as usize == self.rank => {
-                        Error::Aborted(format!("{what}: communicator aborted"))
-                    }
+                    Some(r) if r as usize == self.rank => Error::Aborted(format!(
+                        "{what}: the communicator was aborted, naming this rank as the one at fault (e.g. a call that did not match its peers')"
+                    )),
                     Some(r) => Error::RemoteFailed {
                         peer: r as usize,
                         op: what.to_string(),

@@ -41,6 +41,7 @@ mod pairwise;
 mod ring;
 
 pub mod apply;
+pub mod signature;
 pub mod simulate;
 pub mod step;
 

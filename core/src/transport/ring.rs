@@ -122,6 +122,12 @@ impl RingEnd {
         }
     }
 
+    fn sig_word(&self, index: u64) -> &AtomicU64 {
+        // SAFETY: the second word of the 64-byte aligned, zero-initialised
+        // slot header; an AtomicU64 is valid for any bit pattern.
+        unsafe { &*(self.slot_ptr(index).add(8) as *const AtomicU64) }
+    }
+
     fn len_word(&self, index: u64) -> &AtomicU64 {
         // SAFETY: the slot header is 64-byte aligned inside the mapping and
         // zero-initialised; an AtomicU64 is valid for any bit pattern.
@@ -153,11 +159,14 @@ impl RingEnd {
         })
     }
 
-    /// Sender: publishes the slot returned by [`RingEnd::acquire_send`] holding `len` bytes.
-    pub fn commit_send(&self, len: usize) {
+    /// Sender: publishes the slot returned by [`RingEnd::acquire_send`]
+    /// holding `len` bytes, signed with the call's signature
+    /// ([`crate::plan::signature`]).
+    pub fn commit_send(&self, len: usize, sig: u64) {
         let h = self.header();
         let tail = h.tail.value.load(Ordering::Relaxed);
         self.len_word(tail).store(len as u64, Ordering::Relaxed);
+        self.sig_word(tail).store(sig, Ordering::Relaxed);
         h.tail.value.store(tail + 1, Ordering::Release);
         h.tail.notifier.notify();
     }
@@ -199,7 +208,7 @@ impl RingEnd {
     /// Sender side, random access (for a proxy striping slots over several
     /// sockets): the payload area of slot `index` if the ring has room for
     /// it, i.e. `tail <= index < head + nsteps`. Publish with
-    /// [`RingEnd::set_len`] and [`RingEnd::publish`].
+    /// [`RingEnd::set_header`] and [`RingEnd::publish`].
     #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
     pub fn slot_for_write(&self, index: u64) -> Option<&mut [u8]> {
         let h = self.header();
@@ -218,9 +227,23 @@ impl RingEnd {
         })
     }
 
-    /// Sender side: records the payload length of slot `index` (before publishing it).
-    pub fn set_len(&self, index: u64, len: usize) {
+    /// Sender side: records the payload length and signature of slot
+    /// `index` (before publishing it).
+    pub fn set_header(&self, index: u64, len: usize, sig: u64) {
         self.len_word(index).store(len as u64, Ordering::Relaxed);
+        self.sig_word(index).store(sig, Ordering::Relaxed);
+    }
+
+    /// The signature of slot `index` (read it only while you own the slot:
+    /// between `acquire_recv` and `release_recv`, or a published staging slot).
+    pub fn slot_sig(&self, index: u64) -> u64 {
+        self.sig_word(index).load(Ordering::Relaxed)
+    }
+
+    /// Receiver: the signature of the slot [`RingEnd::acquire_recv`] returned.
+    pub fn head_sig(&self) -> u64 {
+        let head = self.header().head.value.load(Ordering::Relaxed);
+        self.slot_sig(head)
     }
 
     /// Sender side: publishes every slot below `new_tail` (all written).
@@ -303,7 +326,7 @@ mod tests {
         for i in 0..4u8 {
             let s = tx.acquire_send(&policy).unwrap();
             s[0] = i;
-            tx.commit_send(1 + i as usize);
+            tx.commit_send(1 + i as usize, 7);
         }
         // Ring full: no credit.
         assert!(matches!(

@@ -10,7 +10,7 @@ use crate::{Error, Result};
 /// Bytes of a [`Hello`].
 pub const HELLO_BYTES: usize = 40;
 /// Bytes of a [`FrameHeader`].
-pub const HEADER_BYTES: usize = 16;
+pub const HEADER_BYTES: usize = 24;
 const HELLO_MAGIC: u32 = 0x5343_5448; // "SCTH"
 const FRAME_MAGIC: u32 = 0x5343_5446; // "SCTF"
 const VERSION: u32 = 1;
@@ -85,6 +85,8 @@ pub struct FrameHeader {
     pub len: u32,
     /// Index of the slot in the connection's stream of slots.
     pub seq: u64,
+    /// Signature of the call that filled the slot ([`crate::plan::signature`]).
+    pub sig: u64,
 }
 
 impl FrameHeader {
@@ -94,6 +96,7 @@ impl FrameHeader {
         b[0..4].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
         b[4..8].copy_from_slice(&self.len.to_le_bytes());
         b[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        b[16..24].copy_from_slice(&self.sig.to_le_bytes());
         b
     }
 
@@ -114,10 +117,14 @@ impl FrameHeader {
             return Err(format!("bad frame magic {magic:#x}"));
         }
         let len = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        let mut sig = [0u8; 8];
+        sig.copy_from_slice(&b[16..24]);
+        let sig = u64::from_le_bytes(sig);
         if len == CLOSE_LEN {
             return Ok(FrameHeader {
                 len,
                 seq: expected_seq,
+                sig,
             });
         }
         if len == ABORT_LEN {
@@ -126,6 +133,7 @@ impl FrameHeader {
             return Ok(FrameHeader {
                 len,
                 seq: u64::from_le_bytes(failed),
+                sig,
             });
         }
         if len as usize > max_len {
@@ -141,7 +149,7 @@ impl FrameHeader {
                 "frame {seq} arrived where {expected_seq} was expected"
             ));
         }
-        Ok(FrameHeader { len, seq })
+        Ok(FrameHeader { len, seq, sig })
     }
 }
 
@@ -162,7 +170,11 @@ mod tests {
         let mut bad = h.encode();
         bad[0] ^= 1;
         assert!(Hello::decode(&bad, &[7; 16]).is_err());
-        let f = FrameHeader { len: 100, seq: 9 };
+        let f = FrameHeader {
+            len: 100,
+            seq: 9,
+            sig: 0x8000_0000_0000_0042,
+        };
         assert_eq!(FrameHeader::decode(&f.encode(), 100, 9).unwrap(), f);
         assert!(FrameHeader::decode(&f.encode(), 99, 9)
             .unwrap_err()
@@ -173,11 +185,13 @@ mod tests {
         let huge = FrameHeader {
             len: u32::MAX - 2,
             seq: 0,
+            sig: 0,
         };
         assert!(FrameHeader::decode(&huge.encode(), 1 << 20, 0).is_err());
         let bye = FrameHeader {
             len: CLOSE_LEN,
             seq: 0,
+            sig: 0,
         };
         assert_eq!(
             FrameHeader::decode(&bye.encode(), 16, 5).unwrap().len,
@@ -186,6 +200,7 @@ mod tests {
         let abort = FrameHeader {
             len: ABORT_LEN,
             seq: 3,
+            sig: 0,
         };
         assert_eq!(FrameHeader::decode(&abort.encode(), 16, 9).unwrap(), abort);
     }

@@ -38,6 +38,8 @@ struct Sock {
     rx_hdr_got: usize,
     rx_len: Option<usize>,
     rx_got: usize,
+    /// Signature of the frame being read.
+    rx_sig: u64,
     /// The peer said goodbye on this socket: nothing more will arrive.
     rx_closed: bool,
 }
@@ -75,6 +77,7 @@ impl PeerIo {
                 rx_hdr_got: 0,
                 rx_len: None,
                 rx_got: 0,
+                rx_sig: 0,
                 rx_closed: false,
             })
             .collect();
@@ -118,6 +121,7 @@ impl PeerIo {
                 let header = FrameHeader {
                     len: slot.len() as u32,
                     seq: k,
+                    sig: self.staging.slot_sig(k),
                 }
                 .encode();
                 let sock = &mut self.socks[j];
@@ -217,6 +221,7 @@ impl PeerIo {
                                 });
                             }
                             sock.rx_len = Some(h.len as usize);
+                            sock.rx_sig = h.sig;
                             sock.rx_got = 0;
                         }
                         Err(e) if e.kind() == ErrorKind::WouldBlock => break,
@@ -242,7 +247,7 @@ impl PeerIo {
                     }
                 }
                 if sock.rx_got == len {
-                    self.inbound.set_len(k, len);
+                    self.inbound.set_header(k, len, sock.rx_sig);
                     sock.rx_len = None;
                     sock.rx_hdr_got = 0;
                     sock.rx_next += s;
@@ -273,6 +278,7 @@ impl PeerIo {
                 FrameHeader {
                     len: CLOSE_LEN,
                     seq,
+                    sig: 0,
                 },
             );
             let _ = self.socks[j].stream.shutdown(std::net::Shutdown::Write);
@@ -289,6 +295,7 @@ impl PeerIo {
                 FrameHeader {
                     len: ABORT_LEN,
                     seq: failed,
+                    sig: 0,
                 },
             );
         }
@@ -305,6 +312,7 @@ impl PeerIo {
                 let mut whole = FrameHeader {
                     len: slot.len() as u32,
                     seq: sock.tx_next,
+                    sig: self.staging.slot_sig(sock.tx_next),
                 }
                 .encode()
                 .to_vec();
