@@ -168,8 +168,14 @@ fn slurm_task_list() -> impl Strategy<Value = String> {
 
 /// A unique id's text form, valid or damaged.
 fn unique_id_text() -> impl Strategy<Value = String> {
-    (socket_addr(), any::<[u8; 16]>(), 0usize..60, any::<char>(), any::<bool>()).prop_map(
-        |(addr, secret, at, c, damage)| {
+    (
+        socket_addr(),
+        any::<[u8; 16]>(),
+        0usize..60,
+        any::<char>(),
+        any::<bool>(),
+    )
+        .prop_map(|(addr, secret, at, c, damage)| {
             let text = UniqueId::from_parts(addr, secret).to_string();
             if !damage {
                 return text;
@@ -178,8 +184,7 @@ fn unique_id_text() -> impl Strategy<Value = String> {
             let at = at % chars.len();
             chars[at] = c;
             chars.into_iter().collect()
-        },
-    )
+        })
 }
 
 // ---------------------------------------------------------------------------
@@ -188,7 +193,10 @@ fn unique_id_text() -> impl Strategy<Value = String> {
 
 /// Checks what every decoded id must satisfy: both encodings give it back.
 fn assert_id_consistent(id: &UniqueId) {
-    assert_eq!(UniqueId::from_bytes(&id.to_bytes()).expect("re-decode"), *id);
+    assert_eq!(
+        UniqueId::from_bytes(&id.to_bytes()).expect("re-decode"),
+        *id
+    );
     assert_eq!(id.to_string().parse::<UniqueId>().expect("re-parse"), *id);
 }
 
@@ -677,7 +685,10 @@ const CONFIG_VARS: &[&str] = &[
 fn config_value() -> impl Strategy<Value = String> {
     prop_oneof![
         env_value(),
-        (0u64..5000, prop::sample::select(&["", "k", "K", "m", "M", "g", "G"][..]))
+        (
+            0u64..5000,
+            prop::sample::select(&["", "k", "K", "m", "M", "g", "G"][..])
+        )
             .prop_map(|(n, unit)| format!("{n}{unit}")),
         any::<f64>().prop_map(|f| f.to_string()),
         (0.0f64..1e6).prop_map(|f| format!("{f}")),
@@ -909,7 +920,12 @@ proptest! {
 #[test]
 #[ignore = "known bug in core/src/config.rs (Duration::from_secs_f64 panics); un-ignore once fixed"]
 fn bug_config_huge_timeout_panics() {
-    for v in ["1e20", "18446744073709551616", "1.8446744073709552e19", "1e308"] {
+    for v in [
+        "1e20",
+        "18446744073709551616",
+        "1.8446744073709552e19",
+        "1e308",
+    ] {
         let r = Config::default().with_vars(|k| (k == "STREAMCOMM_TIMEOUT").then(|| v.to_string()));
         assert!(matches!(r, Err(Error::InvalidArgument(_))), "{v}: {r:?}");
     }
@@ -1005,7 +1021,9 @@ fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'st
 /// The blob `rank` contributes to `round`.
 fn blob(rank: usize, round: usize) -> Vec<u8> {
     let len = [0, 1, 7, 300, 5000][round % 5];
-    (0..len).map(|i| (i * 31 + rank * 7 + round) as u8).collect()
+    (0..len)
+        .map(|i| (i * 31 + rank * 7 + round) as u8)
+        .collect()
 }
 
 /// `size` real ranks as threads: connect, `rounds` all-gathers, a barrier.
@@ -1221,7 +1239,13 @@ fn root_replies() -> impl Strategy<Value = (Vec<wire::Reply>, Vec<u8>)> {
         }
         r
     });
-    (replies, 0u8..4, any::<prop::sample::Index>(), 1..=255u8, prop::collection::vec(any::<u8>(), 0..40))
+    (
+        replies,
+        0u8..4,
+        any::<prop::sample::Index>(),
+        1..=255u8,
+        prop::collection::vec(any::<u8>(), 0..40),
+    )
         .prop_map(|(replies, how, at, flip, noise)| {
             let mut bytes: Vec<u8> = replies.iter().flat_map(wire::Reply::encode).collect();
             match how {

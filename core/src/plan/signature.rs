@@ -48,7 +48,7 @@ pub fn of(plan: &Plan) -> u64 {
         | ((root as u64) & 0xffff) << 43
         | (plan.dtype as u64) << 39
         | op << 35
-        | (count >> 1) << 0
+        | (count >> 1)
         | (count & 1) << 62
 }
 
