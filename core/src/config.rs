@@ -123,7 +123,8 @@ impl Config {
             if !(secs > 0.0 && secs.is_finite()) {
                 return Err(bad("STREAMCOMM_TIMEOUT", &v));
             }
-            self.timeout = Duration::from_secs_f64(secs);
+            self.timeout =
+                Duration::try_from_secs_f64(secs).map_err(|_| bad("STREAMCOMM_TIMEOUT", &v))?;
         }
         if let Some(v) = get("STREAMCOMM_PROGRESS") {
             self.progress = match v.trim().to_ascii_lowercase().as_str() {
@@ -133,7 +134,8 @@ impl Config {
             };
         }
         if let Some(v) = get("STREAMCOMM_SPIN") {
-            self.spin = parse_num("STREAMCOMM_SPIN", &v)? as u32;
+            self.spin = u32::try_from(parse_num("STREAMCOMM_SPIN", &v)?)
+                .map_err(|_| bad("STREAMCOMM_SPIN", &v))?;
         }
         if let Some(v) = get("STREAMCOMM_BARRIER_ALGO") {
             let v = v.trim();

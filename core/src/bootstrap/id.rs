@@ -185,9 +185,9 @@ impl FromStr for UniqueId {
             Error::invalid("malformed unique id: expected ADDRESS:PORT/SECRET (no '/')")
         })?;
         let addr: SocketAddr = addr.parse().map_err(|_| {
-            Error::invalid(format!(
-                "malformed unique id: {addr:?} is not an IP address with a port"
-            ))
+            Error::invalid(
+                "malformed unique id: the part before the last '/' is not an IP address with a port",
+            )
         })?;
         let secret = parse_secret(secret)
             .map_err(|what| Error::invalid(format!("malformed unique id: the secret {what}")))?;

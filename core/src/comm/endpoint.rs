@@ -85,7 +85,12 @@ impl Endpoint {
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
-    let b = &s.as_bytes()[..s.len().min(MAX_STRING)];
+    // Cut at a character boundary, so the bytes stay valid UTF-8.
+    let mut end = s.len().min(MAX_STRING);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let b = &s.as_bytes()[..end];
     out.extend_from_slice(&(b.len() as u16).to_le_bytes());
     out.extend_from_slice(b);
 }

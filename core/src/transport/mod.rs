@@ -192,10 +192,17 @@ impl Connection {
     }
 }
 
+/// The failure word's value for `rank` (`1 + rank`, saturating).
+fn failure_code(rank: usize) -> u32 {
+    u32::try_from(rank).map_or(u32::MAX, |r| r.saturating_add(1))
+}
+
 /// Raises the failure word of a segment (first reporter wins).
 pub fn raise_failure(header: &SegmentHeader, rank: usize) {
-    let _ =
-        header
-            .failed_by
-            .compare_exchange(0, rank as u32 + 1, Ordering::AcqRel, Ordering::Acquire);
+    let _ = header.failed_by.compare_exchange(
+        0,
+        failure_code(rank),
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
 }

@@ -108,7 +108,7 @@ impl TcpNet {
     pub fn notify_abort(&self, failed_rank: usize) {
         let _ = self.abort.compare_exchange(
             0,
-            failed_rank as u32 + 1,
+            u32::try_from(failed_rank).map_or(u32::MAX, |r| r.saturating_add(1)),
             Ordering::AcqRel,
             Ordering::Acquire,
         );

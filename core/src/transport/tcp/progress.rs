@@ -212,7 +212,12 @@ impl PeerIo {
                             if h.len == ABORT_LEN {
                                 sock.rx_closed = true;
                                 return Err(Error::RemoteFailed {
-                                    peer: h.seq as usize,
+                                    // The rank comes from the network: only
+                                    // believe a plausible one.
+                                    peer: usize::try_from(h.seq)
+                                        .ok()
+                                        .filter(|&r| r < crate::bootstrap::MAX_RANKS)
+                                        .unwrap_or(self.peer),
                                     op: "communicator".into(),
                                     cause: format!(
                                         "it failed, and rank {} aborted the communicator",
