@@ -39,7 +39,12 @@ fn free_port() -> u16 {
 /// Runs 2 children with `vars(rank)` plus a root address; both must succeed.
 fn run(name: &str, vars: impl Fn(usize) -> Vec<(&'static str, String)>) {
     let exe = std::env::current_exe().unwrap();
-    let port = free_port().to_string();
+    // The root listens on MASTER_PORT, or MASTER_PORT + 1 under torchrun
+    // (whose agent owns MASTER_PORT): make the port the root binds the one
+    // known to be free.
+    let free = free_port();
+    let torchrun = vars(0).iter().any(|(k, _)| *k == "TORCHELASTIC_RUN_ID");
+    let port = if torchrun { free - 1 } else { free }.to_string();
     let mut children: Vec<_> = (0..2)
         .map(|rank| {
             let mut cmd = std::process::Command::new(&exe);
