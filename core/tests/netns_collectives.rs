@@ -13,11 +13,9 @@ mod netns;
 
 use std::time::Duration;
 
-use harness::{collectives, reduces, run_case, Case};
 use netns::{ready_or_skip, Netns};
 use streamcomm::host::{HostBuffer, HostStream};
-use streamcomm::plan::Collective;
-use streamcomm::{Communicator, DataType, ReduceOp};
+use streamcomm::{Communicator, ReduceOp};
 
 const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";
 const SEED: &str = "STREAMCOMM_TEST_SEED";
@@ -79,39 +77,12 @@ fn child() {
     }
     match scenario.as_str() {
         "matrix" => {
-            let slot = comm.config().slot_bytes();
-            for collective in collectives(n) {
-                for dtype in [DataType::F32, DataType::Bf16, DataType::I32, DataType::U8] {
-                    let ops: &[ReduceOp] = if reduces(collective) {
-                        &[ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg]
-                    } else {
-                        &[ReduceOp::Sum]
-                    };
-                    for &op in ops {
-                        for count in [
-                            0,
-                            1,
-                            slot / dtype.size() + 1,
-                            3 * comm.config().buffsize + 13,
-                        ] {
-                            for in_place in [false, true] {
-                                if in_place && collective == Collective::AllToAll {
-                                    continue;
-                                }
-                                let case = Case {
-                                    collective,
-                                    dtype,
-                                    op,
-                                    count,
-                                    in_place,
-                                    seed: seed ^ count as u64 ^ (dtype as u64) << 40,
-                                };
-                                run_case(&comm, &stream, &case).unwrap_or_else(|e| panic!("{e}"));
-                            }
-                        }
-                    }
-                }
-            }
+            harness::run_slice(
+                &comm,
+                &stream,
+                seed,
+                &[ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg],
+            );
             for _ in 0..500 {
                 comm.barrier_host().unwrap();
                 comm.barrier(&stream).unwrap();

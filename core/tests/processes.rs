@@ -11,7 +11,6 @@ mod harness;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use harness::{collectives, reduces, run_case, Case};
 use streamcomm::host::{HostBuffer, HostEvent, HostStream};
 use streamcomm::launch::local::LocalLauncher;
 use streamcomm::plan::Collective;
@@ -71,36 +70,12 @@ fn child() {
 }
 
 fn matrix_slice(comm: &Communicator, stream: &HostStream, seed: u64) {
-    let slot = comm.config().slot_bytes();
-    let buffsize = comm.config().buffsize;
-    for collective in collectives(comm.size()) {
-        for dtype in [DataType::F32, DataType::Bf16, DataType::I32, DataType::U8] {
-            let ops: &[ReduceOp] = if reduces(collective) {
-                &[ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg]
-            } else {
-                &[ReduceOp::Sum]
-            };
-            for &op in ops {
-                let el = slot / dtype.size();
-                for count in [0, 1, el + 1, 3 * buffsize + 13] {
-                    for in_place in [false, true] {
-                        if in_place && collective == Collective::AllToAll {
-                            continue;
-                        }
-                        let case = Case {
-                            collective,
-                            dtype,
-                            op,
-                            count,
-                            in_place,
-                            seed: seed ^ count as u64 ^ (dtype as u64) << 32,
-                        };
-                        run_case(comm, stream, &case).unwrap_or_else(|e| panic!("{e}"));
-                    }
-                }
-            }
-        }
-    }
+    harness::run_slice(
+        comm,
+        stream,
+        seed,
+        &[ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg],
+    );
 }
 
 /// User tasks and collectives interleaved on one stream each see the results

@@ -8,11 +8,10 @@ mod harness;
 
 use std::time::{Duration, Instant};
 
-use harness::{collectives, reduces, run_case, run_threads, small_config, Case};
+use harness::{run_threads, small_config};
 use streamcomm::config::TransportChoice;
 use streamcomm::host::{HostBuffer, HostStream};
-use streamcomm::plan::Collective;
-use streamcomm::{Config, DataType, Error, ReduceOp};
+use streamcomm::{Config, Error, ReduceOp};
 
 fn tcp_config(nchannels: usize) -> Config {
     Config {
@@ -35,39 +34,12 @@ fn matrix(n: usize, nchannels: usize) {
                 }
             }
             let stream = HostStream::new().unwrap();
-            let slot = comm.config().slot_bytes();
-            for collective in collectives(n) {
-                for dtype in [DataType::F32, DataType::Bf16, DataType::I32, DataType::U8] {
-                    let ops: &[ReduceOp] = if reduces(collective) {
-                        &[ReduceOp::Sum, ReduceOp::Min, ReduceOp::Avg]
-                    } else {
-                        &[ReduceOp::Sum]
-                    };
-                    for &op in ops {
-                        for count in [
-                            0,
-                            1,
-                            slot / dtype.size() + 1,
-                            3 * comm.config().buffsize + 13,
-                        ] {
-                            for in_place in [false, true] {
-                                if in_place && collective == Collective::AllToAll {
-                                    continue;
-                                }
-                                let case = Case {
-                                    collective,
-                                    dtype,
-                                    op,
-                                    count,
-                                    in_place,
-                                    seed: base ^ count as u64 ^ (dtype as u64) << 40,
-                                };
-                                run_case(&comm, &stream, &case).unwrap_or_else(|e| panic!("{e}"));
-                            }
-                        }
-                    }
-                }
-            }
+            harness::run_slice(
+                &comm,
+                &stream,
+                base,
+                &[ReduceOp::Sum, ReduceOp::Min, ReduceOp::Avg],
+            );
             // Barriers over tcp run message dissemination.
             for _ in 0..200 {
                 comm.barrier_host().unwrap();

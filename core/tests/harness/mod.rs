@@ -183,3 +183,41 @@ pub fn seed() -> u64 {
     eprintln!("STREAMCOMM_TEST_SEED={seed}");
     seed
 }
+
+/// The representative slice of the matrix used over every transport:
+/// every collective × {f32, bf16, i32, u8} × `ops` (for reducing ones) ×
+/// counts {0, 1, slot + 1 element, 3 × BUFFSIZE + 13} × in/out of place.
+pub fn run_slice(comm: &Communicator, stream: &HostStream, seed: u64, ops: &[ReduceOp]) {
+    let slot = comm.config().slot_bytes();
+    let buffsize = comm.config().buffsize;
+    for collective in collectives(comm.size()) {
+        for dtype in [DataType::F32, DataType::Bf16, DataType::I32, DataType::U8] {
+            let ops: &[ReduceOp] = if reduces(collective) {
+                ops
+            } else {
+                &[ReduceOp::Sum]
+            };
+            for &op in ops {
+                for count in [0, 1, slot / dtype.size() + 1, 3 * buffsize + 13] {
+                    for in_place in [false, true] {
+                        if in_place && collective == Collective::AllToAll {
+                            continue;
+                        }
+                        let case = Case {
+                            collective,
+                            dtype,
+                            op,
+                            count,
+                            in_place,
+                            seed: seed
+                                ^ count as u64
+                                ^ ((dtype as u64) << 40)
+                                ^ ((op as u64) << 48),
+                        };
+                        run_case(comm, stream, &case).unwrap_or_else(|e| panic!("{e}"));
+                    }
+                }
+            }
+        }
+    }
+}
