@@ -185,9 +185,12 @@ fn a_mismatch_fails_every_rank_promptly_over_tcp() {
         let send = HostBuffer::<i32>::zeroed(n);
         let mut recv = HostBuffer::<i32>::zeroed(n);
         let t0 = Instant::now();
-        comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)
-            .unwrap();
-        let e = stream.synchronize().unwrap_err();
+        // A peer may fail (and tell us) before we even enqueue: then the
+        // enqueue itself returns the stored error.
+        let e = comm
+            .all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)
+            .and_then(|()| stream.synchronize())
+            .unwrap_err();
         (e, t0.elapsed())
     });
     for (rank, (e, took)) in results.into_iter().enumerate() {
