@@ -34,17 +34,23 @@
 //! see `ring.rs`); the simulator tests check every size with one slot and
 //! with random interleavings.
 
+mod algo;
 mod barrier;
+mod binomial;
 mod chain;
+mod halving_doubling;
 mod layout;
 mod pairwise;
+mod recursive_doubling;
 mod ring;
+mod tree;
 
 pub mod apply;
 pub mod signature;
 pub mod simulate;
 pub mod step;
 
+pub use algo::{build_with, Algorithm};
 pub use apply::{apply_step, Buffers};
 pub use layout::InPlaceLayout;
 pub use simulate::{simulate, simulate_with, Schedule, SimConfig, SimError};

@@ -1,0 +1,262 @@
+//! Which algorithm a plan uses, and building a plan with a given one.
+//!
+//! [`build`](super::build) picks the historical default of each collective
+//! (ring for all-reduce, all-gather and reduce-scatter, chain for broadcast
+//! and reduce, pairwise for all-to-all). [`build_with`] takes the algorithm
+//! explicitly; the communicator chooses it with the cost model
+//! ([`crate::tuning`]) or `STREAMCOMM_ALGO`. Every algorithm emits the same
+//! [`Step`](super::Step)s, so the backends and the simulator run them all.
+
+use std::fmt;
+
+use streamcomm_kernels::{DataType, ReduceOp};
+
+use super::step::{Collective, Plan};
+use super::{binomial, build, halving_doubling, recursive_doubling, tree, validate, PlanParams};
+use crate::Error;
+
+/// A collective algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Ring (all-reduce, all-gather, reduce-scatter): bandwidth-optimal,
+    /// `n - 1` hops per phase.
+    Ring,
+    /// Pipelined chain (broadcast, reduce).
+    Chain,
+    /// Pairwise exchange (all-to-all).
+    Pairwise,
+    /// Double binary tree (all-reduce), as NCCL's tree: `2 log2 n` hops.
+    Tree,
+    /// Recursive halving then doubling (all-reduce), Rabenseifner's.
+    HalvingDoubling,
+    /// Binomial tree (broadcast): `log2 n` hops.
+    Binomial,
+    /// Recursive doubling (all-gather); Bruck's algorithm when the number of
+    /// ranks is not a power of two.
+    RecursiveDoubling,
+    /// Bruck's all-gather for any number of ranks.
+    Bruck,
+}
+
+impl Algorithm {
+    /// Every algorithm.
+    pub const ALL: [Algorithm; 8] = [
+        Algorithm::Ring,
+        Algorithm::Chain,
+        Algorithm::Pairwise,
+        Algorithm::Tree,
+        Algorithm::HalvingDoubling,
+        Algorithm::Binomial,
+        Algorithm::RecursiveDoubling,
+        Algorithm::Bruck,
+    ];
+
+    /// The name used by `STREAMCOMM_ALGO` and the benchmark.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Algorithm::Ring => "ring",
+            Algorithm::Chain => "chain",
+            Algorithm::Pairwise => "pairwise",
+            Algorithm::Tree => "tree",
+            Algorithm::HalvingDoubling => "halving_doubling",
+            Algorithm::Binomial => "binomial",
+            Algorithm::RecursiveDoubling => "recursive_doubling",
+            Algorithm::Bruck => "bruck",
+        }
+    }
+
+    /// Parses a name (case-insensitive; `-` and `_` alike; `double_tree` and
+    /// `rabenseifner` are accepted aliases).
+    pub fn parse(text: &str) -> Option<Algorithm> {
+        let t = text.trim().to_ascii_lowercase().replace('-', "_");
+        match t.as_str() {
+            "double_tree" | "dtree" => Some(Algorithm::Tree),
+            "rabenseifner" => Some(Algorithm::HalvingDoubling),
+            _ => Algorithm::ALL.into_iter().find(|a| a.name() == t),
+        }
+    }
+
+    /// The algorithms that implement `collective` (the default first); empty
+    /// for point-to-point and barriers, which have one schedule each.
+    pub const fn candidates(collective: Collective) -> &'static [Algorithm] {
+        match collective {
+            Collective::AllReduce => {
+                &[Algorithm::Ring, Algorithm::Tree, Algorithm::HalvingDoubling]
+            }
+            Collective::AllGather => &[
+                Algorithm::Ring,
+                Algorithm::RecursiveDoubling,
+                Algorithm::Bruck,
+            ],
+            Collective::ReduceScatter => &[Algorithm::Ring],
+            Collective::Broadcast { .. } => &[Algorithm::Chain, Algorithm::Binomial],
+            Collective::Reduce { .. } => &[Algorithm::Chain],
+            Collective::AllToAll => &[Algorithm::Pairwise],
+            _ => &[],
+        }
+    }
+
+    /// True when this algorithm implements `collective`.
+    pub fn supports(self, collective: Collective) -> bool {
+        Algorithm::candidates(collective).contains(&self)
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Builds the plan of one rank for one collective call with `algo`
+/// (`None`: the collective's default, as [`build`]).
+///
+/// Every rank of the call must pass the same algorithm.
+///
+/// # Errors
+///
+/// As [`build`], plus [`Error::InvalidArgument`] when `algo` does not
+/// implement `collective` (the message lists those that do).
+///
+/// # Examples
+///
+/// ```
+/// use streamcomm::plan::{build_with, Algorithm, Collective, PlanParams};
+/// use streamcomm::{DataType, ReduceOp};
+///
+/// let params = PlanParams { rank: 0, nranks: 64, slot_bytes: 1 << 20, nsteps: 8 };
+/// let plan = build_with(
+///     Collective::Broadcast { root: 0 },
+///     DataType::F32,
+///     ReduceOp::Sum,
+///     16,
+///     &params,
+///     Some(Algorithm::Binomial),
+/// )?;
+/// // The root sends to 32, 16, 8, 4, 2 and 1.
+/// assert_eq!(plan.steps.len(), 6);
+/// # Ok::<(), streamcomm::Error>(())
+/// ```
+pub fn build_with(
+    collective: Collective,
+    dtype: DataType,
+    op: ReduceOp,
+    count: usize,
+    params: &PlanParams,
+    algo: Option<Algorithm>,
+) -> Result<Plan, Error> {
+    let Some(algo) = algo else {
+        return build(collective, dtype, op, count, params);
+    };
+    let candidates = Algorithm::candidates(collective);
+    if !candidates.contains(&algo) {
+        let names: Vec<&str> = candidates.iter().map(|a| a.name()).collect();
+        return Err(Error::invalid(format!(
+            "{}: algorithm {algo} does not implement it (use {})",
+            collective.name(),
+            if names.is_empty() {
+                "none: it has a single schedule".to_string()
+            } else {
+                names.join(", ")
+            }
+        )));
+    }
+    if candidates.first() == Some(&algo) {
+        return build(collective, dtype, op, count, params);
+    }
+    let g = validate(collective, dtype, count, params)?;
+    let (n, r) = (g.nranks, g.rank);
+    let (send_count, recv_count, steps) = match (collective, algo) {
+        (Collective::AllReduce, Algorithm::Tree) => (count, count, tree::all_reduce(&g)),
+        (Collective::AllReduce, _) => (count, count, halving_doubling::all_reduce(&g)),
+        (Collective::AllGather, Algorithm::Bruck) => {
+            (count, n * count, recursive_doubling::bruck(&g))
+        }
+        (Collective::AllGather, _) => (count, n * count, recursive_doubling::all_gather(&g)),
+        (Collective::Broadcast { root }, _) => {
+            let send = if r == root { count } else { 0 };
+            (send, count, binomial::broadcast(&g, root))
+        }
+        // `candidates` lists no other non-default pair.
+        _ => return build(collective, dtype, op, count, params),
+    };
+    Ok(Plan {
+        collective,
+        dtype,
+        op,
+        rank: r,
+        nranks: n,
+        send_count,
+        recv_count,
+        steps,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_aliases() {
+        for a in Algorithm::ALL {
+            assert_eq!(Algorithm::parse(a.name()), Some(a));
+            assert_eq!(Algorithm::parse(&a.name().to_uppercase()), Some(a));
+        }
+        assert_eq!(Algorithm::parse("double-tree"), Some(Algorithm::Tree));
+        assert_eq!(
+            Algorithm::parse("Rabenseifner"),
+            Some(Algorithm::HalvingDoubling)
+        );
+        assert_eq!(Algorithm::parse("fastest"), None);
+    }
+
+    #[test]
+    fn unsupported_pairs_are_refused_with_the_alternatives() {
+        let p = PlanParams {
+            rank: 0,
+            nranks: 4,
+            slot_bytes: 64,
+            nsteps: 2,
+        };
+        let err = build_with(
+            Collective::AllGather,
+            DataType::F32,
+            ReduceOp::Sum,
+            4,
+            &p,
+            Some(Algorithm::Tree),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("algorithm tree") && err.contains("ring, recursive_doubling, bruck"));
+        let err = build_with(
+            Collective::Barrier,
+            DataType::F32,
+            ReduceOp::Sum,
+            0,
+            &p,
+            Some(Algorithm::Ring),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("single schedule"), "{err}");
+    }
+
+    #[test]
+    fn defaults_equal_build() {
+        let p = PlanParams {
+            rank: 1,
+            nranks: 5,
+            slot_bytes: 64,
+            nsteps: 1,
+        };
+        for c in [Collective::AllReduce, Collective::Broadcast { root: 2 }] {
+            let a = build(c, DataType::F32, ReduceOp::Sum, 37, &p).unwrap();
+            let first = Algorithm::candidates(c)[0];
+            let b = build_with(c, DataType::F32, ReduceOp::Sum, 37, &p, Some(first)).unwrap();
+            assert_eq!(a, b);
+            let c2 = build_with(c, DataType::F32, ReduceOp::Sum, 37, &p, None).unwrap();
+            assert_eq!(a, c2);
+        }
+    }
+}
