@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use crate::barrier::BarrierAlgo;
+use crate::tuning::{AlgoOverride, CostParams};
 use crate::{Error, Result};
 
 /// Default slot-ring size per connection (DESIGN.md §3): 4 MiB.
@@ -74,6 +75,13 @@ pub struct Config {
     /// `STREAMCOMM_DEBUG`: a `tracing` filter the examples and benchmark install
     /// (the library itself never installs a subscriber).
     pub debug: Option<String>,
+    /// `STREAMCOMM_ALGO`: force collective algorithms, one name (`tree`) or
+    /// `collective=name,...` (`all_reduce=ring,broadcast=binomial`); the
+    /// cost model chooses the others ([`crate::tuning`]).
+    pub algo: AlgoOverride,
+    /// `STREAMCOMM_TUNING_FILE`: cost-model parameters read from this file
+    /// (written by `streamcomm-bench calibrate`); `None`: built-in defaults.
+    pub tuning: Option<CostParams>,
 }
 
 impl Default for Config {
@@ -90,6 +98,8 @@ impl Default for Config {
             nchannels: 2,
             socket_ifname: None,
             debug: None,
+            algo: AlgoOverride::default(),
+            tuning: None,
         }
     }
 }
@@ -168,6 +178,15 @@ impl Config {
         }
         if let Some(v) = get("STREAMCOMM_DEBUG") {
             self.debug = Some(v);
+        }
+        if let Some(v) = get("STREAMCOMM_ALGO") {
+            self.algo = AlgoOverride::parse(&v)?;
+        }
+        if let Some(v) = get("STREAMCOMM_TUNING_FILE") {
+            let path = v.trim();
+            if !path.is_empty() {
+                self.tuning = Some(CostParams::load(std::path::Path::new(path))?);
+            }
         }
         self.validate()?;
         Ok(self)
@@ -325,6 +344,23 @@ mod tests {
     }
 
     #[test]
+    fn algorithm_override_and_tuning_file() {
+        use crate::plan::{Algorithm, Collective};
+        let c = cfg(&[("STREAMCOMM_ALGO", "all_gather=bruck")]).unwrap();
+        assert_eq!(c.algo.get(Collective::AllGather), Some(Algorithm::Bruck));
+        let path = std::env::temp_dir().join(format!("sc-tuning-{}.txt", std::process::id()));
+        let mut params = CostParams::default();
+        params.cores = 5;
+        std::fs::write(&path, params.to_file(&[])).unwrap();
+        let c = cfg(&[("STREAMCOMM_TUNING_FILE", path.to_str().unwrap())]).unwrap();
+        assert_eq!(c.tuning.map(|t| t.cores), Some(5));
+        std::fs::write(&path, "cores = 5\n").unwrap();
+        let e = cfg(&[("STREAMCOMM_TUNING_FILE", path.to_str().unwrap())]).unwrap_err();
+        assert!(e.to_string().contains("missing key"), "{e}");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
     fn bad_values_name_the_variable() {
         for (k, v) in [
             ("STREAMCOMM_NSTEPS", "0"),
@@ -334,6 +370,7 @@ mod tests {
             ("STREAMCOMM_PROGRESS", "sideways"),
             ("STREAMCOMM_BARRIER_ALGO", "telepathy"),
             ("STREAMCOMM_HOSTS_OVERRIDE", "a,,b"),
+            ("STREAMCOMM_ALGO", "all_reduce=binomial"),
         ] {
             let e = cfg(&[(k, v)]).unwrap_err().to_string();
             assert!(

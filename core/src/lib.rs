@@ -73,6 +73,7 @@ pub mod host;
 pub mod launch;
 pub mod plan;
 pub mod transport;
+pub mod tuning;
 pub mod wait;
 
 pub use comm::{Backend, Communicator};

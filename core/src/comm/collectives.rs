@@ -36,7 +36,8 @@ impl Communicator {
         if let Some(e) = self.inner.error() {
             return Err(e);
         }
-        let plan = plan::build(
+        let algo = self.inner.selector.choose(collective, count, dtype.size());
+        let plan = plan::build_with(
             collective,
             dtype,
             op,
@@ -47,6 +48,7 @@ impl Communicator {
                 slot_bytes: self.inner.config.slot_bytes(),
                 nsteps: self.inner.config.nsteps,
             },
+            algo,
         )?;
         binding.check(&plan)?;
         stream.enqueue(Arc::new(PlanTask {

@@ -21,6 +21,7 @@ use crate::transport::ring::RingError;
 use crate::transport::tcp::progress::FailureSink;
 use crate::transport::tcp::TcpNet;
 use crate::transport::{raise_failure, Connection, Segment};
+use crate::tuning::Selector;
 use crate::wait::{WaitError, WaitPolicy};
 use crate::{Error, Result};
 
@@ -56,6 +57,8 @@ pub(crate) struct CommInner {
     pub proxy: ProxyHandle,
     /// Barrier algorithm, epochs and flag areas.
     pub barrier: BarrierState,
+    /// Chooses each collective's algorithm (override or cost model).
+    pub selector: Selector,
 }
 
 impl CommInner {
@@ -73,6 +76,7 @@ impl CommInner {
         proxy: ProxyHandle,
         barrier: BarrierState,
     ) -> CommInner {
+        let selector = Selector::new(&config, &topology.hosts);
         CommInner {
             rank,
             size,
@@ -86,6 +90,7 @@ impl CommInner {
             error,
             proxy,
             barrier,
+            selector,
         }
     }
 

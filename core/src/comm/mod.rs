@@ -169,6 +169,7 @@ impl Communicator {
                 endpoints.len()
             )));
         }
+        crate::tuning::check_same_everywhere(&mut boot, &config)?;
         let endpoints_pids: Vec<u32> = endpoints.iter().map(|e| e.pid).collect();
         let links = connect_peers(
             rank, &config, &endpoints, &me, &segment, id, listener, shape,

@@ -1,0 +1,312 @@
+//! Predicted time of each algorithm, from the shape of its schedule.
+//!
+//! As NCCL's `graph/tuning.cc`, the model is a latency/bandwidth formula per
+//! algorithm, but written from what our plans actually do: a rank executes
+//! its steps one after another, and a step moving `b` bytes over a link costs
+//! `alpha + b beta` (plus `b gamma` when it reduces). Each algorithm is
+//! described as *phases*: how many steps its busiest rank (or its critical
+//! path, when pipeline filling dominates) runs, how big they are, whether
+//! they reduce, and how far apart the two ranks of a step are, which decides
+//! the link: ranks are placed `ranks_per_host` consecutive ranks per host,
+//! so a step between ranks at least that far apart crosses hosts (tcp), a
+//! closer one stays inside (shared memory). Ring and chain steps all pace
+//! at the slowest link of the ring when there are several hosts; tree
+//! steps cross hosts on the top `log2 hosts` levels.
+//!
+//! The prediction is the larger of the critical path and the work of all
+//! ranks of one host divided by its cores: with more ranks than cores (8
+//! ranks on 2 cores here), steps of different ranks serialise.
+
+use super::params::{CostParams, LinkCost};
+use crate::plan::{Algorithm, Collective};
+
+/// Where the ranks are, and the slot size that cuts messages into steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Ranks in the communicator.
+    pub ranks: usize,
+    /// Ranks per host (consecutive ranks share a host).
+    pub ranks_per_host: usize,
+    /// Number of hosts.
+    pub hosts: usize,
+    /// Bytes per slot.
+    pub slot_bytes: usize,
+}
+
+impl Shape {
+    /// `ranks` spread `ranks_per_host` per host.
+    pub fn new(ranks: usize, ranks_per_host: usize, slot_bytes: usize) -> Shape {
+        let per = ranks_per_host.clamp(1, ranks.max(1));
+        Shape {
+            ranks,
+            ranks_per_host: per,
+            hosts: ranks.div_ceil(per).max(1),
+            slot_bytes,
+        }
+    }
+}
+
+/// How far apart the two ranks of a phase's steps are.
+#[derive(Clone, Copy, Debug)]
+enum Span {
+    /// Along a ring or chain: paced by its slowest link.
+    Ring,
+    /// This many ranks apart.
+    Dist(usize),
+    /// This fraction of the steps cross hosts.
+    Mixed(f64),
+}
+
+/// A run of similar steps.
+#[derive(Clone, Copy, Debug)]
+struct Phase {
+    /// Steps on the critical path.
+    steps: f64,
+    /// Steps of an average rank (for the cores bound).
+    avg: f64,
+    /// Bytes moved per step.
+    bytes: f64,
+    /// Whether the steps reduce.
+    reduce: bool,
+    span: Span,
+}
+
+impl Phase {
+    fn new(steps: f64, bytes: f64, reduce: bool, span: Span) -> Phase {
+        Phase {
+            steps,
+            avg: steps,
+            bytes,
+            reduce,
+            span,
+        }
+    }
+
+    fn avg(mut self, avg: f64) -> Phase {
+        self.avg = avg;
+        self
+    }
+}
+
+/// Predicted seconds for one call of `collective` by `algo` moving `count`
+/// elements of `esize` bytes (`count` as in [`crate::plan::build`]), or
+/// `None` when `algo` does not implement `collective`.
+pub fn predict(
+    params: &CostParams,
+    collective: Collective,
+    algo: Algorithm,
+    count: usize,
+    esize: usize,
+    shape: &Shape,
+) -> Option<f64> {
+    if !algo.supports(collective) {
+        return None;
+    }
+    let phases = phases(collective, algo, count, esize, shape);
+    let step = |p: &Phase| {
+        let cost = |l: &LinkCost| {
+            l.alpha
+                + p.bytes * l.beta
+                + if p.reduce {
+                    p.bytes * params.gamma
+                } else {
+                    0.0
+                }
+        };
+        let (shm, tcp) = (cost(&params.shm), cost(&params.tcp));
+        let multi = shape.hosts > 1;
+        match p.span {
+            Span::Ring if multi => tcp,
+            Span::Dist(d) if multi && d >= shape.ranks_per_host => tcp,
+            Span::Mixed(f) if multi => shm + f * (tcp - shm),
+            _ => shm,
+        }
+    };
+    let crit: f64 = phases.iter().map(|p| p.steps * step(p)).sum();
+    let avg: f64 = phases.iter().map(|p| p.avg * step(p)).sum();
+    let per_host = shape.ranks_per_host as f64;
+    let cores = (params.cores as f64).min(per_host).max(1.0);
+    Some(crit.max(avg * per_host / cores))
+}
+
+/// The phases of one call (empty when nothing moves).
+fn phases(
+    collective: Collective,
+    algo: Algorithm,
+    count: usize,
+    esize: usize,
+    shape: &Shape,
+) -> Vec<Phase> {
+    let n = shape.ranks;
+    let chunk = (shape.slot_bytes / esize.max(1)).max(1);
+    let nf = n as f64;
+    let bytes = (count * esize) as f64;
+    // Slot-sized pieces of `elems` elements: (pieces, bytes per piece).
+    let cut = |elems: usize| -> (f64, f64) {
+        let m = elems.div_ceil(chunk).max(1);
+        (m as f64, (elems * esize) as f64 / m as f64)
+    };
+    if count == 0 {
+        return Vec::new();
+    }
+    if n == 1 {
+        return vec![Phase::new(1.0, bytes, false, Span::Dist(0))];
+    }
+    let levels = n.next_power_of_two().trailing_zeros() as usize;
+    match (collective, algo) {
+        (Collective::AllReduce, Algorithm::Ring) => {
+            let blk = chunk.min(count.div_ceil(n));
+            let loops = count.div_ceil(n * blk) as f64;
+            let filled = count.min(n) as f64 / nf;
+            let b = bytes / (loops * nf).min(count as f64);
+            let hops = (nf - 1.0) * loops;
+            vec![
+                Phase::new(hops, b, true, Span::Ring).avg(hops * filled),
+                Phase::new(hops, b, false, Span::Ring).avg(hops * filled),
+            ]
+        }
+        (Collective::AllGather | Collective::ReduceScatter, Algorithm::Ring) => {
+            let (m, b) = cut(count);
+            let reduce = collective == Collective::ReduceScatter;
+            vec![
+                Phase::new(m * (nf - 1.0), b, reduce, Span::Ring),
+                Phase::new(m, b, false, Span::Dist(0)),
+            ]
+        }
+        (Collective::Broadcast { .. } | Collective::Reduce { .. }, Algorithm::Chain) => {
+            let (m, b) = cut(count);
+            let reduce = matches!(collective, Collective::Reduce { .. });
+            vec![Phase::new(m + nf - 2.0, b, reduce, Span::Ring).avg(m)]
+        }
+        (Collective::AllToAll, _) => {
+            let (m, b) = cut(count);
+            let per = shape.ranks_per_host.min(n) as f64;
+            vec![
+                Phase::new(1.0, bytes, false, Span::Dist(0)),
+                Phase::new(2.0 * m * (per - 1.0), b, false, Span::Dist(0)),
+                Phase::new(2.0 * m * (nf - per), b, false, Span::Dist(usize::MAX)),
+            ]
+        }
+        (Collective::Broadcast { .. }, Algorithm::Binomial) => {
+            let (m, b) = cut(count);
+            (0..levels)
+                .map(|j| {
+                    let drain = if j + 1 < levels { 1.0 } else { 0.0 };
+                    Phase::new(m + drain, b, false, Span::Dist(1 << j)).avg(m / levels as f64)
+                })
+                .collect()
+        }
+        (Collective::AllReduce, Algorithm::Tree) => {
+            let (m, b) = cut(count.div_ceil(2));
+            let depth = n.ilog2() as f64;
+            let cross = if shape.hosts > 1 {
+                (shape.hosts.next_power_of_two().trailing_zeros() as f64 / (depth + 1.0)).min(1.0)
+            } else {
+                0.0
+            };
+            let span = Span::Mixed(cross);
+            vec![
+                Phase::new(2.0 * m + depth, b, true, span).avg(1.5 * m),
+                Phase::new(m, b, false, span).avg(m),
+                Phase::new(3.0 * m + depth, b, false, span).avg(2.5 * m),
+            ]
+        }
+        (Collective::AllReduce, Algorithm::HalvingDoubling) => {
+            let p = 1usize << n.ilog2();
+            let mut out = Vec::new();
+            if p < n {
+                let (m, b) = cut(count);
+                out.push(Phase::new(m, b, true, Span::Dist(1)));
+                out.push(Phase::new(m, b, false, Span::Dist(1)));
+            }
+            let mut mask = p / 2;
+            let mut elems = count;
+            while mask > 0 {
+                elems = elems.div_ceil(2);
+                let (m, b) = cut(elems);
+                out.push(Phase::new(m, b, true, Span::Dist(mask)));
+                out.push(Phase::new(3.0 * m, b, false, Span::Dist(mask)));
+                mask /= 2;
+            }
+            out
+        }
+        (Collective::AllGather, Algorithm::RecursiveDoubling | Algorithm::Bruck) => {
+            let mut out = vec![Phase::new(1.0, bytes, false, Span::Dist(0))];
+            let pow2 = n.is_power_of_two() && algo == Algorithm::RecursiveDoubling;
+            let mut dist = 1;
+            while dist < n {
+                let blocks = dist.min(n - dist);
+                let (m, b) = cut(blocks * count);
+                let wrap = if pow2 { 0.0 } else { 0.5 };
+                out.push(Phase::new(2.0 * (m + wrap), b, false, Span::Dist(dist)));
+                dist *= 2;
+            }
+            out
+        }
+        // Point-to-point, barriers and unsupported pairs: `predict` filters.
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(c: Collective, a: Algorithm, bytes: usize, n: usize, per_host: usize) -> f64 {
+        let shape = Shape::new(n, per_host, 512 << 10);
+        predict(&CostParams::default(), c, a, bytes / 4, 4, &shape).unwrap()
+    }
+
+    #[test]
+    fn latency_bound_sizes_favour_logarithmic_algorithms() {
+        let ar = Collective::AllReduce;
+        for n in [64, 512, 4096] {
+            assert!(t(ar, Algorithm::Tree, 8, n, 8) < t(ar, Algorithm::Ring, 8, n, 8));
+            assert!(t(ar, Algorithm::HalvingDoubling, 8, n, 8) < t(ar, Algorithm::Ring, 8, n, 8));
+            let bc = Collective::Broadcast { root: 0 };
+            assert!(t(bc, Algorithm::Binomial, 8, n, 8) < t(bc, Algorithm::Chain, 8, n, 8));
+        }
+    }
+
+    #[test]
+    fn bandwidth_bound_sizes_favour_the_ring_on_few_ranks() {
+        let ar = Collective::AllReduce;
+        let big = 256 << 20;
+        assert!(t(ar, Algorithm::Ring, big, 8, 8) < t(ar, Algorithm::Tree, big, 8, 8));
+        let bc = Collective::Broadcast { root: 0 };
+        assert!(t(bc, Algorithm::Chain, big, 8, 8) < t(bc, Algorithm::Binomial, big, 8, 8));
+    }
+
+    #[test]
+    fn predictions_grow_with_size_and_are_finite() {
+        for c in [
+            Collective::AllReduce,
+            Collective::AllGather,
+            Collective::ReduceScatter,
+            Collective::Broadcast { root: 0 },
+            Collective::Reduce { root: 0 },
+            Collective::AllToAll,
+        ] {
+            for &a in Algorithm::candidates(c) {
+                for n in [1, 2, 3, 8, 100, 4096] {
+                    let mut last = 0.0;
+                    for bytes in [8, 1 << 10, 1 << 20, 1 << 30] {
+                        let v = t(c, a, bytes, n, 8);
+                        assert!(v.is_finite() && v >= last, "{c:?} {a} n={n} {bytes}: {v}");
+                        last = v;
+                    }
+                }
+            }
+        }
+        let shape = Shape::new(4, 4, 1 << 20);
+        let p = CostParams::default();
+        assert_eq!(
+            predict(&p, Collective::AllGather, Algorithm::Tree, 8, 4, &shape),
+            None
+        );
+        assert_eq!(
+            predict(&p, Collective::AllReduce, Algorithm::Ring, 0, 4, &shape),
+            Some(0.0)
+        );
+    }
+}

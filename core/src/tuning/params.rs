@@ -1,0 +1,220 @@
+//! The cost model's parameters and the tuning file that carries them.
+//!
+//! The file is `key = value` lines (`#` starts a comment), every key exactly
+//! once, written by `streamcomm-bench calibrate`:
+//!
+//! ```text
+//! shm.alpha_us = 2.0             # cost of one step (one slot) inside a host
+//! shm.beta_ns_per_byte = 0.25    # cost of moving one byte through a slot
+//! tcp.alpha_us = 30.0            # the same between hosts
+//! tcp.beta_ns_per_byte = 1.0
+//! gamma_ns_per_byte = 0.3        # extra cost of reducing one byte
+//! cores = 2                      # cores per host the ranks share
+//! ```
+//!
+//! Parsing is strict: an unknown, repeated or missing key, a value that is
+//! not a finite non-negative number (or a positive integer for `cores`)
+//! is an error naming the line.
+
+use std::path::Path;
+
+use crate::{Error, Result};
+
+/// Cost of moving data over one kind of link.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinkCost {
+    /// Seconds per step (per slot handed over), whatever its size.
+    pub alpha: f64,
+    /// Seconds per byte moved by a step (both copies, in and out of a slot).
+    pub beta: f64,
+}
+
+/// Every parameter of the cost model ([`crate::tuning`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CostParams {
+    /// Links between ranks of one host (shared memory).
+    pub shm: LinkCost,
+    /// Links between hosts (tcp).
+    pub tcp: LinkCost,
+    /// Seconds per byte a step reduces (on top of moving it).
+    pub gamma: f64,
+    /// Cores per host: ranks beyond this share cores, and their steps
+    /// serialise.
+    pub cores: usize,
+}
+
+impl Default for CostParams {
+    /// Built-in defaults: figures measured on the development machines
+    /// (DESIGN.md §10), rounded; `cores` large enough not to matter.
+    fn default() -> CostParams {
+        CostParams {
+            shm: LinkCost {
+                alpha: 2.0e-6,
+                beta: 0.25e-9,
+            },
+            tcp: LinkCost {
+                alpha: 30.0e-6,
+                beta: 1.0e-9,
+            },
+            gamma: 0.3e-9,
+            cores: 64,
+        }
+    }
+}
+
+/// The keys of the file, in the order they are written.
+const KEYS: [&str; 6] = [
+    "shm.alpha_us",
+    "shm.beta_ns_per_byte",
+    "tcp.alpha_us",
+    "tcp.beta_ns_per_byte",
+    "gamma_ns_per_byte",
+    "cores",
+];
+
+impl CostParams {
+    /// Reads and parses a tuning file.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming the file when it cannot be read or
+    /// does not parse (see [`CostParams::parse`]).
+    pub fn load(path: &Path) -> Result<CostParams> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::invalid(format!(
+                "tuning file {}: cannot read it: {e}",
+                path.display()
+            ))
+        })?;
+        CostParams::parse(&text)
+            .map_err(|e| Error::invalid(format!("tuning file {}: {e}", path.display())))
+    }
+
+    /// Parses the text of a tuning file.
+    ///
+    /// # Errors
+    /// A message naming the line and what is wrong with it: not `key =
+    /// value`, an unknown or repeated key, a bad value, or a missing key.
+    pub fn parse(text: &str) -> std::result::Result<CostParams, String> {
+        let mut values: [Option<f64>; 6] = [None; 6];
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let at = format!("line {}", i + 1);
+            let (key, value) = line
+                .split_once('=')
+                .ok_or_else(|| format!("{at}: expected `key = value`, got {line:?}"))?;
+            let key = key.trim();
+            let k = KEYS
+                .iter()
+                .position(|&k| k == key)
+                .ok_or_else(|| format!("{at}: unknown key {key:?} (known: {})", KEYS.join(", ")))?;
+            if values[k].is_some() {
+                return Err(format!("{at}: {key} is given twice"));
+            }
+            let value = value.trim();
+            let v: f64 = value
+                .parse()
+                .map_err(|_| format!("{at}: {key} = {value:?} is not a number"))?;
+            if !v.is_finite() || v < 0.0 {
+                return Err(format!(
+                    "{at}: {key} = {value} must be finite and not negative"
+                ));
+            }
+            if key == "cores" && (v < 1.0 || v.fract() != 0.0 || v > 1e6) {
+                return Err(format!("{at}: cores = {value} must be a positive integer"));
+            }
+            values[k] = Some(v);
+        }
+        let get = |k: usize| values[k].ok_or_else(|| format!("missing key {}", KEYS[k]));
+        Ok(CostParams {
+            shm: LinkCost {
+                alpha: get(0)? * 1e-6,
+                beta: get(1)? * 1e-9,
+            },
+            tcp: LinkCost {
+                alpha: get(2)? * 1e-6,
+                beta: get(3)? * 1e-9,
+            },
+            gamma: get(4)? * 1e-9,
+            cores: get(5)? as usize,
+        })
+    }
+
+    /// The text of a tuning file holding these parameters (parsed back
+    /// exactly by [`CostParams::parse`]), after a comment line per entry of
+    /// `notes`.
+    pub fn to_file(&self, notes: &[String]) -> String {
+        let mut out = String::from("# streamcomm tuning file (STREAMCOMM_TUNING_FILE)\n");
+        for n in notes {
+            out.push_str(&format!("# {n}\n"));
+        }
+        let values = [
+            self.shm.alpha * 1e6,
+            self.shm.beta * 1e9,
+            self.tcp.alpha * 1e6,
+            self.tcp.beta * 1e9,
+            self.gamma * 1e9,
+            self.cores as f64,
+        ];
+        for (k, v) in KEYS.iter().zip(values) {
+            out.push_str(&format!("{k} = {v}\n"));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_through_the_file_format() {
+        let p = CostParams {
+            shm: LinkCost {
+                alpha: 1.25e-6,
+                beta: 0.125e-9,
+            },
+            tcp: LinkCost {
+                alpha: 17e-6,
+                beta: 2e-9,
+            },
+            gamma: 0.5e-9,
+            cores: 3,
+        };
+        let text = p.to_file(&["measured here".into()]);
+        let back = CostParams::parse(&text).unwrap();
+        assert!((back.shm.alpha - p.shm.alpha).abs() < 1e-15);
+        assert!((back.tcp.beta - p.tcp.beta).abs() < 1e-18);
+        assert_eq!(back.cores, 3);
+        let d = CostParams::default();
+        assert_eq!(CostParams::parse(&d.to_file(&[])).unwrap().cores, d.cores);
+    }
+
+    #[test]
+    fn strict_parsing_names_the_problem() {
+        let good = CostParams::default().to_file(&[]);
+        let err = |text: &str| CostParams::parse(text).unwrap_err();
+        assert!(err(&format!("{good}speed = 3\n")).contains("unknown key \"speed\""));
+        assert!(err(&format!("{good}cores = 4\n")).contains("given twice"));
+        assert!(err(&good.replace("cores = 64", "cores = 1.5")).contains("positive integer"));
+        assert!(err(&good.replace("cores = 64", "cores = 0")).contains("positive integer"));
+        assert!(
+            err(&good.replace("gamma_ns_per_byte = 0.3", "gamma_ns_per_byte = -1"))
+                .contains("not negative")
+        );
+        assert!(
+            err(&good.replace("tcp.alpha_us = 30", "tcp.alpha_us = fast")).contains("not a number")
+        );
+        assert!(err(&good.replace("tcp.alpha_us = 30", "tcp.alpha_us 30")).contains("key = value"));
+        assert!(err("shm.alpha_us = 1\n").contains("missing key shm.beta_ns_per_byte"));
+        assert!(err(&good.replace("tcp.alpha_us = 30", "tcp.alpha_us = inf")).contains("finite"));
+    }
+
+    #[test]
+    fn load_names_the_file() {
+        let e = CostParams::load(Path::new("/nonexistent/tuning.txt")).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/tuning.txt"), "{e}");
+    }
+}

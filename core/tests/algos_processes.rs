@@ -1,0 +1,120 @@
+//! The non-default algorithms (forced with `STREAMCOMM_ALGO`) over real
+//! shared memory between processes, up to 8 ranks: every element checked
+//! against the f64 reference, in and out of place, several dtypes and
+//! operators, counts from 0 to several ring buffers.
+
+mod common;
+mod harness;
+
+use std::time::Duration;
+
+use streamcomm::host::HostStream;
+use streamcomm::launch::local::LocalLauncher;
+use streamcomm::plan::Collective;
+use streamcomm::{Communicator, DataType, ReduceOp};
+
+const ROLE: &str = "STREAMCOMM_TEST_ALGOS_CHILD";
+const SEED: &str = "STREAMCOMM_TEST_SEED";
+
+/// Runs `n` copies of this binary with `algo` forced; fails on any rank's
+/// failure or a hang.
+fn launch(n: usize, algo: &str) {
+    let seed = harness::seed();
+    let exe = std::env::current_exe().unwrap();
+    let launcher = LocalLauncher::new(n, exe)
+        .args([
+            "--exact",
+            "child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ROLE, "1")
+        .env(SEED, seed.to_string())
+        .env("STREAMCOMM_ALGO", algo)
+        .env("STREAMCOMM_BUFFSIZE", "8K")
+        .env("STREAMCOMM_NSTEPS", "4")
+        .env("STREAMCOMM_TIMEOUT", "60");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(launcher.run());
+    });
+    let outcome = rx
+        .recv_timeout(Duration::from_secs(240))
+        .expect("watchdog: the ranks did not finish in 240 s")
+        .expect("launch");
+    assert_eq!(
+        outcome.exit_code(),
+        0,
+        "STREAMCOMM_ALGO={algo} on {n} ranks failed: {outcome:?}"
+    );
+}
+
+#[test]
+#[ignore = "entry point of the child processes"]
+fn child() {
+    if std::env::var(ROLE).is_err() {
+        return;
+    }
+    let seed: u64 = std::env::var(SEED).unwrap().parse().unwrap();
+    let comm = Communicator::from_env().expect("from_env");
+    let stream = HostStream::new().unwrap();
+    let n = comm.size();
+    let slot = comm.config().slot_bytes();
+    let buffsize = comm.config().buffsize;
+    let collectives = [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::Broadcast { root: 0 },
+        Collective::Broadcast { root: n - 1 },
+    ];
+    let mut k = 0u64;
+    for collective in collectives {
+        for (dtype, op) in [
+            (DataType::F32, ReduceOp::Sum),
+            (DataType::Bf16, ReduceOp::Max),
+            (DataType::I32, ReduceOp::Avg),
+            (DataType::U8, ReduceOp::Prod),
+        ] {
+            for count in [0, 1, slot / dtype.size() + 1, 3 * buffsize + 13] {
+                k += 1;
+                let case = harness::Case {
+                    collective,
+                    dtype,
+                    op,
+                    count,
+                    in_place: k % 2 == 0,
+                    seed: seed ^ (k << 32),
+                };
+                harness::run_case(&comm, &stream, &case).unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+    }
+    comm.barrier_host().unwrap();
+}
+
+#[test]
+fn tree_bruck_and_binomial() {
+    for n in [2, 3, 6] {
+        launch(n, "all_reduce=tree,all_gather=bruck,broadcast=binomial");
+    }
+}
+
+#[test]
+fn halving_doubling_and_recursive_doubling() {
+    for n in [3, 4] {
+        launch(
+            n,
+            "all_reduce=halving_doubling,all_gather=recursive_doubling",
+        );
+    }
+}
+
+#[test]
+fn eight_ranks() {
+    launch(
+        8,
+        "all_reduce=halving_doubling,all_gather=recursive_doubling,broadcast=binomial",
+    );
+    launch(8, "all_reduce=tree");
+}
