@@ -146,8 +146,10 @@ pub struct Cli {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub stream_barrier_iters: Option<u64>,
 
-    /// Barrier algorithm(s) to measure: `default` (the communicator's
-    /// choice), `ALL`, or a name (`dissemination`, `tree:4`, ...).
+    /// Algorithm: `default` (the communicator's choice). For barrier: `ALL`
+    /// or a name (`dissemination`, `tree:4`, ...); for a collective, the one
+    /// to force (`ring`, `tree`, `halving_doubling`, `binomial`, `chain`,
+    /// `recursive_doubling`, `bruck`, `pairwise`), as `STREAMCOMM_ALGO` would.
     #[arg(long, default_value = "default")]
     pub algo: String,
 
@@ -180,6 +182,28 @@ impl Cli {
                 .map(|a| BarrierAlgo::parse(a).map(Some).map_err(|e| e.to_string()))
                 .collect(),
         }
+    }
+
+    /// The `STREAMCOMM_ALGO` value that forces `--algo` on a collective, or
+    /// `None` for `default` and for barrier (chosen per run instead).
+    ///
+    /// # Errors
+    /// An algorithm that does not implement the collective, or any algorithm
+    /// for sendrecv.
+    pub fn forced_algo(&self) -> Result<Option<String>, String> {
+        if self.algo == "default" || self.collective == Collective::Barrier {
+            return Ok(None);
+        }
+        let Some(c) = self.collective.library() else {
+            return Err(format!(
+                "--algo {}: {} has a single schedule",
+                self.algo,
+                self.collective.name()
+            ));
+        };
+        let spec = format!("{}={}", c.name(), self.algo);
+        streamcomm::tuning::AlgoOverride::parse(&spec).map_err(|e| format!("--algo: {e}"))?;
+        Ok(Some(spec))
     }
 
     /// Timed stream-barrier iterations.
@@ -226,6 +250,7 @@ impl Cli {
         if self.collective == Collective::Sendrecv && nranks < 2 {
             return Err("sendrecv needs at least 2 ranks (--ranks 2)".into());
         }
+        self.forced_algo()?;
         Ok(())
     }
 }
@@ -326,6 +351,10 @@ mod tests {
         let cli = Cli::parse_from(["x", "sendrecv"]);
         assert!(cli.validate(1).is_err());
         assert!(cli.validate(2).is_ok());
+        let cli = Cli::parse_from(["x", "all_reduce", "--algo", "binomial"]);
+        assert!(cli.validate(2).unwrap_err().contains("--algo"));
+        let cli = Cli::parse_from(["x", "all_gather", "--algo", "bruck"]);
+        assert_eq!(cli.forced_algo().unwrap().unwrap(), "all_gather=bruck");
     }
 
     #[test]

@@ -30,6 +30,21 @@ pub struct Geometry {
 }
 
 impl Collective {
+    /// The library's collective for this operation (`None` for sendrecv and
+    /// barrier, which have a single schedule).
+    pub fn library(self) -> Option<streamcomm::plan::Collective> {
+        use streamcomm::plan::Collective as C;
+        Some(match self {
+            Collective::AllReduce => C::AllReduce,
+            Collective::AllGather => C::AllGather,
+            Collective::ReduceScatter => C::ReduceScatter,
+            Collective::Broadcast => C::Broadcast { root: 0 },
+            Collective::Reduce => C::Reduce { root: 0 },
+            Collective::AllToAll => C::AllToAll,
+            Collective::Sendrecv | Collective::Barrier => return None,
+        })
+    }
+
     /// Buffers for a row of `size` bytes (rounded down to whole elements, and
     /// to whole blocks where the buffer is split among `nranks`).
     pub fn geometry(self, size: u64, dtype: DataType, nranks: usize) -> Geometry {

@@ -96,6 +96,10 @@ fn rank_main(cli: &Cli, info: &LaunchInfo) -> ExitCode {
         }
     }
     install_tracing();
+    // Before the communicator reads its configuration.
+    if let Ok(Some(spec)) = cli.forced_algo() {
+        std::env::set_var("STREAMCOMM_ALGO", spec);
+    }
     match run_rank(cli, info) {
         Ok(0) => ExitCode::SUCCESS,
         Ok(_) => ExitCode::from(EXIT_WRONG),

@@ -121,7 +121,7 @@ pub fn print_table_header(p: &mut Printer, tcp: bool) {
     };
     p.line("#");
     p.line(format!(
-        "# {:>10} {:>12} {:>6} {:>6} {:>5} {:>11} {:>8} {:>8} {:>7} {:>9}{}",
+        "# {:>10} {:>12} {:>6} {:>6} {:>5} {:>11} {:>8} {:>8} {:>7} {:>9}{} {:>18} {:>11} {:>6}",
         "size",
         "count",
         "type",
@@ -132,10 +132,13 @@ pub fn print_table_header(p: &mut Printer, tcp: bool) {
         "busbw",
         "#wrong",
         "busbw/",
-        extra("busbw/")
+        extra("busbw/"),
+        "algorithm",
+        "model",
+        "model/"
     ));
     p.line(format!(
-        "# {:>10} {:>12} {:>6} {:>6} {:>5} {:>11} {:>8} {:>8} {:>7} {:>9}{}",
+        "# {:>10} {:>12} {:>6} {:>6} {:>5} {:>11} {:>8} {:>8} {:>7} {:>9}{} {:>18} {:>11} {:>6}",
         "(B)",
         "(elements)",
         "",
@@ -146,7 +149,10 @@ pub fn print_table_header(p: &mut Printer, tcp: bool) {
         "(GB/s)",
         "",
         "memcpy",
-        extra("tcp")
+        extra("tcp"),
+        "",
+        "(us)",
+        "time"
     ));
 }
 
@@ -167,8 +173,16 @@ pub fn print_row(p: &mut Printer, cli: &Cli, row: &Row, machine: &Machine) {
     let vs_tcp = machine.tcp.as_ref().map_or(String::new(), |t| {
         format!(" {:>9.3}", fraction(row.busbw, t.best_gbps))
     });
+    let (algo, model, ratio) = match (row.algo, row.predicted_us) {
+        (Some(a), Some(t)) => (
+            a,
+            format!("{t:.2}"),
+            format!("{:.2}", fraction(t, row.time_us)),
+        ),
+        _ => ("-", "-".to_string(), "-".to_string()),
+    };
     p.line(format!(
-        "  {:>10} {:>12} {:>6} {:>6} {:>5} {:>11.2} {:>8.3} {:>8.3} {:>7} {:>9.3}{vs_tcp}",
+        "  {:>10} {:>12} {:>6} {:>6} {:>5} {:>11.2} {:>8.3} {:>8.3} {:>7} {:>9.3}{vs_tcp} {algo:>18} {model:>11} {ratio:>6}",
         row.bytes,
         row.count,
         cli.dtype.name(),
@@ -190,6 +204,20 @@ pub fn print_summary(p: &mut Printer, rows: &[Row], latency: Option<&Latency>, m
         "# Avg bus bandwidth    : {:.3} GB/s",
         average_busbw(rows)
     ));
+    let modelled: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| r.predicted_us.map(|t| t / r.time_us))
+        .collect();
+    if !modelled.is_empty() {
+        let close = modelled
+            .iter()
+            .filter(|&&q| (q - 1.0).abs() <= 0.35)
+            .count();
+        p.line(format!(
+            "# Model within 35%     : {close} of {} rows",
+            modelled.len()
+        ));
+    }
     if let Some(total) = wrong_total(rows) {
         let verdict = if total == 0 { "OK" } else { "FAILED" };
         p.line(format!("# Wrong elements       : {total} {verdict}"));

@@ -35,6 +35,10 @@ pub struct Row {
     pub busbw: f64,
     /// Wrong output elements over all ranks; `None` without `-c 1`.
     pub wrong: Option<u64>,
+    /// The algorithm the communicator ran (`None`: a single schedule).
+    pub algo: Option<&'static str>,
+    /// The cost model's prediction for that algorithm, in microseconds.
+    pub predicted_us: Option<f64>,
 }
 
 /// Runs the sweep, calling `on_row` as each row completes (every rank gets
@@ -115,7 +119,17 @@ fn one_size(
     } else {
         0.0
     };
+    let (algo, predicted_us) = match cli.collective.library() {
+        Some(c) => {
+            let algo = comm.algorithm(c, cli.dtype, geometry.count);
+            let predicted = algo.and_then(|a| comm.predict(c, a, cli.dtype, geometry.count));
+            (algo.map(|a| a.name()), predicted.map(|t| t * 1e6))
+        }
+        None => (None, None),
+    };
     Ok(Row {
+        algo,
+        predicted_us,
         bytes: geometry.bytes,
         count: geometry.count,
         time_us: slowest * 1e6,

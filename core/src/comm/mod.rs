@@ -19,6 +19,7 @@ mod connect;
 mod endpoint;
 mod inner;
 mod proxy;
+mod selection;
 mod task;
 mod turns;
 mod watchdog;

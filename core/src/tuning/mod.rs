@@ -59,6 +59,17 @@ impl Selector {
         }
     }
 
+    /// The model's prediction for one call by `algo`, in seconds.
+    pub(crate) fn predict(
+        &self,
+        collective: Collective,
+        algo: Algorithm,
+        count: usize,
+        esize: usize,
+    ) -> Option<f64> {
+        predict(&self.params, collective, algo, count, esize, &self.shape)
+    }
+
     /// The algorithm for one call (`None`: the collective has one schedule).
     pub(crate) fn choose(
         &self,

@@ -1,0 +1,39 @@
+//! Which algorithm a call will use, and what the cost model predicts for it.
+//!
+//! The choice is made per call ([`crate::tuning`]): forced by
+//! `STREAMCOMM_ALGO`, else the model's cheapest candidate. These queries let
+//! a program (or the benchmark) see the choice and the prediction without
+//! running anything.
+
+use crate::comm::Communicator;
+use crate::plan::{Algorithm, Collective};
+use crate::DataType;
+
+impl Communicator {
+    /// The algorithm a call of `collective` on `count` elements of `dtype`
+    /// would run (`count` as in [`crate::plan::build`]); `None` for
+    /// operations with a single schedule (point-to-point, barrier).
+    pub fn algorithm(
+        &self,
+        collective: Collective,
+        dtype: DataType,
+        count: usize,
+    ) -> Option<Algorithm> {
+        self.inner.selector.choose(collective, count, dtype.size())
+    }
+
+    /// The cost model's predicted time, in seconds, of such a call run by
+    /// `algo` on this communicator's ranks and hosts; `None` when `algo`
+    /// does not implement `collective`.
+    pub fn predict(
+        &self,
+        collective: Collective,
+        algo: Algorithm,
+        dtype: DataType,
+        count: usize,
+    ) -> Option<f64> {
+        self.inner
+            .selector
+            .predict(collective, algo, count, dtype.size())
+    }
+}
