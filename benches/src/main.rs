@@ -4,6 +4,9 @@
 //! streamcomm-bench all_reduce -b 8 -e 64M -f 4 -n 20 -w 5 -c 1 --ranks 2
 //! streamcomm-bench barrier --ranks 2 --json barrier.json
 //! streamcomm-run -n 4 streamcomm-bench all_gather -d bf16
+//! streamcomm-bench all_reduce --ranks 4 --algo tree
+//! streamcomm-bench calibrate --out tuning.txt
+//! streamcomm-bench model --plot model.svg
 //! ```
 //!
 //! DESIGN.md §9: every figure is printed next to the machine's own limits,
@@ -16,6 +19,7 @@
 //! a usage error, 3 when `-c 1` found wrong results.
 
 mod barrier;
+mod calibrate;
 mod check;
 mod cli;
 mod coll;
@@ -24,9 +28,11 @@ mod latency;
 mod launch;
 mod link;
 mod machine;
+mod model;
 mod rawtcp;
 mod report;
 mod stats;
+mod svg;
 mod sweep;
 mod vstcp;
 
@@ -52,6 +58,28 @@ const EXIT_USAGE: u8 = 2;
 const EXIT_WRONG: u8 = 3;
 
 fn main() -> ExitCode {
+    match std::env::args().nth(1).as_deref() {
+        Some("model") => {
+            let cli = model::ModelCli::parse_from(std::env::args().skip(1));
+            return match model::run(&cli) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e, EXIT_ERROR),
+            };
+        }
+        Some("calibrate") => {
+            let cli = calibrate::CalibrateCli::parse_from(std::env::args().skip(1));
+            let result = match launch::role() {
+                Err(e) => Err(e),
+                Ok(Role::Launcher) => calibrate::launcher(&cli),
+                Ok(Role::Rank(_)) => calibrate::rank(&cli),
+            };
+            return match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e, EXIT_ERROR),
+            };
+        }
+        _ => {}
+    }
     let cli = Cli::parse();
     match launch::role() {
         Err(e) => fail(&e, EXIT_ERROR),

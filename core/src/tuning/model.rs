@@ -9,9 +9,10 @@
 //! they reduce, and how far apart the two ranks of a step are, which decides
 //! the link: ranks are placed `ranks_per_host` consecutive ranks per host,
 //! so a step between ranks at least that far apart crosses hosts (tcp), a
-//! closer one stays inside (shared memory). Ring and chain steps all pace
-//! at the slowest link of the ring when there are several hosts; tree
-//! steps cross hosts on the top `log2 hosts` levels.
+//! closer one stays inside (shared memory). Along a ring or chain over
+//! several hosts, `hosts` of the `ranks` hops cross hosts (their latency is
+//! averaged in) and the pipeline runs no faster than the tcp link carries
+//! bytes; tree steps cross hosts on the top `log2 hosts` levels.
 //!
 //! The prediction is the larger of the critical path and the work of all
 //! ranks of one host divided by its cores: with more ranks than cores (8
@@ -116,7 +117,13 @@ pub fn predict(
         let (shm, tcp) = (cost(&params.shm), cost(&params.tcp));
         let multi = shape.hosts > 1;
         match p.span {
-            Span::Ring if multi => tcp,
+            Span::Ring if multi => {
+                // Latency: `hosts` of the `ranks` hops cross hosts; bandwidth:
+                // the pipeline runs at the pace of the slowest link.
+                let f = shape.hosts as f64 / shape.ranks as f64;
+                let latency = shm + f * (params.tcp.alpha - params.shm.alpha);
+                latency.max(p.bytes * params.tcp.beta)
+            }
             Span::Dist(d) if multi && d >= shape.ranks_per_host => tcp,
             Span::Mixed(f) if multi => shm + f * (tcp - shm),
             _ => shm,

@@ -1,0 +1,211 @@
+//! `streamcomm-bench calibrate`: measures the cost model's parameters on
+//! this machine and writes the tuning file (`STREAMCOMM_TUNING_FILE`).
+//!
+//! - `gamma` and the cores: in the launcher, before any rank runs: the
+//!   time per byte of a sum-reduction kernel beyond a plain copy of the same
+//!   bytes, and `available_parallelism`.
+//! - `alpha` and `beta`, per transport: two ranks, started once with
+//!   `STREAMCOMM_TRANSPORT=shm` and once with `=tcp`, time calls the way
+//!   the benchmark does (back to back, one synchronize): a ring all-reduce
+//!   of 8 bytes is two steps of almost nothing on each rank, so `alpha` is
+//!   half its time; a chain broadcast of many slots costs one step per slot
+//!   once the pipeline is full, so `beta` is its time per slot, less
+//!   `alpha`, per byte of a slot. These are the two quantities each step
+//!   of a plan pays, measured through the same code path.
+//!
+//! Medians of several repetitions, so a scheduler hiccup does not become a
+//! parameter.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Parser;
+use streamcomm::comm::UntypedBuffer;
+use streamcomm::host::HostStream;
+use streamcomm::launch::local::LocalLauncher;
+use streamcomm::tuning::{CostParams, LinkCost};
+use streamcomm::{Communicator, DataType, ReduceOp};
+
+use crate::error::{Context, Fallible};
+
+/// Where a rank 0 writes its `alpha beta` line (set by the launcher).
+const ENV_OUT: &str = "STREAMCOMM_BENCH_CALIBRATE_OUT";
+
+/// Arguments of `streamcomm-bench calibrate`.
+#[derive(Debug, Parser)]
+#[command(name = "streamcomm-bench calibrate")]
+pub struct CalibrateCli {
+    /// The tuning file to write.
+    #[arg(long, default_value = "streamcomm-tuning.txt")]
+    pub out: PathBuf,
+
+    /// Calls per timed repetition of the small all-reduce (the large
+    /// broadcast runs a tenth as many); 7 repetitions, the median is kept.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..))]
+    pub iters: u64,
+
+    /// Bytes of the large broadcast (default 64 slots).
+    #[arg(long, value_parser = crate::cli::parse_size)]
+    pub bytes: Option<u64>,
+}
+
+/// The launcher: measures gamma, runs the ranks over shm then tcp, writes
+/// the file.
+///
+/// # Errors
+/// When ranks fail or the file cannot be written.
+pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
+    let gamma = reduce_gamma();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let exe = std::env::current_exe().context("find this program's path")?;
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let mut links = Vec::new();
+    for transport in ["shm", "tcp"] {
+        let out = std::env::temp_dir().join(format!(
+            "streamcomm-calibrate-{}-{transport}.txt",
+            std::process::id()
+        ));
+        let outcome = LocalLauncher::new(2, exe.clone())
+            .args(args.clone())
+            .env("STREAMCOMM_TRANSPORT", transport)
+            .env("STREAMCOMM_ALGO", "all_reduce=ring,broadcast=chain")
+            .env(ENV_OUT, out.as_os_str())
+            .run()
+            .context("start the ranks")?;
+        if outcome.exit_code() != 0 {
+            return Err(format!("the {transport} ranks failed: {outcome}"));
+        }
+        let text =
+            std::fs::read_to_string(&out).with_context(|| format!("read {}", out.display()))?;
+        let _ = std::fs::remove_file(&out);
+        let v: Vec<f64> = text
+            .split_whitespace()
+            .map(|w| {
+                w.parse::<f64>()
+                    .map_err(|e| format!("{transport} result {w:?}: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
+        let [alpha, beta] = v[..] else {
+            return Err(format!(
+                "{transport} result {text:?}: expected `alpha beta`"
+            ));
+        };
+        eprintln!(
+            "streamcomm-bench: {transport}: alpha {:.2} us, beta {:.3} ns/B",
+            alpha * 1e6,
+            beta * 1e9
+        );
+        links.push(LinkCost { alpha, beta });
+    }
+    let params = CostParams {
+        shm: links[0],
+        tcp: links[1],
+        gamma,
+        cores,
+    };
+    let notes = [
+        format!("measured by streamcomm-bench calibrate on {cores} cores"),
+        format!(
+            "slot {} bytes (STREAMCOMM_BUFFSIZE / STREAMCOMM_NSTEPS at calibration)",
+            streamcomm::Config::from_env()
+                .map(|c| c.slot_bytes())
+                .unwrap_or(0)
+        ),
+    ];
+    std::fs::write(&cli.out, params.to_file(&notes))
+        .with_context(|| format!("write {}", cli.out.display()))?;
+    eprintln!(
+        "streamcomm-bench: gamma {:.3} ns/B, {cores} cores; wrote {}",
+        gamma * 1e9,
+        cli.out.display()
+    );
+    Ok(())
+}
+
+/// One rank: times the two calls with the other; rank 0 writes `alpha beta`.
+///
+/// # Errors
+/// Library errors, or the result file cannot be written.
+pub fn rank(cli: &CalibrateCli) -> Fallible<()> {
+    let comm = Communicator::from_env().context("create the communicator")?;
+    let stream = HostStream::new().context("create a stream")?;
+    if comm.size() != 2 {
+        return Err(format!("calibrate runs on 2 ranks, not {}", comm.size()));
+    }
+    let slot = comm.config().slot_bytes();
+    let big = cli.bytes.map_or(64 * slot, |b| b as usize).max(slot);
+    let small = per_call(&comm, &stream, false, 8, cli.iters)?;
+    let large = per_call(&comm, &stream, true, big, (cli.iters / 10).max(5))?;
+    let slots = big.div_ceil(slot) as f64;
+    let alpha = small / 2.0;
+    let beta = ((large / slots - alpha) / slot as f64).max(0.0);
+    comm.barrier_host().context("final barrier")?;
+    if comm.rank() == 0 {
+        if let Ok(path) = std::env::var(ENV_OUT) {
+            std::fs::write(&path, format!("{alpha:e} {beta:e}\n"))
+                .with_context(|| format!("write {path}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Median time per call of `iters` back-to-back calls: an all-reduce, or
+/// with `broadcast` a broadcast from rank 0, of `bytes` bytes.
+fn per_call(
+    comm: &Communicator,
+    stream: &HostStream,
+    broadcast: bool,
+    bytes: usize,
+    iters: u64,
+) -> Fallible<f64> {
+    let send = UntypedBuffer::zeroed(DataType::U8, bytes);
+    let mut recv = UntypedBuffer::zeroed(DataType::U8, bytes);
+    let call = |recv: &mut UntypedBuffer| {
+        if broadcast {
+            comm.broadcast(&send, recv, 0, stream)
+        } else {
+            comm.all_reduce(&send, recv, ReduceOp::Max, stream)
+        }
+    };
+    let mut samples = Vec::new();
+    for rep in 0..8 {
+        comm.barrier_host().context("barrier before timing")?;
+        let start = Instant::now();
+        for _ in 0..iters {
+            call(&mut recv).context("enqueue")?;
+        }
+        stream.synchronize().context("timed calls")?;
+        // The first repetition warms up.
+        if rep > 0 {
+            samples.push(start.elapsed().as_secs_f64() / iters as f64);
+        }
+    }
+    samples.sort_by(f64::total_cmp);
+    Ok(samples[samples.len() / 2])
+}
+
+/// Seconds per byte a sum-reduction costs beyond a copy of the same bytes
+/// (f32, 4 MiB, median of 21).
+fn reduce_gamma() -> f64 {
+    let bytes = 4 << 20;
+    let a = vec![1u8; bytes];
+    let b = vec![2u8; bytes];
+    let mut out = vec![0u8; bytes];
+    let mut time = |f: &mut dyn FnMut(&mut [u8])| {
+        let mut t: Vec<f64> = (0..21)
+            .map(|_| {
+                let start = Instant::now();
+                f(&mut out);
+                std::hint::black_box(&out);
+                start.elapsed().as_secs_f64()
+            })
+            .collect();
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
+    let copy = time(&mut |o| o.copy_from_slice(&a));
+    let reduce = time(&mut |o| {
+        let _ = streamcomm_kernels::reduce(DataType::F32, ReduceOp::Sum, &a, &b, o);
+    });
+    ((reduce - copy) / bytes as f64).max(0.0)
+}

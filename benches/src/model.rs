@@ -1,0 +1,201 @@
+//! `streamcomm-bench model`: the cost model's prediction for every algorithm
+//! at scales we cannot run here.
+//!
+//! For each collective, a table of predicted times for every algorithm at
+//! N = 2, 4, .., 4096 ranks (`--per-host` ranks per host, 8 by default) and
+//! sizes 8 B to 1 GiB (factor 8), with the algorithm the communicator would
+//! choose; `--plot file.svg` draws predicted time against size at 64, 512
+//! and 4096 ranks. Parameters come from `STREAMCOMM_TUNING_FILE` when set
+//! (as for a communicator), else the built-in defaults; the slot size from
+//! `STREAMCOMM_BUFFSIZE` / `STREAMCOMM_NSTEPS`. Sizes follow the benchmark's
+//! rows (the larger buffer, nccl-tests' convention).
+
+use clap::Parser;
+use streamcomm::plan::Algorithm;
+use streamcomm::tuning::{choose, predict, CostParams, Shape};
+use streamcomm::{Config, DataType};
+
+use crate::cli::{human_bytes, Collective};
+use crate::error::{Context, Fallible};
+use crate::svg;
+
+/// Arguments of `streamcomm-bench model`.
+#[derive(Debug, Parser)]
+#[command(name = "streamcomm-bench model")]
+pub struct ModelCli {
+    /// Ranks per host.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
+    pub per_host: u64,
+
+    /// Largest number of ranks (powers of two from 2).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(2..=1 << 20))]
+    pub max_ranks: u64,
+
+    /// Also draw the predictions at 64, 512 and 4096 ranks into this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<String>,
+}
+
+/// The collectives of the table, with the library's view of each.
+const COLLECTIVES: [Collective; 6] = [
+    Collective::AllReduce,
+    Collective::AllGather,
+    Collective::Broadcast,
+    Collective::ReduceScatter,
+    Collective::Reduce,
+    Collective::AllToAll,
+];
+
+/// Sizes of the table: 8 B to 1 GiB by factors of 8.
+fn sizes() -> Vec<u64> {
+    (0..10).map(|k| 8u64 << (3 * k)).collect()
+}
+
+/// What the model needs besides the call.
+pub struct Setting {
+    params: CostParams,
+    slot_bytes: usize,
+    per_host: usize,
+    from_file: bool,
+}
+
+impl Setting {
+    /// From the environment, as a communicator would read it.
+    ///
+    /// # Errors
+    /// A bad `STREAMCOMM_*` variable or tuning file.
+    pub fn from_env(per_host: usize) -> Fallible<Setting> {
+        let config = Config::from_env().context("read the configuration")?;
+        Ok(Setting {
+            params: config.tuning.unwrap_or_default(),
+            slot_bytes: config.slot_bytes(),
+            per_host,
+            from_file: config.tuning.is_some(),
+        })
+    }
+
+    /// Predicted µs of every candidate of `c` at `n` ranks and `bytes`, and
+    /// the chosen one.
+    pub fn row(&self, c: Collective, n: usize, bytes: u64) -> (Vec<(Algorithm, f64)>, Algorithm) {
+        let lib = c.library().unwrap_or(streamcomm::plan::Collective::Barrier);
+        let count = c.geometry(bytes, DataType::F32, n).count;
+        let shape = Shape::new(n, self.per_host, self.slot_bytes);
+        let esize = DataType::F32.size();
+        let times: Vec<(Algorithm, f64)> = Algorithm::candidates(lib)
+            .iter()
+            .filter_map(|&a| {
+                predict(&self.params, lib, a, count, esize, &shape).map(|t| (a, t * 1e6))
+            })
+            .collect();
+        let none = streamcomm::tuning::AlgoOverride::default();
+        let chosen =
+            choose(&none, &self.params, lib, count, esize, &shape).unwrap_or(Algorithm::Ring);
+        (times, chosen)
+    }
+}
+
+/// Prints the tables (and writes the plot).
+///
+/// # Errors
+/// A bad configuration, or the plot file cannot be written.
+pub fn run(cli: &ModelCli) -> Fallible<()> {
+    let setting = Setting::from_env(cli.per_host as usize)?;
+    let mut out = String::new();
+    out.push_str(&format!(
+        "# streamcomm cost model: predicted time per call (us), f32, {} ranks per host, slot {}, parameters from {}\n",
+        setting.per_host,
+        human_bytes(setting.slot_bytes as u64),
+        if setting.from_file { "STREAMCOMM_TUNING_FILE" } else { "built-in defaults" }
+    ));
+    let p = &setting.params;
+    out.push_str(&format!(
+        "# shm alpha {:.2} us beta {:.3} ns/B; tcp alpha {:.2} us beta {:.3} ns/B; gamma {:.3} ns/B; {} cores per host\n",
+        p.shm.alpha * 1e6,
+        p.shm.beta * 1e9,
+        p.tcp.alpha * 1e6,
+        p.tcp.beta * 1e9,
+        p.gamma * 1e9,
+        p.cores
+    ));
+    let mut ranks = vec![];
+    let mut n = 2;
+    while n <= cli.max_ranks as usize {
+        ranks.push(n);
+        n *= 2;
+    }
+    for c in COLLECTIVES {
+        let (first, _) = setting.row(c, 2, 8);
+        out.push_str(&format!(
+            "\n# {}\n# {:>6} {:>6} {:>8}",
+            c.name(),
+            "ranks",
+            "hosts",
+            "size"
+        ));
+        for (a, _) in &first {
+            out.push_str(&format!(" {:>18}", a.name()));
+        }
+        out.push_str(&format!(" {:>18}\n", "chosen"));
+        for &n in &ranks {
+            for bytes in sizes() {
+                let (times, chosen) = setting.row(c, n, bytes);
+                out.push_str(&format!(
+                    "  {n:>6} {:>6} {:>8}",
+                    n.div_ceil(setting.per_host),
+                    human_bytes(bytes)
+                ));
+                for (_, t) in &times {
+                    out.push_str(&format!(" {t:>18.1}"));
+                }
+                out.push_str(&format!(" {:>18}\n", chosen.name()));
+            }
+        }
+    }
+    print!("{out}");
+    if let Some(path) = &cli.plot {
+        let svg = plot(&setting);
+        std::fs::write(path, svg).with_context(|| format!("write the plot to {path}"))?;
+        eprintln!("streamcomm-bench: plot written to {path}");
+    }
+    Ok(())
+}
+
+/// Predicted time against size for the collectives with several
+/// algorithms, at 64, 512 and 4096 ranks: one panel each.
+fn plot(setting: &Setting) -> String {
+    let mut panels = Vec::new();
+    for c in [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::Broadcast,
+    ] {
+        for n in [64, 512, 4096] {
+            let mut series: Vec<svg::Series> = Vec::new();
+            for bytes in sizes() {
+                let (times, _) = setting.row(c, n, bytes);
+                for (i, (a, t)) in times.into_iter().enumerate() {
+                    if series.len() <= i {
+                        series.push(svg::Series {
+                            name: a.name().to_string(),
+                            points: Vec::new(),
+                        });
+                    }
+                    series[i].points.push((bytes as f64, t));
+                }
+            }
+            panels.push(svg::Panel {
+                title: format!(
+                    "{} — {n} ranks ({} hosts)",
+                    c.name(),
+                    n.div_ceil(setting.per_host)
+                ),
+                series,
+            });
+        }
+    }
+    svg::render(
+        "streamcomm cost model: predicted time per call (us) against size (bytes)",
+        &panels,
+        3,
+    )
+}
