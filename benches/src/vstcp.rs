@@ -135,6 +135,8 @@ mod tests {
             algbw: busbw,
             busbw,
             wrong: Some(0),
+            algo: None,
+            predicted_us: None,
         }
     }
 

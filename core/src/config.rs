@@ -349,8 +349,10 @@ mod tests {
         let c = cfg(&[("STREAMCOMM_ALGO", "all_gather=bruck")]).unwrap();
         assert_eq!(c.algo.get(Collective::AllGather), Some(Algorithm::Bruck));
         let path = std::env::temp_dir().join(format!("sc-tuning-{}.txt", std::process::id()));
-        let mut params = CostParams::default();
-        params.cores = 5;
+        let params = CostParams {
+            cores: 5,
+            ..CostParams::default()
+        };
         std::fs::write(&path, params.to_file(&[])).unwrap();
         let c = cfg(&[("STREAMCOMM_TUNING_FILE", path.to_str().unwrap())]).unwrap();
         assert_eq!(c.tuning.map(|t| t.cores), Some(5));
