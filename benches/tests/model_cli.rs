@@ -1,0 +1,136 @@
+//! End-to-end runs of `streamcomm-bench model`, `calibrate` and `--algo`.
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use streamcomm::tuning::CostParams;
+
+/// Runs the benchmark, killing it after 120 s (calibrate starts ranks twice).
+fn run(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_streamcomm-bench"))
+        .args(args)
+        .env("STREAMCOMM_TIMEOUT", "30")
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .env_remove("STREAMCOMM_TRANSPORT")
+        .env_remove("STREAMCOMM_ALGO")
+        .env_remove("STREAMCOMM_TUNING_FILE")
+        .envs(envs.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start streamcomm-bench");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("watchdog: streamcomm-bench {args:?} ran over 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn temp(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("sc-bench-{}-{name}", std::process::id()))
+}
+
+#[test]
+fn model_prints_every_algorithm_and_plots() {
+    let svg = temp("model.svg");
+    let out = run(
+        &[
+            "model",
+            "--max-ranks",
+            "64",
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    for name in [
+        "ring",
+        "tree",
+        "halving_doubling",
+        "recursive_doubling",
+        "bruck",
+        "binomial",
+        "chain",
+        "pairwise",
+    ] {
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
+    // 6 ranks counts (2..64) x 10 sizes per collective, 6 collectives.
+    let rows = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty());
+    assert_eq!(rows.count(), 6 * 6 * 10);
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.contains("<svg") && plot.matches("<polyline").count() >= 9 * 2);
+    let _ = std::fs::remove_file(&svg);
+}
+
+#[test]
+fn calibrate_writes_a_tuning_file_the_library_reads() {
+    let file = temp("tuning.txt");
+    let out = run(
+        &[
+            "calibrate",
+            "--iters",
+            "20",
+            "--bytes",
+            "256K",
+            "--out",
+            file.to_str().unwrap(),
+        ],
+        &[("STREAMCOMM_BUFFSIZE", "256K")],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let params = CostParams::load(&file).unwrap();
+    assert!(
+        params.shm.alpha > 0.0 && params.tcp.alpha > 0.0,
+        "{params:?}"
+    );
+    assert!(params.cores >= 1);
+    // The model uses it.
+    let out = run(
+        &["model", "--max-ranks", "4"],
+        &[("STREAMCOMM_TUNING_FILE", file.to_str().unwrap())],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("parameters from STREAMCOMM_TUNING_FILE"));
+    let _ = std::fs::remove_file(&file);
+}
+
+#[test]
+fn forced_algorithms_run_and_wrong_ones_are_usage_errors() {
+    let out = run(
+        &[
+            "all_gather",
+            "--ranks",
+            "3",
+            "-b",
+            "96",
+            "-e",
+            "96K",
+            "-f",
+            "32",
+            "-n",
+            "3",
+            "-w",
+            "1",
+            "--algo",
+            "bruck",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.matches(" bruck ").count(), 3, "{text}");
+    assert!(text.contains("Wrong elements       : 0 OK"), "{text}");
+    let out = run(&["all_reduce", "--algo", "binomial"], &[]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("binomial does not implement all_reduce"));
+}
