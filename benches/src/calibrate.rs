@@ -28,6 +28,9 @@ use streamcomm::{Communicator, DataType, ReduceOp};
 
 use crate::error::{Context, Fallible};
 
+/// Launches of the two ranks per transport.
+const LAUNCHES: usize = 3;
+
 /// Where a rank 0 writes its `alpha beta` line (set by the launcher).
 const ENV_OUT: &str = "STREAMCOMM_BENCH_CALIBRATE_OUT";
 
@@ -61,39 +64,55 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let mut links = Vec::new();
     for transport in ["shm", "tcp"] {
-        let out = std::env::temp_dir().join(format!(
-            "streamcomm-calibrate-{}-{transport}.txt",
-            std::process::id()
-        ));
-        let outcome = LocalLauncher::new(2, exe.clone())
-            .args(args.clone())
-            .env("STREAMCOMM_TRANSPORT", transport)
-            .env("STREAMCOMM_ALGO", "all_reduce=ring,broadcast=chain")
-            .env(ENV_OUT, out.as_os_str())
-            .run()
-            .context("start the ranks")?;
-        if outcome.exit_code() != 0 {
-            return Err(format!("the {transport} ranks failed: {outcome}"));
-        }
-        let text =
-            std::fs::read_to_string(&out).with_context(|| format!("read {}", out.display()))?;
-        let _ = std::fs::remove_file(&out);
-        let v: Vec<f64> = text
-            .split_whitespace()
-            .map(|w| {
-                w.parse::<f64>()
-                    .map_err(|e| format!("{transport} result {w:?}: {e}"))
-            })
-            .collect::<Result<_, _>>()?;
-        let [alpha, beta] = v[..] else {
-            return Err(format!(
-                "{transport} result {text:?}: expected `alpha beta`"
+        // Three launches, the median of each parameter: how fast waiting
+        // ranks wake varies from one launch to the next on a busy machine.
+        let mut runs = Vec::new();
+        for launch in 0..LAUNCHES {
+            let out = std::env::temp_dir().join(format!(
+                "streamcomm-calibrate-{}-{transport}-{launch}.txt",
+                std::process::id()
             ));
+            let outcome = LocalLauncher::new(2, exe.clone())
+                .args(args.clone())
+                .env("STREAMCOMM_TRANSPORT", transport)
+                .env("STREAMCOMM_ALGO", "all_reduce=ring,broadcast=chain")
+                .env(ENV_OUT, out.as_os_str())
+                .run()
+                .context("start the ranks")?;
+            if outcome.exit_code() != 0 {
+                return Err(format!("the {transport} ranks failed: {outcome}"));
+            }
+            let text =
+                std::fs::read_to_string(&out).with_context(|| format!("read {}", out.display()))?;
+            let _ = std::fs::remove_file(&out);
+            let v: Vec<f64> = text
+                .split_whitespace()
+                .map(|w| {
+                    w.parse::<f64>()
+                        .map_err(|e| format!("{transport} result {w:?}: {e}"))
+                })
+                .collect::<Result<_, _>>()?;
+            let [alpha, beta] = v[..] else {
+                return Err(format!(
+                    "{transport} result {text:?}: expected `alpha beta`"
+                ));
+            };
+            runs.push((alpha, beta));
+        }
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
         };
+        let alpha = median(runs.iter().map(|r| r.0).collect());
+        let beta = median(runs.iter().map(|r| r.1).collect());
         eprintln!(
-            "streamcomm-bench: {transport}: alpha {:.2} us, beta {:.3} ns/B",
+            "streamcomm-bench: {transport}: alpha {:.2} us, beta {:.3} ns/B (median of {LAUNCHES} launches: {})",
             alpha * 1e6,
-            beta * 1e9
+            beta * 1e9,
+            runs.iter()
+                .map(|(a, b)| format!("{:.2} us {:.3} ns/B", a * 1e6, b * 1e9))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         links.push(LinkCost { alpha, beta });
     }
