@@ -4,17 +4,19 @@
 //! - `gamma` and the cores: in the launcher, before any rank runs: the
 //!   time per byte of a sum-reduction kernel beyond a plain copy of the same
 //!   bytes, and `available_parallelism`.
-//! - `alpha` and `beta`, per transport: two ranks, started once with
-//!   `STREAMCOMM_TRANSPORT=shm` and once with `=tcp`, time calls the way
-//!   the benchmark does (back to back, one synchronize): a ring all-reduce
-//!   of 8 bytes is two steps of almost nothing on each rank, so `alpha` is
-//!   half its time; a chain broadcast of many slots costs one step per slot
-//!   once the pipeline is full, so `beta` is its time per slot, less
-//!   `alpha`, per byte of a slot. These are the two quantities each step
-//!   of a plan pays, measured through the same code path.
+//! - `alpha` and `beta`, per transport: `--ranks` ranks (4 by default),
+//!   started with `STREAMCOMM_TRANSPORT=shm` and again with `=tcp`, time two
+//!   calls the way the benchmark does (back to back, one synchronize): a
+//!   ring all-reduce of 8 bytes, which is almost only per-step cost, and a
+//!   chain broadcast of many slots, which is almost only per-byte cost.
+//!   `alpha` is then the value for which the model predicts the first call's
+//!   time, and `beta` (with that `alpha`) the value for which it predicts
+//!   the second's: the parameters are solved through the model itself, so
+//!   its step counts and its cores bound are part of the calibration (over
+//!   tcp, the model sees one rank per host, as a communicator does).
 //!
-//! Medians of several repetitions, so a scheduler hiccup does not become a
-//! parameter.
+//! Medians of several repetitions within a launch and of three launches,
+//! so a scheduler hiccup does not become a parameter.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -23,7 +25,8 @@ use clap::Parser;
 use streamcomm::comm::UntypedBuffer;
 use streamcomm::host::HostStream;
 use streamcomm::launch::local::LocalLauncher;
-use streamcomm::tuning::{CostParams, LinkCost};
+use streamcomm::plan::{Algorithm, Collective};
+use streamcomm::tuning::{predict, CostParams, LinkCost, Shape};
 use streamcomm::{Communicator, DataType, ReduceOp};
 
 use crate::error::{Context, Fallible};
@@ -31,7 +34,7 @@ use crate::error::{Context, Fallible};
 /// Launches of the two ranks per transport.
 const LAUNCHES: usize = 3;
 
-/// Where a rank 0 writes its `alpha beta` line (set by the launcher).
+/// Where rank 0 writes its measurements (set by the launcher).
 const ENV_OUT: &str = "STREAMCOMM_BENCH_CALIBRATE_OUT";
 
 /// Arguments of `streamcomm-bench calibrate`.
@@ -46,6 +49,10 @@ pub struct CalibrateCli {
     /// broadcast runs a tenth as many); 7 repetitions, the median is kept.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..))]
     pub iters: u64,
+
+    /// Ranks to calibrate with.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..=64))]
+    pub ranks: u64,
 
     /// Bytes of the large broadcast (default 64 slots).
     #[arg(long, value_parser = crate::cli::parse_size)]
@@ -72,10 +79,14 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
                 "streamcomm-calibrate-{}-{transport}-{launch}.txt",
                 std::process::id()
             ));
-            let outcome = LocalLauncher::new(2, exe.clone())
+            let outcome = LocalLauncher::new(ranks_for(transport, cli), exe.clone())
                 .args(args.clone())
                 .env("STREAMCOMM_TRANSPORT", transport)
                 .env("STREAMCOMM_ALGO", "all_reduce=ring,broadcast=chain")
+                .env(
+                    "STREAMCOMM_TIMEOUT",
+                    std::env::var("STREAMCOMM_TIMEOUT").unwrap_or_else(|_| "60".into()),
+                )
                 .env(ENV_OUT, out.as_os_str())
                 .run()
                 .context("start the ranks")?;
@@ -92,12 +103,29 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
                         .map_err(|e| format!("{transport} result {w:?}: {e}"))
                 })
                 .collect::<Result<_, _>>()?;
-            let [alpha, beta] = v[..] else {
-                return Err(format!(
-                    "{transport} result {text:?}: expected `alpha beta`"
-                ));
+            let [small, large, big, slot] = v[..] else {
+                return Err(format!("{transport} result {text:?}: expected 4 numbers"));
             };
-            runs.push((alpha, beta));
+            let per_host = if transport == "tcp" {
+                1
+            } else {
+                cli.ranks as usize
+            };
+            let fit = Fit {
+                shape: Shape::new(cli.ranks as usize, per_host, slot as usize),
+                base: CostParams {
+                    gamma,
+                    cores,
+                    ..links
+                        .first()
+                        .map_or_else(CostParams::default, |&shm| CostParams {
+                            shm,
+                            ..CostParams::default()
+                        })
+                },
+                tcp: transport == "tcp",
+            };
+            runs.push(fit.solve(small, large, big as usize));
         }
         let median = |mut v: Vec<f64>| {
             v.sort_by(f64::total_cmp);
@@ -141,27 +169,34 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
     Ok(())
 }
 
-/// One rank: times the two calls with the other; rank 0 writes `alpha beta`.
+/// Ranks of the `transport` launches: `--ranks` for shm; 2 for tcp, where
+/// 4 ranks on one host were seen to time out in `barrier_host` after back
+/// to back 32 MiB broadcasts (a transport issue, reported, not worked
+/// around here).
+fn ranks_for(transport: &str, cli: &CalibrateCli) -> usize {
+    if transport == "tcp" {
+        2
+    } else {
+        cli.ranks as usize
+    }
+}
+
+/// One rank: times the two calls; rank 0 writes their times, the big
+/// size and the slot size.
 ///
 /// # Errors
 /// Library errors, or the result file cannot be written.
 pub fn rank(cli: &CalibrateCli) -> Fallible<()> {
     let comm = Communicator::from_env().context("create the communicator")?;
     let stream = HostStream::new().context("create a stream")?;
-    if comm.size() != 2 {
-        return Err(format!("calibrate runs on 2 ranks, not {}", comm.size()));
-    }
     let slot = comm.config().slot_bytes();
     let big = cli.bytes.map_or(64 * slot, |b| b as usize).max(slot);
     let small = per_call(&comm, &stream, false, 8, cli.iters)?;
     let large = per_call(&comm, &stream, true, big, (cli.iters / 10).max(5))?;
-    let slots = big.div_ceil(slot) as f64;
-    let alpha = small / 2.0;
-    let beta = ((large / slots - alpha) / slot as f64).max(0.0);
     comm.barrier_host().context("final barrier")?;
     if comm.rank() == 0 {
         if let Ok(path) = std::env::var(ENV_OUT) {
-            std::fs::write(&path, format!("{alpha:e} {beta:e}\n"))
+            std::fs::write(&path, format!("{small:e} {large:e} {big} {slot}\n"))
                 .with_context(|| format!("write {path}"))?;
         }
     }
@@ -227,4 +262,100 @@ fn reduce_gamma() -> f64 {
         let _ = streamcomm_kernels::reduce(DataType::F32, ReduceOp::Sum, &a, &b, o);
     });
     ((reduce - copy) / bytes as f64).max(0.0)
+}
+
+/// Solves one transport's `alpha` and `beta` through the model.
+struct Fit {
+    shape: Shape,
+    /// The other parameters (shm's when fitting tcp, gamma, cores).
+    base: CostParams,
+    /// Fitting the tcp link (else shm).
+    tcp: bool,
+}
+
+impl Fit {
+    fn with(&self, alpha: f64, beta: f64) -> CostParams {
+        let link = LinkCost { alpha, beta };
+        let mut p = self.base;
+        if self.tcp {
+            p.tcp = link;
+        } else {
+            p.shm = link;
+        }
+        p
+    }
+
+    /// `(alpha, beta)` making the model predict `small` seconds for a ring
+    /// all-reduce of 8 bytes and then `large` for a chain broadcast of `big`.
+    fn solve(&self, small: f64, large: f64, big: usize) -> (f64, f64) {
+        let time = |p: &CostParams, c: Collective, a: Algorithm, bytes: usize| {
+            predict(p, c, a, bytes, 1, &self.shape).unwrap_or(0.0)
+        };
+        let ar = |alpha: f64| {
+            time(
+                &self.with(alpha, 0.0),
+                Collective::AllReduce,
+                Algorithm::Ring,
+                8,
+            )
+        };
+        let alpha = bisect(ar, small);
+        let bc = |beta: f64| {
+            let c = Collective::Broadcast { root: 0 };
+            time(&self.with(alpha, beta), c, Algorithm::Chain, big)
+        };
+        (alpha, bisect(bc, large))
+    }
+}
+
+/// The `x >= 0` where the increasing `f` reaches `target` (0 when `f(0)`
+/// already does; capped at one second per unit).
+fn bisect(f: impl Fn(f64) -> f64, target: f64) -> f64 {
+    let (mut lo, mut hi) = (0.0, 1e-9);
+    if f(lo) >= target {
+        return 0.0;
+    }
+    while f(hi) < target && hi < 1.0 {
+        hi *= 2.0;
+    }
+    for _ in 0..100 {
+        let mid = (lo + hi) / 2.0;
+        if f(mid) < target {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    (lo + hi) / 2.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn solves_back_the_parameters_the_model_was_given() {
+        let shape = Shape::new(4, 4, 1 << 16);
+        let truth = LinkCost {
+            alpha: 7e-6,
+            beta: 0.4e-9,
+        };
+        let base = CostParams {
+            cores: 2,
+            ..CostParams::default()
+        };
+        let fit = Fit {
+            shape,
+            base,
+            tcp: false,
+        };
+        let p = fit.with(truth.alpha, truth.beta);
+        let small = predict(&p, Collective::AllReduce, Algorithm::Ring, 8, 1, &shape).unwrap();
+        let bc = Collective::Broadcast { root: 0 };
+        let big = 64 << 16;
+        let large = predict(&p, bc, Algorithm::Chain, big, 1, &shape).unwrap();
+        let (alpha, beta) = fit.solve(small, large, big);
+        assert!((alpha / truth.alpha - 1.0).abs() < 1e-6, "{alpha}");
+        assert!((beta / truth.beta - 1.0).abs() < 1e-6, "{beta}");
+    }
 }

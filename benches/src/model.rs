@@ -144,10 +144,17 @@ pub fn run(cli: &ModelCli) -> Fallible<()> {
                     n.div_ceil(setting.per_host),
                     human_bytes(bytes)
                 ));
+                // Below one element per rank, the call moves nothing.
+                let empty = c.geometry(bytes, DataType::F32, n).count == 0;
                 for (_, t) in &times {
-                    out.push_str(&format!(" {t:>18.1}"));
+                    if empty {
+                        out.push_str(&format!(" {:>18}", "-"));
+                    } else {
+                        out.push_str(&format!(" {t:>18.1}"));
+                    }
                 }
-                out.push_str(&format!(" {:>18}\n", chosen.name()));
+                let chosen = if empty { "-" } else { chosen.name() };
+                out.push_str(&format!(" {chosen:>18}\n"));
             }
         }
     }

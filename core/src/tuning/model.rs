@@ -50,8 +50,12 @@ impl Shape {
 /// How far apart the two ranks of a phase's steps are.
 #[derive(Clone, Copy, Debug)]
 enum Span {
-    /// Along a ring or chain: paced by its slowest link.
+    /// Along a ring or chain, pipelined: no faster than the slowest link
+    /// carries the bytes, and hops' latencies averaged over the ring.
     Ring,
+    /// Along a chain while its pipeline fills: each hop's full cost,
+    /// averaged over the hops (`hosts` of `ranks` cross hosts).
+    RingFill,
     /// This many ranks apart.
     Dist(usize),
     /// This fraction of the steps cross hosts.
@@ -124,6 +128,10 @@ pub fn predict(
                 let latency = shm + f * (params.tcp.alpha - params.shm.alpha);
                 latency.max(p.bytes * params.tcp.beta)
             }
+            Span::RingFill if multi => {
+                let f = shape.hosts as f64 / shape.ranks as f64;
+                shm + f * (tcp - shm)
+            }
             Span::Dist(d) if multi && d >= shape.ranks_per_host => tcp,
             Span::Mixed(f) if multi => shm + f * (tcp - shm),
             _ => shm,
@@ -183,7 +191,10 @@ fn phases(
         (Collective::Broadcast { .. } | Collective::Reduce { .. }, Algorithm::Chain) => {
             let (m, b) = cut(count);
             let reduce = matches!(collective, Collective::Reduce { .. });
-            vec![Phase::new(m + nf - 2.0, b, reduce, Span::Ring).avg(m)]
+            vec![
+                Phase::new(nf - 2.0, b, reduce, Span::RingFill).avg(0.0),
+                Phase::new(m, b, reduce, Span::Ring),
+            ]
         }
         (Collective::AllToAll, _) => {
             let (m, b) = cut(count);
