@@ -191,9 +191,12 @@ fn phases(
         (Collective::Broadcast { .. } | Collective::Reduce { .. }, Algorithm::Chain) => {
             let (m, b) = cut(count);
             let reduce = matches!(collective, Collective::Reduce { .. });
+            // The first chunk crosses `n - 1` hops, each a copy into the
+            // slot then a copy out of it, one after the other; the others
+            // follow at the pace of one step, both copies overlapping.
             vec![
-                Phase::new(nf - 2.0, b, reduce, Span::RingFill).avg(0.0),
-                Phase::new(m, b, reduce, Span::Ring),
+                Phase::new(nf - 1.0, 2.0 * b, reduce, Span::RingFill).avg(0.0),
+                Phase::new(m - 1.0, b, reduce, Span::Ring).avg(m),
             ]
         }
         (Collective::AllToAll, _) => {
