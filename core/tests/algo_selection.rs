@@ -1,0 +1,87 @@
+//! Algorithm selection on live communicators (ranks as threads): forced
+//! choices are used and reported, the model's choice is the same on every
+//! rank, and ranks that disagree on `STREAMCOMM_ALGO` fail at creation.
+
+mod common;
+mod harness;
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use streamcomm::bootstrap::UniqueId;
+use streamcomm::host::HostStream;
+use streamcomm::plan::{Algorithm, Collective};
+use streamcomm::tuning::AlgoOverride;
+use streamcomm::{Backend, Communicator, Config, DataType, Error, ReduceOp};
+
+#[test]
+fn forced_and_modelled_choices_are_reported_and_run() {
+    let config = Config {
+        algo: AlgoOverride::parse("all_reduce=halving_doubling,broadcast=binomial").unwrap(),
+        ..harness::small_config()
+    };
+    let results = harness::run_threads(5, config, Duration::from_secs(60), |comm| {
+        let f32s = DataType::F32;
+        assert_eq!(
+            comm.algorithm(Collective::AllReduce, f32s, 1000),
+            Some(Algorithm::HalvingDoubling)
+        );
+        assert_eq!(
+            comm.algorithm(Collective::Broadcast { root: 1 }, f32s, 7),
+            Some(Algorithm::Binomial)
+        );
+        assert_eq!(comm.algorithm(Collective::Barrier, f32s, 0), None);
+        let t = comm.predict(Collective::AllGather, Algorithm::Bruck, f32s, 100);
+        assert!(t.is_some_and(|t| t > 0.0), "{t:?}");
+        assert_eq!(
+            comm.predict(Collective::AllGather, Algorithm::Tree, f32s, 100),
+            None
+        );
+        let stream = HostStream::new().unwrap();
+        for (i, count) in [0, 1, 3000].into_iter().enumerate() {
+            for collective in [Collective::AllReduce, Collective::Broadcast { root: 4 }] {
+                let case = harness::Case {
+                    collective,
+                    dtype: DataType::I32,
+                    op: ReduceOp::Sum,
+                    count,
+                    in_place: i % 2 == 1,
+                    seed: 77 + i as u64,
+                };
+                harness::run_case(&comm, &stream, &case).unwrap();
+            }
+        }
+        // The model's pick for all-gather, the same on every rank.
+        comm.algorithm(Collective::AllGather, DataType::U8, 64)
+    });
+    assert!(results.iter().all(|a| *a == results[0] && a.is_some()));
+}
+
+#[test]
+fn ranks_that_disagree_on_the_algorithm_fail_at_creation() {
+    let id = UniqueId::new().unwrap();
+    let (tx, rx) = mpsc::channel();
+    for rank in 0..2 {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let algo = if rank == 0 { "tree" } else { "ring" };
+            let config = Config {
+                algo: AlgoOverride::parse(algo).unwrap(),
+                ..harness::small_config()
+            };
+            let r = Communicator::init_with_config(&id, rank, 2, Backend::Host, config);
+            let _ = tx.send(r.err());
+        });
+    }
+    for _ in 0..2 {
+        let err = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("watchdog: creation hung");
+        match err {
+            Some(Error::InvalidArgument(msg)) => {
+                assert!(msg.contains("STREAMCOMM_ALGO"), "{msg}")
+            }
+            other => panic!("expected an InvalidArgument, got {other:?}"),
+        }
+    }
+}
