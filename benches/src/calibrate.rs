@@ -291,20 +291,25 @@ impl Fit {
         let time = |p: &CostParams, c: Collective, a: Algorithm, bytes: usize| {
             predict(p, c, a, bytes, 1, &self.shape).unwrap_or(0.0)
         };
-        let ar = |alpha: f64| {
-            time(
-                &self.with(alpha, 0.0),
-                Collective::AllReduce,
-                Algorithm::Ring,
-                8,
-            )
-        };
-        let alpha = bisect(ar, small);
-        let bc = |beta: f64| {
-            let c = Collective::Broadcast { root: 0 };
-            time(&self.with(alpha, beta), c, Algorithm::Chain, big)
-        };
-        (alpha, bisect(bc, large))
+        // Each call depends a little on the other parameter: alternate.
+        let (mut alpha, mut beta) = (0.0, 0.0);
+        for _ in 0..4 {
+            let ar = |a: f64| {
+                time(
+                    &self.with(a, beta),
+                    Collective::AllReduce,
+                    Algorithm::Ring,
+                    8,
+                )
+            };
+            alpha = bisect(ar, small);
+            let bc = |b: f64| {
+                let c = Collective::Broadcast { root: 0 };
+                time(&self.with(alpha, b), c, Algorithm::Chain, big)
+            };
+            beta = bisect(bc, large);
+        }
+        (alpha, beta)
     }
 }
 
