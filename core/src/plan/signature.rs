@@ -194,7 +194,10 @@ mod tests {
         );
         let eager = p2p(P2pSlot::Eager, DataType::I64, 9);
         assert_eq!(describe(eager), "send of 9 i64 (eager)");
-        assert_eq!(parse_p2p(eager), Some((P2pSlot::Eager, Some(DataType::I64), 9)));
+        assert_eq!(
+            parse_p2p(eager),
+            Some((P2pSlot::Eager, Some(DataType::I64), 9))
+        );
         let rts = p2p(P2pSlot::ReadyToSend, DataType::U8, (1 << 36) - 1);
         assert_eq!(
             parse_p2p(rts),

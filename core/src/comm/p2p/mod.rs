@@ -49,8 +49,8 @@ pub use stats::P2pStats;
 use crate::comm::buffer::{AsBufView, BufView};
 use crate::comm::inner::CommInner;
 use crate::comm::Communicator;
-use crate::host::{Job, Task};
 use crate::host::HostStream;
+use crate::host::{Job, Task};
 use crate::{Error, Result};
 use spec::{Dir, GroupSpec};
 use stats::StatCounters;
@@ -121,7 +121,12 @@ impl<'c, 's> Group<'c, 's> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a peer out of range or a second stream.
-    pub fn send(&mut self, buf: &impl AsBufView, peer: usize, stream: &'s HostStream) -> Result<()> {
+    pub fn send(
+        &mut self,
+        buf: &impl AsBufView,
+        peer: usize,
+        stream: &'s HostStream,
+    ) -> Result<()> {
         let v = buf.buf_view();
         self.send_region(&v, 0, v.len(), peer, stream)
     }
@@ -227,7 +232,11 @@ impl Communicator {
             stream: None,
         };
         let r = f(&mut g)?;
-        let Group { comm, mut spec, stream } = g;
+        let Group {
+            comm,
+            mut spec,
+            stream,
+        } = g;
         let Some(stream) = stream else {
             return Ok(r);
         };

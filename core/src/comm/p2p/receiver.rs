@@ -20,9 +20,16 @@ enum State {
     /// Waiting for the first slot.
     Header,
     /// Eager slots: `got` of `total` bytes so far, each slot signed `sig`.
-    Eager { got: usize, total: usize, sig: u64 },
+    Eager {
+        got: usize,
+        total: usize,
+        sig: u64,
+    },
     /// Granted: streamed `got` of `total` bytes so far, until the done slot.
-    Granted { got: usize, total: usize },
+    Granted {
+        got: usize,
+        total: usize,
+    },
     Done,
 }
 
@@ -98,7 +105,12 @@ impl<'a> RecvOp<'a> {
     pub fn poll(&mut self) -> Result<bool> {
         let mut progressed = false;
         while self.state != State::Done {
-            let Some(slot) = self.conn.recv.try_acquire_recv().map_err(|e| self.corrupt(e))? else {
+            let Some(slot) = self
+                .conn
+                .recv
+                .try_acquire_recv()
+                .map_err(|e| self.corrupt(e))?
+            else {
                 break;
             };
             let sig = self.conn.recv.head_sig();

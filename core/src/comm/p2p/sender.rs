@@ -22,13 +22,20 @@ use crate::{DataType, Error, Result};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     /// Sending eager slots; `sent` bytes so far, `slots` slots so far.
-    Eager { sent: usize, slots: u64 },
+    Eager {
+        sent: usize,
+        slots: u64,
+    },
     /// The rendezvous request is still to be sent.
     Request,
     /// Waiting for the receiver's grant number `grant`.
-    AwaitGrant { grant: u64 },
+    AwaitGrant {
+        grant: u64,
+    },
     /// Streaming the bytes through the ring (direct write refused).
-    Stream { sent: usize },
+    Stream {
+        sent: usize,
+    },
     /// The done slot is still to be sent.
     Finish,
     Done,

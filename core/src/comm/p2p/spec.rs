@@ -98,7 +98,11 @@ impl GroupSpec {
                 view.len()
             )));
         }
-        let buf = match self.bufs.iter().position(|b| b.view.raw().same_as(view.raw())) {
+        let buf = match self
+            .bufs
+            .iter()
+            .position(|b| b.view.raw().same_as(view.raw()))
+        {
             Some(i) => i,
             None => {
                 self.bufs.push(GroupBuf {
