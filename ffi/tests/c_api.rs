@@ -91,7 +91,7 @@ fn compile(source: &str, dir: &Path, shared: bool) -> PathBuf {
     } else {
         // What a Rust static library needs from the system (see the README).
         cmd.arg(library("a"))
-            .args(["-lpthread", "-ldl", "-lm", "-lrt", "-lgcc_s"]);
+            .args(["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc"]);
     }
     cmd.arg("-lm");
     let out = run(cmd, Duration::from_secs(120));
