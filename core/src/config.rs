@@ -13,6 +13,12 @@ use crate::{Error, Result};
 pub const DEFAULT_BUFFSIZE: usize = 4 << 20;
 /// Default number of slots per connection.
 pub const DEFAULT_NSTEPS: usize = 8;
+/// Default eager limit for point-to-point messages (DESIGN.md §6): messages
+/// up to this many bytes go through the slot ring, larger ones use the
+/// rendezvous protocol where the transport has one. Measured with
+/// `streamcomm-bench sendrecv` (README, Benchmarks): where the eager and
+/// rendezvous latency curves cross on a 2-core host.
+pub const DEFAULT_P2P_EAGER_LIMIT: usize = 64 << 10;
 /// Default timeout for every wait.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -71,6 +77,14 @@ pub struct Config {
     /// `STREAMCOMM_SOCKET_IFNAME`: interface whose address tcp listens on
     /// (default: the address that reaches the bootstrap root).
     pub socket_ifname: Option<String>,
+    /// `STREAMCOMM_P2P_EAGER_LIMIT`: largest point-to-point message (bytes)
+    /// sent eagerly through the slot ring (default 64 KiB); larger messages
+    /// use rendezvous on shared memory (see [`crate::p2p`]).
+    pub p2p_eager_limit: usize,
+    /// `STREAMCOMM_P2P_DIRECT`: `1` (default) lets rendezvous write straight
+    /// into a receiver's buffer on the same host (cross-memory attach); `0`
+    /// streams it through the slot ring instead.
+    pub p2p_direct: bool,
     /// `STREAMCOMM_DEBUG`: a `tracing` filter the examples and benchmark install
     /// (the library itself never installs a subscriber).
     pub debug: Option<String>,
@@ -89,6 +103,8 @@ impl Default for Config {
             transport: TransportChoice::Auto,
             nchannels: 2,
             socket_ifname: None,
+            p2p_eager_limit: DEFAULT_P2P_EAGER_LIMIT,
+            p2p_direct: true,
             debug: None,
         }
     }
@@ -165,6 +181,16 @@ impl Config {
             if !v.is_empty() {
                 self.socket_ifname = Some(v.to_string());
             }
+        }
+        if let Some(v) = get("STREAMCOMM_P2P_EAGER_LIMIT") {
+            self.p2p_eager_limit = parse_size("STREAMCOMM_P2P_EAGER_LIMIT", &v)?;
+        }
+        if let Some(v) = get("STREAMCOMM_P2P_DIRECT") {
+            self.p2p_direct = match v.trim() {
+                "1" | "true" | "yes" | "on" => true,
+                "0" | "false" | "no" | "off" => false,
+                _ => return Err(bad("STREAMCOMM_P2P_DIRECT", &v)),
+            };
         }
         if let Some(v) = get("STREAMCOMM_DEBUG") {
             self.debug = Some(v);

@@ -142,6 +142,11 @@ impl AsBufView for UntypedBuffer {
 }
 
 impl BufView {
+    /// The storage.
+    pub(crate) fn raw(&self) -> &RawBuffer {
+        &self.raw
+    }
+
     /// The element type.
     pub fn dtype(&self) -> DataType {
         self.dtype

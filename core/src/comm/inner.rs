@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::comm::barrier::BarrierState;
 use crate::comm::buffer::Binding;
+use crate::comm::p2p::P2pState;
 use crate::comm::proxy::ProxyHandle;
 use crate::comm::turns::Turns;
 use crate::config::Config;
@@ -56,6 +57,8 @@ pub(crate) struct CommInner {
     pub proxy: ProxyHandle,
     /// Barrier algorithm, epochs and flag areas.
     pub barrier: BarrierState,
+    /// Point-to-point rendezvous numbering and byte counters.
+    pub p2p: P2pState,
 }
 
 impl CommInner {
@@ -86,6 +89,7 @@ impl CommInner {
             error,
             proxy,
             barrier,
+            p2p: P2pState::new(size),
         }
     }
 

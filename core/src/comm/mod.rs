@@ -18,6 +18,7 @@ mod collectives;
 mod connect;
 mod endpoint;
 mod inner;
+mod p2p;
 mod proxy;
 mod task;
 mod turns;
@@ -29,6 +30,7 @@ use std::time::Duration;
 pub use barrier::default_barrier_algo;
 pub use buffer::{AsBufView, BufView, UntypedBuffer};
 pub use endpoint::{local_host_id, Endpoint};
+pub use p2p::{Group, P2pStats};
 
 use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::config::Config;

@@ -28,6 +28,21 @@ pub struct Counter {
     pub notifier: Notifier,
 }
 
+/// Where a receiver tells the sender to write a rendezvous message
+/// (DESIGN.md §6): the clear-to-send of MPI's rendezvous protocol, kept out of
+/// the data ring so that it never queues behind data the sender cannot yet
+/// consume.
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub struct Mailbox {
+    /// Address of the destination in the receiver's address space.
+    pub addr: AtomicU64,
+    /// Bytes the destination holds.
+    pub len: AtomicU64,
+    /// Process id of the receiver (for cross-memory attach).
+    pub pid: AtomicU64,
+}
+
 /// The control block at the start of every ring.
 #[repr(C)]
 #[derive(Debug, Default)]
@@ -36,10 +51,14 @@ pub struct RingHeader {
     pub tail: Counter,
     /// Slots consumed by the receiver.
     pub head: Counter,
+    /// Rendezvous grants written by the receiver (clear-to-send count).
+    pub cts: Counter,
+    /// The latest grant's destination, valid once `cts` moved.
+    pub mailbox: Mailbox,
 }
 
 /// Bytes of [`RingHeader`] (a fixed layout shared between processes).
-pub const RING_HEADER_BYTES: usize = 128;
+pub const RING_HEADER_BYTES: usize = 256;
 const _: () = assert!(std::mem::size_of::<RingHeader>() == RING_HEADER_BYTES);
 const _: () = assert!(std::mem::size_of::<Counter>() == 64);
 
@@ -281,6 +300,73 @@ impl RingEnd {
         let h = self.header();
         h.head.value.store(new_head, Ordering::Release);
         h.head.notifier.notify();
+    }
+
+    /// Sender: the next slot's payload area if the receiver has returned
+    /// enough credit for it, without waiting.
+    #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
+    pub fn try_acquire_send(&self) -> Option<&mut [u8]> {
+        let tail = self.header().tail.value.load(Ordering::Relaxed);
+        self.slot_for_write(tail)
+    }
+
+    /// Receiver: the next slot's payload, if one was published, without
+    /// waiting.
+    ///
+    /// # Errors
+    /// [`RingError::BadLength`] when the slot header is impossible.
+    pub fn try_acquire_recv(&self) -> Result<Option<&[u8]>, RingError> {
+        let head = self.header().head.value.load(Ordering::Relaxed);
+        self.slot_for_read(head)
+    }
+
+    /// Sender: true when a slot is free (never blocks).
+    pub fn has_credit(&self) -> bool {
+        let h = self.header();
+        let tail = h.tail.value.load(Ordering::Relaxed);
+        tail - h.head.value.load(Ordering::Acquire) < self.shape.nsteps as u64
+    }
+
+    /// What a sender waiting for credit sleeps on.
+    pub fn credit_notifier(&self) -> &Notifier {
+        &self.header().head.notifier
+    }
+
+    /// What a receiver waiting for data sleeps on.
+    pub fn data_notifier(&self) -> &Notifier {
+        &self.header().tail.notifier
+    }
+
+    /// Receiver: grants rendezvous number `grant` (1-based), telling the
+    /// sender to write `len` bytes at `addr` in process `pid`.
+    pub fn grant(&self, grant: u64, addr: u64, len: u64, pid: u32) {
+        let h = self.header();
+        h.mailbox.addr.store(addr, Ordering::Relaxed);
+        h.mailbox.len.store(len, Ordering::Relaxed);
+        h.mailbox.pid.store(u64::from(pid), Ordering::Relaxed);
+        h.cts.value.store(grant, Ordering::Release);
+        h.cts.notifier.notify();
+    }
+
+    /// Sender: the destination of rendezvous number `grant` once the
+    /// receiver granted it: `(addr, len, pid)`.
+    pub fn granted(&self, grant: u64) -> Option<(u64, u64, u32)> {
+        let h = self.header();
+        if h.cts.value.load(Ordering::Acquire) < grant {
+            return None;
+        }
+        let m = &h.mailbox;
+        let pid = m.pid.load(Ordering::Relaxed);
+        Some((
+            m.addr.load(Ordering::Relaxed),
+            m.len.load(Ordering::Relaxed),
+            u32::try_from(pid).unwrap_or(u32::MAX),
+        ))
+    }
+
+    /// What a sender waiting for a grant sleeps on.
+    pub fn grant_notifier(&self) -> &Notifier {
+        &self.header().cts.notifier
     }
 
     /// Receiver: true when a slot is waiting (never blocks).
