@@ -73,8 +73,7 @@ typedef enum {
    * streamcomm_group_end() without streamcomm_group_start(), a blocking call
    * (synchronize, destroy a stream, host barrier) from a stream callback. */
   STREAMCOMM_INVALID_USAGE = 2,
-  /* A facility this build or machine lacks (e.g. grouped send/recv before
-   * the library supports them; an inter-host transport). */
+  /* A facility this build or machine lacks (e.g. a transport to a peer). */
   STREAMCOMM_UNAVAILABLE = 3,
   /* A wait exceeded STREAMCOMM_TIMEOUT. */
   STREAMCOMM_TIMEOUT = 4,
@@ -355,34 +354,45 @@ streamcomm_result_t streamcomm_all_to_all(const void *sendbuff, void *recvbuff, 
 /* Point-to-point and groups                                                 */
 /* ------------------------------------------------------------------------ */
 
-/* Sends count elements to peer, which posts a matching streamcomm_recv() of
- * the same count and type. Messages to one peer arrive in posting order.
+/* Sends count elements to peer, which posts a matching streamcomm_recv().
+ * Messages between two ranks arrive in posting order. As with NCCL, a send
+ * outside a group may wait for its receiver (a large one cannot complete
+ * before the receiver posts), so two ranks that both send first must use a
+ * group. A rank may send to itself only inside a group, paired with a
+ * receive from itself.
  * Errors: as the collectives, plus INVALID_ARGUMENT for a peer out of range
- * or equal to this rank. Inside a group, the operation is checked now and
- * enqueued by the group's end. */
+ * (or equal to this rank outside a group). Inside a group the operation is
+ * checked now and enqueued by the group's end. */
 streamcomm_result_t streamcomm_send(const void *sendbuff, size_t count,
                                     streamcomm_data_type_t datatype, int peer,
                                     streamcomm_comm_t comm, streamcomm_stream_t stream);
 
-/* Receives count elements from peer into recvbuff. A message of another
- * size fails the stream with STREAMCOMM_REMOTE_FAILED. Errors: as
- * streamcomm_send(). */
+/* Receives a message of at most count elements from peer into the front of
+ * recvbuff (the rest is left untouched). A larger message, or one of another
+ * type, fails the stream with STREAMCOMM_REMOTE_FAILED naming both sides.
+ * Errors: as streamcomm_send(). */
 streamcomm_result_t streamcomm_recv(void *recvbuff, size_t count, streamcomm_data_type_t datatype,
                                     int peer, streamcomm_comm_t comm, streamcomm_stream_t stream);
 
 /* Starts a group on this thread: until the matching streamcomm_group_end(),
- * streamcomm_send() and streamcomm_recv() are collected, then submitted
- * together, so sends and receives between ranks may be posted in any order
- * without deadlock. Groups nest; only the outermost end submits. All
- * operations of a group must use one communicator and one stream
- * (INVALID_USAGE otherwise); collectives and barriers inside a group return
+ * streamcomm_send() and streamcomm_recv() are checked and collected, then
+ * enqueued as one unit that progresses them all together, so sends and
+ * receives between ranks may be posted in any order without deadlock
+ * (e.g. every rank sending right, then receiving left). Groups nest; only
+ * the outermost end enqueues. All operations of a group must use one
+ * communicator and one stream, and a receive buffer must not overlap any
+ * other buffer of its group (INVALID_USAGE and INVALID_ARGUMENT at the call
+ * that breaks the rule). Collectives and barriers inside a group return
  * INVALID_USAGE. Errors: none. */
 streamcomm_result_t streamcomm_group_start(void);
 
-/* Ends a group; the outermost end enqueues its operations.
- * Errors: INVALID_USAGE (no group started), UNAVAILABLE (grouped send/recv
- * are not supported by this build; the operations were discarded), or an
- * error enqueueing them (as streamcomm_send()). */
+/* Ends a group; the outermost end enqueues its operations on their stream
+ * (enqueued, not complete, on return). If it fails, nothing of the group is
+ * enqueued.
+ * Errors: INVALID_USAGE (no group started), INVALID_HANDLE (the group's
+ * communicator or stream was destroyed meanwhile), INVALID_ARGUMENT (the
+ * group is invalid as a whole, e.g. a send to this rank without a matching
+ * receive from it), the communicator's stored error. */
 streamcomm_result_t streamcomm_group_end(void);
 
 /* ------------------------------------------------------------------------ */

@@ -2,11 +2,13 @@
 //!
 //! Between the outermost start and its end, `streamcomm_send` and
 //! `streamcomm_recv` on this thread are checked and collected here instead of
-//! being enqueued; the outermost end submits them together, so that a rank
-//! may post sends and receives to each other in any order without deadlock.
-//! Groups nest (only the outermost end submits). The state is per thread, as
-//! in NCCL. All operations of one group must use one communicator and one
-//! stream; collectives and barriers are refused inside a group.
+//! being enqueued; the outermost end submits them as one
+//! [`Communicator::group`], so a rank may post sends and receives to each
+//! other in any order without deadlock (and may send to itself, paired with
+//! a receive from itself). Groups nest (only the outermost end submits). The
+//! state is per thread, as in NCCL. All operations of one group must use one
+//! communicator and one stream; collectives and barriers are refused inside
+//! a group. If the group fails as a whole, nothing of it is enqueued.
 
 use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
@@ -16,13 +18,17 @@ use streamcomm::comm::UntypedBuffer;
 use streamcomm::host::HostStream;
 use streamcomm::Communicator;
 
+use crate::args::CBuf;
 use crate::guard::guard;
-use crate::result::{Failure, FfiResult, UNAVAILABLE};
+use crate::result::{Failure, FfiResult};
+use crate::{COMMS, STREAMS};
 
 /// A send or receive waiting for the group's end.
 pub(crate) struct Pending {
     /// True for a send, false for a receive.
     pub is_send: bool,
+    /// The C buffer, as checked.
+    pub cbuf: CBuf,
     /// The wrapped C buffer.
     pub buf: UntypedBuffer,
     /// The peer rank.
@@ -87,7 +93,24 @@ pub(crate) fn collect(
                     ops: vec![op],
                 });
             }
-            Some(b) if b.comm_handle == ch && b.stream_handle == sh => b.ops.push(op),
+            Some(b) if b.comm_handle == ch && b.stream_handle == sh => {
+                // Each C buffer is wrapped on its own, so the library cannot
+                // see that two of them share memory: refuse a receive
+                // overlapping anything else of the group here (sends may
+                // share memory: they only read it).
+                let clash = b.ops.iter().find(|o| {
+                    (!o.is_send || !op.is_send) && o.cbuf.overlaps(&op.cbuf)
+                });
+                if let Some(o) = clash {
+                    return Err(Failure::invalid(format!(
+                        "this {} buffer overlaps the {} buffer of an earlier operation of the group (peer {}); a receive buffer must not share memory with any other buffer of its group",
+                        if op.is_send { "send" } else { "recv" },
+                        if o.is_send { "send" } else { "recv" },
+                        o.peer
+                    )));
+                }
+                b.ops.push(op)
+            }
             Some(_) => {
                 return Err(Failure::usage(
                     "all operations of one group must use the same communicator and stream",
@@ -128,12 +151,27 @@ pub extern "C" fn streamcomm_group_end() -> c_int {
     })
 }
 
-/// Submits a finished group's operations together.
+/// Submits a finished group's operations as one [`Communicator::group`].
 fn submit(batch: Batch) -> FfiResult {
-    let _ = (&batch.comm, &batch.stream, batch.ops.len());
-    Err(Failure::new(
-        UNAVAILABLE,
-        "grouped send/recv need Communicator::group, which this build does not have yet; \
-         the group's operations were discarded",
-    ))
+    // A handle destroyed since the group's first operation is reported as
+    // a use after destroy, like any other call.
+    COMMS.get(batch.comm_handle as *const c_void)?;
+    STREAMS.get(batch.stream_handle as *const c_void)?;
+    let Batch {
+        comm,
+        stream,
+        mut ops,
+        ..
+    } = batch;
+    comm.group(|g| {
+        for op in ops.iter_mut() {
+            if op.is_send {
+                g.send(&op.buf, op.peer, &stream)?;
+            } else {
+                g.recv(&mut op.buf, op.peer, &stream)?;
+            }
+        }
+        Ok(())
+    })?;
+    Ok(())
 }

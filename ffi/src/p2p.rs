@@ -30,17 +30,22 @@ unsafe fn post(
     let peer = index(peer, "peer")?;
     let c = COMMS.get(comm)?;
     let s = stream_of(stream)?;
-    if peer >= c.size() || peer == c.rank() {
+    if peer >= c.size() {
         return Err(Failure::invalid(format!(
-            "peer {peer} is out of range or this rank (rank {} of {})",
-            c.rank(),
+            "peer {peer} is out of range for {} ranks",
             c.size()
         )));
     }
     let what = if is_send { "sendbuff" } else { "recvbuff" };
+    let cbuf = CBuf::new(buf, dt, count, what)?;
     // SAFETY: forwarded from this function's contract.
-    let buf = unsafe { CBuf::new(buf, dt, count, what)?.wrap() }?;
-    let op = Pending { is_send, buf, peer };
+    let buf = unsafe { cbuf.wrap() }?;
+    let op = Pending {
+        is_send,
+        cbuf,
+        buf,
+        peer,
+    };
     let Some((c, s, mut op)) = collect(comm, stream, c, s, op)? else {
         return Ok(());
     };

@@ -19,7 +19,7 @@ pub const INVALID_ARGUMENT: c_int = 1;
 /// group, `group_end` without `group_start`, a blocking call from a stream
 /// callback).
 pub const INVALID_USAGE: c_int = 2;
-/// A needed facility is missing (e.g. CUDA streams: no CUDA backend yet).
+/// A needed facility is missing (e.g. a transport to a peer).
 pub const UNAVAILABLE: c_int = 3;
 /// A wait took longer than the configured timeout.
 pub const TIMEOUT: c_int = 4;

@@ -90,8 +90,15 @@ fn compile(source: &str, dir: &Path, shared: bool) -> PathBuf {
             .arg("-lstreamcomm_ffi");
     } else {
         // What a Rust static library needs from the system (see the README).
-        cmd.arg(library("a"))
-            .args(["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc"]);
+        cmd.arg(library("a")).args([
+            "-lgcc_s",
+            "-lutil",
+            "-lrt",
+            "-lpthread",
+            "-lm",
+            "-ldl",
+            "-lc",
+        ]);
     }
     cmd.arg("-lm");
     let out = run(cmd, Duration::from_secs(120));

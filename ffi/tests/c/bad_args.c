@@ -299,10 +299,39 @@ static void p2p_and_groups(streamcomm_comm_t comm, streamcomm_stream_t s) {
   EXPECT_RC(USAGE, "streamcomm_all_to_all", streamcomm_all_to_all(buf, buf + 2, 1, I64, comm, s));
   EXPECT_RC(USAGE, "streamcomm_barrier", streamcomm_barrier(comm, s));
   EXPECT_RC(USAGE, "streamcomm_barrier_host", streamcomm_barrier_host(comm));
-  EXPECT_RC(ARG, "streamcomm_send", streamcomm_send(buf, 4, I64, 0, comm, s));
+  EXPECT_RC(ARG, "streamcomm_send", streamcomm_send(buf, 4, I64, 1, comm, s));
   OK(streamcomm_group_end()); /* inner end: nothing submitted */
   OK(streamcomm_group_end()); /* outer end: nothing was collected */
   EXPECT_RC(USAGE, "streamcomm_group_end", streamcomm_group_end());
+
+  /* A send to this rank alone is refused outside a group, and in a group
+   * without its receive; paired with one, it is delivered. */
+  int64_t in[4] = {0}, out[4] = {11, -22, 33, -44};
+  EXPECT_RC(ARG, "streamcomm_send", streamcomm_send(out, 4, I64, 0, comm, s));
+  OK(streamcomm_group_start());
+  OK(streamcomm_send(out, 4, I64, 0, comm, s));
+  EXPECT_RC(ARG, "streamcomm_group_end", streamcomm_group_end());
+  OK(streamcomm_group_start());
+  OK(streamcomm_send(out, 4, I64, 0, comm, s));
+  OK(streamcomm_recv(in, 4, I64, 0, comm, s));
+  OK(streamcomm_group_end());
+  OK(streamcomm_stream_synchronize(s));
+  for (int i = 0; i < 4; i++) EXPECT(in[i] == out[i]);
+
+  /* A receive overlapping another buffer of its group, a second stream in
+   * one group, a stream destroyed before the group's end. */
+  streamcomm_stream_t other;
+  OK(streamcomm_stream_create(&other));
+  OK(streamcomm_group_start());
+  OK(streamcomm_send(out, 4, I64, 0, comm, other));
+  OK(streamcomm_send(out + 1, 2, I64, 0, comm, other)); /* sends may share memory */
+  EXPECT_RC(ARG, "streamcomm_recv", streamcomm_recv(out + 2, 2, I64, 0, comm, other));
+  EXPECT_RC(USAGE, "streamcomm_recv", streamcomm_recv(in, 4, I64, 0, comm, s));
+  OK(streamcomm_recv(in, 4, I64, 0, comm, other));
+  EXPECT_RC(ARG, "streamcomm_recv", streamcomm_recv(in + 3, 1, I64, 0, comm, other));
+  OK(streamcomm_stream_destroy(other));
+  EXPECT_RC(HANDLE, "streamcomm_group_end", streamcomm_group_end());
+  EXPECT_RC(USAGE, "streamcomm_group_end", streamcomm_group_end()); /* that group is over */
 }
 
 static void after_destroy(streamcomm_comm_t comm, streamcomm_stream_t s, const streamcomm_unique_id_t *id) {

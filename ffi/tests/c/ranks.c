@@ -5,7 +5,8 @@
  * fresh random data and outputs poisoned beforehand, every element of:
  * all_reduce (f64 sum, i32 sum, f32 max, in place), broadcast, reduce,
  * all_gather (also in place), reduce_scatter (also in place), all_to_all,
- * send/recv around a ring, a stream barrier and a host barrier (by
+ * send/recv around a ring, grouped send/recv (sends first, to both
+ * neighbours and to itself), a stream barrier and a host barrier (by
  * timestamps), events and callbacks. References are computed here, in
  * double or exact integers, from the generator every rank shares.
  * Prints "rank R: OK" and exits 0 on success; exits 1 naming the failure.
@@ -267,6 +268,44 @@ static void test_barriers(streamcomm_comm_t comm, streamcomm_stream_t s, int n) 
   free(arrivals);
 }
 
+static void test_groups(streamcomm_comm_t comm, streamcomm_stream_t s, int n) {
+  /* Every rank sends first (right, left and to itself), then receives, all
+   * in one group: without the group, large sends would wait for receivers
+   * that are themselves sending. Receive buffers are 3 elements longer than
+   * the messages: the tail must stay as it was. */
+  const size_t count = 200003, cap = count + 3;
+  const int next = (g_rank + 1) % n, prev = (g_rank + n - 1) % n;
+  const int peers[3] = {next, prev, g_rank};
+  uint64_t *send[3], *recv[3];
+  for (int k = 0; k < 3; k++) {
+    send[k] = xmalloc(count * 8);
+    recv[k] = xmalloc(cap * 8);
+    for (size_t i = 0; i < count; i++) send[k][i] = value(g_rank, i, 20 + (uint64_t)peers[k]);
+    poison(recv[k], cap * 8);
+  }
+  CHECK(streamcomm_group_start());
+  CHECK(streamcomm_group_start()); /* nested: only the outer end submits */
+  for (int k = 0; k < 3; k++)
+    CHECK(streamcomm_send(send[k], count, STREAMCOMM_UINT64, peers[k], comm, s));
+  CHECK(streamcomm_group_end());
+  /* recv[0] from prev (who sent to its next = me), recv[1] from next, recv[2] from me. */
+  const int from[3] = {prev, next, g_rank};
+  for (int k = 0; k < 3; k++)
+    CHECK(streamcomm_recv(recv[k], cap, STREAMCOMM_UINT64, from[k], comm, s));
+  CHECK(streamcomm_group_end());
+  CHECK(streamcomm_stream_synchronize(s));
+  uint64_t poisoned;
+  memset(&poisoned, 0xA5, sizeof poisoned);
+  for (int k = 0; k < 3; k++) {
+    for (size_t i = 0; i < count; i++)
+      EXPECT(recv[k][i] == value(from[k], i, 20 + (uint64_t)g_rank),
+             "group recv %d from rank %d [%zu]", k, from[k], i);
+    for (size_t i = count; i < cap; i++)
+      EXPECT(recv[k][i] == poisoned, "group recv %d wrote past the message at [%zu]", k, i);
+    free(send[k]), free(recv[k]);
+  }
+}
+
 int main(void) {
   streamcomm_comm_t comm;
   CHECK(streamcomm_comm_init_from_env(&comm));
@@ -289,6 +328,7 @@ int main(void) {
   test_rooted(comm, s, n);
   test_gather_scatter(comm, s, n);
   test_send_recv(comm, s, n);
+  test_groups(comm, s, n);
   test_barriers(comm, s, n);
 
   streamcomm_result_t async = STREAMCOMM_INTERNAL_ERROR;
