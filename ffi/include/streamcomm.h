@@ -350,6 +350,36 @@ streamcomm_result_t streamcomm_all_to_all(const void *sendbuff, void *recvbuff, 
                                           streamcomm_data_type_t datatype, streamcomm_comm_t comm,
                                           streamcomm_stream_t stream);
 
+/* Gathers every rank's sendbuff (count elements) into root's recvbuff
+ * (nranks * count elements, block j from rank j). recvbuff is used on the
+ * root only (elsewhere it may be NULL). Not in place: the buffers must not
+ * overlap. */
+streamcomm_result_t streamcomm_gather(const void *sendbuff, void *recvbuff, size_t count,
+                                      streamcomm_data_type_t datatype, int root,
+                                      streamcomm_comm_t comm, streamcomm_stream_t stream);
+
+/* Sends block j (count elements) of root's sendbuff (nranks * count
+ * elements) to rank j's recvbuff (count elements). sendbuff is used on the
+ * root only (elsewhere it may be NULL). Not in place: the buffers must not
+ * overlap. */
+streamcomm_result_t streamcomm_scatter(const void *sendbuff, void *recvbuff, size_t count,
+                                       streamcomm_data_type_t datatype, int root,
+                                       streamcomm_comm_t comm, streamcomm_stream_t stream);
+
+/* All-to-all with per-rank counts and displacements, in elements, as
+ * MPI_Alltoallv: sendcounts[j] elements at sendbuff + sdispls[j] go to rank
+ * j, which stores them at recvbuff + rdispls[rank]; recvcounts[j] must be at
+ * least what rank j sends here. Each of the four arrays holds nranks entries
+ * (read during the call); counts may be 0. Not in place: the buffers must
+ * not overlap. Extra errors: INVALID_ARGUMENT for a NULL or misaligned
+ * array, overlapping receive regions, a displacement + count that
+ * overflows. */
+streamcomm_result_t streamcomm_all_to_allv(const void *sendbuff, const size_t *sendcounts,
+                                           const size_t *sdispls, void *recvbuff,
+                                           const size_t *recvcounts, const size_t *rdispls,
+                                           streamcomm_data_type_t datatype,
+                                           streamcomm_comm_t comm, streamcomm_stream_t stream);
+
 /* ------------------------------------------------------------------------ */
 /* Point-to-point and groups                                                 */
 /* ------------------------------------------------------------------------ */

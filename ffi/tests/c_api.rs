@@ -34,8 +34,18 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// Runs `cmd`, failing the test if it takes longer than `limit`.
+/// Runs `cmd`, failing the test if it takes longer than `limit`. The
+/// library beside this test comes first in the loader's path: cargo's
+/// `LD_LIBRARY_PATH` also lists `target/<profile>`, where a `cargo build`
+/// may have left an older `libstreamcomm_ffi.so` that would win over the
+/// programs' rpath.
 fn run(mut cmd: Command, limit: Duration) -> Output {
+    let mut path = std::ffi::OsString::from(deps_dir());
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+        path.push(":");
+        path.push(old);
+    }
+    cmd.env("LD_LIBRARY_PATH", path);
     let what = format!("{cmd:?}");
     let child = cmd
         .stdin(Stdio::null())

@@ -251,6 +251,46 @@ static void collectives(streamcomm_comm_t comm, streamcomm_stream_t s) {
   EXPECT_RC(HANDLE, fn, streamcomm_all_to_all(a, b, 4, F64, NULL, s));
   EXPECT_RC(HANDLE, fn, streamcomm_all_to_all(a, b, 4, F64, comm, NULL));
 
+  fn = "streamcomm_gather";
+  EXPECT_RC(ARG, fn, streamcomm_gather(a, b, 4, (streamcomm_data_type_t)10, 0, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_gather(a, b, 4, F64, -1, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_gather(a, b, 4, F64, 1, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_gather(NULL, b, 4, F64, 0, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_gather(a, NULL, 4, F64, 0, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_gather(a, a, 4, F64, 0, comm, s)); /* never in place */
+  EXPECT_RC(ARG, fn, streamcomm_gather(odd, b, 1, F64, 0, comm, s));
+  EXPECT_RC(HANDLE, fn, streamcomm_gather(a, b, 4, F64, 0, NULL, s));
+  EXPECT_RC(HANDLE, fn, streamcomm_gather(a, b, 4, F64, 0, comm, NULL));
+
+  fn = "streamcomm_scatter";
+  EXPECT_RC(ARG, fn, streamcomm_scatter(a, b, 4, (streamcomm_data_type_t)-2, 0, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_scatter(a, b, 4, F64, -1, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_scatter(a, b, 4, F64, 2, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_scatter(NULL, b, 4, F64, 0, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_scatter(a, NULL, 4, F64, 0, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_scatter(a, a + 3, 4, F64, 0, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_scatter(a, odd, 1, F64, 0, comm, s));
+  EXPECT_RC(HANDLE, fn, streamcomm_scatter(a, b, 4, F64, 0, NULL, s));
+  EXPECT_RC(HANDLE, fn, streamcomm_scatter(a, b, 4, F64, 0, comm, NULL));
+
+  fn = "streamcomm_all_to_allv";
+  size_t four = 4, zero = 0, big = SIZE_MAX;
+  char rawsz[2 * sizeof(size_t)];
+  const size_t *misaligned_sz = (const size_t *)(rawsz + 1);
+  EXPECT_RC(ARG, fn, streamcomm_all_to_allv(a, &four, &zero, b, &four, &zero, (streamcomm_data_type_t)10, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_all_to_allv(a, NULL, &zero, b, &four, &zero, F64, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_all_to_allv(a, &four, NULL, b, &four, &zero, F64, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_all_to_allv(a, &four, &zero, b, NULL, &zero, F64, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_all_to_allv(a, &four, &zero, b, &four, NULL, F64, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_all_to_allv(a, misaligned_sz, &zero, b, &four, &zero, F64, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_all_to_allv(a, &four, &big, b, &four, &zero, F64, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_all_to_allv(NULL, &four, &zero, b, &four, &zero, F64, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_all_to_allv(a, &four, &zero, NULL, &four, &zero, F64, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_all_to_allv(a, &four, &zero, a, &four, &zero, F64, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_all_to_allv(odd, &four, &zero, b, &four, &zero, F64, comm, s));
+  EXPECT_RC(HANDLE, fn, streamcomm_all_to_allv(a, &four, &zero, b, &four, &zero, F64, NULL, s));
+  EXPECT_RC(HANDLE, fn, streamcomm_all_to_allv(a, &four, &zero, b, &four, &zero, F64, comm, NULL));
+
   EXPECT_RC(HANDLE, "streamcomm_barrier", streamcomm_barrier(NULL, s));
   EXPECT_RC(HANDLE, "streamcomm_barrier", streamcomm_barrier(comm, NULL));
   EXPECT_RC(HANDLE, "streamcomm_barrier_host", streamcomm_barrier_host(NULL));
@@ -263,6 +303,14 @@ static void collectives(streamcomm_comm_t comm, streamcomm_stream_t s) {
   OK(streamcomm_barrier(comm, s));
   OK(streamcomm_stream_synchronize(s));
   OK(streamcomm_barrier_host(comm));
+  double g[4] = {0}, v[4] = {0};
+  size_t two = 2, one_off = 1;
+  OK(streamcomm_gather(a, g, 4, F64, 0, comm, s));
+  OK(streamcomm_scatter(g, b, 4, F64, 0, comm, s));
+  OK(streamcomm_all_to_allv(a, &two, &one_off, v, &two, &two, F64, comm, s));
+  OK(streamcomm_stream_synchronize(s));
+  for (int i = 0; i < 4; i++) EXPECT(g[i] == a[i] && b[i] == a[i]);
+  EXPECT(v[0] == 0 && v[1] == 0 && v[2] == a[1] && v[3] == a[2]);
   for (int i = 0; i < 4; i++) EXPECT(b[i] == i + 0.5 && a[i] == i + 0.5);
   /* No error above reached the stream. */
   OK(streamcomm_stream_synchronize(s));
@@ -297,6 +345,10 @@ static void p2p_and_groups(streamcomm_comm_t comm, streamcomm_stream_t s) {
   EXPECT_RC(USAGE, "streamcomm_all_gather", streamcomm_all_gather(buf, buf, 4, I64, comm, s));
   EXPECT_RC(USAGE, "streamcomm_reduce_scatter", streamcomm_reduce_scatter(buf, buf, 4, I64, STREAMCOMM_SUM, comm, s));
   EXPECT_RC(USAGE, "streamcomm_all_to_all", streamcomm_all_to_all(buf, buf + 2, 1, I64, comm, s));
+  EXPECT_RC(USAGE, "streamcomm_gather", streamcomm_gather(buf, buf + 2, 1, I64, 0, comm, s));
+  EXPECT_RC(USAGE, "streamcomm_scatter", streamcomm_scatter(buf, buf + 2, 1, I64, 0, comm, s));
+  size_t one = 1, zero = 0;
+  EXPECT_RC(USAGE, "streamcomm_all_to_allv", streamcomm_all_to_allv(buf, &one, &zero, buf + 2, &one, &zero, I64, comm, s));
   EXPECT_RC(USAGE, "streamcomm_barrier", streamcomm_barrier(comm, s));
   EXPECT_RC(USAGE, "streamcomm_barrier_host", streamcomm_barrier_host(comm));
   EXPECT_RC(ARG, "streamcomm_send", streamcomm_send(buf, 4, I64, 1, comm, s));

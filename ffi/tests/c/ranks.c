@@ -6,7 +6,7 @@
  * all_reduce (f64 sum, i32 sum, f32 max, in place), broadcast, reduce,
  * all_gather (also in place), reduce_scatter (also in place), all_to_all,
  * send/recv around a ring, grouped send/recv (sends first, to both
- * neighbours and to itself), a stream barrier and a host barrier (by
+ * neighbours and to itself), gather, scatter, all_to_allv, a stream barrier and a host barrier (by
  * timestamps), events and callbacks. References are computed here, in
  * double or exact integers, from the generator every rank shares.
  * Prints "rank R: OK" and exits 0 on success; exits 1 naming the failure.
@@ -268,6 +268,60 @@ static void test_barriers(streamcomm_comm_t comm, streamcomm_stream_t s, int n) 
   free(arrivals);
 }
 
+/* Elements rank `from` sends to rank `to` in all_to_allv (0 for some pairs). */
+static size_t vcount(int from, int to) { return (size_t)((from + 2 * to) % 5) * 97; }
+
+static void test_rooted_p2p(streamcomm_comm_t comm, streamcomm_stream_t s, int n) {
+  const size_t count = 1031, total = count * (size_t)n;
+  const int groot = n - 1, sroot = 1 % n;
+  int32_t *mine = xmalloc(total * 4), *all = xmalloc(total * 4);
+  /* gather to the last rank; other ranks pass NULL as recvbuff. */
+  for (size_t i = 0; i < count; i++) mine[i] = (int32_t)value(g_rank, i, 30);
+  poison(all, total * 4);
+  CHECK(streamcomm_gather(mine, g_rank == groot ? all : NULL, count, STREAMCOMM_INT32, groot,
+                          comm, s));
+  CHECK(streamcomm_stream_synchronize(s));
+  if (g_rank == groot)
+    for (int r = 0; r < n; r++)
+      for (size_t i = 0; i < count; i++)
+        EXPECT(all[(size_t)r * count + i] == (int32_t)value(r, i, 30), "gather block %d [%zu]", r,
+               i);
+  /* scatter from rank 1; other ranks pass NULL as sendbuff. */
+  for (size_t i = 0; i < total; i++) all[i] = (int32_t)value(g_rank, i, 31);
+  poison(mine, count * 4);
+  CHECK(streamcomm_scatter(g_rank == sroot ? all : NULL, mine, count, STREAMCOMM_INT32, sroot,
+                           comm, s));
+  CHECK(streamcomm_stream_synchronize(s));
+  for (size_t i = 0; i < count; i++)
+    EXPECT(mine[i] == (int32_t)value(sroot, (size_t)g_rank * count + i, 31), "scatter [%zu]", i);
+  free(mine), free(all);
+
+  /* all_to_allv with uneven (some empty) regions and gaps between them. */
+  size_t *sc = xmalloc((size_t)n * sizeof(size_t)), *sd = xmalloc((size_t)n * sizeof(size_t));
+  size_t *rc = xmalloc((size_t)n * sizeof(size_t)), *rd = xmalloc((size_t)n * sizeof(size_t));
+  size_t send_len = 0, recv_len = 0;
+  for (int j = 0; j < n; j++) {
+    sc[j] = vcount(g_rank, j), sd[j] = send_len + 1, send_len += sc[j] + 1;
+    rc[j] = vcount(j, g_rank), rd[j] = recv_len + 2, recv_len += rc[j] + 2;
+  }
+  uint64_t *sv = xmalloc(send_len * 8), *rv = xmalloc(recv_len * 8);
+  for (int j = 0; j < n; j++)
+    for (size_t i = 0; i < sc[j]; i++) sv[sd[j] + i] = value(g_rank, (size_t)j * 100000 + i, 32);
+  poison(rv, recv_len * 8);
+  CHECK(streamcomm_all_to_allv(sv, sc, sd, rv, rc, rd, STREAMCOMM_UINT64, comm, s));
+  CHECK(streamcomm_stream_synchronize(s));
+  uint64_t poisoned;
+  memset(&poisoned, 0xA5, sizeof poisoned);
+  for (int j = 0; j < n; j++) {
+    for (size_t i = 0; i < rc[j]; i++)
+      EXPECT(rv[rd[j] + i] == value(j, (size_t)g_rank * 100000 + i, 32),
+             "all_to_allv from %d [%zu]", j, i);
+    EXPECT(rv[rd[j] - 1] == poisoned && rv[rd[j] - 2] == poisoned,
+           "all_to_allv wrote into the gap before rank %d's region", j);
+  }
+  free(sc), free(sd), free(rc), free(rd), free(sv), free(rv);
+}
+
 static void test_groups(streamcomm_comm_t comm, streamcomm_stream_t s, int n) {
   /* Every rank sends first (right, left and to itself), then receives, all
    * in one group: without the group, large sends would wait for receivers
@@ -329,6 +383,7 @@ int main(void) {
   test_gather_scatter(comm, s, n);
   test_send_recv(comm, s, n);
   test_groups(comm, s, n);
+  test_rooted_p2p(comm, s, n);
   test_barriers(comm, s, n);
 
   streamcomm_result_t async = STREAMCOMM_INTERNAL_ERROR;
