@@ -76,13 +76,13 @@ fn text(out: &Output) -> String {
     )
 }
 
-/// Compiles `ffi/tests/c/<source>` with the system C compiler into `dir`,
-/// linked with the shared library (with an rpath) or the static one.
+/// Compiles `ffi/<source>` with the system C compiler into `dir`, linked
+/// with the shared library (with an rpath) or the static one.
 fn compile(source: &str, dir: &Path, shared: bool) -> PathBuf {
-    let src = Path::new(MANIFEST).join("tests/c").join(source);
+    let src = Path::new(MANIFEST).join(source);
+    let stem = src.file_stem().unwrap().to_string_lossy().into_owned();
     let exe = dir.join(format!(
-        "{}-{}",
-        source.trim_end_matches(".c"),
+        "{stem}-{}",
         if shared { "shared" } else { "static" }
     ));
     let mut cmd = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
@@ -171,7 +171,7 @@ fn header_declares_exactly_the_exported_symbols() {
 fn every_entry_point_reports_bad_arguments() {
     let dir = scratch("bad-args");
     for shared in [true, false] {
-        let exe = compile("bad_args.c", &dir, shared);
+        let exe = compile("tests/c/bad_args.c", &dir, shared);
         let out = run(Command::new(&exe), Duration::from_secs(60));
         assert!(out.status.success(), "{}: {}", exe.display(), text(&out));
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -186,7 +186,9 @@ fn every_entry_point_reports_bad_arguments() {
 #[test]
 fn four_c_ranks_under_streamcomm_run() {
     let dir = scratch("ranks");
-    let exe = compile("ranks.c", &dir, true);
+    let exe = compile("tests/c/ranks.c", &dir, true);
+    // The latency example must keep compiling too (it is run by hand).
+    compile("examples/c/latency.c", &dir, true);
     let mut cmd = Command::new(launcher());
     cmd.args(["-n", "4", "--"]).arg(&exe);
     let out = run(cmd, Duration::from_secs(120));
