@@ -235,7 +235,9 @@ streamcomm_result_t streamcomm_comm_size(streamcomm_comm_t comm, int *size);
 streamcomm_result_t streamcomm_stream_create(streamcomm_stream_t *stream);
 
 /* Waits for the stream's enqueued work (bounded by its timeouts), then
- * destroys it; returns the stream's error, if any of its work failed.
+ * destroys it; returns the stream's error, if any of its work failed (the
+ * stream is destroyed then too: only INVALID_HANDLE and INVALID_USAGE leave
+ * it alive).
  * Errors: INVALID_HANDLE, INVALID_USAGE (from a stream callback), or the
  * code of the failed work. */
 streamcomm_result_t streamcomm_stream_destroy(streamcomm_stream_t stream);

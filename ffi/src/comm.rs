@@ -1,7 +1,7 @@
 //! Communicators for C: create, query, abort, destroy; error strings.
 //!
 //! `streamcomm_comm_t` is a handle into the communicator table (see
-//! [`crate::handles`]). Destroying it drops this process's reference: work
+//! `handles.rs`). Destroying it drops this process's reference: work
 //! already enqueued on streams keeps what it needs and still completes.
 
 use std::ffi::{c_char, c_int, c_void};

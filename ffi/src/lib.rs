@@ -8,7 +8,7 @@
 //! exports).
 //!
 //! # How the boundary is kept safe
-//! - Every entry point runs inside one guard ([`guard`]): a panic is caught,
+//! - Every entry point runs inside one guard (`guard.rs`): a panic is caught,
 //!   an error becomes a result code, and its message is kept per thread for
 //!   `streamcomm_last_error()`.
 //! - Handles (`streamcomm_comm_t`, `streamcomm_stream_t`,
@@ -33,7 +33,7 @@
 
 mod args;
 pub mod comm;
-mod group;
+pub mod group;
 mod guard;
 mod handles;
 pub mod id;

@@ -24,10 +24,6 @@ SUM, MAX = 0, 3
 DTYPES = {np.dtype(np.float64): FLOAT64, np.dtype(np.int32): INT32}
 
 
-class UniqueId(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_ubyte * 44)]
-
-
 def load(path):
     lib = ctypes.CDLL(path)
     handle, handle_p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)
