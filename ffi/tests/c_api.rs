@@ -190,7 +190,10 @@ fn four_c_ranks_under_streamcomm_run() {
     // The latency example must keep compiling too (it is run by hand).
     compile("examples/c/latency.c", &dir, true);
     let mut cmd = Command::new(launcher());
-    cmd.args(["-n", "4", "--"]).arg(&exe);
+    // The abort check at the end must not wait for a timeout; bound it anyway.
+    cmd.args(["-n", "4", "--"])
+        .arg(&exe)
+        .env("STREAMCOMM_TIMEOUT", "30");
     let out = run(cmd, Duration::from_secs(120));
     let all = text(&out);
     assert!(out.status.success(), "{all}");

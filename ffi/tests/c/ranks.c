@@ -7,7 +7,8 @@
  * all_gather (also in place), reduce_scatter (also in place), all_to_all,
  * send/recv around a ring, grouped send/recv (sends first, to both
  * neighbours and to itself), gather, scatter, all_to_allv, a stream barrier and a host barrier (by
- * timestamps), events and callbacks. References are computed here, in
+ * timestamps), events and callbacks; finally rank 0 aborts and the others
+ * see their next all-reduce fail promptly, and the async error. References are computed here, in
  * double or exact integers, from the generator every rank shares.
  * Prints "rank R: OK" and exits 0 on success; exits 1 naming the failure.
  */
@@ -215,7 +216,9 @@ static void test_gather_scatter(streamcomm_comm_t comm, streamcomm_stream_t s, i
 
 static void test_send_recv(streamcomm_comm_t comm, streamcomm_stream_t s, int n) {
   /* Around the ring; even ranks send first, odd ranks receive first, so one
-   * stream per rank cannot deadlock whatever the message size. */
+   * stream per rank cannot deadlock whatever the message size. (A single
+   * rank would send to itself, which needs a group: see test_groups.) */
+  if (n == 1) return;
   const size_t count = 300007;
   const int next = (g_rank + 1) % n, prev = (g_rank + n - 1) % n;
   uint64_t *send = xmalloc(count * 8), *recv = xmalloc(count * 8);
@@ -360,6 +363,40 @@ static void test_groups(streamcomm_comm_t comm, streamcomm_stream_t s, int n) {
   }
 }
 
+/* Rank 0 aborts instead of joining an all-reduce: the others' all-reduce
+ * fails (at the call or on synchronize, never by timing out) with a peer
+ * failure, and the async error reports it. A host barrier first: rank 0
+ * leaves it only once every rank has finished all earlier work, so only the
+ * barrier itself (still releasing the others) and the all-reduce may fail. */
+static void test_abort(streamcomm_comm_t comm, streamcomm_stream_t s) {
+  double x[16] = {0}, y[16];
+  streamcomm_result_t rc = streamcomm_barrier_host(comm);
+  if (g_rank == 0) {
+    CHECK(rc);
+    CHECK(streamcomm_comm_abort(comm));
+    EXPECT(streamcomm_comm_abort(comm) == STREAMCOMM_INVALID_HANDLE, "abort released the handle");
+    CHECK(streamcomm_stream_destroy(s));
+    return;
+  }
+  double t = now_s();
+  if (rc == STREAMCOMM_SUCCESS)
+    rc = streamcomm_all_reduce(x, y, 16, STREAMCOMM_FLOAT64, STREAMCOMM_SUM, comm, s);
+  if (rc == STREAMCOMM_SUCCESS) rc = streamcomm_stream_synchronize(s);
+  EXPECT(rc == STREAMCOMM_REMOTE_FAILED || rc == STREAMCOMM_ABORTED,
+         "all_reduce after rank 0 aborted returned %s: %s", streamcomm_error_string(rc),
+         streamcomm_last_error());
+  EXPECT(now_s() - t < 10, "the failure took %.1f s to arrive", now_s() - t);
+  streamcomm_result_t async = STREAMCOMM_SUCCESS;
+  CHECK(streamcomm_comm_get_async_error(comm, &async));
+  EXPECT(async == STREAMCOMM_REMOTE_FAILED || async == STREAMCOMM_ABORTED, "async error %d",
+         (int)async);
+  /* The stream holds the error if the all-reduce failed on it. */
+  streamcomm_result_t destroyed = streamcomm_stream_destroy(s);
+  EXPECT(destroyed == STREAMCOMM_SUCCESS || destroyed == rc, "stream_destroy returned %d",
+         (int)destroyed);
+  CHECK(streamcomm_comm_destroy(comm));
+}
+
 int main(void) {
   streamcomm_comm_t comm;
   CHECK(streamcomm_comm_init_from_env(&comm));
@@ -389,8 +426,7 @@ int main(void) {
   streamcomm_result_t async = STREAMCOMM_INTERNAL_ERROR;
   CHECK(streamcomm_comm_get_async_error(comm, &async));
   EXPECT(async == STREAMCOMM_SUCCESS, "async error %d", (int)async);
-  CHECK(streamcomm_stream_destroy(s));
-  CHECK(streamcomm_comm_destroy(comm));
+  test_abort(comm, s);
   printf("rank %d: OK (seed %016llx)\n", g_rank, (unsigned long long)g_seed);
   return 0;
 }
