@@ -264,6 +264,25 @@ impl PeerIo {
         Ok(moved)
     }
 
+    /// Completes frames whose bytes have all been read but which waited for
+    /// a free inbound slot (a zero-length frame has nothing left for `poll`
+    /// to report readable, so it must be finished when the slot frees, not
+    /// when more data arrives); true if anything moved.
+    fn settle(&mut self) -> Result<bool, Error> {
+        let mut moved = false;
+        for j in 0..self.socks.len() {
+            let sock = &self.socks[j];
+            let complete = !sock.rx_closed && sock.rx_len == Some(sock.rx_got);
+            if complete && self.inbound.slot_for_write(sock.rx_next).is_some() {
+                moved |= self.recv_on(j)?;
+            }
+        }
+        if moved {
+            self.advance();
+        }
+        Ok(moved)
+    }
+
     /// True when every staged slot has been written out.
     fn flushed(&self) -> bool {
         self.socks.iter().all(|s| s.tx_done == 0)
@@ -420,6 +439,21 @@ pub fn run(
         // Announce the sleep before computing what to wait for, so that work
         // published meanwhile either shows in the interest or kicks us.
         kick.set_sleeping(true);
+        let mut settled = false;
+        for (i, p) in peers.iter_mut().enumerate() {
+            if dead[i] {
+                continue;
+            }
+            match p.settle() {
+                Ok(moved) => settled |= moved,
+                Err(e) => {
+                    dead[i] = true;
+                    if !stopping {
+                        sink.fail(e);
+                    }
+                }
+            }
+        }
         fds.clear();
         owners.clear();
         fds.push(libc::pollfd {
@@ -437,7 +471,13 @@ pub fn run(
                 owners.push((i, j));
             }
         }
-        let ms = if stopping { 1 } else { 100 };
+        let ms = if settled {
+            0
+        } else if stopping {
+            1
+        } else {
+            100
+        };
         // SAFETY: fds is a valid array of pollfd for the duration of the call.
         let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
         kick.set_sleeping(false);
