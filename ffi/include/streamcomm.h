@@ -12,7 +12,9 @@
  *   strings). On failure, streamcomm_last_error() gives a message naming the
  *   function and what was wrong. No call crashes on a bad argument: NULL
  *   pointers, unknown enum values, misaligned buffers, too-small output
- *   buffers, negative ranks and destroyed handles are all reported.
+ *   buffers, negative ranks and destroyed handles are all reported. (A
+ *   non-NULL pointer to memory that is not what the call says, e.g. a buffer
+ *   shorter than its count, cannot be detected: that is the caller's part.)
  *
  * HANDLES
  *   streamcomm_comm_t, streamcomm_stream_t and streamcomm_event_t are opaque
