@@ -229,16 +229,7 @@ fn straddle_and_late(comm: &Communicator, stream: &HostStream, seed: u64) {
         return;
     }
     let peer = 1 - r;
-    let sizes = [
-        LIMIT - 1,
-        LIMIT,
-        LIMIT + 1,
-        0,
-        2048 + 5,
-        0,
-        17,
-        LIMIT + 1,
-    ];
+    let sizes = [LIMIT - 1, LIMIT, LIMIT + 1, 0, 2048 + 5, 0, 17, LIMIT + 1];
     let bytes = |tag: usize, len: usize| -> Vec<u8> {
         payload(seed, 0, 1, 400 + tag as u64, len)
             .iter()
