@@ -57,14 +57,18 @@ pub enum P2pSlot {
     Data = 2,
     /// Rendezvous done: the whole message is in the receiver's buffer.
     Done = 3,
+    /// Rendezvous data that the receiver's proxy already placed in the
+    /// receive buffer (never sent: the receiving side marks the slot).
+    Placed = 4,
 }
 
 impl P2pSlot {
-    const ALL: [P2pSlot; 4] = [
+    const ALL: [P2pSlot; 5] = [
         P2pSlot::Eager,
         P2pSlot::ReadyToSend,
         P2pSlot::Data,
         P2pSlot::Done,
+        P2pSlot::Placed,
     ];
 
     fn name(self) -> &'static str {
@@ -73,6 +77,7 @@ impl P2pSlot {
             P2pSlot::ReadyToSend => "rendezvous",
             P2pSlot::Data => "rendezvous data",
             P2pSlot::Done => "rendezvous end",
+            P2pSlot::Placed => "rendezvous data, placed",
         }
     }
 }

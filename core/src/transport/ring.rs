@@ -41,6 +41,13 @@ pub struct Mailbox {
     pub len: AtomicU64,
     /// Process id of the receiver (for cross-memory attach).
     pub pid: AtomicU64,
+    /// Ring index of the grant's first data slot (for a proxy placing
+    /// arriving data straight into the destination).
+    pub first_seq: AtomicU64,
+    /// Non-zero while a proxy writes into the destination.
+    pub busy: AtomicU64,
+    /// The latest grant withdrawn by the receiver: no more writes into it.
+    pub revoked: AtomicU64,
 }
 
 /// The control block at the start of every ring.
@@ -338,14 +345,66 @@ impl RingEnd {
     }
 
     /// Receiver: grants rendezvous number `grant` (1-based), telling the
-    /// sender to write `len` bytes at `addr` in process `pid`.
-    pub fn grant(&self, grant: u64, addr: u64, len: u64, pid: u32) {
+    /// sender to write `len` bytes at `addr` in process `pid`; its data
+    /// slots, if any travel through the ring, start at ring index
+    /// `first_seq`.
+    pub fn grant(&self, grant: u64, addr: u64, len: u64, pid: u32, first_seq: u64) {
         let h = self.header();
         h.mailbox.addr.store(addr, Ordering::Relaxed);
         h.mailbox.len.store(len, Ordering::Relaxed);
         h.mailbox.pid.store(u64::from(pid), Ordering::Relaxed);
+        h.mailbox.first_seq.store(first_seq, Ordering::Relaxed);
         h.cts.value.store(grant, Ordering::Release);
         h.cts.notifier.notify();
+    }
+
+    /// Receiver: withdraws grant `grant` and waits until no proxy is
+    /// writing into its destination any more, so the memory may be reused.
+    pub fn revoke(&self, grant: u64) {
+        let m = &self.header().mailbox;
+        m.revoked.store(grant, Ordering::SeqCst);
+        // A proxy holds `busy` only across one read(2) into the destination.
+        while m.busy.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Proxy side: where the payload of data slot `index` (of rendezvous
+    /// number `rdv`, modulo 2^36, carrying `len` bytes of slots of
+    /// `slot_bytes`) belongs in the granted destination, if the receiver has
+    /// granted that rendezvous and not withdrawn it: `(grant, address)`.
+    pub fn placement(&self, index: u64, rdv: u64, len: usize) -> Option<(u64, u64)> {
+        let h = self.header();
+        let grant = h.cts.value.load(Ordering::Acquire);
+        let m = &h.mailbox;
+        if grant == 0 || grant & ((1 << 36) - 1) != rdv || m.revoked.load(Ordering::SeqCst) == grant
+        {
+            return None;
+        }
+        let first = m.first_seq.load(Ordering::Relaxed);
+        let offset = index
+            .checked_sub(first)?
+            .checked_mul(self.shape.slot_bytes as u64)?;
+        let end = offset.checked_add(len as u64)?;
+        (end <= m.len.load(Ordering::Relaxed))
+            .then(|| (grant, m.addr.load(Ordering::Relaxed) + offset))
+    }
+
+    /// Proxy side: claims grant `grant`'s destination for one write; false
+    /// when it was withdrawn meanwhile. Pair with [`RingEnd::end_place`].
+    pub fn begin_place(&self, grant: u64) -> bool {
+        let m = &self.header().mailbox;
+        m.busy.store(1, Ordering::SeqCst);
+        if m.revoked.load(Ordering::SeqCst) == grant {
+            m.busy.store(0, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// Proxy side: ends a write begun with [`RingEnd::begin_place`].
+    pub fn end_place(&self) {
+        self.header().mailbox.busy.store(0, Ordering::SeqCst);
     }
 
     /// Sender: the destination of rendezvous number `grant` once the

@@ -63,8 +63,8 @@ proptest! {
     }
 
     #[test]
-    fn p2p_signatures_round_trip(kind in 0usize..4, dtype in prop::sample::select(DataType::ALL.to_vec()), count in 0usize..(1 << 36)) {
-        let slot = [P2pSlot::Eager, P2pSlot::ReadyToSend, P2pSlot::Data, P2pSlot::Done][kind];
+    fn p2p_signatures_round_trip(kind in 0usize..5, dtype in prop::sample::select(DataType::ALL.to_vec()), count in 0usize..(1 << 36)) {
+        let slot = [P2pSlot::Eager, P2pSlot::ReadyToSend, P2pSlot::Data, P2pSlot::Done, P2pSlot::Placed][kind];
         let sig = signature::p2p(slot, dtype, count);
         prop_assert_eq!(signature::parse_p2p(sig), Some((slot, Some(dtype), count as u64)));
         let text = signature::describe(sig);

@@ -161,8 +161,7 @@ impl CommInner {
             let op = match o.dir {
                 Dir::Send => {
                     let data = srcs[k].take().unwrap_or_default();
-                    let rendezvous =
-                        data.len() > self.config.p2p_eager_limit && conn.peer_segment().is_some();
+                    let rendezvous = data.len() > self.config.p2p_eager_limit;
                     Op::Send(SendOp::new(
                         o.peer,
                         conn,

@@ -17,22 +17,30 @@
 //!   inside a group, paired with a receive from itself.
 //!
 //! # Protocols
-//! - **Eager** (messages up to `STREAMCOMM_P2P_EAGER_LIMIT`, default 64 KiB,
-//!   and every message over tcp): the bytes go through the peer's slot ring
-//!   under credit flow control; a sender with no credit waits, it never
-//!   overwrites a slot its receiver has not consumed.
-//! - **Rendezvous** (larger messages between ranks sharing memory): the
-//!   sender posts a ready-to-send slot; the receiver grants its buffer's
-//!   address in its ring header's mailbox (clear-to-send, outside the data
-//!   ring, so it never waits behind data); the sender writes the message
-//!   straight into the receiver's buffer with one cross-memory copy
-//!   (`process_vm_writev`) and sends a done slot. Where the kernel refuses
-//!   that write (ptrace restrictions) or `STREAMCOMM_P2P_DIRECT=0`, the bytes
-//!   follow through the ring instead. [`P2pStats`] shows which path ran.
+//! - **Eager** (messages up to `STREAMCOMM_P2P_EAGER_LIMIT`, default 64 KiB):
+//!   the bytes go through the peer's slot ring under credit flow control; a
+//!   sender with no credit waits, it never overwrites a slot its receiver
+//!   has not consumed.
+//! - **Rendezvous** (larger messages): the sender posts a ready-to-send
+//!   slot; the receiver grants its buffer (address, length) in its ring
+//!   header's mailbox, outside the data ring so a grant never waits behind
+//!   data.
+//!   - Shared memory: the sender waits for the grant, writes the message
+//!     straight into the receiver's buffer with one cross-memory copy
+//!     (`process_vm_writev`) and sends a done slot. Where the kernel refuses
+//!     that write (ptrace restrictions) or `STREAMCOMM_P2P_DIRECT=0`, the
+//!     bytes follow through the ring instead.
+//!   - tcp: the data follows the request through the ring at once; the
+//!     receiver's network thread reads each data frame from its socket
+//!     straight into the granted buffer (only frames that arrived before the
+//!     grant, at most a ring's worth, are copied out of slots). A grant is
+//!     withdrawn, waiting for any write in progress, before a receive ends
+//!     in any way, so no write outlives the buffer's lock.
 //!
-//! Verified here: both protocols over shared memory between processes and
-//! threads, eager over tcp (loopback and across network namespaces); the
-//! tcp rendezvous straight into the user buffer is not built yet.
+//!   [`P2pStats`] shows which path ran.
+//!
+//! Verified here: both protocols over shared memory and tcp (loopback and
+//! across network namespaces), ranks as threads and as processes.
 
 mod cma;
 mod engine;

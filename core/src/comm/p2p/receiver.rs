@@ -25,12 +25,20 @@ enum State {
         total: usize,
         sig: u64,
     },
-    /// Granted: streamed `got` of `total` bytes so far, until the done slot.
+    /// Granted: `got` of `total` bytes so far (`placed` of them put in
+    /// place by the network thread), until the done slot.
     Granted {
         got: usize,
+        placed: usize,
         total: usize,
     },
     Done,
+}
+
+impl Drop for RecvOp<'_> {
+    fn drop(&mut self) {
+        self.withdraw();
+    }
 }
 
 /// One message on its way from `peer`.
@@ -40,6 +48,8 @@ pub(super) struct RecvOp<'a> {
     state_of_comm: &'a P2pState,
     dst: &'a mut [u8],
     dtype: DataType,
+    /// The grant given to the sender, until the message is complete.
+    granted: Option<u64>,
     state: State,
 }
 
@@ -58,6 +68,7 @@ impl<'a> RecvOp<'a> {
             state_of_comm,
             dst,
             dtype,
+            granted: None,
             state: State::Header,
         }
     }
@@ -158,15 +169,24 @@ impl<'a> RecvOp<'a> {
                     P2pSlot::Eager => self.eager(0, total, sig, slot),
                     P2pSlot::ReadyToSend => {
                         let grant = self.state_of_comm.next_grant(self.peer);
+                        // This request is the slot at `head`; its data slots
+                        // (if any travel through the ring) follow it.
+                        let first_seq = self.conn.recv.head() + 1;
                         self.conn.recv.grant(
                             grant,
                             self.dst.as_mut_ptr() as u64,
                             total as u64,
                             std::process::id(),
+                            first_seq,
                         );
-                        Ok(State::Granted { got: 0, total })
+                        self.granted = Some(grant);
+                        Ok(State::Granted {
+                            got: 0,
+                            placed: 0,
+                            total,
+                        })
                     }
-                    P2pSlot::Data | P2pSlot::Done => Err(self.mismatch(format!(
+                    P2pSlot::Data | P2pSlot::Done | P2pSlot::Placed => Err(self.mismatch(format!(
                         "it sent {} before any request",
                         signature::describe(sig)
                     ))),
@@ -186,21 +206,29 @@ impl<'a> RecvOp<'a> {
                 }
                 self.eager(got, total, sig, slot)
             }
-            State::Granted { got, total } => match signature::parse_p2p(sig) {
+            State::Granted { got, placed, total } => match signature::parse_p2p(sig) {
                 Some((P2pSlot::Data, ..)) if got + slot.len() <= total => {
                     self.dst[got..got + slot.len()].copy_from_slice(slot);
                     Ok(State::Granted {
                         got: got + slot.len(),
+                        placed,
                         total,
                     })
                 }
+                // Already in place (tcp): nothing to copy.
+                Some((P2pSlot::Placed, ..)) if got + slot.len() <= total => Ok(State::Granted {
+                    got: got + slot.len(),
+                    placed: placed + slot.len(),
+                    total,
+                }),
                 Some((P2pSlot::Done, ..)) if got == 0 || got == total => {
-                    let stat = if got == 0 {
-                        Stat::RecvDirectBytes
+                    self.withdraw();
+                    if got == 0 {
+                        stats.add(Stat::RecvDirectBytes, total);
                     } else {
-                        Stat::RecvStreamedBytes
-                    };
-                    stats.add(stat, total);
+                        stats.add(Stat::RecvDirectBytes, placed);
+                        stats.add(Stat::RecvStreamedBytes, total - placed);
+                    }
                     Ok(State::Done)
                 }
                 _ => Err(self.mismatch(format!(
@@ -229,6 +257,15 @@ impl<'a> RecvOp<'a> {
             Ok(State::Done)
         } else {
             Ok(State::Eager { got, total, sig })
+        }
+    }
+
+    /// Withdraws the grant, waiting until the network thread no longer
+    /// writes into the buffer (on every exit, so that an operation that
+    /// failed half-way never leaves a writer behind its buffer's lock).
+    fn withdraw(&mut self) {
+        if let Some(grant) = self.granted.take() {
+            self.conn.recv.revoke(grant);
         }
     }
 

@@ -10,6 +10,11 @@
 //! writes the bytes there with one cross-memory copy and sends a done slot.
 //! If the kernel refuses the direct write, the bytes follow the request
 //! through the ring instead, then the done slot.
+//!
+//! Over tcp, rendezvous data follows the request through the ring at once;
+//! the receiver's network thread reads it from the socket straight into the
+//! receive buffer once the receiver has granted it (so one copy, by the
+//! kernel, on the receiving side).
 
 use crate::comm::p2p::cma;
 use crate::comm::p2p::stats::Stat;
@@ -51,6 +56,8 @@ pub(super) struct SendOp<'a> {
     count: usize,
     /// May write into the receiver's memory directly.
     direct: bool,
+    /// The rendezvous number of this message (once requested), modulo 2^36.
+    rdv: u64,
     state: State,
 }
 
@@ -81,6 +88,7 @@ impl<'a> SendOp<'a> {
             dtype,
             count,
             direct,
+            rdv: 0,
             state,
         }
     }
@@ -91,7 +99,12 @@ impl<'a> SendOp<'a> {
     }
 
     fn sig(&self, slot: P2pSlot) -> u64 {
-        signature::p2p(slot, self.dtype, self.count)
+        match (slot, self.state) {
+            // Data slots carry the rendezvous number instead of the count,
+            // so a proxy on the receiving side can tell whose they are.
+            (P2pSlot::Data, _) => signature::p2p(slot, self.dtype, self.rdv as usize),
+            _ => signature::p2p(slot, self.dtype, self.count),
+        }
     }
 
     /// Fills and publishes slots from `data[*sent..]` while credit lasts;
@@ -154,8 +167,16 @@ impl<'a> SendOp<'a> {
                     return Ok(false);
                 }
                 let grant = self.state_of_comm.next_request(self.peer);
+                self.rdv = grant & ((1 << 36) - 1);
                 stats.add(Stat::SentRendezvousMessages, 1);
-                self.state = State::AwaitGrant { grant };
+                // Over tcp the data follows at once: the receiver's network
+                // thread places it straight into the granted buffer (or in
+                // slots while the grant is not there yet). Over shared memory
+                // the sender waits for the grant and writes it directly.
+                self.state = match self.conn.peer_segment() {
+                    Some(_) => State::AwaitGrant { grant },
+                    None => State::Stream { sent: 0 },
+                };
                 Ok(true)
             }
             State::AwaitGrant { grant } => {

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use super::frame::{FrameHeader, ABORT_LEN, CLOSE_LEN, HEADER_BYTES};
 use super::kick::Kick;
+use crate::plan::signature::{self, P2pSlot};
 use crate::transport::ring::RingEnd;
 use crate::Error;
 
@@ -40,6 +41,9 @@ struct Sock {
     rx_got: usize,
     /// Signature of the frame being read.
     rx_sig: u64,
+    /// Where the frame's payload goes instead of its slot: rendezvous data
+    /// the receiver has granted, as `(grant, address)`.
+    rx_place: Option<(u64, u64)>,
     /// The peer said goodbye on this socket: nothing more will arrive.
     rx_closed: bool,
 }
@@ -78,6 +82,7 @@ impl PeerIo {
                 rx_len: None,
                 rx_got: 0,
                 rx_sig: 0,
+                rx_place: None,
                 rx_closed: false,
             })
             .collect();
@@ -228,6 +233,7 @@ impl PeerIo {
                             sock.rx_len = Some(h.len as usize);
                             sock.rx_sig = h.sig;
                             sock.rx_got = 0;
+                            sock.rx_place = None;
                         }
                         Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                         Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -239,8 +245,47 @@ impl PeerIo {
                     break; // inbound ring full: TCP holds the sender back
                 };
                 let sock = &mut self.socks[j];
+                if sock.rx_got == 0 && len > 0 {
+                    // Decided when the slot is free, as late as possible, so
+                    // that a grant given meanwhile is used.
+                    sock.rx_place = match signature::parse_p2p(sock.rx_sig) {
+                        Some((P2pSlot::Data, _, rdv)) => self.inbound.placement(k, rdv, len),
+                        _ => None,
+                    };
+                }
                 if sock.rx_got < len {
-                    match sock.stream.read(&mut slot[sock.rx_got..len]) {
+                    let place = match sock.rx_place {
+                        Some((grant, addr)) if self.inbound.begin_place(grant) => Some(addr),
+                        Some(_) => {
+                            // Withdrawn (the receive failed): finish the
+                            // frame in its slot; nobody will read it.
+                            sock.rx_place = None;
+                            None
+                        }
+                        None => None,
+                    };
+                    let r = match place {
+                        Some(addr) => {
+                            // SAFETY: the receiver granted `len` bytes at
+                            // the placement address inside its locked receive
+                            // buffer and touches no byte of this slot's range
+                            // until it has consumed the slot (published only
+                            // after this read completes); `begin_place` holds
+                            // it from withdrawing (and so from releasing the
+                            // buffer) until `end_place`.
+                            let dst = unsafe {
+                                std::slice::from_raw_parts_mut(
+                                    (addr as usize + sock.rx_got) as *mut u8,
+                                    len - sock.rx_got,
+                                )
+                            };
+                            let r = sock.stream.read(dst);
+                            self.inbound.end_place();
+                            r
+                        }
+                        None => sock.stream.read(&mut slot[sock.rx_got..len]),
+                    };
+                    match r {
                         Ok(0) => return Err(self.fail("connection closed by the peer".into())),
                         Ok(n) => {
                             moved = true;
@@ -252,7 +297,13 @@ impl PeerIo {
                     }
                 }
                 if sock.rx_got == len {
-                    self.inbound.set_header(k, len, sock.rx_sig);
+                    let sig = match (sock.rx_place.take(), signature::parse_p2p(sock.rx_sig)) {
+                        (Some(_), Some((_, Some(dtype), rdv))) => {
+                            signature::p2p(P2pSlot::Placed, dtype, rdv as usize)
+                        }
+                        _ => sock.rx_sig,
+                    };
+                    self.inbound.set_header(k, len, sig);
                     sock.rx_len = None;
                     sock.rx_hdr_got = 0;
                     sock.rx_next += s;
