@@ -79,7 +79,7 @@ pub struct Config {
     pub socket_ifname: Option<String>,
     /// `STREAMCOMM_P2P_EAGER_LIMIT`: largest point-to-point message (bytes)
     /// sent eagerly through the slot ring (default 64 KiB); larger messages
-    /// use rendezvous on shared memory (see [`crate::p2p`]).
+    /// use rendezvous (see [`crate::comm::p2p`]).
     pub p2p_eager_limit: usize,
     /// `STREAMCOMM_P2P_DIRECT`: `1` (default) lets rendezvous write straight
     /// into a receiver's buffer on the same host (cross-memory attach); `0`

@@ -18,7 +18,7 @@ mod collectives;
 mod connect;
 mod endpoint;
 mod inner;
-mod p2p;
+pub mod p2p;
 mod proxy;
 mod task;
 mod turns;
