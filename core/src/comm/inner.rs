@@ -17,6 +17,7 @@ use crate::comm::turns::Turns;
 use crate::config::Config;
 use crate::host::JobMode;
 use crate::plan::{apply_step, signature, Plan, Step};
+use crate::transport::fault::FaultInjector;
 use crate::transport::ring::RingError;
 use crate::transport::tcp::progress::FailureSink;
 use crate::transport::tcp::TcpNet;
@@ -56,6 +57,9 @@ pub(crate) struct CommInner {
     pub proxy: ProxyHandle,
     /// Barrier algorithm, epochs and flag areas.
     pub barrier: BarrierState,
+    /// Fault-injection hooks on every slot published or consumed (an empty
+    /// type unless built with `fault-injection`).
+    faults: FaultInjector,
 }
 
 impl CommInner {
@@ -72,6 +76,7 @@ impl CommInner {
         spin: u32,
         proxy: ProxyHandle,
         barrier: BarrierState,
+        faults: FaultInjector,
     ) -> CommInner {
         CommInner {
             rank,
@@ -86,6 +91,7 @@ impl CommInner {
             error,
             proxy,
             barrier,
+            faults,
         }
     }
 
@@ -174,6 +180,7 @@ impl CommInner {
         let slot_in = match step.recv_from {
             Some(p) => {
                 let c = self.connection(p)?;
+                self.faults.before_recv(p, c, &policy)?;
                 let slot = c
                     .recv
                     .acquire_recv(&policy)
@@ -219,7 +226,9 @@ impl CommInner {
         };
         if let Some(p) = step.send_to {
             let c = self.connection(p)?;
-            c.send.commit_send(written, sig);
+            self.faults.commit_send(p, c, written, sig, &policy, |e| {
+                self.ring_error(e, &what(), p, c.transport(), "a free slot (credit)")
+            })?;
             c.after_step();
         }
         if let Some(p) = step.recv_from {
@@ -249,6 +258,18 @@ impl CommInner {
                 transport,
                 peer,
                 cause: format!("slot header claims {len} bytes (corrupted ring)"),
+            },
+            RingError::OutOfOrder { expected, got } => Error::Transport {
+                transport,
+                peer,
+                cause: format!(
+                    "{what}: slot {got} arrived where slot {expected} was due ({})",
+                    if got > expected {
+                        "a slot was lost"
+                    } else {
+                        "a slot came twice"
+                    }
+                ),
             },
         }
     }

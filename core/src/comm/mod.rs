@@ -33,6 +33,7 @@ pub use endpoint::{local_host_id, Endpoint};
 use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::config::Config;
 use crate::config::TransportChoice;
+use crate::transport::fault::FaultInjector;
 use crate::transport::ring::RingShape;
 use crate::transport::tcp::{setup, TcpNet};
 use crate::transport::Segment;
@@ -131,6 +132,7 @@ impl Communicator {
             )));
         }
         config.validate()?;
+        let faults = FaultInjector::new(&config.faults, rank, size)?;
         let Backend::Host = backend;
         let shape = RingShape {
             nsteps: config.nsteps,
@@ -245,7 +247,7 @@ impl Communicator {
         crate::wait::note_local_ranks(local_ranks);
         let spin = spin_budget(config.spin, local_ranks);
         let inner = Arc::new(CommInner::new(
-            rank, size, config, topology, net, peers, error, segment, spin, proxy, barrier,
+            rank, size, config, topology, net, peers, error, segment, spin, proxy, barrier, faults,
         ));
         ProxyHandle::start(proxy::weak(&inner), rx, rank)?;
         let shm_peers: Vec<(usize, u32)> = (0..size)

@@ -59,6 +59,9 @@ pub struct PeerIo {
     /// Inbound slots fully read, not yet published.
     arrived: Vec<bool>,
     inbound_tail: u64,
+    /// The peer sent a frame that breaks the protocol (lost, repeated or
+    /// corrupt): its sockets still work, so it is told of the abort.
+    bad_frame: bool,
 }
 
 impl PeerIo {
@@ -90,6 +93,7 @@ impl PeerIo {
             staging_head: 0,
             arrived: vec![false; nsteps],
             inbound_tail: 0,
+            bad_frame: false,
         }
     }
 
@@ -118,9 +122,11 @@ impl PeerIo {
                     Ok(None) => break,
                     Err(e) => return Err(self.fail(format!("staging ring corrupted: {e:?}"))),
                 };
+                // The frame carries the slot's own sequence number (its index,
+                // unless a fault was injected): the receiver checks it.
                 let header = FrameHeader {
                     len: slot.len() as u32,
-                    seq: k,
+                    seq: self.staging.slot_seq(k),
                     sig: self.staging.slot_sig(k),
                 }
                 .encode();
@@ -198,13 +204,13 @@ impl PeerIo {
                             if sock.rx_hdr_got < HEADER_BYTES {
                                 continue;
                             }
-                            let h = FrameHeader::decode(&sock.rx_hdr, max, k).map_err(|e| {
-                                Error::Transport {
-                                    transport: "tcp",
-                                    peer: self.peer,
-                                    cause: e,
+                            let h = match FrameHeader::decode(&sock.rx_hdr, max, k) {
+                                Ok(h) => h,
+                                Err(cause) => {
+                                    self.bad_frame = true;
+                                    return Err(self.fail(cause));
                                 }
-                            })?;
+                            };
                             if h.len == CLOSE_LEN {
                                 sock.rx_closed = true;
                                 break;
@@ -252,7 +258,7 @@ impl PeerIo {
                     }
                 }
                 if sock.rx_got == len {
-                    self.inbound.set_header(k, len, sock.rx_sig);
+                    self.inbound.set_header(k, len, sock.rx_sig, k);
                     sock.rx_len = None;
                     sock.rx_hdr_got = 0;
                     sock.rx_next += s;
@@ -316,7 +322,7 @@ impl PeerIo {
             if let Ok(Some(slot)) = self.staging.slot_for_read(sock.tx_next) {
                 let mut whole = FrameHeader {
                     len: slot.len() as u32,
-                    seq: sock.tx_next,
+                    seq: self.staging.slot_seq(sock.tx_next),
                     sig: self.staging.slot_sig(sock.tx_next),
                 }
                 .encode()
@@ -402,7 +408,8 @@ pub fn run(
         let failed = abort.load(Ordering::Acquire);
         if failed != 0 && !abort_sent {
             abort_sent = true;
-            for (p, _) in peers.iter_mut().zip(&dead).filter(|(_, &d)| !d) {
+            let told = |(p, &d): &(&mut PeerIo, &bool)| !d || p.bad_frame;
+            for (p, _) in peers.iter_mut().zip(&dead).filter(told) {
                 p.abort_notice(u64::from(failed - 1));
             }
         }
@@ -463,6 +470,14 @@ pub fn run(
             if let Err(e) = r {
                 dead[i] = true;
                 if !stopping {
+                    // Tell the other peers now, naming whom the error blames:
+                    // the stream may not run another operation to do it.
+                    let culprit = match &e {
+                        Error::RemoteFailed { peer, .. } | Error::Transport { peer, .. } => *peer,
+                        _ => p.peer,
+                    };
+                    let code = u32::try_from(culprit).map_or(u32::MAX, |r| r.saturating_add(1));
+                    let _ = abort.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
                     sink.fail(e);
                 }
             }
