@@ -62,7 +62,7 @@ fn slots_per_all_reduce(from: usize, to: usize) -> u64 {
     plan.steps.iter().filter(|s| s.send_to == Some(to)).count() as u64
 }
 
-/// Runs `f` on N ranks (threads), rank r with `configs[r]`; fails the test
+/// Runs `f` on one rank (thread) per config, rank r with `configs[r]`; fails the test
 /// if they do not all return within a minute.
 fn run_ranks<R: Send + 'static>(
     configs: Vec<Config>,
@@ -76,11 +76,12 @@ fn run_ranks<R: Send + 'static>(
     // Communicators close together once every rank has its outcome: over
     // tcp, a rank closing a socket with unread data resets it, and a reset
     // can overtake the abort notice the peer has yet to read.
-    let all_done = Arc::new(std::sync::Barrier::new(N));
+    let n = configs.len();
+    let all_done = Arc::new(std::sync::Barrier::new(n));
     for (rank, config) in configs.into_iter().enumerate() {
         let (id, f, tx, all_done) = (id.clone(), f.clone(), tx.clone(), all_done.clone());
         std::thread::spawn(move || {
-            let comm = Communicator::init_with_config(&id, rank, N, Backend::Host, config)
+            let comm = Communicator::init_with_config(&id, rank, n, Backend::Host, config)
                 .unwrap_or_else(|e| panic!("rank {rank}: init failed: {e}"));
             let c = comm.clone();
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || f(c)));
@@ -91,8 +92,8 @@ fn run_ranks<R: Send + 'static>(
     }
     drop(tx);
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut out: Vec<Option<R>> = (0..N).map(|_| None).collect();
-    for _ in 0..N {
+    let mut out: Vec<Option<R>> = (0..n).map(|_| None).collect();
+    for _ in 0..n {
         let left = deadline.saturating_duration_since(Instant::now());
         let (rank, r) = rx
             .recv_timeout(left)
@@ -346,6 +347,31 @@ fn injected_error(transport: TransportChoice) {
             .unwrap_or_else(|| panic!("rank {rank} did not fail"));
         assert!(blames(e, rank, 1), "rank {rank}: {e}");
         assert!(o.after < Duration::from_secs(5), "rank {rank}: {o:?}");
+    }
+}
+
+/// Regression (found by the soak test): over tcp, a zero-length frame (a
+/// barrier message) whose header arrived while the inbound ring was full has
+/// no byte left to make its socket readable; the network thread must still
+/// complete it once the stream frees a slot. Rank 1 consumes the first
+/// barrier message late, so the second arrives while its one-slot ring is full.
+#[test]
+fn zero_length_frame_waiting_for_a_slot_is_delivered_tcp() {
+    let base = Config {
+        nsteps: 1,
+        nchannels: 1,
+        timeout: Duration::from_secs(5),
+        ..config(TransportChoice::Tcp, LONG, "")
+    };
+    let slow = Config {
+        faults: FaultPlan::parse("recv:peer=0:nth=1:delay=300ms").unwrap(),
+        ..base.clone()
+    };
+    let out = run_ranks(vec![base, slow], |comm| {
+        (0..5).try_for_each(|_| comm.barrier_host())
+    });
+    for (rank, r) in out.iter().enumerate() {
+        assert!(r.is_ok(), "rank {rank}: {r:?}");
     }
 }
 

@@ -349,6 +349,16 @@ impl PeerIo {
         sock.tx_done = 0;
     }
 
+    /// True when socket `j` has a frame read to its end (a zero-length one)
+    /// that waited for a free inbound slot and now has one: no byte is left
+    /// to make the socket readable, so poll would never report it.
+    fn completable(&self, j: usize) -> bool {
+        let s = &self.socks[j];
+        !s.rx_closed
+            && s.rx_len.is_some_and(|len| s.rx_got == len)
+            && self.inbound.slot_for_write(s.rx_next).is_some()
+    }
+
     /// The poll events each socket needs now.
     fn interest(&self) -> Vec<libc::c_short> {
         self.socks
@@ -444,26 +454,39 @@ pub fn run(
                 owners.push((i, j));
             }
         }
-        let ms = if stopping { 1 } else { 100 };
+        let completable = owners.iter().any(|&(i, j)| peers[i].completable(j));
+        let ms = if completable {
+            0
+        } else if stopping {
+            1
+        } else {
+            100
+        };
         // SAFETY: fds is a valid array of pollfd for the duration of the call.
         let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
         kick.set_sleeping(false);
         if fds[0].revents != 0 {
             kick.drain();
         }
-        if ready <= 0 {
+        if ready <= 0 && !completable {
             continue;
         }
         for (fd, &(i, j)) in fds[1..].iter().zip(&owners) {
-            if fd.revents == 0 || dead[i] {
+            if dead[i] {
                 continue;
             }
             let p = &mut peers[i];
+            let complete = p.completable(j);
+            if fd.revents == 0 && !complete {
+                continue;
+            }
             let mut r = Ok(false);
             if fd.revents & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) != 0 {
                 r = p.send_on(j).map(|_| true);
             }
-            if r.is_ok() && fd.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0 {
+            if r.is_ok()
+                && (complete || fd.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
+            {
                 r = p.recv_on(j).map(|_| true);
             }
             let r = r.map(|_| p.advance());
