@@ -79,7 +79,7 @@ fn run_ranks<R: Send + 'static>(
     let n = configs.len();
     let all_done = Arc::new(std::sync::Barrier::new(n));
     for (rank, config) in configs.into_iter().enumerate() {
-        let (id, f, tx, all_done) = (id.clone(), f.clone(), tx.clone(), all_done.clone());
+        let (id, f, tx, all_done) = (id, f.clone(), tx.clone(), all_done.clone());
         std::thread::spawn(move || {
             let comm = Communicator::init_with_config(&id, rank, n, Backend::Host, config)
                 .unwrap_or_else(|e| panic!("rank {rank}: init failed: {e}"));

@@ -83,10 +83,16 @@ fn leftovers_of_dead_processes_are_swept() {
     let id = UniqueId::new().unwrap();
     let comm = Communicator::init_with_config(&id, 0, 1, Backend::Host, Config::default()).unwrap();
     assert!(!dead_path.exists(), "{dead_path:?} was not swept");
-    assert!(live_path.exists(), "{live_path:?} of a live process was removed");
+    assert!(
+        live_path.exists(),
+        "{live_path:?} of a live process was removed"
+    );
     drop(comm);
 
     drop(live.stdin.take());
     assert!(live.wait().unwrap().success());
-    assert!(!live_path.exists(), "the live child unlinks its own segment");
+    assert!(
+        !live_path.exists(),
+        "the live child unlinks its own segment"
+    );
 }

@@ -117,7 +117,7 @@ impl FaultPlan {
                     &format!("names a rank out of range for {size} ranks"),
                 ));
             }
-            if r.rank.map_or(true, |x| x == rank) {
+            if r.rank.is_none_or(|x| x == rank) {
                 if r.peer == rank {
                     return Err(bad_rule(
                         &r.to_string(),
