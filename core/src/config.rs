@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use crate::barrier::BarrierAlgo;
+use crate::transport::fault_spec::FaultPlan;
 use crate::{Error, Result};
 
 /// Default slot-ring size per connection (DESIGN.md §3): 4 MiB.
@@ -88,6 +89,10 @@ pub struct Config {
     /// `STREAMCOMM_DEBUG`: a `tracing` filter the examples and benchmark install
     /// (the library itself never installs a subscriber).
     pub debug: Option<String>,
+    /// `STREAMCOMM_FAULTS`: fault-injection rules such as
+    /// `send:peer=1:nth=5:drop` ([`crate::transport::fault_spec`]); applied
+    /// only by builds with the `fault-injection` feature (default: none).
+    pub faults: FaultPlan,
 }
 
 impl Default for Config {
@@ -106,6 +111,7 @@ impl Default for Config {
             p2p_eager_limit: DEFAULT_P2P_EAGER_LIMIT,
             p2p_direct: true,
             debug: None,
+            faults: FaultPlan::default(),
         }
     }
 }
@@ -195,6 +201,9 @@ impl Config {
         if let Some(v) = get("STREAMCOMM_DEBUG") {
             self.debug = Some(v);
         }
+        if let Some(v) = get("STREAMCOMM_FAULTS") {
+            self.faults = FaultPlan::parse(&v)?;
+        }
         self.validate()?;
         Ok(self)
     }
@@ -235,6 +244,12 @@ impl Config {
         }
         if self.timeout.is_zero() {
             return Err(Error::invalid("timeout must be positive"));
+        }
+        if !self.faults.is_empty() && !cfg!(feature = "fault-injection") {
+            return Err(Error::invalid(
+                "STREAMCOMM_FAULTS is set, but this build of streamcomm has no fault injection \
+                 (build with the `fault-injection` feature)",
+            ));
         }
         Ok(())
     }
@@ -360,6 +375,7 @@ mod tests {
             ("STREAMCOMM_PROGRESS", "sideways"),
             ("STREAMCOMM_BARRIER_ALGO", "telepathy"),
             ("STREAMCOMM_HOSTS_OVERRIDE", "a,,b"),
+            ("STREAMCOMM_FAULTS", "send:peer=1:drop"),
         ] {
             let e = cfg(&[(k, v)]).unwrap_err().to_string();
             assert!(
@@ -367,5 +383,16 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn fault_rules_need_the_feature() {
+        let c = cfg(&[("STREAMCOMM_FAULTS", "send:peer=1:nth=2:drop")]);
+        if cfg!(feature = "fault-injection") {
+            assert_eq!(c.unwrap().faults.rules.len(), 1);
+        } else {
+            assert!(c.unwrap_err().to_string().contains("fault-injection"));
+        }
+        assert!(cfg(&[("STREAMCOMM_FAULTS", "")]).is_ok());
     }
 }

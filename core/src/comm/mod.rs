@@ -35,6 +35,7 @@ pub use p2p::{Group, P2pStats};
 use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::config::Config;
 use crate::config::TransportChoice;
+use crate::transport::fault::FaultInjector;
 use crate::transport::ring::RingShape;
 use crate::transport::tcp::{setup, TcpNet};
 use crate::transport::Segment;
@@ -133,6 +134,7 @@ impl Communicator {
             )));
         }
         config.validate()?;
+        let faults = FaultInjector::new(&config.faults, rank, size)?;
         let Backend::Host = backend;
         let shape = RingShape {
             nsteps: config.nsteps,
@@ -247,7 +249,7 @@ impl Communicator {
         crate::wait::note_local_ranks(local_ranks);
         let spin = spin_budget(config.spin, local_ranks);
         let inner = Arc::new(CommInner::new(
-            rank, size, config, topology, net, peers, error, segment, spin, proxy, barrier,
+            rank, size, config, topology, net, peers, error, segment, spin, proxy, barrier, faults,
         ));
         ProxyHandle::start(proxy::weak(&inner), rx, rank)?;
         let shm_peers: Vec<(usize, u32)> = (0..size)

@@ -5,7 +5,10 @@
 //! owns `head` (slots consumed); both only ever grow. The sender may fill slot
 //! `tail % nsteps` only while `tail - head < nsteps`, so unread data is never
 //! overwritten. Each slot starts with a 64-byte header holding the payload
-//! length, so a receiver can tell a message of the wrong size from its own.
+//! length (so a receiver can tell a message of the wrong size from its own),
+//! the call's signature, and the slot's sequence number on the connection:
+//! the receiver checks it against its own count, so a slot that a transport
+//! lost or delivered twice is an error, never data used in the wrong place.
 //!
 //! Memory ordering: the sender writes the payload and length, then publishes
 //! `tail + 1` with `Release`; the receiver reads `tail` with `Acquire` before
@@ -97,6 +100,14 @@ pub enum RingError {
     Wait(WaitError),
     /// The slot header claims more bytes than a slot holds (corruption).
     BadLength(u64),
+    /// The slot carries sequence number `got` where `expected` was due: an
+    /// earlier slot was lost (`got > expected`) or one came twice (`got < expected`).
+    OutOfOrder {
+        /// The receiver's count of slots consumed.
+        expected: u64,
+        /// What the slot header says.
+        got: u64,
+    },
 }
 
 /// One end of a ring mapped in this process.
@@ -154,6 +165,12 @@ impl RingEnd {
         unsafe { &*(self.slot_ptr(index).add(8) as *const AtomicU64) }
     }
 
+    fn seq_word(&self, index: u64) -> &AtomicU64 {
+        // SAFETY: the third word of the 64-byte aligned, zero-initialised
+        // slot header; an AtomicU64 is valid for any bit pattern.
+        unsafe { &*(self.slot_ptr(index).add(16) as *const AtomicU64) }
+    }
+
     fn len_word(&self, index: u64) -> &AtomicU64 {
         // SAFETY: the slot header is 64-byte aligned inside the mapping and
         // zero-initialised; an AtomicU64 is valid for any bit pattern.
@@ -187,12 +204,19 @@ impl RingEnd {
 
     /// Sender: publishes the slot returned by [`RingEnd::acquire_send`]
     /// holding `len` bytes, signed with the call's signature
-    /// ([`crate::plan::signature`]).
+    /// ([`crate::plan::signature`]) and numbered with its position.
     pub fn commit_send(&self, len: usize, sig: u64) {
+        let tail = self.header().tail.value.load(Ordering::Relaxed);
+        self.commit_send_numbered(len, sig, tail);
+    }
+
+    /// As [`RingEnd::commit_send`], with an explicit sequence number (fault
+    /// injection uses it to make a transport look as if it lost a slot or
+    /// delivered one twice; the receiver must notice).
+    pub fn commit_send_numbered(&self, len: usize, sig: u64, seq: u64) {
         let h = self.header();
         let tail = h.tail.value.load(Ordering::Relaxed);
-        self.len_word(tail).store(len as u64, Ordering::Relaxed);
-        self.sig_word(tail).store(sig, Ordering::Relaxed);
+        self.set_header(tail, len, sig, seq);
         h.tail.value.store(tail + 1, Ordering::Release);
         h.tail.notifier.notify();
     }
@@ -201,7 +225,8 @@ impl RingEnd {
     ///
     /// # Errors
     /// [`RingError::Wait`] when nothing arrived in time;
-    /// [`RingError::BadLength`] when the slot header is impossible.
+    /// [`RingError::BadLength`] when the slot header is impossible;
+    /// [`RingError::OutOfOrder`] when the slot is not the one due next.
     pub fn acquire_recv(&self, policy: &WaitPolicy<'_>) -> Result<&[u8], RingError> {
         let h = self.header();
         let head = h.head.value.load(Ordering::Relaxed);
@@ -214,6 +239,13 @@ impl RingEnd {
         let len = self.len_word(head).load(Ordering::Relaxed);
         if len > self.shape.slot_bytes as u64 {
             return Err(RingError::BadLength(len));
+        }
+        let seq = self.seq_word(head).load(Ordering::Relaxed);
+        if seq != head {
+            return Err(RingError::OutOfOrder {
+                expected: head,
+                got: seq,
+            });
         }
         // SAFETY: tail > head, so the sender published this slot (Acquire
         // above orders its writes before our reads) and will not touch it until
@@ -253,17 +285,24 @@ impl RingEnd {
         })
     }
 
-    /// Sender side: records the payload length and signature of slot
-    /// `index` (before publishing it).
-    pub fn set_header(&self, index: u64, len: usize, sig: u64) {
+    /// Sender side: records the payload length, signature and sequence
+    /// number of slot `index` (before publishing it).
+    pub fn set_header(&self, index: u64, len: usize, sig: u64, seq: u64) {
         self.len_word(index).store(len as u64, Ordering::Relaxed);
         self.sig_word(index).store(sig, Ordering::Relaxed);
+        self.seq_word(index).store(seq, Ordering::Relaxed);
     }
 
     /// The signature of slot `index` (read it only while you own the slot:
     /// between `acquire_recv` and `release_recv`, or a published staging slot).
     pub fn slot_sig(&self, index: u64) -> u64 {
         self.sig_word(index).load(Ordering::Relaxed)
+    }
+
+    /// The sequence number slot `index` was published with (same ownership
+    /// rule as [`RingEnd::slot_sig`]).
+    pub fn slot_seq(&self, index: u64) -> u64 {
+        self.seq_word(index).load(Ordering::Relaxed)
     }
 
     /// Receiver: the signature of the slot [`RingEnd::acquire_recv`] returned.
@@ -321,10 +360,21 @@ impl RingEnd {
     /// waiting.
     ///
     /// # Errors
-    /// [`RingError::BadLength`] when the slot header is impossible.
+    /// [`RingError::BadLength`] when the slot header is impossible;
+    /// [`RingError::OutOfOrder`] when the slot is not the one due next.
     pub fn try_acquire_recv(&self) -> Result<Option<&[u8]>, RingError> {
         let head = self.header().head.value.load(Ordering::Relaxed);
-        self.slot_for_read(head)
+        let slot = self.slot_for_read(head)?;
+        if slot.is_some() {
+            let seq = self.seq_word(head).load(Ordering::Relaxed);
+            if seq != head {
+                return Err(RingError::OutOfOrder {
+                    expected: head,
+                    got: seq,
+                });
+            }
+        }
+        Ok(slot)
     }
 
     /// Sender: true when a slot is free (never blocks).
@@ -485,5 +535,45 @@ mod tests {
         }
         assert!(matches!(rx.acquire_recv(&policy), Err(RingError::Wait(_))));
         assert_eq!((tx.tail(), rx.head()), (4, 4));
+    }
+
+    #[test]
+    fn lost_and_repeated_slots_are_refused() {
+        let mut mem = Box::new(Aligned([0; 128 + 4 * 128]));
+        let shape = RingShape {
+            nsteps: 4,
+            slot_bytes: 64,
+        };
+        // SAFETY: aligned, zeroed, sized for the shape, outlives both ends.
+        let (tx, rx) = unsafe {
+            (
+                RingEnd::new(mem.0.as_mut_ptr(), shape),
+                RingEnd::new(mem.0.as_mut_ptr(), shape),
+            )
+        };
+        let policy = WaitPolicy::new(10, Duration::from_millis(20));
+        tx.acquire_send(&policy).unwrap();
+        tx.commit_send_numbered(1, 7, 0);
+        tx.acquire_send(&policy).unwrap();
+        tx.commit_send_numbered(1, 7, 0); // the same slot again
+        tx.acquire_send(&policy).unwrap();
+        tx.commit_send_numbered(1, 7, 3); // slot 2 never came
+        assert!(rx.acquire_recv(&policy).is_ok());
+        rx.release_recv();
+        assert_eq!(
+            rx.acquire_recv(&policy),
+            Err(RingError::OutOfOrder {
+                expected: 1,
+                got: 0
+            })
+        );
+        rx.release_recv();
+        assert_eq!(
+            rx.acquire_recv(&policy),
+            Err(RingError::OutOfOrder {
+                expected: 2,
+                got: 3
+            })
+        );
     }
 }

@@ -97,6 +97,14 @@ impl<'a> RecvOp<'a> {
     fn corrupt(&self, e: RingError) -> Error {
         let cause = match e {
             RingError::BadLength(len) => format!("slot header claims {len} bytes (corrupted ring)"),
+            RingError::OutOfOrder { expected, got } => format!(
+                "slot {got} arrived where slot {expected} was due ({})",
+                if got > expected {
+                    "a slot was lost"
+                } else {
+                    "a slot came twice"
+                }
+            ),
             RingError::Wait(w) => format!("{w:?}"),
         };
         Error::Transport {

@@ -63,6 +63,9 @@ pub struct PeerIo {
     /// Inbound slots fully read, not yet published.
     arrived: Vec<bool>,
     inbound_tail: u64,
+    /// The peer sent a frame that breaks the protocol (lost, repeated or
+    /// corrupt): its sockets still work, so it is told of the abort.
+    bad_frame: bool,
 }
 
 impl PeerIo {
@@ -95,6 +98,7 @@ impl PeerIo {
             staging_head: 0,
             arrived: vec![false; nsteps],
             inbound_tail: 0,
+            bad_frame: false,
         }
     }
 
@@ -123,9 +127,11 @@ impl PeerIo {
                     Ok(None) => break,
                     Err(e) => return Err(self.fail(format!("staging ring corrupted: {e:?}"))),
                 };
+                // The frame carries the slot's own sequence number (its index,
+                // unless a fault was injected): the receiver checks it.
                 let header = FrameHeader {
                     len: slot.len() as u32,
-                    seq: k,
+                    seq: self.staging.slot_seq(k),
                     sig: self.staging.slot_sig(k),
                 }
                 .encode();
@@ -203,13 +209,13 @@ impl PeerIo {
                             if sock.rx_hdr_got < HEADER_BYTES {
                                 continue;
                             }
-                            let h = FrameHeader::decode(&sock.rx_hdr, max, k).map_err(|e| {
-                                Error::Transport {
-                                    transport: "tcp",
-                                    peer: self.peer,
-                                    cause: e,
+                            let h = match FrameHeader::decode(&sock.rx_hdr, max, k) {
+                                Ok(h) => h,
+                                Err(cause) => {
+                                    self.bad_frame = true;
+                                    return Err(self.fail(cause));
                                 }
-                            })?;
+                            };
                             if h.len == CLOSE_LEN {
                                 sock.rx_closed = true;
                                 break;
@@ -303,7 +309,7 @@ impl PeerIo {
                         }
                         _ => sock.rx_sig,
                     };
-                    self.inbound.set_header(k, len, sig);
+                    self.inbound.set_header(k, len, sig, k);
                     sock.rx_len = None;
                     sock.rx_hdr_got = 0;
                     sock.rx_next += s;
@@ -311,25 +317,6 @@ impl PeerIo {
                     moved = true;
                 }
             }
-        }
-        Ok(moved)
-    }
-
-    /// Completes frames whose bytes have all been read but which waited for
-    /// a free inbound slot (a zero-length frame has nothing left for `poll`
-    /// to report readable, so it must be finished when the slot frees, not
-    /// when more data arrives); true if anything moved.
-    fn settle(&mut self) -> Result<bool, Error> {
-        let mut moved = false;
-        for j in 0..self.socks.len() {
-            let sock = &self.socks[j];
-            let complete = !sock.rx_closed && sock.rx_len == Some(sock.rx_got);
-            if complete && self.inbound.slot_for_write(sock.rx_next).is_some() {
-                moved |= self.recv_on(j)?;
-            }
-        }
-        if moved {
-            self.advance();
         }
         Ok(moved)
     }
@@ -386,7 +373,7 @@ impl PeerIo {
             if let Ok(Some(slot)) = self.staging.slot_for_read(sock.tx_next) {
                 let mut whole = FrameHeader {
                     len: slot.len() as u32,
-                    seq: sock.tx_next,
+                    seq: self.staging.slot_seq(sock.tx_next),
                     sig: self.staging.slot_sig(sock.tx_next),
                 }
                 .encode()
@@ -411,6 +398,16 @@ impl PeerIo {
             }
         }
         sock.tx_done = 0;
+    }
+
+    /// True when socket `j` has a frame read to its end (a zero-length one)
+    /// that waited for a free inbound slot and now has one: no byte is left
+    /// to make the socket readable, so poll would never report it.
+    fn completable(&self, j: usize) -> bool {
+        let s = &self.socks[j];
+        !s.rx_closed
+            && s.rx_len.is_some_and(|len| s.rx_got == len)
+            && self.inbound.slot_for_write(s.rx_next).is_some()
     }
 
     /// The poll events each socket needs now.
@@ -472,7 +469,8 @@ pub fn run(
         let failed = abort.load(Ordering::Acquire);
         if failed != 0 && !abort_sent {
             abort_sent = true;
-            for (p, _) in peers.iter_mut().zip(&dead).filter(|(_, &d)| !d) {
+            let told = |(p, &d): &(&mut PeerIo, &bool)| !d || p.bad_frame;
+            for (p, _) in peers.iter_mut().zip(&dead).filter(told) {
                 p.abort_notice(u64::from(failed - 1));
             }
         }
@@ -490,21 +488,6 @@ pub fn run(
         // Announce the sleep before computing what to wait for, so that work
         // published meanwhile either shows in the interest or kicks us.
         kick.set_sleeping(true);
-        let mut settled = false;
-        for (i, p) in peers.iter_mut().enumerate() {
-            if dead[i] {
-                continue;
-            }
-            match p.settle() {
-                Ok(moved) => settled |= moved,
-                Err(e) => {
-                    dead[i] = true;
-                    if !stopping {
-                        sink.fail(e);
-                    }
-                }
-            }
-        }
         fds.clear();
         owners.clear();
         fds.push(libc::pollfd {
@@ -522,7 +505,8 @@ pub fn run(
                 owners.push((i, j));
             }
         }
-        let ms = if settled {
+        let completable = owners.iter().any(|&(i, j)| peers[i].completable(j));
+        let ms = if completable {
             0
         } else if stopping {
             1
@@ -535,25 +519,39 @@ pub fn run(
         if fds[0].revents != 0 {
             kick.drain();
         }
-        if ready <= 0 {
+        if ready <= 0 && !completable {
             continue;
         }
         for (fd, &(i, j)) in fds[1..].iter().zip(&owners) {
-            if fd.revents == 0 || dead[i] {
+            if dead[i] {
                 continue;
             }
             let p = &mut peers[i];
+            let complete = p.completable(j);
+            if fd.revents == 0 && !complete {
+                continue;
+            }
             let mut r = Ok(false);
             if fd.revents & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) != 0 {
                 r = p.send_on(j).map(|_| true);
             }
-            if r.is_ok() && fd.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0 {
+            if r.is_ok()
+                && (complete || fd.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
+            {
                 r = p.recv_on(j).map(|_| true);
             }
             let r = r.map(|_| p.advance());
             if let Err(e) = r {
                 dead[i] = true;
                 if !stopping {
+                    // Tell the other peers now, naming whom the error blames:
+                    // the stream may not run another operation to do it.
+                    let culprit = match &e {
+                        Error::RemoteFailed { peer, .. } | Error::Transport { peer, .. } => *peer,
+                        _ => p.peer,
+                    };
+                    let code = u32::try_from(culprit).map_or(u32::MAX, |r| r.saturating_add(1));
+                    let _ = abort.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
                     sink.fail(e);
                 }
             }
