@@ -500,12 +500,13 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// Room for a ring of 4 slots of 64 bytes (header included), aligned.
     #[repr(C, align(64))]
-    struct Aligned([u8; 128 + 4 * (64 + 64)]);
+    struct Aligned([u8; RING_HEADER_BYTES + 4 * (SLOT_HEADER + 64)]);
 
     #[test]
     fn fifo_with_credits() {
-        let mut mem = Box::new(Aligned([0; 128 + 4 * 128]));
+        let mut mem = Box::new(Aligned([0; RING_HEADER_BYTES + 4 * (SLOT_HEADER + 64)]));
         let shape = RingShape {
             nsteps: 4,
             slot_bytes: 64,
@@ -539,7 +540,7 @@ mod tests {
 
     #[test]
     fn lost_and_repeated_slots_are_refused() {
-        let mut mem = Box::new(Aligned([0; 128 + 4 * 128]));
+        let mut mem = Box::new(Aligned([0; RING_HEADER_BYTES + 4 * (SLOT_HEADER + 64)]));
         let shape = RingShape {
             nsteps: 4,
             slot_bytes: 64,
