@@ -158,6 +158,10 @@ pub struct Cli {
     #[arg(long, default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub latency_iters: u64,
+
+    /// Write latency and bandwidth curves of the sendrecv sweep to this SVG file.
+    #[arg(long, value_name = "PATH")]
+    pub plot: Option<String>,
 }
 
 impl Cli {

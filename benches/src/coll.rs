@@ -130,13 +130,10 @@ impl Call {
             Collective::Sendrecv => {
                 let (rank, n) = (comm.rank(), comm.size());
                 let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
-                if rank % 2 == 0 {
-                    comm.send(send, next, stream)?;
-                    comm.recv(recv, prev, stream)
-                } else {
-                    comm.recv(recv, prev, stream)?;
-                    comm.send(send, next, stream)
-                }
+                comm.group(|g| {
+                    g.send(send, next, stream)?;
+                    g.recv(recv, prev, stream)
+                })
             }
             Collective::Barrier => comm.barrier(stream),
         }

@@ -29,6 +29,8 @@ mod launch;
 mod link;
 mod machine;
 mod model;
+mod p2p;
+mod plot;
 mod rawtcp;
 mod report;
 mod stats;
@@ -188,6 +190,7 @@ fn run_rank(cli: &Cli, info: &LaunchInfo) -> Fallible<u64> {
     });
 
     let (mut rows, mut latency, mut barrier) = (Vec::new(), None, Vec::new());
+    let mut sendrecv = Vec::new();
     if cli.collective == Collective::Barrier {
         for algo in cli.barrier_algos().map_err(|e| format!("--algo: {e}"))? {
             if let Some(algo) = algo {
@@ -208,15 +211,27 @@ fn run_rank(cli: &Cli, info: &LaunchInfo) -> Fallible<u64> {
         }
     } else {
         if let (Some(p), Some(m)) = (printer.as_mut(), machine.as_ref()) {
-            report::print_table_header(p, m.tcp.is_some());
-        }
-        rows = sweep::run(&comm, &stream, cli, |row| {
-            if let (Some(p), Some(m)) = (printer.as_mut(), machine.as_ref()) {
-                report::print_row(p, cli, row, m);
+            if cli.collective != Collective::Sendrecv {
+                report::print_table_header(p, m.tcp.is_some());
             }
-        })?;
+        }
         if cli.collective == Collective::Sendrecv {
+            if let Some(p) = printer.as_mut() {
+                report::print_p2p_header(p, &comm);
+            }
+            sendrecv = p2p::run(&comm, &stream, cli, |row| {
+                if let (Some(p), Some(m)) = (printer.as_mut(), machine.as_ref()) {
+                    report::print_p2p_row(p, row, m);
+                }
+            })?;
+            rows = sendrecv.iter().map(report::p2p_as_row).collect();
             latency = latency::ping_pong(&comm, &stream, cli.latency_iters)?;
+        } else {
+            rows = sweep::run(&comm, &stream, cli, |row| {
+                if let (Some(p), Some(m)) = (printer.as_mut(), machine.as_ref()) {
+                    report::print_row(p, cli, row, m);
+                }
+            })?;
         }
     }
 
@@ -225,8 +240,16 @@ fn run_rank(cli: &Cli, info: &LaunchInfo) -> Fallible<u64> {
         if barrier.is_empty() {
             report::print_summary(p, &rows, latency.as_ref(), m);
         }
+        if let Some(target) = &cli.plot {
+            let mut refs = vec![("memcpy", m.limits.memcpy_gbps)];
+            if let Some(tcp) = &m.tcp {
+                refs.push(("raw tcp", tcp.best_gbps));
+            }
+            reported = plot::write_svg(target, &sendrecv, &refs);
+        }
         if let Some(target) = &cli.json {
-            reported = Document::new(cli, nranks, m.clone(), &rows, latency, barrier).write(target);
+            let doc = Document::new(cli, nranks, m.clone(), &rows, latency, barrier, sendrecv);
+            reported = reported.and_then(|()| doc.write(target));
         }
     }
     // Nobody exits before rank 0 has reported: a launcher stops the job when

@@ -18,6 +18,7 @@ use crate::error::{Context, Fallible};
 use crate::latency::Latency;
 use crate::link::Link;
 use crate::machine::MachineLimits;
+use crate::p2p::P2pRow;
 use crate::rawtcp::RawTcp;
 use crate::stats::{fraction, Percentiles};
 use crate::sweep::Row;
@@ -196,6 +197,67 @@ pub fn print_row(p: &mut Printer, cli: &Cli, row: &Row, machine: &Machine) {
     ));
 }
 
+/// The sendrecv table's header: what each column is.
+pub fn print_p2p_header(p: &mut Printer, comm: &streamcomm::Communicator) {
+    let c = comm.config();
+    p.line(format!(
+        "# sendrecv between ranks 0 and 1 over {}: eager limit {} B (STREAMCOMM_P2P_EAGER_LIMIT), direct rendezvous writes {}",
+        comm.transport_to(1).unwrap_or("-"),
+        c.p2p_eager_limit,
+        if c.p2p_direct { "on" } else { "off" }
+    ));
+    p.line(format!(
+        "# {:>12} {:>10} {:>9} {:>9} {:>8} {:>10} {:>9} {:>9} {:>7}",
+        "size",
+        "protocol",
+        "lat p50",
+        "lat p99",
+        "p50/c2c",
+        "bandwidth",
+        "bw/memcpy",
+        "per-chan",
+        "#wrong"
+    ));
+    p.line(format!(
+        "# {:>12} {:>10} {:>9} {:>9} {:>8} {:>10} {:>9} {:>9} {:>7}",
+        "(B)", "", "(us)", "(us)", "(x)", "(GB/s)", "", "(GB/s)", ""
+    ));
+}
+
+/// One row of the sendrecv table.
+pub fn print_p2p_row(p: &mut Printer, row: &P2pRow, machine: &Machine) {
+    let per_channel = row
+        .per_channel_gbps
+        .map_or("-".to_string(), |g| format!("{g:.3}"));
+    p.line(format!(
+        "  {:>12} {:>10} {:>9.2} {:>9.2} {:>8.1} {:>10.3} {:>9.2} {:>9} {:>7}",
+        row.bytes,
+        row.protocol,
+        row.latency.p50,
+        row.latency.p99,
+        fraction(row.latency.p50, machine.limits.c2c_round_trip_us),
+        row.bandwidth_gbps,
+        fraction(row.bandwidth_gbps, machine.limits.memcpy_gbps),
+        per_channel,
+        row.wrong
+    ));
+}
+
+/// A sendrecv row as a sweep row (time of one message at the measured
+/// bandwidth), for the summary and the comparison with raw tcp.
+pub fn p2p_as_row(r: &P2pRow) -> Row {
+    Row {
+        bytes: r.bytes,
+        count: r.bytes as usize,
+        time_us: r.bytes as f64 / r.bandwidth_gbps.max(1e-12) / 1e3,
+        algbw: r.bandwidth_gbps,
+        busbw: r.bandwidth_gbps,
+        wrong: Some(r.wrong),
+        algo: None,
+        predicted_us: None,
+    }
+}
+
 /// The lines after the table: average bus bandwidth, wrong elements, and
 /// the sendrecv latency where measured; then the comparison with raw tcp.
 pub fn print_summary(p: &mut Printer, rows: &[Row], latency: Option<&Latency>, machine: &Machine) {
@@ -232,7 +294,6 @@ pub fn print_summary(p: &mut Printer, rows: &[Row], latency: Option<&Latency>, m
             l.one_way.p99,
             l.one_way.max
         ));
-        p.line("# (sendrecv rows: no grouped send+recv in streamcomm, so each rank's send and recv run one after the other)");
     }
     if let Some(tcp) = &machine.tcp {
         for line in vstcp::summary_lines(&VsTcp::new(tcp, rows, latency)) {
@@ -322,6 +383,8 @@ pub struct Document {
     pub vs_tcp: Option<VsTcp>,
     /// The barrier benchmark, one entry per algorithm measured.
     pub barrier: Vec<BarrierResult>,
+    /// The sendrecv sweep: latency and bandwidth per size, with the protocol.
+    pub sendrecv: Vec<P2pRow>,
 }
 
 impl Document {
@@ -333,6 +396,7 @@ impl Document {
         rows: &[Row],
         latency: Option<Latency>,
         barrier: Vec<BarrierResult>,
+        sendrecv: Vec<P2pRow>,
     ) -> Document {
         let sweep = cli.collective != Collective::Barrier;
         let vs_tcp = machine
@@ -362,6 +426,7 @@ impl Document {
             sendrecv_latency: latency,
             vs_tcp,
             barrier,
+            sendrecv,
             machine,
         }
     }

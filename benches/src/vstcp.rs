@@ -27,6 +27,10 @@ pub struct VsTcp {
     pub best_bytes: Option<u64>,
     /// Best busbw over rows / raw tcp bandwidth.
     pub best_busbw_vs_tcp: Option<f64>,
+    /// Raw tcp exchange bandwidth (both directions at once), GB/s each way.
+    pub tcp_exchange_gbps: f64,
+    /// busbw of the largest row / raw tcp exchange bandwidth.
+    pub busbw_vs_exchange_at_largest: Option<f64>,
     /// sendrecv one-way latency p50 / raw tcp round trip p50.
     pub latency_one_way_vs_tcp_round_trip: Option<f64>,
     /// sendrecv round trip p50 (twice the one-way) / raw tcp round trip p50.
@@ -46,6 +50,8 @@ impl VsTcp {
             busbw_vs_tcp_at_largest: largest.map(|r| fraction(r.busbw, tcp.best_gbps)),
             best_bytes: best.map(|r| r.bytes),
             best_busbw_vs_tcp: best.map(|r| fraction(r.busbw, tcp.best_gbps)),
+            tcp_exchange_gbps: tcp.exchange_gbps,
+            busbw_vs_exchange_at_largest: largest.map(|r| fraction(r.busbw, tcp.exchange_gbps)),
             latency_one_way_vs_tcp_round_trip: one_way.map(|l| fraction(l, tcp.round_trip_us)),
             latency_round_trip_vs_tcp_round_trip: one_way
                 .map(|l| fraction(2.0 * l, tcp.round_trip_us)),
@@ -65,6 +71,7 @@ pub fn header_lines(tcp: &RawTcp) -> [String; 2] {
             tcp.sockets, tcp.multi_socket_gbps
         );
     }
+    figures += &format!("; both ways at once {:.2} GB/s each way", tcp.exchange_gbps);
     let how = format!(
         "#   ({} round trips of {} B; {} per bandwidth run in {} writes, best of {}; rank 1 listening on {}; measured after joining, before the sweep)",
         tcp.round_trips,
@@ -91,6 +98,13 @@ pub fn summary_lines(v: &VsTcp) -> Vec<String> {
             crate::cli::human_bytes(largest),
             crate::cli::human_bytes(best_bytes),
             v.tcp_gbps
+        ));
+    }
+    if let (Some(x), Some(largest)) = (v.busbw_vs_exchange_at_largest, v.largest_bytes) {
+        lines.push(format!(
+            "# busbw/tcp exchange   : {x:.3} at {} of raw tcp both ways at once {:.2} GB/s each way",
+            crate::cli::human_bytes(largest),
+            v.tcp_exchange_gbps
         ));
     }
     if let (Some(one_way), Some(round_trip)) = (
@@ -124,6 +138,7 @@ mod tests {
             sockets: 2,
             multi_socket_gbps: 4.0,
             best_gbps: 4.0,
+            exchange_gbps: 2.0,
         }
     }
 
@@ -158,7 +173,8 @@ mod tests {
         assert_eq!(v.best_busbw_vs_tcp, Some(0.75));
         assert_eq!(v.latency_one_way_vs_tcp_round_trip, Some(0.75));
         assert_eq!(v.latency_round_trip_vs_tcp_round_trip, Some(1.5));
-        assert_eq!(summary_lines(&v).len(), 2);
+        assert_eq!(v.busbw_vs_exchange_at_largest, Some(1.0));
+        assert_eq!(summary_lines(&v).len(), 3);
         let v = VsTcp::new(&tcp(), &[], None);
         assert!(summary_lines(&v).is_empty());
     }

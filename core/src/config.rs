@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use crate::barrier::BarrierAlgo;
+use crate::transport::fault_spec::FaultPlan;
 use crate::tuning::{AlgoOverride, CostParams};
 use crate::{Error, Result};
 
@@ -14,6 +15,12 @@ use crate::{Error, Result};
 pub const DEFAULT_BUFFSIZE: usize = 4 << 20;
 /// Default number of slots per connection.
 pub const DEFAULT_NSTEPS: usize = 8;
+/// Default eager limit for point-to-point messages (DESIGN.md §6): messages
+/// up to this many bytes go through the slot ring, larger ones use the
+/// rendezvous protocol where the transport has one. Measured with
+/// `streamcomm-bench sendrecv` (README, Benchmarks): where the eager and
+/// rendezvous latency curves cross on a 2-core host.
+pub const DEFAULT_P2P_EAGER_LIMIT: usize = 64 << 10;
 /// Default timeout for every wait.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -72,6 +79,14 @@ pub struct Config {
     /// `STREAMCOMM_SOCKET_IFNAME`: interface whose address tcp listens on
     /// (default: the address that reaches the bootstrap root).
     pub socket_ifname: Option<String>,
+    /// `STREAMCOMM_P2P_EAGER_LIMIT`: largest point-to-point message (bytes)
+    /// sent eagerly through the slot ring (default 64 KiB); larger messages
+    /// use rendezvous (see [`crate::comm::p2p`]).
+    pub p2p_eager_limit: usize,
+    /// `STREAMCOMM_P2P_DIRECT`: `1` (default) lets rendezvous write straight
+    /// into a receiver's buffer on the same host (cross-memory attach); `0`
+    /// streams it through the slot ring instead.
+    pub p2p_direct: bool,
     /// `STREAMCOMM_DEBUG`: a `tracing` filter the examples and benchmark install
     /// (the library itself never installs a subscriber).
     pub debug: Option<String>,
@@ -82,6 +97,10 @@ pub struct Config {
     /// `STREAMCOMM_TUNING_FILE`: cost-model parameters read from this file
     /// (written by `streamcomm-bench calibrate`); `None`: built-in defaults.
     pub tuning: Option<CostParams>,
+    /// `STREAMCOMM_FAULTS`: fault-injection rules such as
+    /// `send:peer=1:nth=5:drop` ([`crate::transport::fault_spec`]); applied
+    /// only by builds with the `fault-injection` feature (default: none).
+    pub faults: FaultPlan,
 }
 
 impl Default for Config {
@@ -97,9 +116,12 @@ impl Default for Config {
             transport: TransportChoice::Auto,
             nchannels: 2,
             socket_ifname: None,
+            p2p_eager_limit: DEFAULT_P2P_EAGER_LIMIT,
+            p2p_direct: true,
             debug: None,
             algo: AlgoOverride::default(),
             tuning: None,
+            faults: FaultPlan::default(),
         }
     }
 }
@@ -176,6 +198,16 @@ impl Config {
                 self.socket_ifname = Some(v.to_string());
             }
         }
+        if let Some(v) = get("STREAMCOMM_P2P_EAGER_LIMIT") {
+            self.p2p_eager_limit = parse_size("STREAMCOMM_P2P_EAGER_LIMIT", &v)?;
+        }
+        if let Some(v) = get("STREAMCOMM_P2P_DIRECT") {
+            self.p2p_direct = match v.trim() {
+                "1" | "true" | "yes" | "on" => true,
+                "0" | "false" | "no" | "off" => false,
+                _ => return Err(bad("STREAMCOMM_P2P_DIRECT", &v)),
+            };
+        }
         if let Some(v) = get("STREAMCOMM_DEBUG") {
             self.debug = Some(v);
         }
@@ -187,6 +219,9 @@ impl Config {
             if !path.is_empty() {
                 self.tuning = Some(CostParams::load(std::path::Path::new(path))?);
             }
+        }
+        if let Some(v) = get("STREAMCOMM_FAULTS") {
+            self.faults = FaultPlan::parse(&v)?;
         }
         self.validate()?;
         Ok(self)
@@ -228,6 +263,12 @@ impl Config {
         }
         if self.timeout.is_zero() {
             return Err(Error::invalid("timeout must be positive"));
+        }
+        if !self.faults.is_empty() && !cfg!(feature = "fault-injection") {
+            return Err(Error::invalid(
+                "STREAMCOMM_FAULTS is set, but this build of streamcomm has no fault injection \
+                 (build with the `fault-injection` feature)",
+            ));
         }
         Ok(())
     }
@@ -373,6 +414,7 @@ mod tests {
             ("STREAMCOMM_BARRIER_ALGO", "telepathy"),
             ("STREAMCOMM_HOSTS_OVERRIDE", "a,,b"),
             ("STREAMCOMM_ALGO", "all_reduce=binomial"),
+            ("STREAMCOMM_FAULTS", "send:peer=1:drop"),
         ] {
             let e = cfg(&[(k, v)]).unwrap_err().to_string();
             assert!(
@@ -380,5 +422,16 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn fault_rules_need_the_feature() {
+        let c = cfg(&[("STREAMCOMM_FAULTS", "send:peer=1:nth=2:drop")]);
+        if cfg!(feature = "fault-injection") {
+            assert_eq!(c.unwrap().faults.rules.len(), 1);
+        } else {
+            assert!(c.unwrap_err().to_string().contains("fault-injection"));
+        }
+        assert!(cfg(&[("STREAMCOMM_FAULTS", "")]).is_ok());
     }
 }

@@ -32,6 +32,8 @@ pub fn run(addr: SocketAddr, settings: &Settings) -> Fallible<RawTcp> {
         bandwidth(&mut control, addr, settings.sockets, settings)
             .with_context(|| format!("raw tcp on {} sockets", settings.sockets))?
     };
+    let exchange = exchange(&mut control, addr, settings.sockets, settings)
+        .with_context(|| format!("raw tcp exchange on {} sockets", settings.sockets))?;
     wire::send(&mut control, Command::Done).context("end the raw tcp measurement")?;
     Ok(RawTcp {
         addr: addr.to_string(),
@@ -46,6 +48,7 @@ pub fn run(addr: SocketAddr, settings: &Settings) -> Fallible<RawTcp> {
         sockets: settings.sockets,
         multi_socket_gbps: multi,
         best_gbps: single.max(multi),
+        exchange_gbps: exchange,
     })
 }
 
@@ -116,6 +119,93 @@ fn bandwidth(
         }
     }
     Ok(best)
+}
+
+/// Best of `settings.runs` exchanges of `settings.bytes` each way over
+/// `sockets` sockets (both sides write and read at once), GB/s per direction.
+fn exchange(
+    control: &mut TcpStream,
+    addr: SocketAddr,
+    sockets: usize,
+    settings: &Settings,
+) -> Fallible<f64> {
+    let per_socket = settings.bytes_per_socket(sockets);
+    let mut best = 0.0f64;
+    for run in 0..settings.runs {
+        wire::send(
+            control,
+            Command::Exchange {
+                sockets: sockets as u64,
+                bytes: per_socket,
+            },
+        )
+        .context("send the command")?;
+        let streams = (0..sockets)
+            .map(|_| wire::connect(addr, settings.timeout))
+            .collect::<std::io::Result<Vec<_>>>()
+            .context("connect")?;
+        let start = Instant::now();
+        both_ways(streams, per_socket, settings.write_bytes.max(1))
+            .with_context(|| format!("run {}", run + 1))?;
+        let seconds = start.elapsed().as_secs_f64();
+        if seconds > 0.0 {
+            best = best.max((per_socket * sockets as u64) as f64 / seconds / 1e9);
+        }
+    }
+    Ok(best)
+}
+
+/// On every stream at once, writes `bytes` bytes while reading as many.
+///
+/// # Errors
+/// The first socket error.
+pub fn both_ways(streams: Vec<TcpStream>, bytes: u64, write_bytes: usize) -> Fallible<()> {
+    std::thread::scope(|scope| {
+        let mut workers = Vec::new();
+        for stream in streams {
+            let reader = stream.try_clone().context("clone a socket")?;
+            workers.push(scope.spawn(move || write_n(stream, bytes, write_bytes)));
+            workers.push(scope.spawn(move || read_n(reader, bytes, write_bytes)));
+        }
+        workers.into_iter().try_for_each(|w| {
+            w.join()
+                .map_err(|_| "an exchange thread panicked".to_string())?
+                .context("exchange")
+        })
+    })
+}
+
+fn write_n(mut stream: TcpStream, bytes: u64, write_bytes: usize) -> std::io::Result<()> {
+    let chunk = vec![0x5au8; write_bytes];
+    let mut left = bytes;
+    while left > 0 {
+        let n = chunk.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        stream.write_all(&chunk[..n])?;
+        left -= n as u64;
+    }
+    Ok(())
+}
+
+fn read_n(mut stream: TcpStream, bytes: u64, buffer_bytes: usize) -> std::io::Result<()> {
+    let mut buffer = vec![0u8; buffer_bytes];
+    let mut left = bytes;
+    while left > 0 {
+        let want = buffer
+            .len()
+            .min(usize::try_from(left).unwrap_or(usize::MAX));
+        match stream.read(&mut buffer[..want]) {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("the peer closed the socket with {left} bytes to go"),
+                ))
+            }
+            Ok(n) => left -= n as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Writes `bytes` bytes in `chunk`-sized writes, then waits for the

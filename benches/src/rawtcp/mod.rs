@@ -51,6 +51,10 @@ pub struct RawTcp {
     pub multi_socket_gbps: f64,
     /// The better of the two, GB/s: what busbw is compared with.
     pub best_gbps: f64,
+    /// Both ranks writing and reading at once on `sockets` sockets: GB/s
+    /// in each direction. A 2-rank all-reduce moves its data this way, so
+    /// this is its like-for-like ceiling on a CPU-bound host.
+    pub exchange_gbps: f64,
 }
 
 /// Measures raw TCP between ranks 0 and 1 if rank 0 reaches rank 1 over

@@ -42,6 +42,14 @@ pub fn serve(listener: &TcpListener, settings: &Settings) -> Fallible<()> {
             }
             Command::Stream { sockets, bytes } => drain(listener, sockets, bytes, settings)
                 .with_context(|| format!("raw tcp on {sockets} sockets"))?,
+            Command::Exchange { sockets, bytes } => {
+                let streams = (0..sockets)
+                    .map(|_| wire::accept(listener, settings.timeout))
+                    .collect::<std::io::Result<Vec<_>>>()
+                    .context("accept")?;
+                super::client::both_ways(streams, bytes, settings.write_bytes.max(1))
+                    .with_context(|| format!("raw tcp exchange on {sockets} sockets"))?
+            }
             Command::Done => return Ok(()),
         }
     }

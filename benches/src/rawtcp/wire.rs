@@ -26,6 +26,14 @@ pub enum Command {
         /// Bytes to read from each.
         bytes: u64,
     },
+    /// Accept `sockets` connections; on each, write `bytes` while reading
+    /// `bytes` (both directions at once, as a 2-rank all-reduce moves data).
+    Exchange {
+        /// Connections to accept.
+        sockets: u64,
+        /// Bytes each side writes on each.
+        bytes: u64,
+    },
     /// The measurement is over.
     Done,
 }
@@ -39,6 +47,7 @@ impl Command {
             Command::PingPong { count } => [1, count, 0],
             Command::Stream { sockets, bytes } => [2, sockets, bytes],
             Command::Done => [3, 0, 0],
+            Command::Exchange { sockets, bytes } => [4, sockets, bytes],
         };
         let mut out = [0; COMMAND_BYTES];
         for (chunk, word) in out.chunks_exact_mut(8).zip(words) {
@@ -58,6 +67,7 @@ impl Command {
             [1, count, _] => Ok(Command::PingPong { count }),
             [2, sockets, bytes] => Ok(Command::Stream { sockets, bytes }),
             [3, _, _] => Ok(Command::Done),
+            [4, sockets, bytes] => Ok(Command::Exchange { sockets, bytes }),
             [kind, ..] => Err(io::Error::new(
                 ErrorKind::InvalidData,
                 format!("unknown command {kind} on the control socket"),
@@ -142,6 +152,10 @@ mod tests {
             Command::Stream {
                 sockets: 2,
                 bytes: 128 << 20,
+            },
+            Command::Exchange {
+                sockets: 2,
+                bytes: 5,
             },
             Command::Done,
         ] {

@@ -49,6 +49,52 @@ impl UntypedBuffer {
         }
     }
 
+    /// Wraps `len` elements of `dtype` at `ptr`, memory the caller owns,
+    /// without copying (what the C API does with a `void*` + count + dtype).
+    /// Any alignment is accepted.
+    ///
+    /// # Safety
+    /// As [`RawBuffer::from_raw_parts`] for `len * dtype.size()` bytes: as
+    /// with NCCL, the memory must stay valid, and untouched by anything
+    /// else, until every stream operation given this buffer has completed
+    /// (synchronize the stream before freeing, reading or reusing it) and
+    /// the buffer's handles are dropped. Two buffers wrapping overlapping
+    /// memory must never be given to one operation (pass one buffer to the
+    /// `*_in_place` call instead).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a null `ptr` with `len > 0`, or a byte
+    /// length that overflows `usize`.
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::comm::UntypedBuffer;
+    /// use streamcomm::DataType;
+    /// let mut data = vec![1.0f32, 2.0, 3.0];
+    /// // SAFETY: `data` outlives `buf` and is not used while `buf` exists.
+    /// let buf = unsafe { UntypedBuffer::from_raw_parts(data.as_mut_ptr().cast(), DataType::F32, 3)? };
+    /// assert_eq!(buf.to_bytes(), 1.0f32.to_ne_bytes().iter().chain(&2.0f32.to_ne_bytes())
+    ///     .chain(&3.0f32.to_ne_bytes()).copied().collect::<Vec<u8>>());
+    /// buf.copy_from_bytes(&[0; 12])?; // writes the caller's memory, no copy kept
+    /// drop(buf);
+    /// assert_eq!(data, [0.0; 3]);
+    /// // SAFETY: a null pointer is refused unless the length is 0.
+    /// assert!(unsafe { UntypedBuffer::from_raw_parts(std::ptr::null_mut(), DataType::F32, 1) }.is_err());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    pub unsafe fn from_raw_parts(ptr: *mut u8, dtype: DataType, len: usize) -> Result<Self> {
+        let bytes = len.checked_mul(dtype.size()).ok_or_else(|| {
+            Error::invalid(format!(
+                "from_raw_parts: {len} elements of {dtype} overflow the address space"
+            ))
+        })?;
+        // SAFETY: forwarded: this function's contract is RawBuffer's.
+        let raw = unsafe { RawBuffer::from_raw_parts(ptr, bytes)? };
+        Ok(UntypedBuffer {
+            view: BufView { raw, dtype, len },
+        })
+    }
+
     /// The element type.
     pub fn dtype(&self) -> DataType {
         self.view.dtype
@@ -96,6 +142,11 @@ impl AsBufView for UntypedBuffer {
 }
 
 impl BufView {
+    /// The storage.
+    pub(crate) fn raw(&self) -> &RawBuffer {
+        &self.raw
+    }
+
     /// The element type.
     pub fn dtype(&self) -> DataType {
         self.dtype

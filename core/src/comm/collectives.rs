@@ -329,50 +329,6 @@ impl Communicator {
         )
     }
 
-    /// Sends `buf` to `peer`, which must post a matching [`Communicator::recv`]
-    /// of the same length. Messages to one peer arrive in posting order.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a peer out of range or equal to this rank.
-    pub fn send(&self, buf: &impl AsBufView, peer: usize, stream: &HostStream) -> Result<()> {
-        let v = buf.buf_view();
-        let (dtype, count) = (v.dtype(), v.len());
-        let binding = Binding::Separate {
-            send: Some(v),
-            recv: None,
-        };
-        self.enqueue(
-            Collective::Send { peer },
-            dtype,
-            ReduceOp::Sum,
-            count,
-            binding,
-            stream,
-        )
-    }
-
-    /// Receives `buf.len()` elements from `peer` into `buf`. A message of a
-    /// different size fails with [`Error::RemoteFailed`] naming both sizes.
-    ///
-    /// # Errors
-    /// As [`Communicator::send`].
-    pub fn recv(&self, buf: &mut impl AsBufView, peer: usize, stream: &HostStream) -> Result<()> {
-        let v = buf.buf_view();
-        let (dtype, count) = (v.dtype(), v.len());
-        let binding = Binding::Separate {
-            send: None,
-            recv: Some(v),
-        };
-        self.enqueue(
-            Collective::Recv { peer },
-            dtype,
-            ReduceOp::Sum,
-            count,
-            binding,
-            stream,
-        )
-    }
-
     fn per_rank(&self, len: usize, what: &str) -> Result<usize> {
         let size = self.inner.size;
         if len % size != 0 {

@@ -12,11 +12,13 @@ use std::sync::{Arc, Mutex};
 
 use crate::comm::barrier::BarrierState;
 use crate::comm::buffer::Binding;
+use crate::comm::p2p::P2pState;
 use crate::comm::proxy::ProxyHandle;
 use crate::comm::turns::Turns;
 use crate::config::Config;
 use crate::host::JobMode;
 use crate::plan::{apply_step, signature, Plan, Step};
+use crate::transport::fault::FaultInjector;
 use crate::transport::ring::RingError;
 use crate::transport::tcp::progress::FailureSink;
 use crate::transport::tcp::TcpNet;
@@ -59,6 +61,11 @@ pub(crate) struct CommInner {
     pub barrier: BarrierState,
     /// Chooses each collective's algorithm (override or cost model).
     pub selector: Selector,
+    /// Point-to-point rendezvous numbering and byte counters.
+    pub p2p: P2pState,
+    /// Fault-injection hooks on every slot published or consumed (an empty
+    /// type unless built with `fault-injection`).
+    faults: FaultInjector,
 }
 
 impl CommInner {
@@ -75,6 +82,7 @@ impl CommInner {
         spin: u32,
         proxy: ProxyHandle,
         barrier: BarrierState,
+        faults: FaultInjector,
     ) -> CommInner {
         let selector = Selector::new(&config, &topology.hosts);
         CommInner {
@@ -91,6 +99,8 @@ impl CommInner {
             proxy,
             barrier,
             selector,
+            p2p: P2pState::new(size),
+            faults,
         }
     }
 
@@ -179,6 +189,7 @@ impl CommInner {
         let slot_in = match step.recv_from {
             Some(p) => {
                 let c = self.connection(p)?;
+                self.faults.before_recv(p, c, &policy)?;
                 let slot = c
                     .recv
                     .acquire_recv(&policy)
@@ -224,7 +235,9 @@ impl CommInner {
         };
         if let Some(p) = step.send_to {
             let c = self.connection(p)?;
-            c.send.commit_send(written, sig);
+            self.faults.commit_send(p, c, written, sig, &policy, |e| {
+                self.ring_error(e, &what(), p, c.transport(), "a free slot (credit)")
+            })?;
             c.after_step();
         }
         if let Some(p) = step.recv_from {
@@ -254,6 +267,18 @@ impl CommInner {
                 transport,
                 peer,
                 cause: format!("slot header claims {len} bytes (corrupted ring)"),
+            },
+            RingError::OutOfOrder { expected, got } => Error::Transport {
+                transport,
+                peer,
+                cause: format!(
+                    "{what}: slot {got} arrived where slot {expected} was due ({})",
+                    if got > expected {
+                        "a slot was lost"
+                    } else {
+                        "a slot came twice"
+                    }
+                ),
             },
         }
     }

@@ -18,6 +18,7 @@ mod collectives;
 mod connect;
 mod endpoint;
 mod inner;
+pub mod p2p;
 mod proxy;
 mod selection;
 mod task;
@@ -30,10 +31,12 @@ use std::time::Duration;
 pub use barrier::default_barrier_algo;
 pub use buffer::{AsBufView, BufView, UntypedBuffer};
 pub use endpoint::{local_host_id, Endpoint};
+pub use p2p::{Group, P2pStats};
 
 use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::config::Config;
 use crate::config::TransportChoice;
+use crate::transport::fault::FaultInjector;
 use crate::transport::ring::RingShape;
 use crate::transport::tcp::{setup, TcpNet};
 use crate::transport::Segment;
@@ -132,6 +135,7 @@ impl Communicator {
             )));
         }
         config.validate()?;
+        let faults = FaultInjector::new(&config.faults, rank, size)?;
         let Backend::Host = backend;
         let shape = RingShape {
             nsteps: config.nsteps,
@@ -247,7 +251,7 @@ impl Communicator {
         crate::wait::note_local_ranks(local_ranks);
         let spin = spin_budget(config.spin, local_ranks);
         let inner = Arc::new(CommInner::new(
-            rank, size, config, topology, net, peers, error, segment, spin, proxy, barrier,
+            rank, size, config, topology, net, peers, error, segment, spin, proxy, barrier, faults,
         ));
         ProxyHandle::start(proxy::weak(&inner), rx, rank)?;
         let shm_peers: Vec<(usize, u32)> = (0..size)

@@ -29,12 +29,33 @@ macro_rules! element {
 element!(f32 => F32, f64 => F64, f16 => F16, bf16 => Bf16, i8 => I8, u8 => U8,
          i32 => I32, u32 => U32, i64 => I64, u64 => U64);
 
-/// Untyped shared storage behind a [`HostBuffer`]: 64-byte aligned bytes.
+/// Untyped shared storage behind a [`HostBuffer`]: 64-byte aligned bytes
+/// owned by the buffer, or memory owned by the caller
+/// ([`RawBuffer::from_raw_parts`], what the C API wraps).
 #[derive(Clone)]
 pub struct RawBuffer {
-    inner: Arc<RwLock<Box<[Block]>>>,
+    inner: Arc<RwLock<Storage>>,
     bytes: usize,
 }
+
+/// Where a [`RawBuffer`]'s bytes live.
+pub(crate) enum Storage {
+    /// An allocation the buffer owns.
+    Owned(Box<[Block]>),
+    /// `bytes` bytes at `ptr`, owned by the caller of
+    /// [`RawBuffer::from_raw_parts`], who keeps them valid while any handle
+    /// to the buffer may still touch them.
+    External(std::ptr::NonNull<u8>),
+}
+
+// SAFETY: `Storage::External` is a plain pointer to memory that the caller of
+// `RawBuffer::from_raw_parts` promised stays valid and is not otherwise
+// accessed while stream work uses it (its `# Safety` contract); every access
+// goes through the buffer's `RwLock`, exactly as for owned storage, so moving
+// or sharing the pointer between threads adds no data race of its own.
+unsafe impl Send for Storage {}
+// SAFETY: as for `Send` above: shared access only reads through the lock.
+unsafe impl Sync for Storage {}
 
 #[derive(Clone, Copy, bytemuck::Zeroable, bytemuck::Pod)]
 #[repr(C, align(64))]
@@ -51,9 +72,46 @@ impl RawBuffer {
     pub fn zeroed(bytes: usize) -> RawBuffer {
         let blocks = bytes.div_ceil(64);
         RawBuffer {
-            inner: Arc::new(RwLock::new(vec![Block([0; 64]); blocks].into_boxed_slice())),
+            inner: Arc::new(RwLock::new(Storage::Owned(
+                vec![Block([0; 64]); blocks].into_boxed_slice(),
+            ))),
             bytes,
         }
+    }
+
+    /// Wraps `bytes` bytes of caller-owned memory at `ptr`, without copying
+    /// (what a C caller passes as `void*` + count, as with NCCL). Streams and
+    /// the host access them through the buffer's lock like owned storage.
+    ///
+    /// # Safety
+    /// Until the last handle to the returned buffer (and to every
+    /// [`UntypedBuffer`](crate::comm::UntypedBuffer) or view made from it) is
+    /// dropped, which for stream work is when the operation that uses it has
+    /// *completed* (stream synchronized, or an event recorded after it has
+    /// completed), the memory must:
+    /// - be valid for reads of `bytes` bytes, and for writes too unless the
+    ///   buffer is only ever read (a send buffer), and not be freed;
+    /// - not be read or written by anything else (other threads, other
+    ///   buffers wrapping overlapping memory) while stream work may use it.
+    ///
+    /// A null `ptr` is allowed only with `bytes == 0`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a null `ptr` with `bytes > 0`.
+    pub unsafe fn from_raw_parts(ptr: *mut u8, bytes: usize) -> Result<RawBuffer> {
+        let ptr = match std::ptr::NonNull::new(ptr) {
+            Some(p) => p,
+            None if bytes == 0 => std::ptr::NonNull::dangling(),
+            None => {
+                return Err(Error::invalid(format!(
+                    "from_raw_parts: null pointer for {bytes} bytes"
+                )))
+            }
+        };
+        Ok(RawBuffer {
+            inner: Arc::new(RwLock::new(Storage::External(ptr))),
+            bytes,
+        })
     }
 
     /// Length in bytes.
@@ -72,25 +130,46 @@ impl RawBuffer {
     }
 
     /// Shared access to the bytes.
-    pub(crate) fn read(&self) -> RwLockReadGuard<'_, Box<[Block]>> {
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, Storage> {
         self.inner.read().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Exclusive access to the bytes.
-    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, Box<[Block]>> {
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, Storage> {
         self.inner.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Views locked blocks as exactly `bytes` bytes.
-    pub(crate) fn bytes_of<'a>(&self, blocks: &'a [Block]) -> &'a [u8] {
-        let all: &[u8] = bytemuck::cast_slice(blocks);
-        &all[..self.bytes]
+    /// Views locked storage as exactly `bytes` bytes.
+    pub(crate) fn bytes_of<'a>(&self, storage: &'a Storage) -> &'a [u8] {
+        match storage {
+            Storage::Owned(blocks) => {
+                let all: &[u8] = bytemuck::cast_slice(blocks);
+                &all[..self.bytes]
+            }
+            // SAFETY: `from_raw_parts`' contract: `ptr` is valid for `bytes`
+            // bytes while this handle exists, and nothing else writes them;
+            // the read lock held by the caller (`storage` borrows its guard)
+            // keeps writers of this buffer out for the slice's lifetime.
+            Storage::External(ptr) => unsafe {
+                std::slice::from_raw_parts(ptr.as_ptr(), self.bytes)
+            },
+        }
     }
 
-    /// Views locked blocks as exactly `bytes` mutable bytes.
-    pub(crate) fn bytes_of_mut<'a>(&self, blocks: &'a mut [Block]) -> &'a mut [u8] {
-        let all: &mut [u8] = bytemuck::cast_slice_mut(blocks);
-        &mut all[..self.bytes]
+    /// Views locked storage as exactly `bytes` mutable bytes.
+    pub(crate) fn bytes_of_mut<'a>(&self, storage: &'a mut Storage) -> &'a mut [u8] {
+        match storage {
+            Storage::Owned(blocks) => {
+                let all: &mut [u8] = bytemuck::cast_slice_mut(blocks);
+                &mut all[..self.bytes]
+            }
+            // SAFETY: as in `bytes_of`; the caller holds the write lock
+            // (`storage` borrows its guard mutably), so this is the only
+            // access to the bytes for the slice's lifetime.
+            Storage::External(ptr) => unsafe {
+                std::slice::from_raw_parts_mut(ptr.as_ptr(), self.bytes)
+            },
+        }
     }
 }
 

@@ -126,8 +126,6 @@ pub fn build(
             (count, recv, chain::reduce(&g, root))
         }
         Collective::AllToAll => (n * count, n * count, pairwise::all_to_all(&g)),
-        Collective::Send { peer } => (count, 0, pairwise::send(&g, peer)),
-        Collective::Recv { peer } => (0, count, pairwise::recv(&g, peer)),
         Collective::Barrier => (0, 0, barrier::dissemination(&g)),
     };
     Ok(Plan {
@@ -214,18 +212,6 @@ fn validate(
                 "{name}: root {root} is out of range for {nranks} ranks"
             )));
         }
-        Collective::Send { peer } | Collective::Recv { peer } => {
-            if peer >= nranks {
-                return Err(Error::invalid(format!(
-                    "{name}: peer {peer} is out of range for {nranks} ranks"
-                )));
-            }
-            if peer == rank {
-                return Err(Error::invalid(format!(
-                    "{name}: peer {peer} is the calling rank itself"
-                )));
-            }
-        }
         Collective::Barrier if count != 0 => {
             return Err(Error::invalid(format!(
                 "barrier: count must be 0, got {count}"
@@ -280,8 +266,6 @@ mod tests {
         assert!(msg.contains("root 7"), "{msg}");
         let msg = err(Collective::Reduce { root: 4 }, 1, params(0, 4));
         assert!(msg.contains("root 4"), "{msg}");
-        assert!(err(Collective::Send { peer: 9 }, 1, params(0, 4)).contains("peer 9"));
-        assert!(err(Collective::Recv { peer: 2 }, 1, params(2, 4)).contains("itself"));
         assert!(err(Collective::Barrier, 3, params(0, 4)).contains("got 3"));
         let tiny = PlanParams {
             slot_bytes: 3,
@@ -306,8 +290,6 @@ mod tests {
         assert_eq!(counts(Collective::Reduce { root: 1 }), (5, 5));
         assert_eq!(counts(Collective::Reduce { root: 2 }), (5, 0));
         assert_eq!(counts(Collective::AllToAll), (15, 15));
-        assert_eq!(counts(Collective::Send { peer: 0 }), (5, 0));
-        assert_eq!(counts(Collective::Recv { peer: 2 }), (0, 5));
     }
 
     #[test]
@@ -333,7 +315,7 @@ mod tests {
     }
 
     #[test]
-    fn zero_count_collectives_have_no_steps_but_p2p_still_matches() {
+    fn zero_count_collectives_have_no_steps() {
         for c in [
             Collective::AllReduce,
             Collective::AllGather,
@@ -345,23 +327,5 @@ mod tests {
             let plan = build(c, DataType::U8, ReduceOp::Max, 0, &params(0, 3)).unwrap();
             assert!(plan.steps.is_empty(), "{c:?}");
         }
-        let send = build(
-            Collective::Send { peer: 1 },
-            DataType::U8,
-            ReduceOp::Sum,
-            0,
-            &params(0, 2),
-        )
-        .unwrap();
-        assert_eq!(send.steps, vec![Step::signal(1)]);
-        let recv = build(
-            Collective::Recv { peer: 0 },
-            DataType::U8,
-            ReduceOp::Sum,
-            0,
-            &params(1, 2),
-        )
-        .unwrap();
-        assert_eq!(recv.steps, vec![Step::wait(0)]);
     }
 }

@@ -1,4 +1,4 @@
-//! Pairwise exchange (all-to-all) and eager point-to-point.
+//! Pairwise exchange (all-to-all).
 //!
 //! All-to-all has no reduction and every pair of ranks has its own data, so
 //! the schedule is the classic pairwise exchange (MPICH's
@@ -6,8 +6,7 @@
 //! and receives from `r - s`, so each round is a permutation and no link
 //! carries two rounds' traffic. Chunks of a round are interleaved (send one,
 //! receive one), which keeps the exchange deadlock-free with a single slot per
-//! connection. Send and receive are the eager protocol of DESIGN.md §6: the
-//! message goes through the peer's slot ring chunk by chunk.
+//! connection.
 
 use super::step::{Region, Step};
 use super::Geometry;
@@ -32,27 +31,6 @@ pub(super) fn all_to_all(g: &Geometry) -> Vec<Step> {
         }
     }
     steps
-}
-
-/// Eager send of `count` elements to `peer`, one step per slot-sized chunk;
-/// an empty message is one zero-length step, so it still matches a receive.
-pub(super) fn send(g: &Geometry, peer: usize) -> Vec<Step> {
-    if g.count == 0 {
-        return vec![Step::signal(peer)];
-    }
-    g.chunks(g.count)
-        .map(|(off, len)| Step::send(peer, Region::send(off, len)))
-        .collect()
-}
-
-/// Eager receive of `count` elements from `peer`, mirroring [`send`].
-pub(super) fn recv(g: &Geometry, peer: usize) -> Vec<Step> {
-    if g.count == 0 {
-        return vec![Step::wait(peer)];
-    }
-    g.chunks(g.count)
-        .map(|(off, len)| Step::recv(peer, Region::recv(off, len)))
-        .collect()
 }
 
 #[cfg(test)]
@@ -81,15 +59,5 @@ mod tests {
         assert_eq!(steps[3], Step::send(2, Region::send(16, 2)));
         assert_eq!(steps[5], Step::send(0, Region::send(0, 4)));
         assert_eq!(steps[6], Step::recv(2, Region::recv(12, 4)));
-    }
-
-    #[test]
-    fn p2p_chunks_and_empty_messages() {
-        let g = geom(0, 2, 9);
-        assert_eq!(send(&g, 1).len(), 3);
-        assert_eq!(recv(&g, 1)[2], Step::recv(1, Region::recv(8, 1)));
-        let empty = geom(0, 2, 0);
-        assert_eq!(send(&empty, 1), vec![Step::signal(1)]);
-        assert_eq!(recv(&empty, 1), vec![Step::wait(1)]);
     }
 }

@@ -34,7 +34,6 @@ pub fn of(plan: &Plan) -> u64 {
         Collective::Broadcast { root } => (3, root),
         Collective::Reduce { root } => (4, root),
         Collective::AllToAll => (5, 0),
-        Collective::Send { .. } | Collective::Recv { .. } => (6, 0),
         Collective::Barrier => (7, 0),
     };
     let reduces = matches!(
@@ -42,20 +41,89 @@ pub fn of(plan: &Plan) -> u64 {
         Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce { .. }
     );
     let op = if reduces { plan.op as u64 + 1 } else { 0 };
-    let count = plan.send_count.max(plan.recv_count) as u64 & ((1 << 36) - 1);
+    let count = plan.send_count.max(plan.recv_count) as u64;
+    pack(kind, root as u64, plan.dtype, op, count)
+}
+
+/// What a point-to-point slot carries (DESIGN.md §6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum P2pSlot {
+    /// Eager: the message's bytes, one slot-sized piece per slot.
+    Eager = 0,
+    /// Rendezvous request to send: the message is too large for eager.
+    ReadyToSend = 1,
+    /// Rendezvous data streamed through the ring (when the sender cannot
+    /// write into the receiver's memory directly).
+    Data = 2,
+    /// Rendezvous done: the whole message is in the receiver's buffer.
+    Done = 3,
+    /// Rendezvous data that the receiver's proxy already placed in the
+    /// receive buffer (never sent: the receiving side marks the slot).
+    Placed = 4,
+}
+
+impl P2pSlot {
+    const ALL: [P2pSlot; 5] = [
+        P2pSlot::Eager,
+        P2pSlot::ReadyToSend,
+        P2pSlot::Data,
+        P2pSlot::Done,
+        P2pSlot::Placed,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            P2pSlot::Eager => "eager",
+            P2pSlot::ReadyToSend => "rendezvous",
+            P2pSlot::Data => "rendezvous data",
+            P2pSlot::Done => "rendezvous end",
+            P2pSlot::Placed => "rendezvous data, placed",
+        }
+    }
+}
+
+const P2P_KIND: u64 = 6;
+
+/// The signature of a point-to-point slot of a message of `count` elements
+/// of `dtype` (kind `send/recv`; the root field says which slot it is).
+pub fn p2p(slot: P2pSlot, dtype: DataType, count: usize) -> u64 {
+    pack(P2P_KIND, slot as u64, dtype, 0, count as u64)
+}
+
+/// Decodes a point-to-point signature: which slot, the element type and the
+/// message's element count; `None` for any other signature.
+pub fn parse_p2p(sig: u64) -> Option<(P2pSlot, Option<DataType>, u64)> {
+    if sig >> 63 == 0 || (sig >> 59) & 0x7 != P2P_KIND {
+        return None;
+    }
+    let slot = *P2pSlot::ALL.get(((sig >> 43) & 0xffff) as usize)?;
+    let dtype = DataType::from_u8(((sig >> 39) & 0xf) as u8);
+    Some((slot, dtype, unpack_count(sig)))
+}
+
+fn pack(kind: u64, root: u64, dtype: DataType, op: u64, count: u64) -> u64 {
+    let count = count & ((1 << 36) - 1);
     (1 << 63)
-        | (kind as u64) << 59
-        | ((root as u64) & 0xffff) << 43
-        | (plan.dtype as u64) << 39
+        | kind << 59
+        | (root & 0xffff) << 43
+        | (dtype as u64) << 39
         | op << 35
         | (count >> 1)
         | (count & 1) << 62
+}
+
+fn unpack_count(sig: u64) -> u64 {
+    ((sig & ((1 << 35) - 1)) << 1) | ((sig >> 62) & 1)
 }
 
 /// A human description of a signature, for error messages.
 pub fn describe(sig: u64) -> String {
     if sig >> 63 == 0 {
         return "an unsigned slot".to_string();
+    }
+    if let Some((slot, dtype, count)) = parse_p2p(sig) {
+        let dtype = dtype.map_or("?", |d| d.name());
+        return format!("send of {count} {dtype} ({})", slot.name());
     }
     let kind = KINDS[((sig >> 59) & 0x7) as usize];
     let root = (sig >> 43) & 0xffff;
@@ -64,7 +132,7 @@ pub fn describe(sig: u64) -> String {
         0 => String::new(),
         o => ReduceOp::from_u8((o - 1) as u8).map_or("?".into(), |o| format!(" {o}")),
     };
-    let count = ((sig & ((1 << 35) - 1)) << 1) | ((sig >> 62) & 1);
+    let count = unpack_count(sig);
     let root = match kind {
         "broadcast" | "reduce" => format!(" root {root}"),
         _ => String::new(),
@@ -129,30 +197,19 @@ mod tests {
             sig(Collective::AllGather, DataType::U8, ReduceOp::Sum, 5),
             sig(Collective::AllGather, DataType::U8, ReduceOp::Max, 5)
         );
-        let p0 = PlanParams {
-            rank: 0,
-            nranks: 2,
-            slot_bytes: 64,
-            nsteps: 2,
-        };
-        let p1 = PlanParams { rank: 1, ..p0 };
-        let send = build(
-            Collective::Send { peer: 1 },
-            DataType::I64,
-            ReduceOp::Sum,
-            9,
-            &p0,
-        )
-        .unwrap();
-        let recv = build(
-            Collective::Recv { peer: 0 },
-            DataType::I64,
-            ReduceOp::Sum,
-            9,
-            &p1,
-        )
-        .unwrap();
-        assert_eq!(of(&send), of(&recv));
+        let eager = p2p(P2pSlot::Eager, DataType::I64, 9);
+        assert_eq!(describe(eager), "send of 9 i64 (eager)");
+        assert_eq!(
+            parse_p2p(eager),
+            Some((P2pSlot::Eager, Some(DataType::I64), 9))
+        );
+        let rts = p2p(P2pSlot::ReadyToSend, DataType::U8, (1 << 36) - 1);
+        assert_eq!(
+            parse_p2p(rts),
+            Some((P2pSlot::ReadyToSend, Some(DataType::U8), (1 << 36) - 1))
+        );
+        assert_ne!(eager, p2p(P2pSlot::Done, DataType::I64, 9));
+        assert_eq!(parse_p2p(base), None);
         assert_eq!(describe(0), "an unsigned slot");
     }
 }

@@ -224,16 +224,6 @@ pub enum Collective {
     },
     /// Block j of rank i's input ends as block i of rank j's output.
     AllToAll,
-    /// Point-to-point send to a peer.
-    Send {
-        /// The receiving rank.
-        peer: usize,
-    },
-    /// Point-to-point receive from a peer.
-    Recv {
-        /// The sending rank.
-        peer: usize,
-    },
     /// Nobody leaves before everyone has arrived.
     Barrier,
 }
@@ -249,8 +239,6 @@ impl Collective {
             Collective::Broadcast { .. } => "broadcast",
             Collective::Reduce { .. } => "reduce",
             Collective::AllToAll => "all_to_all",
-            Collective::Send { .. } => "send",
-            Collective::Recv { .. } => "recv",
             Collective::Barrier => "barrier",
         }
     }

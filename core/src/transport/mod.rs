@@ -10,9 +10,12 @@
 //! every wait of the segment's owner end with an error instead of a timeout.
 
 pub mod barrier_area;
+pub mod fault;
+pub mod fault_spec;
 pub mod local_ring;
 pub mod ring;
 pub mod shm;
+pub mod sweep;
 pub mod tcp;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -26,8 +29,8 @@ use crate::{Error, Result};
 
 /// Bytes reserved at the start of a segment for its header.
 pub const SEGMENT_HEADER_BYTES: usize = 4096;
-const MAGIC: u64 = 0x7374_7263_6f6d_6d31; // "strcomm1"
-const VERSION: u32 = 2;
+pub(crate) const MAGIC: u64 = 0x7374_7263_6f6d_6d31; // "strcomm1"
+pub(crate) const VERSION: u32 = 3;
 
 /// The first bytes of every rank's segment (fixed layout, shared across processes).
 #[repr(C)]
@@ -43,8 +46,13 @@ pub struct SegmentHeader {
     pub failed_by: AtomicU32,
     /// Padding to keep the layout explicit.
     pub reserved: AtomicU32,
+    /// Owner's pid namespace ([`sweep::pid_namespace`]), so that a sweep
+    /// only judges pids it can see.
+    pub pid_ns: AtomicU64,
 }
-const _: () = assert!(std::mem::size_of::<SegmentHeader>() == 24);
+const _: () = assert!(std::mem::size_of::<SegmentHeader>() == 32);
+const _: () = assert!(std::mem::offset_of!(SegmentHeader, owner_pid) == 12);
+const _: () = assert!(std::mem::offset_of!(SegmentHeader, pid_ns) == 24);
 
 /// Layout of a segment: header page, barrier area, then one inbound ring per peer.
 ///
@@ -66,17 +74,21 @@ pub struct Segment {
 }
 
 impl Segment {
-    /// Creates this rank's segment and initialises its header.
+    /// Creates this rank's segment and initialises its header, after
+    /// removing segments that dead processes left behind
+    /// ([`sweep::sweep_stale_segments`]).
     ///
     /// # Errors
     /// As [`ShmSegment::create`].
     pub fn create(nranks: usize, shape: RingShape) -> Result<Segment> {
+        sweep::sweep_stale_segments();
         let seg = Segment {
             shm: ShmSegment::create(segment_bytes(nranks, shape))?,
         };
         let h = seg.header();
         h.version.store(VERSION, Ordering::Relaxed);
         h.owner_pid.store(std::process::id(), Ordering::Relaxed);
+        h.pid_ns.store(sweep::pid_namespace(), Ordering::Relaxed);
         h.magic.store(MAGIC, Ordering::Release);
         Ok(seg)
     }

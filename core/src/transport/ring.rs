@@ -5,7 +5,10 @@
 //! owns `head` (slots consumed); both only ever grow. The sender may fill slot
 //! `tail % nsteps` only while `tail - head < nsteps`, so unread data is never
 //! overwritten. Each slot starts with a 64-byte header holding the payload
-//! length, so a receiver can tell a message of the wrong size from its own.
+//! length (so a receiver can tell a message of the wrong size from its own),
+//! the call's signature, and the slot's sequence number on the connection:
+//! the receiver checks it against its own count, so a slot that a transport
+//! lost or delivered twice is an error, never data used in the wrong place.
 //!
 //! Memory ordering: the sender writes the payload and length, then publishes
 //! `tail + 1` with `Release`; the receiver reads `tail` with `Acquire` before
@@ -28,6 +31,28 @@ pub struct Counter {
     pub notifier: Notifier,
 }
 
+/// Where a receiver tells the sender to write a rendezvous message
+/// (DESIGN.md §6): the clear-to-send of MPI's rendezvous protocol, kept out of
+/// the data ring so that it never queues behind data the sender cannot yet
+/// consume.
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub struct Mailbox {
+    /// Address of the destination in the receiver's address space.
+    pub addr: AtomicU64,
+    /// Bytes the destination holds.
+    pub len: AtomicU64,
+    /// Process id of the receiver (for cross-memory attach).
+    pub pid: AtomicU64,
+    /// Ring index of the grant's first data slot (for a proxy placing
+    /// arriving data straight into the destination).
+    pub first_seq: AtomicU64,
+    /// Non-zero while a proxy writes into the destination.
+    pub busy: AtomicU64,
+    /// The latest grant withdrawn by the receiver: no more writes into it.
+    pub revoked: AtomicU64,
+}
+
 /// The control block at the start of every ring.
 #[repr(C)]
 #[derive(Debug, Default)]
@@ -36,10 +61,14 @@ pub struct RingHeader {
     pub tail: Counter,
     /// Slots consumed by the receiver.
     pub head: Counter,
+    /// Rendezvous grants written by the receiver (clear-to-send count).
+    pub cts: Counter,
+    /// The latest grant's destination, valid once `cts` moved.
+    pub mailbox: Mailbox,
 }
 
 /// Bytes of [`RingHeader`] (a fixed layout shared between processes).
-pub const RING_HEADER_BYTES: usize = 128;
+pub const RING_HEADER_BYTES: usize = 256;
 const _: () = assert!(std::mem::size_of::<RingHeader>() == RING_HEADER_BYTES);
 const _: () = assert!(std::mem::size_of::<Counter>() == 64);
 
@@ -71,6 +100,14 @@ pub enum RingError {
     Wait(WaitError),
     /// The slot header claims more bytes than a slot holds (corruption).
     BadLength(u64),
+    /// The slot carries sequence number `got` where `expected` was due: an
+    /// earlier slot was lost (`got > expected`) or one came twice (`got < expected`).
+    OutOfOrder {
+        /// The receiver's count of slots consumed.
+        expected: u64,
+        /// What the slot header says.
+        got: u64,
+    },
 }
 
 /// One end of a ring mapped in this process.
@@ -128,6 +165,12 @@ impl RingEnd {
         unsafe { &*(self.slot_ptr(index).add(8) as *const AtomicU64) }
     }
 
+    fn seq_word(&self, index: u64) -> &AtomicU64 {
+        // SAFETY: the third word of the 64-byte aligned, zero-initialised
+        // slot header; an AtomicU64 is valid for any bit pattern.
+        unsafe { &*(self.slot_ptr(index).add(16) as *const AtomicU64) }
+    }
+
     fn len_word(&self, index: u64) -> &AtomicU64 {
         // SAFETY: the slot header is 64-byte aligned inside the mapping and
         // zero-initialised; an AtomicU64 is valid for any bit pattern.
@@ -161,12 +204,19 @@ impl RingEnd {
 
     /// Sender: publishes the slot returned by [`RingEnd::acquire_send`]
     /// holding `len` bytes, signed with the call's signature
-    /// ([`crate::plan::signature`]).
+    /// ([`crate::plan::signature`]) and numbered with its position.
     pub fn commit_send(&self, len: usize, sig: u64) {
+        let tail = self.header().tail.value.load(Ordering::Relaxed);
+        self.commit_send_numbered(len, sig, tail);
+    }
+
+    /// As [`RingEnd::commit_send`], with an explicit sequence number (fault
+    /// injection uses it to make a transport look as if it lost a slot or
+    /// delivered one twice; the receiver must notice).
+    pub fn commit_send_numbered(&self, len: usize, sig: u64, seq: u64) {
         let h = self.header();
         let tail = h.tail.value.load(Ordering::Relaxed);
-        self.len_word(tail).store(len as u64, Ordering::Relaxed);
-        self.sig_word(tail).store(sig, Ordering::Relaxed);
+        self.set_header(tail, len, sig, seq);
         h.tail.value.store(tail + 1, Ordering::Release);
         h.tail.notifier.notify();
     }
@@ -175,7 +225,8 @@ impl RingEnd {
     ///
     /// # Errors
     /// [`RingError::Wait`] when nothing arrived in time;
-    /// [`RingError::BadLength`] when the slot header is impossible.
+    /// [`RingError::BadLength`] when the slot header is impossible;
+    /// [`RingError::OutOfOrder`] when the slot is not the one due next.
     pub fn acquire_recv(&self, policy: &WaitPolicy<'_>) -> Result<&[u8], RingError> {
         let h = self.header();
         let head = h.head.value.load(Ordering::Relaxed);
@@ -188,6 +239,13 @@ impl RingEnd {
         let len = self.len_word(head).load(Ordering::Relaxed);
         if len > self.shape.slot_bytes as u64 {
             return Err(RingError::BadLength(len));
+        }
+        let seq = self.seq_word(head).load(Ordering::Relaxed);
+        if seq != head {
+            return Err(RingError::OutOfOrder {
+                expected: head,
+                got: seq,
+            });
         }
         // SAFETY: tail > head, so the sender published this slot (Acquire
         // above orders its writes before our reads) and will not touch it until
@@ -227,17 +285,24 @@ impl RingEnd {
         })
     }
 
-    /// Sender side: records the payload length and signature of slot
-    /// `index` (before publishing it).
-    pub fn set_header(&self, index: u64, len: usize, sig: u64) {
+    /// Sender side: records the payload length, signature and sequence
+    /// number of slot `index` (before publishing it).
+    pub fn set_header(&self, index: u64, len: usize, sig: u64, seq: u64) {
         self.len_word(index).store(len as u64, Ordering::Relaxed);
         self.sig_word(index).store(sig, Ordering::Relaxed);
+        self.seq_word(index).store(seq, Ordering::Relaxed);
     }
 
     /// The signature of slot `index` (read it only while you own the slot:
     /// between `acquire_recv` and `release_recv`, or a published staging slot).
     pub fn slot_sig(&self, index: u64) -> u64 {
         self.sig_word(index).load(Ordering::Relaxed)
+    }
+
+    /// The sequence number slot `index` was published with (same ownership
+    /// rule as [`RingEnd::slot_sig`]).
+    pub fn slot_seq(&self, index: u64) -> u64 {
+        self.seq_word(index).load(Ordering::Relaxed)
     }
 
     /// Receiver: the signature of the slot [`RingEnd::acquire_recv`] returned.
@@ -283,6 +348,136 @@ impl RingEnd {
         h.head.notifier.notify();
     }
 
+    /// Sender: the next slot's payload area if the receiver has returned
+    /// enough credit for it, without waiting.
+    #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
+    pub fn try_acquire_send(&self) -> Option<&mut [u8]> {
+        let tail = self.header().tail.value.load(Ordering::Relaxed);
+        self.slot_for_write(tail)
+    }
+
+    /// Receiver: the next slot's payload, if one was published, without
+    /// waiting.
+    ///
+    /// # Errors
+    /// [`RingError::BadLength`] when the slot header is impossible;
+    /// [`RingError::OutOfOrder`] when the slot is not the one due next.
+    pub fn try_acquire_recv(&self) -> Result<Option<&[u8]>, RingError> {
+        let head = self.header().head.value.load(Ordering::Relaxed);
+        let slot = self.slot_for_read(head)?;
+        if slot.is_some() {
+            let seq = self.seq_word(head).load(Ordering::Relaxed);
+            if seq != head {
+                return Err(RingError::OutOfOrder {
+                    expected: head,
+                    got: seq,
+                });
+            }
+        }
+        Ok(slot)
+    }
+
+    /// Sender: true when a slot is free (never blocks).
+    pub fn has_credit(&self) -> bool {
+        let h = self.header();
+        let tail = h.tail.value.load(Ordering::Relaxed);
+        tail - h.head.value.load(Ordering::Acquire) < self.shape.nsteps as u64
+    }
+
+    /// What a sender waiting for credit sleeps on.
+    pub fn credit_notifier(&self) -> &Notifier {
+        &self.header().head.notifier
+    }
+
+    /// What a receiver waiting for data sleeps on.
+    pub fn data_notifier(&self) -> &Notifier {
+        &self.header().tail.notifier
+    }
+
+    /// Receiver: grants rendezvous number `grant` (1-based), telling the
+    /// sender to write `len` bytes at `addr` in process `pid`; its data
+    /// slots, if any travel through the ring, start at ring index
+    /// `first_seq`.
+    pub fn grant(&self, grant: u64, addr: u64, len: u64, pid: u32, first_seq: u64) {
+        let h = self.header();
+        h.mailbox.addr.store(addr, Ordering::Relaxed);
+        h.mailbox.len.store(len, Ordering::Relaxed);
+        h.mailbox.pid.store(u64::from(pid), Ordering::Relaxed);
+        h.mailbox.first_seq.store(first_seq, Ordering::Relaxed);
+        h.cts.value.store(grant, Ordering::Release);
+        h.cts.notifier.notify();
+    }
+
+    /// Receiver: withdraws grant `grant` and waits until no proxy is
+    /// writing into its destination any more, so the memory may be reused.
+    pub fn revoke(&self, grant: u64) {
+        let m = &self.header().mailbox;
+        m.revoked.store(grant, Ordering::SeqCst);
+        // A proxy holds `busy` only across one read(2) into the destination.
+        while m.busy.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Proxy side: where the payload of data slot `index` (of rendezvous
+    /// number `rdv`, modulo 2^36, carrying `len` bytes of slots of
+    /// `slot_bytes`) belongs in the granted destination, if the receiver has
+    /// granted that rendezvous and not withdrawn it: `(grant, address)`.
+    pub fn placement(&self, index: u64, rdv: u64, len: usize) -> Option<(u64, u64)> {
+        let h = self.header();
+        let grant = h.cts.value.load(Ordering::Acquire);
+        let m = &h.mailbox;
+        if grant == 0 || grant & ((1 << 36) - 1) != rdv || m.revoked.load(Ordering::SeqCst) == grant
+        {
+            return None;
+        }
+        let first = m.first_seq.load(Ordering::Relaxed);
+        let offset = index
+            .checked_sub(first)?
+            .checked_mul(self.shape.slot_bytes as u64)?;
+        let end = offset.checked_add(len as u64)?;
+        (end <= m.len.load(Ordering::Relaxed))
+            .then(|| (grant, m.addr.load(Ordering::Relaxed) + offset))
+    }
+
+    /// Proxy side: claims grant `grant`'s destination for one write; false
+    /// when it was withdrawn meanwhile. Pair with [`RingEnd::end_place`].
+    pub fn begin_place(&self, grant: u64) -> bool {
+        let m = &self.header().mailbox;
+        m.busy.store(1, Ordering::SeqCst);
+        if m.revoked.load(Ordering::SeqCst) == grant {
+            m.busy.store(0, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// Proxy side: ends a write begun with [`RingEnd::begin_place`].
+    pub fn end_place(&self) {
+        self.header().mailbox.busy.store(0, Ordering::SeqCst);
+    }
+
+    /// Sender: the destination of rendezvous number `grant` once the
+    /// receiver granted it: `(addr, len, pid)`.
+    pub fn granted(&self, grant: u64) -> Option<(u64, u64, u32)> {
+        let h = self.header();
+        if h.cts.value.load(Ordering::Acquire) < grant {
+            return None;
+        }
+        let m = &h.mailbox;
+        let pid = m.pid.load(Ordering::Relaxed);
+        Some((
+            m.addr.load(Ordering::Relaxed),
+            m.len.load(Ordering::Relaxed),
+            u32::try_from(pid).unwrap_or(u32::MAX),
+        ))
+    }
+
+    /// What a sender waiting for a grant sleeps on.
+    pub fn grant_notifier(&self) -> &Notifier {
+        &self.header().cts.notifier
+    }
+
     /// Receiver: true when a slot is waiting (never blocks).
     pub fn has_data(&self) -> bool {
         let h = self.header();
@@ -305,12 +500,13 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// Room for a ring of 4 slots of 64 bytes (header included), aligned.
     #[repr(C, align(64))]
-    struct Aligned([u8; 128 + 4 * (64 + 64)]);
+    struct Aligned([u8; RING_HEADER_BYTES + 4 * (SLOT_HEADER + 64)]);
 
     #[test]
     fn fifo_with_credits() {
-        let mut mem = Box::new(Aligned([0; 128 + 4 * 128]));
+        let mut mem = Box::new(Aligned([0; RING_HEADER_BYTES + 4 * (SLOT_HEADER + 64)]));
         let shape = RingShape {
             nsteps: 4,
             slot_bytes: 64,
@@ -340,5 +536,45 @@ mod tests {
         }
         assert!(matches!(rx.acquire_recv(&policy), Err(RingError::Wait(_))));
         assert_eq!((tx.tail(), rx.head()), (4, 4));
+    }
+
+    #[test]
+    fn lost_and_repeated_slots_are_refused() {
+        let mut mem = Box::new(Aligned([0; RING_HEADER_BYTES + 4 * (SLOT_HEADER + 64)]));
+        let shape = RingShape {
+            nsteps: 4,
+            slot_bytes: 64,
+        };
+        // SAFETY: aligned, zeroed, sized for the shape, outlives both ends.
+        let (tx, rx) = unsafe {
+            (
+                RingEnd::new(mem.0.as_mut_ptr(), shape),
+                RingEnd::new(mem.0.as_mut_ptr(), shape),
+            )
+        };
+        let policy = WaitPolicy::new(10, Duration::from_millis(20));
+        tx.acquire_send(&policy).unwrap();
+        tx.commit_send_numbered(1, 7, 0);
+        tx.acquire_send(&policy).unwrap();
+        tx.commit_send_numbered(1, 7, 0); // the same slot again
+        tx.acquire_send(&policy).unwrap();
+        tx.commit_send_numbered(1, 7, 3); // slot 2 never came
+        assert!(rx.acquire_recv(&policy).is_ok());
+        rx.release_recv();
+        assert_eq!(
+            rx.acquire_recv(&policy),
+            Err(RingError::OutOfOrder {
+                expected: 1,
+                got: 0
+            })
+        );
+        rx.release_recv();
+        assert_eq!(
+            rx.acquire_recv(&policy),
+            Err(RingError::OutOfOrder {
+                expected: 2,
+                got: 3
+            })
+        );
     }
 }

@@ -20,7 +20,7 @@ pub fn send_count(collective: Collective, rank: usize, nranks: usize, count: usi
     match collective {
         Collective::ReduceScatter | Collective::AllToAll => nranks * count,
         Collective::Broadcast { root } if rank != root => 0,
-        Collective::Recv { .. } | Collective::Barrier => 0,
+        Collective::Barrier => 0,
         _ => count,
     }
 }
@@ -30,7 +30,7 @@ pub fn recv_count(collective: Collective, rank: usize, nranks: usize, count: usi
     match collective {
         Collective::AllGather | Collective::AllToAll => nranks * count,
         Collective::Reduce { root } if rank != root => 0,
-        Collective::Send { .. } | Collective::Barrier => 0,
+        Collective::Barrier => 0,
         _ => count,
     }
 }
@@ -106,8 +106,7 @@ pub fn expected(
                     .flat_map(|src| ins[src][rank * count..(rank + 1) * count].to_vec())
                     .collect(),
             ),
-            Collective::Recv { peer } => Some(ins[peer].clone()),
-            Collective::Send { .. } | Collective::Barrier => None,
+            Collective::Barrier => None,
         })
         .collect()
 }

@@ -47,6 +47,7 @@ use streamcomm::comm::Endpoint;
 use streamcomm::config::{Config, HostsOverride};
 use streamcomm::launch::cli::parse_args;
 use streamcomm::launch::env::{detect, RootSpec};
+use streamcomm::plan::signature::P2pSlot;
 use streamcomm::plan::{build, signature, Collective, PlanParams};
 use streamcomm::transport::ring::RingShape;
 use streamcomm::transport::tcp::frame::{

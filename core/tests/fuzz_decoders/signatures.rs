@@ -20,9 +20,6 @@ fn call() -> impl Strategy<Value = Call> {
                 3 => Collective::Broadcast { root },
                 4 => Collective::Reduce { root },
                 5 => Collective::AllToAll,
-                6 if nranks > 1 => Collective::Send {
-                    peer: (rank + 1) % nranks,
-                },
                 _ => Collective::Barrier,
             };
             let params = PlanParams {
@@ -49,10 +46,7 @@ fn call_identity(c: &Call, sent: usize) -> (String, DataType, Option<ReduceOp>, 
         collective,
         Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce { .. }
     );
-    let kind = match collective {
-        Collective::Send { .. } | Collective::Recv { .. } => "p2p".to_string(),
-        other => format!("{other:?}"),
-    };
+    let kind = format!("{collective:?}");
     (kind, *dtype, reduces.then_some(*op), sent)
 }
 
@@ -65,6 +59,24 @@ proptest! {
         prop_assert!(!text.is_empty());
         if sig >> 63 == 0 {
             prop_assert_eq!(text, "an unsigned slot");
+        }
+    }
+
+    #[test]
+    fn p2p_signatures_round_trip(kind in 0usize..5, dtype in prop::sample::select(DataType::ALL.to_vec()), count in 0usize..(1 << 36)) {
+        let slot = [P2pSlot::Eager, P2pSlot::ReadyToSend, P2pSlot::Data, P2pSlot::Done, P2pSlot::Placed][kind];
+        let sig = signature::p2p(slot, dtype, count);
+        prop_assert_eq!(signature::parse_p2p(sig), Some((slot, Some(dtype), count as u64)));
+        let text = signature::describe(sig);
+        prop_assert!(text.starts_with(&format!("send of {count} {dtype} (")), "{}", text);
+    }
+
+    #[test]
+    fn p2p_parse_arbitrary(sig in any::<u64>()) {
+        // Never panics; a collective's signature is never taken for p2p.
+        if let Some((_, _, count)) = signature::parse_p2p(sig) {
+            prop_assert!(count < (1 << 36));
+            prop_assert!(signature::describe(sig).starts_with("send of"));
         }
     }
 

@@ -146,7 +146,12 @@ impl FrameHeader {
         let seq = u64::from_le_bytes(s);
         if seq != expected_seq {
             return Err(format!(
-                "frame {seq} arrived where {expected_seq} was expected"
+                "frame {seq} arrived where {expected_seq} was expected ({})",
+                if seq > expected_seq {
+                    "a frame was lost"
+                } else {
+                    "a frame came twice or out of order"
+                }
             ));
         }
         Ok(FrameHeader { len, seq, sig })

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use super::frame::{FrameHeader, ABORT_LEN, CLOSE_LEN, HEADER_BYTES};
 use super::kick::Kick;
+use crate::plan::signature::{self, P2pSlot};
 use crate::transport::ring::RingEnd;
 use crate::Error;
 
@@ -40,6 +41,9 @@ struct Sock {
     rx_got: usize,
     /// Signature of the frame being read.
     rx_sig: u64,
+    /// Where the frame's payload goes instead of its slot: rendezvous data
+    /// the receiver has granted, as `(grant, address)`.
+    rx_place: Option<(u64, u64)>,
     /// The peer said goodbye on this socket: nothing more will arrive.
     rx_closed: bool,
 }
@@ -59,6 +63,9 @@ pub struct PeerIo {
     /// Inbound slots fully read, not yet published.
     arrived: Vec<bool>,
     inbound_tail: u64,
+    /// The peer sent a frame that breaks the protocol (lost, repeated or
+    /// corrupt): its sockets still work, so it is told of the abort.
+    bad_frame: bool,
 }
 
 impl PeerIo {
@@ -78,6 +85,7 @@ impl PeerIo {
                 rx_len: None,
                 rx_got: 0,
                 rx_sig: 0,
+                rx_place: None,
                 rx_closed: false,
             })
             .collect();
@@ -90,6 +98,7 @@ impl PeerIo {
             staging_head: 0,
             arrived: vec![false; nsteps],
             inbound_tail: 0,
+            bad_frame: false,
         }
     }
 
@@ -118,9 +127,11 @@ impl PeerIo {
                     Ok(None) => break,
                     Err(e) => return Err(self.fail(format!("staging ring corrupted: {e:?}"))),
                 };
+                // The frame carries the slot's own sequence number (its index,
+                // unless a fault was injected): the receiver checks it.
                 let header = FrameHeader {
                     len: slot.len() as u32,
-                    seq: k,
+                    seq: self.staging.slot_seq(k),
                     sig: self.staging.slot_sig(k),
                 }
                 .encode();
@@ -198,13 +209,13 @@ impl PeerIo {
                             if sock.rx_hdr_got < HEADER_BYTES {
                                 continue;
                             }
-                            let h = FrameHeader::decode(&sock.rx_hdr, max, k).map_err(|e| {
-                                Error::Transport {
-                                    transport: "tcp",
-                                    peer: self.peer,
-                                    cause: e,
+                            let h = match FrameHeader::decode(&sock.rx_hdr, max, k) {
+                                Ok(h) => h,
+                                Err(cause) => {
+                                    self.bad_frame = true;
+                                    return Err(self.fail(cause));
                                 }
-                            })?;
+                            };
                             if h.len == CLOSE_LEN {
                                 sock.rx_closed = true;
                                 break;
@@ -228,6 +239,7 @@ impl PeerIo {
                             sock.rx_len = Some(h.len as usize);
                             sock.rx_sig = h.sig;
                             sock.rx_got = 0;
+                            sock.rx_place = None;
                         }
                         Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                         Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -239,8 +251,47 @@ impl PeerIo {
                     break; // inbound ring full: TCP holds the sender back
                 };
                 let sock = &mut self.socks[j];
+                if sock.rx_got == 0 && len > 0 {
+                    // Decided when the slot is free, as late as possible, so
+                    // that a grant given meanwhile is used.
+                    sock.rx_place = match signature::parse_p2p(sock.rx_sig) {
+                        Some((P2pSlot::Data, _, rdv)) => self.inbound.placement(k, rdv, len),
+                        _ => None,
+                    };
+                }
                 if sock.rx_got < len {
-                    match sock.stream.read(&mut slot[sock.rx_got..len]) {
+                    let place = match sock.rx_place {
+                        Some((grant, addr)) if self.inbound.begin_place(grant) => Some(addr),
+                        Some(_) => {
+                            // Withdrawn (the receive failed): finish the
+                            // frame in its slot; nobody will read it.
+                            sock.rx_place = None;
+                            None
+                        }
+                        None => None,
+                    };
+                    let r = match place {
+                        Some(addr) => {
+                            // SAFETY: the receiver granted `len` bytes at
+                            // the placement address inside its locked receive
+                            // buffer and touches no byte of this slot's range
+                            // until it has consumed the slot (published only
+                            // after this read completes); `begin_place` holds
+                            // it from withdrawing (and so from releasing the
+                            // buffer) until `end_place`.
+                            let dst = unsafe {
+                                std::slice::from_raw_parts_mut(
+                                    (addr as usize + sock.rx_got) as *mut u8,
+                                    len - sock.rx_got,
+                                )
+                            };
+                            let r = sock.stream.read(dst);
+                            self.inbound.end_place();
+                            r
+                        }
+                        None => sock.stream.read(&mut slot[sock.rx_got..len]),
+                    };
+                    match r {
                         Ok(0) => return Err(self.fail("connection closed by the peer".into())),
                         Ok(n) => {
                             moved = true;
@@ -252,7 +303,13 @@ impl PeerIo {
                     }
                 }
                 if sock.rx_got == len {
-                    self.inbound.set_header(k, len, sock.rx_sig);
+                    let sig = match (sock.rx_place.take(), signature::parse_p2p(sock.rx_sig)) {
+                        (Some(_), Some((_, Some(dtype), rdv))) => {
+                            signature::p2p(P2pSlot::Placed, dtype, rdv as usize)
+                        }
+                        _ => sock.rx_sig,
+                    };
+                    self.inbound.set_header(k, len, sig, k);
                     sock.rx_len = None;
                     sock.rx_hdr_got = 0;
                     sock.rx_next += s;
@@ -316,7 +373,7 @@ impl PeerIo {
             if let Ok(Some(slot)) = self.staging.slot_for_read(sock.tx_next) {
                 let mut whole = FrameHeader {
                     len: slot.len() as u32,
-                    seq: sock.tx_next,
+                    seq: self.staging.slot_seq(sock.tx_next),
                     sig: self.staging.slot_sig(sock.tx_next),
                 }
                 .encode()
@@ -341,6 +398,16 @@ impl PeerIo {
             }
         }
         sock.tx_done = 0;
+    }
+
+    /// True when socket `j` has a frame read to its end (a zero-length one)
+    /// that waited for a free inbound slot and now has one: no byte is left
+    /// to make the socket readable, so poll would never report it.
+    fn completable(&self, j: usize) -> bool {
+        let s = &self.socks[j];
+        !s.rx_closed
+            && s.rx_len.is_some_and(|len| s.rx_got == len)
+            && self.inbound.slot_for_write(s.rx_next).is_some()
     }
 
     /// The poll events each socket needs now.
@@ -402,7 +469,8 @@ pub fn run(
         let failed = abort.load(Ordering::Acquire);
         if failed != 0 && !abort_sent {
             abort_sent = true;
-            for (p, _) in peers.iter_mut().zip(&dead).filter(|(_, &d)| !d) {
+            let told = |(p, &d): &(&mut PeerIo, &bool)| !d || p.bad_frame;
+            for (p, _) in peers.iter_mut().zip(&dead).filter(told) {
                 p.abort_notice(u64::from(failed - 1));
             }
         }
@@ -437,32 +505,53 @@ pub fn run(
                 owners.push((i, j));
             }
         }
-        let ms = if stopping { 1 } else { 100 };
+        let completable = owners.iter().any(|&(i, j)| peers[i].completable(j));
+        let ms = if completable {
+            0
+        } else if stopping {
+            1
+        } else {
+            100
+        };
         // SAFETY: fds is a valid array of pollfd for the duration of the call.
         let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
         kick.set_sleeping(false);
         if fds[0].revents != 0 {
             kick.drain();
         }
-        if ready <= 0 {
+        if ready <= 0 && !completable {
             continue;
         }
         for (fd, &(i, j)) in fds[1..].iter().zip(&owners) {
-            if fd.revents == 0 || dead[i] {
+            if dead[i] {
                 continue;
             }
             let p = &mut peers[i];
+            let complete = p.completable(j);
+            if fd.revents == 0 && !complete {
+                continue;
+            }
             let mut r = Ok(false);
             if fd.revents & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) != 0 {
                 r = p.send_on(j).map(|_| true);
             }
-            if r.is_ok() && fd.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0 {
+            if r.is_ok()
+                && (complete || fd.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
+            {
                 r = p.recv_on(j).map(|_| true);
             }
             let r = r.map(|_| p.advance());
             if let Err(e) = r {
                 dead[i] = true;
                 if !stopping {
+                    // Tell the other peers now, naming whom the error blames:
+                    // the stream may not run another operation to do it.
+                    let culprit = match &e {
+                        Error::RemoteFailed { peer, .. } | Error::Transport { peer, .. } => *peer,
+                        _ => p.peer,
+                    };
+                    let code = u32::try_from(culprit).map_or(u32::MAX, |r| r.saturating_add(1));
+                    let _ = abort.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
                     sink.fail(e);
                 }
             }

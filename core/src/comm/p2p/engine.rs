@@ -1,0 +1,245 @@
+//! Runs a group: lock its buffers, then move every operation along until all
+//! are done, never blocking on any one of them.
+//!
+//! Operations to one peer in one direction form a lane and run in posting
+//! order (so messages between a pair arrive in the order they were posted);
+//! the fronts of all lanes are polled round-robin. That is what makes a group
+//! deadlock-free whatever the order of its calls: a send waiting for credit
+//! never stops a receive from draining the ring that would give the credit
+//! back. When no lane can move, the thread waits (spin, yield, futex) until
+//! any of them can, bounded by the communicator's timeout without progress.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use crate::comm::inner::CommInner;
+use crate::comm::p2p::receiver::RecvOp;
+use crate::comm::p2p::sender::SendOp;
+use crate::comm::p2p::spec::{Dir, GroupBuf, GroupSpec};
+use crate::wait::{Notifier, WaitPolicy};
+use crate::{Error, Result};
+
+/// A locked buffer of the group.
+enum Locked<'a> {
+    Read(&'a [u8]),
+    Write(&'a mut [u8]),
+}
+
+/// The group's locked buffers, by index into [`GroupSpec::bufs`].
+type LockedBufs<'a> = Vec<(usize, Locked<'a>)>;
+
+/// Locks `bufs[order[..]]` one after another (address order, as every other
+/// lock of a buffer in this crate, so two streams can never deadlock), then
+/// runs `f` with all of them.
+fn lock_in_order<'b, R>(
+    bufs: &[GroupBuf],
+    order: &[usize],
+    acc: LockedBufs<'b>,
+    f: &mut dyn for<'x> FnMut(LockedBufs<'x>) -> R,
+) -> R {
+    let Some((&i, rest)) = order.split_first() else {
+        return f(acc);
+    };
+    let raw = bufs[i].view.raw();
+    let mut acc: LockedBufs<'_> = acc;
+    if bufs[i].written {
+        let mut g = raw.write();
+        acc.push((i, Locked::Write(raw.bytes_of_mut(&mut g))));
+        lock_in_order(bufs, rest, acc, f)
+    } else {
+        let g = raw.read();
+        acc.push((i, Locked::Read(raw.bytes_of(&g))));
+        lock_in_order(bufs, rest, acc, f)
+    }
+}
+
+/// One operation in flight.
+enum Op<'a> {
+    Send(SendOp<'a>),
+    Recv(RecvOp<'a>),
+}
+
+impl<'a> Op<'a> {
+    fn poll(&mut self) -> Result<bool> {
+        match self {
+            Op::Send(s) => s.poll(),
+            Op::Recv(r) => r.poll(),
+        }
+    }
+    fn done(&self) -> bool {
+        match self {
+            Op::Send(s) => s.done(),
+            Op::Recv(r) => r.done(),
+        }
+    }
+    fn ready(&self) -> bool {
+        match self {
+            Op::Send(s) => s.ready(),
+            Op::Recv(r) => r.ready(),
+        }
+    }
+    fn notifier(&self) -> &'a Notifier {
+        match self {
+            Op::Send(s) => s.notifier(),
+            Op::Recv(r) => r.notifier(),
+        }
+    }
+    fn peer(&self) -> usize {
+        match self {
+            Op::Send(s) => s.peer,
+            Op::Recv(r) => r.peer,
+        }
+    }
+    fn waiting_for(&self) -> String {
+        match self {
+            Op::Send(s) => s.waiting_for(),
+            Op::Recv(r) => r.waiting_for(),
+        }
+    }
+}
+
+impl CommInner {
+    /// Executes the group `spec` as operation number `seq`.
+    pub(crate) fn run_group(&self, spec: &GroupSpec, seq: u64) -> Result<()> {
+        let _span = tracing::trace_span!("p2p", op = %spec.name, seq).entered();
+        let mut order: Vec<usize> = (0..spec.bufs.len()).collect();
+        order.sort_by_key(|&i| spec.bufs[i].view.raw().addr());
+        lock_in_order(&spec.bufs, &order, Vec::new(), &mut |locked| {
+            self.run_locked(spec, seq, locked)
+        })
+    }
+
+    fn run_locked(&self, spec: &GroupSpec, seq: u64, locked: LockedBufs<'_>) -> Result<()> {
+        let name = format!("{} #{seq}", spec.name);
+        let n = spec.ops.len();
+        let mut srcs: Vec<Option<&[u8]>> = vec![None; n];
+        let mut dsts: Vec<Option<&mut [u8]>> = (0..n).map(|_| None).collect();
+        for (b, l) in locked {
+            let mut mine: Vec<usize> = (0..n).filter(|&k| spec.ops[k].buf == b).collect();
+            match l {
+                Locked::Read(bytes) => {
+                    for k in mine {
+                        let o = &spec.ops[k];
+                        srcs[k] = Some(&bytes[o.offset..o.offset + o.bytes()]);
+                    }
+                }
+                Locked::Write(mut rest) => {
+                    // Receive regions are disjoint (GroupSpec::check): split
+                    // them off in address order.
+                    mine.sort_by_key(|&k| spec.ops[k].offset);
+                    let mut base = 0;
+                    for k in mine {
+                        let o = &spec.ops[k];
+                        let (_, tail) = std::mem::take(&mut rest).split_at_mut(o.offset - base);
+                        let (region, tail) = tail.split_at_mut(o.bytes());
+                        dsts[k] = Some(region);
+                        rest = tail;
+                        base = o.offset + o.bytes();
+                    }
+                }
+            }
+        }
+        // A rank's messages to itself: plain copies, paired in order.
+        let (self_sends, self_recvs) = spec.self_ops();
+        for (s, r) in self_sends.into_iter().zip(self_recvs) {
+            let src = srcs[s].take().unwrap_or_default();
+            if let Some(dst) = dsts[r].take() {
+                dst[..src.len()].copy_from_slice(src);
+            }
+        }
+        let mut ops: Vec<Op<'_>> = Vec::with_capacity(n);
+        let mut index: Vec<Option<usize>> = vec![None; n];
+        for (k, o) in spec.ops.iter().enumerate() {
+            if o.peer == self.rank {
+                continue;
+            }
+            let conn = self
+                .peers
+                .get(o.peer)
+                .and_then(|c| c.as_ref())
+                .ok_or_else(|| Error::InvalidUsage(format!("no connection to rank {}", o.peer)))?;
+            let op = match o.dir {
+                Dir::Send => {
+                    let data = srcs[k].take().unwrap_or_default();
+                    let rendezvous = data.len() > self.config.p2p_eager_limit;
+                    Op::Send(SendOp::new(
+                        o.peer,
+                        conn,
+                        &self.p2p,
+                        data,
+                        o.dtype,
+                        o.count,
+                        rendezvous,
+                        self.config.p2p_direct,
+                    ))
+                }
+                Dir::Recv => {
+                    let dst = dsts[k].take().unwrap_or_default();
+                    Op::Recv(RecvOp::new(o.peer, conn, &self.p2p, dst, o.dtype))
+                }
+            };
+            index[k] = Some(ops.len());
+            ops.push(op);
+        }
+        // Lanes: per (peer, direction), in posting order.
+        let mut lanes: Vec<((usize, Dir), VecDeque<usize>)> = Vec::new();
+        for (k, o) in spec.ops.iter().enumerate() {
+            let Some(i) = index[k] else { continue };
+            let key = (o.peer, o.dir);
+            match lanes.iter_mut().find(|(kk, _)| *kk == key) {
+                Some((_, lane)) => lane.push_back(i),
+                None => lanes.push((key, VecDeque::from([i]))),
+            }
+        }
+        let mut lanes: Vec<VecDeque<usize>> = lanes.into_iter().map(|(_, l)| l).collect();
+        let mut last_progress = Instant::now();
+        loop {
+            let mut progressed = false;
+            for lane in &mut lanes {
+                while let Some(&i) = lane.front() {
+                    progressed |= ops[i].poll().map_err(|e| rename(e, &name))?;
+                    if !ops[i].done() {
+                        break;
+                    }
+                    lane.pop_front();
+                }
+            }
+            lanes.retain(|l| !l.is_empty());
+            if lanes.is_empty() {
+                return Ok(());
+            }
+            if progressed {
+                last_progress = Instant::now();
+                continue;
+            }
+            let policy = WaitPolicy {
+                timeout: self.config.timeout.saturating_sub(last_progress.elapsed()),
+                ..self.policy()
+            };
+            let first = &ops[lanes[0][0]];
+            let waited = first.notifier().wait_until(&policy, || {
+                lanes.iter().any(|l| ops[l[0]].ready()).then_some(())
+            });
+            if let Err(w) = waited {
+                let waiting = lanes
+                    .iter()
+                    .map(|l| ops[l[0]].waiting_for())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                return Err(self.wait_error(w, &name, waiting, Some(first.peer())));
+            }
+        }
+    }
+}
+
+/// Puts the group's name into an error raised by one of its operations.
+fn rename(e: Error, name: &str) -> Error {
+    match e {
+        Error::RemoteFailed { peer, cause, .. } => Error::RemoteFailed {
+            peer,
+            op: name.to_string(),
+            cause,
+        },
+        e => e,
+    }
+}

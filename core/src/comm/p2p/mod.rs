@@ -1,0 +1,423 @@
+//! Point-to-point: send, recv, groups, and the collectives built on them
+//! (all-to-all-v, gather, scatter). DESIGN.md §6.
+//!
+//! # Semantics
+//! - `send(buf, peer)` / `recv(buf, peer)` are enqueued on a stream like a
+//!   collective and run in the communicator's issue order. Messages between
+//!   a pair of ranks arrive in the order they were posted.
+//! - A receive buffer may be larger than the message (the front of it is
+//!   filled, the rest left untouched); a smaller one, another element type,
+//!   or a collective where a message was expected fails with
+//!   [`crate::Error::RemoteFailed`] naming both sides.
+//! - Outside a group, a send waits for its receiver like NCCL's (for large
+//!   messages it cannot complete before the receiver posts), so two ranks
+//!   that both send first must use a group. [`Communicator::group`] posts
+//!   several operations as one unit that progresses all of them together:
+//!   any order of the calls inside works. A rank may send to itself only
+//!   inside a group, paired with a receive from itself.
+//!
+//! # Protocols
+//! - **Eager** (messages up to `STREAMCOMM_P2P_EAGER_LIMIT`, default 64 KiB):
+//!   the bytes go through the peer's slot ring under credit flow control; a
+//!   sender with no credit waits, it never overwrites a slot its receiver
+//!   has not consumed.
+//! - **Rendezvous** (larger messages): the sender posts a ready-to-send
+//!   slot; the receiver grants its buffer (address, length) in its ring
+//!   header's mailbox, outside the data ring so a grant never waits behind
+//!   data.
+//!   - Shared memory: the sender waits for the grant, writes the message
+//!     straight into the receiver's buffer with one cross-memory copy
+//!     (`process_vm_writev`) and sends a done slot. Where the kernel refuses
+//!     that write (ptrace restrictions) or `STREAMCOMM_P2P_DIRECT=0`, the
+//!     bytes follow through the ring instead.
+//!   - tcp: the data follows the request through the ring at once; the
+//!     receiver's network thread reads each data frame from its socket
+//!     straight into the granted buffer (only frames that arrived before the
+//!     grant, at most a ring's worth, are copied out of slots). A grant is
+//!     withdrawn, waiting for any write in progress, before a receive ends
+//!     in any way, so no write outlives the buffer's lock.
+//!
+//!   [`P2pStats`] shows which path ran.
+//!
+//! Verified here: both protocols over shared memory and tcp (loopback and
+//! across network namespaces), ranks as threads and as processes.
+
+mod cma;
+mod engine;
+mod receiver;
+mod sender;
+mod spec;
+mod stats;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub use stats::P2pStats;
+
+use crate::comm::buffer::{AsBufView, BufView};
+use crate::comm::inner::CommInner;
+use crate::comm::Communicator;
+use crate::host::HostStream;
+use crate::host::{Job, Task};
+use crate::{Error, Result};
+use spec::{Dir, GroupSpec};
+use stats::StatCounters;
+
+/// Per-communicator point-to-point state: rendezvous sequence numbers per
+/// peer and the byte counters.
+#[derive(Debug)]
+pub(crate) struct P2pState {
+    /// Rendezvous requests sent to each peer.
+    requests: Vec<AtomicU64>,
+    /// Rendezvous grants given to each peer.
+    grants: Vec<AtomicU64>,
+    pub stats: StatCounters,
+    refused_logged: AtomicBool,
+}
+
+impl P2pState {
+    /// State for a communicator of `size` ranks.
+    pub fn new(size: usize) -> P2pState {
+        P2pState {
+            requests: (0..size).map(|_| AtomicU64::new(0)).collect(),
+            grants: (0..size).map(|_| AtomicU64::new(0)).collect(),
+            stats: StatCounters::default(),
+            refused_logged: AtomicBool::new(false),
+        }
+    }
+
+    /// Number of the next rendezvous request to `peer` (1-based).
+    pub fn next_request(&self, peer: usize) -> u64 {
+        self.requests[peer].fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Number of the next grant to `peer` (1-based).
+    pub fn next_grant(&self, peer: usize) -> u64 {
+        self.grants[peer].fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Notes (once) that the kernel refused a direct write.
+    pub fn direct_refused(&self, peer: usize, e: &std::io::Error) {
+        if !self.refused_logged.swap(true, Ordering::Relaxed) {
+            tracing::warn!(peer, error = %e, "rendezvous: direct write refused; streaming through the ring");
+        }
+    }
+}
+
+/// Operations posted together with [`Communicator::group`].
+pub struct Group<'c, 's> {
+    comm: &'c Communicator,
+    spec: GroupSpec,
+    stream: Option<&'s HostStream>,
+}
+
+impl<'c, 's> Group<'c, 's> {
+    fn stream(&mut self, stream: &'s HostStream) -> Result<()> {
+        match self.stream {
+            Some(s) if !std::ptr::eq(s, stream) => Err(Error::invalid(format!(
+                "{}: every operation of a group must use the same stream",
+                self.spec.name
+            ))),
+            _ => {
+                self.stream = Some(stream);
+                Ok(())
+            }
+        }
+    }
+
+    /// Adds a send of all of `buf` to `peer`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a peer out of range or a second stream.
+    pub fn send(
+        &mut self,
+        buf: &impl AsBufView,
+        peer: usize,
+        stream: &'s HostStream,
+    ) -> Result<()> {
+        let v = buf.buf_view();
+        self.send_region(&v, 0, v.len(), peer, stream)
+    }
+
+    /// Adds a receive from `peer` into `buf` (a message up to its length).
+    ///
+    /// # Errors
+    /// As [`Group::send`].
+    pub fn recv(
+        &mut self,
+        buf: &mut impl AsBufView,
+        peer: usize,
+        stream: &'s HostStream,
+    ) -> Result<()> {
+        let v = buf.buf_view();
+        self.recv_region(&v, 0, v.len(), peer, stream)
+    }
+
+    fn send_region(
+        &mut self,
+        v: &BufView,
+        offset: usize,
+        count: usize,
+        peer: usize,
+        stream: &'s HostStream,
+    ) -> Result<()> {
+        self.stream(stream)?;
+        self.spec.push(Dir::Send, peer, v, offset, count)
+    }
+
+    fn recv_region(
+        &mut self,
+        v: &BufView,
+        offset: usize,
+        count: usize,
+        peer: usize,
+        stream: &'s HostStream,
+    ) -> Result<()> {
+        self.stream(stream)?;
+        self.spec.push(Dir::Recv, peer, v, offset, count)
+    }
+}
+
+/// A group on a stream.
+struct GroupTask {
+    comm: Arc<CommInner>,
+    spec: Arc<GroupSpec>,
+}
+
+impl Task for GroupTask {
+    fn prepare(&self) -> Job {
+        let ticket = self.comm.turns.take();
+        let (comm, spec) = (self.comm.clone(), self.spec.clone());
+        Job::new(move |mode| {
+            let name = format!("{} #{ticket}", spec.name);
+            comm.run_ticketed(ticket, mode, &name, |c| c.run_group(&spec, ticket))
+        })
+    }
+
+    fn name(&self) -> &str {
+        &self.spec.name
+    }
+}
+
+impl Communicator {
+    /// Posts the operations `f` adds as one unit: they progress together, so
+    /// patterns such as every rank sending right and receiving left (or
+    /// all-to-all) never deadlock, whatever the order of the calls. Nothing
+    /// is enqueued if `f` fails; an empty group enqueues nothing.
+    ///
+    /// ```no_run
+    /// # use streamcomm::{Communicator, host::{HostBuffer, HostStream}};
+    /// # fn f(comm: &Communicator, stream: &HostStream) -> streamcomm::Result<()> {
+    /// let (n, r) = (comm.size(), comm.rank());
+    /// let out = HostBuffer::from_slice(&[r as f32; 4]);
+    /// let mut inb = HostBuffer::<f32>::zeroed(4);
+    /// comm.group(|g| {
+    ///     g.send(&out, (r + 1) % n, stream)?;
+    ///     g.recv(&mut inb, (r + n - 1) % n, stream)
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// What `f` returns; [`Error::InvalidArgument`] when the group as a
+    /// whole is invalid (a buffer both sent and received, overlapping
+    /// receive regions, unpaired sends to this rank, two streams).
+    pub fn group<'s, R>(&self, f: impl FnOnce(&mut Group<'_, 's>) -> Result<R>) -> Result<R> {
+        self.group_named("group", f)
+    }
+
+    fn group_named<'s, R>(
+        &self,
+        name: &str,
+        f: impl FnOnce(&mut Group<'_, 's>) -> Result<R>,
+    ) -> Result<R> {
+        if let Some(e) = self.inner.error() {
+            return Err(e);
+        }
+        let mut g = Group {
+            comm: self,
+            spec: GroupSpec::new(name, self.inner.rank, self.inner.size),
+            stream: None,
+        };
+        let r = f(&mut g)?;
+        let Group {
+            comm,
+            mut spec,
+            stream,
+        } = g;
+        let Some(stream) = stream else {
+            return Ok(r);
+        };
+        if spec.name == "group" && spec.ops.len() == 1 {
+            let o = &spec.ops[0];
+            spec.name = match o.dir {
+                Dir::Send => format!("send to {}", o.peer),
+                Dir::Recv => format!("recv from {}", o.peer),
+            };
+        }
+        spec.check()?;
+        stream.enqueue(Arc::new(GroupTask {
+            comm: comm.inner.clone(),
+            spec: Arc::new(spec),
+        }))?;
+        Ok(r)
+    }
+
+    /// Sends `buf` to `peer`; messages to one peer arrive in posting order.
+    /// Outside a [`Communicator::group`], a send to this rank itself is
+    /// refused (nobody could receive it).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a peer out of range or equal to this
+    /// rank; the stored error if the communicator has failed.
+    pub fn send(&self, buf: &impl AsBufView, peer: usize, stream: &HostStream) -> Result<()> {
+        self.group(|g| g.send(buf, peer, stream))
+    }
+
+    /// Receives a message from `peer` into the front of `buf`; one larger
+    /// than `buf` fails with [`Error::RemoteFailed`] naming both sizes.
+    ///
+    /// # Errors
+    /// As [`Communicator::send`].
+    pub fn recv(&self, buf: &mut impl AsBufView, peer: usize, stream: &HostStream) -> Result<()> {
+        self.group(|g| g.recv(buf, peer, stream))
+    }
+
+    /// All-to-all with per-peer counts and displacements (MPI_Alltoallv):
+    /// elements `send_displs[j]..+send_counts[j]` of `send` go to rank `j`,
+    /// which stores them at `recv_displs[rank]..+recv_counts[rank]` of its
+    /// `recv`. Counts may be zero; `recv_counts[j]` must be at least what
+    /// rank `j` sends here.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when a count or displacement list is not
+    /// one per rank, a region lies outside its buffer, receive regions
+    /// overlap, or the buffers are the same or of different types.
+    #[allow(clippy::too_many_arguments)]
+    pub fn all_to_allv(
+        &self,
+        send: &impl AsBufView,
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv: &mut impl AsBufView,
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+        stream: &HostStream,
+    ) -> Result<()> {
+        let n = self.inner.size;
+        for (what, v) in [
+            ("send_counts", send_counts),
+            ("send_displs", send_displs),
+            ("recv_counts", recv_counts),
+            ("recv_displs", recv_displs),
+        ] {
+            if v.len() != n {
+                return Err(Error::invalid(format!(
+                    "all_to_allv: {what} has {} entries, needs one per rank ({n})",
+                    v.len()
+                )));
+            }
+        }
+        let (s, r) = (send.buf_view(), recv.buf_view());
+        check_pair("all_to_allv", &s, &r)?;
+        let me = self.inner.rank;
+        self.group_named("all_to_allv", |g| {
+            // Pairwise order (round k: send to me+k, receive from me-k) so
+            // every rank works on distinct pairs at any moment.
+            for k in 0..n {
+                let to = (me + k) % n;
+                let from = (me + n - k) % n;
+                g.send_region(&s, send_displs[to], send_counts[to], to, stream)?;
+                g.recv_region(&r, recv_displs[from], recv_counts[from], from, stream)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Gathers `send` from every rank into `recv` at `root`, block `j` from
+    /// rank `j` (`count = send.len()`, `recv` at the root holds `size *
+    /// count`; other ranks' `recv` is not used and may be empty).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a root out of range, a root `recv` too
+    /// small, or mismatched element types.
+    pub fn gather(
+        &self,
+        send: &impl AsBufView,
+        recv: &mut impl AsBufView,
+        root: usize,
+        stream: &HostStream,
+    ) -> Result<()> {
+        let (s, r) = (send.buf_view(), recv.buf_view());
+        let (n, me, count) = (self.inner.size, self.inner.rank, s.len());
+        check_root("gather", root, n)?;
+        self.group_named(&format!("gather root {root}"), |g| {
+            g.send_region(&s, 0, count, root, stream)?;
+            if me == root {
+                check_pair("gather", &s, &r)?;
+                for j in 0..n {
+                    g.recv_region(&r, j * count, count, j, stream)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Scatters block `j` of `send` at `root` to rank `j`'s `recv` (`count =
+    /// recv.len()`, `send` at the root holds `size * count`; other ranks'
+    /// `send` is not used and may be empty).
+    ///
+    /// # Errors
+    /// As [`Communicator::gather`].
+    pub fn scatter(
+        &self,
+        send: &impl AsBufView,
+        recv: &mut impl AsBufView,
+        root: usize,
+        stream: &HostStream,
+    ) -> Result<()> {
+        let (s, r) = (send.buf_view(), recv.buf_view());
+        let (n, me, count) = (self.inner.size, self.inner.rank, r.len());
+        check_root("scatter", root, n)?;
+        self.group_named(&format!("scatter root {root}"), |g| {
+            if me == root {
+                check_pair("scatter", &s, &r)?;
+                for j in 0..n {
+                    g.send_region(&s, j * count, count, j, stream)?;
+                }
+            }
+            g.recv_region(&r, 0, count, root, stream)
+        })
+    }
+
+    /// How this rank's point-to-point bytes travelled so far (eager, direct
+    /// rendezvous writes, streamed rendezvous).
+    pub fn p2p_stats(&self) -> P2pStats {
+        self.inner.p2p.stats.snapshot()
+    }
+}
+
+fn check_root(what: &str, root: usize, n: usize) -> Result<()> {
+    if root >= n {
+        return Err(Error::invalid(format!(
+            "{what}: root {root} is out of range for {n} ranks"
+        )));
+    }
+    Ok(())
+}
+
+fn check_pair(what: &str, s: &BufView, r: &BufView) -> Result<()> {
+    if s.raw().same_as(r.raw()) {
+        return Err(Error::invalid(format!(
+            "{what}: send and recv are the same buffer"
+        )));
+    }
+    if s.dtype() != r.dtype() {
+        return Err(Error::invalid(format!(
+            "{what}: dtype mismatch: send buffer holds {}, recv buffer holds {}",
+            s.dtype(),
+            r.dtype()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,303 @@
+//! The receiving side of one message, as a state machine that never blocks.
+//!
+//! The first slot says what the message is (its signature: eager or
+//! rendezvous, element type, element count). A message larger than the
+//! receive buffer, of another element type, or a slot from a collective is an
+//! error naming both sides; a smaller message fills the front of the buffer.
+//! For rendezvous the receiver grants its buffer's address in the mailbox and
+//! waits for the done slot (with any streamed data before it).
+
+use crate::comm::p2p::stats::Stat;
+use crate::comm::p2p::P2pState;
+use crate::plan::signature::{self, P2pSlot};
+use crate::transport::ring::RingError;
+use crate::transport::Connection;
+use crate::wait::Notifier;
+use crate::{DataType, Error, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Waiting for the first slot.
+    Header,
+    /// Eager slots: `got` of `total` bytes so far, each slot signed `sig`.
+    Eager {
+        got: usize,
+        total: usize,
+        sig: u64,
+    },
+    /// Granted: `got` of `total` bytes so far (`placed` of them put in
+    /// place by the network thread), until the done slot.
+    Granted {
+        got: usize,
+        placed: usize,
+        total: usize,
+    },
+    Done,
+}
+
+impl Drop for RecvOp<'_> {
+    fn drop(&mut self) {
+        self.withdraw();
+    }
+}
+
+/// One message on its way from `peer`.
+pub(super) struct RecvOp<'a> {
+    pub peer: usize,
+    conn: &'a Connection,
+    state_of_comm: &'a P2pState,
+    dst: &'a mut [u8],
+    dtype: DataType,
+    /// The grant given to the sender, until the message is complete.
+    granted: Option<u64>,
+    state: State,
+}
+
+impl<'a> RecvOp<'a> {
+    /// A receive into `dst` (elements of `dtype`).
+    pub fn new(
+        peer: usize,
+        conn: &'a Connection,
+        state_of_comm: &'a P2pState,
+        dst: &'a mut [u8],
+        dtype: DataType,
+    ) -> RecvOp<'a> {
+        RecvOp {
+            peer,
+            conn,
+            state_of_comm,
+            dst,
+            dtype,
+            granted: None,
+            state: State::Header,
+        }
+    }
+
+    /// True once the message is in the buffer.
+    pub fn done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    fn mismatch(&self, cause: String) -> Error {
+        Error::RemoteFailed {
+            peer: self.peer,
+            op: "recv".into(),
+            cause,
+        }
+    }
+
+    fn this_call(&self) -> String {
+        format!(
+            "recv of up to {} {}",
+            self.dst.len() / self.dtype.size(),
+            self.dtype
+        )
+    }
+
+    fn corrupt(&self, e: RingError) -> Error {
+        let cause = match e {
+            RingError::BadLength(len) => format!("slot header claims {len} bytes (corrupted ring)"),
+            RingError::OutOfOrder { expected, got } => format!(
+                "slot {got} arrived where slot {expected} was due ({})",
+                if got > expected {
+                    "a slot was lost"
+                } else {
+                    "a slot came twice"
+                }
+            ),
+            RingError::Wait(w) => format!("{w:?}"),
+        };
+        Error::Transport {
+            transport: self.conn.transport(),
+            peer: self.peer,
+            cause,
+        }
+    }
+
+    /// Consumes what has arrived without waiting; returns whether anything
+    /// happened.
+    ///
+    /// # Errors
+    /// [`Error::RemoteFailed`] when the peer sent something other than a
+    /// message this receive can hold (naming both); [`Error::Transport`] for
+    /// a corrupted slot.
+    pub fn poll(&mut self) -> Result<bool> {
+        let mut progressed = false;
+        while self.state != State::Done {
+            let Some(slot) = self
+                .conn
+                .recv
+                .try_acquire_recv()
+                .map_err(|e| self.corrupt(e))?
+            else {
+                break;
+            };
+            let sig = self.conn.recv.head_sig();
+            self.state = self.consume(sig, slot)?;
+            self.conn.recv.release_recv();
+            self.conn.after_step();
+            progressed = true;
+        }
+        Ok(progressed)
+    }
+
+    /// Applies one slot; returns the next state.
+    fn consume(&mut self, sig: u64, slot: &[u8]) -> Result<State> {
+        let stats = &self.state_of_comm.stats;
+        match self.state {
+            State::Header => {
+                let Some((kind, dtype, count)) = signature::parse_p2p(sig) else {
+                    return Err(self.mismatch(format!(
+                        "it called {} where this rank called {}",
+                        signature::describe(sig),
+                        self.this_call()
+                    )));
+                };
+                if dtype != Some(self.dtype) {
+                    return Err(self.mismatch(format!(
+                        "it sent {} where this rank called {}",
+                        signature::describe(sig),
+                        self.this_call()
+                    )));
+                }
+                let total = usize::try_from(count)
+                    .ok()
+                    .and_then(|c| c.checked_mul(self.dtype.size()))
+                    .unwrap_or(usize::MAX);
+                if total > self.dst.len() {
+                    return Err(self.mismatch(format!(
+                        "its message of {count} {} ({total} bytes) is larger than this rank's receive buffer of {} {} ({} bytes)",
+                        self.dtype,
+                        self.dst.len() / self.dtype.size(),
+                        self.dtype,
+                        self.dst.len()
+                    )));
+                }
+                match kind {
+                    P2pSlot::Eager => self.eager(0, total, sig, slot),
+                    P2pSlot::ReadyToSend => {
+                        let grant = self.state_of_comm.next_grant(self.peer);
+                        // This request is the slot at `head`; its data slots
+                        // (if any travel through the ring) follow it.
+                        let first_seq = self.conn.recv.head() + 1;
+                        self.conn.recv.grant(
+                            grant,
+                            self.dst.as_mut_ptr() as u64,
+                            total as u64,
+                            std::process::id(),
+                            first_seq,
+                        );
+                        self.granted = Some(grant);
+                        Ok(State::Granted {
+                            got: 0,
+                            placed: 0,
+                            total,
+                        })
+                    }
+                    P2pSlot::Data | P2pSlot::Done | P2pSlot::Placed => Err(self.mismatch(format!(
+                        "it sent {} before any request",
+                        signature::describe(sig)
+                    ))),
+                }
+            }
+            State::Eager {
+                got,
+                total,
+                sig: first,
+            } => {
+                if sig != first {
+                    return Err(self.mismatch(format!(
+                        "it sent {} in the middle of {}",
+                        signature::describe(sig),
+                        signature::describe(first)
+                    )));
+                }
+                self.eager(got, total, sig, slot)
+            }
+            State::Granted { got, placed, total } => match signature::parse_p2p(sig) {
+                Some((P2pSlot::Data, ..)) if got + slot.len() <= total => {
+                    self.dst[got..got + slot.len()].copy_from_slice(slot);
+                    Ok(State::Granted {
+                        got: got + slot.len(),
+                        placed,
+                        total,
+                    })
+                }
+                // Already in place (tcp): nothing to copy.
+                Some((P2pSlot::Placed, ..)) if got + slot.len() <= total => Ok(State::Granted {
+                    got: got + slot.len(),
+                    placed: placed + slot.len(),
+                    total,
+                }),
+                Some((P2pSlot::Done, ..)) if got == 0 || got == total => {
+                    self.withdraw();
+                    if got == 0 {
+                        stats.add(Stat::RecvDirectBytes, total);
+                    } else {
+                        stats.add(Stat::RecvDirectBytes, placed);
+                        stats.add(Stat::RecvStreamedBytes, total - placed);
+                    }
+                    Ok(State::Done)
+                }
+                _ => Err(self.mismatch(format!(
+                    "it sent {} ({} bytes) after {got} of {total} rendezvous bytes",
+                    signature::describe(sig),
+                    slot.len()
+                ))),
+            },
+            State::Done => Ok(State::Done),
+        }
+    }
+
+    /// Copies one eager slot holding bytes `got..` of a `total`-byte message.
+    fn eager(&mut self, got: usize, total: usize, sig: u64, slot: &[u8]) -> Result<State> {
+        let expect = (total - got).min(self.conn.recv.shape().slot_bytes);
+        if slot.len() != expect {
+            return Err(self.mismatch(format!(
+                "its slot holds {} bytes where {expect} were expected (byte {got} of {total})",
+                slot.len()
+            )));
+        }
+        self.dst[got..got + expect].copy_from_slice(slot);
+        let got = got + expect;
+        if got == total {
+            self.state_of_comm.stats.add(Stat::RecvEagerBytes, total);
+            Ok(State::Done)
+        } else {
+            Ok(State::Eager { got, total, sig })
+        }
+    }
+
+    /// Withdraws the grant, waiting until the network thread no longer
+    /// writes into the buffer (on every exit, so that an operation that
+    /// failed half-way never leaves a writer behind its buffer's lock).
+    fn withdraw(&mut self) {
+        if let Some(grant) = self.granted.take() {
+            self.conn.recv.revoke(grant);
+        }
+    }
+
+    /// True when [`RecvOp::poll`] could make progress now.
+    pub fn ready(&self) -> bool {
+        self.state != State::Done && self.conn.recv.has_data()
+    }
+
+    /// What a thread waiting for this operation sleeps on.
+    pub fn notifier(&self) -> &'a Notifier {
+        self.conn.recv.data_notifier()
+    }
+
+    /// What this operation waits for, for a timeout's message.
+    pub fn waiting_for(&self) -> String {
+        let what = match self.state {
+            State::Header => "a message",
+            State::Eager { .. } => "the rest of an eager message",
+            _ => "the end of a rendezvous message",
+        };
+        format!(
+            "{what} from rank {} over {}",
+            self.peer,
+            self.conn.transport()
+        )
+    }
+}

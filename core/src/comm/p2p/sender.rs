@@ -1,0 +1,271 @@
+//! The sending side of one message, as a state machine that never blocks.
+//!
+//! Eager: the bytes go through the peer's slot ring, one slot-sized piece
+//! per slot, each slot taken only when the receiver has returned its credit
+//! (so nothing unread is ever overwritten). A zero-byte message is one empty
+//! slot, so it still pairs with its receive.
+//!
+//! Rendezvous: a ready-to-send slot; the receiver answers in the ring
+//! header's mailbox with its buffer's address (clear-to-send); the sender
+//! writes the bytes there with one cross-memory copy and sends a done slot.
+//! If the kernel refuses the direct write, the bytes follow the request
+//! through the ring instead, then the done slot.
+//!
+//! Over tcp, rendezvous data follows the request through the ring at once;
+//! the receiver's network thread reads it from the socket straight into the
+//! receive buffer once the receiver has granted it (so one copy, by the
+//! kernel, on the receiving side).
+
+use crate::comm::p2p::cma;
+use crate::comm::p2p::stats::Stat;
+use crate::comm::p2p::P2pState;
+use crate::plan::signature::{self, P2pSlot};
+use crate::transport::Connection;
+use crate::wait::Notifier;
+use crate::{DataType, Error, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Sending eager slots; `sent` bytes so far, `slots` slots so far.
+    Eager {
+        sent: usize,
+        slots: u64,
+    },
+    /// The rendezvous request is still to be sent.
+    Request,
+    /// Waiting for the receiver's grant number `grant`.
+    AwaitGrant {
+        grant: u64,
+    },
+    /// Streaming the bytes through the ring (direct write refused).
+    Stream {
+        sent: usize,
+    },
+    /// The done slot is still to be sent.
+    Finish,
+    Done,
+}
+
+/// One message on its way to `peer`.
+pub(super) struct SendOp<'a> {
+    pub peer: usize,
+    conn: &'a Connection,
+    state_of_comm: &'a P2pState,
+    data: &'a [u8],
+    dtype: DataType,
+    count: usize,
+    /// May write into the receiver's memory directly.
+    direct: bool,
+    /// The rendezvous number of this message (once requested), modulo 2^36.
+    rdv: u64,
+    state: State,
+}
+
+impl<'a> SendOp<'a> {
+    /// A send of `count` elements of `dtype` held in `data`; `rendezvous`
+    /// when the message is above the eager limit on a transport that has it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        peer: usize,
+        conn: &'a Connection,
+        state_of_comm: &'a P2pState,
+        data: &'a [u8],
+        dtype: DataType,
+        count: usize,
+        rendezvous: bool,
+        direct: bool,
+    ) -> SendOp<'a> {
+        let state = if rendezvous {
+            State::Request
+        } else {
+            State::Eager { sent: 0, slots: 0 }
+        };
+        SendOp {
+            peer,
+            conn,
+            state_of_comm,
+            data,
+            dtype,
+            count,
+            direct,
+            rdv: 0,
+            state,
+        }
+    }
+
+    /// True once the receiver has (or will have, in order) the whole message.
+    pub fn done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    fn sig(&self, slot: P2pSlot) -> u64 {
+        match (slot, self.state) {
+            // Data slots carry the rendezvous number instead of the count,
+            // so a proxy on the receiving side can tell whose they are.
+            (P2pSlot::Data, _) => signature::p2p(slot, self.dtype, self.rdv as usize),
+            _ => signature::p2p(slot, self.dtype, self.count),
+        }
+    }
+
+    /// Fills and publishes slots from `data[*sent..]` while credit lasts;
+    /// returns whether any slot went out. At least one slot is sent even for
+    /// an empty message when `min_one`.
+    fn push(&self, sent: &mut usize, slots: &mut u64, kind: P2pSlot, min_one: bool) -> bool {
+        let mut progressed = false;
+        while *sent < self.data.len() || (min_one && *slots == 0) {
+            let Some(slot) = self.conn.send.try_acquire_send() else {
+                break;
+            };
+            let n = slot.len().min(self.data.len() - *sent);
+            slot[..n].copy_from_slice(&self.data[*sent..*sent + n]);
+            self.conn.send.commit_send(n, self.sig(kind));
+            *sent += n;
+            *slots += 1;
+            progressed = true;
+        }
+        if progressed {
+            self.conn.after_step();
+        }
+        progressed
+    }
+
+    /// Sends one empty control slot, if credit allows.
+    fn control(&self, kind: P2pSlot) -> bool {
+        if self.conn.send.try_acquire_send().is_none() {
+            return false;
+        }
+        self.conn.send.commit_send(0, self.sig(kind));
+        self.conn.after_step();
+        true
+    }
+
+    /// Moves the message along as far as it can without waiting; returns
+    /// whether anything happened.
+    ///
+    /// # Errors
+    /// [`Error::RemoteFailed`] when the receiver granted a buffer too small
+    /// (it disagrees about the message).
+    pub fn poll(&mut self) -> Result<bool> {
+        let stats = &self.state_of_comm.stats;
+        match self.state {
+            State::Eager {
+                mut sent,
+                mut slots,
+            } => {
+                let p = self.push(&mut sent, &mut slots, P2pSlot::Eager, true);
+                self.state = if sent == self.data.len() && slots > 0 {
+                    stats.add(Stat::SentEagerMessages, 1);
+                    stats.add(Stat::SentEagerBytes, self.data.len());
+                    State::Done
+                } else {
+                    State::Eager { sent, slots }
+                };
+                Ok(p)
+            }
+            State::Request => {
+                if !self.control(P2pSlot::ReadyToSend) {
+                    return Ok(false);
+                }
+                let grant = self.state_of_comm.next_request(self.peer);
+                self.rdv = grant & ((1 << 36) - 1);
+                stats.add(Stat::SentRendezvousMessages, 1);
+                // Over tcp the data follows at once: the receiver's network
+                // thread places it straight into the granted buffer (or in
+                // slots while the grant is not there yet). Over shared memory
+                // the sender waits for the grant and writes it directly.
+                self.state = match self.conn.peer_segment() {
+                    Some(_) => State::AwaitGrant { grant },
+                    None => State::Stream { sent: 0 },
+                };
+                Ok(true)
+            }
+            State::AwaitGrant { grant } => {
+                let Some((addr, len, pid)) = self.conn.send.granted(grant) else {
+                    return Ok(false);
+                };
+                if len < self.data.len() as u64 {
+                    return Err(Error::RemoteFailed {
+                        peer: self.peer,
+                        op: "send".into(),
+                        cause: format!(
+                            "it granted {len} bytes for a message of {} bytes",
+                            self.data.len()
+                        ),
+                    });
+                }
+                self.state = match self.direct_write(pid, addr) {
+                    true => {
+                        stats.add(Stat::SentDirectBytes, self.data.len());
+                        State::Finish
+                    }
+                    false => State::Stream { sent: 0 },
+                };
+                Ok(true)
+            }
+            State::Stream { mut sent } => {
+                let mut slots = 0;
+                let p = self.push(&mut sent, &mut slots, P2pSlot::Data, false);
+                self.state = if sent == self.data.len() {
+                    stats.add(Stat::SentStreamedBytes, self.data.len());
+                    State::Finish
+                } else {
+                    State::Stream { sent }
+                };
+                Ok(p)
+            }
+            State::Finish => {
+                if !self.control(P2pSlot::Done) {
+                    return Ok(false);
+                }
+                self.state = State::Done;
+                Ok(true)
+            }
+            State::Done => Ok(false),
+        }
+    }
+
+    /// Writes the whole message into the receiver's memory; false (logged
+    /// once per communicator) when that is refused or disabled.
+    fn direct_write(&self, pid: u32, addr: u64) -> bool {
+        if !self.direct {
+            return false;
+        }
+        match cma::write_to(pid, addr, self.data) {
+            Ok(()) => true,
+            Err(e) => {
+                self.state_of_comm.direct_refused(self.peer, &e);
+                false
+            }
+        }
+    }
+
+    /// True when [`SendOp::poll`] could make progress now.
+    pub fn ready(&self) -> bool {
+        match self.state {
+            State::AwaitGrant { grant } => self.conn.send.granted(grant).is_some(),
+            State::Done => false,
+            _ => self.conn.send.has_credit(),
+        }
+    }
+
+    /// What a thread waiting for this operation sleeps on.
+    pub fn notifier(&self) -> &'a Notifier {
+        match self.state {
+            State::AwaitGrant { .. } => self.conn.send.grant_notifier(),
+            _ => self.conn.send.credit_notifier(),
+        }
+    }
+
+    /// What this operation waits for, for a timeout's message.
+    pub fn waiting_for(&self) -> String {
+        let what = match self.state {
+            State::AwaitGrant { .. } => "a clear-to-send (it has not posted the matching recv)",
+            _ => "a free slot (credit)",
+        };
+        format!(
+            "{what} from rank {} over {}",
+            self.peer,
+            self.conn.transport()
+        )
+    }
+}

@@ -1,0 +1,195 @@
+//! A group of point-to-point operations as enqueued: checked once, up front.
+//!
+//! Every operation names a region of one of the group's buffers. The checks
+//! here are what make running the group safe and unambiguous: peers in
+//! range, regions inside their buffers, no buffer both sent from and
+//! received into, receive regions of one buffer disjoint, and sends to this
+//! rank paired with receives from it.
+
+use crate::comm::buffer::BufView;
+use crate::{DataType, Error, Result};
+
+/// Direction of one operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dir {
+    Send,
+    Recv,
+}
+
+/// One send or receive of a group.
+#[derive(Clone, Debug)]
+pub(crate) struct OpSpec {
+    pub dir: Dir,
+    pub peer: usize,
+    /// Index into [`GroupSpec::bufs`].
+    pub buf: usize,
+    /// Byte offset of the region in its buffer.
+    pub offset: usize,
+    /// Elements in the region (a receive's capacity).
+    pub count: usize,
+    pub dtype: DataType,
+}
+
+impl OpSpec {
+    /// Bytes in the region.
+    pub fn bytes(&self) -> usize {
+        self.count * self.dtype.size()
+    }
+}
+
+/// A buffer of the group and whether any operation writes it.
+#[derive(Clone, Debug)]
+pub(crate) struct GroupBuf {
+    pub view: BufView,
+    pub written: bool,
+}
+
+/// The operations of one group, in posting order.
+#[derive(Clone, Debug)]
+pub(crate) struct GroupSpec {
+    /// What error messages call this group (`send to 1`, `all_to_allv`, ...).
+    pub name: String,
+    pub rank: usize,
+    pub size: usize,
+    pub bufs: Vec<GroupBuf>,
+    pub ops: Vec<OpSpec>,
+}
+
+impl GroupSpec {
+    /// An empty group for `rank` of `size`.
+    pub fn new(name: impl Into<String>, rank: usize, size: usize) -> GroupSpec {
+        GroupSpec {
+            name: name.into(),
+            rank,
+            size,
+            bufs: Vec::new(),
+            ops: Vec::new(),
+        }
+    }
+
+    /// Adds an operation on elements `offset..offset + count` of `view`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a peer out of range or a region outside
+    /// the buffer.
+    pub fn push(
+        &mut self,
+        dir: Dir,
+        peer: usize,
+        view: &BufView,
+        offset: usize,
+        count: usize,
+    ) -> Result<()> {
+        let what = match dir {
+            Dir::Send => "send to",
+            Dir::Recv => "recv from",
+        };
+        if peer >= self.size {
+            return Err(Error::invalid(format!(
+                "{}: {what} peer {peer}, which is out of range for {} ranks",
+                self.name, self.size
+            )));
+        }
+        let end = offset.checked_add(count);
+        if end.is_none_or(|e| e > view.len()) {
+            return Err(Error::invalid(format!(
+                "{}: {what} {peer}: elements {offset}..{offset}+{count} lie outside a buffer of {} elements",
+                self.name,
+                view.len()
+            )));
+        }
+        let buf = match self
+            .bufs
+            .iter()
+            .position(|b| b.view.raw().same_as(view.raw()))
+        {
+            Some(i) => i,
+            None => {
+                self.bufs.push(GroupBuf {
+                    view: view.clone(),
+                    written: false,
+                });
+                self.bufs.len() - 1
+            }
+        };
+        let dtype = view.dtype();
+        let b = &mut self.bufs[buf];
+        if b.view.dtype() != dtype {
+            return Err(Error::invalid(format!(
+                "{}: one buffer used as both {} and {}",
+                self.name,
+                b.view.dtype(),
+                dtype
+            )));
+        }
+        b.written |= dir == Dir::Recv;
+        self.ops.push(OpSpec {
+            dir,
+            peer,
+            buf,
+            offset: offset * dtype.size(),
+            count,
+            dtype,
+        });
+        Ok(())
+    }
+
+    /// Checks the group as a whole.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when a buffer is both sent from and received
+    /// into, receive regions overlap, or the sends to this rank do not pair
+    /// up with its receives from itself (same count of operations, each
+    /// receive at least as large as its send).
+    pub fn check(&self) -> Result<()> {
+        for (i, b) in self.bufs.iter().enumerate() {
+            let ops = || self.ops.iter().filter(move |o| o.buf == i);
+            if b.written && ops().any(|o| o.dir == Dir::Send) {
+                return Err(Error::invalid(format!(
+                    "{}: a buffer is both sent from and received into in one group",
+                    self.name
+                )));
+            }
+            let mut regions: Vec<(usize, usize)> = ops()
+                .filter(|o| o.dir == Dir::Recv)
+                .map(|o| (o.offset, o.offset + o.bytes()))
+                .collect();
+            regions.sort_unstable();
+            if let Some(w) = regions.windows(2).find(|w| w[0].1 > w[1].0) {
+                return Err(Error::invalid(format!(
+                    "{}: receive regions overlap (bytes {}..{} and {}..{} of one buffer)",
+                    self.name, w[0].0, w[0].1, w[1].0, w[1].1
+                )));
+            }
+        }
+        let (sends, recvs) = self.self_ops();
+        if sends.len() != recvs.len() {
+            return Err(Error::invalid(format!(
+                "{}: {} send(s) to this rank but {} recv(s) from it; a rank exchanges with itself only within one group, one recv per send",
+                self.name,
+                sends.len(),
+                recvs.len()
+            )));
+        }
+        for (s, r) in sends.iter().zip(&recvs) {
+            let (s, r) = (&self.ops[*s], &self.ops[*r]);
+            if s.dtype != r.dtype || s.count > r.count {
+                return Err(Error::invalid(format!(
+                    "{}: a send to this rank of {} {} does not fit its recv of {} {}",
+                    self.name, s.count, s.dtype, r.count, r.dtype
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Indices of the sends to and receives from this rank, in order.
+    pub fn self_ops(&self) -> (Vec<usize>, Vec<usize>) {
+        let pick = |dir| {
+            (0..self.ops.len())
+                .filter(|&i| self.ops[i].peer == self.rank && self.ops[i].dir == dir)
+                .collect::<Vec<_>>()
+        };
+        (pick(Dir::Send), pick(Dir::Recv))
+    }
+}

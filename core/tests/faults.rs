@@ -1,0 +1,426 @@
+//! Injected faults (`fault-injection` feature, `STREAMCOMM_FAULTS` rules set
+//! through `Config::faults`): 4 ranks as threads run checked all-reduces
+//! while one connection delays, drops, duplicates or fails a chosen slot,
+//! over shared memory and over tcp on loopback.
+//!
+//! - a delayed slot: every result is right, the receiver just gets it later;
+//! - a dropped slot with nothing after it: the receiver fails with a timeout
+//!   naming the operation, the sender and the transport, and its peers are
+//!   released with an error well before their own (longer) timeout;
+//! - a dropped slot followed by others: reported as lost at once;
+//! - a duplicated slot: an error, never silently shifted data;
+//! - an injected transport error: every rank fails naming the same culprit.
+//!
+//! Run with `cargo test -p streamcomm --features fault-injection --test faults`.
+
+#![cfg(feature = "fault-injection")]
+
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use streamcomm::bootstrap::UniqueId;
+use streamcomm::config::TransportChoice;
+use streamcomm::host::{HostBuffer, HostStream};
+use streamcomm::plan::{build, Collective, PlanParams};
+use streamcomm::transport::fault_spec::FaultPlan;
+use streamcomm::{Backend, Communicator, Config, DataType, Error, ReduceOp};
+
+const N: usize = 4;
+/// 4 slots of 4 KiB: a chunk of the all-reduce below spans 3 slots.
+const BUFFSIZE: usize = 16 << 10;
+const NSTEPS: usize = 4;
+const COUNT: usize = N * 3 * (BUFFSIZE / NSTEPS / 4);
+const LONG: Duration = Duration::from_secs(20);
+
+fn config(transport: TransportChoice, timeout: Duration, faults: &str) -> Config {
+    Config {
+        buffsize: BUFFSIZE,
+        nsteps: NSTEPS,
+        timeout,
+        transport,
+        faults: FaultPlan::parse(faults).unwrap(),
+        ..Config::default()
+    }
+}
+
+/// Slots rank `from` sends to rank `to` in one all-reduce of `COUNT` floats.
+fn slots_per_all_reduce(from: usize, to: usize) -> u64 {
+    let plan = build(
+        Collective::AllReduce,
+        DataType::F32,
+        ReduceOp::Sum,
+        COUNT,
+        &PlanParams {
+            rank: from,
+            nranks: N,
+            slot_bytes: BUFFSIZE / NSTEPS,
+            nsteps: NSTEPS,
+        },
+    )
+    .unwrap();
+    plan.steps.iter().filter(|s| s.send_to == Some(to)).count() as u64
+}
+
+/// Runs `f` on one rank (thread) per config, rank r with `configs[r]`; fails the test
+/// if they do not all return within a minute.
+fn run_ranks<R: Send + 'static>(
+    configs: Vec<Config>,
+    f: impl Fn(Communicator) -> R + Send + Sync + Clone + 'static,
+) -> Vec<R> {
+    // One scenario at a time: their timings must not depend on the others.
+    static SERIAL: Mutex<()> = Mutex::new(());
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let id = UniqueId::new().unwrap();
+    let (tx, rx) = mpsc::channel();
+    // Communicators close together once every rank has its outcome: over
+    // tcp, a rank closing a socket with unread data resets it, and a reset
+    // can overtake the abort notice the peer has yet to read.
+    let n = configs.len();
+    let all_done = Arc::new(std::sync::Barrier::new(n));
+    for (rank, config) in configs.into_iter().enumerate() {
+        let (id, f, tx, all_done) = (id, f.clone(), tx.clone(), all_done.clone());
+        std::thread::spawn(move || {
+            let comm = Communicator::init_with_config(&id, rank, n, Backend::Host, config)
+                .unwrap_or_else(|e| panic!("rank {rank}: init failed: {e}"));
+            let c = comm.clone();
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || f(c)));
+            let _ = tx.send((rank, r));
+            all_done.wait();
+            drop(comm);
+        });
+    }
+    drop(tx);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut out: Vec<Option<R>> = (0..n).map(|_| None).collect();
+    for _ in 0..n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (rank, r) = rx
+            .recv_timeout(left)
+            .expect("watchdog: a rank hangs or failed to start");
+        out[rank] = Some(r.unwrap_or_else(|_| panic!("rank {rank} panicked")));
+    }
+    out.into_iter().map(Option::unwrap).collect()
+}
+
+/// One all-reduce (sum) of fresh random floats; every element of the result
+/// is checked against an f64 reference. `Err` only for a communicator
+/// error: wrong data panics.
+fn checked_all_reduce(comm: &Communicator, stream: &HostStream, seed: u64) -> Result<(), Error> {
+    let inputs: Vec<Vec<f32>> = (0..N)
+        .map(|r| {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (r as u64) << 32);
+            (0..COUNT).map(|_| rng.gen_range(-8i32..8) as f32).collect()
+        })
+        .collect();
+    let send = HostBuffer::from_slice(&inputs[comm.rank()]);
+    let mut recv = HostBuffer::from_slice(&vec![f32::NAN; COUNT]);
+    comm.all_reduce(&send, &mut recv, ReduceOp::Sum, stream)?;
+    stream.synchronize()?;
+    for (i, got) in recv.to_vec().into_iter().enumerate() {
+        let want: f64 = inputs.iter().map(|v| f64::from(v[i])).sum();
+        assert_eq!(
+            f64::from(got),
+            want,
+            "rank {} element {i}: silent corruption",
+            comm.rank()
+        );
+    }
+    Ok(())
+}
+
+/// What one rank saw: the first error (if any) and when, after the faulty step began.
+#[derive(Debug)]
+struct Outcome {
+    error: Option<Error>,
+    after: Duration,
+}
+
+/// `ops` checked all-reduces, then a barrier, stopping at the first error
+/// (which may come during any of them: a rank that fails releases its
+/// peers wherever they are). With `gate`, a rank whose all-reduces all
+/// succeeded waits (at most 10 s) for the gate to open before the barrier,
+/// and a rank that failed opens it.
+fn scenario(comm: Communicator, ops: usize, seed: u64, gate: Option<Arc<Gate>>) -> Outcome {
+    let stream = HostStream::new().unwrap();
+    let t0 = Instant::now();
+    let mut r = Ok(());
+    for i in 0..ops {
+        r = r.and_then(|()| checked_all_reduce(&comm, &stream, seed + i as u64));
+    }
+    if let Some(g) = gate {
+        match &r {
+            Ok(()) => g.wait(Duration::from_secs(10)),
+            Err(_) => g.open(),
+        }
+    }
+    let r = r.and_then(|()| {
+        comm.barrier(&stream)?;
+        stream.synchronize()
+    });
+    Outcome {
+        error: r.err(),
+        after: t0.elapsed(),
+    }
+}
+
+/// A one-shot signal between rank threads.
+#[derive(Default)]
+struct Gate {
+    open: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Gate {
+    fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.cv.notify_all();
+    }
+
+    fn wait(&self, limit: Duration) {
+        let g = self.open.lock().unwrap();
+        let _ = self.cv.wait_timeout_while(g, limit, |open| !*open).unwrap();
+    }
+}
+
+fn transport_name(t: TransportChoice) -> &'static str {
+    match t {
+        TransportChoice::Tcp => "tcp",
+        _ => "shm",
+    }
+}
+
+/// True when `e`, seen by `rank`, blames `culprit`.
+fn blames(e: &Error, rank: usize, culprit: usize) -> bool {
+    match e {
+        Error::RemoteFailed { peer, .. } | Error::Transport { peer, .. } => *peer == culprit,
+        Error::Aborted(m) => rank == culprit && m.contains("this rank"),
+        _ => false,
+    }
+}
+
+fn delayed(transport: TransportChoice) {
+    let k = slots_per_all_reduce(0, 1);
+    let mut configs = vec![config(transport, LONG, ""); N];
+    configs[0] = config(
+        transport,
+        LONG,
+        &format!("send:peer=1:nth={}:delay=300ms", k + 2),
+    );
+    configs[2] = config(
+        transport,
+        LONG,
+        &format!("recv:peer=1:nth={}:delay=200ms", k + 1),
+    );
+    let seed = rand::random();
+    let out = run_ranks(configs, move |comm| scenario(comm, 3, seed, None));
+    for (rank, o) in out.iter().enumerate() {
+        assert!(o.error.is_none(), "rank {rank}: {o:?}");
+    }
+    assert!(out[1].after >= Duration::from_millis(300), "{out:?}");
+    assert!(out[2].after >= Duration::from_millis(300), "{out:?}");
+}
+
+fn dropped_last(transport: TransportChoice) {
+    // The last slot rank 0 sends to rank 1 in the second all-reduce: rank 1
+    // waits for it alone, with a 1 s timeout; the others wait 20 s.
+    let k = slots_per_all_reduce(0, 1);
+    let short = Duration::from_secs(1);
+    let mut configs = vec![config(transport, LONG, ""); N];
+    configs[0] = config(transport, LONG, &format!("send:peer=1:nth={}:drop", 2 * k));
+    configs[1] = config(transport, short, "");
+    // Ranks that complete the all-reduces hold their barrier until rank 1
+    // has failed: a later slot from rank 0 would reveal the loss at once
+    // (see `dropped_then_more`), and this test is about the timeout.
+    let gate = Arc::new(Gate::default());
+    let seed = rand::random();
+    let out = run_ranks(configs, move |comm| {
+        scenario(comm, 2, seed, Some(gate.clone()))
+    });
+    match &out[1].error {
+        Some(Error::Timeout {
+            op,
+            what,
+            waited_ms,
+        }) => {
+            assert!(op.starts_with("all_reduce #"), "{op}");
+            assert!(
+                what.contains("rank 0") && what.contains(transport_name(transport)),
+                "{what}"
+            );
+            assert!((1000..3000).contains(waited_ms), "{waited_ms}");
+        }
+        other => panic!("rank 1 must time out waiting for rank 0: {other:?}"),
+    }
+    assert!(out[1].after < short + Duration::from_secs(2), "{out:?}");
+    for (rank, o) in out.iter().enumerate() {
+        let e = o
+            .error
+            .as_ref()
+            .unwrap_or_else(|| panic!("rank {rank} did not fail"));
+        if rank != 1 {
+            assert!(blames(e, rank, 1), "rank {rank}: {e}");
+        }
+        assert!(
+            o.after < short + Duration::from_secs(2),
+            "rank {rank}: {o:?}"
+        );
+    }
+}
+
+fn dropped_then_more(transport: TransportChoice) {
+    let mut configs = vec![config(transport, LONG, ""); N];
+    configs[0] = config(transport, LONG, "send:peer=1:nth=1:drop");
+    let seed = rand::random();
+    let out = run_ranks(configs, move |comm| {
+        // The very first slot is lost; its successors arrive right after.
+        let stream = HostStream::new().unwrap();
+        let t0 = Instant::now();
+        let r = checked_all_reduce(&comm, &stream, seed);
+        Outcome {
+            error: r.err(),
+            after: t0.elapsed(),
+        }
+    });
+    match &out[1].error {
+        Some(e @ Error::Transport { peer: 0, cause, .. }) => {
+            assert!(cause.contains("lost"), "{e}")
+        }
+        other => panic!("rank 1 must report a lost slot from rank 0: {other:?}"),
+    }
+    for (rank, o) in out.iter().enumerate() {
+        let e = o
+            .error
+            .as_ref()
+            .unwrap_or_else(|| panic!("rank {rank} did not fail"));
+        assert!(blames(e, rank, 0), "rank {rank}: {e}\n{out:#?}");
+        assert!(
+            o.after < Duration::from_secs(5),
+            "rank {rank}: {o:?}\n{out:#?}"
+        );
+    }
+}
+
+fn duplicated(transport: TransportChoice) {
+    let k = slots_per_all_reduce(0, 1);
+    let mut configs = vec![config(transport, LONG, ""); N];
+    configs[0] = config(transport, LONG, &format!("send:peer=1:nth={}:dup", k + 2));
+    let seed = rand::random();
+    let out = run_ranks(configs, move |comm| scenario(comm, 3, seed, None));
+    match &out[1].error {
+        Some(e @ Error::Transport { peer: 0, cause, .. }) => {
+            assert!(cause.contains("twice"), "{e}")
+        }
+        other => panic!("rank 1 must report a repeated slot from rank 0: {other:?}"),
+    }
+    for (rank, o) in out.iter().enumerate() {
+        let e = o
+            .error
+            .as_ref()
+            .unwrap_or_else(|| panic!("rank {rank} did not fail"));
+        assert!(blames(e, rank, 0), "rank {rank}: {e}\n{out:#?}");
+        assert!(
+            o.after < Duration::from_secs(5),
+            "rank {rank}: {o:?}\n{out:#?}"
+        );
+    }
+}
+
+fn injected_error(transport: TransportChoice) {
+    // Rank 0's third slot to rank 1 in the second all-reduce fails; rank 1,
+    // the other end of that connection, is the culprit everyone names.
+    let rule = format!("send:peer=1:nth={}:error", slots_per_all_reduce(0, 1) + 3);
+    let mut configs = vec![config(transport, LONG, ""); N];
+    configs[0] = config(transport, LONG, &rule);
+    let seed = rand::random();
+    let out = run_ranks(configs, move |comm| scenario(comm, 2, seed, None));
+    match &out[0].error {
+        Some(e @ Error::Transport { peer: 1, cause, .. }) => {
+            assert!(cause.contains(&format!("injected fault `{rule}`")), "{e}")
+        }
+        other => panic!("rank 0 must fail with the injected error: {other:?}"),
+    }
+    for (rank, o) in out.iter().enumerate() {
+        let e = o
+            .error
+            .as_ref()
+            .unwrap_or_else(|| panic!("rank {rank} did not fail"));
+        assert!(blames(e, rank, 1), "rank {rank}: {e}");
+        assert!(o.after < Duration::from_secs(5), "rank {rank}: {o:?}");
+    }
+}
+
+/// Regression (found by the soak test): over tcp, a zero-length frame (a
+/// barrier message) whose header arrived while the inbound ring was full has
+/// no byte left to make its socket readable; the network thread must still
+/// complete it once the stream frees a slot. Rank 1 consumes the first
+/// barrier message late, so the second arrives while its one-slot ring is full.
+#[test]
+fn zero_length_frame_waiting_for_a_slot_is_delivered_tcp() {
+    let base = Config {
+        nsteps: 1,
+        nchannels: 1,
+        timeout: Duration::from_secs(5),
+        ..config(TransportChoice::Tcp, LONG, "")
+    };
+    let slow = Config {
+        faults: FaultPlan::parse("recv:peer=0:nth=1:delay=300ms").unwrap(),
+        ..base.clone()
+    };
+    let out = run_ranks(vec![base, slow], |comm| {
+        (0..5).try_for_each(|_| comm.barrier_host())
+    });
+    for (rank, r) in out.iter().enumerate() {
+        assert!(r.is_ok(), "rank {rank}: {r:?}");
+    }
+}
+
+#[test]
+fn delayed_slot_shm() {
+    delayed(TransportChoice::Shm);
+}
+
+#[test]
+fn delayed_slot_tcp() {
+    delayed(TransportChoice::Tcp);
+}
+
+#[test]
+fn dropped_last_slot_times_out_shm() {
+    dropped_last(TransportChoice::Shm);
+}
+
+#[test]
+fn dropped_last_slot_times_out_tcp() {
+    dropped_last(TransportChoice::Tcp);
+}
+
+#[test]
+fn dropped_slot_then_more_is_lost_shm() {
+    dropped_then_more(TransportChoice::Shm);
+}
+
+#[test]
+fn dropped_slot_then_more_is_lost_tcp() {
+    dropped_then_more(TransportChoice::Tcp);
+}
+
+#[test]
+fn duplicated_slot_is_an_error_shm() {
+    duplicated(TransportChoice::Shm);
+}
+
+#[test]
+fn duplicated_slot_is_an_error_tcp() {
+    duplicated(TransportChoice::Tcp);
+}
+
+#[test]
+fn injected_error_names_the_culprit_shm() {
+    injected_error(TransportChoice::Shm);
+}
+
+#[test]
+fn injected_error_names_the_culprit_tcp() {
+    injected_error(TransportChoice::Tcp);
+}

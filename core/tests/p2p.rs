@@ -1,0 +1,529 @@
+//! Point-to-point over shared memory and tcp, ranks as threads and as
+//! processes: ring exchanges in groups (either call order), all_to_allv with
+//! random per-peer counts (zeros included), gather and scatter, 10,000 small
+//! messages in a row, messages straddling the eager limit, a receiver that
+//! posts late while the sender has more messages than slots, zero-byte
+//! messages, a receive buffer too small (an error naming both sizes), and the
+//! rendezvous path writing straight into the user buffer (checked with
+//! `p2p_stats`).
+//!
+//! Payloads are generated from (seed, source, destination, tag), so the
+//! receiver recomputes independently what it must have got; every output
+//! element is checked, and everything not written must still hold poison.
+
+mod common;
+mod harness;
+
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use streamcomm::config::TransportChoice;
+use streamcomm::host::{HostBuffer, HostStream};
+use streamcomm::launch::local::LocalLauncher;
+use streamcomm::{Communicator, Config, Error};
+
+const POISON: i64 = i64::MIN;
+/// Eager limit in these tests: slots are 2 KiB (harness::small_config), so
+/// eager messages span several slots and rendezvous starts at 4 KiB.
+const LIMIT: usize = 4096;
+
+/// The values `src` sends `dst` as message `tag` (never `POISON`).
+fn payload(seed: u64, src: usize, dst: usize, tag: u64, len: usize) -> Vec<i64> {
+    let mut rng = StdRng::seed_from_u64(seed ^ (src as u64) << 48 ^ (dst as u64) << 32 ^ tag);
+    (0..len)
+        .map(|_| rng.gen_range(-(1 << 40)..(1 << 40)))
+        .collect()
+}
+
+fn config(transport: TransportChoice) -> Config {
+    Config {
+        transport,
+        p2p_eager_limit: LIMIT,
+        ..harness::small_config()
+    }
+}
+
+/// Every rank sends to its right and receives from its left in one group,
+/// for eager and rendezvous sizes, with the calls in either order.
+fn ring_exchange(comm: &Communicator, stream: &HostStream, seed: u64) {
+    let (r, n) = (comm.rank(), comm.size());
+    let (right, left) = ((r + 1) % n, (r + n - 1) % n);
+    for (tag, len) in [(1u64, 1usize), (2, 300), (3, 5000), (4, 100_000)] {
+        let out = HostBuffer::from_slice(&payload(seed, r, right, tag, len));
+        let mut inb = HostBuffer::from_slice(&vec![POISON; len + 7]);
+        let recv_first = (tag + r as u64) % 2 == 0;
+        comm.group(|g| {
+            if recv_first {
+                g.recv(&mut inb, left, stream)?;
+                g.send(&out, right, stream)
+            } else {
+                g.send(&out, right, stream)?;
+                g.recv(&mut inb, left, stream)
+            }
+        })
+        .unwrap();
+        stream.synchronize().unwrap();
+        let got = inb.to_vec();
+        assert_eq!(
+            &got[..len],
+            &payload(seed, left, r, tag, len)[..],
+            "rank {r}: message {tag} of {len} from {left}"
+        );
+        assert!(
+            got[len..].iter().all(|&v| v == POISON),
+            "rank {r}: wrote past the message"
+        );
+    }
+}
+
+/// all_to_allv with a random count matrix (the same on every rank), zeros
+/// included, and gaps between the receive regions that must stay poisoned.
+fn all_to_allv(comm: &Communicator, stream: &HostStream, seed: u64) {
+    let (r, n) = (comm.rank(), comm.size());
+    for round in 0..4u64 {
+        let mut rng = StdRng::seed_from_u64(seed ^ round);
+        let counts: Vec<Vec<usize>> = (0..n)
+            .map(|_| {
+                (0..n)
+                    .map(|_| match rng.gen_range(0..4) {
+                        0 => 0,
+                        1 => rng.gen_range(1..10),
+                        2 => rng.gen_range(10..1000),
+                        _ => rng.gen_range(1000..3000),
+                    })
+                    .collect()
+            })
+            .collect();
+        let send_counts = counts[r].clone();
+        let recv_counts: Vec<usize> = (0..n).map(|j| counts[j][r]).collect();
+        // Displacements with a gap of 3 elements after each block, blocks
+        // in reverse rank order on the receive side.
+        let displs = |c: &[usize], reverse: bool| {
+            let mut d = vec![0; n];
+            let mut at = 0;
+            let order: Vec<usize> = if reverse {
+                (0..n).rev().collect()
+            } else {
+                (0..n).collect()
+            };
+            for j in order {
+                d[j] = at;
+                at += c[j] + 3;
+            }
+            (d, at)
+        };
+        let (send_displs, send_len) = displs(&send_counts, false);
+        let (recv_displs, recv_len) = displs(&recv_counts, true);
+        let mut send = vec![POISON; send_len];
+        for j in 0..n {
+            let p = payload(seed, r, j, 100 + round, send_counts[j]);
+            send[send_displs[j]..send_displs[j] + p.len()].copy_from_slice(&p);
+        }
+        let send = HostBuffer::from_slice(&send);
+        let mut recv = HostBuffer::from_slice(&vec![POISON; recv_len]);
+        comm.all_to_allv(
+            &send,
+            &send_counts,
+            &send_displs,
+            &mut recv,
+            &recv_counts,
+            &recv_displs,
+            stream,
+        )
+        .unwrap();
+        stream.synchronize().unwrap();
+        let got = recv.to_vec();
+        let mut want = vec![POISON; recv_len];
+        for j in 0..n {
+            let p = payload(seed, j, r, 100 + round, recv_counts[j]);
+            want[recv_displs[j]..recv_displs[j] + p.len()].copy_from_slice(&p);
+        }
+        assert_eq!(got, want, "rank {r} round {round}: counts {counts:?}");
+    }
+}
+
+/// Gather to and scatter from every root in turn.
+fn gather_scatter(comm: &Communicator, stream: &HostStream, seed: u64) {
+    let (r, n) = (comm.rank(), comm.size());
+    for root in 0..n {
+        let count = 1 + (seed as usize + root * 977) % 3000;
+        let mine = HostBuffer::from_slice(&payload(seed, r, root, 200, count));
+        let mut all = HostBuffer::from_slice(&vec![POISON; if r == root { n * count } else { 0 }]);
+        comm.gather(&mine, &mut all, root, stream).unwrap();
+        stream.synchronize().unwrap();
+        if r == root {
+            let want: Vec<i64> = (0..n)
+                .flat_map(|j| payload(seed, j, root, 200, count))
+                .collect();
+            assert_eq!(all.to_vec(), want, "gather at root {root}");
+        }
+        let src: Vec<i64> = if r == root {
+            (0..n)
+                .flat_map(|j| payload(seed, root, j, 300, count))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let src = HostBuffer::from_slice(&src);
+        let mut part = HostBuffer::from_slice(&vec![POISON; count]);
+        comm.scatter(&src, &mut part, root, stream).unwrap();
+        stream.synchronize().unwrap();
+        assert_eq!(
+            part.to_vec(),
+            payload(seed, root, r, 300, count),
+            "scatter from {root} at {r}"
+        );
+    }
+}
+
+/// 10,000 small messages 0 -> 1 as separate operations: none lost,
+/// duplicated or reordered; the receiver starts late.
+fn many_small(comm: &Communicator, stream: &HostStream, seed: u64) {
+    const MESSAGES: u64 = 10_000;
+    match comm.rank() {
+        0 => {
+            for i in 0..MESSAGES {
+                let len = 1 + (i as usize % 3);
+                let b = HostBuffer::from_slice(&payload(seed, 0, 1, i, len));
+                comm.send(&b, 1, stream).unwrap();
+            }
+            stream.synchronize().unwrap();
+        }
+        1 => {
+            std::thread::sleep(Duration::from_millis(20));
+            let bufs: Vec<_> = (0..MESSAGES)
+                .map(|_| HostBuffer::from_slice(&[POISON; 4]))
+                .collect();
+            for b in &bufs {
+                comm.recv(&mut b.clone(), 0, stream).unwrap();
+            }
+            stream.synchronize().unwrap();
+            for (i, b) in bufs.iter().enumerate() {
+                let len = 1 + (i % 3);
+                let got = b.to_vec();
+                assert_eq!(
+                    &got[..len],
+                    &payload(seed, 0, 1, i as u64, len)[..],
+                    "message {i}"
+                );
+                assert!(
+                    got[len..].iter().all(|&v| v == POISON),
+                    "message {i} too long"
+                );
+            }
+        }
+        _ => {}
+    }
+    comm.barrier_host().unwrap();
+}
+
+/// Messages of LIMIT - 1, LIMIT and LIMIT + 1 bytes (eager, eager,
+/// rendezvous where the transport has it), zero-byte messages, and a receiver
+/// that posts late while the sender has more messages than the ring has
+/// slots (4): nothing is overwritten.
+fn straddle_and_late(comm: &Communicator, stream: &HostStream, seed: u64) {
+    let r = comm.rank();
+    if r >= 2 {
+        comm.barrier_host().unwrap();
+        return;
+    }
+    let peer = 1 - r;
+    let sizes = [LIMIT - 1, LIMIT, LIMIT + 1, 0, 2048 + 5, 0, 17, LIMIT + 1];
+    let bytes = |tag: usize, len: usize| -> Vec<u8> {
+        payload(seed, 0, 1, 400 + tag as u64, len)
+            .iter()
+            .map(|v| *v as u8)
+            .collect()
+    };
+    let before = comm.p2p_stats();
+    if r == 0 {
+        for (tag, &len) in sizes.iter().enumerate() {
+            comm.send(&HostBuffer::from_slice(&bytes(tag, len)), peer, stream)
+                .unwrap();
+        }
+        stream.synchronize().unwrap();
+    } else {
+        std::thread::sleep(Duration::from_millis(300));
+        let bufs: Vec<_> = sizes
+            .iter()
+            .map(|&l| HostBuffer::from_slice(&vec![0xA5u8; l + 9]))
+            .collect();
+        for b in &bufs {
+            comm.recv(&mut b.clone(), peer, stream).unwrap();
+        }
+        stream.synchronize().unwrap();
+        for (tag, (b, &len)) in bufs.iter().zip(&sizes).enumerate() {
+            let got = b.to_vec();
+            assert_eq!(
+                &got[..len],
+                &bytes(tag, len)[..],
+                "message {tag} of {len} bytes"
+            );
+            assert!(
+                got[len..].iter().all(|&v| v == 0xA5),
+                "message {tag}: wrote past its end"
+            );
+        }
+    }
+    let after = comm.p2p_stats();
+    if r == 0 {
+        let rdv = after.sent_rendezvous_messages - before.sent_rendezvous_messages;
+        let eager = after.sent_eager_messages - before.sent_eager_messages;
+        // LIMIT + 1, twice, goes by rendezvous; the rest eagerly.
+        assert_eq!((eager, rdv), (6, 2), "protocol choice");
+    }
+    comm.barrier_host().unwrap();
+}
+
+/// A rendezvous message is written straight into the receiver's buffer.
+/// Shared memory: one cross-memory copy by the sender, no byte through a
+/// slot on either side. tcp: the receiver's network thread reads the data
+/// from the socket into the buffer; only slots that arrived before the
+/// receiver granted its buffer (at most a ring's worth) are copied.
+fn rendezvous_is_one_copy(comm: &Communicator, stream: &HostStream, seed: u64) {
+    let r = comm.rank();
+    if r < 2 {
+        let shm = comm.transport_to(1 - r) == Some("shm");
+        let len = 1 << 17;
+        let bytes = (len * 8) as u64;
+        let before = comm.p2p_stats();
+        if r == 0 {
+            // Let the receiver post first, so its grant is there early.
+            std::thread::sleep(Duration::from_millis(50));
+            comm.send(
+                &HostBuffer::from_slice(&payload(seed, 0, 1, 500, len)),
+                1,
+                stream,
+            )
+            .unwrap();
+        } else {
+            let mut b = HostBuffer::from_slice(&vec![POISON; len]);
+            comm.recv(&mut b, 0, stream).unwrap();
+            stream.synchronize().unwrap();
+            assert_eq!(b.to_vec(), payload(seed, 0, 1, 500, len));
+        }
+        stream.synchronize().unwrap();
+        let a = comm.p2p_stats();
+        let ring = (4 * 2048) as u64;
+        if r == 0 {
+            assert_eq!(a.sent_eager_bytes, before.sent_eager_bytes);
+            let (direct, streamed) = (
+                a.sent_direct_bytes - before.sent_direct_bytes,
+                a.sent_streamed_bytes - before.sent_streamed_bytes,
+            );
+            assert_eq!(
+                (direct, streamed),
+                if shm { (bytes, 0) } else { (0, bytes) }
+            );
+        } else {
+            assert_eq!(a.recv_eager_bytes, before.recv_eager_bytes);
+            let placed = a.recv_direct_bytes - before.recv_direct_bytes;
+            let copied = a.recv_streamed_bytes - before.recv_streamed_bytes;
+            assert_eq!(placed + copied, bytes);
+            if shm {
+                assert_eq!(copied, 0);
+            } else {
+                assert!(copied <= ring, "tcp: {copied} bytes copied out of slots");
+            }
+        }
+    }
+    comm.barrier_host().unwrap();
+}
+
+fn everything(comm: &Communicator, stream: &HostStream, seed: u64) {
+    ring_exchange(comm, stream, seed);
+    all_to_allv(comm, stream, seed);
+    gather_scatter(comm, stream, seed);
+    straddle_and_late(comm, stream, seed);
+    rendezvous_is_one_copy(comm, stream, seed);
+}
+
+fn on_threads(n: usize, config: Config, scenario: fn(&Communicator, &HostStream, u64)) {
+    let seed = harness::seed();
+    harness::run_threads(n, config, Duration::from_secs(240), move |comm| {
+        let stream = HostStream::new().unwrap();
+        scenario(&comm, &stream, seed);
+    });
+}
+
+#[test]
+fn p2p_over_shm_threads_2_3_4_5() {
+    for n in [2, 3, 4, 5] {
+        on_threads(n, config(TransportChoice::Shm), everything);
+    }
+}
+
+#[test]
+fn p2p_over_tcp_threads_2_3_4_5() {
+    for n in [2, 3, 4, 5] {
+        on_threads(n, config(TransportChoice::Tcp), everything);
+    }
+}
+
+#[test]
+fn rendezvous_streams_through_the_ring_when_direct_writes_are_off() {
+    let seed = harness::seed();
+    let cfg = Config {
+        p2p_direct: false,
+        ..config(TransportChoice::Shm)
+    };
+    harness::run_threads(2, cfg, Duration::from_secs(120), move |comm| {
+        let stream = HostStream::new().unwrap();
+        ring_exchange(&comm, &stream, seed);
+        straddle_and_late(&comm, &stream, seed);
+        let s = comm.p2p_stats();
+        assert_eq!(s.sent_direct_bytes, 0);
+        assert!(
+            s.sent_streamed_bytes > 0 && s.recv_streamed_bytes > 0,
+            "{s:?}"
+        );
+    });
+}
+
+#[test]
+fn ten_thousand_small_messages_shm_and_tcp() {
+    on_threads(2, config(TransportChoice::Shm), many_small);
+    on_threads(2, config(TransportChoice::Tcp), many_small);
+}
+
+#[test]
+fn a_receive_buffer_too_small_names_both_sizes() {
+    let rendezvous = [10usize, 1000];
+    for len in rendezvous {
+        let results = harness::run_threads(
+            2,
+            config(TransportChoice::Shm),
+            Duration::from_secs(60),
+            move |comm| {
+                let stream = HostStream::new().unwrap();
+                let r = if comm.rank() == 0 {
+                    comm.send(&HostBuffer::from_slice(&vec![1i64; len]), 1, &stream)
+                        .and_then(|()| stream.synchronize())
+                } else {
+                    comm.recv(&mut HostBuffer::<i64>::zeroed(len - 1), 0, &stream)
+                        .and_then(|()| stream.synchronize())
+                };
+                r.err().map(|e| e.to_string())
+            },
+        );
+        let recv_err = results[1].clone().expect("the receiver must fail");
+        assert!(
+            recv_err.contains(&format!("{len} i64 ({} bytes)", len * 8))
+                && recv_err.contains(&format!("{} i64 ({} bytes)", len - 1, (len - 1) * 8)),
+            "{recv_err}"
+        );
+        // Rendezvous: the sender waits for a grant that never comes and is
+        // released by the receiver's failure, which names it as at fault.
+        if len * 8 > LIMIT {
+            let send_err = results[0].clone().expect("the sender must fail");
+            assert!(send_err.contains("at fault"), "{send_err}");
+        }
+    }
+}
+
+#[test]
+fn bad_arguments_are_refused_at_enqueue() {
+    harness::run_threads(
+        2,
+        config(TransportChoice::Shm),
+        Duration::from_secs(60),
+        |comm| {
+            let stream = HostStream::new().unwrap();
+            let other = HostStream::new().unwrap();
+            let b = HostBuffer::<f32>::zeroed(8);
+            let msg = |e: Error| e.to_string();
+            assert!(msg(comm.send(&b, 2, &stream).unwrap_err()).contains("peer 2"));
+            assert!(msg(comm.send(&b, comm.rank(), &stream).unwrap_err()).contains("to this rank"));
+            let e = comm
+                .group(|g| {
+                    g.send(&b, 1 - comm.rank(), &stream)?;
+                    g.recv(&mut b.clone(), 1 - comm.rank(), &other)
+                })
+                .unwrap_err();
+            assert!(msg(e).contains("same stream"));
+            let e = comm
+                .group(|g| {
+                    g.send(&b, 1 - comm.rank(), &stream)?;
+                    g.recv(&mut b.clone(), 1 - comm.rank(), &stream)
+                })
+                .unwrap_err();
+            assert!(msg(e).contains("both sent from and received into"));
+            let mut out = HostBuffer::<f32>::zeroed(8);
+            let e = comm.all_to_allv(&b, &[1, 1], &[0, 1], &mut out, &[4, 4], &[0, 2], &stream);
+            assert!(msg(e.unwrap_err()).contains("overlap"));
+            let e = comm.all_to_allv(&b, &[1], &[0, 1], &mut out, &[1, 1], &[0, 1], &stream);
+            assert!(msg(e.unwrap_err()).contains("send_counts has 1 entries"));
+            let e = comm.all_to_allv(&b, &[9, 0], &[0, 0], &mut out, &[1, 1], &[0, 1], &stream);
+            assert!(msg(e.unwrap_err()).contains("outside a buffer of 8"));
+            assert!(msg(comm.gather(&b, &mut out, 5, &stream).unwrap_err()).contains("root 5"));
+            // Nothing was enqueued: the communicator still works.
+            ring_exchange(&comm, &stream, 7);
+        },
+    );
+}
+
+// --- ranks as processes -------------------------------------------------
+
+const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";
+const SEED: &str = "STREAMCOMM_TEST_SEED";
+
+fn launch(n: usize, scenario: &str, transport: &str) {
+    let exe = std::env::current_exe().unwrap();
+    let launcher = LocalLauncher::new(n, exe)
+        .args([
+            "--exact",
+            "child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(SCENARIO, scenario)
+        .env(SEED, harness::seed().to_string())
+        .env("STREAMCOMM_BUFFSIZE", "8K")
+        .env("STREAMCOMM_NSTEPS", "4")
+        .env("STREAMCOMM_P2P_EAGER_LIMIT", LIMIT.to_string())
+        .env("STREAMCOMM_TRANSPORT", transport)
+        .env("STREAMCOMM_TIMEOUT", "60");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(launcher.run());
+    });
+    let outcome = rx
+        .recv_timeout(Duration::from_secs(240))
+        .expect("watchdog: the ranks did not finish in 240 s")
+        .expect("launch");
+    assert_eq!(
+        outcome.exit_code(),
+        0,
+        "{scenario} on {n} ranks over {transport}: {outcome:?}"
+    );
+}
+
+#[test]
+#[ignore = "entry point of the child processes"]
+fn child() {
+    let Ok(scenario) = std::env::var(SCENARIO) else {
+        return;
+    };
+    let seed: u64 = std::env::var(SEED).unwrap().parse().unwrap();
+    let comm = Communicator::from_env().expect("from_env");
+    let stream = HostStream::new().unwrap();
+    match scenario.as_str() {
+        "everything" => everything(&comm, &stream, seed),
+        "many_small" => many_small(&comm, &stream, seed),
+        other => panic!("unknown scenario {other}"),
+    }
+}
+
+#[test]
+fn p2p_across_processes_shm() {
+    launch(2, "everything", "shm");
+    launch(4, "everything", "shm");
+    launch(2, "many_small", "shm");
+}
+
+#[test]
+fn p2p_across_processes_tcp() {
+    launch(3, "everything", "tcp");
+}

@@ -1,0 +1,187 @@
+//! Checking what C passes: enums, integers, pointers and buffers.
+//!
+//! C gives plain integers where Rust has enums and `void*` + count where Rust
+//! has buffers. Everything is checked here before it reaches the library:
+//! enum values are decoded (never transmuted), ranks must be non-negative,
+//! buffers non-null when non-empty and aligned to their element size, and
+//! send/recv buffers either the same (in place) or disjoint.
+
+use std::ffi::{c_int, c_void};
+
+use streamcomm::comm::UntypedBuffer;
+use streamcomm::{DataType, ReduceOp};
+
+use crate::result::{Failure, FfiResult};
+
+/// Decodes a `streamcomm_data_type_t`.
+pub(crate) fn dtype(value: c_int) -> FfiResult<DataType> {
+    u8::try_from(value)
+        .ok()
+        .and_then(DataType::from_u8)
+        .ok_or_else(|| {
+            Failure::invalid(format!(
+                "unknown data type {value} (valid: 0..={})",
+                DataType::ALL.len() - 1
+            ))
+        })
+}
+
+/// Decodes a `streamcomm_reduce_op_t`.
+pub(crate) fn reduce_op(value: c_int) -> FfiResult<ReduceOp> {
+    u8::try_from(value)
+        .ok()
+        .and_then(ReduceOp::from_u8)
+        .ok_or_else(|| {
+            Failure::invalid(format!(
+                "unknown reduce op {value} (valid: 0..={})",
+                ReduceOp::ALL.len() - 1
+            ))
+        })
+}
+
+/// A rank-like integer (`what` names it) that must be non-negative.
+pub(crate) fn index(value: c_int, what: &str) -> FfiResult<usize> {
+    usize::try_from(value).map_err(|_| Failure::invalid(format!("{what} {value} is negative")))
+}
+
+/// Fails naming `what` when `ptr` is null.
+pub(crate) fn non_null<T>(ptr: *const T, what: &str) -> FfiResult {
+    if ptr.is_null() {
+        return Err(Failure::invalid(format!("{what} is NULL")));
+    }
+    Ok(())
+}
+
+/// Checks an output pointer (`what` names it): non-null and aligned for `T`.
+pub(crate) fn out_ptr<T>(ptr: *mut T, what: &str) -> FfiResult<*mut T> {
+    non_null(ptr, what)?;
+    if !ptr.is_aligned() {
+        return Err(Failure::invalid(format!(
+            "{what} {ptr:p} is not aligned to {} bytes",
+            std::mem::align_of::<T>()
+        )));
+    }
+    Ok(ptr)
+}
+
+/// A C buffer: `count` elements of `dtype` at `ptr`, checked but not wrapped.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CBuf {
+    pub ptr: *mut u8,
+    pub dtype: DataType,
+    pub count: usize,
+}
+
+impl CBuf {
+    /// Checks `ptr` (named `what` in errors): non-null unless `count == 0`,
+    /// aligned to the element size, and its byte range inside the address
+    /// space.
+    pub(crate) fn new(
+        ptr: *const c_void,
+        dtype: DataType,
+        count: usize,
+        what: &str,
+    ) -> FfiResult<CBuf> {
+        let bytes = count.checked_mul(dtype.size()).ok_or_else(|| {
+            Failure::invalid(format!(
+                "{what}: {count} elements of {dtype} overflow the address space"
+            ))
+        })?;
+        if count > 0 {
+            non_null(ptr, what)?;
+        }
+        let addr = ptr as usize;
+        if addr % dtype.size() != 0 {
+            return Err(Failure::invalid(format!(
+                "{what} {addr:#x} is not aligned to its element size ({} bytes for {dtype})",
+                dtype.size()
+            )));
+        }
+        if addr.checked_add(bytes).is_none() {
+            return Err(Failure::invalid(format!(
+                "{what}: {bytes} bytes at {addr:#x} run past the end of the address space"
+            )));
+        }
+        Ok(CBuf {
+            ptr: ptr as *mut u8,
+            dtype,
+            count,
+        })
+    }
+
+    /// The byte range `[start, end)`.
+    pub(crate) fn range(&self) -> (usize, usize) {
+        let start = self.ptr as usize;
+        (start, start + self.count * self.dtype.size())
+    }
+
+    /// True when both are non-empty and their bytes overlap.
+    pub(crate) fn overlaps(&self, other: &CBuf) -> bool {
+        let (a0, a1) = self.range();
+        let (b0, b1) = other.range();
+        a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1
+    }
+
+    /// Wraps the memory for the library without copying.
+    ///
+    /// # Safety
+    /// The C API's buffer contract (documented in `streamcomm.h`): the memory
+    /// holds `count` elements and stays valid, and untouched by the caller,
+    /// until the stream operation it is given to has completed.
+    pub(crate) unsafe fn wrap(&self) -> FfiResult<UntypedBuffer> {
+        // SAFETY: forwarded from this function's contract; `new` checked the
+        // pointer is non-null when `count > 0` and the length fits.
+        unsafe { UntypedBuffer::from_raw_parts(self.ptr, self.dtype, self.count) }
+            .map_err(Failure::from)
+    }
+}
+
+/// Fails unless `send` and `recv` are disjoint (`call` names the operation).
+pub(crate) fn disjoint(call: &str, send: &CBuf, recv: &CBuf) -> FfiResult {
+    if send.overlaps(recv) {
+        return Err(Failure::invalid(format!(
+            "{call}: sendbuff and recvbuff overlap without being NCCL's in-place layout"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::result::INVALID_ARGUMENT;
+
+    #[test]
+    fn enums_decode_without_transmute() {
+        assert_eq!(dtype(0).unwrap(), DataType::F32);
+        assert_eq!(dtype(9).unwrap(), DataType::U64);
+        for bad in [-1, 10, 256, c_int::MAX] {
+            assert_eq!(dtype(bad).unwrap_err().code, INVALID_ARGUMENT);
+        }
+        assert_eq!(reduce_op(4).unwrap(), ReduceOp::Avg);
+        for bad in [-1, 5, 260] {
+            assert_eq!(reduce_op(bad).unwrap_err().code, INVALID_ARGUMENT);
+        }
+    }
+
+    #[test]
+    fn buffers_are_checked() {
+        let data = [0u64; 4];
+        let p = data.as_ptr() as *const c_void;
+        assert!(CBuf::new(p, DataType::U64, 4, "b").is_ok());
+        assert!(CBuf::new(std::ptr::null(), DataType::U64, 0, "b").is_ok());
+        let null = CBuf::new(std::ptr::null(), DataType::U64, 1, "b").unwrap_err();
+        assert!(null.message.contains("NULL"));
+        let odd = (p as usize + 4) as *const c_void;
+        let mis = CBuf::new(odd, DataType::U64, 1, "b").unwrap_err();
+        assert!(mis.message.contains("aligned"), "{}", mis.message);
+        assert!(CBuf::new(odd, DataType::U32, 1, "b").is_ok());
+        let huge = CBuf::new(p, DataType::U64, usize::MAX / 4, "b").unwrap_err();
+        assert!(huge.message.contains("overflow"), "{}", huge.message);
+        let a = CBuf::new(p, DataType::U64, 2, "a").unwrap();
+        let b = CBuf::new((p as usize + 8) as *const c_void, DataType::U64, 2, "b").unwrap();
+        let c = CBuf::new((p as usize + 16) as *const c_void, DataType::U64, 2, "c").unwrap();
+        assert!(a.overlaps(&b) && !a.overlaps(&c));
+        assert!(disjoint("x", &a, &b).is_err() && disjoint("x", &a, &c).is_ok());
+    }
+}

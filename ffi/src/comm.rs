@@ -1,0 +1,171 @@
+//! Communicators for C: create, query, abort, destroy; error strings.
+//!
+//! `streamcomm_comm_t` is a handle into the communicator table (see
+//! `handles.rs`). Destroying it drops this process's reference: work
+//! already enqueued on streams keeps what it needs and still completes.
+
+use std::ffi::{c_char, c_int, c_void};
+
+use streamcomm::{Backend, Communicator};
+
+use crate::args::{index, out_ptr};
+use crate::guard::{guard, last_error_ptr, set_last_error};
+use crate::id::{read_id, CUniqueId};
+use crate::result::{code_of, description, Failure, FfiResult, SUCCESS};
+use crate::COMMS;
+
+/// Stores a new communicator's handle in `*comm`.
+///
+/// # Safety
+/// `comm` was checked by [`out_ptr`].
+unsafe fn publish(comm: *mut *mut c_void, made: Communicator) -> FfiResult {
+    let handle = COMMS.insert(made)?;
+    // SAFETY: checked non-null and aligned by the caller; writable per the
+    // entry point's contract.
+    unsafe { comm.write(handle) };
+    Ok(())
+}
+
+/// Joins the communicator named by `id` as `rank` of `nranks` (collective:
+/// every rank calls it; returns when all have joined).
+///
+/// # Safety
+/// `comm` is NULL or writable; `id` is NULL or readable.
+#[no_mangle]
+pub unsafe extern "C" fn streamcomm_comm_init_rank(
+    comm: *mut *mut c_void,
+    nranks: c_int,
+    id: *const CUniqueId,
+    rank: c_int,
+) -> c_int {
+    guard("streamcomm_comm_init_rank", || {
+        let comm = out_ptr(comm, "comm")?;
+        // SAFETY: checked non-null and aligned; writable per the contract.
+        unsafe { comm.write(std::ptr::null_mut()) };
+        // SAFETY: forwarded from this function's contract.
+        let id = unsafe { read_id(id, "id") }?;
+        let size = index(nranks, "nranks")?;
+        let rank = index(rank, "rank")?;
+        let made = Communicator::init(&id, rank, size, Backend::Host)?;
+        // SAFETY: `comm` was checked above.
+        unsafe { publish(comm, made) }
+    })
+}
+
+/// Joins the communicator a launcher describes in the environment
+/// (`streamcomm-run`, torchrun, Slurm, Open MPI, PMI).
+///
+/// # Safety
+/// `comm` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn streamcomm_comm_init_from_env(comm: *mut *mut c_void) -> c_int {
+    guard("streamcomm_comm_init_from_env", || {
+        let comm = out_ptr(comm, "comm")?;
+        // SAFETY: checked non-null and aligned; writable per the contract.
+        unsafe { comm.write(std::ptr::null_mut()) };
+        let made = Communicator::from_env()?;
+        // SAFETY: `comm` was checked above.
+        unsafe { publish(comm, made) }
+    })
+}
+
+/// Releases the handle; enqueued work still completes.
+///
+/// # Safety
+/// None beyond passing a handle value (any value is checked).
+#[no_mangle]
+pub unsafe extern "C" fn streamcomm_comm_destroy(comm: *mut c_void) -> c_int {
+    guard("streamcomm_comm_destroy", || {
+        COMMS.remove(comm)?;
+        Ok(())
+    })
+}
+
+/// Fails the communicator (pending and later operations end with
+/// `STREAMCOMM_ABORTED` here, peers see `STREAMCOMM_REMOTE_FAILED`), then
+/// releases the handle.
+///
+/// # Safety
+/// None beyond passing a handle value (any value is checked).
+#[no_mangle]
+pub unsafe extern "C" fn streamcomm_comm_abort(comm: *mut c_void) -> c_int {
+    guard("streamcomm_comm_abort", || {
+        COMMS.remove(comm)?.abort();
+        Ok(())
+    })
+}
+
+/// Stores in `*result` the code of the error that failed the communicator
+/// (`STREAMCOMM_SUCCESS` when none; its message becomes the last error).
+///
+/// # Safety
+/// `result` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn streamcomm_comm_get_async_error(
+    comm: *mut c_void,
+    result: *mut c_int,
+) -> c_int {
+    guard("streamcomm_comm_get_async_error", || {
+        let c = COMMS.get(comm)?;
+        let result = out_ptr(result, "result")?;
+        let code = match c.async_error() {
+            Some(e) => {
+                set_last_error(&format!("communicator failed: {e}"));
+                code_of(&e)
+            }
+            None => SUCCESS,
+        };
+        // SAFETY: checked non-null and aligned; writable per the contract.
+        unsafe { result.write(code) };
+        Ok(())
+    })
+}
+
+/// Writes `value` through a checked `int` out-parameter.
+fn write_int(ptr: *mut c_int, what: &str, value: usize) -> FfiResult {
+    let ptr = out_ptr(ptr, what)?;
+    let value = c_int::try_from(value)
+        .map_err(|_| Failure::invalid(format!("{what} {value} does not fit in an int")))?;
+    // SAFETY: checked non-null and aligned; the entry points' contracts say
+    // it is writable.
+    unsafe { ptr.write(value) };
+    Ok(())
+}
+
+/// Stores this process's rank in `*rank`.
+///
+/// # Safety
+/// `rank` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn streamcomm_comm_rank(comm: *mut c_void, rank: *mut c_int) -> c_int {
+    guard("streamcomm_comm_rank", || {
+        let c = COMMS.get(comm)?;
+        write_int(rank, "rank", c.rank())
+    })
+}
+
+/// Stores the number of ranks in `*size`.
+///
+/// # Safety
+/// `size` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn streamcomm_comm_size(comm: *mut c_void, size: *mut c_int) -> c_int {
+    guard("streamcomm_comm_size", || {
+        let c = COMMS.get(comm)?;
+        write_int(size, "size", c.size())
+    })
+}
+
+/// A static, NUL-terminated description of a result code (never NULL).
+#[no_mangle]
+pub extern "C" fn streamcomm_error_string(result: c_int) -> *const c_char {
+    std::panic::catch_unwind(|| description(result).as_ptr().cast::<c_char>())
+        .unwrap_or(c"internal error".as_ptr())
+}
+
+/// This thread's last failure message (never NULL; `""` before any failure);
+/// valid until this thread's next failing streamcomm call.
+#[no_mangle]
+pub extern "C" fn streamcomm_last_error() -> *const c_char {
+    std::panic::catch_unwind(last_error_ptr).unwrap_or(c"internal error".as_ptr())
+}

@@ -1,0 +1,97 @@
+//! Point-to-point for C: `streamcomm_send` / `streamcomm_recv`.
+//!
+//! Outside a group each call is enqueued at once; inside
+//! `streamcomm_group_start/end` it is checked now and submitted by the group's
+//! end (see [`crate::group`]).
+
+use std::ffi::{c_int, c_void};
+
+use crate::args::{dtype, index, CBuf};
+use crate::group::{collect, Pending};
+use crate::guard::guard;
+use crate::result::{Failure, FfiResult};
+use crate::stream::stream_of;
+use crate::COMMS;
+
+/// Checks and wraps one send or receive, then enqueues or collects it.
+///
+/// # Safety
+/// The buffer contract of `streamcomm_send` / `streamcomm_recv`.
+unsafe fn post(
+    is_send: bool,
+    buf: *const c_void,
+    count: usize,
+    datatype: c_int,
+    peer: c_int,
+    comm: *mut c_void,
+    stream: *mut c_void,
+) -> FfiResult {
+    let dt = dtype(datatype)?;
+    let peer = index(peer, "peer")?;
+    let c = COMMS.get(comm)?;
+    let s = stream_of(stream)?;
+    if peer >= c.size() {
+        return Err(Failure::invalid(format!(
+            "peer {peer} is out of range for {} ranks",
+            c.size()
+        )));
+    }
+    let what = if is_send { "sendbuff" } else { "recvbuff" };
+    let cbuf = CBuf::new(buf, dt, count, what)?;
+    // SAFETY: forwarded from this function's contract.
+    let buf = unsafe { cbuf.wrap() }?;
+    let op = Pending {
+        is_send,
+        cbuf,
+        buf,
+        peer,
+    };
+    let Some((c, s, mut op)) = collect(comm, stream, c, s, op)? else {
+        return Ok(());
+    };
+    if op.is_send {
+        Ok(c.send(&op.buf, op.peer, &s)?)
+    } else {
+        Ok(c.recv(&mut op.buf, op.peer, &s)?)
+    }
+}
+
+/// Sends `count` elements to `peer`, which posts a matching
+/// `streamcomm_recv`; messages to one peer arrive in posting order.
+///
+/// # Safety
+/// A non-NULL `sendbuff` holds `count` elements and stays valid until the
+/// operation completes on the stream.
+#[no_mangle]
+pub unsafe extern "C" fn streamcomm_send(
+    sendbuff: *const c_void,
+    count: usize,
+    datatype: c_int,
+    peer: c_int,
+    comm: *mut c_void,
+    stream: *mut c_void,
+) -> c_int {
+    guard("streamcomm_send", || {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { post(true, sendbuff, count, datatype, peer, comm, stream) }
+    })
+}
+
+/// Receives `count` elements from `peer` into `recvbuff`.
+///
+/// # Safety
+/// As [`streamcomm_send`], for `recvbuff`.
+#[no_mangle]
+pub unsafe extern "C" fn streamcomm_recv(
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: c_int,
+    peer: c_int,
+    comm: *mut c_void,
+    stream: *mut c_void,
+) -> c_int {
+    guard("streamcomm_recv", || {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { post(false, recvbuff, count, datatype, peer, comm, stream) }
+    })
+}
