@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# gpu-check.sh: the GPU checks of streamcomm-gpu, in one command, for a machine
+# with an NVIDIA GPU.
+#
+# usage: scripts/gpu-check.sh
+#
+# 1. looks for a GPU (nvidia-smi, else a loadable libcuda.so.1); without one it
+#    prints "skipped: no GPU" and exits 0;
+# 2. looks for NVRTC (STREAMCOMM_NVRTC_LIB, the CUDA toolkit, the PyPI wheel,
+#    ldconfig) and exports STREAMCOMM_NVRTC_LIB when it finds one;
+# 3. builds the crate's tests and benchmark (release);
+# 4. runs every test of streamcomm-gpu with STREAMCOMM_REQUIRE_GPU=1, so a test
+#    that cannot reach the GPU fails instead of skipping;
+# 5. runs the benchmark example gpu_bench (reduce kernel vs d2d copy bandwidth
+#    at 256 MiB, doorbell round-trip latency on both signal paths).
+#
+# Prints a summary table last. When $OUT is set, full logs go to
+# $OUT/gpu-check/*.log and the benchmark's JSON to $OUT/gpu-check/gpu_bench.json.
+# Every step has a timeout; the whole run stays under 6 minutes (build 150 s,
+# tests 150 s, bench 50 s). Exit status: 0 when every step passed (or no GPU),
+# 1 otherwise.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ -n "${OUT:-}" ]]; then LOGS="$OUT/gpu-check"; else LOGS="$(mktemp -d)"; fi
+mkdir -p "$LOGS"
+START=$(date +%s)
+
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  nvidia-smi -L | tee "$LOGS/gpus.log"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee -a "$LOGS/gpus.log"
+elif ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then
+  echo "no nvidia-smi, but libcuda.so.1 is installed: trying" | tee "$LOGS/gpus.log"
+else
+  echo "skipped: no GPU (no working nvidia-smi and no libcuda.so.1 on this machine)"
+  exit 0
+fi
+
+find_nvrtc() {
+  if [[ -n "${STREAMCOMM_NVRTC_LIB:-}" ]]; then echo "$STREAMCOMM_NVRTC_LIB"; return; fi
+  local c
+  for c in /usr/local/cuda/lib64/libnvrtc.so.13 /usr/local/cuda/lib64/libnvrtc.so.12 \
+           /usr/local/cuda/lib64/libnvrtc.so /usr/local/cuda-*/lib64/libnvrtc.so.1[23]; do
+    [[ -e "$c" ]] && { echo "$c"; return; }
+  done
+  c=$(python3 -c 'import importlib.util as u; s=u.find_spec("nvidia.cuda_nvrtc"); print(list(s.submodule_search_locations)[0] if s else "")' 2>/dev/null)
+  for v in 13 12; do
+    [[ -n "$c" && -e "$c/lib/libnvrtc.so.$v" ]] && { echo "$c/lib/libnvrtc.so.$v"; return; }
+  done
+  ldconfig -p 2>/dev/null | awk '/libnvrtc\.so\.1[23] /{print $NF; exit}'
+}
+NVRTC=$(find_nvrtc)
+if [[ -n "$NVRTC" ]]; then
+  export STREAMCOMM_NVRTC_LIB="$NVRTC"
+  echo "NVRTC: $NVRTC"
+else
+  echo "NVRTC: none found (the kernel tests will fail; set STREAMCOMM_NVRTC_LIB)"
+fi
+export STREAMCOMM_KERNEL_CACHE="$LOGS/kernel-cache"
+export STREAMCOMM_REQUIRE_GPU=1
+export CARGO_TERM_COLOR=never
+
+declare -a NAMES STATUS SECS
+step() { # step NAME TIMEOUT_S COMMAND...
+  local name=$1 limit=$2; shift 2
+  local t0 rc
+  t0=$(date +%s)
+  printf '\n=== %s (limit %ss)\n' "$name" "$limit"
+  timeout --kill-after=5 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+  rc=$?
+  tail -n 40 "$LOGS/$name.log"
+  NAMES+=("$name"); SECS+=("$(( $(date +%s) - t0 ))")
+  case $rc in
+    0) STATUS+=("ok") ;;
+    124|137) STATUS+=("TIMEOUT") ;;
+    *) STATUS+=("FAILED rc=$rc") ;;
+  esac
+  return $rc
+}
+
+if step build 150 bash -c 'cargo test --release -p streamcomm-gpu --no-run &&
+    cargo build --release -p streamcomm-gpu --example gpu_bench'; then
+  step tests 150 cargo test --release --no-fail-fast -p streamcomm-gpu -- --test-threads=2
+  step bench 50 env OUT="$LOGS" cargo run --release -q -p streamcomm-gpu --example gpu_bench
+fi
+
+printf '\n=== summary (%ss in all; logs in %s)\n' "$(( $(date +%s) - START ))" "$LOGS"
+if [[ -f "$LOGS/tests.log" ]]; then
+  grep -E '^test .* \.\.\. |^test result' "$LOGS/tests.log" | grep -vE '\.\.\. ok$' | sed 's/^/  /'
+fi
+if [[ -f "$LOGS/bench.log" ]]; then sed -n '/256 MiB/,$p' "$LOGS/bench.log"; echo; fi
+printf '%-8s %-16s %s\n' step status seconds
+FAIL=0
+for i in "${!NAMES[@]}"; do
+  printf '%-8s %-16s %s\n' "${NAMES[$i]}" "${STATUS[$i]}" "${SECS[$i]}"
+  [[ "${STATUS[$i]}" == ok ]] || FAIL=1
+done
+exit $FAIL
