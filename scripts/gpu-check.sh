@@ -11,13 +11,15 @@
 # 3. builds the crate's tests and benchmark (release);
 # 4. runs every test of streamcomm-gpu with STREAMCOMM_REQUIRE_GPU=1, so a test
 #    that cannot reach the GPU fails instead of skipping;
-# 5. runs the benchmark example gpu_bench (reduce kernel vs d2d copy bandwidth
+# 5. runs the GPU quick start (examples/examples/gpu_quickstart.rs), which must
+#    print OK;
+# 6. runs the benchmark example gpu_bench (reduce kernel vs d2d copy bandwidth
 #    at 256 MiB, doorbell round-trip latency on both signal paths).
 #
 # Prints a summary table last. When $OUT is set, full logs go to
 # $OUT/gpu-check/*.log and the benchmark's JSON to $OUT/gpu-check/gpu_bench.json.
 # Every step has a timeout; the whole run stays under 6 minutes (build 150 s,
-# tests 150 s, bench 50 s). Exit status: 0 when every step passed (or no GPU),
+# tests 150 s, quick start 30 s, bench 50 s). Exit status: 0 when every step passed (or no GPU),
 # 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -79,8 +81,10 @@ step() { # step NAME TIMEOUT_S COMMAND...
 }
 
 if step build 150 bash -c 'cargo test --release -p streamcomm-gpu --no-run &&
-    cargo build --release -p streamcomm-gpu --example gpu_bench'; then
+    cargo build --release -p streamcomm-gpu --example gpu_bench &&
+    cargo build --release -p streamcomm-examples --example gpu_quickstart'; then
   step tests 150 cargo test --release --no-fail-fast -p streamcomm-gpu -- --test-threads=2
+  step quickstart 30 bash -c 'cargo run --release -q -p streamcomm-examples --example gpu_quickstart | tee /dev/stderr | grep -qx OK'
   step bench 50 env OUT="$LOGS" cargo run --release -q -p streamcomm-gpu --example gpu_bench
 fi
 
