@@ -204,3 +204,47 @@ fn native_works(device: &Device, scratch: &Doorbells) -> Result<bool> {
     stream.synchronize_timeout(Duration::from_secs(10))?;
     Ok(scratch.load(1)? == magic)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::sys::CUstreamWaitValue_flags as F;
+    use streamcomm_kernels::cuda::DEVICE_HEADER;
+
+    #[test]
+    fn conditions_match_the_driver_and_the_spin_kernel() {
+        let pairs = [
+            (
+                WaitCondition::Geq,
+                F::CU_STREAM_WAIT_VALUE_GEQ,
+                "SC_WAIT_GEQ",
+            ),
+            (WaitCondition::Eq, F::CU_STREAM_WAIT_VALUE_EQ, "SC_WAIT_EQ"),
+            (
+                WaitCondition::And,
+                F::CU_STREAM_WAIT_VALUE_AND,
+                "SC_WAIT_AND",
+            ),
+            (
+                WaitCondition::Nor,
+                F::CU_STREAM_WAIT_VALUE_NOR,
+                "SC_WAIT_NOR",
+            ),
+        ];
+        for (cond, flag, define) in pairs {
+            assert_eq!(cond as u32, flag as u32, "{cond:?}");
+            let line = format!("#define {define} {}u", cond as u32);
+            assert!(DEVICE_HEADER.contains(&line), "header lacks `{line}`");
+        }
+    }
+
+    #[test]
+    fn null_and_unaligned_words_are_refused() {
+        assert!(check_addr(0).is_err());
+        assert!(check_addr(0x1002)
+            .unwrap_err()
+            .to_string()
+            .contains("0x1002"));
+        assert!(check_addr(0x1004).is_ok());
+    }
+}
