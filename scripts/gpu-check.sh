@@ -2,7 +2,12 @@
 # gpu-check.sh: the GPU checks of streamcomm-gpu, in one command, for a machine
 # with an NVIDIA GPU.
 #
-# usage: scripts/gpu-check.sh
+# usage: scripts/gpu-check.sh            run the checks (see below)
+#        scripts/gpu-check.sh --prepare  build the release test binaries and
+#                                        examples into .gpu-check-bin/ (stripped;
+#                                        no GPU needed) for a GPU machine without
+#                                        Rust: carry .gpu-check-bin there and run
+#                                        the script; without cargo it uses them
 #
 # 1. looks for a GPU (nvidia-smi, else a loadable libcuda.so.1); without one it
 #    prints "skipped: no GPU" and exits 0;
@@ -23,6 +28,23 @@
 # 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+
+BIN=.gpu-check-bin
+if [[ "${1:-}" == --prepare ]]; then
+  set -e
+  rm -rf "$BIN" && mkdir -p "$BIN"
+  cargo test --release -p streamcomm-gpu --no-run --message-format=json 2>/dev/null |
+    jq -r 'select(.reason == "compiler-artifact" and .profile.test and .executable != null)
+           | "\(.target.name) \(.executable)"' |
+    while read -r name exe; do cp "$exe" "$BIN/test-$name"; done
+  cargo build --release -p streamcomm-gpu --example gpu_bench
+  cargo build --release -p streamcomm-examples --example gpu_quickstart
+  cp target/release/examples/gpu_bench target/release/examples/gpu_quickstart "$BIN/"
+  strip "$BIN"/* 2>/dev/null || true
+  ls -l "$BIN"
+  du -sh "$BIN"
+  exit 0
+fi
 
 if [[ -n "${OUT:-}" ]]; then LOGS="$OUT/gpu-check"; else LOGS="$(mktemp -d)"; fi
 mkdir -p "$LOGS"
@@ -45,10 +67,12 @@ find_nvrtc() {
            /usr/local/cuda/lib64/libnvrtc.so /usr/local/cuda-*/lib64/libnvrtc.so.1[23]; do
     [[ -e "$c" ]] && { echo "$c"; return; }
   done
-  c=$(python3 -c 'import importlib.util as u; s=u.find_spec("nvidia.cuda_nvrtc"); print(list(s.submodule_search_locations)[0] if s else "")' 2>/dev/null)
-  for v in 13 12; do
-    [[ -n "$c" && -e "$c/lib/libnvrtc.so.$v" ]] && { echo "$c/lib/libnvrtc.so.$v"; return; }
-  done
+  # PyPI wheels: CUDA 12 puts it in nvidia/cuda_nvrtc/lib, CUDA 13 in nvidia/cu13/lib.
+  c=$(python3 -c 'import glob, site
+dirs = site.getsitepackages() + [site.getusersitepackages()]
+hits = [h for v in ("13", "12") for d in dirs for h in sorted(glob.glob(d + "/nvidia/**/libnvrtc.so." + v, recursive=True))]
+print(hits[0] if hits else "")' 2>/dev/null)
+  [[ -n "$c" ]] && { echo "$c"; return; }
   ldconfig -p 2>/dev/null | awk '/libnvrtc\.so\.1[23] /{print $NF; exit}'
 }
 NVRTC=$(find_nvrtc)
@@ -80,12 +104,22 @@ step() { # step NAME TIMEOUT_S COMMAND...
   return $rc
 }
 
-if step build 150 bash -c 'cargo test --release -p streamcomm-gpu --no-run &&
-    cargo build --release -p streamcomm-gpu --example gpu_bench &&
-    cargo build --release -p streamcomm-examples --example gpu_quickstart'; then
-  step tests 150 cargo test --release --no-fail-fast -p streamcomm-gpu -- --test-threads=2
-  step quickstart 30 bash -c 'cargo run --release -q -p streamcomm-examples --example gpu_quickstart | tee /dev/stderr | grep -qx OK'
-  step bench 50 env OUT="$LOGS" cargo run --release -q -p streamcomm-gpu --example gpu_bench
+if command -v cargo >/dev/null 2>&1; then
+  if step build 150 bash -c 'cargo test --release -p streamcomm-gpu --no-run &&
+      cargo build --release -p streamcomm-gpu --example gpu_bench &&
+      cargo build --release -p streamcomm-examples --example gpu_quickstart'; then
+    step tests 150 cargo test --release --no-fail-fast -p streamcomm-gpu -- --test-threads=2
+    step quickstart 30 bash -c 'cargo run --release -q -p streamcomm-examples --example gpu_quickstart | tee /dev/stderr | grep -qx OK'
+    step bench 50 env OUT="$LOGS" cargo run --release -q -p streamcomm-gpu --example gpu_bench
+  fi
+elif [[ -d "$BIN" ]]; then
+  echo "no cargo here: running the binaries prepared in $BIN"
+  step tests 150 bash -c 'rc=0; for t in '"$BIN"'/test-*; do echo "--- $t"; "$t" --test-threads=2 || rc=1; done; exit $rc'
+  step quickstart 30 bash -c "$BIN/gpu_quickstart | tee /dev/stderr | grep -qx OK"
+  step bench 50 env OUT="$LOGS" "$BIN/gpu_bench"
+else
+  echo "no cargo and no $BIN: run 'scripts/gpu-check.sh --prepare' on a machine with Rust and carry $BIN"
+  exit 1
 fi
 
 printf '\n=== summary (%ss in all; logs in %s)\n' "$(( $(date +%s) - START ))" "$LOGS"
@@ -93,10 +127,10 @@ if [[ -f "$LOGS/tests.log" ]]; then
   grep -E '^test .* \.\.\. |^test result' "$LOGS/tests.log" | grep -vE '\.\.\. ok$' | sed 's/^/  /'
 fi
 if [[ -f "$LOGS/bench.log" ]]; then sed -n '/256 MiB/,$p' "$LOGS/bench.log"; echo; fi
-printf '%-8s %-16s %s\n' step status seconds
+printf '%-11s %-16s %s\n' step status seconds
 FAIL=0
 for i in "${!NAMES[@]}"; do
-  printf '%-8s %-16s %s\n' "${NAMES[$i]}" "${STATUS[$i]}" "${SECS[$i]}"
+  printf '%-11s %-16s %s\n' "${NAMES[$i]}" "${STATUS[$i]}" "${SECS[$i]}"
   [[ "${STATUS[$i]}" == ok ]] || FAIL=1
 done
 exit $FAIL

@@ -1,8 +1,9 @@
 //! Compiles EVERY kernel with NVRTC for sm_80 and sm_90 — no GPU needed, only
 //! libnvrtc. It is found through `STREAMCOMM_NVRTC_LIB`, else in the PyPI wheel
 //! `nvidia-cuda-nvrtc-cu12` (asked of `python3`), else by the usual names. In CI
-//! (`CI` set and not `false`/`0`) a missing NVRTC fails the test; elsewhere it
-//! is skipped with the reason printed.
+//! (`CI` set and not `false`/`0`) and under scripts/gpu-check.sh
+//! (`STREAMCOMM_REQUIRE_GPU=1`) a missing NVRTC fails the test; elsewhere it is
+//! skipped with the reason printed.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -12,8 +13,10 @@ use streamcomm_gpu::nvrtc::{compile_cubin, nvrtc_lib_candidates, Nvrtc};
 use streamcomm_gpu::{cubin_for, Arch, Error, KernelCache};
 use streamcomm_kernels::cuda::{self, DEVICE_HEADER, DEVICE_HEADER_NAME};
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+/// True in CI and under scripts/gpu-check.sh: there a missing NVRTC fails.
+fn required() -> bool {
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    ci || std::env::var("STREAMCOMM_REQUIRE_GPU").is_ok_and(|v| v == "1")
 }
 
 /// A directory of the `nvidia.<package>` wheel, asked of python3.
@@ -35,7 +38,9 @@ fn nvrtc() -> Option<Nvrtc> {
     let candidates = nvrtc_lib_candidates(configured.as_deref());
     match Nvrtc::load(&candidates) {
         Ok(n) => Some(n),
-        Err(e) if in_ci() => panic!("CI needs NVRTC for this test (see .ci/run): {e}"),
+        Err(e) if required() => {
+            panic!("CI and gpu-check need NVRTC for this test (see .ci/run): {e}")
+        }
         Err(e) => {
             eprintln!(
                 "skipped: {e}; `pip install nvidia-cuda-nvrtc-cu12` or set STREAMCOMM_NVRTC_LIB"
