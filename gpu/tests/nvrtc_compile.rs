@@ -60,6 +60,34 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
+/// Every kernel source compiled for `arch`, checked to be a clean ELF image.
+fn compile_all(nvrtc: &Nvrtc, arch: Arch, include: Option<&std::path::Path>) -> Vec<Vec<u8>> {
+    let mut images = Vec::new();
+    for (file, source) in cuda::SOURCES {
+        let options = compile_options(arch, include);
+        let out = compile_cubin(
+            nvrtc,
+            file,
+            source,
+            &[(DEVICE_HEADER_NAME, DEVICE_HEADER)],
+            &options,
+        )
+        .unwrap_or_else(|e| panic!("{file} for {arch}: {e}"));
+        assert!(
+            out.cubin.starts_with(b"\x7fELF"),
+            "{file} {arch}: not an ELF image"
+        );
+        assert!(
+            out.log.is_empty(),
+            "{file} for {arch} has warnings:\n{}",
+            out.log
+        );
+        eprintln!("{file} {arch}: {} bytes", out.cubin.len());
+        images.push(out.cubin);
+    }
+    images
+}
+
 #[test]
 fn every_kernel_compiles_for_sm80_and_sm90() {
     let Some(nvrtc) = nvrtc() else { return };
@@ -70,30 +98,19 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
     let mut names: Vec<String> = cuda::all_reduce_kernel_names();
     names.push(cuda::SPIN_WAIT_KERNEL.into());
     names.push(cuda::SPIN_WRITE_KERNEL.into());
-    for arch in [Arch::SM80, Arch::SM90] {
-        let mut images = Vec::new();
-        for (file, source) in cuda::SOURCES {
-            let options = compile_options(arch, include.as_deref());
-            let out = compile_cubin(
-                &nvrtc,
-                file,
-                source,
-                &[(DEVICE_HEADER_NAME, DEVICE_HEADER)],
-                &options,
-            )
-            .unwrap_or_else(|e| panic!("{file} for {arch}: {e}"));
-            assert!(
-                out.cubin.starts_with(b"\x7fELF"),
-                "{file} {arch}: not an ELF image"
-            );
-            assert!(
-                out.log.is_empty(),
-                "{file} for {arch} has warnings:\n{}",
-                out.log
-            );
-            eprintln!("{file} {arch}: {} bytes", out.cubin.len());
-            images.push(out.cubin);
-        }
+    // The two architectures compile in parallel (NVRTC is thread-safe for
+    // separate programs), which halves the test's time on two cores.
+    let per_arch: Vec<(Arch, Vec<Vec<u8>>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = [Arch::SM80, Arch::SM90]
+            .map(|arch| {
+                let (nvrtc, include) = (&nvrtc, include.as_deref());
+                scope.spawn(move || (arch, compile_all(nvrtc, arch, include)))
+            })
+            .into_iter()
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (arch, images) in per_arch {
         for name in &names {
             let symbol = format!("{name}\0");
             assert!(
