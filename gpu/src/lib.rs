@@ -47,7 +47,7 @@ pub use event::Event;
 pub use graph::{Graph, GraphExec};
 pub use ipc::{IpcHandle, IpcMapping};
 pub use kernels::{cubin_for, Kernels, ReduceCopy, REDUCE_BLOCK};
-pub use memory::DeviceBuffer;
+pub use memory::{DeviceBuffer, ALLOC_GRANULE};
 pub use module::{Function, Module};
 pub use nvrtc::Arch;
 pub use pinned::PinnedBuffer;
