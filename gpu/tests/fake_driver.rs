@@ -92,7 +92,7 @@ fn a_library_without_nvrtc_functions_is_refused() {
         return;
     };
     let name = lib.display().to_string();
-    let err = match Nvrtc::load(&[name.clone()]) {
+    let err = match Nvrtc::load(std::slice::from_ref(&name)) {
         Err(e) => e,
         Ok(_) => panic!("a library lacking nvrtcCompileProgram was accepted"),
     };
