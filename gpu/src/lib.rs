@@ -16,6 +16,12 @@
 //! ([`Event`]), graph capture ([`Graph`]), CUDA IPC ([`IpcHandle`]), dma-buf
 //! export ([`DeviceBuffer::export_dmabuf`]) and the NVRTC-compiled kernels
 //! ([`Kernels`]), cached on disk ([`KernelCache`]).
+//!
+//! With cudarc in the same program: `CudaContext::new(n)` and [`Device::open`]
+//! retain the same primary context, so a cudarc stream can be used here through
+//! [`Stream::from_raw`]`(&device, cuda_stream.cu_stream())`, and a `CudaSlice`'s
+//! device pointer passed to [`Kernels::reduce_copy`]. Probe with
+//! [`Device::count`] before calling cudarc, which panics without a driver.
 
 pub mod config;
 pub mod driver;
