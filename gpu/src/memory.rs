@@ -66,20 +66,24 @@ impl DeviceBuffer {
         self.ptr
     }
 
-    /// Copies `src` to the start of the buffer and waits for the copy.
+    /// Copies `src` to the start of the buffer and waits until the copy has
+    /// landed (so work on any stream enqueued afterwards sees it).
     pub fn copy_from_host(&mut self, src: &[u8]) -> Result<()> {
         self.check_len("copy_from_host", src.len())?;
         guarded("cuMemcpyHtoD", || {
             self.device.bind()?;
             // SAFETY: the range was checked against the allocation; `src` is a
-            // valid host slice for the duration of the synchronous copy.
+            // valid host slice for the duration of the call.
             check("cuMemcpyHtoD_v2", unsafe {
                 sys::cuMemcpyHtoD_v2(self.ptr, src.as_ptr().cast(), src.len())
-            })
+            })?;
+            legacy_sync()
         })
     }
 
-    /// Copies the start of the buffer into `dst` and waits for the copy.
+    /// Copies the start of the buffer into `dst` and waits for the copy. Like
+    /// the other copies here it is not ordered after work enqueued on a
+    /// [`crate::Stream`]: synchronise that stream first.
     pub fn copy_to_host(&self, dst: &mut [u8]) -> Result<()> {
         self.check_len("copy_to_host", dst.len())?;
         guarded("cuMemcpyDtoH", || {
@@ -111,6 +115,17 @@ impl DeviceBuffer {
         }
         Ok(())
     }
+}
+
+/// Waits for the legacy default stream. The "synchronous" `cuMemcpyHtoD` (from
+/// pageable memory) and `cuMemsetD8` may return before the device has finished,
+/// and they are ordered only with the legacy stream, not with the non-blocking
+/// streams of this crate.
+fn legacy_sync() -> Result<()> {
+    // SAFETY: the null handle is the legacy default stream of the current context.
+    check("cuStreamSynchronize", unsafe {
+        sys::cuStreamSynchronize(std::ptr::null_mut())
+    })
 }
 
 impl Drop for DeviceBuffer {

@@ -94,6 +94,16 @@ fn reference(d: DataType, op: ReduceOp, xs: &[V], div: u32) -> V {
     }
 }
 
+/// Absolute rounding error of the output type near zero (half of f16's
+/// smallest subnormal step; bf16 shares f32's range, so its step is negligible).
+fn abs_tol(d: DataType) -> f64 {
+    match d {
+        DataType::F16 => 2f64.powi(-25),
+        DataType::Bf16 => 2f64.powi(-133),
+        _ => 0.0,
+    }
+}
+
 /// Relative unit roundoff of the output type and of the accumulation type.
 fn eps(d: DataType) -> (f64, f64) {
     match d {
@@ -120,7 +130,7 @@ fn close(d: DataType, op: ReduceOp, got: V, want: V, xs: &[V], div: u32) -> bool
                         + out * w.abs()
                 }
             };
-            (g - w).abs() <= tol + 1e-300
+            (g - w).abs() <= tol + abs_tol(d) + 1e-300
         }
         (g, w) => g == w,
     }
