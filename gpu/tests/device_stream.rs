@@ -115,6 +115,10 @@ fn a_captured_graph_replays_with_fresh_data() {
     let mut out = DeviceBuffer::alloc(&device, n * 4).unwrap();
     stream.begin_capture().unwrap();
     assert!(stream.is_capturing().unwrap());
+    // A run-once host function would run on every replay: refused, and the
+    // capture goes on unharmed.
+    let refused = stream.launch_host_fn(|| {}).unwrap_err();
+    assert!(refused.to_string().contains("capturing"), "{refused}");
     let (srcs, dsts) = ([a.as_raw(), b.as_raw()], [out.as_raw()]);
     let work = ReduceCopy {
         srcs: &srcs,
