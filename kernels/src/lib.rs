@@ -65,6 +65,7 @@
 //! safe to call from any number of threads on disjoint buffers.
 
 mod convert;
+pub mod cuda;
 mod element;
 mod error;
 mod half_bits;

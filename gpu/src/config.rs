@@ -1,0 +1,42 @@
+//! The one place this crate reads the environment.
+//!
+//! | variable | meaning |
+//! | --- | --- |
+//! | `STREAMCOMM_NVRTC_LIB` | path of `libnvrtc.so` to load before the usual names |
+//! | `STREAMCOMM_CUDA_INCLUDE` | extra `-I` directory for NVRTC (the kernels need none) |
+//! | `STREAMCOMM_KERNEL_CACHE` | directory of compiled kernels; `off` disables the cache |
+
+use std::path::PathBuf;
+
+/// Settings of the CUDA layer, read once from the environment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GpuConfig {
+    /// `STREAMCOMM_NVRTC_LIB`: an NVRTC library tried before the default names.
+    pub nvrtc_lib: Option<PathBuf>,
+    /// `STREAMCOMM_CUDA_INCLUDE`: an extra include directory passed to NVRTC.
+    pub cuda_include: Option<PathBuf>,
+    /// Kernel cache directory: `STREAMCOMM_KERNEL_CACHE`, else
+    /// `$XDG_CACHE_HOME/streamcomm/kernels`, else `$HOME/.cache/streamcomm/kernels`;
+    /// `None` when the variable is `off` or no home is known.
+    pub kernel_cache: Option<PathBuf>,
+}
+
+impl GpuConfig {
+    /// Reads the variables listed in the module docs.
+    pub fn from_env() -> GpuConfig {
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        let kernel_cache = match var("STREAMCOMM_KERNEL_CACHE") {
+            Some(v) if v == "off" => None,
+            Some(v) => Some(PathBuf::from(v)),
+            None => var("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                .map(|base| base.join("streamcomm").join("kernels")),
+        };
+        GpuConfig {
+            nvrtc_lib: var("STREAMCOMM_NVRTC_LIB").map(PathBuf::from),
+            cuda_include: var("STREAMCOMM_CUDA_INCLUDE").map(PathBuf::from),
+            kernel_cache,
+        }
+    }
+}

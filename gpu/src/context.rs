@@ -1,0 +1,161 @@
+//! A CUDA device and its primary context.
+
+use std::sync::Arc;
+
+use crate::driver::probe;
+use crate::driver::result::check;
+use crate::driver::sys::{self, CUdevice, CUdevice_attribute};
+use crate::error::{Error, Result};
+use crate::guard::guarded;
+use crate::nvrtc::Arch;
+
+/// One CUDA device with its retained primary context (cheap to clone).
+#[derive(Clone)]
+pub struct Device {
+    inner: Arc<DeviceInner>,
+}
+
+struct DeviceInner {
+    ordinal: usize,
+    dev: CUdevice,
+    ctx: sys::CUcontext,
+    arch: Arch,
+    name: String,
+}
+
+// SAFETY: a CUcontext handle may be used from any thread (the driver API is
+// thread-safe); `Device` only makes it current before use.
+unsafe impl Send for DeviceInner {}
+// SAFETY: as above; no interior mutability on the Rust side.
+unsafe impl Sync for DeviceInner {}
+
+impl Device {
+    /// Number of CUDA devices; [`Error::Unavailable`] without a driver.
+    pub fn count() -> Result<usize> {
+        Ok(probe::driver()?.device_count)
+    }
+
+    /// Opens device `ordinal` (retains its primary context, as the runtime API
+    /// and cudarc do).
+    pub fn open(ordinal: usize) -> Result<Device> {
+        let info = probe::driver()?;
+        if ordinal >= info.device_count {
+            return Err(Error::invalid(format!(
+                "device ordinal {ordinal}: only {} CUDA devices",
+                info.device_count
+            )));
+        }
+        guarded("opening a CUDA device", || {
+            let mut dev: CUdevice = 0;
+            // SAFETY: valid out-pointer; the ordinal was range-checked.
+            check("cuDeviceGet", unsafe {
+                sys::cuDeviceGet(&mut dev, ordinal as i32)
+            })?;
+            let mut ctx: sys::CUcontext = std::ptr::null_mut();
+            // SAFETY: valid out-pointer and device handle.
+            check("cuDevicePrimaryCtxRetain", unsafe {
+                sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)
+            })?;
+            let major = attribute(
+                dev,
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+            )?;
+            let minor = attribute(
+                dev,
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+            )?;
+            let mut name = [0 as std::ffi::c_char; 256];
+            // SAFETY: `name` holds 256 bytes, the length passed.
+            check("cuDeviceGetName", unsafe {
+                sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, dev)
+            })?;
+            // SAFETY: the driver NUL-terminates the name within the buffer.
+            let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) };
+            Ok(Device {
+                inner: Arc::new(DeviceInner {
+                    ordinal,
+                    dev,
+                    ctx,
+                    arch: Arch {
+                        major: major as u32,
+                        minor: minor as u32,
+                    },
+                    name: name.to_string_lossy().into_owned(),
+                }),
+            })
+        })
+    }
+
+    /// The ordinal this device was opened with.
+    pub fn ordinal(&self) -> usize {
+        self.inner.ordinal
+    }
+
+    /// The device's name, e.g. `NVIDIA H200`.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The compute capability, which NVRTC compiles the kernels for.
+    pub fn arch(&self) -> Arch {
+        self.inner.arch
+    }
+
+    /// One `cuDeviceGetAttribute` value.
+    pub fn attribute(&self, attr: CUdevice_attribute) -> Result<i32> {
+        guarded("cuDeviceGetAttribute", || attribute(self.inner.dev, attr))
+    }
+
+    /// Makes the primary context current on the calling thread.
+    pub(crate) fn bind(&self) -> Result<()> {
+        // SAFETY: the context is retained for as long as `self` lives.
+        check("cuCtxSetCurrent", unsafe {
+            sys::cuCtxSetCurrent(self.inner.ctx)
+        })
+    }
+
+    /// Waits for all work on the device (`cuCtxSynchronize`).
+    pub fn synchronize(&self) -> Result<()> {
+        guarded("cuCtxSynchronize", || {
+            self.bind()?;
+            // SAFETY: the context is current on this thread.
+            check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+        })
+    }
+
+    /// The primary context handle.
+    pub fn as_raw(&self) -> sys::CUcontext {
+        self.inner.ctx
+    }
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Device({} {} {})",
+            self.inner.ordinal, self.inner.name, self.inner.arch
+        )
+    }
+}
+
+fn attribute(dev: CUdevice, attr: CUdevice_attribute) -> Result<i32> {
+    let mut v = 0;
+    // SAFETY: valid out-pointer and device handle.
+    check("cuDeviceGetAttribute", unsafe {
+        sys::cuDeviceGetAttribute(&mut v, attr, dev)
+    })?;
+    Ok(v)
+}
+
+impl Drop for DeviceInner {
+    fn drop(&mut self) {
+        let _ = guarded("cuDevicePrimaryCtxRelease", || {
+            // SAFETY: releases the retain done in `open`; errors cannot be
+            // reported from Drop and a failed release only leaks the context.
+            check("cuDevicePrimaryCtxRelease_v2", unsafe {
+                sys::cuDevicePrimaryCtxRelease_v2(self.dev)
+            })
+        });
+    }
+}

@@ -1,0 +1,12 @@
+//! NVRTC, loaded by this crate rather than through cudarc.
+//!
+//! cudarc 0.17 with `cuda-12000` looks for `libnvrtc.so.12` but not `.13`, and
+//! binds every NVRTC symbol of CUDA 12.0 eagerly (some were removed in CUDA 13).
+//! [`sys`] loads the library from a chosen list of names and binds only the
+//! functions used; [`compile`] is the safe layer over it.
+
+pub mod compile;
+pub mod sys;
+
+pub use compile::{compile_cubin, Arch, Compiled};
+pub use sys::{nvrtc_lib_candidates, Nvrtc};

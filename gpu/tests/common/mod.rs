@@ -1,0 +1,20 @@
+//! Shared by the tests that need a GPU: open device 0 or skip. With
+//! `STREAMCOMM_REQUIRE_GPU=1` (set by scripts/gpu-check.sh) a missing GPU fails.
+
+#![allow(dead_code)]
+
+use streamcomm_gpu::Device;
+
+/// Device 0, or `None` (after printing why) where there is no usable CUDA.
+pub fn device_or_skip(test: &str) -> Option<Device> {
+    match Device::open(0) {
+        Ok(d) => Some(d),
+        Err(e) if std::env::var("STREAMCOMM_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            panic!("{test}: STREAMCOMM_REQUIRE_GPU=1 but {e}")
+        }
+        Err(e) => {
+            eprintln!("skipped {test}: {e}");
+            None
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! Stream-ordered machinery on a GPU: doorbells with stream memory operations
+//! and with the spin-kernel fallback, the bounded spin wait, host functions,
+//! events, graph capture replayed with fresh data, CUDA IPC with a child
+//! process, dma-buf export. Skips without a GPU.
+
+mod common;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use streamcomm_gpu::{
+    DeviceBuffer, Doorbells, Error, Event, GpuConfig, IpcHandle, IpcMapping, Kernels, ReduceCopy,
+    SignalPath, Signals, Stream, WaitCondition,
+};
+use streamcomm_kernels::{DataType, ReduceOp};
+
+const LONG: Duration = Duration::from_secs(30);
+
+#[test]
+fn doorbells_order_streams_on_both_paths() {
+    let Some(device) = common::device_or_skip("doorbells_order_streams_on_both_paths") else {
+        return;
+    };
+    let kernels = Kernels::load(&device, &GpuConfig::from_env()).unwrap();
+    for force_spin in [false, true] {
+        let signals = Signals::new(&device, Some(&kernels), force_spin, LONG).unwrap();
+        if force_spin {
+            assert_eq!(signals.path(), SignalPath::SpinKernel);
+        }
+        eprintln!("path {:?}", signals.path());
+        let bells = Doorbells::new(&device, 4).unwrap();
+        let stream = Stream::new(&device).unwrap();
+        for round in 1..=20u32 {
+            // SAFETY: the doorbells outlive every synchronisation below.
+            unsafe {
+                signals
+                    .wait_value32(
+                        &stream,
+                        bells.device_ptr(0).unwrap(),
+                        round,
+                        WaitCondition::Geq,
+                    )
+                    .unwrap();
+                signals
+                    .write_value32(&stream, bells.device_ptr(1).unwrap(), round * 7)
+                    .unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(2));
+            assert_eq!(
+                bells.load(1).unwrap(),
+                (round - 1) * 7,
+                "{:?}: ran before the doorbell",
+                signals.path()
+            );
+            assert!(!stream.is_idle().unwrap());
+            bells.store(0, round).unwrap();
+            stream.synchronize_timeout(LONG).unwrap();
+            assert_eq!(bells.load(1).unwrap(), round * 7);
+        }
+        signals.check_timeouts().unwrap();
+    }
+}
+
+#[test]
+fn a_spin_wait_that_never_rings_times_out() {
+    let Some(device) = common::device_or_skip("a_spin_wait_that_never_rings_times_out") else {
+        return;
+    };
+    let kernels = Kernels::load(&device, &GpuConfig::from_env()).unwrap();
+    let signals = Signals::new(&device, Some(&kernels), true, Duration::from_millis(20)).unwrap();
+    let bells = Doorbells::new(&device, 1).unwrap();
+    let stream = Stream::new(&device).unwrap();
+    // SAFETY: the doorbell outlives the synchronisation.
+    unsafe { signals.wait_value32(&stream, bells.device_ptr(0).unwrap(), 1, WaitCondition::Eq) }
+        .unwrap();
+    stream.synchronize_timeout(LONG).unwrap();
+    assert!(matches!(signals.check_timeouts(), Err(Error::Timeout(_))));
+    signals.check_timeouts().unwrap();
+}
+
+#[test]
+fn host_functions_run_in_stream_order() {
+    let Some(device) = common::device_or_skip("host_functions_run_in_stream_order") else {
+        return;
+    };
+    let stream = Stream::new(&device).unwrap();
+    let seen = Arc::new(AtomicU32::new(0));
+    for i in 1..=50u32 {
+        let seen = seen.clone();
+        stream
+            .launch_host_fn(move || {
+                // Runs once, after the previous one: the counter steps by one.
+                let _ = seen.compare_exchange(i - 1, i, Ordering::SeqCst, Ordering::SeqCst);
+            })
+            .unwrap();
+    }
+    stream.synchronize_timeout(LONG).unwrap();
+    assert_eq!(seen.load(Ordering::SeqCst), 50);
+}
+
+#[test]
+fn a_captured_graph_replays_with_fresh_data() {
+    let Some(device) = common::device_or_skip("a_captured_graph_replays_with_fresh_data") else {
+        return;
+    };
+    let kernels = Kernels::load(&device, &GpuConfig::from_env()).unwrap();
+    let signals = Signals::new(&device, Some(&kernels), false, LONG).unwrap();
+    let bells = Doorbells::new(&device, 1).unwrap();
+    let stream = Stream::new(&device).unwrap();
+    let n = 65_537usize;
+    let mut a = DeviceBuffer::alloc(&device, n * 4).unwrap();
+    let mut b = DeviceBuffer::alloc(&device, n * 4).unwrap();
+    let mut out = DeviceBuffer::alloc(&device, n * 4).unwrap();
+    stream.begin_capture().unwrap();
+    assert!(stream.is_capturing().unwrap());
+    // A run-once host function would run on every replay: refused, and the
+    // capture goes on unharmed.
+    let refused = stream.launch_host_fn(|| {}).unwrap_err();
+    assert!(refused.to_string().contains("capturing"), "{refused}");
+    let (srcs, dsts) = ([a.as_raw(), b.as_raw()], [out.as_raw()]);
+    let work = ReduceCopy {
+        srcs: &srcs,
+        dsts: &dsts,
+        count: n,
+        avg_divisor: 1,
+    };
+    // SAFETY: the buffers and doorbell outlive every replay (synchronised below).
+    unsafe {
+        kernels
+            .reduce_copy(&stream, DataType::I32, ReduceOp::Sum, &work)
+            .unwrap();
+        signals
+            .write_value32(&stream, bells.device_ptr(0).unwrap(), 0)
+            .unwrap();
+    }
+    let graph = stream.end_capture().unwrap();
+    let exec = graph.instantiate().unwrap();
+    let (start, end) = (
+        Event::new(&device, true).unwrap(),
+        Event::new(&device, true).unwrap(),
+    );
+    let mut rng = rand::thread_rng();
+    for replay in 0..200u32 {
+        let x: Vec<i32> = (0..n).map(|_| rng.gen()).collect();
+        let y: Vec<i32> = (0..n).map(|_| rng.gen()).collect();
+        a.copy_from_host(bytemuck::cast_slice(&x)).unwrap();
+        b.copy_from_host(bytemuck::cast_slice(&y)).unwrap();
+        out.fill(0xA5).unwrap();
+        bells.store(0, 1).unwrap();
+        start.record(&stream).unwrap();
+        exec.launch(&stream).unwrap();
+        end.record(&stream).unwrap();
+        stream.synchronize_timeout(LONG).unwrap();
+        assert!(end.is_complete().unwrap());
+        assert!(Event::elapsed_ms(&start, &end).unwrap() >= 0.0);
+        let mut got = vec![0i32; n];
+        out.copy_to_host(bytemuck::cast_slice_mut(&mut got))
+            .unwrap();
+        for i in 0..n {
+            assert_eq!(
+                got[i],
+                x[i].wrapping_add(y[i]),
+                "replay {replay} element {i}"
+            );
+        }
+        assert_eq!(
+            bells.load(0).unwrap(),
+            0,
+            "replay {replay}: the captured write did not run"
+        );
+    }
+}
+
+#[test]
+fn ipc_handle_shares_memory_with_a_child_process() {
+    if let Ok(hex) = std::env::var("SC_IPC_CHILD_HANDLE") {
+        return ipc_child(&hex);
+    }
+    let Some(device) = common::device_or_skip("ipc_handle_shares_memory_with_a_child_process")
+    else {
+        return;
+    };
+    let n = 4096usize;
+    let mut buf = DeviceBuffer::alloc(&device, n).unwrap();
+    let data: Vec<u8> = (0..n).map(|_| rand::random()).collect();
+    buf.copy_from_host(&data).unwrap();
+    let handle = IpcHandle::export(&buf).unwrap();
+    let hex: String = handle
+        .to_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "ipc_handle_shares_memory_with_a_child_process",
+            "--nocapture",
+        ])
+        .env("SC_IPC_CHILD_HANDLE", hex)
+        .status()
+        .unwrap();
+    assert!(status.success(), "child failed: {status}");
+    let mut back = vec![0u8; n];
+    buf.copy_to_host(&mut back).unwrap();
+    let want: Vec<u8> = data.iter().map(|b| !b).collect();
+    assert_eq!(back, want, "the child's inverted bytes did not arrive");
+}
+
+/// In the child: open the parent's buffer, invert every byte in place.
+fn ipc_child(hex: &str) {
+    let device = streamcomm_gpu::Device::open(0).unwrap();
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect();
+    let handle = IpcHandle::from_bytes(&bytes).unwrap();
+    let mapping = IpcMapping::open(&device, &handle).unwrap();
+    let mut tmp = DeviceBuffer::alloc(&device, handle.len()).unwrap();
+    let stream = Stream::new(&device).unwrap();
+    // SAFETY: both ranges are live device memory of `handle.len()` bytes.
+    unsafe { stream.copy_async(tmp.as_raw(), mapping.as_raw(), handle.len()) }.unwrap();
+    stream.synchronize_timeout(LONG).unwrap();
+    let mut host = vec![0u8; handle.len()];
+    tmp.copy_to_host(&mut host).unwrap();
+    host.iter_mut().for_each(|b| *b = !*b);
+    tmp.copy_from_host(&host).unwrap();
+    // SAFETY: as above.
+    unsafe { stream.copy_async(mapping.as_raw(), tmp.as_raw(), handle.len()) }.unwrap();
+    stream.synchronize_timeout(LONG).unwrap();
+}
+
+#[test]
+fn dmabuf_export_gives_a_descriptor_or_says_unsupported() {
+    let Some(device) =
+        common::device_or_skip("dmabuf_export_gives_a_descriptor_or_says_unsupported")
+    else {
+        return;
+    };
+    let buf = DeviceBuffer::alloc(&device, 1 << 21).unwrap();
+    match buf.export_dmabuf() {
+        Ok(fd) => {
+            use std::os::fd::AsRawFd;
+            assert!(fd.as_raw_fd() >= 0);
+            eprintln!("dma-buf fd {}", fd.as_raw_fd());
+        }
+        Err(Error::Unavailable(why)) => eprintln!("dma-buf unsupported here: {why}"),
+        Err(e) => panic!("dma-buf export failed: {e}"),
+    }
+}
