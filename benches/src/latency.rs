@@ -5,7 +5,8 @@
 //! osu_latency does: rank 0 sends and waits for the reply, rank 1 echoes,
 //! each round trip synchronized and timed on its own. One-way latency is
 //! half the round trip. Ranks other than 0 and 1 only wait at the barrier
-//! that ends the test.
+//! that ends the test. Measured twice: with stream operations (enqueue,
+//! then `synchronize`) and with the host-blocking `send_host`/`recv_host`.
 
 use std::time::Instant;
 
@@ -30,6 +31,9 @@ pub struct Latency {
     pub iters: u64,
     /// Percentiles of half the round trip, as seen by rank 0.
     pub one_way: Percentiles,
+    /// The same with host-blocking calls (`send_host`/`recv_host`: no
+    /// stream, the calling thread moves the message).
+    pub host_one_way: Percentiles,
 }
 
 /// Runs the ping-pong; `Some` on rank 0, `None` elsewhere.
@@ -63,10 +67,30 @@ pub fn ping_pong(
             }
         }
     }
+    comm.barrier_host()
+        .context("barrier between the ping-pongs")?;
+    let mut host_samples = Vec::with_capacity(iters as usize);
+    if comm.rank() <= 1 {
+        let peer = 1 - comm.rank();
+        for i in 0..WARMUP + iters {
+            let start = Instant::now();
+            if comm.rank() == 0 {
+                comm.send_host(&ping, peer).context("send_host")?;
+                comm.recv_host(&mut pong, peer).context("recv_host")?;
+            } else {
+                comm.recv_host(&mut pong, peer).context("recv_host")?;
+                comm.send_host(&ping, peer).context("send_host")?;
+            }
+            if i >= WARMUP {
+                host_samples.push(start.elapsed().as_secs_f64() * 1e6 / 2.0);
+            }
+        }
+    }
     comm.barrier_host().context("barrier after the ping-pong")?;
     Ok((comm.rank() == 0).then(|| Latency {
         bytes: MESSAGE_BYTES,
         iters,
         one_way: Percentiles::of(&mut samples),
+        host_one_way: Percentiles::of(&mut host_samples),
     }))
 }

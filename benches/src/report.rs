@@ -294,6 +294,14 @@ pub fn print_summary(p: &mut Printer, rows: &[Row], latency: Option<&Latency>, m
             l.one_way.p99,
             l.one_way.max
         ));
+        p.line(format!(
+            "# sendrecv {} B one-way latency, host calls (send_host/recv_host): p50 {:.2} us ({:.1}x c2c round trip), p99 {:.2} us, max {:.2} us",
+            l.bytes,
+            l.host_one_way.p50,
+            fraction(l.host_one_way.p50, limits.c2c_round_trip_us),
+            l.host_one_way.p99,
+            l.host_one_way.max
+        ));
     }
     if let Some(tcp) = &machine.tcp {
         for line in vstcp::summary_lines(&VsTcp::new(tcp, rows, latency)) {

@@ -165,6 +165,7 @@ mod tests {
                 p50: 15.0,
                 ..Percentiles::default()
             },
+            host_one_way: Percentiles::default(),
         };
         let v = VsTcp::new(&tcp(), &rows, Some(&latency));
         assert_eq!(v.largest_bytes, Some(64 << 20));

@@ -422,6 +422,60 @@ fn a_receive_buffer_too_small_names_both_sizes() {
     }
 }
 
+/// Host-blocking send/recv: a ping-pong with fresh data each way, ordered
+/// with stream operations of the same communicator.
+fn host_calls(comm: &Communicator, stream: &HostStream, seed: u64) {
+    let r = comm.rank();
+    if r < 2 {
+        let peer = 1 - r;
+        for i in 0..500u64 {
+            let len = 1 + (i as usize * 37) % 700;
+            if (i as usize + r) % 2 == 0 {
+                comm.send_host(
+                    &HostBuffer::from_slice(&payload(seed, r, peer, 600 + i, len)),
+                    peer,
+                )
+                .unwrap();
+            } else {
+                let mut b = HostBuffer::from_slice(&vec![POISON; len]);
+                comm.recv_host(&mut b, peer).unwrap();
+                assert_eq!(
+                    b.to_vec(),
+                    payload(seed, peer, r, 600 + i, len),
+                    "message {i}"
+                );
+            }
+        }
+        // A stream send, then a host recv: the host call waits its turn.
+        let big = 3 * LIMIT;
+        if r == 0 {
+            comm.send(
+                &HostBuffer::from_slice(&payload(seed, 0, 1, 700, big)),
+                1,
+                stream,
+            )
+            .unwrap();
+            let mut b = HostBuffer::from_slice(&[POISON; 5]);
+            comm.recv_host(&mut b, 1).unwrap();
+            assert_eq!(b.to_vec(), payload(seed, 1, 0, 701, 5));
+            stream.synchronize().unwrap();
+        } else {
+            let mut b = HostBuffer::from_slice(&vec![POISON; big]);
+            comm.recv_host(&mut b, 0).unwrap();
+            assert_eq!(b.to_vec(), payload(seed, 0, 1, 700, big));
+            comm.send_host(&HostBuffer::from_slice(&payload(seed, 1, 0, 701, 5)), 0)
+                .unwrap();
+        }
+    }
+    comm.barrier_host().unwrap();
+}
+
+#[test]
+fn host_blocking_send_recv_shm_and_tcp() {
+    on_threads(2, config(TransportChoice::Shm), host_calls);
+    on_threads(3, config(TransportChoice::Tcp), host_calls);
+}
+
 #[test]
 fn bad_arguments_are_refused_at_enqueue() {
     harness::run_threads(
@@ -457,6 +511,8 @@ fn bad_arguments_are_refused_at_enqueue() {
             let e = comm.all_to_allv(&b, &[9, 0], &[0, 0], &mut out, &[1, 1], &[0, 1], &stream);
             assert!(msg(e.unwrap_err()).contains("outside a buffer of 8"));
             assert!(msg(comm.gather(&b, &mut out, 5, &stream).unwrap_err()).contains("root 5"));
+            assert!(msg(comm.send_host(&b, 9).unwrap_err()).contains("peer 9"));
+            assert!(msg(comm.recv_host(&mut out, comm.rank()).unwrap_err()).contains("this rank"));
             // Nothing was enqueued: the communicator still works.
             ring_exchange(&comm, &stream, 7);
         },

@@ -58,7 +58,7 @@ use crate::comm::buffer::{AsBufView, BufView};
 use crate::comm::inner::CommInner;
 use crate::comm::Communicator;
 use crate::host::HostStream;
-use crate::host::{Job, Task};
+use crate::host::{Job, JobMode, Task};
 use crate::{Error, Result};
 use spec::{Dir, GroupSpec};
 use stats::StatCounters;
@@ -281,6 +281,55 @@ impl Communicator {
     /// As [`Communicator::send`].
     pub fn recv(&self, buf: &mut impl AsBufView, peer: usize, stream: &HostStream) -> Result<()> {
         self.group(|g| g.recv(buf, peer, stream))
+    }
+
+    /// Sends `buf` to `peer` from the calling thread, returning when the
+    /// message is delivered (eager: in the peer's ring; rendezvous: in the
+    /// peer's buffer), like `MPI_Send`. It takes its turn in this
+    /// communicator's issue order, as [`Communicator::barrier_host`] does,
+    /// so it waits for earlier stream operations of this communicator.
+    ///
+    /// # Errors
+    /// As [`Communicator::send`], plus execution errors (timeout, peer
+    /// failure) directly.
+    pub fn send_host(&self, buf: &impl AsBufView, peer: usize) -> Result<()> {
+        let v = buf.buf_view();
+        let mut spec = GroupSpec::new(
+            format!("send_host to {peer}"),
+            self.inner.rank,
+            self.inner.size,
+        );
+        spec.push(Dir::Send, peer, &v, 0, v.len())?;
+        self.run_host(spec)
+    }
+
+    /// Receives a message from `peer` into the front of `buf` on the calling
+    /// thread, returning when it has arrived (`MPI_Recv`); ordered like
+    /// [`Communicator::send_host`].
+    ///
+    /// # Errors
+    /// As [`Communicator::recv`], plus execution errors directly.
+    pub fn recv_host(&self, buf: &mut impl AsBufView, peer: usize) -> Result<()> {
+        let v = buf.buf_view();
+        let mut spec = GroupSpec::new(
+            format!("recv_host from {peer}"),
+            self.inner.rank,
+            self.inner.size,
+        );
+        spec.push(Dir::Recv, peer, &v, 0, v.len())?;
+        self.run_host(spec)
+    }
+
+    fn run_host(&self, spec: GroupSpec) -> Result<()> {
+        if let Some(e) = self.inner.error() {
+            return Err(e);
+        }
+        spec.check()?;
+        let ticket = self.inner.turns.take();
+        self.inner
+            .run_ticketed(ticket, JobMode::Run, &spec.name, |c| {
+                c.run_group(&spec, ticket)
+            })
     }
 
     /// All-to-all with per-peer counts and displacements (MPI_Alltoallv):
