@@ -129,7 +129,10 @@ fn p2p_scenario(comm: &Communicator, stream: &HostStream, seed: u64) {
         stream.synchronize().unwrap();
         let got = inb.to_vec();
         assert_eq!(&got[..len], &payload(seed, left, r, tag, len)[..]);
-        assert!(got[len..].iter().all(|&v| v == POISON), "wrote past the end");
+        assert!(
+            got[len..].iter().all(|&v| v == POISON),
+            "wrote past the end"
+        );
     }
     for (tag, len) in [(10u64, 0usize), (11, 7), (12, 4096 / 8 + 1), (13, 33_333)] {
         if r == 0 {

@@ -120,11 +120,10 @@ pub(crate) fn connect_peers(
         }
     };
     // Collective: every rank exchanges verbs addresses when any pair uses verbs.
-    let any_verbs = endpoints.iter().enumerate().any(|(a, ea)| {
-        endpoints[a + 1..]
-            .iter()
-            .any(|eb| pair_uses_verbs(ea, eb))
-    });
+    let any_verbs = endpoints
+        .iter()
+        .enumerate()
+        .any(|(a, ea)| endpoints[a + 1..].iter().any(|eb| pair_uses_verbs(ea, eb)));
     let verbs_peers: Vec<usize> = (0..size).filter(|&p| use_verbs[p]).collect();
     #[cfg(feature = "verbs")]
     let mut verbs = match any_verbs {

@@ -161,7 +161,12 @@ impl PeerRdma {
     }
 
     /// Writes an 8-byte counter into the peer's control block (inline).
-    fn post_word(&mut self, offset: u64, value: u64, signal: Option<Signalled>) -> Result<(), Error> {
+    fn post_word(
+        &mut self,
+        offset: u64,
+        value: u64,
+        signal: Option<Signalled>,
+    ) -> Result<(), Error> {
         let bytes = value.to_le_bytes();
         self.post_write(
             bytes.as_ptr() as u64,
