@@ -1,7 +1,8 @@
 //! The verbs transport. Where an RDMA device is active (the Soft-RoCE guest:
 //! `scripts/verbs-check.sh`), every collective and the barrier over verbs
 //! with 2 and 3 ranks, point-to-point (eager and rendezvous sizes, a group
-//! ring exchange, many small messages) and an abort that reaches the peers.
+//! ring exchange, many small messages), an abort that reaches the peers and
+//! a SIGKILLed peer process that the others report.
 //! Where none is (this host), `STREAMCOMM_TRANSPORT=verbs` fails with
 //! `Error::Unavailable` and `auto` still forms the communicator.
 
@@ -221,4 +222,103 @@ fn an_abort_reaches_verbs_peers_instead_of_a_timeout() {
             Ok(()) => panic!("rank {rank}: the receive from an aborted rank succeeded"),
         }
     }
+}
+
+const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";
+
+#[test]
+#[ignore = "entry point of the child processes"]
+fn child() {
+    let Ok(scenario) = std::env::var(SCENARIO) else {
+        return;
+    };
+    assert_eq!(scenario, "die", "unknown scenario");
+    let comm = Communicator::from_env().unwrap();
+    let stream = HostStream::new().unwrap();
+    // Rank 1 dies (SIGKILL) in the middle of an all_reduce loop.
+    let buf = HostBuffer::<f32>::zeroed(1 << 14);
+    let mut out = HostBuffer::<f32>::zeroed(1 << 14);
+    comm.barrier_host().unwrap();
+    for i in 0.. {
+        if comm.rank() == 1 && i == 10 {
+            // SAFETY: raising SIGKILL on ourselves.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        if let Err(e) = comm
+            .all_reduce(&buf, &mut out, ReduceOp::Sum, &stream)
+            .and_then(|()| stream.synchronize())
+        {
+            eprintln!("rank {} got: {e}", comm.rank());
+            // Stay alive a moment so that no survivor sees another
+            // survivor's exit before rank 1's death.
+            std::thread::sleep(Duration::from_secs(2));
+            let named = matches!(
+                e,
+                Error::Transport { peer: 1, .. } | Error::RemoteFailed { peer: 1, .. }
+            );
+            std::process::exit(if named { 42 } else { 43 });
+        }
+    }
+}
+
+/// Rank 1 of 3 processes is SIGKILLed mid all_reduce loop: its QPs vanish,
+/// and ranks 0 and 2 must fail naming it well within the timeout (their
+/// writes to it, heartbeats included, exhaust their retries).
+#[test]
+fn a_killed_peer_fails_the_others_naming_it() {
+    use std::os::unix::process::ExitStatusExt;
+    if !rdma_here() {
+        eprintln!("no RDMA device here: skipped");
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let id = UniqueId::new().unwrap();
+    let t0 = std::time::Instant::now();
+    let mut children: Vec<_> = (0..3)
+        .map(|rank| {
+            std::process::Command::new(&exe)
+                .args(["--exact", "child", "--ignored", "--nocapture", "-q"])
+                .env(SCENARIO, "die")
+                .env("STREAMCOMM_UNIQUE_ID", id.to_string())
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", "3")
+                .env("STREAMCOMM_TRANSPORT", "verbs")
+                .env("STREAMCOMM_TIMEOUT", "60")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut status = vec![None; 3];
+    while status.iter().any(Option::is_none) {
+        if t0.elapsed() > Duration::from_secs(120) {
+            for c in &mut children {
+                let _ = c.kill();
+            }
+            panic!("a rank hangs: {status:?}");
+        }
+        for (r, c) in children.iter_mut().enumerate() {
+            if status[r].is_none() {
+                status[r] = c.try_wait().unwrap();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = t0.elapsed();
+    eprintln!("killed-peer scenario took {took:?}");
+    assert_eq!(
+        status[1].unwrap().signal(),
+        Some(libc::SIGKILL),
+        "{status:?}"
+    );
+    for r in [0, 2] {
+        assert_eq!(
+            status[r].unwrap().code(),
+            Some(42),
+            "rank {r} must fail naming rank 1: {status:?}"
+        );
+    }
+    assert!(
+        took < Duration::from_secs(60),
+        "took {took:?} (timeout 60 s)"
+    );
 }

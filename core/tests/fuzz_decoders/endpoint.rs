@@ -16,17 +16,19 @@ fn endpoint() -> impl Strategy<Value = Endpoint> {
         prop::option::of(socket_addr()),
         0..=2u8,
     )
-        .prop_map(|(host, pid, shm_name, nsteps, slot_bytes, tcp, verbs)| Endpoint {
-            host,
-            pid,
-            shm_name,
-            shape: RingShape {
-                nsteps: nsteps as usize,
-                slot_bytes: slot_bytes as usize,
+        .prop_map(
+            |(host, pid, shm_name, nsteps, slot_bytes, tcp, verbs)| Endpoint {
+                host,
+                pid,
+                shm_name,
+                shape: RingShape {
+                    nsteps: nsteps as usize,
+                    slot_bytes: slot_bytes as usize,
+                },
+                tcp,
+                verbs,
             },
-            tcp,
-            verbs,
-        })
+        )
 }
 
 /// One length-prefixed string field of an endpoint: usually well formed

@@ -16,7 +16,11 @@
 //!
 //! A bad completion or a failed post puts the communicator in its error
 //! state naming the peer and transport `verbs`; an abort is written into
-//! every peer's control block so their waits end too. The thread polls:
+//! every peer's control block so their waits end too. A peer idle for
+//! [`HEARTBEAT`] gets a signalled rewrite of its credit word, so that a dead
+//! peer (its QP gone) shows as a failed completion (retries exhausted, about
+//! half a second with the QP's timeout 14 and 7 retries), or as a write that
+//! never completes ([`STALL`]), even while this rank only waits for it. The thread polls:
 //! it spins while work moves, then sleeps in short steps (kicked awake by
 //! the stream when it stages a slot or frees one).
 
@@ -62,10 +66,13 @@ pub struct PeerRdma {
     wr_done: u64,
     /// Posted count of the latest signalled request.
     last_signalled: u64,
-    /// Signalled requests in flight: (posted count after it, what it was).
-    inflight: VecDeque<(u64, Signalled)>,
+    /// Signalled requests in flight: (posted count after it, what it was,
+    /// when it was posted).
+    inflight: VecDeque<(u64, Signalled, Instant)>,
     abort_sent: bool,
     closed_sent: bool,
+    /// When a work request was last posted (for the heartbeat).
+    last_post: Instant,
 }
 
 impl PeerRdma {
@@ -89,6 +96,7 @@ impl PeerRdma {
             inflight: VecDeque::new(),
             abort_sent: false,
             closed_sent: false,
+            last_post: Instant::now(),
         }
     }
 
@@ -153,9 +161,10 @@ impl PeerRdma {
             )));
         }
         self.wr_posted += 1;
+        self.last_post = Instant::now();
         if let Some(s) = signal {
             self.last_signalled = self.wr_posted;
-            self.inflight.push_back((self.wr_posted, s));
+            self.inflight.push_back((self.wr_posted, s, self.last_post));
         }
         Ok(())
     }
@@ -261,7 +270,7 @@ impl PeerRdma {
                 )));
             }
             self.wr_done = self.wr_done.max(c.wr_id);
-            while let Some(&(at, s)) = self.inflight.front() {
+            while let Some(&(at, s, _)) = self.inflight.front() {
                 if at > c.wr_id {
                     break;
                 }
@@ -315,6 +324,20 @@ impl PeerRdma {
             self.send()?
         };
         let received = self.receive()?;
+        if let Some(&(_, _, at)) = self.inflight.front() {
+            if !self.peer_closed() && at.elapsed() > STALL {
+                return Err(self.fail(format!(
+                    "an RDMA write to it has not completed in {} s: the peer is dead or unreachable",
+                    STALL.as_secs()
+                )));
+            }
+        }
+        if !self.peer_closed() && self.last_post.elapsed() >= HEARTBEAT && self.room() > 1 {
+            // Nothing else would show that the peer died while we only
+            // wait: rewrite our credit (same value, harmless), signalled, so
+            // a dead peer's QP turns into a failed completion.
+            self.post_word(CTRL_HEAD, self.credit_sent, Some(Signalled::Other))?;
+        }
         Ok(polled || sent || received)
     }
 }
@@ -432,6 +455,12 @@ fn goodbye(peers: &mut [PeerRdma], dead: &[bool]) {
     }
 }
 
+/// A signalled write that has not completed after this long means the
+/// peer is gone. A NIC reports exhausted retries sooner (about 0.5 s); Soft-RoCE
+/// (rdma_rxe) was seen never completing a write to a killed process's QP.
+const STALL: Duration = Duration::from_secs(8);
+/// Idle time after which a peer gets a heartbeat write.
+const HEARTBEAT: Duration = Duration::from_millis(200);
 /// How long a closing communicator keeps writing what it staged.
 const DRAIN: Duration = Duration::from_secs(10);
 /// Idle rounds spent spinning (then as many yielding) before sleeping.
