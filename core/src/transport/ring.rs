@@ -514,11 +514,12 @@ mod tests {
     use std::time::Duration;
 
     #[repr(C, align(64))]
-    struct Aligned([u8; 128 + 4 * (64 + 64)]);
+    // Sized for the shape the tests use: header plus 4 slots of 64 + 64 bytes.
+    struct Aligned([u8; RING_HEADER_BYTES + 4 * (64 + 64)]);
 
     #[test]
     fn fifo_with_credits() {
-        let mut mem = Box::new(Aligned([0; 128 + 4 * 128]));
+        let mut mem = Box::new(Aligned([0; RING_HEADER_BYTES + 4 * 128]));
         let shape = RingShape {
             nsteps: 4,
             slot_bytes: 64,
@@ -552,7 +553,7 @@ mod tests {
 
     #[test]
     fn lost_and_repeated_slots_are_refused() {
-        let mut mem = Box::new(Aligned([0; 128 + 4 * 128]));
+        let mut mem = Box::new(Aligned([0; RING_HEADER_BYTES + 4 * 128]));
         let shape = RingShape {
             nsteps: 4,
             slot_bytes: 64,
