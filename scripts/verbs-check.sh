@@ -24,4 +24,5 @@ fi
 export CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="$runner"
 # Emulated CPUs are slow: give every wait room; the tests bound themselves.
 export STREAMCOMM_TIMEOUT="${STREAMCOMM_TIMEOUT:-120}"
-exec cargo test -p streamcomm --features verbs --test verbs "$@" -- --test-threads=1 --nocapture
+# --all-features: the same build of the library as CI's --all-features run.
+exec cargo test -p streamcomm --all-features --test verbs "$@" -- --test-threads=1 --nocapture

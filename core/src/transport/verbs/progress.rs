@@ -22,7 +22,8 @@
 //! half a second with the QP's timeout 14 and 7 retries), or as a write that
 //! never completes ([`STALL`]), even while this rank only waits for it. The thread polls:
 //! it spins while work moves, then sleeps in short steps (kicked awake by
-//! the stream when it stages a slot or frees one).
+//! the stream when it stages a slot or frees one): 50 µs at first, doubling
+//! up to 500 µs while nothing moves.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -352,6 +353,7 @@ pub fn run(
 ) {
     let mut dead = vec![false; peers.len()];
     let mut idle = 0u32;
+    let mut nap = IDLE_SLEEP;
     let mut drain_deadline: Option<Instant> = None;
     loop {
         let failed = abort.load(Ordering::Acquire);
@@ -402,6 +404,7 @@ pub fn run(
         }
         if moved {
             idle = 0;
+            nap = IDLE_SLEEP;
             continue;
         }
         idle = idle.saturating_add(1);
@@ -419,8 +422,10 @@ pub fn run(
             };
             let ts = libc::timespec {
                 tv_sec: 0,
-                tv_nsec: IDLE_SLEEP.as_nanos() as libc::c_long,
+                tv_nsec: nap.as_nanos() as libc::c_long,
             };
+            // The longer nothing moves, the less often we look.
+            nap = (nap * 2).min(IDLE_SLEEP_MAX);
             // SAFETY: one valid pollfd, a valid timeout, no signal mask.
             unsafe { libc::ppoll(&mut fd, 1, &ts, std::ptr::null()) };
             kick.set_sleeping(false);
@@ -465,5 +470,8 @@ const HEARTBEAT: Duration = Duration::from_millis(200);
 const DRAIN: Duration = Duration::from_secs(10);
 /// Idle rounds spent spinning (then as many yielding) before sleeping.
 const SPIN_ROUNDS: u32 = 2000;
-/// Longest sleep of an idle proxy between polls of the remote counters.
+/// First sleep of an idle proxy between polls of the remote counters; it
+/// doubles while nothing moves, up to [`IDLE_SLEEP_MAX`].
 const IDLE_SLEEP: Duration = Duration::from_micros(50);
+/// Longest sleep of an idle proxy (a kick from the stream ends it at once).
+const IDLE_SLEEP_MAX: Duration = Duration::from_micros(500);
