@@ -56,6 +56,10 @@ fn forced_verbs_without_a_device_is_unavailable_and_auto_still_works() {
             other => panic!("expected Error::Unavailable, got {other:?}"),
         }
     }
+    // One rank has no peers: no device needed.
+    let id = UniqueId::new().unwrap();
+    let one = Communicator::init_with_config(&id, 0, 1, Backend::Host, verbs_config());
+    assert!(one.is_ok(), "{:?}", one.err());
     // auto: no device means no verbs, and the communicator forms anyway.
     let config = Config {
         transport: TransportChoice::Auto,

@@ -97,15 +97,15 @@ impl std::fmt::Debug for Communicator {
     }
 }
 
-/// Opens the RDMA device when this rank may use verbs: always under
-/// `STREAMCOMM_TRANSPORT=verbs` (failing if there is none), best effort
-/// under `auto` with peers (none: tcp between hosts).
+/// Opens the RDMA device when this rank has peers and may use verbs: under
+/// `STREAMCOMM_TRANSPORT=verbs` failing if there is none, under `auto` best
+/// effort (none: tcp between hosts).
 #[cfg(feature = "verbs")]
 fn open_verbs_device(config: &Config, size: usize) -> Result<connect::VerbsDevice> {
     use crate::transport::verbs::device::Device;
     let open = || Device::open(config.ib_hca.as_deref(), config.ib_gid_index).map(Arc::new);
     match config.transport {
-        TransportChoice::Verbs => open().map(Some),
+        TransportChoice::Verbs if size > 1 => open().map(Some),
         TransportChoice::Auto if size > 1 => match open() {
             Ok(d) => Ok(Some(d)),
             Err(e) => {
@@ -119,9 +119,9 @@ fn open_verbs_device(config: &Config, size: usize) -> Result<connect::VerbsDevic
 
 /// Without the `verbs` feature: no device, and forcing verbs is an error.
 #[cfg(not(feature = "verbs"))]
-fn open_verbs_device(config: &Config, _size: usize) -> Result<connect::VerbsDevice> {
+fn open_verbs_device(config: &Config, size: usize) -> Result<connect::VerbsDevice> {
     match config.transport {
-        TransportChoice::Verbs => Err(Error::Unavailable(
+        TransportChoice::Verbs if size > 1 => Err(Error::Unavailable(
             "STREAMCOMM_TRANSPORT=verbs, but this build of streamcomm has no verbs transport (build with the `verbs` feature)".into(),
         )),
         _ => Ok(None),

@@ -51,10 +51,12 @@ enum Signalled {
 pub struct PeerRdma {
     /// The peer's rank.
     pub peer: usize,
+    // Declared (so dropped) before the rings: the QP and its registrations
+    // go before the memory they cover.
+    qp: Qp,
     staging: RingEnd,
     inbound: RingEnd,
     rings: Arc<VerbsRings>,
-    qp: Qp,
     remote: VerbsAddr,
     /// Next staged slot to write.
     posted: u64,
