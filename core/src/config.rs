@@ -44,6 +44,9 @@ pub enum TransportChoice {
     Shm,
     /// tcp between every pair of ranks, even on one host.
     Tcp,
+    /// InfiniBand/RoCE verbs between every pair of ranks, even on one host
+    /// (needs the `verbs` feature and an active RDMA port).
+    Verbs,
 }
 
 /// Communicator settings. `Config::default()` gives the documented defaults;
@@ -72,13 +75,19 @@ pub struct Config {
     /// rank, comma-separated (`a,a,b,b`), or a number K meaning K consecutive
     /// ranks per host.
     pub hosts_override: Option<HostsOverride>,
-    /// `STREAMCOMM_TRANSPORT`: `auto` (default), `shm` or `tcp`.
+    /// `STREAMCOMM_TRANSPORT`: `auto` (default), `shm`, `tcp` or `verbs`.
     pub transport: TransportChoice,
     /// `STREAMCOMM_NCHANNELS`: sockets per tcp peer, carrying alternate slots (default 2).
     pub nchannels: usize,
     /// `STREAMCOMM_SOCKET_IFNAME`: interface whose address tcp listens on
     /// (default: the address that reaches the bootstrap root).
     pub socket_ifname: Option<String>,
+    /// `STREAMCOMM_IB_HCA`: RDMA device the verbs transport uses (default:
+    /// the first device with an active port).
+    pub ib_hca: Option<String>,
+    /// `STREAMCOMM_IB_GID_INDEX`: GID index the verbs transport uses (default:
+    /// a RoCE v2 GID chosen automatically, else index 0).
+    pub ib_gid_index: Option<u32>,
     /// `STREAMCOMM_P2P_EAGER_LIMIT`: largest point-to-point message (bytes)
     /// sent eagerly through the slot ring (default 64 KiB); larger messages
     /// use rendezvous (see [`crate::comm::p2p`]).
@@ -116,6 +125,8 @@ impl Default for Config {
             transport: TransportChoice::Auto,
             nchannels: 2,
             socket_ifname: None,
+            ib_hca: None,
+            ib_gid_index: None,
             p2p_eager_limit: DEFAULT_P2P_EAGER_LIMIT,
             p2p_direct: true,
             debug: None,
@@ -186,6 +197,7 @@ impl Config {
                 "" | "auto" => TransportChoice::Auto,
                 "shm" => TransportChoice::Shm,
                 "tcp" => TransportChoice::Tcp,
+                "verbs" => TransportChoice::Verbs,
                 _ => return Err(bad("STREAMCOMM_TRANSPORT", &v)),
             };
         }
@@ -196,6 +208,33 @@ impl Config {
             let v = v.trim();
             if !v.is_empty() {
                 self.socket_ifname = Some(v.to_string());
+            }
+        }
+        if let Some(v) = get("STREAMCOMM_IB_HCA") {
+            let v = v.trim();
+            if !v.is_empty() {
+                if !v
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
+                {
+                    return Err(bad("STREAMCOMM_IB_HCA", v));
+                }
+                self.ib_hca = Some(v.to_string());
+            }
+        }
+        if let Some(v) = get("STREAMCOMM_IB_GID_INDEX") {
+            let t = v.trim();
+            if !t.is_empty() {
+                // Strict: decimal digits only, and a GID table has at most
+                // 256 entries per port in practice (u8 in the address vector).
+                let n: u32 = t
+                    .chars()
+                    .all(|c| c.is_ascii_digit())
+                    .then(|| t.parse().ok())
+                    .flatten()
+                    .filter(|&n| n <= 255)
+                    .ok_or_else(|| bad("STREAMCOMM_IB_GID_INDEX", &v))?;
+                self.ib_gid_index = Some(n);
             }
         }
         if let Some(v) = get("STREAMCOMM_P2P_EAGER_LIMIT") {
@@ -415,6 +454,12 @@ mod tests {
             ("STREAMCOMM_HOSTS_OVERRIDE", "a,,b"),
             ("STREAMCOMM_ALGO", "all_reduce=binomial"),
             ("STREAMCOMM_FAULTS", "send:peer=1:drop"),
+            ("STREAMCOMM_TRANSPORT", "carrier-pigeon"),
+            ("STREAMCOMM_IB_GID_INDEX", "-1"),
+            ("STREAMCOMM_IB_GID_INDEX", "+3"),
+            ("STREAMCOMM_IB_GID_INDEX", "256"),
+            ("STREAMCOMM_IB_GID_INDEX", "3x"),
+            ("STREAMCOMM_IB_HCA", "mlx5_0; rm"),
         ] {
             let e = cfg(&[(k, v)]).unwrap_err().to_string();
             assert!(
@@ -422,6 +467,21 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn verbs_settings() {
+        let c = cfg(&[
+            ("STREAMCOMM_TRANSPORT", "Verbs"),
+            ("STREAMCOMM_IB_HCA", " rxe0 "),
+            ("STREAMCOMM_IB_GID_INDEX", "3"),
+        ])
+        .unwrap();
+        assert_eq!(c.transport, TransportChoice::Verbs);
+        assert_eq!(c.ib_hca.as_deref(), Some("rxe0"));
+        assert_eq!(c.ib_gid_index, Some(3));
+        let c = cfg(&[("STREAMCOMM_IB_HCA", ""), ("STREAMCOMM_IB_GID_INDEX", " ")]).unwrap();
+        assert_eq!((c.ib_hca, c.ib_gid_index), (None, None));
     }
 
     #[test]

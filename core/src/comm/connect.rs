@@ -3,14 +3,16 @@
 //! Rule (DESIGN.md §4): a peer on the same host (same host identity, which
 //! includes the network namespace) is reached over shared memory, any other
 //! over tcp; `STREAMCOMM_TRANSPORT=tcp` forces tcp everywhere and `=shm`
-//! refuses peers on other hosts.
+//! refuses peers on other hosts. Verbs comes first where both ranks can
+//! use it ([`pair_uses_verbs`]): peers on other hosts when both have an
+//! active RDMA port, every peer under `STREAMCOMM_TRANSPORT=verbs`.
 
 use std::collections::HashMap;
 use std::net::TcpListener;
 use std::sync::Arc;
 
-use crate::bootstrap::UniqueId;
-use crate::comm::endpoint::Endpoint;
+use crate::bootstrap::{Bootstrap, UniqueId};
+use crate::comm::endpoint::{pair_uses_verbs, Endpoint, VERBS_FORCED};
 use crate::config::{Config, TransportChoice};
 use crate::transport::ring::RingShape;
 use crate::transport::tcp::setup::{connect_all, ConnectPlan};
@@ -24,7 +26,17 @@ pub(crate) struct Links {
     pub peers: Vec<Option<Connection>>,
     /// tcp peers to hand to the network thread.
     pub tcp: Vec<TcpPeerSetup>,
+    /// verbs peers to hand to the verbs proxy thread.
+    #[cfg(feature = "verbs")]
+    pub verbs: Vec<crate::transport::verbs::VerbsPeerSetup>,
 }
+
+/// The RDMA device this rank may use, if any.
+#[cfg(feature = "verbs")]
+pub(crate) type VerbsDevice = Option<Arc<crate::transport::verbs::device::Device>>;
+/// Without the `verbs` feature there is never a device.
+#[cfg(not(feature = "verbs"))]
+pub(crate) type VerbsDevice = Option<()>;
 
 /// Opens a connection to every peer.
 #[allow(clippy::too_many_arguments)]
@@ -37,9 +49,12 @@ pub(crate) fn connect_peers(
     id: &UniqueId,
     listener: Option<(TcpListener, std::net::SocketAddr)>,
     shape: RingShape,
+    boot: &mut Bootstrap,
+    device: &VerbsDevice,
 ) -> Result<Links> {
     let size = endpoints.len();
     let mut use_tcp = vec![false; size];
+    let mut use_verbs = vec![false; size];
     for (p, ep) in endpoints.iter().enumerate() {
         if ep.shape != shape {
             return Err(Error::invalid(format!(
@@ -51,9 +66,23 @@ pub(crate) fn connect_peers(
             continue;
         }
         let same_host = ep.host == me.host;
+        use_verbs[p] = pair_uses_verbs(me, ep);
+        if !use_verbs[p] && (me.verbs == VERBS_FORCED || ep.verbs == VERBS_FORCED) {
+            let (who, other) = if me.verbs == VERBS_FORCED {
+                (p, rank)
+            } else {
+                (rank, p)
+            };
+            return Err(Error::Unavailable(format!(
+                "STREAMCOMM_TRANSPORT=verbs on rank {other}, but rank {who} has no active RDMA device (or another transport forced)"
+            )));
+        }
+        if use_verbs[p] {
+            continue;
+        }
         use_tcp[p] = match config.transport {
             TransportChoice::Tcp => true,
-            TransportChoice::Auto => !same_host,
+            TransportChoice::Auto | TransportChoice::Verbs => !same_host,
             TransportChoice::Shm if same_host => false,
             TransportChoice::Shm => {
                 return Err(Error::Unavailable(format!(
@@ -90,11 +119,49 @@ pub(crate) fn connect_peers(
             ))
         }
     };
+    // Collective: every rank exchanges verbs addresses when any pair uses verbs.
+    let any_verbs = endpoints
+        .iter()
+        .enumerate()
+        .any(|(a, ea)| endpoints[a + 1..].iter().any(|eb| pair_uses_verbs(ea, eb)));
+    let verbs_peers: Vec<usize> = (0..size).filter(|&p| use_verbs[p]).collect();
+    #[cfg(feature = "verbs")]
+    let mut verbs = match any_verbs {
+        true => crate::transport::verbs::connect(boot, rank, device.as_ref(), &verbs_peers, shape)?,
+        false => Vec::new(),
+    };
+    #[cfg(not(feature = "verbs"))]
+    {
+        let _ = (boot, device, &verbs_peers);
+        if any_verbs {
+            return Err(Error::Unavailable(
+                "other ranks use the verbs transport, but this build of streamcomm lacks the `verbs` feature".into(),
+            ));
+        }
+    }
     let mut peers = Vec::with_capacity(size);
     let mut tcp = Vec::new();
     for (p, ep) in endpoints.iter().enumerate() {
         if p == rank {
             peers.push(None);
+        } else if use_verbs[p] {
+            #[cfg(feature = "verbs")]
+            {
+                let i = verbs.iter().position(|v| v.peer == p).ok_or_else(|| {
+                    Error::Bootstrap(format!("verbs: no connection formed to rank {p}"))
+                })?;
+                let rings = verbs[i].rings.clone();
+                let (send, recv) = rings.stream_ends();
+                peers.push(Some(Connection {
+                    send,
+                    recv,
+                    link: Link::Verbs {
+                        rings,
+                        // Replaced by the proxy thread's kick once it starts.
+                        kick: Arc::new(crate::transport::tcp::kick::Kick::new()?),
+                    },
+                }));
+            }
         } else if use_tcp[p] {
             let rings = Arc::new(TcpRings::new(shape));
             let (send, recv) = rings.stream_ends();
@@ -121,13 +188,26 @@ pub(crate) fn connect_peers(
             }));
         }
     }
-    Ok(Links { peers, tcp })
+    Ok(Links {
+        peers,
+        tcp,
+        #[cfg(feature = "verbs")]
+        verbs: std::mem::take(&mut verbs),
+    })
 }
 
-/// Points a tcp connection's kick at the running network thread.
-pub(crate) fn attach_kick(mut c: Connection, net: Option<&TcpNet>) -> Connection {
-    if let (Link::Tcp { kick, .. }, Some(net)) = (&mut c.link, net) {
-        *kick = net.kick.clone();
+/// Points a tcp or verbs connection's kick at its running proxy thread
+/// (`vkick`: the verbs proxy's).
+pub(crate) fn attach_kick(
+    mut c: Connection,
+    net: Option<&TcpNet>,
+    vkick: Option<&Arc<crate::transport::tcp::kick::Kick>>,
+) -> Connection {
+    match (&mut c.link, net, vkick) {
+        (Link::Tcp { kick, .. }, Some(net), _) => *kick = net.kick.clone(),
+        #[cfg(feature = "verbs")]
+        (Link::Verbs { kick, .. }, _, Some(v)) => *kick = v.clone(),
+        _ => {}
     }
     c
 }

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use crate::transport::ring::RingShape;
 use crate::{Error, Result};
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 const MAX_STRING: usize = 256;
 
 /// One rank's bootstrap record.
@@ -26,6 +26,25 @@ pub struct Endpoint {
     pub shape: RingShape,
     /// Where the rank accepts tcp connections, if it may use tcp.
     pub tcp: Option<SocketAddr>,
+    /// The rank's verbs stance: [`VERBS_NONE`], [`VERBS_AVAILABLE`] or
+    /// [`VERBS_FORCED`].
+    pub verbs: u8,
+}
+
+/// No active RDMA device, or verbs not allowed (tcp or shm forced, or a
+/// build without the `verbs` feature).
+pub const VERBS_NONE: u8 = 0;
+/// An active RDMA port, used for peers on other hosts.
+pub const VERBS_AVAILABLE: u8 = 1;
+/// `STREAMCOMM_TRANSPORT=verbs`: used for every peer.
+pub const VERBS_FORCED: u8 = 2;
+
+/// Whether the pair of ranks `a`, `b` talks over verbs: both can, and one
+/// forces it or they are on different hosts. Symmetric, so both ends agree.
+pub fn pair_uses_verbs(a: &Endpoint, b: &Endpoint) -> bool {
+    a.verbs != VERBS_NONE
+        && b.verbs != VERBS_NONE
+        && (a.verbs == VERBS_FORCED || b.verbs == VERBS_FORCED || a.host != b.host)
 }
 
 impl Endpoint {
@@ -41,6 +60,7 @@ impl Endpoint {
             &mut out,
             &self.tcp.map(|a| a.to_string()).unwrap_or_default(),
         );
+        out.push(self.verbs);
         out
     }
 
@@ -68,6 +88,10 @@ impl Endpoint {
                     .map_err(|_| Error::Bootstrap(format!("endpoint tcp address {t:?}")))?,
             ),
         };
+        let verbs = r.u8()?;
+        if verbs > VERBS_FORCED {
+            return Err(Error::Bootstrap(format!("endpoint verbs stance {verbs}")));
+        }
         if r.pos != bytes.len() {
             return Err(Error::Bootstrap(format!(
                 "endpoint has {} trailing bytes",
@@ -80,6 +104,7 @@ impl Endpoint {
             shm_name,
             shape: RingShape { nsteps, slot_bytes },
             tcp,
+            verbs,
         })
     }
 }
@@ -167,6 +192,7 @@ mod tests {
                 slot_bytes: 4096,
             },
             tcp: Some("10.1.2.3:4567".parse().unwrap()),
+            verbs: VERBS_AVAILABLE,
         };
         let bytes = e.encode();
         assert_eq!(Endpoint::decode(&bytes).unwrap(), e);
@@ -179,5 +205,33 @@ mod tests {
         let mut bad = bytes;
         bad[0] = 9;
         assert!(Endpoint::decode(&bad).is_err());
+        let mut bad = e.encode();
+        *bad.last_mut().unwrap() = 7;
+        assert!(Endpoint::decode(&bad).is_err());
+    }
+
+    #[test]
+    fn verbs_pairing_is_symmetric() {
+        let ep = |host: &str, verbs| Endpoint {
+            host: host.into(),
+            pid: 1,
+            shm_name: String::new(),
+            shape: RingShape {
+                nsteps: 1,
+                slot_bytes: 64,
+            },
+            tcp: None,
+            verbs,
+        };
+        for a in 0..=VERBS_FORCED {
+            for b in 0..=VERBS_FORCED {
+                for (ha, hb) in [("x", "x"), ("x", "y")] {
+                    let (ea, eb) = (ep(ha, a), ep(hb, b));
+                    let want = a != 0 && b != 0 && (a == 2 || b == 2 || ha != hb);
+                    assert_eq!(pair_uses_verbs(&ea, &eb), want);
+                    assert_eq!(pair_uses_verbs(&eb, &ea), want);
+                }
+            }
+        }
     }
 }

@@ -49,6 +49,10 @@ pub(crate) struct CommInner {
     /// The tcp network thread, if any peer is reached over tcp (declared
     /// before `peers`: it is stopped before the ring memory it uses goes).
     pub net: Option<TcpNet>,
+    /// The verbs proxy thread, if any peer is reached over verbs (also
+    /// before `peers`, for the same reason).
+    #[cfg(feature = "verbs")]
+    pub verbs_net: Option<crate::transport::verbs::VerbsNet>,
     /// `peers[p]` connects to rank `p` (`None` for ourselves).
     pub peers: Vec<Option<Connection>>,
     /// Our segment: inbound rings and the failure word peers raise.
@@ -76,6 +80,7 @@ impl CommInner {
         config: Config,
         topology: Topology,
         net: Option<TcpNet>,
+        #[cfg(feature = "verbs")] verbs_net: Option<crate::transport::verbs::VerbsNet>,
         peers: Vec<Option<Connection>>,
         error: Arc<Mutex<Option<Error>>>,
         segment: Arc<Segment>,
@@ -91,6 +96,8 @@ impl CommInner {
             config,
             topology,
             net,
+            #[cfg(feature = "verbs")]
+            verbs_net,
             peers,
             segment,
             turns: Turns::default(),
@@ -132,6 +139,10 @@ impl CommInner {
         }
         if let Some(net) = &self.net {
             net.notify_abort(culprit);
+        }
+        #[cfg(feature = "verbs")]
+        if let Some(v) = &self.verbs_net {
+            v.notify_abort(culprit);
         }
     }
 
@@ -320,7 +331,7 @@ impl CommInner {
     }
 }
 
-/// Where the tcp network thread reports a failure: the communicator's error
+/// Where the tcp network thread (or the verbs proxy) reports a failure: the communicator's error
 /// slot and the failure words of every segment this rank can reach.
 pub(crate) struct CommFailure {
     pub rank: usize,

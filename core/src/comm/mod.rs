@@ -98,6 +98,37 @@ impl std::fmt::Debug for Communicator {
     }
 }
 
+/// Opens the RDMA device when this rank has peers and may use verbs: under
+/// `STREAMCOMM_TRANSPORT=verbs` failing if there is none, under `auto` best
+/// effort (none: tcp between hosts).
+#[cfg(feature = "verbs")]
+fn open_verbs_device(config: &Config, size: usize) -> Result<connect::VerbsDevice> {
+    use crate::transport::verbs::device::Device;
+    let open = || Device::open(config.ib_hca.as_deref(), config.ib_gid_index).map(Arc::new);
+    match config.transport {
+        TransportChoice::Verbs if size > 1 => open().map(Some),
+        TransportChoice::Auto if size > 1 => match open() {
+            Ok(d) => Ok(Some(d)),
+            Err(e) => {
+                tracing::debug!(error = %e, "verbs unavailable; tcp between hosts");
+                Ok(None)
+            }
+        },
+        _ => Ok(None),
+    }
+}
+
+/// Without the `verbs` feature: no device, and forcing verbs is an error.
+#[cfg(not(feature = "verbs"))]
+fn open_verbs_device(config: &Config, size: usize) -> Result<connect::VerbsDevice> {
+    match config.transport {
+        TransportChoice::Verbs if size > 1 => Err(Error::Unavailable(
+            "STREAMCOMM_TRANSPORT=verbs, but this build of streamcomm has no verbs transport (build with the `verbs` feature)".into(),
+        )),
+        _ => Ok(None),
+    }
+}
+
 impl Communicator {
     /// Joins the communicator named by `id` as `rank` of `size`, with the
     /// configuration from the environment ([`Config::from_env`]).
@@ -142,6 +173,7 @@ impl Communicator {
             slot_bytes: config.slot_bytes(),
         };
         let timeout = config.timeout.min(Duration::from_secs(120));
+        let device = open_verbs_device(&config, size)?;
         let mut boot = Bootstrap::connect(id, rank, size, timeout)?;
         let mut segment = Segment::create(size, shape)?;
         // Listen for tcp unless told to use shared memory only.
@@ -162,6 +194,11 @@ impl Communicator {
             shm_name: segment.name().to_string(),
             shape,
             tcp: listener.as_ref().map(|(_, addr)| *addr),
+            verbs: match (&device, config.transport) {
+                (None, _) => endpoint::VERBS_NONE,
+                (Some(_), TransportChoice::Verbs) => endpoint::VERBS_FORCED,
+                (Some(_), _) => endpoint::VERBS_AVAILABLE,
+            },
         };
         let endpoints = boot
             .all_gather(&me.encode())?
@@ -177,7 +214,7 @@ impl Communicator {
         crate::tuning::check_same_everywhere(&mut boot, &config)?;
         let endpoints_pids: Vec<u32> = endpoints.iter().map(|e| e.pid).collect();
         let links = connect_peers(
-            rank, &config, &endpoints, &me, &segment, id, listener, shape,
+            rank, &config, &endpoints, &me, &segment, id, listener, shape, &mut boot, &device,
         )?;
         // Every peer has mapped our segment: remove its name so nothing is
         // left behind, whatever happens to this process later.
@@ -223,35 +260,68 @@ impl Communicator {
             BarrierState::messages(rank, size, shape.slot_bytes, host_index)?
         };
         let error = Arc::new(std::sync::Mutex::new(None));
+        // Proxy threads raise the failure word of every segment we reach.
+        let mut segments = vec![segment.clone()];
+        segments.extend(
+            links
+                .peers
+                .iter()
+                .flatten()
+                .filter_map(|c| c.peer_segment().cloned()),
+        );
         let net = if links.tcp.is_empty() {
             None
         } else {
-            let mut segments = vec![segment.clone()];
-            segments.extend(
-                links
-                    .peers
-                    .iter()
-                    .flatten()
-                    .filter_map(|c| c.peer_segment().cloned()),
-            );
+            let sink = CommFailure {
+                rank,
+                error: error.clone(),
+                segments: segments.clone(),
+            };
+            Some(TcpNet::start(rank, links.tcp, sink)?)
+        };
+        #[cfg(feature = "verbs")]
+        let verbs_net = if links.verbs.is_empty() {
+            None
+        } else {
             let sink = CommFailure {
                 rank,
                 error: error.clone(),
                 segments,
             };
-            Some(TcpNet::start(rank, links.tcp, sink)?)
+            Some(crate::transport::verbs::VerbsNet::start(
+                rank,
+                links.verbs,
+                sink,
+            )?)
         };
-        // Connections reach the network thread through its kick.
+        #[cfg(feature = "verbs")]
+        let vkick = verbs_net.as_ref().map(|v| v.kick.clone());
+        #[cfg(not(feature = "verbs"))]
+        let vkick = None;
+        // Connections reach their proxy thread through its kick.
         let peers = links
             .peers
             .into_iter()
-            .map(|c| c.map(|c| attach_kick(c, net.as_ref())))
+            .map(|c| c.map(|c| attach_kick(c, net.as_ref(), vkick.as_ref())))
             .collect();
         let (proxy, rx) = ProxyHandle::channel();
         crate::wait::note_local_ranks(local_ranks);
         let spin = spin_budget(config.spin, local_ranks);
         let inner = Arc::new(CommInner::new(
-            rank, size, config, topology, net, peers, error, segment, spin, proxy, barrier, faults,
+            rank,
+            size,
+            config,
+            topology,
+            net,
+            #[cfg(feature = "verbs")]
+            verbs_net,
+            peers,
+            error,
+            segment,
+            spin,
+            proxy,
+            barrier,
+            faults,
         ));
         ProxyHandle::start(proxy::weak(&inner), rx, rank)?;
         let shm_peers: Vec<(usize, u32)> = (0..size)
@@ -316,7 +386,7 @@ impl Communicator {
         self.inner.topology.tcp_addrs.get(rank).copied().flatten()
     }
 
-    /// The transport that reaches `peer` (`"shm"` or `"tcp"`; `None` for
+    /// The transport that reaches `peer` (`"shm"`, `"tcp"` or `"verbs"`; `None` for
     /// this rank itself or a rank out of range).
     pub fn transport_to(&self, peer: usize) -> Option<&'static str> {
         self.inner.peers.get(peer)?.as_ref().map(|c| c.transport())

@@ -35,6 +35,15 @@ impl LocalRing {
         }
     }
 
+    /// Start of the ring's memory and its length in bytes (for a transport
+    /// that registers it with a NIC).
+    pub fn memory(&self) -> (*mut u8, usize) {
+        (
+            self.mem.as_ptr() as *mut u8,
+            self.mem.len() * std::mem::size_of::<Line>(),
+        )
+    }
+
     /// An end of the ring. Every end of one `LocalRing` shares its memory;
     /// the `LocalRing` must outlive them (its owner keeps both).
     pub fn end(&self) -> RingEnd {

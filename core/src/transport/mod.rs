@@ -17,6 +17,8 @@ pub mod ring;
 pub mod shm;
 pub mod sweep;
 pub mod tcp;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -165,6 +167,14 @@ pub enum Link {
         /// Wakes the network thread after staging a slot or freeing one.
         kick: Arc<tcp::kick::Kick>,
     },
+    /// verbs: both rings are local; the proxy thread RDMA-writes the slots.
+    #[cfg(feature = "verbs")]
+    Verbs {
+        /// The rings' memory (registered with the NIC).
+        rings: Arc<verbs::qp::VerbsRings>,
+        /// Wakes the proxy thread after staging a slot or freeing one.
+        kick: Arc<tcp::kick::Kick>,
+    },
 }
 
 /// Both directions between this rank and one peer.
@@ -184,14 +194,19 @@ impl Connection {
         match self.link {
             Link::Shm { .. } => "shm",
             Link::Tcp { .. } => "tcp",
+            #[cfg(feature = "verbs")]
+            Link::Verbs { .. } => "verbs",
         }
     }
 
     /// Tells a proxied transport that the stream moved a ring.
     #[inline]
     pub fn after_step(&self) {
-        if let Link::Tcp { kick, .. } = &self.link {
-            kick.kick();
+        match &self.link {
+            Link::Tcp { kick, .. } => kick.kick(),
+            #[cfg(feature = "verbs")]
+            Link::Verbs { kick, .. } => kick.kick(),
+            Link::Shm { .. } => {}
         }
     }
 
@@ -199,7 +214,7 @@ impl Connection {
     pub fn peer_segment(&self) -> Option<&Arc<Segment>> {
         match &self.link {
             Link::Shm { peer_segment } => Some(peer_segment),
-            Link::Tcp { .. } => None,
+            _ => None,
         }
     }
 }

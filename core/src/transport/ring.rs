@@ -341,6 +341,19 @@ impl RingEnd {
         }))
     }
 
+    /// Slots the receiver has consumed so far (its `head`), for a proxy
+    /// that returns credits to a remote sender.
+    pub fn consumed(&self) -> u64 {
+        self.header().head.value.load(Ordering::Acquire)
+    }
+
+    /// Address of slot `index` (its header; the payload follows
+    /// [`SLOT_HEADER`] bytes later), for a transport that copies whole slots
+    /// by address (RDMA).
+    pub fn slot_addr(&self, index: u64) -> u64 {
+        self.slot_ptr(index) as u64
+    }
+
     /// Receiver side: returns every slot below `new_head` to the sender.
     pub fn release_to(&self, new_head: u64) {
         let h = self.header();

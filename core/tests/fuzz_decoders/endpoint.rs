@@ -14,17 +14,21 @@ fn endpoint() -> impl Strategy<Value = Endpoint> {
         any::<u64>(),
         any::<u64>(),
         prop::option::of(socket_addr()),
+        0..=2u8,
     )
-        .prop_map(|(host, pid, shm_name, nsteps, slot_bytes, tcp)| Endpoint {
-            host,
-            pid,
-            shm_name,
-            shape: RingShape {
-                nsteps: nsteps as usize,
-                slot_bytes: slot_bytes as usize,
+        .prop_map(
+            |(host, pid, shm_name, nsteps, slot_bytes, tcp, verbs)| Endpoint {
+                host,
+                pid,
+                shm_name,
+                shape: RingShape {
+                    nsteps: nsteps as usize,
+                    slot_bytes: slot_bytes as usize,
+                },
+                tcp,
+                verbs,
             },
-            tcp,
-        })
+        )
 }
 
 /// One length-prefixed string field of an endpoint: usually well formed
@@ -58,22 +62,24 @@ fn endpoint_fixed_field(n: usize) -> impl Strategy<Value = Vec<u8>> {
 }
 
 /// Bytes shaped like an endpoint, field by field (version, host, pid, shm
-/// name, nsteps, slot bytes, tcp address, then perhaps trailing bytes), each
+/// name, nsteps, slot bytes, tcp address, verbs stance, then perhaps
+/// trailing bytes), each
 /// field usually well formed, so that decoding gets past the first checks.
 fn endpoint_like_bytes() -> impl Strategy<Value = Vec<u8>> {
     (
-        prop_oneof![8 => Just(1u8), 1 => any::<u8>()],
+        prop_oneof![8 => Just(2u8), 1 => any::<u8>()],
         endpoint_string_field(),
         endpoint_fixed_field(4),
         endpoint_string_field(),
         endpoint_fixed_field(8),
         endpoint_fixed_field(8),
         endpoint_string_field(),
+        prop_oneof![8 => (0..=2u8).prop_map(|x| vec![x]), 1 => endpoint_fixed_field(1)],
         prop_oneof![8 => Just(Vec::new()), 1 => prop::collection::vec(any::<u8>(), 1..4)],
     )
-        .prop_map(|(v, host, pid, shm, nsteps, slot, tcp, tail)| {
+        .prop_map(|(v, host, pid, shm, nsteps, slot, tcp, verbs, tail)| {
             let mut b = vec![v];
-            for f in [host, pid, shm, nsteps, slot, tcp, tail] {
+            for f in [host, pid, shm, nsteps, slot, tcp, verbs, tail] {
                 b.extend(f);
             }
             b
@@ -136,6 +142,7 @@ proptest! {
             shm_name,
             shape: RingShape { nsteps: 8, slot_bytes: 4096 },
             tcp: None,
+            verbs: 0,
         };
         let d = Endpoint::decode(&e.encode());
         prop_assert!(d.is_ok(), "an encoded endpoint does not decode: {:?}", d);
@@ -159,6 +166,7 @@ fn bug_endpoint_encode_splits_a_character() {
             slot_bytes: 4096,
         },
         tcp: None,
+        verbs: 0,
     };
     let decoded = Endpoint::decode(&e.encode());
     assert!(decoded.is_ok(), "{decoded:?}");

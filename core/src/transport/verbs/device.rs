@@ -1,0 +1,277 @@
+//! Finding and opening the RDMA device, port and GID the verbs transport uses.
+//!
+//! `ibv_get_device_list` returns NULL (errno `ENOSYS`) on a kernel without
+//! RDMA, and an empty list where no device exists: both are "no device", a
+//! clean [`Error::Unavailable`], as is a device without an active port.
+//! Without `STREAMCOMM_IB_HCA` the first device with an active port is used.
+//! The GID is `STREAMCOMM_IB_GID_INDEX` if set, else on Ethernet (RoCE) the
+//! first RoCE v2 GID holding an IPv4-mapped address, else the first RoCE v2
+//! GID, else index 0 (InfiniBand ports are addressed by LID as well).
+
+use std::ffi::CStr;
+
+use rdma_sys::*;
+
+use crate::{Error, Result};
+
+/// An open device with its protection domain and chosen port and GID.
+pub struct Device {
+    /// Device name (`mlx5_0`, `rxe0`, ...).
+    pub name: String,
+    pub(crate) ctx: *mut ibv_context,
+    pub(crate) pd: *mut ibv_pd,
+    /// Port number (1-based).
+    pub port: u8,
+    /// The port's LID (0 on RoCE).
+    pub lid: u16,
+    /// The port's active MTU (an `ibv_mtu` value).
+    pub mtu: u32,
+    /// GID index used as source.
+    pub gid_index: u8,
+    /// The GID at that index.
+    pub gid: [u8; 16],
+    /// True on an Ethernet (RoCE) port: addressing needs the GRH.
+    pub roce: bool,
+}
+
+// SAFETY: the context and PD are thread-safe verbs objects (libibverbs
+// serialises where needed); Device only hands them to verbs calls.
+unsafe impl Send for Device {}
+// SAFETY: as above.
+unsafe impl Sync for Device {}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Device({} port {} gid index {})",
+            self.name, self.port, self.gid_index
+        )
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // SAFETY: both were created by `open` and are released once, after
+        // every QP, CQ and MR (which hold an Arc<Device>) is gone.
+        unsafe {
+            ibv_dealloc_pd(self.pd);
+            ibv_close_device(self.ctx);
+        }
+    }
+}
+
+/// The device list, freed on drop.
+struct DeviceList {
+    list: *mut *mut ibv_device,
+    len: usize,
+}
+
+impl DeviceList {
+    fn get() -> Result<DeviceList> {
+        let mut n: i32 = 0;
+        // SAFETY: plain call; n receives the count.
+        let list = unsafe { ibv_get_device_list(&mut n) };
+        if list.is_null() {
+            let e = std::io::Error::last_os_error();
+            return Err(Error::Unavailable(format!(
+                "verbs: no RDMA devices (ibv_get_device_list: {e})"
+            )));
+        }
+        Ok(DeviceList {
+            list,
+            len: usize::try_from(n).unwrap_or(0),
+        })
+    }
+
+    fn name(&self, i: usize) -> String {
+        // SAFETY: i < len entries of the list; the name is a NUL-terminated
+        // string owned by the device.
+        unsafe {
+            let p = ibv_get_device_name(*self.list.add(i));
+            if p.is_null() {
+                return String::new();
+            }
+            CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
+    }
+}
+
+impl Drop for DeviceList {
+    fn drop(&mut self) {
+        // SAFETY: the list came from ibv_get_device_list and is freed once.
+        unsafe { ibv_free_device_list(self.list) };
+    }
+}
+
+/// `IBV_LINK_LAYER_ETHERNET` (an anonymous enum in verbs.h).
+const LINK_LAYER_ETHERNET: u8 = 2;
+
+/// The port attributes that matter here.
+struct PortInfo {
+    port: u8,
+    lid: u16,
+    mtu: u32,
+    gid_tbl_len: i32,
+    roce: bool,
+}
+
+/// First active port of an open device.
+fn active_port(ctx: *mut ibv_context) -> Option<PortInfo> {
+    // SAFETY: zeroed ibv_device_attr is a valid out-parameter.
+    let mut dattr: ibv_device_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: ctx is an open context; dattr is writable.
+    if unsafe { ibv_query_device(ctx, &mut dattr) } != 0 {
+        return None;
+    }
+    for port in 1..=dattr.phys_port_cnt {
+        // SAFETY: zeroed ibv_port_attr is a valid out-parameter.
+        let mut pattr: ibv_port_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: ctx is open, port is in range, pattr is writable.
+        if unsafe { ___ibv_query_port(ctx, port, &mut pattr) } != 0 {
+            continue;
+        }
+        if pattr.state == ibv_port_state::IBV_PORT_ACTIVE {
+            return Some(PortInfo {
+                port,
+                lid: pattr.lid,
+                mtu: pattr.active_mtu,
+                gid_tbl_len: pattr.gid_tbl_len,
+                roce: pattr.link_layer == LINK_LAYER_ETHERNET,
+            });
+        }
+    }
+    None
+}
+
+fn query_gid(ctx: *mut ibv_context, port: u8, index: i32) -> Option<[u8; 16]> {
+    // SAFETY: zeroed ibv_gid is valid; ctx is open.
+    let mut gid: ibv_gid = unsafe { std::mem::zeroed() };
+    // SAFETY: ctx open, gid writable.
+    if unsafe { ibv_query_gid(ctx, port, index, &mut gid) } != 0 {
+        return None;
+    }
+    // SAFETY: every bit pattern is a valid raw GID.
+    Some(unsafe { gid.raw })
+}
+
+/// The GID type the kernel reports for an index (`RoCE v2`, `IB/RoCE v1`).
+fn gid_type(dev: &str, port: u8, index: i32) -> String {
+    std::fs::read_to_string(format!(
+        "/sys/class/infiniband/{dev}/ports/{port}/gid_attrs/types/{index}"
+    ))
+    .map(|s| s.trim().to_string())
+    .unwrap_or_default()
+}
+
+/// Picks the GID index as the module docs say.
+fn choose_gid(dev: &str, ctx: *mut ibv_context, p: &PortInfo) -> Option<(u8, [u8; 16])> {
+    let mut v2 = None;
+    let mut first = None;
+    for i in 0..p.gid_tbl_len.min(256) {
+        let Some(g) = query_gid(ctx, p.port, i) else {
+            continue;
+        };
+        if g == [0; 16] {
+            continue;
+        }
+        first.get_or_insert((i as u8, g));
+        if !p.roce {
+            break;
+        }
+        if gid_type(dev, p.port, i).eq_ignore_ascii_case("RoCE v2") {
+            let v4 = g[..10] == [0; 10] && g[10] == 0xff && g[11] == 0xff;
+            if v4 {
+                return Some((i as u8, g));
+            }
+            v2.get_or_insert((i as u8, g));
+        }
+    }
+    v2.or(first)
+}
+
+impl Device {
+    /// Opens the device `hca` (or the first with an active port).
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when there is no RDMA device, the named one
+    /// does not exist, or no port is active; [`Error::InvalidArgument`] for
+    /// a GID index that the port does not have.
+    pub fn open(hca: Option<&str>, gid_index: Option<u32>) -> Result<Device> {
+        let list = DeviceList::get()?;
+        if list.len == 0 {
+            return Err(Error::Unavailable("verbs: no RDMA devices".into()));
+        }
+        let names: Vec<String> = (0..list.len).map(|i| list.name(i)).collect();
+        let candidates: Vec<usize> = match hca {
+            Some(h) => match names.iter().position(|n| n == h) {
+                Some(i) => vec![i],
+                None => {
+                    return Err(Error::Unavailable(format!(
+                        "verbs: STREAMCOMM_IB_HCA={h:?} is not a device here (devices: {names:?})"
+                    )))
+                }
+            },
+            None => (0..list.len).collect(),
+        };
+        for i in candidates {
+            // SAFETY: i < len; the device pointer is valid while the list lives.
+            let ctx = unsafe { ibv_open_device(*list.list.add(i)) };
+            if ctx.is_null() {
+                continue;
+            }
+            let Some(port) = active_port(ctx) else {
+                // SAFETY: opened above, closed once.
+                unsafe { ibv_close_device(ctx) };
+                continue;
+            };
+            let gid = match gid_index {
+                Some(g) if (g as i32) < port.gid_tbl_len => {
+                    query_gid(ctx, port.port, g as i32).map(|x| (g as u8, x))
+                }
+                Some(g) => {
+                    // SAFETY: opened above, closed once.
+                    unsafe { ibv_close_device(ctx) };
+                    return Err(Error::invalid(format!(
+                        "STREAMCOMM_IB_GID_INDEX={g}: port {} of {} has {} GIDs",
+                        port.port, names[i], port.gid_tbl_len
+                    )));
+                }
+                None => choose_gid(&names[i], ctx, &port),
+            };
+            let (gid_index, gid) = gid.unwrap_or((0, [0; 16]));
+            if port.roce && gid == [0; 16] {
+                // SAFETY: opened above, closed once.
+                unsafe { ibv_close_device(ctx) };
+                continue;
+            }
+            // SAFETY: ctx is open.
+            let pd = unsafe { ibv_alloc_pd(ctx) };
+            if pd.is_null() {
+                let e = std::io::Error::last_os_error();
+                // SAFETY: opened above, closed once.
+                unsafe { ibv_close_device(ctx) };
+                return Err(Error::Unavailable(format!(
+                    "verbs: ibv_alloc_pd on {}: {e}",
+                    names[i]
+                )));
+            }
+            let d = Device {
+                name: names[i].clone(),
+                ctx,
+                pd,
+                port: port.port,
+                lid: port.lid,
+                mtu: port.mtu,
+                gid_index,
+                gid,
+                roce: port.roce,
+            };
+            tracing::debug!(?d, "verbs: device opened");
+            return Ok(d);
+        }
+        Err(Error::Unavailable(format!(
+            "verbs: no RDMA device with an active port (devices: {names:?})"
+        )))
+    }
+}

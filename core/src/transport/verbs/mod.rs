@@ -1,0 +1,153 @@
+//! The verbs transport: proxied slot rings over InfiniBand / RoCE RDMA.
+//!
+//! Same shape as tcp ([`crate::transport::tcp`]): per peer the stream fills
+//! a local staging ring and reads a local inbound ring, and a proxy thread
+//! per communicator ([`progress`]) moves the slots, here with RDMA WRITE
+//! straight into the peer's registered inbound ring, so the receiving CPU
+//! copies nothing. Device, port and GID choice is in [`device`]; the rings'
+//! registration and the QP in [`qp`]; formation ([`connect`]) exchanges the
+//! QP addresses through the communicator's bootstrap and moves each QP to
+//! RTS before any rank starts its proxy.
+//!
+//! Not built: GPUDirect RDMA (needs the CUDA backend), the barrier's flag
+//! writes over RDMA (barriers run as messages through the rings) and
+//! rendezvous p2p straight into a user buffer (the data goes through slots).
+
+pub mod device;
+pub mod progress;
+pub mod qp;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+
+use device::Device;
+use progress::PeerRdma;
+use qp::{Qp, VerbsAddr, VerbsRings};
+
+use crate::bootstrap::Bootstrap;
+use crate::transport::ring::RingShape;
+use crate::transport::tcp::kick::Kick;
+use crate::transport::tcp::progress::FailureSink;
+use crate::{Error, Result};
+
+/// One verbs peer, connected and ready for the proxy.
+pub struct VerbsPeerSetup {
+    /// The peer's rank.
+    pub peer: usize,
+    /// Its rings (also held by the stream's connection).
+    pub rings: Arc<VerbsRings>,
+    qp: Qp,
+    remote: VerbsAddr,
+}
+
+/// Creates a QP per peer in `peers`, exchanges addresses with every rank
+/// (collective: every rank calls it, with its own verbs peers, possibly
+/// none) and connects the QPs.
+///
+/// # Errors
+/// [`Error::Unavailable`] when there are peers but no device; as the
+/// bootstrap and [`Qp`] otherwise.
+pub fn connect(
+    boot: &mut Bootstrap,
+    rank: usize,
+    dev: Option<&Arc<Device>>,
+    peers: &[usize],
+    shape: RingShape,
+) -> Result<Vec<VerbsPeerSetup>> {
+    let mut made = Vec::with_capacity(peers.len());
+    let mut blob = Vec::new();
+    if !peers.is_empty() {
+        let dev = dev.ok_or_else(|| Error::Unavailable("verbs: no RDMA device".into()))?;
+        // Room for a full ring of data writes, their tail writes and control.
+        let depth = (2 * shape.nsteps as u32 + 16).min(4096);
+        for &p in peers {
+            let rings = Arc::new(VerbsRings::new(shape));
+            let (qp, local) = Qp::create(dev.clone(), &rings, depth)?;
+            local.encode(p, &mut blob);
+            made.push((p, rings, qp, local));
+        }
+    }
+    let lists = boot.all_gather(&blob)?;
+    let mut out = Vec::with_capacity(made.len());
+    for (p, rings, qp, local) in made {
+        let list = lists
+            .get(p)
+            .ok_or_else(|| Error::Bootstrap(format!("verbs: no addresses from rank {p}")))?;
+        let remote = VerbsAddr::find(list, rank, p)?;
+        qp.connect(&local, &remote).map_err(|e| Error::Transport {
+            transport: "verbs",
+            peer: p,
+            cause: e.to_string(),
+        })?;
+        out.push(VerbsPeerSetup {
+            peer: p,
+            rings,
+            qp,
+            remote,
+        });
+    }
+    Ok(out)
+}
+
+/// The verbs proxy thread of a communicator; stops and joins on drop.
+#[derive(Debug)]
+pub struct VerbsNet {
+    /// Wakes the thread (streams call it after staging a slot or freeing one).
+    pub kick: Arc<Kick>,
+    stop: Arc<AtomicBool>,
+    abort: Arc<AtomicU32>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl VerbsNet {
+    /// Starts the proxy thread for `peers`.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when the eventfd or the thread cannot be created.
+    pub fn start(
+        rank: usize,
+        peers: Vec<VerbsPeerSetup>,
+        sink: impl FailureSink,
+    ) -> Result<VerbsNet> {
+        let kick = Arc::new(Kick::new()?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let abort = Arc::new(AtomicU32::new(0));
+        let io: Vec<PeerRdma> = peers
+            .into_iter()
+            .map(|p| PeerRdma::new(p.peer, p.rings, p.qp, p.remote))
+            .collect();
+        let (k, s, a) = (kick.clone(), stop.clone(), abort.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("streamcomm-verbs-{rank}"))
+            .spawn(move || progress::run(io, k, s, a, sink))
+            .map_err(|e| Error::os("spawn verbs proxy thread", e))?;
+        Ok(VerbsNet {
+            kick,
+            stop,
+            abort,
+            thread: Some(thread),
+        })
+    }
+
+    /// Tells every verbs peer that this communicator failed because of
+    /// `failed_rank` (once; later calls are ignored).
+    pub fn notify_abort(&self, failed_rank: usize) {
+        let _ = self.abort.compare_exchange(
+            0,
+            u32::try_from(failed_rank).map_or(u32::MAX, |r| r.saturating_add(1)),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        self.kick.signal();
+    }
+}
+
+impl Drop for VerbsNet {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        self.kick.signal();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,403 @@
+//! One verbs peer's memory, registrations and reliable-connected QP.
+//!
+//! Each peer has three local areas, registered once when the connection is
+//! made: the *staging* ring (the stream fills it, the NIC reads it), the
+//! *inbound* ring (the peer's NIC writes slots into it) and a small control
+//! block the peer's NIC writes counters into (slots delivered, slots
+//! consumed, abort, goodbye). The addresses and keys of the last two, with
+//! the QP number, PSN, LID and GID, are what a rank tells a peer at
+//! bootstrap ([`VerbsAddr`]).
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use rdma_sys::*;
+
+use super::device::Device;
+use crate::transport::local_ring::LocalRing;
+use crate::transport::ring::{RingEnd, RingShape};
+use crate::{Error, Result};
+
+/// A counter the peer's NIC writes, alone in a cache line.
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub struct RemoteWord {
+    /// The value (written by RDMA, read by the proxy).
+    pub value: AtomicU64,
+}
+
+/// Words the peer writes into our memory.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct Ctrl {
+    /// Slots the peer has written into our inbound ring (its tail).
+    pub tail: RemoteWord,
+    /// Slots the peer has consumed from its inbound ring: our credit.
+    pub head: RemoteWord,
+    /// `1 + rank` of the rank the peer's communicator failed because of.
+    pub abort: RemoteWord,
+    /// Non-zero once the peer closed its end cleanly.
+    pub closed: RemoteWord,
+}
+
+/// Byte offsets of the words in [`Ctrl`].
+pub const CTRL_TAIL: u64 = 0;
+/// See [`CTRL_TAIL`].
+pub const CTRL_HEAD: u64 = 64;
+/// See [`CTRL_TAIL`].
+pub const CTRL_ABORT: u64 = 128;
+/// See [`CTRL_TAIL`].
+pub const CTRL_CLOSED: u64 = 192;
+const _: () = assert!(std::mem::offset_of!(Ctrl, closed) == CTRL_CLOSED as usize);
+
+/// The local memory of one verbs peer.
+#[derive(Debug)]
+pub struct VerbsRings {
+    /// Outgoing slots (stream writes, NIC reads).
+    pub staging: LocalRing,
+    /// Arriving slots (peer's NIC writes, stream reads).
+    pub inbound: LocalRing,
+    /// Counters the peer's NIC writes.
+    pub ctrl: Box<Ctrl>,
+}
+
+impl VerbsRings {
+    /// Fresh rings of `shape` and a zeroed control block.
+    pub fn new(shape: RingShape) -> VerbsRings {
+        VerbsRings {
+            staging: LocalRing::new(shape),
+            inbound: LocalRing::new(shape),
+            ctrl: Box::default(),
+        }
+    }
+
+    /// The stream's ends: (send into staging, receive from inbound).
+    pub fn stream_ends(&self) -> (RingEnd, RingEnd) {
+        (self.staging.end(), self.inbound.end())
+    }
+}
+
+/// What a rank tells one peer about its end of their connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerbsAddr {
+    /// QP number.
+    pub qpn: u32,
+    /// First packet sequence number.
+    pub psn: u32,
+    /// Port LID (InfiniBand).
+    pub lid: u16,
+    /// Active MTU (`ibv_mtu`).
+    pub mtu: u8,
+    /// Source GID.
+    pub gid: [u8; 16],
+    /// Address and key of the inbound ring.
+    pub ring_addr: u64,
+    /// See `ring_addr`.
+    pub ring_rkey: u32,
+    /// Address and key of the control block.
+    pub ctrl_addr: u64,
+    /// See `ctrl_addr`.
+    pub ctrl_rkey: u32,
+}
+
+/// Bytes of an encoded [`VerbsAddr`] with its peer rank.
+pub const ADDR_BYTES: usize = 4 + 4 + 4 + 2 + 1 + 16 + 8 + 4 + 8 + 4;
+
+impl VerbsAddr {
+    /// Appends `(to, self)` to `out`.
+    pub fn encode(&self, to: usize, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(to as u32).to_le_bytes());
+        out.extend_from_slice(&self.qpn.to_le_bytes());
+        out.extend_from_slice(&self.psn.to_le_bytes());
+        out.extend_from_slice(&self.lid.to_le_bytes());
+        out.push(self.mtu);
+        out.extend_from_slice(&self.gid);
+        out.extend_from_slice(&self.ring_addr.to_le_bytes());
+        out.extend_from_slice(&self.ring_rkey.to_le_bytes());
+        out.extend_from_slice(&self.ctrl_addr.to_le_bytes());
+        out.extend_from_slice(&self.ctrl_rkey.to_le_bytes());
+    }
+
+    /// Finds the entry addressed to `me` in a rank's list.
+    ///
+    /// # Errors
+    /// [`Error::Bootstrap`] when the list is malformed or has no entry for `me`.
+    pub fn find(list: &[u8], me: usize, from: usize) -> Result<VerbsAddr> {
+        if list.len() % ADDR_BYTES != 0 {
+            return Err(Error::Bootstrap(format!(
+                "verbs: rank {from} sent {} bytes of addresses",
+                list.len()
+            )));
+        }
+        for b in list.chunks_exact(ADDR_BYTES) {
+            let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+            let u64_at = |o: usize| {
+                let mut x = [0u8; 8];
+                x.copy_from_slice(&b[o..o + 8]);
+                u64::from_le_bytes(x)
+            };
+            if u32_at(0) as usize != me {
+                continue;
+            }
+            let mut gid = [0u8; 16];
+            gid.copy_from_slice(&b[15..31]);
+            return Ok(VerbsAddr {
+                qpn: u32_at(4),
+                psn: u32_at(8),
+                lid: u16::from_le_bytes([b[12], b[13]]),
+                mtu: b[14],
+                gid,
+                ring_addr: u64_at(31),
+                ring_rkey: u32_at(39),
+                ctrl_addr: u64_at(43),
+                ctrl_rkey: u32_at(51),
+            });
+        }
+        Err(Error::Bootstrap(format!(
+            "verbs: rank {from} sent no address for rank {me}"
+        )))
+    }
+}
+
+/// A registered memory region, deregistered on drop.
+struct Mr(*mut ibv_mr);
+
+impl Mr {
+    fn new(dev: &Device, addr: *mut u8, len: usize, access: u32, what: &str) -> Result<Mr> {
+        // SAFETY: addr..addr+len is memory owned by the connection's rings,
+        // which outlive the registration (the QP holds both).
+        let mr = unsafe { ibv_reg_mr(dev.pd, addr.cast(), len, access as i32) };
+        if mr.is_null() {
+            return Err(Error::os(
+                format!("verbs: ibv_reg_mr({what}, {len} bytes)"),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(Mr(mr))
+    }
+
+    fn lkey(&self) -> u32 {
+        // SAFETY: a registered MR stays valid until dropped.
+        unsafe { (*self.0).lkey }
+    }
+
+    fn rkey(&self) -> u32 {
+        // SAFETY: as above.
+        unsafe { (*self.0).rkey }
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        // SAFETY: registered once in `new`, deregistered once here (after
+        // the QP that used it was destroyed: field order in `Qp`).
+        unsafe { ibv_dereg_mr(self.0) };
+    }
+}
+
+/// A reliable-connected QP with its CQ and the peer's registrations.
+pub struct Qp {
+    pub(crate) qp: *mut ibv_qp,
+    pub(crate) cq: *mut ibv_cq,
+    /// Work requests the send queue holds.
+    pub depth: u32,
+    /// Local key of the staging ring.
+    pub staging_lkey: u32,
+    mrs: Vec<Mr>,
+    // Dropped last: the QP, CQ and MRs belong to its context and PD.
+    dev: Arc<Device>,
+}
+
+// SAFETY: a Qp is used by one thread at a time (created by the
+// communicator's init, then moved to the proxy thread).
+unsafe impl Send for Qp {}
+
+impl std::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Qp(depth {})", self.depth)
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        // SAFETY: created once in `create`, destroyed once, QP before its CQ;
+        // the MRs and the device are released after (field order).
+        unsafe {
+            ibv_destroy_qp(self.qp);
+            ibv_destroy_cq(self.cq);
+        }
+        self.mrs.clear();
+        let _ = &self.dev;
+    }
+}
+
+fn attr_mask(bits: &[ibv_qp_attr_mask]) -> i32 {
+    bits.iter().fold(0u32, |m, b| m | b.0) as i32
+}
+
+impl Qp {
+    /// Creates the CQ and QP, registers `rings`, moves the QP to INIT and
+    /// returns it with the address to send to the peer.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when a verbs call fails.
+    pub fn create(dev: Arc<Device>, rings: &VerbsRings, depth: u32) -> Result<(Qp, VerbsAddr)> {
+        let (sp, sl) = rings.staging.memory();
+        let (ip, il) = rings.inbound.memory();
+        let cp = (&*rings.ctrl as *const Ctrl).cast_mut().cast::<u8>();
+        let remote = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+            | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        let staging = Mr::new(
+            &dev,
+            sp,
+            sl,
+            ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0,
+            "staging ring",
+        )?;
+        let inbound = Mr::new(&dev, ip, il, remote, "inbound ring")?;
+        let ctrl = Mr::new(&dev, cp, std::mem::size_of::<Ctrl>(), remote, "control")?;
+        // SAFETY: the context is open; no completion channel.
+        let cq = unsafe {
+            ibv_create_cq(
+                dev.ctx,
+                depth as i32,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        if cq.is_null() {
+            return Err(Error::os(
+                "verbs: ibv_create_cq",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        // SAFETY: zeroed init attributes are valid; filled below.
+        let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        init.send_cq = cq;
+        init.recv_cq = cq;
+        init.qp_type = ibv_qp_type::IBV_QPT_RC;
+        init.cap.max_send_wr = depth;
+        init.cap.max_recv_wr = 1;
+        init.cap.max_send_sge = 1;
+        init.cap.max_recv_sge = 1;
+        init.cap.max_inline_data = 64;
+        // SAFETY: the PD is valid; init is filled.
+        let qp = unsafe { ibv_create_qp(dev.pd, &mut init) };
+        if qp.is_null() {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: created above, destroyed once.
+            unsafe { ibv_destroy_cq(cq) };
+            return Err(Error::os("verbs: ibv_create_qp", e));
+        }
+        let q = Qp {
+            qp,
+            cq,
+            depth,
+            staging_lkey: staging.lkey(),
+            mrs: Vec::new(),
+            dev: dev.clone(),
+        };
+        // SAFETY: zeroed attributes are valid; filled below.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_INIT;
+        a.pkey_index = 0;
+        a.port_num = dev.port;
+        a.qp_access_flags = remote;
+        q.modify(
+            &mut a,
+            &[
+                ibv_qp_attr_mask::IBV_QP_STATE,
+                ibv_qp_attr_mask::IBV_QP_PKEY_INDEX,
+                ibv_qp_attr_mask::IBV_QP_PORT,
+                ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS,
+            ],
+            "INIT",
+        )?;
+        let addr = VerbsAddr {
+            // SAFETY: the QP was created above.
+            qpn: unsafe { (*qp).qp_num },
+            psn: rand::random::<u32>() & 0xff_ffff,
+            lid: dev.lid,
+            mtu: dev.mtu as u8,
+            gid: dev.gid,
+            ring_addr: ip as u64,
+            ring_rkey: inbound.rkey(),
+            ctrl_addr: cp as u64,
+            ctrl_rkey: ctrl.rkey(),
+        };
+        let mut q = q;
+        q.mrs = vec![staging, inbound, ctrl];
+        Ok((q, addr))
+    }
+
+    fn modify(&self, a: &mut ibv_qp_attr, mask: &[ibv_qp_attr_mask], to: &str) -> Result<()> {
+        // SAFETY: the QP is valid; `a` holds the fields the mask names.
+        let rc = unsafe { ibv_modify_qp(self.qp, a, attr_mask(mask)) };
+        if rc != 0 {
+            return Err(Error::os(
+                format!("verbs: ibv_modify_qp to {to}"),
+                std::io::Error::from_raw_os_error(rc),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Moves the QP through RTR to RTS towards `remote` (`local` is what we
+    /// sent the peer).
+    ///
+    /// # Errors
+    /// [`Error::Os`] when the device refuses a transition.
+    pub fn connect(&self, local: &VerbsAddr, remote: &VerbsAddr) -> Result<()> {
+        // SAFETY: zeroed attributes are valid; filled below.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_RTR;
+        a.path_mtu = u32::from(local.mtu.min(remote.mtu).max(1));
+        a.dest_qp_num = remote.qpn;
+        a.rq_psn = remote.psn;
+        a.max_dest_rd_atomic = 1;
+        a.min_rnr_timer = 12;
+        a.ah_attr.dlid = remote.lid;
+        a.ah_attr.sl = 0;
+        a.ah_attr.port_num = self.dev.port;
+        if self.dev.roce || remote.gid != [0; 16] {
+            a.ah_attr.is_global = 1;
+            a.ah_attr.grh.dgid.raw = remote.gid;
+            a.ah_attr.grh.sgid_index = self.dev.gid_index;
+            a.ah_attr.grh.hop_limit = 64;
+        }
+        self.modify(
+            &mut a,
+            &[
+                ibv_qp_attr_mask::IBV_QP_STATE,
+                ibv_qp_attr_mask::IBV_QP_AV,
+                ibv_qp_attr_mask::IBV_QP_PATH_MTU,
+                ibv_qp_attr_mask::IBV_QP_DEST_QPN,
+                ibv_qp_attr_mask::IBV_QP_RQ_PSN,
+                ibv_qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC,
+                ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER,
+            ],
+            "RTR",
+        )?;
+        // SAFETY: as above.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_RTS;
+        a.timeout = 14;
+        a.retry_cnt = 7;
+        a.rnr_retry = 7;
+        a.sq_psn = local.psn;
+        a.max_rd_atomic = 1;
+        self.modify(
+            &mut a,
+            &[
+                ibv_qp_attr_mask::IBV_QP_STATE,
+                ibv_qp_attr_mask::IBV_QP_TIMEOUT,
+                ibv_qp_attr_mask::IBV_QP_RETRY_CNT,
+                ibv_qp_attr_mask::IBV_QP_RNR_RETRY,
+                ibv_qp_attr_mask::IBV_QP_SQ_PSN,
+                ibv_qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC,
+            ],
+            "RTS",
+        )
+    }
+}

@@ -1,0 +1,328 @@
+//! The verbs transport. Where an RDMA device is active (the Soft-RoCE guest:
+//! `scripts/verbs-check.sh`), every collective and the barrier over verbs
+//! with 2 and 3 ranks, point-to-point (eager and rendezvous sizes, a group
+//! ring exchange, many small messages), an abort that reaches the peers and
+//! a SIGKILLed peer process that the others report.
+//! Where none is (this host), `STREAMCOMM_TRANSPORT=verbs` fails with
+//! `Error::Unavailable` and `auto` still forms the communicator.
+
+mod common;
+mod harness;
+
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use streamcomm::bootstrap::UniqueId;
+use streamcomm::config::TransportChoice;
+use streamcomm::host::{HostBuffer, HostStream};
+use streamcomm::{Backend, Communicator, Config, Error, ReduceOp};
+
+/// True where this build can use an RDMA device.
+fn rdma_here() -> bool {
+    cfg!(feature = "verbs")
+        && std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
+}
+
+fn verbs_config() -> Config {
+    Config {
+        transport: TransportChoice::Verbs,
+        p2p_eager_limit: 4096,
+        ..harness::small_config()
+    }
+}
+
+#[test]
+fn forced_verbs_without_a_device_is_unavailable_and_auto_still_works() {
+    if rdma_here() {
+        eprintln!("an RDMA device is present: covered by the other tests");
+        return;
+    }
+    let id = UniqueId::new().unwrap();
+    let handles: Vec<_> = (0..2)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                Communicator::init_with_config(&id, rank, 2, Backend::Host, verbs_config())
+                    .map(|_| ())
+            })
+        })
+        .collect();
+    for h in handles {
+        match h.join().unwrap() {
+            Err(Error::Unavailable(msg)) => {
+                assert!(msg.contains("verbs"), "{msg}");
+                eprintln!("as expected: {msg}");
+            }
+            other => panic!("expected Error::Unavailable, got {other:?}"),
+        }
+    }
+    // One rank has no peers: no device needed.
+    let id = UniqueId::new().unwrap();
+    let one = Communicator::init_with_config(&id, 0, 1, Backend::Host, verbs_config());
+    assert!(one.is_ok(), "{:?}", one.err());
+    // auto: no device means no verbs, and the communicator forms anyway.
+    let config = Config {
+        transport: TransportChoice::Auto,
+        ..harness::small_config()
+    };
+    harness::run_threads(2, config, Duration::from_secs(60), |comm| {
+        let peer = 1 - comm.rank();
+        assert_ne!(comm.transport_to(peer), Some("verbs"));
+        comm.barrier_host().unwrap();
+    });
+}
+
+fn matrix(n: usize) {
+    if !rdma_here() {
+        eprintln!("no RDMA device here: skipped (run scripts/verbs-check.sh)");
+        return;
+    }
+    let base = harness::seed();
+    harness::run_threads(n, verbs_config(), Duration::from_secs(600), move |comm| {
+        for p in (0..n).filter(|&p| p != comm.rank()) {
+            assert_eq!(comm.transport_to(p), Some("verbs"));
+        }
+        let stream = HostStream::new().unwrap();
+        harness::run_slice(&comm, &stream, base, &[ReduceOp::Sum, ReduceOp::Max]);
+        for _ in 0..50 {
+            comm.barrier_host().unwrap();
+            comm.barrier(&stream).unwrap();
+        }
+        stream.synchronize().unwrap();
+    });
+}
+
+#[test]
+fn collectives_and_barrier_over_verbs_2_ranks() {
+    matrix(2);
+}
+
+#[test]
+fn collectives_and_barrier_over_verbs_3_ranks() {
+    matrix(3);
+}
+
+const POISON: i64 = i64::MIN;
+
+/// What `src` sends `dst` as message `tag`.
+fn payload(seed: u64, src: usize, dst: usize, tag: u64, len: usize) -> Vec<i64> {
+    let mut rng = StdRng::seed_from_u64(seed ^ (src as u64) << 48 ^ (dst as u64) << 32 ^ tag);
+    (0..len)
+        .map(|_| rng.gen_range(-(1 << 40)..(1 << 40)))
+        .collect()
+}
+
+/// A group ring exchange (either call order), then rank 0 sending single
+/// messages to every other rank, eager and rendezvous sizes and zero bytes.
+fn p2p_scenario(comm: &Communicator, stream: &HostStream, seed: u64) {
+    let (r, n) = (comm.rank(), comm.size());
+    let (right, left) = ((r + 1) % n, (r + n - 1) % n);
+    for (tag, len) in [(1u64, 1usize), (2, 300), (3, 5000), (4, 70_000)] {
+        let out = HostBuffer::from_slice(&payload(seed, r, right, tag, len));
+        let mut inb = HostBuffer::from_slice(&vec![POISON; len + 5]);
+        let recv_first = (tag + r as u64) % 2 == 0;
+        comm.group(|g| {
+            if recv_first {
+                g.recv(&mut inb, left, stream)?;
+                g.send(&out, right, stream)
+            } else {
+                g.send(&out, right, stream)?;
+                g.recv(&mut inb, left, stream)
+            }
+        })
+        .unwrap();
+        stream.synchronize().unwrap();
+        let got = inb.to_vec();
+        assert_eq!(&got[..len], &payload(seed, left, r, tag, len)[..]);
+        assert!(
+            got[len..].iter().all(|&v| v == POISON),
+            "wrote past the end"
+        );
+    }
+    for (tag, len) in [(10u64, 0usize), (11, 7), (12, 4096 / 8 + 1), (13, 33_333)] {
+        if r == 0 {
+            for p in 1..n {
+                let b = HostBuffer::from_slice(&payload(seed, 0, p, tag, len));
+                comm.send(&b, p, stream).unwrap();
+            }
+        } else {
+            let mut b = HostBuffer::from_slice(&vec![POISON; len + 3]);
+            comm.recv(&mut b, 0, stream).unwrap();
+            stream.synchronize().unwrap();
+            let got = b.to_vec();
+            assert_eq!(&got[..len], &payload(seed, 0, r, tag, len)[..]);
+            assert!(got[len..].iter().all(|&v| v == POISON));
+        }
+        stream.synchronize().unwrap();
+    }
+    // Many small messages in a row: credits must keep coming back.
+    let mut rng = StdRng::seed_from_u64(seed ^ 77);
+    let lens: Vec<usize> = (0..500).map(|_| rng.gen_range(0..40)).collect();
+    if r == 0 && n > 1 {
+        for (i, &len) in lens.iter().enumerate() {
+            let b = HostBuffer::from_slice(&payload(seed, 0, 1, 100 + i as u64, len));
+            comm.send(&b, 1, stream).unwrap();
+        }
+    } else if r == 1 {
+        for (i, &len) in lens.iter().enumerate() {
+            let mut b = HostBuffer::from_slice(&vec![POISON; len]);
+            comm.recv(&mut b, 0, stream).unwrap();
+            stream.synchronize().unwrap();
+            assert_eq!(b.to_vec(), payload(seed, 0, 1, 100 + i as u64, len));
+        }
+    }
+    stream.synchronize().unwrap();
+}
+
+#[test]
+fn p2p_over_verbs_2_and_3_ranks() {
+    if !rdma_here() {
+        eprintln!("no RDMA device here: skipped");
+        return;
+    }
+    for n in [2, 3] {
+        let seed = harness::seed();
+        harness::run_threads(n, verbs_config(), Duration::from_secs(600), move |comm| {
+            let stream = HostStream::new().unwrap();
+            p2p_scenario(&comm, &stream, seed);
+        });
+    }
+}
+
+#[test]
+fn an_abort_reaches_verbs_peers_instead_of_a_timeout() {
+    if !rdma_here() {
+        eprintln!("no RDMA device here: skipped");
+        return;
+    }
+    let config = Config {
+        timeout: Duration::from_secs(120),
+        ..verbs_config()
+    };
+    let results = harness::run_threads(3, config, Duration::from_secs(100), |comm| {
+        let stream = HostStream::new().unwrap();
+        comm.barrier_host().unwrap();
+        if comm.rank() == 2 {
+            std::thread::sleep(Duration::from_millis(300));
+            comm.abort();
+            return None;
+        }
+        // Waits for rank 2, which never sends.
+        let mut b = HostBuffer::<i64>::zeroed(16);
+        let t = std::time::Instant::now();
+        let r = comm
+            .recv(&mut b, 2, &stream)
+            .and_then(|_| stream.synchronize());
+        Some((r, t.elapsed()))
+    });
+    for (rank, r) in results.into_iter().enumerate().take(2) {
+        let (r, took) = r.unwrap();
+        match r {
+            Err(e) => {
+                let s = e.to_string();
+                assert!(s.contains('2'), "rank {rank}: {s}");
+                assert!(took < Duration::from_secs(60), "rank {rank} took {took:?}");
+            }
+            Ok(()) => panic!("rank {rank}: the receive from an aborted rank succeeded"),
+        }
+    }
+}
+
+const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";
+
+#[test]
+#[ignore = "entry point of the child processes"]
+fn child() {
+    let Ok(scenario) = std::env::var(SCENARIO) else {
+        return;
+    };
+    assert_eq!(scenario, "die", "unknown scenario");
+    let comm = Communicator::from_env().unwrap();
+    let stream = HostStream::new().unwrap();
+    // Rank 1 dies (SIGKILL) in the middle of an all_reduce loop.
+    let buf = HostBuffer::<f32>::zeroed(1 << 14);
+    let mut out = HostBuffer::<f32>::zeroed(1 << 14);
+    comm.barrier_host().unwrap();
+    for i in 0.. {
+        if comm.rank() == 1 && i == 10 {
+            // SAFETY: raising SIGKILL on ourselves.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        if let Err(e) = comm
+            .all_reduce(&buf, &mut out, ReduceOp::Sum, &stream)
+            .and_then(|()| stream.synchronize())
+        {
+            eprintln!("rank {} got: {e}", comm.rank());
+            // Stay alive a moment so that no survivor sees another
+            // survivor's exit before rank 1's death.
+            std::thread::sleep(Duration::from_secs(2));
+            let named = matches!(
+                e,
+                Error::Transport { peer: 1, .. } | Error::RemoteFailed { peer: 1, .. }
+            );
+            std::process::exit(if named { 42 } else { 43 });
+        }
+    }
+}
+
+/// Rank 1 of 3 processes is SIGKILLed mid all_reduce loop: its QPs vanish,
+/// and ranks 0 and 2 must fail naming it well within the timeout (their
+/// writes to it, heartbeats included, exhaust their retries).
+#[test]
+fn a_killed_peer_fails_the_others_naming_it() {
+    use std::os::unix::process::ExitStatusExt;
+    if !rdma_here() {
+        eprintln!("no RDMA device here: skipped");
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let id = UniqueId::new().unwrap();
+    let t0 = std::time::Instant::now();
+    let mut children: Vec<_> = (0..3)
+        .map(|rank| {
+            std::process::Command::new(&exe)
+                .args(["--exact", "child", "--ignored", "--nocapture", "-q"])
+                .env(SCENARIO, "die")
+                .env("STREAMCOMM_UNIQUE_ID", id.to_string())
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", "3")
+                .env("STREAMCOMM_TRANSPORT", "verbs")
+                .env("STREAMCOMM_TIMEOUT", "60")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut status = vec![None; 3];
+    while status.iter().any(Option::is_none) {
+        if t0.elapsed() > Duration::from_secs(120) {
+            for c in &mut children {
+                let _ = c.kill();
+            }
+            panic!("a rank hangs: {status:?}");
+        }
+        for (r, c) in children.iter_mut().enumerate() {
+            if status[r].is_none() {
+                status[r] = c.try_wait().unwrap();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = t0.elapsed();
+    eprintln!("killed-peer scenario took {took:?}");
+    assert_eq!(
+        status[1].unwrap().signal(),
+        Some(libc::SIGKILL),
+        "{status:?}"
+    );
+    for r in [0, 2] {
+        assert_eq!(
+            status[r].unwrap().code(),
+            Some(42),
+            "rank {r} must fail naming rank 1: {status:?}"
+        );
+    }
+    assert!(
+        took < Duration::from_secs(60),
+        "took {took:?} (timeout 60 s)"
+    );
+}

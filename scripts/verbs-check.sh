@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs the verbs transport's tests inside a QEMU guest with a Soft-RoCE
+# device (rxe0): builds on this host, then boots one guest per test binary
+# (run-in-rxe-guest.sh as the cargo runner: about 7 s a boot, the first run
+# also installs qemu and fetches the guest kernel). About 2 minutes in all.
+#
+# The runner is $RXE_RUNNER, else ../shared/rxe/run-in-rxe-guest.sh next to
+# this checkout, else /work/shared/rxe/run-in-rxe-guest.sh. Without one the
+# script fails (exit 2), or with VERBS_CHECK_OPTIONAL=1 says so and exits 0.
+# Usage: scripts/verbs-check.sh [extra cargo test args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runner="${RXE_RUNNER:-}"
+for c in ../shared/rxe/run-in-rxe-guest.sh /work/shared/rxe/run-in-rxe-guest.sh; do
+  if [ -z "$runner" ] && [ -x "$c" ]; then
+    runner="$(cd "$(dirname "$c")" && pwd)/$(basename "$c")"
+  fi
+done
+if [ -z "$runner" ] || [ ! -x "$runner" ]; then
+  echo "verbs-check: no Soft-RoCE guest runner (set RXE_RUNNER); verbs tests not run in a guest" >&2
+  [ "${VERBS_CHECK_OPTIONAL:-0}" = 1 ] && exit 0
+  exit 2
+fi
+export CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="$runner"
+# Emulated CPUs are slow: give every wait room; the tests bound themselves.
+export STREAMCOMM_TIMEOUT="${STREAMCOMM_TIMEOUT:-120}"
+# --all-features: the same build of the library as CI's --all-features run.
+exec cargo test -p streamcomm --all-features --test verbs "$@" -- --test-threads=1 --nocapture
