@@ -51,6 +51,10 @@ pub struct Mailbox {
     pub busy: AtomicU64,
     /// The latest grant withdrawn by the receiver: no more writes into it.
     pub revoked: AtomicU64,
+    /// The latest grant whose back part the receiver finished pulling.
+    pub pulled: AtomicU64,
+    /// Whether that pull succeeded (1) or was refused (0).
+    pub pull_ok: AtomicU64,
 }
 
 /// The control block at the start of every ring.
@@ -484,6 +488,22 @@ impl RingEnd {
             m.len.load(Ordering::Relaxed),
             u32::try_from(pid).unwrap_or(u32::MAX),
         ))
+    }
+
+    /// Receiver: reports that its pull for grant `grant` ended (`ok`: the
+    /// back part of the message is in place).
+    pub fn pulled(&self, grant: u64, ok: bool) {
+        let h = self.header();
+        h.mailbox.pull_ok.store(u64::from(ok), Ordering::Relaxed);
+        h.mailbox.pulled.store(grant, Ordering::Release);
+        h.cts.notifier.notify();
+    }
+
+    /// Sender: whether the receiver's pull for grant `grant` ended, and
+    /// how (`Some(true)`: it has the back part).
+    pub fn pull_done(&self, grant: u64) -> Option<bool> {
+        let m = &self.header().mailbox;
+        (m.pulled.load(Ordering::Acquire) >= grant).then(|| m.pull_ok.load(Ordering::Relaxed) == 1)
     }
 
     /// What a sender waiting for a grant sleeps on.

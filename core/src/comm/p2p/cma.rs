@@ -1,4 +1,4 @@
-//! Cross-memory attach: one copy from this process into another's memory.
+//! Cross-memory attach: one copy between this process's memory and another's.
 //!
 //! The rendezvous protocol on shared memory writes a large message straight
 //! from the sender's buffer into the receiver's (Open MPI's `vader` and
@@ -53,6 +53,47 @@ pub(crate) fn write_to(pid: u32, remote_addr: u64, data: &[u8]) -> io::Result<()
     Ok(())
 }
 
+/// Reads `dst.len()` bytes at `remote_addr` in process `pid` into `dst`.
+///
+/// # Errors
+/// As [`write_to`].
+pub(crate) fn read_from(pid: u32, remote_addr: u64, dst: &mut [u8]) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("pid {pid}")))?;
+    let mut done = 0usize;
+    while done < dst.len() {
+        let rest = &mut dst[done..];
+        let local = libc::iovec {
+            iov_base: rest.as_mut_ptr() as *mut libc::c_void,
+            iov_len: rest.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: (remote_addr as usize).wrapping_add(done) as *mut libc::c_void,
+            iov_len: rest.len(),
+        };
+        // SAFETY: `local` describes `rest`, valid for writes for the call;
+        // the kernel validates the remote range (EFAULT if unmapped) and
+        // writes only within `local`.
+        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        match n {
+            n if n > 0 => done += n as usize,
+            0 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "process_vm_readv made no progress",
+                ))
+            }
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,5 +106,9 @@ mod tests {
         assert_eq!(dst, src);
         let e = write_to(std::process::id(), 8, &src).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EFAULT), "{e}");
+        let mut back = vec![0u8; src.len()];
+        read_from(std::process::id(), dst.as_ptr() as u64, &mut back).unwrap();
+        assert_eq!(back, src);
+        assert!(read_from(std::process::id(), 8, &mut back).is_err());
     }
 }

@@ -175,7 +175,14 @@ impl CommInner {
                 }
                 Dir::Recv => {
                     let dst = dsts[k].take().unwrap_or_default();
-                    Op::Recv(RecvOp::new(o.peer, conn, &self.p2p, dst, o.dtype))
+                    Op::Recv(RecvOp::new(
+                        o.peer,
+                        conn,
+                        &self.p2p,
+                        dst,
+                        o.dtype,
+                        self.config.p2p_direct,
+                    ))
                 }
             };
             index[k] = Some(ops.len());

@@ -48,6 +48,7 @@ mod receiver;
 mod sender;
 mod spec;
 mod stats;
+mod wire;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

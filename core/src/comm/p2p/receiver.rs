@@ -9,6 +9,7 @@
 
 use crate::comm::p2p::stats::Stat;
 use crate::comm::p2p::P2pState;
+use crate::comm::p2p::{cma, wire};
 use crate::plan::signature::{self, P2pSlot};
 use crate::transport::ring::RingError;
 use crate::transport::Connection;
@@ -41,6 +42,10 @@ impl Drop for RecvOp<'_> {
     }
 }
 
+/// Messages from this size on are split between the sender's write and the
+/// receiver's pull (below it, one side's copy is cheaper than a hand-off).
+const SPLIT_MIN: usize = 256 << 10;
+
 /// One message on its way from `peer`.
 pub(super) struct RecvOp<'a> {
     pub peer: usize,
@@ -50,6 +55,8 @@ pub(super) struct RecvOp<'a> {
     dtype: DataType,
     /// The grant given to the sender, until the message is complete.
     granted: Option<u64>,
+    /// May pull part of a rendezvous message from the sender's memory.
+    direct: bool,
     state: State,
 }
 
@@ -61,6 +68,7 @@ impl<'a> RecvOp<'a> {
         state_of_comm: &'a P2pState,
         dst: &'a mut [u8],
         dtype: DataType,
+        direct: bool,
     ) -> RecvOp<'a> {
         RecvOp {
             peer,
@@ -69,6 +77,7 @@ impl<'a> RecvOp<'a> {
             dst,
             dtype,
             granted: None,
+            direct,
             state: State::Header,
         }
     }
@@ -180,13 +189,27 @@ impl<'a> RecvOp<'a> {
                         // This request is the slot at `head`; its data slots
                         // (if any travel through the ring) follow it.
                         let first_seq = self.conn.recv.head() + 1;
+                        // Over shared memory a large message is split: the
+                        // sender writes the front part into our buffer while
+                        // we pull the back part from its buffer.
+                        let source = wire::Source::decode(slot)
+                            .filter(|s| self.direct && s.len == total as u64);
+                        let front = match source {
+                            Some(_) if total >= SPLIT_MIN => (total / 2) & !4095,
+                            _ => total,
+                        };
                         self.conn.recv.grant(
                             grant,
                             self.dst.as_mut_ptr() as u64,
-                            total as u64,
+                            front as u64,
                             std::process::id(),
                             first_seq,
                         );
+                        if let (Some(src), true) = (source, front < total) {
+                            let back = &mut self.dst[front..total];
+                            let ok = cma::read_from(src.pid, src.addr + front as u64, back).is_ok();
+                            self.conn.recv.pulled(grant, ok);
+                        }
                         self.granted = Some(grant);
                         Ok(State::Granted {
                             got: 0,

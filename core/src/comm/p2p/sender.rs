@@ -37,6 +37,12 @@ enum State {
     AwaitGrant {
         grant: u64,
     },
+    /// Wrote the front part (`wrote`: successfully); waiting for the
+    /// receiver to finish pulling the back part from our buffer.
+    AwaitPull {
+        grant: u64,
+        wrote: bool,
+    },
     /// Streaming the bytes through the ring (direct write refused).
     Stream {
         sent: usize,
@@ -131,10 +137,16 @@ impl<'a> SendOp<'a> {
 
     /// Sends one empty control slot, if credit allows.
     fn control(&self, kind: P2pSlot) -> bool {
-        if self.conn.send.try_acquire_send().is_none() {
+        self.control_with(kind, &[])
+    }
+
+    /// Sends one control slot carrying `payload`, if credit allows.
+    fn control_with(&self, kind: P2pSlot, payload: &[u8]) -> bool {
+        let Some(slot) = self.conn.send.try_acquire_send() else {
             return false;
-        }
-        self.conn.send.commit_send(0, self.sig(kind));
+        };
+        slot[..payload.len()].copy_from_slice(payload);
+        self.conn.send.commit_send(payload.len(), self.sig(kind));
         self.conn.after_step();
         true
     }
@@ -163,7 +175,17 @@ impl<'a> SendOp<'a> {
                 Ok(p)
             }
             State::Request => {
-                if !self.control(P2pSlot::ReadyToSend) {
+                // Over shared memory the request says where our data is, so
+                // the receiver can pull the back part while we write the
+                // front part: one copy per byte, both cores copying.
+                let sent = match self.conn.peer_segment() {
+                    Some(_) => self.control_with(
+                        P2pSlot::ReadyToSend,
+                        &super::wire::Source::of(self.data).encode(),
+                    ),
+                    None => self.control(P2pSlot::ReadyToSend),
+                };
+                if !sent {
                     return Ok(false);
                 }
                 let grant = self.state_of_comm.next_request(self.peer);
@@ -183,7 +205,10 @@ impl<'a> SendOp<'a> {
                 let Some((addr, len, pid)) = self.conn.send.granted(grant) else {
                     return Ok(false);
                 };
-                if len < self.data.len() as u64 {
+                // The receiver asks us to write the first `len` bytes (all
+                // of them, or the front part while it pulls the rest).
+                let front = usize::try_from(len).unwrap_or(usize::MAX);
+                if front > self.data.len() {
                     return Err(Error::RemoteFailed {
                         peer: self.peer,
                         op: "send".into(),
@@ -193,12 +218,28 @@ impl<'a> SendOp<'a> {
                         ),
                     });
                 }
-                self.state = match self.direct_write(pid, addr) {
-                    true => {
-                        stats.add(Stat::SentDirectBytes, self.data.len());
-                        State::Finish
-                    }
-                    false => State::Stream { sent: 0 },
+                let wrote = self.direct_write(pid, addr, front);
+                self.state = if front < self.data.len() {
+                    State::AwaitPull { grant, wrote }
+                } else if wrote {
+                    stats.add(Stat::SentDirectBytes, self.data.len());
+                    State::Finish
+                } else {
+                    State::Stream { sent: 0 }
+                };
+                Ok(true)
+            }
+            State::AwaitPull { grant, wrote } => {
+                let Some(pulled) = self.conn.send.pull_done(grant) else {
+                    return Ok(false);
+                };
+                // Our buffer is no longer read: finish, or stream it all if
+                // either part failed (the receiver then copies every slot).
+                self.state = if wrote && pulled {
+                    stats.add(Stat::SentDirectBytes, self.data.len());
+                    State::Finish
+                } else {
+                    State::Stream { sent: 0 }
                 };
                 Ok(true)
             }
@@ -226,11 +267,11 @@ impl<'a> SendOp<'a> {
 
     /// Writes the whole message into the receiver's memory; false (logged
     /// once per communicator) when that is refused or disabled.
-    fn direct_write(&self, pid: u32, addr: u64) -> bool {
+    fn direct_write(&self, pid: u32, addr: u64, front: usize) -> bool {
         if !self.direct {
             return false;
         }
-        match cma::write_to(pid, addr, self.data) {
+        match cma::write_to(pid, addr, &self.data[..front]) {
             Ok(()) => true,
             Err(e) => {
                 self.state_of_comm.direct_refused(self.peer, &e);
@@ -243,6 +284,7 @@ impl<'a> SendOp<'a> {
     pub fn ready(&self) -> bool {
         match self.state {
             State::AwaitGrant { grant } => self.conn.send.granted(grant).is_some(),
+            State::AwaitPull { grant, .. } => self.conn.send.pull_done(grant).is_some(),
             State::Done => false,
             _ => self.conn.send.has_credit(),
         }
@@ -251,7 +293,7 @@ impl<'a> SendOp<'a> {
     /// What a thread waiting for this operation sleeps on.
     pub fn notifier(&self) -> &'a Notifier {
         match self.state {
-            State::AwaitGrant { .. } => self.conn.send.grant_notifier(),
+            State::AwaitGrant { .. } | State::AwaitPull { .. } => self.conn.send.grant_notifier(),
             _ => self.conn.send.credit_notifier(),
         }
     }
@@ -260,6 +302,7 @@ impl<'a> SendOp<'a> {
     pub fn waiting_for(&self) -> String {
         let what = match self.state {
             State::AwaitGrant { .. } => "a clear-to-send (it has not posted the matching recv)",
+            State::AwaitPull { .. } => "the receiver to finish pulling its part of the message",
             _ => "a free slot (credit)",
         };
         format!(
