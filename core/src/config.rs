@@ -19,8 +19,10 @@ pub const DEFAULT_NSTEPS: usize = 8;
 /// up to this many bytes go through the slot ring, larger ones use the
 /// rendezvous protocol where the transport has one. Measured with
 /// `streamcomm-bench sendrecv` (README, Benchmarks): where the eager and
-/// rendezvous latency curves cross on a 2-core host.
-pub const DEFAULT_P2P_EAGER_LIMIT: usize = 64 << 10;
+/// rendezvous latency curves cross on a 2-core host: eager was faster up to
+/// 256 KiB, rendezvous from 512 KiB (`benches/scripts/p2p-crossover.sh -b 4K
+/// -e 4M -f 2`, shared memory, 2026-11-29).
+pub const DEFAULT_P2P_EAGER_LIMIT: usize = 256 << 10;
 /// Default timeout for every wait.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -89,7 +91,7 @@ pub struct Config {
     /// a RoCE v2 GID chosen automatically, else index 0).
     pub ib_gid_index: Option<u32>,
     /// `STREAMCOMM_P2P_EAGER_LIMIT`: largest point-to-point message (bytes)
-    /// sent eagerly through the slot ring (default 64 KiB); larger messages
+    /// sent eagerly through the slot ring (default 256 KiB); larger messages
     /// use rendezvous (see [`crate::comm::p2p`]).
     pub p2p_eager_limit: usize,
     /// `STREAMCOMM_P2P_DIRECT`: `1` (default) lets rendezvous write straight

@@ -17,7 +17,7 @@
 //!   inside a group, paired with a receive from itself.
 //!
 //! # Protocols
-//! - **Eager** (messages up to `STREAMCOMM_P2P_EAGER_LIMIT`, default 64 KiB):
+//! - **Eager** (messages up to `STREAMCOMM_P2P_EAGER_LIMIT`, default 256 KiB):
 //!   the bytes go through the peer's slot ring under credit flow control; a
 //!   sender with no credit waits, it never overwrites a slot its receiver
 //!   has not consumed.
@@ -25,9 +25,12 @@
 //!   slot; the receiver grants its buffer (address, length) in its ring
 //!   header's mailbox, outside the data ring so a grant never waits behind
 //!   data.
-//!   - Shared memory: the sender waits for the grant, writes the message
-//!     straight into the receiver's buffer with one cross-memory copy
-//!     (`process_vm_writev`) and sends a done slot. Where the kernel refuses
+//!   - Shared memory: the request carries the sender's buffer address; the
+//!     sender waits for the grant and writes the message straight into the
+//!     receiver's buffer with one cross-memory copy (`process_vm_writev`) and
+//!     sends a done slot. From 256 KiB on the receiver pulls the back half
+//!     itself (`process_vm_readv`) while the sender writes the front half,
+//!     so both cores copy and each byte is still copied once. Where the kernel refuses
 //!     that write (ptrace restrictions) or `STREAMCOMM_P2P_DIRECT=0`, the
 //!     bytes follow through the ring instead.
 //!   - tcp: the data follows the request through the ring at once; the
