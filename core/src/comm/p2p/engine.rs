@@ -102,11 +102,89 @@ impl CommInner {
     /// Executes the group `spec` as operation number `seq`.
     pub(crate) fn run_group(&self, spec: &GroupSpec, seq: u64) -> Result<()> {
         let _span = tracing::trace_span!("p2p", op = %spec.name, seq).entered();
+        if let [o] = spec.ops.as_slice() {
+            if o.peer != self.rank {
+                return self.run_single(spec, seq);
+            }
+        }
         let mut order: Vec<usize> = (0..spec.bufs.len()).collect();
         order.sort_by_key(|&i| spec.bufs[i].view.raw().addr());
         lock_in_order(&spec.bufs, &order, Vec::new(), &mut |locked| {
             self.run_locked(spec, seq, locked)
         })
+    }
+
+    /// One send or receive with another rank (the common case): the same
+    /// operation and wait as a group's, without the group's bookkeeping.
+    fn run_single(&self, spec: &GroupSpec, seq: u64) -> Result<()> {
+        let o = &spec.ops[0];
+        let raw = spec.bufs[o.buf].view.raw();
+        let conn = self.connection_to(o.peer)?;
+        let range = o.offset..o.offset + o.bytes();
+        match o.dir {
+            Dir::Send => {
+                let g = raw.read();
+                let data = &raw.bytes_of(&g)[range];
+                let rendezvous = data.len() > self.config.p2p_eager_limit;
+                let direct = self.config.p2p_direct;
+                let op = SendOp::new(
+                    o.peer, conn, &self.p2p, data, o.dtype, o.count, rendezvous, direct,
+                );
+                let mut ops = [Op::Send(op)];
+                self.drive(spec, seq, &mut ops)
+            }
+            Dir::Recv => {
+                let mut g = raw.write();
+                let dst = &mut raw.bytes_of_mut(&mut g)[range];
+                let op = RecvOp::new(
+                    o.peer,
+                    conn,
+                    &self.p2p,
+                    dst,
+                    o.dtype,
+                    self.config.p2p_direct,
+                );
+                let mut ops = [Op::Recv(op)];
+                self.drive(spec, seq, &mut ops)
+            }
+        }
+    }
+
+    fn connection_to(&self, peer: usize) -> Result<&crate::transport::Connection> {
+        self.peers
+            .get(peer)
+            .and_then(|c| c.as_ref())
+            .ok_or_else(|| Error::InvalidUsage(format!("no connection to rank {peer}")))
+    }
+
+    /// Polls the single operation until it is done, waiting (bounded by the
+    /// timeout without progress) when it cannot move.
+    fn drive(&self, spec: &GroupSpec, seq: u64, ops: &mut [Op<'_>; 1]) -> Result<()> {
+        let op = &mut ops[0];
+        let mut last_progress = Instant::now();
+        loop {
+            let progressed = op
+                .poll()
+                .map_err(|e| rename(e, &format!("{} #{seq}", spec.name)))?;
+            if op.done() {
+                return Ok(());
+            }
+            if progressed {
+                last_progress = Instant::now();
+                continue;
+            }
+            let policy = WaitPolicy {
+                timeout: self.config.timeout.saturating_sub(last_progress.elapsed()),
+                ..self.policy()
+            };
+            let waited = op
+                .notifier()
+                .wait_until(&policy, || op.ready().then_some(()));
+            if let Err(w) = waited {
+                let name = format!("{} #{seq}", spec.name);
+                return Err(self.wait_error(w, &name, op.waiting_for(), Some(op.peer())));
+            }
+        }
     }
 
     fn run_locked(&self, spec: &GroupSpec, seq: u64, locked: LockedBufs<'_>) -> Result<()> {

@@ -240,7 +240,7 @@ impl Communicator {
         }
         let mut g = Group {
             comm: self,
-            spec: GroupSpec::new(name, self.inner.rank, self.inner.size),
+            spec: GroupSpec::new(name.to_string(), self.inner.rank, self.inner.size),
             stream: None,
         };
         let r = f(&mut g)?;
@@ -255,8 +255,8 @@ impl Communicator {
         if spec.name == "group" && spec.ops.len() == 1 {
             let o = &spec.ops[0];
             spec.name = match o.dir {
-                Dir::Send => format!("send to {}", o.peer),
-                Dir::Recv => format!("recv from {}", o.peer),
+                Dir::Send => "send".into(),
+                Dir::Recv => "recv".into(),
             };
         }
         spec.check()?;
@@ -298,11 +298,7 @@ impl Communicator {
     /// failure) directly.
     pub fn send_host(&self, buf: &impl AsBufView, peer: usize) -> Result<()> {
         let v = buf.buf_view();
-        let mut spec = GroupSpec::new(
-            format!("send_host to {peer}"),
-            self.inner.rank,
-            self.inner.size,
-        );
+        let mut spec = GroupSpec::new("send_host", self.inner.rank, self.inner.size);
         spec.push(Dir::Send, peer, &v, 0, v.len())?;
         self.run_host(spec)
     }
@@ -315,11 +311,7 @@ impl Communicator {
     /// As [`Communicator::recv`], plus execution errors directly.
     pub fn recv_host(&self, buf: &mut impl AsBufView, peer: usize) -> Result<()> {
         let v = buf.buf_view();
-        let mut spec = GroupSpec::new(
-            format!("recv_host from {peer}"),
-            self.inner.rank,
-            self.inner.size,
-        );
+        let mut spec = GroupSpec::new("recv_host", self.inner.rank, self.inner.size);
         spec.push(Dir::Recv, peer, &v, 0, v.len())?;
         self.run_host(spec)
     }
