@@ -100,7 +100,12 @@ fn compile(source: &str, dir: &Path, shared: bool) -> PathBuf {
             .arg("-lstreamcomm_ffi");
     } else {
         // What a Rust static library needs from the system (see the README).
-        cmd.arg(library("a")).args([
+        cmd.arg(library("a"));
+        if cfg!(feature = "verbs") {
+            // Built with the verbs transport (e.g. --all-features).
+            cmd.args(["-libverbs", "-lrdmacm"]);
+        }
+        cmd.args([
             "-lgcc_s",
             "-lutil",
             "-lrt",
