@@ -9,7 +9,6 @@ mod harness;
 use std::time::Duration;
 
 use streamcomm::host::HostStream;
-use streamcomm::launch::local::LocalLauncher;
 use streamcomm::plan::Collective;
 use streamcomm::{Communicator, DataType, ReduceOp};
 
@@ -19,35 +18,16 @@ const SEED: &str = "STREAMCOMM_TEST_SEED";
 /// Runs `n` copies of this binary with `algo` forced; fails on any rank's
 /// failure or a hang.
 fn launch(n: usize, algo: &str) {
-    let seed = harness::seed();
-    let exe = std::env::current_exe().unwrap();
-    let launcher = LocalLauncher::new(n, exe)
-        .args([
-            "--exact",
-            "child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ROLE, "1")
-        .env(SEED, seed.to_string())
-        .env("STREAMCOMM_ALGO", algo)
-        .env("STREAMCOMM_BUFFSIZE", "8K")
-        .env("STREAMCOMM_NSTEPS", "4")
-        .env("STREAMCOMM_TIMEOUT", "60");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(launcher.run());
-    });
-    let outcome = rx
-        .recv_timeout(Duration::from_secs(240))
-        .expect("watchdog: the ranks did not finish in 240 s")
-        .expect("launch");
-    assert_eq!(
-        outcome.exit_code(),
-        0,
-        "STREAMCOMM_ALGO={algo} on {n} ranks failed: {outcome:?}"
-    );
+    let env = [
+        (ROLE, "1".to_string()),
+        (SEED, harness::seed().to_string()),
+        ("STREAMCOMM_ALGO", algo.to_string()),
+        ("STREAMCOMM_BUFFSIZE", "8K".to_string()),
+        ("STREAMCOMM_NSTEPS", "4".to_string()),
+        ("STREAMCOMM_TIMEOUT", "60".to_string()),
+    ];
+    let what = format!("STREAMCOMM_ALGO={algo}");
+    harness::launch_children(n, &env, Duration::from_secs(240), &what);
 }
 
 #[test]

@@ -20,7 +20,6 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use streamcomm::config::TransportChoice;
 use streamcomm::host::{HostBuffer, HostStream};
-use streamcomm::launch::local::LocalLauncher;
 use streamcomm::{Communicator, Config, Error};
 
 const POISON: i64 = i64::MIN;
@@ -525,35 +524,17 @@ const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";
 const SEED: &str = "STREAMCOMM_TEST_SEED";
 
 fn launch(n: usize, scenario: &str, transport: &str) {
-    let exe = std::env::current_exe().unwrap();
-    let launcher = LocalLauncher::new(n, exe)
-        .args([
-            "--exact",
-            "child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(SCENARIO, scenario)
-        .env(SEED, harness::seed().to_string())
-        .env("STREAMCOMM_BUFFSIZE", "8K")
-        .env("STREAMCOMM_NSTEPS", "4")
-        .env("STREAMCOMM_P2P_EAGER_LIMIT", LIMIT.to_string())
-        .env("STREAMCOMM_TRANSPORT", transport)
-        .env("STREAMCOMM_TIMEOUT", "60");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(launcher.run());
-    });
-    let outcome = rx
-        .recv_timeout(Duration::from_secs(240))
-        .expect("watchdog: the ranks did not finish in 240 s")
-        .expect("launch");
-    assert_eq!(
-        outcome.exit_code(),
-        0,
-        "{scenario} on {n} ranks over {transport}: {outcome:?}"
-    );
+    let env = [
+        (SCENARIO, scenario.to_string()),
+        (SEED, harness::seed().to_string()),
+        ("STREAMCOMM_BUFFSIZE", "8K".to_string()),
+        ("STREAMCOMM_NSTEPS", "4".to_string()),
+        ("STREAMCOMM_P2P_EAGER_LIMIT", LIMIT.to_string()),
+        ("STREAMCOMM_TRANSPORT", transport.to_string()),
+        ("STREAMCOMM_TIMEOUT", "60".to_string()),
+    ];
+    let what = format!("{scenario} over {transport}");
+    harness::launch_children(n, &env, Duration::from_secs(240), &what);
 }
 
 #[test]

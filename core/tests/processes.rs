@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use streamcomm::host::{HostBuffer, HostEvent, HostStream};
-use streamcomm::launch::local::LocalLauncher;
 use streamcomm::plan::Collective;
 use streamcomm::{Communicator, DataType, ReduceOp};
 
@@ -21,34 +20,14 @@ const SEED: &str = "STREAMCOMM_TEST_SEED";
 
 /// Launches `n` copies of this binary running `scenario`; fails on any rank's failure or a hang.
 fn launch(n: usize, scenario: &str, buffsize: &str) {
-    let seed = harness::seed();
-    let exe = std::env::current_exe().unwrap();
-    let launcher = LocalLauncher::new(n, exe)
-        .args([
-            "--exact",
-            "child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(SCENARIO, scenario)
-        .env(SEED, seed.to_string())
-        .env("STREAMCOMM_BUFFSIZE", buffsize)
-        .env("STREAMCOMM_NSTEPS", "4")
-        .env("STREAMCOMM_TIMEOUT", "60");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(launcher.run());
-    });
-    let outcome = rx
-        .recv_timeout(Duration::from_secs(300))
-        .expect("watchdog: the ranks did not finish in 300 s")
-        .expect("launch");
-    assert_eq!(
-        outcome.exit_code(),
-        0,
-        "{scenario} on {n} ranks failed: {outcome:?}"
-    );
+    let env = [
+        (SCENARIO, scenario.to_string()),
+        (SEED, harness::seed().to_string()),
+        ("STREAMCOMM_BUFFSIZE", buffsize.to_string()),
+        ("STREAMCOMM_NSTEPS", "4".to_string()),
+        ("STREAMCOMM_TIMEOUT", "60".to_string()),
+    ];
+    harness::launch_children(n, &env, Duration::from_secs(300), scenario);
 }
 
 #[test]

@@ -165,7 +165,10 @@ pub fn both_ways(streams: Vec<TcpStream>, bytes: u64, write_bytes: usize) -> Fal
         for stream in streams {
             let reader = stream.try_clone().context("clone a socket")?;
             workers.push(scope.spawn(move || write_n(stream, bytes, write_bytes)));
-            workers.push(scope.spawn(move || read_n(reader, bytes, write_bytes)));
+            workers.push(scope.spawn(move || {
+                let mut reader = reader;
+                read_n(&mut reader, bytes, write_bytes)
+            }));
         }
         workers.into_iter().try_for_each(|w| {
             w.join()
@@ -186,7 +189,11 @@ fn write_n(mut stream: TcpStream, bytes: u64, write_bytes: usize) -> std::io::Re
     Ok(())
 }
 
-fn read_n(mut stream: TcpStream, bytes: u64, buffer_bytes: usize) -> std::io::Result<()> {
+/// Reads exactly `bytes` bytes from `stream` (in reads of `buffer_bytes`).
+///
+/// # Errors
+/// The read's error, or `UnexpectedEof` when the peer closes early.
+pub fn read_n(stream: &mut TcpStream, bytes: u64, buffer_bytes: usize) -> std::io::Result<()> {
     let mut buffer = vec![0u8; buffer_bytes];
     let mut left = bytes;
     while left > 0 {

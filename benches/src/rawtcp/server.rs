@@ -89,23 +89,6 @@ fn drain(listener: &TcpListener, sockets: u64, bytes: u64, settings: &Settings) 
 
 /// Reads exactly `bytes` bytes, then writes the acknowledgement.
 fn read_and_ack(mut stream: TcpStream, bytes: u64, buffer_bytes: usize) -> std::io::Result<()> {
-    let mut buffer = vec![0u8; buffer_bytes];
-    let mut left = bytes;
-    while left > 0 {
-        let want = buffer
-            .len()
-            .min(usize::try_from(left).unwrap_or(usize::MAX));
-        match stream.read(&mut buffer[..want]) {
-            Ok(0) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    format!("rank 0 closed the socket with {left} bytes to go"),
-                ))
-            }
-            Ok(n) => left -= n as u64,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
+    super::client::read_n(&mut stream, bytes, buffer_bytes)?;
     stream.write_all(&[1])
 }

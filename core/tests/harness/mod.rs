@@ -11,6 +11,7 @@ use std::time::Duration;
 use streamcomm::bootstrap::UniqueId;
 use streamcomm::comm::UntypedBuffer;
 use streamcomm::host::HostStream;
+use streamcomm::launch::local::LocalLauncher;
 use streamcomm::plan::Collective;
 use streamcomm::{Backend, Communicator, Config, DataType, ReduceOp};
 
@@ -69,6 +70,37 @@ pub fn run_threads<R: Send + 'static>(
         }
     }
     results.into_iter().map(|r| r.unwrap()).collect()
+}
+
+/// Runs `n` copies of this test binary's ignored `child` test as the ranks
+/// of one job, started the way `streamcomm-run` starts them, with `env` set
+/// in each; fails the test if any rank fails or they take longer than
+/// `limit` (`what` names the job in the failure).
+pub fn launch_children(n: usize, env: &[(&str, String)], limit: Duration, what: &str) {
+    let exe = std::env::current_exe().expect("this test binary");
+    let mut launcher = LocalLauncher::new(n, exe).args([
+        "--exact",
+        "child",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    for (k, v) in env {
+        launcher = launcher.env(*k, v);
+    }
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(launcher.run());
+    });
+    let outcome = rx
+        .recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("watchdog: {what} did not finish in {limit:?}"))
+        .expect("launch");
+    assert_eq!(
+        outcome.exit_code(),
+        0,
+        "{what} on {n} ranks failed: {outcome:?}"
+    );
 }
 
 /// One collective call to run and check.
