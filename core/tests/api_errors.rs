@@ -107,6 +107,32 @@ fn mismatched_counts_fail_on_both_ranks_without_hanging() {
 }
 
 #[test]
+fn an_idle_rank_sees_a_peer_failure_in_async_error() {
+    let results = run_threads(3, small_config(), Duration::from_secs(60), |comm| {
+        comm.barrier_host().unwrap();
+        if comm.rank() == 2 {
+            comm.abort();
+            return None;
+        }
+        // Idle: no operation is waiting; only async_error looks.
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            if let Some(e) = comm.async_error() {
+                return Some(e);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        None
+    });
+    for (rank, e) in results.iter().enumerate().take(2) {
+        assert!(
+            matches!(e, Some(Error::RemoteFailed { peer: 2, .. })),
+            "rank {rank}: {e:?}"
+        );
+    }
+}
+
+#[test]
 fn abort_releases_a_waiting_stream() {
     run_threads(2, small_config(), Duration::from_secs(60), |comm| {
         let stream = HostStream::new().unwrap();

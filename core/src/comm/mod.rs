@@ -25,6 +25,7 @@ mod task;
 mod turns;
 mod watchdog;
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -403,8 +404,29 @@ impl Communicator {
     }
 
     /// The error that put the communicator in its failed state, if any
-    /// (never blocks; like `ncclCommGetAsyncError`).
+    /// (never blocks; like `ncclCommGetAsyncError`). A peer's failure shows
+    /// here even while this rank is idle: a failing peer raises the failure
+    /// word in this rank's segment, which is read here.
     pub fn async_error(&self) -> Option<Error> {
+        if let Some(e) = self.inner.error() {
+            return Some(e);
+        }
+        let raised = self
+            .inner
+            .segment
+            .header()
+            .failed_by
+            .load(Ordering::Acquire);
+        if raised == 0 {
+            return None;
+        }
+        let e = self.inner.wait_error(
+            crate::wait::WaitError::Aborted,
+            "communicator",
+            "nothing (the rank was idle)".into(),
+            None,
+        );
+        self.inner.fail(&e);
         self.inner.error()
     }
 
