@@ -186,7 +186,11 @@ impl CommInner {
         Ok(())
     }
 
-    fn connection(&self, peer: usize) -> Result<&Connection> {
+    /// The connection to `peer`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidUsage`] for this rank itself or a rank out of range.
+    pub(crate) fn connection(&self, peer: usize) -> Result<&Connection> {
         self.peers
             .get(peer)
             .and_then(|c| c.as_ref())

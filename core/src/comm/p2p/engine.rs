@@ -15,7 +15,7 @@ use std::time::Instant;
 use crate::comm::inner::CommInner;
 use crate::comm::p2p::receiver::RecvOp;
 use crate::comm::p2p::sender::SendOp;
-use crate::comm::p2p::spec::{Dir, GroupBuf, GroupSpec};
+use crate::comm::p2p::spec::{Dir, GroupBuf, GroupSpec, OpSpec};
 use crate::wait::{Notifier, WaitPolicy};
 use crate::{Error, Result};
 
@@ -51,6 +51,12 @@ fn lock_in_order<'b, R>(
         acc.push((i, Locked::Read(raw.bytes_of(&g))));
         lock_in_order(bufs, rest, acc, f)
     }
+}
+
+/// The locked bytes an operation reads or writes.
+enum Region<'a> {
+    Src(&'a [u8]),
+    Dst(&'a mut [u8]),
 }
 
 /// One operation in flight.
@@ -119,53 +125,44 @@ impl CommInner {
     fn run_single(&self, spec: &GroupSpec, seq: u64) -> Result<()> {
         let o = &spec.ops[0];
         let raw = spec.bufs[o.buf].view.raw();
-        let conn = self.connection_to(o.peer)?;
         let range = o.offset..o.offset + o.bytes();
+        let name = || format!("{} #{seq}", spec.name);
         match o.dir {
             Dir::Send => {
                 let g = raw.read();
-                let data = &raw.bytes_of(&g)[range];
-                let rendezvous = data.len() > self.config.p2p_eager_limit;
-                let direct = self.config.p2p_direct;
-                let op = SendOp::new(
-                    o.peer, conn, &self.p2p, data, o.dtype, o.count, rendezvous, direct,
-                );
-                let mut ops = [Op::Send(op)];
-                self.drive(spec, seq, &mut ops)
+                let op = self.new_op(o, Region::Src(&raw.bytes_of(&g)[range]))?;
+                self.drive_one(op, name)
             }
             Dir::Recv => {
                 let mut g = raw.write();
-                let dst = &mut raw.bytes_of_mut(&mut g)[range];
-                let op = RecvOp::new(
-                    o.peer,
-                    conn,
-                    &self.p2p,
-                    dst,
-                    o.dtype,
-                    self.config.p2p_direct,
-                );
-                let mut ops = [Op::Recv(op)];
-                self.drive(spec, seq, &mut ops)
+                let op = self.new_op(o, Region::Dst(&mut raw.bytes_of_mut(&mut g)[range]))?;
+                self.drive_one(op, name)
             }
         }
     }
 
-    fn connection_to(&self, peer: usize) -> Result<&crate::transport::Connection> {
-        self.peers
-            .get(peer)
-            .and_then(|c| c.as_ref())
-            .ok_or_else(|| Error::InvalidUsage(format!("no connection to rank {peer}")))
+    /// The operation `o` on its locked `region`, over its connection.
+    fn new_op<'a>(&'a self, o: &OpSpec, region: Region<'a>) -> Result<Op<'a>> {
+        let conn = self.connection(o.peer)?;
+        let direct = self.config.p2p_direct;
+        Ok(match region {
+            Region::Src(data) => {
+                let rendezvous = data.len() > self.config.p2p_eager_limit;
+                Op::Send(SendOp::new(
+                    o.peer, conn, &self.p2p, data, o.dtype, o.count, rendezvous, direct,
+                ))
+            }
+            Region::Dst(dst) => {
+                Op::Recv(RecvOp::new(o.peer, conn, &self.p2p, dst, o.dtype, direct))
+            }
+        })
     }
 
-    /// Polls the single operation until it is done, waiting (bounded by the
-    /// timeout without progress) when it cannot move.
-    fn drive(&self, spec: &GroupSpec, seq: u64, ops: &mut [Op<'_>; 1]) -> Result<()> {
-        let op = &mut ops[0];
+    /// Polls one operation until it is done, waiting when it cannot move.
+    fn drive_one(&self, mut op: Op<'_>, name: impl Fn() -> String) -> Result<()> {
         let mut last_progress = Instant::now();
         loop {
-            let progressed = op
-                .poll()
-                .map_err(|e| rename(e, &format!("{} #{seq}", spec.name)))?;
+            let progressed = op.poll().map_err(|e| rename(e, &name()))?;
             if op.done() {
                 return Ok(());
             }
@@ -173,18 +170,35 @@ impl CommInner {
                 last_progress = Instant::now();
                 continue;
             }
-            let policy = WaitPolicy {
-                timeout: self.config.timeout.saturating_sub(last_progress.elapsed()),
-                ..self.policy()
-            };
-            let waited = op
-                .notifier()
-                .wait_until(&policy, || op.ready().then_some(()));
-            if let Err(w) = waited {
-                let name = format!("{} #{seq}", spec.name);
-                return Err(self.wait_error(w, &name, op.waiting_for(), Some(op.peer())));
-            }
+            self.wait_for_progress(
+                &op,
+                last_progress,
+                || op.ready(),
+                || op.waiting_for(),
+                &name,
+            )?;
         }
+    }
+
+    /// Waits until `ready` (sleeping on `first`'s notifier), bounded by the
+    /// timeout counted from the last progress; on timeout or abort, the
+    /// error names the operation and what it waited for.
+    fn wait_for_progress(
+        &self,
+        first: &Op<'_>,
+        last_progress: Instant,
+        mut ready: impl FnMut() -> bool,
+        waiting_for: impl FnOnce() -> String,
+        name: impl Fn() -> String,
+    ) -> Result<()> {
+        let policy = WaitPolicy {
+            timeout: self.config.timeout.saturating_sub(last_progress.elapsed()),
+            ..self.policy()
+        };
+        first
+            .notifier()
+            .wait_until(&policy, || ready().then_some(()))
+            .map_err(|w| self.wait_error(w, &name(), waiting_for(), Some(first.peer())))
     }
 
     fn run_locked(&self, spec: &GroupSpec, seq: u64, locked: LockedBufs<'_>) -> Result<()> {
@@ -231,38 +245,11 @@ impl CommInner {
             if o.peer == self.rank {
                 continue;
             }
-            let conn = self
-                .peers
-                .get(o.peer)
-                .and_then(|c| c.as_ref())
-                .ok_or_else(|| Error::InvalidUsage(format!("no connection to rank {}", o.peer)))?;
-            let op = match o.dir {
-                Dir::Send => {
-                    let data = srcs[k].take().unwrap_or_default();
-                    let rendezvous = data.len() > self.config.p2p_eager_limit;
-                    Op::Send(SendOp::new(
-                        o.peer,
-                        conn,
-                        &self.p2p,
-                        data,
-                        o.dtype,
-                        o.count,
-                        rendezvous,
-                        self.config.p2p_direct,
-                    ))
-                }
-                Dir::Recv => {
-                    let dst = dsts[k].take().unwrap_or_default();
-                    Op::Recv(RecvOp::new(
-                        o.peer,
-                        conn,
-                        &self.p2p,
-                        dst,
-                        o.dtype,
-                        self.config.p2p_direct,
-                    ))
-                }
+            let region = match o.dir {
+                Dir::Send => Region::Src(srcs[k].take().unwrap_or_default()),
+                Dir::Recv => Region::Dst(dsts[k].take().unwrap_or_default()),
             };
+            let op = self.new_op(o, region)?;
             index[k] = Some(ops.len());
             ops.push(op);
         }
@@ -297,22 +284,20 @@ impl CommInner {
                 last_progress = Instant::now();
                 continue;
             }
-            let policy = WaitPolicy {
-                timeout: self.config.timeout.saturating_sub(last_progress.elapsed()),
-                ..self.policy()
-            };
             let first = &ops[lanes[0][0]];
-            let waited = first.notifier().wait_until(&policy, || {
-                lanes.iter().any(|l| ops[l[0]].ready()).then_some(())
-            });
-            if let Err(w) = waited {
-                let waiting = lanes
-                    .iter()
-                    .map(|l| ops[l[0]].waiting_for())
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                return Err(self.wait_error(w, &name, waiting, Some(first.peer())));
-            }
+            self.wait_for_progress(
+                first,
+                last_progress,
+                || lanes.iter().any(|l| ops[l[0]].ready()),
+                || {
+                    lanes
+                        .iter()
+                        .map(|l| ops[l[0]].waiting_for())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                },
+                || name.clone(),
+            )?;
         }
     }
 }

@@ -297,10 +297,7 @@ impl Communicator {
     /// As [`Communicator::send`], plus execution errors (timeout, peer
     /// failure) directly.
     pub fn send_host(&self, buf: &impl AsBufView, peer: usize) -> Result<()> {
-        let v = buf.buf_view();
-        let mut spec = GroupSpec::new("send_host", self.inner.rank, self.inner.size);
-        spec.push(Dir::Send, peer, &v, 0, v.len())?;
-        self.run_host(spec)
+        self.run_host("send_host", Dir::Send, peer, &buf.buf_view())
     }
 
     /// Receives a message from `peer` into the front of `buf` on the calling
@@ -310,16 +307,16 @@ impl Communicator {
     /// # Errors
     /// As [`Communicator::recv`], plus execution errors directly.
     pub fn recv_host(&self, buf: &mut impl AsBufView, peer: usize) -> Result<()> {
-        let v = buf.buf_view();
-        let mut spec = GroupSpec::new("recv_host", self.inner.rank, self.inner.size);
-        spec.push(Dir::Recv, peer, &v, 0, v.len())?;
-        self.run_host(spec)
+        self.run_host("recv_host", Dir::Recv, peer, &buf.buf_view())
     }
 
-    fn run_host(&self, spec: GroupSpec) -> Result<()> {
+    /// One operation on all of `v`, run by the calling thread in its turn.
+    fn run_host(&self, name: &'static str, dir: Dir, peer: usize, v: &BufView) -> Result<()> {
         if let Some(e) = self.inner.error() {
             return Err(e);
         }
+        let mut spec = GroupSpec::new(name, self.inner.rank, self.inner.size);
+        spec.push(dir, peer, v, 0, v.len())?;
         spec.check()?;
         let ticket = self.inner.turns.take();
         self.inner
