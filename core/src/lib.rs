@@ -68,6 +68,7 @@ pub mod barrier;
 pub mod bootstrap;
 pub mod comm;
 pub mod config;
+pub(crate) mod device;
 pub mod error;
 pub mod host;
 pub mod launch;

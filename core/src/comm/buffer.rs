@@ -142,6 +142,12 @@ impl AsBufView for UntypedBuffer {
 }
 
 impl BufView {
+    /// `len` elements of `dtype` in `raw` (which must hold them).
+    pub(crate) fn new(raw: RawBuffer, dtype: DataType, len: usize) -> BufView {
+        debug_assert!(raw.len_bytes() >= len * dtype.size());
+        BufView { raw, dtype, len }
+    }
+
     /// The storage.
     pub(crate) fn raw(&self) -> &RawBuffer {
         &self.raw

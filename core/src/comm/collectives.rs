@@ -33,6 +33,20 @@ impl Communicator {
         binding: Binding,
         stream: &HostStream,
     ) -> Result<()> {
+        stream.enqueue(self.plan_task(collective, dtype, op, count, binding)?)
+    }
+
+    /// The stream task of one collective: its plan (algorithm chosen for the
+    /// call) bound to `binding`, checked. Host streams enqueue it; device
+    /// streams run it on staging buffers ([`crate::device`]).
+    pub(crate) fn plan_task(
+        &self,
+        collective: Collective,
+        dtype: DataType,
+        op: ReduceOp,
+        count: usize,
+        binding: Binding,
+    ) -> Result<Arc<PlanTask>> {
         if let Some(e) = self.inner.error() {
             return Err(e);
         }
@@ -51,7 +65,7 @@ impl Communicator {
             algo,
         )?;
         binding.check(&plan)?;
-        stream.enqueue(Arc::new(PlanTask {
+        Ok(Arc::new(PlanTask {
             comm: self.inner.clone(),
             plan: Arc::new(plan),
             binding,

@@ -17,11 +17,11 @@ mod buffer;
 mod collectives;
 mod connect;
 mod endpoint;
-mod inner;
+pub(crate) mod inner;
 pub mod p2p;
 mod proxy;
 mod selection;
-mod task;
+pub(crate) mod task;
 mod turns;
 mod watchdog;
 
@@ -30,6 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use barrier::default_barrier_algo;
+pub(crate) use buffer::Binding;
 pub use buffer::{AsBufView, BufView, UntypedBuffer};
 pub use endpoint::{local_host_id, Endpoint};
 pub use p2p::{Group, P2pStats};
@@ -87,7 +88,7 @@ pub enum Backend {
 /// ```
 #[derive(Clone)]
 pub struct Communicator {
-    inner: Arc<CommInner>,
+    pub(crate) inner: Arc<CommInner>,
 }
 
 impl std::fmt::Debug for Communicator {

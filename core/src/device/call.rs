@@ -1,0 +1,252 @@
+//! One communicator operation on a device stream: its staging buffers, its
+//! host task and the five steps it enqueues (see the module docs).
+
+use std::sync::Arc;
+
+use super::queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
+use super::runner::{Graveyard, Runner};
+use crate::comm::inner::CommInner;
+use crate::comm::{Binding, BufView, Communicator};
+use crate::host::{Job, Task};
+use crate::plan::Collective;
+use crate::{DataType, Error, ReduceOp, Result};
+
+/// `len` elements at a device address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DeviceRange {
+    /// First element.
+    pub addr: DevAddr,
+    /// Number of elements.
+    pub len: usize,
+}
+
+/// The device buffers of one call.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum DeviceBuffers {
+    /// Distinct input and output.
+    Separate {
+        /// Input.
+        send: DeviceRange,
+        /// Output.
+        recv: DeviceRange,
+    },
+    /// One buffer at NCCL's in-place offsets.
+    InPlace(DeviceRange),
+    /// No data (a barrier).
+    None,
+}
+
+/// A communicator operation as a device stream issues it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DeviceCall {
+    /// What to run (`Collective::Barrier` for a barrier).
+    pub collective: Collective,
+    /// Element type of the buffers.
+    pub dtype: DataType,
+    /// Reduction (ignored where nothing is reduced).
+    pub op: ReduceOp,
+    /// The buffers.
+    pub buffers: DeviceBuffers,
+}
+
+/// One staging buffer and the device copies around the host task.
+struct Stage<S> {
+    mem: S,
+    bytes: usize,
+    copy_in: Option<DevAddr>,
+    copy_out: Option<DevAddr>,
+}
+
+/// Everything the device may still touch until the operation can no longer
+/// run: dropped (through the graveyard) only after that.
+struct Resources<S, G> {
+    _callback: Arc<HostCallback>,
+    _stages: Vec<Stage<S>>,
+    _signal: Arc<G>,
+}
+
+/// Elements the host task reads from `send` and writes to `recv`, for `count`.
+fn stage_lens(collective: Collective, count: usize, size: usize) -> Result<(usize, usize)> {
+    let all = count.checked_mul(size).ok_or_else(|| {
+        Error::invalid(format!("{}: {count} elements × {size} ranks overflow", collective.name()))
+    })?;
+    Ok(match collective {
+        Collective::AllGather => (count, all),
+        Collective::ReduceScatter => (all, count),
+        Collective::AllToAll => (all, all),
+        _ => (count, count),
+    })
+}
+
+impl DeviceCall {
+    /// The element count of the collective, derived from the buffers as the
+    /// host calls do.
+    fn count(&self, size: usize) -> Result<usize> {
+        let name = self.collective.name();
+        let per_rank = |len: usize| {
+            if len % size != 0 {
+                return Err(Error::invalid(format!(
+                    "{name}: buffer of {len} elements is not divisible by the {size} ranks"
+                )));
+            }
+            Ok(len / size)
+        };
+        Ok(match (self.collective, self.buffers) {
+            (_, DeviceBuffers::None) => 0,
+            (Collective::AllGather | Collective::ReduceScatter, DeviceBuffers::InPlace(b)) => {
+                per_rank(b.len)?
+            }
+            (_, DeviceBuffers::InPlace(b)) => b.len,
+            (Collective::Broadcast { .. } | Collective::ReduceScatter, DeviceBuffers::Separate { recv, .. }) => recv.len,
+            (Collective::AllToAll, DeviceBuffers::Separate { send, .. }) => per_rank(send.len)?,
+            (_, DeviceBuffers::Separate { send, .. }) => send.len,
+        })
+    }
+}
+
+impl Communicator {
+    /// Enqueues `call` on `queue`: copy in, host callback, wait, copy out,
+    /// release (module docs). The host task is built and checked here, so
+    /// bad arguments fail now, before anything is enqueued.
+    pub(crate) fn enqueue_device<Q: DeviceQueue>(
+        &self,
+        queue: &Q,
+        runner: &Arc<Runner>,
+        graveyard: &Arc<Graveyard>,
+        call: &DeviceCall,
+    ) -> Result<()> {
+        graveyard.bury();
+        if let Some(e) = self.inner.error() {
+            return Err(e);
+        }
+        let (task, stages) = self.device_task(queue, call)?;
+        let signal = Arc::new(queue.alloc_signal()?);
+        let callback: Arc<HostCallback> = {
+            let (task, signal) = (task.clone(), signal.clone());
+            let (runner, comm) = (runner.clone(), self.inner.clone());
+            Arc::new(move || hand_over(task.as_ref(), &signal, &runner, &comm))
+        };
+        let steps = || -> Result<()> {
+            for s in stages.iter().filter(|s| s.bytes > 0) {
+                if let Some(src) = s.copy_in {
+                    // SAFETY: `src` is the caller's device buffer, valid for
+                    // `bytes` (lengths checked in `device_task`) until the
+                    // operation has run, as every stream API requires; the
+                    // staging memory lives in `Resources` until released.
+                    unsafe { queue.enqueue_copy(s.mem.dev_addr(), src, s.bytes)? };
+                }
+            }
+            // SAFETY: `callback` is kept in `Resources`, released only
+            // after the operation's last step.
+            unsafe { queue.enqueue_callback(&callback)? };
+            queue.enqueue_wait(&signal)?;
+            for s in stages.iter().filter(|s| s.bytes > 0) {
+                if let Some(dst) = s.copy_out {
+                    // SAFETY: as for the copy in.
+                    unsafe { queue.enqueue_copy(dst, s.mem.dev_addr(), s.bytes)? };
+                }
+            }
+            Ok(())
+        };
+        let result = steps();
+        let owner = Box::new(Resources {
+            _callback: callback,
+            _stages: stages,
+            _signal: signal,
+        });
+        // Released even when a step failed: what was enqueued may still run.
+        let released = queue.enqueue_release(owner, graveyard);
+        result.and(released)
+    }
+
+    /// The host task of `call` over fresh staging buffers, and the stages.
+    #[allow(clippy::type_complexity)]
+    fn device_task<Q: DeviceQueue>(
+        &self,
+        queue: &Q,
+        call: &DeviceCall,
+    ) -> Result<(Arc<dyn Task>, Vec<Stage<Q::Staging>>)> {
+        if call.collective == Collective::Barrier {
+            if let Some(e) = self.inner.error() {
+                return Err(e);
+            }
+            return Ok((crate::comm::task::barrier_task(&self.inner), Vec::new()));
+        }
+        let (size, rank, dsize) = (self.size(), self.rank(), call.dtype.size());
+        let count = call.count(size)?;
+        let (send_len, recv_len) = stage_lens(call.collective, count, size)?;
+        let name = call.collective.name();
+        let stage = |len: usize, copy_in, copy_out| -> Result<(Stage<Q::Staging>, BufView)> {
+            let bytes = len * dsize;
+            let mem = queue.alloc_staging(bytes)?;
+            let view = BufView::new(mem.host_buffer(), call.dtype, len);
+            Ok((Stage { mem, bytes, copy_in, copy_out }, view))
+        };
+        let need = |what: &str, have: usize, want: usize| {
+            if have < want {
+                return Err(Error::invalid(format!(
+                    "{name}: {what} holds {have} elements, the call needs {want}"
+                )));
+            }
+            Ok(())
+        };
+        let (binding, stages) = match call.buffers {
+            DeviceBuffers::None => (Binding::Separate { send: None, recv: None }, Vec::new()),
+            DeviceBuffers::InPlace(b) => {
+                let (s, v) = stage(b.len, Some(b.addr), Some(b.addr))?;
+                (Binding::InPlace(v), vec![s])
+            }
+            DeviceBuffers::Separate { send, recv } => {
+                if send.addr == recv.addr && send.len > 0 && recv.len > 0 {
+                    return Err(Error::invalid(format!(
+                        "{name}: send and recv are the same buffer; use the in-place call"
+                    )));
+                }
+                let reads = !matches!(call.collective, Collective::Broadcast { root } if root != rank);
+                let writes = !matches!(call.collective, Collective::Reduce { root } if root != rank);
+                let mut stages = Vec::new();
+                let send_view = if reads {
+                    need("send", send.len, send_len)?;
+                    let (s, v) = stage(send_len, Some(send.addr), None)?;
+                    stages.push(s);
+                    Some(v)
+                } else {
+                    None
+                };
+                let recv_view = if writes {
+                    need("recv", recv.len, recv_len)?;
+                    let (s, v) = stage(recv_len, None, Some(recv.addr))?;
+                    stages.push(s);
+                    Some(v)
+                } else {
+                    None
+                };
+                (Binding::Separate { send: send_view, recv: recv_view }, stages)
+            }
+        };
+        let task = self.plan_task(call.collective, call.dtype, call.op, count, binding)?;
+        Ok((task, stages))
+    }
+}
+
+/// The host callback: prepares the task (taking its ticket now, in device
+/// order) and hands it to the runner; raises `signal` once it has run, or at
+/// once if it cannot be handed over. Never blocks.
+fn hand_over<G: CompletionSignal>(
+    task: &dyn Task,
+    signal: &Arc<G>,
+    runner: &Runner,
+    comm: &CommInner,
+) {
+    let job = task.prepare();
+    let raise = signal.clone();
+    let wrapped = Job::new(move |mode| {
+        let result = job.execute(mode);
+        raise.raise();
+        result
+    });
+    if let Err(e) = runner.submit(wrapped) {
+        comm.fail(&e);
+        signal.raise();
+    }
+}

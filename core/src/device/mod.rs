@@ -1,0 +1,50 @@
+//! Communicator operations on *device* streams (CUDA), staged through host memory.
+//!
+//! A device stream cannot run the host backend's tasks itself, so each
+//! operation is appended to it as five stream steps, all capturable:
+//!
+//! 1. copy the input from device memory into *staging* memory: host memory
+//!    the device can address (pinned, host-mapped with CUDA);
+//! 2. a host callback, which runs when the stream reaches it (and again at
+//!    every replay of a graph captured from it). It prepares the very task
+//!    the host backend would run for this call, over the staging buffers, and
+//!    hands it to the communicator's *runner*, a host stream, without
+//!    blocking;
+//! 3. a wait until the operation's completion word is at least 1, which the
+//!    runner sets once the task has run (or failed), then a write of 0: the
+//!    doorbell rule of DESIGN.md §3, so a replay behaves like the first run;
+//! 4. a copy of the output from staging memory into device memory;
+//! 5. the release of the operation's resources once the stream (or the
+//!    captured graph) can no longer run it.
+//!
+//! So the plans, transports, tickets and error handling are the host
+//! backend's own code, tested end to end here; what a device adds is the
+//! [`DeviceQueue`] (five enqueue primitives), implemented for CUDA in
+//! [`crate::cuda`] and, in this module's tests, by a host stream that plays
+//! the device.
+//!
+//! # Order
+//! A device operation takes its ticket on the communicator when the device
+//! reaches its callback, not when it is enqueued: that is the order in which
+//! a captured graph's replays run. Issue a communicator's device operations
+//! on one stream (or order the streams with events), and the same way on
+//! every rank, as with NCCL.
+//!
+//! # Errors
+//! A task that fails still raises its completion word, so the device stream
+//! never waits forever; the error is kept by the communicator
+//! ([`Communicator::async_error`](crate::Communicator::async_error)) and
+//! every later call returns it.
+
+mod call;
+mod queue;
+mod runner;
+
+#[cfg(test)]
+mod emulated;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use call::{DeviceCall, DeviceRange};
+pub(crate) use queue::{CompletionSignal, DevAddr, DeviceQueue, StagingMemory};
+pub(crate) use runner::{Graveyard, Runner};

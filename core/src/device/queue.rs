@@ -1,0 +1,70 @@
+//! What a device stream offers the staged path: five enqueue primitives.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use crate::host::RawBuffer;
+use crate::Result;
+
+/// A device address (CUDA's `CUdeviceptr`; a host address in the tests'
+/// emulated device).
+pub(crate) type DevAddr = u64;
+
+/// A host callback enqueued on a device stream.
+pub(crate) type HostCallback = dyn Fn() + Send + Sync + 'static;
+
+/// Memory that the host reads and writes and the device addresses.
+pub(crate) trait StagingMemory: Send + Sync + 'static {
+    /// The bytes, as a host buffer the host tasks read and write.
+    fn host_buffer(&self) -> RawBuffer;
+    /// Where the device sees them.
+    fn dev_addr(&self) -> DevAddr;
+}
+
+/// A word the host raises and a device stream waits on.
+pub(crate) trait CompletionSignal: Send + Sync + 'static {
+    /// Sets the word to 1 (release: the host's earlier writes are visible
+    /// to whoever sees it).
+    fn raise(&self);
+}
+
+/// One device stream, as the staged path drives it. Every `enqueue_*` is
+/// stream-ordered and capturable.
+pub(crate) trait DeviceQueue {
+    /// Staging memory of this queue's device.
+    type Staging: StagingMemory;
+    /// Completion words of this queue's device.
+    type Signal: CompletionSignal;
+
+    /// `bytes` bytes of staging memory.
+    fn alloc_staging(&self, bytes: usize) -> Result<Self::Staging>;
+
+    /// A completion word holding 0.
+    fn alloc_signal(&self) -> Result<Self::Signal>;
+
+    /// Enqueues a copy of `bytes` bytes from `src` to `dst`.
+    ///
+    /// # Safety
+    /// Both ranges must stay valid device memory until the copy has run, at
+    /// every replay of a graph that captures it.
+    unsafe fn enqueue_copy(&self, dst: DevAddr, src: DevAddr, bytes: usize) -> Result<()>;
+
+    /// Enqueues `callback`, run on a host thread when the stream reaches this
+    /// point (and at every replay of a captured graph). It must not block
+    /// and must not call the device's API.
+    ///
+    /// # Safety
+    /// `callback` must stay alive until the stream, and any graph captured
+    /// from it, can no longer run it: pass a clone of it to
+    /// [`DeviceQueue::enqueue_release`] after the operation's last step.
+    unsafe fn enqueue_callback(&self, callback: &Arc<HostCallback>) -> Result<()>;
+
+    /// Enqueues a wait until `signal` is at least 1, then a write of 0.
+    fn enqueue_wait(&self, signal: &Self::Signal) -> Result<()>;
+
+    /// Keeps `owner` until the work enqueued so far can no longer run (has
+    /// run, outside capture; the captured graph is destroyed, inside it),
+    /// then hands it to `graveyard` to be dropped on an application thread.
+    fn enqueue_release(&self, owner: Box<dyn Any + Send>, graveyard: &Arc<super::Graveyard>)
+        -> Result<()>;
+}

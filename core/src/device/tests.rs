@@ -1,0 +1,307 @@
+//! The staged device path end to end, on the emulated device: real
+//! communicators (ranks as threads over shared memory), fresh random data,
+//! f64 references, poisoned outputs, graph capture and replay.
+
+use std::sync::Arc;
+
+use rand::Rng;
+
+use super::call::{DeviceBuffers, DeviceCall, DeviceRange};
+use super::emulated::EmulatedQueue;
+use super::{Graveyard, Runner};
+use crate::bootstrap::UniqueId;
+use crate::host::HostStream;
+use crate::plan::Collective;
+use crate::{Backend, Communicator, DataType, Error, ReduceOp, Result};
+
+const POISON: f32 = f32::NAN;
+
+/// One rank's view of the emulated device.
+struct Rank {
+    comm: Communicator,
+    stream: HostStream,
+    runner: Arc<Runner>,
+    graveyard: Arc<Graveyard>,
+}
+
+impl Rank {
+    fn call(&self, call: DeviceCall) -> Result<()> {
+        let queue = EmulatedQueue {
+            stream: &self.stream,
+        };
+        self.comm
+            .enqueue_device(&queue, &self.runner, &self.graveyard, &call)
+    }
+}
+
+fn range(v: &[f32]) -> DeviceRange {
+    DeviceRange {
+        addr: v.as_ptr() as u64,
+        len: v.len(),
+    }
+}
+
+fn separate(collective: Collective, op: ReduceOp, send: &[f32], recv: &[f32]) -> DeviceCall {
+    DeviceCall {
+        collective,
+        dtype: DataType::F32,
+        op,
+        buffers: DeviceBuffers::Separate {
+            send: range(send),
+            recv: range(recv),
+        },
+    }
+}
+
+fn in_place(collective: Collective, op: ReduceOp, buf: &[f32]) -> DeviceCall {
+    DeviceCall {
+        collective,
+        dtype: DataType::F32,
+        op,
+        buffers: DeviceBuffers::InPlace(range(buf)),
+    }
+}
+
+/// Runs `body` on `n` ranks as threads and returns their results.
+fn on_ranks<T: Send + 'static>(
+    n: usize,
+    body: impl Fn(&Rank) -> T + Send + Sync + 'static,
+) -> Vec<T> {
+    let id = UniqueId::new().unwrap();
+    let body = Arc::new(body);
+    let handles: Vec<_> = (0..n)
+        .map(|r| {
+            let body = body.clone();
+            std::thread::spawn(move || {
+                let rank = Rank {
+                    comm: Communicator::init(&id, r, n, Backend::Host).unwrap(),
+                    stream: HostStream::new().unwrap(),
+                    runner: Arc::new(Runner::new().unwrap()),
+                    graveyard: Arc::new(Graveyard::default()),
+                };
+                body(&rank)
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+fn random(n: usize) -> Vec<f32> {
+    let mut rng = rand::thread_rng();
+    (0..n).map(|_| rng.gen_range(-4.0f32..4.0)).collect()
+}
+
+/// Data rank `r` contributes in round `round` (so every rank can compute
+/// every other rank's input for its reference).
+fn input(seed: u64, r: usize, len: usize) -> Vec<f32> {
+    use rand::SeedableRng;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (r as u64 * 0x9E37_79B9));
+    (0..len).map(|_| rng.gen_range(-4.0f32..4.0)).collect()
+}
+
+fn close(got: f32, want: f64) -> bool {
+    (f64::from(got) - want).abs() <= 1e-5 * want.abs().max(1.0)
+}
+
+#[test]
+fn every_collective_runs_staged_with_fresh_data() {
+    const N: usize = 3;
+    const COUNT: usize = 1000;
+    let seed: u64 = rand::thread_rng().gen();
+    let errors = on_ranks(N, move |rk| {
+        let r = rk.comm.rank();
+        let mut bad = Vec::new();
+        let inputs: Vec<Vec<f32>> = (0..N).map(|q| input(seed, q, N * COUNT)).collect();
+        let mine = inputs[r].clone();
+        let sum = |i: usize| inputs.iter().map(|v| f64::from(v[i])).sum::<f64>();
+
+        // all_reduce, out of place, with 7 extra recv elements that must stay poisoned.
+        let send = mine[..COUNT].to_vec();
+        let recv = vec![POISON; COUNT + 7];
+        rk.call(separate(Collective::AllReduce, ReduceOp::Sum, &send, &recv)).unwrap();
+        // in place, max
+        let buf = mine[..COUNT].to_vec();
+        rk.call(in_place(Collective::AllReduce, ReduceOp::Max, &buf)).unwrap();
+        // broadcast from rank 1, reduce to rank 2
+        let bsend = mine[..COUNT].to_vec();
+        let brecv = vec![POISON; COUNT];
+        rk.call(separate(Collective::Broadcast { root: 1 }, ReduceOp::Sum, &bsend, &brecv)).unwrap();
+        let rrecv = vec![POISON; COUNT];
+        rk.call(separate(Collective::Reduce { root: 2 }, ReduceOp::Sum, &send, &rrecv)).unwrap();
+        // all_gather, reduce_scatter, all_to_all
+        let grecv = vec![POISON; N * COUNT];
+        rk.call(separate(Collective::AllGather, ReduceOp::Sum, &send, &grecv)).unwrap();
+        let ssend = mine.clone();
+        let srecv = vec![POISON; COUNT];
+        rk.call(separate(Collective::ReduceScatter, ReduceOp::Sum, &ssend, &srecv)).unwrap();
+        let arecv = vec![POISON; N * COUNT];
+        rk.call(separate(Collective::AllToAll, ReduceOp::Sum, &ssend, &arecv)).unwrap();
+        // in-place all_gather: this rank's block at rank * COUNT
+        let mut gbuf = vec![POISON; N * COUNT];
+        gbuf[r * COUNT..(r + 1) * COUNT].copy_from_slice(&mine[..COUNT]);
+        rk.call(in_place(Collective::AllGather, ReduceOp::Sum, &gbuf)).unwrap();
+        rk.call(DeviceCall {
+            collective: Collective::Barrier,
+            dtype: DataType::U8,
+            op: ReduceOp::Sum,
+            buffers: DeviceBuffers::None,
+        })
+        .unwrap();
+        rk.stream.synchronize().unwrap();
+        assert!(rk.comm.async_error().is_none());
+
+        let mut check = |what: &str, got: f32, want: f64| {
+            if !close(got, want) && bad.len() < 5 {
+                bad.push(format!("rank {r} {what}: got {got}, want {want}"));
+            }
+        };
+        for i in 0..COUNT {
+            check("all_reduce", recv[i], sum(i));
+            let max = inputs.iter().map(|v| f64::from(v[i])).fold(f64::MIN, f64::max);
+            check("all_reduce_in_place max", buf[i], max);
+            check("broadcast", brecv[i], f64::from(inputs[1][i]));
+            if r == 2 {
+                check("reduce", rrecv[i], sum(i));
+            } else if !rrecv[i].is_nan() {
+                check("reduce non-root untouched", rrecv[i], f64::NAN);
+            }
+            for q in 0..N {
+                check("all_gather", grecv[q * COUNT + i], f64::from(inputs[q][i]));
+                check("all_gather_in_place", gbuf[q * COUNT + i], f64::from(inputs[q][i]));
+                check("all_to_all", arecv[q * COUNT + i], f64::from(inputs[q][r * COUNT + i]));
+            }
+            check("reduce_scatter", srecv[i], sum(r * COUNT + i));
+        }
+        if recv[COUNT..].iter().any(|x| !x.is_nan()) {
+            bad.push(format!("rank {r}: all_reduce wrote past count"));
+        }
+        bad
+    });
+    let errors: Vec<String> = errors.into_iter().flatten().collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+}
+
+#[test]
+fn a_captured_step_replays_with_fresh_data_and_releases_on_drop() {
+    const N: usize = 2;
+    const COUNT: usize = 300;
+    const REPLAYS: u64 = 40;
+    let seed: u64 = rand::thread_rng().gen();
+    let errors = on_ranks(N, move |rk| {
+        let r = rk.comm.rank();
+        let mut bad = Vec::new();
+        let x = vec![0f32; COUNT];
+        let y = vec![POISON; COUNT];
+        let (xa, ya) = (x.as_ptr() as usize, y.as_ptr() as usize);
+        rk.stream.begin_capture().unwrap();
+        // "kernel": x *= 2
+        rk.stream
+            .host_fn(move || {
+                // SAFETY: `x` outlives the graph; the stream orders accesses.
+                let x = unsafe { std::slice::from_raw_parts_mut(xa as *mut f32, COUNT) };
+                x.iter_mut().for_each(|v| *v *= 2.0);
+            })
+            .unwrap();
+        rk.call(separate(Collective::AllReduce, ReduceOp::Sum, &x, &y)).unwrap();
+        // "kernel": y += 1
+        rk.stream
+            .host_fn(move || {
+                // SAFETY: as above.
+                let y = unsafe { std::slice::from_raw_parts_mut(ya as *mut f32, COUNT) };
+                y.iter_mut().for_each(|v| *v += 1.0);
+            })
+            .unwrap();
+        rk.call(DeviceCall {
+            collective: Collective::Barrier,
+            dtype: DataType::U8,
+            op: ReduceOp::Sum,
+            buffers: DeviceBuffers::None,
+        })
+        .unwrap();
+        let graph = rk.stream.end_capture().unwrap();
+        for round in 0..REPLAYS {
+            let fresh = input(seed ^ round, r, COUNT);
+            // SAFETY: the stream is idle (synchronized after every launch).
+            unsafe { std::slice::from_raw_parts_mut(xa as *mut f32, COUNT) }
+                .copy_from_slice(&fresh);
+            unsafe { std::slice::from_raw_parts_mut(ya as *mut f32, COUNT) }.fill(POISON);
+            graph.launch(&rk.stream).unwrap();
+            rk.stream.synchronize().unwrap();
+            for i in 0..COUNT {
+                let want = (0..N)
+                    .map(|q| 2.0 * f64::from(input(seed ^ round, q, COUNT)[i]))
+                    .sum::<f64>()
+                    + 1.0;
+                if !close(y[i], want) && bad.len() < 5 {
+                    bad.push(format!("rank {r} replay {round} [{i}]: {} vs {want}", y[i]));
+                }
+            }
+        }
+        // The graph holds the operations' resources; dropping it releases them.
+        let before = rk.graveyard.bury();
+        drop(graph);
+        let after = rk.graveyard.bury();
+        if before != 0 || after != 2 {
+            bad.push(format!("rank {r}: released {before} before and {after} after the drop"));
+        }
+        bad
+    });
+    let errors: Vec<String> = errors.into_iter().flatten().collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+}
+
+#[test]
+fn bad_arguments_fail_at_enqueue_naming_what_was_wrong() {
+    let errs = on_ranks(2, |rk| {
+        let send = random(10);
+        let small = vec![0f32; 9];
+        let e1 = rk
+            .call(separate(Collective::AllReduce, ReduceOp::Sum, &send, &small))
+            .unwrap_err();
+        let e2 = rk
+            .call(separate(Collective::AllReduce, ReduceOp::Sum, &send, &send))
+            .unwrap_err();
+        let odd = vec![0f32; 7];
+        let e3 = rk
+            .call(in_place(Collective::AllGather, ReduceOp::Sum, &odd))
+            .unwrap_err();
+        // Nothing was enqueued: the stream is idle and nothing was released.
+        rk.stream.synchronize().unwrap();
+        (e1.to_string(), e2.to_string(), e3.to_string(), rk.graveyard.bury())
+    });
+    for (e1, e2, e3, released) in errs {
+        assert!(e1.contains("recv holds 9 elements, the call needs 10"), "{e1}");
+        assert!(e2.contains("same buffer"), "{e2}");
+        assert!(e3.contains("not divisible"), "{e3}");
+        assert_eq!(released, 0);
+    }
+}
+
+#[test]
+fn a_failed_peer_releases_the_device_stream_with_the_error_kept() {
+    let results = on_ranks(2, |rk| {
+        let send = random(64);
+        let recv = vec![POISON; 64];
+        if rk.comm.rank() == 1 {
+            rk.comm.abort();
+            return None;
+        }
+        // Rank 0's all-reduce can never complete: its device stream must not
+        // hang on the completion word, and the error must be kept.
+        let r = rk.call(separate(Collective::AllReduce, ReduceOp::Sum, &send, &recv));
+        let sync = rk.stream.synchronize();
+        let kept = rk.comm.async_error();
+        let later = rk.call(separate(Collective::AllReduce, ReduceOp::Sum, &send, &recv));
+        Some((r.is_ok(), sync, kept, later))
+    });
+    let (enqueued, sync, kept, later) = results[0].clone().unwrap();
+    if enqueued {
+        assert!(sync.is_ok(), "the device stream itself completes: {sync:?}");
+    }
+    let kept = kept.expect("the communicator keeps the error");
+    assert!(
+        matches!(kept, Error::RemoteFailed { .. } | Error::Aborted(_) | Error::Timeout { .. }),
+        "{kept}"
+    );
+    assert!(later.is_err(), "later calls return the error");
+}
