@@ -68,6 +68,8 @@ pub mod barrier;
 pub mod bootstrap;
 pub mod comm;
 pub mod config;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub(crate) mod device;
 pub mod error;
 pub mod host;

@@ -41,6 +41,7 @@ mod kernels;
 mod memory;
 mod module;
 mod pinned;
+mod release;
 mod signals;
 mod stream;
 
@@ -57,5 +58,6 @@ pub use memory::{DeviceBuffer, ALLOC_GRANULE};
 pub use module::{Function, Module};
 pub use nvrtc::Arch;
 pub use pinned::PinnedBuffer;
+pub use release::RawHostFn;
 pub use signals::{SignalPath, Signals, WaitCondition};
 pub use stream::Stream;

@@ -143,6 +143,7 @@ impl AsBufView for UntypedBuffer {
 
 impl BufView {
     /// `len` elements of `dtype` in `raw` (which must hold them).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn new(raw: RawBuffer, dtype: DataType, len: usize) -> BufView {
         debug_assert!(raw.len_bytes() >= len * dtype.size());
         BufView { raw, dtype, len }

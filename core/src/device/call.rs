@@ -1,6 +1,7 @@
 //! One communicator operation on a device stream: its staging buffers, its
 //! host task and the five steps it enqueues (see the module docs).
 
+use std::any::Any;
 use std::sync::Arc;
 
 use super::queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
@@ -61,6 +62,7 @@ struct Stage<S> {
 /// run: dropped (through the graveyard) only after that.
 struct Resources<S, G> {
     _callback: Arc<HostCallback>,
+    _callback_token: Option<Box<dyn Any + Send>>,
     _stages: Vec<Stage<S>>,
     _signal: Arc<G>,
 }
@@ -68,7 +70,10 @@ struct Resources<S, G> {
 /// Elements the host task reads from `send` and writes to `recv`, for `count`.
 fn stage_lens(collective: Collective, count: usize, size: usize) -> Result<(usize, usize)> {
     let all = count.checked_mul(size).ok_or_else(|| {
-        Error::invalid(format!("{}: {count} elements × {size} ranks overflow", collective.name()))
+        Error::invalid(format!(
+            "{}: {count} elements × {size} ranks overflow",
+            collective.name()
+        ))
     })?;
     Ok(match collective {
         Collective::AllGather => (count, all),
@@ -97,7 +102,10 @@ impl DeviceCall {
                 per_rank(b.len)?
             }
             (_, DeviceBuffers::InPlace(b)) => b.len,
-            (Collective::Broadcast { .. } | Collective::ReduceScatter, DeviceBuffers::Separate { recv, .. }) => recv.len,
+            (
+                Collective::Broadcast { .. } | Collective::ReduceScatter,
+                DeviceBuffers::Separate { recv, .. },
+            ) => recv.len,
             (Collective::AllToAll, DeviceBuffers::Separate { send, .. }) => per_rank(send.len)?,
             (_, DeviceBuffers::Separate { send, .. }) => send.len,
         })
@@ -126,7 +134,8 @@ impl Communicator {
             let (runner, comm) = (runner.clone(), self.inner.clone());
             Arc::new(move || hand_over(task.as_ref(), &signal, &runner, &comm))
         };
-        let steps = || -> Result<()> {
+        let mut token = None;
+        let mut steps = || -> Result<()> {
             for s in stages.iter().filter(|s| s.bytes > 0) {
                 if let Some(src) = s.copy_in {
                     // SAFETY: `src` is the caller's device buffer, valid for
@@ -138,7 +147,7 @@ impl Communicator {
             }
             // SAFETY: `callback` is kept in `Resources`, released only
             // after the operation's last step.
-            unsafe { queue.enqueue_callback(&callback)? };
+            token = Some(unsafe { queue.enqueue_callback(&callback)? });
             queue.enqueue_wait(&signal)?;
             for s in stages.iter().filter(|s| s.bytes > 0) {
                 if let Some(dst) = s.copy_out {
@@ -151,6 +160,7 @@ impl Communicator {
         let result = steps();
         let owner = Box::new(Resources {
             _callback: callback,
+            _callback_token: token,
             _stages: stages,
             _signal: signal,
         });
@@ -180,7 +190,15 @@ impl Communicator {
             let bytes = len * dsize;
             let mem = queue.alloc_staging(bytes)?;
             let view = BufView::new(mem.host_buffer(), call.dtype, len);
-            Ok((Stage { mem, bytes, copy_in, copy_out }, view))
+            Ok((
+                Stage {
+                    mem,
+                    bytes,
+                    copy_in,
+                    copy_out,
+                },
+                view,
+            ))
         };
         let need = |what: &str, have: usize, want: usize| {
             if have < want {
@@ -191,7 +209,13 @@ impl Communicator {
             Ok(())
         };
         let (binding, stages) = match call.buffers {
-            DeviceBuffers::None => (Binding::Separate { send: None, recv: None }, Vec::new()),
+            DeviceBuffers::None => (
+                Binding::Separate {
+                    send: None,
+                    recv: None,
+                },
+                Vec::new(),
+            ),
             DeviceBuffers::InPlace(b) => {
                 let (s, v) = stage(b.len, Some(b.addr), Some(b.addr))?;
                 (Binding::InPlace(v), vec![s])
@@ -202,8 +226,10 @@ impl Communicator {
                         "{name}: send and recv are the same buffer; use the in-place call"
                     )));
                 }
-                let reads = !matches!(call.collective, Collective::Broadcast { root } if root != rank);
-                let writes = !matches!(call.collective, Collective::Reduce { root } if root != rank);
+                let reads =
+                    !matches!(call.collective, Collective::Broadcast { root } if root != rank);
+                let writes =
+                    !matches!(call.collective, Collective::Reduce { root } if root != rank);
                 let mut stages = Vec::new();
                 let send_view = if reads {
                     need("send", send.len, send_len)?;
@@ -221,7 +247,13 @@ impl Communicator {
                 } else {
                     None
                 };
-                (Binding::Separate { send: send_view, recv: recv_view }, stages)
+                (
+                    Binding::Separate {
+                        send: send_view,
+                        recv: recv_view,
+                    },
+                    stages,
+                )
             }
         };
         let task = self.plan_task(call.collective, call.dtype, call.op, count, binding)?;

@@ -48,7 +48,11 @@ struct ReleaseOnDrop {
 
 impl Drop for ReleaseOnDrop {
     fn drop(&mut self) {
-        let owner = self.owner.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+        let owner = self
+            .owner
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         if let Some(owner) = owner {
             self.graveyard.receive(owner);
         }
@@ -83,9 +87,11 @@ impl DeviceQueue for EmulatedQueue<'_> {
         })
     }
 
-    unsafe fn enqueue_callback(&self, callback: &Arc<HostCallback>) -> Result<()> {
+    unsafe fn enqueue_callback(&self, callback: &Arc<HostCallback>) -> Result<Box<dyn Any + Send>> {
         let callback = callback.clone();
-        self.stream.host_fn(move || callback())
+        // The stream (or graph) owns the closure: nothing else to keep.
+        self.stream.host_fn(move || callback())?;
+        Ok(Box::new(()))
     }
 
     fn enqueue_wait(&self, signal: &EmulatedSignal) -> Result<()> {

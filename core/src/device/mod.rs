@@ -36,6 +36,9 @@
 //! ([`Communicator::async_error`](crate::Communicator::async_error)) and
 //! every later call returns it.
 
+// Without the `cuda` feature only the tests use this module.
+#![cfg_attr(not(feature = "cuda"), allow(dead_code, unused_imports))]
+
 mod call;
 mod queue;
 mod runner;
@@ -45,6 +48,6 @@ mod emulated;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use call::{DeviceCall, DeviceRange};
-pub(crate) use queue::{CompletionSignal, DevAddr, DeviceQueue, StagingMemory};
+pub(crate) use call::{DeviceBuffers, DeviceCall, DeviceRange};
+pub(crate) use queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
 pub(crate) use runner::{Graveyard, Runner};

@@ -53,11 +53,13 @@ pub(crate) trait DeviceQueue {
     /// point (and at every replay of a captured graph). It must not block
     /// and must not call the device's API.
     ///
+    /// Returns what must be kept for the callback to stay callable.
+    ///
     /// # Safety
-    /// `callback` must stay alive until the stream, and any graph captured
-    /// from it, can no longer run it: pass a clone of it to
+    /// The returned token must stay alive until the stream, and any graph
+    /// captured from it, can no longer run the callback: pass it to
     /// [`DeviceQueue::enqueue_release`] after the operation's last step.
-    unsafe fn enqueue_callback(&self, callback: &Arc<HostCallback>) -> Result<()>;
+    unsafe fn enqueue_callback(&self, callback: &Arc<HostCallback>) -> Result<Box<dyn Any + Send>>;
 
     /// Enqueues a wait until `signal` is at least 1, then a write of 0.
     fn enqueue_wait(&self, signal: &Self::Signal) -> Result<()>;
@@ -65,6 +67,9 @@ pub(crate) trait DeviceQueue {
     /// Keeps `owner` until the work enqueued so far can no longer run (has
     /// run, outside capture; the captured graph is destroyed, inside it),
     /// then hands it to `graveyard` to be dropped on an application thread.
-    fn enqueue_release(&self, owner: Box<dyn Any + Send>, graveyard: &Arc<super::Graveyard>)
-        -> Result<()>;
+    fn enqueue_release(
+        &self,
+        owner: Box<dyn Any + Send>,
+        graveyard: &Arc<super::Graveyard>,
+    ) -> Result<()>;
 }

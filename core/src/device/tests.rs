@@ -118,28 +118,61 @@ fn every_collective_runs_staged_with_fresh_data() {
         // all_reduce, out of place, with 7 extra recv elements that must stay poisoned.
         let send = mine[..COUNT].to_vec();
         let recv = vec![POISON; COUNT + 7];
-        rk.call(separate(Collective::AllReduce, ReduceOp::Sum, &send, &recv)).unwrap();
+        rk.call(separate(Collective::AllReduce, ReduceOp::Sum, &send, &recv))
+            .unwrap();
         // in place, max
         let buf = mine[..COUNT].to_vec();
-        rk.call(in_place(Collective::AllReduce, ReduceOp::Max, &buf)).unwrap();
+        rk.call(in_place(Collective::AllReduce, ReduceOp::Max, &buf))
+            .unwrap();
         // broadcast from rank 1, reduce to rank 2
         let bsend = mine[..COUNT].to_vec();
         let brecv = vec![POISON; COUNT];
-        rk.call(separate(Collective::Broadcast { root: 1 }, ReduceOp::Sum, &bsend, &brecv)).unwrap();
+        rk.call(separate(
+            Collective::Broadcast { root: 1 },
+            ReduceOp::Sum,
+            &bsend,
+            &brecv,
+        ))
+        .unwrap();
         let rrecv = vec![POISON; COUNT];
-        rk.call(separate(Collective::Reduce { root: 2 }, ReduceOp::Sum, &send, &rrecv)).unwrap();
+        rk.call(separate(
+            Collective::Reduce { root: 2 },
+            ReduceOp::Sum,
+            &send,
+            &rrecv,
+        ))
+        .unwrap();
         // all_gather, reduce_scatter, all_to_all
         let grecv = vec![POISON; N * COUNT];
-        rk.call(separate(Collective::AllGather, ReduceOp::Sum, &send, &grecv)).unwrap();
+        rk.call(separate(
+            Collective::AllGather,
+            ReduceOp::Sum,
+            &send,
+            &grecv,
+        ))
+        .unwrap();
         let ssend = mine.clone();
         let srecv = vec![POISON; COUNT];
-        rk.call(separate(Collective::ReduceScatter, ReduceOp::Sum, &ssend, &srecv)).unwrap();
+        rk.call(separate(
+            Collective::ReduceScatter,
+            ReduceOp::Sum,
+            &ssend,
+            &srecv,
+        ))
+        .unwrap();
         let arecv = vec![POISON; N * COUNT];
-        rk.call(separate(Collective::AllToAll, ReduceOp::Sum, &ssend, &arecv)).unwrap();
+        rk.call(separate(
+            Collective::AllToAll,
+            ReduceOp::Sum,
+            &ssend,
+            &arecv,
+        ))
+        .unwrap();
         // in-place all_gather: this rank's block at rank * COUNT
         let mut gbuf = vec![POISON; N * COUNT];
         gbuf[r * COUNT..(r + 1) * COUNT].copy_from_slice(&mine[..COUNT]);
-        rk.call(in_place(Collective::AllGather, ReduceOp::Sum, &gbuf)).unwrap();
+        rk.call(in_place(Collective::AllGather, ReduceOp::Sum, &gbuf))
+            .unwrap();
         rk.call(DeviceCall {
             collective: Collective::Barrier,
             dtype: DataType::U8,
@@ -157,7 +190,10 @@ fn every_collective_runs_staged_with_fresh_data() {
         };
         for i in 0..COUNT {
             check("all_reduce", recv[i], sum(i));
-            let max = inputs.iter().map(|v| f64::from(v[i])).fold(f64::MIN, f64::max);
+            let max = inputs
+                .iter()
+                .map(|v| f64::from(v[i]))
+                .fold(f64::MIN, f64::max);
             check("all_reduce_in_place max", buf[i], max);
             check("broadcast", brecv[i], f64::from(inputs[1][i]));
             if r == 2 {
@@ -167,8 +203,16 @@ fn every_collective_runs_staged_with_fresh_data() {
             }
             for q in 0..N {
                 check("all_gather", grecv[q * COUNT + i], f64::from(inputs[q][i]));
-                check("all_gather_in_place", gbuf[q * COUNT + i], f64::from(inputs[q][i]));
-                check("all_to_all", arecv[q * COUNT + i], f64::from(inputs[q][r * COUNT + i]));
+                check(
+                    "all_gather_in_place",
+                    gbuf[q * COUNT + i],
+                    f64::from(inputs[q][i]),
+                );
+                check(
+                    "all_to_all",
+                    arecv[q * COUNT + i],
+                    f64::from(inputs[q][r * COUNT + i]),
+                );
             }
             check("reduce_scatter", srecv[i], sum(r * COUNT + i));
         }
@@ -202,7 +246,8 @@ fn a_captured_step_replays_with_fresh_data_and_releases_on_drop() {
                 x.iter_mut().for_each(|v| *v *= 2.0);
             })
             .unwrap();
-        rk.call(separate(Collective::AllReduce, ReduceOp::Sum, &x, &y)).unwrap();
+        rk.call(separate(Collective::AllReduce, ReduceOp::Sum, &x, &y))
+            .unwrap();
         // "kernel": y += 1
         rk.stream
             .host_fn(move || {
@@ -221,19 +266,23 @@ fn a_captured_step_replays_with_fresh_data_and_releases_on_drop() {
         let graph = rk.stream.end_capture().unwrap();
         for round in 0..REPLAYS {
             let fresh = input(seed ^ round, r, COUNT);
-            // SAFETY: the stream is idle (synchronized after every launch).
-            unsafe { std::slice::from_raw_parts_mut(xa as *mut f32, COUNT) }
-                .copy_from_slice(&fresh);
-            unsafe { std::slice::from_raw_parts_mut(ya as *mut f32, COUNT) }.fill(POISON);
+            // SAFETY: the stream is idle (synchronized after every launch),
+            // so nothing else touches `x` and `y` now.
+            let (xs, ys) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(xa as *mut f32, COUNT),
+                    std::slice::from_raw_parts_mut(ya as *mut f32, COUNT),
+                )
+            };
+            xs.copy_from_slice(&fresh);
+            ys.fill(POISON);
             graph.launch(&rk.stream).unwrap();
             rk.stream.synchronize().unwrap();
-            for i in 0..COUNT {
-                let want = (0..N)
-                    .map(|q| 2.0 * f64::from(input(seed ^ round, q, COUNT)[i]))
-                    .sum::<f64>()
-                    + 1.0;
-                if !close(y[i], want) && bad.len() < 5 {
-                    bad.push(format!("rank {r} replay {round} [{i}]: {} vs {want}", y[i]));
+            let all: Vec<Vec<f32>> = (0..N).map(|q| input(seed ^ round, q, COUNT)).collect();
+            for (i, &got) in y.iter().enumerate() {
+                let want = all.iter().map(|v| 2.0 * f64::from(v[i])).sum::<f64>() + 1.0;
+                if !close(got, want) && bad.len() < 5 {
+                    bad.push(format!("rank {r} replay {round} [{i}]: {got} vs {want}"));
                 }
             }
         }
@@ -242,7 +291,9 @@ fn a_captured_step_replays_with_fresh_data_and_releases_on_drop() {
         drop(graph);
         let after = rk.graveyard.bury();
         if before != 0 || after != 2 {
-            bad.push(format!("rank {r}: released {before} before and {after} after the drop"));
+            bad.push(format!(
+                "rank {r}: released {before} before and {after} after the drop"
+            ));
         }
         bad
     });
@@ -256,7 +307,12 @@ fn bad_arguments_fail_at_enqueue_naming_what_was_wrong() {
         let send = random(10);
         let small = vec![0f32; 9];
         let e1 = rk
-            .call(separate(Collective::AllReduce, ReduceOp::Sum, &send, &small))
+            .call(separate(
+                Collective::AllReduce,
+                ReduceOp::Sum,
+                &send,
+                &small,
+            ))
             .unwrap_err();
         let e2 = rk
             .call(separate(Collective::AllReduce, ReduceOp::Sum, &send, &send))
@@ -267,10 +323,18 @@ fn bad_arguments_fail_at_enqueue_naming_what_was_wrong() {
             .unwrap_err();
         // Nothing was enqueued: the stream is idle and nothing was released.
         rk.stream.synchronize().unwrap();
-        (e1.to_string(), e2.to_string(), e3.to_string(), rk.graveyard.bury())
+        (
+            e1.to_string(),
+            e2.to_string(),
+            e3.to_string(),
+            rk.graveyard.bury(),
+        )
     });
     for (e1, e2, e3, released) in errs {
-        assert!(e1.contains("recv holds 9 elements, the call needs 10"), "{e1}");
+        assert!(
+            e1.contains("recv holds 9 elements, the call needs 10"),
+            "{e1}"
+        );
         assert!(e2.contains("same buffer"), "{e2}");
         assert!(e3.contains("not divisible"), "{e3}");
         assert_eq!(released, 0);
@@ -300,7 +364,10 @@ fn a_failed_peer_releases_the_device_stream_with_the_error_kept() {
     }
     let kept = kept.expect("the communicator keeps the error");
     assert!(
-        matches!(kept, Error::RemoteFailed { .. } | Error::Aborted(_) | Error::Timeout { .. }),
+        matches!(
+            kept,
+            Error::RemoteFailed { .. } | Error::Aborted(_) | Error::Timeout { .. }
+        ),
         "{kept}"
     );
     assert!(later.is_err(), "later calls return the error");

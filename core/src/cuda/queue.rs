@@ -1,0 +1,120 @@
+//! The CUDA implementation of the staged path's [`DeviceQueue`]: pinned
+//! host-mapped staging memory, doorbell completion words, `cuMemcpyAsync`,
+//! `cuLaunchHostFunc`, `cuStreamWaitValue32`/`WriteValue32` (or the spin
+//! kernels), and releases through host functions or graph user objects.
+
+use std::any::Any;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use streamcomm_gpu::{Device, Doorbells, PinnedBuffer, Signals, Stream, WaitCondition};
+
+use super::gpu_error;
+use crate::device::HostCallback;
+use crate::device::{CompletionSignal, DevAddr, DeviceQueue, Graveyard, StagingMemory};
+use crate::host::RawBuffer;
+use crate::Result;
+
+/// Pinned, host-mapped staging memory.
+pub(crate) struct CudaStaging {
+    mem: PinnedBuffer,
+    bytes: usize,
+}
+
+impl StagingMemory for CudaStaging {
+    fn host_buffer(&self) -> RawBuffer {
+        // SAFETY: the pinned allocation lives as long as `self`, which the
+        // operation's resources keep until the device can no longer use it;
+        // host task and device copies are ordered by the stream and the
+        // completion word.
+        unsafe { RawBuffer::from_raw_parts(self.mem.as_ptr(), self.bytes) }
+            .expect("a pinned allocation is never null")
+    }
+
+    fn dev_addr(&self) -> DevAddr {
+        self.mem.device_ptr()
+    }
+}
+
+/// One doorbell word as a completion signal.
+pub(crate) struct CudaSignal {
+    bell: Doorbells,
+}
+
+impl CompletionSignal for CudaSignal {
+    fn raise(&self) {
+        // Index 0 always exists (allocated with one word).
+        let _ = self.bell.store(0, 1);
+    }
+}
+
+/// A cudarc stream seen through the CUDA layer, for one call.
+pub(crate) struct CudaQueue<'a> {
+    pub device: &'a Device,
+    pub stream: Stream,
+    pub signals: &'a Signals,
+}
+
+/// Calls the `Arc<HostCallback>` that `data` points to.
+unsafe extern "C" fn run_callback(data: *mut c_void) {
+    // SAFETY: `data` points into the box returned by `enqueue_callback`,
+    // which the operation's resources keep until it can no longer run.
+    let callback = unsafe { &*(data as *const Arc<HostCallback>) };
+    // A panic must not unwind into the driver's thread.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| callback()));
+}
+
+impl DeviceQueue for CudaQueue<'_> {
+    type Staging = CudaStaging;
+    type Signal = CudaSignal;
+
+    fn alloc_staging(&self, bytes: usize) -> Result<CudaStaging> {
+        let mem = PinnedBuffer::alloc(self.device, bytes.max(1)).map_err(gpu_error)?;
+        Ok(CudaStaging { mem, bytes })
+    }
+
+    fn alloc_signal(&self) -> Result<CudaSignal> {
+        let bell = Doorbells::new(self.device, 1).map_err(gpu_error)?;
+        Ok(CudaSignal { bell })
+    }
+
+    unsafe fn enqueue_copy(&self, dst: DevAddr, src: DevAddr, bytes: usize) -> Result<()> {
+        // SAFETY: forwarded contract (both ranges valid while the copy can run).
+        unsafe { self.stream.copy_async(dst, src, bytes) }.map_err(gpu_error)
+    }
+
+    unsafe fn enqueue_callback(&self, callback: &Arc<HostCallback>) -> Result<Box<dyn Any + Send>> {
+        let keep: Box<Arc<HostCallback>> = Box::new(callback.clone());
+        let data = &*keep as *const Arc<HostCallback> as *mut c_void;
+        // SAFETY: `data` stays valid while `keep` lives, which the caller
+        // guarantees until the callback can no longer run; `run_callback`
+        // calls no CUDA and catches panics.
+        unsafe { self.stream.launch_host_fn_raw(run_callback, data) }.map_err(gpu_error)?;
+        Ok(keep)
+    }
+
+    fn enqueue_wait(&self, signal: &CudaSignal) -> Result<()> {
+        let word = signal.bell.device_ptr(0).map_err(gpu_error)?;
+        // SAFETY: the word is device-visible, aligned, and kept with the
+        // operation's resources until the operation can no longer run.
+        unsafe {
+            self.signals
+                .wait_value32(&self.stream, word, 1, WaitCondition::Geq)
+                .map_err(gpu_error)?;
+            self.signals
+                .write_value32(&self.stream, word, 0)
+                .map_err(gpu_error)
+        }
+    }
+
+    fn enqueue_release(
+        &self,
+        owner: Box<dyn Any + Send>,
+        graveyard: &Arc<Graveyard>,
+    ) -> Result<()> {
+        let graveyard = graveyard.clone();
+        self.stream
+            .release_after(move || graveyard.receive(owner))
+            .map_err(gpu_error)
+    }
+}
