@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-check.sh: the GPU checks of streamcomm-gpu, in one command, for a machine
+# gpu-check.sh: the GPU checks of streamcomm-gpu and the CUDA backend, in one command, for a machine
 # with an NVIDIA GPU.
 #
 # usage: scripts/gpu-check.sh            run the checks (see below)
@@ -16,8 +16,11 @@
 # 3. builds the crate's tests and benchmark (release);
 # 4. runs every test of streamcomm-gpu with STREAMCOMM_REQUIRE_GPU=1, so a test
 #    that cannot reach the GPU fails instead of skipping;
-# 5. runs the GPU quick start (examples/examples/gpu_quickstart.rs), which must
-#    print OK;
+#    and the CUDA backend's tests (core/tests/cuda.rs: every collective and
+#    dtype with 2 and 4 ranks on one GPU, a captured step replayed 1000 times);
+# 5. runs the GPU quick starts (examples/examples/gpu_quickstart.rs, which must
+#    print OK, and the main quick start with 2 ranks, which must say it used
+#    the CUDA backend and print OK);
 # 6. runs the benchmark example gpu_bench (reduce kernel vs d2d copy bandwidth
 #    at 256 MiB, doorbell round-trip latency on both signal paths).
 #
@@ -33,13 +36,15 @@ BIN=.gpu-check-bin
 if [[ "${1:-}" == --prepare ]]; then
   set -e
   rm -rf "$BIN" && mkdir -p "$BIN"
-  cargo test --release -p streamcomm-gpu --no-run --message-format=json 2>/dev/null |
+  { cargo test --release -p streamcomm-gpu --no-run --message-format=json 2>/dev/null
+    cargo test --release -p streamcomm --test cuda --no-run --message-format=json 2>/dev/null; } |
     jq -r 'select(.reason == "compiler-artifact" and .profile.test and .executable != null)
            | "\(.target.name) \(.executable)"' |
     while read -r name exe; do cp "$exe" "$BIN/test-$name"; done
   cargo build --release -p streamcomm-gpu --example gpu_bench
-  cargo build --release -p streamcomm-examples --example gpu_quickstart
-  cp target/release/examples/gpu_bench target/release/examples/gpu_quickstart "$BIN/"
+  cargo build --release -p streamcomm-examples --example gpu_quickstart --example quickstart
+  cp target/release/examples/gpu_bench target/release/examples/gpu_quickstart \
+     target/release/examples/quickstart "$BIN/"
   strip "$BIN"/* 2>/dev/null || true
   ls -l "$BIN"
   du -sh "$BIN"
@@ -107,17 +112,22 @@ step() { # step NAME TIMEOUT_S COMMAND...
 if command -v cargo >/dev/null 2>&1; then
   if step build 180 bash -c 'cargo test --release -p streamcomm-gpu --no-run &&
       cargo build --release -p streamcomm-gpu --example gpu_bench &&
-      cargo build --release -p streamcomm-examples --example gpu_quickstart'; then
+      cargo test --release -p streamcomm --test cuda --no-run &&
+      cargo build --release -p streamcomm-examples --example gpu_quickstart --example quickstart'; then
     step tests 120 cargo test --release --no-fail-fast -p streamcomm-gpu -- --test-threads=2
+    step cuda-backend 120 cargo test --release -p streamcomm --test cuda -- --test-threads=1
     step quickstart 20 bash -c 'cargo run --release -q -p streamcomm-examples --example gpu_quickstart | tee /dev/stderr | grep -qx OK'
+    step quickstart-2r 60 bash -c 'target/release/examples/quickstart 2 | tee /dev/stderr | grep -q "backend: CUDA" &&
+        target/release/examples/quickstart 2 | grep -qx OK'
     step bench 30 env OUT="$LOGS" cargo run --release -q -p streamcomm-gpu --example gpu_bench
   else
     echo "build failed; on a machine without crates.io, run '$0 --prepare' elsewhere and carry $BIN"
   fi
 elif [[ -d "$BIN" ]]; then
   echo "no cargo here: running the binaries prepared in $BIN"
-  step tests 120 bash -c 'rc=0; for t in '"$BIN"'/test-*; do echo "--- $t"; "$t" --test-threads=2 || rc=1; done; exit $rc'
+  step tests 180 bash -c 'rc=0; for t in '"$BIN"'/test-*; do echo "--- $t"; "$t" --test-threads=1 || rc=1; done; exit $rc'
   step quickstart 20 bash -c "$BIN/gpu_quickstart | tee /dev/stderr | grep -qx OK"
+  step quickstart-2r 60 bash -c "$BIN/quickstart 2 | tee /dev/stderr | grep -q 'backend: CUDA'"
   step bench 30 env OUT="$LOGS" "$BIN/gpu_bench"
 else
   echo "no cargo and no $BIN: run 'scripts/gpu-check.sh --prepare' on a machine with Rust and carry $BIN"

@@ -21,6 +21,8 @@ use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::launch::{env::detect_from_process_env, local::LocalLauncher};
 use streamcomm::{Communicator, ReduceOp};
 
+mod gpu;
+
 const COUNT: usize = 1 << 20;
 const BARRIERS: u32 = 2000;
 
@@ -73,13 +75,22 @@ fn launch(ranks: usize) -> ExitCode {
 
 fn run_rank() -> Result<(), Box<dyn std::error::Error>> {
     let comm = Communicator::from_env()?;
+    // The GPU when one is usable (device rank % devices),
+    // else the host backend; the communicator is the same either way.
+    match gpu::open(&comm) {
+        Ok(cuda) => gpu::run_rank(&cuda),
+        Err(why) => {
+            if comm.rank() == 0 {
+                println!("backend: host (CPU streams over shared memory); no GPU used: {why}");
+            }
+            run_host_rank(&comm)
+        }
+    }
+}
+
+fn run_host_rank(comm: &Communicator) -> Result<(), Box<dyn std::error::Error>> {
     let (rank, size) = (comm.rank(), comm.size());
     let stream = HostStream::new()?;
-    if rank == 0 {
-        println!(
-            "backend: host (CPU streams over shared memory); no CUDA backend is built yet, so the GPU is not used"
-        );
-    }
 
     // Fresh random input on every rank.
     let mut rng = rand::thread_rng();
@@ -98,17 +109,7 @@ fn run_rank() -> Result<(), Box<dyn std::error::Error>> {
     let all_reduce_time = t0.elapsed();
 
     // Reference in f64, independent of the library's arithmetic.
-    let all = everyone.to_vec();
-    let got = result.to_vec();
-    let mut worst = 0.0f64;
-    for (i, &g) in got.iter().enumerate() {
-        let want: f64 = (0..size).map(|r| all[r * COUNT + i] as f64).sum();
-        let err = (g as f64 - want).abs();
-        if err.is_nan() || err > 1e-5 * size as f64 {
-            return Err(format!("rank {rank}: element {i} is {g}, expected {want}").into());
-        }
-        worst = worst.max(err);
-    }
+    let worst = check_sum(rank, size, &everyone.to_vec(), &result.to_vec())?;
 
     // Barriers: blocking the thread, then stream-ordered.
     comm.barrier_host()?;
@@ -124,6 +125,26 @@ fn run_rank() -> Result<(), Box<dyn std::error::Error>> {
     stream.synchronize()?;
     let stream_barrier = t0.elapsed() / BARRIERS;
 
+    report(
+        rank,
+        size,
+        all_reduce_time,
+        worst,
+        host_barrier,
+        stream_barrier,
+    );
+    Ok(())
+}
+
+/// One line per rank.
+fn report(
+    rank: usize,
+    size: usize,
+    all_reduce_time: Duration,
+    worst: f64,
+    host_barrier: Duration,
+    stream_barrier: Duration,
+) {
     let mb = (COUNT * 4) as f64 / 1e6;
     println!(
         "rank {rank}/{size}: all_reduce of {COUNT} f32 ({mb:.1} MB) in {} (max error {worst:.1e}); barrier_host {} avg, stream barrier {} avg over {BARRIERS}",
@@ -131,7 +152,20 @@ fn run_rank() -> Result<(), Box<dyn std::error::Error>> {
         fmt_duration(host_barrier),
         fmt_duration(stream_barrier),
     );
-    Ok(())
+}
+
+/// Largest error of `got` against the f64 sum of `everyone`'s blocks.
+fn check_sum(rank: usize, size: usize, everyone: &[f32], got: &[f32]) -> Result<f64, String> {
+    let mut worst = 0.0f64;
+    for (i, &g) in got.iter().enumerate() {
+        let want: f64 = (0..size).map(|r| everyone[r * COUNT + i] as f64).sum();
+        let err = (g as f64 - want).abs();
+        if err.is_nan() || err > 1e-5 * size as f64 {
+            return Err(format!("rank {rank}: element {i} is {g}, expected {want}"));
+        }
+        worst = worst.max(err);
+    }
+    Ok(worst)
 }
 
 fn fmt_duration(d: Duration) -> String {

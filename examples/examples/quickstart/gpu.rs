@@ -1,0 +1,78 @@
+//! The quick start's GPU path: the same job on CUDA streams through
+//! `streamcomm::cuda::CudaComm`, when a GPU is usable.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rand::Rng;
+use streamcomm::cuda::cudarc::driver::{CudaContext, CudaStream};
+use streamcomm::cuda::CudaComm;
+use streamcomm::{Communicator, ReduceOp};
+
+use super::{check_sum, report, BARRIERS, COUNT};
+
+/// A `CudaComm` on device `rank % devices`, or why there is none.
+pub(crate) fn open(comm: &Communicator) -> Result<CudaComm, String> {
+    let devices = streamcomm_gpu::Device::count().map_err(|e| e.to_string())?;
+    if devices == 0 {
+        return Err("no CUDA device".into());
+    }
+    CudaComm::new(comm, comm.rank() % devices).map_err(|e| e.to_string())
+}
+
+pub(crate) fn run_rank(cuda: &CudaComm) -> Result<(), Box<dyn std::error::Error>> {
+    let comm = cuda.communicator();
+    let (rank, size) = (comm.rank(), comm.size());
+    if rank == 0 {
+        println!(
+            "backend: CUDA (device {} of rank 0; collectives staged through pinned host memory)",
+            cuda.device_ordinal()
+        );
+    }
+    let ctx = CudaContext::new(cuda.device_ordinal())?;
+    let stream: Arc<CudaStream> = ctx.new_stream()?;
+    let mut rng = rand::thread_rng();
+    let input: Vec<f32> = (0..COUNT).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let send = stream.memcpy_stod(&input)?;
+    let mut everyone = stream.alloc_zeros::<f32>(COUNT * size)?;
+    let mut result = stream.memcpy_stod(&vec![f32::NAN; COUNT])?; // poison
+    cuda.all_gather(&send, &mut everyone, &stream)?;
+    stream.synchronize()?;
+    let t0 = Instant::now();
+    cuda.all_reduce(&send, &mut result, ReduceOp::Sum, &stream)?;
+    stream.synchronize()?;
+    let all_reduce_time = t0.elapsed();
+    if let Some(e) = cuda.async_error() {
+        return Err(e.into());
+    }
+    let worst = check_sum(
+        rank,
+        size,
+        &stream.memcpy_dtov(&everyone)?,
+        &stream.memcpy_dtov(&result)?,
+    )?;
+    comm.barrier_host()?;
+    let t0 = Instant::now();
+    for _ in 0..BARRIERS {
+        comm.barrier_host()?;
+    }
+    let host_barrier = t0.elapsed() / BARRIERS;
+    let t0 = Instant::now();
+    for _ in 0..BARRIERS {
+        cuda.barrier(&stream)?;
+    }
+    stream.synchronize()?;
+    let stream_barrier = t0.elapsed() / BARRIERS;
+    if let Some(e) = cuda.async_error() {
+        return Err(e.into());
+    }
+    report(
+        rank,
+        size,
+        all_reduce_time,
+        worst,
+        host_barrier,
+        stream_barrier,
+    );
+    Ok(())
+}
