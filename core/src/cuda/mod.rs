@@ -60,9 +60,9 @@ pub use cudarc;
 use cudarc::driver::CudaStream;
 use streamcomm_gpu::{Device, GpuConfig, Kernels, SignalPath, Signals, Stream};
 
-use crate::device::{DeviceCall, Graveyard, Runner};
+use crate::device::{DeviceCall, DeviceShared};
 use crate::{Communicator, Error, Result};
-use queue::CudaQueue;
+use queue::{CudaQueue, CudaSignal, CudaStaging};
 
 pub use cudarc::driver::{DevicePtr, DevicePtrMut};
 
@@ -72,8 +72,7 @@ pub struct CudaComm {
     comm: Communicator,
     device: Device,
     signals: Signals,
-    runner: Arc<Runner>,
-    graveyard: Arc<Graveyard>,
+    shared: DeviceShared<CudaStaging, CudaSignal>,
 }
 
 impl std::fmt::Debug for CudaComm {
@@ -120,8 +119,7 @@ impl CudaComm {
             comm: comm.clone(),
             device,
             signals,
-            runner: Arc::new(Runner::new()?),
-            graveyard: Arc::new(Graveyard::default()),
+            shared: DeviceShared::new()?,
         })
     }
 
@@ -146,7 +144,9 @@ impl CudaComm {
     /// operation still releases its stream, so check this (or the next
     /// call's result) after synchronizing.
     pub fn async_error(&self) -> Option<Error> {
-        self.comm.async_error().or_else(|| self.runner.error())
+        self.comm
+            .async_error()
+            .or_else(|| self.shared.runner.error())
     }
 
     fn enqueue(&self, stream: &Arc<CudaStream>, call: DeviceCall) -> Result<()> {
@@ -165,14 +165,13 @@ impl CudaComm {
             stream: unsafe { Stream::from_raw(&self.device, stream.cu_stream()) },
             signals: &self.signals,
         };
-        self.comm
-            .enqueue_device(&queue, &self.runner, &self.graveyard, &call)
+        self.comm.enqueue_device(&queue, &self.shared, &call)
     }
 }
 
 impl Drop for CudaComm {
     fn drop(&mut self) {
-        let _ = self.runner.drain();
-        self.graveyard.bury();
+        let _ = self.shared.runner.drain();
+        self.shared.graveyard.bury();
     }
 }

@@ -18,16 +18,20 @@ use crate::Result;
 /// Pinned, host-mapped staging memory.
 pub(crate) struct CudaStaging {
     mem: PinnedBuffer,
-    bytes: usize,
 }
 
 impl StagingMemory for CudaStaging {
-    fn host_buffer(&self) -> RawBuffer {
+    fn capacity(&self) -> usize {
+        self.mem.len()
+    }
+
+    fn host_buffer(&self, bytes: usize) -> RawBuffer {
+        assert!(bytes <= self.mem.len(), "staging view past the allocation");
         // SAFETY: the pinned allocation lives as long as `self`, which the
         // operation's resources keep until the device can no longer use it;
         // host task and device copies are ordered by the stream and the
         // completion word.
-        unsafe { RawBuffer::from_raw_parts(self.mem.as_ptr(), self.bytes) }
+        unsafe { RawBuffer::from_raw_parts(self.mem.as_ptr(), bytes) }
             .expect("a pinned allocation is never null")
     }
 
@@ -45,6 +49,10 @@ impl CompletionSignal for CudaSignal {
     fn raise(&self) {
         // Index 0 always exists (allocated with one word).
         let _ = self.bell.store(0, 1);
+    }
+
+    fn reset(&self) {
+        let _ = self.bell.store(0, 0);
     }
 }
 
@@ -70,7 +78,7 @@ impl DeviceQueue for CudaQueue<'_> {
 
     fn alloc_staging(&self, bytes: usize) -> Result<CudaStaging> {
         let mem = PinnedBuffer::alloc(self.device, bytes.max(1)).map_err(gpu_error)?;
-        Ok(CudaStaging { mem, bytes })
+        Ok(CudaStaging { mem })
     }
 
     fn alloc_signal(&self) -> Result<CudaSignal> {

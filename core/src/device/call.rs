@@ -4,8 +4,9 @@
 use std::any::Any;
 use std::sync::Arc;
 
+use super::pool::{DeviceShared, Pool};
 use super::queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
-use super::runner::{Graveyard, Runner};
+use super::runner::Runner;
 use crate::comm::inner::CommInner;
 use crate::comm::{Binding, BufView, Communicator};
 use crate::host::{Job, Task};
@@ -59,12 +60,31 @@ struct Stage<S> {
 }
 
 /// Everything the device may still touch until the operation can no longer
-/// run: dropped (through the graveyard) only after that.
-struct Resources<S, G> {
-    _callback: Arc<HostCallback>,
-    _callback_token: Option<Box<dyn Any + Send>>,
-    _stages: Vec<Stage<S>>,
-    _signal: Arc<G>,
+/// run: dropped (through the graveyard) only after that, when the staging
+/// buffers and the completion word go back to the pool.
+struct Resources<S: StagingMemory, G: CompletionSignal> {
+    callback: Option<Arc<HostCallback>>,
+    callback_token: Option<Box<dyn Any + Send>>,
+    stages: Vec<Stage<S>>,
+    signal: Option<Arc<G>>,
+    pool: Arc<Pool<S, G>>,
+}
+
+impl<S: StagingMemory, G: CompletionSignal> Drop for Resources<S, G> {
+    fn drop(&mut self) {
+        // The callback holds the task (views of the staging memory) and a
+        // handle to the signal: gone first.
+        drop(self.callback.take());
+        drop(self.callback_token.take());
+        for stage in self.stages.drain(..) {
+            self.pool.put_staging(stage.mem);
+        }
+        // The runner may hold the signal a moment longer (it raises, then
+        // lets go): then it is simply freed, not reused.
+        if let Some(Ok(signal)) = self.signal.take().map(Arc::try_unwrap) {
+            self.pool.put_signal(signal);
+        }
+    }
 }
 
 /// Elements the host task reads from `send` and writes to `recv`, for `count`.
@@ -119,19 +139,18 @@ impl Communicator {
     pub(crate) fn enqueue_device<Q: DeviceQueue>(
         &self,
         queue: &Q,
-        runner: &Arc<Runner>,
-        graveyard: &Arc<Graveyard>,
+        shared: &DeviceShared<Q::Staging, Q::Signal>,
         call: &DeviceCall,
     ) -> Result<()> {
-        graveyard.bury();
+        shared.graveyard.bury();
         if let Some(e) = self.inner.error() {
             return Err(e);
         }
-        let (task, stages) = self.device_task(queue, call)?;
-        let signal = Arc::new(queue.alloc_signal()?);
+        let (task, stages) = self.device_task(queue, &shared.pool, call)?;
+        let signal = Arc::new(shared.pool.signal(|| queue.alloc_signal())?);
         let callback: Arc<HostCallback> = {
             let (task, signal) = (task.clone(), signal.clone());
-            let (runner, comm) = (runner.clone(), self.inner.clone());
+            let (runner, comm) = (shared.runner.clone(), self.inner.clone());
             Arc::new(move || hand_over(task.as_ref(), &signal, &runner, &comm))
         };
         let mut token = None;
@@ -159,13 +178,14 @@ impl Communicator {
         };
         let result = steps();
         let owner = Box::new(Resources {
-            _callback: callback,
-            _callback_token: token,
-            _stages: stages,
-            _signal: signal,
+            callback: Some(callback),
+            callback_token: token,
+            stages,
+            signal: Some(signal),
+            pool: shared.pool.clone(),
         });
         // Released even when a step failed: what was enqueued may still run.
-        let released = queue.enqueue_release(owner, graveyard);
+        let released = queue.enqueue_release(owner, &shared.graveyard);
         result.and(released)
     }
 
@@ -174,6 +194,7 @@ impl Communicator {
     fn device_task<Q: DeviceQueue>(
         &self,
         queue: &Q,
+        pool: &Pool<Q::Staging, Q::Signal>,
         call: &DeviceCall,
     ) -> Result<(Arc<dyn Task>, Vec<Stage<Q::Staging>>)> {
         if call.collective == Collective::Barrier {
@@ -188,8 +209,8 @@ impl Communicator {
         let name = call.collective.name();
         let stage = |len: usize, copy_in, copy_out| -> Result<(Stage<Q::Staging>, BufView)> {
             let bytes = len * dsize;
-            let mem = queue.alloc_staging(bytes)?;
-            let view = BufView::new(mem.host_buffer(), call.dtype, len);
+            let mem = pool.staging(bytes, |b| queue.alloc_staging(b))?;
+            let view = BufView::new(mem.host_buffer(bytes), call.dtype, len);
             Ok((
                 Stage {
                     mem,

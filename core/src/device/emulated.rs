@@ -14,15 +14,19 @@ use crate::Result;
 /// Host memory standing in for staging memory.
 pub(crate) struct EmulatedStaging {
     words: Box<[u64]>,
-    bytes: usize,
 }
 
 impl StagingMemory for EmulatedStaging {
-    fn host_buffer(&self) -> RawBuffer {
+    fn capacity(&self) -> usize {
+        self.words.len() * 8
+    }
+
+    fn host_buffer(&self, bytes: usize) -> RawBuffer {
+        assert!(bytes <= self.capacity());
         // SAFETY: the words live as long as `self`, which the operation's
         // resources keep until the emulated device can no longer touch them;
         // the host task and the copies are ordered by the stream.
-        unsafe { RawBuffer::from_raw_parts(self.words.as_ptr() as *mut u8, self.bytes) }
+        unsafe { RawBuffer::from_raw_parts(self.words.as_ptr() as *mut u8, bytes) }
             .expect("a live allocation is never null")
     }
 
@@ -37,6 +41,10 @@ pub(crate) struct EmulatedSignal(Doorbell);
 impl CompletionSignal for EmulatedSignal {
     fn raise(&self) {
         self.0.store(1);
+    }
+
+    fn reset(&self) {
+        self.0.store(0);
     }
 }
 
@@ -71,7 +79,6 @@ impl DeviceQueue for EmulatedQueue<'_> {
     fn alloc_staging(&self, bytes: usize) -> Result<EmulatedStaging> {
         Ok(EmulatedStaging {
             words: vec![0xDEAD_BEEF_u64; bytes.div_ceil(8).max(1)].into_boxed_slice(),
-            bytes,
         })
     }
 

@@ -40,6 +40,7 @@
 #![cfg_attr(not(feature = "cuda"), allow(dead_code, unused_imports))]
 
 mod call;
+mod pool;
 mod queue;
 mod runner;
 
@@ -49,5 +50,6 @@ mod emulated;
 mod tests;
 
 pub(crate) use call::{DeviceBuffers, DeviceCall, DeviceRange};
+pub(crate) use pool::DeviceShared;
 pub(crate) use queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
-pub(crate) use runner::{Graveyard, Runner};
+pub(crate) use runner::Graveyard;

@@ -15,8 +15,11 @@ pub(crate) type HostCallback = dyn Fn() + Send + Sync + 'static;
 
 /// Memory that the host reads and writes and the device addresses.
 pub(crate) trait StagingMemory: Send + Sync + 'static {
-    /// The bytes, as a host buffer the host tasks read and write.
-    fn host_buffer(&self) -> RawBuffer;
+    /// Bytes allocated.
+    fn capacity(&self) -> usize;
+    /// The first `bytes` bytes (at most [`StagingMemory::capacity`]), as a
+    /// host buffer the host tasks read and write.
+    fn host_buffer(&self, bytes: usize) -> RawBuffer;
     /// Where the device sees them.
     fn dev_addr(&self) -> DevAddr;
 }
@@ -26,6 +29,8 @@ pub(crate) trait CompletionSignal: Send + Sync + 'static {
     /// Sets the word to 1 (release: the host's earlier writes are visible
     /// to whoever sees it).
     fn raise(&self);
+    /// Sets the word to 0 (only while no stream or graph uses it).
+    fn reset(&self);
 }
 
 /// One device stream, as the staged path drives it. Every `enqueue_*` is
@@ -36,7 +41,7 @@ pub(crate) trait DeviceQueue {
     /// Completion words of this queue's device.
     type Signal: CompletionSignal;
 
-    /// `bytes` bytes of staging memory.
+    /// At least `bytes` bytes of staging memory.
     fn alloc_staging(&self, bytes: usize) -> Result<Self::Staging>;
 
     /// A completion word holding 0.

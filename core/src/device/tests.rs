@@ -7,8 +7,8 @@ use std::sync::Arc;
 use rand::Rng;
 
 use super::call::{DeviceBuffers, DeviceCall, DeviceRange};
-use super::emulated::EmulatedQueue;
-use super::{Graveyard, Runner};
+use super::emulated::{EmulatedQueue, EmulatedSignal, EmulatedStaging};
+use super::DeviceShared;
 use crate::bootstrap::UniqueId;
 use crate::host::HostStream;
 use crate::plan::Collective;
@@ -20,8 +20,7 @@ const POISON: f32 = f32::NAN;
 struct Rank {
     comm: Communicator,
     stream: HostStream,
-    runner: Arc<Runner>,
-    graveyard: Arc<Graveyard>,
+    shared: DeviceShared<EmulatedStaging, EmulatedSignal>,
 }
 
 impl Rank {
@@ -29,8 +28,7 @@ impl Rank {
         let queue = EmulatedQueue {
             stream: &self.stream,
         };
-        self.comm
-            .enqueue_device(&queue, &self.runner, &self.graveyard, &call)
+        self.comm.enqueue_device(&queue, &self.shared, &call)
     }
 }
 
@@ -76,8 +74,7 @@ fn on_ranks<T: Send + 'static>(
                 let rank = Rank {
                     comm: Communicator::init(&id, r, n, Backend::Host).unwrap(),
                     stream: HostStream::new().unwrap(),
-                    runner: Arc::new(Runner::new().unwrap()),
-                    graveyard: Arc::new(Graveyard::default()),
+                    shared: DeviceShared::new().unwrap(),
                 };
                 body(&rank)
             })
@@ -287,9 +284,9 @@ fn a_captured_step_replays_with_fresh_data_and_releases_on_drop() {
             }
         }
         // The graph holds the operations' resources; dropping it releases them.
-        let before = rk.graveyard.bury();
+        let before = rk.shared.graveyard.bury();
         drop(graph);
-        let after = rk.graveyard.bury();
+        let after = rk.shared.graveyard.bury();
         if before != 0 || after != 2 {
             bad.push(format!(
                 "rank {r}: released {before} before and {after} after the drop"
@@ -327,7 +324,7 @@ fn bad_arguments_fail_at_enqueue_naming_what_was_wrong() {
             e1.to_string(),
             e2.to_string(),
             e3.to_string(),
-            rk.graveyard.bury(),
+            rk.shared.graveyard.bury(),
         )
     });
     for (e1, e2, e3, released) in errs {
@@ -371,4 +368,24 @@ fn a_failed_peer_releases_the_device_stream_with_the_error_kept() {
         "{kept}"
     );
     assert!(later.is_err(), "later calls return the error");
+}
+
+#[test]
+fn staging_memory_and_completion_words_are_reused() {
+    const CALLS: usize = 30;
+    let allocations = on_ranks(2, |rk| {
+        let send = random(5000);
+        let recv = vec![POISON; 5000];
+        for _ in 0..CALLS {
+            rk.call(separate(Collective::AllReduce, ReduceOp::Sum, &send, &recv))
+                .unwrap();
+            rk.stream.synchronize().unwrap();
+        }
+        rk.shared.pool.allocations()
+    });
+    for a in allocations {
+        // Two staging buffers and one word for the first call, and at most
+        // as many again while the first call's resources are on their way back.
+        assert!(a <= 6, "{a} allocations for {CALLS} calls");
+    }
 }

@@ -1,0 +1,125 @@
+//! Staging memory and completion words kept for reuse: allocating pinned
+//! memory costs far more than a small collective, so an operation takes
+//! them from here and its released resources bring them back.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::queue::{CompletionSignal, StagingMemory};
+use super::runner::{Graveyard, Runner};
+use crate::Result;
+
+/// Staging buffers kept at most (beyond, released ones are freed).
+const MAX_KEPT_BUFFERS: usize = 64;
+/// Staging bytes kept at most.
+const MAX_KEPT_BYTES: usize = 1 << 30;
+/// Completion words kept at most.
+const MAX_KEPT_SIGNALS: usize = 256;
+/// Smallest staging allocation; sizes are rounded up to powers of two.
+const MIN_STAGING: usize = 4096;
+
+/// Free staging buffers and completion words of one device.
+pub(crate) struct Pool<S, G> {
+    staging: Mutex<Vec<S>>,
+    signals: Mutex<Vec<G>>,
+    allocations: AtomicU64,
+}
+
+impl<S: StagingMemory, G: CompletionSignal> Default for Pool<S, G> {
+    fn default() -> Self {
+        Pool {
+            staging: Mutex::new(Vec::new()),
+            signals: Mutex::new(Vec::new()),
+            allocations: AtomicU64::new(0),
+        }
+    }
+}
+
+impl<S: StagingMemory, G: CompletionSignal> Pool<S, G> {
+    /// The smallest free buffer of at least `bytes`, else a new one from
+    /// `alloc` (rounded up to a power of two).
+    pub(crate) fn staging(
+        &self,
+        bytes: usize,
+        alloc: impl FnOnce(usize) -> Result<S>,
+    ) -> Result<S> {
+        {
+            let mut free = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+            let best = free
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.capacity() >= bytes)
+                .min_by_key(|(_, s)| s.capacity())
+                .map(|(i, _)| i);
+            if let Some(i) = best {
+                return Ok(free.swap_remove(i));
+            }
+        }
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+        alloc(
+            bytes
+                .max(MIN_STAGING)
+                .checked_next_power_of_two()
+                .unwrap_or(bytes),
+        )
+    }
+
+    /// Takes back a buffer no operation uses any more.
+    pub(crate) fn put_staging(&self, s: S) {
+        let mut free = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        let kept: usize = free.iter().map(StagingMemory::capacity).sum();
+        if free.len() < MAX_KEPT_BUFFERS && kept + s.capacity() <= MAX_KEPT_BYTES {
+            free.push(s);
+        }
+    }
+
+    /// A completion word holding 0: a free one, else a new one from `alloc`.
+    pub(crate) fn signal(&self, alloc: impl FnOnce() -> Result<G>) -> Result<G> {
+        let reused = self.signals.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        match reused {
+            Some(g) => {
+                g.reset();
+                Ok(g)
+            }
+            None => {
+                self.allocations.fetch_add(1, Ordering::Relaxed);
+                alloc()
+            }
+        }
+    }
+
+    /// Takes back a completion word no operation uses any more.
+    pub(crate) fn put_signal(&self, g: G) {
+        let mut free = self.signals.lock().unwrap_or_else(|p| p.into_inner());
+        if free.len() < MAX_KEPT_SIGNALS {
+            free.push(g);
+        }
+    }
+
+    /// Allocations made so far (staging buffers and words).
+    #[cfg(test)]
+    pub(crate) fn allocations(&self) -> u64 {
+        self.allocations.load(Ordering::Relaxed)
+    }
+}
+
+/// What one communicator keeps for its device operations.
+pub(crate) struct DeviceShared<S, G> {
+    /// Runs the host tasks.
+    pub runner: Arc<Runner>,
+    /// Released resources, dropped on application threads.
+    pub graveyard: Arc<Graveyard>,
+    /// Reusable staging memory and completion words.
+    pub pool: Arc<Pool<S, G>>,
+}
+
+impl<S: StagingMemory, G: CompletionSignal> DeviceShared<S, G> {
+    /// A runner with its own thread, an empty graveyard and pool.
+    pub(crate) fn new() -> Result<Self> {
+        Ok(DeviceShared {
+            runner: Arc::new(Runner::new()?),
+            graveyard: Arc::new(Graveyard::default()),
+            pool: Arc::new(Pool::default()),
+        })
+    }
+}
