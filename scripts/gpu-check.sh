@@ -22,12 +22,14 @@
 #    print OK, and the main quick start with 2 ranks, which must say it used
 #    the CUDA backend and print OK);
 # 6. runs the benchmark example gpu_bench (reduce kernel vs d2d copy bandwidth
-#    at 256 MiB, doorbell round-trip latency on both signal paths).
+#    at 256 MiB, doorbell round-trip latency on both signal paths) and the CUDA
+#    backend's cuda_bench (2 ranks on one GPU: stream barrier p50/p99/p99.9,
+#    plain and graph-replayed; all_reduce 8 B..256 MiB algbw/busbw vs d2d copy).
 #
 # Prints a summary table last. When $OUT is set, full logs go to
 # $OUT/gpu-check/*.log and the benchmark's JSON to $OUT/gpu-check/gpu_bench.json.
 # Every step has a timeout; the whole run stays under 6 minutes (build 180 s,
-# tests 120 s, quick start 20 s, bench 30 s). Exit status: 0 when every step passed (or no GPU),
+# tests 120 s + 120 s, quick starts 20 s + 60 s, benches 30 s + 90 s). Exit status: 0 when every step passed (or no GPU),
 # 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,9 +44,10 @@ if [[ "${1:-}" == --prepare ]]; then
            | "\(.target.name) \(.executable)"' |
     while read -r name exe; do cp "$exe" "$BIN/test-$name"; done
   cargo build --release -p streamcomm-gpu --example gpu_bench
-  cargo build --release -p streamcomm-examples --example gpu_quickstart --example quickstart
+  cargo build --release -p streamcomm-examples --example gpu_quickstart --example quickstart \
+    --example cuda_bench
   cp target/release/examples/gpu_bench target/release/examples/gpu_quickstart \
-     target/release/examples/quickstart "$BIN/"
+     target/release/examples/quickstart target/release/examples/cuda_bench "$BIN/"
   strip "$BIN"/* 2>/dev/null || true
   ls -l "$BIN"
   du -sh "$BIN"
@@ -113,13 +116,15 @@ if command -v cargo >/dev/null 2>&1; then
   if step build 180 bash -c 'cargo test --release -p streamcomm-gpu --no-run &&
       cargo build --release -p streamcomm-gpu --example gpu_bench &&
       cargo test --release -p streamcomm --test cuda --no-run &&
-      cargo build --release -p streamcomm-examples --example gpu_quickstart --example quickstart'; then
+      cargo build --release -p streamcomm-examples --example gpu_quickstart --example quickstart \
+        --example cuda_bench'; then
     step tests 120 cargo test --release --no-fail-fast -p streamcomm-gpu -- --test-threads=2
     step cuda-backend 120 cargo test --release -p streamcomm --test cuda -- --test-threads=1
     step quickstart 20 bash -c 'cargo run --release -q -p streamcomm-examples --example gpu_quickstart | tee /dev/stderr | grep -qx OK'
     step quickstart-2r 60 bash -c 'target/release/examples/quickstart 2 | tee /dev/stderr | grep -q "backend: CUDA" &&
         target/release/examples/quickstart 2 | grep -qx OK'
     step bench 30 env OUT="$LOGS" cargo run --release -q -p streamcomm-gpu --example gpu_bench
+    step cuda-bench 90 env OUT="$LOGS" target/release/examples/cuda_bench 2
   else
     echo "build failed; on a machine without crates.io, run '$0 --prepare' elsewhere and carry $BIN"
   fi
@@ -129,6 +134,7 @@ elif [[ -d "$BIN" ]]; then
   step quickstart 20 bash -c "$BIN/gpu_quickstart | tee /dev/stderr | grep -qx OK"
   step quickstart-2r 60 bash -c "$BIN/quickstart 2 | tee /dev/stderr | grep -q 'backend: CUDA'"
   step bench 30 env OUT="$LOGS" "$BIN/gpu_bench"
+  step cuda-bench 90 env OUT="$LOGS" "$BIN/cuda_bench" 2
 else
   echo "no cargo and no $BIN: run 'scripts/gpu-check.sh --prepare' on a machine with Rust and carry $BIN"
   exit 1
@@ -139,6 +145,7 @@ if [[ -f "$LOGS/tests.log" ]]; then
   grep -E '^test .* \.\.\. |^test result' "$LOGS/tests.log" | grep -vE '\.\.\. ok$' | sed 's/^/  /'
 fi
 if [[ -f "$LOGS/bench.log" ]]; then sed -n '/256 MiB/,$p' "$LOGS/bench.log"; echo; fi
+if [[ -f "$LOGS/cuda-bench.log" ]]; then cat "$LOGS/cuda-bench.log"; echo; fi
 printf '%-11s %-16s %s\n' step status seconds
 FAIL=0
 for i in "${!NAMES[@]}"; do

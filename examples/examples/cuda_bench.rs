@@ -1,0 +1,195 @@
+//! CUDA backend benchmark: ranks as threads on one GPU (default 2), each
+//! with its own stream.
+//!
+//! ```text
+//! cargo run --release --example cuda_bench [RANKS]
+//! ```
+//!
+//! Measures, in one run: a device-to-device copy of 256 MiB (the yardstick),
+//! the stream-ordered barrier (p50/p99/p99.9/max of one barrier, timed on the
+//! host around enqueue + synchronize, plain and as a replayed CUDA graph),
+//! and all_reduce (f32 sum, out of place) from 8 B to 256 MiB with algbw and
+//! busbw (nccl-tests formulas) and a check of every element of the last
+//! iteration. Prints a table; writes `$OUT/cuda_bench.json` when `OUT` is
+//! set. Without a GPU it says so and exits successfully.
+
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use streamcomm::bootstrap::UniqueId;
+use streamcomm::cuda::cudarc::driver::{sys, CudaContext, CudaStream};
+use streamcomm::cuda::CudaComm;
+use streamcomm::{Backend, Communicator, ReduceOp};
+
+const BARRIER_ITERS: usize = 2000;
+
+fn main() {
+    let ranks: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(2);
+    if !streamcomm_gpu::Device::count().is_ok_and(|n| n > 0) {
+        println!("skipped: no usable GPU here");
+        return;
+    }
+    let id = UniqueId::new().expect("unique id");
+    let start = Arc::new(Barrier::new(ranks));
+    let threads: Vec<_> = (0..ranks)
+        .map(|r| {
+            let start = start.clone();
+            std::thread::spawn(move || rank(&id, r, ranks, &start))
+        })
+        .collect();
+    let mut lines = Vec::new();
+    for t in threads {
+        match t.join() {
+            Ok(Ok(Some(l))) => lines = l,
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => {
+                eprintln!("cuda_bench failed: {e}");
+                std::process::exit(1);
+            }
+            Err(_) => {
+                eprintln!("cuda_bench: a rank panicked");
+                std::process::exit(1);
+            }
+        }
+    }
+    let json = format!("[\n  {}\n]\n", lines.join(",\n  "));
+    if let Some(out) = std::env::var_os("OUT") {
+        let path = std::path::Path::new(&out).join("cuda_bench.json");
+        if let Err(e) = std::fs::write(&path, json) {
+            eprintln!("cannot write {}: {e}", path.display());
+        }
+    }
+}
+
+type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+fn percentiles(mut v: Vec<f64>) -> [f64; 4] {
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    [at(0.5), at(0.99), at(0.999), v[v.len() - 1]]
+}
+
+/// One rank; rank 0 returns the JSON lines.
+fn rank(id: &UniqueId, r: usize, n: usize, start: &Barrier) -> Res<Option<Vec<String>>> {
+    let comm = Communicator::init(id, r, n, Backend::Host)?;
+    let cuda = CudaComm::new(&comm, 0)?;
+    let ctx = CudaContext::new(0)?;
+    let s: Arc<CudaStream> = ctx.new_stream()?;
+    let mut json = Vec::new();
+    start.wait();
+
+    // Yardstick: device-to-device copy bandwidth.
+    let big = 256usize << 20;
+    let a = s.alloc_zeros::<u8>(big)?;
+    let mut b = s.alloc_zeros::<u8>(big)?;
+    s.memcpy_dtod(&a, &mut b)?;
+    s.synchronize()?;
+    let t0 = Instant::now();
+    for _ in 0..5 {
+        s.memcpy_dtod(&a, &mut b)?;
+    }
+    s.synchronize()?;
+    let d2d = 5.0 * big as f64 / t0.elapsed().as_secs_f64() / 1e9;
+    drop((a, b));
+
+    // Barrier, plain.
+    let mut plain = Vec::with_capacity(BARRIER_ITERS);
+    for i in 0..BARRIER_ITERS + 100 {
+        let t = Instant::now();
+        cuda.barrier(&s)?;
+        s.synchronize()?;
+        if i >= 100 {
+            plain.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    // Barrier, captured once, replayed.
+    s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    cuda.barrier(&s)?;
+    let graph = s
+        .end_capture(
+            sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+        )?
+        .ok_or("empty capture")?;
+    let mut replayed = Vec::with_capacity(BARRIER_ITERS);
+    for i in 0..BARRIER_ITERS + 100 {
+        let t = Instant::now();
+        graph.launch()?;
+        s.synchronize()?;
+        if i >= 100 {
+            replayed.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    drop(graph);
+    if r == 0 {
+        println!("CUDA backend, {n} ranks on one GPU; d2d copy {d2d:.1} GB/s (256 MiB)");
+        println!(
+            "{:<22} {:>9} {:>9} {:>9} {:>9}",
+            "barrier (us)", "p50", "p99", "p99.9", "max"
+        );
+        for (name, v) in [
+            ("stream barrier", plain),
+            ("graph-replayed barrier", replayed),
+        ] {
+            let [p50, p99, p999, max] = percentiles(v);
+            println!("{name:<22} {p50:>9.2} {p99:>9.2} {p999:>9.2} {max:>9.2}");
+            json.push(format!(
+                r#"{{"what": "{name}", "ranks": {n}, "p50_us": {p50:.3}, "p99_us": {p99:.3}, "p999_us": {p999:.3}, "max_us": {max:.3}}}"#
+            ));
+        }
+        println!(
+            "{:>12} {:>10} {:>10} {:>10} {:>10} {:>7}",
+            "bytes", "time_us", "algbw", "busbw", "/d2d", "wrong"
+        );
+    }
+
+    // all_reduce sweep, 8 B .. 256 MiB, x8.
+    let mut bytes = 8usize;
+    while bytes <= big {
+        let count = bytes / 4;
+        let iters = if bytes >= 16 << 20 { 5 } else { 20 };
+        let input: Vec<f32> = (0..count).map(|i| ((i * 7 + r * 3) % 13) as f32).collect();
+        let send = s.memcpy_stod(&input)?;
+        let mut recv = s.memcpy_stod(&vec![f32::NAN; count])?;
+        cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
+        s.synchronize()?;
+        let t = Instant::now();
+        for _ in 0..iters {
+            cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
+        }
+        s.synchronize()?;
+        let secs = t.elapsed().as_secs_f64() / iters as f64;
+        let got = s.memcpy_dtov(&recv)?;
+        let wrong = got
+            .iter()
+            .enumerate()
+            .filter(|&(i, &g)| {
+                let want: f64 = (0..n).map(|q| ((i * 7 + q * 3) % 13) as f64).sum();
+                f64::from(g) != want
+            })
+            .count();
+        if let Some(e) = cuda.async_error() {
+            return Err(e.into());
+        }
+        if r == 0 {
+            let algbw = bytes as f64 / secs / 1e9;
+            let busbw = algbw * 2.0 * (n - 1) as f64 / n as f64;
+            println!(
+                "{bytes:>12} {:>10.1} {algbw:>10.3} {busbw:>10.3} {:>10.3} {wrong:>7}",
+                secs * 1e6,
+                busbw / d2d
+            );
+            json.push(format!(
+                r#"{{"what": "all_reduce", "ranks": {n}, "bytes": {bytes}, "time_us": {:.3}, "algbw_gbs": {algbw:.4}, "busbw_gbs": {busbw:.4}, "d2d_gbs": {d2d:.2}, "wrong": {wrong}}}"#,
+                secs * 1e6
+            ));
+        }
+        if wrong > 0 {
+            return Err(format!("rank {r}: {wrong} wrong elements at {bytes} B").into());
+        }
+        bytes *= 8;
+    }
+    Ok((r == 0).then_some(json))
+}
