@@ -3,8 +3,9 @@
 //! A call such as [`Communicator::all_reduce`] appends the collective to a
 //! stream and returns at once; it runs when the stream reaches it, in order
 //! with the program's own work, and it can be captured into a
-//! [`host::Graph`] and replayed. Today the streams are the host backend's
-//! ([`host::HostStream`]): CPU streams with CUDA stream semantics.
+//! [`host::Graph`] and replayed. Streams are the host backend's
+//! ([`host::HostStream`]: CPU streams with CUDA stream semantics) or cudarc's
+//! CUDA streams through [`cuda::CudaComm`].
 //!
 //! # Quick start
 //! ```
@@ -47,8 +48,9 @@
 //!
 //! # Runtime libraries
 //! None beyond libc: shared memory is POSIX `shm_open`, waits use Linux
-//! futexes, the bootstrap and tcp are plain sockets. The CUDA backend and
-//! InfiniBand are not built yet.
+//! futexes, the bootstrap and tcp are plain sockets. The CUDA backend
+//! ([`cuda`], feature `cuda`, on by default) loads libcuda and NVRTC at run
+//! time and reports [`Error::Unavailable`] where they are missing.
 //!
 //! # Thread safety
 //! [`Communicator`], [`host::HostStream`] and buffers are `Send + Sync`.
