@@ -286,3 +286,37 @@ fn a_stream_of_another_device_or_a_short_buffer_is_refused() {
         errs[0]
     );
 }
+
+#[test]
+fn a_group_exchanges_around_a_ring_on_one_gpu() {
+    if !gpu_present() {
+        return;
+    }
+    const N: usize = 4;
+    let seed: u64 = rand::thread_rng().gen();
+    let bad: Vec<String> = on_one_gpu(N, move |cuda, s| {
+        let r = cuda.communicator().rank();
+        let (right, left) = ((r + 1) % N, (r + N - 1) % N);
+        let mut bad = Vec::new();
+        for len in [100usize, 300_000] {
+            let out = upload::<f32>(s, &data(seed ^ len as u64, r, len));
+            let mut inb = poisoned::<f32>(s, len + 3);
+            cuda.group(s, |g| {
+                g.recv(&mut inb, left)?;
+                g.send(&out, right)
+            })
+            .unwrap();
+            let got = download(s, &inb);
+            let want = data(seed ^ len as u64, left, len);
+            if got[..len] != want[..] || got[len..].iter().any(|&v| v != POISON) {
+                bad.push(format!("rank {r}: {len} elements from {left} differ"));
+            }
+        }
+        assert!(cuda.async_error().is_none(), "{:?}", cuda.async_error());
+        bad
+    })
+    .into_iter()
+    .flatten()
+    .collect();
+    assert!(bad.is_empty(), "{bad:#?}");
+}

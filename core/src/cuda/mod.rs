@@ -52,6 +52,7 @@
 //! was lent to the session that wrote it, so it has not run on one yet.
 
 mod api;
+mod p2p;
 mod queue;
 
 use std::sync::Arc;
@@ -65,6 +66,7 @@ use crate::{Communicator, Error, Result};
 use queue::{CudaQueue, CudaSignal, CudaStaging};
 
 pub use cudarc::driver::{DevicePtr, DevicePtrMut};
+pub use p2p::CudaGroup;
 
 /// A [`Communicator`] bound to one CUDA device: collectives and barriers on
 /// that device's cudarc streams.
@@ -149,22 +151,26 @@ impl CudaComm {
             .or_else(|| self.shared.runner.error())
     }
 
-    fn enqueue(&self, stream: &Arc<CudaStream>, call: DeviceCall) -> Result<()> {
+    /// `stream` as the staged path's queue, if it is on this device.
+    fn queue<'q>(&'q self, stream: &'q Arc<CudaStream>, what: &str) -> Result<CudaQueue<'q>> {
         let ordinal = stream.context().ordinal();
         if ordinal != self.device.ordinal() {
             return Err(Error::invalid(format!(
-                "{}: the stream is on CUDA device {ordinal}, this CudaComm on device {}",
-                call.collective.name(),
+                "{what}: the stream is on CUDA device {ordinal}, this CudaComm on device {}",
                 self.device.ordinal()
             )));
         }
-        let queue = CudaQueue {
+        Ok(CudaQueue {
             device: &self.device,
             // SAFETY: the cudarc stream is of the device's primary context
-            // (checked above) and outlives this call, the only use.
+            // (checked above) and outlives the queue, which lives for one call.
             stream: unsafe { Stream::from_raw(&self.device, stream.cu_stream()) },
             signals: &self.signals,
-        };
+        })
+    }
+
+    fn enqueue(&self, stream: &Arc<CudaStream>, call: DeviceCall) -> Result<()> {
+        let queue = self.queue(stream, call.collective.name())?;
         self.comm.enqueue_device(&queue, &self.shared, &call)
     }
 }

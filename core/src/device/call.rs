@@ -8,6 +8,7 @@ use super::pool::{DeviceShared, Pool};
 use super::queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
 use super::runner::Runner;
 use crate::comm::inner::CommInner;
+use crate::comm::p2p::Dir;
 use crate::comm::{Binding, BufView, Communicator};
 use crate::host::{Job, Task};
 use crate::plan::Collective;
@@ -49,6 +50,42 @@ pub(crate) struct DeviceCall {
     pub op: ReduceOp,
     /// The buffers.
     pub buffers: DeviceBuffers,
+}
+
+/// One send or receive of a device group (a whole buffer).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DeviceP2p {
+    /// Send or receive.
+    pub dir: Dir,
+    /// The other rank.
+    pub peer: usize,
+    /// Element type.
+    pub dtype: DataType,
+    /// The buffer.
+    pub range: DeviceRange,
+}
+
+/// Refuses what [`crate::Communicator::group`] refuses for host buffers but
+/// staging would hide: a receive buffer that overlaps another operation's.
+fn check_device_group(ops: &[DeviceP2p]) -> Result<()> {
+    let span = |o: &DeviceP2p| {
+        (
+            o.range.addr,
+            o.range.addr + (o.range.len * o.dtype.size()) as u64,
+        )
+    };
+    for (i, a) in ops.iter().enumerate() {
+        for b in &ops[i + 1..] {
+            let ((a0, a1), (b0, b1)) = (span(a), span(b));
+            let overlap = a0 < b1 && b0 < a1;
+            if overlap && (a.dir == Dir::Recv || b.dir == Dir::Recv) {
+                return Err(Error::invalid(
+                    "group: a receive buffer overlaps another operation's buffer in one group",
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// One staging buffer and the device copies around the host task.
@@ -147,6 +184,52 @@ impl Communicator {
             return Err(e);
         }
         let (task, stages) = self.device_task(queue, &shared.pool, call)?;
+        self.enqueue_staged(queue, shared, task, stages)
+    }
+
+    /// Enqueues a group of sends and receives on `queue` (nothing for an
+    /// empty group). Receive buffers are staged both ways, so that elements
+    /// past a shorter message keep their contents.
+    pub(crate) fn enqueue_device_group<Q: DeviceQueue>(
+        &self,
+        queue: &Q,
+        shared: &DeviceShared<Q::Staging, Q::Signal>,
+        ops: &[DeviceP2p],
+    ) -> Result<()> {
+        shared.graveyard.bury();
+        check_device_group(ops)?;
+        let mut stages = Vec::with_capacity(ops.len());
+        let mut views = Vec::with_capacity(ops.len());
+        for o in ops {
+            let bytes = o.range.len * o.dtype.size();
+            let mem = shared.pool.staging(bytes, |b| queue.alloc_staging(b))?;
+            views.push((
+                o.dir,
+                o.peer,
+                BufView::new(mem.host_buffer(bytes), o.dtype, o.range.len),
+            ));
+            stages.push(Stage {
+                mem,
+                bytes,
+                copy_in: Some(o.range.addr),
+                copy_out: (o.dir == Dir::Recv).then_some(o.range.addr),
+            });
+        }
+        let Some(task) = self.group_task(&views)? else {
+            return Ok(());
+        };
+        drop(views);
+        self.enqueue_staged(queue, shared, task, stages)
+    }
+
+    /// The five steps of one operation (module docs) around `task`.
+    fn enqueue_staged<Q: DeviceQueue>(
+        &self,
+        queue: &Q,
+        shared: &DeviceShared<Q::Staging, Q::Signal>,
+        task: Arc<dyn Task>,
+        stages: Vec<Stage<Q::Staging>>,
+    ) -> Result<()> {
         let signal = Arc::new(shared.pool.signal(|| queue.alloc_signal())?);
         let callback: Arc<HostCallback> = {
             let (task, signal) = (task.clone(), signal.clone());

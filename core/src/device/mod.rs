@@ -49,7 +49,7 @@ mod emulated;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use call::{DeviceBuffers, DeviceCall, DeviceRange};
+pub(crate) use call::{DeviceBuffers, DeviceCall, DeviceP2p, DeviceRange};
 pub(crate) use pool::DeviceShared;
 pub(crate) use queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
 pub(crate) use runner::Graveyard;

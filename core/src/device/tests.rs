@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use rand::Rng;
 
-use super::call::{DeviceBuffers, DeviceCall, DeviceRange};
+use super::call::{DeviceBuffers, DeviceCall, DeviceP2p, DeviceRange};
 use super::emulated::{EmulatedQueue, EmulatedSignal, EmulatedStaging};
 use super::DeviceShared;
 use crate::bootstrap::UniqueId;
+use crate::comm::p2p::Dir;
 use crate::host::HostStream;
 use crate::plan::Collective;
 use crate::{Backend, Communicator, DataType, Error, ReduceOp, Result};
@@ -387,5 +388,88 @@ fn staging_memory_and_completion_words_are_reused() {
         // Two staging buffers and one word for the first call, and at most
         // as many again while the first call's resources are on their way back.
         assert!(a <= 6, "{a} allocations for {CALLS} calls");
+    }
+}
+
+fn p2p(dir: Dir, peer: usize, v: &[f32]) -> DeviceP2p {
+    DeviceP2p {
+        dir,
+        peer,
+        dtype: DataType::F32,
+        range: range(v),
+    }
+}
+
+impl Rank {
+    fn group(&self, ops: &[DeviceP2p]) -> Result<()> {
+        let queue = EmulatedQueue {
+            stream: &self.stream,
+        };
+        self.comm.enqueue_device_group(&queue, &self.shared, ops)
+    }
+}
+
+#[test]
+fn device_groups_exchange_around_a_ring_eager_and_rendezvous() {
+    const N: usize = 3;
+    let seed: u64 = rand::thread_rng().gen();
+    let errors = on_ranks(N, move |rk| {
+        let r = rk.comm.rank();
+        let (right, left) = ((r + 1) % N, (r + N - 1) % N);
+        let mut bad = Vec::new();
+        // 100 elements (eager) and 150,000 (600 KB: rendezvous).
+        for len in [100usize, 150_000] {
+            let out = input(seed ^ len as u64, r, len);
+            let mine_again = out.clone();
+            // Longer than the message: the tail must keep its poison.
+            let inb = vec![POISON; len + 9];
+            let self_in = vec![POISON; len];
+            rk.group(&[
+                p2p(Dir::Recv, left, &inb),
+                p2p(Dir::Send, right, &out),
+                p2p(Dir::Send, r, &mine_again),
+                p2p(Dir::Recv, r, &self_in),
+            ])
+            .unwrap();
+            rk.stream.synchronize().unwrap();
+            let want = input(seed ^ len as u64, left, len);
+            if inb[..len] != want[..] {
+                bad.push(format!("rank {r}: {len} elements from {left} differ"));
+            }
+            if inb[len..].iter().any(|x| !x.is_nan()) {
+                bad.push(format!("rank {r}: the receive wrote past the message"));
+            }
+            if self_in != out {
+                bad.push(format!("rank {r}: the send to itself differs"));
+            }
+        }
+        if let Some(e) = rk.comm.async_error() {
+            bad.push(format!("rank {r}: {e}"));
+        }
+        bad
+    });
+    let errors: Vec<String> = errors.into_iter().flatten().collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+}
+
+#[test]
+fn a_device_group_refuses_overlapping_receives_and_unpaired_self_sends() {
+    let errs = on_ranks(2, |rk| {
+        let a = vec![0f32; 64];
+        let overlap = rk
+            .group(&[
+                p2p(Dir::Recv, 1 - rk.comm.rank(), &a),
+                p2p(Dir::Send, 0, &a[8..]),
+            ])
+            .unwrap_err();
+        let unpaired = rk.group(&[p2p(Dir::Send, rk.comm.rank(), &a)]).unwrap_err();
+        let empty = rk.group(&[]);
+        rk.stream.synchronize().unwrap();
+        (overlap.to_string(), unpaired.to_string(), empty.is_ok())
+    });
+    for (overlap, unpaired, empty) in errs {
+        assert!(overlap.contains("overlaps"), "{overlap}");
+        assert!(unpaired.contains("send(s) to this rank"), "{unpaired}");
+        assert!(empty);
     }
 }

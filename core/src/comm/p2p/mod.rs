@@ -64,7 +64,8 @@ use crate::comm::Communicator;
 use crate::host::HostStream;
 use crate::host::{Job, JobMode, Task};
 use crate::{Error, Result};
-use spec::{Dir, GroupSpec};
+pub(crate) use spec::Dir;
+use spec::GroupSpec;
 use stats::StatCounters;
 
 /// Per-communicator point-to-point state: rendezvous sequence numbers per
@@ -265,6 +266,33 @@ impl Communicator {
             spec: Arc::new(spec),
         }))?;
         Ok(r)
+    }
+
+    /// The stream task of a group of whole-buffer sends and receives
+    /// (`None` for an empty group), checked as [`Communicator::group`]
+    /// checks: what device streams run on staging buffers.
+    pub(crate) fn group_task(
+        &self,
+        ops: &[(Dir, usize, BufView)],
+    ) -> Result<Option<Arc<dyn Task>>> {
+        if let Some(e) = self.inner.error() {
+            return Err(e);
+        }
+        let name = match ops {
+            [] => return Ok(None),
+            [(Dir::Send, ..)] => "send",
+            [(Dir::Recv, ..)] => "recv",
+            _ => "group",
+        };
+        let mut spec = GroupSpec::new(name, self.inner.rank, self.inner.size);
+        for (dir, peer, v) in ops {
+            spec.push(*dir, *peer, v, 0, v.len())?;
+        }
+        spec.check()?;
+        Ok(Some(Arc::new(GroupTask {
+            comm: self.inner.clone(),
+            spec: Arc::new(spec),
+        })))
     }
 
     /// Sends `buf` to `peer`; messages to one peer arrive in posting order.
