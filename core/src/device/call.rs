@@ -260,6 +260,12 @@ impl Communicator {
             Ok(())
         };
         let result = steps();
+        if let Err(e) = &result {
+            // Part of the operation may be on the stream: this rank's place
+            // in the communicator's sequence is no longer known, so fail it
+            // (peers then stop waiting for it) rather than drift.
+            self.inner.fail(e);
+        }
         let owner = Box::new(Resources {
             callback: Some(callback),
             callback_token: token,
