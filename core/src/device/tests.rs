@@ -84,6 +84,12 @@ fn on_ranks<T: Send + 'static>(
     handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
+/// Fails listing every rank's mismatches, if any.
+fn assert_no_errors(per_rank: Vec<Vec<String>>) {
+    let errors: Vec<String> = per_rank.into_iter().flatten().collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+}
+
 fn random(n: usize) -> Vec<f32> {
     let mut rng = rand::thread_rng();
     (0..n).map(|_| rng.gen_range(-4.0f32..4.0)).collect()
@@ -219,8 +225,7 @@ fn every_collective_runs_staged_with_fresh_data() {
         }
         bad
     });
-    let errors: Vec<String> = errors.into_iter().flatten().collect();
-    assert!(errors.is_empty(), "{errors:#?}");
+    assert_no_errors(errors);
 }
 
 #[test]
@@ -295,8 +300,7 @@ fn a_captured_step_replays_with_fresh_data_and_releases_on_drop() {
         }
         bad
     });
-    let errors: Vec<String> = errors.into_iter().flatten().collect();
-    assert!(errors.is_empty(), "{errors:#?}");
+    assert_no_errors(errors);
 }
 
 #[test]
@@ -448,8 +452,7 @@ fn device_groups_exchange_around_a_ring_eager_and_rendezvous() {
         }
         bad
     });
-    let errors: Vec<String> = errors.into_iter().flatten().collect();
-    assert!(errors.is_empty(), "{errors:#?}");
+    assert_no_errors(errors);
 }
 
 #[test]

@@ -9,7 +9,7 @@ use streamcomm::cuda::cudarc::driver::{CudaContext, CudaStream};
 use streamcomm::cuda::CudaComm;
 use streamcomm::{Communicator, ReduceOp};
 
-use super::{check_sum, report, BARRIERS, COUNT};
+use super::{check_sum, report, time_barriers, COUNT};
 
 /// A `CudaComm` on device `rank % devices`, or why there is none.
 pub(crate) fn open(comm: &Communicator) -> Result<CudaComm, String> {
@@ -51,18 +51,8 @@ pub(crate) fn run_rank(cuda: &CudaComm) -> Result<(), Box<dyn std::error::Error>
         &stream.memcpy_dtov(&everyone)?,
         &stream.memcpy_dtov(&result)?,
     )?;
-    comm.barrier_host()?;
-    let t0 = Instant::now();
-    for _ in 0..BARRIERS {
-        comm.barrier_host()?;
-    }
-    let host_barrier = t0.elapsed() / BARRIERS;
-    let t0 = Instant::now();
-    for _ in 0..BARRIERS {
-        cuda.barrier(&stream)?;
-    }
-    stream.synchronize()?;
-    let stream_barrier = t0.elapsed() / BARRIERS;
+    let (host_barrier, stream_barrier) =
+        time_barriers(comm, || cuda.barrier(&stream), || stream.synchronize())?;
     if let Some(e) = cuda.async_error() {
         return Err(e.into());
     }

@@ -111,19 +111,8 @@ fn run_host_rank(comm: &Communicator) -> Result<(), Box<dyn std::error::Error>> 
     // Reference in f64, independent of the library's arithmetic.
     let worst = check_sum(rank, size, &everyone.to_vec(), &result.to_vec())?;
 
-    // Barriers: blocking the thread, then stream-ordered.
-    comm.barrier_host()?;
-    let t0 = Instant::now();
-    for _ in 0..BARRIERS {
-        comm.barrier_host()?;
-    }
-    let host_barrier = t0.elapsed() / BARRIERS;
-    let t0 = Instant::now();
-    for _ in 0..BARRIERS {
-        comm.barrier(&stream)?;
-    }
-    stream.synchronize()?;
-    let stream_barrier = t0.elapsed() / BARRIERS;
+    let (host_barrier, stream_barrier) =
+        time_barriers(comm, || comm.barrier(&stream), || stream.synchronize())?;
 
     report(
         rank,
@@ -134,6 +123,31 @@ fn run_host_rank(comm: &Communicator) -> Result<(), Box<dyn std::error::Error>> 
         stream_barrier,
     );
     Ok(())
+}
+
+/// Mean time of a barrier blocking the thread, then of one enqueued on a
+/// stream (`enqueue`, then `sync` once at the end), over `BARRIERS` each.
+fn time_barriers<E1, E2>(
+    comm: &Communicator,
+    mut enqueue: impl FnMut() -> Result<(), E1>,
+    sync: impl FnOnce() -> Result<(), E2>,
+) -> Result<(Duration, Duration), Box<dyn std::error::Error>>
+where
+    E1: std::error::Error + 'static,
+    E2: std::error::Error + 'static,
+{
+    comm.barrier_host()?;
+    let t0 = Instant::now();
+    for _ in 0..BARRIERS {
+        comm.barrier_host()?;
+    }
+    let host = t0.elapsed() / BARRIERS;
+    let t0 = Instant::now();
+    for _ in 0..BARRIERS {
+        enqueue()?;
+    }
+    sync()?;
+    Ok((host, t0.elapsed() / BARRIERS))
 }
 
 /// One line per rank.
