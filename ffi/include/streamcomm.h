@@ -23,13 +23,12 @@
  *   a handle twice is reported the same way.
  *
  * STREAMS
- *   Host streams only: CPU streams created by streamcomm_stream_create(),
- *   with CUDA stream semantics (in order, events, callbacks). A CUDA stream
- *   (cudaStream_t) is not accepted yet because streamcomm has no CUDA
- *   backend; passing one where a streamcomm_stream_t is expected returns
- *   STREAMCOMM_INVALID_HANDLE. When the backend exists, a CUDA stream will be
- *   wrapped into a streamcomm_stream_t, and every function below keeps its
- *   signature.
+ *   Host streams (streamcomm_stream_t): CPU streams created by
+ *   streamcomm_stream_create(), with CUDA stream semantics (in order, events,
+ *   callbacks), for host buffers. CUDA streams (cudaStream_t / CUstream,
+ *   passed as void*) for device buffers, through the streamcomm_cuda_*
+ *   functions at the end of this header. Passing a cudaStream_t where a
+ *   streamcomm_stream_t is expected returns STREAMCOMM_INVALID_HANDLE.
  *
  * BUFFERS
  *   Buffers are host memory passed as pointer + element count + data type,
@@ -443,6 +442,101 @@ streamcomm_result_t streamcomm_barrier(streamcomm_comm_t comm, streamcomm_stream
  * operations). Errors: INVALID_HANDLE, INVALID_USAGE (inside a group or a
  * stream callback), TIMEOUT, REMOTE_FAILED, ABORTED. */
 streamcomm_result_t streamcomm_barrier_host(streamcomm_comm_t comm);
+
+/* ------------------------------------------------------------------------ */
+/* CUDA streams                                                              */
+/* ------------------------------------------------------------------------ */
+/*
+ * A streamcomm_cuda_comm_t binds a communicator to one CUDA device. Its
+ * functions take device buffers (cudaMalloc'ed memory, or anything the
+ * device can access) and a CUDA stream of that device's primary context
+ * (what the runtime API and PyTorch use; NULL is the legacy default stream),
+ * passed as void* so that this header needs no CUDA header. Each call is
+ * enqueued on the stream, in order with the program's kernels, and is
+ * capturable in a CUDA graph (every replay is a fresh operation). The same
+ * rules as the host functions apply to counts, data types, roots, NULL
+ * buffers, overlap and the in-place layouts; device buffers must stay valid
+ * until the operation has completed on its stream. Errors while an
+ * operation runs never block the stream: they are reported by
+ * streamcomm_cuda_comm_get_async_error() and by the next call.
+ *
+ * How it runs today: the data is staged through pinned host memory and the
+ * host backend's algorithms (see README "GPU (CUDA)"). Not yet run on a GPU
+ * by the project's tests (no GPU was available to them).
+ */
+
+/* A communicator bound to one CUDA device (opaque handle). */
+typedef struct streamcomm_cuda_comm *streamcomm_cuda_comm_t;
+
+/* Binds comm to CUDA device `device` (an ordinal) and stores the handle in
+ * *cuda_comm (NULL on failure). Errors: UNAVAILABLE (no usable CUDA driver
+ * or device; never a crash), INVALID_ARGUMENT (cuda_comm NULL, device
+ * negative), INVALID_HANDLE (comm). */
+streamcomm_result_t streamcomm_cuda_comm_create(streamcomm_comm_t comm, int device,
+                                                streamcomm_cuda_comm_t *cuda_comm);
+
+/* Releases the handle. Synchronize its streams first: resources of
+ * operations still in flight are then leaked, never freed under the device.
+ * Errors: INVALID_HANDLE. */
+streamcomm_result_t streamcomm_cuda_comm_destroy(streamcomm_cuda_comm_t cuda_comm);
+
+/* Stores in *result the first error of the CUDA communicator or of one of
+ * its operations, STREAMCOMM_SUCCESS when none. Errors: INVALID_HANDLE,
+ * INVALID_ARGUMENT (result NULL). */
+streamcomm_result_t streamcomm_cuda_comm_get_async_error(streamcomm_cuda_comm_t cuda_comm,
+                                                         streamcomm_result_t *result);
+
+/* As streamcomm_all_reduce(), on device buffers and a CUDA stream. */
+streamcomm_result_t streamcomm_cuda_all_reduce(const void *sendbuff, void *recvbuff, size_t count,
+                                               streamcomm_data_type_t datatype,
+                                               streamcomm_reduce_op_t op,
+                                               streamcomm_cuda_comm_t cuda_comm,
+                                               void *cuda_stream);
+
+/* As streamcomm_broadcast(), on device buffers and a CUDA stream. */
+streamcomm_result_t streamcomm_cuda_broadcast(const void *sendbuff, void *recvbuff, size_t count,
+                                              streamcomm_data_type_t datatype, int root,
+                                              streamcomm_cuda_comm_t cuda_comm, void *cuda_stream);
+
+/* As streamcomm_reduce(), on device buffers and a CUDA stream. */
+streamcomm_result_t streamcomm_cuda_reduce(const void *sendbuff, void *recvbuff, size_t count,
+                                           streamcomm_data_type_t datatype,
+                                           streamcomm_reduce_op_t op, int root,
+                                           streamcomm_cuda_comm_t cuda_comm, void *cuda_stream);
+
+/* As streamcomm_all_gather(), on device buffers and a CUDA stream. */
+streamcomm_result_t streamcomm_cuda_all_gather(const void *sendbuff, void *recvbuff,
+                                               size_t sendcount, streamcomm_data_type_t datatype,
+                                               streamcomm_cuda_comm_t cuda_comm,
+                                               void *cuda_stream);
+
+/* As streamcomm_reduce_scatter(), on device buffers and a CUDA stream. */
+streamcomm_result_t streamcomm_cuda_reduce_scatter(const void *sendbuff, void *recvbuff,
+                                                   size_t recvcount,
+                                                   streamcomm_data_type_t datatype,
+                                                   streamcomm_reduce_op_t op,
+                                                   streamcomm_cuda_comm_t cuda_comm,
+                                                   void *cuda_stream);
+
+/* As streamcomm_all_to_all(), on device buffers and a CUDA stream. */
+streamcomm_result_t streamcomm_cuda_all_to_all(const void *sendbuff, void *recvbuff, size_t count,
+                                               streamcomm_data_type_t datatype,
+                                               streamcomm_cuda_comm_t cuda_comm,
+                                               void *cuda_stream);
+
+/* As streamcomm_barrier(), on a CUDA stream. */
+streamcomm_result_t streamcomm_cuda_barrier(streamcomm_cuda_comm_t cuda_comm, void *cuda_stream);
+
+/* Sends sendcount elements to rank dest and receives up to recvcount from
+ * rank source, as one group (so every rank may call it at once, e.g. in a
+ * ring), on a CUDA stream. A side with count 0 and a NULL buffer is skipped.
+ * A message larger than recvcount fails the operation (reported as an
+ * asynchronous error). Errors at the call: as the collectives, plus dest or
+ * source out of range. */
+streamcomm_result_t streamcomm_cuda_sendrecv(const void *sendbuff, size_t sendcount, int dest,
+                                             void *recvbuff, size_t recvcount, int source,
+                                             streamcomm_data_type_t datatype,
+                                             streamcomm_cuda_comm_t cuda_comm, void *cuda_stream);
 
 #ifdef __cplusplus
 }

@@ -20,10 +20,10 @@
 //!   [`UntypedBuffer::from_raw_parts`](streamcomm::comm::UntypedBuffer::from_raw_parts).
 //!
 //! # Streams
-//! Host streams only ([`streamcomm::host::HostStream`]), created through
-//! the API. A CUDA stream is not accepted yet: there is no CUDA backend. The
-//! `streamcomm_stream_t` parameter is a handle so that a CUDA stream can be
-//! wrapped into one later without changing any collective's signature.
+//! Host streams ([`streamcomm::host::HostStream`], `streamcomm_stream_t`,
+//! created through the API) for host buffers, and CUDA streams
+//! (`cudaStream_t`, passed as is) for device buffers through the
+//! `streamcomm_cuda_*` functions and a `streamcomm_cuda_comm_t` ([`cuda`]).
 //!
 //! # Safety
 //! The exported functions are `unsafe extern "C"`: they trust the C caller
@@ -33,6 +33,7 @@
 
 mod args;
 pub mod comm;
+pub mod cuda;
 pub mod group;
 mod guard;
 mod handles;
@@ -59,3 +60,5 @@ static COMMS: Table<Communicator> = Table::new("communicator", 0xC0);
 static STREAMS: Table<HostStream> = Table::new("stream", 0xC5);
 /// Live events, by `streamcomm_event_t`.
 static EVENTS: Table<HostEvent> = Table::new("event", 0xCE);
+/// Live CUDA communicators, by `streamcomm_cuda_comm_t`.
+static CUDA_COMMS: Table<streamcomm::cuda::CudaComm> = Table::new("CUDA communicator", 0xCD);

@@ -26,6 +26,22 @@ unsafe extern "C" fn run_release(data: *mut c_void) {
 }
 
 impl Stream {
+    /// True when the stream belongs to its device's primary context (what a
+    /// stream created by cudarc, PyTorch or the runtime API on that device
+    /// uses); false for another device's or another context's stream.
+    pub fn is_on_primary_context(&self) -> Result<bool> {
+        guarded("cuStreamGetCtx", || {
+            self.device().bind()?;
+            let mut ctx: sys::CUcontext = std::ptr::null_mut();
+            // SAFETY: valid out-pointer; the caller of `from_raw` vouched for
+            // the stream handle.
+            check("cuStreamGetCtx", unsafe {
+                sys::cuStreamGetCtx(self.as_raw(), &mut ctx)
+            })?;
+            Ok(ctx == self.device().as_raw())
+        })
+    }
+
     /// The graph this stream is capturing into, if it is capturing.
     pub fn capture_graph(&self) -> Result<Option<CUgraph>> {
         guarded("cuStreamGetCaptureInfo", || {

@@ -54,6 +54,7 @@
 mod api;
 mod p2p;
 mod queue;
+mod raw;
 
 use std::sync::Arc;
 
@@ -67,6 +68,7 @@ use queue::{CudaQueue, CudaSignal, CudaStaging};
 
 pub use cudarc::driver::{DevicePtr, DevicePtrMut};
 pub use p2p::CudaGroup;
+pub use raw::{RawBuffers, RawDeviceBuffer, RawP2p};
 
 /// A [`Communicator`] bound to one CUDA device: collectives and barriers on
 /// that device's cudarc streams.

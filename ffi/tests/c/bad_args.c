@@ -422,6 +422,62 @@ static void after_destroy(streamcomm_comm_t comm, streamcomm_stream_t s, const s
   EXPECT(c3 == NULL);
 }
 
+/* The CUDA entry points: without a GPU, creation is UNAVAILABLE (never a
+ * crash); with one it succeeds. Bad handles, data types and pointers are
+ * refused either way. */
+static void cuda(streamcomm_comm_t comm, streamcomm_stream_t s) {
+  double x = 1.0;
+  streamcomm_result_t async_rc = STREAMCOMM_SUCCESS;
+  streamcomm_cuda_comm_t cc = (streamcomm_cuda_comm_t)(uintptr_t)0x1234;
+  EXPECT_RC(ARG, "streamcomm_cuda_comm_create", streamcomm_cuda_comm_create(comm, 0, NULL));
+  EXPECT_RC(ARG, "streamcomm_cuda_comm_create", streamcomm_cuda_comm_create(comm, -1, &cc));
+  EXPECT(cc == NULL);
+  EXPECT_RC(HANDLE, "streamcomm_cuda_comm_create",
+            streamcomm_cuda_comm_create((streamcomm_comm_t)s, 0, &cc));
+  streamcomm_result_t rc = streamcomm_cuda_comm_create(comm, 0, &cc);
+  checks++;
+  if (rc == STREAMCOMM_UNAVAILABLE) {
+    EXPECT(cc == NULL);
+    EXPECT(strstr(streamcomm_last_error(), "streamcomm_cuda_comm_create") != NULL);
+  } else {
+    EXPECT(rc == STREAMCOMM_SUCCESS && cc != NULL);
+    /* A host pointer of the wrong alignment is refused before the device sees it. */
+    EXPECT_RC(ARG, "streamcomm_cuda_all_reduce",
+              streamcomm_cuda_all_reduce((char *)&x + 1, (char *)&x + 1, 1, STREAMCOMM_FLOAT64,
+                                         STREAMCOMM_SUM, cc, NULL));
+    OK(streamcomm_cuda_comm_get_async_error(cc, &async_rc));
+    EXPECT(async_rc == STREAMCOMM_SUCCESS);
+    OK(streamcomm_cuda_comm_destroy(cc));
+  }
+  /* Handles of another kind, or none, are refused by every function. */
+  streamcomm_cuda_comm_t bad = (streamcomm_cuda_comm_t)comm;
+  EXPECT_RC(HANDLE, "streamcomm_cuda_all_reduce",
+            streamcomm_cuda_all_reduce(&x, &x, 1, STREAMCOMM_FLOAT64, STREAMCOMM_SUM, bad, NULL));
+  EXPECT_RC(ARG, "streamcomm_cuda_all_reduce",
+            streamcomm_cuda_all_reduce(&x, &x, 1, (streamcomm_data_type_t)99, STREAMCOMM_SUM, bad,
+                                       NULL));
+  EXPECT_RC(HANDLE, "streamcomm_cuda_broadcast",
+            streamcomm_cuda_broadcast(&x, &x, 1, STREAMCOMM_FLOAT64, 0, bad, NULL));
+  EXPECT_RC(ARG, "streamcomm_cuda_broadcast",
+            streamcomm_cuda_broadcast(&x, &x, 1, STREAMCOMM_FLOAT64, -1, bad, NULL));
+  EXPECT_RC(HANDLE, "streamcomm_cuda_reduce",
+            streamcomm_cuda_reduce(&x, &x, 1, STREAMCOMM_FLOAT64, STREAMCOMM_SUM, 0, bad, NULL));
+  EXPECT_RC(HANDLE, "streamcomm_cuda_all_gather",
+            streamcomm_cuda_all_gather(&x, &x, 1, STREAMCOMM_FLOAT64, bad, NULL));
+  EXPECT_RC(HANDLE, "streamcomm_cuda_reduce_scatter",
+            streamcomm_cuda_reduce_scatter(&x, &x, 1, STREAMCOMM_FLOAT64, STREAMCOMM_SUM, bad,
+                                           NULL));
+  EXPECT_RC(HANDLE, "streamcomm_cuda_all_to_all",
+            streamcomm_cuda_all_to_all(&x, &x, 1, STREAMCOMM_FLOAT64, bad, NULL));
+  EXPECT_RC(HANDLE, "streamcomm_cuda_barrier", streamcomm_cuda_barrier(bad, NULL));
+  EXPECT_RC(HANDLE, "streamcomm_cuda_sendrecv",
+            streamcomm_cuda_sendrecv(&x, 1, 0, &x, 1, 0, STREAMCOMM_FLOAT64, bad, NULL));
+  EXPECT_RC(HANDLE, "streamcomm_cuda_comm_get_async_error",
+            streamcomm_cuda_comm_get_async_error(bad, &async_rc));
+  EXPECT_RC(HANDLE, "streamcomm_cuda_comm_destroy", streamcomm_cuda_comm_destroy(bad));
+  EXPECT_RC(HANDLE, "streamcomm_cuda_comm_destroy", streamcomm_cuda_comm_destroy(NULL));
+}
+
 int main(void) {
   streamcomm_unique_id_t id;
   streamcomm_comm_t comm;
@@ -434,6 +490,7 @@ int main(void) {
   streams_and_events(comm, s);
   collectives(comm, s);
   p2p_and_groups(comm, s);
+  cuda(comm, s);
   after_destroy(comm, s, &id);
   printf("bad_args: %d checks OK\n", checks);
   return 0;

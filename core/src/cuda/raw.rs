@@ -1,0 +1,164 @@
+//! Raw device pointers and CUDA stream handles, for callers that hold those
+//! rather than cudarc types: the C API, and frameworks such as PyTorch
+//! (`tensor.data_ptr()`, `torch.cuda.current_stream().cuda_stream`).
+
+use cudarc::driver::sys::CUstream;
+use streamcomm_gpu::Stream;
+
+use super::queue::CudaQueue;
+use super::{gpu_error, CudaComm};
+use crate::comm::p2p::Dir;
+use crate::device::{DeviceBuffers, DeviceCall, DeviceP2p, DeviceRange};
+use crate::plan::Collective;
+use crate::{DataType, Error, ReduceOp, Result};
+
+/// `len` elements at a device address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawDeviceBuffer {
+    /// Device address of the first element (`CUdeviceptr`).
+    pub ptr: u64,
+    /// Number of elements.
+    pub len: usize,
+}
+
+/// The buffers of a raw collective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RawBuffers {
+    /// Distinct input and output (either may be unused by this rank, e.g. a
+    /// non-root's input of a broadcast; its `ptr` may then be 0).
+    Separate {
+        /// Input.
+        send: RawDeviceBuffer,
+        /// Output.
+        recv: RawDeviceBuffer,
+    },
+    /// One buffer at NCCL's in-place offsets.
+    InPlace(RawDeviceBuffer),
+}
+
+/// One send or receive of a raw group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawP2p {
+    /// True for a send, false for a receive.
+    pub send: bool,
+    /// The other rank.
+    pub peer: usize,
+    /// Element type.
+    pub dtype: DataType,
+    /// The buffer.
+    pub buf: RawDeviceBuffer,
+}
+
+fn range(b: RawDeviceBuffer) -> DeviceRange {
+    DeviceRange {
+        addr: b.ptr,
+        len: b.len,
+    }
+}
+
+impl CudaComm {
+    /// `raw` as the staged path's queue, once it is known to be a stream of
+    /// this device's primary context.
+    ///
+    /// # Safety
+    /// `raw` is a live CUDA stream (or 0, the legacy default stream).
+    unsafe fn raw_queue(&self, raw: CUstream, what: &str) -> Result<CudaQueue<'_>> {
+        // SAFETY: forwarded: the stream is live for this call.
+        let stream = unsafe { Stream::from_raw(&self.device, raw) };
+        if !stream.is_on_primary_context().map_err(gpu_error)? {
+            return Err(Error::invalid(format!(
+                "{what}: the stream is not a stream of CUDA device {}'s primary context",
+                self.device.ordinal()
+            )));
+        }
+        Ok(CudaQueue {
+            device: &self.device,
+            stream,
+            signals: &self.signals,
+        })
+    }
+
+    /// Enqueues `collective` (not a barrier: see [`CudaComm::barrier_raw`])
+    /// on `stream`, with the semantics of the cudarc entry points.
+    ///
+    /// # Safety
+    /// `stream` is a live CUDA stream (or 0) of this device. Every buffer
+    /// this rank uses is device memory (or memory the device can access)
+    /// holding `len` elements of `dtype`, valid, and not touched by other
+    /// work, until the operation has completed on the stream (at every
+    /// replay, if captured).
+    ///
+    /// # Errors
+    /// As [`CudaComm::all_reduce`]; a stream of another device or context.
+    pub unsafe fn collective_raw(
+        &self,
+        collective: Collective,
+        dtype: DataType,
+        op: ReduceOp,
+        buffers: RawBuffers,
+        stream: CUstream,
+    ) -> Result<()> {
+        if collective == Collective::Barrier {
+            return Err(Error::invalid(
+                "collective_raw: a barrier has no buffers; use barrier_raw",
+            ));
+        }
+        // SAFETY: forwarded contract.
+        let queue = unsafe { self.raw_queue(stream, collective.name()) }?;
+        let buffers = match buffers {
+            RawBuffers::Separate { send, recv } => DeviceBuffers::Separate {
+                send: range(send),
+                recv: range(recv),
+            },
+            RawBuffers::InPlace(b) => DeviceBuffers::InPlace(range(b)),
+        };
+        let call = DeviceCall {
+            collective,
+            dtype,
+            op,
+            buffers,
+        };
+        self.comm.enqueue_device(&queue, &self.shared, &call)
+    }
+
+    /// Enqueues a barrier on `stream`.
+    ///
+    /// # Safety
+    /// `stream` is a live CUDA stream (or 0) of this device.
+    ///
+    /// # Errors
+    /// As [`CudaComm::barrier`].
+    pub unsafe fn barrier_raw(&self, stream: CUstream) -> Result<()> {
+        // SAFETY: forwarded contract.
+        let queue = unsafe { self.raw_queue(stream, "barrier") }?;
+        let call = DeviceCall {
+            collective: Collective::Barrier,
+            dtype: DataType::U8,
+            op: ReduceOp::Sum,
+            buffers: DeviceBuffers::None,
+        };
+        self.comm.enqueue_device(&queue, &self.shared, &call)
+    }
+
+    /// Enqueues `ops` as one group on `stream` (as [`CudaComm::group`]).
+    ///
+    /// # Safety
+    /// As [`CudaComm::collective_raw`], for every buffer of `ops`.
+    ///
+    /// # Errors
+    /// As [`CudaComm::group`].
+    pub unsafe fn group_raw(&self, ops: &[RawP2p], stream: CUstream) -> Result<()> {
+        // SAFETY: forwarded contract.
+        let queue = unsafe { self.raw_queue(stream, "group") }?;
+        let ops: Vec<DeviceP2p> = ops
+            .iter()
+            .map(|o| DeviceP2p {
+                dir: if o.send { Dir::Send } else { Dir::Recv },
+                peer: o.peer,
+                dtype: o.dtype,
+                range: range(o.buf),
+            })
+            .collect();
+        self.comm.enqueue_device_group(&queue, &self.shared, &ops)
+    }
+}

@@ -1,0 +1,408 @@
+//! CUDA streams for C: collectives, barrier and point-to-point with device
+//! buffers on a `cudaStream_t` / `CUstream`, through a
+//! `streamcomm_cuda_comm_t` (a communicator bound to one device).
+//!
+//! Buffers are device pointers (e.g. from `cudaMalloc`, or PyTorch's
+//! `tensor.data_ptr()`); they are checked for NULL, alignment and overlap
+//! like host buffers, never dereferenced by the host. NCCL's in-place rules
+//! apply as in `ops.rs`. The stream must belong to the device's primary
+//! context (what the runtime API and PyTorch use); 0 is the legacy default
+//! stream. Without a usable GPU, `streamcomm_cuda_comm_create` returns
+//! `STREAMCOMM_UNAVAILABLE`.
+
+use std::ffi::{c_int, c_void};
+
+use streamcomm::cuda::cudarc::driver::sys::CUstream;
+use streamcomm::cuda::{CudaComm, RawBuffers, RawDeviceBuffer, RawP2p};
+use streamcomm::plan::Collective;
+use streamcomm::{DataType, ReduceOp};
+
+use crate::args::{disjoint, dtype, index, out_ptr, reduce_op, CBuf};
+use crate::group::refuse_in_group;
+use crate::guard::guard;
+use crate::result::{code_of, FfiResult, SUCCESS};
+use crate::{COMMS, CUDA_COMMS};
+
+/// Binds communicator `comm` to CUDA device `device` and stores the handle
+/// in `*cuda_comm` (NULL on failure).
+///
+/// # Safety
+/// `cuda_comm` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn streamcomm_cuda_comm_create(
+    comm: *mut c_void,
+    device: c_int,
+    cuda_comm: *mut *mut c_void,
+) -> c_int {
+    guard("streamcomm_cuda_comm_create", || {
+        let out = out_ptr(cuda_comm, "cuda_comm")?;
+        // SAFETY: checked non-null and aligned; writable per the contract.
+        unsafe { out.write(std::ptr::null_mut()) };
+        let c = COMMS.get(comm)?;
+        let device = index(device, "device")?;
+        let handle = CUDA_COMMS.insert(CudaComm::new(&c, device)?)?;
+        // SAFETY: as above.
+        unsafe { out.write(handle) };
+        Ok(())
+    })
+}
+
+/// Releases a CUDA communicator (synchronize its streams first; see the
+/// header).
+///
+/// # Safety
+/// None beyond passing a handle value (any value is checked).
+#[no_mangle]
+pub unsafe extern "C" fn streamcomm_cuda_comm_destroy(cuda_comm: *mut c_void) -> c_int {
+    guard("streamcomm_cuda_comm_destroy", || {
+        CUDA_COMMS.remove(cuda_comm)?;
+        Ok(())
+    })
+}
+
+/// Stores in `*result` the first error of the CUDA communicator or of one
+/// of its device operations (`STREAMCOMM_SUCCESS` when none).
+///
+/// # Safety
+/// `result` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn streamcomm_cuda_comm_get_async_error(
+    cuda_comm: *mut c_void,
+    result: *mut c_int,
+) -> c_int {
+    guard("streamcomm_cuda_comm_get_async_error", || {
+        let cc = CUDA_COMMS.get(cuda_comm)?;
+        let out = out_ptr(result, "result")?;
+        let code = cc.async_error().map_or(SUCCESS, |e| code_of(&e));
+        // SAFETY: checked non-null and aligned; writable per the contract.
+        unsafe { out.write(code) };
+        Ok(())
+    })
+}
+
+/// A buffer this rank does not use may be anything, NULL included.
+fn unused(ptr: *const c_void, len: usize) -> RawDeviceBuffer {
+    RawDeviceBuffer {
+        ptr: ptr as u64,
+        len,
+    }
+}
+
+fn raw(b: &CBuf) -> RawDeviceBuffer {
+    RawDeviceBuffer {
+        ptr: b.ptr as u64,
+        len: b.count,
+    }
+}
+
+/// One collective: checks the buffers, applies NCCL's in-place rules,
+/// enqueues. `send_len`/`recv_len` are the element counts each side holds.
+#[allow(clippy::too_many_arguments)]
+fn collective(
+    call: &str,
+    cuda_comm: *mut c_void,
+    stream: *mut c_void,
+    coll: Collective,
+    dt: DataType,
+    op: ReduceOp,
+    (sendbuff, send_len): (*const c_void, usize),
+    (recvbuff, recv_len): (*mut c_void, usize),
+) -> FfiResult {
+    let cc = CUDA_COMMS.get(cuda_comm)?;
+    refuse_in_group(call)?;
+    let rank = cc.communicator().rank();
+    let reads = !matches!(coll, Collective::Broadcast { root } if root != rank);
+    let writes = !matches!(coll, Collective::Reduce { root } if root != rank);
+    let buffers = match (reads, writes) {
+        (false, _) => {
+            let recv = CBuf::new(recvbuff, dt, recv_len, "recvbuff")?;
+            RawBuffers::Separate {
+                send: unused(sendbuff, send_len),
+                recv: raw(&recv),
+            }
+        }
+        (true, false) => {
+            let send = CBuf::new(sendbuff, dt, send_len, "sendbuff")?;
+            RawBuffers::Separate {
+                send: raw(&send),
+                recv: unused(recvbuff, recv_len),
+            }
+        }
+        (true, true) => {
+            let send = CBuf::new(sendbuff, dt, send_len, "sendbuff")?;
+            let recv = CBuf::new(recvbuff, dt, recv_len, "recvbuff")?;
+            let at = |inner: &CBuf, outer: &CBuf, block: usize| {
+                inner.count > 0 && inner.ptr as usize == outer.ptr as usize + block * dt.size()
+            };
+            match coll {
+                Collective::AllGather if at(&send, &recv, rank * send_len) => {
+                    RawBuffers::InPlace(raw(&recv))
+                }
+                Collective::ReduceScatter if at(&recv, &send, rank * recv_len) => {
+                    RawBuffers::InPlace(raw(&send))
+                }
+                Collective::AllReduce
+                | Collective::Broadcast { .. }
+                | Collective::Reduce { .. }
+                    if send.ptr == recv.ptr =>
+                {
+                    RawBuffers::InPlace(raw(&recv))
+                }
+                _ => {
+                    disjoint(coll.name(), &send, &recv)?;
+                    RawBuffers::Separate {
+                        send: raw(&send),
+                        recv: raw(&recv),
+                    }
+                }
+            }
+        }
+    };
+    // SAFETY: the C caller's contract (header): live stream of the device,
+    // device buffers valid until the operation completes; handle values and
+    // pointers were checked above.
+    Ok(unsafe { cc.collective_raw(coll, dt, op, buffers, stream as CUstream) }?)
+}
+
+/// `count * nranks`, or an error naming `what`.
+fn times_size(cuda_comm: *mut c_void, count: usize, what: &str) -> FfiResult<usize> {
+    let size = CUDA_COMMS.get(cuda_comm)?.communicator().size();
+    count.checked_mul(size).ok_or_else(|| {
+        crate::result::Failure::invalid(format!("{what} {count} times {size} ranks overflows"))
+    })
+}
+
+/// All-reduce of `count` elements of device memory on a CUDA stream (in
+/// place when `sendbuff == recvbuff`).
+///
+/// # Safety
+/// Device buffers hold `count` elements and stay valid until the operation
+/// completes on `cuda_stream`, a live stream of the device (or NULL).
+#[no_mangle]
+pub unsafe extern "C" fn streamcomm_cuda_all_reduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: c_int,
+    op: c_int,
+    cuda_comm: *mut c_void,
+    cuda_stream: *mut c_void,
+) -> c_int {
+    let call = "streamcomm_cuda_all_reduce";
+    guard(call, || {
+        let (dt, op) = (dtype(datatype)?, reduce_op(op)?);
+        let coll = Collective::AllReduce;
+        let (s, r) = ((sendbuff, count), (recvbuff, count));
+        collective(call, cuda_comm, cuda_stream, coll, dt, op, s, r)
+    })
+}
+
+/// Broadcast of `count` elements from `root` on a CUDA stream.
+///
+/// # Safety
+/// As [`streamcomm_cuda_all_reduce`].
+#[no_mangle]
+pub unsafe extern "C" fn streamcomm_cuda_broadcast(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: c_int,
+    root: c_int,
+    cuda_comm: *mut c_void,
+    cuda_stream: *mut c_void,
+) -> c_int {
+    let call = "streamcomm_cuda_broadcast";
+    guard(call, || {
+        let dt = dtype(datatype)?;
+        let coll = Collective::Broadcast {
+            root: index(root, "root")?,
+        };
+        let (s, r) = ((sendbuff, count), (recvbuff, count));
+        collective(call, cuda_comm, cuda_stream, coll, dt, ReduceOp::Sum, s, r)
+    })
+}
+
+/// Reduce of `count` elements into `root`'s `recvbuff` on a CUDA stream.
+///
+/// # Safety
+/// As [`streamcomm_cuda_all_reduce`].
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn streamcomm_cuda_reduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: c_int,
+    op: c_int,
+    root: c_int,
+    cuda_comm: *mut c_void,
+    cuda_stream: *mut c_void,
+) -> c_int {
+    let call = "streamcomm_cuda_reduce";
+    guard(call, || {
+        let (dt, op) = (dtype(datatype)?, reduce_op(op)?);
+        let coll = Collective::Reduce {
+            root: index(root, "root")?,
+        };
+        let (s, r) = ((sendbuff, count), (recvbuff, count));
+        collective(call, cuda_comm, cuda_stream, coll, dt, op, s, r)
+    })
+}
+
+/// All-gather of `sendcount` elements per rank on a CUDA stream.
+///
+/// # Safety
+/// As [`streamcomm_cuda_all_reduce`], `recvbuff` holding `nranks * sendcount`.
+#[no_mangle]
+pub unsafe extern "C" fn streamcomm_cuda_all_gather(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    sendcount: usize,
+    datatype: c_int,
+    cuda_comm: *mut c_void,
+    cuda_stream: *mut c_void,
+) -> c_int {
+    let call = "streamcomm_cuda_all_gather";
+    guard(call, || {
+        let dt = dtype(datatype)?;
+        let total = times_size(cuda_comm, sendcount, "sendcount")?;
+        let (s, r) = ((sendbuff, sendcount), (recvbuff, total));
+        collective(
+            call,
+            cuda_comm,
+            cuda_stream,
+            Collective::AllGather,
+            dt,
+            ReduceOp::Sum,
+            s,
+            r,
+        )
+    })
+}
+
+/// Reduce-scatter leaving `recvcount` elements per rank, on a CUDA stream.
+///
+/// # Safety
+/// As [`streamcomm_cuda_all_reduce`], `sendbuff` holding `nranks * recvcount`.
+#[no_mangle]
+pub unsafe extern "C" fn streamcomm_cuda_reduce_scatter(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    recvcount: usize,
+    datatype: c_int,
+    op: c_int,
+    cuda_comm: *mut c_void,
+    cuda_stream: *mut c_void,
+) -> c_int {
+    let call = "streamcomm_cuda_reduce_scatter";
+    guard(call, || {
+        let (dt, op) = (dtype(datatype)?, reduce_op(op)?);
+        let total = times_size(cuda_comm, recvcount, "recvcount")?;
+        let (s, r) = ((sendbuff, total), (recvbuff, recvcount));
+        collective(
+            call,
+            cuda_comm,
+            cuda_stream,
+            Collective::ReduceScatter,
+            dt,
+            op,
+            s,
+            r,
+        )
+    })
+}
+
+/// All-to-all of `count` elements per pair of ranks on a CUDA stream.
+///
+/// # Safety
+/// As [`streamcomm_cuda_all_reduce`], both buffers holding `nranks * count`.
+#[no_mangle]
+pub unsafe extern "C" fn streamcomm_cuda_all_to_all(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: c_int,
+    cuda_comm: *mut c_void,
+    cuda_stream: *mut c_void,
+) -> c_int {
+    let call = "streamcomm_cuda_all_to_all";
+    guard(call, || {
+        let dt = dtype(datatype)?;
+        let total = times_size(cuda_comm, count, "count")?;
+        let (s, r) = ((sendbuff, total), (recvbuff, total));
+        collective(
+            call,
+            cuda_comm,
+            cuda_stream,
+            Collective::AllToAll,
+            dt,
+            ReduceOp::Sum,
+            s,
+            r,
+        )
+    })
+}
+
+/// A barrier on a CUDA stream.
+///
+/// # Safety
+/// `cuda_stream` is a live stream of the device, or NULL.
+#[no_mangle]
+pub unsafe extern "C" fn streamcomm_cuda_barrier(
+    cuda_comm: *mut c_void,
+    cuda_stream: *mut c_void,
+) -> c_int {
+    guard("streamcomm_cuda_barrier", || {
+        let cc = CUDA_COMMS.get(cuda_comm)?;
+        refuse_in_group("streamcomm_cuda_barrier")?;
+        // SAFETY: the caller's contract.
+        Ok(unsafe { cc.barrier_raw(cuda_stream as CUstream) }?)
+    })
+}
+
+/// Sends `sendcount` elements to `dest` and receives up to `recvcount` from
+/// `source`, together (one group: any pairing of ranks works), on a CUDA
+/// stream. A count of 0 with a NULL buffer skips that side.
+///
+/// # Safety
+/// As [`streamcomm_cuda_all_reduce`], for both buffers.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn streamcomm_cuda_sendrecv(
+    sendbuff: *const c_void,
+    sendcount: usize,
+    dest: c_int,
+    recvbuff: *mut c_void,
+    recvcount: usize,
+    source: c_int,
+    datatype: c_int,
+    cuda_comm: *mut c_void,
+    cuda_stream: *mut c_void,
+) -> c_int {
+    guard("streamcomm_cuda_sendrecv", || {
+        let dt = dtype(datatype)?;
+        let cc = CUDA_COMMS.get(cuda_comm)?;
+        refuse_in_group("streamcomm_cuda_sendrecv")?;
+        let mut ops = Vec::with_capacity(2);
+        if !(sendbuff.is_null() && sendcount == 0) {
+            let send = CBuf::new(sendbuff, dt, sendcount, "sendbuff")?;
+            ops.push(RawP2p {
+                send: true,
+                peer: index(dest, "dest")?,
+                dtype: dt,
+                buf: raw(&send),
+            });
+        }
+        if !(recvbuff.is_null() && recvcount == 0) {
+            let recv = CBuf::new(recvbuff, dt, recvcount, "recvbuff")?;
+            ops.push(RawP2p {
+                send: false,
+                peer: index(source, "source")?,
+                dtype: dt,
+                buf: raw(&recv),
+            });
+        }
+        // SAFETY: the caller's contract; pointers and handles checked above.
+        Ok(unsafe { cc.group_raw(&ops, cuda_stream as CUstream) }?)
+    })
+}
