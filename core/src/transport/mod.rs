@@ -166,7 +166,7 @@ pub enum Link {
     Tcp {
         /// The peer's transfer state, shared with the network thread (set
         /// once it starts; dropped before the rings it points into).
-        io: Option<Arc<std::sync::Mutex<tcp::progress::PeerIo>>>,
+        io: Option<Arc<tcp::inline::TcpPeer>>,
         /// The rings' memory.
         rings: Arc<tcp::TcpRings>,
         /// Wakes the network thread after staging a slot or freeing one.
@@ -229,12 +229,8 @@ impl Connection {
             Link::Tcp {
                 io: Some(io), kick, ..
             } => {
-                let mut pace = tcp::inline::Pace::new(policy);
-                self.recv.acquire_recv_with(policy, || {
-                    if pace.due() {
-                        tcp::inline::pump(io, kick)
-                    }
-                })
+                let mut waiter = tcp::inline::Waiter::new(io, kick, policy);
+                self.recv.acquire_recv_with(policy, || waiter.poke())
             }
             _ => self.recv.acquire_recv(policy),
         }
@@ -251,12 +247,8 @@ impl Connection {
             Link::Tcp {
                 io: Some(io), kick, ..
             } => {
-                let mut pace = tcp::inline::Pace::new(policy);
-                self.send.acquire_send_with(policy, || {
-                    if pace.due() {
-                        tcp::inline::pump(io, kick)
-                    }
-                })
+                let mut waiter = tcp::inline::Waiter::new(io, kick, policy);
+                self.send.acquire_send_with(policy, || waiter.poke())
             }
             _ => self.send.acquire_send(policy),
         }
