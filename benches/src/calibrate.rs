@@ -4,7 +4,7 @@
 //! - `gamma` and the cores: in the launcher, before any rank runs: the
 //!   time per byte of a sum-reduction kernel beyond a plain copy of the same
 //!   bytes, and `available_parallelism`.
-//! - `alpha` and `beta`, per transport: `--ranks` ranks (4 by default),
+//! - `alpha` and `beta`, per transport: `--ranks` ranks (the cores by default),
 //!   started with `STREAMCOMM_TRANSPORT=shm` and again with `=tcp`, time two
 //!   calls the way the benchmark does (back to back, one synchronize): a
 //!   ring all-reduce of 8 bytes, which is almost only per-step cost, and a
@@ -14,6 +14,10 @@
 //!   the second's: the parameters are solved through the model itself, so
 //!   its step counts and its cores bound are part of the calibration (over
 //!   tcp, the model sees one rank per host, as a communicator does).
+//!
+//! - `wake`: the small all-reduce again over shm with twice as many ranks
+//!   as cores, where waiting ranks stop spinning: the wake-up cost per
+//!   step is what the model then lacks to predict its time.
 //!
 //! Medians of several repetitions within a launch and of three launches,
 //! so a scheduler hiccup does not become a parameter.
@@ -50,69 +54,34 @@ pub struct CalibrateCli {
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..))]
     pub iters: u64,
 
-    /// Ranks to calibrate with.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..=64))]
-    pub ranks: u64,
+    /// Ranks to calibrate alpha and beta with (default: the cores, at
+    /// least 2); `wake` always uses twice the cores.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(2..=64))]
+    pub ranks: Option<u64>,
 
     /// Bytes of the large broadcast (default 64 slots).
     #[arg(long, value_parser = crate::cli::parse_size)]
     pub bytes: Option<u64>,
 }
 
-/// The launcher: measures gamma, runs the ranks over shm then tcp, writes
-/// the file.
+/// The launcher: measures gamma, runs the ranks over shm then tcp, then
+/// shm again with twice as many ranks as cores (for `wake`), writes the file.
 ///
 /// # Errors
 /// When ranks fail or the file cannot be written.
 pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
     let gamma = reduce_gamma();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let exe = std::env::current_exe().context("find this program's path")?;
-    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let mut links = Vec::new();
     for transport in ["shm", "tcp"] {
         // Three launches, the median of each parameter: how fast waiting
         // ranks wake varies from one launch to the next on a busy machine.
+        let ranks = ranks_for(transport, cli, cores);
+        let per_host = if transport == "tcp" { 1 } else { ranks };
         let mut runs = Vec::new();
-        for launch in 0..LAUNCHES {
-            let out = std::env::temp_dir().join(format!(
-                "streamcomm-calibrate-{}-{transport}-{launch}.txt",
-                std::process::id()
-            ));
-            let outcome = LocalLauncher::new(ranks_for(transport, cli), exe.clone())
-                .args(args.clone())
-                .env("STREAMCOMM_TRANSPORT", transport)
-                .env("STREAMCOMM_ALGO", "all_reduce=ring,broadcast=chain")
-                .env(
-                    "STREAMCOMM_TIMEOUT",
-                    std::env::var("STREAMCOMM_TIMEOUT").unwrap_or_else(|_| "60".into()),
-                )
-                .env(ENV_OUT, out.as_os_str())
-                .run()
-                .context("start the ranks")?;
-            if outcome.exit_code() != 0 {
-                return Err(format!("the {transport} ranks failed: {outcome}"));
-            }
-            let text =
-                std::fs::read_to_string(&out).with_context(|| format!("read {}", out.display()))?;
-            let _ = std::fs::remove_file(&out);
-            let v: Vec<f64> = text
-                .split_whitespace()
-                .map(|w| {
-                    w.parse::<f64>()
-                        .map_err(|e| format!("{transport} result {w:?}: {e}"))
-                })
-                .collect::<Result<_, _>>()?;
-            let [small, large, big, slot] = v[..] else {
-                return Err(format!("{transport} result {text:?}: expected 4 numbers"));
-            };
-            let per_host = if transport == "tcp" {
-                1
-            } else {
-                cli.ranks as usize
-            };
+        for m in launches(transport, ranks)? {
             let fit = Fit {
-                shape: Shape::new(cli.ranks as usize, per_host, slot as usize),
+                shape: Shape::new(ranks, per_host, m.slot),
                 base: CostParams {
                     gamma,
                     cores,
@@ -125,16 +94,12 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
                 },
                 tcp: transport == "tcp",
             };
-            runs.push(fit.solve(small, large, big as usize));
+            runs.push(fit.solve(m.small, m.large, m.big));
         }
-        let median = |mut v: Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
         let alpha = median(runs.iter().map(|r| r.0).collect());
         let beta = median(runs.iter().map(|r| r.1).collect());
         eprintln!(
-            "streamcomm-bench: {transport}: alpha {:.2} us, beta {:.3} ns/B (median of {LAUNCHES} launches: {})",
+            "streamcomm-bench: {transport} ({ranks} ranks): alpha {:.2} us, beta {:.3} ns/B (median of {LAUNCHES} launches: {})",
             alpha * 1e6,
             beta * 1e9,
             runs.iter()
@@ -144,14 +109,42 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
         );
         links.push(LinkCost { alpha, beta });
     }
-    let params = CostParams {
+    let mut params = CostParams {
         shm: links[0],
         tcp: links[1],
         gamma,
         cores,
+        wake: 0.0,
+    };
+    // The wake-up cost: the small all-reduce again, with ranks sharing
+    // cores (they stop spinning), everything else known.
+    let crowd = 2 * cores;
+    let wake_note = if crowd <= MAX_WAKE_RANKS {
+        let mut wakes = Vec::new();
+        for m in launches("shm", crowd)? {
+            let shape = Shape::new(crowd, crowd, m.slot);
+            let ar = |w: f64| {
+                let p = CostParams { wake: w, ..params };
+                predict(&p, Collective::AllReduce, Algorithm::Ring, 8, 1, &shape).unwrap_or(0.0)
+            };
+            wakes.push(bisect(ar, m.small));
+        }
+        params.wake = median(wakes.clone());
+        eprintln!(
+            "streamcomm-bench: shm ({crowd} ranks on {cores} cores): wake {:.2} us (median of {LAUNCHES} launches: {})",
+            params.wake * 1e6,
+            wakes
+                .iter()
+                .map(|w| format!("{:.2} us", w * 1e6))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        format!("wake_us from {crowd} ranks on {cores} cores")
+    } else {
+        format!("wake_us not measured ({crowd} ranks would be too many to launch here)")
     };
     let notes = [
-        format!("measured by streamcomm-bench calibrate on {cores} cores"),
+        format!("measured by streamcomm-bench calibrate on {cores} cores; {wake_note}"),
         format!(
             "slot {} bytes (STREAMCOMM_BUFFSIZE / STREAMCOMM_NSTEPS at calibration)",
             streamcomm::Config::from_env()
@@ -169,15 +162,81 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
     Ok(())
 }
 
-/// Ranks of the `transport` launches: `--ranks` for shm; 2 for tcp, where
-/// 4 ranks on one host were seen to time out in `barrier_host` after back
-/// to back 32 MiB broadcasts (a transport issue, reported, not worked
-/// around here).
-fn ranks_for(transport: &str, cli: &CalibrateCli) -> usize {
+/// Most ranks the wake-up measurement launches (twice the cores).
+const MAX_WAKE_RANKS: usize = 64;
+
+/// The middle value (upper middle for an even count).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// What one launch measured: seconds per call of the small all-reduce and
+/// of the large broadcast, the broadcast's bytes, the slot size.
+struct Measured {
+    small: f64,
+    large: f64,
+    big: usize,
+    slot: usize,
+}
+
+/// [`LAUNCHES`] launches of `ranks` ranks over `transport`.
+fn launches(transport: &str, ranks: usize) -> Fallible<Vec<Measured>> {
+    let exe = std::env::current_exe().context("find this program's path")?;
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let mut out = Vec::new();
+    for launch in 0..LAUNCHES {
+        let file = std::env::temp_dir().join(format!(
+            "streamcomm-calibrate-{}-{transport}-{ranks}-{launch}.txt",
+            std::process::id()
+        ));
+        let outcome = LocalLauncher::new(ranks, exe.clone())
+            .args(args.clone())
+            .env("STREAMCOMM_TRANSPORT", transport)
+            .env("STREAMCOMM_ALGO", "all_reduce=ring,broadcast=chain")
+            .env(
+                "STREAMCOMM_TIMEOUT",
+                std::env::var("STREAMCOMM_TIMEOUT").unwrap_or_else(|_| "60".into()),
+            )
+            .env(ENV_OUT, file.as_os_str())
+            .run()
+            .context("start the ranks")?;
+        if outcome.exit_code() != 0 {
+            return Err(format!("the {transport} ranks failed: {outcome}"));
+        }
+        let text =
+            std::fs::read_to_string(&file).with_context(|| format!("read {}", file.display()))?;
+        let _ = std::fs::remove_file(&file);
+        let v: Vec<f64> = text
+            .split_whitespace()
+            .map(|w| {
+                w.parse::<f64>()
+                    .map_err(|e| format!("{transport} result {w:?}: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
+        let [small, large, big, slot] = v[..] else {
+            return Err(format!("{transport} result {text:?}: expected 4 numbers"));
+        };
+        out.push(Measured {
+            small,
+            large,
+            big: big as usize,
+            slot: slot as usize,
+        });
+    }
+    Ok(out)
+}
+
+/// Ranks of the `transport` launches for alpha and beta: `--ranks`, by
+/// default the cores (at least 2), so that ranks spin as they do whenever
+/// they fit; 2 for tcp, where 4 ranks on one host were seen to time out in
+/// `barrier_host` after back to back 32 MiB broadcasts (a transport issue,
+/// reported, not worked around here).
+fn ranks_for(transport: &str, cli: &CalibrateCli, cores: usize) -> usize {
     if transport == "tcp" {
         2
     } else {
-        cli.ranks as usize
+        cli.ranks.map_or(cores.clamp(2, 64), |r| r as usize)
     }
 }
 

@@ -16,7 +16,12 @@
 //!
 //! The prediction is the larger of the critical path and the work of all
 //! ranks of one host divided by its cores: with more ranks than cores (8
-//! ranks on 2 cores here), steps of different ranks serialise.
+//! ranks on 2 cores here), steps of different ranks serialise. Then, too,
+//! waiting ranks do not spin, so every step on the critical path also waits
+//! for its receiver to be woken and get a core (`wake`, measured by
+//! `streamcomm-bench calibrate` as the extra cost of a step at twice as many
+//! ranks as cores); it is latency, not work, so it lengthens the critical
+//! path only.
 
 use super::params::{CostParams, LinkCost};
 use crate::plan::{Algorithm, Collective};
@@ -137,7 +142,12 @@ pub fn predict(
             _ => shm,
         }
     };
-    let crit: f64 = phases.iter().map(|p| p.steps * step(p)).sum();
+    let wake = if shape.ranks_per_host > params.cores {
+        params.wake
+    } else {
+        0.0
+    };
+    let crit: f64 = phases.iter().map(|p| p.steps * (step(p) + wake)).sum();
     let avg: f64 = phases.iter().map(|p| p.avg * step(p)).sum();
     let per_host = shape.ranks_per_host as f64;
     let cores = (params.cores as f64).min(per_host).max(1.0);
@@ -296,6 +306,25 @@ mod tests {
         assert!(t(ar, Algorithm::Ring, big, 8, 8) < t(ar, Algorithm::Tree, big, 8, 8));
         let bc = Collective::Broadcast { root: 0 };
         assert!(t(bc, Algorithm::Chain, big, 8, 8) < t(bc, Algorithm::Binomial, big, 8, 8));
+    }
+
+    #[test]
+    fn waking_costs_only_where_ranks_outnumber_cores() {
+        let ar = Collective::AllReduce;
+        let p = |wake: f64| CostParams {
+            cores: 2,
+            wake,
+            ..CostParams::default()
+        };
+        let at = |p: &CostParams, n: usize| {
+            predict(p, ar, Algorithm::Ring, 64, 4, &Shape::new(n, n, 1 << 20)).unwrap()
+        };
+        // Two ranks on two cores spin: no wake-ups.
+        assert_eq!(at(&p(0.0), 2), at(&p(1e-3), 2));
+        // Four on two: each of the 2(n-1) steps on the critical path waits
+        // for one (the cores bound, twice the steps' work, no longer binds).
+        let (with, without) = (at(&p(1e-3), 4), at(&p(0.0), 4));
+        assert!(with >= 6e-3 && with - without > 5.9e-3, "{with} {without}");
     }
 
     #[test]
