@@ -4,7 +4,7 @@
 //! - `gamma` and the cores: in the launcher, before any rank runs: the
 //!   time per byte of a sum-reduction kernel beyond a plain copy of the same
 //!   bytes, and `available_parallelism`.
-//! - `alpha` and `beta`, per transport: `--ranks` ranks (the cores by default),
+//! - `alpha` and `beta`, per transport: `--ranks` ranks (twice the cores by default),
 //!   started with `STREAMCOMM_TRANSPORT=shm` and again with `=tcp`, time two
 //!   calls the way the benchmark does (back to back, one synchronize): a
 //!   ring all-reduce of 8 bytes, which is almost only per-step cost, and a
@@ -15,9 +15,11 @@
 //!   its step counts and its cores bound are part of the calibration (over
 //!   tcp, the model sees one rank per host, as a communicator does).
 //!
-//! - `wake`: the small all-reduce again over shm with twice as many ranks
-//!   as cores, where waiting ranks stop spinning: the wake-up cost per
-//!   step is what the model then lacks to predict its time.
+//! - `spin` and `yields`: in the launcher, how long a waiting rank spins
+//!   (`STREAMCOMM_SPIN` checks) and then yields before it sleeps.
+//! - `wake`: the shm ranks also time a broadcast of one slot, one step
+//!   too long to be caught before the receiver sleeps; the wake-up is what
+//!   the model, given everything else, then lacks to predict it.
 //!
 //! Medians of several repetitions within a launch and of three launches,
 //! so a scheduler hiccup does not become a parameter.
@@ -54,8 +56,8 @@ pub struct CalibrateCli {
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..))]
     pub iters: u64,
 
-    /// Ranks to calibrate alpha and beta with (default: the cores, at
-    /// least 2); `wake` always uses twice the cores.
+    /// Ranks to calibrate the shm parameters with (default: twice the
+    /// cores, at least 2, at most 64).
     #[arg(long, value_parser = clap::value_parser!(u64).range(2..=64))]
     pub ranks: Option<u64>,
 
@@ -64,8 +66,8 @@ pub struct CalibrateCli {
     pub bytes: Option<u64>,
 }
 
-/// The launcher: measures gamma, runs the ranks over shm then tcp, then
-/// shm again with twice as many ranks as cores (for `wake`), writes the file.
+/// The launcher: measures gamma and the waits' patience, runs the ranks
+/// over shm then tcp, writes the file.
 ///
 /// # Errors
 /// When ranks fail or the file cannot be written.
@@ -73,13 +75,15 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
     let gamma = reduce_gamma();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut links = Vec::new();
+    let mut shm_runs = Vec::new();
     for transport in ["shm", "tcp"] {
         // Three launches, the median of each parameter: how fast waiting
         // ranks wake varies from one launch to the next on a busy machine.
         let ranks = ranks_for(transport, cli, cores);
         let per_host = if transport == "tcp" { 1 } else { ranks };
         let mut runs = Vec::new();
-        for m in launches(transport, ranks)? {
+        let measured = launches(transport, ranks)?;
+        for m in &measured {
             let fit = Fit {
                 shape: Shape::new(ranks, per_host, m.slot),
                 base: CostParams {
@@ -108,43 +112,49 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
                 .join(", ")
         );
         links.push(LinkCost { alpha, beta });
+        if transport == "shm" {
+            shm_runs = measured;
+        }
     }
+    let (spin, yields) = patience();
     let mut params = CostParams {
         shm: links[0],
         tcp: links[1],
         gamma,
         cores,
         wake: 0.0,
+        spin,
+        yields,
     };
-    // The wake-up cost: the small all-reduce again, with ranks sharing
-    // cores (they stop spinning), everything else known.
-    let crowd = 2 * cores;
-    let wake_note = if crowd <= MAX_WAKE_RANKS {
-        let mut wakes = Vec::new();
-        for m in launches("shm", crowd)? {
-            let shape = Shape::new(crowd, crowd, m.slot);
-            let ar = |w: f64| {
+    // The wake-up cost: a broadcast of one slot over shm is one step, too
+    // long to be caught while spinning or yielding; with everything else
+    // known, the wake-up is what the model then lacks to predict it.
+    let wakes: Vec<f64> = shm_runs
+        .iter()
+        .map(|m| {
+            let shape = Shape::new(m.ranks, m.ranks, m.slot);
+            let bc = |w: f64| {
                 let p = CostParams { wake: w, ..params };
-                predict(&p, Collective::AllReduce, Algorithm::Ring, 8, 1, &shape).unwrap_or(0.0)
+                let c = Collective::Broadcast { root: 0 };
+                predict(&p, c, Algorithm::Chain, m.slot, 1, &shape).unwrap_or(0.0)
             };
-            wakes.push(bisect(ar, m.small));
-        }
-        params.wake = median(wakes.clone());
-        eprintln!(
-            "streamcomm-bench: shm ({crowd} ranks on {cores} cores): wake {:.2} us (median of {LAUNCHES} launches: {})",
-            params.wake * 1e6,
-            wakes
-                .iter()
-                .map(|w| format!("{:.2} us", w * 1e6))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        format!("wake_us from {crowd} ranks on {cores} cores")
-    } else {
-        format!("wake_us not measured ({crowd} ranks would be too many to launch here)")
-    };
+            bisect(bc, m.mid)
+        })
+        .collect();
+    params.wake = median(wakes.clone());
+    eprintln!(
+        "streamcomm-bench: waiting: spin {:.2} us, yield {:.2} us, wake {:.2} us (median of {LAUNCHES} launches: {})",
+        spin * 1e6,
+        yields * 1e6,
+        params.wake * 1e6,
+        wakes
+            .iter()
+            .map(|w| format!("{:.2} us", w * 1e6))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let notes = [
-        format!("measured by streamcomm-bench calibrate on {cores} cores; {wake_note}"),
+        format!("measured by streamcomm-bench calibrate on {cores} cores"),
         format!(
             "slot {} bytes (STREAMCOMM_BUFFSIZE / STREAMCOMM_NSTEPS at calibration)",
             streamcomm::Config::from_env()
@@ -162,9 +172,6 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
     Ok(())
 }
 
-/// Most ranks the wake-up measurement launches (twice the cores).
-const MAX_WAKE_RANKS: usize = 64;
-
 /// The middle value (upper middle for an even count).
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -174,8 +181,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// What one launch measured: seconds per call of the small all-reduce and
 /// of the large broadcast, the broadcast's bytes, the slot size.
 struct Measured {
+    ranks: usize,
     small: f64,
     large: f64,
+    /// Seconds per call of a broadcast of one slot.
+    mid: f64,
     big: usize,
     slot: usize,
 }
@@ -214,11 +224,13 @@ fn launches(transport: &str, ranks: usize) -> Fallible<Vec<Measured>> {
                     .map_err(|e| format!("{transport} result {w:?}: {e}"))
             })
             .collect::<Result<_, _>>()?;
-        let [small, large, big, slot] = v[..] else {
-            return Err(format!("{transport} result {text:?}: expected 4 numbers"));
+        let [small, large, mid, big, slot] = v[..] else {
+            return Err(format!("{transport} result {text:?}: expected 5 numbers"));
         };
         out.push(Measured {
+            ranks,
             small,
+            mid,
             large,
             big: big as usize,
             slot: slot as usize,
@@ -227,16 +239,16 @@ fn launches(transport: &str, ranks: usize) -> Fallible<Vec<Measured>> {
     Ok(out)
 }
 
-/// Ranks of the `transport` launches for alpha and beta: `--ranks`, by
-/// default the cores (at least 2), so that ranks spin as they do whenever
-/// they fit; 2 for tcp, where 4 ranks on one host were seen to time out in
+/// Ranks of the `transport` launches for alpha, beta and wake: `--ranks`,
+/// by default twice the cores (at least 2, at most 64), ranks sharing cores
+/// as on the machines this runs on (most of what we measure); 2 for tcp, where 4 ranks on one host were seen to time out in
 /// `barrier_host` after back to back 32 MiB broadcasts (a transport issue,
 /// reported, not worked around here).
 fn ranks_for(transport: &str, cli: &CalibrateCli, cores: usize) -> usize {
     if transport == "tcp" {
         2
     } else {
-        cli.ranks.map_or(cores.clamp(2, 64), |r| r as usize)
+        cli.ranks.map_or((2 * cores).clamp(2, 64), |r| r as usize)
     }
 }
 
@@ -252,10 +264,11 @@ pub fn rank(cli: &CalibrateCli) -> Fallible<()> {
     let big = cli.bytes.map_or(64 * slot, |b| b as usize).max(slot);
     let small = per_call(&comm, &stream, false, 8, cli.iters)?;
     let large = per_call(&comm, &stream, true, big, (cli.iters / 10).max(5))?;
+    let mid = per_call(&comm, &stream, true, slot, (cli.iters / 4).max(5))?;
     comm.barrier_host().context("final barrier")?;
     if comm.rank() == 0 {
         if let Ok(path) = std::env::var(ENV_OUT) {
-            std::fs::write(&path, format!("{small:e} {large:e} {big} {slot}\n"))
+            std::fs::write(&path, format!("{small:e} {large:e} {mid:e} {big} {slot}\n"))
                 .with_context(|| format!("write {path}"))?;
         }
     }
@@ -295,6 +308,40 @@ fn per_call(
     }
     samples.sort_by(f64::total_cmp);
     Ok(samples[samples.len() / 2])
+}
+
+/// How long a waiting rank spins (`STREAMCOMM_SPIN` iterations of the
+/// wait's check) and then yields (its yield calls) before it sleeps, here
+/// and now (medians of 21; yields take longer on a busy machine, and that
+/// is part of the measurement).
+fn patience() -> (f64, f64) {
+    let spins = streamcomm::Config::from_env().map_or(200, |c| c.spin);
+    let word = std::sync::atomic::AtomicU64::new(0);
+    let time = |f: &dyn Fn()| {
+        let mut t: Vec<f64> = (0..21)
+            .map(|_| {
+                let start = Instant::now();
+                f();
+                start.elapsed().as_secs_f64()
+            })
+            .collect();
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
+    let spin = time(&|| {
+        for _ in 0..spins {
+            if word.load(std::sync::atomic::Ordering::Acquire) == u64::MAX {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+    });
+    let yields = time(&|| {
+        for _ in 0..streamcomm::wait::DEFAULT_YIELDS {
+            std::thread::yield_now();
+        }
+    });
+    (spin, yields)
 }
 
 /// Seconds per byte a sum-reduction costs beyond a copy of the same bytes

@@ -16,12 +16,18 @@
 //!
 //! The prediction is the larger of the critical path and the work of all
 //! ranks of one host divided by its cores: with more ranks than cores (8
-//! ranks on 2 cores here), steps of different ranks serialise. Then, too,
-//! waiting ranks do not spin, so every step on the critical path also waits
-//! for its receiver to be woken and get a core (`wake`, measured by
-//! `streamcomm-bench calibrate` as the extra cost of a step at twice as many
-//! ranks as cores); it is latency, not work, so it lengthens the critical
-//! path only.
+//! ranks on 2 cores here), steps of different ranks serialise.
+//!
+//! A waiting rank spins a little (`spin`; not at all when ranks outnumber
+//! cores), yields for a while (`yields`), then sleeps, and a rank that slept
+//! runs again only once woken and given a core (`wake`: tens of µs idle,
+//! milliseconds on a busy machine). So a phase whose steps take longer than
+//! that patience (its step time, times the ranks per core when they
+//! outnumber the cores, since a rank then waits for the others' steps too)
+//! pays one wake-up on the critical path: each phase is a round that waits
+//! for a peer's fresh data once, its later slots arriving while the rank
+//! is busy. All three are measured by `streamcomm-bench calibrate`; the
+//! wake-up is latency, not work, so only the critical path pays it.
 
 use super::params::{CostParams, LinkCost};
 use crate::plan::{Algorithm, Collective};
@@ -142,12 +148,22 @@ pub fn predict(
             _ => shm,
         }
     };
-    let wake = if shape.ranks_per_host > params.cores {
-        params.wake
+    let crowded = shape.ranks_per_host > params.cores;
+    let (patience, per_core) = if crowded {
+        let per_core = shape.ranks_per_host as f64 / params.cores.max(1) as f64;
+        (params.yields, per_core)
     } else {
-        0.0
+        (params.spin + params.yields, 1.0)
     };
-    let crit: f64 = phases.iter().map(|p| p.steps * (step(p) + wake)).sum();
+    let wakes = |p: &Phase| {
+        let waits = p.steps > 0.0 && !matches!(p.span, Span::Dist(0));
+        if waits && step(p) * per_core > patience {
+            params.wake
+        } else {
+            0.0
+        }
+    };
+    let crit: f64 = phases.iter().map(|p| p.steps * step(p) + wakes(p)).sum();
     let avg: f64 = phases.iter().map(|p| p.avg * step(p)).sum();
     let per_host = shape.ranks_per_host as f64;
     let cores = (params.cores as f64).min(per_host).max(1.0);
@@ -309,22 +325,33 @@ mod tests {
     }
 
     #[test]
-    fn waking_costs_only_where_ranks_outnumber_cores() {
+    fn a_wake_up_per_phase_once_steps_outlast_the_patience() {
         let ar = Collective::AllReduce;
         let p = |wake: f64| CostParams {
             cores: 2,
             wake,
+            spin: 5e-6,
+            yields: 40e-6,
             ..CostParams::default()
         };
-        let at = |p: &CostParams, n: usize| {
-            predict(p, ar, Algorithm::Ring, 64, 4, &Shape::new(n, n, 1 << 20)).unwrap()
+        let at = |p: &CostParams, n: usize, bytes: usize| {
+            let shape = Shape::new(n, n, 1 << 20);
+            predict(p, ar, Algorithm::Ring, bytes / 4, 4, &shape).unwrap()
         };
-        // Two ranks on two cores spin: no wake-ups.
-        assert_eq!(at(&p(0.0), 2), at(&p(1e-3), 2));
-        // Four on two: each of the 2(n-1) steps on the critical path waits
-        // for one (the cores bound, twice the steps' work, no longer binds).
-        let (with, without) = (at(&p(1e-3), 4), at(&p(0.0), 4));
-        assert!(with >= 6e-3 && with - without > 5.9e-3, "{with} {without}");
+        // Short steps are caught while spinning or yielding.
+        assert_eq!(at(&p(0.0), 2, 64), at(&p(1e-3), 2, 64));
+        assert_eq!(at(&p(0.0), 4, 64), at(&p(1e-3), 4, 64));
+        // A 2-rank ring of 1 MiB: two phases of 512 KiB steps (~130 µs at
+        // the default beta), each waits once.
+        let extra = at(&p(1e-3), 2, 1 << 20) - at(&p(0.0), 2, 1 << 20);
+        assert!((extra - 2e-3).abs() < 1e-9, "{extra}");
+        // 64 KiB steps (~38 µs) are within two spinning ranks' patience,
+        // but three ranks on two cores do not spin, and a rank also waits
+        // for the others' steps on its core.
+        assert_eq!(at(&p(0.0), 2, 128 << 10), at(&p(1e-3), 2, 128 << 10));
+        let (with, without) = (at(&p(1e-3), 3, 192 << 10), at(&p(0.0), 3, 192 << 10));
+        // (The reducing phase's steps, the longer ones, wait too long.)
+        assert!(with - without > 0.9e-3, "{with} {without}");
     }
 
     #[test]
