@@ -166,7 +166,7 @@ pub enum Link {
     Tcp {
         /// The peer's transfer state, shared with the network thread (set
         /// once it starts; dropped before the rings it points into).
-        io: Option<Arc<tcp::inline::TcpPeer>>,
+        io: Option<Arc<std::sync::Mutex<tcp::progress::PeerIo>>>,
         /// The rings' memory.
         rings: Arc<tcp::TcpRings>,
         /// Wakes the network thread after staging a slot or freeing one.
@@ -229,8 +229,12 @@ impl Connection {
             Link::Tcp {
                 io: Some(io), kick, ..
             } => {
-                let mut waiter = tcp::inline::Waiter::new(io, kick, policy);
-                self.recv.acquire_recv_with(policy, || waiter.poke())
+                let mut pace = tcp::inline::Pace::new(policy);
+                self.recv.acquire_recv_with(policy, || {
+                    if pace.due() {
+                        tcp::inline::pump(io, kick)
+                    }
+                })
             }
             _ => self.recv.acquire_recv(policy),
         }
@@ -247,8 +251,12 @@ impl Connection {
             Link::Tcp {
                 io: Some(io), kick, ..
             } => {
-                let mut waiter = tcp::inline::Waiter::new(io, kick, policy);
-                self.send.acquire_send_with(policy, || waiter.poke())
+                let mut pace = tcp::inline::Pace::new(policy);
+                self.send.acquire_send_with(policy, || {
+                    if pace.due() {
+                        tcp::inline::pump(io, kick)
+                    }
+                })
             }
             _ => self.send.acquire_send(policy),
         }

@@ -20,8 +20,7 @@
 //! now needs an event the thread is not polling for ([`PeerIo::needs_net`]),
 //! so a half-written slot or a freed inbound slot is never left unattended.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::sync::{Mutex, TryLockError};
 
 use super::kick::Kick;
 use super::progress::PeerIo;
@@ -32,45 +31,37 @@ use crate::wait::WaitPolicy;
 /// pumping at every check would stretch the spin phase a hundredfold.
 const SPIN_CHECKS_PER_PUMP: u32 = 64;
 
-/// One tcp peer's transfer state, shared by the network thread and the
-/// streams, and how many streams are reading its sockets themselves.
+/// When a waiting stream should pump: every [`SPIN_CHECKS_PER_PUMP`]-th
+/// check while the wait spins, every check once it yields or sleeps (each
+/// of those checks already costs a syscall or more).
 #[derive(Debug)]
-pub struct TcpPeer {
-    io: Mutex<PeerIo>,
-    /// Streams in the active part of a wait on this peer (spinning or
-    /// yielding, pumping between checks). While there are any, the network
-    /// thread does not poll the sockets for reading: it would only be woken
-    /// to find the bytes already taken, a context switch per hop on cores
-    /// the ranks need.
-    readers: AtomicU32,
+pub struct Pace {
+    checks: u32,
+    spin: u32,
 }
 
-impl TcpPeer {
-    /// Shares `io`.
-    pub fn new(io: PeerIo) -> TcpPeer {
-        TcpPeer {
-            io: Mutex::new(io),
-            readers: AtomicU32::new(0),
+impl Pace {
+    /// Pacing for a wait under `policy`.
+    pub fn new(policy: &WaitPolicy<'_>) -> Pace {
+        Pace {
+            checks: 0,
+            spin: policy.spin,
         }
     }
 
-    /// Locks the state (a poisoned lock is still usable: the state only
-    /// changes by complete non-blocking steps).
-    pub fn lock(&self) -> MutexGuard<'_, PeerIo> {
-        self.io.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// True while some stream reads this peer's sockets itself.
-    pub fn streams_reading(&self) -> bool {
-        self.readers.load(Ordering::SeqCst) > 0
+    /// True when this check should pump.
+    pub fn due(&mut self) -> bool {
+        let c = self.checks;
+        self.checks = c.saturating_add(1);
+        c >= self.spin || c % SPIN_CHECKS_PER_PUMP == 0
     }
 }
 
-/// Moves what can move now between the peer's rings and sockets, without
+/// Moves what can move now between `io`'s rings and sockets, without
 /// blocking, if no other thread is doing so; wakes the network thread when
 /// it must take over. An error is left for the network thread to report.
-pub fn pump(peer: &TcpPeer, kick: &Kick) {
-    let mut p = match peer.io.try_lock() {
+pub fn pump(io: &Mutex<PeerIo>, kick: &Kick) {
+    let mut p = match io.try_lock() {
         Ok(p) => p,
         Err(TryLockError::Poisoned(p)) => p.into_inner(),
         Err(TryLockError::WouldBlock) => {
@@ -85,7 +76,7 @@ pub fn pump(peer: &TcpPeer, kick: &Kick) {
     }
     match p.pump() {
         Ok(()) => {
-            let wake = p.needs_net(peer.streams_reading());
+            let wake = p.needs_net();
             drop(p);
             if wake {
                 kick.kick();
@@ -95,64 +86,6 @@ pub fn pump(peer: &TcpPeer, kick: &Kick) {
             p.set_inline_error(e);
             drop(p);
             kick.signal();
-        }
-    }
-}
-
-/// A stream waiting on a tcp peer: pumps between checks, at a pace that
-/// suits the wait's phase, and counts as a reader of the peer's sockets
-/// until the wait ends or is about to sleep (then the network thread is
-/// woken to watch the sockets for it).
-pub struct Waiter<'a> {
-    peer: &'a TcpPeer,
-    kick: &'a Kick,
-    checks: u32,
-    spin: u32,
-    sleep_at: u32,
-    reading: bool,
-}
-
-impl<'a> Waiter<'a> {
-    /// Starts a wait under `policy`.
-    pub fn new(peer: &'a TcpPeer, kick: &'a Kick, policy: &WaitPolicy<'_>) -> Waiter<'a> {
-        peer.readers.fetch_add(1, Ordering::SeqCst);
-        Waiter {
-            peer,
-            kick,
-            checks: 0,
-            spin: policy.spin,
-            sleep_at: policy.spin.saturating_add(policy.yields),
-            reading: true,
-        }
-    }
-
-    /// Called at every check of the wait that found nothing: pumps every
-    /// [`SPIN_CHECKS_PER_PUMP`]-th check while spinning and every check
-    /// after (each of those already costs a syscall); hands the sockets back
-    /// to the network thread before the wait first sleeps.
-    pub fn poke(&mut self) {
-        let c = self.checks;
-        self.checks = c.saturating_add(1);
-        if c >= self.sleep_at && self.reading {
-            self.reading = false;
-            self.peer.readers.fetch_sub(1, Ordering::SeqCst);
-            // After the count drops: either the network thread sees it when
-            // it next computes what to poll, or it is asleep and this wakes it.
-            self.kick.kick();
-        }
-        if c >= self.spin || c % SPIN_CHECKS_PER_PUMP == 0 {
-            pump(self.peer, self.kick);
-        }
-    }
-}
-
-impl Drop for Waiter<'_> {
-    /// The wait is over; the network thread polls the sockets again from
-    /// its next round (within its short poll timeout while it left them
-    /// to readers), so no wake-up is spent here.
-    fn drop(&mut self) {
-        if self.reading {
-            self.peer.readers.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }

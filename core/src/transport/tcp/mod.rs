@@ -18,9 +18,8 @@ pub mod setup;
 
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use inline::TcpPeer;
 use kick::Kick;
 use progress::{FailureSink, PeerIo};
 
@@ -44,7 +43,7 @@ pub struct TcpNet {
     pub kick: Arc<Kick>,
     stop: Arc<AtomicBool>,
     /// Each peer's transfer state, shared with the streams ([`inline`]).
-    peers: Vec<(usize, Arc<TcpPeer>)>,
+    peers: Vec<(usize, Arc<Mutex<PeerIo>>)>,
     /// 0, or `1 + rank` of the rank whose failure this communicator reports.
     abort: Arc<AtomicU32>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -84,7 +83,7 @@ impl TcpNet {
         let kick = Arc::new(Kick::new()?);
         let stop = Arc::new(AtomicBool::new(false));
         let ranks: Vec<usize> = peers.iter().map(|p| p.peer).collect();
-        let io: Vec<Arc<TcpPeer>> = peers
+        let io: Vec<Arc<Mutex<PeerIo>>> = peers
             .into_iter()
             .map(|p| {
                 let staging = p.rings.staging.end();
@@ -93,9 +92,7 @@ impl TcpNet {
                 // this thread (TcpNet is dropped, and joined, first) and
                 // every stream's use of this state (it runs inside calls on
                 // the communicator that owns both).
-                Arc::new(TcpPeer::new(PeerIo::new(
-                    p.peer, staging, inbound, p.sockets,
-                )))
+                Arc::new(Mutex::new(PeerIo::new(p.peer, staging, inbound, p.sockets)))
             })
             .collect();
         let abort = Arc::new(AtomicU32::new(0));
@@ -116,7 +113,7 @@ impl TcpNet {
     /// The transfer state of the connection to `peer`, for streams that
     /// move their own bytes ([`inline::pump`]); `None` if `peer` is not a
     /// tcp peer.
-    pub fn peer_io(&self, peer: usize) -> Option<Arc<TcpPeer>> {
+    pub fn peer_io(&self, peer: usize) -> Option<Arc<Mutex<PeerIo>>> {
         self.peers
             .iter()
             .find(|(p, _)| *p == peer)

@@ -17,10 +17,9 @@ use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::frame::{FrameHeader, ABORT_LEN, CLOSE_LEN, HEADER_BYTES};
-use super::inline::TcpPeer;
 use super::kick::Kick;
 use crate::plan::signature::{self, P2pSlot};
 use crate::transport::ring::RingEnd;
@@ -144,16 +143,10 @@ impl PeerIo {
     /// True when the network thread must look again: a socket now needs
     /// an event it did not poll for (a slot left half sent, room again in
     /// the inbound ring), or a finished frame waits for a slot.
-    /// With `streams_reading`, readability is the streams' business, not
-    /// the network thread's ([`super::inline::TcpPeer`]).
-    pub fn needs_net(&self, streams_reading: bool) -> bool {
-        let mask = if streams_reading { !libc::POLLIN } else { !0 };
+    pub fn needs_net(&self) -> bool {
         let now = self.interest();
         now.len() != self.polled.len()
-            || now
-                .iter()
-                .zip(&self.polled)
-                .any(|(n, p)| n & mask & !p != 0)
+            || now.iter().zip(&self.polled).any(|(n, p)| n & !p != 0)
             || (0..self.socks.len()).any(|j| self.completable(j))
     }
 
@@ -508,15 +501,11 @@ pub trait FailureSink: Send + 'static {
 /// How long a closing communicator keeps sending what it staged.
 const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Locks a peer's state.
-fn lock(p: &TcpPeer) -> std::sync::MutexGuard<'_, PeerIo> {
-    p.lock()
+/// Locks a peer's state (a poisoned lock is still usable: the state is
+/// only ever changed by complete non-blocking steps).
+fn lock(p: &Mutex<PeerIo>) -> std::sync::MutexGuard<'_, PeerIo> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
 }
-
-/// How long the thread sleeps while streams read some sockets themselves
-/// (it does not watch those for reading): bounds how long bytes that no
-/// stream waits for can sit unread once the streams stop.
-const READERS_POLL_MS: i32 = 1;
 
 /// Runs until `stop` is set (then flushes what is staged and says goodbye).
 ///
@@ -530,7 +519,7 @@ const READERS_POLL_MS: i32 = 1;
 /// keep being served, so they hear about the failure from the dead peer's
 /// own sockets rather than from ours closing.
 pub fn run(
-    peers: Vec<Arc<TcpPeer>>,
+    peers: Vec<Arc<Mutex<PeerIo>>>,
     kick: Arc<Kick>,
     stop: Arc<AtomicBool>,
     abort: Arc<AtomicU32>,
@@ -582,25 +571,15 @@ pub fn run(
         });
         let mut completable = false;
         let mut reported = false;
-        let mut left_to_readers = false;
-        for (i, peer) in peers.iter().enumerate() {
-            // Read before the state, after announcing the sleep: a reader
-            // that leaves later kicks us.
-            let readers = peer.streams_reading();
-            let mut p = lock(peer);
+        for (i, p) in peers.iter().enumerate() {
+            let mut p = lock(p);
             if p.dead {
                 continue;
             }
             if p.inline_error.is_some() {
                 reported = true;
             }
-            let mut interest = p.interest();
-            if readers {
-                left_to_readers = true;
-                for ev in &mut interest {
-                    *ev &= !libc::POLLIN;
-                }
-            }
+            let interest = p.interest();
             for (j, (sock, &ev)) in p.socks.iter().zip(&interest).enumerate() {
                 fds.push(libc::pollfd {
                     fd: sock.stream.as_raw_fd(),
@@ -616,8 +595,6 @@ pub fn run(
             0
         } else if stopping {
             1
-        } else if left_to_readers {
-            READERS_POLL_MS
         } else {
             100
         };
