@@ -17,9 +17,10 @@
 //!
 //! - `spin` and `yields`: in the launcher, how long a waiting rank spins
 //!   (`STREAMCOMM_SPIN` checks) and then yields before it sleeps.
-//! - `wake`: the shm ranks also time a broadcast of one slot, one step
-//!   too long to be caught before the receiver sleeps; the wake-up is what
-//!   the model, given everything else, then lacks to predict it.
+//! - `wake`: the shm ranks also time a ring all-reduce of half a slot,
+//!   whose steps are too long to be caught before the receiver sleeps; the
+//!   wake-ups are what the model, given everything else, then lacks to
+//!   predict it.
 //!
 //! Medians of several repetitions within a launch and of three launches,
 //! so a scheduler hiccup does not become a parameter.
@@ -126,19 +127,20 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
         spin,
         yields,
     };
-    // The wake-up cost: a broadcast of one slot over shm is one step, too
-    // long to be caught while spinning or yielding; with everything else
-    // known, the wake-up is what the model then lacks to predict it.
+    // The wake-up cost: a ring all-reduce of half a slot over shm takes
+    // steps too long to be caught while spinning or yielding (each waits
+    // for a fresh slot from the neighbour); with everything else known,
+    // the wake-ups are what the model then lacks to predict it.
     let wakes: Vec<f64> = shm_runs
         .iter()
         .map(|m| {
             let shape = Shape::new(m.ranks, m.ranks, m.slot);
-            let bc = |w: f64| {
+            let ar = |w: f64| {
                 let p = CostParams { wake: w, ..params };
-                let c = Collective::Broadcast { root: 0 };
-                predict(&p, c, Algorithm::Chain, m.slot, 1, &shape).unwrap_or(0.0)
+                let c = Collective::AllReduce;
+                predict(&p, c, Algorithm::Ring, m.slot / 2, 1, &shape).unwrap_or(0.0)
             };
-            bisect(bc, m.mid)
+            bisect(ar, m.mid)
         })
         .collect();
     params.wake = median(wakes.clone());
@@ -184,7 +186,7 @@ struct Measured {
     ranks: usize,
     small: f64,
     large: f64,
-    /// Seconds per call of a broadcast of one slot.
+    /// Seconds per call of an all-reduce of half a slot.
     mid: f64,
     big: usize,
     slot: usize,
@@ -264,7 +266,7 @@ pub fn rank(cli: &CalibrateCli) -> Fallible<()> {
     let big = cli.bytes.map_or(64 * slot, |b| b as usize).max(slot);
     let small = per_call(&comm, &stream, false, 8, cli.iters)?;
     let large = per_call(&comm, &stream, true, big, (cli.iters / 10).max(5))?;
-    let mid = per_call(&comm, &stream, true, slot, (cli.iters / 4).max(5))?;
+    let mid = per_call(&comm, &stream, false, slot / 2, (cli.iters / 4).max(5))?;
     comm.barrier_host().context("final barrier")?;
     if comm.rank() == 0 {
         if let Ok(path) = std::env::var(ENV_OUT) {

@@ -271,8 +271,12 @@ fn phases(
             while mask > 0 {
                 elems = elems.div_ceil(2);
                 let (m, b) = cut(elems);
+                // Each round sends m slots and receives m, alternating: a
+                // send is one copy (into the partner's slot), a receive the
+                // other (out of ours), so a pair costs one step of `b` bytes
+                // (beta counts both copies), halving reducing, doubling not.
                 out.push(Phase::new(m, b, true, Span::Dist(mask)));
-                out.push(Phase::new(3.0 * m, b, false, Span::Dist(mask)));
+                out.push(Phase::new(m, b, false, Span::Dist(mask)));
                 mask /= 2;
             }
             out
