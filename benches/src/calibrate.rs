@@ -86,7 +86,8 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
         let measured = launches(transport, ranks)?;
         for m in &measured {
             let fit = Fit {
-                shape: Shape::new(ranks, per_host, m.slot),
+                // All of them on this machine's cores, whatever the links.
+                shape: Shape::new(ranks, per_host, m.slot).with_sharing(ranks),
                 base: CostParams {
                     gamma,
                     cores,

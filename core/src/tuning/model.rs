@@ -43,6 +43,10 @@ pub struct Shape {
     pub hosts: usize,
     /// Bytes per slot.
     pub slot_bytes: usize,
+    /// Ranks sharing one machine's cores (`ranks_per_host` unless links
+    /// between ranks of one machine are forced onto tcp, which makes them
+    /// separate hosts for the links but not for the cores).
+    pub sharing: usize,
 }
 
 impl Shape {
@@ -54,6 +58,15 @@ impl Shape {
             ranks_per_host: per,
             hosts: ranks.div_ceil(per).max(1),
             slot_bytes,
+            sharing: per,
+        }
+    }
+
+    /// The same shape with `sharing` ranks on one machine's cores.
+    pub fn with_sharing(self, sharing: usize) -> Shape {
+        Shape {
+            sharing: sharing.clamp(1, self.ranks.max(1)),
+            ..self
         }
     }
 }
@@ -148,9 +161,9 @@ pub fn predict(
             _ => shm,
         }
     };
-    let crowded = shape.ranks_per_host > params.cores;
+    let crowded = shape.sharing > params.cores;
     let (patience, per_core) = if crowded {
-        let per_core = shape.ranks_per_host as f64 / params.cores.max(1) as f64;
+        let per_core = shape.sharing as f64 / params.cores.max(1) as f64;
         (params.yields, per_core)
     } else {
         (params.spin + params.yields, 1.0)
@@ -165,9 +178,9 @@ pub fn predict(
     };
     let crit: f64 = phases.iter().map(|p| p.steps * step(p) + wakes(p)).sum();
     let avg: f64 = phases.iter().map(|p| p.avg * step(p)).sum();
-    let per_host = shape.ranks_per_host as f64;
-    let cores = (params.cores as f64).min(per_host).max(1.0);
-    Some(crit.max(avg * per_host / cores))
+    let sharing = shape.sharing as f64;
+    let cores = (params.cores as f64).min(sharing).max(1.0);
+    Some(crit.max(avg * sharing / cores))
 }
 
 /// The phases of one call (empty when nothing moves).
@@ -356,6 +369,27 @@ mod tests {
         let (with, without) = (at(&p(1e-3), 3, 192 << 10), at(&p(0.0), 3, 192 << 10));
         // (The reducing phase's steps, the longer ones, wait too long.)
         assert!(with - without > 0.9e-3, "{with} {without}");
+    }
+
+    #[test]
+    fn ranks_on_one_machine_share_its_cores_even_over_tcp() {
+        let p = CostParams {
+            cores: 2,
+            ..CostParams::default()
+        };
+        let ar = Collective::AllReduce;
+        // Four ranks forced onto tcp on one 2-core machine: tcp links, but
+        // their steps serialise on the cores as over shared memory.
+        let apart = Shape::new(4, 1, 1 << 20);
+        let together = apart.with_sharing(4);
+        let t = |s: &Shape| predict(&p, ar, Algorithm::Ring, 1 << 20, 4, s).unwrap();
+        assert!(
+            t(&together) > 1.5 * t(&apart),
+            "{} {}",
+            t(&together),
+            t(&apart)
+        );
+        assert_eq!(apart.with_sharing(99).sharing, 4);
     }
 
     #[test]
