@@ -17,10 +17,10 @@
 //!
 //! - `spin` and `yields`: in the launcher, how long a waiting rank spins
 //!   (`STREAMCOMM_SPIN` checks) and then yields before it sleeps.
-//! - `wake`: the shm ranks also time a ring all-reduce of half a slot,
-//!   whose steps are too long to be caught before the receiver sleeps; the
-//!   wake-ups are what the model, given everything else, then lacks to
-//!   predict it.
+//! - `wake`: the shm ranks also time a recursive-doubling all-gather of one
+//!   slot, whose rounds leave a rank idle too long to be caught before it
+//!   sleeps; the wake-ups are what the model, given everything else, then
+//!   lacks to predict it.
 //!
 //! Medians of several repetitions within a launch and of three launches,
 //! so a scheduler hiccup does not become a parameter.
@@ -128,20 +128,23 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
         spin,
         yields,
     };
-    // The wake-up cost: a ring all-reduce of half a slot over shm takes
-    // steps too long to be caught while spinning or yielding (each waits
-    // for a fresh slot from the neighbour); with everything else known,
-    // the wake-ups are what the model then lacks to predict it.
+    // The wake-up cost: a recursive-doubling all-gather of one slot in all
+    // over shm has rounds in which a rank waits, idle, for its partner's
+    // blocks, too long to be caught while spinning or yielding; with
+    // everything else known, the wake-ups are what the model then lacks to
+    // predict it. (A ring, whose ranks move in lock step and rarely sleep,
+    // cannot show it.)
     let wakes: Vec<f64> = shm_runs
         .iter()
         .map(|m| {
             let shape = Shape::new(m.ranks, m.ranks, m.slot);
-            let ar = |w: f64| {
+            let ag = |w: f64| {
                 let p = CostParams { wake: w, ..params };
-                let c = Collective::AllReduce;
-                predict(&p, c, Algorithm::Ring, m.slot / 2, 1, &shape).unwrap_or(0.0)
+                let c = Collective::AllGather;
+                let block = m.slot / m.ranks;
+                predict(&p, c, Algorithm::RecursiveDoubling, block, 1, &shape).unwrap_or(0.0)
             };
-            bisect(ar, m.mid)
+            bisect(ag, m.mid)
         })
         .collect();
     params.wake = median(wakes.clone());
@@ -187,7 +190,7 @@ struct Measured {
     ranks: usize,
     small: f64,
     large: f64,
-    /// Seconds per call of an all-reduce of half a slot.
+    /// Seconds per call of a recursive-doubling all-gather of one slot.
     mid: f64,
     big: usize,
     slot: usize,
@@ -206,7 +209,10 @@ fn launches(transport: &str, ranks: usize) -> Fallible<Vec<Measured>> {
         let outcome = LocalLauncher::new(ranks, exe.clone())
             .args(args.clone())
             .env("STREAMCOMM_TRANSPORT", transport)
-            .env("STREAMCOMM_ALGO", "all_reduce=ring,broadcast=chain")
+            .env(
+                "STREAMCOMM_ALGO",
+                "all_reduce=ring,broadcast=chain,all_gather=recursive_doubling",
+            )
             .env(
                 "STREAMCOMM_TIMEOUT",
                 std::env::var("STREAMCOMM_TIMEOUT").unwrap_or_else(|_| "60".into()),
@@ -265,9 +271,21 @@ pub fn rank(cli: &CalibrateCli) -> Fallible<()> {
     let stream = HostStream::new().context("create a stream")?;
     let slot = comm.config().slot_bytes();
     let big = cli.bytes.map_or(64 * slot, |b| b as usize).max(slot);
-    let small = per_call(&comm, &stream, false, 8, cli.iters)?;
-    let large = per_call(&comm, &stream, true, big, (cli.iters / 10).max(5))?;
-    let mid = per_call(&comm, &stream, false, slot / 2, (cli.iters / 4).max(5))?;
+    let small = per_call(&comm, &stream, Call::AllReduce, 8, cli.iters)?;
+    let large = per_call(
+        &comm,
+        &stream,
+        Call::Broadcast,
+        big,
+        (cli.iters / 10).max(5),
+    )?;
+    let mid = per_call(
+        &comm,
+        &stream,
+        Call::AllGather,
+        slot,
+        (cli.iters / 4).max(5),
+    )?;
     comm.barrier_host().context("final barrier")?;
     if comm.rank() == 0 {
         if let Ok(path) = std::env::var(ENV_OUT) {
@@ -278,23 +296,43 @@ pub fn rank(cli: &CalibrateCli) -> Fallible<()> {
     Ok(())
 }
 
-/// Median time per call of `iters` back-to-back calls: an all-reduce, or
-/// with `broadcast` a broadcast from rank 0, of `bytes` bytes.
+/// The call `per_call` times.
+#[derive(Clone, Copy)]
+enum Call {
+    /// A ring all-reduce (max) of the bytes.
+    AllReduce,
+    /// A chain broadcast of the bytes from rank 0.
+    Broadcast,
+    /// A recursive-doubling all-gather of the bytes in all (a block each).
+    AllGather,
+}
+
+/// Median time per call of `iters` back-to-back calls of `what` moving
+/// `bytes` bytes.
 fn per_call(
     comm: &Communicator,
     stream: &HostStream,
-    broadcast: bool,
+    what: Call,
     bytes: usize,
     iters: u64,
 ) -> Fallible<f64> {
-    let send = UntypedBuffer::zeroed(DataType::U8, bytes);
-    let mut recv = UntypedBuffer::zeroed(DataType::U8, bytes);
-    let call = |recv: &mut UntypedBuffer| {
-        if broadcast {
-            comm.broadcast(&send, recv, 0, stream)
-        } else {
-            comm.all_reduce(&send, recv, ReduceOp::Max, stream)
-        }
+    let block = bytes / comm.size();
+    let send_len = if matches!(what, Call::AllGather) {
+        block
+    } else {
+        bytes
+    };
+    let recv_len = if matches!(what, Call::AllGather) {
+        block * comm.size()
+    } else {
+        bytes
+    };
+    let send = UntypedBuffer::zeroed(DataType::U8, send_len);
+    let mut recv = UntypedBuffer::zeroed(DataType::U8, recv_len);
+    let call = |recv: &mut UntypedBuffer| match what {
+        Call::Broadcast => comm.broadcast(&send, recv, 0, stream),
+        Call::AllReduce => comm.all_reduce(&send, recv, ReduceOp::Max, stream),
+        Call::AllGather => comm.all_gather(&send, recv, stream),
     };
     let mut samples = Vec::new();
     for rep in 0..8 {
