@@ -1,22 +1,33 @@
 #!/usr/bin/env python3
 """Predicted against measured time for every algorithm (issue 10).
 
-Runs `streamcomm-bench COLLECTIVE --algo ALGO --ranks N` for every
-algorithm of every collective at N in {2, 3, 4, 6, 8} ranks (processes on
-this host, shared memory) and sizes 8 B to 16 MiB (factor 8), with the
-tuning file given (calibrate first), and prints:
+Two steps, so that the model can be checked again without measuring again:
 
-- one line per (collective, algorithm, N, size): measured and predicted
-  time (us) and predicted / measured;
-- the fraction of points predicted within 35%;
-- for every (collective, N, size), the algorithm the model selects and how
-  much slower it measured than the best one (the fraction within 20%).
+  measure OUT.json [BENCH]       run every algorithm of every collective at
+                                 N in {2, 3, 4, 6, 8} ranks (processes on this
+                                 host, shared memory) and sizes 8 B to 16 MiB
+                                 (factor 8); each point is the median of
+                                 LAUNCHES launches (default 3) of
+                                 `streamcomm-bench`, each timing back-to-back
+                                 calls (50 per size up to 32 KiB, 5 above);
+                                 the load average is kept with every launch.
+  compare OUT.json TUNING [BENCH]
+                                 the model's prediction for every point
+                                 (`streamcomm-bench model --points`, with the
+                                 tuning file), then:
+    - one line per (collective, algorithm, N, size): measured and predicted
+      time (us) and predicted / measured;
+    - the fraction of points predicted within 35%, by size class and by N;
+    - for every (collective, N, size), the algorithm the model selects and
+      how much slower it measured than the best one (the fraction within 20%).
 
-Usage: benches/scripts/model-vs-measured.py TUNING_FILE [BENCH_BINARY]
+Environment: LAUNCHES (default 3), RANKS (default "2 3 4 6 8"); for
+compare, STAT=min takes each point's fastest launch instead of the median.
 """
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,16 +40,24 @@ ALGOS = {
     "reduce": ["chain"],
     "all_to_all": ["pairwise"],
 }
-RANKS = [2, 3, 4, 6, 8]
+# (first size, last size, timed calls, warm-up calls)
+SWEEPS = [("8", "32K", "50", "5"), ("256K", "16M", "5", "2")]
 
 
-def run(bench, tuning, coll, algo, n):
+def load():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def run(bench, coll, algo, n, sweep):
+    lo, hi, iters, warm = sweep
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         path = f.name
-    env = dict(os.environ, STREAMCOMM_TUNING_FILE=tuning, STREAMCOMM_TIMEOUT="120")
+    env = dict(os.environ, STREAMCOMM_TIMEOUT="120")
     env.pop("STREAMCOMM_ALGO", None)
-    args = [bench, coll, "--ranks", str(n), "--algo", algo, "-b", "8", "-e", "64M",
-            "-f", "8", "-n", "5", "-w", "2", "--json", path]
+    env.pop("STREAMCOMM_TUNING_FILE", None)
+    args = [bench, coll, "--ranks", str(n), "--algo", algo, "-b", lo, "-e", hi,
+            "-f", "8", "-n", iters, "-w", warm, "--json", path]
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         sys.exit(f"{' '.join(args)} failed:\n{done.stderr}")
@@ -48,31 +67,77 @@ def run(bench, tuning, coll, algo, n):
     return [r for r in doc["rows"] if r["count"] > 0]
 
 
-def main():
-    tuning = sys.argv[1]
-    bench = sys.argv[2] if len(sys.argv) > 2 else "target/release/streamcomm-bench"
+def measure(out, bench):
+    launches = int(os.environ.get("LAUNCHES", "3"))
+    ranks = [int(x) for x in os.environ.get("RANKS", "2 3 4 6 8").split()]
     points = []
     for coll, algos in ALGOS.items():
         for algo in algos:
-            for n in RANKS:
-                for r in run(bench, tuning, coll, algo, n):
-                    assert r["algo"] == algo, r
-                    if r["wrong"]:
-                        sys.exit(f"{coll} {algo} n={n}: {r['wrong']} wrong elements")
-                    points.append((coll, algo, n, r["bytes"], r["time_us"], r["predicted_us"]))
+            for n in ranks:
+                times, loads = {}, []
+                for _ in range(launches):
+                    for sweep in SWEEPS:
+                        loads.append(load())
+                        for r in run(bench, coll, algo, n, sweep):
+                            if r["wrong"]:
+                                sys.exit(f"{coll} {algo} n={n}: {r['wrong']} wrong elements")
+                            times.setdefault(r["bytes"], []).append(r["time_us"])
+                for size, ts in sorted(times.items()):
+                    points.append({"collective": coll, "algo": algo, "ranks": n,
+                                   "bytes": size, "time_us": statistics.median(ts),
+                                   "samples_us": ts, "load": max(loads)})
+                print(f"# measured {coll} {algo} n={n} (load {max(loads):.1f})", file=sys.stderr)
+    with open(out, "w") as f:
+        json.dump({"points": points}, f, indent=1)
+
+
+def predictions(points, tuning, bench):
+    text = "".join(f"{p['collective']} {p['algo']} {p['ranks']} {p['ranks']} {p['bytes']}\n"
+                   for p in points)
+    env = dict(os.environ, STREAMCOMM_TUNING_FILE=tuning)
+    done = subprocess.run([bench, "model", "--points", "-"], input=text, env=env,
+                          capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        sys.exit(f"{bench} model --points failed:\n{done.stderr}")
+    return [float(line.split()[-1]) for line in done.stdout.splitlines()
+            if line and not line.startswith("#")]
+
+
+def size_class(b):
+    return "8 B-4 KiB" if b <= 4096 else ("32 KiB-256 KiB" if b <= 262144 else "2-16 MiB")
+
+
+def compare(path, tuning, bench):
+    with open(path) as f:
+        points = json.load(f)["points"]
+    preds = predictions(points, tuning, bench)
+    if os.environ.get("STAT") == "min":
+        # The fastest launch: what the machine does when the other work on
+        # it leaves the ranks alone (noise only ever adds time).
+        for p in points:
+            p["time_us"] = min(p["samples_us"])
     print(f"# {'collective':<15} {'algorithm':<18} {'ranks':>5} {'bytes':>10} "
           f"{'measured_us':>12} {'model_us':>12} {'model/meas':>10}")
-    close = 0
-    for coll, algo, n, size, meas, pred in points:
-        q = pred / meas
-        close += abs(q - 1) <= 0.35
-        print(f"  {coll:<15} {algo:<18} {n:>5} {size:>10} {meas:>12.1f} {pred:>12.1f} {q:>10.2f}")
+    close, by_class, by_n, by_algo = 0, {}, {}, {}
+    for p, pred in zip(points, preds):
+        q = pred / p["time_us"]
+        ok = abs(q - 1) <= 0.35
+        close += ok
+        for d, k in ((by_class, size_class(p["bytes"])), (by_n, p["ranks"]),
+                     (by_algo, f"{p['collective']} {p['algo']}")):
+            d.setdefault(k, [0, 0])
+            d[k][0] += ok
+            d[k][1] += 1
+        print(f"  {p['collective']:<15} {p['algo']:<18} {p['ranks']:>5} {p['bytes']:>10} "
+              f"{p['time_us']:>12.1f} {pred:>12.1f} {q:>10.2f}")
     print(f"# model within 35% of the measurement: {close} of {len(points)} points "
           f"({100 * close / len(points):.0f}%)")
-    # Selection: per (collective, ranks, size), the model's pick against the best.
+    for name, d in (("size", by_class), ("ranks", by_n), ("algorithm", by_algo)):
+        print(f"# by {name}: " + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in d.items()))
     groups = {}
-    for coll, algo, n, size, meas, pred in points:
-        groups.setdefault((coll, n, size), []).append((algo, meas, pred))
+    for p, pred in zip(points, preds):
+        groups.setdefault((p["collective"], p["ranks"], p["bytes"]), []).append(
+            (p["algo"], p["time_us"], pred))
     ok, total = 0, 0
     print(f"# {'collective':<15} {'ranks':>5} {'bytes':>10} {'selected':<18} {'best':<18} "
           f"{'selected/best':>13}")
@@ -88,6 +153,16 @@ def main():
     if total:
         print(f"# selected within 20% of the best measured: {ok} of {total} points "
               f"({100 * ok / total:.0f}%)")
+
+
+def main():
+    default_bench = "target/release/streamcomm-bench"
+    if len(sys.argv) >= 3 and sys.argv[1] == "measure":
+        measure(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else default_bench)
+    elif len(sys.argv) >= 4 and sys.argv[1] == "compare":
+        compare(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else default_bench)
+    else:
+        sys.exit(__doc__)
 
 
 if __name__ == "__main__":

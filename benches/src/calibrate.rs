@@ -4,7 +4,7 @@
 //! - `gamma` and the cores: in the launcher, before any rank runs: the
 //!   time per byte of a sum-reduction kernel beyond a plain copy of the same
 //!   bytes, and `available_parallelism`.
-//! - `alpha` and `beta`, per transport: `--ranks` ranks (4 by default),
+//! - `alpha` and `beta`, per transport: `--ranks` ranks (twice the cores by default),
 //!   started with `STREAMCOMM_TRANSPORT=shm` and again with `=tcp`, time two
 //!   calls the way the benchmark does (back to back, one synchronize): a
 //!   ring all-reduce of 8 bytes, which is almost only per-step cost, and a
@@ -14,6 +14,13 @@
 //!   the second's: the parameters are solved through the model itself, so
 //!   its step counts and its cores bound are part of the calibration (over
 //!   tcp, the model sees one rank per host, as a communicator does).
+//!
+//! - `spin` and `yields`: in the launcher, how long a waiting rank spins
+//!   (`STREAMCOMM_SPIN` checks) and then yields before it sleeps.
+//! - `wake`: the shm ranks also time a recursive-doubling all-gather of one
+//!   slot, whose rounds leave a rank idle too long to be caught before it
+//!   sleeps; the wake-ups are what the model, given everything else, then
+//!   lacks to predict it.
 //!
 //! Medians of several repetitions within a launch and of three launches,
 //! so a scheduler hiccup does not become a parameter.
@@ -50,69 +57,37 @@ pub struct CalibrateCli {
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..))]
     pub iters: u64,
 
-    /// Ranks to calibrate with.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..=64))]
-    pub ranks: u64,
+    /// Ranks to calibrate the shm parameters with (default: twice the
+    /// cores, at least 2, at most 64).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(2..=64))]
+    pub ranks: Option<u64>,
 
     /// Bytes of the large broadcast (default 64 slots).
     #[arg(long, value_parser = crate::cli::parse_size)]
     pub bytes: Option<u64>,
 }
 
-/// The launcher: measures gamma, runs the ranks over shm then tcp, writes
-/// the file.
+/// The launcher: measures gamma and the waits' patience, runs the ranks
+/// over shm then tcp, writes the file.
 ///
 /// # Errors
 /// When ranks fail or the file cannot be written.
 pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
     let gamma = reduce_gamma();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let exe = std::env::current_exe().context("find this program's path")?;
-    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let mut links = Vec::new();
+    let mut shm_runs = Vec::new();
     for transport in ["shm", "tcp"] {
         // Three launches, the median of each parameter: how fast waiting
         // ranks wake varies from one launch to the next on a busy machine.
+        let ranks = ranks_for(transport, cli, cores);
+        let per_host = if transport == "tcp" { 1 } else { ranks };
         let mut runs = Vec::new();
-        for launch in 0..LAUNCHES {
-            let out = std::env::temp_dir().join(format!(
-                "streamcomm-calibrate-{}-{transport}-{launch}.txt",
-                std::process::id()
-            ));
-            let outcome = LocalLauncher::new(ranks_for(transport, cli), exe.clone())
-                .args(args.clone())
-                .env("STREAMCOMM_TRANSPORT", transport)
-                .env("STREAMCOMM_ALGO", "all_reduce=ring,broadcast=chain")
-                .env(
-                    "STREAMCOMM_TIMEOUT",
-                    std::env::var("STREAMCOMM_TIMEOUT").unwrap_or_else(|_| "60".into()),
-                )
-                .env(ENV_OUT, out.as_os_str())
-                .run()
-                .context("start the ranks")?;
-            if outcome.exit_code() != 0 {
-                return Err(format!("the {transport} ranks failed: {outcome}"));
-            }
-            let text =
-                std::fs::read_to_string(&out).with_context(|| format!("read {}", out.display()))?;
-            let _ = std::fs::remove_file(&out);
-            let v: Vec<f64> = text
-                .split_whitespace()
-                .map(|w| {
-                    w.parse::<f64>()
-                        .map_err(|e| format!("{transport} result {w:?}: {e}"))
-                })
-                .collect::<Result<_, _>>()?;
-            let [small, large, big, slot] = v[..] else {
-                return Err(format!("{transport} result {text:?}: expected 4 numbers"));
-            };
-            let per_host = if transport == "tcp" {
-                1
-            } else {
-                cli.ranks as usize
-            };
+        let measured = launches(transport, ranks)?;
+        for m in &measured {
             let fit = Fit {
-                shape: Shape::new(cli.ranks as usize, per_host, slot as usize),
+                // All of them on this machine's cores, whatever the links.
+                shape: Shape::new(ranks, per_host, m.slot).with_sharing(ranks),
                 base: CostParams {
                     gamma,
                     cores,
@@ -125,16 +100,12 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
                 },
                 tcp: transport == "tcp",
             };
-            runs.push(fit.solve(small, large, big as usize));
+            runs.push(fit.solve(m.small, m.large, m.big));
         }
-        let median = |mut v: Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
         let alpha = median(runs.iter().map(|r| r.0).collect());
         let beta = median(runs.iter().map(|r| r.1).collect());
         eprintln!(
-            "streamcomm-bench: {transport}: alpha {:.2} us, beta {:.3} ns/B (median of {LAUNCHES} launches: {})",
+            "streamcomm-bench: {transport} ({ranks} ranks): alpha {:.2} us, beta {:.3} ns/B (median of {LAUNCHES} launches: {})",
             alpha * 1e6,
             beta * 1e9,
             runs.iter()
@@ -143,13 +114,51 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
                 .join(", ")
         );
         links.push(LinkCost { alpha, beta });
+        if transport == "shm" {
+            shm_runs = measured;
+        }
     }
-    let params = CostParams {
+    let (spin, yields) = patience();
+    let mut params = CostParams {
         shm: links[0],
         tcp: links[1],
         gamma,
         cores,
+        wake: 0.0,
+        spin,
+        yields,
     };
+    // The wake-up cost: a recursive-doubling all-gather of one slot in all
+    // over shm has rounds in which a rank waits, idle, for its partner's
+    // blocks, too long to be caught while spinning or yielding; with
+    // everything else known, the wake-ups are what the model then lacks to
+    // predict it. (A ring, whose ranks move in lock step and rarely sleep,
+    // cannot show it.)
+    let wakes: Vec<f64> = shm_runs
+        .iter()
+        .map(|m| {
+            let shape = Shape::new(m.ranks, m.ranks, m.slot);
+            let ag = |w: f64| {
+                let p = CostParams { wake: w, ..params };
+                let c = Collective::AllGather;
+                let block = m.slot / m.ranks;
+                predict(&p, c, Algorithm::RecursiveDoubling, block, 1, &shape).unwrap_or(0.0)
+            };
+            bisect(ag, m.mid)
+        })
+        .collect();
+    params.wake = median(wakes.clone());
+    eprintln!(
+        "streamcomm-bench: waiting: spin {:.2} us, yield {:.2} us, wake {:.2} us (median of {LAUNCHES} launches: {})",
+        spin * 1e6,
+        yields * 1e6,
+        params.wake * 1e6,
+        wakes
+            .iter()
+            .map(|w| format!("{:.2} us", w * 1e6))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let notes = [
         format!("measured by streamcomm-bench calibrate on {cores} cores"),
         format!(
@@ -169,15 +178,86 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
     Ok(())
 }
 
-/// Ranks of the `transport` launches: `--ranks` for shm; 2 for tcp, where
-/// 4 ranks on one host were seen to time out in `barrier_host` after back
-/// to back 32 MiB broadcasts (a transport issue, reported, not worked
-/// around here).
-fn ranks_for(transport: &str, cli: &CalibrateCli) -> usize {
+/// The middle value (upper middle for an even count).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// What one launch measured: seconds per call of the small all-reduce and
+/// of the large broadcast, the broadcast's bytes, the slot size.
+struct Measured {
+    ranks: usize,
+    small: f64,
+    large: f64,
+    /// Seconds per call of a recursive-doubling all-gather of one slot.
+    mid: f64,
+    big: usize,
+    slot: usize,
+}
+
+/// [`LAUNCHES`] launches of `ranks` ranks over `transport`.
+fn launches(transport: &str, ranks: usize) -> Fallible<Vec<Measured>> {
+    let exe = std::env::current_exe().context("find this program's path")?;
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let mut out = Vec::new();
+    for launch in 0..LAUNCHES {
+        let file = std::env::temp_dir().join(format!(
+            "streamcomm-calibrate-{}-{transport}-{ranks}-{launch}.txt",
+            std::process::id()
+        ));
+        let outcome = LocalLauncher::new(ranks, exe.clone())
+            .args(args.clone())
+            .env("STREAMCOMM_TRANSPORT", transport)
+            .env(
+                "STREAMCOMM_ALGO",
+                "all_reduce=ring,broadcast=chain,all_gather=recursive_doubling",
+            )
+            .env(
+                "STREAMCOMM_TIMEOUT",
+                std::env::var("STREAMCOMM_TIMEOUT").unwrap_or_else(|_| "60".into()),
+            )
+            .env(ENV_OUT, file.as_os_str())
+            .run()
+            .context("start the ranks")?;
+        if outcome.exit_code() != 0 {
+            return Err(format!("the {transport} ranks failed: {outcome}"));
+        }
+        let text =
+            std::fs::read_to_string(&file).with_context(|| format!("read {}", file.display()))?;
+        let _ = std::fs::remove_file(&file);
+        let v: Vec<f64> = text
+            .split_whitespace()
+            .map(|w| {
+                w.parse::<f64>()
+                    .map_err(|e| format!("{transport} result {w:?}: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
+        let [small, large, mid, big, slot] = v[..] else {
+            return Err(format!("{transport} result {text:?}: expected 5 numbers"));
+        };
+        out.push(Measured {
+            ranks,
+            small,
+            mid,
+            large,
+            big: big as usize,
+            slot: slot as usize,
+        });
+    }
+    Ok(out)
+}
+
+/// Ranks of the `transport` launches for alpha, beta and wake: `--ranks`,
+/// by default twice the cores (at least 2, at most 64), ranks sharing cores
+/// as on the machines this runs on (most of what we measure); 2 for tcp, where 4 ranks on one host were seen to time out in
+/// `barrier_host` after back to back 32 MiB broadcasts (a transport issue,
+/// reported, not worked around here).
+fn ranks_for(transport: &str, cli: &CalibrateCli, cores: usize) -> usize {
     if transport == "tcp" {
         2
     } else {
-        cli.ranks as usize
+        cli.ranks.map_or((2 * cores).clamp(2, 64), |r| r as usize)
     }
 }
 
@@ -191,35 +271,68 @@ pub fn rank(cli: &CalibrateCli) -> Fallible<()> {
     let stream = HostStream::new().context("create a stream")?;
     let slot = comm.config().slot_bytes();
     let big = cli.bytes.map_or(64 * slot, |b| b as usize).max(slot);
-    let small = per_call(&comm, &stream, false, 8, cli.iters)?;
-    let large = per_call(&comm, &stream, true, big, (cli.iters / 10).max(5))?;
+    let small = per_call(&comm, &stream, Call::AllReduce, 8, cli.iters)?;
+    let large = per_call(
+        &comm,
+        &stream,
+        Call::Broadcast,
+        big,
+        (cli.iters / 10).max(5),
+    )?;
+    let mid = per_call(
+        &comm,
+        &stream,
+        Call::AllGather,
+        slot,
+        (cli.iters / 4).max(5),
+    )?;
     comm.barrier_host().context("final barrier")?;
     if comm.rank() == 0 {
         if let Ok(path) = std::env::var(ENV_OUT) {
-            std::fs::write(&path, format!("{small:e} {large:e} {big} {slot}\n"))
+            std::fs::write(&path, format!("{small:e} {large:e} {mid:e} {big} {slot}\n"))
                 .with_context(|| format!("write {path}"))?;
         }
     }
     Ok(())
 }
 
-/// Median time per call of `iters` back-to-back calls: an all-reduce, or
-/// with `broadcast` a broadcast from rank 0, of `bytes` bytes.
+/// The call `per_call` times.
+#[derive(Clone, Copy)]
+enum Call {
+    /// A ring all-reduce (max) of the bytes.
+    AllReduce,
+    /// A chain broadcast of the bytes from rank 0.
+    Broadcast,
+    /// A recursive-doubling all-gather of the bytes in all (a block each).
+    AllGather,
+}
+
+/// Median time per call of `iters` back-to-back calls of `what` moving
+/// `bytes` bytes.
 fn per_call(
     comm: &Communicator,
     stream: &HostStream,
-    broadcast: bool,
+    what: Call,
     bytes: usize,
     iters: u64,
 ) -> Fallible<f64> {
-    let send = UntypedBuffer::zeroed(DataType::U8, bytes);
-    let mut recv = UntypedBuffer::zeroed(DataType::U8, bytes);
-    let call = |recv: &mut UntypedBuffer| {
-        if broadcast {
-            comm.broadcast(&send, recv, 0, stream)
-        } else {
-            comm.all_reduce(&send, recv, ReduceOp::Max, stream)
-        }
+    let block = bytes / comm.size();
+    let send_len = if matches!(what, Call::AllGather) {
+        block
+    } else {
+        bytes
+    };
+    let recv_len = if matches!(what, Call::AllGather) {
+        block * comm.size()
+    } else {
+        bytes
+    };
+    let send = UntypedBuffer::zeroed(DataType::U8, send_len);
+    let mut recv = UntypedBuffer::zeroed(DataType::U8, recv_len);
+    let call = |recv: &mut UntypedBuffer| match what {
+        Call::Broadcast => comm.broadcast(&send, recv, 0, stream),
+        Call::AllReduce => comm.all_reduce(&send, recv, ReduceOp::Max, stream),
+        Call::AllGather => comm.all_gather(&send, recv, stream),
     };
     let mut samples = Vec::new();
     for rep in 0..8 {
@@ -236,6 +349,40 @@ fn per_call(
     }
     samples.sort_by(f64::total_cmp);
     Ok(samples[samples.len() / 2])
+}
+
+/// How long a waiting rank spins (`STREAMCOMM_SPIN` iterations of the
+/// wait's check) and then yields (its yield calls) before it sleeps, here
+/// and now (medians of 21; yields take longer on a busy machine, and that
+/// is part of the measurement).
+fn patience() -> (f64, f64) {
+    let spins = streamcomm::Config::from_env().map_or(200, |c| c.spin);
+    let word = std::sync::atomic::AtomicU64::new(0);
+    let time = |f: &dyn Fn()| {
+        let mut t: Vec<f64> = (0..21)
+            .map(|_| {
+                let start = Instant::now();
+                f();
+                start.elapsed().as_secs_f64()
+            })
+            .collect();
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
+    let spin = time(&|| {
+        for _ in 0..spins {
+            if word.load(std::sync::atomic::Ordering::Acquire) == u64::MAX {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+    });
+    let yields = time(&|| {
+        for _ in 0..streamcomm::wait::DEFAULT_YIELDS {
+            std::thread::yield_now();
+        }
+    });
+    (spin, yields)
 }
 
 /// Seconds per byte a sum-reduction costs beyond a copy of the same bytes

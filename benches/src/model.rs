@@ -34,6 +34,59 @@ pub struct ModelCli {
     /// Also draw the predictions at 64, 512 and 4096 ranks into this SVG file.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<String>,
+
+    /// Instead of the tables, predict the points listed in this file (`-`:
+    /// standard input), one per line: `collective algorithm ranks
+    /// ranks_per_host bytes` (bytes as the benchmark's rows count them);
+    /// prints each line followed by the predicted µs. Used by
+    /// `benches/scripts/model-vs-measured.py compare`.
+    #[arg(long, value_name = "FILE")]
+    pub points: Option<String>,
+}
+
+/// Predicts the points of `path` (see [`ModelCli::points`]).
+fn run_points(path: &str) -> Fallible<()> {
+    use std::io::Read;
+    let mut text = String::new();
+    if path == "-" {
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("read the points from standard input")?;
+    } else {
+        text = std::fs::read_to_string(path).with_context(|| format!("read {path}"))?;
+    }
+    let mut out = String::new();
+    for (i, line) in text.lines().enumerate() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        if w.is_empty() || w[0].starts_with('#') {
+            continue;
+        }
+        let bad = |what: &str| format!("{path} line {}: {what}: {line:?}", i + 1);
+        let [coll, algo, ranks, per_host, bytes] = w[..] else {
+            return Err(bad(
+                "expected `collective algorithm ranks ranks_per_host bytes`",
+            ));
+        };
+        let c = <Collective as clap::ValueEnum>::from_str(coll, true)
+            .map_err(|_| bad("unknown collective"))?;
+        let a = Algorithm::parse(algo).ok_or_else(|| bad("unknown algorithm"))?;
+        let num = |s: &str| s.parse::<usize>().map_err(|_| bad("not a number"));
+        let (n, per, bytes) = (num(ranks)?, num(per_host)?, num(bytes)?);
+        if n == 0 || per == 0 {
+            return Err(bad("ranks and ranks per host must be positive"));
+        }
+        let setting = Setting::from_env(per)?;
+        let lib = c
+            .library()
+            .ok_or_else(|| bad("not a collective the model covers"))?;
+        let count = c.geometry(bytes as u64, DataType::F32, n).count;
+        let shape = Shape::new(n, per, setting.slot_bytes);
+        let t = predict(&setting.params, lib, a, count, DataType::F32.size(), &shape)
+            .ok_or_else(|| bad("the algorithm does not implement the collective"))?;
+        out.push_str(&format!("{line} {:.3}\n", t * 1e6));
+    }
+    print!("{out}");
+    Ok(())
 }
 
 /// The collectives of the table, with the library's view of each.
@@ -99,6 +152,9 @@ impl Setting {
 /// # Errors
 /// A bad configuration, or the plot file cannot be written.
 pub fn run(cli: &ModelCli) -> Fallible<()> {
+    if let Some(path) = &cli.points {
+        return run_points(path);
+    }
     let setting = Setting::from_env(cli.per_host as usize)?;
     let mut out = String::new();
     out.push_str(&format!(
@@ -109,13 +165,16 @@ pub fn run(cli: &ModelCli) -> Fallible<()> {
     ));
     let p = &setting.params;
     out.push_str(&format!(
-        "# shm alpha {:.2} us beta {:.3} ns/B; tcp alpha {:.2} us beta {:.3} ns/B; gamma {:.3} ns/B; {} cores per host\n",
+        "# shm alpha {:.2} us beta {:.3} ns/B; tcp alpha {:.2} us beta {:.3} ns/B; gamma {:.3} ns/B; {} cores per host; waits: spin {:.1} us, yields {:.1} us, wake {:.1} us\n",
         p.shm.alpha * 1e6,
         p.shm.beta * 1e9,
         p.tcp.alpha * 1e6,
         p.tcp.beta * 1e9,
         p.gamma * 1e9,
-        p.cores
+        p.cores,
+        p.spin * 1e6,
+        p.yields * 1e6,
+        p.wake * 1e6
     ));
     let mut ranks = vec![];
     let mut n = 2;

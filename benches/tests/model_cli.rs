@@ -73,6 +73,50 @@ fn model_prints_every_algorithm_and_plots() {
 }
 
 #[test]
+fn model_predicts_listed_points_as_the_library_does() {
+    let points = temp("points.txt");
+    std::fs::write(
+        &points,
+        "# collective algorithm ranks ranks_per_host bytes\n\
+         all_reduce ring 4 4 4096\n\
+         broadcast binomial 8 2 1048576\n",
+    )
+    .unwrap();
+    let out = run(&["model", "--points", points.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    // The library's own prediction for the first line (f32, default slot).
+    let slot = streamcomm::Config::default().slot_bytes();
+    let shape = streamcomm::tuning::Shape::new(4, 4, slot);
+    let want = streamcomm::tuning::predict(
+        &CostParams::default(),
+        streamcomm::plan::Collective::AllReduce,
+        streamcomm::plan::Algorithm::Ring,
+        1024,
+        4,
+        &shape,
+    )
+    .unwrap()
+        * 1e6;
+    let got: f64 = lines[0].rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(lines[0].starts_with("all_reduce ring 4 4 4096 "), "{text}");
+    assert!((got - want).abs() < 1e-3, "{got} vs {want}");
+    assert!(lines[1].starts_with("broadcast binomial 8 2 1048576 "));
+    // A bad line is an error naming it.
+    std::fs::write(&points, "all_reduce binomial 4 4 64\n").unwrap();
+    let out = run(&["model", "--points", points.to_str().unwrap()], &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("line 1") && err.contains("does not implement"),
+        "{err}"
+    );
+    let _ = std::fs::remove_file(&points);
+}
+
+#[test]
 fn calibrate_writes_a_tuning_file_the_library_reads() {
     let file = temp("tuning.txt");
     let out = run(

@@ -65,7 +65,12 @@ pub struct Config {
     /// `STREAMCOMM_PROGRESS`: `inline` (default) or `proxy`: who drives host-backend barriers.
     pub progress: Progress,
     /// `STREAMCOMM_SPIN`: busy-poll iterations before a waiter yields (default
-    /// 2000, divided by 8 when more ranks than cores share this host).
+    /// 200, none when more ranks than cores share this host). 200 spins take
+    /// ~5 µs on the development machines, about what waking a thread costs:
+    /// spinning longer only pays off when nothing else wants the core, and
+    /// there 2000 spins (~50 µs) made each hop of a 2-rank all-reduce cost
+    /// the whole spin while the peer waited for the core (8 B: 130 -> 37 µs
+    /// with a loaded machine).
     pub spin: u32,
     /// `STREAMCOMM_BARRIER_ALGO`: barrier algorithm (`central_counter`,
     /// `central_flags`, `chain`, `tree[:K]`, `dissemination`, `kway[:K]`,
@@ -121,7 +126,7 @@ impl Default for Config {
             nsteps: DEFAULT_NSTEPS,
             timeout: DEFAULT_TIMEOUT,
             progress: Progress::Inline,
-            spin: 2000,
+            spin: 200,
             barrier_algo: None,
             hosts_override: None,
             transport: TransportChoice::Auto,

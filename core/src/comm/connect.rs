@@ -174,6 +174,8 @@ pub(crate) fn connect_peers(
                 send,
                 recv,
                 link: Link::Tcp {
+                    // Set with the kick once the network thread starts.
+                    io: None,
                     rings,
                     // Replaced by the network thread's kick once it starts.
                     kick: Arc::new(crate::transport::tcp::kick::Kick::new()?),
@@ -197,14 +199,19 @@ pub(crate) fn connect_peers(
 }
 
 /// Points a tcp or verbs connection's kick at its running proxy thread
-/// (`vkick`: the verbs proxy's).
+/// (`vkick`: the verbs proxy's), and a tcp connection (to `peer`) at its
+/// transfer state so that streams can move their own bytes.
 pub(crate) fn attach_kick(
+    peer: usize,
     mut c: Connection,
     net: Option<&TcpNet>,
     vkick: Option<&Arc<crate::transport::tcp::kick::Kick>>,
 ) -> Connection {
     match (&mut c.link, net, vkick) {
-        (Link::Tcp { kick, .. }, Some(net), _) => *kick = net.kick.clone(),
+        (Link::Tcp { kick, io, .. }, Some(net), _) => {
+            *kick = net.kick.clone();
+            *io = net.peer_io(peer);
+        }
         #[cfg(feature = "verbs")]
         (Link::Verbs { kick, .. }, _, Some(v)) => *kick = v.clone(),
         _ => {}

@@ -206,7 +206,6 @@ impl CommInner {
                 let c = self.connection(p)?;
                 self.faults.before_recv(p, c, &policy)?;
                 let slot = c
-                    .recv
                     .acquire_recv(&policy)
                     .map_err(|e| self.ring_error(e, &what(), p, c.transport(), "data"))?;
                 let theirs = c.recv.head_sig();
@@ -228,7 +227,7 @@ impl CommInner {
         let slot_out = match step.send_to {
             Some(p) => {
                 let c = self.connection(p)?;
-                Some(c.send.acquire_send(&policy).map_err(|e| {
+                Some(c.acquire_send(&policy).map_err(|e| {
                     self.ring_error(e, &what(), p, c.transport(), "a free slot (credit)")
                 })?)
             }

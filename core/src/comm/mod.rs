@@ -304,7 +304,8 @@ impl Communicator {
         let peers = links
             .peers
             .into_iter()
-            .map(|c| c.map(|c| attach_kick(c, net.as_ref(), vkick.as_ref())))
+            .enumerate()
+            .map(|(p, c)| c.map(|c| attach_kick(p, c, net.as_ref(), vkick.as_ref())))
             .collect();
         let (proxy, rx) = ProxyHandle::channel();
         crate::wait::note_local_ranks(local_ranks);

@@ -24,9 +24,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use barrier_area::{area_bytes, BarrierArea};
-use ring::{RingEnd, RingShape};
+use ring::{RingEnd, RingError, RingShape};
 use shm::ShmSegment;
 
+use crate::wait::WaitPolicy;
 use crate::{Error, Result};
 
 /// Bytes reserved at the start of a segment for its header.
@@ -160,8 +161,12 @@ pub enum Link {
         /// The peer's segment.
         peer_segment: Arc<Segment>,
     },
-    /// tcp: both rings are local; the network thread moves the slots.
+    /// tcp: both rings are local; the network thread moves the slots, and
+    /// so does a stream that would otherwise wait for it ([`tcp::inline`]).
     Tcp {
+        /// The peer's transfer state, shared with the network thread (set
+        /// once it starts; dropped before the rings it points into).
+        io: Option<Arc<std::sync::Mutex<tcp::progress::PeerIo>>>,
         /// The rings' memory.
         rings: Arc<tcp::TcpRings>,
         /// Wakes the network thread after staging a slot or freeing one.
@@ -199,14 +204,61 @@ impl Connection {
         }
     }
 
-    /// Tells a proxied transport that the stream moved a ring.
+    /// Tells a proxied transport that the stream moved a ring (over tcp,
+    /// moves the bytes itself when it can: [`tcp::inline`]).
     #[inline]
     pub fn after_step(&self) {
         match &self.link {
+            Link::Tcp {
+                io: Some(io), kick, ..
+            } => tcp::inline::pump(io, kick),
             Link::Tcp { kick, .. } => kick.kick(),
             #[cfg(feature = "verbs")]
             Link::Verbs { kick, .. } => kick.kick(),
             Link::Shm { .. } => {}
+        }
+    }
+
+    /// Waits for the next inbound slot ([`RingEnd::acquire_recv`]); over
+    /// tcp the waiting stream reads the sockets itself meanwhile.
+    ///
+    /// # Errors
+    /// As [`RingEnd::acquire_recv`].
+    pub fn acquire_recv(&self, policy: &WaitPolicy<'_>) -> Result<&[u8], RingError> {
+        match &self.link {
+            Link::Tcp {
+                io: Some(io), kick, ..
+            } => {
+                let mut pace = tcp::inline::Pace::new(policy);
+                self.recv.acquire_recv_with(policy, || {
+                    if pace.due() {
+                        tcp::inline::pump(io, kick)
+                    }
+                })
+            }
+            _ => self.recv.acquire_recv(policy),
+        }
+    }
+
+    /// Waits for a free outbound slot ([`RingEnd::acquire_send`]); over tcp
+    /// the waiting stream writes the sockets itself meanwhile.
+    ///
+    /// # Errors
+    /// As [`RingEnd::acquire_send`].
+    #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
+    pub fn acquire_send(&self, policy: &WaitPolicy<'_>) -> Result<&mut [u8], RingError> {
+        match &self.link {
+            Link::Tcp {
+                io: Some(io), kick, ..
+            } => {
+                let mut pace = tcp::inline::Pace::new(policy);
+                self.send.acquire_send_with(policy, || {
+                    if pace.due() {
+                        tcp::inline::pump(io, kick)
+                    }
+                })
+            }
+            _ => self.send.acquire_send(policy),
         }
     }
 

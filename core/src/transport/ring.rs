@@ -187,13 +187,33 @@ impl RingEnd {
     /// [`RingError::Wait`] when no credit came back in time.
     #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
     pub fn acquire_send(&self, policy: &WaitPolicy<'_>) -> Result<&mut [u8], RingError> {
+        self.acquire_send_with(policy, || {})
+    }
+
+    /// As [`RingEnd::acquire_send`], calling `poke` between checks (a
+    /// proxied transport's waiter moves its own bytes meanwhile).
+    ///
+    /// # Errors
+    /// As [`RingEnd::acquire_send`].
+    #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
+    pub fn acquire_send_with(
+        &self,
+        policy: &WaitPolicy<'_>,
+        mut poke: impl FnMut(),
+    ) -> Result<&mut [u8], RingError> {
         let h = self.header();
         let tail = h.tail.value.load(Ordering::Relaxed);
         let nsteps = self.shape.nsteps as u64;
         h.head
             .notifier
             .wait_until(policy, || {
-                (tail - h.head.value.load(Ordering::Acquire) < nsteps).then_some(())
+                let free = || tail - h.head.value.load(Ordering::Acquire) < nsteps;
+                // Poke only when needed, then look again at once.
+                (free() || {
+                    poke();
+                    free()
+                })
+                .then_some(())
             })
             .map_err(RingError::Wait)?;
         // SAFETY: the credit check above gives this slot to the sender alone
@@ -232,12 +252,31 @@ impl RingEnd {
     /// [`RingError::BadLength`] when the slot header is impossible;
     /// [`RingError::OutOfOrder`] when the slot is not the one due next.
     pub fn acquire_recv(&self, policy: &WaitPolicy<'_>) -> Result<&[u8], RingError> {
+        self.acquire_recv_with(policy, || {})
+    }
+
+    /// As [`RingEnd::acquire_recv`], calling `poke` between checks (a
+    /// proxied transport's waiter moves its own bytes meanwhile).
+    ///
+    /// # Errors
+    /// As [`RingEnd::acquire_recv`].
+    pub fn acquire_recv_with(
+        &self,
+        policy: &WaitPolicy<'_>,
+        mut poke: impl FnMut(),
+    ) -> Result<&[u8], RingError> {
         let h = self.header();
         let head = h.head.value.load(Ordering::Relaxed);
         h.tail
             .notifier
             .wait_until(policy, || {
-                (h.tail.value.load(Ordering::Acquire) > head).then_some(())
+                let arrived = || h.tail.value.load(Ordering::Acquire) > head;
+                // Poke only when needed, then look again at once.
+                (arrived() || {
+                    poke();
+                    arrived()
+                })
+                .then_some(())
             })
             .map_err(RingError::Wait)?;
         let len = self.len_word(head).load(Ordering::Relaxed);

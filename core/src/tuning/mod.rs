@@ -42,20 +42,22 @@ impl Selector {
     /// From the configuration and each rank's host label.
     pub(crate) fn new(config: &Config, hosts: &[String]) -> Selector {
         let ranks = hosts.len();
+        let mut per: HashMap<&str, usize> = HashMap::new();
+        for h in hosts {
+            *per.entry(h.as_str()).or_default() += 1;
+        }
+        let sharing = per.into_values().max().unwrap_or(1);
         let per_host = if config.transport == TransportChoice::Tcp {
-            // Every pair of ranks talks tcp: as if each had its own host.
+            // Every pair of ranks talks tcp: as if each had its own host,
+            // for the links; the ranks of one machine still share its cores.
             1
         } else {
-            let mut per: HashMap<&str, usize> = HashMap::new();
-            for h in hosts {
-                *per.entry(h.as_str()).or_default() += 1;
-            }
-            per.into_values().max().unwrap_or(1)
+            sharing
         };
         Selector {
             forced: config.algo.clone(),
             params: config.tuning.unwrap_or_default(),
-            shape: Shape::new(ranks, per_host, config.slot_bytes()),
+            shape: Shape::new(ranks, per_host, config.slot_bytes()).with_sharing(sharing),
         }
     }
 

@@ -17,6 +17,17 @@
 //! The prediction is the larger of the critical path and the work of all
 //! ranks of one host divided by its cores: with more ranks than cores (8
 //! ranks on 2 cores here), steps of different ranks serialise.
+//!
+//! A waiting rank spins a little (`spin`; not at all when ranks outnumber
+//! cores), yields for a while (`yields`), then sleeps, and a rank that slept
+//! runs again only once woken and given a core (`wake`: tens of µs idle,
+//! milliseconds on a busy machine). So a phase whose steps take longer than
+//! that patience (its step time, times the ranks per core when they
+//! outnumber the cores, since a rank then waits for the others' steps too)
+//! pays one wake-up on the critical path: each phase is a round that waits
+//! for a peer's fresh data once, its later slots arriving while the rank
+//! is busy. All three are measured by `streamcomm-bench calibrate`; the
+//! wake-up is latency, not work, so only the critical path pays it.
 
 use super::params::{CostParams, LinkCost};
 use crate::plan::{Algorithm, Collective};
@@ -32,6 +43,10 @@ pub struct Shape {
     pub hosts: usize,
     /// Bytes per slot.
     pub slot_bytes: usize,
+    /// Ranks sharing one machine's cores (`ranks_per_host` unless links
+    /// between ranks of one machine are forced onto tcp, which makes them
+    /// separate hosts for the links but not for the cores).
+    pub sharing: usize,
 }
 
 impl Shape {
@@ -43,6 +58,15 @@ impl Shape {
             ranks_per_host: per,
             hosts: ranks.div_ceil(per).max(1),
             slot_bytes,
+            sharing: per,
+        }
+    }
+
+    /// The same shape with `sharing` ranks on one machine's cores.
+    pub fn with_sharing(self, sharing: usize) -> Shape {
+        Shape {
+            sharing: sharing.clamp(1, self.ranks.max(1)),
+            ..self
         }
     }
 }
@@ -137,11 +161,26 @@ pub fn predict(
             _ => shm,
         }
     };
-    let crit: f64 = phases.iter().map(|p| p.steps * step(p)).sum();
+    let crowded = shape.sharing > params.cores;
+    let (patience, per_core) = if crowded {
+        let per_core = shape.sharing as f64 / params.cores.max(1) as f64;
+        (params.yields, per_core)
+    } else {
+        (params.spin + params.yields, 1.0)
+    };
+    let wakes = |p: &Phase| {
+        let waits = p.steps > 0.0 && !matches!(p.span, Span::Dist(0));
+        if waits && step(p) * per_core > patience {
+            params.wake
+        } else {
+            0.0
+        }
+    };
+    let crit: f64 = phases.iter().map(|p| p.steps * step(p) + wakes(p)).sum();
     let avg: f64 = phases.iter().map(|p| p.avg * step(p)).sum();
-    let per_host = shape.ranks_per_host as f64;
-    let cores = (params.cores as f64).min(per_host).max(1.0);
-    Some(crit.max(avg * per_host / cores))
+    let sharing = shape.sharing as f64;
+    let cores = (params.cores as f64).min(sharing).max(1.0);
+    Some(crit.max(avg * sharing / cores))
 }
 
 /// The phases of one call (empty when nothing moves).
@@ -245,8 +284,12 @@ fn phases(
             while mask > 0 {
                 elems = elems.div_ceil(2);
                 let (m, b) = cut(elems);
+                // Each round sends m slots and receives m, alternating: a
+                // send is one copy (into the partner's slot), a receive the
+                // other (out of ours), so a pair costs one step of `b` bytes
+                // (beta counts both copies), halving reducing, doubling not.
                 out.push(Phase::new(m, b, true, Span::Dist(mask)));
-                out.push(Phase::new(3.0 * m, b, false, Span::Dist(mask)));
+                out.push(Phase::new(m, b, false, Span::Dist(mask)));
                 mask /= 2;
             }
             out
@@ -296,6 +339,57 @@ mod tests {
         assert!(t(ar, Algorithm::Ring, big, 8, 8) < t(ar, Algorithm::Tree, big, 8, 8));
         let bc = Collective::Broadcast { root: 0 };
         assert!(t(bc, Algorithm::Chain, big, 8, 8) < t(bc, Algorithm::Binomial, big, 8, 8));
+    }
+
+    #[test]
+    fn a_wake_up_per_phase_once_steps_outlast_the_patience() {
+        let ar = Collective::AllReduce;
+        let p = |wake: f64| CostParams {
+            cores: 2,
+            wake,
+            spin: 5e-6,
+            yields: 40e-6,
+            ..CostParams::default()
+        };
+        let at = |p: &CostParams, n: usize, bytes: usize| {
+            let shape = Shape::new(n, n, 1 << 20);
+            predict(p, ar, Algorithm::Ring, bytes / 4, 4, &shape).unwrap()
+        };
+        // Short steps are caught while spinning or yielding.
+        assert_eq!(at(&p(0.0), 2, 64), at(&p(1e-3), 2, 64));
+        assert_eq!(at(&p(0.0), 4, 64), at(&p(1e-3), 4, 64));
+        // A 2-rank ring of 1 MiB: two phases of 512 KiB steps (~130 µs at
+        // the default beta), each waits once.
+        let extra = at(&p(1e-3), 2, 1 << 20) - at(&p(0.0), 2, 1 << 20);
+        assert!((extra - 2e-3).abs() < 1e-9, "{extra}");
+        // 64 KiB steps (~38 µs) are within two spinning ranks' patience,
+        // but three ranks on two cores do not spin, and a rank also waits
+        // for the others' steps on its core.
+        assert_eq!(at(&p(0.0), 2, 128 << 10), at(&p(1e-3), 2, 128 << 10));
+        let (with, without) = (at(&p(1e-3), 3, 192 << 10), at(&p(0.0), 3, 192 << 10));
+        // (The reducing phase's steps, the longer ones, wait too long.)
+        assert!(with - without > 0.9e-3, "{with} {without}");
+    }
+
+    #[test]
+    fn ranks_on_one_machine_share_its_cores_even_over_tcp() {
+        let p = CostParams {
+            cores: 2,
+            ..CostParams::default()
+        };
+        let ar = Collective::AllReduce;
+        // Four ranks forced onto tcp on one 2-core machine: tcp links, but
+        // their steps serialise on the cores as over shared memory.
+        let apart = Shape::new(4, 1, 1 << 20);
+        let together = apart.with_sharing(4);
+        let t = |s: &Shape| predict(&p, ar, Algorithm::Ring, 1 << 20, 4, s).unwrap();
+        assert!(
+            t(&together) > 1.5 * t(&apart),
+            "{} {}",
+            t(&together),
+            t(&apart)
+        );
+        assert_eq!(apart.with_sharing(99).sharing, 4);
     }
 
     #[test]

@@ -10,11 +10,16 @@
 //! tcp.beta_ns_per_byte = 1.0
 //! gamma_ns_per_byte = 0.3        # extra cost of reducing one byte
 //! cores = 2                      # cores per host the ranks share
+//! wake_us = 100.0                # waking a rank that waited so long it slept
+//! spin_us = 5.0                  # how long a waiting rank spins (when ranks fit the cores)
+//! yield_us = 40.0                # then how long it yields before it sleeps
 //! ```
 //!
-//! Parsing is strict: an unknown, repeated or missing key, a value that is
-//! not a finite non-negative number (or a positive integer for `cores`)
-//! is an error naming the line.
+//! Parsing is strict: an unknown or repeated key, a missing key, a value
+//! that is not a finite non-negative number (or a positive integer for
+//! `cores`) is an error naming the line. `wake_us`, `spin_us` and
+//! `yield_us` may be left out (files written before they existed): they are
+//! then 0.
 
 use std::path::Path;
 
@@ -41,6 +46,16 @@ pub struct CostParams {
     /// Cores per host: ranks beyond this share cores, and their steps
     /// serialise.
     pub cores: usize,
+    /// Seconds it takes a rank that gave up waiting actively (spun, then
+    /// yielded, then slept: DESIGN.md §10) to run again once its data is
+    /// there: the futex wake-up plus the wait for a core, which on a shared
+    /// machine is whatever the scheduler gives the other work first.
+    pub wake: f64,
+    /// Seconds a waiting rank spins before yielding, when ranks fit the
+    /// cores (none otherwise): `STREAMCOMM_SPIN` iterations, timed.
+    pub spin: f64,
+    /// Seconds a waiting rank then yields before it sleeps.
+    pub yields: f64,
 }
 
 impl Default for CostParams {
@@ -58,19 +73,29 @@ impl Default for CostParams {
             },
             gamma: 0.3e-9,
             cores: 64,
+            wake: 50.0e-6,
+            spin: 5.0e-6,
+            yields: 40.0e-6,
         }
     }
 }
 
 /// The keys of the file, in the order they are written.
-const KEYS: [&str; 6] = [
+const KEYS: [&str; 9] = [
     "shm.alpha_us",
     "shm.beta_ns_per_byte",
     "tcp.alpha_us",
     "tcp.beta_ns_per_byte",
     "gamma_ns_per_byte",
     "cores",
+    "wake_us",
+    "spin_us",
+    "yield_us",
 ];
+
+/// Index in [`KEYS`] of the first key that may be left out (then 0); the
+/// ones after it may be too.
+const OPTIONAL: usize = 6;
 
 impl CostParams {
     /// Reads and parses a tuning file.
@@ -95,7 +120,7 @@ impl CostParams {
     /// A message naming the line and what is wrong with it: not `key =
     /// value`, an unknown or repeated key, a bad value, or a missing key.
     pub fn parse(text: &str) -> std::result::Result<CostParams, String> {
-        let mut values: [Option<f64>; 6] = [None; 6];
+        let mut values: [Option<f64>; 9] = [None; 9];
         for (i, raw) in text.lines().enumerate() {
             let line = raw.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
@@ -139,6 +164,9 @@ impl CostParams {
             },
             gamma: get(4)? * 1e-9,
             cores: get(5)? as usize,
+            wake: values[OPTIONAL].unwrap_or(0.0) * 1e-6,
+            spin: values[OPTIONAL + 1].unwrap_or(0.0) * 1e-6,
+            yields: values[OPTIONAL + 2].unwrap_or(0.0) * 1e-6,
         })
     }
 
@@ -157,6 +185,9 @@ impl CostParams {
             self.tcp.beta * 1e9,
             self.gamma * 1e9,
             self.cores as f64,
+            self.wake * 1e6,
+            self.spin * 1e6,
+            self.yields * 1e6,
         ];
         for (k, v) in KEYS.iter().zip(values) {
             out.push_str(&format!("{k} = {v}\n"));
@@ -182,12 +213,29 @@ mod tests {
             },
             gamma: 0.5e-9,
             cores: 3,
+            wake: 12e-6,
+            spin: 3e-6,
+            yields: 30e-6,
         };
         let text = p.to_file(&["measured here".into()]);
         let back = CostParams::parse(&text).unwrap();
         assert!((back.shm.alpha - p.shm.alpha).abs() < 1e-15);
         assert!((back.tcp.beta - p.tcp.beta).abs() < 1e-18);
         assert_eq!(back.cores, 3);
+        assert!((back.wake - p.wake).abs() < 1e-15);
+        assert!((back.spin - p.spin).abs() < 1e-15);
+        assert!((back.yields - p.yields).abs() < 1e-15);
+        // A file from before `wake_us` still loads, with no wake-up cost.
+        let old: String = text
+            .lines()
+            .filter(|l| {
+                !["wake_us", "spin_us", "yield_us"]
+                    .iter()
+                    .any(|k| l.starts_with(k))
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(CostParams::parse(&old).unwrap().wake, 0.0);
         let d = CostParams::default();
         assert_eq!(CostParams::parse(&d.to_file(&[])).unwrap().cores, d.cores);
     }
@@ -198,6 +246,8 @@ mod tests {
         let err = |text: &str| CostParams::parse(text).unwrap_err();
         assert!(err(&format!("{good}speed = 3\n")).contains("unknown key \"speed\""));
         assert!(err(&format!("{good}cores = 4\n")).contains("given twice"));
+        assert!(err(&format!("{good}wake_us = 4\n")).contains("given twice"));
+        assert!(err(&good.replace("wake_us = 50", "wake_us = -2")).contains("not negative"));
         assert!(err(&good.replace("cores = 64", "cores = 1.5")).contains("positive integer"));
         assert!(err(&good.replace("cores = 64", "cores = 0")).contains("positive integer"));
         assert!(

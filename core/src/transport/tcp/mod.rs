@@ -11,13 +11,14 @@
 //! format in [`frame`].
 
 pub mod frame;
+pub mod inline;
 pub mod kick;
 pub mod progress;
 pub mod setup;
 
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use kick::Kick;
 use progress::{FailureSink, PeerIo};
@@ -41,6 +42,8 @@ pub struct TcpNet {
     /// Wakes the thread (streams call it after staging a slot or freeing one).
     pub kick: Arc<Kick>,
     stop: Arc<AtomicBool>,
+    /// Each peer's transfer state, shared with the streams ([`inline`]).
+    peers: Vec<(usize, Arc<Mutex<PeerIo>>)>,
     /// 0, or `1 + rank` of the rank whose failure this communicator reports.
     abort: Arc<AtomicU32>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -79,28 +82,42 @@ impl TcpNet {
     pub fn start(rank: usize, peers: Vec<TcpPeerSetup>, sink: impl FailureSink) -> Result<TcpNet> {
         let kick = Arc::new(Kick::new()?);
         let stop = Arc::new(AtomicBool::new(false));
-        let io: Vec<PeerIo> = peers
+        let ranks: Vec<usize> = peers.iter().map(|p| p.peer).collect();
+        let io: Vec<Arc<Mutex<PeerIo>>> = peers
             .into_iter()
             .map(|p| {
                 let staging = p.rings.staging.end();
                 let inbound = p.rings.inbound.end();
                 // The rings' memory is owned by the connections, which outlive
-                // this thread (TcpNet is dropped, and joined, first).
-                PeerIo::new(p.peer, staging, inbound, p.sockets)
+                // this thread (TcpNet is dropped, and joined, first) and
+                // every stream's use of this state (it runs inside calls on
+                // the communicator that owns both).
+                Arc::new(Mutex::new(PeerIo::new(p.peer, staging, inbound, p.sockets)))
             })
             .collect();
         let abort = Arc::new(AtomicU32::new(0));
-        let (k, s, a) = (kick.clone(), stop.clone(), abort.clone());
+        let (k, s, a, shared) = (kick.clone(), stop.clone(), abort.clone(), io.clone());
         let thread = std::thread::Builder::new()
             .name(format!("streamcomm-net-{rank}"))
-            .spawn(move || progress::run(io, k, s, a, sink))
+            .spawn(move || progress::run(shared, k, s, a, sink))
             .map_err(|e| Error::os("spawn tcp network thread", e))?;
         Ok(TcpNet {
             kick,
             stop,
+            peers: ranks.into_iter().zip(io).collect(),
             abort,
             thread: Some(thread),
         })
+    }
+
+    /// The transfer state of the connection to `peer`, for streams that
+    /// move their own bytes ([`inline::pump`]); `None` if `peer` is not a
+    /// tcp peer.
+    pub fn peer_io(&self, peer: usize) -> Option<Arc<Mutex<PeerIo>>> {
+        self.peers
+            .iter()
+            .find(|(p, _)| *p == peer)
+            .map(|(_, io)| io.clone())
     }
 
     /// Tells every tcp peer that this communicator failed because of

@@ -17,7 +17,7 @@ use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::frame::{FrameHeader, ABORT_LEN, CLOSE_LEN, HEADER_BYTES};
 use super::kick::Kick;
@@ -66,6 +66,26 @@ pub struct PeerIo {
     /// The peer sent a frame that breaks the protocol (lost, repeated or
     /// corrupt): its sockets still work, so it is told of the abort.
     bad_frame: bool,
+    /// The poll events the network thread last went to sleep with, so that
+    /// a stream moving bytes itself knows when to wake it ([`PeerIo::needs_net`]).
+    polled: Vec<libc::c_short>,
+    /// The network thread gave up on this peer (it failed): nobody moves
+    /// its bytes any more.
+    dead: bool,
+    /// An error a stream met while moving this peer's bytes, for the
+    /// network thread to report (it owns failure handling).
+    inline_error: Option<Error>,
+}
+
+impl std::fmt::Debug for PeerIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PeerIo(rank {}, {} sockets)",
+            self.peer,
+            self.socks.len()
+        )
+    }
 }
 
 impl PeerIo {
@@ -99,7 +119,46 @@ impl PeerIo {
             arrived: vec![false; nsteps],
             inbound_tail: 0,
             bad_frame: false,
+            polled: Vec::new(),
+            dead: false,
+            inline_error: None,
         }
+    }
+
+    /// Moves whatever can move now on every socket, both ways, without
+    /// blocking: what the network thread does after `poll`, done by a
+    /// stream that would otherwise wait for it ([`super::inline`]).
+    ///
+    /// # Errors
+    /// The first socket or protocol error, naming the peer.
+    pub fn pump(&mut self) -> Result<(), Error> {
+        for j in 0..self.socks.len() {
+            self.send_on(j)?;
+            self.recv_on(j)?;
+        }
+        self.advance();
+        Ok(())
+    }
+
+    /// True when the network thread must look again: a socket now needs
+    /// an event it did not poll for (a slot left half sent, room again in
+    /// the inbound ring), or a finished frame waits for a slot.
+    pub fn needs_net(&self) -> bool {
+        let now = self.interest();
+        now.len() != self.polled.len()
+            || now.iter().zip(&self.polled).any(|(n, p)| n & !p != 0)
+            || (0..self.socks.len()).any(|j| self.completable(j))
+    }
+
+    /// True once the network thread has given up on this peer.
+    pub fn is_dead(&self) -> bool {
+        self.dead
+    }
+
+    /// Keeps an error met by a stream for the network thread to report
+    /// (the first one only).
+    pub fn set_inline_error(&mut self, e: Error) {
+        self.inline_error.get_or_insert(e);
     }
 
     fn nsocks(&self) -> u64 {
@@ -442,24 +501,31 @@ pub trait FailureSink: Send + 'static {
 /// How long a closing communicator keeps sending what it staged.
 const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Locks a peer's state (a poisoned lock is still usable: the state is
+/// only ever changed by complete non-blocking steps).
+fn lock(p: &Mutex<PeerIo>) -> std::sync::MutexGuard<'_, PeerIo> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Runs until `stop` is set (then flushes what is staged and says goodbye).
 ///
 /// Poll-driven: the thread sleeps in `poll(2)` on the sockets that can make
 /// progress (readable with room in the inbound ring, writable with staged
 /// slots) and on the kick eventfd, and does I/O only on sockets that are
-/// ready, so an idle or waiting communicator costs no syscalls. A peer whose
-/// socket fails is reported once and then left alone; the other peers keep
-/// being served, so they hear about the failure from the dead peer's own
-/// sockets rather than from ours closing.
+/// ready, so an idle or waiting communicator costs no syscalls. Streams may
+/// move a peer's bytes themselves meanwhile ([`super::inline`]); each peer's
+/// state is behind its own lock, held only for non-blocking I/O. A peer
+/// whose socket fails is reported once and then left alone; the other peers
+/// keep being served, so they hear about the failure from the dead peer's
+/// own sockets rather than from ours closing.
 pub fn run(
-    mut peers: Vec<PeerIo>,
+    peers: Vec<Arc<Mutex<PeerIo>>>,
     kick: Arc<Kick>,
     stop: Arc<AtomicBool>,
     abort: Arc<AtomicU32>,
     sink: impl FailureSink,
 ) {
     let mut drain_deadline = None;
-    let mut dead = vec![false; peers.len()];
     let mut abort_sent = false;
     let mut fds: Vec<libc::pollfd> = Vec::new();
     let mut owners: Vec<(usize, usize)> = Vec::new();
@@ -469,18 +535,26 @@ pub fn run(
         let failed = abort.load(Ordering::Acquire);
         if failed != 0 && !abort_sent {
             abort_sent = true;
-            let told = |(p, &d): &(&mut PeerIo, &bool)| !d || p.bad_frame;
-            for (p, _) in peers.iter_mut().zip(&dead).filter(told) {
-                p.abort_notice(u64::from(failed - 1));
+            for p in &peers {
+                let mut p = lock(p);
+                if !p.dead || p.bad_frame {
+                    p.abort_notice(u64::from(failed - 1));
+                }
             }
         }
         let stopping = stop.load(Ordering::Acquire);
         if stopping {
             let deadline = *drain_deadline.get_or_insert_with(|| std::time::Instant::now() + DRAIN);
-            let flushed = peers.iter().zip(&dead).all(|(p, &d)| d || p.flushed());
+            let flushed = peers.iter().all(|p| {
+                let p = lock(p);
+                p.dead || p.flushed()
+            });
             if flushed || std::time::Instant::now() >= deadline {
-                for (p, _) in peers.iter_mut().zip(&dead).filter(|(_, &d)| !d) {
-                    p.goodbye();
+                for p in &peers {
+                    let mut p = lock(p);
+                    if !p.dead {
+                        p.goodbye();
+                    }
                 }
                 return;
             }
@@ -495,8 +569,18 @@ pub fn run(
             events: libc::POLLIN,
             revents: 0,
         });
-        for (i, p) in peers.iter().enumerate().filter(|(i, _)| !dead[*i]) {
-            for (j, (sock, ev)) in p.socks.iter().zip(p.interest()).enumerate() {
+        let mut completable = false;
+        let mut reported = false;
+        for (i, p) in peers.iter().enumerate() {
+            let mut p = lock(p);
+            if p.dead {
+                continue;
+            }
+            if p.inline_error.is_some() {
+                reported = true;
+            }
+            let interest = p.interest();
+            for (j, (sock, &ev)) in p.socks.iter().zip(&interest).enumerate() {
                 fds.push(libc::pollfd {
                     fd: sock.stream.as_raw_fd(),
                     events: ev,
@@ -504,9 +588,10 @@ pub fn run(
                 });
                 owners.push((i, j));
             }
+            completable |= (0..p.socks.len()).any(|j| p.completable(j));
+            p.polled = interest;
         }
-        let completable = owners.iter().any(|&(i, j)| peers[i].completable(j));
-        let ms = if completable {
+        let ms = if completable || reported {
             0
         } else if stopping {
             1
@@ -514,41 +599,46 @@ pub fn run(
             100
         };
         // SAFETY: fds is a valid array of pollfd for the duration of the call.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
         kick.set_sleeping(false);
         if fds[0].revents != 0 {
             kick.drain();
         }
-        if ready <= 0 && !completable {
-            continue;
-        }
         for (fd, &(i, j)) in fds[1..].iter().zip(&owners) {
-            if dead[i] {
+            let mut p = lock(&peers[i]);
+            if p.dead {
                 continue;
             }
-            let p = &mut peers[i];
-            let complete = p.completable(j);
-            if fd.revents == 0 && !complete {
-                continue;
-            }
-            let mut r = Ok(false);
-            if fd.revents & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) != 0 {
-                r = p.send_on(j).map(|_| true);
-            }
-            if r.is_ok()
-                && (complete || fd.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
-            {
-                r = p.recv_on(j).map(|_| true);
-            }
-            let r = r.map(|_| p.advance());
+            let r = match p.inline_error.take() {
+                Some(e) => Err(e),
+                None => {
+                    let complete = p.completable(j);
+                    if fd.revents == 0 && !complete {
+                        continue;
+                    }
+                    let mut r = Ok(false);
+                    if fd.revents & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) != 0 {
+                        r = p.send_on(j).map(|_| true);
+                    }
+                    if r.is_ok()
+                        && (complete
+                            || fd.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
+                    {
+                        r = p.recv_on(j).map(|_| true);
+                    }
+                    r.map(|_| p.advance())
+                }
+            };
             if let Err(e) = r {
-                dead[i] = true;
+                p.dead = true;
+                let peer = p.peer;
+                drop(p);
                 if !stopping {
                     // Tell the other peers now, naming whom the error blames:
                     // the stream may not run another operation to do it.
                     let culprit = match &e {
                         Error::RemoteFailed { peer, .. } | Error::Transport { peer, .. } => *peer,
-                        _ => p.peer,
+                        _ => peer,
                     };
                     let code = u32::try_from(culprit).map_or(u32::MAX, |r| r.saturating_add(1));
                     let _ = abort.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
