@@ -37,7 +37,7 @@ ALGOS = {
     "all_gather": ["ring", "recursive_doubling", "bruck"],
     "broadcast": ["chain", "binomial"],
     "reduce_scatter": ["ring"],
-    "reduce": ["chain"],
+    "reduce": ["chain", "binomial"],
     "all_to_all": ["pairwise"],
 }
 # (first size, last size, timed calls, warm-up calls)

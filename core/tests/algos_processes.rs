@@ -47,6 +47,8 @@ fn child() {
         Collective::AllGather,
         Collective::Broadcast { root: 0 },
         Collective::Broadcast { root: n - 1 },
+        Collective::Reduce { root: 0 },
+        Collective::Reduce { root: n / 2 },
     ];
     let mut k = 0u64;
     for collective in collectives {
@@ -76,7 +78,10 @@ fn child() {
 #[test]
 fn tree_bruck_and_binomial() {
     for n in [2, 3, 6] {
-        launch(n, "all_reduce=tree,all_gather=bruck,broadcast=binomial");
+        launch(
+            n,
+            "all_reduce=tree,all_gather=bruck,broadcast=binomial,reduce=binomial",
+        );
     }
 }
 
@@ -94,7 +99,7 @@ fn halving_doubling_and_recursive_doubling() {
 fn eight_ranks() {
     launch(
         8,
-        "all_reduce=halving_doubling,all_gather=recursive_doubling,broadcast=binomial",
+        "all_reduce=halving_doubling,all_gather=recursive_doubling,broadcast=binomial,reduce=binomial",
     );
     launch(8, "all_reduce=tree");
 }

@@ -1,5 +1,5 @@
 //! The algorithms beside the defaults (double binary tree and
-//! halving-doubling all-reduce, binomial broadcast, recursive-doubling and
+//! halving-doubling all-reduce, binomial broadcast and reduce, recursive-doubling and
 //! Bruck all-gather) for every communicator size from 1 to 64, run by the
 //! simulator and checked element by element against an independent
 //! reference, as `plan_sim.rs` does for the defaults.
@@ -191,6 +191,18 @@ fn binomial_broadcast() {
 }
 
 #[test]
+fn binomial_reduce() {
+    sweep(Algorithm::Binomial, |n| {
+        let mut roots = vec![0, n / 2, n - 1];
+        roots.dedup();
+        roots
+            .into_iter()
+            .map(|root| Collective::Reduce { root })
+            .collect()
+    });
+}
+
+#[test]
 fn recursive_doubling_all_gather() {
     sweep(Algorithm::RecursiveDoubling, |_| {
         vec![Collective::AllGather]
@@ -206,9 +218,13 @@ fn bruck_all_gather() {
 fn every_dtype_and_op() {
     for (i, dtype) in DataType::ALL.into_iter().enumerate() {
         for op in ReduceOp::ALL {
-            for algo in [Algorithm::Tree, Algorithm::HalvingDoubling] {
+            for (collective, algo) in [
+                (Collective::AllReduce, Algorithm::Tree),
+                (Collective::AllReduce, Algorithm::HalvingDoubling),
+                (Collective::Reduce { root: 1 }, Algorithm::Binomial),
+            ] {
                 Case {
-                    collective: Collective::AllReduce,
+                    collective,
                     algo,
                     dtype,
                     op,
@@ -233,6 +249,7 @@ fn random_schedules() {
             (Collective::AllReduce, Algorithm::Tree),
             (Collective::AllReduce, Algorithm::HalvingDoubling),
             (Collective::Broadcast { root: n / 3 }, Algorithm::Binomial),
+            (Collective::Reduce { root: n / 2 }, Algorithm::Binomial),
             (Collective::AllGather, Algorithm::RecursiveDoubling),
             (Collective::AllGather, Algorithm::Bruck),
         ]

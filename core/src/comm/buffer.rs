@@ -183,14 +183,36 @@ pub(crate) enum Binding {
 }
 
 impl Binding {
+    /// Working memory `plan` needs on this rank: empty unless its call has
+    /// no receive buffer but the plan uses one (`Plan::work_count`).
+    pub(crate) fn work_buffer(plan: &Plan) -> Vec<u8> {
+        if plan.recv_count == 0 && plan.work_count > 0 {
+            vec![0u8; plan.work_count * plan.dtype.size()]
+        } else {
+            Vec::new()
+        }
+    }
+
     /// Runs `f` with the buffers locked (reads shared, writes exclusive, locks
     /// taken in address order so two streams can never deadlock on them).
+    /// `work` is [`Binding::work_buffer`]`(plan)`, kept by the caller for the
+    /// whole plan: it stands in for the receive buffer of a rank whose call
+    /// has none but whose plan needs one (see `Plan::work_count`).
     pub(crate) fn with_buffers<R>(
         &self,
         plan: &Plan,
+        work: &mut [u8],
         f: impl FnOnce(&mut Buffers<'_>) -> Result<R>,
     ) -> Result<R> {
         match self {
+            // In place, such a rank only reads its buffer (the input).
+            Binding::InPlace(v) if !work.is_empty() => {
+                let g = v.raw.read();
+                f(&mut Buffers::Separate {
+                    send: v.raw.bytes_of(&g),
+                    recv: work,
+                })
+            }
             Binding::InPlace(v) => {
                 let mut g = v.raw.write();
                 let mut bufs = Buffers::in_place(plan, v.raw.bytes_of_mut(&mut g))?;
@@ -218,7 +240,11 @@ impl Binding {
                         let sg = s.raw.read();
                         f(&mut Buffers::Separate {
                             send: s.raw.bytes_of(&sg),
-                            recv: &mut empty_recv,
+                            recv: if work.is_empty() {
+                                &mut empty_recv
+                            } else {
+                                work
+                            },
                         })
                     }
                     (None, Some(r)) => {

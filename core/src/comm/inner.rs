@@ -180,8 +180,10 @@ impl CommInner {
     /// Executes every step of `plan` on `binding`.
     pub(crate) fn run_plan(&self, plan: &Plan, binding: &Binding, seq: u64) -> Result<()> {
         let _span = tracing::trace_span!("plan", op = plan.collective.name(), seq).entered();
+        // Working memory lives for the whole plan (see `Plan::work_count`).
+        let mut work = Binding::work_buffer(plan);
         for step in &plan.steps {
-            self.run_step(plan, step, binding, seq)?;
+            self.run_step(plan, step, binding, &mut work, seq)?;
         }
         Ok(())
     }
@@ -197,7 +199,14 @@ impl CommInner {
             .ok_or_else(|| Error::InvalidUsage(format!("no connection to rank {peer}")))
     }
 
-    fn run_step(&self, plan: &Plan, step: &Step, binding: &Binding, seq: u64) -> Result<()> {
+    fn run_step(
+        &self,
+        plan: &Plan,
+        step: &Step,
+        binding: &Binding,
+        work: &mut [u8],
+        seq: u64,
+    ) -> Result<()> {
         let policy = self.policy();
         let what = || format!("{} #{seq}", plan.collective.name());
         let sig = signature::of(plan);
@@ -245,7 +254,9 @@ impl CommInner {
                 slot_out,
             )?
         } else {
-            binding.with_buffers(plan, |bufs| apply_step(plan, step, bufs, slot_in, slot_out))?
+            binding.with_buffers(plan, work, |bufs| {
+                apply_step(plan, step, bufs, slot_in, slot_out)
+            })?
         };
         if let Some(p) = step.send_to {
             let c = self.connection(p)?;

@@ -29,7 +29,7 @@ pub enum Algorithm {
     Tree,
     /// Recursive halving then doubling (all-reduce), Rabenseifner's.
     HalvingDoubling,
-    /// Binomial tree (broadcast): `log2 n` hops.
+    /// Binomial tree (broadcast, reduce): `log2 n` hops.
     Binomial,
     /// Recursive doubling (all-gather); Bruck's algorithm when the number of
     /// ranks is not a power of two.
@@ -89,8 +89,9 @@ impl Algorithm {
                 Algorithm::Bruck,
             ],
             Collective::ReduceScatter => &[Algorithm::Ring],
-            Collective::Broadcast { .. } => &[Algorithm::Chain, Algorithm::Binomial],
-            Collective::Reduce { .. } => &[Algorithm::Chain],
+            Collective::Broadcast { .. } | Collective::Reduce { .. } => {
+                &[Algorithm::Chain, Algorithm::Binomial]
+            }
             Collective::AllToAll => &[Algorithm::Pairwise],
             _ => &[],
         }
@@ -166,6 +167,7 @@ pub fn build_with(
     }
     let g = validate(collective, dtype, count, params)?;
     let (n, r) = (g.nranks, g.rank);
+    let mut work_count = 0;
     let (send_count, recv_count, steps) = match (collective, algo) {
         (Collective::AllReduce, Algorithm::Tree) => (count, count, tree::all_reduce(&g)),
         (Collective::AllReduce, _) => (count, count, halving_doubling::all_reduce(&g)),
@@ -176,6 +178,15 @@ pub fn build_with(
         (Collective::Broadcast { root }, _) => {
             let send = if r == root { count } else { 0 };
             (send, count, binomial::broadcast(&g, root))
+        }
+        (Collective::Reduce { root }, _) => {
+            let (steps, uses_recv) = binomial::reduce(&g, root);
+            if r == root {
+                (count, count, steps)
+            } else {
+                work_count = if uses_recv { count } else { 0 };
+                (count, 0, steps)
+            }
         }
         // `candidates` lists no other non-default pair.
         _ => return build(collective, dtype, op, count, params),
@@ -188,6 +199,7 @@ pub fn build_with(
         nranks: n,
         send_count,
         recv_count,
+        work_count,
         steps,
     })
 }

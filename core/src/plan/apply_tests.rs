@@ -13,6 +13,7 @@ fn plan(op: ReduceOp, nranks: usize) -> Plan {
         nranks,
         send_count: 4,
         recv_count: 4,
+        work_count: 0,
         steps: Vec::new(),
     }
 }

@@ -1,4 +1,4 @@
-//! Binomial-tree broadcast.
+//! Binomial-tree broadcast and reduce.
 //!
 //! A chain (`chain.rs`) needs `n - 1` hops before the last rank sees the
 //! first byte; a binomial tree needs `ceil(log2 n)`. Ranks are numbered
@@ -10,11 +10,13 @@
 //! long message pipelines down the tree. A tree has no cycle, so the schedule
 //! cannot deadlock whatever the number of slots.
 //!
-//! Binomial *reduce* is not offered: an inner rank would have to combine
-//! several children's partial results with its own input, and a non-root
-//! rank of `reduce` owns no receive buffer to hold the partial sum (steps
-//! only combine one incoming slot with one local region). Reduce stays a
-//! pipelined chain until plans get a scratch buffer.
+//! Reduce runs the same tree upwards: per chunk, a rank combines its input
+//! with its children's partial results, nearest child (smallest subtree,
+//! ready first) to farthest, and sends the sum to its parent; the root
+//! finalises. A rank with two or more children keeps the running sum in its
+//! receive region, which on a non-root rank is working memory the runtime
+//! supplies ([`Plan::work_count`](super::Plan)); with one child the sum goes
+//! straight from the incoming slot to the outgoing one.
 
 use super::ring::local_copy;
 use super::step::{Region, Step};
@@ -71,6 +73,41 @@ pub(super) fn broadcast(g: &Geometry, root: usize) -> Vec<Step> {
     steps
 }
 
+/// Binomial reduce to `root`, and whether a non-root rank's steps use its
+/// receive region as working memory.
+pub(super) fn reduce(g: &Geometry, root: usize) -> (Vec<Step>, bool) {
+    let n = g.nranks;
+    if n == 1 {
+        return (local_copy(g.count, true), false);
+    }
+    let v = (g.rank + n - root) % n;
+    let real = |rel: usize| (rel + root) % n;
+    // Nearest child first: its subtree is the smallest, so it is ready first.
+    let kids: Vec<usize> = children(v, n).into_iter().rev().map(real).collect();
+    let up = (v != 0).then(|| real(parent(v)));
+    let mut steps = Vec::new();
+    for (off, len) in g.chunks(g.count) {
+        let (src, acc) = (Region::send(off, len), Region::recv(off, len));
+        match (kids.as_slice(), up) {
+            ([], Some(p)) => steps.push(Step::send(p, src)),
+            ([], None) => unreachable!("n > 1: the root has a child"),
+            ([k], Some(p)) => steps.push(Step::recv_reduce_send(*k, src, p)),
+            ([first, middle @ .., last], _) => {
+                steps.push(Step::recv_reduce(*first, src, acc));
+                for &k in middle {
+                    steps.push(Step::recv_reduce(k, acc, acc));
+                }
+                steps.push(match up {
+                    Some(p) => Step::recv_reduce_send(*last, acc, p),
+                    None => Step::recv_reduce(*last, acc, acc).finalized(),
+                });
+            }
+            ([k], None) => steps.push(Step::recv_reduce(*k, src, acc).finalized()),
+        }
+    }
+    (steps, up.is_some() && kids.len() >= 2)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +145,39 @@ mod tests {
             }
             assert!(seen.iter().skip(1).all(|&s| s == 1), "n={n}");
         }
+    }
+
+    #[test]
+    fn reduce_roles() {
+        // Root 0 of 4: relative = real. 0 has children 2 (far) and 1 (near),
+        // 2 has child 3, 1 and 3 are leaves.
+        let (src, acc) = (Region::send(0, 3), Region::recv(0, 3));
+        assert_eq!(
+            reduce(&geom(0, 4, 3), 0),
+            (
+                vec![
+                    Step::recv_reduce(1, src, acc),
+                    Step::recv_reduce(2, acc, acc).finalized()
+                ],
+                false
+            )
+        );
+        assert_eq!(
+            reduce(&geom(2, 4, 3), 0),
+            (vec![Step::recv_reduce_send(3, src, 0)], false)
+        );
+        assert_eq!(reduce(&geom(3, 4, 3), 0), (vec![Step::send(2, src)], false));
+        // Of 8, relative 4 has children 6 and 5: it needs working memory.
+        let (steps, work) = reduce(&geom(4, 8, 3), 0);
+        assert!(work);
+        assert_eq!(
+            steps,
+            vec![
+                Step::recv_reduce(5, src, acc),
+                Step::recv_reduce_send(6, acc, 0)
+            ]
+        );
+        assert_eq!(reduce(&geom(0, 1, 3), 0).0, local_copy(3, true));
     }
 
     #[test]

@@ -136,6 +136,7 @@ pub fn build(
         nranks: n,
         send_count,
         recv_count,
+        work_count: 0,
         steps,
     })
 }

@@ -186,6 +186,7 @@ mod tests {
             nranks: 4,
             send_count: 0,
             recv_count: (1 << 36) - 1,
+            work_count: 0,
             steps: Vec::new(),
         };
         assert_eq!(

@@ -457,11 +457,19 @@ impl RankState {
     fn new(plan: &Plan, input: Vec<u8>, in_place: bool) -> Result<RankState, SimError> {
         let esize = plan.dtype.size();
         let recv_bytes = plan.recv_count * esize;
-        if !in_place {
+        // As the runtime does: a rank whose call has no receive buffer but
+        // whose plan needs working memory gets a temporary one, and reads its
+        // input (even an in-place one) as a separate send buffer.
+        let work_bytes = if plan.recv_count == 0 {
+            plan.work_count * esize
+        } else {
+            0
+        };
+        if !in_place || work_bytes > 0 {
             return Ok(RankState {
                 pc: 0,
                 send: input,
-                recv: vec![POISON; recv_bytes],
+                recv: vec![POISON; recv_bytes.max(work_bytes)],
                 layout: None,
                 recv_bytes,
                 esize,
@@ -498,7 +506,11 @@ impl RankState {
 
     fn into_output(self) -> Vec<u8> {
         match self.layout {
-            None => self.recv,
+            None => {
+                let mut recv = self.recv;
+                recv.truncate(self.recv_bytes);
+                recv
+            }
             Some(l) => {
                 let at = l.recv_offset * self.esize;
                 self.send[at..at + self.recv_bytes].to_vec()

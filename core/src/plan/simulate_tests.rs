@@ -14,6 +14,7 @@ fn plan(collective: Collective, rank: usize, nranks: usize, steps: Vec<Step>) ->
         nranks,
         send_count: 2,
         recv_count: 2,
+        work_count: 0,
         steps,
     }
 }

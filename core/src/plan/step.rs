@@ -261,6 +261,11 @@ pub struct Plan {
     pub send_count: usize,
     /// Elements the receive buffer must hold.
     pub recv_count: usize,
+    /// Elements of working memory the plan uses as its receive buffer on a
+    /// rank whose call has none (an inner rank of a binomial reduce, which
+    /// combines several children's partial results): the runtime supplies a
+    /// temporary buffer of this size there. 0 for every other plan.
+    pub work_count: usize,
     /// The steps, in execution order.
     pub steps: Vec<Step>,
 }

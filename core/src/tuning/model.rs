@@ -247,12 +247,14 @@ fn phases(
                 Phase::new(2.0 * m * (nf - per), b, false, Span::Dist(usize::MAX)),
             ]
         }
-        (Collective::Broadcast { .. }, Algorithm::Binomial) => {
+        (Collective::Broadcast { .. } | Collective::Reduce { .. }, Algorithm::Binomial) => {
+            // Reduce is the same tree upwards, each level reducing.
             let (m, b) = cut(count);
+            let reduce = matches!(collective, Collective::Reduce { .. });
             (0..levels)
                 .map(|j| {
                     let drain = if j + 1 < levels { 1.0 } else { 0.0 };
-                    Phase::new(m + drain, b, false, Span::Dist(1 << j)).avg(m / levels as f64)
+                    Phase::new(m + drain, b, reduce, Span::Dist(1 << j)).avg(m / levels as f64)
                 })
                 .collect()
         }
