@@ -174,6 +174,9 @@ pub enum Link {
         rings: Arc<verbs::qp::VerbsRings>,
         /// Wakes the proxy thread after staging a slot or freeing one.
         kick: Arc<tcp::kick::Kick>,
+        /// The proxy's state for this peer, so that the stream can post
+        /// what it staged itself (set once the proxy runs).
+        direct: Option<Arc<verbs::progress::SharedPeer>>,
     },
 }
 
@@ -205,7 +208,11 @@ impl Connection {
         match &self.link {
             Link::Tcp { kick, .. } => kick.kick(),
             #[cfg(feature = "verbs")]
-            Link::Verbs { kick, .. } => kick.kick(),
+            Link::Verbs { kick, direct, .. } => {
+                if !direct.as_ref().is_some_and(|d| d.pump()) {
+                    kick.kick();
+                }
+            }
             Link::Shm { .. } => {}
         }
     }

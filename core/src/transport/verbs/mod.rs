@@ -1,10 +1,12 @@
 //! The verbs transport: proxied slot rings over InfiniBand / RoCE RDMA.
 //!
 //! Same shape as tcp ([`crate::transport::tcp`]): per peer the stream fills
-//! a local staging ring and reads a local inbound ring, and a proxy thread
-//! per communicator ([`progress`]) moves the slots, here with RDMA WRITE
-//! straight into the peer's registered inbound ring, so the receiving CPU
-//! copies nothing. Device, port and GID choice is in [`device`]; the rings'
+//! a local staging ring and reads a local inbound ring; the slots move with
+//! RDMA WRITE straight into the peer's registered inbound ring and its tail
+//! ([`progress`]), so the receiving CPU copies nothing and its stream sees
+//! the data without a hand-off. The writes are posted by the stream itself
+//! when it can, else by a proxy thread per communicator ([`proxy`]), which
+//! also reaps completions and sleeps on a completion channel ([`event`]). Device, port and GID choice is in [`device`]; the rings'
 //! registration and the QP in [`qp`]; formation ([`connect`]) exchanges the
 //! QP addresses through the communicator's bootstrap and moves each QP to
 //! RTS before any rank starts its proxy.
@@ -14,14 +16,16 @@
 //! rendezvous p2p straight into a user buffer (the data goes through slots).
 
 pub mod device;
+pub mod event;
 pub mod progress;
+pub mod proxy;
 pub mod qp;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use device::Device;
-use progress::PeerRdma;
+use progress::{PeerRdma, SharedPeer};
 use qp::{Qp, VerbsAddr, VerbsRings};
 
 use crate::bootstrap::Bootstrap;
@@ -60,9 +64,10 @@ pub fn connect(
         let dev = dev.ok_or_else(|| Error::Unavailable("verbs: no RDMA device".into()))?;
         // Room for a full ring of data writes, their tail writes and control.
         let depth = (2 * shape.nsteps as u32 + 16).min(4096);
+        let channel = Arc::new(event::CompChannel::new(dev)?);
         for &p in peers {
             let rings = Arc::new(VerbsRings::new(shape));
-            let (qp, local) = Qp::create(dev.clone(), &rings, depth)?;
+            let (qp, local) = Qp::create(dev.clone(), &channel, &rings, depth)?;
             local.encode(p, &mut blob);
             made.push((p, rings, qp, local));
         }
@@ -96,6 +101,7 @@ pub struct VerbsNet {
     pub kick: Arc<Kick>,
     stop: Arc<AtomicBool>,
     abort: Arc<AtomicU32>,
+    peers: Vec<Arc<SharedPeer>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -112,21 +118,32 @@ impl VerbsNet {
         let kick = Arc::new(Kick::new()?);
         let stop = Arc::new(AtomicBool::new(false));
         let abort = Arc::new(AtomicU32::new(0));
-        let io: Vec<PeerRdma> = peers
+        let io: Vec<Arc<SharedPeer>> = peers
             .into_iter()
-            .map(|p| PeerRdma::new(p.peer, p.rings, p.qp, p.remote))
+            .map(|p| {
+                Arc::new(SharedPeer::new(PeerRdma::new(
+                    p.peer, p.rings, p.qp, p.remote,
+                )))
+            })
             .collect();
-        let (k, s, a) = (kick.clone(), stop.clone(), abort.clone());
+        let (k, s, a, io2) = (kick.clone(), stop.clone(), abort.clone(), io.clone());
         let thread = std::thread::Builder::new()
             .name(format!("streamcomm-verbs-{rank}"))
-            .spawn(move || progress::run(io, k, s, a, sink))
+            .spawn(move || proxy::run(io2, k, s, a, sink))
             .map_err(|e| Error::os("spawn verbs proxy thread", e))?;
         Ok(VerbsNet {
             kick,
             stop,
             abort,
+            peers: io,
             thread: Some(thread),
         })
+    }
+
+    /// The shared state of the connection to `peer`, for its streams'
+    /// direct posting ([`SharedPeer::pump`]).
+    pub fn peer(&self, peer: usize) -> Option<Arc<SharedPeer>> {
+        self.peers.iter().find(|p| p.lock().peer == peer).cloned()
     }
 
     /// Tells every verbs peer that this communicator failed because of

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use rdma_sys::*;
 
 use super::device::Device;
+use super::event::CompChannel;
 use crate::transport::local_ring::LocalRing;
 use crate::transport::ring::{RingEnd, RingShape};
 use crate::{Error, Result};
@@ -26,12 +27,12 @@ pub struct RemoteWord {
     pub value: AtomicU64,
 }
 
-/// Words the peer writes into our memory.
+/// Words the peer writes into our memory (besides the inbound ring's
+/// tail, which it writes straight into the ring's header, where our stream
+/// reads it).
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct Ctrl {
-    /// Slots the peer has written into our inbound ring (its tail).
-    pub tail: RemoteWord,
     /// Slots the peer has consumed from its inbound ring: our credit.
     pub head: RemoteWord,
     /// `1 + rank` of the rank the peer's communicator failed because of.
@@ -41,13 +42,15 @@ pub struct Ctrl {
 }
 
 /// Byte offsets of the words in [`Ctrl`].
-pub const CTRL_TAIL: u64 = 0;
-/// See [`CTRL_TAIL`].
-pub const CTRL_HEAD: u64 = 64;
-/// See [`CTRL_TAIL`].
-pub const CTRL_ABORT: u64 = 128;
-/// See [`CTRL_TAIL`].
-pub const CTRL_CLOSED: u64 = 192;
+pub const CTRL_HEAD: u64 = 0;
+/// See [`CTRL_HEAD`].
+pub const CTRL_ABORT: u64 = 64;
+/// See [`CTRL_HEAD`].
+pub const CTRL_CLOSED: u64 = 128;
+/// Byte offset of the tail word in a ring (its header's first word).
+pub const RING_TAIL: u64 = 0;
+const _: () = assert!(std::mem::offset_of!(crate::transport::ring::RingHeader, tail) == 0);
+const _: () = assert!(std::mem::offset_of!(crate::transport::ring::Counter, value) == 0);
 const _: () = assert!(std::mem::offset_of!(Ctrl, closed) == CTRL_CLOSED as usize);
 
 /// The local memory of one verbs peer.
@@ -195,15 +198,21 @@ impl Drop for Mr {
     }
 }
 
+/// `wr_id` of every posted receive (send requests count up from 1).
+pub const RECV_WR_ID: u64 = u64::MAX;
+
 /// A reliable-connected QP with its CQ and the peer's registrations.
 pub struct Qp {
     pub(crate) qp: *mut ibv_qp,
     pub(crate) cq: *mut ibv_cq,
-    /// Work requests the send queue holds.
+    /// Work requests the send queue holds, and receives kept posted (each
+    /// WRITE_WITH_IMM from the peer consumes one).
     pub depth: u32,
     /// Local key of the staging ring.
     pub staging_lkey: u32,
     mrs: Vec<Mr>,
+    /// The channel the CQ reports to (destroyed after the CQ).
+    pub(crate) channel: Arc<CompChannel>,
     // Dropped last: the QP, CQ and MRs belong to its context and PD.
     dev: Arc<Device>,
 }
@@ -227,7 +236,7 @@ impl Drop for Qp {
             ibv_destroy_cq(self.cq);
         }
         self.mrs.clear();
-        let _ = &self.dev;
+        let _ = (&self.dev, &self.channel);
     }
 }
 
@@ -236,12 +245,18 @@ fn attr_mask(bits: &[ibv_qp_attr_mask]) -> i32 {
 }
 
 impl Qp {
-    /// Creates the CQ and QP, registers `rings`, moves the QP to INIT and
-    /// returns it with the address to send to the peer.
+    /// Creates the CQ (reporting to `channel`) and QP, registers `rings`,
+    /// moves the QP to INIT, posts `depth` receives and returns it with the
+    /// address to send to the peer.
     ///
     /// # Errors
     /// [`Error::Os`] when a verbs call fails.
-    pub fn create(dev: Arc<Device>, rings: &VerbsRings, depth: u32) -> Result<(Qp, VerbsAddr)> {
+    pub fn create(
+        dev: Arc<Device>,
+        channel: &Arc<CompChannel>,
+        rings: &VerbsRings,
+        depth: u32,
+    ) -> Result<(Qp, VerbsAddr)> {
         let (sp, sl) = rings.staging.memory();
         let (ip, il) = rings.inbound.memory();
         let cp = (&*rings.ctrl as *const Ctrl).cast_mut().cast::<u8>();
@@ -256,13 +271,14 @@ impl Qp {
         )?;
         let inbound = Mr::new(&dev, ip, il, remote, "inbound ring")?;
         let ctrl = Mr::new(&dev, cp, std::mem::size_of::<Ctrl>(), remote, "control")?;
-        // SAFETY: the context is open; no completion channel.
+        // SAFETY: the context and the channel are open. Room for a full
+        // send queue and a full receive queue of completions.
         let cq = unsafe {
             ibv_create_cq(
                 dev.ctx,
-                depth as i32,
+                2 * depth as i32,
                 std::ptr::null_mut(),
-                std::ptr::null_mut(),
+                channel.as_raw(),
                 0,
             )
         };
@@ -278,7 +294,7 @@ impl Qp {
         init.recv_cq = cq;
         init.qp_type = ibv_qp_type::IBV_QPT_RC;
         init.cap.max_send_wr = depth;
-        init.cap.max_recv_wr = 1;
+        init.cap.max_recv_wr = depth;
         init.cap.max_send_sge = 1;
         init.cap.max_recv_sge = 1;
         init.cap.max_inline_data = 64;
@@ -296,6 +312,7 @@ impl Qp {
             depth,
             staging_lkey: staging.lkey(),
             mrs: Vec::new(),
+            channel: channel.clone(),
             dev: dev.clone(),
         };
         // SAFETY: zeroed attributes are valid; filled below.
@@ -328,7 +345,51 @@ impl Qp {
         };
         let mut q = q;
         q.mrs = vec![staging, inbound, ctrl];
+        q.post_recvs(depth as usize)
+            .map_err(|e| Error::os("verbs: ibv_post_recv", e))?;
         Ok((q, addr))
+    }
+
+    /// Asks the CQ's channel for an event at the CQ's next completion.
+    ///
+    /// # Errors
+    /// The verbs error code when the CQ cannot be armed.
+    pub fn arm(&self) -> std::result::Result<(), std::io::Error> {
+        // SAFETY: the CQ is live and was created with a completion channel.
+        let rc = unsafe { ibv_req_notify_cq(self.cq, 0) };
+        if rc != 0 {
+            return Err(std::io::Error::from_raw_os_error(rc));
+        }
+        Ok(())
+    }
+
+    /// Posts `n` zero-length receives (each absorbs one WRITE_WITH_IMM).
+    ///
+    /// # Errors
+    /// The verbs error code when posting fails.
+    pub fn post_recvs(&self, mut n: usize) -> std::result::Result<(), std::io::Error> {
+        const BATCH: usize = 16;
+        while n > 0 {
+            let k = n.min(BATCH);
+            // SAFETY: a zeroed receive WR is valid; filled below.
+            let mut wrs: [ibv_recv_wr; BATCH] = unsafe { std::mem::zeroed() };
+            for i in 0..k {
+                wrs[i].wr_id = RECV_WR_ID;
+                wrs[i].num_sge = 0;
+                if i + 1 < k {
+                    wrs[i].next = &mut wrs[i + 1];
+                }
+            }
+            let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
+            // SAFETY: the QP is in INIT or later; the chain of k WRs lives
+            // across the call and names no memory.
+            let rc = unsafe { ibv_post_recv(self.qp, wrs.as_mut_ptr(), &mut bad) };
+            if rc != 0 {
+                return Err(std::io::Error::from_raw_os_error(rc));
+            }
+            n -= k;
+        }
+        Ok(())
     }
 
     fn modify(&self, a: &mut ibv_qp_attr, mask: &[ibv_qp_attr_mask], to: &str) -> Result<()> {
