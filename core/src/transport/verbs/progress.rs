@@ -36,15 +36,6 @@ use super::qp::{Qp, VerbsAddr, VerbsRings, CTRL_HEAD, RECV_WR_ID, RING_TAIL};
 use crate::transport::ring::{RingEnd, SLOT_HEADER};
 use crate::Error;
 
-/// What a signalled work request stands for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Signalled {
-    /// A tail write: staging slots below this count may be released.
-    Tail(u64),
-    /// Anything else (signalled only so that the send queue drains).
-    Other,
-}
-
 /// One verbs peer as the proxy thread sees it.
 pub struct PeerRdma {
     /// The peer's rank.
@@ -67,9 +58,12 @@ pub struct PeerRdma {
     wr_done: u64,
     /// Posted count of the latest signalled request.
     last_signalled: u64,
-    /// Signalled requests in flight: (posted count after it, what it was,
-    /// when it was posted).
-    pub(crate) inflight: VecDeque<(u64, Signalled, Instant)>,
+    /// Staging slots written before the latest signalled request.
+    signalled_slots: u64,
+    /// Signalled requests in flight: (work requests posted up to it, staging
+    /// slots written before it, when it was posted). Its completion means
+    /// every earlier request completed: those slots are free again.
+    pub(crate) inflight: VecDeque<(u64, u64, Instant)>,
     pub(crate) abort_sent: bool,
     pub(crate) closed_sent: bool,
     /// When a work request was last posted (for the heartbeat).
@@ -99,6 +93,7 @@ impl PeerRdma {
             wr_posted: 0,
             wr_done: 0,
             last_signalled: 0,
+            signalled_slots: 0,
             inflight: VecDeque::new(),
             abort_sent: false,
             closed_sent: false,
@@ -132,13 +127,11 @@ impl PeerRdma {
         rkey: u32,
         inline: bool,
         notify: bool,
-        signal: Option<Signalled>,
+        signal: bool,
     ) -> Result<(), Error> {
         // Signal at least every half queue, so completions free it.
         let half = u64::from(self.qp.depth / 2).max(1);
-        let signal = signal.or_else(|| {
-            (self.wr_posted + 1 - self.last_signalled >= half).then_some(Signalled::Other)
-        });
+        let signal = signal || self.wr_posted + 1 - self.last_signalled >= half;
         let mut sge = ibv_sge {
             addr: local,
             length: len,
@@ -158,7 +151,7 @@ impl PeerRdma {
         if inline {
             flags |= ibv_send_flags::IBV_SEND_INLINE.0;
         }
-        if signal.is_some() {
+        if signal {
             flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
         }
         wr.send_flags = flags;
@@ -178,9 +171,11 @@ impl PeerRdma {
         }
         self.wr_posted += 1;
         self.last_post = Instant::now();
-        if let Some(s) = signal {
+        if signal {
             self.last_signalled = self.wr_posted;
-            self.inflight.push_back((self.wr_posted, s, self.last_post));
+            self.signalled_slots = self.posted;
+            self.inflight
+                .push_back((self.wr_posted, self.posted, self.last_post));
         }
         Ok(())
     }
@@ -192,7 +187,7 @@ impl PeerRdma {
         offset: u64,
         value: u64,
         notify: bool,
-        signal: Option<Signalled>,
+        signal: bool,
     ) -> Result<(), Error> {
         let bytes = value.to_le_bytes();
         self.post_write(
@@ -230,7 +225,7 @@ impl PeerRdma {
                 self.remote.ring_rkey,
                 false,
                 false,
-                None,
+                false,
             )?;
             self.posted += 1;
         }
@@ -247,7 +242,10 @@ impl PeerRdma {
             self.remote.ring_rkey,
             true,
             true,
-            Some(Signalled::Tail(self.posted)),
+            // Signalled only every half ring: its completion frees the
+            // staging slots before it, and no completion wakes this
+            // proxy for each small message.
+            self.posted - self.signalled_slots >= (nsteps / 2).max(1),
         )?;
         Ok(true)
     }
@@ -280,7 +278,7 @@ impl PeerRdma {
     fn return_credit(&mut self) -> Result<bool, Error> {
         let consumed = self.inbound.consumed();
         if consumed != self.credit_sent && self.room() > 1 {
-            self.post_word(CTRL_HEAD, consumed, true, None)?;
+            self.post_word(CTRL_HEAD, consumed, true, false)?;
             self.credit_sent = consumed;
             return Ok(true);
         }
@@ -316,14 +314,12 @@ impl PeerRdma {
                 continue;
             }
             self.wr_done = self.wr_done.max(c.wr_id);
-            while let Some(&(at, s, _)) = self.inflight.front() {
+            while let Some(&(at, slots, _)) = self.inflight.front() {
                 if at > c.wr_id {
                     break;
                 }
                 self.inflight.pop_front();
-                if let Signalled::Tail(t) = s {
-                    release = Some(t);
-                }
+                release = Some(slots);
             }
         }
         if let Some(t) = release {
@@ -390,7 +386,7 @@ impl PeerRdma {
             // Nothing else would show that the peer died while we only
             // wait: rewrite our credit (same value, harmless), signalled, so
             // a dead peer's QP turns into a failed completion.
-            self.post_word(CTRL_HEAD, self.credit_sent, false, Some(Signalled::Other))?;
+            self.post_word(CTRL_HEAD, self.credit_sent, false, true)?;
         }
         Ok(polled || sent || received)
     }
