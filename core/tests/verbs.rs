@@ -169,6 +169,24 @@ fn p2p_scenario(comm: &Communicator, stream: &HostStream, seed: u64) {
         }
         stream.synchronize().unwrap();
     }
+    // Rendezvous into fresh buffers of one size, each dropped after use:
+    // the allocator tends to hand out the same address again, where a
+    // stale cached registration would put the data into the old pages.
+    for round in 0..6u64 {
+        let len = 40_000 + 8 * (round as usize % 2);
+        if r == 0 {
+            for p in 1..n {
+                let b = HostBuffer::from_slice(&payload(seed, 0, p, 200 + round, len));
+                comm.send(&b, p, stream).unwrap();
+            }
+        } else {
+            let mut b = HostBuffer::from_slice(&vec![POISON; len]);
+            comm.recv(&mut b, 0, stream).unwrap();
+            stream.synchronize().unwrap();
+            assert_eq!(b.to_vec(), payload(seed, 0, r, 200 + round, len));
+        }
+        stream.synchronize().unwrap();
+    }
     // Many small messages in a row: credits must keep coming back.
     let mut rng = StdRng::seed_from_u64(seed ^ 77);
     let lens: Vec<usize> = (0..500).map(|_| rng.gen_range(0..40)).collect();
@@ -199,6 +217,17 @@ fn p2p_over_verbs_2_and_4_ranks() {
         harness::run_threads(n, verbs_config(), Duration::from_secs(600), move |comm| {
             let stream = HostStream::new().unwrap();
             p2p_scenario(&comm, &stream, seed);
+            // Every rendezvous byte went by RDMA straight into the receive
+            // buffer: none through the slots.
+            let s = comm.p2p_stats();
+            assert_eq!(
+                (s.sent_streamed_bytes, s.recv_streamed_bytes),
+                (0, 0),
+                "{s:?}"
+            );
+            assert!(s.sent_rendezvous_messages > 0, "{s:?}");
+            assert!(s.recv_direct_bytes > 0, "rank {}: {s:?}", comm.rank());
+            assert_eq!(s.sent_direct_bytes > 0, s.sent_rendezvous_messages > 0);
         });
     }
 }

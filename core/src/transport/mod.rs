@@ -217,6 +217,15 @@ impl Connection {
         }
     }
 
+    /// The verbs peer, when rendezvous data goes by RDMA.
+    #[cfg(feature = "verbs")]
+    pub fn rdma(&self) -> Option<&Arc<verbs::progress::SharedPeer>> {
+        match &self.link {
+            Link::Verbs { direct, .. } => direct.as_ref(),
+            _ => None,
+        }
+    }
+
     /// The peer's segment, when it shares memory with us.
     pub fn peer_segment(&self) -> Option<&Arc<Segment>> {
         match &self.link {

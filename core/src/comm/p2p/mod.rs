@@ -47,6 +47,7 @@
 
 mod cma;
 mod engine;
+mod rdma;
 mod receiver;
 mod sender;
 mod spec;

@@ -20,6 +20,7 @@ pub mod event;
 pub mod progress;
 pub mod proxy;
 pub mod qp;
+pub mod regcache;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -118,14 +119,20 @@ impl VerbsNet {
         let kick = Arc::new(Kick::new()?);
         let stop = Arc::new(AtomicBool::new(false));
         let abort = Arc::new(AtomicU32::new(0));
-        let io: Vec<Arc<SharedPeer>> = peers
-            .into_iter()
-            .map(|p| {
-                Arc::new(SharedPeer::new(PeerRdma::new(
-                    p.peer, p.rings, p.qp, p.remote,
-                )))
-            })
-            .collect();
+        // One registration cache for the user buffers of every peer.
+        let regs = peers
+            .first()
+            .map(|p| regcache::RegCache::new(p.qp.device().clone()));
+        let io: Vec<Arc<SharedPeer>> = match regs {
+            None => Vec::new(),
+            Some(regs) => peers
+                .into_iter()
+                .map(|p| {
+                    let peer = PeerRdma::new(p.peer, p.rings, p.qp, p.remote, regs.clone());
+                    Arc::new(SharedPeer::new(peer))
+                })
+                .collect(),
+        };
         let (k, s, a, io2) = (kick.clone(), stop.clone(), abort.clone(), io.clone());
         let thread = std::thread::Builder::new()
             .name(format!("streamcomm-verbs-{rank}"))

@@ -33,8 +33,20 @@ use std::time::{Duration, Instant};
 use rdma_sys::*;
 
 use super::qp::{Qp, VerbsAddr, VerbsRings, CTRL_HEAD, RECV_WR_ID, RING_TAIL};
-use crate::transport::ring::{RingEnd, SLOT_HEADER};
+use super::regcache::{RegCache, Registration};
+use crate::transport::ring::{Counter, Mailbox, RingEnd, RingHeader, SLOT_HEADER};
 use crate::Error;
+
+/// Offsets in a ring header of the grant mailbox and the grant number.
+const MAILBOX: u64 = std::mem::offset_of!(RingHeader, mailbox) as u64;
+const CTS: u64 =
+    (std::mem::offset_of!(RingHeader, cts) + std::mem::offset_of!(Counter, value)) as u64;
+/// The mailbox's grant fields (`addr`, `len`, `pid`, `first_seq`), which
+/// lead it; the rest of it is the receiver's own bookkeeping.
+const MAILBOX_GRANT_BYTES: u32 = 32;
+const _: () = assert!(std::mem::offset_of!(Mailbox, first_seq) == 24);
+/// Largest single RDMA WRITE of user data (below the 2 GiB message limit).
+const MAX_WRITE: usize = 1 << 30;
 
 /// One verbs peer as the proxy thread sees it.
 pub struct PeerRdma {
@@ -73,11 +85,21 @@ pub struct PeerRdma {
     /// An error met by [`SharedPeer::pump`] on a stream's thread, reported
     /// by the proxy's next [`PeerRdma::step`].
     deferred: Option<Error>,
+    /// Grant numbers forwarded to the peer, and seen from it.
+    grant_sent: u64,
+    grant_seen: u64,
+    regs: Arc<RegCache>,
 }
 
 impl PeerRdma {
     /// Wraps a connected peer.
-    pub fn new(peer: usize, rings: Arc<VerbsRings>, qp: Qp, remote: VerbsAddr) -> PeerRdma {
+    pub fn new(
+        peer: usize,
+        rings: Arc<VerbsRings>,
+        qp: Qp,
+        remote: VerbsAddr,
+        regs: Arc<RegCache>,
+    ) -> PeerRdma {
         let staging = rings.staging.end();
         let inbound = rings.inbound.end();
         PeerRdma {
@@ -100,6 +122,9 @@ impl PeerRdma {
             last_post: Instant::now(),
             dead: false,
             deferred: None,
+            grant_sent: 0,
+            grant_seen: 0,
+            regs,
         }
     }
 
@@ -116,8 +141,9 @@ impl PeerRdma {
     }
 
     /// Posts one RDMA WRITE (WRITE_WITH_IMM when `notify`: the peer gets
-    /// a completion that wakes its proxy). `inline` data is copied at post
-    /// time.
+    /// a completion that wakes its proxy). With `lkey` None the data is
+    /// copied at post time (inline); else it is read from memory registered
+    /// under that key.
     #[allow(clippy::too_many_arguments)]
     fn post_write(
         &mut self,
@@ -125,7 +151,7 @@ impl PeerRdma {
         len: u32,
         remote: u64,
         rkey: u32,
-        inline: bool,
+        lkey: Option<u32>,
         notify: bool,
         signal: bool,
     ) -> Result<(), Error> {
@@ -135,7 +161,7 @@ impl PeerRdma {
         let mut sge = ibv_sge {
             addr: local,
             length: len,
-            lkey: if inline { 0 } else { self.qp.staging_lkey },
+            lkey: lkey.unwrap_or(0),
         };
         // SAFETY: a zeroed send WR is valid; filled below.
         let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
@@ -148,7 +174,7 @@ impl PeerRdma {
             ibv_wr_opcode::IBV_WR_RDMA_WRITE
         };
         let mut flags = 0;
-        if inline {
+        if lkey.is_none() {
             flags |= ibv_send_flags::IBV_SEND_INLINE.0;
         }
         if signal {
@@ -161,7 +187,7 @@ impl PeerRdma {
         };
         let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
         // SAFETY: the QP is in RTS; wr and sge live across the call; the
-        // local bytes are registered staging memory (or copied now, inline).
+        // local bytes are registered under lkey (or copied now, inline).
         let rc = unsafe { ibv_post_send(self.qp.qp, &mut wr, &mut bad) };
         if rc != 0 {
             return Err(self.fail(format!(
@@ -195,7 +221,7 @@ impl PeerRdma {
             8,
             self.remote.ctrl_addr + offset,
             self.remote.ctrl_rkey,
-            true,
+            None,
             notify,
             signal,
         )
@@ -223,7 +249,7 @@ impl PeerRdma {
                 (SLOT_HEADER + len) as u32,
                 remote,
                 self.remote.ring_rkey,
-                false,
+                Some(self.qp.staging_lkey),
                 false,
                 false,
             )?;
@@ -240,7 +266,7 @@ impl PeerRdma {
             8,
             self.remote.ring_addr + RING_TAIL,
             self.remote.ring_rkey,
-            true,
+            None,
             true,
             // Signalled only every half ring: its completion frees the
             // staging slots before it, and no completion wakes this
@@ -271,7 +297,94 @@ impl PeerRdma {
             self.inbound.data_notifier().notify();
             moved = true;
         }
-        Ok(self.return_credit()? || moved)
+        // A grant the peer wrote into our staging ring's header: wake the
+        // stream waiting for it.
+        let cts = self.staging.grant_count();
+        if cts != self.grant_seen {
+            self.grant_seen = cts;
+            self.staging.grant_notifier().notify();
+            moved = true;
+        }
+        Ok(self.forward_grant()? || self.return_credit()? || moved)
+    }
+
+    /// Copies a new rendezvous grant of our stream (its inbound ring
+    /// header's mailbox, then its grant number, with an immediate) into the
+    /// peer's staging ring header, where its sender waits for it.
+    fn forward_grant(&mut self) -> Result<bool, Error> {
+        let cts = self.inbound.grant_count();
+        if cts == self.grant_sent || self.room() <= 3 {
+            return Ok(false);
+        }
+        let local = self.rings.inbound.memory().0 as u64;
+        let remote = self.remote.staging_addr;
+        self.post_write(
+            local + MAILBOX,
+            MAILBOX_GRANT_BYTES,
+            remote + MAILBOX,
+            self.remote.staging_rkey,
+            None,
+            false,
+            false,
+        )?;
+        let bytes = cts.to_le_bytes();
+        self.post_write(
+            bytes.as_ptr() as u64,
+            8,
+            remote + CTS,
+            self.remote.staging_rkey,
+            None,
+            true,
+            false,
+        )?;
+        self.grant_sent = cts;
+        Ok(true)
+    }
+
+    /// Posts an RDMA WRITE of `len` bytes at `local` (registered as `reg`)
+    /// to `remote` under `rkey` in the peer's memory (a rendezvous grant),
+    /// signalled: `Some(n)` means done once [`PeerRdma::completed`]`(n)`;
+    /// `None` when the send queue has no room now (try again later).
+    ///
+    /// # Errors
+    /// [`Error::Transport`] when posting fails.
+    pub fn write_user(
+        &mut self,
+        reg: &Registration,
+        local: u64,
+        len: usize,
+        remote: u64,
+        rkey: u32,
+    ) -> Result<Option<u64>, Error> {
+        let chunks = len.div_ceil(MAX_WRITE).max(1);
+        if self.dead || self.room() < chunks as u64 + 3 {
+            return Ok(None);
+        }
+        for i in 0..chunks {
+            let off = i * MAX_WRITE;
+            let n = (len - off).min(MAX_WRITE);
+            self.post_write(
+                local + off as u64,
+                n as u32,
+                remote + off as u64,
+                rkey,
+                Some(reg.lkey()),
+                false,
+                i + 1 == chunks,
+            )?;
+        }
+        Ok(Some(self.wr_posted))
+    }
+
+    /// True once work request number `wr` (from [`PeerRdma::write_user`])
+    /// completed.
+    pub fn completed(&self, wr: u64) -> bool {
+        self.wr_done >= wr
+    }
+
+    /// The communicator's registration cache.
+    pub fn regs(&self) -> &Arc<RegCache> {
+        &self.regs
     }
 
     /// Writes the count of inbound slots the stream consumed, if it moved.
@@ -431,7 +544,11 @@ impl SharedPeer {
         if p.dead || p.deferred.is_some() || p.peer_closed() {
             return false;
         }
-        match p.send().and_then(|_| p.return_credit()) {
+        match p
+            .send()
+            .and_then(|_| p.forward_grant())
+            .and_then(|_| p.return_credit())
+        {
             Ok(_) => true,
             Err(e) => {
                 p.deferred = Some(e);

@@ -101,10 +101,15 @@ pub struct VerbsAddr {
     pub ctrl_addr: u64,
     /// See `ctrl_addr`.
     pub ctrl_rkey: u32,
+    /// Address and key of the staging ring (the peer writes rendezvous
+    /// grants into its header's mailbox).
+    pub staging_addr: u64,
+    /// See `staging_addr`.
+    pub staging_rkey: u32,
 }
 
 /// Bytes of an encoded [`VerbsAddr`] with its peer rank.
-pub const ADDR_BYTES: usize = 4 + 4 + 4 + 2 + 1 + 16 + 8 + 4 + 8 + 4;
+pub const ADDR_BYTES: usize = 4 + 4 + 4 + 2 + 1 + 16 + 8 + 4 + 8 + 4 + 8 + 4;
 
 impl VerbsAddr {
     /// Appends `(to, self)` to `out`.
@@ -119,6 +124,8 @@ impl VerbsAddr {
         out.extend_from_slice(&self.ring_rkey.to_le_bytes());
         out.extend_from_slice(&self.ctrl_addr.to_le_bytes());
         out.extend_from_slice(&self.ctrl_rkey.to_le_bytes());
+        out.extend_from_slice(&self.staging_addr.to_le_bytes());
+        out.extend_from_slice(&self.staging_rkey.to_le_bytes());
     }
 
     /// Finds the entry addressed to `me` in a rank's list.
@@ -154,6 +161,8 @@ impl VerbsAddr {
                 ring_rkey: u32_at(39),
                 ctrl_addr: u64_at(43),
                 ctrl_rkey: u32_at(51),
+                staging_addr: u64_at(55),
+                staging_rkey: u32_at(63),
             });
         }
         Err(Error::Bootstrap(format!(
@@ -262,13 +271,7 @@ impl Qp {
         let cp = (&*rings.ctrl as *const Ctrl).cast_mut().cast::<u8>();
         let remote = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
             | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
-        let staging = Mr::new(
-            &dev,
-            sp,
-            sl,
-            ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0,
-            "staging ring",
-        )?;
+        let staging = Mr::new(&dev, sp, sl, remote, "staging ring")?;
         let inbound = Mr::new(&dev, ip, il, remote, "inbound ring")?;
         let ctrl = Mr::new(&dev, cp, std::mem::size_of::<Ctrl>(), remote, "control")?;
         // SAFETY: the context and the channel are open. Room for a full
@@ -342,12 +345,19 @@ impl Qp {
             ring_rkey: inbound.rkey(),
             ctrl_addr: cp as u64,
             ctrl_rkey: ctrl.rkey(),
+            staging_addr: sp as u64,
+            staging_rkey: staging.rkey(),
         };
         let mut q = q;
         q.mrs = vec![staging, inbound, ctrl];
         q.post_recvs(depth as usize)
             .map_err(|e| Error::os("verbs: ibv_post_recv", e))?;
         Ok((q, addr))
+    }
+
+    /// The device the QP lives on.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.dev
     }
 
     /// Asks the CQ's channel for an event at the CQ's next completion.
@@ -460,5 +470,36 @@ impl Qp {
             ],
             "RTS",
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_round_trip_and_junk_is_refused() {
+        let a = VerbsAddr {
+            qpn: 0x12_3456,
+            psn: 0xab_cdef,
+            lid: 7,
+            mtu: 3,
+            gid: std::array::from_fn(|i| i as u8 * 11),
+            ring_addr: 0x7f00_dead_0000,
+            ring_rkey: 0x1111_2222,
+            ctrl_addr: 0x7f00_beef_0040,
+            ctrl_rkey: 0x3333_4444,
+            staging_addr: 0x7f00_cafe_0000,
+            staging_rkey: 0x5555_6666,
+        };
+        let b = VerbsAddr { qpn: 99, ..a };
+        let mut list = Vec::new();
+        b.encode(5, &mut list);
+        a.encode(2, &mut list);
+        assert_eq!(list.len(), 2 * ADDR_BYTES);
+        assert_eq!(VerbsAddr::find(&list, 2, 0).unwrap(), a);
+        assert_eq!(VerbsAddr::find(&list, 5, 0).unwrap(), b);
+        assert!(VerbsAddr::find(&list, 3, 0).is_err());
+        assert!(VerbsAddr::find(&list[1..], 2, 0).is_err());
     }
 }
