@@ -37,6 +37,22 @@ use super::regcache::{RegCache, Registration};
 use crate::transport::ring::{Counter, Mailbox, RingEnd, RingHeader, SLOT_HEADER};
 use crate::Error;
 
+/// One RDMA WRITE to post: WRITE_WITH_IMM when `notify` (the peer gets a
+/// completion that wakes its proxy). With `lkey` None the `len` bytes at
+/// `local` are copied at post time (inline); else they are read from memory
+/// registered under that key. `slots`: staging slots written before it
+/// (freed once it completes, if `signal`).
+struct Write {
+    local: u64,
+    len: u32,
+    remote: u64,
+    rkey: u32,
+    lkey: Option<u32>,
+    notify: bool,
+    signal: bool,
+    slots: u64,
+}
+
 /// Offsets in a ring header of the grant mailbox and the grant number.
 const MAILBOX: u64 = std::mem::offset_of!(RingHeader, mailbox) as u64;
 const CTS: u64 =
@@ -140,10 +156,7 @@ impl PeerRdma {
         u64::from(self.qp.depth) - (self.wr_posted - self.wr_done)
     }
 
-    /// Posts one RDMA WRITE (WRITE_WITH_IMM when `notify`: the peer gets
-    /// a completion that wakes its proxy). With `lkey` None the data is
-    /// copied at post time (inline); else it is read from memory registered
-    /// under that key.
+    /// Posts one RDMA WRITE (see [`Write`]).
     #[allow(clippy::too_many_arguments)]
     fn post_write(
         &mut self,
@@ -155,53 +168,93 @@ impl PeerRdma {
         notify: bool,
         signal: bool,
     ) -> Result<(), Error> {
+        let slots = self.posted;
+        self.post_writes(&[Write {
+            local,
+            len,
+            remote,
+            rkey,
+            lkey,
+            notify,
+            signal,
+            slots,
+        }])
+    }
+
+    /// Posts `writes` as one chain (one `ibv_post_send`: on Soft-RoCE each
+    /// call is a system call).
+    fn post_writes(&mut self, writes: &[Write]) -> Result<(), Error> {
         // Signal at least every half queue, so completions free it.
         let half = u64::from(self.qp.depth / 2).max(1);
-        let signal = signal || self.wr_posted + 1 - self.last_signalled >= half;
-        let mut sge = ibv_sge {
-            addr: local,
-            length: len,
-            lkey: lkey.unwrap_or(0),
-        };
-        // SAFETY: a zeroed send WR is valid; filled below.
-        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = self.wr_posted + 1;
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
-        wr.opcode = if notify {
-            ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
-        } else {
-            ibv_wr_opcode::IBV_WR_RDMA_WRITE
-        };
-        let mut flags = 0;
-        if lkey.is_none() {
-            flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+        let mut last_signalled = self.last_signalled;
+        let mut sges: Vec<ibv_sge> = Vec::with_capacity(writes.len());
+        let mut wrs: Vec<ibv_send_wr> = Vec::with_capacity(writes.len());
+        let mut signals = Vec::with_capacity(writes.len());
+        for (i, w) in writes.iter().enumerate() {
+            let id = self.wr_posted + 1 + i as u64;
+            let signal = w.signal || id - last_signalled >= half;
+            if signal {
+                last_signalled = id;
+            }
+            signals.push(signal);
+            sges.push(ibv_sge {
+                addr: w.local,
+                length: w.len,
+                lkey: w.lkey.unwrap_or(0),
+            });
+            // SAFETY: a zeroed send WR is valid; filled below.
+            let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+            wr.wr_id = id;
+            wr.num_sge = 1;
+            wr.opcode = if w.notify {
+                ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
+            } else {
+                ibv_wr_opcode::IBV_WR_RDMA_WRITE
+            };
+            let mut flags = 0;
+            if w.lkey.is_none() {
+                flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+            }
+            if signal {
+                flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+            }
+            wr.send_flags = flags;
+            wr.wr.rdma = rdma_t {
+                remote_addr: w.remote,
+                rkey: w.rkey,
+            };
+            wrs.push(wr);
         }
-        if signal {
-            flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+        // Link the chain now that the vectors no longer move.
+        for i in 0..wrs.len() {
+            wrs[i].sg_list = &mut sges[i];
+            if i + 1 < wrs.len() {
+                wrs[i].next = &mut wrs[i + 1];
+            }
         }
-        wr.send_flags = flags;
-        wr.wr.rdma = rdma_t {
-            remote_addr: remote,
-            rkey,
+        let Some(first) = wrs.first_mut() else {
+            return Ok(());
         };
         let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: the QP is in RTS; wr and sge live across the call; the
-        // local bytes are registered under lkey (or copied now, inline).
-        let rc = unsafe { ibv_post_send(self.qp.qp, &mut wr, &mut bad) };
+        // SAFETY: the QP is in RTS; the WRs and SGEs live across the call;
+        // the local bytes are registered under each lkey (or copied now,
+        // inline, from memory the caller keeps alive across this call).
+        let rc = unsafe { ibv_post_send(self.qp.qp, first, &mut bad) };
         if rc != 0 {
             return Err(self.fail(format!(
                 "ibv_post_send: {}",
                 std::io::Error::from_raw_os_error(rc)
             )));
         }
-        self.wr_posted += 1;
         self.last_post = Instant::now();
-        if signal {
-            self.last_signalled = self.wr_posted;
-            self.signalled_slots = self.posted;
-            self.inflight
-                .push_back((self.wr_posted, self.posted, self.last_post));
+        for (w, signal) in writes.iter().zip(signals) {
+            self.wr_posted += 1;
+            if signal {
+                self.last_signalled = self.wr_posted;
+                self.signalled_slots = w.slots;
+                self.inflight
+                    .push_back((self.wr_posted, w.slots, self.last_post));
+            }
         }
         Ok(())
     }
@@ -227,52 +280,56 @@ impl PeerRdma {
         )
     }
 
-    /// Writes every staged slot the peer has room for, then the tail.
+    /// Writes every staged slot the peer has room for, then the tail, as
+    /// one chain.
     fn send(&mut self) -> Result<bool, Error> {
         let nsteps = self.staging.shape().nsteps as u64;
         let stride = self.staging.shape().slot_stride() as u64;
         let credit = self.rings.ctrl.head.value.load(Ordering::Acquire);
-        let start = self.posted;
+        let mut writes = Vec::new();
+        let mut k = self.posted;
         // Keep two entries free: the tail write and a credit write.
-        while self.posted < credit + nsteps && self.room() > 2 {
-            let k = self.posted;
+        while k < credit + nsteps && self.room() > writes.len() as u64 + 2 {
             let len = match self.staging.slot_for_read(k) {
                 Ok(Some(slot)) => slot.len(),
                 Ok(None) => break,
                 Err(e) => return Err(self.fail(format!("staging ring corrupted: {e:?}"))),
             };
-            let remote = self.remote.ring_addr
-                + crate::transport::ring::RING_HEADER_BYTES as u64
-                + (k % nsteps) * stride;
-            self.post_write(
-                self.staging.slot_addr(k),
-                (SLOT_HEADER + len) as u32,
-                remote,
-                self.remote.ring_rkey,
-                Some(self.qp.staging_lkey),
-                false,
-                false,
-            )?;
-            self.posted += 1;
+            writes.push(Write {
+                local: self.staging.slot_addr(k),
+                len: (SLOT_HEADER + len) as u32,
+                remote: self.remote.ring_addr
+                    + crate::transport::ring::RING_HEADER_BYTES as u64
+                    + (k % nsteps) * stride,
+                rkey: self.remote.ring_rkey,
+                lkey: Some(self.qp.staging_lkey),
+                notify: false,
+                signal: false,
+                slots: k,
+            });
+            k += 1;
         }
-        if self.posted == start {
+        if writes.is_empty() {
             return Ok(false);
         }
         // The tail goes straight into the peer's inbound ring header, where
         // its stream waits for it: no proxy between the NIC and the reader.
-        let bytes = self.posted.to_le_bytes();
-        self.post_write(
-            bytes.as_ptr() as u64,
-            8,
-            self.remote.ring_addr + RING_TAIL,
-            self.remote.ring_rkey,
-            None,
-            true,
+        let tail = k.to_le_bytes();
+        writes.push(Write {
+            local: tail.as_ptr() as u64,
+            len: 8,
+            remote: self.remote.ring_addr + RING_TAIL,
+            rkey: self.remote.ring_rkey,
+            lkey: None,
+            notify: true,
             // Signalled only every half ring: its completion frees the
-            // staging slots before it, and no completion wakes this
-            // proxy for each small message.
-            self.posted - self.signalled_slots >= (nsteps / 2).max(1),
-        )?;
+            // staging slots before it, and no completion wakes this proxy
+            // for each small message.
+            signal: k - self.signalled_slots >= (nsteps / 2).max(1),
+            slots: k,
+        });
+        self.post_writes(&writes)?;
+        self.posted = k;
         Ok(true)
     }
 
@@ -387,10 +444,15 @@ impl PeerRdma {
         &self.regs
     }
 
-    /// Writes the count of inbound slots the stream consumed, if it moved.
+    /// Writes the count of inbound slots the stream consumed, once it moved
+    /// by half a ring.
     fn return_credit(&mut self) -> Result<bool, Error> {
+        // Returned every half ring, not per slot: a sender only waits for
+        // credit once the whole ring is in flight, and then at least half
+        // of it comes back as soon as it is consumed.
+        let every = (self.inbound.shape().nsteps as u64 / 2).max(1);
         let consumed = self.inbound.consumed();
-        if consumed != self.credit_sent && self.room() > 1 {
+        if consumed >= self.credit_sent + every && self.room() > 1 {
             self.post_word(CTRL_HEAD, consumed, true, false)?;
             self.credit_sent = consumed;
             return Ok(true);
