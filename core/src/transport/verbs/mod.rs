@@ -11,9 +11,10 @@
 //! QP addresses through the communicator's bootstrap and moves each QP to
 //! RTS before any rank starts its proxy.
 //!
-//! Not built: GPUDirect RDMA (needs the CUDA backend), the barrier's flag
-//! writes over RDMA (barriers run as messages through the rings) and
-//! rendezvous p2p straight into a user buffer (the data goes through slots).
+//! Rendezvous p2p writes straight into the receiver's registered buffer
+//! ([`regcache`], and `comm::p2p::rdma`). Not built: GPUDirect RDMA (needs
+//! the CUDA backend) and the barrier's flag writes over RDMA (barriers run
+//! as messages through the rings).
 
 pub mod device;
 pub mod event;
