@@ -279,6 +279,15 @@ fn child() {
     let Ok(scenario) = std::env::var(SCENARIO) else {
         return;
     };
+    if scenario == "unlinked" {
+        // Nothing has asked for a device yet: libibverbs must not be loaded.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        assert!(
+            !maps.contains("libibverbs"),
+            "libibverbs is mapped before any verbs use: the binary links it"
+        );
+        return;
+    }
     assert_eq!(scenario, "die", "unknown scenario");
     let comm = Communicator::from_env().unwrap();
     let stream = HostStream::new().unwrap();
@@ -306,6 +315,23 @@ fn child() {
             std::process::exit(if named { 42 } else { 43 });
         }
     }
+}
+
+/// A binary built with `verbs` does not link libibverbs (it is loaded at run
+/// time), so it starts where the library is missing: a fresh process of
+/// this test binary has not mapped it.
+#[test]
+fn libibverbs_is_not_linked() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child", "--ignored", "--nocapture", "-q"])
+        .env(SCENARIO, "unlinked")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Rank 1 of 3 processes is SIGKILLed mid all_reduce loop: its QPs vanish,

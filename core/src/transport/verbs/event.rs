@@ -21,6 +21,7 @@ use crate::{Error, Result};
 /// [`Qp`](super::qp::Qp) holds an `Arc` to it).
 pub struct CompChannel {
     chan: *mut ibv_comp_channel,
+    lib: &'static super::dl::Lib,
 }
 
 // SAFETY: the channel is a kernel descriptor plus a context pointer; verbs
@@ -42,14 +43,14 @@ impl CompChannel {
     /// [`Error::Os`] when the channel cannot be created or made non-blocking.
     pub fn new(dev: &Device) -> Result<CompChannel> {
         // SAFETY: the context is open.
-        let chan = unsafe { ibv_create_comp_channel(dev.ctx) };
+        let chan = unsafe { (dev.lib.create_comp_channel)(dev.ctx) };
         if chan.is_null() {
             return Err(Error::os(
                 "verbs: ibv_create_comp_channel",
                 std::io::Error::last_os_error(),
             ));
         }
-        let c = CompChannel { chan };
+        let c = CompChannel { chan, lib: dev.lib };
         let fd = c.fd();
         // SAFETY: plain fcntl calls on a descriptor the channel owns.
         let ok = unsafe {
@@ -83,12 +84,12 @@ impl CompChannel {
             let mut ctx: *mut std::ffi::c_void = std::ptr::null_mut();
             // SAFETY: the channel is valid and non-blocking; cq and ctx are
             // out-parameters.
-            if unsafe { ibv_get_cq_event(self.chan, &mut cq, &mut ctx) } != 0 {
+            if unsafe { (self.lib.get_cq_event)(self.chan, &mut cq, &mut ctx) } != 0 {
                 return;
             }
             // SAFETY: cq was just returned with one unacknowledged event;
             // acknowledging it at once lets ibv_destroy_cq finish later.
-            unsafe { ibv_ack_cq_events(cq, 1) };
+            unsafe { (self.lib.ack_cq_events)(cq, 1) };
         }
     }
 }
@@ -97,7 +98,7 @@ impl Drop for CompChannel {
     fn drop(&mut self) {
         // SAFETY: created once in `new`, destroyed once, after the CQs that
         // used it (they hold an Arc to it).
-        unsafe { ibv_destroy_comp_channel(self.chan) };
+        unsafe { (self.lib.destroy_comp_channel)(self.chan) };
     }
 }
 

@@ -17,6 +17,7 @@
 //! as messages through the rings).
 
 pub mod device;
+pub mod dl;
 pub mod event;
 pub mod progress;
 pub mod proxy;

@@ -474,7 +474,9 @@ impl PeerRdma {
         for c in &wc[..n as usize] {
             if c.status != ibv_wc_status::IBV_WC_SUCCESS {
                 // SAFETY: returns a static string for any status.
-                let what = unsafe { std::ffi::CStr::from_ptr(ibv_wc_status_str(c.status)) };
+                let what = unsafe {
+                    std::ffi::CStr::from_ptr((self.qp.device().lib.wc_status_str)(c.status))
+                };
                 return Err(self.fail(format!(
                     "work completion failed: {} (status {}, vendor error {:#x})",
                     what.to_string_lossy(),

@@ -172,20 +172,20 @@ impl VerbsAddr {
 }
 
 /// A registered memory region, deregistered on drop.
-struct Mr(*mut ibv_mr);
+struct Mr(*mut ibv_mr, &'static super::dl::Lib);
 
 impl Mr {
     fn new(dev: &Device, addr: *mut u8, len: usize, access: u32, what: &str) -> Result<Mr> {
         // SAFETY: addr..addr+len is memory owned by the connection's rings,
         // which outlive the registration (the QP holds both).
-        let mr = unsafe { ibv_reg_mr(dev.pd, addr.cast(), len, access as i32) };
+        let mr = unsafe { (dev.lib.reg_mr)(dev.pd, addr.cast(), len, access as i32) };
         if mr.is_null() {
             return Err(Error::os(
                 format!("verbs: ibv_reg_mr({what}, {len} bytes)"),
                 std::io::Error::last_os_error(),
             ));
         }
-        Ok(Mr(mr))
+        Ok(Mr(mr, dev.lib))
     }
 
     fn lkey(&self) -> u32 {
@@ -203,7 +203,7 @@ impl Drop for Mr {
     fn drop(&mut self) {
         // SAFETY: registered once in `new`, deregistered once here (after
         // the QP that used it was destroyed: field order in `Qp`).
-        unsafe { ibv_dereg_mr(self.0) };
+        unsafe { (self.1.dereg_mr)(self.0) };
     }
 }
 
@@ -241,8 +241,8 @@ impl Drop for Qp {
         // SAFETY: created once in `create`, destroyed once, QP before its CQ;
         // the MRs and the device are released after (field order).
         unsafe {
-            ibv_destroy_qp(self.qp);
-            ibv_destroy_cq(self.cq);
+            (self.dev.lib.destroy_qp)(self.qp);
+            (self.dev.lib.destroy_cq)(self.cq);
         }
         self.mrs.clear();
         let _ = (&self.dev, &self.channel);
@@ -277,7 +277,7 @@ impl Qp {
         // SAFETY: the context and the channel are open. Room for a full
         // send queue and a full receive queue of completions.
         let cq = unsafe {
-            ibv_create_cq(
+            (dev.lib.create_cq)(
                 dev.ctx,
                 2 * depth as i32,
                 std::ptr::null_mut(),
@@ -302,11 +302,11 @@ impl Qp {
         init.cap.max_recv_sge = 1;
         init.cap.max_inline_data = 64;
         // SAFETY: the PD is valid; init is filled.
-        let qp = unsafe { ibv_create_qp(dev.pd, &mut init) };
+        let qp = unsafe { (dev.lib.create_qp)(dev.pd, &mut init) };
         if qp.is_null() {
             let e = std::io::Error::last_os_error();
             // SAFETY: created above, destroyed once.
-            unsafe { ibv_destroy_cq(cq) };
+            unsafe { (dev.lib.destroy_cq)(cq) };
             return Err(Error::os("verbs: ibv_create_qp", e));
         }
         let q = Qp {
@@ -404,7 +404,7 @@ impl Qp {
 
     fn modify(&self, a: &mut ibv_qp_attr, mask: &[ibv_qp_attr_mask], to: &str) -> Result<()> {
         // SAFETY: the QP is valid; `a` holds the fields the mask names.
-        let rc = unsafe { ibv_modify_qp(self.qp, a, attr_mask(mask)) };
+        let rc = unsafe { (self.dev.lib.modify_qp)(self.qp, a, attr_mask(mask)) };
         if rc != 0 {
             return Err(Error::os(
                 format!("verbs: ibv_modify_qp to {to}"),

@@ -32,7 +32,7 @@ pub struct Registration {
     mr: *mut ibv_mr,
     start: usize,
     end: usize,
-    _dev: Arc<Device>,
+    dev: Arc<Device>,
 }
 
 // SAFETY: an MR handle is usable from any thread; it is only read (keys)
@@ -74,7 +74,7 @@ impl Drop for Registration {
         // SAFETY: registered once in `RegCache::get`, deregistered once
         // here; no work request uses it any more (holders keep the Arc
         // until their writes completed or their receive ended).
-        unsafe { ibv_dereg_mr(self.mr) };
+        unsafe { (self.dev.lib.dereg_mr)(self.mr) };
     }
 }
 
@@ -129,7 +129,7 @@ impl RegCache {
         // it); the registration is dropped from the cache before that memory
         // goes away (`forget`), and holders keep it only while they use it.
         let mr = unsafe {
-            ibv_reg_mr(
+            (self.dev.lib.reg_mr)(
                 self.dev.pd,
                 start as *mut std::ffi::c_void,
                 end - start,
@@ -146,7 +146,7 @@ impl RegCache {
             mr,
             start,
             end,
-            _dev: self.dev.clone(),
+            dev: self.dev.clone(),
         });
         if entries.len() >= CAPACITY {
             entries.remove(0);
