@@ -230,6 +230,22 @@ fn p2p_over_verbs_2_and_4_ranks() {
             assert_eq!(s.sent_direct_bytes > 0, s.sent_rendezvous_messages > 0);
         });
     }
+    // STREAMCOMM_P2P_DIRECT=0: rendezvous bytes follow through the slots.
+    let seed = harness::seed();
+    let config = Config {
+        p2p_direct: false,
+        ..verbs_config()
+    };
+    harness::run_threads(2, config, Duration::from_secs(300), move |comm| {
+        let stream = HostStream::new().unwrap();
+        ring_exchange(&comm, &stream, seed);
+        let s = comm.p2p_stats();
+        assert_eq!((s.sent_direct_bytes, s.recv_direct_bytes), (0, 0), "{s:?}");
+        assert!(
+            s.sent_streamed_bytes > 0 && s.recv_streamed_bytes > 0,
+            "{s:?}"
+        );
+    });
 }
 
 #[test]

@@ -207,7 +207,10 @@ impl<'a> SendOp<'a> {
                 // slots while the grant is not there yet). Over shared memory
                 // and verbs the sender waits for the grant and writes it
                 // directly.
-                self.state = if self.conn.peer_segment().is_some() || rdma::is_rdma(self.conn) {
+                // (Over verbs only with direct writes allowed; else the
+                // bytes stream through the slots.)
+                let by_rdma = self.direct && rdma::is_rdma(self.conn);
+                self.state = if self.conn.peer_segment().is_some() || by_rdma {
                     State::AwaitGrant { grant }
                 } else {
                     State::Stream { sent: 0 }
@@ -231,7 +234,7 @@ impl<'a> SendOp<'a> {
                         ),
                     });
                 }
-                if rdma::is_rdma(self.conn) {
+                if self.direct && rdma::is_rdma(self.conn) {
                     // `pid` carries the receive buffer's remote key.
                     let Some((wr, reg)) = rdma::write(self.conn, &self.data[..front], addr, pid)?
                     else {
