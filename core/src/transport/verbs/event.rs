@@ -102,8 +102,9 @@ impl Drop for CompChannel {
     }
 }
 
-/// Sleeps until the kick descriptor or the channel is readable, or `timeout`.
-pub fn wait(kick_fd: i32, chan_fd: i32, timeout: std::time::Duration) -> bool {
+/// Sleeps until the kick descriptor or the channel is readable, or
+/// `timeout`; says which was: (kicked, completion event).
+pub fn wait(kick_fd: i32, chan_fd: i32, timeout: std::time::Duration) -> (bool, bool) {
     let mut fds = [
         libc::pollfd {
             fd: kick_fd,
@@ -119,5 +120,5 @@ pub fn wait(kick_fd: i32, chan_fd: i32, timeout: std::time::Duration) -> bool {
     let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
     // SAFETY: two valid pollfds, a bounded timeout.
     let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
-    n > 0 && fds[0].revents != 0
+    (n > 0 && fds[0].revents != 0, n > 0 && fds[1].revents != 0)
 }

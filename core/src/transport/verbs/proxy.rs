@@ -39,6 +39,8 @@ pub fn run(
     let chan_fd = channel.as_ref().map_or(-1, |c| c.fd());
     let mut idle_since: Option<Instant> = None;
     let mut armed = false;
+    // Woken by these and not drained yet.
+    let (mut kicked, mut evented) = (false, false);
     let mut drain_deadline: Option<Instant> = None;
     loop {
         let failed = abort.load(Ordering::Acquire);
@@ -102,10 +104,18 @@ pub fn run(
         if since.elapsed() < SPIN {
             std::hint::spin_loop();
         } else if !armed {
-            // About to sleep: ask for a channel event at the next completion
-            // of every live CQ and for a kick from the streams, then go round
-            // once more, so a completion or a staged slot that came before
-            // the arming is seen now rather than after the sleep.
+            // About to sleep: clear the events that woke us (read only now,
+            // so that after a wake-up the stream is served first), ask for a
+            // channel event at the next completion of every live CQ and for
+            // a kick from the streams, then go round once more, so a
+            // completion or a staged slot that came before the arming is
+            // seen now rather than after the sleep.
+            if std::mem::take(&mut kicked) {
+                kick.drain();
+            }
+            if let (true, Some(c)) = (std::mem::take(&mut evented), &channel) {
+                c.drain();
+            }
             kick.set_sleeping(true);
             for (p, _) in peers.iter().zip(&dead).filter(|(_, &d)| !d) {
                 // A CQ that cannot be armed is polled after the timeout.
@@ -113,15 +123,11 @@ pub fn run(
             }
             armed = true;
         } else {
-            let kicked = event::wait(kick.raw_fd(), chan_fd, IDLE_WAIT);
+            let (k, e) = event::wait(kick.raw_fd(), chan_fd, IDLE_WAIT);
+            kicked |= k;
+            evented |= e;
             armed = false;
             kick.set_sleeping(false);
-            if kicked {
-                kick.drain();
-            }
-            if let Some(c) = &channel {
-                c.drain();
-            }
             // Look once; sleep again at once if nothing came.
             idle_since = Some(Instant::now() - SPIN);
         }
