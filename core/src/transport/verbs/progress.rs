@@ -19,10 +19,10 @@
 //! ([`super::proxy`]) does. A bad completion or a failed post puts the
 //! communicator in its error state naming the peer and transport `verbs`;
 //! an abort is written into every peer's control block so their waits end
-//! too. A peer idle for [`HEARTBEAT`] gets a signalled rewrite of its credit
+//! too. A peer idle for `HEARTBEAT` gets a signalled rewrite of its credit
 //! word, so that a dead peer (its QP gone) shows as a failed completion
 //! (retries exhausted, about half a second with the QP's timeout 14 and 7
-//! retries), or as a write that never completes ([`STALL`]), even while this
+//! retries), or as a write that never completes (`STALL`), even while this
 //! rank only waits for it.
 
 use std::collections::VecDeque;

@@ -1,17 +1,17 @@
 //! The verbs proxy thread's loop: steps every peer, then sleeps on events.
 //!
-//! Each round locks every live peer in turn and runs
-//! [`PeerRdma::step`](super::progress::PeerRdma::step) (completions, slots
-//! the stream staged, credits, heartbeat). While anything moves it goes
-//! round again; after [`SPIN`] with nothing moving it arms every CQ and the
+//! Each round locks every live peer in turn and runs `PeerRdma::step`
+//! (completions, slots the stream staged, credits, grants, heartbeat).
+//! While anything moves it goes
+//! round again; after `SPIN` with nothing moving it arms every CQ and the
 //! streams' kick, goes round once more (so nothing that arrived before the
 //! arming is missed) and then sleeps in `poll(2)` until a completion (a
 //! peer's WRITE_WITH_IMM or our own signalled write), a kick, or
-//! [`IDLE_WAIT`] (which bounds the heartbeat and stall checks).
+//! `IDLE_WAIT` (which bounds the heartbeat and stall checks).
 //!
 //! A failing peer is marked dead (its streams stop posting to it) and the
 //! communicator's failure sink is told; an abort is written to every live
-//! peer. On stop the loop writes what was staged (bounded by [`DRAIN`]),
+//! peer. On stop the loop writes what was staged (bounded by `DRAIN`),
 //! then a goodbye word to every peer.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
