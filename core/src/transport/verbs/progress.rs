@@ -404,7 +404,7 @@ impl PeerRdma {
     /// `None` when the send queue has no room now (try again later).
     ///
     /// # Errors
-    /// [`Error::Transport`] when posting fails.
+    /// [`Error::Transport`] when posting fails or the peer was given up.
     pub fn write_user(
         &mut self,
         reg: &Registration,
@@ -413,8 +413,11 @@ impl PeerRdma {
         remote: u64,
         rkey: u32,
     ) -> Result<Option<u64>, Error> {
+        if self.dead {
+            return Err(self.fail("the connection failed or was closed".into()));
+        }
         let chunks = len.div_ceil(MAX_WRITE).max(1);
-        if self.dead || self.room() < chunks as u64 + 3 {
+        if self.room() < chunks as u64 + 3 {
             return Ok(None);
         }
         for i in 0..chunks {
