@@ -3,7 +3,7 @@
 //! Each round locks every live peer in turn and runs `PeerRdma::step`
 //! (completions, slots the stream staged, credits, grants, heartbeat).
 //! While anything moves it goes
-//! round again; after `SPIN` with nothing moving it arms every CQ and the
+//! round again; once nothing moves (after `SPIN`) it arms every CQ and the
 //! streams' kick, goes round once more (so nothing that arrived before the
 //! arming is missed) and then sleeps in `poll(2)` until a completion (a
 //! peer's WRITE_WITH_IMM or our own signalled write), a kick, or
@@ -164,8 +164,12 @@ fn goodbye(peers: &[Arc<SharedPeer>], dead: &[bool]) {
 
 /// How long a closing communicator keeps writing what it staged.
 const DRAIN: Duration = Duration::from_secs(10);
-/// How long an idle proxy keeps polling before it arms the CQs and sleeps.
-const SPIN: Duration = Duration::from_micros(20);
+/// How long an idle proxy keeps polling before it arms the CQs and sleeps:
+/// not at all. Measured in the Soft-RoCE guest (8 B ping-pong, host calls,
+/// four A/B pairs in one session): 124-154 µs p50 without, 158-271 µs with
+/// 20 µs of spinning, which takes a CPU from the streams after every
+/// message's completion event. The loop still goes round while work moves.
+const SPIN: Duration = Duration::from_micros(0);
 /// Longest sleep of an idle proxy: a completion (the peer wrote a counter)
 /// or a kick from the stream ends it at once; the timeout only bounds the
 /// heartbeat and stall checks.
