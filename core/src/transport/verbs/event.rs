@@ -4,13 +4,19 @@
 //! that only watched its counters had to poll them, and an idle proxy slept
 //! blindly between polls (measured in the Soft-RoCE guest: the reply to a
 //! ping waited ~0.7 ms for the proxies to give the CPUs back). Instead every
-//! counter a peer must react to (tail, credit, abort, goodbye) is written
-//! with RDMA WRITE_WITH_IMM, which also consumes a posted receive and puts a
-//! completion on our CQ. Every peer's CQ reports to one completion channel
-//! per proxy; an idle proxy arms the CQs (`ibv_req_notify_cq`), checks once
-//! more, and sleeps in `poll(2)` on the channel's descriptor and the
-//! stream's [`Kick`](crate::transport::tcp::kick::Kick) eventfd, with a
-//! timeout so the heartbeat and stall checks still run.
+//! counter a peer may have to react to (tail, credit, grant, abort, goodbye)
+//! is written with RDMA WRITE_WITH_IMM, which also consumes a posted receive
+//! and puts a completion on our CQ; all but the tails are *solicited*. Every
+//! peer's CQ reports to one completion channel per proxy; an idle proxy
+//! arms the CQs (`ibv_req_notify_cq`: for solicited completions only,
+//! unless a stream sleeps on one of its rings), checks once more, and
+//! sleeps in `poll(2)` on the channel's descriptor and the stream's
+//! [`Kick`](crate::transport::tcp::kick::Kick) eventfd, with a timeout so
+//! the heartbeat and stall checks still run. A spinning stream sees a tail
+//! by itself, so the proxy is not woken for it (that wake-up took a CPU
+//! from the streams: 82-140 µs against 151-208 µs p50 in A/B pairs); a
+//! stream about to sleep kicks the proxy (the wait policy's `on_sleep`),
+//! which then arms for every completion.
 
 use rdma_sys::*;
 

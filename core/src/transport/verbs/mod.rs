@@ -98,14 +98,20 @@ pub fn connect(
 }
 
 /// The verbs proxy thread of a communicator; stops and joins on drop.
-#[derive(Debug)]
 pub struct VerbsNet {
     /// Wakes the thread (streams call it after staging a slot or freeing one).
     pub kick: Arc<Kick>,
     stop: Arc<AtomicBool>,
     abort: Arc<AtomicU32>,
     peers: Vec<Arc<SharedPeer>>,
+    hook: Box<dyn Fn() + Send + Sync>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for VerbsNet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "VerbsNet({} peers)", self.peers.len())
+    }
 }
 
 impl VerbsNet {
@@ -140,13 +146,24 @@ impl VerbsNet {
             .name(format!("streamcomm-verbs-{rank}"))
             .spawn(move || proxy::run(io2, k, s, a, sink))
             .map_err(|e| Error::os("spawn verbs proxy thread", e))?;
+        let hook: Box<dyn Fn() + Send + Sync> = {
+            let k = kick.clone();
+            Box::new(move || k.kick())
+        };
         Ok(VerbsNet {
             kick,
             stop,
             abort,
             peers: io,
+            hook,
             thread: Some(thread),
         })
+    }
+
+    /// What a waiter of this communicator calls before it sleeps: wakes the
+    /// proxy if it sleeps, so that it re-arms its CQs for every completion.
+    pub fn sleep_hook(&self) -> &(dyn Fn() + Sync) {
+        &*self.hook
     }
 
     /// The shared state of the connection to `peer`, for its streams'

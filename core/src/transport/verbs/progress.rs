@@ -8,9 +8,10 @@
 //!   tail lands after the data: a reader that sees the tail sees the slots.
 //!   The tail write is signalled; its completion releases the staging slots
 //!   (completions come in order).
-//! - **Receive**: the immediate consumes a posted receive and wakes the
-//!   peer's proxy (see [`super::event`]), which checks the tail, wakes a
-//!   stream asleep on the ring and puts the receive back.
+//! - **Receive**: the peer's stream sees the tail itself. The immediate
+//!   consumes a posted receive; it wakes the peer's proxy only while a
+//!   stream sleeps there (see [`super::event`]), which then checks the
+//!   tail, wakes the stream and puts the receive back.
 //! - **Credits**: when the stream has consumed inbound slots, their count is
 //!   written (inline, WRITE_WITH_IMM) into the peer's control block.
 //!
@@ -38,7 +39,8 @@ use crate::transport::ring::{Counter, Mailbox, RingEnd, RingHeader, SLOT_HEADER}
 use crate::Error;
 
 /// One RDMA WRITE to post: WRITE_WITH_IMM when `notify` (the peer gets a
-/// completion that wakes its proxy). With `lkey` None the `len` bytes at
+/// completion, which wakes its proxy if `solicited` or if the proxy asked
+/// for every completion). With `lkey` None the `len` bytes at
 /// `local` are copied at post time (inline); else they are read from memory
 /// registered under that key. `slots`: staging slots written before it
 /// (freed once it completes, if `signal`).
@@ -49,6 +51,7 @@ struct Write {
     rkey: u32,
     lkey: Option<u32>,
     notify: bool,
+    solicited: bool,
     signal: bool,
     slots: u64,
 }
@@ -176,6 +179,7 @@ impl PeerRdma {
             rkey,
             lkey,
             notify,
+            solicited: notify,
             signal,
             slots,
         }])
@@ -217,6 +221,9 @@ impl PeerRdma {
             }
             if signal {
                 flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+            }
+            if w.notify && w.solicited {
+                flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
             }
             wr.send_flags = flags;
             wr.wr.rdma = rdma_t {
@@ -304,6 +311,7 @@ impl PeerRdma {
                 rkey: self.remote.ring_rkey,
                 lkey: Some(self.qp.staging_lkey),
                 notify: false,
+                solicited: false,
                 signal: false,
                 slots: k,
             });
@@ -322,6 +330,10 @@ impl PeerRdma {
             rkey: self.remote.ring_rkey,
             lkey: None,
             notify: true,
+            // Not solicited: it wakes the peer's proxy only while a stream
+            // sleeps there (the proxy then asks for every completion);
+            // a spinning stream sees the tail itself.
+            solicited: false,
             // Signalled only every half ring: its completion frees the
             // staging slots before it, and no completion wakes this proxy
             // for each small message.
@@ -434,6 +446,14 @@ impl PeerRdma {
             )?;
         }
         Ok(Some(self.wr_posted))
+    }
+
+    /// True while a stream sleeps on one of this peer's rings: the proxy
+    /// must then wake at every completion (tails are not solicited).
+    pub(crate) fn has_sleepers(&self) -> bool {
+        self.inbound.data_notifier().has_sleepers()
+            || self.staging.credit_notifier().has_sleepers()
+            || self.staging.grant_notifier().has_sleepers()
     }
 
     /// True once work request number `wr` (from [`PeerRdma::write_user`])

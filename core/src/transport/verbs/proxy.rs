@@ -3,11 +3,12 @@
 //! Each round locks every live peer in turn and runs `PeerRdma::step`
 //! (completions, slots the stream staged, credits, grants, heartbeat).
 //! While anything moves it goes
-//! round again; once nothing moves (after `SPIN`) it arms every CQ and the
-//! streams' kick, goes round once more (so nothing that arrived before the
-//! arming is missed) and then sleeps in `poll(2)` until a completion (a
-//! peer's WRITE_WITH_IMM or our own signalled write), a kick, or
-//! `IDLE_WAIT` (which bounds the heartbeat and stall checks).
+//! round again; once nothing moves (after `SPIN`) it arms every CQ (for
+//! solicited completions only, unless a stream sleeps on a verbs ring: see
+//! [`super::event`]) and the streams' kick, goes round once more (so
+//! nothing that arrived before the arming is missed) and then sleeps in
+//! `poll(2)` until a completion event, a kick, or `IDLE_WAIT` (which bounds
+//! the heartbeat and stall checks).
 //!
 //! A failing peer is marked dead (its streams stop posting to it) and the
 //! communicator's failure sink is told; an abort is written to every live
@@ -117,9 +118,15 @@ pub fn run(
                 c.drain();
             }
             kick.set_sleeping(true);
-            for (p, _) in peers.iter().zip(&dead).filter(|(_, &d)| !d) {
+            // Tails are not solicited: wake for them only while a stream
+            // sleeps on a verbs ring (it kicks us before it sleeps, after
+            // counting itself, so either we see it here or its kick wakes
+            // us to arm again).
+            let live = || peers.iter().zip(&dead).filter(|(_, &d)| !d);
+            let all = live().any(|(p, _)| p.lock().has_sleepers());
+            for (p, _) in live() {
                 // A CQ that cannot be armed is polled after the timeout.
-                let _ = p.lock().qp.arm();
+                let _ = p.lock().qp.arm(!all);
             }
             armed = true;
         } else {

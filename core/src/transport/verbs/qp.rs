@@ -360,13 +360,14 @@ impl Qp {
         &self.dev
     }
 
-    /// Asks the CQ's channel for an event at the CQ's next completion.
+    /// Asks the CQ's channel for an event at the CQ's next completion
+    /// (`solicited_only`: the next solicited one, or an error).
     ///
     /// # Errors
     /// The verbs error code when the CQ cannot be armed.
-    pub fn arm(&self) -> std::result::Result<(), std::io::Error> {
+    pub fn arm(&self, solicited_only: bool) -> std::result::Result<(), std::io::Error> {
         // SAFETY: the CQ is live and was created with a completion channel.
-        let rc = unsafe { ibv_req_notify_cq(self.cq, 0) };
+        let rc = unsafe { ibv_req_notify_cq(self.cq, i32::from(solicited_only)) };
         if rc != 0 {
             return Err(std::io::Error::from_raw_os_error(rc));
         }
