@@ -34,8 +34,10 @@ use std::time::{Duration, Instant};
 use rdma_sys::*;
 
 use super::qp::{Qp, VerbsAddr, VerbsRings, CTRL_HEAD, RECV_WR_ID, RING_TAIL};
-use super::regcache::{RegCache, Registration};
-use crate::transport::ring::{Counter, Mailbox, RingEnd, RingHeader, SLOT_HEADER};
+use super::regcache::RegCache;
+use crate::transport::ring::{RingEnd, SLOT_HEADER};
+
+mod rendezvous;
 use crate::Error;
 
 /// One RDMA WRITE to post: WRITE_WITH_IMM when `notify` (the peer gets a
@@ -55,17 +57,6 @@ struct Write {
     signal: bool,
     slots: u64,
 }
-
-/// Offsets in a ring header of the grant mailbox and the grant number.
-const MAILBOX: u64 = std::mem::offset_of!(RingHeader, mailbox) as u64;
-const CTS: u64 =
-    (std::mem::offset_of!(RingHeader, cts) + std::mem::offset_of!(Counter, value)) as u64;
-/// The mailbox's grant fields (`addr`, `len`, `pid`, `first_seq`), which
-/// lead it; the rest of it is the receiver's own bookkeeping.
-const MAILBOX_GRANT_BYTES: u32 = 32;
-const _: () = assert!(std::mem::offset_of!(Mailbox, first_seq) == 24);
-/// Largest single RDMA WRITE of user data (below the 2 GiB message limit).
-const MAX_WRITE: usize = 1 << 30;
 
 /// One verbs peer as the proxy thread sees it.
 pub struct PeerRdma {
@@ -377,94 +368,12 @@ impl PeerRdma {
         Ok(self.forward_grant()? || self.return_credit()? || moved)
     }
 
-    /// Copies a new rendezvous grant of our stream (its inbound ring
-    /// header's mailbox, then its grant number, with an immediate) into the
-    /// peer's staging ring header, where its sender waits for it.
-    fn forward_grant(&mut self) -> Result<bool, Error> {
-        let cts = self.inbound.grant_count();
-        if cts == self.grant_sent || self.room() <= 3 {
-            return Ok(false);
-        }
-        let local = self.rings.inbound.memory().0 as u64;
-        let remote = self.remote.staging_addr;
-        self.post_write(
-            local + MAILBOX,
-            MAILBOX_GRANT_BYTES,
-            remote + MAILBOX,
-            self.remote.staging_rkey,
-            None,
-            false,
-            false,
-        )?;
-        let bytes = cts.to_le_bytes();
-        self.post_write(
-            bytes.as_ptr() as u64,
-            8,
-            remote + CTS,
-            self.remote.staging_rkey,
-            None,
-            true,
-            false,
-        )?;
-        self.grant_sent = cts;
-        Ok(true)
-    }
-
-    /// Posts an RDMA WRITE of `len` bytes at `local` (registered as `reg`)
-    /// to `remote` under `rkey` in the peer's memory (a rendezvous grant),
-    /// signalled: `Some(n)` means done once [`PeerRdma::completed`]`(n)`;
-    /// `None` when the send queue has no room now (try again later).
-    ///
-    /// # Errors
-    /// [`Error::Transport`] when posting fails or the peer was given up.
-    pub fn write_user(
-        &mut self,
-        reg: &Registration,
-        local: u64,
-        len: usize,
-        remote: u64,
-        rkey: u32,
-    ) -> Result<Option<u64>, Error> {
-        if self.dead {
-            return Err(self.fail("the connection failed or was closed".into()));
-        }
-        let chunks = len.div_ceil(MAX_WRITE).max(1);
-        if self.room() < chunks as u64 + 3 {
-            return Ok(None);
-        }
-        for i in 0..chunks {
-            let off = i * MAX_WRITE;
-            let n = (len - off).min(MAX_WRITE);
-            self.post_write(
-                local + off as u64,
-                n as u32,
-                remote + off as u64,
-                rkey,
-                Some(reg.lkey()),
-                false,
-                i + 1 == chunks,
-            )?;
-        }
-        Ok(Some(self.wr_posted))
-    }
-
     /// True while a stream sleeps on one of this peer's rings: the proxy
     /// must then wake at every completion (tails are not solicited).
     pub(crate) fn has_sleepers(&self) -> bool {
         self.inbound.data_notifier().has_sleepers()
             || self.staging.credit_notifier().has_sleepers()
             || self.staging.grant_notifier().has_sleepers()
-    }
-
-    /// True once work request number `wr` (from [`PeerRdma::write_user`])
-    /// completed.
-    pub fn completed(&self, wr: u64) -> bool {
-        self.wr_done >= wr
-    }
-
-    /// The communicator's registration cache.
-    pub fn regs(&self) -> &Arc<RegCache> {
-        &self.regs
     }
 
     /// Writes the count of inbound slots the stream consumed, once it moved
