@@ -31,7 +31,7 @@ pub enum WaitError {
 }
 
 /// How long to spin and when to give up.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct WaitPolicy<'a> {
     /// Busy-poll iterations before yielding.
     pub spin: u32,
@@ -43,6 +43,22 @@ pub struct WaitPolicy<'a> {
     /// [`WaitError::Aborted`] (a word, so it can live in shared memory and be
     /// raised by another process).
     pub abort: Option<&'a AtomicU32>,
+    /// Called once per wait, when the waiter is about to sleep on the futex
+    /// (already counted as a sleeper): for a waker that only watches for
+    /// sleepers when told to (the verbs proxy).
+    pub on_sleep: Option<&'a (dyn Fn() + Sync)>,
+}
+
+impl std::fmt::Debug for WaitPolicy<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WaitPolicy")
+            .field("spin", &self.spin)
+            .field("yields", &self.yields)
+            .field("timeout", &self.timeout)
+            .field("abort", &self.abort)
+            .field("on_sleep", &self.on_sleep.is_some())
+            .finish()
+    }
 }
 
 impl<'a> WaitPolicy<'a> {
@@ -53,6 +69,15 @@ impl<'a> WaitPolicy<'a> {
             yields: DEFAULT_YIELDS,
             timeout,
             abort: None,
+            on_sleep: None,
+        }
+    }
+
+    /// The same policy, calling `f` when a waiter is about to sleep.
+    pub fn with_on_sleep(self, f: &'a (dyn Fn() + Sync)) -> WaitPolicy<'a> {
+        WaitPolicy {
+            on_sleep: Some(f),
+            ..self
         }
     }
 
@@ -94,6 +119,11 @@ impl Notifier {
             seq: AtomicU32::new(0),
             sleepers: AtomicU32::new(0),
         }
+    }
+
+    /// True while a waiter sleeps (or is about to) on this notifier.
+    pub fn has_sleepers(&self) -> bool {
+        self.sleepers.load(Ordering::SeqCst) != 0
     }
 
     /// Wakes every sleeper, if there is one. Call after publishing the state
@@ -146,9 +176,14 @@ impl Notifier {
             }
             std::thread::yield_now();
         }
+        let mut told = false;
         loop {
             let seq = self.seq.load(Ordering::SeqCst);
             self.sleepers.fetch_add(1, Ordering::SeqCst);
+            if let (false, Some(f)) = (told, policy.on_sleep) {
+                told = true;
+                f();
+            }
             if let Some(v) = ready() {
                 self.sleepers.fetch_sub(1, Ordering::SeqCst);
                 return Ok(v);

@@ -22,57 +22,17 @@ use streamcomm::config::TransportChoice;
 use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::{Communicator, Config, Error};
 
-const POISON: i64 = i64::MIN;
+use harness::p2p::{payload, ring_exchange, POISON};
+
 /// Eager limit in these tests: slots are 2 KiB (harness::small_config), so
 /// eager messages span several slots and rendezvous starts at 4 KiB.
 const LIMIT: usize = 4096;
-
-/// The values `src` sends `dst` as message `tag` (never `POISON`).
-fn payload(seed: u64, src: usize, dst: usize, tag: u64, len: usize) -> Vec<i64> {
-    let mut rng = StdRng::seed_from_u64(seed ^ (src as u64) << 48 ^ (dst as u64) << 32 ^ tag);
-    (0..len)
-        .map(|_| rng.gen_range(-(1 << 40)..(1 << 40)))
-        .collect()
-}
 
 fn config(transport: TransportChoice) -> Config {
     Config {
         transport,
         p2p_eager_limit: LIMIT,
         ..harness::small_config()
-    }
-}
-
-/// Every rank sends to its right and receives from its left in one group,
-/// for eager and rendezvous sizes, with the calls in either order.
-fn ring_exchange(comm: &Communicator, stream: &HostStream, seed: u64) {
-    let (r, n) = (comm.rank(), comm.size());
-    let (right, left) = ((r + 1) % n, (r + n - 1) % n);
-    for (tag, len) in [(1u64, 1usize), (2, 300), (3, 5000), (4, 100_000)] {
-        let out = HostBuffer::from_slice(&payload(seed, r, right, tag, len));
-        let mut inb = HostBuffer::from_slice(&vec![POISON; len + 7]);
-        let recv_first = (tag + r as u64) % 2 == 0;
-        comm.group(|g| {
-            if recv_first {
-                g.recv(&mut inb, left, stream)?;
-                g.send(&out, right, stream)
-            } else {
-                g.send(&out, right, stream)?;
-                g.recv(&mut inb, left, stream)
-            }
-        })
-        .unwrap();
-        stream.synchronize().unwrap();
-        let got = inb.to_vec();
-        assert_eq!(
-            &got[..len],
-            &payload(seed, left, r, tag, len)[..],
-            "rank {r}: message {tag} of {len} from {left}"
-        );
-        assert!(
-            got[len..].iter().all(|&v| v == POISON),
-            "rank {r}: wrote past the message"
-        );
     }
 }
 

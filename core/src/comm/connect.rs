@@ -159,6 +159,7 @@ pub(crate) fn connect_peers(
                         rings,
                         // Replaced by the proxy thread's kick once it starts.
                         kick: Arc::new(crate::transport::tcp::kick::Kick::new()?),
+                        direct: None,
                     },
                 }));
             }
@@ -198,22 +199,32 @@ pub(crate) fn connect_peers(
     })
 }
 
-/// Points a tcp or verbs connection's kick at its running proxy thread
-/// (`vkick`: the verbs proxy's), and a tcp connection (to `peer`) at its
-/// transfer state so that streams can move their own bytes.
+/// The verbs proxy thread, when the build has one.
+#[cfg(feature = "verbs")]
+pub(crate) type VerbsNetRef<'a> = Option<&'a crate::transport::verbs::VerbsNet>;
+/// Without the `verbs` feature there is never a verbs proxy.
+#[cfg(not(feature = "verbs"))]
+pub(crate) type VerbsNetRef<'a> = Option<&'a std::convert::Infallible>;
+
+/// Points a tcp or verbs connection (to `peer`) at its running proxy
+/// thread: its kick; for tcp the peer's transfer state, so that streams
+/// can move their own bytes; for verbs the peer's shared state.
 pub(crate) fn attach_kick(
-    peer: usize,
     mut c: Connection,
+    peer: usize,
     net: Option<&TcpNet>,
-    vkick: Option<&Arc<crate::transport::tcp::kick::Kick>>,
+    vnet: VerbsNetRef<'_>,
 ) -> Connection {
-    match (&mut c.link, net, vkick) {
+    match (&mut c.link, net, vnet) {
         (Link::Tcp { kick, io, .. }, Some(net), _) => {
             *kick = net.kick.clone();
             *io = net.peer_io(peer);
         }
         #[cfg(feature = "verbs")]
-        (Link::Verbs { kick, .. }, _, Some(v)) => *kick = v.clone(),
+        (Link::Verbs { kick, direct, .. }, _, Some(v)) => {
+            *kick = v.kick.clone();
+            *direct = v.peer(peer);
+        }
         _ => {}
     }
     c

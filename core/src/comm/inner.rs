@@ -113,7 +113,16 @@ impl CommInner {
 
     /// The wait policy for every wait of this communicator.
     pub(crate) fn policy(&self) -> WaitPolicy<'_> {
-        WaitPolicy::new(self.spin, self.config.timeout).with_abort(&self.segment.header().failed_by)
+        let p = WaitPolicy::new(self.spin, self.config.timeout)
+            .with_abort(&self.segment.header().failed_by);
+        // A waiter about to sleep tells the verbs proxy, which then asks
+        // its CQs for an event at every completion (see
+        // `transport::verbs::proxy`).
+        #[cfg(feature = "verbs")]
+        if let Some(v) = &self.verbs_net {
+            return p.with_on_sleep(v.sleep_hook());
+        }
+        p
     }
 
     /// The stored error, if the communicator has failed.

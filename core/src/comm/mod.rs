@@ -297,15 +297,15 @@ impl Communicator {
             )?)
         };
         #[cfg(feature = "verbs")]
-        let vkick = verbs_net.as_ref().map(|v| v.kick.clone());
+        let vnet = verbs_net.as_ref();
         #[cfg(not(feature = "verbs"))]
-        let vkick = None;
+        let vnet = None;
         // Connections reach their proxy thread through its kick.
         let peers = links
             .peers
             .into_iter()
             .enumerate()
-            .map(|(p, c)| c.map(|c| attach_kick(p, c, net.as_ref(), vkick.as_ref())))
+            .map(|(p, c)| c.map(|c| attach_kick(c, p, net.as_ref(), vnet)))
             .collect();
         let (proxy, rx) = ProxyHandle::channel();
         crate::wait::note_local_ranks(local_ranks);

@@ -39,13 +39,30 @@ pub struct RawBuffer {
 }
 
 /// Where a [`RawBuffer`]'s bytes live.
+// The external length is read only by the verbs build (its `Drop`).
+#[cfg_attr(not(feature = "verbs"), allow(dead_code))]
 pub(crate) enum Storage {
     /// An allocation the buffer owns.
     Owned(Box<[Block]>),
-    /// `bytes` bytes at `ptr`, owned by the caller of
+    /// `bytes` bytes at `ptr` (the second field), owned by the caller of
     /// [`RawBuffer::from_raw_parts`], who keeps them valid while any handle
     /// to the buffer may still touch them.
-    External(std::ptr::NonNull<u8>),
+    External(std::ptr::NonNull<u8>, usize),
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        // The memory goes away (or back to its owner): no cached RDMA
+        // registration may outlive it.
+        #[cfg(feature = "verbs")]
+        {
+            let (addr, len) = match self {
+                Storage::Owned(blocks) => (blocks.as_ptr() as usize, blocks.len() * 64),
+                Storage::External(ptr, bytes) => (ptr.as_ptr() as usize, *bytes),
+            };
+            crate::transport::verbs::regcache::forget(addr, len);
+        }
+    }
 }
 
 // SAFETY: `Storage::External` is a plain pointer to memory that the caller of
@@ -109,7 +126,7 @@ impl RawBuffer {
             }
         };
         Ok(RawBuffer {
-            inner: Arc::new(RwLock::new(Storage::External(ptr))),
+            inner: Arc::new(RwLock::new(Storage::External(ptr, bytes))),
             bytes,
         })
     }
@@ -150,7 +167,7 @@ impl RawBuffer {
             // bytes while this handle exists, and nothing else writes them;
             // the read lock held by the caller (`storage` borrows its guard)
             // keeps writers of this buffer out for the slice's lifetime.
-            Storage::External(ptr) => unsafe {
+            Storage::External(ptr, _) => unsafe {
                 std::slice::from_raw_parts(ptr.as_ptr(), self.bytes)
             },
         }
@@ -166,7 +183,7 @@ impl RawBuffer {
             // SAFETY: as in `bytes_of`; the caller holds the write lock
             // (`storage` borrows its guard mutably), so this is the only
             // access to the bytes for the slice's lifetime.
-            Storage::External(ptr) => unsafe {
+            Storage::External(ptr, _) => unsafe {
                 std::slice::from_raw_parts_mut(ptr.as_ptr(), self.bytes)
             },
         }

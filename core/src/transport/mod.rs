@@ -179,6 +179,9 @@ pub enum Link {
         rings: Arc<verbs::qp::VerbsRings>,
         /// Wakes the proxy thread after staging a slot or freeing one.
         kick: Arc<tcp::kick::Kick>,
+        /// The proxy's state for this peer, so that the stream can post
+        /// what it staged itself (set once the proxy runs).
+        direct: Option<Arc<verbs::progress::SharedPeer>>,
     },
 }
 
@@ -214,7 +217,11 @@ impl Connection {
             } => tcp::inline::pump(io, kick),
             Link::Tcp { kick, .. } => kick.kick(),
             #[cfg(feature = "verbs")]
-            Link::Verbs { kick, .. } => kick.kick(),
+            Link::Verbs { kick, direct, .. } => {
+                if !direct.as_ref().is_some_and(|d| d.pump()) {
+                    kick.kick();
+                }
+            }
             Link::Shm { .. } => {}
         }
     }
@@ -259,6 +266,15 @@ impl Connection {
                 })
             }
             _ => self.send.acquire_send(policy),
+        }
+    }
+
+    /// The verbs peer, when rendezvous data goes by RDMA.
+    #[cfg(feature = "verbs")]
+    pub fn rdma(&self) -> Option<&Arc<verbs::progress::SharedPeer>> {
+        match &self.link {
+            Link::Verbs { direct, .. } => direct.as_ref(),
+            _ => None,
         }
     }
 

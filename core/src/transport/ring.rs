@@ -545,6 +545,11 @@ impl RingEnd {
         (m.pulled.load(Ordering::Acquire) >= grant).then(|| m.pull_ok.load(Ordering::Relaxed) == 1)
     }
 
+    /// The latest rendezvous grant number given (0 before the first).
+    pub fn grant_count(&self) -> u64 {
+        self.header().cts.value.load(Ordering::Acquire)
+    }
+
     /// What a sender waiting for a grant sleeps on.
     pub fn grant_notifier(&self) -> &Notifier {
         &self.header().cts.notifier

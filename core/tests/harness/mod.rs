@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod p2p;
+
 use std::sync::mpsc;
 use std::time::Duration;
 

@@ -40,6 +40,11 @@
 //!     withdrawn, waiting for any write in progress, before a receive ends
 //!     in any way, so no write outlives the buffer's lock.
 //!
+//!   - verbs: the receiver registers its buffer (a cached registration)
+//!     and grants its remote key; the grant is copied by RDMA into the
+//!     sender's staging ring header, the sender's NIC writes the message
+//!     straight into the buffer, then the done slot follows (see `rdma`).
+//!
 //!   [`P2pStats`] shows which path ran.
 //!
 //! Verified here: both protocols over shared memory and tcp (loopback and
@@ -47,6 +52,7 @@
 
 mod cma;
 mod engine;
+mod rdma;
 mod receiver;
 mod sender;
 mod spec;

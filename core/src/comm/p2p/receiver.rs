@@ -9,7 +9,7 @@
 
 use crate::comm::p2p::stats::Stat;
 use crate::comm::p2p::P2pState;
-use crate::comm::p2p::{cma, wire};
+use crate::comm::p2p::{cma, rdma, wire};
 use crate::plan::signature::{self, P2pSlot};
 use crate::transport::ring::RingError;
 use crate::transport::Connection;
@@ -58,6 +58,9 @@ pub(super) struct RecvOp<'a> {
     /// May pull part of a rendezvous message from the sender's memory.
     direct: bool,
     state: State,
+    /// Over verbs, the receive buffer's registration while the peer's NIC
+    /// may write it.
+    reg: Option<rdma::Reg>,
 }
 
 impl<'a> RecvOp<'a> {
@@ -79,6 +82,7 @@ impl<'a> RecvOp<'a> {
             granted: None,
             direct,
             state: State::Header,
+            reg: None,
         }
     }
 
@@ -198,11 +202,20 @@ impl<'a> RecvOp<'a> {
                             Some(_) if total >= SPLIT_MIN => (total / 2) & !4095,
                             _ => total,
                         };
+                        // Over verbs the grant carries the remote key of the
+                        // registered buffer where `pid` goes.
+                        let key = match rdma::register(self.conn, &self.dst[..total])? {
+                            Some((rkey, reg)) => {
+                                self.reg = Some(reg);
+                                rkey
+                            }
+                            None => std::process::id(),
+                        };
                         self.conn.recv.grant(
                             grant,
                             self.dst.as_mut_ptr() as u64,
                             front as u64,
-                            std::process::id(),
+                            key,
                             first_seq,
                         );
                         if let (Some(src), true) = (source, front < total) {
@@ -253,6 +266,8 @@ impl<'a> RecvOp<'a> {
                     total,
                 }),
                 Some((P2pSlot::Done, ..)) if got == 0 || got == total => {
+                    // The peer's write landed before its done slot.
+                    self.reg = None;
                     self.withdraw();
                     if got == 0 {
                         stats.add(Stat::RecvDirectBytes, total);
@@ -297,6 +312,11 @@ impl<'a> RecvOp<'a> {
     fn withdraw(&mut self) {
         if let Some(grant) = self.granted.take() {
             self.conn.recv.revoke(grant);
+        }
+        // Ended before the message did: the peer's NIC may still write, so
+        // the buffer's registration must not stay cached.
+        if self.reg.take().is_some() {
+            rdma::forget(self.dst);
         }
     }
 

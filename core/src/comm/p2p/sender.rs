@@ -11,14 +11,17 @@
 //! If the kernel refuses the direct write, the bytes follow the request
 //! through the ring instead, then the done slot.
 //!
+//! Over verbs the grant carries the receive buffer's remote key: the bytes
+//! go by one RDMA WRITE from the send buffer (see `rdma`), then the done slot.
+//!
 //! Over tcp, rendezvous data follows the request through the ring at once;
 //! the receiver's network thread reads it from the socket straight into the
 //! receive buffer once the receiver has granted it (so one copy, by the
 //! kernel, on the receiving side).
 
-use crate::comm::p2p::cma;
 use crate::comm::p2p::stats::Stat;
 use crate::comm::p2p::P2pState;
+use crate::comm::p2p::{cma, rdma};
 use crate::plan::signature::{self, P2pSlot};
 use crate::transport::Connection;
 use crate::wait::Notifier;
@@ -43,6 +46,11 @@ enum State {
         grant: u64,
         wrote: bool,
     },
+    /// Our RDMA WRITE (work request `wr`) of the message into the granted
+    /// buffer is in flight; our buffer is read until it completes.
+    AwaitWrite {
+        wr: u64,
+    },
     /// Streaming the bytes through the ring (direct write refused).
     Stream {
         sent: usize,
@@ -65,6 +73,8 @@ pub(super) struct SendOp<'a> {
     /// The rendezvous number of this message (once requested), modulo 2^36.
     rdv: u64,
     state: State,
+    /// The send buffer's registration while the NIC reads it.
+    reg: Option<rdma::Reg>,
 }
 
 impl<'a> SendOp<'a> {
@@ -96,6 +106,7 @@ impl<'a> SendOp<'a> {
             direct,
             rdv: 0,
             state,
+            reg: None,
         }
     }
 
@@ -194,10 +205,15 @@ impl<'a> SendOp<'a> {
                 // Over tcp the data follows at once: the receiver's network
                 // thread places it straight into the granted buffer (or in
                 // slots while the grant is not there yet). Over shared memory
-                // the sender waits for the grant and writes it directly.
-                self.state = match self.conn.peer_segment() {
-                    Some(_) => State::AwaitGrant { grant },
-                    None => State::Stream { sent: 0 },
+                // and verbs the sender waits for the grant and writes it
+                // directly.
+                // (Over verbs only with direct writes allowed; else the
+                // bytes stream through the slots.)
+                let by_rdma = self.direct && rdma::is_rdma(self.conn);
+                self.state = if self.conn.peer_segment().is_some() || by_rdma {
+                    State::AwaitGrant { grant }
+                } else {
+                    State::Stream { sent: 0 }
                 };
                 Ok(true)
             }
@@ -217,6 +233,16 @@ impl<'a> SendOp<'a> {
                             self.data.len()
                         ),
                     });
+                }
+                if self.direct && rdma::is_rdma(self.conn) {
+                    // `pid` carries the receive buffer's remote key.
+                    let Some((wr, reg)) = rdma::write(self.conn, &self.data[..front], addr, pid)?
+                    else {
+                        return Ok(false);
+                    };
+                    self.reg = Some(reg);
+                    self.state = State::AwaitWrite { wr };
+                    return Ok(true);
                 }
                 let wrote = self.direct_write(pid, addr, front);
                 self.state = if front < self.data.len() {
@@ -241,6 +267,15 @@ impl<'a> SendOp<'a> {
                 } else {
                     State::Stream { sent: 0 }
                 };
+                Ok(true)
+            }
+            State::AwaitWrite { wr } => {
+                if !rdma::written(self.conn, wr) {
+                    return Ok(false);
+                }
+                self.reg = None;
+                stats.add(Stat::SentDirectBytes, self.data.len());
+                self.state = State::Finish;
                 Ok(true)
             }
             State::Stream { mut sent } => {
@@ -285,6 +320,7 @@ impl<'a> SendOp<'a> {
         match self.state {
             State::AwaitGrant { grant } => self.conn.send.granted(grant).is_some(),
             State::AwaitPull { grant, .. } => self.conn.send.pull_done(grant).is_some(),
+            State::AwaitWrite { wr } => rdma::written(self.conn, wr),
             State::Done => false,
             _ => self.conn.send.has_credit(),
         }
@@ -303,6 +339,7 @@ impl<'a> SendOp<'a> {
         let what = match self.state {
             State::AwaitGrant { .. } => "a clear-to-send (it has not posted the matching recv)",
             State::AwaitPull { .. } => "the receiver to finish pulling its part of the message",
+            State::AwaitWrite { .. } => "the RDMA write of the message to complete",
             _ => "a free slot (credit)",
         };
         format!(

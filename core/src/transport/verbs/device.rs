@@ -12,6 +12,7 @@ use std::ffi::CStr;
 
 use rdma_sys::*;
 
+use super::dl::{self, Lib};
 use crate::{Error, Result};
 
 /// An open device with its protection domain and chosen port and GID.
@@ -20,6 +21,8 @@ pub struct Device {
     pub name: String,
     pub(crate) ctx: *mut ibv_context,
     pub(crate) pd: *mut ibv_pd,
+    /// libibverbs (loaded at run time).
+    pub(crate) lib: &'static Lib,
     /// Port number (1-based).
     pub port: u8,
     /// The port's LID (0 on RoCE).
@@ -55,8 +58,8 @@ impl Drop for Device {
         // SAFETY: both were created by `open` and are released once, after
         // every QP, CQ and MR (which hold an Arc<Device>) is gone.
         unsafe {
-            ibv_dealloc_pd(self.pd);
-            ibv_close_device(self.ctx);
+            (self.lib.dealloc_pd)(self.pd);
+            (self.lib.close_device)(self.ctx);
         }
     }
 }
@@ -65,13 +68,15 @@ impl Drop for Device {
 struct DeviceList {
     list: *mut *mut ibv_device,
     len: usize,
+    lib: &'static Lib,
 }
 
 impl DeviceList {
     fn get() -> Result<DeviceList> {
+        let lib = dl::lib()?;
         let mut n: i32 = 0;
         // SAFETY: plain call; n receives the count.
-        let list = unsafe { ibv_get_device_list(&mut n) };
+        let list = unsafe { (lib.get_device_list)(&mut n) };
         if list.is_null() {
             let e = std::io::Error::last_os_error();
             return Err(Error::Unavailable(format!(
@@ -81,6 +86,7 @@ impl DeviceList {
         Ok(DeviceList {
             list,
             len: usize::try_from(n).unwrap_or(0),
+            lib,
         })
     }
 
@@ -88,7 +94,7 @@ impl DeviceList {
         // SAFETY: i < len entries of the list; the name is a NUL-terminated
         // string owned by the device.
         unsafe {
-            let p = ibv_get_device_name(*self.list.add(i));
+            let p = (self.lib.get_device_name)(*self.list.add(i));
             if p.is_null() {
                 return String::new();
             }
@@ -100,7 +106,7 @@ impl DeviceList {
 impl Drop for DeviceList {
     fn drop(&mut self) {
         // SAFETY: the list came from ibv_get_device_list and is freed once.
-        unsafe { ibv_free_device_list(self.list) };
+        unsafe { (self.lib.free_device_list)(self.list) };
     }
 }
 
@@ -117,18 +123,20 @@ struct PortInfo {
 }
 
 /// First active port of an open device.
-fn active_port(ctx: *mut ibv_context) -> Option<PortInfo> {
+fn active_port(v: &Lib, ctx: *mut ibv_context) -> Option<PortInfo> {
     // SAFETY: zeroed ibv_device_attr is a valid out-parameter.
     let mut dattr: ibv_device_attr = unsafe { std::mem::zeroed() };
     // SAFETY: ctx is an open context; dattr is writable.
-    if unsafe { ibv_query_device(ctx, &mut dattr) } != 0 {
+    if unsafe { (v.query_device)(ctx, &mut dattr) } != 0 {
         return None;
     }
     for port in 1..=dattr.phys_port_cnt {
         // SAFETY: zeroed ibv_port_attr is a valid out-parameter.
         let mut pattr: ibv_port_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: ctx is open, port is in range, pattr is writable.
-        if unsafe { ___ibv_query_port(ctx, port, &mut pattr) } != 0 {
+        // SAFETY: ctx is open, port is in range, pattr is writable (the
+        // exported ibv_query_port fills its leading, compatible part, which
+        // holds every field read below).
+        if unsafe { (v.query_port)(ctx, port, &mut pattr) } != 0 {
             continue;
         }
         if pattr.state == ibv_port_state::IBV_PORT_ACTIVE {
@@ -144,11 +152,11 @@ fn active_port(ctx: *mut ibv_context) -> Option<PortInfo> {
     None
 }
 
-fn query_gid(ctx: *mut ibv_context, port: u8, index: i32) -> Option<[u8; 16]> {
+fn query_gid(v: &Lib, ctx: *mut ibv_context, port: u8, index: i32) -> Option<[u8; 16]> {
     // SAFETY: zeroed ibv_gid is valid; ctx is open.
     let mut gid: ibv_gid = unsafe { std::mem::zeroed() };
     // SAFETY: ctx open, gid writable.
-    if unsafe { ibv_query_gid(ctx, port, index, &mut gid) } != 0 {
+    if unsafe { (v.query_gid)(ctx, port, index, &mut gid) } != 0 {
         return None;
     }
     // SAFETY: every bit pattern is a valid raw GID.
@@ -165,11 +173,11 @@ fn gid_type(dev: &str, port: u8, index: i32) -> String {
 }
 
 /// Picks the GID index as the module docs say.
-fn choose_gid(dev: &str, ctx: *mut ibv_context, p: &PortInfo) -> Option<(u8, [u8; 16])> {
+fn choose_gid(v: &Lib, dev: &str, ctx: *mut ibv_context, p: &PortInfo) -> Option<(u8, [u8; 16])> {
     let mut v2 = None;
     let mut first = None;
     for i in 0..p.gid_tbl_len.min(256) {
-        let Some(g) = query_gid(ctx, p.port, i) else {
+        let Some(g) = query_gid(v, ctx, p.port, i) else {
             continue;
         };
         if g == [0; 16] {
@@ -199,6 +207,7 @@ impl Device {
     /// a GID index that the port does not have.
     pub fn open(hca: Option<&str>, gid_index: Option<u32>) -> Result<Device> {
         let list = DeviceList::get()?;
+        let v = list.lib;
         if list.len == 0 {
             return Err(Error::Unavailable("verbs: no RDMA devices".into()));
         }
@@ -216,41 +225,41 @@ impl Device {
         };
         for i in candidates {
             // SAFETY: i < len; the device pointer is valid while the list lives.
-            let ctx = unsafe { ibv_open_device(*list.list.add(i)) };
+            let ctx = unsafe { (v.open_device)(*list.list.add(i)) };
             if ctx.is_null() {
                 continue;
             }
-            let Some(port) = active_port(ctx) else {
+            let Some(port) = active_port(v, ctx) else {
                 // SAFETY: opened above, closed once.
-                unsafe { ibv_close_device(ctx) };
+                unsafe { (v.close_device)(ctx) };
                 continue;
             };
             let gid = match gid_index {
                 Some(g) if (g as i32) < port.gid_tbl_len => {
-                    query_gid(ctx, port.port, g as i32).map(|x| (g as u8, x))
+                    query_gid(v, ctx, port.port, g as i32).map(|x| (g as u8, x))
                 }
                 Some(g) => {
                     // SAFETY: opened above, closed once.
-                    unsafe { ibv_close_device(ctx) };
+                    unsafe { (v.close_device)(ctx) };
                     return Err(Error::invalid(format!(
                         "STREAMCOMM_IB_GID_INDEX={g}: port {} of {} has {} GIDs",
                         port.port, names[i], port.gid_tbl_len
                     )));
                 }
-                None => choose_gid(&names[i], ctx, &port),
+                None => choose_gid(v, &names[i], ctx, &port),
             };
             let (gid_index, gid) = gid.unwrap_or((0, [0; 16]));
             if port.roce && gid == [0; 16] {
                 // SAFETY: opened above, closed once.
-                unsafe { ibv_close_device(ctx) };
+                unsafe { (v.close_device)(ctx) };
                 continue;
             }
             // SAFETY: ctx is open.
-            let pd = unsafe { ibv_alloc_pd(ctx) };
+            let pd = unsafe { (v.alloc_pd)(ctx) };
             if pd.is_null() {
                 let e = std::io::Error::last_os_error();
                 // SAFETY: opened above, closed once.
-                unsafe { ibv_close_device(ctx) };
+                unsafe { (v.close_device)(ctx) };
                 return Err(Error::Unavailable(format!(
                     "verbs: ibv_alloc_pd on {}: {e}",
                     names[i]
@@ -260,6 +269,7 @@ impl Device {
                 name: names[i].clone(),
                 ctx,
                 pd,
+                lib: v,
                 port: port.port,
                 lid: port.lid,
                 mtu: port.mtu,

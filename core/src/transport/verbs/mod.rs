@@ -1,27 +1,34 @@
 //! The verbs transport: proxied slot rings over InfiniBand / RoCE RDMA.
 //!
 //! Same shape as tcp ([`crate::transport::tcp`]): per peer the stream fills
-//! a local staging ring and reads a local inbound ring, and a proxy thread
-//! per communicator ([`progress`]) moves the slots, here with RDMA WRITE
-//! straight into the peer's registered inbound ring, so the receiving CPU
-//! copies nothing. Device, port and GID choice is in [`device`]; the rings'
+//! a local staging ring and reads a local inbound ring; the slots move with
+//! RDMA WRITE straight into the peer's registered inbound ring and its tail
+//! ([`progress`]), so the receiving CPU copies nothing and its stream sees
+//! the data without a hand-off. The writes are posted by the stream itself
+//! when it can, else by a proxy thread per communicator ([`proxy`]), which
+//! also reaps completions and sleeps on a completion channel ([`event`]). Device, port and GID choice is in [`device`]; the rings'
 //! registration and the QP in [`qp`]; formation ([`connect`]) exchanges the
 //! QP addresses through the communicator's bootstrap and moves each QP to
 //! RTS before any rank starts its proxy.
 //!
-//! Not built: GPUDirect RDMA (needs the CUDA backend), the barrier's flag
-//! writes over RDMA (barriers run as messages through the rings) and
-//! rendezvous p2p straight into a user buffer (the data goes through slots).
+//! Rendezvous p2p writes straight into the receiver's registered buffer
+//! ([`regcache`], and `comm::p2p::rdma`). Not built: GPUDirect RDMA (needs
+//! the CUDA backend) and the barrier's flag writes over RDMA (barriers run
+//! as messages through the rings).
 
 pub mod device;
+pub mod dl;
+pub mod event;
 pub mod progress;
+pub mod proxy;
 pub mod qp;
+pub mod regcache;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use device::Device;
-use progress::PeerRdma;
+use progress::{PeerRdma, SharedPeer};
 use qp::{Qp, VerbsAddr, VerbsRings};
 
 use crate::bootstrap::Bootstrap;
@@ -60,9 +67,10 @@ pub fn connect(
         let dev = dev.ok_or_else(|| Error::Unavailable("verbs: no RDMA device".into()))?;
         // Room for a full ring of data writes, their tail writes and control.
         let depth = (2 * shape.nsteps as u32 + 16).min(4096);
+        let channel = Arc::new(event::CompChannel::new(dev)?);
         for &p in peers {
             let rings = Arc::new(VerbsRings::new(shape));
-            let (qp, local) = Qp::create(dev.clone(), &rings, depth)?;
+            let (qp, local) = Qp::create(dev.clone(), &channel, &rings, depth)?;
             local.encode(p, &mut blob);
             made.push((p, rings, qp, local));
         }
@@ -90,13 +98,20 @@ pub fn connect(
 }
 
 /// The verbs proxy thread of a communicator; stops and joins on drop.
-#[derive(Debug)]
 pub struct VerbsNet {
     /// Wakes the thread (streams call it after staging a slot or freeing one).
     pub kick: Arc<Kick>,
     stop: Arc<AtomicBool>,
     abort: Arc<AtomicU32>,
+    peers: Vec<Arc<SharedPeer>>,
+    hook: Box<dyn Fn() + Send + Sync>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for VerbsNet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "VerbsNet({} peers)", self.peers.len())
+    }
 }
 
 impl VerbsNet {
@@ -112,21 +127,49 @@ impl VerbsNet {
         let kick = Arc::new(Kick::new()?);
         let stop = Arc::new(AtomicBool::new(false));
         let abort = Arc::new(AtomicU32::new(0));
-        let io: Vec<PeerRdma> = peers
-            .into_iter()
-            .map(|p| PeerRdma::new(p.peer, p.rings, p.qp, p.remote))
-            .collect();
-        let (k, s, a) = (kick.clone(), stop.clone(), abort.clone());
+        // One registration cache for the user buffers of every peer.
+        let regs = peers
+            .first()
+            .map(|p| regcache::RegCache::new(p.qp.device().clone()));
+        let io: Vec<Arc<SharedPeer>> = match regs {
+            None => Vec::new(),
+            Some(regs) => peers
+                .into_iter()
+                .map(|p| {
+                    let peer = PeerRdma::new(p.peer, p.rings, p.qp, p.remote, regs.clone());
+                    Arc::new(SharedPeer::new(peer))
+                })
+                .collect(),
+        };
+        let (k, s, a, io2) = (kick.clone(), stop.clone(), abort.clone(), io.clone());
         let thread = std::thread::Builder::new()
             .name(format!("streamcomm-verbs-{rank}"))
-            .spawn(move || progress::run(io, k, s, a, sink))
+            .spawn(move || proxy::run(io2, k, s, a, sink))
             .map_err(|e| Error::os("spawn verbs proxy thread", e))?;
+        let hook: Box<dyn Fn() + Send + Sync> = {
+            let k = kick.clone();
+            Box::new(move || k.kick())
+        };
         Ok(VerbsNet {
             kick,
             stop,
             abort,
+            peers: io,
+            hook,
             thread: Some(thread),
         })
+    }
+
+    /// What a waiter of this communicator calls before it sleeps: wakes the
+    /// proxy if it sleeps, so that it re-arms its CQs for every completion.
+    pub fn sleep_hook(&self) -> &(dyn Fn() + Sync) {
+        &*self.hook
+    }
+
+    /// The shared state of the connection to `peer`, for its streams'
+    /// direct posting ([`SharedPeer::pump`]).
+    pub fn peer(&self, peer: usize) -> Option<Arc<SharedPeer>> {
+        self.peers.iter().find(|p| p.lock().peer == peer).cloned()
     }
 
     /// Tells every verbs peer that this communicator failed because of

@@ -1,50 +1,61 @@
-//! The verbs proxy thread: moves slots with RDMA WRITE and polls the CQs.
+//! One verbs peer's data path: RDMA WRITEs out, counters in, completions.
 //!
-//! Per peer and per round:
 //! - **Send**: every staged slot the peer has credit for is written, header
 //!   and payload, into the same slot of the peer's inbound ring (unsignalled
 //!   RDMA WRITE from the registered staging ring), then one small inline
-//!   WRITE puts the new tail into the peer's control block. Both go on the
-//!   same RC QP, so the tail lands after the data: a proxy that sees the
-//!   tail sees the slots. The tail write is signalled; its completion
-//!   releases the staging slots (completions come in order).
-//! - **Receive**: when the tail word the peer wrote moves, the slots below
-//!   it are published to the stream's inbound ring.
+//!   WRITE_WITH_IMM puts the new tail straight into that ring's header,
+//!   where the peer's stream waits for it. Both go on the same RC QP, so the
+//!   tail lands after the data: a reader that sees the tail sees the slots.
+//!   The tail write is signalled; its completion releases the staging slots
+//!   (completions come in order).
+//! - **Receive**: the peer's stream sees the tail itself. The immediate
+//!   consumes a posted receive; it wakes the peer's proxy only while a
+//!   stream sleeps there (see [`super::event`]), which then checks the
+//!   tail, wakes the stream and puts the receive back.
 //! - **Credits**: when the stream has consumed inbound slots, their count is
-//!   written (inline) into the peer's control block, where the peer's proxy
-//!   reads its credit.
+//!   written (inline, WRITE_WITH_IMM) into the peer's control block.
 //!
-//! A bad completion or a failed post puts the communicator in its error
-//! state naming the peer and transport `verbs`; an abort is written into
-//! every peer's control block so their waits end too. A peer idle for
-//! [`HEARTBEAT`] gets a signalled rewrite of its credit word, so that a dead
-//! peer (its QP gone) shows as a failed completion (retries exhausted, about
-//! half a second with the QP's timeout 14 and 7 retries), or as a write that
-//! never completes ([`STALL`]), even while this rank only waits for it. The thread polls:
-//! it spins while work moves, then sleeps in short steps (kicked awake by
-//! the stream when it stages a slot or frees one): 50 µs at first, doubling
-//! up to 500 µs while nothing moves.
+//! The stream that staged or consumed a slot posts these itself when the
+//! peer is free ([`SharedPeer::pump`]); otherwise the proxy thread
+//! ([`super::proxy`]) does. A bad completion or a failed post puts the
+//! communicator in its error state naming the peer and transport `verbs`;
+//! an abort is written into every peer's control block so their waits end
+//! too. A peer idle for `HEARTBEAT` gets a signalled rewrite of its credit
+//! word, so that a dead peer (its QP gone) shows as a failed completion
+//! (retries exhausted, about half a second with the QP's timeout 14 and 7
+//! retries), or as a write that never completes (`STALL`), even while this
+//! rank only waits for it.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rdma_sys::*;
 
-use super::qp::{Qp, VerbsAddr, VerbsRings, CTRL_ABORT, CTRL_CLOSED, CTRL_HEAD, CTRL_TAIL};
+use super::qp::{Qp, VerbsAddr, VerbsRings, CTRL_HEAD, RECV_WR_ID, RING_TAIL};
+use super::regcache::RegCache;
 use crate::transport::ring::{RingEnd, SLOT_HEADER};
-use crate::transport::tcp::kick::Kick;
-use crate::transport::tcp::progress::FailureSink;
+
+mod rendezvous;
 use crate::Error;
 
-/// What a signalled work request stands for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Signalled {
-    /// A tail write: staging slots below this count may be released.
-    Tail(u64),
-    /// Anything else (signalled only so that the send queue drains).
-    Other,
+/// One RDMA WRITE to post: WRITE_WITH_IMM when `notify` (the peer gets a
+/// completion, which wakes its proxy if `solicited` or if the proxy asked
+/// for every completion). With `lkey` None the `len` bytes at
+/// `local` are copied at post time (inline); else they are read from memory
+/// registered under that key. `slots`: staging slots written before it
+/// (freed once it completes, if `signal`).
+struct Write {
+    local: u64,
+    len: u32,
+    remote: u64,
+    rkey: u32,
+    lkey: Option<u32>,
+    notify: bool,
+    solicited: bool,
+    signal: bool,
+    slots: u64,
 }
 
 /// One verbs peer as the proxy thread sees it.
@@ -53,7 +64,7 @@ pub struct PeerRdma {
     pub peer: usize,
     // Declared (so dropped) before the rings: the QP and its registrations
     // go before the memory they cover.
-    qp: Qp,
+    pub(crate) qp: Qp,
     staging: RingEnd,
     inbound: RingEnd,
     rings: Arc<VerbsRings>,
@@ -69,18 +80,36 @@ pub struct PeerRdma {
     wr_done: u64,
     /// Posted count of the latest signalled request.
     last_signalled: u64,
-    /// Signalled requests in flight: (posted count after it, what it was,
-    /// when it was posted).
-    inflight: VecDeque<(u64, Signalled, Instant)>,
-    abort_sent: bool,
-    closed_sent: bool,
+    /// Staging slots written before the latest signalled request.
+    signalled_slots: u64,
+    /// Signalled requests in flight: (work requests posted up to it, staging
+    /// slots written before it, when it was posted). Its completion means
+    /// every earlier request completed: those slots are free again.
+    pub(crate) inflight: VecDeque<(u64, u64, Instant)>,
+    pub(crate) abort_sent: bool,
+    pub(crate) closed_sent: bool,
     /// When a work request was last posted (for the heartbeat).
     last_post: Instant,
+    /// Set by the proxy once the peer failed: nothing more is posted.
+    pub(crate) dead: bool,
+    /// An error met by [`SharedPeer::pump`] on a stream's thread, reported
+    /// by the proxy's next [`PeerRdma::step`].
+    deferred: Option<Error>,
+    /// Grant numbers forwarded to the peer, and seen from it.
+    grant_sent: u64,
+    grant_seen: u64,
+    regs: Arc<RegCache>,
 }
 
 impl PeerRdma {
     /// Wraps a connected peer.
-    pub fn new(peer: usize, rings: Arc<VerbsRings>, qp: Qp, remote: VerbsAddr) -> PeerRdma {
+    pub fn new(
+        peer: usize,
+        rings: Arc<VerbsRings>,
+        qp: Qp,
+        remote: VerbsAddr,
+        regs: Arc<RegCache>,
+    ) -> PeerRdma {
         let staging = rings.staging.end();
         let inbound = rings.inbound.end();
         PeerRdma {
@@ -96,10 +125,16 @@ impl PeerRdma {
             wr_posted: 0,
             wr_done: 0,
             last_signalled: 0,
+            signalled_slots: 0,
             inflight: VecDeque::new(),
             abort_sent: false,
             closed_sent: false,
             last_post: Instant::now(),
+            dead: false,
+            deferred: None,
+            grant_sent: 0,
+            grant_seen: 0,
+            regs,
         }
     }
 
@@ -111,73 +146,125 @@ impl PeerRdma {
         }
     }
 
-    fn room(&self) -> u64 {
+    pub(crate) fn room(&self) -> u64 {
         u64::from(self.qp.depth) - (self.wr_posted - self.wr_done)
     }
 
-    /// Posts one RDMA WRITE. `inline` data is copied at post time.
+    /// Posts one RDMA WRITE (see [`Write`]).
+    #[allow(clippy::too_many_arguments)]
     fn post_write(
         &mut self,
         local: u64,
         len: u32,
         remote: u64,
         rkey: u32,
-        inline: bool,
-        signal: Option<Signalled>,
+        lkey: Option<u32>,
+        notify: bool,
+        signal: bool,
     ) -> Result<(), Error> {
+        let slots = self.posted;
+        self.post_writes(&[Write {
+            local,
+            len,
+            remote,
+            rkey,
+            lkey,
+            notify,
+            solicited: notify,
+            signal,
+            slots,
+        }])
+    }
+
+    /// Posts `writes` as one chain (one `ibv_post_send`: on Soft-RoCE each
+    /// call is a system call).
+    fn post_writes(&mut self, writes: &[Write]) -> Result<(), Error> {
         // Signal at least every half queue, so completions free it.
         let half = u64::from(self.qp.depth / 2).max(1);
-        let signal = signal.or_else(|| {
-            (self.wr_posted + 1 - self.last_signalled >= half).then_some(Signalled::Other)
-        });
-        let mut sge = ibv_sge {
-            addr: local,
-            length: len,
-            lkey: if inline { 0 } else { self.qp.staging_lkey },
-        };
-        // SAFETY: a zeroed send WR is valid; filled below.
-        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = self.wr_posted + 1;
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
-        wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
-        let mut flags = 0;
-        if inline {
-            flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+        let mut last_signalled = self.last_signalled;
+        let mut sges: Vec<ibv_sge> = Vec::with_capacity(writes.len());
+        let mut wrs: Vec<ibv_send_wr> = Vec::with_capacity(writes.len());
+        let mut signals = Vec::with_capacity(writes.len());
+        for (i, w) in writes.iter().enumerate() {
+            let id = self.wr_posted + 1 + i as u64;
+            let signal = w.signal || id - last_signalled >= half;
+            if signal {
+                last_signalled = id;
+            }
+            signals.push(signal);
+            sges.push(ibv_sge {
+                addr: w.local,
+                length: w.len,
+                lkey: w.lkey.unwrap_or(0),
+            });
+            // SAFETY: a zeroed send WR is valid; filled below.
+            let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+            wr.wr_id = id;
+            wr.num_sge = 1;
+            wr.opcode = if w.notify {
+                ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
+            } else {
+                ibv_wr_opcode::IBV_WR_RDMA_WRITE
+            };
+            let mut flags = 0;
+            if w.lkey.is_none() {
+                flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+            }
+            if signal {
+                flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+            }
+            if w.notify && w.solicited {
+                flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
+            }
+            wr.send_flags = flags;
+            wr.wr.rdma = rdma_t {
+                remote_addr: w.remote,
+                rkey: w.rkey,
+            };
+            wrs.push(wr);
         }
-        if signal.is_some() {
-            flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+        // Link the chain now that the vectors no longer move.
+        for i in 0..wrs.len() {
+            wrs[i].sg_list = &mut sges[i];
+            if i + 1 < wrs.len() {
+                wrs[i].next = &mut wrs[i + 1];
+            }
         }
-        wr.send_flags = flags;
-        wr.wr.rdma = rdma_t {
-            remote_addr: remote,
-            rkey,
+        let Some(first) = wrs.first_mut() else {
+            return Ok(());
         };
         let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: the QP is in RTS; wr and sge live across the call; the
-        // local bytes are registered staging memory (or copied now, inline).
-        let rc = unsafe { ibv_post_send(self.qp.qp, &mut wr, &mut bad) };
+        // SAFETY: the QP is in RTS; the WRs and SGEs live across the call;
+        // the local bytes are registered under each lkey (or copied now,
+        // inline, from memory the caller keeps alive across this call).
+        let rc = unsafe { ibv_post_send(self.qp.qp, first, &mut bad) };
         if rc != 0 {
             return Err(self.fail(format!(
                 "ibv_post_send: {}",
                 std::io::Error::from_raw_os_error(rc)
             )));
         }
-        self.wr_posted += 1;
         self.last_post = Instant::now();
-        if let Some(s) = signal {
-            self.last_signalled = self.wr_posted;
-            self.inflight.push_back((self.wr_posted, s, self.last_post));
+        for (w, signal) in writes.iter().zip(signals) {
+            self.wr_posted += 1;
+            if signal {
+                self.last_signalled = self.wr_posted;
+                self.signalled_slots = w.slots;
+                self.inflight
+                    .push_back((self.wr_posted, w.slots, self.last_post));
+            }
         }
         Ok(())
     }
 
-    /// Writes an 8-byte counter into the peer's control block (inline).
-    fn post_word(
+    /// Writes an 8-byte counter into the peer's control block (inline),
+    /// waking the peer's proxy when `notify`.
+    pub(crate) fn post_word(
         &mut self,
         offset: u64,
         value: u64,
-        signal: Option<Signalled>,
+        notify: bool,
+        signal: bool,
     ) -> Result<(), Error> {
         let bytes = value.to_le_bytes();
         self.post_write(
@@ -185,51 +272,79 @@ impl PeerRdma {
             8,
             self.remote.ctrl_addr + offset,
             self.remote.ctrl_rkey,
-            true,
+            None,
+            notify,
             signal,
         )
     }
 
-    /// Writes every staged slot the peer has room for, then the tail.
+    /// Writes every staged slot the peer has room for, then the tail, as
+    /// one chain.
     fn send(&mut self) -> Result<bool, Error> {
         let nsteps = self.staging.shape().nsteps as u64;
         let stride = self.staging.shape().slot_stride() as u64;
         let credit = self.rings.ctrl.head.value.load(Ordering::Acquire);
-        let start = self.posted;
+        let mut writes = Vec::new();
+        let mut k = self.posted;
         // Keep two entries free: the tail write and a credit write.
-        while self.posted < credit + nsteps && self.room() > 2 {
-            let k = self.posted;
+        while k < credit + nsteps && self.room() > writes.len() as u64 + 2 {
             let len = match self.staging.slot_for_read(k) {
                 Ok(Some(slot)) => slot.len(),
                 Ok(None) => break,
                 Err(e) => return Err(self.fail(format!("staging ring corrupted: {e:?}"))),
             };
-            let remote = self.remote.ring_addr
-                + crate::transport::ring::RING_HEADER_BYTES as u64
-                + (k % nsteps) * stride;
-            self.post_write(
-                self.staging.slot_addr(k),
-                (SLOT_HEADER + len) as u32,
-                remote,
-                self.remote.ring_rkey,
-                false,
-                None,
-            )?;
-            self.posted += 1;
+            writes.push(Write {
+                local: self.staging.slot_addr(k),
+                len: (SLOT_HEADER + len) as u32,
+                remote: self.remote.ring_addr
+                    + crate::transport::ring::RING_HEADER_BYTES as u64
+                    + (k % nsteps) * stride,
+                rkey: self.remote.ring_rkey,
+                lkey: Some(self.qp.staging_lkey),
+                notify: false,
+                solicited: false,
+                signal: false,
+                slots: k,
+            });
+            k += 1;
         }
-        if self.posted == start {
+        if writes.is_empty() {
             return Ok(false);
         }
-        self.post_word(CTRL_TAIL, self.posted, Some(Signalled::Tail(self.posted)))?;
+        // The tail goes straight into the peer's inbound ring header, where
+        // its stream waits for it: no proxy between the NIC and the reader.
+        let tail = k.to_le_bytes();
+        writes.push(Write {
+            local: tail.as_ptr() as u64,
+            len: 8,
+            remote: self.remote.ring_addr + RING_TAIL,
+            rkey: self.remote.ring_rkey,
+            lkey: None,
+            notify: true,
+            // Not solicited: it wakes the peer's proxy only while a stream
+            // sleeps there (the proxy then asks for every completion);
+            // a spinning stream sees the tail itself.
+            solicited: false,
+            // Signalled only every half ring: its completion frees the
+            // staging slots before it, and no completion wakes this proxy
+            // for each small message.
+            signal: k - self.signalled_slots >= (nsteps / 2).max(1),
+            slots: k,
+        });
+        self.post_writes(&writes)?;
+        self.posted = k;
         Ok(true)
     }
 
-    /// Publishes slots the peer delivered and returns credits for slots the
+    /// Checks the tail the peer delivered and returns credits for slots the
     /// stream consumed.
     fn receive(&mut self) -> Result<bool, Error> {
         let nsteps = self.inbound.shape().nsteps as u64;
         let mut moved = false;
-        let tail = self.rings.ctrl.tail.value.load(Ordering::Acquire);
+        // The peer's NIC writes the tail into the ring itself; the stream
+        // may already be reading those slots. Check it, and wake a stream
+        // asleep on the ring (never store: a newer tail may be landing).
+        let tail = self.inbound.tail();
         if tail != self.published {
             let consumed = self.inbound.consumed();
             if tail < self.published || tail > consumed + nsteps {
@@ -239,20 +354,46 @@ impl PeerRdma {
                 )));
             }
             self.published = tail;
-            self.inbound.publish(tail);
+            self.inbound.data_notifier().notify();
             moved = true;
         }
+        // A grant the peer wrote into our staging ring's header: wake the
+        // stream waiting for it.
+        let cts = self.staging.grant_count();
+        if cts != self.grant_seen {
+            self.grant_seen = cts;
+            self.staging.grant_notifier().notify();
+            moved = true;
+        }
+        Ok(self.forward_grant()? || self.return_credit()? || moved)
+    }
+
+    /// True while a stream sleeps on one of this peer's rings: the proxy
+    /// must then wake at every completion (tails are not solicited).
+    pub(crate) fn has_sleepers(&self) -> bool {
+        self.inbound.data_notifier().has_sleepers()
+            || self.staging.credit_notifier().has_sleepers()
+            || self.staging.grant_notifier().has_sleepers()
+    }
+
+    /// Writes the count of inbound slots the stream consumed, once it moved
+    /// by half a ring.
+    fn return_credit(&mut self) -> Result<bool, Error> {
+        // Returned every half ring, not per slot: a sender only waits for
+        // credit once the whole ring is in flight, and then at least half
+        // of it comes back as soon as it is consumed.
+        let every = (self.inbound.shape().nsteps as u64 / 2).max(1);
         let consumed = self.inbound.consumed();
-        if consumed != self.credit_sent && self.room() > 1 {
-            self.post_word(CTRL_HEAD, consumed, None)?;
+        if consumed >= self.credit_sent + every && self.room() > 1 {
+            self.post_word(CTRL_HEAD, consumed, true, false)?;
             self.credit_sent = consumed;
-            moved = true;
+            return Ok(true);
         }
-        Ok(moved)
+        Ok(false)
     }
 
     /// Reaps completions; releases staging slots whose tail write completed.
-    fn poll(&mut self) -> Result<bool, Error> {
+    pub(crate) fn poll(&mut self) -> Result<bool, Error> {
         // SAFETY: a zeroed work completion array is a valid out-parameter.
         let mut wc: [ibv_wc; 16] = unsafe { std::mem::zeroed() };
         // SAFETY: the CQ is valid; wc holds 16 entries.
@@ -261,10 +402,13 @@ impl PeerRdma {
             return Err(self.fail(format!("ibv_poll_cq returned {n}")));
         }
         let mut release = None;
+        let mut recvs = 0;
         for c in &wc[..n as usize] {
             if c.status != ibv_wc_status::IBV_WC_SUCCESS {
                 // SAFETY: returns a static string for any status.
-                let what = unsafe { std::ffi::CStr::from_ptr(ibv_wc_status_str(c.status)) };
+                let what = unsafe {
+                    std::ffi::CStr::from_ptr((self.qp.device().lib.wc_status_str)(c.status))
+                };
                 return Err(self.fail(format!(
                     "work completion failed: {} (status {}, vendor error {:#x})",
                     what.to_string_lossy(),
@@ -272,25 +416,34 @@ impl PeerRdma {
                     c.vendor_err
                 )));
             }
+            if c.wr_id == RECV_WR_ID {
+                // A WRITE_WITH_IMM from the peer: its counters moved (read
+                // by `receive` and `send`); put the receive back.
+                recvs += 1;
+                continue;
+            }
             self.wr_done = self.wr_done.max(c.wr_id);
-            while let Some(&(at, s, _)) = self.inflight.front() {
+            while let Some(&(at, slots, _)) = self.inflight.front() {
                 if at > c.wr_id {
                     break;
                 }
                 self.inflight.pop_front();
-                if let Signalled::Tail(t) = s {
-                    release = Some(t);
-                }
+                release = Some(slots);
             }
         }
         if let Some(t) = release {
             self.staging.release_to(t);
         }
+        if recvs > 0 {
+            self.qp
+                .post_recvs(recvs)
+                .map_err(|e| self.fail(format!("ibv_post_recv: {e}")))?;
+        }
         Ok(n > 0)
     }
 
     /// True when every staged slot was written and its write completed.
-    fn flushed(&self) -> bool {
+    pub(crate) fn flushed(&self) -> bool {
         self.inflight.is_empty()
             && self
                 .staging
@@ -298,12 +451,15 @@ impl PeerRdma {
                 .map_or(true, |s| s.is_none())
     }
 
-    fn peer_closed(&self) -> bool {
+    pub(crate) fn peer_closed(&self) -> bool {
         self.rings.ctrl.closed.value.load(Ordering::Acquire) != 0
     }
 
     /// One round of work; true if anything moved.
-    fn step(&mut self) -> Result<bool, Error> {
+    pub(crate) fn step(&mut self) -> Result<bool, Error> {
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
         let abort = self.rings.ctrl.abort.value.load(Ordering::Acquire);
         if abort != 0 {
             let failed = usize::try_from(abort - 1)
@@ -339,141 +495,68 @@ impl PeerRdma {
             // Nothing else would show that the peer died while we only
             // wait: rewrite our credit (same value, harmless), signalled, so
             // a dead peer's QP turns into a failed completion.
-            self.post_word(CTRL_HEAD, self.credit_sent, Some(Signalled::Other))?;
+            self.post_word(CTRL_HEAD, self.credit_sent, false, true)?;
         }
         Ok(polled || sent || received)
     }
 }
 
-/// The thread's loop; runs until `stop` (then flushes and says goodbye).
-pub fn run(
-    mut peers: Vec<PeerRdma>,
-    kick: Arc<Kick>,
-    stop: Arc<AtomicBool>,
-    abort: Arc<AtomicU32>,
-    sink: impl FailureSink,
-) {
-    let mut dead = vec![false; peers.len()];
-    let mut idle = 0u32;
-    let mut nap = IDLE_SLEEP;
-    let mut drain_deadline: Option<Instant> = None;
-    loop {
-        let failed = abort.load(Ordering::Acquire);
-        if failed != 0 {
-            for (p, _) in peers.iter_mut().zip(&dead).filter(|(_, &d)| !d) {
-                if !p.abort_sent && p.room() > 0 {
-                    p.abort_sent = true;
-                    let _ = p.post_word(CTRL_ABORT, u64::from(failed), Some(Signalled::Other));
-                }
-            }
-        }
-        let stopping = stop.load(Ordering::Acquire);
-        if stopping {
-            let now = Instant::now();
-            let deadline = *drain_deadline.get_or_insert(now + DRAIN);
-            let flushed = peers
-                .iter()
-                .zip(&dead)
-                .all(|(p, &d)| d || p.flushed() || p.peer_closed());
-            if flushed || now >= deadline {
-                goodbye(&mut peers, &dead);
-                return;
-            }
-        }
-        let mut moved = false;
-        for (i, p) in peers.iter_mut().enumerate() {
-            if dead[i] {
-                continue;
-            }
-            match p.step() {
-                Ok(m) => moved |= m,
-                Err(e) => {
-                    dead[i] = true;
-                    if !stopping {
-                        let culprit = match &e {
-                            Error::RemoteFailed { peer, .. } | Error::Transport { peer, .. } => {
-                                *peer
-                            }
-                            _ => p.peer,
-                        };
-                        let code = u32::try_from(culprit).map_or(u32::MAX, |r| r.saturating_add(1));
-                        let _ =
-                            abort.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
-                        sink.fail(e);
-                    }
-                }
-            }
-        }
-        if moved {
-            idle = 0;
-            nap = IDLE_SLEEP;
-            continue;
-        }
-        idle = idle.saturating_add(1);
-        if idle < SPIN_ROUNDS {
-            std::hint::spin_loop();
-        } else if idle < SPIN_ROUNDS * 2 {
-            std::thread::yield_now();
-        } else {
-            // Remote writes raise no event: sleep briefly, or until kicked.
-            kick.set_sleeping(true);
-            let mut fd = libc::pollfd {
-                fd: kick.raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let ts = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: nap.as_nanos() as libc::c_long,
-            };
-            // The longer nothing moves, the less often we look.
-            nap = (nap * 2).min(IDLE_SLEEP_MAX);
-            // SAFETY: one valid pollfd, a valid timeout, no signal mask.
-            unsafe { libc::ppoll(&mut fd, 1, &ts, std::ptr::null()) };
-            kick.set_sleeping(false);
-            if fd.revents != 0 {
-                kick.drain();
-            }
-        }
+/// A peer shared by the proxy thread and the streams' threads.
+///
+/// Measured in the Soft-RoCE guest, every thread hand-off on a message's
+/// path (stream wakes proxy, proxy posts) cost about as much as the RDMA
+/// itself. So a stream that has just staged a slot (or consumed one) posts
+/// the write and the tail (or the credit) itself when the peer is free
+/// ([`SharedPeer::pump`]); the proxy keeps everything that waits (CQ
+/// polling, staging release, heartbeats, failure reports) and takes over
+/// whenever the lock is busy.
+#[derive(Debug)]
+pub struct SharedPeer(Mutex<PeerRdma>);
+
+impl std::fmt::Debug for PeerRdma {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PeerRdma(rank {}, {} posted)", self.peer, self.posted)
     }
 }
 
-/// Writes "closed" to every live peer and waits (bounded) for the writes.
-fn goodbye(peers: &mut [PeerRdma], dead: &[bool]) {
-    for (p, _) in peers.iter_mut().zip(dead).filter(|(_, &d)| !d) {
-        if !p.closed_sent && p.room() > 0 {
-            p.closed_sent = true;
-            let _ = p.post_word(CTRL_CLOSED, 1, Some(Signalled::Other));
-        }
+impl SharedPeer {
+    /// Wraps a peer.
+    pub fn new(p: PeerRdma) -> SharedPeer {
+        SharedPeer(Mutex::new(p))
     }
-    let deadline = Instant::now() + Duration::from_secs(1);
-    while Instant::now() < deadline {
-        let mut pending = false;
-        for (p, _) in peers.iter_mut().zip(dead).filter(|(_, &d)| !d) {
-            if p.poll().is_err() {
-                continue;
+
+    /// The peer, for the proxy thread (blocks while a stream pumps).
+    pub fn lock(&self) -> MutexGuard<'_, PeerRdma> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stream side, after staging or consuming a slot: posts what can go
+    /// now. False when the proxy must be woken instead (the lock was busy,
+    /// or the peer is failing: the proxy reports it).
+    pub fn pump(&self) -> bool {
+        let Ok(mut p) = self.0.try_lock() else {
+            return false;
+        };
+        if p.dead || p.deferred.is_some() || p.peer_closed() {
+            return false;
+        }
+        match p
+            .send()
+            .and_then(|_| p.forward_grant())
+            .and_then(|_| p.return_credit())
+        {
+            Ok(_) => true,
+            Err(e) => {
+                p.deferred = Some(e);
+                false
             }
-            pending |= !p.inflight.is_empty();
         }
-        if !pending {
-            break;
-        }
-        std::thread::sleep(Duration::from_micros(50));
     }
 }
 
 /// A signalled write that has not completed after this long means the
 /// peer is gone. A NIC reports exhausted retries sooner (about 0.5 s); Soft-RoCE
 /// (rdma_rxe) was seen never completing a write to a killed process's QP.
-const STALL: Duration = Duration::from_secs(8);
+pub(crate) const STALL: Duration = Duration::from_secs(8);
 /// Idle time after which a peer gets a heartbeat write.
-const HEARTBEAT: Duration = Duration::from_millis(200);
-/// How long a closing communicator keeps writing what it staged.
-const DRAIN: Duration = Duration::from_secs(10);
-/// Idle rounds spent spinning (then as many yielding) before sleeping.
-const SPIN_ROUNDS: u32 = 2000;
-/// First sleep of an idle proxy between polls of the remote counters; it
-/// doubles while nothing moves, up to [`IDLE_SLEEP_MAX`].
-const IDLE_SLEEP: Duration = Duration::from_micros(50);
-/// Longest sleep of an idle proxy (a kick from the stream ends it at once).
-const IDLE_SLEEP_MAX: Duration = Duration::from_micros(500);
+pub(crate) const HEARTBEAT: Duration = Duration::from_millis(200);

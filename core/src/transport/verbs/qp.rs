@@ -14,6 +14,7 @@ use std::sync::Arc;
 use rdma_sys::*;
 
 use super::device::Device;
+use super::event::CompChannel;
 use crate::transport::local_ring::LocalRing;
 use crate::transport::ring::{RingEnd, RingShape};
 use crate::{Error, Result};
@@ -26,12 +27,12 @@ pub struct RemoteWord {
     pub value: AtomicU64,
 }
 
-/// Words the peer writes into our memory.
+/// Words the peer writes into our memory (besides the inbound ring's
+/// tail, which it writes straight into the ring's header, where our stream
+/// reads it).
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct Ctrl {
-    /// Slots the peer has written into our inbound ring (its tail).
-    pub tail: RemoteWord,
     /// Slots the peer has consumed from its inbound ring: our credit.
     pub head: RemoteWord,
     /// `1 + rank` of the rank the peer's communicator failed because of.
@@ -41,13 +42,15 @@ pub struct Ctrl {
 }
 
 /// Byte offsets of the words in [`Ctrl`].
-pub const CTRL_TAIL: u64 = 0;
-/// See [`CTRL_TAIL`].
-pub const CTRL_HEAD: u64 = 64;
-/// See [`CTRL_TAIL`].
-pub const CTRL_ABORT: u64 = 128;
-/// See [`CTRL_TAIL`].
-pub const CTRL_CLOSED: u64 = 192;
+pub const CTRL_HEAD: u64 = 0;
+/// See [`CTRL_HEAD`].
+pub const CTRL_ABORT: u64 = 64;
+/// See [`CTRL_HEAD`].
+pub const CTRL_CLOSED: u64 = 128;
+/// Byte offset of the tail word in a ring (its header's first word).
+pub const RING_TAIL: u64 = 0;
+const _: () = assert!(std::mem::offset_of!(crate::transport::ring::RingHeader, tail) == 0);
+const _: () = assert!(std::mem::offset_of!(crate::transport::ring::Counter, value) == 0);
 const _: () = assert!(std::mem::offset_of!(Ctrl, closed) == CTRL_CLOSED as usize);
 
 /// The local memory of one verbs peer.
@@ -98,10 +101,15 @@ pub struct VerbsAddr {
     pub ctrl_addr: u64,
     /// See `ctrl_addr`.
     pub ctrl_rkey: u32,
+    /// Address and key of the staging ring (the peer writes rendezvous
+    /// grants into its header's mailbox).
+    pub staging_addr: u64,
+    /// See `staging_addr`.
+    pub staging_rkey: u32,
 }
 
 /// Bytes of an encoded [`VerbsAddr`] with its peer rank.
-pub const ADDR_BYTES: usize = 4 + 4 + 4 + 2 + 1 + 16 + 8 + 4 + 8 + 4;
+pub const ADDR_BYTES: usize = 4 + 4 + 4 + 2 + 1 + 16 + 8 + 4 + 8 + 4 + 8 + 4;
 
 impl VerbsAddr {
     /// Appends `(to, self)` to `out`.
@@ -116,6 +124,8 @@ impl VerbsAddr {
         out.extend_from_slice(&self.ring_rkey.to_le_bytes());
         out.extend_from_slice(&self.ctrl_addr.to_le_bytes());
         out.extend_from_slice(&self.ctrl_rkey.to_le_bytes());
+        out.extend_from_slice(&self.staging_addr.to_le_bytes());
+        out.extend_from_slice(&self.staging_rkey.to_le_bytes());
     }
 
     /// Finds the entry addressed to `me` in a rank's list.
@@ -151,6 +161,8 @@ impl VerbsAddr {
                 ring_rkey: u32_at(39),
                 ctrl_addr: u64_at(43),
                 ctrl_rkey: u32_at(51),
+                staging_addr: u64_at(55),
+                staging_rkey: u32_at(63),
             });
         }
         Err(Error::Bootstrap(format!(
@@ -160,20 +172,20 @@ impl VerbsAddr {
 }
 
 /// A registered memory region, deregistered on drop.
-struct Mr(*mut ibv_mr);
+struct Mr(*mut ibv_mr, &'static super::dl::Lib);
 
 impl Mr {
     fn new(dev: &Device, addr: *mut u8, len: usize, access: u32, what: &str) -> Result<Mr> {
         // SAFETY: addr..addr+len is memory owned by the connection's rings,
         // which outlive the registration (the QP holds both).
-        let mr = unsafe { ibv_reg_mr(dev.pd, addr.cast(), len, access as i32) };
+        let mr = unsafe { (dev.lib.reg_mr)(dev.pd, addr.cast(), len, access as i32) };
         if mr.is_null() {
             return Err(Error::os(
                 format!("verbs: ibv_reg_mr({what}, {len} bytes)"),
                 std::io::Error::last_os_error(),
             ));
         }
-        Ok(Mr(mr))
+        Ok(Mr(mr, dev.lib))
     }
 
     fn lkey(&self) -> u32 {
@@ -191,19 +203,25 @@ impl Drop for Mr {
     fn drop(&mut self) {
         // SAFETY: registered once in `new`, deregistered once here (after
         // the QP that used it was destroyed: field order in `Qp`).
-        unsafe { ibv_dereg_mr(self.0) };
+        unsafe { (self.1.dereg_mr)(self.0) };
     }
 }
+
+/// `wr_id` of every posted receive (send requests count up from 1).
+pub const RECV_WR_ID: u64 = u64::MAX;
 
 /// A reliable-connected QP with its CQ and the peer's registrations.
 pub struct Qp {
     pub(crate) qp: *mut ibv_qp,
     pub(crate) cq: *mut ibv_cq,
-    /// Work requests the send queue holds.
+    /// Work requests the send queue holds, and receives kept posted (each
+    /// WRITE_WITH_IMM from the peer consumes one).
     pub depth: u32,
     /// Local key of the staging ring.
     pub staging_lkey: u32,
     mrs: Vec<Mr>,
+    /// The channel the CQ reports to (destroyed after the CQ).
+    pub(crate) channel: Arc<CompChannel>,
     // Dropped last: the QP, CQ and MRs belong to its context and PD.
     dev: Arc<Device>,
 }
@@ -223,11 +241,11 @@ impl Drop for Qp {
         // SAFETY: created once in `create`, destroyed once, QP before its CQ;
         // the MRs and the device are released after (field order).
         unsafe {
-            ibv_destroy_qp(self.qp);
-            ibv_destroy_cq(self.cq);
+            (self.dev.lib.destroy_qp)(self.qp);
+            (self.dev.lib.destroy_cq)(self.cq);
         }
         self.mrs.clear();
-        let _ = &self.dev;
+        let _ = (&self.dev, &self.channel);
     }
 }
 
@@ -236,33 +254,34 @@ fn attr_mask(bits: &[ibv_qp_attr_mask]) -> i32 {
 }
 
 impl Qp {
-    /// Creates the CQ and QP, registers `rings`, moves the QP to INIT and
-    /// returns it with the address to send to the peer.
+    /// Creates the CQ (reporting to `channel`) and QP, registers `rings`,
+    /// moves the QP to INIT, posts `depth` receives and returns it with the
+    /// address to send to the peer.
     ///
     /// # Errors
     /// [`Error::Os`] when a verbs call fails.
-    pub fn create(dev: Arc<Device>, rings: &VerbsRings, depth: u32) -> Result<(Qp, VerbsAddr)> {
+    pub fn create(
+        dev: Arc<Device>,
+        channel: &Arc<CompChannel>,
+        rings: &VerbsRings,
+        depth: u32,
+    ) -> Result<(Qp, VerbsAddr)> {
         let (sp, sl) = rings.staging.memory();
         let (ip, il) = rings.inbound.memory();
         let cp = (&*rings.ctrl as *const Ctrl).cast_mut().cast::<u8>();
         let remote = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
             | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
-        let staging = Mr::new(
-            &dev,
-            sp,
-            sl,
-            ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0,
-            "staging ring",
-        )?;
+        let staging = Mr::new(&dev, sp, sl, remote, "staging ring")?;
         let inbound = Mr::new(&dev, ip, il, remote, "inbound ring")?;
         let ctrl = Mr::new(&dev, cp, std::mem::size_of::<Ctrl>(), remote, "control")?;
-        // SAFETY: the context is open; no completion channel.
+        // SAFETY: the context and the channel are open. Room for a full
+        // send queue and a full receive queue of completions.
         let cq = unsafe {
-            ibv_create_cq(
+            (dev.lib.create_cq)(
                 dev.ctx,
-                depth as i32,
+                2 * depth as i32,
                 std::ptr::null_mut(),
-                std::ptr::null_mut(),
+                channel.as_raw(),
                 0,
             )
         };
@@ -278,16 +297,16 @@ impl Qp {
         init.recv_cq = cq;
         init.qp_type = ibv_qp_type::IBV_QPT_RC;
         init.cap.max_send_wr = depth;
-        init.cap.max_recv_wr = 1;
+        init.cap.max_recv_wr = depth;
         init.cap.max_send_sge = 1;
         init.cap.max_recv_sge = 1;
         init.cap.max_inline_data = 64;
         // SAFETY: the PD is valid; init is filled.
-        let qp = unsafe { ibv_create_qp(dev.pd, &mut init) };
+        let qp = unsafe { (dev.lib.create_qp)(dev.pd, &mut init) };
         if qp.is_null() {
             let e = std::io::Error::last_os_error();
             // SAFETY: created above, destroyed once.
-            unsafe { ibv_destroy_cq(cq) };
+            unsafe { (dev.lib.destroy_cq)(cq) };
             return Err(Error::os("verbs: ibv_create_qp", e));
         }
         let q = Qp {
@@ -296,6 +315,7 @@ impl Qp {
             depth,
             staging_lkey: staging.lkey(),
             mrs: Vec::new(),
+            channel: channel.clone(),
             dev: dev.clone(),
         };
         // SAFETY: zeroed attributes are valid; filled below.
@@ -325,15 +345,67 @@ impl Qp {
             ring_rkey: inbound.rkey(),
             ctrl_addr: cp as u64,
             ctrl_rkey: ctrl.rkey(),
+            staging_addr: sp as u64,
+            staging_rkey: staging.rkey(),
         };
         let mut q = q;
         q.mrs = vec![staging, inbound, ctrl];
+        q.post_recvs(depth as usize)
+            .map_err(|e| Error::os("verbs: ibv_post_recv", e))?;
         Ok((q, addr))
+    }
+
+    /// The device the QP lives on.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.dev
+    }
+
+    /// Asks the CQ's channel for an event at the CQ's next completion
+    /// (`solicited_only`: the next solicited one, or an error).
+    ///
+    /// # Errors
+    /// The verbs error code when the CQ cannot be armed.
+    pub fn arm(&self, solicited_only: bool) -> std::result::Result<(), std::io::Error> {
+        // SAFETY: the CQ is live and was created with a completion channel.
+        let rc = unsafe { ibv_req_notify_cq(self.cq, i32::from(solicited_only)) };
+        if rc != 0 {
+            return Err(std::io::Error::from_raw_os_error(rc));
+        }
+        Ok(())
+    }
+
+    /// Posts `n` zero-length receives (each absorbs one WRITE_WITH_IMM).
+    ///
+    /// # Errors
+    /// The verbs error code when posting fails.
+    pub fn post_recvs(&self, mut n: usize) -> std::result::Result<(), std::io::Error> {
+        const BATCH: usize = 16;
+        while n > 0 {
+            let k = n.min(BATCH);
+            // SAFETY: a zeroed receive WR is valid; filled below.
+            let mut wrs: [ibv_recv_wr; BATCH] = unsafe { std::mem::zeroed() };
+            for i in 0..k {
+                wrs[i].wr_id = RECV_WR_ID;
+                wrs[i].num_sge = 0;
+                if i + 1 < k {
+                    wrs[i].next = &mut wrs[i + 1];
+                }
+            }
+            let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
+            // SAFETY: the QP is in INIT or later; the chain of k WRs lives
+            // across the call and names no memory.
+            let rc = unsafe { ibv_post_recv(self.qp, wrs.as_mut_ptr(), &mut bad) };
+            if rc != 0 {
+                return Err(std::io::Error::from_raw_os_error(rc));
+            }
+            n -= k;
+        }
+        Ok(())
     }
 
     fn modify(&self, a: &mut ibv_qp_attr, mask: &[ibv_qp_attr_mask], to: &str) -> Result<()> {
         // SAFETY: the QP is valid; `a` holds the fields the mask names.
-        let rc = unsafe { ibv_modify_qp(self.qp, a, attr_mask(mask)) };
+        let rc = unsafe { (self.dev.lib.modify_qp)(self.qp, a, attr_mask(mask)) };
         if rc != 0 {
             return Err(Error::os(
                 format!("verbs: ibv_modify_qp to {to}"),
@@ -399,5 +471,36 @@ impl Qp {
             ],
             "RTS",
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_round_trip_and_junk_is_refused() {
+        let a = VerbsAddr {
+            qpn: 0x12_3456,
+            psn: 0xab_cdef,
+            lid: 7,
+            mtu: 3,
+            gid: std::array::from_fn(|i| i as u8 * 11),
+            ring_addr: 0x7f00_dead_0000,
+            ring_rkey: 0x1111_2222,
+            ctrl_addr: 0x7f00_beef_0040,
+            ctrl_rkey: 0x3333_4444,
+            staging_addr: 0x7f00_cafe_0000,
+            staging_rkey: 0x5555_6666,
+        };
+        let b = VerbsAddr { qpn: 99, ..a };
+        let mut list = Vec::new();
+        b.encode(5, &mut list);
+        a.encode(2, &mut list);
+        assert_eq!(list.len(), 2 * ADDR_BYTES);
+        assert_eq!(VerbsAddr::find(&list, 2, 0).unwrap(), a);
+        assert_eq!(VerbsAddr::find(&list, 5, 0).unwrap(), b);
+        assert!(VerbsAddr::find(&list, 3, 0).is_err());
+        assert!(VerbsAddr::find(&list[1..], 2, 0).is_err());
     }
 }

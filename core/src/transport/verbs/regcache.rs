@@ -1,0 +1,189 @@
+//! Registering user buffers for rendezvous RDMA, with a small cache.
+//!
+//! A rendezvous message is written by the sender's NIC straight from its
+//! send buffer into the receiver's receive buffer, so both must be
+//! registered. Registration pins pages and costs a system call, so the
+//! registrations of recently used buffers are kept ([`CAPACITY`] per
+//! communicator, least recently used evicted), keyed by the address range
+//! they cover (exactly the buffer: no neighbouring bytes become writable).
+//!
+//! A cached registration must never outlive the memory it covers: a buffer
+//! freed and another allocated at the same address would get the old,
+//! pinned pages. Every buffer the library accepts is a
+//! [`RawBuffer`](crate::host::RawBuffer), whose storage calls [`forget`]
+//! when it goes away (before the memory is freed, and for caller-owned
+//! memory before the caller may free it); that drops every cached
+//! registration overlapping it, in every communicator. An operation in
+//! flight holds its registration (`Arc`), so deregistration waits for it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use rdma_sys::*;
+
+use super::device::Device;
+use crate::{Error, Result};
+
+/// Registrations kept per communicator.
+pub const CAPACITY: usize = 16;
+
+/// A registered user buffer range, deregistered when the last holder drops it.
+pub struct Registration {
+    mr: *mut ibv_mr,
+    start: usize,
+    end: usize,
+    dev: Arc<Device>,
+}
+
+// SAFETY: an MR handle is usable from any thread; it is only read (keys)
+// and deregistered once, on drop.
+unsafe impl Send for Registration {}
+// SAFETY: as above.
+unsafe impl Sync for Registration {}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Registration({:#x}..{:#x})", self.start, self.end)
+    }
+}
+
+impl Registration {
+    /// Local key (for our NIC reading the buffer).
+    pub fn lkey(&self) -> u32 {
+        // SAFETY: the MR is valid until drop.
+        unsafe { (*self.mr).lkey }
+    }
+
+    /// Remote key (for the peer's NIC writing it).
+    pub fn rkey(&self) -> u32 {
+        // SAFETY: as above.
+        unsafe { (*self.mr).rkey }
+    }
+
+    fn covers(&self, start: usize, end: usize) -> bool {
+        self.start <= start && end <= self.end
+    }
+
+    fn overlaps(&self, start: usize, end: usize) -> bool {
+        self.start < end && start < self.end
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        // SAFETY: registered once in `RegCache::get`, deregistered once
+        // here; no work request uses it any more (holders keep the Arc
+        // until their writes completed or their receive ended).
+        unsafe { (self.dev.lib.dereg_mr)(self.mr) };
+    }
+}
+
+/// The registrations of one communicator's verbs peers (one device).
+pub struct RegCache {
+    dev: Arc<Device>,
+    /// Most recently used last.
+    entries: Mutex<Vec<Arc<Registration>>>,
+}
+
+impl std::fmt::Debug for RegCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RegCache({:?})", self.dev)
+    }
+}
+
+/// Every live cache, so that a buffer going away reaches all of them.
+static CACHES: Mutex<Vec<Weak<RegCache>>> = Mutex::new(Vec::new());
+/// False until the first cache exists: buffers then skip the lock.
+static ANY: AtomicBool = AtomicBool::new(false);
+
+impl RegCache {
+    /// An empty cache on `dev`, reachable from [`forget`].
+    pub fn new(dev: Arc<Device>) -> Arc<RegCache> {
+        let c = Arc::new(RegCache {
+            dev,
+            entries: Mutex::new(Vec::new()),
+        });
+        let mut all = CACHES.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|w| w.strong_count() > 0);
+        all.push(Arc::downgrade(&c));
+        ANY.store(true, Ordering::Release);
+        c
+    }
+
+    /// A registration covering `len` bytes at `addr` (readable by our NIC,
+    /// writable by the peer's), from the cache or made now.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when `ibv_reg_mr` fails.
+    pub fn get(&self, addr: usize, len: usize) -> Result<Arc<Registration>> {
+        let (start, end) = (addr, addr + len.max(1));
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = entries.iter().position(|r| r.covers(start, end)) {
+            let r = entries.remove(i);
+            entries.push(r.clone());
+            return Ok(r);
+        }
+        let access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+            | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        // SAFETY: the range is memory of a live RawBuffer (the caller holds
+        // it); the registration is dropped from the cache before that memory
+        // goes away (`forget`), and holders keep it only while they use it.
+        let mr = unsafe {
+            (self.dev.lib.reg_mr)(
+                self.dev.pd,
+                start as *mut std::ffi::c_void,
+                end - start,
+                access as i32,
+            )
+        };
+        if mr.is_null() {
+            return Err(Error::os(
+                format!("verbs: ibv_reg_mr(user buffer, {} bytes)", end - start),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        let r = Arc::new(Registration {
+            mr,
+            start,
+            end,
+            dev: self.dev.clone(),
+        });
+        if entries.len() >= CAPACITY {
+            entries.remove(0);
+        }
+        entries.push(r.clone());
+        Ok(r)
+    }
+
+    fn forget(&self, start: usize, end: usize) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.retain(|r| !r.overlaps(start, end));
+    }
+
+    /// Cached registrations (for tests).
+    pub fn len(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// True when nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Drops every cached registration overlapping `len` bytes at `addr`, in
+/// every communicator (a buffer is going away).
+pub fn forget(addr: usize, len: usize) {
+    if !ANY.load(Ordering::Acquire) {
+        return;
+    }
+    let all: Vec<Arc<RegCache>> = CACHES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect();
+    for c in all {
+        c.forget(addr, addr + len.max(1));
+    }
+}
