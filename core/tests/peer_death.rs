@@ -2,7 +2,8 @@
 //! a long all-reduce loop, 20 times over: every survivor fails with an error
 //! naming it, well within the timeout, and no shared-memory segment is left
 //! behind. A round takes about 0.3 s here (process start included; the
-//! figures are printed).
+//! figures are printed). A rank that drops its communicator cleanly and
+//! exits, on the other hand, is no failure for the ranks still running.
 
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
@@ -11,6 +12,7 @@ use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::{Communicator, Error, ReduceOp};
 
 const CHILD: &str = "STREAMCOMM_TEST_DEATH_CHILD";
+const LEAVER: &str = "STREAMCOMM_TEST_LEAVER_CHILD";
 const VICTIM: usize = 2;
 
 #[test]
@@ -125,4 +127,47 @@ fn killing_a_shm_rank_fails_the_others_naming_it() {
         total / 20,
         rounds.iter().max().unwrap()
     );
+}
+
+#[test]
+#[ignore = "entry point of the child processes"]
+fn leaver_child() {
+    if std::env::var(LEAVER).is_err() {
+        return;
+    }
+    let comm = Communicator::from_env().unwrap();
+    comm.barrier_host().unwrap();
+    if comm.rank() == 0 {
+        drop(comm);
+        return; // the process exits at once
+    }
+    // Several watchdog periods after rank 0 has gone.
+    std::thread::sleep(Duration::from_millis(500));
+    if let Some(e) = comm.async_error() {
+        eprintln!("rank {}: {e}", comm.rank());
+        std::process::exit(44);
+    }
+}
+
+#[test]
+fn a_rank_that_leaves_cleanly_is_not_a_failure() {
+    let exe = std::env::current_exe().unwrap();
+    let id = streamcomm::bootstrap::UniqueId::new().unwrap();
+    let children: Vec<_> = (0..3)
+        .map(|rank| {
+            std::process::Command::new(&exe)
+                .args(["--exact", "leaver_child", "--ignored", "--nocapture", "-q"])
+                .env(LEAVER, "1")
+                .env("STREAMCOMM_UNIQUE_ID", id.to_string())
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", "3")
+                .env("STREAMCOMM_TIMEOUT", "30")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (rank, mut c) in children.into_iter().enumerate() {
+        let status = c.wait().unwrap();
+        assert!(status.success(), "rank {rank}: {status:?}");
+    }
 }

@@ -354,6 +354,24 @@ impl CommInner {
     }
 }
 
+impl Drop for CommInner {
+    fn drop(&mut self) {
+        // Leaving cleanly: peers still finishing their last operation must
+        // not take this process's exit for a crash (their watchdogs check).
+        if !std::thread::panicking() && self.error().is_none() {
+            self.segment.header().departed.store(1, Ordering::Release);
+        }
+    }
+}
+
+/// True when `peer` shares memory with this rank and left cleanly.
+pub(crate) fn departed(comm: &CommInner, peer: usize) -> bool {
+    comm.connection(peer)
+        .ok()
+        .and_then(|c| c.peer_segment())
+        .is_some_and(|s| s.header().departed.load(Ordering::Acquire) == 1)
+}
+
 /// Where the tcp network thread (or the verbs proxy) reports a failure: the communicator's error
 /// slot and the failure words of every segment this rank can reach.
 pub(crate) struct CommFailure {

@@ -5,7 +5,9 @@
 //! with shared-memory peers has a watchdog thread that looks at their
 //! processes every [`PERIOD`]: a peer that is gone (or a zombie) fails the
 //! communicator with [`Error::RemoteFailed`] naming it, which releases every
-//! wait at once instead of at the timeout. The thread holds only a `Weak`
+//! wait at once instead of at the timeout. A peer that dropped its
+//! communicator cleanly first (its segment's `departed` word) is not a
+//! failure: it may exit while this rank finishes its last operation. The thread holds only a `Weak`
 //! reference and ends with the communicator.
 
 use std::sync::Weak;
@@ -33,7 +35,12 @@ pub(crate) fn start(comm: Weak<CommInner>, rank: usize, peers: Vec<(usize, u32)>
             if comm.error().is_some() {
                 return;
             }
-            if let Some(&(peer, pid)) = peers.iter().find(|(_, pid)| !alive(*pid)) {
+            // A peer that dropped its communicator cleanly may exit while
+            // this rank finishes its own last operation: not a failure.
+            let dead = |&&(peer, pid): &&(usize, u32)| {
+                !alive(pid) && !crate::comm::inner::departed(&comm, peer)
+            };
+            if let Some(&(peer, pid)) = peers.iter().find(dead) {
                 comm.fail(&Error::RemoteFailed {
                     peer,
                     op: "communicator".into(),

@@ -47,8 +47,10 @@ pub struct SegmentHeader {
     pub owner_pid: AtomicU32,
     /// 0 while healthy; `1 + rank` of the first rank that reported a failure.
     pub failed_by: AtomicU32,
-    /// Padding to keep the layout explicit.
-    pub reserved: AtomicU32,
+    /// 1 once the owner has dropped its communicator cleanly (no error, not
+    /// unwinding from a panic): its process exiting afterwards is then not
+    /// a failure its peers' watchdogs report.
+    pub departed: AtomicU32,
     /// Owner's pid namespace ([`sweep::pid_namespace`]), so that a sweep
     /// only judges pids it can see.
     pub pid_ns: AtomicU64,
