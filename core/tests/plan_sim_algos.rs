@@ -178,12 +178,17 @@ fn halving_doubling_all_reduce() {
     sweep(Algorithm::HalvingDoubling, |_| vec![Collective::AllReduce]);
 }
 
+/// Roots 0, n/2 and n−1 (without repeats).
+fn roots(n: usize) -> Vec<usize> {
+    let mut roots = vec![0, n / 2, n - 1];
+    roots.dedup();
+    roots
+}
+
 #[test]
 fn binomial_broadcast() {
     sweep(Algorithm::Binomial, |n| {
-        let mut roots = vec![0, n / 2, n - 1];
-        roots.dedup();
-        roots
+        roots(n)
             .into_iter()
             .map(|root| Collective::Broadcast { root })
             .collect()
@@ -193,9 +198,7 @@ fn binomial_broadcast() {
 #[test]
 fn binomial_reduce() {
     sweep(Algorithm::Binomial, |n| {
-        let mut roots = vec![0, n / 2, n - 1];
-        roots.dedup();
-        roots
+        roots(n)
             .into_iter()
             .map(|root| Collective::Reduce { root })
             .collect()
