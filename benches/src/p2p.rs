@@ -104,7 +104,8 @@ fn one_size(
     let before = comm.p2p_stats();
 
     // Ping-pong.
-    let lat_iters = (BUDGET_BYTES / size.max(1) / 4).clamp(3, cli.latency_iters.min(2000));
+    // At least 3 samples (percentiles), at most what was asked (never below 3).
+    let lat_iters = (BUDGET_BYTES / size.max(1) / 4).clamp(3, cli.latency_iters.clamp(3, 2000));
     let warm = (lat_iters / 10).max(1);
     let mut samples = Vec::with_capacity(lat_iters as usize);
     for i in 0..warm + lat_iters {

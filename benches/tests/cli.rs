@@ -243,3 +243,36 @@ fn wrong_arguments_fail_cleanly() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("-r 5"));
 }
+
+#[test]
+fn sendrecv_with_fewer_latency_iterations_than_percentiles_need() {
+    // `--latency-iters` below 3 used to panic (a clamp with min > max);
+    // the table then takes the 3 samples its percentiles need.
+    let doc = run_bench(&[
+        "sendrecv",
+        "-b",
+        "8",
+        "-e",
+        "64",
+        "-f",
+        "8",
+        "-n",
+        "2",
+        "-w",
+        "1",
+        "--latency-iters",
+        "1",
+        "--ranks",
+        "2",
+        "--json",
+        "-",
+    ]);
+    let rows = doc["sendrecv"].as_array().expect("sendrecv rows");
+    assert_eq!(rows.len(), 2, "{doc}");
+    for row in rows {
+        assert_eq!(row["latency_iters"], 3, "{row}");
+        assert_eq!(row["wrong"], 0, "{row}");
+        assert!(row["latency"]["p50"].as_f64().expect("p50") > 0.0, "{row}");
+    }
+    assert_eq!(doc["wrong_total"], 0);
+}
