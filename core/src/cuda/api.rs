@@ -13,7 +13,7 @@ use super::CudaComm;
 use crate::device::{DeviceBuffers, DeviceCall, DeviceRange};
 use crate::host::Element;
 use crate::plan::Collective;
-use crate::{DataType, ReduceOp, Result};
+use crate::{ReduceOp, Result};
 
 impl CudaComm {
     fn separate<T: Element>(
@@ -239,14 +239,6 @@ impl CudaComm {
     /// The stored error if the communicator has failed; a stream on another
     /// device.
     pub fn barrier(&self, stream: &Arc<CudaStream>) -> Result<()> {
-        self.enqueue(
-            stream,
-            DeviceCall {
-                collective: Collective::Barrier,
-                dtype: DataType::U8,
-                op: ReduceOp::Sum,
-                buffers: DeviceBuffers::None,
-            },
-        )
+        self.enqueue(stream, DeviceCall::barrier())
     }
 }

@@ -131,12 +131,7 @@ impl CudaComm {
     pub unsafe fn barrier_raw(&self, stream: CUstream) -> Result<()> {
         // SAFETY: forwarded contract.
         let queue = unsafe { self.raw_queue(stream, "barrier") }?;
-        let call = DeviceCall {
-            collective: Collective::Barrier,
-            dtype: DataType::U8,
-            op: ReduceOp::Sum,
-            buffers: DeviceBuffers::None,
-        };
+        let call = DeviceCall::barrier();
         self.comm.enqueue_device(&queue, &self.shared, &call)
     }
 

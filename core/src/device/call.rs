@@ -141,6 +141,16 @@ fn stage_lens(collective: Collective, count: usize, size: usize) -> Result<(usiz
 }
 
 impl DeviceCall {
+    /// A barrier: no buffers.
+    pub(crate) const fn barrier() -> DeviceCall {
+        DeviceCall {
+            collective: Collective::Barrier,
+            dtype: DataType::U8,
+            op: ReduceOp::Sum,
+            buffers: DeviceBuffers::None,
+        }
+    }
+
     /// The element count of the collective, derived from the buffers as the
     /// host calls do.
     fn count(&self, size: usize) -> Result<usize> {

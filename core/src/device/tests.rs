@@ -177,13 +177,7 @@ fn every_collective_runs_staged_with_fresh_data() {
         gbuf[r * COUNT..(r + 1) * COUNT].copy_from_slice(&mine[..COUNT]);
         rk.call(in_place(Collective::AllGather, ReduceOp::Sum, &gbuf))
             .unwrap();
-        rk.call(DeviceCall {
-            collective: Collective::Barrier,
-            dtype: DataType::U8,
-            op: ReduceOp::Sum,
-            buffers: DeviceBuffers::None,
-        })
-        .unwrap();
+        rk.call(DeviceCall::barrier()).unwrap();
         rk.stream.synchronize().unwrap();
         assert!(rk.comm.async_error().is_none());
 
@@ -259,13 +253,7 @@ fn a_captured_step_replays_with_fresh_data_and_releases_on_drop() {
                 y.iter_mut().for_each(|v| *v += 1.0);
             })
             .unwrap();
-        rk.call(DeviceCall {
-            collective: Collective::Barrier,
-            dtype: DataType::U8,
-            op: ReduceOp::Sum,
-            buffers: DeviceBuffers::None,
-        })
-        .unwrap();
+        rk.call(DeviceCall::barrier()).unwrap();
         let graph = rk.stream.end_capture().unwrap();
         for round in 0..REPLAYS {
             let fresh = input(seed ^ round, r, COUNT);
