@@ -174,7 +174,8 @@ pub enum Link {
         /// Wakes the network thread after staging a slot or freeing one.
         kick: Arc<tcp::kick::Kick>,
     },
-    /// verbs: both rings are local; the proxy thread RDMA-writes the slots.
+    /// verbs: both rings are local; the stream or the proxy thread
+    /// RDMA-writes the slots, and whoever polls the CQ publishes the tails.
     #[cfg(feature = "verbs")]
     Verbs {
         /// The rings' memory (registered with the NIC).
@@ -228,46 +229,75 @@ impl Connection {
         }
     }
 
-    /// Waits for the next inbound slot ([`RingEnd::acquire_recv`]); over
-    /// tcp the waiting stream reads the sockets itself meanwhile.
+    /// Moves this connection's bytes on the calling thread while it waits:
+    /// over tcp it reads and writes the sockets ([`tcp::inline`]), over
+    /// verbs it polls the completion queue (a peer's new tail arrives as an
+    /// immediate); nothing over shared memory. Cheap when another thread is
+    /// already at it.
+    #[inline]
+    pub fn poke(&self) {
+        match &self.link {
+            Link::Tcp {
+                io: Some(io), kick, ..
+            } => tcp::inline::pump(io, kick),
+            #[cfg(feature = "verbs")]
+            Link::Verbs {
+                direct: Some(peer), ..
+            } => peer.poll_now(),
+            _ => {}
+        }
+    }
+
+    /// How often a spinning waiter calls [`Connection::poke`] (every n-th
+    /// check); `None` when poking does nothing.
+    fn poke_period(&self) -> Option<u32> {
+        match &self.link {
+            Link::Tcp { io: Some(_), .. } => Some(tcp::inline::SPIN_CHECKS_PER_PUMP),
+            #[cfg(feature = "verbs")]
+            Link::Verbs {
+                direct: Some(_), ..
+            } => Some(verbs::POLLS_EVERY),
+            _ => None,
+        }
+    }
+
+    /// A pacer for waits on this connection that poke it (see
+    /// [`Connection::poke`]); `None` when poking does nothing.
+    pub fn pace(&self, policy: &WaitPolicy<'_>) -> Option<tcp::inline::Pace> {
+        self.poke_period()
+            .map(|n| tcp::inline::Pace::every(policy, n))
+    }
+
+    /// Waits for the next inbound slot ([`RingEnd::acquire_recv`]), poking
+    /// the connection meanwhile ([`Connection::poke`]).
     ///
     /// # Errors
     /// As [`RingEnd::acquire_recv`].
     pub fn acquire_recv(&self, policy: &WaitPolicy<'_>) -> Result<&[u8], RingError> {
-        match &self.link {
-            Link::Tcp {
-                io: Some(io), kick, ..
-            } => {
-                let mut pace = tcp::inline::Pace::new(policy);
-                self.recv.acquire_recv_with(policy, || {
-                    if pace.due() {
-                        tcp::inline::pump(io, kick)
-                    }
-                })
-            }
-            _ => self.recv.acquire_recv(policy),
+        match self.pace(policy) {
+            Some(mut pace) => self.recv.acquire_recv_with(policy, || {
+                if pace.due() {
+                    self.poke()
+                }
+            }),
+            None => self.recv.acquire_recv(policy),
         }
     }
 
-    /// Waits for a free outbound slot ([`RingEnd::acquire_send`]); over tcp
-    /// the waiting stream writes the sockets itself meanwhile.
+    /// Waits for a free outbound slot ([`RingEnd::acquire_send`]), poking
+    /// the connection meanwhile ([`Connection::poke`]).
     ///
     /// # Errors
     /// As [`RingEnd::acquire_send`].
     #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
     pub fn acquire_send(&self, policy: &WaitPolicy<'_>) -> Result<&mut [u8], RingError> {
-        match &self.link {
-            Link::Tcp {
-                io: Some(io), kick, ..
-            } => {
-                let mut pace = tcp::inline::Pace::new(policy);
-                self.send.acquire_send_with(policy, || {
-                    if pace.due() {
-                        tcp::inline::pump(io, kick)
-                    }
-                })
-            }
-            _ => self.send.acquire_send(policy),
+        match self.pace(policy) {
+            Some(mut pace) => self.send.acquire_send_with(policy, || {
+                if pace.due() {
+                    self.poke()
+                }
+            }),
+            None => self.send.acquire_send(policy),
         }
     }
 

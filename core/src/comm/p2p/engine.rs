@@ -10,12 +10,13 @@
 //! any of them can, bounded by the communicator's timeout without progress.
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::comm::inner::CommInner;
 use crate::comm::p2p::receiver::RecvOp;
 use crate::comm::p2p::sender::SendOp;
 use crate::comm::p2p::spec::{Dir, GroupBuf, GroupSpec, OpSpec};
+use crate::transport::Connection;
 use crate::wait::{Notifier, WaitPolicy};
 use crate::{Error, Result};
 
@@ -90,6 +91,12 @@ impl<'a> Op<'a> {
             Op::Recv(r) => r.notifier(),
         }
     }
+    fn connection(&self) -> &'a Connection {
+        match self {
+            Op::Send(s) => s.connection(),
+            Op::Recv(r) => r.connection(),
+        }
+    }
     fn peer(&self) -> usize {
         match self {
             Op::Send(s) => s.peer,
@@ -101,6 +108,31 @@ impl<'a> Op<'a> {
             Op::Send(s) => s.waiting_for(),
             Op::Recv(r) => r.waiting_for(),
         }
+    }
+}
+
+/// How long an operation has gone without progress, read from the clock
+/// only when a wait ended without the operation moving (a clock read is a
+/// system call on some machines, e.g. a VM on the HPET, ~2 µs: more than a
+/// small message's software path). The first wait after progress gets the
+/// whole timeout; later ones what is left of it, counted from the end of
+/// that first wait, so an operation that stops moving fails within twice
+/// the timeout at most (within one timeout unless a wake-up was spurious).
+#[derive(Debug, Default)]
+struct Stalled {
+    waits: u32,
+    since: Option<Instant>,
+}
+
+impl Stalled {
+    /// The timeout left for the next wait, out of `timeout`.
+    fn remaining(&mut self, timeout: Duration) -> Duration {
+        self.waits += 1;
+        if self.waits == 1 {
+            return timeout;
+        }
+        let since = *self.since.get_or_insert_with(Instant::now);
+        timeout.saturating_sub(since.elapsed())
     }
 }
 
@@ -160,44 +192,57 @@ impl CommInner {
 
     /// Polls one operation until it is done, waiting when it cannot move.
     fn drive_one(&self, mut op: Op<'_>, name: impl Fn() -> String) -> Result<()> {
-        let mut last_progress = Instant::now();
+        let mut stalled = Stalled::default();
         loop {
             let progressed = op.poll().map_err(|e| rename(e, &name()))?;
             if op.done() {
                 return Ok(());
             }
             if progressed {
-                last_progress = Instant::now();
+                stalled = Stalled::default();
                 continue;
             }
+            let conn = op.connection();
             self.wait_for_progress(
                 &op,
-                last_progress,
+                &mut stalled,
                 || op.ready(),
+                || conn.poke(),
                 || op.waiting_for(),
                 &name,
             )?;
         }
     }
 
-    /// Waits until `ready` (sleeping on `first`'s notifier), bounded by the
-    /// timeout counted from the last progress; on timeout or abort, the
-    /// error names the operation and what it waited for.
+    /// Waits until `ready` (sleeping on `first`'s notifier, calling `poke`
+    /// now and then while it spins: see [`Connection::poke`]), bounded by
+    /// the timeout counted from the last progress (see [`Stalled`]); on
+    /// timeout or abort, the error names the operation and what it waited for.
     fn wait_for_progress(
         &self,
         first: &Op<'_>,
-        last_progress: Instant,
+        stalled: &mut Stalled,
         mut ready: impl FnMut() -> bool,
+        mut poke: impl FnMut(),
         waiting_for: impl FnOnce() -> String,
         name: impl Fn() -> String,
     ) -> Result<()> {
         let policy = WaitPolicy {
-            timeout: self.config.timeout.saturating_sub(last_progress.elapsed()),
+            timeout: stalled.remaining(self.config.timeout),
             ..self.policy()
         };
+        let mut pace = first.connection().pace(&policy);
         first
             .notifier()
-            .wait_until(&policy, || ready().then_some(()))
+            .wait_until(&policy, || {
+                (ready() || {
+                    if pace.as_mut().is_some_and(|p| p.due()) {
+                        poke();
+                    }
+                    ready()
+                })
+                .then_some(())
+            })
             .map_err(|w| self.wait_error(w, &name(), waiting_for(), Some(first.peer())))
     }
 
@@ -264,7 +309,7 @@ impl CommInner {
             }
         }
         let mut lanes: Vec<VecDeque<usize>> = lanes.into_iter().map(|(_, l)| l).collect();
-        let mut last_progress = Instant::now();
+        let mut stalled = Stalled::default();
         loop {
             let mut progressed = false;
             for lane in &mut lanes {
@@ -281,14 +326,15 @@ impl CommInner {
                 return Ok(());
             }
             if progressed {
-                last_progress = Instant::now();
+                stalled = Stalled::default();
                 continue;
             }
             let first = &ops[lanes[0][0]];
             self.wait_for_progress(
                 first,
-                last_progress,
+                &mut stalled,
                 || lanes.iter().any(|l| ops[l[0]].ready()),
+                || lanes.iter().for_each(|l| ops[l[0]].connection().poke()),
                 || {
                     lanes
                         .iter()

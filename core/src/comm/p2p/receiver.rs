@@ -325,6 +325,11 @@ impl<'a> RecvOp<'a> {
         self.state != State::Done && self.conn.recv.has_data()
     }
 
+    /// The connection this operation moves bytes over.
+    pub fn connection(&self) -> &'a Connection {
+        self.conn
+    }
+
     /// What a thread waiting for this operation sleeps on.
     pub fn notifier(&self) -> &'a Notifier {
         self.conn.recv.data_notifier()

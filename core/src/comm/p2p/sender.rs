@@ -326,6 +326,11 @@ impl<'a> SendOp<'a> {
         }
     }
 
+    /// The connection this operation moves bytes over.
+    pub fn connection(&self) -> &'a Connection {
+        self.conn
+    }
+
     /// What a thread waiting for this operation sleeps on.
     pub fn notifier(&self) -> &'a Notifier {
         match self.state {

@@ -29,7 +29,7 @@ use crate::wait::WaitPolicy;
 /// Checks between two pumps while a wait still spins: a pump is two
 /// syscalls per socket (~1 µs each), a spin check a few nanoseconds, so
 /// pumping at every check would stretch the spin phase a hundredfold.
-const SPIN_CHECKS_PER_PUMP: u32 = 64;
+pub const SPIN_CHECKS_PER_PUMP: u32 = 64;
 
 /// When a waiting stream should pump: every [`SPIN_CHECKS_PER_PUMP`]-th
 /// check while the wait spins, every check once it yields or sleeps (each
@@ -38,14 +38,22 @@ const SPIN_CHECKS_PER_PUMP: u32 = 64;
 pub struct Pace {
     checks: u32,
     spin: u32,
+    period: u32,
 }
 
 impl Pace {
     /// Pacing for a wait under `policy`.
     pub fn new(policy: &WaitPolicy<'_>) -> Pace {
+        Pace::every(policy, SPIN_CHECKS_PER_PUMP)
+    }
+
+    /// Pacing for a wait under `policy` that pumps every `period`-th check
+    /// while it spins (a cheaper pump than a socket's can go more often).
+    pub fn every(policy: &WaitPolicy<'_>, period: u32) -> Pace {
         Pace {
             checks: 0,
             spin: policy.spin,
+            period: period.max(1),
         }
     }
 
@@ -53,7 +61,7 @@ impl Pace {
     pub fn due(&mut self) -> bool {
         let c = self.checks;
         self.checks = c.saturating_add(1);
-        c >= self.spin || c % SPIN_CHECKS_PER_PUMP == 0
+        c >= self.spin || c % self.period == 0
     }
 }
 

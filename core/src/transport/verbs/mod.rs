@@ -16,6 +16,11 @@
 //! the CUDA backend) and the barrier's flag writes over RDMA (barriers run
 //! as messages through the rings).
 
+/// How often a stream spinning on a verbs ring polls the completion queue
+/// (every n-th check): a poll is a userspace read of the CQ (no system call,
+/// on Soft-RoCE as on real HCAs), a check a few nanoseconds.
+pub const POLLS_EVERY: u32 = 4;
+
 pub mod device;
 pub mod dl;
 pub mod event;

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::event;
-use super::progress::SharedPeer;
+use super::progress::{SharedPeer, Wake};
 use super::qp::{CTRL_ABORT, CTRL_CLOSED};
 use crate::transport::tcp::kick::Kick;
 use crate::transport::tcp::progress::FailureSink;
@@ -50,7 +50,7 @@ pub fn run(
                 let mut p = p.lock();
                 if !p.abort_sent && p.room() > 0 {
                     p.abort_sent = true;
-                    let _ = p.post_word(CTRL_ABORT, u64::from(failed), true, true);
+                    let _ = p.post_word(CTRL_ABORT, u64::from(failed), Wake::Proxy, true);
                 }
             }
         }
@@ -149,7 +149,7 @@ fn goodbye(peers: &[Arc<SharedPeer>], dead: &[bool]) {
         p.dead = true;
         if !p.closed_sent && p.room() > 0 {
             p.closed_sent = true;
-            let _ = p.post_word(CTRL_CLOSED, 1, true, true);
+            let _ = p.post_word(CTRL_CLOSED, 1, Wake::Proxy, true);
         }
     }
     let deadline = Instant::now() + Duration::from_secs(1);

@@ -47,10 +47,6 @@ pub const CTRL_HEAD: u64 = 0;
 pub const CTRL_ABORT: u64 = 64;
 /// See [`CTRL_HEAD`].
 pub const CTRL_CLOSED: u64 = 128;
-/// Byte offset of the tail word in a ring (its header's first word).
-pub const RING_TAIL: u64 = 0;
-const _: () = assert!(std::mem::offset_of!(crate::transport::ring::RingHeader, tail) == 0);
-const _: () = assert!(std::mem::offset_of!(crate::transport::ring::Counter, value) == 0);
 const _: () = assert!(std::mem::offset_of!(Ctrl, closed) == CTRL_CLOSED as usize);
 
 /// The local memory of one verbs peer.

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::PeerRdma;
+use super::{PeerRdma, Wake};
 use crate::transport::ring::{Counter, Mailbox, RingHeader};
 use crate::transport::verbs::regcache::{RegCache, Registration};
 use crate::Error;
@@ -38,7 +38,7 @@ impl PeerRdma {
             remote + MAILBOX,
             self.remote.staging_rkey,
             None,
-            false,
+            Wake::Nobody,
             false,
         )?;
         let bytes = cts.to_le_bytes();
@@ -48,7 +48,8 @@ impl PeerRdma {
             remote + CTS,
             self.remote.staging_rkey,
             None,
-            true,
+            // The waiting sender sees the grant in its memory or polls.
+            Wake::IfAsked,
             false,
         )?;
         self.grant_sent = cts;
@@ -86,7 +87,7 @@ impl PeerRdma {
                 remote + off as u64,
                 rkey,
                 Some(reg.lkey()),
-                false,
+                Wake::Nobody,
                 i + 1 == chunks,
             )?;
         }
