@@ -15,6 +15,8 @@ use crate::{Error, Result};
 pub const DEFAULT_BUFFSIZE: usize = 4 << 20;
 /// Default number of slots per connection.
 pub const DEFAULT_NSTEPS: usize = 8;
+/// Most slots a ring may have (`STREAMCOMM_NSTEPS`).
+pub const MAX_NSTEPS: usize = 1024;
 /// Default eager limit for point-to-point messages (DESIGN.md §6): messages
 /// up to this many bytes go through the slot ring, larger ones use the
 /// rendezvous protocol where the transport has one. Measured with
@@ -283,9 +285,9 @@ impl Config {
     /// # Errors
     /// [`Error::InvalidArgument`] naming the field.
     pub fn validate(&self) -> Result<()> {
-        if self.nsteps == 0 || self.nsteps > 1024 {
+        if self.nsteps == 0 || self.nsteps > MAX_NSTEPS {
             return Err(Error::invalid(format!(
-                "nsteps must be in 1..=1024, got {}",
+                "nsteps must be in 1..={MAX_NSTEPS}, got {}",
                 self.nsteps
             )));
         }

@@ -27,13 +27,14 @@ pub struct RemoteWord {
     pub value: AtomicU64,
 }
 
-/// Words the peer writes into our memory (besides the inbound ring's
-/// tail, which it writes straight into the ring's header, where our stream
-/// reads it).
+/// Words the peer writes into our memory (the inbound ring's tail comes as
+/// an immediate instead, and so does the credit when data flows back: see
+/// `progress`).
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct Ctrl {
-    /// Slots the peer has consumed from its inbound ring: our credit.
+    /// Slots the peer has consumed from its inbound ring: our credit
+    /// (written by the peer's RDMA, or by us from an immediate).
     pub head: RemoteWord,
     /// `1 + rank` of the rank the peer's communicator failed because of.
     pub abort: RemoteWord,
