@@ -4,8 +4,11 @@
 //! (stream-ordered, capturable) and [`Communicator::barrier_host`] (blocks the
 //! calling thread). Both take a ticket, so they run in issue order with the
 //! communicator's other operations, and both run the same barrier plan
-//! ([`crate::barrier`]) over the flag memory of the ranks' shared-memory
-//! segments, with an epoch that advances once per barrier on every rank.
+//! ([`crate::barrier`]) over the ranks' flag memory, with an epoch that
+//! advances once per barrier on every rank. A peer's flag memory is its
+//! shared-memory segment's barrier area, or over verbs the same area written
+//! by RDMA (only written: see [`FlagMemory::fits`]); communicators with tcp
+//! peers run dissemination with messages through the slot rings instead.
 //!
 //! # Default algorithm
 //! [`default_barrier_algo`] picks, for ranks on one host: dissemination up to
@@ -13,7 +16,9 @@
 //! the shortest path), and the central counter when ranks outnumber cores
 //! (then every extra hand-off is a context switch, and the central counter
 //! has the fewest: one arrival per rank, one release). Ranks on several hosts
-//! use the hierarchical algorithm. The README has the measurements.
+//! use the hierarchical algorithm. The README has the measurements. Over
+//! verbs, where the central counter cannot run (remote areas are written,
+//! not read), dissemination replaces it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,7 +30,8 @@ use crate::comm::task::barrier_task;
 use crate::comm::Communicator;
 use crate::host::{HostStream, JobMode};
 use crate::plan::{self, Collective, Plan, PlanParams};
-use crate::transport::barrier_area::{BarrierArea, ShmBarrierMemory};
+use crate::transport::barrier_area::{Area, BarrierArea, FlagMemory, RemoteArea};
+use crate::transport::Connection;
 use crate::wait::{available_cores, WaitError};
 use crate::{DataType, ReduceOp};
 use crate::{Error, Result};
@@ -57,10 +63,11 @@ pub(crate) struct BarrierState {
 
 /// How barriers run.
 pub(crate) enum BarrierMode {
-    /// Every peer shares memory: a flag algorithm over the segments' areas.
+    /// Every peer shares memory or is reached over verbs: a flag algorithm
+    /// over the ranks' barrier areas.
     Flags {
         /// `areas[r]`: rank r's barrier area (ours included).
-        areas: Vec<BarrierArea>,
+        areas: Vec<Area>,
         /// The plan in use (replaced, in issue order, by `set_barrier_algo`).
         plan: Mutex<Arc<BarrierPlan>>,
         /// Of the barriers so far, how many used the central counter.
@@ -75,11 +82,49 @@ pub(crate) enum BarrierMode {
 }
 
 impl BarrierState {
-    pub(crate) fn flags(
-        areas: Vec<BarrierArea>,
-        plan: BarrierPlan,
+    /// The barrier state for a communicator whose rank `rank` reaches its
+    /// peers through `peers` (`None` for itself), with `own` its own area:
+    /// flags when every peer shares memory or is reached over verbs,
+    /// messages otherwise. `algo` is the requested algorithm, if any.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when `algo` cannot run over these peers (the
+    /// central counter over verbs); as [`barrier::build`].
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn for_peers(
+        rank: usize,
+        size: usize,
+        peers: &[Option<Connection>],
+        own: BarrierArea,
+        algo: Option<BarrierAlgo>,
+        default: BarrierAlgo,
+        slot_bytes: usize,
         hosts: Vec<usize>,
-    ) -> BarrierState {
+    ) -> Result<BarrierState> {
+        let own = Arc::new(own);
+        let areas: Option<Vec<Area>> = (0..size)
+            .map(|p| match peers.get(p).and_then(|c| c.as_ref()) {
+                None => Some(Area::Mapped(own.clone())),
+                Some(c) => match (c.peer_segment(), remote_area(c)) {
+                    (Some(seg), _) => Some(Area::Mapped(Arc::new(seg.barrier_area(size)))),
+                    (None, Some(r)) => Some(Area::Remote(r)),
+                    (None, None) => None,
+                },
+            })
+            .collect();
+        let Some(areas) = areas else {
+            return BarrierState::messages(rank, size, slot_bytes, hosts);
+        };
+        let algo = match algo {
+            Some(a) => a,
+            None if fits_everyone(default, size, &hosts, &areas)? => default,
+            None => BarrierAlgo::Dissemination,
+        };
+        let plan = checked_plan(algo, rank, size, &hosts, &areas)?;
+        Ok(BarrierState::flags(areas, plan, hosts))
+    }
+
+    fn flags(areas: Vec<Area>, plan: BarrierPlan, hosts: Vec<usize>) -> BarrierState {
         BarrierState {
             mode: BarrierMode::Flags {
                 areas,
@@ -91,7 +136,7 @@ impl BarrierState {
         }
     }
 
-    pub(crate) fn messages(
+    fn messages(
         rank: usize,
         size: usize,
         slot_bytes: usize,
@@ -130,11 +175,64 @@ impl BarrierState {
     }
 }
 
+/// A verbs peer's barrier area, when the connection has one.
+fn remote_area(c: &Connection) -> Option<Arc<dyn RemoteArea>> {
+    #[cfg(feature = "verbs")]
+    if let Some(p) = c.rdma() {
+        return Some(p.clone() as Arc<dyn RemoteArea>);
+    }
+    let _ = c;
+    None
+}
+
+/// Whether every rank's plan of `algo` can run where areas are reached
+/// like ours.
+///
+/// Decided alike on every rank: with all areas mapped, anything goes; with
+/// a network between some ranks (links are symmetric: then every rank has
+/// one), each rank is taken to read its own area alone, whatever its plan,
+/// since a rank's own plan could fit where a peer's does not.
+fn fits_everyone(algo: BarrierAlgo, size: usize, hosts: &[usize], areas: &[Area]) -> Result<bool> {
+    let Some(remote) = areas.iter().find(|a| matches!(a, Area::Remote(_))) else {
+        return Ok(true);
+    };
+    let Some(own) = areas.iter().find(|a| matches!(a, Area::Mapped(_))) else {
+        return Ok(false);
+    };
+    for r in 0..size {
+        let plan = barrier::build(algo, r, size, hosts)?;
+        let theirs: Vec<Area> = (0..size)
+            .map(|q| if q == r { own.clone() } else { remote.clone() })
+            .collect();
+        if !FlagMemory::fits(&theirs, &plan.steps) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// This rank's plan of `algo`, refused when some rank's plan cannot run
+/// over these areas.
+fn checked_plan(
+    algo: BarrierAlgo,
+    rank: usize,
+    size: usize,
+    hosts: &[usize],
+    areas: &[Area],
+) -> Result<BarrierPlan> {
+    if !fits_everyone(algo, size, hosts, areas)? {
+        return Err(Error::Unavailable(format!(
+            "barrier algorithm {algo}: some ranks are reached over verbs, whose flag memory can only be written, and this algorithm reads another rank's words (the central counter fetch-adds and polls the root's)"
+        )));
+    }
+    barrier::build(algo, rank, size, hosts)
+}
+
 /// Presents the central counter as if every earlier barrier had used it, so
 /// that switching algorithms between barriers keeps the counter's target
 /// (`epoch × (n − 1)`) right. Only the root reads its counter.
 struct CounterView<'a> {
-    inner: &'a ShmBarrierMemory<'a>,
+    inner: &'a FlagMemory<'a>,
     /// `(epoch − 1 − earlier central-counter barriers) × (n − 1)`.
     bias: u64,
 }
@@ -197,10 +295,7 @@ impl CommInner {
         } else {
             counter_epochs.load(Ordering::Relaxed)
         };
-        let mem = ShmBarrierMemory {
-            areas,
-            policy: self.policy(),
-        };
+        let mem = FlagMemory::new(areas, self.policy());
         let view = CounterView {
             inner: &mem,
             bias: (epoch - 1 - earlier_counter) * (self.size as u64 - 1),
@@ -268,16 +363,22 @@ impl Communicator {
     /// # Errors
     /// [`Error::InvalidArgument`] for an unusable algorithm (e.g. fan-out 1);
     /// [`Error::Unavailable`] when some peer is reached over tcp (flag
-    /// algorithms need shared memory; such communicators use message
-    /// dissemination).
+    /// algorithms need shared memory or verbs; such communicators use
+    /// message dissemination), or for the central counter when some peer is
+    /// reached over verbs (its words would have to be read remotely).
     pub fn set_barrier_algo(&self, algo: BarrierAlgo) -> Result<()> {
         let inner = &self.inner;
-        let BarrierMode::Flags { plan: current, .. } = &inner.barrier.mode else {
+        let BarrierMode::Flags {
+            plan: current,
+            areas,
+            ..
+        } = &inner.barrier.mode
+        else {
             return Err(Error::Unavailable(format!(
                 "barrier algorithm {algo}: some peers are reached over tcp, where barriers use message dissemination"
             )));
         };
-        let plan = barrier::build(algo, inner.rank, inner.size, &inner.barrier.hosts)?;
+        let plan = checked_plan(algo, inner.rank, inner.size, &inner.barrier.hosts, areas)?;
         let ticket = inner.turns.take();
         inner.run_ticketed(ticket, JobMode::Run, "set_barrier_algo", |_| {
             *current.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(plan);

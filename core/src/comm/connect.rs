@@ -127,7 +127,14 @@ pub(crate) fn connect_peers(
     let verbs_peers: Vec<usize> = (0..size).filter(|&p| use_verbs[p]).collect();
     #[cfg(feature = "verbs")]
     let mut verbs = match any_verbs {
-        true => crate::transport::verbs::connect(boot, rank, device.as_ref(), &verbs_peers, shape)?,
+        true => crate::transport::verbs::connect(
+            boot,
+            rank,
+            device.as_ref(),
+            &verbs_peers,
+            shape,
+            &std::sync::Arc::new(segment.barrier_area(size)),
+        )?,
         false => Vec::new(),
     };
     #[cfg(not(feature = "verbs"))]

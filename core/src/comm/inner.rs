@@ -55,14 +55,15 @@ pub(crate) struct CommInner {
     pub verbs_net: Option<crate::transport::verbs::VerbsNet>,
     /// `peers[p]` connects to rank `p` (`None` for ourselves).
     pub peers: Vec<Option<Connection>>,
+    /// Barrier algorithm, epochs and flag areas (declared, so dropped,
+    /// before the segment whose memory our own area is).
+    pub barrier: BarrierState,
     /// Our segment: inbound rings and the failure word peers raise.
     pub segment: Arc<Segment>,
     pub turns: Turns,
     pub spin: u32,
     error: Arc<Mutex<Option<Error>>>,
     pub proxy: ProxyHandle,
-    /// Barrier algorithm, epochs and flag areas.
-    pub barrier: BarrierState,
     /// Chooses each collective's algorithm (override or cost model).
     pub selector: Selector,
     /// Point-to-point rendezvous numbering and byte counters.

@@ -239,28 +239,6 @@ impl Communicator {
             local_ranks,
             tcp_addrs: endpoints.iter().map(|e| e.tcp).collect(),
         };
-        let all_shm = links
-            .peers
-            .iter()
-            .flatten()
-            .all(|c| c.peer_segment().is_some());
-        let barrier = if all_shm {
-            let algo = config
-                .barrier_algo
-                .unwrap_or_else(|| default_barrier_algo(size, nhosts, local_ranks));
-            let plan = crate::barrier::build(algo, rank, size, &host_index)?;
-            let areas = (0..size)
-                .map(
-                    |p| match links.peers[p].as_ref().and_then(|c| c.peer_segment()) {
-                        Some(seg) => seg.barrier_area(size),
-                        None => segment.barrier_area(size),
-                    },
-                )
-                .collect();
-            BarrierState::flags(areas, plan, host_index)
-        } else {
-            BarrierState::messages(rank, size, shape.slot_bytes, host_index)?
-        };
         let error = Arc::new(std::sync::Mutex::new(None));
         // Proxy threads raise the failure word of every segment we reach.
         let mut segments = vec![segment.clone()];
@@ -306,7 +284,17 @@ impl Communicator {
             .into_iter()
             .enumerate()
             .map(|(p, c)| c.map(|c| attach_kick(c, p, net.as_ref(), vnet)))
-            .collect();
+            .collect::<Vec<_>>();
+        let barrier = BarrierState::for_peers(
+            rank,
+            size,
+            &peers,
+            segment.barrier_area(size),
+            config.barrier_algo,
+            default_barrier_algo(size, nhosts, local_ranks),
+            shape.slot_bytes,
+            host_index,
+        )?;
         let (proxy, rx) = ProxyHandle::channel();
         crate::wait::note_local_ranks(local_ranks);
         let spin = spin_budget(config.spin, local_ranks);

@@ -37,6 +37,7 @@ use progress::{PeerRdma, SharedPeer};
 use qp::{Qp, VerbsAddr, VerbsRings};
 
 use crate::bootstrap::Bootstrap;
+use crate::transport::barrier_area::BarrierArea;
 use crate::transport::ring::RingShape;
 use crate::transport::tcp::kick::Kick;
 use crate::transport::tcp::progress::FailureSink;
@@ -50,6 +51,7 @@ pub struct VerbsPeerSetup {
     pub rings: Arc<VerbsRings>,
     qp: Qp,
     remote: VerbsAddr,
+    barrier: Arc<BarrierArea>,
 }
 
 /// Creates a QP per peer in `peers`, exchanges addresses with every rank
@@ -65,6 +67,7 @@ pub fn connect(
     dev: Option<&Arc<Device>>,
     peers: &[usize],
     shape: RingShape,
+    barrier: &Arc<BarrierArea>,
 ) -> Result<Vec<VerbsPeerSetup>> {
     let mut made = Vec::with_capacity(peers.len());
     let mut blob = Vec::new();
@@ -75,7 +78,7 @@ pub fn connect(
         let channel = Arc::new(event::CompChannel::new(dev)?);
         for &p in peers {
             let rings = Arc::new(VerbsRings::new(shape));
-            let (qp, local) = Qp::create(dev.clone(), &channel, &rings, depth)?;
+            let (qp, local) = Qp::create(dev.clone(), &channel, &rings, barrier, depth)?;
             local.encode(p, &mut blob);
             made.push((p, rings, qp, local));
         }
@@ -97,6 +100,7 @@ pub fn connect(
             rings,
             qp,
             remote,
+            barrier: barrier.clone(),
         });
     }
     Ok(out)
@@ -141,7 +145,8 @@ impl VerbsNet {
             Some(regs) => peers
                 .into_iter()
                 .map(|p| {
-                    let peer = PeerRdma::new(p.peer, p.rings, p.qp, p.remote, regs.clone());
+                    let peer =
+                        PeerRdma::new(p.peer, p.rings, p.qp, p.remote, regs.clone(), p.barrier);
                     Arc::new(SharedPeer::new(peer))
                 })
                 .collect(),

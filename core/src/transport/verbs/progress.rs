@@ -50,6 +50,7 @@ use rdma_sys::*;
 
 use super::qp::{Qp, VerbsAddr, VerbsRings, CTRL_HEAD, RECV_WR_ID};
 use super::regcache::RegCache;
+use crate::transport::barrier_area::{BarrierArea, RemoteArea};
 use crate::transport::ring::{RingEnd, SLOT_HEADER};
 
 mod rendezvous;
@@ -160,6 +161,8 @@ pub struct PeerRdma {
     grant_sent: u64,
     grant_seen: u64,
     regs: Arc<RegCache>,
+    /// Our barrier area, which the peer writes (woken from here).
+    barrier: Arc<BarrierArea>,
 }
 
 impl PeerRdma {
@@ -170,6 +173,7 @@ impl PeerRdma {
         qp: Qp,
         remote: VerbsAddr,
         regs: Arc<RegCache>,
+        barrier: Arc<BarrierArea>,
     ) -> PeerRdma {
         let staging = rings.staging.end();
         let inbound = rings.inbound.end();
@@ -196,6 +200,7 @@ impl PeerRdma {
             grant_sent: 0,
             grant_seen: 0,
             regs,
+            barrier,
         }
     }
 
@@ -428,12 +433,14 @@ impl PeerRdma {
         Ok(self.forward_grant()? || self.return_credit(false)? || moved)
     }
 
-    /// True while a stream sleeps on one of this peer's rings: the proxy
-    /// must then wake at every completion (tails are not solicited).
+    /// True while a stream sleeps on one of this peer's rings or a barrier
+    /// waiter on our area: the proxy must then wake at every completion
+    /// (tails, credits and barrier flags are not solicited).
     pub(crate) fn has_sleepers(&self) -> bool {
         self.inbound.data_notifier().has_sleepers()
             || self.staging.credit_notifier().has_sleepers()
             || self.staging.grant_notifier().has_sleepers()
+            || self.barrier.has_sleepers()
     }
 
     /// Writes the count of inbound slots the stream consumed, once it moved
@@ -495,6 +502,9 @@ impl PeerRdma {
                 let imm = u32::from_be(unsafe { c.imm_data_invalidated_rkey_union.imm_data });
                 if imm & IMM_CONTROL == 0 {
                     slot_imm = Some(imm);
+                } else {
+                    // Maybe a barrier flag: wake a waiter asleep on our area.
+                    self.barrier.notify();
                 }
                 continue;
             }
@@ -531,6 +541,43 @@ impl PeerRdma {
                 .map_err(|e| self.fail(format!("ibv_post_recv: {e}")))?;
         }
         Ok(n > 0)
+    }
+
+    /// Writes `value` into the word at `offset` of the peer's barrier area
+    /// (inline, after everything posted before it; its completion wakes the
+    /// peer's proxy if a stream sleeps there, which wakes the waiter).
+    ///
+    /// # Errors
+    /// [`Error::Transport`] when the peer failed or posting fails, or the
+    /// send queue stays full for [`STALL`].
+    pub fn write_barrier_word(&mut self, offset: u64, value: u64) -> Result<(), Error> {
+        let since = Instant::now();
+        loop {
+            if self.dead || self.deferred.is_some() || self.peer_closed() {
+                return Err(self.fail("the connection failed or was closed".into()));
+            }
+            if self.room() >= 2 {
+                break;
+            }
+            self.poll()?;
+            if since.elapsed() > STALL {
+                return Err(self.fail(format!(
+                    "its send queue stayed full for {} s",
+                    STALL.as_secs()
+                )));
+            }
+            std::hint::spin_loop();
+        }
+        let bytes = value.to_le_bytes();
+        self.post_write(
+            bytes.as_ptr() as u64,
+            8,
+            self.remote.barrier_addr + offset,
+            self.remote.barrier_rkey,
+            None,
+            Wake::IfAsked,
+            false,
+        )
     }
 
     /// True when every staged slot was written and its write completed.
@@ -678,6 +725,16 @@ impl SharedPeer {
     }
 }
 
+impl RemoteArea for SharedPeer {
+    fn store(&self, offset: usize, v: u64) -> Result<(), Error> {
+        self.lock().write_barrier_word(offset as u64, v)
+    }
+
+    fn poke(&self) {
+        self.poll_now();
+    }
+}
+
 /// A signalled write that has not completed after this long means the
 /// peer is gone. A NIC reports exhausted retries sooner (about 0.5 s); Soft-RoCE
 /// (rdma_rxe) was seen never completing a write to a killed process's QP.
@@ -696,7 +753,10 @@ mod tests {
         assert_eq!(rebuild(100, 100, IMM_CREDIT_MASK), 100);
         assert_eq!(rebuild(100, 1124, IMM_CREDIT_MASK), 1124);
         let far = (1u64 << 40) + 7;
-        assert_eq!(rebuild(far, (far as u32 + 9) & IMM_CREDIT_MASK, IMM_CREDIT_MASK), far + 9);
+        assert_eq!(
+            rebuild(far, (far as u32 + 9) & IMM_CREDIT_MASK, IMM_CREDIT_MASK),
+            far + 9
+        );
         // Behind (an immediate older than a credit written since): kept.
         assert_eq!(rebuild(12, 10, IMM_CREDIT_MASK), 12);
         assert_eq!(rebuild(0x1_0002, 0xfffe, IMM_TAIL_MASK), 0x1_0002);

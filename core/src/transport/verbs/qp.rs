@@ -15,6 +15,7 @@ use rdma_sys::*;
 
 use super::device::Device;
 use super::event::CompChannel;
+use crate::transport::barrier_area::BarrierArea;
 use crate::transport::local_ring::LocalRing;
 use crate::transport::ring::{RingEnd, RingShape};
 use crate::{Error, Result};
@@ -103,10 +104,15 @@ pub struct VerbsAddr {
     pub staging_addr: u64,
     /// See `staging_addr`.
     pub staging_rkey: u32,
+    /// Address and key of our barrier area (the peer writes its flags and
+    /// our release word there).
+    pub barrier_addr: u64,
+    /// See `barrier_addr`.
+    pub barrier_rkey: u32,
 }
 
 /// Bytes of an encoded [`VerbsAddr`] with its peer rank.
-pub const ADDR_BYTES: usize = 4 + 4 + 4 + 2 + 1 + 16 + 8 + 4 + 8 + 4 + 8 + 4;
+pub const ADDR_BYTES: usize = 4 + 4 + 4 + 2 + 1 + 16 + 8 + 4 + 8 + 4 + 8 + 4 + 8 + 4;
 
 impl VerbsAddr {
     /// Appends `(to, self)` to `out`.
@@ -123,6 +129,8 @@ impl VerbsAddr {
         out.extend_from_slice(&self.ctrl_rkey.to_le_bytes());
         out.extend_from_slice(&self.staging_addr.to_le_bytes());
         out.extend_from_slice(&self.staging_rkey.to_le_bytes());
+        out.extend_from_slice(&self.barrier_addr.to_le_bytes());
+        out.extend_from_slice(&self.barrier_rkey.to_le_bytes());
     }
 
     /// Finds the entry addressed to `me` in a rank's list.
@@ -160,6 +168,8 @@ impl VerbsAddr {
                 ctrl_rkey: u32_at(51),
                 staging_addr: u64_at(55),
                 staging_rkey: u32_at(63),
+                barrier_addr: u64_at(67),
+                barrier_rkey: u32_at(75),
             });
         }
         Err(Error::Bootstrap(format!(
@@ -261,6 +271,7 @@ impl Qp {
         dev: Arc<Device>,
         channel: &Arc<CompChannel>,
         rings: &VerbsRings,
+        barrier: &BarrierArea,
         depth: u32,
     ) -> Result<(Qp, VerbsAddr)> {
         let (sp, sl) = rings.staging.memory();
@@ -271,6 +282,8 @@ impl Qp {
         let staging = Mr::new(&dev, sp, sl, remote, "staging ring")?;
         let inbound = Mr::new(&dev, ip, il, remote, "inbound ring")?;
         let ctrl = Mr::new(&dev, cp, std::mem::size_of::<Ctrl>(), remote, "control")?;
+        let (bp, bl) = barrier.memory();
+        let area = Mr::new(&dev, bp, bl, remote, "barrier area")?;
         // SAFETY: the context and the channel are open. Room for a full
         // send queue and a full receive queue of completions.
         let cq = unsafe {
@@ -344,9 +357,11 @@ impl Qp {
             ctrl_rkey: ctrl.rkey(),
             staging_addr: sp as u64,
             staging_rkey: staging.rkey(),
+            barrier_addr: bp as u64,
+            barrier_rkey: area.rkey(),
         };
         let mut q = q;
-        q.mrs = vec![staging, inbound, ctrl];
+        q.mrs = vec![staging, inbound, ctrl, area];
         q.post_recvs(depth as usize)
             .map_err(|e| Error::os("verbs: ibv_post_recv", e))?;
         Ok((q, addr))
@@ -489,6 +504,8 @@ mod tests {
             ctrl_rkey: 0x3333_4444,
             staging_addr: 0x7f00_cafe_0000,
             staging_rkey: 0x5555_6666,
+            barrier_addr: 0x7f00_f00d_0080,
+            barrier_rkey: 0x7777_8888,
         };
         let b = VerbsAddr { qpn: 99, ..a };
         let mut list = Vec::new();
