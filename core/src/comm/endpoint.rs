@@ -26,8 +26,8 @@ pub struct Endpoint {
     pub shape: RingShape,
     /// Where the rank accepts tcp connections, if it may use tcp.
     pub tcp: Option<SocketAddr>,
-    /// The rank's verbs stance: [`VERBS_NONE`], [`VERBS_AVAILABLE`] or
-    /// [`VERBS_FORCED`].
+    /// The rank's verbs stance: `VERBS_NONE`, `VERBS_AVAILABLE` or
+    /// `VERBS_FORCED` (this module's constants).
     pub verbs: u8,
 }
 

@@ -5,7 +5,7 @@
 //! tcp staging ring the network thread drains) and the slot it consumes from
 //! a peer. [`FaultInjector`] sits at those two points, so one hook covers
 //! shared memory and tcp alike, and applies the rules of a
-//! [`FaultPlan`](super::fault_spec::FaultPlan): delay a slot, drop it, send
+//! [`FaultPlan`]: delay a slot, drop it, send
 //! it twice, or fail with a transport error.
 //!
 //! A dropped slot keeps its sequence number (the next slot carries the one

@@ -4,7 +4,7 @@
 //!   and payload, into the same slot of the peer's inbound ring, as one
 //!   chain of RDMA WRITEs (inline when small, else from the registered
 //!   staging ring). The last of them is a WRITE_WITH_IMM whose immediate is
-//!   the new tail ([`IMM_TAIL_MASK`] bits of it): one work request for a
+//!   the new tail (`IMM_TAIL_MASK` bits of it): one work request for a
 //!   one-slot message, as NCCL's IB transport does. Its completion at the
 //!   receiver comes after all of the chain's data is in place (same RC QP,
 //!   in order). Signalled every half ring; its completion releases the
@@ -21,7 +21,7 @@
 //!   the `ibv_post_send` of an 8-byte message took ~25-30 µs inline against
 //!   perftest's 10.7 µs one-way for one request.
 //! - **Credits**: the count of inbound slots the stream consumed rides in the
-//!   immediate of every slot write going back ([`IMM_CREDIT_SHIFT`]), as TCP
+//!   immediate of every slot write going back (`IMM_CREDIT_SHIFT`), as TCP
 //!   piggybacks its acknowledgements: a ping-pong never sends a credit of
 //!   its own. Without traffic back, the count is written (inline,
 //!   WRITE_WITH_IMM) into the peer's control block once half a ring was
@@ -549,7 +549,7 @@ impl PeerRdma {
     ///
     /// # Errors
     /// [`Error::Transport`] when the peer failed or posting fails, or the
-    /// send queue stays full for [`STALL`].
+    /// send queue stays full for `STALL`.
     pub fn write_barrier_word(&mut self, offset: u64, value: u64) -> Result<(), Error> {
         let since = Instant::now();
         loop {
