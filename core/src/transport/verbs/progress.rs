@@ -1,7 +1,8 @@
 //! One verbs peer's data path: RDMA WRITEs out, counters in, completions.
 //!
 //! - **Send**: every staged slot the peer has credit for is written, header
-//!   and payload, into the same slot of the peer's inbound ring, as one
+//!   words and payload (`SLOT_WIRE_HEADER + len` bytes, not the whole
+//!   64-byte header), into the same slot of the peer's inbound ring, as one
 //!   chain of RDMA WRITEs (inline when small, else from the registered
 //!   staging ring). The last of them is a WRITE_WITH_IMM whose immediate is
 //!   the new tail (`IMM_TAIL_MASK` bits of it): one work request for a
@@ -51,7 +52,7 @@ use rdma_sys::*;
 use super::qp::{Qp, VerbsAddr, VerbsRings, CTRL_HEAD, RECV_WR_ID};
 use super::regcache::RegCache;
 use crate::transport::barrier_area::{BarrierArea, RemoteArea};
-use crate::transport::ring::{RingEnd, SLOT_HEADER};
+use crate::transport::ring::{RingEnd, SLOT_WIRE_HEADER};
 
 mod rendezvous;
 use crate::Error;
@@ -357,16 +358,19 @@ impl PeerRdma {
         // Keep one entry free for a credit write.
         while k < credit + nsteps && self.room() > writes.len() as u64 + 1 {
             let len = match self.staging.slot_for_read(k) {
-                Ok(Some(slot)) => (SLOT_HEADER + slot.len()) as u32,
+                Ok(Some(slot)) => (SLOT_WIRE_HEADER + slot.len()) as u32,
                 Ok(None) => break,
                 Err(e) => return Err(self.fail(format!("staging ring corrupted: {e:?}"))),
             };
+            // Header words and payload only: the same offset in both rings.
+            let wire = self.staging.slot_wire_addr(k) - self.staging.slot_addr(k);
             writes.push(Write {
-                local: self.staging.slot_addr(k),
+                local: self.staging.slot_wire_addr(k),
                 len,
                 remote: self.remote.ring_addr
                     + crate::transport::ring::RING_HEADER_BYTES as u64
-                    + (k % nsteps) * stride,
+                    + (k % nsteps) * stride
+                    + wire,
                 rkey: self.remote.ring_rkey,
                 // Small slots go inline: copied at post time, no DMA read.
                 lkey: (len > MAX_INLINE).then_some(self.qp.staging_lkey),
