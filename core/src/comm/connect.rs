@@ -224,12 +224,12 @@ pub(crate) fn attach_kick(
 ) -> Connection {
     match (&mut c.link, net, vnet) {
         (Link::Tcp { kick, io, .. }, Some(net), _) => {
-            *kick = net.kick.clone();
+            *kick = net.thread.kick().clone();
             *io = net.peer_io(peer);
         }
         #[cfg(feature = "verbs")]
         (Link::Verbs { kick, direct, .. }, _, Some(v)) => {
-            *kick = v.kick.clone();
+            *kick = v.thread.kick().clone();
             *direct = v.peer(peer);
         }
         _ => {}

@@ -148,11 +148,11 @@ impl CommInner {
             raise_failure(seg.header(), culprit);
         }
         if let Some(net) = &self.net {
-            net.notify_abort(culprit);
+            net.thread.notify_abort(culprit);
         }
         #[cfg(feature = "verbs")]
         if let Some(v) = &self.verbs_net {
-            v.notify_abort(culprit);
+            v.thread.notify_abort(culprit);
         }
     }
 

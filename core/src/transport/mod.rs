@@ -13,6 +13,7 @@ pub mod barrier_area;
 pub mod fault;
 pub mod fault_spec;
 pub mod local_ring;
+pub mod net_thread;
 pub mod ring;
 pub mod shm;
 pub mod sweep;

@@ -17,15 +17,14 @@ pub mod progress;
 pub mod setup;
 
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use kick::Kick;
 use progress::{FailureSink, PeerIo};
 
 use crate::transport::local_ring::LocalRing;
+use crate::transport::net_thread::NetThread;
 use crate::transport::ring::{RingEnd, RingShape};
-use crate::{Error, Result};
+use crate::Result;
 
 /// The local memory of one tcp peer's two rings.
 #[derive(Debug)]
@@ -39,14 +38,11 @@ pub struct TcpRings {
 /// The network thread of a communicator; stops and joins on drop.
 #[derive(Debug)]
 pub struct TcpNet {
-    /// Wakes the thread (streams call it after staging a slot or freeing one).
-    pub kick: Arc<Kick>,
-    stop: Arc<AtomicBool>,
+    /// The thread (declared first: stopped and joined before the peers'
+    /// state goes).
+    pub thread: NetThread,
     /// Each peer's transfer state, shared with the streams ([`inline`]).
     peers: Vec<(usize, Arc<Mutex<PeerIo>>)>,
-    /// 0, or `1 + rank` of the rank whose failure this communicator reports.
-    abort: Arc<AtomicU32>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// One tcp peer, ready to start: its rings and sockets.
@@ -78,10 +74,8 @@ impl TcpNet {
     /// Starts the network thread for `peers` (nothing to do for none).
     ///
     /// # Errors
-    /// [`Error::Os`] when the eventfd or the thread cannot be created.
+    /// [`Error::Os`](crate::Error::Os) when the eventfd or the thread cannot be created.
     pub fn start(rank: usize, peers: Vec<TcpPeerSetup>, sink: impl FailureSink) -> Result<TcpNet> {
-        let kick = Arc::new(Kick::new()?);
-        let stop = Arc::new(AtomicBool::new(false));
         let ranks: Vec<usize> = peers.iter().map(|p| p.peer).collect();
         let io: Vec<Arc<Mutex<PeerIo>>> = peers
             .into_iter()
@@ -95,18 +89,13 @@ impl TcpNet {
                 Arc::new(Mutex::new(PeerIo::new(p.peer, staging, inbound, p.sockets)))
             })
             .collect();
-        let abort = Arc::new(AtomicU32::new(0));
-        let (k, s, a, shared) = (kick.clone(), stop.clone(), abort.clone(), io.clone());
-        let thread = std::thread::Builder::new()
-            .name(format!("streamcomm-net-{rank}"))
-            .spawn(move || progress::run(shared, k, s, a, sink))
-            .map_err(|e| Error::os("spawn tcp network thread", e))?;
+        let shared = io.clone();
+        let thread = NetThread::spawn(format!("streamcomm-net-{rank}"), move |s| {
+            progress::run(shared, s.kick, s.stop, s.abort, sink)
+        })?;
         Ok(TcpNet {
-            kick,
-            stop,
+            thread,
             peers: ranks.into_iter().zip(io).collect(),
-            abort,
-            thread: Some(thread),
         })
     }
 
@@ -118,27 +107,5 @@ impl TcpNet {
             .iter()
             .find(|(p, _)| *p == peer)
             .map(|(_, io)| io.clone())
-    }
-
-    /// Tells every tcp peer that this communicator failed because of
-    /// `failed_rank` (once; later calls are ignored).
-    pub fn notify_abort(&self, failed_rank: usize) {
-        let _ = self.abort.compare_exchange(
-            0,
-            u32::try_from(failed_rank).map_or(u32::MAX, |r| r.saturating_add(1)),
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
-        self.kick.signal();
-    }
-}
-
-impl Drop for TcpNet {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        self.kick.signal();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }

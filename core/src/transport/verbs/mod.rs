@@ -29,7 +29,6 @@ pub mod proxy;
 pub mod qp;
 pub mod regcache;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use device::Device;
@@ -38,8 +37,8 @@ use qp::{Qp, VerbsAddr, VerbsRings};
 
 use crate::bootstrap::Bootstrap;
 use crate::transport::barrier_area::BarrierArea;
+use crate::transport::net_thread::NetThread;
 use crate::transport::ring::RingShape;
-use crate::transport::tcp::kick::Kick;
 use crate::transport::tcp::progress::FailureSink;
 use crate::{Error, Result};
 
@@ -108,13 +107,10 @@ pub fn connect(
 
 /// The verbs proxy thread of a communicator; stops and joins on drop.
 pub struct VerbsNet {
-    /// Wakes the thread (streams call it after staging a slot or freeing one).
-    pub kick: Arc<Kick>,
-    stop: Arc<AtomicBool>,
-    abort: Arc<AtomicU32>,
+    /// The thread (declared first: stopped and joined before the peers go).
+    pub thread: NetThread,
     peers: Vec<Arc<SharedPeer>>,
     hook: Box<dyn Fn() + Send + Sync>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for VerbsNet {
@@ -133,9 +129,6 @@ impl VerbsNet {
         peers: Vec<VerbsPeerSetup>,
         sink: impl FailureSink,
     ) -> Result<VerbsNet> {
-        let kick = Arc::new(Kick::new()?);
-        let stop = Arc::new(AtomicBool::new(false));
-        let abort = Arc::new(AtomicU32::new(0));
         // One registration cache for the user buffers of every peer.
         let regs = peers
             .first()
@@ -151,22 +144,18 @@ impl VerbsNet {
                 })
                 .collect(),
         };
-        let (k, s, a, io2) = (kick.clone(), stop.clone(), abort.clone(), io.clone());
-        let thread = std::thread::Builder::new()
-            .name(format!("streamcomm-verbs-{rank}"))
-            .spawn(move || proxy::run(io2, k, s, a, sink))
-            .map_err(|e| Error::os("spawn verbs proxy thread", e))?;
+        let shared = io.clone();
+        let thread = NetThread::spawn(format!("streamcomm-verbs-{rank}"), move |s| {
+            proxy::run(shared, s.kick, s.stop, s.abort, sink)
+        })?;
         let hook: Box<dyn Fn() + Send + Sync> = {
-            let k = kick.clone();
+            let k = thread.kick().clone();
             Box::new(move || k.kick())
         };
         Ok(VerbsNet {
-            kick,
-            stop,
-            abort,
+            thread,
             peers: io,
             hook,
-            thread: Some(thread),
         })
     }
 
@@ -180,27 +169,5 @@ impl VerbsNet {
     /// direct posting ([`SharedPeer::pump`]).
     pub fn peer(&self, peer: usize) -> Option<Arc<SharedPeer>> {
         self.peers.iter().find(|p| p.lock().peer == peer).cloned()
-    }
-
-    /// Tells every verbs peer that this communicator failed because of
-    /// `failed_rank` (once; later calls are ignored).
-    pub fn notify_abort(&self, failed_rank: usize) {
-        let _ = self.abort.compare_exchange(
-            0,
-            u32::try_from(failed_rank).map_or(u32::MAX, |r| r.saturating_add(1)),
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
-        self.kick.signal();
-    }
-}
-
-impl Drop for VerbsNet {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        self.kick.signal();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
