@@ -51,39 +51,15 @@ use rdma_sys::*;
 
 use super::qp::{Qp, VerbsAddr, VerbsRings, CTRL_HEAD, RECV_WR_ID};
 use super::regcache::RegCache;
-use crate::transport::barrier_area::{BarrierArea, RemoteArea};
+use crate::transport::barrier_area::BarrierArea;
 use crate::transport::ring::{RingEnd, SLOT_WIRE_HEADER};
 
+mod barrier;
+mod imm;
 mod rendezvous;
 use crate::Error;
+use imm::{rebuild, IMM_CONTROL, IMM_CREDIT_MASK, IMM_CREDIT_SHIFT, IMM_TAIL_MASK};
 
-/// Immediate data of a WRITE_WITH_IMM: with this bit set, "a control word
-/// in your memory changed" (credit, grant, abort, goodbye, heartbeat);
-/// clear, a slot write's: the low [`IMM_TAIL_MASK`] bits of the sender's
-/// new tail and, from [`IMM_CREDIT_SHIFT`], the low [`IMM_CREDIT_MASK`]
-/// bits of the count of slots it consumed from us. Each side rebuilds the
-/// full counts from the ones it has: a tail runs at most a ring (1024
-/// slots) ahead of the receiver's, a credit at most a ring ahead of ours.
-pub(crate) const IMM_CONTROL: u32 = 1 << 31;
-/// Bits of the tail carried in a slot write's immediate.
-pub(crate) const IMM_TAIL_MASK: u32 = 0xffff;
-/// Where the consumed count starts in a slot write's immediate.
-pub(crate) const IMM_CREDIT_SHIFT: u32 = 16;
-/// Bits of the consumed count carried in a slot write's immediate.
-pub(crate) const IMM_CREDIT_MASK: u32 = 0x7fff;
-const _: () = assert!(crate::config::MAX_NSTEPS as u32 <= IMM_CREDIT_MASK / 2);
-
-/// The count whose low bits (`mask`) are `low`, for a count within
-/// `mask / 2` of `now`; `now` itself when that count is behind it (an
-/// immediate older than a credit the peer wrote since: it was posted
-/// first, but its completion is read later).
-fn rebuild(now: u64, low: u32, mask: u32) -> u64 {
-    let ahead = low.wrapping_sub(now as u32) & mask;
-    if ahead > mask / 2 {
-        return now;
-    }
-    now + u64::from(ahead)
-}
 /// Whom an RDMA WRITE tells, besides landing in the peer's memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Wake {
@@ -547,43 +523,6 @@ impl PeerRdma {
         Ok(n > 0)
     }
 
-    /// Writes `value` into the word at `offset` of the peer's barrier area
-    /// (inline, after everything posted before it; its completion wakes the
-    /// peer's proxy if a stream sleeps there, which wakes the waiter).
-    ///
-    /// # Errors
-    /// [`Error::Transport`] when the peer failed or posting fails, or the
-    /// send queue stays full for `STALL`.
-    pub fn write_barrier_word(&mut self, offset: u64, value: u64) -> Result<(), Error> {
-        let since = Instant::now();
-        loop {
-            if self.dead || self.deferred.is_some() || self.peer_closed() {
-                return Err(self.fail("the connection failed or was closed".into()));
-            }
-            if self.room() >= 2 {
-                break;
-            }
-            self.poll()?;
-            if since.elapsed() > STALL {
-                return Err(self.fail(format!(
-                    "its send queue stayed full for {} s",
-                    STALL.as_secs()
-                )));
-            }
-            std::hint::spin_loop();
-        }
-        let bytes = value.to_le_bytes();
-        self.post_write(
-            bytes.as_ptr() as u64,
-            8,
-            self.remote.barrier_addr + offset,
-            self.remote.barrier_rkey,
-            None,
-            Wake::IfAsked,
-            false,
-        )
-    }
-
     /// True when every staged slot was written and its write completed.
     pub(crate) fn flushed(&self) -> bool {
         self.inflight.is_empty()
@@ -729,40 +668,9 @@ impl SharedPeer {
     }
 }
 
-impl RemoteArea for SharedPeer {
-    fn store(&self, offset: usize, v: u64) -> Result<(), Error> {
-        self.lock().write_barrier_word(offset as u64, v)
-    }
-
-    fn poke(&self) {
-        self.poll_now();
-    }
-}
-
 /// A signalled write that has not completed after this long means the
 /// peer is gone. A NIC reports exhausted retries sooner (about 0.5 s); Soft-RoCE
 /// (rdma_rxe) was seen never completing a write to a killed process's QP.
 pub(crate) const STALL: Duration = Duration::from_secs(8);
 /// Idle time after which a peer gets a heartbeat write.
 pub(crate) const HEARTBEAT: Duration = Duration::from_millis(200);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counts_are_rebuilt_from_their_low_bits_and_stale_ones_ignored() {
-        // Ahead, across a wrap of the low bits.
-        assert_eq!(rebuild(0xfff0, 0x0005, IMM_TAIL_MASK), 0x1_0005);
-        assert_eq!(rebuild(100, 100, IMM_CREDIT_MASK), 100);
-        assert_eq!(rebuild(100, 1124, IMM_CREDIT_MASK), 1124);
-        let far = (1u64 << 40) + 7;
-        assert_eq!(
-            rebuild(far, (far as u32 + 9) & IMM_CREDIT_MASK, IMM_CREDIT_MASK),
-            far + 9
-        );
-        // Behind (an immediate older than a credit written since): kept.
-        assert_eq!(rebuild(12, 10, IMM_CREDIT_MASK), 12);
-        assert_eq!(rebuild(0x1_0002, 0xfffe, IMM_TAIL_MASK), 0x1_0002);
-    }
-}
