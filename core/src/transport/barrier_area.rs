@@ -166,12 +166,11 @@ impl<'a> FlagMemory<'a> {
         }
     }
 
-    /// Whether `plan`'s steps can run on areas reached like `areas`: a
-    /// remote area may be written (flags, release) but not read or
-    /// fetch-added.
-    pub fn fits(areas: &[Area], steps: &[crate::barrier::BarrierStep]) -> bool {
+    /// Whether a plan's `steps` can run where `mapped(r)` says which ranks'
+    /// areas are mapped: a remote area may be written (flags, release) but
+    /// not read or fetch-added.
+    pub fn fits(steps: &[crate::barrier::BarrierStep], mapped: impl Fn(usize) -> bool) -> bool {
         use crate::barrier::BarrierStep as S;
-        let mapped = |r: usize| matches!(areas.get(r), Some(Area::Mapped(_)));
         steps.iter().all(|s| match *s {
             S::FetchAdd { root } => mapped(root),
             S::WaitRelease { at } => mapped(at),
