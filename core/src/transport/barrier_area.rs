@@ -275,14 +275,7 @@ impl BarrierMemory for FlagMemory<'_> {
             self.unreadable(on.owner, "area");
             return Err(failed().unwrap_or_else(|| Error::Unavailable("barrier".into())));
         };
-        let remote: Vec<&Arc<dyn RemoteArea>> = self
-            .areas
-            .iter()
-            .filter_map(|a| match a {
-                Area::Remote(r) => Some(r),
-                Area::Mapped(_) => None,
-            })
-            .collect();
+        let any_remote = self.areas.iter().any(|a| matches!(a, Area::Remote(_)));
         let mut checks = 0u32;
         a.header()
             .notifier
@@ -291,8 +284,12 @@ impl BarrierMemory for FlagMemory<'_> {
                     // A peer's write may need our completion queue reaped
                     // (its receive put back, a sleeping waiter woken).
                     checks = checks.wrapping_add(1);
-                    if !remote.is_empty() && checks % POKE_EVERY == 0 {
-                        remote.iter().for_each(|r| r.poke());
+                    if any_remote && checks % POKE_EVERY == 0 {
+                        for area in self.areas {
+                            if let Area::Remote(r) = area {
+                                r.poke();
+                            }
+                        }
                     }
                     ready()
                 })

@@ -311,16 +311,23 @@ impl PeerRdma {
         wake: Wake,
         signal: bool,
     ) -> Result<(), Error> {
+        let (addr, rkey) = (self.remote.ctrl_addr + offset, self.remote.ctrl_rkey);
+        self.post_u64(addr, rkey, value, wake, signal)
+    }
+
+    /// Writes the 8-byte `value` (inline) at `remote` under `rkey` in the
+    /// peer's memory, telling the peer as `wake` says.
+    fn post_u64(
+        &mut self,
+        remote: u64,
+        rkey: u32,
+        value: u64,
+        wake: Wake,
+        signal: bool,
+    ) -> Result<(), Error> {
         let bytes = value.to_le_bytes();
-        self.post_write(
-            bytes.as_ptr() as u64,
-            8,
-            self.remote.ctrl_addr + offset,
-            self.remote.ctrl_rkey,
-            None,
-            wake,
-            signal,
-        )
+        // The bytes are copied at post time (inline): a local is enough.
+        self.post_write(bytes.as_ptr() as u64, 8, remote, rkey, None, wake, signal)
     }
 
     /// Writes every staged slot the peer has room for, then the tail, as

@@ -17,7 +17,8 @@ impl PeerRdma {
     /// [`Error::Transport`] when the peer failed or posting fails, or the
     /// send queue stays full for `STALL`.
     pub fn write_barrier_word(&mut self, offset: u64, value: u64) -> Result<(), Error> {
-        let since = Instant::now();
+        // The clock is read only once the send queue is found full.
+        let mut since = None;
         loop {
             if self.dead || self.deferred.is_some() || self.peer_closed() {
                 return Err(self.fail("the connection failed or was closed".into()));
@@ -26,7 +27,7 @@ impl PeerRdma {
                 break;
             }
             self.poll()?;
-            if since.elapsed() > STALL {
+            if since.get_or_insert_with(Instant::now).elapsed() > STALL {
                 return Err(self.fail(format!(
                     "its send queue stayed full for {} s",
                     STALL.as_secs()
@@ -34,16 +35,8 @@ impl PeerRdma {
             }
             std::hint::spin_loop();
         }
-        let bytes = value.to_le_bytes();
-        self.post_write(
-            bytes.as_ptr() as u64,
-            8,
-            self.remote.barrier_addr + offset,
-            self.remote.barrier_rkey,
-            None,
-            Wake::IfAsked,
-            false,
-        )
+        let (addr, rkey) = (self.remote.barrier_addr + offset, self.remote.barrier_rkey);
+        self.post_u64(addr, rkey, value, Wake::IfAsked, false)
     }
 }
 

@@ -41,17 +41,9 @@ impl PeerRdma {
             Wake::Nobody,
             false,
         )?;
-        let bytes = cts.to_le_bytes();
-        self.post_write(
-            bytes.as_ptr() as u64,
-            8,
-            remote + CTS,
-            self.remote.staging_rkey,
-            None,
-            // The waiting sender sees the grant in its memory or polls.
-            Wake::IfAsked,
-            false,
-        )?;
+        // The waiting sender sees the grant in its memory or polls.
+        let rkey = self.remote.staging_rkey;
+        self.post_u64(remote + CTS, rkey, cts, Wake::IfAsked, false)?;
         self.grant_sent = cts;
         Ok(true)
     }
