@@ -25,6 +25,11 @@ pub const MAX_NSTEPS: usize = 1024;
 /// 256 KiB, rendezvous from 512 KiB (`benches/scripts/p2p-crossover.sh -b 4K
 /// -e 4M -f 2`, shared memory, 2026-11-29).
 pub const DEFAULT_P2P_EAGER_LIMIT: usize = 256 << 10;
+/// Default data bytes of a CUDA direct-path window (32 MiB: at H200 copy
+/// speeds a chunk then takes ~30 µs, well above its two flag rounds).
+pub const DEFAULT_CUDA_WINDOW: usize = 32 << 20;
+/// Smallest non-zero `STREAMCOMM_CUDA_WINDOW`.
+pub const MIN_CUDA_WINDOW: usize = 1 << 10;
 /// Default timeout for every wait.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -105,6 +110,11 @@ pub struct Config {
     /// into a receiver's buffer on the same host (cross-memory attach); `0`
     /// streams it through the slot ring instead.
     pub p2p_direct: bool,
+    /// `STREAMCOMM_CUDA_WINDOW`: data bytes of each rank's window on the CUDA
+    /// backend's direct path between ranks of one host (default 32 MiB; `0`
+    /// turns the direct path off, leaving the staged path; set it alike on
+    /// every rank). See [`crate::cuda`].
+    pub cuda_window: usize,
     /// `STREAMCOMM_DEBUG`: a `tracing` filter the examples and benchmark install
     /// (the library itself never installs a subscriber).
     pub debug: Option<String>,
@@ -138,6 +148,7 @@ impl Default for Config {
             ib_gid_index: None,
             p2p_eager_limit: DEFAULT_P2P_EAGER_LIMIT,
             p2p_direct: true,
+            cuda_window: DEFAULT_CUDA_WINDOW,
             debug: None,
             algo: AlgoOverride::default(),
             tuning: None,
@@ -255,6 +266,15 @@ impl Config {
                 "0" | "false" | "no" | "off" => false,
                 _ => return Err(bad("STREAMCOMM_P2P_DIRECT", &v)),
             };
+        }
+        if let Some(v) = get("STREAMCOMM_CUDA_WINDOW") {
+            let bytes = parse_size("STREAMCOMM_CUDA_WINDOW", &v)?;
+            if bytes != 0 && bytes < MIN_CUDA_WINDOW {
+                return Err(Error::invalid(format!(
+                    "STREAMCOMM_CUDA_WINDOW={v:?}: 0 (off) or at least {MIN_CUDA_WINDOW} bytes"
+                )));
+            }
+            self.cuda_window = bytes;
         }
         if let Some(v) = get("STREAMCOMM_DEBUG") {
             self.debug = Some(v);

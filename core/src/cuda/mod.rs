@@ -55,6 +55,7 @@ mod api;
 mod p2p;
 mod queue;
 mod raw;
+mod window;
 
 use std::sync::Arc;
 
@@ -62,7 +63,10 @@ pub use cudarc;
 use cudarc::driver::CudaStream;
 use streamcomm_gpu::{Device, GpuConfig, Kernels, SignalPath, Signals, Stream};
 
-use crate::device::{DeviceCall, DeviceShared};
+use crate::device::direct::watchdog::{process_alive, WATCH_PERIOD};
+use crate::device::direct::window::WindowDevice;
+use crate::device::direct::Direct;
+use crate::device::{DevAddr, DeviceCall, DeviceShared};
 use crate::{Communicator, Error, Result};
 use queue::{CudaQueue, CudaSignal, CudaStaging};
 
@@ -76,6 +80,7 @@ pub struct CudaComm {
     comm: Communicator,
     device: Device,
     signals: Signals,
+    kernels: Option<Kernels>,
     shared: DeviceShared<CudaStaging, CudaSignal>,
 }
 
@@ -118,13 +123,33 @@ impl CudaComm {
                 }
                 (_, e) => gpu_error(e),
             })?;
-        tracing::info!(device = ?device, signals = ?signals.path(), "CUDA backend ready");
+        let kernels = kernels.ok();
+        let shared = DeviceShared::new()?;
+        if comm.config().cuda_window > 0 {
+            if let Some(direct) = direct_path(comm, &device, kernels.as_ref())? {
+                let _ = shared.direct.set(direct);
+            }
+        }
+        tracing::info!(
+            device = ?device,
+            signals = ?signals.path(),
+            direct = shared.direct.get().is_some(),
+            "CUDA backend ready"
+        );
         Ok(CudaComm {
             comm: comm.clone(),
             device,
             signals,
-            shared: DeviceShared::new()?,
+            kernels,
+            shared,
         })
+    }
+
+    /// True when collectives of this communicator run on the direct path
+    /// (device-side copies and reductions over the ranks' windows), false
+    /// when they are staged through host memory.
+    pub fn uses_direct_path(&self) -> bool {
+        self.shared.direct.get().is_some()
     }
 
     /// The communicator.
@@ -168,6 +193,7 @@ impl CudaComm {
             // (checked above) and outlives the queue, which lives for one call.
             stream: unsafe { Stream::from_raw(&self.device, stream.cu_stream()) },
             signals: &self.signals,
+            kernels: self.kernels.as_ref(),
         })
     }
 
@@ -182,4 +208,39 @@ impl Drop for CudaComm {
         let _ = self.shared.runner.drain();
         self.shared.graveyard.bury();
     }
+}
+
+/// Sets up the direct path (a collective call: every rank makes it):
+/// windows on `device` and a watchdog whose rescue writes go through a
+/// stream of its own (see [`Direct::establish`]).
+fn direct_path(
+    comm: &Communicator,
+    device: &Device,
+    kernels: Option<&Kernels>,
+) -> Result<Option<Direct>> {
+    // Nothing here may return early: every rank must join the exchange.
+    let writer = Stream::new(device).and_then(|stream| {
+        Signals::new(device, kernels, false, comm.config().timeout).map(|s| (stream, s))
+    });
+    let usable = kernels.is_some() && writer.is_ok();
+    let rescue = move |words: &[DevAddr]| {
+        if let Ok((stream, signals)) = &writer {
+            for &w in words {
+                // SAFETY: the words are this rank's own window, which
+                // outlives the watchdog (it holds the windows).
+                let _ = unsafe { signals.write_value32(stream, w, 1) };
+            }
+        }
+    };
+    let source = window::CudaWindows { device };
+    // Without the reduce kernels or a rescue stream this rank cannot take part.
+    let source = usable.then_some(&source as &dyn WindowDevice);
+    Direct::establish(
+        comm,
+        source,
+        comm.config().cuda_window,
+        Box::new(process_alive),
+        Box::new(rescue),
+        WATCH_PERIOD,
+    )
 }

@@ -7,13 +7,15 @@ use std::any::Any;
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use streamcomm_gpu::{Device, Doorbells, PinnedBuffer, Signals, Stream, WaitCondition};
+use streamcomm_gpu::{
+    Device, Doorbells, Kernels, PinnedBuffer, ReduceCopy, Signals, Stream, WaitCondition,
+};
 
 use super::gpu_error;
 use crate::device::HostCallback;
 use crate::device::{CompletionSignal, DevAddr, DeviceQueue, Graveyard, StagingMemory};
 use crate::host::RawBuffer;
-use crate::Result;
+use crate::{DataType, Error, ReduceOp, Result};
 
 /// Pinned, host-mapped staging memory.
 pub(crate) struct CudaStaging {
@@ -61,6 +63,8 @@ pub(crate) struct CudaQueue<'a> {
     pub device: &'a Device,
     pub stream: Stream,
     pub signals: &'a Signals,
+    /// The reduce kernels (needed by the direct path only).
+    pub kernels: Option<&'a Kernels>,
 }
 
 /// Calls the `Arc<HostCallback>` that `data` points to.
@@ -112,6 +116,57 @@ impl DeviceQueue for CudaQueue<'_> {
             self.signals
                 .write_value32(&self.stream, word, 0)
                 .map_err(gpu_error)
+        }
+    }
+
+    unsafe fn enqueue_raise_word(&self, addr: DevAddr) -> Result<()> {
+        // SAFETY: forwarded contract; the write is preceded by a memory
+        // barrier (no NO_MEMORY_BARRIER flag), so earlier copies and kernels
+        // of the stream are visible to whoever sees the flag.
+        unsafe { self.signals.write_value32(&self.stream, addr, 1) }.map_err(gpu_error)
+    }
+
+    unsafe fn enqueue_wait_word(&self, addr: DevAddr) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe {
+            self.signals
+                .wait_value32(&self.stream, addr, 1, WaitCondition::Geq)
+                .map_err(gpu_error)?;
+            self.signals
+                .write_value32(&self.stream, addr, 0)
+                .map_err(gpu_error)
+        }
+    }
+
+    unsafe fn enqueue_reduce(
+        &self,
+        dtype: DataType,
+        op: ReduceOp,
+        srcs: &[DevAddr],
+        dst: DevAddr,
+        count: usize,
+        avg_divisor: u32,
+    ) -> Result<()> {
+        let kernels = self
+            .kernels
+            .ok_or_else(|| Error::Unavailable("the reduce kernels are not loaded".into()))?;
+        let work = ReduceCopy {
+            srcs,
+            dsts: &[dst],
+            count,
+            avg_divisor,
+        };
+        // SAFETY: forwarded contract.
+        unsafe { kernels.reduce_copy(&self.stream, dtype, op, &work) }.map_err(gpu_error)
+    }
+
+    fn enqueue_keep(&self, owner: Box<dyn Any + Send>, graveyard: &Arc<Graveyard>) -> Result<()> {
+        // Outside capture the communicator outlives the stream's work (its
+        // documented contract), so only a graph needs to own `owner`.
+        if self.stream.is_capturing().map_err(gpu_error)? {
+            self.enqueue_release(owner, graveyard)
+        } else {
+            Ok(())
         }
     }
 

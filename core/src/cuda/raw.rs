@@ -75,6 +75,7 @@ impl CudaComm {
             device: &self.device,
             stream,
             signals: &self.signals,
+            kernels: self.kernels.as_ref(),
         })
     }
 

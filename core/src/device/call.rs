@@ -125,7 +125,11 @@ impl<S: StagingMemory, G: CompletionSignal> Drop for Resources<S, G> {
 }
 
 /// Elements the host task reads from `send` and writes to `recv`, for `count`.
-fn stage_lens(collective: Collective, count: usize, size: usize) -> Result<(usize, usize)> {
+pub(crate) fn stage_lens(
+    collective: Collective,
+    count: usize,
+    size: usize,
+) -> Result<(usize, usize)> {
     let all = count.checked_mul(size).ok_or_else(|| {
         Error::invalid(format!(
             "{}: {count} elements × {size} ranks overflow",
@@ -153,7 +157,7 @@ impl DeviceCall {
 
     /// The element count of the collective, derived from the buffers as the
     /// host calls do.
-    fn count(&self, size: usize) -> Result<usize> {
+    pub(crate) fn count(&self, size: usize) -> Result<usize> {
         let name = self.collective.name();
         let per_rank = |len: usize| {
             if len % size != 0 {
@@ -180,8 +184,9 @@ impl DeviceCall {
 }
 
 impl Communicator {
-    /// Enqueues `call` on `queue`: copy in, host callback, wait, copy out,
-    /// release (module docs). The host task is built and checked here, so
+    /// Enqueues `call` on `queue`: by the direct path where the
+    /// communicator has one that takes the call ([`super::direct`]), else
+    /// copy in, host callback, wait, copy out, release (module docs). The host task is built and checked here, so
     /// bad arguments fail now, before anything is enqueued.
     pub(crate) fn enqueue_device<Q: DeviceQueue>(
         &self,
@@ -192,6 +197,11 @@ impl Communicator {
         shared.graveyard.bury();
         if let Some(e) = self.inner.error() {
             return Err(e);
+        }
+        if let Some(direct) = shared.direct.get() {
+            if self.enqueue_direct(queue, direct, &shared.graveyard, call)? {
+                return Ok(());
+            }
         }
         let (task, stages) = self.device_task(queue, &shared.pool, call)?;
         self.enqueue_staged(queue, shared, task, stages)

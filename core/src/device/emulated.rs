@@ -4,12 +4,19 @@
 //! capture is the host stream's capture.
 
 use std::any::Any;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use super::direct::window::WindowDevice;
 use super::queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
 use super::runner::Graveyard;
 use crate::host::{Doorbell, HostStream, RawBuffer, WaitCmp};
-use crate::Result;
+use crate::{DataType, Error, ReduceOp, Result};
+
+/// How long an emulated flag wait spins before it fails the stream (a real
+/// device would wait for ever: the direct path's watchdog releases it).
+const FLAG_WAIT_LIMIT: Duration = Duration::from_secs(60);
 
 /// Host memory standing in for staging memory.
 pub(crate) struct EmulatedStaging {
@@ -106,6 +113,65 @@ impl DeviceQueue for EmulatedQueue<'_> {
         self.stream.write_value32(&signal.0, 0)
     }
 
+    unsafe fn enqueue_raise_word(&self, addr: DevAddr) -> Result<()> {
+        self.stream.host_fn(move || {
+            // SAFETY: the caller guarantees an aligned, live word.
+            unsafe { &*(addr as *const AtomicU32) }.store(1, Ordering::Release);
+        })
+    }
+
+    unsafe fn enqueue_wait_word(&self, addr: DevAddr) -> Result<()> {
+        self.stream.try_host_fn(move || {
+            // SAFETY: the caller guarantees an aligned, live word.
+            let word = unsafe { &*(addr as *const AtomicU32) };
+            let start = Instant::now();
+            while word.load(Ordering::Acquire) == 0 {
+                if start.elapsed() > FLAG_WAIT_LIMIT {
+                    return Err(format!("flag word {addr:#x} never raised"));
+                }
+                std::thread::yield_now();
+            }
+            word.store(0, Ordering::Relaxed);
+            Ok(())
+        })
+    }
+
+    unsafe fn enqueue_reduce(
+        &self,
+        dtype: DataType,
+        op: ReduceOp,
+        srcs: &[DevAddr],
+        dst: DevAddr,
+        count: usize,
+        avg_divisor: u32,
+    ) -> Result<()> {
+        let srcs = srcs.to_vec();
+        let bytes = count * dtype.size();
+        self.stream.try_host_fn(move || {
+            // SAFETY: the caller guarantees `count` elements at every
+            // address while this runs; the result is built apart and copied
+            // last, so `dst` may be a source.
+            let view = |a: DevAddr| unsafe { std::slice::from_raw_parts(a as *const u8, bytes) };
+            let mut acc = view(srcs[0]).to_vec();
+            let step = if op == ReduceOp::Avg {
+                ReduceOp::Sum
+            } else {
+                op
+            };
+            for &s in &srcs[1..] {
+                streamcomm_kernels::reduce_in_place(dtype, step, &mut acc, view(s))
+                    .map_err(|e| e.to_string())?;
+            }
+            if op == ReduceOp::Avg {
+                streamcomm_kernels::divide(dtype, &mut acc, avg_divisor as usize)
+                    .map_err(|e| e.to_string())?;
+            }
+            // SAFETY: as above.
+            unsafe { std::ptr::copy(acc.as_ptr(), dst as *mut u8, bytes) };
+            Ok(())
+        })
+    }
+
     fn enqueue_release(
         &self,
         owner: Box<dyn Any + Send>,
@@ -120,5 +186,41 @@ impl DeviceQueue for EmulatedQueue<'_> {
         self.stream.host_fn(move || {
             let _ = &keep;
         })
+    }
+}
+
+/// Host memory standing in for direct-path windows; peers are threads of
+/// this process, so a window's address is all a peer needs.
+pub(crate) struct EmulatedWindows;
+
+impl WindowDevice for EmulatedWindows {
+    fn alloc(&self, bytes: usize) -> Result<(DevAddr, Vec<u8>, Box<dyn Any + Send + Sync>)> {
+        let mem = vec![0u64; bytes.div_ceil(8)].into_boxed_slice();
+        let addr = mem.as_ptr() as DevAddr;
+        Ok((addr, addr.to_le_bytes().to_vec(), Box::new(mem)))
+    }
+
+    fn open(
+        &self,
+        payload: &[u8],
+        same_process: bool,
+    ) -> Result<(DevAddr, Box<dyn Any + Send + Sync>)> {
+        let addr = payload
+            .try_into()
+            .ok()
+            .filter(|_| same_process)
+            .map(u64::from_le_bytes)
+            .ok_or_else(|| {
+                Error::Unavailable("emulated windows are shared by threads only".into())
+            })?;
+        Ok((addr, Box::new(())))
+    }
+}
+
+/// Raises flag words from the host, as the watchdog's rescue does.
+pub(crate) fn raise_words(words: &[DevAddr]) {
+    for &w in words {
+        // SAFETY: the words belong to a live window (the watchdog holds it).
+        unsafe { &*(w as *const AtomicU32) }.store(1, Ordering::Release);
     }
 }

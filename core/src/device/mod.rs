@@ -40,6 +40,7 @@
 #![cfg_attr(not(feature = "cuda"), allow(dead_code, unused_imports))]
 
 mod call;
+pub(crate) mod direct;
 mod pool;
 mod queue;
 mod runner;

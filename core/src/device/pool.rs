@@ -3,8 +3,9 @@
 //! them from here and its released resources bring them back.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
+use super::direct::Direct;
 use super::queue::{CompletionSignal, StagingMemory};
 use super::runner::{Graveyard, Runner};
 use crate::Result;
@@ -111,6 +112,8 @@ pub(crate) struct DeviceShared<S, G> {
     pub graveyard: Arc<Graveyard>,
     /// Reusable staging memory and completion words.
     pub pool: Arc<Pool<S, G>>,
+    /// The direct path, once set up (never, where it cannot be).
+    pub direct: OnceLock<Direct>,
 }
 
 impl<S: StagingMemory, G: CompletionSignal> DeviceShared<S, G> {
@@ -120,6 +123,7 @@ impl<S: StagingMemory, G: CompletionSignal> DeviceShared<S, G> {
             runner: Arc::new(Runner::new()?),
             graveyard: Arc::new(Graveyard::default()),
             pool: Arc::new(Pool::default()),
+            direct: OnceLock::new(),
         })
     }
 }

@@ -1,10 +1,11 @@
-//! What a device stream offers the staged path: five enqueue primitives.
+//! What a device stream offers: the staged path's five enqueue primitives,
+//! and the flag words and reductions of the direct path.
 
 use std::any::Any;
 use std::sync::Arc;
 
 use crate::host::RawBuffer;
-use crate::Result;
+use crate::{DataType, ReduceOp, Result};
 
 /// A device address (CUDA's `CUdeviceptr`; a host address in the tests'
 /// emulated device).
@@ -68,6 +69,50 @@ pub(crate) trait DeviceQueue {
 
     /// Enqueues a wait until `signal` is at least 1, then a write of 0.
     fn enqueue_wait(&self, signal: &Self::Signal) -> Result<()>;
+
+    /// Enqueues a write of 1 to the 32-bit flag word at `addr` (device
+    /// memory of this rank's window or a peer's, mapped), after all earlier
+    /// work of the stream, whose writes it makes visible first.
+    ///
+    /// # Safety
+    /// `addr` must be a 4-byte aligned word the device can write, valid
+    /// while the write can run (at every replay of a captured graph).
+    unsafe fn enqueue_raise_word(&self, addr: DevAddr) -> Result<()>;
+
+    /// Enqueues a wait until the flag word at `addr` is at least 1, then a
+    /// write of 0 (the doorbell rule of DESIGN.md §3).
+    ///
+    /// # Safety
+    /// As [`DeviceQueue::enqueue_raise_word`].
+    unsafe fn enqueue_wait_word(&self, addr: DevAddr) -> Result<()>;
+
+    /// Enqueues `dst[i] = op(srcs[0][i], ..., srcs[n-1][i])` for `count`
+    /// elements of `dtype` (1..=8 sources; `dst` may be one of them); `Avg`
+    /// divides the sum by `avg_divisor`.
+    ///
+    /// # Safety
+    /// Every address must hold `count` elements of device-accessible memory,
+    /// valid while the reduction can run.
+    unsafe fn enqueue_reduce(
+        &self,
+        dtype: DataType,
+        op: ReduceOp,
+        srcs: &[DevAddr],
+        dst: DevAddr,
+        count: usize,
+        avg_divisor: u32,
+    ) -> Result<()>;
+
+    /// Keeps `owner` alive for as long as a graph captured from this stream
+    /// may run the work enqueued so far; outside capture the caller keeps it
+    /// (the default keeps it with [`DeviceQueue::enqueue_release`]).
+    fn enqueue_keep(
+        &self,
+        owner: Box<dyn Any + Send>,
+        graveyard: &Arc<super::Graveyard>,
+    ) -> Result<()> {
+        self.enqueue_release(owner, graveyard)
+    }
 
     /// Keeps `owner` until the work enqueued so far can no longer run (has
     /// run, outside capture; the captured graph is destroyed, inside it),

@@ -3,11 +3,15 @@
 //! f64 references, poisoned outputs, graph capture and replay.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rand::Rng;
 
 use super::call::{DeviceBuffers, DeviceCall, DeviceP2p, DeviceRange};
-use super::emulated::{EmulatedQueue, EmulatedSignal, EmulatedStaging};
+use super::direct::Direct;
+use super::emulated::{
+    raise_words, EmulatedQueue, EmulatedSignal, EmulatedStaging, EmulatedWindows,
+};
 use super::DeviceShared;
 use crate::bootstrap::UniqueId;
 use crate::comm::p2p::Dir;
@@ -15,17 +19,18 @@ use crate::host::HostStream;
 use crate::plan::Collective;
 use crate::{Backend, Communicator, DataType, Error, ReduceOp, Result};
 
-const POISON: f32 = f32::NAN;
+pub(in crate::device) const POISON: f32 = f32::NAN;
 
 /// One rank's view of the emulated device.
-struct Rank {
-    comm: Communicator,
-    stream: HostStream,
-    shared: DeviceShared<EmulatedStaging, EmulatedSignal>,
+pub(in crate::device) struct Rank {
+    pub comm: Communicator,
+    pub stream: HostStream,
+    pub shared: DeviceShared<EmulatedStaging, EmulatedSignal>,
 }
 
 impl Rank {
-    fn call(&self, call: DeviceCall) -> Result<()> {
+    /// Enqueues `call` on this rank's emulated device stream.
+    pub(in crate::device) fn call(&self, call: DeviceCall) -> Result<()> {
         let queue = EmulatedQueue {
             stream: &self.stream,
         };
@@ -33,14 +38,19 @@ impl Rank {
     }
 }
 
-fn range(v: &[f32]) -> DeviceRange {
+pub(in crate::device) fn range(v: &[f32]) -> DeviceRange {
     DeviceRange {
         addr: v.as_ptr() as u64,
         len: v.len(),
     }
 }
 
-fn separate(collective: Collective, op: ReduceOp, send: &[f32], recv: &[f32]) -> DeviceCall {
+pub(in crate::device) fn separate(
+    collective: Collective,
+    op: ReduceOp,
+    send: &[f32],
+    recv: &[f32],
+) -> DeviceCall {
     DeviceCall {
         collective,
         dtype: DataType::F32,
@@ -52,7 +62,7 @@ fn separate(collective: Collective, op: ReduceOp, send: &[f32], recv: &[f32]) ->
     }
 }
 
-fn in_place(collective: Collective, op: ReduceOp, buf: &[f32]) -> DeviceCall {
+pub(in crate::device) fn in_place(collective: Collective, op: ReduceOp, buf: &[f32]) -> DeviceCall {
     DeviceCall {
         collective,
         dtype: DataType::F32,
@@ -61,21 +71,68 @@ fn in_place(collective: Collective, op: ReduceOp, buf: &[f32]) -> DeviceCall {
     }
 }
 
-/// Runs `body` on `n` ranks as threads and returns their results.
+/// Which device path the ranks of a test use.
+#[derive(Clone, Copy, Debug)]
+pub(in crate::device) enum Path {
+    /// Staged through host memory and the host backend's tasks.
+    Staged,
+    /// Direct, over windows of this many data bytes.
+    Direct(usize),
+}
+
+/// Runs `body` on `n` ranks as threads (staged path) and returns their results.
 fn on_ranks<T: Send + 'static>(
     n: usize,
     body: impl Fn(&Rank) -> T + Send + Sync + 'static,
 ) -> Vec<T> {
+    on_ranks_with(n, Path::Staged, body)
+}
+
+/// Runs `body` on `n` ranks as threads using `path`, with every peer alive.
+pub(in crate::device) fn on_ranks_with<T: Send + 'static>(
+    n: usize,
+    path: Path,
+    body: impl Fn(&Rank) -> T + Send + Sync + 'static,
+) -> Vec<T> {
+    on_ranks_watched(n, path, |_| true, body)
+}
+
+/// As [`on_ranks_with`], the direct path's watchdog asking `alive(rank)`
+/// whether a peer lives.
+pub(in crate::device) fn on_ranks_watched<T: Send + 'static>(
+    n: usize,
+    path: Path,
+    alive: impl Fn(usize) -> bool + Send + Sync + 'static,
+    body: impl Fn(&Rank) -> T + Send + Sync + 'static,
+) -> Vec<T> {
     let id = UniqueId::new().unwrap();
-    let body = Arc::new(body);
+    let (body, alive) = (Arc::new(body), Arc::new(alive));
     let handles: Vec<_> = (0..n)
         .map(|r| {
-            let body = body.clone();
+            let (body, alive) = (body.clone(), alive.clone());
             std::thread::spawn(move || {
+                let comm = Communicator::init(&id, r, n, Backend::Host).unwrap();
+                let shared = DeviceShared::new().unwrap();
+                if let Path::Direct(capacity) = path {
+                    // Threads share one pid: the test's own notion of
+                    // liveness stands in for the process check.
+                    let ranks_alive = move |q: usize, _pid: u32| alive(q);
+                    let direct = Direct::establish(
+                        &comm,
+                        Some(&EmulatedWindows),
+                        capacity,
+                        Box::new(ranks_alive),
+                        Box::new(raise_words),
+                        Duration::from_millis(20),
+                    )
+                    .unwrap()
+                    .expect("threads of one process can share windows");
+                    let _ = shared.direct.set(direct);
+                }
                 let rank = Rank {
-                    comm: Communicator::init(&id, r, n, Backend::Host).unwrap(),
+                    comm,
                     stream: HostStream::new().unwrap(),
-                    shared: DeviceShared::new().unwrap(),
+                    shared,
                 };
                 body(&rank)
             })
@@ -85,37 +142,53 @@ fn on_ranks<T: Send + 'static>(
 }
 
 /// Fails listing every rank's mismatches, if any.
-fn assert_no_errors(per_rank: Vec<Vec<String>>) {
+pub(in crate::device) fn assert_no_errors(per_rank: Vec<Vec<String>>) {
     let errors: Vec<String> = per_rank.into_iter().flatten().collect();
     assert!(errors.is_empty(), "{errors:#?}");
 }
 
-fn random(n: usize) -> Vec<f32> {
+pub(in crate::device) fn random(n: usize) -> Vec<f32> {
     let mut rng = rand::thread_rng();
     (0..n).map(|_| rng.gen_range(-4.0f32..4.0)).collect()
 }
 
 /// Data rank `r` contributes in round `round` (so every rank can compute
 /// every other rank's input for its reference).
-fn input(seed: u64, r: usize, len: usize) -> Vec<f32> {
+pub(in crate::device) fn input(seed: u64, r: usize, len: usize) -> Vec<f32> {
     use rand::SeedableRng;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (r as u64 * 0x9E37_79B9));
     (0..len).map(|_| rng.gen_range(-4.0f32..4.0)).collect()
 }
 
-fn close(got: f32, want: f64) -> bool {
+pub(in crate::device) fn close(got: f32, want: f64) -> bool {
     (f64::from(got) - want).abs() <= 1e-5 * want.abs().max(1.0)
 }
 
 #[test]
 fn every_collective_runs_staged_with_fresh_data() {
-    const N: usize = 3;
+    every_collective(3, Path::Staged);
+}
+
+#[test]
+fn every_collective_runs_direct_in_chunks_with_fresh_data() {
+    // 1 KiB windows: 1000 f32 take 4 chunks, reduce_scatter's 3 blocks 13.
+    every_collective(3, Path::Direct(1 << 10));
+}
+
+#[test]
+fn every_collective_runs_direct_in_one_chunk_with_4_ranks() {
+    every_collective(4, Path::Direct(1 << 20));
+}
+
+/// Every collective (both buffer layouts where they differ) on `n` ranks.
+fn every_collective(n: usize, path: Path) {
     const COUNT: usize = 1000;
     let seed: u64 = rand::thread_rng().gen();
-    let errors = on_ranks(N, move |rk| {
+    let errors = on_ranks_with(n, path, move |rk| {
+        let n = rk.comm.size();
         let r = rk.comm.rank();
         let mut bad = Vec::new();
-        let inputs: Vec<Vec<f32>> = (0..N).map(|q| input(seed, q, N * COUNT)).collect();
+        let inputs: Vec<Vec<f32>> = (0..n).map(|q| input(seed, q, n * COUNT)).collect();
         let mine = inputs[r].clone();
         let sum = |i: usize| inputs.iter().map(|v| f64::from(v[i])).sum::<f64>();
 
@@ -147,7 +220,7 @@ fn every_collective_runs_staged_with_fresh_data() {
         ))
         .unwrap();
         // all_gather, reduce_scatter, all_to_all
-        let grecv = vec![POISON; N * COUNT];
+        let grecv = vec![POISON; n * COUNT];
         rk.call(separate(
             Collective::AllGather,
             ReduceOp::Sum,
@@ -164,7 +237,7 @@ fn every_collective_runs_staged_with_fresh_data() {
             &srecv,
         ))
         .unwrap();
-        let arecv = vec![POISON; N * COUNT];
+        let arecv = vec![POISON; n * COUNT];
         rk.call(separate(
             Collective::AllToAll,
             ReduceOp::Sum,
@@ -173,13 +246,21 @@ fn every_collective_runs_staged_with_fresh_data() {
         ))
         .unwrap();
         // in-place all_gather: this rank's block at rank * COUNT
-        let mut gbuf = vec![POISON; N * COUNT];
+        let mut gbuf = vec![POISON; n * COUNT];
         gbuf[r * COUNT..(r + 1) * COUNT].copy_from_slice(&mine[..COUNT]);
         rk.call(in_place(Collective::AllGather, ReduceOp::Sum, &gbuf))
+            .unwrap();
+        // in-place reduce_scatter with avg: this rank's block at rank * COUNT
+        let sbuf = mine.clone();
+        rk.call(in_place(Collective::ReduceScatter, ReduceOp::Avg, &sbuf))
             .unwrap();
         rk.call(DeviceCall::barrier()).unwrap();
         rk.stream.synchronize().unwrap();
         assert!(rk.comm.async_error().is_none());
+        if let Path::Direct(_) = path {
+            // Nothing was staged through host memory.
+            assert_eq!(rk.shared.pool.allocations(), 0);
+        }
 
         let mut check = |what: &str, got: f32, want: f64| {
             if !close(got, want) && bad.len() < 5 {
@@ -199,7 +280,7 @@ fn every_collective_runs_staged_with_fresh_data() {
             } else if !rrecv[i].is_nan() {
                 check("reduce non-root untouched", rrecv[i], f64::NAN);
             }
-            for q in 0..N {
+            for q in 0..n {
                 check("all_gather", grecv[q * COUNT + i], f64::from(inputs[q][i]));
                 check(
                     "all_gather_in_place",
@@ -213,6 +294,8 @@ fn every_collective_runs_staged_with_fresh_data() {
                 );
             }
             check("reduce_scatter", srecv[i], sum(r * COUNT + i));
+            let avg = sum(r * COUNT + i) / n as f64;
+            check("reduce_scatter_in_place avg", sbuf[r * COUNT + i], avg);
         }
         if recv[COUNT..].iter().any(|x| !x.is_nan()) {
             bad.push(format!("rank {r}: all_reduce wrote past count"));
@@ -224,11 +307,21 @@ fn every_collective_runs_staged_with_fresh_data() {
 
 #[test]
 fn a_captured_step_replays_with_fresh_data_and_releases_on_drop() {
+    captured_step(Path::Staged);
+}
+
+#[test]
+fn a_captured_direct_step_replays_with_fresh_data_and_releases_on_drop() {
+    captured_step(Path::Direct(1 << 10));
+}
+
+/// A captured "kernel, all_reduce, kernel, barrier" step replayed with fresh data.
+fn captured_step(path: Path) {
     const N: usize = 2;
     const COUNT: usize = 300;
     const REPLAYS: u64 = 40;
     let seed: u64 = rand::thread_rng().gen();
-    let errors = on_ranks(N, move |rk| {
+    let errors = on_ranks_with(N, path, move |rk| {
         let r = rk.comm.rank();
         let mut bad = Vec::new();
         let x = vec![0f32; COUNT];

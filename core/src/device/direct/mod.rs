@@ -1,0 +1,150 @@
+//! The *direct* device path: collectives between ranks of one host moved and
+//! reduced by the device itself, with no host thread in the data path.
+//!
+//! Each rank owns a *window*, device memory that every other rank of the host
+//! maps (CUDA IPC between processes, the plain address between threads of
+//! one process, several ranks on one GPU included): flag words, then a data
+//! area ([`window`]). A collective is a list of [`Step`]s enqueued on the
+//! caller's stream, per chunk of at most a window:
+//!
+//! 1. copy this rank's input into its own window;
+//! 2. *ready* round: raise this rank's word in every peer's window
+//!    (`cuStreamWriteValue32`, which first makes the copy visible), then wait
+//!    for every peer's word in its own window and reset it
+//!    (`cuStreamWaitValue32`, then a write of 0: the doorbell rule of
+//!    DESIGN.md §3, so a graph replay behaves like the first run);
+//! 3. read the peers' windows: the NVRTC reduce kernel (NCCL's
+//!    `reduceCopy` shape, one source per rank) or copies into the output;
+//! 4. *done* round, the same way: no rank overwrites its window with the
+//!    next chunk before every peer has read it.
+//!
+//! Why two rounds suffice with fixed values: a rank raises a peer's *ready*
+//! word for call k+1 only after its own *done* round of call k, which needs
+//! that peer's *done* word, which the peer raises only after it reset the
+//! *ready* word of call k (stream order). The same holds for *done*.
+//!
+//! Every step is a copy, a stream memory operation or a kernel: capturable,
+//! and no host function runs per call (a captured graph keeps the windows
+//! alive until it is destroyed). Reductions read at most
+//! [`steps::MAX_SOURCES`] windows, so reducing collectives over more ranks
+//! take the staged path; so does any call when a rank cannot map every
+//! window (ranks on other hosts, `STREAMCOMM_CUDA_WINDOW=0`). Every rank
+//! decides alike, when the windows are set up.
+//!
+//! A [`watchdog::Watchdog`] turns a dead peer into an error instead of a
+//! hang.
+
+pub(crate) mod steps;
+pub(crate) mod watchdog;
+pub(crate) mod window;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::queue::DeviceQueue;
+use super::runner::Graveyard;
+use super::DeviceCall;
+use crate::{Communicator, Result};
+use steps::{direct_steps, Step};
+use watchdog::{Liveness, Rescue, Watchdog};
+use window::{WindowDevice, Windows};
+
+/// The direct path of one communicator on one device.
+pub(crate) struct Direct {
+    windows: Arc<Windows>,
+    // Stopped before the windows can go.
+    _watchdog: Watchdog,
+}
+
+impl Direct {
+    /// Sets up the direct path of `comm` (a collective call: every rank
+    /// makes it): windows of `capacity` data bytes from `source`, mapped by
+    /// every rank, and their watchdog. `None`, on every rank alike, where
+    /// the path cannot be used (a rank without `source` still joins the
+    /// exchange so that every rank decides alike).
+    pub(crate) fn establish(
+        comm: &Communicator,
+        source: Option<&dyn WindowDevice>,
+        capacity: usize,
+        alive: Liveness,
+        rescue: Rescue,
+        period: Duration,
+    ) -> Result<Option<Direct>> {
+        let Some(windows) = Windows::establish(comm, source, capacity)? else {
+            return Ok(None);
+        };
+        let windows = Arc::new(windows);
+        let watchdog = Watchdog::start(comm, windows.clone(), alive, rescue, period)?;
+        Ok(Some(Direct {
+            windows,
+            _watchdog: watchdog,
+        }))
+    }
+}
+
+impl Communicator {
+    /// Enqueues `call` on `queue` by the direct path. `Ok(false)`, with
+    /// nothing enqueued, when the path does not take this call.
+    pub(crate) fn enqueue_direct<Q: DeviceQueue>(
+        &self,
+        queue: &Q,
+        direct: &Direct,
+        graveyard: &Arc<Graveyard>,
+        call: &DeviceCall,
+    ) -> Result<bool> {
+        let w = &direct.windows;
+        let Some(steps) = direct_steps(call, w)? else {
+            return Ok(false);
+        };
+        let result = enqueue_steps(queue, w, call, &steps);
+        if let Err(e) = &result {
+            // Part of the call may be on the stream: the peers' flag rounds
+            // no longer line up with this rank's, so fail rather than drift.
+            self.inner.fail(e);
+        }
+        let kept = queue.enqueue_keep(Box::new(w.clone()), graveyard);
+        result.and(kept).map(|()| true)
+    }
+}
+
+/// Enqueues `steps` in order.
+fn enqueue_steps<Q: DeviceQueue>(
+    queue: &Q,
+    w: &Windows,
+    call: &DeviceCall,
+    steps: &[Step],
+) -> Result<()> {
+    let (me, size) = (w.rank(), w.size());
+    for step in steps {
+        match step {
+            Step::Copy { dst, src, bytes } => {
+                // SAFETY: (and below) the caller's buffers were checked
+                // against the call (`direct_steps`) and stay valid until the
+                // stream has run it, as every stream API requires; window
+                // addresses stay mapped while the communicator lives, or
+                // while a graph that captured them does (`enqueue_keep`).
+                unsafe { queue.enqueue_copy(*dst, *src, *bytes)? }
+            }
+            Step::Arrive(round) => {
+                for p in (0..size).filter(|&p| p != me) {
+                    // SAFETY: as above.
+                    unsafe { queue.enqueue_raise_word(w.flag(p, *round, me))? };
+                }
+                for p in (0..size).filter(|&p| p != me) {
+                    // SAFETY: as above.
+                    unsafe { queue.enqueue_wait_word(w.flag(me, *round, p))? };
+                }
+            }
+            Step::Reduce { srcs, dst, count } => {
+                // SAFETY: as above.
+                unsafe {
+                    queue.enqueue_reduce(call.dtype, call.op, srcs, *dst, *count, size as u32)?
+                }
+            }
+        }
+    }
+    Ok(())
+}

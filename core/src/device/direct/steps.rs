@@ -1,0 +1,208 @@
+//! What one collective is on the direct path: a list of copies, flag rounds
+//! and reductions over the ranks' windows, cut into chunks that fit a window.
+
+use super::window::{Round, Windows};
+use crate::device::call::{stage_lens, DeviceBuffers, DeviceCall};
+use crate::device::DevAddr;
+use crate::plan::Collective;
+use crate::{Error, Result};
+
+/// Most sources one reduction reads (the reduce kernel's limit): the direct
+/// path reduces over at most this many ranks.
+pub(crate) const MAX_SOURCES: usize = 8;
+
+/// One step, enqueued in order on the caller's stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Copy `bytes` from `src` to `dst`.
+    Copy {
+        /// Destination.
+        dst: DevAddr,
+        /// Source.
+        src: DevAddr,
+        /// Length in bytes.
+        bytes: usize,
+    },
+    /// Raise this rank's word of `round` in every peer's window, then wait
+    /// for (and reset) every peer's word in this rank's window.
+    Arrive(Round),
+    /// `dst = op(srcs...)` over `count` elements.
+    Reduce {
+        /// One source per rank, in rank order.
+        srcs: Vec<DevAddr>,
+        /// Destination (the caller's buffer).
+        dst: DevAddr,
+        /// Elements.
+        count: usize,
+    },
+}
+
+/// The caller's buffers of one call: where this rank reads its input and
+/// writes its output (`None` where the collective does not, on this rank).
+struct Ends {
+    send: Option<DevAddr>,
+    recv: Option<DevAddr>,
+}
+
+/// Checks `call`'s buffers against its collective and resolves NCCL's
+/// in-place offsets. Same rules as the staged path.
+fn ends(call: &DeviceCall, rank: usize, size: usize, count: usize) -> Result<Ends> {
+    let esz = call.dtype.size() as u64;
+    let name = call.collective.name();
+    let (send_len, recv_len) = stage_lens(call.collective, count, size)?;
+    let at = |addr: DevAddr, elems: usize| addr + elems as u64 * esz;
+    Ok(match call.buffers {
+        DeviceBuffers::None => Ends {
+            send: None,
+            recv: None,
+        },
+        DeviceBuffers::InPlace(b) => match call.collective {
+            Collective::AllGather => Ends {
+                send: Some(at(b.addr, rank * count)),
+                recv: Some(b.addr),
+            },
+            Collective::ReduceScatter => Ends {
+                send: Some(b.addr),
+                recv: Some(at(b.addr, rank * count)),
+            },
+            _ => Ends {
+                send: Some(b.addr),
+                recv: Some(b.addr),
+            },
+        },
+        DeviceBuffers::Separate { send, recv } => {
+            if send.addr == recv.addr && send.len > 0 && recv.len > 0 {
+                return Err(Error::invalid(format!(
+                    "{name}: send and recv are the same buffer; use the in-place call"
+                )));
+            }
+            let reads = !matches!(call.collective, Collective::Broadcast { root } if root != rank);
+            let writes = !matches!(call.collective, Collective::Reduce { root } if root != rank);
+            let need = |what: &str, have: usize, want: usize| {
+                if have < want {
+                    return Err(Error::invalid(format!(
+                        "{name}: {what} holds {have} elements, the call needs {want}"
+                    )));
+                }
+                Ok(())
+            };
+            if reads {
+                need("send", send.len, send_len)?;
+            }
+            if writes {
+                need("recv", recv.len, recv_len)?;
+            }
+            Ends {
+                send: reads.then_some(send.addr),
+                recv: writes.then_some(recv.addr),
+            }
+        }
+    })
+}
+
+/// The steps of `call` over `w`, or `None` when the direct path does not
+/// take it (a reduction over more than [`MAX_SOURCES`] ranks, or a window
+/// too small for one chunk of every rank's blocks).
+pub(crate) fn direct_steps(call: &DeviceCall, w: &Windows) -> Result<Option<Vec<Step>>> {
+    let (rank, size) = (w.rank(), w.size());
+    if let Collective::Broadcast { root } | Collective::Reduce { root } = call.collective {
+        if root >= size {
+            return Err(Error::invalid(format!(
+                "{}: root {root} is not a rank of {size}",
+                call.collective.name()
+            )));
+        }
+    }
+    let count = call.count(size)?;
+    let ends = ends(call, rank, size, count)?;
+    let collective = call.collective;
+    let reduces = matches!(
+        collective,
+        Collective::AllReduce | Collective::Reduce { .. } | Collective::ReduceScatter
+    );
+    if reduces && size > MAX_SOURCES {
+        return Ok(None);
+    }
+    if count == 0 || collective == Collective::Barrier {
+        return Ok(Some(vec![
+            Step::Arrive(Round::Ready),
+            Step::Arrive(Round::Done),
+        ]));
+    }
+    let esz = call.dtype.size();
+    // Blocks per window: one per rank where every rank sends every rank its own.
+    let blocks = match collective {
+        Collective::ReduceScatter | Collective::AllToAll => size,
+        _ => 1,
+    };
+    // Chunks of whole 16-element groups keep every block 16-byte aligned.
+    let chunk = w.capacity() / (blocks * esz) / 16 * 16;
+    if chunk == 0 {
+        return Ok(None);
+    }
+    let (send, recv) = (ends.send.unwrap_or(0), ends.recv.unwrap_or(0));
+    let el = |base: DevAddr, i: usize| base + (i * esz) as u64;
+    let mut steps = Vec::new();
+    for o in (0..count).step_by(chunk) {
+        let k = chunk.min(count - o);
+        let bytes = k * esz;
+        let copy = |dst, src| Step::Copy { dst, src, bytes };
+        // The same block of every rank's window.
+        let all = |block: usize| (0..size).map(|p| el(w.data(p), block * k)).collect();
+        let mine = w.data(rank);
+        match collective {
+            Collective::AllReduce | Collective::Reduce { .. } => {
+                steps.push(copy(mine, el(send, o)));
+                steps.push(Step::Arrive(Round::Ready));
+                if ends.recv.is_some() {
+                    steps.push(Step::Reduce {
+                        srcs: all(0),
+                        dst: el(recv, o),
+                        count: k,
+                    });
+                }
+            }
+            Collective::Broadcast { root } => {
+                if rank == root {
+                    steps.push(copy(mine, el(send, o)));
+                }
+                steps.push(Step::Arrive(Round::Ready));
+                if rank != root {
+                    steps.push(copy(el(recv, o), w.data(root)));
+                } else if send != recv {
+                    steps.push(copy(el(recv, o), el(send, o)));
+                }
+            }
+            Collective::AllGather => {
+                steps.push(copy(mine, el(send, o)));
+                steps.push(Step::Arrive(Round::Ready));
+                for p in 0..size {
+                    steps.push(copy(el(recv, p * count + o), w.data(p)));
+                }
+            }
+            Collective::ReduceScatter => {
+                for p in 0..size {
+                    steps.push(copy(el(mine, p * k), el(send, p * count + o)));
+                }
+                steps.push(Step::Arrive(Round::Ready));
+                steps.push(Step::Reduce {
+                    srcs: all(rank),
+                    dst: el(recv, o),
+                    count: k,
+                });
+            }
+            Collective::AllToAll => {
+                for p in 0..size {
+                    steps.push(copy(el(mine, p * k), el(send, p * count + o)));
+                }
+                steps.push(Step::Arrive(Round::Ready));
+                for p in 0..size {
+                    steps.push(copy(el(recv, p * count + o), el(w.data(p), rank * k)));
+                }
+            }
+            Collective::Barrier => unreachable!("handled above"),
+        }
+        steps.push(Step::Arrive(Round::Done));
+    }
+    Ok(Some(steps))
+}
