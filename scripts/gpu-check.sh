@@ -24,12 +24,14 @@
 # 6. runs the benchmark example gpu_bench (reduce kernel vs d2d copy bandwidth
 #    at 256 MiB, doorbell round-trip latency on both signal paths) and the CUDA
 #    backend's cuda_bench (2 ranks on one GPU: stream barrier p50/p99/p99.9,
-#    plain and graph-replayed; all_reduce 8 B..256 MiB algbw/busbw vs d2d copy).
+#    plain and graph-replayed; all_reduce 8 B..256 MiB algbw/busbw vs d2d copy)
+#    on the direct path, then on the staged path up to 16 MiB for comparison.
 #
 # Prints a summary table last. When $OUT is set, full logs go to
 # $OUT/gpu-check/*.log and the benchmark's JSON to $OUT/gpu-check/gpu_bench.json.
 # Every step has a timeout; the whole run stays under 6 minutes (build 180 s,
-# tests 120 s + 120 s, quick starts 20 s + 60 s, benches 30 s + 90 s). Exit status: 0 when every step passed (or no GPU),
+# tests 120 s + 120 s, quick starts 20 s + 60 s, benches 30 s + 90 s + 60 s; the limits are
+# ceilings, a healthy run takes about half). Exit status: 0 when every step passed (or no GPU),
 # 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -55,7 +57,7 @@ if [[ "${1:-}" == --prepare ]]; then
 fi
 
 if [[ -n "${OUT:-}" ]]; then LOGS="$OUT/gpu-check"; else LOGS="$(mktemp -d)"; fi
-mkdir -p "$LOGS"
+mkdir -p "$LOGS" "$LOGS/staged"
 START=$(date +%s)
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
@@ -125,6 +127,8 @@ if command -v cargo >/dev/null 2>&1; then
         target/release/examples/quickstart 2 | grep -qx OK'
     step bench 30 env OUT="$LOGS" cargo run --release -q -p streamcomm-gpu --example gpu_bench
     step cuda-bench 90 env OUT="$LOGS" target/release/examples/cuda_bench 2
+    step cuda-bench-staged 60 env OUT="$LOGS/staged" STREAMCOMM_CUDA_WINDOW=0 \
+      target/release/examples/cuda_bench 2 16777216
   else
     echo "build failed; on a machine without crates.io, run '$0 --prepare' elsewhere and carry $BIN"
   fi
@@ -135,6 +139,7 @@ elif [[ -d "$BIN" ]]; then
   step quickstart-2r 60 bash -c "$BIN/quickstart 2 | tee /dev/stderr | grep -q 'backend: CUDA'"
   step bench 30 env OUT="$LOGS" "$BIN/gpu_bench"
   step cuda-bench 90 env OUT="$LOGS" "$BIN/cuda_bench" 2
+  step cuda-bench-staged 60 env OUT="$LOGS/staged" STREAMCOMM_CUDA_WINDOW=0 "$BIN/cuda_bench" 2 16777216
 else
   echo "no cargo and no $BIN: run 'scripts/gpu-check.sh --prepare' on a machine with Rust and carry $BIN"
   exit 1
@@ -146,10 +151,11 @@ if [[ -f "$LOGS/tests.log" ]]; then
 fi
 if [[ -f "$LOGS/bench.log" ]]; then sed -n '/256 MiB/,$p' "$LOGS/bench.log"; echo; fi
 if [[ -f "$LOGS/cuda-bench.log" ]]; then cat "$LOGS/cuda-bench.log"; echo; fi
-printf '%-11s %-16s %s\n' step status seconds
+if [[ -f "$LOGS/cuda-bench-staged.log" ]]; then cat "$LOGS/cuda-bench-staged.log"; echo; fi
+printf '%-18s %-16s %s\n' step status seconds
 FAIL=0
 for i in "${!NAMES[@]}"; do
-  printf '%-11s %-16s %s\n' "${NAMES[$i]}" "${STATUS[$i]}" "${SECS[$i]}"
+  printf '%-18s %-16s %s\n' "${NAMES[$i]}" "${STATUS[$i]}" "${SECS[$i]}"
   [[ "${STATUS[$i]}" == ok ]] || FAIL=1
 done
 exit $FAIL

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use half::{bf16, f16};
 use rand::Rng;
 use streamcomm::bootstrap::UniqueId;
+use streamcomm::config::{Config, DEFAULT_CUDA_WINDOW};
 use streamcomm::cuda::cudarc::driver::{
     sys, CudaContext, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits,
 };
@@ -164,8 +165,22 @@ fn collectives<T: Num>(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<S
     bad
 }
 
+/// Direct-path window sizes the tests run with: 0 is the staged path; 4 KiB
+/// cuts every call into many chunks; the default takes most in one.
+const PATHS: [usize; 3] = [0, 4 << 10, DEFAULT_CUDA_WINDOW];
+
 fn on_one_gpu<T: Send + 'static>(
     n: usize,
+    body: impl Fn(&CudaComm, &Arc<CudaStream>) -> T + Send + Sync + 'static,
+) -> Vec<T> {
+    on_one_gpu_with(n, DEFAULT_CUDA_WINDOW, body)
+}
+
+/// Runs `body` on `n` ranks (threads) of one GPU, with direct-path windows
+/// of `window` bytes (0: the staged path).
+fn on_one_gpu_with<T: Send + 'static>(
+    n: usize,
+    window: usize,
     body: impl Fn(&CudaComm, &Arc<CudaStream>) -> T + Send + Sync + 'static,
 ) -> Vec<T> {
     let id = UniqueId::new().unwrap();
@@ -174,8 +189,14 @@ fn on_one_gpu<T: Send + 'static>(
         .map(|r| {
             let body = body.clone();
             std::thread::spawn(move || {
-                let comm = Communicator::init(&id, r, n, Backend::Host).unwrap();
+                let config = Config {
+                    cuda_window: window,
+                    ..Config::from_env().unwrap()
+                };
+                let comm =
+                    Communicator::init_with_config(&id, r, n, Backend::Host, config).unwrap();
                 let cuda = CudaComm::new(&comm, 0).unwrap();
+                assert_eq!(cuda.uses_direct_path(), window > 0, "window {window}");
                 let ctx = CudaContext::new(0).unwrap();
                 let stream = ctx.new_stream().unwrap();
                 body(&cuda, &stream)
@@ -190,9 +211,9 @@ fn every_collective_and_dtype_on_one_gpu_with_2_and_4_ranks() {
     if !gpu_present() {
         return;
     }
-    for n in [2, 4] {
+    for (n, window) in [2, 4].into_iter().flat_map(|n| PATHS.map(|w| (n, w))) {
         let seed: u64 = rand::thread_rng().gen();
-        let bad: Vec<String> = on_one_gpu(n, move |cuda, s| {
+        let bad: Vec<String> = on_one_gpu_with(n, window, move |cuda, s| {
             let mut bad = collectives::<f32>(cuda, s, seed);
             bad.extend(collectives::<f64>(cuda, s, seed ^ 1));
             bad.extend(collectives::<i32>(cuda, s, seed ^ 2));
@@ -203,7 +224,7 @@ fn every_collective_and_dtype_on_one_gpu_with_2_and_4_ranks() {
         .into_iter()
         .flatten()
         .collect();
-        assert!(bad.is_empty(), "{n} ranks: {bad:#?}");
+        assert!(bad.is_empty(), "{n} ranks, window {window}: {bad:#?}");
     }
 }
 
@@ -212,11 +233,18 @@ fn a_captured_step_replays_1000_times_with_fresh_data() {
     if !gpu_present() {
         return;
     }
+    for window in PATHS {
+        captured_step(window);
+    }
+}
+
+/// A captured step on 2 ranks, replayed `REPLAYS` times with fresh data.
+fn captured_step(window: usize) {
     const N: usize = 2;
     const COUNT: usize = 1 << 12;
     const REPLAYS: u64 = 1000;
     let seed: u64 = rand::thread_rng().gen();
-    let bad: Vec<String> = on_one_gpu(N, move |cuda, s| {
+    let bad: Vec<String> = on_one_gpu_with(N, window, move |cuda, s| {
         let r = cuda.communicator().rank();
         let mut x = poisoned::<f32>(s, COUNT);
         let mut y = poisoned::<f32>(s, COUNT);
@@ -265,7 +293,7 @@ fn a_captured_step_replays_1000_times_with_fresh_data() {
     .into_iter()
     .flatten()
     .collect();
-    assert!(bad.is_empty(), "{bad:#?}");
+    assert!(bad.is_empty(), "window {window}: {bad:#?}");
 }
 
 #[test]

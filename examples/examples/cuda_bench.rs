@@ -2,8 +2,14 @@
 //! with its own stream.
 //!
 //! ```text
-//! cargo run --release --example cuda_bench [RANKS]
+//! cargo run --release --example cuda_bench [RANKS [MAX_BYTES]]
+//! STREAMCOMM_CUDA_WINDOW=0 cargo run --release --example cuda_bench 2 16777216   # staged path
 //! ```
+//!
+//! The communicator takes the direct path (device copies and reductions over
+//! IPC-mapped windows) unless `STREAMCOMM_CUDA_WINDOW=0` selects the staged
+//! path (through pinned host memory and the host backend); the header and
+//! the JSON say which ran.
 //!
 //! Measures, in one run: a device-to-device copy of 256 MiB (the yardstick),
 //! the stream-ordered barrier (p50/p99/p99.9/max of one barrier, timed on the
@@ -28,6 +34,10 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(2);
+    let max_bytes: usize = std::env::args()
+        .nth(2)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(256 << 20);
     if !streamcomm_gpu::Device::count().is_ok_and(|n| n > 0) {
         println!("skipped: no usable GPU here");
         return;
@@ -37,7 +47,7 @@ fn main() {
     let threads: Vec<_> = (0..ranks)
         .map(|r| {
             let start = start.clone();
-            std::thread::spawn(move || rank(&id, r, ranks, &start))
+            std::thread::spawn(move || rank(&id, r, ranks, max_bytes, &start))
         })
         .collect();
     let mut lines = Vec::new();
@@ -73,9 +83,20 @@ fn percentiles(mut v: Vec<f64>) -> [f64; 4] {
 }
 
 /// One rank; rank 0 returns the JSON lines.
-fn rank(id: &UniqueId, r: usize, n: usize, start: &Barrier) -> Res<Option<Vec<String>>> {
+fn rank(
+    id: &UniqueId,
+    r: usize,
+    n: usize,
+    max_bytes: usize,
+    start: &Barrier,
+) -> Res<Option<Vec<String>>> {
     let comm = Communicator::init(id, r, n, Backend::Host)?;
     let cuda = CudaComm::new(&comm, 0)?;
+    let path = if cuda.uses_direct_path() {
+        "direct"
+    } else {
+        "staged"
+    };
     let ctx = CudaContext::new(0)?;
     let s: Arc<CudaStream> = ctx.new_stream()?;
     let mut json = Vec::new();
@@ -124,7 +145,9 @@ fn rank(id: &UniqueId, r: usize, n: usize, start: &Barrier) -> Res<Option<Vec<St
     }
     drop(graph);
     if r == 0 {
-        println!("CUDA backend, {n} ranks on one GPU; d2d copy {d2d:.1} GB/s (256 MiB)");
+        println!(
+            "CUDA backend, {path} path, {n} ranks on one GPU; d2d copy {d2d:.1} GB/s (256 MiB)"
+        );
         println!(
             "{:<22} {:>9} {:>9} {:>9} {:>9}",
             "barrier (us)", "p50", "p99", "p99.9", "max"
@@ -136,7 +159,7 @@ fn rank(id: &UniqueId, r: usize, n: usize, start: &Barrier) -> Res<Option<Vec<St
             let [p50, p99, p999, max] = percentiles(v);
             println!("{name:<22} {p50:>9.2} {p99:>9.2} {p999:>9.2} {max:>9.2}");
             json.push(format!(
-                r#"{{"what": "{name}", "ranks": {n}, "p50_us": {p50:.3}, "p99_us": {p99:.3}, "p999_us": {p999:.3}, "max_us": {max:.3}}}"#
+                r#"{{"what": "{name}", "path": "{path}", "ranks": {n}, "p50_us": {p50:.3}, "p99_us": {p99:.3}, "p999_us": {p999:.3}, "max_us": {max:.3}}}"#
             ));
         }
         println!(
@@ -147,7 +170,7 @@ fn rank(id: &UniqueId, r: usize, n: usize, start: &Barrier) -> Res<Option<Vec<St
 
     // all_reduce sweep, 8 B .. 256 MiB, x8.
     let mut bytes = 8usize;
-    while bytes <= big {
+    while bytes <= max_bytes.min(big) {
         let count = bytes / 4;
         let iters = if bytes >= 16 << 20 { 5 } else { 20 };
         let input: Vec<f32> = (0..count).map(|i| ((i * 7 + r * 3) % 13) as f32).collect();
@@ -182,7 +205,7 @@ fn rank(id: &UniqueId, r: usize, n: usize, start: &Barrier) -> Res<Option<Vec<St
                 busbw / d2d
             );
             json.push(format!(
-                r#"{{"what": "all_reduce", "ranks": {n}, "bytes": {bytes}, "time_us": {:.3}, "algbw_gbs": {algbw:.4}, "busbw_gbs": {busbw:.4}, "d2d_gbs": {d2d:.2}, "wrong": {wrong}}}"#,
+                r#"{{"what": "all_reduce", "path": "{path}", "ranks": {n}, "bytes": {bytes}, "time_us": {:.3}, "algbw_gbs": {algbw:.4}, "busbw_gbs": {busbw:.4}, "d2d_gbs": {d2d:.2}, "wrong": {wrong}}}"#,
                 secs * 1e6
             ));
         }

@@ -19,19 +19,43 @@
 //! ```
 //!
 //! # How it runs
-//! Each call enqueues, on the caller's stream, a copy of the input into
-//! pinned host-mapped staging memory, a host function (`cuLaunchHostFunc`)
-//! that hands the host backend's task for the call to this communicator's
-//! runner thread, a `cuStreamWaitValue32` on a completion word the runner
-//! sets when the task is done (then a write of 0), and a copy of the output
-//! back (the doorbell rule of DESIGN.md §3 is behind each step). Every step is
-//! capturable: a CUDA graph that captured a call runs a fresh, correct
-//! collective at every replay, and the call's resources are released with
-//! the graph (a CUDA user object). The data crosses PCIe twice and is
-//! reduced by the host: a first backend that is correct and
-//! graph-capturable, not yet NCCL's device-side data path (the NVRTC reduce
-//! kernels of `streamcomm-gpu` are built and checked but not used here yet).
+//! Two paths; [`CudaComm::new`] picks one for the communicator, alike on
+//! every rank ([`CudaComm::uses_direct_path`] says which):
 //!
+//! - **Direct** (ranks of one host, the default there): each rank owns a
+//!   window of device memory that every other rank maps (CUDA IPC between
+//!   processes; the plain address between threads on one device, so several
+//!   ranks may share a GPU). A call is enqueued on the caller's stream as
+//!   device work only: a copy of the input into the window, a *ready* round
+//!   of `cuStreamWriteValue32` into the peers' windows and
+//!   `cuStreamWaitValue32` on its own, the NVRTC reduce kernel reading every
+//!   rank's window (or copies out of them), and a *done* round, per chunk of
+//!   `STREAMCOMM_CUDA_WINDOW` bytes (default 32 MiB). No host thread takes
+//!   part and no host function runs per call. Reductions over more than 8
+//!   ranks, and p2p groups, take the staged path. See
+//!   `core/src/device/direct/mod.rs` for the protocol and why it is replay-safe.
+//! - **Staged** (ranks on several hosts, `STREAMCOMM_CUDA_WINDOW=0`, or
+//!   where a window cannot be mapped): each call enqueues a copy of the input
+//!   into pinned host-mapped staging memory, a host function
+//!   (`cuLaunchHostFunc`) that hands the host backend's task for the call to
+//!   this communicator's runner thread, a `cuStreamWaitValue32` on a
+//!   completion word the runner sets when the task is done (then a write of
+//!   0), and a copy of the output back. The plans, transports (shm, tcp,
+//!   verbs) and reductions are the host backend's own; the data crosses
+//!   PCIe twice.
+//!
+//! Every step of both paths is capturable: a CUDA graph that captured a
+//! call runs a fresh, correct collective at every replay, and the call's
+//! resources are released with the graph (a CUDA user object).
+//!
+//! # Errors instead of hangs
+//! A staged task that fails still raises its completion word. On the direct
+//! path a watchdog thread checks every 100 ms that the peer processes live
+//! and that the communicator has not failed; on a failure it fails the
+//! communicator and keeps raising this rank's flag words, so waiting
+//! streams drain. Either way the error is kept ([`CudaComm::async_error`])
+//! and returned by every later call.
+
 //! # Buffers and streams
 //! Buffers are cudarc's [`CudaSlice`](cudarc::driver::CudaSlice),
 //! [`CudaView`](cudarc::driver::CudaView) or
@@ -44,12 +68,16 @@
 //! still in flight then are leaked, never freed under the device.
 //!
 //! # Verified where
-//! The staged path (tasks, runner, completion words, capture and replay,
-//! errors) is tested on every machine with a host stream playing the device
-//! (`device::tests`). This CUDA glue is compiled everywhere, and
+//! Both paths' logic (tasks, runner, completion words, windows, flag
+//! rounds, chunking, reductions, capture and replay, the watchdog) is
+//! tested on every machine with a host stream playing the device
+//! (`device::tests`, `device::direct::tests`). This CUDA glue is compiled
+//! everywhere, its kernels are compiled with NVRTC in CI, and
 //! [`CudaComm::new`] is tested to return [`Error::Unavailable`] without a
-//! driver; on a GPU, `scripts/gpu-check.sh` runs `core/tests/cuda.rs`. No GPU
-//! was lent to the session that wrote it, so it has not run on one yet.
+//! driver; on a GPU, `scripts/gpu-check.sh` runs `core/tests/cuda.rs` on
+//! both paths. No GPU was lent to the sessions that wrote it, so it has not
+//! run on one yet: in particular stream memory operations on IPC-mapped
+//! memory, and CUDA IPC between processes, are unverified.
 
 mod api;
 mod p2p;

@@ -1,7 +1,11 @@
-//! Communicator operations on *device* streams (CUDA), staged through host memory.
+//! Communicator operations on *device* streams (CUDA).
 //!
-//! A device stream cannot run the host backend's tasks itself, so each
-//! operation is appended to it as five stream steps, all capturable:
+//! Between ranks of one host a collective is device work only: the
+//! [`direct`] path (windows every rank maps, flag rounds, reduce kernels).
+//! Elsewhere, and for p2p groups, it is *staged* through host memory, as
+//! follows. A device stream cannot run the host backend's tasks itself, so
+//! each staged operation is appended to it as five stream steps, all
+//! capturable:
 //!
 //! 1. copy the input from device memory into *staging* memory: host memory
 //!    the device can address (pinned, host-mapped with CUDA);
@@ -19,7 +23,7 @@
 //!
 //! So the plans, transports, tickets and error handling are the host
 //! backend's own code, tested end to end here; what a device adds is the
-//! [`DeviceQueue`] (five enqueue primitives), implemented for CUDA in
+//! [`DeviceQueue`] (its enqueue primitives), implemented for CUDA in
 //! [`crate::cuda`] and, in this module's tests, by a host stream that plays
 //! the device.
 //!

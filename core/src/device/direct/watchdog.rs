@@ -112,3 +112,22 @@ impl Drop for Watchdog {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::process_alive;
+
+    #[test]
+    fn a_process_is_alive_until_it_has_exited() {
+        assert!(process_alive(0, std::process::id()));
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        assert!(process_alive(1, child.id()));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!process_alive(1, child.id()));
+        assert!(!process_alive(1, u32::MAX));
+    }
+}
