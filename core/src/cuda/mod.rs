@@ -135,6 +135,10 @@ impl CudaComm {
     /// Binds `comm` to CUDA device `ordinal` (its primary context, the one
     /// cudarc's `CudaContext::new(ordinal)` uses).
     ///
+    /// Collective, like `ncclCommInitRank`: every rank of `comm` calls it
+    /// (with the same `STREAMCOMM_CUDA_WINDOW`), since the ranks exchange
+    /// their direct-path windows here and agree on the path.
+    ///
     /// # Errors
     /// [`Error::Unavailable`] without a usable CUDA driver or device (never a
     /// panic: the driver is probed first), or when the device has no stream
