@@ -76,6 +76,42 @@ pub fn build(
     nranks: usize,
     hosts: &[usize],
 ) -> Result<BarrierPlan, Error> {
+    build_with(algo, rank, nranks, hosts, algo::steps)
+}
+
+/// As [`build`], for flag memory that other ranks can only write (RDMA over
+/// a network): every algorithm's plan is [`build`]'s, except the central
+/// counter's, whose root releases each rank in that rank's own area instead
+/// of raising one word everybody reads.
+///
+/// # Errors
+/// As [`build`].
+///
+/// # Examples
+///
+/// ```
+/// use streamcomm::barrier::{build_for_network, BarrierAlgo, BarrierStep};
+///
+/// let plan = build_for_network(BarrierAlgo::CentralCounter, 2, 3, &[0, 1, 2])?;
+/// assert_eq!(plan.steps[1], BarrierStep::WaitRelease { at: 2 });
+/// # Ok::<(), streamcomm::Error>(())
+/// ```
+pub fn build_for_network(
+    algo: BarrierAlgo,
+    rank: usize,
+    nranks: usize,
+    hosts: &[usize],
+) -> Result<BarrierPlan, Error> {
+    build_with(algo, rank, nranks, hosts, algo::steps_for_network)
+}
+
+fn build_with(
+    algo: BarrierAlgo,
+    rank: usize,
+    nranks: usize,
+    hosts: &[usize],
+    steps_of: fn(BarrierAlgo, usize, &algo::Hosts) -> Vec<BarrierStep>,
+) -> Result<BarrierPlan, Error> {
     let name = algo.name();
     if nranks == 0 {
         return Err(Error::invalid(format!(
@@ -97,7 +133,7 @@ pub fn build(
     let steps = if nranks == 1 {
         Vec::new()
     } else {
-        algo::steps(algo, rank, &algo::Hosts::new(hosts))
+        steps_of(algo, rank, &algo::Hosts::new(hosts))
     };
     Ok(BarrierPlan {
         algo,

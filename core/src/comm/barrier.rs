@@ -72,6 +72,8 @@ pub(crate) enum BarrierMode {
         plan: Mutex<Arc<BarrierPlan>>,
         /// Of the barriers so far, how many used the central counter.
         counter_epochs: AtomicU64,
+        /// Remote counters may be fetch-added (see `fits_everyone`).
+        remote_atomics: bool,
     },
     /// Some peer is reached over tcp: dissemination with zero-byte messages
     /// through the slot rings (works over any transport).
@@ -100,6 +102,7 @@ impl BarrierState {
         default: BarrierAlgo,
         slot_bytes: usize,
         hosts: Vec<usize>,
+        remote_atomics: bool,
     ) -> Result<BarrierState> {
         let own = Arc::new(own);
         let areas: Option<Vec<Area>> = (0..size)
@@ -117,19 +120,25 @@ impl BarrierState {
         };
         let algo = match algo {
             Some(a) => a,
-            None if fits_everyone(default, size, &hosts, &areas)? => default,
+            None if fits_everyone(default, size, &hosts, &areas, remote_atomics)? => default,
             None => BarrierAlgo::Dissemination,
         };
-        let plan = checked_plan(algo, rank, size, &hosts, &areas)?;
-        Ok(BarrierState::flags(areas, plan, hosts))
+        let plan = checked_plan(algo, rank, size, &hosts, &areas, remote_atomics)?;
+        Ok(BarrierState::flags(areas, plan, hosts, remote_atomics))
     }
 
-    fn flags(areas: Vec<Area>, plan: BarrierPlan, hosts: Vec<usize>) -> BarrierState {
+    fn flags(
+        areas: Vec<Area>,
+        plan: BarrierPlan,
+        hosts: Vec<usize>,
+        remote_atomics: bool,
+    ) -> BarrierState {
         BarrierState {
             mode: BarrierMode::Flags {
                 areas,
                 plan: Mutex::new(Arc::new(plan)),
                 counter_epochs: AtomicU64::new(0),
+                remote_atomics,
             },
             epoch: AtomicU64::new(0),
             hosts,
@@ -191,14 +200,24 @@ fn remote_area(c: &Connection) -> Option<Arc<dyn RemoteArea>> {
 /// Decided alike on every rank: with all areas mapped, anything goes; with
 /// a network between some ranks (links are symmetric: then every rank has
 /// one), each rank is taken to read its own area alone, whatever its plan,
-/// since a rank's own plan could fit where a peer's does not.
-fn fits_everyone(algo: BarrierAlgo, size: usize, hosts: &[usize], areas: &[Area]) -> Result<bool> {
+/// since a rank's own plan could fit where a peer's does not, and plans are
+/// built for written-only memory ([`barrier::build_for_network`]).
+/// `remote_atomics` (every pair of ranks talks over verbs and every device
+/// executes atomics: the same on every rank, from the endpoints) lets a plan
+/// fetch-add a remote counter.
+fn fits_everyone(
+    algo: BarrierAlgo,
+    size: usize,
+    hosts: &[usize],
+    areas: &[Area],
+    remote_atomics: bool,
+) -> Result<bool> {
     if areas.iter().all(|a| matches!(a, Area::Mapped(_))) {
         return Ok(true);
     }
     for r in 0..size {
-        let plan = barrier::build(algo, r, size, hosts)?;
-        if !FlagMemory::fits(&plan.steps, |q| q == r) {
+        let plan = barrier::build_for_network(algo, r, size, hosts)?;
+        if !FlagMemory::fits(&plan.steps, |q| q == r, remote_atomics) {
             return Ok(false);
         }
     }
@@ -213,13 +232,22 @@ fn checked_plan(
     size: usize,
     hosts: &[usize],
     areas: &[Area],
+    remote_atomics: bool,
 ) -> Result<BarrierPlan> {
-    if !fits_everyone(algo, size, hosts, areas)? {
+    if areas.iter().all(|a| matches!(a, Area::Mapped(_))) {
+        return barrier::build(algo, rank, size, hosts);
+    }
+    if !fits_everyone(algo, size, hosts, areas, remote_atomics)? {
         return Err(Error::Unavailable(format!(
-            "barrier algorithm {algo}: some ranks are reached over verbs, whose flag memory can only be written, and this algorithm reads another rank's words (the central counter fetch-adds and polls the root's)"
+            "barrier algorithm {algo}: some ranks are reached over verbs, whose flag memory can only be written, and this algorithm reads another rank's words{}",
+            if algo == BarrierAlgo::CentralCounter {
+                " (the central counter needs every pair of ranks on verbs and every device with RDMA atomics)"
+            } else {
+                ""
+            }
         )));
     }
-    barrier::build(algo, rank, size, hosts)
+    barrier::build_for_network(algo, rank, size, hosts)
 }
 
 /// Presents the central counter as if every earlier barrier had used it, so
@@ -272,6 +300,7 @@ impl CommInner {
                 areas,
                 plan,
                 counter_epochs,
+                ..
             } => (
                 areas,
                 plan.lock().unwrap_or_else(|p| p.into_inner()).clone(),
@@ -365,6 +394,7 @@ impl Communicator {
         let BarrierMode::Flags {
             plan: current,
             areas,
+            remote_atomics,
             ..
         } = &inner.barrier.mode
         else {
@@ -372,7 +402,14 @@ impl Communicator {
                 "barrier algorithm {algo}: some peers are reached over tcp, where barriers use message dissemination"
             )));
         };
-        let plan = checked_plan(algo, inner.rank, inner.size, &inner.barrier.hosts, areas)?;
+        let plan = checked_plan(
+            algo,
+            inner.rank,
+            inner.size,
+            &inner.barrier.hosts,
+            areas,
+            *remote_atomics,
+        )?;
         let ticket = inner.turns.take();
         inner.run_ticketed(ticket, JobMode::Run, "set_barrier_algo", |_| {
             *current.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(plan);

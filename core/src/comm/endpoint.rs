@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use crate::transport::ring::RingShape;
 use crate::{Error, Result};
 
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 const MAX_STRING: usize = 256;
 
 /// One rank's bootstrap record.
@@ -29,6 +29,9 @@ pub struct Endpoint {
     /// The rank's verbs stance: `VERBS_NONE`, `VERBS_AVAILABLE` or
     /// `VERBS_FORCED` (this module's constants).
     pub verbs: u8,
+    /// Whether the rank's RDMA device executes atomics (the central-counter
+    /// barrier over verbs needs every rank's).
+    pub verbs_atomics: bool,
 }
 
 /// No active RDMA device, or verbs not allowed (tcp or shm forced, or a
@@ -61,6 +64,7 @@ impl Endpoint {
             &self.tcp.map(|a| a.to_string()).unwrap_or_default(),
         );
         out.push(self.verbs);
+        out.push(u8::from(self.verbs_atomics));
         out
     }
 
@@ -92,6 +96,11 @@ impl Endpoint {
         if verbs > VERBS_FORCED {
             return Err(Error::Bootstrap(format!("endpoint verbs stance {verbs}")));
         }
+        let verbs_atomics = match r.u8()? {
+            0 => false,
+            1 => true,
+            a => return Err(Error::Bootstrap(format!("endpoint verbs atomics {a}"))),
+        };
         if r.pos != bytes.len() {
             return Err(Error::Bootstrap(format!(
                 "endpoint has {} trailing bytes",
@@ -105,6 +114,7 @@ impl Endpoint {
             shape: RingShape { nsteps, slot_bytes },
             tcp,
             verbs,
+            verbs_atomics,
         })
     }
 }
@@ -193,6 +203,7 @@ mod tests {
             },
             tcp: Some("10.1.2.3:4567".parse().unwrap()),
             verbs: VERBS_AVAILABLE,
+            verbs_atomics: true,
         };
         let bytes = e.encode();
         assert_eq!(Endpoint::decode(&bytes).unwrap(), e);
@@ -222,6 +233,7 @@ mod tests {
             },
             tcp: None,
             verbs,
+            verbs_atomics: false,
         };
         for a in 0..=VERBS_FORCED {
             for b in 0..=VERBS_FORCED {

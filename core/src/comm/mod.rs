@@ -120,6 +120,31 @@ fn open_verbs_device(config: &Config, size: usize) -> Result<connect::VerbsDevic
     }
 }
 
+/// Whether the central counter may run over verbs: every pair of ranks
+/// talks over verbs and every rank's device executes RDMA atomics (decided
+/// from the endpoints, so alike on every rank).
+fn counter_over_verbs(endpoints: &[Endpoint]) -> bool {
+    endpoints.iter().all(|e| e.verbs_atomics)
+        && endpoints.iter().enumerate().all(|(a, ea)| {
+            endpoints
+                .iter()
+                .enumerate()
+                .all(|(b, eb)| a == b || endpoint::pair_uses_verbs(ea, eb))
+        })
+}
+
+/// Whether this rank's RDMA device, if any, executes atomics.
+#[cfg(feature = "verbs")]
+fn device_atomics(device: &connect::VerbsDevice) -> bool {
+    device.as_ref().is_some_and(|d| d.atomics)
+}
+
+/// Without the `verbs` feature there is no device.
+#[cfg(not(feature = "verbs"))]
+fn device_atomics(_device: &connect::VerbsDevice) -> bool {
+    false
+}
+
 /// Without the `verbs` feature: no device, and forcing verbs is an error.
 #[cfg(not(feature = "verbs"))]
 fn open_verbs_device(config: &Config, size: usize) -> Result<connect::VerbsDevice> {
@@ -201,6 +226,7 @@ impl Communicator {
                 (Some(_), TransportChoice::Verbs) => endpoint::VERBS_FORCED,
                 (Some(_), _) => endpoint::VERBS_AVAILABLE,
             },
+            verbs_atomics: device_atomics(&device),
         };
         let endpoints = boot
             .all_gather(&me.encode())?
@@ -294,6 +320,7 @@ impl Communicator {
             default_barrier_algo(size, nhosts, local_ranks),
             shape.slot_bytes,
             host_index,
+            counter_over_verbs(&endpoints),
         )?;
         let (proxy, rx) = ProxyHandle::channel();
         crate::wait::note_local_ranks(local_ranks);

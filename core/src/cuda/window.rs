@@ -1,14 +1,16 @@
 //! Windows of the direct path in CUDA device memory: allocated with
 //! `cuMemAlloc`, zeroed, exported with CUDA IPC; a peer thread of the same
 //! process on the same device uses the address as it is (a process cannot
-//! open its own IPC handle).
+//! open its own IPC handle) and shares ownership of the allocation, so it
+//! outlives whichever rank drops first.
 
 use std::any::Any;
+use std::sync::Arc;
 
 use streamcomm_gpu::{Device, DeviceBuffer, IpcHandle, IpcMapping};
 
 use super::gpu_error;
-use crate::device::direct::window::WindowDevice;
+use crate::device::direct::window::{find_in_process, share_in_process, WindowDevice};
 use crate::device::DevAddr;
 use crate::{Error, Result};
 
@@ -26,9 +28,10 @@ impl WindowDevice for CudaWindows<'_> {
         buf.fill(0).map_err(gpu_error)?;
         let handle = IpcHandle::export(&buf).map_err(gpu_error)?;
         let mut payload = handle.to_bytes().to_vec();
-        payload.extend(buf.as_raw().to_le_bytes());
+        let addr = buf.as_raw();
+        payload.extend(addr.to_le_bytes());
         payload.extend((self.device.ordinal() as u32).to_le_bytes());
-        Ok((buf.as_raw(), payload, Box::new(buf)))
+        Ok((addr, payload, share_in_process(addr, Arc::new(buf))))
     }
 
     fn open(
@@ -52,7 +55,10 @@ impl WindowDevice for CudaWindows<'_> {
                 )));
             }
             let addr = u64::from_le_bytes(payload[HANDLE..HANDLE + 8].try_into().expect("8 bytes"));
-            return Ok((addr, Box::new(())));
+            let keep = find_in_process(addr).ok_or_else(|| {
+                Error::Unavailable(format!("no window at {addr:#x} in this process any more"))
+            })?;
+            return Ok((addr, keep));
         }
         let handle = IpcHandle::from_bytes(&payload[..HANDLE]).map_err(gpu_error)?;
         let mapping = IpcMapping::open(self.device, &handle).map_err(gpu_error)?;

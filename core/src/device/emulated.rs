@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::direct::window::WindowDevice;
+use super::direct::window::{find_in_process, share_in_process, WindowDevice};
 use super::queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
 use super::runner::Graveyard;
 use crate::host::{Doorbell, HostStream, RawBuffer, WaitCmp};
@@ -197,7 +197,8 @@ impl WindowDevice for EmulatedWindows {
     fn alloc(&self, bytes: usize) -> Result<(DevAddr, Vec<u8>, Box<dyn Any + Send + Sync>)> {
         let mem = vec![0u64; bytes.div_ceil(8)].into_boxed_slice();
         let addr = mem.as_ptr() as DevAddr;
-        Ok((addr, addr.to_le_bytes().to_vec(), Box::new(mem)))
+        let owner = share_in_process(addr, Arc::new(mem));
+        Ok((addr, addr.to_le_bytes().to_vec(), owner))
     }
 
     fn open(
@@ -213,7 +214,9 @@ impl WindowDevice for EmulatedWindows {
             .ok_or_else(|| {
                 Error::Unavailable("emulated windows are shared by threads only".into())
             })?;
-        Ok((addr, Box::new(())))
+        let keep = find_in_process(addr)
+            .ok_or_else(|| Error::Unavailable(format!("no window at {addr:#x} any more")))?;
+        Ok((addr, keep))
     }
 }
 

@@ -10,10 +10,12 @@
 //!
 //! A peer's area is reached either mapped (shared memory: loads, stores and
 //! fetch-adds) or through a network that writes into it ([`RemoteArea`]:
-//! RDMA WRITEs over verbs). Remote areas are only ever written, never read,
-//! so over a network a barrier plan must wait on its own area alone and
-//! fetch-add nowhere else ([`FlagMemory::fits`]): every algorithm but the
-//! central counter.
+//! RDMA WRITEs over verbs). Remote areas are written, never read, so over a
+//! network a barrier plan must wait on its own area alone; it may fetch-add
+//! a remote counter (an RDMA atomic) only where every rank's device executes
+//! atomics and no rank reaches the counter through shared memory
+//! ([`FlagMemory::fits`]). The central counter then releases every rank in
+//! its own area ([`crate::barrier::build_for_network`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -52,6 +54,9 @@ pub const fn area_bytes(nranks: usize) -> usize {
     AREA_HEADER_BYTES + nranks * 64
 }
 
+/// Byte offset of the counter in an area.
+pub const COUNTER_OFFSET: usize = std::mem::offset_of!(AreaHeader, counter);
+
 /// Byte offset of the release word in an area.
 pub const RELEASE_OFFSET: usize = std::mem::offset_of!(AreaHeader, release);
 const _: () = assert!(std::mem::offset_of!(Line, value) == 0);
@@ -71,6 +76,13 @@ pub trait RemoteArea: Send + Sync {
     /// # Errors
     /// The transport's error when the write cannot be posted.
     fn store(&self, offset: usize, v: u64) -> Result<(), Error>;
+    /// Atomically adds `v` to the 8-byte word at `offset` of the owner's
+    /// area (an RDMA fetch-and-add), after everything sent before, and wakes
+    /// the owner if it sleeps. Only where [`FlagMemory::fits`] allowed it.
+    ///
+    /// # Errors
+    /// The transport's error when the operation cannot be posted.
+    fn fetch_add(&self, offset: usize, v: u64) -> Result<(), Error>;
     /// Moves this rank's side of the network while it waits on its own
     /// area (reaps completions: a peer's write may be what ends the wait).
     fn poke(&self);
@@ -168,11 +180,17 @@ impl<'a> FlagMemory<'a> {
 
     /// Whether a plan's `steps` can run where `mapped(r)` says which ranks'
     /// areas are mapped: a remote area may be written (flags, release) but
-    /// not read or fetch-added.
-    pub fn fits(steps: &[crate::barrier::BarrierStep], mapped: impl Fn(usize) -> bool) -> bool {
+    /// not read, and fetch-added only with `remote_atomics` (every area but
+    /// one's own is remote and every device executes RDMA atomics: then no
+    /// processor atomic touches the same counter).
+    pub fn fits(
+        steps: &[crate::barrier::BarrierStep],
+        mapped: impl Fn(usize) -> bool,
+        remote_atomics: bool,
+    ) -> bool {
         use crate::barrier::BarrierStep as S;
         steps.iter().all(|s| match *s {
-            S::FetchAdd { root } => mapped(root),
+            S::FetchAdd { root } => mapped(root) || remote_atomics,
             S::WaitRelease { at } => mapped(at),
             S::Notify { .. } | S::Release { .. } | S::WaitFlag { .. } | S::WaitCounter { .. } => {
                 true
@@ -226,13 +244,15 @@ impl<'a> FlagMemory<'a> {
 
 impl BarrierMemory for FlagMemory<'_> {
     fn fetch_add_counter(&self, owner: usize, v: u64) {
-        match self.mapped(owner) {
-            Some(a) => {
+        match self.area(owner) {
+            Area::Mapped(a) => {
                 a.header().counter.value.fetch_add(v, Ordering::AcqRel);
                 a.header().notifier.notify();
             }
-            None => {
-                self.unreadable(owner, "counter");
+            Area::Remote(r) => {
+                if let Err(e) = r.fetch_add(COUNTER_OFFSET, v) {
+                    self.fail(e);
+                }
             }
         }
     }

@@ -15,9 +15,10 @@ fn endpoint() -> impl Strategy<Value = Endpoint> {
         any::<u64>(),
         prop::option::of(socket_addr()),
         0..=2u8,
+        any::<bool>(),
     )
         .prop_map(
-            |(host, pid, shm_name, nsteps, slot_bytes, tcp, verbs)| Endpoint {
+            |(host, pid, shm_name, nsteps, slot_bytes, tcp, verbs, verbs_atomics)| Endpoint {
                 host,
                 pid,
                 shm_name,
@@ -27,6 +28,7 @@ fn endpoint() -> impl Strategy<Value = Endpoint> {
                 },
                 tcp,
                 verbs,
+                verbs_atomics,
             },
         )
 }
@@ -62,12 +64,12 @@ fn endpoint_fixed_field(n: usize) -> impl Strategy<Value = Vec<u8>> {
 }
 
 /// Bytes shaped like an endpoint, field by field (version, host, pid, shm
-/// name, nsteps, slot bytes, tcp address, verbs stance, then perhaps
+/// name, nsteps, slot bytes, tcp address, verbs stance, verbs atomics, then perhaps
 /// trailing bytes), each
 /// field usually well formed, so that decoding gets past the first checks.
 fn endpoint_like_bytes() -> impl Strategy<Value = Vec<u8>> {
     (
-        prop_oneof![8 => Just(2u8), 1 => any::<u8>()],
+        prop_oneof![8 => Just(3u8), 1 => any::<u8>()],
         endpoint_string_field(),
         endpoint_fixed_field(4),
         endpoint_string_field(),
@@ -75,15 +77,18 @@ fn endpoint_like_bytes() -> impl Strategy<Value = Vec<u8>> {
         endpoint_fixed_field(8),
         endpoint_string_field(),
         prop_oneof![8 => (0..=2u8).prop_map(|x| vec![x]), 1 => endpoint_fixed_field(1)],
+        prop_oneof![8 => (0..=1u8).prop_map(|x| vec![x]), 1 => endpoint_fixed_field(1)],
         prop_oneof![8 => Just(Vec::new()), 1 => prop::collection::vec(any::<u8>(), 1..4)],
     )
-        .prop_map(|(v, host, pid, shm, nsteps, slot, tcp, verbs, tail)| {
-            let mut b = vec![v];
-            for f in [host, pid, shm, nsteps, slot, tcp, verbs, tail] {
-                b.extend(f);
-            }
-            b
-        })
+        .prop_map(
+            |(v, host, pid, shm, nsteps, slot, tcp, verbs, atomics, tail)| {
+                let mut b = vec![v];
+                for f in [host, pid, shm, nsteps, slot, tcp, verbs, atomics, tail] {
+                    b.extend(f);
+                }
+                b
+            },
+        )
 }
 
 proptest! {
@@ -143,6 +148,7 @@ proptest! {
             shape: RingShape { nsteps: 8, slot_bytes: 4096 },
             tcp: None,
             verbs: 0,
+            verbs_atomics: false,
         };
         let d = Endpoint::decode(&e.encode());
         prop_assert!(d.is_ok(), "an encoded endpoint does not decode: {:?}", d);
@@ -167,6 +173,7 @@ fn bug_endpoint_encode_splits_a_character() {
         },
         tcp: None,
         verbs: 0,
+        verbs_atomics: false,
     };
     let decoded = Endpoint::decode(&e.encode());
     assert!(decoded.is_ok(), "{decoded:?}");

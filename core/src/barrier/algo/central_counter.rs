@@ -32,6 +32,28 @@ pub(super) fn steps(rank: usize, n: usize) -> Vec<BarrierStep> {
     }
 }
 
+/// The same barrier where other ranks' words can only be written, never
+/// read (over a network): the root releases every rank in that rank's own
+/// area instead of raising one word that everybody polls.
+pub(crate) fn steps_own_releases(rank: usize, n: usize) -> Vec<BarrierStep> {
+    if rank == ROOT {
+        let mut steps = vec![BarrierStep::WaitCounter {
+            count_per_epoch: (n - 1) as u64,
+        }];
+        steps.extend(
+            (0..n)
+                .filter(|&p| p != ROOT)
+                .map(|peer| BarrierStep::Release { peer }),
+        );
+        steps
+    } else {
+        vec![
+            BarrierStep::FetchAdd { root: ROOT },
+            BarrierStep::WaitRelease { at: rank },
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,6 +72,21 @@ mod tests {
             vec![
                 BarrierStep::FetchAdd { root: 0 },
                 BarrierStep::WaitRelease { at: 0 }
+            ]
+        );
+        assert_eq!(
+            steps_own_releases(0, 3),
+            vec![
+                BarrierStep::WaitCounter { count_per_epoch: 2 },
+                BarrierStep::Release { peer: 1 },
+                BarrierStep::Release { peer: 2 }
+            ]
+        );
+        assert_eq!(
+            steps_own_releases(2, 3),
+            vec![
+                BarrierStep::FetchAdd { root: 0 },
+                BarrierStep::WaitRelease { at: 2 }
             ]
         );
     }

@@ -235,6 +235,16 @@ fn number(text: &str, part: &str) -> Result<usize, Error> {
     })
 }
 
+/// The steps of `algo` for `rank` where other ranks' words can only be
+/// written (over a network): as [`steps`], but the central counter releases
+/// each rank in its own area.
+pub(super) fn steps_for_network(algo: BarrierAlgo, rank: usize, hosts: &Hosts) -> Vec<BarrierStep> {
+    match algo {
+        BarrierAlgo::CentralCounter => central_counter::steps_own_releases(rank, hosts.nranks()),
+        _ => steps(algo, rank, hosts),
+    }
+}
+
 /// The steps of `algo` for `rank` (validated arguments, at least 2 ranks).
 pub(super) fn steps(algo: BarrierAlgo, rank: usize, hosts: &Hosts) -> Vec<BarrierStep> {
     let n = hosts.nranks();

@@ -1,5 +1,5 @@
 use super::*;
-use crate::barrier::{build, run, wait_for, BarrierAlgo, BarrierMemory, Word};
+use crate::barrier::{build, build_for_network, run, wait_for, BarrierAlgo, BarrierMemory, Word};
 
 fn plans(algo: BarrierAlgo, n: usize) -> Vec<BarrierPlan> {
     let hosts: Vec<usize> = (0..n).map(|r| r % 3).collect();
@@ -28,6 +28,27 @@ fn every_algorithm_passes_small() {
                 .unwrap_or_else(|e| panic!("{algo} {schedule:?}: {e}"));
             assert!(stats.actions >= 7 * 4, "{algo} {schedule:?}");
         }
+    }
+}
+
+#[test]
+fn every_algorithm_passes_for_network_memory_reading_only_its_own_words() {
+    for algo in BarrierAlgo::ALL {
+        let hosts: Vec<usize> = (0..7).map(|r| r % 3).collect();
+        let p: Vec<BarrierPlan> = (0..7)
+            .map(|r| build_for_network(*algo, r, 7, &hosts).unwrap())
+            .collect();
+        for schedule in SCHEDULES {
+            simulate(&p, &config(schedule)).unwrap_or_else(|e| panic!("{algo} {schedule:?}: {e}"));
+        }
+    }
+    // The central counter's network plan waits on nothing but its own area.
+    for r in 0..7 {
+        let plan = build_for_network(BarrierAlgo::CentralCounter, r, 7, &[0; 7]).unwrap();
+        assert!(plan.steps.iter().all(|s| match s {
+            BarrierStep::WaitRelease { at } => *at == r,
+            s => !s.is_wait() || s.peer().is_none() || s.peer() == Some(r),
+        }));
     }
 }
 

@@ -8,6 +8,7 @@
 //! to 0 by rank `r` once it has waited on them.
 
 use std::any::Any;
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::comm::local_host_id;
 use crate::config::MIN_CUDA_WINDOW as MIN_CAPACITY;
@@ -46,6 +47,33 @@ pub(crate) trait WindowDevice {
         payload: &[u8],
         same_process: bool,
     ) -> Result<(DevAddr, Box<dyn Any + Send + Sync>)>;
+}
+
+/// Windows of this process, by address: a rank that is a thread of the
+/// process holding a window keeps it alive while it may write into it, even
+/// after its owner has gone (between processes the driver's mapping does).
+static IN_PROCESS: Mutex<Vec<(DevAddr, Weak<dyn Any + Send + Sync>)>> = Mutex::new(Vec::new());
+
+/// Publishes `window` (at `addr`) to the other ranks of this process, and
+/// returns what keeps it alive for its owner.
+pub(crate) fn share_in_process(
+    addr: DevAddr,
+    window: Arc<dyn Any + Send + Sync>,
+) -> Box<dyn Any + Send + Sync> {
+    let mut live = IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
+    live.retain(|(_, w)| w.strong_count() > 0);
+    live.push((addr, Arc::downgrade(&window)));
+    Box::new(window)
+}
+
+/// The window of this process at `addr`, kept alive by the returned value,
+/// if it still exists.
+pub(crate) fn find_in_process(addr: DevAddr) -> Option<Box<dyn Any + Send + Sync>> {
+    let live = IN_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
+    live.iter()
+        .filter(|(a, _)| *a == addr)
+        .find_map(|(_, w)| w.upgrade())
+        .map(|w| Box::new(w) as Box<dyn Any + Send + Sync>)
 }
 
 /// Every rank's window, as this rank addresses it.

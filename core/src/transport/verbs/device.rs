@@ -35,6 +35,9 @@ pub struct Device {
     pub gid: [u8; 16],
     /// True on an Ethernet (RoCE) port: addressing needs the GRH.
     pub roce: bool,
+    /// True when the device executes RDMA atomics (`atomic_cap` is not
+    /// `IBV_ATOMIC_NONE`): the central-counter barrier fetch-adds with them.
+    pub atomics: bool,
 }
 
 // SAFETY: the context and PD are thread-safe verbs objects (libibverbs
@@ -120,6 +123,7 @@ struct PortInfo {
     mtu: u32,
     gid_tbl_len: i32,
     roce: bool,
+    atomics: bool,
 }
 
 /// First active port of an open device.
@@ -146,6 +150,7 @@ fn active_port(v: &Lib, ctx: *mut ibv_context) -> Option<PortInfo> {
                 mtu: pattr.active_mtu,
                 gid_tbl_len: pattr.gid_tbl_len,
                 roce: pattr.link_layer == LINK_LAYER_ETHERNET,
+                atomics: dattr.atomic_cap != ibv_atomic_cap::IBV_ATOMIC_NONE,
             });
         }
     }
@@ -276,6 +281,7 @@ impl Device {
                 gid_index,
                 gid,
                 roce: port.roce,
+                atomics: port.atomics,
             };
             tracing::debug!(?d, "verbs: device opened");
             return Ok(d);

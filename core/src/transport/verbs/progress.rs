@@ -82,8 +82,11 @@ const MAX_INLINE: u32 = 64;
 /// proxy asked for every completion). With `lkey` None the `len` bytes at
 /// `local` are copied at post time (inline); else they are read from memory
 /// registered under that key. `slots`: staging slots written before it
-/// (freed once it completes, if `signal`).
+/// (freed once it completes, if `signal`). With `fetch_add` it is an RDMA
+/// fetch-and-add of that amount on the 8-byte word at `remote` instead, the
+/// old value landing at `local` (registered under `lkey`).
 struct Write {
+    fetch_add: Option<u64>,
     local: u64,
     len: u32,
     remote: u64,
@@ -207,6 +210,7 @@ impl PeerRdma {
     ) -> Result<(), Error> {
         let slots = self.posted;
         self.post_writes(&[Write {
+            fetch_add: None,
             local,
             len,
             remote,
@@ -245,10 +249,10 @@ impl PeerRdma {
             let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
             wr.wr_id = id;
             wr.num_sge = 1;
-            wr.opcode = if w.notify {
-                ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
-            } else {
-                ibv_wr_opcode::IBV_WR_RDMA_WRITE
+            wr.opcode = match (w.fetch_add, w.notify) {
+                (Some(_), _) => ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD,
+                (None, true) => ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM,
+                (None, false) => ibv_wr_opcode::IBV_WR_RDMA_WRITE,
             };
             let mut flags = 0;
             if w.lkey.is_none() {
@@ -262,10 +266,22 @@ impl PeerRdma {
             }
             wr.send_flags = flags;
             wr.imm_data_invalidated_rkey_union.imm_data = w.imm.to_be();
-            wr.wr.rdma = rdma_t {
-                remote_addr: w.remote,
-                rkey: w.rkey,
-            };
+            match w.fetch_add {
+                Some(add) => {
+                    wr.wr.atomic = atomic_t {
+                        remote_addr: w.remote,
+                        compare_add: add,
+                        swap: 0,
+                        rkey: w.rkey,
+                    }
+                }
+                None => {
+                    wr.wr.rdma = rdma_t {
+                        remote_addr: w.remote,
+                        rkey: w.rkey,
+                    }
+                }
+            }
             wrs.push(wr);
         }
         // Link the chain now that the vectors no longer move.
@@ -348,6 +364,7 @@ impl PeerRdma {
             // Header words and payload only: the same offset in both rings.
             let wire = self.staging.slot_wire_addr(k) - self.staging.slot_addr(k);
             writes.push(Write {
+                fetch_add: None,
                 local: self.staging.slot_wire_addr(k),
                 len,
                 remote: self.remote.ring_addr

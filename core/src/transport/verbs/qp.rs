@@ -226,7 +226,12 @@ pub struct Qp {
     pub depth: u32,
     /// Local key of the staging ring.
     pub staging_lkey: u32,
+    /// Local key of `fetch_sink`.
+    pub(crate) fetch_sink_lkey: u32,
     mrs: Vec<Mr>,
+    /// Where the old values of this QP's fetch-adds land (registered, read
+    /// by nobody; freed after its registration in `mrs`).
+    pub(crate) fetch_sink: Box<[u64; 8]>,
     /// The channel the CQ reports to (destroyed after the CQ).
     pub(crate) channel: Arc<CompChannel>,
     // Dropped last: the QP, CQ and MRs belong to its context and PD.
@@ -283,7 +288,22 @@ impl Qp {
         let inbound = Mr::new(&dev, ip, il, remote, "inbound ring")?;
         let ctrl = Mr::new(&dev, cp, std::mem::size_of::<Ctrl>(), remote, "control")?;
         let (bp, bl) = barrier.memory();
-        let area = Mr::new(&dev, bp, bl, remote, "barrier area")?;
+        // The barrier area also takes the central counter's fetch-adds,
+        // where the device executes atomics.
+        let atomic = if dev.atomics {
+            ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0
+        } else {
+            0
+        };
+        let area = Mr::new(&dev, bp, bl, remote | atomic, "barrier area")?;
+        let mut fetch_sink = Box::new([0u64; 8]);
+        let sink = Mr::new(
+            &dev,
+            fetch_sink.as_mut_ptr().cast(),
+            std::mem::size_of::<[u64; 8]>(),
+            ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0,
+            "fetch-add sink",
+        )?;
         // SAFETY: the context and the channel are open. Room for a full
         // send queue and a full receive queue of completions.
         let cq = unsafe {
@@ -324,6 +344,8 @@ impl Qp {
             cq,
             depth,
             staging_lkey: staging.lkey(),
+            fetch_sink_lkey: sink.lkey(),
+            fetch_sink,
             mrs: Vec::new(),
             channel: channel.clone(),
             dev: dev.clone(),
@@ -333,7 +355,7 @@ impl Qp {
         a.qp_state = ibv_qp_state::IBV_QPS_INIT;
         a.pkey_index = 0;
         a.port_num = dev.port;
-        a.qp_access_flags = remote;
+        a.qp_access_flags = remote | atomic;
         q.modify(
             &mut a,
             &[
@@ -361,7 +383,7 @@ impl Qp {
             barrier_rkey: area.rkey(),
         };
         let mut q = q;
-        q.mrs = vec![staging, inbound, ctrl, area];
+        q.mrs = vec![staging, inbound, ctrl, area, sink];
         q.post_recvs(depth as usize)
             .map_err(|e| Error::os("verbs: ibv_post_recv", e))?;
         Ok((q, addr))
