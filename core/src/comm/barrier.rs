@@ -7,7 +7,7 @@
 //! ([`crate::barrier`]) over the ranks' flag memory, with an epoch that
 //! advances once per barrier on every rank. A peer's flag memory is its
 //! shared-memory segment's barrier area, or over verbs the same area written
-//! by RDMA (only written: see [`FlagMemory::fits`]); communicators with tcp
+//! by RDMA (written or fetch-added, never read: see [`FlagMemory::fits`]); communicators with tcp
 //! peers run dissemination with messages through the slot rings instead.
 //!
 //! # Default algorithm
@@ -17,8 +17,10 @@
 //! (then every extra hand-off is a context switch, and the central counter
 //! has the fewest: one arrival per rank, one release). Ranks on several hosts
 //! use the hierarchical algorithm. The README has the measurements. Over
-//! verbs, where the central counter cannot run (remote areas are written,
-//! not read), dissemination replaces it.
+//! verbs remote areas are written, never read: the central counter runs
+//! there (RDMA fetch-and-add, releases into each rank's own area) only when
+//! every pair of ranks is on verbs and every device has atomics; elsewhere
+//! dissemination replaces it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
