@@ -109,14 +109,7 @@ impl DeviceQueue for CudaQueue<'_> {
         let word = signal.bell.device_ptr(0).map_err(gpu_error)?;
         // SAFETY: the word is device-visible, aligned, and kept with the
         // operation's resources until the operation can no longer run.
-        unsafe {
-            self.signals
-                .wait_value32(&self.stream, word, 1, WaitCondition::Geq)
-                .map_err(gpu_error)?;
-            self.signals
-                .write_value32(&self.stream, word, 0)
-                .map_err(gpu_error)
-        }
+        unsafe { self.enqueue_wait_word(word) }
     }
 
     unsafe fn enqueue_raise_word(&self, addr: DevAddr) -> Result<()> {
