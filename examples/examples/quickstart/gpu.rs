@@ -24,8 +24,13 @@ pub(crate) fn run_rank(cuda: &CudaComm) -> Result<(), Box<dyn std::error::Error>
     let comm = cuda.communicator();
     let (rank, size) = (comm.rank(), comm.size());
     if rank == 0 {
+        let path = if cuda.uses_direct_path() {
+            "collectives moved and reduced on the device over CUDA IPC windows"
+        } else {
+            "collectives staged through pinned host memory"
+        };
         println!(
-            "backend: CUDA (device {} of rank 0; collectives staged through pinned host memory)",
+            "backend: CUDA (device {} of rank 0; {path})",
             cuda.device_ordinal()
         );
     }
