@@ -7,8 +7,8 @@
 //! half the round trip. Ranks other than 0 and 1 only wait at the barrier
 //! that ends the test. Measured twice: with stream operations (enqueue,
 //! then `synchronize`) and with the host-blocking `send_host`/`recv_host`.
-
-use std::time::Instant;
+//! Each round trip is timed with the cycle counter, as perftest does
+//! ([`crate::ticks`]): a clock read can cost a system call.
 
 use streamcomm::comm::UntypedBuffer;
 use streamcomm::host::HostStream;
@@ -16,6 +16,7 @@ use streamcomm::{Communicator, DataType};
 
 use crate::error::{Context, Fallible};
 use crate::stats::Percentiles;
+use crate::ticks;
 
 /// Bytes per message.
 pub const MESSAGE_BYTES: usize = 8;
@@ -52,8 +53,9 @@ pub fn ping_pong(
         .context("barrier before the ping-pong")?;
     if comm.rank() <= 1 {
         let peer = 1 - comm.rank();
+        let span = ticks::Span::start();
         for i in 0..WARMUP + iters {
-            let start = Instant::now();
+            let start = ticks::now();
             if comm.rank() == 0 {
                 comm.send(&ping, peer, stream).context("send")?;
                 comm.recv(&mut pong, peer, stream).context("recv")?;
@@ -63,17 +65,19 @@ pub fn ping_pong(
             }
             stream.synchronize().context("ping-pong")?;
             if i >= WARMUP {
-                samples.push(start.elapsed().as_secs_f64() * 1e6 / 2.0);
+                samples.push(ticks::now().wrapping_sub(start) as f64);
             }
         }
+        to_one_way_us(&mut samples, span.us_per_tick());
     }
     comm.barrier_host()
         .context("barrier between the ping-pongs")?;
     let mut host_samples = Vec::with_capacity(iters as usize);
     if comm.rank() <= 1 {
         let peer = 1 - comm.rank();
+        let span = ticks::Span::start();
         for i in 0..WARMUP + iters {
-            let start = Instant::now();
+            let start = ticks::now();
             if comm.rank() == 0 {
                 comm.send_host(&ping, peer).context("send_host")?;
                 comm.recv_host(&mut pong, peer).context("recv_host")?;
@@ -82,9 +86,10 @@ pub fn ping_pong(
                 comm.send_host(&ping, peer).context("send_host")?;
             }
             if i >= WARMUP {
-                host_samples.push(start.elapsed().as_secs_f64() * 1e6 / 2.0);
+                host_samples.push(ticks::now().wrapping_sub(start) as f64);
             }
         }
+        to_one_way_us(&mut host_samples, span.us_per_tick());
     }
     comm.barrier_host().context("barrier after the ping-pong")?;
     Ok((comm.rank() == 0).then(|| Latency {
@@ -93,4 +98,11 @@ pub fn ping_pong(
         one_way: Percentiles::of(&mut samples),
         host_one_way: Percentiles::of(&mut host_samples),
     }))
+}
+
+/// Turns round-trip tick counts into one-way microseconds.
+fn to_one_way_us(samples: &mut [f64], us_per_tick: f64) {
+    for s in samples {
+        *s *= us_per_tick / 2.0;
+    }
 }

@@ -36,6 +36,7 @@ mod report;
 mod stats;
 mod svg;
 mod sweep;
+mod ticks;
 mod vstcp;
 
 use std::process::ExitCode;
