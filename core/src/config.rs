@@ -489,6 +489,8 @@ mod tests {
             ("STREAMCOMM_IB_GID_INDEX", "256"),
             ("STREAMCOMM_IB_GID_INDEX", "3x"),
             ("STREAMCOMM_IB_HCA", "mlx5_0; rm"),
+            ("STREAMCOMM_CUDA_WINDOW", "100"),
+            ("STREAMCOMM_CUDA_WINDOW", "lots"),
         ] {
             let e = cfg(&[(k, v)]).unwrap_err().to_string();
             assert!(
@@ -496,6 +498,15 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn cuda_window_sizes() {
+        assert_eq!(cfg(&[]).unwrap().cuda_window, DEFAULT_CUDA_WINDOW);
+        let w = |v| cfg(&[("STREAMCOMM_CUDA_WINDOW", v)]).unwrap().cuda_window;
+        assert_eq!(w("0"), 0);
+        assert_eq!(w("4K"), 4 << 10);
+        assert_eq!(w("64M"), 64 << 20);
     }
 
     #[test]

@@ -165,3 +165,32 @@ fn bad_arguments_fail_before_anything_is_enqueued() {
         assert!(kept.is_none(), "{kept:?}");
     }
 }
+
+#[test]
+fn one_rank_without_a_window_sends_every_rank_down_the_staged_path() {
+    use crate::bootstrap::UniqueId;
+    use crate::device::direct::window::Windows;
+    use crate::device::emulated::EmulatedWindows;
+    use crate::{Backend, Communicator};
+
+    const N: usize = 3;
+    let id = UniqueId::new().unwrap();
+    let ranks: Vec<_> = (0..N)
+        .map(|r| {
+            std::thread::spawn(move || {
+                let comm = Communicator::init(&id, r, N, Backend::Host).unwrap();
+                // Rank 1 has no reduce kernels (say): it still votes.
+                let source = (r != 1).then_some(&EmulatedWindows as _);
+                let windows = Windows::establish(&comm, source, 1 << 12).unwrap();
+                let small = Windows::establish(&comm, Some(&EmulatedWindows), 100);
+                (windows.is_none(), small.map(|_| ()))
+            })
+        })
+        .collect();
+    for (r, t) in ranks.into_iter().enumerate() {
+        let (none, small) = t.join().unwrap();
+        assert!(none, "rank {r} set up windows although rank 1 could not");
+        let e = small.unwrap_err().to_string();
+        assert!(e.contains("at least 1024"), "rank {r}: {e}");
+    }
+}
