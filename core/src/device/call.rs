@@ -144,6 +144,42 @@ pub(crate) fn stage_lens(
     })
 }
 
+/// Checks a call's separate buffers: not one buffer passed as both, and
+/// long enough for `send_len` / `recv_len` elements where this rank reads or
+/// writes them. Returns whether it reads `send` and writes `recv`.
+pub(crate) fn check_separate(
+    call: &DeviceCall,
+    rank: usize,
+    send: DeviceRange,
+    recv: DeviceRange,
+    send_len: usize,
+    recv_len: usize,
+) -> Result<(bool, bool)> {
+    let name = call.collective.name();
+    if send.addr == recv.addr && send.len > 0 && recv.len > 0 {
+        return Err(Error::invalid(format!(
+            "{name}: send and recv are the same buffer; use the in-place call"
+        )));
+    }
+    let reads = !matches!(call.collective, Collective::Broadcast { root } if root != rank);
+    let writes = !matches!(call.collective, Collective::Reduce { root } if root != rank);
+    let need = |what: &str, have: usize, want: usize| {
+        if have < want {
+            return Err(Error::invalid(format!(
+                "{name}: {what} holds {have} elements, the call needs {want}"
+            )));
+        }
+        Ok(())
+    };
+    if reads {
+        need("send", send.len, send_len)?;
+    }
+    if writes {
+        need("recv", recv.len, recv_len)?;
+    }
+    Ok((reads, writes))
+}
+
 impl DeviceCall {
     /// A barrier: no buffers.
     pub(crate) const fn barrier() -> DeviceCall {
@@ -315,7 +351,6 @@ impl Communicator {
         let (size, rank, dsize) = (self.size(), self.rank(), call.dtype.size());
         let count = call.count(size)?;
         let (send_len, recv_len) = stage_lens(call.collective, count, size)?;
-        let name = call.collective.name();
         let stage = |len: usize, copy_in, copy_out| -> Result<(Stage<Q::Staging>, BufView)> {
             let bytes = len * dsize;
             let mem = pool.staging(bytes, |b| queue.alloc_staging(b))?;
@@ -330,14 +365,6 @@ impl Communicator {
                 view,
             ))
         };
-        let need = |what: &str, have: usize, want: usize| {
-            if have < want {
-                return Err(Error::invalid(format!(
-                    "{name}: {what} holds {have} elements, the call needs {want}"
-                )));
-            }
-            Ok(())
-        };
         let (binding, stages) = match call.buffers {
             DeviceBuffers::None => (
                 Binding::Separate {
@@ -351,18 +378,9 @@ impl Communicator {
                 (Binding::InPlace(v), vec![s])
             }
             DeviceBuffers::Separate { send, recv } => {
-                if send.addr == recv.addr && send.len > 0 && recv.len > 0 {
-                    return Err(Error::invalid(format!(
-                        "{name}: send and recv are the same buffer; use the in-place call"
-                    )));
-                }
-                let reads =
-                    !matches!(call.collective, Collective::Broadcast { root } if root != rank);
-                let writes =
-                    !matches!(call.collective, Collective::Reduce { root } if root != rank);
+                let (reads, writes) = check_separate(call, rank, send, recv, send_len, recv_len)?;
                 let mut stages = Vec::new();
                 let send_view = if reads {
-                    need("send", send.len, send_len)?;
                     let (s, v) = stage(send_len, Some(send.addr), None)?;
                     stages.push(s);
                     Some(v)
@@ -370,7 +388,6 @@ impl Communicator {
                     None
                 };
                 let recv_view = if writes {
-                    need("recv", recv.len, recv_len)?;
                     let (s, v) = stage(recv_len, None, Some(recv.addr))?;
                     stages.push(s);
                     Some(v)

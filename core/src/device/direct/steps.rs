@@ -2,7 +2,7 @@
 //! and reductions over the ranks' windows, cut into chunks that fit a window.
 
 use super::window::{Round, Windows};
-use crate::device::call::{stage_lens, DeviceBuffers, DeviceCall};
+use crate::device::call::{check_separate, stage_lens, DeviceBuffers, DeviceCall};
 use crate::device::DevAddr;
 use crate::plan::Collective;
 use crate::{Error, Result};
@@ -48,7 +48,6 @@ struct Ends {
 /// in-place offsets. Same rules as the staged path.
 fn ends(call: &DeviceCall, rank: usize, size: usize, count: usize) -> Result<Ends> {
     let esz = call.dtype.size() as u64;
-    let name = call.collective.name();
     let (send_len, recv_len) = stage_lens(call.collective, count, size)?;
     let at = |addr: DevAddr, elems: usize| addr + elems as u64 * esz;
     Ok(match call.buffers {
@@ -71,27 +70,7 @@ fn ends(call: &DeviceCall, rank: usize, size: usize, count: usize) -> Result<End
             },
         },
         DeviceBuffers::Separate { send, recv } => {
-            if send.addr == recv.addr && send.len > 0 && recv.len > 0 {
-                return Err(Error::invalid(format!(
-                    "{name}: send and recv are the same buffer; use the in-place call"
-                )));
-            }
-            let reads = !matches!(call.collective, Collective::Broadcast { root } if root != rank);
-            let writes = !matches!(call.collective, Collective::Reduce { root } if root != rank);
-            let need = |what: &str, have: usize, want: usize| {
-                if have < want {
-                    return Err(Error::invalid(format!(
-                        "{name}: {what} holds {have} elements, the call needs {want}"
-                    )));
-                }
-                Ok(())
-            };
-            if reads {
-                need("send", send.len, send_len)?;
-            }
-            if writes {
-                need("recv", recv.len, recv_len)?;
-            }
+            let (reads, writes) = check_separate(call, rank, send, recv, send_len, recv_len)?;
             Ends {
                 send: reads.then_some(send.addr),
                 recv: writes.then_some(recv.addr),
