@@ -214,7 +214,7 @@ fn fits_everyone(
     areas: &[Area],
     remote_atomics: bool,
 ) -> Result<bool> {
-    if areas.iter().all(|a| matches!(a, Area::Mapped(_))) {
+    if all_mapped(areas) {
         return Ok(true);
     }
     for r in 0..size {
@@ -224,6 +224,11 @@ fn fits_everyone(
         }
     }
     Ok(true)
+}
+
+/// True when every rank's area is mapped here (no network between ranks).
+fn all_mapped(areas: &[Area]) -> bool {
+    areas.iter().all(|a| matches!(a, Area::Mapped(_)))
 }
 
 /// This rank's plan of `algo`, refused when some rank's plan cannot run
@@ -236,7 +241,7 @@ fn checked_plan(
     areas: &[Area],
     remote_atomics: bool,
 ) -> Result<BarrierPlan> {
-    if areas.iter().all(|a| matches!(a, Area::Mapped(_))) {
+    if all_mapped(areas) {
         return barrier::build(algo, rank, size, hosts);
     }
     if !fits_everyone(algo, size, hosts, areas, remote_atomics)? {
