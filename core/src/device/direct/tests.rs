@@ -16,30 +16,33 @@ use crate::{Error, ReduceOp};
 #[test]
 fn a_dead_peer_releases_waiting_streams_with_the_error_kept() {
     let dead = Arc::new(AtomicBool::new(false));
-    let met = Arc::new(Barrier::new(3));
-    let (d, m) = (dead.clone(), met.clone());
+    // `enqueued`: ranks 0 and 1 have enqueued; `met`: everyone is done.
+    let (enqueued, met) = (Arc::new(Barrier::new(3)), Arc::new(Barrier::new(3)));
+    let d = dead.clone();
     let results = on_ranks_watched(
         3,
         Path::Direct(1 << 12),
         move |q| !(q == 2 && d.load(Ordering::Relaxed)),
         move |rk| {
             if rk.comm.rank() == 2 {
-                // Never joins the all-reduce, then "exits".
-                std::thread::sleep(Duration::from_millis(100));
+                // Never joins the all-reduce; "exits" once the others wait.
+                enqueued.wait();
+                std::thread::sleep(Duration::from_millis(50));
                 dead.store(true, Ordering::Relaxed);
-                m.wait();
+                met.wait();
                 return None;
             }
             let send = random(5000);
             let recv = vec![POISON; 5000];
-            let enqueued = rk.call(separate(Collective::AllReduce, ReduceOp::Sum, &send, &recv));
+            let call = rk.call(separate(Collective::AllReduce, ReduceOp::Sum, &send, &recv));
+            enqueued.wait();
             let start = Instant::now();
             let sync = rk.stream.synchronize();
             let waited = start.elapsed();
             let kept = rk.comm.async_error();
             let later = rk.call(DeviceCall::barrier());
-            m.wait();
-            Some((enqueued.is_ok(), sync.is_ok(), waited, kept, later.is_err()))
+            met.wait();
+            Some((call.is_ok(), sync.is_ok(), waited, kept, later.is_err()))
         },
     );
     for (rank, r) in results.into_iter().take(2).enumerate() {
