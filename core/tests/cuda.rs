@@ -2,14 +2,19 @@
 //! one GPU (ranks as threads, each with its own stream), five dtypes, in
 //! place and out of place, poisoned outputs, exact references; a captured
 //! step (collective → user device work → collective → barrier) replayed
-//! 1000 times with fresh data. `scripts/gpu-check.sh` runs it on a GPU with
+//! 1000 times with fresh data; every collective with 2 ranks as processes,
+//! whose windows cross through CUDA IPC. `scripts/gpu-check.sh` runs it on a GPU with
 //! `STREAMCOMM_REQUIRE_GPU=1`, which turns "no GPU" into a failure.
 //!
 //! Without a GPU, the GPU tests say they are skipped and the first test
 //! checks that the backend reports `Error::Unavailable`, without a panic.
 #![cfg(feature = "cuda")]
 
+mod common;
+mod harness;
+
 use std::sync::Arc;
+use std::time::Duration;
 
 use half::{bf16, f16};
 use rand::Rng;
@@ -346,5 +351,42 @@ fn a_group_exchanges_around_a_ring_on_one_gpu() {
     .into_iter()
     .flatten()
     .collect();
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+/// Ranks as processes on one GPU: the direct path's windows are mapped
+/// across processes through CUDA IPC (threads use plain addresses).
+#[test]
+fn every_collective_across_processes_over_cuda_ipc() {
+    if !gpu_present() {
+        return;
+    }
+    let env = [("STREAMCOMM_TEST_SEED", harness::seed().to_string())];
+    harness::launch_children(
+        2,
+        &env,
+        Duration::from_secs(120),
+        "every collective, 2 processes on one GPU",
+    );
+}
+
+/// One rank of [`every_collective_across_processes_over_cuda_ipc`].
+#[test]
+#[ignore = "a rank of every_collective_across_processes_over_cuda_ipc"]
+fn child() {
+    let seed: u64 = std::env::var("STREAMCOMM_TEST_SEED")
+        .expect("set by the parent test")
+        .parse()
+        .expect("a number");
+    let comm = Communicator::from_env().unwrap();
+    let cuda = CudaComm::new(&comm, 0).unwrap();
+    assert!(
+        cuda.uses_direct_path(),
+        "processes of one host map each other's windows"
+    );
+    let ctx = CudaContext::new(0).unwrap();
+    let s = ctx.new_stream().unwrap();
+    let mut bad = collectives::<f32>(&cuda, &s, seed);
+    bad.extend(collectives::<bf16>(&cuda, &s, seed ^ 1));
     assert!(bad.is_empty(), "{bad:#?}");
 }
