@@ -7,17 +7,37 @@ use std::time::Instant;
 use rand::Rng;
 use streamcomm::cuda::cudarc::driver::{CudaContext, CudaStream};
 use streamcomm::cuda::CudaComm;
+use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::{Communicator, ReduceOp};
 
 use super::{check_sum, report, time_barriers, COUNT};
 
 /// A `CudaComm` on device `rank % devices`, or why there is none.
+///
+/// Every rank takes the same backend: the ranks first agree (a host
+/// all-reduce of "I have a GPU", min) before the collective `CudaComm::new`.
 pub(crate) fn open(comm: &Communicator) -> Result<CudaComm, String> {
-    let devices = streamcomm_gpu::Device::count().map_err(|e| e.to_string())?;
-    if devices == 0 {
-        return Err("no CUDA device".into());
+    let devices = streamcomm_gpu::Device::count();
+    let usable = matches!(devices, Ok(n) if n > 0);
+    if !everyone(comm, usable).map_err(|e| e.to_string())? {
+        return Err(match devices {
+            Err(e) => e.to_string(),
+            Ok(0) => "no CUDA device".into(),
+            Ok(_) => "another rank has no usable GPU".into(),
+        });
     }
+    let devices = devices.map_err(|e| e.to_string())?;
     CudaComm::new(comm, comm.rank() % devices).map_err(|e| e.to_string())
+}
+
+/// True when `mine` holds on every rank.
+fn everyone(comm: &Communicator, mine: bool) -> streamcomm::Result<bool> {
+    let stream = HostStream::new()?;
+    let send = HostBuffer::from_slice(&[u32::from(mine)]);
+    let mut all = HostBuffer::<u32>::zeroed(1);
+    comm.all_reduce(&send, &mut all, ReduceOp::Min, &stream)?;
+    stream.synchronize()?;
+    Ok(all.to_vec()[0] == 1)
 }
 
 pub(crate) fn run_rank(cuda: &CudaComm) -> Result<(), Box<dyn std::error::Error>> {
