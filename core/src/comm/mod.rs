@@ -23,7 +23,7 @@ mod proxy;
 mod selection;
 pub(crate) mod task;
 mod turns;
-mod watchdog;
+pub(crate) mod watchdog;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -37,9 +37,7 @@ pub(crate) fn start(comm: Weak<CommInner>, rank: usize, peers: Vec<(usize, u32)>
             }
             // A peer that dropped its communicator cleanly may exit while
             // this rank finishes its own last operation: not a failure.
-            let dead = |&&(peer, pid): &&(usize, u32)| {
-                !alive(pid) && !crate::comm::inner::departed(&comm, peer)
-            };
+            let dead = |&&(peer, pid): &&(usize, u32)| peer_gone(&comm, peer, pid);
             if let Some(&(peer, pid)) = peers.iter().find(dead) {
                 comm.fail(&Error::RemoteFailed {
                     peer,
@@ -51,6 +49,12 @@ pub(crate) fn start(comm: Weak<CommInner>, rank: usize, peers: Vec<(usize, u32)>
         })
         .map(drop)
         .map_err(|e| Error::os("spawn watchdog thread", e))
+}
+
+/// True when `peer`'s process `pid` (on this host) is gone without having
+/// dropped its communicator cleanly first: a failure.
+pub(crate) fn peer_gone(comm: &CommInner, peer: usize, pid: u32) -> bool {
+    !alive(pid) && !crate::comm::inner::departed(comm, peer)
 }
 
 /// True while process `pid` exists and is not a zombie.

@@ -51,7 +51,8 @@
 //! # Errors instead of hangs
 //! A staged task that fails still raises its completion word. On the direct
 //! path a watchdog thread checks every 100 ms that the peer processes live
-//! and that the communicator has not failed; on a failure it fails the
+//! (or left after dropping their communicator cleanly) and that the
+//! communicator has not failed; on a failure it fails the
 //! communicator and keeps raising this rank's flag words, so waiting
 //! streams drain. Either way the error is kept ([`CudaComm::async_error`])
 //! and returned by every later call.
@@ -91,7 +92,8 @@ pub use cudarc;
 use cudarc::driver::CudaStream;
 use streamcomm_gpu::{Device, GpuConfig, Kernels, SignalPath, Signals, Stream};
 
-use crate::device::direct::watchdog::{process_alive, WATCH_PERIOD};
+use crate::comm::watchdog::peer_gone;
+use crate::device::direct::watchdog::WATCH_PERIOD;
 use crate::device::direct::window::WindowDevice;
 use crate::device::direct::Direct;
 use crate::device::{DevAddr, DeviceCall, DeviceShared};
@@ -264,6 +266,7 @@ fn direct_path(
             }
         }
     };
+    let inner = comm.inner.clone();
     let source = window::CudaWindows { device };
     // Without the reduce kernels or a rescue stream this rank cannot take part.
     let source = usable.then_some(&source as &dyn WindowDevice);
@@ -271,7 +274,8 @@ fn direct_path(
         comm,
         source,
         comm.config().cuda_window,
-        Box::new(process_alive),
+        // The shared-memory watchdog's rule: gone, and not departed cleanly.
+        Box::new(move |peer, pid| !peer_gone(&inner, peer, pid)),
         Box::new(rescue),
         WATCH_PERIOD,
     )

@@ -2,8 +2,9 @@
 //!
 //! A device stream waiting on a peer's flag word waits for ever if the peer
 //! is gone: the driver's stream waits have no timeout. So while the direct
-//! path is in use a watchdog thread checks, every period, that every peer
-//! process of the host is alive and that the communicator has not failed
+//! path is in use a watchdog thread checks, every period, that no peer
+//! process of the host is gone (without having dropped its communicator
+//! cleanly: the shared-memory watchdog's rule) and that the communicator has not failed
 //! (a peer's failure reaches it through the communicator's failure word).
 //! On the first failure it fails the communicator (peers learn it too) and
 //! from then on keeps raising every flag word of this rank's window, so
@@ -27,20 +28,6 @@ pub(crate) const WATCH_PERIOD: Duration = Duration::from_millis(100);
 pub(crate) type Liveness = Box<dyn Fn(usize, u32) -> bool + Send>;
 /// Raises flag words of this rank's window from the host.
 pub(crate) type Rescue = Box<dyn Fn(&[DevAddr]) + Send>;
-
-/// True while process `pid` of this host exists (`kill(pid, 0)`), whatever
-/// the rank.
-pub(crate) fn process_alive(_rank: usize, pid: u32) -> bool {
-    if pid == std::process::id() {
-        return true;
-    }
-    let Ok(pid) = i32::try_from(pid) else {
-        return false;
-    };
-    // SAFETY: signal 0 only checks that the process exists; no signal is sent.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
 
 /// The watchdog thread; stopped and joined on drop.
 pub(crate) struct Watchdog {
@@ -110,24 +97,5 @@ impl Drop for Watchdog {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::process_alive;
-
-    #[test]
-    fn a_process_is_alive_until_it_has_exited() {
-        assert!(process_alive(0, std::process::id()));
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
-        assert!(process_alive(1, child.id()));
-        child.kill().unwrap();
-        child.wait().unwrap();
-        assert!(!process_alive(1, child.id()));
-        assert!(!process_alive(1, u32::MAX));
     }
 }
