@@ -2,7 +2,8 @@
 # Runs the verbs transport's tests inside a QEMU guest with a Soft-RoCE
 # device (rxe0): builds on this host, then boots one guest per test binary
 # (run-in-rxe-guest.sh as the cargo runner: about 7 s a boot, the first run
-# also installs qemu and fetches the guest kernel). About 2 minutes in all.
+# also installs qemu and fetches the guest kernel): the verbs integration
+# tests, then the library's GPUDirect unit tests. About 2 minutes in all.
 #
 # The runner is $RXE_RUNNER, else ../shared/rxe/run-in-rxe-guest.sh next to
 # this checkout, else /work/shared/rxe/run-in-rxe-guest.sh. Without one the
@@ -25,4 +26,9 @@ export CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="$runner"
 # Emulated CPUs are slow: give every wait room; the tests bound themselves.
 export STREAMCOMM_TIMEOUT="${STREAMCOMM_TIMEOUT:-120}"
 # --all-features: the same build of the library as CI's --all-features run.
-exec cargo test -p streamcomm --all-features --test verbs "$@" -- --test-threads=1 --nocapture
+cargo test -p streamcomm --all-features --test verbs "$@" -- --test-threads=1 --nocapture
+# GPUDirect RDMA on the emulated device (the library's unit tests named
+# gpudirect): a second boot, skipped when a filter was given.
+if [ $# -eq 0 ]; then
+  cargo test -p streamcomm --all-features --lib gpudirect -- --test-threads=1 --nocapture
+fi

@@ -115,6 +115,12 @@ pub struct Config {
     /// turns the direct path off, leaving the staged path; set it alike on
     /// every rank). See [`crate::cuda`].
     pub cuda_window: usize,
+    /// `STREAMCOMM_GPUDIRECT`: `1` (default) lets the CUDA backend's sends
+    /// and receives with peers over verbs move straight from and into
+    /// device memory where GPUDirect RDMA works (probed: dma-buf, then
+    /// nvidia-peermem); `0` stages them through pinned host memory. See
+    /// `device::gpudirect`.
+    pub gpudirect: bool,
     /// `STREAMCOMM_DEBUG`: a `tracing` filter the examples and benchmark install
     /// (the library itself never installs a subscriber).
     pub debug: Option<String>,
@@ -149,6 +155,7 @@ impl Default for Config {
             p2p_eager_limit: DEFAULT_P2P_EAGER_LIMIT,
             p2p_direct: true,
             cuda_window: DEFAULT_CUDA_WINDOW,
+            gpudirect: true,
             debug: None,
             algo: AlgoOverride::default(),
             tuning: None,
@@ -260,12 +267,17 @@ impl Config {
         if let Some(v) = get("STREAMCOMM_P2P_EAGER_LIMIT") {
             self.p2p_eager_limit = parse_size("STREAMCOMM_P2P_EAGER_LIMIT", &v)?;
         }
-        if let Some(v) = get("STREAMCOMM_P2P_DIRECT") {
-            self.p2p_direct = match v.trim() {
-                "1" | "true" | "yes" | "on" => true,
-                "0" | "false" | "no" | "off" => false,
-                _ => return Err(bad("STREAMCOMM_P2P_DIRECT", &v)),
-            };
+        for (name, flag) in [
+            ("STREAMCOMM_P2P_DIRECT", &mut self.p2p_direct),
+            ("STREAMCOMM_GPUDIRECT", &mut self.gpudirect),
+        ] {
+            if let Some(v) = get(name) {
+                *flag = match v.trim() {
+                    "1" | "true" | "yes" | "on" => true,
+                    "0" | "false" | "no" | "off" => false,
+                    _ => return Err(bad(name, &v)),
+                };
+            }
         }
         if let Some(v) = get("STREAMCOMM_CUDA_WINDOW") {
             let bytes = parse_size("STREAMCOMM_CUDA_WINDOW", &v)?;
@@ -491,6 +503,7 @@ mod tests {
             ("STREAMCOMM_IB_HCA", "mlx5_0; rm"),
             ("STREAMCOMM_CUDA_WINDOW", "100"),
             ("STREAMCOMM_CUDA_WINDOW", "lots"),
+            ("STREAMCOMM_GPUDIRECT", "maybe"),
         ] {
             let e = cfg(&[(k, v)]).unwrap_err().to_string();
             assert!(
@@ -498,6 +511,13 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn gpudirect_switch() {
+        assert!(cfg(&[]).unwrap().gpudirect);
+        assert!(!cfg(&[("STREAMCOMM_GPUDIRECT", "0")]).unwrap().gpudirect);
+        assert!(cfg(&[("STREAMCOMM_GPUDIRECT", "on")]).unwrap().gpudirect);
     }
 
     #[test]

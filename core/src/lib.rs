@@ -83,5 +83,6 @@ pub mod wait;
 
 pub use comm::{Backend, Communicator};
 pub use config::Config;
+pub use device::GpuDirectMode;
 pub use error::{Error, Result};
 pub use streamcomm_kernels::{DataType, ReduceOp};

@@ -3,6 +3,7 @@
 
 use std::os::fd::{FromRawFd, OwnedFd};
 
+use crate::context::Device;
 use crate::driver::result::check;
 use crate::driver::sys::{self, CUdevice_attribute, CUmemRangeHandleType};
 use crate::error::{Error, Result};
@@ -21,24 +22,34 @@ impl DeviceBuffer {
                 self.as_raw()
             )));
         }
+        self.device()
+            .export_dmabuf_range(self.as_raw(), self.allocated_len())
+    }
+}
+
+impl Device {
+    /// Exports `len` bytes of device memory at `addr` (both multiples of the
+    /// host page size, inside one allocation of this device) as a dma-buf
+    /// file descriptor. [`Error::Unavailable`] when the device or kernel does
+    /// not support dma-buf.
+    pub fn export_dmabuf_range(&self, addr: u64, len: usize) -> Result<OwnedFd> {
         let attr = CUdevice_attribute::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED;
-        if self.device().attribute(attr)? != 1 {
+        if self.attribute(attr)? != 1 {
             return Err(Error::Unavailable(format!(
-                "{:?} does not support dma-buf export",
-                self.device()
+                "{self:?} does not support dma-buf export"
             )));
         }
         guarded("cuMemGetHandleForAddressRange", || {
-            self.device().bind()?;
+            self.bind()?;
             let mut fd: std::ffi::c_int = -1;
             let kind = CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD;
             // SAFETY: `fd` is the int-sized out-parameter this handle type
-            // writes; the range is the whole (page-rounded) allocation.
+            // writes; the driver checks the range against its allocations.
             let r = unsafe {
                 sys::cuMemGetHandleForAddressRange(
                     (&mut fd as *mut std::ffi::c_int).cast(),
-                    self.as_raw(),
-                    self.allocated_len(),
+                    addr,
+                    len,
                     kind,
                     0,
                 )
@@ -51,6 +62,24 @@ impl DeviceBuffer {
             }
             // SAFETY: the driver returned a new descriptor that we now own.
             Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        })
+    }
+
+    /// Makes every GPUDirect RDMA write that has reached this device so far
+    /// visible to its later work (`cuFlushGPUDirectRDMAWrites`, current
+    /// context, to the owner); what a receiver does after a NIC wrote into
+    /// device memory and before device work reads it.
+    pub fn flush_gpudirect_writes(&self) -> Result<()> {
+        guarded("cuFlushGPUDirectRDMAWrites", || {
+            self.bind()?;
+            // SAFETY: plain driver call on the current (bound) context.
+            let r = unsafe {
+                sys::cuFlushGPUDirectRDMAWrites(
+                    sys::CUflushGPUDirectRDMAWritesTarget::CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
+                    sys::CUflushGPUDirectRDMAWritesScope::CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER,
+                )
+            };
+            check("cuFlushGPUDirectRDMAWrites", r)
         })
     }
 }

@@ -42,7 +42,9 @@
 //!   completion word the runner sets when the task is done (then a write of
 //!   0), and a copy of the output back. The plans, transports (shm, tcp,
 //!   verbs) and reductions are the host backend's own; the data crosses
-//!   PCIe twice.
+//!   PCIe twice. The sends and receives of a p2p group with peers over
+//!   verbs skip staging where GPUDirect RDMA works
+//!   ([`CudaComm::gpudirect`]): the NIC reads and writes device memory.
 //!
 //! Every step of both paths is capturable: a CUDA graph that captured a
 //! call runs a fresh, correct collective at every replay, and the call's
@@ -81,6 +83,7 @@
 //! memory, and CUDA IPC between processes, are unverified.
 
 mod api;
+mod gpudirect;
 mod p2p;
 mod queue;
 mod raw;
@@ -164,10 +167,14 @@ impl CudaComm {
                 let _ = shared.direct.set(direct);
             }
         }
+        if let Some(nic) = gpudirect::establish(comm, &device) {
+            let _ = shared.gpudirect.set(nic);
+        }
         tracing::info!(
             device = ?device,
             signals = ?signals.path(),
             direct = shared.direct.get().is_some(),
+            gpudirect = ?shared.gpudirect.get().map(|n| n.mode()),
             "CUDA backend ready"
         );
         Ok(CudaComm {
@@ -184,6 +191,15 @@ impl CudaComm {
     /// when they are staged through host memory.
     pub fn uses_direct_path(&self) -> bool {
         self.shared.direct.get().is_some()
+    }
+
+    /// How sends and receives with peers over verbs reach device memory:
+    /// `Some(mode)` when the NIC reads and writes it directly (GPUDirect
+    /// RDMA), `None` when they are staged through pinned host memory (no
+    /// verbs peer, `STREAMCOMM_GPUDIRECT=0`, or neither dma-buf nor
+    /// nvidia-peermem works here; the log says why).
+    pub fn gpudirect(&self) -> Option<crate::GpuDirectMode> {
+        self.shared.gpudirect.get().map(|n| n.mode())
     }
 
     /// The communicator.

@@ -4,11 +4,12 @@
 use std::any::Any;
 use std::sync::Arc;
 
+use super::gpudirect::{DeviceSpan, NicAccess};
 use super::pool::{DeviceShared, Pool};
 use super::queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
 use super::runner::Runner;
 use crate::comm::inner::CommInner;
-use crate::comm::p2p::Dir;
+use crate::comm::p2p::{Dir, GroupMemory};
 use crate::comm::{Binding, BufView, Communicator};
 use crate::host::{Job, Task};
 use crate::plan::Collective;
@@ -244,8 +245,17 @@ impl Communicator {
     }
 
     /// Enqueues a group of sends and receives on `queue` (nothing for an
-    /// empty group). Receive buffers are staged both ways, so that elements
-    /// past a shorter message keep their contents.
+    /// empty group).
+    ///
+    /// With GPUDirect RDMA ([`DeviceShared::gpudirect`]), the non-empty
+    /// operations with peers over verbs name the device memory itself: the
+    /// NIC reads and writes it, and the host task flushes the NIC's writes
+    /// to the device before it raises the completion word. Every other
+    /// operation is staged, receive buffers both ways, so that elements past
+    /// a shorter message keep their contents (the NIC writes only the
+    /// message's bytes). Every non-empty message over verbs goes by
+    /// rendezvous, staged or not, since the peer may receive into device
+    /// memory.
     pub(crate) fn enqueue_device_group<Q: DeviceQueue>(
         &self,
         queue: &Q,
@@ -255,15 +265,28 @@ impl Communicator {
         shared.graveyard.bury();
         check_device_group(ops)?;
         let mut stages = Vec::with_capacity(ops.len());
-        let mut views = Vec::with_capacity(ops.len());
+        let mut mems = Vec::with_capacity(ops.len());
+        let mut flush = None;
         for o in ops {
             let bytes = o.range.len * o.dtype.size();
+            if let Some(nic) = shared.gpudirect.get() {
+                if bytes > 0 && self.moves_by_rdma(o.peer) {
+                    let span = DeviceSpan {
+                        addr: o.range.addr,
+                        len: bytes,
+                        nic: nic.clone(),
+                    };
+                    if o.dir == Dir::Recv {
+                        flush = Some(nic.clone());
+                    }
+                    let (dtype, count) = (o.dtype, o.range.len);
+                    mems.push((o.dir, o.peer, GroupMemory::Device { span, dtype, count }));
+                    continue;
+                }
+            }
             let mem = shared.pool.staging(bytes, |b| queue.alloc_staging(b))?;
-            views.push((
-                o.dir,
-                o.peer,
-                BufView::new(mem.host_buffer(bytes), o.dtype, o.range.len),
-            ));
+            let view = BufView::new(mem.host_buffer(bytes), o.dtype, o.range.len);
+            mems.push((o.dir, o.peer, GroupMemory::Host(view)));
             stages.push(Stage {
                 mem,
                 bytes,
@@ -271,10 +294,14 @@ impl Communicator {
                 copy_out: (o.dir == Dir::Recv).then_some(o.range.addr),
             });
         }
-        let Some(task) = self.group_task(&views)? else {
+        let Some(task) = self.group_task(&mems, true)? else {
             return Ok(());
         };
-        drop(views);
+        drop(mems);
+        let task = match flush {
+            Some(nic) => Arc::new(FlushAfter { task, nic }) as Arc<dyn Task>,
+            None => task,
+        };
         self.enqueue_staged(queue, shared, task, stages)
     }
 
@@ -405,6 +432,29 @@ impl Communicator {
         };
         let task = self.plan_task(call.collective, call.dtype, call.op, count, binding)?;
         Ok((task, stages))
+    }
+}
+
+/// A device group's task whose receives the NIC wrote into device memory:
+/// once it has run, the writes are flushed to the device, so the stream
+/// work after the completion word sees them (NCCL's GDR flush).
+struct FlushAfter {
+    task: Arc<dyn Task>,
+    nic: Arc<dyn NicAccess>,
+}
+
+impl Task for FlushAfter {
+    fn prepare(&self) -> Job {
+        let job = self.task.prepare();
+        let nic = self.nic.clone();
+        Job::new(move |mode| {
+            job.execute(mode)?;
+            nic.flush()
+        })
+    }
+
+    fn name(&self) -> &str {
+        self.task.name()
     }
 }
 

@@ -3,7 +3,9 @@
 //! Between ranks of one host a collective is device work only: the
 //! [`direct`] path (windows every rank maps, flag rounds, reduce kernels).
 //! Elsewhere, and for p2p groups, it is *staged* through host memory, as
-//! follows. A device stream cannot run the host backend's tasks itself, so
+//! follows (except the sends and receives of a p2p group with peers over
+//! verbs, where GPUDirect RDMA works: the NIC then moves their bytes
+//! straight from and into device memory, see [`gpudirect`]). A device stream cannot run the host backend's tasks itself, so
 //! each staged operation is appended to it as five stream steps, all
 //! capturable:
 //!
@@ -45,16 +47,21 @@
 
 mod call;
 pub(crate) mod direct;
+pub(crate) mod gpudirect;
 mod pool;
 mod queue;
 mod runner;
 
 #[cfg(test)]
 mod emulated;
+#[cfg(all(test, feature = "verbs"))]
+mod gpudirect_tests;
 #[cfg(test)]
 mod tests;
 
 pub(crate) use call::{DeviceBuffers, DeviceCall, DeviceP2p, DeviceRange};
+pub use gpudirect::GpuDirectMode;
+pub(crate) use gpudirect::{DeviceSpan, NicAccess};
 pub(crate) use pool::DeviceShared;
 pub(crate) use queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
 pub(crate) use runner::Graveyard;

@@ -114,6 +114,9 @@ pub(crate) struct DeviceShared<S, G> {
     pub pool: Arc<Pool<S, G>>,
     /// The direct path, once set up (never, where it cannot be).
     pub direct: OnceLock<Direct>,
+    /// How the NIC reaches this device's memory, once probed (never where
+    /// GPUDirect RDMA does not work: p2p with verbs peers is then staged).
+    pub gpudirect: OnceLock<Arc<dyn super::NicAccess>>,
 }
 
 impl<S: StagingMemory, G: CompletionSignal> DeviceShared<S, G> {
@@ -124,6 +127,7 @@ impl<S: StagingMemory, G: CompletionSignal> DeviceShared<S, G> {
             graveyard: Arc::new(Graveyard::default()),
             pool: Arc::new(Pool::default()),
             direct: OnceLock::new(),
+            gpudirect: OnceLock::new(),
         })
     }
 }

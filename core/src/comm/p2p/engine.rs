@@ -13,6 +13,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::comm::inner::CommInner;
+use crate::comm::p2p::payload::{Dst, Src};
 use crate::comm::p2p::receiver::RecvOp;
 use crate::comm::p2p::sender::SendOp;
 use crate::comm::p2p::spec::{Dir, GroupBuf, GroupSpec, OpSpec};
@@ -54,10 +55,11 @@ fn lock_in_order<'b, R>(
     }
 }
 
-/// The locked bytes an operation reads or writes.
+/// The bytes an operation reads or writes (locked host bytes, or device
+/// memory).
 enum Region<'a> {
-    Src(&'a [u8]),
-    Dst(&'a mut [u8]),
+    Src(Src<'a>),
+    Dst(Dst<'a>),
 }
 
 /// One operation in flight.
@@ -156,30 +158,62 @@ impl CommInner {
     /// operation and wait as a group's, without the group's bookkeeping.
     fn run_single(&self, spec: &GroupSpec, seq: u64) -> Result<()> {
         let o = &spec.ops[0];
+        let name = || format!("{} #{seq}", spec.name);
+        if let Some(d) = &o.device {
+            let region = match o.dir {
+                Dir::Send => Region::Src(Src::Device(d.clone())),
+                Dir::Recv => Region::Dst(Dst::Device(d.clone())),
+            };
+            let op = self.new_op(spec, o, region)?;
+            return self.drive_one(op, name);
+        }
         let raw = spec.bufs[o.buf].view.raw();
         let range = o.offset..o.offset + o.bytes();
-        let name = || format!("{} #{seq}", spec.name);
         match o.dir {
             Dir::Send => {
                 let g = raw.read();
-                let op = self.new_op(o, Region::Src(&raw.bytes_of(&g)[range]))?;
+                let op = self.new_op(spec, o, Region::Src(Src::Host(&raw.bytes_of(&g)[range])))?;
                 self.drive_one(op, name)
             }
             Dir::Recv => {
                 let mut g = raw.write();
-                let op = self.new_op(o, Region::Dst(&mut raw.bytes_of_mut(&mut g)[range]))?;
+                let dst = Dst::Host(&mut raw.bytes_of_mut(&mut g)[range]);
+                let op = self.new_op(spec, o, Region::Dst(dst))?;
                 self.drive_one(op, name)
             }
         }
     }
 
-    /// The operation `o` on its locked `region`, over its connection.
-    fn new_op<'a>(&'a self, o: &OpSpec, region: Region<'a>) -> Result<Op<'a>> {
+    /// The operation `o` of `spec` on its `region`, over its connection.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for device memory on a connection that
+    /// cannot write it by RDMA (never built so: `device::call` checks).
+    fn new_op<'a>(&'a self, spec: &GroupSpec, o: &OpSpec, region: Region<'a>) -> Result<Op<'a>> {
         let conn = self.connection(o.peer)?;
         let direct = self.config.p2p_direct;
+        let rdma = super::rdma::is_rdma(conn);
+        let device = matches!(
+            region,
+            Region::Src(Src::Device(_)) | Region::Dst(Dst::Device(_))
+        );
+        if device && !(rdma && direct) {
+            return Err(Error::invalid(format!(
+                "{}: device memory can move only by RDMA writes, and rank {} is over {}{}",
+                spec.name,
+                o.peer,
+                conn.transport(),
+                if direct {
+                    ""
+                } else {
+                    " with direct writes off"
+                }
+            )));
+        }
         Ok(match region {
             Region::Src(data) => {
-                let rendezvous = data.len() > self.config.p2p_eager_limit;
+                let rendezvous = data.len() > self.config.p2p_eager_limit
+                    || (spec.rdma_rendezvous && rdma && data.len() > 0);
                 Op::Send(SendOp::new(
                     o.peer, conn, &self.p2p, data, o.dtype, o.count, rendezvous, direct,
                 ))
@@ -251,6 +285,7 @@ impl CommInner {
         let n = spec.ops.len();
         let mut srcs: Vec<Option<&[u8]>> = vec![None; n];
         let mut dsts: Vec<Option<&mut [u8]>> = (0..n).map(|_| None).collect();
+        // Device operations hold no buffer (`spec.bufs`): none is `mine`.
         for (b, l) in locked {
             let mut mine: Vec<usize> = (0..n).filter(|&k| spec.ops[k].buf == b).collect();
             match l {
@@ -290,11 +325,13 @@ impl CommInner {
             if o.peer == self.rank {
                 continue;
             }
-            let region = match o.dir {
-                Dir::Send => Region::Src(srcs[k].take().unwrap_or_default()),
-                Dir::Recv => Region::Dst(dsts[k].take().unwrap_or_default()),
+            let region = match (o.dir, &o.device) {
+                (Dir::Send, Some(d)) => Region::Src(Src::Device(d.clone())),
+                (Dir::Recv, Some(d)) => Region::Dst(Dst::Device(d.clone())),
+                (Dir::Send, None) => Region::Src(Src::Host(srcs[k].take().unwrap_or_default())),
+                (Dir::Recv, None) => Region::Dst(Dst::Host(dsts[k].take().unwrap_or_default())),
             };
-            let op = self.new_op(o, region)?;
+            let op = self.new_op(spec, o, region)?;
             index[k] = Some(ops.len());
             ops.push(op);
         }

@@ -52,6 +52,7 @@
 
 mod cma;
 mod engine;
+mod payload;
 mod rdma;
 mod receiver;
 mod sender;
@@ -69,7 +70,7 @@ use crate::comm::inner::CommInner;
 use crate::comm::Communicator;
 use crate::host::HostStream;
 use crate::host::{Job, JobMode, Task};
-use crate::{Error, Result};
+use crate::{DataType, Error, Result};
 pub(crate) use spec::Dir;
 use spec::GroupSpec;
 use stats::StatCounters;
@@ -112,6 +113,42 @@ impl P2pState {
         if !self.refused_logged.swap(true, Ordering::Relaxed) {
             tracing::warn!(peer, error = %e, "rendezvous: direct write refused; streaming through the ring");
         }
+    }
+}
+
+/// The memory of one operation of a device group.
+pub(crate) enum GroupMemory {
+    /// A host (staging) buffer, all of it.
+    Host(BufView),
+    /// `count` elements of `dtype` in device memory that the NIC moves.
+    Device {
+        span: crate::device::DeviceSpan,
+        dtype: DataType,
+        count: usize,
+    },
+}
+
+impl Communicator {
+    /// True when messages with `peer` move by RDMA writes (verbs, with
+    /// direct writes on): what a device operation needs to skip staging.
+    pub(crate) fn moves_by_rdma(&self, peer: usize) -> bool {
+        peer != self.inner.rank
+            && self.inner.config.p2p_direct
+            && self.inner.connection(peer).is_ok_and(rdma::is_rdma)
+    }
+}
+
+#[cfg(feature = "verbs")]
+impl Communicator {
+    /// The RDMA device of this rank's verbs peers, if any moves by RDMA.
+    pub(crate) fn rdma_device(&self) -> Option<Arc<crate::transport::verbs::device::Device>> {
+        (0..self.inner.size)
+            .filter(|&p| self.moves_by_rdma(p))
+            .find_map(|p| {
+                let conn = self.inner.connection(p).ok()?;
+                let dev = conn.rdma()?.lock().regs().device().clone();
+                Some(dev)
+            })
     }
 }
 
@@ -276,10 +313,14 @@ impl Communicator {
 
     /// The stream task of a group of whole-buffer sends and receives
     /// (`None` for an empty group), checked as [`Communicator::group`]
-    /// checks: what device streams run on staging buffers.
+    /// checks: what device streams run, on staging buffers or (GPUDirect)
+    /// on device memory. With `rdma_rendezvous`, every non-empty message
+    /// over an RDMA connection goes by rendezvous (a device group's peer may
+    /// receive into device memory).
     pub(crate) fn group_task(
         &self,
-        ops: &[(Dir, usize, BufView)],
+        ops: &[(Dir, usize, GroupMemory)],
+        rdma_rendezvous: bool,
     ) -> Result<Option<Arc<dyn Task>>> {
         if let Some(e) = self.inner.error() {
             return Err(e);
@@ -291,8 +332,14 @@ impl Communicator {
             _ => "group",
         };
         let mut spec = GroupSpec::new(name, self.inner.rank, self.inner.size);
-        for (dir, peer, v) in ops {
-            spec.push(*dir, *peer, v, 0, v.len())?;
+        spec.rdma_rendezvous = rdma_rendezvous;
+        for (dir, peer, mem) in ops {
+            match mem {
+                GroupMemory::Host(v) => spec.push(*dir, *peer, v, 0, v.len())?,
+                GroupMemory::Device { span, dtype, count } => {
+                    spec.push_device(*dir, *peer, span.clone(), *dtype, *count)?
+                }
+            }
         }
         spec.check()?;
         Ok(Some(Arc::new(GroupTask {

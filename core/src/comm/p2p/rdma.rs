@@ -9,9 +9,12 @@
 //! QP, waits for its completion (so that its buffer is no longer read), then
 //! sends the done slot, which lands after the data (one RC QP, in order).
 //! Registrations come from the communicator's cache
-//! (`transport::verbs::regcache`). Without the `verbs` feature nothing here
-//! applies: [`is_rdma`] is false.
+//! (`transport::verbs::regcache`). Device memory (GPUDirect RDMA) is
+//! registered afresh for each operation instead
+//! (`transport::verbs::gpudirect`), held while the NIC may touch it. Without
+//! the `verbs` feature nothing here applies: [`is_rdma`] is false.
 
+use super::payload::{Dst, Src};
 use crate::transport::Connection;
 use crate::Result;
 
@@ -33,43 +36,65 @@ pub(super) fn is_rdma(conn: &Connection) -> bool {
     }
 }
 
-/// Receiver: registers `dst` for the peer's write; its remote key and the
-/// registration to hold until the message is in.
+/// Receiver: registers the first `len` bytes of `dst` for the peer's
+/// write; its remote key and the registration to hold until the message is
+/// in.
 ///
 /// # Errors
 /// [`crate::Error::Os`] when the buffer cannot be registered.
-pub(super) fn register(conn: &Connection, dst: &[u8]) -> Result<Option<(u32, Reg)>> {
+pub(super) fn register(conn: &Connection, dst: &Dst<'_>, len: usize) -> Result<Option<(u32, Reg)>> {
     #[cfg(feature = "verbs")]
     if let Some(p) = conn.rdma() {
         let regs = p.lock().regs().clone();
-        let reg = regs.get(dst.as_ptr() as usize, dst.len())?;
+        let reg = match dst {
+            Dst::Host(b) => regs.get(b.as_ptr() as usize, len)?,
+            Dst::Device(d) => {
+                crate::transport::verbs::gpudirect::register(regs.device(), &d.slice(0, len))?
+            }
+        };
         return Ok(Some((reg.rkey(), reg)));
     }
-    let _ = (conn, dst);
+    let _ = (conn, dst, len);
     Ok(None)
 }
 
-/// Sender: posts the write of `data` to `addr` under `rkey` in the peer;
-/// `None` while the send queue is full (call again).
+/// Sender: posts the write of the first `len` bytes of `data` to `addr`
+/// under `rkey` in the peer, registering `data` into `held` first (kept
+/// there while the NIC reads it, and across retries); `None` while the
+/// send queue is full (call again).
 ///
 /// # Errors
 /// As registration, or [`crate::Error::Transport`] when posting fails.
 pub(super) fn write(
     conn: &Connection,
-    data: &[u8],
+    data: &Src<'_>,
+    len: usize,
     addr: u64,
     rkey: u32,
-) -> Result<Option<(u64, Reg)>> {
+    held: &mut Option<Reg>,
+) -> Result<Option<u64>> {
     #[cfg(feature = "verbs")]
     if let Some(p) = conn.rdma() {
-        let regs = p.lock().regs().clone();
-        let reg = regs.get(data.as_ptr() as usize, data.len())?;
-        let wr = p
-            .lock()
-            .write_user(&reg, data.as_ptr() as u64, data.len(), addr, rkey)?;
-        return Ok(wr.map(|wr| (wr, reg)));
+        let local = match data {
+            Src::Host(b) => b.as_ptr() as u64,
+            Src::Device(d) => d.addr,
+        };
+        let reg = match held {
+            Some(r) => r,
+            None => {
+                let regs = p.lock().regs().clone();
+                held.insert(match data {
+                    Src::Host(_) => regs.get(local as usize, len)?,
+                    Src::Device(d) => crate::transport::verbs::gpudirect::register(
+                        regs.device(),
+                        &d.slice(0, len),
+                    )?,
+                })
+            }
+        };
+        return p.lock().write_user(reg, local, len, addr, rkey);
     }
-    let _ = (conn, data, addr, rkey);
+    let _ = (conn, data, len, addr, rkey, held);
     Ok(None)
 }
 

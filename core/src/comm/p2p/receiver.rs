@@ -6,7 +6,13 @@
 //! error naming both sides; a smaller message fills the front of the buffer.
 //! For rendezvous the receiver grants its buffer's address in the mailbox and
 //! waits for the done slot (with any streamed data before it).
+//!
+//! A device receive (GPUDirect RDMA, see `payload`) takes its bytes only
+//! from the sender's RDMA write; bytes that arrive in slots (an eager
+//! message, or a rendezvous streamed through the ring) are refused with an
+//! error naming the cause, since the CPU cannot write device memory.
 
+use crate::comm::p2p::payload::Dst;
 use crate::comm::p2p::stats::Stat;
 use crate::comm::p2p::P2pState;
 use crate::comm::p2p::{cma, rdma, wire};
@@ -51,7 +57,7 @@ pub(super) struct RecvOp<'a> {
     pub peer: usize,
     conn: &'a Connection,
     state_of_comm: &'a P2pState,
-    dst: &'a mut [u8],
+    dst: Dst<'a>,
     dtype: DataType,
     /// The grant given to the sender, until the message is complete.
     granted: Option<u64>,
@@ -69,7 +75,7 @@ impl<'a> RecvOp<'a> {
         peer: usize,
         conn: &'a Connection,
         state_of_comm: &'a P2pState,
-        dst: &'a mut [u8],
+        dst: Dst<'a>,
         dtype: DataType,
         direct: bool,
     ) -> RecvOp<'a> {
@@ -96,6 +102,24 @@ impl<'a> RecvOp<'a> {
             peer: self.peer,
             op: "recv".into(),
             cause,
+        }
+    }
+
+    /// The bytes of `range`, for a copy by the CPU: refused for device memory.
+    fn host_bytes(&mut self, range: std::ops::Range<usize>, how: &str) -> Result<&mut [u8]> {
+        let peer = self.peer;
+        if range.is_empty() {
+            return Ok(&mut []);
+        }
+        match self.dst.host_mut() {
+            Some(b) => Ok(&mut b[range]),
+            None => Err(Error::RemoteFailed {
+                peer,
+                op: "recv".into(),
+                cause: format!(
+                    "it sent {how}, but this receive is into device memory, which only an RDMA write can fill (send from a device buffer of a CudaComm, with direct writes on)"
+                ),
+            }),
         }
     }
 
@@ -196,30 +220,27 @@ impl<'a> RecvOp<'a> {
                         // Over shared memory a large message is split: the
                         // sender writes the front part into our buffer while
                         // we pull the back part from its buffer.
+                        let host = matches!(self.dst, Dst::Host(_));
                         let source = wire::Source::decode(slot)
-                            .filter(|s| self.direct && s.len == total as u64);
+                            .filter(|s| host && self.direct && s.len == total as u64);
                         let front = match source {
                             Some(_) if total >= SPLIT_MIN => (total / 2) & !4095,
                             _ => total,
                         };
                         // Over verbs the grant carries the remote key of the
                         // registered buffer where `pid` goes.
-                        let key = match rdma::register(self.conn, &self.dst[..total])? {
+                        let key = match rdma::register(self.conn, &self.dst, total)? {
                             Some((rkey, reg)) => {
                                 self.reg = Some(reg);
                                 rkey
                             }
                             None => std::process::id(),
                         };
-                        self.conn.recv.grant(
-                            grant,
-                            self.dst.as_mut_ptr() as u64,
-                            front as u64,
-                            key,
-                            first_seq,
-                        );
+                        self.conn
+                            .recv
+                            .grant(grant, self.dst.addr(), front as u64, key, first_seq);
                         if let (Some(src), true) = (source, front < total) {
-                            let back = &mut self.dst[front..total];
+                            let back = self.host_bytes(front..total, "a split rendezvous")?;
                             let ok = cma::read_from(src.pid, src.addr + front as u64, back).is_ok();
                             self.conn.recv.pulled(grant, ok);
                         }
@@ -252,7 +273,8 @@ impl<'a> RecvOp<'a> {
             }
             State::Granted { got, placed, total } => match signature::parse_p2p(sig) {
                 Some((P2pSlot::Data, ..)) if got + slot.len() <= total => {
-                    self.dst[got..got + slot.len()].copy_from_slice(slot);
+                    self.host_bytes(got..got + slot.len(), "rendezvous bytes through the ring")?
+                        .copy_from_slice(slot);
                     Ok(State::Granted {
                         got: got + slot.len(),
                         placed,
@@ -296,7 +318,8 @@ impl<'a> RecvOp<'a> {
                 slot.len()
             )));
         }
-        self.dst[got..got + expect].copy_from_slice(slot);
+        self.host_bytes(got..got + expect, "an eager message")?
+            .copy_from_slice(slot);
         let got = got + expect;
         if got == total {
             self.state_of_comm.stats.add(Stat::RecvEagerBytes, total);
@@ -316,7 +339,9 @@ impl<'a> RecvOp<'a> {
         // Ended before the message did: the peer's NIC may still write, so
         // the buffer's registration must not stay cached.
         if self.reg.take().is_some() {
-            rdma::forget(self.dst);
+            if let Dst::Host(b) = &self.dst {
+                rdma::forget(b);
+            }
         }
     }
 

@@ -14,11 +14,15 @@
 //! Over verbs the grant carries the receive buffer's remote key: the bytes
 //! go by one RDMA WRITE from the send buffer (see `rdma`), then the done slot.
 //!
+//! A device payload (GPUDirect RDMA, see `payload`) always goes by
+//! rendezvous over verbs: the NIC writes it from device memory.
+//!
 //! Over tcp, rendezvous data follows the request through the ring at once;
 //! the receiver's network thread reads it from the socket straight into the
 //! receive buffer once the receiver has granted it (so one copy, by the
 //! kernel, on the receiving side).
 
+use crate::comm::p2p::payload::Src;
 use crate::comm::p2p::stats::Stat;
 use crate::comm::p2p::P2pState;
 use crate::comm::p2p::{cma, rdma};
@@ -65,7 +69,7 @@ pub(super) struct SendOp<'a> {
     pub peer: usize,
     conn: &'a Connection,
     state_of_comm: &'a P2pState,
-    data: &'a [u8],
+    data: Src<'a>,
     dtype: DataType,
     count: usize,
     /// May write into the receiver's memory directly.
@@ -79,19 +83,22 @@ pub(super) struct SendOp<'a> {
 
 impl<'a> SendOp<'a> {
     /// A send of `count` elements of `dtype` held in `data`; `rendezvous`
-    /// when the message is above the eager limit on a transport that has it.
+    /// when the message is above the eager limit on a transport that has it
+    /// (always, for a non-empty device payload: the caller checked that the
+    /// connection writes by RDMA).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         peer: usize,
         conn: &'a Connection,
         state_of_comm: &'a P2pState,
-        data: &'a [u8],
+        data: Src<'a>,
         dtype: DataType,
         count: usize,
         rendezvous: bool,
         direct: bool,
     ) -> SendOp<'a> {
-        let state = if rendezvous {
+        let device = matches!(data, Src::Device(_)) && data.len() > 0;
+        let state = if rendezvous || device {
             State::Request
         } else {
             State::Eager { sent: 0, slots: 0 }
@@ -127,14 +134,30 @@ impl<'a> SendOp<'a> {
     /// Fills and publishes slots from `data[*sent..]` while credit lasts;
     /// returns whether any slot went out. At least one slot is sent even for
     /// an empty message when `min_one`.
-    fn push(&self, sent: &mut usize, slots: &mut u64, kind: P2pSlot, min_one: bool) -> bool {
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a device payload, which the CPU
+    /// cannot read (never reached: device sends take the RDMA path).
+    fn push(
+        &self,
+        sent: &mut usize,
+        slots: &mut u64,
+        kind: P2pSlot,
+        min_one: bool,
+    ) -> Result<bool> {
+        let data = self.data.host().ok_or_else(|| {
+            Error::invalid(format!(
+                "send to {}: device memory can only be sent by RDMA, not through slots",
+                self.peer
+            ))
+        })?;
         let mut progressed = false;
-        while *sent < self.data.len() || (min_one && *slots == 0) {
+        while *sent < data.len() || (min_one && *slots == 0) {
             let Some(slot) = self.conn.send.try_acquire_send() else {
                 break;
             };
-            let n = slot.len().min(self.data.len() - *sent);
-            slot[..n].copy_from_slice(&self.data[*sent..*sent + n]);
+            let n = slot.len().min(data.len() - *sent);
+            slot[..n].copy_from_slice(&data[*sent..*sent + n]);
             self.conn.send.commit_send(n, self.sig(kind));
             *sent += n;
             *slots += 1;
@@ -143,7 +166,7 @@ impl<'a> SendOp<'a> {
         if progressed {
             self.conn.after_step();
         }
-        progressed
+        Ok(progressed)
     }
 
     /// Sends one empty control slot, if credit allows.
@@ -175,7 +198,7 @@ impl<'a> SendOp<'a> {
                 mut sent,
                 mut slots,
             } => {
-                let p = self.push(&mut sent, &mut slots, P2pSlot::Eager, true);
+                let p = self.push(&mut sent, &mut slots, P2pSlot::Eager, true)?;
                 self.state = if sent == self.data.len() && slots > 0 {
                     stats.add(Stat::SentEagerMessages, 1);
                     stats.add(Stat::SentEagerBytes, self.data.len());
@@ -189,12 +212,12 @@ impl<'a> SendOp<'a> {
                 // Over shared memory the request says where our data is, so
                 // the receiver can pull the back part while we write the
                 // front part: one copy per byte, both cores copying.
-                let sent = match self.conn.peer_segment() {
-                    Some(_) => self.control_with(
+                let sent = match (self.conn.peer_segment(), self.data.host()) {
+                    (Some(_), Some(data)) => self.control_with(
                         P2pSlot::ReadyToSend,
-                        &super::wire::Source::of(self.data).encode(),
+                        &super::wire::Source::of(data).encode(),
                     ),
-                    None => self.control(P2pSlot::ReadyToSend),
+                    _ => self.control(P2pSlot::ReadyToSend),
                 };
                 if !sent {
                     return Ok(false);
@@ -236,11 +259,11 @@ impl<'a> SendOp<'a> {
                 }
                 if self.direct && rdma::is_rdma(self.conn) {
                     // `pid` carries the receive buffer's remote key.
-                    let Some((wr, reg)) = rdma::write(self.conn, &self.data[..front], addr, pid)?
+                    let Some(wr) =
+                        rdma::write(self.conn, &self.data, front, addr, pid, &mut self.reg)?
                     else {
                         return Ok(false);
                     };
-                    self.reg = Some(reg);
                     self.state = State::AwaitWrite { wr };
                     return Ok(true);
                 }
@@ -280,7 +303,7 @@ impl<'a> SendOp<'a> {
             }
             State::Stream { mut sent } => {
                 let mut slots = 0;
-                let p = self.push(&mut sent, &mut slots, P2pSlot::Data, false);
+                let p = self.push(&mut sent, &mut slots, P2pSlot::Data, false)?;
                 self.state = if sent == self.data.len() {
                     stats.add(Stat::SentStreamedBytes, self.data.len());
                     State::Finish
@@ -303,10 +326,10 @@ impl<'a> SendOp<'a> {
     /// Writes the whole message into the receiver's memory; false (logged
     /// once per communicator) when that is refused or disabled.
     fn direct_write(&self, pid: u32, addr: u64, front: usize) -> bool {
-        if !self.direct {
+        let Some(data) = self.data.host().filter(|_| self.direct) else {
             return false;
-        }
-        match cma::write_to(pid, addr, &self.data[..front]) {
+        };
+        match cma::write_to(pid, addr, &data[..front]) {
             Ok(()) => true,
             Err(e) => {
                 self.state_of_comm.direct_refused(self.peer, &e);

@@ -5,10 +5,15 @@
 //! range, regions inside their buffers, no buffer both sent from and
 //! received into, receive regions of one buffer disjoint, and sends to this
 //! rank paired with receives from it.
+//!
+//! An operation on device memory (GPUDirect RDMA) names a [`DeviceSpan`]
+//! instead of a region of a buffer: nothing locks or copies it (the device
+//! stream orders it), and device groups check their own overlaps.
 
 use std::borrow::Cow;
 
 use crate::comm::buffer::BufView;
+use crate::device::DeviceSpan;
 use crate::{DataType, Error, Result};
 
 /// Direction of one operation.
@@ -23,13 +28,15 @@ pub(crate) enum Dir {
 pub(crate) struct OpSpec {
     pub dir: Dir,
     pub peer: usize,
-    /// Index into [`GroupSpec::bufs`].
+    /// Index into [`GroupSpec::bufs`] (unused for a device operation).
     pub buf: usize,
     /// Byte offset of the region in its buffer.
     pub offset: usize,
     /// Elements in the region (a receive's capacity).
     pub count: usize,
     pub dtype: DataType,
+    /// The device memory of an operation the NIC moves (no buffer then).
+    pub device: Option<DeviceSpan>,
 }
 
 impl OpSpec {
@@ -55,6 +62,10 @@ pub(crate) struct GroupSpec {
     pub size: usize,
     pub bufs: Vec<GroupBuf>,
     pub ops: Vec<OpSpec>,
+    /// Every non-empty message over an RDMA connection goes by rendezvous,
+    /// whatever its size: a device group's peer may receive into device
+    /// memory, which eager slots cannot fill.
+    pub rdma_rendezvous: bool,
 }
 
 impl GroupSpec {
@@ -66,7 +77,40 @@ impl GroupSpec {
             size,
             bufs: Vec::new(),
             ops: Vec::new(),
+            rdma_rendezvous: false,
         }
+    }
+
+    /// Adds an operation on `count` elements of `dtype` in device memory
+    /// (`span` holds exactly their bytes) with another rank.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a peer out of range or this rank.
+    pub fn push_device(
+        &mut self,
+        dir: Dir,
+        peer: usize,
+        span: DeviceSpan,
+        dtype: DataType,
+        count: usize,
+    ) -> Result<()> {
+        if peer >= self.size || peer == self.rank {
+            return Err(Error::invalid(format!(
+                "{}: a device operation by RDMA with rank {peer} (this is rank {} of {})",
+                self.name, self.rank, self.size
+            )));
+        }
+        debug_assert_eq!(span.len, count * dtype.size());
+        self.ops.push(OpSpec {
+            dir,
+            peer,
+            buf: usize::MAX,
+            offset: 0,
+            count,
+            dtype,
+            device: Some(span),
+        });
+        Ok(())
     }
 
     /// Adds an operation on elements `offset..offset + count` of `view`.
@@ -132,6 +176,7 @@ impl GroupSpec {
             offset: offset * dtype.size(),
             count,
             dtype,
+            device: None,
         });
         Ok(())
     }

@@ -96,3 +96,26 @@ pub fn lib() -> Result<&'static Lib> {
         .as_ref()
         .map_err(|e| Error::Unavailable(format!("verbs: cannot load libibverbs ({e})")))
 }
+
+/// `ibv_reg_dmabuf_mr(pd, offset, length, iova, fd, access)`.
+pub type RegDmabufMr =
+    unsafe extern "C" fn(*mut ibv_pd, u64, usize, u64, c_int, c_int) -> *mut ibv_mr;
+
+static REG_DMABUF: OnceLock<Option<(RegDmabufMr, libloading::Library)>> = OnceLock::new();
+
+/// `ibv_reg_dmabuf_mr`, which libibverbs has only from rdma-core 34 on
+/// (looked up apart from [`Lib`], so that older libraries still load).
+pub fn reg_dmabuf_mr() -> Option<RegDmabufMr> {
+    REG_DMABUF
+        .get_or_init(|| {
+            // SAFETY: as in `Lib::load` (the library is already loaded when
+            // a device exists; this only takes another reference).
+            let lib = unsafe { libloading::Library::new(LIBRARY) }.ok()?;
+            // SAFETY: the symbol has this C signature in every libibverbs
+            // that exports it; it stays valid while `lib` is kept, forever.
+            let f = unsafe { *lib.get::<RegDmabufMr>(b"ibv_reg_dmabuf_mr\0").ok()? };
+            Some((f, lib))
+        })
+        .as_ref()
+        .map(|(f, _)| *f)
+}

@@ -12,9 +12,13 @@
 //! RTS before any rank starts its proxy.
 //!
 //! Rendezvous p2p writes straight into the receiver's registered buffer
-//! ([`regcache`], and `comm::p2p::rdma`). Not built: GPUDirect RDMA (needs
-//! the CUDA backend) and the barrier's flag writes over RDMA (barriers run
-//! as messages through the rings).
+//! ([`regcache`], and `comm::p2p::rdma`); with the CUDA backend, device
+//! buffers are registered for GPUDirect RDMA ([`gpudirect`]: dma-buf or
+//! nvidia-peermem), so device p2p moves no byte through host memory. The
+//! barrier's flag algorithms write their flags by RDMA (and the central
+//! counter fetch-adds where `atomic_cap` allows), see `progress::barrier`.
+//! Collectives of the CUDA backend between hosts are still staged through
+//! pinned host memory: their reductions run on the host.
 
 /// How often a stream spinning on a verbs ring polls the completion queue
 /// (every n-th check): a poll is a userspace read of the CQ (no system call,
@@ -24,6 +28,7 @@ pub const POLLS_EVERY: u32 = 4;
 pub mod device;
 pub mod dl;
 pub mod event;
+pub mod gpudirect;
 pub mod progress;
 pub mod proxy;
 pub mod qp;

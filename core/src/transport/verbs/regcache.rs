@@ -48,6 +48,25 @@ impl std::fmt::Debug for Registration {
 }
 
 impl Registration {
+    /// Takes ownership of `mr`, which covers `start..end` on `dev`.
+    ///
+    /// # Safety
+    /// `mr` must be a live registration made on `dev`'s protection domain,
+    /// deregistered by nobody else.
+    pub(super) unsafe fn adopt(
+        mr: *mut ibv_mr,
+        start: usize,
+        end: usize,
+        dev: Arc<Device>,
+    ) -> Self {
+        Registration {
+            mr,
+            start,
+            end,
+            dev,
+        }
+    }
+
     /// Local key (for our NIC reading the buffer).
     pub fn lkey(&self) -> u32 {
         // SAFETY: the MR is valid until drop.
@@ -158,6 +177,11 @@ impl RegCache {
     fn forget(&self, start: usize, end: usize) {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         entries.retain(|r| !r.overlaps(start, end));
+    }
+
+    /// The device this cache registers on.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.dev
     }
 
     /// Cached registrations (for tests).

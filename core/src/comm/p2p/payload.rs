@@ -1,0 +1,71 @@
+//! The bytes of one send or receive: host memory the CPU copies, or device
+//! memory that only the NIC touches (GPUDirect RDMA, `device::gpudirect`).
+//!
+//! Device memory is named by address only, never as a slice: the CPU cannot
+//! read it, so a device payload can move only by an RDMA write into a
+//! granted buffer. A device send therefore always takes the rendezvous path
+//! (only an empty message goes as one empty eager slot), and a device
+//! receive refuses bytes that arrive in slots, naming the cause.
+
+use crate::device::DeviceSpan;
+
+/// What a send reads.
+pub(super) enum Src<'a> {
+    /// Locked host bytes.
+    Host(&'a [u8]),
+    /// Device memory (RDMA only).
+    Device(DeviceSpan),
+}
+
+/// What a receive writes.
+pub(super) enum Dst<'a> {
+    /// Locked host bytes.
+    Host(&'a mut [u8]),
+    /// Device memory (RDMA only).
+    Device(DeviceSpan),
+}
+
+impl Src<'_> {
+    /// Bytes to send.
+    pub fn len(&self) -> usize {
+        match self {
+            Src::Host(b) => b.len(),
+            Src::Device(d) => d.len,
+        }
+    }
+
+    /// The bytes, where the CPU may read them.
+    pub fn host(&self) -> Option<&[u8]> {
+        match self {
+            Src::Host(b) => Some(b),
+            Src::Device(d) if d.len == 0 => Some(&[]),
+            Src::Device(_) => None,
+        }
+    }
+}
+
+impl Dst<'_> {
+    /// Capacity in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Dst::Host(b) => b.len(),
+            Dst::Device(d) => d.len,
+        }
+    }
+
+    /// Address of the first byte (host or device).
+    pub fn addr(&self) -> u64 {
+        match self {
+            Dst::Host(b) => b.as_ptr() as u64,
+            Dst::Device(d) => d.addr,
+        }
+    }
+
+    /// The bytes, where the CPU may write them.
+    pub fn host_mut(&mut self) -> Option<&mut [u8]> {
+        match self {
+            Dst::Host(b) => Some(b),
+            Dst::Device(_) => None,
+        }
+    }
+}

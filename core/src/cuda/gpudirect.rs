@@ -1,0 +1,79 @@
+//! GPUDirect RDMA for the CUDA backend: how the NIC reaches this device's
+//! memory (dma-buf export, nvidia-peermem) and the flush of its writes.
+//!
+//! Compiled everywhere; the probe's logic and the data path it enables run
+//! on Soft-RoCE with the emulated device (`device::tests::gpudirect`). On a
+//! GPU with an RDMA NIC nothing of this has run yet (no such machine was
+//! lent): `cuMemGetHandleForAddressRange`, `ibv_reg_dmabuf_mr` on its
+//! descriptor, `ibv_reg_mr` under nvidia-peermem and
+//! `cuFlushGPUDirectRDMAWrites` are unverified there.
+
+// Without the `verbs` feature nothing builds a device span or probes.
+#![cfg_attr(not(feature = "verbs"), allow(dead_code))]
+
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+use streamcomm_gpu::Device;
+
+use super::gpu_error;
+use crate::device::{GpuDirectMode, NicAccess};
+use crate::{Communicator, Result};
+
+/// A CUDA device's memory as the NIC needs it.
+pub(super) struct CudaNic {
+    device: Device,
+    mode: GpuDirectMode,
+}
+
+impl NicAccess for CudaNic {
+    fn mode(&self) -> GpuDirectMode {
+        self.mode
+    }
+
+    fn export_dmabuf(&self, addr: u64, len: usize) -> Result<OwnedFd> {
+        self.device
+            .export_dmabuf_range(addr, len)
+            .map_err(gpu_error)
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.device.flush_gpudirect_writes().map_err(gpu_error)
+    }
+}
+
+/// Probes GPUDirect RDMA for `comm` on `device` (see
+/// `device::gpudirect::establish`), registering a scratch allocation of
+/// 2 MiB to try; `None` without the `verbs` feature, without verbs peers,
+/// or where it does not work.
+pub(super) fn establish(comm: &Communicator, device: &Device) -> Option<Arc<dyn NicAccess>> {
+    #[cfg(feature = "verbs")]
+    {
+        comm.rdma_device()?;
+        let scratch = match streamcomm_gpu::DeviceBuffer::alloc(device, 2 << 20) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(error = %e, "GPUDirect RDMA: no scratch memory to probe with; device p2p is staged");
+                return None;
+            }
+        };
+        let export = |addr, len| device.export_dmabuf_range(addr, len).map_err(gpu_error);
+        let probe = crate::device::gpudirect::ProbeMemory {
+            addr: scratch.as_raw(),
+            len: scratch.allocated_len(),
+            export: &export,
+            peermem: crate::transport::verbs::gpudirect::peermem_loaded(),
+        };
+        crate::device::gpudirect::establish(comm, &probe, |mode| {
+            Arc::new(CudaNic {
+                device: device.clone(),
+                mode,
+            })
+        })
+    }
+    #[cfg(not(feature = "verbs"))]
+    {
+        let _ = (comm, device);
+        None
+    }
+}
