@@ -202,6 +202,8 @@ fn on_one_gpu_with<T: Send + 'static>(
                     Communicator::init_with_config(&id, r, n, Backend::Host, config).unwrap();
                 let cuda = CudaComm::new(&comm, 0).unwrap();
                 assert_eq!(cuda.uses_direct_path(), window > 0, "window {window}");
+                // Ranks of one host talk over shared memory: no NIC to probe.
+                assert_eq!(cuda.gpudirect(), None);
                 let ctx = CudaContext::new(0).unwrap();
                 let stream = ctx.new_stream().unwrap();
                 body(&cuda, &stream)
