@@ -11,15 +11,14 @@ use std::sync::Arc;
 
 use rand::Rng;
 
-use super::emulated::{EmulatedQueue, EmulatedSignal, EmulatedStaging};
 use super::gpudirect::{establish, ProbeMemory};
-use super::tests::{assert_no_errors, input, range, POISON};
-use super::{DeviceP2p, DeviceShared, GpuDirectMode, NicAccess};
+use super::tests::{assert_no_errors, check_received, input, p2p, Rank, POISON};
+use super::{DeviceShared, GpuDirectMode, NicAccess};
 use crate::bootstrap::UniqueId;
 use crate::comm::p2p::Dir;
 use crate::config::TransportChoice;
 use crate::host::{HostBuffer, HostStream};
-use crate::{Backend, Communicator, Config, DataType, Error, Result};
+use crate::{Backend, Communicator, Config, Error, Result};
 
 /// True where an RDMA device is active.
 fn rdma_here() -> bool {
@@ -54,29 +53,17 @@ fn no_dmabuf(_: u64, _: usize) -> Result<std::os::fd::OwnedFd> {
     Err(Error::Unavailable("no dma-buf exporter here".into()))
 }
 
-/// One rank: its communicator over verbs, stream, device state and NIC.
-struct Rank {
-    comm: Communicator,
-    stream: HostStream,
-    shared: DeviceShared<EmulatedStaging, EmulatedSignal>,
+/// One rank: the emulated device's rank, and its NIC access where
+/// GPUDirect was set up.
+struct GdrRank {
+    rank: Rank,
     nic: Option<Arc<EmulatedNic>>,
 }
 
-impl Rank {
-    fn group(&self, ops: &[DeviceP2p]) -> Result<()> {
-        let queue = EmulatedQueue {
-            stream: &self.stream,
-        };
-        self.comm.enqueue_device_group(&queue, &self.shared, ops)
-    }
-}
-
-fn p2p(dir: Dir, peer: usize, v: &[f32]) -> DeviceP2p {
-    DeviceP2p {
-        dir,
-        peer,
-        dtype: DataType::F32,
-        range: range(v),
+impl std::ops::Deref for GdrRank {
+    type Target = Rank;
+    fn deref(&self) -> &Rank {
+        &self.rank
     }
 }
 
@@ -86,7 +73,7 @@ fn on_ranks<T: Send + 'static>(
     n: usize,
     transport: TransportChoice,
     peermem: bool,
-    body: impl Fn(&Rank) -> T + Send + Sync + 'static,
+    body: impl Fn(&GdrRank) -> T + Send + Sync + 'static,
 ) -> Vec<T> {
     let id = UniqueId::new().unwrap();
     let body = Arc::new(body);
@@ -119,10 +106,12 @@ fn on_ranks<T: Send + 'static>(
                     let _ = shared.gpudirect.set(m);
                     nic
                 });
-                let rank = Rank {
-                    comm,
-                    stream: HostStream::new().unwrap(),
-                    shared,
+                let rank = GdrRank {
+                    rank: Rank {
+                        comm,
+                        stream: HostStream::new().unwrap(),
+                        shared,
+                    },
                     nic,
                 };
                 body(&rank)
@@ -194,12 +183,7 @@ fn gpudirect_device_groups_move_bytes_by_rdma_only() {
                 .unwrap();
             rk.stream.synchronize().unwrap();
             let want = input(seed ^ len as u64, left, len);
-            if inb[..len] != want[..] {
-                bad.push(format!("rank {r}: {len} elements from {left} differ"));
-            }
-            if inb[len..].iter().any(|x| !x.is_nan()) {
-                bad.push(format!("rank {r}: the receive wrote past the message"));
-            }
+            check_received(&mut bad, r, left, &inb, &want);
             let flushed = nic.flushes.load(Ordering::Relaxed) - flushes;
             // Every receive buffer here holds bytes (9 elements past the
             // message), so every group flushes, even after an empty message

@@ -476,7 +476,7 @@ fn staging_memory_and_completion_words_are_reused() {
     }
 }
 
-fn p2p(dir: Dir, peer: usize, v: &[f32]) -> DeviceP2p {
+pub(in crate::device) fn p2p(dir: Dir, peer: usize, v: &[f32]) -> DeviceP2p {
     DeviceP2p {
         dir,
         peer,
@@ -486,11 +486,30 @@ fn p2p(dir: Dir, peer: usize, v: &[f32]) -> DeviceP2p {
 }
 
 impl Rank {
-    fn group(&self, ops: &[DeviceP2p]) -> Result<()> {
+    /// Enqueues a p2p group on this rank's emulated device stream.
+    pub(in crate::device) fn group(&self, ops: &[DeviceP2p]) -> Result<()> {
         let queue = EmulatedQueue {
             stream: &self.stream,
         };
         self.comm.enqueue_device_group(&queue, &self.shared, ops)
+    }
+}
+
+/// Checks that `inb` starts with `want` (from rank `left`) and keeps its
+/// poison after it, adding what differs to `bad`.
+pub(in crate::device) fn check_received(
+    bad: &mut Vec<String>,
+    r: usize,
+    left: usize,
+    inb: &[f32],
+    want: &[f32],
+) {
+    let len = want.len();
+    if inb[..len] != *want {
+        bad.push(format!("rank {r}: {len} elements from {left} differ"));
+    }
+    if inb[len..].iter().any(|x| !x.is_nan()) {
+        bad.push(format!("rank {r}: the receive wrote past the message"));
     }
 }
 
@@ -518,12 +537,7 @@ fn device_groups_exchange_around_a_ring_eager_and_rendezvous() {
             .unwrap();
             rk.stream.synchronize().unwrap();
             let want = input(seed ^ len as u64, left, len);
-            if inb[..len] != want[..] {
-                bad.push(format!("rank {r}: {len} elements from {left} differ"));
-            }
-            if inb[len..].iter().any(|x| !x.is_nan()) {
-                bad.push(format!("rank {r}: the receive wrote past the message"));
-            }
+            check_received(&mut bad, r, left, &inb, &want);
             if self_in != out {
                 bad.push(format!("rank {r}: the send to itself differs"));
             }
