@@ -62,6 +62,17 @@ enum Region<'a> {
     Dst(Dst<'a>),
 }
 
+impl Region<'_> {
+    /// The region of a device operation (nothing to lock), if `o` is one.
+    fn of_device(o: &OpSpec) -> Option<Self> {
+        let d = o.device.clone()?;
+        Some(match o.dir {
+            Dir::Send => Region::Src(Src::Device(d)),
+            Dir::Recv => Region::Dst(Dst::Device(d)),
+        })
+    }
+}
+
 /// One operation in flight.
 enum Op<'a> {
     Send(SendOp<'a>),
@@ -159,11 +170,7 @@ impl CommInner {
     fn run_single(&self, spec: &GroupSpec, seq: u64) -> Result<()> {
         let o = &spec.ops[0];
         let name = || format!("{} #{seq}", spec.name);
-        if let Some(d) = &o.device {
-            let region = match o.dir {
-                Dir::Send => Region::Src(Src::Device(d.clone())),
-                Dir::Recv => Region::Dst(Dst::Device(d.clone())),
-            };
+        if let Some(region) = Region::of_device(o) {
             let op = self.new_op(spec, o, region)?;
             return self.drive_one(op, name);
         }
@@ -325,12 +332,10 @@ impl CommInner {
             if o.peer == self.rank {
                 continue;
             }
-            let region = match (o.dir, &o.device) {
-                (Dir::Send, Some(d)) => Region::Src(Src::Device(d.clone())),
-                (Dir::Recv, Some(d)) => Region::Dst(Dst::Device(d.clone())),
-                (Dir::Send, None) => Region::Src(Src::Host(srcs[k].take().unwrap_or_default())),
-                (Dir::Recv, None) => Region::Dst(Dst::Host(dsts[k].take().unwrap_or_default())),
-            };
+            let region = Region::of_device(o).unwrap_or_else(|| match o.dir {
+                Dir::Send => Region::Src(Src::Host(srcs[k].take().unwrap_or_default())),
+                Dir::Recv => Region::Dst(Dst::Host(dsts[k].take().unwrap_or_default())),
+            });
             let op = self.new_op(spec, o, region)?;
             index[k] = Some(ops.len());
             ops.push(op);
