@@ -33,8 +33,14 @@ unsafe impl Sync for ShmSegment {}
 impl ShmSegment {
     /// Creates and maps a new zeroed segment of `len` bytes with a fresh name.
     ///
+    /// Its memory is allocated now (`posix_fallocate`), not page by page
+    /// on first touch: a /dev/shm too small for it fails here, with an
+    /// error, instead of a SIGBUS mid-collective (NCCL does the same), and
+    /// no page fault lands in the data path (see [`map`]).
+    ///
     /// # Errors
-    /// [`Error::Os`] when `shm_open`, `ftruncate` or `mmap` fail (e.g. /dev/shm full).
+    /// [`Error::Os`] when `shm_open`, `ftruncate`, `posix_fallocate` or
+    /// `mmap` fail (e.g. /dev/shm full).
     pub fn create(len: usize) -> Result<ShmSegment> {
         let name = format!(
             "/streamcomm-{}-{:016x}",
@@ -72,6 +78,23 @@ impl ShmSegment {
             unsafe { libc::close(fd) };
             seg.unlink();
             return Err(Error::os(format!("ftruncate({}, {len})", seg.name), e));
+        }
+        // SAFETY: as above; returns an error number instead of setting errno.
+        let r = unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) };
+        // EINVAL/EOPNOTSUPP: a file system without fallocate; pages then
+        // come on first touch, as before.
+        if r != 0 && r != libc::EINVAL && r != libc::EOPNOTSUPP {
+            let e = std::io::Error::from_raw_os_error(r);
+            // SAFETY: closing our own descriptor once.
+            unsafe { libc::close(fd) };
+            seg.unlink();
+            return Err(Error::os(
+                format!(
+                    "posix_fallocate({}, {len}) (is /dev/shm large enough?)",
+                    seg.name
+                ),
+                e,
+            ));
         }
         let mapped = map(fd, len, &seg.name);
         // SAFETY: the mapping (if any) keeps its own reference to the object.
@@ -178,6 +201,11 @@ impl ShmSegment {
     }
 }
 
+/// Maps `len` bytes of `fd` shared, with its page tables filled now
+/// (`MAP_POPULATE`): otherwise the first pass of data through every slot of
+/// a ring takes a page fault per 4 KiB, in both processes (measured: a
+/// 2-rank 256 KiB ring all-reduce timed over its first 5 calls took
+/// 113–136 µs, over calls 21–70 22–62 µs).
 fn map(fd: libc::c_int, len: usize, name: &str) -> Result<NonNull<u8>> {
     // SAFETY: mapping a shared object we hold open; the kernel picks the address.
     let p = unsafe {
@@ -185,7 +213,7 @@ fn map(fd: libc::c_int, len: usize, name: &str) -> Result<NonNull<u8>> {
             std::ptr::null_mut(),
             len.max(1),
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
+            libc::MAP_SHARED | libc::MAP_POPULATE,
             fd,
             0,
         )
