@@ -121,6 +121,11 @@ pub struct Config {
     /// nvidia-peermem); `0` stages them through pinned host memory. See
     /// `device::gpudirect`.
     pub gpudirect: bool,
+    /// `STREAMCOMM_BIND`: `1` (default) binds the host-stream threads that
+    /// run this communicator's work to one core per local rank, where the
+    /// host's ranks fit on the CPUs this process may use; `0` leaves them to
+    /// the scheduler. See `comm::affinity`.
+    pub bind: bool,
     /// `STREAMCOMM_DEBUG`: a `tracing` filter the examples and benchmark install
     /// (the library itself never installs a subscriber).
     pub debug: Option<String>,
@@ -156,6 +161,7 @@ impl Default for Config {
             p2p_direct: true,
             cuda_window: DEFAULT_CUDA_WINDOW,
             gpudirect: true,
+            bind: true,
             debug: None,
             algo: AlgoOverride::default(),
             tuning: None,
@@ -270,6 +276,7 @@ impl Config {
         for (name, flag) in [
             ("STREAMCOMM_P2P_DIRECT", &mut self.p2p_direct),
             ("STREAMCOMM_GPUDIRECT", &mut self.gpudirect),
+            ("STREAMCOMM_BIND", &mut self.bind),
         ] {
             if let Some(v) = get(name) {
                 *flag = match v.trim() {
@@ -504,6 +511,7 @@ mod tests {
             ("STREAMCOMM_CUDA_WINDOW", "100"),
             ("STREAMCOMM_CUDA_WINDOW", "lots"),
             ("STREAMCOMM_GPUDIRECT", "maybe"),
+            ("STREAMCOMM_BIND", "core"),
         ] {
             let e = cfg(&[(k, v)]).unwrap_err().to_string();
             assert!(

@@ -38,6 +38,8 @@ pub(crate) struct Topology {
     pub tcp_addrs: Vec<Option<std::net::SocketAddr>>,
     /// Ranks sharing this rank's host.
     pub local_ranks: usize,
+    /// The core this rank's stream threads run on, if bound.
+    pub core_binding: super::affinity::CoreBinding,
 }
 
 /// State shared by the communicator handle, its stream tasks and its proxy.
@@ -174,6 +176,9 @@ impl CommInner {
             );
             self.fail(&e);
             return Err(e);
+        }
+        if crate::host::stream::on_worker_thread() {
+            self.topology.core_binding.apply_here();
         }
         let result = match (mode, self.error()) {
             (JobMode::Skip, _) => Ok(()),

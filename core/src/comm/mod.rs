@@ -12,6 +12,7 @@
 //! execute in the order they were issued (each takes a ticket), which every
 //! rank must make the same order, as with NCCL.
 
+mod affinity;
 mod barrier;
 mod buffer;
 mod collectives;
@@ -250,6 +251,16 @@ impl Communicator {
         segment.unlink();
         let segment = Arc::new(segment);
         let local_ranks = endpoints.iter().filter(|e| e.host == me.host).count();
+        let local_index = endpoints[..rank]
+            .iter()
+            .filter(|e| e.host == me.host)
+            .count();
+        let core_binding = affinity::CoreBinding::choose(
+            config.bind,
+            local_index,
+            local_ranks,
+            &affinity::allowed_cpus(),
+        );
         let hosts = match &config.hosts_override {
             Some(o) => o.labels(size)?,
             None => endpoints.iter().map(|e| e.host.clone()).collect(),
@@ -264,6 +275,7 @@ impl Communicator {
             nhosts,
             local_ranks,
             tcp_addrs: endpoints.iter().map(|e| e.tcp).collect(),
+            core_binding,
         };
         let error = Arc::new(std::sync::Mutex::new(None));
         // Proxy threads raise the failure word of every segment we reach.
@@ -351,7 +363,7 @@ impl Communicator {
             .map(|p| (p, endpoints_pids[p]))
             .collect();
         watchdog::start(proxy::weak(&inner), rank, shm_peers)?;
-        tracing::debug!(rank, size, local_ranks, "communicator ready");
+        tracing::debug!(rank, size, local_ranks, cpu = ?core_binding.cpu(), "communicator ready");
         Ok(Communicator { inner })
     }
 

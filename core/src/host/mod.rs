@@ -10,7 +10,7 @@ mod doorbell;
 mod event;
 mod graph;
 mod job;
-mod stream;
+pub(crate) mod stream;
 
 pub use buffer::{Element, HostBuffer, RawBuffer};
 pub use doorbell::{Doorbell, WaitCmp};

@@ -376,7 +376,19 @@ impl HostStream {
     }
 }
 
+thread_local! {
+    /// True on a host stream's worker thread.
+    static WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// True when the calling thread is a host stream's worker (what a
+/// communicator may bind to a core: `comm::affinity`).
+pub(crate) fn on_worker_thread() -> bool {
+    WORKER.get()
+}
+
 fn worker_loop(shared: &Shared) {
+    WORKER.set(true);
     // The worker goes straight to sleep when idle: a thread in `synchronize`
     // usually runs short jobs itself, and a spinning worker would only steal
     // the core from the ranks.
