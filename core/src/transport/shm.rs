@@ -36,7 +36,7 @@ impl ShmSegment {
     /// Its memory is allocated now (`posix_fallocate`), not page by page
     /// on first touch: a /dev/shm too small for it fails here, with an
     /// error, instead of a SIGBUS mid-collective (NCCL does the same), and
-    /// no page fault lands in the data path (see [`map`]).
+    /// no page fault lands in the data path (the mapping is populated).
     ///
     /// # Errors
     /// [`Error::Os`] when `shm_open`, `ftruncate`, `posix_fallocate` or
