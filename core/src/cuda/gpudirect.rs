@@ -45,11 +45,11 @@ impl NicAccess for CudaNic {
 /// Probes GPUDirect RDMA for `comm` on `device` (see
 /// `device::gpudirect::establish`), registering a scratch allocation of
 /// 2 MiB to try; `None` without the `verbs` feature, without verbs peers,
-/// or where it does not work.
+/// with `STREAMCOMM_GPUDIRECT=0`, or where it does not work.
 pub(super) fn establish(comm: &Communicator, device: &Device) -> Option<Arc<dyn NicAccess>> {
     #[cfg(feature = "verbs")]
     {
-        comm.rdma_device()?;
+        let dev = crate::device::gpudirect::wanted(comm)?;
         let scratch = match streamcomm_gpu::DeviceBuffer::alloc(device, 2 << 20) {
             Ok(b) => b,
             Err(e) => {
@@ -64,7 +64,7 @@ pub(super) fn establish(comm: &Communicator, device: &Device) -> Option<Arc<dyn 
             export: &export,
             peermem: crate::transport::verbs::gpudirect::peermem_loaded(),
         };
-        crate::device::gpudirect::establish(comm, &probe, |mode| {
+        crate::device::gpudirect::establish(&dev, &probe, |mode| {
             Arc::new(CudaNic {
                 device: device.clone(),
                 mode,

@@ -97,6 +97,23 @@ impl fmt::Debug for DeviceSpan {
     }
 }
 
+/// The RDMA device GPUDirect would use for `comm`'s device operations:
+/// `None` when no peer moves by RDMA, or with `STREAMCOMM_GPUDIRECT=0`
+/// (logged). What to check before allocating memory to probe with.
+#[cfg(feature = "verbs")]
+pub(crate) fn wanted(
+    comm: &crate::Communicator,
+) -> Option<Arc<crate::transport::verbs::device::Device>> {
+    let dev = comm.rdma_device()?;
+    if !comm.config().gpudirect {
+        tracing::info!(
+            "GPUDirect RDMA off (STREAMCOMM_GPUDIRECT=0): device p2p over verbs is staged"
+        );
+        return None;
+    }
+    Some(dev)
+}
+
 /// Where the probe of [`establish`] tries registrations.
 pub(crate) struct ProbeMemory<'a> {
     /// Live device memory to register (`len` bytes at `addr`, page aligned).
@@ -109,28 +126,20 @@ pub(crate) struct ProbeMemory<'a> {
     pub peermem: bool,
 }
 
-/// Probes GPUDirect RDMA for `comm`'s device operations: `None` when no
-/// peer moves by RDMA, `STREAMCOMM_GPUDIRECT=0`, or neither registration
-/// works on this rank's NIC (then its device p2p is staged); else the
-/// access `make` builds for the mode that works. Logged once per
+/// Probes GPUDirect RDMA on `dev` (from [`wanted`]): `None` when neither
+/// registration works on this rank's NIC (then its device p2p is staged);
+/// else the access `make` builds for the mode that works. Logged once per
 /// communicator. Each rank decides alone: the protocol is the same either
 /// way (device groups send every non-empty message over verbs by
 /// rendezvous).
 #[cfg(feature = "verbs")]
 pub(crate) fn establish(
-    comm: &crate::Communicator,
+    dev: &Arc<crate::transport::verbs::device::Device>,
     probe: &ProbeMemory<'_>,
     make: impl FnOnce(GpuDirectMode) -> Arc<dyn NicAccess>,
 ) -> Option<Arc<dyn NicAccess>> {
-    let dev = comm.rdma_device()?;
-    if !comm.config().gpudirect {
-        tracing::info!(
-            "GPUDirect RDMA off (STREAMCOMM_GPUDIRECT=0): device p2p over verbs is staged"
-        );
-        return None;
-    }
     match crate::transport::verbs::gpudirect::probe(
-        &dev,
+        dev,
         probe.addr,
         probe.len,
         probe.export,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use rand::Rng;
 
-use super::gpudirect::{establish, ProbeMemory};
+use super::gpudirect::{establish, wanted, ProbeMemory};
 use super::tests::{assert_no_errors, check_received, input, p2p, Rank, POISON};
 use super::{DeviceShared, GpuDirectMode, NicAccess};
 use crate::bootstrap::UniqueId;
@@ -98,9 +98,11 @@ fn on_ranks<T: Send + 'static>(
                 };
                 let nic = Arc::new(EmulatedNic::default());
                 let shared = DeviceShared::new().unwrap();
-                let made = establish(&comm, &probe, |mode| {
-                    assert_eq!(mode, GpuDirectMode::PeerMem);
-                    nic.clone() as Arc<dyn NicAccess>
+                let made = wanted(&comm).and_then(|dev| {
+                    establish(&dev, &probe, |mode| {
+                        assert_eq!(mode, GpuDirectMode::PeerMem);
+                        nic.clone() as Arc<dyn NicAccess>
+                    })
                 });
                 let nic = made.map(|m| {
                     let _ = shared.gpudirect.set(m);

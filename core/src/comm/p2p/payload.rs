@@ -9,6 +9,14 @@
 
 use crate::device::DeviceSpan;
 
+/// Where an operation's first byte is, for the NIC.
+pub(super) enum Place<'s> {
+    /// A host address.
+    Host(u64),
+    /// Device memory.
+    Device(&'s DeviceSpan),
+}
+
 /// What a send reads.
 pub(super) enum Src<'a> {
     /// Locked host bytes.
@@ -34,6 +42,15 @@ impl Src<'_> {
         }
     }
 
+    /// Where the bytes are (what the NIC registers: verbs builds only).
+    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
+    pub fn place(&self) -> Place<'_> {
+        match self {
+            Src::Host(b) => Place::Host(b.as_ptr() as u64),
+            Src::Device(d) => Place::Device(d),
+        }
+    }
+
     /// The bytes, where the CPU may read them.
     pub fn host(&self) -> Option<&[u8]> {
         match self {
@@ -53,11 +70,19 @@ impl Dst<'_> {
         }
     }
 
+    /// Where the bytes are.
+    pub fn place(&self) -> Place<'_> {
+        match self {
+            Dst::Host(b) => Place::Host(b.as_ptr() as u64),
+            Dst::Device(d) => Place::Device(d),
+        }
+    }
+
     /// Address of the first byte (host or device).
     pub fn addr(&self) -> u64 {
-        match self {
-            Dst::Host(b) => b.as_ptr() as u64,
-            Dst::Device(d) => d.addr,
+        match self.place() {
+            Place::Host(a) => a,
+            Place::Device(d) => d.addr,
         }
     }
 

@@ -14,6 +14,8 @@
 //! (`transport::verbs::gpudirect`), held while the NIC may touch it. Without
 //! the `verbs` feature nothing here applies: [`is_rdma`] is false.
 
+#[cfg(feature = "verbs")]
+use super::payload::Place;
 use super::payload::{Dst, Src};
 use crate::transport::Connection;
 use crate::Result;
@@ -45,13 +47,7 @@ pub(super) fn is_rdma(conn: &Connection) -> bool {
 pub(super) fn register(conn: &Connection, dst: &Dst<'_>, len: usize) -> Result<Option<(u32, Reg)>> {
     #[cfg(feature = "verbs")]
     if let Some(p) = conn.rdma() {
-        let regs = p.lock().regs().clone();
-        let reg = match dst {
-            Dst::Host(b) => regs.get(b.as_ptr() as usize, len)?,
-            Dst::Device(d) => {
-                crate::transport::verbs::gpudirect::register(regs.device(), &d.slice(0, len))?
-            }
-        };
+        let reg = registration(p, &dst.place(), len)?;
         return Ok(Some((reg.rkey(), reg)));
     }
     let _ = (conn, dst, len);
@@ -75,27 +71,36 @@ pub(super) fn write(
 ) -> Result<Option<u64>> {
     #[cfg(feature = "verbs")]
     if let Some(p) = conn.rdma() {
-        let local = match data {
-            Src::Host(b) => b.as_ptr() as u64,
-            Src::Device(d) => d.addr,
+        let place = data.place();
+        let local = match place {
+            Place::Host(a) => a,
+            Place::Device(d) => d.addr,
         };
         let reg = match held {
             Some(r) => r,
-            None => {
-                let regs = p.lock().regs().clone();
-                held.insert(match data {
-                    Src::Host(_) => regs.get(local as usize, len)?,
-                    Src::Device(d) => crate::transport::verbs::gpudirect::register(
-                        regs.device(),
-                        &d.slice(0, len),
-                    )?,
-                })
-            }
+            None => held.insert(registration(p, &place, len)?),
         };
         return p.lock().write_user(reg, local, len, addr, rkey);
     }
     let _ = (conn, data, len, addr, rkey, held);
     Ok(None)
+}
+
+/// A registration of the first `len` bytes at `place`: host memory from
+/// the communicator's cache, device memory made afresh.
+#[cfg(feature = "verbs")]
+fn registration(
+    p: &crate::transport::verbs::progress::SharedPeer,
+    place: &Place<'_>,
+    len: usize,
+) -> Result<Reg> {
+    let regs = p.lock().regs().clone();
+    match place {
+        Place::Host(a) => regs.get(*a as usize, len),
+        Place::Device(d) => {
+            crate::transport::verbs::gpudirect::register(regs.device(), &d.slice(0, len))
+        }
+    }
 }
 
 /// Sender: whether write `wr` from [`write`] completed.
