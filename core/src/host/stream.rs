@@ -39,12 +39,18 @@ struct Shared {
     /// to run, or the stream shuts down: what the worker sleeps on.
     work_version: AtomicU64,
     work: Notifier,
-    /// Bumped (and `done` notified) when a job completes: what threads in
-    /// `synchronize` sleep on. Kept apart from `work` so that completions do
-    /// not wake the worker (a context switch each, costly when ranks
-    /// outnumber cores).
-    done_version: AtomicU64,
+    /// The smallest completion count a thread asleep in `synchronize`
+    /// waits for (`u64::MAX`: none). Only the completion that reaches it
+    /// notifies `done`, so a thread waiting for the last of 50 queued
+    /// collectives is woken once, not 50 times (each wake a context switch
+    /// on a core some rank's stream thread needs).
+    wanted: AtomicU64,
+    /// What threads in `synchronize` sleep on. Kept apart from `work` so
+    /// that completions do not wake the worker.
     done: Notifier,
+    /// How many completions notified `done` (a test checks that it is one
+    /// per target reached, not one per job).
+    done_wakes: AtomicU64,
     enqueued: AtomicU64,
     completed: AtomicU64,
     timeout: Duration,
@@ -64,10 +70,24 @@ impl Shared {
         self.work.notify();
     }
 
-    /// Wakes synchronizing threads: a job completed.
-    fn bump_done(&self) {
-        self.done_version.fetch_add(1, Ordering::Release);
-        self.done.notify();
+    /// Counts a completed job and wakes the threads in `synchronize` if
+    /// one of them waits for this count. The woken ones register again
+    /// ([`Shared::wait_for`]) if they need more.
+    fn count_done(&self) {
+        let done = self.completed.fetch_add(1, Ordering::SeqCst) + 1;
+        if done >= self.wanted.load(Ordering::SeqCst) {
+            self.wanted.store(u64::MAX, Ordering::SeqCst);
+            self.done_wakes.fetch_add(1, Ordering::Relaxed);
+            self.done.notify();
+        }
+    }
+
+    /// True once `target` jobs completed; otherwise registers `target` for
+    /// [`Shared::count_done`] (before the caller sleeps: checked after the
+    /// registration, so a completion cannot slip between them).
+    fn wait_for(&self, target: u64) -> bool {
+        self.wanted.fetch_min(target, Ordering::SeqCst);
+        self.completed.load(Ordering::SeqCst) >= target
     }
 
     /// Runs the front job (called with `running` just set by the caller).
@@ -92,8 +112,7 @@ impl Shared {
             }
         }
         st.running = false;
-        self.completed.fetch_add(1, Ordering::Release);
-        self.bump_done();
+        self.count_done();
         if !st.queue.is_empty() {
             // Whoever ran this job may stop here (a synchronize reached its
             // target): make sure the worker picks up the rest.
@@ -157,8 +176,9 @@ impl HostStream {
             state: Mutex::new(State::default()),
             work_version: AtomicU64::new(0),
             work: Notifier::new(),
-            done_version: AtomicU64::new(0),
+            wanted: AtomicU64::new(u64::MAX),
             done: Notifier::new(),
+            done_wakes: AtomicU64::new(0),
             enqueued: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             timeout,
@@ -338,7 +358,6 @@ impl HostStream {
         // a 2-rank stream barrier).
         let policy = WaitPolicy::new(0, IDLE).with_yields(0);
         loop {
-            let seen = shared.done_version.load(Ordering::Acquire);
             if shared.completed.load(Ordering::Acquire) >= target {
                 break;
             }
@@ -349,9 +368,12 @@ impl HostStream {
                 continue;
             }
             drop(st);
-            let _ = shared.done.wait_until(&policy, || {
-                (shared.done_version.load(Ordering::Acquire) != seen).then_some(())
-            });
+            // Woken when the target is reached, or when the worker stopped
+            // with work queued (`run_one` bumps `work` then; the sleep slice
+            // bounds that case too): look again at the queue.
+            let _ = shared
+                .done
+                .wait_until(&policy, || shared.wait_for(target).then_some(()));
         }
         match &shared.lock().error {
             Some(e) => Err(e.clone()),
@@ -421,5 +443,72 @@ impl Drop for HostStream {
         if let Some(worker) = self.worker.take() {
             let _ = worker.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Enqueues a job that waits for `gate`, then `quick` empty jobs.
+    fn gated_queue(stream: &HostStream, gate: &Doorbell, quick: usize) {
+        stream.wait_value32(gate, 1, WaitCmp::Geq).unwrap();
+        for _ in 0..quick {
+            stream.host_fn(|| {}).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_synchronizing_thread_is_woken_once_not_per_job() {
+        let stream = HostStream::new().unwrap();
+        let gate = Doorbell::new();
+        gated_queue(&stream, &gate, 50);
+        let opener = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                gate.store(1);
+            })
+        };
+        stream.synchronize().unwrap();
+        opener.join().unwrap();
+        assert!(stream.query());
+        // The worker ran the 51 jobs while this thread slept (or this
+        // thread ran some itself): at most the one wake for its target.
+        let wakes = stream.shared.done_wakes.load(Ordering::Relaxed);
+        assert!(wakes <= 1, "woken {wakes} times for one synchronize");
+    }
+
+    #[test]
+    fn synchronizers_with_different_targets_all_return() {
+        let stream = Arc::new(HostStream::new().unwrap());
+        let gate = Doorbell::new();
+        let ran = Arc::new(AtomicU64::new(0));
+        stream.wait_value32(&gate, 1, WaitCmp::Geq).unwrap();
+        let mut waiters = Vec::new();
+        for batch in 1..=4u64 {
+            for _ in 0..10 {
+                let ran = ran.clone();
+                stream
+                    .host_fn(move || {
+                        ran.fetch_add(1, Ordering::SeqCst);
+                    })
+                    .unwrap();
+            }
+            // Each waiter wants everything enqueued so far: 1 + 10 * batch.
+            let (s, r) = (stream.clone(), ran.clone());
+            waiters.push(std::thread::spawn(move || {
+                s.synchronize().unwrap();
+                assert!(r.load(Ordering::SeqCst) >= 10 * batch);
+            }));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        gate.store(1);
+        let start = std::time::Instant::now();
+        for w in waiters {
+            w.join().unwrap();
+        }
+        assert_eq!(ran.load(Ordering::SeqCst), 40);
+        assert!(start.elapsed() < Duration::from_secs(5));
     }
 }
