@@ -9,8 +9,13 @@ Two steps, so that the model can be checked again without measuring again:
                                  (factor 8); each point is the median of
                                  LAUNCHES launches (default 3) of
                                  `streamcomm-bench`, each timing back-to-back
-                                 calls (50 per size up to 32 KiB, 5 above);
-                                 the load average is kept with every launch.
+                                 calls (1000 per size up to 32 KiB, 200 at
+                                 256 KiB, 20 above), so that the wake-up of
+                                 the ranks' idle stream threads at the start
+                                 of a batch (60-70 us each on this VM) is
+                                 spread over enough calls to measure the
+                                 steady state the model predicts; the load
+                                 average is kept with every launch.
   compare OUT.json TUNING [BENCH]
                                  the model's prediction for every point
                                  (`streamcomm-bench model --points`, with the
@@ -40,8 +45,11 @@ ALGOS = {
     "reduce": ["chain", "binomial"],
     "all_to_all": ["pairwise"],
 }
-# (first size, last size, timed calls, warm-up calls)
-SWEEPS = [("8", "32K", "50", "5"), ("256K", "16M", "5", "2")]
+# (first size, last size, timed calls, warm-up calls). Until 2026-11-30
+# (results/2026-11-30b and before): 50 calls up to 32 KiB, 5 above, where
+# the start of a batch (an idle thread woken: 60-70 us here) weighed as
+# much as the calls.
+SWEEPS = [("8", "32K", "1000", "20"), ("256K", "256K", "200", "5"), ("2M", "16M", "20", "3")]
 
 
 def load():

@@ -21,6 +21,16 @@
 //!   slot, whose rounds leave a rank idle too long to be caught before it
 //!   sleeps; the wake-ups are what the model, given everything else, then
 //!   lacks to predict it.
+//! - The two regimes of the shm link. The shm launches above (twice the
+//!   cores) give the crowded step (`shm.alpha_crowded_us`) and the per-byte
+//!   cost out of memory. They also time a chain broadcast small enough that
+//!   all ranks' buffers fit in a quarter of the last-level cache
+//!   (`cache_bytes`, from sysfs): the cached byte
+//!   (`shm.beta_cached_ns_per_byte`). A second shm launch with one rank per
+//!   core times the 8-byte all-reduce again: the step when each rank has a
+//!   core (`shm.alpha_us`). Measured here on 2 cores (2026-11-30): 1.2 µs
+//!   crowded against 0.6-1.0 µs one rank per core, and 0.06-0.09 ns/B
+//!   within the cache against 0.14-0.19 out of memory.
 //!
 //! Medians of several repetitions within a launch and of three launches,
 //! so a scheduler hiccup does not become a parameter.
@@ -75,6 +85,7 @@ pub struct CalibrateCli {
 pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
     let gamma = reduce_gamma();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cache_bytes = crate::machine::last_level_cache_bytes();
     let mut links = Vec::new();
     let mut shm_runs = Vec::new();
     for transport in ["shm", "tcp"] {
@@ -91,6 +102,9 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
                 base: CostParams {
                     gamma,
                     cores,
+                    // Both calls out of memory here: the cached regime is
+                    // calibrated below.
+                    cache_bytes: 0,
                     ..links
                         .first()
                         .map_or_else(CostParams::default, |&shm| CostParams {
@@ -127,7 +141,22 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
         wake: 0.0,
         spin,
         yields,
+        crowded_alpha: links[0].alpha,
+        cached_beta: links[0].beta,
+        cache_bytes,
     };
+    params.cached_beta = cached_beta(&params, &shm_runs);
+    let crowded_ranks = ranks_for("shm", cli, cores);
+    if cores >= 2 && crowded_ranks > cores {
+        params.shm.alpha = uncrowded_alpha(&params, cores)?;
+    }
+    eprintln!(
+        "streamcomm-bench: shm regimes: step {:.2} us with a core per rank, {:.2} us with {crowded_ranks} ranks on {cores} cores; {:.3} ns/B within the {} MiB cache",
+        params.shm.alpha * 1e6,
+        params.crowded_alpha * 1e6,
+        params.cached_beta * 1e9,
+        cache_bytes >> 20,
+    );
     // The wake-up cost: a recursive-doubling all-gather of one slot in all
     // over shm has rounds in which a rank waits, idle, for its partner's
     // blocks, too long to be caught while spinning or yielding; with
@@ -178,6 +207,58 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
     Ok(())
 }
 
+/// The per-byte cost within the cache: what makes the model predict the
+/// shm launches' broadcast of `cached_bytes` (median over launches;
+/// `shm.beta` when the cache size is unknown).
+fn cached_beta(params: &CostParams, runs: &[Measured]) -> f64 {
+    let betas: Vec<f64> = runs
+        .iter()
+        .filter(|m| m.cached_bytes > 0 && params.cache_bytes > 0)
+        .map(|m| {
+            let shape = Shape::new(m.ranks, m.ranks, m.slot);
+            let bc = |b: f64| {
+                let p = CostParams {
+                    cached_beta: b,
+                    ..*params
+                };
+                let c = Collective::Broadcast { root: 0 };
+                predict(&p, c, Algorithm::Chain, m.cached_bytes, 1, &shape).unwrap_or(0.0)
+            };
+            bisect(bc, m.cached)
+        })
+        .collect();
+    if betas.is_empty() {
+        return params.shm.beta;
+    }
+    median(betas)
+}
+
+/// The step with a core per rank: [`LAUNCHES`] shm launches of `cores`
+/// ranks, each 8-byte all-reduce solved for `shm.alpha` (the median).
+///
+/// # Errors
+/// When the ranks fail.
+fn uncrowded_alpha(params: &CostParams, cores: usize) -> Fallible<f64> {
+    let alphas: Vec<f64> = launches("shm", cores)?
+        .iter()
+        .map(|m| {
+            let shape = Shape::new(m.ranks, m.ranks, m.slot);
+            let ar = |a: f64| {
+                let p = CostParams {
+                    shm: LinkCost {
+                        alpha: a,
+                        beta: params.shm.beta,
+                    },
+                    ..*params
+                };
+                predict(&p, Collective::AllReduce, Algorithm::Ring, 8, 1, &shape).unwrap_or(0.0)
+            };
+            bisect(ar, m.small)
+        })
+        .collect();
+    Ok(median(alphas))
+}
+
 /// The middle value (upper middle for an even count).
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -192,6 +273,10 @@ struct Measured {
     large: f64,
     /// Seconds per call of a recursive-doubling all-gather of one slot.
     mid: f64,
+    /// Seconds per call of a chain broadcast of `cached_bytes` (0: the
+    /// cache size is unknown, not measured).
+    cached: f64,
+    cached_bytes: usize,
     big: usize,
     slot: usize,
 }
@@ -233,14 +318,16 @@ fn launches(transport: &str, ranks: usize) -> Fallible<Vec<Measured>> {
                     .map_err(|e| format!("{transport} result {w:?}: {e}"))
             })
             .collect::<Result<_, _>>()?;
-        let [small, large, mid, big, slot] = v[..] else {
-            return Err(format!("{transport} result {text:?}: expected 5 numbers"));
+        let [small, large, mid, cached, big, slot, cached_bytes] = v[..] else {
+            return Err(format!("{transport} result {text:?}: expected 7 numbers"));
         };
         out.push(Measured {
             ranks,
             small,
             mid,
             large,
+            cached,
+            cached_bytes: cached_bytes as usize,
             big: big as usize,
             slot: slot as usize,
         });
@@ -286,11 +373,30 @@ pub fn rank(cli: &CalibrateCli) -> Fallible<()> {
         slot,
         (cli.iters / 4).max(5),
     )?;
+    // Small enough that every rank's two buffers fit in a quarter of the
+    // cache (the model's bound for the cached regime), at most 8 slots; a
+    // multiple of 8 bytes.
+    let cache = crate::machine::last_level_cache_bytes();
+    let cached_bytes = (cache / (8 * comm.size())).min(8 * slot) & !7;
+    let cached = if cached_bytes > 0 {
+        per_call(
+            &comm,
+            &stream,
+            Call::Broadcast,
+            cached_bytes,
+            (cli.iters / 4).max(5),
+        )?
+    } else {
+        0.0
+    };
     comm.barrier_host().context("final barrier")?;
     if comm.rank() == 0 {
         if let Ok(path) = std::env::var(ENV_OUT) {
-            std::fs::write(&path, format!("{small:e} {large:e} {mid:e} {big} {slot}\n"))
-                .with_context(|| format!("write {path}"))?;
+            std::fs::write(
+                &path,
+                format!("{small:e} {large:e} {mid:e} {cached:e} {big} {slot} {cached_bytes}\n"),
+            )
+            .with_context(|| format!("write {path}"))?;
         }
     }
     Ok(())
@@ -427,7 +533,10 @@ impl Fit {
         if self.tcp {
             p.tcp = link;
         } else {
+            // Whichever regime the launch's shape is in.
             p.shm = link;
+            p.crowded_alpha = alpha;
+            p.cached_beta = beta;
         }
         p
     }

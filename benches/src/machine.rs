@@ -126,3 +126,77 @@ pub fn core_to_core_round_trip(iters: u64) -> (f64, f64) {
     let at = |q: f64| samples[((samples.len() - 1) as f64 * q) as usize];
     (at(0.5), at(0.99))
 }
+
+/// Bytes of this host's last-level cache, all instances together (one
+/// per socket, or per core complex): what `/sys/devices/system/cpu` says,
+/// 0 where it says nothing readable.
+pub fn last_level_cache_bytes() -> usize {
+    let Ok(cpus) = std::fs::read_dir("/sys/devices/system/cpu") else {
+        return 0;
+    };
+    // (level, shared CPU list, bytes) of every data or unified cache.
+    let mut caches = Vec::new();
+    for cpu in cpus.flatten() {
+        let name = cpu.file_name();
+        let name = name.to_string_lossy();
+        if !name.starts_with("cpu") || !name[3..].bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(indices) = std::fs::read_dir(cpu.path().join("cache")) else {
+            continue;
+        };
+        for index in indices.flatten() {
+            let read = |f: &str| std::fs::read_to_string(index.path().join(f)).unwrap_or_default();
+            let (level, kind, shared) = (read("level"), read("type"), read("shared_cpu_list"));
+            let (Ok(level), Some(bytes)) = (level.trim().parse::<u32>(), cache_size(&read("size")))
+            else {
+                continue;
+            };
+            if kind.trim() != "Instruction" {
+                caches.push((level, shared.trim().to_string(), bytes));
+            }
+        }
+    }
+    let Some(top) = caches.iter().map(|c| c.0).max() else {
+        return 0;
+    };
+    let mut seen = std::collections::BTreeMap::new();
+    for (level, shared, bytes) in caches {
+        if level == top {
+            seen.insert(shared, bytes);
+        }
+    }
+    seen.values().sum()
+}
+
+/// A sysfs cache size (`32768K`, `2M`, `512`) in bytes.
+fn cache_size(text: &str) -> Option<usize> {
+    let t = text.trim();
+    let (digits, unit) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => t.split_at(i),
+        None => (t, ""),
+    };
+    let n: usize = digits.parse().ok()?;
+    let scale = match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(scale)
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+
+    #[test]
+    fn sysfs_cache_sizes_parse() {
+        assert_eq!(cache_size("32768K\n"), Some(32 << 20));
+        assert_eq!(cache_size("2M"), Some(2 << 20));
+        assert_eq!(cache_size("512"), Some(512));
+        assert_eq!(cache_size("12Q"), None);
+        assert_eq!(cache_size(""), None);
+    }
+}

@@ -18,13 +18,25 @@
 //! stream, as a training loop issues them and `streamcomm-bench` times
 //! them. With a core per rank it is the larger of the critical path and the
 //! work of all ranks of one host divided by its cores. With more ranks than
-//! cores (8 ranks on 2 cores here) it is that work alone: a waiting rank
-//! does not spin then (spin budget 0), it gives its core to a rank that has
-//! work, and a rank that finished its part of one call starts the next, so
-//! the critical path's waits overlap other ranks' steps. (Measured: pricing
-//! the critical path there put 49–55% of 460 points within 35% on three
-//! measurement runs of 2026-11-30 and 40% on 2026-11-29's; the work alone,
-//! 59–63% and 52%: `benches/results/2026-11-30`.)
+//! cores (8 ranks on 2 cores here) a waiting rank does not spin (spin
+//! budget 0), it gives its core to a rank that has work, and a rank that
+//! finished its part of one call starts the next. So a rooted collective
+//! (broadcast, reduce), whose calls pipeline into each other, costs its
+//! work alone; the others cost the larger of the work and the critical
+//! path with each hop waiting about one turn of the ranks sharing a core.
+//! A step then costs the crowded `alpha`, which includes handing a core
+//! over.
+//!
+//! Bytes cost the cached `beta` while the buffers of all the ranks on a
+//! host fit in a quarter of its last-level cache (where `calibrate`
+//! measures it), the memory one beyond. A copy inside a rank (its input
+//! into its output) costs no step and one copy of its bytes.
+//!
+//! Measured on 2 cores, 1000 back-to-back calls a point up to 32 KiB
+//! (`benches/results/2026-11-30e`): the model is within 35% of 72-74% of
+//! 460 points, from 55% before the regimes, the local copies and the
+//! crowded critical path (one `alpha`, one `beta`, work alone when
+//! crowded, on the same measurements).
 //!
 //! A waiting rank spins a little (`spin`; not at all when ranks outnumber
 //! cores), yields for a while (`yields`), then sleeps, and a rank that slept
@@ -92,6 +104,11 @@ enum Span {
     Dist(usize),
     /// This fraction of the steps cross hosts.
     Mixed(f64),
+    /// A copy inside the rank (its input into its output): no slot handed
+    /// over, so no per-step cost, and one copy of the bytes where a step
+    /// through a slot makes two (into the slot, out of it), which `beta`
+    /// prices together.
+    Local,
 }
 
 /// A run of similar steps.
@@ -140,7 +157,23 @@ pub fn predict(
         return None;
     }
     let phases = phases(collective, algo, count, esize, shape);
+    let crowded = shape.sharing > params.cores;
+    let shm_link = LinkCost {
+        alpha: if crowded {
+            params.crowded_alpha
+        } else {
+            params.shm.alpha
+        },
+        beta: if cached(params, collective, count * esize, shape) {
+            params.cached_beta
+        } else {
+            params.shm.beta
+        },
+    };
     let step = |p: &Phase| {
+        if let Span::Local = p.span {
+            return p.bytes * shm_link.beta / 2.0;
+        }
         let cost = |l: &LinkCost| {
             l.alpha
                 + p.bytes * l.beta
@@ -150,14 +183,14 @@ pub fn predict(
                     0.0
                 }
         };
-        let (shm, tcp) = (cost(&params.shm), cost(&params.tcp));
+        let (shm, tcp) = (cost(&shm_link), cost(&params.tcp));
         let multi = shape.hosts > 1;
         match p.span {
             Span::Ring if multi => {
                 // Latency: `hosts` of the `ranks` hops cross hosts; bandwidth:
                 // the pipeline runs at the pace of the slowest link.
                 let f = shape.hosts as f64 / shape.ranks as f64;
-                let latency = shm + f * (params.tcp.alpha - params.shm.alpha);
+                let latency = shm + f * (params.tcp.alpha - shm_link.alpha);
                 latency.max(p.bytes * params.tcp.beta)
             }
             Span::RingFill if multi => {
@@ -169,7 +202,6 @@ pub fn predict(
             _ => shm,
         }
     };
-    let crowded = shape.sharing > params.cores;
     let (patience, per_core) = if crowded {
         let per_core = shape.sharing as f64 / params.cores.max(1) as f64;
         (params.yields, per_core)
@@ -177,19 +209,56 @@ pub fn predict(
         (params.spin + params.yields, 1.0)
     };
     let wakes = |p: &Phase| {
-        let waits = p.steps > 0.0 && !matches!(p.span, Span::Dist(0));
+        let waits = p.steps > 0.0 && !matches!(p.span, Span::Local | Span::Dist(0));
         if waits && step(p) * per_core > patience {
             params.wake
         } else {
             0.0
         }
     };
-    let crit: f64 = phases.iter().map(|p| p.steps * step(p) + wakes(p)).sum();
+    let path: f64 = phases.iter().map(|p| p.steps * step(p)).sum();
+    let crit = path + phases.iter().map(wakes).sum::<f64>();
     let avg: f64 = phases.iter().map(|p| p.avg * step(p)).sum();
     let sharing = shape.sharing as f64;
     let cores = (params.cores as f64).min(sharing).max(1.0);
     let work = avg * sharing / cores;
-    Some(if crowded { work } else { crit.max(work) })
+    let rooted = matches!(
+        collective,
+        Collective::Broadcast { .. } | Collective::Reduce { .. }
+    );
+    Some(match (crowded, rooted) {
+        (false, _) => crit.max(work),
+        // Crowded, a rooted collective's calls pipeline into each other: a
+        // rank starts the next call as soon as its part of this one is
+        // done, its peers downstream still busy with it. So only the work
+        // counts.
+        (true, true) => work,
+        // The others end each call with every rank waiting for data that
+        // crossed the whole schedule, and each hop of that path waits for
+        // its rank to be given a core: about one turn of the ranks sharing
+        // it. (Wake-ups are not on it: other ranks' steps fill them.)
+        (true, false) => work.max(path * per_core),
+    })
+}
+
+/// True when the send and receive buffers of all the ranks sharing the
+/// host's cores fit in its last-level cache (`params.cache_bytes`), for a
+/// call of `bytes` bytes as [`predict`] counts them: calls issued back to
+/// back on the same buffers then find them there.
+fn cached(params: &CostParams, collective: Collective, bytes: usize, shape: &Shape) -> bool {
+    let n = shape.ranks.max(1);
+    let per_rank = match collective {
+        Collective::AllReduce | Collective::Broadcast { .. } | Collective::Reduce { .. } => {
+            2 * bytes
+        }
+        Collective::AllGather | Collective::ReduceScatter => (n + 1) * bytes,
+        Collective::AllToAll => 2 * n * bytes,
+        Collective::Barrier => 0,
+    };
+    // A quarter: the footprint at which `streamcomm-bench calibrate` measures
+    // the cached byte (the slots, the rest of the processes and, on a
+    // virtual machine, other tenants use the cache too).
+    params.cache_bytes > 0 && per_rank.saturating_mul(shape.sharing) <= params.cache_bytes / 4
 }
 
 /// The phases of one call (empty when nothing moves).
@@ -213,7 +282,7 @@ fn phases(
         return Vec::new();
     }
     if n == 1 {
-        return vec![Phase::new(1.0, bytes, false, Span::Dist(0))];
+        return vec![Phase::new(1.0, bytes, false, Span::Local)];
     }
     let levels = n.next_power_of_two().trailing_zeros() as usize;
     match (collective, algo) {
@@ -231,10 +300,19 @@ fn phases(
         (Collective::AllGather | Collective::ReduceScatter, Algorithm::Ring) => {
             let (m, b) = cut(count);
             let reduce = collective == Collective::ReduceScatter;
-            vec![
-                Phase::new(m * (nf - 1.0), b, reduce, Span::Ring),
-                Phase::new(m, b, false, Span::Dist(0)),
-            ]
+            // Per chunk, `n - 1` hops along the ring; then the all-gather's
+            // copy of the rank's own input into its output, and for the
+            // reduce-scatter a step more: its first send and last receive
+            // each wait on a slot, with no hop to overlap them, and the
+            // receive finalises. (Measured 2026-11-30, 1000 calls: at
+            // 3 ranks and 504 B, 7.1 µs a call against the all-gather's
+            // 4.9 µs.)
+            let last = if reduce {
+                Phase::new(m, b, false, Span::Dist(0))
+            } else {
+                Phase::new(m, b, false, Span::Local)
+            };
+            vec![Phase::new(m * (nf - 1.0), b, reduce, Span::Ring), last]
         }
         (Collective::Broadcast { .. } | Collective::Reduce { .. }, Algorithm::Chain) => {
             let (m, b) = cut(count);
@@ -251,8 +329,8 @@ fn phases(
             let (m, b) = cut(count);
             let per = shape.ranks_per_host.min(n) as f64;
             vec![
-                Phase::new(1.0, bytes, false, Span::Dist(0)),
-                Phase::new(2.0 * m * (per - 1.0), b, false, Span::Dist(0)),
+                Phase::new(1.0, bytes, false, Span::Local),
+                Phase::new(2.0 * m * (per - 1.0), b, false, Span::Dist(1)),
                 Phase::new(2.0 * m * (nf - per), b, false, Span::Dist(usize::MAX)),
             ]
         }
@@ -276,10 +354,16 @@ fn phases(
                 0.0
             };
             let span = Span::Mixed(cross);
+            // The first chunk pair climbs `depth` hops and comes back down
+            // as many (both trees at once); each further pair costs the
+            // busiest rank's six steps, reducing two of them. (Measured at
+            // two ranks, 8 B-4 KiB, 1000 calls: 1.7-2.2 µs, two steps'
+            // worth, where six and both depths made eight.)
+            let more = m - 1.0;
             vec![
-                Phase::new(2.0 * m + depth, b, true, span).avg(1.5 * m),
-                Phase::new(m, b, false, span).avg(m),
-                Phase::new(3.0 * m + depth, b, false, span).avg(2.5 * m),
+                Phase::new(2.0 * more + depth, b, true, span).avg(1.5 * m),
+                Phase::new(more, b, false, span).avg(m),
+                Phase::new(3.0 * more + depth, b, false, span).avg(2.5 * m),
             ]
         }
         (Collective::AllReduce, Algorithm::HalvingDoubling) => {
@@ -306,14 +390,17 @@ fn phases(
             out
         }
         (Collective::AllGather, Algorithm::RecursiveDoubling | Algorithm::Bruck) => {
-            let mut out = vec![Phase::new(1.0, bytes, false, Span::Dist(0))];
+            let mut out = vec![Phase::new(1.0, bytes, false, Span::Local)];
             let pow2 = n.is_power_of_two() && algo == Algorithm::RecursiveDoubling;
             let mut dist = 1;
             while dist < n {
                 let blocks = dist.min(n - dist);
                 let (m, b) = cut(blocks * count);
                 let wrap = if pow2 { 0.0 } else { 0.5 };
-                out.push(Phase::new(2.0 * (m + wrap), b, false, Span::Dist(dist)));
+                // Each round sends `m` slots to one partner and receives `m`
+                // from another, at once: `m` steps as a ring counts them
+                // (one slot out, one in).
+                out.push(Phase::new(m + wrap, b, false, Span::Dist(dist)));
                 dist *= 2;
             }
             out
@@ -379,6 +466,75 @@ mod tests {
         // is latency, which other ranks' steps fill, so it adds nothing.
         let (with, without) = (at(&p(1e-3), 3, 192 << 10), at(&p(0.0), 3, 192 << 10));
         assert_eq!(with, without);
+    }
+
+    #[test]
+    fn crowded_ranks_pay_the_crowded_step_and_cached_buffers_the_cached_byte() {
+        let p = CostParams {
+            cores: 2,
+            shm: LinkCost {
+                alpha: 1e-6,
+                beta: 0.2e-9,
+            },
+            crowded_alpha: 3e-6,
+            cached_beta: 0.05e-9,
+            cache_bytes: 64 << 20,
+            gamma: 0.0,
+            ..CostParams::default()
+        };
+        let at = |p: &CostParams, c: Collective, n: usize, bytes: usize| {
+            let shape = Shape::new(n, n, 512 << 10);
+            predict(p, c, Algorithm::Ring, bytes, 1, &shape).unwrap()
+        };
+        let ar = Collective::AllReduce;
+        // 8 bytes: per-step cost only, the crowded one where 4 ranks share
+        // 2 cores.
+        let with = |alpha: f64, crowded_alpha: f64| CostParams {
+            shm: LinkCost { alpha, ..p.shm },
+            crowded_alpha,
+            ..p
+        };
+        assert!(at(&with(2e-6, 3e-6), ar, 2, 8) > 1.9 * at(&p, ar, 2, 8));
+        assert_eq!(at(&with(2e-6, 3e-6), ar, 4, 8), at(&p, ar, 4, 8));
+        assert!(at(&with(1e-6, 6e-6), ar, 4, 8) > 1.9 * at(&p, ar, 4, 8));
+        // 1 MiB on 2 ranks: 4 MiB of buffers, within a quarter of the
+        // 64 MiB cache; 16 MiB: 64 MiB of buffers, out of memory.
+        let slower = CostParams {
+            cached_beta: 0.1e-9,
+            ..p
+        };
+        assert!(at(&slower, ar, 2, 1 << 20) > 1.8 * at(&p, ar, 2, 1 << 20));
+        assert_eq!(at(&slower, ar, 2, 16 << 20), at(&p, ar, 2, 16 << 20));
+        // Without a cache size, nothing counts as cached.
+        let unknown = CostParams {
+            cache_bytes: 0,
+            ..slower
+        };
+        assert_eq!(
+            at(&unknown, ar, 2, 1 << 20),
+            at(
+                &CostParams {
+                    cached_beta: 0.2e-9,
+                    ..unknown
+                },
+                ar,
+                2,
+                1 << 20
+            )
+        );
+    }
+
+    #[test]
+    fn a_copy_inside_a_rank_costs_no_step() {
+        let p = CostParams {
+            cores: 64,
+            ..CostParams::default()
+        };
+        // A 2-rank ring all-gather of 8 bytes: one hop; copying the rank's
+        // own block into its output adds bytes, not a step.
+        let shape = Shape::new(2, 2, 512 << 10);
+        let t = predict(&p, Collective::AllGather, Algorithm::Ring, 2, 4, &shape).unwrap();
+        assert!(t >= p.shm.alpha && t < 1.01 * p.shm.alpha, "{t}");
     }
 
     #[test]

@@ -13,13 +13,18 @@
 //! wake_us = 100.0                # waking a rank that waited so long it slept
 //! spin_us = 5.0                  # how long a waiting rank spins (when ranks fit the cores)
 //! yield_us = 40.0                # then how long it yields before it sleeps
+//! shm.alpha_crowded_us = 1.2     # a step inside a host whose ranks outnumber its cores
+//! shm.beta_cached_ns_per_byte = 0.05  # a byte, while the host's buffers fit its cache
+//! cache_bytes = 33554432         # that cache (the last level, all of the host's)
 //! ```
 //!
 //! Parsing is strict: an unknown or repeated key, a missing key, a value
 //! that is not a finite non-negative number (or a positive integer for
 //! `cores`) is an error naming the line. `wake_us`, `spin_us` and
 //! `yield_us` may be left out (files written before they existed): they are
-//! then 0.
+//! then 0. So may the last three: the crowded step and the cached byte then
+//! cost what `shm.alpha_us` and `shm.beta_ns_per_byte` say, and no working
+//! set counts as cached.
 
 use std::path::Path;
 
@@ -56,6 +61,17 @@ pub struct CostParams {
     pub spin: f64,
     /// Seconds a waiting rank then yields before it sleeps.
     pub yields: f64,
+    /// Seconds per step inside a host whose ranks outnumber its cores (in
+    /// place of `shm.alpha`): a step then also hands a core from one rank
+    /// to another.
+    pub crowded_alpha: f64,
+    /// Seconds per byte inside a host while the buffers of all its ranks
+    /// fit in `cache_bytes` (in place of `shm.beta`): calls issued back to
+    /// back on the same buffers then copy from cache to cache.
+    pub cached_beta: f64,
+    /// Bytes of the host's last-level cache (0: no working set counts as
+    /// cached).
+    pub cache_bytes: usize,
 }
 
 impl Default for CostParams {
@@ -76,12 +92,15 @@ impl Default for CostParams {
             wake: 50.0e-6,
             spin: 5.0e-6,
             yields: 40.0e-6,
+            crowded_alpha: 2.0e-6,
+            cached_beta: 0.25e-9,
+            cache_bytes: 0,
         }
     }
 }
 
 /// The keys of the file, in the order they are written.
-const KEYS: [&str; 9] = [
+const KEYS: [&str; 12] = [
     "shm.alpha_us",
     "shm.beta_ns_per_byte",
     "tcp.alpha_us",
@@ -91,6 +110,9 @@ const KEYS: [&str; 9] = [
     "wake_us",
     "spin_us",
     "yield_us",
+    "shm.alpha_crowded_us",
+    "shm.beta_cached_ns_per_byte",
+    "cache_bytes",
 ];
 
 /// Index in [`KEYS`] of the first key that may be left out (then 0); the
@@ -120,7 +142,7 @@ impl CostParams {
     /// A message naming the line and what is wrong with it: not `key =
     /// value`, an unknown or repeated key, a bad value, or a missing key.
     pub fn parse(text: &str) -> std::result::Result<CostParams, String> {
-        let mut values: [Option<f64>; 9] = [None; 9];
+        let mut values: [Option<f64>; KEYS.len()] = [None; KEYS.len()];
         for (i, raw) in text.lines().enumerate() {
             let line = raw.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
@@ -150,9 +172,15 @@ impl CostParams {
             if key == "cores" && (v < 1.0 || v.fract() != 0.0 || v > 1e6) {
                 return Err(format!("{at}: cores = {value} must be a positive integer"));
             }
+            if key == "cache_bytes" && (v.fract() != 0.0 || v > 1e15) {
+                return Err(format!(
+                    "{at}: cache_bytes = {value} must be a whole number of bytes"
+                ));
+            }
             values[k] = Some(v);
         }
         let get = |k: usize| values[k].ok_or_else(|| format!("missing key {}", KEYS[k]));
+        let optional = |k: usize| values[OPTIONAL + k].unwrap_or(0.0);
         Ok(CostParams {
             shm: LinkCost {
                 alpha: get(0)? * 1e-6,
@@ -164,9 +192,12 @@ impl CostParams {
             },
             gamma: get(4)? * 1e-9,
             cores: get(5)? as usize,
-            wake: values[OPTIONAL].unwrap_or(0.0) * 1e-6,
-            spin: values[OPTIONAL + 1].unwrap_or(0.0) * 1e-6,
-            yields: values[OPTIONAL + 2].unwrap_or(0.0) * 1e-6,
+            wake: optional(0) * 1e-6,
+            spin: optional(1) * 1e-6,
+            yields: optional(2) * 1e-6,
+            crowded_alpha: values[OPTIONAL + 3].unwrap_or(get(0)?) * 1e-6,
+            cached_beta: values[OPTIONAL + 4].unwrap_or(get(1)?) * 1e-9,
+            cache_bytes: optional(5) as usize,
         })
     }
 
@@ -188,6 +219,9 @@ impl CostParams {
             self.wake * 1e6,
             self.spin * 1e6,
             self.yields * 1e6,
+            self.crowded_alpha * 1e6,
+            self.cached_beta * 1e9,
+            self.cache_bytes as f64,
         ];
         for (k, v) in KEYS.iter().zip(values) {
             out.push_str(&format!("{k} = {v}\n"));
@@ -216,6 +250,9 @@ mod tests {
             wake: 12e-6,
             spin: 3e-6,
             yields: 30e-6,
+            crowded_alpha: 2.5e-6,
+            cached_beta: 0.03e-9,
+            cache_bytes: 32 << 20,
         };
         let text = p.to_file(&["measured here".into()]);
         let back = CostParams::parse(&text).unwrap();
@@ -225,17 +262,22 @@ mod tests {
         assert!((back.wake - p.wake).abs() < 1e-15);
         assert!((back.spin - p.spin).abs() < 1e-15);
         assert!((back.yields - p.yields).abs() < 1e-15);
-        // A file from before `wake_us` still loads, with no wake-up cost.
+        assert!((back.crowded_alpha - p.crowded_alpha).abs() < 1e-15);
+        assert!((back.cached_beta - p.cached_beta).abs() < 1e-18);
+        assert_eq!(back.cache_bytes, 32 << 20);
+        // A file from before `wake_us` and the regimes still loads, with no
+        // wake-up cost, and the crowded step and cached byte costing what
+        // any other does.
         let old: String = text
             .lines()
-            .filter(|l| {
-                !["wake_us", "spin_us", "yield_us"]
-                    .iter()
-                    .any(|k| l.starts_with(k))
-            })
+            .filter(|l| !KEYS[OPTIONAL..].iter().any(|k| l.starts_with(k)))
             .map(|l| format!("{l}\n"))
             .collect();
-        assert_eq!(CostParams::parse(&old).unwrap().wake, 0.0);
+        let old = CostParams::parse(&old).unwrap();
+        assert_eq!(old.wake, 0.0);
+        assert_eq!(old.crowded_alpha, old.shm.alpha);
+        assert_eq!(old.cached_beta, old.shm.beta);
+        assert_eq!(old.cache_bytes, 0);
         let d = CostParams::default();
         assert_eq!(CostParams::parse(&d.to_file(&[])).unwrap().cores, d.cores);
     }
