@@ -20,7 +20,8 @@
 //! - `wake`: the shm ranks also time a recursive-doubling all-gather of one
 //!   slot, whose rounds leave a rank idle too long to be caught before it
 //!   sleeps; the wake-ups are what the model, given everything else, then
-//!   lacks to predict it.
+//!   lacks to predict it (on the launches with a core per rank below: with
+//!   more ranks than cores the model puts no wake-up on a call).
 //! - The two regimes of the shm link. The shm launches above (twice the
 //!   cores) give the crowded step (`shm.alpha_crowded_us`) and the per-byte
 //!   cost out of memory. They also time a chain broadcast small enough that
@@ -147,8 +148,14 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
     };
     params.cached_beta = cached_beta(&params, &shm_runs);
     let crowded_ranks = ranks_for("shm", cli, cores);
+    // The wake-up is fitted on launches with a core per rank: where ranks
+    // outnumber cores the model puts no wake-up on a call (other ranks'
+    // steps fill it), so those launches cannot show one.
+    let mut wake_runs = shm_runs;
     if cores >= 2 && crowded_ranks > cores {
-        params.shm.alpha = uncrowded_alpha(&params, cores)?;
+        let (alpha, runs) = uncrowded(&params, cores)?;
+        params.shm.alpha = alpha;
+        wake_runs = runs;
     }
     eprintln!(
         "streamcomm-bench: shm regimes: step {:.2} us with a core per rank, {:.2} us with {crowded_ranks} ranks on {cores} cores; {:.3} ns/B within the {} MiB cache",
@@ -163,7 +170,7 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
     // everything else known, the wake-ups are what the model then lacks to
     // predict it. (A ring, whose ranks move in lock step and rarely sleep,
     // cannot show it.)
-    let wakes: Vec<f64> = shm_runs
+    let wakes: Vec<f64> = wake_runs
         .iter()
         .map(|m| {
             let shape = Shape::new(m.ranks, m.ranks, m.slot);
@@ -173,6 +180,11 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
                 let block = m.slot / m.ranks;
                 predict(&p, c, Algorithm::RecursiveDoubling, block, 1, &shape).unwrap_or(0.0)
             };
+            // No wake-up in this prediction at all (its steps are within
+            // the patience): nothing to fit.
+            if ag(1.0) <= ag(0.0) {
+                return 0.0;
+            }
             bisect(ag, m.mid)
         })
         .collect();
@@ -234,12 +246,14 @@ fn cached_beta(params: &CostParams, runs: &[Measured]) -> f64 {
 }
 
 /// The step with a core per rank: [`LAUNCHES`] shm launches of `cores`
-/// ranks, each 8-byte all-reduce solved for `shm.alpha` (the median).
+/// ranks, each 8-byte all-reduce solved for `shm.alpha` (the median), and
+/// what the launches measured.
 ///
 /// # Errors
 /// When the ranks fail.
-fn uncrowded_alpha(params: &CostParams, cores: usize) -> Fallible<f64> {
-    let alphas: Vec<f64> = launches("shm", cores)?
+fn uncrowded(params: &CostParams, cores: usize) -> Fallible<(f64, Vec<Measured>)> {
+    let runs = launches("shm", cores)?;
+    let alphas: Vec<f64> = runs
         .iter()
         .map(|m| {
             let shape = Shape::new(m.ranks, m.ranks, m.slot);
@@ -256,7 +270,7 @@ fn uncrowded_alpha(params: &CostParams, cores: usize) -> Fallible<f64> {
             bisect(ar, m.small)
         })
         .collect();
-    Ok(median(alphas))
+    Ok((median(alphas), runs))
 }
 
 /// The middle value (upper middle for an even count).
