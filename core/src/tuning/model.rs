@@ -102,6 +102,10 @@ enum Span {
     RingFill,
     /// This many ranks apart.
     Dist(usize),
+    /// This many ranks apart, every rank sending at once: where that
+    /// crosses hosts, the ranks of a host share its link, each getting
+    /// `1 / ranks_per_host` of its bandwidth.
+    Exchange(usize),
     /// This fraction of the steps cross hosts.
     Mixed(f64),
     /// A copy inside the rank (its input into its output): no slot handed
@@ -198,6 +202,9 @@ pub fn predict(
                 shm + f * (tcp - shm)
             }
             Span::Dist(d) if multi && d >= shape.ranks_per_host => tcp,
+            Span::Exchange(d) if multi && d >= shape.ranks_per_host => {
+                tcp + p.bytes * params.tcp.beta * (shape.ranks_per_host as f64 - 1.0)
+            }
             Span::Mixed(f) if multi => shm + f * (tcp - shm),
             _ => shm,
         }
@@ -331,7 +338,7 @@ fn phases(
             vec![
                 Phase::new(1.0, bytes, false, Span::Local),
                 Phase::new(2.0 * m * (per - 1.0), b, false, Span::Dist(1)),
-                Phase::new(2.0 * m * (nf - per), b, false, Span::Dist(usize::MAX)),
+                Phase::new(2.0 * m * (nf - per), b, false, Span::Exchange(usize::MAX)),
             ]
         }
         (Collective::Broadcast { .. } | Collective::Reduce { .. }, Algorithm::Binomial) => {
@@ -383,8 +390,8 @@ fn phases(
                 // send is one copy (into the partner's slot), a receive the
                 // other (out of ours), so a pair costs one step of `b` bytes
                 // (beta counts both copies), halving reducing, doubling not.
-                out.push(Phase::new(m, b, true, Span::Dist(mask)));
-                out.push(Phase::new(m, b, false, Span::Dist(mask)));
+                out.push(Phase::new(m, b, true, Span::Exchange(mask)));
+                out.push(Phase::new(m, b, false, Span::Exchange(mask)));
                 mask /= 2;
             }
             out
@@ -400,7 +407,7 @@ fn phases(
                 // Each round sends `m` slots to one partner and receives `m`
                 // from another, at once: `m` steps as a ring counts them
                 // (one slot out, one in).
-                out.push(Phase::new(m + wrap, b, false, Span::Dist(dist)));
+                out.push(Phase::new(m + wrap, b, false, Span::Exchange(dist)));
                 dist *= 2;
             }
             out
