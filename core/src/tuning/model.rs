@@ -532,6 +532,37 @@ mod tests {
     }
 
     #[test]
+    fn ranks_crossing_hosts_at_once_share_the_link() {
+        // 16 ranks, 8 per host: the last recursive-doubling round (8 apart)
+        // sends 8 blocks from every rank across, 8 ranks through each
+        // host's link; the other rounds stay inside.
+        let p = CostParams {
+            cores: 64,
+            wake: 0.0,
+            ..CostParams::default()
+        };
+        let shape = Shape::new(16, 8, 512 << 10);
+        let block = 1 << 20;
+        let at = |tcp_beta: f64| {
+            let p = CostParams {
+                tcp: LinkCost {
+                    beta: tcp_beta,
+                    ..p.tcp
+                },
+                ..p
+            };
+            let ag = Collective::AllGather;
+            predict(&p, ag, Algorithm::RecursiveDoubling, block, 1, &shape).unwrap()
+        };
+        let across = at(1e-9) - at(0.0);
+        let expected = 8.0 * block as f64 * 1e-9 * 8.0;
+        assert!(
+            (across / expected - 1.0).abs() < 1e-9,
+            "{across} {expected}"
+        );
+    }
+
+    #[test]
     fn a_copy_inside_a_rank_costs_no_step() {
         let p = CostParams {
             cores: 64,
