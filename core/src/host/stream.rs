@@ -368,9 +368,10 @@ impl HostStream {
                 continue;
             }
             drop(st);
-            // Woken when the target is reached, or when the worker stopped
-            // with work queued (`run_one` bumps `work` then; the sleep slice
-            // bounds that case too): look again at the queue.
+            // Woken only once the target is reached: meanwhile the worker
+            // runs the queue (`run_one` wakes it for work left behind).
+            // Each sleep slice also ends here, and the loop looks at the
+            // queue again.
             let _ = shared
                 .done
                 .wait_until(&policy, || shared.wait_for(target).then_some(()));

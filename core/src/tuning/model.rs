@@ -32,11 +32,14 @@
 //! measures it), the memory one beyond. A copy inside a rank (its input
 //! into its output) costs no step and one copy of its bytes.
 //!
+//! Between hosts, rounds in which every rank crosses at once share the
+//! host's link.
+//!
 //! Measured on 2 cores, 1000 back-to-back calls a point up to 32 KiB
-//! (`benches/results/2026-11-30e`): the model is within 35% of 72-74% of
-//! 460 points, from 55% before the regimes, the local copies and the
-//! crowded critical path (one `alpha`, one `beta`, work alone when
-//! crowded, on the same measurements).
+//! (`benches/results/2026-11-30f`, three measurement runs): the model is
+//! within 35% at 70-75% of 460 points, where the model without these
+//! regimes and counts (one `alpha`, one `beta`, work alone when crowded)
+//! was at 55-57% on the same measurements.
 //!
 //! A waiting rank spins a little (`spin`; not at all when ranks outnumber
 //! cores), yields for a while (`yields`), then sleeps, and a rank that slept
