@@ -634,3 +634,50 @@ mod tests {
         assert!((beta / truth.beta - 1.0).abs() < 1e-6, "{beta}");
     }
 }
+
+#[cfg(test)]
+mod regime_tests {
+    use super::*;
+
+    #[test]
+    fn solves_back_the_cached_byte_and_falls_back_without_a_cache_size() {
+        let (ranks, slot) = (4, 1 << 19);
+        let cached_bytes = 1 << 20;
+        let truth = 0.06e-9;
+        let params = CostParams {
+            cores: 2,
+            cache_bytes: 32 << 20,
+            cached_beta: truth,
+            ..CostParams::default()
+        };
+        let shape = Shape::new(ranks, ranks, slot);
+        let c = Collective::Broadcast { root: 0 };
+        let cached = predict(&params, c, Algorithm::Chain, cached_bytes, 1, &shape).unwrap();
+        let runs: Vec<Measured> = [1.0, 1.0, 1.3]
+            .iter()
+            .map(|f| Measured {
+                ranks,
+                small: 0.0,
+                large: 0.0,
+                mid: 0.0,
+                cached: cached * f,
+                cached_bytes,
+                big: 0,
+                slot,
+            })
+            .collect();
+        // Start from another value: the fit must find the truth (the
+        // median launch), not keep what it was given.
+        let from = CostParams {
+            cached_beta: 1e-9,
+            ..params
+        };
+        let beta = cached_beta(&from, &runs);
+        assert!((beta / truth - 1.0).abs() < 1e-6, "{beta}");
+        let unknown = CostParams {
+            cache_bytes: 0,
+            ..from
+        };
+        assert_eq!(cached_beta(&unknown, &runs), unknown.shm.beta);
+    }
+}
