@@ -167,26 +167,20 @@ pub fn build_with(
     }
     let g = validate(collective, dtype, count, params)?;
     let (n, r) = (g.nranks, g.rank);
+    let (send_count, recv_count) = super::buffer_counts(collective, count, r, n);
     let mut work_count = 0;
-    let (send_count, recv_count, steps) = match (collective, algo) {
-        (Collective::AllReduce, Algorithm::Tree) => (count, count, tree::all_reduce(&g)),
-        (Collective::AllReduce, _) => (count, count, halving_doubling::all_reduce(&g)),
-        (Collective::AllGather, Algorithm::Bruck) => {
-            (count, n * count, recursive_doubling::bruck(&g))
-        }
-        (Collective::AllGather, _) => (count, n * count, recursive_doubling::all_gather(&g)),
-        (Collective::Broadcast { root }, _) => {
-            let send = if r == root { count } else { 0 };
-            (send, count, binomial::broadcast(&g, root))
-        }
+    let steps = match (collective, algo) {
+        (Collective::AllReduce, Algorithm::Tree) => tree::all_reduce(&g),
+        (Collective::AllReduce, _) => halving_doubling::all_reduce(&g),
+        (Collective::AllGather, Algorithm::Bruck) => recursive_doubling::bruck(&g),
+        (Collective::AllGather, _) => recursive_doubling::all_gather(&g),
+        (Collective::Broadcast { root }, _) => binomial::broadcast(&g, root),
         (Collective::Reduce { root }, _) => {
             let (steps, uses_recv) = binomial::reduce(&g, root);
-            if r == root {
-                (count, count, steps)
-            } else {
-                work_count = if uses_recv { count } else { 0 };
-                (count, 0, steps)
+            if r != root && uses_recv {
+                work_count = count;
             }
+            steps
         }
         // `candidates` lists no other non-default pair.
         _ => return build(collective, dtype, op, count, params),

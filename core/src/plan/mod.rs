@@ -111,23 +111,17 @@ pub fn build(
     params: &PlanParams,
 ) -> Result<Plan, Error> {
     let g = validate(collective, dtype, count, params)?;
-    let n = g.nranks;
-    let r = g.rank;
-    let (send_count, recv_count, steps) = match collective {
-        Collective::AllReduce => (count, count, ring::all_reduce(&g)),
-        Collective::AllGather => (count, n * count, ring::all_gather(&g)),
-        Collective::ReduceScatter => (n * count, count, ring::reduce_scatter(&g)),
-        Collective::Broadcast { root } => {
-            let send = if r == root { count } else { 0 };
-            (send, count, chain::broadcast(&g, root))
-        }
-        Collective::Reduce { root } => {
-            let recv = if r == root { count } else { 0 };
-            (count, recv, chain::reduce(&g, root))
-        }
-        Collective::AllToAll => (n * count, n * count, pairwise::all_to_all(&g)),
-        Collective::Barrier => (0, 0, barrier::dissemination(&g)),
+    let (send_count, recv_count) = buffer_counts(collective, count, g.rank, g.nranks);
+    let steps = match collective {
+        Collective::AllReduce => ring::all_reduce(&g),
+        Collective::AllGather => ring::all_gather(&g),
+        Collective::ReduceScatter => ring::reduce_scatter(&g),
+        Collective::Broadcast { root } => chain::broadcast(&g, root),
+        Collective::Reduce { root } => chain::reduce(&g, root),
+        Collective::AllToAll => pairwise::all_to_all(&g),
+        Collective::Barrier => barrier::dissemination(&g),
     };
+    let (n, r) = (g.nranks, g.rank);
     Ok(Plan {
         collective,
         dtype,
@@ -139,6 +133,27 @@ pub fn build(
         work_count: 0,
         steps,
     })
+}
+
+/// Elements of rank `rank`'s send and receive buffers for a call of
+/// `count` among `nranks` (NCCL's meaning of `count`, whatever the
+/// algorithm): the broadcast's root sends, the reduce's root receives, the
+/// other ranks pass no buffer there.
+pub(crate) fn buffer_counts(
+    collective: Collective,
+    count: usize,
+    rank: usize,
+    nranks: usize,
+) -> (usize, usize) {
+    match collective {
+        Collective::AllReduce => (count, count),
+        Collective::AllGather => (count, nranks * count),
+        Collective::ReduceScatter => (nranks * count, count),
+        Collective::Broadcast { root } => (if rank == root { count } else { 0 }, count),
+        Collective::Reduce { root } => (count, if rank == root { count } else { 0 }),
+        Collective::AllToAll => (nranks * count, nranks * count),
+        Collective::Barrier => (0, 0),
+    }
 }
 
 /// What the algorithm files need: who we are, how much, and the chunk size.

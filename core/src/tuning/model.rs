@@ -256,15 +256,14 @@ pub fn predict(
 /// call of `bytes` bytes as [`predict`] counts them: calls issued back to
 /// back on the same buffers then find them there.
 fn cached(params: &CostParams, collective: Collective, bytes: usize, shape: &Shape) -> bool {
-    let n = shape.ranks.max(1);
-    let per_rank = match collective {
-        Collective::AllReduce | Collective::Broadcast { .. } | Collective::Reduce { .. } => {
-            2 * bytes
-        }
-        Collective::AllGather | Collective::ReduceScatter => (n + 1) * bytes,
-        Collective::AllToAll => 2 * n * bytes,
-        Collective::Barrier => 0,
+    // The root's buffers, the largest (a rooted collective's other ranks
+    // pass one buffer, and work in a slot-sized piece of the other).
+    let root = match collective {
+        Collective::Broadcast { root } | Collective::Reduce { root } => root,
+        _ => 0,
     };
+    let (send, recv) = crate::plan::buffer_counts(collective, bytes, root, shape.ranks.max(1));
+    let per_rank = send.saturating_add(recv);
     // A quarter: the footprint at which `streamcomm-bench calibrate` measures
     // the cached byte (the slots, the rest of the processes and, on a
     // virtual machine, other tenants use the cache too).
