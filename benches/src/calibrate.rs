@@ -55,6 +55,10 @@ const LAUNCHES: usize = 3;
 /// Where rank 0 writes its measurements (set by the launcher).
 const ENV_OUT: &str = "STREAMCOMM_BENCH_CALIBRATE_OUT";
 
+/// The last-level cache size the launcher read, for the ranks to size the
+/// cached broadcast by the same figure the tuning file gets.
+const ENV_CACHE: &str = "STREAMCOMM_BENCH_CALIBRATE_CACHE";
+
 /// Arguments of `streamcomm-bench calibrate`.
 #[derive(Debug, Parser)]
 #[command(name = "streamcomm-bench calibrate")]
@@ -95,7 +99,7 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
         let ranks = ranks_for(transport, cli, cores);
         let per_host = if transport == "tcp" { 1 } else { ranks };
         let mut runs = Vec::new();
-        let measured = launches(transport, ranks)?;
+        let measured = launches(transport, ranks, cache_bytes)?;
         for m in &measured {
             let fit = Fit {
                 // All of them on this machine's cores, whatever the links.
@@ -170,24 +174,24 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
     // everything else known, the wake-ups are what the model then lacks to
     // predict it. (A ring, whose ranks move in lock step and rarely sleep,
     // cannot show it.)
-    let wakes: Vec<f64> = wake_runs
-        .iter()
-        .map(|m| {
-            let shape = Shape::new(m.ranks, m.ranks, m.slot);
-            let ag = |w: f64| {
-                let p = CostParams { wake: w, ..params };
-                let c = Collective::AllGather;
-                let block = m.slot / m.ranks;
-                predict(&p, c, Algorithm::RecursiveDoubling, block, 1, &shape).unwrap_or(0.0)
-            };
-            // No wake-up in this prediction at all (its steps are within
-            // the patience): nothing to fit.
-            if ag(1.0) <= ag(0.0) {
-                return 0.0;
-            }
-            bisect(ag, m.mid)
-        })
-        .collect();
+    // (Where the all-gather's steps are within the patience the prediction
+    // has no wake-up at all, and the fit gives 0.)
+    let wakes = solve_each(
+        &wake_runs,
+        |m| m.mid,
+        |m, shape, w| {
+            let p = CostParams { wake: w, ..params };
+            let block = m.slot / m.ranks;
+            predict(
+                &p,
+                Collective::AllGather,
+                Algorithm::RecursiveDoubling,
+                block,
+                1,
+                shape,
+            )
+        },
+    );
     params.wake = median(wakes.clone());
     eprintln!(
         "streamcomm-bench: waiting: spin {:.2} us, yield {:.2} us, wake {:.2} us (median of {LAUNCHES} launches: {})",
@@ -223,26 +227,22 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
 /// shm launches' broadcast of `cached_bytes` (median over launches;
 /// `shm.beta` when the cache size is unknown).
 fn cached_beta(params: &CostParams, runs: &[Measured]) -> f64 {
-    let betas: Vec<f64> = runs
-        .iter()
-        .filter(|m| m.cached_bytes > 0 && params.cache_bytes > 0)
-        .map(|m| {
-            let shape = Shape::new(m.ranks, m.ranks, m.slot);
-            let bc = |b: f64| {
-                let p = CostParams {
-                    cached_beta: b,
-                    ..*params
-                };
-                let c = Collective::Broadcast { root: 0 };
-                predict(&p, c, Algorithm::Chain, m.cached_bytes, 1, &shape).unwrap_or(0.0)
-            };
-            bisect(bc, m.cached)
-        })
-        .collect();
-    if betas.is_empty() {
+    let measured = runs.iter().filter(|m| m.cached_bytes > 0);
+    if params.cache_bytes == 0 || measured.clone().next().is_none() {
         return params.shm.beta;
     }
-    median(betas)
+    median(solve_each(
+        measured,
+        |m| m.cached,
+        |m, shape, b| {
+            let p = CostParams {
+                cached_beta: b,
+                ..*params
+            };
+            let c = Collective::Broadcast { root: 0 };
+            predict(&p, c, Algorithm::Chain, m.cached_bytes, 1, shape)
+        },
+    ))
 }
 
 /// The step with a core per rank: [`LAUNCHES`] shm launches of `cores`
@@ -252,25 +252,38 @@ fn cached_beta(params: &CostParams, runs: &[Measured]) -> f64 {
 /// # Errors
 /// When the ranks fail.
 fn uncrowded(params: &CostParams, cores: usize) -> Fallible<(f64, Vec<Measured>)> {
-    let runs = launches("shm", cores)?;
-    let alphas: Vec<f64> = runs
-        .iter()
+    let runs = launches("shm", cores, params.cache_bytes)?;
+    let alphas = solve_each(
+        &runs,
+        |m| m.small,
+        |_, shape, a| {
+            let p = CostParams {
+                shm: LinkCost {
+                    alpha: a,
+                    beta: params.shm.beta,
+                },
+                ..*params
+            };
+            predict(&p, Collective::AllReduce, Algorithm::Ring, 8, 1, shape)
+        },
+    );
+    Ok((median(alphas), runs))
+}
+
+/// For each launch (its ranks all on this machine's cores), the parameter
+/// value at which the model's prediction, `predict_with(launch, shape,
+/// value)`, reaches what the launch measured, `target(launch)`.
+fn solve_each<'a>(
+    runs: impl IntoIterator<Item = &'a Measured>,
+    target: impl Fn(&Measured) -> f64,
+    predict_with: impl Fn(&Measured, &Shape, f64) -> Option<f64>,
+) -> Vec<f64> {
+    runs.into_iter()
         .map(|m| {
             let shape = Shape::new(m.ranks, m.ranks, m.slot);
-            let ar = |a: f64| {
-                let p = CostParams {
-                    shm: LinkCost {
-                        alpha: a,
-                        beta: params.shm.beta,
-                    },
-                    ..*params
-                };
-                predict(&p, Collective::AllReduce, Algorithm::Ring, 8, 1, &shape).unwrap_or(0.0)
-            };
-            bisect(ar, m.small)
+            bisect(|x| predict_with(m, &shape, x).unwrap_or(0.0), target(m))
         })
-        .collect();
-    Ok((median(alphas), runs))
+        .collect()
 }
 
 /// The middle value (upper middle for an even count).
@@ -296,7 +309,7 @@ struct Measured {
 }
 
 /// [`LAUNCHES`] launches of `ranks` ranks over `transport`.
-fn launches(transport: &str, ranks: usize) -> Fallible<Vec<Measured>> {
+fn launches(transport: &str, ranks: usize, cache_bytes: usize) -> Fallible<Vec<Measured>> {
     let exe = std::env::current_exe().context("find this program's path")?;
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let mut out = Vec::new();
@@ -317,6 +330,7 @@ fn launches(transport: &str, ranks: usize) -> Fallible<Vec<Measured>> {
                 std::env::var("STREAMCOMM_TIMEOUT").unwrap_or_else(|_| "60".into()),
             )
             .env(ENV_OUT, file.as_os_str())
+            .env(ENV_CACHE, cache_bytes.to_string())
             .run()
             .context("start the ranks")?;
         if outcome.exit_code() != 0 {
@@ -390,7 +404,10 @@ pub fn rank(cli: &CalibrateCli) -> Fallible<()> {
     // Small enough that every rank's two buffers fit in a quarter of the
     // cache (the model's bound for the cached regime), at most 8 slots; a
     // multiple of 8 bytes.
-    let cache = crate::machine::last_level_cache_bytes();
+    let cache: usize = std::env::var(ENV_CACHE)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let cached_bytes = (cache / (8 * comm.size())).min(8 * slot) & !7;
     let cached = if cached_bytes > 0 {
         per_call(
@@ -584,10 +601,11 @@ impl Fit {
 }
 
 /// The `x >= 0` where the increasing `f` reaches `target` (0 when `f(0)`
-/// already does; capped at one second per unit).
+/// already does, or when `f` does not depend on `x` at all; capped at one
+/// second per unit).
 fn bisect(f: impl Fn(f64) -> f64, target: f64) -> f64 {
     let (mut lo, mut hi) = (0.0, 1e-9);
-    if f(lo) >= target {
+    if f(lo) >= target || f(1.0) <= f(lo) {
         return 0.0;
     }
     while f(hi) < target && hi < 1.0 {
