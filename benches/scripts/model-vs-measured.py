@@ -8,7 +8,9 @@ Two steps, so that the model can be checked again without measuring again:
                                  host, shared memory) and sizes 8 B to 16 MiB
                                  (factor 8); each point is the median of
                                  LAUNCHES launches (default 3) of
-                                 `streamcomm-bench`, each timing back-to-back
+                                 `streamcomm-bench`, taken in turns over
+                                 every configuration (so a point's launches
+                                 are minutes apart), each timing back-to-back
                                  calls (1000 per size up to 32 KiB, 200 at
                                  256 KiB, 20 above), so that the wake-up of
                                  the ranks' idle stream threads at the start
@@ -78,23 +80,25 @@ def run(bench, coll, algo, n, sweep):
 def measure(out, bench):
     launches = int(os.environ.get("LAUNCHES", "3"))
     ranks = [int(x) for x in os.environ.get("RANKS", "2 3 4 6 8").split()]
+    configs = [(coll, algo, n) for coll, algos in ALGOS.items() for algo in algos for n in ranks]
+    times, loads = {}, {}
+    # Launch after launch of every configuration, not one configuration's
+    # launches back to back: this machine's speed drifts over minutes, and
+    # a point's samples then span the whole measurement.
+    for launch in range(launches):
+        for coll, algo, n in configs:
+            for sweep in SWEEPS:
+                loads.setdefault((coll, algo, n), []).append(load())
+                for r in run(bench, coll, algo, n, sweep):
+                    if r["wrong"]:
+                        sys.exit(f"{coll} {algo} n={n}: {r['wrong']} wrong elements")
+                    times.setdefault((coll, algo, n, r["bytes"]), []).append(r["time_us"])
+        print(f"# launch {launch + 1} of {launches} done (load {load():.1f})", file=sys.stderr)
     points = []
-    for coll, algos in ALGOS.items():
-        for algo in algos:
-            for n in ranks:
-                times, loads = {}, []
-                for _ in range(launches):
-                    for sweep in SWEEPS:
-                        loads.append(load())
-                        for r in run(bench, coll, algo, n, sweep):
-                            if r["wrong"]:
-                                sys.exit(f"{coll} {algo} n={n}: {r['wrong']} wrong elements")
-                            times.setdefault(r["bytes"], []).append(r["time_us"])
-                for size, ts in sorted(times.items()):
-                    points.append({"collective": coll, "algo": algo, "ranks": n,
-                                   "bytes": size, "time_us": statistics.median(ts),
-                                   "samples_us": ts, "load": max(loads)})
-                print(f"# measured {coll} {algo} n={n} (load {max(loads):.1f})", file=sys.stderr)
+    for (coll, algo, n, size), ts in times.items():
+        points.append({"collective": coll, "algo": algo, "ranks": n, "bytes": size,
+                       "time_us": statistics.median(ts), "samples_us": ts,
+                       "load": max(loads[(coll, algo, n)])})
     with open(out, "w") as f:
         json.dump({"points": points}, f, indent=1)
 

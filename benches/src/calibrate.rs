@@ -5,13 +5,16 @@
 //!   time per byte of a sum-reduction kernel beyond a plain copy of the same
 //!   bytes, and `available_parallelism`.
 //! - `alpha` and `beta`, per transport: `--ranks` ranks (twice the cores by default),
-//!   started with `STREAMCOMM_TRANSPORT=shm` and again with `=tcp`, time two
-//!   calls the way the benchmark does (back to back, one synchronize): a
-//!   ring all-reduce of 8 bytes, which is almost only per-step cost, and a
-//!   chain broadcast of many slots, which is almost only per-byte cost.
-//!   `alpha` is then the value for which the model predicts the first call's
-//!   time, and `beta` (with that `alpha`) the value for which it predicts
-//!   the second's: the parameters are solved through the model itself, so
+//!   started with `STREAMCOMM_TRANSPORT=shm` and again with `=tcp`, time
+//!   calls the way the benchmark does (back to back, one synchronize): one
+//!   of each collective with 8-byte blocks (a ring all-reduce and a chain
+//!   broadcast of 8 bytes, a recursive-doubling all-gather, a ring
+//!   reduce-scatter and an all-to-all of 8 bytes per rank), which are
+//!   almost only per-step cost, and a chain broadcast of many slots, which
+//!   is almost only per-byte cost. `alpha` is then the geometric mean of
+//!   the values for which the model predicts each small call's time, and
+//!   `beta` (with that `alpha`) the value for which it predicts the
+//!   broadcast's: the parameters are solved through the model itself, so
 //!   its step counts and its cores bound are part of the calibration (over
 //!   tcp, the model sees one rank per host, as a communicator does).
 //!
@@ -28,8 +31,8 @@
 //!   all ranks' buffers fit in a quarter of the last-level cache
 //!   (`cache_bytes`, from sysfs): the cached byte
 //!   (`shm.beta_cached_ns_per_byte`). A second shm launch with one rank per
-//!   core times the 8-byte all-reduce again: the step when each rank has a
-//!   core (`shm.alpha_us`). Measured here on 2 cores (2026-11-30): 1.2 µs
+//!   core times the small calls again: the step when each rank has a core
+//!   (`shm.alpha_us`). Measured here on 2 cores (2026-11-30): 1.2 µs
 //!   crowded against 0.6-1.0 µs one rank per core, and 0.06-0.09 ns/B
 //!   within the cache against 0.14-0.19 out of memory.
 //!
@@ -49,8 +52,8 @@ use streamcomm::{Communicator, DataType, ReduceOp};
 
 use crate::error::{Context, Fallible};
 
-/// Launches of the two ranks per transport.
-const LAUNCHES: usize = 3;
+/// Launches of each kind (crowded shm, tcp, one rank per core over shm).
+const LAUNCHES: usize = 7;
 
 /// Where rank 0 writes its measurements (set by the launcher).
 const ENV_OUT: &str = "STREAMCOMM_BENCH_CALIBRATE_OUT";
@@ -67,7 +70,7 @@ pub struct CalibrateCli {
     #[arg(long, default_value = "streamcomm-tuning.txt")]
     pub out: PathBuf,
 
-    /// Calls per timed repetition of the small all-reduce (the large
+    /// Calls per timed repetition of each small call (the large
     /// broadcast runs a tenth as many); 7 repetitions, the median is kept.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..))]
     pub iters: u64,
@@ -91,19 +94,28 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
     let gamma = reduce_gamma();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cache_bytes = crate::machine::last_level_cache_bytes();
+    // Several launches of each kind, the median of each parameter: how
+    // fast waiting ranks wake, and how fast memory is, varies from one
+    // launch to the next on a busy machine. The kinds take turns, so that
+    // each parameter's launches span the whole calibration.
+    let crowded_ranks = ranks_for("shm", cli, cores);
+    let spread = cores >= 2 && crowded_ranks > cores;
+    let (mut shm_runs, mut tcp_runs, mut spread_runs) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..LAUNCHES {
+        shm_runs.push(launch("shm", crowded_ranks, i, cache_bytes)?);
+        tcp_runs.push(launch("tcp", ranks_for("tcp", cli, cores), i, cache_bytes)?);
+        if spread {
+            spread_runs.push(launch("shm", cores, i, cache_bytes)?);
+        }
+    }
     let mut links = Vec::new();
-    let mut shm_runs = Vec::new();
-    for transport in ["shm", "tcp"] {
-        // Three launches, the median of each parameter: how fast waiting
-        // ranks wake varies from one launch to the next on a busy machine.
-        let ranks = ranks_for(transport, cli, cores);
-        let per_host = if transport == "tcp" { 1 } else { ranks };
+    for (transport, measured) in [("shm", &shm_runs), ("tcp", &tcp_runs)] {
         let mut runs = Vec::new();
-        let measured = launches(transport, ranks, cache_bytes)?;
-        for m in &measured {
+        for m in measured {
+            let per_host = if transport == "tcp" { 1 } else { m.ranks };
             let fit = Fit {
                 // All of them on this machine's cores, whatever the links.
-                shape: Shape::new(ranks, per_host, m.slot).with_sharing(ranks),
+                shape: Shape::new(m.ranks, per_host, m.slot).with_sharing(m.ranks),
                 base: CostParams {
                     gamma,
                     cores,
@@ -119,23 +131,22 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
                 },
                 tcp: transport == "tcp",
             };
-            runs.push(fit.solve(m.small, m.large, m.big));
+            runs.push(fit.solve(&m.small, m.large, m.big));
         }
         let alpha = median(runs.iter().map(|r| r.0).collect());
         let beta = median(runs.iter().map(|r| r.1).collect());
         eprintln!(
-            "streamcomm-bench: {transport} ({ranks} ranks): alpha {:.2} us, beta {:.3} ns/B (median of {LAUNCHES} launches: {})",
+            "streamcomm-bench: {transport} ({} ranks): alpha {:.2} us, beta {:.3} ns/B (median of {} launches: {})",
+            measured[0].ranks,
             alpha * 1e6,
             beta * 1e9,
+            runs.len(),
             runs.iter()
                 .map(|(a, b)| format!("{:.2} us {:.3} ns/B", a * 1e6, b * 1e9))
                 .collect::<Vec<_>>()
                 .join(", ")
         );
         links.push(LinkCost { alpha, beta });
-        if transport == "shm" {
-            shm_runs = measured;
-        }
     }
     let (spin, yields) = patience();
     let mut params = CostParams {
@@ -151,18 +162,16 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
         cache_bytes,
     };
     params.cached_beta = cached_beta(&params, &shm_runs);
-    let crowded_ranks = ranks_for("shm", cli, cores);
     // The wake-up is fitted on launches with a core per rank: where ranks
     // outnumber cores the model puts no wake-up on a call (other ranks'
     // steps fill it), so those launches cannot show one.
     let mut wake_runs = shm_runs;
-    if cores >= 2 && crowded_ranks > cores {
-        let (alpha, runs) = uncrowded(&params, cores)?;
-        params.shm.alpha = alpha;
-        wake_runs = runs;
+    if spread {
+        params.shm.alpha = uncrowded(&params, &spread_runs);
+        wake_runs = spread_runs;
     }
     eprintln!(
-        "streamcomm-bench: shm regimes: step {:.2} us with a core per rank, {:.2} us with {crowded_ranks} ranks on {cores} cores; {:.3} ns/B within the {} MiB cache",
+        "streamcomm-bench: shm regimes: step {:.2} us with a core per rank, {:.2} us with more ranks than its {cores} cores; {:.3} ns/B within the {} MiB cache",
         params.shm.alpha * 1e6,
         params.crowded_alpha * 1e6,
         params.cached_beta * 1e9,
@@ -224,50 +233,68 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
 }
 
 /// The per-byte cost within the cache: what makes the model predict the
-/// shm launches' broadcast of `cached_bytes` (median over launches;
-/// `shm.beta` when the cache size is unknown).
+/// shm launches' calls of about `cached_bytes` (per launch the geometric
+/// mean over [`PANEL`], then the median over launches; `shm.beta` when the
+/// cache size is unknown).
 fn cached_beta(params: &CostParams, runs: &[Measured]) -> f64 {
-    let measured = runs.iter().filter(|m| m.cached_bytes > 0);
-    if params.cache_bytes == 0 || measured.clone().next().is_none() {
+    let measured: Vec<&Measured> = runs.iter().filter(|m| m.cached_bytes > 0).collect();
+    if params.cache_bytes == 0 || measured.is_empty() {
         return params.shm.beta;
     }
-    median(solve_each(
-        measured,
-        |m| m.cached,
-        |m, shape, b| {
-            let p = CostParams {
-                cached_beta: b,
-                ..*params
-            };
-            let c = Collective::Broadcast { root: 0 };
-            predict(&p, c, Algorithm::Chain, m.cached_bytes, 1, shape)
-        },
-    ))
+    let betas = measured
+        .iter()
+        .map(|m| {
+            let shape = Shape::new(m.ranks, m.ranks, m.slot);
+            geometric_mean(PANEL.iter().zip(&m.cached).map(|(&c, &t)| {
+                let bytes = c.bytes_near(m.cached_bytes, m.ranks);
+                let with = |b| CostParams {
+                    cached_beta: b,
+                    ..*params
+                };
+                bisect(|b| c.predict(&with(b), bytes, &shape).unwrap_or(0.0), t)
+            }))
+        })
+        .collect();
+    median(betas)
 }
 
-/// The step with a core per rank: [`LAUNCHES`] shm launches of `cores`
-/// ranks, each 8-byte all-reduce solved for `shm.alpha` (the median), and
-/// what the launches measured.
-///
-/// # Errors
-/// When the ranks fail.
-fn uncrowded(params: &CostParams, cores: usize) -> Fallible<(f64, Vec<Measured>)> {
-    let runs = launches("shm", cores, params.cache_bytes)?;
-    let alphas = solve_each(
-        &runs,
-        |m| m.small,
-        |_, shape, a| {
-            let p = CostParams {
+/// The geometric mean of the positive values (a value of 0 is a call the
+/// model prices at or above its time with the parameter at 0: it says
+/// nothing about the parameter); 0 when there are none.
+fn geometric_mean(values: impl Iterator<Item = f64>) -> f64 {
+    let logs: Vec<f64> = values.filter(|&v| v > 0.0).map(f64::ln).collect();
+    if logs.is_empty() {
+        return 0.0;
+    }
+    (logs.iter().sum::<f64>() / logs.len() as f64).exp()
+}
+
+/// The numbers, written for the launcher.
+fn seconds(values: &[f64]) -> String {
+    values
+        .iter()
+        .map(|t| format!("{t:e}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The step with a core per rank: the small calls of each shm launch of
+/// one rank per core (`runs`) solved for `shm.alpha`, the median.
+fn uncrowded(params: &CostParams, runs: &[Measured]) -> f64 {
+    let alphas = runs
+        .iter()
+        .map(|m| {
+            let shape = Shape::new(m.ranks, m.ranks, m.slot);
+            alpha_for(&m.small, &shape, |a| CostParams {
                 shm: LinkCost {
                     alpha: a,
                     beta: params.shm.beta,
                 },
                 ..*params
-            };
-            predict(&p, Collective::AllReduce, Algorithm::Ring, 8, 1, shape)
-        },
-    );
-    Ok((median(alphas), runs))
+            })
+        })
+        .collect();
+    median(alphas)
 }
 
 /// For each launch (its ranks all on this machine's cores), the parameter
@@ -292,82 +319,90 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// What one launch measured: seconds per call of the small all-reduce and
-/// of the large broadcast, the broadcast's bytes, the slot size.
+/// What one launch measured: seconds per call of the small calls and of
+/// the large broadcast, the broadcast's bytes, the slot size.
 struct Measured {
     ranks: usize,
-    small: f64,
+    /// Seconds per call of each of [`PANEL`], in order, of 8-byte
+    /// blocks.
+    small: Vec<f64>,
     large: f64,
     /// Seconds per call of a recursive-doubling all-gather of one slot.
     mid: f64,
     /// Seconds per call of a chain broadcast of `cached_bytes` (0: the
     /// cache size is unknown, not measured).
-    cached: f64,
+    /// Seconds per call of each of [`PANEL`] of about `cached_bytes` (0:
+    /// the cache size is unknown, not measured).
+    cached: Vec<f64>,
     cached_bytes: usize,
     big: usize,
     slot: usize,
 }
 
-/// [`LAUNCHES`] launches of `ranks` ranks over `transport`.
-fn launches(transport: &str, ranks: usize, cache_bytes: usize) -> Fallible<Vec<Measured>> {
+/// Launch number `launch` of `ranks` ranks over `transport`.
+fn launch(transport: &str, ranks: usize, launch: usize, cache_bytes: usize) -> Fallible<Measured> {
     let exe = std::env::current_exe().context("find this program's path")?;
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    let mut out = Vec::new();
-    for launch in 0..LAUNCHES {
-        let file = std::env::temp_dir().join(format!(
-            "streamcomm-calibrate-{}-{transport}-{ranks}-{launch}.txt",
-            std::process::id()
-        ));
-        let outcome = LocalLauncher::new(ranks, exe.clone())
-            .args(args.clone())
-            .env("STREAMCOMM_TRANSPORT", transport)
-            .env(
-                "STREAMCOMM_ALGO",
-                "all_reduce=ring,broadcast=chain,all_gather=recursive_doubling",
-            )
-            .env(
-                "STREAMCOMM_TIMEOUT",
-                std::env::var("STREAMCOMM_TIMEOUT").unwrap_or_else(|_| "60".into()),
-            )
-            .env(ENV_OUT, file.as_os_str())
-            .env(ENV_CACHE, cache_bytes.to_string())
-            .run()
-            .context("start the ranks")?;
-        if outcome.exit_code() != 0 {
-            return Err(format!("the {transport} ranks failed: {outcome}"));
-        }
-        let text =
-            std::fs::read_to_string(&file).with_context(|| format!("read {}", file.display()))?;
-        let _ = std::fs::remove_file(&file);
-        let v: Vec<f64> = text
-            .split_whitespace()
-            .map(|w| {
-                w.parse::<f64>()
-                    .map_err(|e| format!("{transport} result {w:?}: {e}"))
-            })
-            .collect::<Result<_, _>>()?;
-        let [small, large, mid, cached, big, slot, cached_bytes] = v[..] else {
-            return Err(format!("{transport} result {text:?}: expected 7 numbers"));
-        };
-        out.push(Measured {
-            ranks,
-            small,
-            mid,
-            large,
-            cached,
-            cached_bytes: cached_bytes as usize,
-            big: big as usize,
-            slot: slot as usize,
-        });
+    let file = std::env::temp_dir().join(format!(
+        "streamcomm-calibrate-{}-{transport}-{ranks}-{launch}.txt",
+        std::process::id()
+    ));
+    let outcome = LocalLauncher::new(ranks, exe)
+        .args(args)
+        .env("STREAMCOMM_TRANSPORT", transport)
+        .env(
+            "STREAMCOMM_ALGO",
+            "all_reduce=ring,broadcast=chain,all_gather=recursive_doubling",
+        )
+        .env(
+            "STREAMCOMM_TIMEOUT",
+            std::env::var("STREAMCOMM_TIMEOUT").unwrap_or_else(|_| "60".into()),
+        )
+        .env(ENV_OUT, file.as_os_str())
+        .env(ENV_CACHE, cache_bytes.to_string())
+        .run()
+        .context("start the ranks")?;
+    if outcome.exit_code() != 0 {
+        return Err(format!("the {transport} ranks failed: {outcome}"));
     }
-    Ok(out)
+    let text =
+        std::fs::read_to_string(&file).with_context(|| format!("read {}", file.display()))?;
+    let _ = std::fs::remove_file(&file);
+    let v: Vec<f64> = text
+        .split_whitespace()
+        .map(|w| {
+            w.parse::<f64>()
+                .map_err(|e| format!("{transport} result {w:?}: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    let n = PANEL.len();
+    let [large, mid, big, slot, cached_bytes] = v[(2 * n).min(v.len())..] else {
+        return Err(format!(
+            "{transport} result {text:?}: expected {} numbers",
+            2 * n + 5
+        ));
+    };
+    Ok(Measured {
+        ranks,
+        small: v[..n].to_vec(),
+        cached: v[n..2 * n].to_vec(),
+        mid,
+        large,
+        cached_bytes: cached_bytes as usize,
+        big: big as usize,
+        slot: slot as usize,
+    })
 }
 
-/// Ranks of the `transport` launches for alpha, beta and wake: `--ranks`,
-/// by default twice the cores (at least 2, at most 64), ranks sharing cores
-/// as on the machines this runs on (most of what we measure); 2 for tcp, where 4 ranks on one host were seen to time out in
-/// `barrier_host` after back to back 32 MiB broadcasts (a transport issue,
-/// reported, not worked around here).
+/// Ranks of the `transport` launches for alpha, beta and wake: over shm
+/// `--ranks`, by default twice the cores (at least 2, at most 64), ranks
+/// sharing cores as on the machines this runs on (most of what we
+/// measure). (Launches of four times the cores, in turn with these, were
+/// tried: their per-byte costs, the cached one most, came out 10-100%
+/// above what 3 to 8 ranks measured, and the model fell from 74-80% to
+/// 59-70% of points within 35%.) Over tcp 2: 4 ranks on one host were seen
+/// to time out in `barrier_host` after back to back 32 MiB broadcasts (a
+/// transport issue, reported, not worked around here).
 fn ranks_for(transport: &str, cli: &CalibrateCli, cores: usize) -> usize {
     if transport == "tcp" {
         2
@@ -386,7 +421,11 @@ pub fn rank(cli: &CalibrateCli) -> Fallible<()> {
     let stream = HostStream::new().context("create a stream")?;
     let slot = comm.config().slot_bytes();
     let big = cli.bytes.map_or(64 * slot, |b| b as usize).max(slot);
-    let small = per_call(&comm, &stream, Call::AllReduce, 8, cli.iters)?;
+    let n = comm.size();
+    let small = PANEL
+        .iter()
+        .map(|&c| per_call(&comm, &stream, c, c.bytes_for_blocks_of(8, n), cli.iters))
+        .collect::<Fallible<Vec<f64>>>()?;
     let large = per_call(
         &comm,
         &stream,
@@ -410,22 +449,26 @@ pub fn rank(cli: &CalibrateCli) -> Fallible<()> {
         .unwrap_or(0);
     let cached_bytes = (cache / (8 * comm.size())).min(8 * slot) & !7;
     let cached = if cached_bytes > 0 {
-        per_call(
-            &comm,
-            &stream,
-            Call::Broadcast,
-            cached_bytes,
-            (cli.iters / 4).max(5),
-        )?
+        PANEL
+            .iter()
+            .map(|&c| {
+                let bytes = c.bytes_near(cached_bytes, n);
+                per_call(&comm, &stream, c, bytes, (cli.iters / 4).max(5))
+            })
+            .collect::<Fallible<Vec<f64>>>()?
     } else {
-        0.0
+        vec![0.0; PANEL.len()]
     };
     comm.barrier_host().context("final barrier")?;
     if comm.rank() == 0 {
         if let Ok(path) = std::env::var(ENV_OUT) {
             std::fs::write(
                 &path,
-                format!("{small:e} {large:e} {mid:e} {cached:e} {big} {slot} {cached_bytes}\n"),
+                format!(
+                    "{} {} {large:e} {mid:e} {big} {slot} {cached_bytes}\n",
+                    seconds(&small),
+                    seconds(&cached),
+                ),
             )
             .with_context(|| format!("write {path}"))?;
         }
@@ -434,7 +477,7 @@ pub fn rank(cli: &CalibrateCli) -> Fallible<()> {
 }
 
 /// The call `per_call` times.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Call {
     /// A ring all-reduce (max) of the bytes.
     AllReduce,
@@ -442,6 +485,73 @@ enum Call {
     Broadcast,
     /// A recursive-doubling all-gather of the bytes in all (a block each).
     AllGather,
+    /// A ring reduce-scatter (max) of the bytes in all (a block each out).
+    ReduceScatter,
+    /// A pairwise all-to-all of the bytes in all (a block to each rank).
+    AllToAll,
+}
+
+/// The calls whose small sizes give `alpha`, and whose sizes within the
+/// cache the cached `beta`: one of each collective, each solved through
+/// the model for the parameter that predicts it, and the geometric mean
+/// kept. (One call alone, an all-reduce for `alpha` and a broadcast for
+/// the cached byte, gave values that the others' points missed by 15-30%,
+/// and moved by as much between launches.)
+const PANEL: [Call; 5] = [
+    Call::AllReduce,
+    Call::Broadcast,
+    Call::AllGather,
+    Call::ReduceScatter,
+    Call::AllToAll,
+];
+
+impl Call {
+    /// The collective and algorithm the call runs (as the launcher's
+    /// `STREAMCOMM_ALGO` forces them).
+    fn schedule(self) -> (Collective, Algorithm) {
+        match self {
+            Call::AllReduce => (Collective::AllReduce, Algorithm::Ring),
+            Call::Broadcast => (Collective::Broadcast { root: 0 }, Algorithm::Chain),
+            Call::AllGather => (Collective::AllGather, Algorithm::RecursiveDoubling),
+            Call::ReduceScatter => (Collective::ReduceScatter, Algorithm::Ring),
+            Call::AllToAll => (Collective::AllToAll, Algorithm::Pairwise),
+        }
+    }
+
+    /// Whether the call's bytes are cut into a block per rank.
+    fn blocked(self) -> bool {
+        matches!(self, Call::AllGather | Call::ReduceScatter | Call::AllToAll)
+    }
+
+    /// The call's bytes for blocks of `block` bytes among `ranks` (the
+    /// all-reduce and broadcast: one block).
+    fn bytes_for_blocks_of(self, block: usize, ranks: usize) -> usize {
+        if self.blocked() {
+            block * ranks
+        } else {
+            block
+        }
+    }
+
+    /// About `bytes` (the blocked calls' rounded down to a block per rank).
+    fn bytes_near(self, bytes: usize, ranks: usize) -> usize {
+        if self.blocked() {
+            self.bytes_for_blocks_of(bytes / ranks.max(1), ranks)
+        } else {
+            bytes
+        }
+    }
+
+    /// The model's prediction for the call of `bytes` bytes.
+    fn predict(self, params: &CostParams, bytes: usize, shape: &Shape) -> Option<f64> {
+        let (c, a) = self.schedule();
+        let count = if self.blocked() {
+            bytes / shape.ranks.max(1)
+        } else {
+            bytes
+        };
+        predict(params, c, a, count, 1, shape)
+    }
 }
 
 /// Median time per call of `iters` back-to-back calls of `what` moving
@@ -454,15 +564,11 @@ fn per_call(
     iters: u64,
 ) -> Fallible<f64> {
     let block = bytes / comm.size();
-    let send_len = if matches!(what, Call::AllGather) {
-        block
-    } else {
-        bytes
-    };
-    let recv_len = if matches!(what, Call::AllGather) {
-        block * comm.size()
-    } else {
-        bytes
+    let (send_len, recv_len) = match what {
+        Call::AllGather => (block, block * comm.size()),
+        Call::ReduceScatter => (block * comm.size(), block),
+        Call::AllToAll => (block * comm.size(), block * comm.size()),
+        Call::AllReduce | Call::Broadcast => (bytes, bytes),
     };
     let send = UntypedBuffer::zeroed(DataType::U8, send_len);
     let mut recv = UntypedBuffer::zeroed(DataType::U8, recv_len);
@@ -470,6 +576,8 @@ fn per_call(
         Call::Broadcast => comm.broadcast(&send, recv, 0, stream),
         Call::AllReduce => comm.all_reduce(&send, recv, ReduceOp::Max, stream),
         Call::AllGather => comm.all_gather(&send, recv, stream),
+        Call::ReduceScatter => comm.reduce_scatter(&send, recv, ReduceOp::Max, stream),
+        Call::AllToAll => comm.all_to_all(&send, recv, stream),
     };
     let mut samples = Vec::new();
     for rep in 0..8 {
@@ -572,32 +680,40 @@ impl Fit {
         p
     }
 
-    /// `(alpha, beta)` making the model predict `small` seconds for a ring
-    /// all-reduce of 8 bytes and then `large` for a chain broadcast of `big`.
-    fn solve(&self, small: f64, large: f64, big: usize) -> (f64, f64) {
-        let time = |p: &CostParams, c: Collective, a: Algorithm, bytes: usize| {
-            predict(p, c, a, bytes, 1, &self.shape).unwrap_or(0.0)
-        };
+    /// `(alpha, beta)` making the model predict `small` seconds for the
+    /// small calls (geometric mean of the `alpha` each gives) and then
+    /// `large` for a chain broadcast of `big`.
+    fn solve(&self, small: &[f64], large: f64, big: usize) -> (f64, f64) {
         // Each call depends a little on the other parameter: alternate.
         let (mut alpha, mut beta) = (0.0, 0.0);
         for _ in 0..4 {
-            let ar = |a: f64| {
-                time(
-                    &self.with(a, beta),
-                    Collective::AllReduce,
-                    Algorithm::Ring,
-                    8,
-                )
-            };
-            alpha = bisect(ar, small);
+            alpha = alpha_for(small, &self.shape, |a| self.with(a, beta));
             let bc = |b: f64| {
                 let c = Collective::Broadcast { root: 0 };
-                time(&self.with(alpha, b), c, Algorithm::Chain, big)
+                predict(
+                    &self.with(alpha, b),
+                    c,
+                    Algorithm::Chain,
+                    big,
+                    1,
+                    &self.shape,
+                )
+                .unwrap_or(0.0)
             };
             beta = bisect(bc, large);
         }
         (alpha, beta)
     }
+}
+
+/// The step cost at which the model, given `with(alpha)`, predicts the
+/// small calls' times (`small`, in [`PANEL`] order): each call's own
+/// solution, their geometric mean.
+fn alpha_for(small: &[f64], shape: &Shape, with: impl Fn(f64) -> CostParams) -> f64 {
+    geometric_mean(PANEL.iter().zip(small).map(|(&c, &t)| {
+        let bytes = c.bytes_for_blocks_of(8, shape.ranks);
+        bisect(|a| c.predict(&with(a), bytes, shape).unwrap_or(0.0), t)
+    }))
 }
 
 /// The `x >= 0` where the increasing `f` reaches `target` (0 when `f(0)`
@@ -643,13 +759,28 @@ mod tests {
             tcp: false,
         };
         let p = fit.with(truth.alpha, truth.beta);
-        let small = predict(&p, Collective::AllReduce, Algorithm::Ring, 8, 1, &shape).unwrap();
+        let small: Vec<f64> = PANEL
+            .iter()
+            .map(|c| c.predict(&p, c.bytes_for_blocks_of(8, 4), &shape).unwrap())
+            .collect();
         let bc = Collective::Broadcast { root: 0 };
         let big = 64 << 16;
         let large = predict(&p, bc, Algorithm::Chain, big, 1, &shape).unwrap();
-        let (alpha, beta) = fit.solve(small, large, big);
+        let (alpha, beta) = fit.solve(&small, large, big);
         assert!((alpha / truth.alpha - 1.0).abs() < 1e-6, "{alpha}");
         assert!((beta / truth.beta - 1.0).abs() < 1e-6, "{beta}");
+        // Calls taking longer or shorter than the model says move the step
+        // by their geometric mean: two calls 2x and 0.5x cancel, one call
+        // at 2^5 moves it by 2.
+        let mut skewed = small.clone();
+        skewed[1] *= 2.0;
+        skewed[3] *= 0.5;
+        let (alpha, _) = fit.solve(&skewed, large, big);
+        assert!((alpha / truth.alpha - 1.0).abs() < 0.05, "{alpha}");
+        let mut slow = small.clone();
+        slow[0] *= 32.0;
+        let (alpha, _) = fit.solve(&slow, large, big);
+        assert!((alpha / truth.alpha - 2.0).abs() < 0.2, "{alpha}");
     }
 }
 
@@ -669,16 +800,22 @@ mod regime_tests {
             ..CostParams::default()
         };
         let shape = Shape::new(ranks, ranks, slot);
-        let c = Collective::Broadcast { root: 0 };
-        let cached = predict(&params, c, Algorithm::Chain, cached_bytes, 1, &shape).unwrap();
-        let runs: Vec<Measured> = [1.0, 1.0, 1.3]
+        let cached: Vec<f64> = PANEL
+            .iter()
+            .map(|c| {
+                let bytes = c.bytes_near(cached_bytes, ranks);
+                c.predict(&params, bytes, &shape).unwrap()
+            })
+            .collect();
+        // One launch faster than the model says, one slower.
+        let runs: Vec<Measured> = [[0.7; 5], [1.0; 5], [1.3; 5]]
             .iter()
             .map(|f| Measured {
                 ranks,
-                small: 0.0,
+                small: Vec::new(),
                 large: 0.0,
                 mid: 0.0,
-                cached: cached * f,
+                cached: cached.iter().enumerate().map(|(i, t)| t * f[i]).collect(),
                 cached_bytes,
                 big: 0,
                 slot,

@@ -3,7 +3,13 @@
 //! As NCCL's `graph/tuning.cc`, the model is a latency/bandwidth formula per
 //! algorithm, but written from what our plans actually do: a rank executes
 //! its steps one after another, and a step moving `b` bytes over a link costs
-//! `alpha + b beta` (plus `b gamma` when it reduces). Each algorithm is
+//! `alpha + b beta` (plus `b gamma` when it reduces). Inside a host `beta`
+//! is the byte's cost in a relay (`recvCopySend`, `recvReduceSend`: a slot
+//! read, the byte written out and into the next slot, three passes over
+//! it), and other steps cost in proportion to their passes, each input and
+//! each output counting once: a `send` or a `recv` two thirds of a relay, a
+//! send and a receive counted as one step four thirds, five when the
+//! receive reduces. Between hosts the wire carries a byte once. Each algorithm is
 //! described as *phases*: how many steps its busiest rank (or its critical
 //! path, when pipeline filling dominates) runs, how big they are, whether
 //! they reduce, and how far apart the two ranks of a step are, which decides
@@ -24,22 +30,26 @@
 //! (broadcast, reduce), whose calls pipeline into each other, costs its
 //! work alone; the others cost the larger of the work and the critical
 //! path with each hop waiting about one turn of the ranks sharing a core.
-//! A step then costs the crowded `alpha`, which includes handing a core
-//! over.
+//! A phase that leaves ranks out (halving-doubling's folding ranks, or the
+//! others while they fold) shares the cores among its own ranks once its
+//! steps outlast the waiters' patience: the others are asleep by then, no
+//! longer yielding turns. A step costs the crowded `alpha`, which includes
+//! handing a core over.
 //!
 //! Bytes cost the cached `beta` while the buffers of all the ranks on a
 //! host fit in a quarter of its last-level cache (where `calibrate`
 //! measures it), the memory one beyond. A copy inside a rank (its input
-//! into its output) costs no step and one copy of its bytes.
+//! into its output) costs no step, only its two passes over the bytes.
 //!
 //! Between hosts, rounds in which every rank crosses at once share the
 //! host's link.
 //!
-//! Measured on 2 cores, 1000 back-to-back calls a point up to 32 KiB
-//! (`benches/results/2026-11-30f`, three measurement runs): the model is
-//! within 35% at 70-75% of 460 points, where the model without these
-//! regimes and counts (one `alpha`, one `beta`, work alone when crowded)
-//! was at 55-57% on the same measurements.
+//! Measured on 2 cores, 1000 back-to-back calls a point up to 32 KiB, 5
+//! launches a point taken in turns (`benches/results/2026-11-30g`, four
+//! measurement runs): the model is within 35% at 71-82% of 460 points
+//! depending on the calibration's moment, where the model before passes
+//! and active ranks scored 66-76% with its own calibrations, and the one
+//! before the regimes 55-57%.
 //!
 //! A waiting rank spins a little (`spin`; not at all when ranks outnumber
 //! cores), yields for a while (`yields`), then sleeps, and a rank that slept
@@ -118,6 +128,12 @@ enum Span {
     Local,
 }
 
+/// Passes over its bytes of a relay step (`recvCopySend`,
+/// `recvReduceSend`: the slot read, the byte written out and into the next
+/// slot), the step `beta` prices: a step costs `beta` per byte times its
+/// passes over this.
+const RELAY_PASSES: f64 = 3.0;
+
 /// A run of similar steps.
 #[derive(Clone, Copy, Debug)]
 struct Phase {
@@ -127,20 +143,35 @@ struct Phase {
     avg: f64,
     /// Bytes moved per step.
     bytes: f64,
+    /// Passes over those bytes per step: each input (a slot, a buffer) and
+    /// each output of the step reads or writes them once. A `send` or a
+    /// `recv` makes 2, a relay 3, a send and a receive counted as one step
+    /// 4, or 5 when the receive reduces.
+    passes: f64,
     /// Whether the steps reduce.
     reduce: bool,
     span: Span,
+    /// Fraction of the ranks taking part (the others wait for a later
+    /// phase and leave their cores to these).
+    active: f64,
 }
 
 impl Phase {
-    fn new(steps: f64, bytes: f64, reduce: bool, span: Span) -> Phase {
+    fn new(steps: f64, bytes: f64, passes: f64, reduce: bool, span: Span) -> Phase {
         Phase {
             steps,
             avg: steps,
             bytes,
+            passes,
             reduce,
             span,
+            active: 1.0,
         }
+    }
+
+    fn active(mut self, active: f64) -> Phase {
+        self.active = active;
+        self
     }
 
     fn avg(mut self, avg: f64) -> Phase {
@@ -178,19 +209,23 @@ pub fn predict(
         },
     };
     let step = |p: &Phase| {
+        // Inside a host a byte costs `beta` per relay's worth of passes;
+        // between hosts the wire carries it once, whatever the copies
+        // around it.
+        let weight = p.passes / RELAY_PASSES;
         if let Span::Local = p.span {
-            return p.bytes * shm_link.beta / 2.0;
+            return p.bytes * shm_link.beta * weight;
         }
-        let cost = |l: &LinkCost| {
+        let cost = |l: &LinkCost, weight: f64| {
             l.alpha
-                + p.bytes * l.beta
+                + p.bytes * l.beta * weight
                 + if p.reduce {
                     p.bytes * params.gamma
                 } else {
                     0.0
                 }
         };
-        let (shm, tcp) = (cost(&shm_link), cost(&params.tcp));
+        let (shm, tcp) = (cost(&shm_link, weight), cost(&params.tcp, 1.0));
         let multi = shape.hosts > 1;
         match p.span {
             Span::Ring if multi => {
@@ -212,15 +247,27 @@ pub fn predict(
             _ => shm,
         }
     };
-    let (patience, per_core) = if crowded {
-        let per_core = shape.sharing as f64 / params.cores.max(1) as f64;
-        (params.yields, per_core)
+    let patience = if crowded {
+        params.yields
     } else {
-        (params.spin + params.yields, 1.0)
+        params.spin + params.yields
+    };
+    // How many steps' time a step of the phase takes to get a core: the
+    // ranks per core where they outnumber the cores, else 1. Ranks a phase
+    // leaves out keep yielding their turns while its steps are short, and
+    // are asleep, their cores free, once a step outlasts that patience.
+    let turn = |p: &Phase| {
+        let cores = params.cores.max(1) as f64;
+        let all = (shape.sharing as f64 / cores).max(1.0);
+        if step(p) * all > patience {
+            (shape.sharing as f64 * p.active / cores).max(1.0)
+        } else {
+            all
+        }
     };
     let wakes = |p: &Phase| {
         let waits = p.steps > 0.0 && !matches!(p.span, Span::Local | Span::Dist(0));
-        if waits && step(p) * per_core > patience {
+        if waits && step(p) * turn(p) > patience {
             params.wake
         } else {
             0.0
@@ -228,7 +275,17 @@ pub fn predict(
     };
     let path: f64 = phases.iter().map(|p| p.steps * step(p)).sum();
     let crit = path + phases.iter().map(wakes).sum::<f64>();
-    let avg: f64 = phases.iter().map(|p| p.avg * step(p)).sum();
+    let copy = |p: &Phase| {
+        let reduce = if p.reduce { params.gamma } else { 0.0 };
+        p.bytes * (shm_link.beta * p.passes / RELAY_PASSES + reduce)
+    };
+    // A rank's work: with a core each, the bytes it copies and reduces (its
+    // waits are latency, not work); crowded, whole steps, each a turn on a
+    // core.
+    let avg: f64 = phases
+        .iter()
+        .map(|p| p.avg * if crowded { step(p) } else { copy(p) })
+        .sum();
     let sharing = shape.sharing as f64;
     let cores = (params.cores as f64).min(sharing).max(1.0);
     let work = avg * sharing / cores;
@@ -246,8 +303,12 @@ pub fn predict(
         // The others end each call with every rank waiting for data that
         // crossed the whole schedule, and each hop of that path waits for
         // its rank to be given a core: about one turn of the ranks sharing
-        // it. (Wake-ups are not on it: other ranks' steps fill them.)
-        (true, false) => work.max(path * per_core),
+        // it, or of those of them the phase keeps busy. (Wake-ups are not
+        // on it: other ranks' steps fill them.)
+        (true, false) => {
+            let waited: f64 = phases.iter().map(|p| p.steps * step(p) * turn(p)).sum();
+            work.max(waited)
+        }
     })
 }
 
@@ -291,7 +352,7 @@ fn phases(
         return Vec::new();
     }
     if n == 1 {
-        return vec![Phase::new(1.0, bytes, false, Span::Local)];
+        return vec![Phase::new(1.0, bytes, 2.0, false, Span::Local)];
     }
     let levels = n.next_power_of_two().trailing_zeros() as usize;
     match (collective, algo) {
@@ -301,46 +362,62 @@ fn phases(
             let filled = count.min(n) as f64 / nf;
             let b = bytes / (loops * nf).min(count as f64);
             let hops = (nf - 1.0) * loops;
+            // Relays both ways round: `recvReduceSend`, then `recvCopySend`;
+            // per block, the first `send` and the last `recv` make 4 passes
+            // where the relay that would take their place makes 3 (one of
+            // them reads the input and writes the output besides: 2 more).
             vec![
-                Phase::new(hops, b, true, Span::Ring).avg(hops * filled),
-                Phase::new(hops, b, false, Span::Ring).avg(hops * filled),
+                Phase::new(hops, b, 3.0, true, Span::Ring).avg(hops * filled),
+                Phase::new(hops, b, 3.0, false, Span::Ring).avg(hops * filled),
+                Phase::new(loops, b, 2.0, false, Span::Local).avg(loops * filled),
             ]
         }
         (Collective::AllGather | Collective::ReduceScatter, Algorithm::Ring) => {
             let (m, b) = cut(count);
             let reduce = collective == Collective::ReduceScatter;
-            // Per chunk, `n - 1` hops along the ring; then the all-gather's
-            // copy of the rank's own input into its output, and for the
-            // reduce-scatter a step more: its first send and last receive
-            // each wait on a slot, with no hop to overlap them, and the
-            // receive finalises. (Measured 2026-11-30, 1000 calls: at
+            // Per chunk, `n - 1` relays along the ring; then the
+            // all-gather's copy of the rank's own input into its output, and
+            // for the reduce-scatter a step more: its first send and last
+            // receive each wait on a slot, with no hop to overlap them, and
+            // the receive finalises. (Measured 2026-11-30, 1000 calls: at
             // 3 ranks and 504 B, 7.1 µs a call against the all-gather's
-            // 4.9 µs.)
+            // 4.9 µs.) A block's steps make the passes of `n - 1` relays
+            // and 2 more: the reduce-scatter's opening `send`, the
+            // all-gather's copy of the rank's own input.
             let last = if reduce {
-                Phase::new(m, b, false, Span::Dist(0))
+                Phase::new(m, b, 2.0, false, Span::Dist(0))
             } else {
-                Phase::new(m, b, false, Span::Local)
+                Phase::new(m, b, 2.0, false, Span::Local)
             };
-            vec![Phase::new(m * (nf - 1.0), b, reduce, Span::Ring), last]
+            vec![Phase::new(m * (nf - 1.0), b, 3.0, reduce, Span::Ring), last]
         }
         (Collective::Broadcast { .. } | Collective::Reduce { .. }, Algorithm::Chain) => {
             let (m, b) = cut(count);
             let reduce = matches!(collective, Collective::Reduce { .. });
-            // The first chunk crosses `n - 1` hops, each a copy into the
-            // slot then a copy out of it, one after the other; the others
-            // follow at the pace of one step, both copies overlapping.
+            // The first chunk crosses `n - 1` hops, one relay each, one
+            // after the other; the others follow at the pace of one relay.
+            // The end of the chain only receives (2 passes where a relay
+            // makes 3).
             vec![
-                Phase::new(nf - 1.0, 2.0 * b, reduce, Span::RingFill).avg(0.0),
-                Phase::new(m - 1.0, b, reduce, Span::Ring).avg(m),
+                Phase::new(nf - 1.0, b, 3.0, reduce, Span::RingFill).avg(0.0),
+                Phase::new(m - 1.0, b, 3.0, reduce, Span::Ring)
+                    .avg(m * (3.0 * nf - 1.0) / (3.0 * nf)),
             ]
         }
         (Collective::AllToAll, _) => {
             let (m, b) = cut(count);
             let per = shape.ranks_per_host.min(n) as f64;
+            // A `send` and a `recv` per slot and peer.
             vec![
-                Phase::new(1.0, bytes, false, Span::Local),
-                Phase::new(2.0 * m * (per - 1.0), b, false, Span::Dist(1)),
-                Phase::new(2.0 * m * (nf - per), b, false, Span::Exchange(usize::MAX)),
+                Phase::new(1.0, bytes, 2.0, false, Span::Local),
+                Phase::new(2.0 * m * (per - 1.0), b, 2.0, false, Span::Dist(1)),
+                Phase::new(
+                    2.0 * m * (nf - per),
+                    b,
+                    2.0,
+                    false,
+                    Span::Exchange(usize::MAX),
+                ),
             ]
         }
         (Collective::Broadcast { .. } | Collective::Reduce { .. }, Algorithm::Binomial) => {
@@ -350,7 +427,7 @@ fn phases(
             (0..levels)
                 .map(|j| {
                     let drain = if j + 1 < levels { 1.0 } else { 0.0 };
-                    Phase::new(m + drain, b, reduce, Span::Dist(1 << j)).avg(m / levels as f64)
+                    Phase::new(m + drain, b, 3.0, reduce, Span::Dist(1 << j)).avg(m / levels as f64)
                 })
                 .collect()
         }
@@ -367,21 +444,30 @@ fn phases(
             // as many (both trees at once); each further pair costs the
             // busiest rank's six steps, reducing two of them. (Measured at
             // two ranks, 8 B-4 KiB, 1000 calls: 1.7-2.2 µs, two steps'
-            // worth, where six and both depths made eight.)
+            // worth, where six and both depths made eight.) Going up, a
+            // rank reduces each child's slot (3 passes); coming down it
+            // relays to one child and sends its output to the other (3 and
+            // 2).
             let more = m - 1.0;
             vec![
-                Phase::new(2.0 * more + depth, b, true, span).avg(1.5 * m),
-                Phase::new(more, b, false, span).avg(m),
-                Phase::new(3.0 * more + depth, b, false, span).avg(2.5 * m),
+                Phase::new(2.0 * more + depth, b, 3.0, true, span).avg(1.5 * m),
+                Phase::new(more, b, 2.5, false, span).avg(m),
+                Phase::new(3.0 * more + depth, b, 2.5, false, span).avg(2.5 * m),
             ]
         }
         (Collective::AllReduce, Algorithm::HalvingDoubling) => {
             let p = 1usize << n.ilog2();
             let mut out = Vec::new();
+            // The `2 (n - p)` folding ranks: half send their input (2
+            // passes) for the other half to reduce (3), and get the result
+            // back the same way (2 and 2); the `p` others halve and double.
+            let (fold, active) = (2.0 * (n - p) as f64 / nf, p as f64 / nf);
             if p < n {
                 let (m, b) = cut(count);
-                out.push(Phase::new(m, b, true, Span::Dist(1)));
-                out.push(Phase::new(m, b, false, Span::Dist(1)));
+                let fold_in = Phase::new(m, b, 3.0, true, Span::Dist(1)).avg(m * fold * 2.5 / 3.0);
+                out.push(fold_in.active(fold));
+                let fold_out = Phase::new(m, b, 2.0, false, Span::Dist(1)).avg(m * fold);
+                out.push(fold_out.active(fold));
             }
             let mut mask = p / 2;
             let mut elems = count;
@@ -389,17 +475,18 @@ fn phases(
                 elems = elems.div_ceil(2);
                 let (m, b) = cut(elems);
                 // Each round sends m slots and receives m, alternating: a
-                // send is one copy (into the partner's slot), a receive the
-                // other (out of ours), so a pair costs one step of `b` bytes
-                // (beta counts both copies), halving reducing, doubling not.
-                out.push(Phase::new(m, b, true, Span::Exchange(mask)));
-                out.push(Phase::new(m, b, false, Span::Exchange(mask)));
+                // pair costs one step of `b` bytes, a `send` (2 passes) and
+                // a `recv` (2), which reduces while halving (3).
+                let halve = Phase::new(m, b, 5.0, true, Span::Exchange(mask)).avg(m * active);
+                out.push(halve.active(active));
+                let double = Phase::new(m, b, 4.0, false, Span::Exchange(mask)).avg(m * active);
+                out.push(double.active(active));
                 mask /= 2;
             }
             out
         }
         (Collective::AllGather, Algorithm::RecursiveDoubling | Algorithm::Bruck) => {
-            let mut out = vec![Phase::new(1.0, bytes, false, Span::Local)];
+            let mut out = vec![Phase::new(1.0, bytes, 2.0, false, Span::Local)];
             let pow2 = n.is_power_of_two() && algo == Algorithm::RecursiveDoubling;
             let mut dist = 1;
             while dist < n {
@@ -408,8 +495,8 @@ fn phases(
                 let wrap = if pow2 { 0.0 } else { 0.5 };
                 // Each round sends `m` slots to one partner and receives `m`
                 // from another, at once: `m` steps as a ring counts them
-                // (one slot out, one in).
-                out.push(Phase::new(m + wrap, b, false, Span::Exchange(dist)));
+                // (one slot out, one in), each a `send` and a `recv`.
+                out.push(Phase::new(m + wrap, b, 4.0, false, Span::Exchange(dist)));
                 dist *= 2;
             }
             out
@@ -420,240 +507,5 @@ fn phases(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn t(c: Collective, a: Algorithm, bytes: usize, n: usize, per_host: usize) -> f64 {
-        let shape = Shape::new(n, per_host, 512 << 10);
-        predict(&CostParams::default(), c, a, bytes / 4, 4, &shape).unwrap()
-    }
-
-    #[test]
-    fn latency_bound_sizes_favour_logarithmic_algorithms() {
-        let ar = Collective::AllReduce;
-        for n in [64, 512, 4096] {
-            assert!(t(ar, Algorithm::Tree, 8, n, 8) < t(ar, Algorithm::Ring, 8, n, 8));
-            assert!(t(ar, Algorithm::HalvingDoubling, 8, n, 8) < t(ar, Algorithm::Ring, 8, n, 8));
-            let bc = Collective::Broadcast { root: 0 };
-            assert!(t(bc, Algorithm::Binomial, 8, n, 8) < t(bc, Algorithm::Chain, 8, n, 8));
-        }
-    }
-
-    #[test]
-    fn bandwidth_bound_sizes_favour_the_ring_on_few_ranks() {
-        let ar = Collective::AllReduce;
-        let big = 256 << 20;
-        assert!(t(ar, Algorithm::Ring, big, 8, 8) < t(ar, Algorithm::Tree, big, 8, 8));
-        let bc = Collective::Broadcast { root: 0 };
-        assert!(t(bc, Algorithm::Chain, big, 8, 8) < t(bc, Algorithm::Binomial, big, 8, 8));
-    }
-
-    #[test]
-    fn a_wake_up_per_phase_once_steps_outlast_the_patience() {
-        let ar = Collective::AllReduce;
-        let p = |wake: f64| CostParams {
-            cores: 2,
-            wake,
-            spin: 5e-6,
-            yields: 40e-6,
-            ..CostParams::default()
-        };
-        let at = |p: &CostParams, n: usize, bytes: usize| {
-            let shape = Shape::new(n, n, 1 << 20);
-            predict(p, ar, Algorithm::Ring, bytes / 4, 4, &shape).unwrap()
-        };
-        // Short steps are caught while spinning or yielding.
-        assert_eq!(at(&p(0.0), 2, 64), at(&p(1e-3), 2, 64));
-        assert_eq!(at(&p(0.0), 4, 64), at(&p(1e-3), 4, 64));
-        // A 2-rank ring of 1 MiB: two phases of 512 KiB steps (~130 µs at
-        // the default beta), each waits once.
-        let extra = at(&p(1e-3), 2, 1 << 20) - at(&p(0.0), 2, 1 << 20);
-        assert!((extra - 2e-3).abs() < 1e-9, "{extra}");
-        // 64 KiB steps (~38 µs) are within two spinning ranks' patience.
-        assert_eq!(at(&p(0.0), 2, 128 << 10), at(&p(1e-3), 2, 128 << 10));
-        // Three ranks on two cores are work-bound (module docs): a wake-up
-        // is latency, which other ranks' steps fill, so it adds nothing.
-        let (with, without) = (at(&p(1e-3), 3, 192 << 10), at(&p(0.0), 3, 192 << 10));
-        assert_eq!(with, without);
-    }
-
-    #[test]
-    fn crowded_ranks_pay_the_crowded_step_and_cached_buffers_the_cached_byte() {
-        let p = CostParams {
-            cores: 2,
-            shm: LinkCost {
-                alpha: 1e-6,
-                beta: 0.2e-9,
-            },
-            crowded_alpha: 3e-6,
-            cached_beta: 0.05e-9,
-            cache_bytes: 64 << 20,
-            gamma: 0.0,
-            ..CostParams::default()
-        };
-        let at = |p: &CostParams, c: Collective, n: usize, bytes: usize| {
-            let shape = Shape::new(n, n, 512 << 10);
-            predict(p, c, Algorithm::Ring, bytes, 1, &shape).unwrap()
-        };
-        let ar = Collective::AllReduce;
-        // 8 bytes: per-step cost only, the crowded one where 4 ranks share
-        // 2 cores.
-        let with = |alpha: f64, crowded_alpha: f64| CostParams {
-            shm: LinkCost { alpha, ..p.shm },
-            crowded_alpha,
-            ..p
-        };
-        assert!(at(&with(2e-6, 3e-6), ar, 2, 8) > 1.9 * at(&p, ar, 2, 8));
-        assert_eq!(at(&with(2e-6, 3e-6), ar, 4, 8), at(&p, ar, 4, 8));
-        assert!(at(&with(1e-6, 6e-6), ar, 4, 8) > 1.9 * at(&p, ar, 4, 8));
-        // 1 MiB on 2 ranks: 4 MiB of buffers, within a quarter of the
-        // 64 MiB cache; 16 MiB: 64 MiB of buffers, out of memory.
-        let slower = CostParams {
-            cached_beta: 0.1e-9,
-            ..p
-        };
-        assert!(at(&slower, ar, 2, 1 << 20) > 1.8 * at(&p, ar, 2, 1 << 20));
-        assert_eq!(at(&slower, ar, 2, 16 << 20), at(&p, ar, 2, 16 << 20));
-        // Without a cache size, nothing counts as cached.
-        let unknown = CostParams {
-            cache_bytes: 0,
-            ..slower
-        };
-        assert_eq!(
-            at(&unknown, ar, 2, 1 << 20),
-            at(
-                &CostParams {
-                    cached_beta: 0.2e-9,
-                    ..unknown
-                },
-                ar,
-                2,
-                1 << 20
-            )
-        );
-    }
-
-    #[test]
-    fn ranks_crossing_hosts_at_once_share_the_link() {
-        // 16 ranks, 8 per host: the last recursive-doubling round (8 apart)
-        // sends 8 blocks from every rank across, 8 ranks through each
-        // host's link; the other rounds stay inside.
-        let p = CostParams {
-            cores: 64,
-            wake: 0.0,
-            ..CostParams::default()
-        };
-        let shape = Shape::new(16, 8, 512 << 10);
-        let block = 1 << 20;
-        let at = |tcp_beta: f64| {
-            let p = CostParams {
-                tcp: LinkCost {
-                    beta: tcp_beta,
-                    ..p.tcp
-                },
-                ..p
-            };
-            let ag = Collective::AllGather;
-            predict(&p, ag, Algorithm::RecursiveDoubling, block, 1, &shape).unwrap()
-        };
-        let across = at(1e-9) - at(0.0);
-        let expected = 8.0 * block as f64 * 1e-9 * 8.0;
-        assert!(
-            (across / expected - 1.0).abs() < 1e-9,
-            "{across} {expected}"
-        );
-    }
-
-    #[test]
-    fn a_copy_inside_a_rank_costs_no_step() {
-        let p = CostParams {
-            cores: 64,
-            ..CostParams::default()
-        };
-        // A 2-rank ring all-gather of 8 bytes: one hop; copying the rank's
-        // own block into its output adds bytes, not a step.
-        let shape = Shape::new(2, 2, 512 << 10);
-        let t = predict(&p, Collective::AllGather, Algorithm::Ring, 2, 4, &shape).unwrap();
-        assert!(t >= p.shm.alpha && t < 1.01 * p.shm.alpha, "{t}");
-    }
-
-    #[test]
-    fn ranks_outnumbering_cores_are_priced_by_their_work() {
-        let t = |cores, algo, n, count| {
-            let p = CostParams {
-                cores,
-                ..CostParams::default()
-            };
-            let shape = Shape::new(n, n, 1 << 20);
-            predict(&p, Collective::AllReduce, algo, count, 4, &shape).unwrap()
-        };
-        // 8 ranks on 2 or on 4 cores, crowded either way: the ranks' work
-        // divided by the cores, so twice the cores take half the time.
-        for algo in [Algorithm::Ring, Algorithm::Tree, Algorithm::HalvingDoubling] {
-            for count in [2, 1 << 10, 1 << 20] {
-                let (two, four) = (t(2, algo, 8, count), t(4, algo, 8, count));
-                assert!(
-                    (two - 2.0 * four).abs() < 1e-12,
-                    "{algo:?} {count}: {two} {four}"
-                );
-            }
-        }
-        // A core per rank: the critical path, at least one step a hop.
-        let p = CostParams::default();
-        assert!(t(8, Algorithm::Ring, 8, 2) >= 2.0 * p.shm.alpha);
-    }
-
-    #[test]
-    fn ranks_on_one_machine_share_its_cores_even_over_tcp() {
-        let p = CostParams {
-            cores: 2,
-            ..CostParams::default()
-        };
-        let ar = Collective::AllReduce;
-        // Four ranks forced onto tcp on one 2-core machine: tcp links, but
-        // their steps serialise on the cores as over shared memory.
-        let apart = Shape::new(4, 1, 1 << 20);
-        let together = apart.with_sharing(4);
-        let t = |s: &Shape| predict(&p, ar, Algorithm::Ring, 1 << 20, 4, s).unwrap();
-        assert!(
-            t(&together) > 1.5 * t(&apart),
-            "{} {}",
-            t(&together),
-            t(&apart)
-        );
-        assert_eq!(apart.with_sharing(99).sharing, 4);
-    }
-
-    #[test]
-    fn predictions_grow_with_size_and_are_finite() {
-        for c in [
-            Collective::AllReduce,
-            Collective::AllGather,
-            Collective::ReduceScatter,
-            Collective::Broadcast { root: 0 },
-            Collective::Reduce { root: 0 },
-            Collective::AllToAll,
-        ] {
-            for &a in Algorithm::candidates(c) {
-                for n in [1, 2, 3, 8, 100, 4096] {
-                    let mut last = 0.0;
-                    for bytes in [8, 1 << 10, 1 << 20, 1 << 30] {
-                        let v = t(c, a, bytes, n, 8);
-                        assert!(v.is_finite() && v >= last, "{c:?} {a} n={n} {bytes}: {v}");
-                        last = v;
-                    }
-                }
-            }
-        }
-        let shape = Shape::new(4, 4, 1 << 20);
-        let p = CostParams::default();
-        assert_eq!(
-            predict(&p, Collective::AllGather, Algorithm::Tree, 8, 4, &shape),
-            None
-        );
-        assert_eq!(
-            predict(&p, Collective::AllReduce, Algorithm::Ring, 0, 4, &shape),
-            Some(0.0)
-        );
-    }
-}
+#[path = "model_tests.rs"]
+mod tests;

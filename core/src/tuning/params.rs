@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! shm.alpha_us = 2.0             # cost of one step (one slot) inside a host
-//! shm.beta_ns_per_byte = 0.25    # cost of moving one byte through a slot
+//! shm.beta_ns_per_byte = 0.25    # cost of relaying one byte through a slot
 //! tcp.alpha_us = 30.0            # the same between hosts
 //! tcp.beta_ns_per_byte = 1.0
 //! gamma_ns_per_byte = 0.3        # extra cost of reducing one byte
@@ -35,7 +35,10 @@ use crate::{Error, Result};
 pub struct LinkCost {
     /// Seconds per step (per slot handed over), whatever its size.
     pub alpha: f64,
-    /// Seconds per byte moved by a step (both copies, in and out of a slot).
+    /// Seconds per byte moved by a step. Over shared memory, by a relay
+    /// step (a slot read, the byte written out and into the next slot);
+    /// the model prices other steps by their passes over the bytes
+    /// ([`crate::tuning::predict`]). Over tcp, per byte on the wire.
     pub beta: f64,
 }
 

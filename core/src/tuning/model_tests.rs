@@ -1,0 +1,362 @@
+//! Tests of the cost model ([`super`]).
+
+use super::*;
+
+fn t(c: Collective, a: Algorithm, bytes: usize, n: usize, per_host: usize) -> f64 {
+    let shape = Shape::new(n, per_host, 512 << 10);
+    predict(&CostParams::default(), c, a, bytes / 4, 4, &shape).unwrap()
+}
+
+#[test]
+fn latency_bound_sizes_favour_logarithmic_algorithms() {
+    let ar = Collective::AllReduce;
+    for n in [64, 512, 4096] {
+        assert!(t(ar, Algorithm::Tree, 8, n, 8) < t(ar, Algorithm::Ring, 8, n, 8));
+        assert!(t(ar, Algorithm::HalvingDoubling, 8, n, 8) < t(ar, Algorithm::Ring, 8, n, 8));
+        let bc = Collective::Broadcast { root: 0 };
+        assert!(t(bc, Algorithm::Binomial, 8, n, 8) < t(bc, Algorithm::Chain, 8, n, 8));
+    }
+}
+
+#[test]
+fn bandwidth_bound_sizes_favour_the_ring_on_few_ranks() {
+    let ar = Collective::AllReduce;
+    let big = 256 << 20;
+    assert!(t(ar, Algorithm::Ring, big, 8, 8) < t(ar, Algorithm::Tree, big, 8, 8));
+    let bc = Collective::Broadcast { root: 0 };
+    assert!(t(bc, Algorithm::Chain, big, 8, 8) < t(bc, Algorithm::Binomial, big, 8, 8));
+}
+
+#[test]
+fn a_wake_up_per_phase_once_steps_outlast_the_patience() {
+    let ar = Collective::AllReduce;
+    let p = |wake: f64| CostParams {
+        cores: 2,
+        wake,
+        spin: 5e-6,
+        yields: 40e-6,
+        ..CostParams::default()
+    };
+    let at = |p: &CostParams, n: usize, bytes: usize| {
+        let shape = Shape::new(n, n, 1 << 20);
+        predict(p, ar, Algorithm::Ring, bytes / 4, 4, &shape).unwrap()
+    };
+    // Short steps are caught while spinning or yielding.
+    assert_eq!(at(&p(0.0), 2, 64), at(&p(1e-3), 2, 64));
+    assert_eq!(at(&p(0.0), 4, 64), at(&p(1e-3), 4, 64));
+    // A 2-rank ring of 1 MiB: two phases of 512 KiB steps (~130 µs at
+    // the default beta), each waits once.
+    let extra = at(&p(1e-3), 2, 1 << 20) - at(&p(0.0), 2, 1 << 20);
+    assert!((extra - 2e-3).abs() < 1e-9, "{extra}");
+    // 64 KiB steps (~38 µs) are within two spinning ranks' patience.
+    assert_eq!(at(&p(0.0), 2, 128 << 10), at(&p(1e-3), 2, 128 << 10));
+    // Three ranks on two cores are work-bound (module docs): a wake-up
+    // is latency, which other ranks' steps fill, so it adds nothing.
+    let (with, without) = (at(&p(1e-3), 3, 192 << 10), at(&p(0.0), 3, 192 << 10));
+    assert_eq!(with, without);
+}
+
+#[test]
+fn crowded_ranks_pay_the_crowded_step_and_cached_buffers_the_cached_byte() {
+    let p = CostParams {
+        cores: 2,
+        shm: LinkCost {
+            alpha: 1e-6,
+            beta: 0.2e-9,
+        },
+        crowded_alpha: 3e-6,
+        cached_beta: 0.05e-9,
+        cache_bytes: 64 << 20,
+        gamma: 0.0,
+        ..CostParams::default()
+    };
+    let at = |p: &CostParams, c: Collective, n: usize, bytes: usize| {
+        let shape = Shape::new(n, n, 512 << 10);
+        predict(p, c, Algorithm::Ring, bytes, 1, &shape).unwrap()
+    };
+    let ar = Collective::AllReduce;
+    // 8 bytes: per-step cost only, the crowded one where 4 ranks share
+    // 2 cores.
+    let with = |alpha: f64, crowded_alpha: f64| CostParams {
+        shm: LinkCost { alpha, ..p.shm },
+        crowded_alpha,
+        ..p
+    };
+    assert!(at(&with(2e-6, 3e-6), ar, 2, 8) > 1.9 * at(&p, ar, 2, 8));
+    assert_eq!(at(&with(2e-6, 3e-6), ar, 4, 8), at(&p, ar, 4, 8));
+    assert!(at(&with(1e-6, 6e-6), ar, 4, 8) > 1.9 * at(&p, ar, 4, 8));
+    // 1 MiB on 2 ranks: 4 MiB of buffers, within a quarter of the
+    // 64 MiB cache; 16 MiB: 64 MiB of buffers, out of memory.
+    let slower = CostParams {
+        cached_beta: 0.1e-9,
+        ..p
+    };
+    assert!(at(&slower, ar, 2, 1 << 20) > 1.8 * at(&p, ar, 2, 1 << 20));
+    assert_eq!(at(&slower, ar, 2, 16 << 20), at(&p, ar, 2, 16 << 20));
+    // Without a cache size, nothing counts as cached.
+    let unknown = CostParams {
+        cache_bytes: 0,
+        ..slower
+    };
+    assert_eq!(
+        at(&unknown, ar, 2, 1 << 20),
+        at(
+            &CostParams {
+                cached_beta: 0.2e-9,
+                ..unknown
+            },
+            ar,
+            2,
+            1 << 20
+        )
+    );
+}
+
+#[test]
+fn ranks_crossing_hosts_at_once_share_the_link() {
+    // 16 ranks, 8 per host: the last recursive-doubling round (8 apart)
+    // sends 8 blocks from every rank across, 8 ranks through each
+    // host's link; the other rounds stay inside.
+    let p = CostParams {
+        cores: 64,
+        wake: 0.0,
+        ..CostParams::default()
+    };
+    let shape = Shape::new(16, 8, 512 << 10);
+    let block = 1 << 20;
+    let at = |tcp_beta: f64| {
+        let p = CostParams {
+            tcp: LinkCost {
+                beta: tcp_beta,
+                ..p.tcp
+            },
+            ..p
+        };
+        let ag = Collective::AllGather;
+        predict(&p, ag, Algorithm::RecursiveDoubling, block, 1, &shape).unwrap()
+    };
+    // (From 1 to 2 ns/B: with a free wire the ranks' copies would bound
+    // the call instead.)
+    let across = at(2e-9) - at(1e-9);
+    let expected = 8.0 * block as f64 * 1e-9 * 8.0;
+    assert!(
+        (across / expected - 1.0).abs() < 1e-9,
+        "{across} {expected}"
+    );
+}
+
+#[test]
+fn a_copy_inside_a_rank_costs_no_step() {
+    let p = CostParams {
+        cores: 64,
+        ..CostParams::default()
+    };
+    // A 2-rank ring all-gather of 8 bytes: one hop; copying the rank's
+    // own block into its output adds bytes, not a step.
+    let shape = Shape::new(2, 2, 512 << 10);
+    let t = predict(&p, Collective::AllGather, Algorithm::Ring, 2, 4, &shape).unwrap();
+    assert!(t >= p.shm.alpha && t < 1.01 * p.shm.alpha, "{t}");
+}
+
+#[test]
+fn ranks_outnumbering_cores_are_priced_by_their_work() {
+    let t = |cores, algo, n, count| {
+        let p = CostParams {
+            cores,
+            ..CostParams::default()
+        };
+        let shape = Shape::new(n, n, 1 << 20);
+        predict(&p, Collective::AllReduce, algo, count, 4, &shape).unwrap()
+    };
+    // 8 ranks on 2 or on 4 cores, crowded either way: the ranks' work
+    // divided by the cores, so twice the cores take half the time.
+    for algo in [Algorithm::Ring, Algorithm::Tree, Algorithm::HalvingDoubling] {
+        for count in [2, 1 << 10, 1 << 20] {
+            let (two, four) = (t(2, algo, 8, count), t(4, algo, 8, count));
+            assert!(
+                (two - 2.0 * four).abs() < 1e-12,
+                "{algo:?} {count}: {two} {four}"
+            );
+        }
+    }
+    // A core per rank: the critical path, at least one step a hop.
+    let p = CostParams::default();
+    assert!(t(8, Algorithm::Ring, 8, 2) >= 2.0 * p.shm.alpha);
+}
+
+#[test]
+fn ranks_on_one_machine_share_its_cores_even_over_tcp() {
+    let p = CostParams {
+        cores: 2,
+        ..CostParams::default()
+    };
+    let ar = Collective::AllReduce;
+    // Four ranks forced onto tcp on one 2-core machine: tcp links, but
+    // their steps serialise on the cores as over shared memory.
+    let apart = Shape::new(4, 1, 1 << 20);
+    let together = apart.with_sharing(4);
+    let t = |s: &Shape| predict(&p, ar, Algorithm::Ring, 1 << 20, 4, s).unwrap();
+    assert!(
+        t(&together) > 1.5 * t(&apart),
+        "{} {}",
+        t(&together),
+        t(&apart)
+    );
+    assert_eq!(apart.with_sharing(99).sharing, 4);
+}
+
+#[test]
+fn predictions_grow_with_size_and_are_finite() {
+    for c in [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::Broadcast { root: 0 },
+        Collective::Reduce { root: 0 },
+        Collective::AllToAll,
+    ] {
+        for &a in Algorithm::candidates(c) {
+            for n in [1, 2, 3, 8, 100, 4096] {
+                let mut last = 0.0;
+                for bytes in [8, 1 << 10, 1 << 20, 1 << 30] {
+                    let v = t(c, a, bytes, n, 8);
+                    assert!(v.is_finite() && v >= last, "{c:?} {a} n={n} {bytes}: {v}");
+                    last = v;
+                }
+            }
+        }
+    }
+    let shape = Shape::new(4, 4, 1 << 20);
+    let p = CostParams::default();
+    assert_eq!(
+        predict(&p, Collective::AllGather, Algorithm::Tree, 8, 4, &shape),
+        None
+    );
+    assert_eq!(
+        predict(&p, Collective::AllReduce, Algorithm::Ring, 0, 4, &shape),
+        Some(0.0)
+    );
+}
+
+/// Bytes an average rank's steps pass over in `collective` by `algo` among
+/// `n` ranks (each step's inputs and outputs, a slot counting as one), from
+/// the plans themselves.
+fn plan_passes(collective: Collective, algo: Algorithm, count: usize, n: usize) -> f64 {
+    use crate::plan::{build_with, PlanParams};
+    let mut total = 0usize;
+    for rank in 0..n {
+        let params = PlanParams {
+            rank,
+            nranks: n,
+            slot_bytes: 512 << 10,
+            nsteps: 8,
+        };
+        let plan = build_with(
+            collective,
+            crate::DataType::U8,
+            crate::ReduceOp::Sum,
+            count,
+            &params,
+            Some(algo),
+        )
+        .unwrap();
+        for s in &plan.steps {
+            let operands = [
+                s.recv_from.is_some(),
+                s.src.is_some(),
+                s.dst.is_some(),
+                s.send_to.is_some(),
+            ];
+            total += s.count * operands.iter().filter(|&&o| o).count();
+        }
+    }
+    total as f64 / n as f64
+}
+
+/// The same as the model's phases count them.
+fn model_passes(collective: Collective, algo: Algorithm, count: usize, n: usize) -> f64 {
+    let shape = Shape::new(n, n, 512 << 10);
+    phases(collective, algo, count, 1, &shape)
+        .iter()
+        .map(|p| p.avg * p.bytes * p.passes)
+        .sum()
+}
+
+#[test]
+fn phases_pass_over_the_bytes_as_often_as_the_plans_do() {
+    // Per rank, summed over a call of 64 slots: exact for the ring,
+    // chain, halving-doubling and pairwise schedules; recursive doubling
+    // and Bruck within the half slot their last round may send; the trees
+    // (whose inner and leaf ranks differ most) within a quarter.
+    for c in [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::Broadcast { root: 0 },
+        Collective::Reduce { root: 0 },
+        Collective::AllToAll,
+    ] {
+        for &a in Algorithm::candidates(c) {
+            for n in [2, 3, 4, 5, 6, 8, 16] {
+                let count = match c {
+                    Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => {
+                        (32 << 20) / n
+                    }
+                    _ => 32 << 20,
+                };
+                let (model, plan) = (model_passes(c, a, count, n), plan_passes(c, a, count, n));
+                let tolerance = match a {
+                    Algorithm::Tree | Algorithm::Binomial if n > 2 => 0.25,
+                    Algorithm::Tree | Algorithm::Binomial => continue,
+                    Algorithm::RecursiveDoubling | Algorithm::Bruck => 0.06,
+                    _ => 0.001,
+                };
+                assert!(
+                    (model / plan - 1.0).abs() <= tolerance,
+                    "{} {a} n={n}: model {model:.0} plan {plan:.0}",
+                    c.name()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn ranks_a_phase_leaves_out_free_their_cores_once_they_sleep() {
+    // Three ranks on two cores: halving-doubling's fold keeps two busy,
+    // its one round the other two. With long steps the third is asleep
+    // and each phase has a core per rank: the critical path, as with a
+    // core for every rank. With short ones it yields its turns, and each
+    // step waits for them.
+    let p = |cores| CostParams {
+        cores,
+        crowded_alpha: 1e-6,
+        shm: LinkCost {
+            alpha: 1e-6,
+            beta: 0.2e-9,
+        },
+        wake: 0.0,
+        ..CostParams::default()
+    };
+    let shape = Shape::new(3, 3, 512 << 10);
+    let ar = Collective::AllReduce;
+    let hd = |cores, count| predict(&p(cores), ar, Algorithm::HalvingDoubling, count, 1, &shape);
+    let (crowded, spread) = (hd(2, 16 << 20).unwrap(), hd(64, 16 << 20).unwrap());
+    assert!((crowded / spread - 1.0).abs() < 1e-9, "{crowded} {spread}");
+    let (crowded, spread) = (hd(2, 8).unwrap(), hd(64, 8).unwrap());
+    assert!((crowded / spread - 1.5).abs() < 1e-9, "{crowded} {spread}");
+}
+
+#[test]
+fn with_a_core_per_rank_waits_are_latency_not_work() {
+    // Two ranks, two cores, 8 bytes: the tree's first pair climbs one hop
+    // and comes down one, two steps, though each rank runs four.
+    let p = CostParams {
+        cores: 2,
+        wake: 0.0,
+        ..CostParams::default()
+    };
+    let shape = Shape::new(2, 2, 512 << 10);
+    let t = predict(&p, Collective::AllReduce, Algorithm::Tree, 8, 1, &shape).unwrap();
+    assert!((t / (2.0 * p.shm.alpha) - 1.0).abs() < 0.01, "{t}");
+}
