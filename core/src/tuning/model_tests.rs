@@ -2,6 +2,16 @@
 
 use super::*;
 
+/// The collectives the model prices.
+const COLLECTIVES: [Collective; 6] = [
+    Collective::AllReduce,
+    Collective::AllGather,
+    Collective::ReduceScatter,
+    Collective::Broadcast { root: 0 },
+    Collective::Reduce { root: 0 },
+    Collective::AllToAll,
+];
+
 fn t(c: Collective, a: Algorithm, bytes: usize, n: usize, per_host: usize) -> f64 {
     let shape = Shape::new(n, per_host, 512 << 10);
     predict(&CostParams::default(), c, a, bytes / 4, 4, &shape).unwrap()
@@ -207,14 +217,7 @@ fn ranks_on_one_machine_share_its_cores_even_over_tcp() {
 
 #[test]
 fn predictions_grow_with_size_and_are_finite() {
-    for c in [
-        Collective::AllReduce,
-        Collective::AllGather,
-        Collective::ReduceScatter,
-        Collective::Broadcast { root: 0 },
-        Collective::Reduce { root: 0 },
-        Collective::AllToAll,
-    ] {
+    for c in COLLECTIVES {
         for &a in Algorithm::candidates(c) {
             for n in [1, 2, 3, 8, 100, 4096] {
                 let mut last = 0.0;
@@ -288,14 +291,7 @@ fn phases_pass_over_the_bytes_as_often_as_the_plans_do() {
     // chain, halving-doubling and pairwise schedules; recursive doubling
     // and Bruck within the half slot their last round may send; the trees
     // (whose inner and leaf ranks differ most) within a quarter.
-    for c in [
-        Collective::AllReduce,
-        Collective::AllGather,
-        Collective::ReduceScatter,
-        Collective::Broadcast { root: 0 },
-        Collective::Reduce { root: 0 },
-        Collective::AllToAll,
-    ] {
+    for c in COLLECTIVES {
         for &a in Algorithm::candidates(c) {
             for n in [2, 3, 4, 5, 6, 8, 16] {
                 let count = match c {
