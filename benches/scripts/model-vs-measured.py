@@ -17,14 +17,7 @@ Two steps, so that the model can be checked again without measuring again:
                                  of a batch (60-70 us each on this VM) is
                                  spread over enough calls to measure the
                                  steady state the model predicts; the load
-                                 average is kept with every launch. Unless
-                                 CALIBRATE=0, `streamcomm-bench calibrate`
-                                 also runs before each round of launches,
-                                 and OUT-tuning.txt gets the median of each
-                                 parameter: a calibration spanning the same
-                                 minutes as the measurement (this machine's
-                                 speed drifts over minutes, and one
-                                 calibration catches one moment).
+                                 average is kept with every launch.
   compare OUT.json TUNING [BENCH]
                                  the model's prediction for every point
                                  (`streamcomm-bench model --points`, with the
@@ -35,8 +28,7 @@ Two steps, so that the model can be checked again without measuring again:
     - for every (collective, N, size), the algorithm the model selects and
       how much slower it measured than the best one (the fraction within 20%).
 
-Environment: LAUNCHES (default 3), RANKS (default "2 3 4 6 8"), CALIBRATE
-(default 1); for
+Environment: LAUNCHES (default 3), RANKS (default "2 3 4 6 8"); for
 compare, STAT=min takes each point's fastest launch instead of the median.
 """
 
@@ -90,13 +82,10 @@ def measure(out, bench):
     ranks = [int(x) for x in os.environ.get("RANKS", "2 3 4 6 8").split()]
     configs = [(coll, algo, n) for coll, algos in ALGOS.items() for algo in algos for n in ranks]
     times, loads = {}, {}
-    calibrations = []
     # Launch after launch of every configuration, not one configuration's
     # launches back to back: this machine's speed drifts over minutes, and
     # a point's samples then span the whole measurement.
     for launch in range(launches):
-        if os.environ.get("CALIBRATE", "1") != "0":
-            calibrations.append(calibrate(bench))
         for coll, algo, n in configs:
             for sweep in SWEEPS:
                 loads.setdefault((coll, algo, n), []).append(load())
@@ -112,40 +101,6 @@ def measure(out, bench):
                        "load": max(loads[(coll, algo, n)])})
     with open(out, "w") as f:
         json.dump({"points": points}, f, indent=1)
-    if calibrations:
-        tuning = os.path.splitext(out)[0] + "-tuning.txt"
-        with open(tuning, "w") as f:
-            f.write(f"# streamcomm tuning file: per key, the median of {len(calibrations)} runs of\n"
-                    "# `streamcomm-bench calibrate`, one before each round of launches of\n"
-                    f"# {os.path.basename(out)}, so the parameters span the same minutes as it\n")
-            for key in calibrations[0]:
-                values = [c[key] for c in calibrations]
-                # Integers (cores, the cache size) stay integers.
-                middle = statistics.median_low(values) if isinstance(values[0], int) \
-                    else statistics.median(values)
-                f.write(f"{key} = {middle}\n")
-        print(f"# wrote {tuning}", file=sys.stderr)
-
-
-def calibrate(bench):
-    """One `streamcomm-bench calibrate`: its tuning file as {key: value}."""
-    with tempfile.NamedTemporaryFile(suffix=".txt", delete=False) as f:
-        path = f.name
-    env = dict(os.environ)
-    env.pop("STREAMCOMM_TUNING_FILE", None)
-    done = subprocess.run([bench, "calibrate", "--out", path], env=env,
-                          capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:
-        sys.exit(f"{bench} calibrate failed:\n{done.stderr}")
-    values = {}
-    with open(path) as f:
-        for line in f:
-            line = line.split("#")[0].strip()
-            if line:
-                key, value = (x.strip() for x in line.split("="))
-                values[key] = float(value) if key != "cores" and key != "cache_bytes" else int(value)
-    os.unlink(path)
-    return values
 
 
 def predictions(points, tuning, bench):
