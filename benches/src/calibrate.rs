@@ -27,17 +27,18 @@
 //!   more ranks than cores the model puts no wake-up on a call).
 //! - The two regimes of the shm link. The shm launches above (twice the
 //!   cores) give the crowded step (`shm.alpha_crowded_us`) and the per-byte
-//!   cost out of memory. They also time a chain broadcast small enough that
-//!   all ranks' buffers fit in a quarter of the last-level cache
+//!   cost out of memory. They also time the small calls again at a size at
+//!   which all ranks' buffers fit in a quarter of the last-level cache
 //!   (`cache_bytes`, from sysfs): the cached byte
-//!   (`shm.beta_cached_ns_per_byte`). A second shm launch with one rank per
-//!   core times the small calls again: the step when each rank has a core
-//!   (`shm.alpha_us`). Measured here on 2 cores (2026-11-30): 1.2 µs
-//!   crowded against 0.6-1.0 µs one rank per core, and 0.06-0.09 ns/B
-//!   within the cache against 0.14-0.19 out of memory.
+//!   (`shm.beta_cached_ns_per_byte`), their geometric mean. A second shm
+//!   launch with one rank per core times the small calls again: the step
+//!   when each rank has a core (`shm.alpha_us`). Measured here on 2 cores
+//!   (2026-11-30): 1.1-1.8 µs crowded against 0.6-1.1 µs one rank per core,
+//!   and 0.06-0.11 ns/B within the cache against 0.15-0.19 out of memory.
 //!
-//! Medians of several repetitions within a launch and of three launches,
-//! so a scheduler hiccup does not become a parameter.
+//! Medians of several repetitions within a launch and of [`LAUNCHES`]
+//! launches of each kind, taken in turns, so a scheduler hiccup or a
+//! minute of a slower machine does not become a parameter (~50 s here).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -241,21 +242,13 @@ fn cached_beta(params: &CostParams, runs: &[Measured]) -> f64 {
     if params.cache_bytes == 0 || measured.is_empty() {
         return params.shm.beta;
     }
-    let betas = measured
-        .iter()
-        .map(|m| {
-            let shape = Shape::new(m.ranks, m.ranks, m.slot);
-            geometric_mean(PANEL.iter().zip(&m.cached).map(|(&c, &t)| {
-                let bytes = c.bytes_near(m.cached_bytes, m.ranks);
-                let with = |b| CostParams {
-                    cached_beta: b,
-                    ..*params
-                };
-                bisect(|b| c.predict(&with(b), bytes, &shape).unwrap_or(0.0), t)
-            }))
+    median(per_launch(measured, |m, shape| {
+        let bytes = |c: Call| c.bytes_near(m.cached_bytes, m.ranks);
+        panel_fit(&m.cached, bytes, shape, |b| CostParams {
+            cached_beta: b,
+            ..*params
         })
-        .collect();
-    median(betas)
+    }))
 }
 
 /// The geometric mean of the positive values (a value of 0 is a call the
@@ -281,36 +274,39 @@ fn seconds(values: &[f64]) -> String {
 /// The step with a core per rank: the small calls of each shm launch of
 /// one rank per core (`runs`) solved for `shm.alpha`, the median.
 fn uncrowded(params: &CostParams, runs: &[Measured]) -> f64 {
-    let alphas = runs
-        .iter()
-        .map(|m| {
-            let shape = Shape::new(m.ranks, m.ranks, m.slot);
-            alpha_for(&m.small, &shape, |a| CostParams {
-                shm: LinkCost {
-                    alpha: a,
-                    beta: params.shm.beta,
-                },
-                ..*params
-            })
+    median(per_launch(runs, |m, shape| {
+        alpha_for(&m.small, shape, |a| CostParams {
+            shm: LinkCost {
+                alpha: a,
+                beta: params.shm.beta,
+            },
+            ..*params
         })
-        .collect();
-    median(alphas)
+    }))
 }
 
-/// For each launch (its ranks all on this machine's cores), the parameter
-/// value at which the model's prediction, `predict_with(launch, shape,
-/// value)`, reaches what the launch measured, `target(launch)`.
+/// `fit(launch, shape)` for each launch, its ranks all on this machine's
+/// cores (`shape`).
+fn per_launch<'a>(
+    runs: impl IntoIterator<Item = &'a Measured>,
+    fit: impl Fn(&Measured, &Shape) -> f64,
+) -> Vec<f64> {
+    runs.into_iter()
+        .map(|m| fit(m, &Shape::new(m.ranks, m.ranks, m.slot)))
+        .collect()
+}
+
+/// For each launch, the parameter value at which the model's prediction,
+/// `predict_with(launch, shape, value)`, reaches what the launch measured,
+/// `target(launch)`.
 fn solve_each<'a>(
     runs: impl IntoIterator<Item = &'a Measured>,
     target: impl Fn(&Measured) -> f64,
     predict_with: impl Fn(&Measured, &Shape, f64) -> Option<f64>,
 ) -> Vec<f64> {
-    runs.into_iter()
-        .map(|m| {
-            let shape = Shape::new(m.ranks, m.ranks, m.slot);
-            bisect(|x| predict_with(m, &shape, x).unwrap_or(0.0), target(m))
-        })
-        .collect()
+    per_launch(runs, |m, shape| {
+        bisect(|x| predict_with(m, shape, x).unwrap_or(0.0), target(m))
+    })
 }
 
 /// The middle value (upper middle for an even count).
@@ -329,8 +325,6 @@ struct Measured {
     large: f64,
     /// Seconds per call of a recursive-doubling all-gather of one slot.
     mid: f64,
-    /// Seconds per call of a chain broadcast of `cached_bytes` (0: the
-    /// cache size is unknown, not measured).
     /// Seconds per call of each of [`PANEL`] of about `cached_bytes` (0:
     /// the cache size is unknown, not measured).
     cached: Vec<f64>,
@@ -710,9 +704,26 @@ impl Fit {
 /// small calls' times (`small`, in [`PANEL`] order): each call's own
 /// solution, their geometric mean.
 fn alpha_for(small: &[f64], shape: &Shape, with: impl Fn(f64) -> CostParams) -> f64 {
-    geometric_mean(PANEL.iter().zip(small).map(|(&c, &t)| {
-        let bytes = c.bytes_for_blocks_of(8, shape.ranks);
-        bisect(|a| c.predict(&with(a), bytes, shape).unwrap_or(0.0), t)
+    panel_fit(
+        small,
+        |c| c.bytes_for_blocks_of(8, shape.ranks),
+        shape,
+        with,
+    )
+}
+
+/// The parameter value at which the model, given `with(value)`, predicts
+/// the times of the [`PANEL`] calls of `bytes(call)` bytes: each call's own
+/// solution, their geometric mean.
+fn panel_fit(
+    times: &[f64],
+    bytes: impl Fn(Call) -> usize,
+    shape: &Shape,
+    with: impl Fn(f64) -> CostParams,
+) -> f64 {
+    geometric_mean(PANEL.iter().zip(times).map(|(&c, &t)| {
+        let bytes = bytes(c);
+        bisect(|x| c.predict(&with(x), bytes, shape).unwrap_or(0.0), t)
     }))
 }
 
