@@ -208,24 +208,24 @@ pub fn predict(
             params.shm.beta
         },
     };
-    let step = |p: &Phase| {
-        // Inside a host a byte costs `beta` per relay's worth of passes;
-        // between hosts the wire carries it once, whatever the copies
-        // around it.
-        let weight = p.passes / RELAY_PASSES;
-        if let Span::Local = p.span {
-            return p.bytes * shm_link.beta * weight;
+    let reduce = |p: &Phase| {
+        if p.reduce {
+            p.bytes * params.gamma
+        } else {
+            0.0
         }
-        let cost = |l: &LinkCost, weight: f64| {
-            l.alpha
-                + p.bytes * l.beta * weight
-                + if p.reduce {
-                    p.bytes * params.gamma
-                } else {
-                    0.0
-                }
-        };
-        let (shm, tcp) = (cost(&shm_link, weight), cost(&params.tcp, 1.0));
+    };
+    // The bytes a step copies and reduces inside a host: `beta` per relay's
+    // worth of passes over them.
+    let copy = |p: &Phase| p.bytes * shm_link.beta * p.passes / RELAY_PASSES + reduce(p);
+    let step = |p: &Phase| {
+        if let Span::Local = p.span {
+            return copy(p);
+        }
+        // Between hosts the wire carries a byte once, whatever the copies
+        // around it.
+        let shm = shm_link.alpha + copy(p);
+        let tcp = params.tcp.alpha + p.bytes * params.tcp.beta + reduce(p);
         let multi = shape.hosts > 1;
         match p.span {
             Span::Ring if multi => {
@@ -275,10 +275,6 @@ pub fn predict(
     };
     let path: f64 = phases.iter().map(|p| p.steps * step(p)).sum();
     let crit = path + phases.iter().map(wakes).sum::<f64>();
-    let copy = |p: &Phase| {
-        let reduce = if p.reduce { params.gamma } else { 0.0 };
-        p.bytes * (shm_link.beta * p.passes / RELAY_PASSES + reduce)
-    };
     // A rank's work: with a core each, the bytes it copies and reduces (its
     // waits are latency, not work); crowded, whole steps, each a turn on a
     // core.
@@ -362,10 +358,11 @@ fn phases(
             let filled = count.min(n) as f64 / nf;
             let b = bytes / (loops * nf).min(count as f64);
             let hops = (nf - 1.0) * loops;
-            // Relays both ways round: `recvReduceSend`, then `recvCopySend`;
-            // per block, the first `send` and the last `recv` make 4 passes
-            // where the relay that would take their place makes 3 (one of
-            // them reads the input and writes the output besides: 2 more).
+            // Relays both ways round: `recvReduceSend`, then `recvCopySend`.
+            // Per block the plan makes 2 passes more than 2 (n - 1) relays:
+            // its 2 n - 1 steps are a `send` and a `recv` (2 passes each),
+            // the step turning the reduction into the gather (4), and
+            // relays.
             vec![
                 Phase::new(hops, b, 3.0, true, Span::Ring).avg(hops * filled),
                 Phase::new(hops, b, 3.0, false, Span::Ring).avg(hops * filled),
