@@ -344,6 +344,24 @@ fn ranks_a_phase_leaves_out_free_their_cores_once_they_sleep() {
 }
 
 #[test]
+fn an_all_to_all_exchange_with_a_peer_is_one_step() {
+    // Two ranks, two cores, 8-byte blocks: one slot out and one in, at
+    // once, as recursive doubling's round is counted (fails when the send
+    // and the receive are two steps).
+    let p = CostParams {
+        cores: 2,
+        wake: 0.0,
+        ..CostParams::default()
+    };
+    let shape = Shape::new(2, 2, 512 << 10);
+    let a2a = predict(&p, Collective::AllToAll, Algorithm::Pairwise, 8, 1, &shape).unwrap();
+    let rd = Algorithm::RecursiveDoubling;
+    let ag = predict(&p, Collective::AllGather, rd, 8, 1, &shape).unwrap();
+    assert!((a2a / p.shm.alpha - 1.0).abs() < 0.01, "{a2a}");
+    assert!((a2a / ag - 1.0).abs() < 0.01, "{a2a} {ag}");
+}
+
+#[test]
 fn with_a_core_per_rank_waits_are_latency_not_work() {
     // Two ranks, two cores, 8 bytes: the tree's first pair climbs one hop
     // and comes down one, two steps, though each rank runs four.
