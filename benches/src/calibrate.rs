@@ -48,7 +48,7 @@ use streamcomm::comm::UntypedBuffer;
 use streamcomm::host::HostStream;
 use streamcomm::launch::local::LocalLauncher;
 use streamcomm::plan::{Algorithm, Collective};
-use streamcomm::tuning::{predict, CostParams, LinkCost, Shape};
+use streamcomm::tuning::{predict, CostParams, LinkCost, Shape, DEFAULT_WRITE_WEIGHT};
 use streamcomm::{Communicator, DataType, ReduceOp};
 
 use crate::error::{Context, Fallible};
@@ -161,6 +161,8 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
         crowded_alpha: links[0].alpha,
         cached_beta: links[0].beta,
         cache_bytes,
+        // Measured once, across runs (see DEFAULT_WRITE_WEIGHT), not here.
+        write_weight: DEFAULT_WRITE_WEIGHT,
     };
     params.cached_beta = cached_beta(&params, &shm_runs);
     // The wake-up is fitted on launches with a core per rank: where ranks

@@ -19,7 +19,7 @@ mod params;
 mod select;
 
 pub use model::{predict, Shape};
-pub use params::{CostParams, LinkCost};
+pub use params::{CostParams, LinkCost, DEFAULT_WRITE_WEIGHT};
 pub use select::{choose, AlgoOverride};
 
 use std::collections::HashMap;

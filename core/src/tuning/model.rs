@@ -134,6 +134,33 @@ enum Span {
 /// passes over this.
 const RELAY_PASSES: f64 = 3.0;
 
+/// Passes of a step over its bytes: reads (a slot received, a buffer
+/// read) and writes (a buffer written, a slot sent).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Passes {
+    /// Inputs read.
+    pub reads: f64,
+    /// Outputs written.
+    pub writes: f64,
+}
+
+const fn passes(reads: f64, writes: f64) -> Passes {
+    Passes { reads, writes }
+}
+
+/// A copy (`send`, `recv`, or a buffer into another): one read, one write.
+const COPY: Passes = passes(1.0, 1.0);
+/// `recvCopySend`: the slot read, the output and the next slot written.
+const COPY_RELAY: Passes = passes(1.0, 2.0);
+/// `recvReduceSend`: the slot and the input read, the next slot written.
+const REDUCE_RELAY: Passes = passes(2.0, 1.0);
+/// A `send` and a `recv` counted as one step.
+const EXCHANGE: Passes = passes(2.0, 2.0);
+/// A `send` and a receive that reduces into the output.
+const REDUCE_EXCHANGE: Passes = passes(3.0, 2.0);
+/// The trees going down: a relay to one child, a send to the other.
+const TREE_DOWN: Passes = passes(1.25, 1.25);
+
 /// A run of similar steps.
 #[derive(Clone, Copy, Debug)]
 struct Phase {
@@ -147,7 +174,7 @@ struct Phase {
     /// each output of the step reads or writes them once. A `send` or a
     /// `recv` makes 2, a relay 3, a send and a receive counted as one step
     /// 4, or 5 when the receive reduces.
-    passes: f64,
+    passes: Passes,
     /// Whether the steps reduce.
     reduce: bool,
     span: Span,
@@ -157,7 +184,7 @@ struct Phase {
 }
 
 impl Phase {
-    fn new(steps: f64, bytes: f64, passes: f64, reduce: bool, span: Span) -> Phase {
+    fn new(steps: f64, bytes: f64, passes: Passes, reduce: bool, span: Span) -> Phase {
         Phase {
             steps,
             avg: steps,
@@ -167,6 +194,12 @@ impl Phase {
             span,
             active: 1.0,
         }
+    }
+
+    /// Work of an average rank with no step on the critical path (its
+    /// steps are priced there by a phase of their own).
+    fn work(avg: f64, bytes: f64, passes: Passes, reduce: bool, span: Span) -> Phase {
+        Phase::new(0.0, bytes, passes, reduce, span).avg(avg)
     }
 
     fn active(mut self, active: f64) -> Phase {
@@ -216,8 +249,9 @@ pub fn predict(
         }
     };
     // The bytes a step copies and reduces inside a host: `beta` per relay's
-    // worth of passes over them.
-    let copy = |p: &Phase| p.bytes * shm_link.beta * p.passes / RELAY_PASSES + reduce(p);
+    // worth of passes over them, a write weighing `write_weight` reads.
+    let weighed = |p: &Passes| p.reads + params.write_weight * p.writes;
+    let copy = |p: &Phase| p.bytes * shm_link.beta * weighed(&p.passes) / RELAY_PASSES + reduce(p);
     let step = |p: &Phase| {
         if let Span::Local = p.span {
             return copy(p);
@@ -348,7 +382,7 @@ fn phases(
         return Vec::new();
     }
     if n == 1 {
-        return vec![Phase::new(1.0, bytes, 2.0, false, Span::Local)];
+        return vec![Phase::new(1.0, bytes, COPY, false, Span::Local)];
     }
     let levels = n.next_power_of_two().trailing_zeros() as usize;
     match (collective, algo) {
@@ -364,14 +398,15 @@ fn phases(
             // the step turning the reduction into the gather (4), and
             // relays.
             vec![
-                Phase::new(hops, b, 3.0, true, Span::Ring).avg(hops * filled),
-                Phase::new(hops, b, 3.0, false, Span::Ring).avg(hops * filled),
-                Phase::new(loops, b, 2.0, false, Span::Local).avg(loops * filled),
+                Phase::new(hops, b, REDUCE_RELAY, true, Span::Ring).avg(hops * filled),
+                Phase::new(hops, b, COPY_RELAY, false, Span::Ring).avg(hops * filled),
+                Phase::new(loops, b, COPY, false, Span::Local).avg(loops * filled),
             ]
         }
         (Collective::AllGather | Collective::ReduceScatter, Algorithm::Ring) => {
             let (m, b) = cut(count);
             let reduce = collective == Collective::ReduceScatter;
+            let relay = if reduce { REDUCE_RELAY } else { COPY_RELAY };
             // Per chunk, `n - 1` relays along the ring; then the
             // all-gather's copy of the rank's own input into its output, and
             // for the reduce-scatter a step more: its first send and last
@@ -382,23 +417,34 @@ fn phases(
             // and 2 more: the reduce-scatter's opening `send`, the
             // all-gather's copy of the rank's own input.
             let last = if reduce {
-                Phase::new(m, b, 2.0, false, Span::Dist(0))
+                Phase::new(m, b, COPY, false, Span::Dist(0))
             } else {
-                Phase::new(m, b, 2.0, false, Span::Local)
+                Phase::new(m, b, COPY, false, Span::Local)
             };
-            vec![Phase::new(m * (nf - 1.0), b, 3.0, reduce, Span::Ring), last]
+            vec![
+                Phase::new(m * (nf - 1.0), b, relay, reduce, Span::Ring),
+                last,
+            ]
         }
         (Collective::Broadcast { .. } | Collective::Reduce { .. }, Algorithm::Chain) => {
             let (m, b) = cut(count);
             let reduce = matches!(collective, Collective::Reduce { .. });
+            let relay = if reduce { REDUCE_RELAY } else { COPY_RELAY };
             // The first chunk crosses `n - 1` hops, one relay each, one
             // after the other; the others follow at the pace of one relay.
-            // The end of the chain only receives (2 passes where a relay
-            // makes 3).
+            // A rank's work is a step per chunk, a relay but at the end
+            // that receives without sending on: a broadcast's leaf writes
+            // one output fewer, a reduce's leaf reads one input fewer.
+            let end = 1.0 / nf;
+            let work = if reduce {
+                passes(2.0 - end, 1.0)
+            } else {
+                passes(1.0, 2.0 - end)
+            };
             vec![
-                Phase::new(nf - 1.0, b, 3.0, reduce, Span::RingFill).avg(0.0),
-                Phase::new(m - 1.0, b, 3.0, reduce, Span::Ring)
-                    .avg(m * (3.0 * nf - 1.0) / (3.0 * nf)),
+                Phase::new(nf - 1.0, b, relay, reduce, Span::RingFill).avg(0.0),
+                Phase::new(m - 1.0, b, relay, reduce, Span::Ring).avg(0.0),
+                Phase::work(m, b, work, reduce, Span::Ring),
             ]
         }
         (Collective::AllToAll, _) => {
@@ -411,19 +457,37 @@ fn phases(
             // the small all-to-alls at 1.4-2.0x their measurement, in all
             // four measurement runs of 2026-11-30g.)
             vec![
-                Phase::new(1.0, bytes, 2.0, false, Span::Local),
-                Phase::new(m * (per - 1.0), b, 4.0, false, Span::Dist(1)),
-                Phase::new(m * (nf - per), b, 4.0, false, Span::Exchange(usize::MAX)),
+                Phase::new(1.0, bytes, COPY, false, Span::Local),
+                Phase::new(m * (per - 1.0), b, EXCHANGE, false, Span::Dist(1)),
+                Phase::new(
+                    m * (nf - per),
+                    b,
+                    EXCHANGE,
+                    false,
+                    Span::Exchange(usize::MAX),
+                ),
             ]
         }
         (Collective::Broadcast { .. } | Collective::Reduce { .. }, Algorithm::Binomial) => {
             // Reduce is the same tree upwards, each level reducing.
             let (m, b) = cut(count);
             let reduce = matches!(collective, Collective::Reduce { .. });
+            // A rank receives once and sends to each child from its
+            // output, the first send riding on the receive; going up, each
+            // child's slot is reduced with the rank's input or partial
+            // sum. Over the `n - 1` edges and the `ceil(n / 2)` leaves, an
+            // average rank's step makes these passes.
+            let leaves = n.div_ceil(2) as f64;
+            let step = if reduce {
+                passes((2.0 * (nf - 1.0) + leaves) / nf, (nf - 1.0 + leaves) / nf)
+            } else {
+                passes((nf - 1.0 + leaves) / nf, (2.0 * nf - 1.0) / nf)
+            };
             (0..levels)
                 .map(|j| {
                     let drain = if j + 1 < levels { 1.0 } else { 0.0 };
-                    Phase::new(m + drain, b, 3.0, reduce, Span::Dist(1 << j)).avg(m / levels as f64)
+                    Phase::new(m + drain, b, step, reduce, Span::Dist(1 << j))
+                        .avg(m / levels as f64)
                 })
                 .collect()
         }
@@ -446,9 +510,9 @@ fn phases(
             // 2).
             let more = m - 1.0;
             vec![
-                Phase::new(2.0 * more + depth, b, 3.0, true, span).avg(1.5 * m),
-                Phase::new(more, b, 2.5, false, span).avg(m),
-                Phase::new(3.0 * more + depth, b, 2.5, false, span).avg(2.5 * m),
+                Phase::new(2.0 * more + depth, b, REDUCE_RELAY, true, span).avg(1.5 * m),
+                Phase::new(more, b, TREE_DOWN, false, span).avg(m),
+                Phase::new(3.0 * more + depth, b, TREE_DOWN, false, span).avg(2.5 * m),
             ]
         }
         (Collective::AllReduce, Algorithm::HalvingDoubling) => {
@@ -460,9 +524,14 @@ fn phases(
             let (fold, active) = (2.0 * (n - p) as f64 / nf, p as f64 / nf);
             if p < n {
                 let (m, b) = cut(count);
-                let fold_in = Phase::new(m, b, 3.0, true, Span::Dist(1)).avg(m * fold * 2.5 / 3.0);
+                // On the path the receiving half's reduce; the work, on
+                // average over the folding ranks, half a `send` and half a
+                // reduce: 1.5 reads and a write.
+                let fold_in = Phase::new(m, b, REDUCE_RELAY, true, Span::Dist(1)).avg(0.0);
                 out.push(fold_in.active(fold));
-                let fold_out = Phase::new(m, b, 2.0, false, Span::Dist(1)).avg(m * fold);
+                let fold_work = Phase::work(m * fold, b, passes(1.5, 1.0), true, Span::Dist(1));
+                out.push(fold_work.active(fold));
+                let fold_out = Phase::new(m, b, COPY, false, Span::Dist(1)).avg(m * fold);
                 out.push(fold_out.active(fold));
             }
             let mut mask = p / 2;
@@ -473,16 +542,18 @@ fn phases(
                 // Each round sends m slots and receives m, alternating: a
                 // pair costs one step of `b` bytes, a `send` (2 passes) and
                 // a `recv` (2), which reduces while halving (3).
-                let halve = Phase::new(m, b, 5.0, true, Span::Exchange(mask)).avg(m * active);
+                let halve =
+                    Phase::new(m, b, REDUCE_EXCHANGE, true, Span::Exchange(mask)).avg(m * active);
                 out.push(halve.active(active));
-                let double = Phase::new(m, b, 4.0, false, Span::Exchange(mask)).avg(m * active);
+                let double =
+                    Phase::new(m, b, EXCHANGE, false, Span::Exchange(mask)).avg(m * active);
                 out.push(double.active(active));
                 mask /= 2;
             }
             out
         }
         (Collective::AllGather, Algorithm::RecursiveDoubling | Algorithm::Bruck) => {
-            let mut out = vec![Phase::new(1.0, bytes, 2.0, false, Span::Local)];
+            let mut out = vec![Phase::new(1.0, bytes, COPY, false, Span::Local)];
             let pow2 = n.is_power_of_two() && algo == Algorithm::RecursiveDoubling;
             let mut dist = 1;
             while dist < n {
@@ -492,7 +563,13 @@ fn phases(
                 // Each round sends `m` slots to one partner and receives `m`
                 // from another, at once: `m` steps as a ring counts them
                 // (one slot out, one in), each a `send` and a `recv`.
-                out.push(Phase::new(m + wrap, b, 4.0, false, Span::Exchange(dist)));
+                out.push(Phase::new(
+                    m + wrap,
+                    b,
+                    EXCHANGE,
+                    false,
+                    Span::Exchange(dist),
+                ));
                 dist *= 2;
             }
             out

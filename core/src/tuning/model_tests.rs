@@ -45,6 +45,8 @@ fn a_wake_up_per_phase_once_steps_outlast_the_patience() {
         wake,
         spin: 5e-6,
         yields: 40e-6,
+        // Every pass alike: the step times below.
+        write_weight: 1.0,
         ..CostParams::default()
     };
     let at = |p: &CostParams, n: usize, bytes: usize| {
@@ -241,12 +243,13 @@ fn predictions_grow_with_size_and_are_finite() {
     );
 }
 
-/// Bytes an average rank's steps pass over in `collective` by `algo` among
-/// `n` ranks (each step's inputs and outputs, a slot counting as one), from
-/// the plans themselves.
-fn plan_passes(collective: Collective, algo: Algorithm, count: usize, n: usize) -> f64 {
+/// Bytes an average rank's steps read and write in `collective` by `algo`
+/// among `n` ranks (each step's inputs, a slot received or a buffer read,
+/// and its outputs, a buffer written or a slot sent), from the plans
+/// themselves.
+fn plan_passes(collective: Collective, algo: Algorithm, count: usize, n: usize) -> Passes {
     use crate::plan::{build_with, PlanParams};
-    let mut total = 0usize;
+    let (mut reads, mut writes) = (0usize, 0usize);
     for rank in 0..n {
         let params = PlanParams {
             rank,
@@ -264,25 +267,20 @@ fn plan_passes(collective: Collective, algo: Algorithm, count: usize, n: usize) 
         )
         .unwrap();
         for s in &plan.steps {
-            let operands = [
-                s.recv_from.is_some(),
-                s.src.is_some(),
-                s.dst.is_some(),
-                s.send_to.is_some(),
-            ];
-            total += s.count * operands.iter().filter(|&&o| o).count();
+            let count_of = |ops: [bool; 2]| s.count * ops.iter().filter(|&&o| o).count();
+            reads += count_of([s.recv_from.is_some(), s.src.is_some()]);
+            writes += count_of([s.dst.is_some(), s.send_to.is_some()]);
         }
     }
-    total as f64 / n as f64
+    passes(reads as f64 / n as f64, writes as f64 / n as f64)
 }
 
 /// The same as the model's phases count them.
-fn model_passes(collective: Collective, algo: Algorithm, count: usize, n: usize) -> f64 {
+fn model_passes(collective: Collective, algo: Algorithm, count: usize, n: usize) -> Passes {
     let shape = Shape::new(n, n, 512 << 10);
-    phases(collective, algo, count, 1, &shape)
-        .iter()
-        .map(|p| p.avg * p.bytes * p.passes)
-        .sum()
+    let phases = phases(collective, algo, count, 1, &shape);
+    let sum = |f: fn(&Passes) -> f64| phases.iter().map(|p| p.avg * p.bytes * f(&p.passes)).sum();
+    passes(sum(|p| p.reads), sum(|p| p.writes))
 }
 
 #[test]
@@ -307,11 +305,16 @@ fn phases_pass_over_the_bytes_as_often_as_the_plans_do() {
                     Algorithm::RecursiveDoubling | Algorithm::Bruck => 0.06,
                     _ => 0.001,
                 };
-                assert!(
-                    (model / plan - 1.0).abs() <= tolerance,
-                    "{} {a} n={n}: model {model:.0} plan {plan:.0}",
-                    c.name()
-                );
+                for (what, model, plan) in [
+                    ("reads", model.reads, plan.reads),
+                    ("writes", model.writes, plan.writes),
+                ] {
+                    assert!(
+                        (model / plan - 1.0).abs() <= tolerance,
+                        "{} {a} n={n}: {what}: model {model:.0} plan {plan:.0}",
+                        c.name()
+                    );
+                }
             }
         }
     }
@@ -341,6 +344,30 @@ fn ranks_a_phase_leaves_out_free_their_cores_once_they_sleep() {
     assert!((crowded / spread - 1.0).abs() < 1e-9, "{crowded} {spread}");
     let (crowded, spread) = (hd(2, 8).unwrap(), hd(64, 8).unwrap());
     assert!((crowded / spread - 1.5).abs() < 1e-9, "{crowded} {spread}");
+}
+
+#[test]
+fn writes_weigh_more_than_reads_by_the_write_weight() {
+    // A chain broadcast's relay writes two passes and reads one, a chain
+    // reduce's the other way round: priced alike when a write weighs a
+    // read, and in the ratio of their relays' weighed passes, (1 + 2 w) /
+    // (2 + w), when it weighs `w` (16 ranks with a core each and 16 MiB:
+    // the relays of the pipeline dominate; no reduction cost).
+    let p = |w: f64| CostParams {
+        cores: 64,
+        gamma: 0.0,
+        write_weight: w,
+        ..CostParams::default()
+    };
+    let shape = Shape::new(16, 16, 512 << 10);
+    let (bc, rd) = (
+        Collective::Broadcast { root: 0 },
+        Collective::Reduce { root: 0 },
+    );
+    let at = |w, c| predict(&p(w), c, Algorithm::Chain, 16 << 20, 1, &shape).unwrap();
+    assert!((at(1.0, bc) / at(1.0, rd) - 1.0).abs() < 0.01);
+    let ratio = at(3.0, bc) / at(3.0, rd);
+    assert!((ratio / (7.0 / 5.0) - 1.0).abs() < 0.05, "{ratio}");
 }
 
 #[test]

@@ -16,6 +16,7 @@
 //! shm.alpha_crowded_us = 1.2     # a step inside a host whose ranks outnumber its cores
 //! shm.beta_cached_ns_per_byte = 0.05  # a byte, while the host's buffers fit its cache
 //! cache_bytes = 33554432         # that cache (the last level, all of the host's)
+//! write_weight = 3.0             # a byte written costs this many bytes read
 //! ```
 //!
 //! Parsing is strict: an unknown or repeated key, a missing key, a value
@@ -24,7 +25,8 @@
 //! `yield_us` may be left out (files written before they existed): they are
 //! then 0. So may the last three: the crowded step and the cached byte then
 //! cost what `shm.alpha_us` and `shm.beta_ns_per_byte` say, and no working
-//! set counts as cached.
+//! set counts as cached. `write_weight`, left out, is the built-in 3
+//! ([`DEFAULT_WRITE_WEIGHT`]).
 
 use std::path::Path;
 
@@ -75,7 +77,23 @@ pub struct CostParams {
     /// Bytes of the host's last-level cache (0: no working set counts as
     /// cached).
     pub cache_bytes: usize,
+    /// What a byte written costs inside a host, in bytes read: a step's
+    /// bytes cost `beta` times its reads plus this times its writes, over
+    /// the three passes of a relay whose passes all weigh the same
+    /// ([`crate::tuning::predict`]).
+    pub write_weight: f64,
 }
+
+/// Built-in [`CostParams::write_weight`]: stores cost about three loads
+/// here. Measured 2026-11-30 (four runs, 2 to 8 ranks, 2-16 MiB): a chain
+/// reduce takes 0.6-0.7x the time of the chain broadcast of the same size,
+/// though both make three passes over each byte per relay: the broadcast's
+/// relay writes two of them, the reduce's one. Fitted to each of the four
+/// runs, the model scored the most points within 35% from a weight of 2.5
+/// to 4 (a plateau; 1, every pass alike, scored 8 points fewer of 460
+/// across the runs). Not calibrated: `calibrate` keeps what the file or
+/// this default says.
+pub const DEFAULT_WRITE_WEIGHT: f64 = 3.0;
 
 impl Default for CostParams {
     /// Built-in defaults: figures measured on the development machines
@@ -98,12 +116,13 @@ impl Default for CostParams {
             crowded_alpha: 2.0e-6,
             cached_beta: 0.25e-9,
             cache_bytes: 0,
+            write_weight: DEFAULT_WRITE_WEIGHT,
         }
     }
 }
 
 /// The keys of the file, in the order they are written.
-const KEYS: [&str; 12] = [
+const KEYS: [&str; 13] = [
     "shm.alpha_us",
     "shm.beta_ns_per_byte",
     "tcp.alpha_us",
@@ -116,6 +135,7 @@ const KEYS: [&str; 12] = [
     "shm.alpha_crowded_us",
     "shm.beta_cached_ns_per_byte",
     "cache_bytes",
+    "write_weight",
 ];
 
 /// Index in [`KEYS`] of the first key that may be left out (then 0); the
@@ -201,6 +221,7 @@ impl CostParams {
             crowded_alpha: values[OPTIONAL + 3].unwrap_or(get(0)?) * 1e-6,
             cached_beta: values[OPTIONAL + 4].unwrap_or(get(1)?) * 1e-9,
             cache_bytes: optional(5) as usize,
+            write_weight: values[OPTIONAL + 6].unwrap_or(DEFAULT_WRITE_WEIGHT),
         })
     }
 
@@ -225,6 +246,7 @@ impl CostParams {
             self.crowded_alpha * 1e6,
             self.cached_beta * 1e9,
             self.cache_bytes as f64,
+            self.write_weight,
         ];
         for (k, v) in KEYS.iter().zip(values) {
             out.push_str(&format!("{k} = {v}\n"));
@@ -256,6 +278,7 @@ mod tests {
             crowded_alpha: 2.5e-6,
             cached_beta: 0.03e-9,
             cache_bytes: 32 << 20,
+            write_weight: 2.5,
         };
         let text = p.to_file(&["measured here".into()]);
         let back = CostParams::parse(&text).unwrap();
@@ -268,6 +291,7 @@ mod tests {
         assert!((back.crowded_alpha - p.crowded_alpha).abs() < 1e-15);
         assert!((back.cached_beta - p.cached_beta).abs() < 1e-18);
         assert_eq!(back.cache_bytes, 32 << 20);
+        assert_eq!(back.write_weight, 2.5);
         // A file from before `wake_us` and the regimes still loads, with no
         // wake-up cost, and the crowded step and cached byte costing what
         // any other does.
@@ -281,6 +305,7 @@ mod tests {
         assert_eq!(old.crowded_alpha, old.shm.alpha);
         assert_eq!(old.cached_beta, old.shm.beta);
         assert_eq!(old.cache_bytes, 0);
+        assert_eq!(old.write_weight, DEFAULT_WRITE_WEIGHT);
         let d = CostParams::default();
         assert_eq!(CostParams::parse(&d.to_file(&[])).unwrap().cores, d.cores);
     }
