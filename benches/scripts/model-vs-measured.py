@@ -6,13 +6,13 @@ Two steps, so that the model can be checked again without measuring again:
   measure OUT.json [BENCH]       run every algorithm of every collective at
                                  N in {2, 3, 4, 6, 8} ranks (processes on this
                                  host, shared memory) and sizes 8 B to 16 MiB
-                                 (factor 8); each point is the median of
+                                 (factor 8) and 64 MiB; each point is the median of
                                  LAUNCHES launches (default 3) of
                                  `streamcomm-bench`, taken in turns over
                                  every configuration (so a point's launches
                                  are minutes apart), each timing back-to-back
                                  calls (1000 per size up to 32 KiB, 200 at
-                                 256 KiB, 20 above), so that the wake-up of
+                                 256 KiB, 20 at 2-16 MiB, 5 at 64 MiB), so that the wake-up of
                                  the ranks' idle stream threads at the start
                                  of a batch (60-70 us each on this VM) is
                                  spread over enough calls to measure the
@@ -30,6 +30,13 @@ Two steps, so that the model can be checked again without measuring again:
 
 Environment: LAUNCHES (default 3), RANKS (default "2 3 4 6 8"); for
 compare, STAT=min takes each point's fastest launch instead of the median.
+HOSTS=2 measures across two pretend hosts instead: network namespaces on a
+bridge (scripts/netns.sh, made once for the whole measurement, root and
+iproute2 needed), RANKS/2 consecutive ranks in each (shared memory inside,
+tcp between), launched by `streamcomm-run --nnodes 2` (built next to the
+bench: cargo build --release -p streamcomm -p streamcomm-bench), RANKS
+default "2 4 6 8", fewer calls a point (HOST_SWEEPS); the points keep their
+ranks per host for `compare`.
 """
 
 import json
@@ -51,7 +58,17 @@ ALGOS = {
 # (results/2026-11-30b and before): 50 calls up to 32 KiB, 5 above, where
 # the start of a batch (an idle thread woken: 60-70 us here) weighed as
 # much as the calls.
-SWEEPS = [("8", "32K", "1000", "20"), ("256K", "256K", "200", "5"), ("2M", "16M", "20", "3")]
+# 64 MiB since 2026-12-01 (the issue's largest size): 5 calls, ~50 ms each
+# at 8 ranks.
+SWEEPS = [("8", "32K", "1000", "20"), ("256K", "256K", "200", "5"), ("2M", "16M", "20", "3"),
+          ("64M", "64M", "5", "1")]
+
+
+HOSTS = int(os.environ.get("HOSTS", "1"))
+# Between pretend hosts a step costs ~20-30 us of tcp, not ~1 us.
+HOST_SWEEPS = [("8", "32K", "200", "10"), ("256K", "2M", "20", "3"), ("16M", "64M", "3", "1")]
+NET = f"mvm{os.getpid() % 100000}"
+launches_made = [0]
 
 
 def load():
@@ -66,20 +83,57 @@ def run(bench, coll, algo, n, sweep):
     env = dict(os.environ, STREAMCOMM_TIMEOUT="120")
     env.pop("STREAMCOMM_ALGO", None)
     env.pop("STREAMCOMM_TUNING_FILE", None)
-    args = [bench, coll, "--ranks", str(n), "--algo", algo, "-b", lo, "-e", hi,
-            "-f", "8", "-n", iters, "-w", warm, "--json", path]
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(args)} failed:\n{done.stderr}")
+    bench_args = [coll, "--algo", algo, "-b", lo, "-e", hi,
+                  "-f", "8", "-n", iters, "-w", warm, "--json", path]
+    if HOSTS == 1:
+        args = [bench, "--ranks", str(n)] + bench_args
+        done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            sys.exit(f"{' '.join(args)} failed:\n{done.stderr}")
+    else:
+        across_hosts(bench, n, bench_args, env)
     with open(path) as f:
         doc = json.load(f)
     os.unlink(path)
     return [r for r in doc["rows"] if r["count"] > 0]
 
 
+def across_hosts(bench, n, bench_args, env):
+    """One launch of `n` ranks, n / HOSTS in each pretend host."""
+    launcher = os.path.join(os.path.dirname(bench), "streamcomm-run")
+    # A fresh bootstrap port each launch: no wait for the last one's to close.
+    launches_made[0] += 1
+    port = 29700 + launches_made[0] % 2000
+    env = dict(env, STREAMCOMM_SECRET=os.urandom(16).hex())
+    procs = []
+    for i in range(HOSTS):
+        cmd = ["ip", "netns", "exec", f"{NET}-h{i}", launcher, "--nnodes", str(HOSTS),
+               "--node-rank", str(i), "--master-addr", "10.233.0.1", "--master-port",
+               str(port), "-n", str(n // HOSTS), "--", bench] + bench_args
+        procs.append((cmd, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, text=True)))
+    for cmd, proc in procs:
+        _, err = proc.communicate(timeout=900)
+        if proc.returncode != 0:
+            sys.exit(f"{' '.join(cmd)} failed:\n{err}")
+
+
 def measure(out, bench):
+    if HOSTS == 1:
+        return measure_here(out, bench)
+    netns = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../scripts/netns.sh")
+    subprocess.run([netns, "up", NET, str(HOSTS)], check=True, capture_output=True)
+    try:
+        measure_here(out, bench)
+    finally:
+        subprocess.run([netns, "down", NET], capture_output=True)
+
+
+def measure_here(out, bench):
     launches = int(os.environ.get("LAUNCHES", "3"))
-    ranks = [int(x) for x in os.environ.get("RANKS", "2 3 4 6 8").split()]
+    default_ranks = "2 3 4 6 8" if HOSTS == 1 else "2 4 6 8"
+    ranks = [int(x) for x in os.environ.get("RANKS", default_ranks).split()]
+    sweeps = SWEEPS if HOSTS == 1 else HOST_SWEEPS
     configs = [(coll, algo, n) for coll, algos in ALGOS.items() for algo in algos for n in ranks]
     times, loads = {}, {}
     # Launch after launch of every configuration, not one configuration's
@@ -87,7 +141,7 @@ def measure(out, bench):
     # a point's samples then span the whole measurement.
     for launch in range(launches):
         for coll, algo, n in configs:
-            for sweep in SWEEPS:
+            for sweep in sweeps:
                 loads.setdefault((coll, algo, n), []).append(load())
                 for r in run(bench, coll, algo, n, sweep):
                     if r["wrong"]:
@@ -96,7 +150,8 @@ def measure(out, bench):
         print(f"# launch {launch + 1} of {launches} done (load {load():.1f})", file=sys.stderr)
     points = []
     for (coll, algo, n, size), ts in times.items():
-        points.append({"collective": coll, "algo": algo, "ranks": n, "bytes": size,
+        points.append({"collective": coll, "algo": algo, "ranks": n, "per_host": n // HOSTS,
+                       "bytes": size,
                        "time_us": statistics.median(ts), "samples_us": ts,
                        "load": max(loads[(coll, algo, n)])})
     with open(out, "w") as f:
@@ -104,8 +159,9 @@ def measure(out, bench):
 
 
 def predictions(points, tuning, bench):
-    text = "".join(f"{p['collective']} {p['algo']} {p['ranks']} {p['ranks']} {p['bytes']}\n"
-                   for p in points)
+    # Pretend hosts (HOSTS=2) share this machine's cores: all the ranks do.
+    text = "".join(f"{p['collective']} {p['algo']} {p['ranks']} {p.get('per_host', p['ranks'])} "
+                   f"{p['bytes']} {p['ranks']}\n" for p in points)
     env = dict(os.environ, STREAMCOMM_TUNING_FILE=tuning)
     done = subprocess.run([bench, "model", "--points", "-"], input=text, env=env,
                           capture_output=True, text=True, timeout=60)
@@ -116,7 +172,7 @@ def predictions(points, tuning, bench):
 
 
 def size_class(b):
-    return "8 B-4 KiB" if b <= 4096 else ("32 KiB-256 KiB" if b <= 262144 else "2-16 MiB")
+    return "8 B-4 KiB" if b <= 4096 else ("32 KiB-256 KiB" if b <= 262144 else "2-64 MiB")
 
 
 def compare(path, tuning, bench):

@@ -36,6 +36,9 @@
 //!   (2026-11-30): 1.1-1.8 µs crowded against 0.6-1.1 µs one rank per core,
 //!   and 0.06-0.11 ns/B within the cache against 0.15-0.19 out of memory.
 //!
+//! - `write_weight` is not measured: the file gets the built-in value
+//!   ([`streamcomm::tuning::DEFAULT_WRITE_WEIGHT`], measured across runs).
+//!
 //! Medians of several repetitions within a launch and of [`LAUNCHES`]
 //! launches of each kind, taken in turns, so a scheduler hiccup or a
 //! minute of a slower machine does not become a parameter (~50 s here).

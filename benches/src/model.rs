@@ -37,9 +37,11 @@ pub struct ModelCli {
 
     /// Instead of the tables, predict the points listed in this file (`-`:
     /// standard input), one per line: `collective algorithm ranks
-    /// ranks_per_host bytes` (bytes as the benchmark's rows count them);
-    /// prints each line followed by the predicted µs. Used by
-    /// `benches/scripts/model-vs-measured.py compare`.
+    /// ranks_per_host bytes [sharing]` (bytes as the benchmark's rows count
+    /// them; `sharing`: ranks sharing one machine's cores, when pretend hosts
+    /// share a machine, else `ranks_per_host`); prints each line followed by
+    /// the predicted µs. Used by `benches/scripts/model-vs-measured.py
+    /// compare`.
     #[arg(long, value_name = "FILE")]
     pub points: Option<String>,
 }
@@ -62,10 +64,14 @@ fn run_points(path: &str) -> Fallible<()> {
             continue;
         }
         let bad = |what: &str| format!("{path} line {}: {what}: {line:?}", i + 1);
-        let [coll, algo, ranks, per_host, bytes] = w[..] else {
-            return Err(bad(
-                "expected `collective algorithm ranks ranks_per_host bytes`",
-            ));
+        let (coll, algo, ranks, per_host, bytes, sharing) = match w[..] {
+            [c, a, r, p, b] => (c, a, r, p, b, None),
+            [c, a, r, p, b, s] => (c, a, r, p, b, Some(s)),
+            _ => {
+                return Err(bad(
+                    "expected `collective algorithm ranks ranks_per_host bytes [sharing]`",
+                ))
+            }
         };
         let c = <Collective as clap::ValueEnum>::from_str(coll, true)
             .map_err(|_| bad("unknown collective"))?;
@@ -80,7 +86,10 @@ fn run_points(path: &str) -> Fallible<()> {
             .library()
             .ok_or_else(|| bad("not a collective the model covers"))?;
         let count = c.geometry(bytes as u64, DataType::F32, n).count;
-        let shape = Shape::new(n, per, setting.slot_bytes);
+        let mut shape = Shape::new(n, per, setting.slot_bytes);
+        if let Some(s) = sharing {
+            shape = shape.with_sharing(num(s)?);
+        }
         let t = predict(&setting.params, lib, a, count, DataType::F32.size(), &shape)
             .ok_or_else(|| bad("the algorithm does not implement the collective"))?;
         out.push_str(&format!("{line} {:.3}\n", t * 1e6));

@@ -79,17 +79,19 @@ fn model_predicts_listed_points_as_the_library_does() {
         &points,
         "# collective algorithm ranks ranks_per_host bytes\n\
          all_reduce ring 4 4 4096\n\
-         broadcast binomial 8 2 1048576\n",
+         broadcast binomial 8 2 1048576\n\
+         all_gather ring 8 2 65536 8\n",
     )
     .unwrap();
     let out = run(&["model", "--points", points.to_str().unwrap()], &[]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines.len(), 3, "{text}");
     // The library's own prediction for the first line (f32, default slot).
     let slot = streamcomm::Config::default().slot_bytes();
-    let shape = streamcomm::tuning::Shape::new(4, 4, slot);
+    let shape_on = |n, per| streamcomm::tuning::Shape::new(n, per, slot);
+    let shape = shape_on(4, 4);
     let want = streamcomm::tuning::predict(
         &CostParams::default(),
         streamcomm::plan::Collective::AllReduce,
@@ -104,6 +106,24 @@ fn model_predicts_listed_points_as_the_library_does() {
     assert!(lines[0].starts_with("all_reduce ring 4 4 4096 "), "{text}");
     assert!((got - want).abs() < 1e-3, "{got} vs {want}");
     assert!(lines[1].starts_with("broadcast binomial 8 2 1048576 "));
+    // Pretend hosts sharing one machine's cores: a sixth field.
+    let shared = shape_on(8, 2).with_sharing(8);
+    let want = streamcomm::tuning::predict(
+        &CostParams::default(),
+        streamcomm::plan::Collective::AllGather,
+        streamcomm::plan::Algorithm::Ring,
+        65536 / 4 / 8,
+        4,
+        &shared,
+    )
+    .unwrap()
+        * 1e6;
+    let got: f64 = lines[2].rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(
+        lines[2].starts_with("all_gather ring 8 2 65536 8 "),
+        "{text}"
+    );
+    assert!((got - want).abs() < 1e-3, "{got} vs {want}");
     // A bad line is an error naming it.
     std::fs::write(&points, "all_reduce binomial 4 4 64\n").unwrap();
     let out = run(&["model", "--points", points.to_str().unwrap()], &[]);

@@ -10,7 +10,8 @@
 //! ([`choose`]); `STREAMCOMM_ALGO` ([`AlgoOverride`]) forces a choice.
 //!
 //! The model's parameters ([`CostParams`]: `alpha` per step, `beta` per
-//! byte, per link kind, `gamma` per reduced byte, cores per host) come from
+//! byte, per link kind, `gamma` per reduced byte, cores per host, the
+//! weight of a write against a read) come from
 //! the file named by `STREAMCOMM_TUNING_FILE`, which `streamcomm-bench
 //! calibrate` measures and writes, or from built-in defaults.
 

@@ -3,13 +3,16 @@
 //! As NCCL's `graph/tuning.cc`, the model is a latency/bandwidth formula per
 //! algorithm, but written from what our plans actually do: a rank executes
 //! its steps one after another, and a step moving `b` bytes over a link costs
-//! `alpha + b beta` (plus `b gamma` when it reduces). Inside a host `beta`
-//! is the byte's cost in a relay (`recvCopySend`, `recvReduceSend`: a slot
-//! read, the byte written out and into the next slot, three passes over
-//! it), and other steps cost in proportion to their passes, each input and
-//! each output counting once: a `send` or a `recv` two thirds of a relay, a
-//! send and a receive counted as one step four thirds, five when the
-//! receive reduces. Between hosts the wire carries a byte once. Each algorithm is
+//! `alpha + b beta` (plus `b gamma` when it reduces). Inside a host a step
+//! costs `beta` per byte for every third of its weighed passes over it:
+//! each input it reads (a slot received, a buffer) counts one, each output
+//! it writes (a buffer, a slot sent) `write_weight` (3 here: stores cost
+//! about three loads; see [`super::params::DEFAULT_WRITE_WEIGHT`]). So with
+//! a weight of 1 `beta` is a relay's cost (`recvCopySend` or
+//! `recvReduceSend`, three passes), a `send` or a `recv` two thirds of it;
+//! with 3 a broadcast's relay (one read, two writes) costs 7/5 of a
+//! reduce's (two reads, one write), as measured. Between hosts the wire
+//! carries a byte once. Each algorithm is
 //! described as *phases*: how many steps its busiest rank (or its critical
 //! path, when pipeline filling dominates) runs, how big they are, whether
 //! they reduce, and how far apart the two ranks of a step are, which decides
@@ -46,10 +49,11 @@
 //!
 //! Measured on 2 cores, 1000 back-to-back calls a point up to 32 KiB, 5
 //! launches a point taken in turns (`benches/results/2026-11-30g`, four
-//! measurement runs): the model is within 35% at 71-82% of 460 points
-//! depending on the calibration's moment, where the model before passes
-//! and active ranks scored 66-76% with its own calibrations, and the one
-//! before the regimes 55-57%.
+//! measurement runs): with its parameters fitted to each run, the model is
+//! within 35% at 396-406 of 460 points (86-88%), and at 84% on average with
+//! one run's fit scored on another (352-406); before the all-to-all's
+//! exchanges were one step and writes were weighed, 379-394 and 80%. With
+//! `calibrate` run just before a measurement: see the README.
 //!
 //! A waiting rank spins a little (`spin`; not at all when ranks outnumber
 //! cores), yields for a while (`yields`), then sleeps, and a rank that slept
@@ -130,8 +134,8 @@ enum Span {
 
 /// Passes over its bytes of a relay step (`recvCopySend`,
 /// `recvReduceSend`: the slot read, the byte written out and into the next
-/// slot), the step `beta` prices: a step costs `beta` per byte times its
-/// passes over this.
+/// slot), the step `beta` prices when a write weighs a read: a step costs
+/// `beta` per byte times its weighed passes over this.
 const RELAY_PASSES: f64 = 3.0;
 
 /// Passes of a step over its bytes: reads (a slot received, a buffer
@@ -170,10 +174,9 @@ struct Phase {
     avg: f64,
     /// Bytes moved per step.
     bytes: f64,
-    /// Passes over those bytes per step: each input (a slot, a buffer) and
-    /// each output of the step reads or writes them once. A `send` or a
-    /// `recv` makes 2, a relay 3, a send and a receive counted as one step
-    /// 4, or 5 when the receive reduces.
+    /// Passes over those bytes per step: each input (a slot, a buffer) of
+    /// the step reads them once, each output writes them once ([`COPY`],
+    /// [`COPY_RELAY`], [`EXCHANGE`], ...).
     passes: Passes,
     /// Whether the steps reduce.
     reduce: bool,
