@@ -370,17 +370,23 @@ fn writes_weigh_more_than_reads_by_the_write_weight() {
     assert!((ratio / (7.0 / 5.0) - 1.0).abs() < 0.05, "{ratio}");
 }
 
-#[test]
-fn an_all_to_all_exchange_with_a_peer_is_one_step() {
-    // Two ranks, two cores, 8-byte blocks: one slot out and one in, at
-    // once, as recursive doubling's round is counted (fails when the send
-    // and the receive are two steps).
+/// Two ranks with a core each and no wake-up cost: each call's critical
+/// path, in steps.
+fn two_ranks_on_two_cores() -> (CostParams, Shape) {
     let p = CostParams {
         cores: 2,
         wake: 0.0,
         ..CostParams::default()
     };
-    let shape = Shape::new(2, 2, 512 << 10);
+    (p, Shape::new(2, 2, 512 << 10))
+}
+
+#[test]
+fn an_all_to_all_exchange_with_a_peer_is_one_step() {
+    // Two ranks, two cores, 8-byte blocks: one slot out and one in, at
+    // once, as recursive doubling's round is counted (fails when the send
+    // and the receive are two steps).
+    let (p, shape) = two_ranks_on_two_cores();
     let a2a = predict(&p, Collective::AllToAll, Algorithm::Pairwise, 8, 1, &shape).unwrap();
     let rd = Algorithm::RecursiveDoubling;
     let ag = predict(&p, Collective::AllGather, rd, 8, 1, &shape).unwrap();
@@ -392,12 +398,7 @@ fn an_all_to_all_exchange_with_a_peer_is_one_step() {
 fn with_a_core_per_rank_waits_are_latency_not_work() {
     // Two ranks, two cores, 8 bytes: the tree's first pair climbs one hop
     // and comes down one, two steps, though each rank runs four.
-    let p = CostParams {
-        cores: 2,
-        wake: 0.0,
-        ..CostParams::default()
-    };
-    let shape = Shape::new(2, 2, 512 << 10);
+    let (p, shape) = two_ranks_on_two_cores();
     let t = predict(&p, Collective::AllReduce, Algorithm::Tree, 8, 1, &shape).unwrap();
     assert!((t / (2.0 * p.shm.alpha) - 1.0).abs() < 0.01, "{t}");
 }

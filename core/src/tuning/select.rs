@@ -125,8 +125,8 @@ impl fmt::Display for AlgoOverride {
 }
 
 /// The algorithm for one call: forced, else the model's cheapest candidate
-/// (the first candidate wins ties within [`TIE`]). `None` for collectives
-/// with a single schedule (point-to-point, barrier).
+/// (the first candidate wins ties: predictions within 1% of the fastest).
+/// `None` for collectives with a single schedule (point-to-point, barrier).
 pub fn choose(
     forced: &AlgoOverride,
     params: &CostParams,
