@@ -90,9 +90,9 @@ pub struct CostParams {
 /// though both make three passes over each byte per relay: the broadcast's
 /// relay writes two of them, the reduce's one. Fitted to each of the four
 /// runs, the model scored the most points within 35% from a weight of 2.5
-/// to 4 (a plateau; 1, every pass alike, scored 8 points fewer of 460
-/// across the runs). Not calibrated: `calibrate` keeps what the file or
-/// this default says.
+/// to 4 (a plateau, from 2 to 4 on the run of 2026-12-01; 1, every pass
+/// alike, scored 8-10 points fewer of 460). Not calibrated: `calibrate`
+/// writes this default.
 pub const DEFAULT_WRITE_WEIGHT: f64 = 3.0;
 
 impl Default for CostParams {
