@@ -1,8 +1,10 @@
 //! Bootstrap rendezvous over real TCP on 127.0.0.1: ranks as threads,
 //! strangers that must not disturb them, and every failure path of the client.
 
+mod common;
+
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -399,8 +401,8 @@ fn local() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
-/// An address on which nothing listens (a port just released).
+/// An address on which nothing listens (a port below the ephemeral range,
+/// so no other socket of this machine takes it unasked).
 fn free_port() -> SocketAddr {
-    let l = TcpListener::bind(local()).expect("bind");
-    l.local_addr().expect("addr")
+    SocketAddr::from(([127, 0, 0, 1], common::unused_port()))
 }

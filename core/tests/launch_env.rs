@@ -2,7 +2,11 @@
 //! two processes get only torchrun, Slurm, Open MPI or PMI variables (plus a
 //! root address), form a communicator and all-reduce.
 
+mod common;
+
 use std::time::{Duration, Instant};
+
+use common::unused_port as free_port;
 
 use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::{Communicator, ReduceOp};
@@ -26,14 +30,6 @@ fn child() {
     assert_eq!(recv.to_vec(), vec![n * (n + 1) / 2; 64]);
     comm.barrier_host().unwrap();
     println!("launch child rank {} of {} OK", comm.rank(), comm.size());
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Runs 2 children with `vars(rank)` plus a root address; both must succeed.

@@ -7,12 +7,13 @@
 //! binary itself, running one of the `*_entry_point` tests below (bootstrap
 //! only, or a communicator with an all-reduce and a barrier).
 
+mod common;
 mod netns;
 
-use std::net::TcpListener;
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use common::unused_port as free_port;
 use netns::{host_addr, ready_or_skip, run_all, text, Netns, LAUNCHER};
 use rand::Rng;
 use streamcomm::bootstrap::Bootstrap;
@@ -31,12 +32,6 @@ const SECRET: &str = "00112233445566778899aabbccddeeff";
 const ECHO: &str = "echo env $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $NODE_RANK \
                     $GROUP_RANK $GROUP_WORLD_SIZE $MASTER_ADDR $MASTER_PORT \
                     ${STREAMCOMM_UNIQUE_ID%/*}";
-
-/// A port nothing listens on right now (127.0.0.1).
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local addr").port()
-}
 
 /// `streamcomm-run` on this host with `args` and `env`.
 fn launcher(args: &[String], env: &[(&str, &str)]) -> Command {

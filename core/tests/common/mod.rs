@@ -13,9 +13,11 @@
 #![allow(dead_code, unused_imports)]
 
 mod inputs;
+mod ports;
 mod reference;
 
 pub use inputs::{gen_inputs, gen_values};
+pub use ports::unused_port;
 pub use reference::{check, decode, encode, expected, recv_count, send_count};
 
 /// The (dtype, op) pairs the integration tests spread over their matrices.
