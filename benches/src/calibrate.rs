@@ -62,6 +62,10 @@ const LAUNCHES: usize = 7;
 /// Where rank 0 writes its measurements (set by the launcher).
 const ENV_OUT: &str = "STREAMCOMM_BENCH_CALIBRATE_OUT";
 
+/// Set for launches that time only the small calls (the crowded tcp
+/// launches: their alpha is all they are for).
+const ENV_SMALL_ONLY: &str = "STREAMCOMM_BENCH_CALIBRATE_SMALL_ONLY";
+
 /// The last-level cache size the launcher read, for the ranks to size the
 /// cached broadcast by the same figure the tuning file gets.
 const ENV_CACHE: &str = "STREAMCOMM_BENCH_CALIBRATE_CACHE";
@@ -105,11 +109,19 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
     let crowded_ranks = ranks_for("shm", cli, cores);
     let spread = cores >= 2 && crowded_ranks > cores;
     let (mut shm_runs, mut tcp_runs, mut spread_runs) = (Vec::new(), Vec::new(), Vec::new());
+    let mut crowded_tcp_runs = Vec::new();
     for i in 0..LAUNCHES {
-        shm_runs.push(launch("shm", crowded_ranks, i, cache_bytes)?);
-        tcp_runs.push(launch("tcp", ranks_for("tcp", cli, cores), i, cache_bytes)?);
+        shm_runs.push(launch("shm", crowded_ranks, i, cache_bytes, false)?);
+        tcp_runs.push(launch(
+            "tcp",
+            ranks_for("tcp", cli, cores),
+            i,
+            cache_bytes,
+            false,
+        )?);
         if spread {
-            spread_runs.push(launch("shm", cores, i, cache_bytes)?);
+            spread_runs.push(launch("shm", cores, i, cache_bytes, false)?);
+            crowded_tcp_runs.push(launch("tcp", crowded_ranks, i, cache_bytes, true)?);
         }
     }
     let mut links = Vec::new();
@@ -166,7 +178,16 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
         cache_bytes,
         // Measured once, across runs (see DEFAULT_WRITE_WEIGHT), not here.
         write_weight: DEFAULT_WRITE_WEIGHT,
+        tcp_crowded_alpha: links[1].alpha,
     };
+    if spread {
+        params.tcp_crowded_alpha = crowded_tcp(&params, &crowded_tcp_runs);
+        eprintln!(
+            "streamcomm-bench: tcp crowded: a step arrives after {:.2} us with {crowded_ranks} ranks on {cores} cores ({:.2} us with a core per rank)",
+            params.tcp_crowded_alpha * 1e6,
+            params.tcp.alpha * 1e6,
+        );
+    }
     params.cached_beta = cached_beta(&params, &shm_runs);
     // The wake-up is fitted on launches with a core per rank: where ranks
     // outnumber cores the model puts no wake-up on a call (other ranks'
@@ -290,6 +311,29 @@ fn uncrowded(params: &CostParams, runs: &[Measured]) -> f64 {
     }))
 }
 
+/// The tcp step's arrival with more ranks than cores: the small calls of
+/// each crowded tcp launch (every rank a host of its own, as a
+/// communicator over tcp sees them, all on this machine's cores) solved
+/// for `tcp_crowded_alpha`, the median; `tcp.alpha` where no call depends
+/// on it.
+fn crowded_tcp(params: &CostParams, runs: &[Measured]) -> f64 {
+    let alphas: Vec<f64> = runs
+        .iter()
+        .map(|m| {
+            let shape = Shape::new(m.ranks, 1, m.slot).with_sharing(m.ranks);
+            alpha_for(&m.small, &shape, |a| CostParams {
+                tcp_crowded_alpha: a,
+                ..*params
+            })
+        })
+        .filter(|&a| a > 0.0)
+        .collect();
+    if alphas.is_empty() {
+        return params.tcp.alpha;
+    }
+    median(alphas)
+}
+
 /// `fit(launch, shape)` for each launch, its ranks all on this machine's
 /// cores (`shape`).
 fn per_launch<'a>(
@@ -338,15 +382,26 @@ struct Measured {
     slot: usize,
 }
 
-/// Launch number `launch` of `ranks` ranks over `transport`.
-fn launch(transport: &str, ranks: usize, launch: usize, cache_bytes: usize) -> Fallible<Measured> {
+/// Launch number `launch` of `ranks` ranks over `transport` (timing only
+/// the small calls when `small_only`).
+fn launch(
+    transport: &str,
+    ranks: usize,
+    launch: usize,
+    cache_bytes: usize,
+    small_only: bool,
+) -> Fallible<Measured> {
     let exe = std::env::current_exe().context("find this program's path")?;
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let file = std::env::temp_dir().join(format!(
         "streamcomm-calibrate-{}-{transport}-{ranks}-{launch}.txt",
         std::process::id()
     ));
-    let outcome = LocalLauncher::new(ranks, exe)
+    let mut launcher = LocalLauncher::new(ranks, exe);
+    if small_only {
+        launcher = launcher.env(ENV_SMALL_ONLY, "1");
+    }
+    let outcome = launcher
         .args(args)
         .env("STREAMCOMM_TRANSPORT", transport)
         .env(
@@ -425,26 +480,33 @@ pub fn rank(cli: &CalibrateCli) -> Fallible<()> {
         .iter()
         .map(|&c| per_call(&comm, &stream, c, c.bytes_for_blocks_of(8, n), cli.iters))
         .collect::<Fallible<Vec<f64>>>()?;
-    let large = per_call(
-        &comm,
-        &stream,
-        Call::Broadcast,
-        big,
-        (cli.iters / 10).max(5),
-    )?;
-    let mid = per_call(
-        &comm,
-        &stream,
-        Call::AllGather,
-        slot,
-        (cli.iters / 4).max(5),
-    )?;
+    let small_only = std::env::var_os(ENV_SMALL_ONLY).is_some();
+    let (large, mid) = if small_only {
+        (0.0, 0.0)
+    } else {
+        let large = per_call(
+            &comm,
+            &stream,
+            Call::Broadcast,
+            big,
+            (cli.iters / 10).max(5),
+        )?;
+        let mid = per_call(
+            &comm,
+            &stream,
+            Call::AllGather,
+            slot,
+            (cli.iters / 4).max(5),
+        )?;
+        (large, mid)
+    };
     // Small enough that every rank's two buffers fit in a quarter of the
     // cache (the model's bound for the cached regime), at most 8 slots; a
     // multiple of 8 bytes.
     let cache: usize = std::env::var(ENV_CACHE)
         .ok()
         .and_then(|v| v.parse().ok())
+        .filter(|_| !small_only)
         .unwrap_or(0);
     let cached_bytes = (cache / (8 * comm.size())).min(8 * slot) & !7;
     let cached = if cached_bytes > 0 {

@@ -45,7 +45,13 @@
 //! into its output) costs no step, only its two passes over the bytes.
 //!
 //! Between hosts, rounds in which every rank crosses at once share the
-//! host's link.
+//! host's link, as many ranks at a time as the host has cores to run them.
+//! Where pretend hosts share one machine whose cores the ranks outnumber
+//! (network namespaces here), a tcp step reaches its peer later than its
+//! sender is done with it: the receiver must be woken and given a core.
+//! The critical path then pays `tcp_crowded_alpha` a tcp step, the ranks'
+//! work still `tcp.alpha` (measured across two pretend hosts of 1-4 ranks
+//! on 2 cores: about 1.5-2x `tcp.alpha`; see `calibrate`).
 //!
 //! Measured on 2 cores, 1000 back-to-back calls a point up to 32 KiB, 5
 //! launches a point taken in turns (`benches/results/2026-11-30g`, four
@@ -119,10 +125,17 @@ enum Span {
     RingFill,
     /// This many ranks apart.
     Dist(usize),
-    /// This many ranks apart, every rank sending at once: where that
-    /// crosses hosts, the ranks of a host share its link, each getting
-    /// `1 / ranks_per_host` of its bandwidth.
-    Exchange(usize),
+    /// A round in which ranks send at once, `frac` of them to a rank on
+    /// another host, `per_host` of each host's ranks on average: its steps
+    /// cost what `frac` of them crossing would on average, and those that
+    /// cross share their host's link (as many at a time as it has cores
+    /// to run them). Counted from the ranks' placement ([`crossing`]).
+    Cross {
+        /// The fraction of the senders whose receiver is on another host.
+        frac: f64,
+        /// Senders per host that cross.
+        per_host: f64,
+    },
     /// This fraction of the steps cross hosts.
     Mixed(f64),
     /// A copy inside the rank (its input into its output): no slot handed
@@ -255,21 +268,22 @@ pub fn predict(
     // worth of passes over them, a write weighing `write_weight` reads.
     let weighed = |p: &Passes| p.reads + params.write_weight * p.writes;
     let copy = |p: &Phase| p.bytes * shm_link.beta * weighed(&p.passes) / RELAY_PASSES + reduce(p);
-    let step = |p: &Phase| {
+    // A step's time with a tcp step costing `tcp_alpha` before its bytes.
+    let step_with = |p: &Phase, tcp_alpha: f64| {
         if let Span::Local = p.span {
             return copy(p);
         }
         // Between hosts the wire carries a byte once, whatever the copies
         // around it.
         let shm = shm_link.alpha + copy(p);
-        let tcp = params.tcp.alpha + p.bytes * params.tcp.beta + reduce(p);
+        let tcp = tcp_alpha + p.bytes * params.tcp.beta + reduce(p);
         let multi = shape.hosts > 1;
         match p.span {
             Span::Ring if multi => {
                 // Latency: `hosts` of the `ranks` hops cross hosts; bandwidth:
                 // the pipeline runs at the pace of the slowest link.
                 let f = shape.hosts as f64 / shape.ranks as f64;
-                let latency = shm + f * (params.tcp.alpha - shm_link.alpha);
+                let latency = shm + f * (tcp_alpha - shm_link.alpha);
                 latency.max(p.bytes * params.tcp.beta)
             }
             Span::RingFill if multi => {
@@ -277,12 +291,28 @@ pub fn predict(
                 shm + f * (tcp - shm)
             }
             Span::Dist(d) if multi && d >= shape.ranks_per_host => tcp,
-            Span::Exchange(d) if multi && d >= shape.ranks_per_host => {
-                tcp + p.bytes * params.tcp.beta * (shape.ranks_per_host as f64 - 1.0)
+            Span::Cross { frac, per_host } if multi && frac > 0.0 => {
+                let sharing = per_host.min(params.cores.max(1) as f64).max(1.0);
+                let shared = tcp + p.bytes * params.tcp.beta * (sharing - 1.0);
+                shm + frac * (shared - shm)
             }
             Span::Mixed(f) if multi => shm + f * (tcp - shm),
             _ => shm,
         }
+    };
+    // A step as the rank that runs it works on it, and as its peer waits
+    // for it: crowded, a tcp step arrives later than its sender is done
+    // with it (the receiver is woken and waits for a core).
+    let step = |p: &Phase| step_with(p, params.tcp.alpha);
+    let arrival = |p: &Phase| {
+        step_with(
+            p,
+            if crowded {
+                params.tcp_crowded_alpha
+            } else {
+                params.tcp.alpha
+            },
+        )
     };
     let patience = if crowded {
         params.yields
@@ -296,7 +326,7 @@ pub fn predict(
     let turn = |p: &Phase| {
         let cores = params.cores.max(1) as f64;
         let all = (shape.sharing as f64 / cores).max(1.0);
-        if step(p) * all > patience {
+        if arrival(p) * all > patience {
             (shape.sharing as f64 * p.active / cores).max(1.0)
         } else {
             all
@@ -304,13 +334,13 @@ pub fn predict(
     };
     let wakes = |p: &Phase| {
         let waits = p.steps > 0.0 && !matches!(p.span, Span::Local | Span::Dist(0));
-        if waits && step(p) * turn(p) > patience {
+        if waits && arrival(p) * turn(p) > patience {
             params.wake
         } else {
             0.0
         }
     };
-    let path: f64 = phases.iter().map(|p| p.steps * step(p)).sum();
+    let path: f64 = phases.iter().map(|p| p.steps * arrival(p)).sum();
     let crit = path + phases.iter().map(wakes).sum::<f64>();
     // A rank's work: with a core each, the bytes it copies and reduces (its
     // waits are latency, not work); crowded, whole steps, each a turn on a
@@ -339,7 +369,7 @@ pub fn predict(
         // it, or of those of them the phase keeps busy. (Wake-ups are not
         // on it: other ranks' steps fill them.)
         (true, false) => {
-            let waited: f64 = phases.iter().map(|p| p.steps * step(p) * turn(p)).sum();
+            let waited: f64 = phases.iter().map(|p| p.steps * arrival(p) * turn(p)).sum();
             work.max(waited)
         }
     })
@@ -467,7 +497,10 @@ fn phases(
                     b,
                     EXCHANGE,
                     false,
-                    Span::Exchange(usize::MAX),
+                    Span::Cross {
+                        frac: 1.0,
+                        per_host: per,
+                    },
                 ),
             ]
         }
@@ -486,11 +519,17 @@ fn phases(
             } else {
                 passes((nf - 1.0 + leaves) / nf, (2.0 * nf - 1.0) / nf)
             };
+            // Level `j`'s edges join `v` to `v + 2^j` for `v` a multiple of
+            // `2^(j + 1)` (ranks relative to the root, taken as rank 0).
             (0..levels)
                 .map(|j| {
                     let drain = if j + 1 < levels { 1.0 } else { 0.0 };
-                    Phase::new(m + drain, b, step, reduce, Span::Dist(1 << j))
-                        .avg(m / levels as f64)
+                    let edges = (0..n)
+                        .step_by(2 << j)
+                        .filter(|v| v + (1 << j) < n)
+                        .map(|v| (v, v + (1 << j)));
+                    let span = Span::Mixed(crossing_fraction(shape, edges));
+                    Phase::new(m + drain, b, step, reduce, span).avg(m / levels as f64)
                 })
                 .collect()
         }
@@ -525,16 +564,21 @@ fn phases(
             // passes) for the other half to reduce (3), and get the result
             // back the same way (2 and 2); the `p` others halve and double.
             let (fold, active) = (2.0 * (n - p) as f64 / nf, p as f64 / nf);
+            let rem = n - p;
+            let real = |v: usize| if v < rem { 2 * v + 1 } else { v + rem };
             if p < n {
                 let (m, b) = cut(count);
+                // Each even rank below `2 rem` folds into the odd one above.
+                let pairs = (0..rem).map(|k| (2 * k, 2 * k + 1));
+                let fold_span = crossing(shape, pairs);
                 // On the path the receiving half's reduce; the work, on
                 // average over the folding ranks, half a `send` and half a
                 // reduce: 1.5 reads and a write.
-                let fold_in = Phase::new(m, b, REDUCE_RELAY, true, Span::Dist(1)).avg(0.0);
+                let fold_in = Phase::new(m, b, REDUCE_RELAY, true, fold_span).avg(0.0);
                 out.push(fold_in.active(fold));
-                let fold_work = Phase::work(m * fold, b, passes(1.5, 1.0), true, Span::Dist(1));
+                let fold_work = Phase::work(m * fold, b, passes(1.5, 1.0), true, fold_span);
                 out.push(fold_work.active(fold));
-                let fold_out = Phase::new(m, b, COPY, false, Span::Dist(1)).avg(m * fold);
+                let fold_out = Phase::new(m, b, COPY, false, fold_span).avg(m * fold);
                 out.push(fold_out.active(fold));
             }
             let mut mask = p / 2;
@@ -542,14 +586,14 @@ fn phases(
             while mask > 0 {
                 elems = elems.div_ceil(2);
                 let (m, b) = cut(elems);
+                // Virtual ranks `v` and `v ^ mask` pair up.
+                let span = crossing(shape, (0..p).map(|v| (real(v), real(v ^ mask))));
                 // Each round sends m slots and receives m, alternating: a
                 // pair costs one step of `b` bytes, a `send` (2 passes) and
                 // a `recv` (2), which reduces while halving (3).
-                let halve =
-                    Phase::new(m, b, REDUCE_EXCHANGE, true, Span::Exchange(mask)).avg(m * active);
+                let halve = Phase::new(m, b, REDUCE_EXCHANGE, true, span).avg(m * active);
                 out.push(halve.active(active));
-                let double =
-                    Phase::new(m, b, EXCHANGE, false, Span::Exchange(mask)).avg(m * active);
+                let double = Phase::new(m, b, EXCHANGE, false, span).avg(m * active);
                 out.push(double.active(active));
                 mask /= 2;
             }
@@ -566,19 +610,58 @@ fn phases(
                 // Each round sends `m` slots to one partner and receives `m`
                 // from another, at once: `m` steps as a ring counts them
                 // (one slot out, one in), each a `send` and a `recv`.
-                out.push(Phase::new(
-                    m + wrap,
-                    b,
-                    EXCHANGE,
-                    false,
-                    Span::Exchange(dist),
-                ));
+                // Partners by xor (recursive doubling on a power of two), or
+                // `dist` down the ring (Bruck, and recursive doubling on
+                // others): the same on every host, so one host's count.
+                let to = |r: usize| if pow2 { r ^ dist } else { (r + n - dist) % n };
+                let span = if n % shape.ranks_per_host == 0 {
+                    let per = shape.ranks_per_host;
+                    let across = (0..per).filter(|&r| to(r) >= per).count() as f64;
+                    Span::Cross {
+                        frac: across / per as f64,
+                        per_host: across,
+                    }
+                } else {
+                    crossing(shape, (0..n).map(|r| (r, to(r))))
+                };
+                out.push(Phase::new(m + wrap, b, EXCHANGE, false, span));
                 dist *= 2;
             }
             out
         }
         // Point-to-point, barriers and unsupported pairs: `predict` filters.
         _ => Vec::new(),
+    }
+}
+
+/// The round in which ranks send at once along `pairs` (sender,
+/// receiver): [`Span::Cross`], counted.
+fn crossing(shape: &Shape, pairs: impl Iterator<Item = (usize, usize)>) -> Span {
+    let per = shape.ranks_per_host.max(1);
+    let (mut across, mut all) = (0usize, 0usize);
+    for (a, b) in pairs {
+        all += 1;
+        across += usize::from(a / per != b / per);
+    }
+    Span::Cross {
+        frac: across as f64 / all.max(1) as f64,
+        per_host: across as f64 / shape.hosts.max(1) as f64,
+    }
+}
+
+/// The fraction of `edges` (sender, receiver) that join ranks on two hosts
+/// (0 when there are none).
+fn crossing_fraction(shape: &Shape, edges: impl Iterator<Item = (usize, usize)>) -> f64 {
+    let per = shape.ranks_per_host.max(1);
+    let (mut across, mut all) = (0usize, 0usize);
+    for (a, b) in edges {
+        all += 1;
+        across += usize::from(a / per != b / per);
+    }
+    if all == 0 {
+        0.0
+    } else {
+        across as f64 / all as f64
     }
 }
 

@@ -402,3 +402,118 @@ fn with_a_core_per_rank_waits_are_latency_not_work() {
     let t = predict(&p, Collective::AllReduce, Algorithm::Tree, 8, 1, &shape).unwrap();
     assert!((t / (2.0 * p.shm.alpha) - 1.0).abs() < 0.01, "{t}");
 }
+
+#[test]
+fn crowded_tcp_steps_arrive_late_but_cost_their_sender_the_uncrowded_step() {
+    // Two pretend hosts of 4 ranks on one 2-core machine.
+    let crowded = Shape::new(8, 4, 512 << 10).with_sharing(8);
+    let params = |cores: usize, tcp_crowded_alpha: f64| CostParams {
+        cores,
+        wake: 0.0,
+        tcp_crowded_alpha,
+        ..CostParams::default()
+    };
+    let (ar, bc) = (Collective::AllReduce, Collective::Broadcast { root: 0 });
+    let t = |c: Collective, a: Algorithm, p: &CostParams, shape: &Shape| {
+        predict(p, c, a, 2, 4, shape).unwrap()
+    };
+    let (early, late) = (params(2, 30e-6), params(2, 90e-6));
+    // A ring all-reduce ends with every rank waiting for data that crossed
+    // both hosts: later arrivals, a longer call.
+    let (ring_early, ring_late) = (
+        t(ar, Algorithm::Ring, &early, &crowded),
+        t(ar, Algorithm::Ring, &late, &crowded),
+    );
+    assert!(ring_late > 1.5 * ring_early, "{ring_early} {ring_late}");
+    // A chain broadcast's calls pipeline into each other: only the ranks'
+    // work counts, and that is the uncrowded step.
+    assert_eq!(
+        t(bc, Algorithm::Chain, &late, &crowded),
+        t(bc, Algorithm::Chain, &early, &crowded)
+    );
+    // With a core per rank the crowded arrival plays no part.
+    let spread = Shape::new(8, 4, 512 << 10);
+    for algo in [Algorithm::Ring, Algorithm::Tree, Algorithm::HalvingDoubling] {
+        assert_eq!(
+            t(ar, algo, &params(64, 90e-6), &spread),
+            t(ar, algo, &params(64, 30e-6), &spread),
+            "{algo:?}"
+        );
+    }
+}
+
+#[test]
+fn ranks_cross_hosts_at_once_only_as_many_as_the_cores_run() {
+    // 16 ranks, 8 per host, on two pretend hosts sharing the cores: the
+    // last recursive-doubling round's 8 blocks cross from every rank, but
+    // only `cores` ranks run at a time to share the link.
+    let shape = Shape::new(16, 8, 512 << 10).with_sharing(16);
+    let block = 1 << 20;
+    let across = |cores: usize| {
+        let at = |tcp_beta: f64| {
+            let p = CostParams {
+                cores,
+                wake: 0.0,
+                tcp: LinkCost {
+                    beta: tcp_beta,
+                    ..CostParams::default().tcp
+                },
+                ..CostParams::default()
+            };
+            let ag = Collective::AllGather;
+            predict(&p, ag, Algorithm::RecursiveDoubling, block, 1, &shape).unwrap()
+        };
+        at(2e-9) - at(1e-9)
+    };
+    // The wire's time a byte, times the ranks crossing with it, times the
+    // turns a crossing rank waits for a core (16 ranks on the cores).
+    for cores in [2, 4] {
+        let expected = 8.0 * block as f64 * 1e-9 * cores as f64 * (16 / cores) as f64;
+        assert!(
+            (across(cores) / expected - 1.0).abs() < 1e-9,
+            "{cores} cores: {} {expected}",
+            across(cores)
+        );
+    }
+}
+
+#[test]
+fn rounds_cross_hosts_where_the_ranks_partners_are() {
+    // How many tcp steps a call's critical path holds: what one more
+    // second of tcp alpha adds to it (a core per rank, tiny messages).
+    let tcp_steps = |c: Collective, algo: Algorithm, n: usize, per_host: usize| {
+        let shape = Shape::new(n, per_host, 512 << 10);
+        let at = |alpha: f64| {
+            let p = CostParams {
+                cores: 64,
+                wake: 0.0,
+                tcp: LinkCost {
+                    alpha,
+                    ..CostParams::default().tcp
+                },
+                tcp_crowded_alpha: alpha,
+                ..CostParams::default()
+            };
+            predict(&p, c, algo, 2, 4, &shape).unwrap()
+        };
+        (at(1.0 + 30e-6) - at(30e-6)) / 1.0
+    };
+    let close = |got: f64, want: f64| (got - want).abs() < 1e-6;
+    let ag = Collective::AllGather;
+    // Bruck on 8 ranks, 4 a host: in the rounds 1, 2 and 4 ranks down the
+    // ring, 1, 2 and all 4 of a host's ranks send to the other host (each
+    // round a step and a half: its partners are not paired).
+    let bruck = tcp_steps(ag, Algorithm::Bruck, 8, 4);
+    assert!(close(bruck, 1.5 * (0.25 + 0.5 + 1.0)), "{bruck}");
+    // Recursive doubling pairs by xor: only the round 4 apart crosses.
+    let rd = tcp_steps(ag, Algorithm::RecursiveDoubling, 8, 4);
+    assert!(close(rd, 1.0), "{rd}");
+    // Halving-doubling on 6 ranks, 3 a host: rank 2 folds into rank 3 on
+    // the other host (one fold of two), and in each of the four rounds
+    // one pair of two crosses (real ranks 1-4 and 3-5, then 1-3 and 4-5).
+    let ar = Collective::AllReduce;
+    let hd = tcp_steps(ar, Algorithm::HalvingDoubling, 6, 3);
+    assert!(close(hd, 0.5 + 0.5 + 4.0 * 0.5), "{hd}");
+    // On one host nothing crosses.
+    assert_eq!(tcp_steps(ag, Algorithm::Bruck, 8, 8), 0.0);
+}

@@ -17,6 +17,7 @@
 //! shm.beta_cached_ns_per_byte = 0.05  # a byte, while the host's buffers fit its cache
 //! cache_bytes = 33554432         # that cache (the last level, all of the host's)
 //! write_weight = 3.0             # a byte written costs this many bytes read
+//! tcp.alpha_crowded_us = 60.0    # a tcp step's latency while the ranks outnumber the cores
 //! ```
 //!
 //! Parsing is strict: an unknown or repeated key, a missing key, a value
@@ -26,7 +27,8 @@
 //! then 0. So may the last three: the crowded step and the cached byte then
 //! cost what `shm.alpha_us` and `shm.beta_ns_per_byte` say, and no working
 //! set counts as cached. `write_weight`, left out, is the built-in 3
-//! ([`DEFAULT_WRITE_WEIGHT`]).
+//! ([`DEFAULT_WRITE_WEIGHT`]); `tcp.alpha_crowded_us`, left out, is
+//! `tcp.alpha_us`.
 
 use std::path::Path;
 
@@ -82,6 +84,13 @@ pub struct CostParams {
     /// the three passes of a relay whose passes all weigh the same
     /// ([`crate::tuning::predict`]).
     pub write_weight: f64,
+    /// Seconds a tcp step takes to arrive while the ranks outnumber their
+    /// machine's cores (in place of `tcp.alpha` on the critical path): the
+    /// receiving rank must be woken and given a core before it sees the
+    /// bytes. (The time a rank works on the step is still `tcp.alpha`.)
+    /// Only pretend hosts sharing one machine (network namespaces, the
+    /// host override) see this; hosts with a core per rank do not.
+    pub tcp_crowded_alpha: f64,
 }
 
 /// Built-in [`CostParams::write_weight`]: stores cost about three loads
@@ -120,12 +129,13 @@ impl Default for CostParams {
             cached_beta: 0.125e-9,
             cache_bytes: 0,
             write_weight: DEFAULT_WRITE_WEIGHT,
+            tcp_crowded_alpha: 30.0e-6,
         }
     }
 }
 
 /// The keys of the file, in the order they are written.
-const KEYS: [&str; 13] = [
+const KEYS: [&str; 14] = [
     "shm.alpha_us",
     "shm.beta_ns_per_byte",
     "tcp.alpha_us",
@@ -139,6 +149,7 @@ const KEYS: [&str; 13] = [
     "shm.beta_cached_ns_per_byte",
     "cache_bytes",
     "write_weight",
+    "tcp.alpha_crowded_us",
 ];
 
 /// Index in [`KEYS`] of the first key that may be left out (then 0); the
@@ -225,6 +236,7 @@ impl CostParams {
             cached_beta: values[OPTIONAL + 4].unwrap_or(get(1)?) * 1e-9,
             cache_bytes: optional(5) as usize,
             write_weight: values[OPTIONAL + 6].unwrap_or(DEFAULT_WRITE_WEIGHT),
+            tcp_crowded_alpha: values[OPTIONAL + 7].unwrap_or(get(2)?) * 1e-6,
         })
     }
 
@@ -250,6 +262,7 @@ impl CostParams {
             self.cached_beta * 1e9,
             self.cache_bytes as f64,
             self.write_weight,
+            self.tcp_crowded_alpha * 1e6,
         ];
         for (k, v) in KEYS.iter().zip(values) {
             out.push_str(&format!("{k} = {v}\n"));
@@ -282,6 +295,7 @@ mod tests {
             cached_beta: 0.03e-9,
             cache_bytes: 32 << 20,
             write_weight: 2.5,
+            tcp_crowded_alpha: 44e-6,
         };
         let text = p.to_file(&["measured here".into()]);
         let back = CostParams::parse(&text).unwrap();
@@ -295,6 +309,7 @@ mod tests {
         assert!((back.cached_beta - p.cached_beta).abs() < 1e-18);
         assert_eq!(back.cache_bytes, 32 << 20);
         assert_eq!(back.write_weight, 2.5);
+        assert!((back.tcp_crowded_alpha - p.tcp_crowded_alpha).abs() < 1e-15);
         // A file from before `wake_us` and the regimes still loads, with no
         // wake-up cost, and the crowded step and cached byte costing what
         // any other does.
@@ -309,6 +324,7 @@ mod tests {
         assert_eq!(old.cached_beta, old.shm.beta);
         assert_eq!(old.cache_bytes, 0);
         assert_eq!(old.write_weight, DEFAULT_WRITE_WEIGHT);
+        assert_eq!(old.tcp_crowded_alpha, old.tcp.alpha);
         let d = CostParams::default();
         assert_eq!(CostParams::parse(&d.to_file(&[])).unwrap().cores, d.cores);
     }
