@@ -29,7 +29,10 @@ Two steps, so that the model can be checked again without measuring again:
       how much slower it measured than the best one (the fraction within 20%).
 
 Environment: LAUNCHES (default 3), RANKS (default "2 3 4 6 8"); for
-compare, STAT=min takes each point's fastest launch instead of the median.
+compare, STAT=min takes each point's fastest launch instead of the median,
+and PER_HOST="2 3 4" keeps only the points with that many ranks per host
+(across pretend hosts: "1" is one rank a host, tcp only, the others the
+hierarchical points).
 HOSTS=2 measures across two pretend hosts instead: network namespaces on a
 bridge (scripts/netns.sh, made once for the whole measurement, root and
 iproute2 needed), RANKS/2 consecutive ranks in each (shared memory inside,
@@ -178,6 +181,9 @@ def size_class(b):
 def compare(path, tuning, bench):
     with open(path) as f:
         points = json.load(f)["points"]
+    if os.environ.get("PER_HOST"):
+        keep = {int(x) for x in os.environ["PER_HOST"].split()}
+        points = [p for p in points if p.get("per_host", p["ranks"]) in keep]
     preds = predictions(points, tuning, bench)
     if os.environ.get("STAT") == "min":
         # The fastest launch: what the machine does when the other work on

@@ -158,6 +158,9 @@ fn calibrate_writes_a_tuning_file_the_library_reads() {
         "{params:?}"
     );
     assert!(params.cores >= 1);
+    // Measured with more ranks than cores where there are two cores or
+    // more, else `tcp.alpha`: a positive time either way.
+    assert!(params.tcp_crowded_alpha > 0.0, "{params:?}");
     // The model uses it.
     let out = run(
         &["model", "--max-ranks", "4"],
