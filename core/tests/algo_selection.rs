@@ -9,6 +9,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use streamcomm::bootstrap::UniqueId;
+use streamcomm::config::HostsOverride;
 use streamcomm::host::HostStream;
 use streamcomm::plan::{Algorithm, Collective};
 use streamcomm::tuning::AlgoOverride;
@@ -84,4 +85,27 @@ fn ranks_that_disagree_on_the_algorithm_fail_at_creation() {
             other => panic!("expected an InvalidArgument, got {other:?}"),
         }
     }
+}
+
+#[test]
+fn pretend_hosts_change_the_barriers_not_the_links_the_model_prices() {
+    // STREAMCOMM_HOSTS_OVERRIDE splits 4 ranks of this machine into two
+    // pretend hosts for the barriers' topology; their links stay shared
+    // memory, so the model must price them as one host's, not as tcp.
+    let predictions = |hosts_override: Option<&str>| {
+        let config = Config {
+            hosts_override: hosts_override.map(|o| HostsOverride::parse(o).unwrap()),
+            ..harness::small_config()
+        };
+        harness::run_threads(4, config, Duration::from_secs(60), |comm| {
+            [Algorithm::Ring, Algorithm::Tree, Algorithm::HalvingDoubling]
+                .map(|a| comm.predict(Collective::AllReduce, a, DataType::F32, 1 << 10))
+        })
+    };
+    let (alone, pretend) = (predictions(None), predictions(Some("2")));
+    assert_eq!(alone, pretend);
+    assert!(
+        alone.iter().all(|p| p.iter().all(|t| t.is_some())),
+        "{alone:?}"
+    );
 }

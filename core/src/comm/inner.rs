@@ -32,6 +32,11 @@ use crate::{Error, Result};
 pub(crate) struct Topology {
     /// Host identity of every rank (after `STREAMCOMM_HOSTS_OVERRIDE`).
     pub hosts: Vec<String>,
+    /// Host identity of every rank as the links see it: the real one (the
+    /// override pretends for the barriers' topology only; the links
+    /// between ranks of one machine stay shared memory), which the cost
+    /// model prices.
+    pub link_hosts: Vec<String>,
     /// Number of distinct hosts.
     pub nhosts: usize,
     /// Each rank's tcp listening address, if any.
@@ -92,7 +97,7 @@ impl CommInner {
         barrier: BarrierState,
         faults: FaultInjector,
     ) -> CommInner {
-        let selector = Selector::new(&config, &topology.hosts);
+        let selector = Selector::new(&config, &topology.link_hosts);
         CommInner {
             rank,
             size,

@@ -272,6 +272,7 @@ impl Communicator {
         let nhosts = (0..size).filter(|&r| host_index[r] == r).count();
         let topology = Topology {
             hosts,
+            link_hosts: endpoints.iter().map(|e| e.host.clone()).collect(),
             nhosts,
             local_ranks,
             tcp_addrs: endpoints.iter().map(|e| e.tcp).collect(),
