@@ -117,12 +117,13 @@ impl Shape {
 /// How far apart the two ranks of a phase's steps are.
 #[derive(Clone, Copy, Debug)]
 enum Span {
-    /// Along a ring or chain, pipelined: no faster than the slowest link
-    /// carries the bytes, and hops' latencies averaged over the ring.
-    Ring,
-    /// Along a chain while its pipeline fills: each hop's full cost,
-    /// averaged over the hops (`hosts` of `ranks` cross hosts).
-    RingFill,
+    /// Along a ring or chain, pipelined, this fraction of its hops crossing
+    /// hosts: no faster than the slowest link carries the bytes, and hops'
+    /// latencies averaged over the ring.
+    Ring(f64),
+    /// Along a chain while its pipeline fills, this fraction of its hops
+    /// crossing hosts: each hop's full cost, averaged over the hops.
+    RingFill(f64),
     /// This many ranks apart.
     Dist(usize),
     /// A round in which ranks send at once, `frac` of them to a rank on
@@ -279,17 +280,13 @@ pub fn predict(
         let tcp = tcp_alpha + p.bytes * params.tcp.beta + reduce(p);
         let multi = shape.hosts > 1;
         match p.span {
-            Span::Ring if multi => {
-                // Latency: `hosts` of the `ranks` hops cross hosts; bandwidth:
+            Span::Ring(f) if multi && f > 0.0 => {
+                // Latency: a fraction `f` of the hops cross hosts; bandwidth:
                 // the pipeline runs at the pace of the slowest link.
-                let f = shape.hosts as f64 / shape.ranks as f64;
                 let latency = shm + f * (tcp_alpha - shm_link.alpha);
                 latency.max(p.bytes * params.tcp.beta)
             }
-            Span::RingFill if multi => {
-                let f = shape.hosts as f64 / shape.ranks as f64;
-                shm + f * (tcp - shm)
-            }
+            Span::RingFill(f) if multi => shm + f * (tcp - shm),
             Span::Dist(d) if multi && d >= shape.ranks_per_host => tcp,
             Span::Cross { frac, per_host } if multi && frac > 0.0 => {
                 let sharing = per_host.min(params.cores.max(1) as f64).max(1.0);
@@ -418,6 +415,8 @@ fn phases(
         return vec![Phase::new(1.0, bytes, COPY, false, Span::Local)];
     }
     let levels = n.next_power_of_two().trailing_zeros() as usize;
+    // A ring's `n` hops, `hosts` of them between hosts.
+    let ring = Span::Ring(shape.hosts as f64 / nf);
     match (collective, algo) {
         (Collective::AllReduce, Algorithm::Ring) => {
             let blk = chunk.min(count.div_ceil(n));
@@ -431,8 +430,8 @@ fn phases(
             // the step turning the reduction into the gather (4), and
             // relays.
             vec![
-                Phase::new(hops, b, REDUCE_RELAY, true, Span::Ring).avg(hops * filled),
-                Phase::new(hops, b, COPY_RELAY, false, Span::Ring).avg(hops * filled),
+                Phase::new(hops, b, REDUCE_RELAY, true, ring).avg(hops * filled),
+                Phase::new(hops, b, COPY_RELAY, false, ring).avg(hops * filled),
                 Phase::new(loops, b, COPY, false, Span::Local).avg(loops * filled),
             ]
         }
@@ -454,14 +453,18 @@ fn phases(
             } else {
                 Phase::new(m, b, COPY, false, Span::Local)
             };
-            vec![
-                Phase::new(m * (nf - 1.0), b, relay, reduce, Span::Ring),
-                last,
-            ]
+            vec![Phase::new(m * (nf - 1.0), b, relay, reduce, ring), last]
         }
-        (Collective::Broadcast { .. } | Collective::Reduce { .. }, Algorithm::Chain) => {
+        (Collective::Broadcast { root } | Collective::Reduce { root }, Algorithm::Chain) => {
             let (m, b) = cut(count);
             let reduce = matches!(collective, Collective::Reduce { .. });
+            // The chain's `n - 1` hops: a broadcast's from the root out to
+            // `root - 1`, a reduce's from `root + 1` in to the root (which
+            // crosses hosts once more where the root's host is not the
+            // last one).
+            let first = if reduce { root + 1 } else { root };
+            let hops = (0..n - 1).map(|i| ((first + i) % n, (first + i + 1) % n));
+            let f = crossing_fraction(shape, hops);
             let relay = if reduce { REDUCE_RELAY } else { COPY_RELAY };
             // The first chunk crosses `n - 1` hops, one relay each, one
             // after the other; the others follow at the pace of one relay.
@@ -475,9 +478,9 @@ fn phases(
                 passes(1.0, 2.0 - end)
             };
             vec![
-                Phase::new(nf - 1.0, b, relay, reduce, Span::RingFill).avg(0.0),
-                Phase::new(m - 1.0, b, relay, reduce, Span::Ring).avg(0.0),
-                Phase::work(m, b, work, reduce, Span::Ring),
+                Phase::new(nf - 1.0, b, relay, reduce, Span::RingFill(f)).avg(0.0),
+                Phase::new(m - 1.0, b, relay, reduce, Span::Ring(f)).avg(0.0),
+                Phase::work(m, b, work, reduce, Span::Ring(f)),
             ]
         }
         (Collective::AllToAll, _) => {

@@ -477,27 +477,29 @@ fn ranks_cross_hosts_at_once_only_as_many_as_the_cores_run() {
     }
 }
 
+/// How many tcp steps the critical path of a call of `c` by `algo` holds
+/// on `n` ranks, `per_host` a host: what one more second of tcp alpha adds
+/// to it (a core per rank, tiny messages).
+fn tcp_steps(c: Collective, algo: Algorithm, n: usize, per_host: usize) -> f64 {
+    let shape = Shape::new(n, per_host, 512 << 10);
+    let at = |alpha: f64| {
+        let p = CostParams {
+            cores: 64,
+            wake: 0.0,
+            tcp: LinkCost {
+                alpha,
+                ..CostParams::default().tcp
+            },
+            tcp_crowded_alpha: alpha,
+            ..CostParams::default()
+        };
+        predict(&p, c, algo, 2, 4, &shape).unwrap()
+    };
+    at(1.0 + 30e-6) - at(30e-6)
+}
+
 #[test]
 fn rounds_cross_hosts_where_the_ranks_partners_are() {
-    // How many tcp steps a call's critical path holds: what one more
-    // second of tcp alpha adds to it (a core per rank, tiny messages).
-    let tcp_steps = |c: Collective, algo: Algorithm, n: usize, per_host: usize| {
-        let shape = Shape::new(n, per_host, 512 << 10);
-        let at = |alpha: f64| {
-            let p = CostParams {
-                cores: 64,
-                wake: 0.0,
-                tcp: LinkCost {
-                    alpha,
-                    ..CostParams::default().tcp
-                },
-                tcp_crowded_alpha: alpha,
-                ..CostParams::default()
-            };
-            predict(&p, c, algo, 2, 4, &shape).unwrap()
-        };
-        (at(1.0 + 30e-6) - at(30e-6)) / 1.0
-    };
     let close = |got: f64, want: f64| (got - want).abs() < 1e-6;
     let ag = Collective::AllGather;
     // Bruck on 8 ranks, 4 a host: in the rounds 1, 2 and 4 ranks down the
@@ -516,4 +518,21 @@ fn rounds_cross_hosts_where_the_ranks_partners_are() {
     assert!(close(hd, 0.5 + 0.5 + 4.0 * 0.5), "{hd}");
     // On one host nothing crosses.
     assert_eq!(tcp_steps(ag, Algorithm::Bruck, 8, 8), 0.0);
+}
+
+#[test]
+fn a_chain_crosses_hosts_where_its_hops_do() {
+    let close = |got: f64, want: f64| (got - want).abs() < 1e-6;
+    // 4 ranks, 2 a host. A broadcast from rank 0 runs 0-1-2-3: one hop
+    // crosses; a reduce to rank 0 runs 1-2-3-0: two do. From rank 2 the
+    // broadcast runs 2-3-0-1 and the reduce 3-0-1-2: one and two again.
+    for root in [0, 2] {
+        let bc = tcp_steps(Collective::Broadcast { root }, Algorithm::Chain, 4, 2);
+        assert!(close(bc, 1.0), "broadcast from {root}: {bc}");
+        let rd = tcp_steps(Collective::Reduce { root }, Algorithm::Chain, 4, 2);
+        assert!(close(rd, 2.0), "reduce to {root}: {rd}");
+    }
+    // From rank 1 the reduce runs 2-3-0-1: one hop crosses.
+    let rd = tcp_steps(Collective::Reduce { root: 1 }, Algorithm::Chain, 4, 2);
+    assert!(close(rd, 1.0), "reduce to 1: {rd}");
 }
