@@ -590,7 +590,19 @@ fn phases(
                 elems = elems.div_ceil(2);
                 let (m, b) = cut(elems);
                 // Virtual ranks `v` and `v ^ mask` pair up.
-                let span = crossing(shape, (0..p).map(|v| (real(v), real(v ^ mask))));
+                // With no fold and whole hosts, every host pairs alike:
+                // its own ranks tell (selection prices each call, so at
+                // thousands of ranks this matters).
+                let per = shape.ranks_per_host;
+                let senders = if rem == 0 && n % per == 0 { per } else { p };
+                let pairs = (0..senders).map(|v| (real(v), real(v ^ mask)));
+                let span = match crossing(shape, pairs) {
+                    Span::Cross { frac, .. } if senders < p => Span::Cross {
+                        frac,
+                        per_host: frac * per as f64,
+                    },
+                    span => span,
+                };
                 // Each round sends m slots and receives m, alternating: a
                 // pair costs one step of `b` bytes, a `send` (2 passes) and
                 // a `recv` (2), which reduces while halving (3).
