@@ -652,12 +652,7 @@ fn phases(
 /// The round in which ranks send at once along `pairs` (sender,
 /// receiver): [`Span::Cross`], counted.
 fn crossing(shape: &Shape, pairs: impl Iterator<Item = (usize, usize)>) -> Span {
-    let per = shape.ranks_per_host.max(1);
-    let (mut across, mut all) = (0usize, 0usize);
-    for (a, b) in pairs {
-        all += 1;
-        across += usize::from(a / per != b / per);
-    }
+    let (across, all) = count_crossing(shape, pairs);
     Span::Cross {
         frac: across as f64 / all.max(1) as f64,
         per_host: across as f64 / shape.hosts.max(1) as f64,
@@ -667,17 +662,16 @@ fn crossing(shape: &Shape, pairs: impl Iterator<Item = (usize, usize)>) -> Span 
 /// The fraction of `edges` (sender, receiver) that join ranks on two hosts
 /// (0 when there are none).
 fn crossing_fraction(shape: &Shape, edges: impl Iterator<Item = (usize, usize)>) -> f64 {
+    let (across, all) = count_crossing(shape, edges);
+    across as f64 / all.max(1) as f64
+}
+
+/// How many of `pairs` join ranks on two hosts, and how many there are.
+fn count_crossing(shape: &Shape, pairs: impl Iterator<Item = (usize, usize)>) -> (usize, usize) {
     let per = shape.ranks_per_host.max(1);
-    let (mut across, mut all) = (0usize, 0usize);
-    for (a, b) in edges {
-        all += 1;
-        across += usize::from(a / per != b / per);
-    }
-    if all == 0 {
-        0.0
-    } else {
-        across as f64 / all as f64
-    }
+    pairs.fold((0, 0), |(across, all), (a, b)| {
+        (across + usize::from(a / per != b / per), all + 1)
+    })
 }
 
 #[cfg(test)]
