@@ -36,14 +36,16 @@
 //!   (2026-11-30): 1.1-1.8 µs crowded against 0.6-1.1 µs one rank per core,
 //!   and 0.06-0.11 ns/B within the cache against 0.15-0.19 out of memory.
 //!
-//! - The crowded tcp step (`tcp.alpha_crowded_us`): a third tcp launch,
-//!   of as many ranks as the crowded shm one (twice the cores), times only
-//!   the small calls; solved through the model (every rank a host of its
-//!   own, all sharing this machine's cores) for the tcp step's arrival
-//!   while ranks outnumber cores. Measured here (2 cores, 2026-12-01):
-//!   46-51 µs against 29-32 µs with a core per rank. Only where there are
-//!   two cores or more and more crowded ranks than cores; elsewhere the file
-//!   gets `tcp.alpha_us`.
+//! - The crowded tcp step (`tcp.alpha_crowded_us`): a fourth launch, over
+//!   tcp with as many ranks as the crowded shm one (twice the cores), times
+//!   only the small calls; solved through the model (every rank a host of
+//!   its own, all sharing this machine's cores) for the tcp step's arrival
+//!   while ranks outnumber cores. Measured here (2 cores, 2026-12-01, four
+//!   calibrations): 44-51 µs against 28-34 µs with a core per rank. Only
+//!   where there are two cores or more and more crowded ranks than cores;
+//!   elsewhere the file gets `tcp.alpha_us`. (Two pretend hosts made by
+//!   `STREAMCOMM_HOSTS_OVERRIDE` cannot stand in: their links stay shared
+//!   memory.)
 //!
 //! - `write_weight` is not measured: the file gets the built-in value
 //!   ([`streamcomm::tuning::DEFAULT_WRITE_WEIGHT`], measured across runs).
