@@ -589,19 +589,12 @@ fn phases(
             while mask > 0 {
                 elems = elems.div_ceil(2);
                 let (m, b) = cut(elems);
-                // Virtual ranks `v` and `v ^ mask` pair up.
-                // With no fold and whole hosts, every host pairs alike:
-                // its own ranks tell (selection prices each call, so at
-                // thousands of ranks this matters).
-                let per = shape.ranks_per_host;
-                let senders = if rem == 0 && n % per == 0 { per } else { p };
-                let pairs = (0..senders).map(|v| (real(v), real(v ^ mask)));
-                let span = match crossing(shape, pairs) {
-                    Span::Cross { frac, .. } if senders < p => Span::Cross {
-                        frac,
-                        per_host: frac * per as f64,
-                    },
-                    span => span,
+                // Virtual ranks `v` and `v ^ mask` pair up; with no fold
+                // they are the ranks themselves, paired alike on every host.
+                let span = if rem == 0 {
+                    round_alike_on_every_host(shape, |r| r ^ mask)
+                } else {
+                    crossing(shape, (0..p).map(|v| (real(v), real(v ^ mask))))
                 };
                 // Each round sends m slots and receives m, alternating: a
                 // pair costs one step of `b` bytes, a `send` (2 passes) and
@@ -627,18 +620,9 @@ fn phases(
                 // (one slot out, one in), each a `send` and a `recv`.
                 // Partners by xor (recursive doubling on a power of two), or
                 // `dist` down the ring (Bruck, and recursive doubling on
-                // others): the same on every host, so one host's count.
+                // others): alike on every host.
                 let to = |r: usize| if pow2 { r ^ dist } else { (r + n - dist) % n };
-                let span = if n % shape.ranks_per_host == 0 {
-                    let per = shape.ranks_per_host;
-                    let across = (0..per).filter(|&r| to(r) >= per).count() as f64;
-                    Span::Cross {
-                        frac: across / per as f64,
-                        per_host: across,
-                    }
-                } else {
-                    crossing(shape, (0..n).map(|r| (r, to(r))))
-                };
+                let span = round_alike_on_every_host(shape, to);
                 out.push(Phase::new(m + wrap, b, EXCHANGE, false, span));
                 dist *= 2;
             }
@@ -664,6 +648,23 @@ fn crossing(shape: &Shape, pairs: impl Iterator<Item = (usize, usize)>) -> Span 
 fn crossing_fraction(shape: &Shape, edges: impl Iterator<Item = (usize, usize)>) -> f64 {
     let (across, all) = count_crossing(shape, edges);
     across as f64 / all.max(1) as f64
+}
+
+/// The round in which every rank `r` sends to `to(r)` by a rule that pairs
+/// each host's ranks alike (a shift down the ring, a xor): with whole
+/// hosts, the first host's ranks tell for all (selection prices every
+/// call, so at thousands of ranks this matters); else every rank is
+/// counted.
+fn round_alike_on_every_host(shape: &Shape, to: impl Fn(usize) -> usize) -> Span {
+    let (n, per) = (shape.ranks, shape.ranks_per_host.max(1));
+    if n % per != 0 {
+        return crossing(shape, (0..n).map(|r| (r, to(r))));
+    }
+    let across = (0..per).filter(|&r| to(r) >= per).count() as f64;
+    Span::Cross {
+        frac: across / per as f64,
+        per_host: across,
+    }
 }
 
 /// How many of `pairs` join ranks on two hosts, and how many there are.
