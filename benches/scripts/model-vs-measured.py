@@ -18,6 +18,12 @@ Two steps, so that the model can be checked again without measuring again:
                                  spread over enough calls to measure the
                                  steady state the model predicts; the load
                                  average is kept with every launch.
+  links TUNING [BENCH]           with HOSTS=2: the links between the pretend
+                                 hosts, calibrated across them into TUNING
+                                 (`streamcomm-bench calibrate` under
+                                 `streamcomm-run --nnodes 2`, one rank a
+                                 host; run after `calibrate` on this machine,
+                                 whose other parameters it keeps)
   compare OUT.json TUNING [BENCH]
                                  the model's prediction for every point
                                  (`streamcomm-bench model --points`, with the
@@ -121,15 +127,32 @@ def across_hosts(bench, n, bench_args, env):
             sys.exit(f"{' '.join(cmd)} failed:\n{err}")
 
 
-def measure(out, bench):
-    if HOSTS == 1:
-        return measure_here(out, bench)
+def across_pretend_hosts(job):
+    """Runs `job()` with the pretend hosts' namespaces up."""
     netns = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../scripts/netns.sh")
     subprocess.run([netns, "up", NET, str(HOSTS)], check=True, capture_output=True)
     try:
-        measure_here(out, bench)
+        job()
     finally:
         subprocess.run([netns, "down", NET], capture_output=True)
+
+
+def measure(out, bench):
+    if HOSTS == 1:
+        return measure_here(out, bench)
+    across_pretend_hosts(lambda: measure_here(out, bench))
+
+
+def links(tuning, bench):
+    if HOSTS < 2:
+        sys.exit("links: needs HOSTS=2 (or more): the links between pretend hosts")
+    env = dict(os.environ, STREAMCOMM_TIMEOUT="120")
+    for var in ("STREAMCOMM_ALGO", "STREAMCOMM_TUNING_FILE", "STREAMCOMM_TRANSPORT"):
+        env.pop(var, None)
+    args = ["calibrate", "--out", os.path.abspath(tuning)]
+    across_pretend_hosts(lambda: across_hosts(bench, HOSTS, args, env))
+    with open(tuning) as f:
+        print("".join(line for line in f if line.startswith(("#", "tcp."))), end="")
 
 
 def measure_here(out, bench):
@@ -236,6 +259,8 @@ def main():
     default_bench = "target/release/streamcomm-bench"
     if len(sys.argv) >= 3 and sys.argv[1] == "measure":
         measure(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else default_bench)
+    elif len(sys.argv) >= 3 and sys.argv[1] == "links":
+        links(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else default_bench)
     elif len(sys.argv) >= 4 and sys.argv[1] == "compare":
         compare(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else default_bench)
     else:

@@ -174,10 +174,11 @@ pub fn run(cli: &ModelCli) -> Fallible<()> {
     ));
     let p = &setting.params;
     out.push_str(&format!(
-        "# shm alpha {:.2} us beta {:.3} ns/B; tcp alpha {:.2} us beta {:.3} ns/B; gamma {:.3} ns/B; {} cores per host; waits: spin {:.1} us, yields {:.1} us, wake {:.1} us\n",
+        "# shm alpha {:.2} us beta {:.3} ns/B; tcp alpha {:.2} us latency {:.2} us beta {:.3} ns/B; gamma {:.3} ns/B; {} cores per host; waits: spin {:.1} us, yields {:.1} us, wake {:.1} us\n",
         p.shm.alpha * 1e6,
         p.shm.beta * 1e9,
         p.tcp.alpha * 1e6,
+        p.tcp_latency * 1e6,
         p.tcp.beta * 1e9,
         p.gamma * 1e9,
         p.cores,

@@ -5,6 +5,9 @@ use std::time::{Duration, Instant};
 
 use streamcomm::tuning::CostParams;
 
+#[path = "../../core/tests/common/ports.rs"]
+mod ports;
+
 /// Runs the benchmark, killing it after 120 s (calibrate starts ranks twice).
 fn run(args: &[&str], envs: &[(&str, &str)]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_streamcomm-bench"))
@@ -158,8 +161,10 @@ fn calibrate_writes_a_tuning_file_the_library_reads() {
         "{params:?}"
     );
     assert!(params.cores >= 1);
-    // Measured with more ranks than cores where there are two cores or
-    // more, else `tcp.alpha`: a positive time either way.
+    // The latency from the tcp launches; the crowded step measured with
+    // more ranks than cores where there are two cores or more, else
+    // `tcp.alpha`: positive times either way.
+    assert!(params.tcp_latency > 0.0, "{params:?}");
     assert!(params.tcp_crowded_alpha > 0.0, "{params:?}");
     // The model uses it.
     let out = run(
@@ -200,4 +205,98 @@ fn forced_algorithms_run_and_wrong_ones_are_usage_errors() {
     let out = run(&["all_reduce", "--algo", "binomial"], &[]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("binomial does not implement all_reduce"));
+}
+
+#[test]
+fn calibrate_under_a_launcher_measures_the_links_between_hosts_into_the_file() {
+    // Two ranks started as a launcher would (torchrun's variables), their
+    // link forced onto tcp: hosts of their own for the links. The file's
+    // other parameters are kept.
+    let file = temp("links.txt");
+    let kept = CostParams {
+        cores: 3,
+        wake: 17e-6,
+        ..CostParams::default()
+    };
+    std::fs::write(&file, kept.to_file(&[])).unwrap();
+    let port = ports::unused_port().to_string();
+    let start = |rank: &str| {
+        Command::new(env!("CARGO_BIN_EXE_streamcomm-bench"))
+            .args(["calibrate", "--iters", "20", "--bytes", "256K", "--out"])
+            .arg(&file)
+            .env("STREAMCOMM_TIMEOUT", "30")
+            .env("STREAMCOMM_BUFFSIZE", "256K")
+            .env("STREAMCOMM_TRANSPORT", "tcp")
+            .env_remove("STREAMCOMM_ALGO")
+            .env_remove("STREAMCOMM_TUNING_FILE")
+            .env("RANK", rank)
+            .env("WORLD_SIZE", "2")
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", &port)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start streamcomm-bench")
+    };
+    let ranks = [start("0"), start("1")];
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let outs: Vec<Output> = ranks
+        .into_iter()
+        .map(|mut child| {
+            while child.try_wait().expect("wait").is_none() {
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    panic!("watchdog: calibrate under a launcher ran over 120 s");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            child.wait_with_output().expect("output")
+        })
+        .collect();
+    for out in &outs {
+        assert!(out.status.success(), "{out:?}");
+    }
+    let said = String::from_utf8_lossy(&outs[0].stderr);
+    assert!(said.contains("links between 2 hosts"), "{said}");
+    let got = CostParams::load(&file).unwrap();
+    assert!(got.tcp.alpha > 0.0 && got.tcp.beta > 0.0, "{got:?}");
+    assert!(got.tcp_latency > 0.0, "{got:?}");
+    // Measured, not the defaults it started from.
+    assert_ne!(got.tcp, kept.tcp, "{got:?}");
+    assert_eq!(
+        (got.cores, got.wake, got.shm),
+        (kept.cores, kept.wake, kept.shm)
+    );
+    let _ = std::fs::remove_file(&file);
+}
+
+#[test]
+fn calibrate_under_a_launcher_on_one_host_says_what_to_run_instead() {
+    let port = ports::unused_port().to_string();
+    let out = |rank: &'static str| {
+        let port = port.clone();
+        std::thread::spawn(move || {
+            run(
+                &[
+                    "calibrate",
+                    "--iters",
+                    "20",
+                    "--out",
+                    "/nonexistent/never-written.txt",
+                ],
+                &[
+                    ("RANK", rank),
+                    ("WORLD_SIZE", "2"),
+                    ("MASTER_ADDR", "127.0.0.1"),
+                    ("MASTER_PORT", &port),
+                ],
+            )
+        })
+    };
+    let (a, b) = (out("0"), out("1"));
+    for done in [a.join().unwrap(), b.join().unwrap()] {
+        assert!(!done.status.success(), "{done:?}");
+        let said = String::from_utf8_lossy(&done.stderr);
+        assert!(said.contains("without a launcher"), "{said}");
+    }
 }

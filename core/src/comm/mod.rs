@@ -379,6 +379,17 @@ impl Communicator {
     /// [`Error::InvalidArgument`] naming a missing or malformed variable, then
     /// as [`Communicator::init`].
     pub fn from_env() -> Result<Communicator> {
+        Communicator::from_env_with_config(Config::from_env()?)
+    }
+
+    /// As [`Communicator::from_env`], with an explicit configuration (the
+    /// launcher's variables still say who the ranks are and where they
+    /// meet).
+    ///
+    /// # Errors
+    /// As [`Communicator::from_env`], plus those of
+    /// [`Communicator::init_with_config`].
+    pub fn from_env_with_config(config: Config) -> Result<Communicator> {
         use crate::launch::env::{detect_from_process_env, RootSpec};
         let info = detect_from_process_env()?;
         let id = match info.root {
@@ -388,7 +399,7 @@ impl Communicator {
             }
             RootSpec::Address { addr, secret } => UniqueId::from_parts(addr, secret),
         };
-        Communicator::init(&id, info.rank, info.size, Backend::Host)
+        Communicator::init_with_config(&id, info.rank, info.size, Backend::Host, config)
     }
 
     /// This process's rank.

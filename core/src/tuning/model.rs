@@ -45,13 +45,22 @@
 //! into its output) costs no step, only its two passes over the bytes.
 //!
 //! Between hosts, rounds in which every rank crosses at once share the
-//! host's link, as many ranks at a time as the host has cores to run them.
-//! Where pretend hosts share one machine whose cores the ranks outnumber
-//! (network namespaces here), a tcp step reaches its peer later than its
-//! sender is done with it: the receiver must be woken and given a core.
-//! The critical path then pays `tcp_crowded_alpha` a tcp step, the ranks'
-//! work still `tcp.alpha` (measured across two pretend hosts of 1-4 ranks
-//! on 2 cores: about 1.5-2x `tcp.alpha`; see `calibrate`).
+//! host's link, as many ranks at a time as the host has cores to run them,
+//! and a rank's network thread carries both what it sends and what it
+//! receives: a rank exchanging with another host, or relaying from one host
+//! to another (one rank a host), moves each byte twice through it.
+//!
+//! A tcp step has three figures. Its latency (`tcp_latency`), from the
+//! sender handing it over to a waiting receiver seeing it (two network
+//! threads and a stream thread woken on the way), is what the critical path
+//! of a call that ends with every rank waiting pays: an all-reduce, an
+//! all-gather, a reduce-scatter, an all-to-all. What it costs the ranks
+//! that run it is less (`tcp.alpha` with a core per rank,
+//! `tcp_crowded_alpha` while ranks outnumber cores, as shared memory's
+//! step): that is their work, and what paces rooted calls, whose back-to-
+//! back calls pipeline (the root hands the next call's data over while
+//! this call's is still on its way). Measured over loopback with two
+//! ranks, 2 cores (2026-12-01): a latency of 41-43 µs, a step of 15-17 µs.
 //!
 //! Measured on 2 cores, 1000 back-to-back calls a point up to 32 KiB, 5
 //! launches a point taken in turns (`benches/results/2026-11-30g`, four
@@ -117,10 +126,16 @@ impl Shape {
 /// How far apart the two ranks of a phase's steps are.
 #[derive(Clone, Copy, Debug)]
 enum Span {
-    /// Along a ring or chain, pipelined, this fraction of its hops crossing
-    /// hosts: no faster than the slowest link carries the bytes, and hops'
-    /// latencies averaged over the ring.
-    Ring(f64),
+    /// Along a ring or chain, pipelined: no faster than the slowest link
+    /// carries the bytes, and hops' latencies averaged over the ring.
+    Ring {
+        /// The fraction of its hops that cross hosts.
+        frac: f64,
+        /// Whether some rank relays from one host to another (its hop in
+        /// and its hop out both cross, as with one rank a host): its
+        /// network thread then carries each byte twice, in and out.
+        relay_across: bool,
+    },
     /// Along a chain while its pipeline fills, this fraction of its hops
     /// crossing hosts: each hop's full cost, averaged over the hops.
     RingFill(f64),
@@ -136,6 +151,10 @@ enum Span {
         frac: f64,
         /// Senders per host that cross.
         per_host: f64,
+        /// Whether some rank both sends to and receives from other hosts in
+        /// the round (an exchange with a rank across): its network thread
+        /// carries its bytes out and its peer's in, one after the other.
+        both_ways: bool,
     },
     /// This fraction of the steps cross hosts.
     Mixed(f64),
@@ -269,6 +288,17 @@ pub fn predict(
     // worth of passes over them, a write weighing `write_weight` reads.
     let weighed = |p: &Passes| p.reads + params.write_weight * p.writes;
     let copy = |p: &Phase| p.bytes * shm_link.beta * weighed(&p.passes) / RELAY_PASSES + reduce(p);
+    let multi = shape.hosts > 1;
+    // The pace of a pipelined ring or chain's link between hosts: a slot's
+    // bytes on the wire, twice where a rank relays from host to host (its
+    // network thread carries them in and out).
+    let through = |relay_across: bool| if relay_across { 2.0 } else { 1.0 };
+    let link = |p: &Phase| match p.span {
+        Span::Ring { frac, relay_across } if multi && frac > 0.0 => {
+            p.bytes * params.tcp.beta * through(relay_across)
+        }
+        _ => 0.0,
+    };
     // A step's time with a tcp step costing `tcp_alpha` before its bytes.
     let step_with = |p: &Phase, tcp_alpha: f64| {
         if let Span::Local = p.span {
@@ -278,39 +308,58 @@ pub fn predict(
         // around it.
         let shm = shm_link.alpha + copy(p);
         let tcp = tcp_alpha + p.bytes * params.tcp.beta + reduce(p);
-        let multi = shape.hosts > 1;
         match p.span {
-            Span::Ring(f) if multi && f > 0.0 => {
-                // Latency: a fraction `f` of the hops cross hosts; bandwidth:
-                // the pipeline runs at the pace of the slowest link.
-                let latency = shm + f * (tcp_alpha - shm_link.alpha);
-                latency.max(p.bytes * params.tcp.beta)
+            Span::Ring { frac, .. } if multi && frac > 0.0 => {
+                // Latency: a fraction `frac` of the hops cross hosts;
+                // bandwidth: the pipeline runs at the pace of its link
+                // between hosts.
+                let latency = shm + frac * (tcp_alpha - shm_link.alpha);
+                latency.max(link(p))
             }
             Span::RingFill(f) if multi => shm + f * (tcp - shm),
             Span::Dist(d) if multi && d >= shape.ranks_per_host => tcp,
-            Span::Cross { frac, per_host } if multi && frac > 0.0 => {
+            Span::Cross {
+                frac,
+                per_host,
+                both_ways,
+            } if multi && frac > 0.0 => {
+                // The host's link carries the bytes of as many crossing
+                // ranks at once as it has cores to run them; a rank's
+                // network thread carries what it sends and what it
+                // receives (measured with one rank a host, two pretend
+                // hosts, 2-16 MiB: an exchange of `b` bytes each way took
+                // 1.9-2.2x a broadcast of `b`).
                 let sharing = per_host.min(params.cores.max(1) as f64).max(1.0);
-                let shared = tcp + p.bytes * params.tcp.beta * (sharing - 1.0);
+                let thread = if both_ways { 2.0 } else { 1.0 };
+                let shared = tcp + p.bytes * params.tcp.beta * (sharing.max(thread) - 1.0);
                 shm + frac * (shared - shm)
             }
             Span::Mixed(f) if multi => shm + f * (tcp - shm),
             _ => shm,
         }
     };
+    let rooted = matches!(
+        collective,
+        Collective::Broadcast { .. } | Collective::Reduce { .. }
+    );
     // A step as the rank that runs it works on it, and as its peer waits
-    // for it: crowded, a tcp step arrives later than its sender is done
-    // with it (the receiver is woken and waits for a core).
-    let step = |p: &Phase| step_with(p, params.tcp.alpha);
-    let arrival = |p: &Phase| {
-        step_with(
-            p,
-            if crowded {
-                params.tcp_crowded_alpha
-            } else {
-                params.tcp.alpha
-            },
-        )
+    // for it: a tcp step reaches a waiting receiver `tcp_latency` after its
+    // sender handed it over, later than the sender is done with it. A
+    // rooted collective's back-to-back calls pipeline into each other (the
+    // root hands the next call's data over while this call's is on its
+    // way), so there the step's cost paces the path too.
+    let step_alpha = if crowded {
+        params.tcp_crowded_alpha
+    } else {
+        params.tcp.alpha
     };
+    let step = |p: &Phase| step_with(p, step_alpha);
+    let latency = if rooted {
+        params.tcp.alpha
+    } else {
+        params.tcp_latency
+    };
+    let arrival = |p: &Phase| step_with(p, latency);
     let patience = if crowded {
         params.yields
     } else {
@@ -342,24 +391,35 @@ pub fn predict(
     // A rank's work: with a core each, the bytes it copies and reduces (its
     // waits are latency, not work); crowded, whole steps, each a turn on a
     // core.
+    // A step of a ring or chain costs the average rank what its hops cost
+    // on average (`frac` of them between hosts); the pace of the link
+    // between hosts is a bound of its own (`paced`).
+    let work_step = |p: &Phase| match p.span {
+        Span::Ring { frac, relay_across } if multi && frac > 0.0 => {
+            let shm = shm_link.alpha + copy(p);
+            let bytes = p.bytes * params.tcp.beta * through(relay_across);
+            let tcp = step_alpha + bytes + reduce(p);
+            shm + frac * (tcp - shm)
+        }
+        _ => step(p),
+    };
     let avg: f64 = phases
         .iter()
-        .map(|p| p.avg * if crowded { step(p) } else { copy(p) })
+        .map(|p| p.avg * if crowded { work_step(p) } else { copy(p) })
         .sum();
+    // Every slot of a pipelined ring or chain crosses its link between
+    // hosts.
+    let paced: f64 = phases.iter().map(|p| p.steps * link(p)).sum();
     let sharing = shape.sharing as f64;
     let cores = (params.cores as f64).min(sharing).max(1.0);
     let work = avg * sharing / cores;
-    let rooted = matches!(
-        collective,
-        Collective::Broadcast { .. } | Collective::Reduce { .. }
-    );
     Some(match (crowded, rooted) {
         (false, _) => crit.max(work),
         // Crowded, a rooted collective's calls pipeline into each other: a
         // rank starts the next call as soon as its part of this one is
         // done, its peers downstream still busy with it. So only the work
-        // counts.
-        (true, true) => work,
+        // counts, and the pace of a chain's link between hosts.
+        (true, true) => work.max(paced),
         // The others end each call with every rank waiting for data that
         // crossed the whole schedule, and each hop of that path waits for
         // its rank to be given a core: about one turn of the ranks sharing
@@ -416,7 +476,10 @@ fn phases(
     }
     let levels = n.next_power_of_two().trailing_zeros() as usize;
     // A ring's `n` hops, `hosts` of them between hosts.
-    let ring = Span::Ring(shape.hosts as f64 / nf);
+    let ring = Span::Ring {
+        frac: shape.hosts as f64 / nf,
+        relay_across: shape.ranks_per_host == 1,
+    };
     match (collective, algo) {
         (Collective::AllReduce, Algorithm::Ring) => {
             let blk = chunk.min(count.div_ceil(n));
@@ -464,7 +527,16 @@ fn phases(
             // last one).
             let first = if reduce { root + 1 } else { root };
             let hops = (0..n - 1).map(|i| ((first + i) % n, (first + i + 1) % n));
-            let f = crossing_fraction(shape, hops);
+            let f = crossing_fraction(shape, hops.clone());
+            let across = |(a, b): (usize, usize)| on_two_hosts(shape, a, b);
+            let relay_across = hops
+                .clone()
+                .zip(hops.skip(1))
+                .any(|(into, out)| across(into) && across(out));
+            let ring = Span::Ring {
+                frac: f,
+                relay_across,
+            };
             let relay = if reduce { REDUCE_RELAY } else { COPY_RELAY };
             // The first chunk crosses `n - 1` hops, one relay each, one
             // after the other; the others follow at the pace of one relay.
@@ -479,8 +551,8 @@ fn phases(
             };
             vec![
                 Phase::new(nf - 1.0, b, relay, reduce, Span::RingFill(f)).avg(0.0),
-                Phase::new(m - 1.0, b, relay, reduce, Span::Ring(f)).avg(0.0),
-                Phase::work(m, b, work, reduce, Span::Ring(f)),
+                Phase::new(m - 1.0, b, relay, reduce, ring).avg(0.0),
+                Phase::work(m, b, work, reduce, ring),
             ]
         }
         (Collective::AllToAll, _) => {
@@ -503,6 +575,9 @@ fn phases(
                     Span::Cross {
                         frac: 1.0,
                         per_host: per,
+                        // Pairs exchange: each sends to the rank it
+                        // receives from.
+                        both_ways: true,
                     },
                 ),
             ]
@@ -523,7 +598,12 @@ fn phases(
                 passes((nf - 1.0 + leaves) / nf, (2.0 * nf - 1.0) / nf)
             };
             // Level `j`'s edges join `v` to `v + 2^j` for `v` a multiple of
-            // `2^(j + 1)` (ranks relative to the root, taken as rank 0).
+            // `2^(j + 1)` (ranks relative to the root, taken as rank 0). The
+            // ranks' work is spread over the levels as their edges are: the
+            // few edges of the top levels, which cross hosts, carry as
+            // little of it as they are few (a level a step each, until
+            // 2026-12-01: a 4-rank broadcast over two hosts was priced at
+            // half its steps between them, where one of its three is).
             (0..levels)
                 .map(|j| {
                     let drain = if j + 1 < levels { 1.0 } else { 0.0 };
@@ -531,18 +611,24 @@ fn phases(
                         .step_by(2 << j)
                         .filter(|v| v + (1 << j) < n)
                         .map(|v| (v, v + (1 << j)));
+                    let share = edges.clone().count() as f64 / (nf - 1.0);
                     let span = Span::Mixed(crossing_fraction(shape, edges));
-                    Phase::new(m + drain, b, step, reduce, span).avg(m / levels as f64)
+                    Phase::new(m + drain, b, step, reduce, span).avg(m * share)
                 })
                 .collect()
         }
         (Collective::AllReduce, Algorithm::Tree) => {
             let (m, b) = cut(count.div_ceil(2));
             let depth = n.ilog2() as f64;
-            let cross = if shape.hosts > 1 {
-                (shape.hosts.next_power_of_two().trailing_zeros() as f64 / (depth + 1.0)).min(1.0)
-            } else {
+            // The top levels cross hosts (about `log2 hosts` of the
+            // `depth + 1` levels of ranks); with one rank a host, every
+            // edge does.
+            let cross = if shape.hosts <= 1 {
                 0.0
+            } else if shape.ranks_per_host == 1 {
+                1.0
+            } else {
+                (shape.hosts.next_power_of_two().trailing_zeros() as f64 / (depth + 1.0)).min(1.0)
             };
             let span = Span::Mixed(cross);
             // The first chunk pair climbs `depth` hops and comes back down
@@ -592,7 +678,7 @@ fn phases(
                 // Virtual ranks `v` and `v ^ mask` pair up; with no fold
                 // they are the ranks themselves, paired alike on every host.
                 let span = if rem == 0 {
-                    round_alike_on_every_host(shape, |r| r ^ mask)
+                    round_alike_on_every_host(shape, |r| r ^ mask, |r| r ^ mask)
                 } else {
                     crossing(shape, (0..p).map(|v| (real(v), real(v ^ mask))))
                 };
@@ -622,7 +708,8 @@ fn phases(
                 // `dist` down the ring (Bruck, and recursive doubling on
                 // others): alike on every host.
                 let to = |r: usize| if pow2 { r ^ dist } else { (r + n - dist) % n };
-                let span = round_alike_on_every_host(shape, to);
+                let from = |r: usize| if pow2 { r ^ dist } else { (r + dist) % n };
+                let span = round_alike_on_every_host(shape, to, from);
                 out.push(Phase::new(m + wrap, b, EXCHANGE, false, span));
                 dist *= 2;
             }
@@ -636,10 +723,21 @@ fn phases(
 /// The round in which ranks send at once along `pairs` (sender,
 /// receiver): [`Span::Cross`], counted.
 fn crossing(shape: &Shape, pairs: impl Iterator<Item = (usize, usize)>) -> Span {
-    let (across, all) = count_crossing(shape, pairs);
+    let n = shape.ranks;
+    let (mut sends, mut receives) = (vec![false; n], vec![false; n]);
+    let (across, all) = count_crossing(
+        shape,
+        pairs.inspect(|&(a, b)| {
+            if on_two_hosts(shape, a, b) && a < n && b < n {
+                sends[a] = true;
+                receives[b] = true;
+            }
+        }),
+    );
     Span::Cross {
         frac: across as f64 / all.max(1) as f64,
         per_host: across as f64 / shape.hosts.max(1) as f64,
+        both_ways: sends.iter().zip(&receives).any(|(&s, &r)| s && r),
     }
 }
 
@@ -650,12 +748,16 @@ fn crossing_fraction(shape: &Shape, edges: impl Iterator<Item = (usize, usize)>)
     across as f64 / all.max(1) as f64
 }
 
-/// The round in which every rank `r` sends to `to(r)` by a rule that pairs
-/// each host's ranks alike (a shift down the ring, a xor): with whole
-/// hosts, the first host's ranks tell for all (selection prices every
-/// call, so at thousands of ranks this matters); else every rank is
-/// counted.
-fn round_alike_on_every_host(shape: &Shape, to: impl Fn(usize) -> usize) -> Span {
+/// The round in which every rank `r` sends to `to(r)` and receives from
+/// `from(r)` by a rule that pairs each host's ranks alike (a shift down the
+/// ring, a xor): with whole hosts, the first host's ranks tell for all
+/// (selection prices every call, so at thousands of ranks this matters);
+/// else every rank is counted.
+fn round_alike_on_every_host(
+    shape: &Shape,
+    to: impl Fn(usize) -> usize,
+    from: impl Fn(usize) -> usize,
+) -> Span {
     let (n, per) = (shape.ranks, shape.ranks_per_host.max(1));
     if n % per != 0 {
         return crossing(shape, (0..n).map(|r| (r, to(r))));
@@ -664,14 +766,20 @@ fn round_alike_on_every_host(shape: &Shape, to: impl Fn(usize) -> usize) -> Span
     Span::Cross {
         frac: across / per as f64,
         per_host: across,
+        both_ways: (0..per).any(|r| to(r) >= per && from(r) >= per),
     }
+}
+
+/// Whether ranks `a` and `b` are on two hosts.
+fn on_two_hosts(shape: &Shape, a: usize, b: usize) -> bool {
+    let per = shape.ranks_per_host.max(1);
+    a / per != b / per
 }
 
 /// How many of `pairs` join ranks on two hosts, and how many there are.
 fn count_crossing(shape: &Shape, pairs: impl Iterator<Item = (usize, usize)>) -> (usize, usize) {
-    let per = shape.ranks_per_host.max(1);
     pairs.fold((0, 0), |(across, all), (a, b)| {
-        (across + usize::from(a / per != b / per), all + 1)
+        (across + usize::from(on_two_hosts(shape, a, b)), all + 1)
     })
 }
 

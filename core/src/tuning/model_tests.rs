@@ -404,12 +404,13 @@ fn with_a_core_per_rank_waits_are_latency_not_work() {
 }
 
 #[test]
-fn crowded_tcp_steps_arrive_late_but_cost_their_sender_the_uncrowded_step() {
+fn tcp_steps_arrive_after_the_latency_and_cost_the_ranks_their_step() {
     // Two pretend hosts of 4 ranks on one 2-core machine.
     let crowded = Shape::new(8, 4, 512 << 10).with_sharing(8);
-    let params = |cores: usize, tcp_crowded_alpha: f64| CostParams {
+    let params = |cores: usize, tcp_latency: f64, tcp_crowded_alpha: f64| CostParams {
         cores,
         wake: 0.0,
+        tcp_latency,
         tcp_crowded_alpha,
         ..CostParams::default()
     };
@@ -417,7 +418,7 @@ fn crowded_tcp_steps_arrive_late_but_cost_their_sender_the_uncrowded_step() {
     let t = |c: Collective, a: Algorithm, p: &CostParams, shape: &Shape| {
         predict(p, c, a, 2, 4, shape).unwrap()
     };
-    let (early, late) = (params(2, 30e-6), params(2, 90e-6));
+    let (early, late) = (params(2, 30e-6, 30e-6), params(2, 90e-6, 30e-6));
     // A ring all-reduce ends with every rank waiting for data that crossed
     // both hosts: later arrivals, a longer call.
     let (ring_early, ring_late) = (
@@ -426,20 +427,89 @@ fn crowded_tcp_steps_arrive_late_but_cost_their_sender_the_uncrowded_step() {
     );
     assert!(ring_late > 1.5 * ring_early, "{ring_early} {ring_late}");
     // A chain broadcast's calls pipeline into each other: only the ranks'
-    // work counts, and that is the uncrowded step.
-    assert_eq!(
-        t(bc, Algorithm::Chain, &late, &crowded),
-        t(bc, Algorithm::Chain, &early, &crowded)
-    );
-    // With a core per rank the crowded arrival plays no part.
+    // work counts, crowded steps, whatever the latency.
+    let chain = |p: &CostParams| t(bc, Algorithm::Chain, p, &crowded);
+    assert_eq!(chain(&late), chain(&early));
+    assert!(chain(&params(2, 30e-6, 60e-6)) > chain(&early));
+    // With a core per rank the crowded step plays no part; the latency
+    // still does where calls end waiting (ring, tree, halving-doubling).
     let spread = Shape::new(8, 4, 512 << 10);
     for algo in [Algorithm::Ring, Algorithm::Tree, Algorithm::HalvingDoubling] {
-        assert_eq!(
-            t(ar, algo, &params(64, 90e-6), &spread),
-            t(ar, algo, &params(64, 30e-6), &spread),
-            "{algo:?}"
-        );
+        let at = |latency: f64, crowded: f64| t(ar, algo, &params(64, latency, crowded), &spread);
+        assert_eq!(at(30e-6, 90e-6), at(30e-6, 30e-6), "{algo:?}");
+        assert!(at(90e-6, 30e-6) > at(30e-6, 30e-6), "{algo:?}");
     }
+}
+
+#[test]
+fn calls_that_pipeline_pay_the_tcp_step_the_others_its_latency() {
+    // Two ranks, a host each, a core each, 8 bytes.
+    let shape = Shape::new(2, 1, 512 << 10);
+    let p = CostParams {
+        cores: 64,
+        wake: 0.0,
+        tcp: LinkCost {
+            alpha: 15e-6,
+            ..CostParams::default().tcp
+        },
+        tcp_latency: 45e-6,
+        ..CostParams::default()
+    };
+    let t = |c: Collective, a: Algorithm| predict(&p, c, a, 8, 1, &shape).unwrap();
+    let near = |got: f64, want: f64| (got / want - 1.0).abs() < 0.01;
+    // Back-to-back broadcasts and reduces: one step each, paced by it.
+    for c in [
+        Collective::Broadcast { root: 0 },
+        Collective::Reduce { root: 1 },
+    ] {
+        for a in [Algorithm::Chain, Algorithm::Binomial] {
+            assert!(near(t(c, a), 15e-6), "{c:?} {a:?}: {}", t(c, a));
+        }
+    }
+    // A ring all-reduce waits twice for its peer, a ring all-gather once;
+    // the tree climbs one hop and comes down one, both crossing.
+    assert!(near(t(Collective::AllReduce, Algorithm::Ring), 90e-6));
+    assert!(near(t(Collective::AllGather, Algorithm::Ring), 45e-6));
+    assert!(near(t(Collective::AllReduce, Algorithm::Tree), 90e-6));
+}
+
+#[test]
+fn a_network_thread_carries_what_its_rank_sends_and_what_it_receives() {
+    // What one more ns a byte on tcp adds (a host a rank, a core each,
+    // bytes dominating): the bytes each rank's network thread moves.
+    let bytes = 4 << 19;
+    let per_byte = |c: Collective, algo: Algorithm, n: usize| {
+        let shape = Shape::new(n, 1, 512 << 10);
+        let at = |beta: f64| {
+            let p = CostParams {
+                cores: 64,
+                wake: 0.0,
+                tcp: LinkCost {
+                    beta,
+                    ..CostParams::default().tcp
+                },
+                ..CostParams::default()
+            };
+            predict(&p, c, algo, bytes, 1, &shape).unwrap()
+        };
+        (at(2e-6) - at(1e-6)) / 1e-6 / bytes as f64
+    };
+    let near = |got: f64, want: f64| (got / want - 1.0).abs() < 0.01;
+    let bc = Collective::Broadcast { root: 0 };
+    // Two ranks: the root sends, the leaf receives, each byte once.
+    let two = per_byte(bc, Algorithm::Chain, 2);
+    assert!(near(two, 1.0), "{two}");
+    // Three: the middle rank relays from one host to the other, each byte
+    // in and out (its four slots: two filling the pipe, one each after).
+    let three = per_byte(bc, Algorithm::Chain, 3);
+    assert!(near(three, 2.0), "{three}");
+    // An exchange between two hosts: each rank sends its block and
+    // receives the other's.
+    let ag = per_byte(Collective::AllGather, Algorithm::RecursiveDoubling, 2);
+    assert!(near(ag, 2.0), "{ag}");
+    // The ring all-gather too: every rank's hops in and out cross.
+    let ring = per_byte(Collective::AllGather, Algorithm::Ring, 2);
+    assert!(near(ring, 2.0), "{ring}");
 }
 
 #[test]
@@ -490,7 +560,7 @@ fn tcp_steps(c: Collective, algo: Algorithm, n: usize, per_host: usize) -> f64 {
                 alpha,
                 ..CostParams::default().tcp
             },
-            tcp_crowded_alpha: alpha,
+            tcp_latency: alpha,
             ..CostParams::default()
         };
         predict(&p, c, algo, 2, 4, &shape).unwrap()
@@ -535,4 +605,11 @@ fn a_chain_crosses_hosts_where_its_hops_do() {
     // From rank 1 the reduce runs 2-3-0-1: one hop crosses.
     let rd = tcp_steps(Collective::Reduce { root: 1 }, Algorithm::Chain, 4, 2);
     assert!(close(rd, 1.0), "reduce to 1: {rd}");
+}
+
+#[test]
+fn with_a_host_a_rank_every_tree_step_crosses() {
+    // Two ranks: one hop up, one down, both between the hosts.
+    let tree = tcp_steps(Collective::AllReduce, Algorithm::Tree, 2, 1);
+    assert!((tree - 2.0).abs() < 1e-6, "{tree}");
 }

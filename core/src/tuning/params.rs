@@ -17,7 +17,8 @@
 //! shm.beta_cached_ns_per_byte = 0.05  # a byte, while the host's buffers fit its cache
 //! cache_bytes = 33554432         # that cache (the last level, all of the host's)
 //! write_weight = 3.0             # a byte written costs this many bytes read
-//! tcp.alpha_crowded_us = 60.0    # a tcp step's latency while the ranks outnumber the cores
+//! tcp.alpha_crowded_us = 30.0    # a tcp step while the ranks outnumber the cores
+//! tcp.latency_us = 45.0          # a tcp step's arrival at a peer that waits for it
 //! ```
 //!
 //! Parsing is strict: an unknown or repeated key, a missing key, a value
@@ -27,8 +28,11 @@
 //! then 0. So may the last three: the crowded step and the cached byte then
 //! cost what `shm.alpha_us` and `shm.beta_ns_per_byte` say, and no working
 //! set counts as cached. `write_weight`, left out, is the built-in 3
-//! ([`DEFAULT_WRITE_WEIGHT`]); `tcp.alpha_crowded_us`, left out, is
-//! `tcp.alpha_us`.
+//! ([`DEFAULT_WRITE_WEIGHT`]); `tcp.alpha_crowded_us` and `tcp.latency_us`,
+//! left out, are `tcp.alpha_us`. A file with `tcp.alpha_crowded_us` but no
+//! `tcp.latency_us` was written before the latency had a key of its own
+//! (2026-12-01, evening), when `tcp.alpha_crowded_us` meant the crowded
+//! latency: it is read as the latency, the crowded step as `tcp.alpha_us`.
 
 use std::path::Path;
 
@@ -84,13 +88,22 @@ pub struct CostParams {
     /// the three passes of a relay whose passes all weigh the same
     /// ([`crate::tuning::predict`]).
     pub write_weight: f64,
-    /// Seconds a tcp step takes to arrive while the ranks outnumber their
-    /// machine's cores (in place of `tcp.alpha` on the critical path): the
-    /// receiving rank must be woken and given a core before it sees the
-    /// bytes. (The time a rank works on the step is still `tcp.alpha`.)
-    /// Only pretend hosts sharing one machine (network namespaces, the
-    /// host override) see this; hosts with a core per rank do not.
+    /// Seconds a tcp step costs the ranks while they outnumber their
+    /// machine's cores (in place of `tcp.alpha`, as `crowded_alpha` is for
+    /// shared memory): a step then also hands cores from rank to rank, and
+    /// the rank that runs it waits for one.
     pub tcp_crowded_alpha: f64,
+    /// Seconds from a tcp step's sender handing it over to a receiver that
+    /// waits for it seeing it: the latency on the critical path of the calls
+    /// that end with every rank waiting for its peers (all-reduce,
+    /// all-gather, reduce-scatter, all-to-all), in place of `tcp.alpha`.
+    /// `tcp.alpha` is what the step costs the ranks that run it, and what
+    /// paces calls that pipeline into each other (back-to-back broadcasts
+    /// and reduces: a rank hands the next call's data over while this
+    /// call's is still on its way). Measured here over loopback with two
+    /// ranks: about 45 µs against 10-18 µs (two network threads and two
+    /// stream threads woken on the way, each a system call or two).
+    pub tcp_latency: f64,
 }
 
 /// Built-in [`CostParams::write_weight`]: stores cost about three loads
@@ -130,12 +143,13 @@ impl Default for CostParams {
             cache_bytes: 0,
             write_weight: DEFAULT_WRITE_WEIGHT,
             tcp_crowded_alpha: 30.0e-6,
+            tcp_latency: 30.0e-6,
         }
     }
 }
 
 /// The keys of the file, in the order they are written.
-const KEYS: [&str; 14] = [
+const KEYS: [&str; 15] = [
     "shm.alpha_us",
     "shm.beta_ns_per_byte",
     "tcp.alpha_us",
@@ -150,6 +164,7 @@ const KEYS: [&str; 14] = [
     "cache_bytes",
     "write_weight",
     "tcp.alpha_crowded_us",
+    "tcp.latency_us",
 ];
 
 /// Index in [`KEYS`] of the first key that may be left out (then 0); the
@@ -218,6 +233,11 @@ impl CostParams {
         }
         let get = |k: usize| values[k].ok_or_else(|| format!("missing key {}", KEYS[k]));
         let optional = |k: usize| values[OPTIONAL + k].unwrap_or(0.0);
+        // Before the latency had a key, `tcp.alpha_crowded_us` was it.
+        let (tcp_crowded, tcp_latency) = match (values[OPTIONAL + 7], values[OPTIONAL + 8]) {
+            (Some(latency), None) => (None, Some(latency)),
+            given => given,
+        };
         Ok(CostParams {
             shm: LinkCost {
                 alpha: get(0)? * 1e-6,
@@ -236,7 +256,8 @@ impl CostParams {
             cached_beta: values[OPTIONAL + 4].unwrap_or(get(1)?) * 1e-9,
             cache_bytes: optional(5) as usize,
             write_weight: values[OPTIONAL + 6].unwrap_or(DEFAULT_WRITE_WEIGHT),
-            tcp_crowded_alpha: values[OPTIONAL + 7].unwrap_or(get(2)?) * 1e-6,
+            tcp_crowded_alpha: tcp_crowded.unwrap_or(get(2)?) * 1e-6,
+            tcp_latency: tcp_latency.unwrap_or(get(2)?) * 1e-6,
         })
     }
 
@@ -263,6 +284,7 @@ impl CostParams {
             self.cache_bytes as f64,
             self.write_weight,
             self.tcp_crowded_alpha * 1e6,
+            self.tcp_latency * 1e6,
         ];
         for (k, v) in KEYS.iter().zip(values) {
             out.push_str(&format!("{k} = {v}\n"));
@@ -295,7 +317,8 @@ mod tests {
             cached_beta: 0.03e-9,
             cache_bytes: 32 << 20,
             write_weight: 2.5,
-            tcp_crowded_alpha: 44e-6,
+            tcp_crowded_alpha: 33e-6,
+            tcp_latency: 44e-6,
         };
         let text = p.to_file(&["measured here".into()]);
         let back = CostParams::parse(&text).unwrap();
@@ -310,6 +333,17 @@ mod tests {
         assert_eq!(back.cache_bytes, 32 << 20);
         assert_eq!(back.write_weight, 2.5);
         assert!((back.tcp_crowded_alpha - p.tcp_crowded_alpha).abs() < 1e-15);
+        assert!((back.tcp_latency - p.tcp_latency).abs() < 1e-15);
+        // A file from when `tcp.alpha_crowded_us` was the latency reads it
+        // as the latency.
+        let before: String = text
+            .lines()
+            .filter(|l| !l.starts_with("tcp.latency_us"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let before = CostParams::parse(&before).unwrap();
+        assert!((before.tcp_latency - p.tcp_crowded_alpha).abs() < 1e-15);
+        assert_eq!(before.tcp_crowded_alpha, before.tcp.alpha);
         // A file from before `wake_us` and the regimes still loads, with no
         // wake-up cost, and the crowded step and cached byte costing what
         // any other does.
@@ -325,6 +359,7 @@ mod tests {
         assert_eq!(old.cache_bytes, 0);
         assert_eq!(old.write_weight, DEFAULT_WRITE_WEIGHT);
         assert_eq!(old.tcp_crowded_alpha, old.tcp.alpha);
+        assert_eq!(old.tcp_latency, old.tcp.alpha);
         let d = CostParams::default();
         assert_eq!(CostParams::parse(&d.to_file(&[])).unwrap().cores, d.cores);
     }

@@ -17,6 +17,10 @@
 //!   broadcast's: the parameters are solved through the model itself, so
 //!   its step counts and its cores bound are part of the calibration (over
 //!   tcp, the model sees one rank per host, as a communicator does).
+//!   Over tcp a step's cost to the ranks and its latency differ (about 15
+//!   against 42 µs here): `tcp.alpha` is solved from the broadcast alone,
+//!   whose back-to-back calls pipeline, and `tcp.latency_us` from the four
+//!   others, which end with every rank waiting for its peers.
 //!
 //! - `spin` and `yields`: in the launcher, how long a waiting rank spins
 //!   (`STREAMCOMM_SPIN` checks) and then yields before it sleeps.
@@ -39,10 +43,11 @@
 //! - The crowded tcp step (`tcp.alpha_crowded_us`): a fourth launch, over
 //!   tcp with as many ranks as the crowded shm one (twice the cores), times
 //!   only the small calls; solved through the model (every rank a host of
-//!   its own, all sharing this machine's cores) for the tcp step's arrival
-//!   while ranks outnumber cores. Measured here (2 cores, 2026-12-01, four
-//!   calibrations): 44-51 µs against 28-34 µs with a core per rank. Only
-//!   where there are two cores or more and more crowded ranks than cores;
+//!   its own, all sharing this machine's cores, the latency known) for the
+//!   step's cost while ranks outnumber cores, the geometric mean over the
+//!   calls as for the crowded shm step. Measured here (2 cores,
+//!   2026-12-01): 37.5 µs against 16.9 µs with a core per rank. Only where
+//!   there are two cores or more and more crowded ranks than cores;
 //!   elsewhere the file gets `tcp.alpha_us`. (Two pretend hosts made by
 //!   `STREAMCOMM_HOSTS_OVERRIDE` cannot stand in: their links stay shared
 //!   memory.)
@@ -67,6 +72,12 @@ use streamcomm::{Communicator, DataType, ReduceOp};
 
 use crate::error::{Context, Fallible};
 
+mod links;
+
+/// The schedules the panel's calls are timed with, whatever the model
+/// would choose: the ones [`Call::schedule`] names.
+const SCHEDULES: &str = "all_reduce=ring,broadcast=chain,all_gather=recursive_doubling";
+
 /// Launches of each kind (crowded shm, tcp, one rank per core over shm,
 /// crowded tcp).
 const LAUNCHES: usize = 7;
@@ -75,7 +86,7 @@ const LAUNCHES: usize = 7;
 const ENV_OUT: &str = "STREAMCOMM_BENCH_CALIBRATE_OUT";
 
 /// Set for launches that time only the small calls (the crowded tcp
-/// launches: their alpha is all they are for).
+/// launches: their step is all they are for).
 const ENV_SMALL_ONLY: &str = "STREAMCOMM_BENCH_CALIBRATE_SMALL_ONLY";
 
 /// The last-level cache size the launcher read, for the ranks to size the
@@ -191,15 +202,18 @@ pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
         // Measured once, across runs (see DEFAULT_WRITE_WEIGHT), not here.
         write_weight: DEFAULT_WRITE_WEIGHT,
         tcp_crowded_alpha: links[1].alpha,
+        tcp_latency: links[1].alpha,
     };
+    params.tcp_latency = tcp_latency(&params, &tcp_runs);
     if spread {
         params.tcp_crowded_alpha = crowded_tcp(&params, &crowded_tcp_runs);
-        eprintln!(
-            "streamcomm-bench: tcp crowded: a step arrives after {:.2} us with {crowded_ranks} ranks on {cores} cores ({:.2} us with a core per rank)",
-            params.tcp_crowded_alpha * 1e6,
-            params.tcp.alpha * 1e6,
-        );
     }
+    eprintln!(
+        "streamcomm-bench: tcp: a step costs {:.2} us with a core per rank, {:.2} us with {crowded_ranks} ranks on {cores} cores; it arrives after {:.2} us",
+        params.tcp.alpha * 1e6,
+        params.tcp_crowded_alpha * 1e6,
+        params.tcp_latency * 1e6,
+    );
     params.cached_beta = cached_beta(&params, &shm_runs);
     // The wake-up is fitted on launches with a core per rank: where ranks
     // outnumber cores the model puts no wake-up on a call (other ranks'
@@ -323,27 +337,55 @@ fn uncrowded(params: &CostParams, runs: &[Measured]) -> f64 {
     }))
 }
 
-/// The tcp step's arrival with more ranks than cores: the small calls of
-/// each crowded tcp launch (every rank a host of its own, as a
-/// communicator over tcp sees them, all on this machine's cores) solved
-/// for `tcp_crowded_alpha`, the median; `tcp.alpha` where no call depends
-/// on it.
+/// A tcp step's latency: the calls of the tcp launches (a core per rank)
+/// that end with every rank waiting for its peers, solved for
+/// `tcp_latency` (per launch their geometric mean), the median;
+/// `tcp.alpha` where no call depends on it.
+fn tcp_latency(params: &CostParams, runs: &[Measured]) -> f64 {
+    let fitted = tcp_fit(runs, |m, shape| latency_for(params, m, shape));
+    fitted.unwrap_or(params.tcp.alpha)
+}
+
+/// The latency at which the model predicts the small calls of `m` on
+/// `shape` that end with every rank waiting (their geometric mean; 0 when
+/// none depends on it).
+fn latency_for(params: &CostParams, m: &Measured, shape: &Shape) -> f64 {
+    alpha_over(
+        &m.small,
+        shape,
+        |c| !c.rooted(),
+        |a| CostParams {
+            tcp_latency: a,
+            ..*params
+        },
+    )
+}
+
+/// A tcp step's cost to the ranks while they outnumber the cores: the
+/// small calls of each crowded tcp launch solved for `tcp_crowded_alpha`
+/// (per launch their geometric mean, as for the crowded shm step), the
+/// median; `tcp.alpha` where no call depends on it.
 fn crowded_tcp(params: &CostParams, runs: &[Measured]) -> f64 {
-    let alphas: Vec<f64> = runs
-        .iter()
-        .map(|m| {
-            let shape = Shape::new(m.ranks, 1, m.slot).with_sharing(m.ranks);
-            alpha_for(&m.small, &shape, |a| CostParams {
-                tcp_crowded_alpha: a,
-                ..*params
-            })
+    let fitted = tcp_fit(runs, |m, shape| {
+        alpha_for(&m.small, shape, |a| CostParams {
+            tcp_crowded_alpha: a,
+            ..*params
         })
+    });
+    fitted.unwrap_or(params.tcp.alpha)
+}
+
+/// The median of `fit(launch, shape)` over the tcp launches `runs` (every
+/// rank a host of its own, as a communicator over tcp sees them, all on
+/// this machine's cores), leaving out launches whose calls do not depend
+/// on the parameter (0); `None` when none is left.
+fn tcp_fit(runs: &[Measured], fit: impl Fn(&Measured, &Shape) -> f64) -> Option<f64> {
+    let fitted: Vec<f64> = runs
+        .iter()
+        .map(|m| fit(m, &Shape::new(m.ranks, 1, m.slot).with_sharing(m.ranks)))
         .filter(|&a| a > 0.0)
         .collect();
-    if alphas.is_empty() {
-        return params.tcp.alpha;
-    }
-    median(alphas)
+    (!fitted.is_empty()).then(|| median(fitted))
 }
 
 /// `fit(launch, shape)` for each launch, its ranks all on this machine's
@@ -417,10 +459,6 @@ fn launch(
         .args(args)
         .env("STREAMCOMM_TRANSPORT", transport)
         .env(
-            "STREAMCOMM_ALGO",
-            "all_reduce=ring,broadcast=chain,all_gather=recursive_doubling",
-        )
-        .env(
             "STREAMCOMM_TIMEOUT",
             std::env::var("STREAMCOMM_TIMEOUT").unwrap_or_else(|_| "60".into()),
         )
@@ -434,30 +472,45 @@ fn launch(
     let text =
         std::fs::read_to_string(&file).with_context(|| format!("read {}", file.display()))?;
     let _ = std::fs::remove_file(&file);
-    let v: Vec<f64> = text
-        .split_whitespace()
-        .map(|w| {
-            w.parse::<f64>()
-                .map_err(|e| format!("{transport} result {w:?}: {e}"))
+    Measured::from_line(&text, ranks).map_err(|e| format!("{transport} result {text:?}: {e}"))
+}
+
+impl Measured {
+    /// The line rank 0 writes for the launcher.
+    fn to_line(&self) -> String {
+        format!(
+            "{} {} {:e} {:e} {} {} {}\n",
+            seconds(&self.small),
+            seconds(&self.cached),
+            self.large,
+            self.mid,
+            self.big,
+            self.slot,
+            self.cached_bytes
+        )
+    }
+
+    /// What [`Measured::to_line`] wrote, for `ranks` ranks.
+    fn from_line(text: &str, ranks: usize) -> Result<Measured, String> {
+        let v: Vec<f64> = text
+            .split_whitespace()
+            .map(|w| w.parse::<f64>().map_err(|e| format!("{w:?}: {e}")))
+            .collect::<Result<_, _>>()?;
+        let n = PANEL.len();
+        let [large, mid, big, slot, cached_bytes] = v[(2 * n).min(v.len())..] else {
+            return Err(format!("expected {} numbers", 2 * n + 5));
+        };
+        Ok(Measured {
+            ranks,
+            small: v[..n].to_vec(),
+            cached: v[n..2 * n].to_vec(),
+            mid,
+            large,
+            cached_bytes: cached_bytes as usize,
+            big: big as usize,
+            slot: slot as usize,
         })
-        .collect::<Result<_, _>>()?;
-    let n = PANEL.len();
-    let [large, mid, big, slot, cached_bytes] = v[(2 * n).min(v.len())..] else {
-        return Err(format!(
-            "{transport} result {text:?}: expected {} numbers",
-            2 * n + 5
-        ));
-    };
-    Ok(Measured {
-        ranks,
-        small: v[..n].to_vec(),
-        cached: v[n..2 * n].to_vec(),
-        mid,
-        large,
-        cached_bytes: cached_bytes as usize,
-        big: big as usize,
-        slot: slot as usize,
-    })
+    }
 }
 
 /// Ranks of the `transport` launches for alpha, beta and wake: over shm
@@ -477,39 +530,62 @@ fn ranks_for(transport: &str, cli: &CalibrateCli, cores: usize) -> usize {
     }
 }
 
-/// One rank: times the two calls; rank 0 writes their times, the big
-/// size and the slot size.
+/// One rank: times the calls. Started by [`launcher`], rank 0 writes
+/// their times, the big size and the slot size for it; started by another
+/// launcher across hosts, rank 0 fits the links between hosts and updates
+/// the tuning file ([`links`]).
 ///
 /// # Errors
 /// Library errors, or the result file cannot be written.
 pub fn rank(cli: &CalibrateCli) -> Fallible<()> {
-    let comm = Communicator::from_env().context("create the communicator")?;
+    let mut config = streamcomm::Config::from_env().context("read the configuration")?;
+    config.algo = streamcomm::tuning::AlgoOverride::parse(SCHEDULES)
+        .context("the calibration's schedules")?;
+    let comm = Communicator::from_env_with_config(config).context("create the communicator")?;
     let stream = HostStream::new().context("create a stream")?;
+    let out = std::env::var(ENV_OUT).ok();
+    if out.is_none() {
+        links::check(&comm)?;
+    }
+    if out.is_none() {
+        let rounds = (0..links::ROUNDS)
+            .map(|_| {
+                let measured = measure(cli, &comm, &stream)?;
+                let exchange = links::time_exchange(cli, &comm, &stream, measured.big)?;
+                Ok((measured, exchange))
+            })
+            .collect::<Fallible<Vec<_>>>()?;
+        comm.barrier_host().context("final barrier")?;
+        return match comm.rank() {
+            0 => links::update(cli, &comm, &rounds),
+            _ => Ok(()),
+        };
+    }
+    let measured = measure(cli, &comm, &stream)?;
+    comm.barrier_host().context("final barrier")?;
+    match out {
+        Some(path) if comm.rank() == 0 => {
+            std::fs::write(&path, measured.to_line()).with_context(|| format!("write {path}"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Times the calls on this rank (see [`Measured`]).
+fn measure(cli: &CalibrateCli, comm: &Communicator, stream: &HostStream) -> Fallible<Measured> {
     let slot = comm.config().slot_bytes();
     let big = cli.bytes.map_or(64 * slot, |b| b as usize).max(slot);
     let n = comm.size();
     let small = PANEL
         .iter()
-        .map(|&c| per_call(&comm, &stream, c, c.bytes_for_blocks_of(8, n), cli.iters))
+        .map(|&c| per_call(comm, stream, c, c.bytes_for_blocks_of(8, n), cli.iters))
         .collect::<Fallible<Vec<f64>>>()?;
     let small_only = std::env::var_os(ENV_SMALL_ONLY).is_some();
     let (large, mid) = if small_only {
         (0.0, 0.0)
     } else {
-        let large = per_call(
-            &comm,
-            &stream,
-            Call::Broadcast,
-            big,
-            (cli.iters / 10).max(5),
-        )?;
-        let mid = per_call(
-            &comm,
-            &stream,
-            Call::AllGather,
-            slot,
-            (cli.iters / 4).max(5),
-        )?;
+        let large = per_call(comm, stream, Call::Broadcast, big, (cli.iters / 10).max(5))?;
+        let mid = per_call(comm, stream, Call::AllGather, slot, (cli.iters / 4).max(5))?;
         (large, mid)
     };
     // Small enough that every rank's two buffers fit in a quarter of the
@@ -526,27 +602,22 @@ pub fn rank(cli: &CalibrateCli) -> Fallible<()> {
             .iter()
             .map(|&c| {
                 let bytes = c.bytes_near(cached_bytes, n);
-                per_call(&comm, &stream, c, bytes, (cli.iters / 4).max(5))
+                per_call(comm, stream, c, bytes, (cli.iters / 4).max(5))
             })
             .collect::<Fallible<Vec<f64>>>()?
     } else {
         vec![0.0; PANEL.len()]
     };
-    comm.barrier_host().context("final barrier")?;
-    if comm.rank() == 0 {
-        if let Ok(path) = std::env::var(ENV_OUT) {
-            std::fs::write(
-                &path,
-                format!(
-                    "{} {} {large:e} {mid:e} {big} {slot} {cached_bytes}\n",
-                    seconds(&small),
-                    seconds(&cached),
-                ),
-            )
-            .with_context(|| format!("write {path}"))?;
-        }
-    }
-    Ok(())
+    Ok(Measured {
+        ranks: n,
+        small,
+        large,
+        mid,
+        cached,
+        cached_bytes,
+        big,
+        slot,
+    })
 }
 
 /// The call `per_call` times.
@@ -589,6 +660,13 @@ impl Call {
             Call::ReduceScatter => (Collective::ReduceScatter, Algorithm::Ring),
             Call::AllToAll => (Collective::AllToAll, Algorithm::Pairwise),
         }
+    }
+
+    /// Whether the call is rooted: its back-to-back calls pipeline into each
+    /// other, so over tcp they are paced by the step's cost to the ranks
+    /// (`tcp.alpha`), the others by its latency (`tcp.latency`).
+    fn rooted(self) -> bool {
+        matches!(self, Call::Broadcast)
     }
 
     /// Whether the call's bytes are cut into a block per rank.
@@ -760,7 +838,10 @@ impl Fit {
         // Each call depends a little on the other parameter: alternate.
         let (mut alpha, mut beta) = (0.0, 0.0);
         for _ in 0..4 {
-            alpha = alpha_for(small, &self.shape, |a| self.with(a, beta));
+            // Over tcp the step's cost to the ranks from the calls that
+            // pipeline (the latency is solved after, from the others).
+            let calls = |c: Call| !self.tcp || c.rooted();
+            alpha = alpha_over(small, &self.shape, calls, |a| self.with(a, beta));
             let bc = |b: f64| {
                 let c = Collective::Broadcast { root: 0 };
                 predict(
@@ -783,12 +864,21 @@ impl Fit {
 /// small calls' times (`small`, in [`PANEL`] order): each call's own
 /// solution, their geometric mean.
 fn alpha_for(small: &[f64], shape: &Shape, with: impl Fn(f64) -> CostParams) -> f64 {
-    panel_fit(
-        small,
-        |c| c.bytes_for_blocks_of(8, shape.ranks),
-        shape,
-        with,
-    )
+    alpha_over(small, shape, |_| true, with)
+}
+
+/// [`alpha_for`] over the calls of the panel that `calls` keeps.
+fn alpha_over(
+    small: &[f64],
+    shape: &Shape,
+    calls: impl Fn(Call) -> bool,
+    with: impl Fn(f64) -> CostParams,
+) -> f64 {
+    let times = PANEL.iter().zip(small).map(|(&c, &t)| (c, t));
+    geometric_mean(times.filter(|&(c, _)| calls(c)).map(|(c, t)| {
+        let bytes = c.bytes_for_blocks_of(8, shape.ranks);
+        bisect(|x| c.predict(&with(x), bytes, shape).unwrap_or(0.0), t)
+    }))
 }
 
 /// The parameter value at which the model, given `with(value)`, predicts
@@ -877,6 +967,65 @@ mod tests {
 #[cfg(test)]
 mod regime_tests {
     use super::*;
+
+    #[test]
+    fn solves_back_the_tcp_step_and_its_latency() {
+        // Two ranks, a host each, a core each, as the tcp launches run.
+        let (ranks, slot) = (2, 1 << 16);
+        let shape = Shape::new(ranks, 1, slot).with_sharing(ranks);
+        let truth = CostParams {
+            cores: 2,
+            wake: 0.0,
+            tcp: LinkCost {
+                alpha: 15e-6,
+                beta: 0.6e-9,
+            },
+            tcp_latency: 42e-6,
+            ..CostParams::default()
+        };
+        let small: Vec<f64> = PANEL
+            .iter()
+            .map(|c| {
+                c.predict(&truth, c.bytes_for_blocks_of(8, ranks), &shape)
+                    .unwrap()
+            })
+            .collect();
+        let bc = Collective::Broadcast { root: 0 };
+        let big = 64 << 16;
+        let large = predict(&truth, bc, Algorithm::Chain, big, 1, &shape).unwrap();
+        // Start from other values: the fit must find the truth.
+        let fit = Fit {
+            shape,
+            base: CostParams {
+                tcp_latency: 90e-6,
+                ..truth
+            },
+            tcp: true,
+        };
+        let (alpha, beta) = fit.solve(&small, large, big);
+        assert!((alpha / truth.tcp.alpha - 1.0).abs() < 1e-6, "{alpha}");
+        assert!((beta / truth.tcp.beta - 1.0).abs() < 1e-6, "{beta}");
+        let run = Measured {
+            ranks,
+            small,
+            large,
+            mid: 0.0,
+            cached: Vec::new(),
+            cached_bytes: 0,
+            big,
+            slot,
+        };
+        let from = CostParams {
+            tcp: LinkCost { alpha, beta },
+            tcp_latency: 90e-6,
+            ..truth
+        };
+        let latency = tcp_latency(&from, std::slice::from_ref(&run));
+        assert!(
+            (latency / truth.tcp_latency - 1.0).abs() < 1e-6,
+            "{latency}"
+        );
+    }
 
     #[test]
     fn solves_back_the_cached_byte_and_falls_back_without_a_cache_size() {
