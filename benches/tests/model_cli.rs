@@ -218,7 +218,7 @@ fn calibrate_under_a_launcher_measures_the_links_between_hosts_into_the_file() {
         wake: 17e-6,
         ..CostParams::default()
     };
-    std::fs::write(&file, kept.to_file(&[])).unwrap();
+    std::fs::write(&file, kept.to_file(&["measured on this host".into()])).unwrap();
     let port = ports::unused_port().to_string();
     let start = |rank: &str| {
         Command::new(env!("CARGO_BIN_EXE_streamcomm-bench"))
@@ -259,6 +259,9 @@ fn calibrate_under_a_launcher_measures_the_links_between_hosts_into_the_file() {
     let said = String::from_utf8_lossy(&outs[0].stderr);
     assert!(said.contains("links between 2 hosts"), "{said}");
     let got = CostParams::load(&file).unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("# measured on this host\n"), "{text}");
+    assert!(text.contains("# links between hosts measured"), "{text}");
     assert!(got.tcp.alpha > 0.0 && got.tcp.beta > 0.0, "{got:?}");
     assert!(got.tcp_latency > 0.0, "{got:?}");
     // Measured, not the defaults it started from.

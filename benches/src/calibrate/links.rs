@@ -29,6 +29,10 @@ use super::*;
 /// parameter is kept (single rounds gave 0.7-1.2 ns/B minutes apart).
 pub(super) const ROUNDS: usize = 5;
 
+/// The start of the note this writes into the file (a note of an earlier
+/// run is replaced).
+const LINKS_NOTE: &str = "links between hosts measured by streamcomm-bench calibrate";
+
 /// Refuses a communicator whose rank reaches every other rank over shared
 /// memory: there is no link between hosts to measure.
 ///
@@ -61,8 +65,20 @@ pub(super) fn update(
     let Some((m, _)) = rounds.first() else {
         return Err("no round of calls was timed".into());
     };
+    // The file's own notes (what measured the rest, the slot size) are
+    // kept, after its header line.
+    let mut notes: Vec<String> = Vec::new();
     let (base, from) = if cli.out.exists() {
         let params = CostParams::load(&cli.out).map_err(|e| e.to_string())?;
+        let text = std::fs::read_to_string(&cli.out)
+            .with_context(|| format!("read {}", cli.out.display()))?;
+        notes.extend(
+            text.lines()
+                .skip(1)
+                .filter_map(|l| l.strip_prefix("# "))
+                .filter(|l| !l.starts_with(LINKS_NOTE))
+                .map(str::to_string),
+        );
         (params, cli.out.display().to_string())
     } else {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -102,13 +118,10 @@ pub(super) fn update(
         params.tcp.beta * 1e9,
         rounds.len(),
     );
-    let notes = [
-        format!(
-            "links between hosts measured by streamcomm-bench calibrate across {hosts} hosts ({} ranks, {per_host} a host)",
-            m.ranks
-        ),
-        format!("the other parameters from {from}"),
-    ];
+    notes.push(format!(
+        "{LINKS_NOTE} across {hosts} hosts ({} ranks, {per_host} a host); the others from {from}",
+        m.ranks
+    ));
     std::fs::write(&cli.out, params.to_file(&notes))
         .with_context(|| format!("write {}", cli.out.display()))?;
     eprintln!("streamcomm-bench: wrote {}", cli.out.display());
@@ -193,30 +206,11 @@ mod tests {
             tcp_latency: 65e-6,
             ..CostParams::default()
         };
-        let small: Vec<f64> = PANEL
-            .iter()
-            .map(|c| {
-                c.predict(&truth, c.bytes_for_blocks_of(8, ranks), &shape)
-                    .unwrap()
-            })
-            .collect();
-        let big = 64 << 16;
-        let bc = Collective::Broadcast { root: 0 };
-        let large = predict(&truth, bc, Algorithm::Chain, big, 1, &shape).unwrap();
+        let m = modelled(&truth, &shape, 64 << 16);
         let ag = Call::AllGather;
         let exchange = ag
-            .predict(&truth, ag.bytes_near(big, ranks), &shape)
+            .predict(&truth, ag.bytes_near(m.big, ranks), &shape)
             .unwrap();
-        let m = Measured {
-            ranks,
-            small,
-            large,
-            mid: 0.0,
-            cached: Vec::new(),
-            cached_bytes: 0,
-            big,
-            slot,
-        };
         let base = CostParams {
             tcp: LinkCost {
                 alpha: 30e-6,

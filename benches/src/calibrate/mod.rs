@@ -46,8 +46,9 @@
 //!   its own, all sharing this machine's cores, the latency known) for the
 //!   step's cost while ranks outnumber cores, the geometric mean over the
 //!   calls as for the crowded shm step. Measured here (2 cores,
-//!   2026-12-01): 37.5 µs against 16.9 µs with a core per rank. Only where
-//!   there are two cores or more and more crowded ranks than cores;
+//!   2026-12-01, four calibrations): 32-37 µs against 12-17 µs with a
+//!   core per rank. Only where there are two cores or more and more
+//!   crowded ranks than cores;
 //!   elsewhere the file gets `tcp.alpha_us`. (Two pretend hosts made by
 //!   `STREAMCOMM_HOSTS_OVERRIDE` cannot stand in: their links stay shared
 //!   memory.)
@@ -964,6 +965,31 @@ mod tests {
     }
 }
 
+/// What a launch of `shape`'s ranks would measure if the model with
+/// `truth` were exact: the small calls and a chain broadcast of `big`.
+#[cfg(test)]
+fn modelled(truth: &CostParams, shape: &Shape, big: usize) -> Measured {
+    let ranks = shape.ranks;
+    let small = PANEL
+        .iter()
+        .map(|c| {
+            c.predict(truth, c.bytes_for_blocks_of(8, ranks), shape)
+                .unwrap()
+        })
+        .collect();
+    let bc = Collective::Broadcast { root: 0 };
+    Measured {
+        ranks,
+        small,
+        large: predict(truth, bc, Algorithm::Chain, big, 1, shape).unwrap(),
+        mid: 0.0,
+        cached: Vec::new(),
+        cached_bytes: 0,
+        big,
+        slot: shape.slot_bytes,
+    }
+}
+
 #[cfg(test)]
 mod regime_tests {
     use super::*;
@@ -983,16 +1009,7 @@ mod regime_tests {
             tcp_latency: 42e-6,
             ..CostParams::default()
         };
-        let small: Vec<f64> = PANEL
-            .iter()
-            .map(|c| {
-                c.predict(&truth, c.bytes_for_blocks_of(8, ranks), &shape)
-                    .unwrap()
-            })
-            .collect();
-        let bc = Collective::Broadcast { root: 0 };
-        let big = 64 << 16;
-        let large = predict(&truth, bc, Algorithm::Chain, big, 1, &shape).unwrap();
+        let run = modelled(&truth, &shape, 64 << 16);
         // Start from other values: the fit must find the truth.
         let fit = Fit {
             shape,
@@ -1002,19 +1019,9 @@ mod regime_tests {
             },
             tcp: true,
         };
-        let (alpha, beta) = fit.solve(&small, large, big);
+        let (alpha, beta) = fit.solve(&run.small, run.large, run.big);
         assert!((alpha / truth.tcp.alpha - 1.0).abs() < 1e-6, "{alpha}");
         assert!((beta / truth.tcp.beta - 1.0).abs() < 1e-6, "{beta}");
-        let run = Measured {
-            ranks,
-            small,
-            large,
-            mid: 0.0,
-            cached: Vec::new(),
-            cached_bytes: 0,
-            big,
-            slot,
-        };
         let from = CostParams {
             tcp: LinkCost { alpha, beta },
             tcp_latency: 90e-6,

@@ -60,7 +60,7 @@
 //! step): that is their work, and what paces rooted calls, whose back-to-
 //! back calls pipeline (the root hands the next call's data over while
 //! this call's is still on its way). Measured over loopback with two
-//! ranks, 2 cores (2026-12-01): a latency of 41-43 µs, a step of 15-17 µs.
+//! ranks, 2 cores (2026-12-01): a latency of 38-43 µs, a step of 12-17 µs.
 //!
 //! Measured on 2 cores, 1000 back-to-back calls a point up to 32 KiB, 5
 //! launches a point taken in turns (`benches/results/2026-11-30g`, four
