@@ -7,19 +7,19 @@
 //! times over loopback tcp, over the links between their hosts, and rank 0
 //! solves the links' parameters through the model as that calibration does
 //! (`tcp.alpha_us` from the broadcast, `tcp.latency_us` from the calls that
-//! end waiting) and writes them
-//! into `--out`, keeping the file's other parameters (run `calibrate` alone
-//! on one host first: it measures those) or, where there is no file yet,
-//! the built-in defaults with this host's cores. `tcp.beta_ns_per_byte` is
+//! end waiting) and writes them into `--out`, keeping the file's other
+//! parameters and notes (run `calibrate` alone on one host first: it
+//! measures those) or, where there is no file yet, the built-in defaults
+//! with this host's cores. `tcp.beta_ns_per_byte` is
 //! the geometric mean of what two large calls give: the broadcast, whose
 //! bytes cross one way, and a recursive-doubling all-gather of the same
 //! bytes, whose ranks exchange theirs both ways at once (across two pretend
 //! hosts, 2026-12-01: 1.1-1.3 ns/B from the broadcast alone, against the
 //! 0.75-0.85 ns/B at which the model best predicted the measured points, one
-//! rank a host and hierarchical alike). Loopback is not the
-//! network: across two pretend hosts (network namespaces on a bridge, 2
-//! cores, 2026-12-01) a tcp step's latency was about 65 µs where loopback
-//! gave 38-43 µs. The hosts are taken to have cores of their own (pretend
+//! rank a host and hierarchical alike). Loopback is not the network:
+//! across two pretend hosts (network namespaces on a bridge, 2 cores,
+//! 2026-12-01) a tcp step's latency was 57-75 µs where loopback gave
+//! 38-43 µs. The hosts are taken to have cores of their own (pretend
 //! hosts sharing one machine's cores measure the same with one rank each,
 //! the case the README's measurement runs).
 
@@ -69,9 +69,10 @@ pub(super) fn update(
     // kept, after its header line.
     let mut notes: Vec<String> = Vec::new();
     let (base, from) = if cli.out.exists() {
-        let params = CostParams::load(&cli.out).map_err(|e| e.to_string())?;
         let text = std::fs::read_to_string(&cli.out)
             .with_context(|| format!("read {}", cli.out.display()))?;
+        let params = CostParams::parse(&text)
+            .map_err(|e| format!("tuning file {}: {e}", cli.out.display()))?;
         notes.extend(
             text.lines()
                 .skip(1)
@@ -128,8 +129,8 @@ pub(super) fn update(
     Ok(())
 }
 
-/// Seconds per call of a recursive-doubling all-gather of `m.big` bytes in
-/// all (on every rank; rank 0's is kept).
+/// Seconds per call of a recursive-doubling all-gather of about `big`
+/// bytes in all (a block a rank; on every rank, rank 0's is kept).
 ///
 /// # Errors
 /// Library errors.

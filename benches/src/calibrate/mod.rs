@@ -1,5 +1,7 @@
 //! `streamcomm-bench calibrate`: measures the cost model's parameters on
 //! this machine and writes the tuning file (`STREAMCOMM_TUNING_FILE`).
+//! Started by a launcher across hosts instead, it measures the links
+//! between them into the file ([`links`]).
 //!
 //! - `gamma` and the cores: in the launcher, before any rank runs: the
 //!   time per byte of a sum-reduction kernel beyond a plain copy of the same
@@ -48,8 +50,8 @@
 //!   calls as for the crowded shm step. Measured here (2 cores,
 //!   2026-12-01, four calibrations): 32-37 µs against 12-17 µs with a
 //!   core per rank. Only where there are two cores or more and more
-//!   crowded ranks than cores;
-//!   elsewhere the file gets `tcp.alpha_us`. (Two pretend hosts made by
+//!   crowded ranks than cores; elsewhere the file gets `tcp.alpha_us`.
+//!   (Two pretend hosts made by
 //!   `STREAMCOMM_HOSTS_OVERRIDE` cannot stand in: their links stay shared
 //!   memory.)
 //!
@@ -98,7 +100,8 @@ const ENV_CACHE: &str = "STREAMCOMM_BENCH_CALIBRATE_CACHE";
 #[derive(Debug, Parser)]
 #[command(name = "streamcomm-bench calibrate")]
 pub struct CalibrateCli {
-    /// The tuning file to write.
+    /// The tuning file to write (under a launcher across hosts: to update
+    /// with the links between them).
     #[arg(long, default_value = "streamcomm-tuning.txt")]
     pub out: PathBuf,
 

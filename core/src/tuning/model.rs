@@ -289,10 +289,12 @@ pub fn predict(
     let weighed = |p: &Passes| p.reads + params.write_weight * p.writes;
     let copy = |p: &Phase| p.bytes * shm_link.beta * weighed(&p.passes) / RELAY_PASSES + reduce(p);
     let multi = shape.hosts > 1;
+    // Times a rank's network thread carries a byte: twice where it both
+    // sends and receives it across (a relay from host to host, an
+    // exchange with a rank across).
+    let through = |both: bool| if both { 2.0 } else { 1.0 };
     // The pace of a pipelined ring or chain's link between hosts: a slot's
-    // bytes on the wire, twice where a rank relays from host to host (its
-    // network thread carries them in and out).
-    let through = |relay_across: bool| if relay_across { 2.0 } else { 1.0 };
+    // bytes on the wire, through the relaying rank's thread.
     let link = |p: &Phase| match p.span {
         Span::Ring { frac, relay_across } if multi && frac > 0.0 => {
             p.bytes * params.tcp.beta * through(relay_across)
@@ -327,10 +329,10 @@ pub fn predict(
                 // ranks at once as it has cores to run them; a rank's
                 // network thread carries what it sends and what it
                 // receives (measured with one rank a host, two pretend
-                // hosts, 2-16 MiB: an exchange of `b` bytes each way took
-                // 1.9-2.2x a broadcast of `b`).
+                // hosts, 16 MiB: an all-reduce, `b` bytes each way, took
+                // 1.6-2.0x a broadcast of `b`).
                 let sharing = per_host.min(params.cores.max(1) as f64).max(1.0);
-                let thread = if both_ways { 2.0 } else { 1.0 };
+                let thread = through(both_ways);
                 let shared = tcp + p.bytes * params.tcp.beta * (sharing.max(thread) - 1.0);
                 shm + frac * (shared - shm)
             }
@@ -388,12 +390,9 @@ pub fn predict(
     };
     let path: f64 = phases.iter().map(|p| p.steps * arrival(p)).sum();
     let crit = path + phases.iter().map(wakes).sum::<f64>();
-    // A rank's work: with a core each, the bytes it copies and reduces (its
-    // waits are latency, not work); crowded, whole steps, each a turn on a
-    // core.
-    // A step of a ring or chain costs the average rank what its hops cost
-    // on average (`frac` of them between hosts); the pace of the link
-    // between hosts is a bound of its own (`paced`).
+    // Crowded, a step of a ring or chain costs the average rank what its
+    // hops cost on average (`frac` of them between hosts); the pace of the
+    // link between hosts is a bound of its own (`paced`).
     let work_step = |p: &Phase| match p.span {
         Span::Ring { frac, relay_across } if multi && frac > 0.0 => {
             let shm = shm_link.alpha + copy(p);
@@ -403,6 +402,9 @@ pub fn predict(
         }
         _ => step(p),
     };
+    // A rank's work: with a core each, the bytes it copies and reduces (its
+    // waits are latency, not work); crowded, whole steps, each a turn on a
+    // core.
     let avg: f64 = phases
         .iter()
         .map(|p| p.avg * if crowded { work_step(p) } else { copy(p) })
