@@ -1,6 +1,6 @@
 //! End-to-end runs of `streamcomm-bench model`, `calibrate` and `--algo`.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use streamcomm::tuning::CostParams;
@@ -10,7 +10,7 @@ mod ports;
 
 /// Runs the benchmark, killing it after 120 s (calibrate starts ranks twice).
 fn run(args: &[&str], envs: &[(&str, &str)]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_streamcomm-bench"))
+    let child = Command::new(env!("CARGO_BIN_EXE_streamcomm-bench"))
         .args(args)
         .env("STREAMCOMM_TIMEOUT", "30")
         .env_remove("RANK")
@@ -24,10 +24,16 @@ fn run(args: &[&str], envs: &[(&str, &str)]) -> Output {
         .spawn()
         .expect("start streamcomm-bench");
     let deadline = Instant::now() + Duration::from_secs(120);
+    finish(child, deadline, &format!("streamcomm-bench {args:?}"))
+}
+
+/// Waits for `child`'s output, killing it (and failing the test, naming
+/// `what`) past `deadline`.
+fn finish(mut child: Child, deadline: Instant, what: &str) -> Output {
     while child.try_wait().expect("wait").is_none() {
         if Instant::now() > deadline {
             let _ = child.kill();
-            panic!("watchdog: streamcomm-bench {args:?} ran over 120 s");
+            panic!("watchdog: {what} ran past its deadline");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -242,16 +248,7 @@ fn calibrate_under_a_launcher_measures_the_links_between_hosts_into_the_file() {
     let deadline = Instant::now() + Duration::from_secs(120);
     let outs: Vec<Output> = ranks
         .into_iter()
-        .map(|mut child| {
-            while child.try_wait().expect("wait").is_none() {
-                if Instant::now() > deadline {
-                    let _ = child.kill();
-                    panic!("watchdog: calibrate under a launcher ran over 120 s");
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            child.wait_with_output().expect("output")
-        })
+        .map(|child| finish(child, deadline, "calibrate under a launcher"))
         .collect();
     for out in &outs {
         assert!(out.status.success(), "{out:?}");
