@@ -43,6 +43,7 @@
 //! rank only waits for it.
 
 use std::collections::VecDeque;
+use std::mem::MaybeUninit;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -76,6 +77,9 @@ pub(crate) enum Wake {
 
 /// Largest write sent inline (the QP is created with this much inline room).
 const MAX_INLINE: u32 = 64;
+/// Most work requests posted by one `ibv_post_send` (longer runs of writes
+/// go as several chains, in order).
+const CHAIN: usize = 16;
 
 /// One RDMA WRITE to post: WRITE_WITH_IMM carrying `imm` when `notify` (the
 /// peer gets a completion, which wakes its proxy if `solicited` or if the
@@ -124,9 +128,13 @@ pub struct PeerRdma {
     /// Staging slots written before the latest signalled request.
     signalled_slots: u64,
     /// Signalled requests in flight: (work requests posted up to it, staging
-    /// slots written before it, when it was posted). Its completion means
-    /// every earlier request completed: those slots are free again.
-    pub(crate) inflight: VecDeque<(u64, u64, Instant)>,
+    /// slots written before it, when the proxy first saw it in flight). Its
+    /// completion means every earlier request completed: those slots are
+    /// free again. (Stamped by the proxy, within `IDLE_WAIT` of the post,
+    /// so that posting reads no clock: in the Soft-RoCE guest a clock read
+    /// is a ~2 µs system call, and a stream posts every fourth message
+    /// signalled.)
+    pub(crate) inflight: VecDeque<(u64, u64, Option<Instant>)>,
     pub(crate) abort_sent: bool,
     pub(crate) closed_sent: bool,
     /// Work requests posted when the proxy last looked, and when that was
@@ -143,6 +151,10 @@ pub struct PeerRdma {
     regs: Arc<RegCache>,
     /// Our barrier area, which the peer writes (woken from here).
     barrier: Arc<BarrierArea>,
+    /// The writes [`PeerRdma::send`] gathers, kept between calls so that
+    /// sending allocates nothing (in the Soft-RoCE guest, a CPU emulated
+    /// instruction by instruction, every allocation is on a message's path).
+    scratch: Vec<Write>,
 }
 
 impl PeerRdma {
@@ -181,6 +193,7 @@ impl PeerRdma {
             grant_seen: 0,
             regs,
             barrier,
+            scratch: Vec::new(),
         }
     }
 
@@ -224,23 +237,33 @@ impl PeerRdma {
         }])
     }
 
-    /// Posts `writes` as one chain (one `ibv_post_send`: on Soft-RoCE each
-    /// call is a system call).
+    /// Posts `writes` in order, as chains of up to [`CHAIN`] work requests
+    /// (one `ibv_post_send` each: on Soft-RoCE each call is a system call).
     fn post_writes(&mut self, writes: &[Write]) -> Result<(), Error> {
+        for chain in writes.chunks(CHAIN) {
+            self.post_chain(chain)?;
+        }
+        Ok(())
+    }
+
+    /// Posts at most [`CHAIN`] writes as one chain, its work requests on
+    /// the stack.
+    fn post_chain(&mut self, writes: &[Write]) -> Result<(), Error> {
+        assert!(writes.len() <= CHAIN, "a chain of {} writes", writes.len());
         // Signal at least every half queue, so completions free it.
         let half = u64::from(self.qp.depth / 2).max(1);
         let mut last_signalled = self.last_signalled;
-        let mut sges: Vec<ibv_sge> = Vec::with_capacity(writes.len());
-        let mut wrs: Vec<ibv_send_wr> = Vec::with_capacity(writes.len());
-        let mut signals = Vec::with_capacity(writes.len());
+        let mut sges = [const { MaybeUninit::<ibv_sge>::uninit() }; CHAIN];
+        let mut wrs = [const { MaybeUninit::<ibv_send_wr>::uninit() }; CHAIN];
+        let mut signals = [false; CHAIN];
         for (i, w) in writes.iter().enumerate() {
             let id = self.wr_posted + 1 + i as u64;
             let signal = w.signal || id - last_signalled >= half;
             if signal {
                 last_signalled = id;
             }
-            signals.push(signal);
-            sges.push(ibv_sge {
+            signals[i] = signal;
+            sges[i].write(ibv_sge {
                 addr: w.local,
                 length: w.len,
                 lkey: w.lkey.unwrap_or(0),
@@ -282,37 +305,38 @@ impl PeerRdma {
                     }
                 }
             }
-            wrs.push(wr);
+            wr.sg_list = sges[i].as_mut_ptr();
+            wrs[i].write(wr);
         }
-        // Link the chain now that the vectors no longer move.
-        for i in 0..wrs.len() {
-            wrs[i].sg_list = &mut sges[i];
-            if i + 1 < wrs.len() {
-                wrs[i].next = &mut wrs[i + 1];
-            }
-        }
-        let Some(first) = wrs.first_mut() else {
+        let n = writes.len();
+        if n == 0 {
             return Ok(());
-        };
+        }
+        // Link the chain (the arrays no longer move).
+        for i in 0..n - 1 {
+            let next = wrs[i + 1].as_mut_ptr();
+            // SAFETY: entries below `n` were written above.
+            unsafe { (*wrs[i].as_mut_ptr()).next = next };
+        }
         let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: the QP is in RTS; the WRs and SGEs live across the call;
-        // the local bytes are registered under each lkey (or copied now,
-        // inline, from memory the caller keeps alive across this call).
-        let rc = unsafe { ibv_post_send(self.qp.qp, first, &mut bad) };
+        // SAFETY: the QP is in RTS; the first `n` WRs and SGEs are
+        // initialised and live across the call, the last WR's `next` null
+        // (zeroed); the local bytes are registered under each lkey (or
+        // copied now, inline, from memory the caller keeps alive across
+        // this call).
+        let rc = unsafe { ibv_post_send(self.qp.qp, wrs[0].as_mut_ptr(), &mut bad) };
         if rc != 0 {
             return Err(self.fail(format!(
                 "ibv_post_send: {}",
                 std::io::Error::from_raw_os_error(rc)
             )));
         }
-        let mut now = None;
-        for (w, signal) in writes.iter().zip(signals) {
+        for (w, &signal) in writes.iter().zip(&signals) {
             self.wr_posted += 1;
             if signal {
                 self.last_signalled = self.wr_posted;
                 self.signalled_slots = w.slots;
-                let at = *now.get_or_insert_with(Instant::now);
-                self.inflight.push_back((self.wr_posted, w.slots, at));
+                self.inflight.push_back((self.wr_posted, w.slots, None));
             }
         }
         Ok(())
@@ -352,7 +376,8 @@ impl PeerRdma {
         let nsteps = self.staging.shape().nsteps as u64;
         let stride = self.staging.shape().slot_stride() as u64;
         let credit = self.rings.ctrl.head.value.load(Ordering::Acquire);
-        let mut writes = Vec::new();
+        let mut writes = std::mem::take(&mut self.scratch);
+        writes.clear();
         let mut k = self.posted;
         // Keep one entry free for a credit write.
         while k < credit + nsteps && self.room() > writes.len() as u64 + 1 {
@@ -383,6 +408,7 @@ impl PeerRdma {
             k += 1;
         }
         let Some(last) = writes.last_mut() else {
+            self.scratch = writes;
             return Ok(false);
         };
         // The last write carries the new tail as its immediate: the
@@ -399,7 +425,9 @@ impl PeerRdma {
         // proxy for each small message.
         last.signal = k - self.signalled_slots >= (nsteps / 2).max(1);
         last.slots = k;
-        self.post_writes(&writes)?;
+        let posted = self.post_writes(&writes);
+        self.scratch = writes;
+        posted?;
         self.posted = k;
         self.credit_sent = self.credit_sent.max(consumed);
         Ok(true)
@@ -473,10 +501,11 @@ impl PeerRdma {
     /// completed, turns the peer's tail immediates into the inbound ring's
     /// tail (waking a stream asleep on it) and puts receives back.
     pub(crate) fn poll(&mut self) -> Result<bool, Error> {
-        // SAFETY: a zeroed work completion array is a valid out-parameter.
-        let mut wc: [ibv_wc; 16] = unsafe { std::mem::zeroed() };
-        // SAFETY: the CQ is valid; wc holds 16 entries.
-        let n = unsafe { ibv_poll_cq(self.qp.cq, wc.len() as i32, wc.as_mut_ptr()) };
+        // Not zeroed: the poll writes the entries it returns, and this runs
+        // every few checks of a spinning wait.
+        let mut wc = [const { MaybeUninit::<ibv_wc>::uninit() }; 16];
+        // SAFETY: the CQ is valid; wc has room for 16 entries.
+        let n = unsafe { ibv_poll_cq(self.qp.cq, wc.len() as i32, wc[0].as_mut_ptr()) };
         if n < 0 {
             return Err(self.fail(format!("ibv_poll_cq returned {n}")));
         }
@@ -484,6 +513,8 @@ impl PeerRdma {
         let mut recvs = 0;
         let mut slot_imm = None;
         for c in &wc[..n as usize] {
+            // SAFETY: `ibv_poll_cq` wrote the first `n` entries.
+            let c = unsafe { c.assume_init_ref() };
             if c.status != ibv_wc_status::IBV_WC_SUCCESS {
                 // SAFETY: returns a static string for any status.
                 let what = unsafe {
@@ -588,15 +619,16 @@ impl PeerRdma {
             self.send()?
         };
         let received = self.receive()?;
-        if let Some(&(_, _, at)) = self.inflight.front() {
-            if !self.peer_closed() && at.elapsed() > STALL {
+        let now = Instant::now();
+        if let Some((_, _, seen)) = self.inflight.front_mut() {
+            let at = *seen.get_or_insert(now);
+            if !self.peer_closed() && now.duration_since(at) > STALL {
                 return Err(self.fail(format!(
                     "an RDMA write to it has not completed in {} s: the peer is dead or unreachable",
                     STALL.as_secs()
                 )));
             }
         }
-        let now = Instant::now();
         if self.idle_mark.0 != self.wr_posted {
             self.idle_mark = (self.wr_posted, now);
         }
