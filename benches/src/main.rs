@@ -33,6 +33,7 @@ mod p2p;
 mod plot;
 mod rawtcp;
 mod report;
+mod schedule;
 mod stats;
 mod svg;
 mod sweep;

@@ -17,6 +17,7 @@ use streamcomm::{Config, DataType};
 
 use crate::cli::{human_bytes, Collective};
 use crate::error::{Context, Fallible};
+use crate::schedule::schedule_id;
 use crate::svg;
 
 /// Arguments of `streamcomm-bench model`.
@@ -44,10 +45,16 @@ pub struct ModelCli {
     /// compare`.
     #[arg(long, value_name = "FILE")]
     pub points: Option<String>,
+
+    /// With `--points`: after each prediction, an id of the schedule the
+    /// algorithm runs there (hex; equal ids, the same steps on every rank,
+    /// see `schedule.rs`), so that measurements of one program are pooled.
+    #[arg(long, requires = "points")]
+    pub schedule_ids: bool,
 }
 
 /// Predicts the points of `path` (see [`ModelCli::points`]).
-fn run_points(path: &str) -> Fallible<()> {
+fn run_points(path: &str, schedule_ids: bool) -> Fallible<()> {
     use std::io::Read;
     let mut text = String::new();
     if path == "-" {
@@ -92,7 +99,13 @@ fn run_points(path: &str) -> Fallible<()> {
         }
         let t = predict(&setting.params, lib, a, count, DataType::F32.size(), &shape)
             .ok_or_else(|| bad("the algorithm does not implement the collective"))?;
-        out.push_str(&format!("{line} {:.3}\n", t * 1e6));
+        out.push_str(&format!("{line} {:.3}", t * 1e6));
+        if schedule_ids {
+            let id = schedule_id(lib, a, count, n, setting.slot_bytes, setting.nsteps)
+                .ok_or_else(|| bad("no plan for some rank"))?;
+            out.push_str(&format!(" {id:016x}"));
+        }
+        out.push('\n');
     }
     print!("{out}");
     Ok(())
@@ -117,6 +130,7 @@ fn sizes() -> Vec<u64> {
 pub struct Setting {
     params: CostParams,
     slot_bytes: usize,
+    nsteps: usize,
     per_host: usize,
     from_file: bool,
 }
@@ -131,6 +145,7 @@ impl Setting {
         Ok(Setting {
             params: config.tuning.unwrap_or_default(),
             slot_bytes: config.slot_bytes(),
+            nsteps: config.nsteps,
             per_host,
             from_file: config.tuning.is_some(),
         })
@@ -162,7 +177,7 @@ impl Setting {
 /// A bad configuration, or the plot file cannot be written.
 pub fn run(cli: &ModelCli) -> Fallible<()> {
     if let Some(path) = &cli.points {
-        return run_points(path);
+        return run_points(path, cli.schedule_ids);
     }
     let setting = Setting::from_env(cli.per_host as usize)?;
     let mut out = String::new();
