@@ -308,6 +308,34 @@ mod tests {
     }
 
     #[test]
+    fn sees_a_change_nobody_announced_and_an_abort_while_its_sleeps_grow() {
+        // No `notify`: only the sleep slices bring the waiter back to look,
+        // after they have grown for a while.
+        for abort in [false, true] {
+            let state = Arc::new((AtomicU64::new(0), Notifier::new(), AtomicU32::new(0)));
+            let s2 = state.clone();
+            let t = std::thread::spawn(move || {
+                let policy = WaitPolicy::new(0, Duration::from_secs(30)).with_abort(&s2.2);
+                s2.1.wait_until(&policy, || {
+                    (s2.0.load(Ordering::Acquire) == 7).then_some(())
+                })
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            if abort {
+                state.2.store(1, Ordering::Release);
+            } else {
+                state.0.store(7, Ordering::Release);
+            }
+            let want = if abort {
+                Err(WaitError::Aborted)
+            } else {
+                Ok(())
+            };
+            assert_eq!(t.join().unwrap(), want);
+        }
+    }
+
+    #[test]
     fn times_out_and_aborts() {
         let n = Notifier::new();
         let policy = WaitPolicy::new(10, Duration::from_millis(20));
