@@ -269,7 +269,7 @@ def compare(path, tuning, bench):
         total += 1
         pooled += len(programs) < len(cands)
         ok += ratio <= 1.2
-        print(f"  {coll:<15} {n:>5} {size:>10} {chosen[0]:<18} {'=' .join(same):<18} "
+        print(f"  {coll:<15} {n:>5} {size:>10} {chosen[0]:<18} {'='.join(same):<18} "
               f"{ratio:>13.2f}")
     if total:
         print(f"# selected within 20% of the best measured: {ok} of {total} points "
