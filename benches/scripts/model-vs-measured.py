@@ -237,6 +237,7 @@ def compare(path, tuning, bench):
         groups.setdefault((p["collective"], p["ranks"], p["bytes"]), []).append(
             (p["algo"], p["time_us"], pred, schedule, p["samples_us"]))
     ok, total, ok_apart, total_apart, pooled = 0, 0, 0, 0, 0
+    pick = min if os.environ.get("STAT") == "min" else statistics.median
     print(f"# {'collective':<15} {'ranks':>5} {'bytes':>10} {'selected':<18} {'best':<18} "
           f"{'selected/best':>13}")
     for (coll, n, size), cands in sorted(groups.items()):
@@ -256,15 +257,14 @@ def compare(path, tuning, bench):
         programs = {}
         for c in cands:
             programs.setdefault(c[3], []).extend(c[4])
-        pick = min if os.environ.get("STAT") == "min" else statistics.median
-        time = {k: pick(v) for k, v in programs.items()}
-        best_program = min(time, key=time.get)
-        ratio = time[chosen[3]] / time[best_program]
         if len(programs) < 2:
             # Every candidate runs the same steps: nothing to select.
             print(f"  {coll:<15} {n:>5} {size:>10} {chosen[0]:<18} {'(one schedule)':<18} "
                   f"{'-':>13}")
             continue
+        time = {k: pick(v) for k, v in programs.items()}
+        best_program = min(time, key=time.get)
+        ratio = time[chosen[3]] / time[best_program]
         same = [c[0] for c in cands if c[3] == best_program]
         total += 1
         pooled += len(programs) < len(cands)
