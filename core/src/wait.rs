@@ -44,7 +44,8 @@ pub struct WaitPolicy<'a> {
     pub spin: u32,
     /// `yield_now` calls after spinning, before sleeping on the futex.
     pub yields: u32,
-    /// Give up after this long.
+    /// Give up after this long, counted from the wait's first sleep (the
+    /// spin and the yields before it are bounded by their counts).
     pub timeout: Duration,
     /// Checked while waiting; when non-zero the wait ends with
     /// [`WaitError::Aborted`] (a word, so it can live in shared memory and be
@@ -173,7 +174,6 @@ impl Notifier {
         policy: &WaitPolicy<'_>,
         ready: &mut impl FnMut() -> Option<T>,
     ) -> Result<T, WaitError> {
-        let start = Instant::now();
         for _ in 0..policy.yields {
             if let Some(v) = ready() {
                 return Ok(v);
@@ -183,6 +183,12 @@ impl Notifier {
             }
             std::thread::yield_now();
         }
+        // The clock is read only once the wait is about to sleep: most waits
+        // end while spinning or yielding, and in a guest without a usable
+        // TSC (Soft-RoCE under TCG) each read is a system call. The timeout
+        // therefore counts from here; the spin and yields before are bounded
+        // by their counts.
+        let start = Instant::now();
         let mut told = false;
         let mut slice = SLEEP_SLICE;
         loop {

@@ -12,6 +12,8 @@
 
 use std::borrow::Cow;
 
+use smallvec::SmallVec;
+
 use crate::comm::buffer::BufView;
 use crate::device::DeviceSpan;
 use crate::{DataType, Error, Result};
@@ -53,15 +55,17 @@ pub(crate) struct GroupBuf {
     pub written: bool,
 }
 
-/// The operations of one group, in posting order.
+/// The operations of one group, in posting order. One operation and one
+/// buffer are held inline: a single send or receive (`send_host`, the
+/// common case) builds its group without touching the heap.
 #[derive(Clone, Debug)]
 pub(crate) struct GroupSpec {
     /// What error messages call this group (`send to 1`, `all_to_allv`, ...).
     pub name: Cow<'static, str>,
     pub rank: usize,
     pub size: usize,
-    pub bufs: Vec<GroupBuf>,
-    pub ops: Vec<OpSpec>,
+    pub bufs: SmallVec<[GroupBuf; 1]>,
+    pub ops: SmallVec<[OpSpec; 1]>,
     /// Every non-empty message over an RDMA connection goes by rendezvous,
     /// whatever its size: a device group's peer may receive into device
     /// memory, which eager slots cannot fill.
@@ -75,8 +79,8 @@ impl GroupSpec {
             name: name.into(),
             rank,
             size,
-            bufs: Vec::new(),
-            ops: Vec::new(),
+            bufs: SmallVec::new(),
+            ops: SmallVec::new(),
             rdma_rendezvous: false,
         }
     }

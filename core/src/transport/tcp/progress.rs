@@ -144,9 +144,10 @@ impl PeerIo {
     /// an event it did not poll for (a slot left half sent, room again in
     /// the inbound ring), or a finished frame waits for a slot.
     pub fn needs_net(&self) -> bool {
-        let now = self.interest();
-        now.len() != self.polled.len()
-            || now.iter().zip(&self.polled).any(|(n, p)| n & !p != 0)
+        // Socket by socket, without collecting: a stream calls this after
+        // every pump, and an allocation here was most of a host call's.
+        self.socks.len() != self.polled.len()
+            || (0..self.socks.len()).any(|j| self.interest_of(j) & !self.polled[j] != 0)
             || (0..self.socks.len()).any(|j| self.completable(j))
     }
 
@@ -471,24 +472,22 @@ impl PeerIo {
 
     /// The poll events each socket needs now.
     fn interest(&self) -> Vec<libc::c_short> {
-        self.socks
-            .iter()
-            .map(|sock| {
-                let mut ev = 0;
-                if sock.tx_done > 0
-                    || matches!(self.staging.slot_for_read(sock.tx_next), Ok(Some(_)))
-                {
-                    ev |= libc::POLLOUT;
-                }
-                if !sock.rx_closed
-                    && (sock.rx_len.is_none()
-                        || self.inbound.slot_for_write(sock.rx_next).is_some())
-                {
-                    ev |= libc::POLLIN;
-                }
-                ev
-            })
-            .collect()
+        (0..self.socks.len()).map(|j| self.interest_of(j)).collect()
+    }
+
+    /// The poll events socket `j` needs now.
+    fn interest_of(&self, j: usize) -> libc::c_short {
+        let sock = &self.socks[j];
+        let mut ev = 0;
+        if sock.tx_done > 0 || matches!(self.staging.slot_for_read(sock.tx_next), Ok(Some(_))) {
+            ev |= libc::POLLOUT;
+        }
+        if !sock.rx_closed
+            && (sock.rx_len.is_none() || self.inbound.slot_for_write(sock.rx_next).is_some())
+        {
+            ev |= libc::POLLIN;
+        }
+        ev
     }
 }
 
