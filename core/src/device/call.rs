@@ -118,8 +118,8 @@ impl<S: StagingMemory, G: CompletionSignal> Drop for Resources<S, G> {
             self.pool.put_staging(stage.mem);
         }
         // The runner may hold the signal a moment longer (it raises, then
-        // lets go): then it is simply freed, not reused.
-        if let Some(Ok(signal)) = self.signal.take().map(Arc::try_unwrap) {
+        // lets go): the pool hands it out again only after that.
+        if let Some(signal) = self.signal.take() {
             self.pool.put_signal(signal);
         }
     }
@@ -313,7 +313,7 @@ impl Communicator {
         task: Arc<dyn Task>,
         stages: Vec<Stage<Q::Staging>>,
     ) -> Result<()> {
-        let signal = Arc::new(shared.pool.signal(|| queue.alloc_signal())?);
+        let signal = shared.pool.signal(|| queue.alloc_signal())?;
         let callback: Arc<HostCallback> = {
             let (task, signal) = (task.clone(), signal.clone());
             let (runner, comm) = (shared.runner.clone(), self.inner.clone());

@@ -22,7 +22,9 @@ const MIN_STAGING: usize = 4096;
 /// Free staging buffers and completion words of one device.
 pub(crate) struct Pool<S, G> {
     staging: Mutex<Vec<S>>,
-    signals: Mutex<Vec<G>>,
+    /// Words given back; one the runner still holds (it raises, then lets
+    /// go) stays here until it does, and is handed out only then.
+    signals: Mutex<Vec<Arc<G>>>,
     allocations: AtomicU64,
 }
 
@@ -74,9 +76,17 @@ impl<S: StagingMemory, G: CompletionSignal> Pool<S, G> {
         }
     }
 
-    /// A completion word holding 0: a free one, else a new one from `alloc`.
-    pub(crate) fn signal(&self, alloc: impl FnOnce() -> Result<G>) -> Result<G> {
-        let reused = self.signals.lock().unwrap_or_else(|p| p.into_inner()).pop();
+    /// A completion word holding 0: a free one nobody else holds any more,
+    /// else a new one from `alloc`.
+    pub(crate) fn signal(&self, alloc: impl FnOnce() -> Result<G>) -> Result<Arc<G>> {
+        let reused = {
+            let mut free = self.signals.lock().unwrap_or_else(|p| p.into_inner());
+            // Only the pool can hand out a kept word, so once the pool's
+            // reference is the only one it stays so.
+            free.iter()
+                .position(|g| Arc::strong_count(g) == 1 && Arc::weak_count(g) == 0)
+                .map(|i| free.swap_remove(i))
+        };
         match reused {
             Some(g) => {
                 g.reset();
@@ -84,13 +94,14 @@ impl<S: StagingMemory, G: CompletionSignal> Pool<S, G> {
             }
             None => {
                 self.allocations.fetch_add(1, Ordering::Relaxed);
-                alloc()
+                alloc().map(Arc::new)
             }
         }
     }
 
-    /// Takes back a completion word no operation uses any more.
-    pub(crate) fn put_signal(&self, g: G) {
+    /// Takes back a completion word no operation uses any more (the runner
+    /// may still hold it for a moment: it is reused once it lets go).
+    pub(crate) fn put_signal(&self, g: Arc<G>) {
         let mut free = self.signals.lock().unwrap_or_else(|p| p.into_inner());
         if free.len() < MAX_KEPT_SIGNALS {
             free.push(g);
@@ -129,5 +140,48 @@ impl<S: StagingMemory, G: CompletionSignal> DeviceShared<S, G> {
             direct: OnceLock::new(),
             gpudirect: OnceLock::new(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    /// A completion word that counts its resets.
+    struct Word(AtomicU32);
+
+    impl CompletionSignal for Word {
+        fn raise(&self) {
+            self.0.store(1, Ordering::Release);
+        }
+        fn reset(&self) {
+            self.0.store(0, Ordering::Release);
+        }
+    }
+
+    type WordPool = Pool<super::super::emulated::EmulatedStaging, Word>;
+
+    fn fresh() -> Result<Word> {
+        Ok(Word(AtomicU32::new(7)))
+    }
+
+    #[test]
+    fn a_word_the_runner_still_holds_is_reused_only_once_it_lets_go() {
+        let pool = WordPool::default();
+        let first = pool.signal(fresh).unwrap();
+        assert_eq!(pool.allocations(), 1);
+        first.raise();
+        // The runner's handle outlives the operation's resources.
+        let runner = first.clone();
+        pool.put_signal(first);
+        let second = pool.signal(fresh).unwrap();
+        assert_eq!(pool.allocations(), 2, "a word still held is not handed out");
+        assert_eq!(second.0.load(Ordering::Acquire), 7, "the new word is fresh");
+        drop(runner);
+        pool.put_signal(second);
+        let third = pool.signal(fresh).unwrap();
+        assert_eq!(pool.allocations(), 2, "a word nobody holds is reused");
+        assert_eq!(third.0.load(Ordering::Acquire), 0, "a reused word is reset");
     }
 }
