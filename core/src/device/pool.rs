@@ -148,7 +148,7 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicU32;
 
-    /// A completion word that counts its resets.
+    /// A completion word; its value shows whether it was reset (fresh ones hold 7).
     struct Word(AtomicU32);
 
     impl CompletionSignal for Word {
