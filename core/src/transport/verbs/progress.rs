@@ -578,6 +578,15 @@ impl PeerRdma {
         Ok(n > 0)
     }
 
+    /// True when a staged slot or a grant is still to be written (the
+    /// peer's credit or the work queue's room was short when last tried).
+    fn backlogged(&self) -> bool {
+        self.staging
+            .slot_for_read(self.posted)
+            .is_ok_and(|s| s.is_some())
+            || self.inbound.grant_count() != self.grant_sent
+    }
+
     /// True when every staged slot was written and its write completed.
     pub(crate) fn flushed(&self) -> bool {
         self.inflight.is_empty()
@@ -684,12 +693,24 @@ impl SharedPeer {
         if p.dead || p.deferred.is_some() || p.peer_closed() {
             return false;
         }
-        match p
-            .poll()
-            .and_then(|_| p.send())
-            .and_then(|_| p.forward_grant())
-            .and_then(|_| p.return_credit(true))
-        {
+        // Post first, so that a ping-pong's reply goes out before anything
+        // else is looked at. The CQ is polled (completions reaped: the
+        // peer's credit from its immediates, staging slots and work-queue
+        // room freed) only when something staged could not go without it;
+        // every wait on this peer polls it anyway. (The poll that used to
+        // come first was an empty one on a ping-pong's path: dropping it
+        // took a host call from 2215 / 2225 to 2141 / 2084 instructions,
+        // `scripts/host-call-instructions.sh` in the Soft-RoCE guest.)
+        let mut step = || -> Result<bool, Error> {
+            p.send()?;
+            if p.backlogged() {
+                p.poll()?;
+                p.send()?;
+            }
+            p.forward_grant()?;
+            p.return_credit(true)
+        };
+        match step() {
             Ok(_) => true,
             Err(e) => {
                 p.deferred = Some(e);
