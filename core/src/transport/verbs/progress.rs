@@ -373,6 +373,12 @@ impl PeerRdma {
     /// Writes every staged slot the peer has room for, then the tail, as
     /// one chain.
     fn send(&mut self) -> Result<bool, Error> {
+        // Most calls (a stream that consumed a slot, or polls while it
+        // waits) find nothing staged: say so before anything else (2090 /
+        // 2086 -> 2024 / 2077 instructions a host call in the guest).
+        if let Ok(None) = self.staging.slot_for_read(self.posted) {
+            return Ok(false);
+        }
         let nsteps = self.staging.shape().nsteps as u64;
         let stride = self.staging.shape().slot_stride() as u64;
         let credit = self.rings.ctrl.head.value.load(Ordering::Acquire);
