@@ -376,7 +376,7 @@ impl PeerRdma {
         // Most calls (a stream that consumed a slot, or polls while it
         // waits) find nothing staged: say so before anything else (2090 /
         // 2086 -> 2024 / 2077 instructions a host call in the guest).
-        if let Ok(None) = self.staging.slot_for_read(self.posted) {
+        if !self.staged_unwritten() {
             return Ok(false);
         }
         let nsteps = self.staging.shape().nsteps as u64;
@@ -584,13 +584,16 @@ impl PeerRdma {
         Ok(n > 0)
     }
 
+    /// True unless the staging slot after the last one written is known to
+    /// be empty (a corrupt one counts as staged: `send` reports it).
+    fn staged_unwritten(&self) -> bool {
+        !matches!(self.staging.slot_for_read(self.posted), Ok(None))
+    }
+
     /// True when a staged slot or a grant is still to be written (the
     /// peer's credit or the work queue's room was short when last tried).
     fn backlogged(&self) -> bool {
-        self.staging
-            .slot_for_read(self.posted)
-            .is_ok_and(|s| s.is_some())
-            || self.inbound.grant_count() != self.grant_sent
+        self.staged_unwritten() || self.inbound.grant_count() != self.grant_sent
     }
 
     /// True when every staged slot was written and its write completed.
