@@ -3,7 +3,8 @@
 # device (rxe0): builds on this host, then boots one guest per test binary
 # (run-in-rxe-guest.sh as the cargo runner: about 7 s a boot, the first run
 # also installs qemu and fetches the guest kernel): the verbs integration
-# tests, then the library's GPUDirect unit tests. About 2 minutes in all.
+# tests, then the library's GPUDirect unit tests, then the bare-protocol
+# ping-pong (scripts/verbs-pingpong.c). About 2 minutes in all.
 #
 # The runner is $RXE_RUNNER, else ../shared/rxe/run-in-rxe-guest.sh next to
 # this checkout, else /work/shared/rxe/run-in-rxe-guest.sh. Without one the
@@ -31,4 +32,10 @@ cargo test -p streamcomm --all-features --test verbs "$@" -- --test-threads=1 --
 # gpudirect): a second boot, skipped when a filter was given.
 if [ $# -eq 0 ]; then
   cargo test -p streamcomm --all-features --lib gpudirect -- --test-threads=1 --nocapture
+  # The bare-protocol ping-pong (scripts/verbs-pingpong.c, the reference
+  # of scripts/verbs-protocol.sh): compiled without warnings, and a short run
+  # of each protocol on the device (it checks every message), a third boot.
+  cc -O2 -Wall -Wextra -Werror -o target/verbs-pingpong scripts/verbs-pingpong.c -libverbs
+  pp="$PWD/target/verbs-pingpong"
+  "$runner" sh -c "$pp write 8 4096 300 && $pp imm 32 65536 300"
 fi

@@ -1,0 +1,230 @@
+// A minimal two-process RDMA ping-pong on one verbs device, to tell the cost
+// of the verbs transport's wire protocol from the cost of its software.
+//
+// streamcomm's verbs transport sends a small message as one inline
+// RDMA WRITE_WITH_IMM into the peer's slot ring; the peer reaps the receive
+// completion and puts the receive back. perftest's ib_write_lat sends a
+// plain inline RDMA WRITE and the peer polls the buffer's last byte. This
+// program does either, with nothing else around it (no library, no rings,
+// no threads), so in one Soft-RoCE guest session
+//
+//   verbs-pingpong write 8        ~ ib_write_lat -s 8
+//   verbs-pingpong imm 32 RING    ~ streamcomm's 8 B host call (32 bytes
+//                                   of slot header and payload, written
+//                                   into a ring of RING bytes)
+//
+// isolate what the protocol costs on the device, apart from the library.
+// Prints the median and p99 one-way latency (half a round trip, timed with
+// the cycle counter and scaled by the run's wall clock, as perftest does).
+//
+// Build: cc -O2 -o verbs-pingpong scripts/verbs-pingpong.c -libverbs
+// Run (inside ../shared/rxe/run-in-rxe-guest.sh): see scripts/verbs-protocol.sh.
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#define CHECK(c)                                                          \
+  do {                                                                    \
+    if (!(c)) {                                                           \
+      fprintf(stderr, "verbs-pingpong: %s failed (line %d)\n", #c, __LINE__); \
+      exit(1);                                                            \
+    }                                                                     \
+  } while (0)
+
+struct endpoint {
+  uint32_t qpn;
+  uint64_t addr;
+  uint32_t rkey;
+  union ibv_gid gid;
+};
+
+struct side {
+  struct ibv_context *ctx;
+  struct ibv_pd *pd;
+  struct ibv_cq *scq, *rcq;
+  struct ibv_qp *qp;
+  struct ibv_mr *mr;
+  volatile uint8_t *buf;
+  size_t ring;
+  int gid_index;
+  union ibv_gid gid;
+};
+
+static void open_side(struct side *s, size_t ring) {
+  int n = 0;
+  struct ibv_device **list = ibv_get_device_list(&n);
+  CHECK(list && n > 0);
+  s->ctx = ibv_open_device(list[0]);
+  CHECK(s->ctx);
+  s->pd = ibv_alloc_pd(s->ctx);
+  CHECK(s->pd);
+  s->scq = ibv_create_cq(s->ctx, 256, NULL, NULL, 0);
+  s->rcq = ibv_create_cq(s->ctx, 256, NULL, NULL, 0);
+  CHECK(s->scq && s->rcq);
+  struct ibv_qp_init_attr qa = {.send_cq = s->scq, .recv_cq = s->rcq, .qp_type = IBV_QPT_RC};
+  qa.cap.max_send_wr = 128;
+  qa.cap.max_recv_wr = 128;
+  qa.cap.max_send_sge = 1;
+  qa.cap.max_recv_sge = 1;
+  qa.cap.max_inline_data = 64;
+  s->qp = ibv_create_qp(s->pd, &qa);
+  CHECK(s->qp);
+  s->ring = ring;
+  CHECK(posix_memalign((void **)&s->buf, 4096, ring) == 0);
+  memset((void *)s->buf, 0, ring);
+  s->mr = ibv_reg_mr(s->pd, (void *)s->buf, ring,
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  CHECK(s->mr);
+  s->gid_index = -1;
+  for (int i = 0; i < 16 && s->gid_index < 0; i++) {
+    struct ibv_gid_entry e;
+    if (ibv_query_gid_ex(s->ctx, 1, i, &e, 0)) continue;
+    if (e.gid_type == IBV_GID_TYPE_ROCE_V2 && e.gid.raw[10] == 0xff && e.gid.raw[11] == 0xff) {
+      s->gid_index = i;
+      s->gid = e.gid;
+    }
+  }
+  CHECK(s->gid_index >= 0);
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+                          .qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
+  CHECK(!ibv_modify_qp(s->qp, &a,
+                       IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
+  ibv_free_device_list(list);
+}
+
+static void connect_side(struct side *s, const struct endpoint *peer) {
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024,
+                          .dest_qp_num = peer->qpn, .rq_psn = 0,
+                          .max_dest_rd_atomic = 1, .min_rnr_timer = 1};
+  a.ah_attr.is_global = 1;
+  a.ah_attr.grh.dgid = peer->gid;
+  a.ah_attr.grh.sgid_index = s->gid_index;
+  a.ah_attr.grh.hop_limit = 1;
+  a.ah_attr.port_num = 1;
+  CHECK(!ibv_modify_qp(s->qp, &a,
+                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                           IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER));
+  struct ibv_qp_attr r = {.qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7,
+                          .rnr_retry = 7, .sq_psn = 0, .max_rd_atomic = 1};
+  CHECK(!ibv_modify_qp(s->qp, &r,
+                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                           IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC));
+}
+
+static void post_recv(struct side *s) {
+  struct ibv_recv_wr wr = {.wr_id = 0, .num_sge = 0}, *bad;
+  CHECK(!ibv_post_recv(s->qp, &wr, &bad));
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+// One side of the ping-pong: `initiator` sends first. Message `i` lands at
+// offset (i * 4096) % ring of the peer's buffer, as successive slots do.
+static void run(struct side *s, const struct endpoint *peer, int imm, size_t size,
+                int iters, int initiator) {
+  uint8_t msg[64] = {0};
+  uint64_t *t = calloc(iters, sizeof *t);
+  CHECK(t);
+  size_t stride = 4096, slots = s->ring / stride;
+  struct timespec w0, w1;
+  clock_gettime(CLOCK_MONOTONIC, &w0);
+  uint64_t c0 = __rdtsc();
+  for (int i = 0; i < iters; i++) {
+    size_t off = (i % slots) * stride;
+    uint8_t mark = (uint8_t)(i % 255 + 1);
+    uint64_t start = __rdtsc();
+    for (int turn = 0; turn < 2; turn++) {
+      int sending = (turn == 0) == initiator;
+      if (sending) {
+        msg[size - 1] = mark;
+        struct ibv_sge sge = {.addr = (uintptr_t)msg, .length = (uint32_t)size,
+                              .lkey = s->mr->lkey};
+        struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1}, *bad;
+        wr.opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+        wr.imm_data = htonl((uint32_t)i);
+        wr.send_flags = IBV_SEND_INLINE | (i % 64 == 63 ? IBV_SEND_SIGNALED : 0);
+        wr.wr.rdma.remote_addr = peer->addr + off;
+        wr.wr.rdma.rkey = peer->rkey;
+        CHECK(!ibv_post_send(s->qp, &wr, &bad));
+        if (wr.send_flags & IBV_SEND_SIGNALED) {
+          struct ibv_wc wc;
+          int got;
+          while ((got = ibv_poll_cq(s->scq, 1, &wc)) == 0) {
+          }
+          CHECK(got == 1 && wc.status == IBV_WC_SUCCESS);
+        }
+      } else if (imm) {
+        struct ibv_wc wc;
+        int got;
+        while ((got = ibv_poll_cq(s->rcq, 1, &wc)) == 0) {
+        }
+        CHECK(got == 1 && wc.status == IBV_WC_SUCCESS && ntohl(wc.imm_data) == (uint32_t)i);
+        CHECK(s->buf[off + size - 1] == mark);
+        post_recv(s);
+      } else {
+        while (s->buf[off + size - 1] != mark) {
+        }
+      }
+    }
+    t[i] = __rdtsc() - start;
+  }
+  uint64_t c1 = __rdtsc();
+  clock_gettime(CLOCK_MONOTONIC, &w1);
+  if (initiator) {
+    double ns = (w1.tv_sec - w0.tv_sec) * 1e9 + (w1.tv_nsec - w0.tv_nsec);
+    double per_cycle = ns / (double)(c1 - c0);
+    qsort(t, iters, sizeof *t, cmp_u64);
+    printf("%s %zu B ring %zu: one way p50 %.2f us, p99 %.2f us\n", imm ? "imm" : "write", size,
+           s->ring, t[iters / 2] * per_cycle / 2e3, t[iters * 99 / 100] * per_cycle / 2e3);
+  }
+  free(t);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s write|imm SIZE [RING_BYTES [ITERS]]\n", argv[0]);
+    return 2;
+  }
+  int imm = strcmp(argv[1], "imm") == 0;
+  size_t size = strtoul(argv[2], NULL, 0);
+  size_t ring = argc > 3 ? strtoul(argv[3], NULL, 0) : 4096;
+  int iters = argc > 4 ? atoi(argv[4]) : 3000;
+  CHECK(size >= 1 && size <= 64 && ring >= 4096 && iters > 0);
+  int to_child[2], to_parent[2];
+  CHECK(!pipe(to_child) && !pipe(to_parent));
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  int initiator = pid > 0;
+  struct side s;
+  open_side(&s, ring);
+  struct endpoint me = {s.qp->qp_num, (uintptr_t)s.buf, s.mr->rkey, s.gid}, peer;
+  int wfd = initiator ? to_child[1] : to_parent[1];
+  int rfd = initiator ? to_parent[0] : to_child[0];
+  CHECK(write(wfd, &me, sizeof me) == sizeof me);
+  CHECK(read(rfd, &peer, sizeof peer) == sizeof peer);
+  connect_side(&s, &peer);
+  // Both sides ready (receives posted) before the first message.
+  if (imm)
+    for (int i = 0; i < 64; i++) post_recv(&s);
+  char go = 1;
+  CHECK(write(wfd, &go, 1) == 1);
+  CHECK(read(rfd, &go, 1) == 1);
+  run(&s, &peer, imm, size, iters, initiator);
+  if (initiator) {
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  }
+  return 0;
+}

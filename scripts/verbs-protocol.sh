@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Inside the Soft-RoCE guest: what the verbs transport's wire protocol costs
+# on the device, apart from the library. In turns, in one guest session:
+#   perftest's ib_write_lat -s 8 (plain inline write, polled in memory);
+#   verbs-pingpong (scripts/verbs-pingpong.c) with the same protocol
+#   ("write 8"), with 32 bytes ("write 32"), then with streamcomm's ("imm
+#   32": one inline WRITE_WITH_IMM of a 24-byte slot header and 8 bytes of
+#   payload, reaped as a receive completion), into a 4 KiB and a 32 MiB
+#   registered ring;
+#   streamcomm-bench's 8 B host calls over verbs (BENCH, if given).
+# Build first (on the host):
+#   cc -O2 -o target/ab/verbs-pingpong scripts/verbs-pingpong.c -libverbs
+#   cargo build --release -p streamcomm-bench --features verbs
+# then: RXE_TIMEOUT=900 ROUNDS=4 ../shared/rxe/run-in-rxe-guest.sh \
+#         scripts/verbs-protocol.sh target/ab/verbs-pingpong target/release/streamcomm-bench
+set -uo pipefail
+IP=192.168.77.1
+GID=${GID:-1}
+[ $# -ge 1 ] || { echo "usage: $0 PINGPONG [BENCH]" >&2; exit 2; }
+PP=$1
+BENCH=${2:-}
+perftest() {
+  ib_write_lat -d rxe0 -x "$GID" -s 8 -n 3000 -F >/tmp/srv.out 2>&1 &
+  sleep 1
+  ib_write_lat -d rxe0 -x "$GID" -s 8 -n 3000 -F "$IP" 2>&1 |
+    awk '/^ *8 /{print "typical " $5 " us"}'
+  wait
+}
+echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
+for round in $(seq "${ROUNDS:-3}"); do
+  echo "round $round: ib_write_lat $(perftest)"
+  for mode in "write 8 4096" "write 32 4096" "imm 32 4096" "imm 32 $((32 << 20))"; do
+    # shellcheck disable=SC2086 # the mode is three words
+    echo "round $round: $("$PP" $mode 3000)"
+  done
+  if [ -n "$BENCH" ]; then
+    echo "round $round: streamcomm host calls $(STREAMCOMM_TRANSPORT=verbs "$BENCH" sendrecv \
+      -b 8 -e 8 -n 2 -w 1 --ranks 2 --latency-iters 3000 2>&1 |
+      sed -nE 's/.*host calls.*p50 ([0-9.]+) us.*p99 ([0-9.]+) us.*/p50 \1 us, p99 \2 us/p')"
+  fi
+done
