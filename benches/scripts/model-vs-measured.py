@@ -34,6 +34,17 @@ Two steps, so that the model can be checked again without measuring again:
     - for every (collective, N, size), the algorithm the model selects and
       how much slower it measured than the best one (the fraction within 20%).
 
+  noise TUNING OUT.json... [--bench BENCH]
+                                 how far the selection criterion can be
+                                 checked on this machine, over several
+                                 measurement runs of the same points:
+    - the same schedule measured under two names in one run (a program
+      against itself): how often the two medians differ by more than 20%;
+    - with hindsight, the one program a point would best be given in every
+      run (the one within 20% of the fastest in the most runs): how many
+      (run, point) pairs even that choice keeps within 20%;
+    - the model's own selection, summed over the runs.
+
 Environment: LAUNCHES (default 3), RANKS (default "2 3 4 6 8"); for
 compare, STAT=min takes each point's fastest launch instead of the median,
 and PER_HOST="2 3 4" keeps only the points with that many ranks per host
@@ -280,12 +291,71 @@ def compare(path, tuning, bench):
               f"({100 * ok_apart / total_apart:.0f}%)")
 
 
+def programs_by_point(path, tuning, bench):
+    """{(collective, ranks, bytes): {schedule id: ([names], median us)}}
+    for one run, and the model's pick's schedule id per point."""
+    with open(path) as f:
+        points = json.load(f)["points"]
+    preds = predictions(points, tuning, bench)
+    out, chosen = {}, {}
+    by_point = {}
+    for p, (pred, schedule) in zip(points, preds):
+        by_point.setdefault((p["collective"], p["ranks"], p["bytes"]), []).append(
+            (p["algo"], p["time_us"], pred, schedule, p["samples_us"]))
+    for k, cands in by_point.items():
+        progs = {}
+        for algo, t, _, schedule, samples in cands:
+            names, pooled, apart = progs.setdefault(schedule, ([], [], []))
+            names.append(algo)
+            pooled.extend(samples)
+            apart.append(t)
+        out[k] = {sid: (names, statistics.median(pooled), apart)
+                  for sid, (names, pooled, apart) in progs.items()}
+        fastest = min(c[2] for c in cands)
+        chosen[k] = next(c for c in cands if c[2] <= fastest * 1.01)[3]
+    return out, chosen
+
+
+def noise(tuning, paths, bench):
+    runs = [programs_by_point(path, tuning, bench) for path in paths]
+    # A program against itself: the medians of its names in one run.
+    pairs = [max(apart) / min(apart) for progs, _ in runs for prog in progs.values()
+             for _, _, apart in prog.values() if len(apart) > 1]
+    over = sum(r > 1.2 for r in pairs)
+    if pairs:
+        pairs.sort()
+        print(f"# one schedule under two names, one run: {over} of {len(pairs)} pairs differ by "
+              f"more than 20% (median {pairs[len(pairs) // 2]:.2f}x, largest {pairs[-1]:.2f}x)")
+    keys = set.intersection(*(set(k for k, v in progs.items() if len(v) > 1)
+                              for progs, _ in runs))
+    hind, model, total = 0, 0, 0
+    for k in sorted(keys):
+        sids = set.intersection(*(set(progs[k]) for progs, _ in runs))
+        within = {sid: sum(progs[k][sid][1] <= 1.2 * min(v[1] for v in progs[k].values())
+                           for progs, _ in runs) for sid in sids}
+        hind += max(within.values())
+        total += len(runs)
+        model += sum(progs[k][chosen[k]][1] <= 1.2 * min(v[1] for v in progs[k].values())
+                     for progs, chosen in runs)
+    print(f"# with hindsight, one program a point for all {len(runs)} runs: {hind} of {total} "
+          f"(run, point) pairs within 20% of that run's fastest ({100 * hind / total:.1f}%)")
+    print(f"# the model's selection: {model} of {total} ({100 * model / total:.1f}%)")
+
+
 def main():
     default_bench = "target/release/streamcomm-bench"
     if len(sys.argv) >= 3 and sys.argv[1] == "measure":
         measure(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else default_bench)
     elif len(sys.argv) >= 3 and sys.argv[1] == "links":
         links(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else default_bench)
+    elif len(sys.argv) >= 4 and sys.argv[1] == "noise":
+        args = sys.argv[3:]
+        bench = default_bench
+        if "--bench" in args:
+            i = args.index("--bench")
+            bench = args[i + 1]
+            args = args[:i] + args[i + 2:]
+        noise(sys.argv[2], args, bench)
     elif len(sys.argv) >= 4 and sys.argv[1] == "compare":
         compare(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else default_bench)
     else:
