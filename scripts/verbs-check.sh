@@ -35,7 +35,8 @@ if [ $# -eq 0 ]; then
   # The bare-protocol ping-pong (scripts/verbs-pingpong.c, the reference
   # of scripts/verbs-protocol.sh): compiled without warnings, and a short run
   # of each protocol on the device (it checks every message), a third boot.
-  cc -O2 -Wall -Wextra -Werror -o target/verbs-pingpong scripts/verbs-pingpong.c -libverbs
+  cc -O2 -Wall -Wextra -Werror -o target/verbs-pingpong scripts/verbs-pingpong.c -libverbs -lpthread
   pp="$PWD/target/verbs-pingpong"
-  "$runner" sh -c "$pp write 8 4096 300 && $pp imm 32 65536 300"
+  "$runner" sh -c "$pp write 8 4096 300 && $pp imm 32 65536 300 &&
+    PP_CHANNEL=1 PP_ONE_CQ=1 PP_POLL_EVERY=4 PP_PAUSE=1 $pp imm 32 65536 300"
 fi

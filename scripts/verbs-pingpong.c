@@ -17,10 +17,12 @@
 // Prints the median and p99 one-way latency (half a round trip, timed with
 // the cycle counter and scaled by the run's wall clock, as perftest does).
 //
-// Build: cc -O2 -o verbs-pingpong scripts/verbs-pingpong.c -libverbs
+// Build: cc -O2 -o verbs-pingpong scripts/verbs-pingpong.c -libverbs -lpthread
 // Run (inside ../shared/rxe/run-in-rxe-guest.sh): see scripts/verbs-protocol.sh.
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <poll.h>
+#include <pthread.h>
 #include <infiniband/verbs.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -46,12 +48,28 @@ struct endpoint {
   union ibv_gid gid;
 };
 
+// Library-like conditions, each off by default (environment variables):
+//   PP_CHANNEL=1  the CQ reports to a completion channel, on which a second
+//                 thread sleeps in poll(2) (20 ms at most), the CQ armed for
+//                 solicited completions only, as the library's idle proxy;
+//   PP_ONE_CQ=1   one CQ for sends and receives, as the library's;
+//   PP_DEPTH=N    send and receive queue depth (default 128);
+//   PP_PAUSE=N    N pause instructions between two polls of a wait, and
+//   PP_POLL_EVERY=K  poll the CQ at every K-th check only (the others read
+//                 memory), as the library's waits do (1 and 4 there).
+static int env_int(const char *name, int def) {
+  const char *v = getenv(name);
+  return v && *v ? atoi(v) : def;
+}
+
 struct side {
   struct ibv_context *ctx;
   struct ibv_pd *pd;
   struct ibv_cq *scq, *rcq;
   struct ibv_qp *qp;
   struct ibv_mr *mr;
+  struct ibv_comp_channel *chan;
+  volatile int stop;
   volatile uint8_t *buf;
   size_t ring;
   int gid_index;
@@ -66,12 +84,14 @@ static void open_side(struct side *s, size_t ring) {
   CHECK(s->ctx);
   s->pd = ibv_alloc_pd(s->ctx);
   CHECK(s->pd);
-  s->scq = ibv_create_cq(s->ctx, 256, NULL, NULL, 0);
-  s->rcq = ibv_create_cq(s->ctx, 256, NULL, NULL, 0);
+  int depth = env_int("PP_DEPTH", 128);
+  s->chan = env_int("PP_CHANNEL", 0) ? ibv_create_comp_channel(s->ctx) : NULL;
+  s->scq = ibv_create_cq(s->ctx, 2 * depth, NULL, s->chan, 0);
+  s->rcq = env_int("PP_ONE_CQ", 0) ? s->scq : ibv_create_cq(s->ctx, 2 * depth, NULL, s->chan, 0);
   CHECK(s->scq && s->rcq);
   struct ibv_qp_init_attr qa = {.send_cq = s->scq, .recv_cq = s->rcq, .qp_type = IBV_QPT_RC};
-  qa.cap.max_send_wr = 128;
-  qa.cap.max_recv_wr = 128;
+  qa.cap.max_send_wr = depth;
+  qa.cap.max_recv_wr = depth;
   qa.cap.max_send_sge = 1;
   qa.cap.max_recv_sge = 1;
   qa.cap.max_inline_data = 64;
@@ -119,9 +139,48 @@ static void connect_side(struct side *s, const struct endpoint *peer) {
                            IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC));
 }
 
+// The library's idle proxy: arm for solicited completions, sleep on the
+// channel, take and acknowledge what comes, again.
+static void *idle_proxy(void *arg) {
+  struct side *s = arg;
+  while (!s->stop) {
+    CHECK(!ibv_req_notify_cq(s->rcq, 1));
+    if (s->scq != s->rcq) CHECK(!ibv_req_notify_cq(s->scq, 1));
+    struct pollfd p = {.fd = s->chan->fd, .events = POLLIN};
+    if (poll(&p, 1, 20) > 0) {
+      struct ibv_cq *cq;
+      void *ctx;
+      if (!ibv_get_cq_event(s->chan, &cq, &ctx)) ibv_ack_cq_events(cq, 1);
+    }
+  }
+  return NULL;
+}
+
 static void post_recv(struct side *s) {
   struct ibv_recv_wr wr = {.wr_id = 0, .num_sge = 0}, *bad;
   CHECK(!ibv_post_recv(s->qp, &wr, &bad));
+}
+
+// Receive completions reaped so far, and the last one's immediate.
+struct recvs {
+  uint64_t count;
+  uint32_t last_imm;
+};
+
+// Polls `cq` once, counting what it holds: with one CQ for both queues
+// (PP_ONE_CQ) a wait for a send's completion may reap a receive's.
+static void reap(struct ibv_cq *cq, uint64_t *sends, struct recvs *r) {
+  struct ibv_wc wc;
+  int got = ibv_poll_cq(cq, 1, &wc);
+  CHECK(got >= 0);
+  if (got == 0) return;
+  CHECK(wc.status == IBV_WC_SUCCESS);
+  if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+    r->count++;
+    r->last_imm = ntohl(wc.imm_data);
+  } else {
+    ++*sends;
+  }
 }
 
 static int cmp_u64(const void *a, const void *b) {
@@ -134,6 +193,11 @@ static int cmp_u64(const void *a, const void *b) {
 static void run(struct side *s, const struct endpoint *peer, int imm, size_t size,
                 int iters, int initiator) {
   uint8_t msg[64] = {0};
+  uint64_t sends = 0, reaped_sends = 0, taken = 0;
+  int pauses = env_int("PP_PAUSE", 0);
+  unsigned poll_every = (unsigned)env_int("PP_POLL_EVERY", 1);
+  CHECK(poll_every >= 1);
+  struct recvs recvs = {0, 0};
   uint64_t *t = calloc(iters, sizeof *t);
   CHECK(t);
   size_t stride = 4096, slots = s->ring / stride;
@@ -158,23 +222,21 @@ static void run(struct side *s, const struct endpoint *peer, int imm, size_t siz
         wr.wr.rdma.rkey = peer->rkey;
         CHECK(!ibv_post_send(s->qp, &wr, &bad));
         if (wr.send_flags & IBV_SEND_SIGNALED) {
-          struct ibv_wc wc;
-          int got;
-          while ((got = ibv_poll_cq(s->scq, 1, &wc)) == 0) {
-          }
-          CHECK(got == 1 && wc.status == IBV_WC_SUCCESS);
+          sends++;
+          while (reaped_sends < sends) reap(s->scq, &reaped_sends, &recvs);
         }
       } else if (imm) {
-        struct ibv_wc wc;
-        int got;
-        while ((got = ibv_poll_cq(s->rcq, 1, &wc)) == 0) {
+        for (unsigned k = 0; recvs.count == taken; k++) {
+          if (k % poll_every == 0) reap(s->rcq, &reaped_sends, &recvs);
+          for (int j = 0; j < pauses; j++) _mm_pause();
         }
-        CHECK(got == 1 && wc.status == IBV_WC_SUCCESS && ntohl(wc.imm_data) == (uint32_t)i);
+        taken++;
+        CHECK(recvs.count == taken && recvs.last_imm == (uint32_t)i);
         CHECK(s->buf[off + size - 1] == mark);
         post_recv(s);
       } else {
-        while (s->buf[off + size - 1] != mark) {
-        }
+        while (s->buf[off + size - 1] != mark)
+          for (int j = 0; j < pauses; j++) _mm_pause();
       }
     }
     t[i] = __rdtsc() - start;
@@ -217,10 +279,19 @@ int main(int argc, char **argv) {
   // Both sides ready (receives posted) before the first message.
   if (imm)
     for (int i = 0; i < 64; i++) post_recv(&s);
+  pthread_t proxy;
+  s.stop = 0;
+  if (s.chan) {
+    CHECK(!pthread_create(&proxy, NULL, idle_proxy, &s));
+  }
   char go = 1;
   CHECK(write(wfd, &go, 1) == 1);
   CHECK(read(rfd, &go, 1) == 1);
   run(&s, &peer, imm, size, iters, initiator);
+  if (s.chan) {
+    s.stop = 1;
+    pthread_join(proxy, NULL);
+  }
   if (initiator) {
     int status;
     waitpid(pid, &status, 0);

@@ -9,7 +9,7 @@
 #   registered ring;
 #   streamcomm-bench's 8 B host calls over verbs (BENCH, if given).
 # Build first (on the host):
-#   cc -O2 -o target/ab/verbs-pingpong scripts/verbs-pingpong.c -libverbs
+#   cc -O2 -o target/ab/verbs-pingpong scripts/verbs-pingpong.c -libverbs -lpthread
 #   cargo build --release -p streamcomm-bench --features verbs
 # then: RXE_TIMEOUT=900 ROUNDS=4 ../shared/rxe/run-in-rxe-guest.sh \
 #         scripts/verbs-protocol.sh target/ab/verbs-pingpong target/release/streamcomm-bench
