@@ -136,7 +136,11 @@ pub fn run(
     }
 }
 
-/// Writes "closed" to every live peer and waits (bounded) for the writes.
+/// Writes "closed" to every live peer and waits (bounded) for the writes,
+/// except to a peer that said goodbye itself: it reads nothing more, and
+/// may have destroyed its QP already, after which Soft-RoCE never completes
+/// a write to it (every close of two ranks at once then waited out the
+/// whole second; seen in the guest as thousands of 50 µs sleeps at exit).
 fn goodbye(peers: &[Arc<SharedPeer>], dead: &[bool]) {
     for (p, _) in peers.iter().zip(dead).filter(|(_, &d)| !d) {
         let mut p = p.lock();
@@ -155,7 +159,7 @@ fn goodbye(peers: &[Arc<SharedPeer>], dead: &[bool]) {
             if p.poll().is_err() {
                 continue;
             }
-            pending |= !p.inflight.is_empty();
+            pending |= !p.inflight.is_empty() && !p.peer_closed();
         }
         if !pending {
             break;
