@@ -14,18 +14,11 @@
 # then: RXE_TIMEOUT=900 ROUNDS=4 ../shared/rxe/run-in-rxe-guest.sh \
 #         scripts/verbs-protocol.sh target/ab/verbs-pingpong target/release/streamcomm-bench
 set -uo pipefail
-IP=192.168.77.1
-GID=${GID:-1}
 [ $# -ge 1 ] || { echo "usage: $0 PINGPONG [BENCH]" >&2; exit 2; }
 PP=$1
 BENCH=${2:-}
-perftest() {
-  ib_write_lat -d rxe0 -x "$GID" -s 8 -n 3000 -F >/tmp/srv.out 2>&1 &
-  sleep 1
-  ib_write_lat -d rxe0 -x "$GID" -s 8 -n 3000 -F "$IP" 2>&1 |
-    awk '/^ *8 /{print "typical " $5 " us"}'
-  wait
-}
+# shellcheck source=scripts/rxe-latency.sh
+. "$(dirname "$0")/rxe-latency.sh"
 echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
 for round in $(seq "${ROUNDS:-3}"); do
   echo "round $round: ib_write_lat $(perftest)"
@@ -34,8 +27,6 @@ for round in $(seq "${ROUNDS:-3}"); do
     echo "round $round: $("$PP" $mode 3000)"
   done
   if [ -n "$BENCH" ]; then
-    echo "round $round: streamcomm host calls $(STREAMCOMM_TRANSPORT=verbs "$BENCH" sendrecv \
-      -b 8 -e 8 -n 2 -w 1 --ranks 2 --latency-iters 3000 2>&1 |
-      sed -nE 's/.*host calls.*p50 ([0-9.]+) us.*p99 ([0-9.]+) us.*/p50 \1 us, p99 \2 us/p')"
+    echo "round $round: streamcomm host calls $(host_calls "$BENCH")"
   fi
 done
