@@ -213,18 +213,40 @@ def size_class(b):
     return "8 B-4 KiB" if b <= 4096 else ("32 KiB-256 KiB" if b <= 262144 else "2-64 MiB")
 
 
+def by_point(points, preds):
+    """The candidates of every (collective, ranks, bytes): (algorithm,
+    measured us, predicted us, schedule id, launches' us)."""
+    groups = {}
+    for p, (pred, schedule) in zip(points, preds):
+        groups.setdefault((p["collective"], p["ranks"], p["bytes"]), []).append(
+            (p["algo"], p["time_us"], pred, schedule, p["samples_us"]))
+    return groups
+
+
+def selected(cands):
+    """As the library chooses: the first candidate (in its order, which
+    ALGOS follows) within 1% of the fastest prediction."""
+    fastest = min(c[2] for c in cands)
+    return next(c for c in cands if c[2] <= fastest * 1.01)
+
+
+def pick():
+    """A point's time from its launches: the median, or with STAT=min the
+    fastest (what the machine does when other work leaves the ranks
+    alone: noise only ever adds time)."""
+    return min if os.environ.get("STAT") == "min" else statistics.median
+
+
 def compare(path, tuning, bench):
     with open(path) as f:
         points = json.load(f)["points"]
     if os.environ.get("PER_HOST"):
         keep = {int(x) for x in os.environ["PER_HOST"].split()}
         points = [p for p in points if p.get("per_host", p["ranks"]) in keep]
-    preds, schedules = zip(*predictions(points, tuning, bench)) if points else ((), ())
-    if os.environ.get("STAT") == "min":
-        # The fastest launch: what the machine does when the other work on
-        # it leaves the ranks alone (noise only ever adds time).
-        for p in points:
-            p["time_us"] = min(p["samples_us"])
+    predicted = predictions(points, tuning, bench)
+    preds = [pred for pred, _ in predicted]
+    for p in points:
+        p["time_us"] = pick()(p["samples_us"])
     print(f"# {'collective':<15} {'algorithm':<18} {'ranks':>5} {'bytes':>10} "
           f"{'measured_us':>12} {'model_us':>12} {'model/meas':>10}")
     close, by_class, by_n, by_algo = 0, {}, {}, {}
@@ -243,21 +265,14 @@ def compare(path, tuning, bench):
           f"({100 * close / len(points):.0f}%)")
     for name, d in (("size", by_class), ("ranks", by_n), ("algorithm", by_algo)):
         print(f"# by {name}: " + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in d.items()))
-    groups = {}
-    for p, pred, schedule in zip(points, preds, schedules):
-        groups.setdefault((p["collective"], p["ranks"], p["bytes"]), []).append(
-            (p["algo"], p["time_us"], pred, schedule, p["samples_us"]))
+    groups = by_point(points, predicted)
     ok, total, ok_apart, total_apart, pooled = 0, 0, 0, 0, 0
-    pick = min if os.environ.get("STAT") == "min" else statistics.median
     print(f"# {'collective':<15} {'ranks':>5} {'bytes':>10} {'selected':<18} {'best':<18} "
           f"{'selected/best':>13}")
     for (coll, n, size), cands in sorted(groups.items()):
         if len(cands) < 2:
             continue
-        # As the library chooses: the first candidate (in its order, which
-        # ALGOS follows) within 1% of the fastest prediction.
-        fastest = min(c[2] for c in cands)
-        chosen = next(c for c in cands if c[2] <= fastest * 1.01)
+        chosen = selected(cands)
         best = min(cands, key=lambda c: c[1])
         ok_apart += chosen[1] / best[1] <= 1.2
         total_apart += 1
@@ -273,7 +288,7 @@ def compare(path, tuning, bench):
             print(f"  {coll:<15} {n:>5} {size:>10} {chosen[0]:<18} {'(one schedule)':<18} "
                   f"{'-':>13}")
             continue
-        time = {k: pick(v) for k, v in programs.items()}
+        time = {k: pick()(v) for k, v in programs.items()}
         best_program = min(time, key=time.get)
         ratio = time[chosen[3]] / time[best_program]
         same = [c[0] for c in cands if c[3] == best_program]
@@ -292,27 +307,24 @@ def compare(path, tuning, bench):
 
 
 def programs_by_point(path, tuning, bench):
-    """{(collective, ranks, bytes): {schedule id: ([names], median us)}}
-    for one run, and the model's pick's schedule id per point."""
+    """For one run: {(collective, ranks, bytes): {schedule id: (names,
+    time of all their launches pooled, each name's own time)}}, and the
+    schedule id the model selects at each point."""
     with open(path) as f:
         points = json.load(f)["points"]
-    preds = predictions(points, tuning, bench)
+    for p in points:
+        p["time_us"] = pick()(p["samples_us"])
     out, chosen = {}, {}
-    by_point = {}
-    for p, (pred, schedule) in zip(points, preds):
-        by_point.setdefault((p["collective"], p["ranks"], p["bytes"]), []).append(
-            (p["algo"], p["time_us"], pred, schedule, p["samples_us"]))
-    for k, cands in by_point.items():
+    for k, cands in by_point(points, predictions(points, tuning, bench)).items():
         progs = {}
         for algo, t, _, schedule, samples in cands:
             names, pooled, apart = progs.setdefault(schedule, ([], [], []))
             names.append(algo)
             pooled.extend(samples)
             apart.append(t)
-        out[k] = {sid: (names, statistics.median(pooled), apart)
+        out[k] = {sid: (names, pick()(pooled), apart)
                   for sid, (names, pooled, apart) in progs.items()}
-        fastest = min(c[2] for c in cands)
-        chosen[k] = next(c for c in cands if c[2] <= fastest * 1.01)[3]
+        chosen[k] = selected(cands)[3]
     return out, chosen
 
 
