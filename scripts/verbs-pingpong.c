@@ -6,7 +6,8 @@
 // completion and puts the receive back. perftest's ib_write_lat sends a
 // plain inline RDMA WRITE and the peer polls the buffer's last byte. This
 // program does either, with nothing else around it (no library, no rings,
-// no threads), so in one Soft-RoCE guest session
+// no other thread unless PP_CHANNEL asks for one), so in one Soft-RoCE
+// guest session
 //
 //   verbs-pingpong write 8        ~ ib_write_lat -s 8
 //   verbs-pingpong imm 32 RING    ~ streamcomm's 8 B host call (32 bytes
@@ -69,7 +70,7 @@ struct side {
   struct ibv_qp *qp;
   struct ibv_mr *mr;
   struct ibv_comp_channel *chan;
-  volatile int stop;
+  _Atomic int stop; // set by main when the ping-pong is done
   volatile uint8_t *buf;
   size_t ring;
   int gid_index;
