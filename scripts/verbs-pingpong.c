@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,6 +59,10 @@ struct endpoint {
 //   PP_PAUSE=N    N pause instructions between two polls of a wait, and
 //   PP_POLL_EVERY=K  poll the CQ at every K-th check only (the others read
 //                 memory), as the library's waits do (1 and 4 there).
+// And stand-ins for a library's software path, done before every send:
+//   PP_TOUCH=N    a read and a write in each of N distinct 4 KiB pages;
+//   PP_WORK=N     N steps of a dependent arithmetic chain (~3 instructions);
+//   PP_SYSCALLS=N N cheap system calls (getppid).
 static int env_int(const char *name, int def) {
   const char *v = getenv(name);
   return v && *v ? atoi(v) : def;
@@ -198,6 +203,13 @@ static void run(struct side *s, const struct endpoint *peer, int imm, size_t siz
   int pauses = env_int("PP_PAUSE", 0);
   unsigned poll_every = (unsigned)env_int("PP_POLL_EVERY", 1);
   CHECK(poll_every >= 1);
+  int touch = env_int("PP_TOUCH", 0), work = env_int("PP_WORK", 0);
+  int syscalls = env_int("PP_SYSCALLS", 0);
+  CHECK(touch >= 0 && work >= 0 && syscalls >= 0);
+  size_t page = 4096 + 64;
+  volatile uint8_t *scratch = touch ? calloc((size_t)touch, page) : NULL;
+  CHECK(!touch || scratch);
+  uint64_t chain = 1;
   struct recvs recvs = {0, 0};
   uint64_t *t = calloc(iters, sizeof *t);
   CHECK(t);
@@ -212,6 +224,10 @@ static void run(struct side *s, const struct endpoint *peer, int imm, size_t siz
     for (int turn = 0; turn < 2; turn++) {
       int sending = (turn == 0) == initiator;
       if (sending) {
+        for (int j = 0; j < touch; j++) scratch[(size_t)j * page] += 1;
+        for (int j = 0; j < work; j++) chain = chain * 6364136223846793005ull + (uint64_t)j;
+        for (int j = 0; j < syscalls; j++) syscall(SYS_getppid);
+        msg[0] = (uint8_t)chain;
         msg[size - 1] = mark;
         struct ibv_sge sge = {.addr = (uintptr_t)msg, .length = (uint32_t)size,
                               .lkey = s->mr->lkey};
@@ -252,6 +268,7 @@ static void run(struct side *s, const struct endpoint *peer, int imm, size_t siz
            s->ring, t[iters / 2] * per_cycle / 2e3, t[iters * 99 / 100] * per_cycle / 2e3);
   }
   free(t);
+  free((void *)scratch);
 }
 
 int main(int argc, char **argv) {

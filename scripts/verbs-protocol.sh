@@ -7,6 +7,9 @@
 #   32": one inline WRITE_WITH_IMM of a 24-byte slot header and 8 bytes of
 #   payload, reaped as a receive completion), into a 4 KiB and a 32 MiB
 #   registered ring;
+#   with STAND_INS="PP_WORK=1300 PP_SYSCALLS=2 ..." (words of
+#   verbs-pingpong's stand-in knobs), "imm 32" again with each of them, to
+#   price a library's extra instructions, page touches or system calls;
 #   streamcomm-bench's 8 B host calls over verbs (BENCH, if given).
 # Build first (on the host):
 #   cc -O2 -o target/ab/verbs-pingpong scripts/verbs-pingpong.c -libverbs -lpthread
@@ -25,6 +28,9 @@ for round in $(seq "${ROUNDS:-3}"); do
   for mode in "write 8 4096" "write 32 4096" "imm 32 4096" "imm 32 $((32 << 20))"; do
     # shellcheck disable=SC2086 # the mode is three words
     echo "round $round: $("$PP" $mode 3000)"
+  done
+  for knob in ${STAND_INS:-}; do
+    echo "round $round: $knob $(env "$knob" "$PP" imm 32 4096 3000)"
   done
   if [ -n "$BENCH" ]; then
     echo "round $round: streamcomm host calls $(host_calls "$BENCH")"
