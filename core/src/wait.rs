@@ -18,13 +18,19 @@ use std::time::{Duration, Instant};
 /// First futex sleep of a wait; bounds the cost of a missed wake-up and the
 /// latency of noticing an abort while the wait is young.
 const SLEEP_SLICE: Duration = Duration::from_millis(2);
-/// Longest futex sleep: each slice that ends with nothing ready doubles the
-/// next one up to this, so a thread idle for long (a stream with no work)
-/// wakes 60 times a second, not 500. (In the Soft-RoCE guest, two idle
+/// Longest futex sleep by default: each slice that ends with nothing ready
+/// doubles the next one up to this, so a thread idle for long wakes 60
+/// times a second, not 500 (an idle host-stream worker, whose queue always
+/// announces new work, sleeps up to [`IDLE_WORKER_SLICE`] instead). (In the Soft-RoCE guest, two idle
 /// stream threads waking every 2 ms took the vCPUs of a 2-rank ping-pong
 /// from under it: a sixth of the run's samples were in their sleeps, clock
 /// reads and context switches.)
 const MAX_SLEEP_SLICE: Duration = Duration::from_millis(16);
+/// Longest futex sleep of an idle host-stream worker: one wake a second.
+/// Measured in the Soft-RoCE guest before it (a 2-rank host-call ping-pong
+/// on 2 vCPUs, 5 s of `/proc` counters): each rank's idle worker woke ~70
+/// times a second, each wake-up a context switch on a vCPU a rank spins on.
+pub const IDLE_WORKER_SLICE: Duration = Duration::from_secs(1);
 /// Default `yield_now` calls between the spin phase and the first sleep.
 pub const DEFAULT_YIELDS: u32 = 64;
 
@@ -55,6 +61,12 @@ pub struct WaitPolicy<'a> {
     /// (already counted as a sleeper): for a waker that only watches for
     /// sleepers when told to (the verbs proxy).
     pub on_sleep: Option<&'a (dyn Fn() + Sync)>,
+    /// Longest futex sleep before the condition is looked at again (the
+    /// slices double up to it from 2 ms). 16 ms by default, so that a
+    /// change nobody announces (another process's memory) is still seen;
+    /// a waiter whose condition is always announced through the notifier
+    /// may sleep longer ([`WaitPolicy::with_max_slice`]).
+    pub max_slice: Duration,
 }
 
 impl std::fmt::Debug for WaitPolicy<'_> {
@@ -65,6 +77,7 @@ impl std::fmt::Debug for WaitPolicy<'_> {
             .field("timeout", &self.timeout)
             .field("abort", &self.abort)
             .field("on_sleep", &self.on_sleep.is_some())
+            .field("max_slice", &self.max_slice)
             .finish()
     }
 }
@@ -78,6 +91,18 @@ impl<'a> WaitPolicy<'a> {
             timeout,
             abort: None,
             on_sleep: None,
+            max_slice: MAX_SLEEP_SLICE,
+        }
+    }
+
+    /// The same policy with futex sleeps of up to `max_slice`: for a
+    /// condition that only changes with a [`Notifier::notify`] (an idle
+    /// worker's queue), which then wakes the waiter at once; the slices
+    /// only bound the cost of a lost wake-up.
+    pub fn with_max_slice(self, max_slice: Duration) -> WaitPolicy<'a> {
+        WaitPolicy {
+            max_slice: max_slice.max(SLEEP_SLICE),
+            ..self
         }
     }
 
@@ -213,7 +238,7 @@ impl Notifier {
             }
             futex_wait(&self.seq, seq, slice.min(policy.timeout - waited));
             self.sleepers.fetch_sub(1, Ordering::SeqCst);
-            slice = (slice * 2).min(MAX_SLEEP_SLICE);
+            slice = (slice * 2).min(policy.max_slice);
         }
     }
 }

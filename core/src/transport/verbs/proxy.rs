@@ -180,4 +180,9 @@ const DRAIN: Duration = Duration::from_secs(10);
 /// session): 124-154 µs p50 without polling, 158-271 µs with 20 µs of it,
 /// which takes a CPU from the streams after every message's completion
 /// event. The loop still goes round while work moves.
-const IDLE_WAIT: Duration = Duration::from_millis(20);
+///
+/// 100 ms, half the `HEARTBEAT`: a heartbeat goes out 200-300 ms after a
+/// peer's last write. (It was 20 ms: in a 2-rank host-call ping-pong in the
+/// Soft-RoCE guest each idle proxy then woke ~50 times a second on that
+/// timeout alone, on the 2 vCPUs the ranks spin on.)
+const IDLE_WAIT: Duration = Duration::from_millis(100);
