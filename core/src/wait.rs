@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 const SLEEP_SLICE: Duration = Duration::from_millis(2);
 /// Longest futex sleep by default: each slice that ends with nothing ready
 /// doubles the next one up to this, so a thread idle for long wakes 60
-/// times a second, not 500 (an idle host-stream worker, whose queue always
-/// announces new work, sleeps up to [`IDLE_WORKER_SLICE`] instead). (In the Soft-RoCE guest, two idle
-/// stream threads waking every 2 ms took the vCPUs of a 2-rank ping-pong
-/// from under it: a sixth of the run's samples were in their sleeps, clock
-/// reads and context switches.)
+/// times a second, not 500. (In the Soft-RoCE guest, two idle stream
+/// threads waking every 2 ms took the vCPUs of a 2-rank ping-pong from
+/// under it: a sixth of the run's samples were in their sleeps, clock
+/// reads and context switches.) An idle host-stream worker, whose queue
+/// always announces new work, sleeps up to [`IDLE_WORKER_SLICE`] instead.
 const MAX_SLEEP_SLICE: Duration = Duration::from_millis(16);
 /// Longest futex sleep of an idle host-stream worker: one wake a second.
 /// Measured in the Soft-RoCE guest before it (a 2-rank host-call ping-pong
