@@ -227,7 +227,7 @@ static void run(struct side *s, const struct endpoint *peer, int imm, size_t siz
         for (int j = 0; j < touch; j++) scratch[(size_t)j * page] += 1;
         for (int j = 0; j < work; j++) chain = chain * 6364136223846793005ull + (uint64_t)j;
         for (int j = 0; j < syscalls; j++) syscall(SYS_getppid);
-        msg[0] = (uint8_t)chain;
+        if (work) msg[0] = (uint8_t)chain;  // keeps the chain; else the send is as before
         msg[size - 1] = mark;
         struct ibv_sge sge = {.addr = (uintptr_t)msg, .length = (uint32_t)size,
                               .lkey = s->mr->lkey};
