@@ -16,7 +16,7 @@
 # 3. builds the crate's tests and benchmark (release);
 # 4. runs every test of streamcomm-gpu with STREAMCOMM_REQUIRE_GPU=1, so a test
 #    that cannot reach the GPU fails instead of skipping;
-#    and the CUDA backend's tests (core/tests/cuda.rs: every collective and
+#    and the CUDA backend's tests (core/tests/cuda/: every collective and
 #    dtype with 2 and 4 ranks on one GPU, a captured step replayed 1000 times);
 # 5. runs the GPU quick starts (examples/examples/gpu_quickstart.rs, which must
 #    print OK, and the main quick start with 2 ranks, which must say it used

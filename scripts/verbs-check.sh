@@ -9,7 +9,9 @@
 # The runner is $RXE_RUNNER, else ../shared/rxe/run-in-rxe-guest.sh next to
 # this checkout, else /work/shared/rxe/run-in-rxe-guest.sh. Without one the
 # script fails (exit 2), or with VERBS_CHECK_OPTIONAL=1 says so and exits 0.
-# Usage: scripts/verbs-check.sh [extra cargo test args]
+# Every verbs test runs with STREAMCOMM_REQUIRE_RDMA=1: in the guest a
+# missing device fails the test instead of skipping it.
+# Usage: scripts/verbs-check.sh [test name filter, default verbs::]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runner="${RXE_RUNNER:-}"
@@ -26,8 +28,9 @@ fi
 export CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="$runner"
 # Emulated CPUs are slow: give every wait room; the tests bound themselves.
 export STREAMCOMM_TIMEOUT="${STREAMCOMM_TIMEOUT:-120}"
-# --all-features: the same build of the library as CI's --all-features run.
-cargo test -p streamcomm --all-features --test verbs "$@" -- --test-threads=1 --nocapture
+export STREAMCOMM_REQUIRE_RDMA=1
+# --workspace --all-features: the very build of CI's test run, reused.
+cargo test --workspace --all-features --test transports -- "${1:-verbs::}" --test-threads=1 --nocapture
 # GPUDirect RDMA on the emulated device (the library's unit tests named
 # gpudirect): a second boot, skipped when a filter was given.
 if [ $# -eq 0 ]; then

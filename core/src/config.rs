@@ -551,15 +551,4 @@ mod tests {
         let c = cfg(&[("STREAMCOMM_IB_HCA", ""), ("STREAMCOMM_IB_GID_INDEX", " ")]).unwrap();
         assert_eq!((c.ib_hca, c.ib_gid_index), (None, None));
     }
-
-    #[test]
-    fn fault_rules_need_the_feature() {
-        let c = cfg(&[("STREAMCOMM_FAULTS", "send:peer=1:nth=2:drop")]);
-        if cfg!(feature = "fault-injection") {
-            assert_eq!(c.unwrap().faults.rules.len(), 1);
-        } else {
-            assert!(c.unwrap_err().to_string().contains("fault-injection"));
-        }
-        assert!(cfg(&[("STREAMCOMM_FAULTS", "")]).is_ok());
-    }
 }

@@ -191,7 +191,10 @@ fn header_compiles_as_strict_c_and_cpp() {
         ])
         .arg(&header);
         match cmd.output() {
-            Err(e) => println!("SKIPPED the {lang} check: {compiler} is not available ({e})"),
+            Err(e) => streamcomm_testkit::skip(
+                &format!("{} ({lang})", streamcomm_testkit::current_test()),
+                &format!("{compiler} is not available ({e})"),
+            ),
             Ok(out) => assert!(
                 out.status.success(),
                 "{compiler} -x {lang} {}: {}",
@@ -266,7 +269,7 @@ fn python_with_numpy() -> Result<(), String> {
 #[test]
 fn two_python_ranks_all_reduce_with_ctypes_and_numpy() {
     if let Err(why) = python_with_numpy() {
-        println!("SKIPPED two_python_ranks_all_reduce_with_ctypes_and_numpy: {why}");
+        streamcomm_testkit::skip(&streamcomm_testkit::current_test(), &why);
         return;
     }
     let script = Path::new(MANIFEST).join("examples/python/all_reduce.py");

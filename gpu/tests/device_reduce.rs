@@ -151,7 +151,7 @@ fn every_dtype_and_op_on_the_device() {
     };
     let kernels = Kernels::load(&device, &GpuConfig::from_env()).expect("kernels");
     let stream = Stream::new(&device).unwrap();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(rand::random());
+    let mut rng = rand::rngs::StdRng::seed_from_u64(streamcomm_testkit::seed());
     // (sources, destinations, element offset, in place)
     let shapes = [
         (1, 1, 0, false),

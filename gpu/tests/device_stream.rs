@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use streamcomm_gpu::{
     DeviceBuffer, Doorbells, Error, Event, GpuConfig, IpcHandle, IpcMapping, Kernels, ReduceCopy,
     SignalPath, Signals, Stream, WaitCondition,
@@ -141,7 +141,7 @@ fn a_captured_graph_replays_with_fresh_data() {
         Event::new(&device, true).unwrap(),
         Event::new(&device, true).unwrap(),
     );
-    let mut rng = rand::thread_rng();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(streamcomm_testkit::seed());
     for replay in 0..200u32 {
         let x: Vec<i32> = (0..n).map(|_| rng.gen()).collect();
         let y: Vec<i32> = (0..n).map(|_| rng.gen()).collect();
@@ -184,7 +184,8 @@ fn ipc_handle_shares_memory_with_a_child_process() {
     };
     let n = 4096usize;
     let mut buf = DeviceBuffer::alloc(&device, n).unwrap();
-    let data: Vec<u8> = (0..n).map(|_| rand::random()).collect();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(streamcomm_testkit::seed());
+    let data: Vec<u8> = (0..n).map(|_| rng.gen()).collect();
     buf.copy_from_host(&data).unwrap();
     let handle = IpcHandle::export(&buf).unwrap();
     let hex: String = handle

@@ -41,7 +41,10 @@ fn a_libcuda_missing_symbols_is_unavailable_not_a_crash() {
         return;
     }
     if probe::driver().is_ok() {
-        eprintln!("skipped: a real CUDA driver is installed, the fake would not be loaded");
+        streamcomm_testkit::skip(
+            &streamcomm_testkit::current_test(),
+            "a real CUDA driver is installed, the fake would not be loaded",
+        );
         return;
     }
     let dir = scratch("cuda");
@@ -50,7 +53,10 @@ fn a_libcuda_missing_symbols_is_unavailable_not_a_crash() {
         "libcuda.so.1",
         "int cuInit(unsigned int flags) { return 0; }\n",
     ) else {
-        eprintln!("skipped: no `cc` to build the fake libcuda");
+        streamcomm_testkit::skip(
+            &streamcomm_testkit::current_test(),
+            "no `cc` to build the fake libcuda",
+        );
         return;
     };
     let out = Command::new(std::env::current_exe().unwrap())
@@ -88,7 +94,10 @@ fn a_library_without_nvrtc_functions_is_refused() {
         "libnvrtc.so.99",
         "int nvrtcVersion(int* a, int* b) { *a = 99; *b = 0; return 0; }\n",
     ) else {
-        eprintln!("skipped: no `cc` to build the fake libnvrtc");
+        streamcomm_testkit::skip(
+            &streamcomm_testkit::current_test(),
+            "no `cc` to build the fake libnvrtc",
+        );
         return;
     };
     let name = lib.display().to_string();

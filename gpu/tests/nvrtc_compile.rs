@@ -42,8 +42,9 @@ fn nvrtc() -> Option<Nvrtc> {
             panic!("CI and gpu-check need NVRTC for this test (see .ci/run): {e}")
         }
         Err(e) => {
-            eprintln!(
-                "skipped: {e}; `pip install nvidia-cuda-nvrtc-cu12` or set STREAMCOMM_NVRTC_LIB"
+            streamcomm_testkit::skip(
+                &streamcomm_testkit::current_test(),
+                &format!("{e}; `pip install nvidia-cuda-nvrtc-cu12` or set STREAMCOMM_NVRTC_LIB"),
             );
             None
         }

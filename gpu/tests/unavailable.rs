@@ -10,8 +10,9 @@ fn every_entry_point_is_unavailable_without_a_driver() {
     let first = std::panic::catch_unwind(probe::driver).expect("the probe panicked");
     let err = match first {
         Ok(info) => {
-            eprintln!(
-                "skipped: a CUDA driver is present ({info:?}); scripts/gpu-check.sh tests it"
+            streamcomm_testkit::skip(
+                &streamcomm_testkit::current_test(),
+                &format!("a CUDA driver is present ({info:?}); scripts/gpu-check.sh tests it"),
             );
             return;
         }

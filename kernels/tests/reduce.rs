@@ -4,7 +4,7 @@
 //! inputs (exact for `f64`, within one unit of rounding for narrower types);
 //! integers against the operation computed in the integer type with explicit
 //! wrapping arithmetic. Each run uses a fresh random seed, printed so a failure
-//! can be replayed with `KERNELS_SEED=<seed>`.
+//! can be replayed with `STREAMCOMM_TEST_SEED=<seed>`.
 
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
@@ -19,12 +19,7 @@ const LENS: [usize; 6] = [0, 1, 7, 33, 1000, 4099];
 const LAYOUTS: [(usize, usize, usize); 3] = [(0, 0, 0), (1, 1, 1), (0, 3, 1)];
 
 fn rng() -> StdRng {
-    let seed = std::env::var("KERNELS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random::<u64>);
-    println!("KERNELS_SEED={seed}");
-    StdRng::seed_from_u64(seed)
+    StdRng::seed_from_u64(streamcomm_testkit::seed())
 }
 
 /// A byte buffer whose element 0 sits `offset` bytes past an 8-byte boundary;

@@ -77,7 +77,7 @@
 //! (`device::tests`, `device::direct::tests`). This CUDA glue is compiled
 //! everywhere, its kernels are compiled with NVRTC in CI, and
 //! [`CudaComm::new`] is tested to return [`Error::Unavailable`] without a
-//! driver; on a GPU, `scripts/gpu-check.sh` runs `core/tests/cuda.rs` on
+//! driver; on a GPU, `scripts/gpu-check.sh` runs `core/tests/cuda/` on
 //! both paths. No GPU was lent to the sessions that wrote it, so it has not
 //! run on one yet: in particular stream memory operations on IPC-mapped
 //! memory, and CUDA IPC between processes, are unverified.

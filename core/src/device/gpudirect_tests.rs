@@ -9,8 +9,6 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use rand::Rng;
-
 use super::gpudirect::{establish, wanted, ProbeMemory};
 use super::tests::{assert_no_errors, check_received, input, p2p, Rank, POISON};
 use super::{DeviceShared, GpuDirectMode, NicAccess};
@@ -162,7 +160,7 @@ fn gpudirect_device_groups_move_bytes_by_rdma_only() {
         return;
     }
     const N: usize = 3;
-    let seed: u64 = rand::thread_rng().gen();
+    let seed: u64 = streamcomm_testkit::seed();
     let errors = on_ranks(N, TransportChoice::Verbs, true, move |rk| {
         let r = rk.comm.rank();
         let (right, left) = ((r + 1) % N, (r + N - 1) % N);

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 
 use super::call::{DeviceBuffers, DeviceCall, DeviceP2p, DeviceRange};
 use super::direct::Direct;
@@ -148,7 +148,7 @@ pub(in crate::device) fn assert_no_errors(per_rank: Vec<Vec<String>>) {
 }
 
 pub(in crate::device) fn random(n: usize) -> Vec<f32> {
-    let mut rng = rand::thread_rng();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(streamcomm_testkit::seed());
     (0..n).map(|_| rng.gen_range(-4.0f32..4.0)).collect()
 }
 
@@ -183,7 +183,7 @@ fn every_collective_runs_direct_in_one_chunk_with_4_ranks() {
 /// Every collective (both buffer layouts where they differ) on `n` ranks.
 fn every_collective(n: usize, path: Path) {
     const COUNT: usize = 1000;
-    let seed: u64 = rand::thread_rng().gen();
+    let seed: u64 = streamcomm_testkit::seed();
     let errors = on_ranks_with(n, path, move |rk| {
         let n = rk.comm.size();
         let r = rk.comm.rank();
@@ -320,7 +320,7 @@ fn captured_step(path: Path) {
     const N: usize = 2;
     const COUNT: usize = 300;
     const REPLAYS: u64 = 40;
-    let seed: u64 = rand::thread_rng().gen();
+    let seed: u64 = streamcomm_testkit::seed();
     let errors = on_ranks_with(N, path, move |rk| {
         let r = rk.comm.rank();
         let mut bad = Vec::new();
@@ -516,7 +516,7 @@ pub(in crate::device) fn check_received(
 #[test]
 fn device_groups_exchange_around_a_ring_eager_and_rendezvous() {
     const N: usize = 3;
-    let seed: u64 = rand::thread_rng().gen();
+    let seed: u64 = streamcomm_testkit::seed();
     let errors = on_ranks(N, move |rk| {
         let r = rk.comm.rank();
         let (right, left) = ((r + 1) % N, (r + N - 1) % N);

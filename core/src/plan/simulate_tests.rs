@@ -1,5 +1,5 @@
 //! Unit tests of the simulator's own failure reports (the algorithm matrix
-//! lives in `core/tests/plan_sim.rs`).
+//! lives in `core/tests/sim/plans.rs`).
 
 use super::*;
 use crate::plan::{build, Collective, PlanParams, Region};

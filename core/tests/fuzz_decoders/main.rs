@@ -21,7 +21,7 @@
 //! Each property runs `PROPTEST_CASES` cases (default 2000; the socket ones
 //! run a fraction of that). A failing case is printed, shrunk, by proptest;
 //! no regression files are written. The garbage thrown at a live root comes
-//! from `FUZZ_SEED` (printed; random when unset).
+//! from `STREAMCOMM_TEST_SEED` (printed; random when unset).
 //!
 //! Bugs the fuzzing found (a panic on a huge `STREAMCOMM_TIMEOUT`, a secret
 //! quoted in a parse error, UTF-8 split by `Endpoint::encode`, a truncated

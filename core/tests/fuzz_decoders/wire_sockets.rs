@@ -216,20 +216,9 @@ fn throw_garbage(addr: SocketAddr, secret: [u8; 16], seed: u64, connected: mpsc:
     }
 }
 
-/// A seed for the socket fuzzing: `FUZZ_SEED`, or a fresh one (printed, so
-/// that a failure can be replayed).
-fn fuzz_seed() -> u64 {
-    let seed = std::env::var("FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| rand::thread_rng().gen());
-    eprintln!("socket fuzzing with FUZZ_SEED={seed}");
-    seed
-}
-
 #[test]
 fn garbage_at_a_live_root_does_not_disturb_real_ranks() {
-    let seed = fuzz_seed();
+    let seed = streamcomm_testkit::seed();
     within(Duration::from_secs(40), move || {
         let id = UniqueId::new().expect("unique id and root");
         let (addr, secret) = (id.addr(), *id.secret());
@@ -251,7 +240,7 @@ fn garbage_at_a_live_root_does_not_disturb_real_ranks() {
         all.extend(strangers(25));
         for (rank, h) in ranks.into_iter().enumerate() {
             h.join()
-                .unwrap_or_else(|_| panic!("rank {rank} failed (FUZZ_SEED={seed})"));
+                .unwrap_or_else(|_| panic!("rank {rank} failed (STREAMCOMM_TEST_SEED={seed})"));
         }
         for h in all {
             h.join().expect("stranger thread");

@@ -74,19 +74,25 @@ pub fn run_threads<R: Send + 'static>(
     results.into_iter().map(|r| r.unwrap()).collect()
 }
 
-/// Runs `n` copies of this test binary's ignored `child` test as the ranks
-/// of one job, started the way `streamcomm-run` starts them, with `env` set
-/// in each; fails the test if any rank fails or they take longer than
-/// `limit` (`what` names the job in the failure).
-pub fn launch_children(n: usize, env: &[(&str, String)], limit: Duration, what: &str) {
+/// Runs `n` copies of this test binary's ignored test `child` (its full
+/// libtest path: `streamcomm_testkit::test_path(module_path!(), "child")`)
+/// as the ranks of one job, started the way `streamcomm-run` starts them,
+/// with `env` set in each; fails the test if any rank fails, if they take
+/// longer than `limit`, or if any child did not run its body to the end
+/// (`what` names the job in the failure).
+pub fn launch_children(n: usize, child: &str, env: &[(&str, String)], limit: Duration, what: &str) {
     let exe = std::env::current_exe().expect("this test binary");
-    let mut launcher = LocalLauncher::new(n, exe).args([
-        "--exact",
-        "child",
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ]);
+    let proof = streamcomm_testkit::ChildProof::new(what);
+    let (proof_key, proof_dir) = proof.env();
+    let mut launcher = LocalLauncher::new(n, exe)
+        .args([
+            "--exact",
+            child,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(proof_key, proof_dir);
     for (k, v) in env {
         launcher = launcher.env(*k, v);
     }
@@ -103,6 +109,7 @@ pub fn launch_children(n: usize, env: &[(&str, String)], limit: Duration, what: 
         0,
         "{what} on {n} ranks failed: {outcome:?}"
     );
+    proof.assert_ran(n);
 }
 
 /// One collective call to run and check.
@@ -206,16 +213,6 @@ pub fn reduces(c: Collective) -> bool {
         c,
         Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce { .. }
     )
-}
-
-/// A fresh seed for this run, printed so a failure can be replayed with `STREAMCOMM_TEST_SEED`.
-pub fn seed() -> u64 {
-    let seed = std::env::var("STREAMCOMM_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("STREAMCOMM_TEST_SEED={seed}");
-    seed
 }
 
 /// The representative slice of the matrix used over every transport:

@@ -92,7 +92,7 @@ fn probe() -> Result<(), String> {
 }
 
 /// `true` when namespaces are [`available`]; otherwise prints
-/// `<test>: skipped: <reason>` and returns `false`, or panics when the
+/// `SKIPPED: <test>: <reason>` and returns `false`, or panics when the
 /// environment variable `CI` is `true`.
 pub fn ready_or_skip(test: &str) -> bool {
     match available() {
@@ -101,7 +101,7 @@ pub fn ready_or_skip(test: &str) -> bool {
             panic!("{test}: network namespaces are required under CI=true: {reason}")
         }
         Err(reason) => {
-            eprintln!("{test}: skipped: {reason}");
+            streamcomm_testkit::skip(test, &reason);
             false
         }
     }

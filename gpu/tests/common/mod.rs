@@ -13,7 +13,7 @@ pub fn device_or_skip(test: &str) -> Option<Device> {
             panic!("{test}: STREAMCOMM_REQUIRE_GPU=1 but {e}")
         }
         Err(e) => {
-            eprintln!("skipped {test}: {e}");
+            streamcomm_testkit::skip(test, &e.to_string());
             None
         }
     }

@@ -84,7 +84,7 @@ fn an_aborting_peer_releases_the_others() {
 fn reductions_over_nine_ranks_fall_back_to_staging_and_copies_stay_direct() {
     const N: usize = 9;
     const COUNT: usize = 333;
-    let seed: u64 = rand::random();
+    let seed: u64 = streamcomm_testkit::seed();
     let errors = on_ranks_with(N, Path::Direct(1 << 12), move |rk| {
         let r = rk.comm.rank();
         let mut bad = Vec::new();

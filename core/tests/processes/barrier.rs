@@ -3,11 +3,12 @@
 //! that every rank writes before barrier k and reads after it (host barrier
 //! and stream barrier, whose writes and reads are stream tasks), plus
 //! captured barriers replayed 1,000 times, and pretend multi-host layouts
-//! for the tree and hierarchical algorithms. A million-barrier soak is
-//! `#[ignore]`d (run it with `cargo test --release --test barrier_processes -- --ignored soak`).
+//! for the tree and hierarchical algorithms. Each size runs 1,000 host
+//! barriers per algorithm (10,000 with `STREAMCOMM_TEST_FULL=1`). A
+//! million-barrier soak is `#[ignore]`d (run it with
+//! `cargo test --release --test processes -- --ignored soak_a_million`).
 
-mod common;
-mod harness;
+use crate::harness;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,7 +17,6 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use streamcomm::barrier::BarrierAlgo;
 use streamcomm::host::HostStream;
-use streamcomm::launch::local::LocalLauncher;
 use streamcomm::Communicator;
 
 const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";
@@ -103,36 +103,24 @@ impl Slots {
 
 fn launch(n: usize, scenario: &str, iters: u64, extra_env: &[(&str, &str)]) {
     let table = Table::new();
-    let exe = std::env::current_exe().unwrap();
-    let mut launcher = LocalLauncher::new(n, exe)
-        .args([
-            "--exact",
-            "child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
-        .env(SCENARIO, scenario)
-        .env(TABLE, &table.path)
-        .env(ITERS, iters.to_string())
-        .env("STREAMCOMM_TIMEOUT", "60")
-        .env("STREAMCOMM_BUFFSIZE", "64K");
-    for (k, v) in extra_env {
-        launcher = launcher.env(*k, *v);
-    }
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(launcher.run());
-    });
-    let outcome = rx
-        .recv_timeout(Duration::from_secs(600))
-        .expect("watchdog: ranks did not finish in 600 s")
-        .expect("launch");
-    assert_eq!(
-        outcome.exit_code(),
-        0,
-        "{scenario} on {n} ranks: {outcome:?}"
+    let mut env = vec![
+        (SCENARIO, scenario.to_string()),
+        (TABLE, table.path.clone()),
+        (ITERS, iters.to_string()),
+        (
+            "STREAMCOMM_TEST_SEED",
+            streamcomm_testkit::seed().to_string(),
+        ),
+        ("STREAMCOMM_TIMEOUT", "60".to_string()),
+        ("STREAMCOMM_BUFFSIZE", "64K".to_string()),
+    ];
+    env.extend(extra_env.iter().map(|(k, v)| (*k, v.to_string())));
+    harness::launch_children(
+        n,
+        &streamcomm_testkit::test_path(module_path!(), "child"),
+        &env,
+        Duration::from_secs(600),
+        &format!("barrier scenario {scenario} on {n} ranks"),
     );
 }
 
@@ -150,7 +138,8 @@ fn child() {
         one => vec![BarrierAlgo::parse(one).unwrap()],
     };
     let (rank, n) = (comm.rank(), comm.size());
-    let mut rng = rand::rngs::StdRng::seed_from_u64(rand::random());
+    let mut rng =
+        rand::rngs::StdRng::seed_from_u64(streamcomm_testkit::seed() ^ (rank as u64) << 32);
     let mut entered = 0u64;
     let stream = HostStream::new().unwrap();
     for algo in algos {
@@ -208,12 +197,13 @@ fn child() {
         entered = counter.load(Ordering::SeqCst);
         assert_eq!(entered, slots.slot(rank).load(Ordering::SeqCst));
     }
+    streamcomm_testkit::child_ran();
 }
 
 #[test]
 fn every_algorithm_on_1_to_9_processes() {
+    let iters = streamcomm_testkit::reps(1_000, 10_000) as u64;
     for n in 1..=9 {
-        let iters = 10_000;
         launch(n, "all", iters, &[]);
     }
 }

@@ -4,15 +4,15 @@
 //! Fresh random data every run, f64 references, every element checked,
 //! outputs poisoned first.
 
-mod common;
-mod harness;
+use crate::harness;
 
 use std::time::Duration;
 
-use harness::{collectives, reduces, run_case, run_threads, seed, small_config, Case};
+use harness::{collectives, reduces, run_case, run_threads, small_config, Case};
 use streamcomm::host::HostStream;
 use streamcomm::plan::Collective;
 use streamcomm::{DataType, ReduceOp};
+use streamcomm_testkit::seed;
 
 const DTYPES: [DataType; 6] = [
     DataType::F32,

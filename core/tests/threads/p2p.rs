@@ -11,8 +11,7 @@
 //! receiver recomputes independently what it must have got; every output
 //! element is checked, and everything not written must still hold poison.
 
-mod common;
-mod harness;
+use crate::harness;
 
 use std::time::Duration;
 
@@ -299,7 +298,7 @@ fn everything(comm: &Communicator, stream: &HostStream, seed: u64) {
 }
 
 fn on_threads(n: usize, config: Config, scenario: fn(&Communicator, &HostStream, u64)) {
-    let seed = harness::seed();
+    let seed = streamcomm_testkit::seed();
     harness::run_threads(n, config, Duration::from_secs(240), move |comm| {
         let stream = HostStream::new().unwrap();
         scenario(&comm, &stream, seed);
@@ -322,7 +321,7 @@ fn p2p_over_tcp_threads_2_3_4_5() {
 
 #[test]
 fn rendezvous_streams_through_the_ring_when_direct_writes_are_off() {
-    let seed = harness::seed();
+    let seed = streamcomm_testkit::seed();
     let cfg = Config {
         p2p_direct: false,
         ..config(TransportChoice::Shm)
@@ -486,7 +485,7 @@ const SEED: &str = "STREAMCOMM_TEST_SEED";
 fn launch(n: usize, scenario: &str, transport: &str) {
     let env = [
         (SCENARIO, scenario.to_string()),
-        (SEED, harness::seed().to_string()),
+        (SEED, streamcomm_testkit::seed().to_string()),
         ("STREAMCOMM_BUFFSIZE", "8K".to_string()),
         ("STREAMCOMM_NSTEPS", "4".to_string()),
         ("STREAMCOMM_P2P_EAGER_LIMIT", LIMIT.to_string()),
@@ -494,7 +493,13 @@ fn launch(n: usize, scenario: &str, transport: &str) {
         ("STREAMCOMM_TIMEOUT", "60".to_string()),
     ];
     let what = format!("{scenario} over {transport}");
-    harness::launch_children(n, &env, Duration::from_secs(240), &what);
+    harness::launch_children(
+        n,
+        &streamcomm_testkit::test_path(module_path!(), "child"),
+        &env,
+        Duration::from_secs(240),
+        &what,
+    );
 }
 
 #[test]
@@ -511,6 +516,7 @@ fn child() {
         "many_small" => many_small(&comm, &stream, seed),
         other => panic!("unknown scenario {other}"),
     }
+    streamcomm_testkit::child_ran();
 }
 
 #[test]

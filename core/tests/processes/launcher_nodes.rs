@@ -7,15 +7,15 @@
 //! binary itself, running one of the `*_entry_point` tests below (bootstrap
 //! only, or a communicator with an all-reduce and a barrier).
 
-mod common;
-mod netns;
+use crate::common;
+use crate::netns;
 
 use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::unused_port as free_port;
 use netns::{host_addr, ready_or_skip, run_all, text, Netns, LAUNCHER};
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use streamcomm::bootstrap::Bootstrap;
 use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::launch::env::detect_from_process_env;
@@ -74,7 +74,8 @@ fn self_as_rank(entry: &str) -> Vec<String> {
     [
         exe,
         "--exact".into(),
-        entry.into(),
+        streamcomm_testkit::test_path(module_path!(), entry),
+        "--ignored".into(),
         "--nocapture".into(),
         "--test-threads=1".into(),
     ]
@@ -357,6 +358,7 @@ fn a_communicator_spans_namespaces() {
 /// A rank that all-gathers `rank@node` through the bootstrap; does nothing
 /// unless started by a test above.
 #[test]
+#[ignore = "entry point of the child processes"]
 fn bootstrap_entry_point() {
     if std::env::var_os(BOOT_CHILD).is_none() {
         return;
@@ -377,6 +379,7 @@ fn bootstrap_entry_point() {
 /// reference, runs a host barrier and prints `rank R OK size=S hosts=H`;
 /// does nothing unless started by a test above.
 #[test]
+#[ignore = "entry point of the child processes"]
 fn communicator_entry_point() {
     if std::env::var_os(COMM_CHILD).is_none() {
         return;
@@ -385,7 +388,8 @@ fn communicator_entry_point() {
     let comm = Communicator::from_env().expect("communicator from the environment");
     let (rank, size) = (comm.rank(), comm.size());
     let stream = HostStream::new().expect("stream");
-    let mut rng = rand::thread_rng();
+    let mut rng =
+        rand::rngs::StdRng::seed_from_u64(streamcomm_testkit::seed() ^ (rank as u64) << 32);
     let input: Vec<f64> = (0..COUNT).map(|_| rng.gen_range(-1.0..1.0)).collect();
     let send = HostBuffer::from_slice(&input);
     let mut everyone = HostBuffer::<f64>::zeroed(COUNT * size);

@@ -2,8 +2,7 @@
 //! choices are used and reported, the model's choice is the same on every
 //! rank, and ranks that disagree on `STREAMCOMM_ALGO` fail at creation.
 
-mod common;
-mod harness;
+use crate::harness;
 
 use std::sync::mpsc;
 use std::time::Duration;

@@ -31,7 +31,7 @@ const N: usize = 4;
 const BUFFSIZE: usize = 16 << 10;
 const NSTEPS: usize = 4;
 const COUNT: usize = N * 3 * (BUFFSIZE / NSTEPS / 4);
-const LONG: Duration = Duration::from_secs(20);
+const LONG: Duration = Duration::from_secs(60);
 
 fn config(transport: TransportChoice, timeout: Duration, faults: &str) -> Config {
     Config {
@@ -212,7 +212,7 @@ fn delayed(transport: TransportChoice) {
         LONG,
         &format!("recv:peer=1:nth={}:delay=200ms", k + 1),
     );
-    let seed = rand::random();
+    let seed = streamcomm_testkit::seed();
     let out = run_ranks(configs, move |comm| scenario(comm, 3, seed, None));
     for (rank, o) in out.iter().enumerate() {
         assert!(o.error.is_none(), "rank {rank}: {o:?}");
@@ -233,7 +233,7 @@ fn dropped_last(transport: TransportChoice) {
     // has failed: a later slot from rank 0 would reveal the loss at once
     // (see `dropped_then_more`), and this test is about the timeout.
     let gate = Arc::new(Gate::default());
-    let seed = rand::random();
+    let seed = streamcomm_testkit::seed();
     let out = run_ranks(configs, move |comm| {
         scenario(comm, 2, seed, Some(gate.clone()))
     });
@@ -248,11 +248,13 @@ fn dropped_last(transport: TransportChoice) {
                 what.contains("rank 0") && what.contains(transport_name(transport)),
                 "{what}"
             );
-            assert!((1000..3000).contains(waited_ms), "{waited_ms}");
+            // At least the 1 s timeout; the upper bound only tells it apart from
+            // the long timeout, with room for a loaded machine.
+            assert!(*waited_ms >= 1000 && *waited_ms < 21_000, "{waited_ms}");
         }
         other => panic!("rank 1 must time out waiting for rank 0: {other:?}"),
     }
-    assert!(out[1].after < short + Duration::from_secs(2), "{out:?}");
+    assert!(out[1].after < short + Duration::from_secs(20), "{out:?}");
     for (rank, o) in out.iter().enumerate() {
         let e = o
             .error
@@ -271,7 +273,7 @@ fn dropped_last(transport: TransportChoice) {
 fn dropped_then_more(transport: TransportChoice) {
     let mut configs = vec![config(transport, LONG, ""); N];
     configs[0] = config(transport, LONG, "send:peer=1:nth=1:drop");
-    let seed = rand::random();
+    let seed = streamcomm_testkit::seed();
     let out = run_ranks(configs, move |comm| {
         // The very first slot is lost; its successors arrive right after.
         let stream = HostStream::new().unwrap();
@@ -295,7 +297,7 @@ fn dropped_then_more(transport: TransportChoice) {
             .unwrap_or_else(|| panic!("rank {rank} did not fail"));
         assert!(blames(e, rank, 0), "rank {rank}: {e}\n{out:#?}");
         assert!(
-            o.after < Duration::from_secs(5),
+            o.after < Duration::from_secs(20),
             "rank {rank}: {o:?}\n{out:#?}"
         );
     }
@@ -305,7 +307,7 @@ fn duplicated(transport: TransportChoice) {
     let k = slots_per_all_reduce(0, 1);
     let mut configs = vec![config(transport, LONG, ""); N];
     configs[0] = config(transport, LONG, &format!("send:peer=1:nth={}:dup", k + 2));
-    let seed = rand::random();
+    let seed = streamcomm_testkit::seed();
     let out = run_ranks(configs, move |comm| scenario(comm, 3, seed, None));
     match &out[1].error {
         Some(e @ Error::Transport { peer: 0, cause, .. }) => {
@@ -320,7 +322,7 @@ fn duplicated(transport: TransportChoice) {
             .unwrap_or_else(|| panic!("rank {rank} did not fail"));
         assert!(blames(e, rank, 0), "rank {rank}: {e}\n{out:#?}");
         assert!(
-            o.after < Duration::from_secs(5),
+            o.after < Duration::from_secs(20),
             "rank {rank}: {o:?}\n{out:#?}"
         );
     }
@@ -332,7 +334,7 @@ fn injected_error(transport: TransportChoice) {
     let rule = format!("send:peer=1:nth={}:error", slots_per_all_reduce(0, 1) + 3);
     let mut configs = vec![config(transport, LONG, ""); N];
     configs[0] = config(transport, LONG, &rule);
-    let seed = rand::random();
+    let seed = streamcomm_testkit::seed();
     let out = run_ranks(configs, move |comm| scenario(comm, 2, seed, None));
     match &out[0].error {
         Some(e @ Error::Transport { peer: 1, cause, .. }) => {
@@ -346,7 +348,7 @@ fn injected_error(transport: TransportChoice) {
             .as_ref()
             .unwrap_or_else(|| panic!("rank {rank} did not fail"));
         assert!(blames(e, rank, 1), "rank {rank}: {e}");
-        assert!(o.after < Duration::from_secs(5), "rank {rank}: {o:?}");
+        assert!(o.after < Duration::from_secs(20), "rank {rank}: {o:?}");
     }
 }
 

@@ -47,7 +47,7 @@ fn child() {
 /// Starts a child in `mode`; returns it and the path of its segment.
 fn spawn(mode: &str) -> (std::process::Child, PathBuf) {
     let mut c = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child", "--ignored", "--nocapture", "-q"])
+        .args(streamcomm_testkit::child_args!("child"))
         .env(CHILD, mode)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -8,7 +8,7 @@
 //! the run short; random schedules cover interleavings round-robin never
 //! produces.
 
-mod common;
+use crate::common;
 
 use std::fmt;
 

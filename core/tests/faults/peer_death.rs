@@ -5,6 +5,7 @@
 //! figures are printed). A rank that drops its communicator cleanly and
 //! exits, on the other hand, is no failure for the ranks still running.
 
+use rand::{Rng, SeedableRng};
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
@@ -64,14 +65,15 @@ fn segments_of(pids: &[u32]) -> Vec<String> {
 fn killing_a_shm_rank_fails_the_others_naming_it() {
     let exe = std::env::current_exe().unwrap();
     let mut rounds = Vec::new();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(streamcomm_testkit::seed());
     for round in 0..20u64 {
         let id = streamcomm::bootstrap::UniqueId::new().unwrap();
-        let kill_at = 3 + (rand::random::<u64>() % 40);
+        let kill_at = rng.gen_range(3..43u64);
         let t0 = Instant::now();
         let mut children: Vec<_> = (0..4)
             .map(|rank| {
                 std::process::Command::new(&exe)
-                    .args(["--exact", "child", "--ignored", "--nocapture", "-q"])
+                    .args(streamcomm_testkit::child_args!("child"))
                     .env(CHILD, kill_at.to_string())
                     .env("STREAMCOMM_UNIQUE_ID", id.to_string())
                     .env("RANK", rank.to_string())
@@ -139,6 +141,7 @@ fn leaver_child() {
     comm.barrier_host().unwrap();
     if comm.rank() == 0 {
         drop(comm);
+        streamcomm_testkit::child_ran();
         return; // the process exits at once
     }
     // Several watchdog periods after rank 0 has gone.
@@ -147,16 +150,19 @@ fn leaver_child() {
         eprintln!("rank {}: {e}", comm.rank());
         std::process::exit(44);
     }
+    streamcomm_testkit::child_ran();
 }
 
 #[test]
 fn a_rank_that_leaves_cleanly_is_not_a_failure() {
     let exe = std::env::current_exe().unwrap();
     let id = streamcomm::bootstrap::UniqueId::new().unwrap();
+    let proof = streamcomm_testkit::ChildProof::new("a rank that leaves cleanly");
     let children: Vec<_> = (0..3)
         .map(|rank| {
             std::process::Command::new(&exe)
-                .args(["--exact", "leaver_child", "--ignored", "--nocapture", "-q"])
+                .args(streamcomm_testkit::child_args!("leaver_child"))
+                .env(proof.env().0, proof.env().1)
                 .env(LEAVER, "1")
                 .env("STREAMCOMM_UNIQUE_ID", id.to_string())
                 .env("RANK", rank.to_string())
@@ -170,4 +176,5 @@ fn a_rank_that_leaves_cleanly_is_not_a_failure() {
         let status = c.wait().unwrap();
         assert!(status.success(), "rank {rank}: {status:?}");
     }
+    proof.assert_ran(3);
 }

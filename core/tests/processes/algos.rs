@@ -3,8 +3,7 @@
 //! against the f64 reference, in and out of place, several dtypes and
 //! operators, counts from 0 to several ring buffers.
 
-mod common;
-mod harness;
+use crate::harness;
 
 use std::time::Duration;
 
@@ -20,14 +19,20 @@ const SEED: &str = "STREAMCOMM_TEST_SEED";
 fn launch(n: usize, algo: &str) {
     let env = [
         (ROLE, "1".to_string()),
-        (SEED, harness::seed().to_string()),
+        (SEED, streamcomm_testkit::seed().to_string()),
         ("STREAMCOMM_ALGO", algo.to_string()),
         ("STREAMCOMM_BUFFSIZE", "8K".to_string()),
         ("STREAMCOMM_NSTEPS", "4".to_string()),
         ("STREAMCOMM_TIMEOUT", "60".to_string()),
     ];
     let what = format!("STREAMCOMM_ALGO={algo}");
-    harness::launch_children(n, &env, Duration::from_secs(240), &what);
+    harness::launch_children(
+        n,
+        &streamcomm_testkit::test_path(module_path!(), "child"),
+        &env,
+        Duration::from_secs(240),
+        &what,
+    );
 }
 
 #[test]
@@ -73,6 +78,7 @@ fn child() {
         }
     }
     comm.barrier_host().unwrap();
+    streamcomm_testkit::child_ran();
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! two processes get only torchrun, Slurm, Open MPI or PMI variables (plus a
 //! root address), form a communicator and all-reduce.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,7 @@ fn child() {
     assert_eq!(recv.to_vec(), vec![n * (n + 1) / 2; 64]);
     comm.barrier_host().unwrap();
     println!("launch child rank {} of {} OK", comm.rank(), comm.size());
+    streamcomm_testkit::child_ran();
 }
 
 /// Runs 2 children with `vars(rank)` plus a root address; both must succeed.
@@ -41,14 +42,16 @@ fn run(name: &str, vars: impl Fn(usize) -> Vec<(&'static str, String)>) {
     let free = free_port();
     let torchrun = vars(0).iter().any(|(k, _)| *k == "TORCHELASTIC_RUN_ID");
     let port = if torchrun { free - 1 } else { free }.to_string();
+    let proof = streamcomm_testkit::ChildProof::new(name);
     let mut children: Vec<_> = (0..2)
         .map(|rank| {
             let mut cmd = std::process::Command::new(&exe);
-            cmd.args(["--exact", "child", "--ignored", "--nocapture", "-q"])
+            cmd.args(streamcomm_testkit::child_args!("child"))
                 .env(CHILD, "1")
                 .env("MASTER_ADDR", "127.0.0.1")
                 .env("MASTER_PORT", &port)
                 .env("STREAMCOMM_TIMEOUT", "30");
+            proof.apply(&mut cmd);
             for var in [
                 "RANK",
                 "WORLD_SIZE",
@@ -79,6 +82,7 @@ fn run(name: &str, vars: impl Fn(usize) -> Vec<(&'static str, String)>) {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
+    proof.assert_ran(2);
 }
 
 #[test]

@@ -2,13 +2,13 @@
 //! halving-doubling all-reduce, binomial broadcast and reduce, recursive-doubling and
 //! Bruck all-gather) for every communicator size from 1 to 64, run by the
 //! simulator and checked element by element against an independent
-//! reference, as `plan_sim.rs` does for the defaults.
+//! reference, as `plans.rs` does for the defaults.
 //!
 //! Tiny slots (16 or 24 bytes) force multi-chunk paths; 1, 2 or 8 slots per
 //! connection; dtypes and operators spread over the matrix; every dtype and
 //! operator once per reducing algorithm; random interleavings with one slot.
 
-mod common;
+use crate::common;
 
 use std::fmt;
 

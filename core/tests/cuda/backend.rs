@@ -8,10 +8,8 @@
 //!
 //! Without a GPU, the GPU tests say they are skipped and the first test
 //! checks that the backend reports `Error::Unavailable`, without a panic.
-#![cfg(feature = "cuda")]
 
-mod common;
-mod harness;
+use crate::harness;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,7 +32,7 @@ fn gpu_present() -> bool {
             std::env::var_os("STREAMCOMM_REQUIRE_GPU").is_none(),
             "STREAMCOMM_REQUIRE_GPU is set but no GPU is usable"
         );
-        eprintln!("skipped: no usable GPU here");
+        streamcomm_testkit::skip(&streamcomm_testkit::current_test(), "no usable GPU here");
     }
     present
 }
@@ -42,7 +40,10 @@ fn gpu_present() -> bool {
 #[test]
 fn without_a_driver_the_cuda_backend_is_unavailable() {
     if streamcomm_gpu::Device::count().is_ok_and(|n| n > 0) {
-        eprintln!("skipped: a GPU is present");
+        streamcomm_testkit::skip(
+            "backend::without_a_driver_the_cuda_backend_is_unavailable",
+            "a GPU is present, so the no-driver path cannot be reached",
+        );
         return;
     }
     let id = UniqueId::new().unwrap();
@@ -219,7 +220,7 @@ fn every_collective_and_dtype_on_one_gpu_with_2_and_4_ranks() {
         return;
     }
     for (n, window) in [2, 4].into_iter().flat_map(|n| PATHS.map(|w| (n, w))) {
-        let seed: u64 = rand::thread_rng().gen();
+        let seed: u64 = streamcomm_testkit::seed();
         let bad: Vec<String> = on_one_gpu_with(n, window, move |cuda, s| {
             let mut bad = collectives::<f32>(cuda, s, seed);
             bad.extend(collectives::<f64>(cuda, s, seed ^ 1));
@@ -250,7 +251,7 @@ fn captured_step(window: usize) {
     const N: usize = 2;
     const COUNT: usize = 1 << 12;
     const REPLAYS: u64 = 1000;
-    let seed: u64 = rand::thread_rng().gen();
+    let seed: u64 = streamcomm_testkit::seed();
     let bad: Vec<String> = on_one_gpu_with(N, window, move |cuda, s| {
         let r = cuda.communicator().rank();
         let mut x = poisoned::<f32>(s, COUNT);
@@ -328,7 +329,7 @@ fn a_group_exchanges_around_a_ring_on_one_gpu() {
         return;
     }
     const N: usize = 4;
-    let seed: u64 = rand::thread_rng().gen();
+    let seed: u64 = streamcomm_testkit::seed();
     let bad: Vec<String> = on_one_gpu(N, move |cuda, s| {
         let r = cuda.communicator().rank();
         let (right, left) = ((r + 1) % N, (r + N - 1) % N);
@@ -363,9 +364,13 @@ fn every_collective_across_processes_over_cuda_ipc() {
     if !gpu_present() {
         return;
     }
-    let env = [("STREAMCOMM_TEST_SEED", harness::seed().to_string())];
+    let env = [(
+        "STREAMCOMM_TEST_SEED",
+        streamcomm_testkit::seed().to_string(),
+    )];
     harness::launch_children(
         2,
+        &streamcomm_testkit::test_path(module_path!(), "child"),
         &env,
         Duration::from_secs(120),
         "every collective, 2 processes on one GPU",
@@ -391,4 +396,5 @@ fn child() {
     let mut bad = collectives::<f32>(&cuda, &s, seed);
     bad.extend(collectives::<bf16>(&cuda, &s, seed ^ 1));
     assert!(bad.is_empty(), "{bad:#?}");
+    streamcomm_testkit::child_ran();
 }

@@ -1,7 +1,6 @@
 //! Bad input gets a clear error naming what was wrong, never a panic or a hang.
 
-mod common;
-mod harness;
+use crate::harness;
 
 use std::time::Duration;
 
@@ -149,7 +148,7 @@ fn abort_releases_a_waiting_stream() {
             });
             let t0 = std::time::Instant::now();
             let e = stream.synchronize().unwrap_err();
-            assert!(t0.elapsed() < Duration::from_secs(5));
+            assert!(t0.elapsed() < Duration::from_secs(20));
             assert!(matches!(e, Error::Aborted(_)), "{e}");
             assert!(comm.async_error().is_some());
             assert!(comm.barrier(&stream).is_err());

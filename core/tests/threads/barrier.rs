@@ -2,15 +2,14 @@
 //! host barrier, the stream barrier (inline and through the proxy), and a
 //! captured barrier replayed many times.
 
-mod common;
-mod harness;
+use crate::harness;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use harness::{run_threads, small_config};
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use streamcomm::config::Progress;
 use streamcomm::host::HostStream;
 use streamcomm::Config;
@@ -19,8 +18,9 @@ use streamcomm::Config;
 /// `n * (k + 1)` arrivals happened, with random delays before arriving.
 fn host_barrier(n: usize, iters: usize) {
     let arrived = Arc::new(AtomicUsize::new(0));
+    let seed = streamcomm_testkit::seed();
     run_threads(n, small_config(), Duration::from_secs(120), move |comm| {
-        let mut rng = rand::thread_rng();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (comm.rank() as u64) << 32);
         for k in 0..iters {
             if rng.gen_ratio(1, 50) {
                 std::thread::sleep(Duration::from_micros(rng.gen_range(0..300)));

@@ -7,9 +7,8 @@
 //! Needs root and iproute2; skipped with a printed reason otherwise, except
 //! under `CI=true`, where it must run.
 
-mod common;
-mod harness;
-mod netns;
+use crate::harness;
+use crate::netns;
 
 use std::time::Duration;
 
@@ -25,8 +24,13 @@ const LIMIT: Duration = Duration::from_secs(300);
 fn job(hosts: usize, ranks_per_host: usize, scenario: &str, extra: &[(&str, &str)]) -> String {
     let net = Netns::up(hosts).unwrap_or_else(|e| panic!("{e}"));
     let exe = std::env::current_exe().unwrap();
-    let seed = harness::seed().to_string();
+    let seed = streamcomm_testkit::seed().to_string();
+    let proof = streamcomm_testkit::ChildProof::new(scenario);
+    let (proof_key, proof_dir) = proof.env();
+    let args = streamcomm_testkit::child_args!("child");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut env = vec![
+        (proof_key, proof_dir.as_str()),
         (SCENARIO, scenario),
         (SEED, seed.as_str()),
         ("STREAMCOMM_SECRET", SECRET),
@@ -34,14 +38,7 @@ fn job(hosts: usize, ranks_per_host: usize, scenario: &str, extra: &[(&str, &str
     ];
     env.extend_from_slice(extra);
     let out = net
-        .run_job(
-            hosts,
-            ranks_per_host,
-            &exe,
-            &["--exact", "child", "--ignored", "--nocapture", "-q"],
-            &env,
-            LIMIT,
-        )
+        .run_job(hosts, ranks_per_host, &exe, &args, &env, LIMIT)
         .unwrap_or_else(|e| panic!("{e}"));
     let stdout = netns::text(&out.stdout);
     assert!(
@@ -49,6 +46,7 @@ fn job(hosts: usize, ranks_per_host: usize, scenario: &str, extra: &[(&str, &str
         "{scenario} failed:\n{stdout}\n{}",
         netns::text(&out.stderr)
     );
+    proof.assert_ran(hosts * ranks_per_host);
     stdout
 }
 
@@ -123,6 +121,7 @@ fn child() {
         other => panic!("unknown scenario {other}"),
     }
     comm.barrier_host().unwrap();
+    streamcomm_testkit::child_ran();
 }
 
 /// Peak resident memory of this process, MiB.

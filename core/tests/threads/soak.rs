@@ -10,14 +10,14 @@
 //! every rank had arrived at it.
 //!
 //! ```text
-//! cargo test --release -p streamcomm --test soak -- --ignored soak    # 1,000,000 operations
-//! STREAMCOMM_SOAK_OPS=2000 cargo test -p streamcomm --test soak -- --ignored soak
-//! STREAMCOMM_TRANSPORT=tcp STREAMCOMM_SOAK_OPS=2000 cargo test -p streamcomm --test soak -- --ignored soak
+//! cargo test --release -p streamcomm --test threads -- --ignored soak::    # 1,000,000 operations
+//! STREAMCOMM_SOAK_OPS=2000 cargo test -p streamcomm --test threads -- --ignored soak::
+//! STREAMCOMM_TRANSPORT=tcp STREAMCOMM_SOAK_OPS=2000 cargo test -p streamcomm --test threads -- --ignored soak::
 //! ```
 //! It prints the seed (replay with `STREAMCOMM_TEST_SEED`) and the rate.
 
-mod common;
-mod harness;
+use crate::common;
+use crate::harness;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -104,7 +104,7 @@ fn soak_rank(comm: &Communicator, seed: u64, ops: u64, arrived: &AtomicU64) -> u
 #[ignore = "soak: long; run with --ignored (STREAMCOMM_SOAK_OPS sets the length)"]
 fn soak() {
     let ops = ops_wanted();
-    let seed = harness::seed();
+    let seed = streamcomm_testkit::seed();
     let config = Config {
         buffsize: 8 << 10,
         nsteps: 4,

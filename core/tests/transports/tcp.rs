@@ -3,8 +3,7 @@
 //! processes, multi-chunk messages, several sockets per peer, and a peer
 //! that dies mid-collective.
 
-mod common;
-mod harness;
+use crate::harness;
 
 use std::time::{Duration, Instant};
 
@@ -22,7 +21,7 @@ fn tcp_config(nchannels: usize) -> Config {
 }
 
 fn matrix(n: usize, nchannels: usize) {
-    let base = harness::seed();
+    let base = streamcomm_testkit::seed();
     run_threads(
         n,
         tcp_config(nchannels),
@@ -116,6 +115,7 @@ fn child() {
         }
         other => panic!("unknown scenario {other}"),
     }
+    streamcomm_testkit::child_ran();
 }
 
 /// Rank 1 of 3 is SIGKILLed mid all_reduce loop; ranks 0 and 2 must fail
@@ -131,7 +131,7 @@ fn a_peer_that_dies_mid_collective_fails_the_others_naming_it() {
     let mut children: Vec<_> = (0..3)
         .map(|rank| {
             std::process::Command::new(&exe)
-                .args(["--exact", "child", "--ignored", "--nocapture", "-q"])
+                .args(streamcomm_testkit::child_args!("child"))
                 .env(SCENARIO, "die")
                 .env("STREAMCOMM_UNIQUE_ID", id.to_string())
                 .env("RANK", rank.to_string())
@@ -195,7 +195,7 @@ fn a_mismatch_fails_every_rank_promptly_over_tcp() {
     });
     for (rank, (e, took)) in results.into_iter().enumerate() {
         assert!(
-            took < Duration::from_secs(5),
+            took < Duration::from_secs(20),
             "rank {rank} waited {took:?}: {e}"
         );
         assert!(
@@ -217,7 +217,7 @@ fn abort_reaches_tcp_peers() {
             let t0 = Instant::now();
             let e = comm.barrier_host().unwrap_err();
             assert!(
-                t0.elapsed() < Duration::from_secs(5),
+                t0.elapsed() < Duration::from_secs(20),
                 "rank {} took {:?}: {e}",
                 comm.rank(),
                 t0.elapsed()

@@ -1,7 +1,7 @@
 //! Bootstrap rendezvous over real TCP on 127.0.0.1: ranks as threads,
 //! strangers that must not disturb them, and every failure path of the client.
 
-mod common;
+use crate::common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -291,7 +291,7 @@ fn unreachable_root_times_out_within_the_timeout() {
     let took = start.elapsed();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     assert!(
-        took >= Duration::from_millis(450) && took < Duration::from_secs(2),
+        took >= Duration::from_millis(450) && took < Duration::from_secs(10),
         "took {took:?}"
     );
 }
@@ -345,7 +345,7 @@ fn all_gather_times_out_and_stays_failed() {
         let err = b.all_gather(b"lonely").expect_err("rank 1 never gathers");
         assert!(matches!(err, Error::Timeout { .. }), "{err}");
         assert!(
-            start.elapsed() < Duration::from_secs(2),
+            start.elapsed() < Duration::from_secs(10),
             "took {:?}",
             start.elapsed()
         );

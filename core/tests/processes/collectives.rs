@@ -5,8 +5,8 @@
 //! across user work and collectives, graph capture and replay on fresh data,
 //! point-to-point, barriers, and 8 ranks on 2 cores.
 
-mod common;
-mod harness;
+use crate::common;
+use crate::harness;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,12 +22,18 @@ const SEED: &str = "STREAMCOMM_TEST_SEED";
 fn launch(n: usize, scenario: &str, buffsize: &str) {
     let env = [
         (SCENARIO, scenario.to_string()),
-        (SEED, harness::seed().to_string()),
+        (SEED, streamcomm_testkit::seed().to_string()),
         ("STREAMCOMM_BUFFSIZE", buffsize.to_string()),
         ("STREAMCOMM_NSTEPS", "4".to_string()),
         ("STREAMCOMM_TIMEOUT", "60".to_string()),
     ];
-    harness::launch_children(n, &env, Duration::from_secs(300), scenario);
+    harness::launch_children(
+        n,
+        &streamcomm_testkit::test_path(module_path!(), "child"),
+        &env,
+        Duration::from_secs(300),
+        scenario,
+    );
 }
 
 #[test]
@@ -46,6 +52,7 @@ fn child() {
         "p2p" => point_to_point(&comm, &stream, seed),
         other => panic!("unknown scenario {other}"),
     }
+    streamcomm_testkit::child_ran();
 }
 
 fn matrix_slice(comm: &Communicator, stream: &HostStream, seed: u64) {

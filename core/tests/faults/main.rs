@@ -1,0 +1,6 @@
+//! Ranks that fail on purpose: injected faults (with the `fault-injection`
+//! feature) and peers killed mid-collective. The map of all test binaries
+//! is in `threads/main.rs`.
+
+mod injected;
+mod peer_death;

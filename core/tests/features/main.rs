@@ -1,0 +1,81 @@
+//! What each optional feature adds, and what a build without it refuses,
+//! with a clear error rather than a silent fallback. The assertions follow
+//! the build's features, so this binary runs in both builds: CI runs the
+//! whole suite with `--all-features` and this binary alone in a default
+//! build (`cargo test -p streamcomm --test features`). The map of all test
+//! binaries is in `threads/main.rs`.
+
+use std::time::Duration;
+
+use streamcomm::bootstrap::UniqueId;
+use streamcomm::config::TransportChoice;
+use streamcomm::transport::fault_spec::FaultPlan;
+use streamcomm::{Backend, Communicator, Config, Error};
+
+fn rdma_device_here() -> bool {
+    std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
+}
+
+fn verbs_config() -> Config {
+    Config {
+        transport: TransportChoice::Verbs,
+        timeout: Duration::from_secs(60),
+        ..Config::default()
+    }
+}
+
+/// `STREAMCOMM_TRANSPORT=verbs` with peers: `Error::Unavailable` naming
+/// verbs, from a build without the feature or a host without a device;
+/// `auto` and a single rank still form communicators.
+#[test]
+fn forced_verbs_without_a_device_is_unavailable_and_auto_still_works() {
+    if cfg!(feature = "verbs") && rdma_device_here() {
+        streamcomm_testkit::skip(
+            &streamcomm_testkit::current_test(),
+            "an RDMA device is present: the verbs tests cover it",
+        );
+        return;
+    }
+    let id = UniqueId::new().unwrap();
+    let handles: Vec<_> = (0..2)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                Communicator::init_with_config(&id, rank, 2, Backend::Host, verbs_config())
+                    .map(|_| ())
+            })
+        })
+        .collect();
+    for h in handles {
+        match h.join().unwrap() {
+            Err(Error::Unavailable(msg)) => {
+                assert!(msg.contains("verbs"), "{msg}");
+                if !cfg!(feature = "verbs") {
+                    assert!(msg.contains("`verbs` feature"), "names the feature: {msg}");
+                }
+            }
+            other => panic!("expected Error::Unavailable, got {other:?}"),
+        }
+    }
+    // One rank has no peers: no device needed.
+    let id = UniqueId::new().unwrap();
+    let one = Communicator::init_with_config(&id, 0, 1, Backend::Host, verbs_config());
+    assert!(one.is_ok(), "{:?}", one.err());
+}
+
+/// Fault rules are applied by builds with `fault-injection` and refused,
+/// naming the feature, by builds without it; no rules is fine in both.
+#[test]
+fn fault_rules_need_the_fault_injection_feature() {
+    let config = Config {
+        faults: FaultPlan::parse("send:peer=1:nth=2:drop").unwrap(),
+        ..Config::default()
+    };
+    let checked = config.validate();
+    if cfg!(feature = "fault-injection") {
+        assert!(checked.is_ok(), "{:?}", checked.err());
+    } else {
+        let err = checked.unwrap_err().to_string();
+        assert!(err.contains("fault-injection"), "{err}");
+    }
+    assert!(Config::default().validate().is_ok());
+}

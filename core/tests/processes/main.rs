@@ -1,0 +1,18 @@
+//! Ranks as real processes: copies of this test binary, started the way
+//! `streamcomm-run` starts them (or by `streamcomm-run` itself), over real
+//! shared memory. The map of all test binaries is in `threads/main.rs`.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../harness/mod.rs"]
+mod harness;
+#[path = "../netns/mod.rs"]
+mod netns;
+
+mod algos;
+mod barrier;
+mod collectives;
+mod launch_env;
+mod launcher;
+mod launcher_nodes;
+mod stale_segments;

@@ -1,0 +1,27 @@
+//! Test support shared by every streamcomm crate's tests.
+//!
+//! Four rules hold in every test of the workspace, and each has its one
+//! implementation here:
+//!
+//! - **Replayable randomness** ([`seed`]): a randomized test prints the seed
+//!   it drew, and `STREAMCOMM_TEST_SEED=N` replays it.
+//! - **Loud skips** ([`skip`]): a test that cannot reach what it tests says
+//!   `SKIPPED: <test>: <reason>`, and records it where CI collects skips.
+//! - **No vacuous child passes** ([`ChildProof`], [`child_ran`]): a test that
+//!   runs copies of its own binary as ranks checks that each child's body
+//!   ran, so a renamed or filtered-out child fails its parent.
+//! - **Repetition knobs** ([`reps`]): long loops run a count that covers
+//!   every path by default and the full count with `STREAMCOMM_TEST_FULL=1`.
+//!
+//! ```
+//! let seed = streamcomm_testkit::seed();
+//! let rounds = streamcomm_testkit::reps(10, 1_000);
+//! assert!(rounds == 10 || rounds == 1_000);
+//! # let _ = seed;
+//! ```
+
+mod child;
+mod knobs;
+
+pub use child::{child_args, child_ran, test_path, ChildProof, PROOF_DIR_VAR};
+pub use knobs::{current_test, full, reps, seed, skip, SKIP_LOG_VAR};
