@@ -135,6 +135,9 @@ pub extern "C" fn cuEventRecordWithFlags(h: usize, stream: usize, flags: c_uint)
 pub extern "C" fn cuEventQuery(h: usize) -> u32 {
     entry("cuEventQuery", || {
         let (_, st) = state(h)?;
+        if matches!(st, State::Captured { .. }) {
+            return Err(CAPTURED_EVENT);
+        }
         capture::check_unsafe("cuEventQuery")?;
         match st {
             State::Never => Ok(()),
@@ -150,6 +153,9 @@ pub extern "C" fn cuEventQuery(h: usize) -> u32 {
 pub extern "C" fn cuEventSynchronize(h: usize) -> u32 {
     entry("cuEventSynchronize", || {
         let (_, st) = state(h)?;
+        if matches!(st, State::Captured { .. }) {
+            return Err(CAPTURED_EVENT);
+        }
         capture::check_unsafe("cuEventSynchronize")?;
         match st {
             State::Never => Ok(()),

@@ -30,22 +30,31 @@ pub fn is_child(name: &str) -> bool {
     std::env::var(CHILD_ENV).is_ok_and(|v| v == name)
 }
 
-/// The built stand-in (`target/<profile>/libcuda.so`), found from this test
-/// binary's path (`target/<profile>/deps/<test>-<hash>`).
+/// The built stand-in, found from this test binary's path
+/// (`target/<profile>/deps/<test>-<hash>`): `deps/libcuda.so` (what
+/// `cargo test` builds) or `target/<profile>/libcuda.so` (what `cargo build`
+/// uplifts), whichever is newer.
 pub fn standin_lib() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let deps = exe.parent().expect("deps dir");
-    for dir in [deps.parent().unwrap_or(deps), deps] {
-        let lib = dir.join("libcuda.so");
-        if lib.is_file() {
-            return lib;
-        }
+    let newest = [deps.to_path_buf(), deps.parent().unwrap_or(deps).to_path_buf()]
+        .into_iter()
+        .map(|d| d.join("libcuda.so"))
+        .filter_map(|lib| Some((lib.metadata().ok()?.modified().ok()?, lib)))
+        .max();
+    match newest {
+        Some((_, lib)) => lib,
+        None => panic!("the stand-in libcuda.so was not built next to {}", exe.display()),
     }
-    panic!("the stand-in libcuda.so was not built next to {}", exe.display());
 }
 
 /// A directory holding `libcuda.so` and `libcuda.so.1` links to the stand-in.
 pub fn lib_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(make_lib_dir).clone()
+}
+
+fn make_lib_dir() -> PathBuf {
     let lib = standin_lib();
     let dir = std::env::temp_dir().join(format!("sc-standin-lib-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
