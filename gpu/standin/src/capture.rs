@@ -30,8 +30,8 @@ use std::thread::ThreadId;
 use crate::context::{lock, Context, Stream};
 use crate::device::out;
 use crate::error::{
-    Res, CAPTURE_IMPLICIT, CAPTURE_INVALIDATED, CAPTURE_MERGE, CAPTURE_UNJOINED, CAPTURE_UNMATCHED,
-    CAPTURE_UNSUPPORTED, CAPTURE_WRONG_THREAD, CAPTURED_EVENT, ILLEGAL_STATE, INVALID_VALUE,
+    Res, CAPTURED_EVENT, CAPTURE_IMPLICIT, CAPTURE_INVALIDATED, CAPTURE_MERGE, CAPTURE_UNJOINED,
+    CAPTURE_UNMATCHED, CAPTURE_UNSUPPORTED, CAPTURE_WRONG_THREAD, ILLEGAL_STATE, INVALID_VALUE,
 };
 use crate::exec::Work;
 use crate::graph::{Graph, Node, GRAPHS};
@@ -172,8 +172,15 @@ pub fn check_unsafe(name: &str) -> Res<()> {
 
 /// Refuses `cuCtxSynchronize` (900) while any stream of `ctx` captures.
 pub fn check_context_sync(ctx: &Context, name: &str) -> Res<()> {
-    let caps = active().into_iter().filter(|c| std::ptr::eq(c.ctx, ctx)).collect();
-    refuse(caps, CAPTURE_UNSUPPORTED, format!("{name} while a stream of the context captures"))
+    let caps = active()
+        .into_iter()
+        .filter(|c| std::ptr::eq(c.ctx, ctx))
+        .collect();
+    refuse(
+        caps,
+        CAPTURE_UNSUPPORTED,
+        format!("{name} while a stream of the context captures"),
+    )
 }
 
 /// Refuses synchronising or querying a capturing stream (900).
@@ -229,7 +236,8 @@ pub fn wait_captured(stream: &Arc<Stream>, cap: &Arc<Capture>, nodes: &[usize]) 
         }
         None => {
             if stream.legacy {
-                return Err(cap.invalidate_with(CAPTURE_IMPLICIT, "the legacy stream cannot join a capture"));
+                return Err(cap
+                    .invalidate_with(CAPTURE_IMPLICIT, "the legacy stream cannot join a capture"));
             }
             let mut st = lock(&cap.state);
             if st.invalid {
@@ -290,7 +298,10 @@ pub extern "C" fn cuStreamEndCapture(h: usize, pgraph: *mut usize) -> u32 {
         }
         let cap = of(&s).ok_or(ILLEGAL_STATE)?;
         if !Arc::ptr_eq(&cap.origin, &s) {
-            return Err(cap.invalidate_with(CAPTURE_UNMATCHED, "cuStreamEndCapture on a stream other than the origin"));
+            return Err(cap.invalidate_with(
+                CAPTURE_UNMATCHED,
+                "cuStreamEndCapture on a stream other than the origin",
+            ));
         }
         if cap.mode != RELAXED && cap.thread != std::thread::current().id() {
             return Err(CAPTURE_WRONG_THREAD);
@@ -311,7 +322,10 @@ pub extern "C" fn cuStreamEndCapture(h: usize, pgraph: *mut usize) -> u32 {
         } else if !joined(&cap.graph, &st.frontier, &s) {
             say_once(
                 format!("unjoined:{}", cap.id),
-                &format!("stream capture {}: a forked stream was not joined into the origin stream", cap.id),
+                &format!(
+                    "stream capture {}: a forked stream was not joined into the origin stream",
+                    cap.id
+                ),
             );
             Err(CAPTURE_UNJOINED)
         } else {
@@ -395,7 +409,10 @@ pub extern "C" fn cuStreamGetCaptureInfo_v2(
         }
         let s = stream_of(h)?;
         let nodes = cap.frontier(&s).unwrap_or_default();
-        let handles: Vec<usize> = nodes.iter().map(|n| crate::graph::node_handle(cap.graph_handle, *n)).collect();
+        let handles: Vec<usize> = nodes
+            .iter()
+            .map(|n| crate::graph::node_handle(cap.graph_handle, *n))
+            .collect();
         let n = handles.len();
         let ptr = DEPS.with(|d| {
             *d.borrow_mut() = handles;

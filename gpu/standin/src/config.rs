@@ -24,7 +24,11 @@ pub struct Config {
 pub fn config() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
     CONFIG.get_or_init(|| {
-        let num = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<i64>().ok());
+        let num = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.trim().parse::<i64>().ok())
+        };
         Config {
             max_connections: num("CUDA_DEVICE_MAX_CONNECTIONS").unwrap_or(8).clamp(1, 32) as usize,
             devices: num("STREAMCOMM_STANDIN_DEVICES").unwrap_or(1).clamp(0, 16) as usize,

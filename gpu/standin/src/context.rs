@@ -139,7 +139,13 @@ impl Context {
     }
 
     /// A new stream on the next hardware queue (round-robin).
-    pub fn new_stream(&'static self, handle: usize, legacy: bool, blocking: bool, priority: i32) -> Arc<Stream> {
+    pub fn new_stream(
+        &'static self,
+        handle: usize,
+        legacy: bool,
+        blocking: bool,
+        priority: i32,
+    ) -> Arc<Stream> {
         let queue = self.next_queue.fetch_add(1, Ordering::Relaxed) % self.queues.len();
         Arc::new(Stream {
             ctx: self,
@@ -256,11 +262,15 @@ fn worker(ctx: &'static Context, q: Arc<HwQueue>) {
             d.stream.ctx.wait(d);
         }
         if ctx.check_sticky().is_ok() {
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exec::run(ctx, &op.work)));
+            let outcome =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exec::run(ctx, &op.work)));
             match outcome {
                 Ok(Ok(())) => {}
                 Ok(Err((code, what))) => ctx.fault(code, &what),
-                Err(_) => ctx.fault(crate::error::LAUNCH_FAILED, "internal panic while executing work"),
+                Err(_) => ctx.fault(
+                    crate::error::LAUNCH_FAILED,
+                    "internal panic while executing work",
+                ),
             }
         }
         ctx.completed(&op.stream, op.seq);

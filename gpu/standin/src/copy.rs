@@ -22,7 +22,13 @@ use crate::memory::{host_ptr, resolve};
 use crate::pinned::is_pinned;
 use crate::stream::{stream_of, submit, submit_and_wait};
 
-fn to_device(dst: u64, src: *const c_void, n: usize, stream: Option<usize>, name: &'static str) -> Res<()> {
+fn to_device(
+    dst: u64,
+    src: *const c_void,
+    n: usize,
+    stream: Option<usize>,
+    name: &'static str,
+) -> Res<()> {
     let ctx = current()?;
     if stream.is_none() {
         check_unsafe(name)?;
@@ -48,10 +54,25 @@ fn to_device(dst: u64, src: *const c_void, n: usize, stream: Option<usize>, name
     }
     // SAFETY: the caller guarantees `n` readable bytes at `src`.
     let data = unsafe { std::slice::from_raw_parts(src as *const u8, n) }.to_vec();
-    submit(&s, Work::Staged { dst, data: Arc::new(data) }, Vec::new(), name).map(|_| ())
+    submit(
+        &s,
+        Work::Staged {
+            dst,
+            data: Arc::new(data),
+        },
+        Vec::new(),
+        name,
+    )
+    .map(|_| ())
 }
 
-fn to_host(dst: *mut c_void, src: u64, n: usize, stream: Option<usize>, name: &'static str) -> Res<()> {
+fn to_host(
+    dst: *mut c_void,
+    src: u64,
+    n: usize,
+    stream: Option<usize>,
+    name: &'static str,
+) -> Res<()> {
     let ctx = current()?;
     if stream.is_none() {
         check_unsafe(name)?;
@@ -89,7 +110,14 @@ fn device_copy(dst: u64, src: u64, n: usize, stream: Option<usize>, name: &'stat
     submit(&s, Work::DeviceCopy { dst, src, len: n }, Vec::new(), name).map(|_| ())
 }
 
-fn memset(dst: u64, value: u32, width: usize, count: usize, stream: Option<usize>, name: &'static str) -> Res<()> {
+fn memset(
+    dst: u64,
+    value: u32,
+    width: usize,
+    count: usize,
+    stream: Option<usize>,
+    name: &'static str,
+) -> Res<()> {
     let ctx = current()?;
     let s = match stream {
         Some(h) => stream_of(h)?,
@@ -118,72 +146,101 @@ fn memset(dst: u64, value: u32, width: usize, count: usize, stream: Option<usize
 /// `cuMemcpyHtoD_v2` (legacy stream; see the module docs).
 #[no_mangle]
 pub extern "C" fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, n: usize) -> u32 {
-    entry("cuMemcpyHtoD_v2", || to_device(dst, src, n, None, "cuMemcpyHtoD_v2"))
+    entry("cuMemcpyHtoD_v2", || {
+        to_device(dst, src, n, None, "cuMemcpyHtoD_v2")
+    })
 }
 
 /// `cuMemcpyDtoH_v2` (legacy stream; returns when complete).
 #[no_mangle]
 pub extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, n: usize) -> u32 {
-    entry("cuMemcpyDtoH_v2", || to_host(dst, src, n, None, "cuMemcpyDtoH_v2"))
+    entry("cuMemcpyDtoH_v2", || {
+        to_host(dst, src, n, None, "cuMemcpyDtoH_v2")
+    })
 }
 
 /// `cuMemcpyDtoD_v2` (legacy stream; does not wait).
 #[no_mangle]
 pub extern "C" fn cuMemcpyDtoD_v2(dst: u64, src: u64, n: usize) -> u32 {
-    entry("cuMemcpyDtoD_v2", || device_copy(dst, src, n, None, "cuMemcpyDtoD_v2"))
+    entry("cuMemcpyDtoD_v2", || {
+        device_copy(dst, src, n, None, "cuMemcpyDtoD_v2")
+    })
 }
 
 /// `cuMemcpyHtoDAsync_v2`.
 #[no_mangle]
-pub extern "C" fn cuMemcpyHtoDAsync_v2(dst: u64, src: *const c_void, n: usize, stream: usize) -> u32 {
-    entry("cuMemcpyHtoDAsync_v2", || to_device(dst, src, n, Some(stream), "cuMemcpyHtoDAsync_v2"))
+pub extern "C" fn cuMemcpyHtoDAsync_v2(
+    dst: u64,
+    src: *const c_void,
+    n: usize,
+    stream: usize,
+) -> u32 {
+    entry("cuMemcpyHtoDAsync_v2", || {
+        to_device(dst, src, n, Some(stream), "cuMemcpyHtoDAsync_v2")
+    })
 }
 
 /// `cuMemcpyDtoHAsync_v2`.
 #[no_mangle]
 pub extern "C" fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: u64, n: usize, stream: usize) -> u32 {
-    entry("cuMemcpyDtoHAsync_v2", || to_host(dst, src, n, Some(stream), "cuMemcpyDtoHAsync_v2"))
+    entry("cuMemcpyDtoHAsync_v2", || {
+        to_host(dst, src, n, Some(stream), "cuMemcpyDtoHAsync_v2")
+    })
 }
 
 /// `cuMemcpyDtoDAsync_v2`.
 #[no_mangle]
 pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, n: usize, stream: usize) -> u32 {
-    entry("cuMemcpyDtoDAsync_v2", || device_copy(dst, src, n, Some(stream), "cuMemcpyDtoDAsync_v2"))
+    entry("cuMemcpyDtoDAsync_v2", || {
+        device_copy(dst, src, n, Some(stream), "cuMemcpyDtoDAsync_v2")
+    })
 }
 
 /// `cuMemsetD8_v2`: on the legacy stream, asynchronous unless the target is
 /// pinned host memory (so it is not ordered with NON_BLOCKING streams).
 #[no_mangle]
 pub extern "C" fn cuMemsetD8_v2(dst: u64, uc: u8, n: usize) -> u32 {
-    entry("cuMemsetD8_v2", || memset(dst, uc.into(), 1, n, None, "cuMemsetD8_v2"))
+    entry("cuMemsetD8_v2", || {
+        memset(dst, uc.into(), 1, n, None, "cuMemsetD8_v2")
+    })
 }
 
 /// `cuMemsetD16_v2`.
 #[no_mangle]
 pub extern "C" fn cuMemsetD16_v2(dst: u64, us: u16, n: usize) -> u32 {
-    entry("cuMemsetD16_v2", || memset(dst, us.into(), 2, n, None, "cuMemsetD16_v2"))
+    entry("cuMemsetD16_v2", || {
+        memset(dst, us.into(), 2, n, None, "cuMemsetD16_v2")
+    })
 }
 
 /// `cuMemsetD32_v2`.
 #[no_mangle]
 pub extern "C" fn cuMemsetD32_v2(dst: u64, ui: u32, n: usize) -> u32 {
-    entry("cuMemsetD32_v2", || memset(dst, ui, 4, n, None, "cuMemsetD32_v2"))
+    entry("cuMemsetD32_v2", || {
+        memset(dst, ui, 4, n, None, "cuMemsetD32_v2")
+    })
 }
 
 /// `cuMemsetD8Async`.
 #[no_mangle]
 pub extern "C" fn cuMemsetD8Async(dst: u64, uc: u8, n: usize, stream: usize) -> u32 {
-    entry("cuMemsetD8Async", || memset(dst, uc.into(), 1, n, Some(stream), "cuMemsetD8Async"))
+    entry("cuMemsetD8Async", || {
+        memset(dst, uc.into(), 1, n, Some(stream), "cuMemsetD8Async")
+    })
 }
 
 /// `cuMemsetD16Async`.
 #[no_mangle]
 pub extern "C" fn cuMemsetD16Async(dst: u64, us: u16, n: usize, stream: usize) -> u32 {
-    entry("cuMemsetD16Async", || memset(dst, us.into(), 2, n, Some(stream), "cuMemsetD16Async"))
+    entry("cuMemsetD16Async", || {
+        memset(dst, us.into(), 2, n, Some(stream), "cuMemsetD16Async")
+    })
 }
 
 /// `cuMemsetD32Async`.
 #[no_mangle]
 pub extern "C" fn cuMemsetD32Async(dst: u64, ui: u32, n: usize, stream: usize) -> u32 {
-    entry("cuMemsetD32Async", || memset(dst, ui, 4, n, Some(stream), "cuMemsetD32Async"))
+    entry("cuMemsetD32Async", || {
+        memset(dst, ui, 4, n, Some(stream), "cuMemsetD32Async")
+    })
 }

@@ -142,7 +142,9 @@ pub extern "C" fn cuInit(flags: c_uint) -> u32 {
 /// `cuDriverGetVersion` (works before `cuInit`): 13000 unless configured.
 #[no_mangle]
 pub extern "C" fn cuDriverGetVersion(version: *mut c_int) -> u32 {
-    entry("cuDriverGetVersion", || out(version, config().driver_version))
+    entry("cuDriverGetVersion", || {
+        out(version, config().driver_version)
+    })
 }
 
 /// `cuDeviceGetCount`.
@@ -236,7 +238,11 @@ fn host_memory() -> (usize, usize) {
 
 /// `cuDeviceComputeCapability` (deprecated): 9.0.
 #[no_mangle]
-pub extern "C" fn cuDeviceComputeCapability(major: *mut c_int, minor: *mut c_int, dev: c_int) -> u32 {
+pub extern "C" fn cuDeviceComputeCapability(
+    major: *mut c_int,
+    minor: *mut c_int,
+    dev: c_int,
+) -> u32 {
     entry("cuDeviceComputeCapability", || {
         slot(dev)?;
         out(major, 9)?;
@@ -248,55 +254,55 @@ pub extern "C" fn cuDeviceComputeCapability(major: *mut c_int, minor: *mut c_int
 /// features it does not implement.
 fn attribute(attrib: c_int, ordinal: c_int) -> Option<c_int> {
     Some(match attrib {
-        1 => 1024,                                  // MAX_THREADS_PER_BLOCK
-        2 | 3 => 1024,                              // MAX_BLOCK_DIM_X/Y
-        4 => 64,                                    // MAX_BLOCK_DIM_Z
-        5 => i32::MAX,                              // MAX_GRID_DIM_X
-        6 | 7 => 65535,                             // MAX_GRID_DIM_Y/Z
-        8 => 49152,                                 // MAX_SHARED_MEMORY_PER_BLOCK
-        9 => 65536,                                 // TOTAL_CONSTANT_MEMORY
-        10 => 32,                                   // WARP_SIZE
-        11 => i32::MAX,                             // MAX_PITCH
-        12 => 65536,                                // MAX_REGISTERS_PER_BLOCK
-        13 => 1_980_000,                            // CLOCK_RATE (kHz)
-        14 => 512,                                  // TEXTURE_ALIGNMENT
-        15 => 1,                                    // GPU_OVERLAP
-        16 => 132,                                  // MULTIPROCESSOR_COUNT
-        17 | 18 => 0,                               // KERNEL_EXEC_TIMEOUT, INTEGRATED
-        19 => 1,                                    // CAN_MAP_HOST_MEMORY
-        20 => 0,                                    // COMPUTE_MODE (default)
-        31 | 32 => 1,                               // CONCURRENT_KERNELS, ECC_ENABLED
-        33 => ordinal + 1,                          // PCI_BUS_ID
-        34 | 35 => 0,                               // PCI_DEVICE_ID, TCC_DRIVER
-        36 => 2_619_000,                            // MEMORY_CLOCK_RATE
-        37 => 6144,                                 // GLOBAL_MEMORY_BUS_WIDTH
-        38 => 52_428_800,                           // L2_CACHE_SIZE
-        39 => 2048,                                 // MAX_THREADS_PER_MULTIPROCESSOR
-        40 => 5,                                    // ASYNC_ENGINE_COUNT
-        41 => 1,                                    // UNIFIED_ADDRESSING
-        50 => 0,                                    // PCI_DOMAIN_ID
-        75 => 9,                                    // COMPUTE_CAPABILITY_MAJOR
-        76 => 0,                                    // COMPUTE_CAPABILITY_MINOR
-        78..=80 => 1,                               // STREAM_PRIORITIES, L1 caches
-        81 => 233_472,                              // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-        82 => 65536,                                // MAX_REGISTERS_PER_MULTIPROCESSOR
-        83 | 84 | 85 | 86 => 0, // MANAGED_MEMORY (not implemented), MULTI_GPU_BOARD(_GROUP_ID), HOST_NATIVE_ATOMIC
-        87 => 2,                // SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO
-        88 | 89 => 0,           // PAGEABLE_MEMORY_ACCESS, CONCURRENT_MANAGED_ACCESS
-        90 | 91 => 1,           // COMPUTE_PREEMPTION, CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
-        92..=94 => 1,           // CAN_USE_STREAM_MEM_OPS_V1, 64_BIT_V1, WAIT_VALUE_NOR_V1
-        95 | 96 => 0,           // COOPERATIVE_LAUNCH (not implemented), MULTI_DEVICE
-        97 => 232_448,          // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-        98 => 0,                // CAN_FLUSH_REMOTE_WRITES
-        99 => 1,                // HOST_REGISTER_SUPPORTED
-        100..=105 => 0,         // pageable via host tables, managed from host, VMM, export handles
-        106 => 32,              // MAX_BLOCKS_PER_MULTIPROCESSOR
-        107..=110 => 0,         // compression, persisting L2, access policy, GDR with VMM
-        111 => 1024,            // RESERVED_SHARED_MEMORY_PER_BLOCK
-        112 | 113 => 0,         // sparse arrays, read-only host register
-        114..=121 => 0,         // semaphores, memory pools, GPUDirect RDMA, cluster launch, ...
-        122 | 123 => 1,         // CAN_USE_64_BIT_STREAM_MEM_OPS, CAN_USE_STREAM_WAIT_VALUE_NOR
-        124 | 125 => 0,         // DMA_BUF_SUPPORTED, IPC_EVENT_SUPPORTED
+        1 => 1024,         // MAX_THREADS_PER_BLOCK
+        2 | 3 => 1024,     // MAX_BLOCK_DIM_X/Y
+        4 => 64,           // MAX_BLOCK_DIM_Z
+        5 => i32::MAX,     // MAX_GRID_DIM_X
+        6 | 7 => 65535,    // MAX_GRID_DIM_Y/Z
+        8 => 49152,        // MAX_SHARED_MEMORY_PER_BLOCK
+        9 => 65536,        // TOTAL_CONSTANT_MEMORY
+        10 => 32,          // WARP_SIZE
+        11 => i32::MAX,    // MAX_PITCH
+        12 => 65536,       // MAX_REGISTERS_PER_BLOCK
+        13 => 1_980_000,   // CLOCK_RATE (kHz)
+        14 => 512,         // TEXTURE_ALIGNMENT
+        15 => 1,           // GPU_OVERLAP
+        16 => 132,         // MULTIPROCESSOR_COUNT
+        17 | 18 => 0,      // KERNEL_EXEC_TIMEOUT, INTEGRATED
+        19 => 1,           // CAN_MAP_HOST_MEMORY
+        20 => 0,           // COMPUTE_MODE (default)
+        31 | 32 => 1,      // CONCURRENT_KERNELS, ECC_ENABLED
+        33 => ordinal + 1, // PCI_BUS_ID
+        34 | 35 => 0,      // PCI_DEVICE_ID, TCC_DRIVER
+        36 => 2_619_000,   // MEMORY_CLOCK_RATE
+        37 => 6144,        // GLOBAL_MEMORY_BUS_WIDTH
+        38 => 52_428_800,  // L2_CACHE_SIZE
+        39 => 2048,        // MAX_THREADS_PER_MULTIPROCESSOR
+        40 => 5,           // ASYNC_ENGINE_COUNT
+        41 => 1,           // UNIFIED_ADDRESSING
+        50 => 0,           // PCI_DOMAIN_ID
+        75 => 9,           // COMPUTE_CAPABILITY_MAJOR
+        76 => 0,           // COMPUTE_CAPABILITY_MINOR
+        78..=80 => 1,      // STREAM_PRIORITIES, L1 caches
+        81 => 233_472,     // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+        82 => 65536,       // MAX_REGISTERS_PER_MULTIPROCESSOR
+        83..=86 => 0, // MANAGED_MEMORY (not implemented), MULTI_GPU_BOARD(_GROUP_ID), HOST_NATIVE_ATOMIC
+        87 => 2,      // SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO
+        88 | 89 => 0, // PAGEABLE_MEMORY_ACCESS, CONCURRENT_MANAGED_ACCESS
+        90 | 91 => 1, // COMPUTE_PREEMPTION, CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
+        92..=94 => 1, // CAN_USE_STREAM_MEM_OPS_V1, 64_BIT_V1, WAIT_VALUE_NOR_V1
+        95 | 96 => 0, // COOPERATIVE_LAUNCH (not implemented), MULTI_DEVICE
+        97 => 232_448, // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+        98 => 0,      // CAN_FLUSH_REMOTE_WRITES
+        99 => 1,      // HOST_REGISTER_SUPPORTED
+        100..=105 => 0, // pageable via host tables, managed from host, VMM, export handles
+        106 => 32,    // MAX_BLOCKS_PER_MULTIPROCESSOR
+        107..=110 => 0, // compression, persisting L2, access policy, GDR with VMM
+        111 => 1024,  // RESERVED_SHARED_MEMORY_PER_BLOCK
+        112 | 113 => 0, // sparse arrays, read-only host register
+        114..=121 => 0, // semaphores, memory pools, GPUDirect RDMA, cluster launch, ...
+        122 | 123 => 1, // CAN_USE_64_BIT_STREAM_MEM_OPS, CAN_USE_STREAM_WAIT_VALUE_NOR
+        124 | 125 => 0, // DMA_BUF_SUPPORTED, IPC_EVENT_SUPPORTED
         _ => return None,
     })
 }
@@ -320,7 +326,9 @@ pub extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attrib: c_int, dev: c_
             None => {
                 say_once(
                     format!("attr:{attrib}"),
-                    &format!("cuDeviceGetAttribute({attrib}) is not modelled: CUDA_ERROR_NOT_SUPPORTED"),
+                    &format!(
+                        "cuDeviceGetAttribute({attrib}) is not modelled: CUDA_ERROR_NOT_SUPPORTED"
+                    ),
                 );
                 Err(NOT_SUPPORTED)
             }
@@ -373,7 +381,11 @@ pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> u32 {
 
 /// `cuDevicePrimaryCtxGetState`.
 #[no_mangle]
-pub extern "C" fn cuDevicePrimaryCtxGetState(dev: c_int, flags: *mut c_uint, is_active: *mut c_int) -> u32 {
+pub extern "C" fn cuDevicePrimaryCtxGetState(
+    dev: c_int,
+    flags: *mut c_uint,
+    is_active: *mut c_int,
+) -> u32 {
     entry("cuDevicePrimaryCtxGetState", || {
         let p = lock(slot(dev)?);
         out(flags, p.flags)?;
@@ -440,7 +452,9 @@ pub extern "C" fn cuCtxPushCurrent_v2(ctx: usize) -> u32 {
 pub extern "C" fn cuCtxPopCurrent_v2(pctx: *mut usize) -> u32 {
     entry("cuCtxPopCurrent_v2", || {
         require_init()?;
-        let top = STACK.with(|s| s.borrow_mut().pop()).ok_or(INVALID_CONTEXT)?;
+        let top = STACK
+            .with(|s| s.borrow_mut().pop())
+            .ok_or(INVALID_CONTEXT)?;
         if !pctx.is_null() {
             out(pctx, ctx_handle(top))?;
         }

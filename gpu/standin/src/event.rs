@@ -68,7 +68,10 @@ fn state(h: usize) -> Res<(Arc<Event>, State)> {
 pub extern "C" fn cuEventCreate(ph: *mut usize, flags: c_uint) -> u32 {
     entry("cuEventCreate", || {
         current()?;
-        if ph.is_null() || flags & !0x7 != 0 || (flags & INTERPROCESS != 0 && flags & DISABLE_TIMING == 0) {
+        if ph.is_null()
+            || flags & !0x7 != 0
+            || (flags & INTERPROCESS != 0 && flags & DISABLE_TIMING == 0)
+        {
             return Err(INVALID_VALUE);
         }
         let h = EVENTS.insert(Arc::new(Event {
@@ -125,7 +128,9 @@ pub extern "C" fn cuEventRecord(h: usize, stream: usize) -> u32 {
 pub extern "C" fn cuEventRecordWithFlags(h: usize, stream: usize, flags: c_uint) -> u32 {
     entry("cuEventRecordWithFlags", || match flags {
         0 => record(h, stream),
-        1 => Err(crate::guard::unsupported("cuEventRecordWithFlags(CU_EVENT_RECORD_EXTERNAL)")),
+        1 => Err(crate::guard::unsupported(
+            "cuEventRecordWithFlags(CU_EVENT_RECORD_EXTERNAL)",
+        )),
         _ => Err(INVALID_VALUE),
     })
 }
@@ -184,7 +189,9 @@ pub extern "C" fn cuEventElapsedTime(ms: *mut f32, start: usize, end: usize) -> 
                 State::Captured { .. } => Err(CAPTURED_EVENT),
                 State::Never => Err(INVALID_HANDLE),
                 _ if e.flags & DISABLE_TIMING != 0 => Err(INVALID_HANDLE),
-                State::Recorded { dep, at } => Ok(dep.is_done().then(|| at.get().copied()).flatten()),
+                State::Recorded { dep, at } => {
+                    Ok(dep.is_done().then(|| at.get().copied()).flatten())
+                }
             }
         };
         let (t0, t1) = (when(&e0, s0)?, when(&e1, s1)?);

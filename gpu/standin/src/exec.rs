@@ -112,7 +112,9 @@ pub fn device(addr: u64, len: usize, what: &str) -> Result<Mapped, Fault> {
     resolve(addr, len).map_err(|_| {
         (
             ILLEGAL_ADDRESS,
-            format!("{what} touched {len} bytes at {addr:#x}, which is not device-accessible memory"),
+            format!(
+                "{what} touched {len} bytes at {addr:#x}, which is not device-accessible memory"
+            ),
         )
     })
 }
@@ -156,7 +158,9 @@ pub fn run(ctx: &Context, work: &Work) -> Result<(), Fault> {
             let bytes = value.to_ne_bytes();
             for i in 0..*count {
                 // SAFETY: element i lies inside the translated range.
-                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), d.ptr.add(i * width), *width) };
+                unsafe {
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), d.ptr.add(i * width), *width)
+                };
             }
         }
         Work::WaitValue {

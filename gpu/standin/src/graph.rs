@@ -115,8 +115,14 @@ impl UserObject {
                     // its pointer at cuUserObjectCreate.
                     as_host_fn(|| unsafe { f(data as *mut std::ffi::c_void) })
                 };
-                if std::thread::Builder::new().name("cuda-standin-destructor".into()).spawn(run).is_err() {
-                    crate::guard::say("could not start a user-object destructor thread; the destructor is leaked");
+                if std::thread::Builder::new()
+                    .name("cuda-standin-destructor".into())
+                    .spawn(run)
+                    .is_err()
+                {
+                    crate::guard::say(
+                        "could not start a user-object destructor thread; the destructor is leaked",
+                    );
                 }
             }
         }
@@ -156,7 +162,9 @@ pub extern "C" fn cuGraphInstantiateWithFlags(ph: *mut usize, graph: usize, flag
             return Err(INVALID_VALUE);
         }
         if flags != 0 {
-            return Err(unsupported("cuGraphInstantiateWithFlags with non-zero flags"));
+            return Err(unsupported(
+                "cuGraphInstantiateWithFlags with non-zero flags",
+            ));
         }
         let works = lock(&g.nodes).iter().map(|n| n.work.clone()).collect();
         let objects: Vec<_> = lock(&g.objects).clone();
@@ -182,7 +190,9 @@ pub extern "C" fn cuGraphLaunch(h: usize, stream: usize) -> u32 {
         let exec = EXECS.get(h)?;
         let s = stream_of(stream)?;
         if let Some(cap) = capture::of(&s) {
-            return Err(cap.invalidate_with(CAPTURE_UNSUPPORTED, "cuGraphLaunch into a capturing stream"));
+            return Err(
+                cap.invalidate_with(CAPTURE_UNSUPPORTED, "cuGraphLaunch into a capturing stream")
+            );
         }
         let mut last = lock(&exec.last);
         let deps = last.iter().filter(|d| !d.is_done()).cloned().collect();
@@ -269,7 +279,12 @@ pub extern "C" fn cuUserObjectRelease(h: usize, count: c_uint) -> u32 {
 /// `cuGraphRetainUserObject`: flags 0 (new references) or
 /// `CU_GRAPH_USER_OBJECT_MOVE` (the caller's references move to the graph).
 #[no_mangle]
-pub extern "C" fn cuGraphRetainUserObject(graph: usize, h: usize, count: c_uint, flags: c_uint) -> u32 {
+pub extern "C" fn cuGraphRetainUserObject(
+    graph: usize,
+    h: usize,
+    count: c_uint,
+    flags: c_uint,
+) -> u32 {
     entry("cuGraphRetainUserObject", || {
         current()?;
         let g = GRAPHS.get(graph)?;
@@ -293,7 +308,11 @@ pub extern "C" fn cuGraphReleaseUserObject(graph: usize, h: usize, count: c_uint
         let g = GRAPHS.get(graph)?;
         let o = OBJECTS.get(h)?;
         let mut objects = lock(&g.objects);
-        let held: u32 = objects.iter().filter(|(x, _)| Arc::ptr_eq(x, &o)).map(|(_, n)| n).sum();
+        let held: u32 = objects
+            .iter()
+            .filter(|(x, _)| Arc::ptr_eq(x, &o))
+            .map(|(_, n)| n)
+            .sum();
         if count == 0 || count > held {
             return Err(INVALID_VALUE);
         }
@@ -312,4 +331,3 @@ pub extern "C" fn cuGraphReleaseUserObject(graph: usize, h: usize, count: c_uint
         Ok(())
     })
 }
-

@@ -48,7 +48,9 @@ pub fn entry(name: &'static str, body: impl FnOnce() -> Res<()>) -> CUresult {
                 .map(String::as_str)
                 .or_else(|| payload.downcast_ref::<&str>().copied())
                 .unwrap_or("panic without a message");
-            say(&format!("internal panic in {name}: {msg}; returning CUDA_ERROR_UNKNOWN"));
+            say(&format!(
+                "internal panic in {name}: {msg}; returning CUDA_ERROR_UNKNOWN"
+            ));
             UNKNOWN
         }
     }

@@ -59,7 +59,11 @@ pub extern "C" fn cuIpcGetMemHandle(handle: *mut IpcMemHandle, dptr: u64) -> u32
 
 /// `cuIpcOpenMemHandle_v2`: flags must be `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`.
 #[no_mangle]
-pub extern "C" fn cuIpcOpenMemHandle_v2(pdptr: *mut u64, handle: IpcMemHandle, flags: c_uint) -> u32 {
+pub extern "C" fn cuIpcOpenMemHandle_v2(
+    pdptr: *mut u64,
+    handle: IpcMemHandle,
+    flags: c_uint,
+) -> u32 {
     entry("cuIpcOpenMemHandle_v2", || {
         current()?;
         let b = &handle.reserved;
@@ -106,4 +110,3 @@ pub extern "C" fn cuIpcCloseMemHandle(dptr: u64) -> u32 {
         Ok(())
     })
 }
-

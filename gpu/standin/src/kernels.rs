@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
 use streamcomm_kernels::cuda::{
-    reduce_kernel_name, ReduceArgs, SpinWaitArgs, SpinWriteArgs, MAX_DSTS, MAX_SRCS, SPIN_WAIT_KERNEL,
-    SPIN_WRITE_KERNEL,
+    reduce_kernel_name, ReduceArgs, SpinWaitArgs, SpinWriteArgs, MAX_DSTS, MAX_SRCS,
+    SPIN_WAIT_KERNEL, SPIN_WRITE_KERNEL,
 };
 use streamcomm_kernels::{DataType, ReduceOp};
 
@@ -108,7 +108,10 @@ pub fn run(ctx: &Context, launch: &Launch) -> Result<(), Fault> {
 
 fn check_aligned(addr: u64, align: u64, what: &str) -> Result<(), Fault> {
     if addr % align != 0 {
-        return Err((MISALIGNED, format!("{what}: address {addr:#x} is not {align}-byte aligned")));
+        return Err((
+            MISALIGNED,
+            format!("{what}: address {addr:#x} is not {align}-byte aligned"),
+        ));
     }
     Ok(())
 }
@@ -119,7 +122,12 @@ fn spin_wait(ctx: &Context, a: &SpinWaitArgs) -> Result<(), Fault> {
     let start = Instant::now();
     // SAFETY: translated, in bounds, aligned word.
     let word = unsafe { AtomicU32::from_ptr(w.ptr.cast()) };
-    while !satisfied(word.load(Ordering::Acquire).into(), a.value.into(), a.cond.min(4), false) {
+    while !satisfied(
+        word.load(Ordering::Acquire).into(),
+        a.value.into(),
+        a.cond.min(4),
+        false,
+    ) {
         if start.elapsed().as_nanos() > u128::from(a.timeout_ns) {
             let s = device(a.status, 4, "sc_spin_wait (status)")?;
             // SAFETY: translated, in bounds word.
@@ -215,7 +223,10 @@ fn reduce_typed<T: Elem>(op: ReduceOp, a: &ReduceArgs) -> Result<(), Fault> {
     if a.nsrcs as usize > MAX_SRCS || a.ndsts as usize > MAX_DSTS {
         return Err((
             LAUNCH_FAILED,
-            format!("{name}: nsrcs {} / ndsts {} index past the argument block", a.nsrcs, a.ndsts),
+            format!(
+                "{name}: nsrcs {} / ndsts {} index past the argument block",
+                a.nsrcs, a.ndsts
+            ),
         ));
     }
     let count = a.count as usize;
@@ -223,7 +234,9 @@ fn reduce_typed<T: Elem>(op: ReduceOp, a: &ReduceArgs) -> Result<(), Fault> {
         return Ok(());
     }
     let size = size_of::<T>();
-    let bytes = count.checked_mul(size).ok_or((LAUNCH_FAILED, format!("{name}: count overflows")))?;
+    let bytes = count
+        .checked_mul(size)
+        .ok_or((LAUNCH_FAILED, format!("{name}: count overflows")))?;
     // The kernel reads srcs[0] even when nsrcs is 0.
     let nsrcs = (a.nsrcs as usize).max(1);
     let mut srcs = Vec::with_capacity(nsrcs);
@@ -245,8 +258,10 @@ fn reduce_typed<T: Elem>(op: ReduceOp, a: &ReduceArgs) -> Result<(), Fault> {
             acc = T::apply(op, acc, load(s));
         }
         if avg {
-            acc = T::div(acc, a.avg_divisor)
-                .ok_or((LAUNCH_FAILED, format!("{name}: integer avg with avg_divisor 0")))?;
+            acc = T::div(acc, a.avg_divisor).ok_or((
+                LAUNCH_FAILED,
+                format!("{name}: integer avg with avg_divisor 0"),
+            ))?;
         }
         let v = T::narrow(acc);
         for d in &dsts {

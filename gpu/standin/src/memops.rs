@@ -30,7 +30,14 @@ fn target(addr: u64, wide: bool, name: &str) -> Res<()> {
     Ok(())
 }
 
-fn wait(stream: usize, addr: u64, value: u64, flags: u32, wide: bool, name: &'static str) -> Res<()> {
+fn wait(
+    stream: usize,
+    addr: u64,
+    value: u64,
+    flags: u32,
+    wide: bool,
+    name: &'static str,
+) -> Res<()> {
     current()?;
     let s = stream_of(stream)?;
     if flags & !(FLUSH | 0x3) != 0 {
@@ -53,7 +60,14 @@ fn wait(stream: usize, addr: u64, value: u64, flags: u32, wide: bool, name: &'st
     submit(&s, work, Vec::new(), name).map(|_| ())
 }
 
-fn write(stream: usize, addr: u64, value: u64, flags: u32, wide: bool, name: &'static str) -> Res<()> {
+fn write(
+    stream: usize,
+    addr: u64,
+    value: u64,
+    flags: u32,
+    wide: bool,
+    name: &'static str,
+) -> Res<()> {
     current()?;
     let s = stream_of(stream)?;
     if flags != 0 {
@@ -72,21 +86,37 @@ fn write(stream: usize, addr: u64, value: u64, flags: u32, wide: bool, name: &'s
 #[no_mangle]
 pub extern "C" fn cuStreamWaitValue32_v2(stream: usize, addr: u64, value: u32, flags: u32) -> u32 {
     entry("cuStreamWaitValue32_v2", || {
-        wait(stream, addr, value.into(), flags, false, "cuStreamWaitValue32_v2")
+        wait(
+            stream,
+            addr,
+            value.into(),
+            flags,
+            false,
+            "cuStreamWaitValue32_v2",
+        )
     })
 }
 
 /// `cuStreamWaitValue64_v2`.
 #[no_mangle]
 pub extern "C" fn cuStreamWaitValue64_v2(stream: usize, addr: u64, value: u64, flags: u32) -> u32 {
-    entry("cuStreamWaitValue64_v2", || wait(stream, addr, value, flags, true, "cuStreamWaitValue64_v2"))
+    entry("cuStreamWaitValue64_v2", || {
+        wait(stream, addr, value, flags, true, "cuStreamWaitValue64_v2")
+    })
 }
 
 /// `cuStreamWriteValue32_v2`: flags must be 0 (the write is fenced).
 #[no_mangle]
 pub extern "C" fn cuStreamWriteValue32_v2(stream: usize, addr: u64, value: u32, flags: u32) -> u32 {
     entry("cuStreamWriteValue32_v2", || {
-        write(stream, addr, value.into(), flags, false, "cuStreamWriteValue32_v2")
+        write(
+            stream,
+            addr,
+            value.into(),
+            flags,
+            false,
+            "cuStreamWriteValue32_v2",
+        )
     })
 }
 
@@ -106,6 +136,15 @@ pub extern "C" fn cuLaunchHostFunc(stream: usize, f: Option<HostFn>, data: *mut 
     entry("cuLaunchHostFunc", || {
         let s = stream_of(stream)?;
         let f = f.ok_or(INVALID_VALUE)?;
-        submit(&s, Work::HostFn { f, data: data as usize }, Vec::new(), "cuLaunchHostFunc").map(|_| ())
+        submit(
+            &s,
+            Work::HostFn {
+                f,
+                data: data as usize,
+            },
+            Vec::new(),
+            "cuLaunchHostFunc",
+        )
+        .map(|_| ())
     })
 }

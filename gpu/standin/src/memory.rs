@@ -124,7 +124,10 @@ pub fn region_of(addr: u64) -> Option<Arc<Region>> {
 /// lie in one allocation.
 pub fn resolve(addr: u64, len: usize) -> Res<Mapped> {
     if let Some(r) = region_of(addr) {
-        if addr.checked_add(len as u64).is_some_and(|end| end <= r.base + r.len as u64) {
+        if addr
+            .checked_add(len as u64)
+            .is_some_and(|end| end <= r.base + r.len as u64)
+        {
             let ptr = r.seg.host().wrapping_add((addr - r.base) as usize);
             return Ok(Mapped {
                 _region: Some(r),

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use crate::config::config;
 use crate::device::{current, out};
 use crate::error::{
-    Res, INVALID_IMAGE, INVALID_PTX, INVALID_VALUE, LAUNCH_OUT_OF_RESOURCES, NOT_FOUND, NO_BINARY_FOR_GPU,
-    UNSUPPORTED_PTX_VERSION,
+    Res, INVALID_IMAGE, INVALID_PTX, INVALID_VALUE, LAUNCH_OUT_OF_RESOURCES, NOT_FOUND,
+    NO_BINARY_FOR_GPU, UNSUPPORTED_PTX_VERSION,
 };
 use crate::exec::Work;
 use crate::guard::{entry, say_once, unsupported};
@@ -106,8 +106,10 @@ fn parse_elf(image: *const u8) -> Res<Vec<String>> {
     // SAFETY: an ELF image starts with a 64-byte header (checked class below).
     let hdr = unsafe { std::slice::from_raw_parts(image, 64) };
     let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
-    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes")) as usize;
-    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes")) as usize;
+    let u32_at =
+        |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes")) as usize;
+    let u64_at =
+        |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes")) as usize;
     if hdr[4] != 2 || hdr[5] != 1 || u16_at(hdr, 18) != 190 {
         return Err(INVALID_IMAGE);
     }
@@ -115,7 +117,12 @@ fn parse_elf(image: *const u8) -> Res<Vec<String>> {
     if sm > SM {
         return Err(NO_BINARY_FOR_GPU);
     }
-    let (shoff, shentsize, shnum, shstrndx) = (u64_at(hdr, 40), u16_at(hdr, 58), u16_at(hdr, 60), u16_at(hdr, 62));
+    let (shoff, shentsize, shnum, shstrndx) = (
+        u64_at(hdr, 40),
+        u16_at(hdr, 58),
+        u16_at(hdr, 60),
+        u16_at(hdr, 62),
+    );
     if shentsize < 64 || shnum == 0 || shstrndx >= shnum {
         return Err(INVALID_IMAGE);
     }
@@ -125,7 +132,13 @@ fn parse_elf(image: *const u8) -> Res<Vec<String>> {
     let bytes = |off: usize, len: usize| unsafe { std::slice::from_raw_parts(image.add(off), len) };
     let section = |i: usize| {
         let s = sh(i);
-        (u32_at(s, 4), u64_at(s, 24), u64_at(s, 32), u32_at(s, 40), u64_at(s, 56))
+        (
+            u32_at(s, 4),
+            u64_at(s, 24),
+            u64_at(s, 32),
+            u32_at(s, 40),
+            u64_at(s, 56),
+        )
     };
     let name_in = |strtab: &[u8], at: usize| -> String {
         let rest = strtab.get(at..).unwrap_or_default();
@@ -197,7 +210,10 @@ pub extern "C" fn cuModuleLoadDataEx(
 ) -> u32 {
     entry("cuModuleLoadDataEx", || {
         if num_options > 0 {
-            say_once("jit-options".into(), "cuModuleLoadDataEx: JIT options are ignored");
+            say_once(
+                "jit-options".into(),
+                "cuModuleLoadDataEx: JIT options are ignored",
+            );
         }
         load(pmod, image)
     })
@@ -222,11 +238,16 @@ pub extern "C" fn cuModuleGetFunction(pf: *mut usize, hmod: usize, name: *const 
             return Err(INVALID_VALUE);
         }
         // SAFETY: non-null, NUL-terminated by the C contract.
-        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+        let name = unsafe { CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned();
         if !m.entries.contains(&name) {
             return Err(NOT_FOUND);
         }
-        out(pf, FUNCTIONS.insert(Arc::new(Function { name, _module: m })))
+        out(
+            pf,
+            FUNCTIONS.insert(Arc::new(Function { name, _module: m })),
+        )
     })
 }
 
@@ -239,7 +260,9 @@ pub extern "C" fn cuFuncGetAttribute(pi: *mut c_int, attrib: c_int, hfunc: usize
         match (attrib, Kernel::lookup(&f.name)) {
             (0, Some(k)) => out(pi, k.max_threads() as c_int),
             (0, None) => out(pi, 1024),
-            _ => Err(unsupported("cuFuncGetAttribute (attributes other than MAX_THREADS_PER_BLOCK)")),
+            _ => Err(unsupported(
+                "cuFuncGetAttribute (attributes other than MAX_THREADS_PER_BLOCK)",
+            )),
         }
     })
 }
@@ -320,7 +343,10 @@ pub extern "C" fn cuLaunchKernel(
         let Some(kernel) = Kernel::lookup(&func.name) else {
             say_once(
                 format!("kernel:{}", func.name),
-                &format!("kernel {} has no CPU implementation in the stand-in: CUDA_ERROR_NOT_SUPPORTED", func.name),
+                &format!(
+                    "kernel {} has no CPU implementation in the stand-in: CUDA_ERROR_NOT_SUPPORTED",
+                    func.name
+                ),
             );
             return Err(crate::error::NOT_SUPPORTED);
         };

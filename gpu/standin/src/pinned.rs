@@ -89,13 +89,17 @@ fn alloc(pp: *mut *mut c_void, bytesize: usize, flags: u32, name: &'static str) 
 /// while capturing (900); contents poisoned with 0xA5.
 #[no_mangle]
 pub extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c_uint) -> u32 {
-    entry("cuMemHostAlloc", || alloc(pp, bytesize, flags, "cuMemHostAlloc"))
+    entry("cuMemHostAlloc", || {
+        alloc(pp, bytesize, flags, "cuMemHostAlloc")
+    })
 }
 
 /// `cuMemAllocHost_v2`: `cuMemHostAlloc` with flags 0.
 #[no_mangle]
 pub extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> u32 {
-    entry("cuMemAllocHost_v2", || alloc(pp, bytesize, 0, "cuMemAllocHost_v2"))
+    entry("cuMemAllocHost_v2", || {
+        alloc(pp, bytesize, 0, "cuMemAllocHost_v2")
+    })
 }
 
 /// `cuMemFreeHost`: only the base of `cuMemHostAlloc` memory; waits for the
@@ -124,7 +128,11 @@ pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> u32 {
 /// `cuMemHostGetDevicePointer_v2`: flags must be 0; only `DEVICEMAP` memory
 /// (else `CUDA_ERROR_INVALID_VALUE`); the device pointer equals `p`.
 #[no_mangle]
-pub extern "C" fn cuMemHostGetDevicePointer_v2(pdptr: *mut u64, p: *mut c_void, flags: c_uint) -> u32 {
+pub extern "C" fn cuMemHostGetDevicePointer_v2(
+    pdptr: *mut u64,
+    p: *mut c_void,
+    flags: c_uint,
+) -> u32 {
     entry("cuMemHostGetDevicePointer_v2", || {
         current()?;
         if flags != 0 || !is_device_mapped(p as usize, 1) {

@@ -53,7 +53,13 @@ impl Segment {
         let c = CString::new(name.clone()).map_err(|_| INVALID_VALUE)?;
         let len = page_round(len);
         // SAFETY: valid NUL-terminated name; the flags create a new private segment.
-        let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o600) };
+        let fd = unsafe {
+            libc::shm_open(
+                c.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                0o600,
+            )
+        };
         if fd < 0 {
             return Err(OUT_OF_MEMORY);
         }
@@ -101,7 +107,11 @@ impl Segment {
         let failed = host == libc::MAP_FAILED;
         let seg = Segment {
             name,
-            host: if failed { std::ptr::null_mut() } else { host.cast() },
+            host: if failed {
+                std::ptr::null_mut()
+            } else {
+                host.cast()
+            },
             len,
             owner,
         };

@@ -93,7 +93,11 @@ pub extern "C" fn cuStreamCreate(ph: *mut usize, flags: c_uint) -> u32 {
 
 /// `cuStreamCreateWithPriority`: the priority is recorded, not used.
 #[no_mangle]
-pub extern "C" fn cuStreamCreateWithPriority(ph: *mut usize, flags: c_uint, priority: c_int) -> u32 {
+pub extern "C" fn cuStreamCreateWithPriority(
+    ph: *mut usize,
+    flags: c_uint,
+    priority: c_int,
+) -> u32 {
     entry("cuStreamCreateWithPriority", || create(ph, flags, priority))
 }
 

@@ -61,7 +61,11 @@ fn end_on_another_thread(ctx: sys::CUcontext, s: sys::CUstream) -> u32 {
 }
 
 /// Runs `f` on a new thread with the context current, in capture `mode`.
-fn on_thread<T: Send + 'static>(ctx: sys::CUcontext, mode: sys::CUstreamCaptureMode, f: fn() -> T) -> T {
+fn on_thread<T: Send + 'static>(
+    ctx: sys::CUcontext,
+    mode: sys::CUstreamCaptureMode,
+    f: fn() -> T,
+) -> T {
     let c = ctx as usize;
     std::thread::spawn(move || {
         let mut m = mode;
@@ -76,52 +80,61 @@ fn on_thread<T: Send + 'static>(ctx: sys::CUcontext, mode: sys::CUstreamCaptureM
     .unwrap()
 }
 
-standin_test!(allocation_during_capture_is_refused_and_invalidates, 20, &[], {
-    let ctx = bind();
-    let s = stream(true);
-    let d = alloc(64);
-    // SAFETY: driver calls with valid handles throughout.
-    unsafe {
-        // Thread-local: the capturing thread is barred, other threads are not.
-        ok(sys::cuStreamBeginCapture_v2(s, THREAD_LOCAL));
-        assert_eq!(on_thread(ctx, GLOBAL, alloc_code), 0);
-        ok(sys::cuMemsetD8Async(d, 1, 64, s));
-        assert_eq!(alloc_code(), 900, "failure 1 of issue 27: cuMemAlloc while capturing");
-        assert_eq!(status(s), 2, "the capture is invalidated");
-        expect(sys::cuMemsetD8Async(d, 1, 64, s), 901);
-        assert_eq!(end(s), (901, std::ptr::null_mut()));
-        assert_eq!(status(s), 0);
+standin_test!(
+    allocation_during_capture_is_refused_and_invalidates,
+    20,
+    &[],
+    {
+        let ctx = bind();
+        let s = stream(true);
+        let d = alloc(64);
+        // SAFETY: driver calls with valid handles throughout.
+        unsafe {
+            // Thread-local: the capturing thread is barred, other threads are not.
+            ok(sys::cuStreamBeginCapture_v2(s, THREAD_LOCAL));
+            assert_eq!(on_thread(ctx, GLOBAL, alloc_code), 0);
+            ok(sys::cuMemsetD8Async(d, 1, 64, s));
+            assert_eq!(
+                alloc_code(),
+                900,
+                "failure 1 of issue 27: cuMemAlloc while capturing"
+            );
+            assert_eq!(status(s), 2, "the capture is invalidated");
+            expect(sys::cuMemsetD8Async(d, 1, 64, s), 901);
+            assert_eq!(end(s), (901, std::ptr::null_mut()));
+            assert_eq!(status(s), 0);
 
-        // Global: any GLOBAL-mode thread is barred; a RELAXED thread is not.
-        ok(sys::cuStreamBeginCapture_v2(s, GLOBAL));
-        assert_eq!(on_thread(ctx, RELAXED, alloc_code), 0);
-        assert_eq!(on_thread(ctx, THREAD_LOCAL, alloc_code), 0);
-        let pinned = on_thread(ctx, GLOBAL, host_alloc_code);
-        assert_eq!(pinned, 900, "cuMemHostAlloc from another GLOBAL thread");
-        assert_eq!(end(s).0, 901);
+            // Global: any GLOBAL-mode thread is barred; a RELAXED thread is not.
+            ok(sys::cuStreamBeginCapture_v2(s, GLOBAL));
+            assert_eq!(on_thread(ctx, RELAXED, alloc_code), 0);
+            assert_eq!(on_thread(ctx, THREAD_LOCAL, alloc_code), 0);
+            let pinned = on_thread(ctx, GLOBAL, host_alloc_code);
+            assert_eq!(pinned, 900, "cuMemHostAlloc from another GLOBAL thread");
+            assert_eq!(end(s).0, 901);
 
-        // The capturing thread switching itself to RELAXED may allocate.
-        ok(sys::cuStreamBeginCapture_v2(s, THREAD_LOCAL));
-        let mut m = RELAXED;
-        ok(sys::cuThreadExchangeStreamCaptureMode(&mut m));
-        assert_eq!(m, GLOBAL);
-        assert_eq!(alloc_code(), 0);
-        ok(sys::cuThreadExchangeStreamCaptureMode(&mut m));
-        // cuMemFree, cuEventQuery and cuCtxSynchronize are refused too.
-        expect(sys::cuMemFree_v2(d), 900);
-        let (r, g) = end(s);
-        assert_eq!(r, 901);
-        assert!(g.is_null());
-        let mut ev = std::ptr::null_mut();
-        ok(sys::cuEventCreate(&mut ev, 2));
-        ok(sys::cuStreamBeginCapture_v2(s, GLOBAL));
-        expect(sys::cuEventQuery(ev), 900);
-        assert_eq!(end(s).0, 901);
-        ok(sys::cuStreamBeginCapture_v2(s, RELAXED));
-        expect(sys::cuCtxSynchronize(), 900);
-        assert_eq!(end(s).0, 901);
+            // The capturing thread switching itself to RELAXED may allocate.
+            ok(sys::cuStreamBeginCapture_v2(s, THREAD_LOCAL));
+            let mut m = RELAXED;
+            ok(sys::cuThreadExchangeStreamCaptureMode(&mut m));
+            assert_eq!(m, GLOBAL);
+            assert_eq!(alloc_code(), 0);
+            ok(sys::cuThreadExchangeStreamCaptureMode(&mut m));
+            // cuMemFree, cuEventQuery and cuCtxSynchronize are refused too.
+            expect(sys::cuMemFree_v2(d), 900);
+            let (r, g) = end(s);
+            assert_eq!(r, 901);
+            assert!(g.is_null());
+            let mut ev = std::ptr::null_mut();
+            ok(sys::cuEventCreate(&mut ev, 2));
+            ok(sys::cuStreamBeginCapture_v2(s, GLOBAL));
+            expect(sys::cuEventQuery(ev), 900);
+            assert_eq!(end(s).0, 901);
+            ok(sys::cuStreamBeginCapture_v2(s, RELAXED));
+            expect(sys::cuCtxSynchronize(), 900);
+            assert_eq!(end(s).0, 901);
+        }
     }
-});
+);
 
 standin_test!(sync_and_legacy_use_during_capture, 20, &[], {
     bind();
@@ -150,7 +163,10 @@ standin_test!(sync_and_legacy_use_during_capture, 20, &[], {
         expect(sys::cuMemsetD8_v2(d, 0, 64), 906);
         assert_eq!(status(blocking), 2);
         assert_eq!(end(blocking).0, 901);
-        expect(sys::cuStreamBeginCapture_v2(std::ptr::null_mut(), RELAXED), 900);
+        expect(
+            sys::cuStreamBeginCapture_v2(std::ptr::null_mut(), RELAXED),
+            900,
+        );
         ok(sys::cuStreamBeginCapture_v2(nb, RELAXED));
         expect(sys::cuStreamBeginCapture_v2(nb, RELAXED), 401);
         assert_eq!(end(nb).0, 0);
@@ -245,18 +261,35 @@ standin_test!(a_captured_graph_replays_with_fresh_data, 20, &[], {
         ok(sys::cuStreamBeginCapture_v2(s, GLOBAL));
         ok(sys::cuMemcpyDtoDAsync_v2(staging, src_d, N, s));
         ok(sys::cuMemcpyDtoHAsync_v2(dst_h.cast(), staging, N, s));
-        ok(sys::cuLaunchHostFunc(s, Some(count_call), std::ptr::null_mut()));
+        ok(sys::cuLaunchHostFunc(
+            s,
+            Some(count_call),
+            std::ptr::null_mut(),
+        ));
         ok(sys::cuStreamWriteValue32_v2(s, flag_d, 1, 0));
         let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        let (mut id, mut g, mut deps, mut n) = (0u64, std::ptr::null_mut(), std::ptr::null(), 0usize);
-        ok(sys::cuStreamGetCaptureInfo_v2(s, &mut st, &mut id, &mut g, &mut deps, &mut n));
+        let (mut id, mut g, mut deps, mut n) =
+            (0u64, std::ptr::null_mut(), std::ptr::null(), 0usize);
+        ok(sys::cuStreamGetCaptureInfo_v2(
+            s, &mut st, &mut id, &mut g, &mut deps, &mut n,
+        ));
         assert_eq!((st as u32, n), (1, 1));
         let mut obj = std::ptr::null_mut();
-        ok(sys::cuUserObjectCreate(&mut obj, std::ptr::null_mut(), Some(destroyed), 1, 1));
+        ok(sys::cuUserObjectCreate(
+            &mut obj,
+            std::ptr::null_mut(),
+            Some(destroyed),
+            1,
+            1,
+        ));
         ok(sys::cuGraphRetainUserObject(g, obj, 1, 1));
         ok(sys::cuStreamEndCapture(s, &mut graph));
         assert_eq!(graph, g);
-        assert_eq!(HOST_CALLS.load(Ordering::SeqCst), 0, "captured work does not run");
+        assert_eq!(
+            HOST_CALLS.load(Ordering::SeqCst),
+            0,
+            "captured work does not run"
+        );
         ok(sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0));
         for round in 0..100u32 {
             let fill = (round * 37 + 11) as u8;
@@ -268,11 +301,16 @@ standin_test!(a_captured_graph_replays_with_fresh_data, 20, &[], {
         }
         assert_eq!(HOST_CALLS.load(Ordering::SeqCst), 100);
         ok(sys::cuGraphDestroy(graph));
-        assert_eq!(DESTROYED.load(Ordering::SeqCst), 0, "the exec still holds the user object");
+        assert_eq!(
+            DESTROYED.load(Ordering::SeqCst),
+            0,
+            "the exec still holds the user object"
+        );
         ok(sys::cuGraphExecDestroy(exec));
     }
     assert!(
-        common::eventually(Duration::from_secs(2), || DESTROYED.load(Ordering::SeqCst) == 1),
+        common::eventually(Duration::from_secs(2), || DESTROYED.load(Ordering::SeqCst)
+            == 1),
         "the user object's destructor ran once both graph and exec were gone"
     );
 });

@@ -29,7 +29,9 @@ fn cudarc_binds_every_symbol_and_unimplemented_calls_say_so() {
     let child = common::run_child(name, &[], Duration::from_secs(20));
     child.assert_ok(name);
     assert!(
-        child.stderr.contains("cuMemAllocManaged is not implemented by the stand-in"),
+        child
+            .stderr
+            .contains("cuMemAllocManaged is not implemented by the stand-in"),
         "the unimplemented entry point names itself: {}",
         child.stderr
     );
@@ -145,7 +147,10 @@ standin_test!(ipc_between_processes, 20, &[], {
             ok(sys::cuIpcOpenMemHandle_v2(&mut q, h, flags));
             assert_eq!(p, q, "reopening returns the same mapping");
             let got = read(p, 256);
-            assert!(got.iter().enumerate().all(|(i, &b)| b == i as u8), "peer sees the exporter's bytes");
+            assert!(
+                got.iter().enumerate().all(|(i, &b)| b == i as u8),
+                "peer sees the exporter's bytes"
+            );
             ok(sys::cuMemsetD8_v2(p, 0xEE, 16));
             ok(sys::cuCtxSynchronize());
             ok(sys::cuIpcCloseMemHandle(p));
@@ -167,15 +172,27 @@ standin_test!(ipc_between_processes, 20, &[], {
         let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32;
         expect(sys::cuIpcOpenMemHandle_v2(&mut p, h, flags), 201);
     }
-    let hex: String = h.reserved.iter().map(|b| format!("{:02x}", *b as u8)).collect();
+    let hex: String = h
+        .reserved
+        .iter()
+        .map(|b| format!("{:02x}", *b as u8))
+        .collect();
     let peer = common::run_child(
         "ipc_between_processes",
         &[("SC_IPC_HANDLE", &hex)],
         Duration::from_secs(10),
     );
-    assert!(peer.ok && peer.stdout.contains("IPC-PEER-OK"), "peer failed:\n{}\n{}", peer.stdout, peer.stderr);
+    assert!(
+        peer.ok && peer.stdout.contains("IPC-PEER-OK"),
+        "peer failed:\n{}\n{}",
+        peer.stdout,
+        peer.stderr
+    );
     let back = read(d, 32);
-    assert!(back[..16].iter().all(|&b| b == 0xEE) && back[16] == 16, "exporter sees the peer's write");
+    assert!(
+        back[..16].iter().all(|&b| b == 0xEE) && back[16] == 16,
+        "exporter sees the peer's write"
+    );
     // SAFETY: frees the allocation made above.
     ok(unsafe { sys::cuMemFree_v2(d) });
 });

@@ -31,7 +31,12 @@ standin_test!(work_runs_in_stream_order_not_at_call_time, 20, &[], {
     let (flag, flag_d) = word();
     // SAFETY: driver calls with valid handles and device-mapped words.
     unsafe {
-        let (mut ev, mut timed0, mut timed1, mut never) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+        let (mut ev, mut timed0, mut timed1, mut never) = (
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        );
         ok(sys::cuEventCreate(&mut ev, 2));
         ok(sys::cuEventCreate(&mut timed0, 0));
         ok(sys::cuEventCreate(&mut timed1, 0));
@@ -44,7 +49,11 @@ standin_test!(work_runs_in_stream_order_not_at_call_time, 20, &[], {
         ok(sys::cuEventRecord(ev, s));
         ok(sys::cuEventRecord(timed1, s));
         std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(flag.load(Ordering::SeqCst), 0, "work ran before the stream reached it");
+        assert_eq!(
+            flag.load(Ordering::SeqCst),
+            0,
+            "work ran before the stream reached it"
+        );
         expect(sys::cuStreamQuery(s), 600);
         expect(sys::cuEventQuery(ev), 600);
         let mut ms = 0f32;
@@ -56,11 +65,18 @@ standin_test!(work_runs_in_stream_order_not_at_call_time, 20, &[], {
         ok(sys::cuStreamWaitEvent(t, ev, 0));
         ok(sys::cuStreamWriteValue32_v2(t, after_d, 9, 0));
         std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(after.load(Ordering::SeqCst), 0, "cuStreamWaitEvent did not order");
+        assert_eq!(
+            after.load(Ordering::SeqCst),
+            0,
+            "cuStreamWaitEvent did not order"
+        );
         gate.store(1, Ordering::SeqCst);
         ok(sys::cuStreamSynchronize(s));
         ok(sys::cuStreamSynchronize(t));
-        assert_eq!((flag.load(Ordering::SeqCst), after.load(Ordering::SeqCst)), (5, 9));
+        assert_eq!(
+            (flag.load(Ordering::SeqCst), after.load(Ordering::SeqCst)),
+            (5, 9)
+        );
         ok(sys::cuEventQuery(ev));
         ok(sys::cuEventElapsedTime(&mut ms, timed0, timed1));
         assert!(ms >= 40.0, "elapsed {ms} ms spans the 50 ms gate");
@@ -79,7 +95,12 @@ standin_test!(legacy_stream_orders_with_blocking_streams_only, 20, &[], {
     unsafe {
         ok(sys::cuStreamWaitValue32_v2(blocking, gate_d, 1, GEQ));
         // Legacy-stream work waits for the blocking stream ...
-        ok(sys::cuStreamWriteValue32_v2(std::ptr::null_mut(), legacy_d, 1, 0));
+        ok(sys::cuStreamWriteValue32_v2(
+            std::ptr::null_mut(),
+            legacy_d,
+            1,
+            0,
+        ));
         // ... and later blocking-stream work waits for the legacy stream.
         let other_blocking = stream(false);
         let (ob, ob_d) = word();
@@ -89,11 +110,25 @@ standin_test!(legacy_stream_orders_with_blocking_streams_only, 20, &[], {
         ok(sys::cuStreamSynchronize(nonblocking));
         assert_eq!(nb_done.load(Ordering::SeqCst), 1);
         std::thread::sleep(Duration::from_millis(30));
-        assert_eq!(legacy_done.load(Ordering::SeqCst), 0, "legacy stream overtook a blocking stream");
-        assert_eq!(ob.load(Ordering::SeqCst), 0, "a blocking stream overtook the legacy stream");
+        assert_eq!(
+            legacy_done.load(Ordering::SeqCst),
+            0,
+            "legacy stream overtook a blocking stream"
+        );
+        assert_eq!(
+            ob.load(Ordering::SeqCst),
+            0,
+            "a blocking stream overtook the legacy stream"
+        );
         gate.store(1, Ordering::SeqCst);
         ok(sys::cuCtxSynchronize());
-        assert_eq!((legacy_done.load(Ordering::SeqCst), ob.load(Ordering::SeqCst)), (1, 1));
+        assert_eq!(
+            (
+                legacy_done.load(Ordering::SeqCst),
+                ob.load(Ordering::SeqCst)
+            ),
+            (1, 1)
+        );
         // Failure 4 of issue 27: cuMemsetD8 is ordered with the legacy stream
         // only, so it completes while a NON_BLOCKING stream is still parked.
         gate.store(0, Ordering::SeqCst);
@@ -129,18 +164,31 @@ fn wait_then_signal_across_streams() -> bool {
     landed
 }
 
-standin_test!(streams_sharing_one_hardware_queue_deadlock_on_a_memop_wait, 20, &[("CUDA_DEVICE_MAX_CONNECTIONS", "1")], {
-    bind();
-    assert!(
-        !wait_then_signal_across_streams(),
-        "with one hardware queue, B's signal must sit behind A's wait (failure 3 of issue 27)"
-    );
-});
+standin_test!(
+    streams_sharing_one_hardware_queue_deadlock_on_a_memop_wait,
+    20,
+    &[("CUDA_DEVICE_MAX_CONNECTIONS", "1")],
+    {
+        bind();
+        assert!(
+            !wait_then_signal_across_streams(),
+            "with one hardware queue, B's signal must sit behind A's wait (failure 3 of issue 27)"
+        );
+    }
+);
 
-standin_test!(streams_on_separate_hardware_queues_do_not_block_each_other, 20, &[], {
-    bind();
-    assert!(wait_then_signal_across_streams(), "with 8 queues, A and B are independent");
-});
+standin_test!(
+    streams_on_separate_hardware_queues_do_not_block_each_other,
+    20,
+    &[],
+    {
+        bind();
+        assert!(
+            wait_then_signal_across_streams(),
+            "with 8 queues, A and B are independent"
+        );
+    }
+);
 
 standin_test!(memop_conditions_flags_and_targets, 20, &[], {
     bind();
@@ -150,7 +198,9 @@ standin_test!(memop_conditions_flags_and_targets, 20, &[], {
         // SAFETY: valid stream and device-mapped word.
         unsafe {
             ok(sys::cuStreamWaitValue32_v2(s, wd, value, cond));
-            eventually(Duration::from_millis(30), || sys::cuStreamQuery(s) == sys::cudaError_enum::CUDA_SUCCESS)
+            eventually(Duration::from_millis(30), || {
+                sys::cuStreamQuery(s) == sys::cudaError_enum::CUDA_SUCCESS
+            })
         }
     };
     let release = |v: u32| {
@@ -159,7 +209,10 @@ standin_test!(memop_conditions_flags_and_targets, 20, &[], {
         ok(unsafe { sys::cuStreamSynchronize(s) });
     };
     w.store(5, Ordering::SeqCst);
-    assert!(run(0xFFFF_FFF0, GEQ), "GEQ is cyclic: 5 - 0xfffffff0 >= 0 as int32");
+    assert!(
+        run(0xFFFF_FFF0, GEQ),
+        "GEQ is cyclic: 5 - 0xfffffff0 >= 0 as int32"
+    );
     w.store(0xFFFF_FFF0, Ordering::SeqCst);
     assert!(!run(0x10, GEQ), "0xfffffff0 - 0x10 < 0 as int32");
     release(0x20);
@@ -178,7 +231,10 @@ standin_test!(memop_conditions_flags_and_targets, 20, &[], {
         expect(sys::cuStreamWriteValue32_v2(s, wd, 1, 1), 1);
         expect(sys::cuStreamWriteValue32_v2(s, wd + 2, 1, 0), 1);
         let mut pageable = 0u32;
-        expect(sys::cuStreamWriteValue32_v2(s, &mut pageable as *mut u32 as u64, 1, 0), 1);
+        expect(
+            sys::cuStreamWriteValue32_v2(s, &mut pageable as *mut u32 as u64, 1, 0),
+            1,
+        );
         let (h, d) = mapped(64);
         ok(sys::cuStreamWriteValue64_v2(s, d + 8, u64::MAX - 1, 0));
         ok(sys::cuStreamWaitValue64_v2(s, d + 8, u64::MAX - 3, GEQ));
@@ -202,28 +258,44 @@ unsafe extern "C" fn host_fn(data: *mut std::ffi::c_void) {
     RUNNING.fetch_sub(1, Ordering::SeqCst);
 }
 
-standin_test!(host_functions_are_ordered_serialised_and_may_not_call_cuda, 20, &[], {
-    bind();
-    let a = stream(true);
-    let b = stream(true);
-    let (gate, gate_d) = word();
-    let (after, after_d) = word();
-    // SAFETY: valid streams; `host_fn` matches CUhostFn.
-    unsafe {
-        ok(sys::cuStreamWaitValue32_v2(a, gate_d, 1, GEQ));
-        ok(sys::cuLaunchHostFunc(a, Some(host_fn), a.cast()));
-        ok(sys::cuStreamWriteValue32_v2(a, after_d, 1, 0));
-        ok(sys::cuLaunchHostFunc(b, Some(host_fn), b.cast()));
-        std::thread::sleep(Duration::from_millis(10));
-        assert!(MAX_RUNNING.load(Ordering::SeqCst) > 0, "stream b's host function ran while a was gated");
-        gate.store(1, Ordering::SeqCst);
-        ok(sys::cuStreamSynchronize(a));
-        ok(sys::cuStreamSynchronize(b));
+standin_test!(
+    host_functions_are_ordered_serialised_and_may_not_call_cuda,
+    20,
+    &[],
+    {
+        bind();
+        let a = stream(true);
+        let b = stream(true);
+        let (gate, gate_d) = word();
+        let (after, after_d) = word();
+        // SAFETY: valid streams; `host_fn` matches CUhostFn.
+        unsafe {
+            ok(sys::cuStreamWaitValue32_v2(a, gate_d, 1, GEQ));
+            ok(sys::cuLaunchHostFunc(a, Some(host_fn), a.cast()));
+            ok(sys::cuStreamWriteValue32_v2(a, after_d, 1, 0));
+            ok(sys::cuLaunchHostFunc(b, Some(host_fn), b.cast()));
+            std::thread::sleep(Duration::from_millis(10));
+            assert!(
+                MAX_RUNNING.load(Ordering::SeqCst) > 0,
+                "stream b's host function ran while a was gated"
+            );
+            gate.store(1, Ordering::SeqCst);
+            ok(sys::cuStreamSynchronize(a));
+            ok(sys::cuStreamSynchronize(b));
+        }
+        assert_eq!(after.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            MAX_RUNNING.load(Ordering::SeqCst),
+            1,
+            "host functions of two streams overlapped"
+        );
+        assert_eq!(
+            QUERY_FROM_HOST_FN.load(Ordering::SeqCst),
+            800,
+            "CUDA from a host function is NOT_PERMITTED"
+        );
     }
-    assert_eq!(after.load(Ordering::SeqCst), 1);
-    assert_eq!(MAX_RUNNING.load(Ordering::SeqCst), 1, "host functions of two streams overlapped");
-    assert_eq!(QUERY_FROM_HOST_FN.load(Ordering::SeqCst), 800, "CUDA from a host function is NOT_PERMITTED");
-});
+);
 
 standin_test!(synchronisation_waits_for_a_parked_memop, 20, &[], {
     let ctx = bind();
@@ -242,7 +314,10 @@ standin_test!(synchronisation_waits_for_a_parked_memop, 20, &[], {
         }
     });
     std::thread::sleep(Duration::from_millis(100));
-    assert!(!sync.is_finished(), "cuCtxSynchronize returned while a stream was parked on a memop");
+    assert!(
+        !sync.is_finished(),
+        "cuCtxSynchronize returned while a stream was parked on a memop"
+    );
     gate.store(1, Ordering::SeqCst);
     sync.join().unwrap();
 });

@@ -37,14 +37,20 @@ pub fn is_child(name: &str) -> bool {
 pub fn standin_lib() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let deps = exe.parent().expect("deps dir");
-    let newest = [deps.to_path_buf(), deps.parent().unwrap_or(deps).to_path_buf()]
-        .into_iter()
-        .map(|d| d.join("libcuda.so"))
-        .filter_map(|lib| Some((lib.metadata().ok()?.modified().ok()?, lib)))
-        .max();
+    let newest = [
+        deps.to_path_buf(),
+        deps.parent().unwrap_or(deps).to_path_buf(),
+    ]
+    .into_iter()
+    .map(|d| d.join("libcuda.so"))
+    .filter_map(|lib| Some((lib.metadata().ok()?.modified().ok()?, lib)))
+    .max();
     match newest {
         Some((_, lib)) => lib,
-        None => panic!("the stand-in libcuda.so was not built next to {}", exe.display()),
+        None => panic!(
+            "the stand-in libcuda.so was not built next to {}",
+            exe.display()
+        ),
     }
 }
 
@@ -189,8 +195,13 @@ pub fn check_standin() {
         ok(sys::cuInit(0));
         let mut name = [0i8; 128];
         ok(sys::cuDeviceGetName(name.as_mut_ptr(), 128, 0));
-        let name = std::ffi::CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned();
-        assert!(name.contains("streamcomm CPU stand-in"), "another driver answered: {name}");
+        let name = std::ffi::CStr::from_ptr(name.as_ptr())
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            name.contains("streamcomm CPU stand-in"),
+            "another driver answered: {name}"
+        );
     }
 }
 
