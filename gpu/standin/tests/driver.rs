@@ -166,6 +166,9 @@ standin_test!(ipc_between_processes, 20, &[], {
     // SAFETY: driver calls with valid pointers.
     unsafe {
         ok(sys::cuMemcpyHtoD_v2(d, data.as_ptr().cast(), 256));
+        // A pageable cuMemcpyHtoD returns once staged: wait for it to land
+        // before another process looks.
+        ok(sys::cuCtxSynchronize());
         expect(sys::cuIpcGetMemHandle(&mut h, d + 64), 1);
         ok(sys::cuIpcGetMemHandle(&mut h, d));
         let mut p = 0;

@@ -54,7 +54,8 @@ pub fn standin_lib() -> PathBuf {
     }
 }
 
-/// A directory holding `libcuda.so` and `libcuda.so.1` links to the stand-in.
+/// A directory holding `libcuda.so` and `libcuda.so.1` links to the stand-in
+/// (`standin-ld/` beside it).
 pub fn lib_dir() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(make_lib_dir).clone()
@@ -62,13 +63,17 @@ pub fn lib_dir() -> PathBuf {
 
 fn make_lib_dir() -> PathBuf {
     let lib = standin_lib();
-    let dir = std::env::temp_dir().join(format!("sc-standin-lib-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    // Beside the build output (no temp litter); links are replaced atomically
+    // because several test processes may do this at once.
+    let dir = lib.parent().expect("lib dir").join("standin-ld");
+    std::fs::create_dir_all(&dir).expect("standin-ld dir");
     for name in ["libcuda.so", "libcuda.so.1"] {
         let link = dir.join(name);
         if std::fs::read_link(&link).ok().as_deref() != Some(lib.as_path()) {
-            let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink(&lib, &link).expect("symlink");
+            let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(&lib, &tmp).expect("symlink");
+            std::fs::rename(&tmp, &link).expect("rename symlink");
         }
     }
     dir
