@@ -1,0 +1,486 @@
+//! Initialisation, devices, their attributes, and primary contexts with the
+//! per-thread current-context stack.
+//!
+//! There is one device by default (`STREAMCOMM_STANDIN_DEVICES`); it names
+//! itself as the stand-in and reports the compute capability and limits of an
+//! H200 (sm_90), except that capability attributes of features the stand-in
+//! does not implement (memory pools, managed memory, VMM, dma-buf, GPUDirect
+//! RDMA, cooperative launch, IPC events) read 0, so callers take their
+//! fallback paths instead of reaching an unimplemented entry point.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_uint};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use crate::config::config;
+use crate::context::Context;
+use crate::error::{
+    Res, INVALID_CONTEXT, INVALID_DEVICE, INVALID_VALUE, NOT_INITIALIZED, NOT_SUPPORTED,
+};
+use crate::guard::{entry, say_once};
+
+/// The name every stand-in device reports (`cuDeviceGetName`).
+pub const DEVICE_NAME: &str = "streamcomm CPU stand-in (not a GPU)";
+
+/// Handle tag of contexts.
+const CTX_TAG: usize = 0x11;
+
+static INITIALIZED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// The calling thread's context stack (ordinals); the top is current.
+    static STACK: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+/// One device and its primary context.
+struct Slot {
+    primary: Mutex<Primary>,
+}
+
+#[derive(Default)]
+struct Primary {
+    refs: u32,
+    flags: u32,
+    ctx: Option<&'static Context>,
+}
+
+fn slots() -> &'static [Slot] {
+    static SLOTS: OnceLock<Vec<Slot>> = OnceLock::new();
+    SLOTS.get_or_init(|| {
+        (0..config().devices)
+            .map(|_| Slot {
+                primary: Mutex::new(Primary::default()),
+            })
+            .collect()
+    })
+}
+
+fn lock(slot: &Slot) -> std::sync::MutexGuard<'_, Primary> {
+    slot.primary.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `CUDA_ERROR_NOT_INITIALIZED` until `cuInit(0)` has succeeded.
+pub fn require_init() -> Res<()> {
+    if INITIALIZED.load(Ordering::Acquire) {
+        Ok(())
+    } else {
+        Err(NOT_INITIALIZED)
+    }
+}
+
+fn slot(dev: c_int) -> Res<&'static Slot> {
+    require_init()?;
+    usize::try_from(dev)
+        .ok()
+        .and_then(|d| slots().get(d))
+        .ok_or(INVALID_DEVICE)
+}
+
+/// The handle value of device `ordinal`'s primary context.
+pub fn ctx_handle(ordinal: usize) -> usize {
+    (CTX_TAG << 44) | ((ordinal + 1) << 4)
+}
+
+fn ctx_ordinal(handle: usize) -> Res<usize> {
+    let ordinal = (handle >> 4).wrapping_sub(1) & 0xff_ffff;
+    if handle >> 44 != CTX_TAG || ctx_handle(ordinal) != handle || ordinal >= slots().len() {
+        return Err(INVALID_CONTEXT);
+    }
+    Ok(ordinal)
+}
+
+/// The active primary context of `ordinal`, if retained.
+fn active(ordinal: usize) -> Res<&'static Context> {
+    let p = lock(&slots()[ordinal]);
+    match (p.refs, p.ctx) {
+        (1.., Some(ctx)) => Ok(ctx),
+        _ => Err(INVALID_CONTEXT),
+    }
+}
+
+/// The calling thread's current context, without the sticky-error check.
+pub fn current_any() -> Res<&'static Context> {
+    require_init()?;
+    let top = STACK.with(|s| s.borrow().last().copied());
+    active(top.ok_or(INVALID_CONTEXT)?)
+}
+
+/// The calling thread's current context; a context that suffered a device
+/// fault returns that error from every call, as the driver's sticky errors do.
+pub fn current() -> Res<&'static Context> {
+    let ctx = current_any()?;
+    ctx.check_sticky()?;
+    Ok(ctx)
+}
+
+/// Writes `value` through a C out-pointer, refusing NULL.
+pub fn out<T>(ptr: *mut T, value: T) -> Res<()> {
+    if ptr.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    // SAFETY: non-null; the C caller passes a valid, aligned out-pointer.
+    unsafe { ptr.write(value) };
+    Ok(())
+}
+
+/// `cuInit`: flags must be 0. Also removes shared-memory segments left by
+/// stand-in processes that died.
+#[no_mangle]
+pub extern "C" fn cuInit(flags: c_uint) -> u32 {
+    entry("cuInit", || {
+        if flags != 0 {
+            return Err(INVALID_VALUE);
+        }
+        if !INITIALIZED.swap(true, Ordering::AcqRel) {
+            crate::shm::remove_stale();
+        }
+        Ok(())
+    })
+}
+
+/// `cuDriverGetVersion` (works before `cuInit`): 13000 unless configured.
+#[no_mangle]
+pub extern "C" fn cuDriverGetVersion(version: *mut c_int) -> u32 {
+    entry("cuDriverGetVersion", || {
+        out(version, config().driver_version)
+    })
+}
+
+/// `cuDeviceGetCount`.
+#[no_mangle]
+pub extern "C" fn cuDeviceGetCount(count: *mut c_int) -> u32 {
+    entry("cuDeviceGetCount", || {
+        require_init()?;
+        out(count, slots().len() as c_int)
+    })
+}
+
+/// `cuDeviceGet`: the device handle is the ordinal.
+#[no_mangle]
+pub extern "C" fn cuDeviceGet(device: *mut c_int, ordinal: c_int) -> u32 {
+    entry("cuDeviceGet", || {
+        slot(ordinal)?;
+        out(device, ordinal)
+    })
+}
+
+/// `cuDeviceGetName`: always names the stand-in.
+#[no_mangle]
+pub extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_int) -> u32 {
+    entry("cuDeviceGetName", || {
+        slot(dev)?;
+        if name.is_null() || len <= 0 {
+            return Err(INVALID_VALUE);
+        }
+        let text = format!("{DEVICE_NAME} #{dev}");
+        let n = text.len().min(len as usize - 1);
+        // SAFETY: the caller's buffer holds `len` bytes; we write n + 1 <= len.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr().cast(), name, n);
+            *name.add(n) = 0;
+        }
+        Ok(())
+    })
+}
+
+/// `cuDeviceGetUuid`: a fixed UUID spelling `SC-STANDIN` and the ordinal.
+#[no_mangle]
+pub extern "C" fn cuDeviceGetUuid(uuid: *mut [u8; 16], dev: c_int) -> u32 {
+    entry("cuDeviceGetUuid", || uuid_of(uuid, dev))
+}
+
+/// `cuDeviceGetUuid_v2`: as `cuDeviceGetUuid`.
+#[no_mangle]
+pub extern "C" fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], dev: c_int) -> u32 {
+    entry("cuDeviceGetUuid_v2", || uuid_of(uuid, dev))
+}
+
+fn uuid_of(uuid: *mut [u8; 16], dev: c_int) -> Res<()> {
+    slot(dev)?;
+    let mut bytes = *b"SC-STANDIN-\0\0\0\0\0";
+    bytes[15] = dev as u8;
+    out(uuid, bytes)
+}
+
+/// `cuDeviceTotalMem_v2`: the host's physical memory.
+#[no_mangle]
+pub extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> u32 {
+    entry("cuDeviceTotalMem_v2", || {
+        slot(dev)?;
+        out(bytes, host_memory().1)
+    })
+}
+
+/// `cuMemGetInfo_v2`: the host's available and physical memory.
+#[no_mangle]
+pub extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> u32 {
+    entry("cuMemGetInfo_v2", || {
+        current()?;
+        let (f, t) = host_memory();
+        out(free, f)?;
+        out(total, t)
+    })
+}
+
+fn host_memory() -> (usize, usize) {
+    // SAFETY: sysconf has no preconditions.
+    let (avail, phys, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_AVPHYS_PAGES),
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let b = |pages: libc::c_long| (pages.max(0) as usize).saturating_mul(page.max(0) as usize);
+    (b(avail), b(phys))
+}
+
+/// `cuDeviceComputeCapability` (deprecated): 9.0.
+#[no_mangle]
+pub extern "C" fn cuDeviceComputeCapability(
+    major: *mut c_int,
+    minor: *mut c_int,
+    dev: c_int,
+) -> u32 {
+    entry("cuDeviceComputeCapability", || {
+        slot(dev)?;
+        out(major, 9)?;
+        out(minor, 0)
+    })
+}
+
+/// The attribute values of an H200 (sm_90) that the stand-in models; 0 for
+/// features it does not implement.
+fn attribute(attrib: c_int, ordinal: c_int) -> Option<c_int> {
+    Some(match attrib {
+        1 => 1024,         // MAX_THREADS_PER_BLOCK
+        2 | 3 => 1024,     // MAX_BLOCK_DIM_X/Y
+        4 => 64,           // MAX_BLOCK_DIM_Z
+        5 => i32::MAX,     // MAX_GRID_DIM_X
+        6 | 7 => 65535,    // MAX_GRID_DIM_Y/Z
+        8 => 49152,        // MAX_SHARED_MEMORY_PER_BLOCK
+        9 => 65536,        // TOTAL_CONSTANT_MEMORY
+        10 => 32,          // WARP_SIZE
+        11 => i32::MAX,    // MAX_PITCH
+        12 => 65536,       // MAX_REGISTERS_PER_BLOCK
+        13 => 1_980_000,   // CLOCK_RATE (kHz)
+        14 => 512,         // TEXTURE_ALIGNMENT
+        15 => 1,           // GPU_OVERLAP
+        16 => 132,         // MULTIPROCESSOR_COUNT
+        17 | 18 => 0,      // KERNEL_EXEC_TIMEOUT, INTEGRATED
+        19 => 1,           // CAN_MAP_HOST_MEMORY
+        20 => 0,           // COMPUTE_MODE (default)
+        31 | 32 => 1,      // CONCURRENT_KERNELS, ECC_ENABLED
+        33 => ordinal + 1, // PCI_BUS_ID
+        34 | 35 => 0,      // PCI_DEVICE_ID, TCC_DRIVER
+        36 => 2_619_000,   // MEMORY_CLOCK_RATE
+        37 => 6144,        // GLOBAL_MEMORY_BUS_WIDTH
+        38 => 52_428_800,  // L2_CACHE_SIZE
+        39 => 2048,        // MAX_THREADS_PER_MULTIPROCESSOR
+        40 => 5,           // ASYNC_ENGINE_COUNT
+        41 => 1,           // UNIFIED_ADDRESSING
+        50 => 0,           // PCI_DOMAIN_ID
+        75 => 9,           // COMPUTE_CAPABILITY_MAJOR
+        76 => 0,           // COMPUTE_CAPABILITY_MINOR
+        78..=80 => 1,      // STREAM_PRIORITIES, L1 caches
+        81 => 233_472,     // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+        82 => 65536,       // MAX_REGISTERS_PER_MULTIPROCESSOR
+        83..=86 => 0, // MANAGED_MEMORY (not implemented), MULTI_GPU_BOARD(_GROUP_ID), HOST_NATIVE_ATOMIC
+        87 => 2,      // SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO
+        88 | 89 => 0, // PAGEABLE_MEMORY_ACCESS, CONCURRENT_MANAGED_ACCESS
+        90 | 91 => 1, // COMPUTE_PREEMPTION, CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
+        92..=94 => 1, // CAN_USE_STREAM_MEM_OPS_V1, 64_BIT_V1, WAIT_VALUE_NOR_V1
+        95 | 96 => 0, // COOPERATIVE_LAUNCH (not implemented), MULTI_DEVICE
+        97 => 232_448, // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+        98 => 0,      // CAN_FLUSH_REMOTE_WRITES
+        99 => 1,      // HOST_REGISTER_SUPPORTED
+        100..=105 => 0, // pageable via host tables, managed from host, VMM, export handles
+        106 => 32,    // MAX_BLOCKS_PER_MULTIPROCESSOR
+        107..=110 => 0, // compression, persisting L2, access policy, GDR with VMM
+        111 => 1024,  // RESERVED_SHARED_MEMORY_PER_BLOCK
+        112 | 113 => 0, // sparse arrays, read-only host register
+        114..=121 => 0, // semaphores, memory pools, GPUDirect RDMA, cluster launch, ...
+        122 | 123 => 1, // CAN_USE_64_BIT_STREAM_MEM_OPS, CAN_USE_STREAM_WAIT_VALUE_NOR
+        124 | 125 => 0, // DMA_BUF_SUPPORTED, IPC_EVENT_SUPPORTED
+        _ => return None,
+    })
+}
+
+/// Whether the device can flush remote writes (`CU_STREAM_WAIT_VALUE_FLUSH`).
+pub fn can_flush_remote_writes() -> bool {
+    attribute(98, 0) == Some(1)
+}
+
+/// `cuDeviceGetAttribute`: see the module docs; unmodelled attributes return
+/// `CUDA_ERROR_NOT_SUPPORTED` and say so.
+#[no_mangle]
+pub extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attrib: c_int, dev: c_int) -> u32 {
+    entry("cuDeviceGetAttribute", || {
+        slot(dev)?;
+        if !(1..=300).contains(&attrib) {
+            return Err(INVALID_VALUE);
+        }
+        match attribute(attrib, dev) {
+            Some(v) => out(value, v),
+            None => {
+                say_once(
+                    format!("attr:{attrib}"),
+                    &format!(
+                        "cuDeviceGetAttribute({attrib}) is not modelled: CUDA_ERROR_NOT_SUPPORTED"
+                    ),
+                );
+                Err(NOT_SUPPORTED)
+            }
+        }
+    })
+}
+
+/// `cuDevicePrimaryCtxRetain`: refcounted; does not make the context current.
+#[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut usize, dev: c_int) -> u32 {
+    entry("cuDevicePrimaryCtxRetain", || {
+        let s = slot(dev)?;
+        if pctx.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let mut p = lock(s);
+        if p.refs == 0 || p.ctx.is_none() {
+            p.ctx = Some(Context::create(dev as usize));
+        }
+        p.refs += 1;
+        out(pctx, ctx_handle(dev as usize))
+    })
+}
+
+/// `cuDevicePrimaryCtxRelease_v2`: a release without a retain is
+/// `CUDA_ERROR_INVALID_CONTEXT`; the last release waits for the context's
+/// work and retires it (the next retain makes a fresh one).
+#[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> u32 {
+    entry("cuDevicePrimaryCtxRelease_v2", || {
+        let s = slot(dev)?;
+        let retired = {
+            let mut p = lock(s);
+            if p.refs == 0 {
+                return Err(INVALID_CONTEXT);
+            }
+            p.refs -= 1;
+            if p.refs == 0 {
+                p.ctx.take()
+            } else {
+                None
+            }
+        };
+        if let Some(ctx) = retired {
+            ctx.wait_all();
+        }
+        Ok(())
+    })
+}
+
+/// `cuDevicePrimaryCtxGetState`.
+#[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxGetState(
+    dev: c_int,
+    flags: *mut c_uint,
+    is_active: *mut c_int,
+) -> u32 {
+    entry("cuDevicePrimaryCtxGetState", || {
+        let p = lock(slot(dev)?);
+        out(flags, p.flags)?;
+        out(is_active, c_int::from(p.refs > 0))
+    })
+}
+
+/// `cuDevicePrimaryCtxSetFlags_v2`: scheduling flags are stored, not used.
+#[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxSetFlags_v2(dev: c_int, flags: c_uint) -> u32 {
+    entry("cuDevicePrimaryCtxSetFlags_v2", || {
+        if flags & !0x3f != 0 {
+            return Err(INVALID_VALUE);
+        }
+        lock(slot(dev)?).flags = flags;
+        Ok(())
+    })
+}
+
+/// `cuCtxSetCurrent`: replaces the top of the thread's context stack (NULL pops).
+#[no_mangle]
+pub extern "C" fn cuCtxSetCurrent(ctx: usize) -> u32 {
+    entry("cuCtxSetCurrent", || {
+        require_init()?;
+        if ctx == 0 {
+            STACK.with(|s| s.borrow_mut().pop());
+            return Ok(());
+        }
+        let ordinal = ctx_ordinal(ctx)?;
+        active(ordinal)?;
+        STACK.with(|s| {
+            let mut s = s.borrow_mut();
+            s.pop();
+            s.push(ordinal);
+        });
+        Ok(())
+    })
+}
+
+/// `cuCtxGetCurrent`: NULL when the thread has none.
+#[no_mangle]
+pub extern "C" fn cuCtxGetCurrent(pctx: *mut usize) -> u32 {
+    entry("cuCtxGetCurrent", || {
+        require_init()?;
+        let top = STACK.with(|s| s.borrow().last().copied());
+        out(pctx, top.map_or(0, ctx_handle))
+    })
+}
+
+/// `cuCtxPushCurrent_v2`.
+#[no_mangle]
+pub extern "C" fn cuCtxPushCurrent_v2(ctx: usize) -> u32 {
+    entry("cuCtxPushCurrent_v2", || {
+        require_init()?;
+        let ordinal = ctx_ordinal(ctx)?;
+        active(ordinal)?;
+        STACK.with(|s| s.borrow_mut().push(ordinal));
+        Ok(())
+    })
+}
+
+/// `cuCtxPopCurrent_v2`.
+#[no_mangle]
+pub extern "C" fn cuCtxPopCurrent_v2(pctx: *mut usize) -> u32 {
+    entry("cuCtxPopCurrent_v2", || {
+        require_init()?;
+        let top = STACK
+            .with(|s| s.borrow_mut().pop())
+            .ok_or(INVALID_CONTEXT)?;
+        if !pctx.is_null() {
+            out(pctx, ctx_handle(top))?;
+        }
+        Ok(())
+    })
+}
+
+/// `cuCtxGetDevice`.
+#[no_mangle]
+pub extern "C" fn cuCtxGetDevice(device: *mut c_int) -> u32 {
+    entry("cuCtxGetDevice", || {
+        let ctx = current_any()?;
+        out(device, ctx.ordinal as c_int)
+    })
+}
+
+/// `cuCtxSynchronize`: waits for all work of the current context, for ever
+/// if a stream waits on a memory operation nobody releases. Refused (900,
+/// invalidating the capture) while any stream of the context captures.
+#[no_mangle]
+pub extern "C" fn cuCtxSynchronize() -> u32 {
+    entry("cuCtxSynchronize", || {
+        let ctx = current()?;
+        crate::capture::check_context_sync(ctx, "cuCtxSynchronize")?;
+        crate::capture::check_unsafe("cuCtxSynchronize")?;
+        ctx.wait_all();
+        ctx.check_sticky()
+    })
+}

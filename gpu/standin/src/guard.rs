@@ -1,0 +1,79 @@
+//! The one guard every exported entry point runs inside: no panic crosses the
+//! C ABI (it becomes `CUDA_ERROR_UNKNOWN` and a line on stderr), calls from a
+//! host function are refused with `CUDA_ERROR_NOT_PERMITTED`, and entry points
+//! the stand-in does not implement say so once on stderr.
+
+use std::cell::Cell;
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Mutex;
+
+use crate::error::{CUresult, Res, NOT_PERMITTED, NOT_SUPPORTED, SUCCESS, UNKNOWN};
+
+thread_local! {
+    /// True while this thread runs a host function or a user-object destructor.
+    static IN_HOST_FN: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Writes one line to stderr, ignoring failures (stderr may be closed).
+pub fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "streamcomm CPU stand-in: {line}");
+}
+
+/// Says `line` once per distinct `key` for the life of the process.
+pub fn say_once(key: String, line: &str) {
+    static SEEN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    let first = SEEN.lock().map(|mut s| s.insert(key)).unwrap_or(true);
+    if first {
+        say(line);
+    }
+}
+
+/// Runs the body of entry point `name`, mapping its result to a `CUresult`.
+pub fn entry(name: &'static str, body: impl FnOnce() -> Res<()>) -> CUresult {
+    if IN_HOST_FN.with(Cell::get) {
+        say_once(
+            format!("hostfn:{name}"),
+            &format!("{name} called from a host function or destructor: CUDA_ERROR_NOT_PERMITTED"),
+        );
+        return NOT_PERMITTED;
+    }
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => SUCCESS,
+        Ok(Err(code)) => code,
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| payload.downcast_ref::<&str>().copied())
+                .unwrap_or("panic without a message");
+            say(&format!(
+                "internal panic in {name}: {msg}; returning CUDA_ERROR_UNKNOWN"
+            ));
+            UNKNOWN
+        }
+    }
+}
+
+/// What an entry point the stand-in does not implement returns.
+pub fn unsupported(name: &'static str) -> CUresult {
+    say_once(
+        format!("unsupported:{name}"),
+        &format!("{name} is not implemented by the stand-in: CUDA_ERROR_NOT_SUPPORTED"),
+    );
+    NOT_SUPPORTED
+}
+
+/// Runs `f` marked as a host function: CUDA calls from it are refused.
+pub fn as_host_fn<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            IN_HOST_FN.with(|c| c.set(false));
+        }
+    }
+    IN_HOST_FN.with(|c| c.set(true));
+    let _reset = Reset;
+    f()
+}

@@ -1,0 +1,54 @@
+//! Opaque handles for driver objects: a type tag in the high bits and a
+//! serial number, never reused, so a destroyed or foreign handle is caught
+//! (`CUDA_ERROR_INVALID_HANDLE`) instead of being dereferenced.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Res, INVALID_HANDLE};
+
+/// Live objects of one kind, by handle value.
+pub struct Registry<T> {
+    tag: usize,
+    next: AtomicUsize,
+    live: Mutex<BTreeMap<usize, Arc<T>>>,
+}
+
+impl<T> Registry<T> {
+    /// An empty registry whose handles carry `tag` (1..=255).
+    pub const fn new(tag: usize) -> Registry<T> {
+        Registry {
+            tag,
+            next: AtomicUsize::new(1),
+            live: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Registers `value` and returns its new handle.
+    pub fn insert(&self, value: Arc<T>) -> usize {
+        self.insert_with(|_| value)
+    }
+
+    /// Registers the object `make` builds from its handle; returns the handle.
+    pub fn insert_with(&self, make: impl FnOnce(usize) -> Arc<T>) -> usize {
+        let h = (self.tag << 44) | (self.next.fetch_add(1, Ordering::Relaxed) << 4);
+        let value = make(h);
+        self.lock().insert(h, value);
+        h
+    }
+
+    /// The object behind `handle`.
+    pub fn get(&self, handle: usize) -> Res<Arc<T>> {
+        self.lock().get(&handle).cloned().ok_or(INVALID_HANDLE)
+    }
+
+    /// Unregisters `handle`, returning its object.
+    pub fn remove(&self, handle: usize) -> Res<Arc<T>> {
+        self.lock().remove(&handle).ok_or(INVALID_HANDLE)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<usize, Arc<T>>> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

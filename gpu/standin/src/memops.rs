@@ -1,0 +1,150 @@
+//! Stream memory operations (`cuStreamWaitValue*_v2`, `cuStreamWriteValue*_v2`)
+//! and host functions (`cuLaunchHostFunc`).
+//!
+//! A wait blocks its hardware queue until the condition holds, for ever if
+//! nobody writes: as on the device, the ordering a memop establishes is
+//! invisible to the scheduler. Targets must be device-accessible memory
+//! (device memory, IPC mappings, `DEVICEMAP` pinned memory) and aligned.
+
+use std::ffi::c_void;
+
+use crate::device::{can_flush_remote_writes, current};
+use crate::error::{Res, INVALID_VALUE};
+use crate::exec::{HostFn, Work};
+use crate::guard::{entry, say_once};
+use crate::memory::resolve;
+use crate::stream::{stream_of, submit};
+
+/// `CU_STREAM_WAIT_VALUE_FLUSH`.
+const FLUSH: u32 = 1 << 30;
+
+fn target(addr: u64, wide: bool, name: &str) -> Res<()> {
+    let size = if wide { 8 } else { 4 };
+    if addr % size != 0 || resolve(addr, size as usize).is_err() {
+        say_once(
+            format!("memop-target:{name}"),
+            &format!("{name}: {addr:#x} is not an aligned word of device-accessible memory: CUDA_ERROR_INVALID_VALUE"),
+        );
+        return Err(INVALID_VALUE);
+    }
+    Ok(())
+}
+
+fn wait(
+    stream: usize,
+    addr: u64,
+    value: u64,
+    flags: u32,
+    wide: bool,
+    name: &'static str,
+) -> Res<()> {
+    current()?;
+    let s = stream_of(stream)?;
+    if flags & !(FLUSH | 0x3) != 0 {
+        return Err(INVALID_VALUE);
+    }
+    if flags & FLUSH != 0 && !can_flush_remote_writes() {
+        say_once(
+            "flush".into(),
+            &format!("{name}: CU_STREAM_WAIT_VALUE_FLUSH needs CAN_FLUSH_REMOTE_WRITES, which this device lacks"),
+        );
+        return Err(INVALID_VALUE);
+    }
+    target(addr, wide, name)?;
+    let work = Work::WaitValue {
+        addr,
+        value,
+        cond: flags & 0x3,
+        wide,
+    };
+    submit(&s, work, Vec::new(), name).map(|_| ())
+}
+
+fn write(
+    stream: usize,
+    addr: u64,
+    value: u64,
+    flags: u32,
+    wide: bool,
+    name: &'static str,
+) -> Res<()> {
+    current()?;
+    let s = stream_of(stream)?;
+    if flags != 0 {
+        say_once(
+            format!("write-flags:{name}"),
+            &format!("{name}: flags {flags:#x} (NO_MEMORY_BARRIER is not supported by the _v2 API): CUDA_ERROR_INVALID_VALUE"),
+        );
+        return Err(INVALID_VALUE);
+    }
+    target(addr, wide, name)?;
+    submit(&s, Work::WriteValue { addr, value, wide }, Vec::new(), name).map(|_| ())
+}
+
+/// `cuStreamWaitValue32_v2`: GEQ (cyclic), EQ, AND, NOR; FLUSH only where the
+/// device can flush remote writes (this one cannot).
+#[no_mangle]
+pub extern "C" fn cuStreamWaitValue32_v2(stream: usize, addr: u64, value: u32, flags: u32) -> u32 {
+    entry("cuStreamWaitValue32_v2", || {
+        wait(
+            stream,
+            addr,
+            value.into(),
+            flags,
+            false,
+            "cuStreamWaitValue32_v2",
+        )
+    })
+}
+
+/// `cuStreamWaitValue64_v2`.
+#[no_mangle]
+pub extern "C" fn cuStreamWaitValue64_v2(stream: usize, addr: u64, value: u64, flags: u32) -> u32 {
+    entry("cuStreamWaitValue64_v2", || {
+        wait(stream, addr, value, flags, true, "cuStreamWaitValue64_v2")
+    })
+}
+
+/// `cuStreamWriteValue32_v2`: flags must be 0 (the write is fenced).
+#[no_mangle]
+pub extern "C" fn cuStreamWriteValue32_v2(stream: usize, addr: u64, value: u32, flags: u32) -> u32 {
+    entry("cuStreamWriteValue32_v2", || {
+        write(
+            stream,
+            addr,
+            value.into(),
+            flags,
+            false,
+            "cuStreamWriteValue32_v2",
+        )
+    })
+}
+
+/// `cuStreamWriteValue64_v2`.
+#[no_mangle]
+pub extern "C" fn cuStreamWriteValue64_v2(stream: usize, addr: u64, value: u64, flags: u32) -> u32 {
+    entry("cuStreamWriteValue64_v2", || {
+        write(stream, addr, value, flags, true, "cuStreamWriteValue64_v2")
+    })
+}
+
+/// `cuLaunchHostFunc`: runs `f(data)` when the stream reaches it, one host
+/// function at a time process-wide; CUDA calls from it fail with
+/// `CUDA_ERROR_NOT_PERMITTED`. Captured, it runs at every replay.
+#[no_mangle]
+pub extern "C" fn cuLaunchHostFunc(stream: usize, f: Option<HostFn>, data: *mut c_void) -> u32 {
+    entry("cuLaunchHostFunc", || {
+        let s = stream_of(stream)?;
+        let f = f.ok_or(INVALID_VALUE)?;
+        submit(
+            &s,
+            Work::HostFn {
+                f,
+                data: data as usize,
+            },
+            Vec::new(),
+            "cuLaunchHostFunc",
+        )
+        .map(|_| ())
+    })
+}

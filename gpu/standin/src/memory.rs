@@ -1,0 +1,225 @@
+//! Device memory and the device address space.
+//!
+//! Device addresses come from a large `PROT_NONE` reservation, so the host
+//! cannot dereference a device pointer (it faults, as with GPU memory), and
+//! addresses are never reused, so work on freed memory is a device fault
+//! (`CUDA_ERROR_ILLEGAL_ADDRESS`) rather than silent aliasing. The bytes live
+//! in a shared-memory segment per allocation ([`crate::shm`]); every device
+//! access translates the address through [`resolve`], which also accepts
+//! host-mapped pinned memory (whose device address equals its host address,
+//! as on devices with `CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM`).
+
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+
+use crate::capture::check_unsafe;
+use crate::device::{current, out};
+use crate::error::{Res, INVALID_VALUE, OUT_OF_MEMORY};
+use crate::guard::entry;
+use crate::pinned;
+use crate::shm::Segment;
+
+/// Bytes of address space reserved for device addresses.
+const SPACE: usize = 1 << 40;
+/// Unmapped gap after each allocation, so overruns fault.
+const GAP: usize = 1 << 16;
+
+/// What backs a range of device addresses.
+pub enum Kind {
+    /// A `cuMemAlloc` allocation of this process, with its segment serial.
+    Device {
+        /// Serial of the shared-memory segment.
+        serial: u64,
+    },
+    /// A peer's allocation opened with `cuIpcOpenMemHandle`.
+    Ipc {
+        /// Exporting process and segment serial.
+        key: (u32, u64),
+    },
+}
+
+/// A range of device addresses and the host mapping behind it.
+pub struct Region {
+    /// First device address.
+    pub base: u64,
+    /// Length in bytes as requested.
+    pub len: usize,
+    /// What it is.
+    pub kind: Kind,
+    seg: Segment,
+}
+
+/// A translated device range; keeps its mapping alive while held.
+pub struct Mapped {
+    _region: Option<Arc<Region>>,
+    /// Host address of the first byte.
+    pub ptr: *mut u8,
+}
+
+static REGIONS: RwLock<BTreeMap<u64, Arc<Region>>> = RwLock::new(BTreeMap::new());
+
+fn space() -> Res<usize> {
+    static BASE: OnceLock<usize> = OnceLock::new();
+    let base = *BASE.get_or_init(|| {
+        // SAFETY: reserves address space only (no access, no backing).
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                SPACE,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            0
+        } else {
+            p as usize
+        }
+    });
+    if base == 0 {
+        Err(OUT_OF_MEMORY)
+    } else {
+        Ok(base)
+    }
+}
+
+/// True when `addr` lies in the device address space (not host memory).
+pub fn is_device_address(addr: usize) -> bool {
+    space().is_ok_and(|base| (base..base + SPACE).contains(&addr))
+}
+
+/// Reserves `len` bytes of fresh device addresses.
+fn reserve(len: usize) -> Res<u64> {
+    static NEXT: AtomicUsize = AtomicUsize::new(GAP);
+    let base = space()?;
+    let step = len.div_ceil(GAP).max(1) * GAP + GAP;
+    let offset = NEXT.fetch_add(step, Ordering::Relaxed);
+    if offset + step > SPACE {
+        return Err(OUT_OF_MEMORY);
+    }
+    Ok((base + offset) as u64)
+}
+
+fn regions_read() -> std::sync::RwLockReadGuard<'static, BTreeMap<u64, Arc<Region>>> {
+    REGIONS.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn regions_write() -> std::sync::RwLockWriteGuard<'static, BTreeMap<u64, Arc<Region>>> {
+    REGIONS.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The region containing device address `addr`.
+pub fn region_of(addr: u64) -> Option<Arc<Region>> {
+    let map = regions_read();
+    let (_, r) = map.range(..=addr).next_back()?;
+    (addr < r.base + r.len as u64).then(|| r.clone())
+}
+
+/// Translates `len` bytes of device-accessible memory at `addr` (device
+/// memory, an IPC mapping, or host-mapped pinned memory); the whole range must
+/// lie in one allocation.
+pub fn resolve(addr: u64, len: usize) -> Res<Mapped> {
+    if let Some(r) = region_of(addr) {
+        if addr
+            .checked_add(len as u64)
+            .is_some_and(|end| end <= r.base + r.len as u64)
+        {
+            let ptr = r.seg.host().wrapping_add((addr - r.base) as usize);
+            return Ok(Mapped {
+                _region: Some(r),
+                ptr,
+            });
+        }
+        return Err(INVALID_VALUE);
+    }
+    if pinned::is_device_mapped(addr as usize, len) {
+        return Ok(Mapped {
+            _region: None,
+            ptr: addr as *mut u8,
+        });
+    }
+    Err(INVALID_VALUE)
+}
+
+/// Registers a new region backed by `seg` and returns its device address.
+pub fn insert(len: usize, kind: Kind, seg: Segment) -> Res<u64> {
+    let base = reserve(seg.len())?;
+    let region = Arc::new(Region {
+        base,
+        len,
+        kind,
+        seg,
+    });
+    regions_write().insert(base, region);
+    Ok(base)
+}
+
+/// Unregisters the region starting at `base` if `pick` accepts it.
+pub fn remove(base: u64, pick: impl FnOnce(&Region) -> bool) -> Res<Arc<Region>> {
+    let mut map = regions_write();
+    match map.get(&base) {
+        Some(r) if pick(r) => Ok(map.remove(&base).expect("present")),
+        _ => Err(INVALID_VALUE),
+    }
+}
+
+/// `cuMemAlloc_v2`: refused while capturing (900); size 0 is
+/// `CUDA_ERROR_INVALID_VALUE`; contents are not zeroed (poisoned with 0xA5).
+#[no_mangle]
+pub extern "C" fn cuMemAlloc_v2(dptr: *mut u64, bytesize: usize) -> u32 {
+    entry("cuMemAlloc_v2", || {
+        current()?;
+        check_unsafe("cuMemAlloc_v2")?;
+        if dptr.is_null() || bytesize == 0 {
+            return Err(INVALID_VALUE);
+        }
+        let (seg, serial) = Segment::create(bytesize)?;
+        let base = insert(bytesize, Kind::Device { serial }, seg)?;
+        out(dptr, base)
+    })
+}
+
+/// `cuMemFree_v2`: only the base of a `cuMemAlloc` allocation; waits for all
+/// work of the context first (for ever, if a stream never finishes).
+#[no_mangle]
+pub extern "C" fn cuMemFree_v2(dptr: u64) -> u32 {
+    entry("cuMemFree_v2", || {
+        let ctx = current()?;
+        check_unsafe("cuMemFree_v2")?;
+        match region_of(dptr) {
+            Some(r) if r.base == dptr && matches!(r.kind, Kind::Device { .. }) => {}
+            _ => return Err(INVALID_VALUE),
+        }
+        ctx.wait_all();
+        remove(dptr, |r| matches!(r.kind, Kind::Device { .. }))?;
+        Ok(())
+    })
+}
+
+/// `cuMemGetAddressRange_v2`: base and size of the allocation holding `dptr`.
+#[no_mangle]
+pub extern "C" fn cuMemGetAddressRange_v2(pbase: *mut u64, psize: *mut usize, dptr: u64) -> u32 {
+    entry("cuMemGetAddressRange_v2", || {
+        current()?;
+        let r = region_of(dptr).ok_or(crate::error::NOT_FOUND)?;
+        if !pbase.is_null() {
+            out(pbase, r.base)?;
+        }
+        if !psize.is_null() {
+            out(psize, r.len)?;
+        }
+        Ok(())
+    })
+}
+
+/// A host pointer argument; refuses device addresses passed as host memory.
+pub fn host_ptr(p: *const c_void) -> Res<usize> {
+    if p.is_null() || is_device_address(p as usize) {
+        return Err(INVALID_VALUE);
+    }
+    Ok(p as usize)
+}

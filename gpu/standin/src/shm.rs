@@ -1,0 +1,183 @@
+//! POSIX shared-memory segments backing device memory, so another process
+//! can map an allocation (CUDA IPC). Each allocation is one segment named
+//! `/sc-cuda-standin-<pid>-<serial>`, created 0600 and unlinked when freed or
+//! at exit; segments of processes that died are removed at the next `cuInit`.
+
+use std::collections::BTreeSet;
+use std::ffi::CString;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, Once};
+
+use crate::config::config;
+use crate::context::lock;
+use crate::error::{Res, INVALID_VALUE, OUT_OF_MEMORY};
+
+const PREFIX: &str = "sc-cuda-standin-";
+
+/// Names of the segments this process created and has not unlinked.
+static LIVE: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// One mapped segment, unmapped on drop (and unlinked if this process made it).
+pub struct Segment {
+    name: String,
+    host: *mut u8,
+    len: usize,
+    owner: bool,
+}
+
+// SAFETY: the mapping is plain shared memory; the pointer is only an address
+// and the mapping lives as long as the value.
+unsafe impl Send for Segment {}
+// SAFETY: as above; no Rust-side state is mutated through `&Segment`.
+unsafe impl Sync for Segment {}
+
+fn name_of(pid: u32, serial: u64) -> String {
+    format!("/{PREFIX}{pid}-{serial}")
+}
+
+fn page_round(len: usize) -> usize {
+    len.div_ceil(4096).max(1) * 4096
+}
+
+impl Segment {
+    /// Creates and maps a new segment of `len` bytes; returns it with its serial.
+    pub fn create(len: usize) -> Res<(Segment, u64)> {
+        static SERIAL: AtomicU64 = AtomicU64::new(1);
+        static AT_EXIT: Once = Once::new();
+        AT_EXIT.call_once(|| {
+            // SAFETY: registers a plain extern "C" function with no captures.
+            unsafe { libc::atexit(unlink_all) };
+        });
+        let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
+        let name = name_of(std::process::id(), serial);
+        let c = CString::new(name.clone()).map_err(|_| INVALID_VALUE)?;
+        let len = page_round(len);
+        // SAFETY: valid NUL-terminated name; the flags create a new private segment.
+        let fd = unsafe {
+            libc::shm_open(
+                c.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                0o600,
+            )
+        };
+        if fd < 0 {
+            return Err(OUT_OF_MEMORY);
+        }
+        lock(&LIVE).insert(name.clone());
+        let seg = Segment::map(name, fd, len, true)?;
+        if config().poison {
+            // SAFETY: the mapping holds `len` writable bytes.
+            unsafe { std::ptr::write_bytes(seg.host, 0xA5, len) };
+        }
+        Ok((seg, serial))
+    }
+
+    /// Maps the segment `serial` of process `pid` (an IPC import).
+    pub fn open(pid: u32, serial: u64, len: usize) -> Res<Segment> {
+        let name = name_of(pid, serial);
+        let c = CString::new(name.clone()).map_err(|_| INVALID_VALUE)?;
+        // SAFETY: valid NUL-terminated name; opens an existing segment.
+        let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR, 0) };
+        if fd < 0 {
+            return Err(INVALID_VALUE);
+        }
+        Segment::map(name, fd, page_round(len), false)
+    }
+
+    fn map(name: String, fd: i32, len: usize, owner: bool) -> Res<Segment> {
+        // SAFETY: `fd` is an open shared-memory object we own.
+        let sized = !owner || unsafe { libc::ftruncate(fd, len as libc::off_t) } == 0;
+        let host = if sized {
+            // SAFETY: maps `len` bytes of the object; checked for MAP_FAILED below.
+            unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd,
+                    0,
+                )
+            }
+        } else {
+            libc::MAP_FAILED
+        };
+        // SAFETY: the descriptor is ours; the mapping (if any) keeps the object.
+        unsafe { libc::close(fd) };
+        let failed = host == libc::MAP_FAILED;
+        let seg = Segment {
+            name,
+            host: if failed {
+                std::ptr::null_mut()
+            } else {
+                host.cast()
+            },
+            len,
+            owner,
+        };
+        if failed {
+            return Err(OUT_OF_MEMORY);
+        }
+        Ok(seg)
+    }
+
+    /// The host address of the mapping.
+    pub fn host(&self) -> *mut u8 {
+        self.host
+    }
+
+    /// Its length in bytes (page-rounded).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        if !self.host.is_null() {
+            // SAFETY: unmaps exactly the mapping made in `map`.
+            unsafe { libc::munmap(self.host.cast(), self.len) };
+        }
+        if self.owner {
+            unlink(&self.name);
+            lock(&LIVE).remove(&self.name);
+        }
+    }
+}
+
+fn unlink(name: &str) {
+    if let Ok(c) = CString::new(name) {
+        // SAFETY: valid NUL-terminated name.
+        unsafe { libc::shm_unlink(c.as_ptr()) };
+    }
+}
+
+extern "C" fn unlink_all() {
+    if let Ok(live) = LIVE.try_lock() {
+        for name in live.iter() {
+            unlink(name);
+        }
+    }
+}
+
+/// Unlinks segments whose creating process no longer exists.
+pub fn remove_stale() {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let file = entry.file_name();
+        let Some(rest) = file.to_str().and_then(|f| f.strip_prefix(PREFIX)) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks that the process exists.
+        let dead = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if dead {
+            unlink(&format!("/{}", file.to_string_lossy()));
+        }
+    }
+}
