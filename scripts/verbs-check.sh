@@ -34,7 +34,16 @@ cargo test --workspace --all-features --test transports -- "${1:-verbs::}" --tes
 # GPUDirect RDMA on the emulated device (the library's unit tests named
 # gpudirect): a second boot, skipped when a filter was given.
 if [ $# -eq 0 ]; then
-  cargo test -p streamcomm --all-features --lib gpudirect -- --test-threads=1 --nocapture
+  # The library's unit-test binary from CI's very build (`-p streamcomm`
+  # would unify features differently and rebuild it), run by the guest.
+  lib_tests=$(cargo test --workspace --all-features --lib --no-run --message-format=json |
+    python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "streamcomm" \
+            and m["profile"]["test"] and m.get("executable"):
+        print(m["executable"])')
+  "$runner" "$lib_tests" gpudirect --test-threads=1 --nocapture
   # The bare-protocol ping-pong (scripts/verbs-pingpong.c, the reference
   # of scripts/verbs-protocol.sh): compiled without warnings, and a short run
   # of each protocol on the device (it checks every message), a third boot.

@@ -8,5 +8,6 @@
 mod common;
 
 mod barrier;
+mod case;
 mod plan_algos;
 mod plans;

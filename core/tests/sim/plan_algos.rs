@@ -8,174 +8,24 @@
 //! connection; dtypes and operators spread over the matrix; every dtype and
 //! operator once per reducing algorithm; random interleavings with one slot.
 
-use crate::common;
-
-use std::fmt;
-
-use streamcomm::plan::{
-    build_with, simulate_with, Algorithm, Collective, Plan, PlanParams, Schedule, SimConfig,
-};
+use streamcomm::plan::{Algorithm, Collective, Schedule};
 use streamcomm::{DataType, ReduceOp};
 
-use common::{check, expected, gen_inputs, DTYPE_OPS};
-
-const NSTEPS: [usize; 3] = [1, 2, 8];
-const SLOTS: [usize; 2] = [16, 24];
-const MAX_RANKS: usize = 64;
-
-/// One simulated call.
-#[derive(Clone, Copy)]
-struct Case {
-    collective: Collective,
-    algo: Algorithm,
-    dtype: DataType,
-    op: ReduceOp,
-    nranks: usize,
-    count: usize,
-    nsteps: usize,
-    slot: usize,
-    in_place: bool,
-    schedule: Schedule,
-}
-
-impl fmt::Debug for Case {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{:?} {} {} {} n={} count={} nsteps={} slot={} in_place={} {:?}",
-            self.collective,
-            self.algo,
-            self.dtype,
-            self.op,
-            self.nranks,
-            self.count,
-            self.nsteps,
-            self.slot,
-            self.in_place,
-            self.schedule
-        )
-    }
-}
-
-impl Case {
-    fn plans(&self) -> Vec<Plan> {
-        (0..self.nranks)
-            .map(|rank| {
-                let params = PlanParams {
-                    rank,
-                    nranks: self.nranks,
-                    slot_bytes: self.slot,
-                    nsteps: self.nsteps,
-                };
-                build_with(
-                    self.collective,
-                    self.dtype,
-                    self.op,
-                    self.count,
-                    &params,
-                    Some(self.algo),
-                )
-                .unwrap_or_else(|e| panic!("{self:?}: build failed: {e}"))
-            })
-            .collect()
-    }
-
-    /// Simulates the case and checks every rank's output.
-    fn run(&self) {
-        let seed = (self.nranks * 1_000_003 + self.count * 7 + self.nsteps) as u64;
-        let inputs = gen_inputs(
-            self.collective,
-            self.dtype,
-            self.op,
-            self.nranks,
-            self.count,
-            seed,
-        );
-        let want = expected(
-            self.collective,
-            self.dtype,
-            self.op,
-            self.nranks,
-            self.count,
-            &inputs,
-        );
-        let config = SimConfig {
-            in_place: self.in_place,
-            nsteps: self.nsteps,
-            slot_bytes: self.slot,
-            schedule: self.schedule,
-        };
-        let plans = self.plans();
-        for plan in &plans {
-            for s in &plan.steps {
-                if s.recv_from.is_some() || s.send_to.is_some() {
-                    assert!(s.count * self.dtype.size() <= self.slot, "{self:?}: {s:?}");
-                }
-            }
-        }
-        let got =
-            simulate_with(&plans, inputs, &config).unwrap_or_else(|e| panic!("{self:?}: {e}"));
-        for (rank, (got, want)) in got.iter().zip(&want).enumerate() {
-            match want {
-                Some(want) => check(self.dtype, self.op, got, want)
-                    .unwrap_or_else(|e| panic!("{self:?}: rank {rank}: {e}")),
-                None => assert!(got.is_empty(), "{self:?}: rank {rank} got output"),
-            }
-        }
-    }
-}
-
-/// Empty, one element, a prime, several chunks, and (when the output is not
-/// `nranks` times the count already) several chunks per rank.
-fn counts(collective: Collective, dtype: DataType, slot: usize, nranks: usize) -> Vec<usize> {
-    let chunk = slot / dtype.size();
-    let mut counts = vec![0, 1, 13, 3 * chunk + 5];
-    if collective != Collective::AllGather {
-        counts.push(2 * nranks * chunk + 3);
-    }
-    counts
-}
-
-/// Every size, depth and count for `collectives(n)` run by `algo`.
-fn sweep(algo: Algorithm, collectives: impl Fn(usize) -> Vec<Collective>) {
-    let mut k = 0usize;
-    for nranks in 1..=MAX_RANKS {
-        for collective in collectives(nranks) {
-            for nsteps in NSTEPS {
-                k += 1;
-                let (dtype, op) = DTYPE_OPS[k % DTYPE_OPS.len()];
-                let slot = SLOTS[(k / 3) % SLOTS.len()];
-                for (ci, count) in counts(collective, dtype, slot, nranks)
-                    .into_iter()
-                    .enumerate()
-                {
-                    Case {
-                        collective,
-                        algo,
-                        dtype,
-                        op,
-                        nranks,
-                        count,
-                        nsteps,
-                        slot,
-                        in_place: (k + ci) % 2 == 1,
-                        schedule: Schedule::RoundRobin,
-                    }
-                    .run();
-                }
-            }
-        }
-    }
-}
+use super::case::{counts, sweep, Case};
+use crate::common::DTYPE_OPS;
 
 #[test]
 fn double_tree_all_reduce() {
-    sweep(Algorithm::Tree, |_| vec![Collective::AllReduce]);
+    sweep(Some(Algorithm::Tree), |_| vec![Collective::AllReduce], true);
 }
 
 #[test]
 fn halving_doubling_all_reduce() {
-    sweep(Algorithm::HalvingDoubling, |_| vec![Collective::AllReduce]);
+    sweep(
+        Some(Algorithm::HalvingDoubling),
+        |_| vec![Collective::AllReduce],
+        true,
+    );
 }
 
 /// Roots 0, n/2 and n−1 (without repeats).
@@ -187,34 +37,48 @@ fn roots(n: usize) -> Vec<usize> {
 
 #[test]
 fn binomial_broadcast() {
-    sweep(Algorithm::Binomial, |n| {
-        roots(n)
-            .into_iter()
-            .map(|root| Collective::Broadcast { root })
-            .collect()
-    });
+    sweep(
+        Some(Algorithm::Binomial),
+        |n| {
+            roots(n)
+                .into_iter()
+                .map(|root| Collective::Broadcast { root })
+                .collect()
+        },
+        true,
+    );
 }
 
 #[test]
 fn binomial_reduce() {
-    sweep(Algorithm::Binomial, |n| {
-        roots(n)
-            .into_iter()
-            .map(|root| Collective::Reduce { root })
-            .collect()
-    });
+    sweep(
+        Some(Algorithm::Binomial),
+        |n| {
+            roots(n)
+                .into_iter()
+                .map(|root| Collective::Reduce { root })
+                .collect()
+        },
+        true,
+    );
 }
 
 #[test]
 fn recursive_doubling_all_gather() {
-    sweep(Algorithm::RecursiveDoubling, |_| {
-        vec![Collective::AllGather]
-    });
+    sweep(
+        Some(Algorithm::RecursiveDoubling),
+        |_| vec![Collective::AllGather],
+        true,
+    );
 }
 
 #[test]
 fn bruck_all_gather() {
-    sweep(Algorithm::Bruck, |_| vec![Collective::AllGather]);
+    sweep(
+        Some(Algorithm::Bruck),
+        |_| vec![Collective::AllGather],
+        true,
+    );
 }
 
 #[test]
@@ -228,7 +92,7 @@ fn every_dtype_and_op() {
             ] {
                 Case {
                     collective,
-                    algo,
+                    algo: Some(algo),
                     dtype,
                     op,
                     nranks: 5 + i % 4,
@@ -264,11 +128,11 @@ fn random_schedules() {
                 let chunk = 16 / dtype.size();
                 Case {
                     collective,
-                    algo,
+                    algo: Some(algo),
                     dtype,
                     op,
                     nranks,
-                    count: *counts(collective, dtype, 16, nranks)
+                    count: *counts(collective, Some(algo), dtype, 16, nranks)
                         .get(1 + seed as usize)
                         .unwrap_or(&(2 * chunk + 1)),
                     nsteps: 1 + seed as usize % 2,

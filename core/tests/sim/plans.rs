@@ -1,4 +1,4 @@
-//! Every algorithm, for every communicator size from 1 to 64, run by the
+//! The default algorithm of every collective, for every size from 1 to 64, run by the
 //! simulator and checked element by element against an independent reference.
 //!
 //! The slot is tiny (16 or 24 bytes) so that even short messages take the
@@ -8,152 +8,13 @@
 //! the run short; random schedules cover interleavings round-robin never
 //! produces.
 
-use crate::common;
-
-use std::fmt;
-
 use streamcomm::plan::{
     build, simulate, simulate_with, Collective, Plan, PlanParams, Schedule, SimConfig,
 };
 use streamcomm::{DataType, ReduceOp};
 
-use common::{check, expected, gen_inputs, DTYPE_OPS};
-
-const NSTEPS: [usize; 3] = [1, 2, 8];
-const SLOTS: [usize; 2] = [16, 24];
-const MAX_RANKS: usize = 64;
-
-/// One simulated call.
-#[derive(Clone, Copy)]
-struct Case {
-    collective: Collective,
-    dtype: DataType,
-    op: ReduceOp,
-    nranks: usize,
-    count: usize,
-    nsteps: usize,
-    slot: usize,
-    in_place: bool,
-    schedule: Schedule,
-}
-
-impl fmt::Debug for Case {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{:?} {} {} n={} count={} nsteps={} slot={} in_place={} {:?}",
-            self.collective,
-            self.dtype,
-            self.op,
-            self.nranks,
-            self.count,
-            self.nsteps,
-            self.slot,
-            self.in_place,
-            self.schedule
-        )
-    }
-}
-
-impl Case {
-    fn plans(&self) -> Vec<Plan> {
-        (0..self.nranks)
-            .map(|rank| {
-                let params = PlanParams {
-                    rank,
-                    nranks: self.nranks,
-                    slot_bytes: self.slot,
-                    nsteps: self.nsteps,
-                };
-                build(self.collective, self.dtype, self.op, self.count, &params)
-                    .unwrap_or_else(|e| panic!("{self:?}: build failed: {e}"))
-            })
-            .collect()
-    }
-
-    fn config(&self) -> SimConfig {
-        SimConfig {
-            in_place: self.in_place,
-            nsteps: self.nsteps,
-            slot_bytes: self.slot,
-            schedule: self.schedule,
-        }
-    }
-
-    /// Simulates the case and checks every rank's output.
-    fn run(&self) {
-        let seed = (self.nranks * 1_000_003 + self.count) as u64;
-        let inputs = gen_inputs(
-            self.collective,
-            self.dtype,
-            self.op,
-            self.nranks,
-            self.count,
-            seed,
-        );
-        let want = expected(
-            self.collective,
-            self.dtype,
-            self.op,
-            self.nranks,
-            self.count,
-            &inputs,
-        );
-        let got = simulate_with(&self.plans(), inputs, &self.config())
-            .unwrap_or_else(|e| panic!("{self:?}: {e}"));
-        for (rank, (got, want)) in got.iter().zip(&want).enumerate() {
-            match want {
-                Some(want) => check(self.dtype, self.op, got, want)
-                    .unwrap_or_else(|e| panic!("{self:?}: rank {rank}: {e}")),
-                None => assert!(got.is_empty(), "{self:?}: rank {rank} got output"),
-            }
-        }
-    }
-}
-
-/// The counts every collective is tried with: empty, one element, a prime,
-/// several slot-sized chunks, and for all-reduce several ring loops.
-fn counts(collective: Collective, dtype: DataType, slot: usize, nranks: usize) -> Vec<usize> {
-    let chunk = slot / dtype.size();
-    let mut counts = vec![0, 1, 13, 3 * chunk + 5];
-    if collective == Collective::AllReduce {
-        counts.push(2 * nranks * chunk + 3);
-    }
-    counts
-}
-
-/// Runs `collectives(n)` for every n in `1..=MAX_RANKS`, every count and every
-/// ring depth, spreading dtypes, operators, slot sizes and in-place over the
-/// matrix.
-fn sweep(collectives: impl Fn(usize) -> Vec<Collective>, in_place_ok: bool) {
-    let mut k = 0usize;
-    for nranks in 1..=MAX_RANKS {
-        for collective in collectives(nranks) {
-            for nsteps in NSTEPS {
-                k += 1;
-                let (dtype, op) = DTYPE_OPS[k % DTYPE_OPS.len()];
-                let slot = SLOTS[(k / 3) % SLOTS.len()];
-                for (ci, count) in counts(collective, dtype, slot, nranks)
-                    .into_iter()
-                    .enumerate()
-                {
-                    Case {
-                        collective,
-                        dtype,
-                        op,
-                        nranks,
-                        count,
-                        nsteps,
-                        slot,
-                        in_place: in_place_ok && (k + ci) % 2 == 1,
-                        schedule: Schedule::RoundRobin,
-                    }
-                    .run();
-                }
-            }
-        }
-    }
-}
+use super::case::{sweep, Case, MAX_RANKS, NSTEPS};
+use crate::common::DTYPE_OPS;
 
 /// Both ends of the ranks as roots (once when they coincide).
 fn roots(nranks: usize) -> Vec<usize> {
@@ -166,22 +27,23 @@ fn roots(nranks: usize) -> Vec<usize> {
 
 #[test]
 fn all_reduce() {
-    sweep(|_| vec![Collective::AllReduce], true);
+    sweep(None, |_| vec![Collective::AllReduce], true);
 }
 
 #[test]
 fn all_gather() {
-    sweep(|_| vec![Collective::AllGather], true);
+    sweep(None, |_| vec![Collective::AllGather], true);
 }
 
 #[test]
 fn reduce_scatter() {
-    sweep(|_| vec![Collective::ReduceScatter], true);
+    sweep(None, |_| vec![Collective::ReduceScatter], true);
 }
 
 #[test]
 fn broadcast() {
     sweep(
+        None,
         |n| {
             roots(n)
                 .into_iter()
@@ -195,6 +57,7 @@ fn broadcast() {
 #[test]
 fn reduce() {
     sweep(
+        None,
         |n| {
             roots(n)
                 .into_iter()
@@ -207,7 +70,7 @@ fn reduce() {
 
 #[test]
 fn all_to_all() {
-    sweep(|_| vec![Collective::AllToAll], false);
+    sweep(None, |_| vec![Collective::AllToAll], false);
 }
 
 #[test]
@@ -217,6 +80,7 @@ fn every_dtype_and_op_on_one_ring() {
             for collective in [Collective::AllReduce, Collective::ReduceScatter] {
                 Case {
                     collective,
+                    algo: None,
                     dtype,
                     op,
                     nranks: 5 + i % 3,
@@ -253,6 +117,7 @@ fn random_schedules() {
                 let chunk = 16 / dtype.size();
                 Case {
                     collective,
+                    algo: None,
                     dtype,
                     op,
                     nranks,
@@ -380,6 +245,7 @@ fn random_schedules_stress() {
                 let chunk = 16 / dtype.size();
                 Case {
                     collective,
+                    algo: None,
                     dtype,
                     op,
                     nranks,
