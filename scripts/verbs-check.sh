@@ -43,6 +43,7 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "streamcomm" \
             and m["profile"]["test"] and m.get("executable"):
         print(m["executable"])')
+  [ -n "$lib_tests" ] || { echo "verbs-check: no unit-test binary of streamcomm found" >&2; exit 1; }
   "$runner" "$lib_tests" gpudirect --test-threads=1 --nocapture
   # The bare-protocol ping-pong (scripts/verbs-pingpong.c, the reference
   # of scripts/verbs-protocol.sh): compiled without warnings, and a short run
