@@ -3,8 +3,8 @@
 # resolves: the file or directory exists, and a #fragment names a heading of
 # the target Markdown file (GitHub's anchor rules: lower case, punctuation
 # dropped, spaces to dashes). Links with a scheme (https:, mailto:) are not
-# fetched. Also fails on absolute local paths (/work/..., /home/..., /tmp/...)
-# used as link targets. Links inside fenced code blocks and inline code are
+# fetched. Absolute paths as link targets fail too (they name one
+# machine's files). Links inside fenced code blocks and inline code are
 # ignored.
 #
 # usage: scripts/check-links.sh [FILE.md...]   (default: README.md, CHANGELOG.md, docs/)

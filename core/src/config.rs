@@ -17,13 +17,13 @@ pub const DEFAULT_BUFFSIZE: usize = 4 << 20;
 pub const DEFAULT_NSTEPS: usize = 8;
 /// Most slots a ring may have (`STREAMCOMM_NSTEPS`).
 pub const MAX_NSTEPS: usize = 1024;
-/// Default eager limit for point-to-point messages (DESIGN.md §6): messages
-/// up to this many bytes go through the slot ring, larger ones use the
-/// rendezvous protocol where the transport has one. Measured with
-/// `streamcomm-bench sendrecv` (README, Benchmarks): where the eager and
-/// rendezvous latency curves cross on a 2-core host: eager was faster up to
-/// 256 KiB, rendezvous from 512 KiB (`benches/scripts/p2p-crossover.sh -b 4K
-/// -e 4M -f 2`, shared memory, 2026-11-29).
+/// Default eager limit for point-to-point messages (`docs/design/p2p.md`):
+/// messages up to this many bytes go through the slot ring, larger ones use
+/// the rendezvous protocol where the transport has one. It is where the
+/// eager and rendezvous latency curves cross on a 2-core host: eager was
+/// faster up to 256 KiB, rendezvous from 512 KiB
+/// (`benches/scripts/p2p-crossover.sh -b 4K -e 4M -f 2`, shared memory;
+/// `docs/measurements/host-shm.md`).
 pub const DEFAULT_P2P_EAGER_LIMIT: usize = 256 << 10;
 /// Default data bytes of a CUDA direct-path window (32 MiB: at H200 copy
 /// speeds a chunk then takes ~30 µs, well above its two flag rounds).

@@ -16,7 +16,8 @@
 //! the shortest path), and the central counter when ranks outnumber cores
 //! (then every extra hand-off is a context switch, and the central counter
 //! has the fewest: one arrival per rank, one release). Ranks on several hosts
-//! use the hierarchical algorithm. The README has the measurements. Over
+//! use the hierarchical algorithm. The measurements are in
+//! `docs/measurements/host-shm.md`. Over
 //! verbs remote areas are written, never read: the central counter runs
 //! there (RDMA fetch-and-add, releases into each rank's own area) only when
 //! every pair of ranks is on verbs and every device has atomics; elsewhere

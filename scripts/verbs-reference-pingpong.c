@@ -1,5 +1,9 @@
-// A minimal two-process RDMA ping-pong on one verbs device, to tell the cost
-// of the verbs transport's wire protocol from the cost of its software.
+// The bare-protocol reference for streamcomm's verbs transport: a minimal
+// two-process RDMA ping-pong on one verbs device, to tell the cost of the
+// transport's wire protocol from the cost of its software
+// (docs/design/verbs-protocol.md). scripts/verbs-check.sh compiles it with
+// -Wall -Wextra -Werror and runs each protocol once in the Soft-RoCE guest;
+// it checks every message it receives.
 //
 // streamcomm's verbs transport sends a small message as one inline
 // RDMA WRITE_WITH_IMM into the peer's slot ring; the peer reaps the receive
@@ -9,17 +13,19 @@
 // no other thread unless PP_CHANNEL asks for one), so in one Soft-RoCE
 // guest session
 //
-//   verbs-pingpong write 8        ~ ib_write_lat -s 8
-//   verbs-pingpong imm 32 RING    ~ streamcomm's 8 B host call (32 bytes
-//                                   of slot header and payload, written
-//                                   into a ring of RING bytes)
+//   verbs-reference-pingpong write 8        ~ ib_write_lat -s 8
+//   verbs-reference-pingpong imm 32 RING    ~ streamcomm's 8 B host call (32
+//                                             bytes of slot header and payload,
+//                                             written into a ring of RING bytes)
+//
+// (usage: write|imm SIZE [RING_BYTES [ITERS]], default 4096 and 3000).
 //
 // isolate what the protocol costs on the device, apart from the library.
 // Prints the median and p99 one-way latency (half a round trip, timed with
 // the cycle counter and scaled by the run's wall clock, as perftest does).
 //
-// Build: cc -O2 -o verbs-pingpong scripts/verbs-pingpong.c -libverbs -lpthread
-// Run (inside ../shared/rxe/run-in-rxe-guest.sh): see scripts/verbs-protocol.sh.
+// Build: cc -O2 -o target/verbs-reference-pingpong scripts/verbs-reference-pingpong.c -libverbs -lpthread
+// Run: inside the guest that scripts/verbs-check.sh boots (see there).
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <poll.h>
@@ -38,7 +44,7 @@
 #define CHECK(c)                                                          \
   do {                                                                    \
     if (!(c)) {                                                           \
-      fprintf(stderr, "verbs-pingpong: %s failed (line %d)\n", #c, __LINE__); \
+      fprintf(stderr, "verbs-reference-pingpong: %s failed (line %d)\n", #c, __LINE__); \
       exit(1);                                                            \
     }                                                                     \
   } while (0)
