@@ -214,7 +214,7 @@ fn run_rank(cli: &Cli, info: &LaunchInfo) -> Fallible<u64> {
     } else {
         if let (Some(p), Some(m)) = (printer.as_mut(), machine.as_ref()) {
             if cli.collective != Collective::Sendrecv {
-                report::print_table_header(p, m.tcp.is_some());
+                report::print_table_header(p, m.tcp.is_some(), cli.model);
             }
         }
         if cli.collective == Collective::Sendrecv {

@@ -123,6 +123,13 @@ pub fn detect(get: &dyn Fn(&str) -> Option<String>) -> Result<LaunchInfo> {
 
 /// [`detect`] on this process's environment.
 ///
+/// # Examples
+/// ```no_run
+/// let info = streamcomm::launch::env::detect_from_process_env()?;
+/// println!("rank {} of {}, started by {}", info.rank, info.size, info.launcher);
+/// # Ok::<(), streamcomm::Error>(())
+/// ```
+///
 /// # Errors
 ///
 /// As for [`detect`].
