@@ -643,9 +643,9 @@ impl Communicator {
     /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
-    /// let r = comm.rank() as u16;
+    /// let r = comm.rank() as u32;
     /// let send = HostBuffer::from_slice(&[10 * r, 10 * r + 1]); // block j goes to rank j
-    /// let mut recv = HostBuffer::<u16>::zeroed(2);
+    /// let mut recv = HostBuffer::<u32>::zeroed(2);
     /// comm.all_to_all(&send, &mut recv, &stream)?;
     /// stream.synchronize()?;
     /// assert_eq!(recv.to_vec(), vec![r, 10 + r]); // block `rank` of every rank

@@ -357,8 +357,8 @@ impl<T: Element> HostBuffer<T> {
     /// # Examples
     /// ```
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// let buf = HostBuffer::<u16>::zeroed(4);
-    /// buf.with_mut(|s| s.iter_mut().enumerate().for_each(|(i, x)| *x = i as u16));
+    /// let buf = HostBuffer::<u32>::zeroed(4);
+    /// buf.with_mut(|s| s.iter_mut().enumerate().for_each(|(i, x)| *x = i as u32));
     /// assert_eq!(buf.to_vec(), vec![0, 1, 2, 3]);
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
