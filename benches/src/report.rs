@@ -145,7 +145,7 @@ pub fn print_table_header(p: &mut Printer, tcp: bool, model: bool) {
         "algorithm",
         model_cols("model", "model/")
     ));
-    p.line(format!(
+    let units = format!(
         "# {:>10} {:>12} {:>6} {:>6} {:>5} {:>11} {:>8} {:>8} {:>7} {:>9}{} {:>18}{}",
         "(B)",
         "(elements)",
@@ -160,7 +160,8 @@ pub fn print_table_header(p: &mut Printer, tcp: bool, model: bool) {
         extra("tcp"),
         "",
         model_cols("(us)", "time")
-    ));
+    );
+    p.line(units.trim_end());
 }
 
 /// One row of the sweep table.
