@@ -9,7 +9,7 @@
 //! streamcomm-bench model --plot model.svg
 //! ```
 //!
-//! DESIGN.md §9: every figure is printed next to the machine's own limits,
+//! `docs/guide/benchmarks.md`: every figure is printed next to the machine's own limits,
 //! measured in the same run: memcpy bandwidth and the core-to-core round
 //! trip, and, when rank 0 reaches rank 1 over tcp (other hosts or network
 //! namespaces, or `STREAMCOMM_TRANSPORT=tcp`), the raw TCP round trip and

@@ -3,7 +3,7 @@
 //! The table follows nccl-tests' layout (size, count, type, redop, root,
 //! time, algbw, busbw, #wrong) so the numbers read the same way, plus one
 //! column of our own: bus bandwidth as a fraction of this machine's
-//! single-thread memcpy bandwidth, measured in the same run (DESIGN.md §9:
+//! single-thread memcpy bandwidth, measured in the same run (`docs/guide/benchmarks.md`:
 //! absolute figures mean little on machines whose cores move, ratios do).
 //! Latencies are also given as multiples of the core-to-core round trip.
 //! When rank 0 reaches rank 1 over tcp, the header also gives the raw TCP

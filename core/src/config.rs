@@ -11,7 +11,7 @@ use crate::transport::fault_spec::FaultPlan;
 use crate::tuning::{AlgoOverride, CostParams};
 use crate::{Error, Result};
 
-/// Default slot-ring size per connection (DESIGN.md §3): 4 MiB.
+/// Default slot-ring size per connection (`docs/design/architecture.md`): 4 MiB.
 pub const DEFAULT_BUFFSIZE: usize = 4 << 20;
 /// Default number of slots per connection.
 pub const DEFAULT_NSTEPS: usize = 8;

@@ -2,7 +2,7 @@
 //!
 //! Every wait in streamcomm (a slot arriving, a credit coming back, a doorbell,
 //! a stream draining) goes through [`Notifier::wait_until`]. The machines we
-//! run on taught us (DESIGN.md §10) that waking a parked thread costs
+//! run on taught us (`docs/design/architecture.md`) that waking a parked thread costs
 //! microseconds while spinning without yielding costs milliseconds once ranks
 //! outnumber cores, so a waiter spins briefly, yields for a while, and only
 //! then sleeps on a futex that the writer wakes. A [`Notifier`] is

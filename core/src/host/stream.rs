@@ -5,7 +5,7 @@
 //! thread, but a thread that blocks on the stream (in
 //! [`HostStream::synchronize`]) runs the queued tasks itself instead of
 //! sleeping while the worker does: on our machines waking another thread costs
-//! more than most small collectives (DESIGN.md §10).
+//! more than most small collectives (`docs/design/architecture.md`).
 //!
 //! Errors are sticky, like CUDA's: the first failing task's error is kept,
 //! later tasks are skipped (releasing their communicator turn), and

@@ -1,5 +1,5 @@
 //! Point-to-point: send, recv, groups, and the collectives built on them
-//! (all-to-all-v, gather, scatter). DESIGN.md §6.
+//! (all-to-all-v, gather, scatter). `docs/design/p2p.md`.
 //!
 //! # Semantics
 //! - `send(buf, peer)` / `recv(buf, peer)` are enqueued on a stream like a
