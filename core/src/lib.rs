@@ -92,6 +92,12 @@ pub mod transport;
 pub mod tuning;
 pub mod wait;
 
+/// The README's program, compiled with the doc tests so that it cannot drift
+/// from the API (its fragments are marked `ignore`).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+mod readme {}
+
 pub use comm::{Backend, Communicator};
 pub use config::Config;
 pub use device::GpuDirectMode;
