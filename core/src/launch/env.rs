@@ -63,7 +63,7 @@ impl RootSpec {
     /// use streamcomm::launch::env::detect;
     ///
     /// let vars: HashMap<&str, &str> = [
-    ///     ("SLURM_PROCID", "0"), ("SLURM_NTASKS", "2"),
+    ///     ("SLURM_PROCID", "0"), ("SLURM_NTASKS", "2"), ("SLURM_NTASKS_PER_NODE", "2"),
     ///     ("MASTER_ADDR", "10.0.0.1"), ("MASTER_PORT", "29500"),
     ///     ("STREAMCOMM_SECRET", "00112233445566778899aabbccddeeff"),
     /// ].into();
