@@ -92,9 +92,10 @@ pub mod transport;
 pub mod tuning;
 pub mod wait;
 
-/// The README's program, compiled with the doc tests so that it cannot drift
-/// from the API (its fragments are marked `ignore`).
-#[cfg(doctest)]
+/// The README's programs, compiled with the doc tests so that they cannot
+/// drift from the API (its fragments are marked `ignore`; one program uses
+/// the CUDA backend).
+#[cfg(all(doctest, feature = "cuda"))]
 #[doc = include_str!("../../README.md")]
 mod readme {}
 
