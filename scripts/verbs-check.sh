@@ -4,22 +4,22 @@
 # (run-in-rxe-guest.sh as the cargo runner: about 7 s a boot, the first run
 # also installs qemu and fetches the guest kernel): the verbs integration
 # tests, then the library's GPUDirect unit tests, then the bare-protocol
-# ping-pong (scripts/verbs-pingpong.c). About 2 minutes in all.
+# reference ping-pong (scripts/verbs-reference-pingpong.c). About 2 minutes
+# in all.
 #
-# The runner is $RXE_RUNNER, else ../shared/rxe/run-in-rxe-guest.sh next to
-# this checkout, else /work/shared/rxe/run-in-rxe-guest.sh. Without one the
-# script fails (exit 2), or with VERBS_CHECK_OPTIONAL=1 says so and exits 0.
+# The runner is $RXE_RUNNER, else ../shared/rxe/run-in-rxe-guest.sh beside
+# this checkout (docs/testing.md). Without one the script fails (exit 2), or
+# with VERBS_CHECK_OPTIONAL=1 says so and exits 0.
 # Every verbs test runs with STREAMCOMM_REQUIRE_RDMA=1: in the guest a
 # missing device fails the test instead of skipping it.
 # Usage: scripts/verbs-check.sh [test name filter, default verbs::]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runner="${RXE_RUNNER:-}"
-for c in ../shared/rxe/run-in-rxe-guest.sh /work/shared/rxe/run-in-rxe-guest.sh; do
-  if [ -z "$runner" ] && [ -x "$c" ]; then
-    runner="$(cd "$(dirname "$c")" && pwd)/$(basename "$c")"
-  fi
-done
+c=../shared/rxe/run-in-rxe-guest.sh
+if [ -z "$runner" ] && [ -x "$c" ]; then
+  runner="$(cd "$(dirname "$c")" && pwd)/$(basename "$c")"
+fi
 if [ -z "$runner" ] || [ ! -x "$runner" ]; then
   echo "verbs-check: no Soft-RoCE guest runner (set RXE_RUNNER); verbs tests not run in a guest" >&2
   [ "${VERBS_CHECK_OPTIONAL:-0}" = 1 ] && exit 0
@@ -45,11 +45,12 @@ for line in sys.stdin:
         print(m["executable"])')
   [ -n "$lib_tests" ] || { echo "verbs-check: no unit-test binary of streamcomm found" >&2; exit 1; }
   "$runner" "$lib_tests" gpudirect --test-threads=1 --nocapture
-  # The bare-protocol ping-pong (scripts/verbs-pingpong.c, the reference
-  # of scripts/verbs-protocol.sh): compiled without warnings, and a short run
-  # of each protocol on the device (it checks every message), a third boot.
-  cc -O2 -Wall -Wextra -Werror -o target/verbs-pingpong scripts/verbs-pingpong.c -libverbs -lpthread
-  pp="$PWD/target/verbs-pingpong"
+  # The bare-protocol reference (scripts/verbs-reference-pingpong.c):
+  # compiled without warnings, and a short run of each protocol on the
+  # device (it checks every message), a third boot.
+  cc -O2 -Wall -Wextra -Werror -o target/verbs-reference-pingpong \
+    scripts/verbs-reference-pingpong.c -libverbs -lpthread
+  pp="$PWD/target/verbs-reference-pingpong"
   "$runner" sh -c "$pp write 8 4096 300 && $pp imm 32 65536 300 &&
     PP_CHANNEL=1 PP_ONE_CQ=1 PP_POLL_EVERY=4 PP_PAUSE=1 $pp imm 32 65536 300"
 fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Predicted against measured time for every algorithm (issue 10).
+"""Predicted against measured time for every algorithm of the cost model.
 
 Two steps, so that the model can be checked again without measuring again:
 

@@ -1,7 +1,7 @@
 //! Barrier latency: `barrier_host` and the stream barrier, timed one by one.
 //!
 //! A barrier's cost is its tail, not its mean: one rank descheduled for a
-//! tick stalls everyone (DESIGN.md §10). So each iteration is timed on its
+//! tick stalls everyone (`docs/design/architecture.md`). So each iteration is timed on its
 //! own, and the distribution is reported as percentiles, for rank 0 and for
 //! the slowest rank (each percentile's maximum over ranks). The host barrier
 //! is run by the calling thread; the stream barrier is enqueued and then

@@ -162,6 +162,12 @@ pub struct Cli {
     /// Write latency and bandwidth curves of the sendrecv sweep to this SVG file.
     #[arg(long, value_name = "PATH")]
     pub plot: Option<String>,
+
+    /// Add the cost model's columns to the sweep: its predicted time for the
+    /// algorithm that ran ("model") and prediction / measured time
+    /// ("model/time"), and a count of the rows it predicted within 35%.
+    #[arg(long)]
+    pub model: bool,
 }
 
 impl Cli {

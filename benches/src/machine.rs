@@ -1,7 +1,7 @@
 //! The machine's own limits, measured in the same run as the benchmark.
 //!
 //! Our machines are shared and their two virtual cores move between a near
-//! and a far placement every few seconds (DESIGN.md §10), so absolute figures
+//! and a far placement every few seconds (`docs/design/architecture.md`), so absolute figures
 //! mean little. Every benchmark result is printed next to these two,
 //! measured minutes apart at most: single-thread memcpy bandwidth and the
 //! core-to-core round trip of a flag between two spinning threads.

@@ -9,7 +9,7 @@
 //! streamcomm-bench model --plot model.svg
 //! ```
 //!
-//! DESIGN.md §9: every figure is printed next to the machine's own limits,
+//! `docs/guide/benchmarks.md`: every figure is printed next to the machine's own limits,
 //! measured in the same run: memcpy bandwidth and the core-to-core round
 //! trip, and, when rank 0 reaches rank 1 over tcp (other hosts or network
 //! namespaces, or `STREAMCOMM_TRANSPORT=tcp`), the raw TCP round trip and
@@ -214,7 +214,7 @@ fn run_rank(cli: &Cli, info: &LaunchInfo) -> Fallible<u64> {
     } else {
         if let (Some(p), Some(m)) = (printer.as_mut(), machine.as_ref()) {
             if cli.collective != Collective::Sendrecv {
-                report::print_table_header(p, m.tcp.is_some());
+                report::print_table_header(p, m.tcp.is_some(), cli.model);
             }
         }
         if cli.collective == Collective::Sendrecv {

@@ -3,7 +3,7 @@
 //! The table follows nccl-tests' layout (size, count, type, redop, root,
 //! time, algbw, busbw, #wrong) so the numbers read the same way, plus one
 //! column of our own: bus bandwidth as a fraction of this machine's
-//! single-thread memcpy bandwidth, measured in the same run (DESIGN.md §9:
+//! single-thread memcpy bandwidth, measured in the same run (`docs/guide/benchmarks.md`:
 //! absolute figures mean little on machines whose cores move, ratios do).
 //! Latencies are also given as multiples of the core-to-core round trip.
 //! When rank 0 reaches rank 1 over tcp, the header also gives the raw TCP
@@ -111,8 +111,8 @@ pub fn print_header(p: &mut Printer, cli: &Cli, nranks: usize, launcher: &str, m
 }
 
 /// Column headings of the sweep table (with a `busbw/tcp` column when
-/// `tcp` is measured).
-pub fn print_table_header(p: &mut Printer, tcp: bool) {
+/// `tcp` is measured, and the cost model's two columns with `--model`).
+pub fn print_table_header(p: &mut Printer, tcp: bool, model: bool) {
     let extra = |s: &str| {
         if tcp {
             format!(" {s:>9}")
@@ -120,9 +120,17 @@ pub fn print_table_header(p: &mut Printer, tcp: bool) {
             String::new()
         }
     };
+    let model_cols = |a: &str, b: &str| {
+        if model {
+            format!(" {a:>11} {b:>10}")
+        } else {
+            String::new()
+        }
+    };
     p.line("#");
+    p.line("# out-of-place: separate send and receive buffers (nccl-tests' out-of-place columns; in-place is not timed)");
     p.line(format!(
-        "# {:>10} {:>12} {:>6} {:>6} {:>5} {:>11} {:>8} {:>8} {:>7} {:>9}{} {:>18} {:>11} {:>6}",
+        "# {:>10} {:>12} {:>6} {:>6} {:>5} {:>11} {:>8} {:>8} {:>7} {:>9}{} {:>18}{}",
         "size",
         "count",
         "type",
@@ -135,11 +143,10 @@ pub fn print_table_header(p: &mut Printer, tcp: bool) {
         "busbw/",
         extra("busbw/"),
         "algorithm",
-        "model",
-        "model/"
+        model_cols("model", "model/")
     ));
-    p.line(format!(
-        "# {:>10} {:>12} {:>6} {:>6} {:>5} {:>11} {:>8} {:>8} {:>7} {:>9}{} {:>18} {:>11} {:>6}",
+    let units = format!(
+        "# {:>10} {:>12} {:>6} {:>6} {:>5} {:>11} {:>8} {:>8} {:>7} {:>9}{} {:>18}{}",
         "(B)",
         "(elements)",
         "",
@@ -152,9 +159,9 @@ pub fn print_table_header(p: &mut Printer, tcp: bool) {
         "memcpy",
         extra("tcp"),
         "",
-        "(us)",
-        "time"
-    ));
+        model_cols("(us)", "time")
+    );
+    p.line(units.trim_end());
 }
 
 /// One row of the sweep table.
@@ -174,16 +181,22 @@ pub fn print_row(p: &mut Printer, cli: &Cli, row: &Row, machine: &Machine) {
     let vs_tcp = machine.tcp.as_ref().map_or(String::new(), |t| {
         format!(" {:>9.3}", fraction(row.busbw, t.best_gbps))
     });
-    let (algo, model, ratio) = match (row.algo, row.predicted_us) {
-        (Some(a), Some(t)) => (
-            a,
-            format!("{t:.2}"),
-            format!("{:.2}", fraction(t, row.time_us)),
-        ),
-        _ => ("-", "-".to_string(), "-".to_string()),
+    let algo = row.algo.unwrap_or("-");
+    let model = if cli.model {
+        let (t, ratio) = row
+            .predicted_us
+            .map_or(("-".to_string(), "-".to_string()), |t| {
+                (
+                    format!("{t:.2}"),
+                    format!("{:.2}", fraction(t, row.time_us)),
+                )
+            });
+        format!(" {t:>11} {ratio:>10}")
+    } else {
+        String::new()
     };
     p.line(format!(
-        "  {:>10} {:>12} {:>6} {:>6} {:>5} {:>11.2} {:>8.3} {:>8.3} {:>7} {:>9.3}{vs_tcp} {algo:>18} {model:>11} {ratio:>6}",
+        "  {:>10} {:>12} {:>6} {:>6} {:>5} {:>11.2} {:>8.3} {:>8.3} {:>7} {:>9.3}{vs_tcp} {algo:>18}{model}",
         row.bytes,
         row.count,
         cli.dtype.name(),

@@ -1,7 +1,7 @@
 //! Statistics over samples, and over ranks through the communicator itself.
 //!
 //! Latencies are summarised by percentiles (the tail is what a barrier-bound
-//! program feels, DESIGN.md §10), and every figure printed for the job is the
+//! program feels, `docs/design/architecture.md`), and every figure printed for the job is the
 //! slowest rank's: each rank's numbers are combined with an all_reduce `Max`
 //! (or `Sum` for counts) of a small `f64` buffer, after the timed loops.
 

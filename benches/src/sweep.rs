@@ -37,7 +37,8 @@ pub struct Row {
     pub wrong: Option<u64>,
     /// The algorithm the communicator ran (`None`: a single schedule).
     pub algo: Option<&'static str>,
-    /// The cost model's prediction for that algorithm, in microseconds.
+    /// The cost model's prediction for that algorithm, in microseconds
+    /// (only with `--model`).
     pub predicted_us: Option<f64>,
 }
 
@@ -122,7 +123,9 @@ fn one_size(
     let (algo, predicted_us) = match cli.collective.library() {
         Some(c) => {
             let algo = comm.algorithm(c, cli.dtype, geometry.count);
-            let predicted = algo.and_then(|a| comm.predict(c, a, cli.dtype, geometry.count));
+            let predicted = algo
+                .filter(|_| cli.model)
+                .and_then(|a| comm.predict(c, a, cli.dtype, geometry.count));
             (algo.map(|a| a.name()), predicted.map(|t| t * 1e6))
         }
         None => (None, None),

@@ -206,7 +206,9 @@ fn forced_algorithms_run_and_wrong_ones_are_usage_errors() {
     );
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(text.matches(" bruck ").count(), 3, "{text}");
+    // The algorithm is the last column (the model's columns need --model).
+    let bruck_rows = text.lines().filter(|l| l.ends_with(" bruck")).count();
+    assert_eq!(bruck_rows, 3, "{text}");
     assert!(text.contains("Wrong elements       : 0 OK"), "{text}");
     let out = run(&["all_reduce", "--algo", "binomial"], &[]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
@@ -298,5 +300,44 @@ fn calibrate_under_a_launcher_on_one_host_says_what_to_run_instead() {
         assert!(!done.status.success(), "{done:?}");
         let said = String::from_utf8_lossy(&done.stderr);
         assert!(said.contains("without a launcher"), "{said}");
+    }
+}
+
+#[test]
+fn model_columns_are_opt_in() {
+    // nccl-tests' columns and the algorithm by default; the model's
+    // prediction, its ratio and the "within 35%" footer only with --model.
+    let args: Vec<&str> = "all_reduce --ranks 2 -b 64 -e 4K -f 64 -n 3 -w 1"
+        .split(' ')
+        .collect();
+    let out = run(&args, &[]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("# out-of-place"), "{text}");
+    assert!(text.contains("algorithm"), "{text}");
+    assert!(!text.contains("model"), "{text}");
+    assert!(text.contains("Wrong elements       : 0 OK"), "{text}");
+
+    let with_model: Vec<&str> = args.iter().copied().chain(["--model"]).collect();
+    let out = run(&with_model, &[]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(" model/"), "{text}");
+    assert!(text.contains("# Model within 35%     : "), "{text}");
+    // Every row (64 B and 4 KiB) carries a prediction and its ratio.
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    for row in rows {
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        let ratio: f64 = cols[cols.len() - 1]
+            .parse()
+            .unwrap_or_else(|_| panic!("{row}"));
+        let predicted: f64 = cols[cols.len() - 2]
+            .parse()
+            .unwrap_or_else(|_| panic!("{row}"));
+        assert!(ratio > 0.0 && predicted > 0.0, "{row}");
     }
 }

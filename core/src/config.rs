@@ -11,19 +11,19 @@ use crate::transport::fault_spec::FaultPlan;
 use crate::tuning::{AlgoOverride, CostParams};
 use crate::{Error, Result};
 
-/// Default slot-ring size per connection (DESIGN.md §3): 4 MiB.
+/// Default slot-ring size per connection (`docs/design/architecture.md`): 4 MiB.
 pub const DEFAULT_BUFFSIZE: usize = 4 << 20;
 /// Default number of slots per connection.
 pub const DEFAULT_NSTEPS: usize = 8;
 /// Most slots a ring may have (`STREAMCOMM_NSTEPS`).
 pub const MAX_NSTEPS: usize = 1024;
-/// Default eager limit for point-to-point messages (DESIGN.md §6): messages
-/// up to this many bytes go through the slot ring, larger ones use the
-/// rendezvous protocol where the transport has one. Measured with
-/// `streamcomm-bench sendrecv` (README, Benchmarks): where the eager and
-/// rendezvous latency curves cross on a 2-core host: eager was faster up to
-/// 256 KiB, rendezvous from 512 KiB (`benches/scripts/p2p-crossover.sh -b 4K
-/// -e 4M -f 2`, shared memory, 2026-11-29).
+/// Default eager limit for point-to-point messages (`docs/design/p2p.md`):
+/// messages up to this many bytes go through the slot ring, larger ones use
+/// the rendezvous protocol where the transport has one. It is where the
+/// eager and rendezvous latency curves cross on a 2-core host: eager was
+/// faster up to 256 KiB, rendezvous from 512 KiB
+/// (`benches/scripts/p2p-crossover.sh -b 4K -e 4M -f 2`, shared memory;
+/// `docs/measurements/host-shm.md`).
 pub const DEFAULT_P2P_EAGER_LIMIT: usize = 256 << 10;
 /// Default data bytes of a CUDA direct-path window (32 MiB: at H200 copy
 /// speeds a chunk then takes ~30 µs, well above its two flag rounds).
@@ -60,6 +60,24 @@ pub enum TransportChoice {
 
 /// Communicator settings. `Config::default()` gives the documented defaults;
 /// [`Config::from_env`] applies `STREAMCOMM_*` variables on top.
+///
+/// One field per variable; the reference table of every variable is
+/// `docs/guide/configuration.md`, checked against these doc comments by
+/// `scripts/check-config-doc.sh`.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use streamcomm::config::TransportChoice;
+/// use streamcomm::{bootstrap::UniqueId, Backend, Communicator, Config};
+///
+/// let mut config = Config::from_env()?; // defaults + STREAMCOMM_* variables
+/// config.timeout = Duration::from_secs(60); // then code
+/// config.transport = TransportChoice::Shm;
+/// let comm = Communicator::init_with_config(&UniqueId::new()?, 0, 1, Backend::Host, config)?;
+/// assert_eq!(comm.config().timeout, Duration::from_secs(60));
+/// # Ok::<(), streamcomm::Error>(())
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// `STREAMCOMM_BUFFSIZE`: bytes of slot ring per directed connection (default 4 MiB).
@@ -173,6 +191,14 @@ impl Default for Config {
 impl Config {
     /// Defaults overridden by the process environment.
     ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::Config;
+    /// let config = Config::from_env()?; // the defaults, with STREAMCOMM_* variables applied
+    /// assert!(config.slot_bytes() >= 64);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming the variable and its value when one
     /// does not parse or is out of range.
@@ -181,6 +207,19 @@ impl Config {
     }
 
     /// Applies variables from any getter (the testable core of [`Config::from_env`]).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::Config;
+    /// use std::collections::HashMap;
+    /// let vars = HashMap::from([("STREAMCOMM_NSTEPS", "4"), ("STREAMCOMM_TIMEOUT", "2.5")]);
+    /// let config = Config::default().with_vars(|name| vars.get(name).map(|v| v.to_string()))?;
+    /// assert_eq!(config.nsteps, 4);
+    /// assert_eq!(config.timeout.as_millis(), 2500);
+    /// let bad = Config::default().with_vars(|name| (name == "STREAMCOMM_NSTEPS").then(|| "many".into()));
+    /// assert!(bad.unwrap_err().to_string().contains("STREAMCOMM_NSTEPS"));
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`Config::from_env`].
@@ -315,11 +354,28 @@ impl Config {
     }
 
     /// Bytes per slot (`buffsize / nsteps`, rounded down to 64 bytes).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::Config;
+    /// assert_eq!(Config::default().slot_bytes(), 512 << 10); // 4 MiB / 8 slots
+    /// let config = Config { buffsize: 1 << 20, nsteps: 4, ..Config::default() };
+    /// assert_eq!(config.slot_bytes(), 256 << 10);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn slot_bytes(&self) -> usize {
         (self.buffsize / self.nsteps.max(1)) & !63
     }
 
     /// Checks the settings are usable.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::Config;
+    /// assert!(Config::default().validate().is_ok());
+    /// assert!(Config { nsteps: 0, ..Config::default() }.validate().is_err());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming the field.
@@ -373,6 +429,14 @@ pub enum HostsOverride {
 impl HostsOverride {
     /// Parses `a,a,b,b` or `K`.
     ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::config::HostsOverride;
+    /// assert_eq!(HostsOverride::parse("2")?, HostsOverride::RanksPerHost(2));
+    /// assert_eq!(HostsOverride::parse("a,a,b")?.labels(3)?, ["a", "a", "b"]);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty list or `0`.
     pub fn parse(text: &str) -> Result<HostsOverride> {
@@ -391,6 +455,14 @@ impl HostsOverride {
     }
 
     /// The host label of each of `size` ranks.
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::config::HostsOverride;
+    /// assert_eq!(HostsOverride::RanksPerHost(2).labels(3)?, ["host0", "host0", "host1"]);
+    /// assert!(HostsOverride::parse("a,b")?.labels(3).is_err());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when a label list does not have `size` entries.

@@ -38,13 +38,24 @@
 //!
 //! # Features
 //! - Collectives: all-reduce, all-gather, reduce-scatter, broadcast, reduce,
-//!   all-to-all (in place and out of place), every [`DataType`] × [`ReduceOp`].
-//! - Point-to-point: eager `send` / `recv`, ordered per peer.
+//!   all-to-all (in place and out of place), every [`DataType`] × [`ReduceOp`],
+//!   with algorithms chosen per call by a cost model ([`tuning`]).
+//! - Point-to-point: `send` / `recv` ordered per peer, eager or rendezvous,
+//!   [`Communicator::group`] for several at once, `all_to_allv`, `gather`,
+//!   `scatter`.
 //! - Barriers: stream-ordered and host-blocking, eight algorithms
 //!   ([`barrier::BarrierAlgo`]).
-//! - Transports: shared memory between ranks of one host, tcp between hosts.
+//! - Transports: shared memory between ranks of one host, tcp between hosts,
+//!   InfiniBand/RoCE verbs with the `verbs` cargo feature.
 //! - Errors instead of hangs: every wait has a timeout; a failed or aborted
 //!   rank fails its peers' pending operations promptly, naming it.
+//!
+//! Cargo features: `cuda` (on by default: the CUDA backend, libraries
+//! loaded at run time), `verbs` (InfiniBand/RoCE; needs libibverbs headers
+//! and libclang at build time), `fault-injection` (tests only).
+//!
+//! Guides (launching, configuration, failures, CUDA, verbs, benchmarks) and
+//! design notes live in the repository's `docs/` directory.
 //!
 //! # Runtime libraries
 //! None beyond libc: shared memory is POSIX `shm_open`, waits use Linux
@@ -80,6 +91,13 @@ pub mod plan;
 pub mod transport;
 pub mod tuning;
 pub mod wait;
+
+/// The README's programs, compiled with the doc tests so that they cannot
+/// drift from the API (its fragments are marked `ignore`; one program uses
+/// the CUDA backend).
+#[cfg(all(doctest, feature = "cuda"))]
+#[doc = include_str!("../../README.md")]
+mod readme {}
 
 pub use comm::{Backend, Communicator};
 pub use config::Config;

@@ -2,7 +2,7 @@
 //!
 //! Every wait in streamcomm (a slot arriving, a credit coming back, a doorbell,
 //! a stream draining) goes through [`Notifier::wait_until`]. The machines we
-//! run on taught us (DESIGN.md §10) that waking a parked thread costs
+//! run on taught us (`docs/design/architecture.md`) that waking a parked thread costs
 //! microseconds while spinning without yielding costs milliseconds once ranks
 //! outnumber cores, so a waiter spins briefly, yields for a while, and only
 //! then sleeps on a futex that the writer wakes. A [`Notifier`] is
@@ -307,7 +307,7 @@ pub fn available_cores() -> usize {
 /// value, or none at all when ranks outnumber cores. Spinning then only
 /// steals the core from the rank we wait for; measured with 4 ranks on 2
 /// cores, a 4-rank barrier took 16 µs (p50) with 250 spins and 3–6 µs with
-/// none (README, *Barriers*).
+/// none (`docs/measurements/host-shm.md`, *Barriers*).
 pub fn spin_budget(configured: u32, ranks_on_host: usize) -> u32 {
     if ranks_on_host > available_cores() {
         0

@@ -109,7 +109,7 @@ pub fn child_ran() {
 
 /// The libtest arguments that make this test binary run only the ignored
 /// test `name` of the module `module` (pass `module_path!()`, or use
-/// [`child_args!`](crate::child_args)), printing its output.
+/// [`child_args!`](crate::child_args!)), printing its output.
 ///
 /// ```
 /// let args = streamcomm_testkit::child_args("processes::launch_env", "child");

@@ -21,7 +21,7 @@
 //! 2026-12-01) a tcp step's latency was 57-75 µs where loopback gave
 //! 38-43 µs. The hosts are taken to have cores of their own (pretend
 //! hosts sharing one machine's cores measure the same with one rank each,
-//! the case the README's measurement runs).
+//! the case of the measurement in `docs/measurements/tcp.md`).
 
 use super::*;
 

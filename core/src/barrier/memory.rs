@@ -12,7 +12,7 @@
 //! ([`super::signal_value`]), so consecutive barriers cannot confuse each
 //! other. [`BarrierMemory`] is the whole interface a plan needs; the
 //! simulator implements it over plain cells, the communicator over the
-//! shared-memory segment of each rank (DESIGN.md §3, §5).
+//! shared-memory segment of each rank (`docs/design/architecture.md`, `docs/design/barriers.md`).
 
 use std::fmt;
 

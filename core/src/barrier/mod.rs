@@ -1,4 +1,4 @@
-//! Barrier plans: every barrier algorithm of DESIGN.md §5 as steps over flag
+//! Barrier plans: every barrier algorithm of `docs/design/barriers.md` as steps over flag
 //! memory, proved by a simulator and run by one executor.
 //!
 //! A barrier is the simplest collective and the one whose bugs hurt most: a

@@ -16,7 +16,8 @@
 //! the shortest path), and the central counter when ranks outnumber cores
 //! (then every extra hand-off is a context switch, and the central counter
 //! has the fewest: one arrival per rank, one release). Ranks on several hosts
-//! use the hierarchical algorithm. The README has the measurements. Over
+//! use the hierarchical algorithm. The measurements are in
+//! `docs/measurements/host-shm.md`. Over
 //! verbs remote areas are written, never read: the central counter runs
 //! there (RDMA fetch-and-add, releases into each rank's own area) only when
 //! every pair of ranks is on verbs and every device has atomics; elsewhere
@@ -355,6 +356,23 @@ impl Communicator {
     /// [`Progress::Proxy`](crate::config::Progress) the stream waits on a
     /// fixed release doorbell that the proxy rings.
     ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// comm.barrier(&stream)?; // enqueued
+    /// stream.synchronize()?; // both ranks' streams have reached it
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// The stored error if the communicator has failed.
     pub fn barrier(&self, stream: &HostStream) -> Result<()> {
@@ -368,6 +386,22 @@ impl Communicator {
     /// (in issue order with this communicator's stream operations). The
     /// calling thread runs the algorithm itself: no thread hand-off.
     ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// comm.barrier_host()?; // returns once both ranks have called it
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::Timeout`] / [`Error::RemoteFailed`] / [`Error::Aborted`].
     pub fn barrier_host(&self) -> Result<()> {
@@ -380,6 +414,16 @@ impl Communicator {
 
     /// The barrier algorithm in use, by name (`dissemination (messages)`
     /// when some peer is reached over tcp).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// println!("barriers run {}", comm.barrier_algo());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn barrier_algo(&self) -> String {
         self.inner.barrier.algo_name()
     }
@@ -389,6 +433,25 @@ impl Communicator {
     /// Collective: every rank must call it at the same point of its sequence
     /// of operations. It waits for earlier operations to finish (it takes its
     /// turn like a barrier), so it is ordered with them.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// use streamcomm::barrier::BarrierAlgo;
+    /// comm.set_barrier_algo(BarrierAlgo::CentralFlags)?; // on every rank, at the same point
+    /// assert_eq!(comm.barrier_algo(), "central_flags");
+    /// comm.barrier_host()?;
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for an unusable algorithm (e.g. fan-out 1);

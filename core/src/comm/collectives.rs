@@ -75,6 +75,36 @@ impl Communicator {
     /// Element-wise reduction of every rank's `send` into every rank's `recv`
     /// (`count = send.len()`; `recv` must hold at least as many).
     ///
+    /// # Stream semantics
+    /// Enqueued on `stream`, not complete, on return: the buffers must stay
+    /// untouched until the stream has run it (after [`HostStream::synchronize`],
+    /// or for work enqueued after it on the same stream). Execution errors
+    /// surface from the stream and the communicator.
+    ///
+    /// # Graph capture
+    /// Capturable: each replay of the graph is a new collective on the buffers'
+    /// contents at that time (fresh tickets, same plan and buffers).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let send = HostBuffer::from_slice(&[comm.rank() as f32 + 1.0; 4]);
+    /// let mut recv = HostBuffer::<f32>::zeroed(4);
+    /// comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)?; // returns at once
+    /// stream.synchronize()?;
+    /// assert_eq!(recv.to_vec(), vec![3.0; 4]); // 1 + 2
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `recv` is too small, the element types
     /// differ, or `send` and `recv` are the same buffer; the stored error if
@@ -103,6 +133,35 @@ impl Communicator {
 
     /// [`Communicator::all_reduce`] with one buffer as input and output.
     ///
+    /// # Stream semantics
+    /// Enqueued on `stream`, not complete, on return: the buffers must stay
+    /// untouched until the stream has run it (after [`HostStream::synchronize`],
+    /// or for work enqueued after it on the same stream). Execution errors
+    /// surface from the stream and the communicator.
+    ///
+    /// # Graph capture
+    /// Capturable: each replay of the graph is a new collective on the buffers'
+    /// contents at that time (fresh tickets, same plan and buffers).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let mut buf = HostBuffer::from_slice(&[comm.rank() as i64; 3]);
+    /// comm.all_reduce_in_place(&mut buf, ReduceOp::Max, &stream)?;
+    /// stream.synchronize()?;
+    /// assert_eq!(buf.to_vec(), vec![1; 3]);
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`Communicator::all_reduce`].
     pub fn all_reduce_in_place(
@@ -125,6 +184,36 @@ impl Communicator {
 
     /// Copies `root`'s `send` into every rank's `recv` (`count = recv.len()`;
     /// `send` is read on the root only, and may be any buffer elsewhere).
+    ///
+    /// # Stream semantics
+    /// Enqueued on `stream`, not complete, on return: the buffers must stay
+    /// untouched until the stream has run it (after [`HostStream::synchronize`],
+    /// or for work enqueued after it on the same stream). Execution errors
+    /// surface from the stream and the communicator.
+    ///
+    /// # Graph capture
+    /// Capturable: each replay of the graph is a new collective on the buffers'
+    /// contents at that time (fresh tickets, same plan and buffers).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let send = HostBuffer::from_slice(&[7u8, 8, 9]); // read on the root only
+    /// let mut recv = HostBuffer::<u8>::zeroed(3);
+    /// comm.broadcast(&send, &mut recv, 0, &stream)?;
+    /// stream.synchronize()?;
+    /// assert_eq!(recv.to_vec(), vec![7, 8, 9]);
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`Communicator::all_reduce`], plus a root out of range.
@@ -154,6 +243,38 @@ impl Communicator {
 
     /// [`Communicator::broadcast`] in one buffer (the root's is the source).
     ///
+    /// # Stream semantics
+    /// Enqueued on `stream`, not complete, on return: the buffers must stay
+    /// untouched until the stream has run it (after [`HostStream::synchronize`],
+    /// or for work enqueued after it on the same stream). Execution errors
+    /// surface from the stream and the communicator.
+    ///
+    /// # Graph capture
+    /// Capturable: each replay of the graph is a new collective on the buffers'
+    /// contents at that time (fresh tickets, same plan and buffers).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let mut weights = HostBuffer::<f64>::zeroed(4);
+    /// if comm.rank() == 0 {
+    ///     weights.copy_from(&[0.5; 4])?;
+    /// }
+    /// comm.broadcast_in_place(&mut weights, 0, &stream)?;
+    /// stream.synchronize()?;
+    /// assert_eq!(weights.to_vec(), vec![0.5; 4]);
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`Communicator::broadcast`].
     pub fn broadcast_in_place(
@@ -176,6 +297,38 @@ impl Communicator {
 
     /// Reduces every rank's `send` into `root`'s `recv` (`count = send.len()`;
     /// `recv` is written on the root only).
+    ///
+    /// # Stream semantics
+    /// Enqueued on `stream`, not complete, on return: the buffers must stay
+    /// untouched until the stream has run it (after [`HostStream::synchronize`],
+    /// or for work enqueued after it on the same stream). Execution errors
+    /// surface from the stream and the communicator.
+    ///
+    /// # Graph capture
+    /// Capturable: each replay of the graph is a new collective on the buffers'
+    /// contents at that time (fresh tickets, same plan and buffers).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let send = HostBuffer::from_slice(&[comm.rank() as f32 + 1.0; 2]);
+    /// let mut recv = HostBuffer::<f32>::zeroed(2); // written on the root only
+    /// comm.reduce(&send, &mut recv, ReduceOp::Prod, 1, &stream)?;
+    /// stream.synchronize()?;
+    /// if comm.rank() == 1 {
+    ///     assert_eq!(recv.to_vec(), vec![2.0; 2]);
+    /// }
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`Communicator::broadcast`].
@@ -206,6 +359,37 @@ impl Communicator {
 
     /// [`Communicator::reduce`] in one buffer.
     ///
+    /// # Stream semantics
+    /// Enqueued on `stream`, not complete, on return: the buffers must stay
+    /// untouched until the stream has run it (after [`HostStream::synchronize`],
+    /// or for work enqueued after it on the same stream). Execution errors
+    /// surface from the stream and the communicator.
+    ///
+    /// # Graph capture
+    /// Capturable: each replay of the graph is a new collective on the buffers'
+    /// contents at that time (fresh tickets, same plan and buffers).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let mut buf = HostBuffer::from_slice(&[comm.rank() as u32 + 1; 2]);
+    /// comm.reduce_in_place(&mut buf, ReduceOp::Sum, 0, &stream)?;
+    /// stream.synchronize()?;
+    /// if comm.rank() == 0 {
+    ///     assert_eq!(buf.to_vec(), vec![3, 3]);
+    /// }
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`Communicator::reduce`].
     pub fn reduce_in_place(
@@ -229,6 +413,36 @@ impl Communicator {
 
     /// Concatenates every rank's `send` (in rank order) into every rank's
     /// `recv` (`count = send.len()`; `recv` holds at least `size * count`).
+    ///
+    /// # Stream semantics
+    /// Enqueued on `stream`, not complete, on return: the buffers must stay
+    /// untouched until the stream has run it (after [`HostStream::synchronize`],
+    /// or for work enqueued after it on the same stream). Execution errors
+    /// surface from the stream and the communicator.
+    ///
+    /// # Graph capture
+    /// Capturable: each replay of the graph is a new collective on the buffers'
+    /// contents at that time (fresh tickets, same plan and buffers).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let send = HostBuffer::from_slice(&[comm.rank() as i32; 2]);
+    /// let mut recv = HostBuffer::<i32>::zeroed(2 * comm.size());
+    /// comm.all_gather(&send, &mut recv, &stream)?;
+    /// stream.synchronize()?;
+    /// assert_eq!(recv.to_vec(), vec![0, 0, 1, 1]);
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`Communicator::all_reduce`].
@@ -257,6 +471,36 @@ impl Communicator {
     /// [`Communicator::all_gather`] in one buffer of `size * count` elements,
     /// this rank's input at `rank * count` (NCCL's in-place layout).
     ///
+    /// # Stream semantics
+    /// Enqueued on `stream`, not complete, on return: the buffers must stay
+    /// untouched until the stream has run it (after [`HostStream::synchronize`],
+    /// or for work enqueued after it on the same stream). Execution errors
+    /// surface from the stream and the communicator.
+    ///
+    /// # Graph capture
+    /// Capturable: each replay of the graph is a new collective on the buffers'
+    /// contents at that time (fresh tickets, same plan and buffers).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let mut buf = HostBuffer::<i32>::zeroed(2 * comm.size());
+    /// buf.with_mut(|s| s[comm.rank() * 2..][..2].fill(comm.rank() as i32 + 5));
+    /// comm.all_gather_in_place(&mut buf, &stream)?;
+    /// stream.synchronize()?;
+    /// assert_eq!(buf.to_vec(), vec![5, 5, 6, 6]);
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`Communicator::all_reduce`], plus a length not divisible by the size.
     pub fn all_gather_in_place(&self, buf: &mut impl AsBufView, stream: &HostStream) -> Result<()> {
@@ -274,6 +518,37 @@ impl Communicator {
 
     /// Reduces every rank's `send` (`size * count` elements) and leaves block
     /// `rank` of the result in `recv` (`count = recv.len()`).
+    ///
+    /// # Stream semantics
+    /// Enqueued on `stream`, not complete, on return: the buffers must stay
+    /// untouched until the stream has run it (after [`HostStream::synchronize`],
+    /// or for work enqueued after it on the same stream). Execution errors
+    /// surface from the stream and the communicator.
+    ///
+    /// # Graph capture
+    /// Capturable: each replay of the graph is a new collective on the buffers'
+    /// contents at that time (fresh tickets, same plan and buffers).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let send = HostBuffer::from_slice(&[1.0f32, 2.0, 3.0, 4.0]); // size * count
+    /// let mut recv = HostBuffer::<f32>::zeroed(2); // count
+    /// comm.reduce_scatter(&send, &mut recv, ReduceOp::Sum, &stream)?;
+    /// stream.synchronize()?;
+    /// let want = if comm.rank() == 0 { [2.0, 4.0] } else { [6.0, 8.0] };
+    /// assert_eq!(recv.to_vec(), want);
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`Communicator::all_reduce`].
@@ -295,6 +570,36 @@ impl Communicator {
 
     /// [`Communicator::reduce_scatter`] in one buffer of `size * count`
     /// elements; the result lands at `rank * count`.
+    ///
+    /// # Stream semantics
+    /// Enqueued on `stream`, not complete, on return: the buffers must stay
+    /// untouched until the stream has run it (after [`HostStream::synchronize`],
+    /// or for work enqueued after it on the same stream). Execution errors
+    /// surface from the stream and the communicator.
+    ///
+    /// # Graph capture
+    /// Capturable: each replay of the graph is a new collective on the buffers'
+    /// contents at that time (fresh tickets, same plan and buffers).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let mut buf = HostBuffer::from_slice(&[1.0f32, 2.0, 3.0, 4.0]);
+    /// comm.reduce_scatter_in_place(&mut buf, ReduceOp::Sum, &stream)?;
+    /// stream.synchronize()?;
+    /// let mine = buf.to_vec()[comm.rank() * 2..][..2].to_vec();
+    /// assert_eq!(mine, if comm.rank() == 0 { [2.0, 4.0] } else { [6.0, 8.0] });
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`Communicator::all_gather_in_place`].
@@ -318,6 +623,37 @@ impl Communicator {
 
     /// Sends block `j` of `send` to rank `j`, which stores it as block `rank`
     /// of its `recv` (`count = send.len() / size` per block).
+    ///
+    /// # Stream semantics
+    /// Enqueued on `stream`, not complete, on return: the buffers must stay
+    /// untouched until the stream has run it (after [`HostStream::synchronize`],
+    /// or for work enqueued after it on the same stream). Execution errors
+    /// surface from the stream and the communicator.
+    ///
+    /// # Graph capture
+    /// Capturable: each replay of the graph is a new collective on the buffers'
+    /// contents at that time (fresh tickets, same plan and buffers).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let r = comm.rank() as u32;
+    /// let send = HostBuffer::from_slice(&[10 * r, 10 * r + 1]); // block j goes to rank j
+    /// let mut recv = HostBuffer::<u32>::zeroed(2);
+    /// comm.all_to_all(&send, &mut recv, &stream)?;
+    /// stream.synchronize()?;
+    /// assert_eq!(recv.to_vec(), vec![r, 10 + r]); // block `rank` of every rank
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`Communicator::all_gather_in_place`].

@@ -1,6 +1,6 @@
 //! Choosing and opening each peer's transport at communicator creation.
 //!
-//! Rule (DESIGN.md §4): a peer on the same host (same host identity, which
+//! Rule (`docs/design/architecture.md`): a peer on the same host (same host identity, which
 //! includes the network namespace) is reached over shared memory, any other
 //! over tcp; `STREAMCOMM_TRANSPORT=tcp` forces tcp everywhere and `=shm`
 //! refuses peers on other hosts. Verbs comes first where both ranks can

@@ -163,6 +163,24 @@ impl Communicator {
     ///
     /// Collective: every rank must call it; it returns when all have joined.
     ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::{bootstrap::UniqueId, Backend, Communicator};
+    ///
+    /// // One rank creates the id and hands it to the others (its text form,
+    /// // `id.to_string()`, travels through any channel); here, threads.
+    /// let id = UniqueId::new()?;
+    /// let threads: Vec<_> = (0..2)
+    ///     .map(|rank| std::thread::spawn(move || Communicator::init(&id, rank, 2, Backend::Host)))
+    ///     .collect();
+    /// let comms = threads
+    ///     .into_iter()
+    ///     .map(|t| t.join().unwrap())
+    ///     .collect::<streamcomm::Result<Vec<_>>>()?;
+    /// assert_eq!((comms[1].rank(), comms[1].size()), (1, 2));
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] for `size == 0` or `rank >= size`;
     /// [`Error::Bootstrap`] / [`Error::Timeout`] when the ranks cannot meet;
@@ -173,6 +191,17 @@ impl Communicator {
     }
 
     /// As [`Communicator::init`], with an explicit configuration.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use streamcomm::{bootstrap::UniqueId, Backend, Communicator, Config};
+    ///
+    /// let config = Config { timeout: Duration::from_secs(30), ..Config::default() };
+    /// let comm = Communicator::init_with_config(&UniqueId::new()?, 0, 1, Backend::Host, config)?;
+    /// assert_eq!(comm.config().timeout, Duration::from_secs(30));
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`Communicator::init`], plus [`Error::InvalidArgument`] when ranks
@@ -375,6 +404,14 @@ impl Communicator {
     /// Under torchrun-style variables (`MASTER_ADDR`/`MASTER_PORT` without
     /// `STREAMCOMM_UNIQUE_ID`), rank 0 hosts the bootstrap root on that address.
     ///
+    /// # Examples
+    /// ```no_run
+    /// // Started as `streamcomm-run -n 4 -- prog` (or by torchrun, Slurm, Open MPI, PMI):
+    /// let comm = streamcomm::Communicator::from_env()?;
+    /// println!("rank {} of {} on {} host(s)", comm.rank(), comm.size(), comm.num_hosts());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming a missing or malformed variable, then
     /// as [`Communicator::init`].
@@ -385,6 +422,16 @@ impl Communicator {
     /// As [`Communicator::from_env`], with an explicit configuration (the
     /// launcher's variables still say who the ranks are and where they
     /// meet).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use streamcomm::{Communicator, Config};
+    ///
+    /// let mut config = Config::from_env()?; // the STREAMCOMM_* variables, then code
+    /// config.nsteps = 4;
+    /// let comm = Communicator::from_env_with_config(config)?;
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`Communicator::from_env`], plus those of
@@ -403,43 +450,156 @@ impl Communicator {
     }
 
     /// This process's rank.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// assert_eq!(comm.rank(), 0);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn rank(&self) -> usize {
         self.inner.rank
     }
 
     /// Number of ranks.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// assert_eq!(comm.size(), 1);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn size(&self) -> usize {
         self.inner.size
     }
 
     /// Ranks that share this rank's host (itself included).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// assert_eq!(comm.local_size(), 2); // both ranks on this host
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn local_size(&self) -> usize {
         self.inner.topology.local_ranks
     }
 
     /// Number of distinct hosts the ranks are on (after `STREAMCOMM_HOSTS_OVERRIDE`).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// assert_eq!(comm.num_hosts(), 1);
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn num_hosts(&self) -> usize {
         self.inner.topology.nhosts
     }
 
     /// Where `rank` accepts tcp connections (its tcp listener), if it has one;
     /// an address of that rank's host that the other ranks can reach.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// if let Some(addr) = comm.tcp_addr(1 - comm.rank()) {
+    ///     println!("the peer's tcp listener: {addr}");
+    /// }
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn tcp_addr(&self, rank: usize) -> Option<std::net::SocketAddr> {
         self.inner.topology.tcp_addrs.get(rank).copied().flatten()
     }
 
     /// The transport that reaches `peer` (`"shm"`, `"tcp"` or `"verbs"`; `None` for
     /// this rank itself or a rank out of range).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// assert_eq!(comm.transport_to(1 - comm.rank()), Some("shm")); // same host
+    /// assert_eq!(comm.transport_to(comm.rank()), None);
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn transport_to(&self, peer: usize) -> Option<&'static str> {
         self.inner.peers.get(peer)?.as_ref().map(|c| c.transport())
     }
 
     /// Host identity of `rank`, as exchanged at bootstrap.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// assert_eq!(comm.host_of(0), comm.host_of(1));
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn host_of(&self, rank: usize) -> Option<&str> {
         self.inner.topology.hosts.get(rank).map(|s| s.as_str())
     }
 
     /// The configuration in use.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// assert!(comm.config().slot_bytes() > 0);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn config(&self) -> &Config {
         &self.inner.config
     }
@@ -448,6 +608,18 @@ impl Communicator {
     /// (never blocks; like `ncclCommGetAsyncError`). A peer's failure shows
     /// here even while this rank is idle: a failing peer raises the failure
     /// word in this rank's segment, which is read here.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// assert!(comm.async_error().is_none());
+    /// comm.abort();
+    /// assert!(matches!(comm.async_error(), Some(streamcomm::Error::Aborted(_))));
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn async_error(&self) -> Option<Error> {
         if let Some(e) = self.inner.error() {
             return Some(e);
@@ -475,6 +647,20 @@ impl Communicator {
     /// end with [`Error::Aborted`] on this rank, and peers' waits end with
     /// [`Error::RemoteFailed`] naming this rank, instead of waiting for
     /// their timeout.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// let comm2 = comm.clone();
+    /// std::thread::spawn(move || comm2.abort()).join().unwrap(); // from any thread
+    /// let buf = HostBuffer::from_slice(&[1.0f32; 4]);
+    /// let mut out = HostBuffer::<f32>::zeroed(4);
+    /// assert!(comm.all_reduce(&buf, &mut out, ReduceOp::Sum, &stream).is_err());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn abort(&self) {
         self.inner
             .fail(&Error::Aborted("abort() was called".into()));

@@ -13,6 +13,19 @@ impl Communicator {
     /// The algorithm a call of `collective` on `count` elements of `dtype`
     /// would run (`count` as in [`crate::plan::build`]); `None` for
     /// operations with a single schedule (point-to-point, barrier).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// use streamcomm::{plan::Collective, DataType};
+    /// if let Some(algo) = comm.algorithm(Collective::AllReduce, DataType::F32, 1 << 20) {
+    ///     println!("a 4 MiB all-reduce runs {}", algo.name());
+    /// }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn algorithm(
         &self,
         collective: Collective,
@@ -25,6 +38,21 @@ impl Communicator {
     /// The cost model's predicted time, in seconds, of such a call run by
     /// `algo` on this communicator's ranks and hosts; `None` when `algo`
     /// does not implement `collective`.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// use streamcomm::{plan::Collective, DataType};
+    /// let c = Collective::AllReduce;
+    /// if let Some(algo) = comm.algorithm(c, DataType::F32, 1 << 20) {
+    ///     let seconds = comm.predict(c, algo, DataType::F32, 1 << 20);
+    ///     println!("{}: {:?} s predicted", algo.name(), seconds);
+    /// }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn predict(
         &self,
         collective: Collective,

@@ -4,7 +4,7 @@
 //! Each time the task is prepared (enqueue, or every launch of a graph that
 //! captured it) it takes a fresh ticket on the communicator, so replays are
 //! new collectives in issue order; the plan and buffers are what capture bakes
-//! in, the connection counters advance on the transport side (DESIGN.md §3).
+//! in, the connection counters advance on the transport side (`docs/design/architecture.md`).
 
 use std::sync::Arc;
 

@@ -86,6 +86,13 @@ impl fmt::Debug for RawBuffer {
 
 impl RawBuffer {
     /// A zeroed allocation of `bytes` bytes.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::RawBuffer;
+    /// assert_eq!(RawBuffer::zeroed(64).len_bytes(), 64);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn zeroed(bytes: usize) -> RawBuffer {
         let blocks = bytes.div_ceil(64);
         RawBuffer {
@@ -132,11 +139,27 @@ impl RawBuffer {
     }
 
     /// Length in bytes.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::RawBuffer;
+    /// assert_eq!(RawBuffer::zeroed(8).len_bytes(), 8);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn len_bytes(&self) -> usize {
         self.bytes
     }
 
     /// True when both handles name the same allocation.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::RawBuffer;
+    /// let a = RawBuffer::zeroed(8);
+    /// assert!(a.same_as(&a.clone()));
+    /// assert!(!a.same_as(&RawBuffer::zeroed(8)));
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn same_as(&self, other: &RawBuffer) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
@@ -225,6 +248,14 @@ impl<T: Element> fmt::Debug for HostBuffer<T> {
 
 impl<T: Element> HostBuffer<T> {
     /// A buffer of `len` zeroed elements.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// let buf = HostBuffer::<f32>::zeroed(3);
+    /// assert_eq!(buf.to_vec(), vec![0.0; 3]);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn zeroed(len: usize) -> HostBuffer<T> {
         HostBuffer {
             raw: RawBuffer::zeroed(len * std::mem::size_of::<T>()),
@@ -234,6 +265,14 @@ impl<T: Element> HostBuffer<T> {
     }
 
     /// A buffer holding a copy of `data`.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// let buf = HostBuffer::from_slice(&[1u8, 2, 3]);
+    /// assert_eq!(buf.len(), 3);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn from_slice(data: &[T]) -> HostBuffer<T> {
         let buf = HostBuffer::zeroed(data.len());
         buf.with_mut(|s| s.copy_from_slice(data));
@@ -241,21 +280,51 @@ impl<T: Element> HostBuffer<T> {
     }
 
     /// Number of elements.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// assert_eq!(HostBuffer::<u64>::zeroed(5).len(), 5);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// True when the buffer holds no elements.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// assert!(HostBuffer::<u64>::zeroed(0).is_empty());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// The element type.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// use streamcomm::DataType;
+    /// assert_eq!(HostBuffer::<half::bf16>::zeroed(1).dtype(), DataType::Bf16);
+    /// assert_eq!(HostBuffer::<i32>::zeroed(1).dtype(), DataType::I32);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn dtype(&self) -> DataType {
         T::DTYPE
     }
 
     /// The untyped storage.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// assert_eq!(HostBuffer::<f64>::zeroed(4).raw().len_bytes(), 32);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn raw(&self) -> &RawBuffer {
         &self.raw
     }
@@ -265,6 +334,15 @@ impl<T: Element> HostBuffer<T> {
     /// # Stream semantics
     /// Not ordered with stream work: synchronize the stream first to see the
     /// results of enqueued work.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// let buf = HostBuffer::from_slice(&[1.0f32, 2.0, 3.0]);
+    /// let sum: f32 = buf.with(|s| s.iter().sum());
+    /// assert_eq!(sum, 6.0);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn with<R>(&self, f: impl FnOnce(&[T]) -> R) -> R {
         let guard = self.raw.read();
         let bytes = self.raw.bytes_of(&guard);
@@ -275,6 +353,15 @@ impl<T: Element> HostBuffer<T> {
     ///
     /// # Stream semantics
     /// As [`HostBuffer::with`].
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// let buf = HostBuffer::<u32>::zeroed(4);
+    /// buf.with_mut(|s| s.iter_mut().enumerate().for_each(|(i, x)| *x = i as u32));
+    /// assert_eq!(buf.to_vec(), vec![0, 1, 2, 3]);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn with_mut<R>(&self, f: impl FnOnce(&mut [T]) -> R) -> R {
         let mut guard = self.raw.write();
         let bytes = self.raw.bytes_of_mut(&mut guard);
@@ -282,11 +369,33 @@ impl<T: Element> HostBuffer<T> {
     }
 
     /// A copy of the elements.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// let stream = HostStream::new()?;
+    /// let buf = HostBuffer::<i64>::zeroed(2);
+    /// let b = buf.clone(); // another handle to the same memory
+    /// stream.host_fn(move || b.with_mut(|s| s.fill(-1)))?;
+    /// stream.synchronize()?; // then read: to_vec is not ordered with stream work
+    /// assert_eq!(buf.to_vec(), vec![-1, -1]);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn to_vec(&self) -> Vec<T> {
         self.with(|s| s.to_vec())
     }
 
     /// Overwrites the elements with `data`.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// let buf = HostBuffer::<f32>::zeroed(2);
+    /// buf.copy_from(&[4.0, 5.0])?;
+    /// assert_eq!(buf.to_vec(), vec![4.0, 5.0]);
+    /// assert!(buf.copy_from(&[1.0]).is_err()); // lengths must match
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `data.len()` differs from the buffer's length.
@@ -303,6 +412,15 @@ impl<T: Element> HostBuffer<T> {
     }
 
     /// Sets every byte of the buffer to `byte` (for poisoning outputs in tests).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// let buf = HostBuffer::<u32>::zeroed(2);
+    /// buf.fill_bytes(0xff);
+    /// assert_eq!(buf.to_vec(), vec![u32::MAX; 2]);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn fill_bytes(&self, byte: u8) {
         let mut guard = self.raw.write();
         self.raw.bytes_of_mut(&mut guard).fill(byte);

@@ -1,6 +1,6 @@
 //! Doorbells: 32-bit words that streams wait on and write.
 //!
-//! The graph-replay rule (DESIGN.md §3) is why doorbells take fixed values:
+//! The graph-replay rule (`docs/design/architecture.md`) is why doorbells take fixed values:
 //! a captured wait for `== 1` followed by a write of `0` behaves the same on
 //! every replay. Anything that counts lives on the proxy or transport side.
 //! A doorbell set to [`Doorbell::POISON`] releases every waiter with an error,

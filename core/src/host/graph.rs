@@ -4,7 +4,7 @@
 //! every task again, in order, as one unit on the target stream: a collective
 //! takes a fresh turn on its communicator, user functions run again, doorbell
 //! waits and writes use the fixed values they were captured with (the graph
-//! replay rule, DESIGN.md §3).
+//! replay rule, `docs/design/architecture.md`).
 
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@
 //! thread, but a thread that blocks on the stream (in
 //! [`HostStream::synchronize`]) runs the queued tasks itself instead of
 //! sleeping while the worker does: on our machines waking another thread costs
-//! more than most small collectives (DESIGN.md §10).
+//! more than most small collectives (`docs/design/architecture.md`).
 //!
 //! Errors are sticky, like CUDA's: the first failing task's error is kept,
 //! later tasks are skipped (releasing their communicator turn), and
@@ -161,6 +161,15 @@ impl std::fmt::Debug for HostStream {
 impl HostStream {
     /// A stream whose waits (doorbells, events) time out after the default 300 s.
     ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// let stream = HostStream::new()?;
+    /// stream.host_fn(|| println!("runs on the stream's worker thread"))?;
+    /// stream.synchronize()?;
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::Os`] when the worker thread cannot be started.
     pub fn new() -> Result<HostStream> {
@@ -168,6 +177,15 @@ impl HostStream {
     }
 
     /// A stream whose doorbell and event waits time out after `timeout`.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// use std::time::Duration;
+    /// let stream = HostStream::with_timeout(Duration::from_secs(5))?;
+    /// assert_eq!(stream.timeout(), Duration::from_secs(5));
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// [`Error::Os`] when the worker thread cannot be started.
@@ -195,6 +213,33 @@ impl HostStream {
     }
 
     /// Enqueues a task (or records it, while capturing).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{Doorbell, HostBuffer, HostStream, WaitCmp};
+    /// # let stream = HostStream::new()?;
+    /// use std::sync::Arc;
+    /// use streamcomm::host::{Job, JobMode, Task};
+    ///
+    /// /// Prints a line each time the stream runs it.
+    /// struct Hello;
+    /// impl Task for Hello {
+    ///     fn prepare(&self) -> Job {
+    ///         Job::new(|mode| {
+    ///             if mode == JobMode::Run {
+    ///                 println!("hello from the stream");
+    ///             }
+    ///             Ok(())
+    ///         })
+    ///     }
+    ///     fn name(&self) -> &str {
+    ///         "hello"
+    ///     }
+    /// }
+    /// stream.enqueue(Arc::new(Hello))?;
+    /// stream.synchronize()?;
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// None today; fallible for symmetry with the CUDA backend.
@@ -237,6 +282,22 @@ impl HostStream {
     /// # Graph capture
     /// Capturable; every replay calls `f` again.
     ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{Doorbell, HostBuffer, HostStream, WaitCmp};
+    /// # let stream = HostStream::new()?;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::sync::Arc;
+    /// let count = Arc::new(AtomicU32::new(0));
+    /// let c = count.clone();
+    /// stream.host_fn(move || {
+    ///     c.fetch_add(1, Ordering::Relaxed);
+    /// })?;
+    /// stream.synchronize()?;
+    /// assert_eq!(count.load(Ordering::Relaxed), 1);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// None today; fallible for symmetry with the CUDA backend.
     pub fn host_fn(&self, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
@@ -250,6 +311,16 @@ impl HostStream {
     }
 
     /// Enqueues fallible user work; an `Err` becomes the stream's error.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{Doorbell, HostBuffer, HostStream, WaitCmp};
+    /// # let stream = HostStream::new()?;
+    /// stream.try_host_fn(|| Err("disk full".to_string()))?; // enqueued fine
+    /// let e = stream.synchronize().unwrap_err(); // the stream keeps the error
+    /// assert!(matches!(e, streamcomm::Error::UserTask(_)), "{e}");
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`HostStream::host_fn`].
@@ -267,6 +338,19 @@ impl HostStream {
     ///
     /// # Graph capture
     /// Capturable; the value is fixed at capture.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{Doorbell, HostBuffer, HostStream, WaitCmp};
+    /// # let stream = HostStream::new()?;
+    /// let bell = Doorbell::new();
+    /// let other = HostStream::new()?;
+    /// stream.wait_value32(&bell, 1, WaitCmp::Eq)?; // `stream` waits here...
+    /// other.write_value32(&bell, 1)?; // ...until `other` rings the doorbell
+    /// stream.synchronize()?;
+    /// assert_eq!(bell.load(), 1);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// None today.
@@ -288,6 +372,19 @@ impl HostStream {
     ///
     /// # Graph capture
     /// Capturable; the value is fixed at capture.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{Doorbell, HostBuffer, HostStream, WaitCmp};
+    /// # let stream = HostStream::new()?;
+    /// let bell = Doorbell::new();
+    /// stream.wait_value32(&bell, 2, WaitCmp::Geq)?;
+    /// stream.write_value32(&bell, 0)?; // the consumer resets: replay-safe
+    /// bell.store(3); // the host (or a proxy) releases the stream
+    /// stream.synchronize()?;
+    /// assert_eq!(bell.load(), 0);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// None at enqueue time.
@@ -314,6 +411,25 @@ impl HostStream {
     /// Starts recording: tasks enqueued from now on are kept for a [`Graph`]
     /// instead of running.
     ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{Doorbell, HostBuffer, HostStream, WaitCmp};
+    /// # let stream = HostStream::new()?;
+    /// let buf = HostBuffer::<u32>::zeroed(1);
+    /// stream.begin_capture()?;
+    /// assert!(stream.is_capturing());
+    /// let b = buf.clone();
+    /// stream.host_fn(move || b.with_mut(|s| s[0] += 1))?; // recorded, not run
+    /// let graph = stream.end_capture()?;
+    /// assert!(!stream.is_capturing());
+    /// for _ in 0..3 {
+    ///     graph.launch(&stream)?; // each launch runs the captured work again
+    /// }
+    /// stream.synchronize()?;
+    /// assert_eq!(buf.to_vec(), vec![3]);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidUsage`] when already capturing.
     pub fn begin_capture(&self) -> Result<()> {
@@ -326,6 +442,25 @@ impl HostStream {
     }
 
     /// Ends recording and returns the captured graph.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{Doorbell, HostBuffer, HostStream, WaitCmp};
+    /// # let stream = HostStream::new()?;
+    /// let buf = HostBuffer::<u32>::zeroed(1);
+    /// stream.begin_capture()?;
+    /// assert!(stream.is_capturing());
+    /// let b = buf.clone();
+    /// stream.host_fn(move || b.with_mut(|s| s[0] += 1))?; // recorded, not run
+    /// let graph = stream.end_capture()?;
+    /// assert!(!stream.is_capturing());
+    /// for _ in 0..3 {
+    ///     graph.launch(&stream)?; // each launch runs the captured work again
+    /// }
+    /// stream.synchronize()?;
+    /// assert_eq!(buf.to_vec(), vec![3]);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// [`Error::InvalidUsage`] when the stream was not capturing.
@@ -340,12 +475,35 @@ impl HostStream {
     }
 
     /// True while capturing.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{Doorbell, HostBuffer, HostStream, WaitCmp};
+    /// # let stream = HostStream::new()?;
+    /// assert!(!stream.is_capturing());
+    /// stream.begin_capture()?;
+    /// assert!(stream.is_capturing());
+    /// stream.end_capture()?;
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn is_capturing(&self) -> bool {
         self.shared.lock().capture.is_some()
     }
 
     /// Blocks until everything enqueued so far has finished, running queued
     /// work on the calling thread when the worker is not already busy.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{Doorbell, HostBuffer, HostStream, WaitCmp};
+    /// # let stream = HostStream::new()?;
+    /// let buf = HostBuffer::<u8>::zeroed(1);
+    /// let b = buf.clone();
+    /// stream.host_fn(move || b.with_mut(|s| s[0] = 9))?;
+    /// stream.synchronize()?; // everything enqueued so far has run
+    /// assert_eq!(buf.to_vec(), vec![9]);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// The stream's sticky error, if any task failed.
@@ -383,17 +541,45 @@ impl HostStream {
     }
 
     /// True when all enqueued work has finished (never blocks).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{Doorbell, HostBuffer, HostStream, WaitCmp};
+    /// # let stream = HostStream::new()?;
+    /// stream.synchronize()?;
+    /// assert!(stream.query()); // nothing pending
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn query(&self) -> bool {
         self.shared.completed.load(Ordering::Acquire)
             >= self.shared.enqueued.load(Ordering::Relaxed)
     }
 
     /// The sticky error, if a task has failed.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{Doorbell, HostBuffer, HostStream, WaitCmp};
+    /// # let stream = HostStream::new()?;
+    /// assert!(stream.error().is_none());
+    /// stream.try_host_fn(|| Err("bad input".to_string()))?;
+    /// let _ = stream.synchronize();
+    /// assert!(stream.error().is_some());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn error(&self) -> Option<Error> {
         self.shared.lock().error.clone()
     }
 
     /// Timeout applied to this stream's doorbell and event waits.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// let stream = HostStream::new()?;
+    /// assert_eq!(stream.timeout().as_secs(), 300);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn timeout(&self) -> Duration {
         self.shared.timeout
     }

@@ -56,6 +56,22 @@ pub enum RootSpec {
 impl RootSpec {
     /// The id ranks join with (for [`RootSpec::Address`], without starting
     /// a server: rank 0 serves it with [`UniqueId::serve_at`]).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::collections::HashMap;
+    /// use streamcomm::launch::env::detect;
+    ///
+    /// let vars: HashMap<&str, &str> = [
+    ///     ("SLURM_PROCID", "0"), ("SLURM_NTASKS", "2"), ("SLURM_NTASKS_PER_NODE", "2"),
+    ///     ("MASTER_ADDR", "10.0.0.1"), ("MASTER_PORT", "29500"),
+    ///     ("STREAMCOMM_SECRET", "00112233445566778899aabbccddeeff"),
+    /// ].into();
+    /// let id = detect(&|k| vars.get(k).map(|v| v.to_string()))?.root.unique_id();
+    /// assert_eq!(id.addr().port(), 29500);
+    /// assert_eq!(id.secret()[1], 0x11);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn unique_id(&self) -> UniqueId {
         match self {
             RootSpec::UniqueId(id) => *id,
@@ -122,6 +138,13 @@ pub fn detect(get: &dyn Fn(&str) -> Option<String>) -> Result<LaunchInfo> {
 }
 
 /// [`detect`] on this process's environment.
+///
+/// # Examples
+/// ```no_run
+/// let info = streamcomm::launch::env::detect_from_process_env()?;
+/// println!("rank {} of {}, started by {}", info.rank, info.size, info.launcher);
+/// # Ok::<(), streamcomm::Error>(())
+/// ```
 ///
 /// # Errors
 ///

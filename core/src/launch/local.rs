@@ -275,6 +275,19 @@ impl LocalLauncher {
 
     /// Runs the job to its end.
     ///
+    /// # Examples
+    /// ```no_run
+    /// use streamcomm::launch::local::{LocalLauncher, Outcome};
+    ///
+    /// // What `streamcomm-run -n 4 -- ./train --epochs 3` does.
+    /// let outcome = LocalLauncher::new(4, "./train").args(["--epochs", "3"]).run()?;
+    /// if let Outcome::RankFailed { rank, .. } = &outcome {
+    ///     eprintln!("rank {rank} failed");
+    /// }
+    /// std::process::exit(outcome.exit_code());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] if `nproc` is 0 or the node placement is

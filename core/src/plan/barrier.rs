@@ -5,7 +5,7 @@
 //! `r + 2^k` and waits for `r - 2^k`. After the last round every rank has
 //! heard, directly or transitively, from every other one. Each round uses a
 //! different distance, so no directed connection carries two signals and one
-//! slot per connection suffices. The proxy-side barriers of DESIGN.md §5 offer
+//! slot per connection suffices. The proxy-side barriers of `docs/design/barriers.md` offer
 //! more algorithms; this one is the plan every backend can run as steps.
 
 use super::step::Step;

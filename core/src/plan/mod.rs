@@ -67,7 +67,7 @@ pub struct PlanParams {
     pub rank: usize,
     /// Number of ranks in the communicator (at least 1).
     pub nranks: usize,
-    /// Bytes of one slot of a connection's ring (DESIGN.md §3); every step
+    /// Bytes of one slot of a connection's ring (`docs/design/architecture.md`); every step
     /// that touches a slot moves at most `slot_bytes / dtype.size()` elements.
     pub slot_bytes: usize,
     /// Slots per connection the plan may rely on (at least 1). Rings need a

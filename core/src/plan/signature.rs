@@ -45,7 +45,7 @@ pub fn of(plan: &Plan) -> u64 {
     pack(kind, root as u64, plan.dtype, op, count)
 }
 
-/// What a point-to-point slot carries (DESIGN.md §6).
+/// What a point-to-point slot carries (`docs/design/p2p.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum P2pSlot {
     /// Eager: the message's bytes, one slot-sized piece per slot.

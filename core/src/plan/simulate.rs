@@ -4,7 +4,7 @@
 //! block sent to the wrong peer, an element reduced twice, a schedule that
 //! deadlocks only when a connection has one free slot. The simulator runs
 //! every rank's plan in one thread, round-robin, over modelled connections
-//! (a FIFO of `nsteps` slots of `slot_bytes` per directed pair, DESIGN.md §3),
+//! (a FIFO of `nsteps` slots of `slot_bytes` per directed pair, `docs/design/architecture.md`),
 //! interpreting each step with the same [`apply_step`] the real backends use.
 //! It reports deadlocks and undelivered slots with the ranks and steps
 //! involved, so a failing algorithm is diagnosed, not just detected.

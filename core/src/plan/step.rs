@@ -13,7 +13,7 @@
 //! - outputs: the local region `dst` and/or the next slot sent to `send_to`.
 //!
 //! Slots travel over per-peer FIFO rings of `nsteps` slots of `slot_bytes` bytes
-//! (DESIGN.md §3); a step's `count * dtype.size()` never exceeds `slot_bytes`
+//! (`docs/design/architecture.md`); a step's `count * dtype.size()` never exceeds `slot_bytes`
 //! when it touches a slot. Each slot carries its byte length, and the receiver
 //! checks it against its own step (a mismatch is an error, never a silent
 //! truncation).

@@ -1,6 +1,6 @@
 //! The slot ring: credit-based FIFO of fixed-size slots in shared memory.
 //!
-//! One ring carries one directed connection (DESIGN.md §3). It lives in the
+//! One ring carries one directed connection (`docs/design/architecture.md`). It lives in the
 //! receiver's memory. The sender owns `tail` (slots written), the receiver
 //! owns `head` (slots consumed); both only ever grow. The sender may fill slot
 //! `tail % nsteps` only while `tail - head < nsteps`, so unread data is never
@@ -42,7 +42,7 @@ pub struct Counter {
 }
 
 /// Where a receiver tells the sender to write a rendezvous message
-/// (DESIGN.md §6): the clear-to-send of MPI's rendezvous protocol, kept out of
+/// (`docs/design/p2p.md`): the clear-to-send of MPI's rendezvous protocol, kept out of
 /// the data ring so that it never queues behind data the sender cannot yet
 /// consume.
 #[repr(C, align(64))]

@@ -1,7 +1,7 @@
 //! POSIX shared-memory segments holding the slot rings of one rank.
 //!
 //! Each rank creates one segment with the inbound ring of every local peer
-//! (a ring lives in its receiver's memory; DESIGN.md §4). The name is
+//! (a ring lives in its receiver's memory; `docs/design/architecture.md`). The name is
 //! unpredictable (`/streamcomm-<pid>-<random>`), the mode 0600, and the owner
 //! unlinks it as soon as every peer has mapped it, so nothing is left in
 //! `/dev/shm` even if a process is killed later. One segment per rank, rather

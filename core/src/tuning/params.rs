@@ -63,7 +63,7 @@ pub struct CostParams {
     /// serialise.
     pub cores: usize,
     /// Seconds it takes a rank that gave up waiting actively (spun, then
-    /// yielded, then slept: DESIGN.md §10) to run again once its data is
+    /// yielded, then slept: `docs/design/architecture.md`) to run again once its data is
     /// there: the futex wake-up plus the wait for a core, which on a shared
     /// machine is whatever the scheduler gives the other work first.
     pub wake: f64,
@@ -119,7 +119,7 @@ pub const DEFAULT_WRITE_WEIGHT: f64 = 3.0;
 
 impl Default for CostParams {
     /// Built-in defaults: figures measured on the development machines
-    /// (DESIGN.md §10), rounded; `cores` large enough not to matter. The
+    /// (`docs/design/architecture.md`), rounded; `cores` large enough not to matter. The
     /// shm byte is 0.125 ns per three weighed passes: with writes weighing
     /// three reads, half the 0.25 ns it was per pass-alike relay (an
     /// average relay weighs twice as much).

@@ -15,19 +15,18 @@
 //! re-implementations ([`kernels`]). A run on the stand-in is never a GPU run;
 //! `cuDeviceGetName` says `streamcomm CPU stand-in (not a GPU)`.
 //!
-//! It is strict, never more lenient than the driver (see
-//! `cuda-driver-semantics.md` beside `DESIGN.md`), and loud: every entry point
-//! it does not implement returns `CUDA_ERROR_NOT_SUPPORTED` and names itself
-//! on stderr ([`exports`]).
+//! It is strict, never more lenient than the driver API reference documents,
+//! and loud: every entry point it does not implement returns
+//! `CUDA_ERROR_NOT_SUPPORTED` and names itself on stderr (module `exports`).
 //!
 //! Model, in brief:
 //! - one device (`STREAMCOMM_STANDIN_DEVICES`), sm_90 limits, driver version
 //!   13000 (CUDA 13.0, what driver 580 reports; `STREAMCOMM_STANDIN_DRIVER_VERSION`);
 //! - device memory lives in POSIX shared memory behind a reserved, unmapped
-//!   device address range ([`memory`], [`shm`]);
+//!   device address range (modules `memory` and `shm`);
 //! - each context has `CUDA_DEVICE_MAX_CONNECTIONS` (default 8) hardware
 //!   queues, each drained in order by one worker thread; streams share them
-//!   round-robin ([`context`]);
+//!   round-robin (module `context`);
 //! - a device fault (bad address in work that runs) makes the context's error
 //!   sticky, as on a GPU.
 //!

@@ -1,4 +1,4 @@
-//! The barrier algorithms of DESIGN.md §5, one file each.
+//! The barrier algorithms of `docs/design/barriers.md`, one file each.
 //!
 //! Each file only emits [`BarrierStep`]s for one rank; [`BarrierAlgo`] names
 //! them (`STREAMCOMM_BARRIER_ALGO`, the benchmark's `--algo`) and

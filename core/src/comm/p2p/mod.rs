@@ -1,5 +1,5 @@
 //! Point-to-point: send, recv, groups, and the collectives built on them
-//! (all-to-all-v, gather, scatter). DESIGN.md §6.
+//! (all-to-all-v, gather, scatter). `docs/design/p2p.md`.
 //!
 //! # Semantics
 //! - `send(buf, peer)` / `recv(buf, peer)` are enqueued on a stream like a
@@ -175,6 +175,32 @@ impl<'c, 's> Group<'c, 's> {
 
     /// Adds a send of all of `buf` to `peer`.
     ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// // A ring exchange: send to the next rank, receive from the previous one.
+    /// let n = comm.size();
+    /// let (next, prev) = ((comm.rank() + 1) % n, (comm.rank() + n - 1) % n);
+    /// let send = HostBuffer::from_slice(&[comm.rank() as f32; 4]);
+    /// let mut recv = HostBuffer::<f32>::zeroed(4);
+    /// comm.group(|g| {
+    ///     g.send(&send, next, &stream)?;
+    ///     g.recv(&mut recv, prev, &stream)
+    /// })?;
+    /// stream.synchronize()?;
+    /// assert_eq!(recv.to_vec(), vec![prev as f32; 4]);
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a peer out of range or a second stream.
     pub fn send(
@@ -188,6 +214,32 @@ impl<'c, 's> Group<'c, 's> {
     }
 
     /// Adds a receive from `peer` into `buf` (a message up to its length).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// // A ring exchange: send to the next rank, receive from the previous one.
+    /// let n = comm.size();
+    /// let (next, prev) = ((comm.rank() + 1) % n, (comm.rank() + n - 1) % n);
+    /// let send = HostBuffer::from_slice(&[comm.rank() as f32; 4]);
+    /// let mut recv = HostBuffer::<f32>::zeroed(4);
+    /// comm.group(|g| {
+    ///     g.send(&send, next, &stream)?;
+    ///     g.recv(&mut recv, prev, &stream)
+    /// })?;
+    /// stream.synchronize()?;
+    /// assert_eq!(recv.to_vec(), vec![prev as f32; 4]);
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`Group::send`].
@@ -352,6 +404,38 @@ impl Communicator {
     /// Outside a [`Communicator::group`], a send to this rank itself is
     /// refused (nobody could receive it).
     ///
+    /// # Stream semantics
+    /// Enqueued on `stream`, not complete, on return; `buf` must stay untouched
+    /// until the stream has run it. Sends and receives that depend on each other
+    /// (a ring exchange) go in one [`Communicator::group`].
+    ///
+    /// # Graph capture
+    /// Capturable: each replay sends (or receives) the buffer's contents at that
+    /// time.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let mut buf = HostBuffer::from_slice(&[comm.rank() as f32; 3]);
+    /// if comm.rank() == 0 {
+    ///     comm.send(&buf, 1, &stream)?;
+    /// } else {
+    ///     comm.recv(&mut buf, 0, &stream)?;
+    /// }
+    /// stream.synchronize()?;
+    /// assert_eq!(buf.to_vec(), vec![0.0; 3]);
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a peer out of range or equal to this
     /// rank; the stored error if the communicator has failed.
@@ -361,6 +445,40 @@ impl Communicator {
 
     /// Receives a message from `peer` into the front of `buf`; one larger
     /// than `buf` fails with [`Error::RemoteFailed`] naming both sizes.
+    ///
+    /// # Stream semantics
+    /// Enqueued on `stream`, not complete, on return; `buf` must stay untouched
+    /// until the stream has run it. Sends and receives that depend on each other
+    /// (a ring exchange) go in one [`Communicator::group`].
+    ///
+    /// # Graph capture
+    /// Capturable: each replay sends (or receives) the buffer's contents at that
+    /// time.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let mut inbox = HostBuffer::<u64>::zeroed(8); // may be larger than the message
+    /// if comm.rank() == 1 {
+    ///     comm.send(&HostBuffer::from_slice(&[42u64; 2]), 0, &stream)?;
+    /// } else {
+    ///     comm.recv(&mut inbox, 1, &stream)?;
+    /// }
+    /// stream.synchronize()?;
+    /// if comm.rank() == 0 {
+    ///     assert_eq!(&inbox.to_vec()[..2], &[42, 42]);
+    /// }
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`Communicator::send`].
@@ -374,6 +492,28 @@ impl Communicator {
     /// communicator's issue order, as [`Communicator::barrier_host`] does,
     /// so it waits for earlier stream operations of this communicator.
     ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let mut buf = HostBuffer::from_slice(&[comm.rank() as i32 + 1; 4]);
+    /// if comm.rank() == 0 {
+    ///     comm.send_host(&buf, 1)?; // returns once delivered
+    /// } else {
+    ///     comm.recv_host(&mut buf, 0)?;
+    ///     assert_eq!(buf.to_vec(), vec![1; 4]);
+    /// }
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`Communicator::send`], plus execution errors (timeout, peer
     /// failure) directly.
@@ -384,6 +524,28 @@ impl Communicator {
     /// Receives a message from `peer` into the front of `buf` on the calling
     /// thread, returning when it has arrived (`MPI_Recv`); ordered like
     /// [`Communicator::send_host`].
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let mut buf = HostBuffer::<u8>::zeroed(5);
+    /// if comm.rank() == 1 {
+    ///     comm.send_host(&HostBuffer::from_slice(b"hello"), 0)?;
+    /// } else {
+    ///     comm.recv_host(&mut buf, 1)?; // returns once arrived
+    ///     assert_eq!(buf.to_vec(), b"hello".to_vec());
+    /// }
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`Communicator::recv`], plus execution errors directly.
@@ -411,6 +573,32 @@ impl Communicator {
     /// which stores them at `recv_displs[rank]..+recv_counts[rank]` of its
     /// `recv`. Counts may be zero; `recv_counts[j]` must be at least what
     /// rank `j` sends here.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// // Rank 0 sends 1 element to itself and 2 to rank 1; rank 1 sends 3 and 1.
+    /// let r = comm.rank();
+    /// let (send_counts, recv_counts) = if r == 0 { ([1, 2], [1, 3]) } else { ([3, 1], [2, 1]) };
+    /// let send_displs = [0, send_counts[0]];
+    /// let recv_displs = [0, recv_counts[0]];
+    /// let send = HostBuffer::from_slice(&vec![r as f32; 3 + r]);
+    /// let mut recv = HostBuffer::<f32>::zeroed(recv_counts.iter().sum());
+    /// comm.all_to_allv(&send, &send_counts, &send_displs, &mut recv, &recv_counts, &recv_displs, &stream)?;
+    /// stream.synchronize()?;
+    /// let want = if r == 0 { vec![0.0, 1.0, 1.0, 1.0] } else { vec![0.0, 0.0, 1.0] };
+    /// assert_eq!(recv.to_vec(), want);
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when a count or displacement list is not
@@ -461,6 +649,28 @@ impl Communicator {
     /// rank `j` (`count = send.len()`, `recv` at the root holds `size *
     /// count`; other ranks' `recv` is not used and may be empty).
     ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let send = HostBuffer::from_slice(&[comm.rank() as u32 * 10; 2]);
+    /// let mut recv = HostBuffer::<u32>::zeroed(if comm.rank() == 0 { 4 } else { 0 });
+    /// comm.gather(&send, &mut recv, 0, &stream)?;
+    /// stream.synchronize()?;
+    /// if comm.rank() == 0 {
+    ///     assert_eq!(recv.to_vec(), vec![0, 0, 10, 10]);
+    /// }
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a root out of range, a root `recv` too
     /// small, or mismatched element types.
@@ -490,6 +700,26 @@ impl Communicator {
     /// recv.len()`, `send` at the root holds `size * count`; other ranks'
     /// `send` is not used and may be empty).
     ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let send = HostBuffer::from_slice(&[1u32, 2, 3, 4]); // read on the root only
+    /// let mut recv = HostBuffer::<u32>::zeroed(2);
+    /// comm.scatter(&send, &mut recv, 0, &stream)?;
+    /// stream.synchronize()?;
+    /// assert_eq!(recv.to_vec(), if comm.rank() == 0 { [1, 2] } else { [3, 4] });
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`Communicator::gather`].
     pub fn scatter(
@@ -515,6 +745,28 @@ impl Communicator {
 
     /// How this rank's point-to-point bytes travelled so far (eager, direct
     /// rendezvous writes, streamed rendezvous).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let stream = HostStream::new()?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let mut buf = HostBuffer::<f32>::zeroed(16);
+    /// if comm.rank() == 0 {
+    ///     comm.send_host(&buf, 1)?;
+    ///     assert_eq!(comm.p2p_stats().sent_eager_messages, 1); // 64 bytes: eager
+    /// } else {
+    ///     comm.recv_host(&mut buf, 0)?;
+    /// }
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn p2p_stats(&self) -> P2pStats {
         self.inner.p2p.stats.snapshot()
     }

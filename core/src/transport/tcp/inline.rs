@@ -9,7 +9,7 @@
 //! slot writes it to the socket itself, and a stream waiting for a slot (or
 //! for room in its staging ring) reads and writes the sockets itself between
 //! checks, as the host stream's `synchronize` runs queued work itself
-//! (DESIGN.md §10). The network thread remains for everything nobody is
+//! (`docs/design/architecture.md`). The network thread remains for everything nobody is
 //! waiting on (large transfers, frames arriving between calls), and stays the
 //! one place where failures are reported.
 //!

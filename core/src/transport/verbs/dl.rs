@@ -1,4 +1,4 @@
-//! libibverbs, loaded at run time (DESIGN.md §4, as NCCL's `ibvwrap`).
+//! libibverbs, loaded at run time (`docs/design/architecture.md`, as NCCL's `ibvwrap`).
 //!
 //! A binary built with the `verbs` feature must start, and fall back to tcp,
 //! on a machine without libibverbs. So nothing links against it: the

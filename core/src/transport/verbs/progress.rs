@@ -709,7 +709,7 @@ impl SharedPeer {
         // every wait on this peer polls it anyway. (The poll that used to
         // come first was an empty one on a ping-pong's path: dropping it
         // took a host call from 2215 / 2225 to 2141 / 2084 instructions,
-        // `scripts/host-call-instructions.sh` in the Soft-RoCE guest.)
+        // counted with callgrind in the Soft-RoCE guest.)
         let mut step = || -> Result<bool, Error> {
             p.send()?;
             if p.backlogged() {

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Checks the configuration reference (docs/guide/configuration.md) against
+# the doc comments of `Config` (core/src/config.rs), the one place that
+# reads STREAMCOMM_* variables for a communicator:
+#   - every field of `Config` is documented as `STREAMCOMM_NAME`: ... in its
+#     doc comment, and that variable has exactly one row in the reference's
+#     "Communicator settings" table;
+#   - that table has no row for a variable that is not a field;
+#   - no variable has a row in more than one table of the reference.
+#
+# usage: scripts/check-config-doc.sh
+# Exit status: 0 when they agree, 1 otherwise (each difference printed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+exec python3 - core/src/config.rs docs/guide/configuration.md <<'PY'
+import re
+import sys
+
+src_path, doc_path = sys.argv[1], sys.argv[2]
+src = open(src_path, encoding="utf-8").read()
+doc = open(doc_path, encoding="utf-8").read()
+problems = []
+
+# Fields of `pub struct Config { ... }` and the variable each one's doc names first.
+body = re.search(r"pub struct Config \{(.*?)\n\}", src, re.S).group(1)
+fields, doc_lines = {}, []
+for line in body.splitlines():
+    line = line.strip()
+    if line.startswith("///"):
+        doc_lines.append(line[3:].strip())
+    elif line.startswith("pub "):
+        name = re.match(r"pub (\w+)", line).group(1)
+        m = re.match(r"`(STREAMCOMM_[A-Z0-9_]+)`:", " ".join(doc_lines))
+        if m:
+            fields[m.group(1)] = name
+        else:
+            problems.append(f"{src_path}: field `{name}`: its doc comment does not start with `STREAMCOMM_...`:")
+        doc_lines = []
+
+# Row keys of every table in the reference, by section.
+rows, section = {}, None
+for no, line in enumerate(doc.splitlines(), 1):
+    if line.startswith("## "):
+        section = line[3:].strip()
+    m = re.match(r"^\|\s*`(STREAMCOMM_[A-Z0-9_]+)`\s*\|", line)
+    if m:
+        rows.setdefault(m.group(1), []).append((no, section))
+
+for var, where in sorted(rows.items()):
+    if len(where) > 1:
+        lines = ", ".join(str(no) for no, _ in where)
+        problems.append(f"{doc_path}: {var} has {len(where)} rows (lines {lines}); one is the rule")
+
+config_rows = {v for v, where in rows.items() if any(s and "Config" in s for _, s in where)}
+for var, field in sorted(fields.items()):
+    if var not in config_rows:
+        problems.append(f"{doc_path}: no row for {var} (Config::{field}) in the Communicator settings table")
+for var in sorted(config_rows - set(fields)):
+    problems.append(f"{doc_path}: {var} is in the Communicator settings table but is no field of Config")
+
+for p in problems:
+    print(p)
+print(f"check-config-doc: {len(fields)} Config fields, {len(rows)} documented variables, {len(problems)} problems")
+sys.exit(1 if problems else 0)
+PY
