@@ -24,8 +24,8 @@
 //!
 //! - **Direct** (ranks of one host, the default there): each rank owns a
 //!   window of device memory that every other rank maps (CUDA IPC between
-//!   processes; the plain address between threads on one device, so several
-//!   ranks may share a GPU). A call is enqueued on the caller's stream as
+//!   processes, so several ranks may share a GPU; the plain address between
+//!   threads of one process on different devices). A call is enqueued on the caller's stream as
 //!   device work only: a copy of the input into the window, a *ready* round
 //!   of `cuStreamWriteValue32` into the peers' windows and
 //!   `cuStreamWaitValue32` on its own, the NVRTC reduce kernel reading every
@@ -49,6 +49,18 @@
 //! Every step of both paths is capturable: a CUDA graph that captured a
 //! call runs a fresh, correct collective at every replay, and the call's
 //! resources are released with the graph (a CUDA user object).
+//!
+//! # One rank per GPU per process
+//! [`CudaComm::new`] refuses ([`Error::InvalidUsage`], on every rank) a
+//! communicator with two ranks that are threads of one process on one GPU,
+//! as NCCL does. Such ranks share one context, whose streams share a
+//! bounded set of hardware queues (`CUDA_DEVICE_MAX_CONNECTIONS`): when two
+//! ranks' streams alias onto one queue, one rank's stream-memory wait sits
+//! in front of the other's signal, and the driver, which does not see the
+//! ordering that stream memory operations express, never reorders them.
+//! Several ranks per GPU in separate processes (each with its own context)
+//! work, and so do ranks as threads on different GPUs. Threads that share a
+//! GPU should share one rank, or run as processes (`streamcomm-run`).
 //!
 //! # Errors instead of hangs
 //! A staged task that fails still raises its completion word. On the direct
@@ -85,6 +97,7 @@
 mod api;
 mod gpudirect;
 mod p2p;
+mod placement;
 mod queue;
 mod raw;
 mod window;
@@ -93,7 +106,7 @@ use std::sync::Arc;
 
 pub use cudarc;
 use cudarc::driver::CudaStream;
-use streamcomm_gpu::{Device, GpuConfig, Kernels, SignalPath, Signals, Stream};
+use streamcomm_gpu::{relaxed_capture, Device, GpuConfig, Kernels, SignalPath, Signals, Stream};
 
 use crate::comm::watchdog::peer_gone;
 use crate::device::direct::watchdog::WATCH_PERIOD;
@@ -147,8 +160,11 @@ impl CudaComm {
     /// # Errors
     /// [`Error::Unavailable`] without a usable CUDA driver or device (never a
     /// panic: the driver is probed first), or when the device has no stream
-    /// memory operations and the NVRTC spin kernels cannot be built.
+    /// memory operations and the NVRTC spin kernels cannot be built;
+    /// [`Error::InvalidUsage`] when two ranks of `comm` are threads of one
+    /// process on one device (see the module docs).
     pub fn new(comm: &Communicator, ordinal: usize) -> Result<CudaComm> {
+        placement::check_one_rank_per_gpu(comm, ordinal)?;
         let device = Device::open(ordinal).map_err(gpu_error)?;
         // The spin kernels are only needed where stream memory operations
         // are missing; NVRTC may be absent elsewhere.
@@ -160,7 +176,18 @@ impl CudaComm {
                 }
                 (_, e) => gpu_error(e),
             })?;
-        let kernels = kernels.ok();
+        let kernels = match kernels {
+            Ok(k) => Some(k),
+            Err(e) => {
+                // Never silent: without the kernels the direct path is off
+                // (every rank then agrees on the staged path).
+                tracing::warn!(
+                    error = %e,
+                    "the reduce kernels did not load: the direct path is off"
+                );
+                None
+            }
+        };
         let shared = DeviceShared::new()?;
         if comm.config().cuda_window > 0 {
             if let Some(direct) = direct_path(comm, &device, kernels.as_ref())? {
@@ -212,6 +239,13 @@ impl CudaComm {
         self.device.ordinal()
     }
 
+    /// The device's name as the driver reports it (`cuDeviceGetName`),
+    /// which tells which driver answered: NVIDIA's names the GPU, the CPU
+    /// stand-in says `streamcomm CPU stand-in (not a GPU)`.
+    pub fn device_name(&self) -> &str {
+        self.device.name()
+    }
+
     /// True when stream waits and writes use the driver's stream memory
     /// operations, false when they use the spin kernels.
     pub fn uses_stream_memory_ops(&self) -> bool {
@@ -255,8 +289,24 @@ impl CudaComm {
 
 impl Drop for CudaComm {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // A rank thread unwinding: its process lives on, so the peers'
+            // watchdogs (which judge liveness by process) would never see
+            // it gone, and their device waits never time out. Fail the
+            // communicator: the failure word reaches every peer, whose
+            // watchdog then releases its stream with the error.
+            self.comm.inner.fail(&Error::Aborted(format!(
+                "rank {}'s thread panicked while it held its CudaComm",
+                self.comm.rank()
+            )));
+        }
         let _ = self.shared.runner.drain();
-        self.shared.graveyard.bury();
+        // Relaxed capture mode: another thread's global capture must not
+        // make these frees fail (and invalidate it).
+        let graveyard = &self.shared.graveyard;
+        if relaxed_capture(|| graveyard.bury()).is_err() {
+            graveyard.bury();
+        }
     }
 }
 
