@@ -154,7 +154,7 @@ step_probe() {
   rc=$?
   echo "$out"
   local driver
-  driver=$(grep -m1 '^driver: ' <<<"$out" | sed 's/^driver: //')
+  driver=$(grep -m1 -o 'driver: .*' <<<"$out" | sed 's/^driver: //')
   ((rc == 0)) && [[ -n "$driver" ]] || { DETAIL="no driver answered"; return 1; }
   DETAIL="driver: $driver"
   case $MODE in
@@ -208,7 +208,7 @@ step_quickstarts() {
   grep -qx OK <<<"$out" || { echo "gpu_quickstart did not print OK" | tee -a "$LOG"; rc=1; }
   out=$(TAIL=200 run quickstarts 60 "$BIN/quickstart" 2) || rc=1
   echo "$out"
-  grep -q '^backend: CUDA' <<<"$out" ||
+  grep -q 'backend: CUDA' <<<"$out" ||
     { echo "quickstart did not take the CUDA backend" | tee -a "$LOG"; rc=1; }
   grep -qx OK <<<"$out" || { echo "quickstart did not print OK" | tee -a "$LOG"; rc=1; }
   return $rc

@@ -28,11 +28,12 @@ fn the_driver_answers_and_names_itself() {
     };
     let info = streamcomm_gpu::driver::probe::driver().unwrap();
     println!(
-        "driver: {} ({}, driver API {}, {} device(s))",
+        "\ndriver: {} ({}, driver API {}, {} device(s), {})",
         device.name(),
         device.arch(),
         info.version,
-        info.device_count
+        info.device_count,
+        streamcomm_gpu::driver::probe::driver_path().unwrap_or("?")
     );
 }
 
