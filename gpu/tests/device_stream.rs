@@ -80,7 +80,10 @@ fn a_fill_is_done_before_other_streams_read_the_buffer() {
     let mut got = vec![0u8; N];
     dst.copy_to_host(&mut got).unwrap();
     let stale = got.iter().filter(|&&b| b != 7).count();
-    assert_eq!(stale, 0, "the copy read {stale} bytes before the fill landed");
+    assert_eq!(
+        stale, 0,
+        "the copy read {stale} bytes before the fill landed"
+    );
 }
 
 #[test]

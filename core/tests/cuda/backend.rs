@@ -248,9 +248,7 @@ fn captured_step(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<String>
     cuda.all_reduce_in_place(&mut z, ReduceOp::Sum, s).unwrap();
     cuda.barrier(s).unwrap();
     let graph = s
-        .end_capture(
-            sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
-        )
+        .end_capture(sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)
         .unwrap()
         .expect("the capture recorded work");
     let mut bad = Vec::new();
@@ -353,7 +351,9 @@ fn a_rank_thread_that_panics_fails_its_peer_instead_of_hanging() {
         .recv_timeout(Duration::from_secs(60))
         .expect("rank 0's stream still waits for the rank whose thread panicked");
     survivor.join().unwrap();
-    let err = called.or(async_error).expect("rank 0 is told of the failure");
+    let err = called
+        .or(async_error)
+        .expect("rank 0 is told of the failure");
     assert!(synced, "the stream drained");
     eprintln!("rank 0 was told: {err}");
 }

@@ -86,7 +86,9 @@ fn library_file(name: &str) -> Option<String> {
     // probe loaded it already); the symbol is looked up, never called.
     unsafe {
         let lib = libloading::Library::new(name).ok()?;
-        let init = lib.get::<unsafe extern "C" fn(u32) -> u32>(b"cuInit\0").ok()?;
+        let init = lib
+            .get::<unsafe extern "C" fn(u32) -> u32>(b"cuInit\0")
+            .ok()?;
         mapped_file(*init as usize)
     }
 }
