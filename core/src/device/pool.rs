@@ -160,7 +160,22 @@ mod tests {
         }
     }
 
-    type WordPool = Pool<super::super::emulated::EmulatedStaging, Word>;
+    /// Staging memory that is never used (the test takes words only).
+    struct NoStaging;
+
+    impl StagingMemory for NoStaging {
+        fn capacity(&self) -> usize {
+            0
+        }
+        fn host_buffer(&self, _bytes: usize) -> crate::host::RawBuffer {
+            unreachable!("the test allocates no staging memory")
+        }
+        fn dev_addr(&self) -> crate::device::DevAddr {
+            0
+        }
+    }
+
+    type WordPool = Pool<NoStaging, Word>;
 
     fn fresh() -> Result<Word> {
         Ok(Word(AtomicU32::new(7)))

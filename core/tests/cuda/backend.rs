@@ -27,7 +27,7 @@ use streamcomm::cuda::CudaComm;
 use streamcomm::host::Element;
 use streamcomm::{Backend, Communicator, Error, ReduceOp};
 
-fn gpu_present() -> bool {
+pub(crate) fn gpu_present() -> bool {
     let present = streamcomm_gpu::Device::count().is_ok_and(|n| n > 0);
     if present {
         // Which driver answered: the stand-in's device says it is no GPU.
@@ -66,7 +66,7 @@ fn without_a_driver_the_cuda_backend_is_unavailable() {
 }
 
 /// Element types the test runs, with exact conversions of small integers.
-trait Num: Element + DeviceRepr + ValidAsZeroBits + Copy + Unpin {
+pub(crate) trait Num: Element + DeviceRepr + ValidAsZeroBits + Copy + Unpin {
     fn of(x: f64) -> Self;
     fn get(self) -> f64;
 }
@@ -88,10 +88,10 @@ num!(i32, |x| x as i32, f64::from);
 num!(f16, f16::from_f64, f16::to_f64);
 num!(bf16, bf16::from_f64, bf16::to_f64);
 
-const POISON: f64 = -99.0;
+pub(crate) const POISON: f64 = -99.0;
 
 /// Small integers: sums of up to 4 ranks are exact in every dtype here.
-fn data(seed: u64, rank: usize, len: usize) -> Vec<f64> {
+pub(crate) fn data(seed: u64, rank: usize, len: usize) -> Vec<f64> {
     use rand::SeedableRng;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (rank as u64).wrapping_mul(0x9E37_79B9));
     (0..len)
@@ -99,12 +99,12 @@ fn data(seed: u64, rank: usize, len: usize) -> Vec<f64> {
         .collect()
 }
 
-fn upload<T: Num>(s: &Arc<CudaStream>, v: &[f64]) -> CudaSlice<T> {
+pub(crate) fn upload<T: Num>(s: &Arc<CudaStream>, v: &[f64]) -> CudaSlice<T> {
     let host: Vec<T> = v.iter().map(|&x| T::of(x)).collect();
     s.memcpy_stod(&host).unwrap()
 }
 
-fn download<T: Num>(s: &Arc<CudaStream>, d: &CudaSlice<T>) -> Vec<f64> {
+pub(crate) fn download<T: Num>(s: &Arc<CudaStream>, d: &CudaSlice<T>) -> Vec<f64> {
     s.memcpy_dtov(d)
         .unwrap()
         .into_iter()
@@ -112,7 +112,7 @@ fn download<T: Num>(s: &Arc<CudaStream>, d: &CudaSlice<T>) -> Vec<f64> {
         .collect()
 }
 
-fn poisoned<T: Num>(s: &Arc<CudaStream>, len: usize) -> CudaSlice<T> {
+pub(crate) fn poisoned<T: Num>(s: &Arc<CudaStream>, len: usize) -> CudaSlice<T> {
     upload(s, &vec![POISON; len])
 }
 
@@ -189,6 +189,13 @@ const PATHS: [usize; 3] = [0, 4 << 10, DEFAULT_CUDA_WINDOW];
 /// Runs `scenario` (see [`child`]) on `n` ranks as processes on GPU 0,
 /// with direct-path windows of `window` bytes (0: the staged path).
 fn on_one_gpu(n: usize, window: usize, scenario: &str) {
+    launch(module_path!(), n, window, scenario);
+}
+
+/// Runs the ignored test `child` of `module` (pass `module_path!()`) as `n`
+/// ranks (processes) with `SC_CUDA_SCENARIO=scenario` and direct-path
+/// windows of `window` bytes; fails unless every rank ran it to the end.
+pub(crate) fn launch(module: &str, n: usize, window: usize, scenario: &str) {
     let env = [
         (
             "STREAMCOMM_TEST_SEED",
@@ -199,7 +206,7 @@ fn on_one_gpu(n: usize, window: usize, scenario: &str) {
     ];
     harness::launch_children(
         n,
-        &streamcomm_testkit::test_path(module_path!(), "child"),
+        &streamcomm_testkit::test_path(module, "child"),
         &env,
         Duration::from_secs(120),
         &format!("{scenario}, {n} processes on one GPU, window {window}"),
@@ -277,7 +284,7 @@ fn captured_step(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<String>
 }
 
 /// Runs `body` on one rank (a communicator of one) on GPU 0.
-fn alone<T>(body: impl FnOnce(&CudaComm, &Arc<CudaStream>) -> T) -> T {
+pub(crate) fn alone<T>(body: impl FnOnce(&CudaComm, &Arc<CudaStream>) -> T) -> T {
     let id = UniqueId::new().unwrap();
     let comm = Communicator::init(&id, 0, 1, Backend::Host).unwrap();
     let cuda = CudaComm::new(&comm, 0).unwrap();
