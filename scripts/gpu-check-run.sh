@@ -42,9 +42,10 @@ say() { printf 'gpu-check: %s\n' "$*"; }
 
 # No GPU, no stand-in: say so at once (no binary has to load a driver).
 has_libcuda() {
-  local d
-  for d in ${LD_LIBRARY_PATH//:/ }; do
-    [[ -e "$d/libcuda.so.1" || -e "$d/libcuda.so" ]] && return 0
+  local d dirs
+  IFS=: read -r -a dirs <<<"${LD_LIBRARY_PATH:-}"
+  for d in "${dirs[@]}"; do
+    [[ -n "$d" && ( -e "$d/libcuda.so.1" || -e "$d/libcuda.so" ) ]] && return 0
   done
   ldconfig -p 2>/dev/null | grep -q 'libcuda\.so'
 }
