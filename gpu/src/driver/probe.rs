@@ -114,8 +114,9 @@ pub(crate) fn first_loadable<'a>(names: &[&'a str]) -> Option<&'a str> {
 fn probe() -> Result<DriverInfo> {
     let Some(name) = first_loadable(&DRIVER_LIB_NAMES) else {
         return Err(Error::Unavailable(format!(
-            "no CUDA driver library (tried {})",
-            DRIVER_LIB_NAMES.join(", ")
+            "no CUDA driver library (tried libcuda.so, libcuda.so.1 and {} other names, \
+             in cudarc's order)",
+            DRIVER_LIB_NAMES.len() - 2
         )));
     };
     // SAFETY: only loads the library and resolves symbols (may panic, which
