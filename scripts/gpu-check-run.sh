@@ -155,7 +155,7 @@ step_probe() {
   rc=$?
   echo "$out"
   local driver
-  driver=$(grep -m1 -o 'driver: .*' <<<"$out" | sed 's/^driver: //')
+  driver=$(grep -m1 '^driver: ' <<<"$out" | sed 's/^driver: //')
   ((rc == 0)) && [[ -n "$driver" ]] || { DETAIL="no driver answered"; return 1; }
   DETAIL="driver: $driver"
   case $MODE in

@@ -32,6 +32,41 @@ TESTS=(device_stream device_reduce nvrtc_compile cuda)
 EXAMPLES=(gpu_quickstart quickstart gpu_bench cuda_bench)
 MAX_BUNDLE_BYTES=$((48 << 20))
 
+# artifacts JSON_FILE: "test|example|other NAME EXECUTABLE" for each binary
+# in cargo's JSON messages (python3, which the NVRTC wheel needs anyway).
+artifacts() {
+  python3 - "$1" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    kind = "test" if m["profile"]["test"] else (
+        "example" if "example" in m["target"]["kind"] else "other")
+    print(kind, m["target"]["name"], m["executable"])
+PY
+}
+
+# standin_lib JSON_FILE: the stand-in's shared library from cargo's messages.
+standin_lib() {
+  python3 - "$1" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "streamcomm_cuda_standin":
+        for f in m["filenames"]:
+            if f.endswith(".so"):
+                print(f)
+                sys.exit(0)
+PY
+}
+
 # collect JSON_FILE DIR: links (or copies, with COPY=1) the binaries named
 # above from cargo's JSON messages into DIR as test-<name> and <example>.
 collect() {
@@ -44,9 +79,7 @@ collect() {
       *) continue ;;
     esac
     if [[ ${COPY:-0} == 1 ]]; then cp "$exe" "$dir/$name"; else ln -sf "$exe" "$dir/$name"; fi
-  done < <(jq -r 'select(.reason == "compiler-artifact" and .executable != null)
-      | (if .profile.test then "test" elif (.target.kind | index("example")) then "example"
-         else "other" end) + " \(.target.name) \(.executable)"' "$json")
+  done < <(artifacts "$json")
   local missing=0 n
   for n in "${TESTS[@]/#/test-}" "${EXAMPLES[@]}"; do
     [[ -e "$dir/$n" ]] || { echo "gpu-check: cargo built no $n" >&2; missing=1; }
@@ -78,8 +111,7 @@ stand_in() {
   ld="$target/debug/gpu-check-standin"
   rm -rf "$bin" "$ld"
   mkdir -p "$bin" "$ld"
-  lib=$(jq -r 'select(.reason == "compiler-artifact" and .target.name == "streamcomm_cuda_standin")
-      | .filenames[] | select(endswith(".so"))' "$json" | head -n 1)
+  lib=$(standin_lib "$json")
   if ! collect "$json" "$bin" || [[ ! -f "$lib" ]]; then
     rm -f "$json"
     echo "gpu-check: the build lacks a binary (or the stand-in library)"
