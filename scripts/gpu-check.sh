@@ -1,161 +1,175 @@
 #!/usr/bin/env bash
-# gpu-check.sh: the GPU checks of streamcomm-gpu and the CUDA backend, in one command, for a machine
-# with an NVIDIA GPU.
+# gpu-check.sh: the GPU checks of streamcomm-gpu, the CUDA backend, the GPU
+# quick starts and benchmarks, in one command. The steps themselves are
+# scripts/gpu-check-run.sh (read it for the list); this script builds what
+# they run, and runs them against the CPU stand-in or bundles them for a GPU
+# machine.
 #
-# usage: scripts/gpu-check.sh            run the checks (see below)
-#        scripts/gpu-check.sh --prepare  build the release test binaries and
-#                                        examples into .gpu-check-bin/ (stripped;
-#                                        no GPU needed) for a GPU machine without
-#                                        Rust: carry .gpu-check-bin there and run
-#                                        the script; without cargo it uses them
+# usage: scripts/gpu-check.sh --stand-in
+#            Runs every step here against the CPU stand-in libcuda
+#            (gpu/standin): debug builds, reusing what
+#            `cargo test --workspace --all-features` built; the stand-in is put
+#            on LD_LIBRARY_PATH as libcuda.so / libcuda.so.1 and must answer.
+#            A stand-in run checks API use and ordering, not a GPU.
+#        scripts/gpu-check.sh --prepare DIR
+#            Builds a bundle in DIR for a GPU machine without Rust: stripped
+#            release test binaries and examples and run.sh (at most 48 MiB;
+#            no stand-in in it). There, `bash DIR/run.sh` runs the same steps
+#            against NVIDIA's driver, within 8 minutes, writing at most 4 files
+#            under $OUT; without a GPU it says `skipped: no GPU` and exits 0.
+#        scripts/gpu-check.sh
+#            On a GPU machine with Rust: --prepare into a temporary
+#            directory, then run it.
 #
-# 1. looks for a GPU (nvidia-smi, else a loadable libcuda.so.1); without one it
-#    prints "skipped: no GPU" and exits 0;
-# 2. looks for NVRTC (STREAMCOMM_NVRTC_LIB, the CUDA toolkit, the PyPI wheel,
-#    ldconfig) and exports STREAMCOMM_NVRTC_LIB when it finds one;
-# 3. builds the crate's tests and benchmark (release);
-# 4. runs every test of streamcomm-gpu with STREAMCOMM_REQUIRE_GPU=1, so a test
-#    that cannot reach the GPU fails instead of skipping;
-#    and the CUDA backend's tests (core/tests/cuda/: every collective and
-#    dtype with 2 and 4 ranks on one GPU, a captured step replayed 1000 times);
-# 5. runs the GPU quick starts (examples/examples/gpu_quickstart.rs, which must
-#    print OK, and the main quick start with 2 ranks, which must say it used
-#    the CUDA backend and print OK);
-# 6. runs the benchmark example gpu_bench (reduce kernel vs d2d copy bandwidth
-#    at 256 MiB, doorbell round-trip latency on both signal paths) and the CUDA
-#    backend's cuda_bench (2 ranks on one GPU: stream barrier p50/p99/p99.9,
-#    plain and graph-replayed; all_reduce 8 B..256 MiB algbw/busbw vs d2d copy)
-#    on the direct path, then on the staged path up to 16 MiB for comparison.
-#
-# Prints a summary table last. When $OUT is set, full logs go to
-# $OUT/gpu-check/*.log and the benchmark's JSON to $OUT/gpu-check/gpu_bench.json.
-# Every step has a timeout; the whole run stays under 6 minutes (build 180 s,
-# tests 120 s + 150 s, quick starts 20 s + 60 s, benches 30 s + 90 s + 60 s; the limits are
-# ceilings, a healthy run takes about half). Exit status: 0 when every step passed (or no GPU),
-# 1 otherwise.
+# Both end with the line `gpu-check: N passed, M failed, K skipped`; the exit
+# status is 0 when nothing failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 
-BIN=.gpu-check-bin
-if [[ "${1:-}" == --prepare ]]; then
-  set -e
-  rm -rf "$BIN" && mkdir -p "$BIN"
-  { cargo test --release -p streamcomm-gpu --no-run --message-format=json 2>/dev/null
-    cargo test --release -p streamcomm --test cuda --no-run --message-format=json 2>/dev/null; } |
-    jq -r 'select(.reason == "compiler-artifact" and .profile.test and .executable != null)
-           | "\(.target.name) \(.executable)"' |
-    while read -r name exe; do cp "$exe" "$BIN/test-$name"; done
-  cargo build --release -p streamcomm-gpu --example gpu_bench
-  cargo build --release -p streamcomm-examples --example gpu_quickstart --example quickstart \
-    --example cuda_bench
-  cp target/release/examples/gpu_bench target/release/examples/gpu_quickstart \
-     target/release/examples/quickstart target/release/examples/cuda_bench "$BIN/"
-  strip "$BIN"/* 2>/dev/null || true
-  ls -l "$BIN"
-  du -sh "$BIN"
-  exit 0
-fi
+# The test binaries and examples the steps run, by their cargo target names.
+TESTS=(device_stream device_reduce nvrtc_compile cuda)
+EXAMPLES=(gpu_quickstart quickstart gpu_bench cuda_bench)
+MAX_BUNDLE_BYTES=$((48 << 20))
 
-if [[ -n "${OUT:-}" ]]; then LOGS="$OUT/gpu-check"; else LOGS="$(mktemp -d)"; fi
-mkdir -p "$LOGS" "$LOGS/staged"
-START=$(date +%s)
+# artifacts JSON_FILE: "test|example|other NAME EXECUTABLE" for each binary
+# in cargo's JSON messages (python3, which the NVRTC wheel needs anyway).
+artifacts() {
+  python3 - "$1" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    kind = "test" if m["profile"]["test"] else (
+        "example" if "example" in m["target"]["kind"] else "other")
+    print(kind, m["target"]["name"], m["executable"])
+PY
+}
 
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  nvidia-smi -L | tee "$LOGS/gpus.log"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee -a "$LOGS/gpus.log"
-elif ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then
-  echo "no nvidia-smi, but libcuda.so.1 is installed: trying" | tee "$LOGS/gpus.log"
-else
-  echo "skipped: no GPU (no working nvidia-smi and no libcuda.so.1 on this machine)"
-  exit 0
-fi
+# standin_lib JSON_FILE: the stand-in's shared library from cargo's messages.
+standin_lib() {
+  python3 - "$1" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "streamcomm_cuda_standin":
+        for f in m["filenames"]:
+            if f.endswith(".so"):
+                print(f)
+                sys.exit(0)
+PY
+}
 
-find_nvrtc() {
-  if [[ -n "${STREAMCOMM_NVRTC_LIB:-}" ]]; then echo "$STREAMCOMM_NVRTC_LIB"; return; fi
-  local c
-  for c in /usr/local/cuda/lib64/libnvrtc.so.13 /usr/local/cuda/lib64/libnvrtc.so.12 \
-           /usr/local/cuda/lib64/libnvrtc.so /usr/local/cuda-*/lib64/libnvrtc.so.1[23]; do
-    [[ -e "$c" ]] && { echo "$c"; return; }
+# collect JSON_FILE DIR: links (or copies, with COPY=1) the binaries named
+# above from cargo's JSON messages into DIR as test-<name> and <example>.
+collect() {
+  local json=$1 dir=$2 name exe kind
+  local want_tests=" ${TESTS[*]} " want_examples=" ${EXAMPLES[*]} "
+  while read -r kind name exe; do
+    case $kind in
+      test) [[ $want_tests == *" $name "* ]] || continue; name="test-$name" ;;
+      example) [[ $want_examples == *" $name "* ]] || continue ;;
+      *) continue ;;
+    esac
+    if [[ ${COPY:-0} == 1 ]]; then cp "$exe" "$dir/$name"; else ln -sf "$exe" "$dir/$name"; fi
+  done < <(artifacts "$json")
+  local missing=0 n
+  for n in "${TESTS[@]/#/test-}" "${EXAMPLES[@]}"; do
+    [[ -e "$dir/$n" ]] || { echo "gpu-check: cargo built no $n" >&2; missing=1; }
   done
-  # PyPI wheels: CUDA 12 puts it in nvidia/cuda_nvrtc/lib, CUDA 13 in nvidia/cu13/lib.
-  c=$(python3 -c 'import glob, site
-dirs = site.getsitepackages() + [site.getusersitepackages()]
-hits = [h for v in ("13", "12") for d in dirs for h in sorted(glob.glob(d + "/nvidia/**/libnvrtc.so." + v, recursive=True))]
-print(hits[0] if hits else "")' 2>/dev/null)
-  [[ -n "$c" ]] && { echo "$c"; return; }
-  ldconfig -p 2>/dev/null | awk '/libnvrtc\.so\.1[23] /{print $NF; exit}'
-}
-NVRTC=$(find_nvrtc)
-if [[ -n "$NVRTC" ]]; then
-  export STREAMCOMM_NVRTC_LIB="$NVRTC"
-  echo "NVRTC: $NVRTC"
-else
-  echo "NVRTC: none found (the kernel tests will fail; set STREAMCOMM_NVRTC_LIB)"
-fi
-export STREAMCOMM_KERNEL_CACHE="$LOGS/kernel-cache"
-export STREAMCOMM_REQUIRE_GPU=1
-export CARGO_TERM_COLOR=never
-
-declare -a NAMES STATUS SECS
-step() { # step NAME TIMEOUT_S COMMAND...
-  local name=$1 limit=$2; shift 2
-  local t0 rc
-  t0=$(date +%s)
-  printf '\n=== %s (limit %ss)\n' "$name" "$limit"
-  timeout --kill-after=5 "$limit" "$@" >"$LOGS/$name.log" 2>&1
-  rc=$?
-  tail -n 40 "$LOGS/$name.log"
-  NAMES+=("$name"); SECS+=("$(( $(date +%s) - t0 ))")
-  case $rc in
-    0) STATUS+=("ok") ;;
-    124|137) STATUS+=("TIMEOUT") ;;
-    *) STATUS+=("FAILED rc=$rc") ;;
-  esac
-  return $rc
+  return $missing
 }
 
-if command -v cargo >/dev/null 2>&1; then
-  if step build 180 bash -c 'cargo test --release -p streamcomm-gpu --no-run &&
-      cargo build --release -p streamcomm-gpu --example gpu_bench &&
-      cargo test --release -p streamcomm --test cuda --no-run &&
-      cargo build --release -p streamcomm-examples --example gpu_quickstart --example quickstart \
-        --example cuda_bench'; then
-    step tests 120 cargo test --release --no-fail-fast -p streamcomm-gpu -- --test-threads=2
-    step cuda-backend 150 cargo test --release -p streamcomm --test cuda -- --test-threads=1
-    step quickstart 20 bash -c 'cargo run --release -q -p streamcomm-examples --example gpu_quickstart | tee /dev/stderr | grep -qx OK'
-    step quickstart-2r 60 bash -c 'target/release/examples/quickstart 2 | tee /dev/stderr | grep -q "backend: CUDA" &&
-        target/release/examples/quickstart 2 | grep -qx OK'
-    step bench 30 env OUT="$LOGS" cargo run --release -q -p streamcomm-gpu --example gpu_bench
-    step cuda-bench 90 env OUT="$LOGS" target/release/examples/cuda_bench 2
-    step cuda-bench-staged 60 env OUT="$LOGS/staged" STREAMCOMM_CUDA_WINDOW=0 \
-      target/release/examples/cuda_bench 2 16777216
-  else
-    echo "build failed; on a machine without crates.io, run '$0 --prepare' elsewhere and carry $BIN"
+# The stand-in's NVRTC for the kernel steps: CI's wheel (see .ci/run).
+wheel_nvrtc() {
+  python3 -c 'import importlib.util as u
+s = u.find_spec("nvidia.cuda_nvrtc")
+print(list(s.submodule_search_locations)[0] + "/lib/libnvrtc.so.12" if s else "")' 2>/dev/null
+}
+
+stand_in() {
+  local target=${CARGO_TARGET_DIR:-$ROOT/target}
+  local json bin ld lib
+  json=$(mktemp)
+  # The same command line as the README's test run, so nothing is rebuilt
+  # after it; examples come with `cargo test`.
+  if ! cargo test --workspace --all-features --no-run --message-format=json-render-diagnostics \
+      >"$json"; then
+    rm -f "$json"
+    echo "gpu-check: build failed"
+    echo "gpu-check: 0 passed, 1 failed, 0 skipped"
+    return 1
   fi
-elif [[ -d "$BIN" ]]; then
-  echo "no cargo here: running the binaries prepared in $BIN"
-  step tests 180 bash -c 'rc=0; for t in '"$BIN"'/test-*; do echo "--- $t"; "$t" --test-threads=1 || rc=1; done; exit $rc'
-  step quickstart 20 bash -c "$BIN/gpu_quickstart | tee /dev/stderr | grep -qx OK"
-  step quickstart-2r 60 bash -c "$BIN/quickstart 2 | tee /dev/stderr | grep -q 'backend: CUDA'"
-  step bench 30 env OUT="$LOGS" "$BIN/gpu_bench"
-  step cuda-bench 90 env OUT="$LOGS" "$BIN/cuda_bench" 2
-  step cuda-bench-staged 60 env OUT="$LOGS/staged" STREAMCOMM_CUDA_WINDOW=0 "$BIN/cuda_bench" 2 16777216
-else
-  echo "no cargo and no $BIN: run 'scripts/gpu-check.sh --prepare' on a machine with Rust and carry $BIN"
-  exit 1
-fi
+  bin="$target/debug/gpu-check-bin"
+  ld="$target/debug/gpu-check-standin"
+  rm -rf "$bin" "$ld"
+  mkdir -p "$bin" "$ld"
+  lib=$(standin_lib "$json")
+  if ! collect "$json" "$bin" || [[ ! -f "$lib" ]]; then
+    rm -f "$json"
+    echo "gpu-check: the build lacks a binary (or the stand-in library)"
+    echo "gpu-check: 0 passed, 1 failed, 0 skipped"
+    return 1
+  fi
+  rm -f "$json"
+  ln -sf "$lib" "$ld/libcuda.so"
+  ln -sf "$lib" "$ld/libcuda.so.1"
+  echo "gpu-check: stand-in $lib"
+  if [[ -z "${STREAMCOMM_NVRTC_LIB:-}" ]]; then
+    STREAMCOMM_NVRTC_LIB=$(wheel_nvrtc)
+    [[ -n "$STREAMCOMM_NVRTC_LIB" ]] && export STREAMCOMM_NVRTC_LIB
+  fi
+  LD_LIBRARY_PATH="$ld${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" GPU_CHECK_MODE=stand-in \
+    GPU_CHECK_BIN="$bin" GPU_CHECK_BUDGET="${GPU_CHECK_BUDGET:-300}" \
+    bash "$ROOT/scripts/gpu-check-run.sh"
+}
 
-printf '\n=== summary (%ss in all; logs in %s)\n' "$(( $(date +%s) - START ))" "$LOGS"
-if [[ -f "$LOGS/tests.log" ]]; then
-  grep -E '^test .* \.\.\. |^test result' "$LOGS/tests.log" | grep -vE '\.\.\. ok$' | sed 's/^/  /'
-fi
-if [[ -f "$LOGS/bench.log" ]]; then sed -n '/256 MiB/,$p' "$LOGS/bench.log"; echo; fi
-if [[ -f "$LOGS/cuda-bench.log" ]]; then cat "$LOGS/cuda-bench.log"; echo; fi
-if [[ -f "$LOGS/cuda-bench-staged.log" ]]; then cat "$LOGS/cuda-bench-staged.log"; echo; fi
-printf '%-18s %-16s %s\n' step status seconds
-FAIL=0
-for i in "${!NAMES[@]}"; do
-  printf '%-18s %-16s %s\n' "${NAMES[$i]}" "${STATUS[$i]}" "${SECS[$i]}"
-  [[ "${STATUS[$i]}" == ok ]] || FAIL=1
-done
-exit $FAIL
+prepare() {
+  local dir=$1 json
+  [[ -n "$dir" ]] || { echo "usage: $0 --prepare DIR" >&2; return 2; }
+  rm -rf "$dir" && mkdir -p "$dir" || return 1
+  json=$(mktemp)
+  local tests=() t
+  for t in "${TESTS[@]}"; do tests+=(--test "$t"); done
+  if ! { cargo test --release -p streamcomm-gpu -p streamcomm "${tests[@]}" --no-run \
+           --message-format=json-render-diagnostics &&
+         cargo build --release -p streamcomm-gpu --example gpu_bench \
+           -p streamcomm-examples --example gpu_quickstart --example quickstart \
+           --example cuda_bench --message-format=json-render-diagnostics; } >"$json"; then
+    rm -f "$json"
+    echo "gpu-check: release build failed" >&2
+    return 1
+  fi
+  COPY=1 collect "$json" "$dir" || { rm -f "$json"; return 1; }
+  rm -f "$json"
+  strip "$dir"/* || return 1
+  cp "$ROOT/scripts/gpu-check-run.sh" "$dir/run.sh"
+  if compgen -G "$dir/*standin*" >/dev/null || compgen -G "$dir/*.so*" >/dev/null; then
+    echo "gpu-check: the bundle must not contain the stand-in" >&2
+    return 1
+  fi
+  local bytes
+  bytes=$(du -sb "$dir" | cut -f1)
+  ls -l "$dir"
+  echo "gpu-check: bundle $dir: $bytes bytes (limit $MAX_BUNDLE_BYTES)"
+  ((bytes <= MAX_BUNDLE_BYTES)) || { echo "gpu-check: the bundle is too large" >&2; return 1; }
+}
+
+case "${1:-}" in
+  --stand-in) stand_in ;;
+  --prepare) prepare "${2:-}" ;;
+  "")
+    tmp=$(mktemp -d)
+    prepare "$tmp" && bash "$tmp/run.sh"
+    rc=$?
+    rm -rf "$tmp"
+    exit $rc ;;
+  *) echo "usage: $0 [--stand-in | --prepare DIR]" >&2; exit 2 ;;
+esac

@@ -1,31 +1,35 @@
-//! CUDA backend benchmark: ranks as threads on one GPU (default 2), each
-//! with its own stream.
+//! CUDA backend benchmark: ranks as processes on one GPU (default 2), each
+//! with its own stream (one rank per GPU per process: see
+//! `streamcomm::cuda`).
 //!
 //! ```text
 //! cargo run --release --example cuda_bench [RANKS [MAX_BYTES]]
 //! STREAMCOMM_CUDA_WINDOW=0 cargo run --release --example cuda_bench 2 16777216   # staged path
 //! ```
 //!
-//! The communicator takes the direct path (device copies and reductions over
-//! IPC-mapped windows) unless `STREAMCOMM_CUDA_WINDOW=0` selects the staged
-//! path (through pinned host memory and the host backend); the header and
-//! the JSON say which ran.
+//! Started without a launcher environment, the program launches itself as
+//! RANKS local processes (as the quick start does). The communicator takes
+//! the direct path (device copies and reductions over IPC-mapped windows)
+//! unless `STREAMCOMM_CUDA_WINDOW=0` selects the staged path (through
+//! pinned host memory and the host backend); the header and the JSON say
+//! which ran, and which device (so which driver) answered.
 //!
 //! Measures, in one run: a device-to-device copy of 256 MiB (the yardstick),
 //! the stream-ordered barrier (p50/p99/p99.9/max of one barrier, timed on the
 //! host around enqueue + synchronize, plain and as a replayed CUDA graph),
-//! and all_reduce (f32 sum, out of place) from 8 B to 256 MiB with algbw and
-//! busbw (nccl-tests formulas) and a check of every element of the last
-//! iteration. Prints a table; writes `$OUT/cuda_bench.json` when `OUT` is
-//! set. Without a GPU it says so and exits successfully.
+//! and all_reduce (f32 sum, out of place) from 8 B to MAX_BYTES (default
+//! 256 MiB) with algbw and busbw (nccl-tests formulas) and a check of every
+//! element of the last iteration. Prints a table; writes
+//! `$OUT/cuda_bench.json` when `OUT` is set. Without a GPU it says so and
+//! exits successfully.
 
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::Instant;
 
-use streamcomm::bootstrap::UniqueId;
 use streamcomm::cuda::cudarc::driver::{sys, CudaContext, CudaStream};
 use streamcomm::cuda::CudaComm;
-use streamcomm::{Backend, Communicator, ReduceOp};
+use streamcomm::launch::{env::detect_from_process_env, local::LocalLauncher};
+use streamcomm::{Communicator, ReduceOp};
 
 const BARRIER_ITERS: usize = 2000;
 
@@ -38,40 +42,50 @@ fn main() {
         .nth(2)
         .and_then(|a| a.parse().ok())
         .unwrap_or(256 << 20);
+    if detect_from_process_env().is_ok() {
+        if let Err(e) = run_rank(max_bytes) {
+            eprintln!("cuda_bench failed: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     if !streamcomm_gpu::Device::count().is_ok_and(|n| n > 0) {
         println!("skipped: no usable GPU here");
         return;
     }
-    let id = UniqueId::new().expect("unique id");
-    let start = Arc::new(Barrier::new(ranks));
-    let threads: Vec<_> = (0..ranks)
-        .map(|r| {
-            let start = start.clone();
-            std::thread::spawn(move || rank(&id, r, ranks, max_bytes, &start))
-        })
-        .collect();
-    let mut lines = Vec::new();
-    for t in threads {
-        match t.join() {
-            Ok(Ok(Some(l))) => lines = l,
-            Ok(Ok(None)) => {}
-            Ok(Err(e)) => {
-                eprintln!("cuda_bench failed: {e}");
-                std::process::exit(1);
-            }
-            Err(_) => {
-                eprintln!("cuda_bench: a rank panicked");
-                std::process::exit(1);
-            }
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("cuda_bench: cannot find my own executable: {e}");
+            std::process::exit(1);
+        }
+    };
+    let launched = LocalLauncher::new(ranks, exe)
+        .args([ranks.to_string(), max_bytes.to_string()])
+        .run();
+    match launched {
+        Ok(outcome) if outcome.exit_code() == 0 => {}
+        Ok(outcome) => {
+            eprintln!("cuda_bench failed: {outcome:?}");
+            std::process::exit(1);
+        }
+        Err(e) => {
+            eprintln!("cuda_bench could not launch its ranks: {e}");
+            std::process::exit(1);
         }
     }
-    let json = format!("[\n  {}\n]\n", lines.join(",\n  "));
-    if let Some(out) = std::env::var_os("OUT") {
+}
+
+/// One rank (a process); rank 0 writes the JSON.
+fn run_rank(max_bytes: usize) -> Res<()> {
+    let comm = Communicator::from_env()?;
+    let lines = rank(&comm, max_bytes)?;
+    if let (Some(lines), Some(out)) = (lines, std::env::var_os("OUT")) {
+        let json = format!("[\n  {}\n]\n", lines.join(",\n  "));
         let path = std::path::Path::new(&out).join("cuda_bench.json");
-        if let Err(e) = std::fs::write(&path, json) {
-            eprintln!("cannot write {}: {e}", path.display());
-        }
+        std::fs::write(&path, json).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
+    Ok(())
 }
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -83,15 +97,9 @@ fn percentiles(mut v: Vec<f64>) -> [f64; 4] {
 }
 
 /// One rank; rank 0 returns the JSON lines.
-fn rank(
-    id: &UniqueId,
-    r: usize,
-    n: usize,
-    max_bytes: usize,
-    start: &Barrier,
-) -> Res<Option<Vec<String>>> {
-    let comm = Communicator::init(id, r, n, Backend::Host)?;
-    let cuda = CudaComm::new(&comm, 0)?;
+fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
+    let (r, n) = (comm.rank(), comm.size());
+    let cuda = CudaComm::new(comm, 0)?;
     let path = if cuda.uses_direct_path() {
         "direct"
     } else {
@@ -100,7 +108,7 @@ fn rank(
     let ctx = CudaContext::new(0)?;
     let s: Arc<CudaStream> = ctx.new_stream()?;
     let mut json = Vec::new();
-    start.wait();
+    comm.barrier_host()?;
 
     // Yardstick: device-to-device copy bandwidth.
     let big = 256usize << 20;
@@ -146,7 +154,8 @@ fn rank(
     drop(graph);
     if r == 0 {
         println!(
-            "CUDA backend, {path} path, {n} ranks on one GPU; d2d copy {d2d:.1} GB/s (256 MiB)"
+            "CUDA backend, {path} path, {n} ranks (processes) on {}; d2d copy {d2d:.1} GB/s (256 MiB)",
+            cuda.device_name()
         );
         println!(
             "{:<22} {:>9} {:>9} {:>9} {:>9}",
@@ -159,7 +168,8 @@ fn rank(
             let [p50, p99, p999, max] = percentiles(v);
             println!("{name:<22} {p50:>9.2} {p99:>9.2} {p999:>9.2} {max:>9.2}");
             json.push(format!(
-                r#"{{"what": "{name}", "path": "{path}", "ranks": {n}, "p50_us": {p50:.3}, "p99_us": {p99:.3}, "p999_us": {p999:.3}, "max_us": {max:.3}}}"#
+                r#"{{"what": "{name}", "device": "{}", "path": "{path}", "ranks": {n}, "p50_us": {p50:.3}, "p99_us": {p99:.3}, "p999_us": {p999:.3}, "max_us": {max:.3}}}"#,
+                cuda.device_name()
             ));
         }
         println!(

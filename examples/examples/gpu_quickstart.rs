@@ -41,7 +41,8 @@ fn main() -> ExitCode {
 }
 
 fn run(device: &Device) -> Result<(), Box<dyn std::error::Error>> {
-    println!("{device:?}");
+    // Which driver answered: the CPU stand-in names itself here.
+    println!("driver: {} ({})", device.name(), device.arch());
     let kernels = Kernels::load(device, &GpuConfig::from_env())?;
     let stream = Stream::new(device)?;
     let mut rng = rand::thread_rng();

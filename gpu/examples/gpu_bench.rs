@@ -3,7 +3,10 @@
 //! host doorbell round trip on both signal paths. Prints a table; writes JSON to
 //! `$OUT/gpu_bench.json` when `OUT` is set. Without a GPU it says so and exits 0.
 //!
-//! `cargo run --release -p streamcomm-gpu --example gpu_bench`
+//! `cargo run --release -p streamcomm-gpu --example gpu_bench [BYTES]`
+//!
+//! `BYTES` (default 256 MiB) sizes each buffer; the first line names the
+//! device and so the driver that answered (the CPU stand-in says so).
 
 use std::time::{Duration, Instant};
 
@@ -13,7 +16,8 @@ use streamcomm_gpu::{
 };
 use streamcomm_kernels::{DataType, ReduceOp};
 
-const BYTES: usize = 256 << 20;
+/// Bytes per buffer unless the first argument says otherwise.
+const DEFAULT_BYTES: usize = 256 << 20;
 const ITERS: usize = 20;
 const PINGS: usize = 2000;
 
@@ -27,7 +31,15 @@ fn main() {
             std::process::exit(if required { 1 } else { 0 });
         }
     };
-    if let Err(e) = run(&device) {
+    let bytes = match std::env::args().nth(1).map(|a| a.parse::<usize>()) {
+        None => DEFAULT_BYTES,
+        Some(Ok(n)) if n >= 4096 && n % 4096 == 0 => n,
+        Some(_) => {
+            eprintln!("usage: gpu_bench [BYTES, a multiple of 4096]");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run(&device, bytes) {
         eprintln!("gpu_bench failed: {e}");
         std::process::exit(1);
     }
@@ -65,7 +77,7 @@ fn reduce(
         count,
         avg_divisor: 1,
     };
-    // SAFETY: every pointer is a live 256 MiB buffer of `run` holding `count`
+    // SAFETY: every pointer is a live buffer of `run` holding `count`
     // elements, kept until after the last synchronisation.
     unsafe { k.reduce_copy(stream, dtype, ReduceOp::Sum, &work) }
 }
@@ -74,22 +86,23 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-fn run(device: &streamcomm_gpu::Device) -> Result<()> {
+fn run(device: &streamcomm_gpu::Device, bytes: usize) -> Result<()> {
     println!("device: {device:?}");
+    println!("driver: {}", device.name());
     let kernels = Kernels::load(device, &GpuConfig::from_env())?;
     let stream = Stream::new(device)?;
     let mut bufs = Vec::new();
     for i in 0..3 {
-        let mut b = DeviceBuffer::alloc(device, BYTES)?;
+        let mut b = DeviceBuffer::alloc(device, bytes)?;
         b.fill(i as u8 + 1)?;
         bufs.push(b);
     }
     let (a, b, c) = (bufs[0].as_raw(), bufs[1].as_raw(), bufs[2].as_raw());
-    let count = BYTES / 4;
+    let count = bytes / 4;
     let copy_s = time(device, &stream, || {
         // SAFETY: both buffers live until the end of `run`, past every
         // synchronisation.
-        unsafe { stream.copy_async(c, a, BYTES) }
+        unsafe { stream.copy_async(c, a, bytes) }
     })?;
     let f32 = DataType::F32;
     let kcopy_s = time(device, &stream, || {
@@ -100,10 +113,10 @@ fn run(device: &streamcomm_gpu::Device) -> Result<()> {
     })?;
     let bf16 = DataType::Bf16;
     let bf16_s = time(device, &stream, || {
-        reduce(&kernels, &stream, bf16, &[a, b], c, BYTES / 2)
+        reduce(&kernels, &stream, bf16, &[a, b], c, bytes / 2)
     })?;
     let gbs = |bytes_moved: usize, s: f64| bytes_moved as f64 / s / 1e9;
-    let copy_gbs = gbs(2 * BYTES, copy_s);
+    let copy_gbs = gbs(2 * bytes, copy_s);
     let rows = [
         ("d2d copy (cuMemcpyDtoDAsync)", 2, copy_s),
         ("copy kernel f32, 1 src -> 1 dst", 2, kcopy_s),
@@ -113,10 +126,13 @@ fn run(device: &streamcomm_gpu::Device) -> Result<()> {
     let mut json_rows = Vec::new();
     println!(
         "\n{:<36} {:>10} {:>12} {:>8}",
-        "256 MiB per buffer", "time ms", "GB/s moved", "vs copy"
+        format!("{} MiB per buffer", bytes >> 20),
+        "time ms",
+        "GB/s moved",
+        "vs copy"
     );
     for (name, buffers, s) in rows {
-        let g = gbs(buffers * BYTES, s);
+        let g = gbs(buffers * bytes, s);
         println!(
             "{name:<36} {:>10.3} {g:>12.1} {:>7.0}%",
             s * 1e3,

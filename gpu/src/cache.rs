@@ -2,6 +2,7 @@
 //! version, architecture), named by a stable hash.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 use crate::nvrtc::Arch;
@@ -68,9 +69,19 @@ impl KernelCache {
         let io =
             |what: &str, e: std::io::Error| Error::Io(format!("{what} {}: {e}", dir.display()));
         std::fs::create_dir_all(dir).map_err(|e| io("creating", e))?;
-        let tmp = dir.join(format!(".{key}.{}.tmp", std::process::id()));
-        std::fs::write(&tmp, image).map_err(|e| io("writing into", e))?;
-        std::fs::rename(&tmp, dir.join(key)).map_err(|e| io("renaming in", e))
+        // One temporary per store, not per process: threads of one process
+        // (ranks as threads on a cold cache) store the same key at once,
+        // and a shared name lets one rename the other's half-written file.
+        static STORES: AtomicU64 = AtomicU64::new(0);
+        let n = STORES.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(".{key}.{}.{n}.tmp", std::process::id()));
+        let written = std::fs::write(&tmp, image)
+            .map_err(|e| io("writing into", e))
+            .and_then(|()| std::fs::rename(&tmp, dir.join(key)).map_err(|e| io("renaming in", e)));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written
     }
 }
 
@@ -112,6 +123,51 @@ mod tests {
         );
         // FNV-1a reference value for "a" alone (then our separator byte).
         assert_eq!(fnv1a(&[]), 0xcbf2_9ce4_8422_2325);
+    }
+
+    /// Ranks as threads on a cold cache store the same kernel at once: a
+    /// reader must see the whole image or none, never a truncated one.
+    #[test]
+    fn threads_storing_one_key_never_expose_a_partial_image() {
+        let dir = std::env::temp_dir().join(format!(
+            "sc-kcache-race-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        let cache = KernelCache::new(Some(dir.clone()));
+        let mut image = b"\x7fELF".to_vec();
+        image.resize(4 << 20, 0xAB);
+        let image = std::sync::Arc::new(image);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writers: Vec<_> = (0..3)
+            .map(|_| {
+                let (cache, image) = (cache.clone(), image.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..20 {
+                        cache.store("k.cubin", &image).unwrap();
+                    }
+                })
+            })
+            .collect();
+        let reader = {
+            let (cache, image, stop) = (cache.clone(), image.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut partial = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    if let Some(got) = cache.load("k.cubin") {
+                        partial += usize::from(got.len() != image.len());
+                    }
+                }
+                partial
+            })
+        };
+        for w in writers {
+            w.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        let partial = reader.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(partial, 0, "a reader saw a truncated image {partial} times");
     }
 
     #[test]

@@ -30,6 +30,7 @@ mod guard;
 pub mod nvrtc;
 
 mod cache;
+mod capture_mode;
 mod context;
 mod dmabuf;
 mod doorbell;
@@ -46,6 +47,7 @@ mod signals;
 mod stream;
 
 pub use cache::{cache_key, KernelCache};
+pub use capture_mode::relaxed_capture;
 pub use config::GpuConfig;
 pub use context::Device;
 pub use doorbell::Doorbells;

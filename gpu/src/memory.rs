@@ -95,14 +95,22 @@ impl DeviceBuffer {
         })
     }
 
-    /// Sets every byte to `value` and waits.
+    /// Sets every byte to `value` and waits until the device has done it.
+    ///
+    /// `cuMemsetD8` is asynchronous for device memory and ordered only with
+    /// the legacy default stream, so without the wait a kernel on a
+    /// non-blocking [`crate::Stream`] could read the buffer before the fill
+    /// (or the fill could land after the kernel's writes). Waiting for the
+    /// legacy stream here makes the fill complete on return, like the
+    /// copies of this type.
     pub fn fill(&mut self, value: u8) -> Result<()> {
         guarded("cuMemsetD8", || {
             self.device.bind()?;
             // SAFETY: the whole requested range belongs to the allocation.
             check("cuMemsetD8_v2", unsafe {
                 sys::cuMemsetD8_v2(self.ptr, value, self.len)
-            })
+            })?;
+            legacy_sync()
         })
     }
 

@@ -18,6 +18,74 @@ use streamcomm_kernels::{DataType, ReduceOp};
 
 const LONG: Duration = Duration::from_secs(30);
 
+/// Which driver answered, in one line (`driver: <device name> ...`), which
+/// scripts/gpu-check.sh reads first: a run on the CPU stand-in must never be
+/// mistaken for a GPU run.
+#[test]
+fn the_driver_answers_and_names_itself() {
+    let Some(device) = common::device_or_skip("the_driver_answers_and_names_itself") else {
+        return;
+    };
+    let info = streamcomm_gpu::driver::probe::driver().unwrap();
+    println!(
+        "\ndriver: {} ({}, driver API {}, {} device(s), {})",
+        device.name(),
+        device.arch(),
+        info.version,
+        info.device_count,
+        streamcomm_gpu::driver::probe::driver_path().unwrap_or("?")
+    );
+}
+
+/// `cuMemsetD8` is ordered only with the legacy stream: a fill must be done
+/// when `fill` returns, or a copy on a non-blocking stream reads the buffer
+/// before it. The legacy stream is held back by a stream wait so that an
+/// unfinished fill shows every time.
+#[test]
+fn a_fill_is_done_before_other_streams_read_the_buffer() {
+    let Some(device) =
+        common::device_or_skip("a_fill_is_done_before_other_streams_read_the_buffer")
+    else {
+        return;
+    };
+    const N: usize = 1 << 16;
+    let signals = Signals::new(&device, None, false, LONG).unwrap();
+    let mut buf = DeviceBuffer::alloc(&device, N).unwrap();
+    let mut dst = DeviceBuffer::alloc(&device, N).unwrap();
+    buf.copy_from_host(&[1u8; N]).unwrap();
+    dst.copy_from_host(&[2u8; N]).unwrap();
+    let bell = Doorbells::new(&device, 1).unwrap();
+    // SAFETY: the null handle is the legacy stream of the primary context,
+    // which outlives `legacy`.
+    let legacy = unsafe { Stream::from_raw(&device, std::ptr::null_mut()) };
+    // SAFETY: the doorbell outlives the wait (released below, synchronised
+    // before it drops).
+    unsafe {
+        signals
+            .wait_value32(&legacy, bell.device_ptr(0).unwrap(), 1, WaitCondition::Geq)
+            .unwrap();
+    }
+    let stream = Stream::new(&device).unwrap();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            bell.store(0, 1).unwrap();
+        });
+        buf.fill(7).unwrap();
+        // SAFETY: both buffers hold N bytes and outlive the synchronisation.
+        unsafe { stream.copy_async(dst.as_raw(), buf.as_raw(), N).unwrap() };
+        stream.synchronize_timeout(LONG).unwrap();
+    });
+    device.synchronize().unwrap();
+    let mut got = vec![0u8; N];
+    dst.copy_to_host(&mut got).unwrap();
+    let stale = got.iter().filter(|&&b| b != 7).count();
+    assert_eq!(
+        stale, 0,
+        "the copy read {stale} bytes before the fill landed"
+    );
+}
+
 #[test]
 fn doorbells_order_streams_on_both_paths() {
     let Some(device) = common::device_or_skip("doorbells_order_streams_on_both_paths") else {

@@ -24,8 +24,8 @@
 //!
 //! - **Direct** (ranks of one host, the default there): each rank owns a
 //!   window of device memory that every other rank maps (CUDA IPC between
-//!   processes; the plain address between threads on one device, so several
-//!   ranks may share a GPU). A call is enqueued on the caller's stream as
+//!   processes, so several ranks may share a GPU; the plain address between
+//!   threads of one process on different devices). A call is enqueued on the caller's stream as
 //!   device work only: a copy of the input into the window, a *ready* round
 //!   of `cuStreamWriteValue32` into the peers' windows and
 //!   `cuStreamWaitValue32` on its own, the NVRTC reduce kernel reading every
@@ -50,6 +50,18 @@
 //! call runs a fresh, correct collective at every replay, and the call's
 //! resources are released with the graph (a CUDA user object).
 //!
+//! # One rank per GPU per process
+//! [`CudaComm::new`] refuses ([`Error::InvalidUsage`], on every rank) a
+//! communicator with two ranks that are threads of one process on one GPU,
+//! as NCCL does. Such ranks share one context, whose streams share a
+//! bounded set of hardware queues (`CUDA_DEVICE_MAX_CONNECTIONS`): when two
+//! ranks' streams alias onto one queue, one rank's stream-memory wait sits
+//! in front of the other's signal, and the driver, which does not see the
+//! ordering that stream memory operations express, never reorders them.
+//! Several ranks per GPU in separate processes (each with its own context)
+//! work, and so do ranks as threads on different GPUs. Threads that share a
+//! GPU should share one rank, or run as processes (`streamcomm-run`).
+//!
 //! # Errors instead of hangs
 //! A staged task that fails still raises its completion word. On the direct
 //! path a watchdog thread checks every 100 ms that the peer processes live
@@ -71,20 +83,28 @@
 //! still in flight then are leaked, never freed under the device.
 //!
 //! # Verified where
-//! Both paths' logic (tasks, runner, completion words, windows, flag
-//! rounds, chunking, reductions, capture and replay, the watchdog) is
-//! tested on every machine with a host stream playing the device
-//! (`device::tests`, `device::direct::tests`). This CUDA glue is compiled
-//! everywhere, its kernels are compiled with NVRTC in CI, and
-//! [`CudaComm::new`] is tested to return [`Error::Unavailable`] without a
-//! driver; on a GPU, `scripts/gpu-check.sh` runs `core/tests/cuda/` on
-//! both paths. No GPU was lent to the sessions that wrote it, so it has not
-//! run on one yet: in particular stream memory operations on IPC-mapped
-//! memory, and CUDA IPC between processes, are unverified.
+//! On a CUDA driver, through this module's real queue, cudarc and libcuda:
+//! `core/tests/cuda/` runs every collective and dtype on both paths with 2
+//! and 4 ranks (processes, windows over CUDA IPC), captured steps replayed
+//! with fresh data, p2p groups, bad arguments, aborting and dead peers, the
+//! fall-back past eight ranks, and the refusals above. Without a GPU they
+//! run against the CPU stand-in libcuda (`gpu/standin`), which enforces the
+//! driver's rules (capture refusals, legacy-stream ordering, shared hardware
+//! queues, memop waits that never time out) but not the GPU memory model,
+//! timing, or the CUDA C kernels' code: `scripts/gpu-check.sh --stand-in`
+//! runs them there, and `scripts/gpu-check.sh --prepare DIR` bundles them
+//! for a GPU machine, which alone checks those. The first run on the
+//! stand-in found, and these tests keep fixed: staging allocated and frees
+//! made while the caller's stream captured (now in relaxed capture mode,
+//! frees deferred), ranks of one process sharing a GPU (now refused; this
+//! also rules out cudarc's first `new_stream()` of one rank synchronising
+//! the context while another rank's stream waits), and a panicking rank
+//! thread that its peers never saw gone (now it fails the communicator).
 
 mod api;
 mod gpudirect;
 mod p2p;
+mod placement;
 mod queue;
 mod raw;
 mod window;
@@ -93,7 +113,7 @@ use std::sync::Arc;
 
 pub use cudarc;
 use cudarc::driver::CudaStream;
-use streamcomm_gpu::{Device, GpuConfig, Kernels, SignalPath, Signals, Stream};
+use streamcomm_gpu::{relaxed_capture, Device, GpuConfig, Kernels, SignalPath, Signals, Stream};
 
 use crate::comm::watchdog::peer_gone;
 use crate::device::direct::watchdog::WATCH_PERIOD;
@@ -147,8 +167,11 @@ impl CudaComm {
     /// # Errors
     /// [`Error::Unavailable`] without a usable CUDA driver or device (never a
     /// panic: the driver is probed first), or when the device has no stream
-    /// memory operations and the NVRTC spin kernels cannot be built.
+    /// memory operations and the NVRTC spin kernels cannot be built;
+    /// [`Error::InvalidUsage`] when two ranks of `comm` are threads of one
+    /// process on one device (see the module docs).
     pub fn new(comm: &Communicator, ordinal: usize) -> Result<CudaComm> {
+        placement::check_one_rank_per_gpu(comm, ordinal)?;
         let device = Device::open(ordinal).map_err(gpu_error)?;
         // The spin kernels are only needed where stream memory operations
         // are missing; NVRTC may be absent elsewhere.
@@ -160,7 +183,18 @@ impl CudaComm {
                 }
                 (_, e) => gpu_error(e),
             })?;
-        let kernels = kernels.ok();
+        let kernels = match kernels {
+            Ok(k) => Some(k),
+            Err(e) => {
+                // Never silent: without the kernels the direct path is off
+                // (every rank then agrees on the staged path).
+                tracing::warn!(
+                    error = %e,
+                    "the reduce kernels did not load: the direct path is off"
+                );
+                None
+            }
+        };
         let shared = DeviceShared::new()?;
         if comm.config().cuda_window > 0 {
             if let Some(direct) = direct_path(comm, &device, kernels.as_ref())? {
@@ -212,6 +246,13 @@ impl CudaComm {
         self.device.ordinal()
     }
 
+    /// The device's name as the driver reports it (`cuDeviceGetName`),
+    /// which tells which driver answered: NVIDIA's names the GPU, the CPU
+    /// stand-in says `streamcomm CPU stand-in (not a GPU)`.
+    pub fn device_name(&self) -> &str {
+        self.device.name()
+    }
+
     /// True when stream waits and writes use the driver's stream memory
     /// operations, false when they use the spin kernels.
     pub fn uses_stream_memory_ops(&self) -> bool {
@@ -255,8 +296,24 @@ impl CudaComm {
 
 impl Drop for CudaComm {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // A rank thread unwinding: its process lives on, so the peers'
+            // watchdogs (which judge liveness by process) would never see
+            // it gone, and their device waits never time out. Fail the
+            // communicator: the failure word reaches every peer, whose
+            // watchdog then releases its stream with the error.
+            self.comm.inner.fail(&Error::Aborted(format!(
+                "rank {}'s thread panicked while it held its CudaComm",
+                self.comm.rank()
+            )));
+        }
         let _ = self.shared.runner.drain();
-        self.shared.graveyard.bury();
+        // Relaxed capture mode: another thread's global capture must not
+        // make these frees fail (and invalidate it).
+        let graveyard = &self.shared.graveyard;
+        if relaxed_capture(|| graveyard.bury()).is_err() {
+            graveyard.bury();
+        }
     }
 }
 

@@ -8,7 +8,8 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use streamcomm_gpu::{
-    Device, Doorbells, Kernels, PinnedBuffer, ReduceCopy, Signals, Stream, WaitCondition,
+    relaxed_capture, Device, Doorbells, Kernels, PinnedBuffer, ReduceCopy, Signals, Stream,
+    WaitCondition,
 };
 
 use super::gpu_error;
@@ -81,13 +82,29 @@ impl DeviceQueue for CudaQueue<'_> {
     type Signal = CudaSignal;
 
     fn alloc_staging(&self, bytes: usize) -> Result<CudaStaging> {
-        let mem = PinnedBuffer::alloc(self.device, bytes.max(1)).map_err(gpu_error)?;
+        // The first staged call inside a capture allocates: relaxed mode,
+        // or the driver refuses it and invalidates the caller's capture.
+        let mem = relaxed_capture(|| PinnedBuffer::alloc(self.device, bytes.max(1)))
+            .and_then(|r| r)
+            .map_err(gpu_error)?;
         Ok(CudaStaging { mem })
     }
 
     fn alloc_signal(&self) -> Result<CudaSignal> {
-        let bell = Doorbells::new(self.device, 1).map_err(gpu_error)?;
+        let bell = relaxed_capture(|| Doorbells::new(self.device, 1))
+            .and_then(|r| r)
+            .map_err(gpu_error)?;
         Ok(CudaSignal { bell })
+    }
+
+    fn bury(&self, graveyard: &Graveyard) {
+        // Frees may synchronise, which a capturing stream refuses: leave
+        // them for a call outside capture (or the communicator's drop).
+        // Relaxed mode, so that another thread's global capture does not
+        // forbid them either.
+        if self.stream.is_capturing() == Ok(false) {
+            let _ = relaxed_capture(|| graveyard.bury());
+        }
     }
 
     unsafe fn enqueue_copy(&self, dst: DevAddr, src: DevAddr, bytes: usize) -> Result<()> {

@@ -231,7 +231,7 @@ impl Communicator {
         shared: &DeviceShared<Q::Staging, Q::Signal>,
         call: &DeviceCall,
     ) -> Result<()> {
-        shared.graveyard.bury();
+        queue.bury(&shared.graveyard);
         if let Some(e) = self.inner.error() {
             return Err(e);
         }
@@ -262,7 +262,7 @@ impl Communicator {
         shared: &DeviceShared<Q::Staging, Q::Signal>,
         ops: &[DeviceP2p],
     ) -> Result<()> {
-        shared.graveyard.bury();
+        queue.bury(&shared.graveyard);
         check_device_group(ops)?;
         let mut stages = Vec::with_capacity(ops.len());
         let mut mems = Vec::with_capacity(ops.len());

@@ -1,18 +1,17 @@
-//! A host stream playing a device stream, so that the staged path runs end to
-//! end in tests on machines without a GPU: "device memory" is host memory,
-//! copies and callbacks are host-stream functions, waits are doorbell waits,
-//! capture is the host stream's capture.
+//! A host stream playing a device stream, for the GPUDirect RDMA tests only
+//! (see `tests.rs`): "device memory" is host memory a NIC can register,
+//! copies and callbacks are host-stream functions, waits are doorbell waits.
+//! Every other device test runs on a CUDA driver through the real queue.
 
 use std::any::Any;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::direct::window::{find_in_process, share_in_process, WindowDevice};
 use super::queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
 use super::runner::Graveyard;
 use crate::host::{Doorbell, HostStream, RawBuffer, WaitCmp};
-use crate::{DataType, Error, ReduceOp, Result};
+use crate::{DataType, ReduceOp, Result};
 
 /// How long an emulated flag wait spins before it fails the stream (a real
 /// device would wait for ever: the direct path's watchdog releases it).
@@ -186,44 +185,5 @@ impl DeviceQueue for EmulatedQueue<'_> {
         self.stream.host_fn(move || {
             let _ = &keep;
         })
-    }
-}
-
-/// Host memory standing in for direct-path windows; peers are threads of
-/// this process, so a window's address is all a peer needs.
-pub(crate) struct EmulatedWindows;
-
-impl WindowDevice for EmulatedWindows {
-    fn alloc(&self, bytes: usize) -> Result<(DevAddr, Vec<u8>, Box<dyn Any + Send + Sync>)> {
-        let mem = vec![0u64; bytes.div_ceil(8)].into_boxed_slice();
-        let addr = mem.as_ptr() as DevAddr;
-        let owner = share_in_process(addr, Arc::new(mem));
-        Ok((addr, addr.to_le_bytes().to_vec(), owner))
-    }
-
-    fn open(
-        &self,
-        payload: &[u8],
-        same_process: bool,
-    ) -> Result<(DevAddr, Box<dyn Any + Send + Sync>)> {
-        let addr = payload
-            .try_into()
-            .ok()
-            .filter(|_| same_process)
-            .map(u64::from_le_bytes)
-            .ok_or_else(|| {
-                Error::Unavailable("emulated windows are shared by threads only".into())
-            })?;
-        let keep = find_in_process(addr)
-            .ok_or_else(|| Error::Unavailable(format!("no window at {addr:#x} any more")))?;
-        Ok((addr, keep))
-    }
-}
-
-/// Raises flag words from the host, as the watchdog's rescue does.
-pub(crate) fn raise_words(words: &[DevAddr]) {
-    for &w in words {
-        // SAFETY: the words belong to a live window (the watchdog holds it).
-        unsafe { &*(w as *const AtomicU32) }.store(1, Ordering::Release);
     }
 }

@@ -160,7 +160,45 @@ mod tests {
         }
     }
 
-    type WordPool = Pool<super::super::emulated::EmulatedStaging, Word>;
+    /// Staging memory of a size, never read or written (the tests check
+    /// the pool's bookkeeping only).
+    struct Sized(usize);
+
+    impl StagingMemory for Sized {
+        fn capacity(&self) -> usize {
+            self.0
+        }
+        fn host_buffer(&self, _bytes: usize) -> crate::host::RawBuffer {
+            unreachable!("the tests never view staging memory")
+        }
+        fn dev_addr(&self) -> crate::device::DevAddr {
+            0
+        }
+    }
+
+    type WordPool = Pool<Sized, Word>;
+
+    #[test]
+    fn staging_buffers_are_rounded_up_and_reused_by_later_calls() {
+        let pool = WordPool::default();
+        let alloc = |b: usize| Ok(Sized(b));
+        // One call's two buffers, then the same call thirty times more.
+        for _ in 0..31 {
+            let send = pool.staging(5000 * 4, alloc).unwrap();
+            let recv = pool.staging(5000 * 4, alloc).unwrap();
+            assert_eq!(send.capacity(), 32 << 10, "rounded to a power of two");
+            pool.put_staging(send);
+            pool.put_staging(recv);
+        }
+        assert_eq!(pool.allocations(), 2, "later calls reuse the first two");
+        let small = pool.staging(10, alloc).unwrap();
+        assert_eq!(
+            small.capacity(),
+            32 << 10,
+            "the smallest free buffer that fits"
+        );
+        assert_eq!(pool.allocations(), 2);
+    }
 
     fn fresh() -> Result<Word> {
         Ok(Word(AtomicU32::new(7)))

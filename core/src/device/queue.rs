@@ -103,6 +103,14 @@ pub(crate) trait DeviceQueue {
         avg_divisor: u32,
     ) -> Result<()>;
 
+    /// Drops what `graveyard` holds (which may free device or pinned
+    /// memory), where the device allows it now: a driver refuses frees
+    /// while the calling thread's stream captures, so a capturing queue
+    /// leaves them for a later call.
+    fn bury(&self, graveyard: &super::Graveyard) {
+        graveyard.bury();
+    }
+
     /// Keeps `owner` alive for as long as a graph captured from this stream
     /// may run the work enqueued so far; outside capture the caller keeps it
     /// (the default keeps it with [`DeviceQueue::enqueue_release`]).

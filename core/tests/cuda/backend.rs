@@ -1,12 +1,14 @@
-//! The CUDA backend on a real GPU: every collective with 2 and 4 ranks on
-//! one GPU (ranks as threads, each with its own stream), five dtypes, in
-//! place and out of place, poisoned outputs, exact references; a captured
-//! step (collective → user device work → collective → barrier) replayed
-//! 1000 times with fresh data; every collective with 2 ranks as processes,
-//! whose windows cross through CUDA IPC. `scripts/gpu-check.sh` runs it on a GPU with
-//! `STREAMCOMM_REQUIRE_GPU=1`, which turns "no GPU" into a failure.
+//! The CUDA backend on a CUDA driver (a GPU, or the CPU stand-in under
+//! `scripts/gpu-check.sh --stand-in`): every collective with 2 and 4 ranks
+//! on one GPU (ranks as processes, each with its own stream, their windows
+//! crossing through CUDA IPC), five dtypes, in place and out of place,
+//! poisoned outputs, exact references; a captured step (collective → user
+//! device work → collective → barrier) replayed with fresh data; a p2p
+//! ring; two ranks as threads of one process on one GPU refused.
+//! `scripts/gpu-check.sh` runs it with `STREAMCOMM_REQUIRE_GPU=1`, which
+//! turns "no GPU" into a failure. Each test prints which driver answered.
 //!
-//! Without a GPU, the GPU tests say they are skipped and the first test
+//! Without a driver, the GPU tests say they are skipped and the first test
 //! checks that the backend reports `Error::Unavailable`, without a panic.
 
 use crate::harness;
@@ -25,8 +27,17 @@ use streamcomm::cuda::CudaComm;
 use streamcomm::host::Element;
 use streamcomm::{Backend, Communicator, Error, ReduceOp};
 
-fn gpu_present() -> bool {
+pub(crate) fn gpu_present() -> bool {
     let present = streamcomm_gpu::Device::count().is_ok_and(|n| n > 0);
+    if present {
+        // Which driver answered: the stand-in's device says it is no GPU.
+        let name = streamcomm_gpu::Device::open(0).map(|d| d.name().to_string());
+        eprintln!(
+            "driver: {} ({})",
+            name.unwrap_or_else(|e| e.to_string()),
+            streamcomm_gpu::driver::probe::driver_path().unwrap_or("?")
+        );
+    }
     if !present {
         assert!(
             std::env::var_os("STREAMCOMM_REQUIRE_GPU").is_none(),
@@ -55,7 +66,7 @@ fn without_a_driver_the_cuda_backend_is_unavailable() {
 }
 
 /// Element types the test runs, with exact conversions of small integers.
-trait Num: Element + DeviceRepr + ValidAsZeroBits + Copy + Unpin {
+pub(crate) trait Num: Element + DeviceRepr + ValidAsZeroBits + Copy + Unpin {
     fn of(x: f64) -> Self;
     fn get(self) -> f64;
 }
@@ -77,10 +88,10 @@ num!(i32, |x| x as i32, f64::from);
 num!(f16, f16::from_f64, f16::to_f64);
 num!(bf16, bf16::from_f64, bf16::to_f64);
 
-const POISON: f64 = -99.0;
+pub(crate) const POISON: f64 = -99.0;
 
 /// Small integers: sums of up to 4 ranks are exact in every dtype here.
-fn data(seed: u64, rank: usize, len: usize) -> Vec<f64> {
+pub(crate) fn data(seed: u64, rank: usize, len: usize) -> Vec<f64> {
     use rand::SeedableRng;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (rank as u64).wrapping_mul(0x9E37_79B9));
     (0..len)
@@ -88,12 +99,12 @@ fn data(seed: u64, rank: usize, len: usize) -> Vec<f64> {
         .collect()
 }
 
-fn upload<T: Num>(s: &Arc<CudaStream>, v: &[f64]) -> CudaSlice<T> {
+pub(crate) fn upload<T: Num>(s: &Arc<CudaStream>, v: &[f64]) -> CudaSlice<T> {
     let host: Vec<T> = v.iter().map(|&x| T::of(x)).collect();
     s.memcpy_stod(&host).unwrap()
 }
 
-fn download<T: Num>(s: &Arc<CudaStream>, d: &CudaSlice<T>) -> Vec<f64> {
+pub(crate) fn download<T: Num>(s: &Arc<CudaStream>, d: &CudaSlice<T>) -> Vec<f64> {
     s.memcpy_dtov(d)
         .unwrap()
         .into_iter()
@@ -101,7 +112,7 @@ fn download<T: Num>(s: &Arc<CudaStream>, d: &CudaSlice<T>) -> Vec<f64> {
         .collect()
 }
 
-fn poisoned<T: Num>(s: &Arc<CudaStream>, len: usize) -> CudaSlice<T> {
+pub(crate) fn poisoned<T: Num>(s: &Arc<CudaStream>, len: usize) -> CudaSlice<T> {
     upload(s, &vec![POISON; len])
 }
 
@@ -175,43 +186,31 @@ fn collectives<T: Num>(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<S
 /// cuts every call into many chunks; the default takes most in one.
 const PATHS: [usize; 3] = [0, 4 << 10, DEFAULT_CUDA_WINDOW];
 
-fn on_one_gpu<T: Send + 'static>(
-    n: usize,
-    body: impl Fn(&CudaComm, &Arc<CudaStream>) -> T + Send + Sync + 'static,
-) -> Vec<T> {
-    on_one_gpu_with(n, DEFAULT_CUDA_WINDOW, body)
+/// Runs `scenario` (see [`child`]) on `n` ranks as processes on GPU 0,
+/// with direct-path windows of `window` bytes (0: the staged path).
+fn on_one_gpu(n: usize, window: usize, scenario: &str) {
+    launch(module_path!(), n, window, scenario);
 }
 
-/// Runs `body` on `n` ranks (threads) of one GPU, with direct-path windows
-/// of `window` bytes (0: the staged path).
-fn on_one_gpu_with<T: Send + 'static>(
-    n: usize,
-    window: usize,
-    body: impl Fn(&CudaComm, &Arc<CudaStream>) -> T + Send + Sync + 'static,
-) -> Vec<T> {
-    let id = UniqueId::new().unwrap();
-    let body = Arc::new(body);
-    let threads: Vec<_> = (0..n)
-        .map(|r| {
-            let body = body.clone();
-            std::thread::spawn(move || {
-                let config = Config {
-                    cuda_window: window,
-                    ..Config::from_env().unwrap()
-                };
-                let comm =
-                    Communicator::init_with_config(&id, r, n, Backend::Host, config).unwrap();
-                let cuda = CudaComm::new(&comm, 0).unwrap();
-                assert_eq!(cuda.uses_direct_path(), window > 0, "window {window}");
-                // Ranks of one host talk over shared memory: no NIC to probe.
-                assert_eq!(cuda.gpudirect(), None);
-                let ctx = CudaContext::new(0).unwrap();
-                let stream = ctx.new_stream().unwrap();
-                body(&cuda, &stream)
-            })
-        })
-        .collect();
-    threads.into_iter().map(|t| t.join().unwrap()).collect()
+/// Runs the ignored test `child` of `module` (pass `module_path!()`) as `n`
+/// ranks (processes) with `SC_CUDA_SCENARIO=scenario` and direct-path
+/// windows of `window` bytes; fails unless every rank ran it to the end.
+pub(crate) fn launch(module: &str, n: usize, window: usize, scenario: &str) {
+    let env = [
+        (
+            "STREAMCOMM_TEST_SEED",
+            streamcomm_testkit::seed().to_string(),
+        ),
+        ("STREAMCOMM_CUDA_WINDOW", window.to_string()),
+        ("SC_CUDA_SCENARIO", scenario.to_string()),
+    ];
+    harness::launch_children(
+        n,
+        &streamcomm_testkit::test_path(module, "child"),
+        &env,
+        Duration::from_secs(120),
+        &format!("{scenario}, {n} processes on one GPU, window {window}"),
+    );
 }
 
 #[test]
@@ -220,88 +219,150 @@ fn every_collective_and_dtype_on_one_gpu_with_2_and_4_ranks() {
         return;
     }
     for (n, window) in [2, 4].into_iter().flat_map(|n| PATHS.map(|w| (n, w))) {
-        let seed: u64 = streamcomm_testkit::seed();
-        let bad: Vec<String> = on_one_gpu_with(n, window, move |cuda, s| {
-            let mut bad = collectives::<f32>(cuda, s, seed);
-            bad.extend(collectives::<f64>(cuda, s, seed ^ 1));
-            bad.extend(collectives::<i32>(cuda, s, seed ^ 2));
-            bad.extend(collectives::<f16>(cuda, s, seed ^ 3));
-            bad.extend(collectives::<bf16>(cuda, s, seed ^ 4));
-            bad
-        })
-        .into_iter()
-        .flatten()
-        .collect();
-        assert!(bad.is_empty(), "{n} ranks, window {window}: {bad:#?}");
+        on_one_gpu(n, window, "collectives");
     }
 }
 
+/// Also the first staged call inside a capture, which allocates its
+/// pinned staging memory while the stream captures.
 #[test]
-fn a_captured_step_replays_1000_times_with_fresh_data() {
+fn a_captured_step_replays_with_fresh_data() {
     if !gpu_present() {
         return;
     }
     for window in PATHS {
-        captured_step(window);
+        on_one_gpu(2, window, "captured");
     }
 }
 
-/// A captured step on 2 ranks, replayed `REPLAYS` times with fresh data.
-fn captured_step(window: usize) {
-    const N: usize = 2;
+/// A captured step on this rank, replayed with fresh data; returns mismatches.
+fn captured_step(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<String> {
     const COUNT: usize = 1 << 12;
-    const REPLAYS: u64 = 1000;
-    let seed: u64 = streamcomm_testkit::seed();
-    let bad: Vec<String> = on_one_gpu_with(N, window, move |cuda, s| {
-        let r = cuda.communicator().rank();
-        let mut x = poisoned::<f32>(s, COUNT);
-        let mut y = poisoned::<f32>(s, COUNT);
-        let mut z = poisoned::<f32>(s, COUNT);
-        s.synchronize().unwrap();
-        // Inside a graph, cudarc's per-buffer events would be captured too:
-        // order is the stream's alone here.
-        // SAFETY: one stream per rank; every access is ordered on it.
-        unsafe { s.context().disable_event_tracking() };
-        s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .unwrap();
-        cuda.all_reduce(&x, &mut y, ReduceOp::Sum, s).unwrap();
-        s.memcpy_dtod(&y, &mut z).unwrap(); // device work between collectives
-        cuda.all_reduce_in_place(&mut z, ReduceOp::Sum, s).unwrap();
-        cuda.barrier(s).unwrap();
-        let graph = s
-            .end_capture(
-                sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
-            )
-            .unwrap()
-            .expect("the capture recorded work");
-        let mut bad = Vec::new();
-        for round in 0..REPLAYS {
-            let fresh: Vec<Vec<f64>> = (0..N).map(|q| data(seed ^ round, q, COUNT)).collect();
-            let mine: Vec<f32> = fresh[r].iter().map(|&v| v as f32).collect();
-            s.memcpy_htod(&mine, &mut x).unwrap();
-            s.memcpy_htod(&vec![POISON as f32; COUNT], &mut z).unwrap();
-            graph.launch().unwrap();
-            let got = download(s, &z);
-            for (i, &g) in got.iter().enumerate() {
-                let want = N as f64 * fresh.iter().map(|v| v[i]).sum::<f64>();
-                if g != want && bad.len() < 8 {
-                    bad.push(format!(
-                        "rank {r} replay {round} z[{i}]: got {g}, want {want}"
-                    ));
-                }
-            }
-            if !bad.is_empty() {
-                break;
+    let replays = streamcomm_testkit::reps(100, 1000) as u64;
+    let (r, n) = (cuda.communicator().rank(), cuda.communicator().size());
+    let mut x = poisoned::<f32>(s, COUNT);
+    let mut y = poisoned::<f32>(s, COUNT);
+    let mut z = poisoned::<f32>(s, COUNT);
+    s.synchronize().unwrap();
+    // Inside a graph, cudarc's per-buffer events would be captured too:
+    // order is the stream's alone here.
+    // SAFETY: one stream per rank; every access is ordered on it.
+    unsafe { s.context().disable_event_tracking() };
+    s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    cuda.all_reduce(&x, &mut y, ReduceOp::Sum, s).unwrap();
+    s.memcpy_dtod(&y, &mut z).unwrap(); // device work between collectives
+    cuda.all_reduce_in_place(&mut z, ReduceOp::Sum, s).unwrap();
+    cuda.barrier(s).unwrap();
+    let graph = s
+        .end_capture(sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)
+        .unwrap()
+        .expect("the capture recorded work");
+    let mut bad = Vec::new();
+    for round in 0..replays {
+        let fresh: Vec<Vec<f64>> = (0..n).map(|q| data(seed ^ round, q, COUNT)).collect();
+        let mine: Vec<f32> = fresh[r].iter().map(|&v| v as f32).collect();
+        s.memcpy_htod(&mine, &mut x).unwrap();
+        s.memcpy_htod(&vec![POISON as f32; COUNT], &mut z).unwrap();
+        graph.launch().unwrap();
+        let got = download(s, &z);
+        for (i, &g) in got.iter().enumerate() {
+            let want = n as f64 * fresh.iter().map(|v| v[i]).sum::<f64>();
+            if g != want && bad.len() < 8 {
+                bad.push(format!(
+                    "rank {r} replay {round} z[{i}]: got {g}, want {want}"
+                ));
             }
         }
-        assert!(cuda.async_error().is_none(), "{:?}", cuda.async_error());
-        drop(graph);
-        bad
-    })
-    .into_iter()
-    .flatten()
-    .collect();
-    assert!(bad.is_empty(), "window {window}: {bad:#?}");
+        if !bad.is_empty() {
+            break;
+        }
+    }
+    assert!(cuda.async_error().is_none(), "{:?}", cuda.async_error());
+    drop(graph);
+    bad
+}
+
+/// Runs `body` on one rank (a communicator of one) on GPU 0.
+pub(crate) fn alone<T>(body: impl FnOnce(&CudaComm, &Arc<CudaStream>) -> T) -> T {
+    let id = UniqueId::new().unwrap();
+    let comm = Communicator::init(&id, 0, 1, Backend::Host).unwrap();
+    let cuda = CudaComm::new(&comm, 0).unwrap();
+    let ctx = CudaContext::new(0).unwrap();
+    let stream = ctx.new_stream().unwrap();
+    body(&cuda, &stream)
+}
+
+/// Ranks as threads of one process on one GPU share the context's
+/// hardware queues, where one rank's stream wait can sit in front of its
+/// peer's signal: refused on every rank, as NCCL does.
+#[test]
+fn two_ranks_as_threads_on_one_gpu_are_refused() {
+    if !gpu_present() {
+        return;
+    }
+    let id = UniqueId::new().unwrap();
+    let threads: Vec<_> = (0..2)
+        .map(|r| {
+            std::thread::spawn(move || {
+                let comm = Communicator::init(&id, r, 2, Backend::Host).unwrap();
+                CudaComm::new(&comm, 0).map(|_| ()).unwrap_err()
+            })
+        })
+        .collect();
+    for t in threads {
+        let err = t.join().unwrap();
+        assert!(
+            matches!(&err, Error::InvalidUsage(m) if m.contains("one rank per GPU per process")),
+            "{err}"
+        );
+    }
+}
+
+/// A rank thread that panics (its process lives on, so no process watchdog
+/// sees it gone) fails the communicator for its peers: their device waits,
+/// which never time out, are released with an error instead of hanging.
+/// Ranks as threads need a GPU each (see the test above): two devices.
+#[test]
+fn a_rank_thread_that_panics_fails_its_peer_instead_of_hanging() {
+    if !gpu_present() {
+        return;
+    }
+    if streamcomm_gpu::Device::count().unwrap_or(0) < 2 {
+        streamcomm_testkit::skip(
+            &streamcomm_testkit::current_test(),
+            "needs two CUDA devices (ranks as threads take one each)",
+        );
+        return;
+    }
+    let id = UniqueId::new().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let survivor = std::thread::spawn(move || {
+        let comm = Communicator::init(&id, 0, 2, Backend::Host).unwrap();
+        let cuda = CudaComm::new(&comm, 0).unwrap();
+        let ctx = CudaContext::new(0).unwrap();
+        let s = ctx.new_stream().unwrap();
+        let send = upload::<f32>(&s, &[1.0; 1000]);
+        let mut recv = poisoned::<f32>(&s, 1000);
+        let called = cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, &s);
+        let synced = s.synchronize();
+        let _ = tx.send((called.err(), synced.is_ok(), cuda.async_error()));
+    });
+    let doomed = std::thread::spawn(move || {
+        let comm = Communicator::init(&id, 1, 2, Backend::Host).unwrap();
+        let _cuda = CudaComm::new(&comm, 1).unwrap();
+        panic!("rank 1 fails before its collective (on purpose)");
+    });
+    assert!(doomed.join().is_err(), "rank 1 panicked");
+    let (called, synced, async_error) = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("rank 0's stream still waits for the rank whose thread panicked");
+    survivor.join().unwrap();
+    let err = called
+        .or(async_error)
+        .expect("rank 0 is told of the failure");
+    assert!(synced, "the stream drained");
+    eprintln!("rank 0 was told: {err}");
 }
 
 #[test]
@@ -309,7 +370,7 @@ fn a_stream_of_another_device_or_a_short_buffer_is_refused() {
     if !gpu_present() {
         return;
     }
-    let errs = on_one_gpu(1, |cuda, s| {
+    let err = alone(|cuda, s| {
         let send = upload::<f32>(s, &[1.0; 10]);
         let mut small = poisoned::<f32>(s, 9);
         cuda.all_reduce(&send, &mut small, ReduceOp::Sum, s)
@@ -317,9 +378,8 @@ fn a_stream_of_another_device_or_a_short_buffer_is_refused() {
             .to_string()
     });
     assert!(
-        errs[0].contains("recv holds 9 elements, the call needs 10"),
-        "{}",
-        errs[0]
+        err.contains("recv holds 9 elements, the call needs 10"),
+        "{err}"
     );
 }
 
@@ -328,73 +388,67 @@ fn a_group_exchanges_around_a_ring_on_one_gpu() {
     if !gpu_present() {
         return;
     }
-    const N: usize = 4;
-    let seed: u64 = streamcomm_testkit::seed();
-    let bad: Vec<String> = on_one_gpu(N, move |cuda, s| {
-        let r = cuda.communicator().rank();
-        let (right, left) = ((r + 1) % N, (r + N - 1) % N);
-        let mut bad = Vec::new();
-        for len in [100usize, 300_000] {
-            let out = upload::<f32>(s, &data(seed ^ len as u64, r, len));
-            let mut inb = poisoned::<f32>(s, len + 3);
-            cuda.group(s, |g| {
-                g.recv(&mut inb, left)?;
-                g.send(&out, right)
-            })
-            .unwrap();
-            let got = download(s, &inb);
-            let want = data(seed ^ len as u64, left, len);
-            if got[..len] != want[..] || got[len..].iter().any(|&v| v != POISON) {
-                bad.push(format!("rank {r}: {len} elements from {left} differ"));
-            }
+    on_one_gpu(4, DEFAULT_CUDA_WINDOW, "group");
+}
+
+/// A p2p ring on this rank; returns mismatches.
+fn ring(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<String> {
+    let (r, n) = (cuda.communicator().rank(), cuda.communicator().size());
+    let (right, left) = ((r + 1) % n, (r + n - 1) % n);
+    let mut bad = Vec::new();
+    for len in [100usize, 300_000] {
+        let out = upload::<f32>(s, &data(seed ^ len as u64, r, len));
+        let mut inb = poisoned::<f32>(s, len + 3);
+        cuda.group(s, |g| {
+            g.recv(&mut inb, left)?;
+            g.send(&out, right)
+        })
+        .unwrap();
+        let got = download(s, &inb);
+        let want = data(seed ^ len as u64, left, len);
+        if got[..len] != want[..] || got[len..].iter().any(|&v| v != POISON) {
+            bad.push(format!("rank {r}: {len} elements from {left} differ"));
         }
-        assert!(cuda.async_error().is_none(), "{:?}", cuda.async_error());
-        bad
-    })
-    .into_iter()
-    .flatten()
-    .collect();
-    assert!(bad.is_empty(), "{bad:#?}");
-}
-
-/// Ranks as processes on one GPU: the direct path's windows are mapped
-/// across processes through CUDA IPC (threads use plain addresses).
-#[test]
-fn every_collective_across_processes_over_cuda_ipc() {
-    if !gpu_present() {
-        return;
     }
-    let env = [(
-        "STREAMCOMM_TEST_SEED",
-        streamcomm_testkit::seed().to_string(),
-    )];
-    harness::launch_children(
-        2,
-        &streamcomm_testkit::test_path(module_path!(), "child"),
-        &env,
-        Duration::from_secs(120),
-        "every collective, 2 processes on one GPU",
-    );
+    assert!(cuda.async_error().is_none(), "{:?}", cuda.async_error());
+    bad
 }
 
-/// One rank of [`every_collective_across_processes_over_cuda_ipc`].
+/// One rank of the tests above, as a process: runs `SC_CUDA_SCENARIO`
+/// (`collectives`, `captured` or `group`) with the communicator of the
+/// launcher's environment, on GPU 0.
 #[test]
-#[ignore = "a rank of every_collective_across_processes_over_cuda_ipc"]
+#[ignore = "a rank of the tests above"]
 fn child() {
     let seed: u64 = std::env::var("STREAMCOMM_TEST_SEED")
         .expect("set by the parent test")
         .parse()
         .expect("a number");
+    let scenario = std::env::var("SC_CUDA_SCENARIO").expect("set by the parent test");
     let comm = Communicator::from_env().unwrap();
+    let window = Config::from_env().unwrap().cuda_window;
     let cuda = CudaComm::new(&comm, 0).unwrap();
-    assert!(
-        cuda.uses_direct_path(),
-        "processes of one host map each other's windows"
-    );
+    assert_eq!(cuda.uses_direct_path(), window > 0, "window {window}");
+    // Ranks of one host talk over shared memory: no NIC to probe.
+    assert_eq!(cuda.gpudirect(), None);
+    if comm.rank() == 0 {
+        println!("driver: {}", cuda.device_name());
+    }
     let ctx = CudaContext::new(0).unwrap();
     let s = ctx.new_stream().unwrap();
-    let mut bad = collectives::<f32>(&cuda, &s, seed);
-    bad.extend(collectives::<bf16>(&cuda, &s, seed ^ 1));
-    assert!(bad.is_empty(), "{bad:#?}");
+    let bad = match scenario.as_str() {
+        "collectives" => {
+            let mut bad = collectives::<f32>(&cuda, &s, seed);
+            bad.extend(collectives::<f64>(&cuda, &s, seed ^ 1));
+            bad.extend(collectives::<i32>(&cuda, &s, seed ^ 2));
+            bad.extend(collectives::<f16>(&cuda, &s, seed ^ 3));
+            bad.extend(collectives::<bf16>(&cuda, &s, seed ^ 4));
+            bad
+        }
+        "captured" => captured_step(&cuda, &s, seed),
+        "group" => ring(&cuda, &s, seed),
+        other => panic!("unknown scenario {other}"),
+    };
+    assert!(bad.is_empty(), "{scenario}, window {window}: {bad:#?}");
     streamcomm_testkit::child_ran();
 }

@@ -9,3 +9,4 @@ mod common;
 mod harness;
 
 mod backend;
+mod failures;

@@ -50,8 +50,9 @@ pub(crate) fn run_rank(cuda: &CudaComm) -> Result<(), Box<dyn std::error::Error>
             "collectives staged through pinned host memory"
         };
         println!(
-            "backend: CUDA (device {} of rank 0; {path})",
-            cuda.device_ordinal()
+            "backend: CUDA (device {} of rank 0: {}; {path})",
+            cuda.device_ordinal(),
+            cuda.device_name()
         );
     }
     let ctx = CudaContext::new(cuda.device_ordinal())?;

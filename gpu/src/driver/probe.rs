@@ -2,9 +2,17 @@
 //!
 //! cudarc (0.17, `dynamic-loading`) resolves every symbol of its bindings when it
 //! first loads libcuda and panics if the library or one symbol is missing. So the
-//! probe (1) tries the driver's names itself, (2) asks cudarc's
-//! `is_culib_present()` inside `catch_unwind`, (3) calls `cuInit` and checks the
-//! driver version. The outcome is computed once and cached.
+//! probe (1) tries the driver's names itself, in cudarc's order, so that it
+//! finds the library cudarc will bind, (2) asks cudarc's `is_culib_present()`
+//! inside `catch_unwind`, (3) calls `cuInit` and checks the driver version.
+//! The outcome is computed once and cached.
+//!
+//! cudarc tries `libcuda.so` before `libcuda.so.1`. A CUDA toolkit's
+//! `stubs/` directory on the library path holds a `libcuda.so` (a link-time
+//! stub whose every call returns `CUDA_ERROR_STUB_LIBRARY`) and no
+//! `libcuda.so.1`, so cudarc binds the stub even where the driver is
+//! installed: the probe names the library it found ([`driver_path`]) and
+//! says so plainly when it is the stub.
 
 use std::sync::OnceLock;
 
@@ -14,8 +22,25 @@ use crate::guard::guarded;
 use super::result::check;
 use super::sys;
 
-/// Library names of the CUDA driver, in the order they are tried.
-pub const DRIVER_LIB_NAMES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
+/// Library names of the CUDA driver, in the order they are tried: cudarc's
+/// order on Linux (its `get_lib_name_candidates("cuda")` for `cuda-12000`),
+/// so that the probe loads the library cudarc will bind.
+pub const DRIVER_LIB_NAMES: [&str; 11] = [
+    "libcuda.so",
+    "libcuda64.so",
+    "libcuda64_12.so",
+    "libcuda64_120.so",
+    "libcuda64_120_0.so",
+    "libcuda64_10.so",
+    "libcuda64_9.so",
+    "libcuda.so.12",
+    "libcuda.so.11",
+    "libcuda.so.10",
+    "libcuda.so.1",
+];
+
+/// `CUDA_ERROR_STUB_LIBRARY`: what every call of the toolkit's stub returns.
+const STUB_LIBRARY: u32 = 34;
 
 /// Oldest driver API version the bindings need (`cuda-12000`: CUDA 12.0).
 pub const MIN_DRIVER_VERSION: i32 = 12000;
@@ -30,6 +55,43 @@ pub struct DriverInfo {
 }
 
 static DRIVER: OnceLock<Result<DriverInfo>> = OnceLock::new();
+static DRIVER_PATH: OnceLock<String> = OnceLock::new();
+
+/// The file of the driver library the probe loaded (the one cudarc binds),
+/// once [`driver`] has found one; `None` before, or where the file could
+/// not be told.
+pub fn driver_path() -> Option<&'static str> {
+    DRIVER_PATH.get().map(String::as_str)
+}
+
+/// The file mapped into this process that holds `addr` (from
+/// `/proc/self/maps`).
+fn mapped_file(addr: usize) -> Option<String> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let (lo, hi) = fields.next()?.split_once('-')?;
+        let (lo, hi) = (
+            usize::from_str_radix(lo, 16).ok()?,
+            usize::from_str_radix(hi, 16).ok()?,
+        );
+        let path = fields.nth(4)?;
+        (lo <= addr && addr < hi && path.starts_with('/')).then(|| path.to_string())
+    })
+}
+
+/// Where `name`'s `cuInit` lives, once loaded.
+fn library_file(name: &str) -> Option<String> {
+    // SAFETY: loading the library again only bumps its reference count (the
+    // probe loaded it already); the symbol is looked up, never called.
+    unsafe {
+        let lib = libloading::Library::new(name).ok()?;
+        let init = lib
+            .get::<unsafe extern "C" fn(u32) -> u32>(b"cuInit\0")
+            .ok()?;
+        mapped_file(*init as usize)
+    }
+}
 
 /// Checks once that the CUDA driver can be used; every public entry point of this
 /// crate calls it first. Returns [`Error::Unavailable`] (never panics) where there
@@ -52,8 +114,9 @@ pub(crate) fn first_loadable<'a>(names: &[&'a str]) -> Option<&'a str> {
 fn probe() -> Result<DriverInfo> {
     let Some(name) = first_loadable(&DRIVER_LIB_NAMES) else {
         return Err(Error::Unavailable(format!(
-            "no CUDA driver library (tried {})",
-            DRIVER_LIB_NAMES.join(", ")
+            "no CUDA driver library (tried libcuda.so, libcuda.so.1 and {} other names, \
+             in cudarc's order)",
+            DRIVER_LIB_NAMES.len() - 2
         )));
     };
     // SAFETY: only loads the library and resolves symbols (may panic, which
@@ -63,9 +126,18 @@ fn probe() -> Result<DriverInfo> {
             "{name} loads but cudarc could not bind it"
         )));
     }
+    let path = library_file(name).unwrap_or_else(|| name.to_string());
+    let _ = DRIVER_PATH.set(path.clone());
     // SAFETY: cuInit has no preconditions; the library is loaded (checked above).
     let init = unsafe { sys::cuInit(0) };
-    check("cuInit", init).map_err(|e| Error::Unavailable(e.to_string()))?;
+    if init as u32 == STUB_LIBRARY {
+        return Err(Error::Unavailable(format!(
+            "{name} is the CUDA toolkit's stub library ({path}), not the driver: \
+             cudarc loads libcuda.so before libcuda.so.1, so take the toolkit's \
+             stubs/ directory off the library path"
+        )));
+    }
+    check("cuInit", init).map_err(|e| Error::Unavailable(format!("{e} (driver {path})")))?;
     let mut version = 0;
     // SAFETY: `version` is a valid out-pointer.
     check("cuDriverGetVersion", unsafe {

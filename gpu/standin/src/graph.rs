@@ -151,7 +151,14 @@ pub extern "C" fn cuGraphDestroy(h: usize) -> u32 {
     })
 }
 
-/// `cuGraphInstantiateWithFlags`: flags 0 only; snapshots the graph, whose
+/// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`.
+const AUTO_FREE_ON_LAUNCH: u64 = 1;
+
+/// `cuGraphInstantiateWithFlags`: flags 0 or `AUTO_FREE_ON_LAUNCH` (which
+/// frees the graph's memory-allocation nodes' memory before each relaunch;
+/// the stand-in has no allocation nodes, since `cuMemAllocAsync` is not
+/// implemented, so it changes nothing here, as on the driver for such a
+/// graph); other flags are not implemented. Snapshots the graph, whose
 /// user objects the executable graph also holds.
 #[no_mangle]
 pub extern "C" fn cuGraphInstantiateWithFlags(ph: *mut usize, graph: usize, flags: u64) -> u32 {
@@ -161,9 +168,9 @@ pub extern "C" fn cuGraphInstantiateWithFlags(ph: *mut usize, graph: usize, flag
         if ph.is_null() {
             return Err(INVALID_VALUE);
         }
-        if flags != 0 {
+        if flags & !AUTO_FREE_ON_LAUNCH != 0 {
             return Err(unsupported(
-                "cuGraphInstantiateWithFlags with non-zero flags",
+                "cuGraphInstantiateWithFlags with flags other than AUTO_FREE_ON_LAUNCH",
             ));
         }
         let works = lock(&g.nodes).iter().map(|n| n.work.clone()).collect();

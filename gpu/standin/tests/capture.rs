@@ -290,6 +290,14 @@ standin_test!(a_captured_graph_replays_with_fresh_data, 20, &[], {
             0,
             "captured work does not run"
         );
+        // AUTO_FREE_ON_LAUNCH (1) is accepted, as by the driver (no
+        // allocation nodes here, so it changes nothing); UPLOAD (2) and the
+        // other flags are not implemented and say so.
+        let mut auto_free = std::ptr::null_mut();
+        ok(sys::cuGraphInstantiateWithFlags(&mut auto_free, graph, 1));
+        ok(sys::cuGraphExecDestroy(auto_free));
+        let mut upload = std::ptr::null_mut();
+        expect(sys::cuGraphInstantiateWithFlags(&mut upload, graph, 2), 801);
         ok(sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0));
         for round in 0..100u32 {
             let fill = (round * 37 + 11) as u8;

@@ -8,7 +8,11 @@ use streamcomm_gpu::Device;
 /// Device 0, or `None` (after printing why) where there is no usable CUDA.
 pub fn device_or_skip(test: &str) -> Option<Device> {
     match Device::open(0) {
-        Ok(d) => Some(d),
+        Ok(d) => {
+            // Which driver answered: the CPU stand-in says it is no GPU.
+            eprintln!("{test}: driver: {}", d.name());
+            Some(d)
+        }
         Err(e) if std::env::var("STREAMCOMM_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
             panic!("{test}: STREAMCOMM_REQUIRE_GPU=1 but {e}")
         }

@@ -38,9 +38,6 @@ pub(crate) mod steps;
 pub(crate) mod watchdog;
 pub(crate) mod window;
 
-#[cfg(test)]
-mod tests;
-
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -99,7 +99,7 @@ impl std::fmt::Debug for Windows {
 }
 
 /// A stable 64-bit hash of this host's identity (FNV-1a).
-fn host_hash() -> u64 {
+pub(crate) fn host_hash() -> u64 {
     local_host_id().bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
     })
@@ -251,7 +251,7 @@ impl Windows {
 
 /// Every rank's `bytes` (all the same length), in rank order, through a
 /// host all_gather on `comm`.
-fn gather_bytes(comm: &Communicator, bytes: &[u8]) -> Result<Vec<u8>> {
+pub(crate) fn gather_bytes(comm: &Communicator, bytes: &[u8]) -> Result<Vec<u8>> {
     let stream = HostStream::new()?;
     let send = HostBuffer::from_slice(bytes);
     let mut recv = HostBuffer::<u8>::zeroed(bytes.len() * comm.size());

@@ -1,0 +1,278 @@
+//! The CUDA backend's failure paths and path choices on a CUDA driver (the
+//! CPU stand-in under `scripts/gpu-check.sh --stand-in`, or a GPU): bad
+//! arguments refused before anything is enqueued, a peer that aborts or
+//! dies releasing the waiting streams with the error kept, a rank with
+//! another window size sending every rank down the staged path, reductions
+//! over nine ranks falling back to staging while copies stay direct, and the
+//! refusals of device groups. Ranks are processes on GPU 0 (one rank per
+//! GPU per process).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use streamcomm::config::Config;
+use streamcomm::cuda::cudarc::driver::{CudaContext, CudaStream};
+use streamcomm::cuda::{CudaComm, RawDeviceBuffer, RawP2p};
+use streamcomm::{Communicator, DataType, Error, ReduceOp};
+
+use crate::backend::{alone, data, download, gpu_present, launch, poisoned, upload};
+
+/// A small window: every call in several chunks.
+const SMALL: usize = 4 << 10;
+
+#[test]
+fn bad_arguments_fail_at_enqueue_naming_what_was_wrong() {
+    if !gpu_present() {
+        return;
+    }
+    for window in [0, SMALL] {
+        launch(module_path!(), 2, window, "bad-args");
+    }
+}
+
+#[test]
+fn a_peer_that_aborts_releases_the_device_stream_with_the_error_kept() {
+    if !gpu_present() {
+        return;
+    }
+    for window in [0, SMALL] {
+        launch(module_path!(), 2, window, "abort");
+    }
+}
+
+/// The direct path's watchdog: a peer process that exits without leaving
+/// cleanly releases the streams waiting for it, with the error kept.
+#[test]
+fn a_dead_peer_releases_waiting_streams_with_the_error_kept() {
+    if !gpu_present() {
+        return;
+    }
+    launch(module_path!(), 3, SMALL, "dead");
+}
+
+#[test]
+fn one_rank_with_another_window_sends_every_rank_down_the_staged_path() {
+    if !gpu_present() {
+        return;
+    }
+    launch(module_path!(), 3, SMALL, "odd-window");
+}
+
+#[test]
+fn reductions_over_nine_ranks_fall_back_to_staging_and_copies_stay_direct() {
+    if !gpu_present() {
+        return;
+    }
+    launch(module_path!(), 9, SMALL, "nine");
+}
+
+#[test]
+fn a_device_group_refuses_overlapping_receives_and_unpaired_self_sends() {
+    if !gpu_present() {
+        return;
+    }
+    let (overlap, unpaired, empty) = alone(|cuda, s| {
+        let a = poisoned::<f32>(s, 64);
+        let (base, _guard) = streamcomm::cuda::DevicePtr::device_ptr(&a, s);
+        let buf = |off: u64, len: usize| RawDeviceBuffer {
+            ptr: base + 4 * off,
+            len,
+        };
+        let op = |send: bool, b: RawDeviceBuffer| RawP2p {
+            send,
+            peer: 0,
+            dtype: DataType::F32,
+            buf: b,
+        };
+        // SAFETY: (all three) the ranges lie inside `a`, which outlives the
+        // synchronisation below; refused groups enqueue nothing.
+        let overlap = unsafe {
+            cuda.group_raw(
+                &[op(false, buf(0, 64)), op(true, buf(8, 56))],
+                s.cu_stream(),
+            )
+        };
+        // SAFETY: as above.
+        let unpaired = unsafe { cuda.group_raw(&[op(true, buf(0, 64))], s.cu_stream()) };
+        // SAFETY: as above.
+        let empty = unsafe { cuda.group_raw(&[], s.cu_stream()) };
+        s.synchronize().unwrap();
+        (
+            overlap.unwrap_err().to_string(),
+            unpaired.unwrap_err().to_string(),
+            empty.is_ok(),
+        )
+    });
+    assert!(overlap.contains("overlaps"), "{overlap}");
+    assert!(unpaired.contains("send(s) to this rank"), "{unpaired}");
+    assert!(empty);
+}
+
+/// One rank of the tests above, as a process: runs `SC_CUDA_SCENARIO`.
+#[test]
+#[ignore = "a rank of the tests above"]
+fn child() {
+    let scenario = std::env::var("SC_CUDA_SCENARIO").expect("set by the parent test");
+    let mut config = Config::from_env().unwrap();
+    let rank: usize = std::env::var("RANK").unwrap().parse().unwrap();
+    if scenario == "odd-window" && rank == 1 {
+        config.cuda_window *= 2;
+    }
+    let window = config.cuda_window;
+    let comm = Communicator::from_env_with_config(config).unwrap();
+    let cuda = CudaComm::new(&comm, 0).unwrap();
+    let ctx = CudaContext::new(0).unwrap();
+    let s = ctx.new_stream().unwrap();
+    match scenario.as_str() {
+        "bad-args" => bad_args(&cuda, &s),
+        "abort" => abort(&cuda, &s),
+        "dead" => dead(&cuda, &s),
+        "odd-window" => {
+            assert!(!cuda.uses_direct_path(), "rank {rank}, window {window}");
+            let bad = sums(&cuda, &s, 1000);
+            assert!(bad.is_empty(), "{bad:#?}");
+        }
+        "nine" => {
+            assert!(cuda.uses_direct_path());
+            let bad = sums(&cuda, &s, 333);
+            assert!(bad.is_empty(), "{bad:#?}");
+        }
+        other => panic!("unknown scenario {other}"),
+    }
+    streamcomm_testkit::child_ran();
+}
+
+fn bad_args(cuda: &CudaComm, s: &Arc<CudaStream>) {
+    let send = upload::<f32>(s, &[1.0; 10]);
+    let mut small = poisoned::<f32>(s, 9);
+    let short = cuda
+        .all_reduce(&send, &mut small, ReduceOp::Sum, s)
+        .unwrap_err()
+        .to_string();
+    let root = cuda
+        .broadcast(&send, &mut small, 2, s)
+        .unwrap_err()
+        .to_string();
+    let mut odd = poisoned::<f32>(s, 7);
+    let indivisible = cuda
+        .all_gather_in_place(&mut odd, s)
+        .unwrap_err()
+        .to_string();
+    let (addr, _guard) = streamcomm::cuda::DevicePtr::device_ptr(&send, s);
+    let same = RawDeviceBuffer { ptr: addr, len: 10 };
+    // SAFETY: `send` holds 10 f32 and outlives the synchronisation below; the
+    // call is refused before anything is enqueued.
+    let aliased = unsafe {
+        cuda.collective_raw(
+            streamcomm::plan::Collective::AllReduce,
+            DataType::F32,
+            ReduceOp::Sum,
+            streamcomm::cuda::RawBuffers::Separate {
+                send: same,
+                recv: same,
+            },
+            s.cu_stream(),
+        )
+    }
+    .unwrap_err()
+    .to_string();
+    // Nothing was enqueued: a barrier still lines up on both ranks.
+    cuda.barrier(s).unwrap();
+    s.synchronize().unwrap();
+    assert!(
+        short.contains("recv holds 9 elements, the call needs 10"),
+        "{short}"
+    );
+    assert!(root.contains("root 2"), "{root}");
+    assert!(indivisible.contains("not divisible"), "{indivisible}");
+    assert!(aliased.contains("same buffer"), "{aliased}");
+    assert!(cuda.async_error().is_none(), "{:?}", cuda.async_error());
+}
+
+fn abort(cuda: &CudaComm, s: &Arc<CudaStream>) {
+    let comm = cuda.communicator();
+    comm.barrier_host().unwrap();
+    if comm.rank() == 1 {
+        comm.abort();
+        return;
+    }
+    let send = upload::<f32>(s, &[1.0; 64]);
+    let mut recv = poisoned::<f32>(s, 64);
+    // Rank 0's all-reduce can never complete: its stream must not hang on a
+    // wait, and the error must be kept.
+    let enqueued = cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, s);
+    let synced = s.synchronize();
+    if enqueued.is_ok() {
+        assert!(synced.is_ok(), "the stream drains: {synced:?}");
+    }
+    let kept = cuda.async_error().expect("the error is kept");
+    assert!(
+        matches!(
+            kept,
+            Error::RemoteFailed { .. } | Error::Aborted(_) | Error::Timeout { .. }
+        ),
+        "{kept}"
+    );
+    assert!(
+        cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, s).is_err(),
+        "later calls return the error"
+    );
+}
+
+fn dead(cuda: &CudaComm, s: &Arc<CudaStream>) {
+    let comm = cuda.communicator();
+    comm.barrier_host().unwrap();
+    if comm.rank() == 2 {
+        // Never joins the all-reduce; exits (no clean leave) once the
+        // others have had time to enqueue theirs.
+        std::thread::sleep(Duration::from_millis(300));
+        streamcomm_testkit::child_ran();
+        std::process::exit(0);
+    }
+    let send = upload::<f32>(s, &[1.0; 5000]);
+    let mut recv = poisoned::<f32>(s, 5000);
+    cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, s)
+        .expect("enqueued before the peer died");
+    let start = Instant::now();
+    s.synchronize().expect("the stream drains");
+    let waited = start.elapsed();
+    assert!(
+        waited < Duration::from_secs(20),
+        "released after {waited:?}"
+    );
+    let kept = cuda.async_error().expect("the error is kept");
+    assert!(
+        matches!(kept, Error::RemoteFailed { peer: 2, .. }),
+        "{kept}"
+    );
+    assert!(cuda.barrier(s).is_err(), "later calls return the error");
+}
+
+/// An all_gather then an all_reduce of `count` f32 per rank, checked.
+fn sums(cuda: &CudaComm, s: &Arc<CudaStream>, count: usize) -> Vec<String> {
+    let seed: u64 = 0x5eed;
+    let (r, n) = (cuda.communicator().rank(), cuda.communicator().size());
+    let inputs: Vec<Vec<f64>> = (0..n).map(|q| data(seed, q, count)).collect();
+    let send = upload::<f32>(s, &inputs[r]);
+    let mut gathered = poisoned::<f32>(s, n * count);
+    let mut summed = poisoned::<f32>(s, count);
+    cuda.all_gather(&send, &mut gathered, s).unwrap();
+    cuda.all_reduce(&send, &mut summed, ReduceOp::Sum, s)
+        .unwrap();
+    let (gathered, summed) = (download(s, &gathered), download(s, &summed));
+    assert!(cuda.async_error().is_none(), "{:?}", cuda.async_error());
+    let mut bad = Vec::new();
+    for i in 0..count {
+        let want: f64 = inputs.iter().map(|v| v[i]).sum();
+        if summed[i] != want && bad.len() < 5 {
+            bad.push(format!("rank {r} all_reduce[{i}]: {} vs {want}", summed[i]));
+        }
+        for q in 0..n {
+            let got = gathered[q * count + i];
+            if got != inputs[q][i] && bad.len() < 5 {
+                bad.push(format!("rank {r} all_gather[{q}][{i}]: {got}"));
+            }
+        }
+    }
+    bad
+}
