@@ -13,7 +13,7 @@
 //! | `processes` | copies of the test binary, as `streamcomm-run` starts them | `collectives`, `algos`, `barrier`, `launch_env`, `launcher`, `launcher_nodes`, `stale_segments` |
 //! | `transports` | threads or processes over one named transport | `tcp`, `verbs` (Soft-RoCE guest), `across_hosts` (network namespaces) |
 //! | `faults` | processes or threads that fail on purpose | `injected` (`fault-injection` feature), `peer_death` |
-//! | `cuda` | the CUDA backend | `backend` |
+//! | `cuda` | the CUDA backend, ranks as processes (a GPU or the stand-in) | `backend`, `failures` |
 //! | `fuzz_decoders` | none: malformed input to every decoder | one module per decoder |
 //!
 //! Shared support: `common/` (inputs, f64 references, element checks),
