@@ -9,7 +9,6 @@
 //! [`child_ran`] at the end of its body.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The environment variable that carries the proof directory to children.
@@ -61,14 +60,10 @@ impl ChildProof {
         }
     }
 
-    /// The variable and value to set in each child's environment.
+    /// The variable and value to set in each child's environment (for a
+    /// `Command`: `.envs([proof.env()])`).
     pub fn env(&self) -> (&'static str, String) {
         (PROOF_DIR_VAR, self.dir.to_string_lossy().into_owned())
-    }
-
-    /// Sets the proof directory in `cmd`'s environment.
-    pub fn apply(&self, cmd: &mut Command) {
-        cmd.env(PROOF_DIR_VAR, &self.dir);
     }
 
     /// How many children have called [`child_ran`] so far.

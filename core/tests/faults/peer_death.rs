@@ -162,7 +162,7 @@ fn a_rank_that_leaves_cleanly_is_not_a_failure() {
         .map(|rank| {
             std::process::Command::new(&exe)
                 .args(streamcomm_testkit::child_args!("leaver_child"))
-                .env(proof.env().0, proof.env().1)
+                .envs([proof.env()])
                 .env(LEAVER, "1")
                 .env("STREAMCOMM_UNIQUE_ID", id.to_string())
                 .env("RANK", rank.to_string())

@@ -51,7 +51,7 @@ fn run(name: &str, vars: impl Fn(usize) -> Vec<(&'static str, String)>) {
                 .env("MASTER_ADDR", "127.0.0.1")
                 .env("MASTER_PORT", &port)
                 .env("STREAMCOMM_TIMEOUT", "30");
-            proof.apply(&mut cmd);
+            cmd.envs([proof.env()]);
             for var in [
                 "RANK",
                 "WORLD_SIZE",

@@ -316,7 +316,7 @@ fn libibverbs_is_not_linked() {
     let proof = streamcomm_testkit::ChildProof::new("libibverbs_is_not_linked");
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args(streamcomm_testkit::child_args!("child"))
-        .env(proof.env().0, proof.env().1)
+        .envs([proof.env()])
         .env(SCENARIO, "unlinked")
         .output()
         .unwrap();
