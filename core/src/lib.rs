@@ -84,6 +84,7 @@ pub mod config;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub(crate) mod device;
+pub(crate) mod engine;
 pub mod error;
 pub mod host;
 pub mod launch;

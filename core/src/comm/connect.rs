@@ -14,21 +14,19 @@ use std::sync::Arc;
 use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::comm::endpoint::{pair_uses_verbs, Endpoint, VERBS_FORCED};
 use crate::config::{Config, TransportChoice};
+use crate::engine::{Kick, Source};
 use crate::transport::ring::RingShape;
 use crate::transport::tcp::setup::{connect_all, ConnectPlan};
-use crate::transport::tcp::{TcpNet, TcpPeerSetup, TcpRings};
+use crate::transport::tcp::{TcpPeerSetup, TcpRings, TcpSource};
 use crate::transport::{ring_offset, Connection, Link, Segment};
 use crate::{Error, Result};
 
-/// Every peer's connection, plus the tcp peers for the network thread.
+/// Every peer's connection, plus what the progress engine must drive.
 pub(crate) struct Links {
     /// `peers[p]` for every rank (`None` for ourselves).
     pub peers: Vec<Option<Connection>>,
-    /// tcp peers to hand to the network thread.
-    pub tcp: Vec<TcpPeerSetup>,
-    /// verbs peers to hand to the verbs proxy thread.
-    #[cfg(feature = "verbs")]
-    pub verbs: Vec<crate::transport::verbs::VerbsPeerSetup>,
+    /// The proxied transports' sources (tcp, verbs), for the engine.
+    pub sources: Vec<Box<dyn Source>>,
 }
 
 /// The RDMA device this rank may use, if any.
@@ -38,7 +36,8 @@ pub(crate) type VerbsDevice = Option<Arc<crate::transport::verbs::device::Device
 #[cfg(not(feature = "verbs"))]
 pub(crate) type VerbsDevice = Option<()>;
 
-/// Opens a connection to every peer.
+/// Opens a connection to every peer; proxied connections wake the progress
+/// engine through `kick`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn connect_peers(
     rank: usize,
@@ -51,6 +50,7 @@ pub(crate) fn connect_peers(
     shape: RingShape,
     boot: &mut Bootstrap,
     device: &VerbsDevice,
+    kick: &Arc<Kick>,
 ) -> Result<Links> {
     let size = endpoints.len();
     let mut use_tcp = vec![false; size];
@@ -125,8 +125,9 @@ pub(crate) fn connect_peers(
         .enumerate()
         .any(|(a, ea)| endpoints[a + 1..].iter().any(|eb| pair_uses_verbs(ea, eb)));
     let verbs_peers: Vec<usize> = (0..size).filter(|&p| use_verbs[p]).collect();
+    let mut sources: Vec<Box<dyn Source>> = Vec::new();
     #[cfg(feature = "verbs")]
-    let mut verbs = match any_verbs {
+    let verbs = match any_verbs {
         true => crate::transport::verbs::connect(
             boot,
             rank,
@@ -136,6 +137,19 @@ pub(crate) fn connect_peers(
             &std::sync::Arc::new(segment.barrier_area(size)),
         )?,
         false => Vec::new(),
+    };
+    #[cfg(feature = "verbs")]
+    let verbs = {
+        let rings: Vec<_> = verbs.iter().map(|v| (v.peer, v.rings.clone())).collect();
+        let (shared, source) = crate::transport::verbs::share(verbs);
+        if !shared.is_empty() {
+            sources.push(Box::new(source));
+        }
+        rings
+            .into_iter()
+            .zip(shared)
+            .map(|((p, rings), (_, peer))| (p, rings, peer))
+            .collect::<Vec<_>>()
     };
     #[cfg(not(feature = "verbs"))]
     {
@@ -147,46 +161,45 @@ pub(crate) fn connect_peers(
         }
     }
     let mut peers = Vec::with_capacity(size);
-    let mut tcp = Vec::new();
+    let (mut tcp_io, mut tcp_rings) = (Vec::new(), Vec::new());
     for (p, ep) in endpoints.iter().enumerate() {
         if p == rank {
             peers.push(None);
         } else if use_verbs[p] {
             #[cfg(feature = "verbs")]
             {
-                let i = verbs.iter().position(|v| v.peer == p).ok_or_else(|| {
+                let (_, rings, direct) = verbs.iter().find(|v| v.0 == p).ok_or_else(|| {
                     Error::Bootstrap(format!("verbs: no connection formed to rank {p}"))
                 })?;
-                let rings = verbs[i].rings.clone();
                 let (send, recv) = rings.stream_ends();
                 peers.push(Some(Connection {
                     send,
                     recv,
                     link: Link::Verbs {
-                        rings,
-                        // Replaced by the proxy thread's kick once it starts.
-                        kick: Arc::new(crate::transport::tcp::kick::Kick::new()?),
-                        direct: None,
+                        _rings: rings.clone(),
+                        kick: kick.clone(),
+                        direct: direct.clone(),
                     },
                 }));
             }
         } else if use_tcp[p] {
             let rings = Arc::new(TcpRings::new(shape));
             let (send, recv) = rings.stream_ends();
-            tcp.push(TcpPeerSetup {
+            let io = TcpPeerSetup {
                 peer: p,
                 rings: rings.clone(),
                 sockets: sockets.remove(&p).unwrap_or_default(),
-            });
+            }
+            .into_io();
+            tcp_io.push(io.clone());
+            tcp_rings.push(rings.clone());
             peers.push(Some(Connection {
                 send,
                 recv,
                 link: Link::Tcp {
-                    // Set with the kick once the network thread starts.
-                    io: None,
-                    rings,
-                    // Replaced by the network thread's kick once it starts.
-                    kick: Arc::new(crate::transport::tcp::kick::Kick::new()?),
+                    io,
+                    _rings: rings,
+                    kick: kick.clone(),
                 },
             }));
         } else {
@@ -198,41 +211,8 @@ pub(crate) fn connect_peers(
             }));
         }
     }
-    Ok(Links {
-        peers,
-        tcp,
-        #[cfg(feature = "verbs")]
-        verbs: std::mem::take(&mut verbs),
-    })
-}
-
-/// The verbs proxy thread, when the build has one.
-#[cfg(feature = "verbs")]
-pub(crate) type VerbsNetRef<'a> = Option<&'a crate::transport::verbs::VerbsNet>;
-/// Without the `verbs` feature there is never a verbs proxy.
-#[cfg(not(feature = "verbs"))]
-pub(crate) type VerbsNetRef<'a> = Option<&'a std::convert::Infallible>;
-
-/// Points a tcp or verbs connection (to `peer`) at its running proxy
-/// thread: its kick; for tcp the peer's transfer state, so that streams
-/// can move their own bytes; for verbs the peer's shared state.
-pub(crate) fn attach_kick(
-    mut c: Connection,
-    peer: usize,
-    net: Option<&TcpNet>,
-    vnet: VerbsNetRef<'_>,
-) -> Connection {
-    match (&mut c.link, net, vnet) {
-        (Link::Tcp { kick, io, .. }, Some(net), _) => {
-            *kick = net.thread.kick().clone();
-            *io = net.peer_io(peer);
-        }
-        #[cfg(feature = "verbs")]
-        (Link::Verbs { kick, direct, .. }, _, Some(v)) => {
-            *kick = v.thread.kick().clone();
-            *direct = v.peer(peer);
-        }
-        _ => {}
+    if !tcp_io.is_empty() {
+        sources.push(Box::new(TcpSource::new(tcp_io, tcp_rings)));
     }
-    c
+    Ok(Links { peers, sources })
 }

@@ -13,19 +13,28 @@ use std::sync::{Arc, Mutex};
 use crate::comm::barrier::BarrierState;
 use crate::comm::buffer::Binding;
 use crate::comm::p2p::P2pState;
-use crate::comm::proxy::ProxyHandle;
 use crate::comm::turns::Turns;
 use crate::config::Config;
+use crate::engine::{Engine, FailureSink};
 use crate::host::JobMode;
 use crate::plan::{apply_step, signature, Plan, Step};
 use crate::transport::fault::FaultInjector;
 use crate::transport::ring::RingError;
-use crate::transport::tcp::progress::FailureSink;
-use crate::transport::tcp::TcpNet;
 use crate::transport::{raise_failure, Connection, Segment};
 use crate::tuning::Selector;
 use crate::wait::{WaitError, WaitPolicy};
 use crate::{Error, Result};
+
+/// The sleep hook of waits when some peer is reached over verbs (see
+/// [`CommInner::policy`]).
+fn verbs_sleep_hook(
+    engine: &Engine,
+    peers: &[Option<Connection>],
+) -> Option<Box<dyn Fn() + Send + Sync>> {
+    let verbs = peers.iter().flatten().any(|c| c.transport() == "verbs");
+    let kick = engine.handle().kick().clone();
+    verbs.then(|| Box::new(move || kick.kick()) as Box<dyn Fn() + Send + Sync>)
+}
 
 /// Where this communicator's ranks live.
 #[derive(Clone, Debug)]
@@ -47,19 +56,20 @@ pub(crate) struct Topology {
     pub core_binding: super::affinity::CoreBinding,
 }
 
-/// State shared by the communicator handle, its stream tasks and its proxy.
+/// State shared by the communicator handle, its stream tasks and its
+/// progress engine.
 pub(crate) struct CommInner {
     pub rank: usize,
     pub size: usize,
     pub config: Config,
     pub topology: Topology,
-    /// The tcp network thread, if any peer is reached over tcp (declared
-    /// before `peers`: it is stopped before the ring memory it uses goes).
-    pub net: Option<TcpNet>,
-    /// The verbs proxy thread, if any peer is reached over verbs (also
-    /// before `peers`, for the same reason).
-    #[cfg(feature = "verbs")]
-    pub verbs_net: Option<crate::transport::verbs::VerbsNet>,
+    /// The progress engine (declared before `peers`: it is stopped, after
+    /// flushing what the streams staged, before the connections go).
+    pub engine: Engine,
+    /// What a waiter calls before it sleeps when some peer is reached over
+    /// verbs: it wakes the engine, which then asks the CQs for an event at
+    /// every completion (see `transport::verbs::source`).
+    verbs_sleep: Option<Box<dyn Fn() + Send + Sync>>,
     /// `peers[p]` connects to rank `p` (`None` for ourselves).
     pub peers: Vec<Option<Connection>>,
     /// Barrier algorithm, epochs and flag areas (declared, so dropped,
@@ -70,7 +80,6 @@ pub(crate) struct CommInner {
     pub turns: Turns,
     pub spin: u32,
     error: Arc<Mutex<Option<Error>>>,
-    pub proxy: ProxyHandle,
     /// Chooses each collective's algorithm (override or cost model).
     pub selector: Selector,
     /// Point-to-point rendezvous numbering and byte counters.
@@ -87,13 +96,11 @@ impl CommInner {
         size: usize,
         config: Config,
         topology: Topology,
-        net: Option<TcpNet>,
-        #[cfg(feature = "verbs")] verbs_net: Option<crate::transport::verbs::VerbsNet>,
+        engine: Engine,
         peers: Vec<Option<Connection>>,
         error: Arc<Mutex<Option<Error>>>,
         segment: Arc<Segment>,
         spin: u32,
-        proxy: ProxyHandle,
         barrier: BarrierState,
         faults: FaultInjector,
     ) -> CommInner {
@@ -103,15 +110,13 @@ impl CommInner {
             size,
             config,
             topology,
-            net,
-            #[cfg(feature = "verbs")]
-            verbs_net,
+            verbs_sleep: verbs_sleep_hook(&engine, &peers),
+            engine,
             peers,
             segment,
             turns: Turns::default(),
             spin,
             error,
-            proxy,
             barrier,
             selector,
             p2p: P2pState::new(size),
@@ -123,14 +128,10 @@ impl CommInner {
     pub(crate) fn policy(&self) -> WaitPolicy<'_> {
         let p = WaitPolicy::new(self.spin, self.config.timeout)
             .with_abort(&self.segment.header().failed_by);
-        // A waiter about to sleep tells the verbs proxy, which then asks
-        // its CQs for an event at every completion (see
-        // `transport::verbs::proxy`).
-        #[cfg(feature = "verbs")]
-        if let Some(v) = &self.verbs_net {
-            return p.with_on_sleep(v.sleep_hook());
+        match &self.verbs_sleep {
+            Some(hook) => p.with_on_sleep(&**hook),
+            None => p,
         }
-        p
     }
 
     /// The stored error, if the communicator has failed.
@@ -154,13 +155,7 @@ impl CommInner {
         for seg in self.peers.iter().flatten().filter_map(|c| c.peer_segment()) {
             raise_failure(seg.header(), culprit);
         }
-        if let Some(net) = &self.net {
-            net.thread.notify_abort(culprit);
-        }
-        #[cfg(feature = "verbs")]
-        if let Some(v) = &self.verbs_net {
-            v.thread.notify_abort(culprit);
-        }
+        self.engine.handle().notify_abort(culprit);
     }
 
     /// Runs `f` in issue order under `ticket`, recording any failure.

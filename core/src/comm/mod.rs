@@ -20,7 +20,6 @@ mod connect;
 mod endpoint;
 pub(crate) mod inner;
 pub mod p2p;
-mod proxy;
 mod selection;
 pub(crate) mod task;
 mod turns;
@@ -38,18 +37,18 @@ pub use p2p::{Group, P2pStats};
 
 use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::config::Config;
-use crate::config::TransportChoice;
+use crate::config::{Progress, TransportChoice};
+use crate::engine::Engine;
 use crate::transport::fault::FaultInjector;
 use crate::transport::ring::RingShape;
-use crate::transport::tcp::{setup, TcpNet};
+use crate::transport::tcp::setup;
 use crate::transport::Segment;
 use crate::wait::spin_budget;
 use crate::{Error, Result};
 use barrier::BarrierState;
-use connect::{attach_kick, connect_peers};
+use connect::connect_peers;
 use inner::CommFailure;
 use inner::{CommInner, Topology};
-use proxy::ProxyHandle;
 
 /// Where a communicator's streams and buffers live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,8 +270,19 @@ impl Communicator {
         }
         crate::tuning::check_same_everywhere(&mut boot, &config)?;
         let endpoints_pids: Vec<u32> = endpoints.iter().map(|e| e.pid).collect();
+        let engine = Engine::new()?;
         let links = connect_peers(
-            rank, &config, &endpoints, &me, &segment, id, listener, shape, &mut boot, &device,
+            rank,
+            &config,
+            &endpoints,
+            &me,
+            &segment,
+            id,
+            listener,
+            shape,
+            &mut boot,
+            &device,
+            engine.handle().kick(),
         )?;
         // Every peer has mapped our segment: remove its name so nothing is
         // left behind, whatever happens to this process later.
@@ -308,7 +318,7 @@ impl Communicator {
             core_binding,
         };
         let error = Arc::new(std::sync::Mutex::new(None));
-        // Proxy threads raise the failure word of every segment we reach.
+        // The engine raises the failure word of every segment we reach.
         let mut segments = vec![segment.clone()];
         segments.extend(
             links
@@ -317,42 +327,13 @@ impl Communicator {
                 .flatten()
                 .filter_map(|c| c.peer_segment().cloned()),
         );
-        let net = if links.tcp.is_empty() {
-            None
-        } else {
-            let sink = CommFailure {
-                rank,
-                error: error.clone(),
-                segments: segments.clone(),
-            };
-            Some(TcpNet::start(rank, links.tcp, sink)?)
+        let sink = CommFailure {
+            rank,
+            error: error.clone(),
+            segments,
         };
-        #[cfg(feature = "verbs")]
-        let verbs_net = if links.verbs.is_empty() {
-            None
-        } else {
-            let sink = CommFailure {
-                rank,
-                error: error.clone(),
-                segments,
-            };
-            Some(crate::transport::verbs::VerbsNet::start(
-                rank,
-                links.verbs,
-                sink,
-            )?)
-        };
-        #[cfg(feature = "verbs")]
-        let vnet = verbs_net.as_ref();
-        #[cfg(not(feature = "verbs"))]
-        let vnet = None;
-        // Connections reach their proxy thread through its kick.
-        let peers = links
-            .peers
-            .into_iter()
-            .enumerate()
-            .map(|(p, c)| c.map(|c| attach_kick(c, p, net.as_ref(), vnet)))
-            .collect::<Vec<_>>();
+        let peers = links.peers;
+        let mut sources = links.sources;
         let barrier = BarrierState::for_peers(
             rank,
             size,
@@ -364,27 +345,15 @@ impl Communicator {
             host_index,
             counter_over_verbs(&endpoints),
         )?;
-        let (proxy, rx) = ProxyHandle::channel();
         crate::wait::note_local_ranks(local_ranks);
         let spin = spin_budget(config.spin, local_ranks);
         let inner = Arc::new(CommInner::new(
-            rank,
-            size,
-            config,
-            topology,
-            net,
-            #[cfg(feature = "verbs")]
-            verbs_net,
-            peers,
-            error,
-            segment,
-            spin,
-            proxy,
-            barrier,
-            faults,
+            rank, size, config, topology, engine, peers, error, segment, spin, barrier, faults,
         ));
-        ProxyHandle::start(proxy::weak(&inner), rx, rank)?;
+        // Shared-memory peers in other processes are watched; threads of
+        // this process die with it.
         let shm_peers: Vec<(usize, u32)> = (0..size)
+            .filter(|&p| endpoints_pids[p] != std::process::id())
             .filter(|&p| {
                 inner.peers[p]
                     .as_ref()
@@ -392,7 +361,14 @@ impl Communicator {
             })
             .map(|p| (p, endpoints_pids[p]))
             .collect();
-        watchdog::start(proxy::weak(&inner), rank, shm_peers)?;
+        if let Some(watch) = watchdog::PeerWatch::new(Arc::downgrade(&inner), shm_peers) {
+            sources.push(Box::new(watch));
+        }
+        // One thread for everything off the callers' threads, if there is
+        // anything: proxied transports, the watch, barriers run off-stream.
+        if !sources.is_empty() || inner.config.progress == Progress::Proxy {
+            inner.engine.start(rank, sources, Box::new(sink))?;
+        }
         tracing::debug!(rank, size, local_ranks, cpu = ?core_binding.cpu(), "communicator ready");
         Ok(Communicator { inner })
     }

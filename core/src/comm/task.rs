@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use crate::comm::buffer::Binding;
 use crate::comm::inner::CommInner;
-use crate::comm::proxy::ProxyOp;
 use crate::config::Progress;
 use crate::host::{Doorbell, Job, JobMode, Task, WaitCmp};
 use crate::plan::Plan;
@@ -38,8 +37,8 @@ impl Task for PlanTask {
     }
 }
 
-/// A barrier that the proxy runs while the stream waits on a doorbell
-/// ([`Progress::Proxy`]).
+/// A barrier that the progress engine runs while the stream waits on a
+/// doorbell ([`Progress::Proxy`]).
 pub(crate) struct ProxyBarrierTask {
     pub comm: Arc<CommInner>,
     /// Release doorbell: fixed for the life of the task (and of any graph).
@@ -54,14 +53,20 @@ impl Task for ProxyBarrierTask {
             if mode == JobMode::Skip {
                 return comm.run_ticketed(ticket, mode, "barrier", |_| Ok(()));
             }
-            // Signal(arrive): hand the barrier to the proxy.
-            if let Err(e) = comm.proxy.post(ProxyOp::Barrier {
-                ticket,
-                release: release.clone(),
-            }) {
-                comm.fail(&e);
-                return Err(e);
-            }
+            // Signal(arrive): hand the barrier to the progress engine,
+            // which runs it in issue order and writes the release doorbell
+            // (1 to go on, POISON on failure).
+            let (weak, bell) = (Arc::downgrade(&comm), release.clone());
+            comm.engine.handle().post(Box::new(move || {
+                let Some(comm) = weak.upgrade() else {
+                    bell.store(Doorbell::POISON);
+                    return;
+                };
+                let _span = tracing::trace_span!("engine_barrier", ticket).entered();
+                let r =
+                    comm.run_ticketed(ticket, JobMode::Run, "barrier", |c| c.run_barrier(ticket));
+                bell.store(if r.is_ok() { 1 } else { Doorbell::POISON });
+            }));
             // Wait(release == 1), then reset to 0 (the consumer resets).
             let policy = comm.policy();
             let r = release.wait(WaitCmp::Eq, 1, &policy);
@@ -79,7 +84,7 @@ impl Task for ProxyBarrierTask {
                 Err(Some(w)) => Err(comm.wait_error(
                     w,
                     &format!("barrier #{ticket}"),
-                    "the proxy to release the barrier".into(),
+                    "the progress engine to release the barrier".into(),
                     None,
                 )),
             }

@@ -1,54 +1,90 @@
 //! Noticing that a rank sharing our memory has died.
 //!
 //! A process killed by a signal cannot raise the failure word of its peers,
-//! and shared memory does not close like a socket does, so each communicator
-//! with shared-memory peers has a watchdog thread that looks at their
-//! processes every [`PERIOD`]: a peer that is gone (or a zombie) fails the
-//! communicator with [`Error::RemoteFailed`] naming it, which releases every
-//! wait at once instead of at the timeout. A peer that dropped its
-//! communicator cleanly first (its segment's `departed` word) is not a
-//! failure: it may exit while this rank finishes its last operation. The thread holds only a `Weak`
-//! reference and ends with the communicator.
+//! and shared memory does not close like a socket does, so a communicator
+//! with shared-memory peers in other processes has its progress engine look
+//! at their processes every [`PERIOD`] ([`PeerWatch`], one of the engine's
+//! sources): a peer that is gone (or a zombie) fails the communicator with
+//! [`Error::RemoteFailed`] naming it, which releases every wait at once
+//! instead of at the timeout. A peer that dropped its communicator cleanly
+//! first (its segment's `departed` word) is not a failure: it may exit
+//! while this rank finishes its last operation. The watch holds only a
+//! `Weak` reference to the communicator.
 
 use std::sync::Weak;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::comm::inner::CommInner;
-use crate::{Error, Result};
+use crate::engine::{Ctx, PollSet, Source};
+use crate::Error;
 
 /// How often peers' processes are checked.
 pub const PERIOD: Duration = Duration::from_millis(100);
 
-/// Starts the watchdog for `peers` (rank, process id); nothing for none.
-///
-/// # Errors
-/// [`Error::Os`] when the thread cannot be started.
-pub(crate) fn start(comm: Weak<CommInner>, rank: usize, peers: Vec<(usize, u32)>) -> Result<()> {
-    if peers.is_empty() {
-        return Ok(());
-    }
-    std::thread::Builder::new()
-        .name(format!("streamcomm-watchdog-{rank}"))
-        .spawn(move || loop {
-            std::thread::sleep(PERIOD);
-            let Some(comm) = comm.upgrade() else { return };
-            if comm.error().is_some() {
-                return;
-            }
-            // A peer that dropped its communicator cleanly may exit while
-            // this rank finishes its own last operation: not a failure.
-            let dead = |&&(peer, pid): &&(usize, u32)| peer_gone(&comm, peer, pid);
-            if let Some(&(peer, pid)) = peers.iter().find(dead) {
-                comm.fail(&Error::RemoteFailed {
-                    peer,
-                    op: "communicator".into(),
-                    cause: format!("its process {pid} has exited"),
-                });
-                return;
-            }
+/// The engine source that watches peers' processes.
+pub(crate) struct PeerWatch {
+    comm: Weak<CommInner>,
+    /// (rank, process id) of every shared-memory peer in another process.
+    peers: Vec<(usize, u32)>,
+    next: Instant,
+}
+
+impl PeerWatch {
+    /// A watch over `peers` (rank, process id); `None` for no peers.
+    pub(crate) fn new(comm: Weak<CommInner>, peers: Vec<(usize, u32)>) -> Option<PeerWatch> {
+        (!peers.is_empty()).then(|| PeerWatch {
+            comm,
+            peers,
+            next: Instant::now() + PERIOD,
         })
-        .map(drop)
-        .map_err(|e| Error::os("spawn watchdog thread", e))
+    }
+
+    /// Looks at the peers once; false when there is nothing left to watch
+    /// (the communicator is gone or failed).
+    fn check(&self) -> bool {
+        let Some(comm) = self.comm.upgrade() else {
+            return false;
+        };
+        if comm.error().is_some() {
+            return false;
+        }
+        // A peer that dropped its communicator cleanly may exit while this
+        // rank finishes its own last operation: not a failure.
+        let dead = |&&(peer, pid): &&(usize, u32)| peer_gone(&comm, peer, pid);
+        if let Some(&(peer, pid)) = self.peers.iter().find(dead) {
+            comm.fail(&Error::RemoteFailed {
+                peer,
+                op: "communicator".into(),
+                cause: format!("its process {pid} has exited"),
+            });
+            return false;
+        }
+        true
+    }
+}
+
+impl Source for PeerWatch {
+    fn progress(&mut self, _ctx: &Ctx<'_>, _fds: &PollSet) -> bool {
+        false
+    }
+
+    /// Checks when due, once per sleep of the engine (a busy engine is
+    /// moving its peers' bytes, which tells on dead peers by itself), and
+    /// bounds the sleep by the next check.
+    fn arm(&mut self, _fds: &mut PollSet) -> Option<Duration> {
+        if self.peers.is_empty() {
+            return None;
+        }
+        let now = Instant::now();
+        if now >= self.next {
+            if !self.check() {
+                self.peers.clear();
+                return None;
+            }
+            self.next = now + PERIOD;
+        }
+        Some(self.next - now)
+    }
 }
 
 /// True when `peer`'s process `pid` (on this host) is gone without having

@@ -13,7 +13,6 @@ pub mod barrier_area;
 pub mod fault;
 pub mod fault_spec;
 pub mod local_ring;
-pub mod net_thread;
 pub mod ring;
 pub mod shm;
 pub mod sweep;
@@ -158,34 +157,33 @@ impl Segment {
 
 /// Which transport a connection uses.
 #[derive(Debug)]
-pub enum Link {
+pub(crate) enum Link {
     /// Shared memory: `send` lies in the peer's segment (kept alive here).
     Shm {
         /// The peer's segment.
         peer_segment: Arc<Segment>,
     },
-    /// tcp: both rings are local; the network thread moves the slots, and
+    /// tcp: both rings are local; the progress engine moves the slots, and
     /// so does a stream that would otherwise wait for it ([`tcp::inline`]).
     Tcp {
-        /// The peer's transfer state, shared with the network thread (set
-        /// once it starts; dropped before the rings it points into).
-        io: Option<Arc<std::sync::Mutex<tcp::progress::PeerIo>>>,
-        /// The rings' memory.
-        rings: Arc<tcp::TcpRings>,
-        /// Wakes the network thread after staging a slot or freeing one.
-        kick: Arc<tcp::kick::Kick>,
+        /// The peer's transfer state, shared with the progress engine.
+        io: Arc<std::sync::Mutex<tcp::progress::PeerIo>>,
+        /// Keeps the rings' memory alive.
+        _rings: Arc<tcp::TcpRings>,
+        /// Wakes the progress engine after staging a slot or freeing one.
+        kick: Arc<crate::engine::Kick>,
     },
-    /// verbs: both rings are local; the stream or the proxy thread
+    /// verbs: both rings are local; the stream or the progress engine
     /// RDMA-writes the slots, and whoever polls the CQ publishes the tails.
     #[cfg(feature = "verbs")]
     Verbs {
-        /// The rings' memory (registered with the NIC).
-        rings: Arc<verbs::qp::VerbsRings>,
-        /// Wakes the proxy thread after staging a slot or freeing one.
-        kick: Arc<tcp::kick::Kick>,
-        /// The proxy's state for this peer, so that the stream can post
-        /// what it staged itself (set once the proxy runs).
-        direct: Option<Arc<verbs::progress::SharedPeer>>,
+        /// Keeps the rings' memory (registered with the NIC) alive.
+        _rings: Arc<verbs::qp::VerbsRings>,
+        /// Wakes the progress engine after staging a slot or freeing one.
+        kick: Arc<crate::engine::Kick>,
+        /// This peer's connection state, shared with the progress engine,
+        /// so that the stream can post what it staged itself.
+        direct: Arc<verbs::progress::SharedPeer>,
     },
 }
 
@@ -197,7 +195,7 @@ pub struct Connection {
     /// Ring we read (our inbound ring).
     pub recv: RingEnd,
     /// The transport behind the rings (keeps their memory alive).
-    pub link: Link,
+    pub(crate) link: Link,
 }
 
 impl Connection {
@@ -216,13 +214,10 @@ impl Connection {
     #[inline]
     pub fn after_step(&self) {
         match &self.link {
-            Link::Tcp {
-                io: Some(io), kick, ..
-            } => tcp::inline::pump(io, kick),
-            Link::Tcp { kick, .. } => kick.kick(),
+            Link::Tcp { io, kick, .. } => tcp::inline::pump(io, kick),
             #[cfg(feature = "verbs")]
             Link::Verbs { kick, direct, .. } => {
-                if !direct.as_ref().is_some_and(|d| d.pump()) {
+                if !direct.pump() {
                     kick.kick();
                 }
             }
@@ -238,14 +233,10 @@ impl Connection {
     #[inline]
     pub fn poke(&self) {
         match &self.link {
-            Link::Tcp {
-                io: Some(io), kick, ..
-            } => tcp::inline::pump(io, kick),
+            Link::Tcp { io, kick, .. } => tcp::inline::pump(io, kick),
             #[cfg(feature = "verbs")]
-            Link::Verbs {
-                direct: Some(peer), ..
-            } => peer.poll_now(),
-            _ => {}
+            Link::Verbs { direct, .. } => direct.poll_now(),
+            Link::Shm { .. } => {}
         }
     }
 
@@ -253,12 +244,10 @@ impl Connection {
     /// check); `None` when poking does nothing.
     fn poke_period(&self) -> Option<u32> {
         match &self.link {
-            Link::Tcp { io: Some(_), .. } => Some(tcp::inline::SPIN_CHECKS_PER_PUMP),
+            Link::Tcp { .. } => Some(tcp::inline::SPIN_CHECKS_PER_PUMP),
             #[cfg(feature = "verbs")]
-            Link::Verbs {
-                direct: Some(_), ..
-            } => Some(verbs::POLLS_EVERY),
-            _ => None,
+            Link::Verbs { .. } => Some(verbs::POLLS_EVERY),
+            Link::Shm { .. } => None,
         }
     }
 
@@ -306,7 +295,7 @@ impl Connection {
     #[cfg(feature = "verbs")]
     pub fn rdma(&self) -> Option<&Arc<verbs::progress::SharedPeer>> {
         match &self.link {
-            Link::Verbs { direct, .. } => direct.as_ref(),
+            Link::Verbs { direct, .. } => Some(direct),
             _ => None,
         }
     }

@@ -1,29 +1,29 @@
 //! The stream's share of tcp progress: move your own bytes instead of waiting.
 //!
-//! A hop through the network thread costs two thread hand-offs on top of the
-//! socket itself: the sending stream wakes its network thread (eventfd), and
-//! the receiving network thread wakes the receiving stream. On a machine
+//! A hop through the engine costs two thread hand-offs on top of the
+//! socket itself: the sending stream wakes its engine (eventfd), and
+//! the receiving engine wakes the receiving stream. On a machine
 //! where ranks outnumber cores each hand-off can wait for a core, and a
 //! 4-rank ring all-reduce of 64 B over loopback took ~600 µs (≈ 100 µs a hop,
 //! against 7 µs one way for raw tcp). So a stream that has just staged a
 //! slot writes it to the socket itself, and a stream waiting for a slot (or
 //! for room in its staging ring) reads and writes the sockets itself between
 //! checks, as the host stream's `synchronize` runs queued work itself
-//! (`docs/design/architecture.md`). The network thread remains for everything nobody is
+//! (`docs/design/architecture.md`). The engine remains for everything nobody is
 //! waiting on (large transfers, frames arriving between calls), and stays the
 //! one place where failures are reported.
 //!
 //! Each peer's [`PeerIo`] sits behind a mutex. A stream only ever
-//! `try_lock`s it (if the network thread holds it, that thread is already
-//! moving the bytes); the network thread locks it only around non-blocking
-//! I/O. After moving bytes, a stream wakes the network thread when a socket
+//! `try_lock`s it (if the engine holds it, that thread is already
+//! moving the bytes); the engine locks it only around non-blocking
+//! I/O. After moving bytes, a stream wakes the engine when a socket
 //! now needs an event the thread is not polling for ([`PeerIo::needs_net`]),
 //! so a half-written slot or a freed inbound slot is never left unattended.
 
 use std::sync::{Mutex, TryLockError};
 
-use super::kick::Kick;
 use super::progress::PeerIo;
+use crate::engine::Kick;
 use crate::wait::WaitPolicy;
 
 /// Checks between two pumps while a wait still spins: a pump is two
@@ -66,14 +66,14 @@ impl Pace {
 }
 
 /// Moves what can move now between `io`'s rings and sockets, without
-/// blocking, if no other thread is doing so; wakes the network thread when
-/// it must take over. An error is left for the network thread to report.
-pub fn pump(io: &Mutex<PeerIo>, kick: &Kick) {
+/// blocking, if no other thread is doing so; wakes the engine when
+/// it must take over. An error is left for the engine to report.
+pub(crate) fn pump(io: &Mutex<PeerIo>, kick: &Kick) {
     let mut p = match io.try_lock() {
         Ok(p) => p,
         Err(TryLockError::Poisoned(p)) => p.into_inner(),
         Err(TryLockError::WouldBlock) => {
-            // The network thread (or another stream) is moving this peer's
+            // The engine (or another stream) is moving this peer's
             // bytes now; make sure it looks again before sleeping.
             kick.kick();
             return;

@@ -1,7 +1,8 @@
-//! The network thread: moves slots between local rings and sockets.
+//! One tcp peer's transfer state: moves slots between local rings and sockets.
 //!
 //! For each tcp peer, the stream fills a local *staging* ring and reads a
-//! local *inbound* ring. This thread writes staged slots to the peer's
+//! local *inbound* ring. The progress engine ([`super::source`]), or a
+//! stream that would otherwise wait for it ([`super::inline`]), writes staged slots to the peer's
 //! sockets (slot `k` on socket `k % nsockets`) and reads frames from them
 //! straight into free inbound slots, publishing slots in order. There are no
 //! separate credit messages: a reader stops reading a socket while its
@@ -10,24 +11,20 @@
 //! message size.
 //!
 //! A socket that closes or fails puts the communicator in its error state
-//! (naming the peer), which releases every wait; the thread then exits and
-//! its sockets close, so the peers fail promptly too.
+//! (naming the peer), which releases every wait, and the abort is told to
+//! every other peer, so they fail promptly too.
 
 use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 
 use super::frame::{FrameHeader, ABORT_LEN, CLOSE_LEN, HEADER_BYTES};
-use super::kick::Kick;
 use crate::plan::signature::{self, P2pSlot};
 use crate::transport::ring::RingEnd;
 use crate::Error;
 
 /// One socket's transfer state.
-struct Sock {
-    stream: TcpStream,
+pub(super) struct Sock {
+    pub(super) stream: TcpStream,
     /// Next staged slot this socket carries, and bytes of it already written
     /// (header included).
     tx_next: u64,
@@ -48,7 +45,7 @@ struct Sock {
     rx_closed: bool,
 }
 
-/// One tcp peer as the network thread sees it.
+/// One tcp peer as the engine sees it.
 pub struct PeerIo {
     /// The peer's rank.
     pub peer: usize,
@@ -56,7 +53,7 @@ pub struct PeerIo {
     pub staging: RingEnd,
     /// Inbound ring, sender end (we fill it).
     pub inbound: RingEnd,
-    socks: Vec<Sock>,
+    pub(super) socks: Vec<Sock>,
     /// Staged slots fully written, not yet released (by slot % nsteps).
     sent: Vec<bool>,
     staging_head: u64,
@@ -65,16 +62,16 @@ pub struct PeerIo {
     inbound_tail: u64,
     /// The peer sent a frame that breaks the protocol (lost, repeated or
     /// corrupt): its sockets still work, so it is told of the abort.
-    bad_frame: bool,
-    /// The poll events the network thread last went to sleep with, so that
+    pub(super) bad_frame: bool,
+    /// The poll events the engine last went to sleep with, so that
     /// a stream moving bytes itself knows when to wake it ([`PeerIo::needs_net`]).
-    polled: Vec<libc::c_short>,
-    /// The network thread gave up on this peer (it failed): nobody moves
+    pub(super) polled: Vec<libc::c_short>,
+    /// The engine gave up on this peer (it failed): nobody moves
     /// its bytes any more.
-    dead: bool,
+    pub(super) dead: bool,
     /// An error a stream met while moving this peer's bytes, for the
-    /// network thread to report (it owns failure handling).
-    inline_error: Option<Error>,
+    /// engine to report (it owns failure handling).
+    pub(super) inline_error: Option<Error>,
 }
 
 impl std::fmt::Debug for PeerIo {
@@ -126,7 +123,7 @@ impl PeerIo {
     }
 
     /// Moves whatever can move now on every socket, both ways, without
-    /// blocking: what the network thread does after `poll`, done by a
+    /// blocking: what the engine does after `poll`, done by a
     /// stream that would otherwise wait for it ([`super::inline`]).
     ///
     /// # Errors
@@ -140,7 +137,7 @@ impl PeerIo {
         Ok(())
     }
 
-    /// True when the network thread must look again: a socket now needs
+    /// True when the engine must look again: a socket now needs
     /// an event it did not poll for (a slot left half sent, room again in
     /// the inbound ring), or a finished frame waits for a slot.
     pub fn needs_net(&self) -> bool {
@@ -151,12 +148,12 @@ impl PeerIo {
             || (0..self.socks.len()).any(|j| self.completable(j))
     }
 
-    /// True once the network thread has given up on this peer.
+    /// True once the engine has given up on this peer.
     pub fn is_dead(&self) -> bool {
         self.dead
     }
 
-    /// Keeps an error met by a stream for the network thread to report
+    /// Keeps an error met by a stream for the engine to report
     /// (the first one only).
     pub fn set_inline_error(&mut self, e: Error) {
         self.inline_error.get_or_insert(e);
@@ -175,7 +172,7 @@ impl PeerIo {
     }
 
     /// Writes staged slots to socket `j` until it would block; true if anything moved.
-    fn send_on(&mut self, j: usize) -> Result<bool, Error> {
+    pub(super) fn send_on(&mut self, j: usize) -> Result<bool, Error> {
         let nsteps = self.sent.len() as u64;
         let s = self.nsocks();
         let mut moved = false;
@@ -226,7 +223,7 @@ impl PeerIo {
 
     /// Releases fully sent staging slots and publishes fully received
     /// inbound slots, in order.
-    fn advance(&mut self) {
+    pub(super) fn advance(&mut self) {
         let nsteps = self.sent.len() as u64;
         let start = self.staging_head;
         while self.sent[(self.staging_head % nsteps) as usize] {
@@ -248,7 +245,7 @@ impl PeerIo {
 
     /// Reads frames from socket `j` until it would block or the inbound ring
     /// is full; true if anything moved.
-    fn recv_on(&mut self, j: usize) -> Result<bool, Error> {
+    pub(super) fn recv_on(&mut self, j: usize) -> Result<bool, Error> {
         let nsteps = self.arrived.len() as u64;
         let s = self.nsocks();
         let max = self.inbound.shape().slot_bytes;
@@ -382,7 +379,7 @@ impl PeerIo {
     }
 
     /// True when every staged slot has been written out.
-    fn flushed(&self) -> bool {
+    pub(super) fn flushed(&self) -> bool {
         self.socks.iter().all(|s| s.tx_done == 0)
             && self
                 .staging
@@ -392,7 +389,7 @@ impl PeerIo {
 
     /// Says goodbye on every socket (best effort, bounded), so the peer
     /// knows the end of the stream is not a crash.
-    fn goodbye(&mut self) {
+    pub(super) fn goodbye(&mut self) {
         for j in 0..self.socks.len() {
             let seq = self.socks[j].tx_next;
             self.control_frame(
@@ -410,7 +407,7 @@ impl PeerIo {
     /// Tells the peer, on every socket, that `failed` made this
     /// communicator fail, so its pending operations fail now rather than at
     /// their timeout. Best effort, bounded.
-    fn abort_notice(&mut self, failed: u64) {
+    pub(super) fn abort_notice(&mut self, failed: u64) {
         for j in 0..self.socks.len() {
             self.control_frame(
                 j,
@@ -463,7 +460,7 @@ impl PeerIo {
     /// True when socket `j` has a frame read to its end (a zero-length one)
     /// that waited for a free inbound slot and now has one: no byte is left
     /// to make the socket readable, so poll would never report it.
-    fn completable(&self, j: usize) -> bool {
+    pub(super) fn completable(&self, j: usize) -> bool {
         let s = &self.socks[j];
         !s.rx_closed
             && s.rx_len.is_some_and(|len| s.rx_got == len)
@@ -471,7 +468,7 @@ impl PeerIo {
     }
 
     /// The poll events each socket needs now.
-    fn interest(&self) -> Vec<libc::c_short> {
+    pub(super) fn interest(&self) -> Vec<libc::c_short> {
         (0..self.socks.len()).map(|j| self.interest_of(j)).collect()
     }
 
@@ -488,162 +485,5 @@ impl PeerIo {
             ev |= libc::POLLIN;
         }
         ev
-    }
-}
-
-/// What the network thread reports failures to.
-pub trait FailureSink: Send + 'static {
-    /// Records the first error and releases every wait of the communicator.
-    fn fail(&self, error: Error);
-}
-
-/// How long a closing communicator keeps sending what it staged.
-const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Locks a peer's state (a poisoned lock is still usable: the state is
-/// only ever changed by complete non-blocking steps).
-fn lock(p: &Mutex<PeerIo>) -> std::sync::MutexGuard<'_, PeerIo> {
-    p.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Runs until `stop` is set (then flushes what is staged and says goodbye).
-///
-/// Poll-driven: the thread sleeps in `poll(2)` on the sockets that can make
-/// progress (readable with room in the inbound ring, writable with staged
-/// slots) and on the kick eventfd, and does I/O only on sockets that are
-/// ready, so an idle or waiting communicator costs no syscalls. Streams may
-/// move a peer's bytes themselves meanwhile ([`super::inline`]); each peer's
-/// state is behind its own lock, held only for non-blocking I/O. A peer
-/// whose socket fails is reported once and then left alone; the other peers
-/// keep being served, so they hear about the failure from the dead peer's
-/// own sockets rather than from ours closing.
-pub fn run(
-    peers: Vec<Arc<Mutex<PeerIo>>>,
-    kick: Arc<Kick>,
-    stop: Arc<AtomicBool>,
-    abort: Arc<AtomicU32>,
-    sink: impl FailureSink,
-) {
-    let mut drain_deadline = None;
-    let mut abort_sent = false;
-    let mut fds: Vec<libc::pollfd> = Vec::new();
-    let mut owners: Vec<(usize, usize)> = Vec::new();
-    loop {
-        // An abort notice goes out before anything else, a goodbye included:
-        // peers must learn that we failed, not that we left.
-        let failed = abort.load(Ordering::Acquire);
-        if failed != 0 && !abort_sent {
-            abort_sent = true;
-            for p in &peers {
-                let mut p = lock(p);
-                if !p.dead || p.bad_frame {
-                    p.abort_notice(u64::from(failed - 1));
-                }
-            }
-        }
-        let stopping = stop.load(Ordering::Acquire);
-        if stopping {
-            let deadline = *drain_deadline.get_or_insert_with(|| std::time::Instant::now() + DRAIN);
-            let flushed = peers.iter().all(|p| {
-                let p = lock(p);
-                p.dead || p.flushed()
-            });
-            if flushed || std::time::Instant::now() >= deadline {
-                for p in &peers {
-                    let mut p = lock(p);
-                    if !p.dead {
-                        p.goodbye();
-                    }
-                }
-                return;
-            }
-        }
-        // Announce the sleep before computing what to wait for, so that work
-        // published meanwhile either shows in the interest or kicks us.
-        kick.set_sleeping(true);
-        fds.clear();
-        owners.clear();
-        fds.push(libc::pollfd {
-            fd: kick.raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        });
-        let mut completable = false;
-        let mut reported = false;
-        for (i, p) in peers.iter().enumerate() {
-            let mut p = lock(p);
-            if p.dead {
-                continue;
-            }
-            if p.inline_error.is_some() {
-                reported = true;
-            }
-            let interest = p.interest();
-            for (j, (sock, &ev)) in p.socks.iter().zip(&interest).enumerate() {
-                fds.push(libc::pollfd {
-                    fd: sock.stream.as_raw_fd(),
-                    events: ev,
-                    revents: 0,
-                });
-                owners.push((i, j));
-            }
-            completable |= (0..p.socks.len()).any(|j| p.completable(j));
-            p.polled = interest;
-        }
-        let ms = if completable || reported {
-            0
-        } else if stopping {
-            1
-        } else {
-            100
-        };
-        // SAFETY: fds is a valid array of pollfd for the duration of the call.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-        kick.set_sleeping(false);
-        if fds[0].revents != 0 {
-            kick.drain();
-        }
-        for (fd, &(i, j)) in fds[1..].iter().zip(&owners) {
-            let mut p = lock(&peers[i]);
-            if p.dead {
-                continue;
-            }
-            let r = match p.inline_error.take() {
-                Some(e) => Err(e),
-                None => {
-                    let complete = p.completable(j);
-                    if fd.revents == 0 && !complete {
-                        continue;
-                    }
-                    let mut r = Ok(false);
-                    if fd.revents & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) != 0 {
-                        r = p.send_on(j).map(|_| true);
-                    }
-                    if r.is_ok()
-                        && (complete
-                            || fd.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
-                    {
-                        r = p.recv_on(j).map(|_| true);
-                    }
-                    r.map(|_| p.advance())
-                }
-            };
-            if let Err(e) = r {
-                p.dead = true;
-                let peer = p.peer;
-                drop(p);
-                if !stopping {
-                    // Tell the other peers now, naming whom the error blames:
-                    // the stream may not run another operation to do it.
-                    let culprit = match &e {
-                        Error::RemoteFailed { peer, .. } | Error::Transport { peer, .. } => *peer,
-                        _ => peer,
-                    };
-                    let code = u32::try_from(culprit).map_or(u32::MAX, |r| r.saturating_add(1));
-                    let _ = abort.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
-                    sink.fail(e);
-                }
-            }
-        }
     }
 }

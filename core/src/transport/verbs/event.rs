@@ -1,23 +1,23 @@
-//! Sleeping until the NIC has something for the proxy.
+//! Sleeping until the NIC has something for the engine.
 //!
-//! A remote RDMA WRITE lands in memory without telling the CPU, so a proxy
-//! that only watched its counters had to poll them, and an idle proxy slept
+//! A remote RDMA WRITE lands in memory without telling the CPU, so an engine
+//! that only watched its counters had to poll them, and an idle engine slept
 //! blindly between polls (measured in the Soft-RoCE guest: the reply to a
 //! ping waited ~0.7 ms for the proxies to give the CPUs back). Instead every
 //! change a peer may have to react to (a tail, which travels as the
 //! immediate of the last slot write, a credit, a grant, an abort, a goodbye)
 //! comes with an RDMA WRITE_WITH_IMM, which also consumes a posted receive
 //! and puts a completion on our CQ; only the abort and the goodbye are
-//! *solicited*. Every peer's CQ reports to one completion channel per proxy;
-//! an idle proxy arms the CQs (`ibv_req_notify_cq`: for solicited
+//! *solicited*. Every peer's CQ reports to one completion channel per
+//! communicator; an idle progress engine arms the CQs (`ibv_req_notify_cq`: for solicited
 //! completions only, unless a stream sleeps on one of its rings), checks
 //! once more, and sleeps in `poll(2)` on the channel's descriptor and the
-//! stream's [`Kick`](crate::transport::tcp::kick::Kick) eventfd, with a
+//! engine's kick eventfd (with its other sources' descriptors), with a
 //! timeout so the heartbeat and stall checks still run. A waiting stream
-//! polls the CQ itself, so the proxy is not woken for tails, credits or
+//! polls the CQ itself, so the engine is not woken for tails, credits or
 //! grants (such a wake-up takes a CPU from the streams: in Soft-RoCE A/B
 //! pairs, solicited credits alone cost 8 B ping-pongs 74 against 33-37 µs
-//! p50); a stream about to sleep kicks the proxy (the wait policy's
+//! p50); a stream about to sleep kicks the engine (the wait policy's
 //! `on_sleep`), which then arms for every completion.
 
 use rdma_sys::*;
@@ -33,7 +33,7 @@ pub struct CompChannel {
 }
 
 // SAFETY: the channel is a kernel descriptor plus a context pointer; verbs
-// calls on it are thread-safe, and only the proxy thread reads events.
+// calls on it are thread-safe, and only the engine thread reads events.
 unsafe impl Send for CompChannel {}
 // SAFETY: as above.
 unsafe impl Sync for CompChannel {}
@@ -108,25 +108,4 @@ impl Drop for CompChannel {
         // used it (they hold an Arc to it).
         unsafe { (self.lib.destroy_comp_channel)(self.chan) };
     }
-}
-
-/// Sleeps until the kick descriptor or the channel is readable, or
-/// `timeout`; says which was: (kicked, completion event).
-pub fn wait(kick_fd: i32, chan_fd: i32, timeout: std::time::Duration) -> (bool, bool) {
-    let mut fds = [
-        libc::pollfd {
-            fd: kick_fd,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: chan_fd,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
-    let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
-    // SAFETY: two valid pollfds, a bounded timeout.
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
-    (n > 0 && fds[0].revents != 0, n > 0 && fds[1].revents != 0)
 }

@@ -5,11 +5,11 @@
 //! RDMA WRITE straight into the peer's registered inbound ring and its tail
 //! ([`progress`]), so the receiving CPU copies nothing and its stream sees
 //! the data without a hand-off. The writes are posted by the stream itself
-//! when it can, else by a proxy thread per communicator ([`proxy`]), which
-//! also reaps completions and sleeps on a completion channel ([`event`]). Device, port and GID choice is in [`device`]; the rings'
+//! when it can, else by the communicator's progress engine ([`source`]),
+//! which also reaps completions and sleeps on a completion channel ([`event`]). Device, port and GID choice is in [`device`]; the rings'
 //! registration and the QP in [`qp`]; formation ([`connect`]) exchanges the
 //! QP addresses through the communicator's bootstrap and moves each QP to
-//! RTS before any rank starts its proxy.
+//! RTS before any rank's engine drives it.
 //!
 //! Rendezvous p2p writes straight into the receiver's registered buffer
 //! ([`regcache`], and `comm::p2p::rdma`); with the CUDA backend, device
@@ -30,24 +30,23 @@ pub mod dl;
 pub mod event;
 pub mod gpudirect;
 pub mod progress;
-pub mod proxy;
 pub mod qp;
 pub mod regcache;
+mod source;
 
 use std::sync::Arc;
 
 use device::Device;
 use progress::{PeerRdma, SharedPeer};
 use qp::{Qp, VerbsAddr, VerbsRings};
+use source::VerbsSource;
 
 use crate::bootstrap::Bootstrap;
 use crate::transport::barrier_area::BarrierArea;
-use crate::transport::net_thread::NetThread;
 use crate::transport::ring::RingShape;
-use crate::transport::tcp::progress::FailureSink;
 use crate::{Error, Result};
 
-/// One verbs peer, connected and ready for the proxy.
+/// One verbs peer, connected and ready for the progress engine.
 pub struct VerbsPeerSetup {
     /// The peer's rank.
     pub peer: usize,
@@ -110,69 +109,24 @@ pub fn connect(
     Ok(out)
 }
 
-/// The verbs proxy thread of a communicator; stops and joins on drop.
-pub struct VerbsNet {
-    /// The thread (declared first: stopped and joined before the peers go).
-    pub thread: NetThread,
-    peers: Vec<Arc<SharedPeer>>,
-    hook: Box<dyn Fn() + Send + Sync>,
-}
-
-impl std::fmt::Debug for VerbsNet {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "VerbsNet({} peers)", self.peers.len())
-    }
-}
-
-impl VerbsNet {
-    /// Starts the proxy thread for `peers`.
-    ///
-    /// # Errors
-    /// [`Error::Os`] when the eventfd or the thread cannot be created.
-    pub fn start(
-        rank: usize,
-        peers: Vec<VerbsPeerSetup>,
-        sink: impl FailureSink,
-    ) -> Result<VerbsNet> {
-        // One registration cache for the user buffers of every peer.
-        let regs = peers
-            .first()
-            .map(|p| regcache::RegCache::new(p.qp.device().clone()));
-        let io: Vec<Arc<SharedPeer>> = match regs {
-            None => Vec::new(),
-            Some(regs) => peers
-                .into_iter()
-                .map(|p| {
-                    let peer =
-                        PeerRdma::new(p.peer, p.rings, p.qp, p.remote, regs.clone(), p.barrier);
-                    Arc::new(SharedPeer::new(peer))
-                })
-                .collect(),
-        };
-        let shared = io.clone();
-        let thread = NetThread::spawn(format!("streamcomm-verbs-{rank}"), move |s| {
-            proxy::run(shared, s.kick, s.stop, s.abort, sink)
-        })?;
-        let hook: Box<dyn Fn() + Send + Sync> = {
-            let k = thread.kick().clone();
-            Box::new(move || k.kick())
-        };
-        Ok(VerbsNet {
-            thread,
-            peers: io,
-            hook,
-        })
-    }
-
-    /// What a waiter of this communicator calls before it sleeps: wakes the
-    /// proxy if it sleeps, so that it re-arms its CQs for every completion.
-    pub fn sleep_hook(&self) -> &(dyn Fn() + Sync) {
-        &*self.hook
-    }
-
-    /// The shared state of the connection to `peer`, for its streams'
-    /// direct posting ([`SharedPeer::pump`]).
-    pub fn peer(&self, peer: usize) -> Option<Arc<SharedPeer>> {
-        self.peers.iter().find(|p| p.lock().peer == peer).cloned()
-    }
+/// Every verbs peer's shared state (for its streams' direct posting,
+/// [`SharedPeer::pump`]) and the source that drives them all in the
+/// progress engine.
+pub(crate) fn share(peers: Vec<VerbsPeerSetup>) -> (Vec<(usize, Arc<SharedPeer>)>, VerbsSource) {
+    // One registration cache for the user buffers of every peer.
+    let regs = peers
+        .first()
+        .map(|p| regcache::RegCache::new(p.qp.device().clone()));
+    let shared: Vec<(usize, Arc<SharedPeer>)> = match regs {
+        None => Vec::new(),
+        Some(regs) => peers
+            .into_iter()
+            .map(|p| {
+                let peer = PeerRdma::new(p.peer, p.rings, p.qp, p.remote, regs.clone(), p.barrier);
+                (p.peer, Arc::new(SharedPeer::new(peer)))
+            })
+            .collect(),
+    };
+    let source = VerbsSource::new(shared.iter().map(|(_, p)| p.clone()).collect());
+    (shared, source)
 }

@@ -11,9 +11,9 @@
 //!   in order). Signalled every half ring; its completion releases the
 //!   staging slots (completions come in order).
 //! - **Receive**: whoever polls the receiver's CQ (the stream waiting for
-//!   the slot, or a stream that just moved a ring, or the proxy) turns the
+//!   the slot, or a stream that just moved a ring, or the engine) turns the
 //!   immediate into the inbound ring's tail, wakes a stream asleep on it and
-//!   puts the receive back. The completion wakes the proxy only while a
+//!   puts the receive back. The completion wakes the engine only while a
 //!   stream sleeps there (see [`super::event`]).
 //!
 //!   Measured in the Soft-RoCE guest, the earlier design (slots, then an
@@ -26,14 +26,14 @@
 //!   piggybacks its acknowledgements: a ping-pong never sends a credit of
 //!   its own. Without traffic back, the count is written (inline,
 //!   WRITE_WITH_IMM) into the peer's control block once half a ring was
-//!   consumed: by a stream waiting on this peer, by the proxy, or at once
+//!   consumed: by a stream waiting on this peer, by the engine, or at once
 //!   when the peer has used up its credit. (Measured in the Soft-RoCE guest
 //!   before piggybacking: a credit write on the receiver's path every fourth
 //!   message cost ~25 µs, and delayed about 4 round trips in 10.)
 //!
 //! The stream that staged or consumed a slot posts these itself when the
-//! peer is free ([`SharedPeer::pump`]); otherwise the proxy thread
-//! ([`super::proxy`]) does. A bad completion or a failed post puts the
+//! peer is free ([`SharedPeer::pump`]); otherwise the progress engine
+//! ([`super::source`]) does. A bad completion or a failed post puts the
 //! communicator in its error state naming the peer and transport `verbs`;
 //! an abort is written into every peer's control block so their waits end
 //! too. A peer idle for `HEARTBEAT` gets a signalled rewrite of its credit
@@ -67,12 +67,12 @@ pub(crate) enum Wake {
     /// Nobody: a plain RDMA WRITE.
     Nobody,
     /// A WRITE_WITH_IMM: a completion on the peer's CQ, which its streams
-    /// poll while they wait; it wakes the peer's proxy only while a stream
+    /// poll while they wait; it wakes the peer's engine only while a stream
     /// sleeps there (unsolicited).
     IfAsked,
-    /// A solicited WRITE_WITH_IMM: always wakes the peer's proxy (abort,
+    /// A solicited WRITE_WITH_IMM: always wakes the peer's engine (abort,
     /// goodbye: nobody else would act on them).
-    Proxy,
+    Engine,
 }
 
 /// Largest write sent inline (the QP is created with this much inline room).
@@ -82,8 +82,8 @@ const MAX_INLINE: u32 = 64;
 const CHAIN: usize = 16;
 
 /// One RDMA WRITE to post: WRITE_WITH_IMM carrying `imm` when `notify` (the
-/// peer gets a completion, which wakes its proxy if `solicited` or if the
-/// proxy asked for every completion). With `lkey` None the `len` bytes at
+/// peer gets a completion, which wakes its engine if `solicited` or if the
+/// engine asked for every completion). With `lkey` None the `len` bytes at
 /// `local` are copied at post time (inline); else they are read from memory
 /// registered under that key. `slots`: staging slots written before it
 /// (freed once it completes, if `signal`). With `fetch_add` it is an RDMA
@@ -103,7 +103,7 @@ struct Write {
     slots: u64,
 }
 
-/// One verbs peer as the proxy thread sees it.
+/// One verbs peer as the progress engine sees it.
 pub struct PeerRdma {
     /// The peer's rank.
     pub peer: usize,
@@ -128,22 +128,22 @@ pub struct PeerRdma {
     /// Staging slots written before the latest signalled request.
     signalled_slots: u64,
     /// Signalled requests in flight: (work requests posted up to it, staging
-    /// slots written before it, when the proxy first saw it in flight). Its
+    /// slots written before it, when the engine first saw it in flight). Its
     /// completion means every earlier request completed: those slots are
-    /// free again. (Stamped by the proxy, within `IDLE_WAIT` of the post,
+    /// free again. (Stamped by the engine, within `IDLE_WAIT` of the post,
     /// so that posting reads no clock: in the Soft-RoCE guest a clock read
     /// is a ~2 µs system call, and a stream posts every fourth message
     /// signalled.)
     pub(crate) inflight: VecDeque<(u64, u64, Option<Instant>)>,
     pub(crate) abort_sent: bool,
     pub(crate) closed_sent: bool,
-    /// Work requests posted when the proxy last looked, and when that was
+    /// Work requests posted when the engine last looked, and when that was
     /// (for the heartbeat: no clock is read on the posting path).
     idle_mark: (u64, Instant),
-    /// Set by the proxy once the peer failed: nothing more is posted.
+    /// Set by the engine once the peer failed: nothing more is posted.
     pub(crate) dead: bool,
     /// An error met by [`SharedPeer::pump`] on a stream's thread, reported
-    /// by the proxy's next [`PeerRdma::step`].
+    /// by the engine's next [`PeerRdma::step`].
     deferred: Option<Error>,
     /// Grant numbers forwarded to the peer, and seen from it.
     grant_sent: u64,
@@ -231,7 +231,7 @@ impl PeerRdma {
             lkey,
             notify: wake != Wake::Nobody,
             imm: IMM_CONTROL,
-            solicited: wake == Wake::Proxy,
+            solicited: wake == Wake::Engine,
             signal,
             slots,
         }])
@@ -424,11 +424,11 @@ impl PeerRdma {
         last.notify = true;
         last.imm =
             (k as u32 & IMM_TAIL_MASK) | ((consumed as u32 & IMM_CREDIT_MASK) << IMM_CREDIT_SHIFT);
-        // Not solicited: it wakes the peer's proxy only while a stream sleeps
-        // there (the proxy then asks for every completion); a waiting stream
+        // Not solicited: it wakes the peer's engine only while a stream sleeps
+        // there (the engine then asks for every completion); a waiting stream
         // polls the CQ itself. Signalled only every half ring: its completion
         // frees the staging slots up to it, and no completion wakes this
-        // proxy for each small message.
+        // engine for each small message.
         last.signal = k - self.signalled_slots >= (nsteps / 2).max(1);
         last.slots = k;
         let posted = self.post_writes(&writes);
@@ -472,7 +472,7 @@ impl PeerRdma {
     }
 
     /// True while a stream sleeps on one of this peer's rings or a barrier
-    /// waiter on our area: the proxy must then wake at every completion
+    /// waiter on our area: the engine must then wake at every completion
     /// (tails, credits and barrier flags are not solicited).
     pub(crate) fn has_sleepers(&self) -> bool {
         self.inbound.data_notifier().has_sleepers()
@@ -495,7 +495,7 @@ impl PeerRdma {
         if consumed >= self.credit_sent + every && (starved || !only_if_starved) && self.room() > 1
         {
             // A waiting sender sees the credit in its memory, or polls its
-            // CQ; its proxy is woken only while a stream sleeps there.
+            // CQ; its engine is woken only while a stream sleeps there.
             self.post_word(CTRL_HEAD, consumed, Wake::IfAsked, false)?;
             self.credit_sent = consumed;
             return Ok(true);
@@ -663,13 +663,13 @@ impl PeerRdma {
     }
 }
 
-/// A peer shared by the proxy thread and the streams' threads.
+/// A peer shared by the progress engine and the streams' threads.
 ///
 /// Measured in the Soft-RoCE guest, every thread hand-off on a message's
-/// path (stream wakes proxy, proxy posts) cost about as much as the RDMA
+/// path (stream wakes the engine, the engine posts) cost about as much as the RDMA
 /// itself. So a stream that has just staged a slot (or consumed one) posts
 /// the write and the tail (or the credit) itself when the peer is free
-/// ([`SharedPeer::pump`]); the proxy keeps everything that waits (CQ
+/// ([`SharedPeer::pump`]); the engine keeps everything that waits (CQ
 /// polling, staging release, heartbeats, failure reports) and takes over
 /// whenever the lock is busy.
 #[derive(Debug)]
@@ -687,14 +687,14 @@ impl SharedPeer {
         SharedPeer(Mutex::new(p))
     }
 
-    /// The peer, for the proxy thread (blocks while a stream pumps).
+    /// The peer, for the progress engine (blocks while a stream pumps).
     pub fn lock(&self) -> MutexGuard<'_, PeerRdma> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Stream side, after staging or consuming a slot: posts what can go
-    /// now. False when the proxy must be woken instead (the lock was busy,
-    /// or the peer is failing: the proxy reports it).
+    /// now. False when the engine must be woken instead (the lock was busy,
+    /// or the peer is failing: the engine reports it).
     pub fn pump(&self) -> bool {
         let Ok(mut p) = self.0.try_lock() else {
             return false;
@@ -733,7 +733,7 @@ impl SharedPeer {
     /// Stream side, while waiting on one of this peer's rings: reaps
     /// completions (a new tail and credit from the peer's immediate,
     /// staging slots freed), posts what the new credit allows and returns
-    /// a credit that is due, unless the proxy holds the peer (it does all
+    /// a credit that is due, unless the engine holds the peer (it does all
     /// that itself).
     pub fn poll_now(&self) {
         let Ok(mut p) = self.0.try_lock() else {

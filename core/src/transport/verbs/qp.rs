@@ -24,7 +24,7 @@ use crate::{Error, Result};
 #[repr(C, align(64))]
 #[derive(Debug, Default)]
 pub struct RemoteWord {
-    /// The value (written by RDMA, read by the proxy).
+    /// The value (written by RDMA, read by the engine).
     pub value: AtomicU64,
 }
 
@@ -239,7 +239,7 @@ pub struct Qp {
 }
 
 // SAFETY: a Qp is used by one thread at a time (created by the
-// communicator's init, then moved to the proxy thread).
+// communicator's init, then moved to the progress engine).
 unsafe impl Send for Qp {}
 
 impl std::fmt::Debug for Qp {

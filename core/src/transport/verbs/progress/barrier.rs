@@ -12,7 +12,7 @@ use crate::Error;
 impl PeerRdma {
     /// Writes `value` into the word at `offset` of the peer's barrier area
     /// (inline, after everything posted before it; its completion wakes the
-    /// peer's proxy if a stream sleeps there, which wakes the waiter).
+    /// peer's engine if a stream sleeps there, which wakes the waiter).
     ///
     /// # Errors
     /// [`Error::Transport`] when the peer failed or posting fails, or the

@@ -1,6 +1,6 @@
-//! Waking the network thread when the stream gives it work.
+//! Waking the progress engine when a stream or a caller gives it work.
 //!
-//! The network thread sleeps in `poll(2)`; streams wake it by writing an
+//! The engine thread sleeps in `poll(2)`; streams wake it by writing an
 //! eventfd, but only when it is actually asleep (a flag set before it
 //! re-checks for work and sleeps), so a busy connection costs no syscall per slot.
 
@@ -9,9 +9,9 @@ use std::sync::atomic::{fence, AtomicBool, Ordering};
 
 use crate::{Error, Result};
 
-/// An eventfd plus "the network thread is asleep" flag.
+/// An eventfd plus "the engine thread is asleep" flag.
 #[derive(Debug)]
-pub struct Kick {
+pub(crate) struct Kick {
     fd: OwnedFd,
     sleeping: AtomicBool,
 }
@@ -21,7 +21,7 @@ impl Kick {
     ///
     /// # Errors
     /// [`Error::Os`] when eventfd fails.
-    pub fn new() -> Result<Kick> {
+    pub(crate) fn new() -> Result<Kick> {
         // SAFETY: plain syscall; the result is checked.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -34,16 +34,16 @@ impl Kick {
         })
     }
 
-    /// Wakes the network thread if it sleeps (call after publishing work).
-    pub fn kick(&self) {
+    /// Wakes the engine thread if it sleeps (call after publishing work).
+    pub(crate) fn kick(&self) {
         fence(Ordering::SeqCst);
         if self.sleeping.load(Ordering::Relaxed) {
             self.signal();
         }
     }
 
-    /// Wakes the network thread unconditionally.
-    pub fn signal(&self) {
+    /// Wakes the engine thread unconditionally.
+    pub(crate) fn signal(&self) {
         let one: u64 = 1;
         // SAFETY: writing 8 bytes from a valid u64 to our eventfd.
         unsafe {
@@ -56,12 +56,12 @@ impl Kick {
     }
 
     /// Network thread: about to sleep (then re-check for work, then poll).
-    pub fn set_sleeping(&self, sleeping: bool) {
+    pub(crate) fn set_sleeping(&self, sleeping: bool) {
         self.sleeping.store(sleeping, Ordering::SeqCst);
     }
 
     /// Network thread: clears pending signals.
-    pub fn drain(&self) {
+    pub(crate) fn drain(&self) {
         let mut v: u64 = 0;
         // SAFETY: reading 8 bytes into a valid u64 from our non-blocking eventfd.
         unsafe {
@@ -74,7 +74,7 @@ impl Kick {
     }
 
     /// The descriptor to poll.
-    pub fn raw_fd(&self) -> i32 {
+    pub(crate) fn raw_fd(&self) -> i32 {
         self.fd.as_raw_fd()
     }
 }

@@ -1,0 +1,115 @@
+//! The engine thread's loop (see the module docs of [`super`]).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::source::{Ctx, FailureSink, PollSet, Source};
+use super::Shared;
+
+/// How long a closing communicator keeps sending what its sources staged.
+const DRAIN: Duration = Duration::from_secs(10);
+/// Longest sleep of an engine whose sources set no bound: a kick, a job or
+/// a descriptor ends it at once; this only bounds a lost wake-up.
+const IDLE_WAIT: Duration = Duration::from_millis(100);
+/// Longest sleep while closing (the sockets drain between looks).
+const CLOSING_WAIT: Duration = Duration::from_millis(1);
+
+/// Runs until the engine is stopped, then flushes and closes the sources.
+pub(super) fn run(shared: &Shared, mut sources: Vec<Box<dyn Source>>, sink: &dyn FailureSink) {
+    let kick = &shared.kick;
+    let mut fds = PollSet::default();
+    let mut bases = vec![0; sources.len()];
+    let mut aborted = vec![false; sources.len()];
+    let mut drain_deadline: Option<Instant> = None;
+    // Armed: the sleep is announced and the descriptors are set.
+    let mut armed = false;
+    let mut kicked = false;
+    let mut sleep_for = IDLE_WAIT;
+    loop {
+        // An abort notice goes out before anything else, a goodbye
+        // included: peers must learn that we failed, not that we left.
+        let failed = shared.abort.load(Ordering::Acquire);
+        if failed != 0 {
+            for (s, done) in sources.iter_mut().zip(&mut aborted) {
+                if !*done {
+                    *done = s.abort((failed - 1) as usize);
+                }
+            }
+        }
+        let stopping = shared.stop.load(Ordering::Acquire);
+        if stopping {
+            let deadline = *drain_deadline.get_or_insert_with(|| Instant::now() + DRAIN);
+            let flushed = sources.iter_mut().all(|s| s.flushed());
+            if flushed || Instant::now() >= deadline {
+                for s in &mut sources {
+                    s.close();
+                }
+                return;
+            }
+        }
+        let mut moved = run_jobs(shared);
+        let ctx = Ctx {
+            stopping,
+            abort: &shared.abort,
+            sink,
+        };
+        for (s, &base) in sources.iter_mut().zip(&bases) {
+            fds.begin(base);
+            moved |= s.progress(&ctx, &fds);
+        }
+        fds.forget();
+        if moved {
+            if armed {
+                armed = false;
+                kick.set_sleeping(false);
+            }
+            continue;
+        }
+        if !armed {
+            // About to sleep: clear the kick that woke us (read only now,
+            // so that after a wake-up the work is served first), announce
+            // the sleep, let every source arm its wake-ups, then go round
+            // once more, so work that came before the arming is seen now
+            // rather than after the sleep.
+            if std::mem::take(&mut kicked) {
+                kick.drain();
+            }
+            kick.set_sleeping(true);
+            fds.clear(kick.raw_fd());
+            let mut timeout = if stopping { CLOSING_WAIT } else { IDLE_WAIT };
+            for (s, base) in sources.iter_mut().zip(&mut bases) {
+                *base = fds.len();
+                fds.begin(*base);
+                if let Some(t) = s.arm(&mut fds) {
+                    timeout = timeout.min(t);
+                }
+            }
+            armed = true;
+            sleep_for = timeout;
+            if timeout.is_zero() {
+                // A source has work that no descriptor will announce.
+                armed = false;
+                kick.set_sleeping(false);
+            }
+            continue;
+        }
+        kicked |= fds.sleep(sleep_for);
+        armed = false;
+        kick.set_sleeping(false);
+    }
+}
+
+/// Runs the jobs posted so far; true if there were any.
+fn run_jobs(shared: &Shared) -> bool {
+    let mut ran = false;
+    loop {
+        let job = shared
+            .jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front();
+        let Some(job) = job else { return ran };
+        ran = true;
+        job();
+    }
+}

@@ -1,0 +1,187 @@
+//! The progress engine: the one background thread of a communicator.
+//!
+//! NCCL runs one proxy thread per device that serves every transport; tokio's
+//! I/O driver is one loop that owns the event sources while callers hold a
+//! cloneable handle. The engine is both: an [`Engine`] per communicator owns
+//! a driver thread, and everything that needs work done off the callers'
+//! threads reaches it through an [`EngineHandle`]:
+//!
+//! - **Sources** ([`Source`]), handed over once at creation: the tcp
+//!   connections (sockets to and from the slot rings), the verbs connections
+//!   (completions, credits, heartbeats), the watch over peer processes that
+//!   share our memory. Each moves what it can without blocking, and says
+//!   what it waits for (descriptors to poll, a longest sleep).
+//! - **Jobs**, posted at any time ([`EngineHandle::post`]): barriers run off
+//!   the stream (`STREAMCOMM_PROGRESS=proxy`), run in the order posted.
+//!
+//! The loop: run posted jobs; let every source move what it can; while
+//! anything moved, go round again. Once nothing moves, announce the sleep
+//! ([`Kick::set_sleeping`]), let the sources arm what wakes them, look once
+//! more (so nothing that came before the arming is missed) and sleep in
+//! `poll(2)` on the kick and the sources' descriptors, for at most the
+//! shortest sleep any source allows. Callers keep their own fast path where
+//! they have one (a stream moves its own tcp bytes, polls its own verbs
+//! completions: see the transports); the engine is for the work nobody is
+//! waiting on, and it is the one place failures of proxied transports are
+//! reported ([`FailureSink`]).
+//!
+//! A communicator whose peers are all reached over shared memory by threads
+//! of its own process, with stream barriers run inline, has nothing for an
+//! engine to do and starts no thread.
+//!
+//! A job runs on the engine thread and holds up its sources while it runs:
+//! jobs are barriers over shared memory or flags, which wait on peers
+//! directly and never on progress only this thread makes.
+
+mod driver;
+mod kick;
+mod source;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{JoinHandle, ThreadId};
+
+pub(crate) use kick::Kick;
+pub(crate) use source::{Ctx, FailureSink, PollSet, Source};
+
+use crate::{Error, Result};
+
+/// Work run once on the engine thread.
+pub(crate) type EngineJob = Box<dyn FnOnce() + Send>;
+
+/// What the driver thread and every handle share.
+struct Shared {
+    kick: Arc<Kick>,
+    /// Set once the engine must flush its sources and return.
+    stop: AtomicBool,
+    /// `1 + rank` of the rank whose failure aborted the communicator, or 0.
+    abort: AtomicU32,
+    jobs: Mutex<VecDeque<EngineJob>>,
+}
+
+/// A communicator's way to the engine: wake it, hand it a job, tell it of
+/// an abort. Cheap to clone; works before the thread starts (jobs wait).
+#[derive(Clone)]
+pub(crate) struct EngineHandle {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for EngineHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EngineHandle")
+    }
+}
+
+impl EngineHandle {
+    /// The engine's wake-up, for streams that stage work a source moves.
+    pub(crate) fn kick(&self) -> &Arc<Kick> {
+        &self.shared.kick
+    }
+
+    /// Runs `job` on the engine thread after the jobs posted before it.
+    pub(crate) fn post(&self, job: EngineJob) {
+        self.shared
+            .jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(job);
+        self.shared.kick.signal();
+    }
+
+    /// Tells the engine that this communicator failed because of
+    /// `failed_rank`, so that its sources tell every peer (once; later calls
+    /// are ignored).
+    pub(crate) fn notify_abort(&self, failed_rank: usize) {
+        let code = u32::try_from(failed_rank).map_or(u32::MAX, |r| r.saturating_add(1));
+        let _ = self
+            .shared
+            .abort
+            .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
+        self.shared.kick.signal();
+    }
+}
+
+/// The engine of one communicator: its handle and, once started, its
+/// thread, which is stopped (after flushing what its sources staged) and
+/// joined on drop.
+pub(crate) struct Engine {
+    handle: EngineHandle,
+    thread: Mutex<Option<(ThreadId, JoinHandle<()>)>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Engine")
+    }
+}
+
+impl Engine {
+    /// An engine with no thread yet.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when the eventfd cannot be created.
+    pub(crate) fn new() -> Result<Engine> {
+        Ok(Engine {
+            handle: EngineHandle {
+                shared: Arc::new(Shared {
+                    kick: Arc::new(Kick::new()?),
+                    stop: AtomicBool::new(false),
+                    abort: AtomicU32::new(0),
+                    jobs: Mutex::new(VecDeque::new()),
+                }),
+            },
+            thread: Mutex::new(None),
+        })
+    }
+
+    /// The handle callers keep.
+    pub(crate) fn handle(&self) -> &EngineHandle {
+        &self.handle
+    }
+
+    /// Starts the thread `streamcomm-engine-{rank}` driving `sources`,
+    /// which report failures to `sink`. Called once.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when the thread cannot be started.
+    pub(crate) fn start(
+        &self,
+        rank: usize,
+        sources: Vec<Box<dyn Source>>,
+        sink: Box<dyn FailureSink>,
+    ) -> Result<()> {
+        let shared = self.handle.shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("streamcomm-engine-{rank}"))
+            .spawn(move || driver::run(&shared, sources, &*sink))
+            .map_err(|e| Error::os("spawn the progress engine thread", e))?;
+        let id = thread.thread().id();
+        *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some((id, thread));
+        Ok(())
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let shared = &self.handle.shared;
+        shared.stop.store(true, Ordering::Release);
+        shared.kick.signal();
+        let thread = self
+            .thread
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some((id, thread)) = thread {
+            // Dropped by one of its own jobs (which held the last handle of
+            // the communicator): the loop sees `stop` when the job returns.
+            // Its sources own the memory they touch, so it may outlive us.
+            if id != std::thread::current().id() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

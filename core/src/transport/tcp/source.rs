@@ -1,0 +1,141 @@
+//! The tcp connections as a source of the progress engine.
+//!
+//! Poll-driven: the engine sleeps in `poll(2)` on the sockets that can make
+//! progress (readable with room in the inbound ring, writable with staged
+//! slots), and this source does I/O only on sockets that were reported
+//! ready, so an idle or waiting communicator costs no syscalls. Streams may
+//! move a peer's bytes themselves meanwhile ([`super::inline`]); each peer's
+//! state is behind its own lock, held only for non-blocking I/O. A peer
+//! whose socket fails is reported once and then left alone; the other peers
+//! keep being served, so they hear about the failure from the dead peer's
+//! own sockets rather than from ours closing.
+
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::progress::PeerIo;
+use super::TcpRings;
+use crate::engine::{Ctx, PollSet, Source};
+
+/// Every tcp peer of a communicator.
+pub(crate) struct TcpSource {
+    peers: Vec<Arc<Mutex<PeerIo>>>,
+    /// Keeps the rings' memory, which the peers' state points into, alive
+    /// as long as this source runs.
+    _rings: Vec<Arc<TcpRings>>,
+    /// (peer index, socket index) of each descriptor armed, in order.
+    owners: Vec<(usize, usize)>,
+}
+
+/// Locks a peer's state (a poisoned lock is still usable: the state is
+/// only ever changed by complete non-blocking steps).
+fn lock(p: &Mutex<PeerIo>) -> MutexGuard<'_, PeerIo> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl TcpSource {
+    /// A source for `peers`, whose state points into `rings`.
+    pub(crate) fn new(peers: Vec<Arc<Mutex<PeerIo>>>, rings: Vec<Arc<TcpRings>>) -> TcpSource {
+        TcpSource {
+            peers,
+            _rings: rings,
+            owners: Vec::new(),
+        }
+    }
+}
+
+impl Source for TcpSource {
+    fn progress(&mut self, ctx: &Ctx<'_>, fds: &PollSet) -> bool {
+        let mut moved = false;
+        for (k, &(i, j)) in self.owners.iter().enumerate() {
+            let mut p = lock(&self.peers[i]);
+            if p.dead {
+                continue;
+            }
+            let r = match p.inline_error.take() {
+                Some(e) => Err(e),
+                None => {
+                    let complete = p.completable(j);
+                    let revents = fds.revents(k);
+                    if revents == 0 && !complete {
+                        continue;
+                    }
+                    let mut r = Ok(false);
+                    if revents & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) != 0 {
+                        r = p.send_on(j);
+                    }
+                    if let Ok(sent) = r {
+                        if complete || revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0
+                        {
+                            r = p.recv_on(j).map(|got| got || sent);
+                        }
+                    }
+                    r.map(|m| {
+                        p.advance();
+                        m
+                    })
+                }
+            };
+            match r {
+                Ok(m) => moved |= m,
+                Err(e) => {
+                    p.dead = true;
+                    let peer = p.peer;
+                    drop(p);
+                    ctx.fail(e, peer);
+                    moved = true;
+                }
+            }
+        }
+        moved
+    }
+
+    fn arm(&mut self, fds: &mut PollSet) -> Option<Duration> {
+        self.owners.clear();
+        let mut now = false;
+        for (i, p) in self.peers.iter().enumerate() {
+            let mut p = lock(p);
+            if p.dead {
+                continue;
+            }
+            now |= p.inline_error.is_some();
+            let interest = p.interest();
+            for (j, (sock, &ev)) in p.socks.iter().zip(&interest).enumerate() {
+                fds.add(sock.stream.as_raw_fd(), ev);
+                self.owners.push((i, j));
+            }
+            now |= (0..p.socks.len()).any(|j| p.completable(j));
+            p.polled = interest;
+        }
+        // A frame waiting for a slot that is free now, or an error a stream
+        // met: no descriptor will announce either.
+        now.then_some(Duration::ZERO)
+    }
+
+    fn abort(&mut self, failed: usize) -> bool {
+        for p in &self.peers {
+            let mut p = lock(p);
+            if !p.dead || p.bad_frame {
+                p.abort_notice(failed as u64);
+            }
+        }
+        true
+    }
+
+    fn flushed(&mut self) -> bool {
+        self.peers.iter().all(|p| {
+            let p = lock(p);
+            p.dead || p.flushed()
+        })
+    }
+
+    fn close(&mut self) {
+        for p in &self.peers {
+            let mut p = lock(p);
+            if !p.dead {
+                p.goodbye();
+            }
+        }
+    }
+}
