@@ -386,6 +386,25 @@ pub(crate) struct CommFailure {
     pub segments: Vec<Arc<Segment>>,
 }
 
+impl CommFailure {
+    /// The sink of `rank`, whose failures raise the failure word of its own
+    /// `segment` and of every peer's segment in `peers`.
+    pub(crate) fn new(rank: usize, segment: &Arc<Segment>, peers: &[Option<Connection>]) -> Self {
+        let mut segments = vec![segment.clone()];
+        segments.extend(
+            peers
+                .iter()
+                .flatten()
+                .filter_map(|c| c.peer_segment().cloned()),
+        );
+        CommFailure {
+            rank,
+            error: Arc::new(Mutex::new(None)),
+            segments,
+        }
+    }
+}
+
 impl FailureSink for CommFailure {
     fn fail(&self, error: Error) {
         let culprit = culprit(&error, self.rank);

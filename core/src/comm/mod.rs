@@ -16,7 +16,7 @@ mod affinity;
 mod barrier;
 mod buffer;
 mod collectives;
-mod connect;
+mod create;
 mod endpoint;
 pub(crate) mod inner;
 pub mod p2p;
@@ -27,7 +27,6 @@ pub(crate) mod watchdog;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 pub use barrier::default_barrier_algo;
 pub(crate) use buffer::Binding;
@@ -35,20 +34,10 @@ pub use buffer::{AsBufView, BufView, UntypedBuffer};
 pub use endpoint::{local_host_id, Endpoint};
 pub use p2p::{Group, P2pStats};
 
-use crate::bootstrap::{Bootstrap, UniqueId};
+use crate::bootstrap::UniqueId;
 use crate::config::Config;
-use crate::config::{Progress, TransportChoice};
-use crate::engine::Engine;
-use crate::transport::fault::FaultInjector;
-use crate::transport::ring::RingShape;
-use crate::transport::tcp::setup;
-use crate::transport::Segment;
-use crate::wait::spin_budget;
 use crate::{Error, Result};
-use barrier::BarrierState;
-use connect::connect_peers;
-use inner::CommFailure;
-use inner::{CommInner, Topology};
+use inner::CommInner;
 
 /// Where a communicator's streams and buffers live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,62 +86,6 @@ impl std::fmt::Debug for Communicator {
             .field("rank", &self.inner.rank)
             .field("size", &self.inner.size)
             .finish()
-    }
-}
-
-/// Opens the RDMA device when this rank has peers and may use verbs: under
-/// `STREAMCOMM_TRANSPORT=verbs` failing if there is none, under `auto` best
-/// effort (none: tcp between hosts).
-#[cfg(feature = "verbs")]
-fn open_verbs_device(config: &Config, size: usize) -> Result<connect::VerbsDevice> {
-    use crate::transport::verbs::device::Device;
-    let open = || Device::open(config.ib_hca.as_deref(), config.ib_gid_index).map(Arc::new);
-    match config.transport {
-        TransportChoice::Verbs if size > 1 => open().map(Some),
-        TransportChoice::Auto if size > 1 => match open() {
-            Ok(d) => Ok(Some(d)),
-            Err(e) => {
-                tracing::debug!(error = %e, "verbs unavailable; tcp between hosts");
-                Ok(None)
-            }
-        },
-        _ => Ok(None),
-    }
-}
-
-/// Whether the central counter may run over verbs: every pair of ranks
-/// talks over verbs and every rank's device executes RDMA atomics (decided
-/// from the endpoints, so alike on every rank).
-fn counter_over_verbs(endpoints: &[Endpoint]) -> bool {
-    endpoints.iter().all(|e| e.verbs_atomics)
-        && endpoints.iter().enumerate().all(|(a, ea)| {
-            endpoints
-                .iter()
-                .enumerate()
-                .all(|(b, eb)| a == b || endpoint::pair_uses_verbs(ea, eb))
-        })
-}
-
-/// Whether this rank's RDMA device, if any, executes atomics.
-#[cfg(feature = "verbs")]
-fn device_atomics(device: &connect::VerbsDevice) -> bool {
-    device.as_ref().is_some_and(|d| d.atomics)
-}
-
-/// Without the `verbs` feature there is no device.
-#[cfg(not(feature = "verbs"))]
-fn device_atomics(_device: &connect::VerbsDevice) -> bool {
-    false
-}
-
-/// Without the `verbs` feature: no device, and forcing verbs is an error.
-#[cfg(not(feature = "verbs"))]
-fn open_verbs_device(config: &Config, size: usize) -> Result<connect::VerbsDevice> {
-    match config.transport {
-        TransportChoice::Verbs if size > 1 => Err(Error::Unavailable(
-            "STREAMCOMM_TRANSPORT=verbs, but this build of streamcomm has no verbs transport (build with the `verbs` feature)".into(),
-        )),
-        _ => Ok(None),
     }
 }
 
@@ -212,165 +145,8 @@ impl Communicator {
         backend: Backend,
         config: Config,
     ) -> Result<Communicator> {
-        let _span = tracing::info_span!("init", rank, size).entered();
-        if size == 0 {
-            return Err(Error::invalid("communicator size must be at least 1"));
-        }
-        if rank >= size {
-            return Err(Error::invalid(format!(
-                "rank {rank} out of range for size {size}"
-            )));
-        }
-        config.validate()?;
-        let faults = FaultInjector::new(&config.faults, rank, size)?;
         let Backend::Host = backend;
-        let shape = RingShape {
-            nsteps: config.nsteps,
-            slot_bytes: config.slot_bytes(),
-        };
-        let timeout = config.timeout.min(Duration::from_secs(120));
-        let device = open_verbs_device(&config, size)?;
-        let mut boot = Bootstrap::connect(id, rank, size, timeout)?;
-        let mut segment = Segment::create(size, shape)?;
-        // Listen for tcp unless told to use shared memory only.
-        let listener = match config.transport {
-            TransportChoice::Shm => None,
-            _ if size == 1 => None,
-            _ => {
-                let ip = match &config.socket_ifname {
-                    Some(name) => setup::interface_addr(name)?,
-                    None => boot.local_addr()?.ip(),
-                };
-                Some(setup::listen(ip)?)
-            }
-        };
-        let me = Endpoint {
-            host: local_host_id(),
-            pid: std::process::id(),
-            shm_name: segment.name().to_string(),
-            shape,
-            tcp: listener.as_ref().map(|(_, addr)| *addr),
-            verbs: match (&device, config.transport) {
-                (None, _) => endpoint::VERBS_NONE,
-                (Some(_), TransportChoice::Verbs) => endpoint::VERBS_FORCED,
-                (Some(_), _) => endpoint::VERBS_AVAILABLE,
-            },
-            verbs_atomics: device_atomics(&device),
-        };
-        let endpoints = boot
-            .all_gather(&me.encode())?
-            .iter()
-            .map(|b| Endpoint::decode(b))
-            .collect::<Result<Vec<_>>>()?;
-        if endpoints.len() != size {
-            return Err(Error::Bootstrap(format!(
-                "all-gather returned {} endpoints for {size} ranks",
-                endpoints.len()
-            )));
-        }
-        crate::tuning::check_same_everywhere(&mut boot, &config)?;
-        let endpoints_pids: Vec<u32> = endpoints.iter().map(|e| e.pid).collect();
-        let engine = Engine::new()?;
-        let links = connect_peers(
-            rank,
-            &config,
-            &endpoints,
-            &me,
-            &segment,
-            id,
-            listener,
-            shape,
-            &mut boot,
-            &device,
-            engine.handle().kick(),
-        )?;
-        // Every peer has mapped our segment: remove its name so nothing is
-        // left behind, whatever happens to this process later.
-        boot.barrier()?;
-        segment.unlink();
-        let segment = Arc::new(segment);
-        let local_ranks = endpoints.iter().filter(|e| e.host == me.host).count();
-        let local_index = endpoints[..rank]
-            .iter()
-            .filter(|e| e.host == me.host)
-            .count();
-        let core_binding = affinity::CoreBinding::choose(
-            config.bind,
-            local_index,
-            local_ranks,
-            &affinity::allowed_cpus(),
-        );
-        let hosts = match &config.hosts_override {
-            Some(o) => o.labels(size)?,
-            None => endpoints.iter().map(|e| e.host.clone()).collect(),
-        };
-        let host_index: Vec<usize> = hosts
-            .iter()
-            .map(|h| hosts.iter().position(|x| x == h).unwrap_or(0))
-            .collect();
-        let nhosts = (0..size).filter(|&r| host_index[r] == r).count();
-        let topology = Topology {
-            hosts,
-            link_hosts: endpoints.iter().map(|e| e.host.clone()).collect(),
-            nhosts,
-            local_ranks,
-            tcp_addrs: endpoints.iter().map(|e| e.tcp).collect(),
-            core_binding,
-        };
-        let error = Arc::new(std::sync::Mutex::new(None));
-        // The engine raises the failure word of every segment we reach.
-        let mut segments = vec![segment.clone()];
-        segments.extend(
-            links
-                .peers
-                .iter()
-                .flatten()
-                .filter_map(|c| c.peer_segment().cloned()),
-        );
-        let sink = CommFailure {
-            rank,
-            error: error.clone(),
-            segments,
-        };
-        let peers = links.peers;
-        let mut sources = links.sources;
-        let barrier = BarrierState::for_peers(
-            rank,
-            size,
-            &peers,
-            segment.barrier_area(size),
-            config.barrier_algo,
-            default_barrier_algo(size, nhosts, local_ranks),
-            shape.slot_bytes,
-            host_index,
-            counter_over_verbs(&endpoints),
-        )?;
-        crate::wait::note_local_ranks(local_ranks);
-        let spin = spin_budget(config.spin, local_ranks);
-        let inner = Arc::new(CommInner::new(
-            rank, size, config, topology, engine, peers, error, segment, spin, barrier, faults,
-        ));
-        // Shared-memory peers in other processes are watched; threads of
-        // this process die with it.
-        let shm_peers: Vec<(usize, u32)> = (0..size)
-            .filter(|&p| endpoints_pids[p] != std::process::id())
-            .filter(|&p| {
-                inner.peers[p]
-                    .as_ref()
-                    .is_some_and(|c| c.peer_segment().is_some())
-            })
-            .map(|p| (p, endpoints_pids[p]))
-            .collect();
-        if let Some(watch) = watchdog::PeerWatch::new(Arc::downgrade(&inner), shm_peers) {
-            sources.push(Box::new(watch));
-        }
-        // One thread for everything off the callers' threads, if there is
-        // anything: proxied transports, the watch, barriers run off-stream.
-        if !sources.is_empty() || inner.config.progress == Progress::Proxy {
-            inner.engine.start(rank, sources, Box::new(sink))?;
-        }
-        tracing::debug!(rank, size, local_ranks, cpu = ?core_binding.cpu(), "communicator ready");
-        Ok(Communicator { inner })
+        create::create(id, rank, size, config).map(|inner| Communicator { inner })
     }
 
     /// Joins a communicator described by a launcher's environment: our own

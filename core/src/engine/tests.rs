@@ -1,4 +1,4 @@
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::AtomicUsize;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -55,22 +55,16 @@ impl Source for PipeSource {
 fn pipe() -> (OwnedFd, OwnedFd) {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two descriptors into a valid array.
-    assert_eq!(
-        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) },
-        0
-    );
+    let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) };
+    assert_eq!(r, 0);
     // SAFETY: both descriptors are fresh and ours.
     unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
 }
 
-use std::os::fd::FromRawFd;
-
 fn write_byte(fd: &OwnedFd, b: u8) {
     // SAFETY: writing one byte from a valid buffer to our pipe.
-    assert_eq!(
-        unsafe { libc::write(fd.as_raw_fd(), [b].as_ptr().cast(), 1) },
-        1
-    );
+    let n = unsafe { libc::write(fd.as_raw_fd(), [b].as_ptr().cast(), 1) };
+    assert_eq!(n, 1);
 }
 
 const T: Duration = Duration::from_secs(10);

@@ -71,10 +71,7 @@ impl Source for TcpSource {
                             r = p.recv_on(j).map(|got| got || sent);
                         }
                     }
-                    r.map(|m| {
-                        p.advance();
-                        m
-                    })
+                    r.inspect(|_| p.advance())
                 }
             };
             match r {

@@ -1,4 +1,5 @@
-//! Choosing and opening each peer's transport at communicator creation.
+//! Stage 3 of creation: choosing and opening each peer's transport (see
+//! [`super`]).
 //!
 //! Rule (`docs/design/architecture.md`): a peer on the same host (same host identity, which
 //! includes the network namespace) is reached over shared memory, any other
@@ -11,6 +12,7 @@ use std::collections::HashMap;
 use std::net::TcpListener;
 use std::sync::Arc;
 
+use super::prepare::Local;
 use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::comm::endpoint::{pair_uses_verbs, Endpoint, VERBS_FORCED};
 use crate::config::{Config, TransportChoice};
@@ -36,10 +38,42 @@ pub(crate) type VerbsDevice = Option<Arc<crate::transport::verbs::device::Device
 #[cfg(not(feature = "verbs"))]
 pub(crate) type VerbsDevice = Option<()>;
 
-/// Opens a connection to every peer; proxied connections wake the progress
-/// engine through `kick`.
+/// Opens a connection to every peer (proxied connections wake the progress
+/// engine through `kick`), then, once every peer has mapped this rank's
+/// segment, removes its name so nothing is left behind, whatever happens
+/// to this process later.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when ranks disagree on the ring geometry;
+/// [`Error::Unavailable`] when a peer cannot be reached with the chosen
+/// transports; as the bootstrap, sockets, verbs and shared memory.
+pub(crate) fn connect(
+    local: &mut Local,
+    endpoints: &[Endpoint],
+    id: &UniqueId,
+    kick: &Arc<Kick>,
+) -> Result<Links> {
+    let links = connect_peers(
+        local.rank,
+        &local.config,
+        endpoints,
+        &local.me,
+        &local.segment,
+        id,
+        local.listener.take(),
+        local.shape,
+        &mut local.boot,
+        &local.device,
+        kick,
+    )?;
+    local.boot.barrier()?;
+    local.segment.unlink();
+    Ok(links)
+}
+
+/// Opens a connection to every peer.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn connect_peers(
+fn connect_peers(
     rank: usize,
     config: &Config,
     endpoints: &[Endpoint],

@@ -1,0 +1,90 @@
+//! Creating a communicator, in four stages.
+//!
+//! Each stage is a function in its own module, taking what the stage before
+//! produced (STYLE's prepare → exchange → connect, with a last stage that
+//! settles what every rank must agree on):
+//!
+//! 1. [`prepare`]: local resources only. Validates the configuration, opens
+//!    the RDMA device, joins the bootstrap, creates this rank's shared-memory
+//!    segment and tcp listener, and describes them in this rank's
+//!    [`Endpoint`](super::Endpoint).
+//! 2. [`exchange`]: every rank's endpoint, through the bootstrap's
+//!    all-gather, and a check that the tuning agrees everywhere.
+//! 3. [`connect`]: a connection to every peer (shared memory, tcp or
+//!    verbs), then a bootstrap barrier after which this rank's segment name
+//!    is unlinked (every peer has mapped it).
+//! 4. [`agree`]: the topology (hosts, core binding) and the barrier state,
+//!    decided from the endpoints alike on every rank.
+//!
+//! Then the communicator's state is assembled and its progress engine
+//! started with the sources the stages produced.
+
+mod agree;
+pub(crate) mod connect;
+mod exchange;
+mod prepare;
+
+use std::sync::Arc;
+
+use super::inner::{CommFailure, CommInner};
+use super::watchdog::PeerWatch;
+use crate::bootstrap::UniqueId;
+use crate::config::{Config, Progress};
+use crate::engine::Engine;
+use crate::wait::spin_budget;
+use crate::Result;
+
+/// Creates this rank's share of the communicator named by `id`.
+pub(crate) fn create(
+    id: &UniqueId,
+    rank: usize,
+    size: usize,
+    config: Config,
+) -> Result<Arc<CommInner>> {
+    let _span = tracing::info_span!("init", rank, size).entered();
+    let mut local = prepare::prepare(id, rank, size, config)?;
+    let endpoints = exchange::exchange(&mut local)?;
+    let engine = Engine::new()?;
+    let links = connect::connect(&mut local, &endpoints, id, engine.handle().kick())?;
+    let agreed = agree::agree(&local, &endpoints, &links.peers)?;
+    let segment = Arc::new(local.segment);
+    let sink = CommFailure::new(rank, &segment, &links.peers);
+    let mut sources = links.sources;
+    crate::wait::note_local_ranks(agreed.topology.local_ranks);
+    let spin = spin_budget(local.config.spin, agreed.topology.local_ranks);
+    let core = agreed.topology.core_binding;
+    let inner = Arc::new(CommInner::new(
+        rank,
+        size,
+        local.config,
+        agreed.topology,
+        engine,
+        links.peers,
+        sink.error.clone(),
+        segment,
+        spin,
+        agreed.barrier,
+        local.faults,
+    ));
+    // Shared-memory peers in other processes are watched; threads of this
+    // process die with it.
+    let watched: Vec<(usize, u32)> = (0..size)
+        .filter(|&p| endpoints[p].pid != std::process::id())
+        .filter(|&p| {
+            inner.peers[p]
+                .as_ref()
+                .is_some_and(|c| c.peer_segment().is_some())
+        })
+        .map(|p| (p, endpoints[p].pid))
+        .collect();
+    if let Some(watch) = PeerWatch::new(Arc::downgrade(&inner), watched) {
+        sources.push(Box::new(watch));
+    }
+    // One thread for everything off the callers' threads, if there is
+    // anything: proxied transports, the watch, barriers run off-stream.
+    if !sources.is_empty() || inner.config.progress == Progress::Proxy {
+        inner.engine.start(rank, sources, Box::new(sink))?;
+    }
+    tracing::debug!(rank, size, cpu = ?core.cpu(), "communicator ready");
+    Ok(inner)
+}

@@ -1,0 +1,139 @@
+//! Stage 1 of creation: this rank's local resources (see [`super`]).
+
+use std::net::{SocketAddr, TcpListener};
+use std::time::Duration;
+
+use super::connect;
+use crate::bootstrap::{Bootstrap, UniqueId};
+use crate::comm::endpoint::{self, local_host_id, Endpoint};
+use crate::config::{Config, TransportChoice};
+use crate::transport::fault::FaultInjector;
+use crate::transport::ring::RingShape;
+use crate::transport::tcp::setup;
+use crate::transport::Segment;
+use crate::{Error, Result};
+
+/// What this rank brings to the communicator, before it meets the others.
+pub(crate) struct Local {
+    pub rank: usize,
+    pub size: usize,
+    pub config: Config,
+    pub faults: FaultInjector,
+    pub shape: RingShape,
+    pub device: connect::VerbsDevice,
+    pub boot: Bootstrap,
+    pub segment: Segment,
+    /// The tcp listener, unless told to use shared memory only (taken by
+    /// the connect stage).
+    pub listener: Option<(TcpListener, SocketAddr)>,
+    /// This rank's endpoint, as the others will see it.
+    pub me: Endpoint,
+}
+
+/// Validates the request and the configuration, opens the RDMA device,
+/// joins the bootstrap, creates the segment and the tcp listener.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for `size == 0`, `rank >= size` or a bad
+/// configuration; as the bootstrap, the device, shared memory and sockets.
+pub(crate) fn prepare(id: &UniqueId, rank: usize, size: usize, config: Config) -> Result<Local> {
+    if size == 0 {
+        return Err(Error::invalid("communicator size must be at least 1"));
+    }
+    if rank >= size {
+        return Err(Error::invalid(format!(
+            "rank {rank} out of range for size {size}"
+        )));
+    }
+    config.validate()?;
+    let faults = FaultInjector::new(&config.faults, rank, size)?;
+    let shape = RingShape {
+        nsteps: config.nsteps,
+        slot_bytes: config.slot_bytes(),
+    };
+    let timeout = config.timeout.min(Duration::from_secs(120));
+    let device = open_verbs_device(&config, size)?;
+    let boot = Bootstrap::connect(id, rank, size, timeout)?;
+    let segment = Segment::create(size, shape)?;
+    // Listen for tcp unless told to use shared memory only.
+    let listener = match config.transport {
+        TransportChoice::Shm => None,
+        _ if size == 1 => None,
+        _ => {
+            let ip = match &config.socket_ifname {
+                Some(name) => setup::interface_addr(name)?,
+                None => boot.local_addr()?.ip(),
+            };
+            Some(setup::listen(ip)?)
+        }
+    };
+    let me = Endpoint {
+        host: local_host_id(),
+        pid: std::process::id(),
+        shm_name: segment.name().to_string(),
+        shape,
+        tcp: listener.as_ref().map(|(_, addr)| *addr),
+        verbs: match (&device, config.transport) {
+            (None, _) => endpoint::VERBS_NONE,
+            (Some(_), TransportChoice::Verbs) => endpoint::VERBS_FORCED,
+            (Some(_), _) => endpoint::VERBS_AVAILABLE,
+        },
+        verbs_atomics: device_atomics(&device),
+    };
+    Ok(Local {
+        rank,
+        size,
+        config,
+        faults,
+        shape,
+        device,
+        boot,
+        segment,
+        listener,
+        me,
+    })
+}
+
+/// Opens the RDMA device when this rank has peers and may use verbs: under
+/// `STREAMCOMM_TRANSPORT=verbs` failing if there is none, under `auto` best
+/// effort (none: tcp between hosts).
+#[cfg(feature = "verbs")]
+fn open_verbs_device(config: &Config, size: usize) -> Result<connect::VerbsDevice> {
+    use crate::transport::verbs::device::Device;
+    use std::sync::Arc;
+    let open = || Device::open(config.ib_hca.as_deref(), config.ib_gid_index).map(Arc::new);
+    match config.transport {
+        TransportChoice::Verbs if size > 1 => open().map(Some),
+        TransportChoice::Auto if size > 1 => match open() {
+            Ok(d) => Ok(Some(d)),
+            Err(e) => {
+                tracing::debug!(error = %e, "verbs unavailable; tcp between hosts");
+                Ok(None)
+            }
+        },
+        _ => Ok(None),
+    }
+}
+
+/// Whether this rank's RDMA device, if any, executes atomics.
+#[cfg(feature = "verbs")]
+fn device_atomics(device: &connect::VerbsDevice) -> bool {
+    device.as_ref().is_some_and(|d| d.atomics)
+}
+
+/// Without the `verbs` feature there is no device.
+#[cfg(not(feature = "verbs"))]
+fn device_atomics(_device: &connect::VerbsDevice) -> bool {
+    false
+}
+
+/// Without the `verbs` feature: no device, and forcing verbs is an error.
+#[cfg(not(feature = "verbs"))]
+fn open_verbs_device(config: &Config, size: usize) -> Result<connect::VerbsDevice> {
+    match config.transport {
+        TransportChoice::Verbs if size > 1 => Err(Error::Unavailable(
+            "STREAMCOMM_TRANSPORT=verbs, but this build of streamcomm has no verbs transport (build with the `verbs` feature)".into(),
+        )),
+        _ => Ok(None),
+    }
+}
