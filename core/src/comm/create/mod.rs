@@ -88,3 +88,6 @@ pub(crate) fn create(
     tracing::debug!(rank, size, cpu = ?core.cpu(), "communicator ready");
     Ok(inner)
 }
+
+#[cfg(test)]
+mod tests;
