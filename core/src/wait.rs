@@ -12,6 +12,7 @@
 //! Every wait is bounded: it checks an abort flag and a deadline, and sleeps in
 //! short slices, so a lost wake-up costs at most one slice, never a hang.
 
+use std::cell::RefCell;
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -132,6 +133,30 @@ impl<'a> WaitPolicy<'a> {
     }
 }
 
+thread_local! {
+    /// Work this thread keeps doing while it waits ([`set_thread_slice_hook`]).
+    static SLICE_HOOK: RefCell<Option<Box<dyn Fn()>>> = const { RefCell::new(None) };
+}
+
+/// Makes every wait on the calling thread run `hook` before each of its
+/// sleeps, and sleep no longer than the first slice (2 ms) at a time: for
+/// the progress engine's thread, whose own work (watching peers, reaping
+/// completions) must go on while one of its jobs waits.
+pub(crate) fn set_thread_slice_hook(hook: Box<dyn Fn()>) {
+    SLICE_HOOK.with(|h| *h.borrow_mut() = Some(hook));
+}
+
+/// Runs this thread's slice hook; false when it has none.
+fn run_slice_hook() -> bool {
+    SLICE_HOOK.with(|h| match h.try_borrow().as_deref() {
+        Ok(Some(hook)) => {
+            hook();
+            true
+        }
+        _ => false,
+    })
+}
+
 /// A wake-up channel: a sequence word to sleep on and a count of sleepers.
 ///
 /// The writer changes the shared state (a counter, a doorbell) and then calls
@@ -236,9 +261,12 @@ impl Notifier {
                 self.sleepers.fetch_sub(1, Ordering::SeqCst);
                 return Err(WaitError::Timeout(waited));
             }
+            let hooked = run_slice_hook();
             futex_wait(&self.seq, seq, slice.min(policy.timeout - waited));
             self.sleepers.fetch_sub(1, Ordering::SeqCst);
-            slice = (slice * 2).min(policy.max_slice);
+            if !hooked {
+                slice = (slice * 2).min(policy.max_slice);
+            }
         }
     }
 }

@@ -57,7 +57,7 @@ impl Task for ProxyBarrierTask {
             // which runs it in issue order and writes the release doorbell
             // (1 to go on, POISON on failure).
             let (weak, bell) = (Arc::downgrade(&comm), release.clone());
-            comm.engine.handle().post(Box::new(move || {
+            let posted = comm.engine.handle().post(Box::new(move || {
                 let Some(comm) = weak.upgrade() else {
                     bell.store(Doorbell::POISON);
                     return;
@@ -67,6 +67,10 @@ impl Task for ProxyBarrierTask {
                     comm.run_ticketed(ticket, JobMode::Run, "barrier", |c| c.run_barrier(ticket));
                 bell.store(if r.is_ok() { 1 } else { Doorbell::POISON });
             }));
+            if let Err(e) = posted {
+                comm.fail(&e);
+                return Err(e);
+            }
             // Wait(release == 1), then reset to 0 (the consumer resets).
             let policy = comm.policy();
             let r = release.wait(WaitCmp::Eq, 1, &policy);

@@ -63,15 +63,10 @@ impl PeerWatch {
     }
 }
 
-impl Source for PeerWatch {
-    fn progress(&mut self, _ctx: &Ctx<'_>, _fds: &PollSet) -> bool {
-        false
-    }
-
-    /// Checks when due, once per sleep of the engine (a busy engine is
-    /// moving its peers' bytes, which tells on dead peers by itself), and
-    /// bounds the sleep by the next check.
-    fn arm(&mut self, _fds: &mut PollSet) -> Option<Duration> {
+impl PeerWatch {
+    /// Checks when due; the time to the next check (`None`: nothing left
+    /// to watch).
+    fn when_due(&mut self) -> Option<Duration> {
         if self.peers.is_empty() {
             return None;
         }
@@ -84,6 +79,25 @@ impl Source for PeerWatch {
             self.next = now + PERIOD;
         }
         Some(self.next - now)
+    }
+}
+
+impl Source for PeerWatch {
+    fn progress(&mut self, _ctx: &Ctx<'_>, _fds: &PollSet) -> bool {
+        false
+    }
+
+    /// While a job waits on the engine (a barrier, a CUDA operation's host
+    /// side): the peer it waits for may be the one that died.
+    fn tick(&mut self, _ctx: &Ctx<'_>) {
+        self.when_due();
+    }
+
+    /// Checks when due, once per sleep of the engine (a busy engine is
+    /// moving its peers' bytes, which tells on dead peers by itself), and
+    /// bounds the sleep by the next check.
+    fn arm(&mut self, _fds: &mut PollSet) -> Option<Duration> {
+        self.when_due()
     }
 }
 

@@ -1,10 +1,13 @@
 //! The engine thread's loop (see the module docs of [`super`]).
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::source::{Ctx, FailureSink, PollSet, Source};
-use super::Shared;
+use super::{Shared, Work};
 
 /// How long a closing communicator keeps sending what its sources staged.
 const DRAIN: Duration = Duration::from_secs(10);
@@ -15,17 +18,43 @@ const IDLE_WAIT: Duration = Duration::from_millis(100);
 const CLOSING_WAIT: Duration = Duration::from_millis(1);
 
 /// Runs until the engine is stopped, then flushes and closes the sources.
-pub(super) fn run(shared: &Shared, mut sources: Vec<Box<dyn Source>>, sink: &dyn FailureSink) {
+pub(super) fn run(shared: Arc<Shared>, sources: Vec<Box<dyn Source>>, sink: Arc<dyn FailureSink>) {
+    let sources = Rc::new(RefCell::new(sources));
+    // While a job waits, its waits tick the sources between their sleeps.
+    let (theirs, their_shared, their_sink) = (sources.clone(), shared.clone(), sink.clone());
+    crate::wait::set_thread_slice_hook(Box::new(move || {
+        if let Ok(mut sources) = theirs.try_borrow_mut() {
+            let ctx = Ctx {
+                stopping: their_shared.stop.load(Ordering::Acquire),
+                abort: &their_shared.abort,
+                sink: &*their_sink,
+            };
+            for s in sources.iter_mut() {
+                s.tick(&ctx);
+            }
+        }
+    }));
+    drive(&shared, &sources, &*sink);
+}
+
+/// The loop of [`run`].
+fn drive(shared: &Shared, sources: &RefCell<Vec<Box<dyn Source>>>, sink: &dyn FailureSink) {
     let kick = &shared.kick;
     let mut fds = PollSet::default();
-    let mut bases = vec![0; sources.len()];
-    let mut aborted = vec![false; sources.len()];
+    let mut bases = Vec::new();
+    let mut aborted = Vec::new();
     let mut drain_deadline: Option<Instant> = None;
     // Armed: the sleep is announced and the descriptors are set.
     let mut armed = false;
     let mut kicked = false;
     let mut sleep_for = IDLE_WAIT;
     loop {
+        // Jobs run with the sources free for their waits' ticks.
+        let mut moved = run_jobs(shared, sources);
+        let mut sources = sources.borrow_mut();
+        // A source attached since the last arming has no descriptors yet.
+        bases.resize(sources.len(), usize::MAX);
+        aborted.resize(sources.len(), false);
         // An abort notice goes out before anything else, a goodbye
         // included: peers must learn that we failed, not that we left.
         let failed = shared.abort.load(Ordering::Acquire);
@@ -41,13 +70,12 @@ pub(super) fn run(shared: &Shared, mut sources: Vec<Box<dyn Source>>, sink: &dyn
             let deadline = *drain_deadline.get_or_insert_with(|| Instant::now() + DRAIN);
             let flushed = sources.iter_mut().all(|s| s.flushed());
             if flushed || Instant::now() >= deadline {
-                for s in &mut sources {
+                for s in sources.iter_mut() {
                     s.close();
                 }
                 return;
             }
         }
-        let mut moved = run_jobs(shared);
         let ctx = Ctx {
             stopping,
             abort: &shared.abort,
@@ -99,17 +127,21 @@ pub(super) fn run(shared: &Shared, mut sources: Vec<Box<dyn Source>>, sink: &dyn
     }
 }
 
-/// Runs the jobs posted so far; true if there were any.
-fn run_jobs(shared: &Shared) -> bool {
+/// Runs the jobs posted so far and takes the sources attached; true if
+/// there were any.
+fn run_jobs(shared: &Shared, sources: &RefCell<Vec<Box<dyn Source>>>) -> bool {
     let mut ran = false;
     loop {
-        let job = shared
-            .jobs
+        let work = shared
+            .work
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .pop_front();
-        let Some(job) = job else { return ran };
+        match work {
+            None => return ran,
+            Some(Work::Job(job)) => job(),
+            Some(Work::Attach(source)) => sources.borrow_mut().push(source),
+        }
         ran = true;
-        job();
     }
 }

@@ -11,8 +11,11 @@
 //!   (completions, credits, heartbeats), the watch over peer processes that
 //!   share our memory. Each moves what it can without blocking, and says
 //!   what it waits for (descriptors to poll, a longest sleep).
-//! - **Jobs**, posted at any time ([`EngineHandle::post`]): barriers run off
-//!   the stream (`STREAMCOMM_PROGRESS=proxy`), run in the order posted.
+//! - **Jobs**, posted at any time ([`EngineHandle::post`]), run in the
+//!   order posted: barriers run off the stream (`STREAMCOMM_PROGRESS=proxy`),
+//!   the host side of the CUDA backend's operations.
+//! - Sources attached later ([`EngineHandle::attach`]): the CUDA direct
+//!   path's watch over its peers.
 //!
 //! The loop: run posted jobs; let every source move what it can; while
 //! anything moved, go round again. Once nothing moves, announce the sleep
@@ -25,13 +28,15 @@
 //! waiting on, and it is the one place failures of proxied transports are
 //! reported ([`FailureSink`]).
 //!
-//! A communicator whose peers are all reached over shared memory by threads
-//! of its own process, with stream barriers run inline, has nothing for an
-//! engine to do and starts no thread.
+//! The thread starts with the first work: a communicator whose peers are
+//! all threads of its own process, reached over shared memory, starts none
+//! until a job comes.
 //!
-//! A job runs on the engine thread and holds up its sources while it runs:
-//! jobs are barriers over shared memory or flags, which wait on peers
-//! directly and never on progress only this thread makes.
+//! A job may wait (for a peer's flag, for data). While it waits, its waits
+//! keep the engine's own work going between their sleeps
+//! ([`Source::tick`], through [`crate::wait`]'s slice hook): the watch
+//! still notices a dead peer, verbs completions are still reaped, and
+//! streams waiting on tcp move their own bytes.
 
 mod driver;
 mod kick;
@@ -50,6 +55,27 @@ use crate::{Error, Result};
 /// Work run once on the engine thread.
 pub(crate) type EngineJob = Box<dyn FnOnce() + Send>;
 
+/// What callers hand the engine after it started.
+enum Work {
+    /// Run once, in the order posted.
+    Job(EngineJob),
+    /// Drive from now on.
+    Attach(Box<dyn Source>),
+}
+
+/// The thread, or what it will be started with.
+enum Thread {
+    /// Nothing to do yet: started by the first job or attached source.
+    Pending {
+        rank: usize,
+        sources: Vec<Box<dyn Source>>,
+        sink: Arc<dyn FailureSink>,
+    },
+    Running(ThreadId, JoinHandle<()>),
+    /// Stopped, or never given what to start with.
+    None,
+}
+
 /// What the driver thread and every handle share.
 struct Shared {
     kick: Arc<Kick>,
@@ -57,11 +83,12 @@ struct Shared {
     stop: AtomicBool,
     /// `1 + rank` of the rank whose failure aborted the communicator, or 0.
     abort: AtomicU32,
-    jobs: Mutex<VecDeque<EngineJob>>,
+    work: Mutex<VecDeque<Work>>,
+    thread: Mutex<Thread>,
 }
 
-/// A communicator's way to the engine: wake it, hand it a job, tell it of
-/// an abort. Cheap to clone; works before the thread starts (jobs wait).
+/// A communicator's way to the engine: wake it, hand it a job or a source,
+/// tell it of an abort. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct EngineHandle {
     shared: Arc<Shared>,
@@ -79,14 +106,33 @@ impl EngineHandle {
         &self.shared.kick
     }
 
-    /// Runs `job` on the engine thread after the jobs posted before it.
-    pub(crate) fn post(&self, job: EngineJob) {
+    /// Runs `job` on the engine thread after the jobs posted before it
+    /// (starting the thread if it waited for work).
+    ///
+    /// # Errors
+    /// [`Error::Os`] when the thread cannot be started; [`Error::Aborted`]
+    /// when the engine was stopped or never given its sources.
+    pub(crate) fn post(&self, job: EngineJob) -> Result<()> {
+        self.hand(Work::Job(job))
+    }
+
+    /// Drives `source` from now on, beside the sources given at start.
+    ///
+    /// # Errors
+    /// As [`EngineHandle::post`].
+    pub(crate) fn attach(&self, source: Box<dyn Source>) -> Result<()> {
+        self.hand(Work::Attach(source))
+    }
+
+    fn hand(&self, work: Work) -> Result<()> {
         self.shared
-            .jobs
+            .work
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push_back(job);
+            .push_back(work);
+        self.shared.ensure_running()?;
         self.shared.kick.signal();
+        Ok(())
     }
 
     /// Tells the engine that this communicator failed because of
@@ -102,12 +148,39 @@ impl EngineHandle {
     }
 }
 
-/// The engine of one communicator: its handle and, once started, its
-/// thread, which is stopped (after flushing what its sources staged) and
-/// joined on drop.
+impl Shared {
+    /// Starts the thread if it waits for work.
+    fn ensure_running(self: &Arc<Shared>) -> Result<()> {
+        let mut thread = self.thread.lock().unwrap_or_else(|p| p.into_inner());
+        match std::mem::replace(&mut *thread, Thread::None) {
+            Thread::Pending {
+                rank,
+                sources,
+                sink,
+            } => {
+                let shared = self.clone();
+                let spawned = std::thread::Builder::new()
+                    .name(format!("streamcomm-engine-{rank}"))
+                    .spawn(move || driver::run(shared, sources, sink))
+                    .map_err(|e| Error::os("spawn the progress engine thread", e))?;
+                *thread = Thread::Running(spawned.thread().id(), spawned);
+                Ok(())
+            }
+            Thread::None => Err(Error::Aborted(
+                "the communicator's progress engine has stopped".into(),
+            )),
+            running => {
+                *thread = running;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The engine of one communicator: its handle and its thread, which is
+/// stopped (after flushing what its sources staged) and joined on drop.
 pub(crate) struct Engine {
     handle: EngineHandle,
-    thread: Mutex<Option<(ThreadId, JoinHandle<()>)>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -128,10 +201,10 @@ impl Engine {
                     kick: Arc::new(Kick::new()?),
                     stop: AtomicBool::new(false),
                     abort: AtomicU32::new(0),
-                    jobs: Mutex::new(VecDeque::new()),
+                    work: Mutex::new(VecDeque::new()),
+                    thread: Mutex::new(Thread::None),
                 }),
             },
-            thread: Mutex::new(None),
         })
     }
 
@@ -140,8 +213,9 @@ impl Engine {
         &self.handle
     }
 
-    /// Starts the thread `streamcomm-engine-{rank}` driving `sources`,
-    /// which report failures to `sink`. Called once.
+    /// Gives the engine its sources, which report failures to `sink`, and
+    /// starts the thread `streamcomm-engine-{rank}` now if there are any,
+    /// else at the first job or attached source. Called once.
     ///
     /// # Errors
     /// [`Error::Os`] when the thread cannot be started.
@@ -149,15 +223,18 @@ impl Engine {
         &self,
         rank: usize,
         sources: Vec<Box<dyn Source>>,
-        sink: Box<dyn FailureSink>,
+        sink: Arc<dyn FailureSink>,
     ) -> Result<()> {
-        let shared = self.handle.shared.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("streamcomm-engine-{rank}"))
-            .spawn(move || driver::run(&shared, sources, &*sink))
-            .map_err(|e| Error::os("spawn the progress engine thread", e))?;
-        let id = thread.thread().id();
-        *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some((id, thread));
+        let now = !sources.is_empty();
+        let shared = &self.handle.shared;
+        *shared.thread.lock().unwrap_or_else(|p| p.into_inner()) = Thread::Pending {
+            rank,
+            sources,
+            sink,
+        };
+        if now {
+            shared.ensure_running()?;
+        }
         Ok(())
     }
 }
@@ -167,12 +244,11 @@ impl Drop for Engine {
         let shared = &self.handle.shared;
         shared.stop.store(true, Ordering::Release);
         shared.kick.signal();
-        let thread = self
-            .thread
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some((id, thread)) = thread {
+        let thread = std::mem::replace(
+            &mut *shared.thread.lock().unwrap_or_else(|p| p.into_inner()),
+            Thread::None,
+        );
+        if let Thread::Running(id, thread) = thread {
             // Dropped by one of its own jobs (which held the last handle of
             // the communicator): the loop sees `stop` when the job returns.
             // Its sources own the memory they touch, so it may outlive us.

@@ -16,6 +16,13 @@ pub(crate) trait Source: Send {
     /// source armed carry what `poll(2)` reported ([`PollSet::revents`]).
     fn progress(&mut self, ctx: &Ctx<'_>, fds: &PollSet) -> bool;
 
+    /// A job on the engine thread is waiting: do what cannot wait for it
+    /// (called between the wait's sleeps, a few milliseconds apart; by
+    /// default, [`Source::progress`] with nothing polled).
+    fn tick(&mut self, ctx: &Ctx<'_>) {
+        self.progress(ctx, &PollSet::default());
+    }
+
     /// The engine is about to sleep: adds the descriptors that wake this
     /// source to `fds` and returns the longest it may sleep (`None`: as
     /// long as it likes).
@@ -95,7 +102,10 @@ impl PollSet {
     /// What `poll(2)` reported for the `i`-th descriptor the current source
     /// armed (0 before any sleep, or after a round that moved).
     pub(crate) fn revents(&self, i: usize) -> libc::c_short {
-        self.fds.get(self.base + i).map_or(0, |f| f.revents)
+        self.base
+            .checked_add(i)
+            .and_then(|k| self.fds.get(k))
+            .map_or(0, |f| f.revents)
     }
 
     /// Starts a new arming (the kick's descriptor first).

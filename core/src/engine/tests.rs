@@ -9,7 +9,7 @@ use super::*;
 #[derive(Default)]
 struct Count(AtomicUsize);
 
-impl FailureSink for Arc<Count> {
+impl FailureSink for Count {
     fn fail(&self, _error: Error) {
         self.0.fetch_add(1, Ordering::SeqCst);
     }
@@ -77,7 +77,7 @@ fn drives_a_source_runs_jobs_in_order_and_reports_failures_once() {
     let engine = Engine::new().unwrap();
     let source = PipeSource { rx, seen: seen_tx };
     engine
-        .start(7, vec![Box::new(source)], Box::new(count.clone()))
+        .start(7, vec![Box::new(source)], count.clone())
         .unwrap();
     // A descriptor wakes the sleeping engine.
     write_byte(&tx, 1);
@@ -86,7 +86,10 @@ fn drives_a_source_runs_jobs_in_order_and_reports_failures_once() {
     let (done_tx, done) = mpsc::channel();
     for i in 0..5 {
         let d = done_tx.clone();
-        engine.handle().post(Box::new(move || d.send(i).unwrap()));
+        engine
+            .handle()
+            .post(Box::new(move || d.send(i).unwrap()))
+            .unwrap();
     }
     let order: Vec<i32> = (0..5).map(|_| done.recv_timeout(T).unwrap()).collect();
     assert_eq!(order, vec![0, 1, 2, 3, 4]);
@@ -111,12 +114,65 @@ fn an_engine_dropped_by_its_own_job_stops_without_deadlock() {
         e.start(
             0,
             vec![Box::new(PipeSource { rx, seen: seen_tx })],
-            Box::new(Arc::new(Count::default())),
+            Arc::new(Count::default()),
         )
         .unwrap();
     }
     let handle = engine.lock().unwrap().as_ref().unwrap().handle().clone();
     let mine = engine.clone();
-    handle.post(Box::new(move || drop(mine.lock().unwrap().take())));
+    handle
+        .post(Box::new(move || drop(mine.lock().unwrap().take())))
+        .unwrap();
     assert_eq!(seen.recv_timeout(T).unwrap(), "close");
+}
+
+/// A source that counts its ticks.
+struct Ticks(Arc<AtomicUsize>);
+
+impl Source for Ticks {
+    fn progress(&mut self, _ctx: &Ctx<'_>, _fds: &PollSet) -> bool {
+        false
+    }
+
+    fn tick(&mut self, _ctx: &Ctx<'_>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn arm(&mut self, _fds: &mut PollSet) -> Option<Duration> {
+        None
+    }
+}
+
+#[test]
+fn starts_at_the_first_job_and_ticks_sources_while_a_job_waits() {
+    let engine = Engine::new().unwrap();
+    let ticks = Arc::new(AtomicUsize::new(0));
+    engine
+        .start(1, Vec::new(), Arc::new(Count::default()))
+        .unwrap();
+    // No source: no thread until work comes.
+    assert!(matches!(
+        &*engine.handle().shared.thread.lock().unwrap(),
+        Thread::Pending { .. }
+    ));
+    engine
+        .handle()
+        .attach(Box::new(Ticks(ticks.clone())))
+        .unwrap();
+    // A job that waits 100 ms on a notifier nobody notifies: the engine's
+    // source keeps ticking between the wait's sleeps (2 ms slices).
+    let (done_tx, done) = mpsc::channel();
+    engine
+        .handle()
+        .post(Box::new(move || {
+            let n = crate::wait::Notifier::new();
+            let policy = crate::wait::WaitPolicy::new(0, Duration::from_millis(100));
+            let r = n.wait_until(&policy, || None::<()>);
+            done_tx.send(r).unwrap();
+        }))
+        .unwrap();
+    let r = done.recv_timeout(T).unwrap();
+    assert!(matches!(r, Err(crate::wait::WaitError::Timeout(_))));
+    let n = ticks.load(Ordering::SeqCst);
+    assert!(n >= 10, "only {n} ticks during a 100 ms wait on the engine");
 }

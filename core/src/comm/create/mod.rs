@@ -29,7 +29,7 @@ use std::sync::Arc;
 use super::inner::{CommFailure, CommInner};
 use super::watchdog::PeerWatch;
 use crate::bootstrap::UniqueId;
-use crate::config::{Config, Progress};
+use crate::config::Config;
 use crate::engine::Engine;
 use crate::wait::spin_budget;
 use crate::Result;
@@ -80,11 +80,10 @@ pub(crate) fn create(
     if let Some(watch) = PeerWatch::new(Arc::downgrade(&inner), watched) {
         sources.push(Box::new(watch));
     }
-    // One thread for everything off the callers' threads, if there is
-    // anything: proxied transports, the watch, barriers run off-stream.
-    if !sources.is_empty() || inner.config.progress == Progress::Proxy {
-        inner.engine.start(rank, sources, Box::new(sink))?;
-    }
+    // One thread for everything off the callers' threads, started now if
+    // there are sources (proxied transports, the watch), else by the first
+    // job (a barrier run off-stream, the CUDA backend's host side).
+    inner.engine.start(rank, sources, Arc::new(sink))?;
     tracing::debug!(rank, size, cpu = ?core.cpu(), "communicator ready");
     Ok(inner)
 }
