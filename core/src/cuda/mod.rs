@@ -38,8 +38,8 @@
 //!   where a window cannot be mapped): each call enqueues a copy of the input
 //!   into pinned host-mapped staging memory, a host function
 //!   (`cuLaunchHostFunc`) that hands the host backend's task for the call to
-//!   this communicator's runner thread, a `cuStreamWaitValue32` on a
-//!   completion word the runner sets when the task is done (then a write of
+//!   this communicator's progress engine, a `cuStreamWaitValue32` on a
+//!   completion word the engine sets when the task is done (then a write of
 //!   0), and a copy of the output back. The plans, transports (shm, tcp,
 //!   verbs) and reductions are the host backend's own; the data crosses
 //!   PCIe twice. The sends and receives of a p2p group with peers over
@@ -64,7 +64,7 @@
 //!
 //! # Errors instead of hangs
 //! A staged task that fails still raises its completion word. On the direct
-//! path a watchdog thread checks every 100 ms that the peer processes live
+//! path the progress engine checks every 100 ms that the peer processes live
 //! (or left after dropping their communicator cleanly) and that the
 //! communicator has not failed; on a failure it fails the
 //! communicator and keeps raising this rank's flag words, so waiting
@@ -195,7 +195,7 @@ impl CudaComm {
                 None
             }
         };
-        let shared = DeviceShared::new()?;
+        let shared = DeviceShared::new(comm.inner.engine.handle().clone(), comm.config().timeout);
         if comm.config().cuda_window > 0 {
             if let Some(direct) = direct_path(comm, &device, kernels.as_ref())? {
                 let _ = shared.direct.set(direct);

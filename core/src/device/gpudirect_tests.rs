@@ -95,7 +95,8 @@ fn on_ranks<T: Send + 'static>(
                     peermem,
                 };
                 let nic = Arc::new(EmulatedNic::default());
-                let shared = DeviceShared::new().unwrap();
+                let shared =
+                    DeviceShared::new(comm.inner.engine.handle().clone(), comm.config().timeout);
                 let made = wanted(&comm).and_then(|dev| {
                     establish(&dev, &probe, |mode| {
                         assert_eq!(mode, GpuDirectMode::PeerMem);

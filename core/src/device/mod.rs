@@ -14,8 +14,8 @@
 //! 2. a host callback, which runs when the stream reaches it (and again at
 //!    every replay of a graph captured from it). It prepares the very task
 //!    the host backend would run for this call, over the staging buffers, and
-//!    hands it to the communicator's *runner*, a host stream, without
-//!    blocking;
+//!    hands it to the communicator's *runner*, which runs it as a job of
+//!    the communicator's progress engine, in order, without blocking;
 //! 3. a wait until the operation's completion word is at least 1, which the
 //!    runner sets once the task has run (or failed), then a write of 0: the
 //!    doorbell rule of DESIGN.md §3, so a replay behaves like the first run;

@@ -131,15 +131,16 @@ pub(crate) struct DeviceShared<S, G> {
 }
 
 impl<S: StagingMemory, G: CompletionSignal> DeviceShared<S, G> {
-    /// A runner with its own thread, an empty graveyard and pool.
-    pub(crate) fn new() -> Result<Self> {
-        Ok(DeviceShared {
-            runner: Arc::new(Runner::new()?),
+    /// A runner on `engine` (its drain bounded by `timeout`), an empty
+    /// graveyard and pool.
+    pub(crate) fn new(engine: crate::engine::EngineHandle, timeout: std::time::Duration) -> Self {
+        DeviceShared {
+            runner: Arc::new(Runner::new(engine, timeout)),
             graveyard: Arc::new(Graveyard::default()),
             pool: Arc::new(Pool::default()),
             direct: OnceLock::new(),
             gpudirect: OnceLock::new(),
-        })
+        }
     }
 }
 

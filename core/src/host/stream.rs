@@ -122,7 +122,7 @@ impl Shared {
     }
 }
 
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         format!("panicked: {s}")
     } else if let Some(s) = panic.downcast_ref::<String>() {

@@ -2,7 +2,8 @@
 //!
 //! A device stream waiting on a peer's flag word waits for ever if the peer
 //! is gone: the driver's stream waits have no timeout. So while the direct
-//! path is in use a watchdog thread checks, every period, that no peer
+//! path is in use the communicator's progress engine checks (a source
+//! attached to it), every period, that no peer
 //! process of the host is gone (without having dropped its communicator
 //! cleanly: the shared-memory watchdog's rule) and that the communicator has not failed
 //! (a peer's failure reaches it through the communicator's failure word).
@@ -13,12 +14,13 @@
 //! the error is kept ([`crate::Communicator::async_error`]) and returned by
 //! every later call, as on the staged path.
 
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use super::window::Windows;
+use crate::comm::inner::CommInner;
 use crate::device::DevAddr;
+use crate::engine::{Ctx, PollSet, Source};
 use crate::{Communicator, Error, Result};
 
 /// How often the watchdog looks.
@@ -29,14 +31,27 @@ pub(crate) type Liveness = Box<dyn Fn(usize, u32) -> bool + Send>;
 /// Raises flag words of this rank's window from the host.
 pub(crate) type Rescue = Box<dyn Fn(&[DevAddr]) + Send>;
 
-/// The watchdog thread; stopped and joined on drop.
+/// The watch, while the direct path is in use; ended on drop (what it holds
+/// is dropped by the thread dropping this, not by the engine).
 pub(crate) struct Watchdog {
-    stop: Arc<(Mutex<bool>, Condvar)>,
-    thread: Option<JoinHandle<()>>,
+    watch: Arc<Mutex<Option<Watch>>>,
+}
+
+/// What the engine's source looks at.
+struct Watch {
+    comm: Weak<CommInner>,
+    windows: Arc<Windows>,
+    alive: Liveness,
+    rescue: Rescue,
+    period: Duration,
+    next: Instant,
 }
 
 impl Watchdog {
-    /// Starts watching `windows`' peers for `comm`.
+    /// Starts watching `windows`' peers for `comm`, on its progress engine.
+    ///
+    /// # Errors
+    /// As [`crate::engine::EngineHandle::attach`].
     pub(crate) fn start(
         comm: &Communicator,
         windows: Arc<Windows>,
@@ -44,58 +59,78 @@ impl Watchdog {
         rescue: Rescue,
         period: Duration,
     ) -> Result<Watchdog> {
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let (comm, flag) = (comm.clone(), stop.clone());
-        let thread = std::thread::Builder::new()
-            .name(format!("streamcomm-watchdog-{}", comm.rank()))
-            .spawn(move || watch(&comm, &windows, &*alive, &*rescue, period, &flag))
-            .map_err(|e| Error::os("spawning the direct-path watchdog", e))?;
-        Ok(Watchdog {
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-fn watch(
-    comm: &Communicator,
-    windows: &Windows,
-    alive: &dyn Fn(usize, u32) -> bool,
-    rescue: &dyn Fn(&[DevAddr]),
-    period: Duration,
-    stop: &(Mutex<bool>, Condvar),
-) {
-    let own = windows.own_flags();
-    let mut stopped = stop.0.lock().unwrap_or_else(|p| p.into_inner());
-    loop {
-        stopped = stop
-            .1
-            .wait_timeout(stopped, period)
-            .unwrap_or_else(|p| p.into_inner())
-            .0;
-        if *stopped {
-            return;
-        }
-        if comm.async_error().is_none() {
-            let dead =
-                (0..windows.size()).find(|&p| p != windows.rank() && !alive(p, windows.pids()[p]));
-            let Some(peer) = dead else { continue };
-            comm.inner.fail(&Error::RemoteFailed {
-                peer,
-                op: "a direct-path device operation".into(),
-                cause: format!("process {} exited", windows.pids()[peer]),
-            });
-        }
-        rescue(&own);
+        let watch = Arc::new(Mutex::new(Some(Watch {
+            comm: Arc::downgrade(&comm.inner),
+            windows,
+            alive,
+            rescue,
+            period,
+            next: Instant::now() + period,
+        })));
+        comm.inner
+            .engine
+            .handle()
+            .attach(Box::new(DirectWatch(watch.clone())))?;
+        Ok(Watchdog { watch })
     }
 }
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
-        *self.stop.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        self.stop.1.notify_all();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        let watch = self.watch.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(watch);
     }
+}
+
+/// The engine's side of a [`Watchdog`].
+struct DirectWatch(Arc<Mutex<Option<Watch>>>);
+
+impl DirectWatch {
+    /// Looks when due; the time to the next look (`None`: ended).
+    fn when_due(&self) -> Option<Duration> {
+        let mut watch = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let w = watch.as_mut()?;
+        let now = Instant::now();
+        if now >= w.next {
+            w.next = now + w.period;
+            let Some(inner) = w.comm.upgrade() else {
+                *watch = None;
+                return None;
+            };
+            look(&Communicator { inner }, w);
+        }
+        Some(w.next.saturating_duration_since(now))
+    }
+}
+
+impl Source for DirectWatch {
+    fn progress(&mut self, _ctx: &Ctx<'_>, _fds: &PollSet) -> bool {
+        false
+    }
+
+    fn tick(&mut self, _ctx: &Ctx<'_>) {
+        self.when_due();
+    }
+
+    fn arm(&mut self, _fds: &mut PollSet) -> Option<Duration> {
+        self.when_due()
+    }
+}
+
+/// One look: a dead peer fails the communicator; once it failed, every
+/// flag word of this rank's window is raised, so every wait enqueued
+/// passes.
+fn look(comm: &Communicator, w: &Watch) {
+    let windows = &w.windows;
+    if comm.async_error().is_none() {
+        let dead =
+            (0..windows.size()).find(|&p| p != windows.rank() && !(w.alive)(p, windows.pids()[p]));
+        let Some(peer) = dead else { return };
+        comm.inner.fail(&Error::RemoteFailed {
+            peer,
+            op: "a direct-path device operation".into(),
+            cause: format!("process {} exited", windows.pids()[peer]),
+        });
+    }
+    (w.rescue)(&windows.own_flags());
 }
