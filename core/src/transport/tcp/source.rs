@@ -88,6 +88,25 @@ impl Source for TcpSource {
         moved
     }
 
+    /// A job on the engine waits: move every peer's bytes that can move,
+    /// since the engine cannot poll for them meanwhile (a half-written slot
+    /// left for the engine would otherwise wait for the job, and the peer
+    /// for it).
+    fn tick(&mut self, ctx: &Ctx<'_>) {
+        for p in &self.peers {
+            let Ok(mut p) = p.try_lock() else { continue };
+            if p.dead {
+                continue;
+            }
+            if let Err(e) = p.pump() {
+                p.dead = true;
+                let peer = p.peer;
+                drop(p);
+                ctx.fail(e, peer);
+            }
+        }
+    }
+
     fn arm(&mut self, fds: &mut PollSet) -> Option<Duration> {
         self.owners.clear();
         let mut now = false;
