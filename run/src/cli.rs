@@ -98,7 +98,7 @@ pub struct RunArgs {
 /// known; `node_rank` is `None` only when `hosts` is not empty (it is then
 /// found from the host's addresses); `hosts` is empty or has `nnodes`
 /// entries, the first being `master_addr`; `nnodes * nproc` ranks fit a
-/// bootstrap ([`MAX_RANKS`]).
+/// bootstrap ([`MAX_RANKS`](streamcomm::bootstrap::MAX_RANKS)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeArgs {
     /// Number of nodes.
