@@ -54,7 +54,7 @@ HOSTS=2 measures across two pretend hosts instead: network namespaces on a
 bridge (scripts/netns.sh, made once for the whole measurement, root and
 iproute2 needed), RANKS/2 consecutive ranks in each (shared memory inside,
 tcp between), launched by `streamcomm-run --nnodes 2` (built next to the
-bench: cargo build --release -p streamcomm -p streamcomm-bench), RANKS
+bench: cargo build --release -p streamcomm-run -p streamcomm-bench), RANKS
 default "2 4 6 8", fewer calls a point (HOST_SWEEPS); the points keep their
 ranks per host for `compare`.
 """

@@ -30,7 +30,7 @@ port=${PORT:-29600}
 
 [ $# -ge 1 ] || { sed -n '2,20p' "$0" >&2; exit 2; }
 for f in "$bench" "$run"; do
-    [ -x "$f" ] || { echo "tcp-netns.sh: $f is missing (cargo build --release -p streamcomm-bench -p streamcomm)" >&2; exit 1; }
+    [ -x "$f" ] || { echo "tcp-netns.sh: $f is missing (cargo build --release -p streamcomm-bench -p streamcomm-run)" >&2; exit 1; }
 done
 
 trap '"$root/scripts/netns.sh" down "$name" >/dev/null' EXIT

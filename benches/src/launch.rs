@@ -1,7 +1,7 @@
 //! Who this process is: the launcher of local ranks, or one rank of a job.
 //!
 //! Run by hand, the benchmark starts `--ranks` copies of itself through the
-//! library's [`LocalLauncher`] (what `streamcomm-run` uses), after measuring
+//! launcher crate's [`LocalLauncher`] (what `streamcomm-run` runs), after measuring
 //! the machine's limits itself, while no rank is running to disturb the
 //! measurement; the figures reach rank 0 through environment variables. Run
 //! under a launcher (ours, torchrun, Slurm, Open MPI), it is that rank, and
@@ -10,7 +10,7 @@
 use std::ffi::OsString;
 
 use streamcomm::launch::env::{detect_from_process_env, LaunchInfo};
-use streamcomm::launch::local::{install_termination_handler, LocalLauncher, Outcome};
+use streamcomm_run::local::{install_termination_handler, LocalLauncher, Outcome};
 
 use crate::error::{Context, Fallible};
 use crate::machine::MachineLimits;

@@ -35,7 +35,6 @@ mod rawtcp;
 mod report;
 mod schedule;
 mod stats;
-mod svg;
 mod sweep;
 mod ticks;
 mod vstcp;
@@ -247,7 +246,7 @@ fn run_rank(cli: &Cli, info: &LaunchInfo) -> Fallible<u64> {
             if let Some(tcp) = &m.tcp {
                 refs.push(("raw tcp", tcp.best_gbps));
             }
-            reported = plot::write_svg(target, &sendrecv, &refs);
+            reported = plot::sendrecv::write_svg(target, &sendrecv, &refs);
         }
         if let Some(target) = &cli.json {
             let doc = Document::new(cli, nranks, m.clone(), &rows, latency, barrier, sendrecv);

@@ -17,8 +17,8 @@ use streamcomm::{Config, DataType};
 
 use crate::cli::{human_bytes, Collective};
 use crate::error::{Context, Fallible};
+use crate::plot::panels::{self, Panel, Series};
 use crate::schedule::schedule_id;
-use crate::svg;
 
 /// Arguments of `streamcomm-bench model`.
 #[derive(Debug, Parser)]
@@ -244,7 +244,7 @@ pub fn run(cli: &ModelCli) -> Fallible<()> {
     }
     print!("{out}");
     if let Some(path) = &cli.plot {
-        let svg = plot(&setting);
+        let svg = plot(&setting).with_context(|| format!("draw the plot for {path}"))?;
         std::fs::write(path, svg).with_context(|| format!("write the plot to {path}"))?;
         eprintln!("streamcomm-bench: plot written to {path}");
     }
@@ -253,20 +253,20 @@ pub fn run(cli: &ModelCli) -> Fallible<()> {
 
 /// Predicted time against size for the collectives with several
 /// algorithms, at 64, 512 and 4096 ranks: one panel each.
-fn plot(setting: &Setting) -> String {
-    let mut panels = Vec::new();
+fn plot(setting: &Setting) -> Result<String, String> {
+    let mut charts = Vec::new();
     for c in [
         Collective::AllReduce,
         Collective::AllGather,
         Collective::Broadcast,
     ] {
         for n in [64, 512, 4096] {
-            let mut series: Vec<svg::Series> = Vec::new();
+            let mut series: Vec<Series> = Vec::new();
             for bytes in sizes() {
                 let (times, _) = setting.row(c, n, bytes);
                 for (i, (a, t)) in times.into_iter().enumerate() {
                     if series.len() <= i {
-                        series.push(svg::Series {
+                        series.push(Series {
                             name: a.name().to_string(),
                             points: Vec::new(),
                         });
@@ -274,7 +274,7 @@ fn plot(setting: &Setting) -> String {
                     series[i].points.push((bytes as f64, t));
                 }
             }
-            panels.push(svg::Panel {
+            charts.push(Panel {
                 title: format!(
                     "{} — {n} ranks ({} hosts)",
                     c.name(),
@@ -284,9 +284,9 @@ fn plot(setting: &Setting) -> String {
             });
         }
     }
-    svg::render(
+    panels::render(
         "streamcomm cost model: predicted time per call (us) against size (bytes)",
-        &panels,
+        &charts,
         3,
     )
 }

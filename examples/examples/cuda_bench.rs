@@ -28,8 +28,9 @@ use std::time::Instant;
 
 use streamcomm::cuda::cudarc::driver::{sys, CudaContext, CudaStream};
 use streamcomm::cuda::CudaComm;
-use streamcomm::launch::{env::detect_from_process_env, local::LocalLauncher};
+use streamcomm::launch::env::detect_from_process_env;
 use streamcomm::{Communicator, ReduceOp};
+use streamcomm_run::local::LocalLauncher;
 
 const BARRIER_ITERS: usize = 2000;
 

@@ -1,5 +1,7 @@
-//! GPU quick start: the CUDA layer on one device, without a communicator yet
-//! (the CUDA backend of `streamcomm` is not built; see README "GPU (CUDA)").
+//! GPU quick start: the CUDA layer (`streamcomm-gpu`) on one device, without
+//! a communicator. For collectives on GPUs, the CUDA backend
+//! (`streamcomm::cuda::CudaComm`) is in the `cuda_bench` example and the
+//! README's "On a GPU, with cudarc".
 //!
 //! ```text
 //! cargo run --release --example gpu_quickstart

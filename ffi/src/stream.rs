@@ -2,9 +2,9 @@
 //! events, synchronize, destroy.
 //!
 //! These are the host backend's [`HostStream`] and [`HostEvent`] behind
-//! handles. A CUDA stream cannot be passed yet (there is no CUDA backend);
-//! when there is one, a function will wrap a `cudaStream_t` into a
-//! `streamcomm_stream_t`, and everything taking a stream stays as it is.
+//! handles. CUDA streams are not wrapped into a `streamcomm_stream_t`: the
+//! CUDA functions (`streamcomm_cuda_*`, module `cuda`) take a `cudaStream_t`
+//! / `CUstream` as it is, with a `streamcomm_cuda_comm_t`.
 
 use std::ffi::{c_int, c_void};
 

@@ -121,25 +121,6 @@ fn compile(source: &str, dir: &Path, shared: bool) -> PathBuf {
     exe
 }
 
-/// The `streamcomm-run` launcher built beside this test (by
-/// `cargo test --workspace`), or built now.
-fn launcher() -> PathBuf {
-    let path = deps_dir().parent().unwrap().join("streamcomm-run");
-    if !path.exists() {
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-p", "streamcomm", "--bin", "streamcomm-run"])
-            .args(["--profile", "test"]);
-        let out = run(cmd, Duration::from_secs(540));
-        assert!(
-            out.status.success(),
-            "building streamcomm-run:\n{}",
-            text(&out)
-        );
-    }
-    assert!(path.exists(), "{} is missing", path.display());
-    path
-}
-
 #[test]
 fn header_declares_exactly_the_exported_symbols() {
     let script = Path::new(MANIFEST).join("check-symbols.sh");
@@ -227,7 +208,7 @@ fn four_c_ranks_under_streamcomm_run() {
     let exe = compile("tests/c/ranks.c", &dir, true);
     // The latency example must keep compiling too (it is run by hand).
     compile("examples/c/latency.c", &dir, true);
-    let mut cmd = Command::new(launcher());
+    let mut cmd = Command::new(streamcomm_testkit::launcher_binary());
     // The abort check at the end must not wait for a timeout; bound it anyway.
     cmd.args(["-n", "4", "--"])
         .arg(&exe)
@@ -273,7 +254,7 @@ fn two_python_ranks_all_reduce_with_ctypes_and_numpy() {
         return;
     }
     let script = Path::new(MANIFEST).join("examples/python/all_reduce.py");
-    let mut cmd = Command::new(launcher());
+    let mut cmd = Command::new(streamcomm_testkit::launcher_binary());
     cmd.args(["-n", "2", "--", "python3"])
         .arg(&script)
         .env("STREAMCOMM_FFI_LIBRARY", library("so"));

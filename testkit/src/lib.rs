@@ -13,6 +13,9 @@
 //! - **Repetition knobs** ([`reps`]): long loops run a count that covers
 //!   every path by default and the full count with `STREAMCOMM_TEST_FULL=1`.
 //!
+//! It also finds the `streamcomm-run` binary for tests outside the
+//! launcher's crate ([`launcher_binary`]).
+//!
 //! ```
 //! let seed = streamcomm_testkit::seed();
 //! let rounds = streamcomm_testkit::reps(10, 1_000);
@@ -22,6 +25,8 @@
 
 mod child;
 mod knobs;
+mod launcher;
 
 pub use child::{child_args, child_ran, test_path, ChildProof, PROOF_DIR_VAR};
 pub use knobs::{current_test, full, reps, seed, skip, SKIP_LOG_VAR};
+pub use launcher::launcher_binary;

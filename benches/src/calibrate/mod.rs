@@ -68,10 +68,10 @@ use std::time::Instant;
 use clap::Parser;
 use streamcomm::comm::UntypedBuffer;
 use streamcomm::host::HostStream;
-use streamcomm::launch::local::LocalLauncher;
 use streamcomm::plan::{Algorithm, Collective};
 use streamcomm::tuning::{predict, CostParams, LinkCost, Shape, DEFAULT_WRITE_WEIGHT};
 use streamcomm::{Communicator, DataType, ReduceOp};
+use streamcomm_run::local::LocalLauncher;
 
 use crate::error::{Context, Fallible};
 

@@ -116,8 +116,10 @@ impl Communicator {
     /// # Errors
     /// [`Error::InvalidArgument`] for `size == 0` or `rank >= size`;
     /// [`Error::Bootstrap`] / [`Error::Timeout`] when the ranks cannot meet;
-    /// [`Error::Unavailable`] when a peer is on another host (no inter-host
-    /// transport is built yet); [`Error::Os`] when shared memory fails.
+    /// [`Error::Unavailable`] when a peer cannot be reached with the
+    /// transports this build and `STREAMCOMM_TRANSPORT` allow (e.g. a peer on
+    /// another host with `STREAMCOMM_TRANSPORT=shm`, or verbs forced without
+    /// an RDMA device); [`Error::Os`] when shared memory fails.
     pub fn init(id: &UniqueId, rank: usize, size: usize, backend: Backend) -> Result<Communicator> {
         Communicator::init_with_config(id, rank, size, backend, Config::from_env()?)
     }

@@ -1,16 +1,13 @@
-//! Launch: starting ranks, and learning from a launcher who this process is.
+//! Launch: learning from a launcher who this process is.
 //!
 //! A communicator created from a launcher's environment needs its rank, the
-//! number of ranks and a bootstrap root, and every launcher (torchrun, Slurm,
-//! Open MPI, PMI) spells them differently: [`env`](mod@env) reads them all into one
-//! [`LaunchInfo`](env::LaunchInfo). [`local`] is our own launcher (what the
-//! `streamcomm-run` binary runs, with the command line of [`cli`]): it starts
-//! and supervises one host's ranks as one unit, hosting the bootstrap root
-//! itself. For jobs across hosts, one `streamcomm-run` runs per node, and
-//! [`nodes`] works out each node's share: its ranks, the root (served by
-//! node 0's launcher) and the secret.
+//! number of ranks and a bootstrap root, and every launcher (`streamcomm-run`,
+//! torchrun, Slurm, Open MPI, PMI) spells them differently: [`env`](mod@env)
+//! reads them all into one [`LaunchInfo`](env::LaunchInfo), which is what
+//! [`Communicator::from_env`](crate::Communicator::from_env) joins.
+//!
+//! Starting ranks is the launcher's job, not the library's: the
+//! `streamcomm-run` binary and its library (crate `streamcomm-run`: the local
+//! launcher, its command line, multi-node jobs) are a crate of their own.
 
-pub mod cli;
 pub mod env;
-pub mod local;
-pub mod nodes;

@@ -1,9 +1,13 @@
 //! Transports: how slots travel between ranks.
 //!
-//! Today there is one, `shm` (processes on one host), a *direct* transport:
-//! the thread executing a plan copies into the peer's slot itself, so no proxy
-//! is on the data path. A [`Connection`] joins the two rings of one peer
-//! pair (outbound in the peer's segment, inbound in ours).
+//! Three carry slots: [`shm`] (processes on one host), a *direct* transport
+//! where the thread executing a plan copies into the peer's slot itself, so
+//! no proxy is on the data path; and the proxied [`tcp`] and `verbs`
+//! (feature `verbs`) between hosts, where the stream fills and reads rings
+//! of its own and the slots cross over sockets or by RDMA writes, posted by
+//! a progress thread (or the stream). A [`Connection`] joins the two rings
+//! of one peer pair, whatever the transport (over shm, outbound in the
+//! peer's segment and inbound in ours).
 //!
 //! Each rank's segment starts with a [`SegmentHeader`] page: a magic/version
 //! check for the layout, and a failure word that any rank may raise to make

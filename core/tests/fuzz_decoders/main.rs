@@ -2,7 +2,8 @@
 //! from the network or shared memory (bootstrap hellos and replies, tcp
 //! hellos and frame headers, endpoints, the call signatures in slot headers),
 //! unique ids handed between processes, and the text of launcher and
-//! `STREAMCOMM_*` environment variables and of `streamcomm-run`'s arguments.
+//! `STREAMCOMM_*` environment variables. (`streamcomm-run`'s arguments are
+//! fuzzed in its own crate.)
 //!
 //! Four kinds of property, for every decoder:
 //!
@@ -28,7 +29,6 @@
 //! `STREAMCOMM_SPIN`) are fixed; the `bug_*` tests keep them fixed.
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::net::{
     Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, SocketAddrV4, SocketAddrV6, TcpListener, TcpStream,
@@ -45,7 +45,6 @@ use streamcomm::barrier::{BarrierAlgo, Inter};
 use streamcomm::bootstrap::{Bootstrap, RootOptions, RootServer, UniqueId, MAX_RANKS};
 use streamcomm::comm::Endpoint;
 use streamcomm::config::{Config, HostsOverride};
-use streamcomm::launch::cli::parse_args;
 use streamcomm::launch::env::{detect, RootSpec};
 use streamcomm::plan::signature::P2pSlot;
 use streamcomm::plan::{build, signature, Collective, PlanParams};

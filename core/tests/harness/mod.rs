@@ -13,9 +13,9 @@ use std::time::Duration;
 use streamcomm::bootstrap::UniqueId;
 use streamcomm::comm::UntypedBuffer;
 use streamcomm::host::HostStream;
-use streamcomm::launch::local::LocalLauncher;
 use streamcomm::plan::Collective;
 use streamcomm::{Backend, Communicator, Config, DataType, ReduceOp};
+use streamcomm_run::local::LocalLauncher;
 
 use crate::common::{check, expected, gen_inputs, recv_count, send_count};
 

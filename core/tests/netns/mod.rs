@@ -7,8 +7,9 @@
 //! [`host_addr(i)`](host_addr), all on one bridge) and removes it on drop, and
 //! [`Netns::run_job`] runs one launcher per pretend host, like a user running
 //! `streamcomm-run` on each machine. The namespaces share the file system,
-//! `/dev/shm` and the host name, so today they look like one host to a
-//! communicator's host identity.
+//! `/dev/shm` and the host name, but a communicator's host identity includes
+//! the network namespace, so ranks in different namespaces are on different
+//! hosts to it and talk over the network.
 //!
 //! Namespaces need root and iproute2. A test calls [`ready_or_skip`] first:
 //! where they cannot be made it prints why and skips, except under `CI=true`,
@@ -30,8 +31,12 @@ use std::time::{Duration, Instant};
 
 /// The setup script.
 pub const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/netns.sh");
-/// The launcher binary under test.
-pub const LAUNCHER: &str = env!("CARGO_BIN_EXE_streamcomm-run");
+/// The launcher binary under test (crate `streamcomm-run`, built beside
+/// the tests or on first use).
+pub fn launcher() -> String {
+    let path = streamcomm_testkit::launcher_binary();
+    path.to_str().expect("UTF-8 launcher path").to_string()
+}
 /// Longest the setup script may take.
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the other launchers may go on after one has failed.
@@ -232,7 +237,7 @@ impl Netns {
         }
         let commands = (0..nodes)
             .map(|i| {
-                let mut cmd = self.command_on(i, LAUNCHER);
+                let mut cmd = self.command_on(i, &launcher());
                 cmd.args(launcher_args(i)).envs(env.iter().copied());
                 cmd
             })

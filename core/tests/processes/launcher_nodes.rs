@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::unused_port as free_port;
-use netns::{host_addr, ready_or_skip, run_all, text, Netns, LAUNCHER};
+use netns::{host_addr, launcher as launcher_path, ready_or_skip, run_all, text, Netns};
 use rand::{Rng, SeedableRng};
 use streamcomm::bootstrap::Bootstrap;
 use streamcomm::host::{HostBuffer, HostStream};
@@ -35,7 +35,7 @@ const ECHO: &str = "echo env $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $NO
 
 /// `streamcomm-run` on this host with `args` and `env`.
 fn launcher(args: &[String], env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new(LAUNCHER);
+    let mut cmd = Command::new(launcher_path());
     cmd.args(args).envs(env.iter().copied());
     cmd
 }
@@ -351,7 +351,7 @@ fn a_communicator_spans_namespaces() {
     let out = net
         .run_job(2, 2, rank[0].as_ref(), &args, &env, LIMIT)
         .unwrap_or_else(|e| panic!("{e}"));
-    // Two namespaces are two hosts once host identity includes the netns.
+    // Two namespaces are two hosts: host identity includes the netns.
     check_ok_lines(&expect_success(&out), 4, 2);
 }
 

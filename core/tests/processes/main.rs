@@ -1,6 +1,8 @@
 //! Ranks as real processes: copies of this test binary, started the way
-//! `streamcomm-run` starts them (or by `streamcomm-run` itself), over real
-//! shared memory. The map of all test binaries is in `threads/main.rs`.
+//! `streamcomm-run` starts them (or by `streamcomm-run` itself, for
+//! multi-node jobs), over real shared memory. The launcher's own end-to-end
+//! tests are in its crate (`run/tests/`). The map of all test binaries is in
+//! `threads/main.rs`.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -13,6 +15,5 @@ mod algos;
 mod barrier;
 mod collectives;
 mod launch_env;
-mod launcher;
 mod launcher_nodes;
 mod stale_segments;

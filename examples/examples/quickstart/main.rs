@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 use streamcomm::host::{HostBuffer, HostStream};
-use streamcomm::launch::{env::detect_from_process_env, local::LocalLauncher};
+use streamcomm::launch::env::detect_from_process_env;
 use streamcomm::{Communicator, ReduceOp};
+use streamcomm_run::local::LocalLauncher;
 
 mod gpu;
 

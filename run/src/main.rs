@@ -1,7 +1,7 @@
 //! `streamcomm-run [NODE OPTIONS] -n N [--] PROGRAM [ARGS...]`: runs N local
 //! ranks of PROGRAM, alone or as one node of a multi-node job.
 //!
-//! A thin `main` over [`streamcomm::launch`]: parse the command line, for a
+//! A thin `main` over the `streamcomm_run` library: parse the command line, for a
 //! multi-node job resolve this node's part (and on node 0 start the
 //! bootstrap root), pass termination signals on to the ranks, run the job,
 //! and turn its outcome into an exit status (2 for a usage error, the failed
@@ -10,10 +10,10 @@
 
 use std::io::Write;
 
-use streamcomm::launch::cli::{parse_args, Parsed, RunArgs, USAGE};
-use streamcomm::launch::local::{install_termination_handler, LocalLauncher, Outcome};
-use streamcomm::launch::nodes::NodeJob;
 use streamcomm::Error;
+use streamcomm_run::cli::{parse_args, Parsed, RunArgs, USAGE};
+use streamcomm_run::local::{install_termination_handler, LocalLauncher, Outcome};
+use streamcomm_run::nodes::NodeJob;
 
 fn main() {
     std::process::exit(run());

@@ -10,7 +10,7 @@
 //! for the port and a rank that starts before the root simply retries its
 //! connection. The secret comes from `STREAMCOMM_SECRET`, identical on every
 //! node; without it, it is derived from `ADDR:PORT` exactly as
-//! [`env`](super::env) derives it, which keeps apart jobs that reuse a port but
+//! [`launch::env`](streamcomm::launch::env) derives it, which keeps apart jobs that reuse a port but
 //! protects against nobody ([`NodeJob::warnings`] says so).
 //!
 //! With `--hosts H0,H1,...` a node finds its own index: the one host whose
@@ -21,19 +21,20 @@
 use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 
-use super::cli::NodeArgs;
-use super::env::{job_secret, resolve, JobSecret};
-use super::local::LocalLauncher;
-use crate::bootstrap::UniqueId;
-use crate::{Error, Result};
+use streamcomm::bootstrap::UniqueId;
+use streamcomm::launch::env::{job_secret, JobSecret};
+use streamcomm::{Error, Result};
+
+use crate::cli::NodeArgs;
+use crate::local::LocalLauncher;
 
 /// This node's part of a multi-node job, resolved and ready to launch.
 ///
 /// # Examples
 ///
 /// ```
-/// use streamcomm::launch::cli::NodeArgs;
-/// use streamcomm::launch::nodes::NodeJob;
+/// use streamcomm_run::cli::NodeArgs;
+/// use streamcomm_run::nodes::NodeJob;
 ///
 /// let args = NodeArgs {
 ///     nnodes: 2,
@@ -87,7 +88,7 @@ impl NodeJob {
                 args.nnodes
             )));
         }
-        let root = resolve("--master-addr", &args.master_addr, args.master_port)?;
+        let root = resolve_master(&args.master_addr, args.master_port)?;
         let mut secret = job_secret(get, &args.master_addr, args.master_port)?;
         if secret.derived && args.nnodes == 1 {
             secret = JobSecret {
@@ -204,7 +205,7 @@ pub fn is_local_address(ip: IpAddr) -> bool {
 /// # Examples
 ///
 /// ```
-/// use streamcomm::launch::nodes::find_node_rank;
+/// use streamcomm_run::nodes::find_node_rank;
 ///
 /// // 203.0.113.0/24 is reserved for documentation: normally no host's address.
 /// let hosts = ["203.0.113.1".to_string(), "127.0.0.1".to_string()];
@@ -220,11 +221,7 @@ pub fn find_node_rank(hosts: &[String]) -> Result<usize> {
     let mut matches = Vec::new();
     let mut seen = Vec::new();
     for (i, host) in hosts.iter().enumerate() {
-        let bare = host
-            .strip_prefix('[')
-            .and_then(|h| h.strip_suffix(']'))
-            .unwrap_or(host);
-        match (bare, 0).to_socket_addrs() {
+        match (bare_host(host), 0).to_socket_addrs() {
             Ok(addrs) => {
                 let ips: Vec<IpAddr> = addrs.map(|a| a.ip()).collect();
                 if ips.iter().any(|&ip| is_local_address(ip)) {
@@ -248,87 +245,30 @@ pub fn find_node_rank(hosts: &[String]) -> Result<usize> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn args(nnodes: usize, node_rank: Option<usize>, hosts: &[&str]) -> NodeArgs {
-        NodeArgs {
-            nnodes,
-            node_rank,
-            master_addr: hosts.first().copied().unwrap_or("127.0.0.1").into(),
-            master_port: 29500,
-            hosts: hosts.iter().map(|h| h.to_string()).collect(),
-        }
-    }
-
-    #[test]
-    fn local_addresses() {
-        assert!(is_local_address("127.0.0.1".parse().expect("ip")));
-        assert!(!is_local_address("0.0.0.0".parse().expect("ip")));
-        assert!(!is_local_address("203.0.113.77".parse().expect("ip")));
-    }
-
-    #[test]
-    fn node_rank_from_hosts() {
-        let job = NodeJob::resolve(
-            &args(3, None, &["203.0.113.1", "localhost", "203.0.113.3"]),
-            2,
-            &|_| None,
-        )
-        .expect("resolve");
-        assert_eq!(
-            (job.node_rank(), job.first_rank(), job.world_size()),
-            (1, 2, 6)
-        );
-        let none = find_node_rank(&["203.0.113.1".into(), "203.0.113.2".into()]).expect_err("none");
-        assert!(
-            none.to_string().contains("203.0.113.2 = 203.0.113.2"),
-            "{none}"
-        );
-        let both = find_node_rank(&["127.0.0.1".into(), "127.0.0.2".into()]).expect_err("both");
-        assert!(both.to_string().contains("[0, 1]"), "{both}");
-    }
-
-    #[test]
-    fn secrets() {
-        let secret = "0f".repeat(16);
-        let get = |k: &str| (k == "STREAMCOMM_SECRET").then(|| secret.clone());
-        let job = NodeJob::resolve(&args(2, Some(0), &[]), 1, &get).expect("resolve");
-        assert_eq!(*job.unique_id().secret(), [0x0f; 16]);
-        // Loopback master with two nodes: only the reachability warning.
-        assert_eq!(job.warnings().len(), 1);
-        assert!(job.warnings()[0].contains("loopback"));
-        // Derived secrets agree across nodes and with the environment path.
-        let a = NodeJob::resolve(&args(2, Some(0), &[]), 1, &|_| None).expect("a");
-        let b = NodeJob::resolve(&args(2, Some(1), &[]), 1, &|_| None).expect("b");
-        assert_eq!(a.unique_id(), b.unique_id());
-        assert_eq!(
-            a.unique_id().addr(),
-            "127.0.0.1:29500".parse().expect("addr")
-        );
-        // One node: a random secret, no warning about it.
-        let one = NodeJob::resolve(&args(1, Some(0), &[]), 1, &|_| None).expect("one");
-        assert_ne!(one.unique_id(), a.unique_id());
-        assert!(one.warnings().is_empty());
-        let bad = |k: &str| (k == "STREAMCOMM_SECRET").then(|| "xyz".to_string());
-        let err = NodeJob::resolve(&args(2, Some(0), &[]), 1, &bad).expect_err("bad secret");
-        assert!(err.to_string().contains("STREAMCOMM_SECRET"), "{err}");
-    }
-
-    #[test]
-    fn node_zero_must_own_the_master_address() {
-        let mut a = args(2, Some(0), &[]);
-        a.master_addr = "203.0.113.9".into();
-        let job = NodeJob::resolve(&a, 1, &|_| None).expect("resolve");
-        let err = job.launcher("true", ["x"]).expect_err("not local");
-        assert!(
-            err.to_string().contains("not an address of this host"),
-            "{err}"
-        );
-        // Other nodes do not serve, so they need not own it.
-        a.node_rank = Some(1);
-        let job = NodeJob::resolve(&a, 1, &|_| None).expect("resolve");
-        assert!(job.launcher("true", ["x"]).is_ok());
-    }
+/// Resolves `--master-addr`, preferring IPv4 as ranks resolving
+/// `MASTER_ADDR` do, so that every node picks the same family. Bracketed
+/// IPv6 literals are accepted as well as bare ones.
+fn resolve_master(host: &str, port: u16) -> Result<SocketAddr> {
+    let what = "--master-addr";
+    let addrs: Vec<SocketAddr> = (bare_host(host), port)
+        .to_socket_addrs()
+        .map_err(|e| Error::invalid(format!("{what}={host:?} cannot be resolved: {e}")))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| Error::invalid(format!("{what}={host:?} resolves to no address")))
 }
+
+/// `host` without the brackets of an IPv6 literal (`[::1]` is `::1`).
+fn bare_host(host: &str) -> &str {
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+}
+
+#[cfg(test)]
+#[path = "nodes_tests.rs"]
+mod tests;

@@ -1,5 +1,7 @@
 //! `streamcomm-run` end to end: environment, prefixed output, failure
-//! handling and argument errors, running the real binary.
+//! handling and argument errors, running the real binary. (Multi-node jobs,
+//! which need core's test helpers for network namespaces, are tested in
+//! `core/tests/processes/launcher_nodes.rs`.)
 
 use std::process::{Command, Output, Stdio};
 

@@ -4,12 +4,12 @@
 //! torchrun's local agent in Rust: the launcher creates the communicator's
 //! [`UniqueId`] itself, so it hosts the bootstrap root and no rank has to race
 //! for a port (as a node of a multi-node job it is handed the id of the root
-//! node 0's launcher serves, see [`nodes`](super::nodes)), then starts one child per rank with the torchrun variables set
-//! (plus `STREAMCOMM_UNIQUE_ID`), tags each output line with its rank, and
+//! node 0's launcher serves, see [`nodes`](crate::nodes)), then starts one
+//! child per rank with the torchrun variables set (plus `STREAMCOMM_UNIQUE_ID`), tags each output line with its rank, and
 //! treats the job as one unit: when a rank fails, the others are stopped
 //! (signal, grace period, `SIGKILL`) instead of waiting forever in a
-//! collective with a dead peer. It lives in the library, not the binary, so
-//! benchmarks and tests can start ranks the same way.
+//! collective with a dead peer. It lives in the crate's library, not only its
+//! binary, so benchmarks and tests can start ranks the same way.
 //!
 //! Each child runs in its own process group, so that stopping a rank also
 //! stops what it started (`sh -c '...'` and its commands); on Linux a child
@@ -27,8 +27,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::bootstrap::UniqueId;
-use crate::{Error, Result};
+use streamcomm::bootstrap::{UniqueId, MAX_RANKS};
+use streamcomm::{Error, Result};
 
 /// Longest output line forwarded in one piece; longer ones are split.
 const MAX_LINE: usize = 64 << 10;
@@ -130,7 +130,7 @@ impl fmt::Display for Outcome {
 /// Each rank gets `STREAMCOMM_UNIQUE_ID`, `RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
 /// `LOCAL_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT` and
 /// `STREAMCOMM_LAUNCHER=streamcomm-run`, so that
-/// [`detect`](super::env::detect) finds it. The launcher hosts the bootstrap
+/// [`detect`](streamcomm::launch::env::detect) finds it. The launcher hosts the bootstrap
 /// root for one communicator, on `127.0.0.1` unless
 /// [`root_ip`](LocalLauncher::root_ip) says otherwise, or joins the root of
 /// [`unique_id`](LocalLauncher::unique_id).
@@ -138,12 +138,12 @@ impl fmt::Display for Outcome {
 /// As one node of a multi-node job ([`node`](LocalLauncher::node)), its
 /// ranks are the node's slice of the global ranks, and they also get
 /// `GROUP_RANK`, `NODE_RANK` and `GROUP_WORLD_SIZE` (see
-/// [`nodes`](super::nodes), which sets this up).
+/// [`nodes`](crate::nodes), which sets this up).
 ///
 /// # Examples
 ///
 /// ```no_run
-/// use streamcomm::launch::local::{LocalLauncher, Outcome};
+/// use streamcomm_run::local::{LocalLauncher, Outcome};
 ///
 /// let outcome = LocalLauncher::new(4, "./my-program").arg("--steps=10").run()?;
 /// assert_eq!(outcome, Outcome::Success);
@@ -261,14 +261,10 @@ impl LocalLauncher {
             )));
         }
         match node.count.checked_mul(self.nproc) {
-            Some(world) if world <= crate::bootstrap::MAX_RANKS => {
-                Ok((node.rank * self.nproc, world))
-            }
+            Some(world) if world <= MAX_RANKS => Ok((node.rank * self.nproc, world)),
             _ => Err(Error::invalid(format!(
                 "{} nodes of {} ranks is more than {} ranks",
-                node.count,
-                self.nproc,
-                crate::bootstrap::MAX_RANKS
+                node.count, self.nproc, MAX_RANKS
             ))),
         }
     }
@@ -277,7 +273,7 @@ impl LocalLauncher {
     ///
     /// # Examples
     /// ```no_run
-    /// use streamcomm::launch::local::{LocalLauncher, Outcome};
+    /// use streamcomm_run::local::{LocalLauncher, Outcome};
     ///
     /// // What `streamcomm-run -n 4 -- ./train --epochs 3` does.
     /// let outcome = LocalLauncher::new(4, "./train").args(["--epochs", "3"]).run()?;

@@ -217,3 +217,29 @@ fn node_errors() {
     ])
     .contains("more than"));
 }
+
+#[test]
+fn clap_definition_is_consistent() {
+    use clap::CommandFactory;
+    Cli::command().debug_assert();
+}
+
+#[test]
+fn words_that_are_not_utf8_pass_through() {
+    use std::os::unix::ffi::OsStringExt;
+    let odd = OsString::from_vec(vec![b'p', 0xff]);
+    let arg = OsString::from_vec(vec![b'-', 0xfe]);
+    let words = [OsString::from("-n"), "2".into(), odd.clone(), arg.clone()];
+    match parse_args(words) {
+        Ok(Parsed::Run(r)) => assert_eq!((r.program, r.args), (odd, vec![arg])),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn usage_is_the_help_clap_renders() {
+    use clap::CommandFactory;
+    let help = Cli::command().render_help().to_string();
+    assert_eq!(help.trim_end(), USAGE);
+    assert!(USAGE.starts_with("usage: streamcomm-run -n N"));
+}
