@@ -137,7 +137,7 @@ pub struct Config {
     /// and receives with peers over verbs move straight from and into
     /// device memory where GPUDirect RDMA works (probed: dma-buf, then
     /// nvidia-peermem); `0` stages them through pinned host memory. See
-    /// `device::gpudirect`.
+    /// `device::nic_access`.
     pub gpudirect: bool,
     /// `STREAMCOMM_BIND`: `1` (default) binds the host-stream threads that
     /// run this communicator's work to one core per local rank, where the

@@ -4,9 +4,9 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use super::gpudirect::{DeviceSpan, NicAccess};
+use super::device_queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
+use super::nic_access::{DeviceSpan, NicAccess};
 use super::pool::{DeviceShared, Pool};
-use super::queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
 use super::runner::Runner;
 use crate::comm::inner::CommInner;
 use crate::comm::p2p::{Dir, GroupMemory};

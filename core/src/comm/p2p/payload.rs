@@ -1,5 +1,5 @@
 //! The bytes of one send or receive: host memory the CPU copies, or device
-//! memory that only the NIC touches (GPUDirect RDMA, `device::gpudirect`).
+//! memory that only the NIC touches (GPUDirect RDMA, `device::nic_access`).
 //!
 //! Device memory is named by address only, never as a slice: the CPU cannot
 //! read it, so a device payload can move only by an RDMA write into a

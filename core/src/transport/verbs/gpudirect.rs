@@ -20,7 +20,7 @@
 //! Verified where: the probe's fallbacks, the peermem branch (on host
 //! memory, which is what peermem makes device memory look like to
 //! `ibv_reg_mr`) and the whole data path run on Soft-RoCE in the guest
-//! (`device::tests::gpudirect`); Soft-RoCE has no dma-buf support and the
+//! (`device::nic_access_tests`); Soft-RoCE has no dma-buf support and the
 //! guest no exporter, so the dma-buf registration only fails cleanly there.
 
 use std::os::fd::{AsRawFd, OwnedFd};

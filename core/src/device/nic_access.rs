@@ -6,7 +6,7 @@
 //! (the CPU never reads or writes it), and its [`NicAccess`] says how the
 //! NIC may reach it ([`GpuDirectMode`]) and makes the NIC's writes visible
 //! to the device. The registration itself is `transport::verbs::gpudirect`;
-//! the CUDA implementation is `cuda::gpudirect`; which operations use it is
+//! the CUDA implementation is `device::cuda::cuda_nic`; which operations use it is
 //! decided in `device::call` (`enqueue_device_group`).
 
 // Without the `verbs` feature nothing builds a device span or probes.

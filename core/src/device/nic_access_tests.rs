@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use super::gpudirect::{establish, wanted, ProbeMemory};
+use super::nic_access::{establish, wanted, ProbeMemory};
 use super::tests::{assert_no_errors, check_received, input, p2p, Rank, POISON};
 use super::{DeviceShared, GpuDirectMode, NicAccess};
 use crate::bootstrap::UniqueId;
