@@ -212,7 +212,7 @@ impl Cli {
             ));
         };
         let spec = format!("{}={}", c.name(), self.algo);
-        streamcomm::tuning::AlgoOverride::parse(&spec).map_err(|e| format!("--algo: {e}"))?;
+        streamcomm::config::AlgoOverride::parse(&spec).map_err(|e| format!("--algo: {e}"))?;
         Ok(Some(spec))
     }
 

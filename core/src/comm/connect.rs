@@ -163,7 +163,7 @@ pub(crate) fn connect_peers(
                     send,
                     recv,
                     link: Link::Verbs {
-                        rings,
+                        _rings: rings,
                         // Replaced by the proxy thread's kick once it starts.
                         kick: Arc::new(crate::transport::tcp::kick::Kick::new()?),
                         direct: None,
@@ -184,7 +184,7 @@ pub(crate) fn connect_peers(
                 link: Link::Tcp {
                     // Set with the kick once the network thread starts.
                     io: None,
-                    rings,
+                    _rings: rings,
                     // Replaced by the network thread's kick once it starts.
                     kick: Arc::new(crate::transport::tcp::kick::Kick::new()?),
                 },

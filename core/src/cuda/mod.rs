@@ -123,12 +123,13 @@
 //! - `device/call.rs`: one operation on a device stream (buffers, host task, the steps it enqueues).
 //! - `device/pool.rs`: what one communicator keeps per device (staging pools, direct path, NIC access).
 //! - `device/runner.rs`: the host thread that runs staged tasks, and the graveyard of finished operations' resources.
-//! - `device/nic_access.rs`: GPUDirect RDMA as the p2p engine sees it (`GpuDirectMode`, device spans, the probe).
+//! - `device/gpudirect_probe.rs`: whether a communicator uses GPUDirect RDMA, and the probe that picks its mode.
 //! - `device/direct/`: the direct path: `window.rs` (the windows every rank maps), `steps.rs` (a collective as copies, flag rounds and reductions), `watchdog.rs` (dead peers become errors).
 //! - `device/cuda/cuda_queue.rs`: the CUDA `DeviceQueue` (pinned staging, doorbells, host functions, stream memory operations).
 //! - `device/cuda/cuda_windows.rs`: direct-path windows in CUDA memory, shared by CUDA IPC.
 //! - `device/cuda/cuda_nic.rs`: how the NIC reaches CUDA memory (dma-buf export, write flush) and its probe.
-//! - `device/emulated.rs`, `device/tests.rs`, `device/nic_access_tests.rs`: a host stream playing a device, for the GPUDirect RDMA tests.
+//! - `device/emulated.rs`, `device/tests.rs`, `device/gpudirect_probe_tests.rs`: a host stream playing a device, for the GPUDirect RDMA tests.
+//! - `transport/device_span.rs`: device memory as the NIC sees it (`GpuDirectMode`, device spans, the access a device implements).
 //! - `transport/verbs/gpudirect.rs`: registering device memory with the NIC (verbs side of GPUDirect RDMA).
 
 mod collectives;

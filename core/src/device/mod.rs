@@ -5,7 +5,7 @@
 //! Elsewhere, and for p2p groups, it is *staged* through host memory, as
 //! follows (except the sends and receives of a p2p group with peers over
 //! verbs, where GPUDirect RDMA works: the NIC then moves their bytes
-//! straight from and into device memory, see [`nic_access`]). A device stream cannot run the host backend's tasks itself, so
+//! straight from and into device memory, see [`gpudirect_probe`]). A device stream cannot run the host backend's tasks itself, so
 //! each staged operation is appended to it as five stream steps, all
 //! capturable:
 //!
@@ -51,7 +51,8 @@ mod call;
 pub(crate) mod cuda;
 mod device_queue;
 pub(crate) mod direct;
-pub(crate) mod nic_access;
+#[cfg(feature = "verbs")]
+pub(crate) mod gpudirect_probe;
 mod pool;
 mod runner;
 
@@ -60,15 +61,14 @@ mod runner;
 #[cfg(all(test, feature = "verbs"))]
 mod emulated;
 #[cfg(all(test, feature = "verbs"))]
-mod nic_access_tests;
+mod gpudirect_probe_tests;
 #[cfg(all(test, feature = "verbs"))]
 mod tests;
 
+pub(crate) use crate::transport::device_span::NicAccess;
 pub(crate) use call::{DeviceBuffers, DeviceCall, DeviceP2p, DeviceRange};
 pub(crate) use device_queue::{
     CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory,
 };
-pub use nic_access::GpuDirectMode;
-pub(crate) use nic_access::{DeviceSpan, NicAccess};
 pub(crate) use pool::DeviceShared;
 pub(crate) use runner::Graveyard;

@@ -10,8 +10,8 @@
 //! every wait of the segment's owner end with an error instead of a timeout.
 
 pub mod barrier_area;
+pub(crate) mod device_span;
 pub mod fault;
-pub mod fault_spec;
 pub mod local_ring;
 pub mod net_thread;
 pub mod ring;
@@ -170,8 +170,9 @@ pub enum Link {
         /// The peer's transfer state, shared with the network thread (set
         /// once it starts; dropped before the rings it points into).
         io: Option<Arc<std::sync::Mutex<tcp::progress::PeerIo>>>,
-        /// The rings' memory.
-        rings: Arc<tcp::TcpRings>,
+        /// The rings' memory, held (never read here) while the stream's
+        /// ends and the network thread point into it.
+        _rings: Arc<tcp::TcpRings>,
         /// Wakes the network thread after staging a slot or freeing one.
         kick: Arc<tcp::kick::Kick>,
     },
@@ -179,8 +180,9 @@ pub enum Link {
     /// RDMA-writes the slots, and whoever polls the CQ publishes the tails.
     #[cfg(feature = "verbs")]
     Verbs {
-        /// The rings' memory (registered with the NIC).
-        rings: Arc<verbs::qp::VerbsRings>,
+        /// The rings' memory (registered with the NIC), held (never read
+        /// here) while the stream's ends and the proxy point into it.
+        _rings: Arc<verbs::qp::VerbsRings>,
         /// Wakes the proxy thread after staging a slot or freeing one.
         kick: Arc<tcp::kick::Kick>,
         /// The proxy's state for this peer, so that the stream can post

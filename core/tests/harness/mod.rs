@@ -11,10 +11,10 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use streamcomm::bootstrap::UniqueId;
-use streamcomm::comm::UntypedBuffer;
 use streamcomm::host::HostStream;
 use streamcomm::launch::local::LocalLauncher;
-use streamcomm::plan::Collective;
+use streamcomm::Collective;
+use streamcomm::UntypedBuffer;
 use streamcomm::{Backend, Communicator, Config, DataType, ReduceOp};
 
 use crate::common::{check, expected, gen_inputs, recv_count, send_count};
