@@ -578,7 +578,7 @@ mod tests {
             ("STREAMCOMM_PROGRESS", "sideways"),
             ("STREAMCOMM_BARRIER_ALGO", "telepathy"),
             ("STREAMCOMM_HOSTS_OVERRIDE", "a,,b"),
-            ("STREAMCOMM_ALGO", "all_reduce=binomial"),
+            ("STREAMCOMM_ALGO", "all_reduce=ring,all_reduce=tree"),
             ("STREAMCOMM_FAULTS", "send:peer=1:drop"),
             ("STREAMCOMM_TRANSPORT", "carrier-pigeon"),
             ("STREAMCOMM_IB_GID_INDEX", "-1"),
