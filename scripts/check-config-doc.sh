@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks the configuration reference (docs/guide/configuration.md) against
-# the doc comments of `Config` (core/src/config.rs), the one place that
+# the doc comments of `Config` (core/src/config/mod.rs), the one place that
 # reads STREAMCOMM_* variables for a communicator:
 #   - every field of `Config` is documented as `STREAMCOMM_NAME`: ... in its
 #     doc comment, and that variable has exactly one row in the reference's
@@ -12,7 +12,7 @@
 # Exit status: 0 when they agree, 1 otherwise (each difference printed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec python3 - core/src/config.rs docs/guide/configuration.md <<'PY'
+exec python3 - core/src/config/mod.rs docs/guide/configuration.md <<'PY'
 import re
 import sys
 

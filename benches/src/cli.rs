@@ -198,8 +198,8 @@ impl Cli {
     /// `None` for `default` and for barrier (chosen per run instead).
     ///
     /// # Errors
-    /// An algorithm that does not implement the collective, or any algorithm
-    /// for sendrecv.
+    /// An unknown algorithm, one that does not implement the collective, or
+    /// any algorithm for sendrecv.
     pub fn forced_algo(&self) -> Result<Option<String>, String> {
         if self.algo == "default" || self.collective == Collective::Barrier {
             return Ok(None);
@@ -211,9 +211,21 @@ impl Cli {
                 self.collective.name()
             ));
         };
-        let spec = format!("{}={}", c.name(), self.algo);
-        streamcomm::tuning::AlgoOverride::parse(&spec).map_err(|e| format!("--algo: {e}"))?;
-        Ok(Some(spec))
+        let algo = streamcomm::Algorithm::parse(&self.algo).ok_or_else(|| {
+            let all: Vec<&str> = streamcomm::Algorithm::ALL
+                .iter()
+                .map(|a| a.name())
+                .collect();
+            format!(
+                "--algo: unknown algorithm {:?} (one of {})",
+                self.algo,
+                all.join(", ")
+            )
+        })?;
+        if !algo.supports(c) {
+            return Err(format!("--algo: {algo} does not implement {}", c.name()));
+        }
+        Ok(Some(format!("{}={}", c.name(), algo.name())))
     }
 
     /// Timed stream-barrier iterations.

@@ -8,8 +8,8 @@
 //! algorithm — `2(n-1)/n` for all_reduce, `(n-1)/n` for all_gather,
 //! reduce_scatter and all_to_all, 1 for broadcast, reduce and sendrecv.
 
-use streamcomm::comm::UntypedBuffer;
 use streamcomm::host::HostStream;
+use streamcomm::UntypedBuffer;
 use streamcomm::{Communicator, DataType, ReduceOp, Result};
 
 use crate::cli::Collective;
@@ -32,8 +32,8 @@ pub struct Geometry {
 impl Collective {
     /// The library's collective for this operation (`None` for sendrecv and
     /// barrier, which have a single schedule).
-    pub fn library(self) -> Option<streamcomm::plan::Collective> {
-        use streamcomm::plan::Collective as C;
+    pub fn library(self) -> Option<streamcomm::Collective> {
+        use streamcomm::Collective as C;
         Some(match self {
             Collective::AllReduce => C::AllReduce,
             Collective::AllGather => C::AllGather,

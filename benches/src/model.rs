@@ -11,8 +11,9 @@
 //! rows (the larger buffer, nccl-tests' convention).
 
 use clap::Parser;
-use streamcomm::plan::Algorithm;
-use streamcomm::tuning::{choose, predict, CostParams, Shape};
+use streamcomm::config::CostParams;
+use streamcomm::testing::tuning::{choose_by_model, predict, Shape};
+use streamcomm::Algorithm;
 use streamcomm::{Config, DataType};
 
 use crate::cli::{human_bytes, Collective};
@@ -154,7 +155,7 @@ impl Setting {
     /// Predicted µs of every candidate of `c` at `n` ranks and `bytes`, and
     /// the chosen one.
     pub fn row(&self, c: Collective, n: usize, bytes: u64) -> (Vec<(Algorithm, f64)>, Algorithm) {
-        let lib = c.library().unwrap_or(streamcomm::plan::Collective::Barrier);
+        let lib = c.library().unwrap_or(streamcomm::Collective::Barrier);
         let count = c.geometry(bytes, DataType::F32, n).count;
         let shape = Shape::new(n, self.per_host, self.slot_bytes);
         let esize = DataType::F32.size();
@@ -164,9 +165,8 @@ impl Setting {
                 predict(&self.params, lib, a, count, esize, &shape).map(|t| (a, t * 1e6))
             })
             .collect();
-        let none = streamcomm::tuning::AlgoOverride::default();
         let chosen =
-            choose(&none, &self.params, lib, count, esize, &shape).unwrap_or(Algorithm::Ring);
+            choose_by_model(&self.params, lib, count, esize, &shape).unwrap_or(Algorithm::Ring);
         (times, chosen)
     }
 }

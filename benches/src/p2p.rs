@@ -3,7 +3,7 @@
 //! trip, as osu_latency) and the unidirectional bandwidth (a window of
 //! back-to-back messages 0 -> 1 closed by a one-byte acknowledgement, as
 //! osu_bw), each row marked with the protocol the library used (eager or
-//! rendezvous; [`streamcomm::comm::P2pStats`] tells, so the mark is measured,
+//! rendezvous; [`streamcomm::P2pStats`] tells, so the mark is measured,
 //! not assumed). The last message of every size is checked byte by byte
 //! against a pattern the receiver recomputes, into a poisoned buffer.
 //!
@@ -13,8 +13,8 @@
 
 use std::time::Instant;
 
-use streamcomm::comm::UntypedBuffer;
 use streamcomm::host::HostStream;
+use streamcomm::UntypedBuffer;
 use streamcomm::{Communicator, DataType};
 
 use crate::cli::Cli;

@@ -10,7 +10,8 @@
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
-use streamcomm::plan::{build_with, Algorithm, Collective, PlanParams};
+use streamcomm::testing::plan::{build_with, PlanParams};
+use streamcomm::{Algorithm, Collective};
 use streamcomm::{DataType, ReduceOp};
 
 /// An id of the plans every rank runs for `collective` by `algo` (f32,

@@ -10,8 +10,8 @@
 
 use std::time::Instant;
 
-use streamcomm::comm::UntypedBuffer;
 use streamcomm::host::HostStream;
+use streamcomm::UntypedBuffer;
 use streamcomm::{Communicator, ReduceOp};
 
 use crate::check::{count_wrong, Pattern};

@@ -3,7 +3,7 @@
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use streamcomm::tuning::CostParams;
+use streamcomm::config::CostParams;
 
 #[path = "../../core/tests/common/ports.rs"]
 mod ports;
@@ -99,12 +99,12 @@ fn model_predicts_listed_points_as_the_library_does() {
     assert_eq!(lines.len(), 3, "{text}");
     // The library's own prediction for the first line (f32, default slot).
     let slot = streamcomm::Config::default().slot_bytes();
-    let shape_on = |n, per| streamcomm::tuning::Shape::new(n, per, slot);
+    let shape_on = |n, per| streamcomm::testing::tuning::Shape::new(n, per, slot);
     let shape = shape_on(4, 4);
-    let want = streamcomm::tuning::predict(
+    let want = streamcomm::testing::tuning::predict(
         &CostParams::default(),
-        streamcomm::plan::Collective::AllReduce,
-        streamcomm::plan::Algorithm::Ring,
+        streamcomm::Collective::AllReduce,
+        streamcomm::Algorithm::Ring,
         1024,
         4,
         &shape,
@@ -117,10 +117,10 @@ fn model_predicts_listed_points_as_the_library_does() {
     assert!(lines[1].starts_with("broadcast binomial 8 2 1048576 "));
     // Pretend hosts sharing one machine's cores: a sixth field.
     let shared = shape_on(8, 2).with_sharing(8);
-    let want = streamcomm::tuning::predict(
+    let want = streamcomm::testing::tuning::predict(
         &CostParams::default(),
-        streamcomm::plan::Collective::AllGather,
-        streamcomm::plan::Algorithm::Ring,
+        streamcomm::Collective::AllGather,
+        streamcomm::Algorithm::Ring,
         65536 / 4 / 8,
         4,
         &shared,

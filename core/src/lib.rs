@@ -39,7 +39,8 @@
 //! # Features
 //! - Collectives: all-reduce, all-gather, reduce-scatter, broadcast, reduce,
 //!   all-to-all (in place and out of place), every [`DataType`] × [`ReduceOp`],
-//!   with algorithms chosen per call by a cost model ([`tuning`]).
+//!   with algorithms chosen per call by a cost model
+//!   ([`Communicator::algorithm`] says which; `STREAMCOMM_ALGO` forces one).
 //! - Point-to-point: `send` / `recv` ordered per peer, eager or rendezvous,
 //!   [`Communicator::group`] for several at once, `all_to_allv`, `gather`,
 //!   `scatter`.
@@ -76,22 +77,55 @@
 //!
 //! # Configuration
 //! [`Config`] (one field per `STREAMCOMM_*` variable, see [`config`]).
+//!
+//! # Layers
+//! The public API is what this page lists; every other module is internal.
+//! The modules depend on each other bottom to top only, never in a cycle
+//! (`scripts/check-layers.py` checks it):
+//!
+//! ```text
+//!  6  cuda                                   CudaComm: the CUDA API
+//!  5  device                                 device-side execution of operations
+//!  4  comm                                   the Communicator
+//!  3  transport                              moving slots between ranks
+//!  2  barrier    host    tuning    launch    barrier plans, host streams, algorithm choice, launcher
+//!  1  config     plan    bootstrap           settings, collective plans, rank rendezvous
+//!  0  error      wait                        errors, waiting
+//! ```
+//!
+//! Each folder's job:
+//! - `error.rs`: [`Error`] and [`Result`].
+//! - `wait.rs`: how every wait spins, yields, sleeps and times out.
+//! - `config/`: [`Config`] and the types of its fields, parsed from `STREAMCOMM_*`; depends on nothing but `error`.
+//! - `plan/`: collectives as pure per-rank step lists, their signatures and a simulator.
+//! - `bootstrap/`: [`bootstrap::UniqueId`] and the root and client that let ranks meet.
+//! - `barrier/`: barrier algorithms as step plans over flag memory, their executor and simulator.
+//! - `host/`: the host backend: streams, events, doorbells, graphs, buffers.
+//! - `tuning/`: the cost model and the choice of an algorithm per call.
+//! - `launch/`: the launcher behind `streamcomm-run` and `Communicator::from_env`.
+//! - `transport/`: shared memory, tcp and verbs links and their slot rings.
+//! - `comm/`: the [`Communicator`]: creation, collectives, barriers, point-to-point.
+//! - `device/`: communicator operations on device streams (staged and direct paths).
+//! - `cuda/`: [`cuda::CudaComm`], the CUDA API (its module docs map all CUDA code).
+//! - `testing.rs`: internals the benchmark and integration tests reach (hidden, not public API).
 
 pub mod barrier;
 pub mod bootstrap;
-pub mod comm;
+pub(crate) mod comm;
 pub mod config;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub(crate) mod device;
 pub(crate) mod engine;
-pub mod error;
+pub(crate) mod error;
 pub mod host;
 pub mod launch;
-pub mod plan;
-pub mod transport;
-pub mod tuning;
-pub mod wait;
+pub(crate) mod plan;
+#[doc(hidden)]
+pub mod testing;
+pub(crate) mod transport;
+pub(crate) mod tuning;
+pub(crate) mod wait;
 
 /// The README's programs, compiled with the doc tests so that they cannot
 /// drift from the API (its fragments are marked `ignore`; one program uses
@@ -100,8 +134,9 @@ pub mod wait;
 #[doc = include_str!("../../README.md")]
 mod readme {}
 
-pub use comm::{Backend, Communicator};
+pub use comm::{AsBufView, Backend, BufView, Communicator, Group, P2pStats, UntypedBuffer};
 pub use config::Config;
-pub use device::GpuDirectMode;
 pub use error::{Error, Result};
+pub use plan::{Algorithm, Collective};
 pub use streamcomm_kernels::{DataType, ReduceOp};
+pub use transport::device_span::GpuDirectMode;

@@ -321,11 +321,6 @@ pub fn note_local_ranks(ranks: usize) {
     LOCAL_RANKS.fetch_max(ranks.min(u32::MAX as usize) as u32, Ordering::Relaxed);
 }
 
-/// True when more ranks share this host than this process has cores.
-pub fn oversubscribed() -> bool {
-    LOCAL_RANKS.load(Ordering::Relaxed) as usize > available_cores()
-}
-
 /// Number of CPUs this process may run on.
 pub fn available_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())

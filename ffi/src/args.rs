@@ -8,7 +8,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use streamcomm::comm::UntypedBuffer;
+use streamcomm::UntypedBuffer;
 use streamcomm::{DataType, ReduceOp};
 
 use crate::result::{Failure, FfiResult};

@@ -14,7 +14,7 @@ use std::ffi::{c_int, c_void};
 
 use streamcomm::cuda::cudarc::driver::sys::CUstream;
 use streamcomm::cuda::{CudaComm, RawBuffers, RawDeviceBuffer, RawP2p};
-use streamcomm::plan::Collective;
+use streamcomm::Collective;
 use streamcomm::{DataType, ReduceOp};
 
 use crate::args::{disjoint, dtype, index, out_ptr, reduce_op, CBuf};

@@ -14,9 +14,9 @@ use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-use streamcomm::comm::UntypedBuffer;
 use streamcomm::host::HostStream;
 use streamcomm::Communicator;
+use streamcomm::UntypedBuffer;
 
 use crate::args::CBuf;
 use crate::guard::guard;

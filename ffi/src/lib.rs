@@ -17,7 +17,7 @@
 //!   `STREAMCOMM_INVALID_HANDLE`.
 //! - Enum values are decoded, never transmuted; buffers are checked for NULL,
 //!   alignment and overlap before they are wrapped (without copying) with
-//!   [`UntypedBuffer::from_raw_parts`](streamcomm::comm::UntypedBuffer::from_raw_parts).
+//!   [`UntypedBuffer::from_raw_parts`](streamcomm::UntypedBuffer::from_raw_parts).
 //!
 //! # Streams
 //! Host streams ([`streamcomm::host::HostStream`], `streamcomm_stream_t`,

@@ -12,8 +12,8 @@
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-use streamcomm::comm::UntypedBuffer;
 use streamcomm::host::HostStream;
+use streamcomm::UntypedBuffer;
 use streamcomm::{Communicator, DataType};
 
 use crate::args::{disjoint, dtype, index, non_null, reduce_op, CBuf};

@@ -56,7 +56,7 @@
 //!   memory.)
 //!
 //! - `write_weight` is not measured: the file gets the built-in value
-//!   ([`streamcomm::tuning::DEFAULT_WRITE_WEIGHT`], measured across runs).
+//!   ([`streamcomm::config::DEFAULT_WRITE_WEIGHT`], measured across runs).
 //!
 //! Medians of several repetitions within a launch and of [`LAUNCHES`]
 //! launches of each kind, taken in turns, so a scheduler hiccup or a
@@ -66,10 +66,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
-use streamcomm::comm::UntypedBuffer;
+use streamcomm::config::{CostParams, LinkCost, DEFAULT_WRITE_WEIGHT};
 use streamcomm::host::HostStream;
-use streamcomm::plan::{Algorithm, Collective};
-use streamcomm::tuning::{predict, CostParams, LinkCost, Shape, DEFAULT_WRITE_WEIGHT};
+use streamcomm::testing::tuning::{predict, Shape};
+use streamcomm::UntypedBuffer;
+use streamcomm::{Algorithm, Collective};
 use streamcomm::{Communicator, DataType, ReduceOp};
 use streamcomm_run::local::LocalLauncher;
 
@@ -543,7 +544,7 @@ fn ranks_for(transport: &str, cli: &CalibrateCli, cores: usize) -> usize {
 /// Library errors, or the result file cannot be written.
 pub fn rank(cli: &CalibrateCli) -> Fallible<()> {
     let mut config = streamcomm::Config::from_env().context("read the configuration")?;
-    config.algo = streamcomm::tuning::AlgoOverride::parse(SCHEDULES)
+    config.algo = streamcomm::config::AlgoOverride::parse(SCHEDULES)
         .context("the calibration's schedules")?;
     let comm = Communicator::from_env_with_config(config).context("create the communicator")?;
     let stream = HostStream::new().context("create a stream")?;
@@ -778,7 +779,7 @@ fn patience() -> (f64, f64) {
         }
     });
     let yields = time(&|| {
-        for _ in 0..streamcomm::wait::DEFAULT_YIELDS {
+        for _ in 0..streamcomm::testing::wait::DEFAULT_YIELDS {
             std::thread::yield_now();
         }
     });

@@ -16,7 +16,7 @@ use crate::Error;
 /// # Errors
 ///
 /// [`Error::InvalidArgument`] for epoch 0 or above
-/// [`MAX_EPOCH`](super::MAX_EPOCH), or a step whose round or counter target
+/// `MAX_EPOCH`, or a step whose round or counter target
 /// does not fit; whatever [`BarrierMemory::wait`] returns (timeout, abort).
 pub fn run<M: BarrierMemory + ?Sized>(
     plan: &BarrierPlan,

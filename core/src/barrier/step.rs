@@ -24,7 +24,7 @@
 //! earlier epoch was a central-counter barrier of the same size. Flag and
 //! release algorithms may be switched between epochs.
 
-use super::algo::BarrierAlgo;
+use crate::config::barrier_algo::BarrierAlgo;
 
 /// Rounds one epoch may use: values of consecutive epochs never overlap.
 pub const ROUNDS_PER_EPOCH: u64 = 256;
@@ -37,13 +37,13 @@ pub const MAX_EPOCH: u64 = u64::MAX / ROUNDS_PER_EPOCH - 1;
 ///
 /// Always at least `ROUNDS_PER_EPOCH` for a valid epoch, so the initial 0 of
 /// a fresh word never satisfies a wait. Release words use round 0.
-/// Returns `None` for epoch 0, an epoch above [`MAX_EPOCH`], or a round not
-/// below [`ROUNDS_PER_EPOCH`].
+/// Returns `None` for epoch 0, an epoch above `MAX_EPOCH`, or a round not
+/// below `ROUNDS_PER_EPOCH`.
 ///
 /// # Examples
 ///
 /// ```
-/// use streamcomm::barrier::signal_value;
+/// use streamcomm::testing::barrier::signal_value;
 ///
 /// assert_eq!(signal_value(1, 0), Some(256));
 /// assert_eq!(signal_value(2, 3), Some(515));

@@ -22,7 +22,8 @@ use crate::{Error, Result};
 ///
 /// ```
 /// use std::time::Duration;
-/// use streamcomm::bootstrap::{Bootstrap, UniqueId};
+/// use streamcomm::testing::bootstrap::Bootstrap;
+/// use streamcomm::bootstrap::UniqueId;
 ///
 /// let id = UniqueId::new()?;
 /// let timeout = Duration::from_secs(10);

@@ -9,7 +9,7 @@
 //! through one TCP server) but needing nothing but IP connectivity, which is
 //! all one can assume before the transports exist.
 //!
-//! The root is a thread of the process that created the id ([`RootServer`]).
+//! The root is a thread of the process that created the id (`RootServer`).
 //! It serves exactly one communicator: the first `size` ranks that present the
 //! secret. Connections without the secret, with malformed or oversized
 //! frames, or that stay silent, are dropped and logged (`tracing::warn!`)
@@ -18,19 +18,18 @@
 //! which are meant to be handed to the ranks.
 //!
 //! Lifetime: a root whose ranks never all join exits after
-//! [`RootOptions::timeout`] (10 minutes by default); once they have joined, it
+//! `RootOptions::timeout` (10 minutes by default); once they have joined, it
 //! exits when they have all dropped their [`Bootstrap`].
 
-mod client;
+pub(crate) mod client;
 mod id;
 mod rendezvous;
-mod root;
+pub(crate) mod root;
 mod rounds;
-mod wire;
+pub(crate) mod wire;
 
-pub use client::Bootstrap;
+pub(crate) use client::Bootstrap;
 pub use id::UniqueId;
-pub use root::{RootOptions, RootServer};
-pub use wire::{MAX_BLOB, MAX_RANKS};
+pub use wire::MAX_RANKS;
 
 pub(crate) use id::parse_secret;

@@ -41,7 +41,7 @@ pub(super) const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
 ///
 /// ```
 /// use std::time::Duration;
-/// use streamcomm::bootstrap::RootOptions;
+/// use streamcomm::testing::bootstrap::RootOptions;
 ///
 /// let options = RootOptions::default().with_timeout(Duration::from_secs(60));
 /// assert_eq!(options.handshake_timeout, Duration::from_secs(2));

@@ -68,7 +68,7 @@ impl UntypedBuffer {
     ///
     /// # Examples
     /// ```
-    /// use streamcomm::comm::UntypedBuffer;
+    /// use streamcomm::UntypedBuffer;
     /// use streamcomm::DataType;
     /// let mut data = vec![1.0f32, 2.0, 3.0];
     /// // SAFETY: `data` outlives `buf` and is not used while `buf` exists.

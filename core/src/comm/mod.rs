@@ -51,7 +51,7 @@ pub enum Backend {
 ///
 /// # Examples
 /// ```
-/// use streamcomm::{bootstrap::UniqueId, comm::{Backend, Communicator}};
+/// use streamcomm::{bootstrap::UniqueId, Backend, Communicator};
 /// use streamcomm::host::{HostBuffer, HostStream};
 /// use streamcomm::ReduceOp;
 ///

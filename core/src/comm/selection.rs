@@ -20,7 +20,7 @@ impl Communicator {
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1, Backend::Host)?;
     /// # let stream = HostStream::new()?;
-    /// use streamcomm::{plan::Collective, DataType};
+    /// use streamcomm::{Collective, DataType};
     /// if let Some(algo) = comm.algorithm(Collective::AllReduce, DataType::F32, 1 << 20) {
     ///     println!("a 4 MiB all-reduce runs {}", algo.name());
     /// }
@@ -45,7 +45,7 @@ impl Communicator {
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1, Backend::Host)?;
     /// # let stream = HostStream::new()?;
-    /// use streamcomm::{plan::Collective, DataType};
+    /// use streamcomm::{Collective, DataType};
     /// let c = Collective::AllReduce;
     /// if let Some(algo) = comm.algorithm(c, DataType::F32, 1 << 20) {
     ///     let seconds = comm.predict(c, algo, DataType::F32, 1 << 20);

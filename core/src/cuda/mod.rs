@@ -100,14 +100,42 @@
 //! also rules out cudarc's first `new_stream()` of one rank synchronising
 //! the context while another rank's stream waits), and a panicking rank
 //! thread that its peers never saw gone (now it fails the communicator).
+//!
+//! # Where the CUDA code lives
+//! Three homes, each with one job; a file's path says which it is.
+//!
+//! | path | job |
+//! |---|---|
+//! | `gpu/` (crate `streamcomm-gpu`) | **driver wrapping**: libcuda and NVRTC behind safe types (devices, memory, pinned memory, streams, stream memory operations, IPC, dma-buf, graphs, kernels); knows nothing of communicators |
+//! | `core/src/cuda/` (this module) | **the communicator's CUDA API**: [`CudaComm`] and what users call on it |
+//! | `core/src/device/` | **device-side execution** of communicator operations, for any device: the staged and direct paths, over the traits a device implements |
+//! | `core/src/device/cuda/` | those traits implemented on `streamcomm-gpu`: the CUDA device |
+//!
+//! File by file:
+//!
+//! - `cuda/mod.rs`: [`CudaComm`], its construction and this glossary.
+//! - `cuda/collectives.rs`: the collectives and the barrier on cudarc buffers.
+//! - `cuda/group.rs`: `send`, `recv` and [`CudaGroup`] on cudarc buffers.
+//! - `cuda/raw.rs`: the same on raw device pointers and stream handles (C API, PyTorch).
+//! - `cuda/placement.rs`: the one-rank-per-GPU-per-process check.
+//! - `device/mod.rs`: the staged path, step by step.
+//! - `device/device_queue.rs`: the traits a device implements (`DeviceQueue`, staging memory, completion words).
+//! - `device/call.rs`: one operation on a device stream (buffers, host task, the steps it enqueues).
+//! - `device/pool.rs`: what one communicator keeps per device (staging pools, direct path, NIC access).
+//! - `device/runner.rs`: the host thread that runs staged tasks, and the graveyard of finished operations' resources.
+//! - `device/gpudirect_probe.rs`: whether a communicator uses GPUDirect RDMA, and the probe that picks its mode.
+//! - `device/direct/`: the direct path: `window.rs` (the windows every rank maps), `steps.rs` (a collective as copies, flag rounds and reductions), `watchdog.rs` (dead peers become errors).
+//! - `device/cuda/cuda_queue.rs`: the CUDA `DeviceQueue` (pinned staging, doorbells, host functions, stream memory operations).
+//! - `device/cuda/cuda_windows.rs`: direct-path windows in CUDA memory, shared by CUDA IPC.
+//! - `device/cuda/cuda_nic.rs`: how the NIC reaches CUDA memory (dma-buf export, write flush) and its probe.
+//! - `device/emulated.rs`, `device/tests.rs`, `device/gpudirect_probe_tests.rs`: a host stream playing a device, for the GPUDirect RDMA tests.
+//! - `transport/device_span.rs`: device memory as the NIC sees it (`GpuDirectMode`, device spans, the access a device implements).
+//! - `transport/verbs/gpudirect.rs`: registering device memory with the NIC (verbs side of GPUDirect RDMA).
 
-mod api;
-mod gpudirect;
-mod p2p;
+mod collectives;
+mod group;
 mod placement;
-mod queue;
 mod raw;
-mod window;
 
 use std::sync::Arc;
 
@@ -115,16 +143,13 @@ pub use cudarc;
 use cudarc::driver::CudaStream;
 use streamcomm_gpu::{relaxed_capture, Device, GpuConfig, Kernels, SignalPath, Signals, Stream};
 
-use crate::comm::watchdog::peer_gone;
-use crate::device::direct::watchdog::WATCH_PERIOD;
-use crate::device::direct::window::WindowDevice;
-use crate::device::direct::Direct;
-use crate::device::{DevAddr, DeviceCall, DeviceShared};
+use crate::device::cuda::{establish_direct, establish_gpudirect, gpu_error};
+use crate::device::cuda::{CudaQueue, CudaSignal, CudaStaging};
+use crate::device::{DeviceCall, DeviceShared};
 use crate::{Communicator, Error, Result};
-use queue::{CudaQueue, CudaSignal, CudaStaging};
 
 pub use cudarc::driver::{DevicePtr, DevicePtrMut};
-pub use p2p::CudaGroup;
+pub use group::CudaGroup;
 pub use raw::{RawBuffers, RawDeviceBuffer, RawP2p};
 
 /// A [`Communicator`] bound to one CUDA device: collectives and barriers on
@@ -144,15 +169,6 @@ impl std::fmt::Debug for CudaComm {
             .field("device", &self.device)
             .field("signals", &self.signals.path())
             .finish()
-    }
-}
-
-/// Converts an error of the CUDA layer.
-pub(crate) fn gpu_error(e: streamcomm_gpu::Error) -> Error {
-    match e {
-        streamcomm_gpu::Error::Unavailable(m) => Error::Unavailable(m),
-        streamcomm_gpu::Error::InvalidArgument(m) => Error::InvalidArgument(m),
-        other => Error::Unavailable(format!("CUDA: {other}")),
     }
 }
 
@@ -197,11 +213,11 @@ impl CudaComm {
         };
         let shared = DeviceShared::new(comm.inner.engine.handle().clone(), comm.config().timeout);
         if comm.config().cuda_window > 0 {
-            if let Some(direct) = direct_path(comm, &device, kernels.as_ref())? {
+            if let Some(direct) = establish_direct(comm, &device, kernels.as_ref())? {
                 let _ = shared.direct.set(direct);
             }
         }
-        if let Some(nic) = gpudirect::establish(comm, &device) {
+        if let Some(nic) = establish_gpudirect(comm, &device) {
             let _ = shared.gpudirect.set(nic);
         }
         tracing::info!(
@@ -315,41 +331,4 @@ impl Drop for CudaComm {
             graveyard.bury();
         }
     }
-}
-
-/// Sets up the direct path (a collective call: every rank makes it):
-/// windows on `device` and a watchdog whose rescue writes go through a
-/// stream of its own (see [`Direct::establish`]).
-fn direct_path(
-    comm: &Communicator,
-    device: &Device,
-    kernels: Option<&Kernels>,
-) -> Result<Option<Direct>> {
-    // Nothing here may return early: every rank must join the exchange.
-    let writer = Stream::new(device).and_then(|stream| {
-        Signals::new(device, kernels, false, comm.config().timeout).map(|s| (stream, s))
-    });
-    let usable = kernels.is_some() && writer.is_ok();
-    let rescue = move |words: &[DevAddr]| {
-        if let Ok((stream, signals)) = &writer {
-            for &w in words {
-                // SAFETY: the words are this rank's own window, which
-                // outlives the watchdog (it holds the windows).
-                let _ = unsafe { signals.write_value32(stream, w, 1) };
-            }
-        }
-    };
-    let inner = comm.inner.clone();
-    let source = window::CudaWindows { device };
-    // Without the reduce kernels or a rescue stream this rank cannot take part.
-    let source = usable.then_some(&source as &dyn WindowDevice);
-    Direct::establish(
-        comm,
-        source,
-        comm.config().cuda_window,
-        // The shared-memory watchdog's rule: gone, and not departed cleanly.
-        Box::new(move |peer, pid| !peer_gone(&inner, peer, pid)),
-        Box::new(rescue),
-        WATCH_PERIOD,
-    )
 }

@@ -5,9 +5,9 @@
 use cudarc::driver::sys::CUstream;
 use streamcomm_gpu::Stream;
 
-use super::queue::CudaQueue;
-use super::{gpu_error, CudaComm};
+use super::CudaComm;
 use crate::comm::p2p::Dir;
+use crate::device::cuda::{gpu_error, CudaQueue};
 use crate::device::{DeviceBuffers, DeviceCall, DeviceP2p, DeviceRange};
 use crate::plan::Collective;
 use crate::{DataType, Error, ReduceOp, Result};

@@ -4,15 +4,15 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use super::gpudirect::{DeviceSpan, NicAccess};
+use super::device_queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
 use super::pool::{DeviceShared, Pool};
-use super::queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
 use super::runner::Runner;
 use crate::comm::inner::CommInner;
 use crate::comm::p2p::{Dir, GroupMemory};
 use crate::comm::{Binding, BufView, Communicator};
 use crate::host::{Job, Task};
 use crate::plan::Collective;
+use crate::transport::device_span::{DeviceSpan, NicAccess};
 use crate::{DataType, Error, ReduceOp, Result};
 
 /// `len` elements at a device address.

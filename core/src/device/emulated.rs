@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
+use super::device_queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
 use super::runner::Graveyard;
 use crate::host::{Doorbell, HostStream, RawBuffer, WaitCmp};
 use crate::{DataType, ReduceOp, Result};

@@ -5,7 +5,7 @@
 //! Elsewhere, and for p2p groups, it is *staged* through host memory, as
 //! follows (except the sends and receives of a p2p group with peers over
 //! verbs, where GPUDirect RDMA works: the NIC then moves their bytes
-//! straight from and into device memory, see [`gpudirect`]). A device stream cannot run the host backend's tasks itself, so
+//! straight from and into device memory, see [`gpudirect_probe`]). A device stream cannot run the host backend's tasks itself, so
 //! each staged operation is appended to it as five stream steps, all
 //! capturable:
 //!
@@ -47,10 +47,13 @@
 #![cfg_attr(not(feature = "cuda"), allow(dead_code, unused_imports))]
 
 mod call;
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
+mod device_queue;
 pub(crate) mod direct;
-pub(crate) mod gpudirect;
+#[cfg(feature = "verbs")]
+pub(crate) mod gpudirect_probe;
 mod pool;
-mod queue;
 mod runner;
 
 // The emulated device serves only the GPUDirect RDMA tests (see tests.rs);
@@ -58,13 +61,14 @@ mod runner;
 #[cfg(all(test, feature = "verbs"))]
 mod emulated;
 #[cfg(all(test, feature = "verbs"))]
-mod gpudirect_tests;
+mod gpudirect_probe_tests;
 #[cfg(all(test, feature = "verbs"))]
 mod tests;
 
+pub(crate) use crate::transport::device_span::NicAccess;
 pub(crate) use call::{DeviceBuffers, DeviceCall, DeviceP2p, DeviceRange};
-pub use gpudirect::GpuDirectMode;
-pub(crate) use gpudirect::{DeviceSpan, NicAccess};
+pub(crate) use device_queue::{
+    CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory,
+};
 pub(crate) use pool::DeviceShared;
-pub(crate) use queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
 pub(crate) use runner::Graveyard;

@@ -5,8 +5,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::device_queue::{CompletionSignal, StagingMemory};
 use super::direct::Direct;
-use super::queue::{CompletionSignal, StagingMemory};
 use super::runner::{Graveyard, Runner};
 use crate::Result;
 

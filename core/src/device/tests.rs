@@ -1,5 +1,5 @@
 //! The emulated device's rank, for the GPUDirect RDMA tests
-//! (`gpudirect_tests`), which run in the Soft-RoCE guest: there a NIC must
+//! (`gpudirect_probe_tests`), which run in the Soft-RoCE guest: there a NIC must
 //! register the "device" memory, which the CUDA stand-in cannot offer (its
 //! device memory is not host-addressable and it reports no GPUDirect RDMA).
 //! Every other device test runs through the real CUDA queue on a CUDA

@@ -39,8 +39,6 @@ pub struct RawBuffer {
 }
 
 /// Where a [`RawBuffer`]'s bytes live.
-// The external length is read only by the verbs build (its `Drop`).
-#[cfg_attr(not(feature = "verbs"), allow(dead_code))]
 pub(crate) enum Storage {
     /// An allocation the buffer owns.
     Owned(Box<[Block]>),
@@ -52,16 +50,13 @@ pub(crate) enum Storage {
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        // The memory goes away (or back to its owner): no cached RDMA
-        // registration may outlive it.
-        #[cfg(feature = "verbs")]
-        {
-            let (addr, len) = match self {
-                Storage::Owned(blocks) => (blocks.as_ptr() as usize, blocks.len() * 64),
-                Storage::External(ptr, bytes) => (ptr.as_ptr() as usize, *bytes),
-            };
-            crate::transport::verbs::regcache::forget(addr, len);
-        }
+        // The memory goes away (or back to its owner): whoever keeps state
+        // keyed by its addresses (a cache of RDMA registrations) drops it.
+        let (addr, len) = match self {
+            Storage::Owned(blocks) => (blocks.as_ptr() as usize, blocks.len() * 64),
+            Storage::External(ptr, bytes) => (ptr.as_ptr() as usize, *bytes),
+        };
+        super::release_hooks::released(addr, len);
     }
 }
 

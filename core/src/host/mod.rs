@@ -10,6 +10,7 @@ mod doorbell;
 mod event;
 mod graph;
 mod job;
+pub(crate) mod release_hooks;
 pub(crate) mod stream;
 
 pub use buffer::{Element, HostBuffer, RawBuffer};

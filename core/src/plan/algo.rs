@@ -122,7 +122,8 @@ impl fmt::Display for Algorithm {
 /// # Examples
 ///
 /// ```
-/// use streamcomm::plan::{build_with, Algorithm, Collective, PlanParams};
+/// use streamcomm::testing::plan::{build_with, PlanParams};
+/// use streamcomm::{Algorithm, Collective};
 /// use streamcomm::{DataType, ReduceOp};
 ///
 /// let params = PlanParams { rank: 0, nranks: 64, slot_bytes: 1 << 20, nsteps: 8 };

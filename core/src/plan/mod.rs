@@ -53,8 +53,8 @@ pub mod step;
 pub use algo::{build_with, Algorithm};
 pub use apply::{apply_step, Buffers};
 pub use layout::InPlaceLayout;
-pub use simulate::{simulate, simulate_with, Schedule, SimConfig, SimError};
-pub use step::{BufId, Collective, Plan, Region, Step};
+pub use simulate::{simulate, simulate_with, Schedule, SimConfig};
+pub use step::{Collective, Plan, Step};
 
 use streamcomm_kernels::{DataType, ReduceOp};
 
@@ -79,7 +79,7 @@ pub struct PlanParams {
 /// Builds the plan of one rank for one collective call.
 ///
 /// `count` is in elements, with NCCL's meaning per collective (see the
-/// [module docs](self)). A collective with `count == 0` has no steps, except
+/// module docs). A collective with `count == 0` has no steps, except
 /// `Send`/`Recv`, which still exchange one zero-length message so that a
 /// message is matched, and `Barrier`, whose count must be 0.
 ///
@@ -93,7 +93,8 @@ pub struct PlanParams {
 /// # Examples
 ///
 /// ```
-/// use streamcomm::plan::{build, Collective, PlanParams};
+/// use streamcomm::testing::plan::{build, PlanParams};
+/// use streamcomm::Collective;
 /// use streamcomm::{DataType, ReduceOp};
 ///
 /// let params = PlanParams { rank: 1, nranks: 4, slot_bytes: 1 << 20, nsteps: 8 };

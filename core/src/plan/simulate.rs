@@ -5,7 +5,7 @@
 //! deadlocks only when a connection has one free slot. The simulator runs
 //! every rank's plan in one thread, round-robin, over modelled connections
 //! (a FIFO of `nsteps` slots of `slot_bytes` per directed pair, `docs/design/architecture.md`),
-//! interpreting each step with the same [`apply_step`] the real backends use.
+//! interpreting each step with the same `apply_step` the real backends use.
 //! It reports deadlocks and undelivered slots with the ranks and steps
 //! involved, so a failing algorithm is diagnosed, not just detected.
 
@@ -35,7 +35,7 @@ pub enum SimError {
         index: usize,
         /// The step (boxed to keep the error small).
         step: Box<Step>,
-        /// What [`apply_step`] reported.
+        /// What `apply_step` reported.
         #[source]
         source: Error,
     },
@@ -139,7 +139,7 @@ pub enum Schedule {
 /// Everything [`simulate_with`] needs besides the plans and inputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SimConfig {
-    /// Run each rank on one buffer laid out by [`InPlaceLayout::of`].
+    /// Run each rank on one buffer laid out by `InPlaceLayout::of`.
     pub in_place: bool,
     /// Slots per directed connection (at least 1).
     pub nsteps: usize,
@@ -155,7 +155,7 @@ pub struct SimConfig {
 /// `inputs[r]` its send buffer, exactly `send_count * dtype.size()` bytes.
 /// Receive buffers start filled with `0xA5` bytes, so an element a plan
 /// forgets to write shows up. With `in_place`, each rank gets one buffer laid
-/// out by [`InPlaceLayout::of`], its input copied at the send offset and the
+/// out by `InPlaceLayout::of`, its input copied at the send offset and the
 /// rest poisoned. Either way the result for rank `r` is its receive buffer:
 /// `recv_count` elements (taken at the receive offset when in place).
 ///
@@ -173,7 +173,8 @@ pub struct SimConfig {
 /// # Examples
 ///
 /// ```
-/// use streamcomm::plan::{build, simulate, Collective, PlanParams};
+/// use streamcomm::testing::plan::{build, simulate, PlanParams};
+/// use streamcomm::Collective;
 /// use streamcomm::{DataType, ReduceOp};
 ///
 /// let plans: Vec<_> = (0..3)

@@ -2,7 +2,8 @@
 //! lives in `core/tests/sim/plans.rs`).
 
 use super::*;
-use crate::plan::{build, Collective, PlanParams, Region};
+use crate::plan::step::Region;
+use crate::plan::{build, Collective, PlanParams};
 use streamcomm_kernels::{DataType, ReduceOp};
 
 fn plan(collective: Collective, rank: usize, nranks: usize, steps: Vec<Step>) -> Plan {

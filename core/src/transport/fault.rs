@@ -16,7 +16,7 @@
 //! Without the `fault-injection` feature the injector is an empty type whose
 //! hooks are the plain ring calls, and a non-empty plan is refused.
 
-use crate::transport::fault_spec::FaultPlan;
+use crate::config::fault_spec::FaultPlan;
 use crate::transport::ring::RingError;
 use crate::transport::Connection;
 use crate::wait::WaitPolicy;
@@ -97,7 +97,7 @@ mod enabled {
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::transport::fault_spec::{FaultAction, FaultDirection, FaultRule};
+    use crate::config::fault_spec::{FaultAction, FaultDirection, FaultRule};
 
     /// Per-peer counters.
     #[derive(Debug, Default)]

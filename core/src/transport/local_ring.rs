@@ -37,6 +37,7 @@ impl LocalRing {
 
     /// Start of the ring's memory and its length in bytes (for a transport
     /// that registers it with a NIC).
+    #[cfg(feature = "verbs")]
     pub fn memory(&self) -> (*mut u8, usize) {
         (
             self.mem.as_ptr() as *mut u8,

@@ -14,8 +14,8 @@
 //! every wait of the segment's owner end with an error instead of a timeout.
 
 pub mod barrier_area;
+pub(crate) mod device_span;
 pub mod fault;
-pub mod fault_spec;
 pub mod local_ring;
 pub mod ring;
 pub mod shm;

@@ -155,16 +155,6 @@ impl ShmSegment {
         &self.name
     }
 
-    /// Mapped length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True for a zero-length segment.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Removes the name (the memory stays mapped); idempotent, owner only.
     pub fn unlink(&mut self) {
         if self.owner && !self.unlinked {

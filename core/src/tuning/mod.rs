@@ -16,17 +16,16 @@
 //! calibrate` measures and writes, or from built-in defaults.
 
 mod model;
-mod params;
 mod select;
 
 pub use model::{predict, Shape};
-pub use params::{CostParams, LinkCost, DEFAULT_WRITE_WEIGHT};
-pub use select::{choose, AlgoOverride};
+pub use select::choose_by_model;
+pub(crate) use select::{choose, Forced};
 
 use std::collections::HashMap;
 
 use crate::bootstrap::Bootstrap;
-use crate::config::{Config, TransportChoice};
+use crate::config::{Config, CostParams, TransportChoice};
 use crate::plan::{Algorithm, Collective};
 use crate::{Error, Result};
 
@@ -34,7 +33,7 @@ use crate::{Error, Result};
 /// rank.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Selector {
-    forced: AlgoOverride,
+    forced: Forced,
     params: CostParams,
     shape: Shape,
 }
@@ -56,7 +55,10 @@ impl Selector {
             sharing
         };
         Selector {
-            forced: config.algo.clone(),
+            // Resolved when the communicator checked the configuration
+            // (`check_same_everywhere`), which fails on names that are not
+            // algorithms; nothing is forced by a configuration that skipped it.
+            forced: Forced::resolve(&config.algo).unwrap_or_default(),
             params: config.tuning.unwrap_or_default(),
             shape: Shape::new(ranks, per_host, config.slot_bytes()).with_sharing(sharing),
         }
@@ -98,7 +100,9 @@ impl Selector {
 /// # Errors
 /// [`Error::InvalidArgument`] naming the first rank that differs.
 pub(crate) fn check_same_everywhere(boot: &mut Bootstrap, config: &Config) -> Result<()> {
-    let mine = format!("STREAMCOMM_ALGO={} tuning={:?}", config.algo, config.tuning);
+    // A name that is no algorithm fails here, alike on every rank.
+    let forced = Forced::resolve(&config.algo)?;
+    let mine = format!("STREAMCOMM_ALGO={forced} tuning={:?}", config.tuning);
     let all = boot.all_gather(mine.as_bytes())?;
     match all.iter().position(|theirs| theirs != mine.as_bytes()) {
         None => Ok(()),

@@ -7,7 +7,7 @@
 //! costs `beta` per byte for every third of its weighed passes over it:
 //! each input it reads (a slot received, a buffer) counts one, each output
 //! it writes (a buffer, a slot sent) `write_weight` (3 here: stores cost
-//! about three loads; see [`super::params::DEFAULT_WRITE_WEIGHT`]). So with
+//! about three loads; see [`crate::config::DEFAULT_WRITE_WEIGHT`]). So with
 //! a weight of 1 `beta` is a relay's cost (`recvCopySend` or
 //! `recvReduceSend`, three passes), a `send` or a `recv` two thirds of it;
 //! with 3 a broadcast's relay (one read, two writes) costs 7/5 of a
@@ -81,7 +81,7 @@
 //! is busy. All three are measured by `streamcomm-bench calibrate`; the
 //! wake-up is latency, not work, so only the critical path pays it.
 
-use super::params::{CostParams, LinkCost};
+use crate::config::{CostParams, LinkCost};
 use crate::plan::{Algorithm, Collective};
 
 /// Where the ranks are, and the slot size that cuts messages into steps.

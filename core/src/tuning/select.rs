@@ -13,7 +13,8 @@
 use std::fmt;
 
 use super::model::{predict, Shape};
-use super::params::CostParams;
+use crate::config::algo_override::Forced as AlgoForced;
+use crate::config::{AlgoOverride, CostParams};
 use crate::plan::{Algorithm, Collective};
 use crate::{Error, Result};
 
@@ -27,55 +28,52 @@ const NAMED: [(&str, Collective); 6] = [
     ("all_to_all", Collective::AllToAll),
 ];
 
-/// Forced algorithms (`STREAMCOMM_ALGO`); empty: the model chooses.
+/// Forced algorithms (`STREAMCOMM_ALGO`) resolved to the plans'
+/// algorithms; empty: the model chooses.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct AlgoOverride {
+pub(crate) struct Forced {
     /// `(collective name, algorithm)`, at most one per collective.
     pairs: Vec<(&'static str, Algorithm)>,
 }
 
-impl AlgoOverride {
-    /// Parses `NAME` or `collective=NAME,...` (empty or `auto`: nothing forced).
+impl Forced {
+    /// Resolves the names of `o` (see [`AlgoOverride::parse`]).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] quoting the value: an unknown collective or
-    /// algorithm, a collective named twice, or an algorithm that does not
-    /// implement the collective it is given for (or, alone, any collective).
-    pub fn parse(text: &str) -> Result<AlgoOverride> {
-        let bad = |why: String| Error::invalid(format!("STREAMCOMM_ALGO={text:?}: {why}"));
-        let t = text.trim();
-        if t.is_empty() || t.eq_ignore_ascii_case("auto") {
-            return Ok(AlgoOverride::default());
-        }
+    /// algorithm, or an algorithm that does not implement the collective it
+    /// is given for (or, alone, any collective).
+    pub(crate) fn resolve(o: &AlgoOverride) -> Result<Forced> {
+        let bad =
+            |why: String| Error::invalid(format!("STREAMCOMM_ALGO={:?}: {why}", o.to_string()));
         let algo_of = |name: &str| {
             Algorithm::parse(name).ok_or_else(|| {
                 let all: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
                 bad(format!(
-                    "unknown algorithm {:?} (one of {})",
-                    name.trim(),
+                    "unknown algorithm {name:?} (one of {})",
                     all.join(", ")
                 ))
             })
         };
-        if !t.contains('=') {
-            let algo = algo_of(t)?;
-            let pairs: Vec<_> = NAMED
-                .iter()
-                .filter(|(_, c)| algo.supports(*c))
-                .map(|&(name, _)| (name, algo))
-                .collect();
-            if pairs.is_empty() {
-                return Err(bad(format!("{algo} implements no collective")));
+        let given = match o.forced() {
+            AlgoForced::Nothing => return Ok(Forced::default()),
+            AlgoForced::Every(name) => {
+                let algo = algo_of(name)?;
+                let pairs: Vec<_> = NAMED
+                    .iter()
+                    .filter(|(_, c)| algo.supports(*c))
+                    .map(|&(name, _)| (name, algo))
+                    .collect();
+                if pairs.is_empty() {
+                    return Err(bad(format!("{algo} implements no collective")));
+                }
+                return Ok(Forced { pairs });
             }
-            return Ok(AlgoOverride { pairs });
-        }
+            AlgoForced::Per(given) => given,
+        };
         let mut pairs: Vec<(&'static str, Algorithm)> = Vec::new();
-        for item in t.split(',') {
-            let (coll, algo) = item
-                .split_once('=')
-                .ok_or_else(|| bad(format!("{item:?} is not collective=algorithm")))?;
-            let coll = coll.trim().to_ascii_lowercase();
-            let &(name, collective) = NAMED.iter().find(|(n, _)| *n == coll).ok_or_else(|| {
+        for (coll, algo) in given {
+            let &(name, collective) = NAMED.iter().find(|(n, _)| n == coll).ok_or_else(|| {
                 let all: Vec<&str> = NAMED.iter().map(|(n, _)| *n).collect();
                 bad(format!(
                     "unknown collective {coll:?} (one of {})",
@@ -93,27 +91,19 @@ impl AlgoOverride {
                     ok.join(", ")
                 )));
             }
-            if pairs.iter().any(|(n, _)| *n == name) {
-                return Err(bad(format!("{name} is given twice")));
-            }
             pairs.push((name, algo));
         }
-        Ok(AlgoOverride { pairs })
+        Ok(Forced { pairs })
     }
 
     /// The forced algorithm of `collective`, if any.
-    pub fn get(&self, collective: Collective) -> Option<Algorithm> {
+    pub(crate) fn get(&self, collective: Collective) -> Option<Algorithm> {
         let name = collective.name();
         self.pairs.iter().find(|(n, _)| *n == name).map(|&(_, a)| a)
     }
-
-    /// True when nothing is forced.
-    pub fn is_empty(&self) -> bool {
-        self.pairs.is_empty()
-    }
 }
 
-impl fmt::Display for AlgoOverride {
+impl fmt::Display for Forced {
     /// The canonical `collective=algorithm,...` form (`auto` when empty).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.pairs.is_empty() {
@@ -124,20 +114,32 @@ impl fmt::Display for AlgoOverride {
     }
 }
 
-/// The algorithm for one call: forced, else the model's cheapest candidate
-/// (the first candidate wins ties: predictions within 1% of the fastest).
-/// `None` for collectives with a single schedule (point-to-point, barrier).
-pub fn choose(
-    forced: &AlgoOverride,
+/// The algorithm for one call: forced, else the model's choice
+/// ([`choose_by_model`]). `None` for collectives with a single schedule
+/// (point-to-point, barrier).
+pub(crate) fn choose(
+    forced: &Forced,
     params: &CostParams,
     collective: Collective,
     count: usize,
     esize: usize,
     shape: &Shape,
 ) -> Option<Algorithm> {
-    if let Some(a) = forced.get(collective) {
-        return Some(a);
-    }
+    forced
+        .get(collective)
+        .or_else(|| choose_by_model(params, collective, count, esize, shape))
+}
+
+/// The model's cheapest candidate for one call (the first candidate wins
+/// ties: predictions within 1% of the fastest). `None` for collectives with
+/// a single schedule.
+pub fn choose_by_model(
+    params: &CostParams,
+    collective: Collective,
+    count: usize,
+    esize: usize,
+    shape: &Shape,
+) -> Option<Algorithm> {
     let times: Vec<(Algorithm, f64)> = Algorithm::candidates(collective)
         .iter()
         .filter_map(|&a| Some((a, predict(params, collective, a, count, esize, shape)?)))
@@ -160,6 +162,10 @@ const TIE: f64 = 0.01;
 mod tests {
     use super::*;
 
+    fn parse(text: &str) -> Result<Forced> {
+        Forced::resolve(&AlgoOverride::parse(text)?)
+    }
+
     #[test]
     fn a_near_tie_goes_to_the_earlier_candidate() {
         // Two ranks, 40 bytes: the tree's two hops are predicted a hair
@@ -169,7 +175,7 @@ mod tests {
         let t = |a| predict(&p, ar, a, 10, 4, &shape).unwrap();
         let (ring, tree) = (t(Algorithm::Ring), t(Algorithm::Tree));
         assert!(tree < ring && ring < tree * (1.0 + TIE), "{ring} {tree}");
-        let none = AlgoOverride::default();
+        let none = Forced::default();
         assert_eq!(choose(&none, &p, ar, 10, 4, &shape), Some(Algorithm::Ring));
         // A clear winner still wins: the tree at 64 ranks, 8 per host.
         let wide = Shape::new(64, 8, 1 << 20);
@@ -178,25 +184,25 @@ mod tests {
 
     #[test]
     fn parses_single_names_and_pairs() {
-        let o = AlgoOverride::parse("tree").unwrap();
+        let o = parse("tree").unwrap();
         assert_eq!(o.get(Collective::AllReduce), Some(Algorithm::Tree));
         assert_eq!(o.get(Collective::AllGather), None);
-        let o = AlgoOverride::parse(" all_reduce=ring , Broadcast=binomial").unwrap();
+        let o = parse(" all_reduce=ring , Broadcast=binomial").unwrap();
         assert_eq!(o.get(Collective::AllReduce), Some(Algorithm::Ring));
         assert_eq!(
             o.get(Collective::Broadcast { root: 3 }),
             Some(Algorithm::Binomial)
         );
         assert_eq!(o.to_string(), "all_reduce=ring,broadcast=binomial");
-        assert!(AlgoOverride::parse("auto").unwrap().is_empty());
-        assert!(AlgoOverride::parse("").unwrap().is_empty());
-        let o = AlgoOverride::parse("ring").unwrap();
+        assert_eq!(parse("auto").unwrap(), Forced::default());
+        assert_eq!(parse("").unwrap(), Forced::default());
+        let o = parse("ring").unwrap();
         assert_eq!(o.get(Collective::ReduceScatter), Some(Algorithm::Ring));
     }
 
     #[test]
     fn refuses_bad_values_naming_them() {
-        let err = |t: &str| AlgoOverride::parse(t).unwrap_err().to_string();
+        let err = |t: &str| parse(t).unwrap_err().to_string();
         assert!(err("warp").contains("unknown algorithm \"warp\""));
         assert!(err("all_reduce=binomial").contains("binomial does not implement all_reduce"));
         assert!(err("allreduce=ring").contains("unknown collective \"allreduce\""));
@@ -210,12 +216,12 @@ mod tests {
     fn forced_wins_and_the_model_picks_otherwise() {
         let p = CostParams::default();
         let shape = Shape::new(512, 8, 512 << 10);
-        let forced = AlgoOverride::parse("all_reduce=ring").unwrap();
+        let forced = parse("all_reduce=ring").unwrap();
         assert_eq!(
             choose(&forced, &p, Collective::AllReduce, 2, 4, &shape),
             Some(Algorithm::Ring)
         );
-        let auto = AlgoOverride::default();
+        let auto = Forced::default();
         let small = choose(&auto, &p, Collective::AllReduce, 2, 4, &shape).unwrap();
         assert_ne!(small, Algorithm::Ring);
         assert_eq!(choose(&auto, &p, Collective::Barrier, 0, 1, &shape), None);

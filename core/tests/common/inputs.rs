@@ -10,7 +10,7 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use streamcomm::plan::Collective;
+use streamcomm::Collective;
 use streamcomm::{DataType, ReduceOp};
 
 use super::reference::{encode, reduces, send_count};

@@ -3,7 +3,7 @@
 //! Written from the definitions (NCCL's semantics of each collective), not
 //! from the plans, so an algorithm bug cannot be copied into its own check.
 
-use streamcomm::plan::Collective;
+use streamcomm::Collective;
 use streamcomm::{DataType, ReduceOp};
 use streamcomm_kernels::{element_as_f64, write_element_from_f64};
 

@@ -164,7 +164,7 @@ fn bad_args(cuda: &CudaComm, s: &Arc<CudaStream>) {
     // call is refused before anything is enqueued.
     let aliased = unsafe {
         cuda.collective_raw(
-            streamcomm::plan::Collective::AllReduce,
+            streamcomm::Collective::AllReduce,
             DataType::F32,
             ReduceOp::Sum,
             streamcomm::cuda::RawBuffers::Separate {

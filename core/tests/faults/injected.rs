@@ -20,10 +20,11 @@ use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use streamcomm::bootstrap::UniqueId;
+use streamcomm::config::FaultPlan;
 use streamcomm::config::TransportChoice;
 use streamcomm::host::{HostBuffer, HostStream};
-use streamcomm::plan::{build, Collective, PlanParams};
-use streamcomm::transport::fault_spec::FaultPlan;
+use streamcomm::testing::plan::{build, PlanParams};
+use streamcomm::Collective;
 use streamcomm::{Backend, Communicator, Config, DataType, Error, ReduceOp};
 
 const N: usize = 4;

@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use streamcomm::bootstrap::UniqueId;
+use streamcomm::config::FaultPlan;
 use streamcomm::config::TransportChoice;
-use streamcomm::transport::fault_spec::FaultPlan;
 use streamcomm::{Backend, Communicator, Config, Error};
 
 fn rdma_device_here() -> bool {

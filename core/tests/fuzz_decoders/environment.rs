@@ -400,7 +400,7 @@ proptest! {
 
 /// Regression for a bug found by the fuzzer: a finite `STREAMCOMM_TIMEOUT`
 /// too large for a `Duration` (e.g. `1e20` seconds) panics in
-/// `Duration::from_secs_f64` inside `Config::with_vars` (config.rs) instead
+/// `Duration::from_secs_f64` inside `Config::with_vars` (config/mod.rs) instead
 /// of returning `Error::InvalidArgument`.
 #[test]
 fn bug_config_huge_timeout_panics() {

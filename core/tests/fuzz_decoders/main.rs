@@ -42,16 +42,19 @@ use proptest::test_runner::Config as ProptestConfig;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use streamcomm::barrier::{BarrierAlgo, Inter};
-use streamcomm::bootstrap::{Bootstrap, RootOptions, RootServer, UniqueId, MAX_RANKS};
-use streamcomm::comm::Endpoint;
+use streamcomm::bootstrap::UniqueId;
+use streamcomm::bootstrap::MAX_RANKS;
 use streamcomm::config::{Config, HostsOverride};
 use streamcomm::launch::env::{detect, RootSpec};
-use streamcomm::plan::signature::P2pSlot;
-use streamcomm::plan::{build, signature, Collective, PlanParams};
-use streamcomm::transport::ring::RingShape;
-use streamcomm::transport::tcp::frame::{
+use streamcomm::testing::bootstrap::{Bootstrap, RootOptions, RootServer};
+use streamcomm::testing::comm::Endpoint;
+use streamcomm::testing::plan::signature::P2pSlot;
+use streamcomm::testing::plan::{build, signature, PlanParams};
+use streamcomm::testing::transport::tcp_frame::{
     FrameHeader, Hello as TcpHello, ABORT_LEN, CLOSE_LEN, HEADER_BYTES, HELLO_BYTES,
 };
+use streamcomm::testing::transport::RingShape;
+use streamcomm::Collective;
 use streamcomm::{DataType, Error, ReduceOp};
 
 // ---------------------------------------------------------------------------

@@ -11,9 +11,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use streamcomm::bootstrap::UniqueId;
-use streamcomm::comm::UntypedBuffer;
 use streamcomm::host::HostStream;
-use streamcomm::plan::Collective;
+use streamcomm::Collective;
+use streamcomm::UntypedBuffer;
 use streamcomm::{Backend, Communicator, Config, DataType, ReduceOp};
 use streamcomm_run::local::LocalLauncher;
 

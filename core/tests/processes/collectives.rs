@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use streamcomm::host::{HostBuffer, HostEvent, HostStream};
-use streamcomm::plan::Collective;
+use streamcomm::Collective;
 use streamcomm::{Communicator, DataType, ReduceOp};
 
 const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";

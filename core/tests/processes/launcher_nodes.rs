@@ -16,9 +16,9 @@ use std::time::Duration;
 use common::unused_port as free_port;
 use netns::{host_addr, launcher as launcher_path, ready_or_skip, run_all, text, Netns};
 use rand::{Rng, SeedableRng};
-use streamcomm::bootstrap::Bootstrap;
 use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::launch::env::detect_from_process_env;
+use streamcomm::testing::bootstrap::Bootstrap;
 use streamcomm::{Communicator, ReduceOp};
 
 const LIMIT: Duration = Duration::from_secs(90);

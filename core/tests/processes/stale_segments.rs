@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use streamcomm::bootstrap::UniqueId;
-use streamcomm::transport::ring::RingShape;
-use streamcomm::transport::Segment;
+use streamcomm::testing::transport::RingShape;
+use streamcomm::testing::transport::Segment;
 use streamcomm::{Backend, Communicator, Config};
 
 const CHILD: &str = "STREAMCOMM_TEST_SEGMENT_CHILD";

@@ -8,11 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use streamcomm::barrier::sim::{simulate, Schedule, SimConfig, SimError};
-use streamcomm::barrier::{
-    build, run, BarrierAlgo, BarrierMemory, BarrierPlan, BarrierStep, Inter, WaitFor,
-};
-use streamcomm::wait::{Notifier, WaitPolicy};
+use streamcomm::barrier::{BarrierAlgo, Inter};
+use streamcomm::testing::barrier::{build, run, BarrierMemory, BarrierPlan, BarrierStep, WaitFor};
+use streamcomm::testing::barrier::{simulate, Schedule, SimConfig, SimError};
+use streamcomm::testing::wait::{Notifier, WaitPolicy};
 use streamcomm::Error;
 
 const MAX_RANKS: usize = 64;
@@ -121,7 +120,7 @@ fn every_algorithm_every_size_every_layout() {
 }
 
 /// Every rank as the laggard, every size: by the simulator's persistence
-/// argument (see `streamcomm::barrier::sim`) this checks the barrier
+/// argument (see `streamcomm::testing::barrier`) this checks the barrier
 /// property for every interleaving of the first `LAGGARD_EPOCHS` barriers.
 #[test]
 fn laggard_at_every_rank_is_exhaustive() {

@@ -4,9 +4,8 @@
 
 use std::fmt;
 
-use streamcomm::plan::{
-    build_with, simulate_with, Algorithm, Collective, Plan, PlanParams, Schedule, SimConfig,
-};
+use streamcomm::testing::plan::{build_with, simulate_with, Plan, PlanParams, Schedule, SimConfig};
+use streamcomm::{Algorithm, Collective};
 use streamcomm::{DataType, ReduceOp};
 
 use crate::common::{check, expected, gen_inputs, DTYPE_OPS};

@@ -8,7 +8,8 @@
 //! connection; dtypes and operators spread over the matrix; every dtype and
 //! operator once per reducing algorithm; random interleavings with one slot.
 
-use streamcomm::plan::{Algorithm, Collective, Schedule};
+use streamcomm::testing::plan::Schedule;
+use streamcomm::{Algorithm, Collective};
 use streamcomm::{DataType, ReduceOp};
 
 use super::case::{counts, sweep, Case};

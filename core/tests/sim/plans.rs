@@ -8,9 +8,10 @@
 //! the run short; random schedules cover interleavings round-robin never
 //! produces.
 
-use streamcomm::plan::{
-    build, simulate, simulate_with, Collective, Plan, PlanParams, Schedule, SimConfig,
+use streamcomm::testing::plan::{
+    build, simulate, simulate_with, Plan, PlanParams, Schedule, SimConfig,
 };
+use streamcomm::Collective;
 use streamcomm::{DataType, ReduceOp};
 
 use super::case::{sweep, Case, MAX_RANKS, NSTEPS};

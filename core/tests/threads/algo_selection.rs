@@ -8,10 +8,10 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use streamcomm::bootstrap::UniqueId;
+use streamcomm::config::AlgoOverride;
 use streamcomm::config::HostsOverride;
 use streamcomm::host::HostStream;
-use streamcomm::plan::{Algorithm, Collective};
-use streamcomm::tuning::AlgoOverride;
+use streamcomm::{Algorithm, Collective};
 use streamcomm::{Backend, Communicator, Config, DataType, Error, ReduceOp};
 
 #[test]

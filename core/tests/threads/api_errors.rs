@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use harness::{run_threads, small_config};
 use streamcomm::bootstrap::UniqueId;
-use streamcomm::comm::UntypedBuffer;
 use streamcomm::host::{HostBuffer, HostStream};
+use streamcomm::UntypedBuffer;
 use streamcomm::{Backend, Communicator, Config, DataType, Error, ReduceOp};
 
 fn msg(e: Error) -> String {

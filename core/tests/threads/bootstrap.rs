@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use streamcomm::bootstrap::{Bootstrap, RootOptions, RootServer, UniqueId, MAX_BLOB};
+use streamcomm::bootstrap::UniqueId;
+use streamcomm::testing::bootstrap::{Bootstrap, RootOptions, RootServer, MAX_BLOB};
 use streamcomm::Error;
 
 const TIMEOUT: Duration = Duration::from_secs(20);

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use harness::{collectives, reduces, run_case, run_threads, small_config, Case};
 use streamcomm::host::HostStream;
-use streamcomm::plan::Collective;
+use streamcomm::Collective;
 use streamcomm::{DataType, ReduceOp};
 use streamcomm_testkit::seed;
 

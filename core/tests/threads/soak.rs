@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use streamcomm::host::HostStream;
-use streamcomm::plan::Collective;
+use streamcomm::Collective;
 use streamcomm::{Communicator, Config};
 
 use common::DTYPE_OPS;

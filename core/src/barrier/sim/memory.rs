@@ -47,11 +47,6 @@ impl SimMemory {
         }
     }
 
-    /// Number of ranks whose areas this memory holds.
-    pub fn nranks(&self) -> usize {
-        self.nranks
-    }
-
     /// The first store that lowered a word since the last call, if any.
     pub fn take_regression(&self) -> Option<Regression> {
         self.regression.take()

@@ -37,7 +37,7 @@ mod state;
 
 use std::fmt;
 
-pub use memory::{Regression, SimMemory};
+pub use memory::Regression;
 
 use super::memory::WaitFor;
 use super::step::{BarrierPlan, BarrierStep, MAX_EPOCH, ROUNDS_PER_EPOCH};
@@ -142,7 +142,7 @@ pub enum SimError {
         index: usize,
         /// The step.
         step: BarrierStep,
-        /// What [`apply`](super::apply) reported.
+        /// What `apply` reported.
         #[source]
         source: Error,
     },
@@ -200,13 +200,14 @@ fn list<T: fmt::Display>(items: &[T]) -> String {
 /// # Examples
 ///
 /// ```
-/// use streamcomm::barrier::{build, sim, BarrierAlgo};
+/// use streamcomm::barrier::BarrierAlgo;
+/// use streamcomm::testing::barrier::{build, simulate, Schedule, SimConfig};
 ///
 /// let plans: Vec<_> = (0..5)
 ///     .map(|r| build(BarrierAlgo::Chain, r, 5, &[0; 5]))
 ///     .collect::<Result<_, _>>()?;
-/// let schedule = sim::Schedule::Laggard { rank: 2, seed: 1 };
-/// let stats = sim::simulate(&plans, &sim::SimConfig { epochs: 3, schedule }).unwrap();
+/// let schedule = Schedule::Laggard { rank: 2, seed: 1 };
+/// let stats = simulate(&plans, &SimConfig { epochs: 3, schedule }).unwrap();
 /// assert!(stats.actions > 0);
 /// # Ok::<(), streamcomm::Error>(())
 /// ```

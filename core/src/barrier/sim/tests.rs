@@ -1,5 +1,8 @@
+use super::memory::SimMemory;
 use super::*;
-use crate::barrier::{build, build_for_network, run, wait_for, BarrierAlgo, BarrierMemory, Word};
+use crate::barrier::exec::wait_for;
+use crate::barrier::memory::Word;
+use crate::barrier::{build, build_for_network, run, BarrierAlgo, BarrierMemory};
 
 fn plans(algo: BarrierAlgo, n: usize) -> Vec<BarrierPlan> {
     let hosts: Vec<usize> = (0..n).map(|r| r % 3).collect();

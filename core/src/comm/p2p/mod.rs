@@ -122,7 +122,7 @@ pub(crate) enum GroupMemory {
     Host(BufView),
     /// `count` elements of `dtype` in device memory that the NIC moves.
     Device {
-        span: crate::device::DeviceSpan,
+        span: crate::transport::device_span::DeviceSpan,
         dtype: DataType,
         count: usize,
     },

@@ -1,5 +1,5 @@
 //! The bytes of one send or receive: host memory the CPU copies, or device
-//! memory that only the NIC touches (GPUDirect RDMA, `device::gpudirect`).
+//! memory that only the NIC touches (GPUDirect RDMA, `transport::device_span`).
 //!
 //! Device memory is named by address only, never as a slice: the CPU cannot
 //! read it, so a device payload can move only by an RDMA write into a
@@ -7,7 +7,7 @@
 //! (only an empty message goes as one empty eager slot), and a device
 //! receive refuses bytes that arrive in slots, naming the cause.
 
-use crate::device::DeviceSpan;
+use crate::transport::device_span::DeviceSpan;
 
 /// Where an operation's first byte is, for the NIC.
 pub(super) enum Place<'s> {

@@ -15,7 +15,7 @@ use std::borrow::Cow;
 use smallvec::SmallVec;
 
 use crate::comm::buffer::BufView;
-use crate::device::DeviceSpan;
+use crate::transport::device_span::DeviceSpan;
 use crate::{DataType, Error, Result};
 
 /// Direction of one operation.

@@ -41,7 +41,7 @@ pub(crate) mod window;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::queue::DeviceQueue;
+use super::device_queue::DeviceQueue;
 use super::runner::Graveyard;
 use super::DeviceCall;
 use crate::{Communicator, Result};

@@ -42,11 +42,6 @@ pub struct Pace {
 }
 
 impl Pace {
-    /// Pacing for a wait under `policy`.
-    pub fn new(policy: &WaitPolicy<'_>) -> Pace {
-        Pace::every(policy, SPIN_CHECKS_PER_PUMP)
-    }
-
     /// Pacing for a wait under `policy` that pumps every `period`-th check
     /// while it spins (a cheaper pump than a socket's can go more often).
     pub fn every(policy: &WaitPolicy<'_>, period: u32) -> Pace {

@@ -20,7 +20,7 @@
 //! Verified where: the probe's fallbacks, the peermem branch (on host
 //! memory, which is what peermem makes device memory look like to
 //! `ibv_reg_mr`) and the whole data path run on Soft-RoCE in the guest
-//! (`device::tests::gpudirect`); Soft-RoCE has no dma-buf support and the
+//! (`device::gpudirect_probe_tests`); Soft-RoCE has no dma-buf support and the
 //! guest no exporter, so the dma-buf registration only fails cleanly there.
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -32,7 +32,7 @@ use rdma_sys::ibv_access_flags;
 use super::device::Device;
 use super::dl;
 use super::regcache::Registration;
-use crate::device::{DeviceSpan, GpuDirectMode};
+use crate::transport::device_span::{DeviceSpan, GpuDirectMode};
 use crate::{Error, Result};
 
 /// What a device registration allows: our NIC reads it (sends), the

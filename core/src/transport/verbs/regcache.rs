@@ -10,14 +10,15 @@
 //! A cached registration must never outlive the memory it covers: a buffer
 //! freed and another allocated at the same address would get the old,
 //! pinned pages. Every buffer the library accepts is a
-//! [`RawBuffer`](crate::host::RawBuffer), whose storage calls [`forget`]
-//! when it goes away (before the memory is freed, and for caller-owned
-//! memory before the caller may free it); that drops every cached
-//! registration overlapping it, in every communicator. An operation in
+//! [`RawBuffer`](crate::host::RawBuffer), whose storage runs the host's
+//! release hooks when it goes away (before the memory is freed, and for
+//! caller-owned memory before the caller may free it); the first cache
+//! installs [`forget`] as one (`host::release_hooks`), which drops every
+//! cached registration overlapping the memory, in every communicator. An operation in
 //! flight holds its registration (`Arc`), so deregistration waits for it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, Once, Weak};
 
 use rdma_sys::*;
 
@@ -112,8 +113,10 @@ impl std::fmt::Debug for RegCache {
 
 /// Every live cache, so that a buffer going away reaches all of them.
 static CACHES: Mutex<Vec<Weak<RegCache>>> = Mutex::new(Vec::new());
-/// False until the first cache exists: buffers then skip the lock.
+/// False until the first cache exists: [`forget`] then skips the lock.
 static ANY: AtomicBool = AtomicBool::new(false);
+/// Installs [`forget`] as a buffer release hook, once.
+static HOOK: Once = Once::new();
 
 impl RegCache {
     /// An empty cache on `dev`, reachable from [`forget`].
@@ -126,6 +129,7 @@ impl RegCache {
         all.retain(|w| w.strong_count() > 0);
         all.push(Arc::downgrade(&c));
         ANY.store(true, Ordering::Release);
+        HOOK.call_once(|| crate::host::release_hooks::install(forget));
         c
     }
 
@@ -182,16 +186,6 @@ impl RegCache {
     /// The device this cache registers on.
     pub fn device(&self) -> &Arc<Device> {
         &self.dev
-    }
-
-    /// Cached registrations (for tests).
-    pub fn len(&self) -> usize {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    /// True when nothing is cached.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -69,7 +69,7 @@ pub struct FaultRule {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FaultPlan {
     /// The rules, in the order given.
-    pub rules: Vec<FaultRule>,
+    pub(crate) rules: Vec<FaultRule>,
 }
 
 /// Longest delay a rule may ask for (a delay beyond it is a timeout test,
@@ -108,7 +108,8 @@ impl FaultPlan {
     /// # Errors
     /// [`Error::InvalidArgument`] for a rule naming a rank out of range, or
     /// this rank as its own peer.
-    pub fn for_rank(&self, rank: usize, size: usize) -> Result<Vec<FaultRule>> {
+    #[cfg(any(test, feature = "fault-injection"))]
+    pub(crate) fn for_rank(&self, rank: usize, size: usize) -> Result<Vec<FaultRule>> {
         let mut mine = Vec::new();
         for r in &self.rules {
             if r.rank.is_some_and(|x| x >= size) || r.peer >= size {

@@ -2,7 +2,7 @@
 //! memory (dma-buf export, nvidia-peermem) and the flush of its writes.
 //!
 //! Compiled everywhere; the probe's logic and the data path it enables run
-//! on Soft-RoCE with the emulated device (`device::tests::gpudirect`). On a
+//! on Soft-RoCE with the emulated device (`device::gpudirect_probe_tests`). On a
 //! GPU with an RDMA NIC nothing of this has run yet (no such machine was
 //! lent): `cuMemGetHandleForAddressRange`, `ibv_reg_dmabuf_mr` on its
 //! descriptor, `ibv_reg_mr` under nvidia-peermem and
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use streamcomm_gpu::Device;
 
 use super::gpu_error;
-use crate::device::{GpuDirectMode, NicAccess};
+use crate::transport::device_span::{GpuDirectMode, NicAccess};
 use crate::{Communicator, Result};
 
 /// A CUDA device's memory as the NIC needs it.
@@ -43,13 +43,13 @@ impl NicAccess for CudaNic {
 }
 
 /// Probes GPUDirect RDMA for `comm` on `device` (see
-/// `device::gpudirect::establish`), registering a scratch allocation of
+/// `device::gpudirect_probe::establish`), registering a scratch allocation of
 /// 2 MiB to try; `None` without the `verbs` feature, without verbs peers,
 /// with `STREAMCOMM_GPUDIRECT=0`, or where it does not work.
-pub(super) fn establish(comm: &Communicator, device: &Device) -> Option<Arc<dyn NicAccess>> {
+pub(crate) fn establish(comm: &Communicator, device: &Device) -> Option<Arc<dyn NicAccess>> {
     #[cfg(feature = "verbs")]
     {
-        let dev = crate::device::gpudirect::wanted(comm)?;
+        let dev = crate::device::gpudirect_probe::wanted(comm)?;
         let scratch = match streamcomm_gpu::DeviceBuffer::alloc(device, 2 << 20) {
             Ok(b) => b,
             Err(e) => {
@@ -58,13 +58,13 @@ pub(super) fn establish(comm: &Communicator, device: &Device) -> Option<Arc<dyn 
             }
         };
         let export = |addr, len| device.export_dmabuf_range(addr, len).map_err(gpu_error);
-        let probe = crate::device::gpudirect::ProbeMemory {
+        let probe = crate::device::gpudirect_probe::ProbeMemory {
             addr: scratch.as_raw(),
             len: scratch.allocated_len(),
             export: &export,
             peermem: crate::transport::verbs::gpudirect::peermem_loaded(),
         };
-        crate::device::gpudirect::establish(&dev, &probe, |mode| {
+        crate::device::gpudirect_probe::establish(&dev, &probe, |mode| {
             Arc::new(CudaNic {
                 device: device.clone(),
                 mode,

@@ -9,13 +9,14 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use super::gpudirect::{establish, wanted, ProbeMemory};
+use super::gpudirect_probe::{establish, wanted, ProbeMemory};
 use super::tests::{assert_no_errors, check_received, input, p2p, Rank, POISON};
-use super::{DeviceShared, GpuDirectMode, NicAccess};
+use super::DeviceShared;
 use crate::bootstrap::UniqueId;
 use crate::comm::p2p::Dir;
 use crate::config::TransportChoice;
 use crate::host::{HostBuffer, HostStream};
+use crate::transport::device_span::{GpuDirectMode, NicAccess};
 use crate::{Backend, Communicator, Config, Error, Result};
 
 /// True where an RDMA device is active.

@@ -4,11 +4,18 @@
 //! doc line each. [`Config::from_env`] is the only code in the library that
 //! reads these variables; everything else receives a `Config`.
 
+pub(crate) mod algo_override;
+pub(crate) mod barrier_algo;
+mod cost_params;
+pub(crate) mod fault_spec;
+
 use std::time::Duration;
 
-use crate::barrier::BarrierAlgo;
-use crate::transport::fault_spec::FaultPlan;
-use crate::tuning::{AlgoOverride, CostParams};
+pub use algo_override::AlgoOverride;
+use barrier_algo::BarrierAlgo;
+pub use cost_params::{CostParams, LinkCost, DEFAULT_WRITE_WEIGHT};
+pub use fault_spec::FaultPlan;
+
 use crate::{Error, Result};
 
 /// Default slot-ring size per connection (`docs/design/architecture.md`): 4 MiB.
@@ -100,7 +107,7 @@ pub struct Config {
     /// `STREAMCOMM_BARRIER_ALGO`: barrier algorithm (`central_counter`,
     /// `central_flags`, `chain`, `tree[:K]`, `dissemination`, `kway[:K]`,
     /// `hierarchical[:dissemination|:tree[:K]]`); `None` picks by the default
-    /// rule ([`crate::comm::default_barrier_algo`]).
+    /// rule (`comm::default_barrier_algo`).
     pub barrier_algo: Option<BarrierAlgo>,
     /// `STREAMCOMM_HOSTS_OVERRIDE`: pretend ranks live on these hosts (for
     /// topology only: tree and hierarchical barriers). Either one label per
@@ -122,7 +129,7 @@ pub struct Config {
     pub ib_gid_index: Option<u32>,
     /// `STREAMCOMM_P2P_EAGER_LIMIT`: largest point-to-point message (bytes)
     /// sent eagerly through the slot ring (default 256 KiB); larger messages
-    /// use rendezvous (see [`crate::comm::p2p`]).
+    /// use rendezvous (see `docs/design/p2p.md`).
     pub p2p_eager_limit: usize,
     /// `STREAMCOMM_P2P_DIRECT`: `1` (default) lets rendezvous write straight
     /// into a receiver's buffer on the same host (cross-memory attach); `0`
@@ -137,7 +144,7 @@ pub struct Config {
     /// and receives with peers over verbs move straight from and into
     /// device memory where GPUDirect RDMA works (probed: dma-buf, then
     /// nvidia-peermem); `0` stages them through pinned host memory. See
-    /// `device::gpudirect`.
+    /// `device::gpudirect_probe`.
     pub gpudirect: bool,
     /// `STREAMCOMM_BIND`: `1` (default) binds the host-stream threads that
     /// run this communicator's work to one core per local rank, where the
@@ -149,13 +156,13 @@ pub struct Config {
     pub debug: Option<String>,
     /// `STREAMCOMM_ALGO`: force collective algorithms, one name (`tree`) or
     /// `collective=name,...` (`all_reduce=ring,broadcast=binomial`); the
-    /// cost model chooses the others ([`crate::tuning`]).
+    /// cost model chooses the others.
     pub algo: AlgoOverride,
     /// `STREAMCOMM_TUNING_FILE`: cost-model parameters read from this file
     /// (written by `streamcomm-bench calibrate`); `None`: built-in defaults.
     pub tuning: Option<CostParams>,
     /// `STREAMCOMM_FAULTS`: fault-injection rules such as
-    /// `send:peer=1:nth=5:drop` ([`crate::transport::fault_spec`]); applied
+    /// `send:peer=1:nth=5:drop` ([`FaultPlan`]); applied
     /// only by builds with the `fault-injection` feature (default: none).
     pub faults: FaultPlan,
 }
@@ -545,9 +552,8 @@ mod tests {
 
     #[test]
     fn algorithm_override_and_tuning_file() {
-        use crate::plan::{Algorithm, Collective};
         let c = cfg(&[("STREAMCOMM_ALGO", "all_gather=bruck")]).unwrap();
-        assert_eq!(c.algo.get(Collective::AllGather), Some(Algorithm::Bruck));
+        assert_eq!(c.algo.to_string(), "all_gather=bruck");
         let path = std::env::temp_dir().join(format!("sc-tuning-{}.txt", std::process::id()));
         let params = CostParams {
             cores: 5,
@@ -572,7 +578,7 @@ mod tests {
             ("STREAMCOMM_PROGRESS", "sideways"),
             ("STREAMCOMM_BARRIER_ALGO", "telepathy"),
             ("STREAMCOMM_HOSTS_OVERRIDE", "a,,b"),
-            ("STREAMCOMM_ALGO", "all_reduce=binomial"),
+            ("STREAMCOMM_ALGO", "all_reduce=ring,all_reduce=tree"),
             ("STREAMCOMM_FAULTS", "send:peer=1:drop"),
             ("STREAMCOMM_TRANSPORT", "carrier-pigeon"),
             ("STREAMCOMM_IB_GID_INDEX", "-1"),

@@ -50,7 +50,7 @@ pub struct LinkCost {
     pub beta: f64,
 }
 
-/// Every parameter of the cost model ([`crate::tuning`]).
+/// Every parameter of the cost model.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CostParams {
     /// Links between ranks of one host (shared memory).

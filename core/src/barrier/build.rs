@@ -1,0 +1,138 @@
+//! Building barrier plans: every barrier algorithm of `docs/design/barriers.md` as steps over flag
+//! memory, proved by a simulator and run by one executor.
+//!
+//! A barrier is the simplest collective and the one whose bugs hurt most: a
+//! rank that leaves early corrupts whatever the barrier protected, and a
+//! reset race shows up once a week. So, as with the data plans of
+//! `plan`, the algorithms here are pure functions from
+//! `(algorithm, rank, size, host layout)` to a [`BarrierPlan`](super::BarrierPlan): a short list
+//! of [`BarrierStep`](super::BarrierStep)s (fetch-add, raise a flag, wait for a flag, write or
+//! wait for a release word) over a small memory model ([`BarrierMemory`](super::BarrierMemory)):
+//! each rank owns a counter, a release word and one flag per peer, all
+//! monotonic 64-bit words whose values encode the barrier's epoch
+//! (`signal_value`), so nothing is ever reset.
+//!
+//! - [`build`] makes one rank's plan; [`BarrierAlgo`](super::BarrierAlgo) names the algorithms
+//!   (central counter, central flags, chain, k-ary tree, dissemination,
+//!   k-way dissemination, hierarchical).
+//! - [`run`](super::run) executes a plan for one epoch against any `BarrierMemory`;
+//!   the communicator implements it over the per-rank shared-memory segment.
+//! - `sim::simulate` runs every rank's plan for many consecutive epochs in
+//!   one thread, under round-robin, random and adversarial schedules, and
+//!   checks that no rank leaves barrier `e` before every rank has entered it.
+//!
+//! # Examples
+//!
+//! ```
+//! use streamcomm::barrier::BarrierAlgo;
+//! use streamcomm::testing::barrier::{build, simulate, Schedule, SimConfig};
+//!
+//! let hosts = [0, 0, 0, 1, 1, 2];
+//! let plans = (0..6)
+//!     .map(|rank| build(BarrierAlgo::parse("hierarchical")?, rank, 6, &hosts))
+//!     .collect::<Result<Vec<_>, _>>()?;
+//! let config = SimConfig { epochs: 5, schedule: Schedule::Random { seed: 7 } };
+//! simulate(&plans, &config).unwrap();
+//! # Ok::<(), streamcomm::Error>(())
+//! ```
+
+use super::algo;
+use super::{BarrierAlgo, BarrierPlan, BarrierStep};
+use crate::Error;
+
+/// Builds `rank`'s barrier plan for `algo` among `nranks` ranks.
+///
+/// `hosts[r]` identifies the host of rank `r` (any numbering: ranks with
+/// equal values share a host). Only the tree and hierarchical algorithms
+/// use it; the others still check its length. One rank needs no steps.
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] naming the value when `nranks` is 0, `rank` is
+/// not below `nranks`, `hosts.len() != nranks`, a tree fan-out is below 2 or
+/// a k-way `k` below 1.
+///
+/// # Examples
+///
+/// ```
+/// use streamcomm::barrier::BarrierAlgo;
+/// use streamcomm::testing::barrier::{build, BarrierStep};
+///
+/// let plan = build(BarrierAlgo::Dissemination, 1, 3, &[0, 0, 0])?;
+/// assert_eq!(plan.steps[0], BarrierStep::Notify { peer: 2, round: 0 });
+/// assert!(build(BarrierAlgo::Chain, 0, 1, &[0])?.steps.is_empty());
+/// # Ok::<(), streamcomm::Error>(())
+/// ```
+pub fn build(
+    algo: BarrierAlgo,
+    rank: usize,
+    nranks: usize,
+    hosts: &[usize],
+) -> Result<BarrierPlan, Error> {
+    build_with(algo, rank, nranks, hosts, algo::steps)
+}
+
+/// As [`build`], for flag memory that other ranks can only write (RDMA over
+/// a network): every algorithm's plan is [`build`]'s, except the central
+/// counter's, whose root releases each rank in that rank's own area instead
+/// of raising one word everybody reads.
+///
+/// # Errors
+/// As [`build`].
+///
+/// # Examples
+///
+/// ```
+/// use streamcomm::barrier::BarrierAlgo;
+/// use streamcomm::testing::barrier::{build_for_network, BarrierStep};
+///
+/// let plan = build_for_network(BarrierAlgo::CentralCounter, 2, 3, &[0, 1, 2])?;
+/// assert_eq!(plan.steps[1], BarrierStep::WaitRelease { at: 2 });
+/// # Ok::<(), streamcomm::Error>(())
+/// ```
+pub fn build_for_network(
+    algo: BarrierAlgo,
+    rank: usize,
+    nranks: usize,
+    hosts: &[usize],
+) -> Result<BarrierPlan, Error> {
+    build_with(algo, rank, nranks, hosts, algo::steps_for_network)
+}
+
+fn build_with(
+    algo: BarrierAlgo,
+    rank: usize,
+    nranks: usize,
+    hosts: &[usize],
+    steps_of: fn(BarrierAlgo, usize, &algo::Hosts) -> Vec<BarrierStep>,
+) -> Result<BarrierPlan, Error> {
+    let name = algo.name();
+    if nranks == 0 {
+        return Err(Error::invalid(format!(
+            "barrier {name}: nranks is 0 (a communicator has at least one rank)"
+        )));
+    }
+    if rank >= nranks {
+        return Err(Error::invalid(format!(
+            "barrier {name}: rank {rank} is out of range for {nranks} ranks"
+        )));
+    }
+    if hosts.len() != nranks {
+        return Err(Error::invalid(format!(
+            "barrier {name}: hosts has {} entries for {nranks} ranks",
+            hosts.len()
+        )));
+    }
+    algo.validate()?;
+    let steps = if nranks == 1 {
+        Vec::new()
+    } else {
+        steps_of(algo, rank, &algo::Hosts::new(hosts))
+    };
+    Ok(BarrierPlan {
+        algo,
+        rank,
+        nranks,
+        steps,
+    })
+}

@@ -1,0 +1,67 @@
+//! The CUDA device: the device traits of [`crate::device`] implemented on
+//! the driver wrapping of `streamcomm-gpu`, and the set-up of a
+//! communicator's direct path and GPUDirect RDMA on one CUDA device.
+//! [`crate::cuda::CudaComm`] is built on this.
+
+mod cuda_nic;
+mod cuda_queue;
+mod cuda_windows;
+
+use streamcomm_gpu::{Device, Kernels, Signals, Stream};
+
+use crate::comm::watchdog::peer_gone;
+use crate::device::direct::watchdog::WATCH_PERIOD;
+use crate::device::direct::window::WindowDevice;
+use crate::device::direct::Direct;
+use crate::device::DevAddr;
+use crate::{Communicator, Error, Result};
+use cuda_windows::CudaWindows;
+
+pub(crate) use cuda_nic::establish as establish_gpudirect;
+pub(crate) use cuda_queue::{CudaQueue, CudaSignal, CudaStaging};
+
+/// Converts an error of the CUDA layer.
+pub(crate) fn gpu_error(e: streamcomm_gpu::Error) -> Error {
+    match e {
+        streamcomm_gpu::Error::Unavailable(m) => Error::Unavailable(m),
+        streamcomm_gpu::Error::InvalidArgument(m) => Error::InvalidArgument(m),
+        other => Error::Unavailable(format!("CUDA: {other}")),
+    }
+}
+
+/// Sets up the direct path (a collective call: every rank makes it):
+/// windows on `device` and a watchdog whose rescue writes go through a
+/// stream of its own (see [`Direct::establish`]).
+pub(crate) fn establish_direct(
+    comm: &Communicator,
+    device: &Device,
+    kernels: Option<&Kernels>,
+) -> Result<Option<Direct>> {
+    // Nothing here may return early: every rank must join the exchange.
+    let writer = Stream::new(device).and_then(|stream| {
+        Signals::new(device, kernels, false, comm.config().timeout).map(|s| (stream, s))
+    });
+    let usable = kernels.is_some() && writer.is_ok();
+    let rescue = move |words: &[DevAddr]| {
+        if let Ok((stream, signals)) = &writer {
+            for &w in words {
+                // SAFETY: the words are this rank's own window, which
+                // outlives the watchdog (it holds the windows).
+                let _ = unsafe { signals.write_value32(stream, w, 1) };
+            }
+        }
+    };
+    let inner = comm.inner.clone();
+    let source = CudaWindows { device };
+    // Without the reduce kernels or a rescue stream this rank cannot take part.
+    let source = usable.then_some(&source as &dyn WindowDevice);
+    Direct::establish(
+        comm,
+        source,
+        comm.config().cuda_window,
+        // The shared-memory watchdog's rule: gone, and not departed cleanly.
+        Box::new(move |peer, pid| !peer_gone(&inner, peer, pid)),
+        Box::new(rescue),
+        WATCH_PERIOD,
+    )
+}

@@ -1,0 +1,57 @@
+//! Internals that the workspace's benchmark (`streamcomm-bench`) and
+//! integration tests (`core/tests/`) reach, and nothing else: hidden from
+//! the documentation, not part of the public API, no semver promise. Each
+//! item is here because one of those needs it; remove it when the need goes.
+
+/// Barrier plans, their interpreter and their simulator.
+pub mod barrier {
+    pub use crate::barrier::build::{build, build_for_network};
+    pub use crate::barrier::exec::run;
+    pub use crate::barrier::memory::{BarrierMemory, WaitFor};
+    pub use crate::barrier::sim::{simulate, Schedule, SimConfig, SimError};
+    pub use crate::barrier::step::signal_value;
+    pub use crate::barrier::step::{BarrierPlan, BarrierStep};
+}
+
+/// The bootstrap network below `UniqueId`.
+pub mod bootstrap {
+    pub use crate::bootstrap::client::Bootstrap;
+    pub use crate::bootstrap::root::{RootOptions, RootServer};
+    pub use crate::bootstrap::wire::MAX_BLOB;
+}
+
+/// What ranks exchange at creation.
+pub mod comm {
+    pub use crate::comm::Endpoint;
+}
+
+/// Plans, their signatures and their simulator.
+pub mod plan {
+    pub use crate::plan::signature;
+    pub use crate::plan::{
+        build, build_with, simulate, simulate_with, Plan, PlanParams, Schedule, SimConfig,
+    };
+}
+
+/// Shared-memory segments and the tcp wire format.
+pub mod transport {
+    pub use crate::transport::ring::RingShape;
+    pub use crate::transport::Segment;
+
+    /// The tcp transport's frames.
+    pub mod tcp_frame {
+        pub use crate::transport::tcp::frame::{
+            FrameHeader, Hello, ABORT_LEN, CLOSE_LEN, HEADER_BYTES, HELLO_BYTES,
+        };
+    }
+}
+
+/// The cost model.
+pub mod tuning {
+    pub use crate::tuning::{choose_by_model, predict, Shape};
+}
+
+/// Waiting: spin, yield, sleep.
+pub mod wait {
+    pub use crate::wait::{Notifier, WaitError, WaitPolicy, DEFAULT_YIELDS};
+}

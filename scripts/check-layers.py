@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Checks that the top-level modules of core/src depend on each other
+without cycles, and prints the layer order found.
+
+A reference from module A to module B is any path into B written in a file
+of A: `use crate::B...`, `crate::B::...` in code, `super::` climbing to
+the crate root then naming B, or a name the crate root re-exports from B
+(`crate::Communicator` is `comm`). Comments are ignored, and so is test
+code (files named `tests.rs` or `*_tests.rs`, and `#[cfg(test)]` inline
+modules) unless `--with-tests` is given: tests may reach upwards.
+`lib.rs` and `bin/` are the roots, not layers.
+
+usage: scripts/check-layers.py [--with-tests] [--verbose]
+Exit status: 0 without cycles, 1 with (each cycle is printed with one
+reference per edge, as FILE:LINE), 2 on a usage error.
+"""
+
+import os
+import re
+import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "core", "src")
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+CRATE_PATH = re.compile(r"\bcrate::(" + IDENT + r"|\{)")
+SUPER_PATH = re.compile(r"\b((?:super::)+)(" + IDENT + r"|\{)")
+INLINE_MOD = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*\{")
+CFG_TEST = re.compile(r"^\s*#\[cfg\((?:all\()?test\b")
+
+
+def strip_comments(text):
+    """Blanks out comments and string literals, keeping line numbers."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("\n" * text.count("\n", i, j))
+            i = j
+        elif c == '"' and not text.startswith("'\"'", i - 1):
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append('""' + "\n" * text.count("\n", i, j))
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def module_path(rel):
+    """core/src-relative file path -> its module path (list of names)."""
+    parts = rel[:-3].split(os.sep)
+    if parts[-1] == "mod":
+        parts = parts[:-1]
+    return parts
+
+
+def group_names(text, start):
+    """The first names of each path in the `{...}` group at `start`."""
+    depth, i, names, token = 0, start, [], ""
+    expect = True
+    while i < len(text):
+        c = text[i]
+        if c == "{":
+            depth += 1
+            expect = depth == 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                break
+        elif depth == 1 and c == ",":
+            expect = True
+        elif depth == 1 and expect and (c.isalnum() or c == "_"):
+            token += c
+            i += 1
+            continue
+        if token:
+            names.append(token)
+            token = ""
+            expect = False
+        i += 1
+    if token:
+        names.append(token)
+    return names
+
+
+def root_reexports(lib_text):
+    """Names the crate root re-exports, mapped to the module they come from."""
+    names = {}
+    for m in re.finditer(r"pub use (" + IDENT + r")::([^;]*);", lib_text):
+        module, rest = m.group(1), m.group(2)
+        for name in re.findall(IDENT, rest.split("::")[-1] if "{" not in rest else rest[rest.index("{"):]):
+            names[name] = module
+    return names
+
+
+def top_modules(lib_text):
+    return set(re.findall(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*;", lib_text, re.M))
+
+
+def references(rel, text, tops, reexports, with_tests):
+    """Yields (target top-level module, line number) for each reference."""
+    base = module_path(rel)
+    lines = text.split("\n")
+    # Inline modules open at a brace depth; track them to count `super`.
+    stack, depth, pending_test, skip_until = [], 0, False, None
+    for number, line in enumerate(lines, 1):
+        if skip_until is None:
+            if CFG_TEST.match(line):
+                pending_test = True
+            else:
+                m = INLINE_MOD.match(line)
+                if m:
+                    if pending_test and not with_tests:
+                        skip_until = depth
+                    else:
+                        stack.append((depth, m.group(1)))
+                    pending_test = False
+                elif line.strip() and not line.strip().startswith("#"):
+                    pending_test = False
+        if skip_until is None:
+            inline = [name for _, name in stack]
+            module = base + inline
+            for m in CRATE_PATH.finditer(line):
+                for name in names_at(line, m, 1, lines, number):
+                    target = resolve(name, tops, reexports)
+                    if target:
+                        yield target, number
+            for m in SUPER_PATH.finditer(line):
+                up = m.group(1).count("super::")
+                if up != len(module):
+                    continue  # stays inside this top-level module
+                for name in names_at(line, m, 2, lines, number):
+                    target = resolve(name, tops, reexports)
+                    if target:
+                        yield target, number
+        for c in line:
+            if c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                while stack and stack[-1][0] >= depth:
+                    stack.pop()
+                if skip_until is not None and depth <= skip_until:
+                    skip_until = None
+
+
+def names_at(line, m, group, lines, number):
+    if m.group(group) != "{":
+        return [m.group(group)]
+    rest = "\n".join([line[m.start(group):]] + lines[number:number + 40])
+    return group_names(rest, 0)
+
+
+def resolve(name, tops, reexports):
+    if name in tops:
+        return name
+    return reexports.get(name)
+
+
+def tarjan(nodes, edges):
+    index, low, on, stack, sccs, counter = {}, {}, set(), [], [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            scc = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                scc.append(w)
+                if w == v:
+                    break
+            sccs.append(sorted(scc))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(nodes):
+        if v not in index:
+            visit(v)
+    return sccs
+
+
+def main(argv):
+    with_tests = "--with-tests" in argv
+    verbose = "--verbose" in argv
+    unknown = [a for a in argv if a not in ("--with-tests", "--verbose")]
+    if unknown:
+        print(__doc__.strip().split("\n\n")[-2], file=sys.stderr)
+        return 2
+    with open(os.path.join(ROOT, "lib.rs")) as f:
+        lib_text = strip_comments(f.read())
+    tops = top_modules(lib_text)
+    reexports = {k: v for k, v in root_reexports(lib_text).items() if v in tops}
+    edges, where = {}, {}
+    for dirpath, _, files in os.walk(ROOT):
+        for file in sorted(files):
+            if not file.endswith(".rs"):
+                continue
+            path = os.path.join(dirpath, file)
+            rel = os.path.relpath(path, ROOT)
+            top = module_path(rel)[0] if module_path(rel) else "lib"
+            if top not in tops:
+                continue  # lib.rs, bin/
+            if not with_tests and (file == "tests.rs" or file.endswith("_tests.rs")):
+                continue
+            with open(path) as f:
+                text = strip_comments(f.read())
+            for target, line in references(rel, text, tops, reexports, with_tests):
+                if target == top:
+                    continue
+                edges.setdefault(top, set()).add(target)
+                where.setdefault((top, target), f"core/src/{rel}:{line}")
+    sccs = tarjan(tops, edges)
+    cycles = [s for s in sccs if len(s) > 1]
+    if verbose:
+        for (a, b), loc in sorted(where.items()):
+            print(f"{a} -> {b}  ({loc})")
+    if cycles:
+        print(f"check-layers: {len(cycles)} cycle(s) between the top-level modules of core/src:")
+        for scc in cycles:
+            print("  modules on a cycle: " + ", ".join(scc))
+            pairs = [(a, b) for a in scc for b in scc if a < b and b in edges.get(a, ()) and a in edges.get(b, ())]
+            for a, b in pairs:
+                print(f"    {a} <-> {b}")
+            for a in scc:
+                for b in sorted(edges.get(a, ())):
+                    if b in scc:
+                        print(f"    {a} -> {b}  ({where[(a, b)]})")
+    # Layers, bottom first: a module sits one above the highest it uses
+    # (a cycle's modules share a layer).
+    component = {v: i for i, s in enumerate(sccs) for v in s}
+    level = {}
+    for i, scc in enumerate(sccs):  # Tarjan emits dependencies first
+        deps = {component[w] for v in scc for w in edges.get(v, ()) if component[w] != i}
+        level[i] = 1 + max((level[d] for d in deps), default=-1)
+    layers = {}
+    for i, scc in enumerate(sccs):
+        layers.setdefault(level[i], []).append("+".join(scc) if len(scc) > 1 else scc[0])
+    print("layers, bottom first:")
+    for lv in sorted(layers):
+        print(f"  {lv}: " + ", ".join(sorted(layers[lv])))
+    if cycles:
+        return 1
+    print("check-layers: no cycles")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
