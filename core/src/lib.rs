@@ -88,8 +88,8 @@
 //!  5  device                                 device-side execution of operations
 //!  4  comm                                   the Communicator
 //!  3  transport                              moving slots between ranks
-//!  2  barrier    host    tuning    launch    barrier plans, host streams, algorithm choice, launcher
-//!  1  config     plan    bootstrap           settings, collective plans, rank rendezvous
+//!  2  barrier    host    tuning    launch    barrier plans, host streams, algorithm choice, launchers' environments
+//!  1  config     plan    bootstrap  engine   settings, collective plans, rank rendezvous, progress thread
 //!  0  error      wait                        errors, waiting
 //! ```
 //!
@@ -99,10 +99,11 @@
 //! - `config/`: [`Config`] and the types of its fields, parsed from `STREAMCOMM_*`; depends on nothing but `error`.
 //! - `plan/`: collectives as pure per-rank step lists, their signatures and a simulator.
 //! - `bootstrap/`: [`bootstrap::UniqueId`] and the root and client that let ranks meet.
+//! - `engine/`: the progress engine, a communicator's one background thread (tcp and verbs progress, the peer watch, off-stream barriers, the CUDA backend's host side).
 //! - `barrier/`: barrier algorithms as step plans over flag memory, their executor and simulator.
 //! - `host/`: the host backend: streams, events, doorbells, graphs, buffers.
 //! - `tuning/`: the cost model and the choice of an algorithm per call.
-//! - `launch/`: the launcher behind `streamcomm-run` and `Communicator::from_env`.
+//! - `launch/`: the variables of launchers (`streamcomm-run`, torchrun, Slurm, Open MPI, PMI) that `Communicator::from_env` reads.
 //! - `transport/`: shared memory, tcp and verbs links and their slot rings.
 //! - `comm/`: the [`Communicator`]: creation, collectives, barriers, point-to-point.
 //! - `device/`: communicator operations on device streams (staged and direct paths).

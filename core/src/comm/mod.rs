@@ -28,7 +28,6 @@ pub(crate) mod watchdog;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-pub use barrier::default_barrier_algo;
 pub(crate) use buffer::Binding;
 pub use buffer::{AsBufView, BufView, UntypedBuffer};
 pub use endpoint::{local_host_id, Endpoint};
