@@ -378,7 +378,7 @@ pub(crate) fn departed(comm: &CommInner, peer: usize) -> bool {
         .is_some_and(|s| s.header().departed.load(Ordering::Acquire) == 1)
 }
 
-/// Where the tcp network thread (or the verbs proxy) reports a failure: the communicator's error
+/// Where the progress engine reports a failure: the communicator's error
 /// slot and the failure words of every segment this rank can reach.
 pub(crate) struct CommFailure {
     pub rank: usize,

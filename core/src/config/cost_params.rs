@@ -101,7 +101,7 @@ pub struct CostParams {
     /// paces calls that pipeline into each other (back-to-back broadcasts
     /// and reduces: a rank hands the next call's data over while this
     /// call's is still on its way). Measured here over loopback with two
-    /// ranks: 38-43 µs against 12-17 µs (two network threads and two
+    /// ranks: 38-43 µs against 12-17 µs (two progress engines and two
     /// stream threads woken on the way, each a system call or two).
     pub tcp_latency: f64,
 }

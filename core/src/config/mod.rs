@@ -46,7 +46,7 @@ pub enum Progress {
     /// The thread that runs the stream (or calls `barrier_host`) drives the
     /// direct transport itself: no thread hand-off on the critical path.
     Inline,
-    /// The stream hands the barrier to the communicator's proxy thread and
+    /// The stream hands the barrier to the communicator's progress engine and
     /// waits on a doorbell, as the CUDA backend does.
     Proxy,
 }

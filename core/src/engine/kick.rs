@@ -55,12 +55,12 @@ impl Kick {
         };
     }
 
-    /// Network thread: about to sleep (then re-check for work, then poll).
+    /// Engine thread: about to sleep (then re-check for work, then poll).
     pub(crate) fn set_sleeping(&self, sleeping: bool) {
         self.sleeping.store(sleeping, Ordering::SeqCst);
     }
 
-    /// Network thread: clears pending signals.
+    /// Engine thread: clears pending signals.
     pub(crate) fn drain(&self) {
         let mut v: u64 = 0;
         // SAFETY: reading 8 bytes into a valid u64 from our non-blocking eventfd.

@@ -2,7 +2,7 @@
 //!
 //! Every transport meets the stream at the same two points: the slot a step
 //! publishes to a peer (`commit_send`: into the peer's shared memory, or the
-//! tcp staging ring the network thread drains) and the slot it consumes from
+//! tcp staging ring the progress engine drains) and the slot it consumes from
 //! a peer. [`FaultInjector`] sits at those two points, so one hook covers
 //! shared memory and tcp alike, and applies the rules of a
 //! [`FaultPlan`]: delay a slot, drop it, send

@@ -2,7 +2,7 @@
 //!
 //! A proxied transport (tcp) keeps both of a connection's rings in local
 //! memory: the stream writes outgoing slots into a staging ring that the
-//! network thread drains to the socket, and the network thread fills an
+//! progress engine drains to the socket, and the progress engine fills an
 //! inbound ring that the stream reads. The rings are the same [`RingEnd`]
 //! protocol as in shared memory, so the plan executor does not care which
 //! transport a peer uses.

@@ -46,7 +46,7 @@
 //!
 //! Between hosts, rounds in which every rank crosses at once share the
 //! host's link, as many ranks at a time as the host has cores to run them,
-//! and a rank's network thread carries both what it sends and what it
+//! and a rank's progress engine carries both what it sends and what it
 //! receives: a rank exchanging with another host, or relaying from one host
 //! to another (one rank a host), moves each byte twice through it.
 //!
@@ -133,7 +133,7 @@ enum Span {
         frac: f64,
         /// Whether some rank relays from one host to another (its hop in
         /// and its hop out both cross, as with one rank a host): its
-        /// network thread then carries each byte twice, in and out.
+        /// progress engine then carries each byte twice, in and out.
         relay_across: bool,
     },
     /// Along a chain while its pipeline fills, this fraction of its hops
@@ -152,7 +152,7 @@ enum Span {
         /// Senders per host that cross.
         per_host: f64,
         /// Whether some rank both sends to and receives from other hosts in
-        /// the round (an exchange with a rank across): its network thread
+        /// the round (an exchange with a rank across): its progress engine
         /// carries its bytes out and its peer's in, one after the other.
         both_ways: bool,
     },
@@ -289,7 +289,7 @@ pub fn predict(
     let weighed = |p: &Passes| p.reads + params.write_weight * p.writes;
     let copy = |p: &Phase| p.bytes * shm_link.beta * weighed(&p.passes) / RELAY_PASSES + reduce(p);
     let multi = shape.hosts > 1;
-    // Times a rank's network thread carries a byte: twice where it both
+    // Times a rank's progress engine carries a byte: twice where it both
     // sends and receives it across (a relay from host to host, an
     // exchange with a rank across).
     let through = |both: bool| if both { 2.0 } else { 1.0 };
@@ -327,7 +327,7 @@ pub fn predict(
             } if multi && frac > 0.0 => {
                 // The host's link carries the bytes of as many crossing
                 // ranks at once as it has cores to run them; a rank's
-                // network thread carries what it sends and what it
+                // progress engine carries what it sends and what it
                 // receives (measured with one rank a host, two pretend
                 // hosts, 16 MiB: an all-reduce, `b` bytes each way, took
                 // 1.6-2.0x a broadcast of `b`).

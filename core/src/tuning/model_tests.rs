@@ -482,7 +482,7 @@ fn calls_that_pipeline_pay_the_tcp_step_the_others_its_latency() {
 #[test]
 fn a_network_thread_carries_what_its_rank_sends_and_what_it_receives() {
     // What one more ns a byte on tcp adds (a host a rank, a core each,
-    // bytes dominating): the bytes each rank's network thread moves.
+    // bytes dominating): the bytes each rank's progress engine moves.
     let bytes = 4 << 19;
     let per_byte = |c: Collective, algo: Algorithm, n: usize| {
         let shape = Shape::new(n, 1, 512 << 10);

@@ -355,7 +355,7 @@ fn injected_error(transport: TransportChoice) {
 
 /// Regression (found by the soak test): over tcp, a zero-length frame (a
 /// barrier message) whose header arrived while the inbound ring was full has
-/// no byte left to make its socket readable; the network thread must still
+/// no byte left to make its socket readable; the progress engine must still
 /// complete it once the stream frees a slot. Rank 1 consumes the first
 /// barrier message late, so the second arrives while its one-slot ring is full.
 #[test]

@@ -236,7 +236,7 @@ fn straddle_and_late(comm: &Communicator, stream: &HostStream, seed: u64) {
 
 /// A rendezvous message is written straight into the receiver's buffer.
 /// Shared memory: one cross-memory copy by the sender, no byte through a
-/// slot on either side. tcp: the receiver's network thread reads the data
+/// slot on either side. tcp: the receiver's progress engine reads the data
 /// from the socket into the buffer; only slots that arrived before the
 /// receiver granted its buffer (at most a ring's worth) are copied.
 fn rendezvous_is_one_copy(comm: &Communicator, stream: &HostStream, seed: u64) {

@@ -34,7 +34,7 @@
 //!     that write (ptrace restrictions) or `STREAMCOMM_P2P_DIRECT=0`, the
 //!     bytes follow through the ring instead.
 //!   - tcp: the data follows the request through the ring at once; the
-//!     receiver's network thread reads each data frame from its socket
+//!     receiver's progress engine reads each data frame from its socket
 //!     straight into the granted buffer (only frames that arrived before the
 //!     grant, at most a ring's worth, are copied out of slots). A grant is
 //!     withdrawn, waiting for any write in progress, before a receive ends

@@ -33,7 +33,7 @@ enum State {
         sig: u64,
     },
     /// Granted: `got` of `total` bytes so far (`placed` of them put in
-    /// place by the network thread), until the done slot.
+    /// place by the progress engine), until the done slot.
     Granted {
         got: usize,
         placed: usize,
@@ -329,7 +329,7 @@ impl<'a> RecvOp<'a> {
         }
     }
 
-    /// Withdraws the grant, waiting until the network thread no longer
+    /// Withdraws the grant, waiting until the progress engine no longer
     /// writes into the buffer (on every exit, so that an operation that
     /// failed half-way never leaves a writer behind its buffer's lock).
     fn withdraw(&mut self) {

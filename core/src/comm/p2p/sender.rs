@@ -18,7 +18,7 @@
 //! rendezvous over verbs: the NIC writes it from device memory.
 //!
 //! Over tcp, rendezvous data follows the request through the ring at once;
-//! the receiver's network thread reads it from the socket straight into the
+//! the receiver's progress engine reads it from the socket straight into the
 //! receive buffer once the receiver has granted it (so one copy, by the
 //! kernel, on the receiving side).
 
