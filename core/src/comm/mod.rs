@@ -20,10 +20,10 @@ mod create;
 mod endpoint;
 pub(crate) mod inner;
 pub mod p2p;
+pub(crate) mod peer_watch;
 mod selection;
 pub(crate) mod task;
 mod turns;
-pub(crate) mod watchdog;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

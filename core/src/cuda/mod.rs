@@ -124,7 +124,7 @@
 //! - `device/pool.rs`: what one communicator keeps per device (staging pools, direct path, NIC access).
 //! - `device/runner.rs`: the host thread that runs staged tasks, and the graveyard of finished operations' resources.
 //! - `device/gpudirect_probe.rs`: whether a communicator uses GPUDirect RDMA, and the probe that picks its mode.
-//! - `device/direct/`: the direct path: `window.rs` (the windows every rank maps), `steps.rs` (a collective as copies, flag rounds and reductions), `watchdog.rs` (dead peers become errors).
+//! - `device/direct/`: the direct path: `window.rs` (the windows every rank maps), `steps.rs` (a collective as copies, flag rounds and reductions), `window_watch.rs` (dead peers become errors).
 //! - `device/cuda/cuda_queue.rs`: the CUDA `DeviceQueue` (pinned staging, doorbells, host functions, stream memory operations).
 //! - `device/cuda/cuda_windows.rs`: direct-path windows in CUDA memory, shared by CUDA IPC.
 //! - `device/cuda/cuda_nic.rs`: how the NIC reaches CUDA memory (dma-buf export, write flush) and its probe.

@@ -27,7 +27,7 @@ mod prepare;
 use std::sync::Arc;
 
 use super::inner::{CommFailure, CommInner};
-use super::watchdog::PeerWatch;
+use super::peer_watch::PeerWatch;
 use crate::bootstrap::UniqueId;
 use crate::config::Config;
 use crate::engine::Engine;

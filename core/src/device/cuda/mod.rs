@@ -9,9 +9,9 @@ mod cuda_windows;
 
 use streamcomm_gpu::{Device, Kernels, Signals, Stream};
 
-use crate::comm::watchdog::peer_gone;
-use crate::device::direct::watchdog::WATCH_PERIOD;
+use crate::comm::peer_watch::peer_gone;
 use crate::device::direct::window::WindowDevice;
+use crate::device::direct::window_watch::WATCH_PERIOD;
 use crate::device::direct::Direct;
 use crate::device::DevAddr;
 use crate::{Communicator, Error, Result};

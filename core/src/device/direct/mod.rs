@@ -31,12 +31,12 @@
 //! window (ranks on other hosts, `STREAMCOMM_CUDA_WINDOW=0`). Every rank
 //! decides alike, when the windows are set up.
 //!
-//! A [`watchdog::Watchdog`] turns a dead peer into an error instead of a
+//! A [`window_watch::WindowWatch`] turns a dead peer into an error instead of a
 //! hang.
 
 pub(crate) mod steps;
-pub(crate) mod watchdog;
 pub(crate) mod window;
+pub(crate) mod window_watch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,20 +46,20 @@ use super::runner::Graveyard;
 use super::DeviceCall;
 use crate::{Communicator, Result};
 use steps::{direct_steps, Step};
-use watchdog::{Liveness, Rescue, Watchdog};
 use window::{WindowDevice, Windows};
+use window_watch::{Liveness, Rescue, WindowWatch};
 
 /// The direct path of one communicator on one device.
 pub(crate) struct Direct {
     windows: Arc<Windows>,
     // Stopped before the windows can go.
-    _watchdog: Watchdog,
+    _watch: WindowWatch,
 }
 
 impl Direct {
     /// Sets up the direct path of `comm` (a collective call: every rank
     /// makes it): windows of `capacity` data bytes from `source`, mapped by
-    /// every rank, and their watchdog. `None`, on every rank alike, where
+    /// every rank, and their watch. `None`, on every rank alike, where
     /// the path cannot be used (a rank without `source` still joins the
     /// exchange so that every rank decides alike).
     pub(crate) fn establish(
@@ -74,10 +74,10 @@ impl Direct {
             return Ok(None);
         };
         let windows = Arc::new(windows);
-        let watchdog = Watchdog::start(comm, windows.clone(), alive, rescue, period)?;
+        let watch = WindowWatch::start(comm, windows.clone(), alive, rescue, period)?;
         Ok(Some(Direct {
             windows,
-            _watchdog: watchdog,
+            _watch: watch,
         }))
     }
 }

@@ -23,7 +23,7 @@ use crate::device::DevAddr;
 use crate::engine::{Ctx, PollSet, Source};
 use crate::{Communicator, Error, Result};
 
-/// How often the watchdog looks.
+/// How often the watch looks.
 pub(crate) const WATCH_PERIOD: Duration = Duration::from_millis(100);
 
 /// Tells whether a peer (its rank, its process id) is alive.
@@ -33,7 +33,7 @@ pub(crate) type Rescue = Box<dyn Fn(&[DevAddr]) + Send>;
 
 /// The watch, while the direct path is in use; ended on drop (what it holds
 /// is dropped by the thread dropping this, not by the engine).
-pub(crate) struct Watchdog {
+pub(crate) struct WindowWatch {
     watch: Arc<Mutex<Option<Watch>>>,
 }
 
@@ -47,7 +47,7 @@ struct Watch {
     next: Instant,
 }
 
-impl Watchdog {
+impl WindowWatch {
     /// Starts watching `windows`' peers for `comm`, on its progress engine.
     ///
     /// # Errors
@@ -58,7 +58,7 @@ impl Watchdog {
         alive: Liveness,
         rescue: Rescue,
         period: Duration,
-    ) -> Result<Watchdog> {
+    ) -> Result<WindowWatch> {
         let watch = Arc::new(Mutex::new(Some(Watch {
             comm: Arc::downgrade(&comm.inner),
             windows,
@@ -71,18 +71,18 @@ impl Watchdog {
             .engine
             .handle()
             .attach(Box::new(DirectWatch(watch.clone())))?;
-        Ok(Watchdog { watch })
+        Ok(WindowWatch { watch })
     }
 }
 
-impl Drop for Watchdog {
+impl Drop for WindowWatch {
     fn drop(&mut self) {
         let watch = self.watch.lock().unwrap_or_else(|p| p.into_inner()).take();
         drop(watch);
     }
 }
 
-/// The engine's side of a [`Watchdog`].
+/// The engine's side of a [`WindowWatch`].
 struct DirectWatch(Arc<Mutex<Option<Watch>>>);
 
 impl DirectWatch {
