@@ -88,7 +88,8 @@ impl NodeJob {
                 args.nnodes
             )));
         }
-        let root = resolve_master(&args.master_addr, args.master_port)?;
+        let root =
+            streamcomm::launch::env::resolve("--master-addr", &args.master_addr, args.master_port)?;
         let mut secret = job_secret(get, &args.master_addr, args.master_port)?;
         if secret.derived && args.nnodes == 1 {
             secret = JobSecret {
@@ -243,23 +244,6 @@ pub fn find_node_rank(hosts: &[String]) -> Result<usize> {
             "--hosts entries {matches:?} are all addresses of this host; give --node-rank"
         ))),
     }
-}
-
-/// Resolves `--master-addr`, preferring IPv4 as ranks resolving
-/// `MASTER_ADDR` do, so that every node picks the same family. Bracketed
-/// IPv6 literals are accepted as well as bare ones.
-fn resolve_master(host: &str, port: u16) -> Result<SocketAddr> {
-    let what = "--master-addr";
-    let addrs: Vec<SocketAddr> = (bare_host(host), port)
-        .to_socket_addrs()
-        .map_err(|e| Error::invalid(format!("{what}={host:?} cannot be resolved: {e}")))?
-        .collect();
-    addrs
-        .iter()
-        .find(|a| a.is_ipv4())
-        .or(addrs.first())
-        .copied()
-        .ok_or_else(|| Error::invalid(format!("{what}={host:?} resolves to no address")))
 }
 
 /// `host` without the brackets of an IPv6 literal (`[::1]` is `::1`).

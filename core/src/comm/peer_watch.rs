@@ -3,8 +3,8 @@
 //! A process killed by a signal cannot raise the failure word of its peers,
 //! and shared memory does not close like a socket does, so a communicator
 //! with shared-memory peers in other processes has its progress engine look
-//! at their processes every [`PERIOD`] ([`PeerWatch`], one of the engine's
-//! sources): a peer that is gone (or a zombie) fails the communicator with
+//! at their processes every [`PERIOD`] ([`peer_watch`], one of the engine's
+//! sources, a [`Periodic`] timer): a peer that is gone (or a zombie) fails the communicator with
 //! [`Error::RemoteFailed`] naming it, which releases every wait at once
 //! instead of at the timeout. A peer that dropped its communicator cleanly
 //! first (its segment's `departed` word) is not a failure: it may exit
@@ -12,93 +12,48 @@
 //! `Weak` reference to the communicator.
 
 use std::sync::Weak;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::comm::inner::CommInner;
-use crate::engine::{Ctx, PollSet, Source};
+use crate::engine::{Periodic, Source};
 use crate::Error;
 
 /// How often peers' processes are checked.
 pub const PERIOD: Duration = Duration::from_millis(100);
 
-/// The engine source that watches peers' processes.
-pub(crate) struct PeerWatch {
+/// The engine's timer that watches `peers` (rank, process id) of `comm`;
+/// `None` for no peers.
+pub(crate) fn peer_watch(
     comm: Weak<CommInner>,
-    /// (rank, process id) of every shared-memory peer in another process.
     peers: Vec<(usize, u32)>,
-    next: Instant,
+) -> Option<Box<dyn Source>> {
+    if peers.is_empty() {
+        return None;
+    }
+    Some(Box::new(Periodic::new(PERIOD, move || look(&comm, &peers))))
 }
 
-impl PeerWatch {
-    /// A watch over `peers` (rank, process id); `None` for no peers.
-    pub(crate) fn new(comm: Weak<CommInner>, peers: Vec<(usize, u32)>) -> Option<PeerWatch> {
-        (!peers.is_empty()).then(|| PeerWatch {
-            comm,
-            peers,
-            next: Instant::now() + PERIOD,
-        })
+/// Looks at the peers once; false when there is nothing left to watch (the
+/// communicator is gone or failed).
+fn look(comm: &Weak<CommInner>, peers: &[(usize, u32)]) -> bool {
+    let Some(comm) = comm.upgrade() else {
+        return false;
+    };
+    if comm.error().is_some() {
+        return false;
     }
-
-    /// Looks at the peers once; false when there is nothing left to watch
-    /// (the communicator is gone or failed).
-    fn check(&self) -> bool {
-        let Some(comm) = self.comm.upgrade() else {
-            return false;
-        };
-        if comm.error().is_some() {
-            return false;
-        }
-        // A peer that dropped its communicator cleanly may exit while this
-        // rank finishes its own last operation: not a failure.
-        let dead = |&&(peer, pid): &&(usize, u32)| peer_gone(&comm, peer, pid);
-        if let Some(&(peer, pid)) = self.peers.iter().find(dead) {
-            comm.fail(&Error::RemoteFailed {
-                peer,
-                op: "communicator".into(),
-                cause: format!("its process {pid} has exited"),
-            });
-            return false;
-        }
-        true
+    // A peer that dropped its communicator cleanly may exit while this rank
+    // finishes its own last operation: not a failure.
+    let dead = |&&(peer, pid): &&(usize, u32)| peer_gone(&comm, peer, pid);
+    if let Some(&(peer, pid)) = peers.iter().find(dead) {
+        comm.fail(&Error::RemoteFailed {
+            peer,
+            op: "communicator".into(),
+            cause: format!("its process {pid} has exited"),
+        });
+        return false;
     }
-}
-
-impl PeerWatch {
-    /// Checks when due; the time to the next check (`None`: nothing left
-    /// to watch).
-    fn when_due(&mut self) -> Option<Duration> {
-        if self.peers.is_empty() {
-            return None;
-        }
-        let now = Instant::now();
-        if now >= self.next {
-            if !self.check() {
-                self.peers.clear();
-                return None;
-            }
-            self.next = now + PERIOD;
-        }
-        Some(self.next - now)
-    }
-}
-
-impl Source for PeerWatch {
-    fn progress(&mut self, _ctx: &Ctx<'_>, _fds: &PollSet) -> bool {
-        false
-    }
-
-    /// While a job waits on the engine (a barrier, a CUDA operation's host
-    /// side): the peer it waits for may be the one that died.
-    fn tick(&mut self, _ctx: &Ctx<'_>) {
-        self.when_due();
-    }
-
-    /// Checks when due, once per sleep of the engine (a busy engine is
-    /// moving its peers' bytes, which tells on dead peers by itself), and
-    /// bounds the sleep by the next check.
-    fn arm(&mut self, _fds: &mut PollSet) -> Option<Duration> {
-        self.when_due()
-    }
+    true
 }
 
 /// True when `peer`'s process `pid` (on this host) is gone without having

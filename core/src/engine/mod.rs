@@ -40,6 +40,7 @@
 
 mod driver;
 mod kick;
+mod periodic;
 mod source;
 
 use std::collections::VecDeque;
@@ -48,6 +49,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{JoinHandle, ThreadId};
 
 pub(crate) use kick::Kick;
+pub(crate) use periodic::Periodic;
 pub(crate) use source::{Ctx, FailureSink, PollSet, Source};
 
 use crate::{Error, Result};

@@ -459,9 +459,22 @@ impl std::fmt::Debug for JobSecret {
     }
 }
 
-/// Resolves `MASTER_ADDR`, preferring IPv4 so every rank picks the same family.
-/// `what` names the setting in error messages (e.g. `MASTER_ADDR`).
-pub(crate) fn resolve(what: &str, host: &str, port: u16) -> Result<SocketAddr> {
+/// Resolves a launcher's rendezvous host (`MASTER_ADDR`, `--master-addr`)
+/// and port to one address, preferring IPv4 so that every rank picks the
+/// same family. Bracketed IPv6 literals (`[::1]`) are accepted as well as
+/// bare ones. `what` names the setting in error messages.
+///
+/// # Examples
+/// ```
+/// let addr = streamcomm::launch::env::resolve("MASTER_ADDR", "[::1]", 29500)?;
+/// assert_eq!(addr.to_string(), "[::1]:29500");
+/// # Ok::<(), streamcomm::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming `what` when the host cannot be
+/// resolved or resolves to no address.
+pub fn resolve(what: &str, host: &str, port: u16) -> Result<SocketAddr> {
     // Bracketed IPv6 literals are accepted as well as bare ones.
     let bare = host
         .strip_prefix('[')

@@ -27,7 +27,7 @@ mod prepare;
 use std::sync::Arc;
 
 use super::inner::{CommFailure, CommInner};
-use super::peer_watch::PeerWatch;
+use super::peer_watch::peer_watch;
 use crate::bootstrap::UniqueId;
 use crate::config::Config;
 use crate::engine::Engine;
@@ -77,8 +77,8 @@ pub(crate) fn create(
         })
         .map(|p| (p, endpoints[p].pid))
         .collect();
-    if let Some(watch) = PeerWatch::new(Arc::downgrade(&inner), watched) {
-        sources.push(Box::new(watch));
+    if let Some(watch) = peer_watch(Arc::downgrade(&inner), watched) {
+        sources.push(watch);
     }
     // One thread for everything off the callers' threads, started now if
     // there are sources (proxied transports, the watch), else by the first

@@ -15,12 +15,12 @@
 //! every later call, as on the staged path.
 
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::window::Windows;
 use crate::comm::inner::CommInner;
 use crate::device::DevAddr;
-use crate::engine::{Ctx, PollSet, Source};
+use crate::engine::Periodic;
 use crate::{Communicator, Error, Result};
 
 /// How often the watch looks.
@@ -37,18 +37,17 @@ pub(crate) struct WindowWatch {
     watch: Arc<Mutex<Option<Watch>>>,
 }
 
-/// What the engine's source looks at.
+/// What the engine's timer looks at.
 struct Watch {
     comm: Weak<CommInner>,
     windows: Arc<Windows>,
     alive: Liveness,
     rescue: Rescue,
-    period: Duration,
-    next: Instant,
 }
 
 impl WindowWatch {
-    /// Starts watching `windows`' peers for `comm`, on its progress engine.
+    /// Starts watching `windows`' peers for `comm`, every `period`, on its
+    /// progress engine.
     ///
     /// # Errors
     /// As [`crate::engine::EngineHandle::attach`].
@@ -64,13 +63,20 @@ impl WindowWatch {
             windows,
             alive,
             rescue,
-            period,
-            next: Instant::now() + period,
         })));
-        comm.inner
-            .engine
-            .handle()
-            .attach(Box::new(DirectWatch(watch.clone())))?;
+        let theirs = watch.clone();
+        let timer = Periodic::new(period, move || {
+            let watch = theirs.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(w) = watch.as_ref() else {
+                return false;
+            };
+            let Some(inner) = w.comm.upgrade() else {
+                return false;
+            };
+            look(&Communicator { inner }, w);
+            true
+        });
+        comm.inner.engine.handle().attach(Box::new(timer))?;
         Ok(WindowWatch { watch })
     }
 }
@@ -79,41 +85,6 @@ impl Drop for WindowWatch {
     fn drop(&mut self) {
         let watch = self.watch.lock().unwrap_or_else(|p| p.into_inner()).take();
         drop(watch);
-    }
-}
-
-/// The engine's side of a [`WindowWatch`].
-struct DirectWatch(Arc<Mutex<Option<Watch>>>);
-
-impl DirectWatch {
-    /// Looks when due; the time to the next look (`None`: ended).
-    fn when_due(&self) -> Option<Duration> {
-        let mut watch = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let w = watch.as_mut()?;
-        let now = Instant::now();
-        if now >= w.next {
-            w.next = now + w.period;
-            let Some(inner) = w.comm.upgrade() else {
-                *watch = None;
-                return None;
-            };
-            look(&Communicator { inner }, w);
-        }
-        Some(w.next.saturating_duration_since(now))
-    }
-}
-
-impl Source for DirectWatch {
-    fn progress(&mut self, _ctx: &Ctx<'_>, _fds: &PollSet) -> bool {
-        false
-    }
-
-    fn tick(&mut self, _ctx: &Ctx<'_>) {
-        self.when_due();
-    }
-
-    fn arm(&mut self, _fds: &mut PollSet) -> Option<Duration> {
-        self.when_due()
     }
 }
 
