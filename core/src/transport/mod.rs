@@ -17,6 +17,7 @@ pub mod barrier_area;
 pub(crate) mod device_span;
 pub mod fault;
 pub mod local_ring;
+pub(crate) mod placement;
 pub mod ring;
 pub mod shm;
 pub mod sweep;

@@ -223,6 +223,7 @@ fn connect_peers(
                 peer: p,
                 rings: rings.clone(),
                 sockets: sockets.remove(&p).unwrap_or_default(),
+                placement: crate::comm::p2p::PLACEMENT,
             }
             .into_io();
             tcp_io.push(io.clone());

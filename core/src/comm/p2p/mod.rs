@@ -53,6 +53,7 @@
 mod cma;
 mod engine;
 mod payload;
+mod placement;
 mod rdma;
 mod receiver;
 mod sender;
@@ -71,6 +72,7 @@ use crate::comm::Communicator;
 use crate::host::HostStream;
 use crate::host::{Job, JobMode, Task};
 use crate::{DataType, Error, Result};
+pub(crate) use placement::PLACEMENT;
 pub(crate) use spec::Dir;
 use spec::GroupSpec;
 use stats::StatCounters;

@@ -42,6 +42,8 @@ pub struct TcpPeerSetup {
     pub rings: Arc<TcpRings>,
     /// Its sockets.
     pub sockets: Vec<TcpStream>,
+    /// Which arriving slots may go straight into a receive buffer.
+    pub placement: crate::transport::placement::Placement,
 }
 
 impl TcpRings {
@@ -72,6 +74,7 @@ impl TcpPeerSetup {
             staging,
             inbound,
             self.sockets,
+            self.placement,
         )))
     }
 }

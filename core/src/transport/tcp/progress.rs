@@ -18,7 +18,7 @@ use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::TcpStream;
 
 use super::frame::{FrameHeader, ABORT_LEN, CLOSE_LEN, HEADER_BYTES};
-use crate::plan::signature::{self, P2pSlot};
+use crate::transport::placement::Placement;
 use crate::transport::ring::RingEnd;
 use crate::Error;
 
@@ -69,6 +69,8 @@ pub struct PeerIo {
     /// The engine gave up on this peer (it failed): nobody moves
     /// its bytes any more.
     pub(super) dead: bool,
+    /// Which arriving slots may be written straight into a receive buffer.
+    placement: Placement,
     /// An error a stream met while moving this peer's bytes, for the
     /// engine to report (it owns failure handling).
     pub(super) inline_error: Option<Error>,
@@ -87,7 +89,13 @@ impl std::fmt::Debug for PeerIo {
 
 impl PeerIo {
     /// Wraps a peer's rings and its sockets.
-    pub fn new(peer: usize, staging: RingEnd, inbound: RingEnd, sockets: Vec<TcpStream>) -> PeerIo {
+    pub(crate) fn new(
+        peer: usize,
+        staging: RingEnd,
+        inbound: RingEnd,
+        sockets: Vec<TcpStream>,
+        placement: Placement,
+    ) -> PeerIo {
         let nsteps = staging.shape().nsteps;
         let socks = sockets
             .into_iter()
@@ -118,6 +126,7 @@ impl PeerIo {
             bad_frame: false,
             polled: Vec::new(),
             dead: false,
+            placement,
             inline_error: None,
         }
     }
@@ -311,10 +320,8 @@ impl PeerIo {
                 if sock.rx_got == 0 && len > 0 {
                     // Decided when the slot is free, as late as possible, so
                     // that a grant given meanwhile is used.
-                    sock.rx_place = match signature::parse_p2p(sock.rx_sig) {
-                        Some((P2pSlot::Data, _, rdv)) => self.inbound.placement(k, rdv, len),
-                        _ => None,
-                    };
+                    sock.rx_place = (self.placement.grant_key)(sock.rx_sig)
+                        .and_then(|rdv| self.inbound.placement(k, rdv, len));
                 }
                 if sock.rx_got < len {
                     let place = match sock.rx_place {
@@ -360,11 +367,9 @@ impl PeerIo {
                     }
                 }
                 if sock.rx_got == len {
-                    let sig = match (sock.rx_place.take(), signature::parse_p2p(sock.rx_sig)) {
-                        (Some(_), Some((_, Some(dtype), rdv))) => {
-                            signature::p2p(P2pSlot::Placed, dtype, rdv as usize)
-                        }
-                        _ => sock.rx_sig,
+                    let sig = match sock.rx_place.take() {
+                        Some(_) => (self.placement.placed)(sock.rx_sig),
+                        None => sock.rx_sig,
                     };
                     self.inbound.set_header(k, len, sig, k);
                     sock.rx_len = None;
