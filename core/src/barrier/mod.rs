@@ -20,6 +20,11 @@
 //! - [`sim::simulate`] runs every rank's plan for many consecutive epochs in
 //!   one thread, under round-robin, random and adversarial schedules, and
 //!   checks that no rank leaves barrier `e` before every rank has entered it.
+//! - Communicators with tcp peers have no shared flag memory: they run the
+//!   dissemination plan built here as messages ([`crate::plan::build`] for
+//!   [`Collective::Barrier`](crate::plan::Collective::Barrier) turns each
+//!   notify into a zero-byte message and each flag wait into a wait for
+//!   one), so that algorithm is written once.
 //!
 //! # Examples
 //!
