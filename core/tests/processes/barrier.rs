@@ -3,8 +3,10 @@
 //! that every rank writes before barrier k and reads after it (host barrier
 //! and stream barrier, whose writes and reads are stream tasks), plus
 //! captured barriers replayed 1,000 times, and pretend multi-host layouts
-//! for the tree and hierarchical algorithms. Each size runs 1,000 host
-//! barriers per algorithm (10,000 with `STREAMCOMM_TEST_FULL=1`). A
+//! for the tree and hierarchical algorithms; the same checks over tcp,
+//! where barriers are the dissemination plan's messages. Each size runs
+//! 1,000 host barriers per algorithm (10,000 with `STREAMCOMM_TEST_FULL=1`;
+//! 300 and 3,000 over tcp). A
 //! million-barrier soak is `#[ignore]`d (run it with
 //! `cargo test --release --test processes -- --ignored soak_a_million`).
 
