@@ -3,7 +3,11 @@
 //!
 //! Inside (not public): every algorithm of `docs/design/barriers.md` as a
 //! plan of steps over flag memory (`build.rs`), proved by a simulator
-//! (`sim/`) and run by one executor (`exec.rs`).
+//! (`sim/`) and run by one executor (`exec.rs`). Communicators with tcp
+//! peers have no shared flag memory: they run the dissemination plan built
+//! here as messages (`plan::build` for `Collective::Barrier` turns each
+//! notify into a zero-byte message and each flag wait into a wait for one),
+//! so that algorithm is written once.
 
 mod algo;
 pub(crate) mod build;

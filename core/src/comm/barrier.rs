@@ -8,7 +8,9 @@
 //! advances once per barrier on every rank. A peer's flag memory is its
 //! shared-memory segment's barrier area, or over verbs the same area written
 //! by RDMA (written or fetch-added, never read: see [`FlagMemory::fits`]); communicators with tcp
-//! peers run dissemination with messages through the slot rings instead.
+//! peers run the same dissemination plan with its flags turned into
+//! messages through the slot rings ([`plan::build`] for
+//! [`Collective::Barrier`]).
 //!
 //! # Default algorithm
 //! [`default_barrier_algo`] picks, for ranks on one host: dissemination up to

@@ -3,7 +3,8 @@
 //! No I/O and no threads live here, so every algorithm can be run for many
 //! ranks inside one thread by the simulator and checked against a reference.
 //! [`build`] checks the call's arguments once and dispatches to one file per
-//! family of algorithms (ring, chain, pairwise, dissemination); those files
+//! family of algorithms (ring, chain, pairwise; barriers translate the flag
+//! dissemination barrier of [`crate::barrier`] into messages); those files
 //! only emit [`Step`]s. [`apply::apply_step`] is the one interpreter of those
 //! steps, shared by the backends and by [`simulate::simulate`].
 //!
@@ -120,7 +121,7 @@ pub fn build(
         Collective::Broadcast { root } => chain::broadcast(&g, root),
         Collective::Reduce { root } => chain::reduce(&g, root),
         Collective::AllToAll => pairwise::all_to_all(&g),
-        Collective::Barrier => barrier::dissemination(&g),
+        Collective::Barrier => barrier::dissemination(&g)?,
     };
     let (n, r) = (g.nranks, g.rank);
     Ok(Plan {

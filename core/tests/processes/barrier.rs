@@ -3,8 +3,10 @@
 //! that every rank writes before barrier k and reads after it (host barrier
 //! and stream barrier, whose writes and reads are stream tasks), plus
 //! captured barriers replayed 1,000 times, and pretend multi-host layouts
-//! for the tree and hierarchical algorithms. Each size runs 1,000 host
-//! barriers per algorithm (10,000 with `STREAMCOMM_TEST_FULL=1`). A
+//! for the tree and hierarchical algorithms; the same checks over tcp,
+//! where barriers are the dissemination plan's messages. Each size runs
+//! 1,000 host barriers per algorithm (10,000 with `STREAMCOMM_TEST_FULL=1`;
+//! 300 and 3,000 over tcp). A
 //! million-barrier soak is `#[ignore]`d (run it with
 //! `cargo test --release --test processes -- --ignored soak_a_million`).
 
@@ -133,17 +135,24 @@ fn child() {
     let iters: u64 = std::env::var(ITERS).unwrap().parse().unwrap();
     let slots = Arc::new(Slots::map(&std::env::var(TABLE).unwrap()));
     let comm = Communicator::from_env().unwrap();
-    let algos: Vec<BarrierAlgo> = match scenario.as_str() {
-        "all" => BarrierAlgo::ALL.to_vec(),
-        one => vec![BarrierAlgo::parse(one).unwrap()],
+    // `None`: the communicator's own choice (over tcp, message dissemination).
+    let algos: Vec<Option<BarrierAlgo>> = match scenario.as_str() {
+        "all" => BarrierAlgo::ALL.iter().copied().map(Some).collect(),
+        "messages" => vec![None],
+        one => vec![Some(BarrierAlgo::parse(one).unwrap())],
     };
     let (rank, n) = (comm.rank(), comm.size());
     let mut rng =
         rand::rngs::StdRng::seed_from_u64(streamcomm_testkit::seed() ^ (rank as u64) << 32);
     let mut entered = 0u64;
     let stream = HostStream::new().unwrap();
-    for algo in algos {
-        comm.set_barrier_algo(algo).unwrap();
+    for choice in algos {
+        match choice {
+            Some(algo) => comm.set_barrier_algo(algo).unwrap(),
+            None if n > 1 => assert!(comm.barrier_algo().contains("messages")),
+            None => {}
+        }
+        let algo = comm.barrier_algo();
         // Host barriers with random late arrivals.
         for _ in 0..iters {
             if rng.gen_ratio(1, 100) {
@@ -205,6 +214,17 @@ fn every_algorithm_on_1_to_9_processes() {
     let iters = streamcomm_testkit::reps(1_000, 10_000) as u64;
     for n in 1..=9 {
         launch(n, "all", iters, &[]);
+    }
+}
+
+/// Communicators whose ranks talk over tcp run the message form of
+/// dissemination (the flag plan's notifies and waits as zero-byte
+/// messages): the same checks, between processes.
+#[test]
+fn message_barriers_over_tcp_on_1_to_9_processes() {
+    let iters = streamcomm_testkit::reps(300, 3_000) as u64;
+    for n in 1..=9 {
+        launch(n, "messages", iters, &[("STREAMCOMM_TRANSPORT", "tcp")]);
     }
 }
 

@@ -21,7 +21,9 @@
 //! signal a rank (or itself) again.
 //!
 //! Both run over any *group* of ranks, so the hierarchical barrier reuses
-//! them among host leaders.
+//! them among host leaders. This is also the only definition of the
+//! message barrier of communicators with tcp peers: `plan::build` turns
+//! this plan's notifies and waits into zero-byte messages (`plan/barrier.rs`).
 
 use crate::barrier::step::BarrierStep;
 

@@ -1,5 +1,35 @@
 //! What one collective is on the direct path: a list of copies, flag rounds
 //! and reductions over the ranks' windows, cut into chunks that fit a window.
+//!
+//! # Why these are not [`crate::plan::Step`]s or barrier steps
+//!
+//! Every step here becomes stream operations that the *device* executes,
+//! in order, without a host thread: a copy engine transfer, a reduce
+//! kernel, or a 32-bit write and wait on a flag word (`cuStreamWriteValue32`
+//! / `cuStreamWaitValue32`). That changes what a step can say:
+//!
+//! - **Fixed flag values.** A captured graph replays the same operations
+//!   with the same parameters every time. The host barrier's flags carry
+//!   the barrier's epoch ([`crate::barrier::signal_value`]), a value that
+//!   differs at every call and so cannot be baked into a replayed graph. An
+//!   [`Step::Arrive`] round instead writes the constant 1 and waits for at
+//!   least 1, then writes 0 back into its own window, so the same nodes are
+//!   right at every replay. The reset cannot erase a later raise: a peer
+//!   raises the same word again only after a round of the other kind
+//!   (`Ready` and `Done` alternate), which this rank joins after its reset.
+//!   Flag words are 32 bits because those stream operations are.
+//! - **No slots, no messages.** The windows are device memory mapped by
+//!   every rank of the host, so data moves by copies into and out of them
+//!   ([`Step::Copy`]) and reductions read every rank's window at once
+//!   ([`Step::Reduce`], up to [`MAX_SOURCES`] sources). A
+//!   [`crate::plan::Step`] moves data through per-peer FIFO slot rings that
+//!   a host thread (or the proxy) serves, and a barrier step runs on host
+//!   memory with futex wake-ups: neither exists on a device stream.
+//! - **One round shape.** The only synchronisation the path needs is
+//!   "every rank of the host has reached this point", all-to-all over a
+//!   handful of ranks (at most [`MAX_SOURCES`] for a reduction), so there
+//!   is no algorithm to choose and nothing for the barrier simulator to
+//!   prove beyond what the window's two alternating rounds give.
 
 use super::window::{Round, Windows};
 use crate::device::call::{check_separate, stage_lens, DeviceBuffers, DeviceCall};
