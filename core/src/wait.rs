@@ -142,8 +142,9 @@ thread_local! {
 /// sleeps, and sleep no longer than the first slice (2 ms) at a time: for
 /// the progress engine's thread, whose own work (watching peers, reaping
 /// completions) must go on while one of its jobs waits.
-pub(crate) fn set_thread_slice_hook(hook: Box<dyn Fn()>) {
-    SLICE_HOOK.with(|h| *h.borrow_mut() = Some(hook));
+/// `None` removes it.
+pub(crate) fn set_thread_slice_hook(hook: Option<Box<dyn Fn()>>) {
+    SLICE_HOOK.with(|h| *h.borrow_mut() = hook);
 }
 
 /// Runs this thread's slice hook; false when it has none.

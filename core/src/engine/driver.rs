@@ -22,7 +22,7 @@ pub(super) fn run(shared: Arc<Shared>, sources: Vec<Box<dyn Source>>, sink: Arc<
     let sources = Rc::new(RefCell::new(sources));
     // While a job waits, its waits tick the sources between their sleeps.
     let (theirs, their_shared, their_sink) = (sources.clone(), shared.clone(), sink.clone());
-    crate::wait::set_thread_slice_hook(Box::new(move || {
+    crate::wait::set_thread_slice_hook(Some(Box::new(move || {
         if let Ok(mut sources) = theirs.try_borrow_mut() {
             let ctx = Ctx {
                 stopping: their_shared.stop.load(Ordering::Acquire),
@@ -33,8 +33,11 @@ pub(super) fn run(shared: Arc<Shared>, sources: Vec<Box<dyn Source>>, sink: Arc<
                 s.tick(&ctx);
             }
         }
-    }));
+    })));
     drive(&shared, &sources, &*sink);
+    // The sources are dropped at the end of this function, not in the
+    // thread's exit (the hook holds them too).
+    crate::wait::set_thread_slice_hook(None);
 }
 
 /// The loop of [`run`].
