@@ -97,10 +97,10 @@
 //! - `error.rs`: [`Error`] and [`Result`].
 //! - `wait.rs`: how every wait spins, yields, sleeps and times out.
 //! - `config/`: [`Config`] and the types of its fields, parsed from `STREAMCOMM_*`; depends on nothing but `error`.
-//! - `plan/`: collectives as pure per-rank step lists, their signatures and a simulator.
+//! - `plan/`: collectives as pure per-rank step lists (data steps, and the flag steps barriers are written in), their signatures and a simulator.
 //! - `bootstrap/`: [`bootstrap::UniqueId`] and the root and client that let ranks meet.
 //! - `engine/`: the progress engine, a communicator's one background thread (tcp and verbs progress, the peer watch, off-stream barriers, the CUDA backend's host side).
-//! - `barrier/`: barrier algorithms as step plans over flag memory, their executor and simulator.
+//! - `barrier/`: barrier algorithms as plans of flag steps over flag memory, their executor and simulator.
 //! - `host/`: the host backend: streams, events, doorbells, graphs, buffers.
 //! - `tuning/`: the cost model and the choice of an algorithm per call.
 //! - `launch/`: the variables of launchers (`streamcomm-run`, torchrun, Slurm, Open MPI, PMI) that `Communicator::from_env` reads.

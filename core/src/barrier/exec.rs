@@ -1,12 +1,15 @@
-//! The one interpreter of barrier steps.
+//! The one interpreter of flag steps.
 //!
-//! [`apply`] performs an action step or checks a wait step; [`run`] walks a
-//! plan with it and blocks in [`BarrierMemory::wait`] on a wait that is not
-//! met yet. The simulator calls the same [`apply`], so what it proves is
-//! what runs.
+//! [`apply`] performs a flag step's action or checks its wait; [`run`]
+//! walks a plan with it and blocks in [`BarrierMemory::wait`] on a wait
+//! that is not met yet. The simulator calls the same [`apply`], so what it
+//! proves is what runs. A data step (no [`FlagOp`]) is refused: data steps
+//! belong to `plan::apply_step`, which refuses flag steps in turn.
 
 use super::memory::{BarrierMemory, WaitFor, Word};
-use super::step::{signal_value, BarrierPlan, BarrierStep, MAX_EPOCH};
+use super::plan::BarrierPlan;
+use crate::plan::flag::{signal_value, MAX_EPOCH, ROUNDS_PER_EPOCH};
+use crate::plan::{FlagOp, Step};
 use crate::Error;
 
 /// Runs `plan` for barrier number `epoch` (1, 2, 3, ..., the same on every
@@ -17,7 +20,7 @@ use crate::Error;
 ///
 /// [`Error::InvalidArgument`] for epoch 0 or above
 /// `MAX_EPOCH`, or a step whose round or counter target
-/// does not fit; whatever [`BarrierMemory::wait`] returns (timeout, abort).
+/// does not fit; [`Error::InvalidUsage`] for a data step; whatever [`BarrierMemory::wait`] returns (timeout, abort).
 pub fn run<M: BarrierMemory + ?Sized>(
     plan: &BarrierPlan,
     epoch: u64,
@@ -42,38 +45,52 @@ pub fn run<M: BarrierMemory + ?Sized>(
 /// As [`wait_for`].
 pub fn apply<M: BarrierMemory + ?Sized>(
     rank: usize,
-    step: &BarrierStep,
+    step: &Step,
     epoch: u64,
     mem: &M,
 ) -> Result<Option<WaitFor>, Error> {
-    if let Some(on) = wait_for(rank, step, epoch)? {
+    let op = flag_op(step)?;
+    if let Some(on) = wait_for(rank, &op, epoch)? {
         return Ok((!on.is_met(mem)).then_some(on));
     }
-    match *step {
-        BarrierStep::FetchAdd { root } => mem.fetch_add_counter(root, 1),
-        BarrierStep::Notify { peer, round } => {
+    match op {
+        FlagOp::FetchAdd { root } => mem.fetch_add_counter(root, 1),
+        FlagOp::Notify { peer, round } => {
             mem.store_flag(peer, rank, value(epoch, round)?);
         }
-        BarrierStep::Release { peer } => mem.store_release(peer, value(epoch, 0)?),
-        BarrierStep::WaitCounter { .. }
-        | BarrierStep::WaitFlag { .. }
-        | BarrierStep::WaitRelease { .. } => {}
+        FlagOp::Release { peer } => mem.store_release(peer, value(epoch, 0)?),
+        FlagOp::WaitCounter { .. } | FlagOp::WaitFlag { .. } | FlagOp::WaitRelease { .. } => {}
     }
     Ok(None)
 }
 
-/// What a wait step of `rank`'s plan waits for in barrier `epoch`; `None`
+/// The flag operation of `step`.
+///
+/// # Errors
+///
+/// [`Error::InvalidUsage`] naming the step for a data step: an internal
+/// error (a barrier plan holds only flag steps).
+fn flag_op(step: &Step) -> Result<FlagOp, Error> {
+    step.flag.ok_or_else(|| {
+        Error::InvalidUsage(format!(
+            "internal error: the barrier executor got data step {step:?} \
+             (only flag steps run on flag memory)"
+        ))
+    })
+}
+
+/// What a flag wait of `rank`'s plan waits for in barrier `epoch`; `None`
 /// for an action. Pure: reads no memory.
 ///
 /// # Errors
 ///
 /// [`Error::InvalidArgument`] when the epoch is 0 or too large, the round
-/// is not below [`ROUNDS_PER_EPOCH`](super::ROUNDS_PER_EPOCH), or
+/// is not below [`ROUNDS_PER_EPOCH`], or
 /// `epoch * count_per_epoch` overflows.
-pub fn wait_for(rank: usize, step: &BarrierStep, epoch: u64) -> Result<Option<WaitFor>, Error> {
+pub fn wait_for(rank: usize, op: &FlagOp, epoch: u64) -> Result<Option<WaitFor>, Error> {
     check_epoch(epoch)?;
-    let on = match *step {
-        BarrierStep::WaitCounter { count_per_epoch } => WaitFor {
+    let on = match *op {
+        FlagOp::WaitCounter { count_per_epoch } => WaitFor {
             owner: rank,
             word: Word::Counter,
             target: epoch.checked_mul(count_per_epoch).ok_or_else(|| {
@@ -82,17 +99,17 @@ pub fn wait_for(rank: usize, step: &BarrierStep, epoch: u64) -> Result<Option<Wa
                 ))
             })?,
         },
-        BarrierStep::WaitFlag { from, round } => WaitFor {
+        FlagOp::WaitFlag { from, round } => WaitFor {
             owner: rank,
             word: Word::Flag { src: from },
             target: value(epoch, round)?,
         },
-        BarrierStep::WaitRelease { at } => WaitFor {
+        FlagOp::WaitRelease { at } => WaitFor {
             owner: at,
             word: Word::Release,
             target: value(epoch, 0)?,
         },
-        BarrierStep::FetchAdd { .. } | BarrierStep::Notify { .. } | BarrierStep::Release { .. } => {
+        FlagOp::FetchAdd { .. } | FlagOp::Notify { .. } | FlagOp::Release { .. } => {
             return Ok(None);
         }
     };
@@ -114,8 +131,7 @@ fn value(epoch: u64, round: u32) -> Result<u64, Error> {
     check_epoch(epoch)?;
     signal_value(epoch, round).ok_or_else(|| {
         Error::invalid(format!(
-            "barrier round {round} is out of range (at most {} rounds)",
-            super::ROUNDS_PER_EPOCH
+            "barrier round {round} is out of range (at most {ROUNDS_PER_EPOCH} rounds)"
         ))
     })
 }

@@ -3,9 +3,11 @@
 //! No I/O and no threads live here, so every algorithm can be run for many
 //! ranks inside one thread by the simulator and checked against a reference.
 //! [`build`] checks the call's arguments once and dispatches to one file per
-//! family of algorithms (ring, chain, pairwise; barriers translate the flag
-//! dissemination barrier of [`crate::barrier`] into messages); those files
-//! only emit [`Step`]s. [`apply::apply_step`] is the one interpreter of those
+//! family of algorithms (ring, chain, pairwise; the message barrier runs the
+//! dissemination barrier's flag steps as messages); those files only emit
+//! [`Step`]s. Flag steps ([`flag::FlagOp`]) are the barrier algorithms'
+//! part of the same language: `crate::barrier` builds and runs them over
+//! flag memory. [`apply::apply_step`] is the one interpreter of those
 //! steps, shared by the backends and by [`simulate::simulate`].
 //!
 //! # Element counts
@@ -47,12 +49,15 @@ mod ring;
 mod tree;
 
 pub mod apply;
+pub(crate) mod dissemination;
+pub mod flag;
 pub mod signature;
 pub mod simulate;
 pub mod step;
 
 pub use algo::{build_with, Algorithm};
 pub use apply::{apply_step, Buffers};
+pub use flag::FlagOp;
 pub use layout::InPlaceLayout;
 pub use simulate::{simulate, simulate_with, Schedule, SimConfig};
 pub use step::{Collective, Plan, Step};

@@ -40,7 +40,9 @@ use std::fmt;
 pub use memory::Regression;
 
 use super::memory::WaitFor;
-use super::step::{BarrierPlan, BarrierStep, MAX_EPOCH, ROUNDS_PER_EPOCH};
+use super::plan::BarrierPlan;
+use crate::plan::flag::{MAX_EPOCH, ROUNDS_PER_EPOCH};
+use crate::plan::Step;
 use crate::Error;
 use state::Sim;
 
@@ -140,8 +142,8 @@ pub enum SimError {
         epoch: u64,
         /// Index of the step in the rank's plan.
         index: usize,
-        /// The step.
-        step: BarrierStep,
+        /// The step (boxed to keep the error small).
+        step: Box<Step>,
         /// What `apply` reported.
         #[source]
         source: Error,
@@ -158,7 +160,7 @@ pub struct Stuck {
     /// Index of the step it cannot take.
     pub index: usize,
     /// The step.
-    pub step: BarrierStep,
+    pub step: Step,
     /// What the step waits for (`None` if it could not be computed).
     pub waiting_for: Option<WaitFor>,
 }
@@ -264,6 +266,9 @@ fn check_setup(plans: &[BarrierPlan], config: &SimConfig) -> Result<(), SimError
             ));
         }
         for (i, s) in plan.steps.iter().enumerate() {
+            let Some(s) = s.flag else {
+                return setup(format!("rank {r} step {i} ({s:?}) is not a flag step"));
+            };
             if s.peer().is_some_and(|p| p >= n) {
                 return setup(format!("rank {r} step {i} ({s:?}) names a rank beyond {n}"));
             }
