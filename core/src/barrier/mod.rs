@@ -2,9 +2,10 @@
 //! ([`BarrierAlgo`], `STREAMCOMM_BARRIER_ALGO`).
 //!
 //! Inside (not public): every algorithm of `docs/design/barriers.md` as a
-//! plan of flag steps (`plan::Step`s carrying a `plan::FlagOp`) over flag
-//! memory (`build.rs`, `plan.rs`), proved by a simulator (`sim/`) and run
-//! by one executor (`exec.rs`). Communicators with tcp peers have no shared
+//! plan of flag steps (`plan::Step`s carrying a `plan::FlagOp`, in a
+//! `plan::flag::BarrierPlan`) over flag memory (`build.rs`), proved by the
+//! plan simulator (`plan/simulate/flags.rs`) and run by one executor
+//! (`exec.rs`). Communicators with tcp peers have no shared
 //! flag memory: they run the dissemination barrier's flag steps as messages
 //! (`plan::build` for `Collective::Barrier` runs each notify as a zero-byte
 //! message and each flag wait as a wait for one), so that algorithm is
@@ -13,15 +14,11 @@
 mod algo;
 pub(crate) mod build;
 pub(crate) mod exec;
-pub(crate) mod memory;
-pub(crate) mod plan;
-pub(crate) mod sim;
 
 pub use crate::config::barrier_algo::{BarrierAlgo, Inter};
+pub(crate) use crate::plan::flag::{BarrierMemory, BarrierPlan, WaitFor};
 pub(crate) use build::{build, build_for_network};
 pub(crate) use exec::run;
-pub(crate) use memory::{BarrierMemory, WaitFor};
-pub(crate) use plan::BarrierPlan;
 
 #[cfg(test)]
 mod tests {

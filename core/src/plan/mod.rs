@@ -5,10 +5,12 @@
 //! [`build`] checks the call's arguments once and dispatches to one file per
 //! family of algorithms (ring, chain, pairwise; the message barrier runs the
 //! dissemination barrier's flag steps as messages); those files only emit
-//! [`Step`]s. Flag steps ([`flag::FlagOp`]) are the barrier algorithms'
-//! part of the same language: `crate::barrier` builds and runs them over
-//! flag memory. [`apply::apply_step`] is the one interpreter of those
-//! steps, shared by the backends and by [`simulate::simulate`].
+//! [`Step`]s. [`apply::apply_step`] is the one interpreter of data steps,
+//! shared by the backends and by [`simulate::simulate`]. Flag steps
+//! ([`flag::FlagOp`], `flag/`) are the barrier algorithms' part of the same
+//! language, with their memory model and their one interpreter
+//! ([`flag::apply::apply`]): `crate::barrier` builds them and runs them on
+//! flag memory, [`simulate::flags`] proves them.
 //!
 //! # Element counts
 //!

@@ -1,5 +1,5 @@
 //! Every barrier algorithm, for every communicator size from 1 to 64 and
-//! several host layouts, run by the barrier simulator for consecutive
+//! several host layouts, run by the plan simulator's flag part for consecutive
 //! epochs under round-robin, random and laggard schedules; broken plans are
 //! caught; and the executor runs every algorithm for real over atomics with
 //! one thread per rank.

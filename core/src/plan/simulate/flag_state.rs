@@ -5,10 +5,10 @@
 //! ranks it wakes, not a scan of all ranks: a blocked rank is filed under the
 //! word it waits for, and re-checked only when that word is written.
 
-use super::memory::SimMemory;
-use super::{SimError, SimStats, Stuck};
-use crate::barrier::exec::{apply, wait_for};
-use crate::barrier::plan::BarrierPlan;
+use super::flag_memory::SimMemory;
+use super::flags::{SimError, SimStats, Stuck};
+use crate::plan::flag::apply::{apply, wait_for};
+use crate::plan::flag::BarrierPlan;
 
 /// Not in the ready set.
 const NOT_READY: usize = usize::MAX;

@@ -1,10 +1,11 @@
-//! A single-threaded simulator that proves barrier plans.
+//! The flag simulator: proves barrier plans (plans of flag steps) over
+//! flag memory, for many consecutive barriers.
 //!
 //! The property a barrier must give is simple: **no rank leaves barrier `e`
 //! before every rank has entered barrier `e`**. The simulator runs the plans
-//! of all `n` ranks in one thread over [`SimMemory`], for `epochs`
+//! of all `n` ranks in one thread over `SimMemory` (`flag_memory.rs`), for `epochs`
 //! consecutive barriers per rank, interpreting each step with the same
-//! [`apply`](super::apply) the real executor uses. Each rank's next action is either
+//! `apply` (`plan/flag/apply.rs`) the real executor uses. Each rank's next action is either
 //! *enter* its next barrier, or its next step; a wait step can only be
 //! taken when its condition holds. Ranks that leave a barrier may enter the
 //! next one at once and run ahead while slower ranks are still inside the
@@ -32,19 +33,15 @@
 //! simulated epochs. Random schedules add variety for the running-ahead
 //! figures ([`SimStats::ahead`]) and the monotonicity check.
 
-mod memory;
-mod state;
-
 use std::fmt;
 
-pub use memory::Regression;
+pub use super::flag_memory::Regression;
 
-use super::memory::WaitFor;
-use super::plan::BarrierPlan;
-use crate::plan::flag::{MAX_EPOCH, ROUNDS_PER_EPOCH};
+use super::flag_state::Sim;
+use super::rng::{list, SplitMix};
+use crate::plan::flag::{BarrierPlan, WaitFor, MAX_EPOCH, ROUNDS_PER_EPOCH};
 use crate::plan::Step;
 use crate::Error;
-use state::Sim;
 
 /// The order in which the simulator lets ranks act.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -179,14 +176,6 @@ impl fmt::Display for Stuck {
     }
 }
 
-fn list<T: fmt::Display>(items: &[T]) -> String {
-    items
-        .iter()
-        .map(T::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
 /// Runs `config.epochs` consecutive barriers of every rank and checks them.
 ///
 /// `plans[r]` must be rank `r`'s plan, all for `plans.len()` ranks and the
@@ -307,25 +296,3 @@ fn run_random(sim: &mut Sim<'_>, seed: u64, laggard: Option<usize>) -> Result<()
         sim.act(r)?;
     }
 }
-
-/// SplitMix64 (Steele, Lea and Flood, 2014): a tiny generator for picking
-/// ranks reproducibly.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A value in `0..bound` (`bound > 0`; the modulo bias is irrelevant here).
-    fn below(&mut self, bound: usize) -> usize {
-        (self.next() % bound as u64) as usize
-    }
-}
-
-#[cfg(test)]
-mod tests;

@@ -1,4 +1,5 @@
-//! A single-threaded simulator that runs the plans of all ranks together.
+//! The message simulator: runs the data-step plans of all ranks of one
+//! call together over modelled slot rings.
 //!
 //! Algorithms are where collective libraries hide their subtlest bugs: a
 //! block sent to the wrong peer, an element reduced twice, a schedule that
@@ -12,9 +13,10 @@
 use std::collections::VecDeque;
 use std::fmt;
 
-use super::apply::{apply_step, Buffers};
-use super::layout::InPlaceLayout;
-use super::step::{Plan, Step};
+use super::rng::{list, SplitMix};
+use crate::plan::apply::{apply_step, Buffers};
+use crate::plan::layout::InPlaceLayout;
+use crate::plan::step::{Plan, Step};
 use crate::Error;
 
 /// Why a simulation failed.
@@ -110,14 +112,6 @@ impl fmt::Display for Leftover {
             self.slots, self.from, self.to
         )
     }
-}
-
-fn list<T: fmt::Display>(items: &[T]) -> String {
-    items
-        .iter()
-        .map(T::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 /// The order in which the simulator lets ranks run.
@@ -363,25 +357,6 @@ impl Sim<'_> {
     }
 }
 
-/// SplitMix64 (Steele, Lea and Flood, 2014): a tiny, good-enough generator
-/// for picking ranks reproducibly.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A value in `0..bound` (`bound > 0`; the modulo bias is irrelevant here).
-    fn below(&mut self, bound: usize) -> usize {
-        (self.next() % bound as u64) as usize
-    }
-}
-
 /// Why `step` of rank `r` cannot run now, or `None` when it can.
 fn blocked(
     step: &Step,
@@ -519,7 +494,3 @@ impl RankState {
         }
     }
 }
-
-#[cfg(test)]
-#[path = "simulate_tests.rs"]
-mod tests;

@@ -1,10 +1,14 @@
-use super::memory::SimMemory;
-use super::*;
-use crate::barrier::exec::wait_for;
-use crate::barrier::memory::Word;
-use crate::barrier::{build, build_for_network, run, BarrierAlgo, BarrierMemory};
-use crate::plan::flag::MAX_EPOCH;
+//! Unit tests of the flag simulator: every barrier algorithm under every
+//! schedule, and the simulator's own failure reports (the N = 1..=64
+//! matrix lives in `core/tests/sim/barrier.rs`).
+
+use super::flag_memory::SimMemory;
+use super::flags::*;
+use crate::barrier::{build, build_for_network, run, BarrierAlgo};
+use crate::plan::flag::apply::wait_for;
+use crate::plan::flag::{BarrierMemory, BarrierPlan, Word, MAX_EPOCH};
 use crate::plan::{FlagOp, Step};
+use crate::Error;
 
 fn plans(algo: BarrierAlgo, n: usize) -> Vec<BarrierPlan> {
     let hosts: Vec<usize> = (0..n).map(|r| r % 3).collect();

@@ -2,7 +2,8 @@
 //!
 //! The steps are [`crate::plan::Step`]s, the language of every other
 //! collective, each carrying one [`FlagOp`](crate::plan::FlagOp); values,
-//! epochs and rounds are described in `plan/flag.rs`.
+//! epochs and rounds are described in `plan/flag/mod.rs`. The algorithms
+//! that build these plans live in `crate::barrier`.
 
 use crate::config::barrier_algo::BarrierAlgo;
 use crate::plan::Step;

@@ -1,9 +1,11 @@
 //! Unit tests of the simulator's own failure reports (the algorithm matrix
 //! lives in `core/tests/sim/plans.rs`).
 
-use super::*;
+use super::messages::*;
 use crate::plan::step::Region;
+use crate::plan::step::{Plan, Step};
 use crate::plan::{build, Collective, PlanParams};
+use crate::Error;
 use streamcomm_kernels::{DataType, ReduceOp};
 
 fn plan(collective: Collective, rank: usize, nranks: usize, steps: Vec<Step>) -> Plan {

@@ -1,13 +1,19 @@
 //! Flag operations: the part of the step language that synchronises through
 //! flag memory instead of moving data.
 //!
-//! A barrier is a plan whose [`Step`](super::Step)s each carry one
-//! [`FlagOp`]: *actions* (add to a counter, raise a flag, write a release
-//! word) and *waits* (until a word reaches a value). The barrier executor
-//! (`barrier/exec.rs`) interprets them against flag memory; the same
-//! dissemination notifies and flag waits are also the message barrier of
-//! communicators with tcp peers (`plan/barrier.rs`), where a notify is a
-//! zero-byte message and a flag wait a wait for one.
+//! A barrier is a plan ([`BarrierPlan`]) whose [`Step`](super::Step)s each
+//! carry one [`FlagOp`]: *actions* (add to a counter, raise a flag, write a
+//! release word) and *waits* (until a word reaches a value), over the flag
+//! memory of [`BarrierMemory`]. [`apply::apply`] is their one interpreter:
+//! the barrier executor (`barrier/exec.rs`) and the simulator
+//! (`plan/simulate/`) both call it. The same dissemination notifies and flag
+//! waits are also the message barrier of communicators with tcp peers
+//! (`plan/barrier.rs`), where a notify is a zero-byte message and a flag
+//! wait a wait for one.
+//!
+//! Files: this one (the operations and their values), `barrier_plan.rs`
+//! (one rank's plan), `memory.rs` (the memory model), `apply.rs` (the
+//! interpreter).
 //!
 //! # Values and epochs
 //!
@@ -25,6 +31,13 @@
 //! counter's target is `epoch * arrivals per barrier`, which assumes every
 //! earlier epoch was a central-counter barrier of the same size. Flag and
 //! release algorithms may be switched between epochs.
+
+pub mod apply;
+mod barrier_plan;
+pub mod memory;
+
+pub use barrier_plan::BarrierPlan;
+pub use memory::{BarrierMemory, WaitFor, Word};
 
 /// Rounds one epoch may use: values of consecutive epochs never overlap.
 pub const ROUNDS_PER_EPOCH: u64 = 256;
