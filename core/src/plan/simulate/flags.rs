@@ -38,35 +38,13 @@ use std::fmt;
 pub use super::flag_memory::Regression;
 
 use super::flag_state::Sim;
-use super::rng::{list, SplitMix};
+pub use super::schedule::Schedule;
+
+use super::list;
+use super::schedule::SplitMix;
 use crate::plan::flag::{BarrierPlan, WaitFor, MAX_EPOCH, ROUNDS_PER_EPOCH};
 use crate::plan::Step;
 use crate::Error;
-
-/// The order in which the simulator lets ranks act.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Schedule {
-    /// Passes over the ranks in rank order; each rank that can act takes one
-    /// action per pass.
-    #[default]
-    RoundRobin,
-    /// Each action is taken by a rank picked at random among those that can
-    /// act (deterministic for a given seed).
-    Random {
-        /// Seed of the pseudo-random sequence.
-        seed: u64,
-    },
-    /// As `Random`, but `rank` enters each barrier only when no other rank
-    /// can act: every other rank runs as far as it can before the last
-    /// arrival, so any rank that would leave early does.
-    Laggard {
-        /// The rank that always arrives last.
-        rank: usize,
-        /// Seed of the pseudo-random sequence.
-        seed: u64,
-    },
-}
 
 /// What [`simulate`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,8 +184,8 @@ pub fn simulate(plans: &[BarrierPlan], config: &SimConfig) -> Result<SimStats, S
     check_setup(plans, config)?;
     let mut sim = Sim::new(plans, config.epochs);
     let n = plans.len();
-    match config.schedule {
-        Schedule::RoundRobin => loop {
+    match config.schedule.random() {
+        None => loop {
             let mut progressed = false;
             for r in 0..n {
                 if sim.can_act(r) {
@@ -219,8 +197,7 @@ pub fn simulate(plans: &[BarrierPlan], config: &SimConfig) -> Result<SimStats, S
                 break;
             }
         },
-        Schedule::Random { seed } => run_random(&mut sim, seed, None)?,
-        Schedule::Laggard { rank, seed } => run_random(&mut sim, seed, Some(rank))?,
+        Some((seed, laggard)) => run_random(&mut sim, seed, laggard)?,
     }
     sim.finish()
 }
@@ -235,10 +212,8 @@ fn check_setup(plans: &[BarrierPlan], config: &SimConfig) -> Result<(), SimError
     if config.epochs > MAX_EPOCH {
         return setup(format!("{} epochs exceed {MAX_EPOCH}", config.epochs));
     }
-    if let Schedule::Laggard { rank, .. } = config.schedule {
-        if rank >= n {
-            return setup(format!("laggard rank {rank} is out of range for {n} ranks"));
-        }
+    if let Err(msg) = config.schedule.check(n) {
+        return setup(msg);
     }
     let algo = plans[0].algo;
     for (r, plan) in plans.iter().enumerate() {
@@ -280,18 +255,7 @@ fn run_random(sim: &mut Sim<'_>, seed: u64, laggard: Option<usize>) -> Result<()
         if len == 0 {
             return Ok(());
         }
-        let slot = match laggard.and_then(|l| sim.entering_slot(l)) {
-            // Uniform among the others: skip over the laggard's slot.
-            Some(p) if len > 1 => {
-                let i = rng.below(len - 1);
-                if i >= p {
-                    i + 1
-                } else {
-                    i
-                }
-            }
-            _ => rng.below(len),
-        };
+        let slot = rng.pick(len, laggard.and_then(|l| sim.entering_slot(l)));
         let r = sim.ready()[slot];
         sim.act(r)?;
     }

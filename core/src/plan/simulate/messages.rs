@@ -13,7 +13,10 @@
 use std::collections::VecDeque;
 use std::fmt;
 
-use super::rng::{list, SplitMix};
+pub use super::schedule::Schedule;
+
+use super::list;
+use super::schedule::SplitMix;
 use crate::plan::apply::{apply_step, Buffers};
 use crate::plan::layout::InPlaceLayout;
 use crate::plan::step::{Plan, Step};
@@ -114,22 +117,6 @@ impl fmt::Display for Leftover {
     }
 }
 
-/// The order in which the simulator lets ranks run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Schedule {
-    /// Ranks take turns, one step each, in rank order.
-    #[default]
-    RoundRobin,
-    /// Each step is taken by a rank picked at random among those that can
-    /// move (deterministic for a given seed): explores interleavings that
-    /// round-robin never produces, such as one rank racing ahead.
-    Random {
-        /// Seed of the pseudo-random sequence.
-        seed: u64,
-    },
-}
-
 /// Everything [`simulate_with`] needs besides the plans and inputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SimConfig {
@@ -211,6 +198,9 @@ pub fn simulate_with(
     let n = plans.len();
     let nsteps = config.nsteps;
     check_setup(plans, &inputs, nsteps)?;
+    if let Err(msg) = config.schedule.check(n) {
+        return Err(SimError::Setup(msg));
+    }
     let ranks = inputs
         .into_iter()
         .zip(plans)
@@ -223,8 +213,8 @@ pub fn simulate_with(
         scratch: vec![0u8; config.slot_bytes],
         nsteps,
     };
-    match config.schedule {
-        Schedule::RoundRobin => loop {
+    match config.schedule.random() {
+        None => loop {
             let mut progressed = false;
             for r in 0..n {
                 if sim.can_run(r) {
@@ -236,7 +226,7 @@ pub fn simulate_with(
                 break;
             }
         },
-        Schedule::Random { seed } => {
+        Some((seed, laggard)) => {
             let mut rng = SplitMix(seed);
             let mut ready = Vec::with_capacity(n);
             loop {
@@ -245,7 +235,11 @@ pub fn simulate_with(
                 if ready.is_empty() {
                     break;
                 }
-                sim.run(ready[rng.below(ready.len())])?;
+                // The laggard is held back only before its first step.
+                let held = laggard
+                    .filter(|&l| sim.ranks[l].pc == 0)
+                    .and_then(|l| ready.iter().position(|&r| r == l));
+                sim.run(ready[rng.pick(ready.len(), held)])?;
             }
         }
     }

@@ -20,16 +20,29 @@
 //!   lists so that only the ranks a store can wake are re-examined.
 //! - `flag_memory.rs`: flag memory as plain cells, with the monotonicity
 //!   (regression) check.
-//! - `rng.rs`: the generator random schedules share.
+//! - `schedule.rs`: the [`Schedule`]s both run under (round-robin, random,
+//!   laggard) and the seeded generator behind them.
 
 pub mod flags;
 mod messages;
 
 mod flag_memory;
 mod flag_state;
-mod rng;
+mod schedule;
 
-pub use messages::{simulate, simulate_with, Leftover, Schedule, SimConfig, SimError, Stuck};
+use std::fmt;
+
+pub use messages::{simulate, simulate_with, Leftover, SimConfig, SimError, Stuck};
+pub use schedule::Schedule;
+
+/// `items` joined by `"; "` (the lists of the simulators' reports).
+fn list<T: fmt::Display>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(T::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
 
 #[cfg(test)]
 mod flags_tests;
