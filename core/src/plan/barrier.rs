@@ -5,7 +5,7 @@
 //! so its barrier runs on the data path instead: each flag notify
 //! ([`FlagOp::Notify`]) is a zero-byte message to its peer ([`Step::signal`])
 //! and each flag wait ([`FlagOp::WaitFlag`]) a wait for one ([`Step::wait`]).
-//! The algorithm is not written here: [`super::dissemination`] is the one
+//! The algorithm is not written here: `plan/dissemination.rs` is the one
 //! definition the flag barrier of `crate::barrier` and this one share.
 //!
 //! # Why the message form keeps the barrier property
@@ -29,13 +29,13 @@ use super::step::Step;
 use super::Geometry;
 use crate::Error;
 
-/// Message steps of the dissemination barrier for `g.rank`; none for a
-/// single rank.
+/// The message barrier of `g.rank`: the dissemination barrier as messages
+/// (none for a single rank).
 ///
 /// # Errors
 ///
 /// As [`message`] (never for dissemination).
-pub(super) fn dissemination(g: &Geometry) -> Result<Vec<Step>, Error> {
+pub(super) fn steps(g: &Geometry) -> Result<Vec<Step>, Error> {
     let all: Vec<usize> = (0..g.nranks).collect();
     dissemination::steps(&all, g.rank, 1, 0)
         .into_iter()
@@ -76,7 +76,7 @@ mod tests {
     }
 
     fn rounds(n: usize) -> usize {
-        dissemination(&geometry(0, n)).unwrap().len() / 2
+        steps(&geometry(0, n)).unwrap().len() / 2
     }
 
     #[test]
@@ -93,7 +93,7 @@ mod tests {
     #[test]
     fn signals_then_waits() {
         assert_eq!(
-            dissemination(&geometry(1, 5)).unwrap(),
+            steps(&geometry(1, 5)).unwrap(),
             vec![
                 Step::signal(2),
                 Step::wait(0),
@@ -150,7 +150,7 @@ mod tests {
             }
             // One message step per flag step, in the same order.
             for (r, ops) in plans.iter().enumerate() {
-                let msgs = dissemination(&geometry(r, n)).unwrap();
+                let msgs = steps(&geometry(r, n)).unwrap();
                 assert_eq!(msgs.len(), ops.len(), "n={n} rank {r}");
                 for (m, op) in msgs.iter().zip(ops) {
                     match *op {

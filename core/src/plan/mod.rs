@@ -128,7 +128,7 @@ pub fn build(
         Collective::Broadcast { root } => chain::broadcast(&g, root),
         Collective::Reduce { root } => chain::reduce(&g, root),
         Collective::AllToAll => pairwise::all_to_all(&g),
-        Collective::Barrier => barrier::dissemination(&g)?,
+        Collective::Barrier => barrier::steps(&g)?,
     };
     let (n, r) = (g.nranks, g.rank);
     Ok(Plan {
