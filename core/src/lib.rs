@@ -84,12 +84,13 @@
 //! (`scripts/check-layers.py` checks it):
 //!
 //! ```text
-//!  6  cuda                                   CudaComm: the CUDA API
-//!  5  device                                 device-side execution of operations
-//!  4  comm                                   the Communicator
-//!  3  transport                              moving slots between ranks
-//!  2  barrier    host    tuning    launch    barrier plans, host streams, algorithm choice, launchers' environments
-//!  1  config     plan    bootstrap  engine   settings, collective plans, rank rendezvous, progress thread
+//!  7  cuda                                   CudaComm: the CUDA API
+//!  6  device                                 device-side execution of operations
+//!  5  comm                                   the Communicator
+//!  4  transport                              moving slots between ranks
+//!  3  barrier    tuning                      barrier algorithms and executor, algorithm choice
+//!  2  plan       host      launch            plans of data and flag steps and their simulator, host streams, launchers' environments
+//!  1  config     bootstrap  engine           settings, rank rendezvous, progress thread
 //!  0  error      wait                        errors, waiting
 //! ```
 //!
@@ -97,10 +98,10 @@
 //! - `error.rs`: [`Error`] and [`Result`].
 //! - `wait.rs`: how every wait spins, yields, sleeps and times out.
 //! - `config/`: [`Config`] and the types of its fields, parsed from `STREAMCOMM_*`; depends on nothing but `error`.
-//! - `plan/`: collectives as pure per-rank step lists, their signatures and a simulator.
+//! - `plan/`: collectives as pure per-rank step lists (data steps, and the flag steps barriers are written in, with their memory model and interpreter), their signatures and the simulator of both.
 //! - `bootstrap/`: [`bootstrap::UniqueId`] and the root and client that let ranks meet.
 //! - `engine/`: the progress engine, a communicator's one background thread (tcp and verbs progress, the peer watch, off-stream barriers, the CUDA backend's host side).
-//! - `barrier/`: barrier algorithms as step plans over flag memory, their executor and simulator.
+//! - `barrier/`: barrier algorithms as plans of flag steps over flag memory, and their executor.
 //! - `host/`: the host backend: streams, events, doorbells, graphs, buffers.
 //! - `tuning/`: the cost model and the choice of an algorithm per call.
 //! - `launch/`: the variables of launchers (`streamcomm-run`, torchrun, Slurm, Open MPI, PMI) that `Communicator::from_env` reads.

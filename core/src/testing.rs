@@ -7,10 +7,10 @@
 pub mod barrier {
     pub use crate::barrier::build::{build, build_for_network};
     pub use crate::barrier::exec::run;
-    pub use crate::barrier::memory::{BarrierMemory, WaitFor};
-    pub use crate::barrier::sim::{simulate, Schedule, SimConfig, SimError};
-    pub use crate::barrier::step::signal_value;
-    pub use crate::barrier::step::{BarrierPlan, BarrierStep};
+    pub use crate::plan::flag::signal_value;
+    pub use crate::plan::flag::{BarrierMemory, BarrierPlan, WaitFor};
+    pub use crate::plan::simulate::flags::{simulate, Schedule, SimConfig, SimError};
+    pub use crate::plan::{FlagOp, Step};
 }
 
 /// The bootstrap network below `UniqueId`.

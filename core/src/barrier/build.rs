@@ -6,8 +6,9 @@
 //! reset race shows up once a week. So, as with the data plans of
 //! `plan`, the algorithms here are pure functions from
 //! `(algorithm, rank, size, host layout)` to a [`BarrierPlan`](super::BarrierPlan): a short list
-//! of [`BarrierStep`](super::BarrierStep)s (fetch-add, raise a flag, wait for a flag, write or
-//! wait for a release word) over a small memory model ([`BarrierMemory`](super::BarrierMemory)):
+//! of flag [`Step`]s (fetch-add, raise a flag, wait for a flag, write or
+//! wait for a release word: [`FlagOp`](crate::plan::FlagOp)) over a small memory model
+//! ([`BarrierMemory`](super::BarrierMemory)):
 //! each rank owns a counter, a release word and one flag per peer, all
 //! monotonic 64-bit words whose values encode the barrier's epoch
 //! (`signal_value`), so nothing is ever reset.
@@ -17,7 +18,7 @@
 //!   k-way dissemination, hierarchical).
 //! - [`run`](super::run) executes a plan for one epoch against any `BarrierMemory`;
 //!   the communicator implements it over the per-rank shared-memory segment.
-//! - `sim::simulate` runs every rank's plan for many consecutive epochs in
+//! - the plan simulator (`plan/simulate/flags.rs`) runs every rank's plan for many consecutive epochs in
 //!   one thread, under round-robin, random and adversarial schedules, and
 //!   checks that no rank leaves barrier `e` before every rank has entered it.
 //!
@@ -37,7 +38,8 @@
 //! ```
 
 use super::algo;
-use super::{BarrierAlgo, BarrierPlan, BarrierStep};
+use super::{BarrierAlgo, BarrierPlan};
+use crate::plan::{FlagOp, Step};
 use crate::Error;
 
 /// Builds `rank`'s barrier plan for `algo` among `nranks` ranks.
@@ -56,10 +58,10 @@ use crate::Error;
 ///
 /// ```
 /// use streamcomm::barrier::BarrierAlgo;
-/// use streamcomm::testing::barrier::{build, BarrierStep};
+/// use streamcomm::testing::barrier::{build, FlagOp};
 ///
 /// let plan = build(BarrierAlgo::Dissemination, 1, 3, &[0, 0, 0])?;
-/// assert_eq!(plan.steps[0], BarrierStep::Notify { peer: 2, round: 0 });
+/// assert_eq!(plan.steps[0].flag, Some(FlagOp::Notify { peer: 2, round: 0 }));
 /// assert!(build(BarrierAlgo::Chain, 0, 1, &[0])?.steps.is_empty());
 /// # Ok::<(), streamcomm::Error>(())
 /// ```
@@ -84,10 +86,10 @@ pub fn build(
 ///
 /// ```
 /// use streamcomm::barrier::BarrierAlgo;
-/// use streamcomm::testing::barrier::{build_for_network, BarrierStep};
+/// use streamcomm::testing::barrier::{build_for_network, FlagOp};
 ///
 /// let plan = build_for_network(BarrierAlgo::CentralCounter, 2, 3, &[0, 1, 2])?;
-/// assert_eq!(plan.steps[1], BarrierStep::WaitRelease { at: 2 });
+/// assert_eq!(plan.steps[1].flag, Some(FlagOp::WaitRelease { at: 2 }));
 /// # Ok::<(), streamcomm::Error>(())
 /// ```
 pub fn build_for_network(
@@ -104,7 +106,7 @@ fn build_with(
     rank: usize,
     nranks: usize,
     hosts: &[usize],
-    steps_of: fn(BarrierAlgo, usize, &algo::Hosts) -> Vec<BarrierStep>,
+    steps_of: fn(BarrierAlgo, usize, &algo::Hosts) -> Vec<FlagOp>,
 ) -> Result<BarrierPlan, Error> {
     let name = algo.name();
     if nranks == 0 {
@@ -128,6 +130,9 @@ fn build_with(
         Vec::new()
     } else {
         steps_of(algo, rank, &algo::Hosts::new(hosts))
+            .into_iter()
+            .map(Step::flag)
+            .collect()
     };
     Ok(BarrierPlan {
         algo,

@@ -2,29 +2,28 @@
 //! ([`BarrierAlgo`], `STREAMCOMM_BARRIER_ALGO`).
 //!
 //! Inside (not public): every algorithm of `docs/design/barriers.md` as a
-//! plan of steps over flag memory (`build.rs`), proved by a simulator
-//! (`sim/`) and run by one executor (`exec.rs`). Communicators with tcp
-//! peers have no shared flag memory: they run the dissemination plan built
-//! here as messages (`plan::build` for `Collective::Barrier` turns each
-//! notify into a zero-byte message and each flag wait into a wait for one),
-//! so that algorithm is written once.
+//! plan of flag steps (`plan::Step`s carrying a `plan::FlagOp`, in a
+//! `plan::flag::BarrierPlan`) over flag memory (`build.rs`), proved by the
+//! plan simulator (`plan/simulate/flags.rs`) and run by one executor
+//! (`exec.rs`). Communicators with tcp peers have no shared
+//! flag memory: they run the dissemination barrier's flag steps as messages
+//! (`plan::build` for `Collective::Barrier` runs each notify as a zero-byte
+//! message and each flag wait as a wait for one), so that algorithm is
+//! written once, in `plan/dissemination.rs`.
 
 mod algo;
 pub(crate) mod build;
 pub(crate) mod exec;
-pub(crate) mod memory;
-pub(crate) mod sim;
-pub(crate) mod step;
 
 pub use crate::config::barrier_algo::{BarrierAlgo, Inter};
+pub(crate) use crate::plan::flag::{BarrierMemory, BarrierPlan, WaitFor};
 pub(crate) use build::{build, build_for_network};
 pub(crate) use exec::run;
-pub(crate) use memory::{BarrierMemory, WaitFor};
-pub(crate) use step::{BarrierPlan, BarrierStep, ROUNDS_PER_EPOCH};
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::flag::ROUNDS_PER_EPOCH;
     use crate::Error;
 
     fn err(algo: BarrierAlgo, rank: usize, nranks: usize, hosts: &[usize]) -> String {
@@ -83,7 +82,8 @@ mod tests {
             for rank in 0..64 {
                 let plan = build(*algo, rank, 64, &hosts).unwrap();
                 for s in &plan.steps {
-                    assert!(u64::from(s.round().unwrap_or(0)) < ROUNDS_PER_EPOCH);
+                    let op = s.flag.expect("a barrier plan holds flag steps");
+                    assert!(u64::from(op.round().unwrap_or(0)) < ROUNDS_PER_EPOCH);
                 }
             }
         }

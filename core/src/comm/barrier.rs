@@ -28,7 +28,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::barrier::{self, BarrierAlgo, BarrierMemory, BarrierPlan, BarrierStep, Inter, WaitFor};
+use crate::barrier::{self, BarrierAlgo, BarrierMemory, BarrierPlan, Inter, WaitFor};
 use crate::comm::buffer::Binding;
 use crate::comm::inner::CommInner;
 use crate::comm::task::barrier_task;
@@ -317,13 +317,7 @@ impl CommInner {
                 counter_epochs,
             ),
         };
-        let uses_counter = plan.steps.iter().any(|s| {
-            matches!(
-                s,
-                BarrierStep::FetchAdd { .. } | BarrierStep::WaitCounter { .. }
-            )
-        });
-        let earlier_counter = if uses_counter {
+        let earlier_counter = if plan.uses_counter() {
             counter_epochs.fetch_add(1, Ordering::Relaxed)
         } else {
             counter_epochs.load(Ordering::Relaxed)

@@ -93,7 +93,8 @@ impl<'a> Buffers<'a> {
 ///   region's count differs from the step's.
 /// - [`Error::InvalidUsage`] when a slot is missing or unexpected, a
 ///   destination is in the (read-only) send buffer, or source and destination
-///   partially overlap.
+///   partially overlap; for a flag step (an internal error: flag steps run
+///   on flag memory, in the barrier executor).
 pub fn apply_step(
     plan: &Plan,
     step: &Step,
@@ -246,6 +247,12 @@ impl Cx {
     /// Region counts agree with the step; no input means no data; nothing is
     /// written into the send buffer.
     fn check_shape(&self, step: &Step) -> Result<(), Error> {
+        if let Some(op) = step.flag {
+            return Err(self.usage(format!(
+                "internal error: flag step {op:?} reached the data-step interpreter \
+                 (flag steps run on flag memory, in the barrier executor)"
+            )));
+        }
         for (what, region) in [("src", step.src), ("dst", step.dst)] {
             if let Some(r) = region {
                 if r.count != step.count {

@@ -213,3 +213,19 @@ fn signals_carry_no_bytes() {
         Err(Error::RemoteFailed { .. })
     ));
 }
+
+#[test]
+fn flag_steps_are_refused() {
+    let p = plan(ReduceOp::Sum, 2);
+    let mut bufs = Buffers::Separate {
+        send: &[],
+        recv: &mut [],
+    };
+    let mut out = [7u8; 4];
+    let notify = Step::flag(crate::plan::FlagOp::Notify { peer: 1, round: 0 });
+    match apply_step(&p, &notify, &mut bufs, None, Some(&mut out)) {
+        Err(Error::InvalidUsage(msg)) => assert!(msg.contains("flag step"), "{msg}"),
+        other => panic!("expected InvalidUsage, got {other:?}"),
+    }
+    assert_eq!(out, [7; 4], "a refused step writes nothing");
+}

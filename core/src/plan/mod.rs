@@ -3,10 +3,14 @@
 //! No I/O and no threads live here, so every algorithm can be run for many
 //! ranks inside one thread by the simulator and checked against a reference.
 //! [`build`] checks the call's arguments once and dispatches to one file per
-//! family of algorithms (ring, chain, pairwise; barriers translate the flag
-//! dissemination barrier of [`crate::barrier`] into messages); those files
-//! only emit [`Step`]s. [`apply::apply_step`] is the one interpreter of those
-//! steps, shared by the backends and by [`simulate::simulate`].
+//! family of algorithms (ring, chain, pairwise; the message barrier runs the
+//! dissemination barrier's flag steps as messages); those files only emit
+//! [`Step`]s. [`apply::apply_step`] is the one interpreter of data steps,
+//! shared by the backends and by [`simulate::simulate`]. Flag steps
+//! ([`flag::FlagOp`], `flag/`) are the barrier algorithms' part of the same
+//! language, with their memory model and their one interpreter
+//! ([`flag::apply::apply`]): `crate::barrier` builds them and runs them on
+//! flag memory, [`simulate::flags`] proves them.
 //!
 //! # Element counts
 //!
@@ -47,12 +51,15 @@ mod ring;
 mod tree;
 
 pub mod apply;
+pub(crate) mod dissemination;
+pub mod flag;
 pub mod signature;
 pub mod simulate;
 pub mod step;
 
 pub use algo::{build_with, Algorithm};
 pub use apply::{apply_step, Buffers};
+pub use flag::FlagOp;
 pub use layout::InPlaceLayout;
 pub use simulate::{simulate, simulate_with, Schedule, SimConfig};
 pub use step::{Collective, Plan, Step};
@@ -121,7 +128,7 @@ pub fn build(
         Collective::Broadcast { root } => chain::broadcast(&g, root),
         Collective::Reduce { root } => chain::reduce(&g, root),
         Collective::AllToAll => pairwise::all_to_all(&g),
-        Collective::Barrier => barrier::dissemination(&g)?,
+        Collective::Barrier => barrier::steps(&g)?,
     };
     let (n, r) = (g.nranks, g.rank);
     Ok(Plan {

@@ -12,6 +12,12 @@
 //!   with none, `count` must be 0 (a pure signal, used by barriers);
 //! - outputs: the local region `dst` and/or the next slot sent to `send_to`.
 //!
+//! A *flag step* moves no data: it carries one [`FlagOp`] (fetch-add a
+//! counter, raise or await a flag, write or await a release word) and no
+//! data field. Barriers over flag memory are plans of flag steps, run by the
+//! barrier executor; [`apply_step`](super::apply_step) refuses them, and
+//! the barrier executor refuses data steps.
+//!
 //! Slots travel over per-peer FIFO rings of `nsteps` slots of `slot_bytes` bytes
 //! (`docs/design/architecture.md`); a step's `count * dtype.size()` never exceeds `slot_bytes`
 //! when it touches a slot. Each slot carries its byte length, and the receiver
@@ -19,6 +25,8 @@
 //! truncation).
 
 use streamcomm_kernels::{DataType, ReduceOp};
+
+use super::flag::FlagOp;
 
 /// Which buffer of the collective call a [`Region`] lies in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -82,6 +90,9 @@ pub struct Step {
     /// (for [`ReduceOp::Avg`]: divide by the number of ranks). Set on exactly
     /// the step that produces a fully reduced element, once per element.
     pub finalize: bool,
+    /// The flag operation of a flag step (every other field is then empty);
+    /// `None` for a data step.
+    pub flag: Option<FlagOp>,
 }
 
 impl Step {
@@ -92,7 +103,16 @@ impl Step {
         send_to: None,
         count: 0,
         finalize: false,
+        flag: None,
     };
+
+    /// A flag step: `op` and nothing else.
+    pub const fn flag(op: FlagOp) -> Step {
+        Step {
+            flag: Some(op),
+            ..Step::EMPTY
+        }
+    }
 
     /// `send`: copy `src` into a slot for `peer`.
     pub const fn send(peer: usize, src: Region) -> Step {
@@ -193,6 +213,14 @@ impl Step {
         Step {
             recv_from: Some(peer),
             ..Step::EMPTY
+        }
+    }
+
+    /// Whether this is a flag step whose operation waits.
+    pub const fn is_flag_wait(&self) -> bool {
+        match &self.flag {
+            Some(op) => op.is_wait(),
+            None => false,
         }
     }
 

@@ -184,17 +184,19 @@ impl<'a> FlagMemory<'a> {
     /// one's own is remote and every device executes RDMA atomics: then no
     /// processor atomic touches the same counter).
     pub fn fits(
-        steps: &[crate::barrier::BarrierStep],
+        steps: &[crate::plan::Step],
         mapped: impl Fn(usize) -> bool,
         remote_atomics: bool,
     ) -> bool {
-        use crate::barrier::BarrierStep as S;
-        steps.iter().all(|s| match *s {
-            S::FetchAdd { root } => mapped(root) || remote_atomics,
-            S::WaitRelease { at } => mapped(at),
-            S::Notify { .. } | S::Release { .. } | S::WaitFlag { .. } | S::WaitCounter { .. } => {
-                true
-            }
+        use crate::plan::FlagOp as F;
+        steps.iter().all(|s| match s.flag {
+            Some(F::FetchAdd { root }) => mapped(root) || remote_atomics,
+            Some(F::WaitRelease { at }) => mapped(at),
+            Some(
+                F::Notify { .. } | F::Release { .. } | F::WaitFlag { .. } | F::WaitCounter { .. },
+            ) => true,
+            // A data step never runs on flag memory.
+            None => false,
         })
     }
 

@@ -1,5 +1,5 @@
 //! Every barrier algorithm, for every communicator size from 1 to 64 and
-//! several host layouts, run by the barrier simulator for consecutive
+//! several host layouts, run by the plan simulator's flag part for consecutive
 //! epochs under round-robin, random and laggard schedules; broken plans are
 //! caught; and the executor runs every algorithm for real over atomics with
 //! one thread per rank.
@@ -9,7 +9,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use streamcomm::barrier::{BarrierAlgo, Inter};
-use streamcomm::testing::barrier::{build, run, BarrierMemory, BarrierPlan, BarrierStep, WaitFor};
+use streamcomm::testing::barrier::{build, run, BarrierMemory, BarrierPlan, Step, WaitFor};
 use streamcomm::testing::barrier::{simulate, Schedule, SimConfig, SimError};
 use streamcomm::testing::wait::{Notifier, WaitPolicy};
 use streamcomm::Error;
@@ -158,11 +158,15 @@ fn plans_are_well_formed() {
             for n in 2..=MAX_RANKS {
                 for plan in plans(algo, &hosts_of(n)) {
                     assert!(
-                        plan.steps.iter().any(BarrierStep::is_wait),
+                        plan.steps.iter().any(Step::is_flag_wait),
                         "{algo} n={n} rank {} never waits",
                         plan.rank
                     );
-                    assert!(plan.steps.iter().all(|s| s.peer().is_none_or(|p| p < n)));
+                    assert!(plan.steps.iter().all(|s| s
+                        .flag
+                        .unwrap()
+                        .peer()
+                        .is_none_or(|p| p < n)));
                 }
             }
         }
@@ -178,7 +182,7 @@ fn a_rank_skipping_its_waits_is_caught() {
         for n in 2..=16 {
             for broken in 0..n {
                 let mut plans = plans(algo, &hosts_of(n));
-                plans[broken].steps.retain(|s| !s.is_wait());
+                plans[broken].steps.retain(|s| !s.is_flag_wait());
                 let laggard = (broken + 1) % n;
                 let config = SimConfig {
                     epochs: 2,
@@ -208,7 +212,7 @@ fn a_rank_that_never_signals_deadlocks() {
         let hosts = (LAYOUTS[2].1)(9);
         for broken in 0..9 {
             let mut plans = plans(algo, &hosts);
-            plans[broken].steps.retain(BarrierStep::is_wait);
+            plans[broken].steps.retain(Step::is_flag_wait);
             let config = SimConfig {
                 epochs: 2,
                 schedule: Schedule::Random { seed: 4 },
@@ -227,11 +231,7 @@ fn a_rank_that_never_signals_deadlocks() {
 fn a_single_skipped_wait_is_caught() {
     let n = 11;
     let mut plans = plans(BarrierAlgo::Dissemination, &vec![0; n]);
-    let last = plans[5]
-        .steps
-        .iter()
-        .rposition(BarrierStep::is_wait)
-        .unwrap();
+    let last = plans[5].steps.iter().rposition(Step::is_flag_wait).unwrap();
     plans[5].steps.remove(last);
     let caught = (0..n).any(|rank| {
         let config = SimConfig {

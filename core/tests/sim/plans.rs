@@ -182,6 +182,21 @@ fn barrier_completes_for_every_size() {
             simulate_with(&repeated, vec![Vec::new(); nranks], &config)
                 .unwrap_or_else(|e| panic!("barrier n={nranks} seed {seed}: {e}"));
         }
+        // The schedules of the flag barriers: a laggard that starts only
+        // when every other rank is as far as the rings let it go.
+        for laggard in [0, nranks / 2, nranks - 1] {
+            let config = SimConfig {
+                in_place: false,
+                nsteps: 1,
+                slot_bytes: 16,
+                schedule: Schedule::Laggard {
+                    rank: laggard,
+                    seed: nranks as u64,
+                },
+            };
+            simulate_with(&repeated, vec![Vec::new(); nranks], &config)
+                .unwrap_or_else(|e| panic!("barrier n={nranks} laggard {laggard}: {e}"));
+        }
     }
 }
 

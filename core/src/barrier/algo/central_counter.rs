@@ -11,23 +11,23 @@
 //!
 //! The root is rank 0.
 
-use crate::barrier::step::BarrierStep;
+use crate::plan::FlagOp;
 
 const ROOT: usize = 0;
 
 /// Steps of `rank` out of `n >= 2`.
-pub(super) fn steps(rank: usize, n: usize) -> Vec<BarrierStep> {
+pub(super) fn steps(rank: usize, n: usize) -> Vec<FlagOp> {
     if rank == ROOT {
         vec![
-            BarrierStep::WaitCounter {
+            FlagOp::WaitCounter {
                 count_per_epoch: (n - 1) as u64,
             },
-            BarrierStep::Release { peer: ROOT },
+            FlagOp::Release { peer: ROOT },
         ]
     } else {
         vec![
-            BarrierStep::FetchAdd { root: ROOT },
-            BarrierStep::WaitRelease { at: ROOT },
+            FlagOp::FetchAdd { root: ROOT },
+            FlagOp::WaitRelease { at: ROOT },
         ]
     }
 }
@@ -35,21 +35,21 @@ pub(super) fn steps(rank: usize, n: usize) -> Vec<BarrierStep> {
 /// The same barrier where other ranks' words can only be written, never
 /// read (over a network): the root releases every rank in that rank's own
 /// area instead of raising one word that everybody polls.
-pub(crate) fn steps_own_releases(rank: usize, n: usize) -> Vec<BarrierStep> {
+pub(crate) fn steps_own_releases(rank: usize, n: usize) -> Vec<FlagOp> {
     if rank == ROOT {
-        let mut steps = vec![BarrierStep::WaitCounter {
+        let mut steps = vec![FlagOp::WaitCounter {
             count_per_epoch: (n - 1) as u64,
         }];
         steps.extend(
             (0..n)
                 .filter(|&p| p != ROOT)
-                .map(|peer| BarrierStep::Release { peer }),
+                .map(|peer| FlagOp::Release { peer }),
         );
         steps
     } else {
         vec![
-            BarrierStep::FetchAdd { root: ROOT },
-            BarrierStep::WaitRelease { at: rank },
+            FlagOp::FetchAdd { root: ROOT },
+            FlagOp::WaitRelease { at: rank },
         ]
     }
 }
@@ -63,31 +63,25 @@ mod tests {
         assert_eq!(
             steps(0, 5),
             vec![
-                BarrierStep::WaitCounter { count_per_epoch: 4 },
-                BarrierStep::Release { peer: 0 }
+                FlagOp::WaitCounter { count_per_epoch: 4 },
+                FlagOp::Release { peer: 0 }
             ]
         );
         assert_eq!(
             steps(3, 5),
-            vec![
-                BarrierStep::FetchAdd { root: 0 },
-                BarrierStep::WaitRelease { at: 0 }
-            ]
+            vec![FlagOp::FetchAdd { root: 0 }, FlagOp::WaitRelease { at: 0 }]
         );
         assert_eq!(
             steps_own_releases(0, 3),
             vec![
-                BarrierStep::WaitCounter { count_per_epoch: 2 },
-                BarrierStep::Release { peer: 1 },
-                BarrierStep::Release { peer: 2 }
+                FlagOp::WaitCounter { count_per_epoch: 2 },
+                FlagOp::Release { peer: 1 },
+                FlagOp::Release { peer: 2 }
             ]
         );
         assert_eq!(
             steps_own_releases(2, 3),
-            vec![
-                BarrierStep::FetchAdd { root: 0 },
-                BarrierStep::WaitRelease { at: 2 }
-            ]
+            vec![FlagOp::FetchAdd { root: 0 }, FlagOp::WaitRelease { at: 2 }]
         );
     }
 }

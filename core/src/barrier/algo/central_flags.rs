@@ -12,26 +12,26 @@
 //!
 //! The root is rank 0.
 
-use crate::barrier::step::BarrierStep;
+use crate::plan::FlagOp;
 
 const ROOT: usize = 0;
 
 /// Steps of `rank` out of `n >= 2`.
-pub(super) fn steps(rank: usize, n: usize) -> Vec<BarrierStep> {
+pub(super) fn steps(rank: usize, n: usize) -> Vec<FlagOp> {
     if rank != ROOT {
         return vec![
-            BarrierStep::Notify {
+            FlagOp::Notify {
                 peer: ROOT,
                 round: 0,
             },
-            BarrierStep::WaitRelease { at: rank },
+            FlagOp::WaitRelease { at: rank },
         ];
     }
     let others = (0..n).filter(|&r| r != ROOT);
     let arrivals = others
         .clone()
-        .map(|from| BarrierStep::WaitFlag { from, round: 0 });
-    let releases = others.map(|peer| BarrierStep::Release { peer });
+        .map(|from| FlagOp::WaitFlag { from, round: 0 });
+    let releases = others.map(|peer| FlagOp::Release { peer });
     arrivals.chain(releases).collect()
 }
 
@@ -44,17 +44,17 @@ mod tests {
         assert_eq!(
             steps(0, 3),
             vec![
-                BarrierStep::WaitFlag { from: 1, round: 0 },
-                BarrierStep::WaitFlag { from: 2, round: 0 },
-                BarrierStep::Release { peer: 1 },
-                BarrierStep::Release { peer: 2 },
+                FlagOp::WaitFlag { from: 1, round: 0 },
+                FlagOp::WaitFlag { from: 2, round: 0 },
+                FlagOp::Release { peer: 1 },
+                FlagOp::Release { peer: 2 },
             ]
         );
         assert_eq!(
             steps(2, 3),
             vec![
-                BarrierStep::Notify { peer: 0, round: 0 },
-                BarrierStep::WaitRelease { at: 2 }
+                FlagOp::Notify { peer: 0, round: 0 },
+                FlagOp::WaitRelease { at: 2 }
             ]
         );
     }
@@ -64,7 +64,7 @@ mod tests {
         for r in 0..9 {
             assert!(steps(r, 9)
                 .iter()
-                .all(|s| !matches!(s, BarrierStep::FetchAdd { .. })));
+                .all(|s| !matches!(s, FlagOp::FetchAdd { .. })));
         }
     }
 }

@@ -9,26 +9,26 @@
 //! baseline (the linear barrier of Hoefler et al., "A survey of barrier
 //! algorithms for coarse grained supercomputers", 2005).
 
-use crate::barrier::step::BarrierStep;
+use crate::plan::FlagOp;
 
 /// Steps of `rank` out of `n >= 2`.
-pub(super) fn steps(rank: usize, n: usize) -> Vec<BarrierStep> {
+pub(super) fn steps(rank: usize, n: usize) -> Vec<FlagOp> {
     let mut steps = Vec::with_capacity(4);
     if rank > 0 {
-        steps.push(BarrierStep::WaitFlag {
+        steps.push(FlagOp::WaitFlag {
             from: rank - 1,
             round: 0,
         });
     }
     if rank + 1 < n {
-        steps.push(BarrierStep::Notify {
+        steps.push(FlagOp::Notify {
             peer: rank + 1,
             round: 0,
         });
-        steps.push(BarrierStep::WaitRelease { at: rank });
+        steps.push(FlagOp::WaitRelease { at: rank });
     }
     if rank > 0 {
-        steps.push(BarrierStep::Release { peer: rank - 1 });
+        steps.push(FlagOp::Release { peer: rank - 1 });
     }
     steps
 }
@@ -42,24 +42,24 @@ mod tests {
         assert_eq!(
             steps(0, 3),
             vec![
-                BarrierStep::Notify { peer: 1, round: 0 },
-                BarrierStep::WaitRelease { at: 0 }
+                FlagOp::Notify { peer: 1, round: 0 },
+                FlagOp::WaitRelease { at: 0 }
             ]
         );
         assert_eq!(
             steps(1, 3),
             vec![
-                BarrierStep::WaitFlag { from: 0, round: 0 },
-                BarrierStep::Notify { peer: 2, round: 0 },
-                BarrierStep::WaitRelease { at: 1 },
-                BarrierStep::Release { peer: 0 },
+                FlagOp::WaitFlag { from: 0, round: 0 },
+                FlagOp::Notify { peer: 2, round: 0 },
+                FlagOp::WaitRelease { at: 1 },
+                FlagOp::Release { peer: 0 },
             ]
         );
         assert_eq!(
             steps(2, 3),
             vec![
-                BarrierStep::WaitFlag { from: 1, round: 0 },
-                BarrierStep::Release { peer: 1 }
+                FlagOp::WaitFlag { from: 1, round: 0 },
+                FlagOp::Release { peer: 1 }
             ]
         );
     }

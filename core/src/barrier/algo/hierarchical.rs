@@ -6,7 +6,7 @@
 //! rank per node):
 //! 1. every rank of a host signals its host leader (the lowest rank of the
 //!    host) with a flag in the leader's area (round 0);
-//! 2. the leaders run a dissemination barrier ([`super::dissemination`])
+//! 2. the leaders run a dissemination barrier ([`crate::plan::dissemination`])
 //!    or a k-ary arrival/release tree ([`super::tree`]) among themselves
 //!    (rounds from 1, so no flag value is shared with step 1);
 //! 3. each leader writes the release word of every other rank of its host.
@@ -16,32 +16,32 @@
 //! host this is the central-flags barrier; with one rank per host it is the
 //! inter-host algorithm alone.
 
-use crate::barrier::step::BarrierStep;
+use crate::plan::FlagOp;
 
-use super::dissemination;
 use super::hosts::{position, Hosts};
 use super::tree::{arrive_release, kary};
 use super::Inter;
+use crate::plan::dissemination;
 
 /// Round of the intra-host gather; inter-leader rounds follow it.
 const GATHER_ROUND: u32 = 0;
 
 /// Steps of `rank` in the hierarchical barrier over `hosts`.
-pub(super) fn steps(rank: usize, hosts: &Hosts, inter: Inter) -> Vec<BarrierStep> {
+pub(super) fn steps(rank: usize, hosts: &Hosts, inter: Inter) -> Vec<FlagOp> {
     let leader = hosts.leader_of(rank);
     if rank != leader {
         return vec![
-            BarrierStep::Notify {
+            FlagOp::Notify {
                 peer: leader,
                 round: GATHER_ROUND,
             },
-            BarrierStep::WaitRelease { at: rank },
+            FlagOp::WaitRelease { at: rank },
         ];
     }
     let members = &hosts.group(rank)[1..];
-    let mut steps: Vec<BarrierStep> = members
+    let mut steps: Vec<FlagOp> = members
         .iter()
-        .map(|&from| BarrierStep::WaitFlag {
+        .map(|&from| FlagOp::WaitFlag {
             from,
             round: GATHER_ROUND,
         })
@@ -55,7 +55,7 @@ pub(super) fn steps(rank: usize, hosts: &Hosts, inter: Inter) -> Vec<BarrierStep
             steps.extend(arrive_release(rank, parent, &children, first));
         }
     }
-    steps.extend(members.iter().map(|&peer| BarrierStep::Release { peer }));
+    steps.extend(members.iter().map(|&peer| FlagOp::Release { peer }));
     steps
 }
 
@@ -69,8 +69,8 @@ mod tests {
         assert_eq!(
             steps(4, &hosts, Inter::Dissemination),
             vec![
-                BarrierStep::Notify { peer: 3, round: 0 },
-                BarrierStep::WaitRelease { at: 4 }
+                FlagOp::Notify { peer: 3, round: 0 },
+                FlagOp::WaitRelease { at: 4 }
             ]
         );
     }
@@ -81,12 +81,12 @@ mod tests {
         assert_eq!(
             steps(3, &hosts, Inter::Dissemination),
             vec![
-                BarrierStep::WaitFlag { from: 4, round: 0 },
-                BarrierStep::Notify { peer: 5, round: 1 },
-                BarrierStep::WaitFlag { from: 0, round: 1 },
-                BarrierStep::Notify { peer: 0, round: 2 },
-                BarrierStep::WaitFlag { from: 5, round: 2 },
-                BarrierStep::Release { peer: 4 },
+                FlagOp::WaitFlag { from: 4, round: 0 },
+                FlagOp::Notify { peer: 5, round: 1 },
+                FlagOp::WaitFlag { from: 0, round: 1 },
+                FlagOp::Notify { peer: 0, round: 2 },
+                FlagOp::WaitFlag { from: 5, round: 2 },
+                FlagOp::Release { peer: 4 },
             ]
         );
     }
@@ -97,14 +97,14 @@ mod tests {
         assert_eq!(
             steps(0, &hosts, Inter::Tree { fanout: 2 }),
             vec![
-                BarrierStep::WaitFlag { from: 1, round: 0 },
-                BarrierStep::WaitFlag { from: 2, round: 0 },
-                BarrierStep::WaitFlag { from: 3, round: 1 },
-                BarrierStep::WaitFlag { from: 5, round: 1 },
-                BarrierStep::Release { peer: 3 },
-                BarrierStep::Release { peer: 5 },
-                BarrierStep::Release { peer: 1 },
-                BarrierStep::Release { peer: 2 },
+                FlagOp::WaitFlag { from: 1, round: 0 },
+                FlagOp::WaitFlag { from: 2, round: 0 },
+                FlagOp::WaitFlag { from: 3, round: 1 },
+                FlagOp::WaitFlag { from: 5, round: 1 },
+                FlagOp::Release { peer: 3 },
+                FlagOp::Release { peer: 5 },
+                FlagOp::Release { peer: 1 },
+                FlagOp::Release { peer: 2 },
             ]
         );
     }

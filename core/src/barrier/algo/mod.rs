@@ -1,6 +1,8 @@
 //! The barrier algorithms of `docs/design/barriers.md`, one file each.
 //!
-//! Each file only emits [`BarrierStep`]s for one rank; [`BarrierAlgo`] names
+//! Each file only emits the [`FlagOp`]s of one rank's flag steps (the
+//! dissemination barrier lives in `crate::plan::dissemination`, which the
+//! message barrier shares); [`BarrierAlgo`] names
 //! them (`STREAMCOMM_BARRIER_ALGO`, the benchmark's `--algo`) and
 //! [`super::build`] validates arguments and dispatches here. Flat algorithms
 //! ignore the host layout; the tree orders ranks host leaders first and the
@@ -9,20 +11,20 @@
 mod central_counter;
 mod central_flags;
 mod chain;
-mod dissemination;
 mod hierarchical;
 mod hosts;
 mod tree;
 
 pub(super) use hosts::Hosts;
 
-use super::step::BarrierStep;
 use crate::config::barrier_algo::{BarrierAlgo, Inter};
+use crate::plan::dissemination;
+use crate::plan::FlagOp;
 
 /// The steps of `algo` for `rank` where other ranks' words can only be
 /// written (over a network): as [`steps`], but the central counter releases
 /// each rank in its own area.
-pub(super) fn steps_for_network(algo: BarrierAlgo, rank: usize, hosts: &Hosts) -> Vec<BarrierStep> {
+pub(super) fn steps_for_network(algo: BarrierAlgo, rank: usize, hosts: &Hosts) -> Vec<FlagOp> {
     match algo {
         BarrierAlgo::CentralCounter => central_counter::steps_own_releases(rank, hosts.nranks()),
         _ => steps(algo, rank, hosts),
@@ -30,7 +32,7 @@ pub(super) fn steps_for_network(algo: BarrierAlgo, rank: usize, hosts: &Hosts) -
 }
 
 /// The steps of `algo` for `rank` (validated arguments, at least 2 ranks).
-pub(super) fn steps(algo: BarrierAlgo, rank: usize, hosts: &Hosts) -> Vec<BarrierStep> {
+pub(super) fn steps(algo: BarrierAlgo, rank: usize, hosts: &Hosts) -> Vec<FlagOp> {
     let n = hosts.nranks();
     match algo {
         BarrierAlgo::CentralCounter => central_counter::steps(rank, n),

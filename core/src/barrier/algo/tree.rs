@@ -22,7 +22,7 @@
 //! this is the plain k-ary tree over ranks `0..n` in heap order. A leader
 //! releases its remote children first (their subtrees are the longest).
 
-use crate::barrier::step::BarrierStep;
+use crate::plan::FlagOp;
 
 use super::hosts::{position, Hosts};
 
@@ -44,21 +44,21 @@ pub(super) fn arrive_release(
     parent: Option<usize>,
     children: &[usize],
     round: u32,
-) -> Vec<BarrierStep> {
-    let mut steps: Vec<BarrierStep> = children
+) -> Vec<FlagOp> {
+    let mut steps: Vec<FlagOp> = children
         .iter()
-        .map(|&from| BarrierStep::WaitFlag { from, round })
+        .map(|&from| FlagOp::WaitFlag { from, round })
         .collect();
     if let Some(peer) = parent {
-        steps.push(BarrierStep::Notify { peer, round });
-        steps.push(BarrierStep::WaitRelease { at: rank });
+        steps.push(FlagOp::Notify { peer, round });
+        steps.push(FlagOp::WaitRelease { at: rank });
     }
-    steps.extend(children.iter().map(|&peer| BarrierStep::Release { peer }));
+    steps.extend(children.iter().map(|&peer| FlagOp::Release { peer }));
     steps
 }
 
 /// Steps of `rank` in the two-level k-ary tree over `hosts`.
-pub(super) fn steps(rank: usize, hosts: &Hosts, k: usize) -> Vec<BarrierStep> {
+pub(super) fn steps(rank: usize, hosts: &Hosts, k: usize) -> Vec<FlagOp> {
     let group = hosts.group(rank);
     let (local_parent, local_children) = kary(group, position(group, rank), k);
     let (parent, children) = if hosts.leader_of(rank) == rank {
@@ -91,12 +91,12 @@ mod tests {
         assert_eq!(
             steps(1, &hosts, 2),
             vec![
-                BarrierStep::WaitFlag { from: 3, round: 0 },
-                BarrierStep::WaitFlag { from: 4, round: 0 },
-                BarrierStep::Notify { peer: 0, round: 0 },
-                BarrierStep::WaitRelease { at: 1 },
-                BarrierStep::Release { peer: 3 },
-                BarrierStep::Release { peer: 4 },
+                FlagOp::WaitFlag { from: 3, round: 0 },
+                FlagOp::WaitFlag { from: 4, round: 0 },
+                FlagOp::Notify { peer: 0, round: 0 },
+                FlagOp::WaitRelease { at: 1 },
+                FlagOp::Release { peer: 3 },
+                FlagOp::Release { peer: 4 },
             ]
         );
         assert_eq!(steps(0, &hosts, 2).len(), 4);
@@ -119,12 +119,12 @@ mod tests {
         assert_eq!(
             steps(3, &hosts, 2),
             vec![
-                BarrierStep::WaitFlag { from: 4, round: 0 },
-                BarrierStep::WaitFlag { from: 9, round: 0 },
-                BarrierStep::Notify { peer: 0, round: 0 },
-                BarrierStep::WaitRelease { at: 3 },
-                BarrierStep::Release { peer: 4 },
-                BarrierStep::Release { peer: 9 },
+                FlagOp::WaitFlag { from: 4, round: 0 },
+                FlagOp::WaitFlag { from: 9, round: 0 },
+                FlagOp::Notify { peer: 0, round: 0 },
+                FlagOp::WaitRelease { at: 3 },
+                FlagOp::Release { peer: 4 },
+                FlagOp::Release { peer: 9 },
             ]
         );
     }

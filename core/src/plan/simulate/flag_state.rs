@@ -5,10 +5,10 @@
 //! ranks it wakes, not a scan of all ranks: a blocked rank is filed under the
 //! word it waits for, and re-checked only when that word is written.
 
-use super::memory::SimMemory;
-use super::{SimError, SimStats, Stuck};
-use crate::barrier::exec::{apply, wait_for};
-use crate::barrier::step::BarrierPlan;
+use super::flag_memory::SimMemory;
+use super::flags::{SimError, SimStats, Stuck};
+use crate::plan::flag::apply::{apply, wait_for};
+use crate::plan::flag::BarrierPlan;
 
 /// Not in the ready set.
 const NOT_READY: usize = usize::MAX;
@@ -106,11 +106,12 @@ impl<'p> Sim<'p> {
                 Status::Done
             };
         }
-        match wait_for(r, &self.plans[r].steps[s.pc], s.epoch) {
-            Ok(Some(on)) if !on.is_met(&self.mem) => {
+        let op = self.plans[r].steps[s.pc].flag;
+        match op.map(|op| wait_for(r, &op, s.epoch)) {
+            Some(Ok(Some(on))) if !on.is_met(&self.mem) => {
                 Status::Blocked(self.mem.index(on.owner, on.word))
             }
-            // Met, an action, or an error that `act` will report.
+            // Met, an action, or an error (a data step) that `act` will report.
             _ => Status::Ready,
         }
     }
@@ -151,7 +152,7 @@ impl<'p> Sim<'p> {
                 rank: r,
                 epoch,
                 index,
-                step,
+                step: Box::new(step),
                 source,
             })?;
             if let Some(regression) = self.mem.take_regression() {
@@ -230,7 +231,9 @@ impl<'p> Sim<'p> {
                     epoch: s.epoch,
                     index: s.pc,
                     step,
-                    waiting_for: wait_for(r, &step, s.epoch).ok().flatten(),
+                    waiting_for: step
+                        .flag
+                        .and_then(|op| wait_for(r, &op, s.epoch).ok().flatten()),
                 }
             })
             .collect();

@@ -1,9 +1,11 @@
 //! Unit tests of the simulator's own failure reports (the algorithm matrix
 //! lives in `core/tests/sim/plans.rs`).
 
-use super::*;
+use super::messages::*;
 use crate::plan::step::Region;
+use crate::plan::step::{Plan, Step};
 use crate::plan::{build, Collective, PlanParams};
+use crate::Error;
 use streamcomm_kernels::{DataType, ReduceOp};
 
 fn plan(collective: Collective, rank: usize, nranks: usize, steps: Vec<Step>) -> Plan {
@@ -197,5 +199,38 @@ fn random_schedules_are_reproducible_and_complete() {
         };
         let out = simulate_with(&plans, inputs.clone(), &config).unwrap();
         assert!(out.iter().all(|o| o == &want), "seed {seed}");
+    }
+}
+
+#[test]
+fn laggard_schedules_complete_and_check_the_laggard() {
+    let plans: Vec<Plan> = (0..4)
+        .map(|rank| {
+            let p = PlanParams {
+                rank,
+                nranks: 4,
+                slot_bytes: 1,
+                nsteps: 1,
+            };
+            build(Collective::AllGather, DataType::U8, ReduceOp::Sum, 2, &p).unwrap()
+        })
+        .collect();
+    let inputs: Vec<Vec<u8>> = (0..4u8).map(|r| vec![r, 10 + r]).collect();
+    let want = [0, 10, 1, 11, 2, 12, 3, 13];
+    let seed = streamcomm_testkit::seed();
+    for rank in 0..4 {
+        let mut config = SimConfig {
+            in_place: false,
+            nsteps: 1,
+            slot_bytes: 1,
+            schedule: Schedule::Laggard { rank, seed },
+        };
+        let out = simulate_with(&plans, inputs.clone(), &config).unwrap();
+        assert!(out.iter().all(|o| o == &want), "seed {seed} laggard {rank}");
+        config.schedule = Schedule::Laggard { rank: 4, seed };
+        match simulate_with(&plans, inputs.clone(), &config) {
+            Err(SimError::Setup(msg)) => assert!(msg.contains("laggard rank 4"), "{msg}"),
+            other => panic!("expected Setup, got {other:?}"),
+        }
     }
 }

@@ -1,10 +1,11 @@
-//! A single-threaded simulator that proves barrier plans.
+//! The flag simulator: proves barrier plans (plans of flag steps) over
+//! flag memory, for many consecutive barriers.
 //!
 //! The property a barrier must give is simple: **no rank leaves barrier `e`
 //! before every rank has entered barrier `e`**. The simulator runs the plans
-//! of all `n` ranks in one thread over [`SimMemory`], for `epochs`
+//! of all `n` ranks in one thread over `SimMemory` (`flag_memory.rs`), for `epochs`
 //! consecutive barriers per rank, interpreting each step with the same
-//! [`apply`](super::apply) the real executor uses. Each rank's next action is either
+//! `apply` (`plan/flag/apply.rs`) the real executor uses. Each rank's next action is either
 //! *enter* its next barrier, or its next step; a wait step can only be
 //! taken when its condition holds. Ranks that leave a barrier may enter the
 //! next one at once and run ahead while slower ranks are still inside the
@@ -32,42 +33,18 @@
 //! simulated epochs. Random schedules add variety for the running-ahead
 //! figures ([`SimStats::ahead`]) and the monotonicity check.
 
-mod memory;
-mod state;
-
 use std::fmt;
 
-pub use memory::Regression;
+pub use super::flag_memory::Regression;
 
-use super::memory::WaitFor;
-use super::step::{BarrierPlan, BarrierStep, MAX_EPOCH, ROUNDS_PER_EPOCH};
+use super::flag_state::Sim;
+pub use super::schedule::Schedule;
+
+use super::list;
+use super::schedule::SplitMix;
+use crate::plan::flag::{BarrierPlan, WaitFor, MAX_EPOCH, ROUNDS_PER_EPOCH};
+use crate::plan::Step;
 use crate::Error;
-use state::Sim;
-
-/// The order in which the simulator lets ranks act.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Schedule {
-    /// Passes over the ranks in rank order; each rank that can act takes one
-    /// action per pass.
-    #[default]
-    RoundRobin,
-    /// Each action is taken by a rank picked at random among those that can
-    /// act (deterministic for a given seed).
-    Random {
-        /// Seed of the pseudo-random sequence.
-        seed: u64,
-    },
-    /// As `Random`, but `rank` enters each barrier only when no other rank
-    /// can act: every other rank runs as far as it can before the last
-    /// arrival, so any rank that would leave early does.
-    Laggard {
-        /// The rank that always arrives last.
-        rank: usize,
-        /// Seed of the pseudo-random sequence.
-        seed: u64,
-    },
-}
 
 /// What [`simulate`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,8 +117,8 @@ pub enum SimError {
         epoch: u64,
         /// Index of the step in the rank's plan.
         index: usize,
-        /// The step.
-        step: BarrierStep,
+        /// The step (boxed to keep the error small).
+        step: Box<Step>,
         /// What `apply` reported.
         #[source]
         source: Error,
@@ -158,7 +135,7 @@ pub struct Stuck {
     /// Index of the step it cannot take.
     pub index: usize,
     /// The step.
-    pub step: BarrierStep,
+    pub step: Step,
     /// What the step waits for (`None` if it could not be computed).
     pub waiting_for: Option<WaitFor>,
 }
@@ -175,14 +152,6 @@ impl fmt::Display for Stuck {
             None => Ok(()),
         }
     }
-}
-
-fn list<T: fmt::Display>(items: &[T]) -> String {
-    items
-        .iter()
-        .map(T::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 /// Runs `config.epochs` consecutive barriers of every rank and checks them.
@@ -215,8 +184,8 @@ pub fn simulate(plans: &[BarrierPlan], config: &SimConfig) -> Result<SimStats, S
     check_setup(plans, config)?;
     let mut sim = Sim::new(plans, config.epochs);
     let n = plans.len();
-    match config.schedule {
-        Schedule::RoundRobin => loop {
+    match config.schedule.random() {
+        None => loop {
             let mut progressed = false;
             for r in 0..n {
                 if sim.can_act(r) {
@@ -228,8 +197,7 @@ pub fn simulate(plans: &[BarrierPlan], config: &SimConfig) -> Result<SimStats, S
                 break;
             }
         },
-        Schedule::Random { seed } => run_random(&mut sim, seed, None)?,
-        Schedule::Laggard { rank, seed } => run_random(&mut sim, seed, Some(rank))?,
+        Some((seed, laggard)) => run_random(&mut sim, seed, laggard)?,
     }
     sim.finish()
 }
@@ -244,10 +212,8 @@ fn check_setup(plans: &[BarrierPlan], config: &SimConfig) -> Result<(), SimError
     if config.epochs > MAX_EPOCH {
         return setup(format!("{} epochs exceed {MAX_EPOCH}", config.epochs));
     }
-    if let Schedule::Laggard { rank, .. } = config.schedule {
-        if rank >= n {
-            return setup(format!("laggard rank {rank} is out of range for {n} ranks"));
-        }
+    if let Err(msg) = config.schedule.check(n) {
+        return setup(msg);
     }
     let algo = plans[0].algo;
     for (r, plan) in plans.iter().enumerate() {
@@ -264,6 +230,9 @@ fn check_setup(plans: &[BarrierPlan], config: &SimConfig) -> Result<(), SimError
             ));
         }
         for (i, s) in plan.steps.iter().enumerate() {
+            let Some(s) = s.flag else {
+                return setup(format!("rank {r} step {i} ({s:?}) is not a flag step"));
+            };
             if s.peer().is_some_and(|p| p >= n) {
                 return setup(format!("rank {r} step {i} ({s:?}) names a rank beyond {n}"));
             }
@@ -286,41 +255,8 @@ fn run_random(sim: &mut Sim<'_>, seed: u64, laggard: Option<usize>) -> Result<()
         if len == 0 {
             return Ok(());
         }
-        let slot = match laggard.and_then(|l| sim.entering_slot(l)) {
-            // Uniform among the others: skip over the laggard's slot.
-            Some(p) if len > 1 => {
-                let i = rng.below(len - 1);
-                if i >= p {
-                    i + 1
-                } else {
-                    i
-                }
-            }
-            _ => rng.below(len),
-        };
+        let slot = rng.pick(len, laggard.and_then(|l| sim.entering_slot(l)));
         let r = sim.ready()[slot];
         sim.act(r)?;
     }
 }
-
-/// SplitMix64 (Steele, Lea and Flood, 2014): a tiny generator for picking
-/// ranks reproducibly.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A value in `0..bound` (`bound > 0`; the modulo bias is irrelevant here).
-    fn below(&mut self, bound: usize) -> usize {
-        (self.next() % bound as u64) as usize
-    }
-}
-
-#[cfg(test)]
-mod tests;

@@ -20,20 +20,20 @@
 //! offsets up to `n - 1` complete the picture, and the rest would only
 //! signal a rank (or itself) again.
 //!
-//! Both run over any *group* of ranks, so the hierarchical barrier reuses
-//! them among host leaders. This is also the only definition of the
-//! message barrier of communicators with tcp peers: `plan::build` turns
-//! this plan's notifies and waits into zero-byte messages (`plan/barrier.rs`).
+//! Both run over any *group* of ranks, so the hierarchical barrier of
+//! `crate::barrier` reuses them among host leaders. This is also the only
+//! definition of the message barrier of communicators with tcp peers: its
+//! notifies and flag waits run as zero-byte messages (`plan/barrier.rs`).
+//! It lives in `plan` for that reason (`barrier` builds on `plan`, never
+//! the reverse).
 
-use crate::barrier::step::BarrierStep;
-
-use super::hosts::position;
+use super::flag::FlagOp;
 
 /// Steps of `rank` in a k-way dissemination barrier among `group` (which
 /// contains `rank`), numbering rounds from `first_round`.
-pub(super) fn steps(group: &[usize], rank: usize, k: usize, first_round: u32) -> Vec<BarrierStep> {
+pub(crate) fn steps(group: &[usize], rank: usize, k: usize, first_round: u32) -> Vec<FlagOp> {
     let m = group.len();
-    let me = position(group, rank);
+    let me = group.iter().position(|&r| r == rank).unwrap_or(0);
     let mut steps = Vec::new();
     let mut span = 1usize;
     let mut round = first_round;
@@ -44,13 +44,13 @@ pub(super) fn steps(group: &[usize], rank: usize, k: usize, first_round: u32) ->
             .map_while(|j| j.checked_mul(span).filter(|&d| d < m))
             .collect();
         for &d in &offsets {
-            steps.push(BarrierStep::Notify {
+            steps.push(FlagOp::Notify {
                 peer: group[(me + d) % m],
                 round,
             });
         }
         for &d in &offsets {
-            steps.push(BarrierStep::WaitFlag {
+            steps.push(FlagOp::WaitFlag {
                 from: group[(me + m - d) % m],
                 round,
             });
@@ -92,12 +92,12 @@ mod tests {
         assert_eq!(
             steps(&all(5), 1, 1, 0),
             vec![
-                BarrierStep::Notify { peer: 2, round: 0 },
-                BarrierStep::WaitFlag { from: 0, round: 0 },
-                BarrierStep::Notify { peer: 3, round: 1 },
-                BarrierStep::WaitFlag { from: 4, round: 1 },
-                BarrierStep::Notify { peer: 0, round: 2 },
-                BarrierStep::WaitFlag { from: 2, round: 2 },
+                FlagOp::Notify { peer: 2, round: 0 },
+                FlagOp::WaitFlag { from: 0, round: 0 },
+                FlagOp::Notify { peer: 3, round: 1 },
+                FlagOp::WaitFlag { from: 4, round: 1 },
+                FlagOp::Notify { peer: 0, round: 2 },
+                FlagOp::WaitFlag { from: 2, round: 2 },
             ]
         );
     }
@@ -108,10 +108,10 @@ mod tests {
         assert_eq!(
             steps(&all(3), 0, 3, 0),
             vec![
-                BarrierStep::Notify { peer: 1, round: 0 },
-                BarrierStep::Notify { peer: 2, round: 0 },
-                BarrierStep::WaitFlag { from: 2, round: 0 },
-                BarrierStep::WaitFlag { from: 1, round: 0 },
+                FlagOp::Notify { peer: 1, round: 0 },
+                FlagOp::Notify { peer: 2, round: 0 },
+                FlagOp::WaitFlag { from: 2, round: 0 },
+                FlagOp::WaitFlag { from: 1, round: 0 },
             ]
         );
         // n = 2, k = 3: offset 1 only.
@@ -119,7 +119,7 @@ mod tests {
         // n = 4, k = 2: round 0 offsets 1, 2; round 1 offset 3 (6 >= 4).
         let s = steps(&all(4), 0, 2, 0);
         assert_eq!(s.len(), 6);
-        assert_eq!(s[4], BarrierStep::Notify { peer: 3, round: 1 });
+        assert_eq!(s[4], FlagOp::Notify { peer: 3, round: 1 });
     }
 
     #[test]
@@ -128,10 +128,10 @@ mod tests {
         assert_eq!(
             steps(&group, 5, 1, 1),
             vec![
-                BarrierStep::Notify { peer: 0, round: 1 },
-                BarrierStep::WaitFlag { from: 3, round: 1 },
-                BarrierStep::Notify { peer: 3, round: 2 },
-                BarrierStep::WaitFlag { from: 0, round: 2 },
+                FlagOp::Notify { peer: 0, round: 1 },
+                FlagOp::WaitFlag { from: 3, round: 1 },
+                FlagOp::Notify { peer: 3, round: 2 },
+                FlagOp::WaitFlag { from: 0, round: 2 },
             ]
         );
     }

@@ -1,4 +1,5 @@
-//! A single-threaded simulator that runs the plans of all ranks together.
+//! The message simulator: runs the data-step plans of all ranks of one
+//! call together over modelled slot rings.
 //!
 //! Algorithms are where collective libraries hide their subtlest bugs: a
 //! block sent to the wrong peer, an element reduced twice, a schedule that
@@ -12,9 +13,13 @@
 use std::collections::VecDeque;
 use std::fmt;
 
-use super::apply::{apply_step, Buffers};
-use super::layout::InPlaceLayout;
-use super::step::{Plan, Step};
+pub use super::schedule::Schedule;
+
+use super::list;
+use super::schedule::SplitMix;
+use crate::plan::apply::{apply_step, Buffers};
+use crate::plan::layout::InPlaceLayout;
+use crate::plan::step::{Plan, Step};
 use crate::Error;
 
 /// Why a simulation failed.
@@ -112,30 +117,6 @@ impl fmt::Display for Leftover {
     }
 }
 
-fn list<T: fmt::Display>(items: &[T]) -> String {
-    items
-        .iter()
-        .map(T::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-/// The order in which the simulator lets ranks run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Schedule {
-    /// Ranks take turns, one step each, in rank order.
-    #[default]
-    RoundRobin,
-    /// Each step is taken by a rank picked at random among those that can
-    /// move (deterministic for a given seed): explores interleavings that
-    /// round-robin never produces, such as one rank racing ahead.
-    Random {
-        /// Seed of the pseudo-random sequence.
-        seed: u64,
-    },
-}
-
 /// Everything [`simulate_with`] needs besides the plans and inputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SimConfig {
@@ -217,6 +198,9 @@ pub fn simulate_with(
     let n = plans.len();
     let nsteps = config.nsteps;
     check_setup(plans, &inputs, nsteps)?;
+    if let Err(msg) = config.schedule.check(n) {
+        return Err(SimError::Setup(msg));
+    }
     let ranks = inputs
         .into_iter()
         .zip(plans)
@@ -229,8 +213,8 @@ pub fn simulate_with(
         scratch: vec![0u8; config.slot_bytes],
         nsteps,
     };
-    match config.schedule {
-        Schedule::RoundRobin => loop {
+    match config.schedule.random() {
+        None => loop {
             let mut progressed = false;
             for r in 0..n {
                 if sim.can_run(r) {
@@ -242,7 +226,7 @@ pub fn simulate_with(
                 break;
             }
         },
-        Schedule::Random { seed } => {
+        Some((seed, laggard)) => {
             let mut rng = SplitMix(seed);
             let mut ready = Vec::with_capacity(n);
             loop {
@@ -251,7 +235,11 @@ pub fn simulate_with(
                 if ready.is_empty() {
                     break;
                 }
-                sim.run(ready[rng.below(ready.len())])?;
+                // The laggard is held back only before its first step.
+                let held = laggard
+                    .filter(|&l| sim.ranks[l].pc == 0)
+                    .and_then(|l| ready.iter().position(|&r| r == l));
+                sim.run(ready[rng.pick(ready.len(), held)])?;
             }
         }
     }
@@ -360,25 +348,6 @@ impl Sim<'_> {
             return Err(SimError::Undelivered { slots });
         }
         Ok(self.ranks.into_iter().map(RankState::into_output).collect())
-    }
-}
-
-/// SplitMix64 (Steele, Lea and Flood, 2014): a tiny, good-enough generator
-/// for picking ranks reproducibly.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A value in `0..bound` (`bound > 0`; the modulo bias is irrelevant here).
-    fn below(&mut self, bound: usize) -> usize {
-        (self.next() % bound as u64) as usize
     }
 }
 
@@ -519,7 +488,3 @@ impl RankState {
         }
     }
 }
-
-#[cfg(test)]
-#[path = "simulate_tests.rs"]
-mod tests;

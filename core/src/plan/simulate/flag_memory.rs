@@ -2,7 +2,7 @@
 
 use std::cell::Cell;
 
-use crate::barrier::memory::{BarrierMemory, WaitFor, Word};
+use crate::plan::flag::{BarrierMemory, WaitFor, Word};
 use crate::Error;
 
 /// A store that made a word smaller: words are monotonic, so a plan whose

@@ -1,11 +1,19 @@
-//! The vocabulary every barrier algorithm is written in.
+//! Flag operations: the part of the step language that synchronises through
+//! flag memory instead of moving data.
 //!
-//! A barrier plan is a short ordered list of [`BarrierStep`]s for one rank:
-//! *actions* (add to a counter, raise a flag, write a release word) and
-//! *waits* (until a word reaches a value). Algorithms only emit steps; the
-//! executor ([`super::exec::run`]) and the simulator ([`super::sim`])
-//! interpret them through [`super::exec::apply`], so an algorithm is written
-//! once and proved once.
+//! A barrier is a plan ([`BarrierPlan`]) whose [`Step`](super::Step)s each
+//! carry one [`FlagOp`]: *actions* (add to a counter, raise a flag, write a
+//! release word) and *waits* (until a word reaches a value), over the flag
+//! memory of [`BarrierMemory`]. [`apply::apply`] is their one interpreter:
+//! the barrier executor (`barrier/exec.rs`) and the simulator
+//! (`plan/simulate/`) both call it. The same dissemination notifies and flag
+//! waits are also the message barrier of communicators with tcp peers
+//! (`plan/barrier.rs`), where a notify is a zero-byte message and a flag
+//! wait a wait for one.
+//!
+//! Files: this one (the operations and their values), `barrier_plan.rs`
+//! (one rank's plan), `memory.rs` (the memory model), `apply.rs` (the
+//! interpreter).
 //!
 //! # Values and epochs
 //!
@@ -24,7 +32,12 @@
 //! earlier epoch was a central-counter barrier of the same size. Flag and
 //! release algorithms may be switched between epochs.
 
-use crate::config::barrier_algo::BarrierAlgo;
+pub mod apply;
+mod barrier_plan;
+pub mod memory;
+
+pub use barrier_plan::BarrierPlan;
+pub use memory::{BarrierMemory, WaitFor, Word};
 
 /// Rounds one epoch may use: values of consecutive epochs never overlap.
 pub const ROUNDS_PER_EPOCH: u64 = 256;
@@ -56,9 +69,9 @@ pub const fn signal_value(epoch: u64, round: u32) -> Option<u64> {
     Some(epoch * ROUNDS_PER_EPOCH + round as u64)
 }
 
-/// One step of a barrier plan, executed by the plan's rank.
+/// The flag operation of one step, executed by the plan's rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BarrierStep {
+pub enum FlagOp {
     /// Atomically add 1 to `counter` in `root`'s area (an arrival).
     FetchAdd {
         /// Owner of the counter.
@@ -99,51 +112,40 @@ pub enum BarrierStep {
     },
 }
 
-impl BarrierStep {
-    /// Whether this step waits (as opposed to acting).
+impl FlagOp {
+    /// Whether this operation waits (as opposed to acting).
     pub const fn is_wait(&self) -> bool {
         matches!(
             self,
-            BarrierStep::WaitCounter { .. }
-                | BarrierStep::WaitFlag { .. }
-                | BarrierStep::WaitRelease { .. }
+            FlagOp::WaitCounter { .. } | FlagOp::WaitFlag { .. } | FlagOp::WaitRelease { .. }
         )
     }
 
-    /// The other rank the step names: whose area it writes or reads, or
-    /// whose flag it awaits (`None` for [`BarrierStep::WaitCounter`], which
+    /// Whether this operation touches the arrival counter.
+    pub const fn uses_counter(&self) -> bool {
+        matches!(self, FlagOp::FetchAdd { .. } | FlagOp::WaitCounter { .. })
+    }
+
+    /// The other rank the operation names: whose area it writes or reads,
+    /// or whose flag it awaits (`None` for [`FlagOp::WaitCounter`], which
     /// only reads this rank's own area).
     pub const fn peer(&self) -> Option<usize> {
         match *self {
-            BarrierStep::FetchAdd { root } => Some(root),
-            BarrierStep::Notify { peer, .. } | BarrierStep::Release { peer } => Some(peer),
-            BarrierStep::WaitFlag { from, .. } => Some(from),
-            BarrierStep::WaitRelease { at } => Some(at),
-            BarrierStep::WaitCounter { .. } => None,
+            FlagOp::FetchAdd { root } => Some(root),
+            FlagOp::Notify { peer, .. } | FlagOp::Release { peer } => Some(peer),
+            FlagOp::WaitFlag { from, .. } => Some(from),
+            FlagOp::WaitRelease { at } => Some(at),
+            FlagOp::WaitCounter { .. } => None,
         }
     }
 
-    /// The round of a flag step.
+    /// The round of a flag notify or wait.
     pub const fn round(&self) -> Option<u32> {
         match *self {
-            BarrierStep::Notify { round, .. } | BarrierStep::WaitFlag { round, .. } => Some(round),
+            FlagOp::Notify { round, .. } | FlagOp::WaitFlag { round, .. } => Some(round),
             _ => None,
         }
     }
-}
-
-/// One rank's barrier: the algorithm it implements and its steps, in order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BarrierPlan {
-    /// The algorithm the steps implement (every rank's plan of one barrier
-    /// must use the same one).
-    pub algo: BarrierAlgo,
-    /// The rank the plan is for.
-    pub rank: usize,
-    /// Number of ranks taking part.
-    pub nranks: usize,
-    /// The steps, in execution order (none for a single rank).
-    pub steps: Vec<BarrierStep>,
 }
 
 #[cfg(test)]
@@ -166,11 +168,13 @@ mod tests {
     }
 
     #[test]
-    fn classifies_steps() {
-        assert!(BarrierStep::WaitCounter { count_per_epoch: 3 }.is_wait());
-        assert!(!BarrierStep::Release { peer: 1 }.is_wait());
-        assert_eq!(BarrierStep::WaitRelease { at: 4 }.peer(), Some(4));
-        assert_eq!(BarrierStep::WaitCounter { count_per_epoch: 3 }.peer(), None);
-        assert_eq!(BarrierStep::Notify { peer: 2, round: 5 }.round(), Some(5));
+    fn classifies_operations() {
+        assert!(FlagOp::WaitCounter { count_per_epoch: 3 }.is_wait());
+        assert!(!FlagOp::Release { peer: 1 }.is_wait());
+        assert!(FlagOp::FetchAdd { root: 0 }.uses_counter());
+        assert!(!FlagOp::WaitRelease { at: 0 }.uses_counter());
+        assert_eq!(FlagOp::WaitRelease { at: 4 }.peer(), Some(4));
+        assert_eq!(FlagOp::WaitCounter { count_per_epoch: 3 }.peer(), None);
+        assert_eq!(FlagOp::Notify { peer: 2, round: 5 }.round(), Some(5));
     }
 }
