@@ -26,6 +26,9 @@ pub(crate) struct TcpSource {
     _rings: Vec<Arc<TcpRings>>,
     /// (peer index, socket index) of each descriptor armed, in order.
     owners: Vec<(usize, usize)>,
+    /// The last arming found work no descriptor will announce (a frame
+    /// that waited for a slot, an error a stream met).
+    recheck: bool,
 }
 
 /// Locks a peer's state (a poisoned lock is still usable: the state is
@@ -41,12 +44,20 @@ impl TcpSource {
             peers,
             _rings: rings,
             owners: Vec::new(),
+            recheck: false,
         }
     }
 }
 
 impl Source for TcpSource {
     fn progress(&mut self, ctx: &Ctx<'_>, fds: &PollSet) -> bool {
+        // Without a ready socket or work found by the arming there is
+        // nothing to do: the peers' locks are left to the streams, which
+        // move their own bytes meanwhile.
+        let ready = (0..self.owners.len()).any(|k| fds.revents(k) != 0);
+        if !ready && !std::mem::take(&mut self.recheck) {
+            return false;
+        }
         let mut moved = false;
         for (k, &(i, j)) in self.owners.iter().enumerate() {
             let mut p = lock(&self.peers[i]);
@@ -126,6 +137,7 @@ impl Source for TcpSource {
         }
         // A frame waiting for a slot that is free now, or an error a stream
         // met: no descriptor will announce either.
+        self.recheck = now;
         now.then_some(Duration::ZERO)
     }
 
