@@ -46,6 +46,13 @@ pub(crate) enum Storage {
     /// [`RawBuffer::from_raw_parts`], who keeps them valid while any handle
     /// to the buffer may still touch them.
     External(std::ptr::NonNull<u8>, usize),
+    /// A caller's `Vec` moved in by [`HostBuffer::from_vec`]: its bytes at
+    /// `ptr`, owned by `vec` (taken back by [`HostBuffer::into_vec`]).
+    Vec {
+        ptr: std::ptr::NonNull<u8>,
+        bytes: usize,
+        vec: Option<Box<dyn std::any::Any + Send + Sync>>,
+    },
 }
 
 impl Drop for Storage {
@@ -54,7 +61,9 @@ impl Drop for Storage {
         // keyed by its addresses (a cache of RDMA registrations) drops it.
         let (addr, len) = match self {
             Storage::Owned(blocks) => (blocks.as_ptr() as usize, blocks.len() * 64),
-            Storage::External(ptr, bytes) => (ptr.as_ptr() as usize, *bytes),
+            Storage::External(ptr, bytes) | Storage::Vec { ptr, bytes, .. } => {
+                (ptr.as_ptr() as usize, *bytes)
+            }
         };
         super::release_hooks::released(addr, len);
     }
@@ -62,9 +71,11 @@ impl Drop for Storage {
 
 // SAFETY: `Storage::External` is a plain pointer to memory that the caller of
 // `RawBuffer::from_raw_parts` promised stays valid and is not otherwise
-// accessed while stream work uses it (its `# Safety` contract); every access
-// goes through the buffer's `RwLock`, exactly as for owned storage, so moving
-// or sharing the pointer between threads adds no data race of its own.
+// accessed while stream work uses it (its `# Safety` contract);
+// `Storage::Vec`'s pointer is into the `Vec` the storage itself owns (a
+// `Send + Sync` box). Every access goes through the buffer's `RwLock`,
+// exactly as for owned storage, so moving or sharing the pointer between
+// threads adds no data race of its own.
 unsafe impl Send for Storage {}
 // SAFETY: as for `Send` above: shared access only reads through the lock.
 unsafe impl Sync for Storage {}
@@ -188,6 +199,12 @@ impl RawBuffer {
             Storage::External(ptr, _) => unsafe {
                 std::slice::from_raw_parts(ptr.as_ptr(), self.bytes)
             },
+            // SAFETY: `ptr` is the data of the `Vec` this storage owns, which
+            // holds `bytes` initialised bytes and is never touched while the
+            // storage lives; the read lock keeps writers out, as above.
+            Storage::Vec { ptr, .. } => unsafe {
+                std::slice::from_raw_parts(ptr.as_ptr(), self.bytes)
+            },
         }
     }
 
@@ -202,6 +219,10 @@ impl RawBuffer {
             // (`storage` borrows its guard mutably), so this is the only
             // access to the bytes for the slice's lifetime.
             Storage::External(ptr, _) => unsafe {
+                std::slice::from_raw_parts_mut(ptr.as_ptr(), self.bytes)
+            },
+            // SAFETY: as in `bytes_of`, under the write lock.
+            Storage::Vec { ptr, .. } => unsafe {
                 std::slice::from_raw_parts_mut(ptr.as_ptr(), self.bytes)
             },
         }
@@ -272,6 +293,100 @@ impl<T: Element> HostBuffer<T> {
         let buf = HostBuffer::zeroed(data.len());
         buf.with_mut(|s| s.copy_from_slice(data));
         buf
+    }
+
+    /// A buffer that takes `data`'s allocation over, without copying it:
+    /// streams and collectives work on the very memory of the `Vec`, and
+    /// [`HostBuffer::into_vec`] gives it back.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::HostBuffer;
+    /// let data = vec![1.0f32; 1024];
+    /// let at = data.as_ptr();
+    /// let buf = HostBuffer::from_vec(data);
+    /// buf.with_mut(|s| s[0] = 2.0);
+    /// let data = buf.into_vec()?;
+    /// assert_eq!((data.as_ptr(), data[0]), (at, 2.0)); // the same allocation
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    pub fn from_vec(mut data: Vec<T>) -> HostBuffer<T> {
+        let len = data.len();
+        let bytes = std::mem::size_of_val(data.as_slice());
+        let ptr = std::ptr::NonNull::new(data.as_mut_ptr().cast::<u8>())
+            .unwrap_or(std::ptr::NonNull::dangling());
+        HostBuffer {
+            raw: RawBuffer {
+                inner: Arc::new(RwLock::new(Storage::Vec {
+                    ptr,
+                    bytes,
+                    vec: Some(Box::new(data)),
+                })),
+                bytes,
+            },
+            len,
+            _elem: PhantomData,
+        }
+    }
+
+    /// The elements as a `Vec`: the very allocation [`HostBuffer::from_vec`]
+    /// took, without a copy; for a buffer made otherwise (`zeroed`,
+    /// `from_slice`), a copy.
+    ///
+    /// # Stream semantics
+    /// Call it once the streams that use the buffer are done with it
+    /// (synchronized): every operation enqueued on a stream holds a handle
+    /// until it has run.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::HostBuffer;
+    /// let buf = HostBuffer::from_vec(vec![7u32; 4]);
+    /// let other = buf.clone();
+    /// let buf = match buf.into_vec() {
+    ///     Err(_) => other, // a second handle still holds it
+    ///     Ok(_) => unreachable!(),
+    /// };
+    /// assert_eq!(buf.into_vec()?, vec![7; 4]);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidUsage`] while another handle holds the buffer (a clone,
+    /// a view, or an operation on a stream that has not run yet); the buffer
+    /// is dropped with the error.
+    pub fn into_vec(self) -> Result<Vec<T>> {
+        let inner = Arc::try_unwrap(self.raw.inner).map_err(|_| {
+            Error::InvalidUsage(format!(
+                "into_vec: another handle still holds this HostBuffer<{}> (a clone, a view, or an operation on a stream that has not run: synchronize the stream first)",
+                T::DTYPE
+            ))
+        })?;
+        let mut storage = inner.into_inner().unwrap_or_else(|p| p.into_inner());
+        if let Storage::Vec { vec, .. } = &mut storage {
+            // Taken only when it is a `Vec<T>` (a buffer viewed as another
+            // element type gives a copy): the storage must keep its bytes
+            // otherwise.
+            if vec.as_ref().is_some_and(|b| b.is::<Vec<T>>()) {
+                let v = vec.take().and_then(|b| b.downcast::<Vec<T>>().ok());
+                // The storage's drop tells the release hooks that the bytes
+                // left the buffer (an RDMA registration of them is dropped).
+                drop(storage);
+                return v.map(|v| *v).ok_or_else(|| {
+                    Error::InvalidUsage("into_vec: the buffer's Vec is gone".into())
+                });
+            }
+        }
+        let raw = RawBuffer {
+            inner: Arc::new(RwLock::new(storage)),
+            bytes: self.raw.bytes,
+        };
+        let copy = HostBuffer::<T> {
+            raw,
+            len: self.len,
+            _elem: PhantomData,
+        };
+        Ok(copy.to_vec())
     }
 
     /// Number of elements.
@@ -421,3 +536,7 @@ impl<T: Element> HostBuffer<T> {
         self.raw.bytes_of_mut(&mut guard).fill(byte);
     }
 }
+
+#[cfg(test)]
+#[path = "buffer_vec_tests.rs"]
+mod vec_tests;
