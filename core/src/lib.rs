@@ -11,7 +11,7 @@
 //! ```
 //! use streamcomm::bootstrap::UniqueId;
 //! use streamcomm::host::{HostBuffer, HostStream};
-//! use streamcomm::{Backend, Communicator, ReduceOp};
+//! use streamcomm::{Communicator, ReduceOp};
 //!
 //! // Two ranks as threads; processes use `Communicator::from_env()` under
 //! // `streamcomm-run`, torchrun, Slurm, Open MPI or PMI.
@@ -19,7 +19,7 @@
 //! let ranks: Vec<_> = (0..2)
 //!     .map(|rank| {
 //!         std::thread::spawn(move || -> streamcomm::Result<Vec<f64>> {
-//!             let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+//!             let comm = Communicator::init(&id, rank, 2)?;
 //!             let stream = HostStream::new()?;
 //!             let send = HostBuffer::from_slice(&[rank as f64; 8]);
 //!             let mut recv = HostBuffer::<f64>::zeroed(8);
@@ -136,7 +136,9 @@ pub(crate) mod wait;
 #[doc = include_str!("../../README.md")]
 mod readme {}
 
-pub use comm::{AsBufView, Backend, BufView, Communicator, Group, P2pStats, UntypedBuffer};
+pub use comm::{
+    AsBufView, BufView, Communicator, CommunicatorBuilder, Group, P2pStats, UntypedBuffer,
+};
 pub use config::Config;
 pub use error::{Error, Result};
 pub use plan::{Algorithm, Collective};

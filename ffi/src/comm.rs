@@ -6,7 +6,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use streamcomm::{Backend, Communicator};
+use streamcomm::Communicator;
 
 use crate::args::{index, out_ptr};
 use crate::guard::{guard, last_error_ptr, set_last_error};
@@ -46,7 +46,7 @@ pub unsafe extern "C" fn streamcomm_comm_init_rank(
         let id = unsafe { read_id(id, "id") }?;
         let size = index(nranks, "nranks")?;
         let rank = index(rank, "rank")?;
-        let made = Communicator::init(&id, rank, size, Backend::Host)?;
+        let made = Communicator::init(&id, rank, size)?;
         // SAFETY: `comm` was checked above.
         unsafe { publish(comm, made) }
     })

@@ -546,7 +546,10 @@ pub fn rank(cli: &CalibrateCli) -> Fallible<()> {
     let mut config = streamcomm::Config::from_env().context("read the configuration")?;
     config.algo = streamcomm::config::AlgoOverride::parse(SCHEDULES)
         .context("the calibration's schedules")?;
-    let comm = Communicator::from_env_with_config(config).context("create the communicator")?;
+    let comm = Communicator::builder()
+        .config(config)
+        .build()
+        .context("create the communicator")?;
     let stream = HostStream::new().context("create a stream")?;
     let out = std::env::var(ENV_OUT).ok();
     if out.is_none() {

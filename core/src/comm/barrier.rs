@@ -354,11 +354,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// comm.barrier(&stream)?; // enqueued
@@ -384,11 +384,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// comm.barrier_host()?; // returns once both ranks have called it
@@ -413,9 +413,9 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1, Backend::Host)?;
+    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1)?;
     /// # let stream = HostStream::new()?;
     /// println!("barriers run {}", comm.barrier_algo());
     /// # Ok::<(), streamcomm::Error>(())
@@ -432,11 +432,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// use streamcomm::barrier::BarrierAlgo;

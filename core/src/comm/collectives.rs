@@ -87,11 +87,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let send = HostBuffer::from_slice(&[comm.rank() as f32 + 1.0; 4]);
@@ -145,11 +145,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut buf = HostBuffer::from_slice(&[comm.rank() as i64; 3]);
@@ -197,11 +197,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let send = HostBuffer::from_slice(&[7u8, 8, 9]); // read on the root only
@@ -255,11 +255,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut weights = HostBuffer::<f64>::zeroed(4);
@@ -310,11 +310,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let send = HostBuffer::from_slice(&[comm.rank() as f32 + 1.0; 2]);
@@ -371,11 +371,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut buf = HostBuffer::from_slice(&[comm.rank() as u32 + 1; 2]);
@@ -426,11 +426,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let send = HostBuffer::from_slice(&[comm.rank() as i32; 2]);
@@ -483,11 +483,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut buf = HostBuffer::<i32>::zeroed(2 * comm.size());
@@ -531,11 +531,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let send = HostBuffer::from_slice(&[1.0f32, 2.0, 3.0, 4.0]); // size * count
@@ -583,11 +583,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut buf = HostBuffer::from_slice(&[1.0f32, 2.0, 3.0, 4.0]);
@@ -636,11 +636,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let r = comm.rank() as u32;

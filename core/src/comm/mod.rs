@@ -15,6 +15,7 @@
 mod affinity;
 mod barrier;
 mod buffer;
+mod builder;
 mod collectives;
 mod create;
 mod endpoint;
@@ -30,6 +31,7 @@ use std::sync::Arc;
 
 pub(crate) use buffer::Binding;
 pub use buffer::{AsBufView, BufView, UntypedBuffer};
+pub use builder::CommunicatorBuilder;
 pub use endpoint::{local_host_id, Endpoint};
 pub use p2p::{Group, P2pStats};
 
@@ -38,19 +40,11 @@ use crate::config::Config;
 use crate::{Error, Result};
 use inner::CommInner;
 
-/// Where a communicator's streams and buffers live.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Backend {
-    /// CPU streams ([`HostStream`](crate::host::HostStream)) and host memory.
-    Host,
-}
-
 /// A group of ranks that run collectives together.
 ///
 /// # Examples
 /// ```
-/// use streamcomm::{bootstrap::UniqueId, Backend, Communicator};
+/// use streamcomm::{bootstrap::UniqueId, Communicator};
 /// use streamcomm::host::{HostBuffer, HostStream};
 /// use streamcomm::ReduceOp;
 ///
@@ -59,7 +53,7 @@ pub enum Backend {
 ///     .map(|rank| {
 ///         let id = id.clone();
 ///         std::thread::spawn(move || {
-///             let comm = Communicator::init(&id, rank, 2, Backend::Host).unwrap();
+///             let comm = Communicator::init(&id, rank, 2).unwrap();
 ///             let stream = HostStream::new().unwrap();
 ///             let send = HostBuffer::from_slice(&[rank as f32 + 1.0; 4]);
 ///             let mut recv = HostBuffer::<f32>::zeroed(4);
@@ -90,19 +84,20 @@ impl std::fmt::Debug for Communicator {
 
 impl Communicator {
     /// Joins the communicator named by `id` as `rank` of `size`, with the
-    /// configuration from the environment ([`Config::from_env`]).
+    /// configuration from the environment ([`Config::from_env`]): the short
+    /// form of [`Communicator::builder`], as `ncclCommInitRank`.
     ///
     /// Collective: every rank must call it; it returns when all have joined.
     ///
     /// # Examples
     /// ```
-    /// use streamcomm::{bootstrap::UniqueId, Backend, Communicator};
+    /// use streamcomm::{bootstrap::UniqueId, Communicator};
     ///
     /// // One rank creates the id and hands it to the others (its text form,
     /// // `id.to_string()`, travels through any channel); here, threads.
     /// let id = UniqueId::new()?;
     /// let threads: Vec<_> = (0..2)
-    ///     .map(|rank| std::thread::spawn(move || Communicator::init(&id, rank, 2, Backend::Host)))
+    ///     .map(|rank| std::thread::spawn(move || Communicator::init(&id, rank, 2)))
     ///     .collect();
     /// let comms = threads
     ///     .into_iter()
@@ -113,46 +108,20 @@ impl Communicator {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for `size == 0` or `rank >= size`;
-    /// [`Error::Bootstrap`] / [`Error::Timeout`] when the ranks cannot meet;
-    /// [`Error::Unavailable`] when a peer cannot be reached with the
-    /// transports this build and `STREAMCOMM_TRANSPORT` allow (e.g. a peer on
-    /// another host with `STREAMCOMM_TRANSPORT=shm`, or verbs forced without
-    /// an RDMA device); [`Error::Os`] when shared memory fails.
-    pub fn init(id: &UniqueId, rank: usize, size: usize, backend: Backend) -> Result<Communicator> {
-        Communicator::init_with_config(id, rank, size, backend, Config::from_env()?)
-    }
-
-    /// As [`Communicator::init`], with an explicit configuration.
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::Duration;
-    /// use streamcomm::{bootstrap::UniqueId, Backend, Communicator, Config};
-    ///
-    /// let config = Config { timeout: Duration::from_secs(30), ..Config::default() };
-    /// let comm = Communicator::init_with_config(&UniqueId::new()?, 0, 1, Backend::Host, config)?;
-    /// assert_eq!(comm.config().timeout, Duration::from_secs(30));
-    /// # Ok::<(), streamcomm::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    /// As [`Communicator::init`], plus [`Error::InvalidArgument`] when ranks
-    /// disagree on the ring geometry.
-    pub fn init_with_config(
-        id: &UniqueId,
-        rank: usize,
-        size: usize,
-        backend: Backend,
-        config: Config,
-    ) -> Result<Communicator> {
-        let Backend::Host = backend;
-        create::create(id, rank, size, config).map(|inner| Communicator { inner })
+    /// As [`CommunicatorBuilder::build`].
+    pub fn init(id: &UniqueId, rank: usize, size: usize) -> Result<Communicator> {
+        Communicator::builder()
+            .unique_id(id)
+            .rank(rank)
+            .size(size)
+            .build()
     }
 
     /// Joins a communicator described by a launcher's environment: our own
     /// `streamcomm-run`, torchrun, Slurm, Open MPI or PMI (see
-    /// [`launch::env`](crate::launch::env) for the variables read).
+    /// [`launch::env`](crate::launch::env) for the variables read), with the
+    /// configuration from the environment: the short form of
+    /// `Communicator::builder().build()`.
     ///
     /// Under torchrun-style variables (`MASTER_ADDR`/`MASTER_PORT` without
     /// `STREAMCOMM_UNIQUE_ID`), rank 0 hosts the bootstrap root on that address.
@@ -167,48 +136,35 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming a missing or malformed variable, then
-    /// as [`Communicator::init`].
+    /// as [`CommunicatorBuilder::build`].
     pub fn from_env() -> Result<Communicator> {
-        Communicator::from_env_with_config(Config::from_env()?)
+        Communicator::builder().build()
     }
 
-    /// As [`Communicator::from_env`], with an explicit configuration (the
-    /// launcher's variables still say who the ranks are and where they
-    /// meet).
+    /// A builder for a communicator with settings of the program's own
+    /// (timeout, barrier algorithm, a whole [`Config`]); see
+    /// [`CommunicatorBuilder`].
     ///
     /// # Examples
     /// ```no_run
-    /// use streamcomm::{Communicator, Config};
-    ///
-    /// let mut config = Config::from_env()?; // the STREAMCOMM_* variables, then code
-    /// config.nsteps = 4;
-    /// let comm = Communicator::from_env_with_config(config)?;
+    /// use std::time::Duration;
+    /// // Under a launcher: who the ranks are comes from its environment.
+    /// let comm = streamcomm::Communicator::builder()
+    ///     .timeout(Duration::from_secs(60))
+    ///     .build()?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
-    ///
-    /// # Errors
-    /// As [`Communicator::from_env`], plus those of
-    /// [`Communicator::init_with_config`].
-    pub fn from_env_with_config(config: Config) -> Result<Communicator> {
-        use crate::launch::env::{detect_from_process_env, RootSpec};
-        let info = detect_from_process_env()?;
-        let id = match info.root {
-            RootSpec::UniqueId(id) => id,
-            RootSpec::Address { addr, secret } if info.rank == 0 => {
-                UniqueId::serve_at(addr, secret)?
-            }
-            RootSpec::Address { addr, secret } => UniqueId::from_parts(addr, secret),
-        };
-        Communicator::init_with_config(&id, info.rank, info.size, Backend::Host, config)
+    pub fn builder() -> CommunicatorBuilder {
+        CommunicatorBuilder::default()
     }
 
     /// This process's rank.
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1, Backend::Host)?;
+    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1)?;
     /// # let stream = HostStream::new()?;
     /// assert_eq!(comm.rank(), 0);
     /// # Ok::<(), streamcomm::Error>(())
@@ -221,9 +177,9 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1, Backend::Host)?;
+    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1)?;
     /// # let stream = HostStream::new()?;
     /// assert_eq!(comm.size(), 1);
     /// # Ok::<(), streamcomm::Error>(())
@@ -236,11 +192,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// assert_eq!(comm.local_size(), 2); // both ranks on this host
@@ -257,11 +213,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// assert_eq!(comm.num_hosts(), 1);
@@ -279,11 +235,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// if let Some(addr) = comm.tcp_addr(1 - comm.rank()) {
@@ -303,11 +259,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// assert_eq!(comm.transport_to(1 - comm.rank()), Some("shm")); // same host
@@ -325,11 +281,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// assert_eq!(comm.host_of(0), comm.host_of(1));
@@ -346,9 +302,9 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1, Backend::Host)?;
+    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1)?;
     /// # let stream = HostStream::new()?;
     /// assert!(comm.config().slot_bytes() > 0);
     /// # Ok::<(), streamcomm::Error>(())
@@ -364,9 +320,9 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1, Backend::Host)?;
+    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1)?;
     /// # let stream = HostStream::new()?;
     /// assert!(comm.async_error().is_none());
     /// comm.abort();
@@ -403,9 +359,9 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1, Backend::Host)?;
+    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1)?;
     /// # let stream = HostStream::new()?;
     /// let comm2 = comm.clone();
     /// std::thread::spawn(move || comm2.abort()).join().unwrap(); // from any thread

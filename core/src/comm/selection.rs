@@ -16,9 +16,9 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1, Backend::Host)?;
+    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1)?;
     /// # let stream = HostStream::new()?;
     /// use streamcomm::{Collective, DataType};
     /// if let Some(algo) = comm.algorithm(Collective::AllReduce, DataType::F32, 1 << 20) {
@@ -41,9 +41,9 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1, Backend::Host)?;
+    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1)?;
     /// # let stream = HostStream::new()?;
     /// use streamcomm::{Collective, DataType};
     /// let c = Collective::AllReduce;

@@ -76,16 +76,17 @@ pub enum TransportChoice {
 /// ```
 /// use std::time::Duration;
 /// use streamcomm::config::TransportChoice;
-/// use streamcomm::{bootstrap::UniqueId, Backend, Communicator, Config};
+/// use streamcomm::{bootstrap::UniqueId, Communicator, Config};
 ///
 /// let mut config = Config::from_env()?; // defaults + STREAMCOMM_* variables
 /// config.timeout = Duration::from_secs(60); // then code
 /// config.transport = TransportChoice::Shm;
-/// let comm = Communicator::init_with_config(&UniqueId::new()?, 0, 1, Backend::Host, config)?;
+/// let comm = Communicator::builder().unique_id(&UniqueId::new()?).rank(0).size(1).config(config).build()?;
 /// assert_eq!(comm.config().timeout, Duration::from_secs(60));
 /// # Ok::<(), streamcomm::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Config {
     /// `STREAMCOMM_BUFFSIZE`: bytes of slot ring per directed connection (default 4 MiB).
     pub buffsize: usize,

@@ -17,7 +17,7 @@ use crate::comm::p2p::Dir;
 use crate::config::TransportChoice;
 use crate::host::{HostBuffer, HostStream};
 use crate::transport::device_span::{GpuDirectMode, NicAccess};
-use crate::{Backend, Communicator, Config, Error, Result};
+use crate::{Communicator, Config, Error, Result};
 
 /// True where an RDMA device is active.
 fn rdma_here() -> bool {
@@ -84,8 +84,13 @@ fn on_ranks<T: Send + 'static>(
                     transport,
                     ..Config::from_env().unwrap()
                 };
-                let comm =
-                    Communicator::init_with_config(&id, r, n, Backend::Host, config).unwrap();
+                let comm = Communicator::builder()
+                    .unique_id(&id)
+                    .rank(r)
+                    .size(n)
+                    .config(config)
+                    .build()
+                    .unwrap();
                 let scratch = vec![0u8; 3 << 20];
                 let page = 4096;
                 let addr = (scratch.as_ptr() as u64).next_multiple_of(page);

@@ -5,7 +5,7 @@ use rand::{Rng, SeedableRng};
 use super::*;
 use crate::bootstrap::UniqueId;
 use crate::host::HostStream;
-use crate::{Backend, Communicator, ReduceOp};
+use crate::{Communicator, ReduceOp};
 
 #[test]
 fn an_all_reduce_works_on_the_callers_vec_and_gives_the_same_allocation_back() {
@@ -27,7 +27,7 @@ fn an_all_reduce_works_on_the_callers_vec_and_gives_the_same_allocation_back() {
         .enumerate()
         .map(|(rank, data)| {
             std::thread::spawn(move || -> Result<(usize, usize, Vec<f32>)> {
-                let comm = Communicator::init(&id, rank, n, Backend::Host)?;
+                let comm = Communicator::init(&id, rank, n)?;
                 let stream = HostStream::new()?;
                 let before = data.as_ptr() as usize;
                 let mut buf = HostBuffer::from_vec(data);

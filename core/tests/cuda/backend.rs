@@ -25,7 +25,7 @@ use streamcomm::cuda::cudarc::driver::{
 };
 use streamcomm::cuda::CudaComm;
 use streamcomm::host::Element;
-use streamcomm::{Backend, Communicator, Error, ReduceOp};
+use streamcomm::{Communicator, Error, ReduceOp};
 
 pub(crate) fn gpu_present() -> bool {
     let present = streamcomm_gpu::Device::count().is_ok_and(|n| n > 0);
@@ -58,7 +58,7 @@ fn without_a_driver_the_cuda_backend_is_unavailable() {
         return;
     }
     let id = UniqueId::new().unwrap();
-    let comm = Communicator::init(&id, 0, 1, Backend::Host).unwrap();
+    let comm = Communicator::init(&id, 0, 1).unwrap();
     let err = CudaComm::new(&comm, 0).unwrap_err();
     assert!(matches!(err, Error::Unavailable(_)), "{err}");
     // The communicator itself is unharmed: host collectives still run.
@@ -286,7 +286,7 @@ fn captured_step(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<String>
 /// Runs `body` on one rank (a communicator of one) on GPU 0.
 pub(crate) fn alone<T>(body: impl FnOnce(&CudaComm, &Arc<CudaStream>) -> T) -> T {
     let id = UniqueId::new().unwrap();
-    let comm = Communicator::init(&id, 0, 1, Backend::Host).unwrap();
+    let comm = Communicator::init(&id, 0, 1).unwrap();
     let cuda = CudaComm::new(&comm, 0).unwrap();
     let ctx = CudaContext::new(0).unwrap();
     let stream = ctx.new_stream().unwrap();
@@ -305,7 +305,7 @@ fn two_ranks_as_threads_on_one_gpu_are_refused() {
     let threads: Vec<_> = (0..2)
         .map(|r| {
             std::thread::spawn(move || {
-                let comm = Communicator::init(&id, r, 2, Backend::Host).unwrap();
+                let comm = Communicator::init(&id, r, 2).unwrap();
                 CudaComm::new(&comm, 0).map(|_| ()).unwrap_err()
             })
         })
@@ -338,7 +338,7 @@ fn a_rank_thread_that_panics_fails_its_peer_instead_of_hanging() {
     let id = UniqueId::new().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let survivor = std::thread::spawn(move || {
-        let comm = Communicator::init(&id, 0, 2, Backend::Host).unwrap();
+        let comm = Communicator::init(&id, 0, 2).unwrap();
         let cuda = CudaComm::new(&comm, 0).unwrap();
         let ctx = CudaContext::new(0).unwrap();
         let s = ctx.new_stream().unwrap();
@@ -349,7 +349,7 @@ fn a_rank_thread_that_panics_fails_its_peer_instead_of_hanging() {
         let _ = tx.send((called.err(), synced.is_ok(), cuda.async_error()));
     });
     let doomed = std::thread::spawn(move || {
-        let comm = Communicator::init(&id, 1, 2, Backend::Host).unwrap();
+        let comm = Communicator::init(&id, 1, 2).unwrap();
         let _cuda = CudaComm::new(&comm, 1).unwrap();
         panic!("rank 1 fails before its collective (on purpose)");
     });

@@ -119,7 +119,7 @@ fn child() {
         config.cuda_window *= 2;
     }
     let window = config.cuda_window;
-    let comm = Communicator::from_env_with_config(config).unwrap();
+    let comm = Communicator::builder().config(config).build().unwrap();
     let cuda = CudaComm::new(&comm, 0).unwrap();
     let ctx = CudaContext::new(0).unwrap();
     let s = ctx.new_stream().unwrap();

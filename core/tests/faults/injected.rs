@@ -25,7 +25,7 @@ use streamcomm::config::TransportChoice;
 use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::testing::plan::{build, PlanParams};
 use streamcomm::Collective;
-use streamcomm::{Backend, Communicator, Config, DataType, Error, ReduceOp};
+use streamcomm::{Communicator, Config, DataType, Error, ReduceOp};
 
 const N: usize = 4;
 /// 4 slots of 4 KiB: a chunk of the all-reduce below spans 3 slots.
@@ -35,14 +35,13 @@ const COUNT: usize = N * 3 * (BUFFSIZE / NSTEPS / 4);
 const LONG: Duration = Duration::from_secs(60);
 
 fn config(transport: TransportChoice, timeout: Duration, faults: &str) -> Config {
-    Config {
-        buffsize: BUFFSIZE,
-        nsteps: NSTEPS,
-        timeout,
-        transport,
-        faults: FaultPlan::parse(faults).unwrap(),
-        ..Config::default()
-    }
+    let mut c = Config::default();
+    c.buffsize = BUFFSIZE;
+    c.nsteps = NSTEPS;
+    c.timeout = timeout;
+    c.transport = transport;
+    c.faults = FaultPlan::parse(faults).unwrap();
+    c
 }
 
 /// Slots rank `from` sends to rank `to` in one all-reduce of `COUNT` floats.
@@ -82,7 +81,12 @@ fn run_ranks<R: Send + 'static>(
     for (rank, config) in configs.into_iter().enumerate() {
         let (id, f, tx, all_done) = (id, f.clone(), tx.clone(), all_done.clone());
         std::thread::spawn(move || {
-            let comm = Communicator::init_with_config(&id, rank, n, Backend::Host, config)
+            let comm = Communicator::builder()
+                .unique_id(&id)
+                .rank(rank)
+                .size(n)
+                .config(config)
+                .build()
                 .unwrap_or_else(|e| panic!("rank {rank}: init failed: {e}"));
             let c = comm.clone();
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || f(c)));
@@ -360,15 +364,17 @@ fn injected_error(transport: TransportChoice) {
 /// barrier message late, so the second arrives while its one-slot ring is full.
 #[test]
 fn zero_length_frame_waiting_for_a_slot_is_delivered_tcp() {
-    let base = Config {
-        nsteps: 1,
-        nchannels: 1,
-        timeout: Duration::from_secs(5),
-        ..config(TransportChoice::Tcp, LONG, "")
+    let base = {
+        let mut c = config(TransportChoice::Tcp, LONG, "");
+        c.nsteps = 1;
+        c.nchannels = 1;
+        c.timeout = Duration::from_secs(5);
+        c
     };
-    let slow = Config {
-        faults: FaultPlan::parse("recv:peer=0:nth=1:delay=300ms").unwrap(),
-        ..base.clone()
+    let slow = {
+        let mut c = base.clone();
+        c.faults = FaultPlan::parse("recv:peer=0:nth=1:delay=300ms").unwrap();
+        c
     };
     let out = run_ranks(vec![base, slow], |comm| {
         (0..5).try_for_each(|_| comm.barrier_host())

@@ -10,18 +10,17 @@ use std::time::Duration;
 use streamcomm::bootstrap::UniqueId;
 use streamcomm::config::FaultPlan;
 use streamcomm::config::TransportChoice;
-use streamcomm::{Backend, Communicator, Config, Error};
+use streamcomm::{Communicator, Config, Error};
 
 fn rdma_device_here() -> bool {
     std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
 }
 
 fn verbs_config() -> Config {
-    Config {
-        transport: TransportChoice::Verbs,
-        timeout: Duration::from_secs(60),
-        ..Config::default()
-    }
+    let mut c = Config::default();
+    c.transport = TransportChoice::Verbs;
+    c.timeout = Duration::from_secs(60);
+    c
 }
 
 /// `STREAMCOMM_TRANSPORT=verbs` with peers: `Error::Unavailable` naming
@@ -40,7 +39,12 @@ fn forced_verbs_without_a_device_is_unavailable_and_auto_still_works() {
     let handles: Vec<_> = (0..2)
         .map(|rank| {
             std::thread::spawn(move || {
-                Communicator::init_with_config(&id, rank, 2, Backend::Host, verbs_config())
+                Communicator::builder()
+                    .unique_id(&id)
+                    .rank(rank)
+                    .size(2)
+                    .config(verbs_config())
+                    .build()
                     .map(|_| ())
             })
         })
@@ -58,7 +62,12 @@ fn forced_verbs_without_a_device_is_unavailable_and_auto_still_works() {
     }
     // One rank has no peers: no device needed.
     let id = UniqueId::new().unwrap();
-    let one = Communicator::init_with_config(&id, 0, 1, Backend::Host, verbs_config());
+    let one = Communicator::builder()
+        .unique_id(&id)
+        .rank(0)
+        .size(1)
+        .config(verbs_config())
+        .build();
     assert!(one.is_ok(), "{:?}", one.err());
 }
 
@@ -66,10 +75,8 @@ fn forced_verbs_without_a_device_is_unavailable_and_auto_still_works() {
 /// naming the feature, by builds without it; no rules is fine in both.
 #[test]
 fn fault_rules_need_the_fault_injection_feature() {
-    let config = Config {
-        faults: FaultPlan::parse("send:peer=1:nth=2:drop").unwrap(),
-        ..Config::default()
-    };
+    let mut config = Config::default();
+    config.faults = FaultPlan::parse("send:peer=1:nth=2:drop").unwrap();
     let checked = config.validate();
     if cfg!(feature = "fault-injection") {
         assert!(checked.is_ok(), "{:?}", checked.err());

@@ -14,19 +14,18 @@ use streamcomm::bootstrap::UniqueId;
 use streamcomm::host::HostStream;
 use streamcomm::Collective;
 use streamcomm::UntypedBuffer;
-use streamcomm::{Backend, Communicator, Config, DataType, ReduceOp};
+use streamcomm::{Communicator, Config, DataType, ReduceOp};
 use streamcomm_run::local::LocalLauncher;
 
 use crate::common::{check, expected, gen_inputs, recv_count, send_count};
 
 /// A small ring so that every multi-chunk path runs: 4 slots of 2 KiB.
 pub fn small_config() -> Config {
-    Config {
-        buffsize: 8 << 10,
-        nsteps: 4,
-        timeout: Duration::from_secs(60),
-        ..Config::default()
-    }
+    let mut c = Config::default();
+    c.buffsize = 8 << 10;
+    c.nsteps = 4;
+    c.timeout = Duration::from_secs(60);
+    c
 }
 
 /// Runs `f` on `n` ranks, each a thread with its own communicator; fails the
@@ -45,7 +44,12 @@ pub fn run_threads<R: Send + 'static>(
             .name(format!("rank-{rank}"))
             .spawn(move || {
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    let comm = Communicator::init_with_config(&id, rank, n, Backend::Host, config)
+                    let comm = Communicator::builder()
+                        .unique_id(&id)
+                        .rank(rank)
+                        .size(n)
+                        .config(config)
+                        .build()
                         .unwrap_or_else(|e| panic!("rank {rank}: init failed: {e}"));
                     f(comm)
                 }));

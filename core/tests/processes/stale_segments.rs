@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use streamcomm::bootstrap::UniqueId;
 use streamcomm::testing::transport::RingShape;
 use streamcomm::testing::transport::Segment;
-use streamcomm::{Backend, Communicator, Config};
+use streamcomm::{Communicator, Config};
 
 const CHILD: &str = "STREAMCOMM_TEST_SEGMENT_CHILD";
 
@@ -81,7 +81,13 @@ fn leftovers_of_dead_processes_are_swept() {
     assert!(live_path.exists());
 
     let id = UniqueId::new().unwrap();
-    let comm = Communicator::init_with_config(&id, 0, 1, Backend::Host, Config::default()).unwrap();
+    let comm = Communicator::builder()
+        .unique_id(&id)
+        .rank(0)
+        .size(1)
+        .config(Config::default())
+        .build()
+        .unwrap();
     assert!(!dead_path.exists(), "{dead_path:?} was not swept");
     assert!(
         live_path.exists(),

@@ -12,13 +12,14 @@ use streamcomm::config::AlgoOverride;
 use streamcomm::config::HostsOverride;
 use streamcomm::host::HostStream;
 use streamcomm::{Algorithm, Collective};
-use streamcomm::{Backend, Communicator, Config, DataType, Error, ReduceOp};
+use streamcomm::{Communicator, DataType, Error, ReduceOp};
 
 #[test]
 fn forced_and_modelled_choices_are_reported_and_run() {
-    let config = Config {
-        algo: AlgoOverride::parse("all_reduce=halving_doubling,broadcast=binomial").unwrap(),
-        ..harness::small_config()
+    let config = {
+        let mut c = harness::small_config();
+        c.algo = AlgoOverride::parse("all_reduce=halving_doubling,broadcast=binomial").unwrap();
+        c
     };
     let results = harness::run_threads(5, config, Duration::from_secs(60), |comm| {
         let f32s = DataType::F32;
@@ -65,11 +66,17 @@ fn ranks_that_disagree_on_the_algorithm_fail_at_creation() {
         let tx = tx.clone();
         std::thread::spawn(move || {
             let algo = if rank == 0 { "tree" } else { "ring" };
-            let config = Config {
-                algo: AlgoOverride::parse(algo).unwrap(),
-                ..harness::small_config()
+            let config = {
+                let mut c = harness::small_config();
+                c.algo = AlgoOverride::parse(algo).unwrap();
+                c
             };
-            let r = Communicator::init_with_config(&id, rank, 2, Backend::Host, config);
+            let r = Communicator::builder()
+                .unique_id(&id)
+                .rank(rank)
+                .size(2)
+                .config(config)
+                .build();
             let _ = tx.send(r.err());
         });
     }
@@ -92,9 +99,10 @@ fn pretend_hosts_change_the_barriers_not_the_links_the_model_prices() {
     // pretend hosts for the barriers' topology; their links stay shared
     // memory, so the model must price them as one host's, not as tcp.
     let predictions = |hosts_override: Option<&str>| {
-        let config = Config {
-            hosts_override: hosts_override.map(|o| HostsOverride::parse(o).unwrap()),
-            ..harness::small_config()
+        let config = {
+            let mut c = harness::small_config();
+            c.hosts_override = hosts_override.map(|o| HostsOverride::parse(o).unwrap());
+            c
         };
         harness::run_threads(4, config, Duration::from_secs(60), |comm| {
             [Algorithm::Ring, Algorithm::Tree, Algorithm::HalvingDoubling]

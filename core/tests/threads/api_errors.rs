@@ -8,7 +8,7 @@ use harness::{run_threads, small_config};
 use streamcomm::bootstrap::UniqueId;
 use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::UntypedBuffer;
-use streamcomm::{Backend, Communicator, Config, DataType, Error, ReduceOp};
+use streamcomm::{Communicator, Config, DataType, Error, ReduceOp};
 
 fn msg(e: Error) -> String {
     assert!(
@@ -21,11 +21,21 @@ fn msg(e: Error) -> String {
 #[test]
 fn size_zero_and_rank_out_of_range() {
     let id = UniqueId::new().unwrap();
-    let e =
-        Communicator::init_with_config(&id, 0, 0, Backend::Host, Config::default()).unwrap_err();
+    let e = Communicator::builder()
+        .unique_id(&id)
+        .rank(0)
+        .size(0)
+        .config(Config::default())
+        .build()
+        .unwrap_err();
     assert!(msg(e).contains("size"));
-    let e =
-        Communicator::init_with_config(&id, 4, 4, Backend::Host, Config::default()).unwrap_err();
+    let e = Communicator::builder()
+        .unique_id(&id)
+        .rank(4)
+        .size(4)
+        .config(Config::default())
+        .build()
+        .unwrap_err();
     let m = msg(e);
     assert!(m.contains("rank 4") && m.contains("size 4"), "{m}");
 }
@@ -79,9 +89,10 @@ fn bad_buffers_and_peers_are_refused_at_enqueue() {
 
 #[test]
 fn mismatched_counts_fail_on_both_ranks_without_hanging() {
-    let config = Config {
-        timeout: Duration::from_secs(30),
-        ..small_config()
+    let config = {
+        let mut c = small_config();
+        c.timeout = Duration::from_secs(30);
+        c
     };
     let results = run_threads(2, config, Duration::from_secs(60), |comm| {
         let stream = HostStream::new().unwrap();

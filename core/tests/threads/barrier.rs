@@ -12,7 +12,6 @@ use harness::{run_threads, small_config};
 use rand::{Rng, SeedableRng};
 use streamcomm::config::Progress;
 use streamcomm::host::HostStream;
-use streamcomm::Config;
 
 /// Every rank bumps `arrived` before barrier k and then checks that all
 /// `n * (k + 1)` arrivals happened, with random delays before arriving.
@@ -48,9 +47,10 @@ fn host_barrier_holds_for_1_to_9_ranks() {
 /// after it checks; both run on the stream, so this checks stream order.
 fn stream_barrier(n: usize, iters: usize, progress: Progress, captured: bool) {
     let arrived = Arc::new(AtomicUsize::new(0));
-    let config = Config {
-        progress,
-        ..small_config()
+    let config = {
+        let mut c = small_config();
+        c.progress = progress;
+        c
     };
     run_threads(n, config, Duration::from_secs(120), move |comm| {
         let stream = HostStream::new().unwrap();

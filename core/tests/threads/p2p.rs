@@ -28,10 +28,11 @@ use harness::p2p::{payload, ring_exchange, POISON};
 const LIMIT: usize = 4096;
 
 fn config(transport: TransportChoice) -> Config {
-    Config {
-        transport,
-        p2p_eager_limit: LIMIT,
-        ..harness::small_config()
+    {
+        let mut c = harness::small_config();
+        c.transport = transport;
+        c.p2p_eager_limit = LIMIT;
+        c
     }
 }
 
@@ -322,9 +323,10 @@ fn p2p_over_tcp_threads_2_3_4_5() {
 #[test]
 fn rendezvous_streams_through_the_ring_when_direct_writes_are_off() {
     let seed = streamcomm_testkit::seed();
-    let cfg = Config {
-        p2p_direct: false,
-        ..config(TransportChoice::Shm)
+    let cfg = {
+        let mut c = config(TransportChoice::Shm);
+        c.p2p_direct = false;
+        c
     };
     harness::run_threads(2, cfg, Duration::from_secs(120), move |comm| {
         let stream = HostStream::new().unwrap();

@@ -105,11 +105,12 @@ fn soak_rank(comm: &Communicator, seed: u64, ops: u64, arrived: &AtomicU64) -> u
 fn soak() {
     let ops = ops_wanted();
     let seed = streamcomm_testkit::seed();
-    let config = Config {
-        buffsize: 8 << 10,
-        nsteps: 4,
-        timeout: Duration::from_secs(60),
-        ..Config::from_env().unwrap()
+    let config = {
+        let mut c = Config::from_env().unwrap();
+        c.buffsize = 8 << 10;
+        c.nsteps = 4;
+        c.timeout = Duration::from_secs(60);
+        c
     };
     let arrived = Arc::new(AtomicU64::new(0));
     let t0 = Instant::now();

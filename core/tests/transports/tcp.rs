@@ -13,10 +13,11 @@ use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::{Config, Error, ReduceOp};
 
 fn tcp_config(nchannels: usize) -> Config {
-    Config {
-        transport: TransportChoice::Tcp,
-        nchannels,
-        ..small_config()
+    {
+        let mut c = small_config();
+        c.transport = TransportChoice::Tcp;
+        c.nchannels = nchannels;
+        c
     }
 }
 
@@ -175,9 +176,10 @@ fn a_peer_that_dies_mid_collective_fails_the_others_naming_it() {
 /// its tcp peers at once: nobody waits for the timeout.
 #[test]
 fn a_mismatch_fails_every_rank_promptly_over_tcp() {
-    let config = Config {
-        timeout: Duration::from_secs(30),
-        ..tcp_config(1)
+    let config = {
+        let mut c = tcp_config(1);
+        c.timeout = Duration::from_secs(30);
+        c
     };
     let results = run_threads(3, config, Duration::from_secs(60), |comm| {
         let stream = HostStream::new().unwrap();

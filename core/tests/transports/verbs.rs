@@ -37,10 +37,11 @@ fn rdma_here() -> bool {
 }
 
 fn verbs_config() -> Config {
-    Config {
-        transport: TransportChoice::Verbs,
-        p2p_eager_limit: 4096,
-        ..harness::small_config()
+    {
+        let mut c = harness::small_config();
+        c.transport = TransportChoice::Verbs;
+        c.p2p_eager_limit = 4096;
+        c
     }
 }
 
@@ -86,10 +87,11 @@ fn every_barrier_algorithm_over_verbs_2_and_4_ranks() {
             // read; the central counter fetch-adds the root's counter with
             // RDMA atomics (Soft-RoCE has them: ATOMIC_HCA) and the root
             // releases each rank in its own area.
-            let config = Config {
-                barrier_algo: Some(algo),
-                hosts_override: Some(HostsOverride::RanksPerHost(2)),
-                ..verbs_config()
+            let config = {
+                let mut c = verbs_config();
+                c.barrier_algo = Some(algo);
+                c.hosts_override = Some(HostsOverride::RanksPerHost(2));
+                c
             };
             let arrived = Arc::new(AtomicUsize::new(0));
             let seed = streamcomm_testkit::seed();
@@ -206,9 +208,10 @@ fn p2p_over_verbs_2_and_4_ranks() {
     }
     // STREAMCOMM_P2P_DIRECT=0: rendezvous bytes follow through the slots.
     let seed = streamcomm_testkit::seed();
-    let config = Config {
-        p2p_direct: false,
-        ..verbs_config()
+    let config = {
+        let mut c = verbs_config();
+        c.p2p_direct = false;
+        c
     };
     harness::run_threads(2, config, Duration::from_secs(300), move |comm| {
         let stream = HostStream::new().unwrap();
@@ -228,9 +231,10 @@ fn an_abort_reaches_verbs_peers_instead_of_a_timeout() {
         streamcomm_testkit::skip("verbs::an_abort_reaches_verbs_peers_instead_of_a_timeout", "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)");
         return;
     }
-    let config = Config {
-        timeout: Duration::from_secs(120),
-        ..verbs_config()
+    let config = {
+        let mut c = verbs_config();
+        c.timeout = Duration::from_secs(120);
+        c
     };
     let results = harness::run_threads(3, config, Duration::from_secs(100), |comm| {
         let stream = HostStream::new().unwrap();

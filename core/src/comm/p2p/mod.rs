@@ -179,11 +179,11 @@ impl<'c, 's> Group<'c, 's> {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// // A ring exchange: send to the next rank, receive from the previous one.
@@ -219,11 +219,11 @@ impl<'c, 's> Group<'c, 's> {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// // A ring exchange: send to the next rank, receive from the previous one.
@@ -417,11 +417,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut buf = HostBuffer::from_slice(&[comm.rank() as f32; 3]);
@@ -459,11 +459,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut inbox = HostBuffer::<u64>::zeroed(8); // may be larger than the message
@@ -496,11 +496,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut buf = HostBuffer::from_slice(&[comm.rank() as i32 + 1; 4]);
@@ -529,11 +529,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut buf = HostBuffer::<u8>::zeroed(5);
@@ -578,11 +578,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// // Rank 0 sends 1 element to itself and 2 to rank 1; rank 1 sends 3 and 1.
@@ -653,11 +653,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let send = HostBuffer::from_slice(&[comm.rank() as u32 * 10; 2]);
@@ -704,11 +704,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let send = HostBuffer::from_slice(&[1u32, 2, 3, 4]); // read on the root only
@@ -750,11 +750,11 @@ impl Communicator {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Backend, Communicator, ReduceOp};
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// # let id = UniqueId::new()?;
     /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
+    /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut buf = HostBuffer::<f32>::zeroed(16);
