@@ -130,9 +130,9 @@ impl Call {
             Collective::Sendrecv => {
                 let (rank, n) = (comm.rank(), comm.size());
                 let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
-                comm.group(|g| {
-                    g.send(send, next, stream)?;
-                    g.recv(recv, prev, stream)
+                comm.group(stream, |g| {
+                    g.send(send, next)?;
+                    g.recv(recv, prev)
                 })
             }
             Collective::Barrier => comm.barrier(stream),

@@ -163,12 +163,12 @@ fn submit(batch: Batch) -> FfiResult {
         mut ops,
         ..
     } = batch;
-    comm.group(|g| {
+    comm.group(&stream, |g| {
         for op in ops.iter_mut() {
             if op.is_send {
-                g.send(&op.buf, op.peer, &stream)?;
+                g.send(&op.buf, op.peer)?;
             } else {
-                g.recv(&mut op.buf, op.peer, &stream)?;
+                g.recv(&mut op.buf, op.peer)?;
             }
         }
         Ok(())

@@ -120,7 +120,7 @@ pub unsafe extern "C" fn streamcomm_stream_wait_event(
 ) -> c_int {
     guard("streamcomm_stream_wait_event", || {
         let s = STREAMS.get(stream)?;
-        Ok(EVENTS.get(event)?.wait_on(&s)?)
+        Ok(s.wait(&*EVENTS.get(event)?)?)
     })
 }
 

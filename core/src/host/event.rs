@@ -34,7 +34,7 @@ struct Inner {
 /// let ev = HostEvent::new();
 /// a.host_fn(|| std::thread::sleep(std::time::Duration::from_millis(5))).unwrap();
 /// ev.record(&a).unwrap();
-/// ev.wait_on(&b).unwrap(); // b's later work starts after a's sleep
+/// b.wait(&ev).unwrap(); // b's later work starts after a's sleep
 /// ev.synchronize().unwrap();
 /// assert!(ev.query());
 /// ```
@@ -45,11 +45,28 @@ pub struct HostEvent {
 
 impl HostEvent {
     /// An event that has never been recorded (queries as complete).
+    ///
+    /// # Examples
+    /// ```
+    /// let ev = streamcomm::host::HostEvent::new();
+    /// assert!(ev.query());
+    /// ```
     pub fn new() -> HostEvent {
         HostEvent::default()
     }
 
     /// Records the event at the current end of `stream`.
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::host::{HostEvent, HostStream};
+    /// let stream = HostStream::new()?;
+    /// let ev = HostEvent::new();
+    /// stream.host_fn(|| std::thread::sleep(std::time::Duration::from_millis(5)))?;
+    /// ev.record(&stream)?;
+    /// ev.synchronize()?; // the sleep has run
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// [`Error::InvalidUsage`] while `stream` is capturing.
@@ -67,13 +84,10 @@ impl HostEvent {
         }))
     }
 
-    /// Makes `stream`'s later work wait until the last recorded point completes.
-    ///
-    /// # Errors
-    /// [`Error::InvalidUsage`] while `stream` is capturing. The wait itself
-    /// fails the stream with [`Error::Timeout`] after the stream's timeout.
-    pub fn wait_on(&self, stream: &HostStream) -> Result<()> {
-        refuse_capture(stream, "HostEvent::wait_on")?;
+    /// Makes `stream`'s later work wait until the last recorded point
+    /// completes: what [`HostStream::wait`] does.
+    pub(crate) fn enqueue_wait(&self, stream: &HostStream) -> Result<()> {
+        refuse_capture(stream, "HostStream::wait")?;
         let target = self.inner.recorded.load(Ordering::Acquire);
         let inner = self.inner.clone();
         let timeout = stream.timeout();
@@ -84,12 +98,34 @@ impl HostEvent {
     }
 
     /// True when the last recorded point has completed (never blocks).
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::host::{HostEvent, HostStream};
+    /// let stream = HostStream::new()?;
+    /// let ev = HostEvent::new();
+    /// ev.record(&stream)?;
+    /// stream.synchronize()?;
+    /// assert!(ev.query());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn query(&self) -> bool {
         self.inner.completed.load(Ordering::Acquire) >= self.inner.recorded.load(Ordering::Acquire)
     }
 
     /// Blocks the calling thread until the last recorded point completes
     /// (at most the default timeout).
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::host::{HostEvent, HostStream};
+    /// let stream = HostStream::new()?;
+    /// let ev = HostEvent::new();
+    /// ev.record(&stream)?;
+    /// ev.synchronize()?;
+    /// assert!(ev.query());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// [`Error::Timeout`].

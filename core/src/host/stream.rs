@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use crate::config::DEFAULT_TIMEOUT;
 use crate::host::doorbell::{Doorbell, WaitCmp};
+use crate::host::event::HostEvent;
 use crate::host::graph::Graph;
 use crate::host::job::{FnTask, Job, JobMode, Task};
 use crate::wait::{Notifier, WaitError, WaitPolicy};
@@ -269,6 +270,34 @@ impl HostStream {
         drop(st);
         self.shared.bump_work();
         Ok(())
+    }
+
+    /// Makes this stream's later work wait until `event`'s last recorded
+    /// point completes (`cuStreamWaitEvent`; cudarc's `CudaStream::wait`).
+    ///
+    /// # Stream semantics
+    /// Returns at once; the wait runs on this stream. An event never
+    /// recorded is complete, so waiting on it does nothing.
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::host::{HostEvent, HostStream};
+    /// let (a, b) = (HostStream::new()?, HostStream::new()?);
+    /// let ev = HostEvent::new();
+    /// a.host_fn(|| std::thread::sleep(std::time::Duration::from_millis(5)))?;
+    /// ev.record(&a)?;
+    /// b.wait(&ev)?; // b's later work starts after a's sleep
+    /// b.synchronize()?;
+    /// assert!(ev.query());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidUsage`] while this stream is capturing (a replay would
+    /// wait for a stale generation). The wait itself fails the stream with
+    /// [`Error::Timeout`] after the stream's timeout.
+    pub fn wait(&self, event: &HostEvent) -> Result<()> {
+        event.enqueue_wait(self)
     }
 
     /// Enqueues user work, the host backend's kernel launch (`cuLaunchHostFunc`).

@@ -31,13 +31,13 @@ pub fn ring_exchange(comm: &Communicator, stream: &HostStream, seed: u64) {
         let out = HostBuffer::from_slice(&payload(seed, r, right, tag, len));
         let mut inb = HostBuffer::from_slice(&vec![POISON; len + 7]);
         let recv_first = (tag + r as u64) % 2 == 0;
-        comm.group(|g| {
+        comm.group(stream, |g| {
             if recv_first {
-                g.recv(&mut inb, left, stream)?;
-                g.send(&out, right, stream)
+                g.recv(&mut inb, left)?;
+                g.send(&out, right)
             } else {
-                g.send(&out, right, stream)?;
-                g.recv(&mut inb, left, stream)
+                g.send(&out, right)?;
+                g.recv(&mut inb, left)
             }
         })
         .unwrap();

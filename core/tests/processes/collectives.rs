@@ -96,7 +96,7 @@ fn stream_order(comm: &Communicator, stream: &HostStream, _seed: u64) {
     let other = HostStream::new().unwrap();
     let ev = HostEvent::new();
     ev.record(stream).unwrap();
-    ev.wait_on(&other).unwrap();
+    other.wait(&ev).unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let (b3, s3) = (b.clone(), seen.clone());
     other

@@ -118,7 +118,7 @@ fn events_order_streams_and_report_completion() {
     .unwrap();
     let ev = HostEvent::new();
     ev.record(&a).unwrap();
-    ev.wait_on(&b).unwrap();
+    b.wait(&ev).unwrap();
     let bb = buf.clone();
     let copy = Arc::new(Mutex::new(Vec::new()));
     let c2 = copy.clone();

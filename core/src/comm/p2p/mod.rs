@@ -154,27 +154,14 @@ impl Communicator {
     }
 }
 
-/// Operations posted together with [`Communicator::group`].
-pub struct Group<'c, 's> {
-    comm: &'c Communicator,
+/// Operations posted together with [`Communicator::group`], all on its
+/// stream.
+pub struct Group<'a> {
+    comm: &'a Communicator,
     spec: GroupSpec,
-    stream: Option<&'s HostStream>,
 }
 
-impl<'c, 's> Group<'c, 's> {
-    fn stream(&mut self, stream: &'s HostStream) -> Result<()> {
-        match self.stream {
-            Some(s) if !std::ptr::eq(s, stream) => Err(Error::invalid(format!(
-                "{}: every operation of a group must use the same stream",
-                self.spec.name
-            ))),
-            _ => {
-                self.stream = Some(stream);
-                Ok(())
-            }
-        }
-    }
-
+impl Group<'_> {
     /// Adds a send of all of `buf` to `peer`.
     ///
     /// # Examples
@@ -191,9 +178,9 @@ impl<'c, 's> Group<'c, 's> {
     /// let (next, prev) = ((comm.rank() + 1) % n, (comm.rank() + n - 1) % n);
     /// let send = HostBuffer::from_slice(&[comm.rank() as f32; 4]);
     /// let mut recv = HostBuffer::<f32>::zeroed(4);
-    /// comm.group(|g| {
-    ///     g.send(&send, next, &stream)?;
-    ///     g.recv(&mut recv, prev, &stream)
+    /// comm.group(&stream, |g| {
+    ///     g.send(&send, next)?;
+    ///     g.recv(&mut recv, prev)
     /// })?;
     /// stream.synchronize()?;
     /// assert_eq!(recv.to_vec(), vec![prev as f32; 4]);
@@ -204,15 +191,10 @@ impl<'c, 's> Group<'c, 's> {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a peer out of range or a second stream.
-    pub fn send(
-        &mut self,
-        buf: &impl AsBufView,
-        peer: usize,
-        stream: &'s HostStream,
-    ) -> Result<()> {
+    /// [`Error::InvalidArgument`] for a peer out of range.
+    pub fn send(&mut self, buf: &impl AsBufView, peer: usize) -> Result<()> {
         let v = buf.buf_view();
-        self.send_region(&v, 0, v.len(), peer, stream)
+        self.send_region(&v, 0, v.len(), peer)
     }
 
     /// Adds a receive from `peer` into `buf` (a message up to its length).
@@ -231,9 +213,9 @@ impl<'c, 's> Group<'c, 's> {
     /// let (next, prev) = ((comm.rank() + 1) % n, (comm.rank() + n - 1) % n);
     /// let send = HostBuffer::from_slice(&[comm.rank() as f32; 4]);
     /// let mut recv = HostBuffer::<f32>::zeroed(4);
-    /// comm.group(|g| {
-    ///     g.send(&send, next, &stream)?;
-    ///     g.recv(&mut recv, prev, &stream)
+    /// comm.group(&stream, |g| {
+    ///     g.send(&send, next)?;
+    ///     g.recv(&mut recv, prev)
     /// })?;
     /// stream.synchronize()?;
     /// assert_eq!(recv.to_vec(), vec![prev as f32; 4]);
@@ -245,37 +227,16 @@ impl<'c, 's> Group<'c, 's> {
     ///
     /// # Errors
     /// As [`Group::send`].
-    pub fn recv(
-        &mut self,
-        buf: &mut impl AsBufView,
-        peer: usize,
-        stream: &'s HostStream,
-    ) -> Result<()> {
+    pub fn recv(&mut self, buf: &mut impl AsBufView, peer: usize) -> Result<()> {
         let v = buf.buf_view();
-        self.recv_region(&v, 0, v.len(), peer, stream)
+        self.recv_region(&v, 0, v.len(), peer)
     }
 
-    fn send_region(
-        &mut self,
-        v: &BufView,
-        offset: usize,
-        count: usize,
-        peer: usize,
-        stream: &'s HostStream,
-    ) -> Result<()> {
-        self.stream(stream)?;
+    fn send_region(&mut self, v: &BufView, offset: usize, count: usize, peer: usize) -> Result<()> {
         self.spec.push(Dir::Send, peer, v, offset, count)
     }
 
-    fn recv_region(
-        &mut self,
-        v: &BufView,
-        offset: usize,
-        count: usize,
-        peer: usize,
-        stream: &'s HostStream,
-    ) -> Result<()> {
-        self.stream(stream)?;
+    fn recv_region(&mut self, v: &BufView, offset: usize, count: usize, peer: usize) -> Result<()> {
         self.spec.push(Dir::Recv, peer, v, offset, count)
     }
 }
@@ -313,9 +274,9 @@ impl Communicator {
     /// let (n, r) = (comm.size(), comm.rank());
     /// let out = HostBuffer::from_slice(&[r as f32; 4]);
     /// let mut inb = HostBuffer::<f32>::zeroed(4);
-    /// comm.group(|g| {
-    ///     g.send(&out, (r + 1) % n, stream)?;
-    ///     g.recv(&mut inb, (r + n - 1) % n, stream)
+    /// comm.group(stream, |g| {
+    ///     g.send(&out, (r + 1) % n)?;
+    ///     g.recv(&mut inb, (r + n - 1) % n)
     /// })?;
     /// # Ok(()) }
     /// ```
@@ -323,15 +284,20 @@ impl Communicator {
     /// # Errors
     /// What `f` returns; [`Error::InvalidArgument`] when the group as a
     /// whole is invalid (a buffer both sent and received, overlapping
-    /// receive regions, unpaired sends to this rank, two streams).
-    pub fn group<'s, R>(&self, f: impl FnOnce(&mut Group<'_, 's>) -> Result<R>) -> Result<R> {
-        self.group_named("group", f)
+    /// receive regions, unpaired sends to this rank).
+    pub fn group<R>(
+        &self,
+        stream: &HostStream,
+        f: impl FnOnce(&mut Group<'_>) -> Result<R>,
+    ) -> Result<R> {
+        self.group_named("group", stream, f)
     }
 
-    fn group_named<'s, R>(
+    fn group_named<R>(
         &self,
         name: &str,
-        f: impl FnOnce(&mut Group<'_, 's>) -> Result<R>,
+        stream: &HostStream,
+        f: impl FnOnce(&mut Group<'_>) -> Result<R>,
     ) -> Result<R> {
         if let Some(e) = self.inner.error() {
             return Err(e);
@@ -339,17 +305,12 @@ impl Communicator {
         let mut g = Group {
             comm: self,
             spec: GroupSpec::new(name.to_string(), self.inner.rank, self.inner.size),
-            stream: None,
         };
         let r = f(&mut g)?;
-        let Group {
-            comm,
-            mut spec,
-            stream,
-        } = g;
-        let Some(stream) = stream else {
+        let Group { comm, mut spec, .. } = g;
+        if spec.ops.is_empty() {
             return Ok(r);
-        };
+        }
         if spec.name == "group" && spec.ops.len() == 1 {
             let o = &spec.ops[0];
             spec.name = match o.dir {
@@ -442,7 +403,7 @@ impl Communicator {
     /// [`Error::InvalidArgument`] for a peer out of range or equal to this
     /// rank; the stored error if the communicator has failed.
     pub fn send(&self, buf: &impl AsBufView, peer: usize, stream: &HostStream) -> Result<()> {
-        self.group(|g| g.send(buf, peer, stream))
+        self.group(stream, |g| g.send(buf, peer))
     }
 
     /// Receives a message from `peer` into the front of `buf`; one larger
@@ -485,7 +446,7 @@ impl Communicator {
     /// # Errors
     /// As [`Communicator::send`].
     pub fn recv(&self, buf: &mut impl AsBufView, peer: usize, stream: &HostStream) -> Result<()> {
-        self.group(|g| g.recv(buf, peer, stream))
+        self.group(stream, |g| g.recv(buf, peer))
     }
 
     /// Sends `buf` to `peer` from the calling thread, returning when the
@@ -634,14 +595,14 @@ impl Communicator {
         let (s, r) = (send.buf_view(), recv.buf_view());
         check_pair("all_to_allv", &s, &r)?;
         let me = self.inner.rank;
-        self.group_named("all_to_allv", |g| {
+        self.group_named("all_to_allv", stream, |g| {
             // Pairwise order (round k: send to me+k, receive from me-k) so
             // every rank works on distinct pairs at any moment.
             for k in 0..n {
                 let to = (me + k) % n;
                 let from = (me + n - k) % n;
-                g.send_region(&s, send_displs[to], send_counts[to], to, stream)?;
-                g.recv_region(&r, recv_displs[from], recv_counts[from], from, stream)?;
+                g.send_region(&s, send_displs[to], send_counts[to], to)?;
+                g.recv_region(&r, recv_displs[from], recv_counts[from], from)?;
             }
             Ok(())
         })
@@ -686,12 +647,12 @@ impl Communicator {
         let (s, r) = (send.buf_view(), recv.buf_view());
         let (n, me, count) = (self.inner.size, self.inner.rank, s.len());
         check_root("gather", root, n)?;
-        self.group_named(&format!("gather root {root}"), |g| {
-            g.send_region(&s, 0, count, root, stream)?;
+        self.group_named(&format!("gather root {root}"), stream, |g| {
+            g.send_region(&s, 0, count, root)?;
             if me == root {
                 check_pair("gather", &s, &r)?;
                 for j in 0..n {
-                    g.recv_region(&r, j * count, count, j, stream)?;
+                    g.recv_region(&r, j * count, count, j)?;
                 }
             }
             Ok(())
@@ -734,14 +695,14 @@ impl Communicator {
         let (s, r) = (send.buf_view(), recv.buf_view());
         let (n, me, count) = (self.inner.size, self.inner.rank, r.len());
         check_root("scatter", root, n)?;
-        self.group_named(&format!("scatter root {root}"), |g| {
+        self.group_named(&format!("scatter root {root}"), stream, |g| {
             if me == root {
                 check_pair("scatter", &s, &r)?;
                 for j in 0..n {
-                    g.send_region(&s, j * count, count, j, stream)?;
+                    g.send_region(&s, j * count, count, j)?;
                 }
             }
-            g.recv_region(&r, 0, count, root, stream)
+            g.recv_region(&r, 0, count, root)
         })
     }
 
