@@ -5,7 +5,9 @@
 //! two ranks in the same run (one socket, or `nchannels` in parallel, the
 //! better), and the sendrecv latency with the raw 8-byte round trip — both
 //! the one-way latency (what the latency line prints) and the library's
-//! whole round trip, which is the like-for-like ratio.
+//! whole round trip. Small messages are also judged against half the
+//! busy-polling raw round trip: a blocking socket pays a wake-up per read,
+//! which flatters any library that spins.
 
 use crate::latency::Latency;
 use crate::rawtcp::RawTcp;
@@ -35,6 +37,14 @@ pub struct VsTcp {
     pub latency_one_way_vs_tcp_round_trip: Option<f64>,
     /// sendrecv round trip p50 (twice the one-way) / raw tcp round trip p50.
     pub latency_round_trip_vs_tcp_round_trip: Option<f64>,
+    /// Raw tcp one-way time when both sides busy-poll: half the
+    /// busy-polling round trip p50, µs. Small tcp messages are judged
+    /// against this.
+    pub tcp_busy_one_way_us: f64,
+    /// sendrecv one-way p50 through streams / the busy-polling one-way.
+    pub stream_one_way_vs_busy_one_way: Option<f64>,
+    /// sendrecv one-way p50 with host calls / the busy-polling one-way.
+    pub host_one_way_vs_busy_one_way: Option<f64>,
 }
 
 impl VsTcp {
@@ -43,6 +53,7 @@ impl VsTcp {
         let largest = rows.iter().max_by_key(|r| r.bytes);
         let best = rows.iter().max_by(|a, b| a.busbw.total_cmp(&b.busbw));
         let one_way = latency.map(|l| l.one_way.p50);
+        let busy_one_way = tcp.busy_round_trip_us / 2.0;
         VsTcp {
             tcp_gbps: tcp.best_gbps,
             tcp_round_trip_us: tcp.round_trip_us,
@@ -55,6 +66,10 @@ impl VsTcp {
             latency_one_way_vs_tcp_round_trip: one_way.map(|l| fraction(l, tcp.round_trip_us)),
             latency_round_trip_vs_tcp_round_trip: one_way
                 .map(|l| fraction(2.0 * l, tcp.round_trip_us)),
+            tcp_busy_one_way_us: busy_one_way,
+            stream_one_way_vs_busy_one_way: one_way.map(|l| fraction(l, busy_one_way)),
+            host_one_way_vs_busy_one_way: latency
+                .map(|l| fraction(l.host_one_way.p50, busy_one_way)),
         }
     }
 }
@@ -62,8 +77,12 @@ impl VsTcp {
 /// The header lines describing the raw tcp figures.
 pub fn header_lines(tcp: &RawTcp) -> [String; 2] {
     let mut figures = format!(
-        "# raw tcp between ranks 0 and 1: round trip {:.1} us (p99 {:.1} us), 1 socket {:.2} GB/s",
-        tcp.round_trip_us, tcp.round_trip_p99_us, tcp.single_socket_gbps
+        "# raw tcp between ranks 0 and 1: round trip {:.1} us (p99 {:.1} us), busy-polling {:.1} us (p99 {:.1} us), 1 socket {:.2} GB/s",
+        tcp.round_trip_us,
+        tcp.round_trip_p99_us,
+        tcp.busy_round_trip_us,
+        tcp.busy_round_trip_p99_us,
+        tcp.single_socket_gbps
     );
     if tcp.sockets > 1 {
         figures += &format!(
@@ -116,6 +135,15 @@ pub fn summary_lines(v: &VsTcp) -> Vec<String> {
             v.tcp_round_trip_us
         ));
     }
+    if let (Some(streams), Some(host)) = (
+        v.stream_one_way_vs_busy_one_way,
+        v.host_one_way_vs_busy_one_way,
+    ) {
+        lines.push(format!(
+            "# latency/tcp busy-poll: one-way p50 through streams {streams:.2}x, with host calls {host:.2}x the busy-polling raw tcp one-way ({:.1} us, half its round trip)",
+            v.tcp_busy_one_way_us
+        ));
+    }
     lines
 }
 
@@ -131,6 +159,8 @@ mod tests {
             round_trips: 100,
             round_trip_us: 20.0,
             round_trip_p99_us: 30.0,
+            busy_round_trip_us: 10.0,
+            busy_round_trip_p99_us: 12.0,
             bytes: 256 << 20,
             write_bytes: 1 << 20,
             runs: 2,
@@ -165,7 +195,10 @@ mod tests {
                 p50: 15.0,
                 ..Percentiles::default()
             },
-            host_one_way: Percentiles::default(),
+            host_one_way: Percentiles {
+                p50: 7.5,
+                ..Percentiles::default()
+            },
         };
         let v = VsTcp::new(&tcp(), &rows, Some(&latency));
         assert_eq!(v.largest_bytes, Some(64 << 20));
@@ -175,7 +208,10 @@ mod tests {
         assert_eq!(v.latency_one_way_vs_tcp_round_trip, Some(0.75));
         assert_eq!(v.latency_round_trip_vs_tcp_round_trip, Some(1.5));
         assert_eq!(v.busbw_vs_exchange_at_largest, Some(1.0));
-        assert_eq!(summary_lines(&v).len(), 3);
+        assert_eq!(v.tcp_busy_one_way_us, 5.0);
+        assert_eq!(v.stream_one_way_vs_busy_one_way, Some(3.0));
+        assert_eq!(v.host_one_way_vs_busy_one_way, Some(1.5));
+        assert_eq!(summary_lines(&v).len(), 4);
         let v = VsTcp::new(&tcp(), &[], None);
         assert!(summary_lines(&v).is_empty());
     }

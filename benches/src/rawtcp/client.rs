@@ -1,7 +1,8 @@
 //! Rank 0's side of the raw TCP measurement: it times everything.
 //!
 //! Round trips: one 8-byte write and one 8-byte read on the control socket,
-//! each timed on its own, after untimed warm-up ones. Bandwidth: fresh
+//! each timed on its own, after untimed warm-up ones; first on blocking
+//! sockets, then with both sides busy-polling non-blocking ones. Bandwidth: fresh
 //! connections per run (opened before the clock starts), one thread per
 //! socket writing its share in `write_bytes` writes and then reading rank
 //! 1's one-byte acknowledgement, so the time covers every byte's arrival.
@@ -11,6 +12,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Instant;
 
 use super::settings::Settings;
+use super::spin;
 use super::wire::{self, Command};
 use super::RawTcp;
 use crate::error::{Context, Fallible};
@@ -25,6 +27,8 @@ pub fn run(addr: SocketAddr, settings: &Settings) -> Fallible<RawTcp> {
     let mut control = wire::connect(addr, settings.timeout)
         .with_context(|| format!("connect to rank 1's raw tcp listener at {addr}"))?;
     let round_trip = ping_pong(&mut control, settings).context("raw tcp round trips")?;
+    let busy =
+        busy_ping_pong(&mut control, settings).context("raw tcp busy-polling round trips")?;
     let single = bandwidth(&mut control, addr, 1, settings).context("raw tcp on 1 socket")?;
     let multi = if settings.sockets == 1 {
         single
@@ -41,6 +45,8 @@ pub fn run(addr: SocketAddr, settings: &Settings) -> Fallible<RawTcp> {
         round_trips: settings.round_trips,
         round_trip_us: round_trip.p50,
         round_trip_p99_us: round_trip.p99,
+        busy_round_trip_us: busy.p50,
+        busy_round_trip_p99_us: busy.p99,
         bytes: settings.bytes,
         write_bytes: settings.write_bytes,
         runs: settings.runs,
@@ -72,6 +78,38 @@ fn ping_pong(control: &mut TcpStream, settings: &Settings) -> Fallible<Percentil
             ));
         }
     }
+    Ok(Percentiles::of(&mut samples))
+}
+
+/// Percentiles of the 8-byte round trip with both sides busy-polling
+/// non-blocking sockets, µs.
+fn busy_ping_pong(control: &mut TcpStream, settings: &Settings) -> Fallible<Percentiles> {
+    let count = settings.warmup + settings.round_trips;
+    wire::send(control, Command::BusyPingPong { count }).context("send the command")?;
+    control
+        .set_nonblocking(true)
+        .context("make the socket non-blocking")?;
+    let mut samples = Vec::with_capacity(settings.round_trips as usize);
+    let mut pong = [0u8; MESSAGE_BYTES];
+    let timed = (0..count).try_for_each(|i| {
+        let ping = i.to_le_bytes();
+        let start = Instant::now();
+        spin::write_all(control, &ping, settings.timeout).context("write")?;
+        spin::read_exact(control, &mut pong, settings.timeout).context("read")?;
+        if i >= settings.warmup {
+            samples.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+        if pong != ping {
+            return Err(format!(
+                "round trip {i}: rank 1 echoed {pong:?}, not {ping:?}"
+            ));
+        }
+        Ok(())
+    });
+    control
+        .set_nonblocking(false)
+        .context("make the socket blocking again")?;
+    timed?;
     Ok(Percentiles::of(&mut samples))
 }
 

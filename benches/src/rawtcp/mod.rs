@@ -3,7 +3,8 @@
 //! When rank 0 reaches rank 1 over tcp, the figures that matter are the
 //! network's, not the memory's: so right after the communicator is created,
 //! and before anything is timed, ranks 0 and 1 measure plain sockets
-//! between them — the 8-byte round trip (p50, p99) and the bandwidth of one
+//! between them — the 8-byte round trip (p50, p99) on blocking sockets and
+//! busy-polling non-blocking ones, and the bandwidth of one
 //! socket and of as many parallel sockets as the communicator stripes a
 //! peer over (`nchannels`). Rank 1 listens on its tcp address and shares
 //! the port through the communicator (an all_gather that also carries rank
@@ -13,6 +14,7 @@
 mod client;
 mod server;
 mod settings;
+mod spin;
 mod wire;
 
 use std::net::SocketAddr;
@@ -37,6 +39,11 @@ pub struct RawTcp {
     pub round_trip_us: f64,
     /// 99th percentile round trip, µs.
     pub round_trip_p99_us: f64,
+    /// Median round trip with both sides busy-polling non-blocking
+    /// sockets, µs: the limit of a library whose waits spin.
+    pub busy_round_trip_us: f64,
+    /// 99th percentile busy-polling round trip, µs.
+    pub busy_round_trip_p99_us: f64,
     /// Bytes of each bandwidth run (split over the sockets).
     pub bytes: u64,
     /// Bytes per write.

@@ -40,6 +40,8 @@ pub fn serve(listener: &TcpListener, settings: &Settings) -> Fallible<()> {
             Command::PingPong { count } => {
                 echo(&mut control, count).context("raw tcp round trips")?
             }
+            Command::BusyPingPong { count } => busy_echo(&mut control, count, settings)
+                .context("raw tcp busy-polling round trips")?,
             Command::Stream { sockets, bytes } => drain(listener, sockets, bytes, settings)
                 .with_context(|| format!("raw tcp on {sockets} sockets"))?,
             Command::Exchange { sockets, bytes } => {
@@ -63,6 +65,22 @@ fn echo(control: &mut TcpStream, count: u64) -> Fallible<()> {
         control.write_all(&message).context("write")?;
     }
     Ok(())
+}
+
+/// Echoes `count` 8-byte messages, busy-polling the socket.
+fn busy_echo(control: &mut TcpStream, count: u64, settings: &Settings) -> Fallible<()> {
+    control
+        .set_nonblocking(true)
+        .context("make the socket non-blocking")?;
+    let mut message = [0u8; MESSAGE_BYTES];
+    let echoed = (0..count).try_for_each(|_| {
+        super::spin::read_exact(control, &mut message, settings.timeout)?;
+        super::spin::write_all(control, &message, settings.timeout)
+    });
+    control
+        .set_nonblocking(false)
+        .context("make the socket blocking again")?;
+    echoed.context("echo")
 }
 
 /// Accepts `sockets` connections and reads `bytes` from each in parallel,

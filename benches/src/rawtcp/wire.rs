@@ -1,7 +1,7 @@
 //! The raw TCP measurement's control protocol, and socket set-up.
 //!
 //! Rank 0 drives: on one control socket it tells rank 1 what comes next (a
-//! run of 8-byte round trips, a bandwidth run on fresh sockets, or the end),
+//! run of 8-byte round trips, blocking or busy-polling, a bandwidth run on fresh sockets, or the end),
 //! as three little-endian `u64`s. Every socket has `TCP_NODELAY` set and
 //! read/write timeouts, and accepting waits until a deadline at most, so a
 //! rank that dies mid-measurement fails its peer instead of hanging it.
@@ -15,6 +15,12 @@ use std::time::{Duration, Instant};
 pub enum Command {
     /// Echo `count` 8-byte messages on the control socket.
     PingPong {
+        /// Round trips, warm-up included.
+        count: u64,
+    },
+    /// Echo `count` 8-byte messages on the control socket, busy-polling it
+    /// (non-blocking) instead of sleeping in `read`.
+    BusyPingPong {
         /// Round trips, warm-up included.
         count: u64,
     },
@@ -48,6 +54,7 @@ impl Command {
             Command::Stream { sockets, bytes } => [2, sockets, bytes],
             Command::Done => [3, 0, 0],
             Command::Exchange { sockets, bytes } => [4, sockets, bytes],
+            Command::BusyPingPong { count } => [5, count, 0],
         };
         let mut out = [0; COMMAND_BYTES];
         for (chunk, word) in out.chunks_exact_mut(8).zip(words) {
@@ -68,6 +75,7 @@ impl Command {
             [2, sockets, bytes] => Ok(Command::Stream { sockets, bytes }),
             [3, _, _] => Ok(Command::Done),
             [4, sockets, bytes] => Ok(Command::Exchange { sockets, bytes }),
+            [5, count, _] => Ok(Command::BusyPingPong { count }),
             [kind, ..] => Err(io::Error::new(
                 ErrorKind::InvalidData,
                 format!("unknown command {kind} on the control socket"),
@@ -149,6 +157,7 @@ mod tests {
     fn commands_round_trip() {
         for c in [
             Command::PingPong { count: 11_000 },
+            Command::BusyPingPong { count: 7 },
             Command::Stream {
                 sockets: 2,
                 bytes: 128 << 20,
