@@ -137,7 +137,7 @@ pub(crate) mod wait;
 mod readme {}
 
 pub use comm::{AsBufView, Backend, BufView, Communicator, Group, P2pStats, UntypedBuffer};
-pub use config::Config;
+pub use config::{Config, Transport};
 pub use error::{Error, Result};
 pub use plan::{Algorithm, Collective};
 pub use streamcomm_kernels::{DataType, ReduceOp};

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use streamcomm::bootstrap::UniqueId;
 use streamcomm::config::FaultPlan;
-use streamcomm::config::TransportChoice;
+use streamcomm::Transport;
 use streamcomm::{Backend, Communicator, Config, Error};
 
 fn rdma_device_here() -> bool {
@@ -18,7 +18,7 @@ fn rdma_device_here() -> bool {
 
 fn verbs_config() -> Config {
     Config {
-        transport: TransportChoice::Verbs,
+        transport: Transport::Verbs.into(),
         timeout: Duration::from_secs(60),
         ..Config::default()
     }
