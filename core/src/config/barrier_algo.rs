@@ -166,6 +166,16 @@ impl BarrierAlgo {
 
     /// Checks the algorithm's parameters.
     ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamcomm::barrier::BarrierAlgo;
+    ///
+    /// assert!(BarrierAlgo::Tree { fanout: 2 }.validate().is_ok());
+    /// let err = BarrierAlgo::Tree { fanout: 1 }.validate().unwrap_err().to_string();
+    /// assert!(err.contains("barrier tree: fanout 1 is below 2"), "{err}");
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a fan-out below 2 or `k` below 1.

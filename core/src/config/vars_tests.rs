@@ -127,6 +127,13 @@ fn with_vars_reads_exactly_the_listed_variables() {
     let all: Vec<&str> = known().collect();
     let unique: BTreeSet<&str> = all.iter().copied().collect();
     assert_eq!(all.len(), unique.len(), "a name is listed twice");
+    for name in all {
+        assert!(
+            name.starts_with(PREFIX) && name.len() > PREFIX.len(),
+            "{name}"
+        );
+        assert!(is_known(name), "{name}");
+    }
 }
 
 #[test]
@@ -196,6 +203,8 @@ fn only_unknown_streamcomm_names_are_warned_about() {
 
 #[test]
 fn each_unknown_name_is_warned_about_once() {
+    // A known name, a test child's (`_TEST_`: never warned about) and an
+    // unknown one, twice: the unknown one is warned about the first time.
     let names = || {
         [
             "STREAMCOMM_UNIT_TEST_ONLY_NSTEP",
