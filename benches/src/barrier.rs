@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use streamcomm::host::HostStream;
-use streamcomm::{Communicator, ReduceOp};
+use streamcomm::{Communicator, ReduceOp, Transport};
 
 use crate::error::{Context, Fallible};
 use crate::stats::{across_ranks, Percentiles};
@@ -63,10 +63,22 @@ pub fn run(
     })
     .context("stream barrier")?;
     Ok(BarrierResult {
-        algo: comm.barrier_algo().to_string(),
+        algo: algo_label(comm),
         host,
         stream: stream_stats,
     })
+}
+
+/// The algorithm's full name, with ` (messages)` where some peer is
+/// reached over tcp (barriers then send their flags as messages).
+fn algo_label(comm: &Communicator) -> String {
+    let algo = comm.barrier_algo();
+    let tcp = (0..comm.size()).any(|p| comm.transport_to(p) == Some(Transport::Tcp));
+    if tcp {
+        format!("{algo} (messages)")
+    } else {
+        algo.to_string()
+    }
 }
 
 fn measure(

@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use streamcomm::Communicator;
+use streamcomm::{Communicator, Transport};
 
 /// The transport from rank 0 to rank 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -23,8 +23,8 @@ impl Link {
     pub fn of(comm: &Communicator) -> Link {
         let transport = comm.transport_to(1);
         Link {
-            transport_to_rank1: transport,
-            tcp_sockets: (transport == Some("tcp")).then_some(comm.config().nchannels),
+            transport_to_rank1: transport.map(Transport::as_str),
+            tcp_sockets: (transport == Some(Transport::Tcp)).then_some(comm.config().nchannels),
         }
     }
 }

@@ -190,7 +190,7 @@ fn one_size(
     }
     let wrong = u64::from_le_bytes(wrong_buf.to_bytes().try_into().unwrap_or([0; 8]));
     let rendezvous = after.sent_rendezvous_messages > before.sent_rendezvous_messages;
-    let tcp = comm.transport_to(peer) == Some("tcp");
+    let tcp = comm.transport_to(peer) == Some(streamcomm::Transport::Tcp);
     let nchannels = comm.config().nchannels;
     let bandwidth_gbps = (window * size) as f64 / median / 1e9;
     Ok(Some(P2pRow {

@@ -215,7 +215,7 @@ pub fn print_p2p_header(p: &mut Printer, comm: &streamcomm::Communicator) {
     let c = comm.config();
     p.line(format!(
         "# sendrecv between ranks 0 and 1 over {}: eager limit {} B (STREAMCOMM_P2P_EAGER_LIMIT), direct rendezvous writes {}",
-        comm.transport_to(1).unwrap_or("-"),
+        comm.transport_to(1).map_or("-", streamcomm::Transport::as_str),
         c.p2p_eager_limit,
         if c.p2p_direct { "on" } else { "off" }
     ));

@@ -139,7 +139,7 @@ mod readme {}
 pub use comm::{
     AsBufView, BufView, Communicator, CommunicatorBuilder, Group, P2pStats, UntypedBuffer,
 };
-pub use config::Config;
+pub use config::{Config, Transport};
 pub use error::{Error, Result};
 pub use plan::{Algorithm, Collective};
 pub use streamcomm_kernels::{DataType, ReduceOp};

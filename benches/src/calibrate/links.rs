@@ -24,6 +24,7 @@
 //! the case of the measurement in `docs/measurements/tcp.md`).
 
 use super::*;
+use streamcomm::Transport;
 
 /// Times the calls are timed, each a fit of its own; the median of each
 /// parameter is kept (single rounds gave 0.7-1.2 ns/B minutes apart).
@@ -39,7 +40,8 @@ const LINKS_NOTE: &str = "links between hosts measured by streamcomm-bench calib
 /// # Errors
 /// Naming what to run instead.
 pub(super) fn check(comm: &Communicator) -> Fallible<()> {
-    let across = (0..comm.size()).any(|p| matches!(comm.transport_to(p), Some(t) if t != "shm"));
+    let across =
+        (0..comm.size()).any(|p| matches!(comm.transport_to(p), Some(t) if t != Transport::Shm));
     if across {
         return Ok(());
     }
@@ -94,7 +96,7 @@ pub(super) fn update(
     // onto tcp are hosts of their own, as for the model).
     let per_host = 1
         + (0..comm.size())
-            .filter(|&p| comm.transport_to(p) == Some("shm"))
+            .filter(|&p| comm.transport_to(p) == Some(Transport::Shm))
             .count();
     let hosts = m.ranks.div_ceil(per_host.max(1));
     let shape = Shape::new(m.ranks, per_host, m.slot);

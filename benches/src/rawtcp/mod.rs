@@ -20,7 +20,7 @@ mod wire;
 use std::net::SocketAddr;
 
 use streamcomm::host::{HostBuffer, HostStream};
-use streamcomm::Communicator;
+use streamcomm::{Communicator, Transport};
 
 use crate::error::{Context, Fallible};
 
@@ -79,9 +79,10 @@ pub fn measure(
         return Ok(None);
     }
     let rank = comm.rank();
-    let listener = (rank == 1 && comm.transport_to(0) == Some("tcp")).then(|| server::listen(comm));
+    let listener =
+        (rank == 1 && comm.transport_to(0) == Some(Transport::Tcp)).then(|| server::listen(comm));
     let mine = match (rank, &listener) {
-        (0, _) => u64::from(comm.transport_to(1) == Some("tcp")),
+        (0, _) => u64::from(comm.transport_to(1) == Some(Transport::Tcp)),
         (1, Some(Ok(l))) => u64::from(l.local_addr().map_or(0, |a| a.port())),
         _ => 0,
     };

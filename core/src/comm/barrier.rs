@@ -177,14 +177,12 @@ impl BarrierState {
         })
     }
 
-    fn algo_name(&self) -> String {
+    /// The algorithm barriers run (dissemination, as messages, when some
+    /// peer is reached over tcp).
+    fn algo(&self) -> BarrierAlgo {
         match &self.mode {
-            BarrierMode::Flags { plan, .. } => plan
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .algo
-                .to_string(),
-            BarrierMode::Messages { .. } => "dissemination (messages)".to_string(),
+            BarrierMode::Flags { plan, .. } => plan.lock().unwrap_or_else(|p| p.into_inner()).algo,
+            BarrierMode::Messages { .. } => BarrierAlgo::Dissemination,
         }
     }
 }
@@ -408,20 +406,26 @@ impl Communicator {
             })
     }
 
-    /// The barrier algorithm in use, by name (`dissemination (messages)`
-    /// when some peer is reached over tcp).
+    /// The barrier algorithm in use. `Display` gives its name with its
+    /// parameters (`tree:4`), which `STREAMCOMM_BARRIER_ALGO` takes.
+    ///
+    /// When some peer is reached over tcp, barriers run
+    /// [`BarrierAlgo::Dissemination`] with its flags sent as messages
+    /// through the slot rings ([`Communicator::transport_to`] tells which
+    /// peers), and [`Communicator::set_barrier_algo`] is refused.
     ///
     /// # Examples
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
-    /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1)?;
-    /// # let stream = HostStream::new()?;
-    /// println!("barriers run {}", comm.barrier_algo());
+    /// use streamcomm::barrier::BarrierAlgo;
+    /// let comm = Communicator::init(&UniqueId::new()?, 0, 1)?;
+    /// let algo: BarrierAlgo = comm.barrier_algo();
+    /// println!("barriers run {algo}"); // e.g. `dissemination`
+    /// assert!(BarrierAlgo::parse(&algo.to_string()).is_ok());
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
-    pub fn barrier_algo(&self) -> String {
-        self.inner.barrier.algo_name()
+    pub fn barrier_algo(&self) -> BarrierAlgo {
+        self.inner.barrier.algo()
     }
 
     /// Switches the barrier algorithm for barriers issued after this call.
@@ -441,7 +445,7 @@ impl Communicator {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// use streamcomm::barrier::BarrierAlgo;
     /// comm.set_barrier_algo(BarrierAlgo::CentralFlags)?; // on every rank, at the same point
-    /// assert_eq!(comm.barrier_algo(), "central_flags");
+    /// assert_eq!(comm.barrier_algo(), BarrierAlgo::CentralFlags);
     /// comm.barrier_host()?;
     /// # Ok(())
     /// # })).collect();

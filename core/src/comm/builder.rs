@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::{create, Communicator};
 use crate::barrier::BarrierAlgo;
 use crate::bootstrap::UniqueId;
-use crate::config::Config;
+use crate::config::{Config, TransportChoice};
 use crate::{Error, Result};
 
 /// Creates a [`Communicator`]: who the ranks are and where they meet, and
@@ -44,6 +44,7 @@ pub struct CommunicatorBuilder {
     size: Option<usize>,
     config: Option<Config>,
     timeout: Option<Duration>,
+    transport: Option<TransportChoice>,
     barrier_algo: Option<BarrierAlgo>,
 }
 
@@ -134,6 +135,27 @@ impl CommunicatorBuilder {
         self
     }
 
+    /// Which transports connect the ranks (overrides
+    /// `STREAMCOMM_TRANSPORT`; every rank must choose the same): a
+    /// [`Transport`] for that one only, or [`TransportChoice::Auto`].
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, Transport};
+    /// let comm = Communicator::builder()
+    ///     .unique_id(&UniqueId::new()?)
+    ///     .rank(0)
+    ///     .size(1)
+    ///     .transport(Transport::Tcp)
+    ///     .build()?;
+    /// assert_eq!(comm.config().transport, Transport::Tcp.into());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    pub fn transport(mut self, transport: impl Into<TransportChoice>) -> Self {
+        self.transport = Some(transport.into());
+        self
+    }
+
     /// The barrier algorithm (overrides `STREAMCOMM_BARRIER_ALGO`; every
     /// rank must choose the same).
     ///
@@ -191,6 +213,9 @@ impl CommunicatorBuilder {
         if let Some(t) = self.timeout {
             config.timeout = t;
         }
+        if let Some(t) = self.transport {
+            config.transport = t;
+        }
         if let Some(a) = self.barrier_algo {
             config.barrier_algo = Some(a);
         }
@@ -234,6 +259,7 @@ fn from_launcher() -> Result<(UniqueId, usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Transport;
 
     #[test]
     fn a_partial_identity_is_refused_naming_what_is_missing() {
@@ -261,6 +287,7 @@ mod tests {
             .size(1)
             .config(base)
             .timeout(Duration::from_secs(7))
+            .transport(Transport::Shm)
             .barrier_algo(BarrierAlgo::Chain)
             .build()
             .unwrap();
@@ -269,5 +296,6 @@ mod tests {
             (c.nsteps, c.timeout, c.barrier_algo),
             (4, Duration::from_secs(7), Some(BarrierAlgo::Chain))
         );
+        assert_eq!(c.transport, TransportChoice::Only(Transport::Shm));
     }
 }

@@ -254,8 +254,9 @@ impl Communicator {
         self.inner.topology.tcp_addrs.get(rank).copied().flatten()
     }
 
-    /// The transport that reaches `peer` (`"shm"`, `"tcp"` or `"verbs"`; `None` for
-    /// this rank itself or a rank out of range).
+    /// The transport that reaches `peer` (`None` for this rank itself or a
+    /// rank out of range). [`Transport::as_str`](crate::Transport::as_str)
+    /// gives its name (`"shm"`, `"tcp"`, `"verbs"`).
     ///
     /// # Examples
     /// ```
@@ -266,15 +267,17 @@ impl Communicator {
     /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
-    /// assert_eq!(comm.transport_to(1 - comm.rank()), Some("shm")); // same host
+    /// use streamcomm::Transport;
+    /// assert_eq!(comm.transport_to(1 - comm.rank()), Some(Transport::Shm)); // same host
     /// assert_eq!(comm.transport_to(comm.rank()), None);
+    /// assert_eq!(comm.transport_to(7), None);
     /// # Ok(())
     /// # })).collect();
     /// # for r in ranks { r.join().unwrap()?; }
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
-    pub fn transport_to(&self, peer: usize) -> Option<&'static str> {
-        self.inner.peers.get(peer)?.as_ref().map(|c| c.transport())
+    pub fn transport_to(&self, peer: usize) -> Option<crate::config::Transport> {
+        self.inner.peers.get(peer)?.as_ref().map(|c| c.kind())
     }
 
     /// Host identity of `rank`, as exchanged at bootstrap.

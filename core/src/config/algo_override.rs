@@ -8,7 +8,8 @@
 
 use std::fmt;
 
-use crate::{Error, Result};
+use super::vars::{self, ALGO};
+use crate::Result;
 
 /// Forced algorithms (`STREAMCOMM_ALGO`), as names; empty: the cost model
 /// chooses.
@@ -35,11 +36,24 @@ impl AlgoOverride {
     /// override checks that they name algorithms implementing the
     /// collectives they are given for.
     ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::config::AlgoOverride;
+    /// let o = AlgoOverride::parse("All_Reduce=ring, broadcast=binomial")?;
+    /// assert_eq!(o.to_string(), "all_reduce=ring,broadcast=binomial");
+    /// assert!(AlgoOverride::parse("auto")?.is_empty());
+    /// let err = AlgoOverride::parse("all_reduce=").unwrap_err().to_string();
+    /// assert!(err.contains("STREAMCOMM_ALGO=all_reduce= is not an algorithm override"), "{err}");
+    /// assert!(err.contains("expected auto, one algorithm name"), "{err}");
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
-    /// [`Error::InvalidArgument`] quoting the value: an item that is not
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) quoting the
+    /// value and saying what is accepted: an item that is not
     /// `collective=algorithm`, an empty name, or a collective named twice.
     pub fn parse(text: &str) -> Result<AlgoOverride> {
-        let bad = |why: String| Error::invalid(format!("STREAMCOMM_ALGO={text:?}: {why}"));
+        let bad = |why: String| vars::invalid_because(ALGO, text, &why);
         let t = text.trim();
         if t.is_empty() || t.eq_ignore_ascii_case("auto") {
             return Ok(AlgoOverride::default());
@@ -115,6 +129,7 @@ mod tests {
         assert!(err("all_reduce=ring,all_reduce=tree").contains("given twice"));
         assert!(err("all_reduce=ring,").contains("is not collective=algorithm"));
         assert!(err("all_reduce=").contains("is not collective=algorithm"));
-        assert!(err("x=").contains("STREAMCOMM_ALGO=\"x=\""));
+        assert!(err("x=").contains("STREAMCOMM_ALGO=x= is not"));
+        assert!(err("x=").contains("expected auto, one algorithm name"));
     }
 }

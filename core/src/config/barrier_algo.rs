@@ -124,15 +124,18 @@ impl BarrierAlgo {
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn parse(text: &str) -> Result<BarrierAlgo, Error> {
+        BarrierAlgo::parse_reason(text).map_err(|why| {
+            Error::invalid(format!(
+                "barrier algorithm `{text}`: {why}; expected one of: {NAMES}"
+            ))
+        })
+    }
+
+    /// [`BarrierAlgo::parse`], failing with the reason alone (`unknown
+    /// name`, `fanout 1 is below 2`), for callers that name the setting.
+    pub(crate) fn parse_reason(text: &str) -> Result<BarrierAlgo, String> {
         let lower = text.trim().to_ascii_lowercase();
         let parts: Vec<&str> = lower.split(':').collect();
-        let bad = || {
-            Error::invalid(format!(
-                "unknown barrier algorithm `{text}` (expected one of central_counter, \
-                 central_flags, chain, tree[:K], dissemination, kway[:K], \
-                 hierarchical[:dissemination|:tree[:K]])"
-            ))
-        };
         let algo = match parts.as_slice() {
             ["central_counter"] => BarrierAlgo::CentralCounter,
             ["central_flags"] => BarrierAlgo::CentralFlags,
@@ -140,14 +143,10 @@ impl BarrierAlgo {
             ["tree"] => BarrierAlgo::Tree {
                 fanout: DEFAULT_TREE_FANOUT,
             },
-            ["tree", k] => BarrierAlgo::Tree {
-                fanout: number(text, k)?,
-            },
+            ["tree", k] => BarrierAlgo::Tree { fanout: number(k)? },
             ["dissemination"] => BarrierAlgo::Dissemination,
             ["kway"] => BarrierAlgo::KWayDissemination { k: DEFAULT_KWAY },
-            ["kway", k] => BarrierAlgo::KWayDissemination {
-                k: number(text, k)?,
-            },
+            ["kway", k] => BarrierAlgo::KWayDissemination { k: number(k)? },
             ["hierarchical"] | ["hierarchical", "dissemination"] => BarrierAlgo::Hierarchical {
                 inter: Inter::Dissemination,
             },
@@ -157,33 +156,42 @@ impl BarrierAlgo {
                 },
             },
             ["hierarchical", "tree", k] => BarrierAlgo::Hierarchical {
-                inter: Inter::Tree {
-                    fanout: number(text, k)?,
-                },
+                inter: Inter::Tree { fanout: number(k)? },
             },
-            _ => return Err(bad()),
+            _ => return Err("unknown name".to_string()),
         };
-        algo.validate()?;
+        algo.check()?;
         Ok(algo)
     }
 
     /// Checks the algorithm's parameters.
     ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamcomm::barrier::BarrierAlgo;
+    ///
+    /// assert!(BarrierAlgo::Tree { fanout: 2 }.validate().is_ok());
+    /// let err = BarrierAlgo::Tree { fanout: 1 }.validate().unwrap_err().to_string();
+    /// assert!(err.contains("barrier tree: fanout 1 is below 2"), "{err}");
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a fan-out below 2 or `k` below 1.
     pub fn validate(&self) -> Result<(), Error> {
+        self.check()
+            .map_err(|why| Error::invalid(format!("barrier {}: {why}", self.name())))
+    }
+
+    /// [`BarrierAlgo::validate`]'s reason.
+    fn check(&self) -> Result<(), String> {
         match *self {
             BarrierAlgo::Tree { fanout }
             | BarrierAlgo::Hierarchical {
                 inter: Inter::Tree { fanout },
-            } if fanout < 2 => Err(Error::invalid(format!(
-                "barrier {}: fanout {fanout} is below 2",
-                self.name()
-            ))),
-            BarrierAlgo::KWayDissemination { k } if k < 1 => {
-                Err(Error::invalid(format!("barrier kway: k {k} is below 1")))
-            }
+            } if fanout < 2 => Err(format!("fanout {fanout} is below 2")),
+            BarrierAlgo::KWayDissemination { k } if k < 1 => Err(format!("k {k} is below 1")),
             _ => Ok(()),
         }
     }
@@ -211,13 +219,14 @@ impl FromStr for BarrierAlgo {
     }
 }
 
+/// The names [`BarrierAlgo::parse`] reads, for its error messages.
+const NAMES: &str = "central_counter, central_flags, chain, tree[:K] (K >= 2), dissemination, \
+                     kway[:K] (K >= 1), hierarchical[:dissemination|:tree[:K]]";
+
 /// A numeric parameter of an algorithm name.
-fn number(text: &str, part: &str) -> Result<usize, Error> {
-    part.parse().map_err(|_| {
-        Error::invalid(format!(
-            "barrier algorithm `{text}`: parameter `{part}` is not a number"
-        ))
-    })
+fn number(part: &str) -> Result<usize, String> {
+    part.parse()
+        .map_err(|_| format!("parameter `{part}` is not a number"))
 }
 
 #[cfg(test)]
@@ -270,5 +279,6 @@ mod tests {
         assert!(err("hierarchical:tree:0").contains("fanout 0"));
         assert!(err("chain:2").contains("`chain:2`"));
         assert!(err("").contains("unknown"));
+        assert!(err("butterfly").contains("expected one of: central_counter, central_flags"));
     }
 }

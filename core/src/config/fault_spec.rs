@@ -80,6 +80,17 @@ impl FaultPlan {
     /// Parses comma-separated rules (see the module documentation); an
     /// empty or blank text is the empty plan.
     ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::config::FaultPlan;
+    /// assert!(FaultPlan::parse("send:peer=1:nth=5:drop, recv:peer=0:nth=2:delay=50ms").is_ok());
+    /// assert!(FaultPlan::parse(" ")?.is_empty());
+    /// let err = FaultPlan::parse("send:peer=1:drop").unwrap_err().to_string();
+    /// assert!(err.contains("STREAMCOMM_FAULTS rule \"send:peer=1:drop\": needs `nth=N`"), "{err}");
+    /// assert!(err.contains("expected comma-separated rules send|recv"), "{err}");
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] quoting the rule and saying what is wrong.
     pub fn parse(text: &str) -> Result<FaultPlan> {
@@ -227,7 +238,11 @@ fn parse_delay(rule: &str, v: &str) -> Result<Duration> {
 }
 
 fn bad_rule(rule: &str, why: &str) -> Error {
-    Error::invalid(format!("STREAMCOMM_FAULTS rule {rule:?}: {why}"))
+    let faults = super::vars::FAULTS;
+    Error::invalid(format!(
+        "{} rule {rule:?}: {why}; expected {}",
+        faults.name, faults.expected
+    ))
 }
 
 impl fmt::Display for FaultRule {

@@ -8,6 +8,8 @@ pub(crate) mod algo_override;
 pub(crate) mod barrier_algo;
 mod cost_params;
 pub(crate) mod fault_spec;
+mod transport;
+pub(crate) mod vars;
 
 use std::time::Duration;
 
@@ -15,6 +17,8 @@ pub use algo_override::AlgoOverride;
 use barrier_algo::BarrierAlgo;
 pub use cost_params::{CostParams, LinkCost, DEFAULT_WRITE_WEIGHT};
 pub use fault_spec::FaultPlan;
+pub use transport::{Transport, TransportChoice};
+use vars::Var;
 
 use crate::{Error, Result};
 
@@ -24,6 +28,10 @@ pub const DEFAULT_BUFFSIZE: usize = 4 << 20;
 pub const DEFAULT_NSTEPS: usize = 8;
 /// Most slots a ring may have (`STREAMCOMM_NSTEPS`).
 pub const MAX_NSTEPS: usize = 1024;
+/// Largest slot ring (`STREAMCOMM_BUFFSIZE`): 1 GiB.
+const MAX_BUFFSIZE: usize = 1 << 30;
+/// Most sockets per tcp peer (`STREAMCOMM_NCHANNELS`).
+const MAX_NCHANNELS: usize = 64;
 /// Default eager limit for point-to-point messages (`docs/design/p2p.md`):
 /// messages up to this many bytes go through the slot ring, larger ones use
 /// the rendezvous protocol where the transport has one. It is where the
@@ -51,20 +59,6 @@ pub enum Progress {
     Proxy,
 }
 
-/// Which transport connects ranks (`STREAMCOMM_TRANSPORT`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TransportChoice {
-    /// Shared memory between ranks of one host, tcp between hosts.
-    Auto,
-    /// Shared memory only (ranks on other hosts are an error).
-    Shm,
-    /// tcp between every pair of ranks, even on one host.
-    Tcp,
-    /// InfiniBand/RoCE verbs between every pair of ranks, even on one host
-    /// (needs the `verbs` feature and an active RDMA port).
-    Verbs,
-}
-
 /// Communicator settings. `Config::default()` gives the documented defaults;
 /// [`Config::from_env`] applies `STREAMCOMM_*` variables on top.
 ///
@@ -75,12 +69,11 @@ pub enum TransportChoice {
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use streamcomm::config::TransportChoice;
-/// use streamcomm::{bootstrap::UniqueId, Communicator, Config};
+/// use streamcomm::{bootstrap::UniqueId, Communicator, Config, Transport};
 ///
 /// let mut config = Config::from_env()?; // defaults + STREAMCOMM_* variables
 /// config.timeout = Duration::from_secs(60); // then code
-/// config.transport = TransportChoice::Shm;
+/// config.transport = Transport::Shm.into(); // TransportChoice::Only(Transport::Shm)
 /// let comm = Communicator::builder().unique_id(&UniqueId::new()?).rank(0).size(1).config(config).build()?;
 /// assert_eq!(comm.config().timeout, Duration::from_secs(60));
 /// # Ok::<(), streamcomm::Error>(())
@@ -115,7 +108,8 @@ pub struct Config {
     /// rank, comma-separated (`a,a,b,b`), or a number K meaning K consecutive
     /// ranks per host.
     pub hosts_override: Option<HostsOverride>,
-    /// `STREAMCOMM_TRANSPORT`: `auto` (default), `shm`, `tcp` or `verbs`.
+    /// `STREAMCOMM_TRANSPORT`: `auto` (default), `shm`, `tcp` or `verbs`
+    /// ([`TransportChoice::Auto`] or [`TransportChoice::Only`] a [`Transport`]).
     pub transport: TransportChoice,
     /// `STREAMCOMM_NCHANNELS`: sockets per tcp peer, carrying alternate slots (default 2).
     pub nchannels: usize,
@@ -199,6 +193,12 @@ impl Default for Config {
 impl Config {
     /// Defaults overridden by the process environment.
     ///
+    /// A variable whose name starts `STREAMCOMM_` but that no part of
+    /// streamcomm reads (a typo such as `STREAMCOMM_TIMOUT`) is warned
+    /// about, once per process and name: through `tracing` at warn level,
+    /// and on stderr while no `tracing` subscriber is installed, with the
+    /// nearest known name ("did you mean STREAMCOMM_TIMEOUT?").
+    ///
     /// # Examples
     /// ```
     /// # use streamcomm::Config;
@@ -208,9 +208,12 @@ impl Config {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] naming the variable and its value when one
-    /// does not parse or is out of range.
+    /// [`Error::InvalidArgument`] when a variable does not parse or is out
+    /// of range, naming the variable and its value and saying what it
+    /// accepts (`STREAMCOMM_TRANSPORT=infiniband is not a transport;
+    /// expected one of: auto, shm, tcp, verbs`).
     pub fn from_env() -> Result<Config> {
+        vars::warn_unknown_in_process_env();
         Config::default().with_vars(|name| std::env::var(name).ok())
     }
 
@@ -225,84 +228,88 @@ impl Config {
     /// assert_eq!(config.nsteps, 4);
     /// assert_eq!(config.timeout.as_millis(), 2500);
     /// let bad = Config::default().with_vars(|name| (name == "STREAMCOMM_NSTEPS").then(|| "many".into()));
-    /// assert!(bad.unwrap_err().to_string().contains("STREAMCOMM_NSTEPS"));
+    /// let msg = bad.unwrap_err().to_string();
+    /// assert!(msg.contains("STREAMCOMM_NSTEPS=many is not a slot count; expected an integer"), "{msg}");
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
+    ///
+    /// The getter is asked only for the variables of `Config`, so unknown
+    /// names are not checked here (that is [`Config::from_env`]'s job).
     ///
     /// # Errors
     /// As [`Config::from_env`].
     pub fn with_vars(mut self, get: impl Fn(&str) -> Option<String>) -> Result<Config> {
-        if let Some(v) = get("STREAMCOMM_BUFFSIZE") {
-            self.buffsize = parse_size("STREAMCOMM_BUFFSIZE", &v)?;
-        }
-        if let Some(v) = get("STREAMCOMM_NSTEPS") {
-            self.nsteps = parse_num("STREAMCOMM_NSTEPS", &v)?;
-        }
-        if let Some(v) = get("STREAMCOMM_TIMEOUT") {
-            let secs: f64 = v
-                .trim()
-                .parse()
-                .map_err(|_| bad("STREAMCOMM_TIMEOUT", &v))?;
-            if !(secs > 0.0 && secs.is_finite()) {
-                return Err(bad("STREAMCOMM_TIMEOUT", &v));
+        use vars::*;
+        let get = |v: Var| get(v.name);
+        if let Some(v) = get(BUFFSIZE) {
+            self.buffsize = parse_size(BUFFSIZE, &v)?;
+            if self.buffsize > MAX_BUFFSIZE {
+                return Err(invalid_because(BUFFSIZE, &v, "over 1G"));
             }
-            self.timeout =
-                Duration::try_from_secs_f64(secs).map_err(|_| bad("STREAMCOMM_TIMEOUT", &v))?;
         }
-        if let Some(v) = get("STREAMCOMM_PROGRESS") {
+        if let Some(v) = get(NSTEPS) {
+            self.nsteps = parse_num(NSTEPS, &v)?;
+            if self.nsteps == 0 || self.nsteps > MAX_NSTEPS {
+                return Err(invalid(NSTEPS, &v));
+            }
+        }
+        if let Some(v) = get(TIMEOUT) {
+            let secs: f64 = v.trim().parse().map_err(|_| invalid(TIMEOUT, &v))?;
+            if !(secs > 0.0 && secs.is_finite()) {
+                return Err(invalid(TIMEOUT, &v));
+            }
+            self.timeout = Duration::try_from_secs_f64(secs)
+                .map_err(|_| invalid_because(TIMEOUT, &v, "too long"))?;
+        }
+        if let Some(v) = get(PROGRESS) {
             self.progress = match v.trim().to_ascii_lowercase().as_str() {
                 "inline" => Progress::Inline,
                 "proxy" => Progress::Proxy,
-                _ => return Err(bad("STREAMCOMM_PROGRESS", &v)),
+                _ => return Err(invalid(PROGRESS, &v)),
             };
         }
-        if let Some(v) = get("STREAMCOMM_SPIN") {
-            self.spin = u32::try_from(parse_num("STREAMCOMM_SPIN", &v)?)
-                .map_err(|_| bad("STREAMCOMM_SPIN", &v))?;
+        if let Some(v) = get(SPIN) {
+            self.spin = v.trim().parse().map_err(|_| invalid(SPIN, &v))?;
         }
-        if let Some(v) = get("STREAMCOMM_BARRIER_ALGO") {
-            let v = v.trim();
-            if !v.is_empty() && !v.eq_ignore_ascii_case("auto") {
-                self.barrier_algo =
-                    Some(BarrierAlgo::parse(v).map_err(|e| {
-                        Error::invalid(format!("STREAMCOMM_BARRIER_ALGO={v:?}: {e}"))
-                    })?);
+        if let Some(v) = get(BARRIER_ALGO) {
+            let t = v.trim();
+            if !t.is_empty() && !t.eq_ignore_ascii_case("auto") {
+                let algo = BarrierAlgo::parse_reason(t)
+                    .map_err(|why| invalid_because(BARRIER_ALGO, &v, &why))?;
+                self.barrier_algo = Some(algo);
             }
         }
-        if let Some(v) = get("STREAMCOMM_HOSTS_OVERRIDE") {
+        if let Some(v) = get(HOSTS_OVERRIDE) {
             self.hosts_override = Some(HostsOverride::parse(&v)?);
         }
-        if let Some(v) = get("STREAMCOMM_TRANSPORT") {
-            self.transport = match v.trim().to_ascii_lowercase().as_str() {
-                "" | "auto" => TransportChoice::Auto,
-                "shm" => TransportChoice::Shm,
-                "tcp" => TransportChoice::Tcp,
-                "verbs" => TransportChoice::Verbs,
-                _ => return Err(bad("STREAMCOMM_TRANSPORT", &v)),
-            };
+        if let Some(v) = get(TRANSPORT) {
+            self.transport = v.parse()?;
         }
-        if let Some(v) = get("STREAMCOMM_NCHANNELS") {
-            self.nchannels = parse_num("STREAMCOMM_NCHANNELS", &v)?;
+        if let Some(v) = get(NCHANNELS) {
+            self.nchannels = parse_num(NCHANNELS, &v)?;
+            if self.nchannels == 0 || self.nchannels > MAX_NCHANNELS {
+                return Err(invalid(NCHANNELS, &v));
+            }
         }
-        if let Some(v) = get("STREAMCOMM_SOCKET_IFNAME") {
+        if let Some(v) = get(SOCKET_IFNAME) {
             let v = v.trim();
             if !v.is_empty() {
                 self.socket_ifname = Some(v.to_string());
             }
         }
-        if let Some(v) = get("STREAMCOMM_IB_HCA") {
-            let v = v.trim();
-            if !v.is_empty() {
-                if !v
+        if let Some(v) = get(IB_HCA) {
+            let t = v.trim();
+            if !t.is_empty() {
+                if !t
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
                 {
-                    return Err(bad("STREAMCOMM_IB_HCA", v));
+                    return Err(invalid(IB_HCA, &v));
                 }
-                self.ib_hca = Some(v.to_string());
+                self.ib_hca = Some(t.to_string());
             }
         }
-        if let Some(v) = get("STREAMCOMM_IB_GID_INDEX") {
+        if let Some(v) = get(IB_GID_INDEX) {
             let t = v.trim();
             if !t.is_empty() {
                 // Strict: decimal digits only, and a GID table has at most
@@ -313,48 +320,51 @@ impl Config {
                     .then(|| t.parse().ok())
                     .flatten()
                     .filter(|&n| n <= 255)
-                    .ok_or_else(|| bad("STREAMCOMM_IB_GID_INDEX", &v))?;
+                    .ok_or_else(|| invalid(IB_GID_INDEX, &v))?;
                 self.ib_gid_index = Some(n);
             }
         }
-        if let Some(v) = get("STREAMCOMM_P2P_EAGER_LIMIT") {
-            self.p2p_eager_limit = parse_size("STREAMCOMM_P2P_EAGER_LIMIT", &v)?;
+        if let Some(v) = get(P2P_EAGER_LIMIT) {
+            self.p2p_eager_limit = parse_size(P2P_EAGER_LIMIT, &v)?;
         }
-        for (name, flag) in [
-            ("STREAMCOMM_P2P_DIRECT", &mut self.p2p_direct),
-            ("STREAMCOMM_GPUDIRECT", &mut self.gpudirect),
-            ("STREAMCOMM_BIND", &mut self.bind),
+        for (var, flag) in [
+            (P2P_DIRECT, &mut self.p2p_direct),
+            (GPUDIRECT, &mut self.gpudirect),
+            (BIND, &mut self.bind),
         ] {
-            if let Some(v) = get(name) {
-                *flag = match v.trim() {
+            if let Some(v) = get(var) {
+                *flag = match v.trim().to_ascii_lowercase().as_str() {
                     "1" | "true" | "yes" | "on" => true,
                     "0" | "false" | "no" | "off" => false,
-                    _ => return Err(bad(name, &v)),
+                    _ => return Err(invalid(var, &v)),
                 };
             }
         }
-        if let Some(v) = get("STREAMCOMM_CUDA_WINDOW") {
-            let bytes = parse_size("STREAMCOMM_CUDA_WINDOW", &v)?;
+        if let Some(v) = get(CUDA_WINDOW) {
+            let bytes = parse_size(CUDA_WINDOW, &v)?;
             if bytes != 0 && bytes < MIN_CUDA_WINDOW {
-                return Err(Error::invalid(format!(
-                    "STREAMCOMM_CUDA_WINDOW={v:?}: 0 (off) or at least {MIN_CUDA_WINDOW} bytes"
-                )));
+                return Err(invalid_because(CUDA_WINDOW, &v, "under 1K"));
             }
             self.cuda_window = bytes;
         }
-        if let Some(v) = get("STREAMCOMM_DEBUG") {
+        if let Some(v) = get(DEBUG) {
             self.debug = Some(v);
         }
-        if let Some(v) = get("STREAMCOMM_ALGO") {
+        if let Some(v) = get(ALGO) {
             self.algo = AlgoOverride::parse(&v)?;
         }
-        if let Some(v) = get("STREAMCOMM_TUNING_FILE") {
+        if let Some(v) = get(TUNING_FILE) {
             let path = v.trim();
             if !path.is_empty() {
-                self.tuning = Some(CostParams::load(std::path::Path::new(path))?);
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    invalid_because(TUNING_FILE, &v, &format!("cannot read it: {e}"))
+                })?;
+                let params = CostParams::parse(&text)
+                    .map_err(|why| invalid_because(TUNING_FILE, &v, &why))?;
+                self.tuning = Some(params);
             }
         }
-        if let Some(v) = get("STREAMCOMM_FAULTS") {
+        if let Some(v) = get(FAULTS) {
             self.faults = FaultPlan::parse(&v)?;
         }
         self.validate()?;
@@ -386,34 +396,38 @@ impl Config {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] naming the field.
+    /// [`Error::InvalidArgument`] naming the field and its variable and
+    /// saying what is accepted.
     pub fn validate(&self) -> Result<()> {
         if self.nsteps == 0 || self.nsteps > MAX_NSTEPS {
             return Err(Error::invalid(format!(
-                "nsteps must be in 1..={MAX_NSTEPS}, got {}",
+                "nsteps (STREAMCOMM_NSTEPS) must be in 1..={MAX_NSTEPS}, got {}",
                 self.nsteps
             )));
         }
         if self.slot_bytes() < 64 {
             return Err(Error::invalid(format!(
-                "buffsize {} / nsteps {} leaves slots under 64 bytes",
+                "buffsize {} / nsteps {} leaves slots under 64 bytes: STREAMCOMM_BUFFSIZE must \
+                 be at least 64 times STREAMCOMM_NSTEPS",
                 self.buffsize, self.nsteps
             )));
         }
-        if self.buffsize > (1 << 30) {
+        if self.buffsize > MAX_BUFFSIZE {
             return Err(Error::invalid(format!(
-                "buffsize {} exceeds 1 GiB",
+                "buffsize (STREAMCOMM_BUFFSIZE) {} exceeds 1 GiB",
                 self.buffsize
             )));
         }
-        if self.nchannels == 0 || self.nchannels > 64 {
+        if self.nchannels == 0 || self.nchannels > MAX_NCHANNELS {
             return Err(Error::invalid(format!(
-                "nchannels must be in 1..=64, got {}",
+                "nchannels (STREAMCOMM_NCHANNELS) must be in 1..={MAX_NCHANNELS}, got {}",
                 self.nchannels
             )));
         }
         if self.timeout.is_zero() {
-            return Err(Error::invalid("timeout must be positive"));
+            return Err(Error::invalid(
+                "timeout (STREAMCOMM_TIMEOUT) must be positive",
+            ));
         }
         if !self.faults.is_empty() && !cfg!(feature = "fault-injection") {
             return Err(Error::invalid(
@@ -446,18 +460,23 @@ impl HostsOverride {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty list or `0`.
+    /// [`Error::InvalidArgument`] for `0` or a list with an empty label,
+    /// saying what is accepted.
     pub fn parse(text: &str) -> Result<HostsOverride> {
         let t = text.trim();
         if let Ok(k) = t.parse::<usize>() {
             if k == 0 {
-                return Err(bad("STREAMCOMM_HOSTS_OVERRIDE", text));
+                return Err(vars::invalid(vars::HOSTS_OVERRIDE, text));
             }
             return Ok(HostsOverride::RanksPerHost(k));
         }
         let labels: Vec<String> = t.split(',').map(|s| s.trim().to_string()).collect();
         if labels.iter().any(|l| l.is_empty()) {
-            return Err(bad("STREAMCOMM_HOSTS_OVERRIDE", text));
+            return Err(vars::invalid_because(
+                vars::HOSTS_OVERRIDE,
+                text,
+                "an empty label",
+            ));
         }
         Ok(HostsOverride::Labels(labels))
     }
@@ -481,23 +500,20 @@ impl HostsOverride {
             }
             HostsOverride::Labels(l) if l.len() == size => Ok(l.clone()),
             HostsOverride::Labels(l) => Err(Error::invalid(format!(
-                "STREAMCOMM_HOSTS_OVERRIDE names {} hosts for {size} ranks",
+                "STREAMCOMM_HOSTS_OVERRIDE names {} hosts for {size} ranks; expected one \
+                 label per rank, or a number K of consecutive ranks per host",
                 l.len()
             ))),
         }
     }
 }
 
-fn bad(name: &str, value: &str) -> Error {
-    Error::invalid(format!("{name}={value:?} is not valid"))
-}
-
-fn parse_num(name: &str, value: &str) -> Result<usize> {
-    value.trim().parse().map_err(|_| bad(name, value))
+fn parse_num(var: Var, value: &str) -> Result<usize> {
+    value.trim().parse().map_err(|_| vars::invalid(var, value))
 }
 
 /// Parses `4194304`, `4M`, `512K`, `1G` (binary multiples).
-pub(crate) fn parse_size(name: &str, value: &str) -> Result<usize> {
+fn parse_size(var: Var, value: &str) -> Result<usize> {
     let v = value.trim();
     let (digits, shift) = match v.chars().last() {
         Some('k' | 'K') => (&v[..v.len() - 1], 10),
@@ -505,9 +521,9 @@ pub(crate) fn parse_size(name: &str, value: &str) -> Result<usize> {
         Some('g' | 'G') => (&v[..v.len() - 1], 30),
         _ => (v, 0),
     };
-    let n: usize = digits.parse().map_err(|_| bad(name, value))?;
+    let n: usize = digits.parse().map_err(|_| vars::invalid(var, value))?;
     n.checked_mul(1usize << shift)
-        .ok_or_else(|| bad(name, value))
+        .ok_or_else(|| vars::invalid_because(var, value, "too large"))
 }
 
 #[cfg(test)]
@@ -570,37 +586,6 @@ mod tests {
     }
 
     #[test]
-    fn bad_values_name_the_variable() {
-        for (k, v) in [
-            ("STREAMCOMM_NSTEPS", "0"),
-            ("STREAMCOMM_NSTEPS", "x"),
-            ("STREAMCOMM_BUFFSIZE", "12"),
-            ("STREAMCOMM_TIMEOUT", "-1"),
-            ("STREAMCOMM_PROGRESS", "sideways"),
-            ("STREAMCOMM_BARRIER_ALGO", "telepathy"),
-            ("STREAMCOMM_HOSTS_OVERRIDE", "a,,b"),
-            ("STREAMCOMM_ALGO", "all_reduce=ring,all_reduce=tree"),
-            ("STREAMCOMM_FAULTS", "send:peer=1:drop"),
-            ("STREAMCOMM_TRANSPORT", "carrier-pigeon"),
-            ("STREAMCOMM_IB_GID_INDEX", "-1"),
-            ("STREAMCOMM_IB_GID_INDEX", "+3"),
-            ("STREAMCOMM_IB_GID_INDEX", "256"),
-            ("STREAMCOMM_IB_GID_INDEX", "3x"),
-            ("STREAMCOMM_IB_HCA", "mlx5_0; rm"),
-            ("STREAMCOMM_CUDA_WINDOW", "100"),
-            ("STREAMCOMM_CUDA_WINDOW", "lots"),
-            ("STREAMCOMM_GPUDIRECT", "maybe"),
-            ("STREAMCOMM_BIND", "core"),
-        ] {
-            let e = cfg(&[(k, v)]).unwrap_err().to_string();
-            assert!(
-                e.contains("nsteps") || e.contains(k) || e.contains("slots"),
-                "{e}"
-            );
-        }
-    }
-
-    #[test]
     fn gpudirect_switch() {
         assert!(cfg(&[]).unwrap().gpudirect);
         assert!(!cfg(&[("STREAMCOMM_GPUDIRECT", "0")]).unwrap().gpudirect);
@@ -624,7 +609,7 @@ mod tests {
             ("STREAMCOMM_IB_GID_INDEX", "3"),
         ])
         .unwrap();
-        assert_eq!(c.transport, TransportChoice::Verbs);
+        assert_eq!(c.transport, TransportChoice::Only(Transport::Verbs));
         assert_eq!(c.ib_hca.as_deref(), Some("rxe0"));
         assert_eq!(c.ib_gid_index, Some(3));
         let c = cfg(&[("STREAMCOMM_IB_HCA", ""), ("STREAMCOMM_IB_GID_INDEX", " ")]).unwrap();

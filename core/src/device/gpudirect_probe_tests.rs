@@ -14,7 +14,7 @@ use super::tests::{assert_no_errors, check_received, input, p2p, Rank, POISON};
 use super::DeviceShared;
 use crate::bootstrap::UniqueId;
 use crate::comm::p2p::Dir;
-use crate::config::TransportChoice;
+use crate::config::{Transport, TransportChoice};
 use crate::host::{HostBuffer, HostStream};
 use crate::transport::device_span::{GpuDirectMode, NicAccess};
 use crate::{Communicator, Config, Error, Result};
@@ -131,7 +131,7 @@ fn on_ranks<T: Send + 'static>(
 #[test]
 fn gpudirect_is_off_without_verbs_peers_and_without_a_registration_that_works() {
     // Over shared memory no peer moves by RDMA: nothing to probe.
-    let off = on_ranks(2, TransportChoice::Shm, true, |rk| rk.nic.is_none());
+    let off = on_ranks(2, Transport::Shm.into(), true, |rk| rk.nic.is_none());
     assert!(
         off.into_iter().all(|o| o),
         "GPUDirect set up without verbs peers"
@@ -141,7 +141,7 @@ fn gpudirect_is_off_without_verbs_peers_and_without_a_registration_that_works() 
         return;
     }
     // Neither dma-buf nor peermem: staged, and the probe says why (both).
-    let why = on_ranks(2, TransportChoice::Verbs, false, |rk| {
+    let why = on_ranks(2, Transport::Verbs.into(), false, |rk| {
         let dev = rk.comm.rdma_device().expect("a verbs peer");
         let mem = vec![0u8; 1 << 16];
         let r = crate::transport::verbs::gpudirect::probe(
@@ -168,7 +168,7 @@ fn gpudirect_device_groups_move_bytes_by_rdma_only() {
     }
     const N: usize = 3;
     let seed: u64 = streamcomm_testkit::seed();
-    let errors = on_ranks(N, TransportChoice::Verbs, true, move |rk| {
+    let errors = on_ranks(N, Transport::Verbs.into(), true, move |rk| {
         let r = rk.comm.rank();
         let (right, left) = ((r + 1) % N, (r + N - 1) % N);
         let mut bad = Vec::new();
@@ -228,7 +228,7 @@ fn gpudirect_receive_refuses_an_eager_message_with_a_clear_error() {
         eprintln!("no RDMA device: runs in the Soft-RoCE guest");
         return;
     }
-    let results = on_ranks(2, TransportChoice::Verbs, true, |rk| {
+    let results = on_ranks(2, Transport::Verbs.into(), true, |rk| {
         if rk.comm.rank() == 0 {
             // A host send (not a device group): small, so eager.
             let buf = HostBuffer::from_slice(&[1.5f32; 16]);

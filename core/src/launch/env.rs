@@ -34,6 +34,7 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 
 use crate::bootstrap::{parse_secret, UniqueId};
+use crate::config::vars::{self, LAUNCHER, ROOT_PORT, SECRET, UNIQUE_ID};
 use crate::{Error, Result};
 
 /// Where this process's communicator finds its bootstrap root.
@@ -121,8 +122,10 @@ pub struct LaunchInfo {
 /// # Errors
 ///
 /// [`Error::InvalidArgument`] naming the variable that is missing, not a
-/// number, or inconsistent (e.g. `rank 5 >= WORLD_SIZE 4`), or saying that no
-/// launcher environment was found.
+/// number, or inconsistent, with its value and what it accepts (e.g.
+/// `RANK=5 is out of range; expected an integer below WORLD_SIZE=4`), or
+/// saying that no launcher environment was found. Secrets
+/// (`STREAMCOMM_SECRET`, `STREAMCOMM_UNIQUE_ID`) are never repeated.
 pub fn detect(get: &dyn Fn(&str) -> Option<String>) -> Result<LaunchInfo> {
     let get = |name: &str| get(name).filter(|v| !v.trim().is_empty());
     let ranks = detect_ranks(&get)?;
@@ -139,6 +142,10 @@ pub fn detect(get: &dyn Fn(&str) -> Option<String>) -> Result<LaunchInfo> {
 
 /// [`detect`] on this process's environment.
 ///
+/// Like [`Config::from_env`](crate::Config::from_env), it first warns (once
+/// per process and name) about any `STREAMCOMM_*` variable no part of
+/// streamcomm reads, with the nearest known name.
+///
 /// # Examples
 /// ```no_run
 /// let info = streamcomm::launch::env::detect_from_process_env()?;
@@ -150,6 +157,7 @@ pub fn detect(get: &dyn Fn(&str) -> Option<String>) -> Result<LaunchInfo> {
 ///
 /// As for [`detect`].
 pub fn detect_from_process_env() -> Result<LaunchInfo> {
+    vars::warn_unknown_in_process_env();
     detect(&|name| std::env::var(name).ok())
 }
 
@@ -166,22 +174,15 @@ type Getter<'a> = dyn Fn(&str) -> Option<String> + 'a;
 
 fn detect_ranks(get: &Getter<'_>) -> Result<Ranks> {
     if get("RANK").is_some() || get("WORLD_SIZE").is_some() {
-        let launcher = match get("STREAMCOMM_LAUNCHER").as_deref() {
+        let launcher = match get(LAUNCHER.name).as_deref() {
             Some("streamcomm-run") => "streamcomm-run",
             _ => "torchrun",
         };
         let (rank, size) = pair(get, "RANK", "WORLD_SIZE", launcher)?;
-        let local_size = optional(get, &["LOCAL_WORLD_SIZE"])?.unwrap_or(size);
-        let local_rank = optional(get, &["LOCAL_RANK"])?.unwrap_or(rank % local_size.max(1));
-        return finish(
-            launcher,
-            rank,
-            size,
-            local_rank,
-            local_size,
-            "LOCAL_RANK",
-            "LOCAL_WORLD_SIZE",
-        );
+        let local_size = optional(get, &["LOCAL_WORLD_SIZE"])?.unwrap_or((size, "WORLD_SIZE"));
+        let local_rank =
+            optional(get, &["LOCAL_RANK"])?.unwrap_or((rank % local_size.0.max(1), "RANK"));
+        return finish(launcher, (rank, size, "WORLD_SIZE"), local_rank, local_size);
     }
     if get("SLURM_PROCID").is_some() {
         let size_var = if get("SLURM_NTASKS").is_some() {
@@ -191,16 +192,9 @@ fn detect_ranks(get: &Getter<'_>) -> Result<Ranks> {
         };
         let (rank, size) = pair(get, "SLURM_PROCID", size_var, "slurm")?;
         let local_size = slurm_local_size(get, size)?;
-        let local_rank = optional(get, &["SLURM_LOCALID"])?.unwrap_or(rank % local_size.max(1));
-        return finish(
-            "slurm",
-            rank,
-            size,
-            local_rank,
-            local_size,
-            "SLURM_LOCALID",
-            "local size",
-        );
+        let local_rank = optional(get, &["SLURM_LOCALID"])?
+            .unwrap_or((rank % local_size.0.max(1), "SLURM_PROCID"));
+        return finish("slurm", (rank, size, size_var), local_rank, local_size);
     }
     if get("OMPI_COMM_WORLD_RANK").is_some() || get("OMPI_COMM_WORLD_SIZE").is_some() {
         let (rank, size) = pair(
@@ -209,27 +203,23 @@ fn detect_ranks(get: &Getter<'_>) -> Result<Ranks> {
             "OMPI_COMM_WORLD_SIZE",
             "openmpi",
         )?;
-        let local_size = optional(get, &["OMPI_COMM_WORLD_LOCAL_SIZE"])?.unwrap_or(size);
-        let local_rank =
-            optional(get, &["OMPI_COMM_WORLD_LOCAL_RANK"])?.unwrap_or(rank % local_size.max(1));
-        let (lr, ls) = ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE");
-        return finish("openmpi", rank, size, local_rank, local_size, lr, ls);
+        let local_size = optional(get, &["OMPI_COMM_WORLD_LOCAL_SIZE"])?
+            .unwrap_or((size, "OMPI_COMM_WORLD_SIZE"));
+        let local_rank = optional(get, &["OMPI_COMM_WORLD_LOCAL_RANK"])?
+            .unwrap_or((rank % local_size.0.max(1), "OMPI_COMM_WORLD_RANK"));
+        let world = (rank, size, "OMPI_COMM_WORLD_SIZE");
+        return finish("openmpi", world, local_rank, local_size);
     }
     if get("PMI_RANK").is_some() || get("PMI_SIZE").is_some() {
         let (rank, size) = pair(get, "PMI_RANK", "PMI_SIZE", "pmi")?;
         let local_rank = optional(get, &["MPI_LOCALRANKID", "PMI_LOCAL_RANK"])?;
-        let local_size = optional(get, &["MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"])?
-            .unwrap_or(if local_rank.is_some() { size } else { 1 });
-        let local_rank = local_rank.unwrap_or(0);
-        return finish(
-            "pmi",
-            rank,
-            size,
-            local_rank,
-            local_size,
-            "MPI_LOCALRANKID",
-            "MPI_LOCALNRANKS",
-        );
+        let local_size =
+            optional(get, &["MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"])?.unwrap_or(match local_rank {
+                Some(_) => (size, "PMI_SIZE"),
+                None => (1, "the default local size"),
+            });
+        let local_rank = local_rank.unwrap_or((0, "the default local rank"));
+        return finish("pmi", (rank, size, "PMI_SIZE"), local_rank, local_size);
     }
     Err(Error::invalid(
         "no launcher environment found: set RANK/WORLD_SIZE (torchrun, streamcomm-run), \
@@ -249,11 +239,14 @@ fn pair(
     let size = required(get, size_var, rank_var, launcher)?;
     if size == 0 {
         return Err(Error::invalid(format!(
-            "{size_var} is 0: a communicator needs at least one rank"
+            "{size_var}=0 is not a number of ranks (a communicator needs at least one); \
+             expected a positive integer"
         )));
     }
     if rank >= size {
-        return Err(Error::invalid(format!("rank {rank} >= {size_var} {size}")));
+        return Err(Error::invalid(format!(
+            "{rank_var}={rank} is out of range; expected an integer below {size_var}={size}"
+        )));
     }
     Ok((rank, size))
 }
@@ -262,46 +255,59 @@ fn required(get: &Getter<'_>, var: &str, other: &str, launcher: &str) -> Result<
     match get(var) {
         Some(v) => number(var, &v),
         None => Err(Error::invalid(format!(
-            "{other} is set but {var} is not ({launcher} launch)"
+            "{other} is set but {var} is not ({launcher} launch); expected both, \
+             as non-negative integers"
         ))),
     }
 }
 
-/// The first of `vars` that is set, as a number.
-fn optional(get: &Getter<'_>, vars: &[&str]) -> Result<Option<usize>> {
-    for var in vars {
+/// The first of `names` that is set, as a number, with its name.
+fn optional<'n>(get: &Getter<'_>, names: &[&'n str]) -> Result<Option<(usize, &'n str)>> {
+    for &var in names {
         if let Some(v) = get(var) {
-            return number(var, &v).map(Some);
+            return number(var, &v).map(|n| Some((n, var)));
         }
     }
     Ok(None)
 }
 
 fn number(var: &str, value: &str) -> Result<usize> {
-    value
-        .trim()
-        .parse()
-        .map_err(|_| Error::invalid(format!("{var}={value:?} is not a number")))
+    value.trim().parse().map_err(|_| {
+        Error::invalid(format!(
+            "{var}={} is not a number; expected a non-negative integer",
+            vars::shown(value)
+        ))
+    })
 }
 
-/// Checks the local figures against each other and the world.
+/// `VAR=value`, or for a figure no variable gave, `the default local size 1`.
+fn figure(var: &str, value: usize) -> String {
+    if var.starts_with("the ") {
+        format!("{var} {value}")
+    } else {
+        format!("{var}={value}")
+    }
+}
+
+/// Checks the local figures (each with the variable it came from) against
+/// each other and the world's (rank, size, size variable).
 fn finish(
     launcher: &'static str,
-    rank: usize,
-    size: usize,
-    local_rank: usize,
-    local_size: usize,
-    local_rank_var: &str,
-    local_size_var: &str,
+    (rank, size, size_var): (usize, usize, &str),
+    (local_rank, local_rank_var): (usize, &str),
+    (local_size, local_size_var): (usize, &str),
 ) -> Result<Ranks> {
     if local_size == 0 || local_size > size {
         return Err(Error::invalid(format!(
-            "{local_size_var} {local_size} is out of range for {size} ranks"
+            "{} is out of range; expected an integer from 1 to {size_var}={size}",
+            figure(local_size_var, local_size)
         )));
     }
     if local_rank >= local_size {
         return Err(Error::invalid(format!(
-            "{local_rank_var} {local_rank} >= {local_size_var} {local_size}"
+            "{} is out of range; expected an integer below {}",
+            figure(local_rank_var, local_rank),
+            figure(local_size_var, local_size)
         )));
     }
     Ok(Ranks {
@@ -313,29 +319,37 @@ fn finish(
     })
 }
 
-/// Tasks on this node under Slurm.
-fn slurm_local_size(get: &Getter<'_>, size: usize) -> Result<usize> {
+/// Tasks on this node under Slurm, with the variable they came from.
+fn slurm_local_size(get: &Getter<'_>, size: usize) -> Result<(usize, &'static str)> {
     if let Some(v) = get("SLURM_NTASKS_PER_NODE") {
-        return number("SLURM_NTASKS_PER_NODE", &v);
+        return Ok((
+            number("SLURM_NTASKS_PER_NODE", &v)?,
+            "SLURM_NTASKS_PER_NODE",
+        ));
     }
     if let (Some(list), Some(node)) = (get("SLURM_TASKS_PER_NODE"), get("SLURM_NODEID")) {
         let node = number("SLURM_NODEID", &node)?;
         let counts = parse_tasks_per_node(&list).ok_or_else(|| {
             Error::invalid(format!(
-                "SLURM_TASKS_PER_NODE={list:?} is not a Slurm task list"
+                "SLURM_TASKS_PER_NODE={} is not a Slurm task list; expected task counts, \
+                 comma-separated, each optionally repeated (e.g. 2(x3),1)",
+                vars::shown(&list)
             ))
         })?;
-        return counts.get(node).copied().ok_or_else(|| {
+        let count = counts.get(node).copied().ok_or_else(|| {
             Error::invalid(format!(
-                "SLURM_NODEID {node} is past the {} nodes of SLURM_TASKS_PER_NODE={list:?}",
-                counts.len()
+                "SLURM_NODEID={node} is out of range; expected a node index below {}, the \
+                 nodes of SLURM_TASKS_PER_NODE={}",
+                counts.len(),
+                vars::shown(&list)
             ))
-        });
+        })?;
+        return Ok((count, "SLURM_TASKS_PER_NODE"));
     }
     if let Some(nodes) = get("SLURM_NNODES") {
         let nodes = number("SLURM_NNODES", &nodes)?;
         if nodes > 0 && size % nodes == 0 {
-            return Ok(size / nodes);
+            return Ok((size / nodes, "the local size from SLURM_NNODES"));
         }
     }
     Err(Error::invalid(
@@ -362,12 +376,12 @@ fn parse_tasks_per_node(list: &str) -> Option<Vec<usize>> {
 }
 
 fn detect_root(get: &Getter<'_>) -> Result<RootSpec> {
-    if let Some(id) = get("STREAMCOMM_UNIQUE_ID") {
+    if let Some(id) = get(UNIQUE_ID.name) {
         // The parse error never repeats the value: it holds the secret.
-        return id
-            .parse()
-            .map(RootSpec::UniqueId)
-            .map_err(|e| Error::invalid(format!("STREAMCOMM_UNIQUE_ID: {e}")));
+        return id.parse().map(RootSpec::UniqueId).map_err(|e| match e {
+            Error::InvalidArgument(why) => vars::invalid_secret(UNIQUE_ID, &why),
+            other => other,
+        });
     }
     let (host, port) = match (get("MASTER_ADDR"), get("MASTER_PORT")) {
         (Some(host), Some(port)) => (host, port),
@@ -380,19 +394,22 @@ fn detect_root(get: &Getter<'_>) -> Result<RootSpec> {
         }
     };
     let host = host.trim();
-    let port: u16 = port
-        .trim()
-        .parse()
-        .map_err(|_| Error::invalid(format!("MASTER_PORT={port:?} is not a port number")))?;
+    let port: u16 = port.trim().parse().map_err(|_| {
+        Error::invalid(format!(
+            "MASTER_PORT={} is not a port number; expected an integer from 0 to 65535",
+            vars::shown(&port)
+        ))
+    })?;
     // torchrun's agent already listens on MASTER_PORT (its rendezvous store),
     // so under torchrun the root serves one port above it; STREAMCOMM_ROOT_PORT
     // overrides the choice everywhere.
-    let root_port = match get("STREAMCOMM_ROOT_PORT") {
-        Some(p) => p.trim().parse().map_err(|_| {
-            Error::invalid(format!("STREAMCOMM_ROOT_PORT={p:?} is not a port number"))
-        })?,
+    let root_port = match get(ROOT_PORT.name) {
+        Some(p) => p.trim().parse().map_err(|_| vars::invalid(ROOT_PORT, &p))?,
         None if get("TORCHELASTIC_RUN_ID").is_some() => port.checked_add(1).ok_or_else(|| {
-            Error::invalid("MASTER_PORT is 65535: set STREAMCOMM_ROOT_PORT under torchrun")
+            Error::invalid(
+                "MASTER_PORT=65535 leaves no port above it for the bootstrap root under \
+                 torchrun; expected a port below 65535, or set STREAMCOMM_ROOT_PORT",
+            )
         })?,
         None => port,
     };
@@ -426,13 +443,13 @@ pub fn job_secret(
     master_addr: &str,
     master_port: u16,
 ) -> Result<JobSecret> {
-    match get("STREAMCOMM_SECRET").filter(|v| !v.trim().is_empty()) {
+    match get(SECRET.name).filter(|v| !v.trim().is_empty()) {
         Some(hex) => parse_secret(hex.trim())
             .map(|bytes| JobSecret {
                 bytes,
                 derived: false,
             })
-            .map_err(|what| Error::invalid(format!("STREAMCOMM_SECRET {what}"))),
+            .map_err(|what| vars::invalid_secret(SECRET, what)),
         None => Ok(JobSecret {
             bytes: derive_secret(master_addr.trim(), master_port),
             derived: true,
@@ -480,16 +497,27 @@ pub fn resolve(what: &str, host: &str, port: u16) -> Result<SocketAddr> {
         .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host);
+    let expected = "expected a host name or an IP address (IPv6 bracketed or bare)";
     let addrs: Vec<SocketAddr> = (bare, port)
         .to_socket_addrs()
-        .map_err(|e| Error::invalid(format!("{what}={host:?} cannot be resolved: {e}")))?
+        .map_err(|e| {
+            Error::invalid(format!(
+                "{what}={} cannot be resolved ({e}); {expected}",
+                vars::shown(host)
+            ))
+        })?
         .collect();
     addrs
         .iter()
         .find(|a| a.is_ipv4())
         .or(addrs.first())
         .copied()
-        .ok_or_else(|| Error::invalid(format!("{what}={host:?} resolves to no address")))
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "{what}={} resolves to no address; {expected}",
+                vars::shown(host)
+            ))
+        })
 }
 
 /// The weak, deterministic secret used when `STREAMCOMM_SECRET` is unset:

@@ -122,10 +122,10 @@ fn slurm_derives_local_size() {
     assert!(err(&vars).contains("SLURM_NTASKS_PER_NODE"));
     let mut vars = with_root(&base);
     vars.extend([("SLURM_TASKS_PER_NODE", "3(x2"), ("SLURM_NODEID", "0")]);
-    assert!(err(&vars).contains("SLURM_TASKS_PER_NODE"));
+    assert!(err(&vars).contains("SLURM_TASKS_PER_NODE=3(x2 is not a Slurm task list; expected"));
     let mut vars = with_root(&base);
     vars.extend([("SLURM_TASKS_PER_NODE", "4,3"), ("SLURM_NODEID", "2")]);
-    assert!(err(&vars).contains("SLURM_NODEID 2"));
+    assert!(err(&vars).starts_with("SLURM_NODEID=2 is out of range; expected a node index below 2"));
 }
 
 #[test]
@@ -188,17 +188,18 @@ fn launcher_priority() {
 fn rank_errors_name_the_variable() {
     assert_eq!(
         err(&with_root(&[("RANK", "abc"), ("WORLD_SIZE", "4")])),
-        "RANK=\"abc\" is not a number"
+        "RANK=abc is not a number; expected a non-negative integer"
     );
     assert_eq!(
         err(&with_root(&[("RANK", "5"), ("WORLD_SIZE", "4")])),
-        "rank 5 >= WORLD_SIZE 4"
+        "RANK=5 is out of range; expected an integer below WORLD_SIZE=4"
     );
     assert_eq!(
         err(&with_root(&[("RANK", "-1"), ("WORLD_SIZE", "4")])),
-        "RANK=\"-1\" is not a number"
+        "RANK=-1 is not a number; expected a non-negative integer"
     );
-    assert!(err(&with_root(&[("RANK", "0"), ("WORLD_SIZE", "0")])).contains("WORLD_SIZE is 0"));
+    assert!(err(&with_root(&[("RANK", "0"), ("WORLD_SIZE", "0")]))
+        .contains("WORLD_SIZE=0 is not a number of ranks"));
     assert!(err(&with_root(&[("RANK", "0")])).contains("RANK is set but WORLD_SIZE is not"));
     assert!(err(&with_root(&[("WORLD_SIZE", "2")])).contains("WORLD_SIZE is set but RANK is not"));
     let msg = err(&with_root(&[
@@ -206,30 +207,39 @@ fn rank_errors_name_the_variable() {
         ("WORLD_SIZE", "4"),
         ("LOCAL_WORLD_SIZE", "x"),
     ]));
-    assert_eq!(msg, "LOCAL_WORLD_SIZE=\"x\" is not a number");
+    assert_eq!(
+        msg,
+        "LOCAL_WORLD_SIZE=x is not a number; expected a non-negative integer"
+    );
     let msg = err(&with_root(&[
         ("RANK", "0"),
         ("WORLD_SIZE", "4"),
         ("LOCAL_RANK", "2"),
         ("LOCAL_WORLD_SIZE", "2"),
     ]));
-    assert_eq!(msg, "LOCAL_RANK 2 >= LOCAL_WORLD_SIZE 2");
+    assert_eq!(
+        msg,
+        "LOCAL_RANK=2 is out of range; expected an integer below LOCAL_WORLD_SIZE=2"
+    );
     let msg = err(&with_root(&[
         ("RANK", "0"),
         ("WORLD_SIZE", "2"),
         ("LOCAL_WORLD_SIZE", "3"),
     ]));
-    assert!(msg.contains("LOCAL_WORLD_SIZE 3 is out of range"), "{msg}");
+    assert_eq!(
+        msg,
+        "LOCAL_WORLD_SIZE=3 is out of range; expected an integer from 1 to WORLD_SIZE=2"
+    );
     assert_eq!(
         err(&with_root(&[("SLURM_PROCID", "x"), ("SLURM_NTASKS", "2")])),
-        "SLURM_PROCID=\"x\" is not a number"
+        "SLURM_PROCID=x is not a number; expected a non-negative integer"
     );
     assert_eq!(
         err(&with_root(&[
             ("OMPI_COMM_WORLD_RANK", "3"),
             ("OMPI_COMM_WORLD_SIZE", "2")
         ])),
-        "rank 3 >= OMPI_COMM_WORLD_SIZE 2"
+        "OMPI_COMM_WORLD_RANK=3 is out of range; expected an integer below OMPI_COMM_WORLD_SIZE=2"
     );
     assert!(err(&with_root(&[("PMI_RANK", "0")])).contains("PMI_RANK is set but PMI_SIZE is not"));
 }
@@ -262,17 +272,29 @@ fn root_errors() {
     assert_eq!(err(&v), "MASTER_PORT is set but MASTER_ADDR is not");
     let mut v = ranks.to_vec();
     v.extend([("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "99999")]);
-    assert_eq!(err(&v), "MASTER_PORT=\"99999\" is not a port number");
+    assert_eq!(
+        err(&v),
+        "MASTER_PORT=99999 is not a port number; expected an integer from 0 to 65535"
+    );
     let mut v = ranks.to_vec();
     v.extend([
         ("MASTER_ADDR", "no-such-host.invalid"),
         ("MASTER_PORT", "1"),
     ]);
-    assert!(err(&v).starts_with("MASTER_ADDR=\"no-such-host.invalid\" cannot be resolved"));
+    let msg = err(&v);
+    assert!(
+        msg.starts_with("MASTER_ADDR=no-such-host.invalid cannot be resolved"),
+        "{msg}"
+    );
+    assert!(msg.ends_with("expected a host name or an IP address (IPv6 bracketed or bare)"));
     let mut v = with_root(&ranks);
     v.push(("STREAMCOMM_SECRET", "0123456789abcdef"));
     let msg = err(&v);
-    assert!(msg.starts_with("STREAMCOMM_SECRET must be"), "{msg}");
+    assert_eq!(
+        msg,
+        "STREAMCOMM_SECRET (value not shown) is not a secret (must be exactly 32 hex digits); \
+         expected exactly 32 hex digits (e.g. from `openssl rand -hex 16`)"
+    );
     assert!(
         !msg.contains("0123456789abcdef"),
         "the secret leaked: {msg}"
@@ -283,7 +305,14 @@ fn root_errors() {
         "127.0.0.1:1/0123456789abcdef0123456789abcdeX",
     ));
     let msg = err(&v);
-    assert!(msg.starts_with("STREAMCOMM_UNIQUE_ID"), "{msg}");
+    assert!(
+        msg.starts_with("STREAMCOMM_UNIQUE_ID (value not shown) is not a unique id ("),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("; expected ADDRESS:PORT/SECRET with SECRET 32 hex digits"),
+        "{msg}"
+    );
     assert!(
         !msg.contains("0123456789abcdef"),
         "the secret leaked: {msg}"
@@ -340,8 +369,86 @@ fn torchrun_agent_port_is_left_to_torchrun() {
     assert_eq!(info.root.unique_id().addr().port(), 40000);
     vars.pop();
     vars.push(("STREAMCOMM_ROOT_PORT", "x"));
-    assert!(run(&vars)
-        .unwrap_err()
-        .to_string()
-        .contains("STREAMCOMM_ROOT_PORT"));
+    assert_eq!(
+        err(&vars),
+        "STREAMCOMM_ROOT_PORT=x is not a port; expected a port number, an integer from 0 to 65535"
+    );
+}
+
+#[test]
+fn reads_exactly_the_listed_streamcomm_variables() {
+    use std::cell::RefCell;
+    use std::collections::BTreeSet;
+    // Every path through `detect` that reads a STREAMCOMM_* variable: the
+    // unique id; the address with a secret; torchrun's root port.
+    let scenarios: [&[(&str, &str)]; 3] = [
+        &[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "1"),
+            ("STREAMCOMM_UNIQUE_ID", "x"),
+        ],
+        &[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "1"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "1"),
+        ],
+        &[
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "1"),
+            ("SLURM_NTASKS_PER_NODE", "1"),
+        ],
+    ];
+    let asked = RefCell::new(BTreeSet::new());
+    for vars in scenarios {
+        let map: HashMap<&str, &str> = vars.iter().copied().collect();
+        let _ = detect(&|k| {
+            if k.starts_with("STREAMCOMM_") {
+                asked.borrow_mut().insert(k.to_string());
+            }
+            map.get(k).map(|v| v.to_string())
+        });
+    }
+    let listed: BTreeSet<String> = vars::LAUNCH.iter().map(|v| v.name.to_string()).collect();
+    assert_eq!(asked.into_inner(), listed);
+}
+
+#[test]
+fn every_bad_number_names_the_variable_the_value_and_the_format() {
+    let slurm = [
+        ("SLURM_PROCID", "0"),
+        ("SLURM_NTASKS", "2"),
+        ("SLURM_NTASKS_PER_NODE", "2"),
+    ];
+    let slurm_nodes = [("SLURM_PROCID", "0"), ("SLURM_NTASKS", "2")];
+    let ompi = [("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "2")];
+    let pmi = [("PMI_RANK", "0"), ("PMI_SIZE", "2")];
+    let torch = [("RANK", "0"), ("WORLD_SIZE", "2")];
+    let cases: [(&[(&str, &str)], &str); 16] = [
+        (&torch, "RANK"),
+        (&torch, "WORLD_SIZE"),
+        (&torch, "LOCAL_RANK"),
+        (&torch, "LOCAL_WORLD_SIZE"),
+        (&slurm, "SLURM_PROCID"),
+        (&slurm, "SLURM_NTASKS"),
+        (&slurm, "SLURM_LOCALID"),
+        (&slurm, "SLURM_NTASKS_PER_NODE"),
+        (&slurm_nodes, "SLURM_NNODES"),
+        (&ompi, "OMPI_COMM_WORLD_RANK"),
+        (&ompi, "OMPI_COMM_WORLD_SIZE"),
+        (&ompi, "OMPI_COMM_WORLD_LOCAL_RANK"),
+        (&ompi, "OMPI_COMM_WORLD_LOCAL_SIZE"),
+        (&pmi, "PMI_RANK"),
+        (&pmi, "MPI_LOCALRANKID"),
+        (&pmi, "MPI_LOCALNRANKS"),
+    ];
+    for (base, var) in cases {
+        let mut vars: Vec<(&str, &str)> = base.iter().copied().filter(|(k, _)| *k != var).collect();
+        vars.extend(ROOT);
+        vars.push((var, "two"));
+        assert_eq!(
+            err(&vars),
+            format!("{var}=two is not a number; expected a non-negative integer")
+        );
+    }
 }

@@ -206,11 +206,17 @@ pub struct Connection {
 impl Connection {
     /// Name of the transport, for errors.
     pub fn transport(&self) -> &'static str {
+        self.kind().as_str()
+    }
+
+    /// The transport behind the rings.
+    pub fn kind(&self) -> crate::config::Transport {
+        use crate::config::Transport;
         match self.link {
-            Link::Shm { .. } => "shm",
-            Link::Tcp { .. } => "tcp",
+            Link::Shm { .. } => Transport::Shm,
+            Link::Tcp { .. } => Transport::Tcp,
             #[cfg(feature = "verbs")]
-            Link::Verbs { .. } => "verbs",
+            Link::Verbs { .. } => Transport::Verbs,
         }
     }
 

@@ -25,7 +25,7 @@ pub(crate) use select::{choose, Forced};
 use std::collections::HashMap;
 
 use crate::bootstrap::Bootstrap;
-use crate::config::{Config, CostParams, TransportChoice};
+use crate::config::{Config, CostParams, Transport, TransportChoice};
 use crate::plan::{Algorithm, Collective};
 use crate::{Error, Result};
 
@@ -47,7 +47,7 @@ impl Selector {
             *per.entry(h.as_str()).or_default() += 1;
         }
         let sharing = per.into_values().max().unwrap_or(1);
-        let per_host = if config.transport == TransportChoice::Tcp {
+        let per_host = if config.transport == TransportChoice::Only(Transport::Tcp) {
             // Every pair of ranks talks tcp: as if each had its own host,
             // for the links; the ranks of one machine still share its cores.
             1

@@ -21,11 +21,10 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use streamcomm::bootstrap::UniqueId;
 use streamcomm::config::FaultPlan;
-use streamcomm::config::TransportChoice;
 use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::testing::plan::{build, PlanParams};
 use streamcomm::Collective;
-use streamcomm::{Communicator, Config, DataType, Error, ReduceOp};
+use streamcomm::{Communicator, Config, DataType, Error, ReduceOp, Transport};
 
 const N: usize = 4;
 /// 4 slots of 4 KiB: a chunk of the all-reduce below spans 3 slots.
@@ -34,14 +33,16 @@ const NSTEPS: usize = 4;
 const COUNT: usize = N * 3 * (BUFFSIZE / NSTEPS / 4);
 const LONG: Duration = Duration::from_secs(60);
 
-fn config(transport: TransportChoice, timeout: Duration, faults: &str) -> Config {
-    let mut c = Config::default();
-    c.buffsize = BUFFSIZE;
-    c.nsteps = NSTEPS;
-    c.timeout = timeout;
-    c.transport = transport;
-    c.faults = FaultPlan::parse(faults).unwrap();
-    c
+fn config(transport: Transport, timeout: Duration, faults: &str) -> Config {
+    {
+        let mut c = Config::default();
+        c.buffsize = BUFFSIZE;
+        c.nsteps = NSTEPS;
+        c.timeout = timeout;
+        c.transport = transport.into();
+        c.faults = FaultPlan::parse(faults).unwrap();
+        c
+    }
 }
 
 /// Slots rank `from` sends to rank `to` in one all-reduce of `COUNT` floats.
@@ -188,11 +189,8 @@ impl Gate {
     }
 }
 
-fn transport_name(t: TransportChoice) -> &'static str {
-    match t {
-        TransportChoice::Tcp => "tcp",
-        _ => "shm",
-    }
+fn transport_name(t: Transport) -> &'static str {
+    t.as_str()
 }
 
 /// True when `e`, seen by `rank`, blames `culprit`.
@@ -204,7 +202,7 @@ fn blames(e: &Error, rank: usize, culprit: usize) -> bool {
     }
 }
 
-fn delayed(transport: TransportChoice) {
+fn delayed(transport: Transport) {
     let k = slots_per_all_reduce(0, 1);
     let mut configs = vec![config(transport, LONG, ""); N];
     configs[0] = config(
@@ -226,7 +224,7 @@ fn delayed(transport: TransportChoice) {
     assert!(out[2].after >= Duration::from_millis(300), "{out:?}");
 }
 
-fn dropped_last(transport: TransportChoice) {
+fn dropped_last(transport: Transport) {
     // The last slot rank 0 sends to rank 1 in the second all-reduce: rank 1
     // waits for it alone, with a 1 s timeout; the others wait 20 s.
     let k = slots_per_all_reduce(0, 1);
@@ -275,7 +273,7 @@ fn dropped_last(transport: TransportChoice) {
     }
 }
 
-fn dropped_then_more(transport: TransportChoice) {
+fn dropped_then_more(transport: Transport) {
     let mut configs = vec![config(transport, LONG, ""); N];
     configs[0] = config(transport, LONG, "send:peer=1:nth=1:drop");
     let seed = streamcomm_testkit::seed();
@@ -308,7 +306,7 @@ fn dropped_then_more(transport: TransportChoice) {
     }
 }
 
-fn duplicated(transport: TransportChoice) {
+fn duplicated(transport: Transport) {
     let k = slots_per_all_reduce(0, 1);
     let mut configs = vec![config(transport, LONG, ""); N];
     configs[0] = config(transport, LONG, &format!("send:peer=1:nth={}:dup", k + 2));
@@ -333,7 +331,7 @@ fn duplicated(transport: TransportChoice) {
     }
 }
 
-fn injected_error(transport: TransportChoice) {
+fn injected_error(transport: Transport) {
     // Rank 0's third slot to rank 1 in the second all-reduce fails; rank 1,
     // the other end of that connection, is the culprit everyone names.
     let rule = format!("send:peer=1:nth={}:error", slots_per_all_reduce(0, 1) + 3);
@@ -365,7 +363,7 @@ fn injected_error(transport: TransportChoice) {
 #[test]
 fn zero_length_frame_waiting_for_a_slot_is_delivered_tcp() {
     let base = {
-        let mut c = config(TransportChoice::Tcp, LONG, "");
+        let mut c = config(Transport::Tcp, LONG, "");
         c.nsteps = 1;
         c.nchannels = 1;
         c.timeout = Duration::from_secs(5);
@@ -386,50 +384,50 @@ fn zero_length_frame_waiting_for_a_slot_is_delivered_tcp() {
 
 #[test]
 fn delayed_slot_shm() {
-    delayed(TransportChoice::Shm);
+    delayed(Transport::Shm);
 }
 
 #[test]
 fn delayed_slot_tcp() {
-    delayed(TransportChoice::Tcp);
+    delayed(Transport::Tcp);
 }
 
 #[test]
 fn dropped_last_slot_times_out_shm() {
-    dropped_last(TransportChoice::Shm);
+    dropped_last(Transport::Shm);
 }
 
 #[test]
 fn dropped_last_slot_times_out_tcp() {
-    dropped_last(TransportChoice::Tcp);
+    dropped_last(Transport::Tcp);
 }
 
 #[test]
 fn dropped_slot_then_more_is_lost_shm() {
-    dropped_then_more(TransportChoice::Shm);
+    dropped_then_more(Transport::Shm);
 }
 
 #[test]
 fn dropped_slot_then_more_is_lost_tcp() {
-    dropped_then_more(TransportChoice::Tcp);
+    dropped_then_more(Transport::Tcp);
 }
 
 #[test]
 fn duplicated_slot_is_an_error_shm() {
-    duplicated(TransportChoice::Shm);
+    duplicated(Transport::Shm);
 }
 
 #[test]
 fn duplicated_slot_is_an_error_tcp() {
-    duplicated(TransportChoice::Tcp);
+    duplicated(Transport::Tcp);
 }
 
 #[test]
 fn injected_error_names_the_culprit_shm() {
-    injected_error(TransportChoice::Shm);
+    injected_error(Transport::Shm);
 }
 
 #[test]
 fn injected_error_names_the_culprit_tcp() {
-    injected_error(TransportChoice::Tcp);
+    injected_error(Transport::Tcp);
 }

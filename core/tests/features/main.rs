@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use streamcomm::bootstrap::UniqueId;
 use streamcomm::config::FaultPlan;
-use streamcomm::config::TransportChoice;
+use streamcomm::Transport;
 use streamcomm::{Communicator, Config, Error};
 
 fn rdma_device_here() -> bool {
@@ -17,10 +17,12 @@ fn rdma_device_here() -> bool {
 }
 
 fn verbs_config() -> Config {
-    let mut c = Config::default();
-    c.transport = TransportChoice::Verbs;
-    c.timeout = Duration::from_secs(60);
-    c
+    {
+        let mut c = Config::default();
+        c.transport = Transport::Verbs.into();
+        c.timeout = Duration::from_secs(60);
+        c
+    }
 }
 
 /// `STREAMCOMM_TRANSPORT=verbs` with peers: `Error::Unavailable` naming
@@ -75,8 +77,11 @@ fn forced_verbs_without_a_device_is_unavailable_and_auto_still_works() {
 /// naming the feature, by builds without it; no rules is fine in both.
 #[test]
 fn fault_rules_need_the_fault_injection_feature() {
-    let mut config = Config::default();
-    config.faults = FaultPlan::parse("send:peer=1:nth=2:drop").unwrap();
+    let config = {
+        let mut c = Config::default();
+        c.faults = FaultPlan::parse("send:peer=1:nth=2:drop").unwrap();
+        c
+    };
     let checked = config.validate();
     if cfg!(feature = "fault-injection") {
         assert!(checked.is_ok(), "{:?}", checked.err());

@@ -19,7 +19,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use streamcomm::barrier::BarrierAlgo;
 use streamcomm::host::HostStream;
-use streamcomm::Communicator;
+use streamcomm::{Communicator, Transport};
 
 const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";
 const TABLE: &str = "STREAMCOMM_TEST_TABLE";
@@ -149,7 +149,14 @@ fn child() {
     for choice in algos {
         match choice {
             Some(algo) => comm.set_barrier_algo(algo).unwrap(),
-            None if n > 1 => assert!(comm.barrier_algo().contains("messages")),
+            // Messages: some peer over tcp, dissemination, no switching.
+            None if n > 1 => {
+                let rank = comm.rank();
+                assert!((0..n).any(|p| comm.transport_to(p) == Some(Transport::Tcp)));
+                assert_eq!(comm.barrier_algo(), BarrierAlgo::Dissemination);
+                let refused = comm.set_barrier_algo(BarrierAlgo::Chain);
+                assert!(refused.is_err(), "rank {rank}: {refused:?}");
+            }
             None => {}
         }
         let algo = comm.barrier_algo();

@@ -17,3 +17,4 @@ mod collectives;
 mod launch_env;
 mod launcher_nodes;
 mod stale_segments;
+mod unknown_vars;

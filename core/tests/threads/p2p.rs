@@ -17,9 +17,8 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use streamcomm::config::TransportChoice;
 use streamcomm::host::{HostBuffer, HostStream};
-use streamcomm::{Communicator, Config, Error};
+use streamcomm::{Communicator, Config, Error, Transport};
 
 use harness::p2p::{payload, ring_exchange, POISON};
 
@@ -27,10 +26,10 @@ use harness::p2p::{payload, ring_exchange, POISON};
 /// eager messages span several slots and rendezvous starts at 4 KiB.
 const LIMIT: usize = 4096;
 
-fn config(transport: TransportChoice) -> Config {
+fn config(transport: Transport) -> Config {
     {
         let mut c = harness::small_config();
-        c.transport = transport;
+        c.transport = transport.into();
         c.p2p_eager_limit = LIMIT;
         c
     }
@@ -243,7 +242,7 @@ fn straddle_and_late(comm: &Communicator, stream: &HostStream, seed: u64) {
 fn rendezvous_is_one_copy(comm: &Communicator, stream: &HostStream, seed: u64) {
     let r = comm.rank();
     if r < 2 {
-        let shm = comm.transport_to(1 - r) == Some("shm");
+        let shm = comm.transport_to(1 - r) == Some(Transport::Shm);
         let len = 1 << 17;
         let bytes = (len * 8) as u64;
         let before = comm.p2p_stats();
@@ -309,14 +308,14 @@ fn on_threads(n: usize, config: Config, scenario: fn(&Communicator, &HostStream,
 #[test]
 fn p2p_over_shm_threads_2_3_4_5() {
     for n in [2, 3, 4, 5] {
-        on_threads(n, config(TransportChoice::Shm), everything);
+        on_threads(n, config(Transport::Shm), everything);
     }
 }
 
 #[test]
 fn p2p_over_tcp_threads_2_3_4_5() {
     for n in [2, 3, 4, 5] {
-        on_threads(n, config(TransportChoice::Tcp), everything);
+        on_threads(n, config(Transport::Tcp), everything);
     }
 }
 
@@ -324,7 +323,7 @@ fn p2p_over_tcp_threads_2_3_4_5() {
 fn rendezvous_streams_through_the_ring_when_direct_writes_are_off() {
     let seed = streamcomm_testkit::seed();
     let cfg = {
-        let mut c = config(TransportChoice::Shm);
+        let mut c = config(Transport::Shm);
         c.p2p_direct = false;
         c
     };
@@ -343,8 +342,8 @@ fn rendezvous_streams_through_the_ring_when_direct_writes_are_off() {
 
 #[test]
 fn ten_thousand_small_messages_shm_and_tcp() {
-    on_threads(2, config(TransportChoice::Shm), many_small);
-    on_threads(2, config(TransportChoice::Tcp), many_small);
+    on_threads(2, config(Transport::Shm), many_small);
+    on_threads(2, config(Transport::Tcp), many_small);
 }
 
 #[test]
@@ -353,7 +352,7 @@ fn a_receive_buffer_too_small_names_both_sizes() {
     for len in rendezvous {
         let results = harness::run_threads(
             2,
-            config(TransportChoice::Shm),
+            config(Transport::Shm),
             Duration::from_secs(60),
             move |comm| {
                 let stream = HostStream::new().unwrap();
@@ -432,43 +431,38 @@ fn host_calls(comm: &Communicator, stream: &HostStream, seed: u64) {
 
 #[test]
 fn host_blocking_send_recv_shm_and_tcp() {
-    on_threads(2, config(TransportChoice::Shm), host_calls);
-    on_threads(3, config(TransportChoice::Tcp), host_calls);
+    on_threads(2, config(Transport::Shm), host_calls);
+    on_threads(3, config(Transport::Tcp), host_calls);
 }
 
 #[test]
 fn bad_arguments_are_refused_at_enqueue() {
-    harness::run_threads(
-        2,
-        config(TransportChoice::Shm),
-        Duration::from_secs(60),
-        |comm| {
-            let stream = HostStream::new().unwrap();
-            let b = HostBuffer::<f32>::zeroed(8);
-            let msg = |e: Error| e.to_string();
-            assert!(msg(comm.send(&b, 2, &stream).unwrap_err()).contains("peer 2"));
-            assert!(msg(comm.send(&b, comm.rank(), &stream).unwrap_err()).contains("to this rank"));
-            let e = comm
-                .group(&stream, |g| {
-                    g.send(&b, 1 - comm.rank())?;
-                    g.recv(&mut b.clone(), 1 - comm.rank())
-                })
-                .unwrap_err();
-            assert!(msg(e).contains("both sent from and received into"));
-            let mut out = HostBuffer::<f32>::zeroed(8);
-            let e = comm.all_to_allv(&b, &[1, 1], &[0, 1], &mut out, &[4, 4], &[0, 2], &stream);
-            assert!(msg(e.unwrap_err()).contains("overlap"));
-            let e = comm.all_to_allv(&b, &[1], &[0, 1], &mut out, &[1, 1], &[0, 1], &stream);
-            assert!(msg(e.unwrap_err()).contains("send_counts has 1 entries"));
-            let e = comm.all_to_allv(&b, &[9, 0], &[0, 0], &mut out, &[1, 1], &[0, 1], &stream);
-            assert!(msg(e.unwrap_err()).contains("outside a buffer of 8"));
-            assert!(msg(comm.gather(&b, &mut out, 5, &stream).unwrap_err()).contains("root 5"));
-            assert!(msg(comm.send_host(&b, 9).unwrap_err()).contains("peer 9"));
-            assert!(msg(comm.recv_host(&mut out, comm.rank()).unwrap_err()).contains("this rank"));
-            // Nothing was enqueued: the communicator still works.
-            ring_exchange(&comm, &stream, 7);
-        },
-    );
+    harness::run_threads(2, config(Transport::Shm), Duration::from_secs(60), |comm| {
+        let stream = HostStream::new().unwrap();
+        let b = HostBuffer::<f32>::zeroed(8);
+        let msg = |e: Error| e.to_string();
+        assert!(msg(comm.send(&b, 2, &stream).unwrap_err()).contains("peer 2"));
+        assert!(msg(comm.send(&b, comm.rank(), &stream).unwrap_err()).contains("to this rank"));
+        let e = comm
+            .group(&stream, |g| {
+                g.send(&b, 1 - comm.rank())?;
+                g.recv(&mut b.clone(), 1 - comm.rank())
+            })
+            .unwrap_err();
+        assert!(msg(e).contains("both sent from and received into"));
+        let mut out = HostBuffer::<f32>::zeroed(8);
+        let e = comm.all_to_allv(&b, &[1, 1], &[0, 1], &mut out, &[4, 4], &[0, 2], &stream);
+        assert!(msg(e.unwrap_err()).contains("overlap"));
+        let e = comm.all_to_allv(&b, &[1], &[0, 1], &mut out, &[1, 1], &[0, 1], &stream);
+        assert!(msg(e.unwrap_err()).contains("send_counts has 1 entries"));
+        let e = comm.all_to_allv(&b, &[9, 0], &[0, 0], &mut out, &[1, 1], &[0, 1], &stream);
+        assert!(msg(e.unwrap_err()).contains("outside a buffer of 8"));
+        assert!(msg(comm.gather(&b, &mut out, 5, &stream).unwrap_err()).contains("root 5"));
+        assert!(msg(comm.send_host(&b, 9).unwrap_err()).contains("peer 9"));
+        assert!(msg(comm.recv_host(&mut out, comm.rank()).unwrap_err()).contains("this rank"));
+        // Nothing was enqueued: the communicator still works.
+        ring_exchange(&comm, &stream, 7);
+    });
 }
 
 // --- ranks as processes -------------------------------------------------

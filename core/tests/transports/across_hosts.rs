@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use netns::{ready_or_skip, Netns};
 use streamcomm::host::{HostBuffer, HostStream};
-use streamcomm::{Communicator, ReduceOp};
+use streamcomm::{Communicator, ReduceOp, Transport};
 
 const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";
 const SEED: &str = "STREAMCOMM_TEST_SEED";
@@ -67,9 +67,9 @@ fn child() {
     // Same host (namespace): shared memory; other hosts: tcp.
     for p in (0..n).filter(|&p| p != rank) {
         let want = if p / per_host == rank / per_host {
-            "shm"
+            Transport::Shm
         } else {
-            "tcp"
+            Transport::Tcp
         };
         assert_eq!(comm.transport_to(p), Some(want), "rank {rank} -> {p}");
     }

@@ -8,14 +8,14 @@ use crate::harness;
 use std::time::{Duration, Instant};
 
 use harness::{run_threads, small_config};
-use streamcomm::config::TransportChoice;
 use streamcomm::host::{HostBuffer, HostStream};
+use streamcomm::Transport;
 use streamcomm::{Config, Error, ReduceOp};
 
 fn tcp_config(nchannels: usize) -> Config {
     {
         let mut c = small_config();
-        c.transport = TransportChoice::Tcp;
+        c.transport = Transport::Tcp.into();
         c.nchannels = nchannels;
         c
     }
@@ -30,7 +30,7 @@ fn matrix(n: usize, nchannels: usize) {
         move |comm| {
             for p in 0..n {
                 if p != comm.rank() {
-                    assert_eq!(comm.transport_to(p), Some("tcp"));
+                    assert_eq!(comm.transport_to(p), Some(Transport::Tcp));
                 }
             }
             let stream = HostStream::new().unwrap();
@@ -46,7 +46,10 @@ fn matrix(n: usize, nchannels: usize) {
                 comm.barrier(&stream).unwrap();
             }
             stream.synchronize().unwrap();
-            assert!(comm.barrier_algo().contains("messages"));
+            assert_eq!(
+                comm.barrier_algo(),
+                streamcomm::barrier::BarrierAlgo::Dissemination
+            );
             assert!(matches!(
                 comm.set_barrier_algo(streamcomm::barrier::BarrierAlgo::Chain),
                 Err(Error::Unavailable(_))

@@ -18,8 +18,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use streamcomm::barrier::BarrierAlgo;
 use streamcomm::bootstrap::UniqueId;
-use streamcomm::config::{HostsOverride, TransportChoice};
+use streamcomm::config::HostsOverride;
 use streamcomm::host::{HostBuffer, HostStream};
+use streamcomm::Transport;
 use streamcomm::{Communicator, Config, Error, ReduceOp};
 
 /// True where this build can use an RDMA device.
@@ -39,7 +40,7 @@ fn rdma_here() -> bool {
 fn verbs_config() -> Config {
     {
         let mut c = harness::small_config();
-        c.transport = TransportChoice::Verbs;
+        c.transport = Transport::Verbs.into();
         c.p2p_eager_limit = 4096;
         c
     }
@@ -53,7 +54,7 @@ fn matrix(n: usize) {
     let base = streamcomm_testkit::seed();
     harness::run_threads(n, verbs_config(), Duration::from_secs(600), move |comm| {
         for p in (0..n).filter(|&p| p != comm.rank()) {
-            assert_eq!(comm.transport_to(p), Some("verbs"));
+            assert_eq!(comm.transport_to(p), Some(Transport::Verbs));
         }
         let stream = HostStream::new().unwrap();
         harness::run_slice(&comm, &stream, base, &[ReduceOp::Sum, ReduceOp::Max]);
@@ -97,7 +98,7 @@ fn every_barrier_algorithm_over_verbs_2_and_4_ranks() {
             let seed = streamcomm_testkit::seed();
             harness::run_threads(n, config, Duration::from_secs(120), move |comm| {
                 // The flag algorithm itself runs, not a stand-in.
-                assert_eq!(comm.barrier_algo(), algo.to_string());
+                assert_eq!(comm.barrier_algo(), algo);
                 let stream = HostStream::new().unwrap();
                 let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (comm.rank() as u64) << 32);
                 for k in 0..2 * ROUNDS {

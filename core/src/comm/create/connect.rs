@@ -15,7 +15,7 @@ use std::sync::Arc;
 use super::prepare::Local;
 use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::comm::endpoint::{pair_uses_verbs, Endpoint, VERBS_FORCED};
-use crate::config::{Config, TransportChoice};
+use crate::config::{Config, Transport, TransportChoice};
 use crate::engine::{Kick, Source};
 use crate::transport::ring::RingShape;
 use crate::transport::tcp::setup::{connect_all, ConnectPlan};
@@ -115,10 +115,10 @@ fn connect_peers(
             continue;
         }
         use_tcp[p] = match config.transport {
-            TransportChoice::Tcp => true,
-            TransportChoice::Auto | TransportChoice::Verbs => !same_host,
-            TransportChoice::Shm if same_host => false,
-            TransportChoice::Shm => {
+            TransportChoice::Only(Transport::Tcp) => true,
+            TransportChoice::Auto | TransportChoice::Only(Transport::Verbs) => !same_host,
+            TransportChoice::Only(Transport::Shm) if same_host => false,
+            TransportChoice::Only(Transport::Shm) => {
                 return Err(Error::Unavailable(format!(
                     "rank {p} runs on another host ({}) and STREAMCOMM_TRANSPORT=shm",
                     ep.host

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::connect;
 use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::comm::endpoint::{self, local_host_id, Endpoint};
-use crate::config::{Config, TransportChoice};
+use crate::config::{Config, Transport, TransportChoice};
 use crate::transport::fault::FaultInjector;
 use crate::transport::ring::RingShape;
 use crate::transport::tcp::setup;
@@ -57,7 +57,7 @@ pub(crate) fn prepare(id: &UniqueId, rank: usize, size: usize, config: Config) -
     let segment = Segment::create(size, shape)?;
     // Listen for tcp unless told to use shared memory only.
     let listener = match config.transport {
-        TransportChoice::Shm => None,
+        TransportChoice::Only(Transport::Shm) => None,
         _ if size == 1 => None,
         _ => {
             let ip = match &config.socket_ifname {
@@ -75,7 +75,7 @@ pub(crate) fn prepare(id: &UniqueId, rank: usize, size: usize, config: Config) -
         tcp: listener.as_ref().map(|(_, addr)| *addr),
         verbs: match (&device, config.transport) {
             (None, _) => endpoint::VERBS_NONE,
-            (Some(_), TransportChoice::Verbs) => endpoint::VERBS_FORCED,
+            (Some(_), TransportChoice::Only(Transport::Verbs)) => endpoint::VERBS_FORCED,
             (Some(_), _) => endpoint::VERBS_AVAILABLE,
         },
         verbs_atomics: device_atomics(&device),
@@ -103,7 +103,7 @@ fn open_verbs_device(config: &Config, size: usize) -> Result<connect::VerbsDevic
     use std::sync::Arc;
     let open = || Device::open(config.ib_hca.as_deref(), config.ib_gid_index).map(Arc::new);
     match config.transport {
-        TransportChoice::Verbs if size > 1 => open().map(Some),
+        TransportChoice::Only(Transport::Verbs) if size > 1 => open().map(Some),
         TransportChoice::Auto if size > 1 => match open() {
             Ok(d) => Ok(Some(d)),
             Err(e) => {
@@ -131,7 +131,7 @@ fn device_atomics(_device: &connect::VerbsDevice) -> bool {
 #[cfg(not(feature = "verbs"))]
 fn open_verbs_device(config: &Config, size: usize) -> Result<connect::VerbsDevice> {
     match config.transport {
-        TransportChoice::Verbs if size > 1 => Err(Error::Unavailable(
+        TransportChoice::Only(Transport::Verbs) if size > 1 => Err(Error::Unavailable(
             "STREAMCOMM_TRANSPORT=verbs, but this build of streamcomm has no verbs transport (build with the `verbs` feature)".into(),
         )),
         _ => Ok(None),
