@@ -39,16 +39,42 @@ impl Doorbell {
     pub const POISON: u32 = u32::MAX;
 
     /// A doorbell holding 0.
+    ///
+    /// # Examples
+    /// ```
+    /// let bell = streamcomm::host::Doorbell::new();
+    /// assert_eq!(bell.load(), 0);
+    /// ```
     pub fn new() -> Doorbell {
         Doorbell::default()
     }
 
     /// Current value.
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::host::{Doorbell, HostStream};
+    /// let (bell, stream) = (Doorbell::new(), HostStream::new()?);
+    /// stream.write_value32(&bell, 7)?;
+    /// stream.synchronize()?;
+    /// assert_eq!(bell.load(), 7);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn load(&self) -> u32 {
         self.inner.value.load(Ordering::Acquire)
     }
 
     /// Stores `value` and wakes waiters.
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::host::{Doorbell, HostStream, WaitCmp};
+    /// let (bell, stream) = (Doorbell::new(), HostStream::new()?);
+    /// stream.wait_value32(&bell, 1, WaitCmp::Eq)?; // the stream waits for the host
+    /// bell.store(1);
+    /// stream.synchronize()?;
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn store(&self, value: u32) {
         self.inner.value.store(value, Ordering::Release);
         self.inner.notifier.notify();

@@ -33,11 +33,29 @@ impl Graph {
     }
 
     /// Number of captured tasks.
+    ///
+    /// # Examples
+    /// ```
+    /// let stream = streamcomm::host::HostStream::new()?;
+    /// stream.begin_capture()?;
+    /// stream.host_fn(|| {})?;
+    /// stream.host_fn(|| {})?;
+    /// assert_eq!(stream.end_capture()?.len(), 2);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn len(&self) -> usize {
         self.tasks.len()
     }
 
     /// True when nothing was captured.
+    ///
+    /// # Examples
+    /// ```
+    /// let stream = streamcomm::host::HostStream::new()?;
+    /// stream.begin_capture()?;
+    /// assert!(stream.end_capture()?.is_empty());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.tasks.is_empty()
     }
@@ -47,6 +65,26 @@ impl Graph {
     /// # Stream semantics
     /// The replay runs after earlier work on `stream` and before later work;
     /// its tasks run in captured order. If one fails, the rest are skipped.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::sync::Arc;
+    /// let stream = streamcomm::host::HostStream::new()?;
+    /// let runs = Arc::new(AtomicU32::new(0));
+    /// let r = runs.clone();
+    /// stream.begin_capture()?;
+    /// stream.host_fn(move || {
+    ///     r.fetch_add(1, Ordering::Relaxed);
+    /// })?;
+    /// let graph = stream.end_capture()?; // captured, not run
+    /// for _ in 0..3 {
+    ///     graph.launch(&stream)?;
+    /// }
+    /// stream.synchronize()?;
+    /// assert_eq!(runs.load(Ordering::Relaxed), 3);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// [`Error::InvalidUsage`] when `stream` is itself capturing.

@@ -26,11 +26,34 @@ pub struct Job(Box<dyn FnOnce(JobMode) -> Result<()> + Send>);
 
 impl Job {
     /// Wraps a closure.
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::host::{Job, JobMode};
+    /// let job = Job::new(|mode| {
+    ///     assert_eq!(mode, JobMode::Run);
+    ///     Ok(())
+    /// });
+    /// job.execute(JobMode::Run)?;
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn new(f: impl FnOnce(JobMode) -> Result<()> + Send + 'static) -> Job {
         Job(Box::new(f))
     }
 
     /// Runs or skips the job.
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::host::{Job, JobMode};
+    /// // A skipped job releases what it holds without doing its work.
+    /// let job = Job::new(|mode| match mode {
+    ///     JobMode::Run => Err(streamcomm::Error::UserTask("not expected to run".into())),
+    ///     _ => Ok(()),
+    /// });
+    /// job.execute(JobMode::Skip)?;
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn execute(self, mode: JobMode) -> Result<()> {
         (self.0)(mode)
     }
