@@ -53,21 +53,54 @@ impl UniqueId {
 
     /// Builds an id from its parts without starting any server (for ranks
     /// that join a root someone else serves).
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::bootstrap::UniqueId;
+    /// let served = UniqueId::new()?; // this process serves the root
+    /// let joined = UniqueId::from_parts(served.addr(), *served.secret()); // another rank's view
+    /// assert_eq!(joined, served);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn from_parts(addr: SocketAddr, secret: [u8; 16]) -> UniqueId {
         UniqueId { addr, secret }
     }
 
     /// The bootstrap root's socket address.
+    ///
+    /// # Examples
+    /// ```
+    /// let id = streamcomm::bootstrap::UniqueId::new()?;
+    /// assert!(id.addr().ip().is_loopback()); // `new` serves on 127.0.0.1
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// The shared secret ranks present to the root.
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::bootstrap::UniqueId;
+    /// let (a, b) = (UniqueId::new()?, UniqueId::new()?);
+    /// assert_ne!(a.secret(), b.secret()); // fresh random secrets
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn secret(&self) -> &[u8; 16] {
         &self.secret
     }
 
     /// The fixed-size, versioned binary form.
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::bootstrap::UniqueId;
+    /// let id = UniqueId::new()?;
+    /// let bytes = id.to_bytes(); // e.g. broadcast with MPI, then `from_bytes`
+    /// assert_eq!(bytes.len(), UniqueId::BYTES);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn to_bytes(&self) -> [u8; Self::BYTES] {
         let mut out = [0u8; Self::BYTES];
         out[0..4].copy_from_slice(&ID_MAGIC);
@@ -89,6 +122,15 @@ impl UniqueId {
     }
 
     /// Decodes the binary form made by [`to_bytes`](UniqueId::to_bytes).
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::bootstrap::UniqueId;
+    /// let id = UniqueId::new()?;
+    /// assert_eq!(UniqueId::from_bytes(&id.to_bytes())?, id);
+    /// assert!(UniqueId::from_bytes(&[0u8; 3]).is_err());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
@@ -136,6 +178,14 @@ impl UniqueId {
 
     /// Draws a fresh random secret from the operating system.
     ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::bootstrap::UniqueId;
+    /// let secret = UniqueId::random_secret()?; // e.g. for STREAMCOMM_SECRET on every host
+    /// assert_ne!(secret, UniqueId::random_secret()?);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::Unavailable`] if the OS random source fails.
@@ -149,6 +199,13 @@ impl UniqueId {
     }
 
     /// The IP address of the root (shorthand for `addr().ip()`).
+    ///
+    /// # Examples
+    /// ```
+    /// let id = streamcomm::bootstrap::UniqueId::new()?;
+    /// assert_eq!(id.ip(), id.addr().ip());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn ip(&self) -> IpAddr {
         self.addr.ip()
     }

@@ -162,6 +162,14 @@ impl UniqueId {
     ///
     /// [`Error::Os`] if no port can be bound, [`Error::Unavailable`] if the OS
     /// random source fails.
+    ///
+    /// # Examples
+    /// ```
+    /// let id = streamcomm::bootstrap::UniqueId::new()?;
+    /// let text = id.to_string(); // hand it to the other ranks, e.g. in an environment variable
+    /// assert_eq!(text.parse::<streamcomm::bootstrap::UniqueId>()?, id);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn new() -> Result<UniqueId> {
         UniqueId::new_on(IpAddr::V4(Ipv4Addr::LOCALHOST))
     }
@@ -172,6 +180,15 @@ impl UniqueId {
     /// # Errors
     ///
     /// As for [`UniqueId::new`].
+    ///
+    /// # Examples
+    /// ```
+    /// use std::net::{IpAddr, Ipv4Addr};
+    /// // Here loopback; on a cluster, this host's address on the network the ranks share.
+    /// let id = streamcomm::bootstrap::UniqueId::new_on(IpAddr::V4(Ipv4Addr::LOCALHOST))?;
+    /// assert!(id.ip().is_loopback());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn new_on(ip: IpAddr) -> Result<UniqueId> {
         let secret = UniqueId::random_secret()?;
         Ok(RootServer::start(SocketAddr::new(ip, 0), secret, RootOptions::default())?.detach())
@@ -184,6 +201,15 @@ impl UniqueId {
     /// # Errors
     ///
     /// [`Error::Os`] if `addr` cannot be bound (e.g. the port is taken).
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::bootstrap::UniqueId;
+    /// let secret = UniqueId::random_secret()?;
+    /// let id = UniqueId::serve_at("127.0.0.1:0".parse().unwrap(), secret)?; // port 0: any free port
+    /// assert_eq!(id.secret(), &secret);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn serve_at(addr: SocketAddr, secret: [u8; 16]) -> Result<UniqueId> {
         Ok(RootServer::start(addr, secret, RootOptions::default())?.detach())
     }
