@@ -5,7 +5,7 @@
 //! Both reach the communicator as a [`BufView`], which is checked against the
 //! call (type, length) before anything is enqueued.
 
-use crate::host::{Element, HostBuffer, RawBuffer};
+use crate::host::{Element, HostBuffer, RawBuffer, SharedHostBuffer};
 use crate::plan::apply::Buffers;
 use crate::plan::Plan;
 use crate::{DataType, Error, Result};
@@ -16,6 +16,8 @@ pub struct BufView {
     raw: RawBuffer,
     dtype: DataType,
     len: usize,
+    /// Refused as a receive (or in-place) buffer: a [`SharedHostBuffer`].
+    read_only: bool,
 }
 
 /// Anything a collective accepts as a buffer.
@@ -30,6 +32,20 @@ impl<T: Element> AsBufView for HostBuffer<T> {
             raw: self.raw().clone(),
             dtype: T::DTYPE,
             len: self.len(),
+            read_only: false,
+        }
+    }
+}
+
+/// A send buffer only: given as a receive or in-place buffer, the call
+/// fails with [`Error::InvalidArgument`].
+impl<T: Element> AsBufView for SharedHostBuffer<T> {
+    fn buf_view(&self) -> BufView {
+        BufView {
+            raw: self.raw().clone(),
+            dtype: T::DTYPE,
+            len: self.len(),
+            read_only: true,
         }
     }
 }
@@ -45,7 +61,7 @@ impl UntypedBuffer {
     pub fn zeroed(dtype: DataType, len: usize) -> UntypedBuffer {
         let raw = RawBuffer::zeroed(len * dtype.size());
         UntypedBuffer {
-            view: BufView { raw, dtype, len },
+            view: BufView::new(raw, dtype, len),
         }
     }
 
@@ -91,7 +107,7 @@ impl UntypedBuffer {
         // SAFETY: forwarded: this function's contract is RawBuffer's.
         let raw = unsafe { RawBuffer::from_raw_parts(ptr, bytes)? };
         Ok(UntypedBuffer {
-            view: BufView { raw, dtype, len },
+            view: BufView::new(raw, dtype, len),
         })
     }
 
@@ -146,7 +162,31 @@ impl BufView {
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn new(raw: RawBuffer, dtype: DataType, len: usize) -> BufView {
         debug_assert!(raw.len_bytes() >= len * dtype.size());
-        BufView { raw, dtype, len }
+        BufView {
+            raw,
+            dtype,
+            len,
+            read_only: false,
+        }
+    }
+
+    /// `len` elements of `dtype` in `raw`, refused as a receive buffer.
+    pub(crate) fn read_only(raw: RawBuffer, dtype: DataType, len: usize) -> BufView {
+        BufView {
+            read_only: true,
+            ..BufView::new(raw, dtype, len)
+        }
+    }
+
+    /// Fails when this view may not be written (a shared, read-only
+    /// handle) but `call` would write it as its `what` buffer.
+    pub(crate) fn check_writable(&self, call: &str, what: &str) -> Result<()> {
+        if self.read_only {
+            return Err(Error::invalid(format!(
+                "{call}: the {what} buffer is a read-only shared handle (HostBuffer::share); pass the HostBuffer itself"
+            )));
+        }
+        Ok(())
     }
 
     /// The storage.
@@ -283,10 +323,14 @@ impl Binding {
         };
         match self {
             Binding::InPlace(v) => {
+                v.check_writable(name, "in-place")?;
                 let layout = crate::plan::InPlaceLayout::of(plan)?;
                 check_one(v, layout.len, "in-place")
             }
             Binding::Separate { send, recv } => {
+                if let Some(r) = recv {
+                    r.check_writable(name, "recv")?;
+                }
                 if let (Some(s), Some(r)) = (send, recv) {
                     if s.raw.same_as(&r.raw) {
                         return Err(Error::invalid(format!(

@@ -6,6 +6,7 @@
 //! streamcomm runs, and is tested end to end, on machines without a GPU.
 
 mod buffer;
+mod shared_buffer;
 mod doorbell;
 mod event;
 mod graph;
@@ -13,7 +14,8 @@ mod job;
 pub(crate) mod release_hooks;
 pub(crate) mod stream;
 
-pub use buffer::{Element, HostBuffer, RawBuffer};
+pub use buffer::{Element, HostBuffer, HostBufferRead, HostBufferWrite, RawBuffer};
+pub use shared_buffer::SharedHostBuffer;
 pub use doorbell::{Doorbell, WaitCmp};
 pub use event::HostEvent;
 pub use graph::Graph;
