@@ -108,10 +108,7 @@ fn run_rank() -> Result<(), Box<dyn std::error::Error>> {
     }
     let (xs, ys) = data_set();
     let shard = SAMPLES / size;
-    let (xs, ys) = (
-        &xs[rank * shard..][..shard],
-        &ys[rank * shard..][..shard],
-    );
+    let (xs, ys) = (&xs[rank * shard..][..shard], &ys[rank * shard..][..shard]);
     let mut w = vec![0f32; FEATURES + 1];
     for step in 0..=STEPS {
         let grads = gradient(&w, xs, ys);

@@ -125,7 +125,10 @@ fn vec_all_reduce_rank() {
     for (i, x) in data.iter().enumerate() {
         assert_eq!(f64::from(*x), want, "rank {}, element {i}", comm.rank());
     }
-    println!("rank {} of {n}: sum {want} in the same allocation", comm.rank());
+    println!(
+        "rank {} of {n}: sum {want} in the same allocation",
+        comm.rank()
+    );
     streamcomm_testkit::child_ran();
 }
 

@@ -64,10 +64,7 @@ impl<'a> Lent<'a> {
         // the `Lent` lives; every handle to it is gone when the `Lent`
         // drops (checked there), before the borrow ends.
         let raw = unsafe {
-            RawBuffer::from_raw_parts(
-                data.as_mut_ptr().cast::<u8>(),
-                std::mem::size_of_val(data),
-            )?
+            RawBuffer::from_raw_parts(data.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(data))?
         };
         Ok(Lent {
             view: BufView::new(raw, T::DTYPE, data.len()),
@@ -305,11 +302,13 @@ impl Communicator {
     /// # Errors
     /// As [`Communicator::recv`], plus execution errors directly.
     pub fn recv_host<T: Element>(&self, data: &mut [T], peer: usize) -> Result<()> {
+        // Where the sender may write into this process itself (shared
+        // memory: the condition its rendezvous waits for a grant on).
         let staged = peer != self.inner.rank
             && self
                 .inner
                 .connection(peer)
-                .is_ok_and(|c| c.transport() == "shm");
+                .is_ok_and(|c| c.peer_segment().is_some());
         if !staged {
             let lent = Lent::exclusive(data)?;
             return self.run_host("recv_host", Dir::Recv, peer, &lent.view);

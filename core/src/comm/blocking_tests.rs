@@ -26,7 +26,13 @@ fn on_ranks<R: Send + 'static>(
                     timeout: Duration::from_secs(60),
                     ..Config::default()
                 };
-                f(Communicator::init_with_config(&id, rank, n, Backend::Host, config)?)
+                f(Communicator::init_with_config(
+                    &id,
+                    rank,
+                    n,
+                    Backend::Host,
+                    config,
+                )?)
             })
         })
         .collect();
@@ -60,13 +66,15 @@ fn all_reduce_host_out_of_place_and_in_place_on_3_and_4_ranks() {
     for n in [3, 4] {
         // Eager-sized and larger than the ring many times over.
         for len in [1usize, 1000, 100_003] {
+            let inputs: Vec<Vec<f32>> = (0..n).map(|r| input(seed, r, len)).collect();
             let sum: Vec<f64> = (0..len)
-                .map(|i| (0..n).map(|r| f64::from(input(seed, r, len)[i])).sum())
+                .map(|i| inputs.iter().map(|v| f64::from(v[i])).sum())
                 .collect();
             let max: Vec<f64> = (0..len)
                 .map(|i| {
-                    (0..n)
-                        .map(|r| f64::from(input(seed, r, len)[i]))
+                    inputs
+                        .iter()
+                        .map(|v| f64::from(v[i]))
                         .fold(f64::MIN, f64::max)
                 })
                 .collect();
@@ -92,7 +100,10 @@ fn broadcast_host_copies_the_roots_slice_to_3_ranks() {
     let seed = streamcomm_testkit::seed();
     let (n, len) = (3, 70_001);
     let root = (seed % n as u64) as usize;
-    let want: Vec<f64> = input(seed, root, len).iter().map(|&x| f64::from(x)).collect();
+    let want: Vec<f64> = input(seed, root, len)
+        .iter()
+        .map(|&x| f64::from(x))
+        .collect();
     let got = on_ranks(n, TransportChoice::Auto, move |comm| {
         let mut data = if comm.rank() == root {
             input(seed, root, len)
@@ -139,7 +150,10 @@ fn send_and_recv_host(transport: TransportChoice) {
     });
     for (i, len) in [5usize, 150_000].into_iter().enumerate() {
         for peer in 1..n {
-            let sent: Vec<f64> = input(seed, peer, len).iter().map(|&x| f64::from(x)).collect();
+            let sent: Vec<f64> = input(seed, peer, len)
+                .iter()
+                .map(|&x| f64::from(x))
+                .collect();
             check(peer, &got[peer][i], &sent);
             let doubled: Vec<f64> = sent.iter().map(|x| x * 2.0).collect();
             check(0, &got[0][i * (n - 1) + peer - 1], &doubled);

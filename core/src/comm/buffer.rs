@@ -20,7 +20,16 @@ pub struct BufView {
     read_only: bool,
 }
 
-/// Anything a collective accepts as a buffer.
+/// Anything a collective accepts as a buffer: a [`HostBuffer`], an
+/// [`UntypedBuffer`], or (as a send buffer only) a [`SharedHostBuffer`].
+///
+/// # Examples
+/// ```
+/// # use streamcomm::{host::HostBuffer, AsBufView, DataType};
+/// let buf = HostBuffer::<f64>::zeroed(3);
+/// let view = buf.buf_view();
+/// assert_eq!((view.dtype(), view.len()), (DataType::F64, 3));
+/// ```
 pub trait AsBufView {
     /// The storage, element type and length.
     fn buf_view(&self) -> BufView;
@@ -58,6 +67,17 @@ pub struct UntypedBuffer {
 
 impl UntypedBuffer {
     /// A zeroed buffer of `len` elements of `dtype`.
+    ///
+    /// Cloning an `UntypedBuffer` gives another handle to the same memory
+    /// (what a C caller's pointer is); two handles to one buffer given as
+    /// send and recv of one call are refused.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{DataType, UntypedBuffer};
+    /// let buf = UntypedBuffer::zeroed(DataType::F16, 3);
+    /// assert_eq!(buf.to_bytes(), vec![0; 6]);
+    /// ```
     pub fn zeroed(dtype: DataType, len: usize) -> UntypedBuffer {
         let raw = RawBuffer::zeroed(len * dtype.size());
         UntypedBuffer {
@@ -112,27 +132,65 @@ impl UntypedBuffer {
     }
 
     /// The element type.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{DataType, UntypedBuffer};
+    /// assert_eq!(UntypedBuffer::zeroed(DataType::I64, 1).dtype(), DataType::I64);
+    /// ```
     pub fn dtype(&self) -> DataType {
         self.view.dtype
     }
 
     /// Number of elements.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{DataType, UntypedBuffer};
+    /// assert_eq!(UntypedBuffer::zeroed(DataType::I64, 5).len(), 5);
+    /// ```
     pub fn len(&self) -> usize {
         self.view.len
     }
 
     /// True when empty.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{DataType, UntypedBuffer};
+    /// assert!(UntypedBuffer::zeroed(DataType::U8, 0).is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.view.len == 0
     }
 
     /// A copy of the bytes.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{DataType, UntypedBuffer};
+    /// let buf = UntypedBuffer::zeroed(DataType::U32, 1);
+    /// buf.copy_from_bytes(&7u32.to_ne_bytes())?;
+    /// assert_eq!(buf.to_bytes(), 7u32.to_ne_bytes());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn to_bytes(&self) -> Vec<u8> {
         let g = self.view.raw.read();
         self.view.raw.bytes_of(&g).to_vec()
     }
 
-    /// Overwrites the bytes.
+    /// Overwrites the bytes (through any handle: see
+    /// [`UntypedBuffer::zeroed`]).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{DataType, UntypedBuffer};
+    /// let buf = UntypedBuffer::zeroed(DataType::U8, 2);
+    /// buf.copy_from_bytes(&[1, 2])?;
+    /// assert!(buf.copy_from_bytes(&[1]).is_err()); // lengths must match
+    /// assert_eq!(buf.to_bytes(), vec![1, 2]);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the length differs.
@@ -195,16 +253,34 @@ impl BufView {
     }
 
     /// The element type.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{host::HostBuffer, AsBufView, DataType};
+    /// assert_eq!(HostBuffer::<u32>::zeroed(2).buf_view().dtype(), DataType::U32);
+    /// ```
     pub fn dtype(&self) -> DataType {
         self.dtype
     }
 
     /// Number of elements.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{host::HostBuffer, AsBufView};
+    /// assert_eq!(HostBuffer::<u32>::zeroed(2).buf_view().len(), 2);
+    /// ```
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// True when empty.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{host::HostBuffer, AsBufView};
+    /// assert!(HostBuffer::<u32>::zeroed(0).buf_view().is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

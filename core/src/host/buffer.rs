@@ -25,7 +25,18 @@ use crate::{DataType, Error, Result};
 /// `i64`, `u64`), each with its [`DataType`].
 ///
 /// The trait is sealed: it cannot be implemented outside this crate, since
-/// a reduction interprets the bytes as its [`DataType`] says.
+/// a reduction interprets the bytes as its [`DataType`] says (and each
+/// type's size is checked against its `DataType` at compile time):
+///
+/// ```compile_fail
+/// # use streamcomm::{host::Element, DataType};
+/// #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+/// #[repr(transparent)]
+/// struct Meters(f32);
+/// impl Element for Meters { // error: the trait `Sealed` is not implemented
+///     const DTYPE: DataType = DataType::F32;
+/// }
+/// ```
 ///
 /// # Sending plain-old-data structs
 /// A `#[repr(C)]` struct without padding that derives
@@ -301,7 +312,9 @@ impl RawBuffer {
 /// `&mut self`. [`HostBuffer::from_vec`] and [`HostBuffer::into_vec`] move a
 /// `Vec`'s allocation in and out without a copy. A read-only handle that
 /// may be shared (with a closure on a stream, or several streams sending
-/// the same data) is made explicitly with [`HostBuffer::share`].
+/// the same data) is made explicitly with [`HostBuffer::share`]; host work
+/// that reads or writes the buffer in stream order is enqueued with
+/// [`HostBuffer::with_on_stream`] / [`HostBuffer::with_mut_on_stream`].
 ///
 /// # Stream semantics
 /// A stream runs its work later than the call that enqueues it, so every
@@ -420,13 +433,12 @@ impl<T: Element> HostBuffer<T> {
     /// # use streamcomm::host::HostBuffer;
     /// let buf = HostBuffer::from_vec(vec![7u32; 4]);
     /// let shared = buf.share();
-    /// let buf = match buf.into_vec() {
-    ///     Err(e) => e, // the shared handle still holds it
-    ///     Ok(_) => unreachable!(),
-    /// };
-    /// assert!(buf.to_string().contains("another handle"));
-    /// drop(buf);
+    /// let e = buf.into_vec().unwrap_err(); // the shared handle still holds it
+    /// assert!(e.to_string().contains("another handle"));
     /// assert_eq!(shared.to_vec(), vec![7; 4]); // the memory lives on in `shared`
+    ///
+    /// let buf = HostBuffer::from_vec(vec![1u8, 2]);
+    /// assert_eq!(buf.into_vec()?, vec![1, 2]); // the only handle: the Vec comes back
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///

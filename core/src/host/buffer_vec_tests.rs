@@ -69,10 +69,11 @@ fn into_vec_is_refused_while_a_stream_has_not_run_the_operation() {
     // enqueued behind it has not run when into_vec is called.
     let gate = Arc::new(std::sync::Barrier::new(2));
     let g = gate.clone();
-    stream.host_fn(move || {
-        g.wait();
-    })
-    .unwrap();
+    stream
+        .host_fn(move || {
+            g.wait();
+        })
+        .unwrap();
     let mut buf = HostBuffer::from_vec(vec![1.5f32; 16]);
     comm.all_reduce_in_place(&mut buf, ReduceOp::Sum, &stream)
         .unwrap();

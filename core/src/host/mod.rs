@@ -6,18 +6,18 @@
 //! streamcomm runs, and is tested end to end, on machines without a GPU.
 
 mod buffer;
-mod shared_buffer;
 mod doorbell;
 mod event;
 mod graph;
 mod job;
 pub(crate) mod release_hooks;
+mod shared_buffer;
 pub(crate) mod stream;
 
 pub use buffer::{Element, HostBuffer, HostBufferRead, HostBufferWrite, RawBuffer};
-pub use shared_buffer::SharedHostBuffer;
 pub use doorbell::{Doorbell, WaitCmp};
 pub use event::HostEvent;
 pub use graph::Graph;
 pub use job::{Job, JobMode, Task};
+pub use shared_buffer::SharedHostBuffer;
 pub use stream::HostStream;

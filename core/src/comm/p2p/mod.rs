@@ -490,7 +490,13 @@ impl Communicator {
 
     /// One operation on all of `v`, run by the calling thread in its turn
     /// (`send_host`, `recv_host`: `comm::blocking`).
-    pub(crate) fn run_host(&self, name: &'static str, dir: Dir, peer: usize, v: &BufView) -> Result<()> {
+    pub(crate) fn run_host(
+        &self,
+        name: &'static str,
+        dir: Dir,
+        peer: usize,
+        v: &BufView,
+    ) -> Result<()> {
         if let Some(e) = self.inner.error() {
             return Err(e);
         }
@@ -691,7 +697,7 @@ impl Communicator {
     /// # let comm = Communicator::init(&id, rank, 2, Backend::Host)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
-    /// let mut buf = HostBuffer::<f32>::zeroed(16);
+    /// let mut buf = vec![0.0f32; 16];
     /// if comm.rank() == 0 {
     ///     comm.send_host(&buf, 1)?;
     ///     assert_eq!(comm.p2p_stats().sent_eager_messages, 1); // 64 bytes: eager
