@@ -49,7 +49,7 @@ fn on_ranks<R: Send + 'static>(
 
 /// Rank `rank`'s input: `len` small integers as f32 (exact in any order).
 fn input(seed: u64, rank: usize, len: usize) -> Vec<f32> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (rank as u64 + 1) * 0x9e37);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ ((rank as u64 + 1) * 0x9e37));
     (0..len).map(|_| rng.gen_range(-64i32..64) as f32).collect()
 }
 
