@@ -73,17 +73,19 @@ pub fn ping_pong(
     comm.barrier_host()
         .context("barrier between the ping-pongs")?;
     let mut host_samples = Vec::with_capacity(iters as usize);
+    // The host-blocking calls take plain slices.
+    let (ping_bytes, mut pong_bytes) = (vec![0u8; MESSAGE_BYTES], vec![0u8; MESSAGE_BYTES]);
     if comm.rank() <= 1 {
         let peer = 1 - comm.rank();
         let span = ticks::Span::start();
         for i in 0..WARMUP + iters {
             let start = ticks::now();
             if comm.rank() == 0 {
-                comm.send_host(&ping, peer).context("send_host")?;
-                comm.recv_host(&mut pong, peer).context("recv_host")?;
+                comm.send_host(&ping_bytes, peer).context("send_host")?;
+                comm.recv_host(&mut pong_bytes, peer).context("recv_host")?;
             } else {
-                comm.recv_host(&mut pong, peer).context("recv_host")?;
-                comm.send_host(&ping, peer).context("send_host")?;
+                comm.recv_host(&mut pong_bytes, peer).context("recv_host")?;
+                comm.send_host(&ping_bytes, peer).context("send_host")?;
             }
             if i >= WARMUP {
                 host_samples.push(ticks::now().wrapping_sub(start) as f64);

@@ -21,7 +21,6 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use streamcomm::bootstrap::UniqueId;
-use streamcomm::host::HostBuffer;
 use streamcomm::{Communicator, Result};
 
 /// Warm-up calls before the measured ones (first-touch, lazy setup).
@@ -29,21 +28,13 @@ const WARMUP: usize = 200;
 
 #[no_mangle]
 #[inline(never)]
-fn streamcomm_icount_send_host(
-    comm: &Communicator,
-    buf: &HostBuffer<u8>,
-    peer: usize,
-) -> Result<()> {
+fn streamcomm_icount_send_host(comm: &Communicator, buf: &[u8], peer: usize) -> Result<()> {
     comm.send_host(std::hint::black_box(buf), peer)
 }
 
 #[no_mangle]
 #[inline(never)]
-fn streamcomm_icount_recv_host(
-    comm: &Communicator,
-    buf: &mut HostBuffer<u8>,
-    peer: usize,
-) -> Result<()> {
+fn streamcomm_icount_recv_host(comm: &Communicator, buf: &mut [u8], peer: usize) -> Result<()> {
     comm.recv_host(std::hint::black_box(buf), peer)
 }
 
@@ -77,8 +68,8 @@ impl Turn {
 /// side goes through its marker.
 fn send_recv(comm: &Communicator, turn: &Turn, iters: usize, measure_send: bool) -> Result<()> {
     let peer = 1 - comm.rank();
-    let send = HostBuffer::from_slice(&[7u8; 8]);
-    let mut recv = HostBuffer::<u8>::zeroed(8);
+    let send = [7u8; 8];
+    let mut recv = [0u8; 8];
     for i in 0..WARMUP + iters {
         let marked = i >= WARMUP;
         if comm.rank() == 0 {

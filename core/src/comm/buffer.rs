@@ -5,7 +5,7 @@
 //! Both reach the communicator as a [`BufView`], which is checked against the
 //! call (type, length) before anything is enqueued.
 
-use crate::host::{Element, HostBuffer, RawBuffer};
+use crate::host::{Element, HostBuffer, RawBuffer, SharedHostBuffer};
 use crate::plan::apply::Buffers;
 use crate::plan::Plan;
 use crate::{DataType, Error, Result};
@@ -16,9 +16,20 @@ pub struct BufView {
     raw: RawBuffer,
     dtype: DataType,
     len: usize,
+    /// Refused as a receive (or in-place) buffer: a [`SharedHostBuffer`].
+    read_only: bool,
 }
 
-/// Anything a collective accepts as a buffer.
+/// Anything a collective accepts as a buffer: a [`HostBuffer`], an
+/// [`UntypedBuffer`], or (as a send buffer only) a [`SharedHostBuffer`].
+///
+/// # Examples
+/// ```
+/// # use streamcomm::{host::HostBuffer, AsBufView, DataType};
+/// let buf = HostBuffer::<f64>::zeroed(3);
+/// let view = buf.buf_view();
+/// assert_eq!((view.dtype(), view.len()), (DataType::F64, 3));
+/// ```
 pub trait AsBufView {
     /// The storage, element type and length.
     fn buf_view(&self) -> BufView;
@@ -30,6 +41,20 @@ impl<T: Element> AsBufView for HostBuffer<T> {
             raw: self.raw().clone(),
             dtype: T::DTYPE,
             len: self.len(),
+            read_only: false,
+        }
+    }
+}
+
+/// A send buffer only: given as a receive or in-place buffer, the call
+/// fails with [`Error::InvalidArgument`].
+impl<T: Element> AsBufView for SharedHostBuffer<T> {
+    fn buf_view(&self) -> BufView {
+        BufView {
+            raw: self.raw().clone(),
+            dtype: T::DTYPE,
+            len: self.len(),
+            read_only: true,
         }
     }
 }
@@ -42,10 +67,21 @@ pub struct UntypedBuffer {
 
 impl UntypedBuffer {
     /// A zeroed buffer of `len` elements of `dtype`.
+    ///
+    /// Cloning an `UntypedBuffer` gives another handle to the same memory
+    /// (what a C caller's pointer is); two handles to one buffer given as
+    /// send and recv of one call are refused.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{DataType, UntypedBuffer};
+    /// let buf = UntypedBuffer::zeroed(DataType::F16, 3);
+    /// assert_eq!(buf.to_bytes(), vec![0; 6]);
+    /// ```
     pub fn zeroed(dtype: DataType, len: usize) -> UntypedBuffer {
         let raw = RawBuffer::zeroed(len * dtype.size());
         UntypedBuffer {
-            view: BufView { raw, dtype, len },
+            view: BufView::new(raw, dtype, len),
         }
     }
 
@@ -91,32 +127,70 @@ impl UntypedBuffer {
         // SAFETY: forwarded: this function's contract is RawBuffer's.
         let raw = unsafe { RawBuffer::from_raw_parts(ptr, bytes)? };
         Ok(UntypedBuffer {
-            view: BufView { raw, dtype, len },
+            view: BufView::new(raw, dtype, len),
         })
     }
 
     /// The element type.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{DataType, UntypedBuffer};
+    /// assert_eq!(UntypedBuffer::zeroed(DataType::I64, 1).dtype(), DataType::I64);
+    /// ```
     pub fn dtype(&self) -> DataType {
         self.view.dtype
     }
 
     /// Number of elements.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{DataType, UntypedBuffer};
+    /// assert_eq!(UntypedBuffer::zeroed(DataType::I64, 5).len(), 5);
+    /// ```
     pub fn len(&self) -> usize {
         self.view.len
     }
 
     /// True when empty.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{DataType, UntypedBuffer};
+    /// assert!(UntypedBuffer::zeroed(DataType::U8, 0).is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.view.len == 0
     }
 
     /// A copy of the bytes.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{DataType, UntypedBuffer};
+    /// let buf = UntypedBuffer::zeroed(DataType::U32, 1);
+    /// buf.copy_from_bytes(&7u32.to_ne_bytes())?;
+    /// assert_eq!(buf.to_bytes(), 7u32.to_ne_bytes());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn to_bytes(&self) -> Vec<u8> {
         let g = self.view.raw.read();
         self.view.raw.bytes_of(&g).to_vec()
     }
 
-    /// Overwrites the bytes.
+    /// Overwrites the bytes (through any handle: see
+    /// [`UntypedBuffer::zeroed`]).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{DataType, UntypedBuffer};
+    /// let buf = UntypedBuffer::zeroed(DataType::U8, 2);
+    /// buf.copy_from_bytes(&[1, 2])?;
+    /// assert!(buf.copy_from_bytes(&[1]).is_err()); // lengths must match
+    /// assert_eq!(buf.to_bytes(), vec![1, 2]);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the length differs.
@@ -146,7 +220,31 @@ impl BufView {
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn new(raw: RawBuffer, dtype: DataType, len: usize) -> BufView {
         debug_assert!(raw.len_bytes() >= len * dtype.size());
-        BufView { raw, dtype, len }
+        BufView {
+            raw,
+            dtype,
+            len,
+            read_only: false,
+        }
+    }
+
+    /// `len` elements of `dtype` in `raw`, refused as a receive buffer.
+    pub(crate) fn read_only(raw: RawBuffer, dtype: DataType, len: usize) -> BufView {
+        BufView {
+            read_only: true,
+            ..BufView::new(raw, dtype, len)
+        }
+    }
+
+    /// Fails when this view may not be written (a shared, read-only
+    /// handle) but `call` would write it as its `what` buffer.
+    pub(crate) fn check_writable(&self, call: &str, what: &str) -> Result<()> {
+        if self.read_only {
+            return Err(Error::invalid(format!(
+                "{call}: the {what} buffer is a read-only shared handle (HostBuffer::share); pass the HostBuffer itself"
+            )));
+        }
+        Ok(())
     }
 
     /// The storage.
@@ -155,16 +253,34 @@ impl BufView {
     }
 
     /// The element type.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{host::HostBuffer, AsBufView, DataType};
+    /// assert_eq!(HostBuffer::<u32>::zeroed(2).buf_view().dtype(), DataType::U32);
+    /// ```
     pub fn dtype(&self) -> DataType {
         self.dtype
     }
 
     /// Number of elements.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{host::HostBuffer, AsBufView};
+    /// assert_eq!(HostBuffer::<u32>::zeroed(2).buf_view().len(), 2);
+    /// ```
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// True when empty.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{host::HostBuffer, AsBufView};
+    /// assert!(HostBuffer::<u32>::zeroed(0).buf_view().is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -283,10 +399,14 @@ impl Binding {
         };
         match self {
             Binding::InPlace(v) => {
+                v.check_writable(name, "in-place")?;
                 let layout = crate::plan::InPlaceLayout::of(plan)?;
                 check_one(v, layout.len, "in-place")
             }
             Binding::Separate { send, recv } => {
+                if let Some(r) = recv {
+                    r.check_writable(name, "recv")?;
+                }
                 if let (Some(s), Some(r)) = (send, recv) {
                     if s.raw.same_as(&r.raw) {
                         return Err(Error::invalid(format!(

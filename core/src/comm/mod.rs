@@ -14,6 +14,7 @@
 
 mod affinity;
 mod barrier;
+mod blocking;
 mod buffer;
 mod builder;
 mod collectives;

@@ -1,11 +1,14 @@
 //! Host memory that streams operate on, the host backend's "device memory".
 //!
-//! A [`HostBuffer`] is a cheap, cloneable handle (like a device pointer) to an
-//! aligned allocation. Stream tasks and the host read and write it through
-//! short-lived locks, so a program that forgets to synchronize sees stale
-//! values, never undefined behaviour. Collectives take the locks one chunk at a
-//! time, and always in address order, so two streams touching the same pair of
-//! buffers cannot deadlock on them.
+//! A [`HostBuffer`] owns its memory, as a `Vec` does (or a cudarc
+//! `CudaSlice`): it is not `Clone`, and writing to it takes `&mut self`.
+//! Operations enqueued on a stream keep their own handle to the memory
+//! until they have run (see the buffer's `# Stream semantics`). Stream tasks
+//! and the host read and write it through short-lived locks, so a program
+//! that forgets to synchronize sees stale values, never undefined behaviour.
+//! Collectives take the locks one chunk at a time, and always in address
+//! order, so two streams touching the same pair of buffers cannot deadlock
+//! on them.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -13,17 +16,81 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use half::{bf16, f16};
 
+use super::{HostStream, SharedHostBuffer};
+
 use crate::{DataType, Error, Result};
 
-/// An element type a buffer may hold.
-pub trait Element: bytemuck::Pod + Send + Sync + fmt::Debug + 'static {
+/// An element type a buffer may hold: one of the ten types the reduction
+/// kernels know (`f32`, `f64`, `f16`, `bf16`, `i8`, `u8`, `i32`, `u32`,
+/// `i64`, `u64`), each with its [`DataType`].
+///
+/// The trait is sealed: it cannot be implemented outside this crate, since
+/// a reduction interprets the bytes as its [`DataType`] says (and each
+/// type's size is checked against its `DataType` at compile time):
+///
+/// ```compile_fail
+/// # use streamcomm::{host::Element, DataType};
+/// #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+/// #[repr(transparent)]
+/// struct Meters(f32);
+/// impl Element for Meters { // error: the trait `Sealed` is not implemented
+///     const DTYPE: DataType = DataType::F32;
+/// }
+/// ```
+///
+/// # Sending plain-old-data structs
+/// A `#[repr(C)]` struct without padding that derives
+/// [`bytemuck::Pod`] travels as its bytes, through `u8` slices
+/// ([`bytemuck::cast_slice`] / [`bytemuck::cast_slice_mut`], no copy) or a
+/// `HostBuffer<u8>` (point-to-point, broadcast, gathers; a reduction of
+/// such bytes would add them as `u8`s, which is rarely what is meant):
+///
+/// ```
+/// # use streamcomm::{bootstrap::UniqueId, Communicator};
+/// #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+/// #[repr(C)]
+/// struct Particle {
+///     position: [f32; 3],
+///     id: u32,
+/// }
+/// # let id = UniqueId::new()?;
+/// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+/// # let comm = Communicator::init(&id, rank, 2)?;
+/// // On each of two ranks (`comm.rank()` is 0 or 1):
+/// let sent: Vec<Particle> = (0..4)
+///     .map(|i| Particle { position: [i as f32, 0.5, -1.0], id: i })
+///     .collect();
+/// if comm.rank() == 0 {
+///     comm.send_host(bytemuck::cast_slice::<Particle, u8>(&sent), 1)?;
+/// } else {
+///     let mut got = vec![Particle { position: [0.0; 3], id: u32::MAX }; 4];
+///     comm.recv_host(bytemuck::cast_slice_mut::<Particle, u8>(&mut got), 0)?;
+///     assert_eq!(got, sent);
+/// }
+/// # Ok(())
+/// # })).collect();
+/// # for r in ranks { r.join().unwrap()?; }
+/// # Ok::<(), streamcomm::Error>(())
+/// ```
+pub trait Element: sealed::Sealed + bytemuck::Pod + Send + Sync + fmt::Debug + 'static {
     /// The matching [`DataType`].
     const DTYPE: DataType;
 }
 
+/// Keeps [`Element`] to the types the kernels know.
+mod sealed {
+    /// Implemented for the [`super::Element`] types only.
+    pub trait Sealed {}
+}
+
 macro_rules! element {
     ($($t:ty => $d:ident),* $(,)?) => {
-        $(impl Element for $t { const DTYPE: DataType = DataType::$d; })*
+        $(
+            impl sealed::Sealed for $t {}
+            impl Element for $t { const DTYPE: DataType = DataType::$d; }
+            // The element's size is its DataType's, checked at compile time.
+            const _: () = assert!(std::mem::size_of::<$t>() == DataType::$d.size());
+        )*
     };
 }
 element!(f32 => F32, f64 => F64, f16 => F16, bf16 => Bf16, i8 => I8, u8 => U8,
@@ -32,6 +99,10 @@ element!(f32 => F32, f64 => F64, f16 => F16, bf16 => Bf16, i8 => I8, u8 => U8,
 /// Untyped shared storage behind a [`HostBuffer`]: 64-byte aligned bytes
 /// owned by the buffer, or memory owned by the caller
 /// ([`RawBuffer::from_raw_parts`], what the C API wraps).
+///
+/// Cloning a `RawBuffer` gives another handle to the same storage (what a
+/// stream operation keeps until it has run); a `RawBuffer` gives no access
+/// to the bytes themselves.
 #[derive(Clone)]
 pub struct RawBuffer {
     inner: Arc<RwLock<Storage>>,
@@ -170,6 +241,11 @@ impl RawBuffer {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
+    /// How many handles share this storage (1: this one only).
+    pub(crate) fn handles(&self) -> usize {
+        Arc::strong_count(&self.inner)
+    }
+
     /// Address used to order lock acquisition.
     pub(crate) fn addr(&self) -> usize {
         Arc::as_ptr(&self.inner) as usize
@@ -231,12 +307,38 @@ impl RawBuffer {
 
 /// A typed buffer in host memory, usable by streams and collectives.
 ///
-/// Cloning gives another handle to the same memory.
+/// A `HostBuffer` owns its elements, like a `Vec<T>` (or a cudarc
+/// `CudaSlice`): it is not `Clone`, reading takes `&self` and writing takes
+/// `&mut self`. [`HostBuffer::from_vec`] and [`HostBuffer::into_vec`] move a
+/// `Vec`'s allocation in and out without a copy. A read-only handle that
+/// may be shared (with a closure on a stream, or several streams sending
+/// the same data) is made explicitly with [`HostBuffer::share`]; host work
+/// that reads or writes the buffer in stream order is enqueued with
+/// [`HostBuffer::with_on_stream`] / [`HostBuffer::with_mut_on_stream`].
+///
+/// # Stream semantics
+/// A stream runs its work later than the call that enqueues it, so every
+/// stream-ordered call (a collective, `send`, `recv`, a captured graph)
+/// keeps its own handle to the buffer's memory, from the call until the
+/// stream has run it (for a graph, until the graph is dropped). Meanwhile:
+/// - the caller still owns the `HostBuffer`, but its contents are the
+///   stream's: reads see old or new values, writes race with the
+///   operation (both memory-safe: every access takes the buffer's lock,
+///   but neither is ordered with the stream), so synchronize the stream
+///   (or wait on an event recorded after the operation) first;
+/// - [`HostBuffer::into_vec`] fails with [`Error::InvalidUsage`] (the
+///   allocation cannot leave while the stream may still use it);
+/// - dropping the `HostBuffer` is fine: the memory lives until the last
+///   handle, the operation's, is gone.
+///
+/// The host-blocking calls (`all_reduce_host`, `send_host`, ...) take plain
+/// slices instead (see [`HostBuffer::read`] / [`HostBuffer::write`]) and
+/// keep nothing after they return.
 ///
 /// # Examples
 /// ```
 /// use streamcomm::host::HostBuffer;
-/// let buf = HostBuffer::from_slice(&[1.0f32, 2.0, 3.0]);
+/// let mut buf = HostBuffer::from_slice(&[1.0f32, 2.0, 3.0]);
 /// buf.with_mut(|s| s[0] = 5.0);
 /// assert_eq!(buf.to_vec(), vec![5.0, 2.0, 3.0]);
 /// ```
@@ -244,16 +346,6 @@ pub struct HostBuffer<T: Element> {
     raw: RawBuffer,
     len: usize,
     _elem: PhantomData<T>,
-}
-
-impl<T: Element> Clone for HostBuffer<T> {
-    fn clone(&self) -> Self {
-        HostBuffer {
-            raw: self.raw.clone(),
-            len: self.len,
-            _elem: PhantomData,
-        }
-    }
 }
 
 impl<T: Element> fmt::Debug for HostBuffer<T> {
@@ -267,10 +359,9 @@ impl<T: Element> HostBuffer<T> {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # use streamcomm::host::HostBuffer;
     /// let buf = HostBuffer::<f32>::zeroed(3);
     /// assert_eq!(buf.to_vec(), vec![0.0; 3]);
-    /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn zeroed(len: usize) -> HostBuffer<T> {
         HostBuffer {
@@ -284,13 +375,12 @@ impl<T: Element> HostBuffer<T> {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # use streamcomm::host::HostBuffer;
     /// let buf = HostBuffer::from_slice(&[1u8, 2, 3]);
-    /// assert_eq!(buf.len(), 3);
-    /// # Ok::<(), streamcomm::Error>(())
+    /// assert_eq!(buf.to_vec(), vec![1, 2, 3]);
     /// ```
     pub fn from_slice(data: &[T]) -> HostBuffer<T> {
-        let buf = HostBuffer::zeroed(data.len());
+        let mut buf = HostBuffer::zeroed(data.len());
         buf.with_mut(|s| s.copy_from_slice(data));
         buf
     }
@@ -304,7 +394,7 @@ impl<T: Element> HostBuffer<T> {
     /// # use streamcomm::host::HostBuffer;
     /// let data = vec![1.0f32; 1024];
     /// let at = data.as_ptr();
-    /// let buf = HostBuffer::from_vec(data);
+    /// let mut buf = HostBuffer::from_vec(data);
     /// buf.with_mut(|s| s[0] = 2.0);
     /// let data = buf.into_vec()?;
     /// assert_eq!((data.as_ptr(), data[0]), (at, 2.0)); // the same allocation
@@ -336,29 +426,31 @@ impl<T: Element> HostBuffer<T> {
     /// # Stream semantics
     /// Call it once the streams that use the buffer are done with it
     /// (synchronized): every operation enqueued on a stream holds a handle
-    /// until it has run.
+    /// until it has run, and so does every [`HostBuffer::share`] handle.
     ///
     /// # Examples
     /// ```
     /// # use streamcomm::host::HostBuffer;
     /// let buf = HostBuffer::from_vec(vec![7u32; 4]);
-    /// let other = buf.clone();
-    /// let buf = match buf.into_vec() {
-    ///     Err(_) => other, // a second handle still holds it
-    ///     Ok(_) => unreachable!(),
-    /// };
-    /// assert_eq!(buf.into_vec()?, vec![7; 4]);
+    /// let shared = buf.share();
+    /// let e = buf.into_vec().unwrap_err(); // the shared handle still holds it
+    /// assert!(e.to_string().contains("another handle"));
+    /// assert_eq!(shared.to_vec(), vec![7; 4]); // the memory lives on in `shared`
+    ///
+    /// let buf = HostBuffer::from_vec(vec![1u8, 2]);
+    /// assert_eq!(buf.into_vec()?, vec![1, 2]); // the only handle: the Vec comes back
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidUsage`] while another handle holds the buffer (a clone,
-    /// a view, or an operation on a stream that has not run yet); the buffer
-    /// is dropped with the error.
+    /// [`Error::InvalidUsage`] while another handle holds the buffer (a
+    /// [`HostBuffer::share`] handle, or an operation on a stream that has
+    /// not run yet); the buffer is dropped with the error (its memory lives
+    /// on in the other handles).
     pub fn into_vec(self) -> Result<Vec<T>> {
         let inner = Arc::try_unwrap(self.raw.inner).map_err(|_| {
             Error::InvalidUsage(format!(
-                "into_vec: another handle still holds this HostBuffer<{}> (a clone, a view, or an operation on a stream that has not run: synchronize the stream first)",
+                "into_vec: another handle still holds this HostBuffer<{}> (a shared handle, or an operation on a stream that has not run: synchronize the stream first)",
                 T::DTYPE
             ))
         })?;
@@ -393,9 +485,8 @@ impl<T: Element> HostBuffer<T> {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # use streamcomm::host::HostBuffer;
     /// assert_eq!(HostBuffer::<u64>::zeroed(5).len(), 5);
-    /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn len(&self) -> usize {
         self.len
@@ -405,9 +496,8 @@ impl<T: Element> HostBuffer<T> {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # use streamcomm::host::HostBuffer;
     /// assert!(HostBuffer::<u64>::zeroed(0).is_empty());
-    /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn is_empty(&self) -> bool {
         self.len == 0
@@ -417,26 +507,54 @@ impl<T: Element> HostBuffer<T> {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # use streamcomm::host::HostBuffer;
     /// use streamcomm::DataType;
     /// assert_eq!(HostBuffer::<half::bf16>::zeroed(1).dtype(), DataType::Bf16);
     /// assert_eq!(HostBuffer::<i32>::zeroed(1).dtype(), DataType::I32);
-    /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn dtype(&self) -> DataType {
         T::DTYPE
     }
 
-    /// The untyped storage.
+    /// The untyped storage (its size, and whether two buffers share it).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::HostBuffer;
+    /// let buf = HostBuffer::<f64>::zeroed(4);
+    /// assert_eq!(buf.raw().len_bytes(), 32);
+    /// assert!(buf.raw().same_as(buf.share().raw()));
+    /// ```
+    pub fn raw(&self) -> &RawBuffer {
+        &self.raw
+    }
+
+    /// A read-only handle to the same memory, which may be cloned and
+    /// moved (into a closure on a stream, to another thread) and passed to
+    /// collectives as a *send* buffer; given as a receive buffer it is
+    /// refused with [`Error::InvalidArgument`].
+    ///
+    /// The owner may still write the buffer (`with_mut`, or as a receive
+    /// buffer): shared handles see those writes, ordered as any host access
+    /// is with stream work (see `# Stream semantics`). While a shared handle
+    /// exists, [`HostBuffer::into_vec`] fails.
     ///
     /// # Examples
     /// ```
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// assert_eq!(HostBuffer::<f64>::zeroed(4).raw().len_bytes(), 32);
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::sync::Arc;
+    /// let stream = HostStream::new()?;
+    /// let buf = HostBuffer::from_slice(&[1u32, 2, 3]);
+    /// let (shared, sum) = (buf.share(), Arc::new(AtomicU32::new(0)));
+    /// let s = sum.clone();
+    /// stream.host_fn(move || s.store(shared.with(|v| v.iter().sum()), Ordering::Relaxed))?;
+    /// stream.synchronize()?;
+    /// assert_eq!(sum.load(Ordering::Relaxed), 6);
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
-    pub fn raw(&self) -> &RawBuffer {
-        &self.raw
+    pub fn share(&self) -> SharedHostBuffer<T> {
+        SharedHostBuffer::new(self.raw.clone(), self.len)
     }
 
     /// Runs `f` with shared access to the elements.
@@ -447,16 +565,13 @@ impl<T: Element> HostBuffer<T> {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # use streamcomm::host::HostBuffer;
     /// let buf = HostBuffer::from_slice(&[1.0f32, 2.0, 3.0]);
     /// let sum: f32 = buf.with(|s| s.iter().sum());
     /// assert_eq!(sum, 6.0);
-    /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn with<R>(&self, f: impl FnOnce(&[T]) -> R) -> R {
-        let guard = self.raw.read();
-        let bytes = self.raw.bytes_of(&guard);
-        f(bytemuck::cast_slice(bytes))
+        f(&self.read())
     }
 
     /// Runs `f` with exclusive access to the elements.
@@ -466,16 +581,131 @@ impl<T: Element> HostBuffer<T> {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// let buf = HostBuffer::<u32>::zeroed(4);
+    /// # use streamcomm::host::HostBuffer;
+    /// let mut buf = HostBuffer::<u32>::zeroed(4);
     /// buf.with_mut(|s| s.iter_mut().enumerate().for_each(|(i, x)| *x = i as u32));
     /// assert_eq!(buf.to_vec(), vec![0, 1, 2, 3]);
+    /// ```
+    pub fn with_mut<R>(&mut self, f: impl FnOnce(&mut [T]) -> R) -> R {
+        f(&mut self.write())
+    }
+
+    /// Enqueues `f` on `stream` with shared access to the elements: the
+    /// stream-ordered counterpart of [`HostBuffer::with`] (a host task that
+    /// reads what earlier work on the stream wrote).
+    ///
+    /// # Stream semantics
+    /// The stream keeps a handle to the memory until the task has run (for
+    /// a captured graph, until the graph is dropped), as collectives do; `f`
+    /// runs on each replay.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::sync::Arc;
+    /// let stream = HostStream::new()?;
+    /// let mut buf = HostBuffer::<u64>::zeroed(4);
+    /// buf.with_mut_on_stream(&stream, |s| s.fill(5))?;
+    /// let total = Arc::new(AtomicU64::new(0));
+    /// let t = total.clone();
+    /// buf.with_on_stream(&stream, move |s| t.store(s.iter().sum(), Ordering::Relaxed))?;
+    /// stream.synchronize()?;
+    /// assert_eq!(total.load(Ordering::Relaxed), 20);
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
-    pub fn with_mut<R>(&self, f: impl FnOnce(&mut [T]) -> R) -> R {
-        let mut guard = self.raw.write();
-        let bytes = self.raw.bytes_of_mut(&mut guard);
-        f(bytemuck::cast_slice_mut(bytes))
+    ///
+    /// # Errors
+    /// As [`HostStream::host_fn`].
+    pub fn with_on_stream(
+        &self,
+        stream: &HostStream,
+        f: impl Fn(&[T]) + Send + Sync + 'static,
+    ) -> Result<()> {
+        let shared = self.share();
+        stream.host_fn(move || shared.with(&f))
+    }
+
+    /// Enqueues `f` on `stream` with exclusive access to the elements: the
+    /// stream-ordered counterpart of [`HostBuffer::with_mut`] (a host task
+    /// that prepares input for the collectives enqueued after it, as a
+    /// kernel would on a GPU stream).
+    ///
+    /// # Stream semantics
+    /// As [`HostBuffer::with_on_stream`].
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
+    /// # use streamcomm::host::{HostBuffer, HostStream};
+    /// # let comm = Communicator::init(&UniqueId::new()?, 0, 1)?;
+    /// let stream = HostStream::new()?;
+    /// let mut buf = HostBuffer::<f32>::zeroed(3);
+    /// // Runs on the stream, before the all-reduce enqueued after it.
+    /// buf.with_mut_on_stream(&stream, |s| s.copy_from_slice(&[1.0, 2.0, 3.0]))?;
+    /// comm.all_reduce_in_place(&mut buf, ReduceOp::Sum, &stream)?;
+    /// stream.synchronize()?;
+    /// assert_eq!(buf.to_vec(), vec![1.0, 2.0, 3.0]); // one rank: the sum is the input
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`HostStream::host_fn`].
+    pub fn with_mut_on_stream(
+        &mut self,
+        stream: &HostStream,
+        f: impl Fn(&mut [T]) + Send + Sync + 'static,
+    ) -> Result<()> {
+        // The stream's own handle, written under the buffer's lock.
+        let raw = self.raw.clone();
+        stream.host_fn(move || {
+            let mut guard = raw.write();
+            f(bytemuck::cast_slice_mut(raw.bytes_of_mut(&mut guard)));
+        })
+    }
+
+    /// The elements as a slice, for as long as the returned guard lives
+    /// (what the host-blocking calls such as
+    /// [`Communicator::send_host`](crate::Communicator::send_host) take).
+    ///
+    /// # Stream semantics
+    /// As [`HostBuffer::with`]; the guard holds the buffer's read lock, so a
+    /// stream operation that writes the buffer waits until it is dropped.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::HostBuffer;
+    /// let buf = HostBuffer::from_slice(&[1i64, 2, 3]);
+    /// let s = buf.read();
+    /// assert_eq!(&s[1..], &[2, 3]);
+    /// assert_eq!(s.iter().sum::<i64>(), 6);
+    /// ```
+    pub fn read(&self) -> HostBufferRead<'_, T> {
+        HostBufferRead::new(&self.raw)
+    }
+
+    /// The elements as a mutable slice, for as long as the returned guard
+    /// lives (what the host-blocking calls such as
+    /// [`Communicator::all_reduce_in_place_host`](crate::Communicator::all_reduce_in_place_host)
+    /// take).
+    ///
+    /// # Stream semantics
+    /// As [`HostBuffer::with`]; the guard holds the buffer's write lock, so a
+    /// stream operation on the buffer waits until it is dropped.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::host::HostBuffer;
+    /// let mut buf = HostBuffer::<f32>::zeroed(3);
+    /// buf.write()[2] = 4.5;
+    /// assert_eq!(buf.to_vec(), vec![0.0, 0.0, 4.5]);
+    /// ```
+    pub fn write(&mut self) -> HostBufferWrite<'_, T> {
+        HostBufferWrite {
+            guard: self.raw.write(),
+            raw: &self.raw,
+            _elem: PhantomData,
+        }
     }
 
     /// A copy of the elements.
@@ -484,23 +714,22 @@ impl<T: Element> HostBuffer<T> {
     /// ```
     /// # use streamcomm::host::{HostBuffer, HostStream};
     /// let stream = HostStream::new()?;
-    /// let buf = HostBuffer::<i64>::zeroed(2);
-    /// let b = buf.clone(); // another handle to the same memory
-    /// stream.host_fn(move || b.with_mut(|s| s.fill(-1)))?;
-    /// stream.synchronize()?; // then read: to_vec is not ordered with stream work
+    /// let mut buf = HostBuffer::<i64>::zeroed(2);
+    /// buf.fill_bytes(0xff);
+    /// stream.synchronize()?; // (stream work on `buf` would be done here)
     /// assert_eq!(buf.to_vec(), vec![-1, -1]);
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn to_vec(&self) -> Vec<T> {
-        self.with(|s| s.to_vec())
+        self.read().to_vec()
     }
 
     /// Overwrites the elements with `data`.
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// let buf = HostBuffer::<f32>::zeroed(2);
+    /// # use streamcomm::host::HostBuffer;
+    /// let mut buf = HostBuffer::<f32>::zeroed(2);
     /// buf.copy_from(&[4.0, 5.0])?;
     /// assert_eq!(buf.to_vec(), vec![4.0, 5.0]);
     /// assert!(buf.copy_from(&[1.0]).is_err()); // lengths must match
@@ -509,7 +738,7 @@ impl<T: Element> HostBuffer<T> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `data.len()` differs from the buffer's length.
-    pub fn copy_from(&self, data: &[T]) -> Result<()> {
+    pub fn copy_from(&mut self, data: &[T]) -> Result<()> {
         if data.len() != self.len {
             return Err(Error::invalid(format!(
                 "copy_from: {} elements into a buffer of {}",
@@ -525,15 +754,89 @@ impl<T: Element> HostBuffer<T> {
     ///
     /// # Examples
     /// ```
-    /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// let buf = HostBuffer::<u32>::zeroed(2);
+    /// # use streamcomm::host::HostBuffer;
+    /// let mut buf = HostBuffer::<u32>::zeroed(2);
     /// buf.fill_bytes(0xff);
     /// assert_eq!(buf.to_vec(), vec![u32::MAX; 2]);
-    /// # Ok::<(), streamcomm::Error>(())
     /// ```
-    pub fn fill_bytes(&self, byte: u8) {
+    pub fn fill_bytes(&mut self, byte: u8) {
         let mut guard = self.raw.write();
         self.raw.bytes_of_mut(&mut guard).fill(byte);
+    }
+}
+
+/// A [`HostBuffer`]'s elements as a slice, while this guard holds the
+/// buffer's read lock ([`HostBuffer::read`]).
+///
+/// # Examples
+/// ```
+/// # use streamcomm::host::HostBuffer;
+/// let buf = HostBuffer::from_slice(&[3u8, 4]);
+/// let s: &[u8] = &buf.read();
+/// assert_eq!(s, &[3, 4]);
+/// ```
+pub struct HostBufferRead<'a, T: Element> {
+    guard: RwLockReadGuard<'a, Storage>,
+    raw: &'a RawBuffer,
+    _elem: PhantomData<T>,
+}
+
+impl<'a, T: Element> HostBufferRead<'a, T> {
+    /// The elements of `raw` (which holds `T`s) under its read lock.
+    pub(crate) fn new(raw: &'a RawBuffer) -> HostBufferRead<'a, T> {
+        HostBufferRead {
+            guard: raw.read(),
+            raw,
+            _elem: PhantomData,
+        }
+    }
+}
+
+impl<T: Element> std::ops::Deref for HostBufferRead<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        bytemuck::cast_slice(self.raw.bytes_of(&self.guard))
+    }
+}
+
+impl<T: Element> fmt::Debug for HostBufferRead<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+/// A [`HostBuffer`]'s elements as a mutable slice, while this guard holds
+/// the buffer's write lock ([`HostBuffer::write`]).
+///
+/// # Examples
+/// ```
+/// # use streamcomm::host::HostBuffer;
+/// let mut buf = HostBuffer::<u8>::zeroed(2);
+/// buf.write().copy_from_slice(&[5, 6]);
+/// assert_eq!(buf.to_vec(), vec![5, 6]);
+/// ```
+pub struct HostBufferWrite<'a, T: Element> {
+    guard: RwLockWriteGuard<'a, Storage>,
+    raw: &'a RawBuffer,
+    _elem: PhantomData<T>,
+}
+
+impl<T: Element> std::ops::Deref for HostBufferWrite<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        bytemuck::cast_slice(self.raw.bytes_of(&self.guard))
+    }
+}
+
+impl<T: Element> std::ops::DerefMut for HostBufferWrite<'_, T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        bytemuck::cast_slice_mut(self.raw.bytes_of_mut(&mut self.guard))
+    }
+}
+
+impl<T: Element> fmt::Debug for HostBufferWrite<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
     }
 }
 

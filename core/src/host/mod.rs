@@ -11,11 +11,13 @@ mod event;
 mod graph;
 mod job;
 pub(crate) mod release_hooks;
+mod shared_buffer;
 pub(crate) mod stream;
 
-pub use buffer::{Element, HostBuffer, RawBuffer};
+pub use buffer::{Element, HostBuffer, HostBufferRead, HostBufferWrite, RawBuffer};
 pub use doorbell::{Doorbell, WaitCmp};
 pub use event::HostEvent;
 pub use graph::Graph;
 pub use job::{Job, JobMode, Task};
+pub use shared_buffer::SharedHostBuffer;
 pub use stream::HostStream;

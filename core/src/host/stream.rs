@@ -137,13 +137,15 @@ pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 ///
 /// # Examples
 /// ```
+/// use std::sync::{Arc, Mutex};
 /// use streamcomm::host::{HostBuffer, HostStream};
 /// let stream = HostStream::new().unwrap();
-/// let buf = HostBuffer::<u32>::zeroed(4);
+/// // A buffer that host work on the stream writes is shared explicitly.
+/// let buf = Arc::new(Mutex::new(HostBuffer::<u32>::zeroed(4)));
 /// let b = buf.clone();
-/// stream.host_fn(move || b.with_mut(|s| s.fill(7))).unwrap();
+/// stream.host_fn(move || b.lock().unwrap().with_mut(|s| s.fill(7))).unwrap();
 /// stream.synchronize().unwrap();
-/// assert_eq!(buf.to_vec(), vec![7; 4]);
+/// assert_eq!(buf.lock().unwrap().to_vec(), vec![7; 4]);
 /// ```
 pub struct HostStream {
     shared: Arc<Shared>,
@@ -444,18 +446,18 @@ impl HostStream {
     /// ```
     /// # use streamcomm::host::{Doorbell, HostBuffer, HostStream, WaitCmp};
     /// # let stream = HostStream::new()?;
-    /// let buf = HostBuffer::<u32>::zeroed(1);
+    /// let buf = std::sync::Arc::new(std::sync::Mutex::new(HostBuffer::<u32>::zeroed(1)));
     /// stream.begin_capture()?;
     /// assert!(stream.is_capturing());
     /// let b = buf.clone();
-    /// stream.host_fn(move || b.with_mut(|s| s[0] += 1))?; // recorded, not run
+    /// stream.host_fn(move || b.lock().unwrap().with_mut(|s| s[0] += 1))?; // recorded, not run
     /// let graph = stream.end_capture()?;
     /// assert!(!stream.is_capturing());
     /// for _ in 0..3 {
     ///     graph.launch(&stream)?; // each launch runs the captured work again
     /// }
     /// stream.synchronize()?;
-    /// assert_eq!(buf.to_vec(), vec![3]);
+    /// assert_eq!(buf.lock().unwrap().to_vec(), vec![3]);
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -476,18 +478,18 @@ impl HostStream {
     /// ```
     /// # use streamcomm::host::{Doorbell, HostBuffer, HostStream, WaitCmp};
     /// # let stream = HostStream::new()?;
-    /// let buf = HostBuffer::<u32>::zeroed(1);
+    /// let buf = std::sync::Arc::new(std::sync::Mutex::new(HostBuffer::<u32>::zeroed(1)));
     /// stream.begin_capture()?;
     /// assert!(stream.is_capturing());
     /// let b = buf.clone();
-    /// stream.host_fn(move || b.with_mut(|s| s[0] += 1))?; // recorded, not run
+    /// stream.host_fn(move || b.lock().unwrap().with_mut(|s| s[0] += 1))?; // recorded, not run
     /// let graph = stream.end_capture()?;
     /// assert!(!stream.is_capturing());
     /// for _ in 0..3 {
     ///     graph.launch(&stream)?; // each launch runs the captured work again
     /// }
     /// stream.synchronize()?;
-    /// assert_eq!(buf.to_vec(), vec![3]);
+    /// assert_eq!(buf.lock().unwrap().to_vec(), vec![3]);
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -526,11 +528,11 @@ impl HostStream {
     /// ```
     /// # use streamcomm::host::{Doorbell, HostBuffer, HostStream, WaitCmp};
     /// # let stream = HostStream::new()?;
-    /// let buf = HostBuffer::<u8>::zeroed(1);
+    /// let buf = std::sync::Arc::new(std::sync::Mutex::new(HostBuffer::<u8>::zeroed(1)));
     /// let b = buf.clone();
-    /// stream.host_fn(move || b.with_mut(|s| s[0] = 9))?;
+    /// stream.host_fn(move || b.lock().unwrap().with_mut(|s| s[0] = 9))?;
     /// stream.synchronize()?; // everything enqueued so far has run
-    /// assert_eq!(buf.to_vec(), vec![9]);
+    /// assert_eq!(buf.lock().unwrap().to_vec(), vec![9]);
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///

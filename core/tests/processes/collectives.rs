@@ -69,28 +69,23 @@ fn matrix_slice(comm: &Communicator, stream: &HostStream, seed: u64) {
 fn stream_order(comm: &Communicator, stream: &HostStream, _seed: u64) {
     let (rank, n) = (comm.rank() as u64, comm.size() as u64);
     let count = 10_000;
-    let a = HostBuffer::<u64>::zeroed(count);
+    let mut a = HostBuffer::<u64>::zeroed(count);
     let mut b = HostBuffer::<u64>::zeroed(count);
     // a[i] = rank + i, written by a user task on the stream (not by the host).
-    let a1 = a.clone();
-    stream
-        .host_fn(move || {
-            a1.with_mut(|s| {
-                s.iter_mut()
-                    .enumerate()
-                    .for_each(|(i, v)| *v = rank + i as u64)
-            })
-        })
-        .unwrap();
+    a.with_mut_on_stream(stream, move |s| {
+        s.iter_mut()
+            .enumerate()
+            .for_each(|(i, v)| *v = rank + i as u64)
+    })
+    .unwrap();
     comm.all_reduce(&a, &mut b, ReduceOp::Sum, stream).unwrap();
     // The user task sees the reduced b and derives the next input from it.
-    let (a2, b2) = (a.clone(), b.clone());
-    stream
-        .host_fn(move || {
-            let bv = b2.to_vec();
-            a2.with_mut(|s| s.iter_mut().zip(bv).for_each(|(v, x)| *v = x * 2 + rank));
-        })
-        .unwrap();
+    let b2 = b.share();
+    a.with_mut_on_stream(stream, move |s| {
+        let bv = b2.to_vec();
+        s.iter_mut().zip(bv).for_each(|(v, x)| *v = x * 2 + rank);
+    })
+    .unwrap();
     comm.all_reduce(&a, &mut b, ReduceOp::Sum, stream).unwrap();
     // Second stream: waits on an event recorded after the collectives.
     let other = HostStream::new().unwrap();
@@ -98,9 +93,8 @@ fn stream_order(comm: &Communicator, stream: &HostStream, _seed: u64) {
     ev.record(stream).unwrap();
     other.wait(&ev).unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let (b3, s3) = (b.clone(), seen.clone());
-    other
-        .host_fn(move || *s3.lock().unwrap() = b3.to_vec())
+    let s3 = seen.clone();
+    b.with_on_stream(&other, move |s| *s3.lock().unwrap() = s.to_vec())
         .unwrap();
     other.synchronize().unwrap();
     stream.synchronize().unwrap();
@@ -117,7 +111,7 @@ fn stream_order(comm: &Communicator, stream: &HostStream, _seed: u64) {
 fn graph_replay(comm: &Communicator, stream: &HostStream, seed: u64) {
     let (rank, n) = (comm.rank(), comm.size());
     let count = 3 * comm.config().buffsize / 4 + 5; // several chunks
-    let send = HostBuffer::<f32>::zeroed(count);
+    let mut send = HostBuffer::<f32>::zeroed(count);
     let mut recv = HostBuffer::<f32>::zeroed(count);
     stream.begin_capture().unwrap();
     comm.all_reduce(&send, &mut recv, ReduceOp::Sum, stream)
@@ -190,9 +184,9 @@ fn point_to_point(comm: &Communicator, stream: &HostStream, seed: u64) {
             if slow == 1 {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            let bufs: Vec<_> = (0..2000).map(|_| HostBuffer::<u32>::zeroed(2)).collect();
-            for b in &bufs {
-                comm.recv(&mut b.clone(), 0, stream).unwrap();
+            let mut bufs: Vec<_> = (0..2000).map(|_| HostBuffer::<u32>::zeroed(2)).collect();
+            for b in &mut bufs {
+                comm.recv(b, 0, stream).unwrap();
             }
             stream.synchronize().unwrap();
             for (i, b) in bufs.iter().enumerate() {

@@ -63,10 +63,18 @@ fn bad_buffers_and_peers_are_refused_at_enqueue() {
             .all_reduce(&send, &mut wrong, ReduceOp::Sum, &stream)
             .unwrap_err());
         assert!(m.contains("f32") && m.contains("f64"), "{m}");
-        // same buffer as send and recv
-        let mut alias = send.clone();
+        // same buffer as send and recv: two handles to one untyped buffer,
+        // or a shared handle and its owner
+        let untyped = UntypedBuffer::zeroed(DataType::F32, 100);
+        let mut alias = untyped.clone();
         let m = msg(comm
-            .all_reduce(&send, &mut alias, ReduceOp::Sum, &stream)
+            .all_reduce(&untyped, &mut alias, ReduceOp::Sum, &stream)
+            .unwrap_err());
+        assert!(m.contains("in_place"), "{m}");
+        let mut owner = HostBuffer::<f32>::zeroed(100);
+        let shared = owner.share();
+        let m = msg(comm
+            .all_reduce(&shared, &mut owner, ReduceOp::Sum, &stream)
             .unwrap_err());
         assert!(m.contains("in_place"), "{m}");
         // roots and peers out of range, sending to oneself

@@ -45,18 +45,19 @@ fn work_progresses_without_synchronize() {
 fn doorbells_order_two_streams() {
     let (a, b) = (HostStream::new().unwrap(), HostStream::new().unwrap());
     let bell = Doorbell::new();
-    let buf = HostBuffer::<u64>::zeroed(1);
+    // Written by host work on one stream, read by another: shared explicitly.
+    let buf = Arc::new(Mutex::new(HostBuffer::<u64>::zeroed(1)));
     // b waits for a's write before reading the buffer a fills after a delay.
     let bb = buf.clone();
     let seen = Arc::new(Mutex::new(0u64));
     let s2 = seen.clone();
     b.wait_value32(&bell, 5, WaitCmp::Geq).unwrap();
-    b.host_fn(move || *s2.lock().unwrap() = bb.to_vec()[0])
+    b.host_fn(move || *s2.lock().unwrap() = bb.lock().unwrap().to_vec()[0])
         .unwrap();
     let ba = buf.clone();
     a.host_fn(move || {
         std::thread::sleep(Duration::from_millis(20));
-        ba.with_mut(|s| s[0] = 99);
+        ba.lock().unwrap().with_mut(|s| s[0] = 99);
     })
     .unwrap();
     a.write_value32(&bell, 7).unwrap();
@@ -109,11 +110,11 @@ fn wait_times_out_with_a_named_error() {
 #[test]
 fn events_order_streams_and_report_completion() {
     let (a, b) = (HostStream::new().unwrap(), HostStream::new().unwrap());
-    let buf = HostBuffer::<i32>::zeroed(8);
+    let buf = Arc::new(Mutex::new(HostBuffer::<i32>::zeroed(8)));
     let ba = buf.clone();
     a.host_fn(move || {
         std::thread::sleep(Duration::from_millis(30));
-        ba.with_mut(|s| s.fill(-3));
+        ba.lock().unwrap().with_mut(|s| s.fill(-3));
     })
     .unwrap();
     let ev = HostEvent::new();
@@ -122,7 +123,7 @@ fn events_order_streams_and_report_completion() {
     let bb = buf.clone();
     let copy = Arc::new(Mutex::new(Vec::new()));
     let c2 = copy.clone();
-    b.host_fn(move || *c2.lock().unwrap() = bb.to_vec())
+    b.host_fn(move || *c2.lock().unwrap() = bb.lock().unwrap().to_vec())
         .unwrap();
     b.synchronize().unwrap();
     assert_eq!(*copy.lock().unwrap(), vec![-3; 8]);

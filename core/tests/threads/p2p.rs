@@ -150,11 +150,11 @@ fn many_small(comm: &Communicator, stream: &HostStream, seed: u64) {
         }
         1 => {
             std::thread::sleep(Duration::from_millis(20));
-            let bufs: Vec<_> = (0..MESSAGES)
+            let mut bufs: Vec<_> = (0..MESSAGES)
                 .map(|_| HostBuffer::from_slice(&[POISON; 4]))
                 .collect();
-            for b in &bufs {
-                comm.recv(&mut b.clone(), 0, stream).unwrap();
+            for b in &mut bufs {
+                comm.recv(b, 0, stream).unwrap();
             }
             stream.synchronize().unwrap();
             for (i, b) in bufs.iter().enumerate() {
@@ -203,12 +203,12 @@ fn straddle_and_late(comm: &Communicator, stream: &HostStream, seed: u64) {
         stream.synchronize().unwrap();
     } else {
         std::thread::sleep(Duration::from_millis(300));
-        let bufs: Vec<_> = sizes
+        let mut bufs: Vec<_> = sizes
             .iter()
             .map(|&l| HostBuffer::from_slice(&vec![0xA5u8; l + 9]))
             .collect();
-        for b in &bufs {
-            comm.recv(&mut b.clone(), peer, stream).unwrap();
+        for b in &mut bufs {
+            comm.recv(b, peer, stream).unwrap();
         }
         stream.synchronize().unwrap();
         for (tag, (b, &len)) in bufs.iter().zip(&sizes).enumerate() {
@@ -390,19 +390,12 @@ fn host_calls(comm: &Communicator, stream: &HostStream, seed: u64) {
         for i in 0..500u64 {
             let len = 1 + (i as usize * 37) % 700;
             if (i as usize + r) % 2 == 0 {
-                comm.send_host(
-                    &HostBuffer::from_slice(&payload(seed, r, peer, 600 + i, len)),
-                    peer,
-                )
-                .unwrap();
+                comm.send_host(&payload(seed, r, peer, 600 + i, len), peer)
+                    .unwrap();
             } else {
-                let mut b = HostBuffer::from_slice(&vec![POISON; len]);
+                let mut b = vec![POISON; len];
                 comm.recv_host(&mut b, peer).unwrap();
-                assert_eq!(
-                    b.to_vec(),
-                    payload(seed, peer, r, 600 + i, len),
-                    "message {i}"
-                );
+                assert_eq!(b, payload(seed, peer, r, 600 + i, len), "message {i}");
             }
         }
         // A stream send, then a host recv: the host call waits its turn.
@@ -414,16 +407,16 @@ fn host_calls(comm: &Communicator, stream: &HostStream, seed: u64) {
                 stream,
             )
             .unwrap();
-            let mut b = HostBuffer::from_slice(&[POISON; 5]);
+            let mut b = [POISON; 5];
             comm.recv_host(&mut b, 1).unwrap();
             assert_eq!(b.to_vec(), payload(seed, 1, 0, 701, 5));
             stream.synchronize().unwrap();
         } else {
+            // Into a HostBuffer's elements.
             let mut b = HostBuffer::from_slice(&vec![POISON; big]);
-            comm.recv_host(&mut b, 0).unwrap();
+            comm.recv_host(&mut b.write(), 0).unwrap();
             assert_eq!(b.to_vec(), payload(seed, 0, 1, 700, big));
-            comm.send_host(&HostBuffer::from_slice(&payload(seed, 1, 0, 701, 5)), 0)
-                .unwrap();
+            comm.send_host(&payload(seed, 1, 0, 701, 5), 0).unwrap();
         }
     }
     comm.barrier_host().unwrap();
@@ -439,14 +432,15 @@ fn host_blocking_send_recv_shm_and_tcp() {
 fn bad_arguments_are_refused_at_enqueue() {
     harness::run_threads(2, config(Transport::Shm), Duration::from_secs(60), |comm| {
         let stream = HostStream::new().unwrap();
-        let b = HostBuffer::<f32>::zeroed(8);
+        let mut b = HostBuffer::<f32>::zeroed(8);
         let msg = |e: Error| e.to_string();
         assert!(msg(comm.send(&b, 2, &stream).unwrap_err()).contains("peer 2"));
         assert!(msg(comm.send(&b, comm.rank(), &stream).unwrap_err()).contains("to this rank"));
         let e = comm
             .group(&stream, |g| {
-                g.send(&b, 1 - comm.rank())?;
-                g.recv(&mut b.clone(), 1 - comm.rank())
+                // The same memory through a shared handle and its owner.
+                g.send(&b.share(), 1 - comm.rank())?;
+                g.recv(&mut b, 1 - comm.rank())
             })
             .unwrap_err();
         assert!(msg(e).contains("both sent from and received into"));
@@ -458,8 +452,10 @@ fn bad_arguments_are_refused_at_enqueue() {
         let e = comm.all_to_allv(&b, &[9, 0], &[0, 0], &mut out, &[1, 1], &[0, 1], &stream);
         assert!(msg(e.unwrap_err()).contains("outside a buffer of 8"));
         assert!(msg(comm.gather(&b, &mut out, 5, &stream).unwrap_err()).contains("root 5"));
-        assert!(msg(comm.send_host(&b, 9).unwrap_err()).contains("peer 9"));
-        assert!(msg(comm.recv_host(&mut out, comm.rank()).unwrap_err()).contains("this rank"));
+        assert!(msg(comm.send_host(&b.read(), 9).unwrap_err()).contains("peer 9"));
+        assert!(
+            msg(comm.recv_host(&mut out.write(), comm.rank()).unwrap_err()).contains("this rank")
+        );
         // Nothing was enqueued: the communicator still works.
         ring_exchange(&comm, &stream, 7);
     });

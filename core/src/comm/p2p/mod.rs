@@ -449,75 +449,15 @@ impl Communicator {
         self.group(stream, |g| g.recv(buf, peer))
     }
 
-    /// Sends `buf` to `peer` from the calling thread, returning when the
-    /// message is delivered (eager: in the peer's ring; rendezvous: in the
-    /// peer's buffer), like `MPI_Send`. It takes its turn in this
-    /// communicator's issue order, as [`Communicator::barrier_host`] does,
-    /// so it waits for earlier stream operations of this communicator.
-    ///
-    /// # Examples
-    /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
-    /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
-    /// // On each of two ranks (`comm.rank()` is 0 or 1):
-    /// let mut buf = HostBuffer::from_slice(&[comm.rank() as i32 + 1; 4]);
-    /// if comm.rank() == 0 {
-    ///     comm.send_host(&buf, 1)?; // returns once delivered
-    /// } else {
-    ///     comm.recv_host(&mut buf, 0)?;
-    ///     assert_eq!(buf.to_vec(), vec![1; 4]);
-    /// }
-    /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
-    /// # Ok::<(), streamcomm::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    /// As [`Communicator::send`], plus execution errors (timeout, peer
-    /// failure) directly.
-    pub fn send_host(&self, buf: &impl AsBufView, peer: usize) -> Result<()> {
-        self.run_host("send_host", Dir::Send, peer, &buf.buf_view())
-    }
-
-    /// Receives a message from `peer` into the front of `buf` on the calling
-    /// thread, returning when it has arrived (`MPI_Recv`); ordered like
-    /// [`Communicator::send_host`].
-    ///
-    /// # Examples
-    /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
-    /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
-    /// // On each of two ranks (`comm.rank()` is 0 or 1):
-    /// let mut buf = HostBuffer::<u8>::zeroed(5);
-    /// if comm.rank() == 1 {
-    ///     comm.send_host(&HostBuffer::from_slice(b"hello"), 0)?;
-    /// } else {
-    ///     comm.recv_host(&mut buf, 1)?; // returns once arrived
-    ///     assert_eq!(buf.to_vec(), b"hello".to_vec());
-    /// }
-    /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
-    /// # Ok::<(), streamcomm::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    /// As [`Communicator::recv`], plus execution errors directly.
-    pub fn recv_host(&self, buf: &mut impl AsBufView, peer: usize) -> Result<()> {
-        self.run_host("recv_host", Dir::Recv, peer, &buf.buf_view())
-    }
-
-    /// One operation on all of `v`, run by the calling thread in its turn.
-    fn run_host(&self, name: &'static str, dir: Dir, peer: usize, v: &BufView) -> Result<()> {
+    /// One operation on all of `v`, run by the calling thread in its turn
+    /// (`send_host`, `recv_host`: `comm::blocking`).
+    pub(crate) fn run_host(
+        &self,
+        name: &'static str,
+        dir: Dir,
+        peer: usize,
+        v: &BufView,
+    ) -> Result<()> {
         if let Some(e) = self.inner.error() {
             return Err(e);
         }
@@ -718,7 +658,7 @@ impl Communicator {
     /// # let comm = Communicator::init(&id, rank, 2)?;
     /// # let stream = HostStream::new()?;
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
-    /// let mut buf = HostBuffer::<f32>::zeroed(16);
+    /// let mut buf = vec![0.0f32; 16];
     /// if comm.rank() == 0 {
     ///     comm.send_host(&buf, 1)?;
     ///     assert_eq!(comm.p2p_stats().sent_eager_messages, 1); // 64 bytes: eager

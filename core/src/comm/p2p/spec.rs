@@ -140,6 +140,9 @@ impl GroupSpec {
                 self.name, self.size
             )));
         }
+        if dir == Dir::Recv {
+            view.check_writable(&self.name, "recv")?;
+        }
         let end = offset.checked_add(count);
         if end.is_none_or(|e| e > view.len()) {
             return Err(Error::invalid(format!(

@@ -1,0 +1,339 @@
+//! Host-blocking calls on plain slices, for code without a stream: the
+//! calling thread runs the operation in its turn on the communicator (as
+//! [`Communicator::barrier_host`] does) and returns when it is complete.
+//!
+//! # Borrowed memory
+//! The caller's slice is bound for the duration of the call, without a
+//! copy in or out, and nothing keeps it afterwards: the view made of it is
+//! the operation's only handle and is dropped before the call returns
+//! (which also drops any RDMA registration made of it, through the
+//! buffers' release hooks). Collectives only ever touch the slice from the
+//! calling thread, so after any return (success, error, timeout) nothing
+//! writes into it.
+//!
+//! A receive ([`Communicator::recv_host`]) from a peer over shared memory
+//! is *staged*: a large message would be written into the receive buffer
+//! by the sending process itself (a cross-memory write after the receiver's
+//! grant), and a sender that read the grant before a failed receive gave
+//! up could still write later. So the message lands in a buffer owned by
+//! the call and is copied into the slice on success; on failure that
+//! buffer is leaked on purpose (the communicator is failed by then) rather
+//! than freed under a possible late write. Over tcp a grant is withdrawn,
+//! waiting for any write in progress, before the receive returns, and over
+//! verbs the registration the peer's NIC writes through is dropped, so
+//! those receives bind the slice directly.
+
+use crate::comm::buffer::{Binding, BufView};
+use crate::comm::p2p::Dir;
+use crate::comm::Communicator;
+use crate::host::{Element, HostBuffer, JobMode, RawBuffer};
+use crate::plan::Collective;
+use crate::{Error, ReduceOp, Result};
+
+/// A view of a caller's slice, for one blocking call. Dropping it checks
+/// that the call kept no handle to the memory.
+struct Lent<'a> {
+    view: BufView,
+    _borrow: std::marker::PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> Lent<'a> {
+    /// `data`, read only (a send buffer).
+    fn shared<T: Element>(data: &'a [T]) -> Result<Lent<'a>> {
+        // SAFETY: the memory is `data`'s, valid for reads of its bytes for
+        // 'a, which outlives this `Lent`; the view is read-only (refused as
+        // a receive buffer), so it is never written through, and its every
+        // handle is gone when the `Lent` drops (checked there), before the
+        // borrow ends.
+        let raw = unsafe {
+            RawBuffer::from_raw_parts(
+                data.as_ptr().cast::<u8>().cast_mut(),
+                std::mem::size_of_val(data),
+            )?
+        };
+        Ok(Lent {
+            view: BufView::read_only(raw, T::DTYPE, data.len()),
+            _borrow: std::marker::PhantomData,
+        })
+    }
+
+    /// `data`, read and written.
+    fn exclusive<T: Element>(data: &'a mut [T]) -> Result<Lent<'a>> {
+        // SAFETY: the memory is `data`'s, valid for reads and writes for
+        // 'a and, being mutably borrowed, touched by nothing else while
+        // the `Lent` lives; every handle to it is gone when the `Lent`
+        // drops (checked there), before the borrow ends.
+        let raw = unsafe {
+            RawBuffer::from_raw_parts(data.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(data))?
+        };
+        Ok(Lent {
+            view: BufView::new(raw, T::DTYPE, data.len()),
+            _borrow: std::marker::PhantomData,
+        })
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        if self.view.raw().handles() != 1 {
+            // Memory safety rests on this: the caller's borrow ends now.
+            eprintln!("streamcomm: a blocking call kept a handle to the caller's slice; aborting");
+            std::process::abort();
+        }
+    }
+}
+
+/// Fails unless `send` and `recv` hold the same number of elements.
+fn same_len(call: &str, send: usize, recv: usize) -> Result<()> {
+    if send != recv {
+        return Err(Error::invalid(format!(
+            "{call}: send has {send} elements and recv has {recv}; they must be the same length"
+        )));
+    }
+    Ok(())
+}
+
+impl Communicator {
+    /// One collective on `binding`, run by the calling thread in its turn.
+    fn run_collective_host(
+        &self,
+        name: &'static str,
+        collective: Collective,
+        lent: &Lent<'_>,
+        op: ReduceOp,
+        binding: Binding,
+    ) -> Result<()> {
+        let (dtype, count) = (lent.view.dtype(), lent.view.len());
+        let task = self.plan_task(collective, dtype, op, count, binding)?;
+        let ticket = self.inner.turns.take();
+        self.inner.run_ticketed(ticket, JobMode::Run, name, |c| {
+            c.run_plan(&task.plan, &task.binding, ticket)
+        })
+    }
+
+    /// Element-wise reduction of every rank's `send` into every rank's
+    /// `recv`, from the calling thread, returning when it is complete. It
+    /// takes its turn in this communicator's issue order (after earlier
+    /// stream operations of this communicator), as
+    /// [`Communicator::barrier_host`] does. The slices are used in place, no
+    /// copy; nothing touches them after the call returns (see
+    /// [`Communicator::recv_host`] for the one staged case).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2)?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let send = vec![comm.rank() as f32 + 1.0; 4];
+    /// let mut recv = vec![0.0f32; 4];
+    /// comm.all_reduce_host(&send, &mut recv, ReduceOp::Sum)?; // returns when done
+    /// assert_eq!(recv, vec![3.0; 4]); // 1 + 2
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `send` and `recv` differ in length;
+    /// the stored error if the communicator has failed; execution errors
+    /// ([`Error::Timeout`], [`Error::RemoteFailed`], [`Error::Aborted`])
+    /// directly.
+    pub fn all_reduce_host<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp,
+    ) -> Result<()> {
+        same_len("all_reduce_host", send.len(), recv.len())?;
+        let (s, r) = (Lent::shared(send)?, Lent::exclusive(recv)?);
+        let binding = Binding::Separate {
+            send: Some(s.view.clone()),
+            recv: Some(r.view.clone()),
+        };
+        self.run_collective_host("all_reduce_host", Collective::AllReduce, &s, op, binding)
+    }
+
+    /// [`Communicator::all_reduce_host`] with one slice as input and output.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2)?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let mut grads = vec![comm.rank() as f64; 3];
+    /// comm.all_reduce_in_place_host(&mut grads, ReduceOp::Max)?;
+    /// assert_eq!(grads, vec![1.0; 3]);
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Communicator::all_reduce_host`], without the length check.
+    pub fn all_reduce_in_place_host<T: Element>(&self, data: &mut [T], op: ReduceOp) -> Result<()> {
+        let lent = Lent::exclusive(data)?;
+        let binding = Binding::InPlace(lent.view.clone());
+        self.run_collective_host(
+            "all_reduce_in_place_host",
+            Collective::AllReduce,
+            &lent,
+            op,
+            binding,
+        )
+    }
+
+    /// Copies `root`'s `data` into every other rank's `data`, in place,
+    /// from the calling thread (ordered and bound as
+    /// [`Communicator::all_reduce_host`]). Every rank passes the same length.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2)?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let mut weights = if comm.rank() == 1 { vec![0.25f32; 4] } else { vec![0.0; 4] };
+    /// comm.broadcast_host(&mut weights, 1)?;
+    /// assert_eq!(weights, vec![0.25; 4]);
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Communicator::all_reduce_in_place_host`], plus a root out of
+    /// range.
+    pub fn broadcast_host<T: Element>(&self, data: &mut [T], root: usize) -> Result<()> {
+        let lent = Lent::exclusive(data)?;
+        let binding = Binding::InPlace(lent.view.clone());
+        self.run_collective_host(
+            "broadcast_host",
+            Collective::Broadcast { root },
+            &lent,
+            ReduceOp::Sum,
+            binding,
+        )
+    }
+
+    /// Sends `data` to `peer` from the calling thread, returning when the
+    /// message is delivered (eager: in the peer's ring; rendezvous: in the
+    /// peer's buffer), like `MPI_Send`. It takes its turn in this
+    /// communicator's issue order, as [`Communicator::barrier_host`] does,
+    /// so it waits for earlier stream operations of this communicator. The
+    /// slice is sent in place (no copy); a [`HostBuffer`] is sent as
+    /// `comm.send_host(&buf.read(), peer)`.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
+    /// # use streamcomm::host::HostBuffer;
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2)?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// if comm.rank() == 0 {
+    ///     comm.send_host(&[1i32; 4], 1)?; // returns once delivered
+    ///     let buf = HostBuffer::from_slice(&[2i32; 4]);
+    ///     comm.send_host(&buf.read(), 1)?; // a HostBuffer's elements
+    /// } else {
+    ///     let mut got = [0i32; 4];
+    ///     comm.recv_host(&mut got, 0)?;
+    ///     assert_eq!(got, [1; 4]);
+    ///     let mut buf = HostBuffer::<i32>::zeroed(4);
+    ///     comm.recv_host(&mut buf.write(), 0)?;
+    ///     assert_eq!(buf.to_vec(), vec![2; 4]);
+    /// }
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Communicator::send`], plus execution errors (timeout, peer
+    /// failure) directly.
+    pub fn send_host<T: Element>(&self, data: &[T], peer: usize) -> Result<()> {
+        let lent = Lent::shared(data)?;
+        self.run_host("send_host", Dir::Send, peer, &lent.view)
+    }
+
+    /// Receives a message from `peer` into the front of `data` on the
+    /// calling thread, returning when it has arrived (`MPI_Recv`); ordered
+    /// like [`Communicator::send_host`]. A shorter message leaves the rest
+    /// of `data` as it was; a longer one fails with [`Error::RemoteFailed`].
+    ///
+    /// From a peer over shared memory the message is staged (received into
+    /// a buffer the call owns, then copied into `data`), so that no write
+    /// by the peer can reach `data` after a failed call returns; over tcp
+    /// and verbs it lands in `data` directly (a tcp grant is withdrawn,
+    /// waiting for any write in progress, and a verbs registration is
+    /// dropped, before a receive returns). If a staged receive fails after
+    /// it began, its staging buffer is leaked rather than freed under a
+    /// possible late write (the communicator has failed by then).
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
+    /// # let id = UniqueId::new()?;
+    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
+    /// # let comm = Communicator::init(&id, rank, 2)?;
+    /// // On each of two ranks (`comm.rank()` is 0 or 1):
+    /// let mut inbox = [0u8; 8]; // may be larger than the message
+    /// if comm.rank() == 1 {
+    ///     comm.send_host(b"hello", 0)?;
+    /// } else {
+    ///     comm.recv_host(&mut inbox, 1)?; // returns once arrived
+    ///     assert_eq!(&inbox, b"hello\0\0\0");
+    /// }
+    /// # Ok(())
+    /// # })).collect();
+    /// # for r in ranks { r.join().unwrap()?; }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Communicator::recv`], plus execution errors directly.
+    pub fn recv_host<T: Element>(&self, data: &mut [T], peer: usize) -> Result<()> {
+        // Where the sender may write into this process itself (shared
+        // memory: the condition its rendezvous waits for a grant on).
+        let staged = peer != self.inner.rank
+            && self
+                .inner
+                .connection(peer)
+                .is_ok_and(|c| c.peer_segment().is_some());
+        if !staged {
+            let lent = Lent::exclusive(data)?;
+            return self.run_host("recv_host", Dir::Recv, peer, &lent.view);
+        }
+        // Starts as a copy of `data`: a shorter message leaves its tail.
+        let stage = HostBuffer::from_slice(data);
+        let view = crate::comm::buffer::AsBufView::buf_view(&stage);
+        let r = self.run_host("recv_host", Dir::Recv, peer, &view);
+        drop(view);
+        match r {
+            Ok(()) => {
+                data.copy_from_slice(&stage.read());
+                Ok(())
+            }
+            // Refused before anything ran: no grant was given.
+            Err(e @ Error::InvalidArgument(_)) => Err(e),
+            Err(e) => {
+                // A peer may still write into it (see the module notes).
+                std::mem::forget(stage);
+                Err(e)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "blocking_tests.rs"]
+mod tests;

@@ -1,0 +1,202 @@
+//! The host-blocking slice calls: ranks as threads, random data (seed
+//! printed), an f64 reference, every element checked, outputs poisoned.
+
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+
+use crate::bootstrap::UniqueId;
+use crate::config::{Transport, TransportChoice};
+use crate::{Communicator, Config, Error, ReduceOp, Result};
+
+/// Runs `f(comm)` on `n` ranks (threads) over `transport`; its results by rank.
+fn on_ranks<R: Send + 'static>(
+    n: usize,
+    transport: TransportChoice,
+    f: impl Fn(Communicator) -> Result<R> + Send + Sync + Copy + 'static,
+) -> Vec<R> {
+    let id = UniqueId::new().unwrap();
+    let ranks: Vec<_> = (0..n)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let config = Config {
+                    transport,
+                    buffsize: 8 << 10,
+                    nsteps: 4,
+                    timeout: Duration::from_secs(60),
+                    ..Config::default()
+                };
+                f(Communicator::builder()
+                    .unique_id(&id)
+                    .rank(rank)
+                    .size(n)
+                    .config(config)
+                    .build()?)
+            })
+        })
+        .collect();
+    ranks
+        .into_iter()
+        .enumerate()
+        .map(|(rank, t)| {
+            t.join()
+                .unwrap_or_else(|_| panic!("rank {rank} panicked"))
+                .unwrap_or_else(|e| panic!("rank {rank}: {e}"))
+        })
+        .collect()
+}
+
+/// Rank `rank`'s input: `len` small integers as f32 (exact in any order).
+fn input(seed: u64, rank: usize, len: usize) -> Vec<f32> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ ((rank as u64 + 1) * 0x9e37));
+    (0..len).map(|_| rng.gen_range(-64i32..64) as f32).collect()
+}
+
+fn check(rank: usize, got: &[f32], want: &[f64]) {
+    assert_eq!(got.len(), want.len(), "rank {rank}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(f64::from(*g), *w, "rank {rank}, element {i}");
+    }
+}
+
+#[test]
+fn all_reduce_host_out_of_place_and_in_place_on_3_and_4_ranks() {
+    let seed = streamcomm_testkit::seed();
+    for n in [3, 4] {
+        // Eager-sized and larger than the ring many times over.
+        for len in [1usize, 1000, 100_003] {
+            let inputs: Vec<Vec<f32>> = (0..n).map(|r| input(seed, r, len)).collect();
+            let sum: Vec<f64> = (0..len)
+                .map(|i| inputs.iter().map(|v| f64::from(v[i])).sum())
+                .collect();
+            let max: Vec<f64> = (0..len)
+                .map(|i| {
+                    inputs
+                        .iter()
+                        .map(|v| f64::from(v[i]))
+                        .fold(f64::MIN, f64::max)
+                })
+                .collect();
+            let got = on_ranks(n, TransportChoice::Auto, move |comm| {
+                let send = input(seed, comm.rank(), len);
+                let mut recv = vec![f32::NAN; len]; // poisoned
+                comm.all_reduce_host(&send, &mut recv, ReduceOp::Sum)?;
+                let mut in_place = send.clone();
+                comm.all_reduce_in_place_host(&mut in_place, ReduceOp::Max)?;
+                assert_eq!(send, input(seed, comm.rank(), len), "send was written");
+                Ok((recv, in_place))
+            });
+            for (rank, (recv, in_place)) in got.iter().enumerate() {
+                check(rank, recv, &sum);
+                check(rank, in_place, &max);
+            }
+        }
+    }
+}
+
+#[test]
+fn broadcast_host_copies_the_roots_slice_to_3_ranks() {
+    let seed = streamcomm_testkit::seed();
+    let (n, len) = (3, 70_001);
+    let root = (seed % n as u64) as usize;
+    let want: Vec<f64> = input(seed, root, len)
+        .iter()
+        .map(|&x| f64::from(x))
+        .collect();
+    let got = on_ranks(n, TransportChoice::Auto, move |comm| {
+        let mut data = if comm.rank() == root {
+            input(seed, root, len)
+        } else {
+            vec![f32::NAN; len] // poisoned
+        };
+        comm.broadcast_host(&mut data, root)?;
+        Ok(data)
+    });
+    for (rank, data) in got.iter().enumerate() {
+        check(rank, data, &want);
+    }
+}
+
+/// Rank 0 sends each other rank a message (eager and rendezvous sizes)
+/// into a larger, poisoned receive slice; each sends it back doubled.
+fn send_and_recv_host(transport: TransportChoice) {
+    let seed = streamcomm_testkit::seed();
+    let n = 3;
+    let got = on_ranks(n, transport, move |comm| {
+        let mut results = Vec::new();
+        for len in [5usize, 150_000] {
+            if comm.rank() == 0 {
+                for peer in 1..n {
+                    comm.send_host(&input(seed, peer, len), peer)?;
+                }
+                for peer in 1..n {
+                    let mut back = vec![f32::NAN; len];
+                    comm.recv_host(&mut back, peer)?;
+                    results.push(back);
+                }
+            } else {
+                // Larger than the message: the tail must stay as it was.
+                let mut inbox = vec![f32::NAN; len + 3];
+                inbox[len..].copy_from_slice(&[7.0, 8.0, 9.0]);
+                comm.recv_host(&mut inbox, 0)?;
+                assert_eq!(&inbox[len..], &[7.0, 8.0, 9.0], "the tail was written");
+                let doubled: Vec<f32> = inbox[..len].iter().map(|x| x * 2.0).collect();
+                comm.send_host(&doubled, 0)?;
+                results.push(inbox[..len].to_vec());
+            }
+        }
+        Ok(results)
+    });
+    for (i, len) in [5usize, 150_000].into_iter().enumerate() {
+        for peer in 1..n {
+            let sent: Vec<f64> = input(seed, peer, len)
+                .iter()
+                .map(|&x| f64::from(x))
+                .collect();
+            check(peer, &got[peer][i], &sent);
+            let doubled: Vec<f64> = sent.iter().map(|x| x * 2.0).collect();
+            check(0, &got[0][i * (n - 1) + peer - 1], &doubled);
+        }
+    }
+}
+
+#[test]
+fn send_and_recv_host_over_shared_memory_staged() {
+    send_and_recv_host(Transport::Shm.into());
+}
+
+#[test]
+fn send_and_recv_host_over_tcp_in_place() {
+    send_and_recv_host(Transport::Tcp.into());
+}
+
+#[test]
+fn bad_slices_are_refused_and_the_communicator_still_works() {
+    let got = on_ranks(3, TransportChoice::Auto, |comm| {
+        let send = vec![1.0f32; 10];
+        let mut recv = vec![f32::NAN; 9];
+        let e = comm
+            .all_reduce_host(&send, &mut recv, ReduceOp::Sum)
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        let m = e.to_string();
+        assert!(
+            m.contains("all_reduce_host") && m.contains("10") && m.contains('9'),
+            "{m}"
+        );
+        assert!(recv.iter().all(|x| x.is_nan()), "recv written on an error");
+        let e = comm.broadcast_host(&mut recv, 3).unwrap_err();
+        assert!(e.to_string().contains('3'), "{e}");
+        let e = comm.send_host(&send, 5).unwrap_err();
+        assert!(e.to_string().contains("peer 5"), "{e}");
+        let e = comm.recv_host(&mut recv, comm.rank()).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        // Nothing ran: the communicator still works.
+        let mut data = vec![comm.rank() as u64; 4];
+        comm.all_reduce_in_place_host(&mut data, ReduceOp::Sum)?;
+        Ok(data)
+    });
+    for data in got {
+        assert_eq!(data, vec![3; 4]);
+    }
+}

@@ -1,0 +1,130 @@
+//! Data-parallel training on CPUs: four processes fit one linear model,
+//! each on its own shard of the data, and all-reduce their gradients.
+//!
+//! ```text
+//! cargo run --release --example cpu_data_parallel                  # 4 ranks
+//! streamcomm-run -n 4 -- target/release/examples/cpu_data_parallel # any launcher works too
+//! ```
+//!
+//! Every rank generates the same data set from a fixed seed (deterministic),
+//! keeps its quarter, and at every step computes the gradient of the mean
+//! squared error over its shard. The gradients (and the shard's loss, in
+//! the same vector) are summed across ranks with one all-reduce that works
+//! on the `Vec<f32>` itself: `HostBuffer::from_vec` moves the allocation in,
+//! `all_reduce_in_place` runs on a host stream, `into_vec` hands the same
+//! allocation back. Every rank then takes the same step, and prints the
+//! loss over the whole data set, which falls.
+
+use std::process::ExitCode;
+
+use rand::{Rng, SeedableRng};
+use streamcomm::host::{HostBuffer, HostStream};
+use streamcomm::launch::env::detect_from_process_env;
+use streamcomm::{Communicator, ReduceOp};
+use streamcomm_run::local::LocalLauncher;
+
+/// Features of the model (plus a bias).
+const FEATURES: usize = 16;
+/// Samples in the whole data set, split evenly between the ranks.
+const SAMPLES: usize = 8192;
+const STEPS: usize = 60;
+const LEARNING_RATE: f32 = 0.3;
+const SEED: u64 = 2024;
+
+fn main() -> ExitCode {
+    if detect_from_process_env().is_ok() {
+        return match run_rank() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    // Not under a launcher: start 4 copies of this program as the ranks.
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("cannot find my own executable: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match LocalLauncher::new(4, exe).run() {
+        Ok(outcome) if outcome.exit_code() == 0 => ExitCode::SUCCESS,
+        Ok(outcome) => {
+            eprintln!("cpu_data_parallel failed: {outcome:?}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("cpu_data_parallel could not launch its ranks: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The data set: `SAMPLES` rows of features with targets from a fixed
+/// linear model plus a little noise; the same on every rank.
+fn data_set() -> (Vec<[f32; FEATURES]>, Vec<f32>) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(SEED);
+    let truth: Vec<f32> = (0..=FEATURES).map(|_| rng.gen_range(-2.0..2.0)).collect();
+    let mut xs = Vec::with_capacity(SAMPLES);
+    let mut ys = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        let mut x = [0f32; FEATURES];
+        x.iter_mut().for_each(|v| *v = rng.gen_range(-1.0..1.0));
+        let y = predict(&truth, &x) + rng.gen_range(-0.01..0.01);
+        xs.push(x);
+        ys.push(y);
+    }
+    (xs, ys)
+}
+
+/// `w · x + bias` (the bias is the last weight).
+fn predict(w: &[f32], x: &[f32; FEATURES]) -> f32 {
+    x.iter().zip(w).map(|(a, b)| a * b).sum::<f32>() + w[FEATURES]
+}
+
+/// The sums over one shard of the squared error's gradient (one entry per
+/// weight) and, in the last entry, of the squared error itself.
+fn gradient(w: &[f32], xs: &[[f32; FEATURES]], ys: &[f32]) -> Vec<f32> {
+    let mut g = vec![0f32; FEATURES + 2];
+    for (x, &y) in xs.iter().zip(ys) {
+        let err = predict(w, x) - y;
+        for (gi, xi) in g.iter_mut().zip(x) {
+            *gi += 2.0 * err * xi;
+        }
+        g[FEATURES] += 2.0 * err;
+        g[FEATURES + 1] += err * err;
+    }
+    g
+}
+
+fn run_rank() -> Result<(), Box<dyn std::error::Error>> {
+    let comm = Communicator::from_env()?;
+    let stream = HostStream::new()?;
+    let (rank, size) = (comm.rank(), comm.size());
+    if SAMPLES % size != 0 {
+        return Err(format!("{SAMPLES} samples do not split evenly between {size} ranks").into());
+    }
+    let (xs, ys) = data_set();
+    let shard = SAMPLES / size;
+    let (xs, ys) = (&xs[rank * shard..][..shard], &ys[rank * shard..][..shard]);
+    let mut w = vec![0f32; FEATURES + 1];
+    for step in 0..=STEPS {
+        let grads = gradient(&w, xs, ys);
+        // Sum over the ranks, on the Vec's own memory: no copy in or out.
+        let mut buf = HostBuffer::from_vec(grads);
+        comm.all_reduce_in_place(&mut buf, ReduceOp::Sum, &stream)?;
+        stream.synchronize()?;
+        let grads = buf.into_vec()?;
+        // (Without a stream: `comm.all_reduce_in_place_host(&mut grads, ReduceOp::Sum)`.)
+        let loss = grads[FEATURES + 1] / SAMPLES as f32;
+        if step % 10 == 0 {
+            println!("step {step} loss {loss:.4e}");
+        }
+        for (wi, gi) in w.iter_mut().zip(&grads[..=FEATURES]) {
+            *wi -= LEARNING_RATE * gi / SAMPLES as f32;
+        }
+    }
+    Ok(())
+}
