@@ -18,6 +18,7 @@ mod buffer;
 mod collectives;
 mod create;
 mod endpoint;
+mod mismatch;
 pub(crate) mod inner;
 pub mod p2p;
 pub(crate) mod peer_watch;

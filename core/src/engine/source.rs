@@ -1,9 +1,10 @@
 //! What the engine drives: the [`Source`] trait, the descriptors a source
 //! sleeps on ([`PollSet`]) and where it reports failures ([`Ctx`]).
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use super::AbortWord;
+use crate::error::MismatchNote;
 use crate::Error;
 
 /// Something the engine thread drives: a transport's connections, a watch.
@@ -28,9 +29,10 @@ pub(crate) trait Source: Send {
     /// long as it likes).
     fn arm(&mut self, fds: &mut PollSet) -> Option<Duration>;
 
-    /// The communicator failed because of rank `failed`: tell the peers
-    /// (called at every round from then on, until it returns true).
-    fn abort(&mut self, _failed: usize) -> bool {
+    /// The communicator failed because of rank `failed` (ranks' calls
+    /// differed as `note` says, if given): tell the peers (called at every
+    /// round from then on, until it returns true).
+    fn abort(&mut self, _failed: usize, _note: Option<MismatchNote>) -> bool {
         true
     }
 
@@ -55,7 +57,7 @@ pub(crate) trait FailureSink: Send + Sync {
 /// and where failures go.
 pub(crate) struct Ctx<'a> {
     pub(crate) stopping: bool,
-    pub(crate) abort: &'a AtomicU32,
+    pub(crate) abort: &'a AbortWord,
     pub(crate) sink: &'a dyn FailureSink,
 }
 
@@ -68,14 +70,8 @@ impl Ctx<'_> {
         if self.stopping {
             return;
         }
-        let culprit = match &error {
-            Error::RemoteFailed { peer, .. } | Error::Transport { peer, .. } => *peer,
-            _ => peer,
-        };
-        let code = u32::try_from(culprit).map_or(u32::MAX, |r| r.saturating_add(1));
-        let _ = self
-            .abort
-            .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
+        let culprit = error.culprit().unwrap_or(peer);
+        self.abort.raise(culprit, error.mismatch_note());
         self.sink.fail(error);
     }
 }

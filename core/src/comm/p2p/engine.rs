@@ -226,7 +226,7 @@ impl CommInner {
                 ))
             }
             Region::Dst(dst) => {
-                Op::Recv(RecvOp::new(o.peer, conn, &self.p2p, dst, o.dtype, direct))
+                Op::Recv(RecvOp::new(self.rank, o.peer, conn, &self.p2p, dst, o.dtype, direct))
             }
         })
     }
