@@ -295,7 +295,7 @@ fn mismatch_story(
 ) -> String {
     let who = |r: usize| {
         if r == rank {
-            format!("this rank ({r})")
+            format!("rank {r} (this rank)")
         } else {
             format!("rank {r}")
         }
@@ -306,7 +306,7 @@ fn mismatch_story(
         who(witness)
     );
     if let Some(ours) = ours.filter(|_| rank != culprit && rank != witness) {
-        s += &format!("; this rank ({rank}) called {ours}");
+        s += &format!("; rank {rank} (this rank) called {ours}");
     }
     if confirmed {
         s += &format!(" [culprit: rank {culprit}, whose call differs from the other ranks']");

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use super::inner::CommInner;
 use crate::error::MismatchNote;
 use crate::plan::signature;
-use crate::transport::mismatches;
+use crate::transport::{mismatches, record_mismatch};
 use crate::Error;
 
 /// How long a rank whose records cannot name the culprit waits for more.
@@ -99,6 +99,9 @@ impl CommInner {
     /// [`GRACE`] for more records while they cannot name the culprit.
     pub(crate) fn mismatch_error(&self, op: &str, ours: Option<u64>) -> Option<Error> {
         let deadline = Instant::now() + GRACE.min(self.config.timeout / 4);
+        if let Some(ours) = ours {
+            self.compare_with_records(ours);
+        }
         loop {
             let notes = mismatches(self.segment.header());
             let (note, confirmed) = resolve(&notes, self.rank, ours)?;
@@ -108,6 +111,37 @@ impl CommInner {
                 ));
             }
             std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+impl CommInner {
+    /// Adds this rank's own comparisons to the records: its call `ours`
+    /// against each recorded call that differs from it. The ranks of a
+    /// record, which cannot tell from it which of them differs, find here
+    /// the third call that decides (over shared memory; a tcp peer hears
+    /// only the record its abort notice carried).
+    fn compare_with_records(&self, ours: u64) {
+        let mut mine = Vec::new();
+        for n in mismatches(self.segment.header()) {
+            for (r, sig) in [(n.suspect, n.suspect_sig), (n.witness, n.witness_sig)] {
+                if r != self.rank && sig != ours {
+                    mine.push(MismatchNote {
+                        suspect: r,
+                        suspect_sig: sig,
+                        witness: self.rank,
+                        witness_sig: ours,
+                    });
+                }
+            }
+        }
+        for note in mine {
+            record_mismatch(self.segment.header(), note);
+            for c in self.peers.iter().flatten() {
+                if let Some(seg) = c.peer_segment() {
+                    record_mismatch(seg.header(), note);
+                }
+            }
         }
     }
 }

@@ -16,4 +16,5 @@ mod barrier;
 mod collectives;
 mod launch_env;
 mod launcher_nodes;
+mod mismatch;
 mod stale_segments;
