@@ -273,7 +273,14 @@ impl CommInner {
             Some(p) => {
                 let c = self.connection(p)?;
                 Some(c.acquire_send(&policy).map_err(|e| {
-                    self.ring_error(e, &what(), p, c.transport(), "a free slot (credit)", Some(sig))
+                    self.ring_error(
+                        e,
+                        &what(),
+                        p,
+                        c.transport(),
+                        "a free slot (credit)",
+                        Some(sig),
+                    )
                 })?)
             }
             None => None,
@@ -297,7 +304,14 @@ impl CommInner {
         if let Some(p) = step.send_to {
             let c = self.connection(p)?;
             self.faults.commit_send(p, c, written, sig, &policy, |e| {
-                self.ring_error(e, &what(), p, c.transport(), "a free slot (credit)", Some(sig))
+                self.ring_error(
+                    e,
+                    &what(),
+                    p,
+                    c.transport(),
+                    "a free slot (credit)",
+                    Some(sig),
+                )
             })?;
             c.after_step();
         }
@@ -376,7 +390,10 @@ impl CommInner {
             },
             WaitError::Aborted => {
                 let stored = self.error();
-                if let Some(e) = stored.as_ref().filter(|e| !matches!(e, Error::Mismatch { .. })) {
+                if let Some(e) = stored
+                    .as_ref()
+                    .filter(|e| !matches!(e, Error::Mismatch { .. }))
+                {
                     return e.clone();
                 }
                 if let Some(e) = self.mismatch_error(what, ours) {
@@ -475,4 +492,3 @@ impl FailureSink for CommFailure {
         }
     }
 }
-

@@ -76,12 +76,8 @@ pub(crate) fn resolve(
         };
         (call_of(other) == Some(majority)).then_some(other)
     });
-    let witness = partner.or_else(|| {
-        known
-            .iter()
-            .find(|&&(_, s)| s == majority)
-            .map(|&(r, _)| r)
-    })?;
+    let witness =
+        partner.or_else(|| known.iter().find(|&&(_, s)| s == majority).map(|&(r, _)| r))?;
     Some((
         MismatchNote {
             suspect: culprit,

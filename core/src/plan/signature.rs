@@ -205,7 +205,13 @@ mod tests {
         let c = call(base);
         assert_eq!(
             (c.op, c.dtype, c.reduce, c.count, c.root),
-            ("all_reduce", Some(DataType::F32), Some(ReduceOp::Sum), 1000, None)
+            (
+                "all_reduce",
+                Some(DataType::F32),
+                Some(ReduceOp::Sum),
+                1000,
+                None
+            )
         );
         let r = call(recv(DataType::I32, 77));
         assert_eq!((r.op, r.count), ("recv", 77));

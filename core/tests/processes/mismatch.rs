@@ -62,7 +62,10 @@ fn child() {
     let took = t0.elapsed();
     let m = e.to_string();
     eprintln!("rank {rank} ({took:?}): {m}");
-    assert!(took < Duration::from_secs(30), "rank {rank} waited {took:?}");
+    assert!(
+        took < Duration::from_secs(30),
+        "rank {rank} waited {took:?}"
+    );
     // The story: rank 2, what it called, and what the others called.
     for needle in [
         format!("rank {ODD_RANK}"),
@@ -70,7 +73,10 @@ fn child() {
         COUNT.to_string(),
         "all_reduce(f32, sum,".to_string(),
     ] {
-        assert!(m.contains(&needle), "rank {rank}: {needle:?} missing in: {m}");
+        assert!(
+            m.contains(&needle),
+            "rank {rank}: {needle:?} missing in: {m}"
+        );
     }
     let Error::Mismatch {
         rank: me,
@@ -102,7 +108,10 @@ fn child() {
     }
     if std::env::var("STREAMCOMM_TRANSPORT").as_deref() == Ok("tcp") && !*confirmed {
         // Over tcp the two ranks of the record hear no third call.
-        assert!(rank == ODD_RANK || [*culprit, *witness].contains(&rank), "{m}");
+        assert!(
+            rank == ODD_RANK || [*culprit, *witness].contains(&rank),
+            "{m}"
+        );
         streamcomm_testkit::child_ran();
         return;
     }

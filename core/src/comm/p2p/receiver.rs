@@ -16,11 +16,11 @@ use crate::comm::p2p::payload::Dst;
 use crate::comm::p2p::stats::Stat;
 use crate::comm::p2p::P2pState;
 use crate::comm::p2p::{cma, rdma, wire};
+use crate::error::MismatchNote;
 use crate::plan::signature::{self, P2pSlot};
 use crate::transport::ring::RingError;
 use crate::transport::Connection;
 use crate::wait::Notifier;
-use crate::error::MismatchNote;
 use crate::{DataType, Error, Result};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

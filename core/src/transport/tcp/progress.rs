@@ -428,7 +428,10 @@ impl PeerIo {
         // The ranks of the record go in the abort frame, its signatures in
         // a note frame before it.
         let ranks = note.and_then(|n| {
-            let (s, w) = (u32::try_from(n.suspect).ok()?, u32::try_from(n.witness).ok()?);
+            let (s, w) = (
+                u32::try_from(n.suspect).ok()?,
+                u32::try_from(n.witness).ok()?,
+            );
             Some(u64::from(s.checked_add(1)?) | u64::from(w.checked_add(1)?) << 32)
         });
         for j in 0..self.socks.len() {
