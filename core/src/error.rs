@@ -60,14 +60,8 @@ pub enum Error {
 
     /// Ranks made different calls at the same point of their programs: other
     /// collectives, element types, operators, counts or roots (or a message
-    /// that did not fit the receive posted for it).
-    ///
-    /// Every rank of the communicator gets this error with the same story:
-    /// two ranks whose calls were compared and found different, what each
-    /// called, and this rank's own call. `culprit` is the rank whose call
-    /// differs from the others' when `confirmed` (a third rank's call agreed
-    /// with `witness`'s); otherwise only these two calls were compared and
-    /// either rank may be the odd one out.
+    /// that did not fit the receive posted for it). Every rank gets this
+    /// error with the same story; see [`Mismatch`].
     ///
     /// # Examples
     /// ```
@@ -90,37 +84,19 @@ pub enum Error {
     ///     .collect();
     /// for handle in ranks {
     ///     match handle.join().unwrap() {
-    ///         Err(Error::Mismatch { culprit_call, witness_call, .. }) => {
-    ///             let mut counts = [culprit_call.count, witness_call.count];
+    ///         Err(Error::Mismatch(m)) => {
+    ///             let mut counts = [m.culprit_call.count, m.witness_call.count];
     ///             counts.sort();
     ///             assert_eq!(counts, [999, 1000]);
+    ///             assert!(m.to_string().contains("999"));
     ///         }
     ///         other => panic!("expected a mismatch, got {other:?}"),
     ///     }
     /// }
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
-    #[error("{op}: {}", mismatch_story(*.rank, *.culprit, .culprit_call, *.witness, .witness_call, .ours.as_ref(), *.confirmed))]
-    Mismatch {
-        /// The operation in progress on this rank (e.g. `all_reduce #12`).
-        op: String,
-        /// This rank.
-        rank: usize,
-        /// The rank whose call differs (see `confirmed`).
-        culprit: usize,
-        /// What `culprit` called.
-        culprit_call: CallDesc,
-        /// A rank whose call was compared with `culprit`'s.
-        witness: usize,
-        /// What `witness` called.
-        witness_call: CallDesc,
-        /// What this rank called, when it was in a collective.
-        ours: Option<CallDesc>,
-        /// True when a third rank's call agreed with `witness`'s, so that
-        /// `culprit` is the one that differs from the others; false when only
-        /// the two calls were compared.
-        confirmed: bool,
-    },
+    #[error("{0}")]
+    Mismatch(Box<Mismatch>),
 
     /// A transport (shared memory, sockets) reported an error.
     #[error("{transport} transport error with rank {peer}: {cause}")]
@@ -179,7 +155,7 @@ impl Error {
     /// ```
     pub fn culprit(&self) -> Option<usize> {
         match self {
-            Error::Mismatch { culprit, .. } => Some(*culprit),
+            Error::Mismatch(m) => Some(m.culprit),
             Error::RemoteFailed { peer, .. } | Error::Transport { peer, .. } => Some(*peer),
             _ => None,
         }
@@ -189,19 +165,97 @@ impl Error {
     /// be told.
     pub(crate) fn mismatch_note(&self) -> Option<MismatchNote> {
         match self {
-            Error::Mismatch {
-                culprit,
-                culprit_call,
-                witness,
-                witness_call,
-                ..
-            } => Some(MismatchNote {
-                suspect: *culprit,
-                suspect_sig: culprit_call.sig,
-                witness: *witness,
-                witness_sig: witness_call.sig,
+            Error::Mismatch(m) => Some(MismatchNote {
+                suspect: m.culprit,
+                suspect_sig: m.culprit_call.sig,
+                witness: m.witness,
+                witness_sig: m.witness_call.sig,
             }),
             _ => None,
+        }
+    }
+}
+
+/// What [`Error::Mismatch`] says: two ranks whose calls were compared and
+/// found different, what each called, and this rank's own call.
+///
+/// `culprit` is the rank whose call differs from the others' when
+/// `confirmed` (a third rank's call agreed with `witness`'s). Otherwise only
+/// these two calls were compared and either rank may be the odd one out
+/// (two ranks, or point-to-point). Its text ends with `[culprit: rank N, ...]`
+/// when confirmed, which `streamcomm-run` looks for to name the rank that
+/// caused a job's failure.
+///
+/// # Examples
+/// ```
+/// use streamcomm::Error;
+/// /// The rank to blame for `e`, when its call is known to be the odd one.
+/// fn odd_rank(e: &Error) -> Option<usize> {
+///     match e {
+///         Error::Mismatch(m) if m.confirmed => Some(m.culprit),
+///         _ => None,
+///     }
+/// }
+/// assert_eq!(odd_rank(&Error::invalid("count")), None);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Mismatch {
+    /// The operation in progress on this rank (e.g. `all_reduce #12`).
+    pub op: String,
+    /// This rank.
+    pub rank: usize,
+    /// The rank whose call differs (see `confirmed`).
+    pub culprit: usize,
+    /// What `culprit` called.
+    pub culprit_call: CallDesc,
+    /// A rank whose call was compared with `culprit`'s.
+    pub witness: usize,
+    /// What `witness` called.
+    pub witness_call: CallDesc,
+    /// What this rank called, when it was in a collective.
+    pub ours: Option<CallDesc>,
+    /// True when a third rank's call agreed with `witness`'s, so that
+    /// `culprit` is the one that differs from the others; false when only
+    /// the two calls were compared.
+    pub confirmed: bool,
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let who = |r: usize| {
+            if r == self.rank {
+                format!("rank {r} (this rank)")
+            } else {
+                format!("rank {r}")
+            }
+        };
+        write!(
+            f,
+            "{}: {} called {} where {} called {}",
+            self.op,
+            who(self.culprit),
+            self.culprit_call,
+            who(self.witness),
+            self.witness_call
+        )?;
+        if let Some(ours) = &self.ours {
+            if self.rank != self.culprit && self.rank != self.witness {
+                write!(f, "; rank {} (this rank) called {ours}", self.rank)?;
+            }
+        }
+        if self.confirmed {
+            write!(
+                f,
+                " [culprit: rank {}, whose call differs from the other ranks']",
+                self.culprit
+            )
+        } else {
+            write!(
+                f,
+                " [ranks {} and {} disagree; which of them differs from the rest is unknown]",
+                self.culprit, self.witness
+            )
         }
     }
 }
@@ -217,18 +271,13 @@ impl Error {
 /// # Examples
 /// ```
 /// use streamcomm::{CallDesc, Error};
-/// fn counts_differ(e: &Error) -> Option<(u64, u64)> {
-///     match e {
-///         Error::Mismatch { culprit_call, witness_call, .. }
-///             if culprit_call.op == witness_call.op =>
-///         {
-///             Some((culprit_call.count, witness_call.count))
-///         }
-///         _ => None,
-///     }
+/// /// The element counts of two calls of the same collective that differed.
+/// fn counts(e: &Error) -> Option<(u64, u64)> {
+///     let Error::Mismatch(m) = e else { return None };
+///     let (a, b): (&CallDesc, &CallDesc) = (&m.culprit_call, &m.witness_call);
+///     (a.op == b.op && a.dtype == b.dtype).then_some((a.count, b.count))
 /// }
-/// assert_eq!(counts_differ(&Error::invalid("count")), None);
-/// let _: Option<&CallDesc> = None;
+/// assert_eq!(counts(&Error::invalid("count")), None);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -281,39 +330,4 @@ pub(crate) struct MismatchNote {
     pub suspect_sig: u64,
     pub witness: usize,
     pub witness_sig: u64,
-}
-
-/// The text of [`Error::Mismatch`].
-fn mismatch_story(
-    rank: usize,
-    culprit: usize,
-    culprit_call: &CallDesc,
-    witness: usize,
-    witness_call: &CallDesc,
-    ours: Option<&CallDesc>,
-    confirmed: bool,
-) -> String {
-    let who = |r: usize| {
-        if r == rank {
-            format!("rank {r} (this rank)")
-        } else {
-            format!("rank {r}")
-        }
-    };
-    let mut s = format!(
-        "{} called {culprit_call} where {} called {witness_call}",
-        who(culprit),
-        who(witness)
-    );
-    if let Some(ours) = ours.filter(|_| rank != culprit && rank != witness) {
-        s += &format!("; rank {rank} (this rank) called {ours}");
-    }
-    if confirmed {
-        s += &format!(" [culprit: rank {culprit}, whose call differs from the other ranks']");
-    } else {
-        s += &format!(
-            " [ranks {culprit} and {witness} disagree; which of them differs from the rest is unknown]"
-        );
-    }
-    s
 }

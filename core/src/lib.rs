@@ -138,7 +138,7 @@ mod readme {}
 
 pub use comm::{AsBufView, Backend, BufView, Communicator, Group, P2pStats, UntypedBuffer};
 pub use config::Config;
-pub use error::{CallDesc, Error, Result};
+pub use error::{CallDesc, Error, Mismatch, Result};
 pub use plan::{Algorithm, Collective};
 pub use streamcomm_kernels::{DataType, ReduceOp};
 pub use transport::device_span::GpuDirectMode;

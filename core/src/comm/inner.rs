@@ -390,10 +390,7 @@ impl CommInner {
             },
             WaitError::Aborted => {
                 let stored = self.error();
-                if let Some(e) = stored
-                    .as_ref()
-                    .filter(|e| !matches!(e, Error::Mismatch { .. }))
-                {
+                if let Some(e) = stored.as_ref().filter(|e| !matches!(e, Error::Mismatch(_))) {
                     return e.clone();
                 }
                 if let Some(e) = self.mismatch_error(what, ours) {

@@ -57,9 +57,9 @@ pub(crate) fn resolve(
             None => tally.push((sig, 1)),
         }
     }
-    tally.sort_by(|a, b| b.1.cmp(&a.1));
+    tally.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
     let majority = match tally.as_slice() {
-        [(sig, n), rest @ ..] if *n >= 2 && rest.first().map_or(true, |r| r.1 < *n) => *sig,
+        [(sig, n), rest @ ..] if *n >= 2 && rest.first().is_none_or(|r| r.1 < *n) => *sig,
         _ => return Some((first, false)),
     };
     let culprit = [first.suspect, first.witness]

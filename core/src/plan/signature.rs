@@ -14,7 +14,7 @@ use streamcomm_kernels::{DataType, ReduceOp};
 
 use super::step::{Collective, Plan};
 use crate::error::MismatchNote;
-use crate::{CallDesc, Error};
+use crate::{CallDesc, Error, Mismatch};
 
 const KINDS: [&str; 8] = [
     "all_reduce",
@@ -160,7 +160,7 @@ pub(crate) fn mismatch_error(
     ours: Option<u64>,
     confirmed: bool,
 ) -> Error {
-    Error::Mismatch {
+    Error::Mismatch(Box::new(Mismatch {
         op: op.to_string(),
         rank,
         culprit: note.suspect,
@@ -169,7 +169,7 @@ pub(crate) fn mismatch_error(
         witness_call: call(note.witness_sig),
         ours: ours.map(call),
         confirmed,
-    }
+    }))
 }
 
 /// A human description of a signature, for error messages.

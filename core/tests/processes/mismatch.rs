@@ -78,7 +78,10 @@ fn child() {
             "rank {rank}: {needle:?} missing in: {m}"
         );
     }
-    let Error::Mismatch {
+    let Error::Mismatch(mm) = &e else {
+        panic!("rank {rank}: not a Mismatch: {e:?}");
+    };
+    let streamcomm::Mismatch {
         rank: me,
         culprit,
         culprit_call,
@@ -87,10 +90,7 @@ fn child() {
         ours,
         confirmed,
         ..
-    } = &e
-    else {
-        panic!("rank {rank}: not a Mismatch: {e:?}");
-    };
+    } = &**mm;
     assert_eq!(*me, rank);
     assert_ne!(culprit, witness);
     let mut pair = [culprit_call.count, witness_call.count];

@@ -201,7 +201,7 @@ fn a_mismatch_fails_every_rank_promptly_over_tcp() {
         assert!(
             matches!(
                 e,
-                Error::Mismatch { .. } | Error::RemoteFailed { .. } | Error::Transport { .. }
+                Error::Mismatch(_) | Error::RemoteFailed { .. } | Error::Transport { .. }
             ),
             "rank {rank}: {e}"
         );
