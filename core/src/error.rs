@@ -47,7 +47,8 @@ pub enum Error {
     #[error("aborted: {0}")]
     Aborted(String),
 
-    /// A peer rank failed, disconnected, or disagreed about the operation.
+    /// A peer rank failed or disconnected (ranks whose calls differ get
+    /// [`Error::Mismatch`] instead).
     #[error("rank {peer} failed during {op}: {cause}")]
     RemoteFailed {
         /// The peer's rank.

@@ -10,8 +10,10 @@
 //! peer's segment and inbound in ours).
 //!
 //! Each rank's segment starts with a [`SegmentHeader`] page: a magic/version
-//! check for the layout, and a failure word that any rank may raise to make
-//! every wait of the segment's owner end with an error instead of a timeout.
+//! check for the layout, a failure word that any rank may raise to make
+//! every wait of the segment's owner end with an error instead of a timeout,
+//! and the mismatch records written before it is raised (which ranks' calls
+//! differed, and how), so every rank can say what went wrong.
 
 pub mod barrier_area;
 pub(crate) mod device_span;
@@ -409,4 +411,38 @@ pub fn raise_failure(header: &SegmentHeader, rank: usize) {
         Ordering::AcqRel,
         Ordering::Acquire,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mismatch_records_are_kept_once_each_up_to_the_slots() {
+        let shape = RingShape {
+            nsteps: 2,
+            slot_bytes: 64,
+        };
+        let seg = Segment::create(2, shape).unwrap();
+        let h = seg.header();
+        assert!(mismatches(h).is_empty());
+        let note = |suspect: usize, witness: usize| MismatchNote {
+            suspect,
+            suspect_sig: 1 << 63 | suspect as u64,
+            witness,
+            witness_sig: 1 << 63 | 1 << 40 | witness as u64,
+        };
+        record_mismatch(h, note(2, 3));
+        record_mismatch(h, note(2, 3));
+        record_mismatch(h, note(1, 2));
+        assert_eq!(mismatches(h), [note(2, 3), note(1, 2)]);
+        for w in 10..20 {
+            record_mismatch(h, note(0, w));
+        }
+        let all = mismatches(h);
+        assert_eq!(all.len(), NOTE_SLOTS);
+        assert_eq!(all[..3], [note(2, 3), note(1, 2), note(0, 10)]);
+        // Recording never raises the failure word itself.
+        assert_eq!(h.failed_by.load(Ordering::Acquire), 0);
+    }
 }
