@@ -151,7 +151,7 @@ impl CommInner {
             }
         }
         // Peers are told who is at fault, not who noticed.
-        self.tell(e.culprit().unwrap_or(self.rank), e.mismatch_note());
+        self.tell(e.culprit().unwrap_or(self.rank), note_to_tell(e));
     }
 
     /// Tells every peer (and this rank's own waits) that `culprit` made the
@@ -488,4 +488,26 @@ impl FailureSink for CommFailure {
             raise_failure(seg.header(), culprit);
         }
     }
+}
+
+/// The mismatch record this rank tells its peers for `e`: its own call
+/// compared with the culprit's when it made one that differs (a third call
+/// for the two ranks of the record it was woken by, which over tcp hear no
+/// other), else the record `e` tells.
+fn note_to_tell(e: &Error) -> Option<MismatchNote> {
+    let note = e.mismatch_note()?;
+    if let Error::Mismatch(m) = e {
+        if let Some(ours) = m.ours.as_ref() {
+            let outside = m.rank != m.culprit && m.rank != m.witness;
+            if outside && ours.sig != m.culprit_call.sig {
+                return Some(MismatchNote {
+                    suspect: m.culprit,
+                    suspect_sig: m.culprit_call.sig,
+                    witness: m.rank,
+                    witness_sig: ours.sig,
+                });
+            }
+        }
+    }
+    Some(note)
 }

@@ -63,15 +63,21 @@ pub(crate) struct Ctx<'a> {
 
 impl Ctx<'_> {
     /// Reports `error`, met on the connection to `peer`: the peers will be
-    /// told who is at fault (the rank the error blames, else `peer`), and
+    /// told who is at fault (the rank the error blames, else `peer`; for a
+    /// peer's mismatch record, by this rank's own failing operation), and
     /// the communicator fails. While stopping, errors are dropped (peers
     /// that left first close their sockets).
     pub(crate) fn fail(&self, error: Error, peer: usize) {
         if self.stopping {
             return;
         }
-        let culprit = error.culprit().unwrap_or(peer);
-        self.abort.raise(culprit, error.mismatch_note());
+        // A peer's mismatch record (its abort notice) reached every peer
+        // from it directly: the abort notice of this rank goes out when its
+        // own operation fails, with its own call compared (see
+        // `comm::inner::CommInner::fail`).
+        if !matches!(error, Error::Mismatch(_)) {
+            self.abort.raise(error.culprit().unwrap_or(peer), None);
+        }
         self.sink.fail(error);
     }
 }

@@ -66,6 +66,9 @@ pub struct PeerIo {
     /// The peer sent a frame that breaks the protocol (lost, repeated or
     /// corrupt): its sockets still work, so it is told of the abort.
     pub(super) bad_frame: bool,
+    /// The peer sent its abort notice: it still reads its sockets, so it is
+    /// told of ours (whose mismatch record may hold a call it lacks).
+    pub(super) peer_aborted: bool,
     /// The poll events the engine last went to sleep with, so that
     /// a stream moving bytes itself knows when to wake it ([`PeerIo::needs_net`]).
     pub(super) polled: Vec<libc::c_short>,
@@ -128,6 +131,7 @@ impl PeerIo {
             arrived: vec![false; nsteps],
             inbound_tail: 0,
             bad_frame: false,
+            peer_aborted: false,
             polled: Vec::new(),
             dead: false,
             placement,
@@ -297,6 +301,7 @@ impl PeerIo {
                             }
                             if h.len == ABORT_LEN {
                                 sock.rx_closed = true;
+                                self.peer_aborted = true;
                                 if let Some(e) = noted_mismatch(sock.rx_note, h.sig) {
                                     return Err(e);
                                 }

@@ -145,7 +145,7 @@ impl Source for TcpSource {
     fn abort(&mut self, failed: usize, note: Option<MismatchNote>) -> bool {
         for p in &self.peers {
             let mut p = lock(p);
-            if !p.dead || p.bad_frame {
+            if !p.dead || p.bad_frame || p.peer_aborted {
                 p.abort_notice(failed as u64, note);
             }
         }
