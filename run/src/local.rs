@@ -89,8 +89,10 @@ pub enum Outcome {
         status: ExitStatus,
         /// The rank the ranks' errors name as the cause, when they name one
         /// (streamcomm's mismatch errors end with `[culprit: rank N, ...]`;
-        /// the rank most of them name). It is listed first in the summary:
-        /// the rank that exited first is often only the first to notice.
+        /// the rank most ranks name, read from the output the launcher
+        /// forwards, so `None` without [`LocalLauncher::prefix_output`]). It
+        /// is listed first in the summary: the rank that exited first is
+        /// often only the first to notice.
         cause: Option<usize>,
     },
     /// The launcher received this signal and stopped the ranks.

@@ -8,10 +8,13 @@
 //! memory with its writer (and over tcp in the abort notice), so a rank woken
 //! by the failure reads them all. With this rank's own call they decide: the
 //! call most of the known ranks made is the majority, and the record's rank
-//! that did not make it is the culprit. When the records and this rank's call
-//! cannot tell (two ranks, or the only record compares this rank with
-//! another), the rank waits briefly for more records, then reports the pair
-//! as it is, saying that which of the two differs is unknown.
+//! that did not make it is the culprit. A rank woken by a record adds its own
+//! comparison (its call against the culprit's), which gives the record's two
+//! ranks the third call they lack. When the records and this rank's call
+//! cannot tell (the only record compares this rank with another), the rank
+//! waits up to a second for more records, unless they already hold every
+//! rank's call (two ranks), then reports the pair as it is, saying that
+//! which of the two differs is unknown.
 
 use std::time::{Duration, Instant};
 
@@ -21,8 +24,9 @@ use crate::plan::signature;
 use crate::transport::{mismatches, record_mismatch};
 use crate::Error;
 
-/// How long a rank whose records cannot name the culprit waits for more.
-const GRACE: Duration = Duration::from_millis(300);
+/// How long a rank whose records cannot name the culprit waits for more
+/// (unless they already hold every rank's call: then none can come).
+const GRACE: Duration = Duration::from_secs(1);
 
 /// The record to report from `notes`, as seen by `rank` whose own call is
 /// `ours`, and whether its suspect is known to differ from the majority;
@@ -89,6 +93,15 @@ pub(crate) fn resolve(
     ))
 }
 
+/// How many ranks' calls `notes` and this rank's own call `ours` tell.
+fn known_ranks(notes: &[MismatchNote], rank: usize, ours: Option<u64>) -> usize {
+    let mut ranks: Vec<usize> = notes.iter().flat_map(|n| [n.suspect, n.witness]).collect();
+    ranks.extend(ours.map(|_| rank));
+    ranks.sort_unstable();
+    ranks.dedup();
+    ranks.len()
+}
+
 impl CommInner {
     /// The mismatch this rank reports during `op` (its own call `ours`), from
     /// the records in its segment; `None` without records. Waits up to
@@ -101,7 +114,8 @@ impl CommInner {
         loop {
             let notes = mismatches(self.segment.header());
             let (note, confirmed) = resolve(&notes, self.rank, ours)?;
-            if confirmed || Instant::now() >= deadline {
+            let everyone = known_ranks(&notes, self.rank, ours) >= self.size;
+            if confirmed || everyone || Instant::now() >= deadline {
                 return Some(signature::mismatch_error(
                     op, self.rank, note, ours, confirmed,
                 ));
@@ -201,6 +215,14 @@ mod tests {
         // Three different calls: no majority.
         assert_eq!(resolve(&[n], 2, Some(sig(11))), Some((n, false)));
         assert_eq!(resolve(&[], 0, Some(sig(1))), None);
+    }
+
+    #[test]
+    fn known_ranks_count_each_rank_once() {
+        let n = note(0, 10, 1, 12);
+        assert_eq!(known_ranks(&[n, n], 1, Some(sig(12))), 2);
+        assert_eq!(known_ranks(&[n], 2, Some(sig(12))), 3);
+        assert_eq!(known_ranks(&[n], 2, None), 2);
     }
 
     #[test]
