@@ -140,7 +140,7 @@ pub use comm::{
     AsBufView, BufView, Communicator, CommunicatorBuilder, Group, P2pStats, UntypedBuffer,
 };
 pub use config::{Config, Transport};
-pub use error::{Error, Result};
+pub use error::{CallDesc, Error, Mismatch, Result};
 pub use plan::{Algorithm, Collective};
 pub use streamcomm_kernels::{DataType, ReduceOp};
 pub use transport::device_span::GpuDirectMode;

@@ -102,7 +102,7 @@ pub(crate) fn code_of(e: &Error) -> c_int {
         Error::Unavailable(_) => UNAVAILABLE,
         Error::Timeout { .. } => TIMEOUT,
         Error::Aborted(_) => ABORTED,
-        Error::RemoteFailed { .. } => REMOTE_FAILED,
+        Error::RemoteFailed { .. } | Error::Mismatch(_) => REMOTE_FAILED,
         Error::Transport { .. } => TRANSPORT_ERROR,
         Error::Bootstrap(_) => BOOTSTRAP_ERROR,
         Error::Os { .. } => SYSTEM_ERROR,

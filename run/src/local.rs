@@ -24,7 +24,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use streamcomm::bootstrap::{UniqueId, MAX_RANKS};
@@ -87,6 +87,13 @@ pub enum Outcome {
         rank: usize,
         /// Its exit status.
         status: ExitStatus,
+        /// The rank the ranks' errors name as the cause, when they name one
+        /// (streamcomm's mismatch errors end with `[culprit: rank N, ...]`;
+        /// the rank most ranks name, read from the output the launcher
+        /// forwards, so `None` without [`LocalLauncher::prefix_output`]). It
+        /// is listed first in the summary: the rank that exited first is
+        /// often only the first to notice.
+        cause: Option<usize>,
     },
     /// The launcher received this signal and stopped the ranks.
     Interrupted {
@@ -115,11 +122,28 @@ impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Outcome::Success => f.write_str("all ranks exited successfully"),
-            Outcome::RankFailed { rank, status } => match (status.code(), status.signal()) {
-                (Some(code), _) => write!(f, "rank {rank} exited with status {code}"),
-                (_, Some(signal)) => write!(f, "rank {rank} was killed by signal {signal}"),
-                _ => write!(f, "rank {rank} failed ({status})"),
-            },
+            Outcome::RankFailed {
+                rank,
+                status,
+                cause,
+            } => {
+                match cause {
+                    Some(c) if c == rank => write!(
+                        f,
+                        "rank {c} caused the failure (the ranks' errors name it): "
+                    )?,
+                    Some(c) => write!(
+                        f,
+                        "rank {c} caused the failure (the ranks' errors name it); first to fail: "
+                    )?,
+                    None => {}
+                }
+                match (status.code(), status.signal()) {
+                    (Some(code), _) => write!(f, "rank {rank} exited with status {code}"),
+                    (_, Some(signal)) => write!(f, "rank {rank} was killed by signal {signal}"),
+                    _ => write!(f, "rank {rank} failed ({status})"),
+                }
+            }
             Outcome::Interrupted { signal } => write!(f, "interrupted by signal {signal}"),
         }
     }
@@ -300,13 +324,14 @@ impl LocalLauncher {
             None => UniqueId::new_on(self.root_ip)?,
         };
         let (done_tx, done_rx) = mpsc::channel::<()>();
+        let blames = Blames::default();
         let mut children: Vec<Child> = Vec::with_capacity(self.nproc);
         for local in 0..self.nproc {
             let rank = first + local;
             match self.spawn(local, rank, world, &id) {
                 Ok(mut child) => {
                     if self.prefix_output {
-                        forward_output(&mut child, rank, &done_tx);
+                        forward_output(&mut child, rank, &done_tx, &blames);
                     }
                     children.push(child);
                 }
@@ -319,19 +344,20 @@ impl LocalLauncher {
             }
         }
         drop(done_tx);
-        let outcome = match supervise(&mut children, self.kill_grace) {
-            Outcome::RankFailed { rank, status } => Outcome::RankFailed {
-                rank: first + rank,
-                status,
-            },
-            outcome => outcome,
-        };
+        let outcome = supervise(&mut children, self.kill_grace);
         // Output may still be in the pipes; wait for it, within reason (a
         // grandchild that outlives its rank may hold a pipe open).
         if let Err(mpsc::RecvTimeoutError::Timeout) = done_rx.recv_timeout(DRAIN) {
             tracing::warn!("output of some ranks is still open after they exited; not waiting");
         }
-        Ok(outcome)
+        Ok(match outcome {
+            Outcome::RankFailed { rank, status, .. } => Outcome::RankFailed {
+                rank: first + rank,
+                status,
+                cause: blames.named(),
+            },
+            outcome => outcome,
+        })
     }
 
     fn spawn(&self, local: usize, rank: usize, world: usize, id: &UniqueId) -> io::Result<Child> {
@@ -398,7 +424,11 @@ fn supervise(children: &mut [Child], grace: Duration) -> Outcome {
                 Ok(Some(status)) => {
                     exited[rank] = Some(status);
                     if !status.success() && failure.is_none() {
-                        failure = Some(Outcome::RankFailed { rank, status });
+                        failure = Some(Outcome::RankFailed {
+                            rank,
+                            status,
+                            cause: None,
+                        });
                     }
                 }
                 Ok(None) => {}
@@ -467,30 +497,82 @@ fn signal_running(children: &[Child], exited: &[Option<ExitStatus>], signal: i32
     }
 }
 
+/// The culprit each rank's output named first (`[culprit: rank N`, the end
+/// of streamcomm's mismatch errors), by rank.
+#[derive(Clone, Default)]
+struct Blames(Arc<Mutex<Vec<(usize, usize)>>>);
+
+/// What a rank's error line says in front of the culprit's rank.
+const CULPRIT_MARK: &str = "[culprit: rank ";
+
+impl Blames {
+    /// Notes the culprit `line` (of `rank`'s output) names, if it is the
+    /// first that rank names.
+    fn scan(&self, rank: usize, line: &[u8]) {
+        let Some(at) = line
+            .windows(CULPRIT_MARK.len())
+            .position(|w| w == CULPRIT_MARK.as_bytes())
+        else {
+            return;
+        };
+        let digits: String = line[at + CULPRIT_MARK.len()..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .map(|&b| char::from(b))
+            .collect();
+        let Ok(culprit) = digits.parse::<usize>() else {
+            return;
+        };
+        let mut named = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if !named.iter().any(|&(r, _)| r == rank) {
+            named.push((rank, culprit));
+        }
+    }
+
+    /// The rank most ranks named (the lowest of a tie), if any did.
+    fn named(&self) -> Option<usize> {
+        let named = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let votes = |c: usize| named.iter().filter(|&&(_, n)| n == c).count();
+        named
+            .iter()
+            .map(|&(_, c)| c)
+            .max_by(|&a, &b| votes(a).cmp(&votes(b)).then(b.cmp(&a)))
+    }
+}
+
 /// Starts threads that copy the child's stdout and stderr, line by line, to
-/// ours with a `[rank i] ` prefix. Each holds a clone of `done` until its pipe
-/// closes.
-fn forward_output(child: &mut Child, rank: usize, done: &mpsc::Sender<()>) {
+/// ours with a `[rank i] ` prefix, noting the culprits the lines name in
+/// `blames`. Each holds a clone of `done` until its pipe closes.
+fn forward_output(child: &mut Child, rank: usize, done: &mpsc::Sender<()>, blames: &Blames) {
     let prefix = format!("[rank {rank}] ");
     if let Some(out) = child.stdout.take() {
-        spawn_forwarder(out, prefix.clone(), false, done.clone());
+        spawn_forwarder(
+            out,
+            rank,
+            prefix.clone(),
+            false,
+            done.clone(),
+            blames.clone(),
+        );
     }
     if let Some(err) = child.stderr.take() {
-        spawn_forwarder(err, prefix, true, done.clone());
+        spawn_forwarder(err, rank, prefix, true, done.clone(), blames.clone());
     }
 }
 
 fn spawn_forwarder(
     pipe: impl Read + Send + 'static,
+    rank: usize,
     prefix: String,
     to_stderr: bool,
     done: mpsc::Sender<()>,
+    blames: Blames,
 ) {
     let name = format!("streamcomm-run {}", prefix.trim());
     let spawned = std::thread::Builder::new()
         .name(name.clone())
         .spawn(move || {
-            forward_lines(pipe, &prefix, to_stderr);
+            forward_lines(pipe, &prefix, to_stderr, &|line| blames.scan(rank, line));
             drop(done);
         });
     if let Err(e) = spawned {
@@ -499,9 +581,10 @@ fn spawn_forwarder(
 }
 
 /// Copies `pipe` to stdout or stderr one prefixed line at a time (each line
-/// written whole, so lines of different ranks never mix). Keeps draining the
-/// pipe even when writing fails, so the rank never blocks on a full pipe.
-fn forward_lines(pipe: impl Read, prefix: &str, to_stderr: bool) {
+/// written whole, so lines of different ranks never mix), showing each line
+/// to `seen` first. Keeps draining the pipe even when writing fails, so the
+/// rank never blocks on a full pipe.
+fn forward_lines(pipe: impl Read, prefix: &str, to_stderr: bool, seen: &dyn Fn(&[u8])) {
     let mut reader = BufReader::with_capacity(MAX_LINE, pipe);
     let mut line = prefix.as_bytes().to_vec();
     loop {
@@ -522,10 +605,12 @@ fn forward_lines(pipe: impl Read, prefix: &str, to_stderr: bool) {
         };
         reader.consume(used);
         if end_of_line {
+            seen(&line[prefix.len()..]);
             emit(&mut line, prefix.len(), to_stderr);
         }
     }
     if line.len() > prefix.len() {
+        seen(&line[prefix.len()..]);
         emit(&mut line, prefix.len(), to_stderr);
     }
 }

@@ -6,12 +6,17 @@ use super::*;
 fn exit_codes() {
     assert_eq!(Outcome::Success.exit_code(), 0);
     let status = ExitStatus::from_raw(3 << 8);
-    let failed = Outcome::RankFailed { rank: 1, status };
+    let failed = Outcome::RankFailed {
+        rank: 1,
+        status,
+        cause: None,
+    };
     assert_eq!(failed.exit_code(), 3);
     assert_eq!(failed.to_string(), "rank 1 exited with status 3");
     let killed = Outcome::RankFailed {
         rank: 2,
         status: ExitStatus::from_raw(libc::SIGKILL),
+        cause: None,
     };
     assert_eq!(killed.exit_code(), 128 + libc::SIGKILL);
     assert_eq!(
@@ -83,4 +88,34 @@ fn unprefixed_job_runs() {
         .run()
         .expect("run");
     assert_eq!(outcome, Outcome::Success);
+}
+
+#[test]
+fn the_rank_the_errors_name_is_listed_first() {
+    let blames = Blames::default();
+    assert_eq!(blames.named(), None);
+    blames.scan(
+        0,
+        b"all_reduce #0: ... [culprit: rank 2, whose call differs]",
+    );
+    blames.scan(0, b"later: [culprit: rank 0, ...]"); // a rank's first line counts
+    blames.scan(3, b"no marker here");
+    blames.scan(3, b"x [culprit: rank 1, y]");
+    blames.scan(1, b"[culprit: rank 2]");
+    blames.scan(1, b"[culprit: rank ]");
+    assert_eq!(blames.named(), Some(2));
+    let status = ExitStatus::from_raw(101 << 8);
+    let outcome = Outcome::RankFailed {
+        rank: 0,
+        status,
+        cause: Some(2),
+    };
+    assert_eq!(outcome.exit_code(), 101);
+    let text = outcome.to_string();
+    assert!(text.starts_with("rank 2 caused the failure"), "{text}");
+    assert!(text.ends_with("rank 0 exited with status 101"), "{text}");
+    let tie = Blames::default();
+    tie.scan(0, b"[culprit: rank 3");
+    tie.scan(1, b"[culprit: rank 1");
+    assert_eq!(tie.named(), Some(1));
 }

@@ -16,11 +16,12 @@ use crate::comm::p2p::P2pState;
 use crate::comm::turns::Turns;
 use crate::config::Config;
 use crate::engine::{Engine, FailureSink};
+use crate::error::MismatchNote;
 use crate::host::JobMode;
 use crate::plan::{apply_step, signature, Plan, Step};
 use crate::transport::fault::FaultInjector;
 use crate::transport::ring::RingError;
-use crate::transport::{raise_failure, Connection, Segment};
+use crate::transport::{raise_failure, record_mismatch, Connection, Segment};
 use crate::tuning::Selector;
 use crate::wait::{WaitError, WaitPolicy};
 use crate::{Error, Result};
@@ -150,12 +151,40 @@ impl CommInner {
             }
         }
         // Peers are told who is at fault, not who noticed.
-        let culprit = culprit(e, self.rank);
+        self.tell(e.culprit().unwrap_or(self.rank), note_to_tell(e));
+    }
+
+    /// Tells every peer (and this rank's own waits) that `culprit` made the
+    /// communicator fail, with the mismatch record `note` (written before
+    /// the failure words are raised, so that a rank woken by one finds it).
+    fn tell(&self, culprit: usize, note: Option<MismatchNote>) {
+        let peers = || self.peers.iter().flatten().filter_map(|c| c.peer_segment());
+        if let Some(note) = note {
+            record_mismatch(self.segment.header(), note);
+            for seg in peers() {
+                record_mismatch(seg.header(), note);
+            }
+        }
         raise_failure(self.segment.header(), culprit);
-        for seg in self.peers.iter().flatten().filter_map(|c| c.peer_segment()) {
+        for seg in peers() {
             raise_failure(seg.header(), culprit);
         }
-        self.engine.handle().notify_abort(culprit);
+        self.engine.handle().notify_abort(culprit, note);
+    }
+
+    /// The error of a slot from `peer` signed `theirs` where this rank's call
+    /// is signed `ours`: the record is told to every rank at once, then the
+    /// culprit is named from every record known (see `comm::mismatch`).
+    fn mismatch(&self, what: &str, peer: usize, theirs: u64, ours: u64) -> Error {
+        let note = MismatchNote {
+            suspect: peer,
+            suspect_sig: theirs,
+            witness: self.rank,
+            witness_sig: ours,
+        };
+        self.tell(peer, Some(note));
+        self.mismatch_error(what, Some(ours))
+            .unwrap_or_else(|| signature::mismatch_error(what, self.rank, note, Some(ours), false))
     }
 
     /// Runs `f` in issue order under `ticket`, recording any failure.
@@ -229,20 +258,12 @@ impl CommInner {
             Some(p) => {
                 let c = self.connection(p)?;
                 self.faults.before_recv(p, c, &policy)?;
-                let slot = c
-                    .acquire_recv(&policy)
-                    .map_err(|e| self.ring_error(e, &what(), p, c.transport(), "data"))?;
+                let slot = c.acquire_recv(&policy).map_err(|e| {
+                    self.ring_error(e, &what(), p, c.transport(), "data", Some(sig))
+                })?;
                 let theirs = c.recv.head_sig();
                 if theirs != sig {
-                    return Err(Error::RemoteFailed {
-                        peer: p,
-                        op: what(),
-                        cause: format!(
-                            "it called {} where this rank called {}",
-                            signature::describe(theirs),
-                            signature::describe(sig)
-                        ),
-                    });
+                    return Err(self.mismatch(&what(), p, theirs, sig));
                 }
                 Some(slot)
             }
@@ -252,7 +273,14 @@ impl CommInner {
             Some(p) => {
                 let c = self.connection(p)?;
                 Some(c.acquire_send(&policy).map_err(|e| {
-                    self.ring_error(e, &what(), p, c.transport(), "a free slot (credit)")
+                    self.ring_error(
+                        e,
+                        &what(),
+                        p,
+                        c.transport(),
+                        "a free slot (credit)",
+                        Some(sig),
+                    )
                 })?)
             }
             None => None,
@@ -276,7 +304,14 @@ impl CommInner {
         if let Some(p) = step.send_to {
             let c = self.connection(p)?;
             self.faults.commit_send(p, c, written, sig, &policy, |e| {
-                self.ring_error(e, &what(), p, c.transport(), "a free slot (credit)")
+                self.ring_error(
+                    e,
+                    &what(),
+                    p,
+                    c.transport(),
+                    "a free slot (credit)",
+                    Some(sig),
+                )
             })?;
             c.after_step();
         }
@@ -295,13 +330,15 @@ impl CommInner {
         peer: usize,
         transport: &'static str,
         waiting_for: &str,
+        ours: Option<u64>,
     ) -> Error {
         match e {
-            RingError::Wait(w) => self.wait_error(
+            RingError::Wait(w) => self.wait_error_in_call(
                 w,
                 what,
                 format!("{waiting_for} from rank {peer} over {transport}"),
                 Some(peer),
+                ours,
             ),
             RingError::BadLength(len) => Error::Transport {
                 transport,
@@ -331,6 +368,20 @@ impl CommInner {
         waiting_for: String,
         peer: Option<usize>,
     ) -> Error {
+        self.wait_error_in_call(w, what, waiting_for, peer, None)
+    }
+
+    /// [`CommInner::wait_error`] of a wait in a call signed `ours`: when
+    /// ranks' calls differed, the error names the culprit's call, its
+    /// witness's, and this one.
+    pub(crate) fn wait_error_in_call(
+        &self,
+        w: WaitError,
+        what: &str,
+        waiting_for: String,
+        peer: Option<usize>,
+        ours: Option<u64>,
+    ) -> Error {
         match w {
             WaitError::Timeout(d) => Error::Timeout {
                 op: what.to_string(),
@@ -338,7 +389,14 @@ impl CommInner {
                 waited_ms: d.as_millis() as u64,
             },
             WaitError::Aborted => {
-                if let Some(e) = self.error() {
+                let stored = self.error();
+                if let Some(e) = stored.as_ref().filter(|e| !matches!(e, Error::Mismatch(_))) {
+                    return e.clone();
+                }
+                if let Some(e) = self.mismatch_error(what, ours) {
+                    return e;
+                }
+                if let Some(e) = stored {
                     return e;
                 }
                 let by = self.segment.header().failed_by.load(Ordering::Acquire);
@@ -407,7 +465,18 @@ impl CommFailure {
 
 impl FailureSink for CommFailure {
     fn fail(&self, error: Error) {
-        let culprit = culprit(&error, self.rank);
+        let culprit = error.culprit().unwrap_or(self.rank);
+        if let Some(note) = error.mismatch_note() {
+            // A peer's record (over tcp): every wait woken builds its own
+            // error from the records, with its own call.
+            for seg in &self.segments {
+                record_mismatch(seg.header(), note);
+            }
+            for seg in &self.segments {
+                raise_failure(seg.header(), culprit);
+            }
+            return;
+        }
         {
             let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
             if slot.is_none() {
@@ -421,10 +490,24 @@ impl FailureSink for CommFailure {
     }
 }
 
-/// The rank at fault for `e`: the peer it names, else this rank.
-fn culprit(e: &Error, rank: usize) -> usize {
-    match e {
-        Error::RemoteFailed { peer, .. } | Error::Transport { peer, .. } => *peer,
-        _ => rank,
+/// The mismatch record this rank tells its peers for `e`: its own call
+/// compared with the culprit's when it made one that differs (a third call
+/// for the two ranks of the record it was woken by, which over tcp hear no
+/// other), else the record `e` tells.
+fn note_to_tell(e: &Error) -> Option<MismatchNote> {
+    let note = e.mismatch_note()?;
+    if let Error::Mismatch(m) = e {
+        if let Some(ours) = m.ours.as_ref() {
+            let outside = m.rank != m.culprit && m.rank != m.witness;
+            if outside && ours.sig != m.culprit_call.sig {
+                return Some(MismatchNote {
+                    suspect: m.culprit,
+                    suspect_sig: m.culprit_call.sig,
+                    witness: m.rank,
+                    witness_sig: ours.sig,
+                });
+            }
+        }
     }
+    Some(note)
 }

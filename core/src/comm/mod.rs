@@ -21,6 +21,7 @@ mod collectives;
 mod create;
 mod endpoint;
 pub(crate) mod inner;
+mod mismatch;
 pub mod p2p;
 pub(crate) mod peer_watch;
 mod selection;

@@ -60,11 +60,10 @@ fn drive(shared: &Shared, sources: &RefCell<Vec<Box<dyn Source>>>, sink: &dyn Fa
         aborted.resize(sources.len(), false);
         // An abort notice goes out before anything else, a goodbye
         // included: peers must learn that we failed, not that we left.
-        let failed = shared.abort.load(Ordering::Acquire);
-        if failed != 0 {
+        if let Some((failed, note)) = shared.abort.get() {
             for (s, done) in sources.iter_mut().zip(&mut aborted) {
                 if !*done {
-                    *done = s.abort((failed - 1) as usize);
+                    *done = s.abort(failed, note);
                 }
             }
         }

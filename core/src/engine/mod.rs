@@ -52,6 +52,7 @@ pub(crate) use kick::Kick;
 pub(crate) use periodic::Periodic;
 pub(crate) use source::{Ctx, FailureSink, PollSet, Source};
 
+use crate::error::MismatchNote;
 use crate::{Error, Result};
 
 /// Work run once on the engine thread.
@@ -83,8 +84,8 @@ struct Shared {
     kick: Arc<Kick>,
     /// Set once the engine must flush its sources and return.
     stop: AtomicBool,
-    /// `1 + rank` of the rank whose failure aborted the communicator, or 0.
-    abort: AtomicU32,
+    /// Whose failure aborted the communicator (and the mismatch record).
+    abort: AbortWord,
     work: Mutex<VecDeque<Work>>,
     thread: Mutex<Thread>,
 }
@@ -139,14 +140,43 @@ impl EngineHandle {
 
     /// Tells the engine that this communicator failed because of
     /// `failed_rank`, so that its sources tell every peer (once; later calls
-    /// are ignored).
-    pub(crate) fn notify_abort(&self, failed_rank: usize) {
-        let code = u32::try_from(failed_rank).map_or(u32::MAX, |r| r.saturating_add(1));
-        let _ = self
-            .shared
-            .abort
-            .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
+    /// are ignored), with the mismatch record `note` when calls differed.
+    pub(crate) fn notify_abort(&self, failed_rank: usize, note: Option<MismatchNote>) {
+        self.shared.abort.raise(failed_rank, note);
         self.shared.kick.signal();
+    }
+}
+
+/// Which rank's failure aborted the communicator, and the mismatch record
+/// (two ranks' differing calls) that its peers are told with it.
+#[derive(Default)]
+pub(crate) struct AbortWord {
+    /// `1 + rank` of the rank at fault, or 0.
+    code: AtomicU32,
+    note: Mutex<Option<MismatchNote>>,
+}
+
+impl AbortWord {
+    /// Records that `failed` made the communicator fail (the first call
+    /// wins; a record comes along when no rank was recorded yet).
+    pub(crate) fn raise(&self, failed: usize, note: Option<MismatchNote>) {
+        if let Some(note) = note {
+            let mut slot = self.note.lock().unwrap_or_else(|p| p.into_inner());
+            if slot.is_none() && self.code.load(Ordering::Acquire) == 0 {
+                *slot = Some(note);
+            }
+        }
+        let code = u32::try_from(failed).map_or(u32::MAX, |r| r.saturating_add(1));
+        let _ = self
+            .code
+            .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// The rank at fault and the record, once raised.
+    pub(crate) fn get(&self) -> Option<(usize, Option<MismatchNote>)> {
+        let code = self.code.load(Ordering::Acquire);
+        let failed = code.checked_sub(1)? as usize;
+        Some((failed, *self.note.lock().unwrap_or_else(|p| p.into_inner())))
     }
 }
 
@@ -202,7 +232,7 @@ impl Engine {
                 shared: Arc::new(Shared {
                     kick: Arc::new(Kick::new()?),
                     stop: AtomicBool::new(false),
-                    abort: AtomicU32::new(0),
+                    abort: AbortWord::default(),
                     work: Mutex::new(VecDeque::new()),
                     thread: Mutex::new(Thread::None),
                 }),

@@ -1,9 +1,10 @@
 //! What the engine drives: the [`Source`] trait, the descriptors a source
 //! sleeps on ([`PollSet`]) and where it reports failures ([`Ctx`]).
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use super::AbortWord;
+use crate::error::MismatchNote;
 use crate::Error;
 
 /// Something the engine thread drives: a transport's connections, a watch.
@@ -28,9 +29,10 @@ pub(crate) trait Source: Send {
     /// long as it likes).
     fn arm(&mut self, fds: &mut PollSet) -> Option<Duration>;
 
-    /// The communicator failed because of rank `failed`: tell the peers
-    /// (called at every round from then on, until it returns true).
-    fn abort(&mut self, _failed: usize) -> bool {
+    /// The communicator failed because of rank `failed` (ranks' calls
+    /// differed as `note` says, if given): tell the peers (called at every
+    /// round from then on, until it returns true).
+    fn abort(&mut self, _failed: usize, _note: Option<MismatchNote>) -> bool {
         true
     }
 
@@ -55,27 +57,27 @@ pub(crate) trait FailureSink: Send + Sync {
 /// and where failures go.
 pub(crate) struct Ctx<'a> {
     pub(crate) stopping: bool,
-    pub(crate) abort: &'a AtomicU32,
+    pub(crate) abort: &'a AbortWord,
     pub(crate) sink: &'a dyn FailureSink,
 }
 
 impl Ctx<'_> {
     /// Reports `error`, met on the connection to `peer`: the peers will be
-    /// told who is at fault (the rank the error blames, else `peer`), and
+    /// told who is at fault (the rank the error blames, else `peer`; for a
+    /// peer's mismatch record, by this rank's own failing operation), and
     /// the communicator fails. While stopping, errors are dropped (peers
     /// that left first close their sockets).
     pub(crate) fn fail(&self, error: Error, peer: usize) {
         if self.stopping {
             return;
         }
-        let culprit = match &error {
-            Error::RemoteFailed { peer, .. } | Error::Transport { peer, .. } => *peer,
-            _ => peer,
-        };
-        let code = u32::try_from(culprit).map_or(u32::MAX, |r| r.saturating_add(1));
-        let _ = self
-            .abort
-            .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
+        // A peer's mismatch record (its abort notice) reached every peer
+        // from it directly: the abort notice of this rank goes out when its
+        // own operation fails, with its own call compared (see
+        // `comm::inner::CommInner::fail`).
+        if !matches!(error, Error::Mismatch(_)) {
+            self.abort.raise(error.culprit().unwrap_or(peer), None);
+        }
         self.sink.fail(error);
     }
 }

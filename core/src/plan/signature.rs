@@ -13,6 +13,8 @@
 use streamcomm_kernels::{DataType, ReduceOp};
 
 use super::step::{Collective, Plan};
+use crate::error::MismatchNote;
+use crate::{CallDesc, Error, Mismatch};
 
 const KINDS: [&str; 8] = [
     "all_reduce",
@@ -116,28 +118,69 @@ fn unpack_count(sig: u64) -> u64 {
     ((sig & ((1 << 35) - 1)) << 1) | ((sig >> 62) & 1)
 }
 
+/// The root field of the signature [`recv`] makes: no slot carries it.
+const RECV_SLOT: u64 = 0xffff;
+
+/// The signature that stands for a receive of up to `count` elements of
+/// `dtype` in a mismatch record (never sent in a slot).
+pub fn recv(dtype: DataType, count: usize) -> u64 {
+    pack(P2P_KIND, RECV_SLOT, dtype, 0, count as u64)
+}
+
+/// The call a signature describes.
+pub fn call(sig: u64) -> CallDesc {
+    let kind = ((sig >> 59) & 0x7) as usize;
+    let root = (sig >> 43) & 0xffff;
+    let dtype = DataType::from_u8(((sig >> 39) & 0xf) as u8);
+    let reduce = match (sig >> 35) & 0xf {
+        0 => None,
+        o => ReduceOp::from_u8((o - 1) as u8),
+    };
+    let op = match KINDS[kind] {
+        "send/recv" if root == RECV_SLOT => "recv",
+        "send/recv" => "send",
+        k => k,
+    };
+    CallDesc {
+        op,
+        dtype,
+        reduce,
+        count: unpack_count(sig),
+        root: matches!(op, "broadcast" | "reduce").then_some(root as usize),
+        sig,
+    }
+}
+
+/// The [`Error::Mismatch`] that `note` tells, seen from `rank` during `op`
+/// (`ours`: this rank's own call, when it was in a collective).
+pub(crate) fn mismatch_error(
+    op: &str,
+    rank: usize,
+    note: MismatchNote,
+    ours: Option<u64>,
+    confirmed: bool,
+) -> Error {
+    Error::Mismatch(Box::new(Mismatch {
+        op: op.to_string(),
+        rank,
+        culprit: note.suspect,
+        culprit_call: call(note.suspect_sig),
+        witness: note.witness,
+        witness_call: call(note.witness_sig),
+        ours: ours.map(call),
+        confirmed,
+    }))
+}
+
 /// A human description of a signature, for error messages.
 pub fn describe(sig: u64) -> String {
     if sig >> 63 == 0 {
         return "an unsigned slot".to_string();
     }
-    if let Some((slot, dtype, count)) = parse_p2p(sig) {
-        let dtype = dtype.map_or("?", |d| d.name());
-        return format!("send of {count} {dtype} ({})", slot.name());
+    match parse_p2p(sig) {
+        Some((slot, ..)) => format!("{} ({})", call(sig), slot.name()),
+        None => call(sig).to_string(),
     }
-    let kind = KINDS[((sig >> 59) & 0x7) as usize];
-    let root = (sig >> 43) & 0xffff;
-    let dtype = DataType::from_u8(((sig >> 39) & 0xf) as u8).map_or("?", |d| d.name());
-    let op = match (sig >> 35) & 0xf {
-        0 => String::new(),
-        o => ReduceOp::from_u8((o - 1) as u8).map_or("?".into(), |o| format!(" {o}")),
-    };
-    let count = unpack_count(sig);
-    let root = match kind {
-        "broadcast" | "reduce" => format!(" root {root}"),
-        _ => String::new(),
-    };
-    format!("{kind}{root} of {count} {dtype}{op}")
 }
 
 #[cfg(test)]
@@ -158,7 +201,22 @@ mod tests {
     #[test]
     fn differs_by_call_and_describes_it() {
         let base = sig(Collective::AllReduce, DataType::F32, ReduceOp::Sum, 1000);
-        assert_eq!(describe(base), "all_reduce of 1000 f32 sum");
+        assert_eq!(describe(base), "all_reduce(f32, sum, 1000)");
+        let c = call(base);
+        assert_eq!(
+            (c.op, c.dtype, c.reduce, c.count, c.root),
+            (
+                "all_reduce",
+                Some(DataType::F32),
+                Some(ReduceOp::Sum),
+                1000,
+                None
+            )
+        );
+        let r = call(recv(DataType::I32, 77));
+        assert_eq!((r.op, r.count), ("recv", 77));
+        assert_eq!(r.to_string(), "recv(i32, up to 77)");
+        assert_eq!(parse_p2p(recv(DataType::I32, 77)), None);
         for other in [
             sig(Collective::AllReduce, DataType::F32, ReduceOp::Max, 1000),
             sig(Collective::AllReduce, DataType::I32, ReduceOp::Sum, 1000),
@@ -191,7 +249,7 @@ mod tests {
         };
         assert_eq!(
             describe(of(&big)),
-            format!("broadcast root 3 of {} bf16", (1u64 << 36) - 1)
+            format!("broadcast(bf16, {}, root 3)", (1u64 << 36) - 1)
         );
         // Non-reducing calls ignore the operator; send and recv pair up.
         assert_eq!(
@@ -199,7 +257,7 @@ mod tests {
             sig(Collective::AllGather, DataType::U8, ReduceOp::Max, 5)
         );
         let eager = p2p(P2pSlot::Eager, DataType::I64, 9);
-        assert_eq!(describe(eager), "send of 9 i64 (eager)");
+        assert_eq!(describe(eager), "send(i64, 9) (eager)");
         assert_eq!(
             parse_p2p(eager),
             Some((P2pSlot::Eager, Some(DataType::I64), 9))

@@ -10,8 +10,10 @@
 //! peer's segment and inbound in ours).
 //!
 //! Each rank's segment starts with a [`SegmentHeader`] page: a magic/version
-//! check for the layout, and a failure word that any rank may raise to make
-//! every wait of the segment's owner end with an error instead of a timeout.
+//! check for the layout, a failure word that any rank may raise to make
+//! every wait of the segment's owner end with an error instead of a timeout,
+//! and the mismatch records written before it is raised (which ranks' calls
+//! differed, and how), so every rank can say what went wrong.
 
 pub mod barrier_area;
 pub(crate) mod device_span;
@@ -32,6 +34,7 @@ use barrier_area::{area_bytes, BarrierArea};
 use ring::{RingEnd, RingError, RingShape};
 use shm::ShmSegment;
 
+use crate::error::MismatchNote;
 use crate::wait::WaitPolicy;
 use crate::{Error, Result};
 
@@ -59,10 +62,37 @@ pub struct SegmentHeader {
     /// Owner's pid namespace ([`sweep::pid_namespace`]), so that a sweep
     /// only judges pids it can see.
     pub pid_ns: AtomicU64,
+    /// Mismatch records (two ranks' differing calls) that ranks wrote before
+    /// raising `failed_by`, so that every rank woken by the failure can say
+    /// what differed. Appended after the fields above in the header page,
+    /// which is zero (no record) in segments that predate them.
+    pub notes: [NoteSlot; NOTE_SLOTS],
 }
-const _: () = assert!(std::mem::size_of::<SegmentHeader>() == 32);
+const _: () = assert!(std::mem::offset_of!(SegmentHeader, notes) == 32);
+const _: () = assert!(std::mem::size_of::<SegmentHeader>() <= SEGMENT_HEADER_BYTES);
 const _: () = assert!(std::mem::offset_of!(SegmentHeader, owner_pid) == 12);
 const _: () = assert!(std::mem::offset_of!(SegmentHeader, pid_ns) == 24);
+
+/// How many mismatch records a segment header keeps (more are dropped: the
+/// first ones tell the story).
+pub const NOTE_SLOTS: usize = 4;
+
+/// One mismatch record in a segment header (see [`SegmentHeader::notes`]).
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct NoteSlot {
+    /// 0 empty, 1 being written, 2 written.
+    pub state: AtomicU32,
+    /// The rank whose slot was refused.
+    pub suspect: AtomicU32,
+    /// The rank that refused it.
+    pub witness: AtomicU32,
+    _pad: AtomicU32,
+    /// The refused slot's signature.
+    pub suspect_sig: AtomicU64,
+    /// The signature of the witness's own call.
+    pub witness_sig: AtomicU64,
+}
 
 /// Layout of a segment: header page, barrier area, then one inbound ring per peer.
 ///
@@ -325,6 +355,60 @@ fn failure_code(rank: usize) -> u32 {
     u32::try_from(rank).map_or(u32::MAX, |r| r.saturating_add(1))
 }
 
+/// Records a mismatch in a segment header, unless the same record is there
+/// already or every slot is taken. Call before [`raise_failure`], so that a
+/// rank woken by the failure finds it.
+pub(crate) fn record_mismatch(header: &SegmentHeader, note: MismatchNote) {
+    if mismatches(header).contains(&note) {
+        return;
+    }
+    let (Ok(suspect), Ok(witness)) = (u32::try_from(note.suspect), u32::try_from(note.witness))
+    else {
+        return;
+    };
+    for slot in &header.notes {
+        if slot
+            .state
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            slot.suspect.store(suspect, Ordering::Relaxed);
+            slot.witness.store(witness, Ordering::Relaxed);
+            slot.suspect_sig.store(note.suspect_sig, Ordering::Relaxed);
+            slot.witness_sig.store(note.witness_sig, Ordering::Relaxed);
+            slot.state.store(2, Ordering::Release);
+            return;
+        }
+    }
+}
+
+/// The mismatch records of a segment header, oldest first. A record still
+/// being written is waited for briefly (its writer is between two stores),
+/// then skipped.
+pub(crate) fn mismatches(header: &SegmentHeader) -> Vec<MismatchNote> {
+    let mut out = Vec::new();
+    for slot in &header.notes {
+        let mut state = slot.state.load(Ordering::Acquire);
+        for _ in 0..1000 {
+            if state != 1 {
+                break;
+            }
+            std::thread::yield_now();
+            state = slot.state.load(Ordering::Acquire);
+        }
+        if state != 2 {
+            continue;
+        }
+        out.push(MismatchNote {
+            suspect: slot.suspect.load(Ordering::Relaxed) as usize,
+            suspect_sig: slot.suspect_sig.load(Ordering::Relaxed),
+            witness: slot.witness.load(Ordering::Relaxed) as usize,
+            witness_sig: slot.witness_sig.load(Ordering::Relaxed),
+        });
+    }
+    out
+}
+
 /// Raises the failure word of a segment (first reporter wins).
 pub fn raise_failure(header: &SegmentHeader, rank: usize) {
     let _ = header.failed_by.compare_exchange(
@@ -333,4 +417,38 @@ pub fn raise_failure(header: &SegmentHeader, rank: usize) {
         Ordering::AcqRel,
         Ordering::Acquire,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mismatch_records_are_kept_once_each_up_to_the_slots() {
+        let shape = RingShape {
+            nsteps: 2,
+            slot_bytes: 64,
+        };
+        let seg = Segment::create(2, shape).unwrap();
+        let h = seg.header();
+        assert!(mismatches(h).is_empty());
+        let note = |suspect: usize, witness: usize| MismatchNote {
+            suspect,
+            suspect_sig: 1 << 63 | suspect as u64,
+            witness,
+            witness_sig: 1 << 63 | 1 << 40 | witness as u64,
+        };
+        record_mismatch(h, note(2, 3));
+        record_mismatch(h, note(2, 3));
+        record_mismatch(h, note(1, 2));
+        assert_eq!(mismatches(h), [note(2, 3), note(1, 2)]);
+        for w in 10..20 {
+            record_mismatch(h, note(0, w));
+        }
+        let all = mismatches(h);
+        assert_eq!(all.len(), NOTE_SLOTS);
+        assert_eq!(all[..3], [note(2, 3), note(1, 2), note(0, 10)]);
+        // Recording never raises the failure word itself.
+        assert_eq!(h.failed_by.load(Ordering::Acquire), 0);
+    }
 }

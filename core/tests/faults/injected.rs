@@ -197,6 +197,7 @@ fn transport_name(t: Transport) -> &'static str {
 fn blames(e: &Error, rank: usize, culprit: usize) -> bool {
     match e {
         Error::RemoteFailed { peer, .. } | Error::Transport { peer, .. } => *peer == culprit,
+        Error::Mismatch(m) => m.culprit == culprit,
         Error::Aborted(m) => rank == culprit && m.contains("this rank"),
         _ => false,
     }

@@ -16,5 +16,6 @@ mod barrier;
 mod collectives;
 mod launch_env;
 mod launcher_nodes;
+mod mismatch;
 mod stale_segments;
 mod unknown_vars;

@@ -204,7 +204,10 @@ fn a_mismatch_fails_every_rank_promptly_over_tcp() {
             "rank {rank} waited {took:?}: {e}"
         );
         assert!(
-            matches!(e, Error::RemoteFailed { .. } | Error::Transport { .. }),
+            matches!(
+                e,
+                Error::Mismatch(_) | Error::RemoteFailed { .. } | Error::Transport { .. }
+            ),
             "rank {rank}: {e}"
         );
     }

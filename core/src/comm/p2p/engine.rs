@@ -225,9 +225,9 @@ impl CommInner {
                     o.peer, conn, &self.p2p, data, o.dtype, o.count, rendezvous, direct,
                 ))
             }
-            Region::Dst(dst) => {
-                Op::Recv(RecvOp::new(o.peer, conn, &self.p2p, dst, o.dtype, direct))
-            }
+            Region::Dst(dst) => Op::Recv(RecvOp::new(
+                self.rank, o.peer, conn, &self.p2p, dst, o.dtype, direct,
+            )),
         })
     }
 

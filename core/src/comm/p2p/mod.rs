@@ -8,7 +8,7 @@
 //! - A receive buffer may be larger than the message (the front of it is
 //!   filled, the rest left untouched); a smaller one, another element type,
 //!   or a collective where a message was expected fails with
-//!   [`crate::Error::RemoteFailed`] naming both sides.
+//!   [`crate::Error::Mismatch`] naming both sides.
 //! - Outside a group, a send waits for its receiver like NCCL's (for large
 //!   messages it cannot complete before the receiver posts), so two ranks
 //!   that both send first must use a group. [`Communicator::group`] posts
@@ -407,7 +407,7 @@ impl Communicator {
     }
 
     /// Receives a message from `peer` into the front of `buf`; one larger
-    /// than `buf` fails with [`Error::RemoteFailed`] naming both sizes.
+    /// than `buf` fails with [`Error::Mismatch`] naming both sizes.
     ///
     /// # Stream semantics
     /// Enqueued on `stream`, not complete, on return; `buf` must stay untouched

@@ -16,6 +16,7 @@ use crate::comm::p2p::payload::Dst;
 use crate::comm::p2p::stats::Stat;
 use crate::comm::p2p::P2pState;
 use crate::comm::p2p::{cma, rdma, wire};
+use crate::error::MismatchNote;
 use crate::plan::signature::{self, P2pSlot};
 use crate::transport::ring::RingError;
 use crate::transport::Connection;
@@ -55,6 +56,8 @@ const SPLIT_MIN: usize = 256 << 10;
 /// One message on its way from `peer`.
 pub(super) struct RecvOp<'a> {
     pub peer: usize,
+    /// This rank.
+    rank: usize,
     conn: &'a Connection,
     state_of_comm: &'a P2pState,
     dst: Dst<'a>,
@@ -70,8 +73,9 @@ pub(super) struct RecvOp<'a> {
 }
 
 impl<'a> RecvOp<'a> {
-    /// A receive into `dst` (elements of `dtype`).
+    /// A receive by `rank` into `dst` (elements of `dtype`).
     pub fn new(
+        rank: usize,
         peer: usize,
         conn: &'a Connection,
         state_of_comm: &'a P2pState,
@@ -81,6 +85,7 @@ impl<'a> RecvOp<'a> {
     ) -> RecvOp<'a> {
         RecvOp {
             peer,
+            rank,
             conn,
             state_of_comm,
             dst,
@@ -123,12 +128,18 @@ impl<'a> RecvOp<'a> {
         }
     }
 
-    fn this_call(&self) -> String {
-        format!(
-            "recv of up to {} {}",
-            self.dst.len() / self.dtype.size(),
-            self.dtype
-        )
+    /// This receive's call as the peer's slot disagreed with it: an
+    /// [`Error::Mismatch`] blaming the sender (a pair only: which side is
+    /// wrong is the program's to say).
+    fn call_mismatch(&self, theirs: u64) -> Error {
+        let ours = signature::recv(self.dtype, self.dst.len() / self.dtype.size());
+        let note = MismatchNote {
+            suspect: self.peer,
+            suspect_sig: theirs,
+            witness: self.rank,
+            witness_sig: ours,
+        };
+        signature::mismatch_error("recv", self.rank, note, Some(ours), false)
     }
 
     fn corrupt(&self, e: RingError) -> Error {
@@ -155,9 +166,10 @@ impl<'a> RecvOp<'a> {
     /// happened.
     ///
     /// # Errors
-    /// [`Error::RemoteFailed`] when the peer sent something other than a
-    /// message this receive can hold (naming both); [`Error::Transport`] for
-    /// a corrupted slot.
+    /// [`Error::Mismatch`] when the peer sent something other than a
+    /// message this receive can hold (naming both calls);
+    /// [`Error::RemoteFailed`] when a message's slots do not follow the
+    /// protocol; [`Error::Transport`] for a corrupted slot.
     pub fn poll(&mut self) -> Result<bool> {
         let mut progressed = false;
         while self.state != State::Done {
@@ -184,31 +196,17 @@ impl<'a> RecvOp<'a> {
         match self.state {
             State::Header => {
                 let Some((kind, dtype, count)) = signature::parse_p2p(sig) else {
-                    return Err(self.mismatch(format!(
-                        "it called {} where this rank called {}",
-                        signature::describe(sig),
-                        self.this_call()
-                    )));
+                    return Err(self.call_mismatch(sig));
                 };
                 if dtype != Some(self.dtype) {
-                    return Err(self.mismatch(format!(
-                        "it sent {} where this rank called {}",
-                        signature::describe(sig),
-                        self.this_call()
-                    )));
+                    return Err(self.call_mismatch(sig));
                 }
                 let total = usize::try_from(count)
                     .ok()
                     .and_then(|c| c.checked_mul(self.dtype.size()))
                     .unwrap_or(usize::MAX);
                 if total > self.dst.len() {
-                    return Err(self.mismatch(format!(
-                        "its message of {count} {} ({total} bytes) is larger than this rank's receive buffer of {} {} ({} bytes)",
-                        self.dtype,
-                        self.dst.len() / self.dtype.size(),
-                        self.dtype,
-                        self.dst.len()
-                    )));
+                    return Err(self.call_mismatch(sig));
                 }
                 match kind {
                     P2pSlot::Eager => self.eager(0, total, sig, slot),

@@ -75,8 +75,15 @@ impl Hello {
 pub const CLOSE_LEN: u32 = u32::MAX;
 
 /// Length value that marks an abort frame: the sender's communicator failed
-/// (its `seq` field carries the rank that failed first).
+/// (its `seq` field carries the rank that failed first; its `sig` field, when
+/// not 0, the ranks of the mismatch record the note frame before it carried:
+/// `1 + suspect` in the low 32 bits, `1 + witness` in the high ones).
 pub const ABORT_LEN: u32 = u32::MAX - 1;
+
+/// Length value that marks a note frame, sent just before an abort frame when
+/// ranks' calls differed: `seq` carries the suspect's signature, `sig` the
+/// witness's (see [`crate::plan::signature`]).
+pub const NOTE_LEN: u32 = u32::MAX - 3;
 
 /// Header of one slot on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,7 +134,7 @@ impl FrameHeader {
                 sig,
             });
         }
-        if len == ABORT_LEN {
+        if len == ABORT_LEN || len == NOTE_LEN {
             let mut failed = [0u8; 8];
             failed.copy_from_slice(&b[8..16]);
             return Ok(FrameHeader {
@@ -208,5 +215,11 @@ mod tests {
             sig: 0,
         };
         assert_eq!(FrameHeader::decode(&abort.encode(), 16, 9).unwrap(), abort);
+        let note = FrameHeader {
+            len: NOTE_LEN,
+            seq: u64::MAX - 5,
+            sig: 1 << 63,
+        };
+        assert_eq!(FrameHeader::decode(&note.encode(), 16, 9).unwrap(), note);
     }
 }

@@ -17,7 +17,8 @@
 use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::TcpStream;
 
-use super::frame::{FrameHeader, ABORT_LEN, CLOSE_LEN, HEADER_BYTES};
+use super::frame::{FrameHeader, ABORT_LEN, CLOSE_LEN, HEADER_BYTES, NOTE_LEN};
+use crate::error::MismatchNote;
 use crate::transport::placement::Placement;
 use crate::transport::ring::RingEnd;
 use crate::Error;
@@ -43,6 +44,8 @@ pub(super) struct Sock {
     rx_place: Option<(u64, u64)>,
     /// The peer said goodbye on this socket: nothing more will arrive.
     rx_closed: bool,
+    /// The signatures of a note frame, for the abort frame that follows it.
+    rx_note: Option<(u64, u64)>,
 }
 
 /// One tcp peer as the engine sees it.
@@ -63,6 +66,9 @@ pub struct PeerIo {
     /// The peer sent a frame that breaks the protocol (lost, repeated or
     /// corrupt): its sockets still work, so it is told of the abort.
     pub(super) bad_frame: bool,
+    /// The peer sent its abort notice: it still reads its sockets, so it is
+    /// told of ours (whose mismatch record may hold a call it lacks).
+    pub(super) peer_aborted: bool,
     /// The poll events the engine last went to sleep with, so that
     /// a stream moving bytes itself knows when to wake it ([`PeerIo::needs_net`]).
     pub(super) polled: Vec<libc::c_short>,
@@ -112,6 +118,7 @@ impl PeerIo {
                 rx_sig: 0,
                 rx_place: None,
                 rx_closed: false,
+                rx_note: None,
             })
             .collect();
         PeerIo {
@@ -124,6 +131,7 @@ impl PeerIo {
             arrived: vec![false; nsteps],
             inbound_tail: 0,
             bad_frame: false,
+            peer_aborted: false,
             polled: Vec::new(),
             dead: false,
             placement,
@@ -286,8 +294,17 @@ impl PeerIo {
                                 sock.rx_closed = true;
                                 break;
                             }
+                            if h.len == NOTE_LEN {
+                                sock.rx_note = Some((h.seq, h.sig));
+                                sock.rx_hdr_got = 0;
+                                continue;
+                            }
                             if h.len == ABORT_LEN {
                                 sock.rx_closed = true;
+                                self.peer_aborted = true;
+                                if let Some(e) = noted_mismatch(sock.rx_note, h.sig) {
+                                    return Err(e);
+                                }
                                 return Err(Error::RemoteFailed {
                                     // The rank comes from the network: only
                                     // believe a plausible one.
@@ -412,14 +429,33 @@ impl PeerIo {
     /// Tells the peer, on every socket, that `failed` made this
     /// communicator fail, so its pending operations fail now rather than at
     /// their timeout. Best effort, bounded.
-    pub(super) fn abort_notice(&mut self, failed: u64) {
+    pub(super) fn abort_notice(&mut self, failed: u64, note: Option<MismatchNote>) {
+        // The ranks of the record go in the abort frame, its signatures in
+        // a note frame before it.
+        let ranks = note.and_then(|n| {
+            let (s, w) = (
+                u32::try_from(n.suspect).ok()?,
+                u32::try_from(n.witness).ok()?,
+            );
+            Some(u64::from(s.checked_add(1)?) | u64::from(w.checked_add(1)?) << 32)
+        });
         for j in 0..self.socks.len() {
+            if let (Some(n), Some(_)) = (note, ranks) {
+                self.control_frame(
+                    j,
+                    FrameHeader {
+                        len: NOTE_LEN,
+                        seq: n.suspect_sig,
+                        sig: n.witness_sig,
+                    },
+                );
+            }
             self.control_frame(
                 j,
                 FrameHeader {
                     len: ABORT_LEN,
                     seq: failed,
-                    sig: 0,
+                    sig: ranks.unwrap_or(0),
                 },
             );
         }
@@ -491,4 +527,32 @@ impl PeerIo {
         }
         ev
     }
+}
+
+/// The mismatch an abort frame reports, from the signatures of the note
+/// frame before it and the ranks packed in its `sig` field (only plausible
+/// ranks and signed calls are believed: they come from the network).
+fn noted_mismatch(note: Option<(u64, u64)>, ranks: u64) -> Option<Error> {
+    let (suspect_sig, witness_sig) = note?;
+    let rank = |v: u64| {
+        usize::try_from(v.checked_sub(1)?)
+            .ok()
+            .filter(|&r| r < crate::bootstrap::MAX_RANKS)
+    };
+    let (suspect, witness) = (rank(ranks & 0xffff_ffff)?, rank(ranks >> 32)?);
+    if suspect_sig >> 63 == 0 || witness_sig >> 63 == 0 {
+        return None;
+    }
+    Some(crate::plan::signature::mismatch_error(
+        "communicator",
+        witness,
+        MismatchNote {
+            suspect,
+            suspect_sig,
+            witness,
+            witness_sig,
+        },
+        None,
+        false,
+    ))
 }

@@ -17,6 +17,7 @@ use std::time::Duration;
 use super::progress::PeerIo;
 use super::TcpRings;
 use crate::engine::{Ctx, PollSet, Source};
+use crate::error::MismatchNote;
 
 /// Every tcp peer of a communicator.
 pub(crate) struct TcpSource {
@@ -141,11 +142,11 @@ impl Source for TcpSource {
         now.then_some(Duration::ZERO)
     }
 
-    fn abort(&mut self, failed: usize) -> bool {
+    fn abort(&mut self, failed: usize, note: Option<MismatchNote>) -> bool {
         for p in &self.peers {
             let mut p = lock(p);
-            if !p.dead || p.bad_frame {
-                p.abort_notice(failed as u64);
+            if !p.dead || p.bad_frame || p.peer_aborted {
+                p.abort_notice(failed as u64, note);
             }
         }
         true
