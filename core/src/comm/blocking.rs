@@ -11,22 +11,22 @@
 //! calling thread, so after any return (success, error, timeout) nothing
 //! writes into it.
 //!
-//! A receive ([`Communicator::recv_host`]) from a peer over shared memory
-//! is *staged*: a large message would be written into the receive buffer
-//! by the sending process itself (a cross-memory write after the receiver's
-//! grant), and a sender that read the grant before a failed receive gave
-//! up could still write later. So the message lands in a buffer owned by
-//! the call and is copied into the slice on success; on failure that
-//! buffer is leaked on purpose (the communicator is failed by then) rather
-//! than freed under a possible late write. Over tcp a grant is withdrawn,
-//! waiting for any write in progress, before the receive returns, and over
-//! verbs the registration the peer's NIC writes through is dropped, so
-//! those receives bind the slice directly.
+//! A receive ([`Communicator::recv_host`]) never lets another process
+//! write into the slice. Over shared memory a large (rendezvous) message
+//! into a stream's buffer is written by the sending process itself, after
+//! the receiver's grant; a sender that read the grant before a failed
+//! receive gave up could still write later. So a receive into a lent slice
+//! grants nothing to write: it pulls the whole message from the sender's
+//! memory on the calling thread (or, where that is refused, the sender
+//! streams it through the ring, which the calling thread copies out). Over
+//! tcp a grant is withdrawn, waiting for any write in progress, before the
+//! receive returns, and over verbs the registration the peer's NIC writes
+//! through is dropped.
 
 use crate::comm::buffer::{Binding, BufView};
 use crate::comm::p2p::Dir;
 use crate::comm::Communicator;
-use crate::host::{Element, HostBuffer, JobMode, RawBuffer};
+use crate::host::{Element, JobMode, RawBuffer};
 use crate::plan::Collective;
 use crate::{Error, ReduceOp, Result};
 
@@ -67,7 +67,7 @@ impl<'a> Lent<'a> {
             RawBuffer::from_raw_parts(data.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(data))?
         };
         Ok(Lent {
-            view: BufView::new(raw, T::DTYPE, data.len()),
+            view: BufView::lent(raw, T::DTYPE, data.len()),
             _borrow: std::marker::PhantomData,
         })
     }
@@ -116,8 +116,7 @@ impl Communicator {
     /// takes its turn in this communicator's issue order (after earlier
     /// stream operations of this communicator), as
     /// [`Communicator::barrier_host`] does. The slices are used in place, no
-    /// copy; nothing touches them after the call returns (see
-    /// [`Communicator::recv_host`] for the one staged case).
+    /// copy; nothing touches them after the call returns.
     ///
     /// # Examples
     /// ```
@@ -270,14 +269,13 @@ impl Communicator {
     /// like [`Communicator::send_host`]. A shorter message leaves the rest
     /// of `data` as it was; a longer one fails with [`Error::RemoteFailed`].
     ///
-    /// From a peer over shared memory the message is staged (received into
-    /// a buffer the call owns, then copied into `data`), so that no write
-    /// by the peer can reach `data` after a failed call returns; over tcp
-    /// and verbs it lands in `data` directly (a tcp grant is withdrawn,
-    /// waiting for any write in progress, and a verbs registration is
-    /// dropped, before a receive returns). If a staged receive fails after
-    /// it began, its staging buffer is leaked rather than freed under a
-    /// possible late write (the communicator has failed by then).
+    /// The message lands in `data` without a copy through a buffer of the
+    /// library's, and no other process writes into `data`: from a peer
+    /// over shared memory a large message is pulled from the sender's
+    /// memory by the calling thread, so nothing can reach `data` after a
+    /// failed call returns; over tcp a grant is withdrawn (waiting for any
+    /// write in progress) and over verbs the registration is dropped before
+    /// the call returns.
     ///
     /// # Examples
     /// ```
@@ -302,35 +300,8 @@ impl Communicator {
     /// # Errors
     /// As [`Communicator::recv`], plus execution errors directly.
     pub fn recv_host<T: Element>(&self, data: &mut [T], peer: usize) -> Result<()> {
-        // Where the sender may write into this process itself (shared
-        // memory: the condition its rendezvous waits for a grant on).
-        let staged = peer != self.inner.rank
-            && self
-                .inner
-                .connection(peer)
-                .is_ok_and(|c| c.peer_segment().is_some());
-        if !staged {
-            let lent = Lent::exclusive(data)?;
-            return self.run_host("recv_host", Dir::Recv, peer, &lent.view);
-        }
-        // Starts as a copy of `data`: a shorter message leaves its tail.
-        let stage = HostBuffer::from_slice(data);
-        let view = crate::comm::buffer::AsBufView::buf_view(&stage);
-        let r = self.run_host("recv_host", Dir::Recv, peer, &view);
-        drop(view);
-        match r {
-            Ok(()) => {
-                data.copy_from_slice(&stage.read());
-                Ok(())
-            }
-            // Refused before anything ran: no grant was given.
-            Err(e @ Error::InvalidArgument(_)) => Err(e),
-            Err(e) => {
-                // A peer may still write into it (see the module notes).
-                std::mem::forget(stage);
-                Err(e)
-            }
-        }
+        let lent = Lent::exclusive(data)?;
+        self.run_host("recv_host", Dir::Recv, peer, &lent.view)
     }
 }
 

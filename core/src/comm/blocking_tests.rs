@@ -1,6 +1,7 @@
 //! The host-blocking slice calls: ranks as threads, random data (seed
 //! printed), an f64 reference, every element checked, outputs poisoned.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
@@ -138,8 +139,15 @@ fn send_and_recv_host(transport: TransportChoice) {
                 // Larger than the message: the tail must stay as it was.
                 let mut inbox = vec![f32::NAN; len + 3];
                 inbox[len..].copy_from_slice(&[7.0, 8.0, 9.0]);
+                let pull_only = || comm.inner.p2p.pull_only_grants.load(Ordering::Relaxed);
+                let before = pull_only();
                 comm.recv_host(&mut inbox, 0)?;
                 assert_eq!(&inbox[len..], &[7.0, 8.0, 9.0], "the tail was written");
+                // A rendezvous into the lent slice over shared memory gave
+                // the sender nothing to write; elsewhere grants are normal.
+                let rendezvous = len * 4 > comm.config().p2p_eager_limit;
+                let shm = comm.transport_to(0) == Some(Transport::Shm);
+                assert_eq!(pull_only() - before, u64::from(rendezvous && shm));
                 let doubled: Vec<f32> = inbox[..len].iter().map(|x| x * 2.0).collect();
                 comm.send_host(&doubled, 0)?;
                 results.push(inbox[..len].to_vec());
@@ -161,7 +169,7 @@ fn send_and_recv_host(transport: TransportChoice) {
 }
 
 #[test]
-fn send_and_recv_host_over_shared_memory_staged() {
+fn send_and_recv_host_over_shared_memory_pulled() {
     send_and_recv_host(Transport::Shm.into());
 }
 

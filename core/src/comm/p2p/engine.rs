@@ -225,9 +225,15 @@ impl CommInner {
                     o.peer, conn, &self.p2p, data, o.dtype, o.count, rendezvous, direct,
                 ))
             }
-            Region::Dst(dst) => Op::Recv(RecvOp::new(
-                self.rank, o.peer, conn, &self.p2p, dst, o.dtype, direct,
-            )),
+            Region::Dst(dst) => {
+                // A lent slice over shared memory: the sending process must
+                // not write into it (see `BufView::is_lent`).
+                let pull_only = conn.peer_segment().is_some()
+                    && spec.bufs.get(o.buf).is_some_and(|b| b.view.is_lent());
+                Op::Recv(RecvOp::new(
+                    self.rank, o.peer, conn, &self.p2p, dst, o.dtype, direct, pull_only,
+                ))
+            }
         })
     }
 

@@ -87,6 +87,9 @@ pub(crate) struct P2pState {
     grants: Vec<AtomicU64>,
     pub stats: StatCounters,
     refused_logged: AtomicBool,
+    /// Rendezvous grants that asked the sender to write nothing (receives
+    /// into lent slices over shared memory, which pull the message).
+    pub pull_only_grants: AtomicU64,
 }
 
 impl P2pState {
@@ -97,6 +100,7 @@ impl P2pState {
             grants: (0..size).map(|_| AtomicU64::new(0)).collect(),
             stats: StatCounters::default(),
             refused_logged: AtomicBool::new(false),
+            pull_only_grants: AtomicU64::new(0),
         }
     }
 

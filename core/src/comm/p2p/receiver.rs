@@ -66,6 +66,11 @@ pub(super) struct RecvOp<'a> {
     granted: Option<u64>,
     /// May pull part of a rendezvous message from the sender's memory.
     direct: bool,
+    /// The sending process may not write into `dst` (a lent slice, over
+    /// shared memory): a rendezvous grant asks it to write nothing, and
+    /// this receive pulls the whole message itself (or takes it from the
+    /// ring when it cannot).
+    pull_only: bool,
     state: State,
     /// Over verbs, the receive buffer's registration while the peer's NIC
     /// may write it.
@@ -74,6 +79,7 @@ pub(super) struct RecvOp<'a> {
 
 impl<'a> RecvOp<'a> {
     /// A receive by `rank` into `dst` (elements of `dtype`).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         rank: usize,
         peer: usize,
@@ -82,6 +88,7 @@ impl<'a> RecvOp<'a> {
         dst: Dst<'a>,
         dtype: DataType,
         direct: bool,
+        pull_only: bool,
     ) -> RecvOp<'a> {
         RecvOp {
             peer,
@@ -92,6 +99,7 @@ impl<'a> RecvOp<'a> {
             dtype,
             granted: None,
             direct,
+            pull_only,
             state: State::Header,
             reg: None,
         }
@@ -222,6 +230,7 @@ impl<'a> RecvOp<'a> {
                         let source = wire::Source::decode(slot)
                             .filter(|s| host && self.direct && s.len == total as u64);
                         let front = match source {
+                            _ if self.pull_only => 0,
                             Some(_) if total >= SPLIT_MIN => (total / 2) & !4095,
                             _ => total,
                         };
@@ -237,10 +246,22 @@ impl<'a> RecvOp<'a> {
                         self.conn
                             .recv
                             .grant(grant, self.dst.addr(), front as u64, key, first_seq);
-                        if let (Some(src), true) = (source, front < total) {
-                            let back = self.host_bytes(front..total, "a split rendezvous")?;
-                            let ok = cma::read_from(src.pid, src.addr + front as u64, back).is_ok();
-                            self.conn.recv.pulled(grant, ok);
+                        if self.pull_only {
+                            self.state_of_comm
+                                .pull_only_grants
+                                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        match (source, front < total) {
+                            (Some(src), true) => {
+                                let back = self.host_bytes(front..total, "a split rendezvous")?;
+                                let ok =
+                                    cma::read_from(src.pid, src.addr + front as u64, back).is_ok();
+                                self.conn.recv.pulled(grant, ok);
+                            }
+                            // Pull-only without a source to pull from: the
+                            // sender streams the message through the ring.
+                            (None, true) => self.conn.recv.pulled(grant, false),
+                            _ => {}
                         }
                         self.granted = Some(grant);
                         Ok(State::Granted {
