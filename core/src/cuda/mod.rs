@@ -370,7 +370,7 @@ impl CudaComm {
     /// ```no_run
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
-    println!("direct path: {}", cuda.uses_direct_path()); // STREAMCOMM_CUDA_WINDOW=0: false
+    /// println!("direct path: {}", cuda.uses_direct_path()); // STREAMCOMM_CUDA_WINDOW=0: false
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn uses_direct_path(&self) -> bool {
@@ -387,10 +387,10 @@ impl CudaComm {
     /// ```no_run
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
-    match cuda.gpudirect() {
-        Some(mode) => println!("GPUDirect RDMA: {mode:?}"),
-        None => println!("device memory staged through host memory for the NIC"),
-    }
+    /// match cuda.gpudirect() {
+    ///     Some(mode) => println!("GPUDirect RDMA: {mode:?}"),
+    ///     None => println!("device memory staged through host memory for the NIC"),
+    /// }
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn gpudirect(&self) -> Option<crate::GpuDirectMode> {
@@ -403,7 +403,7 @@ impl CudaComm {
     /// ```no_run
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
-    let (rank, size) = (cuda.communicator().rank(), cuda.communicator().size());
+    /// let (rank, size) = (cuda.communicator().rank(), cuda.communicator().size());
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn communicator(&self) -> &Communicator {
@@ -416,7 +416,7 @@ impl CudaComm {
     /// ```no_run
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
-    assert_eq!(cuda.device_ordinal(), cuda.context().ordinal());
+    /// assert_eq!(cuda.device_ordinal(), cuda.context().ordinal());
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn device_ordinal(&self) -> usize {
@@ -431,7 +431,7 @@ impl CudaComm {
     /// ```no_run
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
-    println!("device {}: {}", cuda.device_ordinal(), cuda.device_name());
+    /// println!("device {}: {}", cuda.device_ordinal(), cuda.device_name());
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn device_name(&self) -> &str {
@@ -445,7 +445,7 @@ impl CudaComm {
     /// ```no_run
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
-    println!("stream memory operations: {}", cuda.uses_stream_memory_ops());
+    /// println!("stream memory operations: {}", cuda.uses_stream_memory_ops());
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn uses_stream_memory_ops(&self) -> bool {
@@ -462,13 +462,13 @@ impl CudaComm {
     /// # use streamcomm::ReduceOp;
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
-    let stream = cuda.context().new_stream().expect("stream");
-    let mut buf = stream.alloc_zeros::<f32>(1024).expect("alloc");
-    cuda.all_reduce_in_place(&mut buf, ReduceOp::Sum, &stream)?;
-    stream.synchronize().expect("sync");
-    if let Some(e) = cuda.async_error() {
-        return Err(e); // e.g. a peer failed while the stream waited for it
-    }
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let mut buf = stream.alloc_zeros::<f32>(1024).expect("alloc");
+    /// cuda.all_reduce_in_place(&mut buf, ReduceOp::Sum, &stream)?;
+    /// stream.synchronize().expect("sync");
+    /// if let Some(e) = cuda.async_error() {
+    ///     return Err(e); // e.g. a peer failed while the stream waited for it
+    /// }
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn async_error(&self) -> Option<Error> {

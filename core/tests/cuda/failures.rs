@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use streamcomm::config::Config;
-use streamcomm::cuda::cudarc::driver::{sys, CudaContext, CudaStream};
+use streamcomm::cuda::cudarc::driver::{result, sys, CudaContext, CudaStream};
 use streamcomm::cuda::{CudaComm, RawDeviceBuffer, RawP2p};
 use streamcomm::{Communicator, DataType, Error, ReduceOp};
 
@@ -202,14 +202,14 @@ fn a_failed_driver_call_carries_its_curesult_and_a_source() {
         return;
     }
     let (err, ended) = alone(|cuda, s| {
+        // cudarc's per-buffer events would fail inside the invalidated
+        // capture too, and cudarc would keep that error for its next call:
+        // buffers without events (made after this), ordered by the stream.
+        // SAFETY: one stream; every access is ordered on it.
+        unsafe { s.context().disable_event_tracking() };
         let send = upload::<f32>(s, &[1.0; 64]);
         let mut recv = poisoned::<f32>(s, 64);
         s.synchronize().unwrap();
-        // cudarc's per-buffer events would fail inside the invalidated
-        // capture too (and poison this context object): order is the
-        // stream's alone here.
-        // SAFETY: one stream; every access is ordered on it.
-        unsafe { s.context().disable_event_tracking() };
         s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .unwrap();
         let refused = s.synchronize().unwrap_err();
@@ -217,8 +217,10 @@ fn a_failed_driver_call_carries_its_curesult_and_a_source() {
         let err = cuda
             .all_reduce(&send, &mut recv, ReduceOp::Sum, s)
             .unwrap_err();
-        let ended = s.end_capture(sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
-        (err, ended.map(|g| g.is_some()))
+        // SAFETY: the stream is live and captures; ending the capture (with
+        // the driver's own error) is what its owner must do.
+        let ended = unsafe { result::stream::end_capture(s.cu_stream()) };
+        (err, ended.map(|g| g.is_null()))
     });
     eprintln!("the failed call: {err}");
     match &err {
@@ -231,11 +233,20 @@ fn a_failed_driver_call_carries_its_curesult_and_a_source() {
         }
         other => panic!("not Error::Cuda: {other:?}"),
     }
-    let source = std::error::Error::source(&err).expect("the CUDA layer's error");
-    match source.downcast_ref::<streamcomm_gpu::Error>() {
-        Some(streamcomm_gpu::Error::Driver { code: 901, .. }) => {}
-        other => panic!("source: {other:?}"),
-    }
+    // The CUDA layer's error is next in the chain (behind the Arc that
+    // keeps `Error` cheap to clone).
+    let source = std::error::Error::source(&err).expect("a source");
+    assert!(
+        source.to_string().ends_with("failed: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (901)"),
+        "{source}"
+    );
+    let layer = source
+        .downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>()
+        .and_then(|e| e.downcast_ref::<streamcomm_gpu::Error>());
+    assert!(
+        matches!(layer, Some(streamcomm_gpu::Error::Driver { code: 901, .. })),
+        "{layer:?}"
+    );
     assert!(ended.is_err(), "the invalidated capture ends with an error");
 }
 
