@@ -237,7 +237,9 @@ fn a_failed_driver_call_carries_its_curesult_and_a_source() {
     // keeps `Error` cheap to clone).
     let source = std::error::Error::source(&err).expect("a source");
     assert!(
-        source.to_string().ends_with("failed: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (901)"),
+        source
+            .to_string()
+            .ends_with("failed: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (901)"),
         "{source}"
     );
     let layer = source

@@ -29,7 +29,11 @@ fn gather_scatter_and_all_to_allv_on_one_gpu_with_2_and_3_ranks() {
 /// Appends to `bad` where `got` differs from `want` (up to 8 in all).
 fn compare(what: &str, got: &[f64], want: &[f64], bad: &mut Vec<String>) {
     if got.len() != want.len() {
-        bad.push(format!("{what}: {} elements, want {}", got.len(), want.len()));
+        bad.push(format!(
+            "{what}: {} elements, want {}",
+            got.len(),
+            want.len()
+        ));
         return;
     }
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
@@ -41,7 +45,12 @@ fn compare(what: &str, got: &[f64], want: &[f64], bad: &mut Vec<String>) {
 
 /// Gather to the last rank and scatter from rank 0 of `count` elements;
 /// returns mismatches.
-fn gather_scatter<T: Num>(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64, count: usize) -> Vec<String> {
+fn gather_scatter<T: Num>(
+    cuda: &CudaComm,
+    s: &Arc<CudaStream>,
+    seed: u64,
+    count: usize,
+) -> Vec<String> {
     let comm: &Communicator = cuda.communicator();
     let (r, n) = (comm.rank(), comm.size());
     let mut bad = Vec::new();
@@ -90,7 +99,13 @@ fn pair_counts(seed: u64, n: usize) -> Vec<Vec<usize>> {
     (0..n)
         .map(|_| {
             (0..n)
-                .map(|_| if rng.gen_bool(0.2) { 0 } else { rng.gen_range(1..=40) })
+                .map(|_| {
+                    if rng.gen_bool(0.2) {
+                        0
+                    } else {
+                        rng.gen_range(1..=40)
+                    }
+                })
                 .collect()
         })
         .collect()
@@ -125,9 +140,7 @@ fn all_to_allv<T: Num>(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<S
     let inputs: Vec<Vec<f64>> = (0..n).map(|q| data(seed, q, layouts[q].1)).collect();
     // Receive counts with slack: up to 2 more than the sender sends.
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x5EC ^ r as u64);
-    let recv_counts: Vec<usize> = (0..n)
-        .map(|q| counts[q][r] + rng.gen_range(0..3))
-        .collect();
+    let recv_counts: Vec<usize> = (0..n).map(|q| counts[q][r] + rng.gen_range(0..3)).collect();
     let (recv_displs, recv_len) = displs(seed ^ 0xEC0 ^ r as u64, &recv_counts);
     let (send_displs, _) = &layouts[r];
     let send = upload::<T>(s, &inputs[r]);
@@ -149,7 +162,12 @@ fn all_to_allv<T: Num>(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<S
         want[recv_displs[q]..recv_displs[q] + c].copy_from_slice(&inputs[q][from..from + c]);
     }
     let mut bad = Vec::new();
-    compare(&format!("{} rank {r}/{n} all_to_allv", T::DTYPE), &got, &want, &mut bad);
+    compare(
+        &format!("{} rank {r}/{n} all_to_allv", T::DTYPE),
+        &got,
+        &want,
+        &mut bad,
+    );
     bad
 }
 
