@@ -135,7 +135,7 @@ fn all_to_allv<T: Num>(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<S
     let counts = pair_counts(seed, n);
     // Every rank's send layout, known to all (the reference needs them).
     let layouts: Vec<(Vec<usize>, usize)> = (0..n)
-        .map(|q| displs(seed ^ (q as u64 + 1) * 0x51, &counts[q]))
+        .map(|q| displs(seed ^ ((q as u64 + 1) * 0x51), &counts[q]))
         .collect();
     let inputs: Vec<Vec<f64>> = (0..n).map(|q| data(seed, q, layouts[q].1)).collect();
     // Receive counts with slack: up to 2 more than the sender sends.
