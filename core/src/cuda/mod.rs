@@ -171,11 +171,12 @@ pub use cudarc::driver::{DevicePtr, DevicePtrMut};
 pub use group::CudaGroup;
 pub use raw::{RawBuffers, RawDeviceBuffer, RawP2p};
 
-/// The number of CUDA devices, probing the driver first:
+/// The number of CUDA devices (at least 1), probing the driver first:
 /// [`Error::Unavailable`] (never a panic) where no usable CUDA driver is
-/// installed. cudarc's own calls, `CudaContext::new` among them, panic
-/// there instead, so a program that must also run without a GPU asks here
-/// before it makes a context.
+/// installed or it reports no device. cudarc's own calls,
+/// `CudaContext::new` among them, panic where the driver library is
+/// missing, so a program that must also run without a GPU asks here before
+/// it makes a context.
 ///
 /// # Examples
 /// ```
@@ -189,9 +190,14 @@ pub use raw::{RawBuffers, RawDeviceBuffer, RawP2p};
 ///
 /// # Errors
 /// [`Error::Unavailable`] without a usable driver (library missing, too old,
-/// or the toolkit's link-time stub).
+/// or the toolkit's link-time stub) or without a device.
 pub fn device_count() -> Result<usize> {
-    Device::count().map_err(gpu_error)
+    match Device::count().map_err(gpu_error)? {
+        0 => Err(Error::Unavailable(
+            "the CUDA driver reports no device (CUDA_VISIBLE_DEVICES?)".into(),
+        )),
+        n => Ok(n),
+    }
 }
 
 /// A [`Communicator`] bound to one CUDA context (a device's primary
@@ -338,7 +344,7 @@ impl CudaComm {
         let probed = Device::open(ordinal).map_err(gpu_error)?;
         let ctx = CudaContext::new(ordinal).map_err(|e| {
             gpu_error(streamcomm_gpu::Error::driver(
-                "CudaContext::new (cuDevicePrimaryCtxRetain)",
+                "CudaContext::new (cudarc)",
                 e.0,
             ))
         })?;
