@@ -64,6 +64,15 @@ impl Error {
 
     /// [`Error::Driver`] for a `CUresult` that `call` returned, e.g. the
     /// code of a cudarc `DriverError` (its field `0`).
+    ///
+    /// ```
+    /// use streamcomm_gpu::driver::sys::cudaError_enum;
+    /// use streamcomm_gpu::Error;
+    ///
+    /// let e = Error::driver("cuMemAlloc_v2", cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY);
+    /// assert!(matches!(e, Error::Driver { code: 2, name: "CUDA_ERROR_OUT_OF_MEMORY", .. }));
+    /// assert_eq!(e.to_string(), "cuMemAlloc_v2 failed: CUDA_ERROR_OUT_OF_MEMORY (2)");
+    /// ```
     pub fn driver(call: &'static str, code: crate::driver::sys::CUresult) -> Error {
         Error::Driver {
             call,
