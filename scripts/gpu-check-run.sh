@@ -11,7 +11,7 @@
 # The binaries (in GPU_CHECK_BIN, default this script's directory):
 #   test-device_stream test-device_reduce test-nvrtc_compile   (streamcomm-gpu)
 #   test-cuda                                                  (the CUDA backend)
-#   gpu_quickstart quickstart gpu_bench cuda_bench             (examples)
+#   gpu_quickstart quickstart cuda_allreduce gpu_bench cuda_bench   (examples)
 #
 # Steps, in order, each under its own timeout (and all of them within
 # GPU_CHECK_BUDGET seconds, default 450, so a run ends inside 8 minutes):
@@ -21,8 +21,9 @@
 #   3 reduce       the reduce kernels against a CPU reference
 #   4 ipc          CUDA IPC between two processes
 #   5 cuda-backend the CUDA backend's tests, --test-threads=1 --nocapture
-#   6 quickstarts  gpu_quickstart and the main quick start (2 ranks), each
-#                  checked for its OK line (the latter for the CUDA backend too)
+#   6 quickstarts  gpu_quickstart, the main quick start (2 ranks) and
+#                  cuda_allreduce (2 ranks, cudarc buffers), each checked for
+#                  its OK line (the quick start for the CUDA backend too)
 #   7 benches      gpu_bench and cuda_bench (direct, then staged)
 # A verdict line per step, then `gpu-check: N passed, M failed, K skipped`.
 #
@@ -202,7 +203,7 @@ step_backend() {
 }
 
 step_quickstarts() {
-  need gpu_quickstart && need quickstart || return 1
+  need gpu_quickstart && need quickstart && need cuda_allreduce || return 1
   local out rc=0
   out=$(TAIL=200 run quickstarts 30 "$BIN/gpu_quickstart") || rc=1
   echo "$out"
@@ -212,6 +213,9 @@ step_quickstarts() {
   grep -q 'backend: CUDA' <<<"$out" ||
     { echo "quickstart did not take the CUDA backend" | tee -a "$LOG"; rc=1; }
   grep -qx OK <<<"$out" || { echo "quickstart did not print OK" | tee -a "$LOG"; rc=1; }
+  out=$(TAIL=200 run quickstarts 60 "$BIN/cuda_allreduce" 2) || rc=1
+  echo "$out"
+  grep -qx OK <<<"$out" || { echo "cuda_allreduce did not print OK" | tee -a "$LOG"; rc=1; }
   return $rc
 }
 

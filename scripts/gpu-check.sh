@@ -29,7 +29,7 @@ ROOT=$PWD
 
 # The test binaries and examples the steps run, by their cargo target names.
 TESTS=(device_stream device_reduce nvrtc_compile cuda)
-EXAMPLES=(gpu_quickstart quickstart gpu_bench cuda_bench)
+EXAMPLES=(gpu_quickstart quickstart cuda_allreduce gpu_bench cuda_bench)
 MAX_BUNDLE_BYTES=$((48 << 20))
 
 # artifacts JSON_FILE: "test|example|other NAME EXECUTABLE" for each binary
@@ -142,7 +142,8 @@ prepare() {
            --message-format=json-render-diagnostics &&
          cargo build --release -p streamcomm-gpu --example gpu_bench \
            -p streamcomm-examples --example gpu_quickstart --example quickstart \
-           --example cuda_bench --message-format=json-render-diagnostics; } >"$json"; then
+           --example cuda_allreduce --example cuda_bench \
+           --message-format=json-render-diagnostics; } >"$json"; then
     rm -f "$json"
     echo "gpu-check: release build failed" >&2
     return 1

@@ -127,6 +127,30 @@ pub enum Error {
     /// A user-supplied function enqueued on a stream failed or panicked.
     #[error("user task failed: {0}")]
     UserTask(String),
+
+    /// A CUDA driver call failed (a driver that is missing altogether is
+    /// [`Error::Unavailable`] instead). `code` and `name` are the driver's
+    /// `CUresult`; `source()` is the CUDA layer's own error.
+    ///
+    /// ```
+    /// use streamcomm::Error;
+    /// fn out_of_memory(e: &Error) -> bool {
+    ///     matches!(e, Error::Cuda { name: "CUDA_ERROR_OUT_OF_MEMORY", .. })
+    /// }
+    /// # assert!(!out_of_memory(&Error::invalid("x")));
+    /// ```
+    #[error("CUDA driver call {call} failed: {name} ({code})")]
+    Cuda {
+        /// The driver function, e.g. `cuMemcpyAsync`.
+        call: String,
+        /// The `CUresult` value, e.g. 2.
+        code: u32,
+        /// The driver's name of `code`, e.g. `CUDA_ERROR_OUT_OF_MEMORY`.
+        name: &'static str,
+        /// The error of the CUDA layer that reported it.
+        #[source]
+        source: Arc<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 impl Error {

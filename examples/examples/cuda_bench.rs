@@ -100,7 +100,7 @@ fn percentiles(mut v: Vec<f64>) -> [f64; 4] {
 /// One rank; rank 0 returns the JSON lines.
 fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
     let (r, n) = (comm.rank(), comm.size());
-    let cuda = CudaComm::new(comm, 0)?;
+    let cuda = CudaComm::on_device(comm, 0)?;
     let path = if cuda.uses_direct_path() {
         "direct"
     } else {

@@ -40,7 +40,7 @@ pub unsafe extern "C" fn streamcomm_cuda_comm_create(
         unsafe { out.write(std::ptr::null_mut()) };
         let c = COMMS.get(comm)?;
         let device = index(device, "device")?;
-        let handle = CUDA_COMMS.insert(CudaComm::new(&c, device)?)?;
+        let handle = CUDA_COMMS.insert(CudaComm::on_device(&c, device)?)?;
         // SAFETY: as above.
         unsafe { out.write(handle) };
         Ok(())

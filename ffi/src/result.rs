@@ -107,6 +107,9 @@ pub(crate) fn code_of(e: &Error) -> c_int {
         Error::Bootstrap(_) => BOOTSTRAP_ERROR,
         Error::Os { .. } => SYSTEM_ERROR,
         Error::UserTask(_) => USER_CALLBACK_ERROR,
+        // A failed CUDA driver call: the code it had before Error::Cuda
+        // existed (the message names the call and the CUresult).
+        Error::Cuda { .. } => UNAVAILABLE,
         _ => INTERNAL_ERROR,
     }
 }

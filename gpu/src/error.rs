@@ -24,8 +24,10 @@ pub enum Error {
         call: &'static str,
         /// The `CUresult` code.
         code: u32,
-        /// The driver's name for the code (`CUDA_ERROR_...`).
-        name: String,
+        /// The driver's name for the code (`CUDA_ERROR_...`), e.g.
+        /// `CUDA_ERROR_OUT_OF_MEMORY`: a `&'static str`, so that a caller
+        /// can match on it.
+        name: &'static str,
     },
     /// NVRTC failed to compile a kernel source.
     Compile {
@@ -58,6 +60,25 @@ impl Error {
     /// Shorthand for [`Error::InvalidArgument`].
     pub fn invalid(msg: impl Into<String>) -> Error {
         Error::InvalidArgument(msg.into())
+    }
+
+    /// [`Error::Driver`] for a `CUresult` that `call` returned, e.g. the
+    /// code of a cudarc `DriverError` (its field `0`).
+    ///
+    /// ```
+    /// use streamcomm_gpu::driver::sys::cudaError_enum;
+    /// use streamcomm_gpu::Error;
+    ///
+    /// let e = Error::driver("cuMemAlloc_v2", cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY);
+    /// assert!(matches!(e, Error::Driver { code: 2, name: "CUDA_ERROR_OUT_OF_MEMORY", .. }));
+    /// assert_eq!(e.to_string(), "cuMemAlloc_v2 failed: CUDA_ERROR_OUT_OF_MEMORY (2)");
+    /// ```
+    pub fn driver(call: &'static str, code: crate::driver::sys::CUresult) -> Error {
+        Error::Driver {
+            call,
+            code: code as u32,
+            name: crate::driver::result::name_of(code),
+        }
     }
 }
 

@@ -72,10 +72,25 @@ impl CudaComm {
     /// Element-wise reduction of every rank's `send` into every rank's
     /// `recv` (`count = send.len()`).
     ///
+    /// # Examples
+    /// ```no_run
+    /// # use streamcomm::ReduceOp;
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let send = stream.memcpy_stod(&[1.0f32; 1024]).expect("copy");
+    /// let mut recv = stream.alloc_zeros::<f32>(1024).expect("alloc");
+    /// cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)?; // enqueued, returns at once
+    /// let sum = stream.memcpy_dtov(&recv).expect("copy"); // waits: every element is comm.size()
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `recv`
-    /// is too small, `send` and `recv` are one buffer, or `stream` is on
-    /// another device; the stored error if the communicator has failed.
+    /// is too small, `send` and `recv` are one buffer, or `stream` is of
+    /// another context than [`CudaComm::context`]; the stored error if the
+    /// communicator has failed; [`Error::Cuda`](crate::Error::Cuda) when a
+    /// driver call fails.
     pub fn all_reduce<T: Element>(
         &self,
         send: &impl DevicePtr<T>,
@@ -87,6 +102,17 @@ impl CudaComm {
     }
 
     /// [`CudaComm::all_reduce`] with one buffer as input and output.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use streamcomm::ReduceOp;
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let mut grads = stream.memcpy_stod(&[0.5f32; 1024]).expect("copy");
+    /// cuda.all_reduce_in_place(&mut grads, ReduceOp::Avg, &stream)?;
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`CudaComm::all_reduce`].
@@ -100,6 +126,18 @@ impl CudaComm {
     }
 
     /// Copies `root`'s `send` into every rank's `recv` (`count = recv.len()`).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use streamcomm::ReduceOp;
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let send = stream.memcpy_stod(&[comm.rank() as u32; 8]).expect("copy"); // read at the root
+    /// let mut recv = stream.alloc_zeros::<u32>(8).expect("alloc");
+    /// cuda.broadcast(&send, &mut recv, 0, &stream)?; // every rank: [0; 8]
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`CudaComm::all_reduce`], plus a root out of range.
@@ -121,6 +159,17 @@ impl CudaComm {
 
     /// [`CudaComm::broadcast`] in one buffer.
     ///
+    /// # Examples
+    /// ```no_run
+    /// # use streamcomm::ReduceOp;
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let mut weights = stream.memcpy_stod(&[comm.rank() as f32; 8]).expect("copy");
+    /// cuda.broadcast_in_place(&mut weights, 0, &stream)?; // rank 0's weights everywhere
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`CudaComm::broadcast`].
     pub fn broadcast_in_place<T: Element>(
@@ -133,6 +182,18 @@ impl CudaComm {
     }
 
     /// Reduces every rank's `send` into `root`'s `recv`.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use streamcomm::ReduceOp;
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let send = stream.memcpy_stod(&[2i32; 16]).expect("copy");
+    /// let mut recv = stream.alloc_zeros::<i32>(16).expect("alloc"); // written at the root only
+    /// cuda.reduce(&send, &mut recv, ReduceOp::Max, 0, &stream)?;
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`CudaComm::broadcast`].
@@ -149,6 +210,17 @@ impl CudaComm {
 
     /// [`CudaComm::reduce`] in one buffer.
     ///
+    /// # Examples
+    /// ```no_run
+    /// # use streamcomm::ReduceOp;
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let mut buf = stream.memcpy_stod(&[1.0f64; 16]).expect("copy");
+    /// cuda.reduce_in_place(&mut buf, ReduceOp::Sum, 0, &stream)?; // the root's buf: the sums
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`CudaComm::broadcast`].
     pub fn reduce_in_place<T: Element>(
@@ -164,6 +236,18 @@ impl CudaComm {
     /// Concatenates every rank's `send` into every rank's `recv` (which
     /// holds `size * send.len()`).
     ///
+    /// # Examples
+    /// ```no_run
+    /// # use streamcomm::ReduceOp;
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let send = stream.memcpy_stod(&[comm.rank() as f32; 4]).expect("copy");
+    /// let mut recv = stream.alloc_zeros::<f32>(4 * comm.size()).expect("alloc");
+    /// cuda.all_gather(&send, &mut recv, &stream)?; // [0,0,0,0, 1,1,1,1, …]
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`CudaComm::all_reduce`].
     pub fn all_gather<T: Element>(
@@ -178,6 +262,20 @@ impl CudaComm {
     /// [`CudaComm::all_gather`] in one buffer of `size * count` elements,
     /// this rank's input at `rank * count`.
     ///
+    /// # Examples
+    /// ```no_run
+    /// # use streamcomm::ReduceOp;
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let mut buf = stream.alloc_zeros::<f32>(4 * comm.size()).expect("alloc");
+    /// let mine = [comm.rank() as f32; 4];
+    /// let mut slot = buf.slice_mut(4 * comm.rank()..4 * comm.rank() + 4);
+    /// stream.memcpy_htod(&mine, &mut slot).expect("copy"); // this rank's input at rank * count
+    /// cuda.all_gather_in_place(&mut buf, &stream)?;
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`CudaComm::all_reduce`], plus a length not divisible by the size.
     pub fn all_gather_in_place<T: Element>(
@@ -190,6 +288,18 @@ impl CudaComm {
 
     /// Reduces every rank's `send` (`size * count`) and leaves block `rank`
     /// in `recv` (`count = recv.len()`).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use streamcomm::ReduceOp;
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let send = stream.memcpy_stod(&vec![1.0f32; 4 * comm.size()]).expect("copy");
+    /// let mut recv = stream.alloc_zeros::<f32>(4).expect("alloc");
+    /// cuda.reduce_scatter(&send, &mut recv, ReduceOp::Sum, &stream)?; // block `rank` of the sums
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`CudaComm::all_reduce`].
@@ -206,6 +316,17 @@ impl CudaComm {
     /// [`CudaComm::reduce_scatter`] in one buffer; the result lands at
     /// `rank * count`.
     ///
+    /// # Examples
+    /// ```no_run
+    /// # use streamcomm::ReduceOp;
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let mut buf = stream.memcpy_stod(&vec![1.0f32; 4 * comm.size()]).expect("copy");
+    /// cuda.reduce_scatter_in_place(&mut buf, ReduceOp::Sum, &stream)?; // result at 4 * rank
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`CudaComm::all_gather_in_place`].
     pub fn reduce_scatter_in_place<T: Element>(
@@ -219,6 +340,18 @@ impl CudaComm {
 
     /// Sends block `j` of `send` to rank `j`, stored as block `rank` of its
     /// `recv`.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use streamcomm::ReduceOp;
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let send = stream.memcpy_stod(&vec![comm.rank() as f32; 4 * comm.size()]).expect("copy");
+    /// let mut recv = stream.alloc_zeros::<f32>(4 * comm.size()).expect("alloc");
+    /// cuda.all_to_all(&send, &mut recv, &stream)?; // block j of recv came from rank j
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`CudaComm::all_gather_in_place`].
@@ -235,9 +368,20 @@ impl CudaComm {
     /// rank's stream has reached its barrier. Capturable; each replay is a
     /// new barrier.
     ///
+    /// # Examples
+    /// ```no_run
+    /// # use streamcomm::ReduceOp;
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// cuda.barrier(&stream)?;
+    /// stream.synchronize().expect("sync"); // every rank's stream reached its barrier
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
-    /// The stored error if the communicator has failed; a stream on another
-    /// device.
+    /// The stored error if the communicator has failed; a stream of another
+    /// context; [`Error::Cuda`](crate::Error::Cuda) when a driver call fails.
     pub fn barrier(&self, stream: &Arc<CudaStream>) -> Result<()> {
         self.enqueue(stream, DeviceCall::barrier())
     }

@@ -23,6 +23,22 @@ pub struct CudaGroup<'a> {
 impl<'a> CudaGroup<'a> {
     /// Adds a send of all of `buf` to `peer`.
     ///
+    /// # Examples
+    /// ```no_run
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let (r, n) = (comm.rank(), comm.size());
+    /// let out = stream.memcpy_stod(&[r as f32; 256]).expect("copy");
+    /// let mut inb = stream.alloc_zeros::<f32>(256).expect("alloc");
+    /// // A ring shift: any order of the two calls works inside a group.
+    /// cuda.group(&stream, |g| {
+    ///     g.recv(&mut inb, (r + n - 1) % n)?;
+    ///     g.send(&out, (r + 1) % n)
+    /// })?;
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// None here: the group is checked as a whole when `group` ends.
     pub fn send<T: Element>(&mut self, buf: &'a impl DevicePtr<T>, peer: usize) -> Result<()> {
@@ -33,6 +49,22 @@ impl<'a> CudaGroup<'a> {
 
     /// Adds a receive from `peer` into `buf` (a message up to its length;
     /// elements past a shorter message keep their contents).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let (r, n) = (comm.rank(), comm.size());
+    /// let out = stream.memcpy_stod(&[r as f32; 256]).expect("copy");
+    /// let mut inb = stream.alloc_zeros::<f32>(256).expect("alloc");
+    /// // A ring shift: any order of the two calls works inside a group.
+    /// cuda.group(&stream, |g| {
+    ///     g.recv(&mut inb, (r + n - 1) % n)?;
+    ///     g.send(&out, (r + 1) % n)
+    /// })?;
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`CudaGroup::send`].
@@ -69,10 +101,27 @@ impl CudaComm {
     /// Posts the sends and receives `f` adds as one operation on `stream`.
     /// Nothing is enqueued if `f` fails; an empty group enqueues nothing.
     ///
+    /// # Examples
+    /// ```no_run
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let (r, n) = (comm.rank(), comm.size());
+    /// let out = stream.memcpy_stod(&[r as f32; 256]).expect("copy");
+    /// let mut inb = stream.alloc_zeros::<f32>(256).expect("alloc");
+    /// // A ring shift: any order of the two calls works inside a group.
+    /// cuda.group(&stream, |g| {
+    ///     g.recv(&mut inb, (r + n - 1) % n)?;
+    ///     g.send(&out, (r + 1) % n)
+    /// })?;
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// What `f` returns; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
     /// for a peer out of range, a receive buffer overlapping another
-    /// operation's, unpaired sends to this rank, or a stream on another device.
+    /// operation's, unpaired sends to this rank, or a stream of another
+    /// context.
     pub fn group<'a, R>(
         &self,
         stream: &'a Arc<CudaStream>,
@@ -94,6 +143,18 @@ impl CudaComm {
     /// Sends `buf` to `peer` on `stream`; messages to one peer arrive in
     /// posting order.
     ///
+    /// # Examples
+    /// ```no_run
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let buf = stream.memcpy_stod(&[1.0f32; 256]).expect("copy");
+    /// if comm.rank() == 0 {
+    ///     cuda.send(&buf, 1, &stream)?; // rank 1 posts the matching recv
+    /// }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`CudaComm::group`]; a send to this rank itself outside a group.
     pub fn send<T: Element>(
@@ -106,6 +167,18 @@ impl CudaComm {
     }
 
     /// Receives a message from `peer` into the front of `buf` on `stream`.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let mut buf = stream.alloc_zeros::<f32>(256).expect("alloc");
+    /// if comm.rank() == 1 {
+    ///     cuda.recv(&mut buf, 0, &stream)?; // rank 0's send lands in buf
+    /// }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`CudaComm::send`]; a larger message fails the operation (kept

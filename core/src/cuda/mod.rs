@@ -1,15 +1,15 @@
 //! The CUDA backend: communicator operations on cudarc streams and buffers.
 //!
 //! ```no_run
-//! use std::sync::Arc;
 //! use cudarc::driver::CudaContext;
-//! use streamcomm::cuda::CudaComm;
+//! use streamcomm::cuda::{self, CudaComm};
 //! use streamcomm::{Communicator, ReduceOp};
 //!
 //! let comm = Communicator::from_env()?;          // under streamcomm-run, torchrun, Slurm…
-//! let cuda = CudaComm::new(&comm, 0)?;           // Error::Unavailable without a GPU: probe first
-//! let ctx = CudaContext::new(0).expect("probed above");
-//! let stream = ctx.default_stream();
+//! let devices = cuda::device_count()?;           // Error::Unavailable without CUDA, never a panic
+//! let ctx = CudaContext::new(comm.rank() % devices).expect("probed above");
+//! let cuda = CudaComm::new(&comm, ctx.clone())?; // collective: every rank calls it
+//! let stream = ctx.new_stream().expect("stream");
 //! let send = stream.memcpy_stod(&[1.0f32; 1024]).expect("copy");
 //! let mut recv = stream.alloc_zeros::<f32>(1024).expect("alloc");
 //! cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)?; // enqueued, returns at once
@@ -17,6 +17,21 @@
 //! stream.synchronize().expect("sync");
 //! # Ok::<(), streamcomm::Error>(())
 //! ```
+//!
+//! [`CudaComm::new`] binds a communicator to the cudarc context a program
+//! already holds (a device's primary context, which is what
+//! `CudaContext::new` returns); [`CudaComm::on_device`] opens that context
+//! itself from an ordinal, and [`CudaComm::context`] hands it out. Every
+//! operation of [`Communicator`] is here with cudarc buffers and a stream:
+//! the collectives, `gather`, `scatter` and `all_to_allv` (one group of
+//! sends and receives each), `send`, `recv` and groups
+//! ([`CudaComm::group`]), and the barrier; [`raw`](CudaComm::collective_raw)
+//! forms take device addresses and stream handles.
+//!
+//! A failed driver call is [`Error::Cuda`], with the driver's `CUresult`
+//! (`code`, and `name` such as `CUDA_ERROR_OUT_OF_MEMORY`) and the CUDA
+//! layer's error as its `source()`; a machine without a usable driver gets
+//! [`Error::Unavailable`] instead.
 //!
 //! # How it runs
 //! Two paths; [`CudaComm::new`] picks one for the communicator, alike on
@@ -70,15 +85,16 @@
 //! communicator and keeps raising this rank's flag words, so waiting
 //! streams drain. Either way the error is kept ([`CudaComm::async_error`])
 //! and returned by every later call.
-
+//!
 //! # Buffers and streams
 //! Buffers are cudarc's [`CudaSlice`](cudarc::driver::CudaSlice),
 //! [`CudaView`](cudarc::driver::CudaView) or
 //! [`CudaViewMut`](cudarc::driver::CudaViewMut) (anything
 //! [`DevicePtr`]/[`DevicePtrMut`]), and cudarc's event tracking is honoured:
 //! the call waits for earlier writes of its inputs and records its reads and
-//! writes, as a cudarc kernel launch does. The stream must belong to the
-//! device the `CudaComm` was made for. Synchronize the streams (or drop
+//! writes, as a cudarc kernel launch does. The stream must be a stream of
+//! the `CudaComm`'s context ([`CudaComm::context`]; any other is refused
+//! with [`Error::InvalidArgument`]). Synchronize the streams (or drop
 //! captured graphs) before dropping the `CudaComm`: resources of operations
 //! still in flight then are leaked, never freed under the device.
 //!
@@ -86,7 +102,8 @@
 //! On a CUDA driver, through this module's real queue, cudarc and libcuda:
 //! `core/tests/cuda/` runs every collective and dtype on both paths with 2
 //! and 4 ranks (processes, windows over CUDA IPC), captured steps replayed
-//! with fresh data, p2p groups, bad arguments, aborting and dead peers, the
+//! with fresh data, p2p groups, gather, scatter and all_to_allv, a driver
+//! failure's `CUresult`, bad arguments, aborting and dead peers, the
 //! fall-back past eight ranks, and the refusals above. Without a GPU they
 //! run against the CPU stand-in libcuda (`gpu/standin`), which enforces the
 //! driver's rules (capture refusals, legacy-stream ordering, shared hardware
@@ -116,6 +133,7 @@
 //! - `cuda/mod.rs`: [`CudaComm`], its construction and this glossary.
 //! - `cuda/collectives.rs`: the collectives and the barrier on cudarc buffers.
 //! - `cuda/group.rs`: `send`, `recv` and [`CudaGroup`] on cudarc buffers.
+//! - `cuda/grouped.rs`: `gather`, `scatter` and `all_to_allv`, each one group of sends and receives.
 //! - `cuda/raw.rs`: the same on raw device pointers and stream handles (C API, PyTorch).
 //! - `cuda/placement.rs`: the one-rank-per-GPU-per-process check.
 //! - `device/mod.rs`: the staged path, step by step.
@@ -134,13 +152,14 @@
 
 mod collectives;
 mod group;
+mod grouped;
 mod placement;
 mod raw;
 
 use std::sync::Arc;
 
 pub use cudarc;
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaContext, CudaStream};
 use streamcomm_gpu::{relaxed_capture, Device, GpuConfig, Kernels, SignalPath, Signals, Stream};
 
 use crate::device::cuda::{establish_direct, establish_gpudirect, gpu_error};
@@ -152,14 +171,47 @@ pub use cudarc::driver::{DevicePtr, DevicePtrMut};
 pub use group::CudaGroup;
 pub use raw::{RawBuffers, RawDeviceBuffer, RawP2p};
 
-/// A [`Communicator`] bound to one CUDA device: collectives and barriers on
-/// that device's cudarc streams.
+/// The number of CUDA devices (at least 1), probing the driver first:
+/// [`Error::Unavailable`] (never a panic) where no usable CUDA driver is
+/// installed or it reports no device. cudarc's own calls,
+/// `CudaContext::new` among them, panic where the driver library is
+/// missing, so a program that must also run without a GPU asks here before
+/// it makes a context.
+///
+/// # Examples
+/// ```
+/// use streamcomm::cuda;
+///
+/// match cuda::device_count() {
+///     Ok(n) => println!("{n} CUDA device(s)"),
+///     Err(e) => println!("no CUDA here: {e}"), // Error::Unavailable
+/// }
+/// ```
+///
+/// # Errors
+/// [`Error::Unavailable`] without a usable driver (library missing, too old,
+/// or the toolkit's link-time stub) or without a device.
+pub fn device_count() -> Result<usize> {
+    match Device::count().map_err(gpu_error)? {
+        0 => Err(Error::Unavailable(
+            "the CUDA driver reports no device (CUDA_VISIBLE_DEVICES?)".into(),
+        )),
+        n => Ok(n),
+    }
+}
+
+/// A [`Communicator`] bound to one CUDA context (a device's primary
+/// context, the one cudarc's `CudaContext::new(ordinal)` returns):
+/// collectives, point-to-point calls and barriers on that context's cudarc
+/// streams.
 pub struct CudaComm {
     comm: Communicator,
     device: Device,
     signals: Signals,
     kernels: Option<Kernels>,
     shared: DeviceShared<CudaStaging, CudaSignal>,
+    /// Last: dropped after everything that may still use the context.
+    ctx: Arc<CudaContext>,
 }
 
 impl std::fmt::Debug for CudaComm {
@@ -173,22 +225,46 @@ impl std::fmt::Debug for CudaComm {
 }
 
 impl CudaComm {
-    /// Binds `comm` to CUDA device `ordinal` (its primary context, the one
-    /// cudarc's `CudaContext::new(ordinal)` uses).
+    /// Binds `comm` to `ctx`, the cudarc context (of device
+    /// `ctx.ordinal()`) whose streams and buffers the calls will use.
     ///
     /// Collective, like `ncclCommInitRank`: every rank of `comm` calls it
     /// (with the same `STREAMCOMM_CUDA_WINDOW`), since the ranks exchange
-    /// their direct-path windows here and agree on the path.
+    /// their direct-path windows here and agree on the path. The context
+    /// must be its device's primary context, as every context cudarc makes
+    /// is; streams of any other context are refused by every call.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use streamcomm::cuda::cudarc::driver::CudaContext;
+    /// use streamcomm::cuda::CudaComm;
+    /// use streamcomm::Communicator;
+    ///
+    /// let comm = Communicator::from_env()?;
+    /// let devices = streamcomm::cuda::device_count()?; // Unavailable, not a panic, without CUDA
+    /// let ctx = CudaContext::new(comm.rank() % devices).expect("the probe found the driver");
+    /// let cuda = CudaComm::new(&comm, ctx.clone())?;
+    /// assert_eq!(cuda.device_ordinal(), comm.rank() % devices);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Errors
-    /// [`Error::Unavailable`] without a usable CUDA driver or device (never a
-    /// panic: the driver is probed first), or when the device has no stream
-    /// memory operations and the NVRTC spin kernels cannot be built;
+    /// [`Error::InvalidArgument`] when `ctx` is not its device's primary
+    /// context; [`Error::Unavailable`] when the device has no stream memory
+    /// operations and the NVRTC spin kernels cannot be built;
     /// [`Error::InvalidUsage`] when two ranks of `comm` are threads of one
-    /// process on one device (see the module docs).
-    pub fn new(comm: &Communicator, ordinal: usize) -> Result<CudaComm> {
+    /// process on one device (see the module docs); [`Error::Cuda`] when a
+    /// driver call fails.
+    pub fn new(comm: &Communicator, ctx: Arc<CudaContext>) -> Result<CudaComm> {
+        let ordinal = ctx.ordinal();
         placement::check_one_rank_per_gpu(comm, ordinal)?;
         let device = Device::open(ordinal).map_err(gpu_error)?;
+        if device.as_raw() != ctx.cu_ctx() {
+            return Err(Error::invalid(format!(
+                "CudaComm::new: the context is not the primary context of CUDA device \
+                 {ordinal} (the one cudarc's CudaContext::new({ordinal}) returns)"
+            )));
+        }
         // The spin kernels are only needed where stream memory operations
         // are missing; NVRTC may be absent elsewhere.
         let kernels = Kernels::load(&device, &GpuConfig::from_env());
@@ -233,12 +309,76 @@ impl CudaComm {
             signals,
             kernels,
             shared,
+            ctx,
         })
+    }
+
+    /// [`CudaComm::new`] on the primary context of device `ordinal`, which
+    /// it opens itself (the context [`CudaComm::context`] then returns),
+    /// after probing the driver: without CUDA this returns
+    /// [`Error::Unavailable`] where `CudaContext::new` would panic.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use streamcomm::cuda::CudaComm;
+    /// use streamcomm::Communicator;
+    ///
+    /// let comm = Communicator::from_env()?;
+    /// match CudaComm::on_device(&comm, 0) {
+    ///     Ok(cuda) => {
+    ///         let stream = cuda.context().new_stream().expect("stream");
+    ///         cuda.barrier(&stream)?;
+    ///     }
+    ///     Err(streamcomm::Error::Unavailable(why)) => println!("host backend only: {why}"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`CudaComm::new`]; [`Error::Unavailable`] without a usable CUDA
+    /// driver; [`Error::InvalidArgument`] for an ordinal past the devices.
+    pub fn on_device(comm: &Communicator, ordinal: usize) -> Result<CudaComm> {
+        // The probe (inside `open`) makes cudarc's first call safe; the
+        // device, held until the end, keeps the primary context retained.
+        let probed = Device::open(ordinal).map_err(gpu_error)?;
+        let ctx = CudaContext::new(ordinal).map_err(|e| {
+            gpu_error(streamcomm_gpu::Error::driver(
+                "CudaContext::new (cudarc)",
+                e.0,
+            ))
+        })?;
+        let cuda = CudaComm::new(comm, ctx);
+        drop(probed);
+        cuda
+    }
+
+    /// The cudarc context this communicator is bound to: make streams and
+    /// buffers for its calls from it.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let buf = stream.alloc_zeros::<f32>(1024).expect("alloc");
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
     }
 
     /// True when collectives of this communicator run on the direct path
     /// (device-side copies and reductions over the ranks' windows), false
     /// when they are staged through host memory.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// println!("direct path: {}", cuda.uses_direct_path()); // STREAMCOMM_CUDA_WINDOW=0: false
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn uses_direct_path(&self) -> bool {
         self.shared.direct.get().is_some()
     }
@@ -248,16 +388,43 @@ impl CudaComm {
     /// RDMA), `None` when they are staged through pinned host memory (no
     /// verbs peer, `STREAMCOMM_GPUDIRECT=0`, or neither dma-buf nor
     /// nvidia-peermem works here; the log says why).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// match cuda.gpudirect() {
+    ///     Some(mode) => println!("GPUDirect RDMA: {mode:?}"),
+    ///     None => println!("device memory staged through host memory for the NIC"),
+    /// }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn gpudirect(&self) -> Option<crate::GpuDirectMode> {
         self.shared.gpudirect.get().map(|n| n.mode())
     }
 
     /// The communicator.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let (rank, size) = (cuda.communicator().rank(), cuda.communicator().size());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn communicator(&self) -> &Communicator {
         &self.comm
     }
 
-    /// The CUDA device ordinal.
+    /// The CUDA device ordinal (of [`CudaComm::context`]).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// assert_eq!(cuda.device_ordinal(), cuda.context().ordinal());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn device_ordinal(&self) -> usize {
         self.device.ordinal()
     }
@@ -265,12 +432,28 @@ impl CudaComm {
     /// The device's name as the driver reports it (`cuDeviceGetName`),
     /// which tells which driver answered: NVIDIA's names the GPU, the CPU
     /// stand-in says `streamcomm CPU stand-in (not a GPU)`.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// println!("device {}: {}", cuda.device_ordinal(), cuda.device_name());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn device_name(&self) -> &str {
         self.device.name()
     }
 
     /// True when stream waits and writes use the driver's stream memory
     /// operations, false when they use the spin kernels.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// println!("stream memory operations: {}", cuda.uses_stream_memory_ops());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn uses_stream_memory_ops(&self) -> bool {
         self.signals.path() == SignalPath::StreamMemOps
     }
@@ -279,19 +462,40 @@ impl CudaComm {
     /// operations, if any (NCCL's `ncclCommGetAsyncError`). A failed
     /// operation still releases its stream, so check this (or the next
     /// call's result) after synchronizing.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use streamcomm::ReduceOp;
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let mut buf = stream.alloc_zeros::<f32>(1024).expect("alloc");
+    /// cuda.all_reduce_in_place(&mut buf, ReduceOp::Sum, &stream)?;
+    /// stream.synchronize().expect("sync");
+    /// if let Some(e) = cuda.async_error() {
+    ///     return Err(e); // e.g. a peer failed while the stream waited for it
+    /// }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     pub fn async_error(&self) -> Option<Error> {
         self.comm
             .async_error()
             .or_else(|| self.shared.runner.error())
     }
 
-    /// `stream` as the staged path's queue, if it is on this device.
+    /// `stream` as the staged path's queue, if it is a stream of this
+    /// communicator's context.
     fn queue<'q>(&'q self, stream: &'q Arc<CudaStream>, what: &str) -> Result<CudaQueue<'q>> {
-        let ordinal = stream.context().ordinal();
-        if ordinal != self.device.ordinal() {
+        let theirs = stream.context();
+        if theirs.cu_ctx() != self.device.as_raw() {
+            let mine = self.device.ordinal();
+            let whose = match theirs.ordinal() {
+                o if o == mine => format!("another context of CUDA device {o}"),
+                o => format!("CUDA device {o}"),
+            };
             return Err(Error::invalid(format!(
-                "{what}: the stream is on CUDA device {ordinal}, this CudaComm on device {}",
-                self.device.ordinal()
+                "{what}: the stream belongs to {whose}, this CudaComm to device {mine}'s \
+                 primary context: make the stream from CudaComm::context()"
             )));
         }
         Ok(CudaQueue {

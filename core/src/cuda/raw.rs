@@ -82,6 +82,30 @@ impl CudaComm {
     /// Enqueues `collective` (not a barrier: see [`CudaComm::barrier_raw`])
     /// on `stream`, with the semantics of the cudarc entry points.
     ///
+    /// # Examples
+    /// ```no_run
+    /// use streamcomm::cuda::{DevicePtr, DevicePtrMut, RawBuffers, RawDeviceBuffer, RawP2p};
+    /// use streamcomm::{Collective, DataType, ReduceOp};
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let send = stream.memcpy_stod(&[1.0f32; 1024]).expect("copy");
+    /// let mut recv = stream.alloc_zeros::<f32>(1024).expect("alloc");
+    /// // What a framework holds: addresses (`tensor.data_ptr()`) and a stream handle.
+    /// let (s, _r) = send.device_ptr(&stream);
+    /// let (r, _w) = recv.device_ptr_mut(&stream);
+    /// let buffers = RawBuffers::Separate {
+    ///     send: RawDeviceBuffer { ptr: s, len: 1024 },
+    ///     recv: RawDeviceBuffer { ptr: r, len: 1024 },
+    /// };
+    /// // SAFETY: both buffers hold 1024 f32 and outlive the synchronisation below.
+    /// unsafe {
+    ///     cuda.collective_raw(Collective::AllReduce, DataType::F32, ReduceOp::Sum, buffers, stream.cu_stream())?;
+    /// }
+    /// stream.synchronize().expect("sync");
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Safety
     /// `stream` is a live CUDA stream (or 0) of this device. Every buffer
     /// this rank uses is device memory (or memory the device can access)
@@ -90,7 +114,8 @@ impl CudaComm {
     /// replay, if captured).
     ///
     /// # Errors
-    /// As [`CudaComm::all_reduce`]; a stream of another device or context.
+    /// As [`CudaComm::all_reduce`]; a stream of another context than the
+    /// device's primary context (refused, not undefined).
     pub unsafe fn collective_raw(
         &self,
         collective: Collective,
@@ -124,6 +149,19 @@ impl CudaComm {
 
     /// Enqueues a barrier on `stream`.
     ///
+    /// # Examples
+    /// ```no_run
+    /// use streamcomm::cuda::{DevicePtr, DevicePtrMut, RawBuffers, RawDeviceBuffer, RawP2p};
+    /// use streamcomm::{Collective, DataType, ReduceOp};
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// // SAFETY: a live stream of the communicator's context.
+    /// unsafe { cuda.barrier_raw(stream.cu_stream())? };
+    /// stream.synchronize().expect("sync");
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
     /// # Safety
     /// `stream` is a live CUDA stream (or 0) of this device.
     ///
@@ -137,6 +175,28 @@ impl CudaComm {
     }
 
     /// Enqueues `ops` as one group on `stream` (as [`CudaComm::group`]).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use streamcomm::cuda::{DevicePtr, DevicePtrMut, RawBuffers, RawDeviceBuffer, RawP2p};
+    /// use streamcomm::{Collective, DataType, ReduceOp};
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// let (r, n) = (comm.rank(), comm.size());
+    /// let out = stream.memcpy_stod(&[r as f32; 256]).expect("copy");
+    /// let mut inb = stream.alloc_zeros::<f32>(256).expect("alloc");
+    /// let (o, _r) = out.device_ptr(&stream);
+    /// let (i, _w) = inb.device_ptr_mut(&stream);
+    /// let ring = [
+    ///     RawP2p { send: true, peer: (r + 1) % n, dtype: DataType::F32, buf: RawDeviceBuffer { ptr: o, len: 256 } },
+    ///     RawP2p { send: false, peer: (r + n - 1) % n, dtype: DataType::F32, buf: RawDeviceBuffer { ptr: i, len: 256 } },
+    /// ];
+    /// // SAFETY: both buffers hold 256 f32 and outlive the synchronisation below.
+    /// unsafe { cuda.group_raw(&ring, stream.cu_stream())? };
+    /// stream.synchronize().expect("sync");
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
     ///
     /// # Safety
     /// As [`CudaComm::collective_raw`], for every buffer of `ops`.

@@ -59,7 +59,7 @@ fn without_a_driver_the_cuda_backend_is_unavailable() {
     }
     let id = UniqueId::new().unwrap();
     let comm = Communicator::init(&id, 0, 1).unwrap();
-    let err = CudaComm::new(&comm, 0).unwrap_err();
+    let err = CudaComm::on_device(&comm, 0).unwrap_err();
     assert!(matches!(err, Error::Unavailable(_)), "{err}");
     // The communicator itself is unharmed: host collectives still run.
     assert!(comm.async_error().is_none());
@@ -287,8 +287,8 @@ fn captured_step(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<String>
 pub(crate) fn alone<T>(body: impl FnOnce(&CudaComm, &Arc<CudaStream>) -> T) -> T {
     let id = UniqueId::new().unwrap();
     let comm = Communicator::init(&id, 0, 1).unwrap();
-    let cuda = CudaComm::new(&comm, 0).unwrap();
     let ctx = CudaContext::new(0).unwrap();
+    let cuda = CudaComm::new(&comm, ctx.clone()).unwrap();
     let stream = ctx.new_stream().unwrap();
     body(&cuda, &stream)
 }
@@ -306,7 +306,7 @@ fn two_ranks_as_threads_on_one_gpu_are_refused() {
         .map(|r| {
             std::thread::spawn(move || {
                 let comm = Communicator::init(&id, r, 2).unwrap();
-                CudaComm::new(&comm, 0).map(|_| ()).unwrap_err()
+                CudaComm::on_device(&comm, 0).map(|_| ()).unwrap_err()
             })
         })
         .collect();
@@ -339,8 +339,8 @@ fn a_rank_thread_that_panics_fails_its_peer_instead_of_hanging() {
     let (tx, rx) = std::sync::mpsc::channel();
     let survivor = std::thread::spawn(move || {
         let comm = Communicator::init(&id, 0, 2).unwrap();
-        let cuda = CudaComm::new(&comm, 0).unwrap();
         let ctx = CudaContext::new(0).unwrap();
+        let cuda = CudaComm::new(&comm, ctx.clone()).unwrap();
         let s = ctx.new_stream().unwrap();
         let send = upload::<f32>(&s, &[1.0; 1000]);
         let mut recv = poisoned::<f32>(&s, 1000);
@@ -350,7 +350,7 @@ fn a_rank_thread_that_panics_fails_its_peer_instead_of_hanging() {
     });
     let doomed = std::thread::spawn(move || {
         let comm = Communicator::init(&id, 1, 2).unwrap();
-        let _cuda = CudaComm::new(&comm, 1).unwrap();
+        let _cuda = CudaComm::on_device(&comm, 1).unwrap();
         panic!("rank 1 fails before its collective (on purpose)");
     });
     assert!(doomed.join().is_err(), "rank 1 panicked");
@@ -427,15 +427,14 @@ fn child() {
     let scenario = std::env::var("SC_CUDA_SCENARIO").expect("set by the parent test");
     let comm = Communicator::from_env().unwrap();
     let window = Config::from_env().unwrap().cuda_window;
-    let cuda = CudaComm::new(&comm, 0).unwrap();
+    let cuda = CudaComm::on_device(&comm, 0).unwrap();
     assert_eq!(cuda.uses_direct_path(), window > 0, "window {window}");
     // Ranks of one host talk over shared memory: no NIC to probe.
     assert_eq!(cuda.gpudirect(), None);
     if comm.rank() == 0 {
         println!("driver: {}", cuda.device_name());
     }
-    let ctx = CudaContext::new(0).unwrap();
-    let s = ctx.new_stream().unwrap();
+    let s = cuda.context().new_stream().unwrap();
     let bad = match scenario.as_str() {
         "collectives" => {
             let mut bad = collectives::<f32>(&cuda, &s, seed);

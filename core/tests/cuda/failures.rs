@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use streamcomm::config::Config;
-use streamcomm::cuda::cudarc::driver::{CudaContext, CudaStream};
+use streamcomm::cuda::cudarc::driver::{result, sys, CudaContext, CudaStream};
 use streamcomm::cuda::{CudaComm, RawDeviceBuffer, RawP2p};
 use streamcomm::{Communicator, DataType, Error, ReduceOp};
 
@@ -108,6 +108,150 @@ fn a_device_group_refuses_overlapping_receives_and_unpaired_self_sends() {
     assert!(empty);
 }
 
+/// The checks of gather, scatter and all_to_allv, before anything is
+/// enqueued; then a valid call of each on the one rank, checked.
+#[test]
+fn gather_scatter_and_all_to_allv_refuse_bad_arguments() {
+    if !gpu_present() {
+        return;
+    }
+    let errors = alone(|cuda, s| {
+        let ten = upload::<f32>(s, &data(7, 0, 10));
+        let mut nine = poisoned::<f32>(s, 9);
+        let mut out = poisoned::<f32>(s, 10);
+        let errors = [
+            cuda.gather(&ten, &mut out, 1, s),
+            cuda.gather(&ten, &mut nine, 0, s),
+            cuda.scatter(&nine, &mut out, 0, s),
+            cuda.all_to_allv(&ten, &[1, 1], &[0], &mut out, &[1], &[0], s),
+            cuda.all_to_allv(&ten, &[11], &[0], &mut out, &[10], &[0], s),
+            cuda.all_to_allv(&ten, &[10], &[0], &mut out, &[10], &[1], s),
+        ]
+        .map(|r| r.unwrap_err().to_string());
+        // Nothing was enqueued; valid calls on one rank copy to itself.
+        cuda.gather(&ten, &mut out, 0, s).unwrap();
+        assert_eq!(download(s, &out), data(7, 0, 10), "gather");
+        let mut back = poisoned::<f32>(s, 10);
+        cuda.scatter(&out, &mut back, 0, s).unwrap();
+        assert_eq!(download(s, &back), data(7, 0, 10), "scatter");
+        let mut moved = poisoned::<f32>(s, 12);
+        cuda.all_to_allv(&ten, &[4], &[3], &mut moved, &[6], &[5], s)
+            .unwrap();
+        let mut want = vec![crate::backend::POISON; 12];
+        want[5..9].copy_from_slice(&data(7, 0, 10)[3..7]);
+        assert_eq!(download(s, &moved), want, "all_to_allv");
+        assert!(cuda.async_error().is_none(), "{:?}", cuda.async_error());
+        errors
+    });
+    let wanted = [
+        "gather: root 1 is out of range for 1 ranks",
+        "gather: recv holds 9 elements, the root needs size x count = 1 x 10 = 10",
+        "scatter: send holds 9 elements, the root needs size x count = 1 x 10 = 10",
+        "all_to_allv: send_counts has 2 entries, needs one per rank (1)",
+        "all_to_allv: send region 0..0+11 lies outside its 10 elements",
+        "all_to_allv: recv region 1..1+10 lies outside its 10 elements",
+    ];
+    for (got, want) in errors.iter().zip(wanted) {
+        assert!(got.contains(want), "{got:?} should say {want:?}");
+    }
+}
+
+/// A stream of another device's context is refused before anything is
+/// enqueued, naming both devices. Needs two devices (the stand-in under
+/// `gpu-check.sh --stand-in` has two).
+#[test]
+fn a_stream_of_another_context_is_refused() {
+    if !gpu_present() {
+        return;
+    }
+    if streamcomm_gpu::Device::count().unwrap_or(0) < 2 {
+        streamcomm_testkit::skip(
+            &streamcomm_testkit::current_test(),
+            "needs two CUDA devices (a stream of device 1, a CudaComm of device 0)",
+        );
+        return;
+    }
+    let err = alone(|cuda, s| {
+        let other = CudaContext::new(1).unwrap().new_stream().unwrap();
+        let send = upload::<f32>(s, &[1.0; 10]);
+        let mut recv = poisoned::<f32>(s, 10);
+        let err = cuda
+            .all_reduce(&send, &mut recv, ReduceOp::Sum, &other)
+            .unwrap_err();
+        // The communicator is unharmed: the same call on its own stream runs.
+        cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, s).unwrap();
+        assert_eq!(download(s, &recv), vec![1.0; 10]);
+        err
+    });
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("all_reduce: the stream belongs to CUDA device 1, this CudaComm to device 0"),
+        "{msg}"
+    );
+}
+
+/// A driver call that fails surfaces as `Error::Cuda` with the driver's
+/// `CUresult` and the CUDA layer's error as `source()`. Provoked the way a
+/// real driver fails it: synchronising a capturing stream is refused and
+/// invalidates the capture, after which the stream refuses all work with
+/// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED` (901).
+#[test]
+fn a_failed_driver_call_carries_its_curesult_and_a_source() {
+    if !gpu_present() {
+        return;
+    }
+    let (err, ended) = alone(|cuda, s| {
+        // cudarc's per-buffer events would fail inside the invalidated
+        // capture too, and cudarc would keep that error for its next call:
+        // buffers without events (made after this), ordered by the stream.
+        // SAFETY: one stream; every access is ordered on it.
+        unsafe { s.context().disable_event_tracking() };
+        let send = upload::<f32>(s, &[1.0; 64]);
+        let mut recv = poisoned::<f32>(s, 64);
+        s.synchronize().unwrap();
+        s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .unwrap();
+        let refused = s.synchronize().unwrap_err();
+        assert_eq!(refused.0 as u32, 900, "cuStreamSynchronize while capturing");
+        let err = cuda
+            .all_reduce(&send, &mut recv, ReduceOp::Sum, s)
+            .unwrap_err();
+        // SAFETY: the stream is live and captures; ending the capture (with
+        // the driver's own error) is what its owner must do.
+        let ended = unsafe { result::stream::end_capture(s.cu_stream()) };
+        (err, ended.map(|g| g.is_null()))
+    });
+    eprintln!("the failed call: {err}");
+    match &err {
+        Error::Cuda {
+            call, code, name, ..
+        } => {
+            assert_eq!(*code, 901, "{err}");
+            assert_eq!(*name, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED");
+            assert!(call.starts_with("cu"), "a driver function: {call}");
+        }
+        other => panic!("not Error::Cuda: {other:?}"),
+    }
+    // The CUDA layer's error is next in the chain (behind the Arc that
+    // keeps `Error` cheap to clone).
+    let source = std::error::Error::source(&err).expect("a source");
+    assert!(
+        source
+            .to_string()
+            .ends_with("failed: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (901)"),
+        "{source}"
+    );
+    let layer = source
+        .downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>()
+        .and_then(|e| e.downcast_ref::<streamcomm_gpu::Error>());
+    assert!(
+        matches!(layer, Some(streamcomm_gpu::Error::Driver { code: 901, .. })),
+        "{layer:?}"
+    );
+    assert!(ended.is_err(), "the invalidated capture ends with an error");
+}
+
 /// One rank of the tests above, as a process: runs `SC_CUDA_SCENARIO`.
 #[test]
 #[ignore = "a rank of the tests above"]
@@ -120,8 +264,8 @@ fn child() {
     }
     let window = config.cuda_window;
     let comm = Communicator::builder().config(config).build().unwrap();
-    let cuda = CudaComm::new(&comm, 0).unwrap();
     let ctx = CudaContext::new(0).unwrap();
+    let cuda = CudaComm::new(&comm, ctx.clone()).unwrap();
     let s = ctx.new_stream().unwrap();
     match scenario.as_str() {
         "bad-args" => bad_args(&cuda, &s),

@@ -10,3 +10,4 @@ mod harness;
 
 mod backend;
 mod failures;
+mod grouped;

@@ -15,7 +15,7 @@ use super::{check_sum, report, time_barriers, COUNT};
 /// A `CudaComm` on device `rank % devices`, or why there is none.
 ///
 /// Every rank takes the same backend: the ranks first agree (a host
-/// all-reduce of "I have a GPU", min) before the collective `CudaComm::new`.
+/// all-reduce of "I have a GPU", min) before the collective `CudaComm::on_device`.
 pub(crate) fn open(comm: &Communicator) -> Result<CudaComm, String> {
     let devices = streamcomm_gpu::Device::count();
     let usable = matches!(devices, Ok(n) if n > 0);
@@ -27,7 +27,7 @@ pub(crate) fn open(comm: &Communicator) -> Result<CudaComm, String> {
         });
     }
     let devices = devices.map_err(|e| e.to_string())?;
-    CudaComm::new(comm, comm.rank() % devices).map_err(|e| e.to_string())
+    CudaComm::on_device(comm, comm.rank() % devices).map_err(|e| e.to_string())
 }
 
 /// True when `mine` holds on every rank.

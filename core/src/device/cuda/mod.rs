@@ -7,6 +7,8 @@ mod cuda_nic;
 mod cuda_queue;
 mod cuda_windows;
 
+use std::sync::Arc;
+
 use streamcomm_gpu::{Device, Kernels, Signals, Stream};
 
 use crate::comm::peer_watch::peer_gone;
@@ -20,11 +22,19 @@ use cuda_windows::CudaWindows;
 pub(crate) use cuda_nic::establish as establish_gpudirect;
 pub(crate) use cuda_queue::{CudaQueue, CudaSignal, CudaStaging};
 
-/// Converts an error of the CUDA layer.
+/// Converts an error of the CUDA layer: a failed driver call becomes
+/// [`Error::Cuda`] with its `CUresult` and the layer's error as `source()`;
+/// a missing driver stays [`Error::Unavailable`].
 pub(crate) fn gpu_error(e: streamcomm_gpu::Error) -> Error {
     match e {
         streamcomm_gpu::Error::Unavailable(m) => Error::Unavailable(m),
         streamcomm_gpu::Error::InvalidArgument(m) => Error::InvalidArgument(m),
+        streamcomm_gpu::Error::Driver { call, code, name } => Error::Cuda {
+            call: call.to_string(),
+            code,
+            name,
+            source: Arc::new(e),
+        },
         other => Error::Unavailable(format!("CUDA: {other}")),
     }
 }
