@@ -102,7 +102,7 @@ fn barrier(comm: &Communicator, turn: &Turn, iters: usize) -> Result<()> {
             comm.barrier_host()?;
         } else {
             turn.take();
-            std::thread::sleep(Duration::from_millis(2));
+            std::thread::sleep(Duration::from_millis(10));
             if i >= WARMUP {
                 streamcomm_icount_barrier_host(comm)?;
             } else {

@@ -68,7 +68,7 @@ proptest! {
         let sig = signature::p2p(slot, dtype, count);
         prop_assert_eq!(signature::parse_p2p(sig), Some((slot, Some(dtype), count as u64)));
         let text = signature::describe(sig);
-        prop_assert!(text.starts_with(&format!("send of {count} {dtype} (")), "{}", text);
+        prop_assert!(text.starts_with(&format!("send({dtype}, {count}) (")), "{}", text);
     }
 
     #[test]
@@ -76,7 +76,7 @@ proptest! {
         // Never panics; a collective's signature is never taken for p2p.
         if let Some((_, _, count)) = signature::parse_p2p(sig) {
             prop_assert!(count < (1 << 36));
-            prop_assert!(signature::describe(sig).starts_with("send of"));
+            prop_assert!(signature::describe(sig).starts_with("send("));
         }
     }
 
@@ -89,7 +89,17 @@ proptest! {
             prop_assert!(sig >> 63 == 1, "signature {:#x} looks unsigned", sig);
             let text = signature::describe(sig);
             let n = plan.send_count.max(plan.recv_count);
-            prop_assert!(text.contains(&format!(" of {n} {dtype}")), "{}", text);
+            if matches!(collective, Collective::Barrier) {
+                prop_assert_eq!(text, "barrier");
+            } else {
+                // e.g. `all_reduce(f32, sum, 1000)`, `broadcast(u8, 7, root 2)`
+                prop_assert!(text.contains(&format!("({dtype}")), "{}", text);
+                prop_assert!(
+                    text.contains(&format!(", {n})")) || text.contains(&format!(", {n}, root")),
+                    "{}",
+                    text
+                );
+            }
         }
     }
 
