@@ -257,7 +257,7 @@ impl FromStr for UniqueId {
 pub(crate) fn parse_secret(hex: &str) -> std::result::Result<[u8; 16], &'static str> {
     let hex = hex.as_bytes();
     if hex.len() != 32 {
-        return Err("must be exactly 32 hex digits");
+        return Err("has the wrong length");
     }
     let mut out = [0u8; 16];
     for (i, pair) in hex.chunks_exact(2).enumerate() {

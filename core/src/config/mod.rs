@@ -377,7 +377,8 @@ impl Config {
     /// ```
     /// # use streamcomm::Config;
     /// assert_eq!(Config::default().slot_bytes(), 512 << 10); // 4 MiB / 8 slots
-    /// let config = Config { buffsize: 1 << 20, nsteps: 4, ..Config::default() };
+    /// let mut config = Config::default();
+    /// (config.buffsize, config.nsteps) = (1 << 20, 4);
     /// assert_eq!(config.slot_bytes(), 256 << 10);
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
@@ -391,7 +392,9 @@ impl Config {
     /// ```
     /// # use streamcomm::Config;
     /// assert!(Config::default().validate().is_ok());
-    /// assert!(Config { nsteps: 0, ..Config::default() }.validate().is_err());
+    /// let mut config = Config::default();
+    /// config.nsteps = 0;
+    /// assert!(config.validate().is_err());
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///

@@ -102,7 +102,8 @@ impl FromStr for Transport {
 /// use streamcomm::config::TransportChoice;
 /// use streamcomm::{Config, Transport};
 ///
-/// let config = Config { transport: Transport::Tcp.into(), ..Config::default() };
+/// let mut config = Config::default();
+/// config.transport = Transport::Tcp.into();
 /// assert_eq!(config.transport, TransportChoice::Only(Transport::Tcp));
 /// assert_eq!(config.transport.to_string(), "tcp");
 /// assert_eq!("auto".parse::<TransportChoice>()?, TransportChoice::Auto);

@@ -292,7 +292,7 @@ fn root_errors() {
     let msg = err(&v);
     assert_eq!(
         msg,
-        "STREAMCOMM_SECRET (value not shown) is not a secret (must be exactly 32 hex digits); \
+        "STREAMCOMM_SECRET (value not shown) is not a secret (has the wrong length); \
          expected exactly 32 hex digits (e.g. from `openssl rand -hex 16`)"
     );
     assert!(

@@ -254,7 +254,7 @@ fn bad_node_setups_are_refused() {
                 "127.0.0.1",
             ],
             &[("STREAMCOMM_SECRET", "not-hex")],
-            "STREAMCOMM_SECRET must be exactly 32 hex digits",
+            "STREAMCOMM_SECRET (value not shown) is not a secret (has the wrong length); expected exactly 32 hex digits",
         ),
         (
             &["--nnodes", "2", "--master-addr", "127.0.0.1"],
