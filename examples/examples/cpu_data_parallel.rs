@@ -19,9 +19,7 @@ use std::process::ExitCode;
 
 use rand::{Rng, SeedableRng};
 use streamcomm::host::{HostBuffer, HostStream};
-use streamcomm::launch::env::detect_from_process_env;
 use streamcomm::{Communicator, ReduceOp};
-use streamcomm_run::local::LocalLauncher;
 
 /// Features of the model (plus a bias).
 const FEATURES: usize = 16;
@@ -32,33 +30,16 @@ const LEARNING_RATE: f32 = 0.3;
 const SEED: u64 = 2024;
 
 fn main() -> ExitCode {
-    if detect_from_process_env().is_ok() {
-        return match run_rank() {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        };
+    if let Some(code) = streamcomm_examples::run_if_rank(run_rank) {
+        return code;
     }
-    // Not under a launcher: start 4 copies of this program as the ranks.
-    let exe = match std::env::current_exe() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("cannot find my own executable: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match LocalLauncher::new(4, exe).run() {
-        Ok(outcome) if outcome.exit_code() == 0 => ExitCode::SUCCESS,
-        Ok(outcome) => {
-            eprintln!("cpu_data_parallel failed: {outcome:?}");
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("cpu_data_parallel could not launch its ranks: {e}");
-            ExitCode::FAILURE
-        }
+    match streamcomm_examples::ranks_arg("cpu_data_parallel", 4) {
+        Ok(ranks) => streamcomm_examples::launch_self(
+            "cpu_data_parallel",
+            ranks,
+            "(processes, host backend)",
+        ),
+        Err(code) => code,
     }
 }
 

@@ -20,9 +20,7 @@ use std::process::ExitCode;
 
 use streamcomm::cuda::cudarc::driver::CudaContext;
 use streamcomm::cuda::{self, CudaComm};
-use streamcomm::launch::env::detect_from_process_env;
 use streamcomm::{Communicator, ReduceOp};
-use streamcomm_run::local::LocalLauncher;
 
 /// Elements per rank.
 const COUNT: usize = 1 << 20;
@@ -33,55 +31,23 @@ fn gradient(rank: usize, i: usize) -> f32 {
 }
 
 fn main() -> ExitCode {
-    if detect_from_process_env().is_ok() {
-        return match run_rank() {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        };
+    if let Some(code) = streamcomm_examples::run_if_rank(run_rank) {
+        return code;
     }
-    let ranks = match std::env::args().nth(1).map(|a| a.parse::<usize>()) {
-        None => 4,
-        Some(Ok(n)) if n > 0 => n,
-        Some(_) => {
-            eprintln!("usage: cuda_allreduce [RANKS]");
-            return ExitCode::FAILURE;
-        }
+    let ranks = match streamcomm_examples::ranks_arg("cuda_allreduce", 4) {
+        Ok(n) => n,
+        Err(code) => return code,
     };
     // Probe before launching: cudarc's calls panic where no driver loads.
     match cuda::device_count() {
-        Ok(n) => launch(ranks, n),
+        Ok(n) => streamcomm_examples::launch_self(
+            "cuda_allreduce",
+            ranks,
+            &format!("on {n} CUDA device(s)"),
+        ),
         Err(e) => {
             println!("SKIPPED: {e}");
             ExitCode::SUCCESS
-        }
-    }
-}
-
-/// Starts `ranks` copies of this program as the ranks of one job.
-fn launch(ranks: usize, devices: usize) -> ExitCode {
-    let exe = match std::env::current_exe() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("cannot find my own executable: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    println!("cuda_allreduce: launching {ranks} local ranks on {devices} CUDA device(s)");
-    match LocalLauncher::new(ranks, exe).run() {
-        Ok(outcome) if outcome.exit_code() == 0 => {
-            println!("OK");
-            ExitCode::SUCCESS
-        }
-        Ok(outcome) => {
-            eprintln!("cuda_allreduce failed: {outcome:?}");
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("cuda_allreduce could not launch its ranks: {e}");
-            ExitCode::FAILURE
         }
     }
 }

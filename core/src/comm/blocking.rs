@@ -227,7 +227,7 @@ impl Communicator {
     /// peer's buffer), like `MPI_Send`. It takes its turn in this
     /// communicator's issue order, as [`Communicator::barrier_host`] does,
     /// so it waits for earlier stream operations of this communicator. The
-    /// slice is sent in place (no copy); a [`HostBuffer`] is sent as
+    /// slice is sent in place (no copy); a [`HostBuffer`](crate::host::HostBuffer) is sent as
     /// `comm.send_host(&buf.read(), peer)`.
     ///
     /// # Examples

@@ -137,7 +137,7 @@ impl CommunicatorBuilder {
 
     /// Which transports connect the ranks (overrides
     /// `STREAMCOMM_TRANSPORT`; every rank must choose the same): a
-    /// [`Transport`] for that one only, or [`TransportChoice::Auto`].
+    /// [`Transport`](crate::Transport) for that one only, or [`TransportChoice::Auto`].
     ///
     /// # Examples
     /// ```

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 
 use super::CudaComm;
-use crate::comm::p2p::Dir;
+use crate::comm::p2p::{check_one_per_rank, Dir};
 use crate::device::{DevAddr, DeviceP2p, DeviceRange};
 use crate::host::Element;
 use crate::{Error, Result};
@@ -217,19 +217,7 @@ impl CudaComm {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (n, me) = (self.comm.size(), self.comm.rank());
-        for (what, v) in [
-            ("send_counts", send_counts),
-            ("send_displs", send_displs),
-            ("recv_counts", recv_counts),
-            ("recv_displs", recv_displs),
-        ] {
-            if v.len() != n {
-                return Err(Error::invalid(format!(
-                    "all_to_allv: {what} has {} entries, needs one per rank ({n})",
-                    v.len()
-                )));
-            }
-        }
+        check_one_per_rank(n, [send_counts, send_displs, recv_counts, recv_displs])?;
         let (send_len, recv_len) = (send.len(), recv.len());
         let (s, _read) = send.device_ptr(stream);
         let (r, _write) = recv.device_ptr_mut(stream);

@@ -18,9 +18,7 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 use streamcomm::host::{HostBuffer, HostStream};
-use streamcomm::launch::env::detect_from_process_env;
 use streamcomm::{Communicator, ReduceOp};
-use streamcomm_run::local::LocalLauncher;
 
 mod gpu;
 
@@ -28,49 +26,16 @@ const COUNT: usize = 1 << 20;
 const BARRIERS: u32 = 2000;
 
 fn main() -> ExitCode {
-    if detect_from_process_env().is_ok() {
-        return match run_rank() {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        };
+    if let Some(code) = streamcomm_examples::run_if_rank(run_rank) {
+        return code;
     }
-    let ranks = match std::env::args().nth(1).map(|a| a.parse::<usize>()) {
-        None => 4,
-        Some(Ok(n)) if n > 0 => n,
-        Some(_) => {
-            eprintln!("usage: quickstart [RANKS]");
-            return ExitCode::FAILURE;
-        }
-    };
-    launch(ranks)
-}
-
-/// Starts `ranks` copies of this program as the ranks of one job.
-fn launch(ranks: usize) -> ExitCode {
-    let exe = match std::env::current_exe() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("cannot find my own executable: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    println!("streamcomm quick start: launching {ranks} local ranks (processes, host backend)");
-    match LocalLauncher::new(ranks, exe).run() {
-        Ok(outcome) if outcome.exit_code() == 0 => {
-            println!("OK");
-            ExitCode::SUCCESS
-        }
-        Ok(outcome) => {
-            eprintln!("quick start failed: {outcome:?}");
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("quick start could not launch its ranks: {e}");
-            ExitCode::FAILURE
-        }
+    match streamcomm_examples::ranks_arg("quickstart", 4) {
+        Ok(ranks) => streamcomm_examples::launch_self(
+            "streamcomm quick start",
+            ranks,
+            "(processes, host backend)",
+        ),
+        Err(code) => code,
     }
 }
 

@@ -122,6 +122,22 @@ impl P2pState {
     }
 }
 
+/// Fails unless each of `all_to_allv`'s count and displacement lists
+/// (`send_counts`, `send_displs`, `recv_counts`, `recv_displs`, in that
+/// order) has one entry per rank of `size`.
+pub(crate) fn check_one_per_rank(size: usize, lists: [&[usize]; 4]) -> Result<()> {
+    let names = ["send_counts", "send_displs", "recv_counts", "recv_displs"];
+    for (what, v) in names.into_iter().zip(lists) {
+        if v.len() != size {
+            return Err(Error::invalid(format!(
+                "all_to_allv: {what} has {} entries, needs one per rank ({size})",
+                v.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The memory of one operation of a device group.
 pub(crate) enum GroupMemory {
     /// A host (staging) buffer, all of it.
@@ -523,19 +539,7 @@ impl Communicator {
         stream: &HostStream,
     ) -> Result<()> {
         let n = self.inner.size;
-        for (what, v) in [
-            ("send_counts", send_counts),
-            ("send_displs", send_displs),
-            ("recv_counts", recv_counts),
-            ("recv_displs", recv_displs),
-        ] {
-            if v.len() != n {
-                return Err(Error::invalid(format!(
-                    "all_to_allv: {what} has {} entries, needs one per rank ({n})",
-                    v.len()
-                )));
-            }
-        }
+        check_one_per_rank(n, [send_counts, send_displs, recv_counts, recv_displs])?;
         let (s, r) = (send.buf_view(), recv.buf_view());
         check_pair("all_to_allv", &s, &r)?;
         let me = self.inner.rank;
