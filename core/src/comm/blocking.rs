@@ -24,7 +24,7 @@
 //! through is dropped.
 
 use crate::comm::buffer::{Binding, BufView};
-use crate::comm::p2p::Dir;
+use crate::comm::p2p::{Dir, Now};
 use crate::comm::Communicator;
 use crate::host::{Element, JobMode, RawBuffer};
 use crate::plan::Collective;
@@ -260,8 +260,17 @@ impl Communicator {
     /// As [`Communicator::send`], plus execution errors (timeout, peer
     /// failure) directly.
     pub fn send_host<T: Element>(&self, data: &[T], peer: usize) -> Result<()> {
-        let lent = Lent::shared(data)?;
-        self.run_host("send_host", Dir::Send, peer, &lent.view)
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let ticket = match self.send_now(bytes, T::DTYPE, data.len(), peer) {
+            Now::Done => return Ok(()),
+            Now::Ticket(t) => Some(t),
+            Now::NotTried => None,
+        };
+        let lent = match Lent::shared(data) {
+            Ok(lent) => lent,
+            Err(e) => return Err(self.give_up_turn(ticket, "send_host", e)),
+        };
+        self.run_host_in_turn("send_host", Dir::Send, peer, &lent.view, ticket)
     }
 
     /// Receives a message from `peer` into the front of `data` on the
@@ -300,8 +309,27 @@ impl Communicator {
     /// # Errors
     /// As [`Communicator::recv`], plus execution errors directly.
     pub fn recv_host<T: Element>(&self, data: &mut [T], peer: usize) -> Result<()> {
-        let lent = Lent::exclusive(data)?;
-        self.run_host("recv_host", Dir::Recv, peer, &lent.view)
+        let ticket = match self.recv_now(bytemuck::cast_slice_mut(data), T::DTYPE, peer) {
+            Now::Done => return Ok(()),
+            Now::Ticket(t) => Some(t),
+            Now::NotTried => None,
+        };
+        let lent = match Lent::exclusive(data) {
+            Ok(lent) => lent,
+            Err(e) => return Err(self.give_up_turn(ticket, "recv_host", e)),
+        };
+        self.run_host_in_turn("recv_host", Dir::Recv, peer, &lent.view, ticket)
+    }
+
+    /// Skips `ticket` (when one was taken), so that later operations run,
+    /// and returns `e`.
+    fn give_up_turn(&self, ticket: Option<u64>, name: &str, e: crate::Error) -> crate::Error {
+        if let Some(t) = ticket {
+            if let Err(skip) = self.inner.run_ticketed(t, JobMode::Skip, name, |_| Ok(())) {
+                return skip;
+            }
+        }
+        e
     }
 }
 

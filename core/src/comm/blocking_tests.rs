@@ -208,3 +208,79 @@ fn bad_slices_are_refused_and_the_communicator_still_works() {
         assert_eq!(data, vec![3; 4]);
     }
 }
+
+/// Small messages take the immediate path while the ring has credit and the
+/// message is already there, and fall back to the full path (under the same
+/// turn) when it has none: rank 0 sends 3 rings' worth of 8-byte messages
+/// while rank 1 is not yet receiving; every message arrives, in order.
+#[test]
+fn small_messages_take_the_immediate_path_and_fall_back_without_credit() {
+    let seed = streamcomm_testkit::seed();
+    for transport in [Transport::Shm, Transport::Tcp] {
+        let got = on_ranks(2, transport.into(), move |comm| {
+            let immediate = || comm.inner.p2p.immediate_calls.load(Ordering::Relaxed);
+            let slots = comm.config().nsteps as u64;
+            let messages = 3 * slots;
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let want: Vec<u64> = (0..messages).map(|_| rng.gen()).collect();
+            if comm.rank() == 0 {
+                for m in &want {
+                    comm.send_host(std::slice::from_ref(m), 1)?;
+                }
+                let sent = comm.p2p_stats().sent_eager_messages;
+                assert_eq!(sent, messages, "{transport}: every message eager");
+                // The first ring's worth had credit. Over shared memory the
+                // later ones waited for the receiver's (the full path); over
+                // tcp the socket takes them, returning credit at once.
+                let taken = immediate();
+                let expected = match transport {
+                    Transport::Shm => slots..messages,
+                    _ => slots..messages + 1,
+                };
+                assert!(
+                    expected.contains(&taken),
+                    "{transport}: {taken} of {messages} sends were immediate"
+                );
+                Ok(Vec::new())
+            } else {
+                std::thread::sleep(Duration::from_millis(100));
+                let mut got = Vec::new();
+                for _ in 0..messages {
+                    let mut m = [u64::MAX; 1];
+                    comm.recv_host(&mut m, 0)?;
+                    got.push(m[0]);
+                }
+                assert_eq!(got, want, "{transport}: messages out of order or wrong");
+                // Over shared memory the first ring's worth was waiting.
+                if transport == Transport::Shm {
+                    assert!(immediate() >= 1, "no receive was immediate");
+                }
+                Ok(got)
+            }
+        });
+        assert_eq!(got[1].len(), 3 * 4);
+    }
+}
+
+/// A message of another type waiting in the ring is not taken by the
+/// immediate path: the full path reports the mismatch, naming both calls.
+#[test]
+fn a_mismatched_small_message_is_left_to_the_full_path() {
+    let got = on_ranks(2, Transport::Shm.into(), |comm| {
+        if comm.rank() == 0 {
+            comm.send_host(&[1.5f32], 1)?;
+            return Ok(String::new());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let mut m = [0i32; 1];
+        let e = comm.recv_host(&mut m, 0).unwrap_err();
+        assert!(matches!(e, Error::Mismatch(_)), "{e:?}");
+        assert_eq!(m, [0], "the slice was written on a mismatch");
+        Ok(e.to_string())
+    });
+    assert!(
+        got[1].contains("f32") && got[1].contains("i32"),
+        "{}",
+        got[1]
+    );
+}

@@ -35,6 +35,11 @@ impl Turns {
         })
     }
 
+    /// True when `ticket` is being served now (never waits).
+    pub fn serving(&self, ticket: u64) -> bool {
+        self.serving.load(Ordering::Acquire) == ticket
+    }
+
     /// Finishes `ticket`, letting the next one run.
     pub fn done(&self, ticket: u64) {
         self.serving.store(ticket + 1, Ordering::Release);

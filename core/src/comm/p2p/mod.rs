@@ -52,6 +52,8 @@
 
 mod cma;
 mod engine;
+mod immediate;
+pub(crate) use immediate::Now;
 mod payload;
 mod placement;
 mod rdma;
@@ -90,6 +92,9 @@ pub(crate) struct P2pState {
     /// Rendezvous grants that asked the sender to write nothing (receives
     /// into lent slices over shared memory, which pull the message).
     pub pull_only_grants: AtomicU64,
+    /// Host-blocking sends and receives that took the immediate path
+    /// (`comm::p2p::immediate`).
+    pub immediate_calls: AtomicU64,
 }
 
 impl P2pState {
@@ -101,6 +106,7 @@ impl P2pState {
             stats: StatCounters::default(),
             refused_logged: AtomicBool::new(false),
             pull_only_grants: AtomicU64::new(0),
+            immediate_calls: AtomicU64::new(0),
         }
     }
 
@@ -470,21 +476,37 @@ impl Communicator {
     }
 
     /// One operation on all of `v`, run by the calling thread in its turn
-    /// (`send_host`, `recv_host`: `comm::blocking`).
-    pub(crate) fn run_host(
+    /// (`send_host`, `recv_host`: `comm::blocking`): under `ticket` when
+    /// one was taken already (by an immediate path that could not finish,
+    /// `comm::p2p::immediate`); an invalid call then still takes its turn,
+    /// skipping it, so that later operations run.
+    pub(crate) fn run_host_in_turn(
         &self,
         name: &'static str,
         dir: Dir,
         peer: usize,
         v: &BufView,
+        ticket: Option<u64>,
     ) -> Result<()> {
-        if let Some(e) = self.inner.error() {
-            return Err(e);
-        }
-        let mut spec = GroupSpec::new(name, self.inner.rank, self.inner.size);
-        spec.push(dir, peer, v, 0, v.len())?;
-        spec.check()?;
-        let ticket = self.inner.turns.take();
+        let spec = (|| {
+            if let Some(e) = self.inner.error() {
+                return Err(e);
+            }
+            let mut spec = GroupSpec::new(name, self.inner.rank, self.inner.size);
+            spec.push(dir, peer, v, 0, v.len())?;
+            spec.check()?;
+            Ok(spec)
+        })();
+        let spec = match (spec, ticket) {
+            (Ok(spec), _) => spec,
+            (Err(e), None) => return Err(e),
+            (Err(e), Some(ticket)) => {
+                self.inner
+                    .run_ticketed(ticket, JobMode::Skip, name, |_| Ok(()))?;
+                return Err(e);
+            }
+        };
+        let ticket = ticket.unwrap_or_else(|| self.inner.turns.take());
         self.inner
             .run_ticketed(ticket, JobMode::Run, &spec.name, |c| {
                 c.run_group(&spec, ticket)

@@ -1,0 +1,106 @@
+//! The immediate paths of small host-blocking sends and receives (MPI's
+//! "sendi", UCX's inline eager send). A send whose message fits one slot,
+//! when the communicator is serving its turn at once and the ring has
+//! credit, writes the slot and publishes it; a receive whose turn comes at
+//! once and whose message already waits, whole, in one slot of the right
+//! signature, copies it out and returns the slot. Neither builds a group,
+//! an operation object or a buffer handle. Anything else falls back to the
+//! full path with the ticket already taken, so issue order holds either
+//! way, and every error (a mismatch, a message too large) is the full
+//! path's.
+
+use std::sync::atomic::Ordering;
+
+use crate::comm::p2p::stats::Stat;
+use crate::comm::Communicator;
+use crate::plan::signature::{self, P2pSlot};
+use crate::DataType;
+
+/// What [`Communicator::send_now`] or [`Communicator::recv_now`] did.
+pub(crate) enum Now {
+    /// Done: the message is in the peer's ring, or in the caller's slice.
+    Done,
+    /// Not sent; the full path must run under this ticket (taken in issue
+    /// order, not yet served or served without credit).
+    Ticket(u64),
+    /// Not tried (too large, a bad peer, a failed communicator): the full
+    /// path takes its own ticket and reports any error.
+    NotTried,
+}
+
+impl Communicator {
+    /// Sends `bytes` (`count` elements of `dtype`) to `peer` on the calling
+    /// thread if that can finish now; see the module docs.
+    pub(crate) fn send_now(&self, bytes: &[u8], dtype: DataType, count: usize, peer: usize) -> Now {
+        let inner = &*self.inner;
+        if peer == inner.rank || bytes.len() > inner.config.p2p_eager_limit {
+            return Now::NotTried;
+        }
+        let Ok(conn) = inner.connection(peer) else {
+            return Now::NotTried;
+        };
+        if inner.error().is_some() {
+            return Now::NotTried;
+        }
+        let ticket = inner.turns.take();
+        if !inner.turns.serving(ticket) {
+            return Now::Ticket(ticket);
+        }
+        let Some(slot) = conn
+            .send
+            .try_acquire_send()
+            .filter(|s| s.len() >= bytes.len())
+        else {
+            return Now::Ticket(ticket);
+        };
+        slot[..bytes.len()].copy_from_slice(bytes);
+        conn.send
+            .commit_send(bytes.len(), signature::p2p(P2pSlot::Eager, dtype, count));
+        conn.after_step();
+        inner.p2p.stats.add(Stat::SentEagerMessages, 1);
+        inner.p2p.stats.add(Stat::SentEagerBytes, bytes.len());
+        inner.p2p.immediate_calls.fetch_add(1, Ordering::Relaxed);
+        inner.turns.done(ticket);
+        Now::Done
+    }
+
+    /// Receives from `peer` into `bytes` (room for elements of `dtype`) on
+    /// the calling thread if the whole message is already there; see the
+    /// module docs.
+    pub(crate) fn recv_now(&self, bytes: &mut [u8], dtype: DataType, peer: usize) -> Now {
+        let inner = &*self.inner;
+        if peer == inner.rank {
+            return Now::NotTried;
+        }
+        let Ok(conn) = inner.connection(peer) else {
+            return Now::NotTried;
+        };
+        if inner.error().is_some() {
+            return Now::NotTried;
+        }
+        let ticket = inner.turns.take();
+        if !inner.turns.serving(ticket) {
+            return Now::Ticket(ticket);
+        }
+        let Ok(Some(slot)) = conn.recv.try_acquire_recv() else {
+            return Now::Ticket(ticket);
+        };
+        let whole = match signature::parse_p2p(conn.recv.head_sig()) {
+            Some((P2pSlot::Eager, Some(d), count)) if d == dtype => {
+                usize::try_from(count).is_ok_and(|c| c * d.size() == slot.len())
+            }
+            _ => false,
+        };
+        if !whole || slot.len() > bytes.len() {
+            return Now::Ticket(ticket);
+        }
+        let n = slot.len();
+        bytes[..n].copy_from_slice(slot);
+        conn.recv.release_recv();
+        conn.after_step();
+        inner.p2p.stats.add(Stat::RecvEagerBytes, n);
+        inner.p2p.immediate_calls.fetch_add(1, Ordering::Relaxed);
+        inner.turns.done(ticket);
+        Now::Done
+    }
+}
