@@ -183,6 +183,41 @@ fn p2p_scenario(comm: &Communicator, stream: &HostStream, seed: u64) {
     stream.synchronize().unwrap();
 }
 
+/// Host-blocking ping-pong between partner ranks (0-1, 2-3): 8-byte
+/// messages (the immediate path where it applies) and one rendezvous-size
+/// message each way, every element checked.
+fn host_blocking_pairs(comm: &streamcomm::Communicator, seed: u64) {
+    let partner = comm.rank() ^ 1;
+    let first = comm.rank() % 2 == 0;
+    for len in [1usize, 1, 1, 100_000] {
+        for round in 0..50u64 {
+            let mine: Vec<u64> = (0..len as u64)
+                .map(|i| seed ^ (round << 40) ^ ((comm.rank() as u64) << 32) ^ i)
+                .collect();
+            let theirs: Vec<u64> = (0..len as u64)
+                .map(|i| seed ^ (round << 40) ^ ((partner as u64) << 32) ^ i)
+                .collect();
+            let mut got = vec![u64::MAX; len];
+            if first {
+                comm.send_host(&mine, partner).unwrap();
+                comm.recv_host(&mut got, partner).unwrap();
+            } else {
+                comm.recv_host(&mut got, partner).unwrap();
+                comm.send_host(&mine, partner).unwrap();
+            }
+            assert_eq!(
+                got,
+                theirs,
+                "rank {}: round {round}, {len} elements",
+                comm.rank()
+            );
+            if len > 1 {
+                break; // one rendezvous round is enough
+            }
+        }
+    }
+}
+
 #[test]
 fn p2p_over_verbs_2_and_4_ranks() {
     if !rdma_here() {
@@ -194,6 +229,7 @@ fn p2p_over_verbs_2_and_4_ranks() {
         harness::run_threads(n, verbs_config(), Duration::from_secs(600), move |comm| {
             let stream = HostStream::new().unwrap();
             p2p_scenario(&comm, &stream, seed);
+            host_blocking_pairs(&comm, seed);
             // Every rendezvous byte went by RDMA straight into the receive
             // buffer: none through the slots.
             let s = comm.p2p_stats();
