@@ -82,6 +82,12 @@ impl Communicator {
         if !inner.turns.serving(ticket) {
             return Now::Ticket(ticket);
         }
+        if !conn.recv.has_data() {
+            // Over tcp the message may be in the socket still, over verbs
+            // in the completion queue: move the connection's bytes on this
+            // thread once (nothing to do over shared memory).
+            conn.after_step();
+        }
         let Ok(Some(slot)) = conn.recv.try_acquire_recv() else {
             return Now::Ticket(ticket);
         };
