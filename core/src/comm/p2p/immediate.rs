@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering;
 use crate::comm::p2p::stats::Stat;
 use crate::comm::Communicator;
 use crate::plan::signature::{self, P2pSlot};
+use crate::transport::Connection;
 use crate::DataType;
 
 /// What [`Communicator::send_now`] or [`Communicator::recv_now`] did.
@@ -29,23 +30,34 @@ pub(crate) enum Now {
 }
 
 impl Communicator {
+    /// The connection to `peer` and a ticket being served now; otherwise
+    /// what the caller returns: `NotTried` for this rank itself, a rank
+    /// out of range or a failed communicator (nothing taken), `Ticket`
+    /// when the turn is not yet this call's (the ticket is taken).
+    fn turn_now(&self, peer: usize) -> Result<(&Connection, u64), Now> {
+        let inner = &*self.inner;
+        if peer == inner.rank || inner.error().is_some() {
+            return Err(Now::NotTried);
+        }
+        let conn = inner.connection(peer).map_err(|_| Now::NotTried)?;
+        let ticket = inner.turns.take();
+        if !inner.turns.serving(ticket) {
+            return Err(Now::Ticket(ticket));
+        }
+        Ok((conn, ticket))
+    }
+
     /// Sends `bytes` (`count` elements of `dtype`) to `peer` on the calling
     /// thread if that can finish now; see the module docs.
     pub(crate) fn send_now(&self, bytes: &[u8], dtype: DataType, count: usize, peer: usize) -> Now {
         let inner = &*self.inner;
-        if peer == inner.rank || bytes.len() > inner.config.p2p_eager_limit {
+        if bytes.len() > inner.config.p2p_eager_limit {
             return Now::NotTried;
         }
-        let Ok(conn) = inner.connection(peer) else {
-            return Now::NotTried;
+        let (conn, ticket) = match self.turn_now(peer) {
+            Ok(turn) => turn,
+            Err(not_now) => return not_now,
         };
-        if inner.error().is_some() {
-            return Now::NotTried;
-        }
-        let ticket = inner.turns.take();
-        if !inner.turns.serving(ticket) {
-            return Now::Ticket(ticket);
-        }
         let Some(slot) = conn
             .send
             .try_acquire_send()
@@ -69,19 +81,10 @@ impl Communicator {
     /// module docs.
     pub(crate) fn recv_now(&self, bytes: &mut [u8], dtype: DataType, peer: usize) -> Now {
         let inner = &*self.inner;
-        if peer == inner.rank {
-            return Now::NotTried;
-        }
-        let Ok(conn) = inner.connection(peer) else {
-            return Now::NotTried;
+        let (conn, ticket) = match self.turn_now(peer) {
+            Ok(turn) => turn,
+            Err(not_now) => return not_now,
         };
-        if inner.error().is_some() {
-            return Now::NotTried;
-        }
-        let ticket = inner.turns.take();
-        if !inner.turns.serving(ticket) {
-            return Now::Ticket(ticket);
-        }
         if !conn.recv.has_data() {
             // Over tcp the message may be in the socket still, over verbs
             // in the completion queue: move the connection's bytes on this
