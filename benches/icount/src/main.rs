@@ -14,14 +14,17 @@
 //! A warm-up runs first, outside the markers.
 //!
 //! Usage: `streamcomm-icount OP ITERS`, OP one of `send_host`,
-//! `recv_host`, `barrier_host`. Prints `OP ITERS` when done.
+//! `recv_host`, `barrier_host`, `all_reduce_host` (two f32). Prints `OP ITERS` when done.
 
 use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use streamcomm::bootstrap::UniqueId;
-use streamcomm::{Communicator, Result};
+use streamcomm::{Communicator, ReduceOp, Result};
+
+/// The calls this tool can measure.
+const OPS: [&str; 4] = ["send_host", "recv_host", "barrier_host", "all_reduce_host"];
 
 /// Warm-up calls before the measured ones (first-touch, lazy setup).
 const WARMUP: usize = 200;
@@ -42,6 +45,16 @@ fn streamcomm_icount_recv_host(comm: &Communicator, buf: &mut [u8], peer: usize)
 #[inline(never)]
 fn streamcomm_icount_barrier_host(comm: &Communicator) -> Result<()> {
     comm.barrier_host()
+}
+
+#[no_mangle]
+#[inline(never)]
+fn streamcomm_icount_all_reduce_host(
+    comm: &Communicator,
+    send: &[f32],
+    recv: &mut [f32],
+) -> Result<()> {
+    comm.all_reduce_host(std::hint::black_box(send), recv, ReduceOp::Sum)
 }
 
 /// A one-way signal between the two rank threads.
@@ -93,24 +106,53 @@ fn send_recv(comm: &Communicator, turn: &Turn, iters: usize, measure_send: bool)
     Ok(())
 }
 
-/// Rank 0 enters each barrier first; rank 1 follows once rank 0 is surely
-/// waiting, so rank 1's barrier (the measured one) never waits.
-fn barrier(comm: &Communicator, turn: &Turn, iters: usize) -> Result<()> {
+/// Rank 0 enters each collective first; rank 1 follows once rank 0 is
+/// surely waiting, so rank 1's call (the measured one) never waits: its
+/// peer's part is already there. `call(comm, marked)` makes one call,
+/// through the marker when `marked`.
+fn rank1_last(
+    comm: &Communicator,
+    turn: &Turn,
+    iters: usize,
+    mut call: impl FnMut(&Communicator, bool) -> Result<()>,
+) -> Result<()> {
     for i in 0..WARMUP + iters {
         if comm.rank() == 0 {
             turn.give();
-            comm.barrier_host()?;
+            call(comm, false)?;
         } else {
             turn.take();
             std::thread::sleep(Duration::from_millis(10));
-            if i >= WARMUP {
-                streamcomm_icount_barrier_host(comm)?;
-            } else {
-                comm.barrier_host()?;
-            }
+            call(comm, i >= WARMUP)?;
         }
     }
     Ok(())
+}
+
+fn barrier(comm: &Communicator, turn: &Turn, iters: usize) -> Result<()> {
+    rank1_last(comm, turn, iters, |comm, marked| {
+        if marked {
+            streamcomm_icount_barrier_host(comm)
+        } else {
+            comm.barrier_host()
+        }
+    })
+}
+
+/// An all-reduce (sum) of two f32 (8 bytes), the result checked.
+fn all_reduce(comm: &Communicator, turn: &Turn, iters: usize) -> Result<()> {
+    let send = [comm.rank() as f32 + 1.0, 0.5];
+    let mut recv = [0f32; 2];
+    rank1_last(comm, turn, iters, |comm, marked| {
+        recv = [f32::NAN; 2];
+        if marked {
+            streamcomm_icount_all_reduce_host(comm, &send, &mut recv)?;
+        } else {
+            comm.all_reduce_host(&send, &mut recv, ReduceOp::Sum)?;
+        }
+        assert_eq!(recv, [3.0, 1.0], "all_reduce_host gave a wrong sum");
+        Ok(())
+    })
 }
 
 fn rank_main(id: UniqueId, rank: usize, op: &str, iters: usize, turn: Turn) -> Result<()> {
@@ -119,6 +161,7 @@ fn rank_main(id: UniqueId, rank: usize, op: &str, iters: usize, turn: Turn) -> R
         "send_host" => send_recv(&comm, &turn, iters, true),
         "recv_host" => send_recv(&comm, &turn, iters, false),
         "barrier_host" => barrier(&comm, &turn, iters),
+        "all_reduce_host" => all_reduce(&comm, &turn, iters),
         _ => unreachable!("checked in main"),
     }
 }
@@ -126,17 +169,15 @@ fn rank_main(id: UniqueId, rank: usize, op: &str, iters: usize, turn: Turn) -> R
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (op, iters) = match args.as_slice() {
-        [op, n] if ["send_host", "recv_host", "barrier_host"].contains(&op.as_str()) => {
-            match n.parse::<usize>() {
-                Ok(n) if n > 0 => (op.clone(), n),
-                _ => {
-                    eprintln!("streamcomm-icount: ITERS must be a positive integer, got {n:?}");
-                    return ExitCode::from(2);
-                }
+        [op, n] if OPS.contains(&op.as_str()) => match n.parse::<usize>() {
+            Ok(n) if n > 0 => (op.clone(), n),
+            _ => {
+                eprintln!("streamcomm-icount: ITERS must be a positive integer, got {n:?}");
+                return ExitCode::from(2);
             }
-        }
+        },
         _ => {
-            eprintln!("usage: streamcomm-icount send_host|recv_host|barrier_host ITERS");
+            eprintln!("usage: streamcomm-icount {} ITERS", OPS.join("|"));
             return ExitCode::from(2);
         }
     };

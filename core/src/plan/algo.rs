@@ -31,8 +31,9 @@ pub enum Algorithm {
     HalvingDoubling,
     /// Binomial tree (broadcast, reduce): `log2 n` hops.
     Binomial,
-    /// Recursive doubling (all-gather); Bruck's algorithm when the number of
-    /// ranks is not a power of two.
+    /// Recursive doubling: all-gather (Bruck's algorithm when the number of
+    /// ranks is not a power of two), and all-reduce by whole-vector swaps
+    /// in `log2 n` rounds (small messages).
     RecursiveDoubling,
     /// Bruck's all-gather for any number of ranks.
     Bruck,
@@ -80,9 +81,12 @@ impl Algorithm {
     /// for point-to-point and barriers, which have one schedule each.
     pub const fn candidates(collective: Collective) -> &'static [Algorithm] {
         match collective {
-            Collective::AllReduce => {
-                &[Algorithm::Ring, Algorithm::Tree, Algorithm::HalvingDoubling]
-            }
+            Collective::AllReduce => &[
+                Algorithm::Ring,
+                Algorithm::Tree,
+                Algorithm::HalvingDoubling,
+                Algorithm::RecursiveDoubling,
+            ],
             Collective::AllGather => &[
                 Algorithm::Ring,
                 Algorithm::RecursiveDoubling,
@@ -172,6 +176,7 @@ pub fn build_with(
     let mut work_count = 0;
     let steps = match (collective, algo) {
         (Collective::AllReduce, Algorithm::Tree) => tree::all_reduce(&g),
+        (Collective::AllReduce, Algorithm::RecursiveDoubling) => recursive_doubling::all_reduce(&g),
         (Collective::AllReduce, _) => halving_doubling::all_reduce(&g),
         (Collective::AllGather, Algorithm::Bruck) => recursive_doubling::bruck(&g),
         (Collective::AllGather, _) => recursive_doubling::all_gather(&g),

@@ -30,39 +30,21 @@ use super::Geometry;
 
 /// Rabenseifner all-reduce for any number of ranks.
 pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
-    let (n, r, count) = (g.nranks, g.rank, g.count);
+    let (n, count) = (g.nranks, g.count);
     if n == 1 {
         return local_copy(count, true);
     }
     if count == 0 {
         return Vec::new();
     }
-    let p = 1 << n.ilog2();
-    let rem = n - p;
-    let mut steps = Vec::new();
-    // Fold the extra ranks into their odd neighbours.
-    let v = if r < 2 * rem {
-        if r % 2 == 0 {
-            for (off, len) in g.chunks(count) {
-                steps.push(Step::send(r + 1, Region::send(off, len)));
-            }
-            for (off, len) in g.chunks(count) {
-                steps.push(Step::recv(r + 1, Region::recv(off, len)));
-            }
-            return steps;
-        }
-        for (off, len) in g.chunks(count) {
-            let (s, d) = (Region::send(off, len), Region::recv(off, len));
-            steps.push(Step::recv_reduce(r - 1, s, d));
-        }
-        r / 2
-    } else {
-        r - rem
+    let (mut steps, fold) = match fold_in(g) {
+        Fold::Out(steps) => return steps,
+        Fold::In { steps, fold } => (steps, fold),
     };
-    let real = |v: usize| if v < rem { 2 * v + 1 } else { v + rem };
+    let (p, v, real) = (fold.p, fold.v, |v| fold.real(v));
     // Where this rank's running values are: its input until the first
     // reduction into the receive buffer.
-    let mut in_recv = r < 2 * rem;
+    let mut in_recv = fold.folded;
     let (mut lo, mut hi) = (0, count);
     let mut mask = p / 2;
     // Reduce-scatter by recursive halving.
@@ -133,17 +115,96 @@ pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
         interleave(&mut steps, sends, recvs);
         mask *= 2;
     }
-    // Hand the result to the folded even rank.
-    if r < 2 * rem {
-        for (off, len) in g.chunks(count) {
-            steps.push(Step::send(r - 1, Region::recv(off, len)));
-        }
-    }
+    fold.out(g, &mut steps);
     steps
 }
 
+/// Where a rank stands after [`fold_in`].
+pub(super) enum Fold {
+    /// An even rank below `2 rem`: its whole plan (send the input up, get
+    /// the result back).
+    Out(Vec<Step>),
+    /// A rank that takes part in the power-of-two rounds: the steps so far
+    /// (an odd folding rank's reduction of its neighbour's input).
+    In { steps: Vec<Step>, fold: Folded },
+}
+
+/// The power-of-two rounds' view of the ranks, after the fold.
+#[derive(Clone, Copy)]
+pub(super) struct Folded {
+    /// The largest power of two `<= n`: the ranks of the rounds.
+    pub p: usize,
+    /// Ranks folded away (`n - p`).
+    rem: usize,
+    /// This rank's virtual rank among the `p`.
+    pub v: usize,
+    /// True when this rank reduced a neighbour's input into its receive
+    /// buffer (its running values are there, not in its input).
+    pub folded: bool,
+    rank: usize,
+}
+
+impl Folded {
+    /// The real rank of virtual rank `v`.
+    pub fn real(&self, v: usize) -> usize {
+        if v < self.rem {
+            2 * v + 1
+        } else {
+            v + self.rem
+        }
+    }
+
+    /// Appends the hand-back of the result to the folded even rank below,
+    /// for a rank that folded one in.
+    pub fn out(&self, g: &Geometry, steps: &mut Vec<Step>) {
+        if self.folded {
+            for (off, len) in g.chunks(g.count) {
+                steps.push(Step::send(self.rank - 1, Region::recv(off, len)));
+            }
+        }
+    }
+}
+
+/// Folds the `rem = n - p` extra ranks into their odd neighbours (`n >= 2`,
+/// `count > 0`): among ranks `0 .. 2 rem`, each even rank sends its input to
+/// the odd rank above it and waits for the result; the odd one reduces the
+/// pair into its receive buffer.
+pub(super) fn fold_in(g: &Geometry) -> Fold {
+    let (n, r, count) = (g.nranks, g.rank, g.count);
+    let p = 1 << n.ilog2();
+    let rem = n - p;
+    let mut steps = Vec::new();
+    let folded = r < 2 * rem;
+    if folded && r % 2 == 0 {
+        for (off, len) in g.chunks(count) {
+            steps.push(Step::send(r + 1, Region::send(off, len)));
+        }
+        for (off, len) in g.chunks(count) {
+            steps.push(Step::recv(r + 1, Region::recv(off, len)));
+        }
+        return Fold::Out(steps);
+    }
+    if folded {
+        for (off, len) in g.chunks(count) {
+            let (s, d) = (Region::send(off, len), Region::recv(off, len));
+            steps.push(Step::recv_reduce(r - 1, s, d));
+        }
+    }
+    let v = if folded { r / 2 } else { r - rem };
+    Fold::In {
+        steps,
+        fold: Folded {
+            p,
+            rem,
+            v,
+            folded,
+            rank: r,
+        },
+    }
+}
+
 /// Appends `a[0], b[0], a[1], b[1], ...`, then what is left of the longer.
-fn interleave(steps: &mut Vec<Step>, a: Vec<Step>, b: Vec<Step>) {
+pub(super) fn interleave(steps: &mut Vec<Step>, a: Vec<Step>, b: Vec<Step>) {
     let (mut a, mut b) = (a.into_iter(), b.into_iter());
     loop {
         match (a.next(), b.next()) {

@@ -1,4 +1,5 @@
-//! All-gather in `ceil(log2 n)` rounds: recursive doubling and Bruck.
+//! All-gather in `ceil(log2 n)` rounds (recursive doubling and Bruck), and
+//! the small all-reduce by recursive doubling.
 //!
 //! The ring all-gather takes `n - 1` rounds, so small messages pay `n - 1`
 //! latencies. Recursive doubling (Thakur, Rabenseifner and Gropp, "Optimization
@@ -18,10 +19,72 @@
 //! so the exchange never waits for more than one free slot per connection
 //! (as `pairwise.rs` does). Both ends cut a round's data at the same places
 //! (the blocks' absolute positions), so chunk lengths always match.
+//!
+//! The all-reduce by recursive doubling (MPICH's short-message
+//! all-reduce) swaps the whole vector in each of `log2 p` rounds and
+//! reduces what arrives: each rank moves `log2 p` times the data, where
+//! the ring and Rabenseifner's move about twice it, but a 2-rank call is
+//! one exchange where they take two. The `n - p` extra ranks fold in first
+//! and get the result back, as in Rabenseifner's (`halving_doubling.rs`).
+//! Partners reduce in opposite orders (`a op b`, `b op a`); every operator
+//! is commutative, so every rank ends with the same bits.
 
+use super::halving_doubling::{fold_in, interleave, Fold};
 use super::ring::local_copy;
 use super::step::{Region, Step};
 use super::Geometry;
+
+/// Recursive-doubling all-reduce for any number of ranks: `log2 p` rounds
+/// of whole-vector exchanges after folding the extra ranks in.
+pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
+    let (n, count) = (g.nranks, g.count);
+    if n == 1 {
+        return local_copy(count, true);
+    }
+    if count == 0 {
+        return Vec::new();
+    }
+    let (mut steps, fold) = match fold_in(g) {
+        Fold::Out(steps) => return steps,
+        Fold::In { steps, fold } => (steps, fold),
+    };
+    // The running values: the input until the first reduction into the
+    // receive buffer. Each chunk is sent before the same chunk is reduced
+    // over, so the send reads it unchanged.
+    let mut in_recv = fold.folded;
+    let mut mask = 1;
+    while mask < fold.p {
+        let peer = fold.real(fold.v ^ mask);
+        let src = |off, len| {
+            if in_recv {
+                Region::recv(off, len)
+            } else {
+                Region::send(off, len)
+            }
+        };
+        let last = mask * 2 == fold.p;
+        let sends = g
+            .chunks(count)
+            .map(|(o, l)| Step::send(peer, src(o, l)))
+            .collect();
+        let recvs = g
+            .chunks(count)
+            .map(|(o, l)| {
+                let step = Step::recv_reduce(peer, src(o, l), Region::recv(o, l));
+                if last {
+                    step.finalized()
+                } else {
+                    step
+                }
+            })
+            .collect();
+        interleave(&mut steps, sends, recvs);
+        in_recv = true;
+        mask *= 2;
+    }
+    fold.out(g, &mut steps);
+    steps
+}
 
 /// Recursive-doubling all-gather; Bruck's when `n` is not a power of two.
 pub(super) fn all_gather(g: &Geometry) -> Vec<Step> {
@@ -129,6 +192,60 @@ mod tests {
             count,
             chunk: 4,
             breaker: true,
+        }
+    }
+
+    #[test]
+    fn all_reduce_of_two_ranks_is_one_exchange() {
+        let (s, d) = (Region::send(0, 3), Region::recv(0, 3));
+        assert_eq!(
+            all_reduce(&geom(1, 2, 3)),
+            vec![Step::send(0, s), Step::recv_reduce(0, s, d).finalized()]
+        );
+    }
+
+    #[test]
+    fn all_reduce_folds_extra_ranks_then_swaps_whole_vectors() {
+        // 3 ranks: rank 0 folds into rank 1, which swaps with rank 2.
+        let (s, d) = (Region::send(0, 2), Region::recv(0, 2));
+        assert_eq!(
+            all_reduce(&geom(0, 3, 2)),
+            vec![Step::send(1, s), Step::recv(1, d)]
+        );
+        assert_eq!(
+            all_reduce(&geom(1, 3, 2)),
+            vec![
+                Step::recv_reduce(0, s, d),
+                Step::send(2, d),
+                Step::recv_reduce(2, d, d).finalized(),
+                Step::send(0, d),
+            ]
+        );
+        assert_eq!(
+            all_reduce(&geom(2, 3, 2)),
+            vec![Step::send(1, s), Step::recv_reduce(1, s, d).finalized()]
+        );
+    }
+
+    #[test]
+    fn all_reduce_finalizes_each_element_once() {
+        for n in 1..=12 {
+            for count in [1, 3, 17] {
+                let mut seen = vec![0; count];
+                for r in 0..n {
+                    for s in all_reduce(&geom(r, n, count)) {
+                        if s.finalize {
+                            let d = s.dst.unwrap();
+                            seen[d.offset..d.end()].iter_mut().for_each(|c| *c += 1);
+                        }
+                    }
+                }
+                // Every rank of the rounds (the largest power of two
+                // <= n) finalizes its own copy of every element; the
+                // folded ranks receive theirs finalized.
+                let p = 1 << n.ilog2();
+                assert!(seen.iter().all(|&c| c == p), "n={n} count={count}");
+            }
         }
     }
 

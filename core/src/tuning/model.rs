@@ -655,12 +655,13 @@ fn phases(
                 Phase::new(3.0 * more + depth, b, TREE_DOWN, false, span).avg(2.5 * m),
             ]
         }
-        (Collective::AllReduce, Algorithm::HalvingDoubling) => {
+        (Collective::AllReduce, Algorithm::HalvingDoubling | Algorithm::RecursiveDoubling) => {
             let p = 1usize << n.ilog2();
             let mut out = Vec::new();
             // The `2 (n - p)` folding ranks: half send their input (2
             // passes) for the other half to reduce (3), and get the result
-            // back the same way (2 and 2); the `p` others halve and double.
+            // back the same way (2 and 2); the `p` others halve and double,
+            // or swap whole vectors.
             let (fold, active) = (2.0 * (n - p) as f64 / nf, p as f64 / nf);
             let rem = n - p;
             let real = |v: usize| if v < rem { 2 * v + 1 } else { v + rem };
@@ -679,10 +680,13 @@ fn phases(
                 let fold_out = Phase::new(m, b, COPY, false, fold_span).avg(m * fold);
                 out.push(fold_out.active(fold));
             }
+            let halving = algo == Algorithm::HalvingDoubling;
             let mut mask = p / 2;
             let mut elems = count;
             while mask > 0 {
-                elems = elems.div_ceil(2);
+                if halving {
+                    elems = elems.div_ceil(2);
+                }
                 let (m, b) = cut(elems);
                 // Virtual ranks `v` and `v ^ mask` pair up; with no fold
                 // they are the ranks themselves, paired alike on every host.
@@ -693,11 +697,14 @@ fn phases(
                 };
                 // Each round sends m slots and receives m, alternating: a
                 // pair costs one step of `b` bytes, a `send` (2 passes) and
-                // a `recv` (2), which reduces while halving (3).
-                let halve = Phase::new(m, b, REDUCE_EXCHANGE, true, span).avg(m * active);
-                out.push(halve.active(active));
-                let double = Phase::new(m, b, EXCHANGE, false, span).avg(m * active);
-                out.push(double.active(active));
+                // a `recv` (2), which reduces (3). Halving rounds are
+                // matched by as many doubling rounds, which only copy.
+                let round = Phase::new(m, b, REDUCE_EXCHANGE, true, span).avg(m * active);
+                out.push(round.active(active));
+                if halving {
+                    let double = Phase::new(m, b, EXCHANGE, false, span).avg(m * active);
+                    out.push(double.active(active));
+                }
                 mask /= 2;
             }
             out

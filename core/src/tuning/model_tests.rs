@@ -29,6 +29,26 @@ fn latency_bound_sizes_favour_logarithmic_algorithms() {
 }
 
 #[test]
+fn recursive_doubling_takes_small_all_reduces_and_leaves_large_ones() {
+    let (ar, rd) = (Collective::AllReduce, Algorithm::RecursiveDoubling);
+    for n in [2, 4, 8] {
+        // Half the rounds of halving-doubling, where bytes cost nothing.
+        for other in [Algorithm::Ring, Algorithm::HalvingDoubling] {
+            assert!(
+                t(ar, rd, 8, n, n) < t(ar, other, 8, n, n),
+                "{n} ranks vs {other}"
+            );
+        }
+        // `log2 n` times the data, where bytes are what costs.
+        let big = 64 << 20;
+        assert!(
+            t(ar, Algorithm::Ring, big, n, n) < t(ar, rd, big, n, n),
+            "{n} ranks"
+        );
+    }
+}
+
+#[test]
 fn bandwidth_bound_sizes_favour_the_ring_on_few_ranks() {
     let ar = Collective::AllReduce;
     let big = 256 << 20;
@@ -182,7 +202,7 @@ fn ranks_outnumbering_cores_are_priced_by_their_work() {
     };
     // 8 ranks on 2 or on 4 cores, crowded either way: the ranks' work
     // divided by the cores, so twice the cores take half the time.
-    for algo in [Algorithm::Ring, Algorithm::Tree, Algorithm::HalvingDoubling] {
+    for algo in Algorithm::candidates(Collective::AllReduce).iter().copied() {
         for count in [2, 1 << 10, 1 << 20] {
             let (two, four) = (t(2, algo, 8, count), t(4, algo, 8, count));
             assert!(
@@ -440,7 +460,7 @@ fn tcp_steps_arrive_after_the_latency_and_cost_the_ranks_their_step() {
     // With a core per rank the crowded step plays no part; the latency
     // still does where calls end waiting (ring, tree, halving-doubling).
     let spread = Shape::new(8, 4, 512 << 10);
-    for algo in [Algorithm::Ring, Algorithm::Tree, Algorithm::HalvingDoubling] {
+    for algo in Algorithm::candidates(Collective::AllReduce).iter().copied() {
         let at = |latency: f64, crowded: f64| t(ar, algo, &params(64, latency, crowded), &spread);
         assert_eq!(at(30e-6, 90e-6), at(30e-6, 30e-6), "{algo:?}");
         assert!(at(90e-6, 30e-6) > at(30e-6, 30e-6), "{algo:?}");

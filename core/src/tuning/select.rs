@@ -144,6 +144,11 @@ pub fn choose_by_model(
         .iter()
         .filter_map(|&a| Some((a, predict(params, collective, a, count, esize, shape)?)))
         .collect();
+    first_of_the_fastest(&times)
+}
+
+/// The first of `times` within [`TIE`] of the fastest.
+fn first_of_the_fastest(times: &[(Algorithm, f64)]) -> Option<Algorithm> {
     let fastest = times.iter().map(|&(_, t)| t).fold(f64::INFINITY, f64::min);
     times
         .iter()
@@ -175,11 +180,20 @@ mod tests {
         let t = |a| predict(&p, ar, a, 10, 4, &shape).unwrap();
         let (ring, tree) = (t(Algorithm::Ring), t(Algorithm::Tree));
         assert!(tree < ring && ring < tree * (1.0 + TIE), "{ring} {tree}");
+        let pair = [(Algorithm::Ring, ring), (Algorithm::Tree, tree)];
+        assert_eq!(first_of_the_fastest(&pair), Some(Algorithm::Ring));
+        // Recursive doubling's one exchange beats both's two hops.
         let none = Forced::default();
-        assert_eq!(choose(&none, &p, ar, 10, 4, &shape), Some(Algorithm::Ring));
-        // A clear winner still wins: the tree at 64 ranks, 8 per host.
+        assert_eq!(
+            choose(&none, &p, ar, 10, 4, &shape),
+            Some(Algorithm::RecursiveDoubling)
+        );
+        // And at 64 ranks, 8 per host: 6 rounds against the tree's 12 hops.
         let wide = Shape::new(64, 8, 1 << 20);
-        assert_eq!(choose(&none, &p, ar, 2, 4, &wide), Some(Algorithm::Tree));
+        assert_eq!(
+            choose(&none, &p, ar, 2, 4, &wide),
+            Some(Algorithm::RecursiveDoubling)
+        );
     }
 
     #[test]

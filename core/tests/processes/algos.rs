@@ -102,6 +102,13 @@ fn halving_doubling_and_recursive_doubling() {
 }
 
 #[test]
+fn recursive_doubling_all_reduce() {
+    for n in [2, 3, 4] {
+        launch(n, "all_reduce=recursive_doubling");
+    }
+}
+
+#[test]
 fn eight_ranks() {
     launch(
         8,

@@ -1,5 +1,5 @@
-//! The algorithms beside the defaults (double binary tree and
-//! halving-doubling all-reduce, binomial broadcast and reduce, recursive-doubling and
+//! The algorithms beside the defaults (double binary tree,
+//! halving-doubling and recursive-doubling all-reduce, binomial broadcast and reduce, recursive-doubling and
 //! Bruck all-gather) for every communicator size from 1 to 64, run by the
 //! simulator and checked element by element against an independent
 //! reference, as `plans.rs` does for the defaults.
@@ -24,6 +24,15 @@ fn double_tree_all_reduce() {
 fn halving_doubling_all_reduce() {
     sweep(
         Some(Algorithm::HalvingDoubling),
+        |_| vec![Collective::AllReduce],
+        true,
+    );
+}
+
+#[test]
+fn recursive_doubling_all_reduce() {
+    sweep(
+        Some(Algorithm::RecursiveDoubling),
         |_| vec![Collective::AllReduce],
         true,
     );
@@ -89,6 +98,7 @@ fn every_dtype_and_op() {
             for (collective, algo) in [
                 (Collective::AllReduce, Algorithm::Tree),
                 (Collective::AllReduce, Algorithm::HalvingDoubling),
+                (Collective::AllReduce, Algorithm::RecursiveDoubling),
                 (Collective::Reduce { root: 1 }, Algorithm::Binomial),
             ] {
                 Case {
@@ -116,6 +126,7 @@ fn random_schedules() {
         [
             (Collective::AllReduce, Algorithm::Tree),
             (Collective::AllReduce, Algorithm::HalvingDoubling),
+            (Collective::AllReduce, Algorithm::RecursiveDoubling),
             (Collective::Broadcast { root: n / 3 }, Algorithm::Binomial),
             (Collective::Reduce { root: n / 2 }, Algorithm::Binomial),
             (Collective::AllGather, Algorithm::RecursiveDoubling),

@@ -105,8 +105,10 @@ fn pretend_hosts_change_the_barriers_not_the_links_the_model_prices() {
             c
         };
         harness::run_threads(4, config, Duration::from_secs(60), |comm| {
-            [Algorithm::Ring, Algorithm::Tree, Algorithm::HalvingDoubling]
-                .map(|a| comm.predict(Collective::AllReduce, a, DataType::F32, 1 << 10))
+            Algorithm::candidates(Collective::AllReduce)
+                .iter()
+                .map(|&a| comm.predict(Collective::AllReduce, a, DataType::F32, 1 << 10))
+                .collect::<Vec<_>>()
         })
     };
     let (alone, pretend) = (predictions(None), predictions(Some("2")));
