@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Counts the instructions of small host calls with callgrind and checks
 # them against benches/icount-ceilings.txt: shm 8-byte send_host and
-# recv_host and a 2-rank barrier_host (see benches/icount/src/main.rs for
+# recv_host, a 2-rank barrier_host and all_reduce_host of two f32 (see benches/icount/src/main.rs for
 # how each call is isolated). Instruction counts do not depend on the
 # machine's load, so the check is exact where a timing would be noise.
 #

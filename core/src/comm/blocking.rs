@@ -3,13 +3,15 @@
 //! [`Communicator::barrier_host`] does) and returns when it is complete.
 //!
 //! # Borrowed memory
-//! The caller's slice is bound for the duration of the call, without a
-//! copy in or out, and nothing keeps it afterwards: the view made of it is
-//! the operation's only handle and is dropped before the call returns
-//! (which also drops any RDMA registration made of it, through the
-//! buffers' release hooks). Collectives only ever touch the slice from the
-//! calling thread, so after any return (success, error, timeout) nothing
-//! writes into it.
+//! The caller's slice is used in place, without a copy in or out, and
+//! nothing keeps it afterwards. A collective runs its plan on the slices
+//! themselves, on the calling thread (its data travels through the
+//! library's slots), so after any return (success, error, timeout)
+//! nothing writes into them; the plan of the last call of the same shape
+//! is reused, so a call in a loop allocates nothing. A send or receive
+//! makes a view of the slice for the operation, its only handle, dropped
+//! before the call returns (which also drops any RDMA registration made
+//! of it, through the buffers' release hooks).
 //!
 //! A receive ([`Communicator::recv_host`]) never lets another process
 //! write into the slice. Over shared memory a large (rendezvous) message
@@ -23,12 +25,12 @@
 //! receive returns, and over verbs the registration the peer's NIC writes
 //! through is dropped.
 
-use crate::comm::buffer::{Binding, BufView};
+use crate::comm::buffer::BufView;
 use crate::comm::p2p::{Dir, Now};
 use crate::comm::Communicator;
 use crate::host::{Element, JobMode, RawBuffer};
-use crate::plan::Collective;
-use crate::{Error, ReduceOp, Result};
+use crate::plan::{Buffers, Collective, Plan};
+use crate::{DataType, Error, ReduceOp, Result};
 
 /// A view of a caller's slice, for one blocking call. Dropping it checks
 /// that the call kept no handle to the memory.
@@ -94,20 +96,25 @@ fn same_len(call: &str, send: usize, recv: usize) -> Result<()> {
 }
 
 impl Communicator {
-    /// One collective on `binding`, run by the calling thread in its turn.
-    fn run_collective_host(
+    /// One collective of `count` elements of `dtype`, run by the calling
+    /// thread in its turn on the caller's own memory (`bufs` makes the
+    /// call's [`Buffers`] for its plan). The plan of the last call of the
+    /// same shape is reused, so a call in a loop builds nothing.
+    fn run_collective_host<'a>(
         &self,
         name: &'static str,
         collective: Collective,
-        lent: &Lent<'_>,
-        op: ReduceOp,
-        binding: Binding,
+        (dtype, count, op): (DataType, usize, ReduceOp),
+        bufs: impl FnOnce(&Plan) -> Result<Buffers<'a>>,
     ) -> Result<()> {
-        let (dtype, count) = (lent.view.dtype(), lent.view.len());
-        let task = self.plan_task(collective, dtype, op, count, binding)?;
+        if let Some(e) = self.inner.error() {
+            return Err(e);
+        }
+        let plan = self.inner.plan(collective, dtype, op, count)?;
+        let mut bufs = bufs(&plan)?;
         let ticket = self.inner.turns.take();
         self.inner.run_ticketed(ticket, JobMode::Run, name, |c| {
-            c.run_plan(&task.plan, &task.binding, ticket)
+            c.run_plan_on(&plan, &mut bufs, ticket)
         })
     }
 
@@ -147,12 +154,13 @@ impl Communicator {
         op: ReduceOp,
     ) -> Result<()> {
         same_len("all_reduce_host", send.len(), recv.len())?;
-        let (s, r) = (Lent::shared(send)?, Lent::exclusive(recv)?);
-        let binding = Binding::Separate {
-            send: Some(s.view.clone()),
-            recv: Some(r.view.clone()),
-        };
-        self.run_collective_host("all_reduce_host", Collective::AllReduce, &s, op, binding)
+        let shape = (T::DTYPE, send.len(), op);
+        self.run_collective_host("all_reduce_host", Collective::AllReduce, shape, move |_| {
+            Ok(Buffers::Separate {
+                send: bytemuck::cast_slice(send),
+                recv: bytemuck::cast_slice_mut(recv),
+            })
+        })
     }
 
     /// [`Communicator::all_reduce_host`] with one slice as input and output.
@@ -176,14 +184,12 @@ impl Communicator {
     /// # Errors
     /// As [`Communicator::all_reduce_host`], without the length check.
     pub fn all_reduce_in_place_host<T: Element>(&self, data: &mut [T], op: ReduceOp) -> Result<()> {
-        let lent = Lent::exclusive(data)?;
-        let binding = Binding::InPlace(lent.view.clone());
+        let shape = (T::DTYPE, data.len(), op);
         self.run_collective_host(
             "all_reduce_in_place_host",
             Collective::AllReduce,
-            &lent,
-            op,
-            binding,
+            shape,
+            move |plan| Buffers::in_place(plan, bytemuck::cast_slice_mut(data)),
         )
     }
 
@@ -211,14 +217,12 @@ impl Communicator {
     /// As [`Communicator::all_reduce_in_place_host`], plus a root out of
     /// range.
     pub fn broadcast_host<T: Element>(&self, data: &mut [T], root: usize) -> Result<()> {
-        let lent = Lent::exclusive(data)?;
-        let binding = Binding::InPlace(lent.view.clone());
+        let shape = (T::DTYPE, data.len(), ReduceOp::Sum);
         self.run_collective_host(
             "broadcast_host",
             Collective::Broadcast { root },
-            &lent,
-            ReduceOp::Sum,
-            binding,
+            shape,
+            move |plan| Buffers::in_place(plan, bytemuck::cast_slice_mut(data)),
         )
     }
 

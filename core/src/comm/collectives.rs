@@ -20,7 +20,7 @@ use crate::comm::buffer::{AsBufView, Binding};
 use crate::comm::task::PlanTask;
 use crate::comm::Communicator;
 use crate::host::HostStream;
-use crate::plan::{self, Collective, PlanParams};
+use crate::plan::Collective;
 use crate::{DataType, Error, ReduceOp, Result};
 
 impl Communicator {
@@ -50,24 +50,11 @@ impl Communicator {
         if let Some(e) = self.inner.error() {
             return Err(e);
         }
-        let algo = self.inner.selector.choose(collective, count, dtype.size());
-        let plan = plan::build_with(
-            collective,
-            dtype,
-            op,
-            count,
-            &PlanParams {
-                rank: self.inner.rank,
-                nranks: self.inner.size,
-                slot_bytes: self.inner.config.slot_bytes(),
-                nsteps: self.inner.config.nsteps,
-            },
-            algo,
-        )?;
+        let plan = self.inner.plan(collective, dtype, op, count)?;
         binding.check(&plan)?;
         Ok(Arc::new(PlanTask {
             comm: self.inner.clone(),
-            plan: Arc::new(plan),
+            plan,
             binding,
         }))
     }

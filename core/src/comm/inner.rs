@@ -13,18 +13,19 @@ use std::sync::{Arc, Mutex};
 use crate::comm::barrier::BarrierState;
 use crate::comm::buffer::Binding;
 use crate::comm::p2p::P2pState;
+use crate::comm::plan_cache::PlanCache;
 use crate::comm::turns::Turns;
 use crate::config::Config;
 use crate::engine::{Engine, FailureSink};
 use crate::error::MismatchNote;
 use crate::host::JobMode;
-use crate::plan::{apply_step, signature, Plan, Step};
+use crate::plan::{apply_step, signature, Buffers, Collective, Plan, PlanParams, Step};
 use crate::transport::fault::FaultInjector;
 use crate::transport::ring::RingError;
 use crate::transport::{raise_failure, record_mismatch, Connection, Segment};
 use crate::tuning::Selector;
 use crate::wait::{WaitError, WaitPolicy};
-use crate::{Error, Result};
+use crate::{DataType, Error, ReduceOp, Result};
 
 /// The sleep hook of waits when some peer is reached over verbs (see
 /// [`CommInner::policy`]).
@@ -83,6 +84,8 @@ pub(crate) struct CommInner {
     error: Arc<Mutex<Option<Error>>>,
     /// Chooses each collective's algorithm (override or cost model).
     pub selector: Selector,
+    /// The plans of recent calls, for the next call of the same shape.
+    pub plans: PlanCache,
     /// Point-to-point rendezvous numbering and byte counters.
     pub p2p: P2pState,
     /// Fault-injection hooks on every slot published or consumed (an empty
@@ -120,6 +123,7 @@ impl CommInner {
             error,
             barrier,
             selector,
+            plans: PlanCache::default(),
             p2p: P2pState::new(size),
             faults,
         }
@@ -133,6 +137,28 @@ impl CommInner {
             Some(hook) => p.with_on_sleep(&**hook),
             None => p,
         }
+    }
+
+    /// The plan of one collective call, built for this rank (or kept
+    /// from the last call of the same shape).
+    ///
+    /// # Errors
+    /// As [`crate::plan::build_with`].
+    pub(crate) fn plan(
+        &self,
+        collective: Collective,
+        dtype: DataType,
+        op: ReduceOp,
+        count: usize,
+    ) -> Result<Arc<Plan>> {
+        let params = PlanParams {
+            rank: self.rank,
+            nranks: self.size,
+            slot_bytes: self.config.slot_bytes(),
+            nsteps: self.config.nsteps,
+        };
+        self.plans
+            .plan(&self.selector, &params, collective, dtype, op, count)
     }
 
     /// The stored error, if the communicator has failed.
@@ -227,7 +253,33 @@ impl CommInner {
         // Working memory lives for the whole plan (see `Plan::work_count`).
         let mut work = Binding::work_buffer(plan);
         for step in &plan.steps {
-            self.run_step(plan, step, binding, &mut work, seq)?;
+            self.run_step(plan, step, seq, |slot_in, slot_out| {
+                if step.src.is_none() && step.dst.is_none() {
+                    let mut none = Buffers::Separate {
+                        send: &[],
+                        recv: &mut [],
+                    };
+                    apply_step(plan, step, &mut none, slot_in, slot_out)
+                } else {
+                    binding.with_buffers(plan, &mut work, |bufs| {
+                        apply_step(plan, step, bufs, slot_in, slot_out)
+                    })
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Executes every step of `plan` on the caller's own memory, `bufs`:
+    /// the host-blocking collectives' path, with no buffer handle, lock or
+    /// working memory between the call and its slices (`plan` must need
+    /// none: [`Plan::work_count`] is for calls without a receive buffer).
+    pub(crate) fn run_plan_on(&self, plan: &Plan, bufs: &mut Buffers<'_>, seq: u64) -> Result<()> {
+        let _span = tracing::trace_span!("plan", op = plan.collective.name(), seq).entered();
+        for step in &plan.steps {
+            self.run_step(plan, step, seq, |slot_in, slot_out| {
+                apply_step(plan, step, bufs, slot_in, slot_out)
+            })?;
         }
         Ok(())
     }
@@ -243,13 +295,14 @@ impl CommInner {
             .ok_or_else(|| Error::InvalidUsage(format!("no connection to rank {peer}")))
     }
 
+    /// Runs one step: waits for its input slot and output credit, has
+    /// `apply` combine them with the call's memory, and publishes.
     fn run_step(
         &self,
         plan: &Plan,
         step: &Step,
-        binding: &Binding,
-        work: &mut [u8],
         seq: u64,
+        apply: impl FnOnce(Option<&[u8]>, Option<&mut [u8]>) -> Result<usize>,
     ) -> Result<()> {
         let policy = self.policy();
         let what = || format!("{} #{seq}", plan.collective.name());
@@ -285,22 +338,7 @@ impl CommInner {
             }
             None => None,
         };
-        let written = if step.src.is_none() && step.dst.is_none() {
-            apply_step(
-                plan,
-                step,
-                &mut crate::plan::Buffers::Separate {
-                    send: &[],
-                    recv: &mut [],
-                },
-                slot_in,
-                slot_out,
-            )?
-        } else {
-            binding.with_buffers(plan, work, |bufs| {
-                apply_step(plan, step, bufs, slot_in, slot_out)
-            })?
-        };
+        let written = apply(slot_in, slot_out)?;
         if let Some(p) = step.send_to {
             let c = self.connection(p)?;
             self.faults.commit_send(p, c, written, sig, &policy, |e| {

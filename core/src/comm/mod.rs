@@ -24,6 +24,7 @@ pub(crate) mod inner;
 mod mismatch;
 pub mod p2p;
 pub(crate) mod peer_watch;
+mod plan_cache;
 mod selection;
 pub(crate) mod task;
 mod turns;
