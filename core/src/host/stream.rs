@@ -7,12 +7,25 @@
 //! sleeping while the worker does: on our machines waking another thread costs
 //! more than most small collectives (`docs/design/architecture.md`).
 //!
+//! # Who runs the queue
+//! A program that enqueues and then synchronizes in a loop drains its own
+//! stream, and waking the worker for each enqueue only costs a system
+//! call and a thread competing for the caller's core. So once a stream's
+//! last [`CALLER_DRIVEN`] jobs were all run by threads in `synchronize`,
+//! an enqueue no longer wakes the worker: the worker watches the queue
+//! instead, waking every [`WATCH_SLICE`], and takes a job that has waited
+//! through a whole slice with nothing completing. That job ends the
+//! caller-driven run (enqueues wake the worker again), so work enqueued
+//! and not synchronized starts at most two slices late, once. A watching
+//! worker that finds the stream idle for [`WATCH_IDLE`] slices parks for
+//! long again (the next enqueue wakes it).
+//!
 //! Errors are sticky, like CUDA's: the first failing task's error is kept,
 //! later tasks are skipped (releasing their communicator turn), and
 //! `synchronize` returns the error.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -55,7 +68,25 @@ struct Shared {
     enqueued: AtomicU64,
     completed: AtomicU64,
     timeout: Duration,
+    /// Jobs run by threads in `synchronize` since the worker last ran one
+    /// (saturating at [`CALLER_DRIVEN`]).
+    driven: AtomicU32,
+    /// True while the worker watches the queue in short slices: enqueues
+    /// then need not wake it.
+    watching: AtomicBool,
+    /// Set by [`Shared::bump_work`]: the worker runs the queue at once.
+    urgent: AtomicBool,
 }
+
+/// Jobs in a row run by synchronizing threads after which enqueues stop
+/// waking the worker (see the module docs).
+const CALLER_DRIVEN: u32 = 8;
+/// How often a watching worker looks at the queue; the longest a job
+/// waits for it is two of these (one to be seen, one with nothing
+/// completing).
+const WATCH_SLICE: Duration = Duration::from_millis(2);
+/// Slices with nothing enqueued after which a watching worker parks.
+const WATCH_IDLE: u32 = 10;
 
 /// How long one idle wait lasts before it is simply renewed.
 const IDLE: Duration = Duration::from_secs(3600);
@@ -65,10 +96,31 @@ impl Shared {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Wakes the worker: there is work for it.
+    /// Wakes the worker to run the queue now, watching or not (work left
+    /// behind by a synchronizing thread, shutdown).
     fn bump_work(&self) {
-        self.work_version.fetch_add(1, Ordering::Release);
+        self.driven.store(0, Ordering::Relaxed);
+        self.urgent.store(true, Ordering::SeqCst);
+        self.work_version.fetch_add(1, Ordering::SeqCst);
         self.work.notify();
+    }
+
+    /// Announces an enqueued job: wakes the worker unless it is watching
+    /// the queue (a caller-driven stream, see the module docs). The
+    /// version is bumped before `watching` is read, and the worker clears
+    /// `watching` before it reads the version to park: one of the two sees
+    /// the other, so a parking worker never misses the job.
+    fn announce(&self) {
+        self.work_version.fetch_add(1, Ordering::SeqCst);
+        if !self.watching.load(Ordering::SeqCst) {
+            self.work.notify();
+        }
+    }
+
+    /// True once the last [`CALLER_DRIVEN`] jobs were run by synchronizing
+    /// threads.
+    fn caller_driven(&self) -> bool {
+        self.driven.load(Ordering::Relaxed) >= CALLER_DRIVEN
     }
 
     /// Counts a completed job and wakes the threads in `synchronize` if
@@ -114,11 +166,6 @@ impl Shared {
         }
         st.running = false;
         self.count_done();
-        if !st.queue.is_empty() {
-            // Whoever ran this job may stop here (a synchronize reached its
-            // target): make sure the worker picks up the rest.
-            self.bump_work();
-        }
         st
     }
 }
@@ -203,6 +250,9 @@ impl HostStream {
             enqueued: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             timeout,
+            driven: AtomicU32::new(0),
+            watching: AtomicBool::new(false),
+            urgent: AtomicBool::new(false),
         });
         let worker_shared = shared.clone();
         let worker = std::thread::Builder::new()
@@ -255,7 +305,7 @@ impl HostStream {
         st.queue.push_back(task.prepare());
         self.shared.enqueued.fetch_add(1, Ordering::Relaxed);
         drop(st);
-        self.shared.bump_work();
+        self.shared.announce();
         Ok(())
     }
 
@@ -270,7 +320,7 @@ impl HostStream {
         st.queue.push_back(job);
         self.shared.enqueued.fetch_add(1, Ordering::Relaxed);
         drop(st);
-        self.shared.bump_work();
+        self.shared.announce();
         Ok(())
     }
 
@@ -553,14 +603,22 @@ impl HostStream {
             let mut st = shared.lock();
             if !st.running && !st.queue.is_empty() {
                 st.running = true;
-                drop(shared.run_one(st));
+                let d = shared.driven.load(Ordering::Relaxed);
+                if d < CALLER_DRIVEN {
+                    shared.driven.store(d + 1, Ordering::Relaxed);
+                }
+                let st = shared.run_one(st);
+                if shared.completed.load(Ordering::Acquire) >= target && !st.queue.is_empty() {
+                    // This thread stops here: the worker takes the rest.
+                    drop(st);
+                    shared.bump_work();
+                }
                 continue;
             }
             drop(st);
             // Woken only once the target is reached: meanwhile the worker
-            // runs the queue (`run_one` wakes it for work left behind).
-            // Each sleep slice also ends here, and the loop looks at the
-            // queue again.
+            // runs the queue. Each sleep slice also ends here, and the
+            // loop looks at the queue again.
             let _ = shared
                 .done
                 .wait_until(&policy, || shared.wait_for(target).then_some(()));
@@ -632,26 +690,66 @@ fn worker_loop(shared: &Shared) {
     // The worker goes straight to sleep when idle: a thread in `synchronize`
     // usually runs short jobs itself, and a spinning worker would only steal
     // the core from the ranks.
-    // Its queue always announces new work (`bump_work`), so its sleeps may
-    // be long: an idle worker wakes once a second.
-    let policy = WaitPolicy::new(0, IDLE)
+    // Its queue always announces new work (`announce`), so its sleeps may
+    // be long: an idle worker wakes once a second. A watching worker (see
+    // the module docs) wakes every `WATCH_SLICE`.
+    let parked = WaitPolicy::new(0, IDLE)
         .with_yields(0)
         .with_max_slice(crate::wait::IDLE_WORKER_SLICE);
+    let watch = WaitPolicy::new(0, WATCH_SLICE).with_yields(0);
+    // While watching: the completions counted when a job was last seen
+    // waiting, the enqueues counted at the last look, and how many looks in
+    // a row saw nothing new enqueued.
+    let mut waiting_since: Option<u64> = None;
+    let mut last_enqueued = 0;
+    let mut idle_looks = 0;
     loop {
-        let seen = shared.work_version.load(Ordering::Acquire);
+        let seen = shared.work_version.load(Ordering::SeqCst);
+        let urgent = shared.urgent.swap(false, Ordering::SeqCst);
+        let watching = !urgent && shared.caller_driven() && idle_looks <= WATCH_IDLE;
+        shared.watching.store(watching, Ordering::SeqCst);
         let mut st = shared.lock();
         if !st.running && !st.queue.is_empty() {
-            st.running = true;
-            drop(shared.run_one(st));
-            continue;
+            let completed = shared.completed.load(Ordering::Acquire);
+            if !watching || waiting_since == Some(completed) {
+                // Nobody drains this stream (or not in time): run the
+                // queue, and have enqueues wake the worker again.
+                st.running = true;
+                shared.driven.store(0, Ordering::Relaxed);
+                shared.watching.store(false, Ordering::SeqCst);
+                waiting_since = None;
+                drop(shared.run_one(st));
+                continue;
+            }
+            // A caller may be about to synchronize: look again after a
+            // slice, and run the job then if nothing completed meanwhile.
+            waiting_since = Some(completed);
+            idle_looks = 0;
+        } else {
+            waiting_since = None;
+            let enqueued = shared.enqueued.load(Ordering::Relaxed);
+            if enqueued == last_enqueued {
+                idle_looks += 1;
+            } else {
+                (last_enqueued, idle_looks) = (enqueued, 0);
+            }
         }
         if st.shutdown && st.queue.is_empty() {
             return;
         }
         drop(st);
-        let _ = shared.work.wait_until(&policy, || {
-            (shared.work_version.load(Ordering::Acquire) != seen).then_some(())
-        });
+        if watching {
+            let _ = shared.work.wait_until(&watch, || {
+                let new_work =
+                    waiting_since.is_none() && shared.work_version.load(Ordering::SeqCst) != seen;
+                (new_work || shared.urgent.load(Ordering::SeqCst)).then_some(())
+            });
+        } else {
+            idle_looks = 0;
+            let _ = shared.work.wait_until(&parked, || {
+                (shared.work_version.load(Ordering::SeqCst) != seen).then_some(())
+            });
+        }
     }
 }
 
@@ -678,6 +776,94 @@ mod tests {
         for _ in 0..quick {
             stream.host_fn(|| {}).unwrap();
         }
+    }
+
+    /// Makes `stream` caller-driven: jobs enqueued and drained by
+    /// `synchronize` on this thread, until the worker watches.
+    fn drive(stream: &HostStream) {
+        for _ in 0..CALLER_DRIVEN + 2 {
+            stream.host_fn(|| {}).unwrap();
+            stream.synchronize().unwrap();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !stream.shared.watching.load(Ordering::SeqCst) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the worker never watched"
+            );
+            // The worker decides at its next look; give it one.
+            stream.host_fn(|| {}).unwrap();
+            stream.synchronize().unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_caller_driven_stream_still_runs_work_nobody_synchronizes() {
+        let stream = HostStream::new().unwrap();
+        drive(&stream);
+        assert!(stream.shared.caller_driven());
+        // Enqueued, not synchronized: the watching worker takes it within
+        // two slices (allow far more on a loaded machine).
+        let ran = Arc::new(AtomicU64::new(0));
+        let r = ran.clone();
+        let started = std::time::Instant::now();
+        stream
+            .host_fn(move || {
+                r.store(1, Ordering::SeqCst);
+            })
+            .unwrap();
+        while ran.load(Ordering::SeqCst) == 0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "a job on a caller-driven stream never ran"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        // Its run ended the caller-driven spell: enqueues wake the worker
+        // again.
+        assert!(!stream.shared.caller_driven());
+        assert!(stream.query());
+    }
+
+    #[test]
+    fn work_left_behind_by_a_synchronize_is_run_by_the_worker() {
+        let stream = Arc::new(HostStream::new().unwrap());
+        drive(&stream);
+        // A thread synchronizes up to a gated job, which it runs itself;
+        // meanwhile this thread enqueues more and opens the gate without
+        // synchronizing. The synchronizing thread stops at its target, and
+        // the worker must take the rest at once.
+        let gate = Doorbell::new();
+        stream.wait_value32(&gate, 1, WaitCmp::Geq).unwrap();
+        let syncer = {
+            let stream = stream.clone();
+            std::thread::spawn(move || stream.synchronize())
+        };
+        // Enqueue only once the gated job runs (the target is then fixed).
+        while !stream.shared.lock().running {
+            std::thread::yield_now();
+        }
+        let ran = Arc::new(AtomicU64::new(0));
+        for _ in 0..20 {
+            let ran = ran.clone();
+            stream
+                .host_fn(move || {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                })
+                .unwrap();
+        }
+        gate.store(1);
+        syncer.join().unwrap().unwrap();
+        let started = std::time::Instant::now();
+        while ran.load(Ordering::SeqCst) < 20 {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "jobs left unrun"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert!(stream.query());
     }
 
     #[test]
