@@ -58,6 +58,11 @@ impl Communicator {
             Ok(turn) => turn,
             Err(not_now) => return not_now,
         };
+        if !conn.send.has_credit() {
+            // Over verbs returned credit is a completion still to reap
+            // (and over tcp a frame still in the socket): look once.
+            conn.poke();
+        }
         let Some(slot) = conn
             .send
             .try_acquire_send()
@@ -87,9 +92,9 @@ impl Communicator {
         };
         if !conn.recv.has_data() {
             // Over tcp the message may be in the socket still, over verbs
-            // in the completion queue: move the connection's bytes on this
-            // thread once (nothing to do over shared memory).
-            conn.after_step();
+            // its tail in the completion queue: look on this thread once
+            // (nothing to do over shared memory).
+            conn.poke();
         }
         let Ok(Some(slot)) = conn.recv.try_acquire_recv() else {
             return Now::Ticket(ticket);

@@ -24,7 +24,6 @@
 //! guest no exporter, so the dma-buf registration only fails cleanly there.
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::Path;
 use std::sync::Arc;
 
 use rdma_sys::ibv_access_flags;
@@ -121,9 +120,11 @@ fn register_peermem(dev: &Arc<Device>, addr: u64, len: usize) -> Result<Arc<Regi
 }
 
 /// True where the nvidia-peermem module (or the older nv_peer_mem) is loaded.
+/// (Only the CUDA backend asks.)
+#[cfg(feature = "cuda")]
 pub fn peermem_loaded() -> bool {
-    Path::new("/sys/module/nvidia_peermem").exists()
-        || Path::new("/sys/kernel/mm/memory_peers/nv_mem/version").exists()
+    std::path::Path::new("/sys/module/nvidia_peermem").exists()
+        || std::path::Path::new("/sys/kernel/mm/memory_peers/nv_mem/version").exists()
 }
 
 /// Which way the NIC of `dev` can register device memory, tried on `len`
