@@ -30,13 +30,7 @@ use super::Geometry;
 
 /// Rabenseifner all-reduce for any number of ranks.
 pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
-    let (n, count) = (g.nranks, g.count);
-    if n == 1 {
-        return local_copy(count, true);
-    }
-    if count == 0 {
-        return Vec::new();
-    }
+    let count = g.count;
     let (mut steps, fold) = match fold_in(g) {
         Fold::Out(steps) => return steps,
         Fold::In { steps, fold } => (steps, fold),
@@ -56,13 +50,7 @@ pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
         } else {
             ((mid, hi), (lo, mid))
         };
-        let src = |off: usize, len: usize| {
-            if in_recv {
-                Region::recv(off, len)
-            } else {
-                Region::send(off, len)
-            }
-        };
+        let src = |off, len| running(in_recv, off, len);
         let sends: Vec<Step> = g
             .chunks(give.1 - give.0)
             .map(|(o, l)| Step::send(peer, src(give.0 + o, l)))
@@ -72,12 +60,7 @@ pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
             .chunks(keep.1 - keep.0)
             .map(|(o, l)| {
                 let at = keep.0 + o;
-                let step = Step::recv_reduce(peer, src(at, l), Region::recv(at, l));
-                if last {
-                    step.finalized()
-                } else {
-                    step
-                }
+                Step::recv_reduce(peer, src(at, l), Region::recv(at, l)).finalized_if(last)
             })
             .collect();
         interleave(&mut steps, sends, recvs);
@@ -121,8 +104,9 @@ pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
 
 /// Where a rank stands after [`fold_in`].
 pub(super) enum Fold {
-    /// An even rank below `2 rem`: its whole plan (send the input up, get
-    /// the result back).
+    /// A rank with no rounds to run (one rank, no elements, or an even rank
+    /// below `2 rem`, which sends its input up and gets the result back):
+    /// its whole plan.
     Out(Vec<Step>),
     /// A rank that takes part in the power-of-two rounds: the steps so far
     /// (an odd folding rank's reduction of its neighbour's input).
@@ -165,12 +149,20 @@ impl Folded {
     }
 }
 
-/// Folds the `rem = n - p` extra ranks into their odd neighbours (`n >= 2`,
-/// `count > 0`): among ranks `0 .. 2 rem`, each even rank sends its input to
-/// the odd rank above it and waits for the result; the odd one reduces the
-/// pair into its receive buffer.
+/// The start of a power-of-two all-reduce: the whole plan where there are
+/// no rounds (one rank: a copy; no elements: nothing), else the fold of the
+/// `rem = n - p` extra ranks into their odd neighbours: among ranks
+/// `0 .. 2 rem`, each even rank sends its input to the odd rank above it
+/// and waits for the result; the odd one reduces the pair into its receive
+/// buffer.
 pub(super) fn fold_in(g: &Geometry) -> Fold {
     let (n, r, count) = (g.nranks, g.rank, g.count);
+    if n == 1 {
+        return Fold::Out(local_copy(count, true));
+    }
+    if count == 0 {
+        return Fold::Out(Vec::new());
+    }
     let p = 1 << n.ilog2();
     let rem = n - p;
     let mut steps = Vec::new();
@@ -200,6 +192,16 @@ pub(super) fn fold_in(g: &Geometry) -> Fold {
             folded,
             rank: r,
         },
+    }
+}
+
+/// A region of a rank's running values: its input until they were first
+/// reduced into the receive buffer (`in_recv`).
+pub(super) fn running(in_recv: bool, off: usize, len: usize) -> Region {
+    if in_recv {
+        Region::recv(off, len)
+    } else {
+        Region::send(off, len)
     }
 }
 

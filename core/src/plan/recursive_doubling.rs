@@ -29,7 +29,7 @@
 //! Partners reduce in opposite orders (`a op b`, `b op a`); every operator
 //! is commutative, so every rank ends with the same bits.
 
-use super::halving_doubling::{fold_in, interleave, Fold};
+use super::halving_doubling::{fold_in, interleave, running, Fold};
 use super::ring::local_copy;
 use super::step::{Region, Step};
 use super::Geometry;
@@ -37,13 +37,7 @@ use super::Geometry;
 /// Recursive-doubling all-reduce for any number of ranks: `log2 p` rounds
 /// of whole-vector exchanges after folding the extra ranks in.
 pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
-    let (n, count) = (g.nranks, g.count);
-    if n == 1 {
-        return local_copy(count, true);
-    }
-    if count == 0 {
-        return Vec::new();
-    }
+    let count = g.count;
     let (mut steps, fold) = match fold_in(g) {
         Fold::Out(steps) => return steps,
         Fold::In { steps, fold } => (steps, fold),
@@ -55,13 +49,7 @@ pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
     let mut mask = 1;
     while mask < fold.p {
         let peer = fold.real(fold.v ^ mask);
-        let src = |off, len| {
-            if in_recv {
-                Region::recv(off, len)
-            } else {
-                Region::send(off, len)
-            }
-        };
+        let src = |off, len| running(in_recv, off, len);
         let last = mask * 2 == fold.p;
         let sends = g
             .chunks(count)
@@ -69,14 +57,7 @@ pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
             .collect();
         let recvs = g
             .chunks(count)
-            .map(|(o, l)| {
-                let step = Step::recv_reduce(peer, src(o, l), Region::recv(o, l));
-                if last {
-                    step.finalized()
-                } else {
-                    step
-                }
-            })
+            .map(|(o, l)| Step::recv_reduce(peer, src(o, l), Region::recv(o, l)).finalized_if(last))
             .collect();
         interleave(&mut steps, sends, recvs);
         in_recv = true;

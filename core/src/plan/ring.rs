@@ -42,7 +42,7 @@ fn relay(steps: &mut Vec<Step>, g: &Geometry, src: Option<Region>, stage: Region
             Some(src) => Step::recv_reduce(prev, src, stage),
             None => Step::recv(prev, stage),
         };
-        steps.push(if finalize { first.finalized() } else { first });
+        steps.push(first.finalized_if(finalize));
         steps.push(Step::send(next, stage));
         return;
     }
@@ -190,7 +190,7 @@ pub(super) fn local_copy(count: usize, finalize: bool) -> Vec<Step> {
         return Vec::new();
     }
     let step = Step::copy(Region::send(0, count), Region::recv(0, count));
-    vec![if finalize { step.finalized() } else { step }]
+    vec![step.finalized_if(finalize)]
 }
 
 #[cfg(test)]

@@ -229,6 +229,15 @@ impl Step {
         self.finalize = true;
         self
     }
+
+    /// [`Step::finalized`] when `last`, else the step unchanged.
+    pub(crate) const fn finalized_if(self, last: bool) -> Step {
+        if last {
+            self.finalized()
+        } else {
+            self
+        }
+    }
 }
 
 /// The collective a plan implements (also the header used for mismatch checks).
