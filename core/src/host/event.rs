@@ -81,7 +81,12 @@ impl HostEvent {
                 inner.notifier.notify();
                 Ok(())
             }),
-        }))
+        }))?;
+        // Someone other than the stream's own `synchronize` will wait for
+        // this point: the worker runs the queue now, even on a stream its
+        // callers drain themselves.
+        stream.wake_worker();
+        Ok(())
     }
 
     /// Makes `stream`'s later work wait until the last recorded point

@@ -16,9 +16,10 @@
 //! instead, waking every [`WATCH_SLICE`], and takes a job that has waited
 //! through a whole slice with nothing completing. That job ends the
 //! caller-driven run (enqueues wake the worker again), so work enqueued
-//! and not synchronized starts at most two slices late, once. A watching
-//! worker that finds the stream idle for [`WATCH_IDLE`] slices parks for
-//! long again (the next enqueue wakes it).
+//! and not synchronized starts at most two slices late, once. Recording an
+//! event ends the spell at once (another thread or stream waits for it).
+//! A watching worker that finds the stream idle for [`WATCH_IDLE`] slices
+//! parks for long again (the next enqueue wakes it).
 //!
 //! Errors are sticky, like CUDA's: the first failing task's error is kept,
 //! later tasks are skipped (releasing their communicator turn), and
@@ -307,6 +308,12 @@ impl HostStream {
         drop(st);
         self.shared.announce();
         Ok(())
+    }
+
+    /// Has the worker run the queue now, also on a caller-driven stream
+    /// (see the module docs): for work another thread or stream waits for.
+    pub(crate) fn wake_worker(&self) {
+        self.shared.bump_work();
     }
 
     /// Enqueues already-prepared jobs as one unit (a graph launch).
@@ -824,6 +831,25 @@ mod tests {
         // again.
         assert!(!stream.shared.caller_driven());
         assert!(stream.query());
+    }
+
+    #[test]
+    fn recording_an_event_ends_the_caller_driven_spell() {
+        let stream = HostStream::new().unwrap();
+        drive(&stream);
+        let ran = Arc::new(AtomicU64::new(0));
+        let r = ran.clone();
+        stream
+            .host_fn(move || {
+                r.store(1, Ordering::SeqCst);
+            })
+            .unwrap();
+        let ev = HostEvent::new();
+        ev.record(&stream).unwrap();
+        // The worker was told to run the queue now, not at its next look.
+        assert!(!stream.shared.caller_driven());
+        ev.synchronize().unwrap();
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
     }
 
     #[test]
