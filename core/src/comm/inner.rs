@@ -214,18 +214,19 @@ impl CommInner {
     }
 
     /// Runs `f` in issue order under `ticket`, recording any failure.
+    /// `what` names the call in an error (formatted only then).
     pub(crate) fn run_ticketed(
         &self,
         ticket: u64,
         mode: JobMode,
-        what: &str,
+        what: impl std::fmt::Display,
         f: impl FnOnce(&CommInner) -> Result<()>,
     ) -> Result<()> {
         let policy = self.policy();
         if let Err(w) = self.turns.wait(ticket, &policy) {
             let e = self.wait_error(
                 w,
-                what,
+                &what.to_string(),
                 "its turn on the communicator (an earlier operation has not finished)".into(),
                 None,
             );

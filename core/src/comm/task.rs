@@ -27,8 +27,8 @@ impl Task for PlanTask {
         let ticket = self.comm.turns.take();
         let (comm, plan, binding) = (self.comm.clone(), self.plan.clone(), self.binding.clone());
         Job::new(move |mode| {
-            let name = format!("{} #{ticket}", plan.collective.name());
-            comm.run_ticketed(ticket, mode, &name, |c| c.run_plan(&plan, &binding, ticket))
+            let name = format_args!("{} #{ticket}", plan.collective.name());
+            comm.run_ticketed(ticket, mode, name, |c| c.run_plan(&plan, &binding, ticket))
         })
     }
 

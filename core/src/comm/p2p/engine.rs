@@ -176,16 +176,28 @@ impl CommInner {
         }
         let raw = spec.bufs[o.buf].view.raw();
         let range = o.offset..o.offset + o.bytes();
+        // A message of one slot first tries the immediate path (it is this
+        // call's turn): no operation is built when it is done at once.
+        let conn = self.connection(o.peer)?;
+        let immediate = o.bytes() <= self.config.p2p_eager_limit
+            && !(spec.rdma_rendezvous && super::rdma::is_rdma(conn));
         match o.dir {
             Dir::Send => {
                 let g = raw.read();
-                let op = self.new_op(spec, o, Region::Src(Src::Host(&raw.bytes_of(&g)[range])))?;
+                let src = &raw.bytes_of(&g)[range];
+                if immediate && self.send_eager_in_turn(conn, src, o.dtype, o.count) {
+                    return Ok(());
+                }
+                let op = self.new_op(spec, o, Region::Src(Src::Host(src)))?;
                 self.drive_one(op, name)
             }
             Dir::Recv => {
                 let mut g = raw.write();
-                let dst = Dst::Host(&mut raw.bytes_of_mut(&mut g)[range]);
-                let op = self.new_op(spec, o, Region::Dst(dst))?;
+                let dst = &mut raw.bytes_of_mut(&mut g)[range];
+                if immediate && self.recv_eager_in_turn(conn, dst, o.dtype) {
+                    return Ok(());
+                }
+                let op = self.new_op(spec, o, Region::Dst(Dst::Host(dst)))?;
                 self.drive_one(op, name)
             }
         }

@@ -8,9 +8,15 @@
 //! full path with the ticket already taken, so issue order holds either
 //! way, and every error (a mismatch, a message too large) is the full
 //! path's.
+//!
+//! A single send or receive enqueued on a stream takes the same path when
+//! its turn comes ([`CommInner::send_eager_in_turn`] and
+//! [`CommInner::recv_eager_in_turn`], from the full path's one-operation
+//! case), before building its operation.
 
 use std::sync::atomic::Ordering;
 
+use crate::comm::inner::CommInner;
 use crate::comm::p2p::stats::Stat;
 use crate::comm::Communicator;
 use crate::plan::signature::{self, P2pSlot};
@@ -50,14 +56,47 @@ impl Communicator {
     /// Sends `bytes` (`count` elements of `dtype`) to `peer` on the calling
     /// thread if that can finish now; see the module docs.
     pub(crate) fn send_now(&self, bytes: &[u8], dtype: DataType, count: usize, peer: usize) -> Now {
-        let inner = &*self.inner;
-        if bytes.len() > inner.config.p2p_eager_limit {
+        if bytes.len() > self.inner.config.p2p_eager_limit {
             return Now::NotTried;
         }
         let (conn, ticket) = match self.turn_now(peer) {
             Ok(turn) => turn,
             Err(not_now) => return not_now,
         };
+        if !self.inner.send_eager_in_turn(conn, bytes, dtype, count) {
+            return Now::Ticket(ticket);
+        }
+        self.inner.turns.done(ticket);
+        Now::Done
+    }
+
+    /// Receives from `peer` into `bytes` (room for elements of `dtype`) on
+    /// the calling thread if the whole message is already there; see the
+    /// module docs.
+    pub(crate) fn recv_now(&self, bytes: &mut [u8], dtype: DataType, peer: usize) -> Now {
+        let (conn, ticket) = match self.turn_now(peer) {
+            Ok(turn) => turn,
+            Err(not_now) => return not_now,
+        };
+        if !self.inner.recv_eager_in_turn(conn, bytes, dtype) {
+            return Now::Ticket(ticket);
+        }
+        self.inner.turns.done(ticket);
+        Now::Done
+    }
+}
+
+impl CommInner {
+    /// In this call's turn: writes `bytes` (`count` elements of `dtype`, at
+    /// most the eager limit) into one slot of `conn` and publishes it, if
+    /// the ring has credit; false (nothing done) otherwise.
+    pub(crate) fn send_eager_in_turn(
+        &self,
+        conn: &Connection,
+        bytes: &[u8],
+        dtype: DataType,
+        count: usize,
+    ) -> bool {
         if !conn.send.has_credit() {
             // Over verbs returned credit is a completion still to reap
             // (and over tcp a frame still in the socket): look once.
@@ -68,28 +107,27 @@ impl Communicator {
             .try_acquire_send()
             .filter(|s| s.len() >= bytes.len())
         else {
-            return Now::Ticket(ticket);
+            return false;
         };
         slot[..bytes.len()].copy_from_slice(bytes);
         conn.send
             .commit_send(bytes.len(), signature::p2p(P2pSlot::Eager, dtype, count));
         conn.after_step();
-        inner.p2p.stats.add(Stat::SentEagerMessages, 1);
-        inner.p2p.stats.add(Stat::SentEagerBytes, bytes.len());
-        inner.p2p.immediate_calls.fetch_add(1, Ordering::Relaxed);
-        inner.turns.done(ticket);
-        Now::Done
+        self.p2p.stats.add(Stat::SentEagerMessages, 1);
+        self.p2p.stats.add(Stat::SentEagerBytes, bytes.len());
+        self.p2p.immediate_calls.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
-    /// Receives from `peer` into `bytes` (room for elements of `dtype`) on
-    /// the calling thread if the whole message is already there; see the
-    /// module docs.
-    pub(crate) fn recv_now(&self, bytes: &mut [u8], dtype: DataType, peer: usize) -> Now {
-        let inner = &*self.inner;
-        let (conn, ticket) = match self.turn_now(peer) {
-            Ok(turn) => turn,
-            Err(not_now) => return not_now,
-        };
+    /// In this call's turn: copies the message from `conn` into the front
+    /// of `bytes` if it is there whole, in one eager slot of `dtype`, and
+    /// fits; false (nothing consumed) otherwise.
+    pub(crate) fn recv_eager_in_turn(
+        &self,
+        conn: &Connection,
+        bytes: &mut [u8],
+        dtype: DataType,
+    ) -> bool {
         if !conn.recv.has_data() {
             // Over tcp the message may be in the socket still, over verbs
             // its tail in the completion queue: look on this thread once
@@ -97,7 +135,7 @@ impl Communicator {
             conn.poke();
         }
         let Ok(Some(slot)) = conn.recv.try_acquire_recv() else {
-            return Now::Ticket(ticket);
+            return false;
         };
         let whole = match signature::parse_p2p(conn.recv.head_sig()) {
             Some((P2pSlot::Eager, Some(d), count)) if d == dtype => {
@@ -106,15 +144,14 @@ impl Communicator {
             _ => false,
         };
         if !whole || slot.len() > bytes.len() {
-            return Now::Ticket(ticket);
+            return false;
         }
         let n = slot.len();
         bytes[..n].copy_from_slice(slot);
         conn.recv.release_recv();
         conn.after_step();
-        inner.p2p.stats.add(Stat::RecvEagerBytes, n);
-        inner.p2p.immediate_calls.fetch_add(1, Ordering::Relaxed);
-        inner.turns.done(ticket);
-        Now::Done
+        self.p2p.stats.add(Stat::RecvEagerBytes, n);
+        self.p2p.immediate_calls.fetch_add(1, Ordering::Relaxed);
+        true
     }
 }

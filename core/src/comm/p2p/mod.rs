@@ -278,8 +278,8 @@ impl Task for GroupTask {
         let ticket = self.comm.turns.take();
         let (comm, spec) = (self.comm.clone(), self.spec.clone());
         Job::new(move |mode| {
-            let name = format!("{} #{ticket}", spec.name);
-            comm.run_ticketed(ticket, mode, &name, |c| c.run_group(&spec, ticket))
+            let name = format_args!("{} #{ticket}", spec.name);
+            comm.run_ticketed(ticket, mode, name, |c| c.run_group(&spec, ticket))
         })
     }
 
