@@ -90,6 +90,7 @@ impl CommInner {
     /// In this call's turn: writes `bytes` (`count` elements of `dtype`, at
     /// most the eager limit) into one slot of `conn` and publishes it, if
     /// the ring has credit; false (nothing done) otherwise.
+    #[inline]
     pub(crate) fn send_eager_in_turn(
         &self,
         conn: &Connection,
@@ -122,6 +123,7 @@ impl CommInner {
     /// In this call's turn: copies the message from `conn` into the front
     /// of `bytes` if it is there whole, in one eager slot of `dtype`, and
     /// fits; false (nothing consumed) otherwise.
+    #[inline]
     pub(crate) fn recv_eager_in_turn(
         &self,
         conn: &Connection,
