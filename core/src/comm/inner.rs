@@ -161,6 +161,15 @@ impl CommInner {
             .plan(&self.selector, &params, collective, dtype, op, count)
     }
 
+    /// True once this communicator's failure word is raised: by this
+    /// rank's failure (after its error is stored), a peer's, or an abort.
+    /// One load, where [`CommInner::error`] takes a lock: for fast paths,
+    /// which then leave the error to the full path.
+    #[inline]
+    pub(crate) fn failure_raised(&self) -> bool {
+        self.segment.header().failed_by.load(Ordering::Acquire) != 0
+    }
+
     /// The stored error, if the communicator has failed.
     pub(crate) fn error(&self) -> Option<Error> {
         self.error.lock().unwrap_or_else(|p| p.into_inner()).clone()

@@ -42,7 +42,9 @@ impl Communicator {
     /// when the turn is not yet this call's (the ticket is taken).
     fn turn_now(&self, peer: usize) -> Result<(&Connection, u64), Now> {
         let inner = &*self.inner;
-        if peer == inner.rank || inner.error().is_some() {
+        // A failed communicator (this rank's failure, a peer's, an abort)
+        // has its failure word raised: the full path reports the error.
+        if peer == inner.rank || inner.failure_raised() {
             return Err(Now::NotTried);
         }
         let conn = inner.connection(peer).map_err(|_| Now::NotTried)?;
