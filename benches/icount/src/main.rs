@@ -129,7 +129,7 @@ fn rank1_last(
             call(comm, false)?;
         } else {
             turn.take();
-            std::thread::sleep(Duration::from_millis(10));
+            std::thread::sleep(Duration::from_millis(3));
             call(comm, i >= WARMUP)?;
         }
     }
