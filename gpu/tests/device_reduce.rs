@@ -1,6 +1,7 @@
 //! Reduce-copy kernels on a GPU: every dtype × op, 1–3 sources, 1–2
 //! destinations, in place, misaligned (scalar path) and 16-byte aligned
-//! (vector path), prime counts (131071, 1000003). Fresh random inputs; references computed on the
+//! (vector path), prime counts (131071, 1000003; 8191 on the CPU stand-in).
+//! Fresh random inputs; references computed on the
 //! host in f64 (floats) or i128 (integers); outputs poisoned first and the
 //! element past the end checked untouched. Skips without a GPU.
 
@@ -149,6 +150,7 @@ fn every_dtype_and_op_on_the_device() {
     let Some(device) = common::device_or_skip("every_dtype_and_op_on_the_device") else {
         return;
     };
+    let stand_in = common::is_stand_in(&device);
     let kernels = Kernels::load(&device, &GpuConfig::from_env()).expect("kernels");
     let stream = Stream::new(&device).unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(streamcomm_testkit::seed());
@@ -165,8 +167,13 @@ fn every_dtype_and_op_on_the_device() {
         for op in ReduceOp::ALL {
             for (shape, &(nsrcs, ndsts, offset, in_place)) in shapes.iter().enumerate() {
                 // 1_000_003 (prime) makes every dtype loop over its grid; it is
-                // run for one shape only to keep the test short.
-                let large = if shape == 1 { 1_000_003 } else { 131_071 };
+                // run for one shape only to keep the test short. The stand-in
+                // has no grid (a kernel is a host loop): a smaller prime there.
+                let large = match (stand_in, shape) {
+                    (true, _) => 8_191,
+                    (false, 1) => 1_000_003,
+                    (false, _) => 131_071,
+                };
                 for count in [1usize, 4099, large] {
                     let s = d.size();
                     let bytes = (count + offset + 1) * s; // +1: the guard element

@@ -6,7 +6,7 @@ use super::*;
 const ENDPOINT_MAX_STRING: usize = 256;
 
 /// Any endpoint `encode` can carry exactly (strings within the limit).
-fn endpoint() -> impl Strategy<Value = Endpoint> {
+fn endpoint() -> BoxedStrategy<Endpoint> {
     (
         string_upto(ENDPOINT_MAX_STRING),
         any::<u32>(),
@@ -31,12 +31,13 @@ fn endpoint() -> impl Strategy<Value = Endpoint> {
                 verbs_atomics,
             },
         )
+        .boxed()
 }
 
 /// One length-prefixed string field of an endpoint: usually well formed
 /// (text, an address, empty), sometimes too long, not UTF-8, or with a length
 /// that disagrees with what follows.
-fn endpoint_string_field() -> impl Strategy<Value = Vec<u8>> {
+fn endpoint_string_field() -> BoxedStrategy<Vec<u8>> {
     let prefixed = |body: &[u8]| {
         let mut b = (body.len() as u16).to_le_bytes().to_vec();
         b.extend_from_slice(body);
@@ -53,21 +54,23 @@ fn endpoint_string_field() -> impl Strategy<Value = Vec<u8>> {
             b
         }),
     ]
+    .boxed()
 }
 
 /// A fixed-width field of `n` bytes, sometimes short.
-fn endpoint_fixed_field(n: usize) -> impl Strategy<Value = Vec<u8>> {
+fn endpoint_fixed_field(n: usize) -> BoxedStrategy<Vec<u8>> {
     prop_oneof![
         8 => prop::collection::vec(any::<u8>(), n),
         1 => prop::collection::vec(any::<u8>(), 0..n + 2),
     ]
+    .boxed()
 }
 
 /// Bytes shaped like an endpoint, field by field (version, host, pid, shm
 /// name, nsteps, slot bytes, tcp address, verbs stance, verbs atomics, then perhaps
 /// trailing bytes), each
 /// field usually well formed, so that decoding gets past the first checks.
-fn endpoint_like_bytes() -> impl Strategy<Value = Vec<u8>> {
+fn endpoint_like_bytes() -> BoxedStrategy<Vec<u8>> {
     (
         prop_oneof![8 => Just(3u8), 1 => any::<u8>()],
         endpoint_string_field(),
@@ -89,6 +92,7 @@ fn endpoint_like_bytes() -> impl Strategy<Value = Vec<u8>> {
                 b
             },
         )
+        .boxed()
 }
 
 proptest! {

@@ -37,7 +37,7 @@ const LAUNCH_VARS: &[&str] = &[
 
 /// `MASTER_ADDR` values that resolve without a name server: IP literals in
 /// every accepted spelling, and garbage made unresolvable by a NUL byte.
-fn master_addr() -> impl Strategy<Value = String> {
+fn master_addr() -> BoxedStrategy<String> {
     prop_oneof![
         any::<[u8; 4]>().prop_map(|ip| Ipv4Addr::from(ip).to_string()),
         bytes_n::<16>().prop_map(|ip| Ipv6Addr::from(ip).to_string()),
@@ -46,6 +46,7 @@ fn master_addr() -> impl Strategy<Value = String> {
         ".{0,16}".prop_map(|s| format!("{s}\0")),
         Just(" ".to_string()),
     ]
+    .boxed()
 }
 
 /// The variables of each launcher family, rank and size first.
@@ -78,7 +79,7 @@ const LAUNCH_FAMILIES: &[&[&str]] = &[
 ];
 
 /// The root's variables: a unique id, or an address, port and secret.
-fn root_vars() -> impl Strategy<Value = Vec<(&'static str, String)>> {
+fn root_vars() -> BoxedStrategy<Vec<(&'static str, String)>> {
     let port = prop_oneof![
         8 => (1u32..65536).prop_map(|p| p.to_string()),
         1 => env_value(),
@@ -106,12 +107,13 @@ fn root_vars() -> impl Strategy<Value = Vec<(&'static str, String)>> {
                 v
             }),
     ]
+    .boxed()
 }
 
 /// A launcher environment: either any of the variables with fuzzed values,
 /// or one launcher's variables with mostly small numbers and a root (so that
 /// many cases get all the way through), plus a stray variable or two.
-fn launch_env() -> impl Strategy<Value = BTreeMap<String, String>> {
+fn launch_env() -> BoxedStrategy<BTreeMap<String, String>> {
     let anything = (
         prop::collection::btree_map(prop::sample::select(LAUNCH_VARS), env_value(), 0..10),
         prop::option::of(master_addr()),
@@ -195,7 +197,7 @@ fn launch_env() -> impl Strategy<Value = BTreeMap<String, String>> {
                 map
             },
         );
-    prop_oneof![1 => anything, 2 => launcher, 2 => consistent]
+    prop_oneof![1 => anything.boxed(), 2 => launcher.boxed(), 2 => consistent.boxed()].boxed()
 }
 
 /// Every variable `Config::with_vars` reads.
@@ -214,7 +216,7 @@ const CONFIG_VARS: &[&str] = &[
 ];
 
 /// Values aimed at the config parsers, plus the generic ones.
-fn config_value() -> impl Strategy<Value = String> {
+fn config_value() -> BoxedStrategy<String> {
     prop_oneof![
         env_value(),
         (
@@ -231,10 +233,11 @@ fn config_value() -> impl Strategy<Value = String> {
         barrier_algo_text(),
         hosts_text(),
     ]
+    .boxed()
 }
 
 /// Names of barrier algorithms, real and mangled.
-fn barrier_algo_text() -> impl Strategy<Value = String> {
+fn barrier_algo_text() -> BoxedStrategy<String> {
     let family = prop::sample::select(vec![
         "central_counter",
         "central_flags",
@@ -258,26 +261,29 @@ fn barrier_algo_text() -> impl Strategy<Value = String> {
         Just(":4:4".to_string()),
         Just("::".to_string()),
     ];
-    (family, param, any::<bool>()).prop_map(|(f, p, pad)| {
-        if pad {
-            format!("  {f}{p} ")
-        } else {
-            format!("{f}{p}")
-        }
-    })
+    (family, param, any::<bool>())
+        .prop_map(|(f, p, pad)| {
+            if pad {
+                format!("  {f}{p} ")
+            } else {
+                format!("{f}{p}")
+            }
+        })
+        .boxed()
 }
 
 /// Host override texts: counts and label lists.
-fn hosts_text() -> impl Strategy<Value = String> {
+fn hosts_text() -> BoxedStrategy<String> {
     prop_oneof![
         (0u64..100).prop_map(|k| k.to_string()),
         prop::collection::vec("[a-c ]{0,3}", 0..6).prop_map(|l| l.join(",")),
         "[a-z0-9, ]{0,20}",
     ]
+    .boxed()
 }
 
 /// Any valid barrier algorithm.
-fn barrier_algo() -> impl Strategy<Value = BarrierAlgo> {
+fn barrier_algo() -> BoxedStrategy<BarrierAlgo> {
     prop_oneof![
         Just(BarrierAlgo::CentralCounter),
         Just(BarrierAlgo::CentralFlags),
@@ -292,6 +298,7 @@ fn barrier_algo() -> impl Strategy<Value = BarrierAlgo> {
             inter: Inter::Tree { fanout }
         }),
     ]
+    .boxed()
 }
 
 /// Randomly re-cases ASCII letters, as the name parsers ignore case.

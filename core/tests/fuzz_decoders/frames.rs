@@ -3,19 +3,19 @@
 use super::*;
 
 /// Any tcp hello.
-fn tcp_hello() -> impl Strategy<Value = TcpHello> {
-    (any::<[u8; 16]>(), any::<u32>(), any::<u32>(), any::<u32>()).prop_map(
-        |(secret, from, to, socket)| TcpHello {
+fn tcp_hello() -> BoxedStrategy<TcpHello> {
+    (any::<[u8; 16]>(), any::<u32>(), any::<u32>(), any::<u32>())
+        .prop_map(|(secret, from, to, socket)| TcpHello {
             secret,
             from,
             to,
             socket,
-        },
-    )
+        })
+        .boxed()
 }
 
 /// Slot sizes: small, around the control values, and beyond `u32`.
-fn max_len() -> impl Strategy<Value = usize> {
+fn max_len() -> BoxedStrategy<usize> {
     prop_oneof![
         0usize..5000,
         any::<u32>().prop_map(|n| n as usize),
@@ -23,10 +23,11 @@ fn max_len() -> impl Strategy<Value = usize> {
         Just(u32::MAX as usize),
         Just(usize::MAX),
     ]
+    .boxed()
 }
 
 /// A payload length: any `u32`, with extra weight on the edges.
-fn frame_len() -> impl Strategy<Value = u32> {
+fn frame_len() -> BoxedStrategy<u32> {
     prop_oneof![
         any::<u32>(),
         0u32..5000,
@@ -34,6 +35,7 @@ fn frame_len() -> impl Strategy<Value = u32> {
         Just(ABORT_LEN),
         Just(ABORT_LEN - 1),
     ]
+    .boxed()
 }
 
 /// A frame header.
@@ -42,9 +44,10 @@ fn header(len: u32, seq: u64, sig: u64) -> FrameHeader {
 }
 
 /// A slot size and a (non-control) length above it.
-fn over_max_len() -> impl Strategy<Value = (usize, u32)> {
+fn over_max_len() -> BoxedStrategy<(usize, u32)> {
     prop_oneof![0u32..5000, 0..ABORT_LEN - 1]
         .prop_flat_map(|max| (Just(max as usize), (max + 1)..ABORT_LEN))
+        .boxed()
 }
 
 proptest! {

@@ -88,14 +88,15 @@ fn socket_config(divisor: u32) -> ProptestConfig {
 }
 
 /// A fixed-size byte array.
-fn bytes_n<const N: usize>() -> impl Strategy<Value = [u8; N]> {
+fn bytes_n<const N: usize>() -> BoxedStrategy<[u8; N]> {
     prop::collection::vec(any::<u8>(), N)
         .prop_map(|v| <[u8; N]>::try_from(v).expect("strategy yields N bytes"))
+        .boxed()
 }
 
 /// Any socket address whose text and binary forms can be exact (IPv6 flow
 /// info is carried by neither, so it is 0; scope ids are).
-fn socket_addr() -> impl Strategy<Value = SocketAddr> {
+fn socket_addr() -> BoxedStrategy<SocketAddr> {
     prop_oneof![
         (any::<[u8; 4]>(), any::<u16>())
             .prop_map(|(ip, port)| SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(ip), port))),
@@ -106,11 +107,12 @@ fn socket_addr() -> impl Strategy<Value = SocketAddr> {
             SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(ip), port, 0, 0))
         }),
     ]
+    .boxed()
 }
 
 /// A string of at most `max` bytes, often right at the limit and often with
 /// multi-byte characters.
-fn string_upto(max: usize) -> impl Strategy<Value = String> {
+fn string_upto(max: usize) -> BoxedStrategy<String> {
     let fill = move |chars: Vec<char>| {
         let mut s = String::new();
         for c in chars {
@@ -125,17 +127,18 @@ fn string_upto(max: usize) -> impl Strategy<Value = String> {
         prop::collection::vec(any::<char>(), 0..=max / 2 + 8).prop_map(fill),
         prop::collection::vec(prop::char::range(' ', '~'), 0..=max + 8).prop_map(fill),
     ]
+    .boxed()
 }
 
 /// A cut (a strict prefix length) of an encoding of `len` bytes, and a
 /// mutation: a byte index and a non-zero value to xor it with.
-fn mutations(len: usize) -> impl Strategy<Value = (usize, usize, u8)> {
-    (0..len.max(1), 0..len.max(1), 1..=255u8)
+fn mutations(len: usize) -> BoxedStrategy<(usize, usize, u8)> {
+    (0..len.max(1), 0..len.max(1), 1..=255u8).boxed()
 }
 
 /// Text that a fuzzer of environment values should try: numbers of every
 /// shape, arbitrary Unicode, and pieces of the real syntaxes.
-fn env_value() -> impl Strategy<Value = String> {
+fn env_value() -> BoxedStrategy<String> {
     prop_oneof![
         (0u64..10).prop_map(|n| n.to_string()),
         any::<u64>().prop_map(|n| n.to_string()),
@@ -152,10 +155,11 @@ fn env_value() -> impl Strategy<Value = String> {
         slurm_task_list(),
         unique_id_text(),
     ]
+    .boxed()
 }
 
 /// Slurm's compressed task lists (`2(x3),1`), well- and ill-formed.
-fn slurm_task_list() -> impl Strategy<Value = String> {
+fn slurm_task_list() -> BoxedStrategy<String> {
     prop::collection::vec(
         (
             0usize..6,
@@ -175,10 +179,11 @@ fn slurm_task_list() -> impl Strategy<Value = String> {
             .collect::<Vec<_>>()
             .join(",")
     })
+    .boxed()
 }
 
 /// A unique id's text form, valid or damaged.
-fn unique_id_text() -> impl Strategy<Value = String> {
+fn unique_id_text() -> BoxedStrategy<String> {
     (
         socket_addr(),
         any::<[u8; 16]>(),
@@ -196,6 +201,7 @@ fn unique_id_text() -> impl Strategy<Value = String> {
             chars[at] = c;
             chars.into_iter().collect()
         })
+        .boxed()
 }
 
 mod endpoint;

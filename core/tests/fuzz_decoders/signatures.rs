@@ -6,7 +6,7 @@ use super::*;
 type Call = (Collective, DataType, ReduceOp, usize, PlanParams);
 
 /// Any call on up to 8 ranks (not all of them valid).
-fn call() -> impl Strategy<Value = Call> {
+fn call() -> BoxedStrategy<Call> {
     (1usize..9, 0usize..8, 0usize..(1 << 20))
         .prop_flat_map(|(nranks, pick, count)| {
             let rank = 0..nranks;
@@ -36,6 +36,7 @@ fn call() -> impl Strategy<Value = Call> {
                 Just(params),
             )
         })
+        .boxed()
 }
 
 /// What a signature must tell apart: collective kind and root, element

@@ -13,7 +13,7 @@ fn assert_id_consistent(id: &UniqueId) {
 
 /// 44 bytes that pass the magic and version checks (to reach deeper code),
 /// with any address family byte.
-fn id_like_bytes() -> impl Strategy<Value = Vec<u8>> {
+fn id_like_bytes() -> BoxedStrategy<Vec<u8>> {
     (
         prop_oneof![Just(4u8), Just(6u8), any::<u8>()],
         prop::collection::vec(any::<u8>(), UniqueId::BYTES - 6),
@@ -24,6 +24,7 @@ fn id_like_bytes() -> impl Strategy<Value = Vec<u8>> {
             b.extend(rest);
             b
         })
+        .boxed()
 }
 
 proptest! {

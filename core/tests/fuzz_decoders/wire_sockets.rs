@@ -289,7 +289,7 @@ proptest! {
 
 /// What a fake root sends a real client: well-formed replies, perhaps
 /// damaged, perhaps followed or replaced by noise.
-fn root_replies() -> impl Strategy<Value = (Vec<wire::Reply>, Vec<u8>)> {
+fn root_replies() -> BoxedStrategy<(Vec<wire::Reply>, Vec<u8>)> {
     let reply = prop_oneof![
         1 => Just(wire::Reply::Welcome),
         8 => prop::collection::vec(any::<u8>(), 0..64).prop_map(wire::Reply::Data),
@@ -323,6 +323,7 @@ fn root_replies() -> impl Strategy<Value = (Vec<wire::Reply>, Vec<u8>)> {
             }
             (replies, bytes)
         })
+        .boxed()
 }
 
 /// What the client should make of a clean (undamaged) reply stream.

@@ -220,15 +220,24 @@ pub fn reduces(c: Collective) -> bool {
 }
 
 /// The representative slice of the matrix used over every transport:
-/// every collective × {f32, bf16, i32, u8} × `ops` (for reducing ones) ×
-/// counts {0, 1, slot + 1 element, 3 × BUFFSIZE + 13} × in/out of place.
+/// every collective × {f32, bf16, i32, u8} × counts {0, 1, slot + 1 element,
+/// 3 × BUFFSIZE + 13} × in/out of place, a reducing collective taking the
+/// `ops` in turn, one per dtype (so each op runs through every reducing
+/// collective; the threads matrix runs every op with every dtype).
 pub fn run_slice(comm: &Communicator, stream: &HostStream, seed: u64, ops: &[ReduceOp]) {
     let slot = comm.config().slot_bytes();
     let buffsize = comm.config().buffsize;
-    for collective in collectives(comm.size()) {
-        for dtype in [DataType::F32, DataType::Bf16, DataType::I32, DataType::U8] {
+    for (ci, collective) in collectives(comm.size()).into_iter().enumerate() {
+        let dtypes = [DataType::F32, DataType::Bf16, DataType::I32, DataType::U8];
+        assert!(
+            ops.len() <= dtypes.len(),
+            "{} ops in turn over 4 dtypes",
+            ops.len()
+        );
+        for (di, dtype) in dtypes.into_iter().enumerate() {
+            let k = (ci + di) % ops.len();
             let ops: &[ReduceOp] = if reduces(collective) {
-                ops
+                &ops[k..=k]
             } else {
                 &[ReduceOp::Sum]
             };

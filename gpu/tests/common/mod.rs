@@ -22,3 +22,10 @@ pub fn device_or_skip(test: &str) -> Option<Device> {
         }
     }
 }
+
+/// True when the driver that answered is the CPU stand-in (gpu/standin),
+/// whose kernels are loops on the host: sizes that exercise a GPU's grid
+/// there only cost time.
+pub fn is_stand_in(device: &Device) -> bool {
+    device.name().contains("stand-in")
+}
