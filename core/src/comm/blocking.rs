@@ -265,11 +265,18 @@ impl Communicator {
     /// failure) directly.
     pub fn send_host<T: Element>(&self, data: &[T], peer: usize) -> Result<()> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
-        let ticket = match self.send_now(bytes, T::DTYPE, data.len(), peer) {
-            Now::Done => return Ok(()),
-            Now::Ticket(t) => Some(t),
-            Now::NotTried => None,
-        };
+        match self.send_now(bytes, T::DTYPE, data.len(), peer) {
+            Now::Done => Ok(()),
+            not_now => self.send_host_full(data, peer, not_now),
+        }
+    }
+
+    /// [`Communicator::send_host`] when the immediate path did not finish
+    /// it. Kept out of line, so that the immediate path's caller stays
+    /// small (its prologue alone was a tenth of a verbs host send).
+    #[inline(never)]
+    fn send_host_full<T: Element>(&self, data: &[T], peer: usize, not_now: Now) -> Result<()> {
+        let ticket = not_now.ticket();
         let lent = match Lent::shared(data) {
             Ok(lent) => lent,
             Err(e) => return Err(self.give_up_turn(ticket, "send_host", e)),
@@ -313,11 +320,17 @@ impl Communicator {
     /// # Errors
     /// As [`Communicator::recv`], plus execution errors directly.
     pub fn recv_host<T: Element>(&self, data: &mut [T], peer: usize) -> Result<()> {
-        let ticket = match self.recv_now(bytemuck::cast_slice_mut(data), T::DTYPE, peer) {
-            Now::Done => return Ok(()),
-            Now::Ticket(t) => Some(t),
-            Now::NotTried => None,
-        };
+        match self.recv_now(bytemuck::cast_slice_mut(data), T::DTYPE, peer) {
+            Now::Done => Ok(()),
+            not_now => self.recv_host_full(data, peer, not_now),
+        }
+    }
+
+    /// [`Communicator::recv_host`] when the immediate path did not finish
+    /// it (out of line, as [`Communicator::send_host_full`]).
+    #[inline(never)]
+    fn recv_host_full<T: Element>(&self, data: &mut [T], peer: usize, not_now: Now) -> Result<()> {
+        let ticket = not_now.ticket();
         let lent = match Lent::exclusive(data) {
             Ok(lent) => lent,
             Err(e) => return Err(self.give_up_turn(ticket, "recv_host", e)),

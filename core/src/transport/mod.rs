@@ -266,6 +266,37 @@ impl Connection {
         }
     }
 
+    /// Sends `payload` as one slot signed `sig` straight from the caller's
+    /// bytes, where the transport can and nothing is queued before it: over
+    /// verbs, one inline RDMA write (no staging slot, no copy into one).
+    /// False (nothing done) elsewhere: the caller stages the slot.
+    #[inline]
+    pub fn send_inline(&self, payload: &[u8], sig: u64) -> bool {
+        match &self.link {
+            #[cfg(feature = "verbs")]
+            Link::Verbs { direct, .. } => direct.send_inline(payload, sig),
+            _ => {
+                let _ = (payload, sig);
+                false
+            }
+        }
+    }
+
+    /// As [`Connection::after_step`] after the stream consumed one inbound
+    /// slot and staged nothing: over verbs only the credit may be due.
+    #[inline]
+    pub fn after_recv(&self) {
+        match &self.link {
+            #[cfg(feature = "verbs")]
+            Link::Verbs { kick, direct, .. } => {
+                if !direct.consumed(&self.recv) {
+                    kick.kick();
+                }
+            }
+            _ => self.after_step(),
+        }
+    }
+
     /// Moves this connection's bytes on the calling thread while it waits:
     /// over tcp it reads and writes the sockets ([`tcp::inline`]), over
     /// verbs it polls the completion queue (a peer's new tail arrives as an

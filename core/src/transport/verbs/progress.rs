@@ -44,7 +44,7 @@
 
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -53,7 +53,7 @@ use rdma_sys::*;
 use super::qp::{Qp, VerbsAddr, VerbsRings, CTRL_HEAD, RECV_WR_ID};
 use super::regcache::RegCache;
 use crate::transport::barrier_area::BarrierArea;
-use crate::transport::ring::{RingEnd, SLOT_WIRE_HEADER};
+use crate::transport::ring::{write_wire_slot, RingEnd, SLOT_WIRE_HEADER, SLOT_WIRE_OFFSET};
 
 mod barrier;
 mod imm;
@@ -80,6 +80,8 @@ const MAX_INLINE: u32 = 64;
 /// Most work requests posted by one `ibv_post_send` (longer runs of writes
 /// go as several chains, in order).
 const CHAIN: usize = 16;
+/// Receives consumed before they are posted again, in one call.
+const RECV_BATCH: usize = 4;
 
 /// One RDMA WRITE to post: WRITE_WITH_IMM carrying `imm` when `notify` (the
 /// peer gets a completion, which wakes its engine if `solicited` or if the
@@ -103,6 +105,50 @@ struct Write {
     slots: u64,
 }
 
+/// The work request of `w`, numbered `id`, reading its bytes through `sge`
+/// (which must outlive the post).
+fn work_request(w: &Write, id: u64, signal: bool, sge: &mut ibv_sge) -> ibv_send_wr {
+    // SAFETY: a zeroed send WR is valid; filled below.
+    let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+    wr.wr_id = id;
+    wr.num_sge = 1;
+    wr.opcode = match (w.fetch_add, w.notify) {
+        (Some(_), _) => ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD,
+        (None, true) => ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM,
+        (None, false) => ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+    };
+    let mut flags = 0;
+    if w.lkey.is_none() {
+        flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+    }
+    if signal {
+        flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+    }
+    if w.notify && w.solicited {
+        flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
+    }
+    wr.send_flags = flags;
+    wr.imm_data_invalidated_rkey_union.imm_data = w.imm.to_be();
+    match w.fetch_add {
+        Some(add) => {
+            wr.wr.atomic = atomic_t {
+                remote_addr: w.remote,
+                compare_add: add,
+                swap: 0,
+                rkey: w.rkey,
+            }
+        }
+        None => {
+            wr.wr.rdma = rdma_t {
+                remote_addr: w.remote,
+                rkey: w.rkey,
+            }
+        }
+    }
+    wr.sg_list = sge;
+    wr
+}
+
 /// One verbs peer as the progress engine sees it.
 pub struct PeerRdma {
     /// The peer's rank.
@@ -119,7 +165,8 @@ pub struct PeerRdma {
     /// Inbound slots published to the stream.
     published: u64,
     /// Consumed count last written to the peer.
-    credit_sent: u64,
+    /// (Shared with [`SharedPeer`], which reads it without the lock.)
+    credit_sent: Arc<AtomicU64>,
     /// Work requests posted, and completed, so far.
     wr_posted: u64,
     wr_done: u64,
@@ -155,6 +202,8 @@ pub struct PeerRdma {
     /// sending allocates nothing (in the Soft-RoCE guest, a CPU emulated
     /// instruction by instruction, every allocation is on a message's path).
     scratch: Vec<Write>,
+    /// Receives consumed and not yet posted again (see [`RECV_BATCH`]).
+    recvs_owed: usize,
 }
 
 impl PeerRdma {
@@ -178,7 +227,7 @@ impl PeerRdma {
             remote,
             posted: 0,
             published: 0,
-            credit_sent: 0,
+            credit_sent: Arc::new(AtomicU64::new(0)),
             wr_posted: 0,
             wr_done: 0,
             last_signalled: 0,
@@ -194,6 +243,7 @@ impl PeerRdma {
             regs,
             barrier,
             scratch: Vec::new(),
+            recvs_owed: 0,
         }
     }
 
@@ -205,6 +255,7 @@ impl PeerRdma {
         }
     }
 
+    #[inline]
     pub(crate) fn room(&self) -> u64 {
         u64::from(self.qp.depth) - (self.wr_posted - self.wr_done)
     }
@@ -222,7 +273,7 @@ impl PeerRdma {
         signal: bool,
     ) -> Result<(), Error> {
         let slots = self.posted;
-        self.post_writes(&[Write {
+        self.post_one(&Write {
             fetch_add: None,
             local,
             len,
@@ -234,7 +285,56 @@ impl PeerRdma {
             solicited: wake == Wake::Engine,
             signal,
             slots,
-        }])
+        })
+    }
+
+    /// Posts one write (see [`Write`]) as a chain of one: the common case
+    /// (a small message's slot, a credit, a control word), without the
+    /// arrays and loops of [`PeerRdma::post_chain`].
+    fn post_one(&mut self, w: &Write) -> Result<(), Error> {
+        let id = self.wr_posted + 1;
+        let signal = self.signal_due(w, id, self.last_signalled);
+        let mut sge = ibv_sge {
+            addr: w.local,
+            length: w.len,
+            lkey: w.lkey.unwrap_or(0),
+        };
+        let mut wr = work_request(w, id, signal, &mut sge);
+        let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: the QP is in RTS; the WR and its SGE are initialised and
+        // live across the call, its `next` null (zeroed); the local bytes
+        // are registered under the lkey (or copied now, inline, from memory
+        // the caller keeps alive across this call).
+        let rc = unsafe { ibv_post_send(self.qp.qp, &mut wr, &mut bad) };
+        if rc != 0 {
+            return Err(self.post_failed(rc));
+        }
+        self.posted_one(w, signal);
+        Ok(())
+    }
+
+    /// Whether the write with work-request id `id` is signalled: when asked,
+    /// and at least every half queue, so that completions free it.
+    fn signal_due(&self, w: &Write, id: u64, last_signalled: u64) -> bool {
+        let half = u64::from(self.qp.depth / 2).max(1);
+        w.signal || id - last_signalled >= half
+    }
+
+    fn post_failed(&self, rc: i32) -> Error {
+        self.fail(format!(
+            "ibv_post_send: {}",
+            std::io::Error::from_raw_os_error(rc)
+        ))
+    }
+
+    /// Counts a posted write; a signalled one goes in flight.
+    fn posted_one(&mut self, w: &Write, signal: bool) {
+        self.wr_posted += 1;
+        if signal {
+            self.last_signalled = self.wr_posted;
+            self.signalled_slots = w.slots;
+            self.inflight.push_back((self.wr_posted, w.slots, None));
+        }
     }
 
     /// Posts `writes` in order, as chains of up to [`CHAIN`] work requests
@@ -250,63 +350,23 @@ impl PeerRdma {
     /// the stack.
     fn post_chain(&mut self, writes: &[Write]) -> Result<(), Error> {
         debug_assert!(writes.len() <= CHAIN, "a chain of {} writes", writes.len());
-        // Signal at least every half queue, so completions free it.
-        let half = u64::from(self.qp.depth / 2).max(1);
         let mut last_signalled = self.last_signalled;
         let mut sges = [const { MaybeUninit::<ibv_sge>::uninit() }; CHAIN];
         let mut wrs = [const { MaybeUninit::<ibv_send_wr>::uninit() }; CHAIN];
         let mut signals = [false; CHAIN];
         for (i, w) in writes.iter().enumerate() {
             let id = self.wr_posted + 1 + i as u64;
-            let signal = w.signal || id - last_signalled >= half;
+            let signal = self.signal_due(w, id, last_signalled);
             if signal {
                 last_signalled = id;
             }
             signals[i] = signal;
-            sges[i].write(ibv_sge {
+            let sge = sges[i].write(ibv_sge {
                 addr: w.local,
                 length: w.len,
                 lkey: w.lkey.unwrap_or(0),
             });
-            // SAFETY: a zeroed send WR is valid; filled below.
-            let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
-            wr.wr_id = id;
-            wr.num_sge = 1;
-            wr.opcode = match (w.fetch_add, w.notify) {
-                (Some(_), _) => ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD,
-                (None, true) => ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM,
-                (None, false) => ibv_wr_opcode::IBV_WR_RDMA_WRITE,
-            };
-            let mut flags = 0;
-            if w.lkey.is_none() {
-                flags |= ibv_send_flags::IBV_SEND_INLINE.0;
-            }
-            if signal {
-                flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
-            }
-            if w.notify && w.solicited {
-                flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
-            }
-            wr.send_flags = flags;
-            wr.imm_data_invalidated_rkey_union.imm_data = w.imm.to_be();
-            match w.fetch_add {
-                Some(add) => {
-                    wr.wr.atomic = atomic_t {
-                        remote_addr: w.remote,
-                        compare_add: add,
-                        swap: 0,
-                        rkey: w.rkey,
-                    }
-                }
-                None => {
-                    wr.wr.rdma = rdma_t {
-                        remote_addr: w.remote,
-                        rkey: w.rkey,
-                    }
-                }
-            }
-            wr.sg_list = sges[i].as_mut_ptr();
-            wrs[i].write(wr);
+            wrs[i].write(work_request(w, id, signal, sge));
         }
         let n = writes.len();
         if n == 0 {
@@ -326,18 +386,10 @@ impl PeerRdma {
         // this call).
         let rc = unsafe { ibv_post_send(self.qp.qp, wrs[0].as_mut_ptr(), &mut bad) };
         if rc != 0 {
-            return Err(self.fail(format!(
-                "ibv_post_send: {}",
-                std::io::Error::from_raw_os_error(rc)
-            )));
+            return Err(self.post_failed(rc));
         }
         for (w, &signal) in writes.iter().zip(&signals) {
-            self.wr_posted += 1;
-            if signal {
-                self.last_signalled = self.wr_posted;
-                self.signalled_slots = w.slots;
-                self.inflight.push_back((self.wr_posted, w.slots, None));
-            }
+            self.posted_one(w, signal);
         }
         Ok(())
     }
@@ -380,43 +432,167 @@ impl PeerRdma {
             return Ok(false);
         }
         let nsteps = self.staging.shape().nsteps as u64;
-        let stride = self.staging.shape().slot_stride() as u64;
         let credit = self.rings.ctrl.head.value.load(Ordering::Acquire);
+        let first = self.posted;
+        // One small slot staged (a small message's case): one inline
+        // WRITE_WITH_IMM, without the gathering below.
+        if first < credit + nsteps && self.room() > 2 && self.staging.tail() == first + 1 {
+            if let Ok(Some(slot)) = self.staging.slot_for_read(first) {
+                let len = (SLOT_WIRE_HEADER + slot.len()) as u32;
+                if len <= MAX_INLINE {
+                    self.post_inline_slot(first, self.staging.slot_wire_addr(first), len)?;
+                    return Ok(true);
+                }
+            }
+        }
         let mut writes = std::mem::take(&mut self.scratch);
         writes.clear();
-        let mut k = self.posted;
+        let mut k = first;
         // Keep one entry free for a credit write.
         while k < credit + nsteps && self.room() > writes.len() as u64 + 1 {
-            let len = match self.staging.slot_for_read(k) {
-                Ok(Some(slot)) => (SLOT_WIRE_HEADER + slot.len()) as u32,
+            match self.slot_write(k) {
+                Ok(Some(w)) => writes.push(w),
                 Ok(None) => break,
-                Err(e) => return Err(self.fail(format!("staging ring corrupted: {e:?}"))),
-            };
-            // Header words and payload only: the same offset in both rings.
-            let wire = self.staging.slot_wire_addr(k) - self.staging.slot_addr(k);
-            writes.push(Write {
-                fetch_add: None,
-                local: self.staging.slot_wire_addr(k),
-                len,
-                remote: self.remote.ring_addr
-                    + crate::transport::ring::RING_HEADER_BYTES as u64
-                    + (k % nsteps) * stride
-                    + wire,
-                rkey: self.remote.ring_rkey,
-                // Small slots go inline: copied at post time, no DMA read.
-                lkey: (len > MAX_INLINE).then_some(self.qp.staging_lkey),
-                notify: false,
-                imm: 0,
-                solicited: false,
-                signal: false,
-                slots: k,
-            });
+                Err(e) => {
+                    self.scratch = writes;
+                    return Err(e);
+                }
+            }
             k += 1;
         }
         let Some(last) = writes.last_mut() else {
             self.scratch = writes;
             return Ok(false);
         };
+        let consumed = self.tail_write(last, k);
+        let posted = self.post_writes(&writes);
+        let inline = writes.iter().all(|w| w.lkey.is_none());
+        self.scratch = writes;
+        posted?;
+        self.slots_posted(first, k, consumed, inline);
+        Ok(true)
+    }
+
+    /// Posts slot `k` (`len` bytes of its wire form at `local`, at most
+    /// [`MAX_INLINE`]), the only one not yet written, as one inline
+    /// WRITE_WITH_IMM carrying the new tail: the whole of a small message's
+    /// send. What [`PeerRdma::slot_write`], [`PeerRdma::tail_write`],
+    /// [`PeerRdma::post_one`] and [`PeerRdma::slots_posted`] do for any run
+    /// of slots, on the stack and in one piece (counted with callgrind in
+    /// the Soft-RoCE guest, a verbs host send went from about 840 to about
+    /// 760 instructions).
+    fn post_inline_slot(&mut self, k: u64, local: u64, len: u32) -> Result<(), Error> {
+        let shape = self.staging.shape();
+        let nsteps = shape.nsteps as u64;
+        let remote = self.remote.ring_addr
+            + crate::transport::ring::RING_HEADER_BYTES as u64
+            + (k % nsteps) * shape.slot_stride() as u64
+            + SLOT_WIRE_OFFSET as u64;
+        let consumed = self.inbound.consumed();
+        let imm = ((k + 1) as u32 & IMM_TAIL_MASK)
+            | ((consumed as u32 & IMM_CREDIT_MASK) << IMM_CREDIT_SHIFT);
+        let id = self.wr_posted + 1;
+        let half_queue = u64::from(self.qp.depth / 2).max(1);
+        let signal = k + 1 - self.signalled_slots >= (nsteps / 2).max(1)
+            || id - self.last_signalled >= half_queue;
+        let mut sge = ibv_sge {
+            addr: local,
+            length: len,
+            lkey: 0,
+        };
+        // SAFETY: a zeroed send WR is valid; filled below.
+        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = id;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
+        wr.send_flags = ibv_send_flags::IBV_SEND_INLINE.0
+            | if signal {
+                ibv_send_flags::IBV_SEND_SIGNALED.0
+            } else {
+                0
+            };
+        wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+        wr.wr.rdma = rdma_t {
+            remote_addr: remote,
+            rkey: self.remote.ring_rkey,
+        };
+        let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: the QP is in RTS; the WR and its SGE live across the
+        // call, its `next` null (zeroed); the slot's bytes are copied now
+        // (inline), and the slot is staged, so nobody writes it meanwhile.
+        let rc = unsafe { ibv_post_send(self.qp.qp, &mut wr, &mut bad) };
+        if rc != 0 {
+            return Err(self.post_failed(rc));
+        }
+        self.wr_posted = id;
+        if signal {
+            self.last_signalled = id;
+            self.signalled_slots = k + 1;
+            self.inflight.push_back((id, k + 1, None));
+        }
+        self.slots_posted(k, k + 1, consumed, true);
+        Ok(())
+    }
+
+    /// Sends `payload` as the next slot, signed `sig`, straight from the
+    /// caller's bytes (one inline write from the stack, the staging ring
+    /// only counted past), if nothing is staged or in flight before it and
+    /// the peer and the work queue have room; false (nothing done)
+    /// otherwise.
+    fn post_inline(&mut self, payload: &[u8], sig: u64) -> Result<bool, Error> {
+        let k = self.posted;
+        let nsteps = self.staging.shape().nsteps as u64;
+        let credit = self.rings.ctrl.head.value.load(Ordering::Acquire);
+        if self.staging.tail() != k
+            || self.staging.consumed() != k
+            || k >= credit + nsteps
+            || self.room() <= 2
+        {
+            return Ok(false);
+        }
+        let mut wire = [0u8; MAX_INLINE as usize];
+        let len = write_wire_slot(&mut wire, payload, sig, k);
+        // Counted as staged, then posted and (inline) released at once.
+        self.staging.publish(k + 1);
+        self.post_inline_slot(k, wire.as_ptr() as u64, len as u32)?;
+        Ok(true)
+    }
+
+    /// The write of staged slot `k` (header words and payload), if staged.
+    #[inline]
+    fn slot_write(&self, k: u64) -> Result<Option<Write>, Error> {
+        let len = match self.staging.slot_for_read(k) {
+            Ok(Some(slot)) => (SLOT_WIRE_HEADER + slot.len()) as u32,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(self.fail(format!("staging ring corrupted: {e:?}"))),
+        };
+        let shape = self.staging.shape();
+        Ok(Some(Write {
+            fetch_add: None,
+            local: self.staging.slot_wire_addr(k),
+            len,
+            remote: self.remote.ring_addr
+                + crate::transport::ring::RING_HEADER_BYTES as u64
+                + (k % shape.nsteps as u64) * shape.slot_stride() as u64
+                // Header words and payload only: the same offset in both rings.
+                + SLOT_WIRE_OFFSET as u64,
+            rkey: self.remote.ring_rkey,
+            // Small slots go inline: copied at post time, no DMA read.
+            lkey: (len > MAX_INLINE).then_some(self.qp.staging_lkey),
+            notify: false,
+            imm: 0,
+            solicited: false,
+            signal: false,
+            slots: k,
+        }))
+    }
+
+    /// Makes `last` the write that tells the peer every slot below `k` is
+    /// in place; returns the consumed count it carries.
+    #[inline]
+    fn tail_write(&self, last: &mut Write, k: u64) -> u64 {
+        let nsteps = self.staging.shape().nsteps as u64;
         // The last write carries the new tail as its immediate: the
         // receiver's completion for it says every slot below `k` is in place.
         // And our consumed count: the peer's credit, for free.
@@ -431,12 +607,21 @@ impl PeerRdma {
         // engine for each small message.
         last.signal = k - self.signalled_slots >= (nsteps / 2).max(1);
         last.slots = k;
-        let posted = self.post_writes(&writes);
-        self.scratch = writes;
-        posted?;
+        consumed
+    }
+
+    /// Staged slots `first..k` were posted, carrying the consumed count
+    /// `consumed`. Written inline (copied at post time), they are free again
+    /// at once, unless slots before them still wait for their completion
+    /// (staging is released in order): then a send needs no completion to
+    /// have room, and a small-message sender polls no completion queue.
+    #[inline]
+    fn slots_posted(&mut self, first: u64, k: u64, consumed: u64, inline: bool) {
         self.posted = k;
-        self.credit_sent = self.credit_sent.max(consumed);
-        Ok(true)
+        self.credit_sent.fetch_max(consumed, Ordering::Relaxed);
+        if inline && self.staging.consumed() == first {
+            self.staging.release_to(k);
+        }
     }
 
     /// Checks the tail the peer delivered and returns credits for slots the
@@ -484,6 +669,7 @@ impl PeerRdma {
     /// Writes the count of inbound slots the stream consumed, once it moved
     /// by half a ring; with `only_if_starved`, only if the peer has used up
     /// the credit it has (else a later wait or slot write returns it).
+    #[inline]
     fn return_credit(&mut self, only_if_starved: bool) -> Result<bool, Error> {
         // Returned every half ring, not per slot: a sender only waits for
         // credit once the whole ring is in flight, and then at least half
@@ -491,13 +677,13 @@ impl PeerRdma {
         let nsteps = self.inbound.shape().nsteps as u64;
         let every = (nsteps / 2).max(1);
         let consumed = self.inbound.consumed();
-        let starved = self.inbound.tail() >= self.credit_sent + nsteps;
-        if consumed >= self.credit_sent + every && (starved || !only_if_starved) && self.room() > 1
-        {
+        let credit_sent = self.credit_sent.load(Ordering::Relaxed);
+        let starved = self.inbound.tail() >= credit_sent + nsteps;
+        if consumed >= credit_sent + every && (starved || !only_if_starved) && self.room() > 1 {
             // A waiting sender sees the credit in its memory, or polls its
             // CQ; its engine is woken only while a stream sleeps there.
             self.post_word(CTRL_HEAD, consumed, Wake::IfAsked, false)?;
-            self.credit_sent = consumed;
+            self.credit_sent.store(consumed, Ordering::Relaxed);
             return Ok(true);
         }
         Ok(false)
@@ -559,7 +745,10 @@ impl PeerRdma {
             }
         }
         if let Some(t) = release {
-            self.staging.release_to(t);
+            // Inline slots were released when posted: never move back.
+            if t > self.staging.consumed() {
+                self.staging.release_to(t);
+            }
         }
         if let Some(imm) = slot_imm {
             // Completions come in order: the last slot write's immediate
@@ -576,22 +765,29 @@ impl PeerRdma {
             // older than this immediate's, or equal): keep the larger.
             head.fetch_max(credit, Ordering::AcqRel);
         }
-        if recvs > 0 {
+        // Receives go back in batches: one `ibv_post_recv` per message
+        // was a tenth of a host receive's instructions. The queue holds
+        // `2 × nsteps + 16`, so a batch's few missing never starve it.
+        self.recvs_owed += recvs;
+        if self.recvs_owed >= RECV_BATCH {
             self.qp
-                .post_recvs(recvs)
+                .post_recvs(self.recvs_owed)
                 .map_err(|e| self.fail(format!("ibv_post_recv: {e}")))?;
+            self.recvs_owed = 0;
         }
         Ok(n > 0)
     }
 
     /// True unless the staging slot after the last one written is known to
     /// be empty (a corrupt one counts as staged: `send` reports it).
+    #[inline]
     fn staged_unwritten(&self) -> bool {
-        !matches!(self.staging.slot_for_read(self.posted), Ok(None))
+        self.staging.tail() > self.posted
     }
 
     /// True when a staged slot or a grant is still to be written (the
     /// peer's credit or the work queue's room was short when last tried).
+    #[inline]
     fn backlogged(&self) -> bool {
         self.staged_unwritten() || self.inbound.grant_count() != self.grant_sent
     }
@@ -657,7 +853,8 @@ impl PeerRdma {
             // Nothing else would show that the peer died while we only
             // wait: rewrite our credit (same value, harmless), signalled, so
             // a dead peer's QP turns into a failed completion.
-            self.post_word(CTRL_HEAD, self.credit_sent, Wake::Nobody, true)?;
+            let credit = self.credit_sent.load(Ordering::Relaxed);
+            self.post_word(CTRL_HEAD, credit, Wake::Nobody, true)?;
         }
         Ok(polled || sent || received)
     }
@@ -673,7 +870,12 @@ impl PeerRdma {
 /// polling, staging release, heartbeats, failure reports) and takes over
 /// whenever the lock is busy.
 #[derive(Debug)]
-pub struct SharedPeer(Mutex<PeerRdma>);
+pub struct SharedPeer {
+    peer: Mutex<PeerRdma>,
+    /// The peer's `credit_sent`: whether a credit is due after a receive
+    /// is known without the lock.
+    credit_sent: Arc<AtomicU64>,
+}
 
 impl std::fmt::Debug for PeerRdma {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -684,19 +886,22 @@ impl std::fmt::Debug for PeerRdma {
 impl SharedPeer {
     /// Wraps a peer.
     pub fn new(p: PeerRdma) -> SharedPeer {
-        SharedPeer(Mutex::new(p))
+        SharedPeer {
+            credit_sent: p.credit_sent.clone(),
+            peer: Mutex::new(p),
+        }
     }
 
     /// The peer, for the progress engine (blocks while a stream pumps).
     pub fn lock(&self) -> MutexGuard<'_, PeerRdma> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.peer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Stream side, after staging or consuming a slot: posts what can go
     /// now. False when the engine must be woken instead (the lock was busy,
     /// or the peer is failing: the engine reports it).
     pub fn pump(&self) -> bool {
-        let Ok(mut p) = self.0.try_lock() else {
+        let Ok(mut p) = self.peer.try_lock() else {
             return false;
         };
         if p.dead || p.deferred.is_some() || p.peer_closed() {
@@ -730,13 +935,60 @@ impl SharedPeer {
 }
 
 impl SharedPeer {
+    /// Stream side, in its turn: sends `payload` as one slot signed `sig`
+    /// from the caller's bytes if it fits one inline write, the peer is
+    /// free and nothing is queued before it ([`PeerRdma::post_inline`]);
+    /// false (nothing done) otherwise: stage it instead.
+    pub fn send_inline(&self, payload: &[u8], sig: u64) -> bool {
+        if SLOT_WIRE_HEADER + payload.len() > MAX_INLINE as usize {
+            return false;
+        }
+        let Ok(mut p) = self.peer.try_lock() else {
+            return false;
+        };
+        if p.dead || p.deferred.is_some() || p.peer_closed() {
+            return false;
+        }
+        match p.post_inline(payload, sig) {
+            Ok(sent) => sent,
+            Err(e) => {
+                p.deferred = Some(e);
+                false
+            }
+        }
+    }
+
+    /// Stream side, after consuming an inbound slot: returns the credit at
+    /// once if the peer has used up what it had (else a later slot write
+    /// going back, a wait or the engine returns it). What [`SharedPeer::pump`]
+    /// does, less the sending a receive has nothing for. False when the
+    /// engine must be woken instead.
+    pub fn consumed(&self, inbound: &RingEnd) -> bool {
+        // Not starved (the common case): nothing to do, and no lock taken.
+        let nsteps = inbound.shape().nsteps as u64;
+        if inbound.tail() < self.credit_sent.load(Ordering::Relaxed) + nsteps {
+            return true;
+        }
+        let Ok(mut p) = self.peer.try_lock() else {
+            return false;
+        };
+        if p.dead || p.deferred.is_some() || p.peer_closed() {
+            return false;
+        }
+        if let Err(e) = p.return_credit(true) {
+            p.deferred = Some(e);
+            return false;
+        }
+        true
+    }
+
     /// Stream side, while waiting on one of this peer's rings: reaps
     /// completions (a new tail and credit from the peer's immediate,
     /// staging slots freed), posts what the new credit allows and returns
     /// a credit that is due, unless the engine holds the peer (it does all
     /// that itself).
     pub fn poll_now(&self) {
-        let Ok(mut p) = self.0.try_lock() else {
+        let Ok(mut p) = self.peer.try_lock() else {
             return;
         };
         if p.dead || p.deferred.is_some() || p.peer_closed() {

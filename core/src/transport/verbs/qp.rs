@@ -8,6 +8,7 @@
 //! the QP number, PSN, LID and GID, are what a rank tells a peer at
 //! bootstrap ([`VerbsAddr`]).
 
+use std::mem::MaybeUninit;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -416,19 +417,26 @@ impl Qp {
         const BATCH: usize = 16;
         while n > 0 {
             let k = n.min(BATCH);
-            // SAFETY: a zeroed receive WR is valid; filled below.
-            let mut wrs: [ibv_recv_wr; BATCH] = unsafe { std::mem::zeroed() };
-            for i in 0..k {
-                wrs[i].wr_id = RECV_WR_ID;
-                wrs[i].num_sge = 0;
-                if i + 1 < k {
-                    wrs[i].next = &mut wrs[i + 1];
-                }
+            // Only the `k` entries posted are written (zeroing all of them
+            // was most of a small receive's cost here).
+            let mut wrs = [const { MaybeUninit::<ibv_recv_wr>::uninit() }; BATCH];
+            for i in (0..k).rev() {
+                let next = if i + 1 < k {
+                    wrs[i + 1].as_mut_ptr()
+                } else {
+                    std::ptr::null_mut()
+                };
+                wrs[i].write(ibv_recv_wr {
+                    wr_id: RECV_WR_ID,
+                    next,
+                    sg_list: std::ptr::null_mut(),
+                    num_sge: 0,
+                });
             }
             let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
-            // SAFETY: the QP is in INIT or later; the chain of k WRs lives
-            // across the call and names no memory.
-            let rc = unsafe { ibv_post_recv(self.qp, wrs.as_mut_ptr(), &mut bad) };
+            // SAFETY: the QP is in INIT or later; the chain of the first k
+            // WRs (written above) lives across the call and names no memory.
+            let rc = unsafe { ibv_post_recv(self.qp, wrs[0].as_mut_ptr(), &mut bad) };
             if rc != 0 {
                 return Err(std::io::Error::from_raw_os_error(rc));
             }

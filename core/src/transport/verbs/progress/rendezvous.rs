@@ -25,6 +25,7 @@ impl PeerRdma {
     /// Copies a new rendezvous grant of our stream (its inbound ring
     /// header's mailbox, then its grant number, with an immediate) into the
     /// peer's staging ring header, where its sender waits for it.
+    #[inline]
     pub(super) fn forward_grant(&mut self) -> Result<bool, Error> {
         let cts = self.inbound.grant_count();
         if cts == self.grant_sent || self.room() <= 3 {
