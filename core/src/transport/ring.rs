@@ -29,6 +29,7 @@ pub const SLOT_HEADER: usize = 64;
 pub const SLOT_WIRE_HEADER: usize = 24;
 const LEN_OFFSET: usize = SLOT_HEADER - SLOT_WIRE_HEADER;
 /// Where in a slot its wire form ([`SLOT_WIRE_HEADER`]) begins.
+#[cfg(any(feature = "verbs", test))]
 pub const SLOT_WIRE_OFFSET: usize = LEN_OFFSET;
 const SIG_OFFSET: usize = LEN_OFFSET + 8;
 const SEQ_OFFSET: usize = LEN_OFFSET + 16;
@@ -40,6 +41,7 @@ const SEQ_OFFSET: usize = LEN_OFFSET + 16;
 ///
 /// # Panics
 /// If `out` is shorter than `SLOT_WIRE_HEADER + payload.len()`.
+#[cfg(any(feature = "verbs", test))]
 pub fn write_wire_slot(out: &mut [u8], payload: &[u8], sig: u64, seq: u64) -> usize {
     let words = [payload.len() as u64, sig, seq];
     for (i, w) in words.iter().enumerate() {
