@@ -282,18 +282,30 @@ impl Connection {
         }
     }
 
+    /// As [`Connection::after_step`] after the stream staged one slot and
+    /// consumed none: over tcp the slot is written out without a read.
+    #[inline]
+    pub fn after_send(&self) {
+        match &self.link {
+            Link::Tcp { io, kick, .. } => tcp::inline::pump_out(io, kick),
+            _ => self.after_step(),
+        }
+    }
+
     /// As [`Connection::after_step`] after the stream consumed one inbound
-    /// slot and staged nothing: over verbs only the credit may be due.
+    /// slot and staged nothing: over verbs only the credit may be due, over
+    /// tcp only the engine may need waking (no read: the next receive reads).
     #[inline]
     pub fn after_recv(&self) {
         match &self.link {
+            Link::Tcp { io, kick, .. } => tcp::inline::settle(io, kick),
             #[cfg(feature = "verbs")]
             Link::Verbs { kick, direct, .. } => {
                 if !direct.consumed(&self.recv) {
                     kick.kick();
                 }
             }
-            _ => self.after_step(),
+            Link::Shm { .. } => {}
         }
     }
 

@@ -127,7 +127,7 @@ impl CommInner {
             };
             copy_small(&mut slot[..bytes.len()], bytes);
             conn.send.commit_send(bytes.len(), sig);
-            conn.after_step();
+            conn.after_send();
         }
         self.p2p.stats.add(Stat::SentEagerMessages, 1);
         self.p2p.stats.add(Stat::SentEagerBytes, bytes.len());

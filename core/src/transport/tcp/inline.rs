@@ -64,6 +64,30 @@ impl Pace {
 /// blocking, if no other thread is doing so; wakes the engine when
 /// it must take over. An error is left for the engine to report.
 pub(crate) fn pump(io: &Mutex<PeerIo>, kick: &Kick) {
+    with_peer(io, kick, PeerIo::pump);
+}
+
+/// After the stream staged a slot: writes it out now, without reading
+/// (a read there found nothing but cost a system call before the call
+/// returned; the stream's next wait reads), as [`pump`] otherwise.
+pub(crate) fn pump_out(io: &Mutex<PeerIo>, kick: &Kick) {
+    with_peer(io, kick, PeerIo::pump_out);
+}
+
+/// After the stream consumed a slot: no I/O (the next receive reads),
+/// only a wake-up for the engine if it must now look again (it stopped
+/// reading a socket while the inbound ring was full).
+pub(crate) fn settle(io: &Mutex<PeerIo>, kick: &Kick) {
+    with_peer(io, kick, |_| Ok(()));
+}
+
+/// Runs `work` on the peer if no other thread holds it, then wakes the
+/// engine when it must take over; an error is left for it to report.
+fn with_peer(
+    io: &Mutex<PeerIo>,
+    kick: &Kick,
+    work: impl FnOnce(&mut PeerIo) -> Result<(), crate::Error>,
+) {
     let mut p = match io.try_lock() {
         Ok(p) => p,
         Err(TryLockError::Poisoned(p)) => p.into_inner(),
@@ -77,7 +101,7 @@ pub(crate) fn pump(io: &Mutex<PeerIo>, kick: &Kick) {
     if p.is_dead() {
         return;
     }
-    match p.pump() {
+    match work(&mut p) {
         Ok(()) => {
             let wake = p.needs_net();
             drop(p);

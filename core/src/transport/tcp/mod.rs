@@ -13,6 +13,7 @@
 pub mod frame;
 pub mod inline;
 pub mod progress;
+mod read_ahead;
 pub mod setup;
 mod source;
 

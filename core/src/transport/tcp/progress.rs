@@ -14,10 +14,11 @@
 //! (naming the peer), which releases every wait, and the abort is told to
 //! every other peer, so they fail promptly too.
 
-use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::io::{ErrorKind, IoSlice, Write};
 use std::net::TcpStream;
 
 use super::frame::{FrameHeader, ABORT_LEN, CLOSE_LEN, HEADER_BYTES, NOTE_LEN};
+use super::read_ahead::ReadAhead;
 use crate::error::MismatchNote;
 use crate::transport::placement::Placement;
 use crate::transport::ring::RingEnd;
@@ -46,6 +47,8 @@ pub(super) struct Sock {
     rx_closed: bool,
     /// The signatures of a note frame, for the abort frame that follows it.
     rx_note: Option<(u64, u64)>,
+    /// Bytes read from the socket ahead of the frame being read.
+    rx: ReadAhead,
 }
 
 /// One tcp peer as the engine sees it.
@@ -119,6 +122,7 @@ impl PeerIo {
                 rx_place: None,
                 rx_closed: false,
                 rx_note: None,
+                rx: ReadAhead::new(),
             })
             .collect();
         PeerIo {
@@ -149,6 +153,19 @@ impl PeerIo {
         for j in 0..self.socks.len() {
             self.send_on(j)?;
             self.recv_on(j)?;
+        }
+        self.advance();
+        Ok(())
+    }
+
+    /// Writes what is staged to the sockets, without reading: what a
+    /// stream that has just staged a slot does (its next wait reads).
+    ///
+    /// # Errors
+    /// The first socket error, naming the peer.
+    pub fn pump_out(&mut self) -> Result<(), Error> {
+        for j in 0..self.socks.len() {
+            self.send_on(j)?;
         }
         self.advance();
         Ok(())
@@ -267,6 +284,7 @@ impl PeerIo {
         let s = self.nsocks();
         let max = self.inbound.shape().slot_bytes;
         let mut moved = false;
+        self.socks[j].rx.new_pass();
         {
             loop {
                 let sock = &mut self.socks[j];
@@ -275,7 +293,10 @@ impl PeerIo {
                     break;
                 }
                 if sock.rx_len.is_none() {
-                    match sock.stream.read(&mut sock.rx_hdr[sock.rx_hdr_got..]) {
+                    match sock
+                        .rx
+                        .read(&mut sock.stream, &mut sock.rx_hdr[sock.rx_hdr_got..])
+                    {
                         Ok(0) => return Err(self.fail("connection closed by the peer".into())),
                         Ok(n) => {
                             moved = true;
@@ -366,11 +387,11 @@ impl PeerIo {
                                     len - sock.rx_got,
                                 )
                             };
-                            let r = sock.stream.read(dst);
+                            let r = sock.rx.read(&mut sock.stream, dst);
                             self.inbound.end_place();
                             r
                         }
-                        None => sock.stream.read(&mut slot[sock.rx_got..len]),
+                        None => sock.rx.read(&mut sock.stream, &mut slot[sock.rx_got..len]),
                     };
                     match r {
                         Ok(0) => return Err(self.fail("connection closed by the peer".into())),
@@ -498,14 +519,16 @@ impl PeerIo {
         sock.tx_done = 0;
     }
 
-    /// True when socket `j` has a frame read to its end (a zero-length one)
-    /// that waited for a free inbound slot and now has one: no byte is left
-    /// to make the socket readable, so poll would never report it.
+    /// True when socket `j` has a frame read to its end (a zero-length one),
+    /// or bytes read ahead, that can move now (a header to decode, or a
+    /// free inbound slot for the frame): no byte left in the socket may
+    /// make it readable, so poll would never report it.
     pub(super) fn completable(&self, j: usize) -> bool {
         let s = &self.socks[j];
+        let slot_free = || self.inbound.slot_for_write(s.rx_next).is_some();
         !s.rx_closed
-            && s.rx_len.is_some_and(|len| s.rx_got == len)
-            && self.inbound.slot_for_write(s.rx_next).is_some()
+            && (s.rx_len.is_some_and(|len| s.rx_got == len) && slot_free()
+                || s.rx.buffered() > 0 && (s.rx_len.is_none() || slot_free()))
     }
 
     /// The poll events each socket needs now.
