@@ -80,6 +80,13 @@ pub(crate) enum Wake {
 /// Receives consumed before they are posted again, in one call.
 const RECV_BATCH: usize = 4;
 
+/// The immediate of the write that completes slots below `tail`, carrying
+/// the `consumed` count back (both truncated; see [`imm`]).
+#[inline]
+fn tail_imm(tail: u64, consumed: u64) -> u32 {
+    (tail as u32 & IMM_TAIL_MASK) | ((consumed as u32 & IMM_CREDIT_MASK) << IMM_CREDIT_SHIFT)
+}
+
 /// One verbs peer as the progress engine sees it.
 pub struct PeerRdma {
     /// The peer's rank.
@@ -248,22 +255,14 @@ impl PeerRdma {
     /// send. What [`PeerRdma::slot_write`], [`PeerRdma::tail_write`],
     /// [`PeerRdma::post_one`] and [`PeerRdma::slots_posted`] do for any run
     /// of slots, on the stack and in one piece (counted with callgrind in
-    /// the Soft-RoCE guest, a verbs host send went from about 840 to about
-    /// 760 instructions).
+    /// the Soft-RoCE guest, it took a verbs host send from about 840 to
+    /// about 760 instructions).
     fn post_inline_slot(&mut self, k: u64, local: u64, len: u32) -> Result<(), Error> {
-        let shape = self.staging.shape();
-        let nsteps = shape.nsteps as u64;
-        let remote = self.remote.ring_addr
-            + crate::transport::ring::RING_HEADER_BYTES as u64
-            + (k % nsteps) * shape.slot_stride() as u64
-            + SLOT_WIRE_OFFSET as u64;
+        let remote = self.remote_slot_addr(k);
         let consumed = self.inbound.consumed();
-        let imm = ((k + 1) as u32 & IMM_TAIL_MASK)
-            | ((consumed as u32 & IMM_CREDIT_MASK) << IMM_CREDIT_SHIFT);
+        let imm = tail_imm(k + 1, consumed);
         let id = self.wr_posted + 1;
-        let half_queue = u64::from(self.qp.depth / 2).max(1);
-        let signal = k + 1 - self.signalled_slots >= (nsteps / 2).max(1)
-            || id - self.last_signalled >= half_queue;
+        let signal = self.tail_signal_due(k + 1) || self.queue_signal_due(id, self.last_signalled);
         let mut sge = ibv_sge {
             addr: local,
             length: len,
@@ -288,18 +287,14 @@ impl PeerRdma {
         };
         let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
         // SAFETY: the QP is in RTS; the WR and its SGE live across the
-        // call, its `next` null (zeroed); the slot's bytes are copied now
-        // (inline), and the slot is staged, so nobody writes it meanwhile.
+        // call, its `next` null (zeroed); the `len` bytes at `local` (a
+        // staged slot, or the caller's buffer) are alive and copied now
+        // (inline).
         let rc = unsafe { ibv_post_send(self.qp.qp, &mut wr, &mut bad) };
         if rc != 0 {
             return Err(self.post_failed(rc));
         }
-        self.wr_posted = id;
-        if signal {
-            self.last_signalled = id;
-            self.signalled_slots = k + 1;
-            self.inflight.push_back((id, k + 1, None));
-        }
+        self.posted_one(k + 1, signal);
         self.slots_posted(k, k + 1, consumed, true);
         Ok(())
     }
@@ -336,16 +331,11 @@ impl PeerRdma {
             Ok(None) => return Ok(None),
             Err(e) => return Err(self.fail(format!("staging ring corrupted: {e:?}"))),
         };
-        let shape = self.staging.shape();
         Ok(Some(Write {
             fetch_add: None,
             local: self.staging.slot_wire_addr(k),
             len,
-            remote: self.remote.ring_addr
-                + crate::transport::ring::RING_HEADER_BYTES as u64
-                + (k % shape.nsteps as u64) * shape.slot_stride() as u64
-                // Header words and payload only: the same offset in both rings.
-                + SLOT_WIRE_OFFSET as u64,
+            remote: self.remote_slot_addr(k),
             rkey: self.remote.ring_rkey,
             // Small slots go inline: copied at post time, no DMA read.
             lkey: (len > MAX_INLINE).then_some(self.qp.staging_lkey),
@@ -361,22 +351,38 @@ impl PeerRdma {
     /// in place; returns the consumed count it carries.
     #[inline]
     fn tail_write(&self, last: &mut Write, k: u64) -> u64 {
-        let nsteps = self.staging.shape().nsteps as u64;
         // The last write carries the new tail as its immediate: the
         // receiver's completion for it says every slot below `k` is in place.
         // And our consumed count: the peer's credit, for free.
         let consumed = self.inbound.consumed();
         last.notify = true;
-        last.imm =
-            (k as u32 & IMM_TAIL_MASK) | ((consumed as u32 & IMM_CREDIT_MASK) << IMM_CREDIT_SHIFT);
+        last.imm = tail_imm(k, consumed);
         // Not solicited: it wakes the peer's engine only while a stream sleeps
         // there (the engine then asks for every completion); a waiting stream
         // polls the CQ itself. Signalled only every half ring: its completion
         // frees the staging slots up to it, and no completion wakes this
         // engine for each small message.
-        last.signal = k - self.signalled_slots >= (nsteps / 2).max(1);
+        last.signal = self.tail_signal_due(k);
         last.slots = k;
         consumed
+    }
+
+    /// Where slot `k`'s wire form goes in the peer's inbound ring: header
+    /// words and payload only, at the same offset as in ours.
+    #[inline]
+    fn remote_slot_addr(&self, k: u64) -> u64 {
+        let shape = self.staging.shape();
+        self.remote.ring_addr
+            + crate::transport::ring::RING_HEADER_BYTES as u64
+            + (k % shape.nsteps as u64) * shape.slot_stride() as u64
+            + SLOT_WIRE_OFFSET as u64
+    }
+
+    /// Whether the write telling the peer of slots below `k` is signalled:
+    /// every half ring of slots, so that completions free staging slots.
+    #[inline]
+    fn tail_signal_due(&self, k: u64) -> bool {
+        k - self.signalled_slots >= (self.staging.shape().nsteps as u64 / 2).max(1)
     }
 
     /// Staged slots `first..k` were posted, carrying the consumed count
@@ -547,8 +553,8 @@ impl PeerRdma {
         Ok(n > 0)
     }
 
-    /// True unless the staging slot after the last one written is known to
-    /// be empty (a corrupt one counts as staged: `send` reports it).
+    /// True when a staged slot is not yet written (a corrupt one counts:
+    /// `send` reports it).
     #[inline]
     fn staged_unwritten(&self) -> bool {
         self.staging.tail() > self.posted
@@ -661,6 +667,15 @@ impl SharedPeer {
         }
     }
 
+    /// The peer, for a stream's thread: `None` when another thread holds
+    /// it (that thread is moving its bytes) or it is failing (the engine
+    /// reports that).
+    #[inline(always)]
+    fn for_stream(&self) -> Option<MutexGuard<'_, PeerRdma>> {
+        let p = self.peer.try_lock().ok()?;
+        (!(p.dead || p.deferred.is_some() || p.peer_closed())).then_some(p)
+    }
+
     /// The peer, for the progress engine (blocks while a stream pumps).
     pub fn lock(&self) -> MutexGuard<'_, PeerRdma> {
         self.peer.lock().unwrap_or_else(|e| e.into_inner())
@@ -670,12 +685,9 @@ impl SharedPeer {
     /// now. False when the engine must be woken instead (the lock was busy,
     /// or the peer is failing: the engine reports it).
     pub fn pump(&self) -> bool {
-        let Ok(mut p) = self.peer.try_lock() else {
+        let Some(mut p) = self.for_stream() else {
             return false;
         };
-        if p.dead || p.deferred.is_some() || p.peer_closed() {
-            return false;
-        }
         // Post first, so that a ping-pong's reply goes out before anything
         // else is looked at. The CQ is polled (completions reaped: the
         // peer's credit from its immediates, staging slots and work-queue
@@ -712,12 +724,9 @@ impl SharedPeer {
         if SLOT_WIRE_HEADER + payload.len() > MAX_INLINE as usize {
             return false;
         }
-        let Ok(mut p) = self.peer.try_lock() else {
+        let Some(mut p) = self.for_stream() else {
             return false;
         };
-        if p.dead || p.deferred.is_some() || p.peer_closed() {
-            return false;
-        }
         match p.post_inline(payload, sig) {
             Ok(sent) => sent,
             Err(e) => {
@@ -738,12 +747,9 @@ impl SharedPeer {
         if inbound.tail() < self.credit_sent.load(Ordering::Relaxed) + nsteps {
             return true;
         }
-        let Ok(mut p) = self.peer.try_lock() else {
+        let Some(mut p) = self.for_stream() else {
             return false;
         };
-        if p.dead || p.deferred.is_some() || p.peer_closed() {
-            return false;
-        }
         if let Err(e) = p.return_credit(true) {
             p.deferred = Some(e);
             return false;
@@ -757,12 +763,9 @@ impl SharedPeer {
     /// a credit that is due, unless the engine holds the peer (it does all
     /// that itself).
     pub fn poll_now(&self) {
-        let Ok(mut p) = self.peer.try_lock() else {
+        let Some(mut p) = self.for_stream() else {
             return;
         };
-        if p.dead || p.deferred.is_some() || p.peer_closed() {
-            return;
-        }
         // New credit may let staged slots go; a credit of ours is due
         // now that this stream waits rather than sends.
         if let Err(e) = p

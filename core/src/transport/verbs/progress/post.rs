@@ -131,15 +131,21 @@ impl PeerRdma {
         if rc != 0 {
             return Err(self.post_failed(rc));
         }
-        self.posted_one(w, signal);
+        self.posted_one(w.slots, signal);
         Ok(())
     }
 
     /// Whether the write with work-request id `id` is signalled: when asked,
     /// and at least every half queue, so that completions free it.
     fn signal_due(&self, w: &Write, id: u64, last_signalled: u64) -> bool {
-        let half = u64::from(self.qp.depth / 2).max(1);
-        w.signal || id - last_signalled >= half
+        w.signal || self.queue_signal_due(id, last_signalled)
+    }
+
+    /// Whether work request `id` must be signalled for the queue's sake:
+    /// at least every half queue, so that completions free it.
+    #[inline]
+    pub(super) fn queue_signal_due(&self, id: u64, last_signalled: u64) -> bool {
+        id - last_signalled >= u64::from(self.qp.depth / 2).max(1)
     }
 
     pub(super) fn post_failed(&self, rc: i32) -> Error {
@@ -150,12 +156,14 @@ impl PeerRdma {
     }
 
     /// Counts a posted write; a signalled one goes in flight.
-    fn posted_one(&mut self, w: &Write, signal: bool) {
+    /// (`slots`: the staging slots written before it, see [`Write`].)
+    #[inline]
+    pub(super) fn posted_one(&mut self, slots: u64, signal: bool) {
         self.wr_posted += 1;
         if signal {
             self.last_signalled = self.wr_posted;
-            self.signalled_slots = w.slots;
-            self.inflight.push_back((self.wr_posted, w.slots, None));
+            self.signalled_slots = slots;
+            self.inflight.push_back((self.wr_posted, slots, None));
         }
     }
 
@@ -211,7 +219,7 @@ impl PeerRdma {
             return Err(self.post_failed(rc));
         }
         for (w, &signal) in writes.iter().zip(&signals) {
-            self.posted_one(w, signal);
+            self.posted_one(w.slots, signal);
         }
         Ok(())
     }
