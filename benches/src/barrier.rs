@@ -14,7 +14,7 @@ use streamcomm::host::HostStream;
 use streamcomm::{Communicator, ReduceOp, Transport};
 
 use crate::error::{Context, Fallible};
-use crate::stats::{across_ranks, Percentiles};
+use crate::stats::{Percentiles, across_ranks};
 
 /// One barrier flavour's figures, in microseconds.
 #[derive(Clone, Copy, Debug, serde::Serialize)]

@@ -300,7 +300,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         _ => {
             return Err(format!(
                 "'{s}': unknown size suffix '{suffix}' (use K, M or G)"
-            ))
+            ));
         }
     };
     value

@@ -8,8 +8,8 @@
 //! algorithm — `2(n-1)/n` for all_reduce, `(n-1)/n` for all_gather,
 //! reduce_scatter and all_to_all, 1 for broadcast, reduce and sendrecv.
 
-use streamcomm::host::HostStream;
 use streamcomm::UntypedBuffer;
+use streamcomm::host::HostStream;
 use streamcomm::{Communicator, DataType, ReduceOp, Result};
 
 use crate::cli::Collective;

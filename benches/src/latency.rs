@@ -10,8 +10,8 @@
 //! Each round trip is timed with the cycle counter, as perftest does
 //! ([`crate::ticks`]): a clock read can cost a system call.
 
-use streamcomm::host::HostStream;
 use streamcomm::UntypedBuffer;
+use streamcomm::host::HostStream;
 use streamcomm::{Communicator, DataType};
 
 use crate::error::{Context, Fallible};

@@ -9,8 +9,8 @@
 
 use std::ffi::OsString;
 
-use streamcomm::launch::env::{detect_from_process_env, LaunchInfo};
-use streamcomm_run::local::{install_termination_handler, LocalLauncher, Outcome};
+use streamcomm::launch::env::{LaunchInfo, detect_from_process_env};
+use streamcomm_run::local::{LocalLauncher, Outcome, install_termination_handler};
 
 use crate::error::{Context, Fallible};
 use crate::machine::MachineLimits;

@@ -7,8 +7,8 @@
 //! core-to-core round trip of a flag between two spinning threads.
 
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;

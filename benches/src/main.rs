@@ -129,7 +129,11 @@ fn rank_main(cli: &Cli, info: &LaunchInfo) -> ExitCode {
     install_tracing();
     // Before the communicator reads its configuration.
     if let Ok(Some(spec)) = cli.forced_algo() {
-        std::env::set_var("STREAMCOMM_ALGO", spec);
+        // SAFETY: this runs on the main thread before the rank starts any
+        // other (the communicator and its engine come after it, and the
+        // tracing subscriber writes from the calling thread), so nothing
+        // reads the environment meanwhile.
+        unsafe { std::env::set_var("STREAMCOMM_ALGO", spec) };
     }
     match run_rank(cli, info) {
         Ok(0) => ExitCode::SUCCESS,

@@ -11,12 +11,12 @@
 //! rows (the larger buffer, nccl-tests' convention).
 
 use clap::Parser;
-use streamcomm::config::CostParams;
-use streamcomm::testing::tuning::{choose_by_model, predict, Shape};
 use streamcomm::Algorithm;
+use streamcomm::config::CostParams;
+use streamcomm::testing::tuning::{Shape, choose_by_model, predict};
 use streamcomm::{Config, DataType};
 
-use crate::cli::{human_bytes, Collective};
+use crate::cli::{Collective, human_bytes};
 use crate::error::{Context, Fallible};
 use crate::plot::panels::{self, Panel, Series};
 use crate::schedule::schedule_id;
@@ -78,7 +78,7 @@ fn run_points(path: &str, schedule_ids: bool) -> Fallible<()> {
             _ => {
                 return Err(bad(
                     "expected `collective algorithm ranks ranks_per_host bytes [sharing]`",
-                ))
+                ));
             }
         };
         let c = <Collective as clap::ValueEnum>::from_str(coll, true)

@@ -13,8 +13,8 @@
 
 use std::time::Instant;
 
-use streamcomm::host::HostStream;
 use streamcomm::UntypedBuffer;
+use streamcomm::host::HostStream;
 use streamcomm::{Communicator, DataType};
 
 use crate::cli::Cli;
@@ -52,11 +52,7 @@ pub struct P2pRow {
 /// The byte `i` of a message of `bytes` bytes (never the poison).
 fn pattern(bytes: u64, i: usize) -> u8 {
     let v = ((i as u64).wrapping_mul(131) ^ bytes.wrapping_mul(7)) % 251;
-    if v as u8 == POISON {
-        0
-    } else {
-        v as u8
-    }
+    if v as u8 == POISON { 0 } else { v as u8 }
 }
 
 /// Runs the sweep on every rank (ranks other than 0 and 1 only join the

@@ -13,14 +13,14 @@
 use std::io::Write;
 
 use crate::barrier::{BarrierResult, BarrierStats};
-use crate::cli::{human_bytes, Cli, Collective};
+use crate::cli::{Cli, Collective, human_bytes};
 use crate::error::{Context, Fallible};
 use crate::latency::Latency;
 use crate::link::Link;
 use crate::machine::MachineLimits;
 use crate::p2p::P2pRow;
 use crate::rawtcp::RawTcp;
-use crate::stats::{fraction, Percentiles};
+use crate::stats::{Percentiles, fraction};
 use crate::sweep::Row;
 use crate::vstcp::{self, VsTcp};
 

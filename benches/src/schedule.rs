@@ -10,7 +10,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
-use streamcomm::testing::plan::{build_with, PlanParams};
+use streamcomm::testing::plan::{PlanParams, build_with};
 use streamcomm::{Algorithm, Collective};
 use streamcomm::{DataType, ReduceOp};
 

@@ -66,11 +66,7 @@ pub fn percentile(sorted: &[f64], q: f64) -> f64 {
 /// `value / unit`, NaN when `unit` is not positive (a limit that could not
 /// be measured).
 pub fn fraction(value: f64, unit: f64) -> f64 {
-    if unit > 0.0 {
-        value / unit
-    } else {
-        f64::NAN
-    }
+    if unit > 0.0 { value / unit } else { f64::NAN }
 }
 
 /// Combines `values` element-wise over all ranks with `op` (an all_reduce

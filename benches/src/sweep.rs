@@ -10,11 +10,11 @@
 
 use std::time::Instant;
 
-use streamcomm::host::HostStream;
 use streamcomm::UntypedBuffer;
+use streamcomm::host::HostStream;
 use streamcomm::{Communicator, ReduceOp};
 
-use crate::check::{count_wrong, Pattern};
+use crate::check::{Pattern, count_wrong};
 use crate::cli::Cli;
 use crate::coll::Call;
 use crate::error::{Context, Fallible};

@@ -45,10 +45,6 @@ impl Span {
     pub fn us_per_tick(&self) -> f64 {
         let ticks = now().wrapping_sub(self.ticks);
         let us = self.clock.elapsed().as_secs_f64() * 1e6;
-        if ticks == 0 {
-            0.0
-        } else {
-            us / ticks as f64
-        }
+        if ticks == 0 { 0.0 } else { us / ticks as f64 }
     }
 }

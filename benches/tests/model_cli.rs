@@ -178,7 +178,9 @@ fn calibrate_writes_a_tuning_file_the_library_reads() {
         &[("STREAMCOMM_TUNING_FILE", file.to_str().unwrap())],
     );
     assert!(out.status.success(), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("parameters from STREAMCOMM_TUNING_FILE"));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("parameters from STREAMCOMM_TUNING_FILE")
+    );
     let _ = std::fs::remove_file(&file);
 }
 
@@ -212,7 +214,9 @@ fn forced_algorithms_run_and_wrong_ones_are_usage_errors() {
     assert!(text.contains("Wrong elements       : 0 OK"), "{text}");
     let out = run(&["all_reduce", "--algo", "binomial"], &[]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("binomial does not implement all_reduce"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("binomial does not implement all_reduce")
+    );
 }
 
 #[test]

@@ -9,7 +9,7 @@ pub mod barrier {
     pub use crate::barrier::exec::run;
     pub use crate::plan::flag::signal_value;
     pub use crate::plan::flag::{BarrierMemory, BarrierPlan, WaitFor};
-    pub use crate::plan::simulate::flags::{simulate, Schedule, SimConfig, SimError};
+    pub use crate::plan::simulate::flags::{Schedule, SimConfig, SimError, simulate};
     pub use crate::plan::{FlagOp, Step};
 }
 
@@ -29,29 +29,29 @@ pub mod comm {
 pub mod plan {
     pub use crate::plan::signature;
     pub use crate::plan::{
-        build, build_with, simulate, simulate_with, Plan, PlanParams, Schedule, SimConfig,
+        Plan, PlanParams, Schedule, SimConfig, build, build_with, simulate, simulate_with,
     };
 }
 
 /// Shared-memory segments and the tcp wire format.
 pub mod transport {
-    pub use crate::transport::ring::RingShape;
     pub use crate::transport::Segment;
+    pub use crate::transport::ring::RingShape;
 
     /// The tcp transport's frames.
     pub mod tcp_frame {
         pub use crate::transport::tcp::frame::{
-            FrameHeader, Hello, ABORT_LEN, CLOSE_LEN, HEADER_BYTES, HELLO_BYTES,
+            ABORT_LEN, CLOSE_LEN, FrameHeader, HEADER_BYTES, HELLO_BYTES, Hello,
         };
     }
 }
 
 /// The cost model.
 pub mod tuning {
-    pub use crate::tuning::{choose_by_model, predict, Shape};
+    pub use crate::tuning::{Shape, choose_by_model, predict};
 }
 
 /// Waiting: spin, yield, sleep.
 pub mod wait {
-    pub use crate::wait::{Notifier, WaitError, WaitPolicy, DEFAULT_YIELDS};
+    pub use crate::wait::{DEFAULT_YIELDS, Notifier, WaitError, WaitPolicy};
 }

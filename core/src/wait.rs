@@ -13,7 +13,7 @@
 //! short slices, so a lost wake-up costs at most one slice, never a hang.
 
 use std::cell::RefCell;
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering, fence};
 use std::time::{Duration, Instant};
 
 /// First futex sleep of a wait; bounds the cost of a missed wake-up and the
@@ -343,8 +343,8 @@ pub fn spin_budget(configured: u32, ranks_on_host: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicU64;
     use std::sync::Arc;
+    use std::sync::atomic::AtomicU64;
 
     #[test]
     fn wakes_a_sleeping_waiter() {

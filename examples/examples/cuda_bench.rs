@@ -26,8 +26,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use streamcomm::cuda::cudarc::driver::{sys, CudaContext, CudaStream};
 use streamcomm::cuda::CudaComm;
+use streamcomm::cuda::cudarc::driver::{CudaContext, CudaStream, sys};
 use streamcomm::launch::env::detect_from_process_env;
 use streamcomm::{Communicator, ReduceOp};
 use streamcomm_run::local::LocalLauncher;

@@ -8,11 +8,11 @@ use std::ffi::{c_char, c_int, c_void};
 
 use streamcomm::Communicator;
 
+use crate::COMMS;
 use crate::args::{index, out_ptr};
 use crate::guard::{guard, last_error_ptr, set_last_error};
-use crate::id::{read_id, CUniqueId};
-use crate::result::{code_of, description, Failure, FfiResult, SUCCESS};
-use crate::COMMS;
+use crate::id::{CUniqueId, read_id};
+use crate::result::{Failure, FfiResult, SUCCESS, code_of, description};
 
 /// Stores a new communicator's handle in `*comm`.
 ///
@@ -31,7 +31,7 @@ unsafe fn publish(comm: *mut *mut c_void, made: Communicator) -> FfiResult {
 ///
 /// # Safety
 /// `comm` is NULL or writable; `id` is NULL or readable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_comm_init_rank(
     comm: *mut *mut c_void,
     nranks: c_int,
@@ -57,7 +57,7 @@ pub unsafe extern "C" fn streamcomm_comm_init_rank(
 ///
 /// # Safety
 /// `comm` is NULL or writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_comm_init_from_env(comm: *mut *mut c_void) -> c_int {
     guard("streamcomm_comm_init_from_env", || {
         let comm = out_ptr(comm, "comm")?;
@@ -73,7 +73,7 @@ pub unsafe extern "C" fn streamcomm_comm_init_from_env(comm: *mut *mut c_void) -
 ///
 /// # Safety
 /// None beyond passing a handle value (any value is checked).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_comm_destroy(comm: *mut c_void) -> c_int {
     guard("streamcomm_comm_destroy", || {
         COMMS.remove(comm)?;
@@ -87,7 +87,7 @@ pub unsafe extern "C" fn streamcomm_comm_destroy(comm: *mut c_void) -> c_int {
 ///
 /// # Safety
 /// None beyond passing a handle value (any value is checked).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_comm_abort(comm: *mut c_void) -> c_int {
     guard("streamcomm_comm_abort", || {
         COMMS.remove(comm)?.abort();
@@ -100,7 +100,7 @@ pub unsafe extern "C" fn streamcomm_comm_abort(comm: *mut c_void) -> c_int {
 ///
 /// # Safety
 /// `result` is NULL or writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_comm_get_async_error(
     comm: *mut c_void,
     result: *mut c_int,
@@ -136,7 +136,7 @@ fn write_int(ptr: *mut c_int, what: &str, value: usize) -> FfiResult {
 ///
 /// # Safety
 /// `rank` is NULL or writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_comm_rank(comm: *mut c_void, rank: *mut c_int) -> c_int {
     guard("streamcomm_comm_rank", || {
         let c = COMMS.get(comm)?;
@@ -148,7 +148,7 @@ pub unsafe extern "C" fn streamcomm_comm_rank(comm: *mut c_void, rank: *mut c_in
 ///
 /// # Safety
 /// `size` is NULL or writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_comm_size(comm: *mut c_void, size: *mut c_int) -> c_int {
     guard("streamcomm_comm_size", || {
         let c = COMMS.get(comm)?;
@@ -157,7 +157,7 @@ pub unsafe extern "C" fn streamcomm_comm_size(comm: *mut c_void, size: *mut c_in
 }
 
 /// A static, NUL-terminated description of a result code (never NULL).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn streamcomm_error_string(result: c_int) -> *const c_char {
     std::panic::catch_unwind(|| description(result).as_ptr().cast::<c_char>())
         .unwrap_or(c"internal error".as_ptr())
@@ -165,7 +165,7 @@ pub extern "C" fn streamcomm_error_string(result: c_int) -> *const c_char {
 
 /// This thread's last failure message (never NULL; `""` before any failure);
 /// valid until this thread's next failing streamcomm call.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn streamcomm_last_error() -> *const c_char {
     std::panic::catch_unwind(last_error_ptr).unwrap_or(c"internal error".as_ptr())
 }

@@ -12,15 +12,15 @@
 
 use std::ffi::{c_int, c_void};
 
+use streamcomm::Collective;
 use streamcomm::cuda::cudarc::driver::sys::CUstream;
 use streamcomm::cuda::{CudaComm, RawBuffers, RawDeviceBuffer, RawP2p};
-use streamcomm::Collective;
 use streamcomm::{DataType, ReduceOp};
 
-use crate::args::{disjoint, dtype, index, out_ptr, reduce_op, CBuf};
+use crate::args::{CBuf, disjoint, dtype, index, out_ptr, reduce_op};
 use crate::group::refuse_in_group;
 use crate::guard::guard;
-use crate::result::{code_of, FfiResult, SUCCESS};
+use crate::result::{FfiResult, SUCCESS, code_of};
 use crate::{COMMS, CUDA_COMMS};
 
 /// Binds communicator `comm` to CUDA device `device` and stores the handle
@@ -28,7 +28,7 @@ use crate::{COMMS, CUDA_COMMS};
 ///
 /// # Safety
 /// `cuda_comm` is NULL or writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_cuda_comm_create(
     comm: *mut c_void,
     device: c_int,
@@ -52,7 +52,7 @@ pub unsafe extern "C" fn streamcomm_cuda_comm_create(
 ///
 /// # Safety
 /// None beyond passing a handle value (any value is checked).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_cuda_comm_destroy(cuda_comm: *mut c_void) -> c_int {
     guard("streamcomm_cuda_comm_destroy", || {
         CUDA_COMMS.remove(cuda_comm)?;
@@ -65,7 +65,7 @@ pub unsafe extern "C" fn streamcomm_cuda_comm_destroy(cuda_comm: *mut c_void) ->
 ///
 /// # Safety
 /// `result` is NULL or writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_cuda_comm_get_async_error(
     cuda_comm: *mut c_void,
     result: *mut c_int,
@@ -178,7 +178,7 @@ fn times_size(cuda_comm: *mut c_void, count: usize, what: &str) -> FfiResult<usi
 /// # Safety
 /// Device buffers hold `count` elements and stay valid until the operation
 /// completes on `cuda_stream`, a live stream of the device (or NULL).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_cuda_all_reduce(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
@@ -201,7 +201,7 @@ pub unsafe extern "C" fn streamcomm_cuda_all_reduce(
 ///
 /// # Safety
 /// As [`streamcomm_cuda_all_reduce`].
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_cuda_broadcast(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
@@ -226,7 +226,7 @@ pub unsafe extern "C" fn streamcomm_cuda_broadcast(
 ///
 /// # Safety
 /// As [`streamcomm_cuda_all_reduce`].
-#[no_mangle]
+#[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn streamcomm_cuda_reduce(
     sendbuff: *const c_void,
@@ -253,7 +253,7 @@ pub unsafe extern "C" fn streamcomm_cuda_reduce(
 ///
 /// # Safety
 /// As [`streamcomm_cuda_all_reduce`], `recvbuff` holding `nranks * sendcount`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_cuda_all_gather(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
@@ -284,7 +284,7 @@ pub unsafe extern "C" fn streamcomm_cuda_all_gather(
 ///
 /// # Safety
 /// As [`streamcomm_cuda_all_reduce`], `sendbuff` holding `nranks * recvcount`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_cuda_reduce_scatter(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
@@ -316,7 +316,7 @@ pub unsafe extern "C" fn streamcomm_cuda_reduce_scatter(
 ///
 /// # Safety
 /// As [`streamcomm_cuda_all_reduce`], both buffers holding `nranks * count`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_cuda_all_to_all(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
@@ -347,7 +347,7 @@ pub unsafe extern "C" fn streamcomm_cuda_all_to_all(
 ///
 /// # Safety
 /// `cuda_stream` is a live stream of the device, or NULL.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_cuda_barrier(
     cuda_comm: *mut c_void,
     cuda_stream: *mut c_void,
@@ -366,7 +366,7 @@ pub unsafe extern "C" fn streamcomm_cuda_barrier(
 ///
 /// # Safety
 /// As [`streamcomm_cuda_all_reduce`], for both buffers.
-#[no_mangle]
+#[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn streamcomm_cuda_sendrecv(
     sendbuff: *const c_void,

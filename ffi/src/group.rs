@@ -14,9 +14,9 @@ use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-use streamcomm::host::HostStream;
 use streamcomm::Communicator;
 use streamcomm::UntypedBuffer;
+use streamcomm::host::HostStream;
 
 use crate::args::CBuf;
 use crate::guard::guard;
@@ -122,7 +122,7 @@ pub(crate) fn collect(
 }
 
 /// Starts (or nests) a group on this thread.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn streamcomm_group_start() -> c_int {
     guard("streamcomm_group_start", || {
         GROUP.with(|g| g.borrow_mut().depth += 1);
@@ -131,7 +131,7 @@ pub extern "C" fn streamcomm_group_start() -> c_int {
 }
 
 /// Ends a group; the outermost end submits the collected operations.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn streamcomm_group_end() -> c_int {
     guard("streamcomm_group_end", || {
         let batch = GROUP.with(|g| {

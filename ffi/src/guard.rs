@@ -8,8 +8,8 @@
 //! last message alone, so it always describes this thread's last failure.
 
 use std::cell::{Cell, RefCell};
-use std::ffi::{c_char, c_int, CString};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ffi::{CString, c_char, c_int};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::result::{Failure, FfiResult, INTERNAL_ERROR, SUCCESS};
 

@@ -5,7 +5,7 @@
 //! exactly as NCCL programs pass `ncclUniqueId`; it is validated when used.
 //! The text form (`ADDR:PORT/SECRET`) is what `STREAMCOMM_UNIQUE_ID` holds.
 
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::{CStr, c_char, c_int};
 
 use streamcomm::bootstrap::UniqueId;
 
@@ -47,7 +47,7 @@ pub(crate) unsafe fn read_id(id: *const CUniqueId, what: &str) -> FfiResult<Uniq
 ///
 /// # Safety
 /// `out` is NULL or points to writable memory for one id.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_get_unique_id(out: *mut CUniqueId) -> c_int {
     guard("streamcomm_get_unique_id", || {
         non_null(out, "out")?;
@@ -66,7 +66,7 @@ pub unsafe extern "C" fn streamcomm_get_unique_id(out: *mut CUniqueId) -> c_int 
 ///
 /// # Safety
 /// `id` is NULL or readable; `buf` is NULL or writable for `len` bytes.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_unique_id_to_string(
     id: *const CUniqueId,
     buf: *mut c_char,
@@ -98,7 +98,7 @@ pub unsafe extern "C" fn streamcomm_unique_id_to_string(
 ///
 /// # Safety
 /// `text` is NULL or a NUL-terminated string; `out` is NULL or writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_unique_id_from_string(
     text: *const c_char,
     out: *mut CUniqueId,

@@ -43,8 +43,8 @@ pub mod p2p;
 mod result;
 pub mod stream;
 
-use streamcomm::host::{HostEvent, HostStream};
 use streamcomm::Communicator;
+use streamcomm::host::{HostEvent, HostStream};
 
 use handles::Table;
 

@@ -12,16 +12,16 @@
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-use streamcomm::host::HostStream;
 use streamcomm::UntypedBuffer;
+use streamcomm::host::HostStream;
 use streamcomm::{Communicator, DataType};
 
-use crate::args::{disjoint, dtype, index, non_null, reduce_op, CBuf};
+use crate::COMMS;
+use crate::args::{CBuf, disjoint, dtype, index, non_null, reduce_op};
 use crate::group::refuse_in_group;
 use crate::guard::{guard, refuse_in_callback};
 use crate::result::{Failure, FfiResult};
 use crate::stream::stream_of;
-use crate::COMMS;
 
 /// A communicator and a stream, resolved for one call named `call`.
 pub(crate) fn resolve(
@@ -57,7 +57,7 @@ fn starts_at(inner: &CBuf, outer: &CBuf, block: usize) -> bool {
 /// # Safety
 /// Non-NULL buffers hold `count` elements and stay valid until the
 /// operation completes on the stream.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_all_reduce(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
@@ -89,7 +89,7 @@ pub unsafe extern "C" fn streamcomm_all_reduce(
 ///
 /// # Safety
 /// As [`streamcomm_all_reduce`].
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_broadcast(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
@@ -125,7 +125,7 @@ pub unsafe extern "C" fn streamcomm_broadcast(
 ///
 /// # Safety
 /// As [`streamcomm_all_reduce`].
-#[no_mangle]
+#[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn streamcomm_reduce(
     sendbuff: *const c_void,
@@ -165,7 +165,7 @@ pub unsafe extern "C" fn streamcomm_reduce(
 ///
 /// # Safety
 /// As [`streamcomm_all_reduce`], with `recvbuff` holding `nranks * sendcount`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_all_gather(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
@@ -197,7 +197,7 @@ pub unsafe extern "C" fn streamcomm_all_gather(
 ///
 /// # Safety
 /// As [`streamcomm_all_reduce`], with `sendbuff` holding `nranks * recvcount`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_reduce_scatter(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
@@ -230,7 +230,7 @@ pub unsafe extern "C" fn streamcomm_reduce_scatter(
 ///
 /// # Safety
 /// As [`streamcomm_all_reduce`], with both buffers holding `nranks * count`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_all_to_all(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
@@ -256,7 +256,7 @@ pub unsafe extern "C" fn streamcomm_all_to_all(
 ///
 /// # Safety
 /// None beyond passing handle values (any value is checked).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_barrier(comm: *mut c_void, stream: *mut c_void) -> c_int {
     guard("streamcomm_barrier", || {
         let (c, s) = resolve("streamcomm_barrier", comm, stream)?;
@@ -269,7 +269,7 @@ pub unsafe extern "C" fn streamcomm_barrier(comm: *mut c_void, stream: *mut c_vo
 ///
 /// # Safety
 /// None beyond passing a handle value (any value is checked).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_barrier_host(comm: *mut c_void) -> c_int {
     guard("streamcomm_barrier_host", || {
         let c = COMMS.get(comm)?;
@@ -286,7 +286,7 @@ pub unsafe extern "C" fn streamcomm_barrier_host(comm: *mut c_void) -> c_int {
 /// # Safety
 /// As [`streamcomm_all_reduce`], with the root's `recvbuff` holding
 /// `nranks * count`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_gather(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
@@ -322,7 +322,7 @@ pub unsafe extern "C" fn streamcomm_gather(
 /// # Safety
 /// As [`streamcomm_all_reduce`], with the root's `sendbuff` holding
 /// `nranks * count`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_scatter(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
@@ -385,7 +385,7 @@ fn extent(counts: &[usize], displs: &[usize], what: &str) -> FfiResult<usize> {
 /// # Safety
 /// As [`streamcomm_all_reduce`]; the four arrays hold `nranks` entries and
 /// the buffers every region they describe.
-#[no_mangle]
+#[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn streamcomm_all_to_allv(
     sendbuff: *const c_void,

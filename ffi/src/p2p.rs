@@ -6,12 +6,12 @@
 
 use std::ffi::{c_int, c_void};
 
-use crate::args::{dtype, index, CBuf};
-use crate::group::{collect, Pending};
+use crate::COMMS;
+use crate::args::{CBuf, dtype, index};
+use crate::group::{Pending, collect};
 use crate::guard::guard;
 use crate::result::{Failure, FfiResult};
 use crate::stream::stream_of;
-use crate::COMMS;
 
 /// Checks and wraps one send or receive, then enqueues or collects it.
 ///
@@ -62,7 +62,7 @@ unsafe fn post(
 /// # Safety
 /// A non-NULL `sendbuff` holds `count` elements and stays valid until the
 /// operation completes on the stream.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_send(
     sendbuff: *const c_void,
     count: usize,
@@ -81,7 +81,7 @@ pub unsafe extern "C" fn streamcomm_send(
 ///
 /// # Safety
 /// As [`streamcomm_send`], for `recvbuff`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_recv(
     recvbuff: *mut c_void,
     count: usize,

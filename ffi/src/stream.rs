@@ -51,7 +51,7 @@ fn publish(out: *mut *mut c_void, handle: *mut c_void) {
 ///
 /// # Safety
 /// `stream` is NULL or writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_stream_create(stream: *mut *mut c_void) -> c_int {
     guard("streamcomm_stream_create", || {
         let out = out_ptr(stream, "stream")?;
@@ -65,7 +65,7 @@ pub unsafe extern "C" fn streamcomm_stream_create(stream: *mut *mut c_void) -> c
 ///
 /// # Safety
 /// None beyond passing a handle value (any value is checked).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_stream_destroy(stream: *mut c_void) -> c_int {
     guard("streamcomm_stream_destroy", || {
         refuse_in_callback("streamcomm_stream_destroy")?;
@@ -81,7 +81,7 @@ pub unsafe extern "C" fn streamcomm_stream_destroy(stream: *mut c_void) -> c_int
 ///
 /// # Safety
 /// None beyond passing a handle value (any value is checked).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_stream_synchronize(stream: *mut c_void) -> c_int {
     guard("streamcomm_stream_synchronize", || {
         refuse_in_callback("streamcomm_stream_synchronize")?;
@@ -95,7 +95,7 @@ pub unsafe extern "C" fn streamcomm_stream_synchronize(stream: *mut c_void) -> c
 /// # Safety
 /// `callback` is NULL or a function of this signature that may run on any
 /// thread with `user_data`, which must stay valid until it has run.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_stream_enqueue_callback(
     stream: *mut c_void,
     callback: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
@@ -113,7 +113,7 @@ pub unsafe extern "C" fn streamcomm_stream_enqueue_callback(
 ///
 /// # Safety
 /// None beyond passing handle values (any value is checked).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_stream_wait_event(
     stream: *mut c_void,
     event: *mut c_void,
@@ -128,7 +128,7 @@ pub unsafe extern "C" fn streamcomm_stream_wait_event(
 ///
 /// # Safety
 /// `event` is NULL or writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_event_create(event: *mut *mut c_void) -> c_int {
     guard("streamcomm_event_create", || {
         let out = out_ptr(event, "event")?;
@@ -142,7 +142,7 @@ pub unsafe extern "C" fn streamcomm_event_create(event: *mut *mut c_void) -> c_i
 ///
 /// # Safety
 /// None beyond passing a handle value (any value is checked).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_event_destroy(event: *mut c_void) -> c_int {
     guard("streamcomm_event_destroy", || {
         EVENTS.remove(event)?;
@@ -154,7 +154,7 @@ pub unsafe extern "C" fn streamcomm_event_destroy(event: *mut c_void) -> c_int {
 ///
 /// # Safety
 /// None beyond passing handle values (any value is checked).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_event_record(event: *mut c_void, stream: *mut c_void) -> c_int {
     guard("streamcomm_event_record", || {
         let e = EVENTS.get(event)?;
@@ -167,7 +167,7 @@ pub unsafe extern "C" fn streamcomm_event_record(event: *mut c_void, stream: *mu
 ///
 /// # Safety
 /// None beyond passing a handle value (any value is checked).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_event_synchronize(event: *mut c_void) -> c_int {
     guard("streamcomm_event_synchronize", || {
         refuse_in_callback("streamcomm_event_synchronize")?;
@@ -179,7 +179,7 @@ pub unsafe extern "C" fn streamcomm_event_synchronize(event: *mut c_void) -> c_i
 ///
 /// # Safety
 /// `done` is NULL or writable.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_event_query(event: *mut c_void, done: *mut c_int) -> c_int {
     guard("streamcomm_event_query", || {
         let e = EVENTS.get(event)?;

@@ -8,7 +8,7 @@ use crate::driver::result::check;
 use crate::driver::sys::{self, CUdevice_attribute, CUmemRangeHandleType};
 use crate::error::{Error, Result};
 use crate::guard::guarded;
-use crate::memory::{DeviceBuffer, ALLOC_GRANULE};
+use crate::memory::{ALLOC_GRANULE, DeviceBuffer};
 
 impl DeviceBuffer {
     /// Exports the whole allocation as a dma-buf file descriptor, which an RDMA

@@ -2,7 +2,7 @@
 
 use crate::context::Device;
 use crate::driver::result::check;
-use crate::driver::sys::{self, cudaError_enum, CUevent};
+use crate::driver::sys::{self, CUevent, cudaError_enum};
 use crate::error::Result;
 use crate::guard::guarded;
 use crate::stream::Stream;

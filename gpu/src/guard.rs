@@ -1,7 +1,7 @@
 //! The second guard around foreign calls: a panic inside cudarc (it panics when
 //! a library or symbol is missing) becomes [`Error::Unavailable`].
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::error::{Error, Result};
 

@@ -1,7 +1,7 @@
 //! Host functions enqueued on a stream (`cuLaunchHostFunc`).
 
 use std::ffi::c_void;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::driver::result::check;
 use crate::driver::sys;

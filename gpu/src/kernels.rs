@@ -5,12 +5,12 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use streamcomm_kernels::cuda::{
-    self, ReduceArgs, DEVICE_HEADER, DEVICE_HEADER_NAME, MAX_DSTS, MAX_SRCS, SPIN_WAIT_KERNEL,
+    self, DEVICE_HEADER, DEVICE_HEADER_NAME, MAX_DSTS, MAX_SRCS, ReduceArgs, SPIN_WAIT_KERNEL,
     SPIN_WRITE_KERNEL,
 };
 use streamcomm_kernels::{DataType, ReduceOp};
 
-use crate::cache::{cache_key, KernelCache};
+use crate::cache::{KernelCache, cache_key};
 use crate::config::GpuConfig;
 use crate::context::Device;
 use crate::driver::sys::{CUdevice_attribute, CUdeviceptr};

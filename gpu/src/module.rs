@@ -1,6 +1,6 @@
 //! Loaded CUBIN modules and kernel launches.
 
-use std::ffi::{c_void, CString};
+use std::ffi::{CString, c_void};
 use std::sync::Arc;
 
 use crate::context::Device;

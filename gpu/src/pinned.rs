@@ -3,7 +3,7 @@
 
 use crate::context::Device;
 use crate::driver::result::check;
-use crate::driver::sys::{self, CUdeviceptr, CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE};
+use crate::driver::sys::{self, CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CUdeviceptr};
 use crate::error::{Error, Result};
 use crate::guard::guarded;
 

@@ -5,7 +5,7 @@
 //! NCCL does for its persistent plans).
 
 use std::ffi::c_void;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::driver::result::check;
 use crate::driver::sys::{self, CUgraph, CUgraphNode, CUstreamCaptureStatus, CUuserObject};

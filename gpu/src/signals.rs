@@ -241,10 +241,12 @@ mod tests {
     #[test]
     fn null_and_unaligned_words_are_refused() {
         assert!(check_addr(0).is_err());
-        assert!(check_addr(0x1002)
-            .unwrap_err()
-            .to_string()
-            .contains("0x1002"));
+        assert!(
+            check_addr(0x1002)
+                .unwrap_err()
+                .to_string()
+                .contains("0x1002")
+        );
         assert!(check_addr(0x1004).is_ok());
     }
 }

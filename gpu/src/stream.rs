@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use crate::context::Device;
 use crate::driver::result::check;
-use crate::driver::sys::{self, cudaError_enum, CUstream};
+use crate::driver::sys::{self, CUstream, cudaError_enum};
 use crate::error::{Error, Result};
 use crate::guard::guarded;
 

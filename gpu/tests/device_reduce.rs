@@ -141,7 +141,7 @@ fn random(d: DataType, rng: &mut impl Rng) -> V {
     if d.is_float() {
         V::F(rng.gen_range(-2.0..2.0))
     } else {
-        V::I(rng.gen::<i128>())
+        V::I(rng.r#gen::<i128>())
     }
 }
 

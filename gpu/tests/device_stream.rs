@@ -5,8 +5,8 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
@@ -211,8 +211,8 @@ fn a_captured_graph_replays_with_fresh_data() {
     );
     let mut rng = rand::rngs::StdRng::seed_from_u64(streamcomm_testkit::seed());
     for replay in 0..200u32 {
-        let x: Vec<i32> = (0..n).map(|_| rng.gen()).collect();
-        let y: Vec<i32> = (0..n).map(|_| rng.gen()).collect();
+        let x: Vec<i32> = (0..n).map(|_| rng.r#gen()).collect();
+        let y: Vec<i32> = (0..n).map(|_| rng.r#gen()).collect();
         a.copy_from_host(bytemuck::cast_slice(&x)).unwrap();
         b.copy_from_host(bytemuck::cast_slice(&y)).unwrap();
         out.fill(0xA5).unwrap();
@@ -253,7 +253,7 @@ fn ipc_handle_shares_memory_with_a_child_process() {
     let n = 4096usize;
     let mut buf = DeviceBuffer::alloc(&device, n).unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(streamcomm_testkit::seed());
-    let data: Vec<u8> = (0..n).map(|_| rng.gen()).collect();
+    let data: Vec<u8> = (0..n).map(|_| rng.r#gen()).collect();
     buf.copy_from_host(&data).unwrap();
     let handle = IpcHandle::export(&buf).unwrap();
     let hex: String = handle

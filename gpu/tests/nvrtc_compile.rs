@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use streamcomm_gpu::nvrtc::compile::compile_options;
-use streamcomm_gpu::nvrtc::{compile_cubin, nvrtc_lib_candidates, Nvrtc};
-use streamcomm_gpu::{cubin_for, Arch, Error, KernelCache};
+use streamcomm_gpu::nvrtc::{Nvrtc, compile_cubin, nvrtc_lib_candidates};
+use streamcomm_gpu::{Arch, Error, KernelCache, cubin_for};
 use streamcomm_kernels::cuda::{self, DEVICE_HEADER, DEVICE_HEADER_NAME};
 
 /// True in CI and under scripts/gpu-check.sh: there a missing NVRTC fails.

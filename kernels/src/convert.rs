@@ -5,7 +5,7 @@
 //! on the dtype each time. These helpers are for that: they are per element
 //! and not meant for hot loops.
 
-use bytemuck::{bytes_of, pod_read_unaligned, Pod};
+use bytemuck::{Pod, bytes_of, pod_read_unaligned};
 use half::{bf16, f16};
 
 use crate::types::DataType;

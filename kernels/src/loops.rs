@@ -234,10 +234,11 @@ mod tests {
             <i32 as Lane>::binary::<SumOp>(&a, &b, &mut dst);
             assert!(dst.iter().enumerate().all(|(i, &x)| x == 3 * i as i32));
             <i32 as Lane>::in_place::<ProdOp>(&mut dst, &b);
-            assert!(dst
-                .iter()
-                .enumerate()
-                .all(|(i, &x)| x == 6 * (i * i) as i32));
+            assert!(
+                dst.iter()
+                    .enumerate()
+                    .all(|(i, &x)| x == 6 * (i * i) as i32)
+            );
             <i32 as Lane>::divide(&mut dst, 6);
             assert!(dst.iter().enumerate().all(|(i, &x)| x == (i * i) as i32));
         }

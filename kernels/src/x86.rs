@@ -19,7 +19,7 @@
 //! features; the caller then runs the portable loop.
 
 use std::arch::x86_64::{
-    __m128i, __m256, _mm256_cvtph_ps, _mm256_cvtps_ph, _MM_FROUND_TO_NEAREST_INT,
+    __m128i, __m256, _MM_FROUND_TO_NEAREST_INT, _mm256_cvtph_ps, _mm256_cvtps_ph,
 };
 
 use bytemuck::{cast, cast_slice, pod_read_unaligned};
@@ -247,7 +247,7 @@ mod tests {
             1.0 + 2f32.powi(-11),
             1.0 + 3.0 * 2f32.powi(-11),
         ];
-        v.extend((v.len()..n).map(|_| f32::from_bits(rng.gen())));
+        v.extend((v.len()..n).map(|_| f32::from_bits(rng.r#gen())));
         v
     }
 

@@ -9,8 +9,8 @@
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
 use streamcomm_kernels::{
-    divide, element_as_f64, reduce, reduce_in_place, write_element_from_f64, DataType,
-    KernelErrorKind, ReduceOp,
+    DataType, KernelErrorKind, ReduceOp, divide, element_as_f64, reduce, reduce_in_place,
+    write_element_from_f64,
 };
 
 const LENS: [usize; 6] = [0, 1, 7, 33, 1000, 4099];

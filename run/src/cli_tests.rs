@@ -204,18 +204,20 @@ fn node_errors() {
         "--master-addr needs an address, got \"\""
     );
     assert_eq!(message(&["--hosts"]), "--hosts needs a value");
-    assert!(message(&[
-        "--nnodes",
-        "1000000",
-        "--node-rank",
-        "0",
-        "--master-addr",
-        "h",
-        "-n",
-        "4096",
-        "p"
-    ])
-    .contains("more than"));
+    assert!(
+        message(&[
+            "--nnodes",
+            "1000000",
+            "--node-rank",
+            "0",
+            "--master-addr",
+            "h",
+            "-n",
+            "4096",
+            "p"
+        ])
+        .contains("more than")
+    );
 }
 
 #[test]

@@ -24,10 +24,10 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use streamcomm::bootstrap::{UniqueId, MAX_RANKS};
+use streamcomm::bootstrap::{MAX_RANKS, UniqueId};
 use streamcomm::{Error, Result};
 
 /// Longest output line forwarded in one piece; longer ones are split.

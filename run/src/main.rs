@@ -11,8 +11,8 @@
 use std::io::Write;
 
 use streamcomm::Error;
-use streamcomm_run::cli::{parse_args, Parsed, RunArgs, USAGE};
-use streamcomm_run::local::{install_termination_handler, LocalLauncher, Outcome};
+use streamcomm_run::cli::{Parsed, RunArgs, USAGE, parse_args};
+use streamcomm_run::local::{LocalLauncher, Outcome, install_termination_handler};
 use streamcomm_run::nodes::NodeJob;
 
 fn main() {

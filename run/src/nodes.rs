@@ -22,7 +22,7 @@ use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 
 use streamcomm::bootstrap::UniqueId;
-use streamcomm::launch::env::{job_secret, JobSecret};
+use streamcomm::launch::env::{JobSecret, job_secret};
 use streamcomm::{Error, Result};
 
 use crate::cli::NodeArgs;

@@ -6,9 +6,9 @@ use std::ffi::OsString;
 
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
-use streamcomm::bootstrap::MAX_RANKS;
 use streamcomm::Error;
-use streamcomm_run::cli::{parse_args, NodeArgs, Parsed, MAX_NPROC};
+use streamcomm::bootstrap::MAX_RANKS;
+use streamcomm_run::cli::{MAX_NPROC, NodeArgs, Parsed, parse_args};
 
 /// Cases: `PROPTEST_CASES`, or 2000.
 fn config() -> ProptestConfig {

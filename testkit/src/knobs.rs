@@ -74,9 +74,5 @@ pub fn full() -> bool {
 /// assert!(n == 3 || n == 300);
 /// ```
 pub fn reps(quick: usize, full: usize) -> usize {
-    if self::full() {
-        full
-    } else {
-        quick
-    }
+    if self::full() { full } else { quick }
 }

@@ -27,6 +27,6 @@ mod child;
 mod knobs;
 mod launcher;
 
-pub use child::{child_args, child_ran, test_path, ChildProof, PROOF_DIR_VAR};
-pub use knobs::{current_test, full, reps, seed, skip, SKIP_LOG_VAR};
+pub use child::{ChildProof, PROOF_DIR_VAR, child_args, child_ran, test_path};
+pub use knobs::{SKIP_LOG_VAR, current_test, full, reps, seed, skip};
 pub use launcher::launcher_binary;

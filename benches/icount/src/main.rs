@@ -31,25 +31,25 @@ const OPS: [&str; 4] = ["send_host", "recv_host", "barrier_host", "all_reduce_ho
 /// Warm-up calls before the measured ones (first-touch, lazy setup).
 const WARMUP: usize = 200;
 
-#[no_mangle]
+#[unsafe(no_mangle)]
 #[inline(never)]
 fn streamcomm_icount_send_host(comm: &Communicator, buf: &[u8], peer: usize) -> Result<()> {
     comm.send_host(std::hint::black_box(buf), peer)
 }
 
-#[no_mangle]
+#[unsafe(no_mangle)]
 #[inline(never)]
 fn streamcomm_icount_recv_host(comm: &Communicator, buf: &mut [u8], peer: usize) -> Result<()> {
     comm.recv_host(std::hint::black_box(buf), peer)
 }
 
-#[no_mangle]
+#[unsafe(no_mangle)]
 #[inline(never)]
 fn streamcomm_icount_barrier_host(comm: &Communicator) -> Result<()> {
     comm.barrier_host()
 }
 
-#[no_mangle]
+#[unsafe(no_mangle)]
 #[inline(never)]
 fn streamcomm_icount_all_reduce_host(
     comm: &Communicator,

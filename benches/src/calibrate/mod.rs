@@ -66,10 +66,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
-use streamcomm::config::{CostParams, LinkCost, DEFAULT_WRITE_WEIGHT};
-use streamcomm::host::HostStream;
-use streamcomm::testing::tuning::{predict, Shape};
 use streamcomm::UntypedBuffer;
+use streamcomm::config::{CostParams, DEFAULT_WRITE_WEIGHT, LinkCost};
+use streamcomm::host::HostStream;
+use streamcomm::testing::tuning::{Shape, predict};
 use streamcomm::{Algorithm, Collective};
 use streamcomm::{Communicator, DataType, ReduceOp};
 use streamcomm_run::local::LocalLauncher;
@@ -685,11 +685,7 @@ impl Call {
     /// The call's bytes for blocks of `block` bytes among `ranks` (the
     /// all-reduce and broadcast: one block).
     fn bytes_for_blocks_of(self, block: usize, ranks: usize) -> usize {
-        if self.blocked() {
-            block * ranks
-        } else {
-            block
-        }
+        if self.blocked() { block * ranks } else { block }
     }
 
     /// About `bytes` (the blocked calls' rounded down to a block per rank).

@@ -11,10 +11,10 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Instant;
 
+use super::RawTcp;
 use super::settings::Settings;
 use super::spin;
 use super::wire::{self, Command};
-use super::RawTcp;
 use crate::error::{Context, Fallible};
 use crate::latency::MESSAGE_BYTES;
 use crate::stats::Percentiles;
@@ -243,7 +243,7 @@ pub fn read_n(stream: &mut TcpStream, bytes: u64, buffer_bytes: usize) -> std::i
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::UnexpectedEof,
                     format!("the peer closed the socket with {left} bytes to go"),
-                ))
+                ));
             }
             Ok(n) => left -= n as u64,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}

@@ -29,7 +29,7 @@ pub fn read_exact(stream: &mut TcpStream, buf: &mut [u8], timeout: Duration) -> 
                 return Err(io::Error::new(
                     ErrorKind::UnexpectedEof,
                     "the peer closed the socket mid-message",
-                ))
+                ));
             }
             Ok(n) => got += n,
             Err(e) if e.kind() == ErrorKind::WouldBlock => {

@@ -39,8 +39,8 @@
 
 use super::algo;
 use super::{BarrierAlgo, BarrierPlan};
-use crate::plan::{FlagOp, Step};
 use crate::Error;
+use crate::plan::{FlagOp, Step};
 
 /// Builds `rank`'s barrier plan for `algo` among `nranks` ranks.
 ///

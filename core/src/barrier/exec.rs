@@ -4,9 +4,9 @@
 //! ([`apply`], `plan/flag/apply.rs`, which the simulator also calls) and
 //! blocks in [`BarrierMemory::wait`] on a wait that is not met yet.
 
+use crate::Error;
 use crate::plan::flag::apply::{apply, check_epoch};
 use crate::plan::flag::{BarrierMemory, BarrierPlan};
-use crate::Error;
 
 /// Runs `plan` for barrier number `epoch` (1, 2, 3, ..., the same on every
 /// rank, consecutive on one memory) against `mem`, blocking until the

@@ -23,8 +23,8 @@ pub(crate) use exec::run;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::flag::ROUNDS_PER_EPOCH;
     use crate::Error;
+    use crate::plan::flag::ROUNDS_PER_EPOCH;
 
     fn err(algo: BarrierAlgo, rank: usize, nranks: usize, hosts: &[usize]) -> String {
         match build(algo, rank, nranks, hosts) {

@@ -13,7 +13,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use super::id::UniqueId;
-use super::wire::{self, FrameRead, Hello, Reply, MAX_BLOB, MAX_RANKS, MAX_REPLY};
+use super::wire::{self, FrameRead, Hello, MAX_BLOB, MAX_RANKS, MAX_REPLY, Reply};
 use crate::{Error, Result};
 
 /// A rank's connection to the bootstrap root of its communicator.
@@ -231,7 +231,7 @@ impl Bootstrap {
                         self.root,
                         all.len(),
                         self.size
-                    )))
+                    )));
                 }
                 Err(ReadFail::TimedOut) => {
                     return Err(Error::Timeout {
@@ -243,7 +243,7 @@ impl Bootstrap {
                             self.size
                         ),
                         waited_ms: millis(start.elapsed()),
-                    })
+                    });
                 }
                 Err(ReadFail::Other(e)) => return Err(e),
             }

@@ -168,7 +168,7 @@ impl UniqueId {
             family => {
                 return Err(Error::invalid(format!(
                     "unique id has unknown address family {family}"
-                )))
+                )));
             }
         };
         let mut secret = [0u8; 16];

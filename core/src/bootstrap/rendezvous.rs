@@ -13,10 +13,10 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use super::root::{
-    fail_all, millis, missing_ranks, poll, pollfd, remote_failed, Joined, RootOptions,
-    FRAME_TIMEOUT,
+    FRAME_TIMEOUT, Joined, RootOptions, fail_all, millis, missing_ranks, poll, pollfd,
+    remote_failed,
 };
-use super::wire::{Hello, Reply, HELLO_FRAME_LEN, HELLO_LEN, MAX_RANKS};
+use super::wire::{HELLO_FRAME_LEN, HELLO_LEN, Hello, MAX_RANKS, Reply};
 use crate::{Error, Result};
 
 /// Connections that may be in their handshake at once; more are refused.
@@ -63,7 +63,7 @@ impl Pending {
                     return Step::Drop(format!(
                         "closed after {} of {HELLO_FRAME_LEN} hello bytes",
                         self.filled
-                    ))
+                    ));
                 }
                 Ok(n) => self.filled += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Wait,

@@ -12,8 +12,8 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use super::root::{
-    fail_all, millis, missing_ranks, poll, pollfd, remote_failed, Joined, RootOptions,
-    FRAME_TIMEOUT,
+    FRAME_TIMEOUT, Joined, RootOptions, fail_all, millis, missing_ranks, poll, pollfd,
+    remote_failed,
 };
 use super::wire::{self, FrameRead, MAX_BLOB};
 use crate::{Error, Result};
@@ -123,7 +123,7 @@ fn abandon(ranks: &mut [Joined], alive: &[bool], peer: Option<usize>, reason: St
     let streams = ranks
         .iter_mut()
         .zip(alive)
-        .filter(|(_, &a)| a)
+        .filter(|&(_, &a)| a)
         .map(|(j, _)| &mut j.stream);
     fail_all(streams, peer, &reason);
     match peer {

@@ -29,15 +29,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::barrier::{self, BarrierAlgo, BarrierMemory, BarrierPlan, Inter, WaitFor};
+use crate::comm::Communicator;
 use crate::comm::buffer::Binding;
 use crate::comm::inner::CommInner;
 use crate::comm::task::barrier_task;
-use crate::comm::Communicator;
 use crate::host::{HostStream, JobMode};
 use crate::plan::{self, Collective, Plan, PlanParams};
-use crate::transport::barrier_area::{Area, BarrierArea, FlagMemory, RemoteArea};
 use crate::transport::Connection;
-use crate::wait::{available_cores, WaitError};
+use crate::transport::barrier_area::{Area, BarrierArea, FlagMemory, RemoteArea};
+use crate::wait::{WaitError, available_cores};
 use crate::{DataType, ReduceOp};
 use crate::{Error, Result};
 

@@ -25,9 +25,9 @@
 //! receive returns, and over verbs the registration the peer's NIC writes
 //! through is dropped.
 
+use crate::comm::Communicator;
 use crate::comm::buffer::BufView;
 use crate::comm::p2p::{Dir, Now};
-use crate::comm::Communicator;
 use crate::host::{Element, JobMode, RawBuffer};
 use crate::plan::{Buffers, Collective, Plan};
 use crate::{DataType, Error, ReduceOp, Result};

@@ -222,7 +222,7 @@ fn small_messages_take_the_immediate_path_and_fall_back_without_credit() {
             let slots = comm.config().nsteps as u64;
             let messages = 3 * slots;
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-            let want: Vec<u64> = (0..messages).map(|_| rng.gen()).collect();
+            let want: Vec<u64> = (0..messages).map(|_| rng.r#gen()).collect();
             if comm.rank() == 0 {
                 for m in &want {
                     comm.send_host(std::slice::from_ref(m), 1)?;

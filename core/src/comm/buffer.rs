@@ -6,8 +6,8 @@
 //! call (type, length) before anything is enqueued.
 
 use crate::host::{Element, HostBuffer, RawBuffer, SharedHostBuffer};
-use crate::plan::apply::Buffers;
 use crate::plan::Plan;
+use crate::plan::apply::Buffers;
 use crate::{DataType, Error, Result};
 
 /// A buffer as passed to a collective: storage plus its element type and length.
@@ -446,14 +446,14 @@ impl Binding {
                 match send {
                     Some(s) => check_one(s, plan.send_count, "send")?,
                     None if plan.send_count > 0 => {
-                        return Err(Error::invalid(format!("{name}: a send buffer is required")))
+                        return Err(Error::invalid(format!("{name}: a send buffer is required")));
                     }
                     None => {}
                 }
                 match recv {
                     Some(r) => check_one(r, plan.recv_count, "recv")?,
                     None if plan.recv_count > 0 => {
-                        return Err(Error::invalid(format!("{name}: a recv buffer is required")))
+                        return Err(Error::invalid(format!("{name}: a recv buffer is required")));
                     }
                     None => {}
                 }

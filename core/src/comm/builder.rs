@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{create, Communicator};
+use super::{Communicator, create};
 use crate::barrier::BarrierAlgo;
 use crate::bootstrap::UniqueId;
 use crate::config::{Config, TransportChoice};
@@ -246,7 +246,7 @@ impl CommunicatorBuilder {
 /// Under torchrun-style variables (an address without a unique id), rank 0
 /// hosts the bootstrap root there.
 fn from_launcher() -> Result<(UniqueId, usize, usize)> {
-    use crate::launch::env::{detect_from_process_env, RootSpec};
+    use crate::launch::env::{RootSpec, detect_from_process_env};
     let info = detect_from_process_env()?;
     let id = match info.root {
         RootSpec::UniqueId(id) => id,

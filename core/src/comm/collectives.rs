@@ -16,9 +16,9 @@
 
 use std::sync::Arc;
 
+use crate::comm::Communicator;
 use crate::comm::buffer::{AsBufView, Binding};
 use crate::comm::task::PlanTask;
-use crate::comm::Communicator;
 use crate::host::HostStream;
 use crate::plan::Collective;
 use crate::{DataType, Error, ReduceOp, Result};

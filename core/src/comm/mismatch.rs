@@ -19,10 +19,10 @@
 use std::time::{Duration, Instant};
 
 use super::inner::CommInner;
+use crate::Error;
 use crate::error::MismatchNote;
 use crate::plan::signature;
 use crate::transport::{mismatches, record_mismatch};
-use crate::Error;
 
 /// How long a rank whose records cannot name the culprit waits for more
 /// (unless they already hold every rank's call: then none can come).
@@ -159,8 +159,8 @@ impl CommInner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::signature::recv;
     use crate::DataType;
+    use crate::plan::signature::recv;
 
     const N: u64 = 1 << 20;
 

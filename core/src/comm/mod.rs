@@ -29,13 +29,13 @@ mod selection;
 pub(crate) mod task;
 mod turns;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 pub(crate) use buffer::Binding;
 pub use buffer::{AsBufView, BufView, UntypedBuffer};
 pub use builder::CommunicatorBuilder;
-pub use endpoint::{local_host_id, Endpoint};
+pub use endpoint::{Endpoint, local_host_id};
 pub use p2p::{Group, P2pStats};
 
 use crate::bootstrap::UniqueId;

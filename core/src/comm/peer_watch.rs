@@ -14,9 +14,9 @@
 use std::sync::Weak;
 use std::time::Duration;
 
+use crate::Error;
 use crate::comm::inner::CommInner;
 use crate::engine::{Periodic, Source};
-use crate::Error;
 
 /// How often peers' processes are checked.
 pub const PERIOD: Duration = Duration::from_millis(100);

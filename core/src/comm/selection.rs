@@ -5,9 +5,9 @@
 //! a program (or the benchmark) see the choice and the prediction without
 //! running anything.
 
+use crate::DataType;
 use crate::comm::Communicator;
 use crate::plan::{Algorithm, Collective};
-use crate::DataType;
 
 impl Communicator {
     /// The algorithm a call of `collective` on `count` elements of `dtype`

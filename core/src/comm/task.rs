@@ -8,12 +8,12 @@
 
 use std::sync::Arc;
 
+use crate::Error;
 use crate::comm::buffer::Binding;
 use crate::comm::inner::CommInner;
 use crate::config::Progress;
 use crate::host::{Doorbell, Job, JobMode, Task, WaitCmp};
 use crate::plan::Plan;
-use crate::Error;
 
 /// A collective, p2p operation or inline barrier on a stream.
 pub(crate) struct PlanTask {

@@ -342,17 +342,19 @@ mod tests {
             FaultPlan::parse("send:peer=1:nth=1:drop,recv:rank=2:peer=0:nth=2:error").unwrap();
         assert_eq!(plan.for_rank(0, 4).unwrap().len(), 1);
         assert_eq!(plan.for_rank(2, 4).unwrap().len(), 2);
-        assert!(plan
-            .for_rank(1, 4)
-            .unwrap_err()
-            .to_string()
-            .contains("itself"));
+        assert!(
+            plan.for_rank(1, 4)
+                .unwrap_err()
+                .to_string()
+                .contains("itself")
+        );
         assert!(plan.for_rank(0, 3).is_ok());
         let far = FaultPlan::parse("send:rank=9:peer=0:nth=1:drop").unwrap();
-        assert!(far
-            .for_rank(0, 4)
-            .unwrap_err()
-            .to_string()
-            .contains("out of range"));
+        assert!(
+            far.for_rank(0, 4)
+                .unwrap_err()
+                .to_string()
+                .contains("out of range")
+        );
     }
 }

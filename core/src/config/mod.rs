@@ -15,7 +15,7 @@ use std::time::Duration;
 
 pub use algo_override::AlgoOverride;
 use barrier_algo::BarrierAlgo;
-pub use cost_params::{CostParams, LinkCost, DEFAULT_WRITE_WEIGHT};
+pub use cost_params::{CostParams, DEFAULT_WRITE_WEIGHT, LinkCost};
 pub use fault_spec::FaultPlan;
 pub use transport::{Transport, TransportChoice};
 use vars::Var;

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 
 use super::CudaComm;
+use crate::Result;
 use crate::comm::p2p::Dir;
 use crate::device::{DeviceP2p, DeviceRange};
 use crate::host::Element;
-use crate::Result;
 
 /// Sends and receives posted together with [`CudaComm::group`] (NCCL's
 /// `ncclGroupStart/End`): they progress together, so any order of calls

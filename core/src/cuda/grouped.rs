@@ -9,7 +9,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 
 use super::CudaComm;
-use crate::comm::p2p::{check_one_per_rank, Dir};
+use crate::comm::p2p::{Dir, check_one_per_rank};
 use crate::device::{DevAddr, DeviceP2p, DeviceRange};
 use crate::host::Element;
 use crate::{Error, Result};

@@ -160,10 +160,10 @@ use std::sync::Arc;
 
 pub use cudarc;
 use cudarc::driver::{CudaContext, CudaStream};
-use streamcomm_gpu::{relaxed_capture, Device, GpuConfig, Kernels, SignalPath, Signals, Stream};
+use streamcomm_gpu::{Device, GpuConfig, Kernels, SignalPath, Signals, Stream, relaxed_capture};
 
-use crate::device::cuda::{establish_direct, establish_gpudirect, gpu_error};
 use crate::device::cuda::{CudaQueue, CudaSignal, CudaStaging};
+use crate::device::cuda::{establish_direct, establish_gpudirect, gpu_error};
 use crate::device::{DeviceCall, DeviceShared};
 use crate::{Communicator, Error, Result};
 

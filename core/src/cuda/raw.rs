@@ -7,7 +7,7 @@ use streamcomm_gpu::Stream;
 
 use super::CudaComm;
 use crate::comm::p2p::Dir;
-use crate::device::cuda::{gpu_error, CudaQueue};
+use crate::device::cuda::{CudaQueue, gpu_error};
 use crate::device::{DeviceBuffers, DeviceCall, DeviceP2p, DeviceRange};
 use crate::plan::Collective;
 use crate::{DataType, Error, ReduceOp, Result};

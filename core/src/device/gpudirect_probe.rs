@@ -11,8 +11,8 @@
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use crate::transport::device_span::{GpuDirectMode, NicAccess};
 use crate::Result;
+use crate::transport::device_span::{GpuDirectMode, NicAccess};
 
 /// The RDMA device GPUDirect would use for `comm`'s device operations:
 /// `None` when no peer moves by RDMA, or with `STREAMCOMM_GPUDIRECT=0`

@@ -6,12 +6,12 @@
 //! proceeds, and the clear error when a peer sends eagerly into device
 //! memory. Where no RDMA device exists, only the no-verbs-peer case runs.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::gpudirect_probe::{establish, wanted, ProbeMemory};
-use super::tests::{assert_no_errors, check_received, input, p2p, Rank, POISON};
 use super::DeviceShared;
+use super::gpudirect_probe::{ProbeMemory, establish, wanted};
+use super::tests::{POISON, Rank, assert_no_errors, check_received, input, p2p};
 use crate::bootstrap::UniqueId;
 use crate::comm::p2p::Dir;
 use crate::config::{Transport, TransportChoice};

@@ -8,9 +8,9 @@
 
 use rand::Rng;
 
+use super::DeviceShared;
 use super::call::{DeviceP2p, DeviceRange};
 use super::emulated::{EmulatedQueue, EmulatedSignal, EmulatedStaging};
-use super::DeviceShared;
 use crate::comm::p2p::Dir;
 use crate::host::HostStream;
 use crate::{Communicator, DataType, Result};

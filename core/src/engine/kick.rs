@@ -5,7 +5,7 @@
 //! re-checks for work and sleeps), so a busy connection costs no syscall per slot.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 
 use crate::{Error, Result};
 

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::AbortWord;
-use crate::error::MismatchNote;
 use crate::Error;
+use crate::error::MismatchNote;
 
 /// Something the engine thread drives: a transport's connections, a watch.
 ///

@@ -206,7 +206,7 @@ impl RawBuffer {
             None => {
                 return Err(Error::invalid(format!(
                     "from_raw_parts: null pointer for {bytes} bytes"
-                )))
+                )));
             }
         };
         Ok(RawBuffer {

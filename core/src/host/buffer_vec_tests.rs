@@ -135,8 +135,10 @@ fn a_shared_handle_is_a_send_buffer_only_and_aliasing_is_refused() {
 fn a_buffer_not_made_from_a_vec_gives_a_copy() {
     let buf = HostBuffer::from_slice(&[1i32, 2, 3]);
     assert_eq!(buf.into_vec().unwrap(), vec![1, 2, 3]);
-    assert!(HostBuffer::<f64>::from_vec(Vec::new())
-        .into_vec()
-        .unwrap()
-        .is_empty());
+    assert!(
+        HostBuffer::<f64>::from_vec(Vec::new())
+            .into_vec()
+            .unwrap()
+            .is_empty()
+    );
 }

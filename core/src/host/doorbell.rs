@@ -6,8 +6,8 @@
 //! A doorbell set to [`Doorbell::POISON`] releases every waiter with an error,
 //! so no stream waits forever on a communicator that has failed.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::wait::{Notifier, WaitError, WaitPolicy};
 

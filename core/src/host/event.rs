@@ -10,8 +10,8 @@
 //! with [`Error::InvalidUsage`]: a replayed graph would re-complete a fixed,
 //! stale generation. Order captured work with doorbells instead.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::host::job::FnTask;
 use crate::host::stream::HostStream;

@@ -4,8 +4,8 @@
 //! RDMA registration outlives the memory it covers. The host backend knows
 //! nothing of who installed them.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Called with the address and length of memory that is going away.
 pub(crate) type ReleaseHook = fn(addr: usize, len: usize);

@@ -2,9 +2,9 @@
 
 use std::fmt;
 
-use super::buffer::{Element, HostBufferRead, RawBuffer};
 #[cfg(doc)]
 use super::HostBuffer;
+use super::buffer::{Element, HostBufferRead, RawBuffer};
 use crate::DataType;
 
 /// A read-only handle to a [`HostBuffer`]'s memory, made by

@@ -33,7 +33,7 @@
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
-use crate::bootstrap::{parse_secret, UniqueId};
+use crate::bootstrap::{UniqueId, parse_secret};
 use crate::config::vars::{self, LAUNCHER, ROOT_PORT, SECRET, UNIQUE_ID};
 use crate::{Error, Result};
 
@@ -390,7 +390,7 @@ fn detect_root(get: &Getter<'_>) -> Result<RootSpec> {
         (None, None) => {
             return Err(Error::invalid(
                 "no bootstrap root: set STREAMCOMM_UNIQUE_ID, or MASTER_ADDR and MASTER_PORT",
-            ))
+            ));
         }
     };
     let host = host.trim();

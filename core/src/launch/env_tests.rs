@@ -125,7 +125,9 @@ fn slurm_derives_local_size() {
     assert!(err(&vars).contains("SLURM_TASKS_PER_NODE=3(x2 is not a Slurm task list; expected"));
     let mut vars = with_root(&base);
     vars.extend([("SLURM_TASKS_PER_NODE", "4,3"), ("SLURM_NODEID", "2")]);
-    assert!(err(&vars).starts_with("SLURM_NODEID=2 is out of range; expected a node index below 2"));
+    assert!(
+        err(&vars).starts_with("SLURM_NODEID=2 is out of range; expected a node index below 2")
+    );
 }
 
 #[test]
@@ -198,8 +200,10 @@ fn rank_errors_name_the_variable() {
         err(&with_root(&[("RANK", "-1"), ("WORLD_SIZE", "4")])),
         "RANK=-1 is not a number; expected a non-negative integer"
     );
-    assert!(err(&with_root(&[("RANK", "0"), ("WORLD_SIZE", "0")]))
-        .contains("WORLD_SIZE=0 is not a number of ranks"));
+    assert!(
+        err(&with_root(&[("RANK", "0"), ("WORLD_SIZE", "0")]))
+            .contains("WORLD_SIZE=0 is not a number of ranks")
+    );
     assert!(err(&with_root(&[("RANK", "0")])).contains("RANK is set but WORLD_SIZE is not"));
     assert!(err(&with_root(&[("WORLD_SIZE", "2")])).contains("WORLD_SIZE is set but RANK is not"));
     let msg = err(&with_root(&[

@@ -12,7 +12,7 @@ use std::fmt;
 use streamcomm_kernels::{DataType, ReduceOp};
 
 use super::step::{Collective, Plan};
-use super::{binomial, build, halving_doubling, recursive_doubling, tree, validate, PlanParams};
+use super::{PlanParams, binomial, build, halving_doubling, recursive_doubling, tree, validate};
 use crate::Error;
 
 /// A collective algorithm.

@@ -114,13 +114,13 @@ pub fn apply_step(
                 peer,
                 op: cx.name.to_string(),
                 cause: format!("sent {} bytes where {nbytes} were expected", s.len()),
-            })
+            });
         }
         (Some(_), Some(s)) => Some(s),
         (Some(peer), None) => {
             return Err(cx.usage(format!(
                 "step receives from rank {peer} but no slot was given"
-            )))
+            )));
         }
         (None, Some(_)) => return Err(cx.usage("a slot was given to a step that receives none")),
         (None, None) => None,
@@ -135,7 +135,7 @@ pub fn apply_step(
             })?)
         }
         (Some(peer), None) => {
-            return Err(cx.usage(format!("step sends to rank {peer} but no slot was given")))
+            return Err(cx.usage(format!("step sends to rank {peer} but no slot was given")));
         }
         (None, _) => None,
     };

@@ -23,10 +23,10 @@
 //! break (deadlock on full single-slot rings, undelivered
 //! slots).
 
+use super::Geometry;
 use super::dissemination;
 use super::flag::FlagOp;
 use super::step::Step;
-use super::Geometry;
 use crate::Error;
 
 /// The message barrier of `g.rank`: the dissemination barrier as messages

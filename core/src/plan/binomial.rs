@@ -18,9 +18,9 @@
 //! supplies ([`Plan::work_count`](super::Plan)); with one child the sum goes
 //! straight from the incoming slot to the outgoing one.
 
+use super::Geometry;
 use super::ring::local_copy;
 use super::step::{Region, Step};
-use super::Geometry;
 
 /// The children of relative rank `v` in a binomial tree of `n` ranks,
 /// farthest (largest subtree) first.

@@ -8,9 +8,9 @@
 //! broadcast and reduce, `src/device/broadcast.h`, `reduce.h`). A chain has no
 //! cycle, so it cannot deadlock whatever the number of slots.
 
+use super::Geometry;
 use super::ring::local_copy;
 use super::step::{Region, Step};
-use super::Geometry;
 
 /// Chain broadcast from `root`: the root copies its input into its own
 /// output and sends it on; middle ranks receive, keep and forward; the last

@@ -24,9 +24,9 @@
 //! is enough. Partial sums live in the receive buffer; the input is read only
 //! in the first round (or the fold), so in-place calls work unchanged.
 
+use super::Geometry;
 use super::ring::local_copy;
 use super::step::{Region, Step};
-use super::Geometry;
 
 /// Rabenseifner all-reduce for any number of ranks.
 pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {

@@ -51,7 +51,7 @@ impl InPlaceLayout {
                 return Err(Error::InvalidUsage(
                     "all_to_all cannot run in place: pass distinct send and recv buffers"
                         .to_string(),
-                ))
+                ));
             }
             _ => (0, 0),
         };
@@ -66,7 +66,7 @@ impl InPlaceLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{build, PlanParams};
+    use crate::plan::{PlanParams, build};
     use streamcomm_kernels::{DataType, ReduceOp};
 
     fn layout(c: Collective, rank: usize) -> Result<InPlaceLayout, Error> {

@@ -57,11 +57,11 @@ pub mod signature;
 pub mod simulate;
 pub mod step;
 
-pub use algo::{build_with, Algorithm};
-pub use apply::{apply_step, Buffers};
+pub use algo::{Algorithm, build_with};
+pub use apply::{Buffers, apply_step};
 pub use flag::FlagOp;
 pub use layout::InPlaceLayout;
-pub use simulate::{simulate, simulate_with, Schedule, SimConfig};
+pub use simulate::{Schedule, SimConfig, simulate, simulate_with};
 pub use step::{Collective, Plan, Step};
 
 use streamcomm_kernels::{DataType, ReduceOp};
@@ -193,7 +193,7 @@ impl Geometry {
 
     /// `(offset, len)` pieces of at most `chunk` elements covering
     /// `[0, len)`; nothing when `len` is 0.
-    pub fn chunks(&self, len: usize) -> impl Iterator<Item = (usize, usize)> {
+    pub fn chunks(&self, len: usize) -> impl Iterator<Item = (usize, usize)> + use<> {
         let chunk = self.chunk;
         (0..len)
             .step_by(chunk)

@@ -8,8 +8,8 @@
 //! receive one), which keeps the exchange deadlock-free with a single slot per
 //! connection.
 
-use super::step::{Region, Step};
 use super::Geometry;
+use super::step::{Region, Step};
 
 /// Pairwise all-to-all: the local block is copied, then `n - 1` rounds of
 /// interleaved chunk sends and receives.

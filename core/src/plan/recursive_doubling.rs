@@ -29,10 +29,10 @@
 //! Partners reduce in opposite orders (`a op b`, `b op a`); every operator
 //! is commutative, so every rank ends with the same bits.
 
-use super::halving_doubling::{fold_in, interleave, running, Fold};
+use super::Geometry;
+use super::halving_doubling::{Fold, fold_in, interleave, running};
 use super::ring::local_copy;
 use super::step::{Region, Step};
-use super::Geometry;
 
 /// Recursive-doubling all-reduce for any number of ranks: `log2 p` rounds
 /// of whole-vector exchanges after folding the extra ranks in.

@@ -27,8 +27,8 @@
 //! receive space in place, so there the breaker also sends its own block
 //! first (see [`reduce_scatter`]).
 
-use super::step::{Region, Step};
 use super::Geometry;
+use super::step::{Region, Step};
 
 /// The rank that splits fused steps (see the module docs).
 const BREAKER: usize = 0;

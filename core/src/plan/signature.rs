@@ -186,7 +186,7 @@ pub fn describe(sig: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{build, PlanParams};
+    use crate::plan::{PlanParams, build};
 
     fn sig(c: Collective, dtype: DataType, op: ReduceOp, count: usize) -> u64 {
         let p = PlanParams {

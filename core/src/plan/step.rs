@@ -232,11 +232,7 @@ impl Step {
 
     /// [`Step::finalized`] when `last`, else the step unchanged.
     pub(crate) const fn finalized_if(self, last: bool) -> Step {
-        if last {
-            self.finalized()
-        } else {
-            self
-        }
+        if last { self.finalized() } else { self }
     }
 }
 

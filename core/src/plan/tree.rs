@@ -24,9 +24,9 @@
 //! first child and its input: its own receive buffer, which the broadcast
 //! later overwrites with the result.
 
+use super::Geometry;
 use super::ring::local_copy;
 use super::step::{Region, Step};
-use super::Geometry;
 
 /// A rank's neighbours in one tree.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -20,9 +20,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::Error;
 use crate::barrier::{BarrierMemory, WaitFor};
 use crate::wait::{Notifier, WaitError, WaitPolicy};
-use crate::Error;
 
 /// One word alone in a cache line.
 #[repr(C, align(64))]

@@ -17,8 +17,8 @@
 //! hooks are the plain ring calls, and a non-empty plan is refused.
 
 use crate::config::fault_spec::FaultPlan;
-use crate::transport::ring::RingError;
 use crate::transport::Connection;
+use crate::transport::ring::RingError;
 use crate::wait::WaitPolicy;
 use crate::{Error, Result};
 

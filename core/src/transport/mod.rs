@@ -27,10 +27,10 @@ pub mod tcp;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use barrier_area::{area_bytes, BarrierArea};
+use barrier_area::{BarrierArea, area_bytes};
 use ring::{RingEnd, RingError, RingShape};
 use shm::ShmSegment;
 

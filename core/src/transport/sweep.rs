@@ -20,7 +20,7 @@ use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use super::{SegmentHeader, MAGIC, VERSION};
+use super::{MAGIC, SegmentHeader, VERSION};
 
 /// Where POSIX shared-memory objects live on Linux.
 const SHM_DIR: &str = "/dev/shm";

@@ -18,9 +18,9 @@
 mod model;
 mod select;
 
-pub use model::{predict, Shape};
+pub use model::{Shape, predict};
 pub use select::choose_by_model;
-pub(crate) use select::{choose, Forced};
+pub(crate) use select::{Forced, choose};
 
 use std::collections::HashMap;
 

@@ -268,7 +268,7 @@ fn predictions_grow_with_size_and_are_finite() {
 /// and its outputs, a buffer written or a slot sent), from the plans
 /// themselves.
 fn plan_passes(collective: Collective, algo: Algorithm, count: usize, n: usize) -> Passes {
-    use crate::plan::{build_with, PlanParams};
+    use crate::plan::{PlanParams, build_with};
     let (mut reads, mut writes) = (0usize, 0usize);
     for rank in 0..n {
         let params = PlanParams {

@@ -12,7 +12,7 @@
 
 use std::fmt;
 
-use super::model::{predict, Shape};
+use super::model::{Shape, predict};
 use crate::config::algo_override::Forced as AlgoForced;
 use crate::config::{AlgoOverride, CostParams};
 use crate::plan::{Algorithm, Collective};

@@ -66,11 +66,7 @@ fn combine(dtype: DataType, op: ReduceOp, nranks: usize, values: impl Iterator<I
         return folded;
     }
     let avg = folded / nranks as f64;
-    if dtype.is_float() {
-        avg
-    } else {
-        avg.trunc()
-    }
+    if dtype.is_float() { avg } else { avg.trunc() }
 }
 
 /// What every rank must hold after `collective` on `inputs` (each rank's send

@@ -20,10 +20,10 @@ use half::{bf16, f16};
 use rand::Rng;
 use streamcomm::bootstrap::UniqueId;
 use streamcomm::config::{Config, DEFAULT_CUDA_WINDOW};
-use streamcomm::cuda::cudarc::driver::{
-    sys, CudaContext, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits,
-};
 use streamcomm::cuda::CudaComm;
+use streamcomm::cuda::cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits, sys,
+};
 use streamcomm::host::Element;
 use streamcomm::{Communicator, Error, ReduceOp};
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use streamcomm::config::Config;
-use streamcomm::cuda::cudarc::driver::{result, sys, CudaContext, CudaStream};
+use streamcomm::cuda::cudarc::driver::{CudaContext, CudaStream, result, sys};
 use streamcomm::cuda::{CudaComm, RawDeviceBuffer, RawP2p};
 use streamcomm::{Communicator, DataType, Error, ReduceOp};
 

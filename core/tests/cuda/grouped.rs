@@ -8,12 +8,12 @@
 use std::sync::Arc;
 
 use rand::{Rng, SeedableRng};
-use streamcomm::config::DEFAULT_CUDA_WINDOW;
-use streamcomm::cuda::cudarc::driver::{CudaContext, CudaStream};
-use streamcomm::cuda::CudaComm;
 use streamcomm::Communicator;
+use streamcomm::config::DEFAULT_CUDA_WINDOW;
+use streamcomm::cuda::CudaComm;
+use streamcomm::cuda::cudarc::driver::{CudaContext, CudaStream};
 
-use crate::backend::{data, download, gpu_present, launch, poisoned, upload, Num, POISON};
+use crate::backend::{Num, POISON, data, download, gpu_present, launch, poisoned, upload};
 
 #[test]
 fn gather_scatter_and_all_to_allv_on_one_gpu_with_2_and_3_ranks() {

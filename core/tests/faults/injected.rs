@@ -15,15 +15,15 @@
 
 #![cfg(feature = "fault-injection")]
 
-use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
+use streamcomm::Collective;
 use streamcomm::bootstrap::UniqueId;
 use streamcomm::config::FaultPlan;
 use streamcomm::host::{HostBuffer, HostStream};
-use streamcomm::testing::plan::{build, PlanParams};
-use streamcomm::Collective;
+use streamcomm::testing::plan::{PlanParams, build};
 use streamcomm::{Communicator, Config, DataType, Error, ReduceOp, Transport};
 
 const N: usize = 4;

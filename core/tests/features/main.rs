@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
+use streamcomm::Transport;
 use streamcomm::bootstrap::UniqueId;
 use streamcomm::config::FaultPlan;
-use streamcomm::Transport;
 use streamcomm::{Communicator, Config, Error};
 
 fn rdma_device_here() -> bool {

@@ -41,20 +41,20 @@ use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use streamcomm::Collective;
 use streamcomm::barrier::{BarrierAlgo, Inter};
-use streamcomm::bootstrap::UniqueId;
 use streamcomm::bootstrap::MAX_RANKS;
+use streamcomm::bootstrap::UniqueId;
 use streamcomm::config::{Config, HostsOverride};
-use streamcomm::launch::env::{detect, RootSpec};
+use streamcomm::launch::env::{RootSpec, detect};
 use streamcomm::testing::bootstrap::{Bootstrap, RootOptions, RootServer};
 use streamcomm::testing::comm::Endpoint;
 use streamcomm::testing::plan::signature::P2pSlot;
-use streamcomm::testing::plan::{build, signature, PlanParams};
-use streamcomm::testing::transport::tcp_frame::{
-    FrameHeader, Hello as TcpHello, ABORT_LEN, CLOSE_LEN, HEADER_BYTES, HELLO_BYTES,
-};
+use streamcomm::testing::plan::{PlanParams, build, signature};
 use streamcomm::testing::transport::RingShape;
-use streamcomm::Collective;
+use streamcomm::testing::transport::tcp_frame::{
+    ABORT_LEN, CLOSE_LEN, FrameHeader, HEADER_BYTES, HELLO_BYTES, Hello as TcpHello,
+};
 use streamcomm::{DataType, Error, ReduceOp};
 
 // ---------------------------------------------------------------------------

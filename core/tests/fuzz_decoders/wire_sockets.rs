@@ -127,7 +127,7 @@ fn throw_garbage(addr: SocketAddr, secret: [u8; 16], seed: u64, connected: mpsc:
     thread::sleep(Duration::from_millis(rng.gen_range(0..40)));
     let mut wrong = secret;
     wrong[rng.gen_range(0..16)] ^= rng.gen_range(1..=255u8);
-    let random = |rng: &mut StdRng, n: usize| (0..n).map(|_| rng.gen()).collect::<Vec<u8>>();
+    let random = |rng: &mut StdRng, n: usize| (0..n).map(|_| rng.r#gen()).collect::<Vec<u8>>();
     let mut linger = Duration::ZERO;
     let payload: Vec<u8> = match rng.gen_range(0..12) {
         // Random bytes.
@@ -207,7 +207,7 @@ fn throw_garbage(addr: SocketAddr, secret: [u8; 16], seed: u64, connected: mpsc:
     if !linger.is_zero() {
         thread::sleep(linger);
     }
-    if rng.gen() {
+    if rng.r#gen() {
         let _ = s.shutdown(Shutdown::Write);
         // Drain whatever the root says until it closes.
         let _ = s.set_read_timeout(Some(Duration::from_secs(5)));

@@ -10,10 +10,10 @@ pub mod p2p;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use streamcomm::bootstrap::UniqueId;
-use streamcomm::host::HostStream;
 use streamcomm::Collective;
 use streamcomm::UntypedBuffer;
+use streamcomm::bootstrap::UniqueId;
+use streamcomm::host::HostStream;
 use streamcomm::{Communicator, Config, DataType, ReduceOp};
 use streamcomm_run::local::LocalLauncher;
 

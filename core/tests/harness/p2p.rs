@@ -7,8 +7,8 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::Communicator;
+use streamcomm::host::{HostBuffer, HostStream};
 
 /// What receive buffers hold before a message lands (never a payload value).
 pub const POISON: i64 = i64::MIN;

@@ -7,8 +7,8 @@ use crate::harness;
 
 use std::time::Duration;
 
-use streamcomm::host::HostStream;
 use streamcomm::Collective;
+use streamcomm::host::HostStream;
 use streamcomm::{Communicator, DataType, ReduceOp};
 
 const ROLE: &str = "STREAMCOMM_TEST_ALGOS_CHILD";

@@ -12,8 +12,8 @@
 
 use crate::harness;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};

@@ -11,8 +11,8 @@ use crate::harness;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use streamcomm::host::{HostBuffer, HostEvent, HostStream};
 use streamcomm::Collective;
+use streamcomm::host::{HostBuffer, HostEvent, HostStream};
 use streamcomm::{Communicator, DataType, ReduceOp};
 
 const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";

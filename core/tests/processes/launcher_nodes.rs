@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::unused_port as free_port;
-use netns::{host_addr, launcher as launcher_path, ready_or_skip, run_all, text, Netns};
+use netns::{Netns, host_addr, launcher as launcher_path, ready_or_skip, run_all, text};
 use rand::{Rng, SeedableRng};
 use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::launch::env::detect_from_process_env;

@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use streamcomm::barrier::{BarrierAlgo, Inter};
-use streamcomm::testing::barrier::{build, run, BarrierMemory, BarrierPlan, Step, WaitFor};
-use streamcomm::testing::barrier::{simulate, Schedule, SimConfig, SimError};
-use streamcomm::testing::wait::{Notifier, WaitPolicy};
 use streamcomm::Error;
+use streamcomm::barrier::{BarrierAlgo, Inter};
+use streamcomm::testing::barrier::{BarrierMemory, BarrierPlan, Step, WaitFor, build, run};
+use streamcomm::testing::barrier::{Schedule, SimConfig, SimError, simulate};
+use streamcomm::testing::wait::{Notifier, WaitPolicy};
 
 const MAX_RANKS: usize = 64;
 const EPOCHS: u64 = 5;
@@ -162,11 +162,11 @@ fn plans_are_well_formed() {
                         "{algo} n={n} rank {} never waits",
                         plan.rank
                     );
-                    assert!(plan.steps.iter().all(|s| s
-                        .flag
-                        .unwrap()
-                        .peer()
-                        .is_none_or(|p| p < n)));
+                    assert!(
+                        plan.steps
+                            .iter()
+                            .all(|s| s.flag.unwrap().peer().is_none_or(|p| p < n))
+                    );
                 }
             }
         }

@@ -4,11 +4,11 @@
 
 use std::fmt;
 
-use streamcomm::testing::plan::{build_with, simulate_with, Plan, PlanParams, Schedule, SimConfig};
+use streamcomm::testing::plan::{Plan, PlanParams, Schedule, SimConfig, build_with, simulate_with};
 use streamcomm::{Algorithm, Collective};
 use streamcomm::{DataType, ReduceOp};
 
-use crate::common::{check, expected, gen_inputs, DTYPE_OPS};
+use crate::common::{DTYPE_OPS, check, expected, gen_inputs};
 
 pub const NSTEPS: [usize; 3] = [1, 2, 8];
 pub const SLOTS: [usize; 2] = [16, 24];

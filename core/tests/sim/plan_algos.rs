@@ -12,7 +12,7 @@ use streamcomm::testing::plan::Schedule;
 use streamcomm::{Algorithm, Collective};
 use streamcomm::{DataType, ReduceOp};
 
-use super::case::{counts, sweep, Case};
+use super::case::{Case, counts, sweep};
 use crate::common::DTYPE_OPS;
 
 #[test]

@@ -8,13 +8,13 @@
 //! the run short; random schedules cover interleavings round-robin never
 //! produces.
 
-use streamcomm::testing::plan::{
-    build, simulate, simulate_with, Plan, PlanParams, Schedule, SimConfig,
-};
 use streamcomm::Collective;
+use streamcomm::testing::plan::{
+    Plan, PlanParams, Schedule, SimConfig, build, simulate, simulate_with,
+};
 use streamcomm::{DataType, ReduceOp};
 
-use super::case::{sweep, Case, MAX_RANKS, NSTEPS};
+use super::case::{Case, MAX_RANKS, NSTEPS, sweep};
 use crate::common::DTYPE_OPS;
 
 /// Both ends of the ranks as roots (once when they coincide).

@@ -5,9 +5,9 @@ use crate::harness;
 use std::time::Duration;
 
 use harness::{run_threads, small_config};
+use streamcomm::UntypedBuffer;
 use streamcomm::bootstrap::UniqueId;
 use streamcomm::host::{HostBuffer, HostStream};
-use streamcomm::UntypedBuffer;
 use streamcomm::{Communicator, Config, DataType, Error, ReduceOp};
 
 fn msg(e: Error) -> String {

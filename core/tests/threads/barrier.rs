@@ -4,8 +4,8 @@
 
 use crate::harness;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use harness::{run_threads, small_config};

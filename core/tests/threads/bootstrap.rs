@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use streamcomm::bootstrap::UniqueId;
-use streamcomm::testing::bootstrap::{Bootstrap, RootOptions, RootServer, MAX_BLOB};
 use streamcomm::Error;
+use streamcomm::bootstrap::UniqueId;
+use streamcomm::testing::bootstrap::{Bootstrap, MAX_BLOB, RootOptions, RootServer};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -39,7 +39,7 @@ fn blob(rank: usize, round: usize) -> Vec<u8> {
         2 => 1 << 20,
         _ => rng.gen_range(0..5000),
     };
-    (0..len).map(|_| rng.gen()).collect()
+    (0..len).map(|_| rng.r#gen()).collect()
 }
 
 /// Starts `size` ranks as threads; each runs `rounds` all-gathers and a barrier.

@@ -11,9 +11,9 @@ use crate::harness;
 
 use std::time::Duration;
 
-use harness::{collectives, reduces, run_case, run_threads, small_config, Case};
-use streamcomm::host::HostStream;
+use harness::{Case, collectives, reduces, run_case, run_threads, small_config};
 use streamcomm::Collective;
+use streamcomm::host::HostStream;
 use streamcomm::{DataType, ReduceOp};
 use streamcomm_testkit::seed;
 

@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use streamcomm::host::{Doorbell, HostBuffer, HostEvent, HostStream, WaitCmp};
 use streamcomm::Error;
+use streamcomm::host::{Doorbell, HostBuffer, HostEvent, HostStream, WaitCmp};
 
 #[test]
 fn tasks_run_in_enqueue_order() {

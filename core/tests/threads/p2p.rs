@@ -20,7 +20,7 @@ use rand::{Rng, SeedableRng};
 use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::{Communicator, Config, Error, Transport};
 
-use harness::p2p::{payload, ring_exchange, POISON};
+use harness::p2p::{POISON, payload, ring_exchange};
 
 /// Eager limit in these tests: slots are 2 KiB (harness::small_config), so
 /// eager messages span several slots and rendezvous starts at 4 KiB.

@@ -19,18 +19,18 @@
 use crate::common;
 use crate::harness;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use streamcomm::host::HostStream;
 use streamcomm::Collective;
+use streamcomm::host::HostStream;
 use streamcomm::{Communicator, Config};
 
 use common::DTYPE_OPS;
-use harness::{collectives, reduces, run_case, run_threads, Case};
+use harness::{Case, collectives, reduces, run_case, run_threads};
 
 const RANKS: usize = 4;
 
@@ -93,7 +93,7 @@ fn soak_rank(comm: &Communicator, seed: u64, ops: u64, arrived: &AtomicU64) -> u
             },
             count: random_count(&mut rng, comm.config()),
             in_place: collective != Collective::AllToAll && rng.gen_bool(0.5),
-            seed: rng.gen(),
+            seed: rng.r#gen(),
         };
         run_case(comm, &stream, &case).unwrap_or_else(|e| panic!("op {i}: {e}"));
     }

@@ -12,7 +12,7 @@ use crate::netns;
 
 use std::time::Duration;
 
-use netns::{ready_or_skip, Netns};
+use netns::{Netns, ready_or_skip};
 use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::{Communicator, ReduceOp, Transport};
 

@@ -8,8 +8,8 @@ use crate::harness;
 use std::time::{Duration, Instant};
 
 use harness::{run_threads, small_config};
-use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::Transport;
+use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::{Config, Error, ReduceOp};
 
 fn tcp_config(nchannels: usize) -> Config {

@@ -9,18 +9,18 @@
 
 use crate::harness;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use harness::p2p::{payload, ring_exchange, POISON};
+use harness::p2p::{POISON, payload, ring_exchange};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use streamcomm::Transport;
 use streamcomm::barrier::BarrierAlgo;
 use streamcomm::bootstrap::UniqueId;
 use streamcomm::config::HostsOverride;
 use streamcomm::host::{HostBuffer, HostStream};
-use streamcomm::Transport;
 use streamcomm::{Communicator, Config, Error, ReduceOp};
 
 /// True where this build can use an RDMA device.
@@ -48,7 +48,10 @@ fn verbs_config() -> Config {
 
 fn matrix(n: usize) {
     if !rdma_here() {
-        streamcomm_testkit::skip(&streamcomm_testkit::current_test(), "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)");
+        streamcomm_testkit::skip(
+            &streamcomm_testkit::current_test(),
+            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
+        );
         return;
     }
     let base = streamcomm_testkit::seed();
@@ -78,7 +81,10 @@ fn collectives_over_verbs_4_ranks() {
 #[test]
 fn every_barrier_algorithm_over_verbs_2_and_4_ranks() {
     if !rdma_here() {
-        streamcomm_testkit::skip("verbs::every_barrier_algorithm_over_verbs_2_and_4_ranks", "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)");
+        streamcomm_testkit::skip(
+            "verbs::every_barrier_algorithm_over_verbs_2_and_4_ranks",
+            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
+        );
         return;
     }
     const ROUNDS: usize = 20;
@@ -221,7 +227,10 @@ fn host_blocking_pairs(comm: &streamcomm::Communicator, seed: u64) {
 #[test]
 fn p2p_over_verbs_2_and_4_ranks() {
     if !rdma_here() {
-        streamcomm_testkit::skip("verbs::p2p_over_verbs_2_and_4_ranks", "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)");
+        streamcomm_testkit::skip(
+            "verbs::p2p_over_verbs_2_and_4_ranks",
+            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
+        );
         return;
     }
     for n in [2, 4] {
@@ -265,7 +274,10 @@ fn p2p_over_verbs_2_and_4_ranks() {
 #[test]
 fn an_abort_reaches_verbs_peers_instead_of_a_timeout() {
     if !rdma_here() {
-        streamcomm_testkit::skip("verbs::an_abort_reaches_verbs_peers_instead_of_a_timeout", "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)");
+        streamcomm_testkit::skip(
+            "verbs::an_abort_reaches_verbs_peers_instead_of_a_timeout",
+            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
+        );
         return;
     }
     let config = {
@@ -376,7 +388,10 @@ fn libibverbs_is_not_linked() {
 fn a_killed_peer_fails_the_others_naming_it() {
     use std::os::unix::process::ExitStatusExt;
     if !rdma_here() {
-        streamcomm_testkit::skip("verbs::a_killed_peer_fails_the_others_naming_it", "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)");
+        streamcomm_testkit::skip(
+            "verbs::a_killed_peer_fails_the_others_naming_it",
+            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
+        );
         return;
     }
     let exe = std::env::current_exe().unwrap();

@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rand::Rng;
-use streamcomm::cuda::cudarc::driver::{CudaContext, CudaStream};
 use streamcomm::cuda::CudaComm;
+use streamcomm::cuda::cudarc::driver::{CudaContext, CudaStream};
 use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::{Communicator, ReduceOp};
 
-use super::{check_sum, report, time_barriers, COUNT};
+use super::{COUNT, check_sum, report, time_barriers};
 
 /// A `CudaComm` on device `rank % devices`, or why there is none.
 ///

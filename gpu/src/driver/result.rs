@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 
-use super::sys::{cudaError_enum, CUresult};
+use super::sys::{CUresult, cudaError_enum};
 
 /// `Ok` for `CUDA_SUCCESS`, else [`Error::Driver`] naming `call`.
 pub(crate) fn check(call: &'static str, r: CUresult) -> Result<()> {

@@ -1,12 +1,12 @@
 //! Compiling CUDA C to a CUBIN for one architecture with NVRTC.
 
-use std::ffi::{c_char, CString};
+use std::ffi::{CString, c_char};
 use std::fmt;
 use std::path::Path;
 
 use crate::error::{Error, Result};
 
-use super::sys::{check, Nvrtc, NvrtcProgram};
+use super::sys::{Nvrtc, NvrtcProgram, check};
 
 /// A GPU architecture (`sm_<major><minor>`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

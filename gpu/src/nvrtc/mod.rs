@@ -8,5 +8,5 @@
 pub mod compile;
 pub mod sys;
 
-pub use compile::{compile_cubin, Arch, Compiled};
-pub use sys::{nvrtc_lib_candidates, Nvrtc};
+pub use compile::{Arch, Compiled, compile_cubin};
+pub use sys::{Nvrtc, nvrtc_lib_candidates};

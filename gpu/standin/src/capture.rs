@@ -27,14 +27,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
-use crate::context::{lock, Context, Stream};
+use crate::context::{Context, Stream, lock};
 use crate::device::out;
 use crate::error::{
-    Res, CAPTURED_EVENT, CAPTURE_IMPLICIT, CAPTURE_INVALIDATED, CAPTURE_MERGE, CAPTURE_UNJOINED,
-    CAPTURE_UNMATCHED, CAPTURE_UNSUPPORTED, CAPTURE_WRONG_THREAD, ILLEGAL_STATE, INVALID_VALUE,
+    CAPTURE_IMPLICIT, CAPTURE_INVALIDATED, CAPTURE_MERGE, CAPTURE_UNJOINED, CAPTURE_UNMATCHED,
+    CAPTURE_UNSUPPORTED, CAPTURE_WRONG_THREAD, CAPTURED_EVENT, ILLEGAL_STATE, INVALID_VALUE, Res,
 };
 use crate::exec::Work;
-use crate::graph::{Graph, Node, GRAPHS};
+use crate::graph::{GRAPHS, Graph, Node};
 use crate::guard::{entry, say_once};
 use crate::stream::stream_of;
 
@@ -134,11 +134,7 @@ impl Capture {
     }
 
     fn status(&self) -> c_int {
-        if lock(&self.state).invalid {
-            2
-        } else {
-            1
-        }
+        if lock(&self.state).invalid { 2 } else { 1 }
     }
 }
 
@@ -252,7 +248,7 @@ pub fn wait_captured(stream: &Arc<Stream>, cap: &Arc<Capture>, nodes: &[usize]) 
 
 /// `cuStreamBeginCapture_v2`: not on the legacy stream (900) or a stream
 /// already capturing (401).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuStreamBeginCapture_v2(h: usize, mode: u32) -> u32 {
     entry("cuStreamBeginCapture_v2", || {
         let s = stream_of(h)?;
@@ -289,7 +285,7 @@ pub extern "C" fn cuStreamBeginCapture_v2(h: usize, mode: u32) -> u32 {
 
 /// `cuStreamEndCapture`: the captured graph, or NULL with 901 (invalidated)
 /// or 904 (a forked stream was not joined).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuStreamEndCapture(h: usize, pgraph: *mut usize) -> u32 {
     entry("cuStreamEndCapture", || {
         let s = stream_of(h)?;
@@ -378,7 +374,7 @@ fn capture_status(h: usize) -> Res<(c_int, Option<Arc<Capture>>)> {
 
 /// `cuStreamIsCapturing`: 0 none, 1 active, 2 invalidated; on the legacy
 /// stream while a blocking stream captures: 906.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuStreamIsCapturing(h: usize, status: *mut c_int) -> u32 {
     entry("cuStreamIsCapturing", || out(status, capture_status(h)?.0))
 }
@@ -386,7 +382,7 @@ pub extern "C" fn cuStreamIsCapturing(h: usize, status: *mut c_int) -> u32 {
 /// `cuStreamGetCaptureInfo_v2`: status, capture id, the graph being built,
 /// and the stream's current dependency nodes (valid until the next call on
 /// this thread). Every out-pointer but the status may be NULL.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuStreamGetCaptureInfo_v2(
     h: usize,
     status: *mut c_int,
@@ -429,7 +425,7 @@ pub extern "C" fn cuStreamGetCaptureInfo_v2(
 }
 
 /// `cuThreadExchangeStreamCaptureMode`: swaps the calling thread's mode.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuThreadExchangeStreamCaptureMode(mode: *mut u32) -> u32 {
     entry("cuThreadExchangeStreamCaptureMode", || {
         crate::device::require_init()?;

@@ -16,7 +16,7 @@ use std::sync::{Mutex, OnceLock};
 use crate::config::config;
 use crate::context::Context;
 use crate::error::{
-    Res, INVALID_CONTEXT, INVALID_DEVICE, INVALID_VALUE, NOT_INITIALIZED, NOT_SUPPORTED,
+    INVALID_CONTEXT, INVALID_DEVICE, INVALID_VALUE, NOT_INITIALIZED, NOT_SUPPORTED, Res,
 };
 use crate::guard::{entry, say_once};
 
@@ -126,7 +126,7 @@ pub fn out<T>(ptr: *mut T, value: T) -> Res<()> {
 
 /// `cuInit`: flags must be 0. Also removes shared-memory segments left by
 /// stand-in processes that died.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuInit(flags: c_uint) -> u32 {
     entry("cuInit", || {
         if flags != 0 {
@@ -140,7 +140,7 @@ pub extern "C" fn cuInit(flags: c_uint) -> u32 {
 }
 
 /// `cuDriverGetVersion` (works before `cuInit`): 13000 unless configured.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuDriverGetVersion(version: *mut c_int) -> u32 {
     entry("cuDriverGetVersion", || {
         out(version, config().driver_version)
@@ -148,7 +148,7 @@ pub extern "C" fn cuDriverGetVersion(version: *mut c_int) -> u32 {
 }
 
 /// `cuDeviceGetCount`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuDeviceGetCount(count: *mut c_int) -> u32 {
     entry("cuDeviceGetCount", || {
         require_init()?;
@@ -157,7 +157,7 @@ pub extern "C" fn cuDeviceGetCount(count: *mut c_int) -> u32 {
 }
 
 /// `cuDeviceGet`: the device handle is the ordinal.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuDeviceGet(device: *mut c_int, ordinal: c_int) -> u32 {
     entry("cuDeviceGet", || {
         slot(ordinal)?;
@@ -166,7 +166,7 @@ pub extern "C" fn cuDeviceGet(device: *mut c_int, ordinal: c_int) -> u32 {
 }
 
 /// `cuDeviceGetName`: always names the stand-in.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_int) -> u32 {
     entry("cuDeviceGetName", || {
         slot(dev)?;
@@ -185,13 +185,13 @@ pub extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_int) -> 
 }
 
 /// `cuDeviceGetUuid`: a fixed UUID spelling `SC-STANDIN` and the ordinal.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuDeviceGetUuid(uuid: *mut [u8; 16], dev: c_int) -> u32 {
     entry("cuDeviceGetUuid", || uuid_of(uuid, dev))
 }
 
 /// `cuDeviceGetUuid_v2`: as `cuDeviceGetUuid`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], dev: c_int) -> u32 {
     entry("cuDeviceGetUuid_v2", || uuid_of(uuid, dev))
 }
@@ -204,7 +204,7 @@ fn uuid_of(uuid: *mut [u8; 16], dev: c_int) -> Res<()> {
 }
 
 /// `cuDeviceTotalMem_v2`: the host's physical memory.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> u32 {
     entry("cuDeviceTotalMem_v2", || {
         slot(dev)?;
@@ -213,7 +213,7 @@ pub extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> u32 {
 }
 
 /// `cuMemGetInfo_v2`: the host's available and physical memory.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> u32 {
     entry("cuMemGetInfo_v2", || {
         current()?;
@@ -237,7 +237,7 @@ fn host_memory() -> (usize, usize) {
 }
 
 /// `cuDeviceComputeCapability` (deprecated): 9.0.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuDeviceComputeCapability(
     major: *mut c_int,
     minor: *mut c_int,
@@ -314,7 +314,7 @@ pub fn can_flush_remote_writes() -> bool {
 
 /// `cuDeviceGetAttribute`: see the module docs; unmodelled attributes return
 /// `CUDA_ERROR_NOT_SUPPORTED` and say so.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attrib: c_int, dev: c_int) -> u32 {
     entry("cuDeviceGetAttribute", || {
         slot(dev)?;
@@ -337,7 +337,7 @@ pub extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attrib: c_int, dev: c_
 }
 
 /// `cuDevicePrimaryCtxRetain`: refcounted; does not make the context current.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut usize, dev: c_int) -> u32 {
     entry("cuDevicePrimaryCtxRetain", || {
         let s = slot(dev)?;
@@ -356,7 +356,7 @@ pub extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut usize, dev: c_int) -> u32 
 /// `cuDevicePrimaryCtxRelease_v2`: a release without a retain is
 /// `CUDA_ERROR_INVALID_CONTEXT`; the last release waits for the context's
 /// work and retires it (the next retain makes a fresh one).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> u32 {
     entry("cuDevicePrimaryCtxRelease_v2", || {
         let s = slot(dev)?;
@@ -366,11 +366,7 @@ pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> u32 {
                 return Err(INVALID_CONTEXT);
             }
             p.refs -= 1;
-            if p.refs == 0 {
-                p.ctx.take()
-            } else {
-                None
-            }
+            if p.refs == 0 { p.ctx.take() } else { None }
         };
         if let Some(ctx) = retired {
             ctx.wait_all();
@@ -380,7 +376,7 @@ pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> u32 {
 }
 
 /// `cuDevicePrimaryCtxGetState`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuDevicePrimaryCtxGetState(
     dev: c_int,
     flags: *mut c_uint,
@@ -394,7 +390,7 @@ pub extern "C" fn cuDevicePrimaryCtxGetState(
 }
 
 /// `cuDevicePrimaryCtxSetFlags_v2`: scheduling flags are stored, not used.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuDevicePrimaryCtxSetFlags_v2(dev: c_int, flags: c_uint) -> u32 {
     entry("cuDevicePrimaryCtxSetFlags_v2", || {
         if flags & !0x3f != 0 {
@@ -406,7 +402,7 @@ pub extern "C" fn cuDevicePrimaryCtxSetFlags_v2(dev: c_int, flags: c_uint) -> u3
 }
 
 /// `cuCtxSetCurrent`: replaces the top of the thread's context stack (NULL pops).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuCtxSetCurrent(ctx: usize) -> u32 {
     entry("cuCtxSetCurrent", || {
         require_init()?;
@@ -426,7 +422,7 @@ pub extern "C" fn cuCtxSetCurrent(ctx: usize) -> u32 {
 }
 
 /// `cuCtxGetCurrent`: NULL when the thread has none.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuCtxGetCurrent(pctx: *mut usize) -> u32 {
     entry("cuCtxGetCurrent", || {
         require_init()?;
@@ -436,7 +432,7 @@ pub extern "C" fn cuCtxGetCurrent(pctx: *mut usize) -> u32 {
 }
 
 /// `cuCtxPushCurrent_v2`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuCtxPushCurrent_v2(ctx: usize) -> u32 {
     entry("cuCtxPushCurrent_v2", || {
         require_init()?;
@@ -448,7 +444,7 @@ pub extern "C" fn cuCtxPushCurrent_v2(ctx: usize) -> u32 {
 }
 
 /// `cuCtxPopCurrent_v2`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuCtxPopCurrent_v2(pctx: *mut usize) -> u32 {
     entry("cuCtxPopCurrent_v2", || {
         require_init()?;
@@ -463,7 +459,7 @@ pub extern "C" fn cuCtxPopCurrent_v2(pctx: *mut usize) -> u32 {
 }
 
 /// `cuCtxGetDevice`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuCtxGetDevice(device: *mut c_int) -> u32 {
     entry("cuCtxGetDevice", || {
         let ctx = current_any()?;
@@ -474,7 +470,7 @@ pub extern "C" fn cuCtxGetDevice(device: *mut c_int) -> u32 {
 /// `cuCtxSynchronize`: waits for all work of the current context, for ever
 /// if a stream waits on a memory operation nobody releases. Refused (900,
 /// invalidating the capture) while any stream of the context captures.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuCtxSynchronize() -> u32 {
     entry("cuCtxSynchronize", || {
         let ctx = current()?;

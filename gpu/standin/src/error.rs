@@ -2,7 +2,7 @@
 //! `cuGetErrorName` / `cuGetErrorString` entry points for every code of
 //! `cuda.h`.
 
-use std::ffi::{c_char, CStr};
+use std::ffi::{CStr, c_char};
 
 use crate::error_table::ERRORS;
 use crate::guard::entry;
@@ -88,7 +88,7 @@ pub fn describe(code: CUresult) -> Option<(&'static CStr, &'static CStr)> {
 ///
 /// # Safety
 /// `p_str` must be a valid out-pointer.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGetErrorName(error: CUresult, p_str: *mut *const c_char) -> CUresult {
     error_text(error, p_str, |(name, _)| name)
 }
@@ -97,7 +97,7 @@ pub unsafe extern "C" fn cuGetErrorName(error: CUresult, p_str: *mut *const c_ch
 ///
 /// # Safety
 /// `p_str` must be a valid out-pointer.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGetErrorString(error: CUresult, p_str: *mut *const c_char) -> CUresult {
     error_text(error, p_str, |(_, text)| text)
 }

@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use crate::capture::{self, Capture};
-use crate::context::{lock, Dep};
+use crate::context::{Dep, lock};
 use crate::device::{current, out};
-use crate::error::{Res, CAPTURED_EVENT, INVALID_HANDLE, INVALID_VALUE, NOT_READY, NOT_SUPPORTED};
+use crate::error::{CAPTURED_EVENT, INVALID_HANDLE, INVALID_VALUE, NOT_READY, NOT_SUPPORTED, Res};
 use crate::exec::Work;
 use crate::guard::entry;
 use crate::handles::Registry;
@@ -64,7 +64,7 @@ fn state(h: usize) -> Res<(Arc<Event>, State)> {
 
 /// `cuEventCreate`: flags BLOCKING_SYNC 1, DISABLE_TIMING 2, INTERPROCESS 4
 /// (which needs DISABLE_TIMING).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuEventCreate(ph: *mut usize, flags: c_uint) -> u32 {
     entry("cuEventCreate", || {
         current()?;
@@ -83,7 +83,7 @@ pub extern "C" fn cuEventCreate(ph: *mut usize, flags: c_uint) -> u32 {
 }
 
 /// `cuEventDestroy_v2`: returns at once; a pending record still completes.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuEventDestroy_v2(h: usize) -> u32 {
     entry("cuEventDestroy_v2", || {
         current()?;
@@ -117,14 +117,14 @@ fn record(h: usize, stream: usize) -> Res<()> {
 }
 
 /// `cuEventRecord`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuEventRecord(h: usize, stream: usize) -> u32 {
     entry("cuEventRecord", || record(h, stream))
 }
 
 /// `cuEventRecordWithFlags`: flags 0 only (external record nodes are not
 /// implemented).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuEventRecordWithFlags(h: usize, stream: usize, flags: c_uint) -> u32 {
     entry("cuEventRecordWithFlags", || match flags {
         0 => record(h, stream),
@@ -136,7 +136,7 @@ pub extern "C" fn cuEventRecordWithFlags(h: usize, stream: usize, flags: c_uint)
 }
 
 /// `cuEventQuery`: potentially unsafe during capture (900).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuEventQuery(h: usize) -> u32 {
     entry("cuEventQuery", || {
         let (_, st) = state(h)?;
@@ -154,7 +154,7 @@ pub extern "C" fn cuEventQuery(h: usize) -> u32 {
 }
 
 /// `cuEventSynchronize`: potentially unsafe during capture (900).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuEventSynchronize(h: usize) -> u32 {
     entry("cuEventSynchronize", || {
         let (_, st) = state(h)?;
@@ -176,7 +176,7 @@ pub extern "C" fn cuEventSynchronize(h: usize) -> u32 {
 /// `cuEventElapsedTime`: milliseconds between two completed, timed records;
 /// `CUDA_ERROR_INVALID_HANDLE` for an unrecorded or DISABLE_TIMING event,
 /// `CUDA_ERROR_NOT_READY` if either has not completed.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuEventElapsedTime(ms: *mut f32, start: usize, end: usize) -> u32 {
     entry("cuEventElapsedTime", || {
         let (e0, s0) = state(start)?;
@@ -211,7 +211,7 @@ pub extern "C" fn cuEventElapsedTime(ms: *mut f32, start: usize, end: usize) -> 
 /// snapshot. During capture: a captured event forks or joins the stream into
 /// its capture (another capture's event: 902); a non-captured event is
 /// `CUDA_ERROR_STREAM_CAPTURE_ISOLATION` (905).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuStreamWaitEvent(stream: usize, h: usize, flags: c_uint) -> u32 {
     entry("cuStreamWaitEvent", || {
         let (_, st) = state(h)?;

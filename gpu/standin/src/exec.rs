@@ -3,14 +3,14 @@
 //! the context's sticky error.
 
 use std::ffi::c_void;
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::context::{lock, Context};
+use crate::context::{Context, lock};
 use crate::error::ILLEGAL_ADDRESS;
 use crate::guard::as_host_fn;
-use crate::memory::{resolve, Mapped};
+use crate::memory::{Mapped, resolve};
 
 /// A host function (`CUhostFn`).
 pub type HostFn = unsafe extern "C" fn(*mut c_void);
@@ -203,11 +203,7 @@ pub fn satisfied(word: u64, value: u64, cond: u32, wide: bool) -> bool {
         2 => word & value != 0,
         3 => {
             let nor = !(word | value);
-            if wide {
-                nor != 0
-            } else {
-                nor as u32 != 0
-            }
+            if wide { nor != 0 } else { nor as u32 != 0 }
         }
         _ if wide => (word.wrapping_sub(value) as i64) >= 0,
         _ => ((word as u32).wrapping_sub(value as u32) as i32) >= 0,

@@ -18,7 +18,7 @@ use crate::guard::{entry, unsupported};
 macro_rules! not_supported {
     ($($name:ident),* $(,)?) => {$(
         /// Not implemented by the stand-in: `CUDA_ERROR_NOT_SUPPORTED`.
-        #[no_mangle]
+        #[unsafe(no_mangle)]
         pub extern "C" fn $name() -> CUresult {
             entry(stringify!($name), || Err(unsupported(stringify!($name))))
         }

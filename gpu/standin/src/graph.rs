@@ -12,7 +12,7 @@ use std::ffi::c_uint;
 use std::sync::{Arc, Mutex};
 
 use crate::capture::{self, check_unsafe};
-use crate::context::{lock, Dep};
+use crate::context::{Dep, lock};
 use crate::device::{current, out};
 use crate::error::{CAPTURE_UNSUPPORTED, INVALID_VALUE};
 use crate::exec::{HostFn, Work};
@@ -131,7 +131,7 @@ impl UserObject {
 }
 
 /// `cuGraphCreate`: an empty graph (flags must be 0).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuGraphCreate(ph: *mut usize, flags: c_uint) -> u32 {
     entry("cuGraphCreate", || {
         current()?;
@@ -143,7 +143,7 @@ pub extern "C" fn cuGraphCreate(ph: *mut usize, flags: c_uint) -> u32 {
 }
 
 /// `cuGraphDestroy`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuGraphDestroy(h: usize) -> u32 {
     entry("cuGraphDestroy", || {
         current()?;
@@ -160,7 +160,7 @@ const AUTO_FREE_ON_LAUNCH: u64 = 1;
 /// implemented, so it changes nothing here, as on the driver for such a
 /// graph); other flags are not implemented. Snapshots the graph, whose
 /// user objects the executable graph also holds.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuGraphInstantiateWithFlags(ph: *mut usize, graph: usize, flags: u64) -> u32 {
     entry("cuGraphInstantiateWithFlags", || {
         current()?;
@@ -191,7 +191,7 @@ pub extern "C" fn cuGraphInstantiateWithFlags(ph: *mut usize, graph: usize, flag
 
 /// `cuGraphLaunch`: replays the graph on the stream, after the previous launch
 /// of the same executable graph. Into a capturing stream: 900.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuGraphLaunch(h: usize, stream: usize) -> u32 {
     entry("cuGraphLaunch", || {
         let exec = EXECS.get(h)?;
@@ -211,7 +211,7 @@ pub extern "C" fn cuGraphLaunch(h: usize, stream: usize) -> u32 {
 }
 
 /// `cuGraphUpload`: nothing to upload; validates the handles.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuGraphUpload(h: usize, stream: usize) -> u32 {
     entry("cuGraphUpload", || {
         EXECS.get(h)?;
@@ -221,7 +221,7 @@ pub extern "C" fn cuGraphUpload(h: usize, stream: usize) -> u32 {
 
 /// `cuGraphExecDestroy`: potentially unsafe during capture (900); a running
 /// executable graph is freed when its launches finish.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuGraphExecDestroy(h: usize) -> u32 {
     entry("cuGraphExecDestroy", || {
         current()?;
@@ -231,7 +231,7 @@ pub extern "C" fn cuGraphExecDestroy(h: usize) -> u32 {
 }
 
 /// `cuUserObjectCreate`: flags must be `CU_USER_OBJECT_NO_DESTRUCTOR_SYNC`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuUserObjectCreate(
     ph: *mut usize,
     ptr: *mut std::ffi::c_void,
@@ -259,7 +259,7 @@ pub extern "C" fn cuUserObjectCreate(
 }
 
 /// `cuUserObjectRetain`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuUserObjectRetain(h: usize, count: c_uint) -> u32 {
     entry("cuUserObjectRetain", || {
         current()?;
@@ -272,7 +272,7 @@ pub extern "C" fn cuUserObjectRetain(h: usize, count: c_uint) -> u32 {
 }
 
 /// `cuUserObjectRelease`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuUserObjectRelease(h: usize, count: c_uint) -> u32 {
     entry("cuUserObjectRelease", || {
         current()?;
@@ -285,7 +285,7 @@ pub extern "C" fn cuUserObjectRelease(h: usize, count: c_uint) -> u32 {
 
 /// `cuGraphRetainUserObject`: flags 0 (new references) or
 /// `CU_GRAPH_USER_OBJECT_MOVE` (the caller's references move to the graph).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuGraphRetainUserObject(
     graph: usize,
     h: usize,
@@ -308,7 +308,7 @@ pub extern "C" fn cuGraphRetainUserObject(
 }
 
 /// `cuGraphReleaseUserObject`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuGraphReleaseUserObject(graph: usize, h: usize, count: c_uint) -> u32 {
     entry("cuGraphReleaseUserObject", || {
         current()?;

@@ -6,10 +6,10 @@
 use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::io::Write;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
 
-use crate::error::{CUresult, Res, NOT_PERMITTED, NOT_SUPPORTED, SUCCESS, UNKNOWN};
+use crate::error::{CUresult, NOT_PERMITTED, NOT_SUPPORTED, Res, SUCCESS, UNKNOWN};
 
 thread_local! {
     /// True while this thread runs a host function or a user-object destructor.

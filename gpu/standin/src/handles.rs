@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::error::{Res, INVALID_HANDLE};
+use crate::error::{INVALID_HANDLE, Res};
 
 /// Live objects of one kind, by handle value.
 pub struct Registry<T> {

@@ -15,7 +15,7 @@ use crate::context::lock;
 use crate::device::{current, out};
 use crate::error::{INVALID_CONTEXT, INVALID_VALUE};
 use crate::guard::entry;
-use crate::memory::{insert, region_of, remove, Kind};
+use crate::memory::{Kind, insert, region_of, remove};
 use crate::shm::Segment;
 
 const MAGIC: &[u8; 8] = b"SCSTNDIN";
@@ -37,7 +37,7 @@ fn field(b: &[u8; 64], at: usize) -> u64 {
 }
 
 /// `cuIpcGetMemHandle`: only the base of a `cuMemAlloc` allocation.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuIpcGetMemHandle(handle: *mut IpcMemHandle, dptr: u64) -> u32 {
     entry("cuIpcGetMemHandle", || {
         current()?;
@@ -58,7 +58,7 @@ pub extern "C" fn cuIpcGetMemHandle(handle: *mut IpcMemHandle, dptr: u64) -> u32
 }
 
 /// `cuIpcOpenMemHandle_v2`: flags must be `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuIpcOpenMemHandle_v2(
     pdptr: *mut u64,
     handle: IpcMemHandle,
@@ -89,7 +89,7 @@ pub extern "C" fn cuIpcOpenMemHandle_v2(
 }
 
 /// `cuIpcCloseMemHandle`: unmaps when the last open of the handle closes.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuIpcCloseMemHandle(dptr: u64) -> u32 {
     entry("cuIpcCloseMemHandle", || {
         current()?;

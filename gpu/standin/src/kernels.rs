@@ -11,19 +11,19 @@
 //! `CUDA_ERROR_MISALIGNED_ADDRESS`, as on the GPU. They do not run the CUDA C
 //! code itself: only a GPU checks that.
 
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering, fence};
 use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
 use streamcomm_kernels::cuda::{
-    reduce_kernel_name, ReduceArgs, SpinWaitArgs, SpinWriteArgs, MAX_DSTS, MAX_SRCS,
-    SPIN_WAIT_KERNEL, SPIN_WRITE_KERNEL,
+    MAX_DSTS, MAX_SRCS, ReduceArgs, SPIN_WAIT_KERNEL, SPIN_WRITE_KERNEL, SpinWaitArgs,
+    SpinWriteArgs, reduce_kernel_name,
 };
 use streamcomm_kernels::{DataType, ReduceOp};
 
 use crate::context::Context;
 use crate::error::LAUNCH_FAILED;
-use crate::exec::{device, satisfied, Fault};
+use crate::exec::{Fault, device, satisfied};
 
 /// `CUDA_ERROR_MISALIGNED_ADDRESS`.
 const MISALIGNED: u32 = 716;

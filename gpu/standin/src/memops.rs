@@ -9,7 +9,7 @@
 use std::ffi::c_void;
 
 use crate::device::{can_flush_remote_writes, current};
-use crate::error::{Res, INVALID_VALUE};
+use crate::error::{INVALID_VALUE, Res};
 use crate::exec::{HostFn, Work};
 use crate::guard::{entry, say_once};
 use crate::memory::resolve;
@@ -23,7 +23,9 @@ fn target(addr: u64, wide: bool, name: &str) -> Res<()> {
     if addr % size != 0 || resolve(addr, size as usize).is_err() {
         say_once(
             format!("memop-target:{name}"),
-            &format!("{name}: {addr:#x} is not an aligned word of device-accessible memory: CUDA_ERROR_INVALID_VALUE"),
+            &format!(
+                "{name}: {addr:#x} is not an aligned word of device-accessible memory: CUDA_ERROR_INVALID_VALUE"
+            ),
         );
         return Err(INVALID_VALUE);
     }
@@ -46,7 +48,9 @@ fn wait(
     if flags & FLUSH != 0 && !can_flush_remote_writes() {
         say_once(
             "flush".into(),
-            &format!("{name}: CU_STREAM_WAIT_VALUE_FLUSH needs CAN_FLUSH_REMOTE_WRITES, which this device lacks"),
+            &format!(
+                "{name}: CU_STREAM_WAIT_VALUE_FLUSH needs CAN_FLUSH_REMOTE_WRITES, which this device lacks"
+            ),
         );
         return Err(INVALID_VALUE);
     }
@@ -73,7 +77,9 @@ fn write(
     if flags != 0 {
         say_once(
             format!("write-flags:{name}"),
-            &format!("{name}: flags {flags:#x} (NO_MEMORY_BARRIER is not supported by the _v2 API): CUDA_ERROR_INVALID_VALUE"),
+            &format!(
+                "{name}: flags {flags:#x} (NO_MEMORY_BARRIER is not supported by the _v2 API): CUDA_ERROR_INVALID_VALUE"
+            ),
         );
         return Err(INVALID_VALUE);
     }
@@ -83,7 +89,7 @@ fn write(
 
 /// `cuStreamWaitValue32_v2`: GEQ (cyclic), EQ, AND, NOR; FLUSH only where the
 /// device can flush remote writes (this one cannot).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuStreamWaitValue32_v2(stream: usize, addr: u64, value: u32, flags: u32) -> u32 {
     entry("cuStreamWaitValue32_v2", || {
         wait(
@@ -98,7 +104,7 @@ pub extern "C" fn cuStreamWaitValue32_v2(stream: usize, addr: u64, value: u32, f
 }
 
 /// `cuStreamWaitValue64_v2`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuStreamWaitValue64_v2(stream: usize, addr: u64, value: u64, flags: u32) -> u32 {
     entry("cuStreamWaitValue64_v2", || {
         wait(stream, addr, value, flags, true, "cuStreamWaitValue64_v2")
@@ -106,7 +112,7 @@ pub extern "C" fn cuStreamWaitValue64_v2(stream: usize, addr: u64, value: u64, f
 }
 
 /// `cuStreamWriteValue32_v2`: flags must be 0 (the write is fenced).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuStreamWriteValue32_v2(stream: usize, addr: u64, value: u32, flags: u32) -> u32 {
     entry("cuStreamWriteValue32_v2", || {
         write(
@@ -121,7 +127,7 @@ pub extern "C" fn cuStreamWriteValue32_v2(stream: usize, addr: u64, value: u32, 
 }
 
 /// `cuStreamWriteValue64_v2`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuStreamWriteValue64_v2(stream: usize, addr: u64, value: u64, flags: u32) -> u32 {
     entry("cuStreamWriteValue64_v2", || {
         write(stream, addr, value, flags, true, "cuStreamWriteValue64_v2")
@@ -131,7 +137,7 @@ pub extern "C" fn cuStreamWriteValue64_v2(stream: usize, addr: u64, value: u64, 
 /// `cuLaunchHostFunc`: runs `f(data)` when the stream reaches it, one host
 /// function at a time process-wide; CUDA calls from it fail with
 /// `CUDA_ERROR_NOT_PERMITTED`. Captured, it runs at every replay.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuLaunchHostFunc(stream: usize, f: Option<HostFn>, data: *mut c_void) -> u32 {
     entry("cuLaunchHostFunc", || {
         let s = stream_of(stream)?;

@@ -16,7 +16,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::capture::check_unsafe;
 use crate::device::{current, out};
-use crate::error::{Res, INVALID_VALUE, OUT_OF_MEMORY};
+use crate::error::{INVALID_VALUE, OUT_OF_MEMORY, Res};
 use crate::guard::entry;
 use crate::pinned;
 use crate::shm::Segment;
@@ -74,11 +74,7 @@ fn space() -> Res<usize> {
                 0,
             )
         };
-        if p == libc::MAP_FAILED {
-            0
-        } else {
-            p as usize
-        }
+        if p == libc::MAP_FAILED { 0 } else { p as usize }
     });
     if base == 0 {
         Err(OUT_OF_MEMORY)
@@ -169,7 +165,7 @@ pub fn remove(base: u64, pick: impl FnOnce(&Region) -> bool) -> Res<Arc<Region>>
 
 /// `cuMemAlloc_v2`: refused while capturing (900); size 0 is
 /// `CUDA_ERROR_INVALID_VALUE`; contents are not zeroed (poisoned with 0xA5).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuMemAlloc_v2(dptr: *mut u64, bytesize: usize) -> u32 {
     entry("cuMemAlloc_v2", || {
         current()?;
@@ -185,7 +181,7 @@ pub extern "C" fn cuMemAlloc_v2(dptr: *mut u64, bytesize: usize) -> u32 {
 
 /// `cuMemFree_v2`: only the base of a `cuMemAlloc` allocation; waits for all
 /// work of the context first (for ever, if a stream never finishes).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuMemFree_v2(dptr: u64) -> u32 {
     entry("cuMemFree_v2", || {
         let ctx = current()?;
@@ -201,7 +197,7 @@ pub extern "C" fn cuMemFree_v2(dptr: u64) -> u32 {
 }
 
 /// `cuMemGetAddressRange_v2`: base and size of the allocation holding `dptr`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuMemGetAddressRange_v2(pbase: *mut u64, psize: *mut usize, dptr: u64) -> u32 {
     entry("cuMemGetAddressRange_v2", || {
         current()?;

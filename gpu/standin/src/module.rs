@@ -5,14 +5,14 @@
 //! passing like the driver, then enqueues the kernel's CPU implementation
 //! ([`crate::kernels`]). A kernel without one is refused at launch, naming it.
 
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::Arc;
 
 use crate::config::config;
 use crate::device::{current, out};
 use crate::error::{
-    Res, INVALID_IMAGE, INVALID_PTX, INVALID_VALUE, LAUNCH_OUT_OF_RESOURCES, NOT_FOUND,
-    NO_BINARY_FOR_GPU, UNSUPPORTED_PTX_VERSION,
+    INVALID_IMAGE, INVALID_PTX, INVALID_VALUE, LAUNCH_OUT_OF_RESOURCES, NO_BINARY_FOR_GPU,
+    NOT_FOUND, Res, UNSUPPORTED_PTX_VERSION,
 };
 use crate::exec::Work;
 use crate::guard::{entry, say_once, unsupported};
@@ -176,11 +176,7 @@ fn parse_elf(image: *const u8) -> Res<Vec<String>> {
 fn elf_sm(flags: u32) -> u32 {
     let low = flags & 0xff;
     let high = (flags >> 8) & 0xff;
-    if (20..=200).contains(&low) {
-        low
-    } else {
-        high
-    }
+    if (20..=200).contains(&low) { low } else { high }
 }
 
 fn load(pmod: *mut usize, image: *const c_void) -> Res<()> {
@@ -194,13 +190,13 @@ fn load(pmod: *mut usize, image: *const c_void) -> Res<()> {
 
 /// `cuModuleLoadData`: a CUBIN (ELF) or NUL-terminated PTX; fatbins are not
 /// implemented.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuModuleLoadData(pmod: *mut usize, image: *const c_void) -> u32 {
     entry("cuModuleLoadData", || load(pmod, image))
 }
 
 /// `cuModuleLoadDataEx`: as `cuModuleLoadData`; JIT options are ignored.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuModuleLoadDataEx(
     pmod: *mut usize,
     image: *const c_void,
@@ -220,7 +216,7 @@ pub extern "C" fn cuModuleLoadDataEx(
 }
 
 /// `cuModuleUnload`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuModuleUnload(hmod: usize) -> u32 {
     entry("cuModuleUnload", || {
         current()?;
@@ -229,7 +225,7 @@ pub extern "C" fn cuModuleUnload(hmod: usize) -> u32 {
 }
 
 /// `cuModuleGetFunction`: `CUDA_ERROR_NOT_FOUND` for a name the image lacks.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuModuleGetFunction(pf: *mut usize, hmod: usize, name: *const c_char) -> u32 {
     entry("cuModuleGetFunction", || {
         current()?;
@@ -252,7 +248,7 @@ pub extern "C" fn cuModuleGetFunction(pf: *mut usize, hmod: usize, name: *const 
 }
 
 /// `cuFuncGetAttribute`: `MAX_THREADS_PER_BLOCK` (0) only.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuFuncGetAttribute(pi: *mut c_int, attrib: c_int, hfunc: usize) -> u32 {
     entry("cuFuncGetAttribute", || {
         current()?;
@@ -310,7 +306,7 @@ fn arguments(size: usize, params: *mut *mut c_void, extra: *mut *mut c_void) -> 
 /// y and z ≤ 65535, shared memory ≤ 48 KiB, `kernelParams` xor `extra`
 /// (else `CUDA_ERROR_INVALID_VALUE`); more threads than the kernel's launch
 /// bounds is `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuLaunchKernel(
     f: usize,
     gx: c_uint,

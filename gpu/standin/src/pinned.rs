@@ -16,7 +16,7 @@ use crate::capture::check_unsafe;
 use crate::config::config;
 use crate::device::{current, out};
 use crate::error::{
-    Res, HOST_MEMORY_ALREADY_REGISTERED, HOST_MEMORY_NOT_REGISTERED, INVALID_VALUE, OUT_OF_MEMORY,
+    HOST_MEMORY_ALREADY_REGISTERED, HOST_MEMORY_NOT_REGISTERED, INVALID_VALUE, OUT_OF_MEMORY, Res,
 };
 use crate::guard::entry;
 
@@ -87,7 +87,7 @@ fn alloc(pp: *mut *mut c_void, bytesize: usize, flags: u32, name: &'static str) 
 
 /// `cuMemHostAlloc`: flags PORTABLE | DEVICEMAP | WRITECOMBINED; refused
 /// while capturing (900); contents poisoned with 0xA5.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c_uint) -> u32 {
     entry("cuMemHostAlloc", || {
         alloc(pp, bytesize, flags, "cuMemHostAlloc")
@@ -95,7 +95,7 @@ pub extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c
 }
 
 /// `cuMemAllocHost_v2`: `cuMemHostAlloc` with flags 0.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> u32 {
     entry("cuMemAllocHost_v2", || {
         alloc(pp, bytesize, 0, "cuMemAllocHost_v2")
@@ -104,7 +104,7 @@ pub extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> u3
 
 /// `cuMemFreeHost`: only the base of `cuMemHostAlloc` memory; waits for the
 /// current context's work first.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> u32 {
     entry("cuMemFreeHost", || {
         let ctx = current()?;
@@ -127,7 +127,7 @@ pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> u32 {
 
 /// `cuMemHostGetDevicePointer_v2`: flags must be 0; only `DEVICEMAP` memory
 /// (else `CUDA_ERROR_INVALID_VALUE`); the device pointer equals `p`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuMemHostGetDevicePointer_v2(
     pdptr: *mut u64,
     p: *mut c_void,
@@ -143,7 +143,7 @@ pub extern "C" fn cuMemHostGetDevicePointer_v2(
 }
 
 /// `cuMemHostGetFlags`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuMemHostGetFlags(pflags: *mut c_uint, p: *mut c_void) -> u32 {
     entry("cuMemHostGetFlags", || {
         current()?;
@@ -155,7 +155,7 @@ pub extern "C" fn cuMemHostGetFlags(pflags: *mut c_uint, p: *mut c_void) -> u32 
 /// `cuMemHostRegister_v2`: pins an existing host range (flags PORTABLE 1,
 /// DEVICEMAP 2, IOMEMORY 4, READ_ONLY 8); overlapping a pinned range is
 /// `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`; refused while capturing.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuMemHostRegister_v2(p: *mut c_void, bytesize: usize, flags: c_uint) -> u32 {
     entry("cuMemHostRegister_v2", || {
         current()?;
@@ -185,7 +185,7 @@ pub extern "C" fn cuMemHostRegister_v2(p: *mut c_void, bytesize: usize, flags: c
 }
 
 /// `cuMemHostUnregister`: only the exact base of a registered range.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuMemHostUnregister(p: *mut c_void) -> u32 {
     entry("cuMemHostUnregister", || {
         current()?;

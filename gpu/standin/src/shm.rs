@@ -10,7 +10,7 @@ use std::sync::{Mutex, Once};
 
 use crate::config::config;
 use crate::context::lock;
-use crate::error::{Res, INVALID_VALUE, OUT_OF_MEMORY};
+use crate::error::{INVALID_VALUE, OUT_OF_MEMORY, Res};
 
 const PREFIX: &str = "sc-cuda-standin-";
 

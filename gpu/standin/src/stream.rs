@@ -3,13 +3,13 @@
 //! stream's hardware queue or records it into the stream's capture.
 
 use std::ffi::{c_int, c_uint};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use crate::capture;
-use crate::context::{lock, Context, Dep, Stream};
+use crate::context::{Context, Dep, Stream, lock};
 use crate::device::{ctx_handle, current, out};
-use crate::error::{Res, INVALID_VALUE, NOT_READY, NOT_SUPPORTED};
+use crate::error::{INVALID_VALUE, NOT_READY, NOT_SUPPORTED, Res};
 use crate::exec::Work;
 use crate::guard::{entry, say_once};
 use crate::handles::Registry;
@@ -86,13 +86,13 @@ fn create(ph: *mut usize, flags: c_uint, priority: c_int) -> Res<()> {
 
 /// `cuStreamCreate`: flags `CU_STREAM_DEFAULT` (blocking: synchronises with
 /// the legacy stream) or `CU_STREAM_NON_BLOCKING`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuStreamCreate(ph: *mut usize, flags: c_uint) -> u32 {
     entry("cuStreamCreate", || create(ph, flags, 0))
 }
 
 /// `cuStreamCreateWithPriority`: the priority is recorded, not used.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuStreamCreateWithPriority(
     ph: *mut usize,
     flags: c_uint,
@@ -102,7 +102,7 @@ pub extern "C" fn cuStreamCreateWithPriority(
 }
 
 /// `cuStreamDestroy_v2`: returns at once; pending work still completes.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuStreamDestroy_v2(h: usize) -> u32 {
     entry("cuStreamDestroy_v2", || {
         let ctx = current()?;
@@ -121,7 +121,7 @@ pub extern "C" fn cuStreamDestroy_v2(h: usize) -> u32 {
 
 /// `cuStreamSynchronize`: waits for the stream's work (for ever, if it never
 /// finishes). On a capturing stream: 900, and the capture is invalidated.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuStreamSynchronize(h: usize) -> u32 {
     entry("cuStreamSynchronize", || {
         let s = stream_of(h)?;
@@ -137,7 +137,7 @@ pub extern "C" fn cuStreamSynchronize(h: usize) -> u32 {
 
 /// `cuStreamQuery`: `CUDA_SUCCESS` when idle, else `CUDA_ERROR_NOT_READY`.
 /// On a capturing stream: 900, and the capture is invalidated.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuStreamQuery(h: usize) -> u32 {
     entry("cuStreamQuery", || {
         let s = stream_of(h)?;
@@ -154,7 +154,7 @@ pub extern "C" fn cuStreamQuery(h: usize) -> u32 {
 }
 
 /// `cuStreamGetFlags`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuStreamGetFlags(h: usize, flags: *mut c_uint) -> u32 {
     entry("cuStreamGetFlags", || {
         let s = stream_of(h)?;
@@ -163,7 +163,7 @@ pub extern "C" fn cuStreamGetFlags(h: usize, flags: *mut c_uint) -> u32 {
 }
 
 /// `cuStreamGetPriority`.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuStreamGetPriority(h: usize, priority: *mut c_int) -> u32 {
     entry("cuStreamGetPriority", || {
         let s = stream_of(h)?;
@@ -172,7 +172,7 @@ pub extern "C" fn cuStreamGetPriority(h: usize, priority: *mut c_int) -> u32 {
 }
 
 /// `cuStreamGetCtx`: the stream's context.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuStreamGetCtx(h: usize, pctx: *mut usize) -> u32 {
     entry("cuStreamGetCtx", || {
         let s = stream_of(h)?;
@@ -181,7 +181,7 @@ pub extern "C" fn cuStreamGetCtx(h: usize, pctx: *mut usize) -> u32 {
 }
 
 /// `cuStreamGetId`: the handle value (0 for the legacy stream).
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuStreamGetId(h: usize, id: *mut u64) -> u32 {
     entry("cuStreamGetId", || {
         let s = stream_of(h)?;
@@ -190,7 +190,7 @@ pub extern "C" fn cuStreamGetId(h: usize, id: *mut u64) -> u32 {
 }
 
 /// `cuCtxGetStreamPriorityRange`: 0 (least) to -5 (greatest), as on sm_90.
-#[no_mangle]
+#[unsafe(no_mangle)]
 pub extern "C" fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> u32 {
     entry("cuCtxGetStreamPriorityRange", || {
         current()?;

@@ -13,7 +13,7 @@ use common::{bind, code, expect, mapped, ok, stream};
 use cudarc::driver::sys;
 use rand::{Rng, SeedableRng};
 use streamcomm_kernels::cuda::SpinWriteArgs;
-use streamcomm_kernels::{element_as_f64, DataType, ReduceOp};
+use streamcomm_kernels::{DataType, ReduceOp, element_as_f64};
 
 const PTX: &str = "
 .version 8.0
@@ -93,9 +93,9 @@ standin_test!(ptx_entry_names_launch_checks_and_faults, 20, &[], {
     );
     let mut size = std::mem::size_of::<SpinWriteArgs>();
     let mut extra: [*mut c_void; 5] = [
-        1 as *mut c_void,
+        std::ptr::without_provenance_mut(1), // CU_LAUNCH_PARAM_BUFFER_POINTER
         ap.cast(),
-        2 as *mut c_void,
+        std::ptr::without_provenance_mut(2), // CU_LAUNCH_PARAM_BUFFER_SIZE
         (&mut size as *mut usize).cast(),
         std::ptr::null_mut(),
     ];

@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use streamcomm::bootstrap::MAX_RANKS;
 use streamcomm::{Error, Result};
 
-use super::{Cli, NodeArgs, DEFAULT_MASTER_PORT, MAX_NPROC};
+use super::{Cli, DEFAULT_MASTER_PORT, MAX_NPROC, NodeArgs};
 
 /// Options as they appear, each value checked alone, before they are
 /// checked against each other.
@@ -48,7 +48,7 @@ impl Raw {
                 _ => {
                     return Err(Error::invalid(format!(
                         "--master-port needs a port number between 1 and 65535, got {v:?}"
-                    )))
+                    )));
                 }
             }
         }
@@ -74,7 +74,7 @@ impl Raw {
             (Some(n), h) if n != h => {
                 return Err(Error::invalid(format!(
                     "--hosts lists {h} hosts but --nnodes is {n}"
-                )))
+                )));
             }
             (_, 0) => 1,
             (_, h) => h,
@@ -91,7 +91,7 @@ impl Raw {
             (Some(m), Some(first)) if m != *first => {
                 return Err(Error::invalid(format!(
                     "--master-addr {m} is not the first of --hosts ({first}), which is the master"
-                )))
+                )));
             }
             (Some(m), _) => m,
             (None, Some(first)) => first.clone(),
@@ -99,7 +99,7 @@ impl Raw {
             (None, None) => {
                 return Err(Error::invalid(format!(
                     "--nnodes {nnodes} needs --master-addr (the address of node 0), or --hosts"
-                )))
+                )));
             }
         };
         let node_rank = match self.node_rank {
@@ -108,7 +108,7 @@ impl Raw {
                 return Err(Error::invalid(format!(
                     "--nnodes {nnodes} needs --node-rank K (0..={}) on each node, or --hosts",
                     nnodes - 1
-                )))
+                )));
             }
             k => k,
         };

@@ -62,9 +62,11 @@ mod tests {
     #[test]
     fn no_read_modify_write() {
         for r in 0..9 {
-            assert!(steps(r, 9)
-                .iter()
-                .all(|s| !matches!(s, FlagOp::FetchAdd { .. })));
+            assert!(
+                steps(r, 9)
+                    .iter()
+                    .all(|s| !matches!(s, FlagOp::FetchAdd { .. }))
+            );
         }
     }
 }

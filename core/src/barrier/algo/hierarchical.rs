@@ -18,9 +18,9 @@
 
 use crate::plan::FlagOp;
 
-use super::hosts::{position, Hosts};
-use super::tree::{arrive_release, kary};
 use super::Inter;
+use super::hosts::{Hosts, position};
+use super::tree::{arrive_release, kary};
 use crate::plan::dissemination;
 
 /// Round of the intra-host gather; inter-leader rounds follow it.

@@ -18,8 +18,8 @@ mod tree;
 pub(super) use hosts::Hosts;
 
 use crate::config::barrier_algo::{BarrierAlgo, Inter};
-use crate::plan::dissemination;
 use crate::plan::FlagOp;
+use crate::plan::dissemination;
 
 /// The steps of `algo` for `rank` where other ranks' words can only be
 /// written (over a network): as [`steps`], but the central counter releases

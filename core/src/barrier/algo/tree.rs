@@ -24,7 +24,7 @@
 
 use crate::plan::FlagOp;
 
-use super::hosts::{position, Hosts};
+use super::hosts::{Hosts, position};
 
 /// Parent and children of `group[index]` in the k-ary heap over `group`.
 pub(super) fn kary(group: &[usize], index: usize, k: usize) -> (Option<usize>, Vec<usize>) {

@@ -2,12 +2,12 @@
 //! (see [`super`]).
 
 use super::prepare::Local;
+use crate::Result;
 use crate::comm::affinity;
-use crate::comm::barrier::{default_barrier_algo, BarrierState};
+use crate::comm::barrier::{BarrierState, default_barrier_algo};
 use crate::comm::endpoint::{self, Endpoint};
 use crate::comm::inner::Topology;
 use crate::transport::Connection;
-use crate::Result;
 
 /// The topology and the barrier state.
 pub(crate) struct Agreed {

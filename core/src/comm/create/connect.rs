@@ -14,13 +14,13 @@ use std::sync::Arc;
 
 use super::prepare::Local;
 use crate::bootstrap::{Bootstrap, UniqueId};
-use crate::comm::endpoint::{pair_uses_verbs, Endpoint, VERBS_FORCED};
+use crate::comm::endpoint::{Endpoint, VERBS_FORCED, pair_uses_verbs};
 use crate::config::{Config, Transport, TransportChoice};
 use crate::engine::{Kick, Source};
 use crate::transport::ring::RingShape;
-use crate::transport::tcp::setup::{connect_all, ConnectPlan};
+use crate::transport::tcp::setup::{ConnectPlan, connect_all};
 use crate::transport::tcp::{TcpPeerSetup, TcpRings, TcpSource};
-use crate::transport::{ring_offset, Connection, Link, Segment};
+use crate::transport::{Connection, Link, Segment, ring_offset};
 use crate::{Error, Result};
 
 /// Every peer's connection, plus what the progress engine must drive.
@@ -122,7 +122,7 @@ fn connect_peers(
                 return Err(Error::Unavailable(format!(
                     "rank {p} runs on another host ({}) and STREAMCOMM_TRANSPORT=shm",
                     ep.host
-                )))
+                )));
             }
         };
         if use_tcp[p] && ep.tcp.is_none() {
@@ -150,7 +150,7 @@ fn connect_peers(
         (None, false) => {
             return Err(Error::Unavailable(
                 "tcp peers but no tcp listener (STREAMCOMM_TRANSPORT=shm?)".into(),
-            ))
+            ));
         }
     };
     // Collective: every rank exchanges verbs addresses when any pair uses verbs.

@@ -28,11 +28,11 @@ use std::sync::Arc;
 
 use super::inner::{CommFailure, CommInner};
 use super::peer_watch::peer_watch;
+use crate::Result;
 use crate::bootstrap::UniqueId;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::wait::spin_budget;
-use crate::Result;
 
 /// Creates this rank's share of the communicator named by `id`.
 pub(crate) fn create(

@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use super::connect;
 use crate::bootstrap::{Bootstrap, UniqueId};
-use crate::comm::endpoint::{self, local_host_id, Endpoint};
+use crate::comm::endpoint::{self, Endpoint, local_host_id};
 use crate::config::{Config, Transport, TransportChoice};
+use crate::transport::Segment;
 use crate::transport::fault::FaultInjector;
 use crate::transport::ring::RingShape;
 use crate::transport::tcp::setup;
-use crate::transport::Segment;
 use crate::{Error, Result};
 
 /// What this rank brings to the communicator, before it meets the others.

@@ -40,7 +40,7 @@ pub(crate) fn write_to(pid: u32, remote_addr: u64, data: &[u8]) -> io::Result<()
                 return Err(io::Error::new(
                     io::ErrorKind::WriteZero,
                     "process_vm_writev made no progress",
-                ))
+                ));
             }
             _ => {
                 let e = io::Error::last_os_error();
@@ -81,7 +81,7 @@ pub(crate) fn read_from(pid: u32, remote_addr: u64, dst: &mut [u8]) -> io::Resul
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     "process_vm_readv made no progress",
-                ))
+                ));
             }
             _ => {
                 let e = io::Error::last_os_error();

@@ -16,12 +16,12 @@
 
 use std::sync::atomic::Ordering;
 
+use crate::DataType;
+use crate::comm::Communicator;
 use crate::comm::inner::CommInner;
 use crate::comm::p2p::stats::Stat;
-use crate::comm::Communicator;
 use crate::plan::signature::{self, P2pSlot};
 use crate::transport::Connection;
-use crate::DataType;
 
 /// What [`Communicator::send_now`] or [`Communicator::recv_now`] did.
 pub(crate) enum Now {

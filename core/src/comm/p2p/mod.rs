@@ -63,14 +63,14 @@ mod spec;
 mod stats;
 mod wire;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 pub use stats::P2pStats;
 
+use crate::comm::Communicator;
 use crate::comm::buffer::{AsBufView, BufView};
 use crate::comm::inner::CommInner;
-use crate::comm::Communicator;
 use crate::host::HostStream;
 use crate::host::{Job, JobMode, Task};
 use crate::{DataType, Error, Result};

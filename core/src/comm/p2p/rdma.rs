@@ -17,8 +17,8 @@
 #[cfg(feature = "verbs")]
 use super::payload::Place;
 use super::payload::{Dst, Src};
-use crate::transport::Connection;
 use crate::Result;
+use crate::transport::Connection;
 
 /// A registration held while the NIC may touch the buffer.
 #[cfg(feature = "verbs")]

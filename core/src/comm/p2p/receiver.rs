@@ -12,14 +12,14 @@
 //! message, or a rendezvous streamed through the ring) are refused with an
 //! error naming the cause, since the CPU cannot write device memory.
 
+use crate::comm::p2p::P2pState;
 use crate::comm::p2p::payload::Dst;
 use crate::comm::p2p::stats::Stat;
-use crate::comm::p2p::P2pState;
 use crate::comm::p2p::{cma, rdma, wire};
 use crate::error::MismatchNote;
 use crate::plan::signature::{self, P2pSlot};
-use crate::transport::ring::RingError;
 use crate::transport::Connection;
+use crate::transport::ring::RingError;
 use crate::wait::Notifier;
 use crate::{DataType, Error, Result};
 

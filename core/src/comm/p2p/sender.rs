@@ -22,9 +22,9 @@
 //! receive buffer once the receiver has granted it (so one copy, by the
 //! kernel, on the receiving side).
 
+use crate::comm::p2p::P2pState;
 use crate::comm::p2p::payload::Src;
 use crate::comm::p2p::stats::Stat;
-use crate::comm::p2p::P2pState;
 use crate::comm::p2p::{cma, rdma};
 use crate::plan::signature::{self, P2pSlot};
 use crate::transport::Connection;

@@ -8,8 +8,8 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use streamcomm_gpu::{
-    relaxed_capture, Device, Doorbells, Kernels, PinnedBuffer, ReduceCopy, Signals, Stream,
-    WaitCondition,
+    Device, Doorbells, Kernels, PinnedBuffer, ReduceCopy, Signals, Stream, WaitCondition,
+    relaxed_capture,
 };
 
 use super::gpu_error;

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use streamcomm_gpu::{Device, DeviceBuffer, IpcHandle, IpcMapping};
 
 use super::gpu_error;
-use crate::device::direct::window::{find_in_process, share_in_process, WindowDevice};
 use crate::device::DevAddr;
+use crate::device::direct::window::{WindowDevice, find_in_process, share_in_process};
 use crate::{Error, Result};
 
 /// Bytes of an IPC handle's wire form.

@@ -12,10 +12,10 @@ use std::sync::Arc;
 use streamcomm_gpu::{Device, Kernels, Signals, Stream};
 
 use crate::comm::peer_watch::peer_gone;
+use crate::device::DevAddr;
+use crate::device::direct::Direct;
 use crate::device::direct::window::WindowDevice;
 use crate::device::direct::window_watch::WATCH_PERIOD;
-use crate::device::direct::Direct;
-use crate::device::DevAddr;
 use crate::{Communicator, Error, Result};
 use cuda_windows::CudaWindows;
 

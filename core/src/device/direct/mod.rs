@@ -41,11 +41,11 @@ pub(crate) mod window_watch;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::DeviceCall;
 use super::device_queue::DeviceQueue;
 use super::runner::Graveyard;
-use super::DeviceCall;
 use crate::{Communicator, Result};
-use steps::{direct_steps, Step};
+use steps::{Step, direct_steps};
 use window::{WindowDevice, Windows};
 use window_watch::{Liveness, Rescue, WindowWatch};
 

@@ -32,8 +32,8 @@
 //!   prove beyond what the window's two alternating rounds give.
 
 use super::window::{Round, Windows};
-use crate::device::call::{check_separate, stage_lens, DeviceBuffers, DeviceCall};
 use crate::device::DevAddr;
+use crate::device::call::{DeviceBuffers, DeviceCall, check_separate, stage_lens};
 use crate::plan::Collective;
 use crate::{Error, Result};
 

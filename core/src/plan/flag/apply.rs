@@ -9,9 +9,9 @@
 //! refuses flag steps in turn.
 
 use super::memory::{BarrierMemory, WaitFor, Word};
-use super::{signal_value, FlagOp, MAX_EPOCH, ROUNDS_PER_EPOCH};
-use crate::plan::Step;
+use super::{FlagOp, MAX_EPOCH, ROUNDS_PER_EPOCH, signal_value};
 use crate::Error;
+use crate::plan::Step;
 
 /// Executes one step of `rank`'s plan for barrier `epoch`, without blocking.
 ///

@@ -2,8 +2,8 @@
 
 use std::cell::Cell;
 
-use crate::plan::flag::{BarrierMemory, WaitFor, Word};
 use crate::Error;
+use crate::plan::flag::{BarrierMemory, WaitFor, Word};
 
 /// A store that made a word smaller: words are monotonic, so a plan whose
 /// writes go backwards could let a later barrier satisfy an earlier wait.

@@ -7,8 +7,8 @@
 
 use super::flag_memory::SimMemory;
 use super::flags::{SimError, SimStats, Stuck};
-use crate::plan::flag::apply::{apply, wait_for};
 use crate::plan::flag::BarrierPlan;
+use crate::plan::flag::apply::{apply, wait_for};
 
 /// Not in the ready set.
 const NOT_READY: usize = usize::MAX;

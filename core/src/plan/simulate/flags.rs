@@ -42,9 +42,9 @@ pub use super::schedule::Schedule;
 
 use super::list;
 use super::schedule::SplitMix;
-use crate::plan::flag::{BarrierPlan, WaitFor, MAX_EPOCH, ROUNDS_PER_EPOCH};
-use crate::plan::Step;
 use crate::Error;
+use crate::plan::Step;
+use crate::plan::flag::{BarrierPlan, MAX_EPOCH, ROUNDS_PER_EPOCH, WaitFor};
 
 /// What [`simulate`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

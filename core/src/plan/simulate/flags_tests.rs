@@ -4,11 +4,11 @@
 
 use super::flag_memory::SimMemory;
 use super::flags::*;
-use crate::barrier::{build, build_for_network, run, BarrierAlgo};
-use crate::plan::flag::apply::wait_for;
-use crate::plan::flag::{BarrierMemory, BarrierPlan, Word, MAX_EPOCH};
-use crate::plan::{FlagOp, Step};
 use crate::Error;
+use crate::barrier::{BarrierAlgo, build, build_for_network, run};
+use crate::plan::flag::apply::wait_for;
+use crate::plan::flag::{BarrierMemory, BarrierPlan, MAX_EPOCH, Word};
+use crate::plan::{FlagOp, Step};
 
 fn plans(algo: BarrierAlgo, n: usize) -> Vec<BarrierPlan> {
     let hosts: Vec<usize> = (0..n).map(|r| r % 3).collect();

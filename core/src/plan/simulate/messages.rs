@@ -17,10 +17,10 @@ pub use super::schedule::Schedule;
 
 use super::list;
 use super::schedule::SplitMix;
-use crate::plan::apply::{apply_step, Buffers};
+use crate::Error;
+use crate::plan::apply::{Buffers, apply_step};
 use crate::plan::layout::InPlaceLayout;
 use crate::plan::step::{Plan, Step};
-use crate::Error;
 
 /// Why a simulation failed.
 #[derive(Debug, Clone, thiserror::Error)]

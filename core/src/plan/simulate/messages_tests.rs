@@ -2,10 +2,10 @@
 //! lives in `core/tests/sim/plans.rs`).
 
 use super::messages::*;
+use crate::Error;
 use crate::plan::step::Region;
 use crate::plan::step::{Plan, Step};
-use crate::plan::{build, Collective, PlanParams};
-use crate::Error;
+use crate::plan::{Collective, PlanParams, build};
 use streamcomm_kernels::{DataType, ReduceOp};
 
 fn plan(collective: Collective, rank: usize, nranks: usize, steps: Vec<Step>) -> Plan {

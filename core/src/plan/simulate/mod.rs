@@ -32,7 +32,7 @@ mod schedule;
 
 use std::fmt;
 
-pub use messages::{simulate, simulate_with, Leftover, SimConfig, SimError, Stuck};
+pub use messages::{Leftover, SimConfig, SimError, Stuck, simulate, simulate_with};
 pub use schedule::Schedule;
 
 /// `items` joined by `"; "` (the lists of the simulators' reports).

@@ -76,11 +76,7 @@ impl SplitMix {
         match held {
             Some(p) if len > 1 => {
                 let i = self.below(len - 1);
-                if i >= p {
-                    i + 1
-                } else {
-                    i
-                }
+                if i >= p { i + 1 } else { i }
             }
             _ => self.below(len),
         }

@@ -188,12 +188,16 @@ mod tests {
             sig: 0x8000_0000_0000_0042,
         };
         assert_eq!(FrameHeader::decode(&f.encode(), 100, 9).unwrap(), f);
-        assert!(FrameHeader::decode(&f.encode(), 99, 9)
-            .unwrap_err()
-            .contains("exceeds"));
-        assert!(FrameHeader::decode(&f.encode(), 100, 8)
-            .unwrap_err()
-            .contains("expected"));
+        assert!(
+            FrameHeader::decode(&f.encode(), 99, 9)
+                .unwrap_err()
+                .contains("exceeds")
+        );
+        assert!(
+            FrameHeader::decode(&f.encode(), 100, 8)
+                .unwrap_err()
+                .contains("expected")
+        );
         let huge = FrameHeader {
             len: u32::MAX - 2,
             seq: 0,

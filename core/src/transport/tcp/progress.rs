@@ -17,12 +17,12 @@
 use std::io::{ErrorKind, IoSlice, Write};
 use std::net::TcpStream;
 
-use super::frame::{FrameHeader, ABORT_LEN, CLOSE_LEN, HEADER_BYTES, NOTE_LEN};
+use super::frame::{ABORT_LEN, CLOSE_LEN, FrameHeader, HEADER_BYTES, NOTE_LEN};
 use super::read_ahead::ReadAhead;
+use crate::Error;
 use crate::error::MismatchNote;
 use crate::transport::placement::Placement;
 use crate::transport::ring::RingEnd;
-use crate::Error;
 
 /// One socket's transfer state.
 pub(super) struct Sock {

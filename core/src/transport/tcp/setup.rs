@@ -13,7 +13,7 @@ use std::io::Read;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use super::frame::{Hello, HELLO_BYTES};
+use super::frame::{HELLO_BYTES, Hello};
 use crate::{Error, Result};
 
 /// How long an accepted connection may take to say hello.

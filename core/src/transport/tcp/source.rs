@@ -14,8 +14,8 @@ use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::progress::PeerIo;
 use super::TcpRings;
+use super::progress::PeerIo;
 use crate::engine::{Ctx, PollSet, Source};
 use crate::error::MismatchNote;
 

@@ -223,7 +223,7 @@ impl Device {
                 None => {
                     return Err(Error::Unavailable(format!(
                         "verbs: STREAMCOMM_IB_HCA={h:?} is not a device here (devices: {names:?})"
-                    )))
+                    )));
                 }
             },
             None => (0..list.len).collect(),

@@ -50,18 +50,18 @@ use std::time::{Duration, Instant};
 
 use rdma_sys::*;
 
-use super::qp::{Qp, VerbsAddr, VerbsRings, CTRL_HEAD, RECV_WR_ID};
+use super::qp::{CTRL_HEAD, Qp, RECV_WR_ID, VerbsAddr, VerbsRings};
 use super::regcache::RegCache;
 use crate::transport::barrier_area::BarrierArea;
-use crate::transport::ring::{write_wire_slot, RingEnd, SLOT_WIRE_HEADER, SLOT_WIRE_OFFSET};
+use crate::transport::ring::{RingEnd, SLOT_WIRE_HEADER, SLOT_WIRE_OFFSET, write_wire_slot};
 
 mod barrier;
 mod imm;
 mod post;
 mod rendezvous;
 use crate::Error;
-use imm::{rebuild, IMM_CONTROL, IMM_CREDIT_MASK, IMM_CREDIT_SHIFT, IMM_TAIL_MASK};
-use post::{Write, MAX_INLINE};
+use imm::{IMM_CONTROL, IMM_CREDIT_MASK, IMM_CREDIT_SHIFT, IMM_TAIL_MASK, rebuild};
+use post::{MAX_INLINE, Write};
 
 /// Whom an RDMA WRITE tells, besides landing in the peer's memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

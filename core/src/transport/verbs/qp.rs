@@ -9,8 +9,8 @@
 //! bootstrap ([`VerbsAddr`]).
 
 use std::mem::MaybeUninit;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use rdma_sys::*;
 

@@ -48,7 +48,7 @@ impl VerbsSource {
         self.peers
             .iter()
             .zip(&self.dead)
-            .filter(|(_, &d)| !d)
+            .filter(|&(_, &d)| !d)
             .map(|(p, _)| p)
     }
 }
@@ -129,7 +129,7 @@ impl Source for VerbsSource {
 /// a write to it (every close of two ranks at once then waited out the
 /// whole second; seen in the guest as thousands of 50 µs sleeps at exit).
 fn goodbye(peers: &[Arc<SharedPeer>], dead: &[bool]) {
-    for (p, _) in peers.iter().zip(dead).filter(|(_, &d)| !d) {
+    for (p, _) in peers.iter().zip(dead).filter(|&(_, &d)| !d) {
         let mut p = p.lock();
         // Streams must not post after the goodbye.
         p.dead = true;
@@ -141,7 +141,7 @@ fn goodbye(peers: &[Arc<SharedPeer>], dead: &[bool]) {
     let deadline = Instant::now() + Duration::from_secs(1);
     while Instant::now() < deadline {
         let mut pending = false;
-        for (p, _) in peers.iter().zip(dead).filter(|(_, &d)| !d) {
+        for (p, _) in peers.iter().zip(dead).filter(|&(_, &d)| !d) {
             let mut p = p.lock();
             if p.poll().is_err() {
                 continue;

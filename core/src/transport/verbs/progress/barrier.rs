@@ -5,9 +5,9 @@
 
 use std::time::Instant;
 
-use super::{PeerRdma, SharedPeer, Wake, Write, IMM_CONTROL, STALL};
-use crate::transport::barrier_area::RemoteArea;
+use super::{IMM_CONTROL, PeerRdma, STALL, SharedPeer, Wake, Write};
 use crate::Error;
+use crate::transport::barrier_area::RemoteArea;
 
 impl PeerRdma {
     /// Writes `value` into the word at `offset` of the peer's barrier area

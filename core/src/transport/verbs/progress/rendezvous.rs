@@ -6,9 +6,9 @@
 use std::sync::Arc;
 
 use super::{PeerRdma, Wake};
+use crate::Error;
 use crate::transport::ring::{Counter, Mailbox, RingHeader};
 use crate::transport::verbs::regcache::{RegCache, Registration};
-use crate::Error;
 
 /// Offsets in a ring header of the grant mailbox and the grant number.
 const MAILBOX: u64 = std::mem::offset_of!(RingHeader, mailbox) as u64;
