@@ -130,6 +130,12 @@ impl PollSet {
         self.base = base;
     }
 
+    /// The events the `i`-th descriptor armed so far waits for.
+    #[cfg(test)]
+    pub(crate) fn events(&self, i: usize) -> libc::c_short {
+        self.fds[i].events
+    }
+
     /// Number of descriptors armed so far.
     pub(crate) fn len(&self) -> usize {
         self.fds.len()

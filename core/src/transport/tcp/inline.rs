@@ -64,7 +64,10 @@ impl Pace {
 /// blocking, if no other thread is doing so; wakes the engine when
 /// it must take over. An error is left for the engine to report.
 pub(crate) fn pump(io: &Mutex<PeerIo>, kick: &Kick) {
-    with_peer(io, kick, PeerIo::pump);
+    with_peer(io, kick, |p| {
+        p.stream_read();
+        p.pump()
+    });
 }
 
 /// After the stream staged a slot: writes it out now, without reading

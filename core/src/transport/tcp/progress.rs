@@ -83,6 +83,10 @@ pub struct PeerIo {
     /// An error a stream met while moving this peer's bytes, for the
     /// engine to report (it owns failure handling).
     pub(super) inline_error: Option<Error>,
+    /// Reads by waiting streams so far ([`PeerIo::stream_read`]), and the
+    /// count when the engine last armed its poll ([`PeerIo::streams_reading`]).
+    stream_reads: u64,
+    stream_reads_seen: u64,
 }
 
 impl std::fmt::Debug for PeerIo {
@@ -140,7 +144,25 @@ impl PeerIo {
             dead: false,
             placement,
             inline_error: None,
+            stream_reads: 0,
+            stream_reads_seen: 0,
         }
+    }
+
+    /// A waiting stream read this peer's sockets itself ([`super::inline`]).
+    pub(super) fn stream_read(&mut self) {
+        self.stream_reads = self.stream_reads.wrapping_add(1);
+    }
+
+    /// True when streams read this peer's sockets since the last call: the
+    /// engine then leaves reading to them rather than be woken by every
+    /// frame (a third thread on the rank's cores, each wake-up a context
+    /// switch) and only looks at the sockets on a short timer
+    /// ([`super::source`]).
+    pub(super) fn streams_reading(&mut self) -> bool {
+        let reading = self.stream_reads != self.stream_reads_seen;
+        self.stream_reads_seen = self.stream_reads;
+        reading
     }
 
     /// Moves whatever can move now on every socket, both ways, without
