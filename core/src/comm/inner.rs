@@ -27,15 +27,20 @@ use crate::tuning::Selector;
 use crate::wait::{WaitError, WaitPolicy};
 use crate::{DataType, Error, ReduceOp, Result};
 
-/// The sleep hook of waits when some peer is reached over verbs (see
-/// [`CommInner::policy`]).
-fn verbs_sleep_hook(
+/// The sleep hook of waits when some peer is reached over a proxied
+/// transport, verbs or tcp (see [`CommInner::policy`]): a waiter about to
+/// sleep wakes the engine, which then arms for what the waiter no longer
+/// polls itself (every verbs completion, input on every tcp socket).
+fn proxy_sleep_hook(
     engine: &Engine,
     peers: &[Option<Connection>],
 ) -> Option<Box<dyn Fn() + Send + Sync>> {
-    let verbs = peers.iter().flatten().any(|c| c.transport() == "verbs");
+    let proxied = peers
+        .iter()
+        .flatten()
+        .any(|c| matches!(c.transport(), "verbs" | "tcp"));
     let kick = engine.handle().kick().clone();
-    verbs.then(|| Box::new(move || kick.kick()) as Box<dyn Fn() + Send + Sync>)
+    proxied.then(|| Box::new(move || kick.kick()) as Box<dyn Fn() + Send + Sync>)
 }
 
 /// Where this communicator's ranks live.
@@ -69,9 +74,10 @@ pub(crate) struct CommInner {
     /// flushing what the streams staged, before the connections go).
     pub engine: Engine,
     /// What a waiter calls before it sleeps when some peer is reached over
-    /// verbs: it wakes the engine, which then asks the CQs for an event at
-    /// every completion (see `transport::verbs::source`).
-    verbs_sleep: Option<Box<dyn Fn() + Send + Sync>>,
+    /// verbs or tcp: it wakes the engine, which then asks the CQs for an
+    /// event at every completion (see `transport::verbs::source`) and polls
+    /// the sockets for input (see `transport::tcp::source`).
+    proxy_sleep: Option<Box<dyn Fn() + Send + Sync>>,
     /// `peers[p]` connects to rank `p` (`None` for ourselves).
     pub peers: Vec<Option<Connection>>,
     /// Barrier algorithm, epochs and flag areas (declared, so dropped,
@@ -114,7 +120,7 @@ impl CommInner {
             size,
             config,
             topology,
-            verbs_sleep: verbs_sleep_hook(&engine, &peers),
+            proxy_sleep: proxy_sleep_hook(&engine, &peers),
             engine,
             peers,
             segment,
@@ -133,7 +139,7 @@ impl CommInner {
     pub(crate) fn policy(&self) -> WaitPolicy<'_> {
         let p = WaitPolicy::new(self.spin, self.config.timeout)
             .with_abort(&self.segment.header().failed_by);
-        match &self.verbs_sleep {
+        match &self.proxy_sleep {
             Some(hook) => p.with_on_sleep(&**hook),
             None => p,
         }

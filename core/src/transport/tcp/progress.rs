@@ -154,6 +154,14 @@ impl PeerIo {
         self.stream_reads = self.stream_reads.wrapping_add(1);
     }
 
+    /// True when a stream sleeps on one of this peer's rings (for a slot,
+    /// for credit or for a grant): it no longer reads the sockets itself.
+    pub(super) fn has_sleepers(&self) -> bool {
+        self.inbound.data_notifier().has_sleepers()
+            || self.staging.credit_notifier().has_sleepers()
+            || self.staging.grant_notifier().has_sleepers()
+    }
+
     /// True when streams read this peer's sockets since the last call: the
     /// engine then leaves reading to them rather than be woken by every
     /// frame (a third thread on the rank's cores, each wake-up a context

@@ -13,7 +13,9 @@
 //! context switch on the rank's cores (8 B host calls over loopback went from
 //! 1.8x a busy-polling socket's one-way time to 1.3x, medians of 5). It looks
 //! at those sockets every [`STREAMS_READ_RECHECK`] instead, and polls them
-//! again once a whole sleep passed without a stream reading. A peer
+//! again once a whole sleep passed without a stream reading, or as soon as
+//! a stream goes to sleep on one of the peer's rings (the waiter wakes the
+//! engine before it sleeps, as for verbs). A peer
 //! whose socket fails is reported once and then left alone; the other peers
 //! keep being served, so they hear about the failure from the dead peer's
 //! own sockets rather than from ours closing.
@@ -147,7 +149,9 @@ impl Source for TcpSource {
             }
             now |= p.inline_error.is_some();
             let interest = p.interest();
-            let streams_read = p.streams_reading();
+            // A stream that sleeps reads nothing: it woke us before it
+            // slept (its policy's sleep hook), so that we poll for it.
+            let streams_read = p.streams_reading() && !p.has_sleepers();
             self.streams_read[i] = streams_read;
             for (j, (sock, &ev)) in p.socks.iter().zip(&interest).enumerate() {
                 let ev = if streams_read { ev & !libc::POLLIN } else { ev };
@@ -206,7 +210,7 @@ mod tests {
 
     /// A source over one peer whose single socket is connected to the
     /// returned one.
-    fn one_peer() -> (TcpSource, Arc<Mutex<PeerIo>>, TcpStream) {
+    fn one_peer() -> (TcpSource, Arc<Mutex<PeerIo>>, Arc<TcpRings>, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let far = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (near, _) = listener.accept().unwrap();
@@ -225,7 +229,12 @@ mod tests {
                 placed: |sig| sig,
             },
         )));
-        (TcpSource::new(vec![io.clone()], vec![rings]), io, far)
+        (
+            TcpSource::new(vec![io.clone()], vec![rings.clone()]),
+            io,
+            rings,
+            far,
+        )
     }
 
     /// What the source armed for its one socket, and the sleep it allows.
@@ -237,7 +246,7 @@ mod tests {
 
     #[test]
     fn reads_are_left_to_streams_only_while_they_read() {
-        let (mut source, io, _far) = one_peer();
+        let (mut source, io, rings, _far) = one_peer();
         // Idle: woken by input, sleeping as long as it likes.
         assert_eq!(arm(&mut source), (libc::POLLIN, None));
         // A stream read the socket since: the engine does not poll it for
@@ -251,5 +260,25 @@ mod tests {
         io.lock().unwrap().stream_read();
         arm(&mut source);
         assert!(!io.lock().unwrap().needs_net());
+        // A stream that read and then went to sleep waiting for a slot:
+        // polled for input again at once.
+        io.lock().unwrap().stream_read();
+        let waiter = std::thread::spawn(move || {
+            let policy = crate::wait::WaitPolicy::new(0, Duration::from_millis(500));
+            rings.inbound.end().acquire_recv(&policy).is_err()
+        });
+        let t0 = std::time::Instant::now();
+        while !io.lock().unwrap().has_sleepers() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "the waiter never slept"
+            );
+            std::thread::yield_now();
+        }
+        assert_eq!(arm(&mut source), (libc::POLLIN, None));
+        assert!(
+            waiter.join().unwrap(),
+            "nothing was sent: the wait times out"
+        );
     }
 }
