@@ -11,6 +11,10 @@
 //! The ranks take turns through channels so that the measured call never
 //! waits for its peer: a receive finds its message already arrived, a send
 //! finds credit, the last rank into a barrier finds the other waiting.
+//! Before each send and receive the measuring rank lets 5 ms pass, so that
+//! what lands after a call returns (a NIC's completions and returned
+//! credit over verbs, the socket over tcp) has landed: each measured call
+//! meets the same state, and the count does not move with the timing.
 //! A warm-up runs first, outside the markers. `STREAMCOMM_TRANSPORT=verbs`
 //! (in a build with the `verbs` feature) or `=tcp` counts those
 //! transports' calls instead.
@@ -88,6 +92,14 @@ fn send_recv(comm: &Communicator, turn: &Turn, iters: usize, measure_send: bool)
     for i in 0..WARMUP + iters {
         let marked = i >= WARMUP;
         if comm.rank() == 0 {
+            if measure_send {
+                // Over verbs the completions of the last send and the
+                // receiver's returned credit land a little after its
+                // `recv_host` returns: let them, so that each measured
+                // send meets the same state (a reaped queue, credit in
+                // place) rather than whatever the emulator's timing left.
+                std::thread::sleep(Duration::from_millis(5));
+            }
             if marked && measure_send {
                 streamcomm_icount_send_host(comm, &send, peer)?;
             } else {
