@@ -38,7 +38,7 @@ fn proxy_sleep_hook(
     let proxied = peers
         .iter()
         .flatten()
-        .any(|c| matches!(c.transport(), "verbs" | "tcp"));
+        .any(|c| c.kind() != crate::config::Transport::Shm);
     let kick = engine.handle().kick().clone();
     proxied.then(|| Box::new(move || kick.kick()) as Box<dyn Fn() + Send + Sync>)
 }

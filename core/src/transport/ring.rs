@@ -471,6 +471,16 @@ impl RingEnd {
         Ok(slot)
     }
 
+    /// True while a stream sleeps on a proxied peer's rings: for a slot of
+    /// `inbound` (this end), or for credit or a grant of `staging`. The
+    /// peer's engine must then wake for what that stream no longer polls
+    /// itself.
+    pub(crate) fn stream_sleeps_on(&self, staging: &RingEnd) -> bool {
+        self.data_notifier().has_sleepers()
+            || staging.credit_notifier().has_sleepers()
+            || staging.grant_notifier().has_sleepers()
+    }
+
     /// Sender: true when a slot is free (never blocks).
     pub fn has_credit(&self) -> bool {
         let h = self.header();

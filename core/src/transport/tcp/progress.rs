@@ -157,9 +157,7 @@ impl PeerIo {
     /// True when a stream sleeps on one of this peer's rings (for a slot,
     /// for credit or for a grant): it no longer reads the sockets itself.
     pub(super) fn has_sleepers(&self) -> bool {
-        self.inbound.data_notifier().has_sleepers()
-            || self.staging.credit_notifier().has_sleepers()
-            || self.staging.grant_notifier().has_sleepers()
+        self.inbound.stream_sleeps_on(&self.staging)
     }
 
     /// True when streams read this peer's sockets since the last call: the

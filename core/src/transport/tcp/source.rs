@@ -10,8 +10,7 @@
 //! While streams read a peer's sockets themselves (they did since the last
 //! sleep), the engine does not poll them for input: a waiting stream takes
 //! each frame as it lands, and an engine woken by the same frame only cost a
-//! context switch on the rank's cores (8 B host calls over loopback went from
-//! 1.8x a busy-polling socket's one-way time to 1.3x, medians of 5). It looks
+//! context switch on the rank's cores (`docs/measurements/tcp.md`). It looks
 //! at those sockets every [`STREAMS_READ_RECHECK`] instead, and polls them
 //! again once a whole sleep passed without a stream reading, or as soon as
 //! a stream goes to sleep on one of the peer's rings (the waiter wakes the

@@ -435,10 +435,7 @@ impl PeerRdma {
     /// waiter on our area: the engine must then wake at every completion
     /// (tails, credits and barrier flags are not solicited).
     pub(crate) fn has_sleepers(&self) -> bool {
-        self.inbound.data_notifier().has_sleepers()
-            || self.staging.credit_notifier().has_sleepers()
-            || self.staging.grant_notifier().has_sleepers()
-            || self.barrier.has_sleepers()
+        self.inbound.stream_sleeps_on(&self.staging) || self.barrier.has_sleepers()
     }
 
     /// Writes the count of inbound slots the stream consumed, once it moved
