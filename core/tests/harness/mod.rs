@@ -227,41 +227,82 @@ pub fn reduces(c: Collective) -> bool {
 pub fn run_slice(comm: &Communicator, stream: &HostStream, seed: u64, ops: &[ReduceOp]) {
     let slot = comm.config().slot_bytes();
     let buffsize = comm.config().buffsize;
+    assert!(
+        ops.len() <= SLICE_DTYPES.len(),
+        "{} ops in turn over 4 dtypes",
+        ops.len()
+    );
     for (ci, collective) in collectives(comm.size()).into_iter().enumerate() {
-        let dtypes = [DataType::F32, DataType::Bf16, DataType::I32, DataType::U8];
-        assert!(
-            ops.len() <= dtypes.len(),
-            "{} ops in turn over 4 dtypes",
-            ops.len()
-        );
-        for (di, dtype) in dtypes.into_iter().enumerate() {
-            let k = (ci + di) % ops.len();
-            let ops: &[ReduceOp] = if reduces(collective) {
-                &ops[k..=k]
-            } else {
-                &[ReduceOp::Sum]
-            };
-            for &op in ops {
-                for count in [0, 1, slot / dtype.size() + 1, 3 * buffsize + 13] {
-                    for in_place in [false, true] {
-                        if in_place && collective == Collective::AllToAll {
-                            continue;
-                        }
-                        let case = Case {
-                            collective,
-                            dtype,
-                            op,
-                            count,
-                            in_place,
-                            seed: seed
-                                ^ count as u64
-                                ^ ((dtype as u64) << 40)
-                                ^ ((op as u64) << 48),
-                        };
-                        run_case(comm, stream, &case).unwrap_or_else(|e| panic!("{e}"));
+        for (di, dtype) in SLICE_DTYPES.into_iter().enumerate() {
+            let op = slice_op(collective, ops, ci + di);
+            for count in [0, 1, slot / dtype.size() + 1, 3 * buffsize + 13] {
+                for in_place in [false, true] {
+                    if in_place && collective == Collective::AllToAll {
+                        continue;
                     }
+                    run_slice_case(comm, stream, seed, collective, dtype, op, count, in_place);
                 }
             }
         }
     }
+}
+
+/// A thin slice for many ranks on few cores, where the full slice would
+/// take most of a minute: every collective once with one element and once
+/// with 3 × BUFFSIZE + 13 elements (several chunks, in place where the
+/// collective allows it), the dtypes and `ops` in turn.
+pub fn run_thin_slice(comm: &Communicator, stream: &HostStream, seed: u64, ops: &[ReduceOp]) {
+    let buffsize = comm.config().buffsize;
+    for (ci, collective) in collectives(comm.size()).into_iter().enumerate() {
+        let dtype = SLICE_DTYPES[ci % SLICE_DTYPES.len()];
+        let op = slice_op(collective, ops, ci);
+        run_slice_case(comm, stream, seed, collective, dtype, op, 1, false);
+        let in_place = collective != Collective::AllToAll;
+        run_slice_case(
+            comm,
+            stream,
+            seed,
+            collective,
+            dtype,
+            op,
+            3 * buffsize + 13,
+            in_place,
+        );
+    }
+}
+
+const SLICE_DTYPES: [DataType; 4] = [DataType::F32, DataType::Bf16, DataType::I32, DataType::U8];
+
+/// The operator a slice's case `k` uses: the `ops` in turn for a reducing
+/// collective, `Sum` (ignored) for the others.
+fn slice_op(collective: Collective, ops: &[ReduceOp], k: usize) -> ReduceOp {
+    if reduces(collective) {
+        ops[k % ops.len()]
+    } else {
+        ReduceOp::Sum
+    }
+}
+
+/// Runs one case of a slice, its seed derived from the slice's; panics
+/// with the case on failure.
+#[allow(clippy::too_many_arguments)]
+fn run_slice_case(
+    comm: &Communicator,
+    stream: &HostStream,
+    seed: u64,
+    collective: Collective,
+    dtype: DataType,
+    op: ReduceOp,
+    count: usize,
+    in_place: bool,
+) {
+    let case = Case {
+        collective,
+        dtype,
+        op,
+        count,
+        in_place,
+        seed: seed ^ count as u64 ^ ((dtype as u64) << 40) ^ ((op as u64) << 48),
+    };
+    run_case(comm, stream, &case).unwrap_or_else(|e| panic!("{e}"));
 }

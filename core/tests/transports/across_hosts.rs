@@ -74,19 +74,19 @@ fn child() {
         assert_eq!(comm.transport_to(p), Some(want), "rank {rank} -> {p}");
     }
     match scenario.as_str() {
-        "matrix" => {
-            harness::run_slice(
-                &comm,
-                &stream,
-                seed,
-                &[ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg],
-            );
+        "matrix" | "thin" => {
+            let ops = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg];
+            if scenario == "matrix" {
+                harness::run_slice(&comm, &stream, seed, &ops);
+            } else {
+                harness::run_thin_slice(&comm, &stream, seed, &ops);
+            }
             for _ in 0..500 {
                 comm.barrier_host().unwrap();
                 comm.barrier(&stream).unwrap();
             }
             stream.synchronize().unwrap();
-            println!("rank {rank}: matrix and 1000 barriers OK");
+            println!("rank {rank}: {scenario} and 1000 barriers OK");
         }
         "big" => {
             // 256 MiB of f32 per rank; element i of rank r is (r + i) % 5.
@@ -142,10 +142,12 @@ fn collectives_across_two_and_three_hosts() {
         return;
     }
     let small = [("STREAMCOMM_BUFFSIZE", "8K"), ("STREAMCOMM_NSTEPS", "4")];
-    for hosts in [2, 3] {
-        let out = job(hosts, 2, "matrix", &small);
+    // The full slice on 2 hosts, a thin one on 3 (6 ranks on 2 cores).
+    for (hosts, scenario) in [(2, "matrix"), (3, "thin")] {
+        let out = job(hosts, 2, scenario, &small);
         assert_eq!(
-            out.matches("matrix and 1000 barriers OK").count(),
+            out.matches(&format!("{scenario} and 1000 barriers OK"))
+                .count(),
             2 * hosts,
             "{out}"
         );

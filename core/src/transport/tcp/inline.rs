@@ -101,7 +101,7 @@ fn with_peer(
             return;
         }
     };
-    if p.is_dead() {
+    if p.is_failed() {
         return;
     }
     match work(&mut p) {

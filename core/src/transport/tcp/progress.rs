@@ -210,9 +210,13 @@ impl PeerIo {
             || (0..self.socks.len()).any(|j| self.completable(j))
     }
 
-    /// True once the engine has given up on this peer.
-    pub fn is_dead(&self) -> bool {
-        self.dead
+    /// True once the engine has given up on this peer, or a stream met an
+    /// error on it that the engine has yet to report: either way, nobody
+    /// moves its bytes any more (a second pass would read on from the
+    /// middle of the frame that failed, and could report a different error
+    /// than the first).
+    pub fn is_failed(&self) -> bool {
+        self.dead || self.inline_error.is_some()
     }
 
     /// Keeps an error met by a stream for the engine to report
