@@ -230,7 +230,7 @@ step_benches() {
   # The stand-in moves bytes with the CPU: smaller sizes keep the step short.
   local gpu_args=() cuda_args=(2) staged_args=(2 16777216)
   if [[ $MODE == stand-in ]]; then
-    gpu_args=(16777216); cuda_args=(2 4194304); staged_args=(2 1048576)
+    gpu_args=(4194304); cuda_args=(2 4194304); staged_args=(2 1048576)
   fi
   run benches 60 env OUT="$bench_out" "$BIN/gpu_bench" "${gpu_args[@]}" || rc=1
   run benches 90 env OUT="$bench_out" "$BIN/cuda_bench" "${cuda_args[@]}" || rc=1
