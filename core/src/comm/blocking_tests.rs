@@ -16,17 +16,27 @@ fn on_ranks<R: Send + 'static>(
     transport: TransportChoice,
     f: impl Fn(Communicator) -> Result<R> + Send + Sync + Copy + 'static,
 ) -> Vec<R> {
+    let config = Config {
+        transport,
+        buffsize: 8 << 10,
+        nsteps: 4,
+        timeout: Duration::from_secs(60),
+        ..Config::default()
+    };
+    on_ranks_with(n, config, f)
+}
+
+/// As [`on_ranks`], every rank with `config`.
+fn on_ranks_with<R: Send + 'static>(
+    n: usize,
+    config: Config,
+    f: impl Fn(Communicator) -> Result<R> + Send + Sync + Copy + 'static,
+) -> Vec<R> {
     let id = UniqueId::new().unwrap();
     let ranks: Vec<_> = (0..n)
         .map(|rank| {
+            let config = config.clone();
             std::thread::spawn(move || {
-                let config = Config {
-                    transport,
-                    buffsize: 8 << 10,
-                    nsteps: 4,
-                    timeout: Duration::from_secs(60),
-                    ..Config::default()
-                };
                 f(Communicator::builder()
                     .unique_id(&id)
                     .rank(rank)
@@ -260,6 +270,50 @@ fn small_messages_take_the_immediate_path_and_fall_back_without_credit() {
         });
         assert_eq!(got[1].len(), 3 * 4);
     }
+}
+
+/// Over shared memory a `recv_host` posted before its message spins for it
+/// and takes it by the immediate path, instead of setting up the full
+/// path's operation first: rank 0 sends 20 messages, each 2 ms after the
+/// last, and every one of rank 1's receives counts as immediate (before
+/// the spin, none did).
+#[test]
+fn a_receive_that_spins_for_its_message_takes_the_immediate_path() {
+    if crate::wait::available_cores() < 2 {
+        streamcomm_testkit::skip(
+            &streamcomm_testkit::current_test(),
+            "one core: with more ranks than cores the spin budget is zero",
+        );
+        return;
+    }
+    let seed = streamcomm_testkit::seed();
+    const MESSAGES: u64 = 20;
+    let config = Config {
+        transport: Transport::Shm.into(),
+        // Long enough to outlast the sender's pause on any machine (a spin
+        // ends as soon as the message is there).
+        spin: 200_000_000,
+        timeout: Duration::from_secs(60),
+        ..Config::default()
+    };
+    let got = on_ranks_with(2, config, move |comm| {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let want: Vec<u64> = (0..MESSAGES).map(|_| rng.r#gen()).collect();
+        if comm.rank() == 0 {
+            for m in &want {
+                std::thread::sleep(Duration::from_millis(2));
+                comm.send_host(std::slice::from_ref(m), 1)?;
+            }
+            return Ok(0);
+        }
+        for (i, w) in want.iter().enumerate() {
+            let mut m = [u64::MAX; 1];
+            comm.recv_host(&mut m, 0)?;
+            assert_eq!(m[0], *w, "message {i}");
+        }
+        Ok(comm.inner.p2p.immediate_calls.load(Ordering::Relaxed))
+    });
+    assert_eq!(got[1], MESSAGES, "receives taken by the immediate path");
 }
 
 /// A message of another type waiting in the ring is not taken by the
