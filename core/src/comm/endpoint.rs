@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use crate::transport::ring::RingShape;
 use crate::{Error, Result};
 
-const VERSION: u8 = 3;
+const VERSION: u8 = 4;
 const MAX_STRING: usize = 256;
 
 /// One rank's bootstrap record.
@@ -32,6 +32,9 @@ pub struct Endpoint {
     /// Whether the rank's RDMA device executes atomics (the central-counter
     /// barrier over verbs needs every rank's).
     pub verbs_atomics: bool,
+    /// Where the rank accepts the survivors' connections when its
+    /// communicator shrinks (see `comm::recovery`), if it has peers.
+    pub recovery: Option<SocketAddr>,
 }
 
 /// No active RDMA device, or verbs not allowed (tcp or shm forced, or a
@@ -65,6 +68,10 @@ impl Endpoint {
         );
         out.push(self.verbs);
         out.push(u8::from(self.verbs_atomics));
+        put_str(
+            &mut out,
+            &self.recovery.map(|a| a.to_string()).unwrap_or_default(),
+        );
         out
     }
 
@@ -85,13 +92,7 @@ impl Endpoint {
         let shm_name = r.string()?;
         let nsteps = r.u64()? as usize;
         let slot_bytes = r.u64()? as usize;
-        let tcp = match r.string()? {
-            t if t.is_empty() => None,
-            t => Some(
-                t.parse()
-                    .map_err(|_| Error::Bootstrap(format!("endpoint tcp address {t:?}")))?,
-            ),
-        };
+        let tcp = r.addr("tcp")?;
         let verbs = r.u8()?;
         if verbs > VERBS_FORCED {
             return Err(Error::Bootstrap(format!("endpoint verbs stance {verbs}")));
@@ -101,6 +102,7 @@ impl Endpoint {
             1 => true,
             a => return Err(Error::Bootstrap(format!("endpoint verbs atomics {a}"))),
         };
+        let recovery = r.addr("recovery")?;
         if r.pos != bytes.len() {
             return Err(Error::Bootstrap(format!(
                 "endpoint has {} trailing bytes",
@@ -115,6 +117,7 @@ impl Endpoint {
             tcp,
             verbs,
             verbs_atomics,
+            recovery,
         })
     }
 }
@@ -158,6 +161,17 @@ impl<'a> Reader<'a> {
         let mut b = [0u8; 8];
         b.copy_from_slice(self.take(8)?);
         Ok(u64::from_le_bytes(b))
+    }
+
+    /// An optional socket address (empty: none); `what` names it in an error.
+    fn addr(&mut self, what: &str) -> Result<Option<SocketAddr>> {
+        match self.string()? {
+            t if t.is_empty() => Ok(None),
+            t => t
+                .parse()
+                .map(Some)
+                .map_err(|_| Error::Bootstrap(format!("endpoint {what} address {t:?}"))),
+        }
     }
 
     fn string(&mut self) -> Result<String> {
@@ -204,6 +218,7 @@ mod tests {
             tcp: Some("10.1.2.3:4567".parse().unwrap()),
             verbs: VERBS_AVAILABLE,
             verbs_atomics: true,
+            recovery: Some("10.1.2.3:4568".parse().unwrap()),
         };
         let bytes = e.encode();
         assert_eq!(Endpoint::decode(&bytes).unwrap(), e);
@@ -217,7 +232,8 @@ mod tests {
         bad[0] = 9;
         assert!(Endpoint::decode(&bad).is_err());
         let mut bad = e.encode();
-        *bad.last_mut().unwrap() = 7;
+        let at = bad.len() - e.recovery.unwrap().to_string().len() - 3;
+        bad[at] = 7; // the verbs atomics flag
         assert!(Endpoint::decode(&bad).is_err());
     }
 
@@ -234,6 +250,7 @@ mod tests {
             tcp: None,
             verbs,
             verbs_atomics: false,
+            recovery: None,
         };
         for a in 0..=VERBS_FORCED {
             for b in 0..=VERBS_FORCED {

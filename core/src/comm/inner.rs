@@ -14,6 +14,7 @@ use crate::comm::barrier::BarrierState;
 use crate::comm::buffer::Binding;
 use crate::comm::p2p::P2pState;
 use crate::comm::plan_cache::PlanCache;
+use crate::comm::recovery::RecoveryPoint;
 use crate::comm::turns::Turns;
 use crate::config::Config;
 use crate::engine::{Engine, FailureSink};
@@ -97,6 +98,8 @@ pub(crate) struct CommInner {
     /// Fault-injection hooks on every slot published or consumed (an empty
     /// type unless built with `fault-injection`).
     faults: FaultInjector,
+    /// Where the survivors meet to shrink this communicator.
+    pub recovery: RecoveryPoint,
 }
 
 impl CommInner {
@@ -113,6 +116,7 @@ impl CommInner {
         spin: u32,
         barrier: BarrierState,
         faults: FaultInjector,
+        recovery: RecoveryPoint,
     ) -> CommInner {
         let selector = Selector::new(&config, &topology.link_hosts);
         CommInner {
@@ -132,6 +136,7 @@ impl CommInner {
             plans: PlanCache::default(),
             p2p: P2pState::new(size),
             faults,
+            recovery,
         }
     }
 
@@ -268,8 +273,9 @@ impl CommInner {
         let _span = tracing::trace_span!("plan", op = plan.collective.name(), seq).entered();
         // Working memory lives for the whole plan (see `Plan::work_count`).
         let mut work = Binding::work_buffer(plan);
+        let sig = signature::of(plan);
         for step in &plan.steps {
-            self.run_step(plan, step, seq, |slot_in, slot_out| {
+            self.run_step(step, seq, sig, |slot_in, slot_out| {
                 if step.src.is_none() && step.dst.is_none() {
                     let mut none = Buffers::Separate {
                         send: &[],
@@ -291,9 +297,23 @@ impl CommInner {
     /// working memory between the call and its slices (`plan` must need
     /// none: [`Plan::work_count`] is for calls without a receive buffer).
     pub(crate) fn run_plan_on(&self, plan: &Plan, bufs: &mut Buffers<'_>, seq: u64) -> Result<()> {
+        self.run_plan_signed(plan, signature::of(plan), bufs, seq)
+    }
+
+    /// [`CommInner::run_plan_on`] with the slots signed `sig` instead of
+    /// the plan's own signature: for a call built from another's plan (the
+    /// split's exchange is an all-gather), so that a peer making that other
+    /// call is told apart.
+    pub(crate) fn run_plan_signed(
+        &self,
+        plan: &Plan,
+        sig: u64,
+        bufs: &mut Buffers<'_>,
+        seq: u64,
+    ) -> Result<()> {
         let _span = tracing::trace_span!("plan", op = plan.collective.name(), seq).entered();
         for step in &plan.steps {
-            self.run_step(plan, step, seq, |slot_in, slot_out| {
+            self.run_step(step, seq, sig, |slot_in, slot_out| {
                 apply_step(plan, step, bufs, slot_in, slot_out)
             })?;
         }
@@ -311,18 +331,18 @@ impl CommInner {
             .ok_or_else(|| Error::InvalidUsage(format!("no connection to rank {peer}")))
     }
 
-    /// Runs one step: waits for its input slot and output credit, has
-    /// `apply` combine them with the call's memory, and publishes.
+    /// Runs one step of a call signed `sig`: waits for its input slot and
+    /// output credit, has `apply` combine them with the call's memory, and
+    /// publishes.
     fn run_step(
         &self,
-        plan: &Plan,
         step: &Step,
         seq: u64,
+        sig: u64,
         apply: impl FnOnce(Option<&[u8]>, Option<&mut [u8]>) -> Result<usize>,
     ) -> Result<()> {
         let policy = self.policy();
-        let what = || format!("{} #{seq}", plan.collective.name());
-        let sig = signature::of(plan);
+        let what = || format!("{} #{seq}", signature::call(sig).op);
         let slot_in = match step.recv_from {
             Some(p) => {
                 let c = self.connection(p)?;

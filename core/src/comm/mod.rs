@@ -17,6 +17,7 @@ mod barrier;
 mod blocking;
 mod buffer;
 mod builder;
+mod child;
 mod collectives;
 mod create;
 mod endpoint;
@@ -25,7 +26,9 @@ mod mismatch;
 pub mod p2p;
 pub(crate) mod peer_watch;
 mod plan_cache;
+pub(crate) mod recovery;
 mod selection;
+mod split;
 pub(crate) mod task;
 mod turns;
 

@@ -118,6 +118,16 @@ fn unpack_count(sig: u64) -> u64 {
     ((sig & ((1 << 35) - 1)) << 1) | ((sig >> 62) & 1)
 }
 
+/// The root field of an all-gather's signature that says it is the
+/// exchange of [`Communicator::split`](crate::Communicator::split).
+const SPLIT_ROOT: u64 = 0x5917;
+
+/// The signature of the exchange a split makes: an all-gather of `count`
+/// `u64` words per rank, told apart from a user's all-gather.
+pub fn split(count: usize) -> u64 {
+    pack(1, SPLIT_ROOT, DataType::U64, 0, count as u64)
+}
+
 /// The root field of the signature [`recv`] makes: no slot carries it.
 const RECV_SLOT: u64 = 0xffff;
 
@@ -139,6 +149,7 @@ pub fn call(sig: u64) -> CallDesc {
     let op = match KINDS[kind] {
         "send/recv" if root == RECV_SLOT => "recv",
         "send/recv" => "send",
+        "all_gather" if root == SPLIT_ROOT => "split",
         k => k,
     };
     CallDesc {

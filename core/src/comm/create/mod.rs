@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 use super::inner::{CommFailure, CommInner};
 use super::peer_watch::peer_watch;
+use super::recovery::RecoveryPoint;
 use crate::Result;
 use crate::bootstrap::UniqueId;
 use crate::config::Config;
@@ -65,6 +66,11 @@ pub(crate) fn create(
         spin,
         agreed.barrier,
         local.faults,
+        RecoveryPoint::new(
+            local.recovery.map(|(l, _)| l),
+            endpoints.iter().map(|e| e.recovery).collect(),
+            local.secret,
+        ),
     ));
     // Shared-memory peers in other processes are watched; threads of this
     // process die with it.

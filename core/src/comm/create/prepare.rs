@@ -26,6 +26,12 @@ pub(crate) struct Local {
     /// The tcp listener, unless told to use shared memory only (taken by
     /// the connect stage).
     pub listener: Option<(TcpListener, SocketAddr)>,
+    /// Where the survivors of a failure meet to shrink the communicator
+    /// (none for a communicator of one rank).
+    pub recovery: Option<(TcpListener, SocketAddr)>,
+    /// The secret of the id the communicator was created from, which
+    /// admits the ranks to each other's recovery listener.
+    pub secret: [u8; 16],
     /// This rank's endpoint, as the others will see it.
     pub me: Endpoint,
 }
@@ -56,16 +62,20 @@ pub(crate) fn prepare(id: &UniqueId, rank: usize, size: usize, config: Config) -
     let boot = Bootstrap::connect(id, rank, size, timeout)?;
     let segment = Segment::create(size, shape)?;
     // Listen for tcp unless told to use shared memory only.
+    let ip = || match &config.socket_ifname {
+        Some(name) => setup::interface_addr(name),
+        None => boot.local_addr().map(|a| a.ip()),
+    };
     let listener = match config.transport {
         TransportChoice::Only(Transport::Shm) => None,
         _ if size == 1 => None,
-        _ => {
-            let ip = match &config.socket_ifname {
-                Some(name) => setup::interface_addr(name)?,
-                None => boot.local_addr()?.ip(),
-            };
-            Some(setup::listen(ip)?)
-        }
+        _ => Some(setup::listen(ip()?)?),
+    };
+    // The survivors of a failure reach each other here, whatever the
+    // transports (see `comm::recovery`).
+    let recovery = match size {
+        1 => None,
+        _ => Some(setup::listen(ip()?)?),
     };
     let me = Endpoint {
         host: local_host_id(),
@@ -79,6 +89,7 @@ pub(crate) fn prepare(id: &UniqueId, rank: usize, size: usize, config: Config) -
             (Some(_), _) => endpoint::VERBS_AVAILABLE,
         },
         verbs_atomics: device_atomics(&device),
+        recovery: recovery.as_ref().map(|(_, addr)| *addr),
     };
     Ok(Local {
         rank,
@@ -90,6 +101,8 @@ pub(crate) fn prepare(id: &UniqueId, rank: usize, size: usize, config: Config) -
         boot,
         segment,
         listener,
+        recovery,
+        secret: *id.secret(),
         me,
     })
 }

@@ -1,0 +1,224 @@
+//! One round of the survivors' agreement (see [`super`]): find the
+//! coordinator, or be it, and come out with the membership and the id.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{ErrorKind, Read};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use super::patience;
+use super::wire::{Frame, Kind};
+use crate::bootstrap::UniqueId;
+use crate::comm::child;
+use crate::comm::inner::CommInner;
+use crate::{Error, Result};
+
+/// How long a connection attempt to a rank's listener may take.
+const CONNECT: Duration = Duration::from_secs(2);
+/// How long an accepted connection has to say who it is.
+const HELLO: Duration = Duration::from_secs(2);
+/// The coordinator's pause between looks at its listener and probes.
+const TICK: Duration = Duration::from_millis(2);
+
+/// The membership (parent ranks, in new rank order) and the id of the new
+/// communicator, as this rank's coordinator decided them.
+///
+/// # Errors
+/// [`Error::InvalidUsage`] when the coordinator refuses this rank (it is
+/// excluded there); [`Error::Os`] when this rank cannot listen.
+pub(super) fn negotiate(
+    inner: &CommInner,
+    excluded: &BTreeSet<usize>,
+) -> Result<(Vec<usize>, UniqueId)> {
+    let mut dead: BTreeSet<usize> = excluded.clone();
+    for c in 0..inner.size {
+        if dead.contains(&c) {
+            continue;
+        }
+        if c == inner.rank {
+            return coordinate(inner, excluded, dead);
+        }
+        match join(inner, c, &dead)? {
+            Some(decided) => return Ok(decided),
+            None => {
+                tracing::debug!(rank = inner.rank, coordinator = c, "shrink: rank did not answer; counted dead");
+                dead.insert(c);
+            }
+        }
+    }
+    // Unreachable: this rank is never in `dead`, so the loop ends at it.
+    coordinate(inner, excluded, dead)
+}
+
+/// Asks rank `c` to take this rank in; `None` when `c` is dead (refused,
+/// reset, or silent for the timeout).
+fn join(
+    inner: &CommInner,
+    c: usize,
+    dead: &BTreeSet<usize>,
+) -> Result<Option<(Vec<usize>, UniqueId)>> {
+    let rp = &inner.recovery;
+    let Some(addr) = rp.addr(c) else {
+        return Ok(None);
+    };
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, CONNECT) else {
+        return Ok(None);
+    };
+    let _ = s.set_nodelay(true);
+    let hello = Frame {
+        kind: Kind::Join,
+        rank: inner.rank,
+        ranks: dead.iter().copied().collect(),
+        id: None,
+    };
+    if hello.send(&mut s, &rp.secret).is_err() {
+        return Ok(None);
+    }
+    // It may not have called shrink yet: up to the timeout for the answer,
+    // then as long again for the decision (it waits for the others).
+    let wait = patience(inner);
+    let read = |s: &mut TcpStream, within: Duration| {
+        s.set_read_timeout(Some(within.max(Duration::from_millis(1))))
+            .ok()?;
+        Frame::read(s, &rp.secret, inner.size).ok()
+    };
+    match read(&mut s, wait) {
+        Some(f) if f.kind == Kind::Ack => {}
+        Some(f) if f.kind == Kind::Refuse => {
+            return Err(Error::InvalidUsage(format!(
+                "shrink: rank {c} coordinates and has rank {} on its exclusion list",
+                inner.rank
+            )));
+        }
+        _ => return Ok(None),
+    }
+    match read(&mut s, wait + CONNECT + HELLO) {
+        Some(Frame {
+            kind: Kind::Decision,
+            ranks,
+            id: Some(id),
+            ..
+        }) if ranks.contains(&inner.rank) => Ok(Some((ranks, id))),
+        _ => Ok(None),
+    }
+}
+
+/// Coordinates: takes in the joiners, probes the rest, decides.
+fn coordinate(
+    inner: &CommInner,
+    excluded: &BTreeSet<usize>,
+    mut dead: BTreeSet<usize>,
+) -> Result<(Vec<usize>, UniqueId)> {
+    let rp = &inner.recovery;
+    let size = inner.size;
+    let mut joined: BTreeMap<usize, TcpStream> = BTreeMap::new();
+    let mut probes: BTreeMap<usize, TcpStream> = BTreeMap::new();
+    let deadline = Instant::now() + patience(inner);
+    if let Some(l) = &rp.listener {
+        l.set_nonblocking(true)
+            .map_err(|e| Error::os("set the recovery listener non-blocking", e))?;
+    }
+    loop {
+        // Joiners (and stale probes or joins, which are dropped).
+        while let Some(l) = &rp.listener {
+            let mut s = match l.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::os("accept on the recovery listener", e)),
+            };
+            let _ = s.set_nonblocking(false);
+            let _ = s.set_nodelay(true);
+            let _ = s.set_read_timeout(Some(HELLO));
+            let Ok(f) = Frame::read(&mut s, &rp.secret, size) else {
+                continue;
+            };
+            if f.kind != Kind::Join || f.rank == inner.rank {
+                continue;
+            }
+            if excluded.contains(&f.rank) {
+                let _ = Frame::bare(Kind::Refuse, inner.rank).send(&mut s, &rp.secret);
+                continue;
+            }
+            if Frame::bare(Kind::Ack, inner.rank)
+                .send(&mut s, &rp.secret)
+                .is_ok()
+            {
+                // What it found dead on its way (the ranks before this one).
+                dead.extend(f.ranks.iter().filter(|&&r| r != inner.rank));
+                dead.remove(&f.rank);
+                probes.remove(&f.rank);
+                joined.insert(f.rank, s);
+            }
+        }
+        // The others: a refused or reset probe is a death.
+        for r in 0..size {
+            if r == inner.rank || dead.contains(&r) || joined.contains_key(&r) {
+                continue;
+            }
+            if let Some(p) = probes.get_mut(&r) {
+                if closed(p) {
+                    dead.insert(r);
+                    probes.remove(&r);
+                }
+                continue;
+            }
+            match probe(inner, r) {
+                Some(s) => {
+                    probes.insert(r, s);
+                }
+                None => {
+                    dead.insert(r);
+                }
+            }
+        }
+        let settled = (0..size)
+            .all(|r| r == inner.rank || dead.contains(&r) || joined.contains_key(&r));
+        if settled || Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(TICK);
+    }
+    // A joiner that died since it joined is left out now.
+    joined.retain(|_, s| !closed(s));
+    let mut members: Vec<usize> = joined.keys().copied().collect();
+    members.push(inner.rank);
+    members.sort_unstable();
+    let id = child::serve_id(inner)?;
+    let decision = Frame {
+        kind: Kind::Decision,
+        rank: inner.rank,
+        ranks: members.clone(),
+        id: Some(id),
+    };
+    for s in joined.values_mut() {
+        // One that cannot be told fails the creation; all start over.
+        let _ = decision.send(s, &rp.secret);
+    }
+    Ok((members, id))
+}
+
+/// A connection to `r`'s listener, kept open to see it reset if `r` dies;
+/// `None` when `r` refuses (its process is gone) or cannot be reached.
+fn probe(inner: &CommInner, r: usize) -> Option<TcpStream> {
+    let addr = inner.recovery.addr(r)?;
+    let mut s = TcpStream::connect_timeout(&addr, CONNECT).ok()?;
+    Frame::bare(Kind::Probe, inner.rank)
+        .send(&mut s, &inner.recovery.secret)
+        .ok()?;
+    s.set_nonblocking(true).ok()?;
+    Some(s)
+}
+
+/// True when the peer of `s` has closed it or reset it (a dead process),
+/// or sent what no one should (a joiner says nothing after its join).
+fn closed(s: &mut TcpStream) -> bool {
+    let _ = s.set_nonblocking(true);
+    let mut b = [0u8; 1];
+    let gone = match s.read(&mut b) {
+        Ok(_) => true,
+        Err(e) => e.kind() != ErrorKind::WouldBlock,
+    };
+    let _ = s.set_nonblocking(false);
+    gone
+}
