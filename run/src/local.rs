@@ -181,6 +181,7 @@ pub struct LocalLauncher {
     envs: Vec<(OsString, OsString)>,
     prefix_output: bool,
     kill_grace: Duration,
+    keep_going: bool,
     root_ip: IpAddr,
     id: Option<UniqueId>,
     node: Option<Node>,
@@ -204,6 +205,7 @@ impl LocalLauncher {
             envs: Vec::new(),
             prefix_output: true,
             kill_grace: Duration::from_secs(2),
+            keep_going: false,
             root_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             id: None,
             node: None,
@@ -241,6 +243,25 @@ impl LocalLauncher {
     /// (default 2 s).
     pub fn kill_grace(mut self, grace: Duration) -> Self {
         self.kill_grace = grace;
+        self
+    }
+
+    /// With `true`, a rank that fails does not stop the others: the
+    /// survivors run on (e.g. to shrink their communicator, see
+    /// `Communicator::shrink`), the launcher waits for every rank, and the
+    /// outcome still names the first rank that failed. With `false` (the
+    /// default) the first failure stops the job.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use streamcomm_run::local::LocalLauncher;
+    /// // What `streamcomm-run --keep-going -n 4 -- ./elastic-train` does.
+    /// let outcome = LocalLauncher::new(4, "./elastic-train").keep_going(true).run()?;
+    /// std::process::exit(outcome.exit_code()); // non-zero if a rank died
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    pub fn keep_going(mut self, keep_going: bool) -> Self {
+        self.keep_going = keep_going;
         self
     }
 
@@ -344,7 +365,7 @@ impl LocalLauncher {
             }
         }
         drop(done_tx);
-        let outcome = supervise(&mut children, self.kill_grace);
+        let outcome = supervise(&mut children, self.kill_grace, self.keep_going);
         // Output may still be in the pipes; wait for it, within reason (a
         // grandchild that outlives its rank may hold a pipe open).
         if let Err(mpsc::RecvTimeoutError::Timeout) = done_rx.recv_timeout(DRAIN) {
@@ -409,13 +430,14 @@ impl LocalLauncher {
     }
 }
 
-/// Waits for all children, stopping the rest when one fails or a
-/// termination signal arrives.
-fn supervise(children: &mut [Child], grace: Duration) -> Outcome {
+/// Waits for all children, stopping the rest when one fails (unless
+/// `keep_going`: then the first failure is reported once all have exited)
+/// or a termination signal arrives.
+fn supervise(children: &mut [Child], grace: Duration, keep_going: bool) -> Outcome {
     let mut exited: Vec<Option<ExitStatus>> = vec![None; children.len()];
     let mut pause = POLL;
+    let mut failure = None;
     loop {
-        let mut failure = None;
         for (rank, child) in children.iter_mut().enumerate() {
             if exited[rank].is_some() {
                 continue;
@@ -435,12 +457,12 @@ fn supervise(children: &mut [Child], grace: Duration) -> Outcome {
                 Err(e) => tracing::warn!(rank, "waiting for rank failed: {e}"),
             }
         }
-        if let Some(outcome) = failure {
+        if let Some(outcome) = failure.filter(|_| !keep_going) {
             stop(children, &mut exited, libc::SIGTERM, grace);
             return outcome;
         }
         if exited.iter().all(Option::is_some) {
-            return Outcome::Success;
+            return failure.unwrap_or(Outcome::Success);
         }
         let signal = TERMINATION.load(Ordering::SeqCst);
         if signal != 0 {
