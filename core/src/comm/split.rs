@@ -129,28 +129,36 @@ impl Communicator {
             send: bytemuck::cast_slice(mine),
             recv: bytemuck::cast_slice_mut(&mut all),
         };
+        let started = std::time::Instant::now();
         let ticket = inner.turns.take();
         let result = inner.run_ticketed(ticket, JobMode::Run, "split", |c| {
             c.run_plan_signed(&plan, sig, &mut bufs, ticket)
         });
-        match result {
-            Err(Error::Timeout { op, what, waited_ms }) => {
-                // The ring: the first rank before this one not heard from
-                // is the one that has not called.
-                let silent = (1..inner.size)
-                    .map(|d| (inner.rank + inner.size - d) % inner.size)
-                    .find(|&r| all[r * mine.len()] & HEARD == 0);
-                let what = match silent {
-                    Some(r) => format!("{what}; rank {r} has not called split"),
-                    None => what,
-                };
+        let e = match result {
+            Ok(()) => return Ok(all),
+            Err(e @ Error::Mismatch(_)) => return Err(e),
+            Err(e) => e,
+        };
+        // The ring: the first rank before this one not heard from is one
+        // that has not called (whichever rank timed out first and failed
+        // the communicator, every rank names it).
+        let silent = (1..inner.size)
+            .map(|d| (inner.rank + inner.size - d) % inner.size)
+            .find(|&r| all[r * mine.len()] & HEARD == 0);
+        match (silent, e) {
+            (Some(r), Error::Timeout { op, what, .. }) => Err(Error::Timeout {
+                op,
+                what: format!("{what}; rank {r} has not called split"),
+                waited_ms: started.elapsed().as_millis() as u64,
+            }),
+            (Some(r), e @ (Error::RemoteFailed { .. } | Error::Aborted(_))) => {
                 Err(Error::Timeout {
-                    op,
-                    what,
-                    waited_ms,
+                    op: "split".into(),
+                    what: format!("rank {r} has not called split ({e})"),
+                    waited_ms: started.elapsed().as_millis() as u64,
                 })
             }
-            r => r.map(|()| all),
+            (_, e) => Err(e),
         }
     }
 }

@@ -41,7 +41,11 @@ pub(super) fn negotiate(
         match join(inner, c, &dead)? {
             Some(decided) => return Ok(decided),
             None => {
-                tracing::debug!(rank = inner.rank, coordinator = c, "shrink: rank did not answer; counted dead");
+                tracing::debug!(
+                    rank = inner.rank,
+                    coordinator = c,
+                    "shrink: rank did not answer; counted dead"
+                );
                 dead.insert(c);
             }
         }
@@ -172,8 +176,8 @@ fn coordinate(
                 }
             }
         }
-        let settled = (0..size)
-            .all(|r| r == inner.rank || dead.contains(&r) || joined.contains_key(&r));
+        let settled =
+            (0..size).all(|r| r == inner.rank || dead.contains(&r) || joined.contains_key(&r));
         if settled || Instant::now() >= deadline {
             break;
         }

@@ -34,9 +34,15 @@ pub(crate) enum Kind {
 
 impl Kind {
     fn from_u8(v: u8) -> Option<Kind> {
-        [Kind::Join, Kind::Probe, Kind::Ack, Kind::Decision, Kind::Refuse]
-            .into_iter()
-            .find(|k| *k as u8 == v)
+        [
+            Kind::Join,
+            Kind::Probe,
+            Kind::Ack,
+            Kind::Decision,
+            Kind::Refuse,
+        ]
+        .into_iter()
+        .find(|k| *k as u8 == v)
     }
 }
 
@@ -107,7 +113,8 @@ impl Frame {
         if head[6..22] != secret[..] {
             return Err(bad("wrong secret".into()));
         }
-        let u32_at = |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
+        let u32_at =
+            |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
         let rank = u32_at(22) as usize;
         let count = u32_at(26) as usize;
         if rank >= size || count > size.min(MAX_RANKS) {
@@ -161,8 +168,14 @@ mod tests {
         for cut in 0..bytes.len() {
             assert!(Frame::read(&mut &bytes[..cut], &secret, 4).is_err());
         }
-        assert!(Frame::read(&mut &bytes[..], &[8u8; 16], 4).is_err(), "secret");
-        assert!(Frame::read(&mut &bytes[..], &secret, 3).is_err(), "rank 3 of 3");
+        assert!(
+            Frame::read(&mut &bytes[..], &[8u8; 16], 4).is_err(),
+            "secret"
+        );
+        assert!(
+            Frame::read(&mut &bytes[..], &secret, 3).is_err(),
+            "rank 3 of 3"
+        );
         let mut bad = bytes.clone();
         bad[5] = 9;
         assert!(Frame::read(&mut &bad[..], &secret, 4).is_err(), "kind");
