@@ -1,13 +1,14 @@
 //! The command line of `streamcomm-run`, parsed with clap.
 //!
-//! The grammar is small (`-n N [node options] [--] PROGRAM ARGS...`) and must
-//! pass the program's own arguments through untouched, including ones that
-//! look like our options: the first word that is not an option starts the
-//! program's command line. clap (derive) splits the words, accepting every
-//! spelling of each option; the values are then checked one by one and
-//! against each other (module `checks`), with messages that name the option
-//! at fault, and clap's own refusals (an unknown option, a missing value)
-//! are reworded the same way. Multi-node options follow torchrun's names
+//! The grammar is small (`-n N [--keep-going] [node options] [--] PROGRAM
+//! ARGS...`) and must pass the program's own arguments through untouched,
+//! including ones that look like our options: the first word that is not an
+//! option starts the program's command line. clap (derive) splits the
+//! words, accepting every spelling of each option; the values are then
+//! checked one by one and against each other (module `checks`), with
+//! messages that name the option at fault, and clap's own refusals (an
+//! unknown option, a missing value, a value given to a flag) are reworded
+//! the same way. Multi-node options follow torchrun's names
 //! (its `--node_rank` spellings with underscores are accepted too); this
 //! module only checks that they fit together, and [`nodes`](crate::nodes)
 //! turns them into a running node.
@@ -28,18 +29,21 @@ pub const DEFAULT_MASTER_PORT: u16 = 29500;
 
 /// The help text of `streamcomm-run`.
 pub const USAGE: &str = "\
-usage: streamcomm-run -n N [--] PROGRAM [ARGS...]
+usage: streamcomm-run -n N [--keep-going] [--] PROGRAM [ARGS...]
        streamcomm-run --nnodes M --node-rank K --master-addr ADDR [--master-port PORT]
-                      -n N [--] PROGRAM [ARGS...]
+                      -n N [--keep-going] [--] PROGRAM [ARGS...]
        streamcomm-run --hosts H0,H1,... [--node-rank K] [--master-port PORT]
-                      -n N [--] PROGRAM [ARGS...]
+                      -n N [--keep-going] [--] PROGRAM [ARGS...]
 
 Starts N ranks of PROGRAM on this host, like torchrun --nproc-per-node=N.
 Each rank gets STREAMCOMM_UNIQUE_ID, RANK, WORLD_SIZE, LOCAL_RANK,
 LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT; the launcher hosts the
 bootstrap root. Output lines are prefixed with [rank i]. When a rank fails,
 the others are stopped (SIGTERM, then SIGKILL after 2 s) and the launcher
-exits with the failed rank's status.
+exits with the failed rank's status. With --keep-going they are not: the
+survivors run on (e.g. to shrink their communicator and go on without the
+failed rank), the launcher waits for every rank, and then exits with the
+status of the first rank that failed (0 if none did).
 
 Multi-node jobs: run one streamcomm-run per node, each with the same
 options except --node-rank. Node K starts global ranks K*N..K*N+N-1 of M*N
@@ -62,6 +66,8 @@ options:
   --master-port PORT     the bootstrap root's port on node 0 (default 29500)
   --hosts H0,H1,...      the nodes, node 0 (the master) first: sets M and
                          ADDR, and K unless --node-rank is given
+  --keep-going           a failed rank does not stop the others (in a
+                         multi-node job, give it to every node)
   -h, --help             print this help
   --                     end of options (the next word is PROGRAM)
 
@@ -89,6 +95,9 @@ pub struct RunArgs {
     pub program: OsString,
     /// Its arguments, passed through untouched.
     pub args: Vec<OsString>,
+    /// `--keep-going`: a rank that fails does not stop the others
+    /// ([`LocalLauncher::keep_going`](crate::local::LocalLauncher::keep_going)).
+    pub keep_going: bool,
 }
 
 /// The multi-node options, checked against each other and with defaults
@@ -165,6 +174,9 @@ struct Cli {
     /// `--hosts`: the nodes, node 0 first.
     #[arg(long, value_name = "H0,H1,...", allow_hyphen_values = true)]
     hosts: Option<OsString>,
+    /// `--keep-going`: a failed rank does not stop the others.
+    #[arg(long = "keep-going", action = ArgAction::SetTrue)]
+    keep_going: bool,
     /// `-h`, `--help`: [`Parsed::Help`].
     #[arg(short = 'h', long = "help", action = ArgAction::Help)]
     help: Option<bool>,
@@ -224,6 +236,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Parsed> {
         nodes,
         program,
         args: command.collect(),
+        keep_going: cli.keep_going,
     }))
 }
 
@@ -255,6 +268,12 @@ fn clap_error(e: &clap::Error, words: &[OsString]) -> Error {
                 .map(|w| w.to_string_lossy().replace('_', "-"))
                 .unwrap_or_default();
             Error::invalid(format!("{option} needs a value"))
+        }
+        // A value given to a flag (`--keep-going=yes`).
+        ErrorKind::TooManyValues => {
+            let flag = context(ContextKind::InvalidArg).unwrap_or_default();
+            let value = context(ContextKind::InvalidValue).unwrap_or_default();
+            Error::invalid(format!("{flag} takes no value, got {value:?}"))
         }
         _ => {
             let text = e.kind().as_str().unwrap_or("invalid command line");

@@ -245,3 +245,54 @@ fn usage_is_the_help_clap_renders() {
     assert_eq!(help.trim_end(), USAGE);
     assert!(USAGE.starts_with("usage: streamcomm-run -n N"));
 }
+
+#[test]
+fn keep_going_option() {
+    // Off unless given: a failed rank stops the others.
+    assert!(!run(&["-n", "2", "prog"]).keep_going);
+    for words in [
+        &["--keep-going", "-n", "2", "prog", "a"][..],
+        &["-n", "2", "--keep-going", "prog", "a"],
+        &["-n", "2", "--keep-going", "--", "prog", "a"],
+        &["--keep-going", "--keep-going", "-n2", "prog", "a"],
+    ] {
+        let r = run(words);
+        assert!(r.keep_going, "{words:?}");
+        assert_eq!(
+            (r.nproc, r.program.to_str()),
+            (2, Some("prog")),
+            "{words:?}"
+        );
+        assert_eq!(r.args, vec![OsString::from("a")], "{words:?}");
+        // Not a node option: the job stays a single-node one.
+        assert_eq!(r.nodes, None, "{words:?}");
+    }
+    // With the node options, for a node of a multi-node job.
+    let r = run(&[
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--master-addr",
+        "10.0.0.1",
+        "--keep-going",
+        "-n",
+        "4",
+        "prog",
+    ]);
+    assert!(r.keep_going);
+    assert_eq!(r.nodes.map(|n| (n.nnodes, n.node_rank)), Some((2, Some(1))));
+    // After the program it is the program's.
+    let r = run(&["-n", "2", "prog", "--keep-going"]);
+    assert!(!r.keep_going);
+    assert_eq!(r.args, vec![OsString::from("--keep-going")]);
+    // A flag, not an option with a value.
+    assert_eq!(
+        message(&["--keep-going=yes", "-n", "2", "prog"]),
+        "--keep-going takes no value, got \"yes\""
+    );
+    assert_eq!(
+        message(&["--keep_going", "-n", "2", "prog"]),
+        "unknown option \"--keep_going\""
+    );
+}

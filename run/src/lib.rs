@@ -4,8 +4,9 @@
 //! The binary is a thin `main` over this library, which benchmarks and
 //! tests use to start ranks the same way:
 //!
-//! - [`cli`]: the command line (`-n N [node options] [--] PROGRAM ARGS...`),
-//!   parsed with clap and checked, with the messages the binary prints;
+//! - [`cli`]: the command line (`-n N [--keep-going] [node options] [--]
+//!   PROGRAM ARGS...`), parsed with clap and checked, with the messages the
+//!   binary prints;
 //! - [`local`]: [`LocalLauncher`](local::LocalLauncher) starts one host's
 //!   ranks as one unit, hosting the bootstrap root itself;
 //! - [`nodes`]: for jobs across hosts, one `streamcomm-run` runs per node and

@@ -81,7 +81,8 @@ pub enum Outcome {
     /// Every rank exited with status 0.
     Success,
     /// This rank failed first (non-zero status or killed by a signal); the
-    /// others were stopped.
+    /// others were stopped (with [`LocalLauncher::keep_going`], they ran to
+    /// their end instead).
     RankFailed {
         /// The rank (global, in a multi-node job).
         rank: usize,

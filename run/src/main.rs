@@ -1,12 +1,13 @@
-//! `streamcomm-run [NODE OPTIONS] -n N [--] PROGRAM [ARGS...]`: runs N local
-//! ranks of PROGRAM, alone or as one node of a multi-node job.
+//! `streamcomm-run [NODE OPTIONS] -n N [--keep-going] [--] PROGRAM [ARGS...]`:
+//! runs N local ranks of PROGRAM, alone or as one node of a multi-node job.
 //!
 //! A thin `main` over the `streamcomm_run` library: parse the command line, for a
 //! multi-node job resolve this node's part (and on node 0 start the
 //! bootstrap root), pass termination signals on to the ranks, run the job,
 //! and turn its outcome into an exit status (2 for a usage error, the failed
-//! rank's status when a rank fails). It never panics: output errors are
-//! ignored.
+//! rank's status when a rank fails, after the others have been stopped or,
+//! with `--keep-going`, have run to their end). It never panics: output
+//! errors are ignored.
 
 use std::io::Write;
 
@@ -35,6 +36,7 @@ fn run() -> i32 {
             return 2;
         }
     };
+    let keep_going = args.keep_going;
     let launcher = match launcher(args) {
         Ok(launcher) => launcher,
         Err(e @ Error::InvalidArgument(_)) => {
@@ -51,6 +53,12 @@ fn run() -> i32 {
     }
     match launcher.run() {
         Ok(Outcome::Success) => 0,
+        Ok(outcome @ Outcome::RankFailed { .. }) if keep_going => {
+            say(format_args!(
+                "{outcome}; the other ranks ran to their end (--keep-going)"
+            ));
+            outcome.exit_code()
+        }
         Ok(outcome @ Outcome::RankFailed { .. }) => {
             say(format_args!("{outcome}; stopped the other ranks"));
             outcome.exit_code()
@@ -68,13 +76,17 @@ fn run() -> i32 {
 
 /// The launcher for this host's ranks; for a node of a multi-node job,
 /// resolves its part first (and on node 0 starts the bootstrap root).
+/// Options that apply to any job (`--keep-going`) are set here, for both.
 fn launcher(args: RunArgs) -> streamcomm::Result<LocalLauncher> {
-    let Some(nodes) = args.nodes else {
-        return Ok(LocalLauncher::new(args.nproc, args.program).args(args.args));
+    let launcher = match &args.nodes {
+        None => LocalLauncher::new(args.nproc, args.program).args(args.args),
+        Some(nodes) => {
+            let job = NodeJob::resolve(nodes, args.nproc, &|name| std::env::var(name).ok())?;
+            for warning in job.warnings() {
+                say(format_args!("warning: {warning}"));
+            }
+            job.launcher(args.program, args.args)?
+        }
     };
-    let job = NodeJob::resolve(&nodes, args.nproc, &|name| std::env::var(name).ok())?;
-    for warning in job.warnings() {
-        say(format_args!("warning: {warning}"));
-    }
-    job.launcher(args.program, args.args)
+    Ok(launcher.keep_going(args.keep_going))
 }

@@ -39,6 +39,8 @@ fn cli_word() -> impl Strategy<Value = String> {
             "--master-addr",
             "--master-port",
             "--hosts",
+            "--keep-going",
+            "--keep-going=1",
             "--nnodes=2",
             "--master-port=0",
             "--hosts=a,b",

@@ -1,7 +1,7 @@
 //! `streamcomm-run` end to end: environment, prefixed output, failure
-//! handling and argument errors, running the real binary. (Multi-node jobs,
-//! which need core's test helpers for network namespaces, are tested in
-//! `core/tests/processes/launcher_nodes.rs`.)
+//! handling (with and without `--keep-going`) and argument errors, running
+//! the real binary. (Multi-node jobs, which need core's test helpers for
+//! network namespaces, are tested in `core/tests/processes/launcher_nodes.rs`.)
 
 use std::process::{Command, Output, Stdio};
 
@@ -93,6 +93,89 @@ fn a_failing_rank_stops_the_others() {
         took < Duration::from_secs(10),
         "took {took:?}: the sleepers were not stopped"
     );
+}
+
+/// A fresh path for a marker file of test `name` (the file does not exist).
+fn marker(name: &str) -> std::path::PathBuf {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("streamcomm-run-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+/// Rank 1 (of the node's ranks) fails at once with status 3; rank 0 sleeps
+/// 0.5 s, then writes the file `$MARKER` and succeeds.
+const FAIL_WHILE_ONE_SLEEPS: &str =
+    "if [ $LOCAL_RANK = 1 ]; then exit 3; fi; sleep 0.5; echo done > \"$MARKER\"; echo done";
+
+#[test]
+fn keep_going_lets_the_other_ranks_finish() {
+    let mark = marker("keep-going");
+    let args = ["--keep-going", "-n", "2", "sh", "-c", FAIL_WHILE_ONE_SLEEPS];
+    let env = [("MARKER", mark.to_str().expect("UTF-8 path"))];
+    let (out, took) = launch_with_env(&args, &env, Duration::from_secs(30));
+    let stderr = text(&out.stderr);
+    // Rank 0 was not stopped: it ran to its end, and its output came through.
+    assert!(mark.exists(), "rank 0 left no marker\nstderr:\n{stderr}");
+    assert_eq!(text(&out.stdout), "[rank 0] done\n", "stderr:\n{stderr}");
+    assert!(took >= Duration::from_millis(500), "took {took:?}");
+    // The exit status is still the failed rank's.
+    assert_eq!(out.status.code(), Some(3), "stderr:\n{stderr}");
+    assert!(
+        stderr.contains("rank 1 exited with status 3; the other ranks ran to their end"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_file(&mark);
+}
+
+#[test]
+fn without_keep_going_a_failed_rank_stops_the_sleeper() {
+    let mark = marker("no-keep-going");
+    let args = ["-n", "2", "sh", "-c", FAIL_WHILE_ONE_SLEEPS];
+    let env = [("MARKER", mark.to_str().expect("UTF-8 path"))];
+    let (out, _) = launch_with_env(&args, &env, Duration::from_secs(30));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "stderr:\n{stderr}");
+    assert!(
+        stderr.contains("rank 1 exited with status 3; stopped the other ranks"),
+        "{stderr}"
+    );
+    // The launcher returns once every rank is reaped: rank 0 was stopped
+    // before it woke to write the marker.
+    assert!(!mark.exists(), "rank 0 was not stopped\nstderr:\n{stderr}");
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+}
+
+#[test]
+fn keep_going_applies_to_a_node_of_a_multi_node_job() {
+    // Node 1 of 2 serves no root and its ranks (global 2 and 3) join none,
+    // so no port is needed: this only runs the multi-node path of main.
+    let mark = marker("keep-going-node");
+    let args = [
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--master-addr",
+        "127.0.0.1",
+        "-n",
+        "2",
+        "--keep-going",
+        "sh",
+        "-c",
+        FAIL_WHILE_ONE_SLEEPS,
+    ];
+    let env = [("MARKER", mark.to_str().expect("UTF-8 path"))];
+    let (out, _) = launch_with_env(&args, &env, Duration::from_secs(30));
+    let stderr = text(&out.stderr);
+    assert!(
+        mark.exists(),
+        "global rank 2 left no marker\nstderr:\n{stderr}"
+    );
+    assert_eq!(text(&out.stdout), "[rank 2] done\n", "stderr:\n{stderr}");
+    assert_eq!(out.status.code(), Some(3), "stderr:\n{stderr}");
+    assert!(stderr.contains("rank 3 exited with status 3"), "{stderr}");
+    let _ = std::fs::remove_file(&mark);
 }
 
 #[test]
