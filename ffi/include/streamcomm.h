@@ -70,9 +70,10 @@ typedef enum {
    * range), an unknown enum value, a misaligned buffer, overlapping send and
    * receive buffers, or an output buffer too small. */
   STREAMCOMM_INVALID_ARGUMENT = 1,
-  /* Not allowed now: a collective or barrier inside a group,
+  /* Not allowed now: a collective, barrier, split or shrink inside a group,
    * streamcomm_group_end() without streamcomm_group_start(), a blocking call
-   * (synchronize, destroy a stream, host barrier) from a stream callback. */
+   * (synchronize, destroy a stream, host barrier, split, shrink) from a
+   * stream callback, a shrink by a rank on its own exclusion list. */
   STREAMCOMM_INVALID_USAGE = 2,
   /* A facility this build or machine lacks (e.g. a transport to a peer). */
   STREAMCOMM_UNAVAILABLE = 3,
@@ -200,6 +201,47 @@ streamcomm_result_t streamcomm_comm_init_rank(streamcomm_comm_t *comm, int nrank
  * Errors: INVALID_ARGUMENT (comm NULL, a variable missing or malformed: the
  * message names it), then as streamcomm_comm_init_rank(). */
 streamcomm_result_t streamcomm_comm_init_from_env(streamcomm_comm_t *comm);
+
+/* The color of a rank that joins no new communicator in
+ * streamcomm_comm_split() (NCCL_SPLIT_NOCOLOR, MPI_UNDEFINED). */
+#define STREAMCOMM_SPLIT_NOCOLOR (-1)
+
+/* Splits comm into groups, as MPI_Comm_split and ncclCommSplit: the ranks
+ * that pass the same color (>= 0) form one new communicator, stored in
+ * *newcomm, in which they are ranked by key, then by their rank in comm. A
+ * rank passing STREAMCOMM_SPLIT_NOCOLOR joins none and gets *newcomm = NULL.
+ * Collective over comm: every rank calls it, at the same place in its order
+ * of operations on comm, and it returns once this rank's new communicator
+ * is ready. The new communicator is a full one, with comm's configuration
+ * and connections of its own: it may be used at the same time as comm and
+ * its siblings, and may outlive comm; destroy each with
+ * streamcomm_comm_destroy(). *newcomm is NULL on failure.
+ * Errors: INVALID_HANDLE, INVALID_ARGUMENT (newcomm NULL or misaligned, color
+ * negative other than STREAMCOMM_SPLIT_NOCOLOR), INVALID_USAGE (inside a
+ * group or a stream callback), comm's stored error, TIMEOUT (a rank did not
+ * call it: the message names it), REMOTE_FAILED (a rank made another call
+ * instead), then as streamcomm_comm_init_rank(). */
+streamcomm_result_t streamcomm_comm_split(streamcomm_comm_t comm, int color, int key,
+                                          streamcomm_comm_t *newcomm);
+
+/* The ranks of comm still alive, less the nexclude ranks listed in exclude,
+ * as a new communicator in *newcomm, ranked in comm's order (as ULFM's
+ * MPIX_Comm_shrink and ncclCommShrink). Called after a failure
+ * (REMOTE_FAILED, TRANSPORT_ERROR, TIMEOUT) by every survivor that is not
+ * excluded, or on a healthy communicator by every rank that is not; all
+ * pass the same list (exclude may be NULL when nexclude is 0; duplicates
+ * are allowed). Excluded ranks do not call it. The survivors find the dead
+ * themselves: a rank whose process is gone, or that does not take part
+ * within STREAMCOMM_TIMEOUT, is left out. Every caller gets the same
+ * membership, or every caller an error. comm stays as it was (a failed one
+ * stays failed); destroy it as usual. *newcomm is NULL on failure.
+ * Errors: INVALID_HANDLE, INVALID_ARGUMENT (newcomm NULL or misaligned;
+ * exclude NULL or misaligned with nexclude > 0; an entry negative or not a
+ * rank of comm), INVALID_USAGE (this rank is on the list; inside a group or
+ * a stream callback), TIMEOUT or BOOTSTRAP_ERROR (the survivors could not
+ * agree), then as streamcomm_comm_init_rank(). */
+streamcomm_result_t streamcomm_comm_shrink(streamcomm_comm_t comm, const int *exclude,
+                                           size_t nexclude, streamcomm_comm_t *newcomm);
 
 /* Releases the communicator. Operations already enqueued keep what they need
  * and still complete; synchronize their streams to see them finish.

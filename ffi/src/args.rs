@@ -44,6 +44,52 @@ pub(crate) fn index(value: c_int, what: &str) -> FfiResult<usize> {
     usize::try_from(value).map_err(|_| Failure::invalid(format!("{what} {value} is negative")))
 }
 
+/// `STREAMCOMM_SPLIT_NOCOLOR` in the header: the colour of a rank that joins
+/// no group in `streamcomm_comm_split`.
+pub const SPLIT_NOCOLOR: c_int = -1;
+
+/// Decodes a split colour: `None` for [`SPLIT_NOCOLOR`], an error for any
+/// other negative value.
+pub(crate) fn split_color(value: c_int) -> FfiResult<Option<u32>> {
+    if value == SPLIT_NOCOLOR {
+        return Ok(None);
+    }
+    u32::try_from(value).map(Some).map_err(|_| {
+        Failure::invalid(format!(
+            "color {value} is negative (only STREAMCOMM_SPLIT_NOCOLOR, -1, is allowed: it joins no group)"
+        ))
+    })
+}
+
+/// Reads `n` ranks (C `int`s, each non-negative) from `ptr`; `what` names
+/// the array. `ptr` may be NULL when `n` is 0.
+///
+/// # Safety
+/// `ptr` is NULL or points to `n` readable `int`s.
+pub(crate) unsafe fn read_ranks(ptr: *const c_int, n: usize, what: &str) -> FfiResult<Vec<usize>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    non_null(ptr, what)?;
+    if !ptr.is_aligned() {
+        return Err(Failure::invalid(format!(
+            "{what} {ptr:p} is not aligned for int"
+        )));
+    }
+    if n > isize::MAX as usize / std::mem::size_of::<c_int>() {
+        return Err(Failure::invalid(format!(
+            "{what}: {n} entries overflow the address space"
+        )));
+    }
+    // SAFETY: non-null, aligned, `n` entries long per the contract, and
+    // their size fits in an `isize` (checked above).
+    let raw = unsafe { std::slice::from_raw_parts(ptr, n) };
+    raw.iter()
+        .enumerate()
+        .map(|(i, &r)| index(r, &format!("{what}[{i}]")))
+        .collect()
+}
+
 /// Fails naming `what` when `ptr` is null.
 pub(crate) fn non_null<T>(ptr: *const T, what: &str) -> FfiResult {
     if ptr.is_null() {
@@ -162,6 +208,38 @@ mod tests {
         for bad in [-1, 5, 260] {
             assert_eq!(reduce_op(bad).unwrap_err().code, INVALID_ARGUMENT);
         }
+    }
+
+    #[test]
+    fn split_colors_decode() {
+        assert_eq!(split_color(SPLIT_NOCOLOR).unwrap(), None);
+        assert_eq!(split_color(0).unwrap(), Some(0));
+        assert_eq!(split_color(c_int::MAX).unwrap(), Some(c_int::MAX as u32));
+        for bad in [-2, c_int::MIN] {
+            let e = split_color(bad).unwrap_err();
+            assert_eq!(e.code, INVALID_ARGUMENT);
+            assert!(e.message.contains(&format!("color {bad}")), "{}", e.message);
+        }
+    }
+
+    #[test]
+    fn rank_lists_are_checked() {
+        // SAFETY (each call below): the pointer is NULL, or points to at
+        // least `n` ints, or the call fails before reading it.
+        let read = |p: *const c_int, n: usize| unsafe { read_ranks(p, n, "exclude") };
+        assert_eq!(read(std::ptr::null(), 0).unwrap(), Vec::<usize>::new());
+        let ranks: [c_int; 3] = [3, 0, 3];
+        assert_eq!(read(ranks.as_ptr(), 3).unwrap(), [3, 0, 3]);
+        let null = read(std::ptr::null(), 1).unwrap_err();
+        assert!(null.message.contains("exclude is NULL"), "{}", null.message);
+        let negative: [c_int; 2] = [1, -1];
+        let e = read(negative.as_ptr(), 2).unwrap_err();
+        assert_eq!(e.code, INVALID_ARGUMENT);
+        assert!(e.message.contains("exclude[1] -1 is negative"), "{}", e.message);
+        let odd = (ranks.as_ptr() as usize + 1) as *const c_int;
+        assert!(read(odd, 1).unwrap_err().message.contains("aligned"));
+        let huge = read(ranks.as_ptr(), usize::MAX).unwrap_err();
+        assert!(huge.message.contains("overflow"), "{}", huge.message);
     }
 
     #[test]

@@ -1,16 +1,21 @@
-//! Communicators for C: create, query, abort, destroy; error strings.
+//! Communicators for C: create, split, shrink, query, abort, destroy; error
+//! strings.
 //!
 //! `streamcomm_comm_t` is a handle into the communicator table (see
 //! `handles.rs`). Destroying it drops this process's reference: work
-//! already enqueued on streams keeps what it needs and still completes.
+//! already enqueued on streams keeps what it needs and still completes. A
+//! communicator made by a split or a shrink gets a handle of its own, as
+//! one made by an init: it is independent of its parent (its own
+//! connections and lifetime), and each is destroyed on its own.
 
 use std::ffi::{c_char, c_int, c_void};
 
 use streamcomm::Communicator;
 
 use crate::COMMS;
-use crate::args::{index, out_ptr};
-use crate::guard::{guard, last_error_ptr, set_last_error};
+use crate::args::{index, out_ptr, read_ranks, split_color};
+use crate::group::refuse_in_group;
+use crate::guard::{guard, last_error_ptr, refuse_in_callback, set_last_error};
 use crate::id::{CUniqueId, read_id};
 use crate::result::{Failure, FfiResult, SUCCESS, code_of, description};
 
@@ -66,6 +71,66 @@ pub unsafe extern "C" fn streamcomm_comm_init_from_env(comm: *mut *mut c_void) -
         let made = Communicator::from_env()?;
         // SAFETY: `comm` was checked above.
         unsafe { publish(comm, made) }
+    })
+}
+
+/// Splits `comm` into groups (`MPI_Comm_split`'s rules): the ranks passing
+/// the same `color` form one new communicator, stored in `*newcomm`, ranked
+/// by `key` then by rank in `comm`; `STREAMCOMM_SPLIT_NOCOLOR` (-1) joins
+/// none and stores NULL. Collective over `comm`.
+///
+/// # Safety
+/// `newcomm` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn streamcomm_comm_split(
+    comm: *mut c_void,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut *mut c_void,
+) -> c_int {
+    guard("streamcomm_comm_split", || {
+        let newcomm = out_ptr(newcomm, "newcomm")?;
+        // SAFETY: checked non-null and aligned; writable per the contract.
+        unsafe { newcomm.write(std::ptr::null_mut()) };
+        let c = COMMS.get(comm)?;
+        let color = split_color(color)?;
+        refuse_in_group("streamcomm_comm_split")?;
+        refuse_in_callback("streamcomm_comm_split")?;
+        match c.split(color, key)? {
+            // SAFETY: `newcomm` was checked above.
+            Some(made) => unsafe { publish(newcomm, made) },
+            None => Ok(()),
+        }
+    })
+}
+
+/// The live ranks of `comm`, less the `nexclude` ranks of `exclude` (which
+/// do not call it), as a new communicator in `*newcomm`, ranked in `comm`'s
+/// order (`MPIX_Comm_shrink`, `ncclCommShrink`). Called by every survivor
+/// that is not excluded, with the same list.
+///
+/// # Safety
+/// `exclude` is NULL or points to `nexclude` readable `int`s; `newcomm` is
+/// NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn streamcomm_comm_shrink(
+    comm: *mut c_void,
+    exclude: *const c_int,
+    nexclude: usize,
+    newcomm: *mut *mut c_void,
+) -> c_int {
+    guard("streamcomm_comm_shrink", || {
+        let newcomm = out_ptr(newcomm, "newcomm")?;
+        // SAFETY: checked non-null and aligned; writable per the contract.
+        unsafe { newcomm.write(std::ptr::null_mut()) };
+        let c = COMMS.get(comm)?;
+        // SAFETY: forwarded from this function's contract.
+        let exclude = unsafe { read_ranks(exclude, nexclude, "exclude") }?;
+        refuse_in_group("streamcomm_comm_shrink")?;
+        refuse_in_callback("streamcomm_comm_shrink")?;
+        let made = c.shrink_excluding(&exclude)?;
+        // SAFETY: `newcomm` was checked above.
+        unsafe { publish(newcomm, made) }
     })
 }
 

@@ -14,14 +14,9 @@
 //! of it, through the buffers' release hooks).
 //!
 //! A receive ([`Communicator::recv_host`]) never lets another process
-//! write into the slice. Over shared memory a large (rendezvous) message
-//! into a stream's buffer is written by the sending process itself, after
-//! the receiver's grant; a sender that read the grant before a failed
-//! receive gave up could still write later. So a receive into a lent slice
-//! grants nothing to write: it pulls the whole message from the sender's
-//! memory on the calling thread (or, where that is refused, the sender
-//! streams it through the ring, which the calling thread copies out). Over
-//! tcp a grant is withdrawn, waiting for any write in progress, before the
+//! write into the slice: over shared memory every receive pulls the
+//! message from the sender's memory itself (see `comm::p2p`), over tcp a
+//! grant is withdrawn, waiting for any write in progress, before the
 //! receive returns, and over verbs the registration the peer's NIC writes
 //! through is dropped.
 
@@ -69,7 +64,7 @@ impl<'a> Lent<'a> {
             RawBuffer::from_raw_parts(data.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(data))?
         };
         Ok(Lent {
-            view: BufView::lent(raw, T::DTYPE, data.len()),
+            view: BufView::new(raw, T::DTYPE, data.len()),
             _borrow: std::marker::PhantomData,
         })
     }

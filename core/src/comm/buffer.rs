@@ -18,9 +18,6 @@ pub struct BufView {
     len: usize,
     /// Refused as a receive (or in-place) buffer: a [`SharedHostBuffer`].
     read_only: bool,
-    /// A caller's slice lent for one host-blocking call: no other process
-    /// may write into it (a receive pulls the message itself instead).
-    lent: bool,
 }
 
 /// Anything a collective accepts as a buffer: a [`HostBuffer`], an
@@ -45,7 +42,6 @@ impl<T: Element> AsBufView for HostBuffer<T> {
             dtype: T::DTYPE,
             len: self.len(),
             read_only: false,
-            lent: false,
         }
     }
 }
@@ -59,7 +55,6 @@ impl<T: Element> AsBufView for SharedHostBuffer<T> {
             dtype: T::DTYPE,
             len: self.len(),
             read_only: true,
-            lent: false,
         }
     }
 }
@@ -230,25 +225,7 @@ impl BufView {
             dtype,
             len,
             read_only: false,
-            lent: false,
         }
-    }
-
-    /// `len` elements of `dtype` in `raw`, a caller's slice lent for one
-    /// host-blocking call: written only by the calling thread (see
-    /// [`BufView::is_lent`]).
-    pub(crate) fn lent(raw: RawBuffer, dtype: DataType, len: usize) -> BufView {
-        BufView {
-            lent: true,
-            ..BufView::new(raw, dtype, len)
-        }
-    }
-
-    /// True for a lent slice: a receive into it must not let the sending
-    /// process write into it (a write that could land after a failed call
-    /// returned); it pulls the message on its own thread instead.
-    pub(crate) fn is_lent(&self) -> bool {
-        self.lent
     }
 
     /// `len` elements of `dtype` in `raw`, refused as a receive buffer.

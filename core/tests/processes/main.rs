@@ -18,5 +18,6 @@ mod groups;
 mod launch_env;
 mod launcher_nodes;
 mod mismatch;
+mod shrink;
 mod stale_segments;
 mod unknown_vars;

@@ -6,6 +6,7 @@
  * Prints "bad_args: N checks OK" and exits 0; exits 1 naming a failure.
  */
 #define _GNU_SOURCE
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -386,6 +387,91 @@ static void p2p_and_groups(streamcomm_comm_t comm, streamcomm_stream_t s) {
   EXPECT_RC(USAGE, "streamcomm_group_end", streamcomm_group_end()); /* that group is over */
 }
 
+/* Split and shrink from a stream callback: both blocking, both refused. */
+struct regroup {
+  streamcomm_comm_t comm, split_out, shrink_out;
+  streamcomm_result_t split_rc, shrink_rc;
+};
+static int regroup_callback(void *arg) {
+  struct regroup *g = arg;
+  g->split_rc = streamcomm_comm_split(g->comm, 0, 0, &g->split_out);
+  g->shrink_rc = streamcomm_comm_shrink(g->comm, NULL, 0, &g->shrink_out);
+  return 0;
+}
+
+static void split_and_shrink(streamcomm_comm_t comm, streamcomm_stream_t s) {
+  streamcomm_comm_t junk = (streamcomm_comm_t)(uintptr_t)0x1234, c = junk;
+  char raw[2 * sizeof(void *)];
+  streamcomm_comm_t *misaligned = (streamcomm_comm_t *)(raw + 1);
+  int v = -1;
+  const char *fn = "streamcomm_comm_split";
+  EXPECT(STREAMCOMM_SPLIT_NOCOLOR == -1);
+  EXPECT_RC(ARG, fn, streamcomm_comm_split(comm, 0, 0, NULL));
+  EXPECT_RC(ARG, fn, streamcomm_comm_split(comm, 0, 0, misaligned));
+  EXPECT_RC(ARG, fn, streamcomm_comm_split(comm, -2, 0, &c));
+  EXPECT(c == NULL); /* *newcomm is NULL on failure */
+  c = junk;
+  EXPECT_RC(ARG, fn, streamcomm_comm_split(comm, INT_MIN, 0, &c));
+  EXPECT(c == NULL);
+  c = junk;
+  EXPECT_RC(HANDLE, fn, streamcomm_comm_split(NULL, 0, 0, &c));
+  EXPECT(c == NULL);
+  EXPECT_RC(HANDLE, fn, streamcomm_comm_split((streamcomm_comm_t)s, 0, 0, &c));
+  EXPECT_RC(HANDLE, fn, streamcomm_comm_split((streamcomm_comm_t)(uintptr_t)0x1234, 0, 0, &c));
+
+  fn = "streamcomm_comm_shrink";
+  int ranks[3] = {0, 0, 0};
+  const int *misaligned_ranks = (const int *)((char *)ranks + 1);
+  int negative[2] = {0, -1}, out_of_range = 1, self = 0;
+  EXPECT_RC(ARG, fn, streamcomm_comm_shrink(comm, NULL, 0, NULL));
+  EXPECT_RC(ARG, fn, streamcomm_comm_shrink(comm, NULL, 0, misaligned));
+  c = junk;
+  EXPECT_RC(ARG, fn, streamcomm_comm_shrink(comm, NULL, 1, &c));
+  EXPECT(c == NULL);
+  EXPECT_RC(ARG, fn, streamcomm_comm_shrink(comm, misaligned_ranks, 1, &c));
+  EXPECT_RC(ARG, fn, streamcomm_comm_shrink(comm, negative, 2, &c));
+  EXPECT(strstr(streamcomm_last_error(), "exclude[1] -1 is negative") != NULL);
+  EXPECT_RC(ARG, fn, streamcomm_comm_shrink(comm, ranks, SIZE_MAX, &c)); /* never read */
+  EXPECT_RC(ARG, fn, streamcomm_comm_shrink(comm, &out_of_range, 1, &c));
+  EXPECT_RC(USAGE, fn, streamcomm_comm_shrink(comm, &self, 1, &c)); /* excluded ranks don't call */
+  EXPECT(c == NULL);
+  EXPECT_RC(HANDLE, fn, streamcomm_comm_shrink(NULL, NULL, 0, &c));
+  EXPECT_RC(HANDLE, fn, streamcomm_comm_shrink((streamcomm_comm_t)s, NULL, 0, &c));
+
+  /* Both are refused inside a group, and from a stream callback. */
+  OK(streamcomm_group_start());
+  EXPECT_RC(USAGE, "streamcomm_comm_split", streamcomm_comm_split(comm, 0, 0, &c));
+  EXPECT_RC(USAGE, "streamcomm_comm_shrink", streamcomm_comm_shrink(comm, NULL, 0, &c));
+  OK(streamcomm_group_end());
+  struct regroup g = {comm, junk, junk, STREAMCOMM_SUCCESS, STREAMCOMM_SUCCESS};
+  OK(streamcomm_stream_enqueue_callback(s, regroup_callback, &g));
+  OK(streamcomm_stream_synchronize(s));
+  EXPECT(g.split_rc == USAGE && g.shrink_rc == USAGE);
+  EXPECT(g.split_out == NULL && g.shrink_out == NULL);
+
+  /* The valid forms on one rank: a communicator of one, or none. */
+  OK(streamcomm_comm_split(comm, STREAMCOMM_SPLIT_NOCOLOR, 0, &c));
+  EXPECT(c == NULL);
+  OK(streamcomm_comm_split(comm, INT_MAX, INT_MIN, &c));
+  EXPECT(c != NULL && c != comm);
+  OK(streamcomm_comm_rank(c, &v));
+  EXPECT(v == 0);
+  OK(streamcomm_comm_size(c, &v));
+  EXPECT(v == 1);
+  OK(streamcomm_comm_destroy(c));
+  EXPECT_RC(HANDLE, "streamcomm_comm_rank", streamcomm_comm_rank(c, &v));
+  c = junk;
+  OK(streamcomm_comm_shrink(comm, ranks, 0, &c)); /* nexclude 0: exclude is not read */
+  EXPECT(c != NULL && c != comm);
+  OK(streamcomm_comm_size(c, &v));
+  EXPECT(v == 1);
+  OK(streamcomm_comm_destroy(c));
+  OK(streamcomm_comm_shrink(comm, NULL, 0, &c));
+  OK(streamcomm_comm_destroy(c));
+  /* The parent still works. */
+  OK(streamcomm_barrier_host(comm));
+}
+
 static void after_destroy(streamcomm_comm_t comm, streamcomm_stream_t s, const streamcomm_unique_id_t *id) {
   double x = 1;
   int v;
@@ -398,6 +484,8 @@ static void after_destroy(streamcomm_comm_t comm, streamcomm_stream_t s, const s
   EXPECT_RC(HANDLE, "streamcomm_comm_destroy", streamcomm_comm_destroy(comm));
   EXPECT_RC(HANDLE, "streamcomm_comm_abort", streamcomm_comm_abort(comm));
   EXPECT_RC(HANDLE, "streamcomm_comm_rank", streamcomm_comm_rank(comm, &v));
+  EXPECT_RC(HANDLE, "streamcomm_comm_split", streamcomm_comm_split(comm, 0, 0, &c));
+  EXPECT_RC(HANDLE, "streamcomm_comm_shrink", streamcomm_comm_shrink(comm, NULL, 0, &c));
   EXPECT_RC(HANDLE, "streamcomm_comm_get_async_error", streamcomm_comm_get_async_error(comm, &r));
   EXPECT_RC(HANDLE, "streamcomm_barrier_host", streamcomm_barrier_host(comm));
   EXPECT_RC(HANDLE, "streamcomm_comm_destroy", streamcomm_comm_destroy(NULL));
@@ -490,6 +578,7 @@ int main(void) {
   streams_and_events(comm, s);
   collectives(comm, s);
   p2p_and_groups(comm, s);
+  split_and_shrink(comm, s);
   cuda(comm, s);
   after_destroy(comm, s, &id);
   printf("bad_args: %d checks OK\n", checks);

@@ -238,10 +238,12 @@ impl CommInner {
                 ))
             }
             Region::Dst(dst) => {
-                // A lent slice over shared memory: the sending process must
-                // not write into it (see `BufView::is_lent`).
-                let pull_only = conn.peer_segment().is_some()
-                    && spec.bufs.get(o.buf).is_some_and(|b| b.view.is_lent());
+                // Over shared memory the sending process never writes into
+                // a receive buffer: a sender stopped after reading a grant
+                // could write after the receive failed and the buffer went
+                // back to its owner (a rank shrunk away, then resumed). The
+                // receiver pulls the message on its own thread instead.
+                let pull_only = conn.peer_segment().is_some();
                 Op::Recv(RecvOp::new(
                     self.rank, o.peer, conn, &self.p2p, dst, o.dtype, direct, pull_only,
                 ))

@@ -26,13 +26,13 @@
 //!   header's mailbox, outside the data ring so a grant never waits behind
 //!   data.
 //!   - Shared memory: the request carries the sender's buffer address; the
-//!     sender waits for the grant and writes the message straight into the
-//!     receiver's buffer with one cross-memory copy (`process_vm_writev`) and
-//!     sends a done slot. From 256 KiB on the receiver pulls the back half
-//!     itself (`process_vm_readv`) while the sender writes the front half,
-//!     so both cores copy and each byte is still copied once. Where the kernel refuses
-//!     that write (ptrace restrictions) or `STREAMCOMM_P2P_DIRECT=0`, the
-//!     bytes follow through the ring instead.
+//!     receiver pulls the whole message straight into its buffer with one
+//!     cross-memory copy (`process_vm_readv`) and tells the sender, which
+//!     sends a done slot. The sending process never writes into the
+//!     receiver's memory: a sender stopped after the grant and woken after
+//!     the receive failed (a rank shrunk away, then resumed) finds nothing
+//!     to write. Where the kernel refuses the copy (ptrace restrictions) or
+//!     `STREAMCOMM_P2P_DIRECT=0`, the bytes follow through the ring instead.
 //!   - tcp: the data follows the request through the ring at once; the
 //!     receiver's progress engine reads each data frame from its socket
 //!     straight into the granted buffer (only frames that arrived before the
@@ -120,10 +120,10 @@ impl P2pState {
         self.grants[peer].fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// Notes (once) that the kernel refused a direct write.
+    /// Notes (once) that the kernel refused a direct copy.
     pub fn direct_refused(&self, peer: usize, e: &std::io::Error) {
         if !self.refused_logged.swap(true, Ordering::Relaxed) {
-            tracing::warn!(peer, error = %e, "rendezvous: direct write refused; streaming through the ring");
+            tracing::warn!(peer, error = %e, "rendezvous: direct copy refused; streaming through the ring");
         }
     }
 }

@@ -49,10 +49,6 @@ impl Drop for RecvOp<'_> {
     }
 }
 
-/// Messages from this size on are split between the sender's write and the
-/// receiver's pull (below it, one side's copy is cheaper than a hand-off).
-const SPLIT_MIN: usize = 256 << 10;
-
 /// One message on its way from `peer`.
 pub(super) struct RecvOp<'a> {
     pub peer: usize,
@@ -66,10 +62,11 @@ pub(super) struct RecvOp<'a> {
     granted: Option<u64>,
     /// May pull part of a rendezvous message from the sender's memory.
     direct: bool,
-    /// The sending process may not write into `dst` (a lent slice, over
-    /// shared memory): a rendezvous grant asks it to write nothing, and
-    /// this receive pulls the whole message itself (or takes it from the
-    /// ring when it cannot).
+    /// Over shared memory: the sending process never writes into `dst`
+    /// (it could write after this receive failed, were it stopped and
+    /// woken); a rendezvous grant asks it to write nothing, and this
+    /// receive pulls the whole message itself (or takes it from the ring
+    /// when it cannot).
     pull_only: bool,
     state: State,
     /// Over verbs, the receive buffer's registration while the peer's NIC
@@ -223,15 +220,14 @@ impl<'a> RecvOp<'a> {
                         // This request is the slot at `head`; its data slots
                         // (if any travel through the ring) follow it.
                         let first_seq = self.conn.recv.head() + 1;
-                        // Over shared memory a large message is split: the
-                        // sender writes the front part into our buffer while
-                        // we pull the back part from its buffer.
+                        // Over shared memory we pull the whole message from
+                        // the sender's buffer: its process never writes
+                        // into ours (see `pull_only`).
                         let host = matches!(self.dst, Dst::Host(_));
                         let source = wire::Source::decode(slot)
                             .filter(|s| host && self.direct && s.len == total as u64);
                         let front = match source {
                             _ if self.pull_only => 0,
-                            Some(_) if total >= SPLIT_MIN => (total / 2) & !4095,
                             _ => total,
                         };
                         // Over verbs the grant carries the remote key of the
@@ -255,7 +251,13 @@ impl<'a> RecvOp<'a> {
                             (Some(src), true) => {
                                 let back = self.host_bytes(front..total, "a split rendezvous")?;
                                 let ok =
-                                    cma::read_from(src.pid, src.addr + front as u64, back).is_ok();
+                                    match cma::read_from(src.pid, src.addr + front as u64, back) {
+                                        Ok(()) => true,
+                                        Err(e) => {
+                                            self.state_of_comm.direct_refused(self.peer, &e);
+                                            false
+                                        }
+                                    };
                                 self.conn.recv.pulled(grant, ok);
                             }
                             // Pull-only without a source to pull from: the

@@ -5,11 +5,12 @@
 //! (so nothing unread is ever overwritten). A zero-byte message is one empty
 //! slot, so it still pairs with its receive.
 //!
-//! Rendezvous: a ready-to-send slot; the receiver answers in the ring
-//! header's mailbox with its buffer's address (clear-to-send); the sender
-//! writes the bytes there with one cross-memory copy and sends a done slot.
-//! If the kernel refuses the direct write, the bytes follow the request
-//! through the ring instead, then the done slot.
+//! Rendezvous over shared memory: a ready-to-send slot carrying this
+//! buffer's address; the receiver answers in the ring header's mailbox
+//! (clear-to-send), pulls the bytes with one cross-memory copy and says so,
+//! and the sender sends a done slot. This process never writes into the
+//! receiver's memory. If the kernel refuses the copy, the bytes follow the
+//! request through the ring instead, then the done slot.
 //!
 //! Over verbs the grant carries the receive buffer's remote key: the bytes
 //! go by one RDMA WRITE from the send buffer (see `rdma`), then the done slot.
@@ -24,8 +25,8 @@
 
 use crate::comm::p2p::P2pState;
 use crate::comm::p2p::payload::Src;
+use crate::comm::p2p::rdma;
 use crate::comm::p2p::stats::Stat;
-use crate::comm::p2p::{cma, rdma};
 use crate::plan::signature::{self, P2pSlot};
 use crate::transport::Connection;
 use crate::wait::Notifier;
@@ -55,7 +56,7 @@ enum State {
     AwaitWrite {
         wr: u64,
     },
-    /// Streaming the bytes through the ring (direct write refused).
+    /// Streaming the bytes through the ring (direct copy refused).
     Stream {
         sent: usize,
     },
@@ -267,12 +268,15 @@ impl<'a> SendOp<'a> {
                     self.state = State::AwaitWrite { wr };
                     return Ok(true);
                 }
-                let wrote = self.direct_write(pid, addr, front);
+                // Over shared memory the receiver pulls the message from our
+                // buffer (`front` is 0): this process never writes into the
+                // receiver's memory. Any other grant: through the ring.
+                let _ = (pid, addr);
                 self.state = if front < self.data.len() {
-                    State::AwaitPull { grant, wrote }
-                } else if wrote {
-                    stats.add(Stat::SentDirectBytes, self.data.len());
-                    State::Finish
+                    State::AwaitPull {
+                        grant,
+                        wrote: self.pullable(),
+                    }
                 } else {
                     State::Stream { sent: 0 }
                 };
@@ -323,23 +327,10 @@ impl<'a> SendOp<'a> {
         }
     }
 
-    /// Writes the whole message into the receiver's memory; false (logged
-    /// once per communicator) when that is refused or disabled.
-    fn direct_write(&self, pid: u32, addr: u64, front: usize) -> bool {
-        let Some(data) = self.data.host().filter(|_| self.direct) else {
-            return false;
-        };
-        if front == 0 {
-            // A pull-only grant: the receiver reads the whole message.
-            return true;
-        }
-        match cma::write_to(pid, addr, &data[..front]) {
-            Ok(()) => true,
-            Err(e) => {
-                self.state_of_comm.direct_refused(self.peer, &e);
-                false
-            }
-        }
+    /// Whether the receiver may pull the message from our memory: a host
+    /// buffer, with direct copies allowed.
+    fn pullable(&self) -> bool {
+        self.direct && self.data.host().is_some()
     }
 
     /// True when [`SendOp::poll`] could make progress now.
