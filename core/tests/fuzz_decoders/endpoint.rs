@@ -16,19 +16,23 @@ fn endpoint() -> BoxedStrategy<Endpoint> {
         prop::option::of(socket_addr()),
         0..=2u8,
         any::<bool>(),
+        prop::option::of(socket_addr()),
     )
         .prop_map(
-            |(host, pid, shm_name, nsteps, slot_bytes, tcp, verbs, verbs_atomics)| Endpoint {
-                host,
-                pid,
-                shm_name,
-                shape: RingShape {
-                    nsteps: nsteps as usize,
-                    slot_bytes: slot_bytes as usize,
-                },
-                tcp,
-                verbs,
-                verbs_atomics,
+            |(host, pid, shm_name, nsteps, slot_bytes, tcp, verbs, verbs_atomics, recovery)| {
+                Endpoint {
+                    host,
+                    pid,
+                    shm_name,
+                    shape: RingShape {
+                        nsteps: nsteps as usize,
+                        slot_bytes: slot_bytes as usize,
+                    },
+                    tcp,
+                    verbs,
+                    verbs_atomics,
+                    recovery,
+                }
             },
         )
         .boxed()
@@ -67,12 +71,12 @@ fn endpoint_fixed_field(n: usize) -> BoxedStrategy<Vec<u8>> {
 }
 
 /// Bytes shaped like an endpoint, field by field (version, host, pid, shm
-/// name, nsteps, slot bytes, tcp address, verbs stance, verbs atomics, then perhaps
-/// trailing bytes), each
+/// name, nsteps, slot bytes, tcp address, verbs stance, verbs atomics,
+/// recovery address, then perhaps trailing bytes), each
 /// field usually well formed, so that decoding gets past the first checks.
 fn endpoint_like_bytes() -> BoxedStrategy<Vec<u8>> {
     (
-        prop_oneof![8 => Just(3u8), 1 => any::<u8>()],
+        prop_oneof![8 => Just(4u8), 1 => any::<u8>()],
         endpoint_string_field(),
         endpoint_fixed_field(4),
         endpoint_string_field(),
@@ -81,12 +85,17 @@ fn endpoint_like_bytes() -> BoxedStrategy<Vec<u8>> {
         endpoint_string_field(),
         prop_oneof![8 => (0..=2u8).prop_map(|x| vec![x]), 1 => endpoint_fixed_field(1)],
         prop_oneof![8 => (0..=1u8).prop_map(|x| vec![x]), 1 => endpoint_fixed_field(1)],
-        prop_oneof![8 => Just(Vec::new()), 1 => prop::collection::vec(any::<u8>(), 1..4)],
+        (
+            endpoint_string_field(),
+            prop_oneof![8 => Just(Vec::new()), 1 => prop::collection::vec(any::<u8>(), 1..4)],
+        ),
     )
         .prop_map(
-            |(v, host, pid, shm, nsteps, slot, tcp, verbs, atomics, tail)| {
+            |(v, host, pid, shm, nsteps, slot, tcp, verbs, atomics, (recovery, tail))| {
                 let mut b = vec![v];
-                for f in [host, pid, shm, nsteps, slot, tcp, verbs, atomics, tail] {
+                for f in [
+                    host, pid, shm, nsteps, slot, tcp, verbs, atomics, recovery, tail,
+                ] {
                     b.extend(f);
                 }
                 b
@@ -153,6 +162,7 @@ proptest! {
             tcp: None,
             verbs: 0,
             verbs_atomics: false,
+            recovery: None,
         };
         let d = Endpoint::decode(&e.encode());
         prop_assert!(d.is_ok(), "an encoded endpoint does not decode: {:?}", d);
@@ -178,6 +188,7 @@ fn bug_endpoint_encode_splits_a_character() {
         tcp: None,
         verbs: 0,
         verbs_atomics: false,
+        recovery: None,
     };
     let decoded = Endpoint::decode(&e.encode());
     assert!(decoded.is_ok(), "{decoded:?}");
