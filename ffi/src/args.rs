@@ -224,9 +224,11 @@ mod tests {
 
     #[test]
     fn rank_lists_are_checked() {
-        // SAFETY (each call below): the pointer is NULL, or points to at
-        // least `n` ints, or the call fails before reading it.
-        let read = |p: *const c_int, n: usize| unsafe { read_ranks(p, n, "exclude") };
+        let read = |p: *const c_int, n: usize| {
+            // SAFETY: each call below passes NULL, a pointer to at least `n`
+            // ints, or arguments refused before anything is read.
+            unsafe { read_ranks(p, n, "exclude") }
+        };
         assert_eq!(read(std::ptr::null(), 0).unwrap(), Vec::<usize>::new());
         let ranks: [c_int; 3] = [3, 0, 3];
         assert_eq!(read(ranks.as_ptr(), 3).unwrap(), [3, 0, 3]);
@@ -235,7 +237,11 @@ mod tests {
         let negative: [c_int; 2] = [1, -1];
         let e = read(negative.as_ptr(), 2).unwrap_err();
         assert_eq!(e.code, INVALID_ARGUMENT);
-        assert!(e.message.contains("exclude[1] -1 is negative"), "{}", e.message);
+        assert!(
+            e.message.contains("exclude[1] -1 is negative"),
+            "{}",
+            e.message
+        );
         let odd = (ranks.as_ptr() as usize + 1) as *const c_int;
         assert!(read(odd, 1).unwrap_err().message.contains("aligned"));
         let huge = read(ranks.as_ptr(), usize::MAX).unwrap_err();

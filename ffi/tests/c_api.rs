@@ -1,6 +1,7 @@
 //! The C API from outside: the header against the library's exports, C
 //! programs built with the system `cc` against the shared and the static
-//! library, 4 C ranks and 2 Python ranks launched by `streamcomm-run`.
+//! library, 4 C ranks (twice: the collectives, then split and shrink) and 2
+//! Python ranks launched by `streamcomm-run`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -230,6 +231,30 @@ fn four_c_ranks_under_streamcomm_run() {
         seeds.iter().all(|s| *s == seeds[0]),
         "ranks used different seeds: {seeds:?}"
     );
+}
+
+#[test]
+fn four_c_ranks_split_and_shrink() {
+    let dir = scratch("split-shrink");
+    let exe = compile("tests/c/split_shrink.c", &dir, true);
+    let seed = streamcomm_testkit::seed();
+    let mut cmd = Command::new(streamcomm_testkit::launcher_binary());
+    // A rank that does not take part must fail the others, not hang them.
+    cmd.args(["-n", "4", "--"])
+        .arg(&exe)
+        .env("STREAMCOMM_TIMEOUT", "30")
+        .env("STREAMCOMM_TEST_SEED", seed.to_string());
+    let started = std::time::Instant::now();
+    let out = run(cmd, Duration::from_secs(120));
+    let took = started.elapsed();
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for r in 0..4 {
+        let line = format!("[rank {r}] rank {r}: OK (seed {seed})");
+        assert!(stdout.lines().any(|l| l == line), "no {line:?} in:\n{all}");
+    }
+    eprintln!("split and shrink: 4 C ranks in {took:?}");
 }
 
 /// Python with numpy, or why not.

@@ -476,6 +476,7 @@ static void after_destroy(streamcomm_comm_t comm, streamcomm_stream_t s, const s
   double x = 1;
   int v;
   streamcomm_result_t r;
+  streamcomm_comm_t c;
   OK(streamcomm_stream_destroy(s));
   EXPECT_RC(HANDLE, "streamcomm_stream_destroy", streamcomm_stream_destroy(s));
   EXPECT_RC(HANDLE, "streamcomm_stream_synchronize", streamcomm_stream_synchronize(s));
