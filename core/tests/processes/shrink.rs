@@ -70,17 +70,35 @@ fn killed(outcome: &Outcome, rank: usize, signal: i32, what: &str) {
     }
 }
 
-fn temp_dir(what: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("streamcomm-{what}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch directory for the ranks of one test, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(what: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("streamcomm-{what}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn kill_trials(trials: usize, transport: &str) {
     let seed = streamcomm_testkit::seed();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let dir = temp_dir(&format!("kill-{transport}"));
+    let dir = TempDir::new(&format!("kill-{transport}"));
     for trial in 0..trials {
         // Rank 0 and the last rank first, then at random.
         let victim = match trial {
@@ -118,7 +136,7 @@ fn survivors_shrink_over_tcp() {
 fn a_second_death_during_the_shrink_is_survived() {
     let seed = streamcomm_testkit::seed();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let dir = temp_dir("double");
+    let dir = TempDir::new("double");
     for trial in 0..4 {
         let victim = rng.gen_range(0..N);
         let second = (victim + rng.gen_range(1..N)) % N;
@@ -142,7 +160,8 @@ fn a_second_death_during_the_shrink_is_survived() {
 
 #[test]
 fn a_stopped_rank_is_left_out_and_its_waking_touches_nothing() {
-    let dir = temp_dir("stop");
+    let scratch = TempDir::new("stop");
+    let dir = scratch.to_path_buf();
     let seed = streamcomm_testkit::seed();
     let env = [(VICTIM, "3".to_string()), (SEED, seed.to_string())];
     // The victim stops itself; it is resumed here once the survivors have
