@@ -115,7 +115,7 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::Timeout`] or [`Error::Bootstrap`] when the survivors could
-    /// not agree (more ranks died while they tried, [`ATTEMPTS`] times), then
+    /// not agree (more ranks died while they tried, 3 times), then
     /// as [`Communicator::init`] for the new communicator.
     pub fn shrink(&self) -> Result<Communicator> {
         self.shrink_excluding(&[])
