@@ -13,7 +13,10 @@
 //! these hold: its header is a streamcomm segment of this layout version,
 //! created by the pid in its name, in this process's pid namespace (the
 //! header records it), and `kill(pid, 0)` says no such process (`ESRCH`;
-//! `EPERM` means it lives under another user). Anything else is left alone.
+//! `EPERM` means it lives under another user). A file whose header was
+//! never written (its creator died while sizing it) goes too, once it has
+//! been untouched for a minute and its pid is dead. Anything else is left
+//! alone.
 //! Each removal is logged (`tracing` at info level, shown by `STREAMCOMM_DEBUG`).
 
 use std::io::Read;
@@ -54,19 +57,50 @@ struct HeaderFacts {
     pid_ns: u64,
 }
 
-fn read_header(path: &Path) -> Option<HeaderFacts> {
+/// What a segment file's header says.
+enum Header {
+    /// A streamcomm header of this version.
+    Written(HeaderFacts),
+    /// All zero, and the file untouched for [`UNWRITTEN_AGE`]: its creator
+    /// died between creating it and writing the header (sizing a large
+    /// segment takes milliseconds; a live creator, in any pid namespace,
+    /// writes its header long before this age).
+    Abandoned,
+    /// Anything else: not ours to judge.
+    Other,
+}
+
+/// How old an all-zero segment file must be to count as abandoned.
+const UNWRITTEN_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
+fn read_header(path: &Path) -> Header {
     const N: usize = std::mem::size_of::<SegmentHeader>();
     let mut b = [0u8; N];
-    std::fs::File::open(path).ok()?.read_exact(&mut b).ok()?;
+    let Some(mut file) = std::fs::File::open(path).ok() else {
+        return Header::Other;
+    };
+    if file.read_exact(&mut b).is_err() {
+        return Header::Other;
+    }
     let u64_at = |i: usize| u64::from_ne_bytes(b[i..i + 8].try_into().unwrap_or_default());
     let u32_at = |i: usize| u32::from_ne_bytes(b[i..i + 4].try_into().unwrap_or_default());
-    if u64_at(0) != MAGIC || u32_at(8) != VERSION {
-        return None;
+    if u64_at(0) == MAGIC && u32_at(8) == VERSION {
+        return Header::Written(HeaderFacts {
+            owner_pid: u32_at(12),
+            pid_ns: u64_at(24),
+        });
     }
-    Some(HeaderFacts {
-        owner_pid: u32_at(12),
-        pid_ns: u64_at(24),
-    })
+    let old = file
+        .metadata()
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age > UNWRITTEN_AGE);
+    if b.iter().all(|&x| x == 0) && old {
+        Header::Abandoned
+    } else {
+        Header::Other
+    }
 }
 
 /// Removes every segment in `/dev/shm` left by a dead process of this pid
@@ -94,15 +128,16 @@ fn sweep_in(dir: &Path, my_ns: u64) -> Vec<String> {
         }
         let path = entry.path();
         match read_header(&path) {
-            Some(h) if h.owner_pid == pid && h.pid_ns == my_ns => {}
-            Some(_) => {
+            Header::Written(h) if h.owner_pid == pid && h.pid_ns == my_ns => {}
+            Header::Abandoned => {}
+            Header::Written(_) => {
                 tracing::debug!(
                     name,
                     "stale-looking segment of another pid namespace: left alone"
                 );
                 continue;
             }
-            None => {
+            Header::Other => {
                 tracing::debug!(
                     name,
                     "segment without a readable streamcomm header: left alone"
@@ -188,9 +223,36 @@ mod tests {
                 header(live, 7),
                 false,
             ),
+            // Never written (its creator died sizing it): old enough, gone.
+            (
+                format!("streamcomm-{dead}-00000000000000a6"),
+                vec![0u8; 4096],
+                true,
+            ),
+            // Never written, but new: its creator may be at work.
+            (
+                format!("streamcomm-{dead}-00000000000000a7"),
+                vec![0u8; 4096],
+                false,
+            ),
+            // Never written and old, but its pid lives.
+            (
+                format!("streamcomm-{live}-00000000000000a8"),
+                vec![0u8; 4096],
+                false,
+            ),
         ];
         for (name, bytes, _) in &files {
             std::fs::write(dir.join(name), bytes).unwrap();
+        }
+        let long_ago = std::time::SystemTime::now() - 2 * UNWRITTEN_AGE;
+        for suffix in ["a6", "a8"] {
+            let (name, ..) = files.iter().find(|f| f.0.ends_with(suffix)).unwrap();
+            let f = std::fs::File::options()
+                .write(true)
+                .open(dir.join(name))
+                .unwrap();
+            f.set_modified(long_ago).unwrap();
         }
         let removed = sweep_in(&dir, 7);
         for (name, _, gone) in &files {

@@ -117,7 +117,7 @@ pub(crate) fn poisoned<T: Num>(s: &Arc<CudaStream>, len: usize) -> CudaSlice<T> 
 }
 
 /// Every collective of one dtype on this rank; returns mismatches.
-fn collectives<T: Num>(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<String> {
+pub(crate) fn collectives<T: Num>(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<String> {
     const COUNT: usize = 4099;
     let comm = cuda.communicator();
     let (r, n) = (comm.rank(), comm.size());

@@ -11,3 +11,4 @@ mod harness;
 mod backend;
 mod failures;
 mod grouped;
+mod split;

@@ -211,7 +211,7 @@ fn child() {
         "kill" => {
             let delay = Duration::from_micros(var(DELAY_US).unwrap());
             if rank == victim {
-                die_after(delay);
+                die_after(delay, &dir);
             }
             let e = run_until_failure(&world, seed);
             let t0 = Instant::now();
@@ -228,15 +228,31 @@ fn child() {
                 "rank {rank}: shrink took {took:?}"
             );
             check_members(&alive, rank, &[victim], seed);
+            let since_kill = std::fs::read_to_string(dir.join("killed_at"))
+                .ok()
+                .and_then(|t| t.trim().parse::<u64>().ok())
+                .map(|t| Duration::from_micros(now_us().saturating_sub(t)));
+            let t1 = Instant::now();
+            drop(world);
+            let dropped = t1.elapsed();
+            eprintln!(
+                "rank {rank}: from the kill to a shrunk communicator that reduced right: {since_kill:?}; the failed parent dropped in {dropped:?}"
+            );
+            assert!(
+                dropped < Duration::from_secs(TIMEOUT_S),
+                "rank {rank}: dropping the failed parent took {dropped:?}"
+            );
+            streamcomm_testkit::child_ran();
+            return;
         }
         "double" => {
             let second = var(SECOND).unwrap() as usize;
             if rank == victim {
-                die_after(Duration::from_micros(var(DELAY_US).unwrap()));
+                die_after(Duration::from_micros(var(DELAY_US).unwrap()), &dir);
             }
             let e = run_until_failure(&world, seed);
             if rank == second {
-                die_after(Duration::from_micros(seed % 20_000));
+                die_after(Duration::from_micros(seed % 20_000), &dir);
             }
             // The second death may come after a shrink that kept it: then
             // the next collective fails, and the survivors shrink again.
@@ -265,10 +281,20 @@ fn child() {
     streamcomm_testkit::child_ran();
 }
 
-/// SIGKILLs this process after `delay`, from a thread of its own.
-fn die_after(delay: Duration) {
+/// Microseconds since the epoch: the clock every process here shares.
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// SIGKILLs this process after `delay`, from a thread of its own, noting
+/// the moment in `dir/killed_at`.
+fn die_after(delay: Duration, dir: &Path) {
+    let at = dir.join("killed_at");
     std::thread::spawn(move || {
         std::thread::sleep(delay);
+        let _ = std::fs::write(&at, now_us().to_string());
         // SAFETY: kill has no memory-safety preconditions.
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     });
