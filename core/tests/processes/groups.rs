@@ -138,7 +138,10 @@ fn mapped_shm_bytes() -> u64 {
 /// split is compared with. Shared memory only (the ids' roots listen on
 /// loopback).
 fn init_from_fresh_ids(world: &Communicator, tp_size: usize, split_took: Duration) {
-    if world.transport_to(1 - world.rank().min(1)) != Some(streamcomm::Transport::Shm) {
+    // Decided alike on every rank: one host, and shared memory between ranks.
+    if world.num_hosts() != 1
+        || world.transport_to(1 - world.rank().min(1)) != Some(streamcomm::Transport::Shm)
+    {
         return;
     }
     let (rank, n) = (world.rank(), world.size());

@@ -27,8 +27,8 @@
 //!   data.
 //!   - Shared memory: the request carries the sender's buffer address; the
 //!     receiver pulls the whole message straight into its buffer with one
-//!     cross-memory copy (`process_vm_readv`) and tells the sender, which
-//!     sends a done slot. The sending process never writes into the
+//!     cross-memory copy (`process_vm_readv`, on two threads from 4 MiB on)
+//!     and tells the sender, which sends a done slot. The sending process never writes into the
 //!     receiver's memory: a sender stopped after the grant and woken after
 //!     the receive failed (a rank shrunk away, then resumed) finds nothing
 //!     to write. Where the kernel refuses the copy (ptrace restrictions) or

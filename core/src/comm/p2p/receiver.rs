@@ -250,14 +250,13 @@ impl<'a> RecvOp<'a> {
                         match (source, front < total) {
                             (Some(src), true) => {
                                 let back = self.host_bytes(front..total, "a split rendezvous")?;
-                                let ok =
-                                    match cma::read_from(src.pid, src.addr + front as u64, back) {
-                                        Ok(()) => true,
-                                        Err(e) => {
-                                            self.state_of_comm.direct_refused(self.peer, &e);
-                                            false
-                                        }
-                                    };
+                                let ok = match cma::pull(src.pid, src.addr + front as u64, back) {
+                                    Ok(()) => true,
+                                    Err(e) => {
+                                        self.state_of_comm.direct_refused(self.peer, &e);
+                                        false
+                                    }
+                                };
                                 self.conn.recv.pulled(grant, ok);
                             }
                             // Pull-only without a source to pull from: the
