@@ -370,9 +370,7 @@ impl Communicator {
     /// # Errors
     /// The stored error if the communicator has failed.
     pub fn barrier(&self, stream: &HostStream) -> Result<()> {
-        if let Some(e) = self.inner.error() {
-            return Err(e);
-        }
+        self.inner.failure.check()?;
         stream.enqueue(barrier_task(&self.inner))
     }
 

@@ -102,9 +102,7 @@ impl Communicator {
         (dtype, count, op): (DataType, usize, ReduceOp),
         bufs: impl FnOnce(&Plan) -> Result<Buffers<'a>>,
     ) -> Result<()> {
-        if let Some(e) = self.inner.error() {
-            return Err(e);
-        }
+        self.inner.failure.check()?;
         let plan = self.inner.plan(collective, dtype, op, count)?;
         let mut bufs = bufs(&plan)?;
         let ticket = self.inner.turns.take();

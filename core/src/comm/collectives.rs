@@ -47,9 +47,7 @@ impl Communicator {
         count: usize,
         binding: Binding,
     ) -> Result<Arc<PlanTask>> {
-        if let Some(e) = self.inner.error() {
-            return Err(e);
-        }
+        self.inner.failure.check()?;
         let plan = self.inner.plan(collective, dtype, op, count)?;
         binding.check(&plan)?;
         Ok(Arc::new(PlanTask {

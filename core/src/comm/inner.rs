@@ -7,23 +7,24 @@
 //! this is whoever runs the stream (or calls `barrier_host`): shared memory is
 //! a direct transport and needs no proxy on its data path.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 
 use crate::comm::barrier::BarrierState;
 use crate::comm::buffer::Binding;
+use crate::comm::failure::{FailureState, Learned};
 use crate::comm::p2p::P2pState;
 use crate::comm::plan_cache::PlanCache;
 use crate::comm::recovery::RecoveryPoint;
 use crate::comm::turns::Turns;
 use crate::config::Config;
-use crate::engine::{Engine, FailureSink};
+use crate::engine::Engine;
 use crate::error::MismatchNote;
 use crate::host::JobMode;
 use crate::plan::{Buffers, Collective, Plan, PlanParams, Step, apply_step, signature};
 use crate::transport::fault::FaultInjector;
 use crate::transport::ring::RingError;
-use crate::transport::{Connection, Segment, raise_failure, record_mismatch};
+use crate::transport::{Connection, Segment};
 use crate::tuning::Selector;
 use crate::wait::{WaitError, WaitPolicy};
 use crate::{DataType, Error, ReduceOp, Result};
@@ -88,7 +89,8 @@ pub(crate) struct CommInner {
     pub segment: Arc<Segment>,
     pub turns: Turns,
     pub spin: u32,
-    error: Arc<Mutex<Option<Error>>>,
+    /// Who failed, how, and who learned it: the one failure record.
+    pub failure: Arc<FailureState>,
     /// Chooses each collective's algorithm (override or cost model).
     pub selector: Selector,
     /// The plans of recent calls, for the next call of the same shape.
@@ -111,7 +113,7 @@ impl CommInner {
         topology: Topology,
         engine: Engine,
         peers: Vec<Option<Connection>>,
-        error: Arc<Mutex<Option<Error>>>,
+        failure: Arc<FailureState>,
         segment: Arc<Segment>,
         spin: u32,
         barrier: BarrierState,
@@ -130,7 +132,7 @@ impl CommInner {
             segment,
             turns: Turns::default(),
             spin,
-            error,
+            failure,
             barrier,
             selector,
             plans: PlanCache::default(),
@@ -142,8 +144,7 @@ impl CommInner {
 
     /// The wait policy for every wait of this communicator.
     pub(crate) fn policy(&self) -> WaitPolicy<'_> {
-        let p = WaitPolicy::new(self.spin, self.config.timeout)
-            .with_abort(&self.segment.header().failed_by);
+        let p = WaitPolicy::new(self.spin, self.config.timeout).with_abort(self.failure.word());
         match &self.proxy_sleep {
             Some(hook) => p.with_on_sleep(&**hook),
             None => p,
@@ -172,52 +173,6 @@ impl CommInner {
             .plan(&self.selector, &params, collective, dtype, op, count)
     }
 
-    /// True once this communicator's failure word is raised: by this
-    /// rank's failure (after its error is stored), a peer's, or an abort.
-    /// One load, where [`CommInner::error`] takes a lock: for fast paths,
-    /// which then leave the error to the full path.
-    #[inline]
-    pub(crate) fn failure_raised(&self) -> bool {
-        self.segment.header().failed_by.load(Ordering::Acquire) != 0
-    }
-
-    /// The stored error, if the communicator has failed.
-    pub(crate) fn error(&self) -> Option<Error> {
-        self.error.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// Stores the first error and tells every peer, so that their waits end
-    /// now instead of at their timeout.
-    pub(crate) fn fail(&self, e: &Error) {
-        {
-            let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
-            if slot.is_none() {
-                tracing::warn!(rank = self.rank, error = %e, "communicator failed");
-                *slot = Some(e.clone());
-            }
-        }
-        // Peers are told who is at fault, not who noticed.
-        self.tell(e.culprit().unwrap_or(self.rank), note_to_tell(e));
-    }
-
-    /// Tells every peer (and this rank's own waits) that `culprit` made the
-    /// communicator fail, with the mismatch record `note` (written before
-    /// the failure words are raised, so that a rank woken by one finds it).
-    fn tell(&self, culprit: usize, note: Option<MismatchNote>) {
-        let peers = || self.peers.iter().flatten().filter_map(|c| c.peer_segment());
-        if let Some(note) = note {
-            record_mismatch(self.segment.header(), note);
-            for seg in peers() {
-                record_mismatch(seg.header(), note);
-            }
-        }
-        raise_failure(self.segment.header(), culprit);
-        for seg in peers() {
-            raise_failure(seg.header(), culprit);
-        }
-        self.engine.handle().notify_abort(culprit, note);
-    }
-
     /// The error of a slot from `peer` signed `theirs` where this rank's call
     /// is signed `ours`: the record is told to every rank at once, then the
     /// culprit is named from every record known (see `comm::mismatch`).
@@ -228,7 +183,7 @@ impl CommInner {
             witness: self.rank,
             witness_sig: ours,
         };
-        self.tell(peer, Some(note));
+        self.failure.mismatched(note);
         self.mismatch_error(what, Some(ours))
             .unwrap_or_else(|| signature::mismatch_error(what, self.rank, note, Some(ours), false))
     }
@@ -250,19 +205,19 @@ impl CommInner {
                 "its turn on the communicator (an earlier operation has not finished)".into(),
                 None,
             );
-            self.fail(&e);
+            self.failure.fail(&e, Learned::Call);
             return Err(e);
         }
         if crate::host::stream::on_worker_thread() {
             self.topology.core_binding.apply_here();
         }
-        let result = match (mode, self.error()) {
+        let result = match (mode, self.failure.error()) {
             (JobMode::Skip, _) => Ok(()),
             (JobMode::Run, Some(e)) => Err(e),
             (JobMode::Run, None) => f(self),
         };
         if let Err(e) = &result {
-            self.fail(e);
+            self.failure.fail(e, Learned::Call);
         }
         self.turns.done(ticket);
         result
@@ -463,7 +418,7 @@ impl CommInner {
                 waited_ms: d.as_millis() as u64,
             },
             WaitError::Aborted => {
-                let stored = self.error();
+                let stored = self.failure.error();
                 if let Some(e) = stored.as_ref().filter(|e| !matches!(e, Error::Mismatch(_))) {
                     return e.clone();
                 }
@@ -473,13 +428,12 @@ impl CommInner {
                 if let Some(e) = stored {
                     return e;
                 }
-                let by = self.segment.header().failed_by.load(Ordering::Acquire);
-                match by.checked_sub(1) {
-                    Some(r) if r as usize == self.rank => Error::Aborted(format!(
+                match self.failure.raised_by() {
+                    Some(r) if r == self.rank => Error::Aborted(format!(
                         "{what}: the communicator was aborted, naming this rank as the one at fault (e.g. a call that did not match its peers')"
                     )),
                     Some(r) => Error::RemoteFailed {
-                        peer: r as usize,
+                        peer: r,
                         op: what.to_string(),
                         cause: "it failed, and the communicator was aborted".into(),
                     },
@@ -496,7 +450,7 @@ impl Drop for CommInner {
     fn drop(&mut self) {
         // Leaving cleanly: peers still finishing their last operation must
         // not take this process's exit for a crash (their watchdogs check).
-        if !std::thread::panicking() && self.error().is_none() {
+        if !std::thread::panicking() && self.failure.error().is_none() {
             self.segment.header().departed.store(1, Ordering::Release);
         }
     }
@@ -508,80 +462,4 @@ pub(crate) fn departed(comm: &CommInner, peer: usize) -> bool {
         .ok()
         .and_then(|c| c.peer_segment())
         .is_some_and(|s| s.header().departed.load(Ordering::Acquire) == 1)
-}
-
-/// Where the progress engine reports a failure: the communicator's error
-/// slot and the failure words of every segment this rank can reach.
-pub(crate) struct CommFailure {
-    pub rank: usize,
-    pub error: Arc<Mutex<Option<Error>>>,
-    pub segments: Vec<Arc<Segment>>,
-}
-
-impl CommFailure {
-    /// The sink of `rank`, whose failures raise the failure word of its own
-    /// `segment` and of every peer's segment in `peers`.
-    pub(crate) fn new(rank: usize, segment: &Arc<Segment>, peers: &[Option<Connection>]) -> Self {
-        let mut segments = vec![segment.clone()];
-        segments.extend(
-            peers
-                .iter()
-                .flatten()
-                .filter_map(|c| c.peer_segment().cloned()),
-        );
-        CommFailure {
-            rank,
-            error: Arc::new(Mutex::new(None)),
-            segments,
-        }
-    }
-}
-
-impl FailureSink for CommFailure {
-    fn fail(&self, error: Error) {
-        let culprit = error.culprit().unwrap_or(self.rank);
-        if let Some(note) = error.mismatch_note() {
-            // A peer's record (over tcp): every wait woken builds its own
-            // error from the records, with its own call.
-            for seg in &self.segments {
-                record_mismatch(seg.header(), note);
-            }
-            for seg in &self.segments {
-                raise_failure(seg.header(), culprit);
-            }
-            return;
-        }
-        {
-            let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
-            if slot.is_none() {
-                tracing::warn!(rank = self.rank, error = %error, "communicator failed");
-                *slot = Some(error);
-            }
-        }
-        for seg in &self.segments {
-            raise_failure(seg.header(), culprit);
-        }
-    }
-}
-
-/// The mismatch record this rank tells its peers for `e`: its own call
-/// compared with the culprit's when it made one that differs (a third call
-/// for the two ranks of the record it was woken by, which over tcp hear no
-/// other), else the record `e` tells.
-fn note_to_tell(e: &Error) -> Option<MismatchNote> {
-    let note = e.mismatch_note()?;
-    if let Error::Mismatch(m) = e {
-        if let Some(ours) = m.ours.as_ref() {
-            let outside = m.rank != m.culprit && m.rank != m.witness;
-            if outside && ours.sig != m.culprit_call.sig {
-                return Some(MismatchNote {
-                    suspect: m.culprit,
-                    suspect_sig: m.culprit_call.sig,
-                    witness: m.rank,
-                    witness_sig: ours.sig,
-                });
-            }
-        }
-    }
-    Some(note)
 }

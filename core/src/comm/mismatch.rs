@@ -22,7 +22,7 @@ use super::inner::CommInner;
 use crate::Error;
 use crate::error::MismatchNote;
 use crate::plan::signature;
-use crate::transport::{mismatches, record_mismatch};
+use crate::transport::mismatches;
 
 /// How long a rank whose records cannot name the culprit waits for more
 /// (unless they already hold every rank's call: then none can come).
@@ -146,12 +146,7 @@ impl CommInner {
             }
         }
         for note in mine {
-            record_mismatch(self.segment.header(), note);
-            for c in self.peers.iter().flatten() {
-                if let Some(seg) = c.peer_segment() {
-                    record_mismatch(seg.header(), note);
-                }
-            }
+            self.failure.record_everywhere(note);
         }
     }
 }

@@ -21,6 +21,7 @@ mod child;
 mod collectives;
 mod create;
 mod endpoint;
+pub(crate) mod failure;
 pub(crate) mod inner;
 mod mismatch;
 pub mod p2p;
@@ -33,7 +34,6 @@ pub(crate) mod task;
 mod turns;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 pub(crate) use buffer::Binding;
 pub use buffer::{AsBufView, BufView, UntypedBuffer};
@@ -44,6 +44,7 @@ pub use p2p::{Group, P2pStats};
 use crate::bootstrap::UniqueId;
 use crate::config::Config;
 use crate::{Error, Result};
+use failure::Learned;
 use inner::CommInner;
 
 /// A group of ranks that run collectives together.
@@ -339,16 +340,11 @@ impl Communicator {
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn async_error(&self) -> Option<Error> {
-        if let Some(e) = self.inner.error() {
+        let failure = &self.inner.failure;
+        if let Some(e) = failure.error() {
             return Some(e);
         }
-        let raised = self
-            .inner
-            .segment
-            .header()
-            .failed_by
-            .load(Ordering::Acquire);
-        if raised == 0 {
+        if !failure.raised() {
             return None;
         }
         let e = self.inner.wait_error(
@@ -357,8 +353,8 @@ impl Communicator {
             "nothing (the rank was idle)".into(),
             None,
         );
-        self.inner.fail(&e);
-        self.inner.error()
+        failure.fail(&e, Learned::FailureWord);
+        failure.error()
     }
 
     /// Fails the communicator from any thread: pending and later operations
@@ -381,6 +377,7 @@ impl Communicator {
     /// ```
     pub fn abort(&self) {
         self.inner
-            .fail(&Error::Aborted("abort() was called".into()));
+            .failure
+            .fail(&Error::Aborted("abort() was called".into()), Learned::Abort);
     }
 }

@@ -15,6 +15,7 @@ use std::sync::Weak;
 use std::time::Duration;
 
 use crate::Error;
+use crate::comm::failure::Learned;
 use crate::comm::inner::CommInner;
 use crate::engine::{Periodic, Source};
 
@@ -39,18 +40,21 @@ fn look(comm: &Weak<CommInner>, peers: &[(usize, u32)]) -> bool {
     let Some(comm) = comm.upgrade() else {
         return false;
     };
-    if comm.error().is_some() {
+    if comm.failure.error().is_some() {
         return false;
     }
     // A peer that dropped its communicator cleanly may exit while this rank
     // finishes its own last operation: not a failure.
     let dead = |&&(peer, pid): &&(usize, u32)| peer_gone(&comm, peer, pid);
     if let Some(&(peer, pid)) = peers.iter().find(dead) {
-        comm.fail(&Error::RemoteFailed {
-            peer,
-            op: "communicator".into(),
-            cause: format!("its process {pid} has exited"),
-        });
+        comm.failure.fail(
+            &Error::RemoteFailed {
+                peer,
+                op: "communicator".into(),
+                cause: format!("its process {pid} has exited"),
+            },
+            Learned::PeerWatch,
+        );
         return false;
     }
     true

@@ -107,9 +107,7 @@ impl Communicator {
     /// this communicator in its order of operations, signed as a split.
     fn exchange(&self, mine: &[u64]) -> Result<Vec<u64>> {
         let inner = &self.inner;
-        if let Some(e) = inner.error() {
-            return Err(e);
-        }
+        inner.failure.check()?;
         let params = PlanParams {
             rank: inner.rank,
             nranks: inner.size,

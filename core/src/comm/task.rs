@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::Error;
 use crate::comm::buffer::Binding;
+use crate::comm::failure::Learned;
 use crate::comm::inner::CommInner;
 use crate::config::Progress;
 use crate::host::{Doorbell, Job, JobMode, Task, WaitCmp};
@@ -68,7 +69,7 @@ impl Task for ProxyBarrierTask {
                 bell.store(if r.is_ok() { 1 } else { Doorbell::POISON });
             }));
             if let Err(e) = posted {
-                comm.fail(&e);
+                comm.failure.fail(&e, Learned::Call);
                 return Err(e);
             }
             // Wait(release == 1), then reset to 0 (the consumer resets).
@@ -82,6 +83,7 @@ impl Task for ProxyBarrierTask {
                 Err(None) => {
                     release.store(0);
                     Err(comm
+                        .failure
                         .error()
                         .unwrap_or_else(|| Error::Aborted("barrier released with an error".into())))
                 }

@@ -522,10 +522,13 @@ impl Drop for CudaComm {
             // it gone, and their device waits never time out. Fail the
             // communicator: the failure word reaches every peer, whose
             // watchdog then releases its stream with the error.
-            self.comm.inner.fail(&Error::Aborted(format!(
-                "rank {}'s thread panicked while it held its CudaComm",
-                self.comm.rank()
-            )));
+            self.comm.inner.failure.fail(
+                &Error::Aborted(format!(
+                    "rank {}'s thread panicked while it held its CudaComm",
+                    self.comm.rank()
+                )),
+                crate::comm::failure::Learned::Call,
+            );
         }
         let _ = self.shared.runner.drain();
         // Relaxed capture mode: another thread's global capture must not

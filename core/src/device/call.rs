@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::device_queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
 use super::pool::{DeviceShared, Pool};
 use super::runner::Runner;
+use crate::comm::failure::Learned;
 use crate::comm::inner::CommInner;
 use crate::comm::p2p::{Dir, GroupMemory};
 use crate::comm::{Binding, BufView, Communicator};
@@ -235,9 +236,7 @@ impl Communicator {
         call: &DeviceCall,
     ) -> Result<()> {
         queue.bury(&shared.graveyard);
-        if let Some(e) = self.inner.error() {
-            return Err(e);
-        }
+        self.inner.failure.check()?;
         if let Some(direct) = shared.direct.get() {
             if self.enqueue_direct(queue, direct, &shared.graveyard, call)? {
                 return Ok(());
@@ -350,7 +349,7 @@ impl Communicator {
             // Part of the operation may be on the stream: this rank's place
             // in the communicator's sequence is no longer known, so fail it
             // (peers then stop waiting for it) rather than drift.
-            self.inner.fail(e);
+            self.inner.failure.fail(e, Learned::Call);
         }
         let owner = Box::new(Resources {
             callback: Some(callback),
@@ -373,9 +372,7 @@ impl Communicator {
         call: &DeviceCall,
     ) -> Result<(Arc<dyn Task>, Vec<Stage<Q::Staging>>)> {
         if call.collective == Collective::Barrier {
-            if let Some(e) = self.inner.error() {
-                return Err(e);
-            }
+            self.inner.failure.check()?;
             return Ok((crate::comm::task::barrier_task(&self.inner), Vec::new()));
         }
         let (size, rank, dsize) = (self.size(), self.rank(), call.dtype.size());
@@ -478,7 +475,7 @@ fn hand_over<G: CompletionSignal>(
         result
     });
     if let Err(e) = runner.submit(wrapped) {
-        comm.fail(&e);
+        comm.failure.fail(&e, Learned::Call);
         signal.raise();
     }
 }

@@ -26,7 +26,8 @@ mod prepare;
 
 use std::sync::Arc;
 
-use super::inner::{CommFailure, CommInner};
+use super::failure::FailureState;
+use super::inner::CommInner;
 use super::peer_watch::peer_watch;
 use super::recovery::RecoveryPoint;
 use crate::Result;
@@ -49,7 +50,12 @@ pub(crate) fn create(
     let links = connect::connect(&mut local, &endpoints, id, engine.handle().kick())?;
     let agreed = agree::agree(&local, &endpoints, &links.peers)?;
     let segment = Arc::new(local.segment);
-    let sink = CommFailure::new(rank, &segment, &links.peers);
+    let failure = Arc::new(FailureState::new(
+        rank,
+        &segment,
+        &links.peers,
+        engine.handle().clone(),
+    ));
     let mut sources = links.sources;
     crate::wait::note_local_ranks(agreed.topology.local_ranks);
     let spin = spin_budget(local.config.spin, agreed.topology.local_ranks);
@@ -61,7 +67,7 @@ pub(crate) fn create(
         agreed.topology,
         engine,
         links.peers,
-        sink.error.clone(),
+        failure.clone(),
         segment,
         spin,
         agreed.barrier,
@@ -89,7 +95,7 @@ pub(crate) fn create(
     // One thread for everything off the callers' threads, started now if
     // there are sources (proxied transports, the watch), else by the first
     // job (a barrier run off-stream, the CUDA backend's host side).
-    inner.engine.start(rank, sources, Arc::new(sink))?;
+    inner.engine.start(rank, sources, failure)?;
     tracing::debug!(rank, size, cpu = ?core.cpu(), "communicator ready");
     Ok(inner)
 }

@@ -56,7 +56,7 @@ impl Communicator {
         let inner = &*self.inner;
         // A failed communicator (this rank's failure, a peer's, an abort)
         // has its failure word raised: the full path reports the error.
-        if peer == inner.rank || inner.failure_raised() {
+        if peer == inner.rank || inner.failure.raised() {
             return Err(Now::NotTried);
         }
         let conn = inner.connection(peer).map_err(|_| Now::NotTried)?;

@@ -325,9 +325,7 @@ impl Communicator {
         stream: &HostStream,
         f: impl FnOnce(&mut Group<'_>) -> Result<R>,
     ) -> Result<R> {
-        if let Some(e) = self.inner.error() {
-            return Err(e);
-        }
+        self.inner.failure.check()?;
         let mut g = Group {
             comm: self,
             spec: GroupSpec::new(name.to_string(), self.inner.rank, self.inner.size),
@@ -363,9 +361,7 @@ impl Communicator {
         ops: &[(Dir, usize, GroupMemory)],
         rdma_rendezvous: bool,
     ) -> Result<Option<Arc<dyn Task>>> {
-        if let Some(e) = self.inner.error() {
-            return Err(e);
-        }
+        self.inner.failure.check()?;
         let name = match ops {
             [] => return Ok(None),
             [(Dir::Send, ..)] => "send",
@@ -489,9 +485,7 @@ impl Communicator {
         ticket: Option<u64>,
     ) -> Result<()> {
         let spec = (|| {
-            if let Some(e) = self.inner.error() {
-                return Err(e);
-            }
+            self.inner.failure.check()?;
             let mut spec = GroupSpec::new(name, self.inner.rank, self.inner.size);
             spec.push(dir, peer, v, 0, v.len())?;
             spec.check()?;

@@ -173,10 +173,12 @@ impl Communicator {
             tracing::debug!(attempt, ?members, "shrink: membership decided");
             match child::join(inner, &id, &members) {
                 Ok(c) => {
+                    let since_failure = inner.failure.failure().map(|f| f.at.elapsed());
                     tracing::info!(
                         rank = inner.rank,
                         size = members.len(),
                         took_ms = started.elapsed().as_millis() as u64,
+                        ?since_failure,
                         "shrink: new communicator"
                     );
                     return Ok(c);

@@ -10,6 +10,7 @@ use super::patience;
 use super::wire::{Frame, Kind};
 use crate::bootstrap::UniqueId;
 use crate::comm::child;
+use crate::comm::failure::Learned;
 use crate::comm::inner::CommInner;
 use crate::{Error, Result};
 
@@ -31,6 +32,12 @@ pub(super) fn negotiate(
     excluded: &BTreeSet<usize>,
 ) -> Result<(Vec<usize>, UniqueId)> {
     let mut dead: BTreeSet<usize> = excluded.clone();
+    // A peer whose process the watch saw exit is not tried.
+    if let Some(f) = inner.failure.failure() {
+        if f.learned == Learned::PeerWatch && f.culprit != inner.rank {
+            dead.insert(f.culprit);
+        }
+    }
     for c in 0..inner.size {
         if dead.contains(&c) {
             continue;

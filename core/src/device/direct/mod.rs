@@ -44,6 +44,7 @@ use std::time::Duration;
 use super::DeviceCall;
 use super::device_queue::DeviceQueue;
 use super::runner::Graveyard;
+use crate::comm::failure::Learned;
 use crate::{Communicator, Result};
 use steps::{Step, direct_steps};
 use window::{WindowDevice, Windows};
@@ -100,7 +101,7 @@ impl Communicator {
         if let Err(e) = &result {
             // Part of the call may be on the stream: the peers' flag rounds
             // no longer line up with this rank's, so fail rather than drift.
-            self.inner.fail(e);
+            self.inner.failure.fail(e, Learned::Call);
         }
         let kept = queue.enqueue_keep(Box::new(w.clone()), graveyard);
         result.and(kept).map(|()| true)

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use super::window::Windows;
+use crate::comm::failure::Learned;
 use crate::comm::inner::CommInner;
 use crate::device::DevAddr;
 use crate::engine::Periodic;
@@ -97,11 +98,14 @@ fn look(comm: &Communicator, w: &Watch) {
         let dead =
             (0..windows.size()).find(|&p| p != windows.rank() && !(w.alive)(p, windows.pids()[p]));
         let Some(peer) = dead else { return };
-        comm.inner.fail(&Error::RemoteFailed {
-            peer,
-            op: "a direct-path device operation".into(),
-            cause: format!("process {} exited", windows.pids()[peer]),
-        });
+        comm.inner.failure.fail(
+            &Error::RemoteFailed {
+                peer,
+                op: "a direct-path device operation".into(),
+                cause: format!("process {} exited", windows.pids()[peer]),
+            },
+            Learned::PeerWatch,
+        );
     }
     (w.rescue)(&windows.own_flags());
 }
