@@ -2,8 +2,8 @@
 //! `scripts/verbs-check.sh`), every collective over verbs with 2 and 4
 //! ranks, every barrier algorithm with 2 and 4 ranks, point-to-point (eager
 //! and rendezvous sizes, a group ring exchange, many small messages) with 2
-//! and 4 ranks, an abort that reaches the peers and a SIGKILLed peer process
-//! that the others report.
+//! and 4 ranks, an abort that reaches the peers, a SIGKILLed peer process
+//! that the others report, and groups split and shrunk over verbs.
 //! Where none is (this host), each test says `SKIPPED`; what a host
 //! without a device does is tested in `features/main.rs`.
 
@@ -320,6 +320,49 @@ fn an_abort_reaches_verbs_peers_instead_of_a_timeout() {
             Ok(()) => panic!("rank {rank}: the receive from an aborted rank succeeded"),
         }
     }
+}
+
+/// Split and shrink over verbs: 4 ranks split into two groups of 2 whose
+/// connections are verbs too, each group all-reduces fresh data (checked
+/// against an f64 reference); then rank 3 leaves and the others shrink the
+/// world without it, and all-reduce on the 3 ranks.
+#[test]
+fn split_and_shrink_over_verbs() {
+    if !rdma_here() {
+        streamcomm_testkit::skip(
+            "verbs::split_and_shrink_over_verbs",
+            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
+        );
+        return;
+    }
+    let seed = streamcomm_testkit::seed();
+    let value = move |r: usize, i: usize| ((seed ^ (r as u64) << 32 ^ i as u64) % 1009) as f64;
+    let checked = move |comm: &Communicator, members: &[usize], me: usize| {
+        let mut x: Vec<f64> = (0..3000).map(|i| value(me, i)).collect();
+        comm.all_reduce_in_place_host(&mut x, ReduceOp::Sum)
+            .unwrap();
+        for (i, got) in x.iter().enumerate() {
+            let want: f64 = members.iter().map(|&m| value(m, i)).sum();
+            assert_eq!(*got, want, "rank {me}, group {members:?}, element {i}");
+        }
+    };
+    harness::run_threads(4, verbs_config(), Duration::from_secs(100), move |world| {
+        let me = world.rank();
+        let group = world
+            .split(Some((me % 2) as u32), 0)
+            .unwrap()
+            .expect("a colour");
+        let members: Vec<usize> = (0..4).filter(|r| r % 2 == me % 2).collect();
+        assert_eq!(group.transport_to(1 - group.rank()), Some(Transport::Verbs));
+        checked(&group, &members, me);
+        world.barrier_host().unwrap();
+        if me == 3 {
+            return;
+        }
+        let rest = world.shrink_excluding(&[3]).unwrap();
+        assert_eq!((rest.rank(), rest.size()), (me, 3));
+        checked(&rest, &[0, 1, 2], me);
+    });
 }
 
 const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";
