@@ -17,7 +17,6 @@
 
 use std::process::ExitCode;
 
-use rand::{Rng, SeedableRng};
 use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::{Communicator, ReduceOp};
 
@@ -41,23 +40,6 @@ fn main() -> ExitCode {
         ),
         Err(code) => code,
     }
-}
-
-/// The data set: `SAMPLES` rows of features with targets from a fixed
-/// linear model plus a little noise; the same on every rank.
-fn data_set() -> (Vec<[f32; FEATURES]>, Vec<f32>) {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(SEED);
-    let truth: Vec<f32> = (0..=FEATURES).map(|_| rng.gen_range(-2.0..2.0)).collect();
-    let mut xs = Vec::with_capacity(SAMPLES);
-    let mut ys = Vec::with_capacity(SAMPLES);
-    for _ in 0..SAMPLES {
-        let mut x = [0f32; FEATURES];
-        x.iter_mut().for_each(|v| *v = rng.gen_range(-1.0..1.0));
-        let y = predict(&truth, &x) + rng.gen_range(-0.01..0.01);
-        xs.push(x);
-        ys.push(y);
-    }
-    (xs, ys)
 }
 
 /// `w · x + bias` (the bias is the last weight).
@@ -87,7 +69,7 @@ fn run_rank() -> Result<(), Box<dyn std::error::Error>> {
     if SAMPLES % size != 0 {
         return Err(format!("{SAMPLES} samples do not split evenly between {size} ranks").into());
     }
-    let (xs, ys) = data_set();
+    let (xs, ys) = streamcomm_examples::linear_data::<FEATURES>(SEED, SAMPLES);
     let shard = SAMPLES / size;
     let (xs, ys) = (&xs[rank * shard..][..shard], &ys[rank * shard..][..shard]);
     let mut w = vec![0f32; FEATURES + 1];

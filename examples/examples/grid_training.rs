@@ -25,7 +25,6 @@
 
 use std::process::ExitCode;
 
-use rand::{Rng, SeedableRng};
 use streamcomm::{Communicator, ReduceOp};
 
 /// Tensor-parallel ranks per replica.
@@ -51,23 +50,6 @@ fn main() -> ExitCode {
         ),
         Err(code) => code,
     }
-}
-
-/// The data set: `SAMPLES` rows with targets from a fixed linear model plus
-/// a little noise; the same on every rank.
-fn data_set() -> (Vec<[f32; FEATURES]>, Vec<f32>) {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(SEED);
-    let truth: Vec<f32> = (0..=FEATURES).map(|_| rng.gen_range(-2.0..2.0)).collect();
-    let mut xs = Vec::with_capacity(SAMPLES);
-    let mut ys = Vec::with_capacity(SAMPLES);
-    for _ in 0..SAMPLES {
-        let mut x = [0f32; FEATURES];
-        x.iter_mut().for_each(|v| *v = rng.gen_range(-1.0..1.0));
-        let y = x.iter().zip(&truth).map(|(a, b)| a * b).sum::<f32>() + truth[FEATURES];
-        xs.push(x);
-        ys.push(y + rng.gen_range(-0.01..0.01));
-    }
-    (xs, ys)
 }
 
 /// `--kill R@S`: the rank to kill and the step to kill it at.
@@ -205,7 +187,7 @@ fn run_rank() -> Result<(), Box<dyn std::error::Error>> {
     let kill = kill_arg()?;
     let mut world = Communicator::from_env()?;
     let me = world.rank();
-    let (xs, ys) = data_set();
+    let (xs, ys) = streamcomm_examples::linear_data::<FEATURES>(SEED, SAMPLES);
     let mut grid_now = grid(&world)?;
     if let Some(g) = &grid_now {
         if world.rank() == 0 {

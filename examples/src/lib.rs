@@ -95,3 +95,30 @@ pub fn launch_self(name: &str, ranks: usize, how: &str) -> ExitCode {
         }
     }
 }
+
+/// A data set for a linear model, the same on every rank for a given
+/// `seed`: `samples` rows of `F` features in [-1, 1), with targets from a
+/// fixed random model (`F` weights and a bias in [-2, 2)) plus noise of at
+/// most 0.01.
+///
+/// # Examples
+/// ```
+/// let (xs, ys) = streamcomm_examples::linear_data::<4>(7, 100);
+/// assert_eq!((xs.len(), ys.len()), (100, 100));
+/// assert_eq!(streamcomm_examples::linear_data::<4>(7, 100).1, ys);
+/// ```
+pub fn linear_data<const F: usize>(seed: u64, samples: usize) -> (Vec<[f32; F]>, Vec<f32>) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let truth: Vec<f32> = (0..=F).map(|_| rng.gen_range(-2.0..2.0)).collect();
+    let mut xs = Vec::with_capacity(samples);
+    let mut ys = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let mut x = [0f32; F];
+        x.iter_mut().for_each(|v| *v = rng.gen_range(-1.0..1.0));
+        let y = x.iter().zip(&truth).map(|(a, b)| a * b).sum::<f32>() + truth[F];
+        xs.push(x);
+        ys.push(y + rng.gen_range(-0.01..0.01));
+    }
+    (xs, ys)
+}
