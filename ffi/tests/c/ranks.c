@@ -22,40 +22,8 @@
 #include <unistd.h>
 
 #include "streamcomm.h"
+#include "check.h"
 
-static int g_rank = -1;
-
-#define CHECK(call)                                                                       \
-  do {                                                                                    \
-    streamcomm_result_t rc_ = (call);                                                     \
-    if (rc_ != STREAMCOMM_SUCCESS) {                                                      \
-      fprintf(stderr, "rank %d: %s failed: %s (%d): %s\n", g_rank, #call,                 \
-              streamcomm_error_string(rc_), (int)rc_, streamcomm_last_error());           \
-      exit(1);                                                                            \
-    }                                                                                     \
-  } while (0)
-
-#define EXPECT(cond, ...)                                                                 \
-  do {                                                                                    \
-    if (!(cond)) {                                                                        \
-      fprintf(stderr, "rank %d: check failed: %s: ", g_rank, #cond);                      \
-      fprintf(stderr, __VA_ARGS__);                                                       \
-      fprintf(stderr, "\n");                                                              \
-      exit(1);                                                                            \
-    }                                                                                     \
-  } while (0)
-
-/* splitmix64: the value every rank computes for (seed, rank, index, salt). */
-static uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-static uint64_t g_seed;
-static uint64_t value(int rank, size_t i, uint64_t salt) {
-  return mix(g_seed ^ mix(((uint64_t)rank << 48) ^ (uint64_t)i ^ (salt << 40)));
-}
 /* A double in [-1, 1). */
 static double dvalue(int rank, size_t i, uint64_t salt) {
   return (double)(value(rank, i, salt) >> 11) / 4503599627370496.0 - 1.0;
