@@ -151,6 +151,12 @@ fn coordinate(
                 let _ = Frame::bare(Kind::Refuse, inner.rank).send(&mut s, &rp.secret);
                 continue;
             }
+            // A join left in the backlog by an earlier attempt, whose
+            // sender has closed it (a rank holds one join open at a time):
+            // the live one is kept, whichever came first.
+            if closed(&mut s) || joined.get_mut(&f.rank).is_some_and(|old| !closed(old)) {
+                continue;
+            }
             if Frame::bare(Kind::Ack, inner.rank)
                 .send(&mut s, &rp.secret)
                 .is_ok()
