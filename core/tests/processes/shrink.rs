@@ -3,7 +3,8 @@
 //! their communicator to the 3 ranks alive: all the same membership, in
 //! time, and the collectives after it right. Also: a second death during
 //! the shrink; a stopped (SIGSTOP) rank left out after the timeout, whose
-//! waking (SIGCONT) leaves the survivors' memory untouched; shrink over tcp.
+//! waking (SIGCONT) leaves the survivors' memory untouched; shrink over tcp,
+//! on loopback and across network namespaces.
 //!
 //! The ranks run under the launcher with `keep_going`, so the survivors run
 //! on; the job's outcome still names the killed rank.
@@ -11,6 +12,8 @@
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use crate::netns;
 
 use rand::{Rng, SeedableRng};
 use streamcomm::host::{HostBuffer, HostStream};
@@ -130,6 +133,91 @@ fn survivors_shrink_after_a_random_rank_is_killed() {
 #[test]
 fn survivors_shrink_over_tcp() {
     kill_trials(4, "tcp");
+}
+
+/// Two pretend hosts (network namespaces), 2 ranks each: shared memory
+/// inside a host, tcp between them, and the survivors meet across hosts.
+/// Rank 0 (whose host's launcher serves the bootstrap root) dies in one
+/// trial, rank 3 (on the other host) in the other.
+#[test]
+fn survivors_shrink_across_network_namespaces() {
+    if !netns::ready_or_skip("shrink::survivors_shrink_across_network_namespaces") {
+        return;
+    }
+    let net = netns::Netns::up(2).unwrap_or_else(|e| panic!("{e}"));
+    let exe = std::env::current_exe().unwrap();
+    let exe = exe.to_str().unwrap().to_string();
+    let seed = streamcomm_testkit::seed();
+    let dir = TempDir::new("kill-netns");
+    for (trial, victim) in [0usize, 3].into_iter().enumerate() {
+        let proof = streamcomm_testkit::ChildProof::new("shrink across namespaces");
+        let (proof_key, proof_dir) = proof.env();
+        let port = crate::common::unused_port().to_string();
+        let env = [
+            (proof_key, proof_dir),
+            (SCENARIO, "kill".to_string()),
+            (VICTIM, victim.to_string()),
+            (DELAY_US, (100_000 + 50_000 * trial).to_string()),
+            (SEED, (seed ^ trial as u64).to_string()),
+            (DIR, dir.to_string_lossy().into_owned()),
+            ("STREAMCOMM_TIMEOUT", TIMEOUT_S.to_string()),
+            (
+                "STREAMCOMM_SECRET",
+                "0123456789abcdef0123456789abcdef".to_string(),
+            ),
+        ];
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let child_args = streamcomm_testkit::child_args!("child");
+        let out = net
+            .run_launchers(
+                2,
+                &|i| {
+                    let mut words: Vec<String> = [
+                        "--keep-going",
+                        "--nnodes",
+                        "2",
+                        "--node-rank",
+                        &i.to_string(),
+                        "--master-addr",
+                        &netns::host_addr(0).to_string(),
+                        "--master-port",
+                        &port,
+                        "-n",
+                        "2",
+                        "--",
+                        &exe,
+                    ]
+                    .map(String::from)
+                    .to_vec();
+                    words.extend(child_args.iter().cloned());
+                    words
+                },
+                &env,
+                Duration::from_secs(60),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        let what = format!("trial {trial}: rank {victim} killed across namespaces");
+        let stderr = netns::text(&out.stderr);
+        for line in stderr
+            .lines()
+            .filter(|l| l.contains("shrunk") || l.contains("from the kill"))
+        {
+            eprintln!("{what}: {line}");
+        }
+        assert_eq!(
+            out.status.code(),
+            Some(128 + libc::SIGKILL),
+            "{what}: the victim's launcher reports it\n{}\n{}",
+            netns::text(&out.stdout),
+            netns::text(&out.stderr)
+        );
+        assert_eq!(
+            proof.count(),
+            N - 1,
+            "{what}: every survivor finishes\n{}",
+            netns::text(&out.stderr)
+        );
+    }
 }
 
 #[test]
