@@ -381,6 +381,42 @@ fn a_receive_buffer_too_small_names_both_sizes() {
     }
 }
 
+/// A receive of another element type fails on the receiver, naming both
+/// calls, whether the message is eager or rendezvous (5,000 f32 sent, and
+/// received as i32: the same bytes, above the eager limit), over shared
+/// memory and tcp; the receive buffer keeps its poison.
+#[test]
+fn a_receive_of_another_type_is_a_mismatch_eager_or_rendezvous() {
+    for transport in [Transport::Shm, Transport::Tcp] {
+        for len in [10usize, 5000] {
+            let results =
+                harness::run_threads(2, config(transport), Duration::from_secs(60), move |comm| {
+                    let stream = HostStream::new().unwrap();
+                    if comm.rank() == 0 {
+                        let r = comm
+                            .send(&HostBuffer::from_slice(&vec![1.5f32; len]), 1, &stream)
+                            .and_then(|()| stream.synchronize());
+                        return (r.err().map(|e| e.to_string()), true);
+                    }
+                    let mut buf = HostBuffer::from_slice(&vec![-7i32; len]);
+                    let r = comm
+                        .recv(&mut buf, 0, &stream)
+                        .and_then(|()| stream.synchronize());
+                    let poisoned = buf.to_vec().iter().all(|&x| x == -7);
+                    (r.err().map(|e| e.to_string()), poisoned)
+                });
+            let what = format!("{len} f32 received as i32 over {transport:?}");
+            let (recv_err, poisoned) = results[1].clone();
+            let recv_err = recv_err.unwrap_or_else(|| panic!("{what}: the receive must fail"));
+            assert!(
+                recv_err.contains(&format!("send(f32, {len})")) && recv_err.contains("recv(i32"),
+                "{what}: {recv_err}"
+            );
+            assert!(poisoned, "{what}: the receive buffer was written");
+        }
+    }
+}
+
 /// Host-blocking send/recv: a ping-pong with fresh data each way, ordered
 /// with stream operations of the same communicator.
 fn host_calls(comm: &Communicator, stream: &HostStream, seed: u64) {
