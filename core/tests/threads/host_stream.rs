@@ -67,6 +67,27 @@ fn doorbells_order_two_streams() {
     assert_eq!(bell.load(), 7);
 }
 
+/// `query` is false while exactly one job is pending, and true once it and
+/// every job before it ran.
+#[test]
+fn query_counts_the_last_pending_job() {
+    let s = HostStream::with_timeout(Duration::from_secs(10)).unwrap();
+    assert!(s.query(), "a new stream has nothing pending");
+    let bell = Doorbell::new();
+    s.wait_value32(&bell, 1, WaitCmp::Eq).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(!s.query(), "one job is pending");
+    bell.store(1);
+    s.synchronize().unwrap();
+    assert!(s.query());
+    s.wait_value32(&bell, 2, WaitCmp::Eq).unwrap();
+    s.write_value32(&bell, 3).unwrap();
+    bell.store(2);
+    s.synchronize().unwrap();
+    assert!(s.query(), "both jobs ran");
+    assert_eq!(bell.load(), 3);
+}
+
 #[test]
 fn wait_eq_needs_exact_value_and_poison_fails_the_stream() {
     let s = HostStream::with_timeout(Duration::from_secs(10)).unwrap();
