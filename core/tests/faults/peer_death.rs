@@ -3,7 +3,9 @@
 //! naming it, well within the timeout, and no shared-memory segment is left
 //! behind. A round takes about 0.3 s here (process start included; the
 //! figures are printed). A rank that drops its communicator cleanly and
-//! exits, on the other hand, is no failure for the ranks still running.
+//! exits, on the other hand, is no failure for the ranks still running. A
+//! tcp peer killed while a rank waits to receive from it fails that rank at
+//! once (the closed socket), not at its timeout.
 
 use rand::{Rng, SeedableRng};
 use std::os::unix::process::ExitStatusExt;
@@ -14,6 +16,7 @@ use streamcomm::{Communicator, Error, ReduceOp};
 
 const CHILD: &str = "STREAMCOMM_TEST_DEATH_CHILD";
 const LEAVER: &str = "STREAMCOMM_TEST_LEAVER_CHILD";
+const TCP_EOF: &str = "STREAMCOMM_TEST_TCP_EOF_CHILD";
 const VICTIM: usize = 2;
 
 #[test]
@@ -45,6 +48,84 @@ fn child() {
             std::process::exit(if named { 42 } else { 43 });
         }
     }
+}
+
+/// Two ranks over tcp: rank 1 is SIGKILLed while rank 0 waits in a
+/// receive from it. The closed socket (EOF without a goodbye) must fail
+/// rank 0 at once, naming rank 1, not at its timeout (60 s here).
+#[test]
+#[ignore = "entry point of the child processes"]
+fn tcp_eof_child() {
+    if std::env::var(TCP_EOF).is_err() {
+        return;
+    }
+    let comm = Communicator::from_env().unwrap();
+    comm.barrier_host().unwrap();
+    if comm.rank() == 1 {
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: raising SIGKILL on ourselves.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
+    let t0 = Instant::now();
+    let mut b = [0u64; 4];
+    let e = comm
+        .recv_host(&mut b, 1)
+        .expect_err("a receive from a killed rank");
+    let took = t0.elapsed();
+    eprintln!("rank 0 after {took:?}: {e}");
+    let named = matches!(
+        e,
+        Error::Transport { peer: 1, .. } | Error::RemoteFailed { peer: 1, .. }
+    );
+    std::process::exit(if named && took < Duration::from_secs(5) {
+        42
+    } else {
+        43
+    });
+}
+
+#[test]
+fn a_tcp_peer_killed_mid_receive_fails_the_receiver_at_once() {
+    let exe = std::env::current_exe().unwrap();
+    let id = streamcomm::bootstrap::UniqueId::new().unwrap();
+    let mut children: Vec<_> = (0..2)
+        .map(|rank| {
+            std::process::Command::new(&exe)
+                .args(streamcomm_testkit::child_args!("tcp_eof_child"))
+                .env(TCP_EOF, "1")
+                .env("STREAMCOMM_UNIQUE_ID", id.to_string())
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", "2")
+                .env("STREAMCOMM_TRANSPORT", "tcp")
+                .env("STREAMCOMM_TIMEOUT", "60")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let t0 = Instant::now();
+    let mut status = [None, None];
+    while status.iter().any(Option::is_none) {
+        if t0.elapsed() > Duration::from_secs(30) {
+            children.iter_mut().for_each(|c| drop(c.kill()));
+            panic!("a rank hangs: rank 0 waits for a killed tcp peer");
+        }
+        for (r, c) in children.iter_mut().enumerate() {
+            if status[r].is_none() {
+                status[r] = c.try_wait().unwrap();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        status[1].unwrap().signal(),
+        Some(libc::SIGKILL),
+        "{status:?}"
+    );
+    assert_eq!(
+        status[0].unwrap().code(),
+        Some(42),
+        "rank 0 must fail within 5 s naming rank 1: {status:?}"
+    );
 }
 
 fn segments_of(pids: &[u32]) -> Vec<String> {
