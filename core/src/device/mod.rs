@@ -18,7 +18,8 @@
 //!    the communicator's progress engine, in order, without blocking;
 //! 3. a wait until the operation's completion word is at least 1, which the
 //!    runner sets once the task has run (or failed), then a write of 0: the
-//!    doorbell rule of DESIGN.md §3, so a replay behaves like the first run;
+//!    doorbell rule (`docs/design/architecture.md`, *Graph capture*), so a
+//!    replay behaves like the first run;
 //! 4. a copy of the output from staging memory into device memory;
 //! 5. the release of the operation's resources once the stream (or the
 //!    captured graph) can no longer run it.

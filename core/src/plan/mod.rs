@@ -24,8 +24,6 @@
 //! | `Broadcast{root}` | `count` on root, else 0 | `count`           |
 //! | `Reduce{root}`    | `count`            | `count` on root, else 0 |
 //! | `AllToAll`        | `nranks * count`   | `nranks * count`       |
-//! | `Send{peer}`      | `count`            | 0                      |
-//! | `Recv{peer}`      | 0                  | `count`                |
 //! | `Barrier`         | 0 (`count` must be 0) | 0                   |
 //!
 //! # Slots and deadlock freedom
@@ -87,15 +85,14 @@ pub struct PlanParams {
 /// Builds the plan of one rank for one collective call.
 ///
 /// `count` is in elements, with NCCL's meaning per collective (see the
-/// module docs). A collective with `count == 0` has no steps, except
-/// `Send`/`Recv`, which still exchange one zero-length message so that a
-/// message is matched, and `Barrier`, whose count must be 0.
+/// module docs). A collective with `count == 0` has no steps; a `Barrier`'s
+/// count must be 0. (Point-to-point is not a plan: see `comm::p2p`.)
 ///
 /// # Errors
 ///
 /// [`Error::InvalidArgument`] naming the bad value when `nranks` is 0, `rank`
-/// is not below `nranks`, a root or peer is out of range, a `Send`/`Recv`
-/// peer is the rank itself, `slot_bytes` cannot hold one element, a barrier
+/// is not below `nranks`, a root is out of range, `slot_bytes` cannot hold
+/// one element, a barrier
 /// has a non-zero count, or the buffer sizes overflow `usize`.
 ///
 /// # Examples

@@ -65,9 +65,8 @@
 //! Measured on 2 cores, 1000 back-to-back calls a point up to 32 KiB, 5
 //! launches a point taken in turns (four measurement runs of 2026-11-30): with its parameters fitted to each run, the model is
 //! within 35% at 396-406 of 460 points (86-88%), and at 83% on average with
-//! one run's fit scored on another (352-402); before the all-to-all's
-//! exchanges were one step and writes were weighed, 379-394 and 79%. With
-//! `calibrate` run just before a measurement: see
+//! one run's fit scored on another (352-402). With `calibrate` run just
+//! before a measurement: see
 //! `docs/measurements/host-shm.md`, *Cost model*.
 //!
 //! A waiting rank spins a little (`spin`; not at all when ranks outnumber

@@ -1,7 +1,8 @@
 //! Creating a communicator, in four stages.
 //!
 //! Each stage is a function in its own module, taking what the stage before
-//! produced (STYLE's prepare → exchange → connect, with a last stage that
+//! produced (prepare → exchange → connect, as rust-ibverbs and mscclpp
+//! split connection set-up, with a last stage that
 //! settles what every rank must agree on):
 //!
 //! 1. [`prepare`]: local resources only. Validates the configuration, opens

@@ -8,7 +8,7 @@
 //! with the ranks and steps involved, so a failing algorithm is diagnosed,
 //! not just detected. One file per job:
 //!
-//! - `messages.rs`: plans of data steps (collectives, p2p, the message
+//! - `messages.rs`: plans of data steps (collectives and the message
 //!   barrier) over modelled slot rings, with `plan::apply_step`:
 //!   deadlocks on full rings, undelivered slots, wrong outputs.
 //! - `flags.rs`: plans of flag steps (barriers over flag memory) for many

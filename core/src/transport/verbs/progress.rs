@@ -202,8 +202,8 @@ impl PeerRdma {
     /// one chain.
     fn send(&mut self) -> Result<bool, Error> {
         // Most calls (a stream that consumed a slot, or polls while it
-        // waits) find nothing staged: say so before anything else (2090 /
-        // 2086 -> 2024 / 2077 instructions a host call in the guest).
+        // waits) find nothing staged: say so before anything else (the
+        // counts are in docs/measurements/soft-roce.md).
         if !self.staged_unwritten() {
             return Ok(false);
         }
