@@ -55,3 +55,39 @@ pub mod tuning {
 pub mod wait {
     pub use crate::wait::{DEFAULT_YIELDS, Notifier, WaitError, WaitPolicy};
 }
+
+/// Runs `f` on two ranks (threads), each with its own communicator and
+/// host stream, and returns the first error: the harness of the API
+/// docs' two-rank examples.
+///
+/// # Errors
+/// The first rank's error, or a communicator's creation error.
+pub fn on_two_ranks(
+    f: impl Fn(&crate::Communicator, &crate::host::HostStream) -> crate::Result<()>
+    + Send
+    + Sync
+    + Clone
+    + 'static,
+) -> crate::Result<()> {
+    let id = crate::bootstrap::UniqueId::new()?;
+    let ranks: Vec<_> = (0..2)
+        .map(|rank| {
+            let f = f.clone();
+            std::thread::spawn(move || {
+                let comm = crate::Communicator::init(&id, rank, 2)?;
+                let stream = crate::host::HostStream::new()?;
+                f(&comm, &stream)
+            })
+        })
+        .collect();
+    let mut first = Ok(());
+    for r in ranks {
+        let r = r
+            .join()
+            .unwrap_or_else(|_| Err(crate::Error::Aborted("a rank panicked".into())));
+        if first.is_ok() {
+            first = r;
+        }
+    }
+    first
+}

@@ -354,16 +354,12 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// comm.barrier(&stream)?; // enqueued
     /// stream.synchronize()?; // both ranks' streams have reached it
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -382,15 +378,11 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// comm.barrier_host()?; // returns once both ranks have called it
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -436,18 +428,14 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// use streamcomm::barrier::BarrierAlgo;
     /// comm.set_barrier_algo(BarrierAlgo::CentralFlags)?; // on every rank, at the same point
     /// assert_eq!(comm.barrier_algo(), BarrierAlgo::CentralFlags);
     /// comm.barrier_host()?;
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///

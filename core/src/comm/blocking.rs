@@ -121,17 +121,14 @@ impl Communicator {
     /// # Examples
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
+    /// # streamcomm::testing::on_two_ranks(|comm, _stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let send = vec![comm.rank() as f32 + 1.0; 4];
     /// let mut recv = vec![0.0f32; 4];
     /// comm.all_reduce_host(&send, &mut recv, ReduceOp::Sum)?; // returns when done
     /// assert_eq!(recv, vec![3.0; 4]); // 1 + 2
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -161,16 +158,13 @@ impl Communicator {
     /// # Examples
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
+    /// # streamcomm::testing::on_two_ranks(|comm, _stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut grads = vec![comm.rank() as f64; 3];
     /// comm.all_reduce_in_place_host(&mut grads, ReduceOp::Max)?;
     /// assert_eq!(grads, vec![1.0; 3]);
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -193,16 +187,13 @@ impl Communicator {
     /// # Examples
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
+    /// # streamcomm::testing::on_two_ranks(|comm, _stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut weights = if comm.rank() == 1 { vec![0.25f32; 4] } else { vec![0.0; 4] };
     /// comm.broadcast_host(&mut weights, 1)?;
     /// assert_eq!(weights, vec![0.25; 4]);
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -231,9 +222,7 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::HostBuffer;
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
+    /// # streamcomm::testing::on_two_ranks(|comm, _stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// if comm.rank() == 0 {
     ///     comm.send_host(&[1i32; 4], 1)?; // returns once delivered
@@ -248,8 +237,7 @@ impl Communicator {
     ///     assert_eq!(buf.to_vec(), vec![2; 4]);
     /// }
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -293,9 +281,7 @@ impl Communicator {
     /// # Examples
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
+    /// # streamcomm::testing::on_two_ranks(|comm, _stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut inbox = [0u8; 8]; // may be larger than the message
     /// if comm.rank() == 1 {
@@ -305,8 +291,7 @@ impl Communicator {
     ///     assert_eq!(&inbox, b"hello\0\0\0");
     /// }
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///

@@ -74,10 +74,7 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let send = HostBuffer::from_slice(&[comm.rank() as f32 + 1.0; 4]);
     /// let mut recv = HostBuffer::<f32>::zeroed(4);
@@ -85,8 +82,7 @@ impl Communicator {
     /// stream.synchronize()?;
     /// assert_eq!(recv.to_vec(), vec![3.0; 4]); // 1 + 2
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -132,18 +128,14 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut buf = HostBuffer::from_slice(&[comm.rank() as i64; 3]);
     /// comm.all_reduce_in_place(&mut buf, ReduceOp::Max, &stream)?;
     /// stream.synchronize()?;
     /// assert_eq!(buf.to_vec(), vec![1; 3]);
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -184,10 +176,7 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let send = HostBuffer::from_slice(&[7u8, 8, 9]); // read on the root only
     /// let mut recv = HostBuffer::<u8>::zeroed(3);
@@ -195,8 +184,7 @@ impl Communicator {
     /// stream.synchronize()?;
     /// assert_eq!(recv.to_vec(), vec![7, 8, 9]);
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -242,10 +230,7 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut weights = HostBuffer::<f64>::zeroed(4);
     /// if comm.rank() == 0 {
@@ -255,8 +240,7 @@ impl Communicator {
     /// stream.synchronize()?;
     /// assert_eq!(weights.to_vec(), vec![0.5; 4]);
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -297,10 +281,7 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let send = HostBuffer::from_slice(&[comm.rank() as f32 + 1.0; 2]);
     /// let mut recv = HostBuffer::<f32>::zeroed(2); // written on the root only
@@ -310,8 +291,7 @@ impl Communicator {
     ///     assert_eq!(recv.to_vec(), vec![2.0; 2]);
     /// }
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -358,10 +338,7 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut buf = HostBuffer::from_slice(&[comm.rank() as u32 + 1; 2]);
     /// comm.reduce_in_place(&mut buf, ReduceOp::Sum, 0, &stream)?;
@@ -370,8 +347,7 @@ impl Communicator {
     ///     assert_eq!(buf.to_vec(), vec![3, 3]);
     /// }
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -413,10 +389,7 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let send = HostBuffer::from_slice(&[comm.rank() as i32; 2]);
     /// let mut recv = HostBuffer::<i32>::zeroed(2 * comm.size());
@@ -424,8 +397,7 @@ impl Communicator {
     /// stream.synchronize()?;
     /// assert_eq!(recv.to_vec(), vec![0, 0, 1, 1]);
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -470,10 +442,7 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut buf = HostBuffer::<i32>::zeroed(2 * comm.size());
     /// buf.with_mut(|s| s[comm.rank() * 2..][..2].fill(comm.rank() as i32 + 5));
@@ -481,8 +450,7 @@ impl Communicator {
     /// stream.synchronize()?;
     /// assert_eq!(buf.to_vec(), vec![5, 5, 6, 6]);
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -518,10 +486,7 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let send = HostBuffer::from_slice(&[1.0f32, 2.0, 3.0, 4.0]); // size * count
     /// let mut recv = HostBuffer::<f32>::zeroed(2); // count
@@ -530,8 +495,7 @@ impl Communicator {
     /// let want = if comm.rank() == 0 { [2.0, 4.0] } else { [6.0, 8.0] };
     /// assert_eq!(recv.to_vec(), want);
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -570,10 +534,7 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut buf = HostBuffer::from_slice(&[1.0f32, 2.0, 3.0, 4.0]);
     /// comm.reduce_scatter_in_place(&mut buf, ReduceOp::Sum, &stream)?;
@@ -581,8 +542,7 @@ impl Communicator {
     /// let mine = buf.to_vec()[comm.rank() * 2..][..2].to_vec();
     /// assert_eq!(mine, if comm.rank() == 0 { [2.0, 4.0] } else { [6.0, 8.0] });
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -623,10 +583,7 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let r = comm.rank() as u32;
     /// let send = HostBuffer::from_slice(&[10 * r, 10 * r + 1]); // block j goes to rank j
@@ -635,8 +592,7 @@ impl Communicator {
     /// stream.synchronize()?;
     /// assert_eq!(recv.to_vec(), vec![r, 10 + r]); // block `rank` of every rank
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///

@@ -201,15 +201,11 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// assert_eq!(comm.local_size(), 2); // both ranks on this host
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn local_size(&self) -> usize {
@@ -222,15 +218,11 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// assert_eq!(comm.num_hosts(), 1);
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn num_hosts(&self) -> usize {
@@ -244,17 +236,13 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// if let Some(addr) = comm.tcp_addr(1 - comm.rank()) {
     ///     println!("the peer's tcp listener: {addr}");
     /// }
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn tcp_addr(&self, rank: usize) -> Option<std::net::SocketAddr> {
@@ -269,18 +257,14 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// use streamcomm::Transport;
     /// assert_eq!(comm.transport_to(1 - comm.rank()), Some(Transport::Shm)); // same host
     /// assert_eq!(comm.transport_to(comm.rank()), None);
     /// assert_eq!(comm.transport_to(7), None);
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn transport_to(&self, peer: usize) -> Option<crate::config::Transport> {
@@ -293,15 +277,11 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// assert_eq!(comm.host_of(0), comm.host_of(1));
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn host_of(&self, rank: usize) -> Option<&str> {

@@ -53,9 +53,7 @@ use crate::{DataType, Error, Result};
 ///     position: [f32; 3],
 ///     id: u32,
 /// }
-/// # let id = UniqueId::new()?;
-/// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-/// # let comm = Communicator::init(&id, rank, 2)?;
+/// # streamcomm::testing::on_two_ranks(|comm, _stream| {
 /// // On each of two ranks (`comm.rank()` is 0 or 1):
 /// let sent: Vec<Particle> = (0..4)
 ///     .map(|i| Particle { position: [i as f32, 0.5, -1.0], id: i })
@@ -68,8 +66,7 @@ use crate::{DataType, Error, Result};
 ///     assert_eq!(got, sent);
 /// }
 /// # Ok(())
-/// # })).collect();
-/// # for r in ranks { r.join().unwrap()?; }
+/// # })?;
 /// # Ok::<(), streamcomm::Error>(())
 /// ```
 pub trait Element: sealed::Sealed + bytemuck::Pod + Send + Sync + fmt::Debug + 'static {

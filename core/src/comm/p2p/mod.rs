@@ -194,10 +194,7 @@ impl Group<'_> {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// // A ring exchange: send to the next rank, receive from the previous one.
     /// let n = comm.size();
@@ -211,8 +208,7 @@ impl Group<'_> {
     /// stream.synchronize()?;
     /// assert_eq!(recv.to_vec(), vec![prev as f32; 4]);
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -229,10 +225,7 @@ impl Group<'_> {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// // A ring exchange: send to the next rank, receive from the previous one.
     /// let n = comm.size();
@@ -246,8 +239,7 @@ impl Group<'_> {
     /// stream.synchronize()?;
     /// assert_eq!(recv.to_vec(), vec![prev as f32; 4]);
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -402,10 +394,7 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut buf = HostBuffer::from_slice(&[comm.rank() as f32; 3]);
     /// if comm.rank() == 0 {
@@ -416,8 +405,7 @@ impl Communicator {
     /// stream.synchronize()?;
     /// assert_eq!(buf.to_vec(), vec![0.0; 3]);
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -444,10 +432,7 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut inbox = HostBuffer::<u64>::zeroed(8); // may be larger than the message
     /// if comm.rank() == 1 {
@@ -460,8 +445,7 @@ impl Communicator {
     ///     assert_eq!(&inbox.to_vec()[..2], &[42, 42]);
     /// }
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -517,10 +501,7 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// // Rank 0 sends 1 element to itself and 2 to rank 1; rank 1 sends 3 and 1.
     /// let r = comm.rank();
@@ -534,8 +515,7 @@ impl Communicator {
     /// let want = if r == 0 { vec![0.0, 1.0, 1.0, 1.0] } else { vec![0.0, 0.0, 1.0] };
     /// assert_eq!(recv.to_vec(), want);
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -580,10 +560,7 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let send = HostBuffer::from_slice(&[comm.rank() as u32 * 10; 2]);
     /// let mut recv = HostBuffer::<u32>::zeroed(if comm.rank() == 0 { 4 } else { 0 });
@@ -593,8 +570,7 @@ impl Communicator {
     ///     assert_eq!(recv.to_vec(), vec![0, 0, 10, 10]);
     /// }
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -631,10 +607,7 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let send = HostBuffer::from_slice(&[1u32, 2, 3, 4]); // read on the root only
     /// let mut recv = HostBuffer::<u32>::zeroed(2);
@@ -642,8 +615,7 @@ impl Communicator {
     /// stream.synchronize()?;
     /// assert_eq!(recv.to_vec(), if comm.rank() == 0 { [1, 2] } else { [3, 4] });
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -677,10 +649,7 @@ impl Communicator {
     /// ```
     /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
     /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # let id = UniqueId::new()?;
-    /// # let ranks: Vec<_> = (0..2).map(|rank| std::thread::spawn(move || -> streamcomm::Result<()> {
-    /// # let comm = Communicator::init(&id, rank, 2)?;
-    /// # let stream = HostStream::new()?;
+    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
     /// // On each of two ranks (`comm.rank()` is 0 or 1):
     /// let mut buf = vec![0.0f32; 16];
     /// if comm.rank() == 0 {
@@ -690,8 +659,7 @@ impl Communicator {
     ///     comm.recv_host(&mut buf, 0)?;
     /// }
     /// # Ok(())
-    /// # })).collect();
-    /// # for r in ranks { r.join().unwrap()?; }
+    /// # })?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn p2p_stats(&self) -> P2pStats {
