@@ -3,16 +3,8 @@
 //! Every call validates its arguments, builds the plan (a pure function, see
 //! [`crate::plan`]) and enqueues one task on the stream, then returns.
 //!
-//! # Stream semantics
-//! On return the operation is *enqueued*, not complete: it runs when the
-//! stream reaches it, after the stream's earlier work and before its later
-//! work; synchronize the stream (or record an event) before reading results
-//! on the host. Across streams, a communicator's operations run in issue order.
-//!
-//! # Graph capture
-//! Every operation here is capturable. A captured operation keeps its plan and
-//! buffers; each launch of the graph is a new, correct collective on whatever
-//! the buffers then hold.
+//! What "enqueued" and "capturable" promise is said once, on
+//! [`Communicator`](super::Communicator) (*Stream semantics*, *Graph capture*).
 
 use std::sync::Arc;
 
@@ -61,14 +53,11 @@ impl Communicator {
     /// (`count = send.len()`; `recv` must hold at least as many).
     ///
     /// # Stream semantics
-    /// Enqueued on `stream`, not complete, on return: the buffers must stay
-    /// untouched until the stream has run it (after [`HostStream::synchronize`],
-    /// or for work enqueued after it on the same stream). Execution errors
-    /// surface from the stream and the communicator.
+    /// Enqueued on `stream`, not complete, on return
+    /// ([what that means](Communicator#stream-semantics)).
     ///
     /// # Graph capture
-    /// Capturable: each replay of the graph is a new collective on the buffers'
-    /// contents at that time (fresh tickets, same plan and buffers).
+    /// Capturable ([what replays](Communicator#graph-capture)).
     ///
     /// # Examples
     /// ```
@@ -115,14 +104,11 @@ impl Communicator {
     /// [`Communicator::all_reduce`] with one buffer as input and output.
     ///
     /// # Stream semantics
-    /// Enqueued on `stream`, not complete, on return: the buffers must stay
-    /// untouched until the stream has run it (after [`HostStream::synchronize`],
-    /// or for work enqueued after it on the same stream). Execution errors
-    /// surface from the stream and the communicator.
+    /// Enqueued on `stream`, not complete, on return
+    /// ([what that means](Communicator#stream-semantics)).
     ///
     /// # Graph capture
-    /// Capturable: each replay of the graph is a new collective on the buffers'
-    /// contents at that time (fresh tickets, same plan and buffers).
+    /// Capturable ([what replays](Communicator#graph-capture)).
     ///
     /// # Examples
     /// ```
@@ -163,14 +149,11 @@ impl Communicator {
     /// `send` is read on the root only, and may be any buffer elsewhere).
     ///
     /// # Stream semantics
-    /// Enqueued on `stream`, not complete, on return: the buffers must stay
-    /// untouched until the stream has run it (after [`HostStream::synchronize`],
-    /// or for work enqueued after it on the same stream). Execution errors
-    /// surface from the stream and the communicator.
+    /// Enqueued on `stream`, not complete, on return
+    /// ([what that means](Communicator#stream-semantics)).
     ///
     /// # Graph capture
-    /// Capturable: each replay of the graph is a new collective on the buffers'
-    /// contents at that time (fresh tickets, same plan and buffers).
+    /// Capturable ([what replays](Communicator#graph-capture)).
     ///
     /// # Examples
     /// ```
@@ -217,14 +200,11 @@ impl Communicator {
     /// [`Communicator::broadcast`] in one buffer (the root's is the source).
     ///
     /// # Stream semantics
-    /// Enqueued on `stream`, not complete, on return: the buffers must stay
-    /// untouched until the stream has run it (after [`HostStream::synchronize`],
-    /// or for work enqueued after it on the same stream). Execution errors
-    /// surface from the stream and the communicator.
+    /// Enqueued on `stream`, not complete, on return
+    /// ([what that means](Communicator#stream-semantics)).
     ///
     /// # Graph capture
-    /// Capturable: each replay of the graph is a new collective on the buffers'
-    /// contents at that time (fresh tickets, same plan and buffers).
+    /// Capturable ([what replays](Communicator#graph-capture)).
     ///
     /// # Examples
     /// ```
@@ -268,14 +248,11 @@ impl Communicator {
     /// `recv` is written on the root only).
     ///
     /// # Stream semantics
-    /// Enqueued on `stream`, not complete, on return: the buffers must stay
-    /// untouched until the stream has run it (after [`HostStream::synchronize`],
-    /// or for work enqueued after it on the same stream). Execution errors
-    /// surface from the stream and the communicator.
+    /// Enqueued on `stream`, not complete, on return
+    /// ([what that means](Communicator#stream-semantics)).
     ///
     /// # Graph capture
-    /// Capturable: each replay of the graph is a new collective on the buffers'
-    /// contents at that time (fresh tickets, same plan and buffers).
+    /// Capturable ([what replays](Communicator#graph-capture)).
     ///
     /// # Examples
     /// ```
@@ -325,14 +302,11 @@ impl Communicator {
     /// [`Communicator::reduce`] in one buffer.
     ///
     /// # Stream semantics
-    /// Enqueued on `stream`, not complete, on return: the buffers must stay
-    /// untouched until the stream has run it (after [`HostStream::synchronize`],
-    /// or for work enqueued after it on the same stream). Execution errors
-    /// surface from the stream and the communicator.
+    /// Enqueued on `stream`, not complete, on return
+    /// ([what that means](Communicator#stream-semantics)).
     ///
     /// # Graph capture
-    /// Capturable: each replay of the graph is a new collective on the buffers'
-    /// contents at that time (fresh tickets, same plan and buffers).
+    /// Capturable ([what replays](Communicator#graph-capture)).
     ///
     /// # Examples
     /// ```
@@ -376,14 +350,11 @@ impl Communicator {
     /// `recv` (`count = send.len()`; `recv` holds at least `size * count`).
     ///
     /// # Stream semantics
-    /// Enqueued on `stream`, not complete, on return: the buffers must stay
-    /// untouched until the stream has run it (after [`HostStream::synchronize`],
-    /// or for work enqueued after it on the same stream). Execution errors
-    /// surface from the stream and the communicator.
+    /// Enqueued on `stream`, not complete, on return
+    /// ([what that means](Communicator#stream-semantics)).
     ///
     /// # Graph capture
-    /// Capturable: each replay of the graph is a new collective on the buffers'
-    /// contents at that time (fresh tickets, same plan and buffers).
+    /// Capturable ([what replays](Communicator#graph-capture)).
     ///
     /// # Examples
     /// ```
@@ -429,14 +400,11 @@ impl Communicator {
     /// this rank's input at `rank * count` (NCCL's in-place layout).
     ///
     /// # Stream semantics
-    /// Enqueued on `stream`, not complete, on return: the buffers must stay
-    /// untouched until the stream has run it (after [`HostStream::synchronize`],
-    /// or for work enqueued after it on the same stream). Execution errors
-    /// surface from the stream and the communicator.
+    /// Enqueued on `stream`, not complete, on return
+    /// ([what that means](Communicator#stream-semantics)).
     ///
     /// # Graph capture
-    /// Capturable: each replay of the graph is a new collective on the buffers'
-    /// contents at that time (fresh tickets, same plan and buffers).
+    /// Capturable ([what replays](Communicator#graph-capture)).
     ///
     /// # Examples
     /// ```
@@ -473,14 +441,11 @@ impl Communicator {
     /// `rank` of the result in `recv` (`count = recv.len()`).
     ///
     /// # Stream semantics
-    /// Enqueued on `stream`, not complete, on return: the buffers must stay
-    /// untouched until the stream has run it (after [`HostStream::synchronize`],
-    /// or for work enqueued after it on the same stream). Execution errors
-    /// surface from the stream and the communicator.
+    /// Enqueued on `stream`, not complete, on return
+    /// ([what that means](Communicator#stream-semantics)).
     ///
     /// # Graph capture
-    /// Capturable: each replay of the graph is a new collective on the buffers'
-    /// contents at that time (fresh tickets, same plan and buffers).
+    /// Capturable ([what replays](Communicator#graph-capture)).
     ///
     /// # Examples
     /// ```
@@ -521,14 +486,11 @@ impl Communicator {
     /// elements; the result lands at `rank * count`.
     ///
     /// # Stream semantics
-    /// Enqueued on `stream`, not complete, on return: the buffers must stay
-    /// untouched until the stream has run it (after [`HostStream::synchronize`],
-    /// or for work enqueued after it on the same stream). Execution errors
-    /// surface from the stream and the communicator.
+    /// Enqueued on `stream`, not complete, on return
+    /// ([what that means](Communicator#stream-semantics)).
     ///
     /// # Graph capture
-    /// Capturable: each replay of the graph is a new collective on the buffers'
-    /// contents at that time (fresh tickets, same plan and buffers).
+    /// Capturable ([what replays](Communicator#graph-capture)).
     ///
     /// # Examples
     /// ```
@@ -570,14 +532,11 @@ impl Communicator {
     /// of its `recv` (`count = send.len() / size` per block).
     ///
     /// # Stream semantics
-    /// Enqueued on `stream`, not complete, on return: the buffers must stay
-    /// untouched until the stream has run it (after [`HostStream::synchronize`],
-    /// or for work enqueued after it on the same stream). Execution errors
-    /// surface from the stream and the communicator.
+    /// Enqueued on `stream`, not complete, on return
+    /// ([what that means](Communicator#stream-semantics)).
     ///
     /// # Graph capture
-    /// Capturable: each replay of the graph is a new collective on the buffers'
-    /// contents at that time (fresh tickets, same plan and buffers).
+    /// Capturable ([what replays](Communicator#graph-capture)).
     ///
     /// # Examples
     /// ```

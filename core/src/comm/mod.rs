@@ -49,6 +49,19 @@ use inner::CommInner;
 
 /// A group of ranks that run collectives together.
 ///
+/// # Stream semantics
+/// An operation given a stream is enqueued on it, not complete, on return:
+/// its buffers must stay untouched until the stream has run it (after
+/// [`HostStream::synchronize`](crate::host::HostStream::synchronize), or
+/// for work enqueued after it on the same stream). Execution errors surface
+/// from the stream and the communicator. Whatever their stream, a
+/// communicator's operations run in the order they were issued.
+///
+/// # Graph capture
+/// Every stream operation is capturable: each replay of the graph is a new
+/// operation on the buffers' contents at that time (fresh tickets, same
+/// plan and buffers).
+///
 /// # Examples
 /// ```
 /// use streamcomm::{bootstrap::UniqueId, Communicator};
