@@ -241,3 +241,60 @@ pub fn interface_addr(name: &str) -> Result<IpAddr> {
         ))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::Ipv4Addr;
+
+    /// A stranger that reaches rank 1's listener first, with rank 0's hello
+    /// but another secret, is dropped: rank 0's own connection takes the
+    /// slot (the bytes rank 0 writes arrive on it).
+    #[test]
+    fn a_stranger_with_another_secret_is_dropped() {
+        let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let (l0, a0) = listen(ip).unwrap();
+        let (l1, a1) = listen(ip).unwrap();
+        let secret = [7u8; 16];
+        let mut stranger = TcpStream::connect(a1).unwrap();
+        let forged = Hello {
+            secret: [8; 16],
+            from: 0,
+            to: 1,
+            socket: 0,
+        };
+        stranger.write_all(&forged.encode()).unwrap();
+        let rank0 = std::thread::spawn(move || {
+            let peers = [(1usize, a1)];
+            let plan = ConnectPlan {
+                rank: 0,
+                peers: &peers,
+                nsockets: 1,
+                secret,
+                timeout: Duration::from_secs(10),
+            };
+            let mut socks = connect_all(&plan, &l0).unwrap();
+            let mut s = socks.remove(&1).unwrap().remove(0);
+            s.set_nonblocking(false).unwrap();
+            s.write_all(b"rank 0").unwrap();
+        });
+        let peers = [(0usize, a0)];
+        let plan = ConnectPlan {
+            rank: 1,
+            peers: &peers,
+            nsockets: 1,
+            secret,
+            timeout: Duration::from_secs(10),
+        };
+        let mut socks = connect_all(&plan, &l1).unwrap();
+        rank0.join().unwrap();
+        let mut s = socks.remove(&0).unwrap().remove(0);
+        s.set_nonblocking(false).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut got = [0u8; 6];
+        s.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"rank 0", "the slot holds the stranger's connection");
+        drop(stranger);
+    }
+}
