@@ -163,14 +163,24 @@ impl CommInner {
         op: ReduceOp,
         count: usize,
     ) -> Result<Arc<Plan>> {
-        let params = PlanParams {
+        self.plans.plan(
+            &self.selector,
+            &self.plan_params(),
+            collective,
+            dtype,
+            op,
+            count,
+        )
+    }
+
+    /// What this rank's plans are built for: its place and its rings.
+    pub(crate) fn plan_params(&self) -> PlanParams {
+        PlanParams {
             rank: self.rank,
             nranks: self.size,
             slot_bytes: self.config.slot_bytes(),
             nsteps: self.config.nsteps,
-        };
-        self.plans
-            .plan(&self.selector, &params, collective, dtype, op, count)
+        }
     }
 
     /// The error of a slot from `peer` signed `theirs` where this rank's call

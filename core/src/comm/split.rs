@@ -19,7 +19,7 @@
 use super::Communicator;
 use super::child;
 use crate::host::JobMode;
-use crate::plan::{self, Buffers, Collective, PlanParams, signature};
+use crate::plan::{self, Buffers, Collective, signature};
 use crate::{DataType, Error, ReduceOp, Result};
 
 /// The colour word of a rank that joins no group.
@@ -108,18 +108,12 @@ impl Communicator {
     fn exchange(&self, mine: &[u64]) -> Result<Vec<u64>> {
         let inner = &self.inner;
         inner.failure.check()?;
-        let params = PlanParams {
-            rank: inner.rank,
-            nranks: inner.size,
-            slot_bytes: inner.config.slot_bytes(),
-            nsteps: inner.config.nsteps,
-        };
         let plan = plan::build(
             Collective::AllGather,
             DataType::U64,
             ReduceOp::Sum,
             mine.len(),
-            &params,
+            &inner.plan_params(),
         )?;
         let sig = signature::split(mine.len());
         let mut all = vec![0u64; mine.len() * inner.size];

@@ -249,7 +249,7 @@ impl<'a> RecvOp<'a> {
                         }
                         match (source, front < total) {
                             (Some(src), true) => {
-                                let back = self.host_bytes(front..total, "a split rendezvous")?;
+                                let back = self.host_bytes(front..total, "a pulled rendezvous")?;
                                 let ok = match cma::pull(src.pid, src.addr + front as u64, back) {
                                     Ok(()) => true,
                                     Err(e) => {

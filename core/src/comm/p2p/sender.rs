@@ -45,11 +45,11 @@ enum State {
     AwaitGrant {
         grant: u64,
     },
-    /// Wrote the front part (`wrote`: successfully); waiting for the
-    /// receiver to finish pulling the back part from our buffer.
+    /// Waiting for the receiver to finish pulling the message from our
+    /// buffer (`pullable`: it is a host buffer we let it read).
     AwaitPull {
         grant: u64,
-        wrote: bool,
+        pullable: bool,
     },
     /// Our RDMA WRITE (work request `wr`) of the message into the granted
     /// buffer is in flight; our buffer is read until it completes.
@@ -245,8 +245,9 @@ impl<'a> SendOp<'a> {
                 let Some((addr, len, pid)) = self.conn.send.granted(grant) else {
                     return Ok(false);
                 };
-                // The receiver asks us to write the first `len` bytes (all
-                // of them, or the front part while it pulls the rest).
+                // The receiver asks us to write the first `len` bytes: all of
+                // them (over verbs, or through the ring), or none over
+                // shared memory, where it pulls the message itself.
                 let front = usize::try_from(len).unwrap_or(usize::MAX);
                 if front > self.data.len() {
                     return Err(Error::RemoteFailed {
@@ -268,27 +269,26 @@ impl<'a> SendOp<'a> {
                     self.state = State::AwaitWrite { wr };
                     return Ok(true);
                 }
-                // Over shared memory the receiver pulls the message from our
-                // buffer (`front` is 0): this process never writes into the
-                // receiver's memory. Any other grant: through the ring.
-                let _ = (pid, addr);
+                // Over shared memory (`front` is 0) this process never writes
+                // into the receiver's memory: it waits for the pull. Any
+                // other grant: through the ring.
                 self.state = if front < self.data.len() {
                     State::AwaitPull {
                         grant,
-                        wrote: self.pullable(),
+                        pullable: self.pullable(),
                     }
                 } else {
                     State::Stream { sent: 0 }
                 };
                 Ok(true)
             }
-            State::AwaitPull { grant, wrote } => {
+            State::AwaitPull { grant, pullable } => {
                 let Some(pulled) = self.conn.send.pull_done(grant) else {
                     return Ok(false);
                 };
                 // Our buffer is no longer read: finish, or stream it all if
-                // either part failed (the receiver then copies every slot).
-                self.state = if wrote && pulled {
+                // the pull failed (the receiver then copies every slot).
+                self.state = if pullable && pulled {
                     stats.add(Stat::SentDirectBytes, self.data.len());
                     State::Finish
                 } else {
@@ -361,7 +361,7 @@ impl<'a> SendOp<'a> {
     pub fn waiting_for(&self) -> String {
         let what = match self.state {
             State::AwaitGrant { .. } => "a clear-to-send (it has not posted the matching recv)",
-            State::AwaitPull { .. } => "the receiver to finish pulling its part of the message",
+            State::AwaitPull { .. } => "the receiver to finish pulling the message",
             State::AwaitWrite { .. } => "the RDMA write of the message to complete",
             _ => "a free slot (credit)",
         };
