@@ -6,47 +6,61 @@
 # usage: bash run.sh                 on the GPU machine: NVIDIA's driver only
 #        GPU_CHECK_MODE=stand-in GPU_CHECK_BIN=DIR bash gpu-check-run.sh
 #                                    (what `gpu-check.sh --stand-in` does: the
-#                                    CPU stand-in libcuda on LD_LIBRARY_PATH)
+#                                    CPU stand-in libcuda on LD_LIBRARY_PATH,
+#                                    STREAMCOMM_STANDIN_STRICT=1)
 #
 # The binaries (in GPU_CHECK_BIN, default this script's directory):
 #   test-device_stream test-device_reduce test-nvrtc_compile   (streamcomm-gpu)
 #   test-cuda                                                  (the CUDA backend)
 #   gpu_quickstart quickstart cuda_allreduce gpu_bench cuda_bench   (examples)
 #
-# Steps, in order, each under its own timeout (and all of them within
-# GPU_CHECK_BUDGET seconds, default 450, so a run ends inside 8 minutes):
+# Steps, in order, each under its own timeout, all of them within
+# GPU_CHECK_BUDGET seconds (default 450, so that a verdict comes within 8
+# minutes even when steps hang: a step past its timeout ends as TIMEOUT, and
+# every later step's timeout is cut to what is left of the budget):
 #   1 probe        which driver answered (it must be NVIDIA's on a GPU run, the
-#                  stand-in's under --stand-in), then every kernel through NVRTC
-#                  (on the stand-in, the test run it reuses did that)
-#   2 memops       doorbells, stream memory operations, host functions, capture
-#   3 reduce       the reduce kernels against a CPU reference
-#   4 ipc          CUDA IPC between two processes
-#   5 cuda-backend the CUDA backend's tests, --test-threads=1 --nocapture
-#   6 quickstarts  gpu_quickstart, the main quick start (2 ranks) and
+#                  stand-in's under --stand-in) and its compute mode, then
+#                  every kernel through NVRTC (on the stand-in, the test run
+#                  it reuses did that); it may not use the
+#                  GPU_CHECK_BENCH_RESERVE seconds (default 210) kept for
+#   2 benches      gpu_bench and cuda_bench (direct, then staged): the only
+#                  measurements, so they run early
+#   3 memops       doorbells, stream memory operations, host functions, capture
+#   4 reduce       the reduce kernels against a CPU reference
+#   5 ipc          CUDA IPC between two processes
+#   6 cuda-backend the CUDA backend's tests, --test-threads=1 --nocapture
+#   7 quickstarts  gpu_quickstart, the main quick start (2 ranks) and
 #                  cuda_allreduce (2 ranks, cudarc buffers), each checked for
 #                  its OK line (the quick start for the CUDA backend too)
-#   7 benches      gpu_bench and cuda_bench (direct, then staged)
 # A verdict line per step, then `gpu-check: N passed, M failed, K skipped`.
+# When the GPU's compute mode is EXCLUSIVE_PROCESS (or PROHIBITED), what
+# needs several processes on one GPU (ipc, the CUDA backend's multi-process
+# tests, the 2-rank quick starts, cuda_bench) is skipped, saying why.
 #
-# Files: with OUT set, at most 4 under $OUT: gpu-check.log (every step's
-# output), summary.txt, gpu_bench.json, cuda_bench.json. The kernel cache goes
-# to a temporary directory, never under $OUT. Exit status 0 when every step
-# passed (or when there is no GPU at all), 1 otherwise.
+# Files: at most 4, under $OUT (default: out/ beside this script, so in a
+# bundle DIR/out/): gpu-check.log (every step's output), summary.txt (the
+# machine's facts, the verdicts, what was not tested), gpu_bench.json,
+# cuda_bench.json; a run first removes those of an earlier run. The kernel
+# cache goes to a temporary directory, never under $OUT. Exit status 0 when
+# every step passed (or when there is no GPU at all), 1 otherwise.
 set -uo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=${GPU_CHECK_BIN:-$HERE}
 MODE=${GPU_CHECK_MODE:-gpu}
 BUDGET=${GPU_CHECK_BUDGET:-450}
+BENCH_RESERVE=${GPU_CHECK_BENCH_RESERVE:-210}
+((BENCH_RESERVE > BUDGET / 2)) && BENCH_RESERVE=$((BUDGET / 2))
 START=$(date +%s)
 
 say() { printf 'gpu-check: %s\n' "$*"; }
 
 # No GPU, no stand-in: say so at once (no binary has to load a driver).
 has_libcuda() {
-  local d dirs
+  local d dirs=()
   IFS=: read -r -a dirs <<<"${LD_LIBRARY_PATH:-}"
-  for d in "${dirs[@]}"; do
+  # ${a[@]+"${a[@]}"}: an empty array under set -u on bash before 4.4.
+  for d in ${dirs[@]+"${dirs[@]}"}; do
     [[ -n "$d" && ( -e "$d/libcuda.so.1" || -e "$d/libcuda.so" ) ]] && return 0
   done
   ldconfig -p 2>/dev/null | grep -q 'libcuda\.so'
@@ -59,9 +73,15 @@ fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-if [[ -n "${OUT:-}" ]]; then mkdir -p "$OUT"; LOGDIR=$OUT; else LOGDIR=$WORK; fi
-LOG="$LOGDIR/gpu-check.log"
-SUMMARY="$LOGDIR/summary.txt"
+OUT=${OUT:-$HERE/out}
+if ! mkdir -p "$OUT" 2>/dev/null || [[ ! -w "$OUT" ]]; then
+  echo "gpu-check: cannot write to $OUT; logs go to $WORK and are removed at the end" >&2
+  OUT=$WORK
+fi
+OUT=$(cd "$OUT" && pwd)
+LOG="$OUT/gpu-check.log"
+SUMMARY="$OUT/summary.txt"
+rm -f "$OUT/gpu_bench.json" "$OUT/cuda_bench.json"
 : >"$LOG"
 : >"$SUMMARY"
 
@@ -70,6 +90,9 @@ export STREAMCOMM_KERNEL_CACHE="$WORK/kernel-cache"
 # Skips of this run are counted here, not in a caller's skip log.
 export STREAMCOMM_SKIP_LOG="$WORK/skips.txt"
 export RUST_BACKTRACE=1
+# The stand-in aborts a process that calls the driver from a CUDA callback
+# thread (host functions, stream callbacks), which NVIDIA's driver forbids.
+[[ $MODE == stand-in ]] && export STREAMCOMM_STANDIN_STRICT=1
 
 find_nvrtc() {
   if [[ -n "${STREAMCOMM_NVRTC_LIB:-}" ]]; then echo "$STREAMCOMM_NVRTC_LIB"; return; fi
@@ -79,7 +102,7 @@ find_nvrtc() {
     [[ -e "$c" ]] && { echo "$c"; return; }
   done
   # PyPI wheels: CUDA 12 puts it in nvidia/cuda_nvrtc/lib, CUDA 13 in nvidia/cu13/lib.
-  c=$(python3 -c 'import glob, site
+  c=$(timeout 20 python3 -c 'import glob, site
 dirs = site.getsitepackages() + [site.getusersitepackages()]
 hits = [h for v in ("13", "12") for d in dirs for h in sorted(glob.glob(d + "/nvidia/**/libnvrtc.so." + v, recursive=True))]
 print(hits[0] if hits else "")' 2>/dev/null)
@@ -88,6 +111,70 @@ print(hits[0] if hits else "")' 2>/dev/null)
 }
 NVRTC=$(find_nvrtc)
 if [[ -n "$NVRTC" ]]; then export STREAMCOMM_NVRTC_LIB="$NVRTC"; fi
+
+# nvrtc_version LIB: nvrtcVersion() through python3's ctypes where python3
+# is, else what the library's file name says.
+nvrtc_version() {
+  local lib=$1 real v
+  real=$(readlink -f "$lib" 2>/dev/null || echo "$lib")
+  if command -v python3 >/dev/null 2>&1; then
+    v=$(timeout 20 python3 -c 'import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+major, minor = ctypes.c_int(), ctypes.c_int()
+if lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)) == 0:
+    print("%d.%d" % (major.value, minor.value))' "$lib" 2>/dev/null)
+    [[ -n "$v" ]] && { echo "nvrtcVersion $v (file $real)"; return; }
+    v="python3 could not call nvrtcVersion"
+  else
+    v="no python3 to call nvrtcVersion"
+  fi
+  case ${real##*/} in
+    libnvrtc.so.*) echo "${real##*/libnvrtc.so.} by its file name $real ($v)" ;;
+    *) echo "unknown (file $real)" ;;
+  esac
+}
+
+# smi_facts: what `nvidia-smi -q` says of the driver and the first GPU.
+smi_facts() {
+  if ! command -v nvidia-smi >/dev/null 2>&1; then
+    echo "nvidia-smi: not on this machine"
+    return
+  fi
+  local q
+  if ! q=$(timeout 20 nvidia-smi -q 2>&1); then
+    echo "nvidia-smi -q failed: $(head -n 1 <<<"$q")"
+    return
+  fi
+  awk '
+    function key(  k) { k = $0; sub(/ *:.*$/, "", k); sub(/^ +/, "", k); return k }
+    function val(  v) { v = $0; sub(/^[^:]*: */, "", v); return v }
+    function once(name, v) { if (!(name in seen)) { seen[name] = 1; print name ": " v } }
+    { k = key() }
+    k == "MIG Mode" && index($0, ":") == 0 { mig = 1; next }
+    k == "MIG Mode" { once("MIG mode", val()); next }
+    mig && k == "Current" { once("MIG mode", val()); mig = 0; next }
+    k == "Driver Version" { once("driver version", val()) }
+    k == "CUDA Version" { once("CUDA version", val()) }
+    k == "Attached GPUs" { once("GPUs", val()) }
+    k == "Product Name" { once("GPU 0", val()) }
+    k == "Persistence Mode" { once("persistence mode", val()) }
+    k == "Compute Mode" { once("compute mode", val()) }
+  ' <<<"$q" | sed 's/^/nvidia-smi: /'
+  mps_state
+}
+
+# mps_state: whether an MPS control daemon runs (nvidia-smi -q does not say).
+mps_state() {
+  local p
+  for p in /proc/[0-9]*/comm; do
+    case $(cat "$p" 2>/dev/null) in
+      nvidia-cuda-mps*)
+        echo "MPS: a daemon runs (nvidia-cuda-mps-*): processes share the GPU through it"
+        return ;;
+    esac
+  done
+  echo "MPS: no MPS daemon runs${CUDA_MPS_PIPE_DIRECTORY:+ (CUDA_MPS_PIPE_DIRECTORY is set)}"
+}
 
 PASSED=0 FAILED=0 SKIPPED=0
 verdict() { # verdict STEP STATUS DETAIL
@@ -102,12 +189,16 @@ verdict() { # verdict STEP STATUS DETAIL
   esac
 }
 
+# Seconds of the budget that a command may not use (the benches' share,
+# while the probe runs).
+RESERVE=0
+
 # run STEP LIMIT_S COMMAND...: one command of a step, its output appended to
 # the log (and echoed after it ends); the step's timeout, cut to what is left
-# of the budget. Returns the command's status (124 on a timeout).
+# of the budget less RESERVE. Returns the command's status (124 on a timeout).
 run() {
   local step=$1 limit=$2; shift 2
-  local left=$((BUDGET - ($(date +%s) - START)))
+  local left=$((BUDGET - RESERVE - ($(date +%s) - START)))
   ((limit > left)) && limit=$left
   if ((limit <= 0)); then
     echo "[$step] not started: the run's $BUDGET s budget is spent" | tee -a "$LOG"
@@ -142,11 +233,30 @@ step() {
 }
 DETAIL=
 STOP=
+# Set by the probe when the GPU takes one process at a time: why the steps
+# that need several processes on one GPU are skipped.
+ONE_PROCESS=
+
+# skip STEP WHY: a step that does not run.
+skip() {
+  printf '\n=== step %s\n' "$1"
+  verdict "$1" skipped "$2"
+}
 
 need() { # need BINARY: fails the step when a binary is missing
   [[ -x "$BIN/$1" ]] && return 0
   echo "missing binary $BIN/$1" | tee -a "$LOG"
   return 1
+}
+
+# The compute mode, from the probe's `compute mode: NAME` line, else from
+# nvidia-smi (Default, Exclusive_Process, Prohibited), in the probe's words.
+COMPUTE_MODE=
+one_process_reason() {
+  case $COMPUTE_MODE in
+    EXCLUSIVE_PROCESS | EXCLUSIVE_THREAD) echo "compute mode $COMPUTE_MODE: one process per GPU" ;;
+    PROHIBITED) echo "compute mode PROHIBITED: no process may use the GPU" ;;
+  esac
 }
 
 step_probe() {
@@ -156,10 +266,18 @@ step_probe() {
     --exact --nocapture --test-threads=1)
   rc=$?
   echo "$out"
-  local driver
+  local driver mode
   driver=$(grep -m1 '^driver: ' <<<"$out" | sed 's/^driver: //')
+  mode=$(grep -m1 '^compute mode: ' <<<"$out" | sed 's/^compute mode: //')
+  [[ -n "$mode" ]] && COMPUTE_MODE=$mode
+  {
+    echo "probe: driver: ${driver:-none answered}"
+    echo "probe: compute mode: ${mode:-not printed by the probe}"
+  } >>"$SUMMARY"
+  ONE_PROCESS=$(one_process_reason)
   ((rc == 0)) && [[ -n "$driver" ]] || { DETAIL="no driver answered"; return 1; }
   DETAIL="driver: $driver"
+  [[ -n "$ONE_PROCESS" ]] && DETAIL="$DETAIL; $ONE_PROCESS"
   case $MODE in
     gpu)
       if [[ "$driver" == *"stand-in"* ]]; then
@@ -198,13 +316,28 @@ step_ipc() {
     --exact --nocapture --test-threads=1
 }
 
+# The CUDA backend's tests that start several processes on GPU 0 (as
+# libtest --skip filters); the others are ranks as threads or one rank.
+MULTI_PROCESS_TESTS=(
+  every_collective_and_dtype_on_one_gpu a_captured_step_replays_with_fresh_data
+  a_group_exchanges_around_a_ring_on_one_gpu bad_arguments_fail_at_enqueue
+  a_peer_that_aborts_releases a_dead_peer_releases one_rank_with_another_window
+  reductions_over_nine_ranks gather_scatter_and_all_to_allv_on_one_gpu
+  a_cuda_comm_on_a_split_group
+)
+
 step_backend() {
   need test-cuda || return 1
   # On the stand-in, two devices: ranks as threads need one each (the
   # panicking-rank test); on a GPU machine with one GPU that test skips.
-  local devices=()
-  [[ $MODE == stand-in ]] && devices=(STREAMCOMM_STANDIN_DEVICES=2)
-  run cuda-backend 150 env "${devices[@]}" "$BIN/test-cuda" --test-threads=1 --nocapture
+  local env_args=(env) skips=() t
+  [[ $MODE == stand-in ]] && env_args+=(STREAMCOMM_STANDIN_DEVICES=2)
+  if [[ -n "$ONE_PROCESS" ]]; then
+    for t in "${MULTI_PROCESS_TESTS[@]}"; do skips+=(--skip "$t"); done
+    DETAIL="multi-process tests skipped: $ONE_PROCESS"
+  fi
+  run cuda-backend 150 "${env_args[@]}" "$BIN/test-cuda" ${skips[@]+"${skips[@]}"} \
+    --test-threads=1 --nocapture
 }
 
 step_quickstarts() {
@@ -213,6 +346,10 @@ step_quickstarts() {
   out=$(TAIL=200 run quickstarts 30 "$BIN/gpu_quickstart") || rc=1
   echo "$out"
   grep -qx OK <<<"$out" || { echo "gpu_quickstart did not print OK" | tee -a "$LOG"; rc=1; }
+  if [[ -n "$ONE_PROCESS" ]]; then
+    DETAIL="the 2-rank quick starts skipped: $ONE_PROCESS"
+    return $rc
+  fi
   out=$(TAIL=200 run quickstarts 60 "$BIN/quickstart" 2) || rc=1
   echo "$out"
   grep -q 'backend: CUDA' <<<"$out" ||
@@ -226,39 +363,74 @@ step_quickstarts() {
 
 step_benches() {
   need gpu_bench && need cuda_bench || return 1
-  local rc=0 bench_out=${OUT:-$WORK}
+  local rc=0 r
   # The stand-in moves bytes with the CPU: smaller sizes keep the step short.
   local gpu_args=() cuda_args=(2) staged_args=(2 16777216)
   if [[ $MODE == stand-in ]]; then
     gpu_args=(4194304); cuda_args=(2 4194304); staged_args=(2 1048576)
   fi
-  run benches 60 env OUT="$bench_out" "$BIN/gpu_bench" "${gpu_args[@]}" || rc=1
-  run benches 90 env OUT="$bench_out" "$BIN/cuda_bench" "${cuda_args[@]}" || rc=1
+  run benches 60 env OUT="$OUT" "$BIN/gpu_bench" ${gpu_args[@]+"${gpu_args[@]}"}
+  r=$?; ((r == 0)) || rc=$r
+  if [[ -n "$ONE_PROCESS" ]]; then
+    DETAIL="cuda_bench skipped: $ONE_PROCESS"
+    return $rc
+  fi
+  run benches 90 env OUT="$OUT" "$BIN/cuda_bench" "${cuda_args[@]}"
+  r=$?; ((r == 0)) || rc=$r
   # The staged path for comparison: its JSON stays in the temporary directory.
   run benches 60 env OUT="$WORK" STREAMCOMM_CUDA_WINDOW=0 "$BIN/cuda_bench" \
-    "${staged_args[@]}" || rc=1
+    "${staged_args[@]}"
+  r=$?; ((r == 0)) || rc=$r
+  DETAIL="ranks as processes on one GPU: cuda_bench measures context switching, not an interconnect"
   return $rc
 }
 
+{
+  echo "gpu-check ($MODE) $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname 2>/dev/null || echo '?'), over $BIN"
+  [[ -n "${STREAMCOMM_STANDIN_PROFILE:-}" ]] && echo "STREAMCOMM_STANDIN_PROFILE=$STREAMCOMM_STANDIN_PROFILE"
+  [[ -n "${STREAMCOMM_STANDIN_STRICT:-}" ]] && echo "STREAMCOMM_STANDIN_STRICT=$STREAMCOMM_STANDIN_STRICT"
+  [[ -n "${CUDA_DEVICE_MAX_CONNECTIONS:-}" ]] && echo "CUDA_DEVICE_MAX_CONNECTIONS=$CUDA_DEVICE_MAX_CONNECTIONS"
+  smi_facts
+  if [[ -n "$NVRTC" ]]; then
+    echo "NVRTC: $NVRTC, $(nvrtc_version "$NVRTC")"
+  else
+    echo "NVRTC: none found (set STREAMCOMM_NVRTC_LIB)"
+  fi
+} >>"$SUMMARY"
+# Where the probe prints no compute mode: nvidia-smi's, in the probe's words.
+COMPUTE_MODE=$(sed -n 's/^nvidia-smi: compute mode: //p' "$SUMMARY" | tr '[:lower:]' '[:upper:]')
+ONE_PROCESS=$(one_process_reason)
+cat "$SUMMARY"
+
 echo "gpu-check ($MODE) over $BIN; NVRTC: ${NVRTC:-none found}"
+RESERVE=$BENCH_RESERVE
 step probe step_probe
+RESERVE=0
 if [[ -n $STOP ]]; then
   echo "stopping: this bundle checks NVIDIA's driver, and the CPU stand-in answered" \
        "(remove it from LD_LIBRARY_PATH)"
   SKIPPED=$((SKIPPED + 6))
 else
+  step benches step_benches
   step memops step_memops
   step reduce step_reduce
-  step ipc step_ipc
+  if [[ -n "$ONE_PROCESS" ]]; then skip ipc "$ONE_PROCESS"; else step ipc step_ipc; fi
   step cuda-backend step_backend
   step quickstarts step_quickstarts
-  step benches step_benches
 fi
 
 if [[ -s "$STREAMCOMM_SKIP_LOG" ]]; then
   echo "tests that skipped in this run:"
   sort "$STREAMCOMM_SKIP_LOG" | uniq -c | sed 's/^/  /'
 fi
-say "$(($(date +%s) - START)) s in all${OUT:+; logs in $OUT}"
+{
+  [[ -z "$ONE_PROCESS" ]] && echo "what cuda_bench measures: every rank on GPU 0, ranks" \
+       "as processes sharing one GPU: context switching on one GPU, not an interconnect"
+  echo "not tested: several GPUs, NVLink/NVSwitch, GPUDirect RDMA with a NIC," \
+       "multi-node jobs${ONE_PROCESS:+, several processes on one GPU ($ONE_PROCESS)}"
+  [[ $MODE == stand-in ]] && echo "not tested on the stand-in: a GPU's memory model," \
+       "timing, or the CUDA C kernels' code"
+} >>"$SUMMARY"
+say "$(($(date +%s) - START)) s in all; logs in $OUT"
 say "$PASSED passed, $FAILED failed, $SKIPPED skipped" | tee -a "$SUMMARY"
 ((FAILED == 0))

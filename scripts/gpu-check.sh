@@ -5,21 +5,27 @@
 # they run, and runs them against the CPU stand-in or bundles them for a GPU
 # machine.
 #
-# usage: scripts/gpu-check.sh --stand-in
+# usage: scripts/gpu-check.sh --stand-in [--no-build]
 #            Runs every step here against the CPU stand-in libcuda
 #            (gpu/standin): debug builds, reusing what
 #            `cargo test --workspace --all-features` built; the stand-in is put
-#            on LD_LIBRARY_PATH as libcuda.so / libcuda.so.1 and must answer.
-#            A stand-in run checks API use and ordering, not a GPU.
+#            on LD_LIBRARY_PATH as libcuda.so / libcuda.so.1 and must answer,
+#            with STREAMCOMM_STANDIN_STRICT=1. A stand-in run checks API use
+#            and ordering, not a GPU. Logs under $OUT (default
+#            target/debug/gpu-check-out). --no-build runs the binaries an
+#            earlier --stand-in collected, without cargo (e.g. again with
+#            STREAMCOMM_STANDIN_PROFILE=h200 or CUDA_DEVICE_MAX_CONNECTIONS=1).
 #        scripts/gpu-check.sh --prepare DIR
 #            Builds a bundle in DIR for a GPU machine without Rust: stripped
 #            release test binaries and examples and run.sh (at most 48 MiB;
 #            no stand-in in it). There, `bash DIR/run.sh` runs the same steps
 #            against NVIDIA's driver, within 8 minutes, writing at most 4 files
-#            under $OUT; without a GPU it says `skipped: no GPU` and exits 0.
+#            under $OUT (default DIR/out); without a GPU it says
+#            `skipped: no GPU` and exits 0.
 #        scripts/gpu-check.sh
 #            On a GPU machine with Rust: --prepare into a temporary
-#            directory, then run it.
+#            directory, then run it (logs under $OUT, default
+#            target/gpu-check-out).
 #
 # Both end with the line `gpu-check: N passed, M failed, K skipped`; the exit
 # status is 0 when nothing failed.
@@ -97,6 +103,18 @@ print(list(s.submodule_search_locations)[0] + "/lib/libnvrtc.so.12" if s else ""
 stand_in() {
   local target=${CARGO_TARGET_DIR:-$ROOT/target}
   local json bin ld lib
+  bin="$target/debug/gpu-check-bin"
+  ld="$target/debug/gpu-check-standin"
+  if [[ ${1:-} == --no-build ]]; then
+    if [[ ! -e "$ld/libcuda.so.1" || ! -d "$bin" ]]; then
+      echo "gpu-check: --no-build: nothing collected yet (run --stand-in once)"
+      echo "gpu-check: 0 passed, 1 failed, 0 skipped"
+      return 1
+    fi
+    echo "gpu-check: stand-in $(readlink "$ld/libcuda.so.1") (not rebuilt)"
+    run_stand_in "$bin" "$ld"
+    return
+  fi
   json=$(mktemp)
   # The same command line as the README's test run, so nothing is rebuilt
   # after it; examples come with `cargo test`.
@@ -107,8 +125,6 @@ stand_in() {
     echo "gpu-check: 0 passed, 1 failed, 0 skipped"
     return 1
   fi
-  bin="$target/debug/gpu-check-bin"
-  ld="$target/debug/gpu-check-standin"
   rm -rf "$bin" "$ld"
   mkdir -p "$bin" "$ld"
   lib=$(standin_lib "$json")
@@ -122,12 +138,22 @@ stand_in() {
   ln -sf "$lib" "$ld/libcuda.so"
   ln -sf "$lib" "$ld/libcuda.so.1"
   echo "gpu-check: stand-in $lib"
+  run_stand_in "$bin" "$ld"
+}
+
+# run_stand_in BIN LD: the steps over the binaries in BIN, with the
+# stand-in's libcuda links in LD first on LD_LIBRARY_PATH.
+run_stand_in() {
+  local bin=$1 ld=$2
+  local target=${CARGO_TARGET_DIR:-$ROOT/target}
   if [[ -z "${STREAMCOMM_NVRTC_LIB:-}" ]]; then
     STREAMCOMM_NVRTC_LIB=$(wheel_nvrtc)
     [[ -n "$STREAMCOMM_NVRTC_LIB" ]] && export STREAMCOMM_NVRTC_LIB
   fi
   LD_LIBRARY_PATH="$ld${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" GPU_CHECK_MODE=stand-in \
     GPU_CHECK_BIN="$bin" GPU_CHECK_BUDGET="${GPU_CHECK_BUDGET:-300}" \
+    GPU_CHECK_BENCH_RESERVE="${GPU_CHECK_BENCH_RESERVE:-120}" \
+    OUT="${OUT:-$target/debug/gpu-check-out}" \
     bash "$ROOT/scripts/gpu-check-run.sh"
 }
 
@@ -164,13 +190,16 @@ prepare() {
 }
 
 case "${1:-}" in
-  --stand-in) stand_in ;;
+  --stand-in)
+    [[ -z "${2:-}" || $2 == --no-build ]] ||
+      { echo "usage: $0 --stand-in [--no-build]" >&2; exit 2; }
+    stand_in "${2:-}" ;;
   --prepare) prepare "${2:-}" ;;
   "")
     tmp=$(mktemp -d)
-    prepare "$tmp" && bash "$tmp/run.sh"
+    prepare "$tmp" && OUT="${OUT:-${CARGO_TARGET_DIR:-$ROOT/target}/gpu-check-out}" bash "$tmp/run.sh"
     rc=$?
     rm -rf "$tmp"
     exit $rc ;;
-  *) echo "usage: $0 [--stand-in | --prepare DIR]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--stand-in [--no-build] | --prepare DIR]" >&2; exit 2 ;;
 esac
