@@ -14,14 +14,25 @@
 //! pinned host memory and the host backend); the header and the JSON say
 //! which ran, and which device (so which driver) answered.
 //!
-//! Measures, in one run: a device-to-device copy of 256 MiB (the yardstick),
-//! the stream-ordered barrier (p50/p99/p99.9/max of one barrier, timed on the
-//! host around enqueue + synchronize, plain and as a replayed CUDA graph),
-//! and all_reduce (f32 sum, out of place) from 8 B to MAX_BYTES (default
-//! 256 MiB) with algbw and busbw (nccl-tests formulas) and a check of every
-//! element of the last iteration. Prints a table; writes
+//! Measures, in one run: a device-to-device copy of 256 MiB (the yardstick,
+//! timed by rank 0 alone while the others wait, so that ranks sharing a GPU
+//! do not split it), the stream-ordered barrier (p50/p99/p99.9/max of one
+//! barrier, timed on the host around enqueue + synchronize, plain and as a
+//! replayed CUDA graph), all_reduce (f32 sum, out of place) from 8 B to
+//! MAX_BYTES (default 256 MiB), and all_reduce captured once in a CUDA graph
+//! and replayed (8 B and 256 KiB, sizes of the sweep), each with a check of
+//! every element of the last iteration. Prints a table; writes
 //! `$OUT/cuda_bench.json` when `OUT` is set. Without a GPU it says so and
 //! exits successfully.
+//!
+//! Bytes are counted as nccl-tests counts them: `algbw` is the buffer's
+//! size over the time of one call, `busbw` is `algbw * 2 (n - 1) / n`; the
+//! yardstick, too, is the bytes copied over the time (each byte once, not
+//! read plus write). `gpu_bench` counts its "GB/s" the same way.
+//!
+//! Every rank runs on GPU 0 of its host: ranks sharing one GPU take turns
+//! on it, so on one host this measures context switching on one GPU, not an
+//! interconnect (the header says so).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -111,19 +122,11 @@ fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
     let mut json = Vec::new();
     comm.barrier_host()?;
 
-    // Yardstick: device-to-device copy bandwidth.
+    // Yardstick: device-to-device copy bandwidth, bytes copied per second,
+    // timed by rank 0 alone (ranks sharing the GPU would split it).
     let big = 256usize << 20;
-    let a = s.alloc_zeros::<u8>(big)?;
-    let mut b = s.alloc_zeros::<u8>(big)?;
-    s.memcpy_dtod(&a, &mut b)?;
-    s.synchronize()?;
-    let t0 = Instant::now();
-    for _ in 0..5 {
-        s.memcpy_dtod(&a, &mut b)?;
-    }
-    s.synchronize()?;
-    let d2d = 5.0 * big as f64 / t0.elapsed().as_secs_f64() / 1e9;
-    drop((a, b));
+    let d2d = if r == 0 { copy_gbs(&s, big)? } else { 0.0 };
+    comm.barrier_host()?;
 
     // Barrier, plain.
     let mut plain = Vec::with_capacity(BARRIER_ITERS);
@@ -155,9 +158,17 @@ fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
     drop(graph);
     if r == 0 {
         println!(
-            "CUDA backend, {path} path, {n} ranks (processes) on {}; d2d copy {d2d:.1} GB/s (256 MiB)",
+            "CUDA backend, {path} path, {n} ranks (processes) on {}; d2d copy {d2d:.1} GB/s (256 MiB, rank 0 alone)",
             cuda.device_name()
         );
+        if n > 1 {
+            println!("{ONE_GPU}");
+            json.push(format!(
+                r#"{{"what": "note", "device": "{}", "ranks": {n}, "note": "{ONE_GPU}"}}"#,
+                cuda.device_name()
+            ));
+        }
+        println!("{BYTES}");
         println!(
             "{:<22} {:>9} {:>9} {:>9} {:>9}",
             "barrier (us)", "p50", "p99", "p99.9", "max"
@@ -225,5 +236,97 @@ fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
         }
         bytes *= 8;
     }
+
+    // all_reduce captured once in a CUDA graph and replayed. Inside a graph
+    // cudarc's per-buffer events would be captured too: the buffers below
+    // are made without them, and order is the one stream's alone.
+    // SAFETY: one stream per rank; every access to these buffers is
+    // ordered on it.
+    unsafe { ctx.disable_event_tracking() };
+    if r == 0 {
+        println!(
+            "{:>12} {:>10} {:>10} {:>10} {:>10} {:>7}   graph-replayed all_reduce",
+            "bytes", "time_us", "algbw", "busbw", "/d2d", "wrong"
+        );
+    }
+    for bytes in [8usize, 256 << 10] {
+        if bytes > max_bytes {
+            continue;
+        }
+        let count = bytes / 4;
+        let iters = 200;
+        let input: Vec<f32> = (0..count).map(|i| ((i * 5 + r * 11) % 17) as f32).collect();
+        let send = s.memcpy_stod(&input)?;
+        let mut recv = s.memcpy_stod(&vec![f32::NAN; count])?;
+        s.synchronize()?;
+        s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
+        let graph = s
+            .end_capture(
+                sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+            )?
+            .ok_or("empty capture")?;
+        graph.launch()?;
+        s.synchronize()?;
+        let t = Instant::now();
+        for _ in 0..iters {
+            graph.launch()?;
+        }
+        s.synchronize()?;
+        let secs = t.elapsed().as_secs_f64() / iters as f64;
+        let got = s.memcpy_dtov(&recv)?;
+        drop(graph);
+        let wrong = got
+            .iter()
+            .enumerate()
+            .filter(|&(i, &g)| {
+                let want: f64 = (0..n).map(|q| ((i * 5 + q * 11) % 17) as f64).sum();
+                f64::from(g) != want
+            })
+            .count();
+        if let Some(e) = cuda.async_error() {
+            return Err(e.into());
+        }
+        if r == 0 {
+            let algbw = bytes as f64 / secs / 1e9;
+            let busbw = algbw * 2.0 * (n - 1) as f64 / n as f64;
+            println!(
+                "{bytes:>12} {:>10.1} {algbw:>10.3} {busbw:>10.3} {:>10.3} {wrong:>7}",
+                secs * 1e6,
+                busbw / d2d
+            );
+            json.push(format!(
+                r#"{{"what": "graph-replayed all_reduce", "path": "{path}", "ranks": {n}, "bytes": {bytes}, "time_us": {:.3}, "algbw_gbs": {algbw:.4}, "busbw_gbs": {busbw:.4}, "d2d_gbs": {d2d:.2}, "wrong": {wrong}}}"#,
+                secs * 1e6
+            ));
+        }
+        if wrong > 0 {
+            return Err(format!("rank {r}: {wrong} wrong elements at {bytes} B, replayed").into());
+        }
+    }
+    comm.barrier_host()?;
     Ok((r == 0).then_some(json))
+}
+
+/// What a run of several ranks on one GPU measures.
+const ONE_GPU: &str = "every rank on GPU 0: ranks sharing one GPU take turns on it, so this \
+    measures context switching on one GPU, not an interconnect";
+
+/// How bytes are counted.
+const BYTES: &str = "GB/s as nccl-tests counts them: algbw = bytes / time, busbw = algbw * \
+    2(n-1)/n; d2d = bytes copied / time (each byte once)";
+
+/// Device-to-device copy bandwidth of `bytes`-byte buffers: bytes copied
+/// per second, in GB/s (the mean of 5 copies after one warm-up).
+fn copy_gbs(s: &Arc<CudaStream>, bytes: usize) -> Res<f64> {
+    let a = s.alloc_zeros::<u8>(bytes)?;
+    let mut b = s.alloc_zeros::<u8>(bytes)?;
+    s.memcpy_dtod(&a, &mut b)?;
+    s.synchronize()?;
+    let t0 = Instant::now();
+    for _ in 0..5 {
+        s.memcpy_dtod(&a, &mut b)?;
+    }
+    s.synchronize()?;
+    Ok(5.0 * bytes as f64 / t0.elapsed().as_secs_f64() / 1e9)
 }
