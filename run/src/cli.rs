@@ -1,7 +1,7 @@
 //! The command line of `streamcomm-run`, parsed with clap.
 //!
-//! The grammar is small (`-n N [--keep-going] [node options] [--] PROGRAM
-//! ARGS...`) and must pass the program's own arguments through untouched,
+//! The grammar is small (`-n N [--keep-going] [--cuda-stand-in] [node
+//! options] [--] PROGRAM ARGS...`) and must pass the program's own arguments through untouched,
 //! including ones that look like our options: the first word that is not an
 //! option starts the program's command line. clap (derive) splits the
 //! words, accepting every spelling of each option; the values are then
@@ -29,7 +29,7 @@ pub const DEFAULT_MASTER_PORT: u16 = 29500;
 
 /// The help text of `streamcomm-run`.
 pub const USAGE: &str = "\
-usage: streamcomm-run -n N [--keep-going] [--] PROGRAM [ARGS...]
+usage: streamcomm-run -n N [--keep-going] [--cuda-stand-in] [--] PROGRAM [ARGS...]
        streamcomm-run --nnodes M --node-rank K --master-addr ADDR [--master-port PORT]
                       -n N [--keep-going] [--] PROGRAM [ARGS...]
        streamcomm-run --hosts H0,H1,... [--node-rank K] [--master-port PORT]
@@ -68,6 +68,17 @@ options:
                          ADDR, and K unless --node-rank is given
   --keep-going           a failed rank does not stop the others (in a
                          multi-node job, give it to every node)
+  --cuda-stand-in        run the ranks on the CPU stand-in for the CUDA
+                         driver (crate streamcomm-cuda-standin), not a GPU:
+                         a private directory with libcuda.so and
+                         libcuda.so.1 linking to the stand-in goes first on
+                         the ranks' LD_LIBRARY_PATH. The library is
+                         $STREAMCOMM_STANDIN_LIB, else
+                         libstreamcomm_cuda_standin.so beside streamcomm-run
+                         or in its deps/, else (in a cargo workspace that has
+                         it) the result of `cargo build -p
+                         streamcomm-cuda-standin`. In a multi-node job it
+                         applies to this node's ranks: give it to every node
   -h, --help             print this help
   --                     end of options (the next word is PROGRAM)
 
@@ -98,6 +109,9 @@ pub struct RunArgs {
     /// `--keep-going`: a rank that fails does not stop the others
     /// ([`LocalLauncher::keep_going`](crate::local::LocalLauncher::keep_going)).
     pub keep_going: bool,
+    /// `--cuda-stand-in`: the ranks load the CPU stand-in for the CUDA
+    /// driver ([`standin`](crate::standin)).
+    pub cuda_stand_in: bool,
 }
 
 /// The multi-node options, checked against each other and with defaults
@@ -177,6 +191,9 @@ struct Cli {
     /// `--keep-going`: a failed rank does not stop the others.
     #[arg(long = "keep-going", action = ArgAction::SetTrue)]
     keep_going: bool,
+    /// `--cuda-stand-in`: the ranks run on the CPU stand-in libcuda.
+    #[arg(long = "cuda-stand-in", action = ArgAction::SetTrue)]
+    cuda_stand_in: bool,
     /// `-h`, `--help`: [`Parsed::Help`].
     #[arg(short = 'h', long = "help", action = ArgAction::Help)]
     help: Option<bool>,
@@ -237,6 +254,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Parsed> {
         program,
         args: command.collect(),
         keep_going: cli.keep_going,
+        cuda_stand_in: cli.cuda_stand_in,
     }))
 }
 

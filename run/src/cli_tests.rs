@@ -296,3 +296,55 @@ fn keep_going_option() {
         "unknown option \"--keep_going\""
     );
 }
+
+#[test]
+fn cuda_stand_in_option() {
+    // Off unless given: the ranks load whatever libcuda the system has.
+    assert!(!run(&["-n", "2", "prog"]).cuda_stand_in);
+    for words in [
+        &["--cuda-stand-in", "-n", "2", "prog", "a"][..],
+        &["-n", "2", "--cuda-stand-in", "prog", "a"],
+        &[
+            "-n",
+            "2",
+            "--cuda-stand-in",
+            "--keep-going",
+            "--",
+            "prog",
+            "a",
+        ],
+    ] {
+        let r = run(words);
+        assert!(r.cuda_stand_in, "{words:?}");
+        assert_eq!(
+            (r.nproc, r.program.to_str(), r.nodes),
+            (2, Some("prog"), None),
+            "{words:?}"
+        );
+        assert_eq!(r.args, vec![OsString::from("a")], "{words:?}");
+    }
+    // A node of a multi-node job may take it too (for its own ranks).
+    let r = run(&[
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "0",
+        "--master-addr",
+        "127.0.0.1",
+        "--cuda-stand-in",
+        "-n",
+        "1",
+        "prog",
+    ]);
+    assert!(r.cuda_stand_in);
+    assert_eq!(r.nodes.map(|n| n.nnodes), Some(2));
+    // After the program it is the program's.
+    let r = run(&["-n", "2", "prog", "--cuda-stand-in"]);
+    assert!(!r.cuda_stand_in);
+    assert_eq!(r.args, vec![OsString::from("--cuda-stand-in")]);
+    assert_eq!(
+        message(&["--cuda-stand-in=1", "-n", "2", "prog"]),
+        "--cuda-stand-in takes no value, got \"1\""
+    );
+    assert!(USAGE.contains("--cuda-stand-in"));
+}

@@ -1,5 +1,7 @@
-//! `streamcomm-run [NODE OPTIONS] -n N [--keep-going] [--] PROGRAM [ARGS...]`:
-//! runs N local ranks of PROGRAM, alone or as one node of a multi-node job.
+//! `streamcomm-run [NODE OPTIONS] -n N [--keep-going] [--cuda-stand-in] [--]
+//! PROGRAM [ARGS...]`: runs N local ranks of PROGRAM, alone or as one node
+//! of a multi-node job, on the GPUs or (`--cuda-stand-in`) on the CPU
+//! stand-in for the CUDA driver.
 //!
 //! A thin `main` over the `streamcomm_run` library: parse the command line, for a
 //! multi-node job resolve this node's part (and on node 0 start the
@@ -15,6 +17,7 @@ use streamcomm::Error;
 use streamcomm_run::cli::{Parsed, RunArgs, USAGE, parse_args};
 use streamcomm_run::local::{LocalLauncher, Outcome, install_termination_handler};
 use streamcomm_run::nodes::NodeJob;
+use streamcomm_run::standin::StandIn;
 
 fn main() {
     std::process::exit(run());
@@ -37,6 +40,23 @@ fn run() -> i32 {
         }
     };
     let keep_going = args.keep_going;
+    // Kept until the ranks have ended: dropping it removes the directory
+    // of links the ranks load the driver from.
+    let standin = if args.cuda_stand_in {
+        let exe = std::env::current_exe().ok();
+        match StandIn::prepare(&|name| std::env::var_os(name), exe.as_deref()) {
+            Ok(standin) => {
+                say(format_args!("{}", standin.notice()));
+                Some(standin)
+            }
+            Err(e) => {
+                say(format_args!("{e}"));
+                return 1;
+            }
+        }
+    } else {
+        None
+    };
     let launcher = match launcher(args) {
         Ok(launcher) => launcher,
         Err(e @ Error::InvalidArgument(_)) => {
@@ -47,6 +67,10 @@ fn run() -> i32 {
             say(format_args!("{e}"));
             return 1;
         }
+    };
+    let launcher = match &standin {
+        Some(standin) => standin.apply(launcher, std::env::var_os("LD_LIBRARY_PATH").as_deref()),
+        None => launcher,
     };
     if let Err(e) = install_termination_handler() {
         say(format_args!("warning: {e}"));

@@ -291,3 +291,69 @@ fn rank_entry_point() {
     let all: Vec<String> = all.iter().map(|b| text(b)).collect();
     println!("gathered {} via {}", all.join(","), info.launcher);
 }
+
+/// `--cuda-stand-in` with a fake library (`STREAMCOMM_STANDIN_LIB`, so no
+/// GPU code is built or loaded): each rank finds, first on its
+/// `LD_LIBRARY_PATH`, a directory with `libcuda.so` and `libcuda.so.1`
+/// linking to the library; the launcher says once that the ranks run on the
+/// stand-in, and removes the directory when they are done.
+#[test]
+fn cuda_stand_in_puts_driver_links_first_on_the_ranks_library_path() {
+    let lib = marker("fake-standin.so");
+    std::fs::write(&lib, "not a real library").expect("write the fake library");
+    let lib_path = lib.to_str().expect("UTF-8 path");
+    let script = r#"d=${LD_LIBRARY_PATH%%:*}; echo "dir=$d rest=${LD_LIBRARY_PATH#*:}";
+                    echo "so=$(readlink "$d/libcuda.so") so1=$(readlink "$d/libcuda.so.1")""#;
+    let env = [
+        ("STREAMCOMM_STANDIN_LIB", lib_path),
+        ("LD_LIBRARY_PATH", "/opt/before"),
+    ];
+    let args = ["--cuda-stand-in", "-n", "2", "--", "sh", "-c", script];
+    let (out, _) = launch_with_env(&args, &env, Duration::from_secs(30));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let real = lib
+        .canonicalize()
+        .expect("the fake library")
+        .display()
+        .to_string();
+    let mut dirs = Vec::new();
+    for rank in 0..2 {
+        let prefix = format!("[rank {rank}] dir=");
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no dir line of rank {rank}:\n{stdout}"));
+        let (dir, rest) = line[prefix.len()..].split_once(" rest=").expect("rest");
+        assert_eq!(rest, "/opt/before", "the launcher's path follows: {line}");
+        assert!(!dir.is_empty() && dir != "/opt/before", "{line}");
+        dirs.push(dir.to_string());
+        assert!(
+            stdout.contains(&format!("[rank {rank}] so={real} so1={real}\n")),
+            "both names link to {real}:\n{stdout}"
+        );
+    }
+    assert_eq!(dirs[0], dirs[1], "one directory for the job");
+    assert_eq!(
+        stderr.matches("CPU stand-in").count(),
+        1,
+        "said once:\n{stderr}"
+    );
+    assert!(stderr.contains("not a GPU"), "{stderr}");
+    assert!(
+        !std::path::Path::new(&dirs[0]).exists(),
+        "the directory is removed after the job"
+    );
+    let _ = std::fs::remove_file(lib);
+}
+
+#[test]
+fn cuda_stand_in_without_a_library_says_how_to_build_one() {
+    let missing = marker("no-such-standin.so");
+    let env = [("STREAMCOMM_STANDIN_LIB", missing.to_str().expect("UTF-8"))];
+    let args = ["--cuda-stand-in", "-n", "1", "--", "true"];
+    let (out, _) = launch_with_env(&args, &env, Duration::from_secs(30));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr:\n{stderr}");
+    assert!(stderr.contains("STREAMCOMM_STANDIN_LIB"), "{stderr}");
+}
