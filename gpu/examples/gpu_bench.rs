@@ -7,6 +7,13 @@
 //!
 //! `BYTES` (default 256 MiB) sizes each buffer; the first line names the
 //! device and so the driver that answered (the CPU stand-in says so).
+//!
+//! Bytes are counted as `cuda_bench` (of `streamcomm-examples`) counts its
+//! device-to-device yardstick and nccl-tests its algbw: "GB/s" is the
+//! buffer's size over the time of one call, each byte once, so a copy of
+//! 256 MiB in 1 ms is 268 GB/s here and there. "mem GB/s" is the memory
+//! traffic: bytes read plus bytes written (2 buffers for a copy, 3 for a
+//! reduction of 2 sources) over the same time.
 
 use std::time::{Duration, Instant};
 
@@ -115,8 +122,9 @@ fn run(device: &streamcomm_gpu::Device, bytes: usize) -> Result<()> {
     let bf16_s = time(device, &stream, || {
         reduce(&kernels, &stream, bf16, &[a, b], c, bytes / 2)
     })?;
-    let gbs = |bytes_moved: usize, s: f64| bytes_moved as f64 / s / 1e9;
-    let copy_gbs = gbs(2 * bytes, copy_s);
+    // As cuda_bench counts: the buffer's bytes over the time, each byte once.
+    let gbs = |s: f64| bytes as f64 / s / 1e9;
+    let copy_gbs = gbs(copy_s);
     let rows = [
         ("d2d copy (cuMemcpyDtoDAsync)", 2, copy_s),
         ("copy kernel f32, 1 src -> 1 dst", 2, kcopy_s),
@@ -125,21 +133,27 @@ fn run(device: &streamcomm_gpu::Device, bytes: usize) -> Result<()> {
     ];
     let mut json_rows = Vec::new();
     println!(
-        "\n{:<36} {:>10} {:>12} {:>8}",
+        "\nGB/s = bytes per buffer / time, each byte once (as cuda_bench and nccl-tests' algbw);"
+    );
+    println!("mem GB/s = bytes read + written / time");
+    println!(
+        "{:<36} {:>10} {:>10} {:>10} {:>8}",
         format!("{} MiB per buffer", bytes >> 20),
         "time ms",
-        "GB/s moved",
+        "GB/s",
+        "mem GB/s",
         "vs copy"
     );
     for (name, buffers, s) in rows {
-        let g = gbs(buffers * bytes, s);
+        let g = gbs(s);
+        let mem = buffers as f64 * g;
         println!(
-            "{name:<36} {:>10.3} {g:>12.1} {:>7.0}%",
+            "{name:<36} {:>10.3} {g:>10.1} {mem:>10.1} {:>7.0}%",
             s * 1e3,
             100.0 * g / copy_gbs
         );
         json_rows.push(format!(
-            "{{\"name\":\"{name}\",\"ms\":{:.4},\"gbs\":{g:.2},\"vs_copy\":{:.4}}}",
+            "{{\"name\":\"{name}\",\"ms\":{:.4},\"gbs\":{g:.2},\"mem_gbs\":{mem:.2},\"vs_copy\":{:.4}}}",
             s * 1e3,
             g / copy_gbs
         ));
