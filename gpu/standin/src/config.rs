@@ -1,41 +1,200 @@
 //! The stand-in's configuration: every environment variable it reads, read
-//! once.
+//! once, at the first call that needs one.
+//!
+//! **Profiles.** `STREAMCOMM_STANDIN_PROFILE` picks the defaults of the other
+//! settings; a variable set explicitly always wins over its profile's default.
+//!
+//! | setting | `default` | `h200` |
+//! |---|---|---|
+//! | `STREAMCOMM_STANDIN_DRIVER_VERSION` | 13000 (CUDA 13.0) | 12080 (CUDA 12.8) |
+//! | `STREAMCOMM_STANDIN_MEMORY_POOLS` | 0 | 1 |
+//! | `STREAMCOMM_STANDIN_GDR` | 0 | 1 |
+//! | `STREAMCOMM_STANDIN_GDR_FLUSH` | 0 | 1 (only with `GDR`) |
+//! | `STREAMCOMM_STANDIN_DESTRUCTOR_DELAY_MS` | 0 | 50 |
+//! | `STREAMCOMM_STANDIN_COMPUTE_MODE` | 0 (DEFAULT) | 0 (DEFAULT) |
+//! | `STREAMCOMM_STANDIN_STRICT` | 0 | 0 |
+//! | `STREAMCOMM_STANDIN_MACHINE_ID` | empty | empty |
+//! | `CUDA_DEVICE_MAX_CONNECTIONS` | 8 | 8 |
+//! | `STREAMCOMM_STANDIN_DEVICES` | 1 | 1 |
+//! | `STREAMCOMM_STANDIN_POISON` | 1 | 1 |
+//!
+//! A value the stand-in cannot read (an unknown profile, `MEMORY_POOLS=yes`,
+//! a compute mode it does not model) is not silently replaced by a default:
+//! `cuInit` names it on stderr and fails with `CUDA_ERROR_INVALID_VALUE`.
+//! (`CUDA_DEVICE_MAX_CONNECTIONS`, `STREAMCOMM_STANDIN_DEVICES`,
+//! `STREAMCOMM_STANDIN_DRIVER_VERSION` and `STREAMCOMM_STANDIN_POISON` keep
+//! their older, forgiving reading: out-of-range numbers are clamped.)
 
 use std::sync::OnceLock;
+use std::time::Duration;
+
+/// A named set of defaults (`STREAMCOMM_STANDIN_PROFILE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Profile {
+    /// `default`: the stand-in's original model (CUDA 13.0, no memory pools,
+    /// no GPUDirect RDMA, user-object destructors run at once).
+    Default,
+    /// `h200`: what an H200 on a CUDA 12.8 driver reports: memory pools,
+    /// GPUDirect RDMA, destructors delayed.
+    H200,
+}
+
+impl Profile {
+    /// The name the variable spells.
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Default => "default",
+            Profile::H200 => "h200",
+        }
+    }
+}
+
+/// `CU_COMPUTEMODE_DEFAULT`.
+pub const COMPUTE_DEFAULT: i32 = 0;
+/// `CU_COMPUTEMODE_PROHIBITED`.
+pub const COMPUTE_PROHIBITED: i32 = 2;
+/// `CU_COMPUTEMODE_EXCLUSIVE_PROCESS`.
+pub const COMPUTE_EXCLUSIVE_PROCESS: i32 = 3;
 
 /// Settings read from the environment at first use.
 #[derive(Debug)]
 pub struct Config {
+    /// `STREAMCOMM_STANDIN_PROFILE` (`default` or `h200`; default `default`).
+    pub profile: Profile,
+    /// Settings that could not be read, one sentence each; `cuInit` says
+    /// them and fails with `CUDA_ERROR_INVALID_VALUE` while any exist.
+    pub problems: Vec<String>,
     /// `CUDA_DEVICE_MAX_CONNECTIONS` (1..=32, default 8): hardware queues per
     /// context; streams are assigned to them round-robin and share them.
     pub max_connections: usize,
     /// `STREAMCOMM_STANDIN_DEVICES` (default 1): number of devices.
     pub devices: usize,
     /// `STREAMCOMM_STANDIN_DRIVER_VERSION` (default 13000, what driver 580
-    /// reports for CUDA 13.0): the `cuDriverGetVersion` value.
+    /// reports for CUDA 13.0; 12080 under `h200`): the `cuDriverGetVersion`
+    /// value, which also bounds the PTX ISA and CUBIN toolkit a module load
+    /// accepts.
     pub driver_version: i32,
     /// `STREAMCOMM_STANDIN_POISON` (default on, `0` turns it off): fill new
     /// device and pinned allocations with 0xA5 bytes, since the driver does
     /// not zero them.
     pub poison: bool,
+    /// `STREAMCOMM_STANDIN_COMPUTE_MODE` (0 DEFAULT, 2 PROHIBITED,
+    /// 3 EXCLUSIVE_PROCESS; default 0 in every profile): the
+    /// `COMPUTE_MODE` attribute. Under 3, a process's first context on a
+    /// device fails with `CUDA_ERROR_DEVICE_UNAVAILABLE` (46) while another
+    /// live process of the same user holds one; under 2, every context
+    /// creation fails with 46.
+    pub compute_mode: i32,
+    /// `STREAMCOMM_STANDIN_MACHINE_ID` (default empty): names the simulated
+    /// machine whose devices EXCLUSIVE_PROCESS guards, so that unrelated
+    /// runs of one user (two test suites at once) do not contend; processes
+    /// that should contend must share the value.
+    pub machine_id: String,
+    /// `STREAMCOMM_STANDIN_MEMORY_POOLS` (`0`/`1`; default 0, `h200` 1):
+    /// `MEMORY_POOLS_SUPPORTED` and the stream-ordered allocator
+    /// (`cuMemAllocAsync`, `cuMemFreeAsync`, the device's default pool).
+    pub memory_pools: bool,
+    /// `STREAMCOMM_STANDIN_GDR` (`0`/`1`; default 0, `h200` 1):
+    /// `GPU_DIRECT_RDMA_SUPPORTED` = 1, `GPU_DIRECT_RDMA_WRITES_ORDERING` =
+    /// OWNER (100), and `cuMemAlloc` memory reports
+    /// `IS_GPU_DIRECT_RDMA_CAPABLE` = 1.
+    pub gdr: bool,
+    /// `STREAMCOMM_STANDIN_GDR_FLUSH` (`0`/`1`; default: as `GDR`):
+    /// `GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS` = HOST (1), so
+    /// `cuFlushGPUDirectRDMAWrites` succeeds; `0` reports 0 options and the
+    /// flush returns `CUDA_ERROR_NOT_SUPPORTED`. Only meaningful with `GDR`.
+    pub gdr_flush: bool,
+    /// `STREAMCOMM_STANDIN_STRICT` (`0`/`1`; default 0): a driver call from a
+    /// host function or a user-object destructor aborts the process (after
+    /// naming the call on stderr) instead of returning
+    /// `CUDA_ERROR_NOT_PERMITTED`.
+    pub strict: bool,
+    /// `STREAMCOMM_STANDIN_DESTRUCTOR_DELAY_MS` (default 0, `h200` 50): a
+    /// user object's destructor runs on a destructor thread this long after
+    /// its last reference goes, as the driver runs them asynchronously.
+    pub destructor_delay: Duration,
 }
 
 /// The configuration, read at first call.
 pub fn config() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
-    CONFIG.get_or_init(|| {
-        let num = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| v.trim().parse::<i64>().ok())
-        };
-        Config {
-            max_connections: num("CUDA_DEVICE_MAX_CONNECTIONS").unwrap_or(8).clamp(1, 32) as usize,
-            devices: num("STREAMCOMM_STANDIN_DEVICES").unwrap_or(1).clamp(0, 16) as usize,
-            driver_version: num("STREAMCOMM_STANDIN_DRIVER_VERSION")
-                .unwrap_or(13000)
-                .clamp(0, i32::MAX as i64) as i32,
-            poison: std::env::var("STREAMCOMM_STANDIN_POISON").map_or(true, |v| v != "0"),
+    CONFIG.get_or_init(|| read(&|name| std::env::var(name).ok()))
+}
+
+/// Reads the configuration through `var` (the environment, or a test's map).
+fn read(var: &dyn Fn(&str) -> Option<String>) -> Config {
+    let mut problems = Vec::new();
+    let num = |name: &str| var(name).and_then(|v| v.trim().parse::<i64>().ok());
+    let profile = match var("STREAMCOMM_STANDIN_PROFILE").as_deref().map(str::trim) {
+        None | Some("default") => Profile::Default,
+        Some("h200") => Profile::H200,
+        Some(other) => {
+            problems.push(format!(
+                "STREAMCOMM_STANDIN_PROFILE={other:?} is not a profile; expected default or h200"
+            ));
+            Profile::Default
         }
-    })
+    };
+    let h200 = profile == Profile::H200;
+    let mut strict_num =
+        |name: &str, default: i64, ok: &dyn Fn(i64) -> bool, what: &str| match var(name) {
+            None => default,
+            Some(v) => match v.trim().parse::<i64>() {
+                Ok(n) if ok(n) => n,
+                _ => {
+                    problems.push(format!("{name}={v:?} is not {what}"));
+                    default
+                }
+            },
+        };
+    let flag = |n: i64| n == 0 || n == 1;
+    let memory_pools = strict_num(
+        "STREAMCOMM_STANDIN_MEMORY_POOLS",
+        h200.into(),
+        &flag,
+        "0 or 1",
+    ) == 1;
+    let gdr = strict_num("STREAMCOMM_STANDIN_GDR", h200.into(), &flag, "0 or 1") == 1;
+    let gdr_flush = strict_num("STREAMCOMM_STANDIN_GDR_FLUSH", gdr.into(), &flag, "0 or 1") == 1;
+    let strict = strict_num("STREAMCOMM_STANDIN_STRICT", 0, &flag, "0 or 1") == 1;
+    let compute_mode = strict_num(
+        "STREAMCOMM_STANDIN_COMPUTE_MODE",
+        COMPUTE_DEFAULT.into(),
+        &|n| {
+            [
+                COMPUTE_DEFAULT,
+                COMPUTE_PROHIBITED,
+                COMPUTE_EXCLUSIVE_PROCESS,
+            ]
+            .contains(&(n as i32))
+        },
+        "a compute mode the stand-in models (0 DEFAULT, 2 PROHIBITED, 3 EXCLUSIVE_PROCESS)",
+    ) as i32;
+    let delay_ms = strict_num(
+        "STREAMCOMM_STANDIN_DESTRUCTOR_DELAY_MS",
+        if h200 { 50 } else { 0 },
+        &|n| (0..=60_000).contains(&n),
+        "a delay in milliseconds (0..=60000)",
+    );
+    Config {
+        profile,
+        max_connections: num("CUDA_DEVICE_MAX_CONNECTIONS").unwrap_or(8).clamp(1, 32) as usize,
+        devices: num("STREAMCOMM_STANDIN_DEVICES").unwrap_or(1).clamp(0, 16) as usize,
+        driver_version: num("STREAMCOMM_STANDIN_DRIVER_VERSION")
+            .unwrap_or(if h200 { 12080 } else { 13000 })
+            .clamp(0, i32::MAX as i64) as i32,
+        poison: var("STREAMCOMM_STANDIN_POISON").is_none_or(|v| v != "0"),
+        compute_mode,
+        machine_id: var("STREAMCOMM_STANDIN_MACHINE_ID")
+            .unwrap_or_default()
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect(),
+        memory_pools,
+        gdr,
+        gdr_flush: gdr && gdr_flush,
+        strict,
+        destructor_delay: Duration::from_millis(delay_ms as u64),
+        problems,
+    }
 }

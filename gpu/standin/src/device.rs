@@ -43,6 +43,8 @@ struct Primary {
     refs: u32,
     flags: u32,
     ctx: Option<&'static Context>,
+    /// The compute mode's claim on the device, held while `refs > 0`.
+    claim: Option<crate::mode::Claim>,
 }
 
 fn slots() -> &'static [Slot] {
@@ -124,12 +126,32 @@ pub fn out<T>(ptr: *mut T, value: T) -> Res<()> {
     Ok(())
 }
 
-/// `cuInit`: flags must be 0. Also removes shared-memory segments left by
-/// stand-in processes that died.
+/// `cuInit`: flags must be 0. The first call says on stderr, once per
+/// process, that the process runs on the stand-in and with which profile;
+/// a setting the stand-in cannot read (an unknown profile, for one) is named
+/// there and every `cuInit` fails with `CUDA_ERROR_INVALID_VALUE`. Also
+/// removes shared-memory segments left by stand-in processes that died.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuInit(flags: c_uint) -> u32 {
     entry("cuInit", || {
         if flags != 0 {
+            return Err(INVALID_VALUE);
+        }
+        let cfg = config();
+        say_once(
+            "profile".into(),
+            &format!(
+                "this process runs on the streamcomm CPU stand-in for the CUDA driver, not on a GPU (profile {})",
+                cfg.profile.name()
+            ),
+        );
+        if !cfg.problems.is_empty() {
+            for p in &cfg.problems {
+                say_once(
+                    format!("config:{p}"),
+                    &format!("{p}: cuInit fails with CUDA_ERROR_INVALID_VALUE"),
+                );
+            }
             return Err(INVALID_VALUE);
         }
         if !INITIALIZED.swap(true, Ordering::AcqRel) {
@@ -254,38 +276,38 @@ pub extern "C" fn cuDeviceComputeCapability(
 /// features it does not implement.
 fn attribute(attrib: c_int, ordinal: c_int) -> Option<c_int> {
     Some(match attrib {
-        1 => 1024,         // MAX_THREADS_PER_BLOCK
-        2 | 3 => 1024,     // MAX_BLOCK_DIM_X/Y
-        4 => 64,           // MAX_BLOCK_DIM_Z
-        5 => i32::MAX,     // MAX_GRID_DIM_X
-        6 | 7 => 65535,    // MAX_GRID_DIM_Y/Z
-        8 => 49152,        // MAX_SHARED_MEMORY_PER_BLOCK
-        9 => 65536,        // TOTAL_CONSTANT_MEMORY
-        10 => 32,          // WARP_SIZE
-        11 => i32::MAX,    // MAX_PITCH
-        12 => 65536,       // MAX_REGISTERS_PER_BLOCK
-        13 => 1_980_000,   // CLOCK_RATE (kHz)
-        14 => 512,         // TEXTURE_ALIGNMENT
-        15 => 1,           // GPU_OVERLAP
-        16 => 132,         // MULTIPROCESSOR_COUNT
-        17 | 18 => 0,      // KERNEL_EXEC_TIMEOUT, INTEGRATED
-        19 => 1,           // CAN_MAP_HOST_MEMORY
-        20 => 0,           // COMPUTE_MODE (default)
-        31 | 32 => 1,      // CONCURRENT_KERNELS, ECC_ENABLED
-        33 => ordinal + 1, // PCI_BUS_ID
-        34 | 35 => 0,      // PCI_DEVICE_ID, TCC_DRIVER
-        36 => 2_619_000,   // MEMORY_CLOCK_RATE
-        37 => 6144,        // GLOBAL_MEMORY_BUS_WIDTH
-        38 => 52_428_800,  // L2_CACHE_SIZE
-        39 => 2048,        // MAX_THREADS_PER_MULTIPROCESSOR
-        40 => 5,           // ASYNC_ENGINE_COUNT
-        41 => 1,           // UNIFIED_ADDRESSING
-        50 => 0,           // PCI_DOMAIN_ID
-        75 => 9,           // COMPUTE_CAPABILITY_MAJOR
-        76 => 0,           // COMPUTE_CAPABILITY_MINOR
-        78..=80 => 1,      // STREAM_PRIORITIES, L1 caches
-        81 => 233_472,     // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-        82 => 65536,       // MAX_REGISTERS_PER_MULTIPROCESSOR
+        1 => 1024,                                // MAX_THREADS_PER_BLOCK
+        2 | 3 => 1024,                            // MAX_BLOCK_DIM_X/Y
+        4 => 64,                                  // MAX_BLOCK_DIM_Z
+        5 => i32::MAX,                            // MAX_GRID_DIM_X
+        6 | 7 => 65535,                           // MAX_GRID_DIM_Y/Z
+        8 => 49152,                               // MAX_SHARED_MEMORY_PER_BLOCK
+        9 => 65536,                               // TOTAL_CONSTANT_MEMORY
+        10 => 32,                                 // WARP_SIZE
+        11 => i32::MAX,                           // MAX_PITCH
+        12 => 65536,                              // MAX_REGISTERS_PER_BLOCK
+        13 => 1_980_000,                          // CLOCK_RATE (kHz)
+        14 => 512,                                // TEXTURE_ALIGNMENT
+        15 => 1,                                  // GPU_OVERLAP
+        16 => 132,                                // MULTIPROCESSOR_COUNT
+        17 | 18 => 0,                             // KERNEL_EXEC_TIMEOUT, INTEGRATED
+        19 => 1,                                  // CAN_MAP_HOST_MEMORY
+        20 => config().compute_mode,              // COMPUTE_MODE
+        31 | 32 => 1,                             // CONCURRENT_KERNELS, ECC_ENABLED
+        33 => ordinal + 1,                        // PCI_BUS_ID
+        34 | 35 => 0,                             // PCI_DEVICE_ID, TCC_DRIVER
+        36 => 2_619_000,                          // MEMORY_CLOCK_RATE
+        37 => 6144,                               // GLOBAL_MEMORY_BUS_WIDTH
+        38 => 52_428_800,                         // L2_CACHE_SIZE
+        39 => 2048,                               // MAX_THREADS_PER_MULTIPROCESSOR
+        40 => 5,                                  // ASYNC_ENGINE_COUNT
+        41 => 1,                                  // UNIFIED_ADDRESSING
+        50 => 0,                                  // PCI_DOMAIN_ID
+        75 => 9,                                  // COMPUTE_CAPABILITY_MAJOR
+        76 => 0,                                  // COMPUTE_CAPABILITY_MINOR
+        78..=80 => 1,                             // STREAM_PRIORITIES, L1 caches
+        81 => 233_472,                            // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+        82 => 65536,                              // MAX_REGISTERS_PER_MULTIPROCESSOR
         83..=86 => 0, // MANAGED_MEMORY (not implemented), MULTI_GPU_BOARD(_GROUP_ID), HOST_NATIVE_ATOMIC
         87 => 2,      // SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO
         88 | 89 => 0, // PAGEABLE_MEMORY_ACCESS, CONCURRENT_MANAGED_ACCESS
@@ -300,7 +322,12 @@ fn attribute(attrib: c_int, ordinal: c_int) -> Option<c_int> {
         107..=110 => 0, // compression, persisting L2, access policy, GDR with VMM
         111 => 1024,  // RESERVED_SHARED_MEMORY_PER_BLOCK
         112 | 113 => 0, // sparse arrays, read-only host register
-        114..=121 => 0, // semaphores, memory pools, GPUDirect RDMA, cluster launch, ...
+        114 => 0,     // TIMELINE_SEMAPHORE_INTEROP_SUPPORTED
+        115 => config().memory_pools.into(), // MEMORY_POOLS_SUPPORTED
+        116 => crate::pointer::rdma_supported(), // GPU_DIRECT_RDMA_SUPPORTED
+        117 => crate::pointer::flush_options(), // GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS
+        118 => crate::pointer::writes_ordering(), // GPU_DIRECT_RDMA_WRITES_ORDERING
+        119..=121 => 0, // MEMPOOL_SUPPORTED_HANDLE_TYPES (no pool export), cluster launch, ...
         122 | 123 => 1, // CAN_USE_64_BIT_STREAM_MEM_OPS, CAN_USE_STREAM_WAIT_VALUE_NOR
         124 | 125 => 0, // DMA_BUF_SUPPORTED, IPC_EVENT_SUPPORTED
         _ => return None,
@@ -337,6 +364,8 @@ pub extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attrib: c_int, dev: c_
 }
 
 /// `cuDevicePrimaryCtxRetain`: refcounted; does not make the context current.
+/// Creating the context obeys the compute mode (module `mode`): 46 under
+/// PROHIBITED, and under EXCLUSIVE_PROCESS while another process holds one.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut usize, dev: c_int) -> u32 {
     entry("cuDevicePrimaryCtxRetain", || {
@@ -346,7 +375,9 @@ pub extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut usize, dev: c_int) -> u32 
         }
         let mut p = lock(s);
         if p.refs == 0 || p.ctx.is_none() {
+            let claim = crate::mode::claim(dev as usize)?;
             p.ctx = Some(Context::create(dev as usize));
+            p.claim = Some(claim);
         }
         p.refs += 1;
         out(pctx, ctx_handle(dev as usize))
@@ -370,6 +401,11 @@ pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> u32 {
         };
         if let Some(ctx) = retired {
             ctx.wait_all();
+            let mut p = lock(s);
+            if p.refs == 0 {
+                // The process's last context on the device is gone.
+                p.claim = None;
+            }
         }
         Ok(())
     })

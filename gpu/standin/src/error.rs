@@ -21,6 +21,9 @@ pub const INVALID_VALUE: CUresult = 1;
 pub const OUT_OF_MEMORY: CUresult = 2;
 /// `CUDA_ERROR_NOT_INITIALIZED` (3).
 pub const NOT_INITIALIZED: CUresult = 3;
+/// `CUDA_ERROR_DEVICE_UNAVAILABLE` (46): compute mode PROHIBITED, or
+/// EXCLUSIVE_PROCESS with the device held by another process.
+pub const DEVICE_UNAVAILABLE: CUresult = 46;
 /// `CUDA_ERROR_INVALID_DEVICE` (101).
 pub const INVALID_DEVICE: CUresult = 101;
 /// `CUDA_ERROR_INVALID_IMAGE` (200).

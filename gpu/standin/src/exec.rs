@@ -98,6 +98,10 @@ pub enum Work {
     Kernel(Arc<crate::kernels::Launch>),
     /// An executable graph: its nodes in order.
     Graph(Arc<crate::graph::Exec>),
+    /// `cuMemAllocAsync` reached: the allocation at this base becomes usable.
+    PoolAlloc(u64),
+    /// `cuMemFreeAsync` reached: the allocation at this base is freed.
+    PoolFree(u64),
 }
 
 /// A device fault: the code and what happened.
@@ -107,16 +111,26 @@ pub type Fault = (u32, String);
 /// on one thread.
 static HOST_FN: Mutex<()> = Mutex::new(());
 
-/// Translates a device range for work that is running, or faults.
+/// Translates a device range for work that is running, or faults: the
+/// range must be device-accessible memory, and usable now (not a
+/// stream-ordered allocation its stream has not reached, not an IPC mapping
+/// whose exporter freed it or exited).
 pub fn device(addr: u64, len: usize, what: &str) -> Result<Mapped, Fault> {
-    resolve(addr, len).map_err(|_| {
+    let m = resolve(addr, len).map_err(|_| {
         (
             ILLEGAL_ADDRESS,
             format!(
                 "{what} touched {len} bytes at {addr:#x}, which is not device-accessible memory"
             ),
         )
-    })
+    })?;
+    if let Some(why) = m.unusable() {
+        return Err((
+            ILLEGAL_ADDRESS,
+            format!("{what} touched {len} bytes at {addr:#x}, but {why}"),
+        ));
+    }
+    Ok(m)
 }
 
 /// Runs `work` on the calling queue worker.
@@ -192,6 +206,8 @@ pub fn run(ctx: &Context, work: &Work) -> Result<(), Fault> {
                 run(ctx, w)?;
             }
         }
+        Work::PoolAlloc(base) => crate::pool::reached_alloc(*base),
+        Work::PoolFree(base) => crate::pool::reached_free(*base),
     }
     Ok(())
 }

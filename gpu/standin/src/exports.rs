@@ -4,13 +4,11 @@
 //! stand-in does not implement can silently succeed.
 //!
 //! Among them, deliberately: `cuMemGetHandleForAddressRange` (dma-buf export:
-//! the device reports `DMA_BUF_SUPPORTED` = 0), `cuFlushGPUDirectRDMAWrites`
-//! (no NIC writes into stand-in memory; GPUDirect RDMA reports 0),
-//! `cuMemAllocAsync` / `cuMemFreeAsync` and the pool APIs (memory pools report
-//! 0, so cudarc uses `cuMemAlloc`), `cuStreamAddCallback`,
+//! the device reports `DMA_BUF_SUPPORTED` = 0), the pool APIs beyond the default pool (`cuMemPoolCreate`, export and
+//! import, access), `cuStreamAddCallback`,
 //! `cuStreamBatchMemOp_v2`, `cuIpcGetEventHandle` / `cuIpcOpenEventHandle`,
-//! `cuCtxCreate*`, `cuGetProcAddress_v2` and `cuGetExportTable` (so
-//! libcudart cannot run on the stand-in).
+//! `cuCtxCreate*` and `cuGetProcAddress_v2` (so libcudart cannot run on the
+//! stand-in). `cuGetExportTable` is unimplemented too, but quiet (below).
 
 use crate::error::CUresult;
 use crate::guard::{entry, unsupported};
@@ -56,11 +54,9 @@ not_supported! {
     cuDestroyExternalSemaphore,
     cuDeviceCanAccessPeer,
     cuDeviceGetByPCIBusId,
-    cuDeviceGetDefaultMemPool,
     cuDeviceGetExecAffinitySupport,
     cuDeviceGetGraphMemAttribute,
     cuDeviceGetLuid,
-    cuDeviceGetMemPool,
     cuDeviceGetP2PAttribute,
     cuDeviceGetPCIBusId,
     cuDeviceGetProperties,
@@ -68,17 +64,14 @@ not_supported! {
     cuDeviceGraphMemTrim,
     cuDevicePrimaryCtxReset_v2,
     cuDeviceSetGraphMemAttribute,
-    cuDeviceSetMemPool,
     cuExternalMemoryGetMappedBuffer,
     cuExternalMemoryGetMappedMipmappedArray,
-    cuFlushGPUDirectRDMAWrites,
     cuFuncGetModule,
     cuFuncSetAttribute,
     cuFuncSetBlockShape,
     cuFuncSetCacheConfig,
     cuFuncSetSharedMemConfig,
     cuFuncSetSharedSize,
-    cuGetExportTable,
     cuGetProcAddress_v2,
     cuGraphAddBatchMemOpNode,
     cuGraphAddChildGraphNode,
@@ -181,13 +174,10 @@ not_supported! {
     cuMemAddressFree,
     cuMemAddressReserve,
     cuMemAdvise,
-    cuMemAllocAsync,
-    cuMemAllocFromPoolAsync,
     cuMemAllocManaged,
     cuMemAllocPitch_v2,
     cuMemCreate,
     cuMemExportToShareableHandle,
-    cuMemFreeAsync,
     cuMemGetAccess,
     cuMemGetAllocationGranularity,
     cuMemGetAllocationPropertiesFromHandle,
@@ -200,12 +190,9 @@ not_supported! {
     cuMemPoolExportPointer,
     cuMemPoolExportToShareableHandle,
     cuMemPoolGetAccess,
-    cuMemPoolGetAttribute,
     cuMemPoolImportFromShareableHandle,
     cuMemPoolImportPointer,
     cuMemPoolSetAccess,
-    cuMemPoolSetAttribute,
-    cuMemPoolTrimTo,
     cuMemPrefetchAsync,
     cuMemRangeGetAttribute,
     cuMemRangeGetAttributes,
@@ -260,7 +247,6 @@ not_supported! {
     cuParamSetf,
     cuParamSeti,
     cuParamSetv,
-    cuPointerGetAttribute,
     cuPointerGetAttributes,
     cuPointerSetAttribute,
     cuProfilerInitialize,
@@ -315,4 +301,15 @@ not_supported! {
     cuTexRefSetMipmapLevelClamp,
     cuTexRefSetMipmappedArray,
     cuWaitExternalSemaphoresAsync,
+}
+
+/// `cuGetExportTable`: NVIDIA's private tables of undocumented entry points,
+/// which the stand-in does not have: `CUDA_ERROR_NOT_SUPPORTED`, like every
+/// unimplemented entry point, but without the line on stderr. NVRTC asks for
+/// a table on every compile and carries on without it, so the line would be
+/// printed by every process that compiles a kernel and say nothing useful;
+/// libcudart, which cannot run without the tables, fails loudly on its own.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGetExportTable() -> CUresult {
+    entry("cuGetExportTable", || Err(crate::error::NOT_SUPPORTED))
 }

@@ -6,7 +6,10 @@
 //! Each launch of one executable graph is ordered after its previous launch.
 //! User objects are released when the graphs and executable graphs holding
 //! them are destroyed (after in-flight launches finish); their destructors run
-//! on a separate thread and must not call CUDA.
+//! on a separate thread, never inside the releasing call, after
+//! `STREAMCOMM_STANDIN_DESTRUCTOR_DELAY_MS` (50 under the `h200` profile, as
+//! the driver runs them asynchronously, some time later), and must not call
+//! CUDA.
 
 use std::ffi::c_uint;
 use std::sync::{Arc, Mutex};
@@ -110,7 +113,9 @@ impl UserObject {
         if *refs == 0 {
             let _ = OBJECTS.remove(*lock(&self.handle));
             if let Some((f, data)) = lock(&self.destroy).take() {
+                let delay = crate::config::config().destructor_delay;
                 let run = move || {
+                    std::thread::sleep(delay);
                     // SAFETY: the application vouched for the destructor and
                     // its pointer at cuUserObjectCreate.
                     as_host_fn(|| unsafe { f(data as *mut std::ffi::c_void) })

@@ -1,7 +1,9 @@
 //! The one guard every exported entry point runs inside: no panic crosses the
 //! C ABI (it becomes `CUDA_ERROR_UNKNOWN` and a line on stderr), calls from a
-//! host function are refused with `CUDA_ERROR_NOT_PERMITTED`, and entry points
-//! the stand-in does not implement say so once on stderr.
+//! host function or user-object destructor are refused with
+//! `CUDA_ERROR_NOT_PERMITTED` (with `STREAMCOMM_STANDIN_STRICT=1` they abort
+//! the process after naming the call, so no test can miss one), and entry
+//! points the stand-in does not implement say so once on stderr.
 
 use std::cell::Cell;
 use std::collections::BTreeSet;
@@ -33,6 +35,12 @@ pub fn say_once(key: String, line: &str) {
 /// Runs the body of entry point `name`, mapping its result to a `CUresult`.
 pub fn entry(name: &'static str, body: impl FnOnce() -> Res<()>) -> CUresult {
     if IN_HOST_FN.with(Cell::get) {
+        if crate::config::config().strict {
+            say(&format!(
+                "{name} called from a host function or destructor; STREAMCOMM_STANDIN_STRICT=1: aborting"
+            ));
+            std::process::abort();
+        }
         say_once(
             format!("hostfn:{name}"),
             &format!("{name} called from a host function or destructor: CUDA_ERROR_NOT_PERMITTED"),

@@ -65,7 +65,7 @@ pub extern "C" fn cuIpcOpenMemHandle_v2(
     flags: c_uint,
 ) -> u32 {
     entry("cuIpcOpenMemHandle_v2", || {
-        current()?;
+        let ctx = current()?;
         let b = &handle.reserved;
         if pdptr.is_null() || flags != 1 || &b[..8] != MAGIC {
             return Err(INVALID_VALUE);
@@ -82,7 +82,7 @@ pub extern "C" fn cuIpcOpenMemHandle_v2(
             return out(pdptr, *addr);
         }
         let seg = Segment::open(key.0, key.1, len)?;
-        let addr = insert(len, Kind::Ipc { key }, seg)?;
+        let addr = insert(len, Kind::Ipc { key }, seg, ctx.ordinal)?;
         opened.insert(key, (addr, 1));
         out(pdptr, addr)
     })

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::capture::check_unsafe;
@@ -38,7 +38,16 @@ pub enum Kind {
         /// Exporting process and segment serial.
         key: (u32, u64),
     },
+    /// A stream-ordered allocation (`cuMemAllocAsync`) from the device's
+    /// default memory pool.
+    Pool,
 }
+
+/// [`Region::state`]: allocated by a `cuMemAllocAsync` its stream has not
+/// reached yet (device work touching it faults).
+pub const PENDING: u8 = 0;
+/// [`Region::state`]: usable by device work.
+pub const LIVE: u8 = 1;
 
 /// A range of device addresses and the host mapping behind it.
 pub struct Region {
@@ -48,14 +57,40 @@ pub struct Region {
     pub len: usize,
     /// What it is.
     pub kind: Kind,
+    /// The ordinal of the device whose context made it.
+    pub ordinal: usize,
+    /// [`PENDING`] or [`LIVE`] (only stream-ordered allocations start
+    /// pending).
+    pub state: AtomicU8,
+    /// Set once a `cuMemFreeAsync` of it has been enqueued (a second one is
+    /// a double free).
+    pub free_queued: AtomicBool,
     seg: Segment,
 }
 
 /// A translated device range; keeps its mapping alive while held.
 pub struct Mapped {
-    _region: Option<Arc<Region>>,
+    region: Option<Arc<Region>>,
     /// Host address of the first byte.
     pub ptr: *mut u8,
+}
+
+impl Mapped {
+    /// Why device work may not touch this range now, if it may not: a
+    /// stream-ordered allocation its stream has not reached, or an IPC
+    /// mapping whose exporter freed the memory or exited.
+    pub fn unusable(&self) -> Option<String> {
+        let r = self.region.as_ref()?;
+        if r.state.load(Ordering::Acquire) != LIVE {
+            return Some(
+                "it belongs to a cuMemAllocAsync allocation its stream has not reached".into(),
+            );
+        }
+        match r.kind {
+            Kind::Ipc { key: (pid, serial) } => crate::shm::exporter_gone(pid, serial),
+            _ => None,
+        }
+    }
 }
 
 static REGIONS: RwLock<BTreeMap<u64, Arc<Region>>> = RwLock::new(BTreeMap::new());
@@ -126,7 +161,7 @@ pub fn resolve(addr: u64, len: usize) -> Res<Mapped> {
         {
             let ptr = r.seg.host().wrapping_add((addr - r.base) as usize);
             return Ok(Mapped {
-                _region: Some(r),
+                region: Some(r),
                 ptr,
             });
         }
@@ -134,20 +169,29 @@ pub fn resolve(addr: u64, len: usize) -> Res<Mapped> {
     }
     if pinned::is_device_mapped(addr as usize, len) {
         return Ok(Mapped {
-            _region: None,
+            region: None,
             ptr: addr as *mut u8,
         });
     }
     Err(INVALID_VALUE)
 }
 
-/// Registers a new region backed by `seg` and returns its device address.
-pub fn insert(len: usize, kind: Kind, seg: Segment) -> Res<u64> {
+/// Registers a new region of device `ordinal` backed by `seg` and returns
+/// its device address; stream-ordered allocations start [`PENDING`].
+pub fn insert(len: usize, kind: Kind, seg: Segment, ordinal: usize) -> Res<u64> {
     let base = reserve(seg.len())?;
+    let state = if matches!(kind, Kind::Pool) {
+        PENDING
+    } else {
+        LIVE
+    };
     let region = Arc::new(Region {
         base,
         len,
         kind,
+        ordinal,
+        state: AtomicU8::new(state),
+        free_queued: AtomicBool::new(false),
         seg,
     });
     regions_write().insert(base, region);
@@ -168,30 +212,38 @@ pub fn remove(base: u64, pick: impl FnOnce(&Region) -> bool) -> Res<Arc<Region>>
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemAlloc_v2(dptr: *mut u64, bytesize: usize) -> u32 {
     entry("cuMemAlloc_v2", || {
-        current()?;
+        let ctx = current()?;
         check_unsafe("cuMemAlloc_v2")?;
         if dptr.is_null() || bytesize == 0 {
             return Err(INVALID_VALUE);
         }
         let (seg, serial) = Segment::create(bytesize)?;
-        let base = insert(bytesize, Kind::Device { serial }, seg)?;
+        let base = insert(bytesize, Kind::Device { serial }, seg, ctx.ordinal)?;
         out(dptr, base)
     })
 }
 
-/// `cuMemFree_v2`: only the base of a `cuMemAlloc` allocation; waits for all
-/// work of the context first (for ever, if a stream never finishes).
+/// True for the base of an allocation this process made (`cuMemAlloc` or
+/// `cuMemAllocAsync`), which the free calls accept.
+pub fn is_own_base(r: &Region, dptr: u64) -> bool {
+    r.base == dptr && matches!(r.kind, Kind::Device { .. } | Kind::Pool)
+}
+
+/// `cuMemFree_v2`: only the base of a `cuMemAlloc` (or `cuMemAllocAsync`)
+/// allocation not already freed; waits for all work of the context first
+/// (for ever, if a stream never finishes).
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemFree_v2(dptr: u64) -> u32 {
     entry("cuMemFree_v2", || {
         let ctx = current()?;
         check_unsafe("cuMemFree_v2")?;
         match region_of(dptr) {
-            Some(r) if r.base == dptr && matches!(r.kind, Kind::Device { .. }) => {}
+            Some(r) if is_own_base(&r, dptr) && !r.free_queued.swap(true, Ordering::AcqRel) => {}
             _ => return Err(INVALID_VALUE),
         }
         ctx.wait_all();
-        remove(dptr, |r| matches!(r.kind, Kind::Device { .. }))?;
+        let r = remove(dptr, |r| is_own_base(r, dptr))?;
+        crate::pool::released(&r);
         Ok(())
     })
 }

@@ -181,3 +181,21 @@ pub fn remove_stale() {
         }
     }
 }
+
+/// Why the segment `serial` of process `pid` (an IPC import) is no longer
+/// the exporter's memory, if it is not: the exporter freed it (its name is
+/// unlinked) or exited. Device work touching such a mapping faults, as on a
+/// GPU, where the exporter's free or exit unmaps it from every importer.
+pub fn exporter_gone(pid: u32, serial: u64) -> Option<String> {
+    // SAFETY: signal 0 only checks that the process exists.
+    let dead = unsafe { libc::kill(pid as i32, 0) } != 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    if dead {
+        return Some(format!("its exporter, process {pid}, has exited"));
+    }
+    let path = format!("/dev/shm{}", name_of(pid, serial));
+    if std::fs::symlink_metadata(path).is_err() {
+        return Some(format!("its exporter, process {pid}, has freed it"));
+    }
+    None
+}
