@@ -1,8 +1,8 @@
-//! The device kernels: compiled with NVRTC for the device's architecture
-//! (cached on disk), loaded, and launched.
+//! The device kernels: taken from the on-disk cache or compiled with NVRTC
+//! for the device's architecture, loaded, and launched.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use streamcomm_kernels::cuda::{
     self, DEVICE_HEADER, DEVICE_HEADER_NAME, MAX_DSTS, MAX_SRCS, ReduceArgs, SPIN_WAIT_KERNEL,
@@ -13,20 +13,52 @@ use streamcomm_kernels::{DataType, ReduceOp};
 use crate::cache::{KernelCache, cache_key};
 use crate::config::GpuConfig;
 use crate::context::Device;
+use crate::driver::probe;
 use crate::driver::sys::{CUdevice_attribute, CUdeviceptr};
 use crate::error::{Error, Result};
 use crate::module::{Function, Module};
 use crate::nvrtc::compile::{compile_cubin, compile_options};
-use crate::nvrtc::{Arch, Nvrtc};
+use crate::nvrtc::{Arch, Nvrtc, Usable, choice, nvrtc_lib_candidates};
 use crate::stream::Stream;
 
 /// Threads per block of the reduce-copy kernels (their `__launch_bounds__`).
 pub const REDUCE_BLOCK: u32 = 512;
 
-/// The CUBIN of kernel source `name` (one of [`cuda::SOURCES`]) for `arch`:
-/// from `cache` when present, else compiled with `nvrtc` and stored. `include`
-/// is an extra include directory (the kernels need none). Returns the image and
-/// whether it came from the cache.
+/// The text of kernel source `name` (one of [`cuda::SOURCES`]).
+fn source_of(name: &str) -> Result<&'static str> {
+    cuda::SOURCES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| *s)
+        .ok_or_else(|| Error::invalid(format!("no kernel source named {name}")))
+}
+
+/// The cache key of kernel source `name` for `arch` and its compile options.
+fn key_of(name: &str, arch: Arch, include: Option<&Path>) -> Result<(String, Vec<String>)> {
+    let source = source_of(name)?;
+    let options = compile_options(arch, include);
+    let key = cache_key(name, arch, &[source, DEVICE_HEADER], &options);
+    Ok((key, options))
+}
+
+/// Compiles kernel source `name` with `options`.
+fn compile(nvrtc: &Nvrtc, name: &str, options: &[String]) -> Result<Vec<u8>> {
+    let compiled = compile_cubin(
+        nvrtc,
+        name,
+        source_of(name)?,
+        &[(DEVICE_HEADER_NAME, DEVICE_HEADER)],
+        options,
+    )?;
+    Ok(compiled.cubin)
+}
+
+/// The CUBIN that `nvrtc` makes of kernel source `name` (one of
+/// [`cuda::SOURCES`]) for `arch`: from `cache` when it holds this NVRTC
+/// version's image, else compiled and stored. `include` is an extra include
+/// directory (the kernels need none). Returns the image and whether it came
+/// from the cache. ([`Kernels::load`] takes an image of any NVRTC version
+/// from the cache, without loading NVRTC.)
 pub fn cubin_for(
     nvrtc: &Nvrtc,
     name: &str,
@@ -34,32 +66,132 @@ pub fn cubin_for(
     cache: &KernelCache,
     include: Option<&Path>,
 ) -> Result<(Vec<u8>, bool)> {
-    let source = cuda::SOURCES
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, s)| *s)
-        .ok_or_else(|| Error::invalid(format!("no kernel source named {name}")))?;
-    let options = compile_options(arch, include);
-    let key = cache_key(
-        name,
-        arch,
-        &[source, DEVICE_HEADER],
-        &options,
-        nvrtc.version()?,
-    );
-    if let Some(image) = cache.load(&key) {
+    let (key, options) = key_of(name, arch, include)?;
+    let version = nvrtc.version()?;
+    if let Some(image) = cache.load(&key, version) {
         return Ok((image, true));
     }
-    let compiled = compile_cubin(
-        nvrtc,
-        name,
-        source,
-        &[(DEVICE_HEADER_NAME, DEVICE_HEADER)],
-        &options,
-    )?;
+    let cubin = compile(nvrtc, name, &options)?;
     // A cache that cannot be written only costs a recompilation next time.
-    let _ = cache.store(&key, &compiled.cubin);
-    Ok((compiled.cubin, false))
+    let _ = cache.store(&key, version, &cubin);
+    Ok((cubin, false))
+}
+
+/// True for the driver's refusals of an image it cannot run: a toolkit newer
+/// than the driver, or no code for this GPU (`CUDA_ERROR_INVALID_IMAGE` 200,
+/// `CUDA_ERROR_NO_BINARY_FOR_GPU` 209, `CUDA_ERROR_UNSUPPORTED_PTX_VERSION`
+/// 222). Another candidate image may load where such a one does not.
+fn refused(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Driver {
+            code: 200 | 209 | 222,
+            ..
+        }
+    )
+}
+
+/// Where NVRTC comes from in [`obtain`]: `None` when it is off.
+type NvrtcCandidates<'a> = Option<&'a [String]>;
+
+/// An image of kernel source `name` for `arch` that `load` accepts, and
+/// a line saying where it came from. Tried in order: every cached image,
+/// newest NVRTC first (no NVRTC needed), skipping those of an NVRTC newer
+/// than the driver (`driver_version`); then each usable NVRTC of
+/// `candidates` ([`Usable`]). An image the driver refuses (see [`refused`])
+/// moves on to the next; any other error of `load` is returned as it is.
+/// When nothing loads, [`Error::Unavailable`] says what was tried and why
+/// each was passed over.
+fn obtain<M>(
+    name: &str,
+    arch: Arch,
+    driver_version: i32,
+    cache: &KernelCache,
+    include: Option<&Path>,
+    candidates: NvrtcCandidates<'_>,
+    mut load: impl FnMut(&[u8]) -> Result<M>,
+) -> Result<(M, String)> {
+    let (key, options) = key_of(name, arch, include)?;
+    let mut notes = Vec::new();
+    let mut refused_by = Vec::new();
+    let cached = cache.images(&key);
+    for img in &cached {
+        let (v, file) = (img.nvrtc, img.path.display());
+        if let Err(why) = choice::fits(v, driver_version) {
+            notes.push(format!("cached {file}: {why}"));
+            continue;
+        }
+        match load(&img.image) {
+            Ok(m) => return Ok((m, format!("{name}: cached {file} (NVRTC {}.{})", v.0, v.1))),
+            Err(e) if refused(&e) => {
+                notes.push(format!("cached {file}: the driver refused it: {e}"));
+                refused_by.push(v);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if cached.is_empty() {
+        notes.push(match cache.dir() {
+            Some(dir) => format!("no cached image {key}-nvrtc*.cubin in {}", dir.display()),
+            None => "no kernel cache (STREAMCOMM_KERNEL_CACHE=off)".to_string(),
+        });
+    }
+    let (cuda_major, cuda_minor) = choice::driver_cuda(driver_version);
+    let Some(candidates) = candidates else {
+        notes.push("NVRTC is off (STREAMCOMM_NVRTC_LIB=off)".to_string());
+        return Err(Error::Unavailable(format!(
+            "the {name} kernels for {arch} did not load on the driver's CUDA \
+             {cuda_major}.{cuda_minor}: {}",
+            notes.join("; ")
+        )));
+    };
+    let mut usable = Usable::new(candidates, driver_version);
+    while let Some(nvrtc) = usable.next() {
+        let from = &nvrtc.loaded_from;
+        let v = nvrtc.version()?;
+        if refused_by.contains(&v) {
+            usable.note(format!(
+                "{from}: NVRTC {}.{} made the cached image the driver refused",
+                v.0, v.1
+            ));
+            continue;
+        }
+        let cubin = match compile(nvrtc, name, &options) {
+            Ok(c) => c,
+            Err(e) => {
+                usable.note(format!("{from}: {e}"));
+                continue;
+            }
+        };
+        match load(&cubin) {
+            Ok(m) => {
+                // A cache that cannot be written only costs a compilation.
+                let _ = cache.store(&key, v, &cubin);
+                let how = format!("{name}: compiled by NVRTC {}.{} ({from})", v.0, v.1);
+                return Ok((m, how));
+            }
+            Err(e) if refused(&e) => {
+                usable.note(format!(
+                    "{from}: the driver refused the image of NVRTC {}.{}: {e}",
+                    v.0, v.1
+                ));
+                refused_by.push(v);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    notes.push(format!(
+        "NVRTC candidates {}: {}",
+        usable.names().join(", "),
+        usable.notes().join("; ")
+    ));
+    Err(Error::Unavailable(format!(
+        "the {name} kernels for {arch} did not load on the driver's CUDA \
+         {cuda_major}.{cuda_minor}: {}. Set STREAMCOMM_NVRTC_LIB to a libnvrtc.so.N \
+         with N <= {cuda_major} (e.g. from `pip install nvidia-cuda-nvrtc-cu12`), or \
+         put precompiled kernels in the kernel cache (the kernel_cache example)",
+        notes.join("; ")
+    )))
 }
 
 /// The buffers of one reduce-copy.
@@ -83,19 +215,39 @@ pub struct Kernels {
     pub(crate) spin_wait: Function,
     pub(crate) spin_write: Function,
     max_grid: u32,
+    origin: Vec<String>,
 }
 
 impl Kernels {
-    /// Compiles (or takes from the cache in `config`) and loads every kernel
-    /// for `device`'s architecture.
+    /// Loads every kernel on `device`: a cached image when the cache in
+    /// `config` holds one the driver accepts (no NVRTC needed), else compiled
+    /// for `device`'s architecture with the first NVRTC that is not newer than
+    /// the driver and whose image the driver accepts (see [`crate::nvrtc::choice`]).
+    ///
+    /// Fails with [`Error::Unavailable`] saying plainly what failed: no
+    /// NVRTC found (each candidate and why, and `STREAMCOMM_NVRTC_LIB`),
+    /// NVRTC too new for the driver, or the driver refusing each image (with
+    /// its code); other driver errors are returned as they are.
     pub fn load(device: &Device, config: &GpuConfig) -> Result<Kernels> {
-        let nvrtc = Nvrtc::get()?;
+        let driver_version = probe::driver()?.version;
         let cache = KernelCache::new(config.kernel_cache.clone());
         let include = config.cuda_include.as_deref();
-        let (reduce_img, _) = cubin_for(nvrtc, "reduce.cu", device.arch(), &cache, include)?;
-        let (signal_img, _) = cubin_for(nvrtc, "signal.cu", device.arch(), &cache, include)?;
-        let reduce_mod = Module::load(device, &reduce_img)?;
-        let signal_mod = Module::load(device, &signal_img)?;
+        let candidates = nvrtc_lib_candidates(config.nvrtc_lib.as_deref());
+        let candidates = (!config.nvrtc_off).then_some(&candidates[..]);
+        let arch = device.arch();
+        let module = |name| {
+            obtain(
+                name,
+                arch,
+                driver_version,
+                &cache,
+                include,
+                candidates,
+                |img| Module::load(device, img),
+            )
+        };
+        let (reduce_mod, reduce_origin) = module("reduce.cu")?;
+        let (signal_mod, signal_origin) = module("signal.cu")?;
         let mut reduce = HashMap::new();
         for dtype in DataType::ALL {
             for op in ReduceOp::ALL {
@@ -112,7 +264,40 @@ impl Kernels {
             spin_wait: signal_mod.function(SPIN_WAIT_KERNEL)?,
             spin_write: signal_mod.function(SPIN_WRITE_KERNEL)?,
             max_grid: (sms.max(1) as u32) * 4,
+            origin: vec![reduce_origin, signal_origin],
         })
+    }
+
+    /// Compiles every kernel source for `arch` with `nvrtc` into `cache`
+    /// (no GPU needed), e.g. to ship with a program for machines without
+    /// NVRTC; returns the files written (or already there).
+    pub fn precompile(
+        nvrtc: &Nvrtc,
+        arch: Arch,
+        cache: &KernelCache,
+        include: Option<&Path>,
+    ) -> Result<Vec<PathBuf>> {
+        let Some(dir) = cache.dir() else {
+            return Err(Error::invalid("Kernels::precompile: no cache directory"));
+        };
+        let version = nvrtc.version()?;
+        let mut files = Vec::new();
+        for (name, _) in cuda::SOURCES {
+            let (key, options) = key_of(name, arch, include)?;
+            if cache.load(&key, version).is_none() {
+                let cubin = compile(nvrtc, name, &options)?;
+                cache.store(&key, version, &cubin)?;
+            }
+            files.push(dir.join(KernelCache::file_name(&key, version)));
+        }
+        Ok(files)
+    }
+
+    /// Where each kernel module came from, one line each, e.g.
+    /// `reduce.cu: cached <file> (NVRTC 12.9)` or
+    /// `signal.cu: compiled by NVRTC 12.9 (libnvrtc.so.12)`.
+    pub fn origin(&self) -> &[String] {
+        &self.origin
     }
 
     /// The device the kernels are loaded on.
@@ -226,5 +411,170 @@ mod tests {
         );
         bad(reduce_args(DataType::F64, &[0x14], &[0x10], 1, 1), "0x14");
         bad(reduce_args(DataType::U8, &[0x11], &[0], 1, 1), "null");
+    }
+
+    fn scratch(tag: &str) -> KernelCache {
+        let dir = std::env::temp_dir().join(format!(
+            "sc-kernels-{tag}-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        KernelCache::new(Some(dir))
+    }
+
+    /// An image naming the NVRTC version that "made" it.
+    fn image(v: (i32, i32)) -> Vec<u8> {
+        format!("\x7fELF by {}.{}", v.0, v.1).into_bytes()
+    }
+
+    fn fill(cache: &KernelCache, versions: &[(i32, i32)]) {
+        let (key, _) = key_of("signal.cu", Arch::SM90, None).unwrap();
+        for &v in versions {
+            cache.store(&key, v, &image(v)).unwrap();
+        }
+    }
+
+    fn refusal(code: u32) -> Error {
+        Error::Driver {
+            call: "cuModuleLoadData",
+            code,
+            name: "CUDA_ERROR_NO_BINARY_FOR_GPU",
+        }
+    }
+
+    const MISSING: &[String] = &[];
+
+    /// A cached image is used without any NVRTC: none of the candidates
+    /// exists here.
+    #[test]
+    fn a_cached_image_needs_no_nvrtc() {
+        let cache = scratch("no-nvrtc");
+        fill(&cache, &[(12, 9)]);
+        let missing = ["/nonexistent/libnvrtc.so.12".to_string()];
+        let (img, origin) = obtain(
+            "signal.cu",
+            Arch::SM90,
+            12080,
+            &cache,
+            None,
+            Some(&missing),
+            |img| Ok(img.to_vec()),
+        )
+        .unwrap();
+        assert_eq!(img, image((12, 9)));
+        assert!(
+            origin.contains("cached") && origin.contains("NVRTC 12.9"),
+            "{origin}"
+        );
+        // NVRTC off: the same.
+        let (img, _) = obtain("signal.cu", Arch::SM90, 12080, &cache, None, None, |img| {
+            Ok(img.to_vec())
+        })
+        .unwrap();
+        assert_eq!(img, image((12, 9)));
+        std::fs::remove_dir_all(cache.dir().unwrap()).unwrap();
+    }
+
+    /// Images of an NVRTC newer than the driver are passed over, refused
+    /// ones move on to the next, newest first.
+    #[test]
+    fn cached_images_are_tried_newest_first_within_the_driver() {
+        let cache = scratch("order");
+        fill(&cache, &[(12, 4), (13, 0), (12, 9)]);
+        let mut seen = Vec::new();
+        let (img, _) = obtain(
+            "signal.cu",
+            Arch::SM90,
+            12080,
+            &cache,
+            None,
+            Some(MISSING),
+            |img| {
+                seen.push(String::from_utf8_lossy(img).into_owned());
+                if img == image((12, 9)) {
+                    Err(refusal(209))
+                } else {
+                    Ok(img.to_vec())
+                }
+            },
+        )
+        .unwrap();
+        assert_eq!(img, image((12, 4)));
+        assert_eq!(seen, ["\x7fELF by 12.9", "\x7fELF by 12.4"]);
+        // On a CUDA 13 driver the NVRTC 13 image comes first.
+        let (img, _) = obtain(
+            "signal.cu",
+            Arch::SM90,
+            13000,
+            &cache,
+            None,
+            Some(MISSING),
+            |img| Ok(img.to_vec()),
+        )
+        .unwrap();
+        assert_eq!(img, image((13, 0)));
+        std::fs::remove_dir_all(cache.dir().unwrap()).unwrap();
+    }
+
+    /// When nothing loads, the error says what each image and candidate was,
+    /// and why it was passed over; other driver errors pass through as is.
+    #[test]
+    fn the_error_says_what_failed() {
+        let cache = scratch("error");
+        fill(&cache, &[(13, 0), (12, 9)]);
+        let candidates = [
+            "/nonexistent/libnvrtc.so.12".to_string(),
+            "libnvrtc.so.13".to_string(),
+        ];
+        let err = obtain(
+            "signal.cu",
+            Arch::SM90,
+            12080,
+            &cache,
+            None,
+            Some(&candidates),
+            |_| Err::<(), _>(refusal(209)),
+        )
+        .unwrap_err();
+        let msg = err.to_string();
+        assert!(err.is_unavailable(), "{msg}");
+        for needle in [
+            "signal.cu kernels for sm_90 did not load on the driver's CUDA 12.8",
+            "nvrtc13.0.cubin: NVRTC 13.0 is newer than the driver",
+            "nvrtc12.9.cubin: the driver refused it",
+            "CUDA_ERROR_NO_BINARY_FOR_GPU (209)",
+            "/nonexistent/libnvrtc.so.12: not loaded",
+            "libnvrtc.so.13: CUDA 13 by its name, newer than the driver",
+            "STREAMCOMM_NVRTC_LIB",
+        ] {
+            assert!(msg.contains(needle), "{needle:?} not in {msg}");
+        }
+        let off = obtain(
+            "signal.cu",
+            Arch::SM90,
+            12080,
+            &scratch("none"),
+            None,
+            None,
+            |_| Ok(()),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            off.contains("no cached image") && off.contains("NVRTC is off"),
+            "{off}"
+        );
+        let oom = obtain(
+            "signal.cu",
+            Arch::SM90,
+            12080,
+            &cache,
+            None,
+            Some(MISSING),
+            |_| Err::<(), _>(refusal(2)),
+        )
+        .unwrap_err();
+        assert_eq!(oom, refusal(2));
+        std::fs::remove_dir_all(cache.dir().unwrap()).unwrap();
     }
 }

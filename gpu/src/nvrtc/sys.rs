@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::Mutex;
 
 use crate::config::GpuConfig;
 use crate::error::{Error, Result};
@@ -14,7 +14,8 @@ pub type NvrtcProgram = *mut c_void;
 pub type NvrtcResult = c_int;
 
 /// NVRTC names tried after `STREAMCOMM_NVRTC_LIB`: CUDA 13 first, then 12, then
-/// the unversioned development link.
+/// the unversioned development link; one newer than the driver is passed over
+/// ([`choice`](super::choice)).
 pub const NVRTC_LIB_NAMES: [&str; 3] = ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"];
 
 /// The candidates in the order they are tried: the configured path, then
@@ -51,21 +52,32 @@ pub struct Nvrtc {
     _lib: libloading::Library,
 }
 
-static NVRTC: OnceLock<Result<Nvrtc>> = OnceLock::new();
+/// Every library [`Nvrtc::open`] was asked for, and what came of it.
+static OPENED: Mutex<Vec<(String, Result<&'static Nvrtc>)>> = Mutex::new(Vec::new());
 
 impl Nvrtc {
-    /// Loads NVRTC once (configured path, then [`NVRTC_LIB_NAMES`]); returns
-    /// [`Error::Unavailable`] listing what was tried when none loads.
+    /// Loads the first of [`nvrtc_lib_candidates`] (from the environment's
+    /// `STREAMCOMM_NVRTC_LIB`) that opens, whatever its version; returns
+    /// [`Error::Unavailable`] listing what was tried when none loads. A
+    /// caller with a driver chooses with [`Nvrtc::choose`] instead.
     pub fn get() -> Result<&'static Nvrtc> {
-        NVRTC
-            .get_or_init(|| {
-                let config = GpuConfig::from_env();
-                guarded("loading NVRTC", || {
-                    Nvrtc::load(&nvrtc_lib_candidates(config.nvrtc_lib.as_deref()))
-                })
-            })
-            .as_ref()
-            .map_err(Clone::clone)
+        let config = GpuConfig::from_env();
+        Nvrtc::choose(&nvrtc_lib_candidates(config.nvrtc_lib.as_deref()), i32::MAX)
+    }
+
+    /// The NVRTC library `name` (a path or a file name for `dlopen`),
+    /// loaded once per process and never unloaded, so that several versions
+    /// can be tried in turn.
+    pub fn open(name: &str) -> Result<&'static Nvrtc> {
+        let mut opened = OPENED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, r)) = opened.iter().find(|(n, _)| n == name) {
+            return r.clone();
+        }
+        let r = guarded("loading NVRTC", || {
+            Nvrtc::load(&[name.to_string()]).map(|n| &*Box::leak(Box::new(n)))
+        });
+        opened.push((name.to_string(), r.clone()));
+        r
     }
 
     /// Loads the first of `candidates` that opens and has every function.
