@@ -375,9 +375,12 @@ pub extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut usize, dev: c_int) -> u32 
         }
         let mut p = lock(s);
         if p.refs == 0 || p.ctx.is_none() {
-            let claim = crate::mode::claim(dev as usize)?;
+            if p.claim.is_none() {
+                // (A claim left by a release still finishing is reused: a
+                // second lock of this process's own would conflict.)
+                p.claim = Some(crate::mode::claim(dev as usize)?);
+            }
             p.ctx = Some(Context::create(dev as usize));
-            p.claim = Some(claim);
         }
         p.refs += 1;
         out(pctx, ctx_handle(dev as usize))

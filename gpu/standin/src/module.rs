@@ -1,7 +1,10 @@
 //! Modules and launches: `cuModuleLoadData` reads the entry names of a CUBIN
 //! (ELF: FUNC symbols and `.text.<name>` sections) or NUL-terminated PTX
 //! (`.entry <name>`), refusing images newer than the reported driver or
-//! device; `cuLaunchKernel` checks the launch configuration and argument
+//! device (PTX whose `.version` the driver does not know:
+//! `CUDA_ERROR_UNSUPPORTED_PTX_VERSION`; a CUBIN from a toolkit of a newer
+//! major version: `CUDA_ERROR_INVALID_IMAGE`; code for a newer `sm_XX`:
+//! `CUDA_ERROR_NO_BINARY_FOR_GPU`), and naming the reason on stderr; `cuLaunchKernel` checks the launch configuration and argument
 //! passing like the driver, then enqueues the kernel's CPU implementation
 //! ([`crate::kernels`]). A kernel without one is refused at launch, naming it.
 
@@ -79,6 +82,14 @@ fn parse_ptx(text: &str) -> Res<Vec<String>> {
         minor.parse::<u32>().map_err(|_| INVALID_PTX)?,
     );
     if isa > max_ptx_isa() {
+        let (max, driver) = (max_ptx_isa(), config().driver_version);
+        say_once(
+            format!("ptx-isa:{version}"),
+            &format!(
+                "cuModuleLoadData: PTX .version {version} is newer than driver {driver} accepts ({}.{}): CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
+                max.0, max.1
+            ),
+        );
         return Err(UNSUPPORTED_PTX_VERSION);
     }
     let sm: u32 = target
@@ -113,6 +124,7 @@ fn parse_elf(image: *const u8) -> Res<Vec<String>> {
     if hdr[4] != 2 || hdr[5] != 1 || u16_at(hdr, 18) != 190 {
         return Err(INVALID_IMAGE);
     }
+    check_toolkit(u32_at(hdr, 20) as u32)?;
     let sm = elf_sm(u32_at(hdr, 48) as u32);
     if sm > SM {
         return Err(NO_BINARY_FOR_GPU);
@@ -169,6 +181,28 @@ fn parse_elf(image: *const u8) -> Res<Vec<String>> {
     entries.sort();
     entries.dedup();
     Ok(entries)
+}
+
+/// Refuses a CUBIN made by a toolkit whose major version is newer than the
+/// driver's. A CUBIN's ELF header field `e_version` holds the version of the
+/// toolkit that made it, as major × 10 + minor (NVRTC 12.9 writes 129,
+/// `0x81`; NVRTC's CUBINs carry no `.note.nv.tkinfo` section, which nvcc adds).
+/// A newer minor version loads (CUDA's minor-version compatibility); a newer
+/// major one is `CUDA_ERROR_INVALID_IMAGE`, what a driver answers for an
+/// image it cannot read.
+fn check_toolkit(e_version: u32) -> Res<()> {
+    let (major, minor) = (e_version / 10, e_version % 10);
+    let driver = config().driver_version;
+    if major as i32 > driver / 1000 {
+        say_once(
+            format!("cubin-toolkit:{e_version}"),
+            &format!(
+                "cuModuleLoadData: a CUBIN made by CUDA {major}.{minor} (ELF e_version {e_version}) needs a CUDA {major} driver; the driver is {driver}: CUDA_ERROR_INVALID_IMAGE"
+            ),
+        );
+        return Err(INVALID_IMAGE);
+    }
+    Ok(())
 }
 
 /// The `sm_XX` of a CUBIN's `e_flags`: bits 8..16 in the CUDA 12.8+ ELF ABI

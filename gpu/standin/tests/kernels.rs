@@ -201,6 +201,11 @@ fn nvrtc_reduce_kernels_match_a_cpu_reference() {
         Duration::from_secs(25),
     );
     child.assert_ok(name);
+    assert!(
+        !child.stderr.contains("cuGetExportTable"),
+        "NVRTC's cuGetExportTable calls are answered quietly: {}",
+        child.stderr
+    );
     let seed_line = child
         .stdout
         .lines()
@@ -306,4 +311,93 @@ fn reduce_body() {
         assert_eq!(bells.load(0).unwrap(), 9, "{:?}", sig.path());
         sig.check_timeouts().unwrap();
     }
+}
+
+/// A minimal CUBIN (CUDA ELF for sm_90) with one kernel section, `.text.k`,
+/// made by the toolkit `e_version` names (major × 10 + minor).
+fn cubin(e_version: u32) -> Vec<u8> {
+    let shstr = b"\0.shstrtab\0.text.k\0";
+    let mut b = vec![0u8; 128 + 3 * 64];
+    let put =
+        |b: &mut Vec<u8>, at: usize, bytes: &[u8]| b[at..at + bytes.len()].copy_from_slice(bytes);
+    put(&mut b, 0, b"\x7fELF\x02\x01\x01\x33\x07");
+    put(&mut b, 16, &2u16.to_le_bytes()); // ET_EXEC
+    put(&mut b, 18, &190u16.to_le_bytes()); // EM_CUDA
+    put(&mut b, 20, &e_version.to_le_bytes());
+    put(&mut b, 40, &128u64.to_le_bytes()); // e_shoff
+    put(&mut b, 48, &0x5a055au32.to_le_bytes()); // e_flags: sm_90
+    put(&mut b, 52, &64u16.to_le_bytes());
+    put(&mut b, 58, &64u16.to_le_bytes()); // e_shentsize
+    put(&mut b, 60, &3u16.to_le_bytes()); // e_shnum
+    put(&mut b, 62, &1u16.to_le_bytes()); // e_shstrndx
+    put(&mut b, 64, shstr);
+    // Section 1: .shstrtab; section 2: .text.k (16 bytes at 96).
+    for (i, name, kind, off, len) in [
+        (1, 1u32, 3u32, 64u64, shstr.len() as u64),
+        (2, 11, 1, 96, 16),
+    ] {
+        let sh = 128 + i * 64;
+        put(&mut b, sh, &name.to_le_bytes());
+        put(&mut b, sh + 4, &kind.to_le_bytes());
+        put(&mut b, sh + 24, &off.to_le_bytes());
+        put(&mut b, sh + 32, &len.to_le_bytes());
+    }
+    b
+}
+
+fn load_image(image: &[u8]) -> (u32, sys::CUmodule) {
+    let mut m = std::ptr::null_mut();
+    // SAFETY: a complete image in memory and a valid out-pointer.
+    let r = unsafe { sys::cuModuleLoadData(&mut m, image.as_ptr().cast()) };
+    (code(r), m)
+}
+
+/// A CUBIN's toolkit is its ELF `e_version` (NVRTC 12.9 writes 129): a newer
+/// minor version than the driver's loads, a newer major version does not;
+/// PTX whose `.version` the driver does not know is refused.
+#[test]
+fn module_images_newer_than_the_driver_are_refused() {
+    let name = "module_images_newer_than_the_driver_are_refused";
+    if common::is_child(name) {
+        common::check_standin();
+        bind();
+        let driver: i32 = std::env::var("STREAMCOMM_STANDIN_DRIVER_VERSION")
+            .unwrap()
+            .parse()
+            .unwrap();
+        let (r, m) = load_image(&cubin(129));
+        assert_eq!(r, 0, "a CUDA 12.9 CUBIN on driver {driver}");
+        assert_eq!(function(m, "k").0, 0);
+        let want = if driver >= 13000 { 0 } else { 200 };
+        assert_eq!(
+            load_image(&cubin(130)).0,
+            want,
+            "a CUDA 13.0 CUBIN on driver {driver}"
+        );
+        let ptx = |version: &str| {
+            let text = PTX.replace(".version 8.0", &format!(".version {version}"));
+            load(&text).0
+        };
+        assert_eq!(ptx("8.7"), 0);
+        assert_eq!(ptx("8.8"), if driver >= 12090 { 0 } else { 222 });
+        println!("{}", common::token(name));
+        return;
+    }
+    let old = common::run_child(
+        name,
+        &[("STREAMCOMM_STANDIN_DRIVER_VERSION", "12080")],
+        Duration::from_secs(20),
+    );
+    old.assert_ok(name);
+    assert!(
+        old.stderr.contains("a CUBIN made by CUDA 13.0") && old.stderr.contains(".version 8.8"),
+        "the refusals are named: {}",
+        old.stderr
+    );
+    common::run_child(
+        name,
+        &[("STREAMCOMM_STANDIN_DRIVER_VERSION", "13000")],
+        Duration::from_secs(20),
+    )
+    .assert_ok(name);
 }
