@@ -87,6 +87,11 @@ rm -f "$OUT/gpu_bench.json" "$OUT/cuda_bench.json"
 
 export STREAMCOMM_REQUIRE_GPU=1
 export STREAMCOMM_KERNEL_CACHE="$WORK/kernel-cache"
+# A bundle's precompiled kernels (kernels/, sm_90, from gpu-check.sh
+# --prepare): loaded from the cache, they need no NVRTC on this machine.
+if compgen -G "$HERE/kernels/*.cubin" >/dev/null; then
+  mkdir -p "$STREAMCOMM_KERNEL_CACHE" && cp "$HERE"/kernels/*.cubin "$STREAMCOMM_KERNEL_CACHE/"
+fi
 # Skips of this run are counted here, not in a caller's skip log.
 export STREAMCOMM_SKIP_LOG="$WORK/skips.txt"
 export RUST_BACKTRACE=1

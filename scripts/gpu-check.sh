@@ -166,7 +166,7 @@ prepare() {
   for t in "${TESTS[@]}"; do tests+=(--test "$t"); done
   if ! { cargo test --release -p streamcomm-gpu -p streamcomm "${tests[@]}" --no-run \
            --message-format=json-render-diagnostics &&
-         cargo build --release -p streamcomm-gpu --example gpu_bench \
+         cargo build --release -p streamcomm-gpu --example gpu_bench --example kernel_cache \
            -p streamcomm-examples --example gpu_quickstart --example quickstart \
            --example cuda_allreduce --example cuda_bench \
            --message-format=json-render-diagnostics; } >"$json"; then
@@ -175,6 +175,8 @@ prepare() {
     return 1
   fi
   COPY=1 collect "$json" "$dir" || { rm -f "$json"; return 1; }
+  local kernel_cache
+  kernel_cache=$(artifacts "$json" | awk '$1 == "example" && $2 == "kernel_cache" {print $3; exit}')
   rm -f "$json"
   strip "$dir"/* || return 1
   cp "$ROOT/scripts/gpu-check-run.sh" "$dir/run.sh"
@@ -182,6 +184,19 @@ prepare() {
     echo "gpu-check: the bundle must not contain the stand-in" >&2
     return 1
   fi
+  # sm_90 kernels compiled here (NVRTC only, no GPU), for a GPU machine
+  # without NVRTC: run.sh copies kernels/ into its kernel cache.
+  local rc=0
+  [[ -x "$kernel_cache" ]] || { echo "gpu-check: cargo built no kernel_cache" >&2; return 1; }
+  STREAMCOMM_NVRTC_LIB=${STREAMCOMM_NVRTC_LIB:-$(wheel_nvrtc)} \
+    "$kernel_cache" --arch sm_90 "$dir/kernels" || rc=$?
+  case $rc in
+    0) echo "gpu-check: kernels/: $(du -sb "$dir/kernels" | cut -f1) bytes of sm_90 kernels" ;;
+    3) rm -rf "$dir/kernels"
+       echo "gpu-check: no NVRTC here, so no precompiled kernels in the bundle" \
+            "(the GPU machine needs its own NVRTC)" ;;
+    *) echo "gpu-check: precompiling the kernels failed" >&2; return 1 ;;
+  esac
   local bytes
   bytes=$(du -sb "$dir" | cut -f1)
   ls -l "$dir"

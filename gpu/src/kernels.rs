@@ -318,13 +318,40 @@ impl Kernels {
         op: ReduceOp,
         work: &ReduceCopy<'_>,
     ) -> Result<()> {
+        // SAFETY: forwarded contract; no abort word.
+        unsafe { self.reduce_copy_unless(stream, dtype, op, work, 0) }
+    }
+
+    /// [`Kernels::reduce_copy`] that first reads the 32-bit word at device
+    /// address `abort` (0: none) when it runs, and touches no buffer if the
+    /// word is non-zero: a reduction over other processes' memory that must
+    /// not run once one of them may be gone.
+    ///
+    /// # Safety
+    /// As [`Kernels::reduce_copy`]; `abort`, if not 0, must address a
+    /// 4-aligned word valid while the kernel can run (host-registered
+    /// memory, which the host may write at any time, included).
+    pub unsafe fn reduce_copy_unless(
+        &self,
+        stream: &Stream,
+        dtype: DataType,
+        op: ReduceOp,
+        work: &ReduceCopy<'_>,
+        abort: CUdeviceptr,
+    ) -> Result<()> {
         let ReduceCopy {
             srcs,
             dsts,
             count,
             avg_divisor,
         } = *work;
-        let args = reduce_args(dtype, srcs, dsts, count, avg_divisor)?;
+        if abort % 4 != 0 {
+            return Err(Error::invalid(format!(
+                "reduce_copy: abort word {abort:#x} is not 4-aligned"
+            )));
+        }
+        let mut args = reduce_args(dtype, srcs, dsts, count, avg_divisor)?;
+        args.abort = abort;
         if count == 0 {
             return Ok(());
         }
@@ -543,7 +570,7 @@ mod tests {
             "nvrtc13.0.cubin: NVRTC 13.0 is newer than the driver",
             "nvrtc12.9.cubin: the driver refused it",
             "CUDA_ERROR_NO_BINARY_FOR_GPU (209)",
-            "/nonexistent/libnvrtc.so.12: not loaded",
+            "not loaded: /nonexistent/libnvrtc.so.12: cannot open",
             "libnvrtc.so.13: CUDA 13 by its name, newer than the driver",
             "STREAMCOMM_NVRTC_LIB",
         ] {

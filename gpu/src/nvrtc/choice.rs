@@ -130,7 +130,7 @@ impl Usable {
             self.notes.join("; ")
         };
         Error::Unavailable(format!(
-            "{what}: no usable NVRTC for the driver's CUDA {major}.{minor} (tried {}: {tried}); \
+            "{what}: no usable NVRTC for a driver of CUDA {major}.{minor} (tried {}: {tried}); \
              set STREAMCOMM_NVRTC_LIB to a libnvrtc.so.N with N <= {major} \
              (e.g. from `pip install nvidia-cuda-nvrtc-cu12`)",
             self.names.join(", ")
@@ -150,8 +150,12 @@ impl Iterator for Usable {
             }
             let nvrtc = match Nvrtc::open(name) {
                 Ok(n) => n,
+                Err(Error::Unavailable(why)) if why.contains(name.as_str()) => {
+                    self.notes.push(format!("not loaded: {why}"));
+                    continue;
+                }
                 Err(e) => {
-                    self.notes.push(format!("{name}: not loaded ({e})"));
+                    self.notes.push(format!("{name}: not loaded: {e}"));
                     continue;
                 }
             };
@@ -264,7 +268,7 @@ mod tests {
         let msg = err.to_string();
         assert!(err.is_unavailable(), "{msg}");
         for needle in [
-            "/nonexistent/libnvrtc.so.12: not loaded",
+            "not loaded: /nonexistent/libnvrtc.so.12: cannot open",
             "libnvrtc.so.13: CUDA 13 by its name",
             "STREAMCOMM_NVRTC_LIB",
             "CUDA 12.8",

@@ -74,7 +74,9 @@ impl Nvrtc {
             return r.clone();
         }
         let r = guarded("loading NVRTC", || {
-            Nvrtc::load(&[name.to_string()]).map(|n| &*Box::leak(Box::new(n)))
+            Nvrtc::load_one(name)
+                .map(|n| &*Box::leak(Box::new(n)))
+                .map_err(Error::Unavailable)
         });
         opened.push((name.to_string(), r.clone()));
         r
@@ -84,20 +86,27 @@ impl Nvrtc {
     pub fn load(candidates: &[String]) -> Result<Nvrtc> {
         let mut tried = Vec::new();
         for name in candidates {
-            // SAFETY: NVRTC is a plain shared library meant to be dlopen'ed; its
-            // initialisers have no preconditions.
-            match unsafe { libloading::Library::new(name) } {
-                Ok(lib) => match Nvrtc::bind(lib, name) {
-                    Ok(nvrtc) => return Ok(nvrtc),
-                    Err(e) => tried.push(format!("{name}: {e}")),
-                },
-                Err(e) => tried.push(format!("{name}: {e}")),
+            match Nvrtc::load_one(name) {
+                Ok(nvrtc) => return Ok(nvrtc),
+                Err(e) => tried.push(e),
             }
         }
         Err(Error::Unavailable(format!(
             "no usable NVRTC library; tried {}",
             tried.join("; ")
         )))
+    }
+
+    /// Loads `name`, or says why not (naming it).
+    fn load_one(name: &str) -> std::result::Result<Nvrtc, String> {
+        // SAFETY: NVRTC is a plain shared library meant to be dlopen'ed; its
+        // initialisers have no preconditions.
+        match unsafe { libloading::Library::new(name) } {
+            Ok(lib) => Nvrtc::bind(lib, name).map_err(|e| format!("{name}: {e}")),
+            // dlerror's message names the file already.
+            Err(e) if e.to_string().contains(name) => Err(e.to_string()),
+            Err(e) => Err(format!("{name}: {e}")),
+        }
     }
 
     fn bind(lib: libloading::Library, name: &str) -> std::result::Result<Nvrtc, libloading::Error> {
