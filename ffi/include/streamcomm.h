@@ -502,9 +502,17 @@ streamcomm_result_t streamcomm_barrier_host(streamcomm_comm_t comm);
  * operation runs never block the stream: they are reported by
  * streamcomm_cuda_comm_get_async_error() and by the next call.
  *
- * How it runs today: the data is staged through pinned host memory and the
- * host backend's algorithms (see README "GPU (CUDA)"). Not yet run on a GPU
- * by the project's tests (no GPU was available to them).
+ * How it runs: one of two paths, chosen when the handle is created, alike
+ * on every rank. Direct (between ranks of one host, the default there):
+ * device work only; each rank owns a window of device memory that the other
+ * ranks map (CUDA IPC between processes), and a call enqueues copies, stream
+ * memory operations and a reduce kernel, with no host thread taking part.
+ * Staged (between hosts, with STREAMCOMM_CUDA_WINDOW=0, where a window
+ * cannot be mapped, for reductions over more than 8 ranks, and for
+ * streamcomm_cuda_sendrecv): the data is copied through pinned host memory
+ * and the host backend's algorithms, driven by a host function on the
+ * stream. See docs/guide/cuda.md ("Two paths"). Not yet run on a GPU by the
+ * project's tests; they run on a CPU stand-in for the CUDA driver.
  */
 
 /* A communicator bound to one CUDA device (opaque handle). */
