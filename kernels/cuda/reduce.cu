@@ -132,6 +132,7 @@ __device__ __forceinline__ void sc_reduce_copy(const sc_reduce_args& a) {
 
 #define SC_KERNEL(NAME, T, OP, AVG)                                                        \
   extern "C" __global__ void __launch_bounds__(512) sc_reduce_copy_##NAME(struct sc_reduce_args a) { \
+    if (a.abort != 0 && *a.abort != 0u) return;                                             \
     sc_reduce_copy<T, OP, AVG>(a);                                                          \
   }
 #define SC_KERNELS(NAME, T)                    \

@@ -29,7 +29,11 @@ struct sc_reduce_args {
   sc_u32 ndsts;                   // offset 140, 1..=SC_MAX_DSTS
   sc_u32 avg_divisor;             // offset 144, avg kernels divide by it (>= 1)
   sc_u32 reserved;                // offset 148, 0
-};                                // size 152
+  // abort: a 32-bit word the kernel reads first (null: none); non-zero means
+  // the communicator failed, and the kernel returns without touching any
+  // buffer (a dead peer's memory may be gone).
+  const volatile sc_u32* abort;   // offset 152
+};                                // size 160
 
 // Conditions of sc_spin_wait (the values of CU_STREAM_WAIT_VALUE_*).
 #define SC_WAIT_GEQ 0u

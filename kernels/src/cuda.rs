@@ -68,6 +68,9 @@ pub struct ReduceArgs {
     pub avg_divisor: u32,
     /// Zero.
     pub reserved: u32,
+    /// Device address of a 32-bit word the kernel reads first (0: none):
+    /// non-zero makes it return without touching any buffer.
+    pub abort: u64,
 }
 
 /// `struct sc_spin_wait_args`.
@@ -99,7 +102,8 @@ pub struct SpinWriteArgs {
 }
 
 const _: () = {
-    assert!(size_of::<ReduceArgs>() == 152);
+    assert!(size_of::<ReduceArgs>() == 160);
+    assert!(offset_of!(ReduceArgs, abort) == 152);
     assert!(offset_of!(ReduceArgs, dsts) == 64);
     assert!(offset_of!(ReduceArgs, count) == 128);
     assert!(offset_of!(ReduceArgs, nsrcs) == 136);

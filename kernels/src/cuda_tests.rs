@@ -17,6 +17,9 @@ fn header_layout(name: &str) -> (Vec<(String, usize)>, usize) {
                 .parse()
                 .ok()
         };
+        if code.trim().is_empty() {
+            continue; // a comment line
+        }
         if code.trim_start().starts_with('}') {
             return (fields, number("size").expect("size comment"));
         }
@@ -48,6 +51,7 @@ fn reduce_args_match_the_header() {
         ("ndsts", offset_of!(ReduceArgs, ndsts)),
         ("avg_divisor", offset_of!(ReduceArgs, avg_divisor)),
         ("reserved", offset_of!(ReduceArgs, reserved)),
+        ("abort", offset_of!(ReduceArgs, abort)),
     ];
     let expect: Vec<(String, usize)> = expect.iter().map(|(n, o)| (n.to_string(), *o)).collect();
     assert_eq!(fields, expect);

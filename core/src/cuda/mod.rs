@@ -514,6 +514,11 @@ impl CudaComm {
     }
 }
 
+/// The longest a dropped [`CudaComm`] waits for the driver to hand back
+/// the resources of operations it still holds (a graph destroyed just
+/// before: the driver runs user-object destructors asynchronously).
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Drop for CudaComm {
     fn drop(&mut self) {
         if std::thread::panicking() {
@@ -531,11 +536,24 @@ impl Drop for CudaComm {
             );
         }
         let _ = self.shared.runner.drain();
-        // Relaxed capture mode: another thread's global capture must not
-        // make these frees fail (and invalidate it).
-        let graveyard = &self.shared.graveyard;
-        if relaxed_capture(|| graveyard.bury()).is_err() {
-            graveyard.bury();
+        // Resources the driver still holds (host functions not yet run,
+        // graph user objects not yet destroyed) are handed over on its
+        // threads: wait for them here, bounded, so that they are freed on
+        // this thread (module `device::graveyard`). Relaxed capture mode:
+        // another thread's global capture must not make these frees fail
+        // (and invalidate it).
+        let within = self.comm.config().timeout.min(RELEASE_WAIT);
+        let settled = self.shared.graveyard.settle(within, |graveyard| {
+            if relaxed_capture(|| graveyard.bury()).is_err() {
+                graveyard.bury();
+            }
+        });
+        if !settled {
+            tracing::warn!(
+                pending = self.shared.graveyard.pending(),
+                "CudaComm dropped while streams or graphs still hold its operations: \
+                 their resources will be leaked, not freed"
+            );
         }
     }
 }

@@ -88,11 +88,15 @@ pub(crate) trait DeviceQueue {
 
     /// Enqueues `dst[i] = op(srcs[0][i], ..., srcs[n-1][i])` for `count`
     /// elements of `dtype` (1..=8 sources; `dst` may be one of them); `Avg`
-    /// divides the sum by `avg_divisor`.
+    /// divides the sum by `avg_divisor`. When it runs, the reduction first
+    /// reads the 32-bit word at `abort` (0: none) and touches nothing if it
+    /// is raised.
     ///
     /// # Safety
     /// Every address must hold `count` elements of device-accessible memory,
-    /// valid while the reduction can run.
+    /// valid while the reduction can run, unless `abort` is raised by then;
+    /// `abort` must stay valid while the reduction can run.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn enqueue_reduce(
         &self,
         dtype: DataType,
@@ -101,6 +105,7 @@ pub(crate) trait DeviceQueue {
         dst: DevAddr,
         count: usize,
         avg_divisor: u32,
+        abort: DevAddr,
     ) -> Result<()>;
 
     /// Drops what `graveyard` holds (which may free device or pinned

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::device_queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
-use super::runner::Graveyard;
+use super::graveyard::Graveyard;
 use crate::host::{Doorbell, HostStream, RawBuffer, WaitCmp};
 use crate::{DataType, ReduceOp, Result};
 
@@ -51,25 +51,6 @@ impl CompletionSignal for EmulatedSignal {
 
     fn reset(&self) {
         self.0.store(0);
-    }
-}
-
-/// Drops into the graveyard when the stream (or graph) lets go of it.
-struct ReleaseOnDrop {
-    owner: Mutex<Option<Box<dyn Any + Send>>>,
-    graveyard: Arc<Graveyard>,
-}
-
-impl Drop for ReleaseOnDrop {
-    fn drop(&mut self) {
-        let owner = self
-            .owner
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(owner) = owner {
-            self.graveyard.receive(owner);
-        }
     }
 }
 
@@ -143,10 +124,15 @@ impl DeviceQueue for EmulatedQueue<'_> {
         dst: DevAddr,
         count: usize,
         avg_divisor: u32,
+        abort: DevAddr,
     ) -> Result<()> {
         let srcs = srcs.to_vec();
         let bytes = count * dtype.size();
         self.stream.try_host_fn(move || {
+            // SAFETY: the caller keeps the word valid while this can run.
+            if abort != 0 && unsafe { &*(abort as *const AtomicU32) }.load(Ordering::Acquire) != 0 {
+                return Ok(());
+            }
             // SAFETY: the caller guarantees `count` elements at every
             // address while this runs; the result is built apart and copied
             // last, so `dst` may be a source.
@@ -176,14 +162,11 @@ impl DeviceQueue for EmulatedQueue<'_> {
         owner: Box<dyn Any + Send>,
         graveyard: &Arc<Graveyard>,
     ) -> Result<()> {
-        let keep = ReleaseOnDrop {
-            owner: Mutex::new(Some(owner)),
-            graveyard: graveyard.clone(),
-        };
-        // The stream (or the graph) owns the closure, so `keep` drops when
-        // the job has run (or the graph is dropped).
+        let release = Mutex::new(Some(graveyard.release(owner)));
+        // The stream (or the graph) owns the closure, so the release drops
+        // when the job has run (or the graph is dropped).
         self.stream.host_fn(move || {
-            let _ = &keep;
+            let _ = &release;
         })
     }
 }

@@ -54,6 +54,7 @@ mod device_queue;
 pub(crate) mod direct;
 #[cfg(feature = "verbs")]
 pub(crate) mod gpudirect_probe;
+mod graveyard;
 mod pool;
 mod runner;
 
@@ -71,5 +72,5 @@ pub(crate) use call::{DeviceBuffers, DeviceCall, DeviceP2p, DeviceRange};
 pub(crate) use device_queue::{
     CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory,
 };
+pub(crate) use graveyard::Graveyard;
 pub(crate) use pool::DeviceShared;
-pub(crate) use runner::Graveyard;

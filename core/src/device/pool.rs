@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use super::device_queue::{CompletionSignal, StagingMemory};
 use super::direct::Direct;
-use super::runner::{Graveyard, Runner};
+use super::graveyard::Graveyard;
+use super::runner::Runner;
 use crate::Result;
 
 /// Staging buffers kept at most (beyond, released ones are freed).

@@ -1,6 +1,5 @@
-//! The host side of device operations: the runner and the graveyard.
+//! The host side of device operations: the runner of their host tasks.
 
-use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -101,31 +100,5 @@ impl Runner {
 impl RunState {
     fn error(&self) -> Option<Error> {
         self.error.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-}
-
-/// Resources of finished device operations, waiting to be dropped on an
-/// application thread: releases happen on driver threads, which must not
-/// call the device's API (freeing pinned memory does).
-#[derive(Default)]
-pub(crate) struct Graveyard {
-    dead: Mutex<Vec<Box<dyn Any + Send>>>,
-}
-
-impl Graveyard {
-    /// Takes `owner` to be dropped later by [`Graveyard::bury`].
-    pub(crate) fn receive(&self, owner: Box<dyn Any + Send>) {
-        self.dead
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(owner);
-    }
-
-    /// Drops what was received (call from an application thread).
-    pub(crate) fn bury(&self) -> usize {
-        let dead = std::mem::take(&mut *self.dead.lock().unwrap_or_else(|p| p.into_inner()));
-        let n = dead.len();
-        drop(dead);
-        n
     }
 }

@@ -166,6 +166,11 @@ impl ShmSegment {
         }
     }
 
+    /// Bytes mapped.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
     /// Start of the mapping.
     pub(crate) fn ring_base(&self) -> *const u8 {
         self.ptr.as_ptr()

@@ -196,7 +196,18 @@ fn on_one_gpu(n: usize, window: usize, scenario: &str) {
 /// ranks (processes) with `SC_CUDA_SCENARIO=scenario` and direct-path
 /// windows of `window` bytes; fails unless every rank ran it to the end.
 pub(crate) fn launch(module: &str, n: usize, window: usize, scenario: &str) {
-    let env = [
+    launch_with(module, n, window, scenario, &[]);
+}
+
+/// [`launch`] with `extra` environment variables for every rank.
+pub(crate) fn launch_with(
+    module: &str,
+    n: usize,
+    window: usize,
+    scenario: &str,
+    extra: &[(&str, String)],
+) {
+    let mut env = vec![
         (
             "STREAMCOMM_TEST_SEED",
             streamcomm_testkit::seed().to_string(),
@@ -204,6 +215,7 @@ pub(crate) fn launch(module: &str, n: usize, window: usize, scenario: &str) {
         ("STREAMCOMM_CUDA_WINDOW", window.to_string()),
         ("SC_CUDA_SCENARIO", scenario.to_string()),
     ];
+    env.extend(extra.iter().cloned());
     harness::launch_children(
         n,
         &streamcomm_testkit::test_path(module, "child"),

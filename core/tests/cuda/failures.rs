@@ -15,7 +15,7 @@ use streamcomm::cuda::cudarc::driver::{CudaContext, CudaStream, result, sys};
 use streamcomm::cuda::{CudaComm, RawDeviceBuffer, RawP2p};
 use streamcomm::{Communicator, DataType, Error, ReduceOp};
 
-use crate::backend::{alone, data, download, gpu_present, launch, poisoned, upload};
+use crate::backend::{alone, data, download, gpu_present, launch, launch_with, poisoned, upload};
 
 /// A small window: every call in several chunks.
 const SMALL: usize = 4 << 10;
@@ -48,6 +48,19 @@ fn a_dead_peer_releases_waiting_streams_with_the_error_kept() {
         return;
     }
     launch(module_path!(), 3, SMALL, "dead");
+}
+
+/// The same with one hardware queue per context, as Megatron sets it
+/// (`CUDA_DEVICE_MAX_CONNECTIONS=1`): every stream of a rank shares the
+/// queue its parked wait holds, so the release must not go through a
+/// stream (the flags are raised from the host).
+#[test]
+fn a_dead_peer_releases_waiting_streams_on_one_hardware_queue() {
+    if !gpu_present() {
+        return;
+    }
+    let one_queue = [("CUDA_DEVICE_MAX_CONNECTIONS", "1".to_string())];
+    launch_with(module_path!(), 3, SMALL, "dead", &one_queue);
 }
 
 #[test]

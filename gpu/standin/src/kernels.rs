@@ -220,6 +220,18 @@ fn reduce(dtype: DataType, op: ReduceOp, a: &ReduceArgs) -> Result<(), Fault> {
 
 fn reduce_typed<T: Elem>(op: ReduceOp, a: &ReduceArgs) -> Result<(), Fault> {
     let name = "sc_reduce_copy";
+    // The kernel's first read: a raised abort word means it touches nothing.
+    if a.abort != 0 {
+        check_aligned(a.abort, 4, name)?;
+        let word = device(a.abort, 4, name)?;
+        // SAFETY: translated for 4 aligned bytes; the host may write the
+        // word at any time, so it is read atomically.
+        let raised = unsafe { &*word.ptr.cast::<std::sync::atomic::AtomicU32>() }
+            .load(std::sync::atomic::Ordering::Acquire);
+        if raised != 0 {
+            return Ok(());
+        }
+    }
     if a.nsrcs as usize > MAX_SRCS || a.ndsts as usize > MAX_DSTS {
         return Err((
             LAUNCH_FAILED,

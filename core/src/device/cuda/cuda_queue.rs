@@ -156,6 +156,7 @@ impl DeviceQueue for CudaQueue<'_> {
         dst: DevAddr,
         count: usize,
         avg_divisor: u32,
+        abort: DevAddr,
     ) -> Result<()> {
         let kernels = self
             .kernels
@@ -167,7 +168,8 @@ impl DeviceQueue for CudaQueue<'_> {
             avg_divisor,
         };
         // SAFETY: forwarded contract.
-        unsafe { kernels.reduce_copy(&self.stream, dtype, op, &work) }.map_err(gpu_error)
+        unsafe { kernels.reduce_copy_unless(&self.stream, dtype, op, &work, abort) }
+            .map_err(gpu_error)
     }
 
     fn enqueue_keep(&self, owner: Box<dyn Any + Send>, graveyard: &Arc<Graveyard>) -> Result<()> {
@@ -185,9 +187,11 @@ impl DeviceQueue for CudaQueue<'_> {
         owner: Box<dyn Any + Send>,
         graveyard: &Arc<Graveyard>,
     ) -> Result<()> {
-        let graveyard = graveyard.clone();
+        // The driver drops the release on its own thread, which hands the
+        // owner over to the graveyard instead of dropping it.
+        let release = graveyard.release(owner);
         self.stream
-            .release_after(move || graveyard.receive(owner))
+            .release_after(move || drop(release))
             .map_err(gpu_error)
     }
 }

@@ -1,4 +1,5 @@
-//! Windows of the direct path in CUDA device memory: allocated with
+//! Windows of the direct path in CUDA device memory (and flag areas of
+//! shared host memory registered with the device): allocated with
 //! `cuMemAlloc`, zeroed, exported with CUDA IPC; a peer thread of the same
 //! process on the same device uses the address as it is (a process cannot
 //! open its own IPC handle) and shares ownership of the allocation, so it
@@ -7,7 +8,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use streamcomm_gpu::{Device, DeviceBuffer, IpcHandle, IpcMapping};
+use streamcomm_gpu::{Device, DeviceBuffer, HostRegistration, IpcHandle, IpcMapping};
 
 use super::gpu_error;
 use crate::device::DevAddr;
@@ -63,5 +64,16 @@ impl WindowDevice for CudaWindows<'_> {
         let handle = IpcHandle::from_bytes(&payload[..HANDLE]).map_err(gpu_error)?;
         let mapping = IpcMapping::open(self.device, &handle).map_err(gpu_error)?;
         Ok((mapping.as_raw(), Box::new(mapping)))
+    }
+
+    unsafe fn map_host(
+        &self,
+        host: *mut u8,
+        len: usize,
+    ) -> Result<(DevAddr, Box<dyn Any + Send + Sync>)> {
+        // SAFETY: forwarded contract.
+        let registration =
+            unsafe { HostRegistration::new(self.device, host, len) }.map_err(gpu_error)?;
+        Ok((registration.device_ptr(), Box::new(registration)))
     }
 }

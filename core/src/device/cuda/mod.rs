@@ -9,10 +9,9 @@ mod cuda_windows;
 
 use std::sync::Arc;
 
-use streamcomm_gpu::{Device, Kernels, Signals, Stream};
+use streamcomm_gpu::{Device, Kernels};
 
 use crate::comm::peer_watch::peer_gone;
-use crate::device::DevAddr;
 use crate::device::direct::Direct;
 use crate::device::direct::window::WindowDevice;
 use crate::device::direct::window_watch::WATCH_PERIOD;
@@ -40,38 +39,23 @@ pub(crate) fn gpu_error(e: streamcomm_gpu::Error) -> Error {
 }
 
 /// Sets up the direct path (a collective call: every rank makes it):
-/// windows on `device` and a watchdog whose rescue writes go through a
-/// stream of its own (see [`Direct::establish`]).
+/// windows on `device` and their watchdog (see [`Direct::establish`]).
 pub(crate) fn establish_direct(
     comm: &Communicator,
     device: &Device,
     kernels: Option<&Kernels>,
 ) -> Result<Option<Direct>> {
     // Nothing here may return early: every rank must join the exchange.
-    let writer = Stream::new(device).and_then(|stream| {
-        Signals::new(device, kernels, false, comm.config().timeout).map(|s| (stream, s))
-    });
-    let usable = kernels.is_some() && writer.is_ok();
-    let rescue = move |words: &[DevAddr]| {
-        if let Ok((stream, signals)) = &writer {
-            for &w in words {
-                // SAFETY: the words are this rank's own window, which
-                // outlives the watchdog (it holds the windows).
-                let _ = unsafe { signals.write_value32(stream, w, 1) };
-            }
-        }
-    };
     let inner = comm.inner.clone();
     let source = CudaWindows { device };
-    // Without the reduce kernels or a rescue stream this rank cannot take part.
-    let source = usable.then_some(&source as &dyn WindowDevice);
+    // Without the reduce kernels this rank cannot take part.
+    let source = kernels.is_some().then_some(&source as &dyn WindowDevice);
     Direct::establish(
         comm,
         source,
         comm.config().cuda_window,
         // The shared-memory watchdog's rule: gone, and not departed cleanly.
         Box::new(move |peer, pid| !peer_gone(&inner, peer, pid)),
-        Box::new(rescue),
         WATCH_PERIOD,
     )
 }

@@ -43,12 +43,12 @@ use std::time::Duration;
 
 use super::DeviceCall;
 use super::device_queue::DeviceQueue;
-use super::runner::Graveyard;
+use super::graveyard::Graveyard;
 use crate::comm::failure::Learned;
-use crate::{Communicator, Result};
+use crate::{Communicator, DataType, ReduceOp, Result};
 use steps::{Step, direct_steps};
 use window::{WindowDevice, Windows};
-use window_watch::{Liveness, Rescue, WindowWatch};
+use window_watch::{Liveness, WindowWatch};
 
 /// The direct path of one communicator on one device.
 pub(crate) struct Direct {
@@ -68,14 +68,13 @@ impl Direct {
         source: Option<&dyn WindowDevice>,
         capacity: usize,
         alive: Liveness,
-        rescue: Rescue,
         period: Duration,
     ) -> Result<Option<Direct>> {
         let Some(windows) = Windows::establish(comm, source, capacity)? else {
             return Ok(None);
         };
         let windows = Arc::new(windows);
-        let watch = WindowWatch::start(comm, windows.clone(), alive, rescue, period)?;
+        let watch = WindowWatch::start(comm, windows.clone(), alive, period)?;
         Ok(Some(Direct {
             windows,
             _watch: watch,
@@ -118,12 +117,29 @@ fn enqueue_steps<Q: DeviceQueue>(
     let (me, size) = (w.rank(), w.size());
     for step in steps {
         match step {
-            Step::Copy { dst, src, bytes } => {
+            Step::Copy { dst, src, bytes } if w.is_peer_data(*src) => {
+                // A read of a peer's window: a kernel that first checks
+                // the abort word (a copy engine transfer cannot), so that
+                // nothing reads the window of a peer that may be gone.
                 // SAFETY: (and below) the caller's buffers were checked
                 // against the call (`direct_steps`) and stay valid until the
                 // stream has run it, as every stream API requires; window
                 // addresses stay mapped while the communicator lives, or
                 // while a graph that captured them does (`enqueue_keep`).
+                unsafe {
+                    queue.enqueue_reduce(
+                        DataType::U8,
+                        ReduceOp::Sum,
+                        &[*src],
+                        *dst,
+                        *bytes,
+                        1,
+                        w.abort_word(),
+                    )?
+                }
+            }
+            Step::Copy { dst, src, bytes } => {
+                // SAFETY: as above.
                 unsafe { queue.enqueue_copy(*dst, *src, *bytes)? }
             }
             Step::Arrive(round) => {
@@ -139,7 +155,15 @@ fn enqueue_steps<Q: DeviceQueue>(
             Step::Reduce { srcs, dst, count } => {
                 // SAFETY: as above.
                 unsafe {
-                    queue.enqueue_reduce(call.dtype, call.op, srcs, *dst, *count, size as u32)?
+                    queue.enqueue_reduce(
+                        call.dtype,
+                        call.op,
+                        srcs,
+                        *dst,
+                        *count,
+                        size as u32,
+                        w.abort_word(),
+                    )?
                 }
             }
         }

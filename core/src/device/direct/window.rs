@@ -1,19 +1,35 @@
-//! The direct path's windows: one device allocation per rank, mapped by
-//! every other rank of the host, holding flag words then a data area.
+//! The direct path's windows: one device allocation per rank for data,
+//! mapped by every other rank of the host, and one flag area per rank in
+//! shared host memory, mapped and registered with the device by every rank.
 //!
 //! ```text
-//! window of rank r:  ready[0..size] u32 | done[0..size] u32 | pad | data (capacity bytes)
+//! window of rank r (device memory, CUDA IPC):  data (capacity bytes)
+//! flags of rank r (POSIX shared memory):        ready[0..size] u32 | done[0..size] u32
 //! ```
 //! `ready[p]` / `done[p]` are written by rank `p` (1 = "arrived") and reset
 //! to 0 by rank `r` once it has waited on them.
+//!
+//! **Why the flags live in host memory.** A stream parked in a wait on a
+//! dead peer's flag is released by raising the flag for it
+//! ([`super::window_watch`]). A flag in device memory can only be raised
+//! through another stream, and that stream may share a hardware queue with
+//! the parked one (`CUDA_DEVICE_MAX_CONNECTIONS`, which Megatron sets to 1):
+//! its write then waits behind the wait it should release, for ever. A flag
+//! in host memory is raised by a plain store from the CPU, which no queue
+//! can hold back. Writing a dead peer's flags also stays harmless: they are
+//! this process's mapping of shared memory, not the dead process's device
+//! memory. The cost is that stream waits poll host memory over PCIe instead
+//! of device memory.
 
 use std::any::Any;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::comm::local_host_id;
 use crate::config::MIN_CUDA_WINDOW as MIN_CAPACITY;
 use crate::device::DevAddr;
 use crate::host::{HostBuffer, HostStream};
+use crate::transport::shm::ShmSegment;
 use crate::{Communicator, Error, Result};
 
 /// Which of a window's two flag arrays.
@@ -26,11 +42,11 @@ pub(crate) enum Round {
 }
 
 /// Bytes of one rank's exchange record.
-const RECORD: usize = 128;
-/// Offset of the device-specific payload in a record.
+const RECORD: usize = 192;
+/// Offset of the device-specific payload in a record (at most 96 bytes).
 const PAYLOAD: usize = 32;
-/// Alignment of the data area (wide vector loads and copies).
-const DATA_ALIGN: usize = 256;
+/// Offset of the flag area's shared-memory name in a record.
+const FLAG_NAME: usize = 128;
 
 /// What a device offers to build windows.
 pub(crate) trait WindowDevice {
@@ -47,6 +63,65 @@ pub(crate) trait WindowDevice {
         payload: &[u8],
         same_process: bool,
     ) -> Result<(DevAddr, Box<dyn Any + Send + Sync>)>;
+
+    /// Makes `len` bytes of host memory at `host` addressable by device
+    /// work (a registration): the device address, and what keeps it.
+    ///
+    /// # Safety
+    /// The range must stay mapped while the returned value lives, and no
+    /// other registration may cover it.
+    unsafe fn map_host(
+        &self,
+        host: *mut u8,
+        len: usize,
+    ) -> Result<(DevAddr, Box<dyn Any + Send + Sync>)>;
+}
+
+/// One rank's flag area as this rank maps it: the shared memory and its
+/// registration with the device.
+struct FlagArea {
+    // Dropped first: unregistered before it is unmapped.
+    _registration: Box<dyn Any + Send + Sync>,
+    segment: ShmSegment,
+}
+
+impl FlagArea {
+    /// Bytes of a flag area for `size` ranks: the two flag arrays, then the
+    /// abort word, in whole pages (a registration covers pages).
+    fn bytes(size: usize) -> usize {
+        (4 * FlagArea::abort_index(size) + 4).div_ceil(4096) * 4096
+    }
+
+    /// Index of the abort word: after the two flag arrays.
+    fn abort_index(size: usize) -> usize {
+        2 * size
+    }
+
+    /// Registers `segment` with `device`: the area and its device address.
+    fn register(device: &dyn WindowDevice, segment: ShmSegment) -> Result<(FlagArea, DevAddr)> {
+        let (base, len) = (segment.ring_base().cast_mut(), segment.len());
+        // SAFETY: the segment's mapping outlives the registration (field
+        // order), and each mapping is registered once.
+        let (addr, registration) = unsafe { device.map_host(base, len) }?;
+        Ok((
+            FlagArea {
+                _registration: registration,
+                segment,
+            },
+            addr,
+        ))
+    }
+
+    /// The word at index `i` (of `2 * size`), as the host sees it.
+    fn word(&self, i: usize) -> &AtomicU32 {
+        assert!(
+            4 * (i + 1) <= self.segment.len(),
+            "flag word {i} out of the area"
+        );
+        // SAFETY: in bounds (checked), 4-aligned (page-aligned mapping), and
+        // shared memory is only ever accessed atomically.
+        unsafe { &*self.segment.ring_base().add(4 * i).cast::<AtomicU32>() }
+    }
 }
 
 /// Windows of this process, by address: a rank that is a thread of the
@@ -81,11 +156,14 @@ pub(crate) struct Windows {
     rank: usize,
     size: usize,
     bases: Vec<DevAddr>,
-    data_offset: usize,
+    flag_bases: Vec<DevAddr>,
     capacity: usize,
     pids: Vec<u32>,
+    /// This rank's flag area, which the host raises after a failure.
+    own_flags: Option<FlagArea>,
     // Declared last: dropped after nothing can hand out addresses any more.
     _keep: Vec<Box<dyn Any + Send + Sync>>,
+    _peer_flags: Vec<FlagArea>,
 }
 
 impl std::fmt::Debug for Windows {
@@ -124,28 +202,37 @@ impl Windows {
             )));
         }
         let (rank, size) = (comm.rank(), comm.size());
-        let data_offset = (8 * size).div_ceil(DATA_ALIGN) * DATA_ALIGN;
+        let flag_bytes = FlagArea::bytes(size);
         let mut keep = Vec::new();
         let mut record = vec![0u8; RECORD];
         let mine = match device {
-            Some(d) => d.alloc(data_offset + capacity),
+            Some(d) => d.alloc(capacity).and_then(|(base, payload, owner)| {
+                let segment = ShmSegment::create(flag_bytes)?;
+                let name = segment.name().as_bytes().to_vec();
+                let (flags, flag_base) = FlagArea::register(d, segment)?;
+                Ok((base, payload, owner, flags, flag_base, name))
+            }),
             None => Err(Error::Unavailable("no window device".into())),
         };
-        let my_base = match mine {
-            Ok((base, payload, owner)) if payload.len() <= RECORD - PAYLOAD => {
+        let (my_base, my_flag_base, mut own_flags) = match mine {
+            Ok((base, payload, owner, flags, flag_base, name))
+                if payload.len() <= FLAG_NAME - PAYLOAD && name.len() < RECORD - FLAG_NAME =>
+            {
                 keep.push(owner);
                 record[0] = 1;
                 record[PAYLOAD..PAYLOAD + payload.len()].copy_from_slice(&payload);
                 record[24..26].copy_from_slice(&(payload.len() as u16).to_le_bytes());
-                base
+                record[26] = name.len() as u8;
+                record[FLAG_NAME..FLAG_NAME + name.len()].copy_from_slice(&name);
+                (base, flag_base, Some(flags))
             }
             Ok(_) => {
                 tracing::info!("direct path off: window payload too long");
-                0
+                (0, 0, None)
             }
             Err(e) => {
                 tracing::info!(error = %e, "direct path off: no window");
-                0
+                (0, 0, None)
             }
         };
         record[4..8].copy_from_slice(&std::process::id().to_le_bytes());
@@ -154,12 +241,15 @@ impl Windows {
         let all = gather_bytes(comm, &record)?;
 
         let mut bases = vec![0; size];
+        let mut flag_bases = vec![0; size];
+        let mut peer_flags = Vec::new();
         let mut pids = vec![0; size];
         let mut ok = record[0] == 1;
         for (p, rec) in all.chunks_exact(RECORD).enumerate() {
             pids[p] = u32::from_le_bytes(rec[4..8].try_into().expect("4 bytes"));
             if p == rank {
                 bases[p] = my_base;
+                flag_bases[p] = my_flag_base;
                 continue;
             }
             if !ok {
@@ -179,10 +269,20 @@ impl Windows {
             let len = u16::from_le_bytes([rec[24], rec[25]]) as usize;
             let same_process = pids[p] == std::process::id();
             let Some(device) = device else { continue };
-            match device.open(&rec[PAYLOAD..PAYLOAD + len], same_process) {
-                Ok((base, owner)) => {
+            let name = String::from_utf8_lossy(&rec[FLAG_NAME..FLAG_NAME + rec[26] as usize]);
+            let mapped = device
+                .open(&rec[PAYLOAD..PAYLOAD + len], same_process)
+                .and_then(|(base, owner)| {
+                    let segment = ShmSegment::open(&name, flag_bytes)?;
+                    let (flags, flag_base) = FlagArea::register(device, segment)?;
+                    Ok((base, owner, flags, flag_base))
+                });
+            match mapped {
+                Ok((base, owner, flags, flag_base)) => {
                     bases[p] = base;
+                    flag_bases[p] = flag_base;
                     keep.push(owner);
+                    peer_flags.push(flags);
                 }
                 Err(e) => {
                     tracing::info!(peer = p, error = %e, "direct path off: cannot map a window");
@@ -190,8 +290,13 @@ impl Windows {
                 }
             }
         }
-        // Everyone or no one: a rank that failed tells the others.
+        // Everyone or no one: a rank that failed tells the others. Every
+        // peer that could map this rank's flag area has by now: its name
+        // goes, so nothing is left in /dev/shm whatever happens later.
         let votes = gather_bytes(comm, &[u8::from(ok)])?;
+        if let Some(flags) = own_flags.as_mut() {
+            flags.segment.unlink();
+        }
         if votes.iter().any(|&v| v != 1) {
             return Ok(None);
         }
@@ -199,10 +304,12 @@ impl Windows {
             rank,
             size,
             bases,
-            data_offset,
+            flag_bases,
             capacity,
             pids,
+            own_flags,
             _keep: keep,
+            _peer_flags: peer_flags,
         }))
     }
 
@@ -223,7 +330,7 @@ impl Windows {
 
     /// The data area of `owner`'s window.
     pub(crate) fn data(&self, owner: usize) -> DevAddr {
-        self.bases[owner] + self.data_offset as u64
+        self.bases[owner]
     }
 
     /// The flag word in `owner`'s window that rank `from` raises in `round`.
@@ -232,15 +339,41 @@ impl Windows {
             Round::Ready => 0,
             Round::Done => self.size,
         };
-        self.bases[owner] + 4 * (array + from) as u64
+        self.flag_bases[owner] + 4 * (array + from) as u64
     }
 
-    /// Every flag word of this rank's own window.
-    pub(crate) fn own_flags(&self) -> Vec<DevAddr> {
-        (0..self.size)
-            .filter(|&p| p != self.rank)
-            .flat_map(|p| [Round::Ready, Round::Done].map(|r| self.flag(self.rank, r, p)))
-            .collect()
+    /// True when `addr` lies in a peer's data window (not this rank's).
+    pub(crate) fn is_peer_data(&self, addr: DevAddr) -> bool {
+        (0..self.size).filter(|&p| p != self.rank).any(|p| {
+            let base = self.bases[p];
+            addr >= base && addr < base + self.capacity as u64
+        })
+    }
+
+    /// The device address of this rank's abort word: raised after a
+    /// failure, when every kernel that reads peers' windows reads it first
+    /// and does nothing.
+    pub(crate) fn abort_word(&self) -> DevAddr {
+        self.flag_bases[self.rank] + 4 * FlagArea::abort_index(self.size) as u64
+    }
+
+    /// After a failure: raises this rank's abort word, then every peer's
+    /// flag word in this rank's flag area, from the host, so every stream
+    /// wait on them passes and no kernel after them touches a peer's
+    /// window (a dead peer's memory may be gone). The data the stream
+    /// writes then is not to be trusted.
+    pub(crate) fn abort_and_release(&self) {
+        let Some(flags) = &self.own_flags else { return };
+        // First, with release order: a wait that sees a flag raised below
+        // lets a kernel run that must see the abort word too.
+        flags
+            .word(FlagArea::abort_index(self.size))
+            .store(1, Ordering::Release);
+        for p in (0..self.size).filter(|&p| p != self.rank) {
+            for array in [0, self.size] {
+                flags.word(array + p).store(1, Ordering::Release);
+            }
+        }
     }
 
     /// The process id of every rank (all on this host).

@@ -20,7 +20,6 @@ use std::time::Duration;
 use super::window::Windows;
 use crate::comm::failure::Learned;
 use crate::comm::inner::CommInner;
-use crate::device::DevAddr;
 use crate::engine::Periodic;
 use crate::{Communicator, Error, Result};
 
@@ -29,8 +28,6 @@ pub(crate) const WATCH_PERIOD: Duration = Duration::from_millis(100);
 
 /// Tells whether a peer (its rank, its process id) is alive.
 pub(crate) type Liveness = Box<dyn Fn(usize, u32) -> bool + Send>;
-/// Raises flag words of this rank's window from the host.
-pub(crate) type Rescue = Box<dyn Fn(&[DevAddr]) + Send>;
 
 /// The watch, while the direct path is in use; ended on drop (what it holds
 /// is dropped by the thread dropping this, not by the engine).
@@ -43,7 +40,6 @@ struct Watch {
     comm: Weak<CommInner>,
     windows: Arc<Windows>,
     alive: Liveness,
-    rescue: Rescue,
 }
 
 impl WindowWatch {
@@ -56,14 +52,12 @@ impl WindowWatch {
         comm: &Communicator,
         windows: Arc<Windows>,
         alive: Liveness,
-        rescue: Rescue,
         period: Duration,
     ) -> Result<WindowWatch> {
         let watch = Arc::new(Mutex::new(Some(Watch {
             comm: Arc::downgrade(&comm.inner),
             windows,
             alive,
-            rescue,
         })));
         let theirs = watch.clone();
         let timer = Periodic::new(period, move || {
@@ -107,5 +101,5 @@ fn look(comm: &Communicator, w: &Watch) {
             Learned::PeerWatch,
         );
     }
-    (w.rescue)(&windows.own_flags());
+    windows.abort_and_release();
 }
