@@ -102,7 +102,8 @@ pub struct Config {
     /// `STREAMCOMM_STANDIN_GDR_FLUSH` (`0`/`1`; default: as `GDR`):
     /// `GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS` = HOST (1), so
     /// `cuFlushGPUDirectRDMAWrites` succeeds; `0` reports 0 options and the
-    /// flush returns `CUDA_ERROR_NOT_SUPPORTED`. Only meaningful with `GDR`.
+    /// flush returns `CUDA_ERROR_NOT_SUPPORTED`. `1` without `GDR` is refused
+    /// (`cuInit` fails).
     pub gdr_flush: bool,
     /// `STREAMCOMM_STANDIN_STRICT` (`0`/`1`; default 0): a driver call from a
     /// host function or a user-object destructor aborts the process (after
@@ -176,6 +177,12 @@ fn read(var: &dyn Fn(&str) -> Option<String>) -> Config {
         &|n| (0..=60_000).contains(&n),
         "a delay in milliseconds (0..=60000)",
     );
+    if gdr_flush && !gdr {
+        problems.push(
+            "STREAMCOMM_STANDIN_GDR_FLUSH=1 needs GPUDirect RDMA (STREAMCOMM_STANDIN_GDR=1 or the h200 profile)"
+                .into(),
+        );
+    }
     Config {
         profile,
         max_connections: num("CUDA_DEVICE_MAX_CONNECTIONS").unwrap_or(8).clamp(1, 32) as usize,

@@ -4,9 +4,12 @@
 //! There is one device by default (`STREAMCOMM_STANDIN_DEVICES`); it names
 //! itself as the stand-in and reports the compute capability and limits of an
 //! H200 (sm_90), except that capability attributes of features the stand-in
-//! does not implement (memory pools, managed memory, VMM, dma-buf, GPUDirect
-//! RDMA, cooperative launch, IPC events) read 0, so callers take their
-//! fallback paths instead of reaching an unimplemented entry point.
+//! does not implement (managed memory, VMM, dma-buf, cooperative launch, IPC
+//! events, pool export handles) read 0, so callers take their fallback paths
+//! instead of reaching an unimplemented entry point. Memory pools (115) and
+//! GPUDirect RDMA (116-118) follow the configuration: 0 under the `default`
+//! profile, an H200's values under `h200`. `COMPUTE_MODE` (20) reports
+//! `STREAMCOMM_STANDIN_COMPUTE_MODE`.
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_uint};

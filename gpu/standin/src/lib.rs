@@ -17,16 +17,45 @@
 //!
 //! It is strict, never more lenient than the driver API reference documents,
 //! and loud: every entry point it does not implement returns
-//! `CUDA_ERROR_NOT_SUPPORTED` and names itself on stderr (module `exports`).
+//! `CUDA_ERROR_NOT_SUPPORTED` and names itself on stderr (module `exports`;
+//! the one quiet exception is `cuGetExportTable`, which NVRTC calls on every
+//! compile), and every process says once on stderr, at `cuInit`, that it
+//! runs on the stand-in and with which profile.
 //!
 //! Model, in brief:
+//! - a **profile** (`STREAMCOMM_STANDIN_PROFILE`): `default`, or `h200`,
+//!   what an H200 on a CUDA 12.8 driver reports; each setting below is also
+//!   its own variable, which wins over the profile ([`config`] has the
+//!   table); an unknown profile or unreadable setting makes `cuInit` fail
+//!   with `CUDA_ERROR_INVALID_VALUE` after naming it;
 //! - one device (`STREAMCOMM_STANDIN_DEVICES`), sm_90 limits, driver version
-//!   13000 (CUDA 13.0, what driver 580 reports; `STREAMCOMM_STANDIN_DRIVER_VERSION`);
+//!   13000 (CUDA 13.0, what driver 580 reports; 12080 under `h200`;
+//!   `STREAMCOMM_STANDIN_DRIVER_VERSION`), which bounds the PTX ISA and
+//!   the CUBIN toolkit major version `cuModuleLoadData` accepts;
+//! - compute mode DEFAULT (`STREAMCOMM_STANDIN_COMPUTE_MODE`: PROHIBITED
+//!   refuses every context, EXCLUSIVE_PROCESS a second process's, with
+//!   `CUDA_ERROR_DEVICE_UNAVAILABLE`, across processes; module `mode`);
 //! - device memory lives in POSIX shared memory behind a reserved, unmapped
-//!   device address range (modules `memory` and `shm`);
+//!   device address range (modules `memory` and `shm`); addresses are never
+//!   reused; an IPC mapping whose exporter freed the memory or exited makes
+//!   device work that touches it a device fault;
+//! - memory pools off (`STREAMCOMM_STANDIN_MEMORY_POOLS`; on under `h200`):
+//!   `MEMORY_POOLS_SUPPORTED`, the default pool and stream-ordered
+//!   `cuMemAllocAsync` / `cuMemFreeAsync`, which is the path cudarc takes for
+//!   every buffer when pools are supported; memory used out of stream order
+//!   faults; capture of these calls is refused (module `pool`);
+//! - GPUDirect RDMA off (`STREAMCOMM_STANDIN_GDR`, `STREAMCOMM_STANDIN_GDR_FLUSH`;
+//!   on under `h200`): the device attributes as an H200 reports them,
+//!   `IS_GPU_DIRECT_RDMA_CAPABLE` per buffer, `cuFlushGPUDirectRDMAWrites`
+//!   (module `pointer`);
 //! - each context has `CUDA_DEVICE_MAX_CONNECTIONS` (default 8) hardware
 //!   queues, each drained in order by one worker thread; streams share them
 //!   round-robin (module `context`);
+//! - host functions and user-object destructors may not call the driver
+//!   (`CUDA_ERROR_NOT_PERMITTED`, or an abort with
+//!   `STREAMCOMM_STANDIN_STRICT=1`); destructors run on their own thread,
+//!   `STREAMCOMM_STANDIN_DESTRUCTOR_DELAY_MS` after the last release (50
+//!   under `h200`);
 //! - a device fault (bad address in work that runs) makes the context's error
 //!   sticky, as on a GPU.
 //!

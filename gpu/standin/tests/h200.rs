@@ -110,7 +110,7 @@ fn every_process_says_it_runs_on_the_standin_and_with_which_profile() {
         return;
     }
     type Case<'a> = (&'a [(&'a str, &'a str)], i32, &'a str);
-    let cases: [Case; 4] = [
+    let cases: [Case; 6] = [
         (&[], 13000, "(profile default)"),
         (&[H200], 12080, "(profile h200)"),
         (
@@ -122,6 +122,16 @@ fn every_process_says_it_runs_on_the_standin_and_with_which_profile() {
             &[("STREAMCOMM_STANDIN_PROFILE", "h100")],
             -1,
             "STREAMCOMM_STANDIN_PROFILE=\"h100\" is not a profile",
+        ),
+        (
+            &[("STREAMCOMM_STANDIN_MEMORY_POOLS", "yes")],
+            -1,
+            "STREAMCOMM_STANDIN_MEMORY_POOLS=\"yes\" is not 0 or 1",
+        ),
+        (
+            &[("STREAMCOMM_STANDIN_GDR_FLUSH", "1")],
+            -1,
+            "STREAMCOMM_STANDIN_GDR_FLUSH=1 needs GPUDirect RDMA",
         ),
     ];
     for (env, version, said) in cases {
@@ -243,6 +253,8 @@ standin_test!(
         use sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT as USED;
         // The allocation path every cudarc buffer takes on an H200:
         // MEMORY_POOLS_SUPPORTED = 1, so cuMemAllocAsync / cuMemFreeAsync.
+        use sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED as POOLS;
+        assert_eq!(attribute(POOLS), 1);
         let ctx = cudarc::driver::CudaContext::new(0).expect("CudaContext::new");
         let streams = [ctx.new_stream().unwrap(), ctx.new_stream().unwrap()];
         for (i, s) in streams.iter().enumerate() {
