@@ -6,11 +6,13 @@
 //! scripts/gpu-check.sh (`STREAMCOMM_REQUIRE_GPU=1`) a missing NVRTC fails
 //! the test; elsewhere it is skipped with the reason printed.
 //!
-//! Two tests run `Kernels::load` in a child process on a driver: the GPU's
+//! Three tests run `Kernels::load` in a child process on a driver: the GPU's
 //! where this process finds one (the GPU bundle's probe step), else the CPU
 //! stand-in when the build made it (`cargo test --workspace` does), else they
-//! skip. They check that a filled cache loads with no NVRTC at all, and that
-//! an NVRTC 13 (a fake built with `cc`) is passed over on a CUDA 12.8 driver.
+//! skip. They check that a filled cache loads with no NVRTC at all, that an
+//! NVRTC 13 (a fake built with `cc`) is passed over on a CUDA 12.8 driver,
+//! and that the kernels in `STREAMCOMM_KERNEL_CACHE` (the GPU bundle copies
+//! the sm_90 kernels it ships there) load with NVRTC off.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -411,4 +413,52 @@ fn nvrtc_newer_than_the_driver_is_passed_over() {
     ];
     run_child(test, &ld, &[real_dir.to_path_buf()], &env);
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The kernels in `STREAMCOMM_KERNEL_CACHE` (in the GPU bundle, the sm_90
+/// kernels it ships) load on this driver with NVRTC off. Skipped unless the
+/// variable names a directory holding every kernel for the device's arch.
+#[test]
+fn shipped_kernels_load_without_nvrtc() {
+    let test = "shipped_kernels_load_without_nvrtc";
+    if is_child(test) {
+        return load_kernels_in_child(test);
+    }
+    let Some(dir) = std::env::var_os("STREAMCOMM_KERNEL_CACHE")
+        .map(PathBuf::from)
+        .filter(|d| d.is_dir())
+    else {
+        streamcomm_testkit::skip(test, "STREAMCOMM_KERNEL_CACHE names no directory");
+        return;
+    };
+    let Some(ld) = driver_dir(test) else { return };
+    let arch = match &ld {
+        None => streamcomm_gpu::Device::open(0).unwrap().arch(),
+        Some(_) => Arch::SM90,
+    };
+    let cache = KernelCache::new(Some(dir.clone()));
+    let missing: Vec<&str> = cuda::SOURCES
+        .iter()
+        .filter(|(file, source)| {
+            let key = streamcomm_gpu::cache_key(
+                file,
+                arch,
+                &[source, DEVICE_HEADER],
+                &compile_options(arch, None),
+            );
+            cache.images(&key).is_empty()
+        })
+        .map(|(file, _)| *file)
+        .collect();
+    if !missing.is_empty() {
+        let why = format!("{} holds no {arch} image of {missing:?}", dir.display());
+        streamcomm_testkit::skip(test, &why);
+        return;
+    }
+    let env = [
+        ("STREAMCOMM_NVRTC_LIB", "off".to_string()),
+        ("STREAMCOMM_CUDA_INCLUDE", String::new()),
+        ("SC_NVRTC_ORIGIN", ": cached ".to_string()),
+    ];
+    run_child(test, &ld, &[], &env);
 }
