@@ -48,6 +48,8 @@ pub enum Kind {
 pub const PENDING: u8 = 0;
 /// [`Region::state`]: usable by device work.
 pub const LIVE: u8 = 1;
+/// [`Region::state`]: freed (work still holding its mapping faults).
+pub const FREED: u8 = 2;
 
 /// A range of device addresses and the host mapping behind it.
 pub struct Region {
@@ -59,8 +61,8 @@ pub struct Region {
     pub kind: Kind,
     /// The ordinal of the device whose context made it.
     pub ordinal: usize,
-    /// [`PENDING`] or [`LIVE`] (only stream-ordered allocations start
-    /// pending).
+    /// [`PENDING`], [`LIVE`] or [`FREED`] (only stream-ordered allocations
+    /// start pending).
     pub state: AtomicU8,
     /// Set once a `cuMemFreeAsync` of it has been enqueued (a second one is
     /// a double free).
@@ -81,10 +83,14 @@ impl Mapped {
     /// mapping whose exporter freed the memory or exited.
     pub fn unusable(&self) -> Option<String> {
         let r = self.region.as_ref()?;
-        if r.state.load(Ordering::Acquire) != LIVE {
-            return Some(
-                "it belongs to a cuMemAllocAsync allocation its stream has not reached".into(),
-            );
+        match r.state.load(Ordering::Acquire) {
+            PENDING => {
+                return Some(
+                    "it belongs to a cuMemAllocAsync allocation its stream has not reached".into(),
+                );
+            }
+            FREED => return Some("it has been freed".into()),
+            _ => {}
         }
         match r.kind {
             Kind::Ipc { key: (pid, serial) } => crate::shm::exporter_gone(pid, serial),
@@ -243,6 +249,7 @@ pub extern "C" fn cuMemFree_v2(dptr: u64) -> u32 {
         }
         ctx.wait_all();
         let r = remove(dptr, |r| is_own_base(r, dptr))?;
+        r.state.store(FREED, Ordering::Release);
         crate::pool::released(&r);
         Ok(())
     })

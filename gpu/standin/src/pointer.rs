@@ -49,8 +49,9 @@ pub fn writes_ordering() -> c_int {
 /// allocations, IPC mappings): CONTEXT, MEMORY_TYPE (DEVICE), DEVICE_POINTER,
 /// BUFFER_ID, IS_MANAGED (0), DEVICE_ORDINAL, IS_LEGACY_CUDA_IPC_CAPABLE,
 /// RANGE_START_ADDR, RANGE_SIZE, MAPPED and IS_GPU_DIRECT_RDMA_CAPABLE.
-/// Other memory is `CUDA_ERROR_INVALID_VALUE`; other attributes are not
-/// modelled (`CUDA_ERROR_NOT_SUPPORTED`, named on stderr).
+/// Pinned host memory and other attributes are not modelled
+/// (`CUDA_ERROR_NOT_SUPPORTED`, named on stderr); memory the driver does not
+/// know is `CUDA_ERROR_INVALID_VALUE`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuPointerGetAttribute(data: *mut c_void, attribute: c_int, ptr: u64) -> u32 {
     entry("cuPointerGetAttribute", || {
@@ -58,7 +59,16 @@ pub extern "C" fn cuPointerGetAttribute(data: *mut c_void, attribute: c_int, ptr
         if data.is_null() {
             return Err(INVALID_VALUE);
         }
-        let r = region_of(ptr).ok_or(INVALID_VALUE)?;
+        let Some(r) = region_of(ptr) else {
+            if crate::pinned::is_pinned(ptr as usize, 1) {
+                say_once(
+                    "ptr-attr:pinned".into(),
+                    "cuPointerGetAttribute on pinned host memory is not modelled: CUDA_ERROR_NOT_SUPPORTED",
+                );
+                return Err(NOT_SUPPORTED);
+            }
+            return Err(INVALID_VALUE);
+        };
         let own = matches!(r.kind, Kind::Device { .. });
         let write_u32 = |v: u32| out(data.cast::<u32>(), v);
         match attribute {

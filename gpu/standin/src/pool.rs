@@ -29,7 +29,7 @@ use crate::device::{current, out, require_init};
 use crate::error::{INVALID_DEVICE, INVALID_VALUE, NOT_SUPPORTED, Res};
 use crate::exec::Work;
 use crate::guard::{entry, say_once, unsupported};
-use crate::memory::{Kind, LIVE, Region, insert, is_own_base, region_of, remove};
+use crate::memory::{FREED, Kind, LIVE, Region, insert, is_own_base, region_of, remove};
 use crate::shm::Segment;
 use crate::stream::{stream_of, submit};
 
@@ -169,6 +169,7 @@ pub fn reached_alloc(base: u64) {
 /// Work: the stream reached the free of the allocation at `base`.
 pub fn reached_free(base: u64) {
     if let Ok(r) = remove(base, |r| r.base == base) {
+        r.state.store(FREED, Ordering::Release);
         released(&r);
     }
 }

@@ -569,5 +569,18 @@ standin_test!(
         assert_eq!(copy(p), 700);
         // SAFETY: plain driver call.
         expect(unsafe { sys::cuCtxSynchronize() }, 700);
+        // A stream memory operation waiting on such a word faults too,
+        // instead of waiting for ever.
+        // SAFETY: retires the faulted primary context.
+        ok(unsafe { sys::cuDevicePrimaryCtxRelease_v2(0) });
+        bind();
+        let mut exporter = Helper::spawn(name, "exporter", &[("SC_EXIT_ONLY", "1")]);
+        let p = import(&exporter.expect_line("HANDLE "));
+        let s = common::stream(true);
+        // SAFETY: `p` is a live, aligned word of an IPC mapping.
+        ok(unsafe { sys::cuStreamWaitValue32_v2(s, p, 1, 1) });
+        assert!(exporter.finish(), "the exporter failed");
+        // SAFETY: plain driver call.
+        expect(unsafe { sys::cuStreamSynchronize(s) }, 700);
     }
 );
