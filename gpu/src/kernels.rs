@@ -113,7 +113,9 @@ fn obtain<M>(
 ) -> Result<(M, String)> {
     let (key, options) = key_of(name, arch, include)?;
     let mut notes = Vec::new();
-    let mut refused_by = Vec::new();
+    // Images the driver refused: an NVRTC that makes the same bytes again
+    // is passed over (a damaged cached file is compiled anew and replaced).
+    let mut refused_images: Vec<Vec<u8>> = Vec::new();
     let cached = cache.images(&key);
     for img in &cached {
         let (v, file) = (img.nvrtc, img.path.display());
@@ -125,7 +127,7 @@ fn obtain<M>(
             Ok(m) => return Ok((m, format!("{name}: cached {file} (NVRTC {}.{})", v.0, v.1))),
             Err(e) if refused(&e) => {
                 notes.push(format!("cached {file}: the driver refused it: {e}"));
-                refused_by.push(v);
+                refused_images.push(img.image.clone());
             }
             Err(e) => return Err(e),
         }
@@ -149,13 +151,6 @@ fn obtain<M>(
     while let Some(nvrtc) = usable.next() {
         let from = &nvrtc.loaded_from;
         let v = nvrtc.version()?;
-        if refused_by.contains(&v) {
-            usable.note(format!(
-                "{from}: NVRTC {}.{} made the cached image the driver refused",
-                v.0, v.1
-            ));
-            continue;
-        }
         let cubin = match compile(nvrtc, name, &options) {
             Ok(c) => c,
             Err(e) => {
@@ -163,6 +158,13 @@ fn obtain<M>(
                 continue;
             }
         };
+        if refused_images.contains(&cubin) {
+            usable.note(format!(
+                "{from}: NVRTC {}.{} makes the image the driver refused",
+                v.0, v.1
+            ));
+            continue;
+        }
         match load(&cubin) {
             Ok(m) => {
                 // A cache that cannot be written only costs a compilation.
@@ -175,7 +177,7 @@ fn obtain<M>(
                     "{from}: the driver refused the image of NVRTC {}.{}: {e}",
                     v.0, v.1
                 ));
-                refused_by.push(v);
+                refused_images.push(cubin);
             }
             Err(e) => return Err(e),
         }

@@ -462,3 +462,44 @@ fn shipped_kernels_load_without_nvrtc() {
     ];
     run_child(test, &ld, &[], &env);
 }
+
+/// A cached image the driver refuses (here: damaged, its ELF machine field
+/// overwritten) is compiled anew with the same NVRTC and replaced.
+#[test]
+fn a_refused_cached_image_is_compiled_anew() {
+    let test = "a_refused_cached_image_is_compiled_anew";
+    if is_child(test) {
+        return load_kernels_in_child(test);
+    }
+    let Some(nvrtc) = nvrtc() else { return };
+    let Some(ld) = driver_dir(test) else { return };
+    let dir = scratch_dir("refused");
+    let cache = KernelCache::new(Some(dir.clone()));
+    let arch = match &ld {
+        None => streamcomm_gpu::Device::open(0).unwrap().arch(),
+        Some(_) => Arch::SM90,
+    };
+    let (good, _) = cubin_for(&nvrtc, "signal.cu", arch, &cache, None).unwrap();
+    let file = std::fs::read_dir(&dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut bad = good.clone();
+    bad[18..20].copy_from_slice(&0xffffu16.to_le_bytes()); // e_machine
+    std::fs::write(&file, &bad).unwrap();
+    let env = [
+        ("STREAMCOMM_KERNEL_CACHE", dir.display().to_string()),
+        ("STREAMCOMM_NVRTC_LIB", nvrtc.loaded_from.clone()),
+        ("STREAMCOMM_CUDA_INCLUDE", String::new()),
+        ("SC_NVRTC_ORIGIN", "compiled by NVRTC".to_string()),
+    ];
+    run_child(test, &ld, &[], &env);
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        good,
+        "the cached file was not replaced"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
