@@ -210,12 +210,17 @@ run() {
     return 124
   fi
   printf '\n=== [%s] %s (limit %ss)\n' "$step" "$*" "$limit" >>"$LOG"
-  local before rc
+  local before rc t0
   before=$(wc -l <"$LOG")
+  t0=$(date +%s)
   timeout --kill-after=5 "$limit" "$@" >>"$LOG" 2>&1
   rc=$?
   ((rc == 137)) && rc=124
-  ((rc == 124)) && echo "[$step] TIMEOUT after ${limit}s" >>"$LOG"
+  if ((rc == 124)); then
+    echo "[$step] TIMEOUT after ${limit}s" >>"$LOG"
+  else
+    echo "[$step] exit status $rc after $(($(date +%s) - t0)) s" >>"$LOG"
+  fi
   tail -n +"$((before + 1))" "$LOG" | tail -n "${TAIL:-40}"
   return $rc
 }
