@@ -278,39 +278,46 @@ pub extern "C" fn cuDeviceComputeCapability(
 /// The attribute values of an H200 (sm_90) that the stand-in models; 0 for
 /// features it does not implement.
 fn attribute(attrib: c_int, ordinal: c_int) -> Option<c_int> {
+    let mode = config().compute_mode;
+    let pools = config().memory_pools.into();
+    let (rdma, flush, order) = (
+        crate::pointer::rdma_supported(),
+        crate::pointer::flush_options(),
+        crate::pointer::writes_ordering(),
+    );
     Some(match attrib {
-        1 => 1024,                                // MAX_THREADS_PER_BLOCK
-        2 | 3 => 1024,                            // MAX_BLOCK_DIM_X/Y
-        4 => 64,                                  // MAX_BLOCK_DIM_Z
-        5 => i32::MAX,                            // MAX_GRID_DIM_X
-        6 | 7 => 65535,                           // MAX_GRID_DIM_Y/Z
-        8 => 49152,                               // MAX_SHARED_MEMORY_PER_BLOCK
-        9 => 65536,                               // TOTAL_CONSTANT_MEMORY
-        10 => 32,                                 // WARP_SIZE
-        11 => i32::MAX,                           // MAX_PITCH
-        12 => 65536,                              // MAX_REGISTERS_PER_BLOCK
-        13 => 1_980_000,                          // CLOCK_RATE (kHz)
-        14 => 512,                                // TEXTURE_ALIGNMENT
-        15 => 1,                                  // GPU_OVERLAP
-        16 => 132,                                // MULTIPROCESSOR_COUNT
-        17 | 18 => 0,                             // KERNEL_EXEC_TIMEOUT, INTEGRATED
-        19 => 1,                                  // CAN_MAP_HOST_MEMORY
-        20 => config().compute_mode,              // COMPUTE_MODE
-        31 | 32 => 1,                             // CONCURRENT_KERNELS, ECC_ENABLED
-        33 => ordinal + 1,                        // PCI_BUS_ID
-        34 | 35 => 0,                             // PCI_DEVICE_ID, TCC_DRIVER
-        36 => 2_619_000,                          // MEMORY_CLOCK_RATE
-        37 => 6144,                               // GLOBAL_MEMORY_BUS_WIDTH
-        38 => 52_428_800,                         // L2_CACHE_SIZE
-        39 => 2048,                               // MAX_THREADS_PER_MULTIPROCESSOR
-        40 => 5,                                  // ASYNC_ENGINE_COUNT
-        41 => 1,                                  // UNIFIED_ADDRESSING
-        50 => 0,                                  // PCI_DOMAIN_ID
-        75 => 9,                                  // COMPUTE_CAPABILITY_MAJOR
-        76 => 0,                                  // COMPUTE_CAPABILITY_MINOR
-        78..=80 => 1,                             // STREAM_PRIORITIES, L1 caches
-        81 => 233_472,                            // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
-        82 => 65536,                              // MAX_REGISTERS_PER_MULTIPROCESSOR
+        1 => 1024,         // MAX_THREADS_PER_BLOCK
+        2 | 3 => 1024,     // MAX_BLOCK_DIM_X/Y
+        4 => 64,           // MAX_BLOCK_DIM_Z
+        5 => i32::MAX,     // MAX_GRID_DIM_X
+        6 | 7 => 65535,    // MAX_GRID_DIM_Y/Z
+        8 => 49152,        // MAX_SHARED_MEMORY_PER_BLOCK
+        9 => 65536,        // TOTAL_CONSTANT_MEMORY
+        10 => 32,          // WARP_SIZE
+        11 => i32::MAX,    // MAX_PITCH
+        12 => 65536,       // MAX_REGISTERS_PER_BLOCK
+        13 => 1_980_000,   // CLOCK_RATE (kHz)
+        14 => 512,         // TEXTURE_ALIGNMENT
+        15 => 1,           // GPU_OVERLAP
+        16 => 132,         // MULTIPROCESSOR_COUNT
+        17 | 18 => 0,      // KERNEL_EXEC_TIMEOUT, INTEGRATED
+        19 => 1,           // CAN_MAP_HOST_MEMORY
+        20 => mode,        // COMPUTE_MODE
+        31 | 32 => 1,      // CONCURRENT_KERNELS, ECC_ENABLED
+        33 => ordinal + 1, // PCI_BUS_ID
+        34 | 35 => 0,      // PCI_DEVICE_ID, TCC_DRIVER
+        36 => 2_619_000,   // MEMORY_CLOCK_RATE
+        37 => 6144,        // GLOBAL_MEMORY_BUS_WIDTH
+        38 => 52_428_800,  // L2_CACHE_SIZE
+        39 => 2048,        // MAX_THREADS_PER_MULTIPROCESSOR
+        40 => 5,           // ASYNC_ENGINE_COUNT
+        41 => 1,           // UNIFIED_ADDRESSING
+        50 => 0,           // PCI_DOMAIN_ID
+        75 => 9,           // COMPUTE_CAPABILITY_MAJOR
+        76 => 0,           // COMPUTE_CAPABILITY_MINOR
+        78..=80 => 1,      // STREAM_PRIORITIES, L1 caches
+        81 => 233_472,     // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+        82 => 65536,       // MAX_REGISTERS_PER_MULTIPROCESSOR
         83..=86 => 0, // MANAGED_MEMORY (not implemented), MULTI_GPU_BOARD(_GROUP_ID), HOST_NATIVE_ATOMIC
         87 => 2,      // SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO
         88 | 89 => 0, // PAGEABLE_MEMORY_ACCESS, CONCURRENT_MANAGED_ACCESS
@@ -326,10 +333,10 @@ fn attribute(attrib: c_int, ordinal: c_int) -> Option<c_int> {
         111 => 1024,  // RESERVED_SHARED_MEMORY_PER_BLOCK
         112 | 113 => 0, // sparse arrays, read-only host register
         114 => 0,     // TIMELINE_SEMAPHORE_INTEROP_SUPPORTED
-        115 => config().memory_pools.into(), // MEMORY_POOLS_SUPPORTED
-        116 => crate::pointer::rdma_supported(), // GPU_DIRECT_RDMA_SUPPORTED
-        117 => crate::pointer::flush_options(), // GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS
-        118 => crate::pointer::writes_ordering(), // GPU_DIRECT_RDMA_WRITES_ORDERING
+        115 => pools, // MEMORY_POOLS_SUPPORTED
+        116 => rdma,  // GPU_DIRECT_RDMA_SUPPORTED
+        117 => flush, // GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS
+        118 => order, // GPU_DIRECT_RDMA_WRITES_ORDERING
         119..=121 => 0, // MEMPOOL_SUPPORTED_HANDLE_TYPES (no pool export), cluster launch, ...
         122 | 123 => 1, // CAN_USE_64_BIT_STREAM_MEM_OPS, CAN_USE_STREAM_WAIT_VALUE_NOR
         124 | 125 => 0, // DMA_BUF_SUPPORTED, IPC_EVENT_SUPPORTED

@@ -161,10 +161,10 @@ const AUTO_FREE_ON_LAUNCH: u64 = 1;
 
 /// `cuGraphInstantiateWithFlags`: flags 0 or `AUTO_FREE_ON_LAUNCH` (which
 /// frees the graph's memory-allocation nodes' memory before each relaunch;
-/// the stand-in has no allocation nodes, since `cuMemAllocAsync` is not
-/// implemented, so it changes nothing here, as on the driver for such a
-/// graph); other flags are not implemented. Snapshots the graph, whose
-/// user objects the executable graph also holds.
+/// the stand-in has no allocation nodes, since it refuses to capture
+/// `cuMemAllocAsync` (module `pool`), so it changes nothing here, as on the
+/// driver for such a graph); other flags are not implemented. Snapshots the
+/// graph, whose user objects the executable graph also holds.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuGraphInstantiateWithFlags(ph: *mut usize, graph: usize, flags: u64) -> u32 {
     entry("cuGraphInstantiateWithFlags", || {
