@@ -23,7 +23,8 @@
 //! `cuInit` names it on stderr and fails with `CUDA_ERROR_INVALID_VALUE`.
 //! (`CUDA_DEVICE_MAX_CONNECTIONS`, `STREAMCOMM_STANDIN_DEVICES`,
 //! `STREAMCOMM_STANDIN_DRIVER_VERSION` and `STREAMCOMM_STANDIN_POISON` keep
-//! their older, forgiving reading: out-of-range numbers are clamped.)
+//! their older, forgiving reading: out-of-range numbers are clamped and
+//! unreadable ones give the default.)
 
 use std::sync::OnceLock;
 use std::time::Duration;

@@ -174,6 +174,45 @@ standin_test!(
 );
 
 standin_test!(
+    explicit_variables_win_over_the_profile,
+    20,
+    &[
+        H200,
+        ("STREAMCOMM_STANDIN_MEMORY_POOLS", "0"),
+        ("STREAMCOMM_STANDIN_GDR", "0"),
+        ("STREAMCOMM_STANDIN_COMPUTE_MODE", "0"),
+    ],
+    {
+        use sys::CUdevice_attribute::*;
+        assert_eq!(attribute(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED), 0);
+        assert_eq!(attribute(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED), 0);
+        assert_eq!(
+            attribute(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS),
+            0
+        );
+        assert_eq!(
+            attribute(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING),
+            0
+        );
+        assert_eq!(driver_version(), 12080, "the rest of the profile stays");
+        bind();
+        let mut p = 0;
+        // SAFETY: valid out-pointer; the legacy stream.
+        expect(
+            unsafe { sys::cuMemAllocAsync(&mut p, 64, std::ptr::null_mut()) },
+            801,
+        );
+        // cudarc takes its cuMemAlloc path when pools are not supported.
+        let ctx = cudarc::driver::CudaContext::new(0).unwrap();
+        let s = ctx.default_stream();
+        assert_eq!(
+            s.memcpy_dtov(&s.memcpy_stod(&[1u8, 2]).unwrap()).unwrap(),
+            [1, 2]
+        );
+    }
+);
+
+standin_test!(
     compute_mode_exclusive_process_refuses_a_second_process,
     30,
     // Another test run of this user is another machine.
