@@ -127,6 +127,7 @@ impl CudaComm {
         stream: &'a Arc<CudaStream>,
         f: impl FnOnce(&mut CudaGroup<'a>) -> Result<R>,
     ) -> Result<R> {
+        self.check_capturable(stream, "group")?;
         let mut g = CudaGroup {
             ops: Vec::new(),
             guards: Vec::new(),

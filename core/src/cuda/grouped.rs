@@ -88,6 +88,7 @@ impl CudaComm {
         root: usize,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
+        self.check_capturable(stream, "gather")?;
         let (n, me) = (self.comm.size(), self.comm.rank());
         check_root("gather", root, n)?;
         let count = send.len();
@@ -146,6 +147,7 @@ impl CudaComm {
         root: usize,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
+        self.check_capturable(stream, "scatter")?;
         let (n, me) = (self.comm.size(), self.comm.rank());
         check_root("scatter", root, n)?;
         let count = recv.len();
@@ -216,6 +218,7 @@ impl CudaComm {
         recv_displs: &[usize],
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
+        self.check_capturable(stream, "all_to_allv")?;
         let (n, me) = (self.comm.size(), self.comm.rank());
         check_one_per_rank(n, [send_counts, send_displs, recv_counts, recv_displs])?;
         let (send_len, recv_len) = (send.len(), recv.len());

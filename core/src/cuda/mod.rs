@@ -156,6 +156,7 @@ mod grouped;
 mod placement;
 mod raw;
 
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 pub use cudarc;
@@ -207,9 +208,10 @@ pub fn device_count() -> Result<usize> {
 pub struct CudaComm {
     comm: Communicator,
     device: Device,
-    signals: Signals,
+    // Dropped by `Drop`, in relaxed capture mode (they free device memory).
+    signals: ManuallyDrop<Signals>,
     kernels: Option<Kernels>,
-    shared: DeviceShared<CudaStaging, CudaSignal>,
+    shared: ManuallyDrop<DeviceShared<CudaStaging, CudaSignal>>,
     /// Last: dropped after everything that may still use the context.
     ctx: Arc<CudaContext>,
 }
@@ -256,6 +258,14 @@ impl CudaComm {
     /// process on one device (see the module docs); [`Error::Cuda`] when a
     /// driver call fails.
     pub fn new(comm: &Communicator, ctx: Arc<CudaContext>) -> Result<CudaComm> {
+        // Relaxed capture mode: the allocations and the zeroing below must
+        // not fail, or invalidate, a capture another thread has open in
+        // global mode (PyTorch's default).
+        relaxed_capture(|| CudaComm::create(comm, ctx)).map_err(gpu_error)?
+    }
+
+    /// [`CudaComm::new`]'s body.
+    fn create(comm: &Communicator, ctx: Arc<CudaContext>) -> Result<CudaComm> {
         let ordinal = ctx.ordinal();
         placement::check_one_rank_per_gpu(comm, ordinal)?;
         let device = Device::open(ordinal).map_err(gpu_error)?;
@@ -267,7 +277,8 @@ impl CudaComm {
         }
         // The spin kernels are only needed where stream memory operations
         // are missing; NVRTC may be absent elsewhere.
-        let kernels = Kernels::load(&device, &GpuConfig::from_env());
+        let gpu_config = GpuConfig::from_env();
+        let kernels = Kernels::load(&device, &gpu_config);
         let signals = Signals::new(&device, kernels.as_ref().ok(), false, comm.config().timeout)
             .map_err(|e| match (&kernels, e) {
                 (Err(k), streamcomm_gpu::Error::Unavailable(m)) => {
@@ -277,9 +288,23 @@ impl CudaComm {
             })?;
         let kernels = match kernels {
             Ok(k) => Some(k),
+            Err(e) if gpu_config.require_gpu => {
+                return Err(Error::Unavailable(format!(
+                    "STREAMCOMM_REQUIRE_GPU=1, and the reduce kernels did not load, which \
+                     would turn the direct path off: {e}"
+                )));
+            }
             Err(e) => {
                 // Never silent: without the kernels the direct path is off
-                // (every rank then agrees on the staged path).
+                // (every rank then agrees on the staged path). A program
+                // without a tracing subscriber sees it on stderr, once.
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    eprintln!(
+                        "streamcomm: warning: the reduce kernels did not load, so CUDA \
+                         collectives are staged through host memory: {e}"
+                    )
+                });
                 tracing::warn!(
                     error = %e,
                     "the reduce kernels did not load: the direct path is off"
@@ -306,9 +331,9 @@ impl CudaComm {
         Ok(CudaComm {
             comm: comm.clone(),
             device,
-            signals,
+            signals: ManuallyDrop::new(signals),
             kernels,
-            shared,
+            shared: ManuallyDrop::new(shared),
             ctx,
         })
     }
@@ -508,6 +533,35 @@ impl CudaComm {
         })
     }
 
+    /// Refuses a call that cudarc's event tracking would break: while
+    /// `stream` captures a graph, cudarc makes it wait on events its
+    /// buffers recorded before the capture, which the driver refuses
+    /// (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`) and which invalidates the
+    /// capture, so the next call fails with an error that says nothing of
+    /// the cause. Called before the buffers are touched.
+    fn check_capturable(&self, stream: &Arc<CudaStream>, what: &str) -> Result<()> {
+        let ctx = stream.context();
+        // Another context's stream is refused by `queue`, with its reason.
+        if !ctx.is_managing_stream_synchronization() || ctx.cu_ctx() != self.device.as_raw() {
+            return Ok(());
+        }
+        // SAFETY: the cudarc stream is live for this call; the queue check
+        // that follows refuses a stream of another context.
+        let capturing = unsafe { Stream::from_raw(&self.device, stream.cu_stream()) }
+            .is_capturing()
+            .map_err(gpu_error)?;
+        if capturing {
+            return Err(Error::invalid(format!(
+                "{what}: the stream is capturing a CUDA graph while cudarc's event tracking \
+                 is on, and cudarc would make the capture wait on events recorded before it \
+                 (CUDA_ERROR_STREAM_CAPTURE_ISOLATION): call ctx.disable_event_tracking() \
+                 before making the buffers you capture with (the context's streams are then \
+                 ordered by your own events or synchronisation)"
+            )));
+        }
+        Ok(())
+    }
+
     fn enqueue(&self, stream: &Arc<CudaStream>, call: DeviceCall) -> Result<()> {
         let queue = self.queue(stream, call.collective.name())?;
         self.comm.enqueue_device(&queue, &self.shared, &call)
@@ -554,6 +608,22 @@ impl Drop for CudaComm {
                 "CudaComm dropped while streams or graphs still hold its operations: \
                  their resources will be leaked, not freed"
             );
+        }
+        // Frees, in relaxed capture mode as above. The kernels' modules
+        // too; the device (a context release) goes after, with the fields.
+        let mut free = || {
+            // SAFETY: dropped once, here, and never used after (this is
+            // `drop`; the fields left are the communicator, the device and
+            // the context).
+            unsafe {
+                ManuallyDrop::drop(&mut self.shared);
+                ManuallyDrop::drop(&mut self.signals);
+            }
+            drop(self.kernels.take());
+        };
+        if let Err(unrelaxed) = relaxed_capture(&mut free) {
+            tracing::debug!(error = %unrelaxed, "freeing outside relaxed capture mode");
+            free();
         }
     }
 }

@@ -247,6 +247,24 @@ fn a_captured_step_replays_with_fresh_data() {
     }
 }
 
+/// The driver destroys a graph's user objects on a thread of its own, some
+/// time after the graph (the stand-in: after
+/// `STREAMCOMM_STANDIN_DESTRUCTOR_DELAY_MS`), and refuses every driver call
+/// there (the stand-in's strict mode aborts the process). A `CudaComm`
+/// dropped right after its captured graph must still free the graph's
+/// resources on an application thread, never on the driver's.
+#[test]
+fn a_graph_dropped_just_before_its_communicator_frees_nothing_on_a_driver_thread() {
+    if !gpu_present() {
+        return;
+    }
+    let delayed = [
+        ("STREAMCOMM_STANDIN_STRICT", "1".to_string()),
+        ("STREAMCOMM_STANDIN_DESTRUCTOR_DELAY_MS", "100".to_string()),
+    ];
+    launch_with(module_path!(), 2, DEFAULT_CUDA_WINDOW, "captured", &delayed);
+}
+
 /// A captured step on this rank, replayed with fresh data; returns mismatches.
 fn captured_step(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<String> {
     const COUNT: usize = 1 << 12;
@@ -293,6 +311,75 @@ fn captured_step(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<String>
     assert!(cuda.async_error().is_none(), "{:?}", cuda.async_error());
     drop(graph);
     bad
+}
+
+/// cudarc's event tracking makes a capturing stream wait on events its
+/// buffers recorded before the capture, which the driver refuses and
+/// which invalidates the capture: the call says so, and names the fix,
+/// before it touches the buffers.
+#[test]
+fn a_capture_with_cudarc_event_tracking_on_is_refused_with_the_fix_named() {
+    if !gpu_present() {
+        return;
+    }
+    alone(|cuda, s| {
+        // A second stream: cudarc tracks events only with several.
+        let other = cuda.context().new_stream().unwrap();
+        let x = upload::<f32>(&other, &[1.0; 64]);
+        let mut y = poisoned::<f32>(&other, 64);
+        other.synchronize().unwrap();
+        s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .unwrap();
+        let e = cuda
+            .all_reduce(&x, &mut y, ReduceOp::Sum, s)
+            .expect_err("refused");
+        assert!(
+            e.to_string().contains("disable_event_tracking"),
+            "the error names the fix: {e}"
+        );
+        let graph = s
+            .end_capture(
+                sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+            )
+            .expect("the capture is still valid after the refusal");
+        drop(graph);
+    });
+}
+
+/// PyTorch captures in global mode: another thread's `CudaComm::new`
+/// (which allocates and zeroes its windows) must neither fail nor
+/// invalidate that capture.
+#[test]
+fn a_communicator_made_while_another_thread_captures_in_global_mode() {
+    if !gpu_present() {
+        return;
+    }
+    let ctx = CudaContext::new(0).unwrap();
+    let s = ctx.new_stream().unwrap();
+    s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
+        .unwrap();
+    let made = std::thread::spawn({
+        let ctx = ctx.clone();
+        move || {
+            let id = UniqueId::new().unwrap();
+            let comm = Communicator::init(&id, 0, 1).unwrap();
+            CudaComm::new(&comm, ctx).map(|cuda| cuda.uses_direct_path())
+        }
+    })
+    .join()
+    .unwrap();
+    let graph = s.end_capture(
+        sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+    );
+    assert!(
+        made.is_ok(),
+        "CudaComm::new during a global capture: {made:?}"
+    );
+    assert!(
+        graph.is_ok(),
+        "the other thread's capture was invalidated: {:?}",
+        graph.err()
+    );
 }
 
 /// Runs `body` on one rank (a communicator of one) on GPU 0.
@@ -461,5 +548,15 @@ fn child() {
         other => panic!("unknown scenario {other}"),
     };
     assert!(bad.is_empty(), "{scenario}, window {window}: {bad:#?}");
+    if scenario == "captured" {
+        // The graph is gone; the driver may run its user objects'
+        // destructors later, on a thread of its own: drop the CudaComm
+        // now and give them time to run, so that a release that would free
+        // memory there (a driver call from a driver thread) happens inside
+        // this test.
+        drop(s);
+        drop(cuda);
+        std::thread::sleep(Duration::from_millis(300));
+    }
     streamcomm_testkit::child_ran();
 }
