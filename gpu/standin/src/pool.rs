@@ -13,10 +13,13 @@
 //! its default (`cuMemPoolCreate` is not implemented); its attributes are
 //! kept and its usage counted, but memory is never really cached.
 //!
-//! Capture: `cuMemAllocAsync` and `cuMemFreeAsync` on a capturing stream
-//! would become graph memory nodes on a GPU; the stand-in does not implement
-//! those, so it refuses them with `CUDA_ERROR_NOT_SUPPORTED`, names the call
-//! on stderr, and invalidates the capture (which then ends with 901).
+//! Capture: `cuMemAllocAsync` on a capturing stream would add a graph
+//! memory-allocation node on a GPU; the stand-in does not implement those, so
+//! it refuses it with `CUDA_ERROR_NOT_SUPPORTED`. `cuMemFreeAsync` on a
+//! capturing stream adds a free node, which the driver accepts only for a
+//! graph allocation; with none to free here, it is `CUDA_ERROR_INVALID_VALUE`,
+//! as on the driver for memory allocated outside graphs. Both name the call
+//! on stderr and invalidate the capture (which then ends with 901).
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
@@ -111,16 +114,36 @@ fn device(dev: c_int) -> Res<usize> {
         .ok_or(INVALID_DEVICE)
 }
 
-/// Refuses a stream-ordered allocation call on a capturing stream.
-fn refuse_capture(s: &crate::context::Stream, name: &str) -> Res<()> {
+/// Refuses `cuMemAllocAsync` on a capturing stream: on a GPU it would add a
+/// graph memory-allocation node, which the stand-in does not implement
+/// (`CUDA_ERROR_NOT_SUPPORTED`, named, and the capture is invalidated).
+fn refuse_alloc_capture(s: &crate::context::Stream, name: &str) -> Res<()> {
     if let Some(cap) = capture::of(s) {
         say_once(
             format!("pool-capture:{name}"),
             &format!(
-                "{name} on a capturing stream would be a graph memory node, which the stand-in does not implement: CUDA_ERROR_NOT_SUPPORTED"
+                "{name} on a capturing stream would add a graph memory-allocation node, which the stand-in does not implement: CUDA_ERROR_NOT_SUPPORTED"
             ),
         );
         return Err(cap.invalidate_with(NOT_SUPPORTED, &format!("{name} on a capturing stream")));
+    }
+    Ok(())
+}
+
+/// Refuses `cuMemFreeAsync` on a capturing stream: captured, it adds a free
+/// node, which the driver accepts only for an allocation made by a graph's
+/// allocation node (`CUDA_ERROR_INVALID_VALUE` otherwise), and the stand-in
+/// has no such allocations. The capture is invalidated.
+fn refuse_free_capture(s: &crate::context::Stream) -> Res<()> {
+    if let Some(cap) = capture::of(s) {
+        say_once(
+            "pool-capture:cuMemFreeAsync".into(),
+            "cuMemFreeAsync on a capturing stream adds a free node, which must free a graph allocation (the stand-in has none): CUDA_ERROR_INVALID_VALUE",
+        );
+        return Err(cap.invalidate_with(
+            INVALID_VALUE,
+            "cuMemFreeAsync of memory no graph allocated, on a capturing stream",
+        ));
     }
     Ok(())
 }
@@ -142,7 +165,7 @@ fn alloc_async(
     if dptr.is_null() || size == 0 {
         return Err(INVALID_VALUE);
     }
-    refuse_capture(&s, name)?;
+    refuse_alloc_capture(&s, name)?;
     let (seg, _) = Segment::create(size)?;
     let base = insert(size, Kind::Pool, seg, ctx.ordinal)?;
     if let Err(code) = submit(&s, Work::PoolAlloc(base), Vec::new(), name) {
@@ -226,7 +249,7 @@ pub extern "C" fn cuMemFreeAsync(dptr: u64, stream: usize) -> u32 {
         enabled("cuMemFreeAsync")?;
         current()?;
         let s = stream_of(stream)?;
-        refuse_capture(&s, "cuMemFreeAsync")?;
+        refuse_free_capture(&s)?;
         let r = region_of(dptr)
             .filter(|r| is_own_base(r, dptr))
             .ok_or(INVALID_VALUE)?;

@@ -369,6 +369,16 @@ standin_test!(
             expect(sys::cuMemAllocAsync(&mut q, 64, a), 801);
             let mut g = std::ptr::null_mut();
             expect(sys::cuStreamEndCapture(a, &mut g), 901);
+            // A captured free must free a graph allocation: not this one.
+            let mut r = 0;
+            ok(sys::cuMemAllocAsync(&mut r, 64, a));
+            ok(sys::cuStreamBeginCapture_v2(
+                a,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            ));
+            expect(sys::cuMemFreeAsync(r, a), 1);
+            expect(sys::cuStreamEndCapture(a, &mut g), 901);
+            ok(sys::cuMemFreeAsync(r, a));
             // The allocation waits behind a memop on `a`; work on `b` that
             // touches it without waiting is a device fault.
             ok(sys::cuStreamWaitValue32_v2(a, word_dev, 1, 1));
