@@ -7,6 +7,13 @@
 //! default memory pool (`cuMemAllocAsync`) reports 0, as the driver's
 //! default pool is not created RDMA-capable. Without it every buffer reports
 //! 0. No NIC ever writes into stand-in memory: the flush is a memory fence.
+//!
+//! The values: `GPU_DIRECT_RDMA_SUPPORTED` 1, `GPU_DIRECT_RDMA_WRITES_ORDERING`
+//! OWNER (100: the device consumes remote writes in order itself, so a flush
+//! to the owner is a no-op, as on Hopper), `GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS`
+//! HOST (1, `cuFlushGPUDirectRDMAWrites` available) but not MEMOPS (the device
+//! reports `CAN_FLUSH_REMOTE_WRITES` = 0). These are chosen from the
+//! architecture's documented behaviour, not read from an H200.
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{Ordering, fence};
