@@ -9,6 +9,75 @@ use crate::error::{Error, Result};
 use crate::guard::guarded;
 use crate::nvrtc::Arch;
 
+/// A device's compute mode (`CU_DEVICE_ATTRIBUTE_COMPUTE_MODE`, set with
+/// `nvidia-smi -c`): how many processes may hold a context on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ComputeMode {
+    /// Any number of processes (`DEFAULT`, 0).
+    Default,
+    /// No process (`PROHIBITED`, 2).
+    Prohibited,
+    /// One process at a time (`EXCLUSIVE_PROCESS`, 3), common on shared
+    /// clusters: a second process's context creation fails with
+    /// `CUDA_ERROR_DEVICE_UNAVAILABLE` (46).
+    ExclusiveProcess,
+    /// A value this crate does not know.
+    Other(i32),
+}
+
+impl ComputeMode {
+    /// The mode of the attribute's value.
+    pub fn from_raw(value: i32) -> ComputeMode {
+        match value {
+            0 => ComputeMode::Default,
+            2 => ComputeMode::Prohibited,
+            3 => ComputeMode::ExclusiveProcess,
+            v => ComputeMode::Other(v),
+        }
+    }
+
+    /// The name `nvidia-smi -q` prints, e.g. `EXCLUSIVE_PROCESS`.
+    pub fn name(self) -> String {
+        match self {
+            ComputeMode::Default => "DEFAULT".into(),
+            ComputeMode::Prohibited => "PROHIBITED".into(),
+            ComputeMode::ExclusiveProcess => "EXCLUSIVE_PROCESS".into(),
+            ComputeMode::Other(v) => format!("compute mode {v}"),
+        }
+    }
+
+    /// True when at most one process may use the device at a time.
+    pub fn allows_one_process(self) -> bool {
+        matches!(self, ComputeMode::ExclusiveProcess)
+    }
+
+    /// The compute mode of device `ordinal`, read without making a
+    /// context (so it can explain why one could not be made).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// let mode = streamcomm_gpu::ComputeMode::of(0)?;
+    /// println!("compute mode: {}", mode.name());
+    /// # Ok::<(), streamcomm_gpu::Error>(())
+    /// ```
+    pub fn of(ordinal: usize) -> Result<ComputeMode> {
+        probe::driver()?;
+        guarded("cuDeviceGetAttribute", || {
+            let mut dev: CUdevice = 0;
+            // SAFETY: valid out-pointer.
+            check("cuDeviceGet", unsafe {
+                sys::cuDeviceGet(&mut dev, ordinal as i32)
+            })?;
+            attribute(dev, CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_MODE)
+                .map(ComputeMode::from_raw)
+        })
+    }
+}
+
+/// `CUDA_ERROR_DEVICE_UNAVAILABLE`: what context creation returns on a
+/// device whose compute mode keeps this process out.
+const DEVICE_UNAVAILABLE: u32 = 46;
+
 /// One CUDA device with its retained primary context (cheap to clone).
 #[derive(Clone)]
 pub struct Device {
@@ -53,9 +122,15 @@ impl Device {
             })?;
             let mut ctx: sys::CUcontext = std::ptr::null_mut();
             // SAFETY: valid out-pointer and device handle.
-            check("cuDevicePrimaryCtxRetain", unsafe {
+            let retained = check("cuDevicePrimaryCtxRetain", unsafe {
                 sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)
-            })?;
+            });
+            if let Err(Error::Driver { code, .. }) = &retained {
+                if *code == DEVICE_UNAVAILABLE {
+                    return Err(unavailable_by_mode(ordinal, dev, retained.unwrap_err()));
+                }
+            }
+            retained?;
             let major = attribute(
                 dev,
                 CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
@@ -96,6 +171,12 @@ impl Device {
         &self.inner.name
     }
 
+    /// The device's compute mode.
+    pub fn compute_mode(&self) -> Result<ComputeMode> {
+        self.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_MODE)
+            .map(ComputeMode::from_raw)
+    }
+
     /// The compute capability, which NVRTC compiles the kernels for.
     pub fn arch(&self) -> Arch {
         self.inner.arch
@@ -127,6 +208,30 @@ impl Device {
     pub fn as_raw(&self) -> sys::CUcontext {
         self.inner.ctx
     }
+}
+
+/// The error of a context the driver refused with
+/// `CUDA_ERROR_DEVICE_UNAVAILABLE`, naming the compute mode behind it.
+fn unavailable_by_mode(ordinal: usize, dev: CUdevice, refused: Error) -> Error {
+    let mode = attribute(dev, CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_MODE)
+        .map(ComputeMode::from_raw);
+    Error::Unavailable(match mode {
+        Ok(ComputeMode::ExclusiveProcess) => format!(
+            "CUDA device {ordinal} is in compute mode EXCLUSIVE_PROCESS and another process \
+             holds it: run one process per GPU (one rank per GPU, or ranks as threads on \
+             several GPUs), or ask for the DEFAULT mode (`nvidia-smi -i {ordinal} -c DEFAULT`) \
+             ({refused})"
+        ),
+        Ok(ComputeMode::Prohibited) => format!(
+            "CUDA device {ordinal} is in compute mode PROHIBITED: no process may use it \
+             ({refused})"
+        ),
+        Ok(other) => format!(
+            "CUDA device {ordinal} ({}) is unavailable: {refused}",
+            other.name()
+        ),
+        Err(e) => format!("CUDA device {ordinal} is unavailable: {refused} (compute mode: {e})"),
+    })
 }
 
 impl std::fmt::Debug for Device {

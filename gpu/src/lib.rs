@@ -50,7 +50,7 @@ mod stream;
 pub use cache::{KernelCache, cache_key};
 pub use capture_mode::relaxed_capture;
 pub use config::GpuConfig;
-pub use context::Device;
+pub use context::{ComputeMode, Device};
 pub use doorbell::Doorbells;
 pub use error::{Error, Result};
 pub use event::Event;

@@ -35,6 +35,81 @@ fn the_driver_answers_and_names_itself() {
         info.device_count,
         streamcomm_gpu::driver::probe::driver_path().unwrap_or("?")
     );
+    // scripts/gpu-check-run.sh reads this line: under EXCLUSIVE_PROCESS or
+    // PROHIBITED it skips the steps that need several processes on a GPU.
+    println!("compute mode: {}", device.compute_mode().unwrap().name());
+}
+
+/// Which role a process of the compute-mode test plays.
+const EXCLUSIVE_ROLE: &str = "SC_EXCLUSIVE_ROLE";
+const EXCLUSIVE_TEST: &str = "a_second_process_on_an_exclusive_process_gpu_is_told_the_mode";
+
+/// On a GPU in compute mode EXCLUSIVE_PROCESS (common on shared clusters)
+/// a second process's context fails with `CUDA_ERROR_DEVICE_UNAVAILABLE`:
+/// the error names the mode and what to do. Only the stand-in can set the
+/// mode for a test (`STREAMCOMM_STANDIN_COMPUTE_MODE`); a GPU skips it.
+#[test]
+fn a_second_process_on_an_exclusive_process_gpu_is_told_the_mode() {
+    match std::env::var(EXCLUSIVE_ROLE).as_deref() {
+        Ok("holder") => return exclusive_holder(),
+        Ok("second") => return exclusive_second(),
+        _ => {}
+    }
+    let Some(device) = common::device_or_skip(EXCLUSIVE_TEST) else {
+        return;
+    };
+    if !common::is_stand_in(&device) {
+        streamcomm_testkit::skip(
+            EXCLUSIVE_TEST,
+            "a GPU's compute mode is set by its administrator (nvidia-smi -c), not by a test",
+        );
+        return;
+    }
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", EXCLUSIVE_TEST, "--nocapture"])
+        .env(EXCLUSIVE_ROLE, "holder")
+        .env("STREAMCOMM_STANDIN_COMPUTE_MODE", "3")
+        .env(
+            "STREAMCOMM_STANDIN_MACHINE_ID",
+            format!("exclusive-test-{}", std::process::id()),
+        )
+        .status()
+        .unwrap();
+    assert!(status.success(), "the holder process failed: {status}");
+}
+
+/// The first process: holds the device while a second one tries.
+fn exclusive_holder() {
+    let device = streamcomm_gpu::Device::open(0).expect("the first process gets the device");
+    assert_eq!(
+        device.compute_mode().unwrap(),
+        streamcomm_gpu::ComputeMode::ExclusiveProcess
+    );
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", EXCLUSIVE_TEST, "--nocapture"])
+        .env(EXCLUSIVE_ROLE, "second")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("refused as it should be"),
+        "the second process: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(device);
+}
+
+/// The second process: refused, with the mode named.
+fn exclusive_second() {
+    let e = streamcomm_gpu::Device::open(0)
+        .expect_err("a second process on an EXCLUSIVE_PROCESS device");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("EXCLUSIVE_PROCESS") && msg.contains("one process per GPU"),
+        "the error names the mode and the way out: {msg}"
+    );
+    println!("refused as it should be: {msg}");
 }
 
 /// `cuMemsetD8` is ordered only with the legacy stream: a fill must be done
