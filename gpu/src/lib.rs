@@ -51,6 +51,7 @@ pub use cache::{KernelCache, cache_key};
 pub use capture_mode::relaxed_capture;
 pub use config::GpuConfig;
 pub use context::{ComputeMode, Device};
+pub use dmabuf::GpuDirectFlush;
 pub use doorbell::Doorbells;
 pub use error::{Error, Result};
 pub use event::Event;

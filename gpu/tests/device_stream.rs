@@ -393,3 +393,81 @@ fn dmabuf_export_gives_a_descriptor_or_says_unsupported() {
         Err(e) => panic!("dma-buf export failed: {e}"),
     }
 }
+
+/// Which profile the GPUDirect RDMA test's child runs under.
+const GDR_ROLE: &str = "SC_GDR_PROFILE";
+const GDR_TEST: &str = "gpudirect_capability_and_flush_follow_the_driver";
+
+/// Per buffer, the NIC may reach `cuMemAlloc` memory and not memory-pool
+/// memory (where cudarc allocates on a GPU with pools); after its writes a
+/// receiver flushes only where the device does not order them itself. On
+/// the stand-in, under its `h200` profile (GPUDirect RDMA, pools, OWNER
+/// ordering) and its default one (none of it); on a GPU, as it reports.
+#[test]
+fn gpudirect_capability_and_flush_follow_the_driver() {
+    use streamcomm_gpu::GpuDirectFlush;
+    if let Ok(profile) = std::env::var(GDR_ROLE) {
+        let device = streamcomm_gpu::Device::open(0).unwrap();
+        let buf = DeviceBuffer::alloc(&device, 2 << 20).unwrap();
+        let ctx = cudarc::driver::CudaContext::new(0).unwrap();
+        let stream = ctx.default_stream();
+        let pooled = stream.alloc_zeros::<u8>(1 << 16).unwrap();
+        let (pooled_addr, _sync) = cudarc::driver::DevicePtr::device_ptr(&pooled, &stream);
+        let (plain, pool) = (
+            device.gpudirect_capable(buf.as_raw()).unwrap(),
+            device.gpudirect_capable(pooled_addr).unwrap(),
+        );
+        let flush = device.gpudirect_flush();
+        println!("profile {profile}: cuMemAlloc {plain}, pool {pool}, flush {flush:?}");
+        match profile.as_str() {
+            "h200" => {
+                assert!(
+                    plain,
+                    "cuMemAlloc memory on an H200 is GPUDirect RDMA capable"
+                );
+                assert!(!pool, "memory-pool memory is not");
+                assert_eq!(
+                    flush,
+                    GpuDirectFlush::NotNeeded,
+                    "OWNER ordering needs no flush"
+                );
+            }
+            "default" => {
+                assert!(!plain && !pool);
+                assert_eq!(flush, GpuDirectFlush::Impossible);
+            }
+            _ => {
+                let supported = device
+                    .attribute(
+                        streamcomm_gpu::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED,
+                    )
+                    .unwrap();
+                assert_eq!(
+                    plain,
+                    supported == 1,
+                    "cuMemAlloc memory follows the device"
+                );
+            }
+        }
+        return;
+    }
+    let Some(device) = common::device_or_skip(GDR_TEST) else {
+        return;
+    };
+    let profiles: &[&str] = if common::is_stand_in(&device) {
+        &["h200", "default"]
+    } else {
+        &["gpu"]
+    };
+    for profile in profiles {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+        child
+            .args(["--exact", GDR_TEST, "--nocapture"])
+            .env(GDR_ROLE, profile);
+        if *profile != "gpu" {
+            child.env("STREAMCOMM_STANDIN_PROFILE", profile);
+        }
+        let status = child.status().unwrap();
+        assert!(status.success(), "profile {profile}: {status}");
+    }
+}

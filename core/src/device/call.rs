@@ -272,7 +272,7 @@ impl Communicator {
         for o in ops {
             let bytes = o.range.len * o.dtype.size();
             if let Some(nic) = shared.gpudirect.get() {
-                if bytes > 0 && self.moves_by_rdma(o.peer) {
+                if bytes > 0 && self.moves_by_rdma(o.peer) && nic.reaches(o.range.addr) {
                     let span = DeviceSpan {
                         addr: o.range.addr,
                         len: bytes,

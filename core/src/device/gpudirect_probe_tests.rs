@@ -29,6 +29,9 @@ fn rdma_here() -> bool {
 #[derive(Default)]
 struct EmulatedNic {
     flushes: AtomicUsize,
+    /// A buffer the NIC cannot reach (as memory-pool memory may be on a
+    /// GPU), 0 for none.
+    unreachable: std::sync::atomic::AtomicU64,
 }
 
 impl NicAccess for EmulatedNic {
@@ -40,6 +43,10 @@ impl NicAccess for EmulatedNic {
         Err(Error::Unavailable(
             "the emulated device exports no dma-buf".into(),
         ))
+    }
+
+    fn reaches(&self, addr: u64) -> bool {
+        addr != self.unreachable.load(Ordering::Relaxed)
     }
 
     fn flush(&self) -> Result<()> {
@@ -212,6 +219,59 @@ fn gpudirect_device_groups_move_bytes_by_rdma_only() {
         if staged > 2 {
             bad.push(format!(
                 "rank {r}: {staged} staging allocations for GPUDirect groups"
+            ));
+        }
+        if let Some(e) = rk.comm.async_error() {
+            bad.push(format!("rank {r}: {e}"));
+        }
+        bad
+    });
+    assert_no_errors(errors);
+}
+
+/// A buffer the NIC cannot reach (the driver says it is not GPUDirect RDMA
+/// capable: memory-pool memory on a GPU) is staged, in a group whose other
+/// buffer still moves by RDMA; the bytes arrive either way.
+#[test]
+fn gpudirect_stages_a_buffer_the_nic_cannot_reach() {
+    if !rdma_here() {
+        eprintln!("no RDMA device: runs in the Soft-RoCE guest");
+        return;
+    }
+    const N: usize = 2;
+    const LEN: usize = 50_000;
+    let seed: u64 = streamcomm_testkit::seed();
+    let errors = on_ranks(N, Transport::Verbs.into(), true, move |rk| {
+        let r = rk.comm.rank();
+        let peer = 1 - r;
+        let Some(nic) = &rk.nic else {
+            return vec![format!("rank {r}: GPUDirect not set up over verbs")];
+        };
+        let out = input(seed, r, LEN);
+        let inb = vec![POISON; LEN];
+        // The receive buffer is out of the NIC's reach; the send is not.
+        nic.unreachable
+            .store(inb.as_ptr() as u64, Ordering::Relaxed);
+        let (before, flushes) = (
+            rk.shared.pool.allocations(),
+            nic.flushes.load(Ordering::Relaxed),
+        );
+        rk.group(&[p2p(Dir::Recv, peer, &inb), p2p(Dir::Send, peer, &out)])
+            .unwrap();
+        rk.stream.synchronize().unwrap();
+        let mut bad = Vec::new();
+        check_received(&mut bad, r, peer, &inb, &input(seed, peer, LEN));
+        // Staged: host staging memory for it, and no device receive to
+        // flush (the NIC wrote host memory).
+        if rk.shared.pool.allocations() == before {
+            bad.push(format!(
+                "rank {r}: no staging memory for the unreachable receive"
+            ));
+        }
+        let flushed = nic.flushes.load(Ordering::Relaxed) - flushes;
+        if flushed != 0 {
+            bad.push(format!(
+                "rank {r}: {flushed} flushes with no device receive"
             ));
         }
         if let Some(e) = rk.comm.async_error() {

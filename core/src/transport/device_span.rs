@@ -49,6 +49,11 @@ pub(crate) trait NicAccess: Send + Sync {
     /// [`crate::Error::Unavailable`] where the memory cannot be exported.
     fn export_dmabuf(&self, addr: u64, len: usize) -> Result<OwnedFd>;
 
+    /// True when the NIC may read and write the device memory at `addr`
+    /// directly; memory it cannot reach (a stream-ordered pool's, on CUDA)
+    /// is staged through host memory instead.
+    fn reaches(&self, addr: u64) -> bool;
+
     /// Makes every write the NIC has placed in this device's memory so far
     /// visible to device work enqueued after this returns
     /// (`cuFlushGPUDirectRDMAWrites`).

@@ -7,6 +7,13 @@
 //! lent): `cuMemGetHandleForAddressRange`, `ibv_reg_dmabuf_mr` on its
 //! descriptor, `ibv_reg_mr` under nvidia-peermem and
 //! `cuFlushGPUDirectRDMAWrites` are unverified there.
+//!
+//! Two driver facts decide what runs (read on the CUDA stand-in's `h200`
+//! profile): each buffer's `IS_GPU_DIRECT_RDMA_CAPABLE` (memory-pool
+//! memory, where cudarc allocates on such GPUs, may say no: that buffer is
+//! staged), and the device's write ordering and flush options (no flush
+//! call where the device orders the NIC's writes with its own work; no
+//! GPUDirect RDMA where neither holds).
 
 // Without the `verbs` feature nothing builds a device span or probes.
 #![cfg_attr(not(feature = "verbs"), allow(dead_code))]
@@ -14,7 +21,7 @@
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use streamcomm_gpu::Device;
+use streamcomm_gpu::{Device, GpuDirectFlush};
 
 use super::gpu_error;
 use crate::transport::device_span::{GpuDirectMode, NicAccess};
@@ -24,6 +31,8 @@ use crate::{Communicator, Result};
 pub(super) struct CudaNic {
     device: Device,
     mode: GpuDirectMode,
+    /// Probed once: what a receive does after the NIC wrote.
+    flush: GpuDirectFlush,
 }
 
 impl NicAccess for CudaNic {
@@ -37,8 +46,24 @@ impl NicAccess for CudaNic {
             .map_err(gpu_error)
     }
 
+    fn reaches(&self, addr: u64) -> bool {
+        match self.device.gpudirect_capable(addr) {
+            Ok(capable) => capable,
+            Err(e) => {
+                tracing::debug!(error = %e, addr, "GPUDirect RDMA: not asked of this buffer; staged");
+                false
+            }
+        }
+    }
+
     fn flush(&self) -> Result<()> {
-        self.device.flush_gpudirect_writes().map_err(gpu_error)
+        match self.flush {
+            GpuDirectFlush::NotNeeded => Ok(()),
+            // `Impossible` never gets here (see `establish`).
+            GpuDirectFlush::Call | GpuDirectFlush::Impossible => {
+                self.device.flush_gpudirect_writes().map_err(gpu_error)
+            }
+        }
     }
 }
 
@@ -50,6 +75,16 @@ pub(crate) fn establish(comm: &Communicator, device: &Device) -> Option<Arc<dyn 
     #[cfg(feature = "verbs")]
     {
         let dev = crate::device::gpudirect_probe::wanted(comm)?;
+        // A receive must make the NIC's writes visible to the device's
+        // later work: by the device's own ordering, or by the flush call.
+        let flush = device.gpudirect_flush();
+        if flush == GpuDirectFlush::Impossible {
+            tracing::warn!(
+                "GPUDirect RDMA: the device neither orders the NIC's writes with its own work \
+                 nor offers cuFlushGPUDirectRDMAWrites; device p2p is staged"
+            );
+            return None;
+        }
         let scratch = match streamcomm_gpu::DeviceBuffer::alloc(device, 2 << 20) {
             Ok(b) => b,
             Err(e) => {
@@ -68,6 +103,7 @@ pub(crate) fn establish(comm: &Communicator, device: &Device) -> Option<Arc<dyn 
             Arc::new(CudaNic {
                 device: device.clone(),
                 mode,
+                flush,
             })
         })
     }
