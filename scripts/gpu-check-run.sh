@@ -56,17 +56,26 @@ START=$(date +%s)
 say() { printf 'gpu-check: %s\n' "$*"; }
 
 # No GPU, no stand-in: say so at once (no binary has to load a driver).
+# A CUDA toolkit's stubs/ directory holds a libcuda.so (and no libcuda.so.1)
+# whose every call fails: a link-time stub, not a driver, so it does not
+# count (the probe names it too, when it is what a program would load).
+STUB_ONLY=
 has_libcuda() {
   local d dirs=()
   IFS=: read -r -a dirs <<<"${LD_LIBRARY_PATH:-}"
   # ${a[@]+"${a[@]}"}: an empty array under set -u on bash before 4.4.
   for d in ${dirs[@]+"${dirs[@]}"}; do
-    [[ -n "$d" && ( -e "$d/libcuda.so.1" || -e "$d/libcuda.so" ) ]] && return 0
+    [[ -n "$d" ]] || continue
+    [[ -e "$d/libcuda.so.1" ]] && return 0
+    if [[ -e "$d/libcuda.so" ]]; then
+      [[ "${d%/}" == */stubs ]] && { STUB_ONLY="$d/libcuda.so"; continue; }
+      return 0
+    fi
   done
-  ldconfig -p 2>/dev/null | grep -q 'libcuda\.so'
+  ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '
 }
 if ! has_libcuda; then
-  echo "skipped: no GPU (no libcuda.so.1 or libcuda.so on this machine)"
+  echo "skipped: no GPU (no libcuda.so.1 or libcuda.so on this machine${STUB_ONLY:+; $STUB_ONLY is the link-time stub of a CUDA toolkit, not a driver})"
   say "0 passed, 0 failed, 7 skipped"
   exit 0
 fi

@@ -40,11 +40,13 @@
 //! - **Direct** (ranks of one host, the default there): each rank owns a
 //!   window of device memory that every other rank maps (CUDA IPC between
 //!   processes, so several ranks may share a GPU; the plain address between
-//!   threads of one process on different devices). A call is enqueued on the caller's stream as
-//!   device work only: a copy of the input into the window, a *ready* round
-//!   of `cuStreamWriteValue32` into the peers' windows and
-//!   `cuStreamWaitValue32` on its own, the NVRTC reduce kernel reading every
-//!   rank's window (or copies out of them), and a *done* round, per chunk of
+//!   threads of one process on different devices), and a page of flag words
+//!   in shared host memory that every rank registers with its device. A
+//!   call is enqueued on the caller's stream as device work only: a copy of
+//!   the input into the window, a *ready* round of `cuStreamWriteValue32`
+//!   into the peers' flag pages and `cuStreamWaitValue32` on its own, the
+//!   NVRTC reduce kernel reading every rank's window (a copy out of a
+//!   peer's window is the same kernel with one source), and a *done* round, per chunk of
 //!   `STREAMCOMM_CUDA_WINDOW` bytes (default 32 MiB). No host thread takes
 //!   part and no host function runs per call. Reductions over more than 8
 //!   ranks, and p2p groups, take the staged path. See
@@ -81,10 +83,13 @@
 //! A staged task that fails still raises its completion word. On the direct
 //! path the progress engine checks every 100 ms that the peer processes live
 //! (or left after dropping their communicator cleanly) and that the
-//! communicator has not failed; on a failure it fails the
-//! communicator and keeps raising this rank's flag words, so waiting
-//! streams drain. Either way the error is kept ([`CudaComm::async_error`])
-//! and returned by every later call.
+//! communicator has not failed; on a failure it fails the communicator,
+//! raises this rank's abort word and keeps raising its flag words, with
+//! CPU stores (no stream, so no hardware queue a parked wait holds), so
+//! waiting streams drain; every kernel reading a peer's window reads the
+//! abort word first and does nothing, so no survivor touches a dead peer's
+//! memory. Either way the error is kept ([`CudaComm::async_error`]) and
+//! returned by every later call.
 //!
 //! # Buffers and streams
 //! Buffers are cudarc's [`CudaSlice`](cudarc::driver::CudaSlice),
@@ -94,9 +99,15 @@
 //! the call waits for earlier writes of its inputs and records its reads and
 //! writes, as a cudarc kernel launch does. The stream must be a stream of
 //! the `CudaComm`'s context ([`CudaComm::context`]; any other is refused
-//! with [`Error::InvalidArgument`]). Synchronize the streams (or drop
-//! captured graphs) before dropping the `CudaComm`: resources of operations
-//! still in flight then are leaked, never freed under the device.
+//! with [`Error::InvalidArgument`]). While a stream captures a graph,
+//! cudarc's tracking would make it wait on events recorded before the
+//! capture, which the driver refuses: a call on a capturing stream with
+//! tracking on is refused with [`Error::InvalidArgument`] naming
+//! `disable_event_tracking`. Synchronize the streams (or drop captured
+//! graphs) before dropping the `CudaComm`: its drop waits (at most 2 s) for
+//! the driver to hand back what they held, and frees it on the dropping
+//! thread; what is still held after that is leaked, never freed under the
+//! device or on a driver thread.
 //!
 //! # Verified where
 //! On a CUDA driver, through this module's real queue, cudarc and libcuda:
@@ -117,6 +128,11 @@
 //! also rules out cudarc's first `new_stream()` of one rank synchronising
 //! the context while another rank's stream waits), and a panicking rank
 //! thread that its peers never saw gone (now it fails the communicator).
+//! The stand-in's `h200` profile and strict mode found more, each kept
+//! fixed by a test: frees on driver threads after a captured call, the
+//! dead-peer rescue hanging on one hardware queue, reads of a dead peer's
+//! window, capture with event tracking on, and frees that invalidated
+//! another thread's global capture (`docs/guide/cuda.md` has the table).
 //!
 //! # Where the CUDA code lives
 //! Three homes, each with one job; a file's path says which it is.

@@ -3,18 +3,22 @@
 //!
 //! Each rank owns a *window*, device memory that every other rank of the host
 //! maps (CUDA IPC between processes, the plain address between threads of
-//! one process, several ranks on one GPU included): flag words, then a data
-//! area ([`window`]). A collective is a list of [`Step`]s enqueued on the
-//! caller's stream, per chunk of at most a window:
+//! one process, several ranks on one GPU included), and a *flag area* in
+//! shared host memory that every rank maps and registers with its device
+//! ([`window`] says why the flags live in host memory). A collective is a
+//! list of [`Step`]s enqueued on the caller's stream, per chunk of at most
+//! a window:
 //!
 //! 1. copy this rank's input into its own window;
-//! 2. *ready* round: raise this rank's word in every peer's window
+//! 2. *ready* round: raise this rank's word in every peer's flag area
 //!    (`cuStreamWriteValue32`, which first makes the copy visible), then wait
-//!    for every peer's word in its own window and reset it
+//!    for every peer's word in its own flag area and reset it
 //!    (`cuStreamWaitValue32`, then a write of 0: the doorbell rule of
 //!    DESIGN.md §3, so a graph replay behaves like the first run);
 //! 3. read the peers' windows: the NVRTC reduce kernel (NCCL's
-//!    `reduceCopy` shape, one source per rank) or copies into the output;
+//!    `reduceCopy` shape, one source per rank; a copy out of a peer's
+//!    window is the kernel with one source), which first reads this rank's
+//!    abort word and does nothing once a failure raised it;
 //! 4. *done* round, the same way: no rank overwrites its window with the
 //!    next chunk before every peer has read it.
 //!

@@ -13,7 +13,7 @@
 //!   the barrier's epoch ([`crate::plan::flag::signal_value`]), a value that
 //!   differs at every call and so cannot be baked into a replayed graph. An
 //!   [`Step::Arrive`] round instead writes the constant 1 and waits for at
-//!   least 1, then writes 0 back into its own window, so the same nodes are
+//!   least 1, then writes 0 back into its own flag area, so the same nodes are
 //!   right at every replay. The reset cannot erase a later raise: a peer
 //!   raises the same word again only after a round of the other kind
 //!   (`Ready` and `Done` alternate), which this rank joins after its reset.
@@ -53,8 +53,8 @@ pub(crate) enum Step {
         /// Length in bytes.
         bytes: usize,
     },
-    /// Raise this rank's word of `round` in every peer's window, then wait
-    /// for (and reset) every peer's word in this rank's window.
+    /// Raise this rank's word of `round` in every peer's flag area, then wait
+    /// for (and reset) every peer's word in this rank's flag area.
     Arrive(Round),
     /// `dst = op(srcs...)` over `count` elements.
     Reduce {
