@@ -265,6 +265,24 @@ fn a_graph_dropped_just_before_its_communicator_frees_nothing_on_a_driver_thread
     launch_with(module_path!(), 2, DEFAULT_CUDA_WINDOW, "captured", &delayed);
 }
 
+/// Kernels that do not load turn the direct path off; under
+/// `STREAMCOMM_REQUIRE_GPU=1` (what the GPU check sets) that is an error
+/// naming why, not a quiet fall-back to staging. Here: no NVRTC and an
+/// empty kernel cache.
+#[test]
+fn kernels_that_do_not_load_are_an_error_when_the_gpu_is_required() {
+    if !gpu_present() {
+        return;
+    }
+    let empty = std::env::temp_dir().join(format!("sc-no-kernels-{}", std::process::id()));
+    let env = [
+        ("STREAMCOMM_NVRTC_LIB", "off".to_string()),
+        ("STREAMCOMM_KERNEL_CACHE", empty.display().to_string()),
+        ("STREAMCOMM_REQUIRE_GPU", "1".to_string()),
+    ];
+    launch_with(module_path!(), 1, DEFAULT_CUDA_WINDOW, "no-kernels", &env);
+}
+
 /// A captured step on this rank, replayed with fresh data; returns mismatches.
 fn captured_step(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<String> {
     const COUNT: usize = 1 << 12;
@@ -526,6 +544,18 @@ fn child() {
     let scenario = std::env::var("SC_CUDA_SCENARIO").expect("set by the parent test");
     let comm = Communicator::from_env().unwrap();
     let window = Config::from_env().unwrap().cuda_window;
+    if scenario == "no-kernels" {
+        let e = CudaComm::on_device(&comm, 0).expect_err("no kernels under REQUIRE_GPU");
+        let msg = e.to_string();
+        assert!(
+            matches!(e, Error::Unavailable(_))
+                && msg.contains("STREAMCOMM_REQUIRE_GPU")
+                && msg.contains("kernels"),
+            "{msg}"
+        );
+        streamcomm_testkit::child_ran();
+        return;
+    }
     let cuda = CudaComm::on_device(&comm, 0).unwrap();
     assert_eq!(cuda.uses_direct_path(), window > 0, "window {window}");
     // Ranks of one host talk over shared memory: no NIC to probe.
