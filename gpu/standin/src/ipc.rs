@@ -6,6 +6,11 @@
 //! is `CUDA_ERROR_INVALID_CONTEXT`; reopening in one process returns the same
 //! address and counts references; closing unmaps at zero. IPC event handles
 //! are not implemented.
+//!
+//! Every open mapping is recorded (a marker file in `/dev/shm`), so that the
+//! exporter's `cuMemFree` can tell it frees memory a live process still has
+//! mapped: undefined on a GPU, so said on stderr (fatal under
+//! `STREAMCOMM_STANDIN_STRICT=1`).
 
 use std::collections::BTreeMap;
 use std::ffi::c_uint;
@@ -84,6 +89,7 @@ pub extern "C" fn cuIpcOpenMemHandle_v2(
         let seg = Segment::open(key.0, key.1, len)?;
         let addr = insert(len, Kind::Ipc { key }, seg, ctx.ordinal)?;
         opened.insert(key, (addr, 1));
+        crate::shm::mark_import(key.0, key.1);
         out(pdptr, addr)
     })
 }
@@ -106,6 +112,7 @@ pub extern "C" fn cuIpcCloseMemHandle(dptr: u64) -> u32 {
         if *refs == 0 {
             opened.remove(&key);
             remove(dptr, |r| matches!(r.kind, Kind::Ipc { .. }))?;
+            crate::shm::unmark_import(key.0, key.1);
         }
         Ok(())
     })

@@ -244,7 +244,11 @@ pub extern "C" fn cuMemFree_v2(dptr: u64) -> u32 {
         let ctx = current()?;
         check_unsafe("cuMemFree_v2")?;
         match region_of(dptr) {
-            Some(r) if is_own_base(&r, dptr) && !r.free_queued.swap(true, Ordering::AcqRel) => {}
+            Some(r) if is_own_base(&r, dptr) && !r.free_queued.swap(true, Ordering::AcqRel) => {
+                if let Kind::Device { serial } = r.kind {
+                    freeing_exported(dptr, serial);
+                }
+            }
             _ => return Err(INVALID_VALUE),
         }
         ctx.wait_all();
@@ -253,6 +257,25 @@ pub extern "C" fn cuMemFree_v2(dptr: u64) -> u32 {
         crate::pool::released(&r);
         Ok(())
     })
+}
+
+/// Freeing memory that another live process still has mapped through CUDA
+/// IPC is undefined on a GPU (the importer must close its mapping first):
+/// said once on stderr, or fatal in strict mode.
+fn freeing_exported(dptr: u64, serial: u64) {
+    let importers = crate::shm::live_importers(serial);
+    if importers.is_empty() {
+        return;
+    }
+    let line = format!(
+        "cuMemFree_v2 of {dptr:#x}, which process(es) {importers:?} still have mapped through \
+         CUDA IPC: undefined on a GPU (importers must close their mappings first)"
+    );
+    if crate::config::config().strict {
+        crate::guard::say(&format!("{line}; STREAMCOMM_STANDIN_STRICT=1: aborting"));
+        std::process::abort();
+    }
+    crate::guard::say_once(format!("free-mapped:{dptr:#x}"), &line);
 }
 
 /// `cuMemGetAddressRange_v2`: base and size of the allocation holding `dptr`.

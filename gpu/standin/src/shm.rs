@@ -160,7 +160,46 @@ extern "C" fn unlink_all() {
     }
 }
 
-/// Unlinks segments whose creating process no longer exists.
+/// The marker file saying that process `importer` has segment `serial` of
+/// process `exporter` mapped through IPC (empty; its name is the record).
+fn import_marker(exporter: u32, serial: u64, importer: u32) -> String {
+    format!("/dev/shm/{PREFIX}imp-{exporter}-{serial}-{importer}")
+}
+
+/// Records that this process has mapped segment `serial` of `exporter`.
+pub fn mark_import(exporter: u32, serial: u64) {
+    let _ = std::fs::File::create(import_marker(exporter, serial, std::process::id()));
+}
+
+/// Records that this process no longer maps segment `serial` of `exporter`.
+pub fn unmark_import(exporter: u32, serial: u64) {
+    let _ = std::fs::remove_file(import_marker(exporter, serial, std::process::id()));
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let found = unsafe { libc::kill(pid, 0) } == 0;
+    found || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// The live processes that still have this process's segment `serial`
+/// mapped through IPC (a process that died has unmapped everything).
+pub fn live_importers(serial: u64) -> Vec<u32> {
+    let stem = format!("{PREFIX}imp-{}-{serial}-", std::process::id());
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_prefix(&stem)?.parse::<u32>().ok()
+        })
+        .filter(|&pid| alive(pid as i32))
+        .collect()
+}
+
+/// Unlinks segments whose creating process no longer exists, and import
+/// markers whose importer or exporter no longer exists.
 pub fn remove_stale() {
     let Ok(dir) = std::fs::read_dir("/dev/shm") else {
         return;
@@ -170,6 +209,15 @@ pub fn remove_stale() {
         let Some(rest) = file.to_str().and_then(|f| f.strip_prefix(PREFIX)) else {
             continue;
         };
+        if let Some(marker) = rest.strip_prefix("imp-") {
+            let pids: Vec<i32> = marker.split('-').filter_map(|p| p.parse().ok()).collect();
+            if let [exporter, _serial, importer] = pids[..] {
+                if !alive(exporter) || !alive(importer) {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+            continue;
+        }
         let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
             continue;
         };

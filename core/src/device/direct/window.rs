@@ -24,6 +24,7 @@
 use std::any::Any;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use crate::comm::local_host_id;
 use crate::config::MIN_CUDA_WINDOW as MIN_CAPACITY;
@@ -86,10 +87,17 @@ struct FlagArea {
 }
 
 impl FlagArea {
-    /// Bytes of a flag area for `size` ranks: the two flag arrays, then the
-    /// abort word, in whole pages (a registration covers pages).
+    /// Bytes of a flag area for `size` ranks: the two flag arrays, the
+    /// abort word, then one "closed" word per rank, in whole pages (a
+    /// registration covers pages).
     fn bytes(size: usize) -> usize {
-        (4 * FlagArea::abort_index(size) + 4).div_ceil(4096) * 4096
+        (4 * FlagArea::closed_index(size, size)).div_ceil(4096) * 4096
+    }
+
+    /// Index of the word rank `p` raises once it no longer maps this
+    /// rank's window (see [`Windows`]'s `Drop`).
+    fn closed_index(size: usize, p: usize) -> usize {
+        2 * size + 1 + p
     }
 
     /// Index of the abort word: after the two flag arrays.
@@ -151,7 +159,20 @@ pub(crate) fn find_in_process(addr: DevAddr) -> Option<Box<dyn Any + Send + Sync
         .map(|w| Box::new(w) as Box<dyn Any + Send + Sync>)
 }
 
+/// The longest a dropped [`Windows`] waits for its peers to close their
+/// mappings of its window.
+const LEAVE_WITHIN: Duration = Duration::from_secs(10);
+
 /// Every rank's window, as this rank addresses it.
+///
+/// Freeing an allocation that another process still maps through CUDA IPC
+/// is undefined, so a drop leaves in three steps, with no collective call
+/// (none of the communicator's order of operations is spent): close this
+/// rank's mappings of the peers' windows and say so in each peer's flag
+/// area; wait until every peer has said the same in this rank's (or its
+/// process is gone); free this rank's window. A peer that does not say so
+/// within `leave_within` costs the window: it is leaked, never freed under
+/// a mapping.
 pub(crate) struct Windows {
     rank: usize,
     size: usize,
@@ -161,9 +182,14 @@ pub(crate) struct Windows {
     pids: Vec<u32>,
     /// This rank's flag area, which the host raises after a failure.
     own_flags: Option<FlagArea>,
-    // Declared last: dropped after nothing can hand out addresses any more.
-    _keep: Vec<Box<dyn Any + Send + Sync>>,
-    _peer_flags: Vec<FlagArea>,
+    /// This rank's window allocation: freed on drop only once no peer
+    /// maps it any more (see [`Windows`]'s `Drop`).
+    own_window: Option<Box<dyn Any + Send + Sync>>,
+    /// Every peer's window and flag area as mapped here.
+    peer_windows: Vec<Box<dyn Any + Send + Sync>>,
+    peer_flags: Vec<FlagArea>,
+    /// The longest a drop waits for the peers to close their mappings.
+    leave_within: Duration,
 }
 
 impl std::fmt::Debug for Windows {
@@ -203,7 +229,8 @@ impl Windows {
         }
         let (rank, size) = (comm.rank(), comm.size());
         let flag_bytes = FlagArea::bytes(size);
-        let mut keep = Vec::new();
+        let mut own_window = None;
+        let mut peer_windows = Vec::new();
         let mut record = vec![0u8; RECORD];
         let mine = match device {
             Some(d) => d.alloc(capacity).and_then(|(base, payload, owner)| {
@@ -218,7 +245,7 @@ impl Windows {
             Ok((base, payload, owner, flags, flag_base, name))
                 if payload.len() <= FLAG_NAME - PAYLOAD && name.len() < RECORD - FLAG_NAME =>
             {
-                keep.push(owner);
+                own_window = Some(owner);
                 record[0] = 1;
                 record[PAYLOAD..PAYLOAD + payload.len()].copy_from_slice(&payload);
                 record[24..26].copy_from_slice(&(payload.len() as u16).to_le_bytes());
@@ -281,7 +308,7 @@ impl Windows {
                 Ok((base, owner, flags, flag_base)) => {
                     bases[p] = base;
                     flag_bases[p] = flag_base;
-                    keep.push(owner);
+                    peer_windows.push(owner);
                     peer_flags.push(flags);
                 }
                 Err(e) => {
@@ -298,6 +325,17 @@ impl Windows {
             flags.segment.unlink();
         }
         if votes.iter().any(|&v| v != 1) {
+            // Nobody uses the windows. Free this rank's only once no peer
+            // maps it: close the mappings here, then one more exchange
+            // (every rank has closed its own by then). If the exchange
+            // fails, the window is leaked rather than freed under a mapping.
+            drop(peer_windows);
+            drop(peer_flags);
+            let closed = gather_bytes(comm, &[1]);
+            if closed.is_err() {
+                std::mem::forget(own_window);
+            }
+            closed?;
             return Ok(None);
         }
         Ok(Some(Windows {
@@ -308,8 +346,10 @@ impl Windows {
             capacity,
             pids,
             own_flags,
-            _keep: keep,
-            _peer_flags: peer_flags,
+            own_window,
+            peer_windows,
+            peer_flags,
+            leave_within: comm.config().timeout.min(LEAVE_WITHIN),
         }))
     }
 
@@ -380,6 +420,66 @@ impl Windows {
     pub(crate) fn pids(&self) -> &[u32] {
         &self.pids
     }
+}
+
+impl Drop for Windows {
+    fn drop(&mut self) {
+        // 1. This rank's mappings of the peers' windows go, and each peer
+        // hears so in its flag area (this rank's mapping of it, which goes
+        // after).
+        self.peer_windows.clear();
+        for area in &self.peer_flags {
+            area.word(FlagArea::closed_index(self.size, self.rank))
+                .store(1, Ordering::Release);
+        }
+        self.peer_flags.clear();
+        // 2. The peers' mappings of this rank's window must be gone first.
+        let Some(own) = self.own_window.take() else {
+            return;
+        };
+        let Some(flags) = &self.own_flags else {
+            return;
+        };
+        let me = std::process::id();
+        let start = Instant::now();
+        loop {
+            // A peer thread of this process holds the window by reference
+            // count, not by a mapping; a dead process maps nothing.
+            let still: Vec<usize> = (0..self.size)
+                .filter(|&q| q != self.rank && self.pids[q] != me)
+                .filter(|&q| {
+                    flags
+                        .word(FlagArea::closed_index(self.size, q))
+                        .load(Ordering::Acquire)
+                        == 0
+                })
+                .filter(|&q| process_alive(self.pids[q]))
+                .collect();
+            if still.is_empty() {
+                // 3. Nothing maps it: free it.
+                drop(own);
+                return;
+            }
+            if start.elapsed() >= self.leave_within {
+                tracing::warn!(
+                    ranks = ?still,
+                    "direct path: peers still map this rank's window after {:?}; it is \
+                     leaked rather than freed under their mappings",
+                    self.leave_within
+                );
+                std::mem::forget(own);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// True unless process `pid` (of this host) is known to be gone.
+fn process_alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let found = unsafe { libc::kill(pid as libc::pid_t, 0) } == 0;
+    found || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// Every rank's `bytes` (all the same length), in rank order, through a
