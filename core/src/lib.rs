@@ -52,8 +52,8 @@
 //!   rank fails its peers' pending operations promptly, naming it.
 //!
 //! Cargo features: `cuda` (on by default: the CUDA backend, libraries
-//! loaded at run time), `verbs` (InfiniBand/RoCE; needs libibverbs headers
-//! and libclang at build time), `fault-injection` (tests only).
+//! loaded at run time), `verbs` (InfiniBand/RoCE; libibverbs loaded at run
+//! time, nothing needed to build), `fault-injection` (tests only).
 //!
 //! Guides (launching, configuration, failures, CUDA, verbs, benchmarks) and
 //! design notes live in the repository's `docs/` directory.

@@ -10,7 +10,7 @@
 
 use std::ffi::CStr;
 
-use rdma_sys::*;
+use crate::transport::verbs::sys::*;
 
 use super::dl::{self, Lib};
 use crate::{Error, Result};

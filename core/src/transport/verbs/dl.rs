@@ -4,15 +4,15 @@
 //! on a machine without libibverbs. So nothing links against it: the
 //! functions the transport calls are looked up in `libibverbs.so.1` with
 //! `dlopen` the first time a device is wanted ([`lib`]); failing that is
-//! "no RDMA here", [`Error::Unavailable`]. rdma-sys still gives the struct
-//! layouts, the constants and the inline verbs (`ibv_post_send`,
-//! `ibv_poll_cq`, ...: calls through the context's provider table, which
-//! need no symbol from the library).
+//! "no RDMA here", [`Error::Unavailable`]. The struct layouts, the constants
+//! and the inline verbs (`ibv_post_send`, `ibv_poll_cq`, ...: calls through
+//! the context's provider table, which need no symbol from the library) are
+//! in [`super::sys`].
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
-use rdma_sys::*;
+use crate::transport::verbs::sys::*;
 
 use crate::{Error, Result};
 

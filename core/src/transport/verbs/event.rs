@@ -20,7 +20,7 @@
 //! p50); a stream about to sleep kicks the engine (the wait policy's
 //! `on_sleep`), which then arms for every completion.
 
-use rdma_sys::*;
+use crate::transport::verbs::sys::*;
 
 use super::device::Device;
 use crate::{Error, Result};

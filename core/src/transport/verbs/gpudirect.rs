@@ -26,7 +26,7 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 
-use rdma_sys::ibv_access_flags;
+use crate::transport::verbs::sys::ibv_access_flags;
 
 use super::device::Device;
 use super::dl;

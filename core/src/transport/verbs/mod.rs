@@ -33,6 +33,7 @@ pub mod progress;
 pub mod qp;
 pub mod regcache;
 mod source;
+pub(crate) mod sys;
 
 use std::sync::Arc;
 

@@ -48,7 +48,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rdma_sys::*;
+use crate::transport::verbs::sys::*;
 
 use super::qp::{CTRL_HEAD, Qp, RECV_WR_ID, VerbsAddr, VerbsRings};
 use super::regcache::RegCache;
@@ -280,8 +280,8 @@ impl PeerRdma {
             } else {
                 0
             };
-        wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
-        wr.wr.rdma = rdma_t {
+        set_imm(&mut wr, imm);
+        wr.wr.rdma = RdmaWr {
             remote_addr: remote,
             rkey: self.remote.ring_rkey,
         };
@@ -496,9 +496,9 @@ impl PeerRdma {
                 // word moved (read by `receive` and `send`); put the
                 // receive back.
                 recvs += 1;
-                // SAFETY: a receive completion of a WRITE_WITH_IMM carries
-                // its immediate in this union member.
-                let imm = u32::from_be(unsafe { c.imm_data_invalidated_rkey_union.imm_data });
+                // A receive completion of a WRITE_WITH_IMM carries its
+                // immediate.
+                let imm = imm_of(c);
                 if imm & IMM_CONTROL == 0 {
                     slot_imm = Some(imm);
                 } else {

@@ -12,7 +12,7 @@ use std::mem::MaybeUninit;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use rdma_sys::*;
+use crate::transport::verbs::sys::*;
 
 use super::device::Device;
 use super::event::CompChannel;

@@ -20,7 +20,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Once, Weak};
 
-use rdma_sys::*;
+use crate::transport::verbs::sys::*;
 
 use super::device::Device;
 use crate::{Error, Result};

@@ -3,7 +3,7 @@
 
 use std::mem::MaybeUninit;
 
-use rdma_sys::*;
+use crate::transport::verbs::sys::*;
 
 use super::imm::IMM_CONTROL;
 use super::{PeerRdma, Wake};
@@ -60,10 +60,10 @@ fn work_request(w: &Write, id: u64, signal: bool, sge: &mut ibv_sge) -> ibv_send
         flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
     }
     wr.send_flags = flags;
-    wr.imm_data_invalidated_rkey_union.imm_data = w.imm.to_be();
+    set_imm(&mut wr, w.imm);
     match w.fetch_add {
         Some(add) => {
-            wr.wr.atomic = atomic_t {
+            wr.wr.atomic = AtomicWr {
                 remote_addr: w.remote,
                 compare_add: add,
                 swap: 0,
@@ -71,7 +71,7 @@ fn work_request(w: &Write, id: u64, signal: bool, sge: &mut ibv_sge) -> ibv_send
             }
         }
         None => {
-            wr.wr.rdma = rdma_t {
+            wr.wr.rdma = RdmaWr {
                 remote_addr: w.remote,
                 rkey: w.rkey,
             }
