@@ -262,10 +262,12 @@ fn python_with_numpy() -> Result<(), String> {
     let out = Command::new("python3")
         .args(["-c", "import numpy"])
         .output()
-        .map_err(|e| format!("python3 is not available ({e})"))?;
+        .map_err(|e| {
+            format!("python3 is not available ({e}; `apt-get install python3 python3-numpy`)")
+        })?;
     if !out.status.success() {
         return Err(format!(
-            "numpy is not installed for python3: {}",
+            "numpy is not installed for python3 (`python3 -m pip install numpy`): {}",
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }

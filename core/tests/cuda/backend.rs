@@ -43,7 +43,10 @@ pub(crate) fn gpu_present() -> bool {
             std::env::var_os("STREAMCOMM_REQUIRE_GPU").is_none(),
             "STREAMCOMM_REQUIRE_GPU is set but no GPU is usable"
         );
-        streamcomm_testkit::skip(&streamcomm_testkit::current_test(), "no usable GPU here");
+        streamcomm_testkit::skip(
+            &streamcomm_testkit::current_test(),
+            "no usable GPU here (`scripts/gpu-check.sh --stand-in` runs it on the CPU stand-in)",
+        );
     }
     present
 }

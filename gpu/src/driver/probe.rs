@@ -115,7 +115,8 @@ fn probe() -> Result<DriverInfo> {
     let Some(name) = first_loadable(&DRIVER_LIB_NAMES) else {
         return Err(Error::Unavailable(format!(
             "no CUDA driver library (tried libcuda.so, libcuda.so.1 and {} other names, \
-             in cudarc's order)",
+             in cudarc's order; without a GPU, `streamcomm-run --cuda-stand-in` runs a \
+             program on streamcomm's CPU stand-in for the driver)",
             DRIVER_LIB_NAMES.len() - 2
         )));
     };
