@@ -64,11 +64,11 @@ fn run_rank() -> Result<(), Box<dyn std::error::Error>> {
 
     // This rank's gradients, on the device.
     let mine: Vec<f32> = (0..COUNT).map(|i| gradient(rank, i)).collect();
-    let mut grads = stream.memcpy_stod(&mine)?;
+    let mut grads = stream.clone_htod(&mine)?;
 
     // Sum them over every rank, in place, on the stream: enqueued, returns at once.
     cuda.all_reduce_in_place(&mut grads, ReduceOp::Sum, &stream)?;
-    let summed = stream.memcpy_dtov(&grads)?; // waits for the stream
+    let summed = stream.clone_dtoh(&grads)?; // waits for the stream
     if let Some(e) = cuda.async_error() {
         return Err(e.into());
     }

@@ -196,8 +196,8 @@ fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
         let count = bytes / 4;
         let iters = if bytes >= 16 << 20 { 5 } else { 20 };
         let input: Vec<f32> = (0..count).map(|i| ((i * 7 + r * 3) % 13) as f32).collect();
-        let send = s.memcpy_stod(&input)?;
-        let mut recv = s.memcpy_stod(&vec![f32::NAN; count])?;
+        let send = s.clone_htod(&input)?;
+        let mut recv = s.clone_htod(&vec![f32::NAN; count])?;
         cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
         s.synchronize()?;
         let t = Instant::now();
@@ -206,7 +206,7 @@ fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
         }
         s.synchronize()?;
         let secs = t.elapsed().as_secs_f64() / iters as f64;
-        let got = s.memcpy_dtov(&recv)?;
+        let got = s.clone_dtoh(&recv)?;
         let wrong = got
             .iter()
             .enumerate()
@@ -256,8 +256,8 @@ fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
         let count = bytes / 4;
         let iters = 200;
         let input: Vec<f32> = (0..count).map(|i| ((i * 5 + r * 11) % 17) as f32).collect();
-        let send = s.memcpy_stod(&input)?;
-        let mut recv = s.memcpy_stod(&vec![f32::NAN; count])?;
+        let send = s.clone_htod(&input)?;
+        let mut recv = s.clone_htod(&vec![f32::NAN; count])?;
         s.synchronize()?;
         s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
         cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
@@ -274,7 +274,7 @@ fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
         }
         s.synchronize()?;
         let secs = t.elapsed().as_secs_f64() / iters as f64;
-        let got = s.memcpy_dtov(&recv)?;
+        let got = s.clone_dtoh(&recv)?;
         drop(graph);
         let wrong = got
             .iter()

@@ -80,10 +80,10 @@ impl CudaComm {
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
-    /// let send = stream.memcpy_stod(&[1.0f32; 1024]).expect("copy");
+    /// let send = stream.clone_htod(&[1.0f32; 1024]).expect("copy");
     /// let mut recv = stream.alloc_zeros::<f32>(1024).expect("alloc");
     /// cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)?; // enqueued, returns at once
-    /// let sum = stream.memcpy_dtov(&recv).expect("copy"); // waits: every element is comm.size()
+    /// let sum = stream.clone_dtoh(&recv).expect("copy"); // waits: every element is comm.size()
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -111,7 +111,7 @@ impl CudaComm {
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
-    /// let mut grads = stream.memcpy_stod(&[0.5f32; 1024]).expect("copy");
+    /// let mut grads = stream.clone_htod(&[0.5f32; 1024]).expect("copy");
     /// cuda.all_reduce_in_place(&mut grads, ReduceOp::Avg, &stream)?;
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
@@ -135,7 +135,7 @@ impl CudaComm {
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
-    /// let send = stream.memcpy_stod(&[comm.rank() as u32; 8]).expect("copy"); // read at the root
+    /// let send = stream.clone_htod(&[comm.rank() as u32; 8]).expect("copy"); // read at the root
     /// let mut recv = stream.alloc_zeros::<u32>(8).expect("alloc");
     /// cuda.broadcast(&send, &mut recv, 0, &stream)?; // every rank: [0; 8]
     /// # Ok::<(), streamcomm::Error>(())
@@ -167,7 +167,7 @@ impl CudaComm {
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
-    /// let mut weights = stream.memcpy_stod(&[comm.rank() as f32; 8]).expect("copy");
+    /// let mut weights = stream.clone_htod(&[comm.rank() as f32; 8]).expect("copy");
     /// cuda.broadcast_in_place(&mut weights, 0, &stream)?; // rank 0's weights everywhere
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
@@ -191,7 +191,7 @@ impl CudaComm {
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
-    /// let send = stream.memcpy_stod(&[2i32; 16]).expect("copy");
+    /// let send = stream.clone_htod(&[2i32; 16]).expect("copy");
     /// let mut recv = stream.alloc_zeros::<i32>(16).expect("alloc"); // written at the root only
     /// cuda.reduce(&send, &mut recv, ReduceOp::Max, 0, &stream)?;
     /// # Ok::<(), streamcomm::Error>(())
@@ -218,7 +218,7 @@ impl CudaComm {
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
-    /// let mut buf = stream.memcpy_stod(&[1.0f64; 16]).expect("copy");
+    /// let mut buf = stream.clone_htod(&[1.0f64; 16]).expect("copy");
     /// cuda.reduce_in_place(&mut buf, ReduceOp::Sum, 0, &stream)?; // the root's buf: the sums
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
@@ -244,7 +244,7 @@ impl CudaComm {
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
-    /// let send = stream.memcpy_stod(&[comm.rank() as f32; 4]).expect("copy");
+    /// let send = stream.clone_htod(&[comm.rank() as f32; 4]).expect("copy");
     /// let mut recv = stream.alloc_zeros::<f32>(4 * comm.size()).expect("alloc");
     /// cuda.all_gather(&send, &mut recv, &stream)?; // [0,0,0,0, 1,1,1,1, …]
     /// # Ok::<(), streamcomm::Error>(())
@@ -297,7 +297,7 @@ impl CudaComm {
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
-    /// let send = stream.memcpy_stod(&vec![1.0f32; 4 * comm.size()]).expect("copy");
+    /// let send = stream.clone_htod(&vec![1.0f32; 4 * comm.size()]).expect("copy");
     /// let mut recv = stream.alloc_zeros::<f32>(4).expect("alloc");
     /// cuda.reduce_scatter(&send, &mut recv, ReduceOp::Sum, &stream)?; // block `rank` of the sums
     /// # Ok::<(), streamcomm::Error>(())
@@ -324,7 +324,7 @@ impl CudaComm {
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
-    /// let mut buf = stream.memcpy_stod(&vec![1.0f32; 4 * comm.size()]).expect("copy");
+    /// let mut buf = stream.clone_htod(&vec![1.0f32; 4 * comm.size()]).expect("copy");
     /// cuda.reduce_scatter_in_place(&mut buf, ReduceOp::Sum, &stream)?; // result at 4 * rank
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
@@ -349,7 +349,7 @@ impl CudaComm {
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
-    /// let send = stream.memcpy_stod(&vec![comm.rank() as f32; 4 * comm.size()]).expect("copy");
+    /// let send = stream.clone_htod(&vec![comm.rank() as f32; 4 * comm.size()]).expect("copy");
     /// let mut recv = stream.alloc_zeros::<f32>(4 * comm.size()).expect("alloc");
     /// cuda.all_to_all(&send, &mut recv, &stream)?; // block j of recv came from rank j
     /// # Ok::<(), streamcomm::Error>(())

@@ -29,7 +29,7 @@ impl<'a> CudaGroup<'a> {
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
     /// let (r, n) = (comm.rank(), comm.size());
-    /// let out = stream.memcpy_stod(&[r as f32; 256]).expect("copy");
+    /// let out = stream.clone_htod(&[r as f32; 256]).expect("copy");
     /// let mut inb = stream.alloc_zeros::<f32>(256).expect("alloc");
     /// // A ring shift: any order of the two calls works inside a group.
     /// cuda.group(&stream, |g| {
@@ -56,7 +56,7 @@ impl<'a> CudaGroup<'a> {
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
     /// let (r, n) = (comm.rank(), comm.size());
-    /// let out = stream.memcpy_stod(&[r as f32; 256]).expect("copy");
+    /// let out = stream.clone_htod(&[r as f32; 256]).expect("copy");
     /// let mut inb = stream.alloc_zeros::<f32>(256).expect("alloc");
     /// // A ring shift: any order of the two calls works inside a group.
     /// cuda.group(&stream, |g| {
@@ -107,7 +107,7 @@ impl CudaComm {
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
     /// let (r, n) = (comm.rank(), comm.size());
-    /// let out = stream.memcpy_stod(&[r as f32; 256]).expect("copy");
+    /// let out = stream.clone_htod(&[r as f32; 256]).expect("copy");
     /// let mut inb = stream.alloc_zeros::<f32>(256).expect("alloc");
     /// // A ring shift: any order of the two calls works inside a group.
     /// cuda.group(&stream, |g| {
@@ -149,7 +149,7 @@ impl CudaComm {
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
-    /// let buf = stream.memcpy_stod(&[1.0f32; 256]).expect("copy");
+    /// let buf = stream.clone_htod(&[1.0f32; 256]).expect("copy");
     /// if comm.rank() == 0 {
     ///     cuda.send(&buf, 1, &stream)?; // rank 1 posts the matching recv
     /// }

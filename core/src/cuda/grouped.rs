@@ -70,10 +70,10 @@ impl CudaComm {
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
     /// let (rank, size) = (comm.rank(), comm.size());
-    /// let send = stream.memcpy_stod(&[rank as f32; 4]).expect("copy");
+    /// let send = stream.clone_htod(&[rank as f32; 4]).expect("copy");
     /// let mut recv = stream.alloc_zeros::<f32>(4 * size).expect("alloc"); // used at the root only
     /// cuda.gather(&send, &mut recv, 0, &stream)?;
-    /// let all = stream.memcpy_dtov(&recv).expect("copy"); // rank 0: [0,0,0,0, 1,1,1,1, …]
+    /// let all = stream.clone_dtoh(&recv).expect("copy"); // rank 0: [0,0,0,0, 1,1,1,1, …]
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -131,10 +131,10 @@ impl CudaComm {
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
     /// let blocks: Vec<f32> = (0..4 * comm.size()).map(|i| i as f32).collect();
-    /// let send = stream.memcpy_stod(&blocks).expect("copy"); // read at the root only
+    /// let send = stream.clone_htod(&blocks).expect("copy"); // read at the root only
     /// let mut recv = stream.alloc_zeros::<f32>(4).expect("alloc");
     /// cuda.scatter(&send, &mut recv, 0, &stream)?;
-    /// let mine = stream.memcpy_dtov(&recv).expect("copy"); // blocks[4 * rank..][..4]
+    /// let mine = stream.clone_dtoh(&recv).expect("copy"); // blocks[4 * rank..][..4]
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     ///
@@ -194,7 +194,7 @@ impl CudaComm {
     /// let send_displs: Vec<usize> = (0..n).map(|j| j * (r + 1)).collect();
     /// let recv_counts: Vec<usize> = (0..n).map(|j| j + 1).collect();
     /// let recv_displs: Vec<usize> = (0..n).map(|j| j * (j + 1) / 2).collect();
-    /// let send = stream.memcpy_stod(&vec![r as f32; n * (r + 1)]).expect("copy");
+    /// let send = stream.clone_htod(&vec![r as f32; n * (r + 1)]).expect("copy");
     /// let mut recv = stream.alloc_zeros::<f32>(n * (n + 1) / 2).expect("alloc");
     /// cuda.all_to_allv(
     ///     &send, &send_counts, &send_displs, &mut recv, &recv_counts, &recv_displs, &stream,

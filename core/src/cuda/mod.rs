@@ -10,7 +10,7 @@
 //! let ctx = CudaContext::new(comm.rank() % devices).expect("probed above");
 //! let cuda = CudaComm::new(&comm, ctx.clone())?; // collective: every rank calls it
 //! let stream = ctx.new_stream().expect("stream");
-//! let send = stream.memcpy_stod(&[1.0f32; 1024]).expect("copy");
+//! let send = stream.clone_htod(&[1.0f32; 1024]).expect("copy");
 //! let mut recv = stream.alloc_zeros::<f32>(1024).expect("alloc");
 //! cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)?; // enqueued, returns at once
 //! cuda.barrier(&stream)?;

@@ -89,7 +89,7 @@ impl CudaComm {
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
-    /// let send = stream.memcpy_stod(&[1.0f32; 1024]).expect("copy");
+    /// let send = stream.clone_htod(&[1.0f32; 1024]).expect("copy");
     /// let mut recv = stream.alloc_zeros::<f32>(1024).expect("alloc");
     /// // What a framework holds: addresses (`tensor.data_ptr()`) and a stream handle.
     /// let (s, _r) = send.device_ptr(&stream);
@@ -184,7 +184,7 @@ impl CudaComm {
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
     /// let (r, n) = (comm.rank(), comm.size());
-    /// let out = stream.memcpy_stod(&[r as f32; 256]).expect("copy");
+    /// let out = stream.clone_htod(&[r as f32; 256]).expect("copy");
     /// let mut inb = stream.alloc_zeros::<f32>(256).expect("alloc");
     /// let (o, _r) = out.device_ptr(&stream);
     /// let (i, _w) = inb.device_ptr_mut(&stream);

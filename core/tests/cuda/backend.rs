@@ -104,15 +104,11 @@ pub(crate) fn data(seed: u64, rank: usize, len: usize) -> Vec<f64> {
 
 pub(crate) fn upload<T: Num>(s: &Arc<CudaStream>, v: &[f64]) -> CudaSlice<T> {
     let host: Vec<T> = v.iter().map(|&x| T::of(x)).collect();
-    s.memcpy_stod(&host).unwrap()
+    s.clone_htod(&host).unwrap()
 }
 
 pub(crate) fn download<T: Num>(s: &Arc<CudaStream>, d: &CudaSlice<T>) -> Vec<f64> {
-    s.memcpy_dtov(d)
-        .unwrap()
-        .into_iter()
-        .map(Num::get)
-        .collect()
+    s.clone_dtoh(d).unwrap().into_iter().map(Num::get).collect()
 }
 
 pub(crate) fn poisoned<T: Num>(s: &Arc<CudaStream>, len: usize) -> CudaSlice<T> {

@@ -59,9 +59,9 @@ pub(crate) fn run_rank(cuda: &CudaComm) -> Result<(), Box<dyn std::error::Error>
     let stream: Arc<CudaStream> = ctx.new_stream()?;
     let mut rng = rand::thread_rng();
     let input: Vec<f32> = (0..COUNT).map(|_| rng.gen_range(-1.0..1.0)).collect();
-    let send = stream.memcpy_stod(&input)?;
+    let send = stream.clone_htod(&input)?;
     let mut everyone = stream.alloc_zeros::<f32>(COUNT * size)?;
-    let mut result = stream.memcpy_stod(&vec![f32::NAN; COUNT])?; // poison
+    let mut result = stream.clone_htod(&vec![f32::NAN; COUNT])?; // poison
     cuda.all_gather(&send, &mut everyone, &stream)?;
     stream.synchronize()?;
     let t0 = Instant::now();
@@ -74,8 +74,8 @@ pub(crate) fn run_rank(cuda: &CudaComm) -> Result<(), Box<dyn std::error::Error>
     let worst = check_sum(
         rank,
         size,
-        &stream.memcpy_dtov(&everyone)?,
-        &stream.memcpy_dtov(&result)?,
+        &stream.clone_dtoh(&everyone)?,
+        &stream.clone_dtoh(&result)?,
     )?;
     let (host_barrier, stream_barrier) =
         time_barriers(comm, || cuda.barrier(&stream), || stream.synchronize())?;

@@ -1,10 +1,11 @@
 //! Probing the CUDA driver before the first call into cudarc.
 //!
-//! cudarc (0.17, `dynamic-loading`) resolves every symbol of its bindings when it
-//! first loads libcuda and panics if the library or one symbol is missing. So the
-//! probe (1) tries the driver's names itself, in cudarc's order, so that it
-//! finds the library cudarc will bind, (2) asks cudarc's `is_culib_present()`
-//! inside `catch_unwind`, (3) calls `cuInit` and checks the driver version.
+//! cudarc (0.19, `dynamic-loading`) loads libcuda at its first call and
+//! resolves each entry point at its own first call, panicking where the
+//! library or the symbol is missing. So the probe (1) tries the driver's
+//! names itself, in cudarc's order, so that it finds the library cudarc will
+//! bind, (2) asks cudarc's `is_culib_present()` inside `catch_unwind`, (3)
+//! calls `cuInit` and checks the driver version.
 //! The outcome is computed once and cached.
 //!
 //! cudarc tries `libcuda.so` before `libcuda.so.1`. A CUDA toolkit's
@@ -25,17 +26,19 @@ use super::sys;
 /// Library names of the CUDA driver, in the order they are tried: cudarc's
 /// order on Linux (its `get_lib_name_candidates("cuda")` for `cuda-12000`),
 /// so that the probe loads the library cudarc will bind.
-pub const DRIVER_LIB_NAMES: [&str; 11] = [
+pub const DRIVER_LIB_NAMES: [&str; 13] = [
     "libcuda.so",
     "libcuda64.so",
     "libcuda64_12.so",
     "libcuda64_120.so",
     "libcuda64_120_0.so",
     "libcuda64_10.so",
+    "libcuda64_11.so",
     "libcuda64_9.so",
     "libcuda.so.12",
     "libcuda.so.11",
     "libcuda.so.10",
+    "libcuda.so.9",
     "libcuda.so.1",
 ];
 
@@ -161,4 +164,20 @@ fn probe() -> Result<DriverInfo> {
         version,
         device_count: count as usize,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    /// The probe must load the library cudarc binds: the same names, in the
+    /// same order (cudarc's list, duplicates dropped, Linux names only).
+    #[test]
+    fn the_names_are_cudarcs_in_its_order() {
+        let mut theirs: Vec<String> = Vec::new();
+        for name in cudarc::get_lib_name_candidates("cuda") {
+            if !theirs.contains(&name) {
+                theirs.push(name);
+            }
+        }
+        assert_eq!(theirs, super::DRIVER_LIB_NAMES.to_vec());
+    }
 }

@@ -1,7 +1,7 @@
 //! NVRTC, loaded by this crate rather than through cudarc.
 //!
-//! cudarc 0.17 with `cuda-12000` looks for `libnvrtc.so.12` but not `.13`, and
-//! binds every NVRTC symbol of CUDA 12.0 eagerly (some were removed in CUDA 13).
+//! cudarc with `cuda-12000` looks for `libnvrtc.so.12` but not `.13`, and
+//! knows nothing of which NVRTC a driver can load the images of.
 //! [`sys`] loads the library from a chosen list of names and binds only the
 //! functions used; [`choice`] picks, among those names, an NVRTC whose images
 //! the driver can load (not newer than the driver's CUDA major); [`compile`]

@@ -1,5 +1,6 @@
-//! Every other entry point of cudarc's `cuda-12000` bindings (cudarc 0.17
-//! resolves all 382 eagerly and panics on a missing one). Each returns
+//! Every other entry point of cudarc's `cuda-12000` bindings (cudarc
+//! resolves each at its first call and panics on a missing one, so every one
+//! is exported). Each returns
 //! `CUDA_ERROR_NOT_SUPPORTED` and names itself once on stderr, so nothing the
 //! stand-in does not implement can silently succeed.
 //!

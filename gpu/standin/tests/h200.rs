@@ -206,7 +206,7 @@ standin_test!(
         let ctx = cudarc::driver::CudaContext::new(0).unwrap();
         let s = ctx.default_stream();
         assert_eq!(
-            s.memcpy_dtov(&s.memcpy_stod(&[1u8, 2]).unwrap()).unwrap(),
+            s.clone_dtoh(&s.clone_htod(&[1u8, 2]).unwrap()).unwrap(),
             [1, 2]
         );
     }
@@ -298,10 +298,10 @@ standin_test!(
         let streams = [ctx.new_stream().unwrap(), ctx.new_stream().unwrap()];
         for (i, s) in streams.iter().enumerate() {
             let host: Vec<u32> = (0..4096).map(|x| x * (i as u32 + 3)).collect();
-            let d = s.memcpy_stod(&host).unwrap();
+            let d = s.clone_htod(&host).unwrap();
             let z = s.alloc_zeros::<u32>(4096).unwrap();
-            assert_eq!(s.memcpy_dtov(&d).unwrap(), host);
-            assert!(s.memcpy_dtov(&z).unwrap().iter().all(|&x| x == 0));
+            assert_eq!(s.clone_dtoh(&d).unwrap(), host);
+            assert!(s.clone_dtoh(&z).unwrap().iter().all(|&x| x == 0));
             {
                 let (p, _sync) = d.device_ptr(s);
                 let mut rdma = 7u32;
@@ -315,12 +315,12 @@ standin_test!(
         }
         // A buffer made on one stream, read and freed from the other: cudarc
         // orders them with events, so the stream-ordered memory is usable.
-        let a = streams[0].memcpy_stod(&[5u32, 6, 7]).unwrap();
-        assert_eq!(streams[1].memcpy_dtov(&a).unwrap(), [5, 6, 7]);
+        let a = streams[0].clone_htod(&[5u32, 6, 7]).unwrap();
+        assert_eq!(streams[1].clone_dtoh(&a).unwrap(), [5, 6, 7]);
         let mut b = streams[1].alloc_zeros::<u32>(3).unwrap();
         streams[1].memcpy_dtod(&a, &mut b).unwrap();
         drop(a);
-        assert_eq!(streams[0].memcpy_dtov(&b).unwrap(), [5, 6, 7]);
+        assert_eq!(streams[0].clone_dtoh(&b).unwrap(), [5, 6, 7]);
         drop(b);
         for s in &streams {
             s.synchronize().unwrap();
