@@ -70,7 +70,7 @@ impl Pattern {
                 let base = 1 + i % self.spread;
                 let offset = if self.nranks % 2 == 1 && rank == self.nranks - 1 {
                     0.0
-                } else if rank % 2 == 0 {
+                } else if rank.is_multiple_of(2) {
                     1.0
                 } else {
                     -1.0

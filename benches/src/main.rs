@@ -118,13 +118,14 @@ fn rank_main(cli: &Cli, info: &LaunchInfo) -> ExitCode {
     if let Err(e) = cli.validate(info.size) {
         return fail(&format!("rank {rank}: {e}"), EXIT_USAGE);
     }
-    if let Some(n) = cli.ranks {
-        if n as usize != info.size && rank == 0 {
-            eprintln!(
-                "streamcomm-bench: --ranks {n} ignored: the launcher ({}) started {} ranks",
-                info.launcher, info.size
-            );
-        }
+    if let Some(n) = cli.ranks
+        && n as usize != info.size
+        && rank == 0
+    {
+        eprintln!(
+            "streamcomm-bench: --ranks {n} ignored: the launcher ({}) started {} ranks",
+            info.launcher, info.size
+        );
     }
     install_tracing();
     // Before the communicator reads its configuration.
@@ -215,10 +216,10 @@ fn run_rank(cli: &Cli, info: &LaunchInfo) -> Fallible<u64> {
             barrier.push(result);
         }
     } else {
-        if let (Some(p), Some(m)) = (printer.as_mut(), machine.as_ref()) {
-            if cli.collective != Collective::Sendrecv {
-                report::print_table_header(p, m.tcp.is_some(), cli.model);
-            }
+        if let (Some(p), Some(m)) = (printer.as_mut(), machine.as_ref())
+            && cli.collective != Collective::Sendrecv
+        {
+            report::print_table_header(p, m.tcp.is_some(), cli.model);
         }
         if cli.collective == Collective::Sendrecv {
             if let Some(p) = printer.as_mut() {

@@ -264,10 +264,11 @@ impl fmt::Display for Mismatch {
             who(self.witness),
             self.witness_call
         )?;
-        if let Some(ours) = &self.ours {
-            if self.rank != self.culprit && self.rank != self.witness {
-                write!(f, "; rank {} (this rank) called {ours}", self.rank)?;
-            }
+        if let Some(ours) = &self.ours
+            && self.rank != self.culprit
+            && self.rank != self.witness
+        {
+            write!(f, "; rank {} (this rank) called {ours}", self.rank)?;
         }
         if self.confirmed {
             write!(

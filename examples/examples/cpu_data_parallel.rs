@@ -66,7 +66,7 @@ fn run_rank() -> Result<(), Box<dyn std::error::Error>> {
     let comm = Communicator::from_env()?;
     let stream = HostStream::new()?;
     let (rank, size) = (comm.rank(), comm.size());
-    if SAMPLES % size != 0 {
+    if !SAMPLES.is_multiple_of(size) {
         return Err(format!("{SAMPLES} samples do not split evenly between {size} ranks").into());
     }
     let (xs, ys) = streamcomm_examples::linear_data::<FEATURES>(SEED, SAMPLES);

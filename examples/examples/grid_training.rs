@@ -189,10 +189,10 @@ fn run_rank() -> Result<(), Box<dyn std::error::Error>> {
     let me = world.rank();
     let (xs, ys) = streamcomm_examples::linear_data::<FEATURES>(SEED, SAMPLES);
     let mut grid_now = grid(&world)?;
-    if let Some(g) = &grid_now {
-        if world.rank() == 0 {
-            println!("grid {TP} x {} of {} ranks", g.replicas, world.size());
-        }
+    if let Some(g) = &grid_now
+        && world.rank() == 0
+    {
+        println!("grid {TP} x {} of {} ranks", g.replicas, world.size());
     }
     let mut state = State {
         weights: vec![0f32; SLICE],
@@ -212,7 +212,7 @@ fn run_rank() -> Result<(), Box<dyn std::error::Error>> {
         match outcome {
             Ok(loss) if loss.is_nan() => return Ok(()),
             Ok(loss) => {
-                if state.step % 10 == 0 {
+                if state.step.is_multiple_of(10) {
                     println!("step {} loss {loss:.4e}", state.step);
                 }
                 state.step += 1;

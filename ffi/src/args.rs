@@ -137,7 +137,7 @@ impl CBuf {
             non_null(ptr, what)?;
         }
         let addr = ptr as usize;
-        if addr % dtype.size() != 0 {
+        if !addr.is_multiple_of(dtype.size()) {
             return Err(Failure::invalid(format!(
                 "{what} {addr:#x} is not aligned to its element size ({} bytes for {dtype})",
                 dtype.size()

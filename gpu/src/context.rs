@@ -125,10 +125,10 @@ impl Device {
             let retained = check("cuDevicePrimaryCtxRetain", unsafe {
                 sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)
             });
-            if let Err(Error::Driver { code, .. }) = &retained {
-                if *code == DEVICE_UNAVAILABLE {
-                    return Err(unavailable_by_mode(ordinal, dev, retained.unwrap_err()));
-                }
+            if let Err(Error::Driver { code, .. }) = &retained
+                && *code == DEVICE_UNAVAILABLE
+            {
+                return Err(unavailable_by_mode(ordinal, dev, retained.unwrap_err()));
             }
             retained?;
             let major = attribute(

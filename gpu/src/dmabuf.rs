@@ -16,7 +16,7 @@ impl DeviceBuffer {
     /// the device or kernel does not support dma-buf; the buffer must start on a
     /// host page (allocations of 2 MiB and more do).
     pub fn export_dmabuf(&self) -> Result<OwnedFd> {
-        if self.as_raw() % ALLOC_GRANULE as u64 != 0 {
+        if !self.as_raw().is_multiple_of(ALLOC_GRANULE as u64) {
             return Err(Error::invalid(format!(
                 "export_dmabuf: buffer at {:#x} is not {ALLOC_GRANULE}-byte aligned (allocate at least 2 MiB)",
                 self.as_raw()

@@ -347,7 +347,7 @@ impl Kernels {
             count,
             avg_divisor,
         } = *work;
-        if abort % 4 != 0 {
+        if !abort.is_multiple_of(4) {
             return Err(Error::invalid(format!(
                 "reduce_copy: abort word {abort:#x} is not 4-aligned"
             )));

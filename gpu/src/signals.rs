@@ -161,7 +161,7 @@ impl Signals {
 }
 
 fn check_addr(addr: CUdeviceptr) -> Result<()> {
-    if addr == 0 || addr % 4 != 0 {
+    if addr == 0 || !addr.is_multiple_of(4) {
         return Err(Error::invalid(format!(
             "signal word address {addr:#x} is null or unaligned"
         )));

@@ -20,11 +20,11 @@ pub(crate) const STAGE: usize = 256;
 
 /// `dst = a op b` on byte slices holding elements of `T`.
 pub(crate) fn binary<T: Lane, O: Op>(a: &[u8], b: &[u8], dst: &mut [u8]) {
-    if let (Ok(ta), Ok(tb)) = (try_cast_slice::<u8, T>(a), try_cast_slice::<u8, T>(b)) {
-        if let Ok(td) = try_cast_slice_mut::<u8, T>(dst) {
-            T::binary::<O>(ta, tb, td);
-            return;
-        }
+    if let (Ok(ta), Ok(tb)) = (try_cast_slice::<u8, T>(a), try_cast_slice::<u8, T>(b))
+        && let Ok(td) = try_cast_slice_mut::<u8, T>(dst)
+    {
+        T::binary::<O>(ta, tb, td);
+        return;
     }
     let size = std::mem::size_of::<T>();
     let mut sa = [T::zeroed(); STAGE];
@@ -47,11 +47,11 @@ pub(crate) fn binary<T: Lane, O: Op>(a: &[u8], b: &[u8], dst: &mut [u8]) {
 
 /// `dst = dst op src` on byte slices holding elements of `T`.
 pub(crate) fn in_place<T: Lane, O: Op>(dst: &mut [u8], src: &[u8]) {
-    if let Ok(ts) = try_cast_slice::<u8, T>(src) {
-        if let Ok(td) = try_cast_slice_mut::<u8, T>(dst) {
-            T::in_place::<O>(td, ts);
-            return;
-        }
+    if let Ok(ts) = try_cast_slice::<u8, T>(src)
+        && let Ok(td) = try_cast_slice_mut::<u8, T>(dst)
+    {
+        T::in_place::<O>(td, ts);
+        return;
     }
     let size = std::mem::size_of::<T>();
     let mut sd = [T::zeroed(); STAGE];

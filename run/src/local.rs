@@ -497,10 +497,10 @@ fn stop(children: &mut [Child], exited: &mut [Option<ExitStatus>], signal: i32, 
 
 fn reap(children: &mut [Child], exited: &mut [Option<ExitStatus>]) {
     for (child, status) in children.iter_mut().zip(exited.iter_mut()) {
-        if status.is_none() {
-            if let Ok(Some(s)) = child.try_wait() {
-                *status = Some(s);
-            }
+        if status.is_none()
+            && let Ok(Some(s)) = child.try_wait()
+        {
+            *status = Some(s);
         }
     }
 }

@@ -122,11 +122,11 @@ pub(super) fn rendezvous(
         // A joined rank never speaks before the welcome: any event means it
         // closed (or misbehaves), and its slot is free again.
         for (k, &rank) in waiting.iter().enumerate() {
-            if fds[1 + pending.len() + k].revents != 0 {
-                if let Some(j) = slots[rank].take() {
-                    tracing::warn!(rank, peer = %j.peer, "rank left before all ranks joined");
-                    joined -= 1;
-                }
+            if fds[1 + pending.len() + k].revents != 0
+                && let Some(j) = slots[rank].take()
+            {
+                tracing::warn!(rank, peer = %j.peer, "rank left before all ranks joined");
+                joined -= 1;
             }
         }
         if joined == 0 {

@@ -319,10 +319,10 @@ impl Communicator {
     /// Skips `ticket` (when one was taken), so that later operations run,
     /// and returns `e`.
     fn give_up_turn(&self, ticket: Option<u64>, name: &str, e: crate::Error) -> crate::Error {
-        if let Some(t) = ticket {
-            if let Err(skip) = self.inner.run_ticketed(t, JobMode::Skip, name, |_| Ok(())) {
-                return skip;
-            }
+        if let Some(t) = ticket
+            && let Err(skip) = self.inner.run_ticketed(t, JobMode::Skip, name, |_| Ok(()))
+        {
+            return skip;
         }
         e
     }

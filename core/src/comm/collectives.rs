@@ -581,7 +581,7 @@ impl Communicator {
 
     fn per_rank(&self, len: usize, what: &str) -> Result<usize> {
         let size = self.inner.size;
-        if len % size != 0 {
+        if !len.is_multiple_of(size) {
             return Err(Error::invalid(format!(
                 "{what}: buffer of {len} elements is not divisible by the {size} ranks"
             )));

@@ -216,17 +216,17 @@ impl FailureSink for FailureState {
 /// other), else the record `e` tells.
 fn note_to_tell(e: &Error) -> Option<MismatchNote> {
     let note = e.mismatch_note()?;
-    if let Error::Mismatch(m) = e {
-        if let Some(ours) = m.ours.as_ref() {
-            let outside = m.rank != m.culprit && m.rank != m.witness;
-            if outside && ours.sig != m.culprit_call.sig {
-                return Some(MismatchNote {
-                    suspect: m.culprit,
-                    suspect_sig: m.culprit_call.sig,
-                    witness: m.rank,
-                    witness_sig: ours.sig,
-                });
-            }
+    if let Error::Mismatch(m) = e
+        && let Some(ours) = m.ours.as_ref()
+    {
+        let outside = m.rank != m.culprit && m.rank != m.witness;
+        if outside && ours.sig != m.culprit_call.sig {
+            return Some(MismatchNote {
+                suspect: m.culprit,
+                suspect_sig: m.culprit_call.sig,
+                witness: m.rank,
+                witness_sig: ours.sig,
+            });
         }
     }
     Some(note)

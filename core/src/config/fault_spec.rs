@@ -190,10 +190,10 @@ impl FaultRule {
                 ("delay", Some(v)) => Some(FaultAction::Delay(parse_delay(text, v)?)),
                 _ => return Err(bad_rule(text, &format!("unknown field `{field}`"))),
             };
-            if let Some(a) = new_action {
-                if action.replace(a).is_some() {
-                    return Err(bad_rule(text, "has more than one action"));
-                }
+            if let Some(a) = new_action
+                && action.replace(a).is_some()
+            {
+                return Err(bad_rule(text, "has more than one action"));
             }
         }
         let as_rank = |v: u64| usize::try_from(v).map_err(|_| bad_rule(text, "rank too large"));

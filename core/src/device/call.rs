@@ -201,7 +201,7 @@ impl DeviceCall {
     pub(crate) fn count(&self, size: usize) -> Result<usize> {
         let name = self.collective.name();
         let per_rank = |len: usize| {
-            if len % size != 0 {
+            if !len.is_multiple_of(size) {
                 return Err(Error::invalid(format!(
                     "{name}: buffer of {len} elements is not divisible by the {size} ranks"
                 )));
@@ -237,10 +237,10 @@ impl Communicator {
     ) -> Result<()> {
         queue.bury(&shared.graveyard);
         self.inner.failure.check()?;
-        if let Some(direct) = shared.direct.get() {
-            if self.enqueue_direct(queue, direct, &shared.graveyard, call)? {
-                return Ok(());
-            }
+        if let Some(direct) = shared.direct.get()
+            && self.enqueue_direct(queue, direct, &shared.graveyard, call)?
+        {
+            return Ok(());
         }
         let (task, stages) = self.device_task(queue, &shared.pool, call)?;
         self.enqueue_staged(queue, shared, task, stages)
@@ -271,20 +271,22 @@ impl Communicator {
         let mut flush = None;
         for o in ops {
             let bytes = o.range.len * o.dtype.size();
-            if let Some(nic) = shared.gpudirect.get() {
-                if bytes > 0 && self.moves_by_rdma(o.peer) && nic.reaches(o.range.addr) {
-                    let span = DeviceSpan {
-                        addr: o.range.addr,
-                        len: bytes,
-                        nic: nic.clone(),
-                    };
-                    if o.dir == Dir::Recv {
-                        flush = Some(nic.clone());
-                    }
-                    let (dtype, count) = (o.dtype, o.range.len);
-                    mems.push((o.dir, o.peer, GroupMemory::Device { span, dtype, count }));
-                    continue;
+            if let Some(nic) = shared.gpudirect.get()
+                && bytes > 0
+                && self.moves_by_rdma(o.peer)
+                && nic.reaches(o.range.addr)
+            {
+                let span = DeviceSpan {
+                    addr: o.range.addr,
+                    len: bytes,
+                    nic: nic.clone(),
+                };
+                if o.dir == Dir::Recv {
+                    flush = Some(nic.clone());
                 }
+                let (dtype, count) = (o.dtype, o.range.len);
+                mems.push((o.dir, o.peer, GroupMemory::Device { span, dtype, count }));
+                continue;
             }
             let mem = shared.pool.staging(bytes, |b| queue.alloc_staging(b))?;
             let view = BufView::new(mem.host_buffer(bytes), o.dtype, o.range.len);

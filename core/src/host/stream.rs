@@ -159,11 +159,11 @@ impl Shared {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.execute(mode)))
             .unwrap_or_else(|panic| Err(Error::UserTask(panic_message(&panic))));
         let mut st = self.lock();
-        if let Err(e) = result {
-            if st.error.is_none() {
-                tracing::debug!(error = %e, "host stream task failed");
-                st.error = Some(e);
-            }
+        if let Err(e) = result
+            && st.error.is_none()
+        {
+            tracing::debug!(error = %e, "host stream task failed");
+            st.error = Some(e);
         }
         st.running = false;
         self.count_done();

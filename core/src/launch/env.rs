@@ -348,7 +348,7 @@ fn slurm_local_size(get: &Getter<'_>, size: usize) -> Result<(usize, &'static st
     }
     if let Some(nodes) = get("SLURM_NNODES") {
         let nodes = number("SLURM_NNODES", &nodes)?;
-        if nodes > 0 && size % nodes == 0 {
+        if nodes > 0 && size.is_multiple_of(nodes) {
             return Ok((size / nodes, "the local size from SLURM_NNODES"));
         }
     }

@@ -254,13 +254,13 @@ impl Cx {
             )));
         }
         for (what, region) in [("src", step.src), ("dst", step.dst)] {
-            if let Some(r) = region {
-                if r.count != step.count {
-                    return Err(self.invalid(format!(
-                        "{what} region {r:?} has {} elements but the step moves {}",
-                        r.count, step.count
-                    )));
-                }
+            if let Some(r) = region
+                && r.count != step.count
+            {
+                return Err(self.invalid(format!(
+                    "{what} region {r:?} has {} elements but the step moves {}",
+                    r.count, step.count
+                )));
             }
         }
         if step.recv_from.is_none() && step.src.is_none() && step.count != 0 {
@@ -269,12 +269,12 @@ impl Cx {
                 step.count
             )));
         }
-        if let Some(d) = step.dst {
-            if d.buf == BufId::Send {
-                return Err(self.usage(format!(
-                    "dst region {d:?} is in the send buffer, which is read-only"
-                )));
-            }
+        if let Some(d) = step.dst
+            && d.buf == BufId::Send
+        {
+            return Err(self.usage(format!(
+                "dst region {d:?} is in the send buffer, which is read-only"
+            )));
         }
         Ok(())
     }

@@ -306,7 +306,7 @@ impl BarrierMemory for FlagMemory<'_> {
                     // A peer's write may need our completion queue reaped
                     // (its receive put back, a sleeping waiter woken).
                     checks = checks.wrapping_add(1);
-                    if any_remote && checks % POKE_EVERY == 0 {
+                    if any_remote && checks.is_multiple_of(POKE_EVERY) {
                         for area in self.areas {
                             if let Area::Remote(r) = area {
                                 r.poke();

@@ -181,7 +181,7 @@ impl ShmSegment {
     /// # Errors
     /// [`Error::InvalidArgument`] when the ring would not fit or is misaligned.
     pub fn ring(&self, offset: usize, shape: RingShape) -> Result<RingEnd> {
-        if offset % 64 != 0 || offset + shape.ring_bytes() > self.len {
+        if !offset.is_multiple_of(64) || offset + shape.ring_bytes() > self.len {
             return Err(Error::invalid(format!(
                 "ring at {offset} (+{}) does not fit segment {} of {} bytes",
                 shape.ring_bytes(),

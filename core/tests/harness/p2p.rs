@@ -30,7 +30,7 @@ pub fn ring_exchange(comm: &Communicator, stream: &HostStream, seed: u64) {
     for (tag, len) in [(1u64, 1usize), (2, 300), (3, 5000), (4, 100_000)] {
         let out = HostBuffer::from_slice(&payload(seed, r, right, tag, len));
         let mut inb = HostBuffer::from_slice(&vec![POISON; len + 7]);
-        let recv_first = (tag + r as u64) % 2 == 0;
+        let recv_first = (tag + r as u64).is_multiple_of(2);
         comm.group(stream, |g| {
             if recv_first {
                 g.recv(&mut inb, left)?;

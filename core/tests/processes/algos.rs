@@ -70,7 +70,7 @@ fn child() {
                     dtype,
                     op,
                     count,
-                    in_place: k % 2 == 0,
+                    in_place: k.is_multiple_of(2),
                     seed: seed ^ (k << 32),
                 };
                 harness::run_case(&comm, &stream, &case).unwrap_or_else(|e| panic!("{e}"));

@@ -272,7 +272,7 @@ fn grids(world: &Communicator, seed: u64) {
         checked_sum(&dp, &dp_members, s ^ 7, 10);
     }
     // No colour for every third rank; the key reverses the order.
-    let coloured = |r: usize| r % 3 != 0;
+    let coloured = |r: usize| !r.is_multiple_of(3);
     let group = world
         .split(coloured(rank).then_some(7), -(rank as i32))
         .unwrap_or_else(|e| panic!("rank {rank}: split with no colour: {e}"));

@@ -425,7 +425,7 @@ fn host_calls(comm: &Communicator, stream: &HostStream, seed: u64) {
         let peer = 1 - r;
         for i in 0..500u64 {
             let len = 1 + (i as usize * 37) % 700;
-            if (i as usize + r) % 2 == 0 {
+            if (i as usize + r).is_multiple_of(2) {
                 comm.send_host(&payload(seed, r, peer, 600 + i, len), peer)
                     .unwrap();
             } else {

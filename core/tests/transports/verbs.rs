@@ -202,7 +202,7 @@ fn p2p_scenario(comm: &Communicator, stream: &HostStream, seed: u64) {
 /// message each way, every element checked.
 fn host_blocking_pairs(comm: &streamcomm::Communicator, seed: u64) {
     let partner = comm.rank() ^ 1;
-    let first = comm.rank() % 2 == 0;
+    let first = comm.rank().is_multiple_of(2);
     for len in [1usize, 1, 1, 100_000] {
         for round in 0..50u64 {
             let mine: Vec<u64> = (0..len as u64)

@@ -123,7 +123,7 @@ fn memset(
         Some(h) => stream_of(h)?,
         None => ctx.legacy().clone(),
     };
-    if dst % width as u64 != 0 {
+    if !dst.is_multiple_of(width as u64) {
         return Err(INVALID_VALUE);
     }
     if count == 0 {

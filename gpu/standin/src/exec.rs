@@ -253,13 +253,13 @@ fn wait_value(ctx: &Context, addr: u64, value: u64, cond: u32, wide: bool) -> Re
             }
             // Every ~5 ms: has the word's memory gone (an IPC exporter freed
             // it or exited)? On a GPU the next poll would fault.
-            if spins % 128 == 0 {
-                if let Some(why) = d.unusable() {
-                    return Err((
-                        ILLEGAL_ADDRESS,
-                        format!("cuStreamWaitValue polled {addr:#x}, but {why}"),
-                    ));
-                }
+            if spins.is_multiple_of(128)
+                && let Some(why) = d.unusable()
+            {
+                return Err((
+                    ILLEGAL_ADDRESS,
+                    format!("cuStreamWaitValue polled {addr:#x}, but {why}"),
+                ));
             }
             std::thread::sleep(Duration::from_micros(50));
         }

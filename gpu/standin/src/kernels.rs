@@ -107,7 +107,7 @@ pub fn run(ctx: &Context, launch: &Launch) -> Result<(), Fault> {
 }
 
 fn check_aligned(addr: u64, align: u64, what: &str) -> Result<(), Fault> {
-    if addr % align != 0 {
+    if !addr.is_multiple_of(align) {
         return Err((
             MISALIGNED,
             format!("{what}: address {addr:#x} is not {align}-byte aligned"),

@@ -20,7 +20,7 @@ const FLUSH: u32 = 1 << 30;
 
 fn target(addr: u64, wide: bool, name: &str) -> Res<()> {
     let size = if wide { 8 } else { 4 };
-    if addr % size != 0 || resolve(addr, size as usize).is_err() {
+    if !addr.is_multiple_of(size) || resolve(addr, size as usize).is_err() {
         say_once(
             format!("memop-target:{name}"),
             &format!(

@@ -104,10 +104,10 @@ fn parse_ptx(text: &str) -> Res<Vec<String>> {
     let mut entries = Vec::new();
     let mut words = text.split(|c: char| c.is_whitespace() || c == '(');
     while let Some(w) = words.next() {
-        if w == ".entry" {
-            if let Some(name) = words.by_ref().find(|w| !w.is_empty()) {
-                entries.push(name.to_string());
-            }
+        if w == ".entry"
+            && let Some(name) = words.by_ref().find(|w| !w.is_empty())
+        {
+            entries.push(name.to_string());
         }
     }
     Ok(entries)

@@ -157,10 +157,10 @@ fn alloc_async(
 ) -> Res<()> {
     let ctx = current()?;
     let s = stream_of(hstream)?;
-    if let Some(p) = pool {
-        if ordinal_of(p)? != ctx.ordinal {
-            return Err(INVALID_VALUE);
-        }
+    if let Some(p) = pool
+        && ordinal_of(p)? != ctx.ordinal
+    {
+        return Err(INVALID_VALUE);
     }
     if dptr.is_null() || size == 0 {
         return Err(INVALID_VALUE);

@@ -211,10 +211,10 @@ pub fn remove_stale() {
         };
         if let Some(marker) = rest.strip_prefix("imp-") {
             let pids: Vec<i32> = marker.split('-').filter_map(|p| p.parse().ok()).collect();
-            if let [exporter, _serial, importer] = pids[..] {
-                if !alive(exporter) || !alive(importer) {
-                    let _ = std::fs::remove_file(entry.path());
-                }
+            if let [exporter, _serial, importer] = pids[..]
+                && (!alive(exporter) || !alive(importer))
+            {
+                let _ = std::fs::remove_file(entry.path());
             }
             continue;
         }

@@ -79,13 +79,13 @@ impl Raw {
             (_, 0) => 1,
             (_, h) => h,
         };
-        if let Some(k) = self.node_rank {
-            if k >= nnodes {
-                return Err(Error::invalid(format!(
-                    "--node-rank {k} is out of range for {nnodes} nodes (0..={})",
-                    nnodes - 1
-                )));
-            }
+        if let Some(k) = self.node_rank
+            && k >= nnodes
+        {
+            return Err(Error::invalid(format!(
+                "--node-rank {k} is out of range for {nnodes} nodes (0..={})",
+                nnodes - 1
+            )));
         }
         let master_addr = match (self.master_addr, hosts.first()) {
             (Some(m), Some(first)) if m != *first => {

@@ -153,10 +153,10 @@ impl CommInner {
     /// Executes the group `spec` as operation number `seq`.
     pub(crate) fn run_group(&self, spec: &GroupSpec, seq: u64) -> Result<()> {
         let _span = tracing::trace_span!("p2p", op = %spec.name, seq).entered();
-        if let [o] = spec.ops.as_slice() {
-            if o.peer != self.rank {
-                return self.run_single(spec, seq);
-            }
+        if let [o] = spec.ops.as_slice()
+            && o.peer != self.rank
+        {
+            return self.run_single(spec, seq);
         }
         let mut order: Vec<usize> = (0..spec.bufs.len()).collect();
         order.sort_by_key(|&i| spec.bufs[i].view.raw().addr());

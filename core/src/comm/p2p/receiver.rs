@@ -358,10 +358,10 @@ impl<'a> RecvOp<'a> {
         }
         // Ended before the message did: the peer's NIC may still write, so
         // the buffer's registration must not stay cached.
-        if self.reg.take().is_some() {
-            if let Dst::Host(b) = &self.dst {
-                rdma::forget(b);
-            }
+        if self.reg.take().is_some()
+            && let Dst::Host(b) = &self.dst
+        {
+            rdma::forget(b);
         }
     }
 

@@ -198,10 +198,10 @@ impl GroupSpec {
     pub fn check(&self) -> Result<()> {
         // One operation with another rank (plain send/recv): nothing to pair
         // or overlap.
-        if let [o] = self.ops.as_slice() {
-            if o.peer != self.rank {
-                return Ok(());
-            }
+        if let [o] = self.ops.as_slice()
+            && o.peer != self.rank
+        {
+            return Ok(());
         }
         for (i, b) in self.bufs.iter().enumerate() {
             let ops = || self.ops.iter().filter(move |o| o.buf == i);

@@ -33,10 +33,11 @@ pub(super) fn negotiate(
 ) -> Result<(Vec<usize>, UniqueId)> {
     let mut dead: BTreeSet<usize> = excluded.clone();
     // A peer whose process the watch saw exit is not tried.
-    if let Some(f) = inner.failure.failure() {
-        if f.learned == Learned::PeerWatch && f.culprit != inner.rank {
-            dead.insert(f.culprit);
-        }
+    if let Some(f) = inner.failure.failure()
+        && f.learned == Learned::PeerWatch
+        && f.culprit != inner.rank
+    {
+        dead.insert(f.culprit);
     }
     for c in 0..inner.size {
         if dead.contains(&c) {

@@ -114,13 +114,13 @@ fn ends(call: &DeviceCall, rank: usize, size: usize, count: usize) -> Result<End
 /// too small for one chunk of every rank's blocks).
 pub(crate) fn direct_steps(call: &DeviceCall, w: &Windows) -> Result<Option<Vec<Step>>> {
     let (rank, size) = (w.rank(), w.size());
-    if let Collective::Broadcast { root } | Collective::Reduce { root } = call.collective {
-        if root >= size {
-            return Err(Error::invalid(format!(
-                "{}: root {root} is not a rank of {size}",
-                call.collective.name()
-            )));
-        }
+    if let Collective::Broadcast { root } | Collective::Reduce { root } = call.collective
+        && root >= size
+    {
+        return Err(Error::invalid(format!(
+            "{}: root {root} is not a rank of {size}",
+            call.collective.name()
+        )));
     }
     let count = call.count(size)?;
     let ends = ends(call, rank, size, count)?;

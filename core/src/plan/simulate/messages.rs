@@ -359,15 +359,15 @@ fn blocked(
     nsteps: usize,
     fifos: &[VecDeque<Vec<u8>>],
 ) -> Option<String> {
-    if let Some(from) = step.recv_from {
-        if fifos[from * n + r].is_empty() {
-            return Some(format!("no slot from rank {from}"));
-        }
+    if let Some(from) = step.recv_from
+        && fifos[from * n + r].is_empty()
+    {
+        return Some(format!("no slot from rank {from}"));
     }
-    if let Some(to) = step.send_to {
-        if fifos[r * n + to].len() >= nsteps {
-            return Some(format!("ring to rank {to} is full ({nsteps} slots)"));
-        }
+    if let Some(to) = step.send_to
+        && fifos[r * n + to].len() >= nsteps
+    {
+        return Some(format!("ring to rank {to} is full ({nsteps} slots)"));
     }
     None
 }

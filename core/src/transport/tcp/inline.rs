@@ -56,7 +56,7 @@ impl Pace {
     pub fn due(&mut self) -> bool {
         let c = self.checks;
         self.checks = c.saturating_add(1);
-        c >= self.spin || c % self.period == 0
+        c >= self.spin || c.is_multiple_of(self.period)
     }
 }
 

@@ -520,18 +520,18 @@ impl PeerIo {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
         let mut pending: Vec<u8> = Vec::new();
         let sock = &self.socks[j];
-        if sock.tx_done > 0 {
-            if let Ok(Some(slot)) = self.staging.slot_for_read(sock.tx_next) {
-                let mut whole = FrameHeader {
-                    len: slot.len() as u32,
-                    seq: self.staging.slot_seq(sock.tx_next),
-                    sig: self.staging.slot_sig(sock.tx_next),
-                }
-                .encode()
-                .to_vec();
-                whole.extend_from_slice(slot);
-                pending.extend_from_slice(&whole[sock.tx_done.min(whole.len())..]);
+        if sock.tx_done > 0
+            && let Ok(Some(slot)) = self.staging.slot_for_read(sock.tx_next)
+        {
+            let mut whole = FrameHeader {
+                len: slot.len() as u32,
+                seq: self.staging.slot_seq(sock.tx_next),
+                sig: self.staging.slot_sig(sock.tx_next),
             }
+            .encode()
+            .to_vec();
+            whole.extend_from_slice(slot);
+            pending.extend_from_slice(&whole[sock.tx_done.min(whole.len())..]);
         }
         pending.extend_from_slice(&header.encode());
         let sock = &mut self.socks[j];

@@ -95,11 +95,11 @@ impl Source for TcpSource {
                     if revents & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) != 0 {
                         r = p.send_on(j);
                     }
-                    if let Ok(sent) = r {
-                        if complete || revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0
-                        {
-                            r = p.recv_on(j).map(|got| got || sent);
-                        }
+                    if let Ok(sent) = r
+                        && (complete
+                            || revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
+                    {
+                        r = p.recv_on(j).map(|got| got || sent);
                     }
                     r.inspect(|_| p.advance())
                 }

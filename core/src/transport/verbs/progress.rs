@@ -212,13 +212,15 @@ impl PeerRdma {
         let first = self.posted;
         // One small slot staged (a small message's case): one inline
         // WRITE_WITH_IMM, without the gathering below.
-        if first < credit + nsteps && self.room() > 2 && self.staging.tail() == first + 1 {
-            if let Ok(Some(slot)) = self.staging.slot_for_read(first) {
-                let len = (SLOT_WIRE_HEADER + slot.len()) as u32;
-                if len <= MAX_INLINE {
-                    self.post_inline_slot(first, self.staging.slot_wire_addr(first), len)?;
-                    return Ok(true);
-                }
+        if first < credit + nsteps
+            && self.room() > 2
+            && self.staging.tail() == first + 1
+            && let Ok(Some(slot)) = self.staging.slot_for_read(first)
+        {
+            let len = (SLOT_WIRE_HEADER + slot.len()) as u32;
+            if len <= MAX_INLINE {
+                self.post_inline_slot(first, self.staging.slot_wire_addr(first), len)?;
+                return Ok(true);
             }
         }
         let mut writes = std::mem::take(&mut self.scratch);

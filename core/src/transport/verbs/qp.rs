@@ -139,7 +139,7 @@ impl VerbsAddr {
     /// # Errors
     /// [`Error::Bootstrap`] when the list is malformed or has no entry for `me`.
     pub fn find(list: &[u8], me: usize, from: usize) -> Result<VerbsAddr> {
-        if list.len() % ADDR_BYTES != 0 {
+        if !list.len().is_multiple_of(ADDR_BYTES) {
             return Err(Error::Bootstrap(format!(
                 "verbs: rank {from} sent {} bytes of addresses",
                 list.len()
