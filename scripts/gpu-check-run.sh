@@ -350,6 +350,7 @@ MULTI_PROCESS_TESTS=(
   a_peer_that_aborts_releases a_dead_peer_releases one_rank_with_another_window
   reductions_over_nine_ranks gather_scatter_and_all_to_allv_on_one_gpu
   a_cuda_comm_on_a_split_group a_graph_dropped_just_before kernels_that_do_not_load
+  a_cudarc_nccl_program_runs
 )
 
 step_backend() {

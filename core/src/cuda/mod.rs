@@ -169,6 +169,7 @@
 mod collectives;
 mod group;
 mod grouped;
+pub mod nccl;
 mod placement;
 mod raw;
 
@@ -329,10 +330,10 @@ impl CudaComm {
             }
         };
         let shared = DeviceShared::new(comm.inner.engine.handle().clone(), comm.config().timeout);
-        if comm.config().cuda_window > 0 {
-            if let Some(direct) = establish_direct(comm, &device, kernels.as_ref())? {
-                let _ = shared.direct.set(direct);
-            }
+        if comm.config().cuda_window > 0
+            && let Some(direct) = establish_direct(comm, &device, kernels.as_ref())?
+        {
+            let _ = shared.direct.set(direct);
         }
         if let Some(nic) = establish_gpudirect(comm, &device) {
             let _ = shared.gpudirect.set(nic);

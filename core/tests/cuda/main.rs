@@ -11,4 +11,5 @@ mod harness;
 mod backend;
 mod failures;
 mod grouped;
+mod nccl;
 mod split;

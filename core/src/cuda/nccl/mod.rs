@@ -1,0 +1,596 @@
+//! The API of `cudarc::nccl::safe`, on streamcomm: a program written for
+//! `cudarc::nccl` compiles and runs after its `use` line changes from
+//! `cudarc::nccl::safe::{...}` to `streamcomm::cuda::nccl::{...}`.
+//!
+//! ```no_run
+//! use streamcomm::cuda::cudarc::driver::CudaContext;
+//! use streamcomm::cuda::nccl::{Comm, Id, ReduceOp}; // was: cudarc::nccl::safe
+//!
+//! # fn id_from_rank_0() -> Id { Id::new().unwrap() }
+//! # let (rank, world_size) = (0, 2);
+//! let id = id_from_rank_0(); // Id::new() on rank 0, its internal() sent to the others
+//! let stream = CudaContext::new(rank)?.default_stream();
+//! let comm = Comm::from_rank(stream.clone(), rank, world_size, id)?;
+//! let send = stream.clone_htod(&[1.0f32; 1024])?;
+//! let mut recv = stream.alloc_zeros::<f32>(1024)?;
+//! comm.all_reduce(&send, &mut recv, &ReduceOp::Sum)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Where it differs from `cudarc::nccl` (the guide `docs/guide/cuda.md`
+//! has a section on moving over):
+//! - No libnccl: the operations are [`CudaComm`]'s. [`Id`]'s 128 bytes
+//!   carry a [`UniqueId`] (the address of a bootstrap root that `Id::new`
+//!   starts in this process, and a secret).
+//! - The error is [`crate::Error`] ([`NcclError`] names it): it implements
+//!   [`std::error::Error`], says what was wrong, and a peer that fails or
+//!   hangs becomes an error instead of a hang ([`Comm::async_error`]).
+//! - Dropping a [`Comm`] or a [`Group`] never panics; [`Comm`] is `Send`
+//!   and `Sync`; [`Comm::abort`] and [`Comm::async_error`] are there.
+//! - A [`Group`] (or [`group_start`] … [`group_end`]) fuses its sends and
+//!   receives into one group of streamcomm's, issued when the group ends,
+//!   so pairs that would wait for each other do not; its collectives are
+//!   enqueued at once (they never wait on the host). Inside
+//!   `group_start`/`group_end` the buffers' cudarc events are recorded when
+//!   each call returns, before the group is enqueued: order other streams
+//!   that use those buffers yourself (a [`Group`] keeps the order right).
+//! - [`Comm::from_devices`] makes one rank per stream as threads of this
+//!   process; the streams must be on different devices (as NCCL requires).
+
+mod group;
+
+use std::ffi::c_char;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
+
+use super::{CudaComm, RawBuffers, RawDeviceBuffer};
+use crate::bootstrap::UniqueId;
+use crate::{Collective, Communicator, Error};
+
+pub use crate::host::Element as NcclType;
+pub use group::{Group, group_end, group_start};
+
+/// The error of every call: [`crate::Error`].
+pub type NcclError = Error;
+
+/// `cudarc::nccl::result`'s names for what the calls return.
+pub mod result {
+    pub use super::NcclError;
+
+    /// What an operation that was enqueued returns, as NCCL's `ncclResult_t`
+    /// does (streamcomm always returns [`NcclStatus::Success`]).
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::cuda::nccl::result::NcclStatus;
+    /// assert_eq!(NcclStatus::Success, NcclStatus::Success);
+    /// ```
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum NcclStatus {
+        /// Enqueued.
+        Success,
+        /// Enqueued, still in progress (never returned: kept for NCCL's shape).
+        InProgress,
+        /// NCCL's result count (never returned).
+        NumResults,
+    }
+}
+
+use result::NcclStatus;
+
+/// NCCL's reduction operators.
+///
+/// # Examples
+/// ```
+/// use streamcomm::cuda::nccl::ReduceOp;
+/// let op = ReduceOp::Avg;
+/// assert!(matches!(op, ReduceOp::Avg));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// Sum.
+    Sum,
+    /// Product.
+    Prod,
+    /// Maximum.
+    Max,
+    /// Minimum.
+    Min,
+    /// Sum divided by the rank count.
+    Avg,
+}
+
+impl From<&ReduceOp> for crate::ReduceOp {
+    fn from(op: &ReduceOp) -> crate::ReduceOp {
+        match op {
+            ReduceOp::Sum => crate::ReduceOp::Sum,
+            ReduceOp::Prod => crate::ReduceOp::Prod,
+            ReduceOp::Max => crate::ReduceOp::Max,
+            ReduceOp::Min => crate::ReduceOp::Min,
+            ReduceOp::Avg => crate::ReduceOp::Avg,
+        }
+    }
+}
+
+/// Bytes of [`Id::internal`], as `ncclUniqueId`'s.
+const ID_BYTES: usize = 128;
+
+/// A communicator's id, `ncclUniqueId`'s shape: 128 bytes to send from the
+/// rank that made it to every other rank.
+///
+/// # Examples
+/// ```
+/// use streamcomm::cuda::nccl::Id;
+/// let id = Id::new()?;                  // rank 0: starts the bootstrap root here
+/// let bytes = *id.internal();           // send these to the other ranks
+/// let theirs = Id::uninit(bytes);       // on every other rank
+/// assert_eq!(theirs.internal(), id.internal());
+/// # Ok::<(), streamcomm::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Id {
+    internal: [c_char; ID_BYTES],
+}
+
+impl Id {
+    /// A new id, serving its bootstrap root from this process (as
+    /// `ncclGetUniqueId` does).
+    ///
+    /// # Errors
+    /// As [`UniqueId::new`].
+    pub fn new() -> Result<Id, NcclError> {
+        Ok(Id::from_unique(&UniqueId::new()?))
+    }
+
+    /// The id whose bytes are `internal` (received from the rank that made
+    /// it); checked when a communicator is made from it.
+    pub fn uninit(internal: [c_char; ID_BYTES]) -> Id {
+        Id { internal }
+    }
+
+    /// The id's bytes, to send to the other ranks.
+    pub fn internal(&self) -> &[c_char; ID_BYTES] {
+        &self.internal
+    }
+
+    fn from_unique(id: &UniqueId) -> Id {
+        let mut internal = [0 as c_char; ID_BYTES];
+        for (d, s) in internal.iter_mut().zip(id.to_bytes()) {
+            *d = s as c_char;
+        }
+        Id { internal }
+    }
+
+    fn unique(&self) -> Result<UniqueId, NcclError> {
+        let bytes: Vec<u8> = self.internal[..UniqueId::BYTES]
+            .iter()
+            .map(|&c| c as u8)
+            .collect();
+        UniqueId::from_bytes(&bytes)
+    }
+}
+
+/// One rank of a communicator on one cudarc stream, `cudarc::nccl`'s
+/// `Comm`: every operation is enqueued on that stream.
+pub struct Comm {
+    cuda: Arc<CudaComm>,
+    stream: Arc<CudaStream>,
+    rank: usize,
+    world_size: usize,
+}
+
+impl std::fmt::Debug for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Comm")
+            .field("rank", &self.rank)
+            .field("world_size", &self.world_size)
+            .field("ordinal", &self.ordinal())
+            .finish()
+    }
+}
+
+impl Comm {
+    /// Rank `rank` of `world_size` ranks of the communicator `id` names,
+    /// on `stream`'s device (`ncclCommInitRank`; every rank calls it).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use streamcomm::cuda::cudarc::driver::CudaContext;
+    /// use streamcomm::cuda::nccl::{Comm, Id};
+    /// # let id = Id::new()?;
+    /// let stream = CudaContext::new(0).expect("device 0").default_stream();
+    /// let comm = Comm::from_rank(stream, 0, 1, id)?;
+    /// assert_eq!((comm.rank(), comm.world_size()), (0, 1));
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// A malformed id; as [`Communicator::init`] and [`CudaComm::new`].
+    pub fn from_rank(
+        stream: Arc<CudaStream>,
+        rank: usize,
+        world_size: usize,
+        id: Id,
+    ) -> Result<Comm, NcclError> {
+        let comm = Communicator::init(&id.unique()?, rank, world_size)?;
+        let cuda = CudaComm::new(&comm, stream.context().clone())?;
+        Ok(Comm {
+            cuda: Arc::new(cuda),
+            stream,
+            rank,
+            world_size,
+        })
+    }
+
+    /// One communicator over `streams`, rank `i` on `streams[i]`, made
+    /// from this process (`ncclCommInitAll`): the ranks are threads, so
+    /// the streams must be on different devices.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use streamcomm::cuda::cudarc::driver::CudaContext;
+    /// use streamcomm::cuda::nccl::Comm;
+    /// let streams = (0..2)
+    ///     .map(|d| CudaContext::new(d).map(|c| c.default_stream()))
+    ///     .collect::<Result<Vec<_>, _>>()?;
+    /// let comms = Comm::from_devices(streams)?;
+    /// assert_eq!(comms.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Comm::from_rank`] on any rank; two streams on one device.
+    pub fn from_devices(streams: Vec<Arc<CudaStream>>) -> Result<Vec<Comm>, NcclError> {
+        let n = streams.len();
+        let id = Id::new()?;
+        let ranks: Vec<_> = streams
+            .into_iter()
+            .enumerate()
+            .map(|(rank, stream)| std::thread::spawn(move || Comm::from_rank(stream, rank, n, id)))
+            .collect();
+        let mut comms = Vec::with_capacity(n);
+        let mut first_error = None;
+        for (rank, made) in ranks.into_iter().enumerate() {
+            match made.join() {
+                Ok(Ok(comm)) => comms.push(comm),
+                Ok(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(_) => {
+                    first_error.get_or_insert(Error::Aborted(format!(
+                        "Comm::from_devices: the thread making rank {rank} panicked"
+                    )));
+                }
+            }
+        }
+        match first_error {
+            None => Ok(comms),
+            Some(e) => Err(e),
+        }
+    }
+
+    /// The stream every operation is enqueued on.
+    pub fn stream(&self) -> Arc<CudaStream> {
+        self.stream.clone()
+    }
+
+    /// The stream's context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        self.stream.context()
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.stream.context().ordinal()
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    /// The [`CudaComm`] underneath, for what `cudarc::nccl` lacks
+    /// (barriers, all-to-all, gather, scatter, split, shrink).
+    pub fn cuda(&self) -> &CudaComm {
+        &self.cuda
+    }
+
+    /// Fails the communicator on every rank: operations waiting in streams
+    /// drain with the error, and every later call returns it
+    /// (`ncclCommAbort`; [`Communicator::abort`]).
+    pub fn abort(&self) {
+        self.cuda.communicator().abort();
+    }
+
+    /// The first error of this communicator or one of its operations, if
+    /// any (`ncclCommGetAsyncError`).
+    pub fn async_error(&self) -> Option<NcclError> {
+        self.cuda.async_error()
+    }
+
+    /// Sends `data` to `peer` (`ncclSend`). Inside [`group_start`] …
+    /// [`group_end`] it waits for the group's end to be enqueued.
+    ///
+    /// # Errors
+    /// A peer out of range; a failed communicator.
+    pub fn send<S: DevicePtr<T>, T: NcclType>(&self, data: &S, peer: i32) -> Result<(), NcclError> {
+        let peer = self.peer(peer)?;
+        self.cuda.check_capturable(&self.stream, "send")?;
+        let (ptr, _read) = data.device_ptr(&self.stream);
+        let buf = RawDeviceBuffer {
+            ptr,
+            len: data.len(),
+        };
+        group::p2p::<T>(self, true, peer, buf)
+    }
+
+    /// Receives from `peer` into `buff` (`ncclRecv`).
+    ///
+    /// # Errors
+    /// As [`Comm::send`].
+    pub fn recv<R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        buff: &mut R,
+        peer: i32,
+    ) -> Result<NcclStatus, NcclError> {
+        let peer = self.peer(peer)?;
+        self.cuda.check_capturable(&self.stream, "recv")?;
+        let len = buff.len();
+        let (ptr, _write) = buff.device_ptr_mut(&self.stream);
+        group::p2p::<T>(self, false, peer, RawDeviceBuffer { ptr, len })?;
+        Ok(NcclStatus::Success)
+    }
+
+    /// Broadcasts `root`'s `sendbuff` into every rank's `recvbuff`
+    /// (`ncclBroadcast`); other ranks may pass `None`.
+    ///
+    /// # Errors
+    /// The root without `sendbuff`; as [`CudaComm::broadcast`].
+    pub fn broadcast<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        sendbuff: Option<&S>,
+        recvbuff: &mut R,
+        root: i32,
+    ) -> Result<NcclStatus, NcclError> {
+        let root = self.peer(root)?;
+        if root == self.rank && sendbuff.is_none() {
+            return Err(Error::invalid("broadcast: the root must pass a sendbuff"));
+        }
+        let coll = Collective::Broadcast { root };
+        self.separate::<T>(
+            coll,
+            &ReduceOp::Sum,
+            sendbuff.map(|s| s as _),
+            Some(recvbuff),
+        )
+    }
+
+    /// Broadcasts `root`'s `recvbuff` into every rank's, in place.
+    ///
+    /// # Errors
+    /// As [`Comm::broadcast`].
+    pub fn broadcast_in_place<R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        recvbuff: &mut R,
+        root: i32,
+    ) -> Result<NcclStatus, NcclError> {
+        let root = self.peer(root)?;
+        self.in_place::<T>(Collective::Broadcast { root }, &ReduceOp::Sum, recvbuff)
+    }
+
+    /// Every rank's `sendbuff`, in rank order, into every rank's `recvbuff`
+    /// (`ncclAllGather`).
+    ///
+    /// # Errors
+    /// As [`CudaComm::all_gather`].
+    pub fn all_gather<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        sendbuff: &S,
+        recvbuff: &mut R,
+    ) -> Result<NcclStatus, NcclError> {
+        self.separate::<T>(
+            Collective::AllGather,
+            &ReduceOp::Sum,
+            Some(sendbuff as _),
+            Some(recvbuff),
+        )
+    }
+
+    /// Reduces every rank's `sendbuff` into every rank's `recvbuff`
+    /// (`ncclAllReduce`).
+    ///
+    /// # Errors
+    /// As [`CudaComm::all_reduce`].
+    pub fn all_reduce<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        sendbuff: &S,
+        recvbuff: &mut R,
+        reduce_op: &ReduceOp,
+    ) -> Result<NcclStatus, NcclError> {
+        self.separate::<T>(
+            Collective::AllReduce,
+            reduce_op,
+            Some(sendbuff as _),
+            Some(recvbuff),
+        )
+    }
+
+    /// [`Comm::all_reduce`] in place.
+    ///
+    /// # Errors
+    /// As [`Comm::all_reduce`].
+    pub fn all_reduce_in_place<R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        buff: &mut R,
+        reduce_op: &ReduceOp,
+    ) -> Result<NcclStatus, NcclError> {
+        self.in_place::<T>(Collective::AllReduce, reduce_op, buff)
+    }
+
+    /// Reduces every rank's `sendbuff` into `root`'s `recvbuff`
+    /// (`ncclReduce`); other ranks may pass `None`.
+    ///
+    /// # Errors
+    /// The root without `recvbuff`; as [`CudaComm::reduce`].
+    pub fn reduce<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        sendbuff: &S,
+        recvbuff: Option<&mut R>,
+        reduce_op: &ReduceOp,
+        root: i32,
+    ) -> Result<NcclStatus, NcclError> {
+        let root = self.peer(root)?;
+        if root == self.rank && recvbuff.is_none() {
+            return Err(Error::invalid("reduce: the root must pass a recvbuff"));
+        }
+        let coll = Collective::Reduce { root };
+        let recv = recvbuff.map(|r| r as &mut dyn DevicePtrMut<T>);
+        self.separate::<T>(coll, reduce_op, Some(sendbuff as _), recv)
+    }
+
+    /// [`Comm::reduce`] in place: `root`'s `recvbuff` gets the result.
+    ///
+    /// # Errors
+    /// As [`Comm::reduce`].
+    pub fn reduce_in_place<R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        recvbuff: &mut R,
+        reduce_op: &ReduceOp,
+        root: i32,
+    ) -> Result<NcclStatus, NcclError> {
+        let root = self.peer(root)?;
+        self.in_place::<T>(Collective::Reduce { root }, reduce_op, recvbuff)
+    }
+
+    /// Reduces every rank's `sendbuff` and scatters the result: rank `r`'s
+    /// `recvbuff` gets block `r` (`ncclReduceScatter`).
+    ///
+    /// # Errors
+    /// As [`CudaComm::reduce_scatter`].
+    pub fn reduce_scatter<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
+        &self,
+        sendbuff: &S,
+        recvbuff: &mut R,
+        reduce_op: &ReduceOp,
+    ) -> Result<NcclStatus, NcclError> {
+        self.separate::<T>(
+            Collective::ReduceScatter,
+            reduce_op,
+            Some(sendbuff as _),
+            Some(recvbuff),
+        )
+    }
+
+    /// `peer` as a rank, or the error naming it.
+    fn peer(&self, peer: i32) -> Result<usize, NcclError> {
+        usize::try_from(peer)
+            .ok()
+            .filter(|&p| p < self.world_size)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "rank {peer} is not a rank of this communicator of {}",
+                    self.world_size
+                ))
+            })
+    }
+
+    /// A collective with separate buffers (either may be absent where the
+    /// collective does not use it on this rank).
+    fn separate<T: NcclType>(
+        &self,
+        collective: Collective,
+        op: &ReduceOp,
+        send: Option<&dyn DevicePtr<T>>,
+        recv: Option<&mut dyn DevicePtrMut<T>>,
+    ) -> Result<NcclStatus, NcclError> {
+        let name = collective.name();
+        self.cuda.check_capturable(&self.stream, name)?;
+        // cudarc's tracking: waits now, records when the guards drop,
+        // after the enqueue.
+        let mut guards: Vec<SyncOnDrop<'_>> = Vec::with_capacity(2);
+        let send = send.map_or(RawDeviceBuffer { ptr: 0, len: 0 }, |s| {
+            let len = s.len();
+            let (ptr, g) = s.device_ptr(&self.stream);
+            guards.push(g);
+            RawDeviceBuffer { ptr, len }
+        });
+        let recv = recv.map_or(RawDeviceBuffer { ptr: 0, len: 0 }, |r| {
+            let len = r.len();
+            let (ptr, g) = r.device_ptr_mut(&self.stream);
+            guards.push(g);
+            RawDeviceBuffer { ptr, len }
+        });
+        self.collective::<T>(collective, op, RawBuffers::Separate { send, recv })
+    }
+
+    /// A collective in place.
+    fn in_place<T: NcclType>(
+        &self,
+        collective: Collective,
+        op: &ReduceOp,
+        buff: &mut dyn DevicePtrMut<T>,
+    ) -> Result<NcclStatus, NcclError> {
+        self.cuda
+            .check_capturable(&self.stream, collective.name())?;
+        let len = buff.len();
+        let (ptr, _write) = buff.device_ptr_mut(&self.stream);
+        let buffer = RawBuffers::InPlace(RawDeviceBuffer { ptr, len });
+        self.collective::<T>(collective, op, buffer)
+    }
+
+    /// Enqueues a collective (after the sends and receives this thread's
+    /// open group holds for this communicator, which come first).
+    fn collective<T: NcclType>(
+        &self,
+        collective: Collective,
+        op: &ReduceOp,
+        buffers: RawBuffers,
+    ) -> Result<NcclStatus, NcclError> {
+        group::flush(self)?;
+        // SAFETY: the buffers are cudarc allocations of this stream's
+        // context holding `len` elements of `T` (their lengths come from
+        // cudarc), which cudarc keeps alive until the stream has used them
+        // (its own rule: a buffer is freed in stream order); the stream is
+        // the one this Comm holds.
+        unsafe {
+            self.cuda.collective_raw(
+                collective,
+                T::DTYPE,
+                op.into(),
+                buffers,
+                self.stream.cu_stream(),
+            )
+        }?;
+        Ok(NcclStatus::Success)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_carries_its_unique_id_through_its_bytes() {
+        let unique = UniqueId::from_parts("127.0.0.1:4242".parse().unwrap(), [7; 16]);
+        let id = Id::from_unique(&unique);
+        let back = Id::uninit(*id.internal()).unique().unwrap();
+        assert_eq!(back, unique);
+        assert!(
+            Id::uninit([0; ID_BYTES]).unique().is_err(),
+            "zeros are no id"
+        );
+    }
+
+    #[test]
+    fn comm_is_send_and_sync() {
+        fn both<T: Send + Sync>() {}
+        both::<Comm>();
+        both::<Id>();
+    }
+}
