@@ -223,6 +223,34 @@ impl Comm {
         })
     }
 
+    /// This rank of the job a launcher started (`streamcomm-run`, torchrun,
+    /// Slurm, Open MPI: [`Communicator::from_env`]), on `stream`'s device:
+    /// no id to ship by hand. Not in `cudarc::nccl`.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use streamcomm::cuda::cudarc::driver::CudaContext;
+    /// use streamcomm::cuda::nccl::Comm;
+    /// // streamcomm-run -n 2 -- ./train
+    /// let stream = CudaContext::new(0).expect("device 0").default_stream();
+    /// let comm = Comm::from_env(stream)?;
+    /// println!("rank {} of {}", comm.rank(), comm.world_size());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Communicator::from_env`] and [`CudaComm::new`].
+    pub fn from_env(stream: Arc<CudaStream>) -> Result<Comm, NcclError> {
+        let comm = Communicator::from_env()?;
+        let cuda = CudaComm::new(&comm, stream.context().clone())?;
+        Ok(Comm {
+            cuda: Arc::new(cuda),
+            stream,
+            rank: comm.rank(),
+            world_size: comm.size(),
+        })
+    }
+
     /// One communicator over `streams`, rank `i` on `streams[i]`, made
     /// from this process (`ncclCommInitAll`): the ranks are threads, so
     /// the streams must be on different devices.
