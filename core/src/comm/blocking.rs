@@ -95,7 +95,7 @@ impl Communicator {
     /// thread in its turn on the caller's own memory (`bufs` makes the
     /// call's [`Buffers`] for its plan). The plan of the last call of the
     /// same shape is reused, so a call in a loop builds nothing.
-    fn run_collective_host<'a>(
+    pub(super) fn run_collective_host<'a>(
         &self,
         name: &'static str,
         collective: Collective,
@@ -330,4 +330,4 @@ impl Communicator {
 
 #[cfg(test)]
 #[path = "blocking_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -11,7 +11,7 @@ use crate::config::{Transport, TransportChoice};
 use crate::{Communicator, Config, Error, ReduceOp, Result};
 
 /// Runs `f(comm)` on `n` ranks (threads) over `transport`; its results by rank.
-fn on_ranks<R: Send + 'static>(
+pub(in crate::comm) fn on_ranks<R: Send + 'static>(
     n: usize,
     transport: TransportChoice,
     f: impl Fn(Communicator) -> Result<R> + Send + Sync + Copy + 'static,

@@ -22,6 +22,7 @@ mod collectives;
 mod create;
 mod endpoint;
 pub(crate) mod failure;
+mod host_collectives;
 pub(crate) mod inner;
 mod mismatch;
 pub mod p2p;
