@@ -13,7 +13,13 @@ use crate::plan::{Buffers, Collective};
 use crate::{Error, ReduceOp, Result};
 
 impl Communicator {
+    // The helpers below are `#[inline]`: they then add no code of their own
+    // to the crate's codegen units, whose partition decides what the hot
+    // `send_host`/`recv_host` paths inline (benches/scripts/icount.sh saw
+    // those paths grow when these were plain functions).
+
     /// `len` as `size` equal blocks: the block length, or the error.
+    #[inline]
     fn blocks_of(&self, call: &str, what: &str, len: usize) -> Result<usize> {
         let n = self.size();
         if !len.is_multiple_of(n) {
@@ -25,6 +31,7 @@ impl Communicator {
     }
 
     /// Fails unless `have` is `want`.
+    #[inline]
     fn need_len(call: &str, what: &str, have: usize, want: usize) -> Result<()> {
         if have != want {
             return Err(Error::invalid(format!(
@@ -35,6 +42,7 @@ impl Communicator {
     }
 
     /// Fails unless `root` is a rank.
+    #[inline]
     fn need_root(&self, call: &str, root: usize) -> Result<()> {
         if root >= self.size() {
             return Err(Error::invalid(format!(
