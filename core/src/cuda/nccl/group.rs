@@ -36,8 +36,7 @@ thread_local! {
 /// # Examples
 /// ```no_run
 /// use streamcomm::cuda::nccl::{group_end, group_start, Comm};
-/// # fn comms() -> Vec<Comm> { unimplemented!() }
-/// # let comms = comms();
+/// # let comms: Vec<Comm> = Vec::new();
 /// # let bufs: Vec<_> = comms.iter().map(|c| c.stream().alloc_zeros::<f32>(8).unwrap()).collect();
 /// group_start()?;
 /// for (c, b) in comms.iter().zip(&bufs) {
@@ -171,8 +170,8 @@ impl Comm {
     /// # Examples
     /// ```no_run
     /// # use streamcomm::cuda::nccl::Comm;
-    /// # fn comm() -> Comm { unimplemented!() }
-    /// # let comm = comm();
+    /// # let stream = streamcomm::cuda::cudarc::driver::CudaContext::new(0).expect("GPU").default_stream();
+    /// # let comm = Comm::from_env(stream)?;
     /// let (r, n) = (comm.rank(), comm.world_size());
     /// let out = comm.stream().clone_htod(&[r as f32; 64]).expect("copy");
     /// let mut inb = comm.stream().alloc_zeros::<f32>(64).expect("alloc");

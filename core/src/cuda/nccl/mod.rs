@@ -213,14 +213,10 @@ impl Comm {
         world_size: usize,
         id: Id,
     ) -> Result<Comm, NcclError> {
-        let comm = Communicator::init(&id.unique()?, rank, world_size)?;
-        let cuda = CudaComm::new(&comm, stream.context().clone())?;
-        Ok(Comm {
-            cuda: Arc::new(cuda),
+        Comm::bind(
+            &Communicator::init(&id.unique()?, rank, world_size)?,
             stream,
-            rank,
-            world_size,
-        })
+        )
     }
 
     /// This rank of the job a launcher started (`streamcomm-run`, torchrun,
@@ -241,8 +237,12 @@ impl Comm {
     /// # Errors
     /// As [`Communicator::from_env`] and [`CudaComm::new`].
     pub fn from_env(stream: Arc<CudaStream>) -> Result<Comm, NcclError> {
-        let comm = Communicator::from_env()?;
-        let cuda = CudaComm::new(&comm, stream.context().clone())?;
+        Comm::bind(&Communicator::from_env()?, stream)
+    }
+
+    /// `comm` on `stream`'s device (a collective call: [`CudaComm::new`]).
+    fn bind(comm: &Communicator, stream: Arc<CudaStream>) -> Result<Comm, NcclError> {
+        let cuda = CudaComm::new(comm, stream.context().clone())?;
         Ok(Comm {
             cuda: Arc::new(cuda),
             stream,
