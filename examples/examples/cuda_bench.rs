@@ -195,8 +195,7 @@ fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
     while bytes <= max_bytes.min(big) {
         let count = bytes / 4;
         let iters = if bytes >= 16 << 20 { 5 } else { 20 };
-        let input: Vec<f32> = (0..count).map(|i| ((i * 7 + r * 3) % 13) as f32).collect();
-        let send = s.clone_htod(&input)?;
+        let send = s.clone_htod(&SWEEP.input(r, count))?;
         let mut recv = s.clone_htod(&vec![f32::NAN; count])?;
         cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
         s.synchronize()?;
@@ -206,30 +205,21 @@ fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
         }
         s.synchronize()?;
         let secs = t.elapsed().as_secs_f64() / iters as f64;
-        let got = s.clone_dtoh(&recv)?;
-        let wrong = got
-            .iter()
-            .enumerate()
-            .filter(|&(i, &g)| {
-                let want: f64 = (0..n).map(|q| ((i * 7 + q * 3) % 13) as f64).sum();
-                f64::from(g) != want
-            })
-            .count();
+        let wrong = SWEEP.wrong(&s.clone_dtoh(&recv)?, n);
         if let Some(e) = cuda.async_error() {
             return Err(e.into());
         }
+        let row = Row {
+            what: "all_reduce",
+            path,
+            n,
+            bytes,
+            secs,
+            d2d,
+            wrong,
+        };
         if r == 0 {
-            let algbw = bytes as f64 / secs / 1e9;
-            let busbw = algbw * 2.0 * (n - 1) as f64 / n as f64;
-            println!(
-                "{bytes:>12} {:>10.1} {algbw:>10.3} {busbw:>10.3} {:>10.3} {wrong:>7}",
-                secs * 1e6,
-                busbw / d2d
-            );
-            json.push(format!(
-                r#"{{"what": "all_reduce", "path": "{path}", "ranks": {n}, "bytes": {bytes}, "time_us": {:.3}, "algbw_gbs": {algbw:.4}, "busbw_gbs": {busbw:.4}, "d2d_gbs": {d2d:.2}, "wrong": {wrong}}}"#,
-                secs * 1e6
-            ));
+            json.push(row.report());
         }
         if wrong > 0 {
             return Err(format!("rank {r}: {wrong} wrong elements at {bytes} B").into());
@@ -255,8 +245,7 @@ fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
         }
         let count = bytes / 4;
         let iters = 200;
-        let input: Vec<f32> = (0..count).map(|i| ((i * 5 + r * 11) % 17) as f32).collect();
-        let send = s.clone_htod(&input)?;
+        let send = s.clone_htod(&REPLAYED.input(r, count))?;
         let mut recv = s.clone_htod(&vec![f32::NAN; count])?;
         s.synchronize()?;
         s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
@@ -276,29 +265,21 @@ fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
         let secs = t.elapsed().as_secs_f64() / iters as f64;
         let got = s.clone_dtoh(&recv)?;
         drop(graph);
-        let wrong = got
-            .iter()
-            .enumerate()
-            .filter(|&(i, &g)| {
-                let want: f64 = (0..n).map(|q| ((i * 5 + q * 11) % 17) as f64).sum();
-                f64::from(g) != want
-            })
-            .count();
+        let wrong = REPLAYED.wrong(&got, n);
         if let Some(e) = cuda.async_error() {
             return Err(e.into());
         }
+        let row = Row {
+            what: "graph-replayed all_reduce",
+            path,
+            n,
+            bytes,
+            secs,
+            d2d,
+            wrong,
+        };
         if r == 0 {
-            let algbw = bytes as f64 / secs / 1e9;
-            let busbw = algbw * 2.0 * (n - 1) as f64 / n as f64;
-            println!(
-                "{bytes:>12} {:>10.1} {algbw:>10.3} {busbw:>10.3} {:>10.3} {wrong:>7}",
-                secs * 1e6,
-                busbw / d2d
-            );
-            json.push(format!(
-                r#"{{"what": "graph-replayed all_reduce", "path": "{path}", "ranks": {n}, "bytes": {bytes}, "time_us": {:.3}, "algbw_gbs": {algbw:.4}, "busbw_gbs": {busbw:.4}, "d2d_gbs": {d2d:.2}, "wrong": {wrong}}}"#,
-                secs * 1e6
-            ));
+            json.push(row.report());
         }
         if wrong > 0 {
             return Err(format!("rank {r}: {wrong} wrong elements at {bytes} B, replayed").into());
@@ -306,6 +287,80 @@ fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
     }
     comm.barrier_host()?;
     Ok((r == 0).then_some(json))
+}
+
+/// The all-reduce test data: rank `r`'s element `i` is `(a·i + b·r) mod m`,
+/// small integers whose sum over the ranks is exact in f32.
+#[derive(Clone, Copy)]
+struct Pattern {
+    a: usize,
+    b: usize,
+    m: usize,
+}
+
+/// The sweep's data and the graph-replayed all-reduce's (another pattern,
+/// so that a replay of stale data shows).
+const SWEEP: Pattern = Pattern { a: 7, b: 3, m: 13 };
+const REPLAYED: Pattern = Pattern { a: 5, b: 11, m: 17 };
+
+impl Pattern {
+    /// Rank `r`'s `count` elements.
+    fn input(self, r: usize, count: usize) -> Vec<f32> {
+        (0..count).map(|i| self.input_at(i, r) as f32).collect()
+    }
+
+    /// Elements of an all-reduce (sum over `n` ranks) that are wrong.
+    fn wrong(self, got: &[f32], n: usize) -> usize {
+        got.iter()
+            .enumerate()
+            .filter(|&(i, &g)| {
+                let want: f64 = (0..n).map(|q| self.input_at(i, q)).sum();
+                f64::from(g) != want
+            })
+            .count()
+    }
+
+    /// Element `i` of rank `r`.
+    fn input_at(self, i: usize, r: usize) -> f64 {
+        ((i * self.a + r * self.b) % self.m) as f64
+    }
+}
+
+/// One all-reduce measurement, as a table row and a JSON record.
+struct Row<'a> {
+    what: &'a str,
+    path: &'a str,
+    n: usize,
+    bytes: usize,
+    secs: f64,
+    d2d: f64,
+    wrong: usize,
+}
+
+impl Row<'_> {
+    /// Prints the row and returns its JSON record.
+    fn report(&self) -> String {
+        let Row {
+            what,
+            path,
+            n,
+            bytes,
+            secs,
+            d2d,
+            wrong,
+        } = *self;
+        let algbw = bytes as f64 / secs / 1e9;
+        let busbw = algbw * 2.0 * (n - 1) as f64 / n as f64;
+        println!(
+            "{bytes:>12} {:>10.1} {algbw:>10.3} {busbw:>10.3} {:>10.3} {wrong:>7}",
+            secs * 1e6,
+            busbw / d2d
+        );
+        format!(
+            r#"{{"what": "{what}", "path": "{path}", "ranks": {n}, "bytes": {bytes}, "time_us": {:.3}, "algbw_gbs": {algbw:.4}, "busbw_gbs": {busbw:.4}, "d2d_gbs": {d2d:.2}, "wrong": {wrong}}}"#,
+            secs * 1e6
+        )
+    }
 }
 
 /// What a run of several ranks on one GPU measures.
