@@ -110,6 +110,7 @@
 //! - `device/`: communicator operations on device streams (staged and direct paths).
 //! - `cuda/`: [`cuda::CudaComm`], the CUDA API (its module docs map all CUDA code).
 //! - `testing.rs`: internals the benchmark and integration tests reach (hidden, not public API).
+#![deny(unreachable_pub)]
 
 pub mod barrier;
 pub mod bootstrap;

@@ -31,7 +31,7 @@ const MAX_SLEEP_SLICE: Duration = Duration::from_millis(16);
 /// Measured in the Soft-RoCE guest before it (a 2-rank host-call ping-pong
 /// on 2 vCPUs, 5 s of `/proc` counters): each rank's idle worker woke ~70
 /// times a second, each wake-up a context switch on a vCPU a rank spins on.
-pub const IDLE_WORKER_SLICE: Duration = Duration::from_secs(1);
+pub(crate) const IDLE_WORKER_SLICE: Duration = Duration::from_secs(1);
 /// Default `yield_now` calls between the spin phase and the first sleep.
 pub const DEFAULT_YIELDS: u32 = 64;
 
@@ -318,12 +318,12 @@ static LOCAL_RANKS: AtomicU32 = AtomicU32::new(0);
 
 /// Records how many ranks share this host, so that every wait of the
 /// process (streams included) knows whether ranks outnumber cores.
-pub fn note_local_ranks(ranks: usize) {
+pub(crate) fn note_local_ranks(ranks: usize) {
     LOCAL_RANKS.fetch_max(ranks.min(u32::MAX as usize) as u32, Ordering::Relaxed);
 }
 
 /// Number of CPUs this process may run on.
-pub fn available_cores() -> usize {
+pub(crate) fn available_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
@@ -332,7 +332,7 @@ pub fn available_cores() -> usize {
 /// steals the core from the rank we wait for; measured with 4 ranks on 2
 /// cores, a 4-rank barrier took 16 µs (p50) with 250 spins and 3–6 µs with
 /// none (`docs/measurements/host-shm.md`, *Barriers*).
-pub fn spin_budget(configured: u32, ranks_on_host: usize) -> u32 {
+pub(crate) fn spin_budget(configured: u32, ranks_on_host: usize) -> u32 {
     if ranks_on_host > available_cores() {
         0
     } else {

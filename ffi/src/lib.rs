@@ -30,6 +30,7 @@
 //! for what cannot be checked (that a non-NULL pointer points to memory of
 //! the stated size, that buffers stay valid until their stream operation
 //! completes). Everything else is checked and reported.
+#![deny(unreachable_pub)]
 
 mod args;
 pub mod comm;

@@ -76,7 +76,7 @@ pub(crate) struct Failure {
 
 impl Failure {
     /// A failure with `code`.
-    pub fn new(code: c_int, message: impl Into<String>) -> Failure {
+    pub(crate) fn new(code: c_int, message: impl Into<String>) -> Failure {
         Failure {
             code,
             message: message.into(),
@@ -84,12 +84,12 @@ impl Failure {
     }
 
     /// An [`INVALID_ARGUMENT`] failure.
-    pub fn invalid(message: impl Into<String>) -> Failure {
+    pub(crate) fn invalid(message: impl Into<String>) -> Failure {
         Failure::new(INVALID_ARGUMENT, message)
     }
 
     /// An [`INVALID_USAGE`] failure.
-    pub fn usage(message: impl Into<String>) -> Failure {
+    pub(crate) fn usage(message: impl Into<String>) -> Failure {
         Failure::new(INVALID_USAGE, message)
     }
 }

@@ -9,7 +9,7 @@ use crate::guard::guarded;
 use crate::memory::DeviceBuffer;
 
 /// Size of a CUDA IPC memory handle in bytes.
-pub const IPC_HANDLE_BYTES: usize = 64;
+pub(crate) const IPC_HANDLE_BYTES: usize = 64;
 
 /// An exported allocation, as 64 opaque bytes to send to a peer process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -22,6 +22,7 @@
 //! [`Stream::from_raw`]`(&device, cuda_stream.cu_stream())`, and a `CudaSlice`'s
 //! device pointer passed to [`Kernels::reduce_copy`]. Probe with
 //! [`Device::count`] before calling cudarc, which panics without a driver.
+#![deny(unreachable_pub)]
 
 pub mod config;
 pub mod driver;

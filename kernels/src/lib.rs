@@ -63,6 +63,7 @@
 //!
 //! Every function is pure over its arguments: no global state, no allocation,
 //! safe to call from any number of threads on disjoint buffers.
+#![deny(unreachable_pub)]
 
 mod convert;
 pub mod cuda;

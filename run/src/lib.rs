@@ -29,6 +29,7 @@
 //! assert_eq!(outcome, Outcome::Success);
 //! # Ok::<(), streamcomm::Error>(())
 //! ```
+#![deny(unreachable_pub)]
 
 pub mod cli;
 pub mod local;

@@ -22,6 +22,7 @@
 //! assert!(rounds == 10 || rounds == 1_000);
 //! # let _ = seed;
 //! ```
+#![deny(unreachable_pub)]
 
 mod child;
 mod knobs;

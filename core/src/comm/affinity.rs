@@ -32,7 +32,7 @@ pub(crate) struct CoreBinding {
 impl CoreBinding {
     /// The binding of local rank `local_index` of `local_ranks`, among
     /// `allowed` CPUs (ascending), when `enabled`.
-    pub fn choose(
+    pub(crate) fn choose(
         enabled: bool,
         local_index: usize,
         local_ranks: usize,
@@ -45,14 +45,14 @@ impl CoreBinding {
     }
 
     /// The CPU, if bound.
-    pub fn cpu(&self) -> Option<usize> {
+    pub(crate) fn cpu(&self) -> Option<usize> {
         self.cpu
     }
 
     /// Binds the calling thread (a host-stream worker) to the chosen CPU,
     /// unless it is already; a refusal (a cpuset that changed) is ignored:
     /// the thread then runs where the scheduler puts it.
-    pub fn apply_here(&self) {
+    pub(crate) fn apply_here(&self) {
         let Some(cpu) = self.cpu else { return };
         if BOUND.get() == Some(cpu) {
             return;

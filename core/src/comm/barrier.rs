@@ -43,7 +43,11 @@ use crate::{Error, Result};
 
 /// The default barrier algorithm for `nranks` ranks on `nhosts` hosts, with
 /// `local_ranks` sharing this host (see the module docs for the rule).
-pub fn default_barrier_algo(nranks: usize, nhosts: usize, local_ranks: usize) -> BarrierAlgo {
+pub(super) fn default_barrier_algo(
+    nranks: usize,
+    nhosts: usize,
+    local_ranks: usize,
+) -> BarrierAlgo {
     if nhosts > 1 && nhosts < nranks {
         BarrierAlgo::Hierarchical {
             inter: Inter::Dissemination,

@@ -39,15 +39,15 @@ pub struct Endpoint {
 
 /// No active RDMA device, or verbs not allowed (tcp or shm forced, or a
 /// build without the `verbs` feature).
-pub const VERBS_NONE: u8 = 0;
+pub(super) const VERBS_NONE: u8 = 0;
 /// An active RDMA port, used for peers on other hosts.
-pub const VERBS_AVAILABLE: u8 = 1;
+pub(super) const VERBS_AVAILABLE: u8 = 1;
 /// `STREAMCOMM_TRANSPORT=verbs`: used for every peer.
-pub const VERBS_FORCED: u8 = 2;
+pub(super) const VERBS_FORCED: u8 = 2;
 
 /// Whether the pair of ranks `a`, `b` talks over verbs: both can, and one
 /// forces it or they are on different hosts. Symmetric, so both ends agree.
-pub fn pair_uses_verbs(a: &Endpoint, b: &Endpoint) -> bool {
+pub(super) fn pair_uses_verbs(a: &Endpoint, b: &Endpoint) -> bool {
     a.verbs != VERBS_NONE
         && b.verbs != VERBS_NONE
         && (a.verbs == VERBS_FORCED || b.verbs == VERBS_FORCED || a.host != b.host)
@@ -191,7 +191,7 @@ impl<'a> Reader<'a> {
 /// Ranks with equal identities share memory. The network namespace is part
 /// of it so that ranks in different namespaces (our multi-host tests, or
 /// containers) talk over the network, as ranks on different hosts would.
-pub fn local_host_id() -> String {
+pub(crate) fn local_host_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .unwrap_or_else(|_| "unknown-host".into());
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();

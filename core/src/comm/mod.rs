@@ -25,7 +25,7 @@ pub(crate) mod failure;
 mod host_collectives;
 pub(crate) mod inner;
 mod mismatch;
-pub mod p2p;
+pub(crate) mod p2p;
 pub(crate) mod peer_watch;
 mod plan_cache;
 pub(crate) mod recovery;
@@ -39,7 +39,8 @@ use std::sync::Arc;
 pub(crate) use buffer::Binding;
 pub use buffer::{AsBufView, BufView, UntypedBuffer};
 pub use builder::CommunicatorBuilder;
-pub use endpoint::{Endpoint, local_host_id};
+pub use endpoint::Endpoint;
+pub(crate) use endpoint::local_host_id;
 pub use p2p::{Group, P2pStats};
 
 use crate::bootstrap::UniqueId;

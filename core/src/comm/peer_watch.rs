@@ -20,7 +20,7 @@ use crate::comm::inner::CommInner;
 use crate::engine::{Periodic, Source};
 
 /// How often peers' processes are checked.
-pub const PERIOD: Duration = Duration::from_millis(100);
+pub(crate) const PERIOD: Duration = Duration::from_millis(100);
 
 /// The engine's timer that watches `peers` (rank, process id) of `comm`;
 /// `None` for no peers.

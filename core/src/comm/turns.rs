@@ -13,7 +13,7 @@ use crate::wait::{Notifier, WaitError, WaitPolicy};
 
 /// Ticket dispenser and "now serving" display.
 #[derive(Debug, Default)]
-pub struct Turns {
+pub(crate) struct Turns {
     next: AtomicU64,
     serving: AtomicU64,
     notifier: Notifier,
@@ -21,7 +21,7 @@ pub struct Turns {
 
 impl Turns {
     /// Takes the next ticket.
-    pub fn take(&self) -> u64 {
+    pub(crate) fn take(&self) -> u64 {
         self.next.fetch_add(1, Ordering::AcqRel)
     }
 
@@ -29,19 +29,19 @@ impl Turns {
     ///
     /// # Errors
     /// When the wait times out or is aborted.
-    pub fn wait(&self, ticket: u64, policy: &WaitPolicy<'_>) -> Result<(), WaitError> {
+    pub(crate) fn wait(&self, ticket: u64, policy: &WaitPolicy<'_>) -> Result<(), WaitError> {
         self.notifier.wait_until(policy, || {
             (self.serving.load(Ordering::Acquire) == ticket).then_some(())
         })
     }
 
     /// True when `ticket` is being served now (never waits).
-    pub fn serving(&self, ticket: u64) -> bool {
+    pub(crate) fn serving(&self, ticket: u64) -> bool {
         self.serving.load(Ordering::Acquire) == ticket
     }
 
     /// Finishes `ticket`, letting the next one run.
-    pub fn done(&self, ticket: u64) {
+    pub(crate) fn done(&self, ticket: u64) {
         self.serving.store(ticket + 1, Ordering::Release);
         self.notifier.notify();
     }

@@ -10,11 +10,11 @@ use crate::Error;
 /// Fan-out of `tree` and `hierarchical:tree` when none is given. Four
 /// children per node: MCS (1991) found a 4-ary arrival tree best on their
 /// machines, and it keeps 64 ranks within three levels.
-pub const DEFAULT_TREE_FANOUT: usize = 4;
+pub(crate) const DEFAULT_TREE_FANOUT: usize = 4;
 
 /// Peers per round of `kway` when none is given (so `(k+1)`-ary rounds:
 /// `ceil(log3 n)` of them).
-pub const DEFAULT_KWAY: usize = 2;
+pub(crate) const DEFAULT_KWAY: usize = 2;
 
 /// How host leaders synchronise in the hierarchical barrier.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

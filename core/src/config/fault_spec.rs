@@ -29,7 +29,7 @@ use crate::{Error, Result};
 
 /// Which side of a connection a rule acts on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FaultDirection {
+pub(crate) enum FaultDirection {
     /// Slots this rank publishes to the peer.
     Send,
     /// Slots this rank consumes from the peer.
@@ -38,7 +38,7 @@ pub enum FaultDirection {
 
 /// What happens to the chosen slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FaultAction {
+pub(crate) enum FaultAction {
     /// Wait this long before publishing (send) or consuming (recv) it.
     Delay(Duration),
     /// Never deliver it (send only); later slots still go.
@@ -52,7 +52,7 @@ pub enum FaultAction {
 /// One rule: on `rank` (any if `None`), the `nth` slot in `direction` on
 /// the connection to `peer` suffers `action`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FaultRule {
+pub(crate) struct FaultRule {
     /// Send or receive side.
     pub direction: FaultDirection,
     /// The rank at the other end of the connection.
@@ -148,7 +148,7 @@ impl FaultRule {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] quoting the rule and saying what is wrong.
-    pub fn parse(text: &str) -> Result<FaultRule> {
+    pub(crate) fn parse(text: &str) -> Result<FaultRule> {
         let mut fields = text.split(':').map(str::trim);
         let direction = match fields.next() {
             Some("send") => FaultDirection::Send,

@@ -130,7 +130,7 @@ pub(super) struct Folded {
 
 impl Folded {
     /// The real rank of virtual rank `v`.
-    pub fn real(&self, v: usize) -> usize {
+    pub(super) fn real(&self, v: usize) -> usize {
         if v < self.rem {
             2 * v + 1
         } else {
@@ -140,7 +140,7 @@ impl Folded {
 
     /// Appends the hand-back of the result to the folded even rank below,
     /// for a rank that folded one in.
-    pub fn out(&self, g: &Geometry, steps: &mut Vec<Step>) {
+    pub(super) fn out(&self, g: &Geometry, steps: &mut Vec<Step>) {
         if self.folded {
             for (off, len) in g.chunks(g.count) {
                 steps.push(Step::send(self.rank - 1, Region::recv(off, len)));

@@ -16,7 +16,7 @@ use crate::Error;
 /// Send element `i` lies at buffer element `send_offset + i`, receive element
 /// `i` at `recv_offset + i`; the buffer holds at least `len` elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct InPlaceLayout {
+pub(crate) struct InPlaceLayout {
     /// Where element 0 of the send buffer lies in the in-place buffer.
     pub send_offset: usize,
     /// Where element 0 of the receive buffer lies in the in-place buffer.
@@ -42,7 +42,7 @@ impl InPlaceLayout {
     /// [`Error::InvalidUsage`] for `AllToAll`: a block a rank still has to
     /// send would be overwritten by one it receives (NCCL does not support
     /// an in-place all-to-all either).
-    pub fn of(plan: &Plan) -> Result<InPlaceLayout, Error> {
+    pub(crate) fn of(plan: &Plan) -> Result<InPlaceLayout, Error> {
         let rank = plan.rank;
         let (send_offset, recv_offset) = match plan.collective {
             Collective::AllGather => (rank * plan.send_count, 0),

@@ -48,17 +48,17 @@ mod recursive_doubling;
 mod ring;
 mod tree;
 
-pub mod apply;
+pub(crate) mod apply;
 pub(crate) mod dissemination;
-pub mod flag;
+pub(crate) mod flag;
 pub mod signature;
 pub mod simulate;
-pub mod step;
+pub(crate) mod step;
 
 pub use algo::{Algorithm, build_with};
-pub use apply::{Buffers, apply_step};
+pub(crate) use apply::{Buffers, apply_step};
 pub use flag::FlagOp;
-pub use layout::InPlaceLayout;
+pub(crate) use layout::InPlaceLayout;
 pub use simulate::{Schedule, SimConfig, simulate, simulate_with};
 pub use step::{Collective, Plan, Step};
 
@@ -179,18 +179,18 @@ pub(crate) struct Geometry {
 
 impl Geometry {
     /// The next rank on the ring.
-    pub fn next(&self) -> usize {
+    pub(crate) fn next(&self) -> usize {
         (self.rank + 1) % self.nranks
     }
 
     /// The previous rank on the ring.
-    pub fn prev(&self) -> usize {
+    pub(crate) fn prev(&self) -> usize {
         (self.rank + self.nranks - 1) % self.nranks
     }
 
     /// `(offset, len)` pieces of at most `chunk` elements covering
     /// `[0, len)`; nothing when `len` is 0.
-    pub fn chunks(&self, len: usize) -> impl Iterator<Item = (usize, usize)> + use<> {
+    pub(crate) fn chunks(&self, len: usize) -> impl Iterator<Item = (usize, usize)> + use<> {
         let chunk = self.chunk;
         (0..len)
             .step_by(chunk)

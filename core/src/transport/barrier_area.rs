@@ -27,7 +27,7 @@ use crate::wait::{Notifier, WaitError, WaitPolicy};
 /// One word alone in a cache line.
 #[repr(C, align(64))]
 #[derive(Debug, Default)]
-pub struct Line {
+pub(crate) struct Line {
     /// The word.
     pub value: AtomicU64,
 }
@@ -35,7 +35,7 @@ pub struct Line {
 /// The fixed part of a barrier area; `nranks` flag lines follow it.
 #[repr(C)]
 #[derive(Debug, Default)]
-pub struct AreaHeader {
+pub(crate) struct AreaHeader {
     /// Fetch-add target (central counter).
     pub counter: Line,
     /// Release word.
@@ -45,30 +45,30 @@ pub struct AreaHeader {
 }
 
 /// Bytes of [`AreaHeader`].
-pub const AREA_HEADER_BYTES: usize = 192;
+pub(crate) const AREA_HEADER_BYTES: usize = 192;
 const _: () = assert!(std::mem::size_of::<AreaHeader>() == AREA_HEADER_BYTES);
 const _: () = assert!(std::mem::size_of::<Line>() == 64);
 
 /// Bytes of a barrier area for `nranks` ranks.
-pub const fn area_bytes(nranks: usize) -> usize {
+pub(crate) const fn area_bytes(nranks: usize) -> usize {
     AREA_HEADER_BYTES + nranks * 64
 }
 
 /// Byte offset of the counter in an area.
-pub const COUNTER_OFFSET: usize = std::mem::offset_of!(AreaHeader, counter);
+pub(crate) const COUNTER_OFFSET: usize = std::mem::offset_of!(AreaHeader, counter);
 
 /// Byte offset of the release word in an area.
-pub const RELEASE_OFFSET: usize = std::mem::offset_of!(AreaHeader, release);
+pub(crate) const RELEASE_OFFSET: usize = std::mem::offset_of!(AreaHeader, release);
 const _: () = assert!(std::mem::offset_of!(Line, value) == 0);
 
 /// Byte offset of `flags[src]` in an area.
-pub const fn flag_offset(src: usize) -> usize {
+pub(crate) const fn flag_offset(src: usize) -> usize {
     AREA_HEADER_BYTES + src * 64
 }
 
 /// Another rank's barrier area, reached through a network that writes into
 /// it (verbs: RDMA WRITE into the peer's registered area).
-pub trait RemoteArea: Send + Sync {
+pub(crate) trait RemoteArea: Send + Sync {
     /// Writes `v` into the 8-byte word at `offset` of the owner's area, after
     /// everything this rank sent the owner before, and wakes the owner if it
     /// sleeps.
@@ -90,7 +90,7 @@ pub trait RemoteArea: Send + Sync {
 
 /// How a barrier plan reaches one rank's area.
 #[derive(Clone)]
-pub enum Area {
+pub(crate) enum Area {
     /// Mapped here: our own, or a peer's shared-memory segment.
     Mapped(Arc<BarrierArea>),
     /// Written through a network.
@@ -158,7 +158,7 @@ impl BarrierArea {
 
 /// Every rank's barrier area as a communicator reaches it: the flag memory
 /// its barrier plans run on.
-pub struct FlagMemory<'a> {
+pub(crate) struct FlagMemory<'a> {
     /// `areas[r]` is rank r's area (our own is mapped).
     pub areas: &'a [Area],
     /// Spin, timeout and abort flag for waits.
@@ -170,7 +170,7 @@ pub struct FlagMemory<'a> {
 
 impl<'a> FlagMemory<'a> {
     /// Flag memory over `areas`, waiting under `policy`.
-    pub fn new(areas: &'a [Area], policy: WaitPolicy<'a>) -> FlagMemory<'a> {
+    pub(crate) fn new(areas: &'a [Area], policy: WaitPolicy<'a>) -> FlagMemory<'a> {
         FlagMemory {
             areas,
             policy,
@@ -183,7 +183,7 @@ impl<'a> FlagMemory<'a> {
     /// not read, and fetch-added only with `remote_atomics` (every area but
     /// one's own is remote and every device executes RDMA atomics: then no
     /// processor atomic touches the same counter).
-    pub fn fits(
+    pub(crate) fn fits(
         steps: &[crate::plan::Step],
         mapped: impl Fn(usize) -> bool,
         remote_atomics: bool,

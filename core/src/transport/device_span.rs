@@ -77,7 +77,7 @@ pub(crate) struct DeviceSpan {
 
 impl DeviceSpan {
     /// Bytes `offset..offset + len` of this span.
-    pub fn slice(&self, offset: usize, len: usize) -> DeviceSpan {
+    pub(crate) fn slice(&self, offset: usize, len: usize) -> DeviceSpan {
         debug_assert!(offset + len <= self.len, "device span sliced past its end");
         DeviceSpan {
             addr: self.addr + offset as u64,

@@ -23,7 +23,7 @@ use crate::wait::WaitPolicy;
 use crate::{Error, Result};
 
 #[cfg(feature = "fault-injection")]
-pub use enabled::FaultInjector;
+pub(crate) use enabled::FaultInjector;
 
 #[cfg(not(feature = "fault-injection"))]
 pub use disabled::FaultInjector;
@@ -113,7 +113,7 @@ mod enabled {
 
     /// Applies this rank's fault rules at the slot hooks.
     #[derive(Debug, Default)]
-    pub struct FaultInjector {
+    pub(crate) struct FaultInjector {
         rank: usize,
         rules: Vec<FaultRule>,
         peers: Vec<PeerState>,
@@ -124,7 +124,7 @@ mod enabled {
         ///
         /// # Errors
         /// As [`FaultPlan::for_rank`].
-        pub fn new(plan: &FaultPlan, rank: usize, size: usize) -> Result<FaultInjector> {
+        pub(crate) fn new(plan: &FaultPlan, rank: usize, size: usize) -> Result<FaultInjector> {
             let rules = plan.for_rank(rank, size)?;
             for r in &rules {
                 tracing::warn!(rank, rule = %r, "fault injection armed");
@@ -148,7 +148,7 @@ mod enabled {
         /// # Errors
         /// [`Error::Transport`] naming the rule for an injected error; what
         /// `ring_error` makes of a failed wait for credit when duplicating.
-        pub fn commit_send(
+        pub(crate) fn commit_send(
             &self,
             peer: usize,
             c: &Connection,
@@ -204,7 +204,7 @@ mod enabled {
         ///
         /// # Errors
         /// [`Error::Transport`] naming the rule for an injected error.
-        pub fn before_recv(
+        pub(crate) fn before_recv(
             &self,
             peer: usize,
             c: &Connection,

@@ -14,7 +14,7 @@ use crate::transport::ring::{RingEnd, RingShape};
 struct Line([u8; 64]);
 
 /// A zeroed, 64-byte aligned allocation holding one ring.
-pub struct LocalRing {
+pub(crate) struct LocalRing {
     mem: Box<[Line]>,
     shape: RingShape,
 }
@@ -27,7 +27,7 @@ impl std::fmt::Debug for LocalRing {
 
 impl LocalRing {
     /// Allocates a ring of `shape`.
-    pub fn new(shape: RingShape) -> LocalRing {
+    pub(crate) fn new(shape: RingShape) -> LocalRing {
         let lines = shape.ring_bytes().div_ceil(64);
         LocalRing {
             mem: vec![Line([0; 64]); lines].into_boxed_slice(),
@@ -38,7 +38,7 @@ impl LocalRing {
     /// Start of the ring's memory and its length in bytes (for a transport
     /// that registers it with a NIC).
     #[cfg(feature = "verbs")]
-    pub fn memory(&self) -> (*mut u8, usize) {
+    pub(crate) fn memory(&self) -> (*mut u8, usize) {
         (
             self.mem.as_ptr() as *mut u8,
             self.mem.len() * std::mem::size_of::<Line>(),
@@ -47,7 +47,7 @@ impl LocalRing {
 
     /// An end of the ring. Every end of one `LocalRing` shares its memory;
     /// the `LocalRing` must outlive them (its owner keeps both).
-    pub fn end(&self) -> RingEnd {
+    pub(crate) fn end(&self) -> RingEnd {
         // SAFETY: the allocation is 64-aligned, zeroed, ring_bytes long, and
         // never moves (boxed slice); the owner keeps it alive as long as the
         // ends (Connection holds the LocalRing in an Arc beside them).

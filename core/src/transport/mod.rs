@@ -15,17 +15,17 @@
 //! and the mismatch records written before it is raised (which ranks' calls
 //! differed, and how), so every rank can say what went wrong.
 
-pub mod barrier_area;
+pub(crate) mod barrier_area;
 pub(crate) mod device_span;
-pub mod fault;
-pub mod local_ring;
+pub(crate) mod fault;
+pub(crate) mod local_ring;
 pub(crate) mod placement;
-pub mod ring;
-pub mod shm;
-pub mod sweep;
-pub mod tcp;
+pub(crate) mod ring;
+pub(crate) mod shm;
+pub(crate) mod sweep;
+pub(crate) mod tcp;
 #[cfg(feature = "verbs")]
-pub mod verbs;
+pub(crate) mod verbs;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -39,7 +39,7 @@ use crate::wait::WaitPolicy;
 use crate::{Error, Result};
 
 /// Bytes reserved at the start of a segment for its header.
-pub const SEGMENT_HEADER_BYTES: usize = 4096;
+pub(crate) const SEGMENT_HEADER_BYTES: usize = 4096;
 pub(crate) const MAGIC: u64 = 0x7374_7263_6f6d_6d31; // "strcomm1"
 pub(crate) const VERSION: u32 = 3;
 
@@ -75,7 +75,7 @@ const _: () = assert!(std::mem::offset_of!(SegmentHeader, pid_ns) == 24);
 
 /// How many mismatch records a segment header keeps (more are dropped: the
 /// first ones tell the story).
-pub const NOTE_SLOTS: usize = 4;
+pub(crate) const NOTE_SLOTS: usize = 4;
 
 /// One mismatch record in a segment header (see [`SegmentHeader::notes`]).
 #[repr(C)]
@@ -97,13 +97,13 @@ pub struct NoteSlot {
 /// Layout of a segment: header page, barrier area, then one inbound ring per peer.
 ///
 /// Where the inbound ring from `peer` lives in `owner`'s segment.
-pub fn ring_offset(owner: usize, peer: usize, nranks: usize, shape: RingShape) -> usize {
+pub(crate) fn ring_offset(owner: usize, peer: usize, nranks: usize, shape: RingShape) -> usize {
     let index = if peer < owner { peer } else { peer - 1 };
     SEGMENT_HEADER_BYTES + area_bytes(nranks) + index * shape.ring_bytes()
 }
 
 /// Bytes of a segment for `nranks` ranks: header, barrier area, `nranks - 1` rings.
-pub fn segment_bytes(nranks: usize, shape: RingShape) -> usize {
+pub(crate) fn segment_bytes(nranks: usize, shape: RingShape) -> usize {
     SEGMENT_HEADER_BYTES + area_bytes(nranks) + nranks.saturating_sub(1) * shape.ring_bytes()
 }
 
@@ -224,7 +224,7 @@ pub(crate) enum Link {
 
 /// Both directions between this rank and one peer.
 #[derive(Debug)]
-pub struct Connection {
+pub(crate) struct Connection {
     /// Ring we fill (the peer's inbound ring, or our tcp staging ring).
     pub send: RingEnd,
     /// Ring we read (our inbound ring).
@@ -235,12 +235,12 @@ pub struct Connection {
 
 impl Connection {
     /// Name of the transport, for errors.
-    pub fn transport(&self) -> &'static str {
+    pub(crate) fn transport(&self) -> &'static str {
         self.kind().as_str()
     }
 
     /// The transport behind the rings.
-    pub fn kind(&self) -> crate::config::Transport {
+    pub(crate) fn kind(&self) -> crate::config::Transport {
         use crate::config::Transport;
         match self.link {
             Link::Shm { .. } => Transport::Shm,
@@ -253,7 +253,7 @@ impl Connection {
     /// Tells a proxied transport that the stream moved a ring (over tcp,
     /// moves the bytes itself when it can: [`tcp::inline`]).
     #[inline]
-    pub fn after_step(&self) {
+    pub(crate) fn after_step(&self) {
         match &self.link {
             Link::Tcp { io, kick, .. } => tcp::inline::pump(io, kick),
             #[cfg(feature = "verbs")]
@@ -271,7 +271,7 @@ impl Connection {
     /// verbs, one inline RDMA write (no staging slot, no copy into one).
     /// False (nothing done) elsewhere: the caller stages the slot.
     #[inline]
-    pub fn send_inline(&self, payload: &[u8], sig: u64) -> bool {
+    pub(crate) fn send_inline(&self, payload: &[u8], sig: u64) -> bool {
         match &self.link {
             #[cfg(feature = "verbs")]
             Link::Verbs { direct, .. } => direct.send_inline(payload, sig),
@@ -285,7 +285,7 @@ impl Connection {
     /// As [`Connection::after_step`] after the stream staged one slot and
     /// consumed none: over tcp the slot is written out without a read.
     #[inline]
-    pub fn after_send(&self) {
+    pub(crate) fn after_send(&self) {
         match &self.link {
             Link::Tcp { io, kick, .. } => tcp::inline::pump_out(io, kick),
             _ => self.after_step(),
@@ -296,7 +296,7 @@ impl Connection {
     /// slot and staged nothing: over verbs only the credit may be due, over
     /// tcp only the engine may need waking (no read: the next receive reads).
     #[inline]
-    pub fn after_recv(&self) {
+    pub(crate) fn after_recv(&self) {
         match &self.link {
             Link::Tcp { io, kick, .. } => tcp::inline::settle(io, kick),
             #[cfg(feature = "verbs")]
@@ -315,7 +315,7 @@ impl Connection {
     /// immediate); nothing over shared memory. Cheap when another thread is
     /// already at it.
     #[inline]
-    pub fn poke(&self) {
+    pub(crate) fn poke(&self) {
         match &self.link {
             Link::Tcp { io, kick, .. } => tcp::inline::pump(io, kick),
             #[cfg(feature = "verbs")]
@@ -337,7 +337,7 @@ impl Connection {
 
     /// A pacer for waits on this connection that poke it (see
     /// [`Connection::poke`]); `None` when poking does nothing.
-    pub fn pace(&self, policy: &WaitPolicy<'_>) -> Option<tcp::inline::Pace> {
+    pub(crate) fn pace(&self, policy: &WaitPolicy<'_>) -> Option<tcp::inline::Pace> {
         self.poke_period()
             .map(|n| tcp::inline::Pace::every(policy, n))
     }
@@ -347,7 +347,7 @@ impl Connection {
     ///
     /// # Errors
     /// As [`RingEnd::acquire_recv`].
-    pub fn acquire_recv(&self, policy: &WaitPolicy<'_>) -> Result<&[u8], RingError> {
+    pub(crate) fn acquire_recv(&self, policy: &WaitPolicy<'_>) -> Result<&[u8], RingError> {
         match self.pace(policy) {
             Some(mut pace) => self.recv.acquire_recv_with(policy, || {
                 if pace.due() {
@@ -364,7 +364,7 @@ impl Connection {
     /// # Errors
     /// As [`RingEnd::acquire_send`].
     #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
-    pub fn acquire_send(&self, policy: &WaitPolicy<'_>) -> Result<&mut [u8], RingError> {
+    pub(crate) fn acquire_send(&self, policy: &WaitPolicy<'_>) -> Result<&mut [u8], RingError> {
         match self.pace(policy) {
             Some(mut pace) => self.send.acquire_send_with(policy, || {
                 if pace.due() {
@@ -377,7 +377,7 @@ impl Connection {
 
     /// The verbs peer, when rendezvous data goes by RDMA.
     #[cfg(feature = "verbs")]
-    pub fn rdma(&self) -> Option<&Arc<verbs::progress::SharedPeer>> {
+    pub(crate) fn rdma(&self) -> Option<&Arc<verbs::progress::SharedPeer>> {
         match &self.link {
             Link::Verbs { direct, .. } => Some(direct),
             _ => None,
@@ -385,7 +385,7 @@ impl Connection {
     }
 
     /// The peer's segment, when it shares memory with us.
-    pub fn peer_segment(&self) -> Option<&Arc<Segment>> {
+    pub(crate) fn peer_segment(&self) -> Option<&Arc<Segment>> {
         match &self.link {
             Link::Shm { peer_segment } => Some(peer_segment),
             _ => None,
@@ -453,7 +453,7 @@ pub(crate) fn mismatches(header: &SegmentHeader) -> Vec<MismatchNote> {
 }
 
 /// Raises the failure word of a segment (first reporter wins).
-pub fn raise_failure(header: &SegmentHeader, rank: usize) {
+pub(crate) fn raise_failure(header: &SegmentHeader, rank: usize) {
     let _ = header.failed_by.compare_exchange(
         0,
         failure_code(rank),

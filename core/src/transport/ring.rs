@@ -19,18 +19,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::wait::{Notifier, WaitError, WaitPolicy};
 
 /// Bytes of header before each slot's payload.
-pub const SLOT_HEADER: usize = 64;
+pub(crate) const SLOT_HEADER: usize = 64;
 /// The header bytes that carry anything: the payload length, the
 /// signature and the sequence number, in that order, at the end of the
 /// header, so that they and the payload are one contiguous range (a
 /// network transport sends `SLOT_WIRE_HEADER + len` bytes from
 /// [`RingEnd::slot_wire_addr`]; in the Soft-RoCE guest each inline byte of
 /// an RDMA write costs ~0.07 µs, and an 8-byte message went from 72 to 32).
-pub const SLOT_WIRE_HEADER: usize = 24;
+pub(crate) const SLOT_WIRE_HEADER: usize = 24;
 const LEN_OFFSET: usize = SLOT_HEADER - SLOT_WIRE_HEADER;
 /// Where in a slot its wire form ([`SLOT_WIRE_HEADER`]) begins.
 #[cfg(any(feature = "verbs", test))]
-pub const SLOT_WIRE_OFFSET: usize = LEN_OFFSET;
+pub(crate) const SLOT_WIRE_OFFSET: usize = LEN_OFFSET;
 const SIG_OFFSET: usize = LEN_OFFSET + 8;
 const SEQ_OFFSET: usize = LEN_OFFSET + 16;
 
@@ -42,7 +42,7 @@ const SEQ_OFFSET: usize = LEN_OFFSET + 16;
 /// # Panics
 /// If `out` is shorter than `SLOT_WIRE_HEADER + payload.len()`.
 #[cfg(any(feature = "verbs", test))]
-pub fn write_wire_slot(out: &mut [u8], payload: &[u8], sig: u64, seq: u64) -> usize {
+pub(crate) fn write_wire_slot(out: &mut [u8], payload: &[u8], sig: u64, seq: u64) -> usize {
     let words = [payload.len() as u64, sig, seq];
     for (i, w) in words.iter().enumerate() {
         out[i * 8..i * 8 + 8].copy_from_slice(&w.to_ne_bytes());
@@ -55,7 +55,7 @@ pub fn write_wire_slot(out: &mut [u8], payload: &[u8], sig: u64, seq: u64) -> us
 /// A counter with the notifier its readers sleep on, alone in a cache line.
 #[repr(C, align(64))]
 #[derive(Debug, Default)]
-pub struct Counter {
+pub(crate) struct Counter {
     /// The monotonic count.
     pub value: AtomicU64,
     /// Wakes whoever waits for `value` to move.
@@ -68,7 +68,7 @@ pub struct Counter {
 /// consume.
 #[repr(C, align(64))]
 #[derive(Debug, Default)]
-pub struct Mailbox {
+pub(crate) struct Mailbox {
     /// Address of the destination in the receiver's address space.
     pub addr: AtomicU64,
     /// Bytes the destination holds.
@@ -91,7 +91,7 @@ pub struct Mailbox {
 /// The control block at the start of every ring.
 #[repr(C)]
 #[derive(Debug, Default)]
-pub struct RingHeader {
+pub(crate) struct RingHeader {
     /// Slots written by the sender.
     pub tail: Counter,
     /// Slots consumed by the receiver.
@@ -103,7 +103,7 @@ pub struct RingHeader {
 }
 
 /// Bytes of [`RingHeader`] (a fixed layout shared between processes).
-pub const RING_HEADER_BYTES: usize = 256;
+pub(crate) const RING_HEADER_BYTES: usize = 256;
 const _: () = assert!(std::mem::size_of::<RingHeader>() == RING_HEADER_BYTES);
 const _: () = assert!(std::mem::size_of::<Counter>() == 64);
 

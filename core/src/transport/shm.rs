@@ -16,7 +16,7 @@ use crate::{Error, Result};
 
 /// A mapped shared-memory segment.
 #[derive(Debug)]
-pub struct ShmSegment {
+pub(crate) struct ShmSegment {
     name: String,
     ptr: NonNull<u8>,
     len: usize,
@@ -41,7 +41,7 @@ impl ShmSegment {
     /// # Errors
     /// [`Error::Os`] when `shm_open`, `ftruncate`, `posix_fallocate` or
     /// `mmap` fail (e.g. /dev/shm full).
-    pub fn create(len: usize) -> Result<ShmSegment> {
+    pub(crate) fn create(len: usize) -> Result<ShmSegment> {
         let name = format!(
             "/streamcomm-{}-{:016x}",
             std::process::id(),
@@ -116,7 +116,7 @@ impl ShmSegment {
     /// # Errors
     /// [`Error::Os`] when it cannot be opened or mapped;
     /// [`Error::InvalidUsage`] when it is smaller than `len`.
-    pub fn open(name: &str, len: usize) -> Result<ShmSegment> {
+    pub(crate) fn open(name: &str, len: usize) -> Result<ShmSegment> {
         let cname = CString::new(name).map_err(|_| Error::invalid(format!("shm name {name:?}")))?;
         // SAFETY: valid C string; opening read-write without creating.
         let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR, 0) };
@@ -151,12 +151,12 @@ impl ShmSegment {
     }
 
     /// The segment's name (to send to peers).
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// Removes the name (the memory stays mapped); idempotent, owner only.
-    pub fn unlink(&mut self) {
+    pub(crate) fn unlink(&mut self) {
         if self.owner && !self.unlinked {
             if let Ok(cname) = CString::new(self.name.clone()) {
                 // SAFETY: valid C string; failure (already gone) is harmless.
@@ -180,7 +180,7 @@ impl ShmSegment {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the ring would not fit or is misaligned.
-    pub fn ring(&self, offset: usize, shape: RingShape) -> Result<RingEnd> {
+    pub(crate) fn ring(&self, offset: usize, shape: RingShape) -> Result<RingEnd> {
         if !offset.is_multiple_of(64) || offset + shape.ring_bytes() > self.len {
             return Err(Error::invalid(format!(
                 "ring at {offset} (+{}) does not fit segment {} of {} bytes",

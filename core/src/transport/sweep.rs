@@ -30,7 +30,7 @@ const SHM_DIR: &str = "/dev/shm";
 const PREFIX: &str = "streamcomm-";
 
 /// This process's pid namespace (the inode of `/proc/self/ns/pid`; 0 if unknown).
-pub fn pid_namespace() -> u64 {
+pub(crate) fn pid_namespace() -> u64 {
     std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
 }
 
@@ -106,7 +106,7 @@ fn read_header(path: &Path) -> Header {
 /// Removes every segment in `/dev/shm` left by a dead process of this pid
 /// namespace (see the module doc); returns the names removed. Never fails:
 /// what cannot be read or removed is skipped (and logged at debug level).
-pub fn sweep_stale_segments() -> Vec<String> {
+pub(crate) fn sweep_stale_segments() -> Vec<String> {
     sweep_in(Path::new(SHM_DIR), pid_namespace())
 }
 

@@ -72,7 +72,7 @@ struct State {
 }
 
 /// The capture `stream` records into, if any.
-pub fn of(stream: &Stream) -> Option<Arc<Capture>> {
+pub(crate) fn of(stream: &Stream) -> Option<Arc<Capture>> {
     lock(&stream.capture).clone()
 }
 
@@ -149,7 +149,7 @@ fn refuse(caps: Vec<Arc<Capture>>, code: u32, why: String) -> Res<()> {
 }
 
 /// Refuses a potentially unsafe call (900) if a capture bars this thread.
-pub fn check_unsafe(name: &str) -> Res<()> {
+pub(crate) fn check_unsafe(name: &str) -> Res<()> {
     let mode = MODE.with(Cell::get);
     if mode == RELAXED {
         return Ok(());
@@ -167,7 +167,7 @@ pub fn check_unsafe(name: &str) -> Res<()> {
 }
 
 /// Refuses `cuCtxSynchronize` (900) while any stream of `ctx` captures.
-pub fn check_context_sync(ctx: &Context, name: &str) -> Res<()> {
+pub(crate) fn check_context_sync(ctx: &Context, name: &str) -> Res<()> {
     let caps = active()
         .into_iter()
         .filter(|c| std::ptr::eq(c.ctx, ctx))
@@ -180,7 +180,7 @@ pub fn check_context_sync(ctx: &Context, name: &str) -> Res<()> {
 }
 
 /// Refuses synchronising or querying a capturing stream (900).
-pub fn check_stream_sync(stream: &Stream, name: &str) -> Res<()> {
+pub(crate) fn check_stream_sync(stream: &Stream, name: &str) -> Res<()> {
     refuse(
         of(stream).into_iter().collect(),
         CAPTURE_UNSUPPORTED,
@@ -189,7 +189,7 @@ pub fn check_stream_sync(stream: &Stream, name: &str) -> Res<()> {
 }
 
 /// Refuses legacy-stream use (906) while a blocking stream of `ctx` captures.
-pub fn check_legacy(ctx: &Context, name: &str) -> Res<()> {
+pub(crate) fn check_legacy(ctx: &Context, name: &str) -> Res<()> {
     let caps = legacy_conflicts(ctx);
     refuse(
         caps,
@@ -207,7 +207,7 @@ fn legacy_conflicts(ctx: &Context) -> Vec<Arc<Capture>> {
 
 /// `cuStreamWaitEvent` on an event recorded in capture `cap`: forks `stream`
 /// into the capture or joins the event's nodes into its frontier.
-pub fn wait_captured(stream: &Arc<Stream>, cap: &Arc<Capture>, nodes: &[usize]) -> Res<()> {
+pub(crate) fn wait_captured(stream: &Arc<Stream>, cap: &Arc<Capture>, nodes: &[usize]) -> Res<()> {
     if !active().iter().any(|c| Arc::ptr_eq(c, cap)) {
         return Err(CAPTURED_EVENT);
     }
@@ -249,7 +249,7 @@ pub fn wait_captured(stream: &Arc<Stream>, cap: &Arc<Capture>, nodes: &[usize]) 
 /// `cuStreamBeginCapture_v2`: not on the legacy stream (900) or a stream
 /// already capturing (401).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuStreamBeginCapture_v2(h: usize, mode: u32) -> u32 {
+pub(crate) extern "C" fn cuStreamBeginCapture_v2(h: usize, mode: u32) -> u32 {
     entry("cuStreamBeginCapture_v2", || {
         let s = stream_of(h)?;
         if mode > RELAXED {
@@ -286,7 +286,7 @@ pub extern "C" fn cuStreamBeginCapture_v2(h: usize, mode: u32) -> u32 {
 /// `cuStreamEndCapture`: the captured graph, or NULL with 901 (invalidated)
 /// or 904 (a forked stream was not joined).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuStreamEndCapture(h: usize, pgraph: *mut usize) -> u32 {
+pub(crate) extern "C" fn cuStreamEndCapture(h: usize, pgraph: *mut usize) -> u32 {
     entry("cuStreamEndCapture", || {
         let s = stream_of(h)?;
         if pgraph.is_null() {
@@ -375,7 +375,7 @@ fn capture_status(h: usize) -> Res<(c_int, Option<Arc<Capture>>)> {
 /// `cuStreamIsCapturing`: 0 none, 1 active, 2 invalidated; on the legacy
 /// stream while a blocking stream captures: 906.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuStreamIsCapturing(h: usize, status: *mut c_int) -> u32 {
+pub(crate) extern "C" fn cuStreamIsCapturing(h: usize, status: *mut c_int) -> u32 {
     entry("cuStreamIsCapturing", || out(status, capture_status(h)?.0))
 }
 
@@ -383,7 +383,7 @@ pub extern "C" fn cuStreamIsCapturing(h: usize, status: *mut c_int) -> u32 {
 /// and the stream's current dependency nodes (valid until the next call on
 /// this thread). Every out-pointer but the status may be NULL.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuStreamGetCaptureInfo_v2(
+pub(crate) extern "C" fn cuStreamGetCaptureInfo_v2(
     h: usize,
     status: *mut c_int,
     id: *mut u64,
@@ -426,7 +426,7 @@ pub extern "C" fn cuStreamGetCaptureInfo_v2(
 
 /// `cuThreadExchangeStreamCaptureMode`: swaps the calling thread's mode.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuThreadExchangeStreamCaptureMode(mode: *mut u32) -> u32 {
+pub(crate) extern "C" fn cuThreadExchangeStreamCaptureMode(mode: *mut u32) -> u32 {
     entry("cuThreadExchangeStreamCaptureMode", || {
         crate::device::require_init()?;
         if mode.is_null() {

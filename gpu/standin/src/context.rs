@@ -23,7 +23,7 @@ use crate::guard::say;
 
 /// Locks `m`, ignoring poisoning (no panic leaves our state half-updated in a
 /// way a later call could not cope with).
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 

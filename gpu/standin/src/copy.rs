@@ -145,7 +145,7 @@ fn memset(
 
 /// `cuMemcpyHtoD_v2` (legacy stream; see the module docs).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, n: usize) -> u32 {
+pub(crate) extern "C" fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, n: usize) -> u32 {
     entry("cuMemcpyHtoD_v2", || {
         to_device(dst, src, n, None, "cuMemcpyHtoD_v2")
     })
@@ -153,7 +153,7 @@ pub extern "C" fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, n: usize) -> u32
 
 /// `cuMemcpyDtoH_v2` (legacy stream; returns when complete).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, n: usize) -> u32 {
+pub(crate) extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, n: usize) -> u32 {
     entry("cuMemcpyDtoH_v2", || {
         to_host(dst, src, n, None, "cuMemcpyDtoH_v2")
     })
@@ -161,7 +161,7 @@ pub extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, n: usize) -> u32 {
 
 /// `cuMemcpyDtoD_v2` (legacy stream; does not wait).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyDtoD_v2(dst: u64, src: u64, n: usize) -> u32 {
+pub(crate) extern "C" fn cuMemcpyDtoD_v2(dst: u64, src: u64, n: usize) -> u32 {
     entry("cuMemcpyDtoD_v2", || {
         device_copy(dst, src, n, None, "cuMemcpyDtoD_v2")
     })
@@ -169,7 +169,7 @@ pub extern "C" fn cuMemcpyDtoD_v2(dst: u64, src: u64, n: usize) -> u32 {
 
 /// `cuMemcpyHtoDAsync_v2`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyHtoDAsync_v2(
+pub(crate) extern "C" fn cuMemcpyHtoDAsync_v2(
     dst: u64,
     src: *const c_void,
     n: usize,
@@ -182,7 +182,12 @@ pub extern "C" fn cuMemcpyHtoDAsync_v2(
 
 /// `cuMemcpyDtoHAsync_v2`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: u64, n: usize, stream: usize) -> u32 {
+pub(crate) extern "C" fn cuMemcpyDtoHAsync_v2(
+    dst: *mut c_void,
+    src: u64,
+    n: usize,
+    stream: usize,
+) -> u32 {
     entry("cuMemcpyDtoHAsync_v2", || {
         to_host(dst, src, n, Some(stream), "cuMemcpyDtoHAsync_v2")
     })
@@ -190,7 +195,7 @@ pub extern "C" fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: u64, n: usize, str
 
 /// `cuMemcpyDtoDAsync_v2`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, n: usize, stream: usize) -> u32 {
+pub(crate) extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, n: usize, stream: usize) -> u32 {
     entry("cuMemcpyDtoDAsync_v2", || {
         device_copy(dst, src, n, Some(stream), "cuMemcpyDtoDAsync_v2")
     })
@@ -199,7 +204,7 @@ pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, n: usize, stream: usi
 /// `cuMemsetD8_v2`: on the legacy stream, asynchronous unless the target is
 /// pinned host memory (so it is not ordered with NON_BLOCKING streams).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD8_v2(dst: u64, uc: u8, n: usize) -> u32 {
+pub(crate) extern "C" fn cuMemsetD8_v2(dst: u64, uc: u8, n: usize) -> u32 {
     entry("cuMemsetD8_v2", || {
         memset(dst, uc.into(), 1, n, None, "cuMemsetD8_v2")
     })
@@ -207,7 +212,7 @@ pub extern "C" fn cuMemsetD8_v2(dst: u64, uc: u8, n: usize) -> u32 {
 
 /// `cuMemsetD16_v2`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD16_v2(dst: u64, us: u16, n: usize) -> u32 {
+pub(crate) extern "C" fn cuMemsetD16_v2(dst: u64, us: u16, n: usize) -> u32 {
     entry("cuMemsetD16_v2", || {
         memset(dst, us.into(), 2, n, None, "cuMemsetD16_v2")
     })
@@ -215,7 +220,7 @@ pub extern "C" fn cuMemsetD16_v2(dst: u64, us: u16, n: usize) -> u32 {
 
 /// `cuMemsetD32_v2`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD32_v2(dst: u64, ui: u32, n: usize) -> u32 {
+pub(crate) extern "C" fn cuMemsetD32_v2(dst: u64, ui: u32, n: usize) -> u32 {
     entry("cuMemsetD32_v2", || {
         memset(dst, ui, 4, n, None, "cuMemsetD32_v2")
     })
@@ -223,7 +228,7 @@ pub extern "C" fn cuMemsetD32_v2(dst: u64, ui: u32, n: usize) -> u32 {
 
 /// `cuMemsetD8Async`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD8Async(dst: u64, uc: u8, n: usize, stream: usize) -> u32 {
+pub(crate) extern "C" fn cuMemsetD8Async(dst: u64, uc: u8, n: usize, stream: usize) -> u32 {
     entry("cuMemsetD8Async", || {
         memset(dst, uc.into(), 1, n, Some(stream), "cuMemsetD8Async")
     })
@@ -231,7 +236,7 @@ pub extern "C" fn cuMemsetD8Async(dst: u64, uc: u8, n: usize, stream: usize) -> 
 
 /// `cuMemsetD16Async`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD16Async(dst: u64, us: u16, n: usize, stream: usize) -> u32 {
+pub(crate) extern "C" fn cuMemsetD16Async(dst: u64, us: u16, n: usize, stream: usize) -> u32 {
     entry("cuMemsetD16Async", || {
         memset(dst, us.into(), 2, n, Some(stream), "cuMemsetD16Async")
     })
@@ -239,7 +244,7 @@ pub extern "C" fn cuMemsetD16Async(dst: u64, us: u16, n: usize, stream: usize) -
 
 /// `cuMemsetD32Async`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD32Async(dst: u64, ui: u32, n: usize, stream: usize) -> u32 {
+pub(crate) extern "C" fn cuMemsetD32Async(dst: u64, ui: u32, n: usize, stream: usize) -> u32 {
     entry("cuMemsetD32Async", || {
         memset(dst, ui, 4, n, Some(stream), "cuMemsetD32Async")
     })

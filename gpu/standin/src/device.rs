@@ -24,7 +24,7 @@ use crate::error::{
 use crate::guard::{entry, say_once};
 
 /// The name every stand-in device reports (`cuDeviceGetName`).
-pub const DEVICE_NAME: &str = "streamcomm CPU stand-in (not a GPU)";
+pub(crate) const DEVICE_NAME: &str = "streamcomm CPU stand-in (not a GPU)";
 
 /// Handle tag of contexts.
 const CTX_TAG: usize = 0x11;
@@ -66,7 +66,7 @@ fn lock(slot: &Slot) -> std::sync::MutexGuard<'_, Primary> {
 }
 
 /// `CUDA_ERROR_NOT_INITIALIZED` until `cuInit(0)` has succeeded.
-pub fn require_init() -> Res<()> {
+pub(crate) fn require_init() -> Res<()> {
     if INITIALIZED.load(Ordering::Acquire) {
         Ok(())
     } else {
@@ -83,7 +83,7 @@ fn slot(dev: c_int) -> Res<&'static Slot> {
 }
 
 /// The handle value of device `ordinal`'s primary context.
-pub fn ctx_handle(ordinal: usize) -> usize {
+pub(crate) fn ctx_handle(ordinal: usize) -> usize {
     (CTX_TAG << 44) | ((ordinal + 1) << 4)
 }
 
@@ -105,7 +105,7 @@ fn active(ordinal: usize) -> Res<&'static Context> {
 }
 
 /// The calling thread's current context, without the sticky-error check.
-pub fn current_any() -> Res<&'static Context> {
+pub(crate) fn current_any() -> Res<&'static Context> {
     require_init()?;
     let top = STACK.with(|s| s.borrow().last().copied());
     active(top.ok_or(INVALID_CONTEXT)?)
@@ -113,14 +113,14 @@ pub fn current_any() -> Res<&'static Context> {
 
 /// The calling thread's current context; a context that suffered a device
 /// fault returns that error from every call, as the driver's sticky errors do.
-pub fn current() -> Res<&'static Context> {
+pub(crate) fn current() -> Res<&'static Context> {
     let ctx = current_any()?;
     ctx.check_sticky()?;
     Ok(ctx)
 }
 
 /// Writes `value` through a C out-pointer, refusing NULL.
-pub fn out<T>(ptr: *mut T, value: T) -> Res<()> {
+pub(crate) fn out<T>(ptr: *mut T, value: T) -> Res<()> {
     if ptr.is_null() {
         return Err(INVALID_VALUE);
     }
@@ -135,7 +135,7 @@ pub fn out<T>(ptr: *mut T, value: T) -> Res<()> {
 /// there and every `cuInit` fails with `CUDA_ERROR_INVALID_VALUE`. Also
 /// removes shared-memory segments left by stand-in processes that died.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuInit(flags: c_uint) -> u32 {
+pub(crate) extern "C" fn cuInit(flags: c_uint) -> u32 {
     entry("cuInit", || {
         if flags != 0 {
             return Err(INVALID_VALUE);
@@ -166,7 +166,7 @@ pub extern "C" fn cuInit(flags: c_uint) -> u32 {
 
 /// `cuDriverGetVersion` (works before `cuInit`): 13000 unless configured.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuDriverGetVersion(version: *mut c_int) -> u32 {
+pub(crate) extern "C" fn cuDriverGetVersion(version: *mut c_int) -> u32 {
     entry("cuDriverGetVersion", || {
         out(version, config().driver_version)
     })
@@ -174,7 +174,7 @@ pub extern "C" fn cuDriverGetVersion(version: *mut c_int) -> u32 {
 
 /// `cuDeviceGetCount`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuDeviceGetCount(count: *mut c_int) -> u32 {
+pub(crate) extern "C" fn cuDeviceGetCount(count: *mut c_int) -> u32 {
     entry("cuDeviceGetCount", || {
         require_init()?;
         out(count, slots().len() as c_int)
@@ -183,7 +183,7 @@ pub extern "C" fn cuDeviceGetCount(count: *mut c_int) -> u32 {
 
 /// `cuDeviceGet`: the device handle is the ordinal.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuDeviceGet(device: *mut c_int, ordinal: c_int) -> u32 {
+pub(crate) extern "C" fn cuDeviceGet(device: *mut c_int, ordinal: c_int) -> u32 {
     entry("cuDeviceGet", || {
         slot(ordinal)?;
         out(device, ordinal)
@@ -192,7 +192,7 @@ pub extern "C" fn cuDeviceGet(device: *mut c_int, ordinal: c_int) -> u32 {
 
 /// `cuDeviceGetName`: always names the stand-in.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_int) -> u32 {
+pub(crate) extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_int) -> u32 {
     entry("cuDeviceGetName", || {
         slot(dev)?;
         if name.is_null() || len <= 0 {
@@ -211,13 +211,13 @@ pub extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_int) -> 
 
 /// `cuDeviceGetUuid`: a fixed UUID spelling `SC-STANDIN` and the ordinal.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuDeviceGetUuid(uuid: *mut [u8; 16], dev: c_int) -> u32 {
+pub(crate) extern "C" fn cuDeviceGetUuid(uuid: *mut [u8; 16], dev: c_int) -> u32 {
     entry("cuDeviceGetUuid", || uuid_of(uuid, dev))
 }
 
 /// `cuDeviceGetUuid_v2`: as `cuDeviceGetUuid`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], dev: c_int) -> u32 {
+pub(crate) extern "C" fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], dev: c_int) -> u32 {
     entry("cuDeviceGetUuid_v2", || uuid_of(uuid, dev))
 }
 
@@ -230,7 +230,7 @@ fn uuid_of(uuid: *mut [u8; 16], dev: c_int) -> Res<()> {
 
 /// `cuDeviceTotalMem_v2`: the host's physical memory.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> u32 {
+pub(crate) extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> u32 {
     entry("cuDeviceTotalMem_v2", || {
         slot(dev)?;
         out(bytes, host_memory().1)
@@ -239,7 +239,7 @@ pub extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> u32 {
 
 /// `cuMemGetInfo_v2`: the host's available and physical memory.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> u32 {
+pub(crate) extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> u32 {
     entry("cuMemGetInfo_v2", || {
         current()?;
         let (f, t) = host_memory();
@@ -263,7 +263,7 @@ fn host_memory() -> (usize, usize) {
 
 /// `cuDeviceComputeCapability` (deprecated): 9.0.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuDeviceComputeCapability(
+pub(crate) extern "C" fn cuDeviceComputeCapability(
     major: *mut c_int,
     minor: *mut c_int,
     dev: c_int,
@@ -345,14 +345,14 @@ fn attribute(attrib: c_int, ordinal: c_int) -> Option<c_int> {
 }
 
 /// Whether the device can flush remote writes (`CU_STREAM_WAIT_VALUE_FLUSH`).
-pub fn can_flush_remote_writes() -> bool {
+pub(crate) fn can_flush_remote_writes() -> bool {
     attribute(98, 0) == Some(1)
 }
 
 /// `cuDeviceGetAttribute`: see the module docs; unmodelled attributes return
 /// `CUDA_ERROR_NOT_SUPPORTED` and say so.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attrib: c_int, dev: c_int) -> u32 {
+pub(crate) extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attrib: c_int, dev: c_int) -> u32 {
     entry("cuDeviceGetAttribute", || {
         slot(dev)?;
         if !(1..=300).contains(&attrib) {
@@ -377,7 +377,7 @@ pub extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attrib: c_int, dev: c_
 /// Creating the context obeys the compute mode (module `mode`): 46 under
 /// PROHIBITED, and under EXCLUSIVE_PROCESS while another process holds one.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut usize, dev: c_int) -> u32 {
+pub(crate) extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut usize, dev: c_int) -> u32 {
     entry("cuDevicePrimaryCtxRetain", || {
         let s = slot(dev)?;
         if pctx.is_null() {
@@ -401,7 +401,7 @@ pub extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut usize, dev: c_int) -> u32 
 /// `CUDA_ERROR_INVALID_CONTEXT`; the last release waits for the context's
 /// work and retires it (the next retain makes a fresh one).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> u32 {
+pub(crate) extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> u32 {
     entry("cuDevicePrimaryCtxRelease_v2", || {
         let s = slot(dev)?;
         let retired = {
@@ -426,7 +426,7 @@ pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> u32 {
 
 /// `cuDevicePrimaryCtxGetState`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuDevicePrimaryCtxGetState(
+pub(crate) extern "C" fn cuDevicePrimaryCtxGetState(
     dev: c_int,
     flags: *mut c_uint,
     is_active: *mut c_int,
@@ -440,7 +440,7 @@ pub extern "C" fn cuDevicePrimaryCtxGetState(
 
 /// `cuDevicePrimaryCtxSetFlags_v2`: scheduling flags are stored, not used.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuDevicePrimaryCtxSetFlags_v2(dev: c_int, flags: c_uint) -> u32 {
+pub(crate) extern "C" fn cuDevicePrimaryCtxSetFlags_v2(dev: c_int, flags: c_uint) -> u32 {
     entry("cuDevicePrimaryCtxSetFlags_v2", || {
         if flags & !0x3f != 0 {
             return Err(INVALID_VALUE);
@@ -452,7 +452,7 @@ pub extern "C" fn cuDevicePrimaryCtxSetFlags_v2(dev: c_int, flags: c_uint) -> u3
 
 /// `cuCtxSetCurrent`: replaces the top of the thread's context stack (NULL pops).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuCtxSetCurrent(ctx: usize) -> u32 {
+pub(crate) extern "C" fn cuCtxSetCurrent(ctx: usize) -> u32 {
     entry("cuCtxSetCurrent", || {
         require_init()?;
         if ctx == 0 {
@@ -472,7 +472,7 @@ pub extern "C" fn cuCtxSetCurrent(ctx: usize) -> u32 {
 
 /// `cuCtxGetCurrent`: NULL when the thread has none.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuCtxGetCurrent(pctx: *mut usize) -> u32 {
+pub(crate) extern "C" fn cuCtxGetCurrent(pctx: *mut usize) -> u32 {
     entry("cuCtxGetCurrent", || {
         require_init()?;
         let top = STACK.with(|s| s.borrow().last().copied());
@@ -482,7 +482,7 @@ pub extern "C" fn cuCtxGetCurrent(pctx: *mut usize) -> u32 {
 
 /// `cuCtxPushCurrent_v2`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuCtxPushCurrent_v2(ctx: usize) -> u32 {
+pub(crate) extern "C" fn cuCtxPushCurrent_v2(ctx: usize) -> u32 {
     entry("cuCtxPushCurrent_v2", || {
         require_init()?;
         let ordinal = ctx_ordinal(ctx)?;
@@ -494,7 +494,7 @@ pub extern "C" fn cuCtxPushCurrent_v2(ctx: usize) -> u32 {
 
 /// `cuCtxPopCurrent_v2`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuCtxPopCurrent_v2(pctx: *mut usize) -> u32 {
+pub(crate) extern "C" fn cuCtxPopCurrent_v2(pctx: *mut usize) -> u32 {
     entry("cuCtxPopCurrent_v2", || {
         require_init()?;
         let top = STACK
@@ -509,7 +509,7 @@ pub extern "C" fn cuCtxPopCurrent_v2(pctx: *mut usize) -> u32 {
 
 /// `cuCtxGetDevice`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuCtxGetDevice(device: *mut c_int) -> u32 {
+pub(crate) extern "C" fn cuCtxGetDevice(device: *mut c_int) -> u32 {
     entry("cuCtxGetDevice", || {
         let ctx = current_any()?;
         out(device, ctx.ordinal as c_int)
@@ -520,7 +520,7 @@ pub extern "C" fn cuCtxGetDevice(device: *mut c_int) -> u32 {
 /// if a stream waits on a memory operation nobody releases. Refused (900,
 /// invalidating the capture) while any stream of the context captures.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuCtxSynchronize() -> u32 {
+pub(crate) extern "C" fn cuCtxSynchronize() -> u32 {
     entry("cuCtxSynchronize", || {
         let ctx = current()?;
         crate::capture::check_context_sync(ctx, "cuCtxSynchronize")?;

@@ -8,79 +8,79 @@ use crate::error_table::ERRORS;
 use crate::guard::entry;
 
 /// A `CUresult` as the C ABI carries it.
-pub type CUresult = u32;
+pub(crate) type CUresult = u32;
 
 /// Internal result: `Err` holds the driver code to return.
-pub type Res<T> = Result<T, CUresult>;
+pub(crate) type Res<T> = Result<T, CUresult>;
 
 /// `CUDA_SUCCESS` (0).
-pub const SUCCESS: CUresult = 0;
+pub(crate) const SUCCESS: CUresult = 0;
 /// `CUDA_ERROR_INVALID_VALUE` (1).
-pub const INVALID_VALUE: CUresult = 1;
+pub(crate) const INVALID_VALUE: CUresult = 1;
 /// `CUDA_ERROR_OUT_OF_MEMORY` (2).
-pub const OUT_OF_MEMORY: CUresult = 2;
+pub(crate) const OUT_OF_MEMORY: CUresult = 2;
 /// `CUDA_ERROR_NOT_INITIALIZED` (3).
-pub const NOT_INITIALIZED: CUresult = 3;
+pub(crate) const NOT_INITIALIZED: CUresult = 3;
 /// `CUDA_ERROR_DEVICE_UNAVAILABLE` (46): compute mode PROHIBITED, or
 /// EXCLUSIVE_PROCESS with the device held by another process.
-pub const DEVICE_UNAVAILABLE: CUresult = 46;
+pub(crate) const DEVICE_UNAVAILABLE: CUresult = 46;
 /// `CUDA_ERROR_INVALID_DEVICE` (101).
-pub const INVALID_DEVICE: CUresult = 101;
+pub(crate) const INVALID_DEVICE: CUresult = 101;
 /// `CUDA_ERROR_INVALID_IMAGE` (200).
-pub const INVALID_IMAGE: CUresult = 200;
+pub(crate) const INVALID_IMAGE: CUresult = 200;
 /// `CUDA_ERROR_INVALID_CONTEXT` (201).
-pub const INVALID_CONTEXT: CUresult = 201;
+pub(crate) const INVALID_CONTEXT: CUresult = 201;
 /// `CUDA_ERROR_NO_BINARY_FOR_GPU` (209).
-pub const NO_BINARY_FOR_GPU: CUresult = 209;
+pub(crate) const NO_BINARY_FOR_GPU: CUresult = 209;
 /// `CUDA_ERROR_INVALID_PTX` (218).
-pub const INVALID_PTX: CUresult = 218;
+pub(crate) const INVALID_PTX: CUresult = 218;
 /// `CUDA_ERROR_UNSUPPORTED_PTX_VERSION` (222).
-pub const UNSUPPORTED_PTX_VERSION: CUresult = 222;
+pub(crate) const UNSUPPORTED_PTX_VERSION: CUresult = 222;
 /// `CUDA_ERROR_INVALID_HANDLE` (400).
-pub const INVALID_HANDLE: CUresult = 400;
+pub(crate) const INVALID_HANDLE: CUresult = 400;
 /// `CUDA_ERROR_ILLEGAL_STATE` (401).
-pub const ILLEGAL_STATE: CUresult = 401;
+pub(crate) const ILLEGAL_STATE: CUresult = 401;
 /// `CUDA_ERROR_NOT_FOUND` (500).
-pub const NOT_FOUND: CUresult = 500;
+pub(crate) const NOT_FOUND: CUresult = 500;
 /// `CUDA_ERROR_NOT_READY` (600).
-pub const NOT_READY: CUresult = 600;
+pub(crate) const NOT_READY: CUresult = 600;
 /// `CUDA_ERROR_ILLEGAL_ADDRESS` (700).
-pub const ILLEGAL_ADDRESS: CUresult = 700;
+pub(crate) const ILLEGAL_ADDRESS: CUresult = 700;
 /// `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES` (701).
-pub const LAUNCH_OUT_OF_RESOURCES: CUresult = 701;
+pub(crate) const LAUNCH_OUT_OF_RESOURCES: CUresult = 701;
 /// `CUDA_ERROR_LAUNCH_FAILED` (719).
-pub const LAUNCH_FAILED: CUresult = 719;
+pub(crate) const LAUNCH_FAILED: CUresult = 719;
 /// `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED` (712).
-pub const HOST_MEMORY_ALREADY_REGISTERED: CUresult = 712;
+pub(crate) const HOST_MEMORY_ALREADY_REGISTERED: CUresult = 712;
 /// `CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED` (713).
-pub const HOST_MEMORY_NOT_REGISTERED: CUresult = 713;
+pub(crate) const HOST_MEMORY_NOT_REGISTERED: CUresult = 713;
 /// `CUDA_ERROR_NOT_PERMITTED` (800).
-pub const NOT_PERMITTED: CUresult = 800;
+pub(crate) const NOT_PERMITTED: CUresult = 800;
 /// `CUDA_ERROR_NOT_SUPPORTED` (801).
-pub const NOT_SUPPORTED: CUresult = 801;
+pub(crate) const NOT_SUPPORTED: CUresult = 801;
 /// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` (900).
-pub const CAPTURE_UNSUPPORTED: CUresult = 900;
+pub(crate) const CAPTURE_UNSUPPORTED: CUresult = 900;
 /// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED` (901).
-pub const CAPTURE_INVALIDATED: CUresult = 901;
+pub(crate) const CAPTURE_INVALIDATED: CUresult = 901;
 /// `CUDA_ERROR_STREAM_CAPTURE_MERGE` (902).
-pub const CAPTURE_MERGE: CUresult = 902;
+pub(crate) const CAPTURE_MERGE: CUresult = 902;
 /// `CUDA_ERROR_STREAM_CAPTURE_UNMATCHED` (903).
-pub const CAPTURE_UNMATCHED: CUresult = 903;
+pub(crate) const CAPTURE_UNMATCHED: CUresult = 903;
 /// `CUDA_ERROR_STREAM_CAPTURE_UNJOINED` (904).
-pub const CAPTURE_UNJOINED: CUresult = 904;
+pub(crate) const CAPTURE_UNJOINED: CUresult = 904;
 /// `CUDA_ERROR_STREAM_CAPTURE_ISOLATION` (905).
-pub const CAPTURE_ISOLATION: CUresult = 905;
+pub(crate) const CAPTURE_ISOLATION: CUresult = 905;
 /// `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT` (906).
-pub const CAPTURE_IMPLICIT: CUresult = 906;
+pub(crate) const CAPTURE_IMPLICIT: CUresult = 906;
 /// `CUDA_ERROR_CAPTURED_EVENT` (907).
-pub const CAPTURED_EVENT: CUresult = 907;
+pub(crate) const CAPTURED_EVENT: CUresult = 907;
 /// `CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD` (908).
-pub const CAPTURE_WRONG_THREAD: CUresult = 908;
+pub(crate) const CAPTURE_WRONG_THREAD: CUresult = 908;
 /// `CUDA_ERROR_UNKNOWN` (999): what a panic inside the stand-in becomes.
-pub const UNKNOWN: CUresult = 999;
+pub(crate) const UNKNOWN: CUresult = 999;
 
 /// The name and description of `code`, if `cuda.h` defines it.
-pub fn describe(code: CUresult) -> Option<(&'static CStr, &'static CStr)> {
+pub(crate) fn describe(code: CUresult) -> Option<(&'static CStr, &'static CStr)> {
     ERRORS
         .iter()
         .find(|(c, _, _)| *c == code)
@@ -92,7 +92,10 @@ pub fn describe(code: CUresult) -> Option<(&'static CStr, &'static CStr)> {
 /// # Safety
 /// `p_str` must be a valid out-pointer.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGetErrorName(error: CUresult, p_str: *mut *const c_char) -> CUresult {
+pub(crate) unsafe extern "C" fn cuGetErrorName(
+    error: CUresult,
+    p_str: *mut *const c_char,
+) -> CUresult {
     error_text(error, p_str, |(name, _)| name)
 }
 
@@ -101,7 +104,10 @@ pub unsafe extern "C" fn cuGetErrorName(error: CUresult, p_str: *mut *const c_ch
 /// # Safety
 /// `p_str` must be a valid out-pointer.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuGetErrorString(error: CUresult, p_str: *mut *const c_char) -> CUresult {
+pub(crate) unsafe extern "C" fn cuGetErrorString(
+    error: CUresult,
+    p_str: *mut *const c_char,
+) -> CUresult {
     error_text(error, p_str, |(_, text)| text)
 }
 

@@ -27,14 +27,14 @@ const INTERPROCESS: u32 = 4;
 const WAIT_EXTERNAL: u32 = 1;
 
 /// An event.
-pub struct Event {
+pub(crate) struct Event {
     flags: u32,
     state: Mutex<State>,
 }
 
 /// What the last record captured.
 #[derive(Clone)]
-pub enum State {
+pub(crate) enum State {
     /// Never recorded: complete.
     Never,
     /// Recorded on a stream outside capture.
@@ -65,7 +65,7 @@ fn state(h: usize) -> Res<(Arc<Event>, State)> {
 /// `cuEventCreate`: flags BLOCKING_SYNC 1, DISABLE_TIMING 2, INTERPROCESS 4
 /// (which needs DISABLE_TIMING).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuEventCreate(ph: *mut usize, flags: c_uint) -> u32 {
+pub(crate) extern "C" fn cuEventCreate(ph: *mut usize, flags: c_uint) -> u32 {
     entry("cuEventCreate", || {
         current()?;
         if ph.is_null()
@@ -84,7 +84,7 @@ pub extern "C" fn cuEventCreate(ph: *mut usize, flags: c_uint) -> u32 {
 
 /// `cuEventDestroy_v2`: returns at once; a pending record still completes.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuEventDestroy_v2(h: usize) -> u32 {
+pub(crate) extern "C" fn cuEventDestroy_v2(h: usize) -> u32 {
     entry("cuEventDestroy_v2", || {
         current()?;
         EVENTS.remove(h).map(|_| ())
@@ -118,14 +118,14 @@ fn record(h: usize, stream: usize) -> Res<()> {
 
 /// `cuEventRecord`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuEventRecord(h: usize, stream: usize) -> u32 {
+pub(crate) extern "C" fn cuEventRecord(h: usize, stream: usize) -> u32 {
     entry("cuEventRecord", || record(h, stream))
 }
 
 /// `cuEventRecordWithFlags`: flags 0 only (external record nodes are not
 /// implemented).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuEventRecordWithFlags(h: usize, stream: usize, flags: c_uint) -> u32 {
+pub(crate) extern "C" fn cuEventRecordWithFlags(h: usize, stream: usize, flags: c_uint) -> u32 {
     entry("cuEventRecordWithFlags", || match flags {
         0 => record(h, stream),
         1 => Err(crate::guard::unsupported(
@@ -137,7 +137,7 @@ pub extern "C" fn cuEventRecordWithFlags(h: usize, stream: usize, flags: c_uint)
 
 /// `cuEventQuery`: potentially unsafe during capture (900).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuEventQuery(h: usize) -> u32 {
+pub(crate) extern "C" fn cuEventQuery(h: usize) -> u32 {
     entry("cuEventQuery", || {
         let (_, st) = state(h)?;
         if matches!(st, State::Captured { .. }) {
@@ -155,7 +155,7 @@ pub extern "C" fn cuEventQuery(h: usize) -> u32 {
 
 /// `cuEventSynchronize`: potentially unsafe during capture (900).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuEventSynchronize(h: usize) -> u32 {
+pub(crate) extern "C" fn cuEventSynchronize(h: usize) -> u32 {
     entry("cuEventSynchronize", || {
         let (_, st) = state(h)?;
         if matches!(st, State::Captured { .. }) {
@@ -177,7 +177,7 @@ pub extern "C" fn cuEventSynchronize(h: usize) -> u32 {
 /// `CUDA_ERROR_INVALID_HANDLE` for an unrecorded or DISABLE_TIMING event,
 /// `CUDA_ERROR_NOT_READY` if either has not completed.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuEventElapsedTime(ms: *mut f32, start: usize, end: usize) -> u32 {
+pub(crate) extern "C" fn cuEventElapsedTime(ms: *mut f32, start: usize, end: usize) -> u32 {
     entry("cuEventElapsedTime", || {
         let (e0, s0) = state(start)?;
         let (e1, s1) = state(end)?;
@@ -212,7 +212,7 @@ pub extern "C" fn cuEventElapsedTime(ms: *mut f32, start: usize, end: usize) -> 
 /// its capture (another capture's event: 902); a non-captured event is
 /// `CUDA_ERROR_STREAM_CAPTURE_ISOLATION` (905).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuStreamWaitEvent(stream: usize, h: usize, flags: c_uint) -> u32 {
+pub(crate) extern "C" fn cuStreamWaitEvent(stream: usize, h: usize, flags: c_uint) -> u32 {
     entry("cuStreamWaitEvent", || {
         let (_, st) = state(h)?;
         let s = stream_of(stream)?;

@@ -13,7 +13,7 @@ use crate::guard::as_host_fn;
 use crate::memory::{Mapped, resolve};
 
 /// A host function (`CUhostFn`).
-pub type HostFn = unsafe extern "C" fn(*mut c_void);
+pub(crate) type HostFn = unsafe extern "C" fn(*mut c_void);
 
 /// One unit of stream work, cheap to clone into graphs and replays.
 #[derive(Clone)]
@@ -105,7 +105,7 @@ pub enum Work {
 }
 
 /// A device fault: the code and what happened.
-pub type Fault = (u32, String);
+pub(crate) type Fault = (u32, String);
 
 /// Host functions of all streams run one at a time, as the driver runs them
 /// on one thread.
@@ -115,7 +115,7 @@ static HOST_FN: Mutex<()> = Mutex::new(());
 /// range must be device-accessible memory, and usable now (not a
 /// stream-ordered allocation its stream has not reached, not an IPC mapping
 /// whose exporter freed it or exited).
-pub fn device(addr: u64, len: usize, what: &str) -> Result<Mapped, Fault> {
+pub(crate) fn device(addr: u64, len: usize, what: &str) -> Result<Mapped, Fault> {
     let m = resolve(addr, len).map_err(|_| {
         (
             ILLEGAL_ADDRESS,
@@ -134,7 +134,7 @@ pub fn device(addr: u64, len: usize, what: &str) -> Result<Mapped, Fault> {
 }
 
 /// Runs `work` on the calling queue worker.
-pub fn run(ctx: &Context, work: &Work) -> Result<(), Fault> {
+pub(crate) fn run(ctx: &Context, work: &Work) -> Result<(), Fault> {
     match work {
         Work::Nop => {}
         Work::Record(at) => {
@@ -213,7 +213,7 @@ pub fn run(ctx: &Context, work: &Work) -> Result<(), Fault> {
 }
 
 /// True when `word` satisfies `cond` against `value` (GEQ is cyclic).
-pub fn satisfied(word: u64, value: u64, cond: u32, wide: bool) -> bool {
+pub(crate) fn satisfied(word: u64, value: u64, cond: u32, wide: bool) -> bool {
     match cond {
         1 => word == value,
         2 => word & value != 0,

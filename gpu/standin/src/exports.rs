@@ -18,7 +18,7 @@ macro_rules! not_supported {
     ($($name:ident),* $(,)?) => {$(
         /// Not implemented by the stand-in: `CUDA_ERROR_NOT_SUPPORTED`.
         #[unsafe(no_mangle)]
-        pub extern "C" fn $name() -> CUresult {
+        pub(crate) extern "C" fn $name() -> CUresult {
             entry(stringify!($name), || Err(unsupported(stringify!($name))))
         }
     )*};
@@ -311,6 +311,6 @@ not_supported! {
 /// printed by every process that compiles a kernel and say nothing useful;
 /// libcudart, which cannot run without the tables, fails loudly on its own.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuGetExportTable() -> CUresult {
+pub(crate) extern "C" fn cuGetExportTable() -> CUresult {
     entry("cuGetExportTable", || Err(crate::error::NOT_SUPPORTED))
 }

@@ -24,12 +24,12 @@ use crate::handles::Registry;
 use crate::stream::{stream_of, submit};
 
 /// Graphs, by handle.
-pub static GRAPHS: Registry<Graph> = Registry::new(0x14);
+pub(crate) static GRAPHS: Registry<Graph> = Registry::new(0x14);
 static EXECS: Registry<Exec> = Registry::new(0x15);
 static OBJECTS: Registry<UserObject> = Registry::new(0x16);
 
 /// One node: its work and the nodes it depends on.
-pub struct Node {
+pub(crate) struct Node {
     /// Indices of the nodes this one depends on.
     pub deps: Vec<usize>,
     /// What it does.
@@ -38,21 +38,21 @@ pub struct Node {
 
 /// A graph under construction or captured.
 #[derive(Default)]
-pub struct Graph {
+pub(crate) struct Graph {
     nodes: Mutex<Vec<Node>>,
     objects: Mutex<Vec<(Arc<UserObject>, u32)>>,
 }
 
 impl Graph {
     /// Appends a node; returns its index.
-    pub fn push(&self, node: Node) -> usize {
+    pub(crate) fn push(&self, node: Node) -> usize {
         let mut n = lock(&self.nodes);
         n.push(node);
         n.len() - 1
     }
 
     /// Each node's dependencies.
-    pub fn deps(&self) -> Vec<Vec<usize>> {
+    pub(crate) fn deps(&self) -> Vec<Vec<usize>> {
         lock(&self.nodes).iter().map(|n| n.deps.clone()).collect()
     }
 }
@@ -66,7 +66,7 @@ impl Drop for Graph {
 }
 
 /// The handle a graph node is known by (for `cuStreamGetCaptureInfo_v2`).
-pub fn node_handle(graph: usize, index: usize) -> usize {
+pub(crate) fn node_handle(graph: usize, index: usize) -> usize {
     graph ^ ((index + 1) << 24)
 }
 
@@ -93,7 +93,7 @@ impl Drop for Exec {
 }
 
 /// A user object: a destructor run when the last reference goes.
-pub struct UserObject {
+pub(crate) struct UserObject {
     handle: Mutex<usize>,
     refs: Mutex<u32>,
     destroy: Mutex<Option<(HostFn, usize)>>,
@@ -137,7 +137,7 @@ impl UserObject {
 
 /// `cuGraphCreate`: an empty graph (flags must be 0).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuGraphCreate(ph: *mut usize, flags: c_uint) -> u32 {
+pub(crate) extern "C" fn cuGraphCreate(ph: *mut usize, flags: c_uint) -> u32 {
     entry("cuGraphCreate", || {
         current()?;
         if flags != 0 {
@@ -149,7 +149,7 @@ pub extern "C" fn cuGraphCreate(ph: *mut usize, flags: c_uint) -> u32 {
 
 /// `cuGraphDestroy`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuGraphDestroy(h: usize) -> u32 {
+pub(crate) extern "C" fn cuGraphDestroy(h: usize) -> u32 {
     entry("cuGraphDestroy", || {
         current()?;
         GRAPHS.remove(h).map(|_| ())
@@ -166,7 +166,11 @@ const AUTO_FREE_ON_LAUNCH: u64 = 1;
 /// driver for such a graph); other flags are not implemented. Snapshots the
 /// graph, whose user objects the executable graph also holds.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuGraphInstantiateWithFlags(ph: *mut usize, graph: usize, flags: u64) -> u32 {
+pub(crate) extern "C" fn cuGraphInstantiateWithFlags(
+    ph: *mut usize,
+    graph: usize,
+    flags: u64,
+) -> u32 {
     entry("cuGraphInstantiateWithFlags", || {
         current()?;
         let g = GRAPHS.get(graph)?;
@@ -197,7 +201,7 @@ pub extern "C" fn cuGraphInstantiateWithFlags(ph: *mut usize, graph: usize, flag
 /// `cuGraphLaunch`: replays the graph on the stream, after the previous launch
 /// of the same executable graph. Into a capturing stream: 900.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuGraphLaunch(h: usize, stream: usize) -> u32 {
+pub(crate) extern "C" fn cuGraphLaunch(h: usize, stream: usize) -> u32 {
     entry("cuGraphLaunch", || {
         let exec = EXECS.get(h)?;
         let s = stream_of(stream)?;
@@ -217,7 +221,7 @@ pub extern "C" fn cuGraphLaunch(h: usize, stream: usize) -> u32 {
 
 /// `cuGraphUpload`: nothing to upload; validates the handles.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuGraphUpload(h: usize, stream: usize) -> u32 {
+pub(crate) extern "C" fn cuGraphUpload(h: usize, stream: usize) -> u32 {
     entry("cuGraphUpload", || {
         EXECS.get(h)?;
         stream_of(stream).map(|_| ())
@@ -227,7 +231,7 @@ pub extern "C" fn cuGraphUpload(h: usize, stream: usize) -> u32 {
 /// `cuGraphExecDestroy`: potentially unsafe during capture (900); a running
 /// executable graph is freed when its launches finish.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuGraphExecDestroy(h: usize) -> u32 {
+pub(crate) extern "C" fn cuGraphExecDestroy(h: usize) -> u32 {
     entry("cuGraphExecDestroy", || {
         current()?;
         check_unsafe("cuGraphExecDestroy")?;
@@ -237,7 +241,7 @@ pub extern "C" fn cuGraphExecDestroy(h: usize) -> u32 {
 
 /// `cuUserObjectCreate`: flags must be `CU_USER_OBJECT_NO_DESTRUCTOR_SYNC`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuUserObjectCreate(
+pub(crate) extern "C" fn cuUserObjectCreate(
     ph: *mut usize,
     ptr: *mut std::ffi::c_void,
     destroy: Option<HostFn>,
@@ -265,7 +269,7 @@ pub extern "C" fn cuUserObjectCreate(
 
 /// `cuUserObjectRetain`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuUserObjectRetain(h: usize, count: c_uint) -> u32 {
+pub(crate) extern "C" fn cuUserObjectRetain(h: usize, count: c_uint) -> u32 {
     entry("cuUserObjectRetain", || {
         current()?;
         if count == 0 {
@@ -278,7 +282,7 @@ pub extern "C" fn cuUserObjectRetain(h: usize, count: c_uint) -> u32 {
 
 /// `cuUserObjectRelease`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuUserObjectRelease(h: usize, count: c_uint) -> u32 {
+pub(crate) extern "C" fn cuUserObjectRelease(h: usize, count: c_uint) -> u32 {
     entry("cuUserObjectRelease", || {
         current()?;
         if count == 0 || !OBJECTS.get(h)?.release(count) {
@@ -291,7 +295,7 @@ pub extern "C" fn cuUserObjectRelease(h: usize, count: c_uint) -> u32 {
 /// `cuGraphRetainUserObject`: flags 0 (new references) or
 /// `CU_GRAPH_USER_OBJECT_MOVE` (the caller's references move to the graph).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuGraphRetainUserObject(
+pub(crate) extern "C" fn cuGraphRetainUserObject(
     graph: usize,
     h: usize,
     count: c_uint,
@@ -314,7 +318,7 @@ pub extern "C" fn cuGraphRetainUserObject(
 
 /// `cuGraphReleaseUserObject`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuGraphReleaseUserObject(graph: usize, h: usize, count: c_uint) -> u32 {
+pub(crate) extern "C" fn cuGraphReleaseUserObject(graph: usize, h: usize, count: c_uint) -> u32 {
     entry("cuGraphReleaseUserObject", || {
         current()?;
         let g = GRAPHS.get(graph)?;

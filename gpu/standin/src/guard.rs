@@ -19,12 +19,12 @@ thread_local! {
 }
 
 /// Writes one line to stderr, ignoring failures (stderr may be closed).
-pub fn say(line: &str) {
+pub(crate) fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "streamcomm CPU stand-in: {line}");
 }
 
 /// Says `line` once per distinct `key` for the life of the process.
-pub fn say_once(key: String, line: &str) {
+pub(crate) fn say_once(key: String, line: &str) {
     static SEEN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
     let first = SEEN.lock().map(|mut s| s.insert(key)).unwrap_or(true);
     if first {
@@ -33,7 +33,7 @@ pub fn say_once(key: String, line: &str) {
 }
 
 /// Runs the body of entry point `name`, mapping its result to a `CUresult`.
-pub fn entry(name: &'static str, body: impl FnOnce() -> Res<()>) -> CUresult {
+pub(crate) fn entry(name: &'static str, body: impl FnOnce() -> Res<()>) -> CUresult {
     if IN_HOST_FN.with(Cell::get) {
         if crate::config::config().strict {
             say(&format!(
@@ -65,7 +65,7 @@ pub fn entry(name: &'static str, body: impl FnOnce() -> Res<()>) -> CUresult {
 }
 
 /// What an entry point the stand-in does not implement returns.
-pub fn unsupported(name: &'static str) -> CUresult {
+pub(crate) fn unsupported(name: &'static str) -> CUresult {
     say_once(
         format!("unsupported:{name}"),
         &format!("{name} is not implemented by the stand-in: CUDA_ERROR_NOT_SUPPORTED"),
@@ -74,7 +74,7 @@ pub fn unsupported(name: &'static str) -> CUresult {
 }
 
 /// Runs `f` marked as a host function: CUDA calls from it are refused.
-pub fn as_host_fn<T>(f: impl FnOnce() -> T) -> T {
+pub(crate) fn as_host_fn<T>(f: impl FnOnce() -> T) -> T {
     struct Reset;
     impl Drop for Reset {
         fn drop(&mut self) {

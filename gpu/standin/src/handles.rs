@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use crate::error::{INVALID_HANDLE, Res};
 
 /// Live objects of one kind, by handle value.
-pub struct Registry<T> {
+pub(crate) struct Registry<T> {
     tag: usize,
     next: AtomicUsize,
     live: Mutex<BTreeMap<usize, Arc<T>>>,
@@ -17,7 +17,7 @@ pub struct Registry<T> {
 
 impl<T> Registry<T> {
     /// An empty registry whose handles carry `tag` (1..=255).
-    pub const fn new(tag: usize) -> Registry<T> {
+    pub(crate) const fn new(tag: usize) -> Registry<T> {
         Registry {
             tag,
             next: AtomicUsize::new(1),
@@ -26,12 +26,12 @@ impl<T> Registry<T> {
     }
 
     /// Registers `value` and returns its new handle.
-    pub fn insert(&self, value: Arc<T>) -> usize {
+    pub(crate) fn insert(&self, value: Arc<T>) -> usize {
         self.insert_with(|_| value)
     }
 
     /// Registers the object `make` builds from its handle; returns the handle.
-    pub fn insert_with(&self, make: impl FnOnce(usize) -> Arc<T>) -> usize {
+    pub(crate) fn insert_with(&self, make: impl FnOnce(usize) -> Arc<T>) -> usize {
         let h = (self.tag << 44) | (self.next.fetch_add(1, Ordering::Relaxed) << 4);
         let value = make(h);
         self.lock().insert(h, value);
@@ -39,12 +39,12 @@ impl<T> Registry<T> {
     }
 
     /// The object behind `handle`.
-    pub fn get(&self, handle: usize) -> Res<Arc<T>> {
+    pub(crate) fn get(&self, handle: usize) -> Res<Arc<T>> {
         self.lock().get(&handle).cloned().ok_or(INVALID_HANDLE)
     }
 
     /// Unregisters `handle`, returning its object.
-    pub fn remove(&self, handle: usize) -> Res<Arc<T>> {
+    pub(crate) fn remove(&self, handle: usize) -> Res<Arc<T>> {
         self.lock().remove(&handle).ok_or(INVALID_HANDLE)
     }
 

@@ -28,7 +28,7 @@ const MAGIC: &[u8; 8] = b"SCSTNDIN";
 /// `CUipcMemHandle`: 64 opaque bytes, passed by value.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct IpcMemHandle {
+pub(crate) struct IpcMemHandle {
     reserved: [u8; 64],
 }
 
@@ -43,7 +43,7 @@ fn field(b: &[u8; 64], at: usize) -> u64 {
 
 /// `cuIpcGetMemHandle`: only the base of a `cuMemAlloc` allocation.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuIpcGetMemHandle(handle: *mut IpcMemHandle, dptr: u64) -> u32 {
+pub(crate) extern "C" fn cuIpcGetMemHandle(handle: *mut IpcMemHandle, dptr: u64) -> u32 {
     entry("cuIpcGetMemHandle", || {
         current()?;
         let r = region_of(dptr).ok_or(INVALID_VALUE)?;
@@ -64,7 +64,7 @@ pub extern "C" fn cuIpcGetMemHandle(handle: *mut IpcMemHandle, dptr: u64) -> u32
 
 /// `cuIpcOpenMemHandle_v2`: flags must be `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuIpcOpenMemHandle_v2(
+pub(crate) extern "C" fn cuIpcOpenMemHandle_v2(
     pdptr: *mut u64,
     handle: IpcMemHandle,
     flags: c_uint,
@@ -96,7 +96,7 @@ pub extern "C" fn cuIpcOpenMemHandle_v2(
 
 /// `cuIpcCloseMemHandle`: unmaps when the last open of the handle closes.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuIpcCloseMemHandle(dptr: u64) -> u32 {
+pub(crate) extern "C" fn cuIpcCloseMemHandle(dptr: u64) -> u32 {
     entry("cuIpcCloseMemHandle", || {
         current()?;
         let r = region_of(dptr).ok_or(INVALID_VALUE)?;

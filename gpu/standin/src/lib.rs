@@ -60,6 +60,7 @@
 //!   sticky, as on a GPU.
 //!
 //! Configuration: [`config`].
+#![deny(unreachable_pub)]
 
 mod capture;
 pub mod config;

@@ -90,7 +90,12 @@ fn write(
 /// `cuStreamWaitValue32_v2`: GEQ (cyclic), EQ, AND, NOR; FLUSH only where the
 /// device can flush remote writes (this one cannot).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuStreamWaitValue32_v2(stream: usize, addr: u64, value: u32, flags: u32) -> u32 {
+pub(crate) extern "C" fn cuStreamWaitValue32_v2(
+    stream: usize,
+    addr: u64,
+    value: u32,
+    flags: u32,
+) -> u32 {
     entry("cuStreamWaitValue32_v2", || {
         wait(
             stream,
@@ -105,7 +110,12 @@ pub extern "C" fn cuStreamWaitValue32_v2(stream: usize, addr: u64, value: u32, f
 
 /// `cuStreamWaitValue64_v2`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuStreamWaitValue64_v2(stream: usize, addr: u64, value: u64, flags: u32) -> u32 {
+pub(crate) extern "C" fn cuStreamWaitValue64_v2(
+    stream: usize,
+    addr: u64,
+    value: u64,
+    flags: u32,
+) -> u32 {
     entry("cuStreamWaitValue64_v2", || {
         wait(stream, addr, value, flags, true, "cuStreamWaitValue64_v2")
     })
@@ -113,7 +123,12 @@ pub extern "C" fn cuStreamWaitValue64_v2(stream: usize, addr: u64, value: u64, f
 
 /// `cuStreamWriteValue32_v2`: flags must be 0 (the write is fenced).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuStreamWriteValue32_v2(stream: usize, addr: u64, value: u32, flags: u32) -> u32 {
+pub(crate) extern "C" fn cuStreamWriteValue32_v2(
+    stream: usize,
+    addr: u64,
+    value: u32,
+    flags: u32,
+) -> u32 {
     entry("cuStreamWriteValue32_v2", || {
         write(
             stream,
@@ -128,7 +143,12 @@ pub extern "C" fn cuStreamWriteValue32_v2(stream: usize, addr: u64, value: u32, 
 
 /// `cuStreamWriteValue64_v2`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuStreamWriteValue64_v2(stream: usize, addr: u64, value: u64, flags: u32) -> u32 {
+pub(crate) extern "C" fn cuStreamWriteValue64_v2(
+    stream: usize,
+    addr: u64,
+    value: u64,
+    flags: u32,
+) -> u32 {
     entry("cuStreamWriteValue64_v2", || {
         write(stream, addr, value, flags, true, "cuStreamWriteValue64_v2")
     })
@@ -138,7 +158,11 @@ pub extern "C" fn cuStreamWriteValue64_v2(stream: usize, addr: u64, value: u64, 
 /// function at a time process-wide; CUDA calls from it fail with
 /// `CUDA_ERROR_NOT_PERMITTED`. Captured, it runs at every replay.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuLaunchHostFunc(stream: usize, f: Option<HostFn>, data: *mut c_void) -> u32 {
+pub(crate) extern "C" fn cuLaunchHostFunc(
+    stream: usize,
+    f: Option<HostFn>,
+    data: *mut c_void,
+) -> u32 {
     entry("cuLaunchHostFunc", || {
         let s = stream_of(stream)?;
         let f = f.ok_or(INVALID_VALUE)?;

@@ -27,7 +27,7 @@ const SPACE: usize = 1 << 40;
 const GAP: usize = 1 << 16;
 
 /// What backs a range of device addresses.
-pub enum Kind {
+pub(crate) enum Kind {
     /// A `cuMemAlloc` allocation of this process, with its segment serial.
     Device {
         /// Serial of the shared-memory segment.
@@ -45,14 +45,14 @@ pub enum Kind {
 
 /// [`Region::state`]: allocated by a `cuMemAllocAsync` its stream has not
 /// reached yet (device work touching it faults).
-pub const PENDING: u8 = 0;
+pub(crate) const PENDING: u8 = 0;
 /// [`Region::state`]: usable by device work.
-pub const LIVE: u8 = 1;
+pub(crate) const LIVE: u8 = 1;
 /// [`Region::state`]: freed (work still holding its mapping faults).
-pub const FREED: u8 = 2;
+pub(crate) const FREED: u8 = 2;
 
 /// A range of device addresses and the host mapping behind it.
-pub struct Region {
+pub(crate) struct Region {
     /// First device address.
     pub base: u64,
     /// Length in bytes as requested.
@@ -71,7 +71,7 @@ pub struct Region {
 }
 
 /// A translated device range; keeps its mapping alive while held.
-pub struct Mapped {
+pub(crate) struct Mapped {
     region: Option<Arc<Region>>,
     /// Host address of the first byte.
     pub ptr: *mut u8,
@@ -81,7 +81,7 @@ impl Mapped {
     /// Why device work may not touch this range now, if it may not: a
     /// stream-ordered allocation its stream has not reached, or an IPC
     /// mapping whose exporter freed the memory or exited.
-    pub fn unusable(&self) -> Option<String> {
+    pub(crate) fn unusable(&self) -> Option<String> {
         let r = self.region.as_ref()?;
         match r.state.load(Ordering::Acquire) {
             PENDING => {
@@ -125,7 +125,7 @@ fn space() -> Res<usize> {
 }
 
 /// True when `addr` lies in the device address space (not host memory).
-pub fn is_device_address(addr: usize) -> bool {
+pub(crate) fn is_device_address(addr: usize) -> bool {
     space().is_ok_and(|base| (base..base + SPACE).contains(&addr))
 }
 
@@ -150,7 +150,7 @@ fn regions_write() -> std::sync::RwLockWriteGuard<'static, BTreeMap<u64, Arc<Reg
 }
 
 /// The region containing device address `addr`.
-pub fn region_of(addr: u64) -> Option<Arc<Region>> {
+pub(crate) fn region_of(addr: u64) -> Option<Arc<Region>> {
     let map = regions_read();
     let (_, r) = map.range(..=addr).next_back()?;
     (addr < r.base + r.len as u64).then(|| r.clone())
@@ -159,7 +159,7 @@ pub fn region_of(addr: u64) -> Option<Arc<Region>> {
 /// Translates `len` bytes of device-accessible memory at `addr` (device
 /// memory, an IPC mapping, or host-mapped pinned memory); the whole range must
 /// lie in one allocation.
-pub fn resolve(addr: u64, len: usize) -> Res<Mapped> {
+pub(crate) fn resolve(addr: u64, len: usize) -> Res<Mapped> {
     if let Some(r) = region_of(addr) {
         if addr
             .checked_add(len as u64)
@@ -184,7 +184,7 @@ pub fn resolve(addr: u64, len: usize) -> Res<Mapped> {
 
 /// Registers a new region of device `ordinal` backed by `seg` and returns
 /// its device address; stream-ordered allocations start [`PENDING`].
-pub fn insert(len: usize, kind: Kind, seg: Segment, ordinal: usize) -> Res<u64> {
+pub(crate) fn insert(len: usize, kind: Kind, seg: Segment, ordinal: usize) -> Res<u64> {
     let base = reserve(seg.len())?;
     let state = if matches!(kind, Kind::Pool) {
         PENDING
@@ -205,7 +205,7 @@ pub fn insert(len: usize, kind: Kind, seg: Segment, ordinal: usize) -> Res<u64> 
 }
 
 /// Unregisters the region starting at `base` if `pick` accepts it.
-pub fn remove(base: u64, pick: impl FnOnce(&Region) -> bool) -> Res<Arc<Region>> {
+pub(crate) fn remove(base: u64, pick: impl FnOnce(&Region) -> bool) -> Res<Arc<Region>> {
     let mut map = regions_write();
     match map.get(&base) {
         Some(r) if pick(r) => Ok(map.remove(&base).expect("present")),
@@ -216,7 +216,7 @@ pub fn remove(base: u64, pick: impl FnOnce(&Region) -> bool) -> Res<Arc<Region>>
 /// `cuMemAlloc_v2`: refused while capturing (900); size 0 is
 /// `CUDA_ERROR_INVALID_VALUE`; contents are not zeroed (poisoned with 0xA5).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemAlloc_v2(dptr: *mut u64, bytesize: usize) -> u32 {
+pub(crate) extern "C" fn cuMemAlloc_v2(dptr: *mut u64, bytesize: usize) -> u32 {
     entry("cuMemAlloc_v2", || {
         let ctx = current()?;
         check_unsafe("cuMemAlloc_v2")?;
@@ -231,7 +231,7 @@ pub extern "C" fn cuMemAlloc_v2(dptr: *mut u64, bytesize: usize) -> u32 {
 
 /// True for the base of an allocation this process made (`cuMemAlloc` or
 /// `cuMemAllocAsync`), which the free calls accept.
-pub fn is_own_base(r: &Region, dptr: u64) -> bool {
+pub(crate) fn is_own_base(r: &Region, dptr: u64) -> bool {
     r.base == dptr && matches!(r.kind, Kind::Device { .. } | Kind::Pool)
 }
 
@@ -239,7 +239,7 @@ pub fn is_own_base(r: &Region, dptr: u64) -> bool {
 /// allocation not already freed; waits for all work of the context first
 /// (for ever, if a stream never finishes).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemFree_v2(dptr: u64) -> u32 {
+pub(crate) extern "C" fn cuMemFree_v2(dptr: u64) -> u32 {
     entry("cuMemFree_v2", || {
         let ctx = current()?;
         check_unsafe("cuMemFree_v2")?;
@@ -280,7 +280,11 @@ fn freeing_exported(dptr: u64, serial: u64) {
 
 /// `cuMemGetAddressRange_v2`: base and size of the allocation holding `dptr`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemGetAddressRange_v2(pbase: *mut u64, psize: *mut usize, dptr: u64) -> u32 {
+pub(crate) extern "C" fn cuMemGetAddressRange_v2(
+    pbase: *mut u64,
+    psize: *mut usize,
+    dptr: u64,
+) -> u32 {
     entry("cuMemGetAddressRange_v2", || {
         current()?;
         let r = region_of(dptr).ok_or(crate::error::NOT_FOUND)?;
@@ -295,7 +299,7 @@ pub extern "C" fn cuMemGetAddressRange_v2(pbase: *mut u64, psize: *mut usize, dp
 }
 
 /// A host pointer argument; refuses device addresses passed as host memory.
-pub fn host_ptr(p: *const c_void) -> Res<usize> {
+pub(crate) fn host_ptr(p: *const c_void) -> Res<usize> {
     if p.is_null() || is_device_address(p as usize) {
         return Err(INVALID_VALUE);
     }

@@ -20,7 +20,7 @@ use crate::guard::say_once;
 
 /// The right to create contexts on one device; dropping it releases the
 /// device to other processes.
-pub struct Claim {
+pub(crate) struct Claim {
     /// The locked file's descriptor (-1 when no lock is needed).
     fd: i32,
 }
@@ -36,7 +36,7 @@ impl Drop for Claim {
 
 /// Claims device `ordinal` for this process's first context on it, or fails
 /// with `CUDA_ERROR_DEVICE_UNAVAILABLE` as the compute mode demands.
-pub fn claim(ordinal: usize) -> Res<Claim> {
+pub(crate) fn claim(ordinal: usize) -> Res<Claim> {
     match config().compute_mode {
         COMPUTE_PROHIBITED => {
             say_once(

@@ -27,12 +27,12 @@ use crate::stream::{stream_of, submit};
 const SM: u32 = 90;
 
 /// A loaded module: its entry names.
-pub struct Module {
+pub(crate) struct Module {
     entries: Vec<String>,
 }
 
 /// A kernel of a module.
-pub struct Function {
+pub(crate) struct Function {
     name: String,
     _module: Arc<Module>,
 }
@@ -225,13 +225,13 @@ fn load(pmod: *mut usize, image: *const c_void) -> Res<()> {
 /// `cuModuleLoadData`: a CUBIN (ELF) or NUL-terminated PTX; fatbins are not
 /// implemented.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuModuleLoadData(pmod: *mut usize, image: *const c_void) -> u32 {
+pub(crate) extern "C" fn cuModuleLoadData(pmod: *mut usize, image: *const c_void) -> u32 {
     entry("cuModuleLoadData", || load(pmod, image))
 }
 
 /// `cuModuleLoadDataEx`: as `cuModuleLoadData`; JIT options are ignored.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuModuleLoadDataEx(
+pub(crate) extern "C" fn cuModuleLoadDataEx(
     pmod: *mut usize,
     image: *const c_void,
     num_options: c_uint,
@@ -251,7 +251,7 @@ pub extern "C" fn cuModuleLoadDataEx(
 
 /// `cuModuleUnload`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuModuleUnload(hmod: usize) -> u32 {
+pub(crate) extern "C" fn cuModuleUnload(hmod: usize) -> u32 {
     entry("cuModuleUnload", || {
         current()?;
         MODULES.remove(hmod).map(|_| ())
@@ -260,7 +260,11 @@ pub extern "C" fn cuModuleUnload(hmod: usize) -> u32 {
 
 /// `cuModuleGetFunction`: `CUDA_ERROR_NOT_FOUND` for a name the image lacks.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuModuleGetFunction(pf: *mut usize, hmod: usize, name: *const c_char) -> u32 {
+pub(crate) extern "C" fn cuModuleGetFunction(
+    pf: *mut usize,
+    hmod: usize,
+    name: *const c_char,
+) -> u32 {
     entry("cuModuleGetFunction", || {
         current()?;
         let m = MODULES.get(hmod)?;
@@ -283,7 +287,7 @@ pub extern "C" fn cuModuleGetFunction(pf: *mut usize, hmod: usize, name: *const 
 
 /// `cuFuncGetAttribute`: `MAX_THREADS_PER_BLOCK` (0) only.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuFuncGetAttribute(pi: *mut c_int, attrib: c_int, hfunc: usize) -> u32 {
+pub(crate) extern "C" fn cuFuncGetAttribute(pi: *mut c_int, attrib: c_int, hfunc: usize) -> u32 {
     entry("cuFuncGetAttribute", || {
         current()?;
         let f = FUNCTIONS.get(hfunc)?;
@@ -341,7 +345,7 @@ fn arguments(size: usize, params: *mut *mut c_void, extra: *mut *mut c_void) -> 
 /// (else `CUDA_ERROR_INVALID_VALUE`); more threads than the kernel's launch
 /// bounds is `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuLaunchKernel(
+pub(crate) extern "C" fn cuLaunchKernel(
     f: usize,
     gx: c_uint,
     gy: c_uint,

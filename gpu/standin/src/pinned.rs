@@ -41,12 +41,12 @@ fn find(addr: usize) -> Option<(usize, Arc<Pinned>)> {
 }
 
 /// True when `[addr, addr + len)` is pinned memory (host side of copies).
-pub fn is_pinned(addr: usize, len: usize) -> bool {
+pub(crate) fn is_pinned(addr: usize, len: usize) -> bool {
     find(addr).is_some_and(|(base, p)| addr + len <= base + p.len)
 }
 
 /// True when `[addr, addr + len)` is pinned memory mapped for the device.
-pub fn is_device_mapped(addr: usize, len: usize) -> bool {
+pub(crate) fn is_device_mapped(addr: usize, len: usize) -> bool {
     find(addr).is_some_and(|(base, p)| p.flags & DEVICEMAP != 0 && addr + len <= base + p.len)
 }
 
@@ -88,7 +88,11 @@ fn alloc(pp: *mut *mut c_void, bytesize: usize, flags: u32, name: &'static str) 
 /// `cuMemHostAlloc`: flags PORTABLE | DEVICEMAP | WRITECOMBINED; refused
 /// while capturing (900); contents poisoned with 0xA5.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c_uint) -> u32 {
+pub(crate) extern "C" fn cuMemHostAlloc(
+    pp: *mut *mut c_void,
+    bytesize: usize,
+    flags: c_uint,
+) -> u32 {
     entry("cuMemHostAlloc", || {
         alloc(pp, bytesize, flags, "cuMemHostAlloc")
     })
@@ -96,7 +100,7 @@ pub extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, bytesize: usize, flags: c
 
 /// `cuMemAllocHost_v2`: `cuMemHostAlloc` with flags 0.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> u32 {
+pub(crate) extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> u32 {
     entry("cuMemAllocHost_v2", || {
         alloc(pp, bytesize, 0, "cuMemAllocHost_v2")
     })
@@ -105,7 +109,7 @@ pub extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> u3
 /// `cuMemFreeHost`: only the base of `cuMemHostAlloc` memory; waits for the
 /// current context's work first.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> u32 {
+pub(crate) extern "C" fn cuMemFreeHost(p: *mut c_void) -> u32 {
     entry("cuMemFreeHost", || {
         let ctx = current()?;
         check_unsafe("cuMemFreeHost")?;
@@ -128,7 +132,7 @@ pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> u32 {
 /// `cuMemHostGetDevicePointer_v2`: flags must be 0; only `DEVICEMAP` memory
 /// (else `CUDA_ERROR_INVALID_VALUE`); the device pointer equals `p`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemHostGetDevicePointer_v2(
+pub(crate) extern "C" fn cuMemHostGetDevicePointer_v2(
     pdptr: *mut u64,
     p: *mut c_void,
     flags: c_uint,
@@ -144,7 +148,7 @@ pub extern "C" fn cuMemHostGetDevicePointer_v2(
 
 /// `cuMemHostGetFlags`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemHostGetFlags(pflags: *mut c_uint, p: *mut c_void) -> u32 {
+pub(crate) extern "C" fn cuMemHostGetFlags(pflags: *mut c_uint, p: *mut c_void) -> u32 {
     entry("cuMemHostGetFlags", || {
         current()?;
         let (_, pin) = find(p as usize).ok_or(INVALID_VALUE)?;
@@ -156,7 +160,11 @@ pub extern "C" fn cuMemHostGetFlags(pflags: *mut c_uint, p: *mut c_void) -> u32 
 /// DEVICEMAP 2, IOMEMORY 4, READ_ONLY 8); overlapping a pinned range is
 /// `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`; refused while capturing.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemHostRegister_v2(p: *mut c_void, bytesize: usize, flags: c_uint) -> u32 {
+pub(crate) extern "C" fn cuMemHostRegister_v2(
+    p: *mut c_void,
+    bytesize: usize,
+    flags: c_uint,
+) -> u32 {
     entry("cuMemHostRegister_v2", || {
         current()?;
         check_unsafe("cuMemHostRegister_v2")?;
@@ -186,7 +194,7 @@ pub extern "C" fn cuMemHostRegister_v2(p: *mut c_void, bytesize: usize, flags: c
 
 /// `cuMemHostUnregister`: only the exact base of a registered range.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemHostUnregister(p: *mut c_void) -> u32 {
+pub(crate) extern "C" fn cuMemHostUnregister(p: *mut c_void) -> u32 {
     entry("cuMemHostUnregister", || {
         current()?;
         check_unsafe("cuMemHostUnregister")?;

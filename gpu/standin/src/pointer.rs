@@ -25,17 +25,17 @@ use crate::guard::{entry, say_once};
 use crate::memory::{Kind, region_of};
 
 /// `CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST`.
-pub const FLUSH_OPTION_HOST: c_int = 1;
+pub(crate) const FLUSH_OPTION_HOST: c_int = 1;
 /// `CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER`.
-pub const WRITES_ORDERING_OWNER: c_int = 100;
+pub(crate) const WRITES_ORDERING_OWNER: c_int = 100;
 
 /// `GPU_DIRECT_RDMA_SUPPORTED` (116).
-pub fn rdma_supported() -> c_int {
+pub(crate) fn rdma_supported() -> c_int {
     config().gdr.into()
 }
 
 /// `GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS` (117): HOST, where flushing is on.
-pub fn flush_options() -> c_int {
+pub(crate) fn flush_options() -> c_int {
     if config().gdr_flush {
         FLUSH_OPTION_HOST
     } else {
@@ -44,7 +44,7 @@ pub fn flush_options() -> c_int {
 }
 
 /// `GPU_DIRECT_RDMA_WRITES_ORDERING` (118): OWNER with GPUDirect RDMA.
-pub fn writes_ordering() -> c_int {
+pub(crate) fn writes_ordering() -> c_int {
     if config().gdr {
         WRITES_ORDERING_OWNER
     } else {
@@ -60,7 +60,11 @@ pub fn writes_ordering() -> c_int {
 /// (`CUDA_ERROR_NOT_SUPPORTED`, named on stderr); memory the driver does not
 /// know is `CUDA_ERROR_INVALID_VALUE`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuPointerGetAttribute(data: *mut c_void, attribute: c_int, ptr: u64) -> u32 {
+pub(crate) extern "C" fn cuPointerGetAttribute(
+    data: *mut c_void,
+    attribute: c_int,
+    ptr: u64,
+) -> u32 {
     entry("cuPointerGetAttribute", || {
         current()?;
         if data.is_null() {
@@ -107,7 +111,7 @@ fn not_modelled(attribute: c_int) -> u32 {
 /// (100) or `TO_ALL_DEVICES` (200); `CUDA_ERROR_NOT_SUPPORTED` unless the
 /// device reports the HOST flush option.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuFlushGPUDirectRDMAWrites(target: c_int, scope: c_int) -> u32 {
+pub(crate) extern "C" fn cuFlushGPUDirectRDMAWrites(target: c_int, scope: c_int) -> u32 {
     entry("cuFlushGPUDirectRDMAWrites", || flush(target, scope))
 }
 

@@ -183,14 +183,14 @@ fn alloc_async(
 }
 
 /// Work: the stream reached the allocation at `base`.
-pub fn reached_alloc(base: u64) {
+pub(crate) fn reached_alloc(base: u64) {
     if let Some(r) = region_of(base) {
         r.state.store(LIVE, Ordering::Release);
     }
 }
 
 /// Work: the stream reached the free of the allocation at `base`.
-pub fn reached_free(base: u64) {
+pub(crate) fn reached_free(base: u64) {
     if let Ok(r) = remove(base, |r| r.base == base) {
         r.state.store(FREED, Ordering::Release);
         released(&r);
@@ -198,7 +198,7 @@ pub fn reached_free(base: u64) {
 }
 
 /// Counts a freed region against its pool, if it came from one.
-pub fn released(r: &Region) {
+pub(crate) fn released(r: &Region) {
     if !matches!(r.kind, Kind::Pool) {
         return;
     }
@@ -212,7 +212,7 @@ pub fn released(r: &Region) {
 /// `cuMemAllocAsync`: from the current device's pool, usable in stream
 /// order; size 0 is `CUDA_ERROR_INVALID_VALUE` (as for `cuMemAlloc`).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemAllocAsync(dptr: *mut u64, bytesize: usize, stream: usize) -> u32 {
+pub(crate) extern "C" fn cuMemAllocAsync(dptr: *mut u64, bytesize: usize, stream: usize) -> u32 {
     entry("cuMemAllocAsync", || {
         enabled("cuMemAllocAsync")?;
         alloc_async(dptr, bytesize, stream, None, "cuMemAllocAsync")
@@ -222,7 +222,7 @@ pub extern "C" fn cuMemAllocAsync(dptr: *mut u64, bytesize: usize, stream: usize
 /// `cuMemAllocFromPoolAsync`: as `cuMemAllocAsync`; the pool must be the
 /// current device's.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemAllocFromPoolAsync(
+pub(crate) extern "C" fn cuMemAllocFromPoolAsync(
     dptr: *mut u64,
     bytesize: usize,
     pool: usize,
@@ -244,7 +244,7 @@ pub extern "C" fn cuMemAllocFromPoolAsync(
 /// (`cuMemAllocAsync` or `cuMemAlloc`) not already freed; takes effect when
 /// the stream reaches it.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemFreeAsync(dptr: u64, stream: usize) -> u32 {
+pub(crate) extern "C" fn cuMemFreeAsync(dptr: u64, stream: usize) -> u32 {
     entry("cuMemFreeAsync", || {
         enabled("cuMemFreeAsync")?;
         current()?;
@@ -266,7 +266,7 @@ pub extern "C" fn cuMemFreeAsync(dptr: u64, stream: usize) -> u32 {
 
 /// `cuDeviceGetDefaultMemPool`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuDeviceGetDefaultMemPool(pool: *mut usize, dev: c_int) -> u32 {
+pub(crate) extern "C" fn cuDeviceGetDefaultMemPool(pool: *mut usize, dev: c_int) -> u32 {
     entry("cuDeviceGetDefaultMemPool", || {
         enabled("cuDeviceGetDefaultMemPool")?;
         out(pool, handle(device(dev)?))
@@ -275,7 +275,7 @@ pub extern "C" fn cuDeviceGetDefaultMemPool(pool: *mut usize, dev: c_int) -> u32
 
 /// `cuDeviceGetMemPool`: the default pool (the only one there is).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuDeviceGetMemPool(pool: *mut usize, dev: c_int) -> u32 {
+pub(crate) extern "C" fn cuDeviceGetMemPool(pool: *mut usize, dev: c_int) -> u32 {
     entry("cuDeviceGetMemPool", || {
         enabled("cuDeviceGetMemPool")?;
         out(pool, handle(device(dev)?))
@@ -284,7 +284,7 @@ pub extern "C" fn cuDeviceGetMemPool(pool: *mut usize, dev: c_int) -> u32 {
 
 /// `cuDeviceSetMemPool`: only the device's own default pool.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuDeviceSetMemPool(dev: c_int, pool: usize) -> u32 {
+pub(crate) extern "C" fn cuDeviceSetMemPool(dev: c_int, pool: usize) -> u32 {
     entry("cuDeviceSetMemPool", || {
         enabled("cuDeviceSetMemPool")?;
         if ordinal_of(pool)? != device(dev)? {
@@ -297,7 +297,7 @@ pub extern "C" fn cuDeviceSetMemPool(dev: c_int, pool: usize) -> u32 {
 /// `cuMemPoolTrimTo`: the pool keeps at most `min_keep` bytes reserved
 /// beyond what is in use.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemPoolTrimTo(pool: usize, min_keep: usize) -> u32 {
+pub(crate) extern "C" fn cuMemPoolTrimTo(pool: usize, min_keep: usize) -> u32 {
     entry("cuMemPoolTrimTo", || {
         enabled("cuMemPoolTrimTo")?;
         let mut p = lock(&pools()[ordinal_of(pool)?]);
@@ -310,7 +310,11 @@ pub extern "C" fn cuMemPoolTrimTo(pool: usize, min_keep: usize) -> u32 {
 /// `cuMemPoolGetAttribute`: the three reuse flags (`int`), the release
 /// threshold and the reserved and used counters (`cuuint64_t`).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemPoolGetAttribute(pool: usize, attr: c_int, value: *mut c_void) -> u32 {
+pub(crate) extern "C" fn cuMemPoolGetAttribute(
+    pool: usize,
+    attr: c_int,
+    value: *mut c_void,
+) -> u32 {
     entry("cuMemPoolGetAttribute", || {
         enabled("cuMemPoolGetAttribute")?;
         let p = lock(&pools()[ordinal_of(pool)?]);
@@ -331,7 +335,11 @@ pub extern "C" fn cuMemPoolGetAttribute(pool: usize, attr: c_int, value: *mut c_
 /// `cuMemPoolSetAttribute`: the reuse flags (0 or 1), the release threshold,
 /// and the high watermarks, which only accept 0 (a reset).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemPoolSetAttribute(pool: usize, attr: c_int, value: *mut c_void) -> u32 {
+pub(crate) extern "C" fn cuMemPoolSetAttribute(
+    pool: usize,
+    attr: c_int,
+    value: *mut c_void,
+) -> u32 {
     entry("cuMemPoolSetAttribute", || {
         enabled("cuMemPoolSetAttribute")?;
         let mut p = lock(&pools()[ordinal_of(pool)?]);

@@ -18,7 +18,7 @@ const PREFIX: &str = "sc-cuda-standin-";
 static LIVE: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
 /// One mapped segment, unmapped on drop (and unlinked if this process made it).
-pub struct Segment {
+pub(crate) struct Segment {
     name: String,
     host: *mut u8,
     len: usize,
@@ -41,7 +41,7 @@ fn page_round(len: usize) -> usize {
 
 impl Segment {
     /// Creates and maps a new segment of `len` bytes; returns it with its serial.
-    pub fn create(len: usize) -> Res<(Segment, u64)> {
+    pub(crate) fn create(len: usize) -> Res<(Segment, u64)> {
         static SERIAL: AtomicU64 = AtomicU64::new(1);
         static AT_EXIT: Once = Once::new();
         AT_EXIT.call_once(|| {
@@ -73,7 +73,7 @@ impl Segment {
     }
 
     /// Maps the segment `serial` of process `pid` (an IPC import).
-    pub fn open(pid: u32, serial: u64, len: usize) -> Res<Segment> {
+    pub(crate) fn open(pid: u32, serial: u64, len: usize) -> Res<Segment> {
         let name = name_of(pid, serial);
         let c = CString::new(name.clone()).map_err(|_| INVALID_VALUE)?;
         // SAFETY: valid NUL-terminated name; opens an existing segment.
@@ -122,12 +122,12 @@ impl Segment {
     }
 
     /// The host address of the mapping.
-    pub fn host(&self) -> *mut u8 {
+    pub(crate) fn host(&self) -> *mut u8 {
         self.host
     }
 
     /// Its length in bytes (page-rounded).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 }
@@ -167,12 +167,12 @@ fn import_marker(exporter: u32, serial: u64, importer: u32) -> String {
 }
 
 /// Records that this process has mapped segment `serial` of `exporter`.
-pub fn mark_import(exporter: u32, serial: u64) {
+pub(crate) fn mark_import(exporter: u32, serial: u64) {
     let _ = std::fs::File::create(import_marker(exporter, serial, std::process::id()));
 }
 
 /// Records that this process no longer maps segment `serial` of `exporter`.
-pub fn unmark_import(exporter: u32, serial: u64) {
+pub(crate) fn unmark_import(exporter: u32, serial: u64) {
     let _ = std::fs::remove_file(import_marker(exporter, serial, std::process::id()));
 }
 
@@ -184,7 +184,7 @@ fn alive(pid: i32) -> bool {
 
 /// The live processes that still have this process's segment `serial`
 /// mapped through IPC (a process that died has unmapped everything).
-pub fn live_importers(serial: u64) -> Vec<u32> {
+pub(crate) fn live_importers(serial: u64) -> Vec<u32> {
     let stem = format!("{PREFIX}imp-{}-{serial}-", std::process::id());
     let Ok(dir) = std::fs::read_dir("/dev/shm") else {
         return Vec::new();
@@ -200,7 +200,7 @@ pub fn live_importers(serial: u64) -> Vec<u32> {
 
 /// Unlinks segments whose creating process no longer exists, and import
 /// markers whose importer or exporter no longer exists.
-pub fn remove_stale() {
+pub(crate) fn remove_stale() {
     let Ok(dir) = std::fs::read_dir("/dev/shm") else {
         return;
     };
@@ -234,7 +234,7 @@ pub fn remove_stale() {
 /// the exporter's memory, if it is not: the exporter freed it (its name is
 /// unlinked) or exited. Device work touching such a mapping faults, as on a
 /// GPU, where the exporter's free or exit unmaps it from every importer.
-pub fn exporter_gone(pid: u32, serial: u64) -> Option<String> {
+pub(crate) fn exporter_gone(pid: u32, serial: u64) -> Option<String> {
     // SAFETY: signal 0 only checks that the process exists.
     let dead = unsafe { libc::kill(pid as i32, 0) } != 0
         && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);

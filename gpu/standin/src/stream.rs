@@ -15,7 +15,7 @@ use crate::guard::{entry, say_once};
 use crate::handles::Registry;
 
 /// Streams created by `cuStreamCreate*`.
-pub static STREAMS: Registry<Stream> = Registry::new(0x12);
+pub(crate) static STREAMS: Registry<Stream> = Registry::new(0x12);
 
 /// `CU_STREAM_LEGACY`.
 const STREAM_LEGACY: usize = 1;
@@ -25,7 +25,7 @@ const STREAM_PER_THREAD: usize = 2;
 /// The stream behind a handle in the current context: NULL and
 /// `CU_STREAM_LEGACY` are the legacy stream; the per-thread default stream is
 /// not implemented.
-pub fn stream_of(handle: usize) -> Res<Arc<Stream>> {
+pub(crate) fn stream_of(handle: usize) -> Res<Arc<Stream>> {
     let ctx = current()?;
     match handle {
         0 | STREAM_LEGACY => Ok(ctx.legacy().clone()),
@@ -50,7 +50,12 @@ pub fn stream_of(handle: usize) -> Res<Arc<Stream>> {
 /// capture if it is capturing, else enqueued. Legacy-stream use while a
 /// blocking stream captures is refused (906). Returns the sequence number
 /// when enqueued.
-pub fn submit(stream: &Arc<Stream>, work: Work, deps: Vec<Dep>, name: &str) -> Res<Option<u64>> {
+pub(crate) fn submit(
+    stream: &Arc<Stream>,
+    work: Work,
+    deps: Vec<Dep>,
+    name: &str,
+) -> Res<Option<u64>> {
     if stream.legacy {
         capture::check_legacy(stream.ctx, name)?;
     }
@@ -62,7 +67,7 @@ pub fn submit(stream: &Arc<Stream>, work: Work, deps: Vec<Dep>, name: &str) -> R
 }
 
 /// Submits `work` and, outside capture, waits until it has run.
-pub fn submit_and_wait(stream: &Arc<Stream>, work: Work, name: &str) -> Res<()> {
+pub(crate) fn submit_and_wait(stream: &Arc<Stream>, work: Work, name: &str) -> Res<()> {
     if let Some(seq) = submit(stream, work, Vec::new(), name)? {
         stream.ctx.wait(&Dep {
             stream: stream.clone(),
@@ -87,13 +92,13 @@ fn create(ph: *mut usize, flags: c_uint, priority: c_int) -> Res<()> {
 /// `cuStreamCreate`: flags `CU_STREAM_DEFAULT` (blocking: synchronises with
 /// the legacy stream) or `CU_STREAM_NON_BLOCKING`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuStreamCreate(ph: *mut usize, flags: c_uint) -> u32 {
+pub(crate) extern "C" fn cuStreamCreate(ph: *mut usize, flags: c_uint) -> u32 {
     entry("cuStreamCreate", || create(ph, flags, 0))
 }
 
 /// `cuStreamCreateWithPriority`: the priority is recorded, not used.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuStreamCreateWithPriority(
+pub(crate) extern "C" fn cuStreamCreateWithPriority(
     ph: *mut usize,
     flags: c_uint,
     priority: c_int,
@@ -103,7 +108,7 @@ pub extern "C" fn cuStreamCreateWithPriority(
 
 /// `cuStreamDestroy_v2`: returns at once; pending work still completes.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuStreamDestroy_v2(h: usize) -> u32 {
+pub(crate) extern "C" fn cuStreamDestroy_v2(h: usize) -> u32 {
     entry("cuStreamDestroy_v2", || {
         let ctx = current()?;
         if h == 0 || h == STREAM_LEGACY || h == STREAM_PER_THREAD {
@@ -122,7 +127,7 @@ pub extern "C" fn cuStreamDestroy_v2(h: usize) -> u32 {
 /// `cuStreamSynchronize`: waits for the stream's work (for ever, if it never
 /// finishes). On a capturing stream: 900, and the capture is invalidated.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuStreamSynchronize(h: usize) -> u32 {
+pub(crate) extern "C" fn cuStreamSynchronize(h: usize) -> u32 {
     entry("cuStreamSynchronize", || {
         let s = stream_of(h)?;
         capture::check_stream_sync(&s, "cuStreamSynchronize")?;
@@ -138,7 +143,7 @@ pub extern "C" fn cuStreamSynchronize(h: usize) -> u32 {
 /// `cuStreamQuery`: `CUDA_SUCCESS` when idle, else `CUDA_ERROR_NOT_READY`.
 /// On a capturing stream: 900, and the capture is invalidated.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuStreamQuery(h: usize) -> u32 {
+pub(crate) extern "C" fn cuStreamQuery(h: usize) -> u32 {
     entry("cuStreamQuery", || {
         let s = stream_of(h)?;
         capture::check_stream_sync(&s, "cuStreamQuery")?;
@@ -155,7 +160,7 @@ pub extern "C" fn cuStreamQuery(h: usize) -> u32 {
 
 /// `cuStreamGetFlags`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuStreamGetFlags(h: usize, flags: *mut c_uint) -> u32 {
+pub(crate) extern "C" fn cuStreamGetFlags(h: usize, flags: *mut c_uint) -> u32 {
     entry("cuStreamGetFlags", || {
         let s = stream_of(h)?;
         out(flags, c_uint::from(!s.blocking))
@@ -164,7 +169,7 @@ pub extern "C" fn cuStreamGetFlags(h: usize, flags: *mut c_uint) -> u32 {
 
 /// `cuStreamGetPriority`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuStreamGetPriority(h: usize, priority: *mut c_int) -> u32 {
+pub(crate) extern "C" fn cuStreamGetPriority(h: usize, priority: *mut c_int) -> u32 {
     entry("cuStreamGetPriority", || {
         let s = stream_of(h)?;
         out(priority, s.priority)
@@ -173,7 +178,7 @@ pub extern "C" fn cuStreamGetPriority(h: usize, priority: *mut c_int) -> u32 {
 
 /// `cuStreamGetCtx`: the stream's context.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuStreamGetCtx(h: usize, pctx: *mut usize) -> u32 {
+pub(crate) extern "C" fn cuStreamGetCtx(h: usize, pctx: *mut usize) -> u32 {
     entry("cuStreamGetCtx", || {
         let s = stream_of(h)?;
         out(pctx, ctx_handle(s.ctx.ordinal))
@@ -182,7 +187,7 @@ pub extern "C" fn cuStreamGetCtx(h: usize, pctx: *mut usize) -> u32 {
 
 /// `cuStreamGetId`: the handle value (0 for the legacy stream).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuStreamGetId(h: usize, id: *mut u64) -> u32 {
+pub(crate) extern "C" fn cuStreamGetId(h: usize, id: *mut u64) -> u32 {
     entry("cuStreamGetId", || {
         let s = stream_of(h)?;
         out(id, s.handle as u64)
@@ -191,7 +196,10 @@ pub extern "C" fn cuStreamGetId(h: usize, id: *mut u64) -> u32 {
 
 /// `cuCtxGetStreamPriorityRange`: 0 (least) to -5 (greatest), as on sm_90.
 #[unsafe(no_mangle)]
-pub extern "C" fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> u32 {
+pub(crate) extern "C" fn cuCtxGetStreamPriorityRange(
+    least: *mut c_int,
+    greatest: *mut c_int,
+) -> u32 {
     entry("cuCtxGetStreamPriorityRange", || {
         current()?;
         if !least.is_null() {

@@ -99,7 +99,7 @@ pub(crate) struct P2pState {
 
 impl P2pState {
     /// State for a communicator of `size` ranks.
-    pub fn new(size: usize) -> P2pState {
+    pub(crate) fn new(size: usize) -> P2pState {
         P2pState {
             requests: (0..size).map(|_| AtomicU64::new(0)).collect(),
             grants: (0..size).map(|_| AtomicU64::new(0)).collect(),
@@ -111,17 +111,17 @@ impl P2pState {
     }
 
     /// Number of the next rendezvous request to `peer` (1-based).
-    pub fn next_request(&self, peer: usize) -> u64 {
+    pub(crate) fn next_request(&self, peer: usize) -> u64 {
         self.requests[peer].fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Number of the next grant to `peer` (1-based).
-    pub fn next_grant(&self, peer: usize) -> u64 {
+    pub(crate) fn next_grant(&self, peer: usize) -> u64 {
         self.grants[peer].fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Notes (once) that the kernel refused a direct copy.
-    pub fn direct_refused(&self, peer: usize, e: &std::io::Error) {
+    pub(crate) fn direct_refused(&self, peer: usize, e: &std::io::Error) {
         if !self.refused_logged.swap(true, Ordering::Relaxed) {
             tracing::warn!(peer, error = %e, "rendezvous: direct copy refused; streaming through the ring");
         }

@@ -35,7 +35,7 @@ pub(super) enum Dst<'a> {
 
 impl Src<'_> {
     /// Bytes to send.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         match self {
             Src::Host(b) => b.len(),
             Src::Device(d) => d.len,
@@ -44,7 +44,7 @@ impl Src<'_> {
 
     /// Where the bytes are (what the NIC registers: verbs builds only).
     #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
-    pub fn place(&self) -> Place<'_> {
+    pub(super) fn place(&self) -> Place<'_> {
         match self {
             Src::Host(b) => Place::Host(b.as_ptr() as u64),
             Src::Device(d) => Place::Device(d),
@@ -52,7 +52,7 @@ impl Src<'_> {
     }
 
     /// The bytes, where the CPU may read them.
-    pub fn host(&self) -> Option<&[u8]> {
+    pub(super) fn host(&self) -> Option<&[u8]> {
         match self {
             Src::Host(b) => Some(b),
             Src::Device(d) if d.len == 0 => Some(&[]),
@@ -63,7 +63,7 @@ impl Src<'_> {
 
 impl Dst<'_> {
     /// Capacity in bytes.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         match self {
             Dst::Host(b) => b.len(),
             Dst::Device(d) => d.len,
@@ -71,7 +71,7 @@ impl Dst<'_> {
     }
 
     /// Where the bytes are.
-    pub fn place(&self) -> Place<'_> {
+    pub(super) fn place(&self) -> Place<'_> {
         match self {
             Dst::Host(b) => Place::Host(b.as_ptr() as u64),
             Dst::Device(d) => Place::Device(d),
@@ -79,7 +79,7 @@ impl Dst<'_> {
     }
 
     /// Address of the first byte (host or device).
-    pub fn addr(&self) -> u64 {
+    pub(super) fn addr(&self) -> u64 {
         match self.place() {
             Place::Host(a) => a,
             Place::Device(d) => d.addr,
@@ -87,7 +87,7 @@ impl Dst<'_> {
     }
 
     /// The bytes, where the CPU may write them.
-    pub fn host_mut(&mut self) -> Option<&mut [u8]> {
+    pub(super) fn host_mut(&mut self) -> Option<&mut [u8]> {
         match self {
             Dst::Host(b) => Some(b),
             Dst::Device(_) => None,

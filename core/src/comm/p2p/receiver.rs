@@ -77,7 +77,7 @@ pub(super) struct RecvOp<'a> {
 impl<'a> RecvOp<'a> {
     /// A receive by `rank` into `dst` (elements of `dtype`).
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(super) fn new(
         rank: usize,
         peer: usize,
         conn: &'a Connection,
@@ -103,7 +103,7 @@ impl<'a> RecvOp<'a> {
     }
 
     /// True once the message is in the buffer.
-    pub fn done(&self) -> bool {
+    pub(super) fn done(&self) -> bool {
         self.state == State::Done
     }
 
@@ -175,7 +175,7 @@ impl<'a> RecvOp<'a> {
     /// message this receive can hold (naming both calls);
     /// [`Error::RemoteFailed`] when a message's slots do not follow the
     /// protocol; [`Error::Transport`] for a corrupted slot.
-    pub fn poll(&mut self) -> Result<bool> {
+    pub(super) fn poll(&mut self) -> Result<bool> {
         let mut progressed = false;
         while self.state != State::Done {
             let Some(slot) = self
@@ -366,22 +366,22 @@ impl<'a> RecvOp<'a> {
     }
 
     /// True when [`RecvOp::poll`] could make progress now.
-    pub fn ready(&self) -> bool {
+    pub(super) fn ready(&self) -> bool {
         self.state != State::Done && self.conn.recv.has_data()
     }
 
     /// The connection this operation moves bytes over.
-    pub fn connection(&self) -> &'a Connection {
+    pub(super) fn connection(&self) -> &'a Connection {
         self.conn
     }
 
     /// What a thread waiting for this operation sleeps on.
-    pub fn notifier(&self) -> &'a Notifier {
+    pub(super) fn notifier(&self) -> &'a Notifier {
         self.conn.recv.data_notifier()
     }
 
     /// What this operation waits for, for a timeout's message.
-    pub fn waiting_for(&self) -> String {
+    pub(super) fn waiting_for(&self) -> String {
         let what = match self.state {
             State::Header => "a message",
             State::Eager { .. } => "the rest of an eager message",

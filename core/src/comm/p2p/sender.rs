@@ -88,7 +88,7 @@ impl<'a> SendOp<'a> {
     /// (always, for a non-empty device payload: the caller checked that the
     /// connection writes by RDMA).
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(super) fn new(
         peer: usize,
         conn: &'a Connection,
         state_of_comm: &'a P2pState,
@@ -119,7 +119,7 @@ impl<'a> SendOp<'a> {
     }
 
     /// True once the receiver has (or will have, in order) the whole message.
-    pub fn done(&self) -> bool {
+    pub(super) fn done(&self) -> bool {
         self.state == State::Done
     }
 
@@ -192,7 +192,7 @@ impl<'a> SendOp<'a> {
     /// # Errors
     /// [`Error::RemoteFailed`] when the receiver granted a buffer too small
     /// (it disagrees about the message).
-    pub fn poll(&mut self) -> Result<bool> {
+    pub(super) fn poll(&mut self) -> Result<bool> {
         let stats = &self.state_of_comm.stats;
         match self.state {
             State::Eager {
@@ -334,7 +334,7 @@ impl<'a> SendOp<'a> {
     }
 
     /// True when [`SendOp::poll`] could make progress now.
-    pub fn ready(&self) -> bool {
+    pub(super) fn ready(&self) -> bool {
         match self.state {
             State::AwaitGrant { grant } => self.conn.send.granted(grant).is_some(),
             State::AwaitPull { grant, .. } => self.conn.send.pull_done(grant).is_some(),
@@ -345,12 +345,12 @@ impl<'a> SendOp<'a> {
     }
 
     /// The connection this operation moves bytes over.
-    pub fn connection(&self) -> &'a Connection {
+    pub(super) fn connection(&self) -> &'a Connection {
         self.conn
     }
 
     /// What a thread waiting for this operation sleeps on.
-    pub fn notifier(&self) -> &'a Notifier {
+    pub(super) fn notifier(&self) -> &'a Notifier {
         match self.state {
             State::AwaitGrant { .. } | State::AwaitPull { .. } => self.conn.send.grant_notifier(),
             _ => self.conn.send.credit_notifier(),
@@ -358,7 +358,7 @@ impl<'a> SendOp<'a> {
     }
 
     /// What this operation waits for, for a timeout's message.
-    pub fn waiting_for(&self) -> String {
+    pub(super) fn waiting_for(&self) -> String {
         let what = match self.state {
             State::AwaitGrant { .. } => "a clear-to-send (it has not posted the matching recv)",
             State::AwaitPull { .. } => "the receiver to finish pulling the message",

@@ -43,7 +43,7 @@ pub(crate) struct OpSpec {
 
 impl OpSpec {
     /// Bytes in the region.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.count * self.dtype.size()
     }
 }
@@ -74,7 +74,7 @@ pub(crate) struct GroupSpec {
 
 impl GroupSpec {
     /// An empty group for `rank` of `size`.
-    pub fn new(name: impl Into<Cow<'static, str>>, rank: usize, size: usize) -> GroupSpec {
+    pub(crate) fn new(name: impl Into<Cow<'static, str>>, rank: usize, size: usize) -> GroupSpec {
         GroupSpec {
             name: name.into(),
             rank,
@@ -90,7 +90,7 @@ impl GroupSpec {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a peer out of range or this rank.
-    pub fn push_device(
+    pub(crate) fn push_device(
         &mut self,
         dir: Dir,
         peer: usize,
@@ -122,7 +122,7 @@ impl GroupSpec {
     /// # Errors
     /// [`Error::InvalidArgument`] for a peer out of range or a region outside
     /// the buffer.
-    pub fn push(
+    pub(crate) fn push(
         &mut self,
         dir: Dir,
         peer: usize,
@@ -195,7 +195,7 @@ impl GroupSpec {
     /// into, receive regions overlap, or the sends to this rank do not pair
     /// up with its receives from itself (same count of operations, each
     /// receive at least as large as its send).
-    pub fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         // One operation with another rank (plain send/recv): nothing to pair
         // or overlap.
         if let [o] = self.ops.as_slice()
@@ -245,7 +245,7 @@ impl GroupSpec {
     }
 
     /// Indices of the sends to and receives from this rank, in order.
-    pub fn self_ops(&self) -> (Vec<usize>, Vec<usize>) {
+    pub(crate) fn self_ops(&self) -> (Vec<usize>, Vec<usize>) {
         let pick = |dir| {
             (0..self.ops.len())
                 .filter(|&i| self.ops[i].peer == self.rank && self.ops[i].dir == dir)

@@ -57,7 +57,7 @@ pub(crate) enum Stat {
 
 impl StatCounters {
     /// Adds `n` to one counter.
-    pub fn add(&self, stat: Stat, n: usize) {
+    pub(crate) fn add(&self, stat: Stat, n: usize) {
         let c = match stat {
             Stat::SentEagerMessages => &self.sent_eager_messages,
             Stat::SentRendezvousMessages => &self.sent_rendezvous_messages,
@@ -72,7 +72,7 @@ impl StatCounters {
     }
 
     /// A snapshot.
-    pub fn snapshot(&self) -> P2pStats {
+    pub(crate) fn snapshot(&self) -> P2pStats {
         let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
         P2pStats {
             sent_eager_messages: r(&self.sent_eager_messages),

@@ -17,7 +17,7 @@ pub(crate) const SOURCE_BYTES: usize = 24;
 
 impl Source {
     /// This process's `data`.
-    pub fn of(data: &[u8]) -> Source {
+    pub(super) fn of(data: &[u8]) -> Source {
         Source {
             addr: data.as_ptr() as u64,
             len: data.len() as u64,
@@ -26,7 +26,7 @@ impl Source {
     }
 
     /// Little-endian `addr, len, pid`.
-    pub fn encode(self) -> [u8; SOURCE_BYTES] {
+    pub(super) fn encode(self) -> [u8; SOURCE_BYTES] {
         let mut out = [0; SOURCE_BYTES];
         out[..8].copy_from_slice(&self.addr.to_le_bytes());
         out[8..16].copy_from_slice(&self.len.to_le_bytes());
@@ -36,7 +36,7 @@ impl Source {
 
     /// Decodes a request's payload; `None` unless it is exactly one
     /// [`Source`] with a plausible pid.
-    pub fn decode(bytes: &[u8]) -> Option<Source> {
+    pub(super) fn decode(bytes: &[u8]) -> Option<Source> {
         let b: &[u8; SOURCE_BYTES] = bytes.try_into().ok()?;
         let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
         Some(Source {

@@ -58,7 +58,7 @@ pub(crate) struct Frame {
 
 impl Frame {
     /// A frame of `kind` from `rank` with no list and no id.
-    pub fn bare(kind: Kind, rank: usize) -> Frame {
+    pub(super) fn bare(kind: Kind, rank: usize) -> Frame {
         Frame {
             kind,
             rank,
@@ -68,7 +68,7 @@ impl Frame {
     }
 
     /// The frame's bytes, carrying `secret`.
-    pub fn encode(&self, secret: &[u8; 16]) -> Vec<u8> {
+    pub(super) fn encode(&self, secret: &[u8; 16]) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEAD + 4 * self.ranks.len() + UniqueId::BYTES);
         out.extend_from_slice(&MAGIC);
         out.push(VERSION);
@@ -90,7 +90,7 @@ impl Frame {
     ///
     /// # Errors
     /// [`Error::Os`] from the write.
-    pub fn send(&self, w: &mut impl Write, secret: &[u8; 16]) -> Result<()> {
+    pub(super) fn send(&self, w: &mut impl Write, secret: &[u8; 16]) -> Result<()> {
         w.write_all(&self.encode(secret))
             .map_err(|e| Error::os("write a shrink frame", e))
     }
@@ -101,7 +101,7 @@ impl Frame {
     /// # Errors
     /// [`Error::Os`] from the read (a timeout or a closed connection among
     /// them); [`Error::Bootstrap`] naming what is malformed.
-    pub fn read(r: &mut impl Read, secret: &[u8; 16], size: usize) -> Result<Frame> {
+    pub(super) fn read(r: &mut impl Read, secret: &[u8; 16], size: usize) -> Result<Frame> {
         let mut head = [0u8; HEAD];
         r.read_exact(&mut head)
             .map_err(|e| Error::os("read a shrink frame", e))?;

@@ -21,7 +21,7 @@ use crate::plan::Step;
 /// # Errors
 ///
 /// As [`wait_for`].
-pub fn apply<M: BarrierMemory + ?Sized>(
+pub(crate) fn apply<M: BarrierMemory + ?Sized>(
     rank: usize,
     step: &Step,
     epoch: u64,
@@ -65,7 +65,7 @@ fn flag_op(step: &Step) -> Result<FlagOp, Error> {
 /// [`Error::InvalidArgument`] when the epoch is 0 or too large, the round
 /// is not below [`ROUNDS_PER_EPOCH`], or
 /// `epoch * count_per_epoch` overflows.
-pub fn wait_for(rank: usize, op: &FlagOp, epoch: u64) -> Result<Option<WaitFor>, Error> {
+pub(crate) fn wait_for(rank: usize, op: &FlagOp, epoch: u64) -> Result<Option<WaitFor>, Error> {
     check_epoch(epoch)?;
     let on = match *op {
         FlagOp::WaitCounter { count_per_epoch } => WaitFor {

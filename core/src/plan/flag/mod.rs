@@ -32,18 +32,19 @@
 //! earlier epoch was a central-counter barrier of the same size. Flag and
 //! release algorithms may be switched between epochs.
 
-pub mod apply;
+pub(crate) mod apply;
 mod barrier_plan;
-pub mod memory;
+pub(crate) mod memory;
 
 pub use barrier_plan::BarrierPlan;
-pub use memory::{BarrierMemory, WaitFor, Word};
+pub(crate) use memory::Word;
+pub use memory::{BarrierMemory, WaitFor};
 
 /// Rounds one epoch may use: values of consecutive epochs never overlap.
-pub const ROUNDS_PER_EPOCH: u64 = 256;
+pub(crate) const ROUNDS_PER_EPOCH: u64 = 256;
 
 /// Largest epoch whose values fit in a `u64`.
-pub const MAX_EPOCH: u64 = u64::MAX / ROUNDS_PER_EPOCH - 1;
+pub(crate) const MAX_EPOCH: u64 = u64::MAX / ROUNDS_PER_EPOCH - 1;
 
 /// The value of a flag or release word meaning "`round` of barrier `epoch`
 /// has happened": `epoch * ROUNDS_PER_EPOCH + round`.

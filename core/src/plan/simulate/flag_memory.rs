@@ -26,7 +26,7 @@ pub struct Regression {
 /// [`BarrierMemory::wait`] is an error here: the simulator checks readiness
 /// itself and never blocks.
 #[derive(Debug)]
-pub struct SimMemory {
+pub(super) struct SimMemory {
     nranks: usize,
     /// Area of rank `r`: `[counter, release, flags[0..n]]` at `r * (n + 2)`.
     words: Vec<Cell<u64>>,
@@ -37,7 +37,7 @@ pub struct SimMemory {
 
 impl SimMemory {
     /// Zeroed areas for `nranks` ranks.
-    pub fn new(nranks: usize) -> SimMemory {
+    pub(super) fn new(nranks: usize) -> SimMemory {
         let len = nranks * (nranks + 2);
         SimMemory {
             nranks,
@@ -48,7 +48,7 @@ impl SimMemory {
     }
 
     /// The first store that lowered a word since the last call, if any.
-    pub fn take_regression(&self) -> Option<Regression> {
+    pub(super) fn take_regression(&self) -> Option<Regression> {
         self.regression.take()
     }
 

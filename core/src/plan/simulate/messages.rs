@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 
-pub use super::schedule::Schedule;
+pub(super) use super::schedule::Schedule;
 
 use super::list;
 use super::schedule::SplitMix;

@@ -83,7 +83,7 @@ pub const ABORT_LEN: u32 = u32::MAX - 1;
 /// Length value that marks a note frame, sent just before an abort frame when
 /// ranks' calls differed: `seq` carries the suspect's signature, `sig` the
 /// witness's (see [`crate::plan::signature`]).
-pub const NOTE_LEN: u32 = u32::MAX - 3;
+pub(crate) const NOTE_LEN: u32 = u32::MAX - 3;
 
 /// Header of one slot on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

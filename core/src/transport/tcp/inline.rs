@@ -29,13 +29,13 @@ use crate::wait::WaitPolicy;
 /// Checks between two pumps while a wait still spins: a pump is two
 /// syscalls per socket (~1 µs each), a spin check a few nanoseconds, so
 /// pumping at every check would stretch the spin phase a hundredfold.
-pub const SPIN_CHECKS_PER_PUMP: u32 = 64;
+pub(crate) const SPIN_CHECKS_PER_PUMP: u32 = 64;
 
 /// When a waiting stream should pump: every [`SPIN_CHECKS_PER_PUMP`]-th
 /// check while the wait spins, every check once it yields or sleeps (each
 /// of those checks already costs a syscall or more).
 #[derive(Debug)]
-pub struct Pace {
+pub(crate) struct Pace {
     checks: u32,
     spin: u32,
     period: u32,
@@ -44,7 +44,7 @@ pub struct Pace {
 impl Pace {
     /// Pacing for a wait under `policy` that pumps every `period`-th check
     /// while it spins (a cheaper pump than a socket's can go more often).
-    pub fn every(policy: &WaitPolicy<'_>, period: u32) -> Pace {
+    pub(crate) fn every(policy: &WaitPolicy<'_>, period: u32) -> Pace {
         Pace {
             checks: 0,
             spin: policy.spin,
@@ -53,7 +53,7 @@ impl Pace {
     }
 
     /// True when this check should pump.
-    pub fn due(&mut self) -> bool {
+    pub(crate) fn due(&mut self) -> bool {
         let c = self.checks;
         self.checks = c.saturating_add(1);
         c >= self.spin || c.is_multiple_of(self.period)

@@ -10,11 +10,11 @@
 //! of bandwidth. Formation of the connections is in [`setup`], the wire
 //! format in [`frame`].
 
-pub mod frame;
-pub mod inline;
-pub mod progress;
+pub(crate) mod frame;
+pub(crate) mod inline;
+pub(crate) mod progress;
 mod read_ahead;
-pub mod setup;
+pub(crate) mod setup;
 mod source;
 
 use std::net::TcpStream;
@@ -28,7 +28,7 @@ use crate::transport::ring::{RingEnd, RingShape};
 
 /// The local memory of one tcp peer's two rings.
 #[derive(Debug)]
-pub struct TcpRings {
+pub(crate) struct TcpRings {
     /// Outgoing slots (stream writes, the engine reads).
     pub staging: LocalRing,
     /// Arriving slots (the engine writes, stream reads).
@@ -36,7 +36,7 @@ pub struct TcpRings {
 }
 
 /// One tcp peer, ready to start: its rings and sockets.
-pub struct TcpPeerSetup {
+pub(crate) struct TcpPeerSetup {
     /// The peer's rank.
     pub peer: usize,
     /// Its rings (kept alive by the caller's connection).
@@ -49,7 +49,7 @@ pub struct TcpPeerSetup {
 
 impl TcpRings {
     /// Two fresh rings of `shape`.
-    pub fn new(shape: RingShape) -> TcpRings {
+    pub(crate) fn new(shape: RingShape) -> TcpRings {
         TcpRings {
             staging: LocalRing::new(shape),
             inbound: LocalRing::new(shape),
@@ -57,7 +57,7 @@ impl TcpRings {
     }
 
     /// The stream's ends: (send into staging, receive from inbound).
-    pub fn stream_ends(&self) -> (RingEnd, RingEnd) {
+    pub(crate) fn stream_ends(&self) -> (RingEnd, RingEnd) {
         (self.staging.end(), self.inbound.end())
     }
 }

@@ -52,7 +52,7 @@ pub(super) struct Sock {
 }
 
 /// One tcp peer as the engine sees it.
-pub struct PeerIo {
+pub(crate) struct PeerIo {
     /// The peer's rank.
     pub peer: usize,
     /// Staging ring, receiver end (we drain it).
@@ -177,7 +177,7 @@ impl PeerIo {
     ///
     /// # Errors
     /// The first socket or protocol error, naming the peer.
-    pub fn pump(&mut self) -> Result<(), Error> {
+    pub(crate) fn pump(&mut self) -> Result<(), Error> {
         for j in 0..self.socks.len() {
             self.send_on(j)?;
             self.recv_on(j)?;
@@ -191,7 +191,7 @@ impl PeerIo {
     ///
     /// # Errors
     /// The first socket error, naming the peer.
-    pub fn pump_out(&mut self) -> Result<(), Error> {
+    pub(crate) fn pump_out(&mut self) -> Result<(), Error> {
         for j in 0..self.socks.len() {
             self.send_on(j)?;
         }
@@ -202,7 +202,7 @@ impl PeerIo {
     /// True when the engine must look again: a socket now needs
     /// an event it did not poll for (a slot left half sent, room again in
     /// the inbound ring), or a finished frame waits for a slot.
-    pub fn needs_net(&self) -> bool {
+    pub(crate) fn needs_net(&self) -> bool {
         // Socket by socket, without collecting: a stream calls this after
         // every pump, and an allocation here was most of a host call's.
         self.socks.len() != self.polled.len()
@@ -215,13 +215,13 @@ impl PeerIo {
     /// moves its bytes any more (a second pass would read on from the
     /// middle of the frame that failed, and could report a different error
     /// than the first).
-    pub fn is_failed(&self) -> bool {
+    pub(crate) fn is_failed(&self) -> bool {
         self.dead || self.inline_error.is_some()
     }
 
     /// Keeps an error met by a stream for the engine to report
     /// (the first one only).
-    pub fn set_inline_error(&mut self, e: Error) {
+    pub(crate) fn set_inline_error(&mut self, e: Error) {
         self.inline_error.get_or_insert(e);
     }
 

@@ -23,7 +23,7 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
 ///
 /// # Errors
 /// [`Error::Os`] when the address cannot be bound.
-pub fn listen(ip: IpAddr) -> Result<(TcpListener, SocketAddr)> {
+pub(crate) fn listen(ip: IpAddr) -> Result<(TcpListener, SocketAddr)> {
     let listener = TcpListener::bind(SocketAddr::new(ip, 0))
         .map_err(|e| Error::os(format!("bind tcp listener on {ip}"), e))?;
     let addr = listener
@@ -33,7 +33,7 @@ pub fn listen(ip: IpAddr) -> Result<(TcpListener, SocketAddr)> {
 }
 
 /// What one rank needs to connect its tcp peers.
-pub struct ConnectPlan<'a> {
+pub(crate) struct ConnectPlan<'a> {
     /// This rank.
     pub rank: usize,
     /// Peers reached over tcp, with their listening addresses.
@@ -51,7 +51,7 @@ pub struct ConnectPlan<'a> {
 /// # Errors
 /// [`Error::Transport`] naming the peer that could not be reached, or
 /// [`Error::Timeout`] when expected connections did not arrive.
-pub fn connect_all(
+pub(crate) fn connect_all(
     plan: &ConnectPlan<'_>,
     listener: &TcpListener,
 ) -> Result<HashMap<usize, Vec<TcpStream>>> {
@@ -198,7 +198,7 @@ fn connect_retrying(addr: SocketAddr, deadline: Instant) -> std::result::Result<
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] when the interface does not exist or has no address.
-pub fn interface_addr(name: &str) -> Result<IpAddr> {
+pub(crate) fn interface_addr(name: &str) -> Result<IpAddr> {
     let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills a list we free below with freeifaddrs.
     if unsafe { libc::getifaddrs(&mut ifap) } != 0 {

@@ -16,7 +16,7 @@ use super::dl::{self, Lib};
 use crate::{Error, Result};
 
 /// An open device with its protection domain and chosen port and GID.
-pub struct Device {
+pub(crate) struct Device {
     /// Device name (`mlx5_0`, `rxe0`, ...).
     pub name: String,
     pub(crate) ctx: *mut ibv_context,
@@ -210,7 +210,7 @@ impl Device {
     /// [`Error::Unavailable`] when there is no RDMA device, the named one
     /// does not exist, or no port is active; [`Error::InvalidArgument`] for
     /// a GID index that the port does not have.
-    pub fn open(hca: Option<&str>, gid_index: Option<u32>) -> Result<Device> {
+    pub(crate) fn open(hca: Option<&str>, gid_index: Option<u32>) -> Result<Device> {
         let list = DeviceList::get()?;
         let v = list.lib;
         if list.len == 0 {

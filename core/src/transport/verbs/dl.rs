@@ -17,12 +17,12 @@ use crate::transport::verbs::sys::*;
 use crate::{Error, Result};
 
 /// The library file looked for (the soname every distribution ships).
-pub const LIBRARY: &str = "libibverbs.so.1";
+pub(crate) const LIBRARY: &str = "libibverbs.so.1";
 
 macro_rules! verbs_table {
     ($($field:ident = $sym:literal : fn($($arg:ty),*) $(-> $ret:ty)?;)*) => {
         /// The functions of libibverbs the transport calls.
-        pub struct Lib {
+        pub(crate) struct Lib {
             $(
                 #[doc = concat!("`", $sym, "`.")]
                 pub $field: unsafe extern "C" fn($($arg),*) $(-> $ret)?,
@@ -91,21 +91,21 @@ static LIB: OnceLock<std::result::Result<Lib, String>> = OnceLock::new();
 /// # Errors
 /// [`Error::Unavailable`] when the library or one of its functions is
 /// missing (the same every call).
-pub fn lib() -> Result<&'static Lib> {
+pub(crate) fn lib() -> Result<&'static Lib> {
     LIB.get_or_init(Lib::load)
         .as_ref()
         .map_err(|e| Error::Unavailable(format!("verbs: cannot load libibverbs ({e})")))
 }
 
 /// `ibv_reg_dmabuf_mr(pd, offset, length, iova, fd, access)`.
-pub type RegDmabufMr =
+pub(crate) type RegDmabufMr =
     unsafe extern "C" fn(*mut ibv_pd, u64, usize, u64, c_int, c_int) -> *mut ibv_mr;
 
 static REG_DMABUF: OnceLock<Option<(RegDmabufMr, libloading::Library)>> = OnceLock::new();
 
 /// `ibv_reg_dmabuf_mr`, which libibverbs has only from rdma-core 34 on
 /// (looked up apart from [`Lib`], so that older libraries still load).
-pub fn reg_dmabuf_mr() -> Option<RegDmabufMr> {
+pub(crate) fn reg_dmabuf_mr() -> Option<RegDmabufMr> {
     REG_DMABUF
         .get_or_init(|| {
             // SAFETY: as in `Lib::load` (the library is already loaded when

@@ -27,7 +27,7 @@ use crate::{Error, Result};
 
 /// A completion channel, destroyed on drop (after every CQ using it: each
 /// [`Qp`](super::qp::Qp) holds an `Arc` to it).
-pub struct CompChannel {
+pub(crate) struct CompChannel {
     chan: *mut ibv_comp_channel,
     lib: &'static super::dl::Lib,
 }
@@ -49,7 +49,7 @@ impl CompChannel {
     ///
     /// # Errors
     /// [`Error::Os`] when the channel cannot be created or made non-blocking.
-    pub fn new(dev: &Device) -> Result<CompChannel> {
+    pub(crate) fn new(dev: &Device) -> Result<CompChannel> {
         // SAFETY: the context is open.
         let chan = unsafe { (dev.lib.create_comp_channel)(dev.ctx) };
         if chan.is_null() {
@@ -75,18 +75,18 @@ impl CompChannel {
     }
 
     /// The raw channel, for `ibv_create_cq`.
-    pub fn as_raw(&self) -> *mut ibv_comp_channel {
+    pub(crate) fn as_raw(&self) -> *mut ibv_comp_channel {
         self.chan
     }
 
     /// The descriptor that becomes readable when an armed CQ gets a completion.
-    pub fn fd(&self) -> i32 {
+    pub(crate) fn fd(&self) -> i32 {
         // SAFETY: the channel stays valid until drop.
         unsafe { (*self.chan).fd }
     }
 
     /// Reads and acknowledges every pending event (never blocks).
-    pub fn drain(&self) {
+    pub(crate) fn drain(&self) {
         loop {
             let mut cq: *mut ibv_cq = std::ptr::null_mut();
             let mut ctx: *mut std::ffi::c_void = std::ptr::null_mut();

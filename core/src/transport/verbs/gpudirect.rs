@@ -122,7 +122,7 @@ fn register_peermem(dev: &Arc<Device>, addr: u64, len: usize) -> Result<Arc<Regi
 /// True where the nvidia-peermem module (or the older nv_peer_mem) is loaded.
 /// (Only the CUDA backend asks.)
 #[cfg(feature = "cuda")]
-pub fn peermem_loaded() -> bool {
+pub(crate) fn peermem_loaded() -> bool {
     std::path::Path::new("/sys/module/nvidia_peermem").exists()
         || std::path::Path::new("/sys/kernel/mm/memory_peers/nv_mem/version").exists()
 }
@@ -134,7 +134,7 @@ pub fn peermem_loaded() -> bool {
 ///
 /// # Errors
 /// Why neither works (both causes), for the log line of the staged fallback.
-pub fn probe(
+pub(crate) fn probe(
     dev: &Arc<Device>,
     addr: u64,
     len: usize,

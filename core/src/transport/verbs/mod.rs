@@ -23,15 +23,15 @@
 /// How often a stream spinning on a verbs ring polls the completion queue
 /// (every n-th check): a poll is a userspace read of the CQ (no system call,
 /// on Soft-RoCE as on real HCAs), a check a few nanoseconds.
-pub const POLLS_EVERY: u32 = 4;
+pub(crate) const POLLS_EVERY: u32 = 4;
 
-pub mod device;
-pub mod dl;
-pub mod event;
-pub mod gpudirect;
-pub mod progress;
-pub mod qp;
-pub mod regcache;
+pub(crate) mod device;
+pub(crate) mod dl;
+pub(crate) mod event;
+pub(crate) mod gpudirect;
+pub(crate) mod progress;
+pub(crate) mod qp;
+pub(crate) mod regcache;
 mod source;
 pub(crate) mod sys;
 
@@ -48,7 +48,7 @@ use crate::transport::ring::RingShape;
 use crate::{Error, Result};
 
 /// One verbs peer, connected and ready for the progress engine.
-pub struct VerbsPeerSetup {
+pub(crate) struct VerbsPeerSetup {
     /// The peer's rank.
     pub peer: usize,
     /// Its rings (also held by the stream's connection).
@@ -65,7 +65,7 @@ pub struct VerbsPeerSetup {
 /// # Errors
 /// [`Error::Unavailable`] when there are peers but no device; as the
 /// bootstrap and [`Qp`] otherwise.
-pub fn connect(
+pub(crate) fn connect(
     boot: &mut Bootstrap,
     rank: usize,
     dev: Option<&Arc<Device>>,

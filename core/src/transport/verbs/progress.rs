@@ -88,7 +88,7 @@ fn tail_imm(tail: u64, consumed: u64) -> u32 {
 }
 
 /// One verbs peer as the progress engine sees it.
-pub struct PeerRdma {
+pub(crate) struct PeerRdma {
     /// The peer's rank.
     pub peer: usize,
     // Declared (so dropped) before the rings: the QP and its registrations
@@ -146,7 +146,7 @@ pub struct PeerRdma {
 
 impl PeerRdma {
     /// Wraps a connected peer.
-    pub fn new(
+    pub(crate) fn new(
         peer: usize,
         rings: Arc<VerbsRings>,
         qp: Qp,
@@ -644,7 +644,7 @@ impl PeerRdma {
 /// polling, staging release, heartbeats, failure reports) and takes over
 /// whenever the lock is busy.
 #[derive(Debug)]
-pub struct SharedPeer {
+pub(crate) struct SharedPeer {
     peer: Mutex<PeerRdma>,
     /// The peer's `credit_sent`: whether a credit is due after a receive
     /// is known without the lock.
@@ -659,7 +659,7 @@ impl std::fmt::Debug for PeerRdma {
 
 impl SharedPeer {
     /// Wraps a peer.
-    pub fn new(p: PeerRdma) -> SharedPeer {
+    pub(crate) fn new(p: PeerRdma) -> SharedPeer {
         SharedPeer {
             credit_sent: p.credit_sent.clone(),
             peer: Mutex::new(p),
@@ -676,14 +676,14 @@ impl SharedPeer {
     }
 
     /// The peer, for the progress engine (blocks while a stream pumps).
-    pub fn lock(&self) -> MutexGuard<'_, PeerRdma> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, PeerRdma> {
         self.peer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Stream side, after staging or consuming a slot: posts what can go
     /// now. False when the engine must be woken instead (the lock was busy,
     /// or the peer is failing: the engine reports it).
-    pub fn pump(&self) -> bool {
+    pub(crate) fn pump(&self) -> bool {
         let Some(mut p) = self.for_stream() else {
             return false;
         };
@@ -719,7 +719,7 @@ impl SharedPeer {
     /// from the caller's bytes if it fits one inline write, the peer is
     /// free and nothing is queued before it ([`PeerRdma::post_inline`]);
     /// false (nothing done) otherwise: stage it instead.
-    pub fn send_inline(&self, payload: &[u8], sig: u64) -> bool {
+    pub(crate) fn send_inline(&self, payload: &[u8], sig: u64) -> bool {
         if SLOT_WIRE_HEADER + payload.len() > MAX_INLINE as usize {
             return false;
         }
@@ -740,7 +740,7 @@ impl SharedPeer {
     /// going back, a wait or the engine returns it). What [`SharedPeer::pump`]
     /// does, less the sending a receive has nothing for. False when the
     /// engine must be woken instead.
-    pub fn consumed(&self, inbound: &RingEnd) -> bool {
+    pub(crate) fn consumed(&self, inbound: &RingEnd) -> bool {
         // Not starved (the common case): nothing to do, and no lock taken.
         let nsteps = inbound.shape().nsteps as u64;
         if inbound.tail() < self.credit_sent.load(Ordering::Relaxed) + nsteps {
@@ -761,7 +761,7 @@ impl SharedPeer {
     /// staging slots freed), posts what the new credit allows and returns
     /// a credit that is due, unless the engine holds the peer (it does all
     /// that itself).
-    pub fn poll_now(&self) {
+    pub(crate) fn poll_now(&self) {
         let Some(mut p) = self.for_stream() else {
             return;
         };

@@ -24,7 +24,7 @@ use crate::{Error, Result};
 /// A counter the peer's NIC writes, alone in a cache line.
 #[repr(C, align(64))]
 #[derive(Debug, Default)]
-pub struct RemoteWord {
+pub(crate) struct RemoteWord {
     /// The value (written by RDMA, read by the engine).
     pub value: AtomicU64,
 }
@@ -34,7 +34,7 @@ pub struct RemoteWord {
 /// `progress`).
 #[repr(C)]
 #[derive(Debug, Default)]
-pub struct Ctrl {
+pub(crate) struct Ctrl {
     /// Slots the peer has consumed from its inbound ring: our credit
     /// (written by the peer's RDMA, or by us from an immediate).
     pub head: RemoteWord,
@@ -45,16 +45,16 @@ pub struct Ctrl {
 }
 
 /// Byte offsets of the words in [`Ctrl`].
-pub const CTRL_HEAD: u64 = 0;
+pub(crate) const CTRL_HEAD: u64 = 0;
 /// See [`CTRL_HEAD`].
-pub const CTRL_ABORT: u64 = 64;
+pub(crate) const CTRL_ABORT: u64 = 64;
 /// See [`CTRL_HEAD`].
-pub const CTRL_CLOSED: u64 = 128;
+pub(crate) const CTRL_CLOSED: u64 = 128;
 const _: () = assert!(std::mem::offset_of!(Ctrl, closed) == CTRL_CLOSED as usize);
 
 /// The local memory of one verbs peer.
 #[derive(Debug)]
-pub struct VerbsRings {
+pub(crate) struct VerbsRings {
     /// Outgoing slots (stream writes, NIC reads).
     pub staging: LocalRing,
     /// Arriving slots (peer's NIC writes, stream reads).
@@ -65,7 +65,7 @@ pub struct VerbsRings {
 
 impl VerbsRings {
     /// Fresh rings of `shape` and a zeroed control block.
-    pub fn new(shape: RingShape) -> VerbsRings {
+    pub(crate) fn new(shape: RingShape) -> VerbsRings {
         VerbsRings {
             staging: LocalRing::new(shape),
             inbound: LocalRing::new(shape),
@@ -74,14 +74,14 @@ impl VerbsRings {
     }
 
     /// The stream's ends: (send into staging, receive from inbound).
-    pub fn stream_ends(&self) -> (RingEnd, RingEnd) {
+    pub(crate) fn stream_ends(&self) -> (RingEnd, RingEnd) {
         (self.staging.end(), self.inbound.end())
     }
 }
 
 /// What a rank tells one peer about its end of their connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct VerbsAddr {
+pub(crate) struct VerbsAddr {
     /// QP number.
     pub qpn: u32,
     /// First packet sequence number.
@@ -113,11 +113,11 @@ pub struct VerbsAddr {
 }
 
 /// Bytes of an encoded [`VerbsAddr`] with its peer rank.
-pub const ADDR_BYTES: usize = 4 + 4 + 4 + 2 + 1 + 16 + 8 + 4 + 8 + 4 + 8 + 4 + 8 + 4;
+pub(crate) const ADDR_BYTES: usize = 4 + 4 + 4 + 2 + 1 + 16 + 8 + 4 + 8 + 4 + 8 + 4 + 8 + 4;
 
 impl VerbsAddr {
     /// Appends `(to, self)` to `out`.
-    pub fn encode(&self, to: usize, out: &mut Vec<u8>) {
+    pub(crate) fn encode(&self, to: usize, out: &mut Vec<u8>) {
         out.extend_from_slice(&(to as u32).to_le_bytes());
         out.extend_from_slice(&self.qpn.to_le_bytes());
         out.extend_from_slice(&self.psn.to_le_bytes());
@@ -138,7 +138,7 @@ impl VerbsAddr {
     ///
     /// # Errors
     /// [`Error::Bootstrap`] when the list is malformed or has no entry for `me`.
-    pub fn find(list: &[u8], me: usize, from: usize) -> Result<VerbsAddr> {
+    pub(crate) fn find(list: &[u8], me: usize, from: usize) -> Result<VerbsAddr> {
         if !list.len().is_multiple_of(ADDR_BYTES) {
             return Err(Error::Bootstrap(format!(
                 "verbs: rank {from} sent {} bytes of addresses",
@@ -216,10 +216,10 @@ impl Drop for Mr {
 }
 
 /// `wr_id` of every posted receive (send requests count up from 1).
-pub const RECV_WR_ID: u64 = u64::MAX;
+pub(crate) const RECV_WR_ID: u64 = u64::MAX;
 
 /// A reliable-connected QP with its CQ and the peer's registrations.
-pub struct Qp {
+pub(crate) struct Qp {
     pub(crate) qp: *mut ibv_qp,
     pub(crate) cq: *mut ibv_cq,
     /// Work requests the send queue holds, and receives kept posted (each
@@ -273,7 +273,7 @@ impl Qp {
     ///
     /// # Errors
     /// [`Error::Os`] when a verbs call fails.
-    pub fn create(
+    pub(crate) fn create(
         dev: Arc<Device>,
         channel: &Arc<CompChannel>,
         rings: &VerbsRings,
@@ -391,7 +391,7 @@ impl Qp {
     }
 
     /// The device the QP lives on.
-    pub fn device(&self) -> &Arc<Device> {
+    pub(crate) fn device(&self) -> &Arc<Device> {
         &self.dev
     }
 
@@ -400,7 +400,7 @@ impl Qp {
     ///
     /// # Errors
     /// The verbs error code when the CQ cannot be armed.
-    pub fn arm(&self, solicited_only: bool) -> std::result::Result<(), std::io::Error> {
+    pub(crate) fn arm(&self, solicited_only: bool) -> std::result::Result<(), std::io::Error> {
         // SAFETY: the CQ is live and was created with a completion channel.
         let rc = unsafe { ibv_req_notify_cq(self.cq, i32::from(solicited_only)) };
         if rc != 0 {
@@ -413,7 +413,7 @@ impl Qp {
     ///
     /// # Errors
     /// The verbs error code when posting fails.
-    pub fn post_recvs(&self, mut n: usize) -> std::result::Result<(), std::io::Error> {
+    pub(crate) fn post_recvs(&self, mut n: usize) -> std::result::Result<(), std::io::Error> {
         const BATCH: usize = 16;
         while n > 0 {
             let k = n.min(BATCH);
@@ -462,7 +462,7 @@ impl Qp {
     ///
     /// # Errors
     /// [`Error::Os`] when the device refuses a transition.
-    pub fn connect(&self, local: &VerbsAddr, remote: &VerbsAddr) -> Result<()> {
+    pub(crate) fn connect(&self, local: &VerbsAddr, remote: &VerbsAddr) -> Result<()> {
         // SAFETY: zeroed attributes are valid; filled below.
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
         a.qp_state = ibv_qp_state::IBV_QPS_RTR;

@@ -26,10 +26,10 @@ use super::device::Device;
 use crate::{Error, Result};
 
 /// Registrations kept per communicator.
-pub const CAPACITY: usize = 16;
+pub(crate) const CAPACITY: usize = 16;
 
 /// A registered user buffer range, deregistered when the last holder drops it.
-pub struct Registration {
+pub(crate) struct Registration {
     mr: *mut ibv_mr,
     start: usize,
     end: usize,
@@ -69,13 +69,13 @@ impl Registration {
     }
 
     /// Local key (for our NIC reading the buffer).
-    pub fn lkey(&self) -> u32 {
+    pub(crate) fn lkey(&self) -> u32 {
         // SAFETY: the MR is valid until drop.
         unsafe { (*self.mr).lkey }
     }
 
     /// Remote key (for the peer's NIC writing it).
-    pub fn rkey(&self) -> u32 {
+    pub(crate) fn rkey(&self) -> u32 {
         // SAFETY: as above.
         unsafe { (*self.mr).rkey }
     }
@@ -99,7 +99,7 @@ impl Drop for Registration {
 }
 
 /// The registrations of one communicator's verbs peers (one device).
-pub struct RegCache {
+pub(crate) struct RegCache {
     dev: Arc<Device>,
     /// Most recently used last.
     entries: Mutex<Vec<Arc<Registration>>>,
@@ -120,7 +120,7 @@ static HOOK: Once = Once::new();
 
 impl RegCache {
     /// An empty cache on `dev`, reachable from [`forget`].
-    pub fn new(dev: Arc<Device>) -> Arc<RegCache> {
+    pub(crate) fn new(dev: Arc<Device>) -> Arc<RegCache> {
         let c = Arc::new(RegCache {
             dev,
             entries: Mutex::new(Vec::new()),
@@ -138,7 +138,7 @@ impl RegCache {
     ///
     /// # Errors
     /// [`Error::Os`] when `ibv_reg_mr` fails.
-    pub fn get(&self, addr: usize, len: usize) -> Result<Arc<Registration>> {
+    pub(crate) fn get(&self, addr: usize, len: usize) -> Result<Arc<Registration>> {
         let (start, end) = (addr, addr + len.max(1));
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = entries.iter().position(|r| r.covers(start, end)) {
@@ -184,14 +184,14 @@ impl RegCache {
     }
 
     /// The device this cache registers on.
-    pub fn device(&self) -> &Arc<Device> {
+    pub(crate) fn device(&self) -> &Arc<Device> {
         &self.dev
     }
 }
 
 /// Drops every cached registration overlapping `len` bytes at `addr`, in
 /// every communicator (a buffer is going away).
-pub fn forget(addr: usize, len: usize) {
+pub(crate) fn forget(addr: usize, len: usize) {
     if !ANY.load(Ordering::Acquire) {
         return;
     }

@@ -17,7 +17,7 @@ impl PeerRdma {
     /// # Errors
     /// [`Error::Transport`] when the peer failed or posting fails, or the
     /// send queue stays full for `STALL`.
-    pub fn write_barrier_word(&mut self, offset: u64, value: u64) -> Result<(), Error> {
+    pub(crate) fn write_barrier_word(&mut self, offset: u64, value: u64) -> Result<(), Error> {
         self.wait_for_room(2)?;
         let (addr, rkey) = (self.remote.barrier_addr + offset, self.remote.barrier_rkey);
         self.post_u64(addr, rkey, value, Wake::IfAsked, false)
@@ -30,7 +30,7 @@ impl PeerRdma {
     ///
     /// # Errors
     /// As [`PeerRdma::write_barrier_word`].
-    pub fn fetch_add_barrier_word(&mut self, offset: u64, value: u64) -> Result<(), Error> {
+    pub(crate) fn fetch_add_barrier_word(&mut self, offset: u64, value: u64) -> Result<(), Error> {
         self.wait_for_room(3)?;
         let (base, rkey) = (self.remote.barrier_addr, self.remote.barrier_rkey);
         let slots = self.posted;

@@ -56,7 +56,7 @@ impl PeerRdma {
     ///
     /// # Errors
     /// [`Error::Transport`] when posting fails or the peer was given up.
-    pub fn write_user(
+    pub(crate) fn write_user(
         &mut self,
         reg: &Registration,
         local: u64,
@@ -89,12 +89,12 @@ impl PeerRdma {
 
     /// True once work request number `wr` (from [`PeerRdma::write_user`])
     /// completed.
-    pub fn completed(&self, wr: u64) -> bool {
+    pub(crate) fn completed(&self, wr: u64) -> bool {
         self.wr_done >= wr
     }
 
     /// The communicator's registration cache.
-    pub fn regs(&self) -> &Arc<RegCache> {
+    pub(crate) fn regs(&self) -> &Arc<RegCache> {
         &self.regs
     }
 }
