@@ -9,7 +9,7 @@
 
 use std::ffi::OsString;
 
-use streamcomm::launch::env::{LaunchInfo, detect_from_process_env};
+use streamcomm::launch::{LaunchInfo, detect_from_process_env};
 use streamcomm_run::local::{LocalLauncher, Outcome, install_termination_handler};
 
 use crate::error::{Context, Fallible};

@@ -43,7 +43,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use streamcomm::host::HostStream;
-use streamcomm::launch::env::LaunchInfo;
+use streamcomm::launch::LaunchInfo;
 use streamcomm::{Communicator, Config};
 
 use crate::cli::{Cli, Collective};

@@ -12,7 +12,7 @@
 
 use clap::Parser;
 use streamcomm::Algorithm;
-use streamcomm::config::CostParams;
+use streamcomm::testing::tuning::{CostParams, tuning_file_params};
 use streamcomm::testing::tuning::{Shape, choose_by_model, predict};
 use streamcomm::{Config, DataType};
 
@@ -144,11 +144,11 @@ impl Setting {
     pub fn from_env(per_host: usize) -> Fallible<Setting> {
         let config = Config::from_env().context("read the configuration")?;
         Ok(Setting {
-            params: config.tuning.unwrap_or_default(),
+            params: tuning_file_params(&config).unwrap_or_default(),
             slot_bytes: config.slot_bytes(),
             nsteps: config.nsteps,
             per_host,
-            from_file: config.tuning.is_some(),
+            from_file: tuning_file_params(&config).is_some(),
         })
     }
 

@@ -3,7 +3,7 @@
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use streamcomm::config::CostParams;
+use streamcomm::testing::tuning::CostParams;
 
 #[path = "../../core/tests/common/ports.rs"]
 mod ports;

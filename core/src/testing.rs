@@ -20,6 +20,13 @@ pub mod bootstrap {
     pub use crate::bootstrap::wire::MAX_BLOB;
 }
 
+/// Launchers' variables below `launch::detect_from_process_env`: the job
+/// secret and address resolution `streamcomm-run` shares with the library,
+/// and detection over any variable source (for the decoders' fuzzing).
+pub mod launch {
+    pub use crate::launch::env::{JobSecret, detect, job_secret, resolve};
+}
+
 /// What ranks exchange at creation.
 pub mod comm {
     pub use crate::comm::Endpoint;
@@ -48,7 +55,14 @@ pub mod transport {
 
 /// The cost model.
 pub mod tuning {
+    pub use crate::config::cost_params::{CostParams, DEFAULT_WRITE_WEIGHT, LinkCost};
     pub use crate::tuning::{Shape, choose_by_model, predict};
+
+    /// The cost-model parameters `config` read from `STREAMCOMM_TUNING_FILE`,
+    /// if it names one.
+    pub fn tuning_file_params(config: &crate::Config) -> Option<CostParams> {
+        config.tuning
+    }
 }
 
 /// Waiting: spin, yield, sleep.

@@ -39,7 +39,7 @@ use std::time::Instant;
 
 use streamcomm::cuda::CudaComm;
 use streamcomm::cuda::cudarc::driver::{CudaContext, CudaStream, sys};
-use streamcomm::launch::env::detect_from_process_env;
+use streamcomm::launch::detect_from_process_env;
 use streamcomm::{Communicator, ReduceOp};
 use streamcomm_run::local::LocalLauncher;
 

@@ -5,7 +5,7 @@
 use std::error::Error;
 use std::process::ExitCode;
 
-use streamcomm::launch::env::detect_from_process_env;
+use streamcomm::launch::detect_from_process_env;
 use streamcomm_run::local::LocalLauncher;
 
 /// A rank's body: what one process of the job does.

@@ -17,7 +17,7 @@
 //!
 //! A rank learns who it is from the variables the launcher sets, through
 //! `streamcomm::Communicator::from_env` (which reads them with
-//! [`streamcomm::launch::env`]), whichever launcher started it.
+//! [`streamcomm::launch`]), whichever launcher started it.
 //!
 //! # Examples
 //!

@@ -155,7 +155,7 @@ impl fmt::Display for Outcome {
 /// Each rank gets `STREAMCOMM_UNIQUE_ID`, `RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
 /// `LOCAL_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT` and
 /// `STREAMCOMM_LAUNCHER=streamcomm-run`, so that
-/// [`detect`](streamcomm::launch::env::detect) finds it. The launcher hosts the bootstrap
+/// `streamcomm::launch::detect_from_process_env` finds it. The launcher hosts the bootstrap
 /// root for one communicator, on `127.0.0.1` unless
 /// [`root_ip`](LocalLauncher::root_ip) says otherwise, or joins the root of
 /// [`unique_id`](LocalLauncher::unique_id).

@@ -10,7 +10,7 @@
 //! for the port and a rank that starts before the root simply retries its
 //! connection. The secret comes from `STREAMCOMM_SECRET`, identical on every
 //! node; without it, it is derived from `ADDR:PORT` exactly as
-//! [`launch::env`](streamcomm::launch::env) derives it, which keeps apart jobs that reuse a port but
+//! `streamcomm::launch` derives it, which keeps apart jobs that reuse a port but
 //! protects against nobody ([`NodeJob::warnings`] says so).
 //!
 //! With `--hosts H0,H1,...` a node finds its own index: the one host whose
@@ -22,7 +22,7 @@ use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 
 use streamcomm::bootstrap::UniqueId;
-use streamcomm::launch::env::{JobSecret, job_secret};
+use streamcomm::testing::launch::{JobSecret, job_secret};
 use streamcomm::{Error, Result};
 
 use crate::cli::NodeArgs;
@@ -88,8 +88,11 @@ impl NodeJob {
                 args.nnodes
             )));
         }
-        let root =
-            streamcomm::launch::env::resolve("--master-addr", &args.master_addr, args.master_port)?;
+        let root = streamcomm::testing::launch::resolve(
+            "--master-addr",
+            &args.master_addr,
+            args.master_port,
+        )?;
         let mut secret = job_secret(get, &args.master_addr, args.master_port)?;
         if secret.derived && args.nnodes == 1 {
             secret = JobSecret {

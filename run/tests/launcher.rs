@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
-use streamcomm::launch::env::detect_from_process_env;
+use streamcomm::launch::detect_from_process_env;
 use streamcomm::testing::bootstrap::Bootstrap;
 
 const BIN: &str = env!("CARGO_BIN_EXE_streamcomm-run");

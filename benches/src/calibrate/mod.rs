@@ -56,7 +56,7 @@
 //!   memory.)
 //!
 //! - `write_weight` is not measured: the file gets the built-in value
-//!   ([`streamcomm::config::DEFAULT_WRITE_WEIGHT`], measured across runs).
+//!   (`DEFAULT_WRITE_WEIGHT`, measured across runs).
 //!
 //! Medians of several repetitions within a launch and of [`LAUNCHES`]
 //! launches of each kind, taken in turns, so a scheduler hiccup or a
@@ -67,8 +67,8 @@ use std::time::Instant;
 
 use clap::Parser;
 use streamcomm::UntypedBuffer;
-use streamcomm::config::{CostParams, DEFAULT_WRITE_WEIGHT, LinkCost};
 use streamcomm::host::HostStream;
+use streamcomm::testing::tuning::{CostParams, DEFAULT_WRITE_WEIGHT, LinkCost};
 use streamcomm::testing::tuning::{Shape, predict};
 use streamcomm::{Algorithm, Collective};
 use streamcomm::{Communicator, DataType, ReduceOp};

@@ -16,7 +16,7 @@ use crate::{Error, Result};
 /// - [`unique_id`](Self::unique_id), [`rank`](Self::rank) and
 ///   [`size`](Self::size), all three, as `ncclCommInitRank` takes them;
 /// - none of the three: the launcher's environment says (`streamcomm-run`,
-///   torchrun, Slurm, Open MPI or PMI; see [`launch::env`](crate::launch::env)).
+///   torchrun, Slurm, Open MPI or PMI; see [`launch`](crate::launch)).
 ///
 /// Settings start from [`Config::from_env`] (the defaults with the
 /// `STREAMCOMM_*` variables applied), or from [`config`](Self::config);

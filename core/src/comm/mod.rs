@@ -141,7 +141,7 @@ impl Communicator {
 
     /// Joins a communicator described by a launcher's environment: our own
     /// `streamcomm-run`, torchrun, Slurm, Open MPI or PMI (see
-    /// [`launch::env`](crate::launch::env) for the variables read), with the
+    /// [`launch`](crate::launch) for the variables read), with the
     /// configuration from the environment: the short form of
     /// `Communicator::builder().build()`.
     ///

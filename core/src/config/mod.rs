@@ -6,7 +6,7 @@
 
 pub(crate) mod algo_override;
 pub(crate) mod barrier_algo;
-mod cost_params;
+pub(crate) mod cost_params;
 pub(crate) mod fault_spec;
 mod transport;
 pub(crate) mod vars;
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 pub use algo_override::AlgoOverride;
 use barrier_algo::BarrierAlgo;
-pub use cost_params::{CostParams, DEFAULT_WRITE_WEIGHT, LinkCost};
+pub(crate) use cost_params::{CostParams, LinkCost};
 pub use fault_spec::FaultPlan;
 pub use transport::{Transport, TransportChoice};
 use vars::Var;
@@ -155,7 +155,7 @@ pub struct Config {
     pub algo: AlgoOverride,
     /// `STREAMCOMM_TUNING_FILE`: cost-model parameters read from this file
     /// (written by `streamcomm-bench calibrate`); `None`: built-in defaults.
-    pub tuning: Option<CostParams>,
+    pub(crate) tuning: Option<CostParams>,
     /// `STREAMCOMM_FAULTS`: fault-injection rules such as
     /// `send:peer=1:nth=5:drop` ([`FaultPlan`]); applied
     /// only by builds with the `fault-injection` feature (default: none).

@@ -101,7 +101,7 @@ element!(f32 => F32, f64 => F64, f16 => F16, bf16 => Bf16, i8 => I8, u8 => U8,
 /// stream operation keeps until it has run); a `RawBuffer` gives no access
 /// to the bytes themselves.
 #[derive(Clone)]
-pub struct RawBuffer {
+pub(crate) struct RawBuffer {
     inner: Arc<RwLock<Storage>>,
     bytes: usize,
 }
@@ -160,14 +160,7 @@ impl fmt::Debug for RawBuffer {
 
 impl RawBuffer {
     /// A zeroed allocation of `bytes` bytes.
-    ///
-    /// # Examples
-    /// ```
-    /// # use streamcomm::host::RawBuffer;
-    /// assert_eq!(RawBuffer::zeroed(64).len_bytes(), 64);
-    /// # Ok::<(), streamcomm::Error>(())
-    /// ```
-    pub fn zeroed(bytes: usize) -> RawBuffer {
+    pub(crate) fn zeroed(bytes: usize) -> RawBuffer {
         let blocks = bytes.div_ceil(64);
         RawBuffer {
             inner: Arc::new(RwLock::new(Storage::Owned(
@@ -196,7 +189,7 @@ impl RawBuffer {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a null `ptr` with `bytes > 0`.
-    pub unsafe fn from_raw_parts(ptr: *mut u8, bytes: usize) -> Result<RawBuffer> {
+    pub(crate) unsafe fn from_raw_parts(ptr: *mut u8, bytes: usize) -> Result<RawBuffer> {
         let ptr = match std::ptr::NonNull::new(ptr) {
             Some(p) => p,
             None if bytes == 0 => std::ptr::NonNull::dangling(),
@@ -213,28 +206,12 @@ impl RawBuffer {
     }
 
     /// Length in bytes.
-    ///
-    /// # Examples
-    /// ```
-    /// # use streamcomm::host::RawBuffer;
-    /// assert_eq!(RawBuffer::zeroed(8).len_bytes(), 8);
-    /// # Ok::<(), streamcomm::Error>(())
-    /// ```
-    pub fn len_bytes(&self) -> usize {
+    pub(crate) fn len_bytes(&self) -> usize {
         self.bytes
     }
 
     /// True when both handles name the same allocation.
-    ///
-    /// # Examples
-    /// ```
-    /// # use streamcomm::host::RawBuffer;
-    /// let a = RawBuffer::zeroed(8);
-    /// assert!(a.same_as(&a.clone()));
-    /// assert!(!a.same_as(&RawBuffer::zeroed(8)));
-    /// # Ok::<(), streamcomm::Error>(())
-    /// ```
-    pub fn same_as(&self, other: &RawBuffer) -> bool {
+    pub(crate) fn same_as(&self, other: &RawBuffer) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
@@ -514,15 +491,7 @@ impl<T: Element> HostBuffer<T> {
     }
 
     /// The untyped storage (its size, and whether two buffers share it).
-    ///
-    /// # Examples
-    /// ```
-    /// # use streamcomm::host::HostBuffer;
-    /// let buf = HostBuffer::<f64>::zeroed(4);
-    /// assert_eq!(buf.raw().len_bytes(), 32);
-    /// assert!(buf.raw().same_as(buf.share().raw()));
-    /// ```
-    pub fn raw(&self) -> &RawBuffer {
+    pub(crate) fn raw(&self) -> &RawBuffer {
         &self.raw
     }
 

@@ -13,7 +13,7 @@ use crate::Result;
 
 /// Whether a job runs, or is dropped because its stream already failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum JobMode {
+pub(crate) enum JobMode {
     /// Execute the job.
     Run,
     /// The stream is in an error state: release what the job holds
@@ -22,45 +22,22 @@ pub enum JobMode {
 }
 
 /// A one-shot unit of stream work.
-pub struct Job(Box<dyn FnOnce(JobMode) -> Result<()> + Send>);
+pub(crate) struct Job(Box<dyn FnOnce(JobMode) -> Result<()> + Send>);
 
 impl Job {
     /// Wraps a closure.
-    ///
-    /// # Examples
-    /// ```
-    /// use streamcomm::host::{Job, JobMode};
-    /// let job = Job::new(|mode| {
-    ///     assert_eq!(mode, JobMode::Run);
-    ///     Ok(())
-    /// });
-    /// job.execute(JobMode::Run)?;
-    /// # Ok::<(), streamcomm::Error>(())
-    /// ```
-    pub fn new(f: impl FnOnce(JobMode) -> Result<()> + Send + 'static) -> Job {
+    pub(crate) fn new(f: impl FnOnce(JobMode) -> Result<()> + Send + 'static) -> Job {
         Job(Box::new(f))
     }
 
     /// Runs or skips the job.
-    ///
-    /// # Examples
-    /// ```
-    /// use streamcomm::host::{Job, JobMode};
-    /// // A skipped job releases what it holds without doing its work.
-    /// let job = Job::new(|mode| match mode {
-    ///     JobMode::Run => Err(streamcomm::Error::UserTask("not expected to run".into())),
-    ///     _ => Ok(()),
-    /// });
-    /// job.execute(JobMode::Skip)?;
-    /// # Ok::<(), streamcomm::Error>(())
-    /// ```
-    pub fn execute(self, mode: JobMode) -> Result<()> {
+    pub(crate) fn execute(self, mode: JobMode) -> Result<()> {
         (self.0)(mode)
     }
 }
 
 /// A reusable description of stream work.
-pub trait Task: Send + Sync + 'static {
+pub(crate) trait Task: Send + Sync + 'static {
     /// Called when the task is enqueued (directly or by a graph launch).
     fn prepare(&self) -> Job;
 

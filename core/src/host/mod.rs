@@ -14,10 +14,11 @@ pub(crate) mod release_hooks;
 mod shared_buffer;
 pub(crate) mod stream;
 
-pub use buffer::{Element, HostBuffer, HostBufferRead, HostBufferWrite, RawBuffer};
+pub(crate) use buffer::RawBuffer;
+pub use buffer::{Element, HostBuffer, HostBufferRead, HostBufferWrite};
 pub use doorbell::{Doorbell, WaitCmp};
 pub use event::HostEvent;
 pub use graph::Graph;
-pub use job::{Job, JobMode, Task};
+pub(crate) use job::{Job, JobMode, Task};
 pub use shared_buffer::SharedHostBuffer;
 pub use stream::HostStream;

@@ -84,14 +84,7 @@ impl<T: Element> SharedHostBuffer<T> {
     }
 
     /// The untyped storage.
-    ///
-    /// # Examples
-    /// ```
-    /// # use streamcomm::host::HostBuffer;
-    /// let buf = HostBuffer::<f32>::zeroed(2);
-    /// assert!(buf.share().raw().same_as(buf.raw()));
-    /// ```
-    pub fn raw(&self) -> &RawBuffer {
+    pub(crate) fn raw(&self) -> &RawBuffer {
         &self.raw
     }
 

@@ -268,36 +268,9 @@ impl HostStream {
 
     /// Enqueues a task (or records it, while capturing).
     ///
-    /// # Examples
-    /// ```
-    /// # use streamcomm::host::{Doorbell, HostBuffer, HostStream, WaitCmp};
-    /// # let stream = HostStream::new()?;
-    /// use std::sync::Arc;
-    /// use streamcomm::host::{Job, JobMode, Task};
-    ///
-    /// /// Prints a line each time the stream runs it.
-    /// struct Hello;
-    /// impl Task for Hello {
-    ///     fn prepare(&self) -> Job {
-    ///         Job::new(|mode| {
-    ///             if mode == JobMode::Run {
-    ///                 println!("hello from the stream");
-    ///             }
-    ///             Ok(())
-    ///         })
-    ///     }
-    ///     fn name(&self) -> &str {
-    ///         "hello"
-    ///     }
-    /// }
-    /// stream.enqueue(Arc::new(Hello))?;
-    /// stream.synchronize()?;
-    /// # Ok::<(), streamcomm::Error>(())
-    /// ```
-    ///
     /// # Errors
     /// None today; fallible for symmetry with the CUDA backend.
-    pub fn enqueue(&self, task: Arc<dyn Task>) -> Result<()> {
+    pub(crate) fn enqueue(&self, task: Arc<dyn Task>) -> Result<()> {
         let mut st = self.shared.lock();
         if let Some(graph) = st.capture.as_mut() {
             graph.push(task);

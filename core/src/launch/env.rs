@@ -1,35 +1,5 @@
-//! Reading a launcher's environment: who am I, how many are we, where is the root.
-//!
-//! Programs are started by many launchers, each with its own variables. This
-//! module turns them into one [`LaunchInfo`], so that `Communicator::from_env`
-//! works the same under `streamcomm-run`, torchrun, Slurm, Open MPI and PMI
-//! (MPICH, Intel MPI). It reads through a getter rather than `std::env`, so
-//! tests can pass a map, and every error names the variable at fault.
-//!
-//! Launchers, in the order they are tried (the first whose rank or size
-//! variable is set wins, e.g. torchrun inside a Slurm allocation is torchrun):
-//!
-//! | launcher | rank | size | local rank | local size |
-//! |---|---|---|---|---|
-//! | `streamcomm-run`, torchrun | `RANK` | `WORLD_SIZE` | `LOCAL_RANK` | `LOCAL_WORLD_SIZE` |
-//! | Slurm (`srun`) | `SLURM_PROCID` | `SLURM_NTASKS` (`SLURM_NPROCS`) | `SLURM_LOCALID` | `SLURM_NTASKS_PER_NODE`, else from `SLURM_TASKS_PER_NODE` + `SLURM_NODEID`, else `SLURM_NTASKS / SLURM_NNODES` |
-//! | Open MPI | `OMPI_COMM_WORLD_RANK` | `OMPI_COMM_WORLD_SIZE` | `OMPI_COMM_WORLD_LOCAL_RANK` | `OMPI_COMM_WORLD_LOCAL_SIZE` |
-//! | PMI | `PMI_RANK` | `PMI_SIZE` | `MPI_LOCALRANKID` / `PMI_LOCAL_RANK` | `MPI_LOCALNRANKS` / `PMI_LOCAL_SIZE` |
-//!
-//! Where a launcher leaves out the local figures: for torchrun-style and Open
-//! MPI variables a missing local size means "all ranks on this host" and a
-//! missing local rank means `rank % local_size`; for PMI a missing local rank
-//! is 0 and a missing local size is 1 (or the world size when only the local
-//! rank is known). Empty variables count as unset.
-//!
-//! The bootstrap root ([`RootSpec`]): `STREAMCOMM_UNIQUE_ID` if set (what
-//! `streamcomm-run` sets); otherwise `MASTER_ADDR` + `MASTER_PORT`, for every
-//! launcher (set them yourself under Slurm and MPI), with the secret taken
-//! from `STREAMCOMM_SECRET` (32 hex digits) if set. **Without
-//! `STREAMCOMM_SECRET` the secret is derived from `MASTER_ADDR:MASTER_PORT`**,
-//! so anyone who knows the address can join: it only keeps apart jobs that
-//! happen to reuse a port, it is no protection against a hostile user on the
-//! network. Set `STREAMCOMM_SECRET` (e.g. `openssl rand -hex 16`) for that.
+//! Reading a launcher's environment into one [`LaunchInfo`] (the rules are
+//! in the [`launch`](super) module's docs).
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -60,18 +30,15 @@ impl RootSpec {
     ///
     /// # Examples
     /// ```
-    /// use std::collections::HashMap;
-    /// use streamcomm::launch::env::detect;
+    /// use streamcomm::launch::RootSpec;
     ///
-    /// let vars: HashMap<&str, &str> = [
-    ///     ("SLURM_PROCID", "0"), ("SLURM_NTASKS", "2"), ("SLURM_NTASKS_PER_NODE", "2"),
-    ///     ("MASTER_ADDR", "10.0.0.1"), ("MASTER_PORT", "29500"),
-    ///     ("STREAMCOMM_SECRET", "00112233445566778899aabbccddeeff"),
-    /// ].into();
-    /// let id = detect(&|k| vars.get(k).map(|v| v.to_string()))?.root.unique_id();
+    /// let root = RootSpec::Address {
+    ///     addr: "10.0.0.1:29500".parse().unwrap(),
+    ///     secret: [0x11; 16],
+    /// };
+    /// let id = root.unique_id();
     /// assert_eq!(id.addr().port(), 29500);
     /// assert_eq!(id.secret()[1], 0x11);
-    /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn unique_id(&self) -> UniqueId {
         match self {
@@ -102,23 +69,6 @@ pub struct LaunchInfo {
 /// Reads the launcher environment through `get` (a variable's value, or
 /// `None` when unset).
 ///
-/// # Examples
-///
-/// ```
-/// use std::collections::HashMap;
-/// use streamcomm::launch::env::{detect, RootSpec};
-///
-/// let vars: HashMap<&str, &str> = [
-///     ("RANK", "1"), ("WORLD_SIZE", "4"), ("LOCAL_RANK", "1"), ("LOCAL_WORLD_SIZE", "2"),
-///     ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29500"),
-/// ].into();
-/// let info = detect(&|k| vars.get(k).map(|v| v.to_string()))?;
-/// assert_eq!((info.rank, info.size, info.local_rank, info.local_size), (1, 4, 1, 2));
-/// assert_eq!(info.launcher, "torchrun");
-/// assert!(matches!(info.root, RootSpec::Address { addr, .. } if addr.port() == 29500));
-/// # Ok::<(), streamcomm::Error>(())
-/// ```
-///
 /// # Errors
 ///
 /// [`Error::InvalidArgument`] naming the variable that is missing, not a
@@ -148,7 +98,7 @@ pub fn detect(get: &dyn Fn(&str) -> Option<String>) -> Result<LaunchInfo> {
 ///
 /// # Examples
 /// ```no_run
-/// let info = streamcomm::launch::env::detect_from_process_env()?;
+/// let info = streamcomm::launch::detect_from_process_env()?;
 /// println!("rank {} of {}, started by {}", info.rank, info.size, info.launcher);
 /// # Ok::<(), streamcomm::Error>(())
 /// ```
@@ -422,18 +372,6 @@ fn detect_root(get: &Getter<'_>) -> Result<RootSpec> {
 /// as every rank of it derives it: from `STREAMCOMM_SECRET`, or else from
 /// the address (what `streamcomm-run`'s multi-node launchers use).
 ///
-/// # Examples
-///
-/// ```
-/// use streamcomm::launch::env::job_secret;
-///
-/// let weak = job_secret(&|_| None, "10.0.0.1", 29500)?;
-/// assert!(weak.derived);
-/// let strong = job_secret(&|_| Some("ab".repeat(16)), "10.0.0.1", 29500)?;
-/// assert_eq!((strong.bytes, strong.derived), ([0xab; 16], false));
-/// # Ok::<(), streamcomm::Error>(())
-/// ```
-///
 /// # Errors
 ///
 /// [`Error::InvalidArgument`] if `STREAMCOMM_SECRET` is set but is not 32
@@ -480,13 +418,6 @@ impl std::fmt::Debug for JobSecret {
 /// and port to one address, preferring IPv4 so that every rank picks the
 /// same family. Bracketed IPv6 literals (`[::1]`) are accepted as well as
 /// bare ones. `what` names the setting in error messages.
-///
-/// # Examples
-/// ```
-/// let addr = streamcomm::launch::env::resolve("MASTER_ADDR", "[::1]", 29500)?;
-/// assert_eq!(addr.to_string(), "[::1]:29500");
-/// # Ok::<(), streamcomm::Error>(())
-/// ```
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] naming `what` when the host cannot be

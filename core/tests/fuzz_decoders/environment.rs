@@ -2,7 +2,7 @@
 
 use super::*;
 
-/// Every variable `launch::env::detect` reads, except `MASTER_ADDR` (which is
+/// Every variable `detect` reads, except `MASTER_ADDR` (which is
 /// resolved, and so only ever given addresses that need no DNS).
 const LAUNCH_VARS: &[&str] = &[
     "RANK",

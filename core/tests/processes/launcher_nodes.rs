@@ -17,7 +17,7 @@ use common::unused_port as free_port;
 use netns::{Netns, host_addr, launcher as launcher_path, ready_or_skip, run_all, text};
 use rand::{Rng, SeedableRng};
 use streamcomm::host::{HostBuffer, HostStream};
-use streamcomm::launch::env::detect_from_process_env;
+use streamcomm::launch::detect_from_process_env;
 use streamcomm::testing::bootstrap::Bootstrap;
 use streamcomm::{Communicator, ReduceOp};
 

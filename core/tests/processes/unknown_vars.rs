@@ -116,7 +116,7 @@ fn child() {
         assert_eq!(config.nsteps, 4);
     }
     // The launcher's reader checks the same names, and warns no more.
-    let _ = streamcomm::launch::env::detect_from_process_env();
+    let _ = streamcomm::launch::detect_from_process_env();
     if scenario == "tracing" {
         let mut warnings = WARNINGS.lock().unwrap().clone();
         warnings.sort();
