@@ -10,9 +10,18 @@ code (files named `tests.rs` or `*_tests.rs`, and `#[cfg(test)]` inline
 modules) unless `--with-tests` is given: tests may reach upwards.
 `lib.rs` and `bin/` are the roots, not layers.
 
+Control can also flow up without a path: a lower module calls code that an
+upper one handed it at run time (a callback kept in a static or a
+thread-local, a trait object the lower module defines). Such channels are
+allowed only when named in UPWARD below and in lib.rs's layer docs: a
+callback kept in a static or thread-local that UPWARD does not name, an
+UPWARD entry whose item is gone, or one that lib.rs does not mention fails
+the check.
+
 usage: scripts/check-layers.py [--with-tests] [--verbose]
-Exit status: 0 without cycles, 1 with (each cycle is printed with one
-reference per edge, as FILE:LINE), 2 on a usage error.
+Exit status: 0 without cycles or unnamed upward channels, 1 with (each
+cycle is printed with one reference per edge, as FILE:LINE), 2 on a usage
+error.
 """
 
 import os
@@ -24,6 +33,22 @@ IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 CRATE_PATH = re.compile(r"\bcrate::(" + IDENT + r"|\{)")
 SUPER_PATH = re.compile(r"\b((?:super::)+)(" + IDENT + r"|\{)")
 INLINE_MOD = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*\{")
+# The upward channels: (file under core/src, item, the module that hands
+# code down, the module that calls it, why a plain argument does not do).
+UPWARD = [
+    ("wait.rs", "SLICE_HOOK", "engine", "wait",
+     "the progress thread's sources must tick while any wait on that thread "
+     "sleeps, however deep in a job the wait is"),
+    ("host/release_hooks.rs", "HOOKS", "transport", "host",
+     "the verbs registration cache must forget memory as the buffer that "
+     "owned it is dropped, wherever that happens"),
+    ("engine/source.rs", "FailureSink", "comm", "engine",
+     "the progress engine reports a failed peer to the communicator that "
+     "owns it, which sits above the engine"),
+]
+CALLBACK_STATIC = re.compile(
+    r"^\s*(?:pub(?:\([^)]*\))?\s+)?static\s+(" + IDENT + r")\s*:\s*([^=]*)", re.M)
+CALLABLE = re.compile(r"\bdyn\s+Fn|\bFn(?:Mut|Once)?\s*\(|\bfn\s*\(|\b\w*Hook\b")
 CFG_TEST = re.compile(r"^\s*#\[cfg\((?:all\()?test\b")
 
 
@@ -195,6 +220,36 @@ def tarjan(nodes, edges):
     return sccs
 
 
+def upward_problems(lib_text_raw):
+    """Unnamed callback statics, stale UPWARD entries, entries lib.rs omits."""
+    problems, named = [], {(f, n) for f, n, *_ in UPWARD}
+    for dirpath, _, files in os.walk(ROOT):
+        for file in sorted(files):
+            if not file.endswith(".rs") or file == "tests.rs" or file.endswith("_tests.rs"):
+                continue
+            path = os.path.join(dirpath, file)
+            rel = os.path.relpath(path, ROOT)
+            with open(path) as f:
+                text = strip_comments(f.read())
+            for m in CALLBACK_STATIC.finditer(text):
+                name, ty = m.group(1), m.group(2)
+                if CALLABLE.search(ty) and (rel, name) not in named:
+                    line = text.count("\n", 0, m.start()) + 1
+                    problems.append(f"core/src/{rel}:{line}: static {name} keeps a callback; "
+                                    "name it in UPWARD and lib.rs, or pass it as an argument")
+    for rel, name, frm, to, _ in UPWARD:
+        try:
+            with open(os.path.join(ROOT, rel)) as f:
+                text = strip_comments(f.read())
+        except OSError:
+            text = ""
+        if not re.search(r"\b(?:static|trait)\s+" + name + r"\b", text):
+            problems.append(f"UPWARD names {name} in core/src/{rel}, which no longer defines it")
+        if name not in lib_text_raw:
+            problems.append(f"lib.rs's layer docs do not name the upward channel {name} ({frm} -> {to})")
+    return problems
+
+
 def main(argv):
     with_tests = "--with-tests" in argv
     verbose = "--verbose" in argv
@@ -203,7 +258,8 @@ def main(argv):
         print(__doc__.strip().split("\n\n")[-2], file=sys.stderr)
         return 2
     with open(os.path.join(ROOT, "lib.rs")) as f:
-        lib_text = strip_comments(f.read())
+        lib_text_raw = f.read()
+    lib_text = strip_comments(lib_text_raw)
     tops = top_modules(lib_text)
     reexports = {k: v for k, v in root_reexports(lib_text).items() if v in tops}
     edges, where = {}, {}
@@ -254,9 +310,15 @@ def main(argv):
     print("layers, bottom first:")
     for lv in sorted(layers):
         print(f"  {lv}: " + ", ".join(sorted(layers[lv])))
-    if cycles:
+    print("upward channels (named, allowed):")
+    for rel, name, frm, to, why in UPWARD:
+        print(f"  {name} ({frm} -> {to}, core/src/{rel}): {why}")
+    problems = upward_problems(lib_text_raw)
+    for p in problems:
+        print("check-layers: " + p)
+    if cycles or problems:
         return 1
-    print("check-layers: no cycles")
+    print("check-layers: no cycles, no unnamed upward channels")
     return 0
 
 

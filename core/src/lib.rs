@@ -94,6 +94,17 @@
 //!  0  error      wait                        errors, waiting
 //! ```
 //!
+//! Three channels carry control up past that order, each because no plain
+//! argument reaches where it must act; the script names them too and fails
+//! on a callback kept in a static that it does not name:
+//! - `wait::SLICE_HOOK` (a thread-local the engine sets on its own thread):
+//!   every wait on the progress thread ticks the engine's sources between
+//!   its sleeps, however deep in a job the wait is;
+//! - `host::release_hooks::HOOKS` (installed once by the verbs transport): a
+//!   dropped host buffer tells the registration cache to forget its memory;
+//! - the `engine::FailureSink` trait object (the communicator's failure
+//!   state): the engine reports a failed peer to the communicator above it.
+//!
 //! Each folder's job:
 //! - `error.rs`: [`Error`] and [`Result`].
 //! - `wait.rs`: how every wait spins, yields, sleeps and times out.

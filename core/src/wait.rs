@@ -313,15 +313,6 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
 #[cfg(not(target_os = "linux"))]
 fn futex_wake(_word: &AtomicU32) {}
 
-/// Ranks sharing this host, as last reported by a communicator (0: unknown).
-static LOCAL_RANKS: AtomicU32 = AtomicU32::new(0);
-
-/// Records how many ranks share this host, so that every wait of the
-/// process (streams included) knows whether ranks outnumber cores.
-pub(crate) fn note_local_ranks(ranks: usize) {
-    LOCAL_RANKS.fetch_max(ranks.min(u32::MAX as usize) as u32, Ordering::Relaxed);
-}
-
 /// Number of CPUs this process may run on.
 pub(crate) fn available_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())

@@ -58,7 +58,6 @@ pub(crate) fn create(
         engine.handle().clone(),
     ));
     let mut sources = links.sources;
-    crate::wait::note_local_ranks(agreed.topology.local_ranks);
     let spin = spin_budget(local.config.spin, agreed.topology.local_ranks);
     let core = agreed.topology.core_binding;
     let inner = Arc::new(CommInner::new(
