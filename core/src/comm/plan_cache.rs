@@ -21,7 +21,7 @@ const ENTRIES: usize = 8;
 
 /// What a plan is built from, besides the communicator's fixed settings.
 #[derive(Clone, Copy, PartialEq, Eq)]
-struct Shape {
+struct CallKey {
     collective: Collective,
     dtype: DataType,
     op: ReduceOp,
@@ -31,7 +31,7 @@ struct Shape {
 /// Recently built plans, the most recent first.
 #[derive(Default)]
 pub(crate) struct PlanCache {
-    recent: Mutex<Vec<(Shape, Arc<Plan>)>>,
+    recent: Mutex<Vec<(CallKey, Arc<Plan>)>>,
 }
 
 impl PlanCache {
@@ -50,7 +50,7 @@ impl PlanCache {
         op: ReduceOp,
         count: usize,
     ) -> Result<Arc<Plan>> {
-        let shape = Shape {
+        let shape = CallKey {
             collective,
             dtype,
             op,
@@ -70,7 +70,7 @@ impl PlanCache {
     }
 
     /// The kept plan of `shape`, moved to the front.
-    fn find(&self, shape: &Shape) -> Option<Arc<Plan>> {
+    fn find(&self, shape: &CallKey) -> Option<Arc<Plan>> {
         let mut recent = self.lock();
         let at = recent.iter().position(|(s, _)| s == shape)?;
         if at > 0 {
@@ -80,7 +80,7 @@ impl PlanCache {
         Some(recent[0].1.clone())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Shape, Arc<Plan>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(CallKey, Arc<Plan>)>> {
         self.recent.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

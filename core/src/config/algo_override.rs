@@ -11,16 +11,16 @@ use std::fmt;
 use super::vars::{self, ALGO};
 use crate::Result;
 
-/// Forced algorithms (`STREAMCOMM_ALGO`), as names; empty: the cost model
+/// OverrideNames algorithms (`STREAMCOMM_ALGO`), as names; empty: the cost model
 /// chooses.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AlgoOverride {
-    forced: Forced,
+    forced: OverrideNames,
 }
 
 /// What an override names.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) enum Forced {
+pub(crate) enum OverrideNames {
     /// Nothing: the model chooses every algorithm.
     #[default]
     Nothing,
@@ -60,7 +60,7 @@ impl AlgoOverride {
         }
         if !t.contains('=') {
             return Ok(AlgoOverride {
-                forced: Forced::Every(t.to_ascii_lowercase()),
+                forced: OverrideNames::Every(t.to_ascii_lowercase()),
             });
         }
         let mut pairs: Vec<(String, String)> = Vec::new();
@@ -81,17 +81,17 @@ impl AlgoOverride {
             pairs.push((coll, algo));
         }
         Ok(AlgoOverride {
-            forced: Forced::Per(pairs),
+            forced: OverrideNames::Per(pairs),
         })
     }
 
     /// True when nothing is forced.
     pub fn is_empty(&self) -> bool {
-        self.forced == Forced::Nothing
+        self.forced == OverrideNames::Nothing
     }
 
     /// The names, for the tuning layer to resolve.
-    pub(crate) fn forced(&self) -> &Forced {
+    pub(crate) fn forced(&self) -> &OverrideNames {
         &self.forced
     }
 }
@@ -100,9 +100,9 @@ impl fmt::Display for AlgoOverride {
     /// The value as parsed (`auto` when empty).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.forced {
-            Forced::Nothing => f.write_str("auto"),
-            Forced::Every(name) => f.write_str(name),
-            Forced::Per(pairs) => {
+            OverrideNames::Nothing => f.write_str("auto"),
+            OverrideNames::Every(name) => f.write_str(name),
+            OverrideNames::Per(pairs) => {
                 let items: Vec<String> = pairs.iter().map(|(c, a)| format!("{c}={a}")).collect();
                 f.write_str(&items.join(","))
             }

@@ -20,7 +20,7 @@ mod select;
 
 pub use model::{Shape, predict};
 pub use select::choose_by_model;
-pub(crate) use select::{Forced, choose};
+pub(crate) use select::{ForcedAlgorithms, choose};
 
 use std::collections::HashMap;
 
@@ -33,7 +33,7 @@ use crate::{Error, Result};
 /// rank.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Selector {
-    forced: Forced,
+    forced: ForcedAlgorithms,
     params: CostParams,
     shape: Shape,
 }
@@ -58,7 +58,7 @@ impl Selector {
             // Resolved when the communicator checked the configuration
             // (`check_same_everywhere`), which fails on names that are not
             // algorithms; nothing is forced by a configuration that skipped it.
-            forced: Forced::resolve(&config.algo).unwrap_or_default(),
+            forced: ForcedAlgorithms::resolve(&config.algo).unwrap_or_default(),
             params: config.tuning.unwrap_or_default(),
             shape: Shape::new(ranks, per_host, config.slot_bytes()).with_sharing(sharing),
         }
@@ -101,7 +101,7 @@ impl Selector {
 /// [`Error::InvalidArgument`] naming the first rank that differs.
 pub(crate) fn check_same_everywhere(boot: &mut Bootstrap, config: &Config) -> Result<()> {
     // A name that is no algorithm fails here, alike on every rank.
-    let forced = Forced::resolve(&config.algo)?;
+    let forced = ForcedAlgorithms::resolve(&config.algo)?;
     let mine = format!("STREAMCOMM_ALGO={forced} tuning={:?}", config.tuning);
     let all = boot.all_gather(mine.as_bytes())?;
     match all.iter().position(|theirs| theirs != mine.as_bytes()) {

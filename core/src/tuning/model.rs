@@ -7,7 +7,7 @@
 //! costs `beta` per byte for every third of its weighed passes over it:
 //! each input it reads (a slot received, a buffer) counts one, each output
 //! it writes (a buffer, a slot sent) `write_weight` (3 here: stores cost
-//! about three loads; see [`crate::config::DEFAULT_WRITE_WEIGHT`]). So with
+//! about three loads; see [`DEFAULT_WRITE_WEIGHT`](crate::config::cost_params::DEFAULT_WRITE_WEIGHT)). So with
 //! a weight of 1 `beta` is a relay's cost (`recvCopySend` or
 //! `recvReduceSend`, three passes), a `send` or a `recv` two thirds of it;
 //! with 3 a broadcast's relay (one read, two writes) costs 7/5 of a
@@ -59,14 +59,8 @@
 //! `tcp_crowded_alpha` while ranks outnumber cores, as shared memory's
 //! step): that is their work, and what paces rooted calls, whose back-to-
 //! back calls pipeline (the root hands the next call's data over while
-//! this call's is still on its way). Measured over loopback with two
-//! ranks, 2 cores (2026-12-01): a latency of 38-43 µs, a step of 12-17 µs.
-//!
-//! Measured on 2 cores, 1000 back-to-back calls a point up to 32 KiB, 5
-//! launches a point taken in turns (four measurement runs of 2026-11-30): with its parameters fitted to each run, the model is
-//! within 35% at 396-406 of 460 points (86-88%), and at 83% on average with
-//! one run's fit scored on another (352-402). With `calibrate` run just
-//! before a measurement: see
+//! this call's is still on its way). Both are measured by `calibrate`;
+//! the model's accuracy against measured calls is in
 //! `docs/measurements/host-shm.md`, *Cost model*.
 //!
 //! A waiting rank spins a little (`spin`; not at all when ranks outnumber
@@ -459,7 +453,10 @@ fn cached(params: &CostParams, collective: Collective, bytes: usize, shape: &Sha
     params.cache_bytes > 0 && per_rank.saturating_mul(shape.sharing) <= params.cache_bytes / 4
 }
 
-/// The phases of one call (empty when nothing moves).
+/// The phases of one call (empty when nothing moves): each algorithm's
+/// schedule restated in closed form, held to the plans by the unit test
+/// `phases_pass_over_the_bytes_as_often_as_the_plans_do` (why it is not
+/// derived from the plans: `docs/design/algorithms.md`, *The cost model*).
 fn phases(
     collective: Collective,
     algo: Algorithm,

@@ -13,7 +13,7 @@
 use std::fmt;
 
 use super::model::{Shape, predict};
-use crate::config::algo_override::Forced as AlgoForced;
+use crate::config::algo_override::OverrideNames;
 use crate::config::{AlgoOverride, CostParams};
 use crate::plan::{Algorithm, Collective};
 use crate::{Error, Result};
@@ -28,22 +28,22 @@ const NAMED: [(&str, Collective); 6] = [
     ("all_to_all", Collective::AllToAll),
 ];
 
-/// Forced algorithms (`STREAMCOMM_ALGO`) resolved to the plans'
+/// ForcedAlgorithms algorithms (`STREAMCOMM_ALGO`) resolved to the plans'
 /// algorithms; empty: the model chooses.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Forced {
+pub(crate) struct ForcedAlgorithms {
     /// `(collective name, algorithm)`, at most one per collective.
     pairs: Vec<(&'static str, Algorithm)>,
 }
 
-impl Forced {
+impl ForcedAlgorithms {
     /// Resolves the names of `o` (see [`AlgoOverride::parse`]).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] quoting the value: an unknown collective or
     /// algorithm, or an algorithm that does not implement the collective it
     /// is given for (or, alone, any collective).
-    pub(crate) fn resolve(o: &AlgoOverride) -> Result<Forced> {
+    pub(crate) fn resolve(o: &AlgoOverride) -> Result<ForcedAlgorithms> {
         let bad =
             |why: String| Error::invalid(format!("STREAMCOMM_ALGO={:?}: {why}", o.to_string()));
         let algo_of = |name: &str| {
@@ -56,8 +56,8 @@ impl Forced {
             })
         };
         let given = match o.forced() {
-            AlgoForced::Nothing => return Ok(Forced::default()),
-            AlgoForced::Every(name) => {
+            OverrideNames::Nothing => return Ok(ForcedAlgorithms::default()),
+            OverrideNames::Every(name) => {
                 let algo = algo_of(name)?;
                 let pairs: Vec<_> = NAMED
                     .iter()
@@ -67,9 +67,9 @@ impl Forced {
                 if pairs.is_empty() {
                     return Err(bad(format!("{algo} implements no collective")));
                 }
-                return Ok(Forced { pairs });
+                return Ok(ForcedAlgorithms { pairs });
             }
-            AlgoForced::Per(given) => given,
+            OverrideNames::Per(given) => given,
         };
         let mut pairs: Vec<(&'static str, Algorithm)> = Vec::new();
         for (coll, algo) in given {
@@ -93,7 +93,7 @@ impl Forced {
             }
             pairs.push((name, algo));
         }
-        Ok(Forced { pairs })
+        Ok(ForcedAlgorithms { pairs })
     }
 
     /// The forced algorithm of `collective`, if any.
@@ -103,7 +103,7 @@ impl Forced {
     }
 }
 
-impl fmt::Display for Forced {
+impl fmt::Display for ForcedAlgorithms {
     /// The canonical `collective=algorithm,...` form (`auto` when empty).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.pairs.is_empty() {
@@ -118,7 +118,7 @@ impl fmt::Display for Forced {
 /// ([`choose_by_model`]). `None` for collectives with a single schedule
 /// (point-to-point, barrier).
 pub(crate) fn choose(
-    forced: &Forced,
+    forced: &ForcedAlgorithms,
     params: &CostParams,
     collective: Collective,
     count: usize,
@@ -167,8 +167,8 @@ const TIE: f64 = 0.01;
 mod tests {
     use super::*;
 
-    fn parse(text: &str) -> Result<Forced> {
-        Forced::resolve(&AlgoOverride::parse(text)?)
+    fn parse(text: &str) -> Result<ForcedAlgorithms> {
+        ForcedAlgorithms::resolve(&AlgoOverride::parse(text)?)
     }
 
     #[test]
@@ -183,7 +183,7 @@ mod tests {
         let pair = [(Algorithm::Ring, ring), (Algorithm::Tree, tree)];
         assert_eq!(first_of_the_fastest(&pair), Some(Algorithm::Ring));
         // Recursive doubling's one exchange beats both's two hops.
-        let none = Forced::default();
+        let none = ForcedAlgorithms::default();
         assert_eq!(
             choose(&none, &p, ar, 10, 4, &shape),
             Some(Algorithm::RecursiveDoubling)
@@ -208,8 +208,8 @@ mod tests {
             Some(Algorithm::Binomial)
         );
         assert_eq!(o.to_string(), "all_reduce=ring,broadcast=binomial");
-        assert_eq!(parse("auto").unwrap(), Forced::default());
-        assert_eq!(parse("").unwrap(), Forced::default());
+        assert_eq!(parse("auto").unwrap(), ForcedAlgorithms::default());
+        assert_eq!(parse("").unwrap(), ForcedAlgorithms::default());
         let o = parse("ring").unwrap();
         assert_eq!(o.get(Collective::ReduceScatter), Some(Algorithm::Ring));
     }
@@ -235,7 +235,7 @@ mod tests {
             choose(&forced, &p, Collective::AllReduce, 2, 4, &shape),
             Some(Algorithm::Ring)
         );
-        let auto = Forced::default();
+        let auto = ForcedAlgorithms::default();
         let small = choose(&auto, &p, Collective::AllReduce, 2, 4, &shape).unwrap();
         assert_ne!(small, Algorithm::Ring);
         assert_eq!(choose(&auto, &p, Collective::Barrier, 0, 1, &shape), None);
