@@ -30,9 +30,9 @@
 //! set counts as cached. `write_weight`, left out, is the built-in 3
 //! ([`DEFAULT_WRITE_WEIGHT`]); `tcp.alpha_crowded_us` and `tcp.latency_us`,
 //! left out, are `tcp.alpha_us`. A file with `tcp.alpha_crowded_us` but no
-//! `tcp.latency_us` was written before the latency had a key of its own
-//! (2026-12-01, evening), when `tcp.alpha_crowded_us` meant the crowded
-//! latency: it is read as the latency, the crowded step as `tcp.alpha_us`.
+//! `tcp.latency_us` comes from a version of `calibrate` in which
+//! `tcp.alpha_crowded_us` meant the crowded latency: it is read as the
+//! latency, the crowded step as `tcp.alpha_us`.
 
 use std::path::Path;
 
@@ -107,14 +107,12 @@ pub struct CostParams {
 }
 
 /// Built-in [`CostParams::write_weight`]: stores cost about three loads
-/// here. Measured 2026-11-30 (four runs, 2 to 8 ranks, 2-16 MiB): a chain
-/// reduce takes 0.6-0.7x the time of the chain broadcast of the same size,
-/// though both make three passes over each byte per relay: the broadcast's
-/// relay writes two of them, the reduce's one. Fitted to each of the four
-/// runs, the model scored the most points within 35% from a weight of 2.5
-/// to 4 (a plateau, from 2 to 4 on the run of 2026-12-01; 1, every pass
-/// alike, scored 8-10 points fewer of 460). Not calibrated: `calibrate`
-/// writes this default.
+/// here: a chain reduce takes 0.6-0.7x the time of the chain broadcast of
+/// the same size, though both make three passes over each byte per relay
+/// (the broadcast's relay writes two of them, the reduce's one), and the
+/// model fits measured calls best with a weight between 2.5 and 4
+/// (`docs/measurements/host-shm.md`, *Cost model*). Not calibrated:
+/// `calibrate` writes this default.
 pub const DEFAULT_WRITE_WEIGHT: f64 = 3.0;
 
 impl Default for CostParams {

@@ -419,11 +419,9 @@ pub fn predict(
         // crossed the whole schedule, and each hop of that path waits for
         // its rank to be given a core: about one turn of the ranks sharing
         // it, or of those of them the phase keeps busy, each of whose steps
-        // costs its work (the hop's own latency is paid once: measured
-        // across two pretend hosts, 2026-12-01c, turns of latencies put
-        // the 8-rank calls at 1.35-1.5x, and the score moved by 16 points
-        // with the links' calibration; with turns of steps, by 7). (Wake-ups
-        // are not on it: other ranks' steps fill them.)
+        // costs its work (the hop's own latency is paid once: turns of
+        // latencies overprice 8-rank calls across two hosts by about 1.4x).
+        // (Wake-ups are not on it: other ranks' steps fill them.)
         (true, false) => {
             let waited: f64 = phases
                 .iter()
@@ -511,9 +509,8 @@ fn phases(
             // all-gather's copy of the rank's own input into its output, and
             // for the reduce-scatter a step more: its first send and last
             // receive each wait on a slot, with no hop to overlap them, and
-            // the receive finalises. (Measured 2026-11-30, 1000 calls: at
-            // 3 ranks and 504 B, 7.1 µs a call against the all-gather's
-            // 4.9 µs.) A block's steps make the passes of `n - 1` relays
+            // the receive finalises (at 3 ranks and 504 B the reduce-scatter
+            // takes about 1.4x the all-gather). A block's steps make the passes of `n - 1` relays
             // and 2 more: the reduce-scatter's opening `send`, the
             // all-gather's copy of the rank's own input.
             let last = if reduce {
@@ -566,9 +563,8 @@ fn phases(
             // Per slot and peer a `send` and a `recv`, counted as one step
             // (4 passes), as recursive doubling counts its exchanges: the
             // send to one peer does not wait for the receive from the
-            // other. (Counted as two steps until 2026-12-01, the model put
-            // the small all-to-alls at 1.4-2.0x their measurement, in all
-            // four measurement runs of 2026-11-30g.)
+            // other (as two steps, the small all-to-alls would be priced at
+            // 1.4-2.0x their measurement).
             vec![
                 Phase::new(1.0, bytes, COPY, false, Span::Local),
                 Phase::new(m * (per - 1.0), b, EXCHANGE, false, Span::Dist(1)),
@@ -606,9 +602,9 @@ fn phases(
             // `2^(j + 1)` (ranks relative to the root, taken as rank 0). The
             // ranks' work is spread over the levels as their edges are: the
             // few edges of the top levels, which cross hosts, carry as
-            // little of it as they are few (a level a step each, until
-            // 2026-12-01: a 4-rank broadcast over two hosts was priced at
-            // half its steps between them, where one of its three is).
+            // little of it as they are few (a level a step each would price
+            // a 4-rank broadcast over two hosts at half its steps between
+            // them, where one of its three is).
             (0..levels)
                 .map(|j| {
                     let drain = if j + 1 < levels { 1.0 } else { 0.0 };
