@@ -247,7 +247,7 @@ impl Communicator {
     pub fn send_host<T: Element>(&self, data: &[T], peer: usize) -> Result<()> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         match self.send_now(bytes, T::DTYPE, data.len(), peer) {
-            Now::Done => Ok(()),
+            Now::Completed => Ok(()),
             not_now => self.send_host_full(data, peer, not_now),
         }
     }
@@ -299,7 +299,7 @@ impl Communicator {
     /// As [`Communicator::recv`], plus execution errors directly.
     pub fn recv_host<T: Element>(&self, data: &mut [T], peer: usize) -> Result<()> {
         match self.recv_now(bytemuck::cast_slice_mut(data), T::DTYPE, peer) {
-            Now::Done => Ok(()),
+            Now::Completed => Ok(()),
             not_now => self.recv_host_full(data, peer, not_now),
         }
     }

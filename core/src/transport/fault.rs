@@ -26,7 +26,7 @@ use crate::{Error, Result};
 pub(crate) use enabled::FaultInjector;
 
 #[cfg(not(feature = "fault-injection"))]
-pub use disabled::FaultInjector;
+pub(crate) use disabled::FaultInjector;
 
 #[cfg(not(feature = "fault-injection"))]
 mod disabled {
@@ -34,7 +34,7 @@ mod disabled {
 
     /// Applies fault rules (this build has none: see the module doc).
     #[derive(Debug, Default)]
-    pub struct FaultInjector;
+    pub(crate) struct FaultInjector;
 
     impl FaultInjector {
         /// The injector for `rank` of `size`.
@@ -42,7 +42,7 @@ mod disabled {
         /// # Errors
         /// [`Error::InvalidArgument`] when `plan` is not empty: this build
         /// cannot apply it.
-        pub fn new(plan: &FaultPlan, _rank: usize, _size: usize) -> Result<FaultInjector> {
+        pub(crate) fn new(plan: &FaultPlan, _rank: usize, _size: usize) -> Result<FaultInjector> {
             if plan.is_empty() {
                 Ok(FaultInjector)
             } else {
@@ -55,7 +55,7 @@ mod disabled {
         /// # Errors
         /// Never in this build.
         #[inline(always)]
-        pub fn commit_send(
+        pub(crate) fn commit_send(
             &self,
             _peer: usize,
             c: &Connection,
@@ -73,7 +73,7 @@ mod disabled {
         /// # Errors
         /// Never in this build.
         #[inline(always)]
-        pub fn before_recv(
+        pub(crate) fn before_recv(
             &self,
             _peer: usize,
             _c: &Connection,

@@ -19,6 +19,7 @@ pub(crate) mod barrier_area;
 pub(crate) mod device_span;
 pub(crate) mod fault;
 pub(crate) mod local_ring;
+pub(crate) mod mailbox;
 pub(crate) mod placement;
 pub(crate) mod ring;
 pub(crate) mod shm;

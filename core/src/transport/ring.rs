@@ -13,9 +13,13 @@
 //! Memory ordering: the sender writes the payload and length, then publishes
 //! `tail + 1` with `Release`; the receiver reads `tail` with `Acquire` before
 //! touching the slot. Symmetrically for `head` and slot reuse.
+//!
+//! The ring header also holds the rendezvous [`Mailbox`] (its own module:
+//! grants travel beside the slots, never through them).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::mailbox::Mailbox;
 use crate::wait::{Notifier, WaitError, WaitPolicy};
 
 /// Bytes of header before each slot's payload.
@@ -62,32 +66,6 @@ pub(crate) struct Counter {
     pub notifier: Notifier,
 }
 
-/// Where a receiver tells the sender to write a rendezvous message
-/// (`docs/design/p2p.md`): the clear-to-send of MPI's rendezvous protocol, kept out of
-/// the data ring so that it never queues behind data the sender cannot yet
-/// consume.
-#[repr(C, align(64))]
-#[derive(Debug, Default)]
-pub(crate) struct Mailbox {
-    /// Address of the destination in the receiver's address space.
-    pub addr: AtomicU64,
-    /// Bytes the destination holds.
-    pub len: AtomicU64,
-    /// Process id of the receiver (for cross-memory attach).
-    pub pid: AtomicU64,
-    /// Ring index of the grant's first data slot (for a proxy placing
-    /// arriving data straight into the destination).
-    pub first_seq: AtomicU64,
-    /// Non-zero while a proxy writes into the destination.
-    pub busy: AtomicU64,
-    /// The latest grant withdrawn by the receiver: no more writes into it.
-    pub revoked: AtomicU64,
-    /// The latest grant whose back part the receiver finished pulling.
-    pub pulled: AtomicU64,
-    /// Whether that pull succeeded (1) or was refused (0).
-    pub pull_ok: AtomicU64,
-}
-
 /// The control block at the start of every ring.
 #[repr(C)]
 #[derive(Debug, Default)]
@@ -96,9 +74,8 @@ pub(crate) struct RingHeader {
     pub tail: Counter,
     /// Slots consumed by the receiver.
     pub head: Counter,
-    /// Rendezvous grants written by the receiver (clear-to-send count).
-    pub cts: Counter,
-    /// The latest grant's destination, valid once `cts` moved.
+    /// The rendezvous mailbox, where the receiver grants the sender a
+    /// destination ([`Mailbox`]).
     pub mailbox: Mailbox,
 }
 
@@ -478,7 +455,7 @@ impl RingEnd {
     pub(crate) fn stream_sleeps_on(&self, staging: &RingEnd) -> bool {
         self.data_notifier().has_sleepers()
             || staging.credit_notifier().has_sleepers()
-            || staging.grant_notifier().has_sleepers()
+            || staging.mailbox().notifier().has_sleepers()
     }
 
     /// Sender: true when a slot is free (never blocks).
@@ -498,109 +475,10 @@ impl RingEnd {
         &self.header().tail.notifier
     }
 
-    /// Receiver: grants rendezvous number `grant` (1-based), telling the
-    /// sender to write `len` bytes at `addr` in process `pid`; its data
-    /// slots, if any travel through the ring, start at ring index
-    /// `first_seq`.
-    pub fn grant(&self, grant: u64, addr: u64, len: u64, pid: u32, first_seq: u64) {
-        let h = self.header();
-        h.mailbox.addr.store(addr, Ordering::Relaxed);
-        h.mailbox.len.store(len, Ordering::Relaxed);
-        h.mailbox.pid.store(u64::from(pid), Ordering::Relaxed);
-        h.mailbox.first_seq.store(first_seq, Ordering::Relaxed);
-        h.cts.value.store(grant, Ordering::Release);
-        h.cts.notifier.notify();
-    }
-
-    /// Receiver: withdraws grant `grant` and waits until no proxy is
-    /// writing into its destination any more, so the memory may be reused.
-    pub fn revoke(&self, grant: u64) {
-        let m = &self.header().mailbox;
-        m.revoked.store(grant, Ordering::SeqCst);
-        // A proxy holds `busy` only across one read(2) into the destination.
-        while m.busy.load(Ordering::SeqCst) != 0 {
-            std::thread::yield_now();
-        }
-    }
-
-    /// Proxy side: where the payload of data slot `index` (of rendezvous
-    /// number `rdv`, modulo 2^36, carrying `len` bytes of slots of
-    /// `slot_bytes`) belongs in the granted destination, if the receiver has
-    /// granted that rendezvous and not withdrawn it: `(grant, address)`.
-    pub fn placement(&self, index: u64, rdv: u64, len: usize) -> Option<(u64, u64)> {
-        let h = self.header();
-        let grant = h.cts.value.load(Ordering::Acquire);
-        let m = &h.mailbox;
-        if grant == 0 || grant & ((1 << 36) - 1) != rdv || m.revoked.load(Ordering::SeqCst) == grant
-        {
-            return None;
-        }
-        let first = m.first_seq.load(Ordering::Relaxed);
-        let offset = index
-            .checked_sub(first)?
-            .checked_mul(self.shape.slot_bytes as u64)?;
-        let end = offset.checked_add(len as u64)?;
-        (end <= m.len.load(Ordering::Relaxed))
-            .then(|| (grant, m.addr.load(Ordering::Relaxed) + offset))
-    }
-
-    /// Proxy side: claims grant `grant`'s destination for one write; false
-    /// when it was withdrawn meanwhile. Pair with [`RingEnd::end_place`].
-    pub fn begin_place(&self, grant: u64) -> bool {
-        let m = &self.header().mailbox;
-        m.busy.store(1, Ordering::SeqCst);
-        if m.revoked.load(Ordering::SeqCst) == grant {
-            m.busy.store(0, Ordering::SeqCst);
-            return false;
-        }
-        true
-    }
-
-    /// Proxy side: ends a write begun with [`RingEnd::begin_place`].
-    pub fn end_place(&self) {
-        self.header().mailbox.busy.store(0, Ordering::SeqCst);
-    }
-
-    /// Sender: the destination of rendezvous number `grant` once the
-    /// receiver granted it: `(addr, len, pid)`.
-    pub fn granted(&self, grant: u64) -> Option<(u64, u64, u32)> {
-        let h = self.header();
-        if h.cts.value.load(Ordering::Acquire) < grant {
-            return None;
-        }
-        let m = &h.mailbox;
-        let pid = m.pid.load(Ordering::Relaxed);
-        Some((
-            m.addr.load(Ordering::Relaxed),
-            m.len.load(Ordering::Relaxed),
-            u32::try_from(pid).unwrap_or(u32::MAX),
-        ))
-    }
-
-    /// Receiver: reports that its pull for grant `grant` ended (`ok`: the
-    /// back part of the message is in place).
-    pub fn pulled(&self, grant: u64, ok: bool) {
-        let h = self.header();
-        h.mailbox.pull_ok.store(u64::from(ok), Ordering::Relaxed);
-        h.mailbox.pulled.store(grant, Ordering::Release);
-        h.cts.notifier.notify();
-    }
-
-    /// Sender: whether the receiver's pull for grant `grant` ended, and
-    /// how (`Some(true)`: it has the back part).
-    pub fn pull_done(&self, grant: u64) -> Option<bool> {
-        let m = &self.header().mailbox;
-        (m.pulled.load(Ordering::Acquire) >= grant).then(|| m.pull_ok.load(Ordering::Relaxed) == 1)
-    }
-
-    /// The latest rendezvous grant number given (0 before the first).
-    pub fn grant_count(&self) -> u64 {
-        self.header().cts.value.load(Ordering::Acquire)
-    }
-
-    /// What a sender waiting for a grant sleeps on.
-    pub fn grant_notifier(&self) -> &Notifier {
-        &self.header().cts.notifier
+    /// The ring's rendezvous mailbox (in its header).
+    #[inline]
+    pub(crate) fn mailbox(&self) -> &Mailbox {
+        &self.header().mailbox
     }
 
     /// Receiver: true when a slot is waiting (never blocks).

@@ -26,14 +26,14 @@ use crate::transport::Connection;
 
 /// What [`Communicator::send_now`] or [`Communicator::recv_now`] did.
 pub(crate) enum Now {
-    /// Done: the message is in the peer's ring, or in the caller's slice.
-    Done,
-    /// Not sent; the full path must run under this ticket (taken in issue
-    /// order, not yet served or served without credit).
-    Ticket(u64),
+    /// Completed: the message is in the peer's ring, or in the caller's slice.
+    Completed,
+    /// Not completed; the full path must run under this ticket (taken in
+    /// issue order, not yet served, or served without credit or message).
+    FallBackWithTicket(u64),
     /// Not tried (too large, a bad peer, a failed communicator): the full
     /// path takes its own ticket and reports any error.
-    NotTried,
+    FallBack,
 }
 
 impl Now {
@@ -41,28 +41,28 @@ impl Now {
     /// taken by the full path itself.
     pub(crate) fn ticket(self) -> Option<u64> {
         match self {
-            Now::Ticket(t) => Some(t),
-            Now::Done | Now::NotTried => None,
+            Now::FallBackWithTicket(t) => Some(t),
+            Now::Completed | Now::FallBack => None,
         }
     }
 }
 
 impl Communicator {
     /// The connection to `peer` and a ticket being served now; otherwise
-    /// what the caller returns: `NotTried` for this rank itself, a rank
-    /// out of range or a failed communicator (nothing taken), `Ticket`
+    /// what the caller returns: `FallBack` for this rank itself, a rank
+    /// out of range or a failed communicator (nothing taken), `FallBackWithTicket`
     /// when the turn is not yet this call's (the ticket is taken).
     fn turn_now(&self, peer: usize) -> Result<(&Connection, u64), Now> {
         let inner = &*self.inner;
         // A failed communicator (this rank's failure, a peer's, an abort)
         // has its failure word raised: the full path reports the error.
         if peer == inner.rank || inner.failure.raised() {
-            return Err(Now::NotTried);
+            return Err(Now::FallBack);
         }
-        let conn = inner.connection(peer).map_err(|_| Now::NotTried)?;
+        let conn = inner.connection(peer).map_err(|_| Now::FallBack)?;
         let ticket = inner.turns.take();
         if !inner.turns.serving(ticket) {
-            return Err(Now::Ticket(ticket));
+            return Err(Now::FallBackWithTicket(ticket));
         }
         Ok((conn, ticket))
     }
@@ -71,17 +71,17 @@ impl Communicator {
     /// thread if that can finish now; see the module docs.
     pub(crate) fn send_now(&self, bytes: &[u8], dtype: DataType, count: usize, peer: usize) -> Now {
         if bytes.len() > self.inner.config.p2p_eager_limit {
-            return Now::NotTried;
+            return Now::FallBack;
         }
         let (conn, ticket) = match self.turn_now(peer) {
             Ok(turn) => turn,
             Err(not_now) => return not_now,
         };
         if !self.inner.send_eager_in_turn(conn, bytes, dtype, count) {
-            return Now::Ticket(ticket);
+            return Now::FallBackWithTicket(ticket);
         }
         self.inner.turns.done(ticket);
-        Now::Done
+        Now::Completed
     }
 
     /// Receives from `peer` into `bytes` (room for elements of `dtype`) on
@@ -102,9 +102,9 @@ impl Communicator {
             || (conn.kind() == Transport::Shm && self.spin_then_recv(conn, bytes, dtype))
         {
             self.inner.turns.done(ticket);
-            return Now::Done;
+            return Now::Completed;
         }
-        Now::Ticket(ticket)
+        Now::FallBackWithTicket(ticket)
     }
 
     /// Spins for the next slot of `conn` (shared memory: it lands with

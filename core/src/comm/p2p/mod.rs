@@ -51,7 +51,7 @@
 //! across network namespaces), ranks as threads and as processes.
 
 mod cma;
-mod engine;
+mod executor;
 mod immediate;
 pub(crate) use immediate::Now;
 mod payload;

@@ -239,9 +239,13 @@ impl<'a> RecvOp<'a> {
                             }
                             None => std::process::id(),
                         };
-                        self.conn
-                            .recv
-                            .grant(grant, self.dst.addr(), front as u64, key, first_seq);
+                        self.conn.recv.mailbox().grant(
+                            grant,
+                            self.dst.addr(),
+                            front as u64,
+                            key,
+                            first_seq,
+                        );
                         if self.pull_only {
                             self.state_of_comm
                                 .pull_only_grants
@@ -257,11 +261,11 @@ impl<'a> RecvOp<'a> {
                                         false
                                     }
                                 };
-                                self.conn.recv.pulled(grant, ok);
+                                self.conn.recv.mailbox().pulled(grant, ok);
                             }
                             // Pull-only without a source to pull from: the
                             // sender streams the message through the ring.
-                            (None, true) => self.conn.recv.pulled(grant, false),
+                            (None, true) => self.conn.recv.mailbox().pulled(grant, false),
                             _ => {}
                         }
                         self.granted = Some(grant);
@@ -354,7 +358,7 @@ impl<'a> RecvOp<'a> {
     /// failed half-way never leaves a writer behind its buffer's lock).
     fn withdraw(&mut self) {
         if let Some(grant) = self.granted.take() {
-            self.conn.recv.revoke(grant);
+            self.conn.recv.mailbox().revoke(grant);
         }
         // Ended before the message did: the peer's NIC may still write, so
         // the buffer's registration must not stay cached.

@@ -242,7 +242,7 @@ impl<'a> SendOp<'a> {
                 Ok(true)
             }
             State::AwaitGrant { grant } => {
-                let Some((addr, len, pid)) = self.conn.send.granted(grant) else {
+                let Some((addr, len, pid)) = self.conn.send.mailbox().granted(grant) else {
                     return Ok(false);
                 };
                 // The receiver asks us to write the first `len` bytes: all of
@@ -283,7 +283,7 @@ impl<'a> SendOp<'a> {
                 Ok(true)
             }
             State::AwaitPull { grant, pullable } => {
-                let Some(pulled) = self.conn.send.pull_done(grant) else {
+                let Some(pulled) = self.conn.send.mailbox().pull_done(grant) else {
                     return Ok(false);
                 };
                 // Our buffer is no longer read: finish, or stream it all if
@@ -336,8 +336,8 @@ impl<'a> SendOp<'a> {
     /// True when [`SendOp::poll`] could make progress now.
     pub(super) fn ready(&self) -> bool {
         match self.state {
-            State::AwaitGrant { grant } => self.conn.send.granted(grant).is_some(),
-            State::AwaitPull { grant, .. } => self.conn.send.pull_done(grant).is_some(),
+            State::AwaitGrant { grant } => self.conn.send.mailbox().granted(grant).is_some(),
+            State::AwaitPull { grant, .. } => self.conn.send.mailbox().pull_done(grant).is_some(),
             State::AwaitWrite { wr } => rdma::written(self.conn, wr),
             State::Done => false,
             _ => self.conn.send.has_credit(),
@@ -352,7 +352,9 @@ impl<'a> SendOp<'a> {
     /// What a thread waiting for this operation sleeps on.
     pub(super) fn notifier(&self) -> &'a Notifier {
         match self.state {
-            State::AwaitGrant { .. } | State::AwaitPull { .. } => self.conn.send.grant_notifier(),
+            State::AwaitGrant { .. } | State::AwaitPull { .. } => {
+                self.conn.send.mailbox().notifier()
+            }
             _ => self.conn.send.credit_notifier(),
         }
     }

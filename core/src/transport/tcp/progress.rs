@@ -390,12 +390,20 @@ impl PeerIo {
                 if sock.rx_got == 0 && len > 0 {
                     // Decided when the slot is free, as late as possible, so
                     // that a grant given meanwhile is used.
-                    sock.rx_place = (self.placement.grant_key)(sock.rx_sig)
-                        .and_then(|rdv| self.inbound.placement(k, rdv, len));
+                    sock.rx_place = (self.placement.grant_key)(sock.rx_sig).and_then(|rdv| {
+                        self.inbound.mailbox().placement(
+                            k,
+                            rdv,
+                            len,
+                            self.inbound.shape().slot_bytes,
+                        )
+                    });
                 }
                 if sock.rx_got < len {
                     let place = match sock.rx_place {
-                        Some((grant, addr)) if self.inbound.begin_place(grant) => Some(addr),
+                        Some((grant, addr)) if self.inbound.mailbox().begin_place(grant) => {
+                            Some(addr)
+                        }
                         Some(_) => {
                             // Withdrawn (the receive failed): finish the
                             // frame in its slot; nobody will read it.
@@ -420,7 +428,7 @@ impl PeerIo {
                                 )
                             };
                             let r = sock.rx.read(&mut sock.stream, dst);
-                            self.inbound.end_place();
+                            self.inbound.mailbox().end_place();
                             r
                         }
                         None => sock.rx.read(&mut sock.stream, &mut slot[sock.rx_got..len]),

@@ -424,10 +424,10 @@ impl PeerRdma {
         }
         // A grant the peer wrote into our staging ring's header: wake the
         // stream waiting for it.
-        let cts = self.staging.grant_count();
+        let cts = self.staging.mailbox().grant_count();
         if cts != self.grant_seen {
             self.grant_seen = cts;
-            self.staging.grant_notifier().notify();
+            self.staging.mailbox().notifier().notify();
             moved = true;
         }
         Ok(self.forward_grant()? || self.return_credit(false)? || moved)
@@ -563,7 +563,7 @@ impl PeerRdma {
     /// peer's credit or the work queue's room was short when last tried).
     #[inline]
     fn backlogged(&self) -> bool {
-        self.staged_unwritten() || self.inbound.grant_count() != self.grant_sent
+        self.staged_unwritten() || self.inbound.mailbox().grant_count() != self.grant_sent
     }
 
     /// True when every staged slot was written and its write completed.

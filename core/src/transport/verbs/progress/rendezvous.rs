@@ -7,17 +7,20 @@ use std::sync::Arc;
 
 use super::{PeerRdma, Wake};
 use crate::Error;
-use crate::transport::ring::{Counter, Mailbox, RingHeader};
+use crate::transport::mailbox::{Grant, Mailbox};
+use crate::transport::ring::{Counter, RingHeader};
 use crate::transport::verbs::regcache::{RegCache, Registration};
 
 /// Offsets in a ring header of the grant mailbox and the grant number.
-const MAILBOX: u64 = std::mem::offset_of!(RingHeader, mailbox) as u64;
-const CTS: u64 =
-    (std::mem::offset_of!(RingHeader, cts) + std::mem::offset_of!(Counter, value)) as u64;
+const MAILBOX: u64 =
+    (std::mem::offset_of!(RingHeader, mailbox) + std::mem::offset_of!(Mailbox, grant)) as u64;
+const CTS: u64 = (std::mem::offset_of!(RingHeader, mailbox)
+    + std::mem::offset_of!(Mailbox, cts)
+    + std::mem::offset_of!(Counter, value)) as u64;
 /// The mailbox's grant fields (`addr`, `len`, `pid`, `first_seq`), which
 /// lead it; the rest of it is the receiver's own bookkeeping.
 const MAILBOX_GRANT_BYTES: u32 = 32;
-const _: () = assert!(std::mem::offset_of!(Mailbox, first_seq) == 24);
+const _: () = assert!(std::mem::offset_of!(Grant, first_seq) == 24);
 /// Largest single RDMA WRITE of user data (below the 2 GiB message limit).
 const MAX_WRITE: usize = 1 << 30;
 
@@ -27,7 +30,7 @@ impl PeerRdma {
     /// peer's staging ring header, where its sender waits for it.
     #[inline]
     pub(super) fn forward_grant(&mut self) -> Result<bool, Error> {
-        let cts = self.inbound.grant_count();
+        let cts = self.inbound.mailbox().grant_count();
         if cts == self.grant_sent || self.room() <= 3 {
             return Ok(false);
         }

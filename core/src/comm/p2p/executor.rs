@@ -1,4 +1,4 @@
-//! Runs a group: lock its buffers, then move every operation along until all
+//! The executor of a group: lock its buffers, then move every operation along until all
 //! are done, never blocking on any one of them.
 //!
 //! Operations to one peer in one direction form a lane and run in posting
@@ -55,20 +55,20 @@ fn lock_in_order<'b, R>(
     }
 }
 
-/// The bytes an operation reads or writes (locked host bytes, or device
-/// memory).
-enum Region<'a> {
+/// An operation's operand: the bytes it reads or writes (locked host
+/// bytes, or device memory).
+enum Operand<'a> {
     Src(Src<'a>),
     Dst(Dst<'a>),
 }
 
-impl Region<'_> {
-    /// The region of a device operation (nothing to lock), if `o` is one.
+impl Operand<'_> {
+    /// The operand of a device operation (nothing to lock), if `o` is one.
     fn of_device(o: &OpSpec) -> Option<Self> {
         let d = o.device.clone()?;
         Some(match o.dir {
-            Dir::Send => Region::Src(Src::Device(d)),
-            Dir::Recv => Region::Dst(Dst::Device(d)),
+            Dir::Send => Operand::Src(Src::Device(d)),
+            Dir::Recv => Operand::Dst(Dst::Device(d)),
         })
     }
 }
@@ -170,8 +170,8 @@ impl CommInner {
     fn run_single(&self, spec: &GroupSpec, seq: u64) -> Result<()> {
         let o = &spec.ops[0];
         let name = || format!("{} #{seq}", spec.name);
-        if let Some(region) = Region::of_device(o) {
-            let op = self.new_op(spec, o, region)?;
+        if let Some(operand) = Operand::of_device(o) {
+            let op = self.new_op(spec, o, operand)?;
             return self.drive_one(op, name);
         }
         let raw = spec.bufs[o.buf].view.raw();
@@ -188,7 +188,7 @@ impl CommInner {
                 if immediate && self.send_eager_in_turn(conn, src, o.dtype, o.count) {
                     return Ok(());
                 }
-                let op = self.new_op(spec, o, Region::Src(Src::Host(src)))?;
+                let op = self.new_op(spec, o, Operand::Src(Src::Host(src)))?;
                 self.drive_one(op, name)
             }
             Dir::Recv => {
@@ -197,24 +197,24 @@ impl CommInner {
                 if immediate && self.recv_eager_in_turn(conn, dst, o.dtype) {
                     return Ok(());
                 }
-                let op = self.new_op(spec, o, Region::Dst(Dst::Host(dst)))?;
+                let op = self.new_op(spec, o, Operand::Dst(Dst::Host(dst)))?;
                 self.drive_one(op, name)
             }
         }
     }
 
-    /// The operation `o` of `spec` on its `region`, over its connection.
+    /// The operation `o` of `spec` on its `operand`, over its connection.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for device memory on a connection that
     /// cannot write it by RDMA (never built so: `device::call` checks).
-    fn new_op<'a>(&'a self, spec: &GroupSpec, o: &OpSpec, region: Region<'a>) -> Result<Op<'a>> {
+    fn new_op<'a>(&'a self, spec: &GroupSpec, o: &OpSpec, operand: Operand<'a>) -> Result<Op<'a>> {
         let conn = self.connection(o.peer)?;
         let direct = self.config.p2p_direct;
         let rdma = super::rdma::is_rdma(conn);
         let device = matches!(
-            region,
-            Region::Src(Src::Device(_)) | Region::Dst(Dst::Device(_))
+            operand,
+            Operand::Src(Src::Device(_)) | Operand::Dst(Dst::Device(_))
         );
         if device && !(rdma && direct) {
             return Err(Error::invalid(format!(
@@ -229,15 +229,15 @@ impl CommInner {
                 }
             )));
         }
-        Ok(match region {
-            Region::Src(data) => {
+        Ok(match operand {
+            Operand::Src(data) => {
                 let rendezvous = data.len() > self.config.p2p_eager_limit
                     || (spec.rdma_rendezvous && rdma && data.len() > 0);
                 Op::Send(SendOp::new(
                     o.peer, conn, &self.p2p, data, o.dtype, o.count, rendezvous, direct,
                 ))
             }
-            Region::Dst(dst) => {
+            Operand::Dst(dst) => {
                 // Over shared memory the sending process never writes into
                 // a receive buffer: a sender stopped after reading a grant
                 // could write after the receive failed and the buffer went
@@ -330,8 +330,8 @@ impl CommInner {
                     for k in mine {
                         let o = &spec.ops[k];
                         let (_, tail) = std::mem::take(&mut rest).split_at_mut(o.offset - base);
-                        let (region, tail) = tail.split_at_mut(o.bytes());
-                        dsts[k] = Some(region);
+                        let (bytes, tail) = tail.split_at_mut(o.bytes());
+                        dsts[k] = Some(bytes);
                         rest = tail;
                         base = o.offset + o.bytes();
                     }
@@ -352,11 +352,11 @@ impl CommInner {
             if o.peer == self.rank {
                 continue;
             }
-            let region = Region::of_device(o).unwrap_or_else(|| match o.dir {
-                Dir::Send => Region::Src(Src::Host(srcs[k].take().unwrap_or_default())),
-                Dir::Recv => Region::Dst(Dst::Host(dsts[k].take().unwrap_or_default())),
+            let operand = Operand::of_device(o).unwrap_or_else(|| match o.dir {
+                Dir::Send => Operand::Src(Src::Host(srcs[k].take().unwrap_or_default())),
+                Dir::Recv => Operand::Dst(Dst::Host(dsts[k].take().unwrap_or_default())),
             });
-            let op = self.new_op(spec, o, region)?;
+            let op = self.new_op(spec, o, operand)?;
             index[k] = Some(ops.len());
             ops.push(op);
         }
