@@ -7,10 +7,10 @@
 pub mod barrier {
     pub use crate::barrier::build::{build, build_for_network};
     pub use crate::barrier::exec::run;
+    pub use crate::plan::FlagStep;
     pub use crate::plan::flag::signal_value;
     pub use crate::plan::flag::{BarrierMemory, BarrierPlan, WaitFor};
-    pub use crate::plan::simulate::flags::{Schedule, SimConfig, SimError, simulate};
-    pub use crate::plan::{FlagOp, Step};
+    pub use crate::plan::simulate::flags::{FlagSimConfig, Schedule, SimError, simulate};
 }
 
 /// The bootstrap network below `UniqueId`.
@@ -36,7 +36,7 @@ pub mod comm {
 pub mod plan {
     pub use crate::plan::signature;
     pub use crate::plan::{
-        Plan, PlanParams, Schedule, SimConfig, build, build_with, simulate, simulate_with,
+        MessageSimConfig, Plan, PlanParams, Schedule, build, build_with, simulate, simulate_with,
     };
 }
 

@@ -6,8 +6,8 @@
 //! reset race shows up once a week. So, as with the data plans of
 //! `plan`, the algorithms here are pure functions from
 //! `(algorithm, rank, size, host layout)` to a [`BarrierPlan`](super::BarrierPlan): a short list
-//! of flag [`Step`]s (fetch-add, raise a flag, wait for a flag, write or
-//! wait for a release word: [`FlagOp`](crate::plan::FlagOp)) over a small memory model
+//! of [`FlagStep`]s (fetch-add, raise a flag, wait for a flag, write or
+//! wait for a release word) over a small memory model
 //! ([`BarrierMemory`](super::BarrierMemory)):
 //! each rank owns a counter, a release word and one flag per peer, all
 //! monotonic 64-bit words whose values encode the barrier's epoch
@@ -26,13 +26,13 @@
 //!
 //! ```
 //! use streamcomm::barrier::BarrierAlgo;
-//! use streamcomm::testing::barrier::{build, simulate, Schedule, SimConfig};
+//! use streamcomm::testing::barrier::{build, simulate, Schedule, FlagSimConfig};
 //!
 //! let hosts = [0, 0, 0, 1, 1, 2];
 //! let plans = (0..6)
 //!     .map(|rank| build(BarrierAlgo::parse("hierarchical")?, rank, 6, &hosts))
 //!     .collect::<Result<Vec<_>, _>>()?;
-//! let config = SimConfig { epochs: 5, schedule: Schedule::Random { seed: 7 } };
+//! let config = FlagSimConfig { epochs: 5, schedule: Schedule::Random { seed: 7 } };
 //! simulate(&plans, &config).unwrap();
 //! # Ok::<(), streamcomm::Error>(())
 //! ```
@@ -40,7 +40,7 @@
 use super::algo;
 use super::{BarrierAlgo, BarrierPlan};
 use crate::Error;
-use crate::plan::{FlagOp, Step};
+use crate::plan::FlagStep;
 
 /// Builds `rank`'s barrier plan for `algo` among `nranks` ranks.
 ///
@@ -58,10 +58,10 @@ use crate::plan::{FlagOp, Step};
 ///
 /// ```
 /// use streamcomm::barrier::BarrierAlgo;
-/// use streamcomm::testing::barrier::{build, FlagOp};
+/// use streamcomm::testing::barrier::{build, FlagStep};
 ///
 /// let plan = build(BarrierAlgo::Dissemination, 1, 3, &[0, 0, 0])?;
-/// assert_eq!(plan.steps[0].flag, Some(FlagOp::Notify { peer: 2, round: 0 }));
+/// assert_eq!(plan.steps[0], FlagStep::Notify { peer: 2, round: 0 });
 /// assert!(build(BarrierAlgo::Chain, 0, 1, &[0])?.steps.is_empty());
 /// # Ok::<(), streamcomm::Error>(())
 /// ```
@@ -86,10 +86,10 @@ pub fn build(
 ///
 /// ```
 /// use streamcomm::barrier::BarrierAlgo;
-/// use streamcomm::testing::barrier::{build_for_network, FlagOp};
+/// use streamcomm::testing::barrier::{build_for_network, FlagStep};
 ///
 /// let plan = build_for_network(BarrierAlgo::CentralCounter, 2, 3, &[0, 1, 2])?;
-/// assert_eq!(plan.steps[1].flag, Some(FlagOp::WaitRelease { at: 2 }));
+/// assert_eq!(plan.steps[1], FlagStep::WaitRelease { at: 2 });
 /// # Ok::<(), streamcomm::Error>(())
 /// ```
 pub fn build_for_network(
@@ -106,7 +106,7 @@ fn build_with(
     rank: usize,
     nranks: usize,
     hosts: &[usize],
-    steps_of: fn(BarrierAlgo, usize, &algo::Hosts) -> Vec<FlagOp>,
+    steps_of: fn(BarrierAlgo, usize, &algo::Hosts) -> Vec<FlagStep>,
 ) -> Result<BarrierPlan, Error> {
     let name = algo.name();
     if nranks == 0 {
@@ -130,9 +130,6 @@ fn build_with(
         Vec::new()
     } else {
         steps_of(algo, rank, &algo::Hosts::new(hosts))
-            .into_iter()
-            .map(Step::flag)
-            .collect()
     };
     Ok(BarrierPlan {
         algo,

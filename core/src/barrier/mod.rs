@@ -2,7 +2,7 @@
 //! ([`BarrierAlgo`], `STREAMCOMM_BARRIER_ALGO`).
 //!
 //! Inside (not public): every algorithm of `docs/design/barriers.md` as a
-//! plan of flag steps (`plan::Step`s carrying a `plan::FlagOp`, in a
+//! plan of flag steps (`plan::FlagStep`s, in a
 //! `plan::flag::BarrierPlan`) over flag memory (`build.rs`), proved by the
 //! plan simulator (`plan/simulate/flags.rs`) and run by one executor
 //! (`exec.rs`). Communicators with tcp peers have no shared
@@ -82,8 +82,7 @@ mod tests {
             for rank in 0..64 {
                 let plan = build(*algo, rank, 64, &hosts).unwrap();
                 for s in &plan.steps {
-                    let op = s.flag.expect("a barrier plan holds flag steps");
-                    assert!(u64::from(op.round().unwrap_or(0)) < ROUNDS_PER_EPOCH);
+                    assert!(u64::from(s.round().unwrap_or(0)) < ROUNDS_PER_EPOCH);
                 }
             }
         }

@@ -32,7 +32,7 @@ struct Pending {
 }
 
 /// Progress of a pending handshake.
-enum Step {
+enum Handshake {
     Wait,
     Drop(String),
     Hello(Hello),
@@ -40,12 +40,12 @@ enum Step {
 
 impl Pending {
     /// Reads what has arrived without blocking and says what to do next.
-    fn advance(&mut self, secret: &[u8; 16]) -> Step {
+    fn advance(&mut self, secret: &[u8; 16]) -> Handshake {
         loop {
             if self.filled >= 4 {
                 let len = u32::from_le_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]);
                 if len as usize != HELLO_LEN {
-                    return Step::Drop(format!(
+                    return Handshake::Drop(format!(
                         "announced a {len}-byte first frame (a hello is {HELLO_LEN} bytes)"
                     ));
                 }
@@ -54,21 +54,21 @@ impl Pending {
                 let mut body = [0u8; HELLO_LEN];
                 body.copy_from_slice(&self.buf[4..]);
                 return match Hello::decode(&body, secret) {
-                    Ok(hello) => Step::Hello(hello),
-                    Err(e) => Step::Drop(e.to_string()),
+                    Ok(hello) => Handshake::Hello(hello),
+                    Err(e) => Handshake::Drop(e.to_string()),
                 };
             }
             match self.stream.read(&mut self.buf[self.filled..]) {
                 Ok(0) => {
-                    return Step::Drop(format!(
+                    return Handshake::Drop(format!(
                         "closed after {} of {HELLO_FRAME_LEN} hello bytes",
                         self.filled
                     ));
                 }
                 Ok(n) => self.filled += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Wait,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Handshake::Wait,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Step::Drop(format!("read failed: {e}")),
+                Err(e) => return Handshake::Drop(format!("read failed: {e}")),
             }
         }
     }
@@ -139,18 +139,18 @@ pub(super) fn rendezvous(
             let step = if fds[1 + k].revents != 0 {
                 p.advance(secret)
             } else {
-                Step::Wait
+                Handshake::Wait
             };
             match step {
-                Step::Wait if now >= p.deadline => {
+                Handshake::Wait if now >= p.deadline => {
                     let ms = millis(opts.handshake_timeout);
                     tracing::warn!(peer = %p.peer, "dropped a connection: no hello within {ms} ms");
                 }
-                Step::Wait => still.push(p),
-                Step::Drop(reason) => {
+                Handshake::Wait => still.push(p),
+                Handshake::Drop(reason) => {
                     tracing::warn!(peer = %p.peer, "dropped a connection: {reason}");
                 }
-                Step::Hello(hello) => {
+                Handshake::Hello(hello) => {
                     if admit(&mut slots, p, &hello) {
                         joined += 1;
                     }

@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::MismatchNote;
 use crate::host::JobMode;
-use crate::plan::{Buffers, Collective, Plan, PlanParams, Step, apply_step, signature};
+use crate::plan::{Buffers, Collective, DataStep, Plan, PlanParams, apply_step, signature};
 use crate::transport::fault::FaultInjector;
 use crate::transport::ring::RingError;
 use crate::transport::{Connection, Segment};
@@ -301,7 +301,7 @@ impl CommInner {
     /// publishes.
     fn run_step(
         &self,
-        step: &Step,
+        step: &DataStep,
         seq: u64,
         sig: u64,
         apply: impl FnOnce(Option<&[u8]>, Option<&mut [u8]>) -> Result<usize>,

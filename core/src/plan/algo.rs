@@ -5,7 +5,7 @@
 //! and reduce, pairwise for all-to-all). [`build_with`] takes the algorithm
 //! explicitly; the communicator chooses it with the cost model
 //! ([`crate::tuning`]) or `STREAMCOMM_ALGO`. Every algorithm emits the same
-//! [`Step`](super::Step)s, so the backends and the simulator run them all.
+//! [`DataStep`](super::DataStep)s, so the backends and the simulator run them all.
 
 use std::fmt;
 

@@ -1,7 +1,7 @@
-//! The one interpreter of plan steps.
+//! The one interpreter of data steps.
 //!
 //! The host backend, the CUDA backend's host-side fallback and the simulator
-//! all execute a [`Step`] the same way: take the incoming slot and/or a local
+//! all execute a [`DataStep`] the same way: take the incoming slot and/or a local
 //! region, combine them with the plan's operator, finalise if asked, write the
 //! result to a local region and/or an outgoing slot. Writing that once here
 //! means an algorithm proven in the simulator behaves the same over real
@@ -18,7 +18,7 @@ use std::ops::Range;
 use streamcomm_kernels::{self as kernels, DataType, KernelError, ReduceOp};
 
 use super::layout::InPlaceLayout;
-use super::step::{BufId, Plan, Region, Step};
+use super::step::{BufId, DataStep, Plan, Region};
 use crate::Error;
 
 /// The buffers of one collective call, as seen by [`apply_step`].
@@ -80,7 +80,7 @@ impl<'a> Buffers<'a> {
 /// which the caller publishes as the slot's length.
 ///
 /// The result is `src op slot` when the step has both inputs, else its one
-/// input; with [`Step::finalize`] and [`ReduceOp::Avg`] it is divided by
+/// input; with [`DataStep::finalize`] and [`ReduceOp::Avg`] it is divided by
 /// `plan.nranks` before being written. A destination equal to the source
 /// range is reduced in place.
 ///
@@ -93,49 +93,50 @@ impl<'a> Buffers<'a> {
 ///   region's count differs from the step's.
 /// - [`Error::InvalidUsage`] when a slot is missing or unexpected, a
 ///   destination is in the (read-only) send buffer, or source and destination
-///   partially overlap; for a flag step (an internal error: flag steps run
-///   on flag memory, in the barrier executor).
+///   partially overlap.
 pub(crate) fn apply_step(
     plan: &Plan,
-    step: &Step,
+    step: &DataStep,
     bufs: &mut Buffers<'_>,
     slot_in: Option<&[u8]>,
     slot_out: Option<&mut [u8]>,
 ) -> Result<usize, Error> {
-    let cx = Cx::new(plan);
-    cx.check_shape(step)?;
+    let interp = Interpreter::new(plan);
+    interp.check_shape(step)?;
     let nbytes = step
         .count
-        .checked_mul(cx.esize)
-        .ok_or_else(|| cx.invalid(format!("step count {} overflows", step.count)))?;
+        .checked_mul(interp.esize)
+        .ok_or_else(|| interp.invalid(format!("step count {} overflows", step.count)))?;
     let slot = match (step.recv_from, slot_in) {
         (Some(peer), Some(s)) if s.len() != nbytes => {
             return Err(Error::RemoteFailed {
                 peer,
-                op: cx.name.to_string(),
+                op: interp.name.to_string(),
                 cause: format!("sent {} bytes where {nbytes} were expected", s.len()),
             });
         }
         (Some(_), Some(s)) => Some(s),
         (Some(peer), None) => {
-            return Err(cx.usage(format!(
+            return Err(interp.usage(format!(
                 "step receives from rank {peer} but no slot was given"
             )));
         }
-        (None, Some(_)) => return Err(cx.usage("a slot was given to a step that receives none")),
+        (None, Some(_)) => {
+            return Err(interp.usage("a slot was given to a step that receives none"));
+        }
         (None, None) => None,
     };
     let out = match (step.send_to, slot_out) {
         (Some(peer), Some(o)) => {
             let len = o.len();
             Some(o.get_mut(..nbytes).ok_or_else(|| {
-                cx.invalid(format!(
+                interp.invalid(format!(
                     "slot for rank {peer} is {len} bytes, the step writes {nbytes}"
                 ))
             })?)
         }
         (Some(peer), None) => {
-            return Err(cx.usage(format!("step sends to rank {peer} but no slot was given")));
+            return Err(interp.usage(format!("step sends to rank {peer} but no slot was given")));
         }
         (None, _) => None,
     };
@@ -143,43 +144,53 @@ pub(crate) fn apply_step(
     if step.count == 0 {
         return Ok(written);
     }
-    let src = step.src.map(|r| cx.resolve(bufs, r, "src")).transpose()?;
-    let dst = step.dst.map(|r| cx.resolve(bufs, r, "dst")).transpose()?;
+    let src = step
+        .src
+        .map(|r| interp.resolve(bufs, r, "src"))
+        .transpose()?;
+    let dst = step
+        .dst
+        .map(|r| interp.resolve(bufs, r, "dst"))
+        .transpose()?;
     match (slot, src, dst) {
         (Some(s), Some(src), Some(dst)) => {
-            match pair(bufs, &src, &dst, &cx)? {
-                Pair::Same(d) => cx.kernel(kernels::reduce_in_place(cx.dtype, cx.op, d, s))?,
-                Pair::Disjoint(a, d) => cx.kernel(kernels::reduce(cx.dtype, cx.op, a, s, d))?,
+            match pair(bufs, &src, &dst, &interp)? {
+                Pair::Same(d) => {
+                    interp.kernel(kernels::reduce_in_place(interp.dtype, interp.op, d, s))?
+                }
+                Pair::Disjoint(a, d) => {
+                    interp.kernel(kernels::reduce(interp.dtype, interp.op, a, s, d))?
+                }
             }
-            cx.finish_local(step, bufs, &dst, out)?;
+            interp.finish_local(step, bufs, &dst, out)?;
         }
         (Some(s), Some(src), None) => {
             if let Some(o) = out {
                 let a = view(bufs, &src);
-                cx.kernel(kernels::reduce(cx.dtype, cx.op, a, s, o))?;
-                cx.finalize(step, o)?;
+                interp.kernel(kernels::reduce(interp.dtype, interp.op, a, s, o))?;
+                interp.finalize(step, o)?;
             }
         }
         (Some(s), None, Some(dst)) => {
-            view_mut(bufs, &dst, &cx)?.copy_from_slice(s);
-            cx.finish_local(step, bufs, &dst, out)?;
+            view_mut(bufs, &dst, &interp)?.copy_from_slice(s);
+            interp.finish_local(step, bufs, &dst, out)?;
         }
         (Some(s), None, None) => {
             if let Some(o) = out {
                 o.copy_from_slice(s);
-                cx.finalize(step, o)?;
+                interp.finalize(step, o)?;
             }
         }
         (None, Some(src), Some(dst)) => {
-            if let Pair::Disjoint(a, d) = pair(bufs, &src, &dst, &cx)? {
+            if let Pair::Disjoint(a, d) = pair(bufs, &src, &dst, &interp)? {
                 d.copy_from_slice(a);
             }
-            cx.finish_local(step, bufs, &dst, out)?;
+            interp.finish_local(step, bufs, &dst, out)?;
         }
         (None, Some(src), None) => {
             if let Some(o) = out {
                 o.copy_from_slice(view(bufs, &src));
-                cx.finalize(step, o)?;
+                interp.finalize(step, o)?;
             }
         }
         // No input: `check_shape` made sure the count is 0 (handled above).
@@ -212,8 +223,10 @@ enum Pair<'b> {
     Disjoint(&'b [u8], &'b mut [u8]),
 }
 
-/// What every helper needs to know about the plan.
-struct Cx {
+/// The interpreter of one step: what it needs to know about the plan
+/// (its name for errors, element type, operator, rank count), and the
+/// helpers that check, resolve and finalise the step's regions.
+struct Interpreter {
     name: &'static str,
     dtype: DataType,
     op: ReduceOp,
@@ -221,9 +234,9 @@ struct Cx {
     esize: usize,
 }
 
-impl Cx {
-    fn new(plan: &Plan) -> Cx {
-        Cx {
+impl Interpreter {
+    fn new(plan: &Plan) -> Interpreter {
+        Interpreter {
             name: plan.collective.name(),
             dtype: plan.dtype,
             op: plan.op,
@@ -246,13 +259,7 @@ impl Cx {
 
     /// Region counts agree with the step; no input means no data; nothing is
     /// written into the send buffer.
-    fn check_shape(&self, step: &Step) -> Result<(), Error> {
-        if let Some(op) = step.flag {
-            return Err(self.usage(format!(
-                "internal error: flag step {op:?} reached the data-step interpreter \
-                 (flag steps run on flag memory, in the barrier executor)"
-            )));
-        }
+    fn check_shape(&self, step: &DataStep) -> Result<(), Error> {
         for (what, region) in [("src", step.src), ("dst", step.dst)] {
             if let Some(r) = region
                 && r.count != step.count
@@ -313,7 +320,7 @@ impl Cx {
     }
 
     /// Divides by the number of ranks when the step finalises an `Avg`.
-    fn finalize(&self, step: &Step, bytes: &mut [u8]) -> Result<(), Error> {
+    fn finalize(&self, step: &DataStep, bytes: &mut [u8]) -> Result<(), Error> {
         if step.finalize && self.op == ReduceOp::Avg {
             self.kernel(kernels::divide(self.dtype, bytes, self.nranks))?;
         }
@@ -324,7 +331,7 @@ impl Cx {
     /// outgoing slot, if any.
     fn finish_local(
         &self,
-        step: &Step,
+        step: &DataStep,
         bufs: &mut Buffers<'_>,
         dst: &Loc,
         out: Option<&mut [u8]>,
@@ -350,21 +357,30 @@ fn view<'b>(bufs: &'b Buffers<'_>, loc: &Loc) -> &'b [u8] {
 }
 
 /// The bytes of a resolved destination region.
-fn view_mut<'b>(bufs: &'b mut Buffers<'_>, loc: &Loc, cx: &Cx) -> Result<&'b mut [u8], Error> {
+fn view_mut<'b>(
+    bufs: &'b mut Buffers<'_>,
+    loc: &Loc,
+    interp: &Interpreter,
+) -> Result<&'b mut [u8], Error> {
     let whole: &mut [u8] = match bufs {
         Buffers::Separate { recv, .. } if loc.target == Target::Recv => recv,
         Buffers::InPlace { buf, .. } => buf,
-        Buffers::Separate { .. } => return Err(cx.usage("the send buffer is read-only")),
+        Buffers::Separate { .. } => return Err(interp.usage("the send buffer is read-only")),
     };
     let len = whole.len();
     whole
         .get_mut(loc.bytes.clone())
-        .ok_or_else(|| cx.invalid(format!("bytes {:?} outside a buffer of {len}", loc.bytes)))
+        .ok_or_else(|| interp.invalid(format!("bytes {:?} outside a buffer of {len}", loc.bytes)))
 }
 
 /// Borrows a source and a destination together, splitting one buffer when
 /// both lie in it.
-fn pair<'b>(bufs: &'b mut Buffers<'_>, src: &Loc, dst: &Loc, cx: &Cx) -> Result<Pair<'b>, Error> {
+fn pair<'b>(
+    bufs: &'b mut Buffers<'_>,
+    src: &Loc,
+    dst: &Loc,
+    interp: &Interpreter,
+) -> Result<Pair<'b>, Error> {
     let (s, d) = (src.bytes.clone(), dst.bytes.clone());
     let whole: &mut [u8] = match bufs {
         Buffers::Separate { send, recv } => match (src.target, dst.target) {
@@ -373,7 +389,7 @@ fn pair<'b>(bufs: &'b mut Buffers<'_>, src: &Loc, dst: &Loc, cx: &Cx) -> Result<
                 return Ok(Pair::Disjoint(a, recv.get_mut(d).unwrap_or_default()));
             }
             (Target::Recv, Target::Recv) => recv,
-            _ => return Err(cx.usage("the send buffer is read-only")),
+            _ => return Err(interp.usage("the send buffer is read-only")),
         },
         Buffers::InPlace { buf, .. } => buf,
     };
@@ -390,7 +406,7 @@ fn pair<'b>(bufs: &'b mut Buffers<'_>, src: &Loc, dst: &Loc, cx: &Cx) -> Result<
         let a = hi.get(..s.len()).unwrap_or_default();
         return Ok(Pair::Disjoint(a, lo.get_mut(d).unwrap_or_default()));
     }
-    Err(cx.usage(format!(
+    Err(interp.usage(format!(
         "source bytes {s:?} and destination bytes {d:?} partially overlap"
     )))
 }

@@ -35,7 +35,7 @@ fn recv_reduce_copy_send_writes_dst_and_slot() {
     let mut recv = vec![0u8; 16];
     let slot = bytes(&[10.0, 20.0]);
     let mut out = vec![0u8; 64];
-    let step = Step::recv_reduce_copy_send(1, Region::send(2, 2), Region::recv(1, 2), 1);
+    let step = DataStep::recv_reduce_copy_send(1, Region::send(2, 2), Region::recv(1, 2), 1);
     let mut bufs = Buffers::Separate {
         send: &send,
         recv: &mut recv,
@@ -51,7 +51,7 @@ fn avg_finalizes_once_and_in_place_reduces() {
     let p = plan(ReduceOp::Avg, 4);
     let mut buf = bytes(&[1.0, 2.0, 3.0, 4.0]);
     let slot = bytes(&[7.0, 6.0]);
-    let step = Step::recv_reduce(1, Region::send(0, 2), Region::recv(0, 2)).finalized();
+    let step = DataStep::recv_reduce(1, Region::send(0, 2), Region::recv(0, 2)).finalized();
     let mut bufs = Buffers::in_place(&p, &mut buf).unwrap();
     assert_eq!(
         apply_step(&p, &step, &mut bufs, Some(&slot), None).unwrap(),
@@ -67,7 +67,7 @@ fn reduce_into_slot_and_finalize_in_slot() {
     let mut recv = vec![0u8; 16];
     let slot = bytes(&[3.0, 5.0]);
     let mut out = vec![0u8; 8];
-    let step = Step::recv_reduce_send(1, Region::send(0, 2), 1).finalized();
+    let step = DataStep::recv_reduce_send(1, Region::send(0, 2), 1).finalized();
     let mut bufs = Buffers::Separate {
         send: &send,
         recv: &mut recv,
@@ -85,11 +85,11 @@ fn copies_between_disjoint_ranges_of_one_buffer() {
         send_offset: 0,
         recv_offset: 0,
     };
-    let fwd = Step::copy(Region::send(0, 2), Region::recv(2, 2));
+    let fwd = DataStep::copy(Region::send(0, 2), Region::recv(2, 2));
     apply_step(&p, &fwd, &mut bufs, None, None).unwrap();
-    let back = Step::copy(Region::send(3, 1), Region::recv(0, 1));
+    let back = DataStep::copy(Region::send(3, 1), Region::recv(0, 1));
     apply_step(&p, &back, &mut bufs, None, None).unwrap();
-    let same = Step::copy(Region::send(1, 2), Region::recv(1, 2));
+    let same = DataStep::copy(Region::send(1, 2), Region::recv(1, 2));
     apply_step(&p, &same, &mut bufs, None, None).unwrap();
     assert_eq!(floats(&buf), [2.0, 2.0, 1.0, 2.0]);
 }
@@ -101,7 +101,7 @@ fn recv_then_send_slot_copies() {
     let mut recv = vec![0u8; 16];
     let slot = bytes(&[5.0]);
     let mut out = vec![0u8; 4];
-    let step = Step::recv_copy_send(2, Region::recv(3, 1), 1);
+    let step = DataStep::recv_copy_send(2, Region::recv(3, 1), 1);
     let mut bufs = Buffers::Separate {
         send: &send,
         recv: &mut recv,
@@ -120,7 +120,7 @@ fn a_short_slot_is_a_remote_failure() {
         send: &send,
         recv: &mut recv,
     };
-    let step = Step::recv(1, Region::recv(0, 3));
+    let step = DataStep::recv(1, Region::recv(0, 3));
     let err = apply_step(&p, &step, &mut bufs, Some(&[0u8; 8]), None).unwrap_err();
     match err {
         Error::RemoteFailed { peer, op, cause } => {
@@ -141,19 +141,19 @@ fn misuse_is_an_error_not_a_panic() {
         recv: &mut recv,
     };
     // Out of bounds, naming the region and the buffer length.
-    let far = Step::copy(Region::send(3, 2), Region::recv(0, 2));
+    let far = DataStep::copy(Region::send(3, 2), Region::recv(0, 2));
     match apply_step(&p, &far, &mut bufs, None, None) {
         Err(Error::InvalidArgument(m)) => assert!(m.contains("16 bytes"), "{m}"),
         other => panic!("{other:?}"),
     }
     // Writing the send buffer.
-    let into_send = Step::copy(Region::recv(0, 1), Region::send(0, 1));
+    let into_send = DataStep::copy(Region::recv(0, 1), Region::send(0, 1));
     assert!(matches!(
         apply_step(&p, &into_send, &mut bufs, None, None),
         Err(Error::InvalidUsage(_))
     ));
     // Missing slots.
-    let rs = Step::recv_reduce_send(1, Region::send(0, 1), 1);
+    let rs = DataStep::recv_reduce_send(1, Region::send(0, 1), 1);
     assert!(matches!(
         apply_step(&p, &rs, &mut bufs, None, Some(&mut [0u8; 4])),
         Err(Error::InvalidUsage(_))
@@ -168,7 +168,7 @@ fn misuse_is_an_error_not_a_panic() {
         Err(Error::InvalidArgument(_))
     ));
     // A count that disagrees with the region.
-    let mut bad = Step::send(1, Region::send(0, 2));
+    let mut bad = DataStep::send(1, Region::send(0, 2));
     bad.count = 3;
     assert!(matches!(
         apply_step(&p, &bad, &mut bufs, None, Some(&mut [0u8; 16])),
@@ -185,7 +185,7 @@ fn partial_overlap_is_refused() {
         send_offset: 0,
         recv_offset: 1,
     };
-    let step = Step::copy(Region::send(0, 2), Region::recv(0, 2));
+    let step = DataStep::copy(Region::send(0, 2), Region::recv(0, 2));
     assert!(matches!(
         apply_step(&p, &step, &mut bufs, None, None),
         Err(Error::InvalidUsage(_))
@@ -201,31 +201,15 @@ fn signals_carry_no_bytes() {
     };
     let mut out = [0u8; 4];
     assert_eq!(
-        apply_step(&p, &Step::signal(1), &mut bufs, None, Some(&mut out)).unwrap(),
+        apply_step(&p, &DataStep::signal(1), &mut bufs, None, Some(&mut out)).unwrap(),
         0
     );
     assert_eq!(
-        apply_step(&p, &Step::wait(1), &mut bufs, Some(&[]), None).unwrap(),
+        apply_step(&p, &DataStep::wait(1), &mut bufs, Some(&[]), None).unwrap(),
         0
     );
     assert!(matches!(
-        apply_step(&p, &Step::wait(1), &mut bufs, Some(&[1]), None),
+        apply_step(&p, &DataStep::wait(1), &mut bufs, Some(&[1]), None),
         Err(Error::RemoteFailed { .. })
     ));
-}
-
-#[test]
-fn flag_steps_are_refused() {
-    let p = plan(ReduceOp::Sum, 2);
-    let mut bufs = Buffers::Separate {
-        send: &[],
-        recv: &mut [],
-    };
-    let mut out = [7u8; 4];
-    let notify = Step::flag(crate::plan::FlagOp::Notify { peer: 1, round: 0 });
-    match apply_step(&p, &notify, &mut bufs, None, Some(&mut out)) {
-        Err(Error::InvalidUsage(msg)) => assert!(msg.contains("flag step"), "{msg}"),
-        other => panic!("expected InvalidUsage, got {other:?}"),
-    }
-    assert_eq!(out, [7; 4], "a refused step writes nothing");
 }

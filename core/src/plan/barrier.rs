@@ -3,8 +3,8 @@
 //!
 //! A communicator with a tcp peer has no flag memory every rank can write,
 //! so its barrier runs on the data path instead: each flag notify
-//! ([`FlagOp::Notify`]) is a zero-byte message to its peer ([`Step::signal`])
-//! and each flag wait ([`FlagOp::WaitFlag`]) a wait for one ([`Step::wait`]).
+//! ([`FlagStep::Notify`]) is a zero-byte message to its peer ([`DataStep::signal`])
+//! and each flag wait ([`FlagStep::WaitFlag`]) a wait for one ([`DataStep::wait`]).
 //! The algorithm is not written here: `plan/dissemination.rs` is the one
 //! definition the flag barrier of `crate::barrier` and this one share.
 //!
@@ -25,8 +25,8 @@
 
 use super::Geometry;
 use super::dissemination;
-use super::flag::FlagOp;
-use super::step::Step;
+use super::flag::FlagStep;
+use super::step::DataStep;
 use crate::Error;
 
 /// The message barrier of `g.rank`: the dissemination barrier as messages
@@ -35,7 +35,7 @@ use crate::Error;
 /// # Errors
 ///
 /// As [`message`] (never for dissemination).
-pub(super) fn steps(g: &Geometry) -> Result<Vec<Step>, Error> {
+pub(super) fn steps(g: &Geometry) -> Result<Vec<DataStep>, Error> {
     let all: Vec<usize> = (0..g.nranks).collect();
     dissemination::steps(&all, g.rank, 1, 0)
         .into_iter()
@@ -51,10 +51,10 @@ pub(super) fn steps(g: &Geometry) -> Result<Vec<Step>, Error> {
 /// [`Error::InvalidArgument`] naming the operation for a counter or
 /// release-word operation: those words are shared by several ranks and have
 /// no message form.
-fn message(op: FlagOp) -> Result<Step, Error> {
+fn message(op: FlagStep) -> Result<DataStep, Error> {
     match op {
-        FlagOp::Notify { peer, .. } => Ok(Step::signal(peer)),
-        FlagOp::WaitFlag { from, .. } => Ok(Step::wait(from)),
+        FlagStep::Notify { peer, .. } => Ok(DataStep::signal(peer)),
+        FlagStep::WaitFlag { from, .. } => Ok(DataStep::wait(from)),
         other => Err(Error::invalid(format!(
             "flag operation {other:?} has no message form (only flag notifies and waits do)"
         ))),
@@ -95,12 +95,12 @@ mod tests {
         assert_eq!(
             steps(&geometry(1, 5)).unwrap(),
             vec![
-                Step::signal(2),
-                Step::wait(0),
-                Step::signal(3),
-                Step::wait(4),
-                Step::signal(0),
-                Step::wait(2),
+                DataStep::signal(2),
+                DataStep::wait(0),
+                DataStep::signal(3),
+                DataStep::wait(4),
+                DataStep::signal(0),
+                DataStep::wait(2),
             ]
         );
     }
@@ -108,16 +108,16 @@ mod tests {
     #[test]
     fn refuses_shared_words_naming_the_operation() {
         assert_eq!(
-            message(FlagOp::Notify { peer: 1, round: 0 }).unwrap(),
-            Step::signal(1)
+            message(FlagStep::Notify { peer: 1, round: 0 }).unwrap(),
+            DataStep::signal(1)
         );
-        match message(FlagOp::FetchAdd { root: 0 }) {
+        match message(FlagStep::FetchAdd { root: 0 }) {
             Err(Error::InvalidArgument(msg)) => assert!(msg.contains("FetchAdd"), "{msg}"),
             other => panic!("expected InvalidArgument, got {other:?}"),
         }
-        assert!(message(FlagOp::WaitRelease { at: 0 }).is_err());
-        assert!(message(FlagOp::WaitCounter { count_per_epoch: 1 }).is_err());
-        assert!(message(FlagOp::Release { peer: 0 }).is_err());
+        assert!(message(FlagStep::WaitRelease { at: 0 }).is_err());
+        assert!(message(FlagStep::WaitCounter { count_per_epoch: 1 }).is_err());
+        assert!(message(FlagStep::Release { peer: 0 }).is_err());
     }
 
     /// The condition of the module docs: for every directed pair, the
@@ -134,14 +134,14 @@ mod tests {
                 let sent: Vec<u32> = plans[p]
                     .iter()
                     .filter_map(|s| match *s {
-                        FlagOp::Notify { peer, round } if peer == r => Some(round),
+                        FlagStep::Notify { peer, round } if peer == r => Some(round),
                         _ => None,
                     })
                     .collect();
                 let awaited: Vec<u32> = plans[r]
                     .iter()
                     .filter_map(|s| match *s {
-                        FlagOp::WaitFlag { from, round } if from == p => Some(round),
+                        FlagStep::WaitFlag { from, round } if from == p => Some(round),
                         _ => None,
                     })
                     .collect();
@@ -154,8 +154,8 @@ mod tests {
                 assert_eq!(msgs.len(), ops.len(), "n={n} rank {r}");
                 for (m, op) in msgs.iter().zip(ops) {
                     match *op {
-                        FlagOp::Notify { peer, .. } => assert_eq!(*m, Step::signal(peer)),
-                        FlagOp::WaitFlag { from, .. } => assert_eq!(*m, Step::wait(from)),
+                        FlagStep::Notify { peer, .. } => assert_eq!(*m, DataStep::signal(peer)),
+                        FlagStep::WaitFlag { from, .. } => assert_eq!(*m, DataStep::wait(from)),
                         other => panic!("n={n} rank {r}: unexpected {other:?}"),
                     }
                 }

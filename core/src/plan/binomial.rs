@@ -20,7 +20,7 @@
 
 use super::Geometry;
 use super::ring::local_copy;
-use super::step::{Region, Step};
+use super::step::{DataStep, Region};
 
 /// The children of relative rank `v` in a binomial tree of `n` ranks,
 /// farthest (largest subtree) first.
@@ -48,7 +48,7 @@ pub(super) fn parent(v: usize) -> usize {
 
 /// Binomial broadcast from `root`: per chunk, receive it (the root copies its
 /// input instead) and forward it to every child.
-pub(super) fn broadcast(g: &Geometry, root: usize) -> Vec<Step> {
+pub(super) fn broadcast(g: &Geometry, root: usize) -> Vec<DataStep> {
     let n = g.nranks;
     if n == 1 {
         return local_copy(g.count, false);
@@ -60,14 +60,14 @@ pub(super) fn broadcast(g: &Geometry, root: usize) -> Vec<Step> {
     for (off, len) in g.chunks(g.count) {
         let dst = Region::recv(off, len);
         let first = match (v, kids.first()) {
-            (0, Some(&k)) => Step::copy_send(Region::send(off, len), dst, k),
-            (0, None) => Step::copy(Region::send(off, len), dst),
-            (_, Some(&k)) => Step::recv_copy_send(real(parent(v)), dst, k),
-            (_, None) => Step::recv(real(parent(v)), dst),
+            (0, Some(&k)) => DataStep::copy_send(Region::send(off, len), dst, k),
+            (0, None) => DataStep::copy(Region::send(off, len), dst),
+            (_, Some(&k)) => DataStep::recv_copy_send(real(parent(v)), dst, k),
+            (_, None) => DataStep::recv(real(parent(v)), dst),
         };
         steps.push(first);
         for &k in kids.iter().skip(1) {
-            steps.push(Step::send(k, dst));
+            steps.push(DataStep::send(k, dst));
         }
     }
     steps
@@ -75,7 +75,7 @@ pub(super) fn broadcast(g: &Geometry, root: usize) -> Vec<Step> {
 
 /// Binomial reduce to `root`, and whether a non-root rank's steps use its
 /// receive region as working memory.
-pub(super) fn reduce(g: &Geometry, root: usize) -> (Vec<Step>, bool) {
+pub(super) fn reduce(g: &Geometry, root: usize) -> (Vec<DataStep>, bool) {
     let n = g.nranks;
     if n == 1 {
         return (local_copy(g.count, true), false);
@@ -89,20 +89,20 @@ pub(super) fn reduce(g: &Geometry, root: usize) -> (Vec<Step>, bool) {
     for (off, len) in g.chunks(g.count) {
         let (src, acc) = (Region::send(off, len), Region::recv(off, len));
         match (kids.as_slice(), up) {
-            ([], Some(p)) => steps.push(Step::send(p, src)),
+            ([], Some(p)) => steps.push(DataStep::send(p, src)),
             ([], None) => unreachable!("n > 1: the root has a child"),
-            ([k], Some(p)) => steps.push(Step::recv_reduce_send(*k, src, p)),
+            ([k], Some(p)) => steps.push(DataStep::recv_reduce_send(*k, src, p)),
             ([first, middle @ .., last], _) => {
-                steps.push(Step::recv_reduce(*first, src, acc));
+                steps.push(DataStep::recv_reduce(*first, src, acc));
                 for &k in middle {
-                    steps.push(Step::recv_reduce(k, acc, acc));
+                    steps.push(DataStep::recv_reduce(k, acc, acc));
                 }
                 steps.push(match up {
-                    Some(p) => Step::recv_reduce_send(*last, acc, p),
-                    None => Step::recv_reduce(*last, acc, acc).finalized(),
+                    Some(p) => DataStep::recv_reduce_send(*last, acc, p),
+                    None => DataStep::recv_reduce(*last, acc, acc).finalized(),
                 });
             }
-            ([k], None) => steps.push(Step::recv_reduce(*k, src, acc).finalized()),
+            ([k], None) => steps.push(DataStep::recv_reduce(*k, src, acc).finalized()),
         }
     }
     (steps, up.is_some() && kids.len() >= 2)
@@ -156,25 +156,28 @@ mod tests {
             reduce(&geom(0, 4, 3), 0),
             (
                 vec![
-                    Step::recv_reduce(1, src, acc),
-                    Step::recv_reduce(2, acc, acc).finalized()
+                    DataStep::recv_reduce(1, src, acc),
+                    DataStep::recv_reduce(2, acc, acc).finalized()
                 ],
                 false
             )
         );
         assert_eq!(
             reduce(&geom(2, 4, 3), 0),
-            (vec![Step::recv_reduce_send(3, src, 0)], false)
+            (vec![DataStep::recv_reduce_send(3, src, 0)], false)
         );
-        assert_eq!(reduce(&geom(3, 4, 3), 0), (vec![Step::send(2, src)], false));
+        assert_eq!(
+            reduce(&geom(3, 4, 3), 0),
+            (vec![DataStep::send(2, src)], false)
+        );
         // Of 8, relative 4 has children 6 and 5: it needs working memory.
         let (steps, work) = reduce(&geom(4, 8, 3), 0);
         assert!(work);
         assert_eq!(
             steps,
             vec![
-                Step::recv_reduce(5, src, acc),
-                Step::recv_reduce_send(6, acc, 0)
+                DataStep::recv_reduce(5, src, acc),
+                DataStep::recv_reduce_send(6, acc, 0)
             ]
         );
         assert_eq!(reduce(&geom(0, 1, 3), 0).0, local_copy(3, true));
@@ -186,14 +189,17 @@ mod tests {
         let c = Region::recv(0, 3);
         assert_eq!(
             broadcast(&geom(1, 4, 3), 1),
-            vec![Step::copy_send(Region::send(0, 3), c, 3), Step::send(2, c)]
+            vec![
+                DataStep::copy_send(Region::send(0, 3), c, 3),
+                DataStep::send(2, c)
+            ]
         );
         // Real 3 is relative 2: parent rel 0 (real 1), child rel 3 (real 0).
         assert_eq!(
             broadcast(&geom(3, 4, 3), 1),
-            vec![Step::recv_copy_send(1, c, 0)]
+            vec![DataStep::recv_copy_send(1, c, 0)]
         );
-        assert_eq!(broadcast(&geom(0, 4, 3), 1), vec![Step::recv(3, c)]);
+        assert_eq!(broadcast(&geom(0, 4, 3), 1), vec![DataStep::recv(3, c)]);
         assert_eq!(broadcast(&geom(0, 4, 9), 1).len(), 3);
         assert!(broadcast(&geom(0, 4, 0), 1).is_empty());
     }

@@ -10,12 +10,12 @@
 
 use super::Geometry;
 use super::ring::local_copy;
-use super::step::{Region, Step};
+use super::step::{DataStep, Region};
 
 /// Chain broadcast from `root`: the root copies its input into its own
 /// output and sends it on; middle ranks receive, keep and forward; the last
 /// rank (`root - 1`) only receives.
-pub(super) fn broadcast(g: &Geometry, root: usize) -> Vec<Step> {
+pub(super) fn broadcast(g: &Geometry, root: usize) -> Vec<DataStep> {
     let n = g.nranks;
     if n == 1 {
         return local_copy(g.count, false);
@@ -27,11 +27,11 @@ pub(super) fn broadcast(g: &Geometry, root: usize) -> Vec<Step> {
         .map(|(off, len)| {
             let dst = Region::recv(off, len);
             if pos == 0 {
-                Step::copy_send(Region::send(off, len), dst, next)
+                DataStep::copy_send(Region::send(off, len), dst, next)
             } else if pos == n - 1 {
-                Step::recv(prev, dst)
+                DataStep::recv(prev, dst)
             } else {
-                Step::recv_copy_send(prev, dst, next)
+                DataStep::recv_copy_send(prev, dst, next)
             }
         })
         .collect()
@@ -39,7 +39,7 @@ pub(super) fn broadcast(g: &Geometry, root: usize) -> Vec<Step> {
 
 /// Chain reduce to `root`: rank `root + 1` starts, middle ranks add their
 /// input and forward, the root adds its own input last and finalises.
-pub(super) fn reduce(g: &Geometry, root: usize) -> Vec<Step> {
+pub(super) fn reduce(g: &Geometry, root: usize) -> Vec<DataStep> {
     let n = g.nranks;
     if n == 1 {
         return local_copy(g.count, true);
@@ -51,11 +51,11 @@ pub(super) fn reduce(g: &Geometry, root: usize) -> Vec<Step> {
         .map(|(off, len)| {
             let src = Region::send(off, len);
             if pos == 0 {
-                Step::send(next, src)
+                DataStep::send(next, src)
             } else if pos == n - 1 {
-                Step::recv_reduce(prev, src, Region::recv(off, len)).finalized()
+                DataStep::recv_reduce(prev, src, Region::recv(off, len)).finalized()
             } else {
-                Step::recv_reduce_send(prev, src, next)
+                DataStep::recv_reduce_send(prev, src, next)
             }
         })
         .collect()
@@ -81,13 +81,13 @@ mod tests {
         let c = Region::recv(0, 3);
         assert_eq!(
             broadcast(&geom(2, 4, 3), 2),
-            vec![Step::copy_send(Region::send(0, 3), c, 3)]
+            vec![DataStep::copy_send(Region::send(0, 3), c, 3)]
         );
         assert_eq!(
             broadcast(&geom(0, 4, 3), 2),
-            vec![Step::recv_copy_send(3, c, 1)]
+            vec![DataStep::recv_copy_send(3, c, 1)]
         );
-        assert_eq!(broadcast(&geom(1, 4, 3), 2), vec![Step::recv(0, c)]);
+        assert_eq!(broadcast(&geom(1, 4, 3), 2), vec![DataStep::recv(0, c)]);
         assert_eq!(broadcast(&geom(1, 4, 9), 2).len(), 3);
     }
 
@@ -95,14 +95,14 @@ mod tests {
     fn reduce_ends_at_the_root_and_finalizes_there() {
         // Root 0 of 3: chain 1 -> 2 -> 0.
         let s = Region::send(0, 2);
-        assert_eq!(reduce(&geom(1, 3, 2), 0), vec![Step::send(2, s)]);
+        assert_eq!(reduce(&geom(1, 3, 2), 0), vec![DataStep::send(2, s)]);
         assert_eq!(
             reduce(&geom(2, 3, 2), 0),
-            vec![Step::recv_reduce_send(1, s, 0)]
+            vec![DataStep::recv_reduce_send(1, s, 0)]
         );
         assert_eq!(
             reduce(&geom(0, 3, 2), 0),
-            vec![Step::recv_reduce(2, s, Region::recv(0, 2)).finalized()]
+            vec![DataStep::recv_reduce(2, s, Region::recv(0, 2)).finalized()]
         );
         assert!(reduce(&geom(0, 3, 0), 0).is_empty());
     }

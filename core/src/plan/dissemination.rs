@@ -27,11 +27,11 @@
 //! It lives in `plan` for that reason (`barrier` builds on `plan`, never
 //! the reverse).
 
-use super::flag::FlagOp;
+use super::flag::FlagStep;
 
 /// Steps of `rank` in a k-way dissemination barrier among `group` (which
 /// contains `rank`), numbering rounds from `first_round`.
-pub(crate) fn steps(group: &[usize], rank: usize, k: usize, first_round: u32) -> Vec<FlagOp> {
+pub(crate) fn steps(group: &[usize], rank: usize, k: usize, first_round: u32) -> Vec<FlagStep> {
     let m = group.len();
     let me = group.iter().position(|&r| r == rank).unwrap_or(0);
     let mut steps = Vec::new();
@@ -44,13 +44,13 @@ pub(crate) fn steps(group: &[usize], rank: usize, k: usize, first_round: u32) ->
             .map_while(|j| j.checked_mul(span).filter(|&d| d < m))
             .collect();
         for &d in &offsets {
-            steps.push(FlagOp::Notify {
+            steps.push(FlagStep::Notify {
                 peer: group[(me + d) % m],
                 round,
             });
         }
         for &d in &offsets {
-            steps.push(FlagOp::WaitFlag {
+            steps.push(FlagStep::WaitFlag {
                 from: group[(me + m - d) % m],
                 round,
             });
@@ -92,12 +92,12 @@ mod tests {
         assert_eq!(
             steps(&all(5), 1, 1, 0),
             vec![
-                FlagOp::Notify { peer: 2, round: 0 },
-                FlagOp::WaitFlag { from: 0, round: 0 },
-                FlagOp::Notify { peer: 3, round: 1 },
-                FlagOp::WaitFlag { from: 4, round: 1 },
-                FlagOp::Notify { peer: 0, round: 2 },
-                FlagOp::WaitFlag { from: 2, round: 2 },
+                FlagStep::Notify { peer: 2, round: 0 },
+                FlagStep::WaitFlag { from: 0, round: 0 },
+                FlagStep::Notify { peer: 3, round: 1 },
+                FlagStep::WaitFlag { from: 4, round: 1 },
+                FlagStep::Notify { peer: 0, round: 2 },
+                FlagStep::WaitFlag { from: 2, round: 2 },
             ]
         );
     }
@@ -108,10 +108,10 @@ mod tests {
         assert_eq!(
             steps(&all(3), 0, 3, 0),
             vec![
-                FlagOp::Notify { peer: 1, round: 0 },
-                FlagOp::Notify { peer: 2, round: 0 },
-                FlagOp::WaitFlag { from: 2, round: 0 },
-                FlagOp::WaitFlag { from: 1, round: 0 },
+                FlagStep::Notify { peer: 1, round: 0 },
+                FlagStep::Notify { peer: 2, round: 0 },
+                FlagStep::WaitFlag { from: 2, round: 0 },
+                FlagStep::WaitFlag { from: 1, round: 0 },
             ]
         );
         // n = 2, k = 3: offset 1 only.
@@ -119,7 +119,7 @@ mod tests {
         // n = 4, k = 2: round 0 offsets 1, 2; round 1 offset 3 (6 >= 4).
         let s = steps(&all(4), 0, 2, 0);
         assert_eq!(s.len(), 6);
-        assert_eq!(s[4], FlagOp::Notify { peer: 3, round: 1 });
+        assert_eq!(s[4], FlagStep::Notify { peer: 3, round: 1 });
     }
 
     #[test]
@@ -128,10 +128,10 @@ mod tests {
         assert_eq!(
             steps(&group, 5, 1, 1),
             vec![
-                FlagOp::Notify { peer: 0, round: 1 },
-                FlagOp::WaitFlag { from: 3, round: 1 },
-                FlagOp::Notify { peer: 3, round: 2 },
-                FlagOp::WaitFlag { from: 0, round: 2 },
+                FlagStep::Notify { peer: 0, round: 1 },
+                FlagStep::WaitFlag { from: 3, round: 1 },
+                FlagStep::Notify { peer: 3, round: 2 },
+                FlagStep::WaitFlag { from: 0, round: 2 },
             ]
         );
     }

@@ -26,10 +26,10 @@
 
 use super::Geometry;
 use super::ring::local_copy;
-use super::step::{Region, Step};
+use super::step::{DataStep, Region};
 
 /// Rabenseifner all-reduce for any number of ranks.
-pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
+pub(super) fn all_reduce(g: &Geometry) -> Vec<DataStep> {
     let count = g.count;
     let (mut steps, fold) = match fold_in(g) {
         Fold::Out(steps) => return steps,
@@ -51,16 +51,16 @@ pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
             ((mid, hi), (lo, mid))
         };
         let src = |off, len| running(in_recv, off, len);
-        let sends: Vec<Step> = g
+        let sends: Vec<DataStep> = g
             .chunks(give.1 - give.0)
-            .map(|(o, l)| Step::send(peer, src(give.0 + o, l)))
+            .map(|(o, l)| DataStep::send(peer, src(give.0 + o, l)))
             .collect();
         let last = mask == 1;
-        let recvs: Vec<Step> = g
+        let recvs: Vec<DataStep> = g
             .chunks(keep.1 - keep.0)
             .map(|(o, l)| {
                 let at = keep.0 + o;
-                Step::recv_reduce(peer, src(at, l), Region::recv(at, l)).finalized_if(last)
+                DataStep::recv_reduce(peer, src(at, l), Region::recv(at, l)).finalized_if(last)
             })
             .collect();
         interleave(&mut steps, sends, recvs);
@@ -89,11 +89,11 @@ pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
         let peer = real(v ^ mask);
         let sends = g
             .chunks(keep.1 - keep.0)
-            .map(|(o, len)| Step::send(peer, Region::recv(keep.0 + o, len)))
+            .map(|(o, len)| DataStep::send(peer, Region::recv(keep.0 + o, len)))
             .collect();
         let recvs = g
             .chunks(give.1 - give.0)
-            .map(|(o, len)| Step::recv(peer, Region::recv(give.0 + o, len)))
+            .map(|(o, len)| DataStep::recv(peer, Region::recv(give.0 + o, len)))
             .collect();
         interleave(&mut steps, sends, recvs);
         mask *= 2;
@@ -107,10 +107,10 @@ pub(super) enum Fold {
     /// A rank with no rounds to run (one rank, no elements, or an even rank
     /// below `2 rem`, which sends its input up and gets the result back):
     /// its whole plan.
-    Out(Vec<Step>),
+    Out(Vec<DataStep>),
     /// A rank that takes part in the power-of-two rounds: the steps so far
     /// (an odd folding rank's reduction of its neighbour's input).
-    In { steps: Vec<Step>, fold: Folded },
+    In { steps: Vec<DataStep>, fold: Folded },
 }
 
 /// The power-of-two rounds' view of the ranks, after the fold.
@@ -140,10 +140,10 @@ impl Folded {
 
     /// Appends the hand-back of the result to the folded even rank below,
     /// for a rank that folded one in.
-    pub(super) fn out(&self, g: &Geometry, steps: &mut Vec<Step>) {
+    pub(super) fn out(&self, g: &Geometry, steps: &mut Vec<DataStep>) {
         if self.folded {
             for (off, len) in g.chunks(g.count) {
-                steps.push(Step::send(self.rank - 1, Region::recv(off, len)));
+                steps.push(DataStep::send(self.rank - 1, Region::recv(off, len)));
             }
         }
     }
@@ -169,17 +169,17 @@ pub(super) fn fold_in(g: &Geometry) -> Fold {
     let folded = r < 2 * rem;
     if folded && r % 2 == 0 {
         for (off, len) in g.chunks(count) {
-            steps.push(Step::send(r + 1, Region::send(off, len)));
+            steps.push(DataStep::send(r + 1, Region::send(off, len)));
         }
         for (off, len) in g.chunks(count) {
-            steps.push(Step::recv(r + 1, Region::recv(off, len)));
+            steps.push(DataStep::recv(r + 1, Region::recv(off, len)));
         }
         return Fold::Out(steps);
     }
     if folded {
         for (off, len) in g.chunks(count) {
             let (s, d) = (Region::send(off, len), Region::recv(off, len));
-            steps.push(Step::recv_reduce(r - 1, s, d));
+            steps.push(DataStep::recv_reduce(r - 1, s, d));
         }
     }
     let v = if folded { r / 2 } else { r - rem };
@@ -206,7 +206,7 @@ pub(super) fn running(in_recv: bool, off: usize, len: usize) -> Region {
 }
 
 /// Appends `a[0], b[0], a[1], b[1], ...`, then what is left of the longer.
-pub(super) fn interleave(steps: &mut Vec<Step>, a: Vec<Step>, b: Vec<Step>) {
+pub(super) fn interleave(steps: &mut Vec<DataStep>, a: Vec<DataStep>, b: Vec<DataStep>) {
     let (mut a, mut b) = (a.into_iter(), b.into_iter());
     loop {
         match (a.next(), b.next()) {
@@ -238,14 +238,14 @@ mod tests {
         assert_eq!(
             all_reduce(&geom(1, 4, 4)),
             vec![
-                Step::send(3, s(2, 2)),
-                Step::recv_reduce(3, s(0, 2), d(0, 2)),
-                Step::send(0, d(0, 1)),
-                Step::recv_reduce(0, d(1, 1), d(1, 1)).finalized(),
-                Step::send(0, d(1, 1)),
-                Step::recv(0, d(0, 1)),
-                Step::send(3, d(0, 2)),
-                Step::recv(3, d(2, 2)),
+                DataStep::send(3, s(2, 2)),
+                DataStep::recv_reduce(3, s(0, 2), d(0, 2)),
+                DataStep::send(0, d(0, 1)),
+                DataStep::recv_reduce(0, d(1, 1), d(1, 1)).finalized(),
+                DataStep::send(0, d(1, 1)),
+                DataStep::recv(0, d(0, 1)),
+                DataStep::send(3, d(0, 2)),
+                DataStep::recv(3, d(2, 2)),
             ]
         );
     }
@@ -257,17 +257,20 @@ mod tests {
         assert_eq!(
             steps,
             vec![
-                Step::send(1, Region::send(0, 2)),
-                Step::recv(1, Region::recv(0, 2))
+                DataStep::send(1, Region::send(0, 2)),
+                DataStep::recv(1, Region::recv(0, 2))
             ]
         );
         let steps = all_reduce(&geom(1, 3, 2));
         assert_eq!(
             steps[0],
-            Step::recv_reduce(0, Region::send(0, 2), Region::recv(0, 2))
+            DataStep::recv_reduce(0, Region::send(0, 2), Region::recv(0, 2))
         );
-        assert_eq!(steps[1], Step::send(2, Region::recv(1, 1)));
-        assert_eq!(*steps.last().unwrap(), Step::send(0, Region::recv(0, 2)));
+        assert_eq!(steps[1], DataStep::send(2, Region::recv(1, 1)));
+        assert_eq!(
+            *steps.last().unwrap(),
+            DataStep::send(0, Region::recv(0, 2))
+        );
     }
 
     #[test]

@@ -5,9 +5,9 @@
 //! [`build`] checks the call's arguments once and dispatches to one file per
 //! family of algorithms (ring, chain, pairwise; the message barrier runs the
 //! dissemination barrier's flag steps as messages); those files only emit
-//! [`Step`]s. [`apply::apply_step`] is the one interpreter of data steps,
+//! [`DataStep`]s. [`apply::apply_step`] is the one interpreter of data steps,
 //! shared by the backends and by [`simulate::simulate`]. Flag steps
-//! ([`flag::FlagOp`], `flag/`) are the barrier algorithms' part of the same
+//! ([`flag::FlagStep`], `flag/`) are the barrier algorithms' part of the same
 //! language, with their memory model and their one interpreter
 //! ([`flag::apply::apply`]): `crate::barrier` builds them and runs them on
 //! flag memory, [`simulate::flags`] proves them.
@@ -57,10 +57,11 @@ pub(crate) mod step;
 
 pub use algo::{Algorithm, build_with};
 pub(crate) use apply::{Buffers, apply_step};
-pub use flag::FlagOp;
+pub use flag::FlagStep;
 pub(crate) use layout::InPlaceLayout;
-pub use simulate::{Schedule, SimConfig, simulate, simulate_with};
-pub use step::{Collective, Plan, Step};
+pub use simulate::{MessageSimConfig, Schedule, simulate, simulate_with};
+pub(crate) use step::DataStep;
+pub use step::{Collective, Plan};
 
 use streamcomm_kernels::{DataType, ReduceOp};
 

@@ -32,11 +32,11 @@
 use super::Geometry;
 use super::halving_doubling::{Fold, fold_in, interleave, running};
 use super::ring::local_copy;
-use super::step::{Region, Step};
+use super::step::{DataStep, Region};
 
 /// Recursive-doubling all-reduce for any number of ranks: `log2 p` rounds
 /// of whole-vector exchanges after folding the extra ranks in.
-pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
+pub(super) fn all_reduce(g: &Geometry) -> Vec<DataStep> {
     let count = g.count;
     let (mut steps, fold) = match fold_in(g) {
         Fold::Out(steps) => return steps,
@@ -53,11 +53,13 @@ pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
         let last = mask * 2 == fold.p;
         let sends = g
             .chunks(count)
-            .map(|(o, l)| Step::send(peer, src(o, l)))
+            .map(|(o, l)| DataStep::send(peer, src(o, l)))
             .collect();
         let recvs = g
             .chunks(count)
-            .map(|(o, l)| Step::recv_reduce(peer, src(o, l), Region::recv(o, l)).finalized_if(last))
+            .map(|(o, l)| {
+                DataStep::recv_reduce(peer, src(o, l), Region::recv(o, l)).finalized_if(last)
+            })
             .collect();
         interleave(&mut steps, sends, recvs);
         in_recv = true;
@@ -68,7 +70,7 @@ pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
 }
 
 /// Recursive-doubling all-gather; Bruck's when `n` is not a power of two.
-pub(super) fn all_gather(g: &Geometry) -> Vec<Step> {
+pub(super) fn all_gather(g: &Geometry) -> Vec<DataStep> {
     if g.nranks.is_power_of_two() {
         doubling(g)
     } else {
@@ -77,7 +79,7 @@ pub(super) fn all_gather(g: &Geometry) -> Vec<Step> {
 }
 
 /// Bruck all-gather, for any number of ranks.
-pub(super) fn bruck(g: &Geometry) -> Vec<Step> {
+pub(super) fn bruck(g: &Geometry) -> Vec<DataStep> {
     let (n, r, count) = (g.nranks, g.rank, g.count);
     if n == 1 || count == 0 {
         return local_copy(count, false);
@@ -97,7 +99,7 @@ pub(super) fn bruck(g: &Geometry) -> Vec<Step> {
 }
 
 /// Recursive-doubling all-gather (`n` a power of two).
-fn doubling(g: &Geometry) -> Vec<Step> {
+fn doubling(g: &Geometry) -> Vec<DataStep> {
     let (n, r, count) = (g.nranks, g.rank, g.count);
     if n == 1 || count == 0 {
         return local_copy(count, false);
@@ -120,8 +122,8 @@ fn doubling(g: &Geometry) -> Vec<Step> {
 }
 
 /// Copies this rank's input into its own block of the output.
-fn own_block(g: &Geometry) -> Step {
-    Step::copy(
+fn own_block(g: &Geometry) -> DataStep {
+    DataStep::copy(
         Region::send(0, g.count),
         Region::recv(g.rank * g.count, g.count),
     )
@@ -146,7 +148,7 @@ fn cyclic_chunks(g: &Geometry, first: usize, blocks: usize) -> Vec<(usize, usize
 /// Alternates sends of `sends` to `to` and receives of `recvs` from `from`,
 /// all within the output buffer.
 fn exchange(
-    steps: &mut Vec<Step>,
+    steps: &mut Vec<DataStep>,
     to: usize,
     sends: &[(usize, usize)],
     from: usize,
@@ -154,10 +156,10 @@ fn exchange(
 ) {
     for i in 0..sends.len().max(recvs.len()) {
         if let Some(&(off, len)) = sends.get(i) {
-            steps.push(Step::send(to, Region::recv(off, len)));
+            steps.push(DataStep::send(to, Region::recv(off, len)));
         }
         if let Some(&(off, len)) = recvs.get(i) {
-            steps.push(Step::recv(from, Region::recv(off, len)));
+            steps.push(DataStep::recv(from, Region::recv(off, len)));
         }
     }
 }
@@ -181,7 +183,10 @@ mod tests {
         let (s, d) = (Region::send(0, 3), Region::recv(0, 3));
         assert_eq!(
             all_reduce(&geom(1, 2, 3)),
-            vec![Step::send(0, s), Step::recv_reduce(0, s, d).finalized()]
+            vec![
+                DataStep::send(0, s),
+                DataStep::recv_reduce(0, s, d).finalized()
+            ]
         );
     }
 
@@ -191,20 +196,23 @@ mod tests {
         let (s, d) = (Region::send(0, 2), Region::recv(0, 2));
         assert_eq!(
             all_reduce(&geom(0, 3, 2)),
-            vec![Step::send(1, s), Step::recv(1, d)]
+            vec![DataStep::send(1, s), DataStep::recv(1, d)]
         );
         assert_eq!(
             all_reduce(&geom(1, 3, 2)),
             vec![
-                Step::recv_reduce(0, s, d),
-                Step::send(2, d),
-                Step::recv_reduce(2, d, d).finalized(),
-                Step::send(0, d),
+                DataStep::recv_reduce(0, s, d),
+                DataStep::send(2, d),
+                DataStep::recv_reduce(2, d, d).finalized(),
+                DataStep::send(0, d),
             ]
         );
         assert_eq!(
             all_reduce(&geom(2, 3, 2)),
-            vec![Step::send(1, s), Step::recv_reduce(1, s, d).finalized()]
+            vec![
+                DataStep::send(1, s),
+                DataStep::recv_reduce(1, s, d).finalized()
+            ]
         );
     }
 
@@ -236,11 +244,11 @@ mod tests {
         assert_eq!(
             steps,
             vec![
-                Step::copy(Region::send(0, 1), Region::recv(2, 1)),
-                Step::send(3, Region::recv(2, 1)),
-                Step::recv(3, Region::recv(3, 1)),
-                Step::send(0, Region::recv(2, 2)),
-                Step::recv(0, Region::recv(0, 2)),
+                DataStep::copy(Region::send(0, 1), Region::recv(2, 1)),
+                DataStep::send(3, Region::recv(2, 1)),
+                DataStep::recv(3, Region::recv(3, 1)),
+                DataStep::send(0, Region::recv(2, 2)),
+                DataStep::recv(0, Region::recv(0, 2)),
             ]
         );
     }
@@ -252,13 +260,13 @@ mod tests {
         assert_eq!(
             steps,
             vec![
-                Step::copy(Region::send(0, 1), Region::recv(3, 1)),
-                Step::send(2, Region::recv(3, 1)),
-                Step::recv(4, Region::recv(4, 1)),
-                Step::send(1, Region::recv(3, 2)),
-                Step::recv(0, Region::recv(0, 2)),
-                Step::send(4, Region::recv(3, 1)),
-                Step::recv(2, Region::recv(2, 1)),
+                DataStep::copy(Region::send(0, 1), Region::recv(3, 1)),
+                DataStep::send(2, Region::recv(3, 1)),
+                DataStep::recv(4, Region::recv(4, 1)),
+                DataStep::send(1, Region::recv(3, 2)),
+                DataStep::recv(0, Region::recv(0, 2)),
+                DataStep::send(4, Region::recv(3, 1)),
+                DataStep::recv(2, Region::recv(2, 1)),
             ]
         );
         // Wrapping blocks are cut where they wrap, then per chunk.

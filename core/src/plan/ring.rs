@@ -28,28 +28,34 @@
 //! first (see [`reduce_scatter`]).
 
 use super::Geometry;
-use super::step::{Region, Step};
+use super::step::{DataStep, Region};
 
 /// The rank that splits fused steps (see the module docs).
 const BREAKER: usize = 0;
 
 /// A fused relay step, or on the breaker its two halves: receive (and
 /// reduce) into `stage`, then send `stage`.
-fn relay(steps: &mut Vec<Step>, g: &Geometry, src: Option<Region>, stage: Region, finalize: bool) {
+fn relay(
+    steps: &mut Vec<DataStep>,
+    g: &Geometry,
+    src: Option<Region>,
+    stage: Region,
+    finalize: bool,
+) {
     let (prev, next) = (g.prev(), g.next());
     if g.breaker && g.rank == BREAKER {
         let first = match src {
-            Some(src) => Step::recv_reduce(prev, src, stage),
-            None => Step::recv(prev, stage),
+            Some(src) => DataStep::recv_reduce(prev, src, stage),
+            None => DataStep::recv(prev, stage),
         };
         steps.push(first.finalized_if(finalize));
-        steps.push(Step::send(next, stage));
+        steps.push(DataStep::send(next, stage));
         return;
     }
     let fused = match (src, finalize) {
-        (Some(src), true) => Step::recv_reduce_copy_send(prev, src, stage, next).finalized(),
-        (Some(src), false) => Step::recv_reduce_send(prev, src, next),
-        (None, _) => Step::recv_copy_send(prev, stage, next),
+        (Some(src), true) => DataStep::recv_reduce_copy_send(prev, src, stage, next).finalized(),
+        (Some(src), false) => DataStep::recv_reduce_send(prev, src, next),
+        (None, _) => DataStep::recv_copy_send(prev, stage, next),
     };
     steps.push(fused);
 }
@@ -63,7 +69,7 @@ fn relay(steps: &mut Vec<Step>, g: &Geometry, src: Option<Region>, stage: Region
 /// skipped by every rank alike, so small messages cost no empty transfers.
 /// The breaker stages partial sums in its receive buffer, which the gather
 /// phase overwrites with the final values.
-pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
+pub(super) fn all_reduce(g: &Geometry) -> Vec<DataStep> {
     let (n, r, count) = (g.nranks, g.rank, g.count);
     if n == 1 {
         return local_copy(count, true);
@@ -90,7 +96,7 @@ pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
         };
         // Reduce-scatter phase.
         if let Some((s, _)) = block((r + n - 1) % n) {
-            steps.push(Step::send(next, s));
+            steps.push(DataStep::send(next, s));
         }
         for j in 2..n {
             if let Some((s, d)) = block((r + n - j) % n) {
@@ -107,7 +113,7 @@ pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
             }
         }
         if let Some((_, d)) = block((r + 1) % n) {
-            steps.push(Step::recv(prev, d));
+            steps.push(DataStep::recv(prev, d));
         }
         base += covered;
     }
@@ -116,7 +122,7 @@ pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
 
 /// Ring all-gather: rank `r`'s input travels the ring into block `r` of
 /// every output, piece by piece.
-pub(super) fn all_gather(g: &Geometry) -> Vec<Step> {
+pub(super) fn all_gather(g: &Geometry) -> Vec<DataStep> {
     let (n, r, count) = (g.nranks, g.rank, g.count);
     if n == 1 {
         return local_copy(count, false);
@@ -125,11 +131,11 @@ pub(super) fn all_gather(g: &Geometry) -> Vec<Step> {
     let mut steps = Vec::new();
     for (off, len) in g.chunks(count) {
         let at = |b: usize| Region::recv(b * count + off, len);
-        steps.push(Step::copy_send(Region::send(off, len), at(r), next));
+        steps.push(DataStep::copy_send(Region::send(off, len), at(r), next));
         for j in 1..n - 1 {
             relay(&mut steps, g, None, at((r + n - j) % n), false);
         }
-        steps.push(Step::recv(prev, at((r + 1) % n)));
+        steps.push(DataStep::recv(prev, at((r + 1) % n)));
     }
     steps
 }
@@ -144,7 +150,7 @@ pub(super) fn all_gather(g: &Geometry) -> Vec<Step> {
 /// the ring instead of starting it, rank `n - 1` completes (and finalises)
 /// it, and the breaker receives the result last. That costs one more slot
 /// per chunk on the link `0 -> 1` (`n` instead of `n - 1`).
-pub(super) fn reduce_scatter(g: &Geometry) -> Vec<Step> {
+pub(super) fn reduce_scatter(g: &Geometry) -> Vec<DataStep> {
     let (n, r, count) = (g.nranks, g.rank, g.count);
     if n == 1 {
         return local_copy(count, true);
@@ -158,26 +164,26 @@ pub(super) fn reduce_scatter(g: &Geometry) -> Vec<Step> {
         let out = Region::recv(off, len);
         let first = (r + n - 1) % n;
         if broken && r == BREAKER {
-            steps.push(Step::send(next, block(r)));
-            steps.push(Step::send(next, block(first)));
+            steps.push(DataStep::send(next, block(r)));
+            steps.push(DataStep::send(next, block(first)));
         } else if broken && r == (BREAKER + 1) % n {
-            steps.push(Step::recv_reduce_send(prev, block(BREAKER), next));
+            steps.push(DataStep::recv_reduce_send(prev, block(BREAKER), next));
         } else {
-            steps.push(Step::send(next, block(first)));
+            steps.push(DataStep::send(next, block(first)));
         }
         for j in 2..n {
             let b = (r + n - j) % n;
             if broken && b == BREAKER && next == BREAKER {
                 // Rank n - 1's last relay completes the breaker's block.
-                steps.push(Step::recv_reduce_send(prev, block(b), next).finalized());
+                steps.push(DataStep::recv_reduce_send(prev, block(b), next).finalized());
             } else {
                 relay(&mut steps, g, Some(block(b)), out, false);
             }
         }
         if broken && r == BREAKER {
-            steps.push(Step::recv(prev, out));
+            steps.push(DataStep::recv(prev, out));
         } else {
-            steps.push(Step::recv_reduce(prev, block(r), out).finalized());
+            steps.push(DataStep::recv_reduce(prev, block(r), out).finalized());
         }
     }
     steps
@@ -185,11 +191,11 @@ pub(super) fn reduce_scatter(g: &Geometry) -> Vec<Step> {
 
 /// The single-rank case: one local copy of `count` elements (no slot, so no
 /// chunking), finalised when the collective reduces.
-pub(super) fn local_copy(count: usize, finalize: bool) -> Vec<Step> {
+pub(super) fn local_copy(count: usize, finalize: bool) -> Vec<DataStep> {
     if count == 0 {
         return Vec::new();
     }
-    let step = Step::copy(Region::send(0, count), Region::recv(0, count));
+    let step = DataStep::copy(Region::send(0, count), Region::recv(0, count));
     vec![step.finalized_if(finalize)]
 }
 
@@ -212,12 +218,13 @@ mod tests {
         // 4 ranks, one block each: send, rrs, rrs, rrcs, rcs, rcs, recv.
         let steps = all_reduce(&geom(1, 4, 4, 8));
         assert_eq!(steps.len(), 7);
-        assert_eq!(steps[0], Step::send(2, Region::send(0, 1)));
+        assert_eq!(steps[0], DataStep::send(2, Region::send(0, 1)));
         assert_eq!(
             steps[3],
-            Step::recv_reduce_copy_send(0, Region::send(1, 1), Region::recv(1, 1), 2).finalized()
+            DataStep::recv_reduce_copy_send(0, Region::send(1, 1), Region::recv(1, 1), 2)
+                .finalized()
         );
-        assert_eq!(steps[6], Step::recv(0, Region::recv(2, 1)));
+        assert_eq!(steps[6], DataStep::recv(0, Region::recv(2, 1)));
     }
 
     #[test]
@@ -255,25 +262,25 @@ mod tests {
         assert_eq!(
             steps,
             vec![
-                Step::copy_send(Region::send(0, 2), Region::recv(0, 2), 1),
-                Step::recv(2, Region::recv(4, 2)),
-                Step::send(1, Region::recv(4, 2)),
-                Step::recv(2, Region::recv(2, 2)),
+                DataStep::copy_send(Region::send(0, 2), Region::recv(0, 2), 1),
+                DataStep::recv(2, Region::recv(4, 2)),
+                DataStep::send(1, Region::recv(4, 2)),
+                DataStep::recv(2, Region::recv(2, 2)),
             ]
         );
         // Reduce-scatter: the breaker sends its own block first and gets it
         // back complete from rank n - 1, which finalises it.
         let steps = reduce_scatter(&geom(0, 3, 2, 4));
-        assert_eq!(steps[0], Step::send(1, Region::send(0, 2)));
-        assert_eq!(steps[1], Step::send(1, Region::send(4, 2)));
-        assert_eq!(steps[4], Step::recv(2, Region::recv(0, 2)));
+        assert_eq!(steps[0], DataStep::send(1, Region::send(0, 2)));
+        assert_eq!(steps[1], DataStep::send(1, Region::send(4, 2)));
+        assert_eq!(steps[4], DataStep::recv(2, Region::recv(0, 2)));
         assert_eq!(
             reduce_scatter(&geom(1, 3, 2, 4))[0],
-            Step::recv_reduce_send(0, Region::send(0, 2), 2)
+            DataStep::recv_reduce_send(0, Region::send(0, 2), 2)
         );
         assert_eq!(
             reduce_scatter(&geom(2, 3, 2, 4))[1],
-            Step::recv_reduce_send(1, Region::send(0, 2), 0).finalized()
+            DataStep::recv_reduce_send(1, Region::send(0, 2), 0).finalized()
         );
     }
 

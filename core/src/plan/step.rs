@@ -1,8 +1,8 @@
 //! The small vocabulary every algorithm is written in.
 //!
-//! A plan is an ordered list of [`Step`]s for one rank (NCCL's device
+//! A plan is an ordered list of [`DataStep`]s for one rank (NCCL's device
 //! primitives `send`, `recv`, `recvReduceSend`, `recvReduceCopySend`,
-//! `recvCopySend` are all one [`Step`] with different fields set). The host
+//! `recvCopySend` are all one [`DataStep`] with different fields set). The host
 //! backend, the CUDA backend and the simulator interpret the same steps, so an
 //! algorithm is written once.
 //!
@@ -12,11 +12,10 @@
 //!   with none, `count` must be 0 (a pure signal, used by barriers);
 //! - outputs: the local region `dst` and/or the next slot sent to `send_to`.
 //!
-//! A *flag step* moves no data: it carries one [`FlagOp`] (fetch-add a
-//! counter, raise or await a flag, write or await a release word) and no
-//! data field. Barriers over flag memory are plans of flag steps, run by the
-//! barrier executor; [`apply_step`](super::apply_step) refuses them, and
-//! the barrier executor refuses data steps.
+//! Data steps are one of the two kinds of step: barriers over flag memory
+//! are written in flag steps (`FlagStep`, in `plan/flag/`), a type of their
+//! own, so a plan of one kind cannot hold a step of the other and each
+//! interpreter takes only its own kind.
 //!
 //! Slots travel over per-peer FIFO rings of `nsteps` slots of `slot_bytes` bytes
 //! (`docs/design/architecture.md`); a step's `count * dtype.size()` never exceeds `slot_bytes`
@@ -25,8 +24,6 @@
 //! truncation).
 
 use streamcomm_kernels::{DataType, ReduceOp};
-
-use super::flag::FlagOp;
 
 /// Which buffer of the collective call a [`Region`] lies in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -75,7 +72,7 @@ impl Region {
 
 /// One step of a plan: consume, combine, produce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Step {
+pub struct DataStep {
     /// Consume the next slot arriving from this rank (an input).
     pub recv_from: Option<usize>,
     /// Local input region (its `count` equals the step's `count`).
@@ -90,148 +87,133 @@ pub struct Step {
     /// (for [`ReduceOp::Avg`]: divide by the number of ranks). Set on exactly
     /// the step that produces a fully reduced element, once per element.
     pub finalize: bool,
-    /// The flag operation of a flag step (every other field is then empty);
-    /// `None` for a data step.
-    pub flag: Option<FlagOp>,
 }
 
-impl Step {
-    const EMPTY: Step = Step {
+impl DataStep {
+    const EMPTY: DataStep = DataStep {
         recv_from: None,
         src: None,
         dst: None,
         send_to: None,
         count: 0,
         finalize: false,
-        flag: None,
     };
 
-    /// A flag step: `op` and nothing else.
-    pub const fn flag(op: FlagOp) -> Step {
-        Step {
-            flag: Some(op),
-            ..Step::EMPTY
-        }
-    }
-
     /// `send`: copy `src` into a slot for `peer`.
-    pub const fn send(peer: usize, src: Region) -> Step {
-        Step {
+    pub const fn send(peer: usize, src: Region) -> DataStep {
+        DataStep {
             src: Some(src),
             send_to: Some(peer),
             count: src.count,
-            ..Step::EMPTY
+            ..DataStep::EMPTY
         }
     }
 
     /// `recv`: copy the next slot from `peer` into `dst`.
-    pub const fn recv(peer: usize, dst: Region) -> Step {
-        Step {
+    pub const fn recv(peer: usize, dst: Region) -> DataStep {
+        DataStep {
             recv_from: Some(peer),
             dst: Some(dst),
             count: dst.count,
-            ..Step::EMPTY
+            ..DataStep::EMPTY
         }
     }
 
     /// `copy`: local copy `src` -> `dst`.
-    pub const fn copy(src: Region, dst: Region) -> Step {
-        Step {
+    pub const fn copy(src: Region, dst: Region) -> DataStep {
+        DataStep {
             src: Some(src),
             dst: Some(dst),
             count: src.count,
-            ..Step::EMPTY
+            ..DataStep::EMPTY
         }
     }
 
     /// `recvReduceSend`: `slot(from) op src` -> slot for `to`.
-    pub const fn recv_reduce_send(from: usize, src: Region, to: usize) -> Step {
-        Step {
+    pub const fn recv_reduce_send(from: usize, src: Region, to: usize) -> DataStep {
+        DataStep {
             recv_from: Some(from),
             src: Some(src),
             send_to: Some(to),
             count: src.count,
-            ..Step::EMPTY
+            ..DataStep::EMPTY
         }
     }
 
     /// `recvReduce`: `slot(from) op src` -> `dst` (`src` may equal `dst`).
-    pub const fn recv_reduce(from: usize, src: Region, dst: Region) -> Step {
-        Step {
+    pub const fn recv_reduce(from: usize, src: Region, dst: Region) -> DataStep {
+        DataStep {
             recv_from: Some(from),
             src: Some(src),
             dst: Some(dst),
             count: src.count,
-            ..Step::EMPTY
+            ..DataStep::EMPTY
         }
     }
 
     /// `recvReduceCopySend`: `slot(from) op src` -> `dst` and slot for `to`.
-    pub const fn recv_reduce_copy_send(from: usize, src: Region, dst: Region, to: usize) -> Step {
-        Step {
+    pub const fn recv_reduce_copy_send(
+        from: usize,
+        src: Region,
+        dst: Region,
+        to: usize,
+    ) -> DataStep {
+        DataStep {
             recv_from: Some(from),
             src: Some(src),
             dst: Some(dst),
             send_to: Some(to),
             count: src.count,
-            ..Step::EMPTY
+            ..DataStep::EMPTY
         }
     }
 
     /// `recvCopySend`: slot from `from` -> `dst` and slot for `to`.
-    pub const fn recv_copy_send(from: usize, dst: Region, to: usize) -> Step {
-        Step {
+    pub const fn recv_copy_send(from: usize, dst: Region, to: usize) -> DataStep {
+        DataStep {
             recv_from: Some(from),
             dst: Some(dst),
             send_to: Some(to),
             count: dst.count,
-            ..Step::EMPTY
+            ..DataStep::EMPTY
         }
     }
 
     /// `copySend`: `src` -> `dst` and a slot for `to`.
-    pub const fn copy_send(src: Region, dst: Region, to: usize) -> Step {
-        Step {
+    pub const fn copy_send(src: Region, dst: Region, to: usize) -> DataStep {
+        DataStep {
             src: Some(src),
             dst: Some(dst),
             send_to: Some(to),
             count: src.count,
-            ..Step::EMPTY
+            ..DataStep::EMPTY
         }
     }
 
     /// A zero-byte message to `peer` (barrier signal).
-    pub const fn signal(peer: usize) -> Step {
-        Step {
+    pub const fn signal(peer: usize) -> DataStep {
+        DataStep {
             send_to: Some(peer),
-            ..Step::EMPTY
+            ..DataStep::EMPTY
         }
     }
 
     /// Wait for a zero-byte message from `peer` (barrier wait).
-    pub const fn wait(peer: usize) -> Step {
-        Step {
+    pub const fn wait(peer: usize) -> DataStep {
+        DataStep {
             recv_from: Some(peer),
-            ..Step::EMPTY
-        }
-    }
-
-    /// Whether this is a flag step whose operation waits.
-    pub const fn is_flag_wait(&self) -> bool {
-        match &self.flag {
-            Some(op) => op.is_wait(),
-            None => false,
+            ..DataStep::EMPTY
         }
     }
 
     /// Marks this step as the one that finalises its elements.
-    pub const fn finalized(mut self) -> Step {
+    pub const fn finalized(mut self) -> DataStep {
         self.finalize = true;
         self
     }
 
-    /// [`Step::finalized`] when `last`, else the step unchanged.
-    pub(crate) const fn finalized_if(self, last: bool) -> Step {
+    /// [`DataStep::finalized`] when `last`, else the step unchanged.
+    pub(crate) const fn finalized_if(self, last: bool) -> DataStep {
         if last { self.finalized() } else { self }
     }
 }
@@ -277,7 +259,21 @@ impl Collective {
     }
 }
 
-/// An ordered list of steps for one rank, with what is needed to interpret them.
+/// An ordered list of data steps for one rank, with what is needed to
+/// interpret them.
+///
+/// Its steps are data steps only; a flag step does not fit:
+///
+/// ```compile_fail
+/// use streamcomm::testing::barrier::FlagStep;
+/// use streamcomm::testing::plan::{build, PlanParams};
+/// use streamcomm::{Collective, DataType, ReduceOp};
+///
+/// let params = PlanParams { rank: 0, nranks: 2, slot_bytes: 64, nsteps: 1 };
+/// let mut plan = build(Collective::Barrier, DataType::U8, ReduceOp::Sum, 0, &params)?;
+/// plan.steps.push(FlagStep::Notify { peer: 1, round: 0 });
+/// # Ok::<(), streamcomm::Error>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
     /// What this plan computes.
@@ -300,5 +296,5 @@ pub struct Plan {
     /// temporary buffer of this size there. 0 for every other plan.
     pub work_count: usize,
     /// The steps, in execution order.
-    pub steps: Vec<Step>,
+    pub steps: Vec<DataStep>,
 }

@@ -26,7 +26,7 @@
 
 use super::Geometry;
 use super::ring::local_copy;
-use super::step::{Region, Step};
+use super::step::{DataStep, Region};
 
 /// A rank's neighbours in one tree.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,42 +77,42 @@ impl Role {
     }
 
     /// The reduce-phase steps for elements `off .. off + len`.
-    fn up(&self, off: usize, len: usize, steps: &mut Vec<Step>) {
+    fn up(&self, off: usize, len: usize, steps: &mut Vec<DataStep>) {
         let (s, d) = (Region::send(off, len), Region::recv(off, len));
         let c = &self.children;
         match (self.parent, c.len()) {
-            (None, 0) => steps.push(Step::copy(s, d).finalized()),
-            (None, 1) => steps.push(Step::recv_reduce(c[0], s, d).finalized()),
+            (None, 0) => steps.push(DataStep::copy(s, d).finalized()),
+            (None, 1) => steps.push(DataStep::recv_reduce(c[0], s, d).finalized()),
             (None, _) => {
-                steps.push(Step::recv_reduce(c[0], s, d));
-                steps.push(Step::recv_reduce(c[1], d, d).finalized());
+                steps.push(DataStep::recv_reduce(c[0], s, d));
+                steps.push(DataStep::recv_reduce(c[1], d, d).finalized());
             }
-            (Some(p), 0) => steps.push(Step::send(p, s)),
-            (Some(p), 1) => steps.push(Step::recv_reduce_send(c[0], s, p)),
+            (Some(p), 0) => steps.push(DataStep::send(p, s)),
+            (Some(p), 1) => steps.push(DataStep::recv_reduce_send(c[0], s, p)),
             (Some(p), _) => {
-                steps.push(Step::recv_reduce(c[0], s, d));
-                steps.push(Step::recv_reduce_send(c[1], d, p));
+                steps.push(DataStep::recv_reduce(c[0], s, d));
+                steps.push(DataStep::recv_reduce_send(c[1], d, p));
             }
         }
     }
 
     /// The broadcast-phase steps for elements `off .. off + len`.
-    fn down(&self, off: usize, len: usize, steps: &mut Vec<Step>) {
+    fn down(&self, off: usize, len: usize, steps: &mut Vec<DataStep>) {
         let d = Region::recv(off, len);
         let mut kids = self.children.iter();
         if let Some(p) = self.parent {
             steps.push(match kids.next() {
-                Some(&k) => Step::recv_copy_send(p, d, k),
-                None => Step::recv(p, d),
+                Some(&k) => DataStep::recv_copy_send(p, d, k),
+                None => DataStep::recv(p, d),
             });
         }
-        steps.extend(kids.map(|&k| Step::send(k, d)));
+        steps.extend(kids.map(|&k| DataStep::send(k, d)));
     }
 }
 
 /// Double binary tree all-reduce: the first half of the elements on tree A,
 /// the second on tree B (A shifted by one position).
-pub(super) fn all_reduce(g: &Geometry) -> Vec<Step> {
+pub(super) fn all_reduce(g: &Geometry) -> Vec<DataStep> {
     let (n, r, count) = (g.nranks, g.rank, g.count);
     if n == 1 {
         return local_copy(count, true);
@@ -206,12 +206,12 @@ mod tests {
         assert_eq!(
             all_reduce(&g),
             vec![
-                Step::send(1, Region::send(0, 1)),
-                Step::recv_reduce(2, Region::send(1, 1), Region::recv(1, 1)),
-                Step::recv_reduce(1, Region::recv(1, 1), Region::recv(1, 1)).finalized(),
-                Step::recv(1, Region::recv(0, 1)),
-                Step::send(2, Region::recv(1, 1)),
-                Step::send(1, Region::recv(1, 1)),
+                DataStep::send(1, Region::send(0, 1)),
+                DataStep::recv_reduce(2, Region::send(1, 1), Region::recv(1, 1)),
+                DataStep::recv_reduce(1, Region::recv(1, 1), Region::recv(1, 1)).finalized(),
+                DataStep::recv(1, Region::recv(0, 1)),
+                DataStep::send(2, Region::recv(1, 1)),
+                DataStep::send(1, Region::recv(1, 1)),
             ]
         );
     }

@@ -184,19 +184,17 @@ impl<'a> FlagMemory<'a> {
     /// one's own is remote and every device executes RDMA atomics: then no
     /// processor atomic touches the same counter).
     pub(crate) fn fits(
-        steps: &[crate::plan::Step],
+        steps: &[crate::plan::FlagStep],
         mapped: impl Fn(usize) -> bool,
         remote_atomics: bool,
     ) -> bool {
-        use crate::plan::FlagOp as F;
-        steps.iter().all(|s| match s.flag {
-            Some(F::FetchAdd { root }) => mapped(root) || remote_atomics,
-            Some(F::WaitRelease { at }) => mapped(at),
-            Some(
-                F::Notify { .. } | F::Release { .. } | F::WaitFlag { .. } | F::WaitCounter { .. },
-            ) => true,
-            // A data step never runs on flag memory.
-            None => false,
+        use crate::plan::FlagStep as F;
+        steps.iter().all(|s| match *s {
+            F::FetchAdd { root } => mapped(root) || remote_atomics,
+            F::WaitRelease { at } => mapped(at),
+            F::Notify { .. } | F::Release { .. } | F::WaitFlag { .. } | F::WaitCounter { .. } => {
+                true
+            }
         })
     }
 

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use streamcomm::Error;
 use streamcomm::barrier::{BarrierAlgo, Inter};
-use streamcomm::testing::barrier::{BarrierMemory, BarrierPlan, Step, WaitFor, build, run};
-use streamcomm::testing::barrier::{Schedule, SimConfig, SimError, simulate};
+use streamcomm::testing::barrier::{BarrierMemory, BarrierPlan, FlagStep, WaitFor, build, run};
+use streamcomm::testing::barrier::{FlagSimConfig, Schedule, SimError, simulate};
 use streamcomm::testing::wait::{Notifier, WaitPolicy};
 
 const MAX_RANKS: usize = 64;
@@ -102,7 +102,7 @@ fn every_algorithm_every_size_every_layout() {
             for n in 1..=MAX_RANKS {
                 let plans = plans(algo, &hosts_of(n));
                 for schedule in schedules(n) {
-                    let config = SimConfig {
+                    let config = FlagSimConfig {
                         epochs: EPOCHS,
                         schedule,
                     };
@@ -135,7 +135,7 @@ fn laggard_at_every_rank_is_exhaustive() {
             for n in 2..=LAGGARD_MAX_RANKS {
                 let plans = plans(algo, &hosts_of(n));
                 for rank in 0..n {
-                    let config = SimConfig {
+                    let config = FlagSimConfig {
                         epochs: LAGGARD_EPOCHS,
                         schedule: Schedule::Laggard { rank, seed: 3 },
                     };
@@ -158,15 +158,11 @@ fn plans_are_well_formed() {
             for n in 2..=MAX_RANKS {
                 for plan in plans(algo, &hosts_of(n)) {
                     assert!(
-                        plan.steps.iter().any(Step::is_flag_wait),
+                        plan.steps.iter().any(FlagStep::is_wait),
                         "{algo} n={n} rank {} never waits",
                         plan.rank
                     );
-                    assert!(
-                        plan.steps
-                            .iter()
-                            .all(|s| s.flag.unwrap().peer().is_none_or(|p| p < n))
-                    );
+                    assert!(plan.steps.iter().all(|s| s.peer().is_none_or(|p| p < n)));
                 }
             }
         }
@@ -182,9 +178,9 @@ fn a_rank_skipping_its_waits_is_caught() {
         for n in 2..=16 {
             for broken in 0..n {
                 let mut plans = plans(algo, &hosts_of(n));
-                plans[broken].steps.retain(|s| !s.is_flag_wait());
+                plans[broken].steps.retain(|s| !s.is_wait());
                 let laggard = (broken + 1) % n;
-                let config = SimConfig {
+                let config = FlagSimConfig {
                     epochs: 2,
                     schedule: Schedule::Laggard {
                         rank: laggard,
@@ -212,8 +208,8 @@ fn a_rank_that_never_signals_deadlocks() {
         let hosts = (LAYOUTS[2].1)(9);
         for broken in 0..9 {
             let mut plans = plans(algo, &hosts);
-            plans[broken].steps.retain(Step::is_flag_wait);
-            let config = SimConfig {
+            plans[broken].steps.retain(FlagStep::is_wait);
+            let config = FlagSimConfig {
                 epochs: 2,
                 schedule: Schedule::Random { seed: 4 },
             };
@@ -231,10 +227,10 @@ fn a_rank_that_never_signals_deadlocks() {
 fn a_single_skipped_wait_is_caught() {
     let n = 11;
     let mut plans = plans(BarrierAlgo::Dissemination, &vec![0; n]);
-    let last = plans[5].steps.iter().rposition(Step::is_flag_wait).unwrap();
+    let last = plans[5].steps.iter().rposition(FlagStep::is_wait).unwrap();
     plans[5].steps.remove(last);
     let caught = (0..n).any(|rank| {
-        let config = SimConfig {
+        let config = FlagSimConfig {
             epochs: 3,
             schedule: Schedule::Laggard { rank, seed: 9 },
         };

@@ -4,7 +4,9 @@
 
 use std::fmt;
 
-use streamcomm::testing::plan::{Plan, PlanParams, Schedule, SimConfig, build_with, simulate_with};
+use streamcomm::testing::plan::{
+    MessageSimConfig, Plan, PlanParams, Schedule, build_with, simulate_with,
+};
 use streamcomm::{Algorithm, Collective};
 use streamcomm::{DataType, ReduceOp};
 
@@ -93,7 +95,7 @@ impl Case {
             self.count,
             &inputs,
         );
-        let config = SimConfig {
+        let config = MessageSimConfig {
             in_place: self.in_place,
             nsteps: self.nsteps,
             slot_bytes: self.slot,

@@ -10,7 +10,7 @@
 
 use streamcomm::Collective;
 use streamcomm::testing::plan::{
-    Plan, PlanParams, Schedule, SimConfig, build, simulate, simulate_with,
+    MessageSimConfig, Plan, PlanParams, Schedule, build, simulate, simulate_with,
 };
 use streamcomm::{DataType, ReduceOp};
 
@@ -171,7 +171,7 @@ fn barrier_completes_for_every_size() {
             assert!(out.iter().all(Vec::is_empty));
         }
         for seed in 0..3 {
-            let config = SimConfig {
+            let config = MessageSimConfig {
                 in_place: false,
                 nsteps: 1,
                 slot_bytes: 16,
@@ -185,7 +185,7 @@ fn barrier_completes_for_every_size() {
         // The schedules of the flag barriers: a laggard that starts only
         // when every other rank is as far as the rings let it go.
         for laggard in [0, nranks / 2, nranks - 1] {
-            let config = SimConfig {
+            let config = MessageSimConfig {
                 in_place: false,
                 nsteps: 1,
                 slot_bytes: 16,

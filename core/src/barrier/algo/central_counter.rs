@@ -11,23 +11,23 @@
 //!
 //! The root is rank 0.
 
-use crate::plan::FlagOp;
+use crate::plan::FlagStep;
 
 const ROOT: usize = 0;
 
 /// Steps of `rank` out of `n >= 2`.
-pub(super) fn steps(rank: usize, n: usize) -> Vec<FlagOp> {
+pub(super) fn steps(rank: usize, n: usize) -> Vec<FlagStep> {
     if rank == ROOT {
         vec![
-            FlagOp::WaitCounter {
+            FlagStep::WaitCounter {
                 count_per_epoch: (n - 1) as u64,
             },
-            FlagOp::Release { peer: ROOT },
+            FlagStep::Release { peer: ROOT },
         ]
     } else {
         vec![
-            FlagOp::FetchAdd { root: ROOT },
-            FlagOp::WaitRelease { at: ROOT },
+            FlagStep::FetchAdd { root: ROOT },
+            FlagStep::WaitRelease { at: ROOT },
         ]
     }
 }
@@ -35,21 +35,21 @@ pub(super) fn steps(rank: usize, n: usize) -> Vec<FlagOp> {
 /// The same barrier where other ranks' words can only be written, never
 /// read (over a network): the root releases every rank in that rank's own
 /// area instead of raising one word that everybody polls.
-pub(crate) fn steps_own_releases(rank: usize, n: usize) -> Vec<FlagOp> {
+pub(crate) fn steps_own_releases(rank: usize, n: usize) -> Vec<FlagStep> {
     if rank == ROOT {
-        let mut steps = vec![FlagOp::WaitCounter {
+        let mut steps = vec![FlagStep::WaitCounter {
             count_per_epoch: (n - 1) as u64,
         }];
         steps.extend(
             (0..n)
                 .filter(|&p| p != ROOT)
-                .map(|peer| FlagOp::Release { peer }),
+                .map(|peer| FlagStep::Release { peer }),
         );
         steps
     } else {
         vec![
-            FlagOp::FetchAdd { root: ROOT },
-            FlagOp::WaitRelease { at: rank },
+            FlagStep::FetchAdd { root: ROOT },
+            FlagStep::WaitRelease { at: rank },
         ]
     }
 }
@@ -63,25 +63,31 @@ mod tests {
         assert_eq!(
             steps(0, 5),
             vec![
-                FlagOp::WaitCounter { count_per_epoch: 4 },
-                FlagOp::Release { peer: 0 }
+                FlagStep::WaitCounter { count_per_epoch: 4 },
+                FlagStep::Release { peer: 0 }
             ]
         );
         assert_eq!(
             steps(3, 5),
-            vec![FlagOp::FetchAdd { root: 0 }, FlagOp::WaitRelease { at: 0 }]
+            vec![
+                FlagStep::FetchAdd { root: 0 },
+                FlagStep::WaitRelease { at: 0 }
+            ]
         );
         assert_eq!(
             steps_own_releases(0, 3),
             vec![
-                FlagOp::WaitCounter { count_per_epoch: 2 },
-                FlagOp::Release { peer: 1 },
-                FlagOp::Release { peer: 2 }
+                FlagStep::WaitCounter { count_per_epoch: 2 },
+                FlagStep::Release { peer: 1 },
+                FlagStep::Release { peer: 2 }
             ]
         );
         assert_eq!(
             steps_own_releases(2, 3),
-            vec![FlagOp::FetchAdd { root: 0 }, FlagOp::WaitRelease { at: 2 }]
+            vec![
+                FlagStep::FetchAdd { root: 0 },
+                FlagStep::WaitRelease { at: 2 }
+            ]
         );
     }
 }

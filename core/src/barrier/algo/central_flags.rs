@@ -12,26 +12,26 @@
 //!
 //! The root is rank 0.
 
-use crate::plan::FlagOp;
+use crate::plan::FlagStep;
 
 const ROOT: usize = 0;
 
 /// Steps of `rank` out of `n >= 2`.
-pub(super) fn steps(rank: usize, n: usize) -> Vec<FlagOp> {
+pub(super) fn steps(rank: usize, n: usize) -> Vec<FlagStep> {
     if rank != ROOT {
         return vec![
-            FlagOp::Notify {
+            FlagStep::Notify {
                 peer: ROOT,
                 round: 0,
             },
-            FlagOp::WaitRelease { at: rank },
+            FlagStep::WaitRelease { at: rank },
         ];
     }
     let others = (0..n).filter(|&r| r != ROOT);
     let arrivals = others
         .clone()
-        .map(|from| FlagOp::WaitFlag { from, round: 0 });
-    let releases = others.map(|peer| FlagOp::Release { peer });
+        .map(|from| FlagStep::WaitFlag { from, round: 0 });
+    let releases = others.map(|peer| FlagStep::Release { peer });
     arrivals.chain(releases).collect()
 }
 
@@ -44,17 +44,17 @@ mod tests {
         assert_eq!(
             steps(0, 3),
             vec![
-                FlagOp::WaitFlag { from: 1, round: 0 },
-                FlagOp::WaitFlag { from: 2, round: 0 },
-                FlagOp::Release { peer: 1 },
-                FlagOp::Release { peer: 2 },
+                FlagStep::WaitFlag { from: 1, round: 0 },
+                FlagStep::WaitFlag { from: 2, round: 0 },
+                FlagStep::Release { peer: 1 },
+                FlagStep::Release { peer: 2 },
             ]
         );
         assert_eq!(
             steps(2, 3),
             vec![
-                FlagOp::Notify { peer: 0, round: 0 },
-                FlagOp::WaitRelease { at: 2 }
+                FlagStep::Notify { peer: 0, round: 0 },
+                FlagStep::WaitRelease { at: 2 }
             ]
         );
     }
@@ -65,7 +65,7 @@ mod tests {
             assert!(
                 steps(r, 9)
                     .iter()
-                    .all(|s| !matches!(s, FlagOp::FetchAdd { .. }))
+                    .all(|s| !matches!(s, FlagStep::FetchAdd { .. }))
             );
         }
     }

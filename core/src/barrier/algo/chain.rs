@@ -9,26 +9,26 @@
 //! baseline (the linear barrier of Hoefler et al., "A survey of barrier
 //! algorithms for coarse grained supercomputers", 2005).
 
-use crate::plan::FlagOp;
+use crate::plan::FlagStep;
 
 /// Steps of `rank` out of `n >= 2`.
-pub(super) fn steps(rank: usize, n: usize) -> Vec<FlagOp> {
+pub(super) fn steps(rank: usize, n: usize) -> Vec<FlagStep> {
     let mut steps = Vec::with_capacity(4);
     if rank > 0 {
-        steps.push(FlagOp::WaitFlag {
+        steps.push(FlagStep::WaitFlag {
             from: rank - 1,
             round: 0,
         });
     }
     if rank + 1 < n {
-        steps.push(FlagOp::Notify {
+        steps.push(FlagStep::Notify {
             peer: rank + 1,
             round: 0,
         });
-        steps.push(FlagOp::WaitRelease { at: rank });
+        steps.push(FlagStep::WaitRelease { at: rank });
     }
     if rank > 0 {
-        steps.push(FlagOp::Release { peer: rank - 1 });
+        steps.push(FlagStep::Release { peer: rank - 1 });
     }
     steps
 }
@@ -42,24 +42,24 @@ mod tests {
         assert_eq!(
             steps(0, 3),
             vec![
-                FlagOp::Notify { peer: 1, round: 0 },
-                FlagOp::WaitRelease { at: 0 }
+                FlagStep::Notify { peer: 1, round: 0 },
+                FlagStep::WaitRelease { at: 0 }
             ]
         );
         assert_eq!(
             steps(1, 3),
             vec![
-                FlagOp::WaitFlag { from: 0, round: 0 },
-                FlagOp::Notify { peer: 2, round: 0 },
-                FlagOp::WaitRelease { at: 1 },
-                FlagOp::Release { peer: 0 },
+                FlagStep::WaitFlag { from: 0, round: 0 },
+                FlagStep::Notify { peer: 2, round: 0 },
+                FlagStep::WaitRelease { at: 1 },
+                FlagStep::Release { peer: 0 },
             ]
         );
         assert_eq!(
             steps(2, 3),
             vec![
-                FlagOp::WaitFlag { from: 1, round: 0 },
-                FlagOp::Release { peer: 1 }
+                FlagStep::WaitFlag { from: 1, round: 0 },
+                FlagStep::Release { peer: 1 }
             ]
         );
     }

@@ -16,7 +16,7 @@
 //! host this is the central-flags barrier; with one rank per host it is the
 //! inter-host algorithm alone.
 
-use crate::plan::FlagOp;
+use crate::plan::FlagStep;
 
 use super::Inter;
 use super::hosts::{Hosts, position};
@@ -27,21 +27,21 @@ use crate::plan::dissemination;
 const GATHER_ROUND: u32 = 0;
 
 /// Steps of `rank` in the hierarchical barrier over `hosts`.
-pub(super) fn steps(rank: usize, hosts: &Hosts, inter: Inter) -> Vec<FlagOp> {
+pub(super) fn steps(rank: usize, hosts: &Hosts, inter: Inter) -> Vec<FlagStep> {
     let leader = hosts.leader_of(rank);
     if rank != leader {
         return vec![
-            FlagOp::Notify {
+            FlagStep::Notify {
                 peer: leader,
                 round: GATHER_ROUND,
             },
-            FlagOp::WaitRelease { at: rank },
+            FlagStep::WaitRelease { at: rank },
         ];
     }
     let members = &hosts.group(rank)[1..];
-    let mut steps: Vec<FlagOp> = members
+    let mut steps: Vec<FlagStep> = members
         .iter()
-        .map(|&from| FlagOp::WaitFlag {
+        .map(|&from| FlagStep::WaitFlag {
             from,
             round: GATHER_ROUND,
         })
@@ -55,7 +55,7 @@ pub(super) fn steps(rank: usize, hosts: &Hosts, inter: Inter) -> Vec<FlagOp> {
             steps.extend(arrive_release(rank, parent, &children, first));
         }
     }
-    steps.extend(members.iter().map(|&peer| FlagOp::Release { peer }));
+    steps.extend(members.iter().map(|&peer| FlagStep::Release { peer }));
     steps
 }
 
@@ -69,8 +69,8 @@ mod tests {
         assert_eq!(
             steps(4, &hosts, Inter::Dissemination),
             vec![
-                FlagOp::Notify { peer: 3, round: 0 },
-                FlagOp::WaitRelease { at: 4 }
+                FlagStep::Notify { peer: 3, round: 0 },
+                FlagStep::WaitRelease { at: 4 }
             ]
         );
     }
@@ -81,12 +81,12 @@ mod tests {
         assert_eq!(
             steps(3, &hosts, Inter::Dissemination),
             vec![
-                FlagOp::WaitFlag { from: 4, round: 0 },
-                FlagOp::Notify { peer: 5, round: 1 },
-                FlagOp::WaitFlag { from: 0, round: 1 },
-                FlagOp::Notify { peer: 0, round: 2 },
-                FlagOp::WaitFlag { from: 5, round: 2 },
-                FlagOp::Release { peer: 4 },
+                FlagStep::WaitFlag { from: 4, round: 0 },
+                FlagStep::Notify { peer: 5, round: 1 },
+                FlagStep::WaitFlag { from: 0, round: 1 },
+                FlagStep::Notify { peer: 0, round: 2 },
+                FlagStep::WaitFlag { from: 5, round: 2 },
+                FlagStep::Release { peer: 4 },
             ]
         );
     }
@@ -97,14 +97,14 @@ mod tests {
         assert_eq!(
             steps(0, &hosts, Inter::Tree { fanout: 2 }),
             vec![
-                FlagOp::WaitFlag { from: 1, round: 0 },
-                FlagOp::WaitFlag { from: 2, round: 0 },
-                FlagOp::WaitFlag { from: 3, round: 1 },
-                FlagOp::WaitFlag { from: 5, round: 1 },
-                FlagOp::Release { peer: 3 },
-                FlagOp::Release { peer: 5 },
-                FlagOp::Release { peer: 1 },
-                FlagOp::Release { peer: 2 },
+                FlagStep::WaitFlag { from: 1, round: 0 },
+                FlagStep::WaitFlag { from: 2, round: 0 },
+                FlagStep::WaitFlag { from: 3, round: 1 },
+                FlagStep::WaitFlag { from: 5, round: 1 },
+                FlagStep::Release { peer: 3 },
+                FlagStep::Release { peer: 5 },
+                FlagStep::Release { peer: 1 },
+                FlagStep::Release { peer: 2 },
             ]
         );
     }

@@ -1,6 +1,6 @@
 //! The barrier algorithms of `docs/design/barriers.md`, one file each.
 //!
-//! Each file only emits the [`FlagOp`]s of one rank's flag steps (the
+//! Each file only emits the [`FlagStep`]s of one rank's flag steps (the
 //! dissemination barrier lives in `crate::plan::dissemination`, which the
 //! message barrier shares); [`BarrierAlgo`] names
 //! them (`STREAMCOMM_BARRIER_ALGO`, the benchmark's `--algo`) and
@@ -18,13 +18,13 @@ mod tree;
 pub(super) use hosts::Hosts;
 
 use crate::config::barrier_algo::{BarrierAlgo, Inter};
-use crate::plan::FlagOp;
+use crate::plan::FlagStep;
 use crate::plan::dissemination;
 
 /// The steps of `algo` for `rank` where other ranks' words can only be
 /// written (over a network): as [`steps`], but the central counter releases
 /// each rank in its own area.
-pub(super) fn steps_for_network(algo: BarrierAlgo, rank: usize, hosts: &Hosts) -> Vec<FlagOp> {
+pub(super) fn steps_for_network(algo: BarrierAlgo, rank: usize, hosts: &Hosts) -> Vec<FlagStep> {
     match algo {
         BarrierAlgo::CentralCounter => central_counter::steps_own_releases(rank, hosts.nranks()),
         _ => steps(algo, rank, hosts),
@@ -32,7 +32,7 @@ pub(super) fn steps_for_network(algo: BarrierAlgo, rank: usize, hosts: &Hosts) -
 }
 
 /// The steps of `algo` for `rank` (validated arguments, at least 2 ranks).
-pub(super) fn steps(algo: BarrierAlgo, rank: usize, hosts: &Hosts) -> Vec<FlagOp> {
+pub(super) fn steps(algo: BarrierAlgo, rank: usize, hosts: &Hosts) -> Vec<FlagStep> {
     let n = hosts.nranks();
     match algo {
         BarrierAlgo::CentralCounter => central_counter::steps(rank, n),

@@ -22,7 +22,7 @@
 //! this is the plain k-ary tree over ranks `0..n` in heap order. A leader
 //! releases its remote children first (their subtrees are the longest).
 
-use crate::plan::FlagOp;
+use crate::plan::FlagStep;
 
 use super::hosts::{Hosts, position};
 
@@ -44,21 +44,21 @@ pub(super) fn arrive_release(
     parent: Option<usize>,
     children: &[usize],
     round: u32,
-) -> Vec<FlagOp> {
-    let mut steps: Vec<FlagOp> = children
+) -> Vec<FlagStep> {
+    let mut steps: Vec<FlagStep> = children
         .iter()
-        .map(|&from| FlagOp::WaitFlag { from, round })
+        .map(|&from| FlagStep::WaitFlag { from, round })
         .collect();
     if let Some(peer) = parent {
-        steps.push(FlagOp::Notify { peer, round });
-        steps.push(FlagOp::WaitRelease { at: rank });
+        steps.push(FlagStep::Notify { peer, round });
+        steps.push(FlagStep::WaitRelease { at: rank });
     }
-    steps.extend(children.iter().map(|&peer| FlagOp::Release { peer }));
+    steps.extend(children.iter().map(|&peer| FlagStep::Release { peer }));
     steps
 }
 
 /// Steps of `rank` in the two-level k-ary tree over `hosts`.
-pub(super) fn steps(rank: usize, hosts: &Hosts, k: usize) -> Vec<FlagOp> {
+pub(super) fn steps(rank: usize, hosts: &Hosts, k: usize) -> Vec<FlagStep> {
     let group = hosts.group(rank);
     let (local_parent, local_children) = kary(group, position(group, rank), k);
     let (parent, children) = if hosts.leader_of(rank) == rank {
@@ -91,12 +91,12 @@ mod tests {
         assert_eq!(
             steps(1, &hosts, 2),
             vec![
-                FlagOp::WaitFlag { from: 3, round: 0 },
-                FlagOp::WaitFlag { from: 4, round: 0 },
-                FlagOp::Notify { peer: 0, round: 0 },
-                FlagOp::WaitRelease { at: 1 },
-                FlagOp::Release { peer: 3 },
-                FlagOp::Release { peer: 4 },
+                FlagStep::WaitFlag { from: 3, round: 0 },
+                FlagStep::WaitFlag { from: 4, round: 0 },
+                FlagStep::Notify { peer: 0, round: 0 },
+                FlagStep::WaitRelease { at: 1 },
+                FlagStep::Release { peer: 3 },
+                FlagStep::Release { peer: 4 },
             ]
         );
         assert_eq!(steps(0, &hosts, 2).len(), 4);
@@ -119,12 +119,12 @@ mod tests {
         assert_eq!(
             steps(3, &hosts, 2),
             vec![
-                FlagOp::WaitFlag { from: 4, round: 0 },
-                FlagOp::WaitFlag { from: 9, round: 0 },
-                FlagOp::Notify { peer: 0, round: 0 },
-                FlagOp::WaitRelease { at: 3 },
-                FlagOp::Release { peer: 4 },
-                FlagOp::Release { peer: 9 },
+                FlagStep::WaitFlag { from: 4, round: 0 },
+                FlagStep::WaitFlag { from: 9, round: 0 },
+                FlagStep::Notify { peer: 0, round: 0 },
+                FlagStep::WaitRelease { at: 3 },
+                FlagStep::Release { peer: 4 },
+                FlagStep::Release { peer: 9 },
             ]
         );
     }

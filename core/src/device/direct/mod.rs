@@ -6,7 +6,7 @@
 //! one process, several ranks on one GPU included), and a *flag area* in
 //! shared host memory that every rank maps and registers with its device
 //! ([`window`] says why the flags live in host memory). A collective is a
-//! list of [`Step`]s enqueued on the caller's stream, per chunk of at most
+//! list of [`DirectStep`]s enqueued on the caller's stream, per chunk of at most
 //! a window:
 //!
 //! 1. copy this rank's input into its own window;
@@ -50,7 +50,7 @@ use super::device_queue::DeviceQueue;
 use super::graveyard::Graveyard;
 use crate::comm::failure::Learned;
 use crate::{Communicator, DataType, ReduceOp, Result};
-use steps::{Step, direct_steps};
+use steps::{DirectStep, direct_steps};
 use window::{WindowDevice, Windows};
 use window_watch::{Liveness, WindowWatch};
 
@@ -116,12 +116,12 @@ fn enqueue_steps<Q: DeviceQueue>(
     queue: &Q,
     w: &Windows,
     call: &DeviceCall,
-    steps: &[Step],
+    steps: &[DirectStep],
 ) -> Result<()> {
     let (me, size) = (w.rank(), w.size());
     for step in steps {
         match step {
-            Step::Copy { dst, src, bytes } if w.is_peer_data(*src) => {
+            DirectStep::Copy { dst, src, bytes } if w.is_peer_data(*src) => {
                 // A read of a peer's window: a kernel that first checks
                 // the abort word (a copy engine transfer cannot), so that
                 // nothing reads the window of a peer that may be gone.
@@ -142,11 +142,11 @@ fn enqueue_steps<Q: DeviceQueue>(
                     )?
                 }
             }
-            Step::Copy { dst, src, bytes } => {
+            DirectStep::Copy { dst, src, bytes } => {
                 // SAFETY: as above.
                 unsafe { queue.enqueue_copy(*dst, *src, *bytes)? }
             }
-            Step::Arrive(round) => {
+            DirectStep::Arrive(round) => {
                 for p in (0..size).filter(|&p| p != me) {
                     // SAFETY: as above.
                     unsafe { queue.enqueue_raise_word(w.flag(p, *round, me))? };
@@ -156,7 +156,7 @@ fn enqueue_steps<Q: DeviceQueue>(
                     unsafe { queue.enqueue_wait_word(w.flag(me, *round, p))? };
                 }
             }
-            Step::Reduce { srcs, dst, count } => {
+            DirectStep::Reduce { srcs, dst, count } => {
                 // SAFETY: as above.
                 unsafe {
                     queue.enqueue_reduce(

@@ -1,7 +1,7 @@
 //! What one collective is on the direct path: a list of copies, flag rounds
 //! and reductions over the ranks' windows, cut into chunks that fit a window.
 //!
-//! # Why these are not [`crate::plan::Step`]s or barrier steps
+//! # Why these are not data steps or flag steps
 //!
 //! Every step here becomes stream operations that the *device* executes,
 //! in order, without a host thread: a copy engine transfer, a reduce
@@ -11,8 +11,8 @@
 //! - **Fixed flag values.** A captured graph replays the same operations
 //!   with the same parameters every time. The host barrier's flags carry
 //!   the barrier's epoch ([`crate::plan::flag::signal_value`]), a value that
-//!   differs at every call and so cannot be baked into a replayed graph. An
-//!   [`Step::Arrive`] round instead writes the constant 1 and waits for at
+//!   differs at every call and so cannot be baked into a replayed graph. A
+//!   [`DirectStep::Arrive`] round instead writes the constant 1 and waits for at
 //!   least 1, then writes 0 back into its own flag area, so the same nodes are
 //!   right at every replay. The reset cannot erase a later raise: a peer
 //!   raises the same word again only after a round of the other kind
@@ -20,9 +20,9 @@
 //!   Flag words are 32 bits because those stream operations are.
 //! - **No slots, no messages.** The windows are device memory mapped by
 //!   every rank of the host, so data moves by copies into and out of them
-//!   ([`Step::Copy`]) and reductions read every rank's window at once
-//!   ([`Step::Reduce`], up to [`MAX_SOURCES`] sources). A
-//!   [`crate::plan::Step`] moves data through per-peer FIFO slot rings that
+//!   ([`DirectStep::Copy`]) and reductions read every rank's window at once
+//!   ([`DirectStep::Reduce`], up to [`MAX_SOURCES`] sources). A
+//!   [`crate::plan::DataStep`] moves data through per-peer FIFO slot rings that
 //!   a host thread (or the proxy) serves, and a barrier step runs on host
 //!   memory with futex wake-ups: neither exists on a device stream.
 //! - **One round shape.** The only synchronisation the path needs is
@@ -43,7 +43,7 @@ pub(crate) const MAX_SOURCES: usize = 8;
 
 /// One step, enqueued in order on the caller's stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Step {
+pub(crate) enum DirectStep {
     /// Copy `bytes` from `src` to `dst`.
     Copy {
         /// Destination.
@@ -112,7 +112,7 @@ fn ends(call: &DeviceCall, rank: usize, size: usize, count: usize) -> Result<End
 /// The steps of `call` over `w`, or `None` when the direct path does not
 /// take it (a reduction over more than [`MAX_SOURCES`] ranks, or a window
 /// too small for one chunk of every rank's blocks).
-pub(crate) fn direct_steps(call: &DeviceCall, w: &Windows) -> Result<Option<Vec<Step>>> {
+pub(crate) fn direct_steps(call: &DeviceCall, w: &Windows) -> Result<Option<Vec<DirectStep>>> {
     let (rank, size) = (w.rank(), w.size());
     if let Collective::Broadcast { root } | Collective::Reduce { root } = call.collective
         && root >= size
@@ -134,8 +134,8 @@ pub(crate) fn direct_steps(call: &DeviceCall, w: &Windows) -> Result<Option<Vec<
     }
     if count == 0 || collective == Collective::Barrier {
         return Ok(Some(vec![
-            Step::Arrive(Round::Ready),
-            Step::Arrive(Round::Done),
+            DirectStep::Arrive(Round::Ready),
+            DirectStep::Arrive(Round::Done),
         ]));
     }
     let esz = call.dtype.size();
@@ -155,16 +155,16 @@ pub(crate) fn direct_steps(call: &DeviceCall, w: &Windows) -> Result<Option<Vec<
     for o in (0..count).step_by(chunk) {
         let k = chunk.min(count - o);
         let bytes = k * esz;
-        let copy = |dst, src| Step::Copy { dst, src, bytes };
+        let copy = |dst, src| DirectStep::Copy { dst, src, bytes };
         // The same block of every rank's window.
         let all = |block: usize| (0..size).map(|p| el(w.data(p), block * k)).collect();
         let mine = w.data(rank);
         match collective {
             Collective::AllReduce | Collective::Reduce { .. } => {
                 steps.push(copy(mine, el(send, o)));
-                steps.push(Step::Arrive(Round::Ready));
+                steps.push(DirectStep::Arrive(Round::Ready));
                 if ends.recv.is_some() {
-                    steps.push(Step::Reduce {
+                    steps.push(DirectStep::Reduce {
                         srcs: all(0),
                         dst: el(recv, o),
                         count: k,
@@ -175,7 +175,7 @@ pub(crate) fn direct_steps(call: &DeviceCall, w: &Windows) -> Result<Option<Vec<
                 if rank == root {
                     steps.push(copy(mine, el(send, o)));
                 }
-                steps.push(Step::Arrive(Round::Ready));
+                steps.push(DirectStep::Arrive(Round::Ready));
                 if rank != root {
                     steps.push(copy(el(recv, o), w.data(root)));
                 } else if send != recv {
@@ -184,7 +184,7 @@ pub(crate) fn direct_steps(call: &DeviceCall, w: &Windows) -> Result<Option<Vec<
             }
             Collective::AllGather => {
                 steps.push(copy(mine, el(send, o)));
-                steps.push(Step::Arrive(Round::Ready));
+                steps.push(DirectStep::Arrive(Round::Ready));
                 for p in 0..size {
                     steps.push(copy(el(recv, p * count + o), w.data(p)));
                 }
@@ -193,8 +193,8 @@ pub(crate) fn direct_steps(call: &DeviceCall, w: &Windows) -> Result<Option<Vec<
                 for p in 0..size {
                     steps.push(copy(el(mine, p * k), el(send, p * count + o)));
                 }
-                steps.push(Step::Arrive(Round::Ready));
-                steps.push(Step::Reduce {
+                steps.push(DirectStep::Arrive(Round::Ready));
+                steps.push(DirectStep::Reduce {
                     srcs: all(rank),
                     dst: el(recv, o),
                     count: k,
@@ -204,14 +204,14 @@ pub(crate) fn direct_steps(call: &DeviceCall, w: &Windows) -> Result<Option<Vec<
                 for p in 0..size {
                     steps.push(copy(el(mine, p * k), el(send, p * count + o)));
                 }
-                steps.push(Step::Arrive(Round::Ready));
+                steps.push(DirectStep::Arrive(Round::Ready));
                 for p in 0..size {
                     steps.push(copy(el(recv, p * count + o), el(w.data(p), rank * k)));
                 }
             }
             Collective::Barrier => unreachable!("handled above"),
         }
-        steps.push(Step::Arrive(Round::Done));
+        steps.push(DirectStep::Arrive(Round::Done));
     }
     Ok(Some(steps))
 }

@@ -4,14 +4,13 @@
 //! blocking; [`wait_for`] says what a wait awaits. The barrier executor
 //! (`barrier/exec.rs`) walks a plan with [`apply`] and blocks on what it
 //! returns; the simulator (`plan/simulate/`) calls the same [`apply`], so
-//! what it proves is what runs. A data step (no [`FlagOp`]) is refused:
-//! data steps belong to [`apply_step`](crate::plan::apply_step), which
-//! refuses flag steps in turn.
+//! what it proves is what runs. It takes [`FlagStep`]s only; data steps
+//! have their own type and interpreter
+//! ([`apply_step`](crate::plan::apply_step)).
 
 use super::memory::{BarrierMemory, WaitFor, Word};
-use super::{FlagOp, MAX_EPOCH, ROUNDS_PER_EPOCH, signal_value};
+use super::{FlagStep, MAX_EPOCH, ROUNDS_PER_EPOCH, signal_value};
 use crate::Error;
-use crate::plan::Step;
 
 /// Executes one step of `rank`'s plan for barrier `epoch`, without blocking.
 ///
@@ -23,38 +22,23 @@ use crate::plan::Step;
 /// As [`wait_for`].
 pub(crate) fn apply<M: BarrierMemory + ?Sized>(
     rank: usize,
-    step: &Step,
+    step: &FlagStep,
     epoch: u64,
     mem: &M,
 ) -> Result<Option<WaitFor>, Error> {
-    let op = flag_op(step)?;
-    if let Some(on) = wait_for(rank, &op, epoch)? {
+    if let Some(on) = wait_for(rank, step, epoch)? {
         return Ok((!on.is_met(mem)).then_some(on));
     }
-    match op {
-        FlagOp::FetchAdd { root } => mem.fetch_add_counter(root, 1),
-        FlagOp::Notify { peer, round } => {
+    match *step {
+        FlagStep::FetchAdd { root } => mem.fetch_add_counter(root, 1),
+        FlagStep::Notify { peer, round } => {
             mem.store_flag(peer, rank, value(epoch, round)?);
         }
-        FlagOp::Release { peer } => mem.store_release(peer, value(epoch, 0)?),
-        FlagOp::WaitCounter { .. } | FlagOp::WaitFlag { .. } | FlagOp::WaitRelease { .. } => {}
+        FlagStep::Release { peer } => mem.store_release(peer, value(epoch, 0)?),
+        FlagStep::WaitCounter { .. } | FlagStep::WaitFlag { .. } | FlagStep::WaitRelease { .. } => {
+        }
     }
     Ok(None)
-}
-
-/// The flag operation of `step`.
-///
-/// # Errors
-///
-/// [`Error::InvalidUsage`] naming the step for a data step: an internal
-/// error (a barrier plan holds only flag steps).
-fn flag_op(step: &Step) -> Result<FlagOp, Error> {
-    step.flag.ok_or_else(|| {
-        Error::InvalidUsage(format!(
-            "internal error: the barrier executor got data step {step:?} \
-             (only flag steps run on flag memory)"
-        ))
-    })
 }
 
 /// What a flag wait of `rank`'s plan waits for in barrier `epoch`; `None`
@@ -65,10 +49,10 @@ fn flag_op(step: &Step) -> Result<FlagOp, Error> {
 /// [`Error::InvalidArgument`] when the epoch is 0 or too large, the round
 /// is not below [`ROUNDS_PER_EPOCH`], or
 /// `epoch * count_per_epoch` overflows.
-pub(crate) fn wait_for(rank: usize, op: &FlagOp, epoch: u64) -> Result<Option<WaitFor>, Error> {
+pub(crate) fn wait_for(rank: usize, op: &FlagStep, epoch: u64) -> Result<Option<WaitFor>, Error> {
     check_epoch(epoch)?;
     let on = match *op {
-        FlagOp::WaitCounter { count_per_epoch } => WaitFor {
+        FlagStep::WaitCounter { count_per_epoch } => WaitFor {
             owner: rank,
             word: Word::Counter,
             target: epoch.checked_mul(count_per_epoch).ok_or_else(|| {
@@ -77,17 +61,17 @@ pub(crate) fn wait_for(rank: usize, op: &FlagOp, epoch: u64) -> Result<Option<Wa
                 ))
             })?,
         },
-        FlagOp::WaitFlag { from, round } => WaitFor {
+        FlagStep::WaitFlag { from, round } => WaitFor {
             owner: rank,
             word: Word::Flag { src: from },
             target: value(epoch, round)?,
         },
-        FlagOp::WaitRelease { at } => WaitFor {
+        FlagStep::WaitRelease { at } => WaitFor {
             owner: at,
             word: Word::Release,
             target: value(epoch, 0)?,
         },
-        FlagOp::FetchAdd { .. } | FlagOp::Notify { .. } | FlagOp::Release { .. } => {
+        FlagStep::FetchAdd { .. } | FlagStep::Notify { .. } | FlagStep::Release { .. } => {
             return Ok(None);
         }
     };

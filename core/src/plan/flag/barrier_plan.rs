@@ -1,14 +1,29 @@
 //! One rank's barrier: a plan of flag steps.
 //!
-//! The steps are [`crate::plan::Step`]s, the language of every other
-//! collective, each carrying one [`FlagOp`](crate::plan::FlagOp); values,
-//! epochs and rounds are described in `plan/flag/mod.rs`. The algorithms
-//! that build these plans live in `crate::barrier`.
+//! The steps are [`FlagStep`]s, a type of their own: a barrier plan cannot
+//! hold a data step, nor a data plan a flag step. Values, epochs and rounds
+//! are described in `plan/flag/mod.rs`. The algorithms that build these
+//! plans live in `crate::barrier`.
 
+use super::FlagStep;
 use crate::config::barrier_algo::BarrierAlgo;
-use crate::plan::Step;
 
 /// One rank's barrier: the algorithm it implements and its steps, in order.
+///
+/// Its steps are flag steps only; a data step does not fit:
+///
+/// ```compile_fail
+/// use streamcomm::barrier::BarrierAlgo;
+/// use streamcomm::testing::barrier::build;
+/// use streamcomm::testing::plan::{self, PlanParams};
+/// use streamcomm::{Collective, DataType, ReduceOp};
+///
+/// let params = PlanParams { rank: 0, nranks: 2, slot_bytes: 64, nsteps: 1 };
+/// let data = plan::build(Collective::Barrier, DataType::U8, ReduceOp::Sum, 0, &params)?;
+/// let mut flags = build(BarrierAlgo::Chain, 0, 2, &[0, 0])?;
+/// flags.steps.push(data.steps[0]);
+/// # Ok::<(), streamcomm::Error>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BarrierPlan {
     /// The algorithm the steps implement (every rank's plan of one barrier
@@ -19,23 +34,20 @@ pub struct BarrierPlan {
     /// Number of ranks taking part.
     pub nranks: usize,
     /// The flag steps, in execution order (none for a single rank).
-    pub steps: Vec<Step>,
+    pub steps: Vec<FlagStep>,
 }
 
 impl BarrierPlan {
     /// Whether any step touches the arrival counter (so the plan's epochs
     /// count towards the counter's target).
     pub fn uses_counter(&self) -> bool {
-        self.steps
-            .iter()
-            .any(|s| s.flag.is_some_and(|op| op.uses_counter()))
+        self.steps.iter().any(FlagStep::uses_counter)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::FlagOp;
 
     #[test]
     fn counter_use_is_seen_in_any_step() {
@@ -43,11 +55,11 @@ mod tests {
             algo: BarrierAlgo::Chain,
             rank: 0,
             nranks: 2,
-            steps: vec![Step::flag(FlagOp::Notify { peer: 1, round: 0 })],
+            steps: vec![FlagStep::Notify { peer: 1, round: 0 }],
         };
         assert!(!plan.uses_counter());
         plan.steps
-            .push(Step::flag(FlagOp::WaitCounter { count_per_epoch: 1 }));
+            .push(FlagStep::WaitCounter { count_per_epoch: 1 });
         assert!(plan.uses_counter());
     }
 }

@@ -1,17 +1,19 @@
-//! Flag operations: the part of the step language that synchronises through
-//! flag memory instead of moving data.
+//! Flag steps: the steps that synchronise through flag memory instead of
+//! moving data.
 //!
-//! A barrier is a plan ([`BarrierPlan`]) whose [`Step`](super::Step)s each
-//! carry one [`FlagOp`]: *actions* (add to a counter, raise a flag, write a
-//! release word) and *waits* (until a word reaches a value), over the flag
-//! memory of [`BarrierMemory`]. [`apply::apply`] is their one interpreter:
+//! A barrier is a plan ([`BarrierPlan`]) of [`FlagStep`]s: *actions* (add
+//! to a counter, raise a flag, write a release word) and *waits* (until a
+//! word reaches a value), over the flag memory of [`BarrierMemory`]. They
+//! are a type of their own, apart from the data steps of every other
+//! collective ([`DataStep`](super::DataStep)), so neither interpreter can be
+//! handed the other's steps. [`apply::apply`] is their one interpreter:
 //! the barrier executor (`barrier/exec.rs`) and the simulator
 //! (`plan/simulate/`) both call it. The same dissemination notifies and flag
 //! waits are also the message barrier of communicators with tcp peers
-//! (`plan/barrier.rs`), where a notify is a zero-byte message and a flag
-//! wait a wait for one.
+//! (`plan/barrier.rs`), where a notify is a zero-byte data message and a
+//! flag wait a wait for one.
 //!
-//! Files: this one (the operations and their values), `barrier_plan.rs`
+//! Files: this one (the steps and their values), `barrier_plan.rs`
 //! (one rank's plan), `memory.rs` (the memory model), `apply.rs` (the
 //! interpreter).
 //!
@@ -70,9 +72,9 @@ pub const fn signal_value(epoch: u64, round: u32) -> Option<u64> {
     Some(epoch * ROUNDS_PER_EPOCH + round as u64)
 }
 
-/// The flag operation of one step, executed by the plan's rank.
+/// One step of a barrier plan, executed by the plan's rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FlagOp {
+pub enum FlagStep {
     /// Atomically add 1 to `counter` in `root`'s area (an arrival).
     FetchAdd {
         /// Owner of the counter.
@@ -113,37 +115,40 @@ pub enum FlagOp {
     },
 }
 
-impl FlagOp {
+impl FlagStep {
     /// Whether this operation waits (as opposed to acting).
     pub const fn is_wait(&self) -> bool {
         matches!(
             self,
-            FlagOp::WaitCounter { .. } | FlagOp::WaitFlag { .. } | FlagOp::WaitRelease { .. }
+            FlagStep::WaitCounter { .. } | FlagStep::WaitFlag { .. } | FlagStep::WaitRelease { .. }
         )
     }
 
     /// Whether this operation touches the arrival counter.
     pub const fn uses_counter(&self) -> bool {
-        matches!(self, FlagOp::FetchAdd { .. } | FlagOp::WaitCounter { .. })
+        matches!(
+            self,
+            FlagStep::FetchAdd { .. } | FlagStep::WaitCounter { .. }
+        )
     }
 
     /// The other rank the operation names: whose area it writes or reads,
-    /// or whose flag it awaits (`None` for [`FlagOp::WaitCounter`], which
+    /// or whose flag it awaits (`None` for [`FlagStep::WaitCounter`], which
     /// only reads this rank's own area).
     pub const fn peer(&self) -> Option<usize> {
         match *self {
-            FlagOp::FetchAdd { root } => Some(root),
-            FlagOp::Notify { peer, .. } | FlagOp::Release { peer } => Some(peer),
-            FlagOp::WaitFlag { from, .. } => Some(from),
-            FlagOp::WaitRelease { at } => Some(at),
-            FlagOp::WaitCounter { .. } => None,
+            FlagStep::FetchAdd { root } => Some(root),
+            FlagStep::Notify { peer, .. } | FlagStep::Release { peer } => Some(peer),
+            FlagStep::WaitFlag { from, .. } => Some(from),
+            FlagStep::WaitRelease { at } => Some(at),
+            FlagStep::WaitCounter { .. } => None,
         }
     }
 
     /// The round of a flag notify or wait.
     pub const fn round(&self) -> Option<u32> {
         match *self {
-            FlagOp::Notify { round, .. } | FlagOp::WaitFlag { round, .. } => Some(round),
+            FlagStep::Notify { round, .. } | FlagStep::WaitFlag { round, .. } => Some(round),
             _ => None,
         }
     }
@@ -170,12 +175,12 @@ mod tests {
 
     #[test]
     fn classifies_operations() {
-        assert!(FlagOp::WaitCounter { count_per_epoch: 3 }.is_wait());
-        assert!(!FlagOp::Release { peer: 1 }.is_wait());
-        assert!(FlagOp::FetchAdd { root: 0 }.uses_counter());
-        assert!(!FlagOp::WaitRelease { at: 0 }.uses_counter());
-        assert_eq!(FlagOp::WaitRelease { at: 4 }.peer(), Some(4));
-        assert_eq!(FlagOp::WaitCounter { count_per_epoch: 3 }.peer(), None);
-        assert_eq!(FlagOp::Notify { peer: 2, round: 5 }.round(), Some(5));
+        assert!(FlagStep::WaitCounter { count_per_epoch: 3 }.is_wait());
+        assert!(!FlagStep::Release { peer: 1 }.is_wait());
+        assert!(FlagStep::FetchAdd { root: 0 }.uses_counter());
+        assert!(!FlagStep::WaitRelease { at: 0 }.uses_counter());
+        assert_eq!(FlagStep::WaitRelease { at: 4 }.peer(), Some(4));
+        assert_eq!(FlagStep::WaitCounter { count_per_epoch: 3 }.peer(), None);
+        assert_eq!(FlagStep::Notify { peer: 2, round: 5 }.round(), Some(5));
     }
 }

@@ -106,12 +106,12 @@ impl<'p> Sim<'p> {
                 Status::Done
             };
         }
-        let op = self.plans[r].steps[s.pc].flag;
-        match op.map(|op| wait_for(r, &op, s.epoch)) {
-            Some(Ok(Some(on))) if !on.is_met(&self.mem) => {
+        let step = self.plans[r].steps[s.pc];
+        match wait_for(r, &step, s.epoch) {
+            Ok(Some(on)) if !on.is_met(&self.mem) => {
                 Status::Blocked(self.mem.index(on.owner, on.word))
             }
-            // Met, an action, or an error (a data step) that `act` will report.
+            // Met, an action, or an error that `act` will report.
             _ => Status::Ready,
         }
     }
@@ -231,9 +231,7 @@ impl<'p> Sim<'p> {
                     epoch: s.epoch,
                     index: s.pc,
                     step,
-                    waiting_for: step
-                        .flag
-                        .and_then(|op| wait_for(r, &op, s.epoch).ok().flatten()),
+                    waiting_for: wait_for(r, &step, s.epoch).ok().flatten(),
                 }
             })
             .collect();

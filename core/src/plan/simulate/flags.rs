@@ -43,12 +43,11 @@ pub use super::schedule::Schedule;
 use super::list;
 use super::schedule::SplitMix;
 use crate::Error;
-use crate::plan::Step;
-use crate::plan::flag::{BarrierPlan, MAX_EPOCH, ROUNDS_PER_EPOCH, WaitFor};
+use crate::plan::flag::{BarrierPlan, FlagStep, MAX_EPOCH, ROUNDS_PER_EPOCH, WaitFor};
 
 /// What [`simulate`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SimConfig {
+pub struct FlagSimConfig {
     /// Consecutive barriers each rank runs (epochs `1..=epochs`).
     pub epochs: u64,
     /// Which rank acts next.
@@ -118,7 +117,7 @@ pub enum SimError {
         /// Index of the step in the rank's plan.
         index: usize,
         /// The step (boxed to keep the error small).
-        step: Box<Step>,
+        step: Box<FlagStep>,
         /// What `apply` reported.
         #[source]
         source: Error,
@@ -135,7 +134,7 @@ pub struct Stuck {
     /// Index of the step it cannot take.
     pub index: usize,
     /// The step.
-    pub step: Step,
+    pub step: FlagStep,
     /// What the step waits for (`None` if it could not be computed).
     pub waiting_for: Option<WaitFor>,
 }
@@ -170,17 +169,17 @@ impl fmt::Display for Stuck {
 ///
 /// ```
 /// use streamcomm::barrier::BarrierAlgo;
-/// use streamcomm::testing::barrier::{build, simulate, Schedule, SimConfig};
+/// use streamcomm::testing::barrier::{build, simulate, Schedule, FlagSimConfig};
 ///
 /// let plans: Vec<_> = (0..5)
 ///     .map(|r| build(BarrierAlgo::Chain, r, 5, &[0; 5]))
 ///     .collect::<Result<_, _>>()?;
 /// let schedule = Schedule::Laggard { rank: 2, seed: 1 };
-/// let stats = simulate(&plans, &SimConfig { epochs: 3, schedule }).unwrap();
+/// let stats = simulate(&plans, &FlagSimConfig { epochs: 3, schedule }).unwrap();
 /// assert!(stats.actions > 0);
 /// # Ok::<(), streamcomm::Error>(())
 /// ```
-pub fn simulate(plans: &[BarrierPlan], config: &SimConfig) -> Result<SimStats, SimError> {
+pub fn simulate(plans: &[BarrierPlan], config: &FlagSimConfig) -> Result<SimStats, SimError> {
     check_setup(plans, config)?;
     let mut sim = Sim::new(plans, config.epochs);
     let n = plans.len();
@@ -203,7 +202,7 @@ pub fn simulate(plans: &[BarrierPlan], config: &SimConfig) -> Result<SimStats, S
 }
 
 /// Plans describe one barrier of `plans.len()` ranks; the config is usable.
-fn check_setup(plans: &[BarrierPlan], config: &SimConfig) -> Result<(), SimError> {
+fn check_setup(plans: &[BarrierPlan], config: &FlagSimConfig) -> Result<(), SimError> {
     let n = plans.len();
     let setup = |msg: String| Err(SimError::Setup(msg));
     if n == 0 {
@@ -230,9 +229,6 @@ fn check_setup(plans: &[BarrierPlan], config: &SimConfig) -> Result<(), SimError
             ));
         }
         for (i, s) in plan.steps.iter().enumerate() {
-            let Some(s) = s.flag else {
-                return setup(format!("rank {r} step {i} ({s:?}) is not a flag step"));
-            };
             if s.peer().is_some_and(|p| p >= n) {
                 return setup(format!("rank {r} step {i} ({s:?}) names a rank beyond {n}"));
             }

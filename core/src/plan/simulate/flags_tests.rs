@@ -6,17 +6,17 @@ use super::flag_memory::SimMemory;
 use super::flags::*;
 use crate::Error;
 use crate::barrier::{BarrierAlgo, build, build_for_network, run};
+use crate::plan::FlagStep;
 use crate::plan::flag::apply::wait_for;
 use crate::plan::flag::{BarrierMemory, BarrierPlan, MAX_EPOCH, Word};
-use crate::plan::{FlagOp, Step};
 
 fn plans(algo: BarrierAlgo, n: usize) -> Vec<BarrierPlan> {
     let hosts: Vec<usize> = (0..n).map(|r| r % 3).collect();
     (0..n).map(|r| build(algo, r, n, &hosts).unwrap()).collect()
 }
 
-fn config(schedule: Schedule) -> SimConfig {
-    SimConfig {
+fn config(schedule: Schedule) -> FlagSimConfig {
+    FlagSimConfig {
         epochs: 4,
         schedule,
     }
@@ -54,8 +54,8 @@ fn every_algorithm_passes_for_network_memory_reading_only_its_own_words() {
     // The central counter's network plan waits on nothing but its own area.
     for r in 0..7 {
         let plan = build_for_network(BarrierAlgo::CentralCounter, r, 7, &[0; 7]).unwrap();
-        assert!(plan.steps.iter().all(|s| match s.flag.unwrap() {
-            FlagOp::WaitRelease { at } => at == r,
+        assert!(plan.steps.iter().all(|s| match *s {
+            FlagStep::WaitRelease { at } => at == r,
             s => !s.is_wait() || s.peer().is_none() || s.peer() == Some(r),
         }));
     }
@@ -81,7 +81,7 @@ fn random_schedules_run_ahead() {
 fn skipped_wait_is_an_early_exit() {
     let mut p = plans(BarrierAlgo::Dissemination, 6);
     p[3].steps
-        .retain(|s| !matches!(s.flag, Some(FlagOp::WaitFlag { round: 2, .. })));
+        .retain(|s| !matches!(s, FlagStep::WaitFlag { round: 2, .. }));
     let caught = (0..6).any(|rank| {
         matches!(
             simulate(&p, &config(Schedule::Laggard { rank, seed: 5 })),
@@ -94,7 +94,7 @@ fn skipped_wait_is_an_early_exit() {
 #[test]
 fn central_root_counting_short_is_an_early_exit() {
     let mut p = plans(BarrierAlgo::CentralCounter, 5);
-    p[0].steps[0] = Step::flag(FlagOp::WaitCounter { count_per_epoch: 3 });
+    p[0].steps[0] = FlagStep::WaitCounter { count_per_epoch: 3 };
     let err = simulate(&p, &config(Schedule::Laggard { rank: 4, seed: 0 })).unwrap_err();
     match err {
         SimError::EarlyExit { missing, .. } => assert_eq!(missing, vec![4]),
@@ -105,8 +105,7 @@ fn central_root_counting_short_is_an_early_exit() {
 #[test]
 fn missing_notify_is_a_deadlock_naming_the_word() {
     let mut p = plans(BarrierAlgo::Chain, 4);
-    p[1].steps
-        .retain(|s| !matches!(s.flag, Some(FlagOp::Notify { .. })));
+    p[1].steps.retain(|s| !matches!(s, FlagStep::Notify { .. }));
     let err = simulate(&p, &config(Schedule::RoundRobin)).unwrap_err();
     let SimError::Deadlock { stuck } = &err else {
         panic!("expected Deadlock, got {err}");
@@ -121,8 +120,7 @@ fn missing_notify_is_a_deadlock_naming_the_word() {
 fn rounds_going_backwards_are_a_regression() {
     // Rank 0 notifies rank 1 in round 1, then round 0: a backwards store.
     let mut p = plans(BarrierAlgo::Dissemination, 2);
-    p[0].steps
-        .insert(0, Step::flag(FlagOp::Notify { peer: 1, round: 1 }));
+    p[0].steps.insert(0, FlagStep::Notify { peer: 1, round: 1 });
     let err = simulate(&p, &config(Schedule::RoundRobin)).unwrap_err();
     assert!(
         matches!(err, SimError::Regression { writer: 0, .. }),
@@ -132,7 +130,7 @@ fn rounds_going_backwards_are_a_regression() {
 
 #[test]
 fn rejects_bad_setups() {
-    let setup = |p: &[BarrierPlan], c: SimConfig| match simulate(p, &c) {
+    let setup = |p: &[BarrierPlan], c: FlagSimConfig| match simulate(p, &c) {
         Err(SimError::Setup(msg)) => msg,
         other => panic!("expected Setup, got {other:?}"),
     };
@@ -147,31 +145,15 @@ fn rejects_bad_setups() {
     mixed[2] = build(BarrierAlgo::Dissemination, 2, 3, &[0; 3]).unwrap();
     assert!(setup(&mixed, config(Schedule::RoundRobin)).contains("dissemination"));
     let mut far = p;
-    far[1].steps.push(Step::flag(FlagOp::Release { peer: 9 }));
+    far[1].steps.push(FlagStep::Release { peer: 9 });
     assert!(setup(&far, config(Schedule::RoundRobin)).contains("beyond 3"));
-    let mut data = plans(BarrierAlgo::Chain, 3);
-    data[2].steps.insert(1, Step::signal(0));
-    assert!(setup(&data, config(Schedule::RoundRobin)).contains("rank 2 step 1"));
-}
-
-#[test]
-fn the_executor_refuses_data_steps() {
-    let mem = SimMemory::new(2);
-    let mut plan = build(BarrierAlgo::Chain, 0, 2, &[0; 2]).unwrap();
-    plan.steps.insert(0, Step::wait(1));
-    match run(&plan, 1, &mem) {
-        Err(Error::InvalidUsage(msg)) => assert!(msg.contains("data step"), "{msg}"),
-        other => panic!("expected InvalidUsage, got {other:?}"),
-    }
-    // Nothing ran: the refused step came first.
-    assert_eq!(mem.load_flag(1, 0), 0);
 }
 
 #[test]
 fn zero_epochs_do_nothing() {
     let stats = simulate(
         &plans(BarrierAlgo::Chain, 3),
-        &SimConfig {
+        &FlagSimConfig {
             epochs: 0,
             schedule: Schedule::RoundRobin,
         },
@@ -201,7 +183,7 @@ fn executor_runs_when_nothing_blocks_and_errors_on_bad_epochs() {
 
 #[test]
 fn counter_target_overflow_is_an_error() {
-    let step = FlagOp::WaitCounter {
+    let step = FlagStep::WaitCounter {
         count_per_epoch: u64::MAX,
     };
     assert!(matches!(

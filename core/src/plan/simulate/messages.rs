@@ -20,7 +20,7 @@ use super::schedule::SplitMix;
 use crate::Error;
 use crate::plan::apply::{Buffers, apply_step};
 use crate::plan::layout::InPlaceLayout;
-use crate::plan::step::{Plan, Step};
+use crate::plan::step::{DataStep, Plan};
 
 /// Why a simulation failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -39,7 +39,7 @@ pub enum SimError {
         /// Index of the step in the rank's plan.
         index: usize,
         /// The step (boxed to keep the error small).
-        step: Box<Step>,
+        step: Box<DataStep>,
         /// What `apply_step` reported.
         #[source]
         source: Error,
@@ -81,7 +81,7 @@ pub struct Stuck {
     /// Index of the step it cannot run.
     pub index: usize,
     /// The step.
-    pub step: Step,
+    pub step: DataStep,
     /// Why it cannot run (`no slot from rank 2`, `ring to rank 3 is full`).
     pub waiting_for: String,
 }
@@ -119,7 +119,7 @@ impl fmt::Display for Leftover {
 
 /// Everything [`simulate_with`] needs besides the plans and inputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SimConfig {
+pub struct MessageSimConfig {
     /// Run each rank on one buffer laid out by `InPlaceLayout::of`.
     pub in_place: bool,
     /// Slots per directed connection (at least 1).
@@ -176,7 +176,7 @@ pub fn simulate(
     nsteps: usize,
     slot_bytes: usize,
 ) -> Result<Vec<Vec<u8>>, SimError> {
-    let config = SimConfig {
+    let config = MessageSimConfig {
         in_place,
         nsteps,
         slot_bytes,
@@ -193,7 +193,7 @@ pub fn simulate(
 pub fn simulate_with(
     plans: &[Plan],
     inputs: Vec<Vec<u8>>,
-    config: &SimConfig,
+    config: &MessageSimConfig,
 ) -> Result<Vec<Vec<u8>>, SimError> {
     let n = plans.len();
     let nsteps = config.nsteps;
@@ -353,7 +353,7 @@ impl Sim<'_> {
 
 /// Why `step` of rank `r` cannot run now, or `None` when it can.
 fn blocked(
-    step: &Step,
+    step: &DataStep,
     r: usize,
     n: usize,
     nsteps: usize,

@@ -4,11 +4,11 @@
 use super::messages::*;
 use crate::Error;
 use crate::plan::step::Region;
-use crate::plan::step::{Plan, Step};
+use crate::plan::step::{DataStep, Plan};
 use crate::plan::{Collective, PlanParams, build};
 use streamcomm_kernels::{DataType, ReduceOp};
 
-fn plan(collective: Collective, rank: usize, nranks: usize, steps: Vec<Step>) -> Plan {
+fn plan(collective: Collective, rank: usize, nranks: usize, steps: Vec<DataStep>) -> Plan {
     Plan {
         collective,
         dtype: DataType::U8,
@@ -51,13 +51,13 @@ fn reports_a_deadlock_naming_each_rank() {
             Collective::AllReduce,
             0,
             2,
-            vec![Step::wait(1), Step::signal(1)],
+            vec![DataStep::wait(1), DataStep::signal(1)],
         ),
         plan(
             Collective::AllReduce,
             1,
             2,
-            vec![Step::wait(0), Step::signal(0)],
+            vec![DataStep::wait(0), DataStep::signal(0)],
         ),
     ];
     let err = simulate(&plans, vec![vec![0; 2], vec![0; 2]], false, 1, 4).unwrap_err();
@@ -77,10 +77,10 @@ fn full_rings_block_and_deadlock() {
     // Both ranks send twice before receiving: fine with 2 slots, a deadlock with 1.
     let steps = |peer| {
         vec![
-            Step::signal(peer),
-            Step::signal(peer),
-            Step::wait(peer),
-            Step::wait(peer),
+            DataStep::signal(peer),
+            DataStep::signal(peer),
+            DataStep::wait(peer),
+            DataStep::wait(peer),
         ]
     };
     let plans = vec![
@@ -96,7 +96,7 @@ fn full_rings_block_and_deadlock() {
 #[test]
 fn reports_undelivered_slots() {
     let plans = vec![
-        plan(Collective::AllReduce, 0, 2, vec![Step::signal(1)]),
+        plan(Collective::AllReduce, 0, 2, vec![DataStep::signal(1)]),
         plan(Collective::AllReduce, 1, 2, vec![]),
     ];
     let err = simulate(&plans, vec![vec![0; 2], vec![0; 2]], false, 1, 4).unwrap_err();
@@ -113,13 +113,13 @@ fn mismatched_lengths_fail_the_step() {
             Collective::AllReduce,
             0,
             2,
-            vec![Step::send(1, Region::send(0, 2))],
+            vec![DataStep::send(1, Region::send(0, 2))],
         ),
         plan(
             Collective::AllReduce,
             1,
             2,
-            vec![Step::recv(0, Region::recv(0, 1))],
+            vec![DataStep::recv(0, Region::recv(0, 1))],
         ),
     ];
     let err = simulate(&plans, vec![vec![0; 2], vec![0; 2]], false, 1, 4).unwrap_err();
@@ -143,13 +143,13 @@ fn oversized_steps_and_bad_setups_are_reported() {
             Collective::AllReduce,
             0,
             2,
-            vec![Step::send(1, Region::send(0, 2))],
+            vec![DataStep::send(1, Region::send(0, 2))],
         ),
         plan(
             Collective::AllReduce,
             1,
             2,
-            vec![Step::recv(0, Region::recv(0, 2))],
+            vec![DataStep::recv(0, Region::recv(0, 2))],
         ),
     ];
     let inputs = || vec![vec![0; 2], vec![0; 2]];
@@ -191,7 +191,7 @@ fn random_schedules_are_reproducible_and_complete() {
         .map(|i| inputs.iter().map(|v| v[i]).max().unwrap())
         .collect();
     for seed in 0..20 {
-        let config = SimConfig {
+        let config = MessageSimConfig {
             in_place: seed % 2 == 0,
             nsteps: 1,
             slot_bytes: 2,
@@ -219,7 +219,7 @@ fn laggard_schedules_complete_and_check_the_laggard() {
     let want = [0, 10, 1, 11, 2, 12, 3, 13];
     let seed = streamcomm_testkit::seed();
     for rank in 0..4 {
-        let mut config = SimConfig {
+        let mut config = MessageSimConfig {
             in_place: false,
             nsteps: 1,
             slot_bytes: 1,
