@@ -84,13 +84,14 @@
 //! (`scripts/check-layers.py` checks it):
 //!
 //! ```text
-//!  7  cuda                                   CudaComm: the CUDA API
-//!  6  device                                 device-side execution of operations
-//!  5  comm                                   the Communicator
-//!  4  transport                              moving slots between ranks
-//!  3  barrier    tuning                      barrier algorithms and executor, algorithm choice
-//!  2  plan       host      launch            plans of data and flag steps and their simulator, host streams, launchers' environments
-//!  1  config     bootstrap  engine           settings, rank rendezvous, progress thread
+//!  8  cuda                                   CudaComm: the CUDA API
+//!  7  device                                 device-side execution of operations
+//!  6  comm                                   the Communicator
+//!  5  transport                              moving slots between ranks
+//!  4  tuning                                 algorithm choice
+//!  3  plan       host       launch           plans of data steps and the simulator of both kinds, host streams, launchers' environments
+//!  2  config                                 settings
+//!  1  barrier    bootstrap  engine           barriers (algorithms, flag steps, flag memory, execution), rank rendezvous, progress thread
 //!  0  error      wait                        errors, waiting
 //! ```
 //!
@@ -108,11 +109,11 @@
 //! Each folder's job:
 //! - `error.rs`: [`Error`] and [`Result`].
 //! - `wait.rs`: how every wait spins, yields, sleeps and times out.
-//! - `config/`: [`Config`] and the types of its fields, parsed from `STREAMCOMM_*`; depends on nothing but `error`.
-//! - `plan/`: collectives as pure per-rank step lists (data steps, and the flag steps barriers are written in, with their memory model and interpreter), their signatures and the simulator of both.
+//! - `config/`: [`Config`] and the types of its fields, parsed from `STREAMCOMM_*`; depends on nothing but `error` and `barrier` (whose [`barrier::BarrierAlgo`] is a field's type).
+//! - `plan/`: collectives as pure per-rank lists of data steps, their signatures, the message barrier, and the simulator of data steps and of the barriers' flag steps.
 //! - `bootstrap/`: [`bootstrap::UniqueId`] and the root and client that let ranks meet.
 //! - `engine/`: the progress engine, a communicator's one background thread (tcp and verbs progress, the peer watch, off-stream barriers, the CUDA backend's host side).
-//! - `barrier/`: barrier algorithms as plans of flag steps over flag memory, and their executor.
+//! - `barrier/`: everything barriers are: the algorithms and the default choice, plans of flag steps, their memory model and interpreter, the flag memory of each rank's segment, and a communicator's barrier state and execution.
 //! - `host/`: the host backend: streams, events, doorbells, graphs, buffers.
 //! - `tuning/`: the cost model and the choice of an algorithm per call.
 //! - `launch/`: the variables of launchers (`streamcomm-run`, torchrun, Slurm, Open MPI, PMI) that `Communicator::from_env` reads.

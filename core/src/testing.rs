@@ -6,10 +6,10 @@
 /// Barrier plans, their interpreter and their simulator.
 pub mod barrier {
     pub use crate::barrier::build::{build, build_for_network};
-    pub use crate::barrier::exec::run;
-    pub use crate::plan::FlagStep;
-    pub use crate::plan::flag::signal_value;
-    pub use crate::plan::flag::{BarrierMemory, BarrierPlan, WaitFor};
+    pub use crate::barrier::exec::{Epoch, run};
+    pub use crate::barrier::memory::{BarrierMemory, WaitFor};
+    pub use crate::barrier::plan::BarrierPlan;
+    pub use crate::barrier::step::{FlagStep, signal_value};
     pub use crate::plan::simulate::flags::{FlagSimConfig, Schedule, SimError, simulate};
 }
 

@@ -37,10 +37,10 @@
 //! # Ok::<(), streamcomm::Error>(())
 //! ```
 
+use super::FlagStep;
 use super::algo;
 use super::{BarrierAlgo, BarrierPlan};
 use crate::Error;
-use crate::plan::FlagStep;
 
 /// Builds `rank`'s barrier plan for `algo` among `nranks` ranks.
 ///

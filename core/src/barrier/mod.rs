@@ -1,30 +1,54 @@
-//! Barriers: which algorithm a communicator's barriers run
-//! ([`BarrierAlgo`], `STREAMCOMM_BARRIER_ALGO`).
+//! Barriers, in one place: which algorithm a communicator's barriers run
+//! ([`BarrierAlgo`], `STREAMCOMM_BARRIER_ALGO`), and everything that runs
+//! them.
 //!
-//! Inside (not public): every algorithm of `docs/design/barriers.md` as a
-//! plan of flag steps (`plan::FlagStep`s, in a
-//! `plan::flag::BarrierPlan`) over flag memory (`build.rs`), proved by the
-//! plan simulator (`plan/simulate/flags.rs`) and run by one executor
-//! (`exec.rs`). Communicators with tcp peers have no shared
-//! flag memory: they run the dissemination barrier's flag steps as messages
-//! (`plan::build` for `Collective::Barrier` runs each notify as a zero-byte
-//! message and each flag wait as a wait for one), so that algorithm is
-//! written once, in `plan/dissemination.rs`.
+//! Inside (not public), bottom to top:
+//! - `step.rs`: [`FlagStep`], the language barriers are written in (a type
+//!   apart from the data steps of other collectives), and the epoch values
+//!   its words carry;
+//! - `memory.rs`: the memory model flag steps run on ([`BarrierMemory`]);
+//! - `exec.rs`: their one interpreter and the executor ([`exec::run`]), which
+//!   the plan simulator (`plan/simulate/flags.rs`) also calls;
+//! - `algo/`: every algorithm of `docs/design/barriers.md`, and
+//!   [`BarrierAlgo`] naming them; `build.rs` makes one rank's
+//!   [`BarrierPlan`] (`plan.rs`) of one;
+//! - `area.rs`: the flag memory of a communicator, each rank's barrier area
+//!   in its shared-memory segment, mapped or written over verbs;
+//! - `state.rs`: the default algorithm, where a plan fits (decided once),
+//!   the epochs, and running one barrier ([`FlagBarriers`]).
+//!
+//! Communicators with tcp peers have no shared flag memory: they run the
+//! dissemination barrier's flag steps as data messages (`plan::build` for
+//! `Collective::Barrier`, in `plan/barrier.rs`, runs each notify as a
+//! zero-byte message and each flag wait as a wait for one), so that
+//! algorithm is written once, in `algo/dissemination.rs`. The
+//! communicator's entry points (`Communicator::barrier`, `barrier_host`,
+//! `set_barrier_algo`, in `comm/barrier.rs`) pick flags or messages and
+//! call in here. This module needs nothing above `wait`: `config`, `plan`
+//! and `transport` build on it.
 
 mod algo;
+pub(crate) mod area;
 pub(crate) mod build;
 pub(crate) mod exec;
+pub(crate) mod memory;
+pub(crate) mod plan;
+mod state;
+pub(crate) mod step;
 
-pub use crate::config::barrier_algo::{BarrierAlgo, Inter};
-pub(crate) use crate::plan::flag::{BarrierMemory, BarrierPlan, WaitFor};
+pub(crate) use algo::dissemination;
+pub use algo::{BarrierAlgo, Inter};
 pub(crate) use build::{build, build_for_network};
-pub(crate) use exec::run;
+pub(crate) use exec::{Epoch, apply, wait_for};
+pub(crate) use memory::{BarrierMemory, WaitFor, Word};
+pub(crate) use plan::BarrierPlan;
+pub(crate) use state::{FlagBarriers, default_algo};
+pub(crate) use step::{FlagStep, MAX_EPOCH, ROUNDS_PER_EPOCH};
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::Error;
-    use crate::plan::flag::ROUNDS_PER_EPOCH;
 
     fn err(algo: BarrierAlgo, rank: usize, nranks: usize, hosts: &[usize]) -> String {
         match build(algo, rank, nranks, hosts) {

@@ -1,34 +1,21 @@
-//! Barriers on a communicator: which algorithm, its epochs, and the two entry points.
+//! Barriers on a communicator: its two entry points, and the choice between
+//! flags and messages.
 //!
 //! One implementation serves both entry points: [`Communicator::barrier`]
 //! (stream-ordered, capturable) and [`Communicator::barrier_host`] (blocks the
 //! calling thread). Both take a ticket, so they run in issue order with the
-//! communicator's other operations, and both run the same barrier plan
-//! ([`crate::barrier`]) over the ranks' flag memory, with an epoch that
-//! advances once per barrier on every rank. A peer's flag memory is its
-//! shared-memory segment's barrier area, or over verbs the same area written
-//! by RDMA (written or fetch-added, never read: see [`FlagMemory::fits`]); communicators with tcp
-//! peers run the same dissemination plan with its flags turned into
-//! messages through the slot rings ([`plan::build`] for
-//! [`Collective::Barrier`]).
-//!
-//! # Default algorithm
-//! [`default_barrier_algo`] picks, for ranks on one host: dissemination up to
-//! the number of cores (every rank runs, so ⌈log2 N⌉ rounds of flag writes is
-//! the shortest path), and the central counter when ranks outnumber cores
-//! (then every extra hand-off is a context switch, and the central counter
-//! has the fewest: one arrival per rank, one release). Ranks on several hosts
-//! use the hierarchical algorithm. The measurements are in
-//! `docs/measurements/host-shm.md`. Over
-//! verbs remote areas are written, never read: the central counter runs
-//! there (RDMA fetch-and-add, releases into each rank's own area) only when
-//! every pair of ranks is on verbs and every device has atomics; elsewhere
-//! dissemination replaces it.
+//! communicator's other operations, and both run the barrier of
+//! [`crate::barrier`]: where every peer's barrier area is reached (its
+//! shared-memory segment, or over verbs the same area written by RDMA), a
+//! flag algorithm over the ranks' flag memory ([`FlagBarriers`], which
+//! chooses the algorithm and runs it); communicators with tcp peers run
+//! the dissemination barrier with its flags turned into messages through
+//! the slot rings ([`plan::build`] for [`Collective::Barrier`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use crate::barrier::{self, BarrierAlgo, BarrierMemory, BarrierPlan, Inter, WaitFor};
+use crate::barrier::area::{Area, BarrierArea, RemoteArea};
+use crate::barrier::{BarrierAlgo, FlagBarriers};
 use crate::comm::Communicator;
 use crate::comm::buffer::Binding;
 use crate::comm::inner::CommInner;
@@ -36,54 +23,15 @@ use crate::comm::task::barrier_task;
 use crate::host::{HostStream, JobMode};
 use crate::plan::{self, Collective, Plan, PlanParams};
 use crate::transport::Connection;
-use crate::transport::barrier_area::{Area, BarrierArea, FlagMemory, RemoteArea};
-use crate::wait::{WaitError, available_cores};
+use crate::wait::WaitError;
 use crate::{DataType, ReduceOp};
 use crate::{Error, Result};
 
-/// The default barrier algorithm for `nranks` ranks on `nhosts` hosts, with
-/// `local_ranks` sharing this host (see the module docs for the rule).
-pub(super) fn default_barrier_algo(
-    nranks: usize,
-    nhosts: usize,
-    local_ranks: usize,
-) -> BarrierAlgo {
-    if nhosts > 1 && nhosts < nranks {
-        BarrierAlgo::Hierarchical {
-            inter: Inter::Dissemination,
-        }
-    } else if local_ranks > available_cores() {
-        BarrierAlgo::CentralCounter
-    } else {
-        let _ = nranks;
-        BarrierAlgo::Dissemination
-    }
-}
-
-/// Barrier state of a communicator.
-pub(crate) struct BarrierState {
-    /// Flag memory (every peer shares memory with us) or messages.
-    pub mode: BarrierMode,
-    /// Barriers run so far on this communicator (the same on every rank).
-    pub epoch: AtomicU64,
-    /// Host index of each rank, for building plans.
-    pub hosts: Vec<usize>,
-}
-
-/// How barriers run.
-pub(crate) enum BarrierMode {
+/// How a communicator's barriers run.
+pub(crate) enum BarrierState {
     /// Every peer shares memory or is reached over verbs: a flag algorithm
     /// over the ranks' barrier areas.
-    Flags {
-        /// `areas[r]`: rank r's barrier area (ours included).
-        areas: Vec<Area>,
-        /// The plan in use (replaced, in issue order, by `set_barrier_algo`).
-        plan: Mutex<Arc<BarrierPlan>>,
-        /// Of the barriers so far, how many used the central counter.
-        counter_epochs: AtomicU64,
-        /// Remote counters may be fetch-added (see `fits_everyone`).
-        remote_atomics: bool,
-    },
+    Flags(FlagBarriers),
     /// Some peer is reached over tcp: dissemination with zero-byte messages
     /// through the slot rings (works over any transport).
     Messages {
@@ -96,11 +44,12 @@ impl BarrierState {
     /// The barrier state for a communicator whose rank `rank` reaches its
     /// peers through `peers` (`None` for itself), with `own` its own area:
     /// flags when every peer shares memory or is reached over verbs,
-    /// messages otherwise. `algo` is the requested algorithm, if any.
+    /// messages otherwise. `algo` is the requested algorithm, if any,
+    /// `default` the one to run where it fits.
     ///
     /// # Errors
-    /// [`Error::Unavailable`] when `algo` cannot run over these peers (the
-    /// central counter over verbs); as [`barrier::build`].
+    /// As [`FlagBarriers::new`] (an algorithm that cannot run over these
+    /// peers, bad arguments).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn for_peers(
         rank: usize,
@@ -124,42 +73,20 @@ impl BarrierState {
                 },
             })
             .collect();
-        let Some(areas) = areas else {
-            return BarrierState::messages(rank, size, slot_bytes, hosts);
-        };
-        let algo = match algo {
-            Some(a) => a,
-            None if fits_everyone(default, size, &hosts, &areas, remote_atomics)? => default,
-            None => BarrierAlgo::Dissemination,
-        };
-        let plan = checked_plan(algo, rank, size, &hosts, &areas, remote_atomics)?;
-        Ok(BarrierState::flags(areas, plan, hosts, remote_atomics))
-    }
-
-    fn flags(
-        areas: Vec<Area>,
-        plan: BarrierPlan,
-        hosts: Vec<usize>,
-        remote_atomics: bool,
-    ) -> BarrierState {
-        BarrierState {
-            mode: BarrierMode::Flags {
+        match areas {
+            Some(areas) => Ok(BarrierState::Flags(FlagBarriers::new(
+                rank,
                 areas,
-                plan: Mutex::new(Arc::new(plan)),
-                counter_epochs: AtomicU64::new(0),
+                hosts,
                 remote_atomics,
-            },
-            epoch: AtomicU64::new(0),
-            hosts,
+                algo,
+                default,
+            )?)),
+            None => BarrierState::messages(rank, size, slot_bytes),
         }
     }
 
-    fn messages(
-        rank: usize,
-        size: usize,
-        slot_bytes: usize,
-        hosts: Vec<usize>,
-    ) -> Result<BarrierState> {
+    fn messages(rank: usize, size: usize, slot_bytes: usize) -> Result<BarrierState> {
         let plan = plan::build(
             Collective::Barrier,
             DataType::U8,
@@ -172,21 +99,17 @@ impl BarrierState {
                 nsteps: 1,
             },
         )?;
-        Ok(BarrierState {
-            mode: BarrierMode::Messages {
-                plan: Arc::new(plan),
-            },
-            epoch: AtomicU64::new(0),
-            hosts,
+        Ok(BarrierState::Messages {
+            plan: Arc::new(plan),
         })
     }
 
     /// The algorithm barriers run (dissemination, as messages, when some
     /// peer is reached over tcp).
     fn algo(&self) -> BarrierAlgo {
-        match &self.mode {
-            BarrierMode::Flags { plan, .. } => plan.lock().unwrap_or_else(|p| p.into_inner()).algo,
-            BarrierMode::Messages { .. } => BarrierAlgo::Dissemination,
+        match self {
+            BarrierState::Flags(flags) => flags.algo(),
+            BarrierState::Messages { .. } => BarrierAlgo::Dissemination,
         }
     }
 }
@@ -201,136 +124,20 @@ fn remote_area(c: &Connection) -> Option<Arc<dyn RemoteArea>> {
     None
 }
 
-/// Whether every rank's plan of `algo` can run where areas are reached
-/// like ours.
-///
-/// Decided alike on every rank: with all areas mapped, anything goes; with
-/// a network between some ranks (links are symmetric: then every rank has
-/// one), each rank is taken to read its own area alone, whatever its plan,
-/// since a rank's own plan could fit where a peer's does not, and plans are
-/// built for written-only memory ([`barrier::build_for_network`]).
-/// `remote_atomics` (every pair of ranks talks over verbs and every device
-/// executes atomics: the same on every rank, from the endpoints) lets a plan
-/// fetch-add a remote counter.
-fn fits_everyone(
-    algo: BarrierAlgo,
-    size: usize,
-    hosts: &[usize],
-    areas: &[Area],
-    remote_atomics: bool,
-) -> Result<bool> {
-    if all_mapped(areas) {
-        return Ok(true);
-    }
-    for r in 0..size {
-        let plan = barrier::build_for_network(algo, r, size, hosts)?;
-        if !FlagMemory::fits(&plan.steps, |q| q == r, remote_atomics) {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-/// True when every rank's area is mapped here (no network between ranks).
-fn all_mapped(areas: &[Area]) -> bool {
-    areas.iter().all(|a| matches!(a, Area::Mapped(_)))
-}
-
-/// This rank's plan of `algo`, refused when some rank's plan cannot run
-/// over these areas.
-fn checked_plan(
-    algo: BarrierAlgo,
-    rank: usize,
-    size: usize,
-    hosts: &[usize],
-    areas: &[Area],
-    remote_atomics: bool,
-) -> Result<BarrierPlan> {
-    if all_mapped(areas) {
-        return barrier::build(algo, rank, size, hosts);
-    }
-    if !fits_everyone(algo, size, hosts, areas, remote_atomics)? {
-        return Err(Error::Unavailable(format!(
-            "barrier algorithm {algo}: some ranks are reached over verbs, whose flag memory can only be written, and this algorithm reads another rank's words{}",
-            if algo == BarrierAlgo::CentralCounter {
-                " (the central counter needs every pair of ranks on verbs and every device with RDMA atomics)"
-            } else {
-                ""
-            }
-        )));
-    }
-    barrier::build_for_network(algo, rank, size, hosts)
-}
-
-/// Presents the central counter as if every earlier barrier had used it, so
-/// that switching algorithms between barriers keeps the counter's target
-/// (`epoch × (n − 1)`) right. Only the root reads its counter.
-struct CounterView<'a> {
-    inner: &'a FlagMemory<'a>,
-    /// `(epoch − 1 − earlier central-counter barriers) × (n − 1)`.
-    bias: u64,
-}
-
-impl BarrierMemory for CounterView<'_> {
-    fn fetch_add_counter(&self, owner: usize, v: u64) {
-        self.inner.fetch_add_counter(owner, v)
-    }
-    fn store_flag(&self, owner: usize, src: usize, v: u64) {
-        self.inner.store_flag(owner, src, v)
-    }
-    fn store_release(&self, owner: usize, v: u64) {
-        self.inner.store_release(owner, v)
-    }
-    fn load_counter(&self, owner: usize) -> u64 {
-        self.inner.load_counter(owner) + self.bias
-    }
-    fn load_flag(&self, owner: usize, src: usize) -> u64 {
-        self.inner.load_flag(owner, src)
-    }
-    fn load_release(&self, owner: usize) -> u64 {
-        self.inner.load_release(owner)
-    }
-    fn wait(&self, on: &WaitFor, ready: &dyn Fn() -> bool) -> Result<()> {
-        self.inner.wait(on, ready)
-    }
-}
-
 impl CommInner {
     /// Runs one barrier (call under a ticket).
     pub(crate) fn run_barrier(&self, ticket: u64) -> Result<()> {
-        let state = &self.barrier;
-        let epoch = state.epoch.fetch_add(1, Ordering::Relaxed) + 1;
-        let (areas, plan, counter_epochs) = match &state.mode {
-            BarrierMode::Messages { plan } => {
+        let flags = match &self.barrier {
+            BarrierState::Flags(flags) => flags,
+            BarrierState::Messages { plan } => {
                 let binding = Binding::Separate {
                     send: None,
                     recv: None,
                 };
                 return self.run_plan(plan, &binding, ticket);
             }
-            BarrierMode::Flags {
-                areas,
-                plan,
-                counter_epochs,
-                ..
-            } => (
-                areas,
-                plan.lock().unwrap_or_else(|p| p.into_inner()).clone(),
-                counter_epochs,
-            ),
         };
-        let earlier_counter = if plan.uses_counter() {
-            counter_epochs.fetch_add(1, Ordering::Relaxed)
-        } else {
-            counter_epochs.load(Ordering::Relaxed)
-        };
-        let mem = FlagMemory::new(areas, self.policy());
-        let view = CounterView {
-            inner: &mem,
-            bias: (epoch - 1 - earlier_counter) * (self.size as u64 - 1),
-        };
-        let _span = tracing::trace_span!("barrier", epoch, algo = plan.algo.name()).entered();
-        barrier::run(&plan, epoch, &view).map_err(|e| match e {
+        flags.run(self.policy()).map_err(|e| match e {
             Error::Aborted(what) => self.wait_error(
                 WaitError::Aborted,
                 &format!("barrier #{ticket}"),
@@ -451,28 +258,15 @@ impl Communicator {
     /// reached over verbs (its words would have to be read remotely).
     pub fn set_barrier_algo(&self, algo: BarrierAlgo) -> Result<()> {
         let inner = &self.inner;
-        let BarrierMode::Flags {
-            plan: current,
-            areas,
-            remote_atomics,
-            ..
-        } = &inner.barrier.mode
-        else {
+        let BarrierState::Flags(flags) = &inner.barrier else {
             return Err(Error::Unavailable(format!(
                 "barrier algorithm {algo}: some peers are reached over tcp, where barriers use message dissemination"
             )));
         };
-        let plan = checked_plan(
-            algo,
-            inner.rank,
-            inner.size,
-            &inner.barrier.hosts,
-            areas,
-            *remote_atomics,
-        )?;
+        let plan = flags.plan_for(algo)?;
         let ticket = inner.turns.take();
         inner.run_ticketed(ticket, JobMode::Run, "set_barrier_algo", |_| {
-            *current.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(plan);
+            flags.install(plan);
             Ok(())
         })
     }

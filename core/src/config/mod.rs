@@ -5,7 +5,6 @@
 //! reads these variables; everything else receives a `Config`.
 
 pub(crate) mod algo_override;
-pub(crate) mod barrier_algo;
 pub(crate) mod cost_params;
 pub(crate) mod fault_spec;
 mod transport;
@@ -13,8 +12,8 @@ pub(crate) mod vars;
 
 use std::time::Duration;
 
+use crate::barrier::BarrierAlgo;
 pub use algo_override::AlgoOverride;
-use barrier_algo::BarrierAlgo;
 pub(crate) use cost_params::{CostParams, LinkCost};
 pub use fault_spec::FaultPlan;
 pub use transport::{Transport, TransportChoice};
@@ -101,7 +100,7 @@ pub struct Config {
     /// `STREAMCOMM_BARRIER_ALGO`: barrier algorithm (`central_counter`,
     /// `central_flags`, `chain`, `tree[:K]`, `dissemination`, `kway[:K]`,
     /// `hierarchical[:dissemination|:tree[:K]]`); `None` picks by the default
-    /// rule (`comm::default_barrier_algo`).
+    /// rule (`barrier::default_algo`).
     pub barrier_algo: Option<BarrierAlgo>,
     /// `STREAMCOMM_HOSTS_OVERRIDE`: pretend ranks live on these hosts (for
     /// topology only: tree and hierarchical barriers). Either one label per

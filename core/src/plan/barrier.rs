@@ -5,8 +5,9 @@
 //! so its barrier runs on the data path instead: each flag notify
 //! ([`FlagStep::Notify`]) is a zero-byte message to its peer ([`DataStep::signal`])
 //! and each flag wait ([`FlagStep::WaitFlag`]) a wait for one ([`DataStep::wait`]).
-//! The algorithm is not written here: `plan/dissemination.rs` is the one
-//! definition the flag barrier of `crate::barrier` and this one share.
+//! The algorithm is not written here: `barrier/algo/dissemination.rs` is
+//! the one definition the flag barrier of `crate::barrier` and this one
+//! share.
 //!
 //! # Why the message form keeps the barrier property
 //!
@@ -24,10 +25,9 @@
 //! slots).
 
 use super::Geometry;
-use super::dissemination;
-use super::flag::FlagStep;
 use super::step::DataStep;
 use crate::Error;
+use crate::barrier::{FlagStep, dissemination};
 
 /// The message barrier of `g.rank`: the dissemination barrier as messages
 /// (none for a single rank).

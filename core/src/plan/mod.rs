@@ -6,11 +6,10 @@
 //! family of algorithms (ring, chain, pairwise; the message barrier runs the
 //! dissemination barrier's flag steps as messages); those files only emit
 //! [`DataStep`]s. [`apply::apply_step`] is the one interpreter of data steps,
-//! shared by the backends and by [`simulate::simulate`]. Flag steps
-//! ([`flag::FlagStep`], `flag/`) are the barrier algorithms' part of the same
-//! language, with their memory model and their one interpreter
-//! ([`flag::apply::apply`]): `crate::barrier` builds them and runs them on
-//! flag memory, [`simulate::flags`] proves them.
+//! shared by the backends and by [`simulate::simulate`]. Barriers over flag
+//! memory are written in flag steps, a type of their own with its memory
+//! model and interpreter, all in `crate::barrier`; [`simulate::flags`]
+//! proves them.
 //!
 //! # Element counts
 //!
@@ -49,15 +48,12 @@ mod ring;
 mod tree;
 
 pub(crate) mod apply;
-pub(crate) mod dissemination;
-pub(crate) mod flag;
 pub mod signature;
 pub mod simulate;
 pub(crate) mod step;
 
 pub use algo::{Algorithm, build_with};
 pub(crate) use apply::{Buffers, apply_step};
-pub use flag::FlagStep;
 pub(crate) use layout::InPlaceLayout;
 pub use simulate::{MessageSimConfig, Schedule, simulate, simulate_with};
 pub(crate) use step::DataStep;

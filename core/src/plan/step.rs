@@ -13,7 +13,7 @@
 //! - outputs: the local region `dst` and/or the next slot sent to `send_to`.
 //!
 //! Data steps are one of the two kinds of step: barriers over flag memory
-//! are written in flag steps (`FlagStep`, in `plan/flag/`), a type of their
+//! are written in flag steps (`FlagStep`, in `barrier/`), a type of their
 //! own, so a plan of one kind cannot hold a step of the other and each
 //! interpreter takes only its own kind.
 //!

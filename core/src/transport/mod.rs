@@ -15,7 +15,6 @@
 //! and the mismatch records written before it is raised (which ranks' calls
 //! differed, and how), so every rank can say what went wrong.
 
-pub(crate) mod barrier_area;
 pub(crate) mod device_span;
 pub(crate) mod fault;
 pub(crate) mod local_ring;
@@ -31,7 +30,7 @@ pub(crate) mod verbs;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use barrier_area::{BarrierArea, area_bytes};
+use crate::barrier::area::{BarrierArea, area_bytes};
 use ring::{RingEnd, RingError, RingShape};
 use shm::ShmSegment;
 

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use streamcomm::Error;
 use streamcomm::barrier::{BarrierAlgo, Inter};
-use streamcomm::testing::barrier::{BarrierMemory, BarrierPlan, FlagStep, WaitFor, build, run};
+use streamcomm::testing::barrier::{
+    BarrierMemory, BarrierPlan, Epoch, FlagStep, WaitFor, build, run,
+};
 use streamcomm::testing::barrier::{FlagSimConfig, Schedule, SimError, simulate};
 use streamcomm::testing::wait::{Notifier, WaitPolicy};
 
@@ -320,7 +322,7 @@ fn executor_runs_every_algorithm_over_atomics() {
                         start.wait();
                         for epoch in 1..=ITERS {
                             arrived.fetch_add(1, Ordering::SeqCst);
-                            run(&plan, epoch, &*mem).unwrap();
+                            run(&plan, Epoch::uniform(epoch), &*mem).unwrap();
                             let seen = arrived.load(Ordering::SeqCst);
                             assert!(
                                 seen >= n as u64 * epoch,

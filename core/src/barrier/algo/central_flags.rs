@@ -12,7 +12,7 @@
 //!
 //! The root is rank 0.
 
-use crate::plan::FlagStep;
+use crate::barrier::FlagStep;
 
 const ROOT: usize = 0;
 

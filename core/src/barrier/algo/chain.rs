@@ -9,7 +9,7 @@
 //! baseline (the linear barrier of Hoefler et al., "A survey of barrier
 //! algorithms for coarse grained supercomputers", 2005).
 
-use crate::plan::FlagStep;
+use crate::barrier::FlagStep;
 
 /// Steps of `rank` out of `n >= 2`.
 pub(super) fn steps(rank: usize, n: usize) -> Vec<FlagStep> {

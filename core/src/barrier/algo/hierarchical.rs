@@ -6,7 +6,7 @@
 //! rank per node):
 //! 1. every rank of a host signals its host leader (the lowest rank of the
 //!    host) with a flag in the leader's area (round 0);
-//! 2. the leaders run a dissemination barrier ([`crate::plan::dissemination`])
+//! 2. the leaders run a dissemination barrier (`dissemination.rs`)
 //!    or a k-ary arrival/release tree ([`super::tree`]) among themselves
 //!    (rounds from 1, so no flag value is shared with step 1);
 //! 3. each leader writes the release word of every other rank of its host.
@@ -16,12 +16,12 @@
 //! host this is the central-flags barrier; with one rank per host it is the
 //! inter-host algorithm alone.
 
-use crate::plan::FlagStep;
+use crate::barrier::FlagStep;
 
 use super::Inter;
+use super::dissemination;
 use super::hosts::{Hosts, position};
 use super::tree::{arrive_release, kary};
-use crate::plan::dissemination;
 
 /// Round of the intra-host gather; inter-leader rounds follow it.
 const GATHER_ROUND: u32 = 0;

@@ -1,9 +1,9 @@
 //! The barrier algorithms of `docs/design/barriers.md`, one file each.
 //!
-//! Each file only emits the [`FlagStep`]s of one rank's flag steps (the
-//! dissemination barrier lives in `crate::plan::dissemination`, which the
-//! message barrier shares); [`BarrierAlgo`] names
-//! them (`STREAMCOMM_BARRIER_ALGO`, the benchmark's `--algo`) and
+//! Each file only emits one rank's [`FlagStep`]s (the dissemination
+//! barrier's are also the message barrier's, `plan/barrier.rs`);
+//! [`BarrierAlgo`] (`name.rs`) names them (`STREAMCOMM_BARRIER_ALGO`, the
+//! benchmark's `--algo`) and
 //! [`super::build`] validates arguments and dispatches here. Flat algorithms
 //! ignore the host layout; the tree orders ranks host leaders first and the
 //! hierarchical barrier is built from it.
@@ -11,15 +11,16 @@
 mod central_counter;
 mod central_flags;
 mod chain;
+pub(crate) mod dissemination;
 mod hierarchical;
 mod hosts;
+mod name;
 mod tree;
 
 pub(super) use hosts::Hosts;
+pub use name::{BarrierAlgo, Inter};
 
-use crate::config::barrier_algo::{BarrierAlgo, Inter};
-use crate::plan::FlagStep;
-use crate::plan::dissemination;
+use super::FlagStep;
 
 /// The steps of `algo` for `rank` where other ranks' words can only be
 /// written (over a network): as [`steps`], but the central counter releases

@@ -22,7 +22,7 @@
 //! this is the plain k-ary tree over ranks `0..n` in heap order. A leader
 //! releases its remote children first (their subtrees are the longest).
 
-use crate::plan::FlagStep;
+use crate::barrier::FlagStep;
 
 use super::hosts::{Hosts, position};
 

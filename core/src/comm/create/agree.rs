@@ -3,8 +3,9 @@
 
 use super::prepare::Local;
 use crate::Result;
+use crate::barrier::default_algo;
 use crate::comm::affinity;
-use crate::comm::barrier::{BarrierState, default_barrier_algo};
+use crate::comm::barrier::BarrierState;
 use crate::comm::endpoint::{self, Endpoint};
 use crate::comm::inner::Topology;
 use crate::transport::Connection;
@@ -62,7 +63,7 @@ pub(crate) fn agree(
         peers,
         local.segment.barrier_area(size),
         config.barrier_algo,
-        default_barrier_algo(size, nhosts, local_ranks),
+        default_algo(size, nhosts, local_ranks),
         local.shape.slot_bytes,
         host_index,
         counter_over_verbs(endpoints),

@@ -3,7 +3,7 @@
 use std::cell::Cell;
 
 use crate::Error;
-use crate::plan::flag::{BarrierMemory, WaitFor, Word};
+use crate::barrier::{BarrierMemory, WaitFor, Word};
 
 /// A store that made a word smaller: words are monotonic, so a plan whose
 /// writes go backwards could let a later barrier satisfy an earlier wait.

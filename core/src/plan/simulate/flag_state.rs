@@ -7,8 +7,7 @@
 
 use super::flag_memory::SimMemory;
 use super::flags::{SimError, SimStats, Stuck};
-use crate::plan::flag::BarrierPlan;
-use crate::plan::flag::apply::{apply, wait_for};
+use crate::barrier::{BarrierPlan, Epoch, apply, wait_for};
 
 /// Not in the ready set.
 const NOT_READY: usize = usize::MAX;
@@ -107,7 +106,7 @@ impl<'p> Sim<'p> {
             };
         }
         let step = self.plans[r].steps[s.pc];
-        match wait_for(r, &step, s.epoch) {
+        match wait_for(r, &step, Epoch::uniform(s.epoch)) {
             Ok(Some(on)) if !on.is_met(&self.mem) => {
                 Status::Blocked(self.mem.index(on.owner, on.word))
             }
@@ -148,12 +147,14 @@ impl<'p> Sim<'p> {
         if s.inside {
             let step = self.plans[r].steps[s.pc];
             let (epoch, index) = (s.epoch, s.pc);
-            let blocked = apply(r, &step, epoch, &self.mem).map_err(|source| SimError::Step {
-                rank: r,
-                epoch,
-                index,
-                step: Box::new(step),
-                source,
+            let blocked = apply(r, &step, Epoch::uniform(epoch), &self.mem).map_err(|source| {
+                SimError::Step {
+                    rank: r,
+                    epoch,
+                    index,
+                    step: Box::new(step),
+                    source,
+                }
             })?;
             if let Some(regression) = self.mem.take_regression() {
                 return Err(SimError::Regression {
@@ -231,7 +232,7 @@ impl<'p> Sim<'p> {
                     epoch: s.epoch,
                     index: s.pc,
                     step,
-                    waiting_for: wait_for(r, &step, s.epoch).ok().flatten(),
+                    waiting_for: wait_for(r, &step, Epoch::uniform(s.epoch)).ok().flatten(),
                 }
             })
             .collect();

@@ -5,7 +5,7 @@
 //! before every rank has entered barrier `e`**. The simulator runs the plans
 //! of all `n` ranks in one thread over `SimMemory` (`flag_memory.rs`), for `epochs`
 //! consecutive barriers per rank, interpreting each step with the same
-//! `apply` (`plan/flag/apply.rs`) the real executor uses. Each rank's next action is either
+//! `apply` (`barrier/exec.rs`) the real executor uses. Each rank's next action is either
 //! *enter* its next barrier, or its next step; a wait step can only be
 //! taken when its condition holds. Ranks that leave a barrier may enter the
 //! next one at once and run ahead while slower ranks are still inside the
@@ -43,7 +43,7 @@ pub use super::schedule::Schedule;
 use super::list;
 use super::schedule::SplitMix;
 use crate::Error;
-use crate::plan::flag::{BarrierPlan, FlagStep, MAX_EPOCH, ROUNDS_PER_EPOCH, WaitFor};
+use crate::barrier::{BarrierPlan, FlagStep, MAX_EPOCH, ROUNDS_PER_EPOCH, WaitFor};
 
 /// What [`simulate`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

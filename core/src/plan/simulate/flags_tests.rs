@@ -5,10 +5,11 @@
 use super::flag_memory::SimMemory;
 use super::flags::*;
 use crate::Error;
-use crate::barrier::{BarrierAlgo, build, build_for_network, run};
-use crate::plan::FlagStep;
-use crate::plan::flag::apply::wait_for;
-use crate::plan::flag::{BarrierMemory, BarrierPlan, MAX_EPOCH, Word};
+use crate::barrier::exec::run;
+use crate::barrier::{
+    BarrierAlgo, BarrierMemory, BarrierPlan, Epoch, FlagStep, MAX_EPOCH, Word, build,
+    build_for_network, wait_for,
+};
 
 fn plans(algo: BarrierAlgo, n: usize) -> Vec<BarrierPlan> {
     let hosts: Vec<usize> = (0..n).map(|r| r % 3).collect();
@@ -167,14 +168,17 @@ fn executor_runs_when_nothing_blocks_and_errors_on_bad_epochs() {
     let mem = SimMemory::new(2);
     let p = plans(BarrierAlgo::CentralFlags, 2);
     // Rank 1 arrives; rank 0 then finds everything ready and releases.
-    assert!(run(&p[1], 1, &mem).is_err(), "rank 1 would have to block");
+    assert!(
+        run(&p[1], Epoch::uniform(1), &mem).is_err(),
+        "rank 1 would have to block"
+    );
     assert_eq!(mem.load_flag(0, 1), 256);
-    run(&p[0], 1, &mem).unwrap();
+    run(&p[0], Epoch::uniform(1), &mem).unwrap();
     assert_eq!(mem.load_release(1), 256);
-    run(&p[1], 1, &mem).unwrap();
+    run(&p[1], Epoch::uniform(1), &mem).unwrap();
     let dynamic: &dyn BarrierMemory = &mem;
     for epoch in [0, MAX_EPOCH + 1] {
-        match run(&p[0], epoch, dynamic) {
+        match run(&p[0], Epoch::uniform(epoch), dynamic) {
             Err(Error::InvalidArgument(msg)) => assert!(msg.contains(&epoch.to_string())),
             other => panic!("epoch {epoch}: {other:?}"),
         }
@@ -187,7 +191,32 @@ fn counter_target_overflow_is_an_error() {
         count_per_epoch: u64::MAX,
     };
     assert!(matches!(
-        wait_for(0, &step, 2),
+        wait_for(0, &step, Epoch::uniform(2)),
         Err(Error::InvalidArgument(m)) if m.contains("overflows")
     ));
+}
+
+#[test]
+fn the_counter_target_follows_the_counter_epoch() {
+    let step = FlagStep::WaitCounter { count_per_epoch: 3 };
+    // Barrier 5, the second to use the counter: two barriers' arrivals.
+    let on = wait_for(
+        0,
+        &step,
+        Epoch {
+            number: 5,
+            counter: 2,
+        },
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!((on.owner, on.word, on.target), (0, Word::Counter, 6));
+    let refused = |number, counter| {
+        matches!(
+            wait_for(0, &step, Epoch { number, counter }),
+            Err(Error::InvalidArgument(m)) if m.contains("counter epoch")
+        )
+    };
+    assert!(refused(2, 3), "a counter epoch above the barrier's");
+    assert!(refused(2, 0), "a counter wait in no counter barrier");
 }

@@ -12,7 +12,7 @@
 //!   barrier) over modelled slot rings, with `plan::apply_step`:
 //!   deadlocks on full rings, undelivered slots, wrong outputs.
 //! - `flags.rs`: plans of flag steps (barriers over flag memory) for many
-//!   consecutive epochs, with `plan::flag::apply::apply`: early
+//!   consecutive epochs, with `barrier::apply`: early
 //!   exits, deadlocks, words written backwards, under round-robin, random
 //!   and laggard schedules (the laggard schedules make the check
 //!   exhaustive).

@@ -42,8 +42,8 @@ use progress::{PeerRdma, SharedPeer};
 use qp::{Qp, VerbsAddr, VerbsRings};
 use source::VerbsSource;
 
+use crate::barrier::area::BarrierArea;
 use crate::bootstrap::Bootstrap;
-use crate::transport::barrier_area::BarrierArea;
 use crate::transport::ring::RingShape;
 use crate::{Error, Result};
 

@@ -52,7 +52,7 @@ use crate::transport::verbs::sys::*;
 
 use super::qp::{CTRL_HEAD, Qp, RECV_WR_ID, VerbsAddr, VerbsRings};
 use super::regcache::RegCache;
-use crate::transport::barrier_area::BarrierArea;
+use crate::barrier::area::BarrierArea;
 use crate::transport::ring::{RingEnd, SLOT_WIRE_HEADER, SLOT_WIRE_OFFSET, write_wire_slot};
 
 mod barrier;

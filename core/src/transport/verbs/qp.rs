@@ -16,7 +16,7 @@ use crate::transport::verbs::sys::*;
 
 use super::device::Device;
 use super::event::CompChannel;
-use crate::transport::barrier_area::BarrierArea;
+use crate::barrier::area::BarrierArea;
 use crate::transport::local_ring::LocalRing;
 use crate::transport::ring::{RingEnd, RingShape};
 use crate::{Error, Result};

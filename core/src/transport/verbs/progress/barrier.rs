@@ -1,13 +1,13 @@
 //! Barrier flags over verbs, this transport's half: a flag or release word
 //! for a peer is one inline RDMA WRITE into its registered barrier area, an
 //! arrival at the central counter one RDMA fetch-and-add on it (see
-//! `transport::barrier_area`).
+//! `barrier::area`).
 
 use std::time::Instant;
 
 use super::{IMM_CONTROL, PeerRdma, STALL, SharedPeer, Wake, Write};
 use crate::Error;
-use crate::transport::barrier_area::RemoteArea;
+use crate::barrier::area::RemoteArea;
 
 impl PeerRdma {
     /// Writes `value` into the word at `offset` of the peer's barrier area

@@ -1,21 +1,17 @@
 //! Flag steps: the steps that synchronise through flag memory instead of
 //! moving data.
 //!
-//! A barrier is a plan ([`BarrierPlan`]) of [`FlagStep`]s: *actions* (add
-//! to a counter, raise a flag, write a release word) and *waits* (until a
-//! word reaches a value), over the flag memory of [`BarrierMemory`]. They
-//! are a type of their own, apart from the data steps of every other
-//! collective ([`DataStep`](super::DataStep)), so neither interpreter can be
-//! handed the other's steps. [`apply::apply`] is their one interpreter:
-//! the barrier executor (`barrier/exec.rs`) and the simulator
-//! (`plan/simulate/`) both call it. The same dissemination notifies and flag
-//! waits are also the message barrier of communicators with tcp peers
-//! (`plan/barrier.rs`), where a notify is a zero-byte data message and a
-//! flag wait a wait for one.
-//!
-//! Files: this one (the steps and their values), `barrier_plan.rs`
-//! (one rank's plan), `memory.rs` (the memory model), `apply.rs` (the
-//! interpreter).
+//! A barrier is a plan ([`BarrierPlan`](super::BarrierPlan)) of
+//! [`FlagStep`]s: *actions* (add to a counter, raise a flag, write a
+//! release word) and *waits* (until a word reaches a value), over the flag
+//! memory of [`BarrierMemory`](super::BarrierMemory). They are a type of
+//! their own, apart from the data steps of every other collective
+//! (`plan::DataStep`), so neither interpreter can be handed the other's
+//! steps. [`exec::apply`](super::exec::apply) is their one interpreter: the
+//! barrier executor and the simulator (`plan/simulate/`) both call it. The
+//! same dissemination notifies and flag waits are also the message barrier
+//! of communicators with tcp peers (`plan/barrier.rs`), where a notify is a
+//! zero-byte data message and a flag wait a wait for one.
 //!
 //! # Values and epochs
 //!
@@ -28,19 +24,13 @@
 //! later value knows the earlier store happened: a rank that runs ahead into
 //! the next barrier never confuses a slower peer, and there is no reset race.
 //!
-//! Epochs must be consecutive (`1, 2, 3, ...` with no gaps) on a given
-//! memory: flags and release words would tolerate gaps, but the central
-//! counter's target is `epoch * arrivals per barrier`, which assumes every
-//! earlier epoch was a central-counter barrier of the same size. Flag and
-//! release algorithms may be switched between epochs.
-
-pub(crate) mod apply;
-mod barrier_plan;
-pub(crate) mod memory;
-
-pub use barrier_plan::BarrierPlan;
-pub(crate) use memory::Word;
-pub use memory::{BarrierMemory, WaitFor};
+//! The arrival counter only adds, so its target counts barriers of its
+//! own: it is `counter epoch * arrivals per barrier`, where the *counter
+//! epoch* is how many barriers on this memory so far, this one included,
+//! used the counter ([`Epoch`](super::Epoch)). Algorithms may then be
+//! switched between barriers, counter or not. Epochs must still be
+//! consecutive on a given memory (`1, 2, 3, ...` with no gaps), and every
+//! counter barrier on it must have the same number of ranks.
 
 /// Rounds one epoch may use: values of consecutive epochs never overlap.
 pub(crate) const ROUNDS_PER_EPOCH: u64 = 256;

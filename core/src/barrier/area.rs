@@ -3,7 +3,7 @@
 //! Barriers need no slots, only words: a counter that other ranks
 //! fetch-add, a release word, and one arrival flag per peer (written by that
 //! peer alone). Every word is monotonic and carries an epoch (see
-//! [`crate::barrier`]), so nothing is ever reset and consecutive barriers
+//! `step.rs`), so nothing is ever reset and consecutive barriers
 //! cannot confuse each other. Each word has its own cache line, so ranks
 //! writing different flags do not fight over one line; one notifier per
 //! area wakes its owner (or, for the root's release word, every waiter).
@@ -15,13 +15,16 @@
 //! a remote counter (an RDMA atomic) only where every rank's device executes
 //! atomics and no rank reaches the counter through shared memory
 //! ([`FlagMemory::fits`]). The central counter then releases every rank in
-//! its own area ([`crate::barrier::build_for_network`]).
+//! its own area ([`super::build_for_network`]).
+//!
+//! A rank outside the areas is an error, never another rank's area: a
+//! store or load naming one is refused, and the barrier returns the error.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::{BarrierMemory, FlagStep, WaitFor};
 use crate::Error;
-use crate::barrier::{BarrierMemory, WaitFor};
 use crate::wait::{Notifier, WaitError, WaitPolicy};
 
 /// One word alone in a cache line.
@@ -149,10 +152,13 @@ impl BarrierArea {
         self.header().notifier.has_sleepers()
     }
 
-    fn flag(&self, src: usize) -> &AtomicU64 {
-        let src = src.min(self.nranks.saturating_sub(1));
+    /// `flags[src]`, or `None` for a `src` beyond the area's ranks.
+    fn flag(&self, src: usize) -> Option<&AtomicU64> {
+        if src >= self.nranks {
+            return None;
+        }
         // SAFETY: src < nranks, so the line lies inside the area; aligned to 64.
-        unsafe { &(*(self.base.add(AREA_HEADER_BYTES + src * 64) as *const Line)).value }
+        Some(unsafe { &(*(self.base.add(flag_offset(src)) as *const Line)).value })
     }
 }
 
@@ -163,8 +169,9 @@ pub(crate) struct FlagMemory<'a> {
     pub areas: &'a [Area],
     /// Spin, timeout and abort flag for waits.
     pub policy: WaitPolicy<'a>,
-    /// The first error met by a store (the trait's actions cannot fail);
-    /// the next wait returns it.
+    /// The first error met by a store or a load (the trait's actions and
+    /// loads cannot fail); the next wait returns it, and so does
+    /// [`FlagMemory::take_failure`].
     pub failed: Mutex<Option<Error>>,
 }
 
@@ -184,11 +191,11 @@ impl<'a> FlagMemory<'a> {
     /// one's own is remote and every device executes RDMA atomics: then no
     /// processor atomic touches the same counter).
     pub(crate) fn fits(
-        steps: &[crate::plan::FlagStep],
+        steps: &[FlagStep],
         mapped: impl Fn(usize) -> bool,
         remote_atomics: bool,
     ) -> bool {
-        use crate::plan::FlagStep as F;
+        use FlagStep as F;
         steps.iter().all(|s| match *s {
             F::FetchAdd { root } => mapped(root) || remote_atomics,
             F::WaitRelease { at } => mapped(at),
@@ -198,12 +205,25 @@ impl<'a> FlagMemory<'a> {
         })
     }
 
-    fn area(&self, owner: usize) -> &Area {
-        &self.areas[owner.min(self.areas.len() - 1)]
+    /// The first error a store or load met since the last call, if any.
+    pub(crate) fn take_failure(&self) -> Option<Error> {
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
+    /// `owner`'s area; `None`, with the error recorded, for an owner
+    /// beyond the areas.
+    fn area(&self, owner: usize) -> Option<&Area> {
+        let area = self.areas.get(owner);
+        if area.is_none() {
+            self.fail(out_of_range("area of rank", owner, self.areas.len()));
+        }
+        area
+    }
+
+    /// `owner`'s area when it is mapped here (`None` for a remote one, or,
+    /// with the error recorded, an owner beyond the areas).
     fn mapped(&self, owner: usize) -> Option<&BarrierArea> {
-        match self.area(owner) {
+        match self.area(owner)? {
             Area::Mapped(a) => Some(a),
             Area::Remote(_) => None,
         }
@@ -214,23 +234,30 @@ impl<'a> FlagMemory<'a> {
         f.get_or_insert(e);
     }
 
+    /// Stores `v` into the word of `owner`'s area that `word` picks (at
+    /// `offset` for a remote area); `word` returns `None` for a word beyond
+    /// the area (an error, recorded).
     fn store(
         &self,
         owner: usize,
         offset: usize,
         v: u64,
-        word: impl Fn(&BarrierArea) -> &AtomicU64,
+        word: impl Fn(&BarrierArea) -> Option<&AtomicU64>,
     ) {
         match self.area(owner) {
-            Area::Mapped(a) => {
-                word(a).store(v, Ordering::Release);
-                a.header().notifier.notify();
-            }
-            Area::Remote(r) => {
+            Some(Area::Mapped(a)) => match word(a) {
+                Some(w) => {
+                    w.store(v, Ordering::Release);
+                    a.header().notifier.notify();
+                }
+                None => self.fail(out_of_range("word of", owner, self.areas.len())),
+            },
+            Some(Area::Remote(r)) => {
                 if let Err(e) = r.store(offset, v) {
                     self.fail(e);
                 }
             }
+            None => {}
         }
     }
 
@@ -245,24 +272,31 @@ impl<'a> FlagMemory<'a> {
 impl BarrierMemory for FlagMemory<'_> {
     fn fetch_add_counter(&self, owner: usize, v: u64) {
         match self.area(owner) {
-            Area::Mapped(a) => {
+            Some(Area::Mapped(a)) => {
                 a.header().counter.value.fetch_add(v, Ordering::AcqRel);
                 a.header().notifier.notify();
             }
-            Area::Remote(r) => {
+            Some(Area::Remote(r)) => {
                 if let Err(e) = r.fetch_add(COUNTER_OFFSET, v) {
                     self.fail(e);
                 }
             }
+            None => {}
         }
     }
 
     fn store_flag(&self, owner: usize, src: usize, v: u64) {
+        if src >= self.areas.len() {
+            self.fail(out_of_range("flag of rank", src, self.areas.len()));
+            return;
+        }
         self.store(owner, flag_offset(src), v, |a| a.flag(src));
     }
 
     fn store_release(&self, owner: usize, v: u64) {
-        self.store(owner, RELEASE_OFFSET, v, |a| &a.header().release.value);
+        self.store(owner, RELEASE_OFFSET, v, |a| {
+            Some(&a.header().release.value)
+        });
     }
 
     fn load_counter(&self, owner: usize) -> u64 {
@@ -273,8 +307,12 @@ impl BarrierMemory for FlagMemory<'_> {
     }
 
     fn load_flag(&self, owner: usize, src: usize) -> u64 {
-        match self.mapped(owner) {
-            Some(a) => a.flag(src).load(Ordering::Acquire),
+        match self.mapped(owner).map(|a| a.flag(src)) {
+            Some(Some(f)) => f.load(Ordering::Acquire),
+            Some(None) => {
+                self.fail(out_of_range("flag of rank", src, self.areas.len()));
+                0
+            }
             None => self.unreadable(owner, "flag"),
         }
     }
@@ -332,3 +370,94 @@ impl BarrierMemory for FlagMemory<'_> {
 
 /// A waiter on a barrier area pokes the network every this many checks.
 const POKE_EVERY: u32 = 4;
+
+/// The error for a rank outside the `nranks` areas (`what` names the word).
+fn out_of_range(what: &str, rank: usize, nranks: usize) -> Error {
+    Error::invalid(format!(
+        "barrier: the {what} {rank} is out of range for {nranks} ranks"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// One 64-byte line of zeroed memory: areas are built from these.
+    #[repr(C, align(64))]
+    #[derive(Clone)]
+    struct Block([u8; 64]);
+
+    /// Zeroed, 64-byte aligned memory for one area of `nranks` ranks.
+    fn zeroed(nranks: usize) -> Vec<Block> {
+        vec![Block([0; 64]); area_bytes(nranks) / 64]
+    }
+
+    fn mapped(memory: &[Block], nranks: usize) -> Area {
+        // SAFETY: `memory` is 64-byte aligned, holds `area_bytes(nranks)`
+        // zeroed bytes, and outlives the area (every test drops the areas
+        // first).
+        Area::Mapped(Arc::new(unsafe {
+            BarrierArea::new(memory.as_ptr().cast(), nranks)
+        }))
+    }
+
+    fn words(area: &Area, nranks: usize) -> Vec<u64> {
+        let Area::Mapped(a) = area else {
+            unreachable!("the tests map every area")
+        };
+        let mut all = vec![
+            a.header().counter.value.load(Ordering::Acquire),
+            a.header().release.value.load(Ordering::Acquire),
+        ];
+        all.extend((0..nranks).map(|src| a.flag(src).map_or(0, |f| f.load(Ordering::Acquire))));
+        all
+    }
+
+    #[test]
+    fn stores_reach_the_named_word() {
+        let blocks = [zeroed(2), zeroed(2)];
+        let areas: Vec<Area> = blocks.iter().map(|b| mapped(b, 2)).collect();
+        let mem = FlagMemory::new(&areas, WaitPolicy::new(10, Duration::from_secs(5)));
+        mem.store_flag(1, 0, 256);
+        mem.store_release(0, 512);
+        mem.fetch_add_counter(1, 1);
+        assert!(mem.take_failure().is_none());
+        assert_eq!(words(&areas[0], 2), [0, 512, 0, 0]);
+        assert_eq!(words(&areas[1], 2), [1, 0, 256, 0]);
+        assert_eq!(mem.load_flag(1, 0), 256);
+        drop(mem);
+        drop(areas);
+    }
+
+    /// A rank beyond the areas is refused: nothing is written (in
+    /// particular not into the last rank's area), and the error names it.
+    #[test]
+    fn an_out_of_range_rank_is_refused() {
+        let blocks = [zeroed(2), zeroed(2)];
+        let areas: Vec<Area> = blocks.iter().map(|b| mapped(b, 2)).collect();
+        let mem = FlagMemory::new(&areas, WaitPolicy::new(10, Duration::from_secs(5)));
+        let refused = |what: &str| match mem.take_failure() {
+            Some(Error::InvalidArgument(msg)) => assert!(msg.contains(what), "{msg}"),
+            other => panic!("expected InvalidArgument naming {what}, got {other:?}"),
+        };
+        mem.store_flag(2, 0, 256);
+        refused("rank 2");
+        mem.store_flag(1, 3, 256);
+        refused("rank 3");
+        mem.store_release(5, 256);
+        refused("rank 5");
+        mem.fetch_add_counter(2, 1);
+        refused("rank 2");
+        assert_eq!(mem.load_counter(4), 0);
+        refused("rank 4");
+        assert_eq!(mem.load_flag(0, 7), 0);
+        refused("rank 7");
+        for area in &areas {
+            assert_eq!(words(area, 2), [0, 0, 0, 0]);
+        }
+        drop(mem);
+        drop(areas);
+    }
+}

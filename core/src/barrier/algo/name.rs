@@ -1,6 +1,6 @@
 //! Which barrier algorithm (`STREAMCOMM_BARRIER_ALGO`, the benchmark's
 //! `--algo`): the names and their parameters. The algorithms themselves are
-//! in `barrier::algo`.
+//! the other files of `algo/`.
 
 use std::fmt;
 use std::str::FromStr;

@@ -20,14 +20,13 @@
 //! offsets up to `n - 1` complete the picture, and the rest would only
 //! signal a rank (or itself) again.
 //!
-//! Both run over any *group* of ranks, so the hierarchical barrier of
-//! `crate::barrier` reuses them among host leaders. This is also the only
-//! definition of the message barrier of communicators with tcp peers: its
-//! notifies and flag waits run as zero-byte messages (`plan/barrier.rs`).
-//! It lives in `plan` for that reason (`barrier` builds on `plan`, never
-//! the reverse).
+//! Both run over any *group* of ranks, so the hierarchical barrier
+//! reuses them among host leaders. This is also the only definition of the
+//! message barrier of communicators with tcp peers: its notifies and flag
+//! waits run as zero-byte messages (`plan/barrier.rs`, which builds on
+//! `barrier`, never the reverse).
 
-use super::flag::FlagStep;
+use crate::barrier::FlagStep;
 
 /// Steps of `rank` in a k-way dissemination barrier among `group` (which
 /// contains `rank`), numbering rounds from `first_round`.

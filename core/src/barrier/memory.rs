@@ -9,7 +9,7 @@
 //! | `flags[src]` | rank `src` only, for `src` in `0..n`         | `r` only       |
 //!
 //! Words are monotonic, never reset: their values encode the barrier's epoch
-//! ([`crate::plan::flag::signal_value`]), so consecutive barriers cannot confuse each
+//! ([`super::signal_value`]), so consecutive barriers cannot confuse each
 //! other. [`BarrierMemory`] is the whole interface a plan needs; the
 //! simulator implements it over plain cells, the communicator over the
 //! shared-memory segment of each rank (`docs/design/architecture.md`, `docs/design/barriers.md`).

@@ -2,11 +2,11 @@
 //!
 //! The steps are [`FlagStep`]s, a type of their own: a barrier plan cannot
 //! hold a data step, nor a data plan a flag step. Values, epochs and rounds
-//! are described in `plan/flag/mod.rs`. The algorithms that build these
-//! plans live in `crate::barrier`.
+//! are described in `step.rs`; the algorithms that build these plans in
+//! `algo/`.
 
+use super::BarrierAlgo;
 use super::FlagStep;
-use crate::config::barrier_algo::BarrierAlgo;
 
 /// One rank's barrier: the algorithm it implements and its steps, in order.
 ///
