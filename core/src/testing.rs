@@ -10,7 +10,7 @@ pub mod barrier {
     pub use crate::barrier::memory::{BarrierMemory, WaitFor};
     pub use crate::barrier::plan::BarrierPlan;
     pub use crate::barrier::step::{FlagStep, signal_value};
-    pub use crate::plan::simulate::flags::{FlagSimConfig, Schedule, SimError, simulate};
+    pub use crate::plan::simulate::flags::{FlagSimConfig, FlagSimError, Schedule, simulate};
 }
 
 /// The bootstrap network below `UniqueId`.

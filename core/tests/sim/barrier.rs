@@ -13,7 +13,7 @@ use streamcomm::barrier::{BarrierAlgo, Inter};
 use streamcomm::testing::barrier::{
     BarrierMemory, BarrierPlan, Epoch, FlagStep, WaitFor, build, run,
 };
-use streamcomm::testing::barrier::{FlagSimConfig, Schedule, SimError, simulate};
+use streamcomm::testing::barrier::{FlagSimConfig, FlagSimError, Schedule, simulate};
 use streamcomm::testing::wait::{Notifier, WaitPolicy};
 
 const MAX_RANKS: usize = 64;
@@ -190,7 +190,7 @@ fn a_rank_skipping_its_waits_is_caught() {
                     },
                 };
                 match simulate(&plans, &config) {
-                    Err(SimError::EarlyExit { missing, .. }) => {
+                    Err(FlagSimError::EarlyExit { missing, .. }) => {
                         assert!(missing.contains(&laggard), "{algo} n={n}")
                     }
                     other => {
@@ -216,7 +216,7 @@ fn a_rank_that_never_signals_deadlocks() {
                 schedule: Schedule::Random { seed: 4 },
             };
             match simulate(&plans, &config) {
-                Err(SimError::Deadlock { stuck }) => assert!(!stuck.is_empty()),
+                Err(FlagSimError::Deadlock { stuck }) => assert!(!stuck.is_empty()),
                 other => panic!("{algo}, rank {broken} never signals: {other:?}"),
             }
         }
@@ -238,7 +238,7 @@ fn a_single_skipped_wait_is_caught() {
         };
         matches!(
             simulate(&plans, &config),
-            Err(SimError::EarlyExit { rank: 5, .. })
+            Err(FlagSimError::EarlyExit { rank: 5, .. })
         )
     });
     assert!(caught, "no laggard exposed rank 5's missing wait");

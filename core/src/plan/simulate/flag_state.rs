@@ -6,7 +6,7 @@
 //! word it waits for, and re-checked only when that word is written.
 
 use super::flag_memory::SimMemory;
-use super::flags::{SimError, SimStats, Stuck};
+use super::flags::{FlagSimError, SimStats, StuckFlagRank};
 use crate::barrier::{BarrierPlan, Epoch, apply, wait_for};
 
 /// Not in the ready set.
@@ -141,14 +141,14 @@ impl<'p> Sim<'p> {
     /// Takes rank `r`'s next action (which it [can](Sim::can_act)), leaves
     /// the barrier if that was its last step, and wakes the ranks waiting
     /// on the word it wrote.
-    pub(super) fn act(&mut self, r: usize) -> Result<(), SimError> {
+    pub(super) fn act(&mut self, r: usize) -> Result<(), FlagSimError> {
         self.stats.actions += 1;
         let s = self.ranks[r];
         if s.inside {
             let step = self.plans[r].steps[s.pc];
             let (epoch, index) = (s.epoch, s.pc);
             let blocked = apply(r, &step, Epoch::uniform(epoch), &self.mem).map_err(|source| {
-                SimError::Step {
+                FlagSimError::Step {
                     rank: r,
                     epoch,
                     index,
@@ -157,7 +157,7 @@ impl<'p> Sim<'p> {
                 }
             })?;
             if let Some(regression) = self.mem.take_regression() {
-                return Err(SimError::Regression {
+                return Err(FlagSimError::Regression {
                     writer: r,
                     epoch,
                     index,
@@ -194,7 +194,7 @@ impl<'p> Sim<'p> {
 
     /// Leaves the barrier when rank `r` has run all its steps, checking
     /// that every rank has entered it.
-    fn maybe_leave(&mut self, r: usize) -> Result<(), SimError> {
+    fn maybe_leave(&mut self, r: usize) -> Result<(), FlagSimError> {
         let s = self.ranks[r];
         if !s.inside || s.pc < self.plans[r].steps.len() {
             return Ok(());
@@ -203,7 +203,7 @@ impl<'p> Sim<'p> {
             .filter(|&q| self.ranks[q].epoch < s.epoch)
             .collect();
         if !missing.is_empty() {
-            return Err(SimError::EarlyExit {
+            return Err(FlagSimError::EarlyExit {
                 rank: r,
                 epoch: s.epoch,
                 missing,
@@ -219,15 +219,15 @@ impl<'p> Sim<'p> {
     }
 
     /// Nobody can act: either everybody finished, or a deadlock.
-    pub(super) fn finish(self) -> Result<SimStats, SimError> {
-        let stuck: Vec<Stuck> = self
+    pub(super) fn finish(self) -> Result<SimStats, FlagSimError> {
+        let stuck: Vec<StuckFlagRank> = self
             .ranks
             .iter()
             .enumerate()
             .filter(|(_, s)| s.inside)
             .map(|(r, s)| {
                 let step = self.plans[r].steps[s.pc];
-                Stuck {
+                StuckFlagRank {
                     rank: r,
                     epoch: s.epoch,
                     index: s.pc,
@@ -237,7 +237,7 @@ impl<'p> Sim<'p> {
             })
             .collect();
         if !stuck.is_empty() {
-            return Err(SimError::Deadlock { stuck });
+            return Err(FlagSimError::Deadlock { stuck });
         }
         Ok(self.stats)
     }

@@ -67,7 +67,7 @@ pub struct SimStats {
 /// Why a simulation failed.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
-pub enum SimError {
+pub enum FlagSimError {
     /// The plans do not describe one barrier of `plans.len()` ranks, or the
     /// configuration is out of range.
     #[error("invalid barrier simulation setup: {0}")]
@@ -88,7 +88,7 @@ pub enum SimError {
     #[error("deadlock: {}", list(stuck))]
     Deadlock {
         /// Every unfinished rank, with what it waits for.
-        stuck: Vec<Stuck>,
+        stuck: Vec<StuckFlagRank>,
     },
 
     /// A store made a word smaller.
@@ -126,7 +126,7 @@ pub enum SimError {
 
 /// A rank stuck in a deadlock.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stuck {
+pub struct StuckFlagRank {
     /// The rank.
     pub rank: usize,
     /// The barrier it is in.
@@ -139,7 +139,7 @@ pub struct Stuck {
     pub waiting_for: Option<WaitFor>,
 }
 
-impl fmt::Display for Stuck {
+impl fmt::Display for StuckFlagRank {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -160,10 +160,10 @@ impl fmt::Display for Stuck {
 ///
 /// # Errors
 ///
-/// [`SimError::Setup`] for inconsistent plans or configuration,
-/// [`SimError::EarlyExit`] when a rank leaves a barrier before everybody
-/// entered it, [`SimError::Deadlock`], [`SimError::Regression`] and
-/// [`SimError::Step`].
+/// [`FlagSimError::Setup`] for inconsistent plans or configuration,
+/// [`FlagSimError::EarlyExit`] when a rank leaves a barrier before everybody
+/// entered it, [`FlagSimError::Deadlock`], [`FlagSimError::Regression`] and
+/// [`FlagSimError::Step`].
 ///
 /// # Examples
 ///
@@ -179,7 +179,7 @@ impl fmt::Display for Stuck {
 /// assert!(stats.actions > 0);
 /// # Ok::<(), streamcomm::Error>(())
 /// ```
-pub fn simulate(plans: &[BarrierPlan], config: &FlagSimConfig) -> Result<SimStats, SimError> {
+pub fn simulate(plans: &[BarrierPlan], config: &FlagSimConfig) -> Result<SimStats, FlagSimError> {
     check_setup(plans, config)?;
     let mut sim = Sim::new(plans, config.epochs);
     let n = plans.len();
@@ -202,9 +202,9 @@ pub fn simulate(plans: &[BarrierPlan], config: &FlagSimConfig) -> Result<SimStat
 }
 
 /// Plans describe one barrier of `plans.len()` ranks; the config is usable.
-fn check_setup(plans: &[BarrierPlan], config: &FlagSimConfig) -> Result<(), SimError> {
+fn check_setup(plans: &[BarrierPlan], config: &FlagSimConfig) -> Result<(), FlagSimError> {
     let n = plans.len();
-    let setup = |msg: String| Err(SimError::Setup(msg));
+    let setup = |msg: String| Err(FlagSimError::Setup(msg));
     if n == 0 {
         return setup("no plans".into());
     }
@@ -244,7 +244,7 @@ fn check_setup(plans: &[BarrierPlan], config: &FlagSimConfig) -> Result<(), SimE
 
 /// Lets a random rank among those that can act take one action until none
 /// can; the laggard's enter is taken only when it is the only action left.
-fn run_random(sim: &mut Sim<'_>, seed: u64, laggard: Option<usize>) -> Result<(), SimError> {
+fn run_random(sim: &mut Sim<'_>, seed: u64, laggard: Option<usize>) -> Result<(), FlagSimError> {
     let mut rng = SplitMix(seed);
     loop {
         let len = sim.ready().len();

@@ -86,7 +86,7 @@ fn skipped_wait_is_an_early_exit() {
     let caught = (0..6).any(|rank| {
         matches!(
             simulate(&p, &config(Schedule::Laggard { rank, seed: 5 })),
-            Err(SimError::EarlyExit { rank: 3, .. })
+            Err(FlagSimError::EarlyExit { rank: 3, .. })
         )
     });
     assert!(caught);
@@ -98,7 +98,7 @@ fn central_root_counting_short_is_an_early_exit() {
     p[0].steps[0] = FlagStep::WaitCounter { count_per_epoch: 3 };
     let err = simulate(&p, &config(Schedule::Laggard { rank: 4, seed: 0 })).unwrap_err();
     match err {
-        SimError::EarlyExit { missing, .. } => assert_eq!(missing, vec![4]),
+        FlagSimError::EarlyExit { missing, .. } => assert_eq!(missing, vec![4]),
         other => panic!("expected EarlyExit, got {other}"),
     }
 }
@@ -108,7 +108,7 @@ fn missing_notify_is_a_deadlock_naming_the_word() {
     let mut p = plans(BarrierAlgo::Chain, 4);
     p[1].steps.retain(|s| !matches!(s, FlagStep::Notify { .. }));
     let err = simulate(&p, &config(Schedule::RoundRobin)).unwrap_err();
-    let SimError::Deadlock { stuck } = &err else {
+    let FlagSimError::Deadlock { stuck } = &err else {
         panic!("expected Deadlock, got {err}");
     };
     let two = stuck.iter().find(|s| s.rank == 2).unwrap();
@@ -124,7 +124,7 @@ fn rounds_going_backwards_are_a_regression() {
     p[0].steps.insert(0, FlagStep::Notify { peer: 1, round: 1 });
     let err = simulate(&p, &config(Schedule::RoundRobin)).unwrap_err();
     assert!(
-        matches!(err, SimError::Regression { writer: 0, .. }),
+        matches!(err, FlagSimError::Regression { writer: 0, .. }),
         "{err}"
     );
 }
@@ -132,7 +132,7 @@ fn rounds_going_backwards_are_a_regression() {
 #[test]
 fn rejects_bad_setups() {
     let setup = |p: &[BarrierPlan], c: FlagSimConfig| match simulate(p, &c) {
-        Err(SimError::Setup(msg)) => msg,
+        Err(FlagSimError::Setup(msg)) => msg,
         other => panic!("expected Setup, got {other:?}"),
     };
     assert!(setup(&[], config(Schedule::RoundRobin)).contains("no plans"));

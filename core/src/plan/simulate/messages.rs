@@ -25,7 +25,7 @@ use crate::plan::step::{DataStep, Plan};
 /// Why a simulation failed.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
-pub enum SimError {
+pub enum MessageSimError {
     /// The plans or inputs do not describe one call of `plans.len()` ranks
     /// (wrong count of inputs, wrong input length, inconsistent ranks).
     #[error("invalid simulation setup: {0}")]
@@ -62,7 +62,7 @@ pub enum SimError {
     #[error("deadlock: {}", list(stuck))]
     Deadlock {
         /// Every rank that still had steps, with what it waited for.
-        stuck: Vec<Stuck>,
+        stuck: Vec<StuckMessageRank>,
     },
 
     /// Every rank finished but slots were left unread.
@@ -75,7 +75,7 @@ pub enum SimError {
 
 /// A rank stuck in a deadlock.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stuck {
+pub struct StuckMessageRank {
     /// The rank.
     pub rank: usize,
     /// Index of the step it cannot run.
@@ -86,7 +86,7 @@ pub struct Stuck {
     pub waiting_for: String,
 }
 
-impl fmt::Display for Stuck {
+impl fmt::Display for StuckMessageRank {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -146,10 +146,10 @@ pub struct MessageSimConfig {
 ///
 /// # Errors
 ///
-/// [`SimError::Setup`] for inconsistent arguments, [`SimError::Step`] when a
+/// [`MessageSimError::Setup`] for inconsistent arguments, [`MessageSimError::Step`] when a
 /// step fails (e.g. mismatched counts between peers),
-/// [`SimError::SlotOverflow`], [`SimError::Deadlock`] when no rank can move,
-/// [`SimError::Undelivered`] when slots remain after all ranks finished.
+/// [`MessageSimError::SlotOverflow`], [`MessageSimError::Deadlock`] when no rank can move,
+/// [`MessageSimError::Undelivered`] when slots remain after all ranks finished.
 ///
 /// # Examples
 ///
@@ -175,7 +175,7 @@ pub fn simulate(
     in_place: bool,
     nsteps: usize,
     slot_bytes: usize,
-) -> Result<Vec<Vec<u8>>, SimError> {
+) -> Result<Vec<Vec<u8>>, MessageSimError> {
     let config = MessageSimConfig {
         in_place,
         nsteps,
@@ -194,12 +194,12 @@ pub fn simulate_with(
     plans: &[Plan],
     inputs: Vec<Vec<u8>>,
     config: &MessageSimConfig,
-) -> Result<Vec<Vec<u8>>, SimError> {
+) -> Result<Vec<Vec<u8>>, MessageSimError> {
     let n = plans.len();
     let nsteps = config.nsteps;
     check_setup(plans, &inputs, nsteps)?;
     if let Err(msg) = config.schedule.check(n) {
-        return Err(SimError::Setup(msg));
+        return Err(MessageSimError::Setup(msg));
     }
     let ranks = inputs
         .into_iter()
@@ -271,7 +271,7 @@ impl Sim<'_> {
     }
 
     /// Runs the next step of rank `r` (which [`Sim::can_run`]).
-    fn run(&mut self, r: usize) -> Result<(), SimError> {
+    fn run(&mut self, r: usize) -> Result<(), MessageSimError> {
         let n = self.n();
         let plan = &self.plans[r];
         let state = &mut self.ranks[r];
@@ -280,7 +280,7 @@ impl Sim<'_> {
         let slot_bytes = self.scratch.len();
         let bytes = step.count.saturating_mul(plan.dtype.size());
         if step.send_to.is_some() && bytes > slot_bytes {
-            return Err(SimError::SlotOverflow {
+            return Err(MessageSimError::SlotOverflow {
                 rank: r,
                 index,
                 bytes,
@@ -298,7 +298,7 @@ impl Sim<'_> {
             slot_in.as_deref(),
             Some(&mut self.scratch),
         )
-        .map_err(|source| SimError::Step {
+        .map_err(|source| MessageSimError::Step {
             rank: r,
             index,
             step: Box::new(step),
@@ -313,16 +313,16 @@ impl Sim<'_> {
 
     /// Nobody can move: either all finished (check the FIFOs are empty and
     /// return the outputs) or a deadlock.
-    fn finish(self) -> Result<Vec<Vec<u8>>, SimError> {
+    fn finish(self) -> Result<Vec<Vec<u8>>, MessageSimError> {
         let n = self.n();
-        let stuck: Vec<Stuck> = self
+        let stuck: Vec<StuckMessageRank> = self
             .ranks
             .iter()
             .zip(self.plans)
             .enumerate()
             .filter_map(|(r, (s, p))| {
                 let step = p.steps.get(s.pc)?;
-                Some(Stuck {
+                Some(StuckMessageRank {
                     rank: r,
                     index: s.pc,
                     step: *step,
@@ -331,7 +331,7 @@ impl Sim<'_> {
             })
             .collect();
         if !stuck.is_empty() {
-            return Err(SimError::Deadlock { stuck });
+            return Err(MessageSimError::Deadlock { stuck });
         }
         let slots: Vec<Leftover> = self
             .fifos
@@ -345,7 +345,7 @@ impl Sim<'_> {
             })
             .collect();
         if !slots.is_empty() {
-            return Err(SimError::Undelivered { slots });
+            return Err(MessageSimError::Undelivered { slots });
         }
         Ok(self.ranks.into_iter().map(RankState::into_output).collect())
     }
@@ -373,9 +373,9 @@ fn blocked(
 }
 
 /// Plans and inputs describe one call; peers are in range.
-fn check_setup(plans: &[Plan], inputs: &[Vec<u8>], nsteps: usize) -> Result<(), SimError> {
+fn check_setup(plans: &[Plan], inputs: &[Vec<u8>], nsteps: usize) -> Result<(), MessageSimError> {
     let n = plans.len();
-    let setup = |msg: String| Err(SimError::Setup(msg));
+    let setup = |msg: String| Err(MessageSimError::Setup(msg));
     if nsteps == 0 {
         return setup("nsteps must be at least 1".into());
     }
@@ -424,7 +424,7 @@ struct RankState {
 const POISON: u8 = 0xA5;
 
 impl RankState {
-    fn new(plan: &Plan, input: Vec<u8>, in_place: bool) -> Result<RankState, SimError> {
+    fn new(plan: &Plan, input: Vec<u8>, in_place: bool) -> Result<RankState, MessageSimError> {
         let esize = plan.dtype.size();
         let recv_bytes = plan.recv_count * esize;
         // As the runtime does: a rank whose call has no receive buffer but
@@ -446,7 +446,7 @@ impl RankState {
             });
         }
         let layout = InPlaceLayout::of(plan)
-            .map_err(|e| SimError::Setup(format!("rank {}: {e}", plan.rank)))?;
+            .map_err(|e| MessageSimError::Setup(format!("rank {}: {e}", plan.rank)))?;
         let mut buf = vec![POISON; layout.len * esize];
         let at = layout.send_offset * esize;
         buf[at..at + input.len()].copy_from_slice(&input);

@@ -63,7 +63,7 @@ fn reports_a_deadlock_naming_each_rank() {
     let err = simulate(&plans, vec![vec![0; 2], vec![0; 2]], false, 1, 4).unwrap_err();
     let msg = err.to_string();
     assert!(
-        matches!(&err, SimError::Deadlock { stuck } if stuck.len() == 2),
+        matches!(&err, MessageSimError::Deadlock { stuck } if stuck.len() == 2),
         "{msg}"
     );
     assert!(
@@ -126,7 +126,7 @@ fn mismatched_lengths_fail_the_step() {
     assert!(
         matches!(
             &err,
-            SimError::Step {
+            MessageSimError::Step {
                 rank: 1,
                 source: Error::RemoteFailed { peer: 0, .. },
                 ..
@@ -155,19 +155,19 @@ fn oversized_steps_and_bad_setups_are_reported() {
     let inputs = || vec![vec![0; 2], vec![0; 2]];
     assert!(matches!(
         simulate(&plans, inputs(), false, 1, 1),
-        Err(SimError::SlotOverflow { bytes: 2, .. })
+        Err(MessageSimError::SlotOverflow { bytes: 2, .. })
     ));
     assert!(matches!(
         simulate(&plans, vec![vec![0; 2]], false, 1, 4),
-        Err(SimError::Setup(_))
+        Err(MessageSimError::Setup(_))
     ));
     assert!(matches!(
         simulate(&plans, vec![vec![0; 3], vec![0; 2]], false, 1, 4),
-        Err(SimError::Setup(_))
+        Err(MessageSimError::Setup(_))
     ));
     assert!(matches!(
         simulate(&plans, inputs(), false, 0, 4),
-        Err(SimError::Setup(_))
+        Err(MessageSimError::Setup(_))
     ));
 }
 
@@ -229,7 +229,7 @@ fn laggard_schedules_complete_and_check_the_laggard() {
         assert!(out.iter().all(|o| o == &want), "seed {seed} laggard {rank}");
         config.schedule = Schedule::Laggard { rank: 4, seed };
         match simulate_with(&plans, inputs.clone(), &config) {
-            Err(SimError::Setup(msg)) => assert!(msg.contains("laggard rank 4"), "{msg}"),
+            Err(MessageSimError::Setup(msg)) => assert!(msg.contains("laggard rank 4"), "{msg}"),
             other => panic!("expected Setup, got {other:?}"),
         }
     }

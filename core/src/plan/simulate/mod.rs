@@ -32,7 +32,9 @@ mod schedule;
 
 use std::fmt;
 
-pub use messages::{Leftover, MessageSimConfig, SimError, Stuck, simulate, simulate_with};
+pub use messages::{
+    Leftover, MessageSimConfig, MessageSimError, StuckMessageRank, simulate, simulate_with,
+};
 pub use schedule::Schedule;
 
 /// `items` joined by `"; "` (the lists of the simulators' reports).
