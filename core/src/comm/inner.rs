@@ -37,10 +37,7 @@ fn proxy_sleep_hook(
     engine: &Engine,
     peers: &[Option<Connection>],
 ) -> Option<Box<dyn Fn() + Send + Sync>> {
-    let proxied = peers
-        .iter()
-        .flatten()
-        .any(|c| c.kind() != crate::config::Transport::Shm);
+    let proxied = peers.iter().flatten().any(Connection::proxied);
     let kick = engine.handle().kick().clone();
     proxied.then(|| Box::new(move || kick.kick()) as Box<dyn Fn() + Send + Sync>)
 }
@@ -97,9 +94,6 @@ pub(crate) struct CommInner {
     pub plans: PlanCache,
     /// Point-to-point rendezvous numbering and byte counters.
     pub p2p: P2pState,
-    /// Fault-injection hooks on every slot published or consumed (an empty
-    /// type unless built with `fault-injection`).
-    faults: FaultInjector,
     /// Where the survivors meet to shrink this communicator.
     pub recovery: RecoveryPoint,
 }
@@ -112,7 +106,7 @@ impl CommInner {
         config: Config,
         topology: Topology,
         engine: Engine,
-        peers: Vec<Option<Connection>>,
+        mut peers: Vec<Option<Connection>>,
         failure: Arc<FailureState>,
         segment: Arc<Segment>,
         spin: u32,
@@ -121,6 +115,8 @@ impl CommInner {
         recovery: RecoveryPoint,
     ) -> CommInner {
         let selector = Selector::new(&config, &topology.link_hosts);
+        // Fault rules go where every slot passes: each connection's seam.
+        faults.arm(&mut peers, &segment, config.timeout);
         CommInner {
             rank,
             size,
@@ -137,7 +133,6 @@ impl CommInner {
             selector,
             plans: PlanCache::default(),
             p2p: P2pState::new(size),
-            faults,
             recovery,
         }
     }
@@ -298,7 +293,7 @@ impl CommInner {
 
     /// Runs one step of a call signed `sig`: waits for its input slot and
     /// output credit, has `apply` combine them with the call's memory, and
-    /// publishes.
+    /// publishes, all through the connections' seam.
     fn run_step(
         &self,
         step: &DataStep,
@@ -308,66 +303,46 @@ impl CommInner {
     ) -> Result<()> {
         let policy = self.policy();
         let what = || format!("{} #{seq}", signature::call(sig).op);
-        let slot_in = match step.recv_from {
-            Some(p) => {
-                let c = self.connection(p)?;
-                self.faults.before_recv(p, c, &policy)?;
-                let slot = c.acquire_recv(&policy).map_err(|e| {
-                    self.ring_error(e, &what(), p, c.transport(), "data", Some(sig))
-                })?;
+        let recv = step.recv_from.map(|p| self.connection(p)).transpose()?;
+        let send = step.send_to.map(|p| self.connection(p)).transpose()?;
+        let slot_in = match recv {
+            Some(c) => {
+                let slot = c
+                    .acquire_recv(&policy)
+                    .map_err(|e| self.ring_error(e, &what(), c, "data", Some(sig)))?;
                 let theirs = c.recv.head_sig();
                 if theirs != sig {
-                    return Err(self.mismatch(&what(), p, theirs, sig));
+                    return Err(self.mismatch(&what(), c.peer(), theirs, sig));
                 }
                 Some(slot)
             }
             None => None,
         };
-        let slot_out = match step.send_to {
-            Some(p) => {
-                let c = self.connection(p)?;
-                Some(c.acquire_send(&policy).map_err(|e| {
-                    self.ring_error(
-                        e,
-                        &what(),
-                        p,
-                        c.transport(),
-                        "a free slot (credit)",
-                        Some(sig),
-                    )
-                })?)
-            }
-            None => None,
-        };
+        let slot_out =
+            match send {
+                Some(c) => Some(c.acquire_send(&policy).map_err(|e| {
+                    self.ring_error(e, &what(), c, "a free slot (credit)", Some(sig))
+                })?),
+                None => None,
+            };
         let written = apply(slot_in, slot_out)?;
-        if let Some(p) = step.send_to {
-            let c = self.connection(p)?;
-            self.faults.commit_send(p, c, written, sig, &policy, |e| {
-                self.ring_error(
-                    e,
-                    &what(),
-                    p,
-                    c.transport(),
-                    "a free slot (credit)",
-                    Some(sig),
-                )
-            })?;
-            c.after_step();
+        if let Some(c) = send {
+            c.commit_send(written, sig)
+                .map_err(|e| self.ring_error(e, &what(), c, "a free slot (credit)", Some(sig)))?;
         }
-        if let Some(p) = step.recv_from {
-            let c = self.connection(p)?;
-            c.recv.release_recv();
-            c.after_step();
+        if let Some(c) = recv {
+            c.release_recv();
         }
         Ok(())
     }
 
-    fn ring_error(
+    /// The error of a failed slot operation on `c` in the call `what`
+    /// (signed `ours`, if a collective), which waited for `waiting_for`.
+    pub(crate) fn ring_error(
         &self,
         e: RingError,
         what: &str,
-        peer: usize,
-        transport: &'static str,
+        c: &Connection,
         waiting_for: &str,
         ours: Option<u64>,
     ) -> Error {
@@ -375,27 +350,15 @@ impl CommInner {
             RingError::Wait(w) => self.wait_error_in_call(
                 w,
                 what,
-                format!("{waiting_for} from rank {peer} over {transport}"),
-                Some(peer),
+                format!(
+                    "{waiting_for} from rank {} over {}",
+                    c.peer(),
+                    c.transport()
+                ),
+                Some(c.peer()),
                 ours,
             ),
-            RingError::BadLength(len) => Error::Transport {
-                transport,
-                peer,
-                cause: format!("slot header claims {len} bytes (corrupted ring)"),
-            },
-            RingError::OutOfOrder { expected, got } => Error::Transport {
-                transport,
-                peer,
-                cause: format!(
-                    "{what}: slot {got} arrived where slot {expected} was due ({})",
-                    if got > expected {
-                        "a slot was lost"
-                    } else {
-                        "a slot came twice"
-                    }
-                ),
-            },
+            e => c.slot_error(e, what),
         }
     }
 

@@ -1,36 +1,63 @@
-//! The fault-injection wrapper: where a rank publishes or consumes a slot.
+//! Fault injection at the slot seam: where a rank publishes or consumes a slot.
 //!
-//! Every transport meets the stream at the same two points: the slot a step
-//! publishes to a peer (`commit_send`: into the peer's shared memory, or the
-//! tcp staging ring the progress engine drains) and the slot it consumes from
-//! a peer. [`FaultInjector`] sits at those two points, so one hook covers
-//! shared memory and tcp alike, and applies the rules of a
-//! [`FaultPlan`]: delay a slot, drop it, send
-//! it twice, or fail with a transport error.
+//! Every transport meets the stream at the same two points of its
+//! [`Connection`]: the slot it publishes to a peer
+//! ([`Connection::commit_send`]: into the peer's shared memory, or the
+//! staging ring tcp or verbs drain) and the slot it takes from a peer
+//! ([`Connection::acquire_recv`], [`Connection::try_acquire_recv`]). Every
+//! writer of slots goes through them (collective steps, point-to-point
+//! messages, the immediate path of small host calls), so one hook covers
+//! shared memory, tcp and verbs, collectives and point-to-point alike.
+//! [`FaultInjector`] hands each connection the rules of a [`FaultPlan`]
+//! that concern it ([`SlotFaults`]): delay a slot, drop it, send it twice,
+//! or fail with a transport error.
 //!
 //! A dropped slot keeps its sequence number (the next slot carries the one
 //! after it) and a duplicate repeats it, exactly what a transport that lost
 //! or repeated a message would produce; receivers detect both from the
 //! per-slot sequence number ([`super::ring`]) or the tcp frame's.
 //!
-//! Without the `fault-injection` feature the injector is an empty type whose
-//! hooks are the plain ring calls, and a non-empty plan is refused.
+//! Without the `fault-injection` feature the injector and [`SlotFaults`]
+//! are empty types whose hooks do nothing (and cost nothing), and a
+//! non-empty plan is refused.
 
-use crate::config::fault_spec::FaultPlan;
+use std::time::Duration;
+
+use crate::Result;
+use crate::config::fault_spec::{FaultPlan, FaultRule};
 use crate::transport::Connection;
-use crate::transport::ring::RingError;
-use crate::wait::WaitPolicy;
-use crate::{Error, Result};
 
 #[cfg(feature = "fault-injection")]
-pub(crate) use enabled::FaultInjector;
+pub(crate) use enabled::{FaultInjector, SlotFaults};
 
 #[cfg(not(feature = "fault-injection"))]
-pub(crate) use disabled::FaultInjector;
+pub(crate) use disabled::{FaultInjector, SlotFaults};
+
+/// What happens to the slot being published, when a rule or an earlier
+/// fault changes anything about it.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+pub(crate) enum SendFault {
+    /// No rule for this slot, but earlier drops or duplicates moved its
+    /// sequence number: published numbered `seq`.
+    Renumber(u64),
+    /// Published numbered `seq` after a pause.
+    Delay(Duration, u64),
+    /// Never published.
+    Drop,
+    /// Published twice, both numbered `seq`.
+    Duplicate(u64),
+    /// Not published: the rule's transport error.
+    Fail(FaultRule),
+}
 
 #[cfg(not(feature = "fault-injection"))]
 mod disabled {
     use super::*;
+    use crate::Error;
+    use crate::transport::Segment;
+    use crate::transport::ring::{RingEnd, RingError};
+    use crate::wait::WaitPolicy;
 
     /// Applies fault rules (this build has none: see the module doc).
     #[derive(Debug, Default)]
@@ -50,36 +77,48 @@ mod disabled {
             }
         }
 
-        /// Publishes the slot just written for `peer` (`commit_send`).
+        /// Hands each connection its rules (none in this build).
+        pub(crate) fn arm(
+            self,
+            _peers: &mut [Option<Connection>],
+            _own: &std::sync::Arc<Segment>,
+            _timeout: Duration,
+        ) {
+        }
+    }
+
+    /// One connection's fault rules (none in this build).
+    #[derive(Debug, Default)]
+    pub(crate) struct SlotFaults;
+
+    impl SlotFaults {
+        /// True: no rule can hit a slot sent in this build.
+        #[inline(always)]
+        pub(crate) fn sends_plain(&self) -> bool {
+            true
+        }
+
+        /// Never anything in this build.
+        #[inline(always)]
+        pub(crate) fn on_send(&self, _ring: &RingEnd) -> Option<SendFault> {
+            None
+        }
+
+        /// Nothing to do in this build.
         ///
         /// # Errors
         /// Never in this build.
         #[inline(always)]
-        pub(crate) fn commit_send(
-            &self,
-            _peer: usize,
-            c: &Connection,
-            len: usize,
-            sig: u64,
-            _policy: &WaitPolicy<'_>,
-            _ring_error: impl Fn(RingError) -> Error,
-        ) -> Result<()> {
-            c.send.commit_send(len, sig);
+        pub(crate) fn before_recv(&self, _ring: &RingEnd) -> Result<(), RingError> {
             Ok(())
         }
 
-        /// Called before consuming the next slot from `peer`.
-        ///
-        /// # Errors
-        /// Never in this build.
-        #[inline(always)]
-        pub(crate) fn before_recv(
-            &self,
-            _peer: usize,
-            _c: &Connection,
-            _policy: &WaitPolicy<'_>,
-        ) -> Result<()> {
-            Ok(())
+        /// Never called in this build.
+        pub(crate) fn pause(&self, _d: Duration) {}
+
+        /// Never called in this build.
+        pub(crate) fn policy(&self) -> WaitPolicy<'_> {
+            WaitPolicy::new(0, Duration::ZERO)
         }
     }
 
@@ -93,30 +132,21 @@ mod disabled {
 
 #[cfg(feature = "fault-injection")]
 mod enabled {
+    use std::sync::Arc;
     use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
 
     use super::*;
-    use crate::config::fault_spec::{FaultAction, FaultDirection, FaultRule};
+    use crate::config::fault_spec::{FaultAction, FaultDirection};
+    use crate::transport::Segment;
+    use crate::transport::ring::{RingEnd, RingError};
+    use crate::wait::WaitPolicy;
 
-    /// Per-peer counters.
-    #[derive(Debug, Default)]
-    struct PeerState {
-        /// Slots published to the peer so far (dropped ones included).
-        sent: AtomicU64,
-        /// Slots consumed from the peer so far.
-        received: AtomicU64,
-        /// Sequence number of the next slot minus the ring's tail:
-        /// +1 per dropped slot, -1 per duplicate.
-        skew: AtomicI64,
-    }
-
-    /// Applies this rank's fault rules at the slot hooks.
+    /// This rank's fault rules, until each connection has its own.
     #[derive(Debug, Default)]
     pub(crate) struct FaultInjector {
         rank: usize,
         rules: Vec<FaultRule>,
-        peers: Vec<PeerState>,
     }
 
     impl FaultInjector {
@@ -129,124 +159,170 @@ mod enabled {
             for r in &rules {
                 tracing::warn!(rank, rule = %r, "fault injection armed");
             }
-            Ok(FaultInjector {
-                rank,
-                rules,
-                peers: (0..size).map(|_| PeerState::default()).collect(),
+            Ok(FaultInjector { rank, rules })
+        }
+
+        /// Hands each connection of `peers` the rules that name its peer;
+        /// a delay ends early, and a repeated slot's wait for credit fails,
+        /// once `own`'s failure word is raised, and that wait gives up
+        /// after `timeout`.
+        pub(crate) fn arm(
+            self,
+            peers: &mut [Option<Connection>],
+            own: &Arc<Segment>,
+            timeout: Duration,
+        ) {
+            for c in peers.iter_mut().flatten() {
+                let peer = c.peer();
+                let of = |dir| {
+                    self.rules
+                        .iter()
+                        .filter(|r| r.peer == peer && r.direction == dir)
+                        .copied()
+                        .collect::<Vec<_>>()
+                };
+                let (send, recv) = (of(FaultDirection::Send), of(FaultDirection::Recv));
+                if send.is_empty() && recv.is_empty() {
+                    continue;
+                }
+                c.arm(SlotFaults {
+                    rank: self.rank,
+                    send,
+                    recv,
+                    sent: AtomicU64::new(0),
+                    recv_hooked: AtomicU64::new(0),
+                    skew: AtomicI64::new(0),
+                    own: Some(own.clone()),
+                    timeout,
+                });
+            }
+        }
+    }
+
+    /// The fault rules of one connection and its counts.
+    #[derive(Debug, Default)]
+    pub(crate) struct SlotFaults {
+        rank: usize,
+        /// Rules on the slots this rank publishes to the peer.
+        send: Vec<FaultRule>,
+        /// Rules on the slots this rank consumes from the peer.
+        recv: Vec<FaultRule>,
+        /// Slots published to the peer so far (dropped ones included).
+        sent: AtomicU64,
+        /// Inbound slots whose hook ran: one past the latest one's index.
+        recv_hooked: AtomicU64,
+        /// Sequence number of the next slot minus the ring's tail:
+        /// +1 per dropped slot, -1 per duplicate.
+        skew: AtomicI64,
+        /// This rank's segment, whose failure word ends a pause.
+        own: Option<Arc<Segment>>,
+        /// How long a repeated slot waits for credit.
+        timeout: Duration,
+    }
+
+    impl SlotFaults {
+        /// True when no rule can hit a slot this rank sends to the peer
+        /// (so it may bypass the staging ring).
+        #[inline]
+        pub(crate) fn sends_plain(&self) -> bool {
+            self.send.is_empty()
+        }
+
+        /// What happens to the slot about to be published in `ring`:
+        /// `None`, published as it is, unless a rule says otherwise or
+        /// earlier faults moved its number.
+        #[inline]
+        pub(crate) fn on_send(&self, ring: &RingEnd) -> Option<SendFault> {
+            if self.send.is_empty() {
+                return None;
+            }
+            self.on_ruled_send(ring)
+        }
+
+        #[cold]
+        fn on_ruled_send(&self, ring: &RingEnd) -> Option<SendFault> {
+            let nth = self.sent.fetch_add(1, Ordering::Relaxed) + 1;
+            let seq = ring
+                .tail()
+                .wrapping_add_signed(self.skew.load(Ordering::Relaxed));
+            let Some(rule) = self.send.iter().find(|r| r.nth == nth) else {
+                return Some(SendFault::Renumber(seq));
+            };
+            tracing::warn!(rank = self.rank, %rule, seq, "injecting fault");
+            Some(match rule.action {
+                FaultAction::Delay(d) => SendFault::Delay(d, seq),
+                FaultAction::Drop => {
+                    self.skew.fetch_add(1, Ordering::Relaxed);
+                    SendFault::Drop
+                }
+                FaultAction::Duplicate => {
+                    self.skew.fetch_sub(1, Ordering::Relaxed);
+                    SendFault::Duplicate(seq)
+                }
+                FaultAction::Error => SendFault::Fail(*rule),
             })
         }
 
-        fn rule(&self, dir: FaultDirection, peer: usize, nth: u64) -> Option<&FaultRule> {
-            self.rules
-                .iter()
-                .find(|r| r.direction == dir && r.peer == peer && r.nth == nth)
-        }
-
-        /// Publishes the slot just written for `peer` (`commit_send`), unless
-        /// a rule delays, drops, duplicates or fails it.
+        /// Called before the next inbound slot of `ring` is taken: delays
+        /// it (once, however often it is looked at) or fails it (each time
+        /// it is looked at) when a rule says so.
         ///
         /// # Errors
-        /// [`Error::Transport`] naming the rule for an injected error; what
-        /// `ring_error` makes of a failed wait for credit when duplicating.
-        pub(crate) fn commit_send(
-            &self,
-            peer: usize,
-            c: &Connection,
-            len: usize,
-            sig: u64,
-            policy: &WaitPolicy<'_>,
-            ring_error: impl Fn(RingError) -> Error,
-        ) -> Result<()> {
-            let Some(state) = self.peers.get(peer) else {
-                c.send.commit_send(len, sig);
+        /// [`RingError::Injected`] for an injected error.
+        #[inline]
+        pub(crate) fn before_recv(&self, ring: &RingEnd) -> Result<(), RingError> {
+            if self.recv.is_empty() {
                 return Ok(());
-            };
-            let nth = state.sent.fetch_add(1, Ordering::Relaxed) + 1;
-            let seq = c
-                .send
-                .tail()
-                .wrapping_add_signed(state.skew.load(Ordering::Relaxed));
-            let Some(rule) = self.rule(FaultDirection::Send, peer, nth) else {
-                c.send.commit_send_numbered(len, sig, seq);
-                return Ok(());
-            };
-            tracing::warn!(rank = self.rank, %rule, seq, "injecting fault");
-            match rule.action {
-                FaultAction::Delay(d) => {
-                    pause(d, policy);
-                    c.send.commit_send_numbered(len, sig, seq);
-                }
-                FaultAction::Drop => {
-                    // The slot stays unpublished and is overwritten by the
-                    // next one, which carries the following number.
-                    state.skew.fetch_add(1, Ordering::Relaxed);
-                }
-                FaultAction::Duplicate => {
-                    let copy = c
-                        .send
-                        .slot_for_write(c.send.tail())
-                        .map(|s| s[..len].to_vec())
-                        .unwrap_or_default();
-                    c.send.commit_send_numbered(len, sig, seq);
-                    c.after_step();
-                    let again = c.send.acquire_send(policy).map_err(&ring_error)?;
-                    again[..copy.len()].copy_from_slice(&copy);
-                    c.send.commit_send_numbered(copy.len(), sig, seq);
-                    state.skew.fetch_sub(1, Ordering::Relaxed);
-                }
-                FaultAction::Error => return Err(injected(rule, c, peer)),
             }
-            Ok(())
+            self.before_ruled_recv(ring.head())
         }
 
-        /// Called before consuming the next slot from `peer`: delays or
-        /// fails it when a rule says so.
-        ///
-        /// # Errors
-        /// [`Error::Transport`] naming the rule for an injected error.
-        pub(crate) fn before_recv(
-            &self,
-            peer: usize,
-            c: &Connection,
-            policy: &WaitPolicy<'_>,
-        ) -> Result<()> {
-            let Some(state) = self.peers.get(peer) else {
+        #[cold]
+        fn before_ruled_recv(&self, head: u64) -> Result<(), RingError> {
+            let Some(rule) = self.recv.iter().find(|r| r.nth == head + 1) else {
                 return Ok(());
             };
-            let nth = state.received.fetch_add(1, Ordering::Relaxed) + 1;
-            let Some(rule) = self.rule(FaultDirection::Recv, peer, nth) else {
-                return Ok(());
-            };
-            tracing::warn!(rank = self.rank, %rule, "injecting fault");
+            let first_look = self.recv_hooked.fetch_max(head + 1, Ordering::Relaxed) <= head;
+            if first_look {
+                tracing::warn!(rank = self.rank, %rule, "injecting fault");
+            }
             match rule.action {
                 FaultAction::Delay(d) => {
-                    pause(d, policy);
+                    if first_look {
+                        self.pause(d);
+                    }
                     Ok(())
                 }
-                FaultAction::Error => Err(injected(rule, c, peer)),
+                FaultAction::Error => Err(RingError::Injected(*rule)),
                 // Refused by the parser: a receiver cannot lose what arrived.
                 FaultAction::Drop | FaultAction::Duplicate => Ok(()),
             }
         }
-    }
 
-    fn injected(rule: &FaultRule, c: &Connection, peer: usize) -> Error {
-        Error::Transport {
-            transport: c.transport(),
-            peer,
-            cause: format!("injected fault `{rule}` (STREAMCOMM_FAULTS)"),
-        }
-    }
-
-    /// Sleeps `d`, in short slices, ending early if the communicator fails.
-    fn pause(d: Duration, policy: &WaitPolicy<'_>) {
-        let end = Instant::now() + d;
-        loop {
-            let now = Instant::now();
-            if now >= end || policy.abort.is_some_and(|a| a.load(Ordering::Relaxed) != 0) {
-                return;
+        /// Sleeps `d`, in short slices, ending early if the communicator fails.
+        pub(crate) fn pause(&self, d: Duration) {
+            let end = Instant::now() + d;
+            let failed = || {
+                self.own
+                    .as_ref()
+                    .is_some_and(|s| s.header().failed_by.load(Ordering::Relaxed) != 0)
+            };
+            loop {
+                let now = Instant::now();
+                if now >= end || failed() {
+                    return;
+                }
+                std::thread::sleep((end - now).min(Duration::from_millis(5)));
             }
-            std::thread::sleep((end - now).min(Duration::from_millis(5)));
+        }
+
+        /// The policy of a repeated slot's wait for credit.
+        pub(crate) fn policy(&self) -> WaitPolicy<'_> {
+            let p = WaitPolicy::new(0, self.timeout);
+            match &self.own {
+                Some(s) => p.with_abort(&s.header().failed_by),
+                None => p,
+            }
         }
     }
 }

@@ -154,6 +154,7 @@ impl Mailbox {
     }
 
     /// The latest rendezvous grant number given (0 before the first).
+    #[cfg(any(feature = "verbs", test))]
     pub(crate) fn grant_count(&self) -> u64 {
         self.cts.value.load(Ordering::Acquire)
     }

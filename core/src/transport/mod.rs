@@ -7,7 +7,8 @@
 //! of its own and the slots cross over sockets or by RDMA writes, posted by
 //! a progress thread (or the stream). A [`Connection`] joins the two rings
 //! of one peer pair, whatever the transport (over shm, outbound in the
-//! peer's segment and inbound in ours).
+//! peer's segment and inbound in ours), and is the one seam through which
+//! the stream fills, publishes, takes and returns slots ([`connection`]).
 //!
 //! Each rank's segment starts with a [`SegmentHeader`] page: a magic/version
 //! check for the layout, a failure word that any rank may raise to make
@@ -15,6 +16,7 @@
 //! and the mismatch records written before it is raised (which ranks' calls
 //! differed, and how), so every rank can say what went wrong.
 
+mod connection;
 pub(crate) mod device_span;
 pub(crate) mod fault;
 pub(crate) mod local_ring;
@@ -27,15 +29,14 @@ pub(crate) mod tcp;
 #[cfg(feature = "verbs")]
 pub(crate) mod verbs;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::barrier::area::{BarrierArea, area_bytes};
-use ring::{RingEnd, RingError, RingShape};
+pub(crate) use connection::{Carrier, Connection, Link};
+use ring::{RingEnd, RingShape};
 use shm::ShmSegment;
 
 use crate::error::MismatchNote;
-use crate::wait::WaitPolicy;
 use crate::{Error, Result};
 
 /// Bytes reserved at the start of a segment for its header.
@@ -187,209 +188,6 @@ impl Segment {
     /// As [`ShmSegment::ring`].
     pub fn ring(&self, offset: usize, shape: RingShape) -> Result<RingEnd> {
         self.shm.ring(offset, shape)
-    }
-}
-
-/// Which transport a connection uses.
-#[derive(Debug)]
-pub(crate) enum Link {
-    /// Shared memory: `send` lies in the peer's segment (kept alive here).
-    Shm {
-        /// The peer's segment.
-        peer_segment: Arc<Segment>,
-    },
-    /// tcp: both rings are local; the progress engine moves the slots, and
-    /// so does a stream that would otherwise wait for it ([`tcp::inline`]).
-    Tcp {
-        /// The peer's transfer state, shared with the progress engine.
-        io: Arc<std::sync::Mutex<tcp::progress::PeerIo>>,
-        /// Keeps the rings' memory alive.
-        _rings: Arc<tcp::TcpRings>,
-        /// Wakes the progress engine after staging a slot or freeing one.
-        kick: Arc<crate::engine::Kick>,
-    },
-    /// verbs: both rings are local; the stream or the progress engine
-    /// RDMA-writes the slots, and whoever polls the CQ publishes the tails.
-    #[cfg(feature = "verbs")]
-    Verbs {
-        /// Keeps the rings' memory (registered with the NIC) alive.
-        _rings: Arc<verbs::qp::VerbsRings>,
-        /// Wakes the progress engine after staging a slot or freeing one.
-        kick: Arc<crate::engine::Kick>,
-        /// This peer's connection state, shared with the progress engine,
-        /// so that the stream can post what it staged itself.
-        direct: Arc<verbs::progress::SharedPeer>,
-    },
-}
-
-/// Both directions between this rank and one peer.
-#[derive(Debug)]
-pub(crate) struct Connection {
-    /// Ring we fill (the peer's inbound ring, or our tcp staging ring).
-    pub send: RingEnd,
-    /// Ring we read (our inbound ring).
-    pub recv: RingEnd,
-    /// The transport behind the rings (keeps their memory alive).
-    pub(crate) link: Link,
-}
-
-impl Connection {
-    /// Name of the transport, for errors.
-    pub(crate) fn transport(&self) -> &'static str {
-        self.kind().as_str()
-    }
-
-    /// The transport behind the rings.
-    pub(crate) fn kind(&self) -> crate::config::Transport {
-        use crate::config::Transport;
-        match self.link {
-            Link::Shm { .. } => Transport::Shm,
-            Link::Tcp { .. } => Transport::Tcp,
-            #[cfg(feature = "verbs")]
-            Link::Verbs { .. } => Transport::Verbs,
-        }
-    }
-
-    /// Tells a proxied transport that the stream moved a ring (over tcp,
-    /// moves the bytes itself when it can: [`tcp::inline`]).
-    #[inline]
-    pub(crate) fn after_step(&self) {
-        match &self.link {
-            Link::Tcp { io, kick, .. } => tcp::inline::pump(io, kick),
-            #[cfg(feature = "verbs")]
-            Link::Verbs { kick, direct, .. } => {
-                if !direct.pump() {
-                    kick.kick();
-                }
-            }
-            Link::Shm { .. } => {}
-        }
-    }
-
-    /// Sends `payload` as one slot signed `sig` straight from the caller's
-    /// bytes, where the transport can and nothing is queued before it: over
-    /// verbs, one inline RDMA write (no staging slot, no copy into one).
-    /// False (nothing done) elsewhere: the caller stages the slot.
-    #[inline]
-    pub(crate) fn send_inline(&self, payload: &[u8], sig: u64) -> bool {
-        match &self.link {
-            #[cfg(feature = "verbs")]
-            Link::Verbs { direct, .. } => direct.send_inline(payload, sig),
-            _ => {
-                let _ = (payload, sig);
-                false
-            }
-        }
-    }
-
-    /// As [`Connection::after_step`] after the stream staged one slot and
-    /// consumed none: over tcp the slot is written out without a read.
-    #[inline]
-    pub(crate) fn after_send(&self) {
-        match &self.link {
-            Link::Tcp { io, kick, .. } => tcp::inline::pump_out(io, kick),
-            _ => self.after_step(),
-        }
-    }
-
-    /// As [`Connection::after_step`] after the stream consumed one inbound
-    /// slot and staged nothing: over verbs only the credit may be due, over
-    /// tcp only the engine may need waking (no read: the next receive reads).
-    #[inline]
-    pub(crate) fn after_recv(&self) {
-        match &self.link {
-            Link::Tcp { io, kick, .. } => tcp::inline::settle(io, kick),
-            #[cfg(feature = "verbs")]
-            Link::Verbs { kick, direct, .. } => {
-                if !direct.consumed(&self.recv) {
-                    kick.kick();
-                }
-            }
-            Link::Shm { .. } => {}
-        }
-    }
-
-    /// Moves this connection's bytes on the calling thread while it waits:
-    /// over tcp it reads and writes the sockets ([`tcp::inline`]), over
-    /// verbs it polls the completion queue (a peer's new tail arrives as an
-    /// immediate); nothing over shared memory. Cheap when another thread is
-    /// already at it.
-    #[inline]
-    pub(crate) fn poke(&self) {
-        match &self.link {
-            Link::Tcp { io, kick, .. } => tcp::inline::pump(io, kick),
-            #[cfg(feature = "verbs")]
-            Link::Verbs { direct, .. } => direct.poll_now(),
-            Link::Shm { .. } => {}
-        }
-    }
-
-    /// How often a spinning waiter calls [`Connection::poke`] (every n-th
-    /// check); `None` when poking does nothing.
-    fn poke_period(&self) -> Option<u32> {
-        match &self.link {
-            Link::Tcp { .. } => Some(tcp::inline::SPIN_CHECKS_PER_PUMP),
-            #[cfg(feature = "verbs")]
-            Link::Verbs { .. } => Some(verbs::POLLS_EVERY),
-            Link::Shm { .. } => None,
-        }
-    }
-
-    /// A pacer for waits on this connection that poke it (see
-    /// [`Connection::poke`]); `None` when poking does nothing.
-    pub(crate) fn pace(&self, policy: &WaitPolicy<'_>) -> Option<tcp::inline::Pace> {
-        self.poke_period()
-            .map(|n| tcp::inline::Pace::every(policy, n))
-    }
-
-    /// Waits for the next inbound slot ([`RingEnd::acquire_recv`]), poking
-    /// the connection meanwhile ([`Connection::poke`]).
-    ///
-    /// # Errors
-    /// As [`RingEnd::acquire_recv`].
-    pub(crate) fn acquire_recv(&self, policy: &WaitPolicy<'_>) -> Result<&[u8], RingError> {
-        match self.pace(policy) {
-            Some(mut pace) => self.recv.acquire_recv_with(policy, || {
-                if pace.due() {
-                    self.poke()
-                }
-            }),
-            None => self.recv.acquire_recv(policy),
-        }
-    }
-
-    /// Waits for a free outbound slot ([`RingEnd::acquire_send`]), poking
-    /// the connection meanwhile ([`Connection::poke`]).
-    ///
-    /// # Errors
-    /// As [`RingEnd::acquire_send`].
-    #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
-    pub(crate) fn acquire_send(&self, policy: &WaitPolicy<'_>) -> Result<&mut [u8], RingError> {
-        match self.pace(policy) {
-            Some(mut pace) => self.send.acquire_send_with(policy, || {
-                if pace.due() {
-                    self.poke()
-                }
-            }),
-            None => self.send.acquire_send(policy),
-        }
-    }
-
-    /// The verbs peer, when rendezvous data goes by RDMA.
-    #[cfg(feature = "verbs")]
-    pub(crate) fn rdma(&self) -> Option<&Arc<verbs::progress::SharedPeer>> {
-        match &self.link {
-            Link::Verbs { direct, .. } => Some(direct),
-            _ => None,
-        }
-    }
-
-    /// The peer's segment, when it shares memory with us.
-    pub(crate) fn peer_segment(&self) -> Option<&Arc<Segment>> {
-        match &self.link {
-            Link::Shm { peer_segment } => Some(peer_segment),
-            _ => None,
-        }
     }
 }
 

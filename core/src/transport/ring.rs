@@ -20,6 +20,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::mailbox::Mailbox;
+use crate::config::fault_spec::FaultRule;
 use crate::wait::{Notifier, WaitError, WaitPolicy};
 
 /// Bytes of header before each slot's payload.
@@ -105,9 +106,9 @@ impl RingShape {
     }
 }
 
-/// Why a ring operation failed.
+/// Why a ring operation (or the seam's, [`super::Connection`]) failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RingError {
+pub(crate) enum RingError {
     /// The wait ended (timeout or abort).
     Wait(WaitError),
     /// The slot header claims more bytes than a slot holds (corruption).
@@ -120,6 +121,8 @@ pub enum RingError {
         /// What the slot header says.
         got: u64,
     },
+    /// A fault rule failed the slot ([`super::fault`]).
+    Injected(FaultRule),
 }
 
 /// One end of a ring mapped in this process.
@@ -195,7 +198,10 @@ impl RingEnd {
     /// # Errors
     /// [`RingError::Wait`] when no credit came back in time.
     #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
-    pub fn acquire_send(&self, policy: &WaitPolicy<'_>) -> Result<&mut [u8], RingError> {
+    pub(in crate::transport) fn acquire_send(
+        &self,
+        policy: &WaitPolicy<'_>,
+    ) -> Result<&mut [u8], RingError> {
         self.acquire_send_with(policy, || {})
     }
 
@@ -205,7 +211,7 @@ impl RingEnd {
     /// # Errors
     /// As [`RingEnd::acquire_send`].
     #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
-    pub fn acquire_send_with(
+    pub(in crate::transport) fn acquire_send_with(
         &self,
         policy: &WaitPolicy<'_>,
         mut poke: impl FnMut(),
@@ -238,7 +244,7 @@ impl RingEnd {
     /// Sender: publishes the slot returned by [`RingEnd::acquire_send`]
     /// holding `len` bytes, signed with the call's signature
     /// ([`crate::plan::signature`]) and numbered with its position.
-    pub fn commit_send(&self, len: usize, sig: u64) {
+    pub(in crate::transport) fn commit_send(&self, len: usize, sig: u64) {
         let tail = self.header().tail.value.load(Ordering::Relaxed);
         self.commit_send_numbered(len, sig, tail);
     }
@@ -246,7 +252,7 @@ impl RingEnd {
     /// As [`RingEnd::commit_send`], with an explicit sequence number (fault
     /// injection uses it to make a transport look as if it lost a slot or
     /// delivered one twice; the receiver must notice).
-    pub fn commit_send_numbered(&self, len: usize, sig: u64, seq: u64) {
+    pub(in crate::transport) fn commit_send_numbered(&self, len: usize, sig: u64, seq: u64) {
         let h = self.header();
         let tail = h.tail.value.load(Ordering::Relaxed);
         self.set_header(tail, len, sig, seq);
@@ -260,7 +266,10 @@ impl RingEnd {
     /// [`RingError::Wait`] when nothing arrived in time;
     /// [`RingError::BadLength`] when the slot header is impossible;
     /// [`RingError::OutOfOrder`] when the slot is not the one due next.
-    pub fn acquire_recv(&self, policy: &WaitPolicy<'_>) -> Result<&[u8], RingError> {
+    pub(in crate::transport) fn acquire_recv(
+        &self,
+        policy: &WaitPolicy<'_>,
+    ) -> Result<&[u8], RingError> {
         self.acquire_recv_with(policy, || {})
     }
 
@@ -269,7 +278,7 @@ impl RingEnd {
     ///
     /// # Errors
     /// As [`RingEnd::acquire_recv`].
-    pub fn acquire_recv_with(
+    pub(in crate::transport) fn acquire_recv_with(
         &self,
         policy: &WaitPolicy<'_>,
         mut poke: impl FnMut(),
@@ -308,7 +317,7 @@ impl RingEnd {
     }
 
     /// Receiver: returns the slot from [`RingEnd::acquire_recv`] to the sender.
-    pub fn release_recv(&self) {
+    pub(in crate::transport) fn release_recv(&self) {
         let h = self.header();
         let head = h.head.value.load(Ordering::Relaxed);
         h.head.value.store(head + 1, Ordering::Release);
@@ -375,7 +384,7 @@ impl RingEnd {
     ///
     /// # Errors
     /// [`RingError::BadLength`] when the slot header is impossible.
-    pub fn slot_for_read(&self, index: u64) -> Result<Option<&[u8]>, RingError> {
+    pub(crate) fn slot_for_read(&self, index: u64) -> Result<Option<&[u8]>, RingError> {
         let h = self.header();
         let tail = h.tail.value.load(Ordering::Acquire);
         let head = h.head.value.load(Ordering::Relaxed);
@@ -422,7 +431,7 @@ impl RingEnd {
     /// Sender: the next slot's payload area if the receiver has returned
     /// enough credit for it, without waiting.
     #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
-    pub fn try_acquire_send(&self) -> Option<&mut [u8]> {
+    pub(in crate::transport) fn try_acquire_send(&self) -> Option<&mut [u8]> {
         let tail = self.header().tail.value.load(Ordering::Relaxed);
         self.slot_for_write(tail)
     }
@@ -433,7 +442,7 @@ impl RingEnd {
     /// # Errors
     /// [`RingError::BadLength`] when the slot header is impossible;
     /// [`RingError::OutOfOrder`] when the slot is not the one due next.
-    pub fn try_acquire_recv(&self) -> Result<Option<&[u8]>, RingError> {
+    pub(in crate::transport) fn try_acquire_recv(&self) -> Result<Option<&[u8]>, RingError> {
         let head = self.header().head.value.load(Ordering::Relaxed);
         let slot = self.slot_for_read(head)?;
         if slot.is_some() {

@@ -11,8 +11,43 @@
 use std::ffi::CString;
 use std::ptr::NonNull;
 
+use std::sync::Arc;
+
+use crate::config::Transport;
 use crate::transport::ring::{RingEnd, RingShape};
+use crate::transport::{Carrier, Segment};
 use crate::{Error, Result};
+
+/// The shared-memory link to one peer: the stream copies into the peer's
+/// inbound ring itself, so nothing is left to do at the seam and data
+/// lands without anyone's help.
+#[derive(Debug)]
+pub(crate) struct ShmLink {
+    /// The peer's segment, where our send ring lies (kept alive here).
+    pub peer_segment: Arc<Segment>,
+}
+
+impl Carrier for ShmLink {
+    #[inline]
+    fn kind(&self) -> Transport {
+        Transport::Shm
+    }
+    #[inline]
+    fn after_send(&self) {}
+    #[inline]
+    fn after_recv(&self, _inbound: &RingEnd) {}
+    #[inline]
+    fn after_grant(&self) {}
+    #[inline]
+    fn poke(&self) {}
+    #[inline]
+    fn poke_period(&self) -> Option<u32> {
+        None
+    }
+    fn peer_segment(&self) -> Option<&Arc<Segment>> {
+        Some(&self.peer_segment)
+    }
+}
 
 /// A mapped shared-memory segment.
 #[derive(Debug)]

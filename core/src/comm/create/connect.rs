@@ -18,8 +18,11 @@ use crate::comm::endpoint::{Endpoint, VERBS_FORCED, pair_uses_verbs};
 use crate::config::{Config, Transport, TransportChoice};
 use crate::engine::{Kick, Source};
 use crate::transport::ring::RingShape;
+use crate::transport::shm::ShmLink;
 use crate::transport::tcp::setup::{ConnectPlan, connect_all};
-use crate::transport::tcp::{TcpPeerSetup, TcpRings, TcpSource};
+use crate::transport::tcp::{TcpLink, TcpPeerSetup, TcpRings, TcpSource};
+#[cfg(feature = "verbs")]
+use crate::transport::verbs::VerbsLink;
 use crate::transport::{Connection, Link, Segment, ring_offset};
 use crate::{Error, Result};
 
@@ -206,15 +209,16 @@ fn connect_peers(
                     Error::Bootstrap(format!("verbs: no connection formed to rank {p}"))
                 })?;
                 let (send, recv) = rings.stream_ends();
-                peers.push(Some(Connection {
+                peers.push(Some(Connection::new(
+                    p,
                     send,
                     recv,
-                    link: Link::Verbs {
+                    Link::Verbs(VerbsLink {
                         _rings: rings.clone(),
                         kick: kick.clone(),
                         direct: direct.clone(),
-                    },
-                }));
+                    }),
+                )));
             }
         } else if use_tcp[p] {
             let rings = Arc::new(TcpRings::new(shape));
@@ -228,22 +232,24 @@ fn connect_peers(
             .into_io();
             tcp_io.push(io.clone());
             tcp_rings.push(rings.clone());
-            peers.push(Some(Connection {
+            peers.push(Some(Connection::new(
+                p,
                 send,
                 recv,
-                link: Link::Tcp {
+                Link::Tcp(TcpLink {
                     io,
                     _rings: rings,
                     kick: kick.clone(),
-                },
-            }));
+                }),
+            )));
         } else {
             let peer_segment = Arc::new(Segment::open(&ep.shm_name, size, shape)?);
-            peers.push(Some(Connection {
-                send: peer_segment.ring(ring_offset(p, rank, size, shape), shape)?,
-                recv: segment.ring(ring_offset(rank, p, size, shape), shape)?,
-                link: Link::Shm { peer_segment },
-            }));
+            peers.push(Some(Connection::new(
+                p,
+                peer_segment.ring(ring_offset(p, rank, size, shape), shape)?,
+                segment.ring(ring_offset(rank, p, size, shape), shape)?,
+                Link::Shm(ShmLink { peer_segment }),
+            )));
         }
     }
     if !tcp_io.is_empty() {

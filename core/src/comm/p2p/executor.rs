@@ -185,8 +185,12 @@ impl CommInner {
             Dir::Send => {
                 let g = raw.read();
                 let src = &raw.bytes_of(&g)[range];
-                if immediate && self.send_eager_in_turn(conn, src, o.dtype, o.count) {
-                    return Ok(());
+                if immediate {
+                    if self.send_eager_in_turn(conn, src, o.dtype, o.count) {
+                        return Ok(());
+                    }
+                    // A slot a fault rule failed is the communicator's error.
+                    self.failure.check()?;
                 }
                 let op = self.new_op(spec, o, Operand::Src(Src::Host(src)))?;
                 self.drive_one(op, name)

@@ -18,11 +18,12 @@ use std::sync::atomic::Ordering;
 
 use crate::DataType;
 use crate::comm::Communicator;
+use crate::comm::failure::Learned;
 use crate::comm::inner::CommInner;
 use crate::comm::p2p::stats::Stat;
-use crate::config::Transport;
 use crate::plan::signature::{self, P2pSlot};
 use crate::transport::Connection;
+use crate::transport::ring::RingError;
 
 /// What [`Communicator::send_now`] or [`Communicator::recv_now`] did.
 pub(crate) enum Now {
@@ -99,7 +100,7 @@ impl Communicator {
             Err(not_now) => return not_now,
         };
         if self.inner.recv_eager_in_turn(conn, bytes, dtype)
-            || (conn.kind() == Transport::Shm && self.spin_then_recv(conn, bytes, dtype))
+            || (!conn.proxied() && self.spin_then_recv(conn, bytes, dtype))
         {
             self.inner.turns.done(ticket);
             return Now::Completed;
@@ -107,10 +108,11 @@ impl Communicator {
         Now::FallBackWithTicket(ticket)
     }
 
-    /// Spins for the next slot of `conn` (shared memory: it lands with
-    /// nobody's help), then takes it by the immediate path; false when
-    /// nothing came within the spin budget or the slot is not one the
-    /// immediate path takes (the full path then waits, or reports it).
+    /// Spins for the next slot of `conn` (one whose data lands with
+    /// nobody's help: shared memory), then takes it by the immediate path;
+    /// false when nothing came within the spin budget or the slot is not
+    /// one the immediate path takes (the full path then waits, or reports
+    /// it).
     #[inline(never)]
     fn spin_then_recv(&self, conn: &Connection, bytes: &mut [u8], dtype: DataType) -> bool {
         for _ in 0..self.inner.spin {
@@ -126,7 +128,9 @@ impl Communicator {
 impl CommInner {
     /// In this call's turn: writes `bytes` (`count` elements of `dtype`, at
     /// most the eager limit) into one slot of `conn` and publishes it, if
-    /// the ring has credit; false (nothing done) otherwise.
+    /// the ring has credit; false otherwise. False too when the slot
+    /// failed to publish ([`Connection::commit_send`]: a fault rule): the
+    /// error is then the communicator's, which the full path reports.
     #[inline]
     pub(crate) fn send_eager_in_turn(
         &self,
@@ -136,22 +140,20 @@ impl CommInner {
         count: usize,
     ) -> bool {
         let sig = signature::p2p(P2pSlot::Eager, dtype, count);
-        if !conn.send_inline(bytes, sig) {
+        if !conn.send_unstaged(bytes, sig) {
             if !conn.send.has_credit() {
                 // Over verbs returned credit is a completion still to reap
                 // (and over tcp a frame still in the socket): look once.
                 conn.poke();
             }
-            let Some(slot) = conn
-                .send
-                .try_acquire_send()
-                .filter(|s| s.len() >= bytes.len())
-            else {
+            let Some(slot) = conn.try_acquire_send().filter(|s| s.len() >= bytes.len()) else {
                 return false;
             };
             copy_small(&mut slot[..bytes.len()], bytes);
-            conn.send.commit_send(bytes.len(), sig);
-            conn.after_send();
+            if let Err(e) = conn.commit_send(bytes.len(), sig) {
+                self.immediate_failed(conn, e);
+                return false;
+            }
         }
         self.p2p.stats.add(Stat::SentEagerMessages, 1);
         self.p2p.stats.add(Stat::SentEagerBytes, bytes.len());
@@ -159,9 +161,21 @@ impl CommInner {
         true
     }
 
+    /// Records the failure of an immediate send as the communicator's, as
+    /// the full path records a failed operation's: the full path, which
+    /// runs next in this call's turn, reports it.
+    #[cold]
+    #[inline(never)]
+    fn immediate_failed(&self, conn: &Connection, e: RingError) {
+        let e = self.ring_error(e, "send", conn, "a free slot (credit)", None);
+        self.failure.fail(&e, Learned::Call);
+    }
+
     /// In this call's turn: copies the message from `conn` into the front
     /// of `bytes` if it is there whole, in one eager slot of `dtype`, and
-    /// fits; false (nothing consumed) otherwise.
+    /// fits; false (nothing consumed) otherwise, and for a slot the seam
+    /// refuses ([`Connection::try_acquire_recv`]), which the full path
+    /// then finds and reports.
     #[inline]
     pub(crate) fn recv_eager_in_turn(
         &self,
@@ -175,7 +189,7 @@ impl CommInner {
             // (nothing to do over shared memory).
             conn.poke();
         }
-        let Ok(Some(slot)) = conn.recv.try_acquire_recv() else {
+        let Ok(Some(slot)) = conn.try_acquire_recv() else {
             return false;
         };
         let whole = match signature::parse_p2p(conn.recv.head_sig()) {
@@ -189,8 +203,7 @@ impl CommInner {
         }
         let n = slot.len();
         copy_small(&mut bytes[..n], slot);
-        conn.recv.release_recv();
-        conn.after_recv();
+        conn.release_recv();
         self.p2p.stats.add(Stat::RecvEagerBytes, n);
         self.p2p.immediate_calls.fetch_add(1, Ordering::Relaxed);
         true

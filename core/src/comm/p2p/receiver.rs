@@ -19,7 +19,6 @@ use crate::comm::p2p::{cma, rdma, wire};
 use crate::error::MismatchNote;
 use crate::plan::signature::{self, P2pSlot};
 use crate::transport::Connection;
-use crate::transport::ring::RingError;
 use crate::wait::Notifier;
 use crate::{DataType, Error, Result};
 
@@ -147,26 +146,6 @@ impl<'a> RecvOp<'a> {
         signature::mismatch_error("recv", self.rank, note, Some(ours), false)
     }
 
-    fn corrupt(&self, e: RingError) -> Error {
-        let cause = match e {
-            RingError::BadLength(len) => format!("slot header claims {len} bytes (corrupted ring)"),
-            RingError::OutOfOrder { expected, got } => format!(
-                "slot {got} arrived where slot {expected} was due ({})",
-                if got > expected {
-                    "a slot was lost"
-                } else {
-                    "a slot came twice"
-                }
-            ),
-            RingError::Wait(w) => format!("{w:?}"),
-        };
-        Error::Transport {
-            transport: self.conn.transport(),
-            peer: self.peer,
-            cause,
-        }
-    }
-
     /// Consumes what has arrived without waiting; returns whether anything
     /// happened.
     ///
@@ -174,22 +153,21 @@ impl<'a> RecvOp<'a> {
     /// [`Error::Mismatch`] when the peer sent something other than a
     /// message this receive can hold (naming both calls);
     /// [`Error::RemoteFailed`] when a message's slots do not follow the
-    /// protocol; [`Error::Transport`] for a corrupted slot.
+    /// protocol; [`Error::Transport`] for a corrupted, lost, repeated or
+    /// injected slot.
     pub(super) fn poll(&mut self) -> Result<bool> {
         let mut progressed = false;
         while self.state != State::Done {
             let Some(slot) = self
                 .conn
-                .recv
                 .try_acquire_recv()
-                .map_err(|e| self.corrupt(e))?
+                .map_err(|e| self.conn.slot_error(e, "recv"))?
             else {
                 break;
             };
             let sig = self.conn.recv.head_sig();
             self.state = self.consume(sig, slot)?;
-            self.conn.recv.release_recv();
-            self.conn.after_step();
+            self.conn.release_recv();
             progressed = true;
         }
         Ok(progressed)
@@ -239,13 +217,8 @@ impl<'a> RecvOp<'a> {
                             }
                             None => std::process::id(),
                         };
-                        self.conn.recv.mailbox().grant(
-                            grant,
-                            self.dst.addr(),
-                            front as u64,
-                            key,
-                            first_seq,
-                        );
+                        self.conn
+                            .grant(grant, self.dst.addr(), front as u64, key, first_seq);
                         if self.pull_only {
                             self.state_of_comm
                                 .pull_only_grants

@@ -138,7 +138,8 @@ impl<'a> SendOp<'a> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a device payload, which the CPU
-    /// cannot read (never reached: device sends take the RDMA path).
+    /// cannot read (never reached: device sends take the RDMA path); a
+    /// slot's failure to publish ([`Connection::commit_send`]).
     fn push(
         &self,
         sent: &mut usize,
@@ -154,36 +155,49 @@ impl<'a> SendOp<'a> {
         })?;
         let mut progressed = false;
         while *sent < data.len() || (min_one && *slots == 0) {
-            let Some(slot) = self.conn.send.try_acquire_send() else {
+            let Some(slot) = self.conn.try_acquire_send() else {
                 break;
             };
             let n = slot.len().min(data.len() - *sent);
             slot[..n].copy_from_slice(&data[*sent..*sent + n]);
-            self.conn.send.commit_send(n, self.sig(kind));
+            self.commit(n, kind)?;
             *sent += n;
             *slots += 1;
             progressed = true;
         }
-        if progressed {
-            self.conn.after_step();
-        }
         Ok(progressed)
     }
 
+    /// Publishes the slot just filled with `len` bytes, signed as a slot
+    /// of `kind`.
+    ///
+    /// # Errors
+    /// As [`Connection::commit_send`], as the error of this send.
+    fn commit(&self, len: usize, kind: P2pSlot) -> Result<()> {
+        self.conn
+            .commit_send(len, self.sig(kind))
+            .map_err(|e| self.conn.slot_error(e, "send"))
+    }
+
     /// Sends one empty control slot, if credit allows.
-    fn control(&self, kind: P2pSlot) -> bool {
+    ///
+    /// # Errors
+    /// As [`SendOp::commit`].
+    fn control(&self, kind: P2pSlot) -> Result<bool> {
         self.control_with(kind, &[])
     }
 
     /// Sends one control slot carrying `payload`, if credit allows.
-    fn control_with(&self, kind: P2pSlot, payload: &[u8]) -> bool {
-        let Some(slot) = self.conn.send.try_acquire_send() else {
-            return false;
+    ///
+    /// # Errors
+    /// As [`SendOp::commit`].
+    fn control_with(&self, kind: P2pSlot, payload: &[u8]) -> Result<bool> {
+        let Some(slot) = self.conn.try_acquire_send() else {
+            return Ok(false);
         };
         slot[..payload.len()].copy_from_slice(payload);
-        self.conn.send.commit_send(payload.len(), self.sig(kind));
-        self.conn.after_step();
-        true
+        self.commit(payload.len(), kind)?;
+        Ok(true)
     }
 
     /// Moves the message along as far as it can without waiting; returns
@@ -217,8 +231,8 @@ impl<'a> SendOp<'a> {
                     (Some(_), Some(data)) => self.control_with(
                         P2pSlot::ReadyToSend,
                         &super::wire::Source::of(data).encode(),
-                    ),
-                    _ => self.control(P2pSlot::ReadyToSend),
+                    )?,
+                    _ => self.control(P2pSlot::ReadyToSend)?,
                 };
                 if !sent {
                     return Ok(false);
@@ -317,7 +331,7 @@ impl<'a> SendOp<'a> {
                 Ok(p)
             }
             State::Finish => {
-                if !self.control(P2pSlot::Done) {
+                if !self.control(P2pSlot::Done)? {
                     return Ok(false);
                 }
                 self.state = State::Done;

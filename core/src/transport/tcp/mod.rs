@@ -23,6 +23,9 @@ use std::sync::{Arc, Mutex};
 use progress::PeerIo;
 pub(crate) use source::TcpSource;
 
+use crate::config::Transport;
+use crate::engine::Kick;
+use crate::transport::Carrier;
 use crate::transport::local_ring::LocalRing;
 use crate::transport::ring::{RingEnd, RingShape};
 
@@ -77,5 +80,48 @@ impl TcpPeerSetup {
             self.sockets,
             self.placement,
         )))
+    }
+}
+
+/// The tcp link to one peer: both rings are local; the progress engine
+/// moves the slots, and so does a stream that would otherwise wait for it
+/// ([`inline`]).
+#[derive(Debug)]
+pub(crate) struct TcpLink {
+    /// The peer's transfer state, shared with the progress engine.
+    pub io: Arc<Mutex<PeerIo>>,
+    /// Keeps the rings' memory alive.
+    pub _rings: Arc<TcpRings>,
+    /// Wakes the progress engine after staging a slot or freeing one.
+    pub kick: Arc<Kick>,
+}
+
+impl Carrier for TcpLink {
+    #[inline]
+    fn kind(&self) -> Transport {
+        Transport::Tcp
+    }
+    /// Writes the slot out now, without a read (the next wait reads).
+    #[inline]
+    fn after_send(&self) {
+        inline::pump_out(&self.io, &self.kick)
+    }
+    /// No I/O (the next receive reads): the engine is woken if it stopped
+    /// reading for want of room.
+    #[inline]
+    fn after_recv(&self, _inbound: &RingEnd) {
+        inline::settle(&self.io, &self.kick)
+    }
+    /// Nothing: data frames find the grant in the inbound ring's mailbox
+    /// whoever reads them.
+    #[inline]
+    fn after_grant(&self) {}
+    #[inline]
+    fn poke(&self) {
+        inline::pump(&self.io, &self.kick)
+    }
+    #[inline]
+    fn poke_period(&self) -> Option<u32> {
+        Some(inline::SPIN_CHECKS_PER_PUMP)
     }
 }

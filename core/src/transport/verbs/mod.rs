@@ -44,6 +44,10 @@ use source::VerbsSource;
 
 use crate::barrier::area::BarrierArea;
 use crate::bootstrap::Bootstrap;
+use crate::config::Transport;
+use crate::engine::Kick;
+use crate::transport::Carrier;
+use crate::transport::ring::RingEnd;
 use crate::transport::ring::RingShape;
 use crate::{Error, Result};
 
@@ -130,4 +134,62 @@ pub(crate) fn share(peers: Vec<VerbsPeerSetup>) -> (Vec<(usize, Arc<SharedPeer>)
     };
     let source = VerbsSource::new(shared.iter().map(|(_, p)| p.clone()).collect());
     (shared, source)
+}
+
+/// The verbs link to one peer: both rings are local; the stream or the
+/// progress engine RDMA-writes the slots, and whoever polls the CQ
+/// publishes the tails.
+#[derive(Debug)]
+pub(crate) struct VerbsLink {
+    /// Keeps the rings' memory (registered with the NIC) alive.
+    pub _rings: Arc<VerbsRings>,
+    /// Wakes the progress engine when the stream cannot post itself.
+    pub kick: Arc<Kick>,
+    /// This peer's connection state, shared with the progress engine, so
+    /// that the stream can post what it staged itself.
+    pub direct: Arc<SharedPeer>,
+}
+
+impl Carrier for VerbsLink {
+    #[inline]
+    fn kind(&self) -> Transport {
+        Transport::Verbs
+    }
+    /// Posts the slot (and anything else due) now, or wakes the engine.
+    #[inline]
+    fn after_send(&self) {
+        if !self.direct.pump() {
+            self.kick.kick();
+        }
+    }
+    /// Returns the credit at once if the peer ran out of it.
+    #[inline]
+    fn after_recv(&self, inbound: &RingEnd) {
+        if !self.direct.consumed(inbound) {
+            self.kick.kick();
+        }
+    }
+    /// Writes the grant into the sender's staging ring header now, or
+    /// wakes the engine.
+    #[inline]
+    fn after_grant(&self) {
+        if !self.direct.pump() {
+            self.kick.kick();
+        }
+    }
+    #[inline]
+    fn poke(&self) {
+        self.direct.poll_now()
+    }
+    #[inline]
+    fn poke_period(&self) -> Option<u32> {
+        Some(POLLS_EVERY)
+    }
+    #[inline]
+    fn send_unstaged(&self, payload: &[u8], sig: u64) -> bool {
+        self.direct.send_inline(payload, sig)
+    }
+    fn rdma(&self) -> Option<&Arc<SharedPeer>> {
+        Some(&self.direct)
+    }
 }
