@@ -191,7 +191,7 @@ pub fn build_with(
         // `candidates` lists no other non-default pair.
         _ => return build(collective, dtype, op, count, params),
     };
-    Ok(Plan {
+    let plan = Plan {
         collective,
         dtype,
         op,
@@ -201,7 +201,9 @@ pub fn build_with(
         recv_count,
         work_count,
         steps,
-    })
+    };
+    plan.verify()?;
+    Ok(plan)
 }
 
 #[cfg(test)]

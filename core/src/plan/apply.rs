@@ -89,8 +89,10 @@ impl<'a> Buffers<'a> {
 /// - [`Error::RemoteFailed`] when `slot_in` is not exactly `step.count`
 ///   elements long: the peer ran a different call (count, dtype or
 ///   collective).
-/// - [`Error::InvalidArgument`] when a region lies outside its buffer or a
-///   region's count differs from the step's.
+/// - [`Error::InvalidArgument`] when a region lies outside the buffer bound
+///   to it (the call's buffers were checked against the plan when it was
+///   enqueued, so this is an internal error) or the outgoing slot is too
+///   small.
 /// - [`Error::InvalidUsage`] when a slot is missing or unexpected, a
 ///   destination is in the (read-only) send buffer, or source and destination
 ///   partially overlap.
@@ -102,11 +104,12 @@ pub(crate) fn apply_step(
     slot_out: Option<&mut [u8]>,
 ) -> Result<usize, Error> {
     let interp = Interpreter::new(plan);
-    interp.check_shape(step)?;
-    let nbytes = step
-        .count
-        .checked_mul(interp.esize)
-        .ok_or_else(|| interp.invalid(format!("step count {} overflows", step.count)))?;
+    // The step's shape was checked once, when its plan was built
+    // (`Plan::verify`): its regions hold `count` elements and its byte count
+    // does not overflow.
+    debug_assert!(step.src.is_none_or(|r| r.count == step.count));
+    debug_assert!(step.dst.is_none_or(|r| r.count == step.count));
+    let nbytes = step.count * interp.esize;
     let slot = match (step.recv_from, slot_in) {
         (Some(peer), Some(s)) if s.len() != nbytes => {
             return Err(Error::RemoteFailed {
@@ -193,7 +196,7 @@ pub(crate) fn apply_step(
                 interp.finalize(step, o)?;
             }
         }
-        // No input: `check_shape` made sure the count is 0 (handled above).
+        // No input: `Plan::verify` made sure the count is 0 (handled above).
         (None, None, _) => {}
     }
     Ok(written)
@@ -255,35 +258,6 @@ impl Interpreter {
 
     fn kernel(&self, r: Result<(), KernelError>) -> Result<(), Error> {
         r.map_err(|e| self.invalid(e))
-    }
-
-    /// Region counts agree with the step; no input means no data; nothing is
-    /// written into the send buffer.
-    fn check_shape(&self, step: &DataStep) -> Result<(), Error> {
-        for (what, region) in [("src", step.src), ("dst", step.dst)] {
-            if let Some(r) = region
-                && r.count != step.count
-            {
-                return Err(self.invalid(format!(
-                    "{what} region {r:?} has {} elements but the step moves {}",
-                    r.count, step.count
-                )));
-            }
-        }
-        if step.recv_from.is_none() && step.src.is_none() && step.count != 0 {
-            return Err(self.invalid(format!(
-                "step {step:?} has no input but moves {} elements",
-                step.count
-            )));
-        }
-        if let Some(d) = step.dst
-            && d.buf == BufId::Send
-        {
-            return Err(self.usage(format!(
-                "dst region {d:?} is in the send buffer, which is read-only"
-            )));
-        }
-        Ok(())
     }
 
     /// Resolves `region` to bytes of a buffer, checking bounds.

@@ -167,13 +167,8 @@ fn misuse_is_an_error_not_a_panic() {
         apply_step(&p, &rs, &mut bufs, Some(&[0u8; 4]), Some(&mut [0u8; 2])),
         Err(Error::InvalidArgument(_))
     ));
-    // A count that disagrees with the region.
-    let mut bad = DataStep::send(1, Region::send(0, 2));
-    bad.count = 3;
-    assert!(matches!(
-        apply_step(&p, &bad, &mut bufs, None, Some(&mut [0u8; 16])),
-        Err(Error::InvalidArgument(_))
-    ));
+    // A count that disagrees with its region is the plan's error, refused
+    // when it is built (`Plan::verify`'s tests).
 }
 
 #[test]

@@ -51,6 +51,7 @@ pub(crate) mod apply;
 pub mod signature;
 pub mod simulate;
 pub(crate) mod step;
+mod verify;
 
 pub use algo::{Algorithm, build_with};
 pub(crate) use apply::{Buffers, apply_step};
@@ -125,7 +126,7 @@ pub fn build(
         Collective::Barrier => barrier::steps(&g)?,
     };
     let (n, r) = (g.nranks, g.rank);
-    Ok(Plan {
+    let plan = Plan {
         collective,
         dtype,
         op,
@@ -135,7 +136,9 @@ pub fn build(
         recv_count,
         work_count: 0,
         steps,
-    })
+    };
+    plan.verify()?;
+    Ok(plan)
 }
 
 /// Elements of rank `rank`'s send and receive buffers for a call of
