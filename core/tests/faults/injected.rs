@@ -33,7 +33,7 @@ const NSTEPS: usize = 4;
 const COUNT: usize = N * 3 * (BUFFSIZE / NSTEPS / 4);
 const LONG: Duration = Duration::from_secs(60);
 
-fn config(transport: Transport, timeout: Duration, faults: &str) -> Config {
+pub(crate) fn config(transport: Transport, timeout: Duration, faults: &str) -> Config {
     {
         let mut c = Config::default();
         c.buffsize = BUFFSIZE;
@@ -65,7 +65,7 @@ fn slots_per_all_reduce(from: usize, to: usize) -> u64 {
 
 /// Runs `f` on one rank (thread) per config, rank r with `configs[r]`; fails the test
 /// if they do not all return within a minute.
-fn run_ranks<R: Send + 'static>(
+pub(crate) fn run_ranks<R: Send + 'static>(
     configs: Vec<Config>,
     f: impl Fn(Communicator) -> R + Send + Sync + Clone + 'static,
 ) -> Vec<R> {

@@ -3,4 +3,5 @@
 //! is in `threads/main.rs`.
 
 mod injected;
+mod p2p;
 mod peer_death;
