@@ -67,7 +67,7 @@ pub(crate) struct FaultRule {
 
 /// A list of fault rules (empty: no faults, the default).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FaultPlan {
+pub(crate) struct FaultPlan {
     /// The rules, in the order given.
     pub(crate) rules: Vec<FaultRule>,
 }
@@ -80,20 +80,9 @@ impl FaultPlan {
     /// Parses comma-separated rules (see the module documentation); an
     /// empty or blank text is the empty plan.
     ///
-    /// # Examples
-    /// ```
-    /// use streamcomm::config::FaultPlan;
-    /// assert!(FaultPlan::parse("send:peer=1:nth=5:drop, recv:peer=0:nth=2:delay=50ms").is_ok());
-    /// assert!(FaultPlan::parse(" ")?.is_empty());
-    /// let err = FaultPlan::parse("send:peer=1:drop").unwrap_err().to_string();
-    /// assert!(err.contains("STREAMCOMM_FAULTS rule \"send:peer=1:drop\": needs `nth=N`"), "{err}");
-    /// assert!(err.contains("expected comma-separated rules send|recv"), "{err}");
-    /// # Ok::<(), streamcomm::Error>(())
-    /// ```
-    ///
     /// # Errors
     /// [`Error::InvalidArgument`] quoting the rule and saying what is wrong.
-    pub fn parse(text: &str) -> Result<FaultPlan> {
+    pub(crate) fn parse(text: &str) -> Result<FaultPlan> {
         let mut rules: Vec<FaultRule> = Vec::new();
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let rule = FaultRule::parse(part)?;
@@ -110,7 +99,7 @@ impl FaultPlan {
     }
 
     /// True when there is no rule.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }
 
@@ -268,6 +257,23 @@ impl fmt::Display for FaultRule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blank_text_is_the_empty_plan_and_a_bad_rule_is_quoted() {
+        assert!(FaultPlan::parse("send:peer=1:nth=5:drop, recv:peer=0:nth=2:delay=50ms").is_ok());
+        assert!(FaultPlan::parse(" ").unwrap().is_empty());
+        let err = FaultPlan::parse("send:peer=1:drop")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("STREAMCOMM_FAULTS rule \"send:peer=1:drop\": needs `nth=N`"),
+            "{err}"
+        );
+        assert!(
+            err.contains("expected comma-separated rules send|recv"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn rules_parse_and_print_back() {

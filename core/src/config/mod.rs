@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::barrier::BarrierAlgo;
 pub use algo_override::AlgoOverride;
 pub(crate) use cost_params::{CostParams, LinkCost};
-pub use fault_spec::FaultPlan;
+pub(crate) use fault_spec::FaultPlan;
 pub use transport::{Transport, TransportChoice};
 use vars::Var;
 
@@ -156,9 +156,9 @@ pub struct Config {
     /// (written by `streamcomm-bench calibrate`); `None`: built-in defaults.
     pub(crate) tuning: Option<CostParams>,
     /// `STREAMCOMM_FAULTS`: fault-injection rules such as
-    /// `send:peer=1:nth=5:drop` ([`FaultPlan`]); applied
+    /// `send:peer=1:nth=5:drop` (`config/fault_spec.rs`); applied
     /// only by builds with the `fault-injection` feature (default: none).
-    pub faults: FaultPlan,
+    pub(crate) faults: FaultPlan,
 }
 
 impl Default for Config {

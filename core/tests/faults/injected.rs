@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use streamcomm::Collective;
 use streamcomm::bootstrap::UniqueId;
-use streamcomm::config::FaultPlan;
 use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::testing::plan::{PlanParams, build};
 use streamcomm::{Communicator, Config, DataType, Error, ReduceOp, Transport};
@@ -33,6 +32,13 @@ const NSTEPS: usize = 4;
 const COUNT: usize = N * 3 * (BUFFSIZE / NSTEPS / 4);
 const LONG: Duration = Duration::from_secs(60);
 
+/// `config` with the fault rules `faults` (`STREAMCOMM_FAULTS`'s syntax).
+fn with_faults(config: Config, faults: &str) -> Config {
+    config
+        .with_vars(|name| (name == "STREAMCOMM_FAULTS").then(|| faults.to_string()))
+        .unwrap()
+}
+
 pub(crate) fn config(transport: Transport, timeout: Duration, faults: &str) -> Config {
     {
         let mut c = Config::default();
@@ -40,8 +46,7 @@ pub(crate) fn config(transport: Transport, timeout: Duration, faults: &str) -> C
         c.nsteps = NSTEPS;
         c.timeout = timeout;
         c.transport = transport.into();
-        c.faults = FaultPlan::parse(faults).unwrap();
-        c
+        with_faults(c, faults)
     }
 }
 
@@ -370,11 +375,7 @@ fn zero_length_frame_waiting_for_a_slot_is_delivered_tcp() {
         c.timeout = Duration::from_secs(5);
         c
     };
-    let slow = {
-        let mut c = base.clone();
-        c.faults = FaultPlan::parse("recv:peer=0:nth=1:delay=300ms").unwrap();
-        c
-    };
+    let slow = with_faults(base.clone(), "recv:peer=0:nth=1:delay=300ms");
     let out = run_ranks(vec![base, slow], |comm| {
         (0..5).try_for_each(|_| comm.barrier_host())
     });

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use streamcomm::Transport;
 use streamcomm::bootstrap::UniqueId;
-use streamcomm::config::FaultPlan;
 use streamcomm::{Communicator, Config, Error};
 
 fn rdma_device_here() -> bool {
@@ -77,11 +76,9 @@ fn forced_verbs_without_a_device_is_unavailable_and_auto_still_works() {
 /// naming the feature, by builds without it; no rules is fine in both.
 #[test]
 fn fault_rules_need_the_fault_injection_feature() {
-    let config = {
-        let mut c = Config::default();
-        c.faults = FaultPlan::parse("send:peer=1:nth=2:drop").unwrap();
-        c
-    };
+    let config = Config::default()
+        .with_vars(|name| (name == "STREAMCOMM_FAULTS").then(|| "send:peer=1:nth=2:drop".into()))
+        .unwrap();
     let checked = config.validate();
     if cfg!(feature = "fault-injection") {
         assert!(checked.is_ok(), "{:?}", checked.err());
