@@ -76,6 +76,7 @@ pub fn run<M: BarrierMemory + ?Sized>(
 /// # Errors
 ///
 /// As [`wait_for`].
+#[inline]
 pub(crate) fn apply<M: BarrierMemory + ?Sized>(
     rank: usize,
     step: &FlagStep,

@@ -79,6 +79,7 @@ pub enum Word {
 
 impl Word {
     /// Loads this word of `owner`'s area.
+    #[inline]
     pub fn load<M: BarrierMemory + ?Sized>(self, mem: &M, owner: usize) -> u64 {
         match self {
             Word::Counter => mem.load_counter(owner),
