@@ -84,13 +84,12 @@
 //! (`scripts/check-layers.py` checks it):
 //!
 //! ```text
-//!  8  cuda                                   CudaComm: the CUDA API
-//!  7  device                                 device-side execution of operations
-//!  6  comm                                   the Communicator
-//!  5  transport                              moving slots between ranks
-//!  4  tuning                                 algorithm choice
-//!  3  plan       host       launch           plans of data steps and the simulator of both kinds, host streams, launchers' environments
-//!  2  config                                 settings
+//!  7  cuda                                   CudaComm: the CUDA API
+//!  6  device                                 device-side execution of operations
+//!  5  comm                                   the Communicator
+//!  4  transport                              the slot seam and the links that move slots between ranks
+//!  3  host       launch     tuning           host streams, launchers' environments, algorithm choice
+//!  2  config     plan                        settings, plans of data steps and the simulator of both kinds
 //!  1  barrier    bootstrap  engine           barriers (algorithms, flag steps, flag memory, execution), rank rendezvous, progress thread
 //!  0  error      wait                        errors, waiting
 //! ```
