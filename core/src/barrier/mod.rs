@@ -15,7 +15,7 @@
 //! - `area.rs`: the flag memory of a communicator, each rank's barrier area
 //!   in its shared-memory segment, mapped or written over verbs;
 //! - `state.rs`: the default algorithm, where a plan fits (decided once),
-//!   the epochs, and running one barrier ([`FlagBarriers`]).
+//!   the epochs, and running one barrier (`FlagBarriers`).
 //!
 //! Communicators with tcp peers have no shared flag memory: they run the
 //! dissemination barrier's flag steps as data messages (`plan::build` for

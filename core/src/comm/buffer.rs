@@ -90,13 +90,16 @@ impl UntypedBuffer {
     /// Any alignment is accepted.
     ///
     /// # Safety
-    /// As [`RawBuffer::from_raw_parts`] for `len * dtype.size()` bytes: as
-    /// with NCCL, the memory must stay valid, and untouched by anything
-    /// else, until every stream operation given this buffer has completed
+    /// As with NCCL, the `len * dtype.size()` bytes at `ptr` must stay
+    /// valid (for reads, and for writes unless the buffer is only ever
+    /// read, as a send buffer), not be freed, and be untouched by anything
+    /// else (other threads, other buffers wrapping overlapping memory)
+    /// until every stream operation given this buffer has completed
     /// (synchronize the stream before freeing, reading or reusing it) and
     /// the buffer's handles are dropped. Two buffers wrapping overlapping
     /// memory must never be given to one operation (pass one buffer to the
-    /// `*_in_place` call instead).
+    /// `*_in_place` call instead). A null `ptr` is allowed only with
+    /// `len == 0`.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a null `ptr` with `len > 0`, or a byte

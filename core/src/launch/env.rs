@@ -19,7 +19,7 @@ pub enum RootSpec {
         /// `MASTER_ADDR` resolved (IPv4 preferred), with `MASTER_PORT`.
         addr: SocketAddr,
         /// From `STREAMCOMM_SECRET`, or derived from the address (weaker;
-        /// see the [module docs](self)).
+        /// see the [module docs](super)).
         secret: [u8; 16],
     },
 }
