@@ -34,8 +34,10 @@ for line in body.splitlines():
     line = line.strip()
     if line.startswith("///"):
         doc_lines.append(line[3:].strip())
-    elif line.startswith("pub "):
-        name = re.match(r"pub (\w+)", line).group(1)
+    elif line.startswith(("pub ", "pub(crate) ")):
+        # A crate-private field is a setting too: its variable is read
+        # into it, and only the type behind it is internal.
+        name = re.match(r"pub(?:\(crate\))? (\w+)", line).group(1)
         m = re.match(r"`(STREAMCOMM_[A-Z0-9_]+)`:", " ".join(doc_lines))
         if m:
             fields[m.group(1)] = name
