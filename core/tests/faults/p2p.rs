@@ -60,8 +60,8 @@ fn exchange(comm: Communicator, seed: u64) -> Option<Received> {
         return None;
     }
     let mut done_at = Vec::new();
-    for k in 0..SIZES.len() {
-        let mut got = vec![f32::NAN; SIZES[k]];
+    for (k, &size) in SIZES.iter().enumerate() {
+        let mut got = vec![f32::NAN; size];
         if let Err(e) = comm.recv_host(&mut got, 0) {
             return Some(Received {
                 done_at,
