@@ -199,10 +199,12 @@ fn silent_connection_is_dropped_after_the_handshake_timeout() {
         let mut silent = TcpStream::connect(root.id().addr()).expect("connect");
         let start = Instant::now();
         assert!(closed_by_root(&mut silent, Duration::from_secs(10)));
+        // Dropped after the 200 ms asked for, and well before the default
+        // 2 s: the option is what times the handshake out.
+        let took = start.elapsed();
         assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "took {:?}",
-            start.elapsed()
+            took >= Duration::from_millis(150) && took < Duration::from_millis(1500),
+            "took {took:?}"
         );
     });
 }
