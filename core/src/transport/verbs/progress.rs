@@ -256,9 +256,8 @@ impl PeerRdma {
     /// WRITE_WITH_IMM carrying the new tail: the whole of a small message's
     /// send. What [`PeerRdma::slot_write`], [`PeerRdma::tail_write`],
     /// [`PeerRdma::post_one`] and [`PeerRdma::slots_posted`] do for any run
-    /// of slots, on the stack and in one piece (counted with callgrind in
-    /// the Soft-RoCE guest, it took a verbs host send from about 840 to
-    /// about 760 instructions).
+    /// of slots, on the stack and in one piece (about a tenth fewer
+    /// instructions for a small verbs host send).
     fn post_inline_slot(&mut self, k: u64, local: u64, len: u32) -> Result<(), Error> {
         let remote = self.remote_slot_addr(k);
         let consumed = self.inbound.consumed();
@@ -691,10 +690,9 @@ impl SharedPeer {
         // else is looked at. The CQ is polled (completions reaped: the
         // peer's credit from its immediates, staging slots and work-queue
         // room freed) only when something staged could not go without it;
-        // every wait on this peer polls it anyway. (The poll that used to
-        // come first was an empty one on a ping-pong's path: dropping it
-        // took a host call from 2215 / 2225 to 2141 / 2084 instructions,
-        // counted with callgrind in the Soft-RoCE guest.)
+        // every wait on this peer polls it anyway. (Polling first would be
+        // an empty poll on a ping-pong's path, about 3 % of a host call's
+        // instructions.)
         let mut step = || -> Result<bool, Error> {
             p.send()?;
             if p.backlogged() {
