@@ -750,6 +750,19 @@ impl Drop for HostStream {
 mod tests {
     use super::*;
 
+    #[test]
+    fn debug_shows_the_jobs_enqueued_and_completed() {
+        let stream = HostStream::new().unwrap();
+        for _ in 0..3 {
+            stream.host_fn(|| {}).unwrap();
+        }
+        stream.synchronize().unwrap();
+        assert_eq!(
+            format!("{stream:?}"),
+            "HostStream { enqueued: 3, completed: 3 }"
+        );
+    }
+
     /// Enqueues a job that waits for `gate`, then `quick` empty jobs.
     fn gated_queue(stream: &HostStream, gate: &Doorbell, quick: usize) {
         stream.wait_value32(gate, 1, WaitCmp::Geq).unwrap();
