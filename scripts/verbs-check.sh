@@ -45,9 +45,9 @@ print(found.get("transports", "-"), found.get("streamcomm", "-"))')
 for exe in "$transports" "$lib_tests"; do
   [ -x "$exe" ] || { echo "verbs-check: a test executable of streamcomm was not built" >&2; exit 1; }
 done
-cc -O2 -Wall -Wextra -Werror -o target/verbs-reference-pingpong \
-  scripts/verbs-reference-pingpong.c -libverbs -lpthread
-pp="$PWD/target/verbs-reference-pingpong"
+# Beside the test executables, wherever CARGO_TARGET_DIR puts them.
+pp="$(dirname "$(dirname "$(dirname "$transports")")")/verbs-reference-pingpong"
+cc -O2 -Wall -Wextra -Werror -o "$pp" scripts/verbs-reference-pingpong.c -libverbs -lpthread
 # In the guest, as under cargo: from the package's directory.
 cd core
 if [ $# -gt 0 ]; then
