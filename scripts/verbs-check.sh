@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the verbs transport's tests inside a QEMU guest with a Soft-RoCE
 # device (rxe0), all in one boot (about 7 s; the first run also installs
-# qemu and fetches the guest kernel): the verbs integration tests, the
-# library's GPUDirect unit tests, then the bare-protocol reference
+# qemu and fetches the guest kernel): the verbs integration tests,
+# point-to-point under injected faults over verbs, the library's
+# GPUDirect unit tests, then the bare-protocol reference
 # ping-pong (scripts/verbs-reference-pingpong.c). The test binaries are
 # those of the README's test command (`cargo test --workspace
 # --all-features`), built here first if they are not yet. About 2 minutes
@@ -30,10 +31,11 @@ fi
 # Emulated CPUs are slow: give every wait room; the tests bound themselves.
 export STREAMCOMM_TIMEOUT="${STREAMCOMM_TIMEOUT:-120}"
 export STREAMCOMM_REQUIRE_RDMA=1
-# The executables of the integration tests (`transports`) and of the
-# library's unit tests, from the same command line as the README's test run
-# (so nothing is rebuilt after it).
-read -r transports lib_tests < <(
+# The executables of the integration tests (`transports`, and `faults` for
+# point-to-point under injected faults) and of the library's unit tests,
+# from the same command line as the README's test run (so nothing is
+# rebuilt after it).
+read -r transports lib_tests faults < <(
   cargo test --workspace --all-features --no-run --message-format=json |
     python3 -c 'import json, sys
 found = {}
@@ -41,8 +43,8 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m["profile"]["test"] and m.get("executable"):
         found.setdefault(m["target"]["name"], m["executable"])
-print(found.get("transports", "-"), found.get("streamcomm", "-"))')
-for exe in "$transports" "$lib_tests"; do
+print(found.get("transports", "-"), found.get("streamcomm", "-"), found.get("faults", "-"))')
+for exe in "$transports" "$lib_tests" "$faults"; do
   [ -x "$exe" ] || { echo "verbs-check: a test executable of streamcomm was not built" >&2; exit 1; }
 done
 # Beside the test executables, wherever CARGO_TARGET_DIR puts them.
@@ -55,6 +57,7 @@ if [ $# -gt 0 ]; then
 fi
 "$runner" sh -c "set -e
   $transports verbs:: --test-threads=1 --nocapture
+  $faults _verbs --test-threads=1 --nocapture
   $lib_tests gpudirect --test-threads=1 --nocapture
   $pp write 8 4096 300
   $pp imm 32 65536 300

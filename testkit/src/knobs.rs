@@ -46,6 +46,27 @@ pub fn skip(test: &str, reason: &str) {
     }
 }
 
+/// Whether an RDMA device can run a verbs test here: `built_with_verbs`
+/// (the test crate's `cfg!(feature = "verbs")`) and an entry under
+/// `/sys/class/infiniband`. With `STREAMCOMM_REQUIRE_RDMA=1` (set by
+/// `scripts/verbs-check.sh` in the Soft-RoCE guest) a missing one panics,
+/// so a skip there fails the test instead of passing unseen.
+///
+/// ```
+/// if !streamcomm_testkit::rdma_device(false) {
+///     // skip the test, saying why
+/// }
+/// ```
+pub fn rdma_device(built_with_verbs: bool) -> bool {
+    let here = built_with_verbs
+        && std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
+    assert!(
+        here || std::env::var("STREAMCOMM_REQUIRE_RDMA").as_deref() != Ok("1"),
+        "STREAMCOMM_REQUIRE_RDMA=1, but this build or host has no RDMA device"
+    );
+    here
+}
+
 /// The name of the running test: libtest runs each test on a thread named
 /// after it (`module::test`); `"?"` elsewhere.
 ///

@@ -29,5 +29,5 @@ mod knobs;
 mod launcher;
 
 pub use child::{ChildProof, PROOF_DIR_VAR, child_args, child_ran, test_path};
-pub use knobs::{SKIP_LOG_VAR, current_test, full, reps, seed, skip};
+pub use knobs::{SKIP_LOG_VAR, current_test, full, rdma_device, reps, seed, skip};
 pub use launcher::launcher_binary;

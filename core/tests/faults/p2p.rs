@@ -16,6 +16,10 @@
 //!   the transport, instead of hanging;
 //! - a repeated slot: the receiver fails with a transport error saying a
 //!   slot (or frame) came twice.
+//!
+//! The `_verbs` tests run the same over verbs where an RDMA device is
+//! (the Soft-RoCE guest: `scripts/verbs-check.sh`), and say `SKIPPED`
+//! elsewhere.
 
 #![cfg(feature = "fault-injection")]
 
@@ -247,4 +251,46 @@ fn duplicated_slot_of_the_immediate_path_is_an_error_shm() {
 #[test]
 fn duplicated_slot_of_the_immediate_path_is_an_error_tcp() {
     duplicated(Transport::Tcp, FIRST_SLOT[2]);
+}
+
+/// Runs `body` over verbs where an RDMA device is, else says why not.
+fn on_verbs(body: impl FnOnce(Transport)) {
+    if streamcomm_testkit::rdma_device(cfg!(feature = "verbs")) {
+        body(Transport::Verbs);
+    } else {
+        streamcomm_testkit::skip(
+            &streamcomm_testkit::current_test(),
+            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
+        );
+    }
+}
+
+#[test]
+fn delayed_slots_verbs() {
+    on_verbs(delayed);
+}
+
+#[test]
+fn dropped_slot_of_the_full_path_is_lost_verbs() {
+    on_verbs(|t| dropped_then_more(t, FIRST_SLOT[1] + 1));
+}
+
+#[test]
+fn dropped_slot_of_the_immediate_path_is_lost_verbs() {
+    on_verbs(|t| dropped_then_more(t, FIRST_SLOT[2]));
+}
+
+#[test]
+fn dropped_last_slot_times_out_verbs() {
+    on_verbs(dropped_last);
+}
+
+#[test]
+fn duplicated_slot_of_the_full_path_is_an_error_verbs() {
+    on_verbs(|t| duplicated(t, FIRST_SLOT[1] + 1));
+}
+
+#[test]
+fn duplicated_slot_of_the_immediate_path_is_an_error_verbs() {
+    on_verbs(|t| duplicated(t, FIRST_SLOT[2]));
 }

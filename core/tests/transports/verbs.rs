@@ -23,18 +23,10 @@ use streamcomm::config::HostsOverride;
 use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::{Communicator, Config, Error, ReduceOp};
 
-/// True where this build can use an RDMA device.
-/// Whether an RDMA device can run these tests; with
-/// `STREAMCOMM_REQUIRE_RDMA=1` (set by `scripts/verbs-check.sh` in the
-/// guest) a missing one fails the test instead of skipping it.
+/// Whether an RDMA device can run these tests (a missing one fails them
+/// under `STREAMCOMM_REQUIRE_RDMA=1`, as in the guest).
 fn rdma_here() -> bool {
-    let here = cfg!(feature = "verbs")
-        && std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
-    assert!(
-        here || std::env::var("STREAMCOMM_REQUIRE_RDMA").as_deref() != Ok("1"),
-        "STREAMCOMM_REQUIRE_RDMA=1, but this build or host has no RDMA device"
-    );
-    here
+    streamcomm_testkit::rdma_device(cfg!(feature = "verbs"))
 }
 
 fn verbs_config() -> Config {
