@@ -319,6 +319,13 @@ mod tests {
         }
         assert!(Reply::decode(vec![]).is_err());
         assert!(Reply::decode(vec![9]).is_err());
+        // A failure frame too short for its peer field is an error, not a
+        // read past its end.
+        for len in 1..5 {
+            let mut short = vec![0u8; len];
+            short[0] = KIND_FAILURE;
+            assert!(Reply::decode(short).is_err(), "{len} bytes");
+        }
     }
 
     #[test]

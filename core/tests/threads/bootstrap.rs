@@ -276,6 +276,15 @@ fn invalid_arguments() {
             "rank {rank} size {size}: {err}"
         );
     }
+    // A size beyond what the root serves is refused before any connection,
+    // and so is an empty job, each naming the size's range.
+    for size in [0, streamcomm::bootstrap::MAX_RANKS + 1] {
+        let err = Bootstrap::connect(&id, 0, size, short).expect_err("size out of range");
+        assert!(
+            matches!(&err, Error::InvalidArgument(m) if m.contains("out of range")),
+            "size {size}: {err}"
+        );
+    }
     watchdog(Duration::from_secs(30), || {
         let id = UniqueId::new().expect("id");
         let mut b = Bootstrap::connect(&id, 0, 1, TIMEOUT).expect("connect");
