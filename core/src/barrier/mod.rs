@@ -34,6 +34,7 @@ pub(crate) mod exec;
 pub(crate) mod memory;
 pub(crate) mod plan;
 mod state;
+pub(crate) mod multicast;
 pub(crate) mod step;
 
 pub(crate) use algo::dissemination;
