@@ -38,6 +38,9 @@ pub(crate) struct Device {
     /// True when the device executes RDMA atomics (`atomic_cap` is not
     /// `IBV_ATOMIC_NONE`): the central-counter barrier fetch-adds with them.
     pub atomics: bool,
+    /// QPs one multicast group may hold (`max_mcast_qp_attach`; 0 when the
+    /// device has no multicast groups): bounds the multicast barrier.
+    pub mcast_attach: u32,
 }
 
 // SAFETY: the context and PD are thread-safe verbs objects (libibverbs
@@ -124,6 +127,7 @@ struct PortInfo {
     gid_tbl_len: i32,
     roce: bool,
     atomics: bool,
+    mcast_attach: u32,
 }
 
 /// First active port of an open device.
@@ -151,6 +155,11 @@ fn active_port(v: &Lib, ctx: *mut ibv_context) -> Option<PortInfo> {
                 gid_tbl_len: pattr.gid_tbl_len,
                 roce: pattr.link_layer == LINK_LAYER_ETHERNET,
                 atomics: dattr.atomic_cap != ibv_atomic_cap::IBV_ATOMIC_NONE,
+                mcast_attach: if dattr.max_mcast_grp > 0 {
+                    u32::try_from(dattr.max_mcast_qp_attach).unwrap_or(0)
+                } else {
+                    0
+                },
             });
         }
     }
@@ -282,6 +291,7 @@ impl Device {
                 gid,
                 roce: port.roce,
                 atomics: port.atomics,
+                mcast_attach: port.mcast_attach,
             };
             tracing::debug!(?d, "verbs: device opened");
             return Ok(d);

@@ -82,6 +82,10 @@ verbs_table! {
         fn(*mut ibv_comp_channel, *mut *mut ibv_cq, *mut *mut c_void) -> c_int;
     ack_cq_events = "ibv_ack_cq_events": fn(*mut ibv_cq, c_uint);
     wc_status_str = "ibv_wc_status_str": fn(ibv_wc_status::Type) -> *const c_char;
+    create_ah = "ibv_create_ah": fn(*mut ibv_pd, *mut ibv_ah_attr) -> *mut ibv_ah;
+    destroy_ah = "ibv_destroy_ah": fn(*mut ibv_ah) -> c_int;
+    attach_mcast = "ibv_attach_mcast": fn(*mut ibv_qp, *const ibv_gid, u16) -> c_int;
+    detach_mcast = "ibv_detach_mcast": fn(*mut ibv_qp, *const ibv_gid, u16) -> c_int;
 }
 
 static LIB: OnceLock<std::result::Result<Lib, String>> = OnceLock::new();

@@ -180,10 +180,10 @@ impl VerbsAddr {
 }
 
 /// A registered memory region, deregistered on drop.
-struct Mr(*mut ibv_mr, &'static super::dl::Lib);
+pub(crate) struct Mr(*mut ibv_mr, &'static super::dl::Lib);
 
 impl Mr {
-    fn new(dev: &Device, addr: *mut u8, len: usize, access: u32, what: &str) -> Result<Mr> {
+    pub(crate) fn new(dev: &Device, addr: *mut u8, len: usize, access: u32, what: &str) -> Result<Mr> {
         // SAFETY: addr..addr+len is memory owned by the connection's rings,
         // which outlive the registration (the QP holds both).
         let mr = unsafe { (dev.lib.reg_mr)(dev.pd, addr.cast(), len, access as i32) };
@@ -196,7 +196,7 @@ impl Mr {
         Ok(Mr(mr, dev.lib))
     }
 
-    fn lkey(&self) -> u32 {
+    pub(crate) fn lkey(&self) -> u32 {
         // SAFETY: a registered MR stays valid until dropped.
         unsafe { (*self.0).lkey }
     }
