@@ -11,6 +11,13 @@ pub mod barrier {
     pub use crate::barrier::plan::BarrierPlan;
     pub use crate::barrier::step::{FlagStep, signal_value};
     pub use crate::plan::simulate::flags::{FlagSimConfig, FlagSimError, Schedule, simulate};
+
+    /// The multicast barrier's counters on this rank, where its group was
+    /// joined: `[barriers, questions asked, arrivals re-sent]` (the
+    /// benchmark reports retransmits per barrier from them).
+    pub fn multicast_stats(comm: &crate::Communicator) -> Option<[u64; 3]> {
+        comm.inner.multicast_stats()
+    }
 }
 
 /// The bootstrap network below `UniqueId`.

@@ -109,6 +109,11 @@ fn build_with(
     steps_of: fn(BarrierAlgo, usize, &algo::Hosts) -> Vec<FlagStep>,
 ) -> Result<BarrierPlan, Error> {
     let name = algo.name();
+    if algo == BarrierAlgo::Multicast {
+        return Err(Error::invalid(
+            "barrier multicast runs over datagrams, not flag memory: it has no flag plan",
+        ));
+    }
     if nranks == 0 {
         return Err(Error::invalid(format!(
             "barrier {name}: nranks is 0 (a communicator has at least one rank)"

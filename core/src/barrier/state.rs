@@ -22,6 +22,12 @@
 //! always does (its flags are written by their one writer and awaited in
 //! their owner's area).
 //!
+//! # The multicast barrier
+//! `multicast` runs no flag plan: where its group was joined at creation
+//! (`comm/create/multicast.rs`), [`FlagBarriers::set_multicast`] hands it
+//! over, and [`Running::Multicast`] runs it instead of a plan. Where it
+//! was not joined, asking for it is refused with the reason.
+//!
 //! # Epochs
 //! Every barrier advances the epoch; one that uses the arrival counter
 //! also advances the counter epoch, whose target then stays right when the
@@ -32,6 +38,7 @@ use std::sync::{Arc, Mutex};
 
 use super::area::{Area, FlagMemory};
 use super::exec::{self, Epoch};
+use super::multicast::MulticastBarrier;
 use super::{BarrierAlgo, BarrierPlan, Inter, build, build_for_network};
 use crate::Error;
 use crate::wait::{WaitPolicy, available_cores};
@@ -50,8 +57,33 @@ pub(crate) fn default_algo(nranks: usize, nhosts: usize, local_ranks: usize) -> 
     }
 }
 
+/// What barriers run: a flag plan, or the multicast barrier.
+#[derive(Clone, Debug)]
+pub(crate) enum Running {
+    /// This rank's plan of a flag algorithm.
+    Flags(Arc<BarrierPlan>),
+    /// The multicast barrier ([`FlagBarriers::set_multicast`]).
+    Multicast(Arc<MulticastBarrier>),
+}
+
+impl Running {
+    fn algo(&self) -> BarrierAlgo {
+        match self {
+            Running::Flags(plan) => plan.algo,
+            Running::Multicast(_) => BarrierAlgo::Multicast,
+        }
+    }
+}
+
+/// Whether the multicast barrier can run, and if not, why.
+enum MulticastGroup {
+    Joined(Arc<MulticastBarrier>),
+    Absent(String),
+}
+
 /// The barriers of a communicator whose every rank's area is reached here
-/// (mapped, or written over verbs).
+/// (mapped, or written over verbs): the flag algorithms, and the multicast
+/// barrier where its group was joined.
 pub(crate) struct FlagBarriers {
     /// This rank.
     rank: usize,
@@ -61,8 +93,12 @@ pub(crate) struct FlagBarriers {
     hosts: Vec<usize>,
     /// Remote counters may be fetch-added (see the module docs).
     remote_atomics: bool,
-    /// The plan in use (replaced, in issue order, by [`FlagBarriers::install`]).
-    plan: Mutex<Arc<BarrierPlan>>,
+    /// What runs (replaced, in issue order, by [`FlagBarriers::install`]).
+    running: Mutex<Running>,
+    /// The multicast barrier, or why there is none.
+    multicast: MulticastGroup,
+    /// Why the default selection did not get the algorithm it preferred.
+    fallback: Option<String>,
     /// Barriers run so far (the same on every rank).
     epoch: AtomicU64,
     /// Of the barriers so far, how many used the arrival counter.
@@ -91,37 +127,93 @@ impl FlagBarriers {
             areas,
             hosts,
             remote_atomics,
-            plan: Mutex::new(Arc::new(plan)),
+            running: Mutex::new(Running::Flags(Arc::new(plan))),
+            multicast: MulticastGroup::Absent(
+                "the multicast group is joined at creation only when the barrier algorithm asks for it (STREAMCOMM_BARRIER_ALGO=multicast) or the default selection prefers it".into(),
+            ),
+            fallback: None,
             epoch: AtomicU64::new(0),
             counter_epoch: AtomicU64::new(0),
         })
     }
 
-    /// The algorithm barriers run.
-    pub(crate) fn algo(&self) -> BarrierAlgo {
-        self.current().algo
+    /// Settles the multicast barrier at creation: `Ok` hands over the
+    /// joined group (run from now on when `run_it`), `Err` the reason it
+    /// is not there (kept for requests, and, when the default selection
+    /// preferred it, as [`FlagBarriers::fallback`]).
+    pub(crate) fn set_multicast(
+        &mut self,
+        group: Result<Arc<MulticastBarrier>, String>,
+        run_it: bool,
+    ) {
+        match group {
+            Ok(b) => {
+                if run_it {
+                    *self.running.get_mut().unwrap_or_else(|p| p.into_inner()) =
+                        Running::Multicast(b.clone());
+                }
+                self.multicast = MulticastGroup::Joined(b);
+            }
+            Err(why) => {
+                if run_it {
+                    self.fallback = Some(format!(
+                        "multicast preferred, {} runs instead: {why}",
+                        self.algo()
+                    ));
+                }
+                self.multicast = MulticastGroup::Absent(why);
+            }
+        }
     }
 
-    /// This rank's plan of `algo`, refused when some rank's plan cannot run
-    /// over these areas.
+    /// Why the default selection did not get the algorithm it preferred.
+    pub(crate) fn fallback(&self) -> Option<&str> {
+        self.fallback.as_deref()
+    }
+
+    /// The multicast barrier, where its group was joined.
+    pub(crate) fn multicast(&self) -> Option<&Arc<MulticastBarrier>> {
+        match &self.multicast {
+            MulticastGroup::Joined(b) => Some(b),
+            MulticastGroup::Absent(_) => None,
+        }
+    }
+
+    /// The algorithm barriers run.
+    pub(crate) fn algo(&self) -> BarrierAlgo {
+        self.current().algo()
+    }
+
+    /// What running `algo` takes on this rank, refused when some rank's
+    /// plan cannot run over these areas, or multicast is not there.
     ///
     /// # Errors
     /// [`Error::Unavailable`] when `algo` does not fit (see the module
-    /// docs); [`Error::InvalidArgument`] as [`build`].
-    pub(crate) fn plan_for(&self, algo: BarrierAlgo) -> Result<BarrierPlan, Error> {
-        choose(
+    /// docs) or, for `multicast`, with the reason its group is absent;
+    /// [`Error::InvalidArgument`] as [`build`].
+    pub(crate) fn running_for(&self, algo: BarrierAlgo) -> Result<Running, Error> {
+        if algo == BarrierAlgo::Multicast {
+            return match &self.multicast {
+                MulticastGroup::Joined(b) => Ok(Running::Multicast(b.clone())),
+                MulticastGroup::Absent(why) => Err(Error::Unavailable(format!(
+                    "barrier algorithm multicast: {why}"
+                ))),
+            };
+        }
+        let plan = choose(
             self.rank,
             &self.areas,
             &self.hosts,
             self.remote_atomics,
             Some(algo),
             algo,
-        )
+        )?;
+        Ok(Running::Flags(Arc::new(plan)))
     }
 
-    /// Makes `plan` the one later barriers run (call in issue order).
-    pub(crate) fn install(&self, plan: BarrierPlan) {
-        *self.plan.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(plan);
+    /// Makes `running` what later barriers run (call in issue order).
+    pub(crate) fn install(&self, running: Running) {
+        *self.running.lock().unwrap_or_else(|p| p.into_inner()) = running;
     }
 
     /// Runs the next barrier (call in issue order, once per barrier, on
@@ -131,7 +223,10 @@ impl FlagBarriers {
     /// A wait's timeout or abort; what a store or load met (a network
     /// error, a rank beyond the areas).
     pub(crate) fn run(&self, policy: WaitPolicy<'_>) -> Result<(), Error> {
-        let plan = self.current();
+        let plan = match self.current() {
+            Running::Flags(plan) => plan,
+            Running::Multicast(m) => return m.run(&policy),
+        };
         let number = self.epoch.fetch_add(1, Ordering::Relaxed) + 1;
         let counter = if plan.uses_counter() {
             self.counter_epoch.fetch_add(1, Ordering::Relaxed) + 1
@@ -148,8 +243,8 @@ impl FlagBarriers {
         }
     }
 
-    fn current(&self) -> Arc<BarrierPlan> {
-        self.plan.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    fn current(&self) -> Running {
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 

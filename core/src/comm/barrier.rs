@@ -125,6 +125,16 @@ fn remote_area(c: &Connection) -> Option<Arc<dyn RemoteArea>> {
 }
 
 impl CommInner {
+    /// The multicast barrier's counters (barriers, questions asked,
+    /// arrivals re-sent), where its group was joined.
+    pub(crate) fn multicast_stats(&self) -> Option<[u64; 3]> {
+        let BarrierState::Flags(flags) = &self.barrier else {
+            return None;
+        };
+        let s = flags.multicast()?.stats();
+        Some([s.barriers, s.questions, s.resends])
+    }
+
     /// Runs one barrier (call under a ticket).
     pub(crate) fn run_barrier(&self, ticket: u64) -> Result<()> {
         let flags = match &self.barrier {
@@ -229,6 +239,29 @@ impl Communicator {
         self.inner.barrier.algo()
     }
 
+    /// Why barriers do not run the algorithm the default selection
+    /// preferred, if they do not: the default prefers
+    /// [`BarrierAlgo::Multicast`] for communicators of at least 4 ranks,
+    /// one per host, every pair on verbs, and falls back to its flag
+    /// algorithm where the multicast group cannot be joined or carries
+    /// nothing (the reason names the rank that found it). `None` when the
+    /// preferred algorithm runs, or nothing was preferred.
+    ///
+    /// # Examples
+    /// ```
+    /// # use streamcomm::{bootstrap::UniqueId, Communicator};
+    /// let comm = Communicator::init(&UniqueId::new()?, 0, 1)?;
+    /// // One rank on one host: nothing to prefer, nothing fell back.
+    /// assert_eq!(comm.barrier_fallback(), None);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    pub fn barrier_fallback(&self) -> Option<&str> {
+        match &self.inner.barrier {
+            BarrierState::Flags(flags) => flags.fallback(),
+            BarrierState::Messages { .. } => None,
+        }
+    }
+
     /// Switches the barrier algorithm for barriers issued after this call.
     ///
     /// Collective: every rank must call it at the same point of its sequence
@@ -254,8 +287,12 @@ impl Communicator {
     /// [`Error::InvalidArgument`] for an unusable algorithm (e.g. fan-out 1);
     /// [`Error::Unavailable`] when some peer is reached over tcp (flag
     /// algorithms need shared memory or verbs; such communicators use
-    /// message dissemination), or for the central counter when some peer is
-    /// reached over verbs (its words would have to be read remotely).
+    /// message dissemination), for the central counter when some peer is
+    /// reached over verbs (its words would have to be read remotely), or
+    /// for [`BarrierAlgo::Multicast`] when the communicator did not join a
+    /// multicast group at creation (it joins one when
+    /// `STREAMCOMM_BARRIER_ALGO=multicast` or the default prefers it), with
+    /// the reason.
     pub fn set_barrier_algo(&self, algo: BarrierAlgo) -> Result<()> {
         let inner = &self.inner;
         let BarrierState::Flags(flags) = &inner.barrier else {
@@ -263,10 +300,10 @@ impl Communicator {
                 "barrier algorithm {algo}: some peers are reached over tcp, where barriers use message dissemination"
             )));
         };
-        let plan = flags.plan_for(algo)?;
+        let running = flags.running_for(algo)?;
         let ticket = inner.turns.take();
         inner.run_ticketed(ticket, JobMode::Run, "set_barrier_algo", |_| {
-            flags.install(plan);
+            flags.install(running);
             Ok(())
         })
     }

@@ -12,7 +12,14 @@
 //! send:peer=1:nth=5:delay=200ms     ... leaves 200 ms late
 //! recv:peer=2:nth=3:delay=50ms      the 3rd slot from rank 2 is consumed 50 ms late
 //! send:rank=0:peer=3:nth=1:error    rank 0's 1st send to rank 3 fails (transport error)
+//! mcast:drop=10%:dup=1%             the multicast barrier loses 10% of the datagrams it
+//!                                   receives and takes 1% of the rest twice
+//! mcast:refuse                      the multicast barrier's group cannot be joined
 //! ```
+//!
+//! The `mcast` rule (at most one; `rank=R` and `seed=N`, the seed of the
+//! draws, are optional) acts on the multicast barrier's datagrams as they
+//! are received ([`crate::barrier::multicast`]), shares given in percent.
 //!
 //! `nth` counts slots on that connection and direction from 1, over the
 //! communicator's life; `rank=R` limits a rule to rank R (all ranks read
@@ -25,6 +32,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::barrier::multicast::DatagramFaults;
+use crate::barrier::multicast::faults::PPM;
 use crate::{Error, Result};
 
 /// Which side of a connection a rule acts on.
@@ -70,6 +79,9 @@ pub(crate) struct FaultRule {
 pub(crate) struct FaultPlan {
     /// The rules, in the order given.
     pub(crate) rules: Vec<FaultRule>,
+    /// The `mcast` rule: the only rank it applies to (`None`: every rank),
+    /// and what it does.
+    pub(crate) datagrams: Option<(Option<usize>, DatagramFaults)>,
 }
 
 /// Longest delay a rule may ask for (a delay beyond it is a timeout test,
@@ -84,7 +96,14 @@ impl FaultPlan {
     /// [`Error::InvalidArgument`] quoting the rule and saying what is wrong.
     pub(crate) fn parse(text: &str) -> Result<FaultPlan> {
         let mut rules: Vec<FaultRule> = Vec::new();
+        let mut datagrams = None;
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            if part.starts_with("mcast") {
+                if datagrams.replace(parse_mcast(part)?).is_some() {
+                    return Err(bad_rule(part, "a second `mcast` rule"));
+                }
+                continue;
+            }
             let rule = FaultRule::parse(part)?;
             let same_slot = |r: &FaultRule| {
                 (r.direction, r.peer, r.nth, r.rank)
@@ -95,12 +114,20 @@ impl FaultPlan {
             }
             rules.push(rule);
         }
-        Ok(FaultPlan { rules })
+        Ok(FaultPlan { rules, datagrams })
     }
 
     /// True when there is no rule.
     pub(crate) fn is_empty(&self) -> bool {
-        self.rules.is_empty()
+        self.rules.is_empty() && self.datagrams.is_none()
+    }
+
+    /// What the `mcast` rule does on `rank` (nothing without one).
+    pub(crate) fn datagram_faults(&self, rank: usize) -> DatagramFaults {
+        match self.datagrams {
+            Some((only, f)) if only.is_none_or(|r| r == rank) => f,
+            _ => DatagramFaults::default(),
+        }
     }
 
     /// The rules `rank` of `size` applies, checked against the communicator.
@@ -207,6 +234,57 @@ impl FaultRule {
         }
         Ok(rule)
     }
+}
+
+/// Parses `mcast[:rank=R][:seed=N][:drop=P%][:dup=P%][:refuse]`.
+fn parse_mcast(text: &str) -> Result<(Option<usize>, DatagramFaults)> {
+    let mut fields = text.split(':').map(str::trim);
+    if fields.next() != Some("mcast") {
+        return Err(bad_rule(text, "must start with `send`, `recv` or `mcast`"));
+    }
+    let (mut rank, mut f, mut any) = (None, DatagramFaults::default(), false);
+    let mut seen = Vec::new();
+    for field in fields {
+        let (key, value) = match field.split_once('=') {
+            Some((k, v)) => (k.trim(), Some(v.trim())),
+            None => (field, None),
+        };
+        if seen.contains(&key) {
+            return Err(bad_rule(text, &format!("`{key}` is given twice")));
+        }
+        seen.push(key);
+        let number = |v: Option<&str>| -> Result<u64> {
+            let v = v.ok_or_else(|| bad_rule(text, &format!("`{key}` needs a value")))?;
+            v.parse()
+                .map_err(|_| bad_rule(text, &format!("`{key}={v}` is not a non-negative integer")))
+        };
+        match (key, value) {
+            ("rank", v) => {
+                rank = Some(
+                    usize::try_from(number(v)?).map_err(|_| bad_rule(text, "rank too large"))?,
+                )
+            }
+            ("seed", v) => f.seed = number(v)?,
+            ("drop", Some(v)) => (f.drop_ppm, any) = (parse_share(text, v)?, true),
+            ("dup", Some(v)) => (f.dup_ppm, any) = (parse_share(text, v)?, true),
+            ("refuse", None) => (f.refuse_join, any) = (true, true),
+            _ => return Err(bad_rule(text, &format!("unknown field `{field}`"))),
+        }
+    }
+    if !any {
+        return Err(bad_rule(text, "needs drop=P%, dup=P% or refuse"));
+    }
+    Ok((rank, f))
+}
+
+/// A share in percent (`10%`, `0.5%`), as parts per million.
+fn parse_share(rule: &str, v: &str) -> Result<u32> {
+    let pct: f64 = v
+        .strip_suffix('%')
+        .and_then(|n| n.parse().ok())
+        .filter(|p: &f64| (0.0..=100.0).contains(p))
+        .ok_or_else(|| bad_rule(rule, &format!("`{v}` must be a percentage from 0% to 100%")))?;
+    Ok((pct / 100.0 * f64::from(PPM)).round() as u32)
 }
 
 fn parse_delay(rule: &str, v: &str) -> Result<Duration> {
@@ -339,6 +417,30 @@ mod tests {
                 e.contains("STREAMCOMM_FAULTS") && e.contains(why),
                 "{text}: {e}"
             );
+        }
+    }
+
+    #[test]
+    fn the_mcast_rule_parses_and_bad_ones_are_refused() {
+        let plan = FaultPlan::parse("send:peer=1:nth=5:drop, mcast:drop=10%:dup=0.5%:seed=3").unwrap();
+        let f = plan.datagram_faults(2);
+        assert_eq!((f.drop_ppm, f.dup_ppm, f.seed, f.refuse_join), (100_000, 5_000, 3, false));
+        assert!(!plan.is_empty());
+        let only = FaultPlan::parse("mcast:rank=1:refuse").unwrap();
+        assert!(only.datagram_faults(1).refuse_join);
+        assert_eq!(only.datagram_faults(0), DatagramFaults::default());
+        assert!(!only.is_empty());
+        for (text, why) in [
+            ("mcast", "needs drop"),
+            ("mcast:drop=10", "percentage"),
+            ("mcast:drop=101%", "percentage"),
+            ("mcast:drop=5%:drop=6%", "twice"),
+            ("mcast:loss=5%", "unknown field"),
+            ("mcast:refuse,mcast:drop=1%", "second"),
+            ("mcastx:refuse", "must start"),
+        ] {
+            let e = FaultPlan::parse(text).unwrap_err().to_string();
+            assert!(e.contains(why), "{text}: {e}");
         }
     }
 

@@ -144,7 +144,9 @@ pub(crate) const FAULTS: Var = var(
     "STREAMCOMM_FAULTS",
     "a fault plan",
     "comma-separated rules send|recv[:rank=R]:peer=P:nth=N:ACTION, ACTION one of drop, dup \
-     (both send only), error, delay=MSms (up to 60000ms), e.g. send:peer=1:nth=5:drop",
+     (both send only), error, delay=MSms (up to 60000ms), e.g. send:peer=1:nth=5:drop; and at \
+     most one mcast[:rank=R][:seed=N][:drop=P%][:dup=P%][:refuse] for the multicast barrier's \
+     datagrams, e.g. mcast:drop=10%",
 );
 
 /// The variables of [`Config`](super::Config), one per field.

@@ -32,6 +32,15 @@ pub(super) fn steps_for_network(algo: BarrierAlgo, rank: usize, hosts: &Hosts) -
     }
 }
 
+/// The flag algorithms of [`BarrierAlgo::ALL`] (all but `multicast`).
+#[cfg(test)]
+pub(crate) fn flag_algos() -> impl Iterator<Item = BarrierAlgo> {
+    BarrierAlgo::ALL
+        .iter()
+        .copied()
+        .filter(|a| *a != BarrierAlgo::Multicast)
+}
+
 /// The steps of `algo` for `rank` (validated arguments, at least 2 ranks).
 pub(super) fn steps(algo: BarrierAlgo, rank: usize, hosts: &Hosts) -> Vec<FlagStep> {
     let n = hosts.nranks();
@@ -49,5 +58,7 @@ pub(super) fn steps(algo: BarrierAlgo, rank: usize, hosts: &Hosts) -> Vec<FlagSt
             dissemination::steps(&all, rank, k, 0)
         }
         BarrierAlgo::Hierarchical { inter } => hierarchical::steps(rank, hosts, inter),
+        // Runs over datagrams (`super::multicast`): `build` refuses it.
+        BarrierAlgo::Multicast => Vec::new(),
     }
 }

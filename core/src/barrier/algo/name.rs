@@ -42,6 +42,13 @@ pub enum Inter {
 /// | `dissemination` | `ceil(log2 n)` rounds of pairwise flags |
 /// | `kway`, `kway:K` | dissemination with K peers per round |
 /// | `hierarchical`, `hierarchical:dissemination`, `hierarchical:tree[:K]` | gather to host leaders, leaders synchronise, leaders release |
+/// | `multicast` | every rank multicasts one datagram over verbs UD; lost ones are asked for again |
+///
+/// Every algorithm but `multicast` runs on flag memory (shared memory, or
+/// RDMA writes over verbs). `multicast` needs every pair of ranks on verbs
+/// and a RoCE v2 port whose fabric carries multicast: where it is not
+/// there, asking for it fails with the reason, and the default selection
+/// falls back ([`Communicator::barrier_fallback`](crate::Communicator::barrier_fallback)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BarrierAlgo {
     /// Fetch-add on rank 0's counter, one release word read by everybody.
@@ -67,10 +74,14 @@ pub enum BarrierAlgo {
         /// How host leaders synchronise.
         inter: Inter,
     },
+    /// One "arrived" datagram per rank to a multicast group, over verbs
+    /// unreliable datagrams; a rank that misses one asks for it again.
+    Multicast,
 }
 
 impl BarrierAlgo {
-    /// One of each family with default parameters (the benchmark's list).
+    /// One of each family with default parameters (the benchmark's list;
+    /// the flag algorithms, then `multicast`).
     pub const ALL: &'static [BarrierAlgo] = &[
         BarrierAlgo::CentralCounter,
         BarrierAlgo::CentralFlags,
@@ -88,6 +99,7 @@ impl BarrierAlgo {
                 fanout: DEFAULT_TREE_FANOUT,
             },
         },
+        BarrierAlgo::Multicast,
     ];
 
     /// The family name, without parameters (`tree`, `kway`, ...).
@@ -100,6 +112,7 @@ impl BarrierAlgo {
             BarrierAlgo::Dissemination => "dissemination",
             BarrierAlgo::KWayDissemination { .. } => "kway",
             BarrierAlgo::Hierarchical { .. } => "hierarchical",
+            BarrierAlgo::Multicast => "multicast",
         }
     }
 
@@ -158,6 +171,7 @@ impl BarrierAlgo {
             ["hierarchical", "tree", k] => BarrierAlgo::Hierarchical {
                 inter: Inter::Tree { fanout: number(k)? },
             },
+            ["multicast"] => BarrierAlgo::Multicast,
             _ => return Err("unknown name".to_string()),
         };
         algo.check()?;
@@ -221,7 +235,7 @@ impl FromStr for BarrierAlgo {
 
 /// The names [`BarrierAlgo::parse`] reads, for its error messages.
 const NAMES: &str = "central_counter, central_flags, chain, tree[:K] (K >= 2), dissemination, \
-                     kway[:K] (K >= 1), hierarchical[:dissemination|:tree[:K]]";
+                     kway[:K] (K >= 1), hierarchical[:dissemination|:tree[:K]], multicast";
 
 /// A numeric parameter of an algorithm name.
 fn number(part: &str) -> Result<usize, String> {
@@ -264,6 +278,7 @@ mod tests {
             }
         );
         assert_eq!(p("CENTRAL_COUNTER"), BarrierAlgo::CentralCounter);
+        assert_eq!(p("multicast"), BarrierAlgo::Multicast);
     }
 
     #[test]
@@ -278,6 +293,7 @@ mod tests {
         assert!(err("kway:0").contains("k 0"));
         assert!(err("hierarchical:tree:0").contains("fanout 0"));
         assert!(err("chain:2").contains("`chain:2`"));
+        assert!(err("multicast:4").contains("`multicast:4`"));
         assert!(err("").contains("unknown"));
         assert!(err("butterfly").contains("expected one of: central_counter, central_flags"));
     }

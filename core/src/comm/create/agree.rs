@@ -3,10 +3,10 @@
 
 use super::prepare::Local;
 use crate::Result;
-use crate::barrier::default_algo;
+use crate::barrier::{BarrierAlgo, default_algo};
 use crate::comm::affinity;
 use crate::comm::barrier::BarrierState;
-use crate::comm::endpoint::{self, Endpoint};
+use crate::comm::endpoint::Endpoint;
 use crate::comm::inner::Topology;
 use crate::transport::Connection;
 
@@ -62,7 +62,9 @@ pub(crate) fn agree(
         size,
         peers,
         local.segment.barrier_area(size),
-        config.barrier_algo,
+        // The multicast barrier is settled after (`super::multicast`): the
+        // flags run the default until then.
+        config.barrier_algo.filter(|a| *a != BarrierAlgo::Multicast),
         default_algo(size, nhosts, local_ranks),
         local.shape.slot_bytes,
         host_index,
@@ -75,11 +77,5 @@ pub(crate) fn agree(
 /// talks over verbs and every rank's device executes RDMA atomics (decided
 /// from the endpoints, so alike on every rank).
 fn counter_over_verbs(endpoints: &[Endpoint]) -> bool {
-    endpoints.iter().all(|e| e.verbs_atomics)
-        && endpoints.iter().enumerate().all(|(a, ea)| {
-            endpoints
-                .iter()
-                .enumerate()
-                .all(|(b, eb)| a == b || endpoint::pair_uses_verbs(ea, eb))
-        })
+    endpoints.iter().all(|e| e.verbs_atomics) && super::multicast::all_pairs_on_verbs(endpoints)
 }

@@ -15,7 +15,9 @@
 //!    verbs), then a bootstrap barrier after which this rank's segment name
 //!    is unlinked (every peer has mapped it).
 //! 4. [`agree`]: the topology (hosts, core binding) and the barrier state,
-//!    decided from the endpoints alike on every rank.
+//!    decided from the endpoints alike on every rank; then, where the
+//!    multicast barrier is asked for or preferred, [`multicast`] joins its
+//!    group (collectively) and hands it to the barrier state.
 //!
 //! Then the communicator's state is assembled and its progress engine
 //! started with the sources the stages produced.
@@ -23,12 +25,14 @@
 mod agree;
 pub(crate) mod connect;
 mod exchange;
+mod multicast;
 mod prepare;
 
 use std::sync::Arc;
 
 use super::failure::FailureState;
 use super::inner::CommInner;
+use super::multicast_service::MulticastService;
 use super::peer_watch::peer_watch;
 use super::recovery::RecoveryPoint;
 use crate::Result;
@@ -49,7 +53,16 @@ pub(crate) fn create(
     let endpoints = exchange::exchange(&mut local)?;
     let engine = Engine::new()?;
     let links = connect::connect(&mut local, &endpoints, id, engine.handle().kick())?;
-    let agreed = agree::agree(&local, &endpoints, &links.peers)?;
+    let mut agreed = agree::agree(&local, &endpoints, &links.peers)?;
+    let want = multicast::wanted(
+        local.config.barrier_algo,
+        &endpoints,
+        agreed.topology.nhosts,
+    );
+    let group = match want {
+        Some(want) => multicast::settle(&mut local, id, &endpoints, want, &mut agreed.barrier)?,
+        None => None,
+    };
     let segment = Arc::new(local.segment);
     let failure = Arc::new(FailureState::new(
         rank,
@@ -58,6 +71,9 @@ pub(crate) fn create(
         engine.handle().clone(),
     ));
     let mut sources = links.sources;
+    if let Some(group) = group {
+        sources.push(Box::new(MulticastService::new(group)));
+    }
     let spin = spin_budget(local.config.spin, agreed.topology.local_ranks);
     let core = agreed.topology.core_binding;
     let inner = Arc::new(CommInner::new(

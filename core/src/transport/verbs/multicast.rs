@@ -72,7 +72,9 @@ pub(crate) fn group_gid(tag: u64) -> [u8; 16] {
 /// the kernel loops a multicast datagram back to this host only for a
 /// group the host is a member of, which is how ranks on one host, and
 /// every rank of the Soft-RoCE guest, hear each other.
-struct IpMembership(std::os::fd::OwnedFd);
+struct IpMembership {
+    _socket: std::os::fd::OwnedFd,
+}
 
 impl IpMembership {
     fn join(group: [u8; 4], interface: [u8; 4]) -> std::result::Result<IpMembership, String> {
@@ -109,7 +111,7 @@ impl IpMembership {
                 std::io::Error::last_os_error(),
             ));
         }
-        Ok(IpMembership(owned))
+        Ok(IpMembership { _socket: owned })
     }
 }
 
