@@ -11,5 +11,6 @@ mod harness;
 mod netns;
 
 mod across_hosts;
+mod multicast;
 mod tcp;
 mod verbs;

@@ -157,6 +157,12 @@ impl MulticastBarrier {
         }
     }
 
+    /// Injects `faults` into the datagrams received from now on (the
+    /// creation's probe runs without them).
+    pub(crate) fn set_faults(&self, faults: DatagramFaults) {
+        self.lock().dice = Dice::new(faults, self.rank);
+    }
+
     /// What the protocol sent beyond one arrival per barrier.
     pub(crate) fn stats(&self) -> MulticastStats {
         MulticastStats {
@@ -182,6 +188,7 @@ impl MulticastBarrier {
         let mut next_question = start + FIRST_RETRY;
         let mut gap = FIRST_RETRY;
         let mut polls: u32 = 0;
+        let mut asked: u32 = 0;
         let aborted = || policy.abort.is_some_and(|a| a.load(Ordering::Relaxed) != 0);
         loop {
             self.pump(&mut link)?;
@@ -205,9 +212,8 @@ impl MulticastBarrier {
                 return Err(Error::Timeout {
                     op: format!("barrier #{epoch} (multicast)"),
                     what: format!(
-                        "the arrivals of ranks {:?} (asked for {} times)",
+                        "the arrivals of ranks {:?} (asked for them {asked} times)",
                         link.arrivals.missing_ranks(epoch),
-                        self.questions.load(Ordering::Relaxed)
                     ),
                     waited_ms: waited.as_millis() as u64,
                 });
@@ -220,6 +226,7 @@ impl MulticastBarrier {
                 };
                 link.send(self.tag, &ask)?;
                 self.questions.fetch_add(1, Ordering::Relaxed);
+                asked += 1;
                 gap = (gap * 2).min(MAX_RETRY);
                 next_question = now + gap;
             }

@@ -144,7 +144,7 @@ fn join_and_probe(
             size,
             tag,
             joined.map_err(Error::Unavailable)?,
-            faults,
+            DatagramFaults::default(),
         )),
         Err(why) => return Ok(Err(why)),
     };
@@ -155,7 +155,12 @@ fn join_and_probe(
         ),
         other => format!("the probe barrier failed on rank {rank}: {other}"),
     });
-    Ok(agree(local, &probed)?.map(|()| barrier))
+    Ok(agree(local, &probed)?.map(|()| {
+        // Injected loss and duplicates hit the barriers the user runs;
+        // `mcast:refuse` stands for a fabric without multicast.
+        barrier.set_faults(faults);
+        barrier
+    }))
 }
 
 /// All-gathers every rank's outcome: `Ok` when all are, else the first
