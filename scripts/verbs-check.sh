@@ -2,12 +2,13 @@
 # Runs the verbs transport's tests inside a QEMU guest with a Soft-RoCE
 # device (rxe0), all in one boot (about 7 s; the first run also installs
 # qemu and fetches the guest kernel): the verbs integration tests,
-# point-to-point under injected faults over verbs, the library's
-# GPUDirect unit tests, then the bare-protocol reference
+# point-to-point under injected faults over verbs, the multicast barrier
+# under injected loss, the library's GPUDirect and UD-multicast unit
+# tests, then the bare-protocol reference
 # ping-pong (scripts/verbs-reference-pingpong.c). The test binaries are
 # those of the README's test command (`cargo test --workspace
-# --all-features`), built here first if they are not yet. About 2 minutes
-# in all (the guest's CPU is emulated).
+# --all-features`), built here first if they are not yet. About 3.5
+# minutes in all (the guest's CPU is emulated).
 #
 # The runner is $RXE_RUNNER, else ../shared/rxe/run-in-rxe-guest.sh beside
 # this checkout (docs/testing.md). Without one the script fails (exit 2), or
@@ -57,8 +58,10 @@ if [ $# -gt 0 ]; then
 fi
 "$runner" sh -c "set -e
   $transports verbs:: --test-threads=1 --nocapture
+  $transports multicast:: --test-threads=1 --nocapture
   $faults _verbs --test-threads=1 --nocapture
   $lib_tests gpudirect --test-threads=1 --nocapture
+  $lib_tests verbs::multicast --test-threads=1 --nocapture
   $pp write 8 4096 300
   $pp imm 32 65536 300
   PP_CHANNEL=1 PP_ONE_CQ=1 PP_POLL_EVERY=4 PP_PAUSE=1 $pp imm 32 65536 300"

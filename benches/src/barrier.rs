@@ -36,6 +36,18 @@ pub struct BarrierResult {
     pub host: BarrierStats,
     /// `barrier(&stream)` followed by `stream.synchronize()`.
     pub stream: BarrierStats,
+    /// The multicast barrier's extra datagrams, when it ran.
+    pub retransmits: Option<Retransmits>,
+}
+
+/// What the multicast barrier sent beyond one arrival per rank and
+/// barrier, summed over ranks, per barrier (warm-up included).
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Retransmits {
+    /// `missing` questions multicast, per barrier.
+    pub questions_per_barrier: f64,
+    /// Arrivals multicast again (answers), per barrier.
+    pub resends_per_barrier: f64,
 }
 
 /// Warm-up iterations before `iters` timed ones: 1 %, at least `min`.
@@ -55,6 +67,7 @@ pub fn run(
     stream_iters: u64,
     min_warmup: u64,
 ) -> Fallible<BarrierResult> {
+    let before = streamcomm::testing::barrier::multicast_stats(comm);
     let host = measure(comm, stream, host_iters, min_warmup, || comm.barrier_host())
         .context("barrier_host")?;
     let stream_stats = measure(comm, stream, stream_iters, min_warmup, || {
@@ -62,10 +75,24 @@ pub fn run(
         stream.synchronize()
     })
     .context("stream barrier")?;
+    let retransmits = match (before, streamcomm::testing::barrier::multicast_stats(comm)) {
+        (Some(b), Some(a)) if comm.barrier_algo() == streamcomm::barrier::BarrierAlgo::Multicast => {
+            let mine = [(a[1] - b[1]) as f64, (a[2] - b[2]) as f64];
+            let all = across_ranks(comm, stream, &mine, ReduceOp::Sum)
+                .context("sum the retransmits")?;
+            let barriers = (a[0] - b[0]).max(1) as f64;
+            Some(Retransmits {
+                questions_per_barrier: all[0] / barriers,
+                resends_per_barrier: all[1] / barriers,
+            })
+        }
+        _ => None,
+    };
     Ok(BarrierResult {
         algo: algo_label(comm),
         host,
         stream: stream_stats,
+        retransmits,
     })
 }
 

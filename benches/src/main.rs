@@ -198,10 +198,23 @@ fn run_rank(cli: &Cli, info: &LaunchInfo) -> Fallible<u64> {
     let (mut rows, mut latency, mut barrier) = (Vec::new(), None, Vec::new());
     let mut sendrecv = Vec::new();
     if cli.collective == Collective::Barrier {
-        for algo in cli.barrier_algos().map_err(|e| format!("--algo: {e}"))? {
+        let algos = cli.barrier_algos().map_err(|e| format!("--algo: {e}"))?;
+        let every = algos.len() > 1;
+        for algo in algos {
             if let Some(algo) = algo {
-                comm.set_barrier_algo(algo)
-                    .context("set the barrier algorithm")?;
+                match comm.set_barrier_algo(algo) {
+                    // `--algo ALL` measures what this communicator can run
+                    // (multicast needs its group joined at creation:
+                    // STREAMCOMM_BARRIER_ALGO=multicast) and says what not.
+                    Err(streamcomm::Error::Unavailable(why)) if every => {
+                        if let Some(p) = printer.as_mut() {
+                            p.line("#");
+                            p.line(format!("# algorithm: {algo}: not measured: {why}"));
+                        }
+                        continue;
+                    }
+                    r => r.context("set the barrier algorithm")?,
+                }
             }
             let result = barrier::run(
                 &comm,

@@ -340,6 +340,12 @@ pub fn print_barrier(p: &mut Printer, result: &BarrierResult, limits: &MachineLi
         barrier_line(p, name, "rank 0", stats, &stats.rank0, limits);
         barrier_line(p, name, "slowest", stats, &stats.slowest, limits);
     }
+    if let Some(r) = &result.retransmits {
+        p.line(format!(
+            "# multicast: {:.3} questions and {:.3} re-sent arrivals per barrier (all ranks)",
+            r.questions_per_barrier, r.resends_per_barrier
+        ));
+    }
     p.line("# host: barrier_host(); stream: barrier(&stream) + synchronize(); slowest: each percentile's max over ranks");
 }
 

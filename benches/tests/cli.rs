@@ -204,7 +204,9 @@ fn barrier_reports_percentiles() {
     assert_eq!(doc["ranks"], 2);
     assert_eq!(doc["rows"].as_array().map(Vec::len), Some(0));
     let results = doc["barrier"].as_array().expect("barrier results");
-    assert_eq!(results.len(), streamcomm::barrier::BarrierAlgo::ALL.len());
+    // Every algorithm but multicast, which shared memory cannot run (the
+    // benchmark says so and goes on).
+    assert_eq!(results.len(), streamcomm::barrier::BarrierAlgo::ALL.len() - 1);
     for result in results {
         check_barrier(result);
     }
