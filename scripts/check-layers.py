@@ -45,6 +45,10 @@ UPWARD = [
     ("engine/source.rs", "FailureSink", "comm", "engine",
      "the progress engine reports a failed peer to the communicator that "
      "owns it, which sits above the engine"),
+    ("barrier/multicast/mod.rs", "Datagrams", "transport", "barrier",
+     "the multicast barrier's protocol (below the transports, so the flag "
+     "memory and its tests need no transport) sends and receives through "
+     "the verbs UD queue pair, or an in-memory group in its tests"),
 ]
 CALLBACK_STATIC = re.compile(
     r"^\s*(?:pub(?:\([^)]*\))?\s+)?static\s+(" + IDENT + r")\s*:\s*([^=]*)", re.M)

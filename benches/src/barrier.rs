@@ -76,10 +76,12 @@ pub fn run(
     })
     .context("stream barrier")?;
     let retransmits = match (before, streamcomm::testing::barrier::multicast_stats(comm)) {
-        (Some(b), Some(a)) if comm.barrier_algo() == streamcomm::barrier::BarrierAlgo::Multicast => {
+        (Some(b), Some(a))
+            if comm.barrier_algo() == streamcomm::barrier::BarrierAlgo::Multicast =>
+        {
             let mine = [(a[1] - b[1]) as f64, (a[2] - b[2]) as f64];
-            let all = across_ranks(comm, stream, &mine, ReduceOp::Sum)
-                .context("sum the retransmits")?;
+            let all =
+                across_ranks(comm, stream, &mine, ReduceOp::Sum).context("sum the retransmits")?;
             let barriers = (a[0] - b[0]).max(1) as f64;
             Some(Retransmits {
                 questions_per_barrier: all[0] / barriers,

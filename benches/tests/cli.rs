@@ -206,7 +206,10 @@ fn barrier_reports_percentiles() {
     let results = doc["barrier"].as_array().expect("barrier results");
     // Every algorithm but multicast, which shared memory cannot run (the
     // benchmark says so and goes on).
-    assert_eq!(results.len(), streamcomm::barrier::BarrierAlgo::ALL.len() - 1);
+    assert_eq!(
+        results.len(),
+        streamcomm::barrier::BarrierAlgo::ALL.len() - 1
+    );
     for result in results {
         check_barrier(result);
     }

@@ -103,7 +103,10 @@
 //! - `host::release_hooks::HOOKS` (installed once by the verbs transport): a
 //!   dropped host buffer tells the registration cache to forget its memory;
 //! - the `engine::FailureSink` trait object (the communicator's failure
-//!   state): the engine reports a failed peer to the communicator above it.
+//!   state): the engine reports a failed peer to the communicator above it;
+//! - the `barrier::multicast::Datagrams` trait object (the verbs UD queue
+//!   pair of `transport::verbs::multicast`): the multicast barrier's
+//!   protocol sends and receives through a transport above it.
 //!
 //! Each folder's job:
 //! - `error.rs`: [`Error`] and [`Result`].

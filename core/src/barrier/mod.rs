@@ -35,15 +35,15 @@ pub(crate) mod area;
 pub(crate) mod build;
 pub(crate) mod exec;
 pub(crate) mod memory;
+pub(crate) mod multicast;
 pub(crate) mod plan;
 mod state;
-pub(crate) mod multicast;
 pub(crate) mod step;
 
 pub(crate) use algo::dissemination;
-pub use algo::{BarrierAlgo, Inter};
 #[cfg(test)]
 pub(crate) use algo::flag_algos;
+pub use algo::{BarrierAlgo, Inter};
 pub(crate) use build::{build, build_for_network};
 pub(crate) use exec::{Epoch, apply, wait_for};
 pub(crate) use memory::{BarrierMemory, WaitFor, Word};

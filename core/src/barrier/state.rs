@@ -244,7 +244,10 @@ impl FlagBarriers {
     }
 
     fn current(&self) -> Running {
-        self.running.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 

@@ -422,9 +422,13 @@ mod tests {
 
     #[test]
     fn the_mcast_rule_parses_and_bad_ones_are_refused() {
-        let plan = FaultPlan::parse("send:peer=1:nth=5:drop, mcast:drop=10%:dup=0.5%:seed=3").unwrap();
+        let plan =
+            FaultPlan::parse("send:peer=1:nth=5:drop, mcast:drop=10%:dup=0.5%:seed=3").unwrap();
         let f = plan.datagram_faults(2);
-        assert_eq!((f.drop_ppm, f.dup_ppm, f.seed, f.refuse_join), (100_000, 5_000, 3, false));
+        assert_eq!(
+            (f.drop_ppm, f.dup_ppm, f.seed, f.refuse_join),
+            (100_000, 5_000, 3, false)
+        );
         assert!(!plan.is_empty());
         let only = FaultPlan::parse("mcast:rank=1:refuse").unwrap();
         assert!(only.datagram_faults(1).refuse_join);

@@ -5,12 +5,16 @@
 //!   word, outside the barrier, catches any rank that leaves early;
 //! - total loss, and a killed rank, end in an error on every survivor
 //!   within the timeout;
+//! - stream barriers, captured in a graph and replayed, driven by the
+//!   proxy thread, order the work around them;
 //! - the default selection prefers multicast for 4 ranks on 4 (pretend)
 //!   hosts, and falls back with the reason where the join is refused; a
 //!   request for it then fails with that reason.
 
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -18,6 +22,7 @@ use crate::harness;
 use streamcomm::barrier::BarrierAlgo;
 use streamcomm::bootstrap::UniqueId;
 use streamcomm::config::HostsOverride;
+use streamcomm::config::Progress;
 use streamcomm::host::HostStream;
 use streamcomm::{Communicator, Config, Error, Transport};
 
@@ -181,7 +186,11 @@ fn no_rank_leaves_early_under_loss_and_duplicates() {
             let mut questions = 0u64;
             let mut resends = 0u64;
             for (r, (code, stdout)) in out.iter().enumerate() {
-                assert_eq!(*code, Some(0), "{faults}, {n} ranks: rank {r} failed:\n{stdout}");
+                assert_eq!(
+                    *code,
+                    Some(0),
+                    "{faults}, {n} ranks: rank {r} failed:\n{stdout}"
+                );
                 let stats: Vec<u64> = stdout
                     .lines()
                     .find_map(|l| l.strip_prefix("stats "))
@@ -337,35 +346,48 @@ fn the_default_prefers_multicast_and_falls_back_with_the_reason() {
     if !rdma_here("multicast::the_default_prefers_multicast_and_falls_back_with_the_reason") {
         return;
     }
-    harness::run_threads(4, pretend_hosts(None, None), Duration::from_secs(120), |comm| {
-        assert_eq!(comm.barrier_algo(), BarrierAlgo::Multicast);
-        assert_eq!(comm.barrier_fallback(), None);
-        for _ in 0..20 {
+    harness::run_threads(
+        4,
+        pretend_hosts(None, None),
+        Duration::from_secs(120),
+        |comm| {
+            assert_eq!(comm.barrier_algo(), BarrierAlgo::Multicast);
+            assert_eq!(comm.barrier_fallback(), None);
+            for _ in 0..20 {
+                comm.barrier_host().unwrap();
+            }
+            // Switching away and back keeps the group.
+            comm.set_barrier_algo(BarrierAlgo::Tree { fanout: 2 })
+                .unwrap();
             comm.barrier_host().unwrap();
-        }
-        // Switching away and back keeps the group.
-        comm.set_barrier_algo(BarrierAlgo::Tree { fanout: 2 }).unwrap();
-        comm.barrier_host().unwrap();
-        comm.set_barrier_algo(BarrierAlgo::Multicast).unwrap();
-        comm.barrier_host().unwrap();
-    });
+            comm.set_barrier_algo(BarrierAlgo::Multicast).unwrap();
+            comm.barrier_host().unwrap();
+        },
+    );
     let refused = Some("mcast:rank=2:refuse");
-    harness::run_threads(4, pretend_hosts(refused, None), Duration::from_secs(120), |comm| {
-        let algo = comm.barrier_algo();
-        assert_ne!(algo, BarrierAlgo::Multicast);
-        let why = comm.barrier_fallback().expect("a reason").to_string();
-        assert!(
-            why.contains("rank 2") && why.contains("refused") && why.contains(&algo.to_string()),
-            "{why}"
-        );
-        comm.barrier_host().unwrap();
-        let err = comm.set_barrier_algo(BarrierAlgo::Multicast).unwrap_err();
-        assert!(
-            matches!(&err, Error::Unavailable(m) if m.contains("rank 2") && m.contains("refused")),
-            "{err}"
-        );
-        println!("rank {}: {why}", comm.rank());
-    });
+    harness::run_threads(
+        4,
+        pretend_hosts(refused, None),
+        Duration::from_secs(120),
+        |comm| {
+            let algo = comm.barrier_algo();
+            assert_ne!(algo, BarrierAlgo::Multicast);
+            let why = comm.barrier_fallback().expect("a reason").to_string();
+            assert!(
+                why.contains("rank 2")
+                    && why.contains("refused")
+                    && why.contains(&algo.to_string()),
+                "{why}"
+            );
+            comm.barrier_host().unwrap();
+            let err = comm.set_barrier_algo(BarrierAlgo::Multicast).unwrap_err();
+            assert!(
+                matches!(&err, Error::Unavailable(m) if m.contains("rank 2") && m.contains("refused")),
+                "{err}"
+            );
+            println!("rank {}: {why}", comm.rank());
+        },
+    );
     // Asked for explicitly, creation fails with the reason on every rank.
     let config = pretend_hosts(refused, Some(BarrierAlgo::Multicast));
     let id = UniqueId::new().unwrap();
@@ -385,9 +407,68 @@ fn the_default_prefers_multicast_and_falls_back_with_the_reason() {
                 })
             })
             .collect();
-        hs.into_iter().map(|h| h.join().unwrap().expect("creation must fail")).collect()
+        hs.into_iter()
+            .map(|h| h.join().unwrap().expect("creation must fail"))
+            .collect()
     });
     for e in &errors {
-        assert!(e.contains("multicast") && e.contains("rank 2") && e.contains("refused"), "{e}");
+        assert!(
+            e.contains("multicast") && e.contains("rank 2") && e.contains("refused"),
+            "{e}"
+        );
     }
+}
+
+/// 3 ranks (threads), the multicast barrier driven by the proxy thread:
+/// a graph of three stream barriers, each between a task that counts the
+/// arrival and one that checks every rank arrived, replayed 100 times,
+/// then 100 barriers enqueued one by one.
+#[test]
+fn captured_stream_barriers_through_the_proxy() {
+    if !rdma_here("multicast::captured_stream_barriers_through_the_proxy") {
+        return;
+    }
+    let n = 3;
+    let mut config = harness::small_config();
+    config.transport = Transport::Verbs.into();
+    config.barrier_algo = Some(BarrierAlgo::Multicast);
+    config.progress = Progress::Proxy;
+    let arrived = Arc::new(AtomicUsize::new(0));
+    harness::run_threads(n, config, Duration::from_secs(300), move |comm| {
+        assert_eq!(comm.barrier_algo(), BarrierAlgo::Multicast);
+        let stream = HostStream::new().unwrap();
+        let rank = comm.rank();
+        let done = Arc::new(AtomicUsize::new(0));
+        let round = |s: &HostStream| {
+            let (a, d) = (arrived.clone(), done.clone());
+            s.host_fn(move || {
+                a.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap();
+            comm.barrier(s).unwrap();
+            let a = arrived.clone();
+            s.host_fn(move || {
+                let k = d.fetch_add(1, Ordering::SeqCst);
+                let seen = a.load(Ordering::SeqCst);
+                assert!(
+                    seen >= n * (k + 1),
+                    "rank {rank} passed barrier {k} after {seen} arrivals"
+                );
+            })
+            .unwrap();
+        };
+        stream.begin_capture().unwrap();
+        for _ in 0..3 {
+            round(&stream);
+        }
+        let graph = stream.end_capture().unwrap();
+        for _ in 0..100 {
+            graph.launch(&stream).unwrap();
+        }
+        for _ in 0..100 {
+            round(&stream);
+        }
+        stream.synchronize().unwrap();
+        assert_eq!(done.load(Ordering::SeqCst), 400);
+    });
 }

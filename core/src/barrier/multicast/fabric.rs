@@ -47,7 +47,12 @@ impl Datagrams for Member {
     }
 
     fn recv(&mut self, each: &mut dyn FnMut(&[u8])) -> Result<(), Error> {
-        let got: Vec<Vec<u8>> = self.fabric.queues[self.rank].0.lock().unwrap().drain(..).collect();
+        let got: Vec<Vec<u8>> = self.fabric.queues[self.rank]
+            .0
+            .lock()
+            .unwrap()
+            .drain(..)
+            .collect();
         for d in got {
             each(&d);
         }

@@ -12,7 +12,8 @@
 //!
 //! A rank keeps answering questions between barriers: a peer that lost our
 //! last arrival asks after we left, and the communicator's progress engine
-//! answers for us ([`MulticastBarrier::service`]) while no barrier runs.
+//! answers for us ([`MulticastBarrier::service`]) while no barrier runs,
+//! and on close until it has heard nothing for [`LINGER`].
 //!
 //! What carries the datagrams is a [`Datagrams`]: the verbs UD queue pair
 //! attached to a multicast group (`transport::verbs::multicast`), or in
@@ -50,6 +51,11 @@ pub(crate) const FIRST_RETRY: Duration = Duration::from_millis(1);
 pub(crate) const MAX_RETRY: Duration = Duration::from_millis(64);
 /// Longest sleep while waiting, so the abort flag is seen promptly.
 const MAX_SLEEP: Duration = Duration::from_millis(16);
+/// How long a closing communicator keeps answering after its last barrier
+/// and the last datagram it heard ([`MulticastBarrier::quiet_for`]): a
+/// peer that lost this rank's last arrival asks within a millisecond and
+/// again 2, 4, 8, ... ms later, six times within it unless descheduled.
+pub(crate) const LINGER: Duration = Duration::from_millis(100);
 
 /// Something that multicasts datagrams to the group and receives the
 /// group's (its own may come back too; they are ignored).
@@ -106,6 +112,10 @@ pub(crate) struct MulticastBarrier {
     epoch: AtomicU64,
     questions: AtomicU64,
     resends: AtomicU64,
+    /// When the last barrier ended or a datagram came, in nanoseconds
+    /// after `born`.
+    active_ns: AtomicU64,
+    born: Instant,
 }
 
 /// The datagrams and what they taught, used by one thread at a time.
@@ -154,7 +164,36 @@ impl MulticastBarrier {
             epoch: AtomicU64::new(0),
             questions: AtomicU64::new(0),
             resends: AtomicU64::new(0),
+            active_ns: AtomicU64::new(0),
+            born: Instant::now(),
         }
+    }
+
+    /// The communicator closes: multicasts this rank's last arrival once
+    /// more (a peer that lost it needs no question then), if a barrier ran.
+    ///
+    /// # Errors
+    /// A transport error of the datagrams.
+    pub(crate) fn part(&self) -> Result<(), Error> {
+        if self.epoch.load(Ordering::Relaxed) == 0 {
+            return Ok(());
+        }
+        let mut link = self.lock();
+        let last = link.arrivals.last();
+        link.send(self.tag, &last)?;
+        self.mark_active();
+        Ok(())
+    }
+
+    /// How long since the last barrier ended or a datagram came.
+    pub(crate) fn quiet_for(&self) -> Duration {
+        let active = Duration::from_nanos(self.active_ns.load(Ordering::Relaxed));
+        self.born.elapsed().saturating_sub(active)
+    }
+
+    fn mark_active(&self) {
+        let now = self.born.elapsed().as_nanos() as u64;
+        self.active_ns.fetch_max(now, Ordering::Relaxed);
     }
 
     /// Injects `faults` into the datagrams received from now on (the
@@ -193,6 +232,7 @@ impl MulticastBarrier {
         loop {
             self.pump(&mut link)?;
             if link.arrivals.complete(epoch) {
+                self.mark_active();
                 return Ok(());
             }
             polls = polls.saturating_add(1);
@@ -289,9 +329,7 @@ impl MulticastBarrier {
     /// Takes in what arrived (through the fault dice), learns from it and
     /// answers questions naming us: true if anything arrived.
     fn pump(&self, link: &mut Link) -> Result<bool, Error> {
-        let Link {
-            net, dice, got, ..
-        } = link;
+        let Link { net, dice, got, .. } = link;
         let (tag, size) = (self.tag, self.size);
         let mut any = false;
         net.recv(&mut |bytes| {
@@ -308,6 +346,9 @@ impl MulticastBarrier {
                 }
             }
         })?;
+        if any {
+            self.mark_active();
+        }
         let mut asked = false;
         for d in link.got.drain(..) {
             asked |= link.arrivals.note(&d) == Asked::Resend;

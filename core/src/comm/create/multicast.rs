@@ -30,7 +30,7 @@ pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The fewest ranks for which the default selection prefers multicast
 /// (one step against dissemination's ⌈log2 N⌉ rounds; see
-/// `docs/measurements/multicast-barrier.md`).
+/// `docs/measurements/soft-roce.md`).
 pub(crate) const PREFERRED_FROM_RANKS: usize = 4;
 
 /// Why the group is joined.
@@ -208,7 +208,9 @@ fn join(
 /// The communicator's tag: FNV-1a of its unique id (the same on every
 /// rank, and every build).
 fn tag_of(id: &UniqueId) -> u64 {
-    id.to_bytes().iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    id.to_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
 }

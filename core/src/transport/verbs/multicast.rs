@@ -82,7 +82,10 @@ impl IpMembership {
         // SAFETY: plain socket call; the descriptor is owned below.
         let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
         if fd < 0 {
-            return Err(failed("socket (multicast membership)", std::io::Error::last_os_error()));
+            return Err(failed(
+                "socket (multicast membership)",
+                std::io::Error::last_os_error(),
+            ));
         }
         // SAFETY: fd is a fresh descriptor nobody else owns.
         let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
@@ -216,10 +219,22 @@ impl UdGroup {
         let mut recv_mem = vec![0u8; slot * RECV_SLOTS].into_boxed_slice();
         let mut send_mem = vec![0u8; slot * SEND_SLOTS].into_boxed_slice();
         let local = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
-        let recv_mr = Mr::new(dev, recv_mem.as_mut_ptr(), recv_mem.len(), local, "UD receives")
-            .map_err(|e| e.to_string())?;
-        let send_mr = Mr::new(dev, send_mem.as_mut_ptr(), send_mem.len(), local, "UD sends")
-            .map_err(|e| e.to_string())?;
+        let recv_mr = Mr::new(
+            dev,
+            recv_mem.as_mut_ptr(),
+            recv_mem.len(),
+            local,
+            "UD receives",
+        )
+        .map_err(|e| e.to_string())?;
+        let send_mr = Mr::new(
+            dev,
+            send_mem.as_mut_ptr(),
+            send_mem.len(),
+            local,
+            "UD sends",
+        )
+        .map_err(|e| e.to_string())?;
         // SAFETY: the context is open; the receive CQ reports to the
         // channel created above, the send CQ to none.
         let (recv_cq, send_cq) = unsafe {
@@ -248,7 +263,9 @@ impl UdGroup {
             send_cq,
             recv_cq,
             ah: std::ptr::null_mut(),
-            mgid: ibv_gid { raw: group_gid(tag) },
+            mgid: ibv_gid {
+                raw: group_gid(tag),
+            },
             attached: false,
             slot,
             recv_key: recv_mr.lkey(),
@@ -278,7 +295,10 @@ impl UdGroup {
         // SAFETY: the PD is valid; init is filled.
         g.qp = unsafe { (lib.create_qp)(dev.pd, &mut init) };
         if g.qp.is_null() {
-            return Err(failed("ibv_create_qp (UD)", std::io::Error::last_os_error()));
+            return Err(failed(
+                "ibv_create_qp (UD)",
+                std::io::Error::last_os_error(),
+            ));
         }
         g.to_rts()?;
         for i in 0..RECV_SLOTS {
@@ -323,11 +343,20 @@ impl UdGroup {
         let steps: [(ibv_qp_state::Type, &[ibv_qp_attr_mask], &str); 3] = [
             (
                 ibv_qp_state::IBV_QPS_INIT,
-                &[m::IBV_QP_STATE, m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT, m::IBV_QP_QKEY],
+                &[
+                    m::IBV_QP_STATE,
+                    m::IBV_QP_PKEY_INDEX,
+                    m::IBV_QP_PORT,
+                    m::IBV_QP_QKEY,
+                ],
                 "INIT",
             ),
             (ibv_qp_state::IBV_QPS_RTR, &[m::IBV_QP_STATE], "RTR"),
-            (ibv_qp_state::IBV_QPS_RTS, &[m::IBV_QP_STATE, m::IBV_QP_SQ_PSN], "RTS"),
+            (
+                ibv_qp_state::IBV_QPS_RTS,
+                &[m::IBV_QP_STATE, m::IBV_QP_SQ_PSN],
+                "RTS",
+            ),
         ];
         for (state, mask, name) in steps {
             // SAFETY: zeroed attributes are valid; the mask names the fields set.
@@ -622,7 +651,8 @@ mod tests {
                 s.spawn(move || {
                     for e in 0..200u64 {
                         arrived.fetch_add(1, Ordering::SeqCst);
-                        b.run(&WaitPolicy::new(1000, Duration::from_secs(30))).unwrap();
+                        b.run(&WaitPolicy::new(1000, Duration::from_secs(30)))
+                            .unwrap();
                         assert!(arrived.load(Ordering::SeqCst) >= size as u64 * (e + 1));
                     }
                 });

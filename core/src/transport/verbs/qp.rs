@@ -183,7 +183,13 @@ impl VerbsAddr {
 pub(crate) struct Mr(*mut ibv_mr, &'static super::dl::Lib);
 
 impl Mr {
-    pub(crate) fn new(dev: &Device, addr: *mut u8, len: usize, access: u32, what: &str) -> Result<Mr> {
+    pub(crate) fn new(
+        dev: &Device,
+        addr: *mut u8,
+        len: usize,
+        access: u32,
+        what: &str,
+    ) -> Result<Mr> {
         // SAFETY: addr..addr+len is memory owned by the connection's rings,
         // which outlive the registration (the QP holds both).
         let mr = unsafe { (dev.lib.reg_mr)(dev.pd, addr.cast(), len, access as i32) };
