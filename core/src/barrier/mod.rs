@@ -18,7 +18,7 @@
 //!   the epochs, and running one barrier (`FlagBarriers`);
 //! - `multicast/`: the barrier that runs no flag plan: one datagram per
 //!   rank to a multicast group, with loss recovery, over a
-//!   [`multicast::Datagrams`] (the verbs UD queue pair is one).
+//!   `multicast::Datagrams` (the verbs UD queue pair is one).
 //!
 //! Communicators with tcp peers have no shared flag memory: they run the
 //! dissemination barrier's flag steps as data messages (`plan::build` for

@@ -237,7 +237,7 @@ impl MulticastBarrier {
             }
             polls = polls.saturating_add(1);
             if polls <= policy.spin {
-                if polls % 256 == 0 && aborted() {
+                if polls.is_multiple_of(256) && aborted() {
                     return Err(self.aborted(epoch));
                 }
                 std::hint::spin_loop();
