@@ -78,13 +78,12 @@ fn nobody_leaves_early_under_loss_and_duplicates() {
     eprintln!("seed {seed}");
     for size in [2, 3, 5] {
         for (drop_ppm, dup_ppm) in [(0, 0), (100_000, 50_000), (300_000, 0)] {
+            // A loss is often made good by the next barrier's arrivals
+            // (the safety argument's second rule) before anyone asks, so
+            // the questions are not counted here: the last barrier's are,
+            // in `the_service_answers_after_the_last_barrier`.
             let stats = run_group(size, 300, faults(drop_ppm, dup_ppm, seed));
             assert!(stats.iter().all(|s| s.barriers == 300));
-            if drop_ppm == 0 {
-                continue;
-            }
-            let questions: u64 = stats.iter().map(|s| s.questions).sum();
-            assert!(questions > 0, "size {size}: loss without a question");
         }
     }
 }
