@@ -157,3 +157,33 @@ fn the_service_answers_after_the_last_barrier() {
     assert_eq!(b0.stats().resends, 1);
     assert!(b1.stats().questions >= 1);
 }
+
+/// A closing rank multicasts its last arrival once more, and the group
+/// counts as active until it has been quiet for `LINGER`.
+#[test]
+fn parting_re_sends_the_last_arrival() {
+    let fabric = Fabric::new(2);
+    let b0 = MulticastBarrier::new(0, 2, 5, fabric.member(0), faults(0, 0, 0));
+    // Nothing ran: nothing to re-send.
+    b0.part().unwrap();
+    let mut heard = Vec::new();
+    fabric
+        .member(1)
+        .recv(&mut |d| heard.push(d.to_vec()))
+        .unwrap();
+    assert!(heard.is_empty());
+    let mut arrived = Vec::new();
+    Datagram::Arrived { rank: 1, epoch: 1 }.encode(5, &mut arrived);
+    fabric.member(1).send(&arrived).unwrap();
+    b0.run(&policy(Duration::from_secs(5))).unwrap();
+    fabric.member(1).recv(&mut |_| {}).unwrap();
+    b0.part().unwrap();
+    assert!(b0.quiet_for() < LINGER);
+    fabric
+        .member(1)
+        .recv(&mut |d| heard.push(d.to_vec()))
+        .unwrap();
+    let want = Datagram::Arrived { rank: 0, epoch: 1 };
+    assert_eq!(heard.len(), 1);
+    assert_eq!(Datagram::decode(5, 2, &heard[0]), Some(want));
+}

@@ -29,6 +29,7 @@ pub(crate) mod device;
 pub(crate) mod dl;
 pub(crate) mod event;
 pub(crate) mod gpudirect;
+mod ip_membership;
 pub(crate) mod multicast;
 pub(crate) mod progress;
 pub(crate) mod qp;

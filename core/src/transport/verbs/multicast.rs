@@ -5,11 +5,12 @@
 //! The group is an IPv4 multicast address in the organisation-local range
 //! 239.192.0.0/14, chosen from the communicator's tag, written as the
 //! IPv4-mapped GID `::ffff:239.x.y.z` that RoCE v2 addresses it by. Every
-//! rank attaches its QP with `ibv_attach_mcast` and sends through one
-//! address handle to that GID (remote QPN `0xffffff`, a shared Q_Key);
-//! multicast loops back, so ranks on one host hear each other, and a rank
-//! hears itself (ignored). Joining is local: no rdma_cm, no subnet
-//! manager. So this runs where the port is RoCE v2 with an IPv4 GID (the
+//! rank attaches its QP with `ibv_attach_mcast`, joins the group at the IP
+//! level on the port's interface ([`super::ip_membership`]: the IGMP
+//! report, and the kernel's loopback of multicast to this host), and sends
+//! through one address handle to that GID (remote QPN `0xffffff`, a shared
+//! Q_Key); ranks on one host hear each other, and a rank hears itself
+//! (ignored). Joining needs no rdma_cm and no subnet manager. So this runs where the port is RoCE v2 with an IPv4 GID (the
 //! Soft-RoCE guest; RoCE NICs behind switches that flood or snoop
 //! multicast), and [`UdGroup::join`] refuses an InfiniBand port (its
 //! multicast groups are made by a subnet-manager join, which streamcomm
@@ -27,6 +28,7 @@ use std::time::Duration;
 
 use super::device::Device;
 use super::event::CompChannel;
+use super::ip_membership::IpMembership;
 use super::qp::Mr;
 use crate::barrier::multicast::Datagrams;
 use crate::barrier::multicast::wire;
@@ -63,59 +65,6 @@ pub(crate) fn group_gid(tag: u64) -> [u8; 16] {
     gid[14] = (h >> 8) as u8;
     gid[15] = h as u8;
     gid
-}
-
-/// This host's IP-level membership of the group: a UDP socket that joined
-/// it (`IP_ADD_MEMBERSHIP` on the interface of the port's address), left
-/// when dropped. RoCE needs it besides the QP's attach: it sends the IGMP
-/// report that snooping switches forward by (as rdma_cm's join does), and
-/// the kernel loops a multicast datagram back to this host only for a
-/// group the host is a member of, which is how ranks on one host, and
-/// every rank of the Soft-RoCE guest, hear each other.
-struct IpMembership {
-    _socket: std::os::fd::OwnedFd,
-}
-
-impl IpMembership {
-    fn join(group: [u8; 4], interface: [u8; 4]) -> std::result::Result<IpMembership, String> {
-        use std::os::fd::FromRawFd;
-        // SAFETY: plain socket call; the descriptor is owned below.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(failed(
-                "socket (multicast membership)",
-                std::io::Error::last_os_error(),
-            ));
-        }
-        // SAFETY: fd is a fresh descriptor nobody else owns.
-        let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-        let mreq = libc::ip_mreq {
-            imr_multiaddr: libc::in_addr {
-                s_addr: u32::from_ne_bytes(group),
-            },
-            imr_interface: libc::in_addr {
-                s_addr: u32::from_ne_bytes(interface),
-            },
-        };
-        // SAFETY: fd is a UDP socket; mreq is a valid ip_mreq of the size given.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::IPPROTO_IP,
-                libc::IP_ADD_MEMBERSHIP,
-                (&mreq as *const libc::ip_mreq).cast(),
-                std::mem::size_of::<libc::ip_mreq>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            let [a, b, c, d] = group;
-            return Err(failed(
-                &format!("joining {a}.{b}.{c}.{d} (IP_ADD_MEMBERSHIP)"),
-                std::io::Error::last_os_error(),
-            ));
-        }
-        Ok(IpMembership { _socket: owned })
-    }
 }
 
 /// One rank's UD QP in the communicator's multicast group.
@@ -317,7 +266,8 @@ impl UdGroup {
         g.attached = true;
         let gid = group_gid(tag);
         let ip = |x: &[u8; 16]| [x[12], x[13], x[14], x[15]];
-        g._membership = Some(IpMembership::join(ip(&gid), ip(&dev.gid))?);
+        g._membership =
+            Some(IpMembership::join(ip(&gid), ip(&dev.gid)).map_err(|e| failed(&e.0, e.1))?);
         // SAFETY: zeroed address attributes are valid; filled below.
         let mut ah: ibv_ah_attr = unsafe { std::mem::zeroed() };
         ah.is_global = 1;
