@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod p2p;
+pub mod shared;
 
 use std::sync::mpsc;
 use std::time::Duration;

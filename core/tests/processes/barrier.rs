@@ -11,6 +11,7 @@
 //! `cargo test --release --test processes -- --ignored soak_a_million`).
 
 use crate::harness;
+use crate::harness::shared::SharedWords;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,45 +51,15 @@ impl Drop for Table {
 }
 
 /// The mapped table in a child.
-struct Slots {
-    ptr: *mut u8,
-}
-
-// SAFETY: the mapping is only accessed through AtomicU64s.
-unsafe impl Send for Slots {}
-// SAFETY: as above.
-unsafe impl Sync for Slots {}
+struct Slots(SharedWords);
 
 impl Slots {
     fn map(path: &str) -> Slots {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .unwrap();
-        use std::os::fd::AsRawFd;
-        // SAFETY: mapping a file we hold open, MAX_RANKS * 64 bytes, shared.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                MAX_RANKS * 64,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(ptr, libc::MAP_FAILED);
-        Slots {
-            ptr: ptr as *mut u8,
-        }
+        Slots(SharedWords::map(path, MAX_RANKS))
     }
 
     fn slot(&self, r: usize) -> &AtomicU64 {
-        assert!(r < MAX_RANKS);
-        // SAFETY: in bounds, 64-byte aligned inside a page-aligned mapping that
-        // lives for the process; AtomicU64 is valid for any bits.
-        unsafe { &*(self.ptr.add(r * 64) as *const AtomicU64) }
+        self.0.word(r)
     }
 
     /// Every rank's entered count is at least `k`.

@@ -54,25 +54,9 @@ fn stream_barrier(n: usize, iters: usize, progress: Progress, captured: bool) {
     };
     run_threads(n, config, Duration::from_secs(120), move |comm| {
         let stream = HostStream::new().unwrap();
-        let rank = comm.rank();
         let done = Arc::new(AtomicUsize::new(0));
         let enqueue_round = |s: &HostStream| {
-            let (a, d) = (arrived.clone(), done.clone());
-            s.host_fn(move || {
-                a.fetch_add(1, Ordering::SeqCst);
-            })
-            .unwrap();
-            comm.barrier(s).unwrap();
-            let a = arrived.clone();
-            s.host_fn(move || {
-                let k = d.fetch_add(1, Ordering::SeqCst);
-                let seen = a.load(Ordering::SeqCst);
-                assert!(
-                    seen >= n * (k + 1),
-                    "rank {rank} passed stream barrier {k} after {seen} arrivals"
-                );
-            })
-            .unwrap();
+            crate::harness::shared::checked_stream_barrier(&comm, s, n, &arrived, &done);
         };
         if captured {
             // Three barriers per graph, replayed iters/3 times.

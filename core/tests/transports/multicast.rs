@@ -11,14 +11,14 @@
 //!   hosts, and falls back with the reason where the join is refused; a
 //!   request for it then fails with that reason.
 
-use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::harness;
+use crate::harness::shared::{SharedWords, checked_stream_barrier};
 use streamcomm::barrier::BarrierAlgo;
 use streamcomm::bootstrap::UniqueId;
 use streamcomm::config::HostsOverride;
@@ -38,46 +38,6 @@ fn rdma_here(test: &str) -> bool {
         streamcomm_testkit::skip(test, NO_DEVICE);
     }
     here
-}
-
-/// One 64-bit word in a file every rank maps shared.
-struct SharedWord {
-    ptr: *const AtomicU64,
-}
-
-impl SharedWord {
-    fn map(path: &str) -> SharedWord {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .unwrap();
-        file.set_len(4096).unwrap();
-        // SAFETY: mapping 4096 bytes of a file we hold open, shared; the
-        // mapping outlives the descriptor and the process uses it to the end.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(ptr, libc::MAP_FAILED);
-        SharedWord {
-            ptr: ptr as *const AtomicU64,
-        }
-    }
-
-    fn word(&self) -> &AtomicU64 {
-        // SAFETY: page-aligned, mapped for the life of the process; any
-        // bits are a valid AtomicU64.
-        unsafe { &*self.ptr }
-    }
 }
 
 /// Spawns `n` ranks of scenario `scenario` with `env`.
@@ -280,17 +240,17 @@ fn multicast_child() {
     let stream = HostStream::new().unwrap();
     match scenario.as_str() {
         "loss" => {
-            let counter = SharedWord::map(&std::env::var(COUNTER).unwrap());
+            let counter = SharedWords::map(&std::env::var(COUNTER).unwrap(), 1);
             let rounds: u64 = std::env::var(ROUNDS).unwrap().parse().unwrap();
             for e in 0..rounds {
-                counter.word().fetch_add(1, Ordering::SeqCst);
+                counter.word(0).fetch_add(1, Ordering::SeqCst);
                 if e % 8 == 7 {
                     comm.barrier(&stream).unwrap();
                     stream.synchronize().unwrap();
                 } else {
                     comm.barrier_host().unwrap();
                 }
-                let seen = counter.word().load(Ordering::SeqCst);
+                let seen = counter.word(0).load(Ordering::SeqCst);
                 if seen < n * (e + 1) {
                     println!("rank {rank} left barrier {e} having seen {seen} arrivals");
                     std::process::exit(3);
@@ -437,26 +397,8 @@ fn captured_stream_barriers_through_the_proxy() {
     harness::run_threads(n, config, Duration::from_secs(300), move |comm| {
         assert_eq!(comm.barrier_algo(), BarrierAlgo::Multicast);
         let stream = HostStream::new().unwrap();
-        let rank = comm.rank();
         let done = Arc::new(AtomicUsize::new(0));
-        let round = |s: &HostStream| {
-            let (a, d) = (arrived.clone(), done.clone());
-            s.host_fn(move || {
-                a.fetch_add(1, Ordering::SeqCst);
-            })
-            .unwrap();
-            comm.barrier(s).unwrap();
-            let a = arrived.clone();
-            s.host_fn(move || {
-                let k = d.fetch_add(1, Ordering::SeqCst);
-                let seen = a.load(Ordering::SeqCst);
-                assert!(
-                    seen >= n * (k + 1),
-                    "rank {rank} passed barrier {k} after {seen} arrivals"
-                );
-            })
-            .unwrap();
-        };
+        let round = |s: &HostStream| checked_stream_barrier(&comm, s, n, &arrived, &done);
         stream.begin_capture().unwrap();
         for _ in 0..3 {
             round(&stream);
