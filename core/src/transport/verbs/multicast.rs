@@ -354,23 +354,17 @@ impl UdGroup {
 
     /// Reaps send completions; an error completion is a transport error.
     fn reap_sends(&mut self) -> Result<()> {
-        // SAFETY: an all-zero ibv_wc is a valid value to be overwritten.
-        let mut wcs: [ibv_wc; 8] = unsafe { std::mem::zeroed() };
-        loop {
-            // SAFETY: the CQ is live; wcs holds 8 entries.
-            let n = unsafe { ibv_poll_cq(self.send_cq, 8, wcs.as_mut_ptr()) };
-            if n < 0 {
-                return Err(self.error("polling the UD send CQ", n.to_string()));
+        let mut failed = None;
+        let n = drain_cq(self.send_cq, |wc| {
+            if wc.status != ibv_wc_status::IBV_WC_SUCCESS && failed.is_none() {
+                failed = Some(wc.status);
             }
-            for wc in &wcs[..n as usize] {
-                if wc.status != ibv_wc_status::IBV_WC_SUCCESS {
-                    return Err(self.error("a multicast send", self.status(wc.status)));
-                }
-            }
-            self.completed += n as u64;
-            if n < 8 {
-                return Ok(());
-            }
+        })
+        .map_err(|rc| self.error("polling the UD send CQ", rc.to_string()))?;
+        self.completed += n;
+        match failed {
+            Some(status) => Err(self.error("a multicast send", self.status(status))),
+            None => Ok(()),
         }
     }
 
@@ -387,29 +381,19 @@ impl UdGroup {
     }
 
     fn error(&self, what: &str, cause: String) -> Error {
-        Error::Transport {
-            transport: "verbs",
-            peer: usize::MAX,
-            cause: format!("multicast barrier on {}: {what}: {cause}", self.dev.name),
-        }
+        Error::os(
+            format!("verbs: multicast barrier on {}: {what}", self.dev.name),
+            std::io::Error::other(cause),
+        )
     }
 
     /// Moves receive completions into the stash (after arming, so none is
     /// missed between a look and a sleep).
     fn take_completions(&mut self) -> Result<()> {
-        // SAFETY: an all-zero ibv_wc is a valid value to be overwritten.
-        let mut wcs: [ibv_wc; 16] = unsafe { std::mem::zeroed() };
-        loop {
-            // SAFETY: the CQ is live; wcs holds 16 entries.
-            let n = unsafe { ibv_poll_cq(self.recv_cq, 16, wcs.as_mut_ptr()) };
-            if n < 0 {
-                return Err(self.error("polling the UD receive CQ", n.to_string()));
-            }
-            self.stash.extend_from_slice(&wcs[..n as usize]);
-            if n < 16 {
-                return Ok(());
-            }
-        }
+        let stash = &mut self.stash;
+        drain_cq(self.recv_cq, |wc| stash.push(*wc))
+            .map(|_| ())
+            .map_err(|rc| self.error("polling the UD receive CQ", rc.to_string()))
     }
 
     /// Arms the receive CQ and takes what came before the arming.
@@ -424,6 +408,27 @@ impl UdGroup {
             ));
         }
         self.take_completions()
+    }
+}
+
+/// Hands every completion waiting on `cq` to `each`: how many, or the
+/// verbs error code of a failed poll.
+fn drain_cq(cq: *mut ibv_cq, mut each: impl FnMut(&ibv_wc)) -> std::result::Result<u64, i32> {
+    // SAFETY: an all-zero ibv_wc is a valid value to be overwritten.
+    let mut wcs: [ibv_wc; 16] = unsafe { std::mem::zeroed() };
+    let mut total = 0;
+    loop {
+        // SAFETY: the CQ is live (the caller's, until it is dropped); wcs
+        // holds 16 entries.
+        let n = unsafe { ibv_poll_cq(cq, 16, wcs.as_mut_ptr()) };
+        if n < 0 {
+            return Err(n);
+        }
+        wcs[..n as usize].iter().for_each(&mut each);
+        total += n as u64;
+        if n < 16 {
+            return Ok(total);
+        }
     }
 }
 
