@@ -51,7 +51,7 @@ fn run_group(size: usize, rounds: u64, f: DatagramFaults) -> Vec<MulticastStats>
             std::thread::spawn(move || {
                 for e in 0..rounds {
                     arrived.fetch_add(1, Ordering::SeqCst);
-                    b.run(&policy(Duration::from_secs(60))).unwrap();
+                    b.run(&policy(Duration::from_secs(20))).unwrap();
                     let seen = arrived.load(Ordering::SeqCst);
                     assert!(
                         seen >= size as u64 * (e + 1),
@@ -186,4 +186,57 @@ fn parting_re_sends_the_last_arrival() {
     let want = Datagram::Arrived { rank: 0, epoch: 1 };
     assert_eq!(heard.len(), 1);
     assert_eq!(Datagram::decode(5, 2, &heard[0]), Some(want));
+}
+
+/// Questions start 1 ms after the arrival and their gaps double: a rank
+/// waiting 100 ms for a peer that never comes asks at 1, 3, 7, 15, 31 and
+/// 63 ms (fewer where its sleeps overshoot on a loaded machine, never
+/// more), and its timeout says how often.
+#[test]
+fn questions_start_after_a_millisecond_and_back_off() {
+    let fabric = Fabric::new(2);
+    let b = MulticastBarrier::new(1, 2, 9, fabric.member(1), faults(0, 0, 0));
+    let err = b.run(&policy(Duration::from_millis(100))).unwrap_err();
+    let asked = b.stats().questions;
+    assert!((2..=6).contains(&asked), "{asked} questions in 100 ms");
+    assert!(
+        err.to_string()
+            .contains(&format!("asked for them {asked} times")),
+        "{err}"
+    );
+}
+
+/// The progress engine's view: a datagram already waiting means "look
+/// again now"; none, "sleep" (the in-memory group has no descriptor);
+/// a barrier holding the datagrams, "look again shortly".
+#[test]
+fn arming_says_whether_to_look_again() {
+    let fabric = Fabric::new(2);
+    let b = MulticastBarrier::new(0, 2, 5, fabric.member(0), faults(0, 0, 0));
+    assert_eq!(b.arm().unwrap(), Err(MAX_SLEEP));
+    fabric.member(1).send(b"x").unwrap();
+    assert_eq!(b.arm().unwrap(), Err(Duration::ZERO));
+    let held = b.lock();
+    assert_eq!(b.arm().unwrap(), Err(Duration::from_millis(5)));
+    assert!(!b.service().unwrap(), "a held group is not serviced");
+    drop(held);
+    assert!(b.service().unwrap(), "the waiting datagram is taken");
+    assert!(format!("{b:?}").contains("rank 0 of 2"));
+}
+
+/// A barrier that ends marks the group active: a communicator closing
+/// right after it lingers.
+#[test]
+fn a_barrier_ending_restarts_the_linger() {
+    let fabric = Fabric::new(2);
+    let b0 = MulticastBarrier::new(0, 2, 5, fabric.member(0), faults(0, 0, 0));
+    std::thread::sleep(LINGER + Duration::from_millis(10));
+    assert!(b0.quiet_for() >= LINGER);
+    let mut arrived = Vec::new();
+    Datagram::Arrived { rank: 1, epoch: 1 }.encode(5, &mut arrived);
+    // Rank 1's arrival, sent before rank 0's barrier and taken by it.
+    fabric.member(1).send(&arrived).unwrap();
+    fabric.member(1).recv(&mut |_| {}).unwrap();
+    b0.run(&policy(Duration::from_secs(5))).unwrap();
+    assert!(b0.quiet_for() < LINGER);
 }
