@@ -137,30 +137,22 @@ impl FlagBarriers {
         })
     }
 
-    /// Settles the multicast barrier at creation: `Ok` hands over the
-    /// joined group (run from now on when `run_it`), `Err` the reason it
-    /// is not there (kept for requests, and, when the default selection
-    /// preferred it, as [`FlagBarriers::fallback`]).
-    pub(crate) fn set_multicast(
-        &mut self,
-        group: Result<Arc<MulticastBarrier>, String>,
-        run_it: bool,
-    ) {
+    /// Settles the multicast barrier at creation, where it was wanted:
+    /// `Ok` hands over the joined group, which runs from now on; `Err` is
+    /// why it is not there (for later requests, and as
+    /// [`FlagBarriers::fallback`]: the flag algorithm keeps running).
+    pub(crate) fn set_multicast(&mut self, group: Result<Arc<MulticastBarrier>, String>) {
         match group {
             Ok(b) => {
-                if run_it {
-                    *self.running.get_mut().unwrap_or_else(|p| p.into_inner()) =
-                        Running::Multicast(b.clone());
-                }
+                *self.running.get_mut().unwrap_or_else(|p| p.into_inner()) =
+                    Running::Multicast(b.clone());
                 self.multicast = MulticastGroup::Joined(b);
             }
             Err(why) => {
-                if run_it {
-                    self.fallback = Some(format!(
-                        "multicast preferred, {} runs instead: {why}",
-                        self.algo()
-                    ));
-                }
+                self.fallback = Some(format!(
+                    "multicast preferred, {} runs instead: {why}",
+                    self.algo()
+                ));
                 self.multicast = MulticastGroup::Absent(why);
             }
         }

@@ -94,7 +94,7 @@ pub(crate) fn settle(
     let outcome = join_and_probe(local, id, endpoints)?;
     match outcome {
         Ok(b) => {
-            flags.set_multicast(Ok(b.clone()), true);
+            flags.set_multicast(Ok(b.clone()));
             tracing::debug!(rank = local.rank, "barriers run multicast");
             Ok(Some(b))
         }
@@ -115,7 +115,7 @@ fn absent(
         )));
     }
     if let Some(flags) = flags {
-        flags.set_multicast(Err(why), true);
+        flags.set_multicast(Err(why));
         if let Some(note) = flags.fallback() {
             tracing::info!("{note}");
         }
