@@ -128,7 +128,8 @@ impl<'a> WaitPolicy<'a> {
         }
     }
 
-    fn aborted(&self) -> bool {
+    /// Whether the abort flag is raised.
+    pub(crate) fn aborted(&self) -> bool {
         self.abort.is_some_and(|a| a.load(Ordering::Relaxed) != 0)
     }
 }

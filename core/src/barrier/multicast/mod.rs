@@ -228,7 +228,6 @@ impl MulticastBarrier {
         let mut gap = FIRST_RETRY;
         let mut polls: u32 = 0;
         let mut asked: u32 = 0;
-        let aborted = || policy.abort.is_some_and(|a| a.load(Ordering::Relaxed) != 0);
         loop {
             self.pump(&mut link)?;
             if link.arrivals.complete(epoch) {
@@ -237,14 +236,14 @@ impl MulticastBarrier {
             }
             polls = polls.saturating_add(1);
             if polls <= policy.spin {
-                if polls.is_multiple_of(256) && aborted() {
+                if polls.is_multiple_of(256) && policy.aborted() {
                     return Err(self.aborted(epoch));
                 }
                 std::hint::spin_loop();
                 continue;
             }
             let now = Instant::now();
-            if aborted() {
+            if policy.aborted() {
                 return Err(self.aborted(epoch));
             }
             let waited = now - start;
