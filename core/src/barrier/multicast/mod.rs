@@ -52,7 +52,7 @@ pub(crate) const MAX_RETRY: Duration = Duration::from_millis(64);
 /// Longest sleep while waiting, so the abort flag is seen promptly.
 const MAX_SLEEP: Duration = Duration::from_millis(16);
 /// How long a closing communicator keeps answering after its last barrier
-/// and the last datagram it heard ([`MulticastBarrier::quiet_for`]): a
+/// and the last datagram it heard ([`MulticastBarrier::activity`]): a
 /// peer that lost this rank's last arrival asks within a millisecond and
 /// again 2, 4, 8, ... ms later, six times within it unless descheduled.
 pub(crate) const LINGER: Duration = Duration::from_millis(100);
@@ -112,10 +112,10 @@ pub(crate) struct MulticastBarrier {
     epoch: AtomicU64,
     questions: AtomicU64,
     resends: AtomicU64,
-    /// When the last barrier ended or a datagram came, in nanoseconds
-    /// after `born`.
-    active_ns: AtomicU64,
-    born: Instant,
+    /// Counts barriers ended and receives that found datagrams: the
+    /// progress engine times the quiet from it, so no clock is read on
+    /// the barrier's path for the linger.
+    activity: AtomicU64,
 }
 
 /// The datagrams and what they taught, used by one thread at a time.
@@ -164,8 +164,7 @@ impl MulticastBarrier {
             epoch: AtomicU64::new(0),
             questions: AtomicU64::new(0),
             resends: AtomicU64::new(0),
-            active_ns: AtomicU64::new(0),
-            born: Instant::now(),
+            activity: AtomicU64::new(0),
         }
     }
 
@@ -185,15 +184,14 @@ impl MulticastBarrier {
         Ok(())
     }
 
-    /// How long since the last barrier ended or a datagram came.
-    pub(crate) fn quiet_for(&self) -> Duration {
-        let active = Duration::from_nanos(self.active_ns.load(Ordering::Relaxed));
-        self.born.elapsed().saturating_sub(active)
+    /// Grows whenever a barrier ends or datagrams come (or `part` sends):
+    /// the group is quiet while it stands still.
+    pub(crate) fn activity(&self) -> u64 {
+        self.activity.load(Ordering::Relaxed)
     }
 
     fn mark_active(&self) {
-        let now = self.born.elapsed().as_nanos() as u64;
-        self.active_ns.fetch_max(now, Ordering::Relaxed);
+        self.activity.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Injects `faults` into the datagrams received from now on (the
@@ -223,8 +221,10 @@ impl MulticastBarrier {
         let mut link = self.lock();
         let arrived = link.arrivals.arrive(epoch);
         link.send(self.tag, &arrived)?;
-        let start = Instant::now();
-        let mut next_question = start + FIRST_RETRY;
+        // The clock is read only once the spin phase is over (as in every
+        // wait, `wait.rs`: in an emulated guest a read is a system call),
+        // so the questions and the timeout count from there.
+        let mut clock: Option<(Instant, Instant)> = None;
         let mut gap = FIRST_RETRY;
         let mut polls: u32 = 0;
         let mut asked: u32 = 0;
@@ -243,10 +243,11 @@ impl MulticastBarrier {
                 continue;
             }
             let now = Instant::now();
+            let (start, next_question) = clock.get_or_insert((now, now + FIRST_RETRY));
             if policy.aborted() {
                 return Err(self.aborted(epoch));
             }
-            let waited = now - start;
+            let waited = now - *start;
             if waited >= policy.timeout {
                 return Err(Error::Timeout {
                     op: format!("barrier #{epoch} (multicast)"),
@@ -257,7 +258,7 @@ impl MulticastBarrier {
                     waited_ms: waited.as_millis() as u64,
                 });
             }
-            if now >= next_question {
+            if now >= *next_question {
                 let ask = Datagram::Missing {
                     rank: self.rank,
                     epoch,
@@ -267,13 +268,13 @@ impl MulticastBarrier {
                 self.questions.fetch_add(1, Ordering::Relaxed);
                 asked += 1;
                 gap = (gap * 2).min(MAX_RETRY);
-                next_question = now + gap;
+                *next_question = now + gap;
             }
             if polls <= policy.spin.saturating_add(policy.yields) {
                 std::thread::yield_now();
                 continue;
             }
-            let until = (next_question - now)
+            let until = (*next_question - now)
                 .min(policy.timeout - waited)
                 .min(MAX_SLEEP);
             link.net.sleep(until)?;
