@@ -93,11 +93,19 @@ collect() {
   return $missing
 }
 
-# The stand-in's NVRTC for the kernel steps: CI's wheel (see .ci/run).
-wheel_nvrtc() {
-  python3 -c 'import importlib.util as u
-s = u.find_spec("nvidia.cuda_nvrtc")
-print(list(s.submodule_search_locations)[0] + "/lib/libnvrtc.so.12" if s else "")' 2>/dev/null
+# NVRTC for the kernel steps (it needs no GPU): STREAMCOMM_NVRTC_LIB where
+# set, else the pinned wheels in target/nvidia-wheels, installed there on
+# first use by scripts/nvrtc-wheels.sh. Where they cannot be installed,
+# that script names the command and the kernel steps fail, saying NVRTC is
+# missing.
+ensure_nvrtc() {
+  [[ -n "${STREAMCOMM_NVRTC_LIB:-}" ]] && return 0
+  local exports
+  if exports=$("$ROOT/scripts/nvrtc-wheels.sh"); then
+    eval "$exports"
+  else
+    echo "gpu-check: no NVRTC: the kernel steps below will fail"
+  fi
 }
 
 stand_in() {
@@ -146,10 +154,7 @@ stand_in() {
 run_stand_in() {
   local bin=$1 ld=$2
   local target=${CARGO_TARGET_DIR:-$ROOT/target}
-  if [[ -z "${STREAMCOMM_NVRTC_LIB:-}" ]]; then
-    STREAMCOMM_NVRTC_LIB=$(wheel_nvrtc)
-    [[ -n "$STREAMCOMM_NVRTC_LIB" ]] && export STREAMCOMM_NVRTC_LIB
-  fi
+  ensure_nvrtc
   LD_LIBRARY_PATH="$ld${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" GPU_CHECK_MODE=stand-in \
     GPU_CHECK_BIN="$bin" GPU_CHECK_BUDGET="${GPU_CHECK_BUDGET:-300}" \
     GPU_CHECK_BENCH_RESERVE="${GPU_CHECK_BENCH_RESERVE:-120}" \
@@ -188,8 +193,8 @@ prepare() {
   # without NVRTC: run.sh copies kernels/ into its kernel cache.
   local rc=0
   [[ -x "$kernel_cache" ]] || { echo "gpu-check: cargo built no kernel_cache" >&2; return 1; }
-  STREAMCOMM_NVRTC_LIB=${STREAMCOMM_NVRTC_LIB:-$(wheel_nvrtc)} \
-    "$kernel_cache" --arch sm_90 "$dir/kernels" || rc=$?
+  ensure_nvrtc
+  "$kernel_cache" --arch sm_90 "$dir/kernels" || rc=$?
   case $rc in
     0) echo "gpu-check: kernels/: $(du -sb "$dir/kernels" | cut -f1) bytes of sm_90 kernels" ;;
     3) rm -rf "$dir/kernels"

@@ -100,21 +100,13 @@ fn compile(source: &str, dir: &Path, shared: bool) -> PathBuf {
             .arg(format!("-Wl,-rpath,{}", libdir.display()))
             .arg("-lstreamcomm_ffi");
     } else {
-        // What a Rust static library needs from the system (see the README).
+        // What the static library needs from the system: the libraries
+        // rustc linked the shared one, built from the same crates with the
+        // same features, against (see `link_flags_of`).
         cmd.arg(library("a"));
-        if cfg!(feature = "verbs") {
-            // Built with the verbs transport (e.g. --all-features).
-            cmd.args(["-libverbs", "-lrdmacm"]);
-        }
-        cmd.args([
-            "-lgcc_s",
-            "-lutil",
-            "-lrt",
-            "-lpthread",
-            "-lm",
-            "-ldl",
-            "-lc",
-        ]);
+        let flags = streamcomm_testkit::link_flags_of(&library("so"))
+            .unwrap_or_else(|e| panic!("the static library's link flags: {e}"));
+        cmd.args(flags);
     }
     cmd.arg("-lm");
     let out = run(cmd, Duration::from_secs(120));
@@ -266,9 +258,12 @@ fn python_with_numpy() -> Result<(), String> {
             format!("python3 is not available ({e}; `apt-get install python3 python3-numpy`)")
         })?;
     if !out.status.success() {
+        // python's last line says why (`ModuleNotFoundError: ...`); a skip
+        // is one line.
+        let stderr = String::from_utf8_lossy(&out.stderr);
         return Err(format!(
             "numpy is not installed for python3 (`python3 -m pip install numpy`): {}",
-            String::from_utf8_lossy(&out.stderr).trim()
+            stderr.trim().lines().last().unwrap_or("")
         ));
     }
     Ok(())

@@ -1,8 +1,8 @@
 //! NVRTC and the kernel cache, with no GPU needed: every kernel compiled for
 //! sm_80 and sm_90 (only libnvrtc), the cache, the choice of NVRTC against
-//! the driver's version. NVRTC is found through `STREAMCOMM_NVRTC_LIB`, else
-//! in the PyPI wheel `nvidia-cuda-nvrtc-cu12` (asked of `python3`), else by
-//! the usual names. In CI (`CI` set and not `false`/`0`) and under
+//! the driver's version. NVRTC is found as `streamcomm_testkit::nvrtc_library`
+//! says (`STREAMCOMM_NVRTC_LIB`, the wheels `scripts/nvrtc-wheels.sh`
+//! installs), else by the usual names. In CI (`CI` set and not `false`/`0`) and under
 //! scripts/gpu-check.sh (`STREAMCOMM_REQUIRE_GPU=1`) a missing NVRTC fails
 //! the test; elsewhere it is skipped with the reason printed.
 //!
@@ -28,22 +28,8 @@ fn required() -> bool {
     ci || std::env::var("STREAMCOMM_REQUIRE_GPU").is_ok_and(|v| v == "1")
 }
 
-/// A directory of the `nvidia.<package>` wheel, asked of python3.
-fn wheel_dir(package: &str, sub: &str) -> Option<PathBuf> {
-    let code = format!(
-        "import importlib.util as u; s = u.find_spec('nvidia.{package}'); \
-         print(list(s.submodule_search_locations)[0] if s else '')"
-    );
-    let out = Command::new("python3").args(["-c", &code]).output().ok()?;
-    let dir = String::from_utf8(out.stdout).ok()?.trim().to_string();
-    let path = PathBuf::from(dir).join(sub);
-    (out.status.success() && path.is_dir()).then_some(path)
-}
-
 fn nvrtc() -> Option<Nvrtc> {
-    let configured = std::env::var_os("STREAMCOMM_NVRTC_LIB")
-        .map(PathBuf::from)
-        .or_else(|| wheel_dir("cuda_nvrtc", "lib").map(|d| d.join("libnvrtc.so.12")));
+    let configured = streamcomm_testkit::nvrtc_library();
     let candidates = nvrtc_lib_candidates(configured.as_deref());
     match Nvrtc::load(&candidates) {
         Ok(n) => Some(n),
@@ -53,7 +39,7 @@ fn nvrtc() -> Option<Nvrtc> {
         Err(e) => {
             streamcomm_testkit::skip(
                 &streamcomm_testkit::current_test(),
-                &format!("{e}; `pip install nvidia-cuda-nvrtc-cu12` or set STREAMCOMM_NVRTC_LIB"),
+                &format!("{e}; {}", streamcomm_testkit::NVRTC_INSTALL),
             );
             None
         }
@@ -61,9 +47,7 @@ fn nvrtc() -> Option<Nvrtc> {
 }
 
 fn include_dir() -> Option<PathBuf> {
-    std::env::var_os("STREAMCOMM_CUDA_INCLUDE")
-        .map(PathBuf::from)
-        .or_else(|| wheel_dir("cuda_runtime", "include"))
+    streamcomm_testkit::cuda_include_dir()
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {

@@ -14,7 +14,9 @@
 //!   every path by default and the full count with `STREAMCOMM_TEST_FULL=1`.
 //!
 //! It also finds the `streamcomm-run` binary for tests outside the
-//! launcher's crate ([`launcher_binary`]).
+//! launcher's crate ([`launcher_binary`]), and reads what a built binary
+//! needs from the system ([`needed_libraries`], [`link_flags_of`]), and
+//! finds NVRTC for the kernel tests ([`nvrtc_library`]).
 //!
 //! ```
 //! let seed = streamcomm_testkit::seed();
@@ -27,7 +29,11 @@
 mod child;
 mod knobs;
 mod launcher;
+mod linked;
+mod nvrtc;
 
 pub use child::{ChildProof, PROOF_DIR_VAR, child_args, child_ran, test_path};
 pub use knobs::{SKIP_LOG_VAR, current_test, full, rdma_device, reps, seed, skip};
 pub use launcher::launcher_binary;
+pub use linked::{C_RUNTIME, is_elf, is_loader, link_flags_of, needed_libraries};
+pub use nvrtc::{NVRTC_INSTALL, cuda_include_dir, nvrtc_library};

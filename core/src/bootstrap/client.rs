@@ -39,6 +39,8 @@ use crate::{Error, Result};
 #[derive(Debug)]
 pub struct Bootstrap {
     stream: TcpStream,
+    /// This end's address, recorded in [`super::local`] while connected.
+    local: Option<SocketAddr>,
     root: SocketAddr,
     rank: usize,
     size: usize,
@@ -82,23 +84,18 @@ impl Bootstrap {
         let deadline = start + timeout;
         let root = id.addr();
         let _span = tracing::debug_span!("bootstrap_connect", %root, rank, size).entered();
-        let mut stream = connect_retrying(root, start, deadline)?;
+        let stream = connect_retrying(root, start, deadline)?;
         let _ = stream.set_nodelay(true);
-        let hello = Hello {
-            secret: *id.secret(),
-            rank: rank as u32,
-            size: size as u32,
-        };
-        let sent = stream
-            .set_write_timeout(Some(socket_timeout(deadline)))
-            .and_then(|()| io::Write::write_all(&mut stream, &hello.encode()));
-        if let Err(e) = sent {
-            return Err(Error::Bootstrap(format!(
-                "sending the hello to the bootstrap root at {root} failed: {e}"
-            )));
+        // Recorded before the hello, so the root knows this process's ranks
+        // by the time they have all joined (see `super::local`); dropping
+        // `boot` forgets it, whatever happens below.
+        let local = stream.local_addr().ok();
+        if let Some(addr) = local {
+            super::local::add(addr);
         }
         let mut boot = Bootstrap {
             stream,
+            local,
             root,
             rank,
             size,
@@ -106,6 +103,20 @@ impl Bootstrap {
             round: 0,
             failed: None,
         };
+        let hello = Hello {
+            secret: *id.secret(),
+            rank: rank as u32,
+            size: size as u32,
+        };
+        let sent = boot
+            .stream
+            .set_write_timeout(Some(socket_timeout(deadline)))
+            .and_then(|()| io::Write::write_all(&mut boot.stream, &hello.encode()));
+        if let Err(e) = sent {
+            return Err(Error::Bootstrap(format!(
+                "sending the hello to the bootstrap root at {root} failed: {e}"
+            )));
+        }
         match boot.read_reply(deadline, "bootstrap connect") {
             Ok(Reply::Welcome) => Ok(boot),
             Ok(other) => Err(boot.unexpected(&other)),
@@ -303,6 +314,14 @@ impl Bootstrap {
             op: op.to_string(),
             what: what.to_string(),
             waited_ms: millis(start.elapsed()),
+        }
+    }
+}
+
+impl Drop for Bootstrap {
+    fn drop(&mut self) {
+        if let Some(addr) = self.local {
+            super::local::remove(addr);
         }
     }
 }

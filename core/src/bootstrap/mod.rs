@@ -23,6 +23,7 @@
 
 pub(crate) mod client;
 mod id;
+mod local;
 mod rendezvous;
 pub(crate) mod root;
 mod rounds;

@@ -2,7 +2,8 @@
 //!
 //! Once every rank has joined, each round the root waits (with `poll(2)`)
 //! for one frame from every rank, then sends every rank all frames in rank
-//! order. A rank that closes its connection between rounds has simply left;
+//! order: the ranks of other processes first, its own process's last (see
+//! [`super::local`]). A rank that closes its connection between rounds has simply left;
 //! one that is missing while a round is in flight, sends an oversized frame
 //! or cannot be written to ends the communicator's bootstrap, and the others
 //! are told which rank to blame.
@@ -21,6 +22,8 @@ use crate::{Error, Result};
 /// Serves all-gather rounds until every rank has disconnected.
 pub(super) fn serve_rounds(mut ranks: Vec<Joined>, opts: &RootOptions) -> Result<()> {
     let n = ranks.len();
+    // Every rank has joined, so this process's own have recorded themselves.
+    let order = answer_order(&ranks);
     let mut alive = vec![true; n];
     let mut have: Vec<Option<Vec<u8>>> = vec![None; n];
     let mut got = 0usize;
@@ -37,7 +40,7 @@ pub(super) fn serve_rounds(mut ranks: Vec<Joined>, opts: &RootOptions) -> Result
             return Ok(());
         }
         if got == n {
-            if let Err((rank, reason)) = broadcast(&mut ranks, &have) {
+            if let Err((rank, reason)) = broadcast(&mut ranks, &order, &have) {
                 alive[rank] = false;
                 return Err(abandon(&mut ranks, &alive, Some(rank), reason));
             }
@@ -95,13 +98,23 @@ pub(super) fn serve_rounds(mut ranks: Vec<Joined>, opts: &RootOptions) -> Result
     }
 }
 
-/// Sends every rank all blobs of the round in rank order; on failure names
-/// the rank whose connection broke.
+/// The ranks in the order they are answered: those of other processes
+/// first, then this process's own, each part in rank order.
+fn answer_order(ranks: &[Joined]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..ranks.len()).collect();
+    order.sort_by_key(|&r| super::local::is_ours(ranks[r].peer));
+    order
+}
+
+/// Sends every rank (in `order`) all blobs of the round in rank order; on
+/// failure names the rank whose connection broke.
 fn broadcast(
     ranks: &mut [Joined],
+    order: &[usize],
     have: &[Option<Vec<u8>>],
 ) -> std::result::Result<(), (usize, String)> {
-    for (rank, joined) in ranks.iter_mut().enumerate() {
+    for &rank in order {
+        let joined = &mut ranks[rank];
         let mut w = BufWriter::with_capacity(64 << 10, &joined.stream);
         let sent = have
             .iter()
@@ -129,5 +142,40 @@ fn abandon(ranks: &mut [Joined], alive: &[bool], peer: Option<usize>, reason: St
     match peer {
         Some(rank) => remote_failed(rank, reason),
         None => Error::Bootstrap(reason),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+
+    /// A joined rank whose connection comes from a socket of this process,
+    /// recorded as ours or not.
+    fn joined(listener: &TcpListener, ours: bool) -> (Joined, TcpStream) {
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (stream, peer) = listener.accept().unwrap();
+        assert_eq!(peer, client.local_addr().unwrap());
+        if ours {
+            super::super::local::add(peer);
+        }
+        (Joined { stream, peer }, client)
+    }
+
+    #[test]
+    fn this_processs_ranks_are_answered_last() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        // Ranks 0 and 2 are this process's, 1 and 3 another's.
+        let made: Vec<(Joined, TcpStream)> = [true, false, true, false]
+            .into_iter()
+            .map(|ours| joined(&listener, ours))
+            .collect();
+        let (ranks, clients): (Vec<Joined>, Vec<TcpStream>) = made.into_iter().unzip();
+        assert_eq!(answer_order(&ranks), [1, 3, 0, 2]);
+        for j in &ranks {
+            super::super::local::remove(j.peer);
+        }
+        assert_eq!(answer_order(&ranks), [0, 1, 2, 3]);
+        drop(clients);
     }
 }

@@ -806,17 +806,20 @@ mod tests {
                 r.store(1, Ordering::SeqCst);
             })
             .unwrap();
-        while ran.load(Ordering::SeqCst) == 0 {
+        // Waits for what it checks: the job counted as done (it stores its
+        // flag before the stream counts it), not just its flag.
+        while !stream.query() {
             assert!(
                 started.elapsed() < Duration::from_secs(5),
-                "a job on a caller-driven stream never ran"
+                "a job on a caller-driven stream never completed (ran: {})",
+                ran.load(Ordering::SeqCst)
             );
             std::thread::sleep(Duration::from_micros(200));
         }
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
         // Its run ended the caller-driven spell: enqueues wake the worker
         // again.
         assert!(!stream.shared.caller_driven());
-        assert!(stream.query());
     }
 
     #[test]

@@ -301,9 +301,12 @@ fn grids(world: &Communicator, seed: u64) {
     };
     cycle();
     world.barrier_host().unwrap();
+    // This process's own segments only (named `streamcomm-<pid>-...`): other
+    // tests running at the same time create and remove theirs.
+    let own_segments = format!("streamcomm-{}-", std::process::id());
     let (fds, shm) = (
         entries("/proc/self/fd", ""),
-        entries("/dev/shm", "streamcomm"),
+        entries("/dev/shm", &own_segments),
     );
     let t0 = Instant::now();
     for _ in 0..64 {
@@ -319,7 +322,7 @@ fn grids(world: &Communicator, seed: u64) {
     loop {
         (fds_after, shm_after) = (
             entries("/proc/self/fd", ""),
-            entries("/dev/shm", "streamcomm"),
+            entries("/dev/shm", &own_segments),
         );
         if (fds_after <= fds && shm_after <= shm) || Instant::now() > settle {
             break;

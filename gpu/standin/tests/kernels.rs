@@ -6,7 +6,6 @@
 mod common;
 
 use std::ffi::c_void;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use common::{bind, code, expect, mapped, ok, stream};
@@ -146,21 +145,6 @@ standin_test!(ptx_entry_names_launch_checks_and_faults, 20, &[], {
     }
 });
 
-/// NVRTC: `STREAMCOMM_NVRTC_LIB`, else the `nvidia-cuda-nvrtc-cu12` wheel.
-fn nvrtc_lib() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("STREAMCOMM_NVRTC_LIB") {
-        return Some(PathBuf::from(p));
-    }
-    let code = "import importlib.util as u; s = u.find_spec('nvidia.cuda_nvrtc'); \
-                print(list(s.submodule_search_locations)[0] if s else '')";
-    let out = std::process::Command::new("python3")
-        .args(["-c", code])
-        .output()
-        .ok()?;
-    let lib = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim()).join("lib/libnvrtc.so.12");
-    lib.is_file().then_some(lib)
-}
-
 fn random_bytes(dtype: DataType, n: usize, rng: &mut rand::rngs::StdRng) -> Vec<u8> {
     let mut out = vec![0u8; n * dtype.size()];
     for i in 0..n {
@@ -184,10 +168,10 @@ fn nvrtc_reduce_kernels_match_a_cpu_reference() {
         println!("{}", common::token(name));
         return;
     }
-    let Some(lib) = nvrtc_lib() else {
+    let Some(lib) = streamcomm_testkit::nvrtc_library() else {
         common::skip(
             name,
-            "no NVRTC (set STREAMCOMM_NVRTC_LIB or pip install nvidia-cuda-nvrtc-cu12)",
+            &format!("no NVRTC: {}", streamcomm_testkit::NVRTC_INSTALL),
         );
         return;
     };
