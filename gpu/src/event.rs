@@ -71,7 +71,7 @@ impl Event {
             let mut ms = 0f32;
             // SAFETY: valid out-pointer, live events.
             check("cuEventElapsedTime", unsafe {
-                sys::cuEventElapsedTime(&mut ms, start.raw, end.raw)
+                crate::driver::stable::event_elapsed_time(&mut ms, start.raw, end.raw)?
             })?;
             Ok(ms)
         })

@@ -53,14 +53,14 @@ impl Stream {
             let mut ndeps: usize = 0;
             // SAFETY: valid out-pointers; the stream is live.
             check("cuStreamGetCaptureInfo_v2", unsafe {
-                sys::cuStreamGetCaptureInfo_v2(
+                crate::driver::stable::stream_get_capture_info(
                     self.as_raw(),
                     &mut status,
                     &mut id,
                     &mut graph,
                     &mut deps,
                     &mut ndeps,
-                )
+                )?
             })?;
             Ok(
                 (status == CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE

@@ -5,5 +5,6 @@
 
 pub mod probe;
 pub(crate) mod result;
+pub(crate) mod stable;
 
 pub use cudarc::driver::sys;

@@ -1,11 +1,14 @@
 //! Probing the CUDA driver before the first call into cudarc.
 //!
-//! cudarc (0.19, `dynamic-loading`) loads libcuda at its first call and
-//! resolves each entry point at its own first call, panicking where the
-//! library or the symbol is missing. So the probe (1) tries the driver's
-//! names itself, in cudarc's order, so that it finds the library cudarc will
-//! bind, (2) asks cudarc's `is_culib_present()` inside `catch_unwind`, (3)
-//! calls `cuInit` and checks the driver version.
+//! cudarc (0.19) either links libcuda (the program's `dynamic-linking`) or,
+//! by default (`dynamic-loading`, which this crate's
+//! `fallback-dynamic-loading` asks for unless the program chose another
+//! mode), loads it at its first call and resolves each entry point at its
+//! own first call, panicking where the library or the symbol is missing. So
+//! the probe (1) tries the driver's names itself, in cudarc's order, so that
+//! it finds the library cudarc will bind, (2) calls `cuInit` inside
+//! `catch_unwind` (a library cudarc cannot bind panics there) and checks the
+//! driver version.
 //! The outcome is computed once and cached.
 //!
 //! cudarc tries `libcuda.so` before `libcuda.so.1`. A CUDA toolkit's
@@ -123,16 +126,10 @@ fn probe() -> Result<DriverInfo> {
             DRIVER_LIB_NAMES.len() - 2
         )));
     };
-    // SAFETY: only loads the library and resolves symbols (may panic, which
-    // `guarded` turns into Unavailable).
-    if !unsafe { sys::is_culib_present() } {
-        return Err(Error::Unavailable(format!(
-            "{name} loads but cudarc could not bind it"
-        )));
-    }
     let path = library_file(name).unwrap_or_else(|| name.to_string());
     let _ = DRIVER_PATH.set(path.clone());
-    // SAFETY: cuInit has no preconditions; the library is loaded (checked above).
+    // SAFETY: cuInit has no preconditions; a library cudarc cannot bind
+    // panics, which `guarded` turns into Unavailable.
     let init = unsafe { sys::cuInit(0) };
     if init as u32 == STUB_LIBRARY {
         return Err(Error::Unavailable(format!(

@@ -1,0 +1,150 @@
+//! NCCL's C types, with the values of NCCL 2.30's `nccl.h` (the ABI), as
+//! `cudarc::nccl::sys` names them: what programs written against cudarc's
+//! `nccl` module match on and pass around.
+
+#![allow(non_camel_case_types)]
+
+use std::ffi::c_char;
+
+/// `ncclResult_t`: what every NCCL call returns.
+///
+/// # Examples
+/// ```
+/// use streamcomm::cuda::nccl::sys::ncclResult_t;
+/// assert_eq!(ncclResult_t::ncclInvalidArgument as u32, 4);
+/// ```
+#[repr(u32)]
+#[derive(Debug, Copy, Clone, Hash, PartialOrd, Ord, PartialEq, Eq)]
+pub enum ncclResult_t {
+    /// No error.
+    ncclSuccess = 0,
+    /// A CUDA call failed.
+    ncclUnhandledCudaError = 1,
+    /// A system call, the network or a resource failed.
+    ncclSystemError = 2,
+    /// An internal error.
+    ncclInternalError = 3,
+    /// A bad argument (null pointer, unknown type, out-of-range rank).
+    ncclInvalidArgument = 4,
+    /// A call the library does not allow now (a failed communicator, a
+    /// collective mismatch, an unsupported use).
+    ncclInvalidUsage = 5,
+    /// A remote rank failed or went away.
+    ncclRemoteError = 6,
+    /// A non-blocking operation is still in progress.
+    ncclInProgress = 7,
+    /// An operation ran out of time.
+    ncclTimeout = 8,
+    /// The number of results.
+    ncclNumResults = 9,
+}
+
+/// `ncclDataType_t`: the element types.
+///
+/// # Examples
+/// ```
+/// use streamcomm::cuda::nccl::sys::ncclDataType_t;
+/// assert_eq!(ncclDataType_t::ncclBfloat16 as u32, 9);
+/// ```
+#[repr(u32)]
+#[derive(Debug, Copy, Clone, Hash, PartialOrd, Ord, PartialEq, Eq)]
+pub enum ncclDataType_t {
+    /// `int8_t` (`ncclChar`).
+    ncclInt8 = 0,
+    /// `uint8_t`.
+    ncclUint8 = 1,
+    /// `int32_t` (`ncclInt`).
+    ncclInt32 = 2,
+    /// `uint32_t`.
+    ncclUint32 = 3,
+    /// `int64_t`.
+    ncclInt64 = 4,
+    /// `uint64_t`.
+    ncclUint64 = 5,
+    /// IEEE half (`ncclHalf`).
+    ncclFloat16 = 6,
+    /// `float` (`ncclFloat`).
+    ncclFloat32 = 7,
+    /// `double` (`ncclDouble`).
+    ncclFloat64 = 8,
+    /// bfloat16.
+    ncclBfloat16 = 9,
+    /// 8-bit float, e4m3 (not supported by streamcomm: refused).
+    ncclFloat8e4m3 = 10,
+    /// 8-bit float, e5m2 (not supported by streamcomm: refused).
+    ncclFloat8e5m2 = 11,
+    /// The number of types.
+    ncclNumTypes = 12,
+}
+
+/// `ncclRedOp_t`: the reduction operators.
+///
+/// # Examples
+/// ```
+/// use streamcomm::cuda::nccl::sys::ncclRedOp_t;
+/// assert_eq!(ncclRedOp_t::ncclAvg as u32, 4);
+/// ```
+#[repr(u32)]
+#[derive(Debug, Copy, Clone, Hash, PartialOrd, Ord, PartialEq, Eq)]
+pub enum ncclRedOp_t {
+    /// Sum.
+    ncclSum = 0,
+    /// Product.
+    ncclProd = 1,
+    /// Maximum.
+    ncclMax = 2,
+    /// Minimum.
+    ncclMin = 3,
+    /// Sum divided by the rank count.
+    ncclAvg = 4,
+    /// The number of built-in operators.
+    ncclNumOps = 5,
+    /// The largest operator value (user operators lie between).
+    ncclMaxRedOp = 0x7fff_ffff,
+}
+
+/// Bytes of an `ncclUniqueId`.
+pub const NCCL_UNIQUE_ID_BYTES: usize = 128;
+
+/// `ncclUniqueId`: a communicator's id, 128 opaque bytes.
+///
+/// # Examples
+/// ```
+/// use streamcomm::cuda::nccl::sys::{ncclUniqueId, NCCL_UNIQUE_ID_BYTES};
+/// let id = ncclUniqueId { internal: [0; NCCL_UNIQUE_ID_BYTES] };
+/// assert_eq!(std::mem::size_of_val(&id), 128);
+/// ```
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Hash, PartialOrd, Ord, PartialEq, Eq)]
+pub struct ncclUniqueId {
+    /// The id's bytes.
+    pub internal: [c_char; NCCL_UNIQUE_ID_BYTES],
+}
+
+impl ncclResult_t {
+    /// [`ncclSuccess`](ncclResult_t::ncclSuccess) and the two statuses
+    /// as `Ok`, every other code as [`NcclError`](super::NcclError) (as
+    /// cudarc's `result()`).
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::cuda::nccl::{NcclError, sys::ncclResult_t};
+    /// assert!(ncclResult_t::ncclSuccess.result().is_ok());
+    /// assert_eq!(
+    ///     ncclResult_t::ncclTimeout.result(),
+    ///     Err(NcclError(ncclResult_t::ncclTimeout))
+    /// );
+    /// ```
+    ///
+    /// # Errors
+    /// Every code but the three above.
+    pub fn result(self) -> Result<super::result::NcclStatus, super::NcclError> {
+        use super::result::NcclStatus;
+        match self {
+            ncclResult_t::ncclSuccess => Ok(NcclStatus::Success),
+            ncclResult_t::ncclInProgress => Ok(NcclStatus::InProgress),
+            ncclResult_t::ncclNumResults => Ok(NcclStatus::NumResults),
+            code => Err(super::NcclError(code)),
+        }
+    }
+}
