@@ -1,8 +1,10 @@
 //! A program written for `cudarc::nccl`, with its `use` line switched to
-//! `streamcomm::cuda::nccl`: every method, 2 and 3 ranks as processes,
-//! f32, f16, bf16 and i32, the id shipped by hand as such programs do,
-//! groups of sends and receives around a ring, and `from_devices` with
-//! several devices in one process.
+//! `streamcomm::cuda::nccl`: every method, every reduction operator, 2
+//! ranks on streams of their own and 3 on the default stream, as
+//! processes, f32, f16, bf16 and i32, the id shipped by hand as such
+//! programs do, groups of sends and receives around a ring (both forms and
+//! `group!`), errors as NCCL's codes with the reason kept, and
+//! `from_devices` with several devices in one process.
 
 use std::sync::Arc;
 
@@ -12,6 +14,8 @@ use streamcomm::cuda::cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 // The one line a cudarc::nccl program changes:
 // use cudarc::nccl::safe::{group_end, group_start, Comm, Id, ReduceOp};
 use streamcomm::cuda::nccl::{Comm, Id, ReduceOp, group_end, group_start};
+// What such programs also name: cudarc::nccl::{result, sys, NcclError, group}.
+use streamcomm::cuda::nccl::{NcclError, group, result, sys};
 
 use crate::backend::{Num, POISON, data, download, gpu_present, launch, poisoned, upload};
 
@@ -52,7 +56,7 @@ fn shipped_id(world: &Communicator) -> Id {
 }
 
 /// Every method on `comm` for one dtype; returns mismatches.
-fn every_method<T: Num>(comm: &Comm, seed: u64) -> Vec<String> {
+fn every_method<T: Num + streamcomm::cuda::nccl::NcclType>(comm: &Comm, seed: u64) -> Vec<String> {
     let s = comm.stream();
     let (r, n) = (comm.rank(), comm.world_size());
     let ins: Vec<Vec<f64>> = (0..n).map(|q| data(seed, q, COUNT)).collect();
@@ -75,6 +79,44 @@ fn every_method<T: Num>(comm: &Comm, seed: u64) -> Vec<String> {
     let mut buf = upload::<T>(&s, &ins[r]);
     comm.all_reduce_in_place(&mut buf, &ReduceOp::Max).unwrap();
     check("all_reduce_in_place max", download(&s, &buf), &max);
+
+    // Every operator, each against its own reference (a face that maps one
+    // operator to another fails here). Products use inputs in -2..=2 so
+    // that they stay exact; every reference is rounded to T once, as the
+    // device's result is (Avg on integers truncates, as NCCL's does).
+    let small: Vec<Vec<f64>> = ins
+        .iter()
+        .map(|v| v.iter().map(|x| x.rem_euclid(5.0) - 2.0).collect())
+        .collect();
+    let ops = [
+        (ReduceOp::Sum, "sum"),
+        (ReduceOp::Prod, "prod"),
+        (ReduceOp::Min, "min"),
+        (ReduceOp::Max, "max"),
+        (ReduceOp::Avg, "avg"),
+    ];
+    for (op, name) in ops {
+        let input = if matches!(op, ReduceOp::Prod) {
+            &small
+        } else {
+            &ins
+        };
+        let want = |i: usize| {
+            let col = input.iter().map(|v| v[i]);
+            let x = match op {
+                ReduceOp::Sum => col.sum::<f64>(),
+                ReduceOp::Prod => col.product::<f64>(),
+                ReduceOp::Min => col.fold(f64::MAX, f64::min),
+                ReduceOp::Max => col.fold(f64::MIN, f64::max),
+                ReduceOp::Avg => col.sum::<f64>() / n as f64,
+            };
+            T::of(x).get()
+        };
+        let mine: CudaSlice<T> = upload(&s, &input[r]);
+        let mut recv = poisoned::<T>(&s, COUNT);
+        comm.all_reduce(&mine, &mut recv, &op).unwrap();
+        check(&format!("all_reduce {name}"), download(&s, &recv), &want);
+    }
 
     let root = n - 1;
     let mut recv = poisoned::<T>(&s, COUNT);
@@ -136,6 +178,13 @@ fn every_method<T: Num>(comm: &Comm, seed: u64) -> Vec<String> {
     comm.recv(&mut inb, left as i32).unwrap();
     group_end().unwrap();
     check("group_start ring", download(&s, &inb), &|i| ins[left][i]);
+    let mut inb = poisoned::<T>(&s, COUNT);
+    group!({
+        comm.send(&send, right as i32)?;
+        comm.recv(&mut inb, left as i32)?;
+    })
+    .unwrap();
+    check("group! ring", download(&s, &inb), &|i| ins[left][i]);
 
     // Outside groups: rank 0 sends, rank 1 receives.
     if r < 2 {
@@ -164,8 +213,17 @@ fn child() {
         .expect("a number");
     let world = Communicator::from_env().unwrap();
     let id = shipped_id(&world);
-    let stream: Arc<CudaStream> = CudaContext::new(0).unwrap().new_stream().unwrap();
+    // Two ranks on streams of their own, three on the context's default
+    // stream, which is what cudarc programs (and cudarc's own nccl tests)
+    // use.
+    let ctx = CudaContext::new(0).unwrap();
+    let stream: Arc<CudaStream> = if world.size() == 3 {
+        ctx.default_stream()
+    } else {
+        ctx.new_stream().unwrap()
+    };
     let comm = Comm::from_rank(stream, world.rank(), world.size(), id).unwrap();
+    assert_eq!(result::get_nccl_version().unwrap(), 23000);
     let mut bad = every_method::<f32>(&comm, seed);
     bad.extend(every_method::<f16>(&comm, seed ^ 1));
     bad.extend(every_method::<bf16>(&comm, seed ^ 2));
@@ -174,7 +232,13 @@ fn child() {
     let s = comm.stream();
     let x = upload::<f32>(&s, &[1.0; 4]);
     let e = comm.send(&x, comm.world_size() as i32).unwrap_err();
+    assert_eq!(e, NcclError(sys::ncclResult_t::ncclInvalidArgument));
     assert!(e.to_string().contains("not a rank"), "{e}");
+    let full = streamcomm::cuda::nccl::last_error().expect("the full reason is kept");
+    assert!(
+        matches!(full, streamcomm::Error::InvalidArgument(_)),
+        "{full}"
+    );
     assert!(bad.is_empty(), "{bad:#?}");
     streamcomm_testkit::child_ran();
 }

@@ -99,9 +99,15 @@ mod tests {
     fn every_error_has_the_code_nccl_would_return() {
         let cases = [
             (Error::invalid("x"), ncclResult_t::ncclInvalidArgument),
-            (Error::InvalidUsage("x".into()), ncclResult_t::ncclInvalidUsage),
+            (
+                Error::InvalidUsage("x".into()),
+                ncclResult_t::ncclInvalidUsage,
+            ),
             (Error::Aborted("x".into()), ncclResult_t::ncclInvalidUsage),
-            (Error::Unavailable("x".into()), ncclResult_t::ncclSystemError),
+            (
+                Error::Unavailable("x".into()),
+                ncclResult_t::ncclSystemError,
+            ),
             (Error::Bootstrap("x".into()), ncclResult_t::ncclSystemError),
             (Error::UserTask("x".into()), ncclResult_t::ncclInternalError),
             (

@@ -18,6 +18,49 @@ use super::result::NcclStatus;
 use super::{Comm, NcclError, NcclType, ReduceOp};
 use crate::cuda::{CudaComm, RawDeviceBuffer, RawP2p};
 
+/// `cudarc::nccl`'s `group!`: runs the block between [`group_start`] and
+/// [`group_end`], here `streamcomm::cuda::nccl::group!` (or
+/// `streamcomm::group!`).
+///
+/// Where cudarc's expands to statements that unwrap the group's end, this
+/// one is an expression: the block's value, or the group's end's error,
+/// as `Result<_, NcclError>`. A program written for cudarc
+/// (`group!({ ... });`) compiles unchanged and is warned that the result
+/// is unused; `group!({ ... })?` takes the error.
+///
+/// # Examples
+/// ```no_run
+/// use streamcomm::cuda::nccl::{group, Comm};
+/// # fn ring(comm: &Comm, buf: &streamcomm::cuda::cudarc::driver::CudaSlice<f32>,
+/// #         inb: &mut streamcomm::cuda::cudarc::driver::CudaSlice<f32>)
+/// #         -> Result<(), streamcomm::cuda::nccl::NcclError> {
+/// let (r, n) = (comm.rank() as i32, comm.world_size() as i32);
+/// group!({
+///     comm.send(buf, (r + 1) % n)?;
+///     comm.recv(inb, (r + n - 1) % n)?;
+/// })?;
+/// # Ok(())
+/// # }
+/// ```
+#[macro_export]
+macro_rules! group {
+    ($x:block) => {{
+        let _ = $crate::cuda::nccl::group_start();
+        let value = (|| -> ::std::result::Result<_, $crate::cuda::nccl::NcclError> {
+            ::std::result::Result::Ok($x)
+        })();
+        let ended = $crate::cuda::nccl::group_end();
+        match (value, ended) {
+            (::std::result::Result::Ok(v), ::std::result::Result::Ok(_)) => {
+                ::std::result::Result::Ok(v)
+            }
+            (::std::result::Result::Err(e), _) | (_, ::std::result::Result::Err(e)) => {
+                ::std::result::Result::Err(e)
+            }
+        }
+    }};
+}
+
 /// Sends and receives of one communicator, held until their group ends.
 struct Held {
     cuda: Arc<CudaComm>,
@@ -99,7 +142,7 @@ fn issue(held: &Held) -> Result<(), NcclError> {
     // SAFETY: every buffer is a cudarc allocation of the stream's context
     // holding `len` elements of its dtype (lengths from cudarc), kept alive
     // by cudarc until the stream has used it; the stream is the Comm's.
-    unsafe { held.cuda.group_raw(&held.ops, held.stream.cu_stream()) }
+    Ok(unsafe { held.cuda.group_raw(&held.ops, held.stream.cu_stream()) }?)
 }
 
 /// A send (`send`) or receive of `comm`: held if a group is open on this
@@ -113,7 +156,7 @@ pub(super) fn p2p<T: NcclType>(
     let op = RawP2p {
         send,
         peer,
-        dtype: T::DTYPE,
+        dtype: super::dtype_of::<T>()?,
         buf,
     };
     let held = OPEN.with(|o| {
@@ -357,12 +400,15 @@ impl Drop for Group<'_> {
         // (Comm::async_error), as for any operation that failed in flight.
         if let Err(e) = group_end() {
             tracing::warn!(error = %e, "nccl::Group dropped: its end failed");
+            // The full error, which the conversion to NCCL's code kept.
+            let full =
+                super::last_error().unwrap_or_else(|| crate::Error::InvalidUsage(e.to_string()));
             self.comm
                 .cuda
                 .communicator()
                 .inner
                 .failure
-                .fail(&e, crate::comm::failure::Learned::Call);
+                .fail(&full, crate::comm::failure::Learned::Call);
         }
     }
 }

@@ -37,7 +37,9 @@
 //! - [`Comm::from_devices`] makes one rank per stream as threads of this
 //!   process; the streams must be on different devices (as NCCL requires).
 
+mod error;
 mod group;
+pub mod sys;
 
 use std::ffi::c_char;
 use std::sync::Arc;
@@ -46,17 +48,116 @@ use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, SyncOnDro
 
 use super::{CudaComm, RawBuffers, RawDeviceBuffer};
 use crate::bootstrap::UniqueId;
-use crate::{Collective, Communicator, Error};
+use crate::{Collective, Communicator, DataType, Error};
 
-pub use crate::host::Element as NcclType;
+pub use crate::group;
+pub use error::{NcclError, last_error};
 pub use group::{Group, group_end, group_start};
+use sys::ncclDataType_t;
 
-/// The error of every call: [`crate::Error`].
-pub type NcclError = Error;
+/// An element type NCCL can move: `cudarc::nccl`'s open trait. Implemented
+/// for `f32`, `f64`, `i8`, `i32`, `i64`, `u8`, `u32`, `u64`, `char`,
+/// `half::f16` and `half::bf16`; a type of your own names the NCCL type of
+/// the same size and layout.
+///
+/// An operation checks that `T`'s size is the named type's and refuses it
+/// otherwise, naming both: `char` (4 bytes) is `ncclUint8` in cudarc's
+/// list, as here, so it is refused where cudarc would move a quarter of
+/// the bytes.
+///
+/// # Examples
+/// ```
+/// use streamcomm::cuda::nccl::{NcclType, sys::ncclDataType_t};
+///
+/// #[derive(Clone, Copy)]
+/// #[repr(transparent)]
+/// struct Meters(f32);
+/// impl NcclType for Meters {
+///     fn as_nccl_type() -> ncclDataType_t {
+///         ncclDataType_t::ncclFloat32
+///     }
+/// }
+/// assert_eq!(f32::as_nccl_type(), ncclDataType_t::ncclFloat32);
+/// ```
+pub trait NcclType {
+    /// The NCCL type of `Self`'s elements.
+    fn as_nccl_type() -> ncclDataType_t;
+}
 
-/// `cudarc::nccl::result`'s names for what the calls return.
+macro_rules! nccl_type {
+    ($($t:ty => $v:ident),* $(,)?) => {
+        $(impl NcclType for $t {
+            fn as_nccl_type() -> ncclDataType_t {
+                ncclDataType_t::$v
+            }
+        })*
+    };
+}
+
+nccl_type!(
+    f32 => ncclFloat32, f64 => ncclFloat64, i8 => ncclInt8, i32 => ncclInt32,
+    i64 => ncclInt64, u8 => ncclUint8, u32 => ncclUint32, u64 => ncclUint64,
+    char => ncclUint8, half::f16 => ncclFloat16, half::bf16 => ncclBfloat16,
+);
+
+/// streamcomm's element type for NCCL's, or why there is none.
+pub(crate) fn data_type(t: ncclDataType_t) -> Result<DataType, Error> {
+    use ncclDataType_t::*;
+    Ok(match t {
+        ncclInt8 => DataType::I8,
+        ncclUint8 => DataType::U8,
+        ncclInt32 => DataType::I32,
+        ncclUint32 => DataType::U32,
+        ncclInt64 => DataType::I64,
+        ncclUint64 => DataType::U64,
+        ncclFloat16 => DataType::F16,
+        ncclFloat32 => DataType::F32,
+        ncclFloat64 => DataType::F64,
+        ncclBfloat16 => DataType::Bf16,
+        ncclFloat8e4m3 | ncclFloat8e5m2 | ncclNumTypes => {
+            return Err(Error::invalid(format!(
+                "{t:?} is not an element type streamcomm reduces or moves"
+            )));
+        }
+    })
+}
+
+/// `T`'s element type, checked against `T`'s size.
+fn dtype_of<T: NcclType>() -> Result<DataType, Error> {
+    let nccl = T::as_nccl_type();
+    let dtype = data_type(nccl)?;
+    let size = std::mem::size_of::<T>();
+    if size != dtype.size() {
+        return Err(Error::invalid(format!(
+            "{} is {size} bytes but its NcclType says {nccl:?}, {} bytes a element",
+            std::any::type_name::<T>(),
+            dtype.size()
+        )));
+    }
+    Ok(dtype)
+}
+
+/// `cudarc::nccl::result`'s names: the status and error of every call,
+/// groups, the version.
 pub mod result {
     pub use super::NcclError;
+    pub use super::group::{group_end, group_start};
+
+    /// The NCCL version whose API this covers, as `ncclGetVersion` codes it
+    /// (`major * 10000 + minor * 100 + patch`: 23000 for 2.30.0).
+    ///
+    /// # Examples
+    /// ```
+    /// let v = streamcomm::cuda::nccl::result::get_nccl_version()?;
+    /// assert_eq!(v / 10000, 2);
+    /// # Ok::<(), streamcomm::cuda::nccl::NcclError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// None; a `Result` for cudarc's shape.
+    pub fn get_nccl_version() -> Result<std::ffi::c_int, NcclError> {
+        Ok(super::sys::NCCL_VERSION_CODE)
+    }
 
     /// What an operation that was enqueued returns, as NCCL's `ncclResult_t`
     /// does (streamcomm always returns [`NcclStatus::Success`]).
@@ -167,7 +268,7 @@ impl Id {
             .iter()
             .map(|&c| c as u8)
             .collect();
-        UniqueId::from_bytes(&bytes)
+        Ok(UniqueId::from_bytes(&bytes)?)
     }
 }
 
@@ -286,9 +387,9 @@ impl Comm {
                     first_error.get_or_insert(e);
                 }
                 Err(_) => {
-                    first_error.get_or_insert(Error::Aborted(format!(
+                    first_error.get_or_insert(NcclError::from(Error::Aborted(format!(
                         "Comm::from_devices: the thread making rank {rank} panicked"
-                    )));
+                    ))));
                 }
             }
         }
@@ -337,8 +438,8 @@ impl Comm {
     }
 
     /// The first error of this communicator or one of its operations, if
-    /// any (`ncclCommGetAsyncError`).
-    pub fn async_error(&self) -> Option<NcclError> {
+    /// any (`ncclCommGetAsyncError`), in full: streamcomm's [`Error`].
+    pub fn async_error(&self) -> Option<Error> {
         self.cuda.async_error()
     }
 
@@ -388,7 +489,7 @@ impl Comm {
     ) -> Result<NcclStatus, NcclError> {
         let root = self.peer(root)?;
         if root == self.rank && sendbuff.is_none() {
-            return Err(Error::invalid("broadcast: the root must pass a sendbuff"));
+            return Err(Error::invalid("broadcast: the root must pass a sendbuff").into());
         }
         let coll = Collective::Broadcast { root };
         self.separate::<T>(
@@ -475,7 +576,7 @@ impl Comm {
     ) -> Result<NcclStatus, NcclError> {
         let root = self.peer(root)?;
         if root == self.rank && recvbuff.is_none() {
-            return Err(Error::invalid("reduce: the root must pass a recvbuff"));
+            return Err(Error::invalid("reduce: the root must pass a recvbuff").into());
         }
         let coll = Collective::Reduce { root };
         let recv = recvbuff.map(|r| r as &mut dyn DevicePtrMut<T>);
@@ -521,10 +622,10 @@ impl Comm {
             .ok()
             .filter(|&p| p < self.world_size)
             .ok_or_else(|| {
-                Error::invalid(format!(
+                NcclError::from(Error::invalid(format!(
                     "rank {peer} is not a rank of this communicator of {}",
                     self.world_size
-                ))
+                )))
             })
     }
 
@@ -581,6 +682,7 @@ impl Comm {
         buffers: RawBuffers,
     ) -> Result<NcclStatus, NcclError> {
         group::flush(self)?;
+        let dtype = dtype_of::<T>()?;
         // SAFETY: the buffers are cudarc allocations of this stream's
         // context holding `len` elements of `T` (their lengths come from
         // cudarc), which cudarc keeps alive until the stream has used them
@@ -589,7 +691,7 @@ impl Comm {
         unsafe {
             self.cuda.collective_raw(
                 collective,
-                T::DTYPE,
+                dtype,
                 op.into(),
                 buffers,
                 self.stream.cu_stream(),

@@ -103,6 +103,16 @@ pub enum ncclRedOp_t {
     ncclMaxRedOp = 0x7fff_ffff,
 }
 
+/// The NCCL version whose API this covers: 2.30.0.
+pub const NCCL_MAJOR: i32 = 2;
+/// See [`NCCL_MAJOR`].
+pub const NCCL_MINOR: i32 = 30;
+/// See [`NCCL_MAJOR`].
+pub const NCCL_PATCH: i32 = 0;
+/// `NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH)`, as `ncclGetVersion`
+/// reports it.
+pub const NCCL_VERSION_CODE: i32 = NCCL_MAJOR * 10000 + NCCL_MINOR * 100 + NCCL_PATCH;
+
 /// Bytes of an `ncclUniqueId`.
 pub const NCCL_UNIQUE_ID_BYTES: usize = 128;
 
