@@ -4,7 +4,7 @@
 //! Python (`ctypes`) callers. Every exported symbol starts with
 //! `streamcomm_`; the header `ffi/include/streamcomm.h` declares exactly
 //! those symbols and documents each one (it is the reference for C users;
-//! `ffi/check-symbols.sh`, run by the tests, keeps it equal to the library's
+//! `scripts/check-symbols.sh`, run by the tests, keeps it equal to the library's
 //! exports).
 //!
 //! # How the boundary is kept safe

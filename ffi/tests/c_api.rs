@@ -116,10 +116,11 @@ fn compile(source: &str, dir: &Path, shared: bool) -> PathBuf {
 
 #[test]
 fn header_declares_exactly_the_exported_symbols() {
-    let script = Path::new(MANIFEST).join("check-symbols.sh");
+    let script = Path::new(MANIFEST).join("../scripts/check-symbols.sh");
+    let header = Path::new(MANIFEST).join("include/streamcomm.h");
     let lib = library("so");
     let mut cmd = Command::new("bash");
-    cmd.arg(&script).arg(&lib);
+    cmd.arg(&script).arg(&lib).arg(&header).arg("streamcomm_");
     let out = run(cmd, Duration::from_secs(60));
     assert!(out.status.success(), "{}", text(&out));
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("ok: "));
@@ -136,7 +137,7 @@ fn header_declares_exactly_the_exported_symbols() {
     let broken = dir.join("streamcomm.h");
     std::fs::write(&broken, cut).expect("write header copy");
     let mut cmd = Command::new("bash");
-    cmd.arg(&script).arg(&lib).arg(&broken);
+    cmd.arg(&script).arg(&lib).arg(&broken).arg("streamcomm_");
     let out = run(cmd, Duration::from_secs(60));
     assert!(!out.status.success(), "{}", text(&out));
     assert!(

@@ -29,7 +29,7 @@ pub const DEFAULT_MASTER_PORT: u16 = 29500;
 
 /// The help text of `streamcomm-run`.
 pub const USAGE: &str = "\
-usage: streamcomm-run -n N [--keep-going] [--cuda-stand-in] [--] PROGRAM [ARGS...]
+usage: streamcomm-run -n N [--keep-going] [--cuda-stand-in] [--nccl] [--] PROGRAM [ARGS...]
        streamcomm-run --nnodes M --node-rank K --master-addr ADDR [--master-port PORT]
                       -n N [--keep-going] [--] PROGRAM [ARGS...]
        streamcomm-run --hosts H0,H1,... [--node-rank K] [--master-port PORT]
@@ -79,6 +79,13 @@ options:
                          it) the result of `cargo build -p
                          streamcomm-cuda-standin`. In a multi-node job it
                          applies to this node's ranks: give it to every node
+  --nccl                 the ranks load streamcomm's libnccl.so.2 (crate
+                         streamcomm-nccl) in place of NVIDIA's NCCL, the
+                         same way: libnccl.so and libnccl.so.2 link to
+                         $STREAMCOMM_NCCL_LIB, else libnccl.so beside
+                         streamcomm-run or in its deps/, else `cargo build
+                         -p streamcomm-nccl`'s. With --cuda-stand-in, a
+                         program written for NCCL runs on the CPU
   -h, --help             print this help
   --                     end of options (the next word is PROGRAM)
 
@@ -110,8 +117,11 @@ pub struct RunArgs {
     /// ([`LocalLauncher::keep_going`](crate::local::LocalLauncher::keep_going)).
     pub keep_going: bool,
     /// `--cuda-stand-in`: the ranks load the CPU stand-in for the CUDA
-    /// driver ([`standin`](crate::standin)).
+    /// driver ([`substitute::CUDA_STAND_IN`](crate::substitute::CUDA_STAND_IN)).
     pub cuda_stand_in: bool,
+    /// `--nccl`: the ranks load streamcomm's `libnccl.so.2`
+    /// ([`substitute::NCCL`](crate::substitute::NCCL)).
+    pub nccl: bool,
 }
 
 /// The multi-node options, checked against each other and with defaults
@@ -194,6 +204,9 @@ struct Cli {
     /// `--cuda-stand-in`: the ranks run on the CPU stand-in libcuda.
     #[arg(long = "cuda-stand-in", action = ArgAction::SetTrue)]
     cuda_stand_in: bool,
+    /// `--nccl`: the ranks load streamcomm's libnccl.so.2.
+    #[arg(long = "nccl", action = ArgAction::SetTrue)]
+    nccl: bool,
     /// `-h`, `--help`: [`Parsed::Help`].
     #[arg(short = 'h', long = "help", action = ArgAction::Help)]
     help: Option<bool>,
@@ -255,6 +268,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Parsed> {
         args: command.collect(),
         keep_going: cli.keep_going,
         cuda_stand_in: cli.cuda_stand_in,
+        nccl: cli.nccl,
     }))
 }
 

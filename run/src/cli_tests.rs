@@ -348,3 +348,16 @@ fn cuda_stand_in_option() {
     );
     assert!(USAGE.contains("--cuda-stand-in"));
 }
+
+#[test]
+fn nccl_option() {
+    // Off unless given: the ranks load whatever NCCL the system has.
+    let plain = run(&["-n", "2", "prog"]);
+    assert!(!plain.nccl && !plain.cuda_stand_in);
+    let r = run(&["--nccl", "--cuda-stand-in", "-n", "2", "prog", "--nccl"]);
+    assert!(r.nccl && r.cuda_stand_in);
+    // After PROGRAM, the word is the program's.
+    assert_eq!(r.args, vec![OsString::from("--nccl")]);
+    let r = run(&["-n", "3", "--nccl", "--", "prog"]);
+    assert!(r.nccl && !r.cuda_stand_in);
+}

@@ -12,8 +12,9 @@
 //! - [`nodes`]: for jobs across hosts, one `streamcomm-run` runs per node and
 //!   [`NodeJob`](nodes::NodeJob) works out each node's share: its ranks, the
 //!   root (served by node 0's launcher) and the secret;
-//! - [`standin`]: `--cuda-stand-in`, ranks on the CPU stand-in for the CUDA
-//!   driver instead of a GPU.
+//! - [`substitute`]: `--cuda-stand-in`, ranks on the CPU stand-in for the
+//!   CUDA driver instead of a GPU, and `--nccl`, ranks on streamcomm's
+//!   `libnccl.so.2` instead of NVIDIA's NCCL.
 //!
 //! A rank learns who it is from the variables the launcher sets, through
 //! `streamcomm::Communicator::from_env` (which reads them with
@@ -34,4 +35,4 @@
 pub mod cli;
 pub mod local;
 pub mod nodes;
-pub mod standin;
+pub mod substitute;

@@ -17,7 +17,7 @@ use streamcomm::Error;
 use streamcomm_run::cli::{Parsed, RunArgs, USAGE, parse_args};
 use streamcomm_run::local::{LocalLauncher, Outcome, install_termination_handler};
 use streamcomm_run::nodes::NodeJob;
-use streamcomm_run::standin::StandIn;
+use streamcomm_run::substitute::{CUDA_STAND_IN, Library, NCCL, Substitute};
 
 fn main() {
     std::process::exit(run());
@@ -40,23 +40,26 @@ fn run() -> i32 {
         }
     };
     let keep_going = args.keep_going;
-    // Kept until the ranks have ended: dropping it removes the directory
-    // of links the ranks load the driver from.
-    let standin = if args.cuda_stand_in {
-        let exe = std::env::current_exe().ok();
-        match StandIn::prepare(&|name| std::env::var_os(name), exe.as_deref()) {
-            Ok(standin) => {
-                say(format_args!("{}", standin.notice()));
-                Some(standin)
+    // Kept until the ranks have ended: dropping them removes the
+    // directories of links the ranks load the libraries from.
+    let wanted: Vec<Library> = [(args.cuda_stand_in, CUDA_STAND_IN), (args.nccl, NCCL)]
+        .into_iter()
+        .filter_map(|(on, kind)| on.then_some(kind))
+        .collect();
+    let exe = std::env::current_exe().ok();
+    let mut substitutes = Vec::new();
+    for kind in wanted {
+        match Substitute::prepare(kind, &|name| std::env::var_os(name), exe.as_deref()) {
+            Ok(s) => {
+                say(format_args!("{}", s.notice()));
+                substitutes.push(s);
             }
             Err(e) => {
                 say(format_args!("{e}"));
                 return 1;
             }
         }
-    } else {
-        None
-    };
+    }
     let launcher = match launcher(args) {
         Ok(launcher) => launcher,
         Err(e @ Error::InvalidArgument(_)) => {
@@ -68,9 +71,13 @@ fn run() -> i32 {
             return 1;
         }
     };
-    let launcher = match &standin {
-        Some(standin) => standin.apply(launcher, std::env::var_os("LD_LIBRARY_PATH").as_deref()),
-        None => launcher,
+    let mut path = std::env::var_os("LD_LIBRARY_PATH");
+    for s in &substitutes {
+        path = Some(s.ld_library_path(path.as_deref()));
+    }
+    let launcher = match path {
+        Some(path) if !substitutes.is_empty() => launcher.env("LD_LIBRARY_PATH", path),
+        _ => launcher,
     };
     if let Err(e) = install_termination_handler() {
         say(format_args!("warning: {e}"));

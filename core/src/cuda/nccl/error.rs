@@ -71,6 +71,18 @@ impl From<Error> for NcclError {
     }
 }
 
+impl From<NcclError> for Error {
+    /// The full error this thread's [`last_error`] kept for this code, else
+    /// one that names the code: so `?` takes an `NcclError` into a
+    /// [`crate::Result`] without losing the reason.
+    fn from(e: NcclError) -> Error {
+        match last_error() {
+            Some(full) if code_of(&full) == e.0 => full,
+            _ => Error::InvalidUsage(format!("NCCL error {:?}", e.0)),
+        }
+    }
+}
+
 impl std::fmt::Debug for NcclError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "NcclError({:?})", self.0)
@@ -139,5 +151,13 @@ mod tests {
             NcclError(ncclResult_t::ncclInternalError).to_string(),
             "ncclInternalError"
         );
+        // Back to streamcomm's error: the kept one where the codes agree.
+        let back = Error::from(NcclError(ncclResult_t::ncclRemoteError));
+        assert!(
+            matches!(back, Error::RemoteFailed { peer: 2, .. }),
+            "{back}"
+        );
+        let other = Error::from(NcclError(ncclResult_t::ncclInternalError));
+        assert!(other.to_string().contains("ncclInternalError"), "{other}");
     }
 }

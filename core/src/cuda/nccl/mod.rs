@@ -100,32 +100,10 @@ nccl_type!(
     char => ncclUint8, half::f16 => ncclFloat16, half::bf16 => ncclBfloat16,
 );
 
-/// streamcomm's element type for NCCL's, or why there is none.
-pub(crate) fn data_type(t: ncclDataType_t) -> Result<DataType, Error> {
-    use ncclDataType_t::*;
-    Ok(match t {
-        ncclInt8 => DataType::I8,
-        ncclUint8 => DataType::U8,
-        ncclInt32 => DataType::I32,
-        ncclUint32 => DataType::U32,
-        ncclInt64 => DataType::I64,
-        ncclUint64 => DataType::U64,
-        ncclFloat16 => DataType::F16,
-        ncclFloat32 => DataType::F32,
-        ncclFloat64 => DataType::F64,
-        ncclBfloat16 => DataType::Bf16,
-        ncclFloat8e4m3 | ncclFloat8e5m2 | ncclNumTypes => {
-            return Err(Error::invalid(format!(
-                "{t:?} is not an element type streamcomm reduces or moves"
-            )));
-        }
-    })
-}
-
 /// `T`'s element type, checked against `T`'s size.
 fn dtype_of<T: NcclType>() -> Result<DataType, Error> {
     let nccl = T::as_nccl_type();
-    let dtype = data_type(nccl)?;
+    let dtype = nccl.data_type()?;
     let size = std::mem::size_of::<T>();
     if size != dtype.size() {
         return Err(Error::invalid(format!(

@@ -131,6 +131,116 @@ pub struct ncclUniqueId {
     pub internal: [c_char; NCCL_UNIQUE_ID_BYTES],
 }
 
+impl ncclDataType_t {
+    /// The type whose value is `raw` (what C passes), if there is one.
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::cuda::nccl::sys::ncclDataType_t;
+    /// assert_eq!(ncclDataType_t::from_raw(7), Some(ncclDataType_t::ncclFloat32));
+    /// assert_eq!(ncclDataType_t::from_raw(99), None);
+    /// ```
+    pub fn from_raw(raw: i32) -> Option<ncclDataType_t> {
+        use ncclDataType_t::*;
+        [
+            ncclInt8,
+            ncclUint8,
+            ncclInt32,
+            ncclUint32,
+            ncclInt64,
+            ncclUint64,
+            ncclFloat16,
+            ncclFloat32,
+            ncclFloat64,
+            ncclBfloat16,
+            ncclFloat8e4m3,
+            ncclFloat8e5m2,
+        ]
+        .into_iter()
+        .find(|t| *t as i32 == raw)
+    }
+
+    /// streamcomm's element type for this one.
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::cuda::nccl::sys::ncclDataType_t;
+    /// assert_eq!(ncclDataType_t::ncclBfloat16.data_type()?, streamcomm::DataType::Bf16);
+    /// assert!(ncclDataType_t::ncclFloat8e4m3.data_type().is_err());
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for the
+    /// 8-bit floats and `ncclNumTypes`, which streamcomm does not move.
+    pub fn data_type(self) -> crate::Result<crate::DataType> {
+        use crate::DataType;
+        use ncclDataType_t::*;
+        Ok(match self {
+            ncclInt8 => DataType::I8,
+            ncclUint8 => DataType::U8,
+            ncclInt32 => DataType::I32,
+            ncclUint32 => DataType::U32,
+            ncclInt64 => DataType::I64,
+            ncclUint64 => DataType::U64,
+            ncclFloat16 => DataType::F16,
+            ncclFloat32 => DataType::F32,
+            ncclFloat64 => DataType::F64,
+            ncclBfloat16 => DataType::Bf16,
+            ncclFloat8e4m3 | ncclFloat8e5m2 | ncclNumTypes => {
+                return Err(crate::Error::invalid(format!(
+                    "{self:?} is not an element type streamcomm reduces or moves"
+                )));
+            }
+        })
+    }
+}
+
+impl ncclRedOp_t {
+    /// The built-in operator whose value is `raw`, if there is one (user
+    /// operators, such as `ncclRedOpCreatePreMulSum`'s, are not).
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::cuda::nccl::sys::ncclRedOp_t;
+    /// assert_eq!(ncclRedOp_t::from_raw(4), Some(ncclRedOp_t::ncclAvg));
+    /// assert_eq!(ncclRedOp_t::from_raw(5), None);
+    /// ```
+    pub fn from_raw(raw: i32) -> Option<ncclRedOp_t> {
+        use ncclRedOp_t::*;
+        [ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg]
+            .into_iter()
+            .find(|o| *o as i32 == raw)
+    }
+
+    /// streamcomm's operator for this one.
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::cuda::nccl::sys::ncclRedOp_t;
+    /// assert_eq!(ncclRedOp_t::ncclMin.reduce_op()?, streamcomm::ReduceOp::Min);
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for
+    /// `ncclNumOps` and `ncclMaxRedOp`, which are no operators.
+    pub fn reduce_op(self) -> crate::Result<crate::ReduceOp> {
+        use crate::ReduceOp;
+        use ncclRedOp_t::*;
+        Ok(match self {
+            ncclSum => ReduceOp::Sum,
+            ncclProd => ReduceOp::Prod,
+            ncclMax => ReduceOp::Max,
+            ncclMin => ReduceOp::Min,
+            ncclAvg => ReduceOp::Avg,
+            ncclNumOps | ncclMaxRedOp => {
+                return Err(crate::Error::invalid(format!("{self:?} is no operator")));
+            }
+        })
+    }
+}
+
 impl ncclResult_t {
     /// [`ncclSuccess`](ncclResult_t::ncclSuccess) and the two statuses
     /// as `Ok`, every other code as [`NcclError`](super::NcclError) (as

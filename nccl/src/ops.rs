@@ -1,0 +1,481 @@
+//! Collectives and point-to-point, enqueued on the caller's stream through
+//! [`streamcomm::cuda::CudaComm`]'s raw entry points, with NCCL's in-place
+//! rules (the same buffer, or the receive buffer at this rank's offset).
+
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+use streamcomm::cuda::cudarc::driver::sys::CUstream;
+use streamcomm::cuda::nccl::sys::{ncclDataType_t, ncclRedOp_t};
+use streamcomm::cuda::{RawBuffers, RawDeviceBuffer, RawP2p};
+use streamcomm::{Collective, DataType, Error, ReduceOp};
+
+use crate::api::{cudaStream_t, export, ncclComm_t, ncclResult_t};
+use crate::comms::{self, Ready};
+use crate::groups;
+use crate::guard::guard;
+
+/// What every operation checks first: the communicator, the type, the
+/// operator (if any).
+struct Call {
+    comm: ncclComm_t,
+    ready: Arc<Ready>,
+    dtype: DataType,
+    op: ReduceOp,
+    rank: usize,
+    size: usize,
+}
+
+impl Call {
+    fn new(comm: ncclComm_t, datatype: c_int, op: Option<c_int>) -> Result<Call, Error> {
+        let ready = comms::get(comm)?;
+        let dtype = ncclDataType_t::from_raw(datatype)
+            .ok_or_else(|| Error::invalid(format!("datatype {datatype} is no ncclDataType_t")))?
+            .data_type()?;
+        let op = match op {
+            None => ReduceOp::Sum,
+            Some(raw) => ncclRedOp_t::from_raw(raw)
+                .ok_or_else(|| {
+                    Error::invalid(format!(
+                        "op {raw} is no built-in ncclRedOp_t (ncclSum .. ncclAvg)"
+                    ))
+                })?
+                .reduce_op()?,
+        };
+        let (rank, size) = (
+            ready.cuda.communicator().rank(),
+            ready.cuda.communicator().size(),
+        );
+        Ok(Call {
+            comm,
+            ready,
+            dtype,
+            op,
+            rank,
+            size,
+        })
+    }
+
+    /// `count * by`, refused where it overflows an address.
+    fn elems(&self, count: usize, by: usize) -> Result<usize, Error> {
+        count
+            .checked_mul(by)
+            .filter(|n| n.checked_mul(self.dtype.size()).is_some())
+            .ok_or_else(|| Error::invalid(format!("count {count} (x {by}) overflows")))
+    }
+
+    /// `ptr + elems` elements, as an address.
+    fn offset(&self, ptr: *const c_void, elems: usize) -> usize {
+        (ptr as usize).wrapping_add(elems * self.dtype.size())
+    }
+
+    /// `root` as a rank.
+    fn rank_of(&self, root: c_int, what: &str) -> Result<usize, Error> {
+        usize::try_from(root)
+            .ok()
+            .filter(|&r| r < self.size)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "{what} {root} is not a rank of this communicator of {}",
+                    self.size
+                ))
+            })
+    }
+
+    /// Enqueues `collective` on `stream`, after what this thread's open
+    /// group holds for the communicator.
+    fn collective(
+        &self,
+        collective: Collective,
+        buffers: RawBuffers,
+        stream: cudaStream_t,
+    ) -> Result<ncclResult_t, Error> {
+        groups::flush(self.comm)?;
+        // SAFETY: the C caller's contract: every buffer this rank uses is
+        // device memory of the communicator's device holding `len`
+        // elements of the type, valid until the operation completes on
+        // `stream`, a live stream of that device (or 0).
+        unsafe {
+            self.ready.cuda.collective_raw(
+                collective,
+                self.dtype,
+                self.op,
+                buffers,
+                stream as CUstream,
+            )
+        }?;
+        Ok(ncclResult_t::ncclSuccess)
+    }
+
+    fn p2p(&self, send: bool, peer: usize, buf: RawDeviceBuffer) -> RawP2p {
+        RawP2p {
+            send,
+            peer,
+            dtype: self.dtype,
+            buf,
+        }
+    }
+}
+
+fn buf(ptr: *const c_void, len: usize) -> RawDeviceBuffer {
+    RawDeviceBuffer {
+        ptr: ptr as u64,
+        len,
+    }
+}
+
+/// Refuses a NULL buffer that a call needs.
+fn needed(ptr: *const c_void, what: &str) -> Result<(), Error> {
+    if ptr.is_null() {
+        return Err(Error::invalid(format!("{what} is NULL")));
+    }
+    Ok(())
+}
+
+export! {
+    /// `ncclAllReduce`: every rank's `sendbuff` reduced into every rank's
+    /// `recvbuff` (in place when they are the same).
+    ncclAllReduce, pncclAllReduce => fn(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        op: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        guard("ncclAllReduce", || {
+            let c = Call::new(comm, datatype, Some(op))?;
+            let n = c.elems(count, 1)?;
+            if n == 0 {
+                return Ok(ncclResult_t::ncclSuccess);
+            }
+            needed(sendbuff, "sendbuff")?;
+            needed(recvbuff, "recvbuff")?;
+            let buffers = if sendbuff == recvbuff.cast_const() {
+                RawBuffers::InPlace(buf(recvbuff, n))
+            } else {
+                RawBuffers::Separate { send: buf(sendbuff, n), recv: buf(recvbuff, n) }
+            };
+            c.collective(Collective::AllReduce, buffers, stream)
+        })
+    }
+}
+
+/// A broadcast of `count` elements from `root` (`sendbuff` used on the
+/// root only; in place where the buffers are the same).
+#[allow(clippy::too_many_arguments)] // NCCL's parameters, and the entry point's name
+fn broadcast(
+    name: &str,
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: c_int,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    guard(name, || {
+        let c = Call::new(comm, datatype, None)?;
+        let root = c.rank_of(root, "root")?;
+        let n = c.elems(count, 1)?;
+        if n == 0 {
+            return Ok(ncclResult_t::ncclSuccess);
+        }
+        needed(recvbuff, "recvbuff")?;
+        let buffers = if sendbuff == recvbuff.cast_const() {
+            RawBuffers::InPlace(buf(recvbuff, n))
+        } else if c.rank == root {
+            needed(sendbuff, "the root's sendbuff")?;
+            RawBuffers::Separate {
+                send: buf(sendbuff, n),
+                recv: buf(recvbuff, n),
+            }
+        } else {
+            RawBuffers::Separate {
+                send: buf(std::ptr::null(), 0),
+                recv: buf(recvbuff, n),
+            }
+        };
+        c.collective(Collective::Broadcast { root }, buffers, stream)
+    })
+}
+
+export! {
+    /// `ncclBroadcast`: `root`'s `sendbuff` into every rank's `recvbuff`.
+    ncclBroadcast, pncclBroadcast => fn(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        broadcast("ncclBroadcast", sendbuff, recvbuff, count, datatype, root, comm, stream)
+    }
+}
+
+export! {
+    /// `ncclBcast`: `root`'s `buff` into every rank's, in place.
+    ncclBcast, pncclBcast => fn(
+        buff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        broadcast("ncclBcast", buff, buff, count, datatype, root, comm, stream)
+    }
+}
+
+export! {
+    /// `ncclReduce`: every rank's `sendbuff` reduced into `root`'s
+    /// `recvbuff` (unused, and may be NULL, elsewhere).
+    ncclReduce, pncclReduce => fn(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        op: c_int,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        guard("ncclReduce", || {
+            let c = Call::new(comm, datatype, Some(op))?;
+            let root = c.rank_of(root, "root")?;
+            let n = c.elems(count, 1)?;
+            if n == 0 {
+                return Ok(ncclResult_t::ncclSuccess);
+            }
+            needed(sendbuff, "sendbuff")?;
+            let buffers = if sendbuff == recvbuff.cast_const() {
+                RawBuffers::InPlace(buf(recvbuff, n))
+            } else if c.rank == root {
+                needed(recvbuff, "the root's recvbuff")?;
+                RawBuffers::Separate { send: buf(sendbuff, n), recv: buf(recvbuff, n) }
+            } else {
+                RawBuffers::Separate { send: buf(sendbuff, n), recv: buf(std::ptr::null(), 0) }
+            };
+            c.collective(Collective::Reduce { root }, buffers, stream)
+        })
+    }
+}
+
+export! {
+    /// `ncclAllGather`: every rank's `sendcount` elements, in rank order,
+    /// into every rank's `recvbuff` (in place when `sendbuff` is this
+    /// rank's block of `recvbuff`).
+    ncclAllGather, pncclAllGather => fn(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        sendcount: usize,
+        datatype: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        guard("ncclAllGather", || {
+            let c = Call::new(comm, datatype, None)?;
+            let all = c.elems(sendcount, c.size)?;
+            if all == 0 {
+                return Ok(ncclResult_t::ncclSuccess);
+            }
+            needed(sendbuff, "sendbuff")?;
+            needed(recvbuff, "recvbuff")?;
+            let buffers = if sendbuff as usize == c.offset(recvbuff, c.rank * sendcount) {
+                RawBuffers::InPlace(buf(recvbuff, all))
+            } else {
+                RawBuffers::Separate { send: buf(sendbuff, sendcount), recv: buf(recvbuff, all) }
+            };
+            c.collective(Collective::AllGather, buffers, stream)
+        })
+    }
+}
+
+export! {
+    /// `ncclReduceScatter`: every rank's `sendbuff` reduced, block `r` of
+    /// the result into rank `r`'s `recvbuff` (in place when `recvbuff` is
+    /// this rank's block of `sendbuff`).
+    ncclReduceScatter, pncclReduceScatter => fn(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        recvcount: usize,
+        datatype: c_int,
+        op: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        guard("ncclReduceScatter", || {
+            let c = Call::new(comm, datatype, Some(op))?;
+            let all = c.elems(recvcount, c.size)?;
+            if all == 0 {
+                return Ok(ncclResult_t::ncclSuccess);
+            }
+            needed(sendbuff, "sendbuff")?;
+            needed(recvbuff, "recvbuff")?;
+            let buffers = if recvbuff as usize == c.offset(sendbuff, c.rank * recvcount) {
+                RawBuffers::InPlace(buf(sendbuff, all))
+            } else {
+                RawBuffers::Separate { send: buf(sendbuff, all), recv: buf(recvbuff, recvcount) }
+            };
+            c.collective(Collective::ReduceScatter, buffers, stream)
+        })
+    }
+}
+
+export! {
+    /// `ncclAlltoAll`: block `p` of every rank's `sendbuff` (`count`
+    /// elements) into block `r` of rank `p`'s `recvbuff`.
+    ncclAlltoAll, pncclAlltoAll => fn(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        guard("ncclAlltoAll", || {
+            let c = Call::new(comm, datatype, None)?;
+            let all = c.elems(count, c.size)?;
+            if all == 0 {
+                return Ok(ncclResult_t::ncclSuccess);
+            }
+            needed(sendbuff, "sendbuff")?;
+            needed(recvbuff, "recvbuff")?;
+            let buffers = if sendbuff == recvbuff.cast_const() {
+                RawBuffers::InPlace(buf(recvbuff, all))
+            } else {
+                RawBuffers::Separate { send: buf(sendbuff, all), recv: buf(recvbuff, all) }
+            };
+            c.collective(Collective::AllToAll, buffers, stream)
+        })
+    }
+}
+
+export! {
+    /// `ncclGather`: every rank's `count` elements, in rank order, into
+    /// `root`'s `recvbuff` (sends and receives as one group, as NCCL
+    /// itself does).
+    ncclGather, pncclGather => fn(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        guard("ncclGather", || {
+            let c = Call::new(comm, datatype, None)?;
+            let root = c.rank_of(root, "root")?;
+            c.elems(count, c.size)?;
+            if count == 0 {
+                return Ok(ncclResult_t::ncclSuccess);
+            }
+            needed(sendbuff, "sendbuff")?;
+            let mut ops = vec![c.p2p(true, root, buf(sendbuff, count))];
+            if c.rank == root {
+                needed(recvbuff, "the root's recvbuff")?;
+                ops.extend((0..c.size).map(|p| {
+                    c.p2p(false, p, buf(c.offset(recvbuff, p * count) as *const c_void, count))
+                }));
+            }
+            groups::p2p(c.comm, c.ready.clone(), stream, ops)?;
+            Ok(ncclResult_t::ncclSuccess)
+        })
+    }
+}
+
+export! {
+    /// `ncclScatter`: block `r` of `root`'s `sendbuff` (`count` elements)
+    /// into rank `r`'s `recvbuff`.
+    ncclScatter, pncclScatter => fn(
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        guard("ncclScatter", || {
+            let c = Call::new(comm, datatype, None)?;
+            let root = c.rank_of(root, "root")?;
+            c.elems(count, c.size)?;
+            if count == 0 {
+                return Ok(ncclResult_t::ncclSuccess);
+            }
+            needed(recvbuff, "recvbuff")?;
+            let mut ops = Vec::with_capacity(c.size + 1);
+            if c.rank == root {
+                needed(sendbuff, "the root's sendbuff")?;
+                ops.extend((0..c.size).map(|p| {
+                    c.p2p(true, p, buf(c.offset(sendbuff, p * count) as *const c_void, count))
+                }));
+            }
+            ops.push(c.p2p(false, root, buf(recvbuff, count)));
+            groups::p2p(c.comm, c.ready.clone(), stream, ops)?;
+            Ok(ncclResult_t::ncclSuccess)
+        })
+    }
+}
+
+/// A send or a receive of `count` elements with `peer`.
+#[allow(clippy::too_many_arguments)] // NCCL's parameters, and the entry point's name
+fn p2p(
+    name: &str,
+    send: bool,
+    buff: *const c_void,
+    count: usize,
+    datatype: c_int,
+    peer: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    guard(name, || {
+        let c = Call::new(comm, datatype, None)?;
+        let peer = c.rank_of(peer, "peer")?;
+        c.elems(count, 1)?;
+        if count == 0 {
+            return Ok(ncclResult_t::ncclSuccess);
+        }
+        needed(buff, if send { "sendbuff" } else { "recvbuff" })?;
+        groups::p2p(
+            c.comm,
+            c.ready.clone(),
+            stream,
+            vec![c.p2p(send, peer, buf(buff, count))],
+        )?;
+        Ok(ncclResult_t::ncclSuccess)
+    })
+}
+
+export! {
+    /// `ncclSend`: `count` elements to `peer`, which calls `ncclRecv`.
+    ncclSend, pncclSend => fn(
+        sendbuff: *const c_void,
+        count: usize,
+        datatype: c_int,
+        peer: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        p2p("ncclSend", true, sendbuff, count, datatype, peer, comm, stream)
+    }
+}
+
+export! {
+    /// `ncclRecv`: `count` elements from `peer`, which calls `ncclSend`.
+    ncclRecv, pncclRecv => fn(
+        recvbuff: *mut c_void,
+        count: usize,
+        datatype: c_int,
+        peer: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> ncclResult_t {
+        p2p("ncclRecv", false, recvbuff, count, datatype, peer, comm, stream)
+    }
+}

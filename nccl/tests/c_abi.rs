@@ -1,0 +1,270 @@
+//! libnccl.so.2 from outside, as C programs use NVIDIA's: the header
+//! against the library's exports and as strict C and C++; C programs built
+//! with the system `cc` against `nccl.h` and linked with `-lnccl` (their
+//! `NEEDED` entry is `libnccl.so.2`), run as 2 and 3 ranks by
+//! `streamcomm-run --cuda-stand-in` (every call checked against a host
+//! reference, bad arguments, split, non-blocking init), a rank killed in
+//! the middle of all-reduces (the others get an error and abort), and a
+//! program that opens the library by name with `dlopen`, which
+//! `streamcomm-run --nccl` puts in its way.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const MANIFEST: &str = env!("CARGO_MANIFEST_DIR");
+
+/// `target/<profile>`, where cargo puts `libnccl.so`.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("profile directory")
+        .to_path_buf()
+}
+
+/// A scratch directory holding `libnccl.so` and `libnccl.so.2`, links to
+/// the library this build made: what the programs link and load.
+fn library_dir(name: &str) -> PathBuf {
+    let built = ["deps/libnccl.so", "libnccl.so"]
+        .iter()
+        .map(|p| profile_dir().join(p))
+        .find(|p| p.exists())
+        .expect("cargo builds libnccl.so with this crate");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("streamcomm-nccl-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    for link in ["libnccl.so", "libnccl.so.2"] {
+        std::os::unix::fs::symlink(&built, dir.join(link)).expect("link the library");
+    }
+    dir
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs `cmd`, failing the test past `limit`.
+fn run(mut cmd: Command, limit: Duration) -> Output {
+    let what = format!("{cmd:?}");
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.expect("wait for the child"),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("{what} did not finish within {limit:?}");
+        }
+    }
+}
+
+/// The C compiler, or why the test skips.
+fn cc(test: &str) -> Option<String> {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    match Command::new(&cc).arg("--version").output() {
+        Ok(o) if o.status.success() => Some(cc),
+        _ => {
+            streamcomm_testkit::skip(
+                test,
+                &format!("no C compiler `{cc}` (`apt-get install gcc`)"),
+            );
+            None
+        }
+    }
+}
+
+/// Compiles `tests/c/<source>` against `nccl.h`, linked with `-lnccl` from
+/// `lib` (with an rpath) unless `linked` is false.
+fn compile(cc: &str, source: &str, lib: &Path, linked: bool) -> PathBuf {
+    let src = Path::new(MANIFEST).join("tests/c").join(source);
+    let exe = lib.join(source.trim_end_matches(".c"));
+    let mut cmd = Command::new(cc);
+    cmd.args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(Path::new(MANIFEST).join("include"))
+        .arg("-I")
+        .arg(Path::new(MANIFEST).join("tests/c"))
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src);
+    if linked {
+        cmd.arg("-L")
+            .arg(lib)
+            .arg(format!("-Wl,-rpath,{}", lib.display()))
+            .arg("-lnccl");
+    }
+    cmd.arg("-ldl");
+    let out = run(cmd, Duration::from_secs(120));
+    assert!(out.status.success(), "compiling {source}:\n{}", text(&out));
+    exe
+}
+
+/// `streamcomm-run --cuda-stand-in -n <n> [--keep-going] -- <exe> <args>`.
+fn launch(n: usize, keep_going: bool, exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let options: &[&str] = if keep_going { &["--keep-going"] } else { &[] };
+    launch_with(options, n, exe, args, env)
+}
+
+/// `streamcomm-run --cuda-stand-in <options> -n <n> -- <exe> <args>`.
+fn launch_with(
+    options: &[&str],
+    n: usize,
+    exe: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
+    let mut cmd = Command::new(streamcomm_testkit::launcher_binary());
+    cmd.args(["--cuda-stand-in", "-n", &n.to_string()])
+        .args(options);
+    cmd.arg("--").arg(exe).args(args);
+    cmd.env_remove("STREAMCOMM_REQUIRE_GPU");
+    cmd.envs(env.iter().copied());
+    run(cmd, Duration::from_secs(300))
+}
+
+#[test]
+fn header_declares_exactly_the_exported_symbols_and_compiles_as_c_and_cpp() {
+    let lib = library_dir("symbols");
+    let script = Path::new(MANIFEST).join("../scripts/check-symbols.sh");
+    let header = Path::new(MANIFEST).join("include/nccl.h");
+    let mut cmd = Command::new("bash");
+    cmd.arg(&script)
+        .arg(lib.join("libnccl.so.2"))
+        .arg(&header)
+        .arg("p?nccl");
+    let out = run(cmd, Duration::from_secs(60));
+    assert!(out.status.success(), "{}", text(&out));
+    let Some(cc) = cc("header_declares_exactly_the_exported_symbols_and_compiles_as_c_and_cpp")
+    else {
+        return;
+    };
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    for (compiler, lang, std) in [
+        (cc.as_str(), "c", "-std=c99"),
+        (cxx.as_str(), "c++", "-std=c++11"),
+    ] {
+        let mut cmd = Command::new(compiler);
+        cmd.args([
+            "-fsyntax-only",
+            "-Wall",
+            "-Wextra",
+            "-pedantic",
+            "-Werror",
+            std,
+            "-x",
+            lang,
+        ])
+        .arg(&header);
+        let out = run(cmd, Duration::from_secs(60));
+        assert!(out.status.success(), "{compiler} {lang}: {}", text(&out));
+    }
+}
+
+#[test]
+fn c_ranks_on_the_stand_in_run_every_call_checked() {
+    let test = "c_ranks_on_the_stand_in_run_every_call_checked";
+    let Some(cc) = cc(test) else { return };
+    let lib = library_dir("ranks");
+    let exe = compile(&cc, "nccl_ranks.c", &lib, true);
+    let needed = streamcomm_testkit::needed_libraries(&exe).unwrap_or_else(|e| panic!("{e}"));
+    assert!(needed.iter().any(|l| l == "libnccl.so.2"), "{needed:?}");
+    let seed = streamcomm_testkit::seed().to_string();
+    for n in [2, 3] {
+        let id = lib.join(format!("id-{n}"));
+        let out = launch(n, false, &exe, &["all", id.to_str().unwrap(), &seed], &[]);
+        let said = String::from_utf8_lossy(&out.stdout);
+        for r in 0..n {
+            assert!(
+                said.contains(&format!("rank {r}: OK")),
+                "{n} ranks, rank {r}:\n{}",
+                text(&out)
+            );
+        }
+        assert!(out.status.success(), "{}", text(&out));
+    }
+}
+
+#[test]
+fn a_killed_rank_is_an_error_on_the_others_and_abort_returns() {
+    let test = "a_killed_rank_is_an_error_on_the_others_and_abort_returns";
+    let Some(cc) = cc(test) else { return };
+    let lib = library_dir("kill");
+    let exe = compile(&cc, "nccl_ranks.c", &lib, true);
+    let id = lib.join("id");
+    const TIMEOUT_S: u64 = 10;
+    let start = Instant::now();
+    let out = launch(
+        3,
+        true,
+        &exe,
+        &["kill", id.to_str().unwrap(), "1"],
+        &[("STREAMCOMM_TIMEOUT", &TIMEOUT_S.to_string())],
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    for r in [0, 2] {
+        let line = said
+            .lines()
+            .find(|l| l.contains(&format!("rank {r}: error")))
+            .unwrap_or_else(|| panic!("rank {r} saw no error:\n{}", text(&out)));
+        // "[rank R] rank R: error C (...) W ms after rank 1 died: ...".
+        let waited: f64 = line
+            .split(") ")
+            .nth(1)
+            .and_then(|s| s.split(" ms").next())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or_else(|| panic!("unreadable: {line}"));
+        assert!(
+            waited <= ((TIMEOUT_S + 2) * 1000) as f64,
+            "rank {r} waited {waited} ms: {line}"
+        );
+        eprintln!("{line}");
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(120),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn a_program_that_dlopens_libnccl_finds_every_function() {
+    let test = "a_program_that_dlopens_libnccl_finds_every_function";
+    let Some(cc) = cc(test) else { return };
+    let lib = library_dir("dlopen");
+    let exe = compile(&cc, "nccl_dlopen.c", &lib, false);
+    let header = std::fs::read_to_string(Path::new(MANIFEST).join("include/nccl.h")).unwrap();
+    let names: Vec<&str> = header
+        .lines()
+        .filter(|l| l.starts_with("ncclResult_t ") || l.starts_with("const char *"))
+        .filter_map(|l| l.split('(').next()?.split_whitespace().last())
+        .map(|n| n.trim_start_matches('*'))
+        .collect();
+    assert!(names.len() > 100, "{} names read from nccl.h", names.len());
+    let list = lib.join("names.txt");
+    std::fs::write(&list, names.join("\n")).unwrap();
+    // `--nccl` puts the library this build made (beside the launcher) first
+    // on the program's library path, by both of its names.
+    let out = launch_with(&["--nccl"], 1, &exe, &[list.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(&format!("{} symbols resolved; OK", names.len())),
+        "{}",
+        text(&out)
+    );
+}
