@@ -89,6 +89,7 @@ typedef struct ncclConfig_v22800 {
   int graphUsageMode;
   int numRmaCtx;
   int maxP2pPeers;
+  int graphStreamOrdering;
 } ncclConfig_t;
 
 #define NCCL_CONFIG_INITIALIZER {                                       \
@@ -112,6 +113,7 @@ typedef struct ncclConfig_v22800 {
   NCCL_CONFIG_UNDEF_INT,             /* graphUsageMode */               \
   NCCL_CONFIG_UNDEF_INT,             /* numRmaCtx */                    \
   NCCL_CONFIG_UNDEF_INT,             /* maxP2pPeers */                  \
+  NCCL_CONFIG_UNDEF_INT,             /* graphStreamOrdering */          \
 }
 
 typedef enum {
@@ -148,7 +150,7 @@ typedef enum {
 
 /* Types of the functions that return ncclInvalidUsage here. */
 typedef struct ncclWindow_vidmem *ncclWindow_t;
-typedef struct ncclParamHandle ncclParamHandle_t;
+typedef struct ncclParamHandle *ncclParamHandle_t;
 typedef struct {
   size_t size;
   unsigned int magic;
@@ -284,28 +286,28 @@ ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclC
 ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclParamBind(ncclParamHandle_t **out, const char *key);
-ncclResult_t pncclParamBind(ncclParamHandle_t **out, const char *key);
-ncclResult_t ncclParamGet(ncclParamHandle_t *h, void *out, int maxLen, int *len);
-ncclResult_t pncclParamGet(ncclParamHandle_t *h, void *out, int maxLen, int *len);
-ncclResult_t ncclParamGetI8(ncclParamHandle_t *h, int8_t *out);
-ncclResult_t pncclParamGetI8(ncclParamHandle_t *h, int8_t *out);
-ncclResult_t ncclParamGetI16(ncclParamHandle_t *h, int16_t *out);
-ncclResult_t pncclParamGetI16(ncclParamHandle_t *h, int16_t *out);
-ncclResult_t ncclParamGetI32(ncclParamHandle_t *h, int32_t *out);
-ncclResult_t pncclParamGetI32(ncclParamHandle_t *h, int32_t *out);
-ncclResult_t ncclParamGetI64(ncclParamHandle_t *h, int64_t *out);
-ncclResult_t pncclParamGetI64(ncclParamHandle_t *h, int64_t *out);
-ncclResult_t ncclParamGetU8(ncclParamHandle_t *h, uint8_t *out);
-ncclResult_t pncclParamGetU8(ncclParamHandle_t *h, uint8_t *out);
-ncclResult_t ncclParamGetU16(ncclParamHandle_t *h, uint16_t *out);
-ncclResult_t pncclParamGetU16(ncclParamHandle_t *h, uint16_t *out);
-ncclResult_t ncclParamGetU32(ncclParamHandle_t *h, uint32_t *out);
-ncclResult_t pncclParamGetU32(ncclParamHandle_t *h, uint32_t *out);
-ncclResult_t ncclParamGetU64(ncclParamHandle_t *h, uint64_t *out);
-ncclResult_t pncclParamGetU64(ncclParamHandle_t *h, uint64_t *out);
-ncclResult_t ncclParamGetStr(ncclParamHandle_t *h, const char **out);
-ncclResult_t pncclParamGetStr(ncclParamHandle_t *h, const char **out);
+ncclResult_t ncclParamBind(ncclParamHandle_t *out, const char *key);
+ncclResult_t pncclParamBind(ncclParamHandle_t *out, const char *key);
+ncclResult_t ncclParamGet(ncclParamHandle_t h, void *out, int maxLen, int *len);
+ncclResult_t pncclParamGet(ncclParamHandle_t h, void *out, int maxLen, int *len);
+ncclResult_t ncclParamGetI8(ncclParamHandle_t h, int8_t *out);
+ncclResult_t pncclParamGetI8(ncclParamHandle_t h, int8_t *out);
+ncclResult_t ncclParamGetI16(ncclParamHandle_t h, int16_t *out);
+ncclResult_t pncclParamGetI16(ncclParamHandle_t h, int16_t *out);
+ncclResult_t ncclParamGetI32(ncclParamHandle_t h, int32_t *out);
+ncclResult_t pncclParamGetI32(ncclParamHandle_t h, int32_t *out);
+ncclResult_t ncclParamGetI64(ncclParamHandle_t h, int64_t *out);
+ncclResult_t pncclParamGetI64(ncclParamHandle_t h, int64_t *out);
+ncclResult_t ncclParamGetU8(ncclParamHandle_t h, uint8_t *out);
+ncclResult_t pncclParamGetU8(ncclParamHandle_t h, uint8_t *out);
+ncclResult_t ncclParamGetU16(ncclParamHandle_t h, uint16_t *out);
+ncclResult_t pncclParamGetU16(ncclParamHandle_t h, uint16_t *out);
+ncclResult_t ncclParamGetU32(ncclParamHandle_t h, uint32_t *out);
+ncclResult_t pncclParamGetU32(ncclParamHandle_t h, uint32_t *out);
+ncclResult_t ncclParamGetU64(ncclParamHandle_t h, uint64_t *out);
+ncclResult_t pncclParamGetU64(ncclParamHandle_t h, uint64_t *out);
+ncclResult_t ncclParamGetStr(ncclParamHandle_t h, const char **out);
+ncclResult_t pncclParamGetStr(ncclParamHandle_t h, const char **out);
 ncclResult_t ncclParamGetParameter(const char *key, const char **value, int *valueLen);
 ncclResult_t pncclParamGetParameter(const char *key, const char **value, int *valueLen);
 ncclResult_t ncclParamGetAllParameterKeys(const char ***table, int *tableLen);

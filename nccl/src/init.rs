@@ -348,11 +348,16 @@ export! {
 }
 
 export! {
-    /// `ncclCommAbort`: fails the communicator on every rank (their waiting
-    /// operations end with the error) and frees it here. Never hangs.
+    /// `ncclCommAbort`: frees the communicator here, at once. If it has
+    /// failed (a peer died, a wait timed out), its operations still waiting
+    /// end now with the error; a healthy communicator is closed as by
+    /// `ncclCommDestroy`, so that its peers are not disturbed (cudarc's
+    /// `Comm` aborts when it is dropped). Never hangs.
     ncclCommAbort, pncclCommAbort => fn(comm: ncclComm_t) -> ncclResult_t {
         guard("ncclCommAbort", || {
-            if let Some(ready) = comms::remove(comm)? {
+            if let Some(ready) = comms::remove(comm)?
+                && ready.cuda.async_error().is_some()
+            {
                 ready.cuda.communicator().abort();
             }
             Ok(ncclResult_t::ncclSuccess)

@@ -6,7 +6,9 @@
 //! reference, bad arguments, split, non-blocking init), a rank killed in
 //! the middle of all-reduces (the others get an error and abort), and a
 //! program that opens the library by name with `dlopen`, which
-//! `streamcomm-run --nccl` puts in its way.
+//! `streamcomm-run --nccl` puts in its way; and the ABI against NVIDIA's own
+//! `nccl.h` (enum values, struct layouts, prototypes), where
+//! `scripts/nvidia-nccl-header.sh` fetched it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -265,6 +267,103 @@ fn a_program_that_dlopens_libnccl_finds_every_function() {
     assert!(
         said.contains(&format!("{} symbols resolved; OK", names.len())),
         "{}",
+        text(&out)
+    );
+}
+
+/// NVIDIA's `nccl.h` (its folder), where `scripts/nvidia-nccl-header.sh`
+/// put it in this build's target folder.
+fn nvidia_include() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    exe.ancestors()
+        .map(|d| d.join("nvidia-nccl/include"))
+        .find(|d| d.join("nccl.h").is_file())
+}
+
+#[test]
+fn the_header_matches_nvidias_abi() {
+    let test = "the_header_matches_nvidias_abi";
+    let Some(cc) = cc(test) else { return };
+    let Some(theirs) = nvidia_include() else {
+        streamcomm_testkit::skip(
+            test,
+            "no NVIDIA nccl.h: `scripts/nvidia-nccl-header.sh` fetches it into target/nvidia-nccl",
+        );
+        return;
+    };
+    let dir = library_dir("abi");
+    // What NVIDIA's header includes from CUDA, as little as it needs.
+    let stub = dir.join("cuda-stub");
+    std::fs::create_dir_all(&stub).unwrap();
+    std::fs::write(
+        stub.join("cuda_runtime.h"),
+        "#include <stddef.h>\ntypedef struct CUstream_st *cudaStream_t;\n",
+    )
+    .unwrap();
+    for empty in ["cuda_fp16.h", "cuda_bf16.h", "cuda_fp8.h"] {
+        std::fs::write(stub.join(empty), "").unwrap();
+    }
+    let ours = Path::new(MANIFEST).join("include");
+    let probe = Path::new(MANIFEST).join("tests/c/abi_probe.c");
+    let mut outputs = Vec::new();
+    for (name, includes) in [
+        ("ours", vec![ours.clone()]),
+        ("theirs", vec![stub.clone(), theirs.clone()]),
+    ] {
+        let exe = dir.join(format!("abi-probe-{name}"));
+        let mut cmd = Command::new(&cc);
+        cmd.args(["-std=c11", "-Wall", "-Werror"]);
+        for i in &includes {
+            cmd.arg("-I").arg(i);
+        }
+        cmd.arg("-o").arg(&exe).arg(&probe);
+        let out = run(cmd, Duration::from_secs(60));
+        assert!(
+            out.status.success(),
+            "compiling the probe against {name}: {}",
+            text(&out)
+        );
+        let out = run(Command::new(&exe), Duration::from_secs(30));
+        assert!(out.status.success(), "{}", text(&out));
+        outputs.push(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    assert!(outputs[0].lines().count() > 60, "{}", outputs[0]);
+    let differ: Vec<String> = outputs[0]
+        .lines()
+        .zip(outputs[1].lines())
+        .filter(|(a, b)| a != b)
+        .map(|(a, b)| format!("ours: {a}; NVIDIA's: {b}"))
+        .collect();
+    assert!(
+        differ.is_empty() && outputs[0].lines().count() == outputs[1].lines().count(),
+        "values and layouts that differ from NVIDIA's nccl.h:\n{}",
+        differ.join("\n")
+    );
+
+    // Every prototype of ours beside NVIDIA's in one unit: C refuses a
+    // function declared twice with different types.
+    let header = std::fs::read_to_string(ours.join("nccl.h")).unwrap();
+    let protos: String = header
+        .lines()
+        .filter(|l| l.starts_with("ncclResult_t ") || l.starts_with("const char *"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let unit = dir.join("both.c");
+    std::fs::write(
+        &unit,
+        format!("#include <nccl.h>\n{protos}int main(void) {{ return 0; }}\n"),
+    )
+    .unwrap();
+    let mut cmd = Command::new(&cc);
+    cmd.args(["-std=c11", "-Wall", "-Werror", "-fsyntax-only", "-I"])
+        .arg(&stub)
+        .arg("-I")
+        .arg(&theirs)
+        .arg(&unit);
+    let out = run(cmd, Duration::from_secs(60));
+    assert!(
+        out.status.success(),
+        "our prototypes against NVIDIA's: {}",
         text(&out)
     );
 }
