@@ -258,6 +258,14 @@ ncclResult_t pncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 ncclResult_t pncclGroupEnd(void);
 
+/* Deprecated in NCCL; does nothing here (NCCL_DEBUG is read once). */
+void ncclResetDebugInit(void);
+void pncclResetDebugInit(void);
+/* Prints, on stderr, that this library has no NCCL parameters and where
+ * its settings are (the STREAMCOMM_* variables). */
+void ncclParamDumpAll(void);
+void pncclParamDumpAll(void);
+
 /* Declared for programs bound at load time; each returns ncclInvalidUsage,
  * and ncclGetLastError says it is not supported. */
 ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);

@@ -1,6 +1,7 @@
 //! NCCL 2.30's functions this library does not support: each exists, so
 //! that programs bound at load time start, and returns `ncclInvalidUsage`
-//! with `ncclGetLastError` saying so.
+//! with `ncclGetLastError` saying so; and its two functions without a
+//! result (`ncclResetDebugInit`, `ncclParamDumpAll`).
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
@@ -8,6 +9,25 @@ use streamcomm::Error;
 
 use crate::api::{cudaStream_t, export, ncclComm_t, ncclResult_t, ncclUniqueId};
 use crate::guard::guard;
+
+export! {
+    /// `ncclResetDebugInit`: deprecated in NCCL; nothing to do here
+    /// (`NCCL_DEBUG` is read once).
+    ncclResetDebugInit, pncclResetDebugInit => fn() -> () {}
+}
+
+export! {
+    /// `ncclParamDumpAll`: says on stderr that this library has no NCCL
+    /// parameters, and where its settings are.
+    ncclParamDumpAll, pncclParamDumpAll => fn() -> () {
+        let _ = std::panic::catch_unwind(|| {
+            eprintln!(
+                "streamcomm's libnccl has no NCCL parameters: its settings are the \
+                 STREAMCOMM_* variables (docs/guide/configuration.md)"
+            );
+        });
+    }
+}
 
 /// The refusal of `name`.
 fn refuse(name: &str) -> ncclResult_t {

@@ -2,8 +2,9 @@
 //! against the library's exports and as strict C and C++; C programs built
 //! with the system `cc` against `nccl.h` and linked with `-lnccl` (their
 //! `NEEDED` entry is `libnccl.so.2`), run as 2 and 3 ranks by
-//! `streamcomm-run --cuda-stand-in` (every call checked against a host
-//! reference, bad arguments, split, non-blocking init), a rank killed in
+//! `streamcomm-run --cuda-stand-in` (the id over a socket, every call
+//! checked against a host reference, bad arguments, split, non-blocking
+//! init), one process over two devices (`ncclCommInitAll`), a rank killed in
 //! the middle of all-reduces (the others get an error and abort), and a
 //! program that opens the library by name with `dlopen`, which
 //! `streamcomm-run --nccl` puts in its way; and the ABI against NVIDIA's own
@@ -74,6 +75,19 @@ fn run(mut cmd: Command, limit: Duration) -> Output {
             panic!("{what} did not finish within {limit:?}");
         }
     }
+}
+
+/// A port `p` of 127.0.0.1 such that `p` and `p + 1` are free now: where
+/// the C ranks' rank 0 serves its two ids.
+fn free_port_pair() -> u16 {
+    for _ in 0..100 {
+        let a = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port");
+        let p = a.local_addr().unwrap().port();
+        if p < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+            return p;
+        }
+    }
+    panic!("no two free ports in a row on 127.0.0.1");
 }
 
 /// The C compiler, or why the test skips.
@@ -187,8 +201,8 @@ fn c_ranks_on_the_stand_in_run_every_call_checked() {
     assert!(needed.iter().any(|l| l == "libnccl.so.2"), "{needed:?}");
     let seed = streamcomm_testkit::seed().to_string();
     for n in [2, 3] {
-        let id = lib.join(format!("id-{n}"));
-        let out = launch(n, false, &exe, &["all", id.to_str().unwrap(), &seed], &[]);
+        let port = free_port_pair().to_string();
+        let out = launch(n, false, &exe, &["all", &port, &seed], &[]);
         let said = String::from_utf8_lossy(&out.stdout);
         for r in 0..n {
             assert!(
@@ -202,19 +216,41 @@ fn c_ranks_on_the_stand_in_run_every_call_checked() {
 }
 
 #[test]
+fn one_process_drives_every_device_with_init_all() {
+    let test = "one_process_drives_every_device_with_init_all";
+    let Some(cc) = cc(test) else { return };
+    let lib = library_dir("initall");
+    let exe = compile(&cc, "nccl_ranks.c", &lib, true);
+    let seed = streamcomm_testkit::seed().to_string();
+    let out = launch(
+        1,
+        false,
+        &exe,
+        &["initall", "0", &seed],
+        &[("STREAMCOMM_STANDIN_DEVICES", "2")],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("init-all over 2 devices: OK"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
 fn a_killed_rank_is_an_error_on_the_others_and_abort_returns() {
     let test = "a_killed_rank_is_an_error_on_the_others_and_abort_returns";
     let Some(cc) = cc(test) else { return };
     let lib = library_dir("kill");
     let exe = compile(&cc, "nccl_ranks.c", &lib, true);
-    let id = lib.join("id");
+    let port = free_port_pair().to_string();
     const TIMEOUT_S: u64 = 10;
     let start = Instant::now();
     let out = launch(
         3,
         true,
         &exe,
-        &["kill", id.to_str().unwrap(), "1"],
+        &["kill", &port, "1"],
         &[("STREAMCOMM_TIMEOUT", &TIMEOUT_S.to_string())],
     );
     let said = String::from_utf8_lossy(&out.stdout);
@@ -252,7 +288,11 @@ fn a_program_that_dlopens_libnccl_finds_every_function() {
     let header = std::fs::read_to_string(Path::new(MANIFEST).join("include/nccl.h")).unwrap();
     let names: Vec<&str> = header
         .lines()
-        .filter(|l| l.starts_with("ncclResult_t ") || l.starts_with("const char *"))
+        .filter(|l| {
+            ["ncclResult_t ", "const char *", "void "]
+                .iter()
+                .any(|t| l.starts_with(t) && l.contains("nccl"))
+        })
         .filter_map(|l| l.split('(').next()?.split_whitespace().last())
         .map(|n| n.trim_start_matches('*'))
         .collect();

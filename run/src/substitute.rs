@@ -19,7 +19,7 @@
 //! 1. its variable (`STREAMCOMM_STANDIN_LIB`, `STREAMCOMM_NCCL_LIB`), the
 //!    library's path;
 //! 2. its file beside the `streamcomm-run` executable, or in its `deps/`
-//!    (where cargo puts it: `target/<profile>/`);
+//!    (where cargo puts it: `target/<profile>/`), the newer of the two;
 //! 3. inside a cargo workspace that has the crate (a `Cargo.toml` in the
 //!    current directory or above it), `cargo build -p <crate>`, and the
 //!    library it built.
@@ -184,10 +184,15 @@ pub fn find_library(
         )));
     }
     if let Some(dir) = exe.and_then(Path::parent) {
-        for candidate in [dir.join(kind.file), dir.join("deps").join(kind.file)] {
-            if candidate.is_file() {
-                return Ok(candidate);
-            }
+        // Both where they are both: `cargo test` rebuilds only `deps/`'s
+        // copy, `cargo build` both, so the newer one is the current build.
+        let newest = [dir.join(kind.file), dir.join("deps").join(kind.file)]
+            .into_iter()
+            .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+            .filter(|(_, p)| p.is_file())
+            .max_by_key(|(when, _)| *when);
+        if let Some((_, found)) = newest {
+            return Ok(found);
         }
     }
     let cwd = std::env::current_dir().ok();

@@ -47,6 +47,15 @@ static void *sym(void *lib, const char *name) {
   return f;
 }
 
+/* Makes device `ordinal`'s primary context current on this thread. */
+static void use_device(int ordinal) {
+  CUdevice dev;
+  CUcontext ctx;
+  CU(cu.cuDeviceGet(&dev, ordinal));
+  CU(cu.cuDevicePrimaryCtxRetain(&ctx, dev));
+  CU(cu.cuCtxSetCurrent(ctx));
+}
+
 /* Loads the driver and makes device `ordinal` current on this thread. */
 static void driver_open(int ordinal) {
   void *lib = dlopen("libcuda.so.1", RTLD_NOW);
@@ -65,12 +74,8 @@ static void driver_open(int ordinal) {
   *(void **)&cu.cuMemFree = sym(lib, "cuMemFree_v2");
   *(void **)&cu.cuMemcpyHtoD = sym(lib, "cuMemcpyHtoD_v2");
   *(void **)&cu.cuMemcpyDtoH = sym(lib, "cuMemcpyDtoH_v2");
-  CUdevice dev;
-  CUcontext ctx;
   CU(cu.cuInit(0));
-  CU(cu.cuDeviceGet(&dev, ordinal));
-  CU(cu.cuDevicePrimaryCtxRetain(&ctx, dev));
-  CU(cu.cuCtxSetCurrent(ctx));
+  use_device(ordinal);
 }
 
 #endif

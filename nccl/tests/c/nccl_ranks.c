@@ -1,19 +1,25 @@
-/* One rank of a job on libnccl.so.2, as NCCL's user guide lays out a
- * program with one device per process: the id made on rank 0 and handed
- * to the others (here through a file), ncclCommInitRank, collectives and
- * point-to-point on a stream, groups, split, non-blocking init, bad
- * arguments. Every element of every result is checked against a reference
+/* The usage patterns of NCCL's user guide on libnccl.so.2. One device per
+ * process: the id made on rank 0 and handed to the others over a socket,
+ * ncclCommInitRank, collectives and point-to-point on a stream, groups,
+ * split, non-blocking init, bad arguments. One process with several
+ * devices: ncclCommInitAll, and a group of all-reduces issued from one
+ * thread. Every element of every result is checked against a reference
  * computed in double on the host, outputs poisoned first.
  *
- * usage: nccl_ranks MODE ID_FILE SEED   (RANK and WORLD_SIZE from the launcher)
- *   MODE all:  every call, checked
- *   MODE kill: rank 1 kills itself in the middle of a run of all-reduces;
- *              the others must get an error from ncclCommGetAsyncError,
- *              then ncclCommAbort must return. */
+ * usage: nccl_ranks MODE PORT SEED   (RANK and WORLD_SIZE from the launcher)
+ *   MODE all:     every call, checked; rank 0 serves the id on PORT
+ *   MODE kill:    rank 1 kills itself in the middle of a run of
+ *                 all-reduces; the others must get an error from
+ *                 ncclCommGetAsyncError, then ncclCommAbort must return
+ *   MODE initall: one process, ncclCommInitAll over every device */
 #define _POSIX_C_SOURCE 200809L
 #include <nccl.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -291,41 +297,113 @@ static void bad_arguments(ncclComm_t comm) {
   CU(cu.cuMemFree(d));
 }
 
-/* The id from rank 0, through `path`. */
-static ncclUniqueId shared_id(const char *path) {
+/* The id from rank 0, over a TCP socket on 127.0.0.1:`port` (`round`
+ * tells a later id from an earlier one: the port is port + round). */
+static ncclUniqueId shared_id(int port, int round) {
   ncclUniqueId id;
+  struct sockaddr_in addr;
+  memset(&addr, 0, sizeof addr);
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons((unsigned short)(port + round));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (rank == 0) {
     NCCL(ncclGetUniqueId(&id));
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f || fwrite(&id, sizeof id, 1, f) != 1 || fclose(f) != 0 || rename(tmp, path) != 0) {
-      perror("write the id");
+    int one = 1, s = socket(AF_INET, SOCK_STREAM, 0);
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (s < 0 || bind(s, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(s, 64) != 0) {
+      perror("serve the id");
       exit(2);
     }
+    for (int served = 1; served < nranks; served++) {
+      int c = accept(s, NULL, NULL);
+      if (c < 0 || write(c, &id, sizeof id) != (ssize_t)sizeof id) {
+        perror("send the id");
+        exit(2);
+      }
+      close(c);
+    }
+    close(s);
     return id;
   }
   for (double start = now_ms(); now_ms() - start < 60e3; pause_ms(10)) {
-    FILE *f = fopen(path, "rb");
-    if (f) {
-      size_t got = fread(&id, sizeof id, 1, f);
-      fclose(f);
-      if (got == 1) return id;
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(s, (struct sockaddr *)&addr, sizeof addr) == 0) {
+      size_t got = 0;
+      while (got < sizeof id) {
+        ssize_t n = read(s, (char *)&id + got, sizeof id - got);
+        if (n <= 0) break;
+        got += (size_t)n;
+      }
+      close(s);
+      if (got == sizeof id) return id;
+    } else {
+      close(s);
     }
   }
-  fprintf(stderr, "rank %d: no id in %s after 60 s\n", rank, path);
+  fprintf(stderr, "rank %d: no id on port %d after 60 s\n", rank, port + round);
   exit(2);
+}
+
+/* ncclCommInitAll over every device of this process, a group of
+ * all-reduces issued from this one thread, each checked. */
+static int init_all(void) {
+  int ndev = 0;
+  CUresult (*count)(int *);
+  *(void **)&count = dlsym(dlopen("libcuda.so.1", RTLD_NOW), "cuDeviceGetCount");
+  CU(count(&ndev));
+  if (ndev < 2) {
+    fprintf(stderr, "initall needs 2 devices or more (the stand-in: STREAMCOMM_STANDIN_DEVICES=2)\n");
+    return 1;
+  }
+  ncclComm_t comms[8];
+  cudaStream_t streams[8];
+  CUdeviceptr bufs[8];
+  ndev = ndev > 8 ? 8 : ndev;
+  nranks = ndev;
+  NCCL(ncclCommInitAll(comms, ndev, NULL));
+  const Type *t = &TYPES[0];
+  Ctx c = {0, 0, 0, ncclSum};
+  for (int d = 0; d < ndev; d++) {
+    int dev = -1, r = -1;
+    NCCL(ncclCommCuDevice(comms[d], &dev));
+    NCCL(ncclCommUserRank(comms[d], &r));
+    if (dev != d || r != d) {
+      fprintf(stderr, "comm %d: device %d, rank %d\n", d, dev, r);
+      return 1;
+    }
+    use_device(d);
+    CU(cu.cuStreamCreate(&streams[d], 0));
+    rank = d;
+    bufs[d] = upload(t, COUNT, mine, &c);
+  }
+  NCCL(ncclGroupStart());
+  for (int d = 0; d < ndev; d++)
+    NCCL(ncclAllReduce((void *)bufs[d], (void *)bufs[d], COUNT, t->type, ncclSum, comms[d], streams[d]));
+  NCCL(ncclGroupEnd());
+  for (int d = 0; d < ndev; d++) {
+    use_device(d);
+    rank = d;
+    stream = streams[d];
+    check(t, "init-all all-reduce", bufs[d], COUNT, reduced, &c);
+    CU(cu.cuMemFree(bufs[d]));
+    NCCL(ncclCommDestroy(comms[d]));
+  }
+  if (failures) return 1;
+  printf("init-all over %d devices: OK\n", ndev);
+  return 0;
 }
 
 int main(int argc, char **argv) {
   if (argc != 4 || !getenv("RANK") || !getenv("WORLD_SIZE")) {
-    fprintf(stderr, "usage: RANK=r WORLD_SIZE=n %s all|kill ID_FILE SEED\n", argv[0]);
+    fprintf(stderr, "usage: RANK=r WORLD_SIZE=n %s all|kill|initall PORT SEED\n", argv[0]);
     return 2;
   }
   rank = atoi(getenv("RANK"));
   nranks = atoi(getenv("WORLD_SIZE"));
   seed = strtoul(argv[3], NULL, 10);
+  int port = atoi(argv[2]);
   driver_open(0);
+  if (strcmp(argv[1], "initall") == 0) return init_all();
   CU(cu.cuStreamCreate(&stream, 0));
   int version = 0;
   NCCL(ncclGetVersion(&version));
@@ -333,7 +411,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ncclGetVersion: %d, want %d\n", version, NCCL_VERSION_CODE);
     return 1;
   }
-  ncclUniqueId id = shared_id(argv[2]);
+  ncclUniqueId id = shared_id(port, 0);
   ncclComm_t comm;
   NCCL(ncclCommInitRank(&comm, nranks, id, rank));
   int count = -1, me = -1, dev = -1;
@@ -407,12 +485,7 @@ int main(int argc, char **argv) {
   NCCL(ncclCommDestroy(half));
 
   /* Non-blocking initialization, polled. */
-  ncclUniqueId id2;
-  {
-    char path[4200];
-    snprintf(path, sizeof path, "%s.2", argv[2]);
-    id2 = shared_id(path);
-  }
+  ncclUniqueId id2 = shared_id(port, 1);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t nb;
