@@ -4,8 +4,7 @@
 //! Python ranks launched by `streamcomm-run`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Output};
 use std::time::Duration;
 
 const MANIFEST: &str = env!("CARGO_MANIFEST_DIR");
@@ -47,34 +46,11 @@ fn run(mut cmd: Command, limit: Duration) -> Output {
         path.push(old);
     }
     cmd.env("LD_LIBRARY_PATH", path);
-    let what = format!("{cmd:?}");
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(out) => out.expect("wait for child"),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("{what} did not finish within {limit:?}");
-        }
-    }
+    streamcomm_testkit::run_limited(cmd, limit)
 }
 
 fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    streamcomm_testkit::output_text(out)
 }
 
 /// Compiles `ffi/<source>` with the system C compiler into `dir`, linked

@@ -12,8 +12,7 @@
 //! `scripts/nvidia-nccl-header.sh` fetched it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 const MANIFEST: &str = env!("CARGO_MANIFEST_DIR");
@@ -46,35 +45,12 @@ fn library_dir(name: &str) -> PathBuf {
 }
 
 fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    streamcomm_testkit::output_text(out)
 }
 
 /// Runs `cmd`, failing the test past `limit`.
-fn run(mut cmd: Command, limit: Duration) -> Output {
-    let what = format!("{cmd:?}");
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(out) => out.expect("wait for the child"),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("{what} did not finish within {limit:?}");
-        }
-    }
+fn run(cmd: Command, limit: Duration) -> Output {
+    streamcomm_testkit::run_limited(cmd, limit)
 }
 
 /// A port `p` of 127.0.0.1 such that `p` and `p + 1` are free now: where

@@ -8,8 +8,7 @@
 //! the same results (the digest each rank prints).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Output};
 use std::time::Duration;
 
 /// `target/<profile>/examples/<name>`, which `cargo test` builds.
@@ -38,36 +37,14 @@ fn launch(options: &[&str], n: usize, exe: &Path, args: &[&str]) -> Output {
         .arg("--")
         .arg(exe)
         .args(args)
-        .env_remove("STREAMCOMM_REQUIRE_GPU")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let what = format!("{cmd:?}");
-    let child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(Duration::from_secs(300)) {
-        Ok(out) => out.expect("wait for the launcher"),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("{what} did not finish in time");
-        }
-    }
+        .env_remove("STREAMCOMM_REQUIRE_GPU");
+    streamcomm_testkit::run_limited(cmd, Duration::from_secs(300))
 }
 
 /// Each rank's `OK` digest, in rank order.
 fn digests(out: &Output, n: usize, what: &str) -> Vec<String> {
     let said = String::from_utf8_lossy(&out.stdout);
-    let all = format!(
-        "{what}: {:?}\n--- stdout\n{said}--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let all = format!("{what}: {}", streamcomm_testkit::output_text(out));
     assert!(out.status.success(), "{all}");
     (0..n)
         .map(|r| {
