@@ -79,6 +79,14 @@ pub(crate) trait DeviceQueue {
     /// while the write can run (at every replay of a captured graph).
     unsafe fn enqueue_raise_word(&self, addr: DevAddr) -> Result<()>;
 
+    /// Enqueues a write of `value` into the word at `addr`, after all
+    /// earlier work of the stream (what [`DeviceQueue::enqueue_raise_word`]
+    /// does with 1).
+    ///
+    /// # Safety
+    /// As [`DeviceQueue::enqueue_raise_word`].
+    unsafe fn enqueue_write_word(&self, addr: DevAddr, value: u32) -> Result<()>;
+
     /// Enqueues a wait until the flag word at `addr` is at least 1, then a
     /// write of 0 (the doorbell rule of DESIGN.md §3).
     ///

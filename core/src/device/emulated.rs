@@ -100,6 +100,13 @@ impl DeviceQueue for EmulatedQueue<'_> {
         })
     }
 
+    unsafe fn enqueue_write_word(&self, addr: DevAddr, value: u32) -> Result<()> {
+        self.stream.host_fn(move || {
+            // SAFETY: the caller guarantees an aligned, live word.
+            unsafe { &*(addr as *const AtomicU32) }.store(value, Ordering::Release);
+        })
+    }
+
     unsafe fn enqueue_wait_word(&self, addr: DevAddr) -> Result<()> {
         self.stream.try_host_fn(move || {
             // SAFETY: the caller guarantees an aligned, live word.

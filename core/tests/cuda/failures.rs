@@ -63,6 +63,16 @@ fn a_dead_peer_releases_waiting_streams_on_one_hardware_queue() {
     launch_with(module_path!(), 3, SMALL, "dead", &one_queue);
 }
 
+/// The direct path's watch: a peer that leaves cleanly, alive, while this
+/// rank's stream waits for it on the device, is an error naming it.
+#[test]
+fn a_peer_that_leaves_while_a_device_wait_needs_it_is_an_error() {
+    if !gpu_present() {
+        return;
+    }
+    launch(module_path!(), 2, SMALL, "left");
+}
+
 #[test]
 fn one_rank_with_another_window_sends_every_rank_down_the_staged_path() {
     if !gpu_present() {
@@ -284,6 +294,11 @@ fn child() {
         "bad-args" => bad_args(&cuda, &s),
         "abort" => abort(&cuda, &s),
         "dead" => dead(&cuda, &s),
+        "left" => {
+            left(cuda, comm, &s);
+            streamcomm_testkit::child_ran();
+            return;
+        }
         "odd-window" => {
             assert!(!cuda.uses_direct_path(), "rank {rank}, window {window}");
             let bad = sums(&cuda, &s, 1000);
@@ -404,6 +419,50 @@ fn dead(cuda: &CudaComm, s: &Arc<CudaStream>) {
     );
     assert!(cuda.barrier(s).is_err(), "later calls return the error");
 }
+
+/// Rank 1 takes part in one all-reduce, then leaves cleanly (drops its
+/// communicator) and lingers, alive, without calling the second: rank 0's
+/// second all-reduce, which waits for it on the device, must end with an
+/// error naming it soon after it left, not wait for ever (its stream's wait
+/// has no clock; the "departed cleanly" rule alone would never fire).
+fn left(cuda: CudaComm, comm: Communicator, s: &Arc<CudaStream>) {
+    assert!(cuda.uses_direct_path(), "the direct path");
+    let rank = comm.rank();
+    let send = upload::<f32>(s, &[1.0; 1000]);
+    let mut recv = poisoned::<f32>(s, 1000);
+    cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, s).unwrap();
+    assert!(download(s, &recv).iter().all(|&x| x == 2.0));
+    if rank == 1 {
+        drop(cuda);
+        drop(comm);
+        // Alive, but gone from the communicator: rank 0 must not wait for
+        // this process to exit.
+        std::thread::sleep(LINGER);
+        return;
+    }
+    cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, s)
+        .expect("enqueued before the peer left");
+    let start = Instant::now();
+    let _ = s.synchronize();
+    let waited = start.elapsed();
+    let kept = cuda.async_error().expect("the error is kept");
+    eprintln!("rank 0: {kept} after {waited:?}");
+    assert!(
+        matches!(kept, Error::RemoteFailed { peer: 1, .. }),
+        "{kept}"
+    );
+    assert!(
+        waited < LINGER / 2,
+        "released after {waited:?}, not soon after rank 1 left"
+    );
+    // Rank 1 still lingers: leave it behind, as a program whose peer left
+    // would.
+    streamcomm_testkit::child_ran();
+    std::process::exit(0);
+}
+
+/// How long the rank that left stays alive in `left`.
+const LINGER: Duration = Duration::from_secs(12);
 
 /// An all_gather then an all_reduce of `count` f32 per rank, checked.
 fn sums(cuda: &CudaComm, s: &Arc<CudaStream>, count: usize) -> Vec<String> {

@@ -136,6 +136,11 @@ impl DeviceQueue for CudaQueue<'_> {
         unsafe { self.signals.write_value32(&self.stream, addr, 1) }.map_err(gpu_error)
     }
 
+    unsafe fn enqueue_write_word(&self, addr: DevAddr, value: u32) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.signals.write_value32(&self.stream, addr, value) }.map_err(gpu_error)
+    }
+
     unsafe fn enqueue_wait_word(&self, addr: DevAddr) -> Result<()> {
         // SAFETY: forwarded contract.
         unsafe {

@@ -35,8 +35,8 @@
 //! window (ranks on other hosts, `STREAMCOMM_CUDA_WINDOW=0`). Every rank
 //! decides alike, when the windows are set up.
 //!
-//! A [`window_watch::WindowWatch`] turns a dead peer into an error instead of a
-//! hang.
+//! A [`window_watch::WindowWatch`] turns a dead peer, or one that left while
+//! this rank's stream waits for it, into an error instead of a hang.
 
 pub(crate) mod steps;
 pub(crate) mod window;
@@ -151,10 +151,20 @@ fn enqueue_steps<Q: DeviceQueue>(
                     // SAFETY: as above.
                     unsafe { queue.enqueue_raise_word(w.flag(p, *round, me))? };
                 }
+                // Each wait is announced in the awaited word first, and the
+                // word cleared after the round, so the watch can tell a
+                // peer that left from one that is late.
                 for p in (0..size).filter(|&p| p != me) {
+                    let (awaited, value) = w.awaited_word(*round, p);
                     // SAFETY: as above.
-                    unsafe { queue.enqueue_wait_word(w.flag(me, *round, p))? };
+                    unsafe {
+                        queue.enqueue_write_word(awaited, value)?;
+                        queue.enqueue_wait_word(w.flag(me, *round, p))?;
+                    }
                 }
+                let (awaited, _) = w.awaited_word(*round, me);
+                // SAFETY: as above.
+                unsafe { queue.enqueue_write_word(awaited, 0)? };
             }
             DirectStep::Reduce { srcs, dst, count } => {
                 // SAFETY: as above.

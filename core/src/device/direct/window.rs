@@ -22,7 +22,7 @@
 //! of device memory.
 
 use std::any::Any;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,16 @@ use crate::device::DevAddr;
 use crate::host::{HostBuffer, HostStream};
 use crate::transport::shm::ShmSegment;
 use crate::{Communicator, Error, Result};
+
+/// The value of the awaited word while a stream waits for `from`'s word
+/// of `round` (0: it waits for nobody).
+fn awaited_value(round: Round, from: usize) -> u32 {
+    let r = match round {
+        Round::Ready => 1u32,
+        Round::Done => 2,
+    };
+    (r << 24) | (from as u32 + 1)
+}
 
 /// Which of a window's two flag arrays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,10 +98,18 @@ struct FlagArea {
 
 impl FlagArea {
     /// Bytes of a flag area for `size` ranks: the two flag arrays, the
-    /// abort word, then one "closed" word per rank, in whole pages (a
-    /// registration covers pages).
+    /// abort word, one "closed" word per rank, then the "awaited" word, in
+    /// whole pages (a registration covers pages).
     fn bytes(size: usize) -> usize {
-        (4 * FlagArea::closed_index(size, size)).div_ceil(4096) * 4096
+        (4 * (FlagArea::awaited_index(size) + 1)).div_ceil(4096) * 4096
+    }
+
+    /// Index of the word this rank's stream writes before each wait of a
+    /// flag round, naming the round and the peer it waits for
+    /// ([`awaited_value`]), and clears after the round: what the watch
+    /// reads to tell a peer that will never come from one that is late.
+    fn awaited_index(size: usize) -> usize {
+        FlagArea::closed_index(size, size)
     }
 
     /// Index of the word rank `p` raises once it no longer maps this
@@ -397,6 +415,48 @@ impl Windows {
         self.flag_bases[self.rank] + 4 * FlagArea::abort_index(self.size) as u64
     }
 
+    /// The device address of this rank's awaited word, and the value its
+    /// stream writes there before waiting for `from`'s word of `round`
+    /// (0 after the round).
+    pub(crate) fn awaited_word(&self, round: Round, from: usize) -> (DevAddr, u32) {
+        let addr = self.flag_bases[self.rank] + 4 * FlagArea::awaited_index(self.size) as u64;
+        (addr, awaited_value(round, from))
+    }
+
+    /// The peer this rank's stream waits for now, if it waits for one whose
+    /// word is not raised yet and who has left: it closed its mapping of
+    /// this rank's window (its communicator is gone, so it will never
+    /// raise the word), or, with `alive` false for it, its process is gone.
+    /// Read from the host, in that order (the closed word first: a peer
+    /// raises its word before it can close).
+    pub(crate) fn awaiting_departed(&self, alive: &dyn Fn(usize) -> bool) -> Option<usize> {
+        let flags = self.own_flags.as_ref()?;
+        let awaited = flags
+            .word(FlagArea::awaited_index(self.size))
+            .load(Ordering::Acquire);
+        let from = (awaited & 0xff_ffff).checked_sub(1)? as usize;
+        let array = match awaited >> 24 {
+            1 => 0,
+            2 => self.size,
+            _ => return None,
+        };
+        if from >= self.size || from == self.rank {
+            return None;
+        }
+        let closed = flags
+            .word(FlagArea::closed_index(self.size, from))
+            .load(Ordering::Acquire)
+            != 0;
+        let gone = closed || !alive(from);
+        let raised = flags.word(array + from).load(Ordering::Acquire) != 0;
+        // Still the same wait: the stream had not moved on meanwhile.
+        let same = flags
+            .word(FlagArea::awaited_index(self.size))
+            .load(Ordering::Acquire)
+            == awaited;
+        (gone && !raised && same).then_some(from)
+    }
+
     /// After a failure: raises this rank's abort word, then every peer's
     /// flag word in this rank's flag area, from the host, so every stream
     /// wait on them passes and no kernel after them touches a peer's
@@ -424,17 +484,65 @@ impl Windows {
 
 impl Drop for Windows {
     fn drop(&mut self) {
+        let peer_windows = std::mem::take(&mut self.peer_windows);
+        let peer_flags = std::mem::take(&mut self.peer_flags);
+        let own = self.own_window.take();
+        let this: &Windows = self;
+        // After a failure, this rank's streams may still hold waits on its
+        // flag words (the watch that kept raising them stops before this
+        // drop), and freeing the window waits for those streams: keep
+        // raising the words meanwhile, so the streams drain instead of
+        // hanging the drop.
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            if this.aborted() {
+                let raiser = std::thread::Builder::new()
+                    .name("streamcomm-window-drain".into())
+                    .spawn_scoped(scope, || {
+                        while !stop.load(Ordering::Acquire) {
+                            this.abort_and_release();
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    });
+                if let Err(e) = raiser {
+                    tracing::warn!("direct path: no thread to drain the streams on drop: {e}");
+                }
+            }
+            this.leave(peer_windows, peer_flags, own);
+            stop.store(true, Ordering::Release);
+        });
+    }
+}
+
+impl Windows {
+    /// True once this rank's abort word is raised (a failure).
+    fn aborted(&self) -> bool {
+        self.own_flags.as_ref().is_some_and(|f| {
+            f.word(FlagArea::abort_index(self.size))
+                .load(Ordering::Acquire)
+                != 0
+        })
+    }
+
+    /// What a drop does: unmaps the peers' windows (telling each), then
+    /// frees this rank's window once no peer maps it.
+    fn leave(
+        &self,
+        peer_windows: Vec<Box<dyn Any + Send + Sync>>,
+        peer_flags: Vec<FlagArea>,
+        own: Option<Box<dyn Any + Send + Sync>>,
+    ) {
         // 1. This rank's mappings of the peers' windows go, and each peer
         // hears so in its flag area (this rank's mapping of it, which goes
         // after).
-        self.peer_windows.clear();
-        for area in &self.peer_flags {
+        drop(peer_windows);
+        for area in &peer_flags {
             area.word(FlagArea::closed_index(self.size, self.rank))
                 .store(1, Ordering::Release);
         }
-        self.peer_flags.clear();
+        drop(peer_flags);
         // 2. The peers' mappings of this rank's window must be gone first.
-        let Some(own) = self.own_window.take() else {
+        let Some(own) = own else {
             return;
         };
         let Some(flags) = &self.own_flags else {
@@ -476,7 +584,7 @@ impl Drop for Windows {
 }
 
 /// True unless process `pid` (of this host) is known to be gone.
-fn process_alive(pid: u32) -> bool {
+pub(crate) fn process_alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
     let found = unsafe { libc::kill(pid as libc::pid_t, 0) } == 0;
     found || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)

@@ -5,8 +5,12 @@
 //! path is in use the communicator's progress engine checks (a source
 //! attached to it), every period, that no peer
 //! process of the host is gone (without having dropped its communicator
-//! cleanly: the shared-memory watchdog's rule) and that the communicator has not failed
+//! cleanly: the shared-memory watchdog's rule), that this rank's stream does
+//! not wait for a peer that has left, cleanly or not (the window's awaited
+//! word names the peer a wait is for), and that the communicator has not failed
 //! (a peer's failure reaches it through the communicator's failure word).
+//! A peer that is alive and never arrives is not caught here (the stream's
+//! wait has no clock of its own yet): it is caught when it leaves.
 //! On the first failure it fails the communicator (peers learn it too) and
 //! from then on keeps raising every flag word of this rank's window, so
 //! every wait already enqueued (or captured in a graph) passes within a
@@ -79,6 +83,15 @@ impl WindowWatch {
 impl Drop for WindowWatch {
     fn drop(&mut self) {
         let watch = self.watch.lock().unwrap_or_else(|p| p.into_inner()).take();
+        // One last look before the watch stops: a failure (or a dead peer)
+        // seen since its last period raises the abort word now, so that
+        // the windows' drop drains this rank's streams instead of waiting
+        // for them for ever.
+        if let Some(w) = &watch
+            && let Some(inner) = w.comm.upgrade()
+        {
+            look(&Communicator { inner }, w);
+        }
         drop(watch);
     }
 }
@@ -91,15 +104,27 @@ fn look(comm: &Communicator, w: &Watch) {
     if comm.async_error().is_none() {
         let dead =
             (0..windows.size()).find(|&p| p != windows.rank() && !(w.alive)(p, windows.pids()[p]));
-        let Some(peer) = dead else { return };
-        comm.inner.failure.fail(
-            &Error::RemoteFailed {
+        // A peer that left cleanly is no failure in itself (it may exit
+        // while this rank finishes), but it is when this rank's stream
+        // waits for a word it will never raise.
+        let process_alive = |p: usize| super::window::process_alive(windows.pids()[p]);
+        let error = match (dead, windows.awaiting_departed(&process_alive)) {
+            (Some(peer), _) => Error::RemoteFailed {
                 peer,
                 op: "a direct-path device operation".into(),
                 cause: format!("process {} exited", windows.pids()[peer]),
             },
-            Learned::PeerWatch,
-        );
+            (None, Some(peer)) => Error::RemoteFailed {
+                peer,
+                op: "a direct-path device operation".into(),
+                cause: format!(
+                    "it left (closed its communicator or exited) while rank {} waited for it",
+                    windows.rank()
+                ),
+            },
+            (None, None) => return,
+        };
+        comm.inner.failure.fail(&error, Learned::PeerWatch);
     }
     windows.abort_and_release();
 }
