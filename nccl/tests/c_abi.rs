@@ -3,8 +3,8 @@
 //! with the system `cc` against `nccl.h` and linked with `-lnccl` (their
 //! `NEEDED` entry is `libnccl.so.2`), run as 2 and 3 ranks by
 //! `streamcomm-run --cuda-stand-in` (the id over a socket, every call
-//! checked against a host reference, bad arguments, split, non-blocking
-//! init), one process over two devices (`ncclCommInitAll`), a rank killed in
+//! checked against a host reference, bad arguments said on stderr under
+//! `NCCL_DEBUG=WARN`, split, shrink, `ncclMemAlloc`, non-blocking init), one process over two devices (`ncclCommInitAll`), a rank killed in
 //! the middle of all-reduces (the others get an error and abort), and a
 //! program that opens the library by name with `dlopen`, which
 //! `streamcomm-run --nccl` puts in its way; and the ABI against NVIDIA's own
@@ -178,7 +178,23 @@ fn c_ranks_on_the_stand_in_run_every_call_checked() {
     let seed = streamcomm_testkit::seed().to_string();
     for n in [2, 3] {
         let port = free_port_pair().to_string();
-        let out = launch(n, false, &exe, &["all", &port, &seed], &[]);
+        // Three ranks with NCCL_DEBUG=WARN: each refused argument is said
+        // on stderr, in NCCL's style.
+        let debug: &[(&str, &str)] = if n == 3 {
+            &[("NCCL_DEBUG", "WARN")]
+        } else {
+            &[]
+        };
+        let out = launch(n, false, &exe, &["all", &port, &seed], debug);
+        let warned = String::from_utf8_lossy(&out.stderr).contains(
+            "NCCL WARN streamcomm: ncclAllReduce: invalid argument: the communicator is NULL",
+        );
+        assert_eq!(
+            warned,
+            n == 3,
+            "NCCL_DEBUG=WARN only where set:\n{}",
+            text(&out)
+        );
         let said = String::from_utf8_lossy(&out.stdout);
         for r in 0..n {
             assert!(

@@ -484,6 +484,56 @@ int main(int argc, char **argv) {
   }
   NCCL(ncclCommDestroy(half));
 
+  /* Memory from ncclMemAlloc, registered, used by an all-reduce. */
+  {
+    void *m = NULL, *handle = NULL;
+    NCCL(ncclMemAlloc(&m, 64 * sizeof(float)));
+    NCCL(ncclCommRegister(comm, m, 64 * sizeof(float), &handle));
+    float h[64], got[64];
+    for (int i = 0; i < 64; i++) h[i] = (float)(rank * 64 + i);
+    CU(cu.cuMemcpyHtoD((CUdeviceptr)m, h, sizeof h));
+    NCCL(ncclAllReduce(m, m, 64, ncclFloat, ncclMax, comm, stream));
+    CU(cu.cuStreamSynchronize(stream));
+    CU(cu.cuMemcpyDtoH(got, (CUdeviceptr)m, sizeof got));
+    for (int i = 0; i < 64; i++)
+      if (got[i] != (float)((nranks - 1) * 64 + i)) {
+        fprintf(stderr, "rank %d: ncclMemAlloc buffer [%d]: %g\n", rank, i, got[i]);
+        failures++;
+        break;
+      }
+    NCCL(ncclCommDeregister(comm, handle));
+    NCCL(ncclMemFree(m));
+  }
+
+  /* Shrink: every rank but the last makes a communicator without it. */
+  if (nranks > 2) {
+    int excluded = nranks - 1;
+    if (rank != excluded) {
+      ncclComm_t rest;
+      NCCL(ncclCommShrink(comm, &excluded, 1, &rest, NULL, 0));
+      int rcount, rrank;
+      NCCL(ncclCommCount(rest, &rcount));
+      NCCL(ncclCommUserRank(rest, &rrank));
+      if (rcount != nranks - 1 || rrank != rank) {
+        fprintf(stderr, "rank %d: shrunk to %d ranks, rank %d\n", rank, rcount, rrank);
+        failures++;
+      }
+      CUdeviceptr d;
+      float h = 1.0f, got = 0;
+      CU(cu.cuMemAlloc(&d, sizeof h));
+      CU(cu.cuMemcpyHtoD(d, &h, sizeof h));
+      NCCL(ncclAllReduce((void *)d, (void *)d, 1, ncclFloat, ncclSum, rest, stream));
+      CU(cu.cuStreamSynchronize(stream));
+      CU(cu.cuMemcpyDtoH(&got, d, sizeof got));
+      if (got != (float)(nranks - 1)) {
+        fprintf(stderr, "rank %d: sum over the shrunk communicator %g\n", rank, got);
+        failures++;
+      }
+      CU(cu.cuMemFree(d));
+      NCCL(ncclCommDestroy(rest));
+    }
+  }
+
   /* Non-blocking initialization, polled. */
   ncclUniqueId id2 = shared_id(port, 1);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
