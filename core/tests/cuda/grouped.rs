@@ -143,8 +143,12 @@ fn all_to_allv<T: Num>(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<S
     let recv_counts: Vec<usize> = (0..n).map(|q| counts[q][r] + rng.gen_range(0..3)).collect();
     let (recv_displs, recv_len) = displs(seed ^ 0xEC0 ^ r as u64, &recv_counts);
     let (send_displs, _) = &layouts[r];
-    let send = upload::<T>(s, &inputs[r]);
-    let mut recv = poisoned::<T>(s, recv_len);
+    // One element more at the end of both buffers: never empty (a device
+    // allocation of 0 bytes is refused, and some layouts here have none),
+    // and the receive buffer's last element must stay poisoned.
+    let padded: Vec<f64> = inputs[r].iter().copied().chain([POISON]).collect();
+    let send = upload::<T>(s, &padded);
+    let mut recv = poisoned::<T>(s, recv_len + 1);
     cuda.all_to_allv(
         &send,
         &counts[r],
@@ -156,7 +160,7 @@ fn all_to_allv<T: Num>(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<S
     )
     .unwrap();
     let got = download(s, &recv);
-    let mut want = vec![POISON; recv_len];
+    let mut want = vec![POISON; recv_len + 1];
     for q in 0..n {
         let (c, from) = (counts[q][r], layouts[q].0[r]);
         want[recv_displs[q]..recv_displs[q] + c].copy_from_slice(&inputs[q][from..from + c]);
