@@ -126,34 +126,10 @@ fn header_declares_exactly_the_exported_symbols() {
 #[test]
 fn header_compiles_as_strict_c_and_cpp() {
     let header = Path::new(MANIFEST).join("include/streamcomm.h");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    for (compiler, lang, std) in [(cc, "c", "-std=c99"), (cxx, "c++", "-std=c++11")] {
-        let mut cmd = Command::new(&compiler);
-        cmd.args([
-            "-fsyntax-only",
-            "-Wall",
-            "-Wextra",
-            "-pedantic",
-            "-Werror",
-            std,
-            "-x",
-            lang,
-        ])
-        .arg(&header);
-        match cmd.output() {
-            Err(e) => streamcomm_testkit::skip(
-                &format!("{} ({lang})", streamcomm_testkit::current_test()),
-                &format!("{compiler} is not available ({e})"),
-            ),
-            Ok(out) => assert!(
-                out.status.success(),
-                "{compiler} -x {lang} {}: {}",
-                header.display(),
-                text(&out)
-            ),
-        }
-    }
+    streamcomm_testkit::assert_header_compiles_strictly(
+        &streamcomm_testkit::current_test(),
+        &header,
+    );
 }
 
 #[test]

@@ -141,30 +141,10 @@ fn header_declares_exactly_the_exported_symbols_and_compiles_as_c_and_cpp() {
         .arg("p?nccl");
     let out = run(cmd, Duration::from_secs(60));
     assert!(out.status.success(), "{}", text(&out));
-    let Some(cc) = cc("header_declares_exactly_the_exported_symbols_and_compiles_as_c_and_cpp")
-    else {
-        return;
-    };
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    for (compiler, lang, std) in [
-        (cc.as_str(), "c", "-std=c99"),
-        (cxx.as_str(), "c++", "-std=c++11"),
-    ] {
-        let mut cmd = Command::new(compiler);
-        cmd.args([
-            "-fsyntax-only",
-            "-Wall",
-            "-Wextra",
-            "-pedantic",
-            "-Werror",
-            std,
-            "-x",
-            lang,
-        ])
-        .arg(&header);
-        let out = run(cmd, Duration::from_secs(60));
-        assert!(out.status.success(), "{compiler} {lang}: {}", text(&out));
-    }
+    streamcomm_testkit::assert_header_compiles_strictly(
+        "header_declares_exactly_the_exported_symbols_and_compiles_as_c_and_cpp",
+        &header,
+    );
 }
 
 #[test]

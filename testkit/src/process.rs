@@ -57,3 +57,50 @@ pub fn output_text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// Checks that the C header `header` compiles on its own as strict C99 and
+/// C++11 (`-Wall -Wextra -pedantic -Werror`, `$CC` and `$CXX` or `cc` and
+/// `c++`); a compiler that is not installed is a skip of `test` (for that
+/// language), saying so.
+///
+/// # Panics
+/// When a compiler rejects the header (the message names it).
+///
+/// ```no_run
+/// streamcomm_testkit::assert_header_compiles_strictly(
+///     "my_header_test",
+///     std::path::Path::new("ffi/include/streamcomm.h"),
+/// );
+/// ```
+pub fn assert_header_compiles_strictly(test: &str, header: &std::path::Path) {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    for (compiler, lang, std) in [(cc, "c", "-std=c99"), (cxx, "c++", "-std=c++11")] {
+        if Command::new(&compiler).arg("--version").output().is_err() {
+            crate::skip(
+                &format!("{test} ({lang})"),
+                &format!("{compiler} is not available (`apt-get install g++`)"),
+            );
+            continue;
+        }
+        let mut cmd = Command::new(&compiler);
+        cmd.args([
+            "-fsyntax-only",
+            "-Wall",
+            "-Wextra",
+            "-pedantic",
+            "-Werror",
+            std,
+            "-x",
+            lang,
+        ])
+        .arg(header);
+        let out = run_limited(cmd, Duration::from_secs(60));
+        assert!(
+            out.status.success(),
+            "{compiler} -x {lang} {}: {}",
+            header.display(),
+            output_text(&out)
+        );
+    }
+}
