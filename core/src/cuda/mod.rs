@@ -224,6 +224,8 @@ pub fn device_count() -> Result<usize> {
 /// streams.
 pub struct CudaComm {
     comm: Communicator,
+    /// Why the direct path is off (`None`: collectives take it).
+    direct_off: Option<String>,
     device: Device,
     // Dropped by `Drop`, in relaxed capture mode (they free device memory).
     signals: ManuallyDrop<Signals>,
@@ -330,11 +332,26 @@ impl CudaComm {
             }
         };
         let shared = DeviceShared::new(comm.inner.engine.handle().clone(), comm.config().timeout);
-        if comm.config().cuda_window > 0
-            && let Some(direct) = establish_direct(comm, &device, kernels.as_ref())?
-        {
-            let _ = shared.direct.set(direct);
-        }
+        let direct_off = if comm.config().cuda_window == 0 {
+            Some("STREAMCOMM_CUDA_WINDOW=0".to_string())
+        } else {
+            match establish_direct(comm, &device, kernels.as_ref())? {
+                Ok(direct) => {
+                    let _ = shared.direct.set(direct);
+                    None
+                }
+                Err(reason) => {
+                    // Never silent: the staged path moves every byte through
+                    // host memory, which a user must be able to see.
+                    eprintln!(
+                        "streamcomm: rank {}: the CUDA direct path is off, so collectives \
+                         are staged through host memory: {reason}",
+                        comm.rank()
+                    );
+                    Some(reason)
+                }
+            }
+        };
         if let Some(nic) = establish_gpudirect(comm, &device) {
             let _ = shared.gpudirect.set(nic);
         }
@@ -347,6 +364,7 @@ impl CudaComm {
         );
         Ok(CudaComm {
             comm: comm.clone(),
+            direct_off,
             device,
             signals: ManuallyDrop::new(signals),
             kernels,
@@ -423,6 +441,24 @@ impl CudaComm {
     /// ```
     pub fn uses_direct_path(&self) -> bool {
         self.shared.direct.get().is_some()
+    }
+
+    /// Why collectives of this communicator are staged through host memory
+    /// instead of taking the direct path (`None` when they take it): the
+    /// same on every rank's side of the decision, also printed once on
+    /// stderr when the communicator is made.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// if let Some(why) = cuda.direct_path_off() {
+    ///     println!("staged: {why}"); // e.g. "rank 3 is on another host"
+    /// }
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    pub fn direct_path_off(&self) -> Option<&str> {
+        self.direct_off.as_deref()
     }
 
     /// How sends and receives with peers over verbs reach device memory:

@@ -557,6 +557,12 @@ fn child() {
     }
     let cuda = CudaComm::on_device(&comm, 0).unwrap();
     assert_eq!(cuda.uses_direct_path(), window > 0, "window {window}");
+    let why = cuda.direct_path_off();
+    assert_eq!(
+        why,
+        (window == 0).then_some("STREAMCOMM_CUDA_WINDOW=0"),
+        "{why:?}"
+    );
     // Ranks of one host talk over shared memory: no NIC to probe.
     assert_eq!(cuda.gpudirect(), None);
     if comm.rank() == 0 {

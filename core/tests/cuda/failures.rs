@@ -301,11 +301,17 @@ fn child() {
         }
         "odd-window" => {
             assert!(!cuda.uses_direct_path(), "rank {rank}, window {window}");
+            let why = cuda.direct_path_off().expect("a reason");
+            assert!(
+                why.contains("set the same STREAMCOMM_CUDA_WINDOW everywhere"),
+                "rank {rank}: {why}"
+            );
             let bad = sums(&cuda, &s, 1000);
             assert!(bad.is_empty(), "{bad:#?}");
         }
         "nine" => {
             assert!(cuda.uses_direct_path());
+            assert_eq!(cuda.direct_path_off(), None);
             let bad = sums(&cuda, &s, 333);
             assert!(bad.is_empty(), "{bad:#?}");
         }

@@ -44,7 +44,7 @@ pub(crate) fn establish_direct(
     comm: &Communicator,
     device: &Device,
     kernels: Option<&Kernels>,
-) -> Result<Option<Direct>> {
+) -> Result<std::result::Result<Direct, String>> {
     // Nothing here may return early: every rank must join the exchange.
     let inner = comm.inner.clone();
     let source = CudaWindows { device };

@@ -64,22 +64,22 @@ pub(crate) struct Direct {
 impl Direct {
     /// Sets up the direct path of `comm` (a collective call: every rank
     /// makes it): windows of `capacity` data bytes from `source`, mapped by
-    /// every rank, and their watch. `None`, on every rank alike, where
-    /// the path cannot be used (a rank without `source` still joins the
-    /// exchange so that every rank decides alike).
+    /// every rank, and their watch. `Err(reason)`, on every rank alike,
+    /// where the path cannot be used (a rank without `source` still joins
+    /// the exchange so that every rank decides alike).
     pub(crate) fn establish(
         comm: &Communicator,
         source: Option<&dyn WindowDevice>,
         capacity: usize,
         alive: Liveness,
         period: Duration,
-    ) -> Result<Option<Direct>> {
-        let Some(windows) = Windows::establish(comm, source, capacity)? else {
-            return Ok(None);
+    ) -> Result<std::result::Result<Direct, String>> {
+        let windows = match Windows::establish(comm, source, capacity)? {
+            Ok(w) => Arc::new(w),
+            Err(reason) => return Ok(Err(reason)),
         };
-        let windows = Arc::new(windows);
         let watch = WindowWatch::start(comm, windows.clone(), alive, period)?;
-        Ok(Some(Direct {
+        Ok(Ok(Direct {
             windows,
             _watch: watch,
         }))

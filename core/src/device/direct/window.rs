@@ -232,14 +232,15 @@ impl Windows {
     /// records through `comm` (a collective call: every rank calls it) and
     /// maps every peer's window.
     ///
-    /// Returns `Ok(None)`, on every rank alike, when any rank cannot take
-    /// part (no `device`, another host, an allocation or a mapping that
-    /// failed); the reason is logged.
+    /// Returns `Ok(Err(reason))`, on every rank alike, when any rank
+    /// cannot take part (no `device`, another host, an allocation or a
+    /// mapping that failed): this rank's own reason, or which ranks could
+    /// not.
     pub(crate) fn establish(
         comm: &Communicator,
         device: Option<&dyn WindowDevice>,
         capacity: usize,
-    ) -> Result<Option<Windows>> {
+    ) -> Result<std::result::Result<Windows, String>> {
         if capacity < MIN_CAPACITY {
             return Err(Error::invalid(format!(
                 "direct-path window of {capacity} bytes: at least {MIN_CAPACITY} are needed"
@@ -250,6 +251,8 @@ impl Windows {
         let mut own_window = None;
         let mut peer_windows = Vec::new();
         let mut record = vec![0u8; RECORD];
+        // Why this rank cannot take part, if it cannot.
+        let mut off: Option<String> = None;
         let mine = match device {
             Some(d) => d.alloc(capacity).and_then(|(base, payload, owner)| {
                 let segment = ShmSegment::create(flag_bytes)?;
@@ -257,7 +260,9 @@ impl Windows {
                 let (flags, flag_base) = FlagArea::register(d, segment)?;
                 Ok((base, payload, owner, flags, flag_base, name))
             }),
-            None => Err(Error::Unavailable("no window device".into())),
+            None => Err(Error::Unavailable(
+                "the reduce kernels did not load here (see the warning above)".into(),
+            )),
         };
         let (my_base, my_flag_base, mut own_flags) = match mine {
             Ok((base, payload, owner, flags, flag_base, name))
@@ -272,11 +277,11 @@ impl Windows {
                 (base, flag_base, Some(flags))
             }
             Ok(_) => {
-                tracing::info!("direct path off: window payload too long");
+                off = Some("this rank's window record is too long to exchange".into());
                 (0, 0, None)
             }
             Err(e) => {
-                tracing::info!(error = %e, "direct path off: no window");
+                off = Some(format!("no window on this rank ({e})"));
                 (0, 0, None)
             }
         };
@@ -303,11 +308,16 @@ impl Windows {
             let peer_capacity = u64::from_le_bytes(rec[16..24].try_into().expect("8 bytes"));
             let same_host = rec[8..16] == record[8..16];
             if rec[0] != 1 || !same_host || peer_capacity != capacity as u64 {
-                tracing::info!(
-                    peer = p,
-                    same_host,
-                    "direct path off: a peer cannot take part"
-                );
+                off = Some(if !same_host {
+                    format!("rank {p} is on another host")
+                } else if peer_capacity != capacity as u64 {
+                    format!(
+                        "rank {p}'s window is {peer_capacity} bytes, this rank's {capacity} \
+                         (set the same STREAMCOMM_CUDA_WINDOW everywhere)"
+                    )
+                } else {
+                    format!("rank {p} has no window")
+                });
                 ok = false;
                 continue;
             }
@@ -330,7 +340,7 @@ impl Windows {
                     peer_flags.push(flags);
                 }
                 Err(e) => {
-                    tracing::info!(peer = p, error = %e, "direct path off: cannot map a window");
+                    off = Some(format!("this rank cannot map rank {p}'s window ({e})"));
                     ok = false;
                 }
             }
@@ -354,9 +364,12 @@ impl Windows {
                 std::mem::forget(own_window);
             }
             closed?;
-            return Ok(None);
+            let unable: Vec<usize> = (0..size).filter(|&p| votes[p] != 1).collect();
+            return Ok(Err(off.unwrap_or_else(|| {
+                format!("rank(s) {unable:?} could not take part (each says why)")
+            })));
         }
-        Ok(Some(Windows {
+        Ok(Ok(Windows {
             rank,
             size,
             bases,
