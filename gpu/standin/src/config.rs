@@ -4,23 +4,44 @@
 //! **Profiles.** `STREAMCOMM_STANDIN_PROFILE` picks the defaults of the other
 //! settings; a variable set explicitly always wins over its profile's default.
 //!
-//! | setting | `default` | `h200` |
-//! |---|---|---|
-//! | `STREAMCOMM_STANDIN_DRIVER_VERSION` | 13000 (CUDA 13.0) | 12080 (CUDA 12.8) |
-//! | `STREAMCOMM_STANDIN_MEMORY_POOLS` | 0 | 1 |
-//! | `STREAMCOMM_STANDIN_GDR` | 0 | 1 |
-//! | `STREAMCOMM_STANDIN_GDR_FLUSH` | 0 | 1 (only with `GDR`) |
-//! | `STREAMCOMM_STANDIN_DESTRUCTOR_DELAY_MS` | 0 | 50 |
-//! | `STREAMCOMM_STANDIN_COMPUTE_MODE` | 0 (DEFAULT) | 0 (DEFAULT) |
-//! | `STREAMCOMM_STANDIN_STRICT` | 0 | 0 |
-//! | `STREAMCOMM_STANDIN_MACHINE_ID` | empty | empty |
-//! | `CUDA_DEVICE_MAX_CONNECTIONS` | 8 | 8 |
-//! | `STREAMCOMM_STANDIN_DEVICES` | 1 | 1 |
-//! | `STREAMCOMM_STANDIN_POISON` | 1 | 1 |
+//! | setting | `default` | `h200` | `h100` |
+//! |---|---|---|---|
+//! | `STREAMCOMM_STANDIN_DRIVER_VERSION` | 13000 (CUDA 13.0) | 13000 | 13000 |
+//! | `STREAMCOMM_STANDIN_MEMORY_POOLS` | 0 | 1 | 1 |
+//! | `STREAMCOMM_STANDIN_GDR` | 0 | 1 | 1 |
+//! | `STREAMCOMM_STANDIN_GDR_FLUSH` | 0 | 1 (only with `GDR`) | 1 (only with `GDR`) |
+//! | `STREAMCOMM_STANDIN_DESTRUCTOR_DELAY_MS` | 0 | 50 | 50 |
+//! | `STREAMCOMM_STANDIN_COMPUTE_MODE` | 0 (DEFAULT) | 0 (DEFAULT) | 0 (DEFAULT) |
+//! | `STREAMCOMM_STANDIN_STRICT` | 0 | 0 | 0 |
+//! | `STREAMCOMM_STANDIN_REFUSE` | empty | empty | empty |
+//! | `STREAMCOMM_STANDIN_MACHINE_ID` | empty | empty | empty |
+//! | `CUDA_DEVICE_MAX_CONNECTIONS` | 8 | 8 | 8 |
+//! | `STREAMCOMM_STANDIN_DEVICES` | 1 | 1 | 1 |
+//! | `STREAMCOMM_STANDIN_POISON` | 1 | 1 | 1 |
+//!
+//! `h200` and `h100` model the GPU machines the GPU check runs on: NVIDIA
+//! driver 580 with CUDA 13.0, memory pools, GPUDirect RDMA, delayed
+//! destructors. They differ only in the device: under `h100` it reports an
+//! H100 SXM (`cuDeviceGetName` adds `, as NVIDIA H100 80GB HBM3` after the
+//! stand-in's own name, which every profile keeps so that no run on the
+//! stand-in passes for a GPU run; `cuDeviceTotalMem` 81,559 MiB; a 5120-bit
+//! memory bus); under `default` and `h200` it keeps the stand-in's name alone
+//! and reports the host's memory. Compute capability 9.0 and 132 SMs in every
+//! profile.
+//!
+//! `STREAMCOMM_STANDIN_REFUSE` (a comma-separated list, in no profile)
+//! refuses what a sandboxed or restricted machine may refuse, so that
+//! callers' fallbacks get tested: `ipc` makes `cuIpcGetMemHandle` and
+//! `cuIpcOpenMemHandle_v2` return `CUDA_ERROR_NOT_SUPPORTED`, and
+//! `host-register` does so for `cuMemHostRegister_v2` (pinned allocations
+//! with `cuMemHostAlloc` keep working, and `HOST_REGISTER_SUPPORTED` still
+//! reads 1, as on machines where registration fails anyway); each refused
+//! entry point says once on stderr that the variable refused it.
 //!
 //! A value the stand-in cannot read (an unknown profile, `MEMORY_POOLS=yes`,
 //! a compute mode it does not model) is not silently replaced by a default:
 //! `cuInit` names it on stderr and fails with `CUDA_ERROR_INVALID_VALUE`.
+//! An unknown word in `STREAMCOMM_STANDIN_REFUSE` fails the same way.
 //! (`CUDA_DEVICE_MAX_CONNECTIONS`, `STREAMCOMM_STANDIN_DEVICES`,
 //! `STREAMCOMM_STANDIN_DRIVER_VERSION` and `STREAMCOMM_STANDIN_POISON` keep
 //! their older, forgiving reading: out-of-range numbers are clamped and
@@ -35,9 +56,12 @@ pub enum Profile {
     /// `default`: the stand-in's original model (CUDA 13.0, no memory pools,
     /// no GPUDirect RDMA, user-object destructors run at once).
     Default,
-    /// `h200`: what an H200 on a CUDA 12.8 driver reports: memory pools,
+    /// `h200`: what an H200 on driver 580 (CUDA 13.0) reports: memory pools,
     /// GPUDirect RDMA, destructors delayed.
     H200,
+    /// `h100`: as `h200`, with the device reporting an H100 SXM (80GB HBM3)
+    /// in its name, total memory and memory bus width.
+    H100,
 }
 
 impl Profile {
@@ -46,6 +70,7 @@ impl Profile {
         match self {
             Profile::Default => "default",
             Profile::H200 => "h200",
+            Profile::H100 => "h100",
         }
     }
 }
@@ -57,10 +82,20 @@ pub const COMPUTE_PROHIBITED: i32 = 2;
 /// `CU_COMPUTEMODE_EXCLUSIVE_PROCESS`.
 pub const COMPUTE_EXCLUSIVE_PROCESS: i32 = 3;
 
+/// What `STREAMCOMM_STANDIN_REFUSE` refuses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Refuse {
+    /// `ipc`: `cuIpcGetMemHandle` and `cuIpcOpenMemHandle_v2`.
+    pub ipc: bool,
+    /// `host-register`: `cuMemHostRegister_v2`.
+    pub host_register: bool,
+}
+
 /// Settings read from the environment at first use.
 #[derive(Debug)]
 pub struct Config {
-    /// `STREAMCOMM_STANDIN_PROFILE` (`default` or `h200`; default `default`).
+    /// `STREAMCOMM_STANDIN_PROFILE` (`default`, `h200` or `h100`; default
+    /// `default`).
     pub profile: Profile,
     /// Settings that could not be read, one sentence each; `cuInit` says
     /// them and fails with `CUDA_ERROR_INVALID_VALUE` while any exist.
@@ -70,8 +105,8 @@ pub struct Config {
     pub max_connections: usize,
     /// `STREAMCOMM_STANDIN_DEVICES` (default 1): number of devices.
     pub devices: usize,
-    /// `STREAMCOMM_STANDIN_DRIVER_VERSION` (default 13000, what driver 580
-    /// reports for CUDA 13.0; 12080 under `h200`): the `cuDriverGetVersion`
+    /// `STREAMCOMM_STANDIN_DRIVER_VERSION` (default 13000 in every profile,
+    /// what driver 580 reports for CUDA 13.0): the `cuDriverGetVersion`
     /// value, which also bounds the PTX ISA and CUBIN toolkit a module load
     /// accepts.
     pub driver_version: i32,
@@ -91,12 +126,12 @@ pub struct Config {
     /// runs of one user (two test suites at once) do not contend; processes
     /// that should contend must share the value.
     pub machine_id: String,
-    /// `STREAMCOMM_STANDIN_MEMORY_POOLS` (`0`/`1`; default 0, `h200` 1):
-    /// `MEMORY_POOLS_SUPPORTED` and the stream-ordered allocator
+    /// `STREAMCOMM_STANDIN_MEMORY_POOLS` (`0`/`1`; default 0, `h200` and
+    /// `h100` 1): `MEMORY_POOLS_SUPPORTED` and the stream-ordered allocator
     /// (`cuMemAllocAsync`, `cuMemFreeAsync`, the device's default pool).
     pub memory_pools: bool,
-    /// `STREAMCOMM_STANDIN_GDR` (`0`/`1`; default 0, `h200` 1):
-    /// `GPU_DIRECT_RDMA_SUPPORTED` = 1, `GPU_DIRECT_RDMA_WRITES_ORDERING` =
+    /// `STREAMCOMM_STANDIN_GDR` (`0`/`1`; default 0, `h200` and `h100`
+    /// 1): `GPU_DIRECT_RDMA_SUPPORTED` = 1, `GPU_DIRECT_RDMA_WRITES_ORDERING` =
     /// OWNER (100), and `cuMemAlloc` memory reports
     /// `IS_GPU_DIRECT_RDMA_CAPABLE` = 1.
     pub gdr: bool,
@@ -111,10 +146,14 @@ pub struct Config {
     /// naming the call on stderr) instead of returning
     /// `CUDA_ERROR_NOT_PERMITTED`.
     pub strict: bool,
-    /// `STREAMCOMM_STANDIN_DESTRUCTOR_DELAY_MS` (default 0, `h200` 50): a
-    /// user object's destructor runs on a destructor thread this long after
-    /// its last reference goes, as the driver runs them asynchronously.
+    /// `STREAMCOMM_STANDIN_DESTRUCTOR_DELAY_MS` (default 0, `h200` and `h100`
+    /// 50): a user object's destructor runs on a destructor thread this long
+    /// after its last reference goes, as the driver runs them asynchronously.
     pub destructor_delay: Duration,
+    /// `STREAMCOMM_STANDIN_REFUSE` (comma-separated `ipc`, `host-register`;
+    /// default empty, in every profile): entry points that return
+    /// `CUDA_ERROR_NOT_SUPPORTED`, saying once that this variable refused them.
+    pub refuse: Refuse,
 }
 
 /// The configuration, read at first call.
@@ -130,14 +169,16 @@ fn read(var: &dyn Fn(&str) -> Option<String>) -> Config {
     let profile = match var("STREAMCOMM_STANDIN_PROFILE").as_deref().map(str::trim) {
         None | Some("default") => Profile::Default,
         Some("h200") => Profile::H200,
+        Some("h100") => Profile::H100,
         Some(other) => {
             problems.push(format!(
-                "STREAMCOMM_STANDIN_PROFILE={other:?} is not a profile; expected default or h200"
+                "STREAMCOMM_STANDIN_PROFILE={other:?} is not a profile; expected default, h200 or h100"
             ));
             Profile::Default
         }
     };
-    let h200 = profile == Profile::H200;
+    // The profiles of a GPU machine (driver 580 / CUDA 13.0, pools, GDR).
+    let gpu = profile != Profile::Default;
     let mut strict_num =
         |name: &str, default: i64, ok: &dyn Fn(i64) -> bool, what: &str| match var(name) {
             None => default,
@@ -152,11 +193,11 @@ fn read(var: &dyn Fn(&str) -> Option<String>) -> Config {
     let flag = |n: i64| n == 0 || n == 1;
     let memory_pools = strict_num(
         "STREAMCOMM_STANDIN_MEMORY_POOLS",
-        h200.into(),
+        gpu.into(),
         &flag,
         "0 or 1",
     ) == 1;
-    let gdr = strict_num("STREAMCOMM_STANDIN_GDR", h200.into(), &flag, "0 or 1") == 1;
+    let gdr = strict_num("STREAMCOMM_STANDIN_GDR", gpu.into(), &flag, "0 or 1") == 1;
     let gdr_flush = strict_num("STREAMCOMM_STANDIN_GDR_FLUSH", gdr.into(), &flag, "0 or 1") == 1;
     let strict = strict_num("STREAMCOMM_STANDIN_STRICT", 0, &flag, "0 or 1") == 1;
     let compute_mode = strict_num(
@@ -174,22 +215,34 @@ fn read(var: &dyn Fn(&str) -> Option<String>) -> Config {
     ) as i32;
     let delay_ms = strict_num(
         "STREAMCOMM_STANDIN_DESTRUCTOR_DELAY_MS",
-        if h200 { 50 } else { 0 },
+        if gpu { 50 } else { 0 },
         &|n| (0..=60_000).contains(&n),
         "a delay in milliseconds (0..=60000)",
     );
     if gdr_flush && !gdr {
         problems.push(
-            "STREAMCOMM_STANDIN_GDR_FLUSH=1 needs GPUDirect RDMA (STREAMCOMM_STANDIN_GDR=1 or the h200 profile)"
+            "STREAMCOMM_STANDIN_GDR_FLUSH=1 needs GPUDirect RDMA (STREAMCOMM_STANDIN_GDR=1 or the h200 or h100 profile)"
                 .into(),
         );
+    }
+    let mut refuse = Refuse::default();
+    if let Some(v) = var("STREAMCOMM_STANDIN_REFUSE") {
+        for word in v.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            match word {
+                "ipc" => refuse.ipc = true,
+                "host-register" => refuse.host_register = true,
+                other => problems.push(format!(
+                    "STREAMCOMM_STANDIN_REFUSE={v:?} names {other:?}, which the stand-in cannot refuse; expected a comma-separated list of ipc and host-register"
+                )),
+            }
+        }
     }
     Config {
         profile,
         max_connections: num("CUDA_DEVICE_MAX_CONNECTIONS").unwrap_or(8).clamp(1, 32) as usize,
         devices: num("STREAMCOMM_STANDIN_DEVICES").unwrap_or(1).clamp(0, 16) as usize,
         driver_version: num("STREAMCOMM_STANDIN_DRIVER_VERSION")
-            .unwrap_or(if h200 { 12080 } else { 13000 })
+            .unwrap_or(13000)
             .clamp(0, i32::MAX as i64) as i32,
         poison: var("STREAMCOMM_STANDIN_POISON").is_none_or(|v| v != "0"),
         compute_mode,
@@ -203,6 +256,7 @@ fn read(var: &dyn Fn(&str) -> Option<String>) -> Config {
         gdr_flush: gdr && gdr_flush,
         strict,
         destructor_delay: Duration::from_millis(delay_ms as u64),
+        refuse,
         problems,
     }
 }

@@ -3,12 +3,16 @@
 //!
 //! There is one device by default (`STREAMCOMM_STANDIN_DEVICES`); it names
 //! itself as the stand-in and reports the compute capability and limits of an
-//! H200 (sm_90), except that capability attributes of features the stand-in
-//! does not implement (managed memory, VMM, dma-buf, cooperative launch, IPC
-//! events, pool export handles) read 0, so callers take their fallback paths
-//! instead of reaching an unimplemented entry point. Memory pools (115) and
-//! GPUDirect RDMA (116-118) follow the configuration: 0 under the `default`
-//! profile, an H200's values under `h200`. `COMPUTE_MODE` (20) reports
+//! H200 (sm_90: compute capability 9.0, 132 SMs), except that capability
+//! attributes of features the stand-in does not implement (managed memory,
+//! VMM, dma-buf, cooperative launch, IPC events, pool export handles) read 0,
+//! so callers take their fallback paths instead of reaching an unimplemented
+//! entry point. Its total memory is the host's. Under the `h100` profile its
+//! name adds the H100 it stands for (`... #0, as NVIDIA H100 80GB HBM3`), and
+//! it reports an H100 SXM's total memory (81,559 MiB) and 5120-bit memory
+//! bus. Memory pools (115) and GPUDirect RDMA (116-118) follow the
+//! configuration: 0 under the `default` profile, an H200's values under
+//! `h200` and `h100`. `COMPUTE_MODE` (20) reports
 //! `STREAMCOMM_STANDIN_COMPUTE_MODE`.
 
 use std::cell::RefCell;
@@ -16,7 +20,7 @@ use std::ffi::{c_char, c_int, c_uint};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use crate::config::config;
+use crate::config::{Profile, config};
 use crate::context::Context;
 use crate::error::{
     INVALID_CONTEXT, INVALID_DEVICE, INVALID_VALUE, NOT_INITIALIZED, NOT_SUPPORTED, Res,
@@ -25,6 +29,19 @@ use crate::guard::{entry, say_once};
 
 /// The name every stand-in device reports (`cuDeviceGetName`).
 pub(crate) const DEVICE_NAME: &str = "streamcomm CPU stand-in (not a GPU)";
+
+/// The GPU the `h100` profile's device stands for, as `cuDeviceGetName`
+/// spells it on an H100 SXM with 80 GB of HBM3.
+const H100_NAME: &str = "NVIDIA H100 80GB HBM3";
+
+/// An H100 SXM's total memory (81,559 MiB, as `nvidia-smi` reports it).
+const H100_TOTAL_MEM: usize = 81_559 << 20;
+
+/// The device's total memory under the `h100` profile, else `None` (the
+/// host's memory is reported).
+fn modelled_total_mem() -> Option<usize> {
+    (config().profile == Profile::H100).then_some(H100_TOTAL_MEM)
+}
 
 /// Handle tag of contexts.
 const CTX_TAG: usize = 0x11;
@@ -190,7 +207,8 @@ pub(crate) extern "C" fn cuDeviceGet(device: *mut c_int, ordinal: c_int) -> u32 
     })
 }
 
-/// `cuDeviceGetName`: always names the stand-in.
+/// `cuDeviceGetName`: always names the stand-in first (so no run on it passes
+/// for a GPU run); under the `h100` profile, the H100 it stands for after it.
 #[unsafe(no_mangle)]
 pub(crate) extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_int) -> u32 {
     entry("cuDeviceGetName", || {
@@ -198,7 +216,10 @@ pub(crate) extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_i
         if name.is_null() || len <= 0 {
             return Err(INVALID_VALUE);
         }
-        let text = format!("{DEVICE_NAME} #{dev}");
+        let text = match config().profile {
+            Profile::H100 => format!("{DEVICE_NAME} #{dev}, as {H100_NAME}"),
+            Profile::Default | Profile::H200 => format!("{DEVICE_NAME} #{dev}"),
+        };
         let n = text.len().min(len as usize - 1);
         // SAFETY: the caller's buffer holds `len` bytes; we write n + 1 <= len.
         unsafe {
@@ -228,21 +249,27 @@ fn uuid_of(uuid: *mut [u8; 16], dev: c_int) -> Res<()> {
     out(uuid, bytes)
 }
 
-/// `cuDeviceTotalMem_v2`: the host's physical memory.
+/// `cuDeviceTotalMem_v2`: the host's physical memory (an H100's under the
+/// `h100` profile).
 #[unsafe(no_mangle)]
 pub(crate) extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> u32 {
     entry("cuDeviceTotalMem_v2", || {
         slot(dev)?;
-        out(bytes, host_memory().1)
+        out(bytes, modelled_total_mem().unwrap_or(host_memory().1))
     })
 }
 
-/// `cuMemGetInfo_v2`: the host's available and physical memory.
+/// `cuMemGetInfo_v2`: the host's available and physical memory; under the
+/// `h100` profile an H100's total, and free memory no more than it nor than
+/// the host has (device memory lives in the host's).
 #[unsafe(no_mangle)]
 pub(crate) extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> u32 {
     entry("cuMemGetInfo_v2", || {
         current()?;
-        let (f, t) = host_memory();
+        let (f, t) = match (host_memory(), modelled_total_mem()) {
+            ((f, _), Some(t)) => (f.min(t), t),
+            (host, None) => host,
+        };
         out(free, f)?;
         out(total, t)
     })
@@ -275,10 +302,15 @@ pub(crate) extern "C" fn cuDeviceComputeCapability(
     })
 }
 
-/// The attribute values of an H200 (sm_90) that the stand-in models; 0 for
-/// features it does not implement.
+/// The attribute values of an H200 (sm_90) that the stand-in models (an
+/// H100's memory bus under the `h100` profile); 0 for features it does not
+/// implement.
 fn attribute(attrib: c_int, ordinal: c_int) -> Option<c_int> {
     let mode = config().compute_mode;
+    let bus_width = match config().profile {
+        Profile::H100 => 5120,
+        Profile::Default | Profile::H200 => 6144,
+    };
     let pools = config().memory_pools.into();
     let (rdma, flush, order) = (
         crate::pointer::rdma_supported(),
@@ -307,7 +339,7 @@ fn attribute(attrib: c_int, ordinal: c_int) -> Option<c_int> {
         33 => ordinal + 1, // PCI_BUS_ID
         34 | 35 => 0,      // PCI_DEVICE_ID, TCC_DRIVER
         36 => 2_619_000,   // MEMORY_CLOCK_RATE
-        37 => 6144,        // GLOBAL_MEMORY_BUS_WIDTH
+        37 => bus_width,   // GLOBAL_MEMORY_BUS_WIDTH
         38 => 52_428_800,  // L2_CACHE_SIZE
         39 => 2048,        // MAX_THREADS_PER_MULTIPROCESSOR
         40 => 5,           // ASYNC_ENGINE_COUNT

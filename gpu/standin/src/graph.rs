@@ -7,9 +7,9 @@
 //! User objects are released when the graphs and executable graphs holding
 //! them are destroyed (after in-flight launches finish); their destructors run
 //! on a separate thread, never inside the releasing call, after
-//! `STREAMCOMM_STANDIN_DESTRUCTOR_DELAY_MS` (50 under the `h200` profile, as
-//! the driver runs them asynchronously, some time later), and must not call
-//! CUDA.
+//! `STREAMCOMM_STANDIN_DESTRUCTOR_DELAY_MS` (50 under the `h200` and `h100`
+//! profiles, as the driver runs them asynchronously, some time later), and
+//! must not call CUDA.
 
 use std::ffi::c_uint;
 use std::sync::{Arc, Mutex};

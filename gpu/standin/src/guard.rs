@@ -3,7 +3,8 @@
 //! host function or user-object destructor are refused with
 //! `CUDA_ERROR_NOT_PERMITTED` (with `STREAMCOMM_STANDIN_STRICT=1` they abort
 //! the process after naming the call, so no test can miss one), and entry
-//! points the stand-in does not implement say so once on stderr.
+//! points the stand-in does not implement, or that `STREAMCOMM_STANDIN_REFUSE`
+//! refuses, say so once on stderr.
 
 use std::cell::Cell;
 use std::collections::BTreeSet;
@@ -69,6 +70,18 @@ pub(crate) fn unsupported(name: &'static str) -> CUresult {
     say_once(
         format!("unsupported:{name}"),
         &format!("{name} is not implemented by the stand-in: CUDA_ERROR_NOT_SUPPORTED"),
+    );
+    NOT_SUPPORTED
+}
+
+/// What an entry point refused by `STREAMCOMM_STANDIN_REFUSE` (naming
+/// `word`) returns: `CUDA_ERROR_NOT_SUPPORTED`, said once per entry point.
+pub(crate) fn refused(name: &'static str, word: &str) -> CUresult {
+    say_once(
+        format!("refused:{name}"),
+        &format!(
+            "{name} refused: STREAMCOMM_STANDIN_REFUSE names {word}: CUDA_ERROR_NOT_SUPPORTED"
+        ),
     );
     NOT_SUPPORTED
 }

@@ -5,7 +5,9 @@
 //! `cuMemAlloc` allocation can be exported; opening in the exporting process
 //! is `CUDA_ERROR_INVALID_CONTEXT`; reopening in one process returns the same
 //! address and counts references; closing unmaps at zero. IPC event handles
-//! are not implemented.
+//! are not implemented. With `STREAMCOMM_STANDIN_REFUSE=ipc`, export and open
+//! return `CUDA_ERROR_NOT_SUPPORTED` (after the context check), as where a
+//! sandbox denies the driver IPC, and say so once on stderr.
 //!
 //! Every open mapping is recorded (a marker file in `/dev/shm`), so that the
 //! exporter's `cuMemFree` can tell it frees memory a live process still has
@@ -16,10 +18,11 @@ use std::collections::BTreeMap;
 use std::ffi::c_uint;
 use std::sync::Mutex;
 
+use crate::config::config;
 use crate::context::lock;
 use crate::device::{current, out};
 use crate::error::{INVALID_CONTEXT, INVALID_VALUE};
-use crate::guard::entry;
+use crate::guard::{entry, refused};
 use crate::memory::{Kind, insert, region_of, remove};
 use crate::shm::Segment;
 
@@ -41,11 +44,15 @@ fn field(b: &[u8; 64], at: usize) -> u64 {
     u64::from_le_bytes(x)
 }
 
-/// `cuIpcGetMemHandle`: only the base of a `cuMemAlloc` allocation.
+/// `cuIpcGetMemHandle`: only the base of a `cuMemAlloc` allocation;
+/// `CUDA_ERROR_NOT_SUPPORTED` under `STREAMCOMM_STANDIN_REFUSE=ipc`.
 #[unsafe(no_mangle)]
 pub(crate) extern "C" fn cuIpcGetMemHandle(handle: *mut IpcMemHandle, dptr: u64) -> u32 {
     entry("cuIpcGetMemHandle", || {
         current()?;
+        if config().refuse.ipc {
+            return Err(refused("cuIpcGetMemHandle", "ipc"));
+        }
         let r = region_of(dptr).ok_or(INVALID_VALUE)?;
         let Kind::Device { serial } = r.kind else {
             return Err(INVALID_VALUE);
@@ -62,7 +69,8 @@ pub(crate) extern "C" fn cuIpcGetMemHandle(handle: *mut IpcMemHandle, dptr: u64)
     })
 }
 
-/// `cuIpcOpenMemHandle_v2`: flags must be `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`.
+/// `cuIpcOpenMemHandle_v2`: flags must be `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`;
+/// `CUDA_ERROR_NOT_SUPPORTED` under `STREAMCOMM_STANDIN_REFUSE=ipc`.
 #[unsafe(no_mangle)]
 pub(crate) extern "C" fn cuIpcOpenMemHandle_v2(
     pdptr: *mut u64,
@@ -71,6 +79,9 @@ pub(crate) extern "C" fn cuIpcOpenMemHandle_v2(
 ) -> u32 {
     entry("cuIpcOpenMemHandle_v2", || {
         let ctx = current()?;
+        if config().refuse.ipc {
+            return Err(refused("cuIpcOpenMemHandle_v2", "ipc"));
+        }
         let b = &handle.reserved;
         if pdptr.is_null() || flags != 1 || &b[..8] != MAGIC {
             return Err(INVALID_VALUE);

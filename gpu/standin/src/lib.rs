@@ -13,7 +13,8 @@
 //! processes, and kernel argument packing. It does **not** check the GPU memory
 //! model, timing, or the CUDA C kernels' code: kernels run as CPU
 //! re-implementations ([`kernels`]). A run on the stand-in is never a GPU run;
-//! `cuDeviceGetName` says `streamcomm CPU stand-in (not a GPU)`.
+//! `cuDeviceGetName` says `streamcomm CPU stand-in (not a GPU)` in every
+//! profile (under `h100` followed by the H100 it stands for).
 //!
 //! It is strict, never more lenient than the driver API reference documents,
 //! and loud: every entry point it does not implement returns
@@ -23,13 +24,14 @@
 //! runs on the stand-in and with which profile.
 //!
 //! Model, in brief:
-//! - a **profile** (`STREAMCOMM_STANDIN_PROFILE`): `default`, or `h200`,
-//!   what an H200 on a CUDA 12.8 driver reports; each setting below is also
-//!   its own variable, which wins over the profile ([`config`] has the
+//! - a **profile** (`STREAMCOMM_STANDIN_PROFILE`): `default`, `h200`, what
+//!   an H200 on NVIDIA driver 580 (CUDA 13.0) reports, or `h100`, the same
+//!   with an H100's name, total memory and memory bus; each setting below is
+//!   also its own variable, which wins over the profile ([`config`] has the
 //!   table); an unknown profile or unreadable setting makes `cuInit` fail
 //!   with `CUDA_ERROR_INVALID_VALUE` after naming it;
 //! - one device (`STREAMCOMM_STANDIN_DEVICES`), sm_90 limits, driver version
-//!   13000 (CUDA 13.0, what driver 580 reports; 12080 under `h200`;
+//!   13000 (CUDA 13.0, what driver 580 reports, in every profile;
 //!   `STREAMCOMM_STANDIN_DRIVER_VERSION`), which bounds the PTX ISA and
 //!   the CUBIN toolkit major version `cuModuleLoadData` accepts;
 //! - compute mode DEFAULT (`STREAMCOMM_STANDIN_COMPUTE_MODE`: PROHIBITED
@@ -39,15 +41,16 @@
 //!   device address range (modules `memory` and `shm`); addresses are never
 //!   reused; an IPC mapping whose exporter freed the memory or exited makes
 //!   device work that touches it a device fault;
-//! - memory pools off (`STREAMCOMM_STANDIN_MEMORY_POOLS`; on under `h200`):
-//!   `MEMORY_POOLS_SUPPORTED`, the default pool and stream-ordered
-//!   `cuMemAllocAsync` / `cuMemFreeAsync`, which is the path cudarc takes for
-//!   every buffer when pools are supported; memory used out of stream order
-//!   faults; capture of these calls is refused (module `pool`);
+//! - memory pools off (`STREAMCOMM_STANDIN_MEMORY_POOLS`; on under `h200`
+//!   and `h100`): `MEMORY_POOLS_SUPPORTED`, the default pool and
+//!   stream-ordered `cuMemAllocAsync` / `cuMemFreeAsync`, which is the path
+//!   cudarc takes for every buffer when pools are supported; memory used out
+//!   of stream order faults; capture of these calls is refused (module
+//!   `pool`);
 //! - GPUDirect RDMA off (`STREAMCOMM_STANDIN_GDR`, `STREAMCOMM_STANDIN_GDR_FLUSH`;
-//!   on under `h200`): the device attributes as an H200 reports them,
-//!   `IS_GPU_DIRECT_RDMA_CAPABLE` per buffer, `cuFlushGPUDirectRDMAWrites`
-//!   (module `pointer`);
+//!   on under `h200` and `h100`): the device attributes as an H200 reports
+//!   them, `IS_GPU_DIRECT_RDMA_CAPABLE` per buffer,
+//!   `cuFlushGPUDirectRDMAWrites` (module `pointer`);
 //! - each context has `CUDA_DEVICE_MAX_CONNECTIONS` (default 8) hardware
 //!   queues, each drained in order by one worker thread; streams share them
 //!   round-robin (module `context`);
@@ -55,7 +58,11 @@
 //!   (`CUDA_ERROR_NOT_PERMITTED`, or an abort with
 //!   `STREAMCOMM_STANDIN_STRICT=1`); destructors run on their own thread,
 //!   `STREAMCOMM_STANDIN_DESTRUCTOR_DELAY_MS` after the last release (50
-//!   under `h200`);
+//!   under `h200` and `h100`);
+//! - `STREAMCOMM_STANDIN_REFUSE` (`ipc`, `host-register`, comma-separated):
+//!   CUDA IPC of memory or host registration returns
+//!   `CUDA_ERROR_NOT_SUPPORTED`, as on a machine that refuses them, so that
+//!   callers' fallbacks get tested;
 //! - a device fault (bad address in work that runs) makes the context's error
 //!   sticky, as on a GPU.
 //!

@@ -18,7 +18,7 @@ use crate::device::{current, out};
 use crate::error::{
     HOST_MEMORY_ALREADY_REGISTERED, HOST_MEMORY_NOT_REGISTERED, INVALID_VALUE, OUT_OF_MEMORY, Res,
 };
-use crate::guard::entry;
+use crate::guard::{entry, refused};
 
 /// `CU_MEMHOSTALLOC_DEVICEMAP` (also `CU_MEMHOSTREGISTER_DEVICEMAP`).
 const DEVICEMAP: u32 = 2;
@@ -159,6 +159,8 @@ pub(crate) extern "C" fn cuMemHostGetFlags(pflags: *mut c_uint, p: *mut c_void) 
 /// `cuMemHostRegister_v2`: pins an existing host range (flags PORTABLE 1,
 /// DEVICEMAP 2, IOMEMORY 4, READ_ONLY 8); overlapping a pinned range is
 /// `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`; refused while capturing.
+/// Under `STREAMCOMM_STANDIN_REFUSE=host-register`, every call (after the
+/// context check) is `CUDA_ERROR_NOT_SUPPORTED`, said once on stderr.
 #[unsafe(no_mangle)]
 pub(crate) extern "C" fn cuMemHostRegister_v2(
     p: *mut c_void,
@@ -167,6 +169,9 @@ pub(crate) extern "C" fn cuMemHostRegister_v2(
 ) -> u32 {
     entry("cuMemHostRegister_v2", || {
         current()?;
+        if config().refuse.host_register {
+            return Err(refused("cuMemHostRegister_v2", "host-register"));
+        }
         check_unsafe("cuMemHostRegister_v2")?;
         if p.is_null() || bytesize == 0 || flags & !0xf != 0 || flags & 0x4 != 0 {
             return Err(INVALID_VALUE);

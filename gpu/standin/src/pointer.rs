@@ -1,8 +1,8 @@
 //! Pointer attributes and GPUDirect RDMA: `cuPointerGetAttribute` for device
 //! memory, and `cuFlushGPUDirectRDMAWrites`.
 //!
-//! With `STREAMCOMM_STANDIN_GDR` (the `h200` profile) the device reports
-//! GPUDirect RDMA as an H200 does, and `cuMemAlloc` memory (and IPC
+//! With `STREAMCOMM_STANDIN_GDR` (the `h200` and `h100` profiles) the device
+//! reports GPUDirect RDMA as an H200 does, and `cuMemAlloc` memory (and IPC
 //! mappings of it) reports `IS_GPU_DIRECT_RDMA_CAPABLE` = 1; memory from the
 //! default memory pool (`cuMemAllocAsync`) reports 0, as the driver's
 //! default pool is not created RDMA-capable. Without it every buffer reports

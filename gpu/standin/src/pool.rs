@@ -1,8 +1,8 @@
 //! Memory pools and the stream-ordered allocator (`cuMemAllocAsync`,
 //! `cuMemFreeAsync`), present when `STREAMCOMM_STANDIN_MEMORY_POOLS` is on
-//! (the `h200` profile); otherwise every entry point here is unimplemented
-//! (`CUDA_ERROR_NOT_SUPPORTED`, named on stderr) and `MEMORY_POOLS_SUPPORTED`
-//! reads 0, as before.
+//! (the `h200` and `h100` profiles); otherwise every entry point here is
+//! unimplemented (`CUDA_ERROR_NOT_SUPPORTED`, named on stderr) and
+//! `MEMORY_POOLS_SUPPORTED` reads 0, as before.
 //!
 //! As on a GPU, `cuMemAllocAsync` returns the address at once and the memory
 //! is usable in stream order: device work that touches it before its stream

@@ -1,8 +1,10 @@
 //! The stand-in's profiles and the knobs behind them: `h200` (what an H200
-//! on a CUDA 12.8 driver reports), compute modes across processes, memory
-//! pools through cudarc's allocation path, GPUDirect RDMA attributes,
-//! strict callbacks, delayed user-object destructors, and the lifetime of
-//! IPC mappings. Each test's body runs in a child process on the stand-in.
+//! on NVIDIA driver 580, CUDA 13.0, reports) and `h100` (the same machine with
+//! an H100), compute modes across processes, memory pools through cudarc's
+//! allocation path, GPUDirect RDMA attributes, strict callbacks, delayed
+//! user-object destructors, the lifetime of IPC mappings, and
+//! `STREAMCOMM_STANDIN_REFUSE` (IPC and host registration refused). Each
+//! test's body runs in a child process on the stand-in.
 
 mod common;
 
@@ -14,6 +16,8 @@ use common::{bind, code, expect, ok};
 use cudarc::driver::sys;
 
 const H200: (&str, &str) = ("STREAMCOMM_STANDIN_PROFILE", "h200");
+const H100: (&str, &str) = ("STREAMCOMM_STANDIN_PROFILE", "h100");
+const REFUSE: &str = "STREAMCOMM_STANDIN_REFUSE";
 
 fn attribute(attrib: sys::CUdevice_attribute) -> i32 {
     let mut v = 0;
@@ -110,18 +114,35 @@ fn every_process_says_it_runs_on_the_standin_and_with_which_profile() {
         return;
     }
     type Case<'a> = (&'a [(&'a str, &'a str)], i32, &'a str);
-    let cases: [Case; 6] = [
+    let cases: [Case; 10] = [
         (&[], 13000, "(profile default)"),
-        (&[H200], 12080, "(profile h200)"),
+        // Driver 580 (CUDA 13.0), as on the GPU machines.
+        (&[H200], 13000, "(profile h200)"),
+        (&[H100], 13000, "(profile h100)"),
         (
-            &[H200, ("STREAMCOMM_STANDIN_DRIVER_VERSION", "13000")],
-            13000,
+            &[H200, ("STREAMCOMM_STANDIN_DRIVER_VERSION", "12080")],
+            12080,
             "(profile h200)",
         ),
         (
-            &[("STREAMCOMM_STANDIN_PROFILE", "h100")],
+            &[H100, ("STREAMCOMM_STANDIN_DRIVER_VERSION", "12080")],
+            12080,
+            "(profile h100)",
+        ),
+        (
+            &[("STREAMCOMM_STANDIN_PROFILE", "a100")],
             -1,
-            "STREAMCOMM_STANDIN_PROFILE=\"h100\" is not a profile",
+            "STREAMCOMM_STANDIN_PROFILE=\"a100\" is not a profile",
+        ),
+        (
+            &[(REFUSE, "ipc,peer-access")],
+            -1,
+            "STREAMCOMM_STANDIN_REFUSE=\"ipc,peer-access\" names \"peer-access\"",
+        ),
+        (
+            &[(REFUSE, " ipc , host-register ")],
+            13000,
+            "(profile default)",
         ),
         (
             &[("STREAMCOMM_STANDIN_MEMORY_POOLS", "yes")],
@@ -150,12 +171,79 @@ fn every_process_says_it_runs_on_the_standin_and_with_which_profile() {
     }
 }
 
+/// Device 0's name (`cuDeviceGetName`).
+fn device_name() -> String {
+    let mut name = [0 as std::ffi::c_char; 256];
+    // SAFETY: a 256-byte buffer; device 0 exists.
+    unsafe {
+        ok(sys::cuDeviceGetName(name.as_mut_ptr(), 256, 0));
+        std::ffi::CStr::from_ptr(name.as_ptr())
+    }
+    .to_string_lossy()
+    .into_owned()
+}
+
+/// Device 0's total memory (`cuDeviceTotalMem_v2`).
+fn total_mem() -> usize {
+    let mut bytes = 0;
+    // SAFETY: valid out-pointer; device 0 exists.
+    ok(unsafe { sys::cuDeviceTotalMem_v2(&mut bytes, 0) });
+    bytes
+}
+
+/// What the profiles of the GPU machines (`h200`, `h100`) share: driver 580
+/// (CUDA 13.0), sm_90 with 132 SMs, memory pools, GPUDirect RDMA.
+fn gpu_machine_capabilities() {
+    use sys::CUdevice_attribute::*;
+    assert_eq!(driver_version(), 13000, "driver 580 reports CUDA 13.0");
+    assert_eq!(attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR), 9);
+    assert_eq!(attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR), 0);
+    assert_eq!(attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), 132);
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: valid out-pointers; device 0 exists.
+    ok(unsafe { sys::cuDeviceComputeCapability(&mut major, &mut minor, 0) });
+    assert_eq!((major, minor), (9, 0));
+    assert_eq!(attribute(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED), 1);
+    assert_eq!(attribute(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED), 1);
+}
+
+standin_test!(
+    the_h100_profile_reports_an_h100_on_the_same_machine,
+    20,
+    &[H100],
+    {
+        use sys::CUdevice_attribute::*;
+        gpu_machine_capabilities();
+        let name = device_name();
+        assert!(
+            name.starts_with("streamcomm CPU stand-in (not a GPU) #0")
+                && name.ends_with(", as NVIDIA H100 80GB HBM3"),
+            "the stand-in first, then the H100 it stands for: {name}"
+        );
+        assert_eq!(total_mem(), 81_559 << 20, "an H100 SXM's 81,559 MiB");
+        assert_eq!(attribute(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH), 5120);
+        assert_eq!(
+            attribute(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING),
+            100
+        );
+        bind();
+        let (mut free, mut total) = (0, 0);
+        // SAFETY: valid out-pointers; a context is current.
+        ok(unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) });
+        assert_eq!(total, 81_559 << 20);
+        assert!(free > 0 && free <= total, "free {free} of {total}");
+    }
+);
+
 standin_test!(
     the_h200_profile_reports_an_h200s_capabilities,
     20,
     &[H200],
     {
         use sys::CUdevice_attribute::*;
+        gpu_machine_capabilities();
+        assert_eq!(device_name(), "streamcomm CPU stand-in (not a GPU) #0");
+        assert_eq!(attribute(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH), 6144);
         assert_eq!(attribute(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED), 1);
         assert_eq!(attribute(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED), 1);
         assert_eq!(
@@ -194,7 +282,7 @@ standin_test!(
             attribute(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING),
             0
         );
-        assert_eq!(driver_version(), 12080, "the rest of the profile stays");
+        assert_eq!(driver_version(), 13000, "the rest of the profile stays");
         bind();
         let mut p = 0;
         // SAFETY: valid out-pointer; the legacy stream.
@@ -520,38 +608,49 @@ standin_test!(
     user_object_destructors_run_later_on_a_destructor_thread,
     20,
     &[H200],
-    {
-        bind();
-        // SAFETY: driver calls with valid pointers throughout.
-        unsafe {
-            let mut g = std::ptr::null_mut();
-            ok(sys::cuGraphCreate(&mut g, 0));
-            let mut obj = std::ptr::null_mut();
-            ok(sys::cuUserObjectCreate(
-                &mut obj,
-                std::ptr::null_mut(),
-                Some(note_destroyed),
-                1,
-                1,
-            ));
-            ok(sys::cuGraphRetainUserObject(g, obj, 1, 1));
-            let released = std::time::Instant::now();
-            ok(sys::cuGraphDestroy(g));
-            assert!(
-                DESTROYED_AT.get().is_none(),
-                "the destructor ran at once, not later"
-            );
-            assert!(common::eventually(Duration::from_secs(5), || DESTROYED_AT
-                .get()
-                .is_some()));
-            let after = DESTROYED_AT.get().unwrap().duration_since(released);
-            assert!(
-                after >= Duration::from_millis(50),
-                "the destructor ran after {after:?}"
-            );
-        }
-    }
+    { destructors_run_late() }
 );
+
+standin_test!(
+    user_object_destructors_run_later_under_the_h100_profile_too,
+    20,
+    &[H100],
+    { destructors_run_late() }
+);
+
+/// A graph's user object, released with the graph: its destructor runs on
+/// the destructor thread, at least 50 ms later.
+fn destructors_run_late() {
+    bind();
+    // SAFETY: driver calls with valid pointers throughout.
+    unsafe {
+        let mut g = std::ptr::null_mut();
+        ok(sys::cuGraphCreate(&mut g, 0));
+        let mut obj = std::ptr::null_mut();
+        ok(sys::cuUserObjectCreate(
+            &mut obj,
+            std::ptr::null_mut(),
+            Some(note_destroyed),
+            1,
+            1,
+        ));
+        ok(sys::cuGraphRetainUserObject(g, obj, 1, 1));
+        let released = std::time::Instant::now();
+        ok(sys::cuGraphDestroy(g));
+        assert!(
+            DESTROYED_AT.get().is_none(),
+            "the destructor ran at once, not later"
+        );
+        assert!(common::eventually(Duration::from_secs(5), || DESTROYED_AT
+            .get()
+            .is_some()));
+        let after = DESTROYED_AT.get().unwrap().duration_since(released);
+        assert!(
+            after >= Duration::from_millis(50),
+            "the destructor ran after {after:?}"
+        );
+    }
+}
 
 standin_test!(
     ipc_mappings_fault_once_the_exporter_frees_or_exits,
@@ -638,3 +737,93 @@ standin_test!(
         expect(unsafe { sys::cuStreamSynchronize(s) }, 700);
     }
 );
+
+/// `STREAMCOMM_STANDIN_REFUSE`: `ipc` refuses IPC export and open with
+/// `CUDA_ERROR_NOT_SUPPORTED` (801), `host-register` refuses
+/// `cuMemHostRegister_v2` (pinned allocations keep working), each refused
+/// entry point says so once on stderr; unset, both work. (An unknown word
+/// failing `cuInit` is a case of
+/// `every_process_says_it_runs_on_the_standin_and_with_which_profile`.)
+#[test]
+fn refuse_turns_ipc_and_host_registration_away_and_says_so() {
+    let name = "refuse_turns_ipc_and_host_registration_away_and_says_so";
+    if common::is_child(name) {
+        let refuse = std::env::var(REFUSE).unwrap_or_default();
+        let (ipc, register) = (refuse.contains("ipc"), refuse.contains("host-register"));
+        common::check_standin();
+        bind();
+        let d = common::alloc(4096);
+        let mut h = sys::CUipcMemHandle { reserved: [0; 64] };
+        // SAFETY: driver calls with valid pointers throughout.
+        unsafe {
+            for _ in 0..2 {
+                expect(sys::cuIpcGetMemHandle(&mut h, d), if ipc { 801 } else { 0 });
+            }
+            // Not a handle the stand-in made: INVALID_VALUE, unless refused first.
+            let zero = sys::CUipcMemHandle { reserved: [0; 64] };
+            let mut p = 0;
+            let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32;
+            for _ in 0..2 {
+                expect(
+                    sys::cuIpcOpenMemHandle_v2(&mut p, zero, flags),
+                    if ipc { 801 } else { 1 },
+                );
+            }
+            let mut host = vec![0u8; 8192];
+            for _ in 0..2 {
+                let r = sys::cuMemHostRegister_v2(host.as_mut_ptr().cast(), host.len(), 0);
+                expect(r, if register { 801 } else { 0 });
+                if !register {
+                    ok(sys::cuMemHostUnregister(host.as_mut_ptr().cast()));
+                }
+            }
+            // Pinned allocations are not registrations: they keep working.
+            let (pinned, pinned_dev) = common::mapped(64);
+            ok(sys::cuMemsetD8_v2(pinned_dev, 0x3c, 64));
+            assert_eq!(pinned.read_volatile(), 0x3c);
+            ok(sys::cuMemFreeHost(pinned.cast()));
+            ok(sys::cuMemFree_v2(d));
+        }
+        println!("{}", common::token(name));
+        return;
+    }
+    let said = |stderr: &str, call: &str, word: &str| {
+        stderr
+            .matches(&format!(
+                "{call} refused: STREAMCOMM_STANDIN_REFUSE names {word}: CUDA_ERROR_NOT_SUPPORTED"
+            ))
+            .count()
+    };
+    for refuse in [
+        None,
+        Some("ipc"),
+        Some("host-register"),
+        Some("host-register,ipc"),
+    ] {
+        let env: Vec<(&str, &str)> = refuse.iter().map(|r| (REFUSE, *r)).collect();
+        let child = common::run_child(name, &env, Duration::from_secs(20));
+        child.assert_ok(name);
+        let r = refuse.unwrap_or("");
+        let (ipc, register) = (r.contains("ipc"), r.contains("host-register"));
+        let e = &child.stderr;
+        assert_eq!(
+            said(e, "cuIpcGetMemHandle", "ipc"),
+            usize::from(ipc),
+            "{refuse:?}: {e}"
+        );
+        assert_eq!(
+            said(e, "cuIpcOpenMemHandle_v2", "ipc"),
+            usize::from(ipc),
+            "{refuse:?}: {e}"
+        );
+        assert_eq!(
+            said(e, "cuMemHostRegister_v2", "host-register"),
+            usize::from(register),
+            "{refuse:?}: {e}"
+        );
+        assert_eq!(
+            e.matches(" refused: ").count(),
+            2 * usize::from(ipc) + usize::from(register)
+        );
+    }
+}
