@@ -1,5 +1,5 @@
-//! Stream-ordered waits and writes on 32-bit words: `cuStreamWaitValue32_v2` /
-//! `cuStreamWriteValue32_v2` where the device supports stream memory
+//! Stream-ordered waits on 32- and 64-bit words and writes on 32-bit words:
+//! `cuStreamWaitValue32_v2`/`64_v2` and `cuStreamWriteValue32_v2` where the device supports stream memory
 //! operations, else the `sc_spin_wait` / `sc_spin_write` kernels.
 
 use std::time::Duration;
@@ -96,6 +96,42 @@ impl Signals {
         value: u32,
         cond: WaitCondition,
     ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.wait(stream, addr, u64::from(value), cond, false) }
+    }
+
+    /// [`Signals::wait_value32`] on a 64-bit word (`cuStreamWaitValue64_v2`).
+    ///
+    /// # Safety
+    /// `addr` must be a device-visible, 8-byte aligned word that stays valid
+    /// until the wait has run.
+    pub unsafe fn wait_value64(
+        &self,
+        stream: &Stream,
+        addr: CUdeviceptr,
+        value: u64,
+        cond: WaitCondition,
+    ) -> Result<()> {
+        if !addr.is_multiple_of(8) {
+            return Err(Error::invalid(format!(
+                "64-bit signal word address {addr:#x} is not 8-byte aligned"
+            )));
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.wait(stream, addr, value, cond, true) }
+    }
+
+    /// # Safety
+    /// As [`Signals::wait_value64`] for a `wide` word, else as
+    /// [`Signals::wait_value32`].
+    unsafe fn wait(
+        &self,
+        stream: &Stream,
+        addr: CUdeviceptr,
+        value: u64,
+        cond: WaitCondition,
+        wide: bool,
+    ) -> Result<()> {
         check_addr(addr)?;
         match (&self.path, &self.kernels) {
             (SignalPath::SpinKernel, Some(k)) => {
@@ -105,16 +141,24 @@ impl Signals {
                     timeout_ns: self.spin_timeout.as_nanos().min(u64::MAX as u128) as u64,
                     value,
                     cond: cond as u32,
+                    wide: u32::from(wide),
                 };
                 // SAFETY: the layout matches sc_spin_wait_args; the caller
                 // guarantees `addr`, and the status word lives in `self`.
                 unsafe { k.spin_wait.launch(stream, 1, 32, &args) }
             }
+            _ if wide => guarded("cuStreamWaitValue64", || {
+                self.device.bind()?;
+                // SAFETY: the caller guarantees `addr`; the stream is live.
+                check("cuStreamWaitValue64_v2", unsafe {
+                    sys::cuStreamWaitValue64_v2(stream.as_raw(), addr, value, cond as u32)
+                })
+            }),
             _ => guarded("cuStreamWaitValue32", || {
                 self.device.bind()?;
                 // SAFETY: the caller guarantees `addr`; the stream is live.
                 check("cuStreamWaitValue32_v2", unsafe {
-                    sys::cuStreamWaitValue32_v2(stream.as_raw(), addr, value, cond as u32)
+                    sys::cuStreamWaitValue32_v2(stream.as_raw(), addr, value as u32, cond as u32)
                 })
             }),
         }

@@ -41,15 +41,17 @@ struct sc_reduce_args {
 #define SC_WAIT_AND 2u
 #define SC_WAIT_NOR 3u
 
-// Arguments of sc_spin_wait: wait until the word at addr satisfies cond
-// against value, or until timeout_ns passes, then write 1 to *status.
+// Arguments of sc_spin_wait: wait until the word at addr (32 bits, or 64
+// with wide = 1) satisfies cond against value, or until timeout_ns passes,
+// then write 1 to *status.
 struct sc_spin_wait_args {
-  const volatile sc_u32* addr;  // offset 0
+  const volatile void* addr;    // offset 0
   volatile sc_u32* status;      // offset 8, set to 1 on timeout
   sc_u64 timeout_ns;            // offset 16
-  sc_u32 value;                 // offset 24
-  sc_u32 cond;                  // offset 28
-};                              // size 32
+  sc_u64 value;                 // offset 24
+  sc_u32 cond;                  // offset 32
+  sc_u32 wide;                  // offset 36, 1: a 64-bit word
+};                              // size 40
 
 // Arguments of sc_spin_write: *addr = value after all earlier work of the
 // stream is visible to the system (like cuStreamWriteValue32's default).

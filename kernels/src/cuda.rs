@@ -83,10 +83,12 @@ pub struct SpinWaitArgs {
     pub status: u64,
     /// Give up after this many nanoseconds.
     pub timeout_ns: u64,
-    /// Value compared with the word.
-    pub value: u32,
+    /// Value compared with the word (its low 32 bits for a 32-bit word).
+    pub value: u64,
     /// `CU_STREAM_WAIT_VALUE_*` condition (0 GEQ, 1 EQ, 2 AND, 3 NOR).
     pub cond: u32,
+    /// 1: the word is 64 bits wide; 0: 32 bits.
+    pub wide: u32,
 }
 
 /// `struct sc_spin_write_args`.
@@ -109,11 +111,12 @@ const _: () = {
     assert!(offset_of!(ReduceArgs, nsrcs) == 136);
     assert!(offset_of!(ReduceArgs, ndsts) == 140);
     assert!(offset_of!(ReduceArgs, avg_divisor) == 144);
-    assert!(size_of::<SpinWaitArgs>() == 32);
+    assert!(size_of::<SpinWaitArgs>() == 40);
     assert!(offset_of!(SpinWaitArgs, status) == 8);
     assert!(offset_of!(SpinWaitArgs, timeout_ns) == 16);
     assert!(offset_of!(SpinWaitArgs, value) == 24);
-    assert!(offset_of!(SpinWaitArgs, cond) == 28);
+    assert!(offset_of!(SpinWaitArgs, cond) == 32);
+    assert!(offset_of!(SpinWaitArgs, wide) == 36);
     assert!(size_of::<SpinWriteArgs>() == 16);
     assert!(offset_of!(SpinWriteArgs, value) == 8);
 };

@@ -62,7 +62,10 @@ fn spin_args_match_the_header() {
     let (fields, size) = header_layout("sc_spin_wait_args");
     assert_eq!(size, size_of::<SpinWaitArgs>());
     let names: Vec<&str> = fields.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names, ["addr", "status", "timeout_ns", "value", "cond"]);
+    assert_eq!(
+        names,
+        ["addr", "status", "timeout_ns", "value", "cond", "wide"]
+    );
     let offsets: Vec<usize> = fields.iter().map(|f| f.1).collect();
     assert_eq!(
         offsets,
@@ -71,7 +74,8 @@ fn spin_args_match_the_header() {
             offset_of!(SpinWaitArgs, status),
             offset_of!(SpinWaitArgs, timeout_ns),
             offset_of!(SpinWaitArgs, value),
-            offset_of!(SpinWaitArgs, cond)
+            offset_of!(SpinWaitArgs, cond),
+            offset_of!(SpinWaitArgs, wide)
         ]
     );
     let (fields, size) = header_layout("sc_spin_write_args");

@@ -92,7 +92,13 @@ impl FailureState {
     /// and tells every peer, so that their waits end now instead of at
     /// their timeout. Peers are told who is at fault, not who noticed.
     pub(crate) fn fail(&self, e: &Error, learned: Learned) {
-        let culprit = e.culprit().unwrap_or(self.rank);
+        self.fail_blaming(e, e.culprit().unwrap_or(self.rank), learned);
+    }
+
+    /// [`FailureState::fail`], naming `culprit` in the failure word peers
+    /// read: the rank at fault where `e` cannot say (a timeout waiting for
+    /// that rank).
+    pub(crate) fn fail_blaming(&self, e: &Error, culprit: usize, learned: Learned) {
         {
             let mut first = self.first.lock().unwrap_or_else(|p| p.into_inner());
             if first.is_none() {

@@ -403,12 +403,14 @@ impl CommInner {
                 }
                 match self.failure.raised_by() {
                     Some(r) if r == self.rank => Error::Aborted(format!(
-                        "{what}: the communicator was aborted, naming this rank as the one at fault (e.g. a call that did not match its peers')"
+                        "{what}: the communicator was aborted, naming this rank as the one at fault (e.g. a call that did not match its peers', or peers that timed out waiting for it)"
                     )),
                     Some(r) => Error::RemoteFailed {
                         peer: r,
                         op: what.to_string(),
-                        cause: "it failed, and the communicator was aborted".into(),
+                        cause: "the communicator was aborted naming it as the rank at fault (it \
+                                failed, or a peer timed out waiting for it)"
+                            .into(),
                     },
                     None => {
                         Error::Aborted(format!("{what} (waiting for {waiting_for}, peer {peer:?})"))

@@ -340,6 +340,18 @@ impl CudaComm {
                     let _ = shared.direct.set(direct);
                     None
                 }
+                // Every rank of one host could have taken the direct path:
+                // off is a fall-back (IPC, host registration, an allocation,
+                // another window size), which the GPU check must not pass.
+                // Ranks on other hosts are no fall-back: they stage (or
+                // use GPUDirect RDMA) by design.
+                Err(reason) if gpu_config.require_gpu && comm.local_size() == comm.size() => {
+                    return Err(Error::Unavailable(format!(
+                        "STREAMCOMM_REQUIRE_GPU=1, and the CUDA direct path is off on rank {}: \
+                         {reason}",
+                        comm.rank()
+                    )));
+                }
                 Err(reason) => {
                     // Never silent: the staged path moves every byte through
                     // host memory, which a user must be able to see.

@@ -88,11 +88,22 @@ pub(crate) trait DeviceQueue {
     unsafe fn enqueue_write_word(&self, addr: DevAddr, value: u32) -> Result<()>;
 
     /// Enqueues a wait until the flag word at `addr` is at least 1, then a
-    /// write of 0 (the doorbell rule of DESIGN.md §3).
+    /// write of 0 (the waiter resets the word, so a graph replay finds it at 0).
     ///
     /// # Safety
     /// As [`DeviceQueue::enqueue_raise_word`].
     unsafe fn enqueue_wait_word(&self, addr: DevAddr) -> Result<()>;
+
+    /// Enqueues a wait until the 64-bit flag slot at `addr` is non-zero,
+    /// then a write of 0 to its low 32 bits: the *arrival* half, which a
+    /// peer raises with [`DeviceQueue::enqueue_raise_word`]. The high half is
+    /// the *release* half, which only the host raises (after a failure) and
+    /// the stream never resets, so every wait on the slot passes from then on.
+    ///
+    /// # Safety
+    /// `addr` must be an 8-byte aligned slot the device can read and write,
+    /// valid while the wait can run (at every replay of a captured graph).
+    unsafe fn enqueue_wait_flag(&self, addr: DevAddr) -> Result<()>;
 
     /// Enqueues `dst[i] = op(srcs[0][i], ..., srcs[n-1][i])` for `count`
     /// elements of `dtype` (1..=8 sources; `dst` may be one of them); `Avg`

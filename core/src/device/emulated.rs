@@ -4,7 +4,7 @@
 //! Every other device test runs on a CUDA driver through the real queue.
 
 use std::any::Any;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -119,6 +119,27 @@ impl DeviceQueue for EmulatedQueue<'_> {
                 std::thread::yield_now();
             }
             word.store(0, Ordering::Relaxed);
+            Ok(())
+        })
+    }
+
+    unsafe fn enqueue_wait_flag(&self, addr: DevAddr) -> Result<()> {
+        self.stream.try_host_fn(move || {
+            // SAFETY: the caller guarantees an aligned, live slot. Its
+            // halves are also written as 32-bit words (by peers and the
+            // host): naturally aligned accesses of either size are
+            // single-copy atomic on the targets this runs on, as on the
+            // device.
+            let slot = unsafe { &*(addr as *const AtomicU64) };
+            let start = Instant::now();
+            while slot.load(Ordering::Acquire) == 0 {
+                if start.elapsed() > FLAG_WAIT_LIMIT {
+                    return Err(format!("flag slot {addr:#x} never raised"));
+                }
+                std::thread::yield_now();
+            }
+            // SAFETY: as above; the low half is the arrival word.
+            unsafe { &*(addr as *const AtomicU32) }.store(0, Ordering::Release);
             Ok(())
         })
     }

@@ -282,6 +282,80 @@ fn kernels_that_do_not_load_are_an_error_when_the_gpu_is_required() {
     launch_with(module_path!(), 1, DEFAULT_CUDA_WINDOW, "no-kernels", &env);
 }
 
+/// A driver that refuses CUDA IPC, or host-memory registration, turns the
+/// direct path off: each rank says why on stderr and in
+/// `direct_path_off()`, and collectives stage, checked; under
+/// `STREAMCOMM_REQUIRE_GPU=1` creation fails naming the reason instead.
+/// Only the stand-in can be told to refuse (`STREAMCOMM_STANDIN_REFUSE`).
+#[test]
+fn a_refused_window_mapping_is_visible_and_an_error_when_the_gpu_is_required() {
+    if !gpu_present() {
+        return;
+    }
+    if !streamcomm_gpu::Device::open(0).is_ok_and(|d| d.name().contains("stand-in")) {
+        streamcomm_testkit::skip(
+            &streamcomm_testkit::current_test(),
+            "only the CPU stand-in can be told to refuse IPC or host registration",
+        );
+        return;
+    }
+    for (refuse, why) in [
+        ("ipc", "cuIpcGetMemHandle"),
+        ("host-register", "cuMemHostRegister"),
+    ] {
+        for require in ["0", "1"] {
+            let env = [
+                ("STREAMCOMM_STANDIN_REFUSE", refuse.to_string()),
+                ("STREAMCOMM_REQUIRE_GPU", require.to_string()),
+                ("SC_REFUSED_WHY", why.to_string()),
+            ];
+            launch_with(module_path!(), 2, DEFAULT_CUDA_WINDOW, "refused", &env);
+        }
+    }
+}
+
+/// A rank of the test above.
+fn refused(comm: &Communicator) {
+    let why = std::env::var("SC_REFUSED_WHY").unwrap();
+    let required = std::env::var("STREAMCOMM_REQUIRE_GPU").is_ok_and(|v| v == "1");
+    let made = CudaComm::on_device(comm, 0);
+    if required {
+        let Err(e) = made else {
+            panic!("an error under STREAMCOMM_REQUIRE_GPU=1");
+        };
+        let msg = e.to_string();
+        assert!(
+            matches!(e, Error::Unavailable(_))
+                && msg.contains("STREAMCOMM_REQUIRE_GPU=1, and the CUDA direct path is off"),
+            "{msg}"
+        );
+        return;
+    }
+    let cuda = made.unwrap();
+    assert!(!cuda.uses_direct_path());
+    let off = cuda.direct_path_off().expect("a reason").to_string();
+    // The rank that met the refusal names it; the other says who could not.
+    assert!(
+        off.contains(&why) || off.contains("could not take part"),
+        "rank {}: {off}",
+        comm.rank()
+    );
+    let ctx = CudaContext::new(0).unwrap();
+    let s = ctx.new_stream().unwrap();
+    let (r, n) = (comm.rank(), comm.size());
+    let seed = streamcomm_testkit::seed();
+    let inputs: Vec<Vec<f64>> = (0..n).map(|q| data(seed, q, 1000)).collect();
+    let send = upload::<f32>(&s, &inputs[r]);
+    let mut recv = poisoned::<f32>(&s, 1000);
+    cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)
+        .unwrap();
+    let got = download(&s, &recv);
+    for (i, g) in got.iter().enumerate() {
+        let want: f64 = inputs.iter().map(|v| v[i]).sum();
+        assert_eq!(*g, want, "rank {r} element {i}");
+    }
+}
+
 /// A captured step on this rank, replayed with fresh data; returns mismatches.
 fn captured_step(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<String> {
     const COUNT: usize = 1 << 12;
@@ -552,6 +626,11 @@ fn child() {
                 && msg.contains("kernels"),
             "{msg}"
         );
+        streamcomm_testkit::child_ran();
+        return;
+    }
+    if scenario == "refused" {
+        refused(&comm);
         streamcomm_testkit::child_ran();
         return;
     }

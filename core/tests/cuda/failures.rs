@@ -73,12 +73,29 @@ fn a_peer_that_leaves_while_a_device_wait_needs_it_is_an_error() {
     launch(module_path!(), 2, SMALL, "left");
 }
 
+/// The direct path's clock: a peer that is alive, keeps its communicator,
+/// and never calls the collective the others wait for on the device. Every
+/// rank that waits ends with a timeout naming it, within
+/// `STREAMCOMM_TIMEOUT` of its stream reaching the wait (plus the watch's
+/// period); the absent rank finds the communicator failed when it returns.
+#[test]
+fn a_live_peer_that_never_arrives_times_out_naming_it() {
+    if !gpu_present() {
+        return;
+    }
+    let timeout = [("STREAMCOMM_TIMEOUT", ABSENT_TIMEOUT.as_secs().to_string())];
+    launch_with(module_path!(), 3, SMALL, "absent", &timeout);
+}
+
 #[test]
 fn one_rank_with_another_window_sends_every_rank_down_the_staged_path() {
     if !gpu_present() {
         return;
     }
-    launch(module_path!(), 3, SMALL, "odd-window");
+    // A deliberate fall-back: not an error even where the GPU check
+    // requires the direct path.
+    let allowed = [("STREAMCOMM_REQUIRE_GPU", "0".to_string())];
+    launch_with(module_path!(), 3, SMALL, "odd-window", &allowed);
 }
 
 #[test]
@@ -299,6 +316,7 @@ fn child() {
             streamcomm_testkit::child_ran();
             return;
         }
+        "absent" => absent(&cuda, &s),
         "odd-window" => {
             assert!(!cuda.uses_direct_path(), "rank {rank}, window {window}");
             let why = cuda.direct_path_off().expect("a reason");
@@ -407,15 +425,23 @@ fn dead(cuda: &CudaComm, s: &Arc<CudaStream>) {
         streamcomm_testkit::child_ran();
         std::process::exit(0);
     }
-    let send = upload::<f32>(s, &[1.0; 5000]);
-    let mut recv = poisoned::<f32>(s, 5000);
+    // DEAD_CHUNKS chunks: the stream must drain at once after the
+    // failure, not one flag round per watch period (which would take
+    // 2 x DEAD_CHUNKS x 100 ms).
+    let count = DEAD_CHUNKS * SMALL / 4;
+    let send = upload::<f32>(s, &vec![1.0; count]);
+    let mut recv = poisoned::<f32>(s, count);
     cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, s)
         .expect("enqueued before the peer died");
     let start = Instant::now();
     s.synchronize().expect("the stream drains");
     let waited = start.elapsed();
+    eprintln!(
+        "rank {}: {DEAD_CHUNKS} chunks drained {waited:?} after the call",
+        comm.rank()
+    );
     assert!(
-        waited < Duration::from_secs(20),
+        waited < Duration::from_secs(10),
         "released after {waited:?}"
     );
     let kept = cuda.async_error().expect("the error is kept");
@@ -425,6 +451,9 @@ fn dead(cuda: &CudaComm, s: &Arc<CudaStream>) {
     );
     assert!(cuda.barrier(s).is_err(), "later calls return the error");
 }
+
+/// Chunks of the all-reduce that `dead` leaves waiting.
+const DEAD_CHUNKS: usize = 256;
 
 /// Rank 1 takes part in one all-reduce, then leaves cleanly (drops its
 /// communicator) and lingers, alive, without calling the second: rank 0's
@@ -465,6 +494,53 @@ fn left(cuda: CudaComm, comm: Communicator, s: &Arc<CudaStream>) {
     // would.
     streamcomm_testkit::child_ran();
     std::process::exit(0);
+}
+
+/// The timeout of `absent`.
+const ABSENT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Rank 2 joins one all-reduce, then stays away (alive, communicator kept)
+/// while ranks 0 and 1 enqueue a second one and wait for it on the device.
+fn absent(cuda: &CudaComm, s: &Arc<CudaStream>) {
+    assert!(cuda.uses_direct_path(), "the direct path");
+    let rank = cuda.communicator().rank();
+    let send = upload::<f32>(s, &[1.0; 1000]);
+    let mut recv = poisoned::<f32>(s, 1000);
+    cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, s).unwrap();
+    assert!(download(s, &recv).iter().all(|&x| x == 3.0));
+    if rank == 2 {
+        // Away for longer than the others may wait.
+        std::thread::sleep(ABSENT_TIMEOUT * 3);
+        let enqueued = cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, s);
+        let start = Instant::now();
+        let _ = s.synchronize();
+        assert!(
+            start.elapsed() < ABSENT_TIMEOUT * 2,
+            "the absent rank's late call drains: {:?}",
+            start.elapsed()
+        );
+        let kept = enqueued.err().or_else(|| cuda.async_error());
+        let kept = kept.expect("the absent rank finds the communicator failed");
+        eprintln!("rank 2 (absent): {kept}");
+        assert!(kept.to_string().contains("this rank"), "{kept}");
+        return;
+    }
+    cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, s)
+        .expect("enqueued while the peer is away");
+    let start = Instant::now();
+    let _ = s.synchronize();
+    let waited = start.elapsed();
+    let kept = cuda.async_error().expect("the error is kept");
+    eprintln!("rank {rank}: {kept} after {waited:?}");
+    assert!(kept.to_string().contains("rank 2"), "names rank 2: {kept}");
+    // Within the timeout of the stream reaching the wait, give or take the
+    // watch's period and this loaded machine.
+    assert!(
+        waited >= ABSENT_TIMEOUT - Duration::from_millis(500)
+            && waited < ABSENT_TIMEOUT * 2 + Duration::from_secs(2),
+        "rank {rank} released after {waited:?}, timeout {ABSENT_TIMEOUT:?}"
+    );
+    assert!(cuda.barrier(s).is_err(), "later calls return the error");
 }
 
 /// How long the rank that left stays alive in `left`.

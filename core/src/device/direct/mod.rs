@@ -12,9 +12,9 @@
 //! 1. copy this rank's input into its own window;
 //! 2. *ready* round: raise this rank's word in every peer's flag area
 //!    (`cuStreamWriteValue32`, which first makes the copy visible), then wait
-//!    for every peer's word in its own flag area and reset it
-//!    (`cuStreamWaitValue32`, then a write of 0: the doorbell rule of
-//!    DESIGN.md §3, so a graph replay behaves like the first run);
+//!    for every peer's slot in its own flag area and reset its arrival half
+//!    (`cuStreamWaitValue64`, then a write of 0, so a graph replay behaves
+//!    like the first run; [`window`] says why a slot has two halves);
 //! 3. read the peers' windows: the NVRTC reduce kernel (NCCL's
 //!    `reduceCopy` shape, one source per rank; a copy out of a peer's
 //!    window is the kernel with one source), which first reads this rank's
@@ -159,7 +159,7 @@ fn enqueue_steps<Q: DeviceQueue>(
                     // SAFETY: as above.
                     unsafe {
                         queue.enqueue_write_word(awaited, value)?;
-                        queue.enqueue_wait_word(w.flag(me, *round, p))?;
+                        queue.enqueue_wait_flag(w.flag(me, *round, p))?;
                     }
                 }
                 let (awaited, _) = w.awaited_word(*round, me);

@@ -4,10 +4,15 @@
 //!
 //! ```text
 //! window of rank r (device memory, CUDA IPC):  data (capacity bytes)
-//! flags of rank r (POSIX shared memory):        ready[0..size] u32 | done[0..size] u32
+//! flags of rank r (POSIX shared memory):
+//!   ready[0..size] | done[0..size]     8-byte slots: arrival u32, release u32
+//!   abort u32 | closed[0..size] u32 | awaited u32
 //! ```
-//! `ready[p]` / `done[p]` are written by rank `p` (1 = "arrived") and reset
-//! to 0 by rank `r` once it has waited on them.
+//! The arrival half of `ready[p]` / `done[p]` is written by rank `p` (1 =
+//! "arrived") and reset to 0 by rank `r` once its stream has waited on the
+//! slot. The stream waits for the whole slot to be non-zero, so the release
+//! half, which only the host raises (after a failure) and nobody resets,
+//! lets every later wait pass at once: a failed stream drains without help.
 //!
 //! **Why the flags live in host memory.** A stream parked in a wait on a
 //! dead peer's flag is released by raising the flag for it
@@ -22,7 +27,7 @@
 //! of device memory.
 
 use std::any::Any;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -41,6 +46,23 @@ fn awaited_value(round: Round, from: usize) -> u32 {
         Round::Done => 2,
     };
     (r << 24) | (from as u32 + 1)
+}
+
+/// The bit the watch sets in the awaited word to mark a wait it has seen
+/// ([`Windows::mark_seen`]); the stream never writes it.
+const SEEN: u32 = 1 << 31;
+
+/// A wait of this rank's stream, as the host reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AwaitedWait {
+    /// The awaited word as read (mark included).
+    raw: u32,
+    /// The peer waited for.
+    pub(crate) from: usize,
+    /// Which of its slots.
+    pub(crate) round: Round,
+    /// True when the watch had marked it already.
+    pub(crate) seen: bool,
 }
 
 /// Which of a window's two flag arrays.
@@ -97,7 +119,7 @@ struct FlagArea {
 }
 
 impl FlagArea {
-    /// Bytes of a flag area for `size` ranks: the two flag arrays, the
+    /// Bytes of a flag area for `size` ranks: the two slot arrays, the
     /// abort word, one "closed" word per rank, then the "awaited" word, in
     /// whole pages (a registration covers pages).
     fn bytes(size: usize) -> usize {
@@ -115,12 +137,22 @@ impl FlagArea {
     /// Index of the word rank `p` raises once it no longer maps this
     /// rank's window (see [`Windows`]'s `Drop`).
     fn closed_index(size: usize, p: usize) -> usize {
-        2 * size + 1 + p
+        4 * size + 1 + p
     }
 
-    /// Index of the abort word: after the two flag arrays.
+    /// Index of the abort word: after the two slot arrays.
     fn abort_index(size: usize) -> usize {
-        2 * size
+        4 * size
+    }
+
+    /// Index of the arrival half of the slot that rank `from` raises in
+    /// `round` (the release half is the next word).
+    fn slot_index(size: usize, round: Round, from: usize) -> usize {
+        let array = match round {
+            Round::Ready => 0,
+            Round::Done => size,
+        };
+        2 * (array + from)
     }
 
     /// Registers `segment` with `device`: the area and its device address.
@@ -138,7 +170,7 @@ impl FlagArea {
         ))
     }
 
-    /// The word at index `i` (of `2 * size`), as the host sees it.
+    /// The 32-bit word at index `i`, as the host sees it.
     fn word(&self, i: usize) -> &AtomicU32 {
         assert!(
             4 * (i + 1) <= self.segment.len(),
@@ -404,13 +436,10 @@ impl Windows {
         self.bases[owner]
     }
 
-    /// The flag word in `owner`'s window that rank `from` raises in `round`.
+    /// The flag slot in `owner`'s flag area that rank `from` raises in
+    /// `round`: 8-byte aligned, its first 32-bit word the arrival half.
     pub(crate) fn flag(&self, owner: usize, round: Round, from: usize) -> DevAddr {
-        let array = match round {
-            Round::Ready => 0,
-            Round::Done => self.size,
-        };
-        self.flag_bases[owner] + 4 * (array + from) as u64
+        self.flag_bases[owner] + 4 * FlagArea::slot_index(self.size, round, from) as u64
     }
 
     /// True when `addr` lies in a peer's data window (not this rank's).
@@ -436,6 +465,55 @@ impl Windows {
         (addr, awaited_value(round, from))
     }
 
+    /// The wait this rank's stream is in now, read from the host: the
+    /// awaited word names a peer whose slot is not raised yet.
+    pub(crate) fn current_wait(&self) -> Option<AwaitedWait> {
+        let flags = self.own_flags.as_ref()?;
+        let raw = flags
+            .word(FlagArea::awaited_index(self.size))
+            .load(Ordering::Acquire);
+        let word = raw & !SEEN;
+        let from = (word & 0xff_ffff).checked_sub(1)? as usize;
+        let round = match word >> 24 {
+            1 => Round::Ready,
+            2 => Round::Done,
+            _ => return None,
+        };
+        if from >= self.size || from == self.rank {
+            return None;
+        }
+        let slot = FlagArea::slot_index(self.size, round, from);
+        let raised = flags.word(slot).load(Ordering::Acquire) != 0
+            || flags.word(slot + 1).load(Ordering::Acquire) != 0;
+        (!raised).then_some(AwaitedWait {
+            raw,
+            from,
+            round,
+            seen: raw & SEEN != 0,
+        })
+    }
+
+    /// Marks `wait` as seen by the watch, unless the stream wrote the
+    /// awaited word since it was read: true when marked. The stream's next
+    /// write of the word (before its next wait, or 0 after the round)
+    /// clears the mark, so a mark still there later means the stream has
+    /// not moved since: the same fixed values recur at every call, and the
+    /// mark is what tells one long wait from many short ones.
+    pub(crate) fn mark_seen(&self, wait: &AwaitedWait) -> bool {
+        let Some(flags) = &self.own_flags else {
+            return false;
+        };
+        flags
+            .word(FlagArea::awaited_index(self.size))
+            .compare_exchange(
+                wait.raw,
+                wait.raw | SEEN,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+
     /// The peer this rank's stream waits for now, if it waits for one whose
     /// word is not raised yet and who has left: it closed its mapping of
     /// this rank's window (its communicator is gone, so it will never
@@ -444,47 +522,36 @@ impl Windows {
     /// raises its word before it can close).
     pub(crate) fn awaiting_departed(&self, alive: &dyn Fn(usize) -> bool) -> Option<usize> {
         let flags = self.own_flags.as_ref()?;
-        let awaited = flags
-            .word(FlagArea::awaited_index(self.size))
-            .load(Ordering::Acquire);
-        let from = (awaited & 0xff_ffff).checked_sub(1)? as usize;
-        let array = match awaited >> 24 {
-            1 => 0,
-            2 => self.size,
-            _ => return None,
-        };
-        if from >= self.size || from == self.rank {
-            return None;
-        }
+        let wait = self.current_wait()?;
         let closed = flags
-            .word(FlagArea::closed_index(self.size, from))
+            .word(FlagArea::closed_index(self.size, wait.from))
             .load(Ordering::Acquire)
             != 0;
-        let gone = closed || !alive(from);
-        let raised = flags.word(array + from).load(Ordering::Acquire) != 0;
-        // Still the same wait: the stream had not moved on meanwhile.
-        let same = flags
-            .word(FlagArea::awaited_index(self.size))
-            .load(Ordering::Acquire)
-            == awaited;
-        (gone && !raised && same).then_some(from)
+        let gone = closed || !alive(wait.from);
+        // Still the same wait, not raised meanwhile.
+        let same = self
+            .current_wait()
+            .is_some_and(|now| now.raw & !SEEN == wait.raw & !SEEN);
+        (gone && same).then_some(wait.from)
     }
 
-    /// After a failure: raises this rank's abort word, then every peer's
-    /// flag word in this rank's flag area, from the host, so every stream
-    /// wait on them passes and no kernel after them touches a peer's
-    /// window (a dead peer's memory may be gone). The data the stream
-    /// writes then is not to be trusted.
+    /// After a failure: raises this rank's abort word, then the release
+    /// half of every slot in this rank's flag area, from the host, so every
+    /// stream wait on them passes, now and at every later call or graph
+    /// replay (the stream never resets a release half), and no kernel after
+    /// them touches a peer's window (a dead peer's memory may be gone). The
+    /// data the stream writes then is not to be trusted.
     pub(crate) fn abort_and_release(&self) {
         let Some(flags) = &self.own_flags else { return };
-        // First, with release order: a wait that sees a flag raised below
+        // First, with release order: a wait that sees a slot raised below
         // lets a kernel run that must see the abort word too.
         flags
             .word(FlagArea::abort_index(self.size))
             .store(1, Ordering::Release);
         for p in (0..self.size).filter(|&p| p != self.rank) {
-            for array in [0, self.size] {
-                flags.word(array + p).store(1, Ordering::Release);
+            for round in [Round::Ready, Round::Done] {
+                let slot = FlagArea::slot_index(self.size, round, p);
+                flags.word(slot + 1).store(1, Ordering::Release);
             }
         }
     }
@@ -497,46 +564,17 @@ impl Windows {
 
 impl Drop for Windows {
     fn drop(&mut self) {
+        // After a failure, this rank's streams may still hold waits on its
+        // flag slots; their release halves stay raised (no stream resets
+        // them), so those streams drain while the window is freed.
         let peer_windows = std::mem::take(&mut self.peer_windows);
         let peer_flags = std::mem::take(&mut self.peer_flags);
         let own = self.own_window.take();
-        let this: &Windows = self;
-        // After a failure, this rank's streams may still hold waits on its
-        // flag words (the watch that kept raising them stops before this
-        // drop), and freeing the window waits for those streams: keep
-        // raising the words meanwhile, so the streams drain instead of
-        // hanging the drop.
-        let stop = AtomicBool::new(false);
-        std::thread::scope(|scope| {
-            if this.aborted() {
-                let raiser = std::thread::Builder::new()
-                    .name("streamcomm-window-drain".into())
-                    .spawn_scoped(scope, || {
-                        while !stop.load(Ordering::Acquire) {
-                            this.abort_and_release();
-                            std::thread::sleep(Duration::from_millis(1));
-                        }
-                    });
-                if let Err(e) = raiser {
-                    tracing::warn!("direct path: no thread to drain the streams on drop: {e}");
-                }
-            }
-            this.leave(peer_windows, peer_flags, own);
-            stop.store(true, Ordering::Release);
-        });
+        self.leave(peer_windows, peer_flags, own);
     }
 }
 
 impl Windows {
-    /// True once this rank's abort word is raised (a failure).
-    fn aborted(&self) -> bool {
-        self.own_flags.as_ref().is_some_and(|f| {
-            f.word(FlagArea::abort_index(self.size))
-                .load(Ordering::Acquire)
-                != 0
-        })
-    }
-
     /// What a drop does: unmaps the peers' windows (telling each), then
     /// frees this rank's window once no peer maps it.
     fn leave(

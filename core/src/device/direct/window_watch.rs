@@ -9,19 +9,28 @@
 //! not wait for a peer that has left, cleanly or not (the window's awaited
 //! word names the peer a wait is for), and that the communicator has not failed
 //! (a peer's failure reaches it through the communicator's failure word).
-//! A peer that is alive and never arrives is not caught here (the stream's
-//! wait has no clock of its own yet): it is caught when it leaves.
+//!
+//! **A peer that is alive and never arrives.** A stream wait has no clock,
+//! so the watch keeps one: when it finds the stream in a wait (the awaited
+//! word names a peer whose slot is not raised) it marks the awaited word
+//! and notes the time. The stream rewrites that word before its next wait
+//! and after the round, which clears the mark; a mark still there a
+//! timeout later (`STREAMCOMM_TIMEOUT`) means the stream has waited for
+//! that peer all along, and the communicator fails with
+//! [`crate::Error::Timeout`] naming it. The clock starts when the watch first
+//! sees the wait, at most one period after the stream reached it.
+//!
 //! On the first failure it fails the communicator (peers learn it too) and
-//! from then on keeps raising every flag word of this rank's window, so
-//! every wait already enqueued (or captured in a graph) passes within a
-//! period: the stream drains, the data it wrote is not to be trusted, and
-//! the error is kept ([`crate::Communicator::async_error`]) and returned by
-//! every later call, as on the staged path.
+//! raises the release half of every flag slot of this rank's window, so
+//! every wait already enqueued (or captured in a graph, or enqueued later)
+//! passes at once: the stream drains, the data it wrote is not to be
+//! trusted, and the error is kept ([`crate::Communicator::async_error`])
+//! and returned by every later call, as on the staged path.
 
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::window::Windows;
+use super::window::{AwaitedWait, Round, Windows};
 use crate::comm::failure::Learned;
 use crate::comm::inner::CommInner;
 use crate::engine::Periodic;
@@ -44,6 +53,10 @@ struct Watch {
     comm: Weak<CommInner>,
     windows: Arc<Windows>,
     alive: Liveness,
+    /// The wait the watch marked, and when it first saw it.
+    marked: Option<(AwaitedWait, Instant)>,
+    /// How long a wait may last.
+    timeout: Duration,
 }
 
 impl WindowWatch {
@@ -62,11 +75,13 @@ impl WindowWatch {
             comm: Arc::downgrade(&comm.inner),
             windows,
             alive,
+            marked: None,
+            timeout: comm.config().timeout,
         })));
         let theirs = watch.clone();
         let timer = Periodic::new(period, move || {
-            let watch = theirs.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(w) = watch.as_ref() else {
+            let mut watch = theirs.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(w) = watch.as_mut() else {
                 return false;
             };
             let Some(inner) = w.comm.upgrade() else {
@@ -82,12 +97,12 @@ impl WindowWatch {
 
 impl Drop for WindowWatch {
     fn drop(&mut self) {
-        let watch = self.watch.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let mut watch = self.watch.lock().unwrap_or_else(|p| p.into_inner()).take();
         // One last look before the watch stops: a failure (or a dead peer)
         // seen since its last period raises the abort word now, so that
         // the windows' drop drains this rank's streams instead of waiting
         // for them for ever.
-        if let Some(w) = &watch
+        if let Some(w) = &mut watch
             && let Some(inner) = w.comm.upgrade()
         {
             look(&Communicator { inner }, w);
@@ -96,35 +111,86 @@ impl Drop for WindowWatch {
     }
 }
 
-/// One look: a dead peer fails the communicator; once it failed, every
-/// flag word of this rank's window is raised, so every wait enqueued
-/// passes.
-fn look(comm: &Communicator, w: &Watch) {
-    let windows = &w.windows;
+/// One look: a dead peer, one that left while this rank's stream waits for
+/// it, or a wait longer than the timeout fails the communicator; once it
+/// failed, every flag slot of this rank's window is released, so every wait
+/// enqueued passes.
+fn look(comm: &Communicator, w: &mut Watch) {
     if comm.async_error().is_none() {
-        let dead =
-            (0..windows.size()).find(|&p| p != windows.rank() && !(w.alive)(p, windows.pids()[p]));
-        // A peer that left cleanly is no failure in itself (it may exit
-        // while this rank finishes), but it is when this rank's stream
-        // waits for a word it will never raise.
-        let process_alive = |p: usize| super::window::process_alive(windows.pids()[p]);
-        let error = match (dead, windows.awaiting_departed(&process_alive)) {
-            (Some(peer), _) => Error::RemoteFailed {
-                peer,
-                op: "a direct-path device operation".into(),
-                cause: format!("process {} exited", windows.pids()[peer]),
-            },
-            (None, Some(peer)) => Error::RemoteFailed {
-                peer,
-                op: "a direct-path device operation".into(),
-                cause: format!(
-                    "it left (closed its communicator or exited) while rank {} waited for it",
-                    windows.rank()
-                ),
-            },
-            (None, None) => return,
+        let Some((error, culprit)) = trouble(w) else {
+            return;
         };
-        comm.inner.failure.fail(&error, Learned::PeerWatch);
+        comm.inner
+            .failure
+            .fail_blaming(&error, culprit, Learned::PeerWatch);
     }
-    windows.abort_and_release();
+    w.windows.abort_and_release();
+}
+
+/// What is wrong, if anything, and the rank at fault.
+fn trouble(w: &mut Watch) -> Option<(Error, usize)> {
+    let windows = &w.windows;
+    let op = || "a direct-path device operation".to_string();
+    let dead =
+        (0..windows.size()).find(|&p| p != windows.rank() && !(w.alive)(p, windows.pids()[p]));
+    if let Some(peer) = dead {
+        let cause = format!("process {} exited", windows.pids()[peer]);
+        return Some((
+            Error::RemoteFailed {
+                peer,
+                op: op(),
+                cause,
+            },
+            peer,
+        ));
+    }
+    // A peer that left cleanly is no failure in itself (it may exit while
+    // this rank finishes), but it is when this rank's stream waits for a
+    // word it will never raise.
+    let process_alive = |p: usize| super::window::process_alive(windows.pids()[p]);
+    if let Some(peer) = windows.awaiting_departed(&process_alive) {
+        let cause = format!(
+            "it left (closed its communicator or exited) while rank {} waited for it",
+            windows.rank()
+        );
+        return Some((
+            Error::RemoteFailed {
+                peer,
+                op: op(),
+                cause,
+            },
+            peer,
+        ));
+    }
+    let Some(wait) = windows.current_wait() else {
+        w.marked = None;
+        return None;
+    };
+    match w.marked {
+        Some((marked, since))
+            if wait.seen && marked.from == wait.from && marked.round == wait.round =>
+        {
+            let waited = since.elapsed();
+            let error = || Error::Timeout {
+                op: op(),
+                what: format!(
+                    "rank {} to reach the same call (its {} flag; it is alive but has not \
+                     arrived)",
+                    wait.from,
+                    match wait.round {
+                        Round::Ready => "ready",
+                        Round::Done => "done",
+                    }
+                ),
+                waited_ms: waited.as_millis() as u64,
+            };
+            (waited >= w.timeout).then(|| (error(), wait.from))
+        }
+        _ => {
+            // A wait not seen before (or the stream moved on and came back
+            // to the same one, which cleared the mark): its clock starts now.
+            w.marked = windows.mark_seen(&wait).then(|| (wait, Instant::now()));
+            None
+        }
+    }
 }
