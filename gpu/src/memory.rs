@@ -97,20 +97,24 @@ impl DeviceBuffer {
 
     /// Sets every byte to `value` and waits until the device has done it.
     ///
-    /// `cuMemsetD8` is asynchronous for device memory and ordered only with
-    /// the legacy default stream, so without the wait a kernel on a
-    /// non-blocking [`crate::Stream`] could read the buffer before the fill
-    /// (or the fill could land after the kernel's writes). Waiting for the
-    /// legacy stream here makes the fill complete on return, like the
-    /// copies of this type.
+    /// The fill runs on a private non-blocking stream, which is all it
+    /// waits for: the legacy default stream (with which every blocking
+    /// stream synchronises) is left alone, so a fill neither invalidates
+    /// another thread's capture on a blocking stream nor waits for that
+    /// thread's work.
     pub fn fill(&mut self, value: u8) -> Result<()> {
-        guarded("cuMemsetD8", || {
+        let stream = crate::Stream::new(&self.device)?;
+        guarded("cuMemsetD8Async", || {
             self.device.bind()?;
-            // SAFETY: the whole requested range belongs to the allocation.
-            check("cuMemsetD8_v2", unsafe {
-                sys::cuMemsetD8_v2(self.ptr, value, self.len)
+            // SAFETY: the whole range belongs to the allocation, which
+            // outlives the wait below; the stream is live.
+            check("cuMemsetD8Async", unsafe {
+                sys::cuMemsetD8Async(self.ptr, value, self.len, stream.as_raw())
             })?;
-            legacy_sync()
+            // SAFETY: as above.
+            check("cuStreamSynchronize", unsafe {
+                sys::cuStreamSynchronize(stream.as_raw())
+            })
         })
     }
 
@@ -126,9 +130,9 @@ impl DeviceBuffer {
 }
 
 /// Waits for the legacy default stream. The "synchronous" `cuMemcpyHtoD` (from
-/// pageable memory) and `cuMemsetD8` may return before the device has finished,
-/// and they are ordered only with the legacy stream, not with the non-blocking
-/// streams of this crate.
+/// pageable memory) may return before the device has finished, and it is
+/// ordered only with the legacy stream, not with the non-blocking streams of
+/// this crate.
 fn legacy_sync() -> Result<()> {
     // SAFETY: the null handle is the legacy default stream of the current context.
     check("cuStreamSynchronize", unsafe {

@@ -112,10 +112,9 @@ fn exclusive_second() {
     println!("refused as it should be: {msg}");
 }
 
-/// `cuMemsetD8` is ordered only with the legacy stream: a fill must be done
-/// when `fill` returns, or a copy on a non-blocking stream reads the buffer
-/// before it. The legacy stream is held back by a stream wait so that an
-/// unfinished fill shows every time.
+/// A fill must be done when `fill` returns, or a copy on a non-blocking
+/// stream reads the buffer before it. The legacy stream is held back by a
+/// stream wait: a fill that ran on it (or waited for it) would show.
 #[test]
 fn a_fill_is_done_before_other_streams_read_the_buffer() {
     let Some(device) =
@@ -159,6 +158,77 @@ fn a_fill_is_done_before_other_streams_read_the_buffer() {
         stale, 0,
         "the copy read {stale} bytes before the fill landed"
     );
+}
+
+/// Filling (how the direct path zeroes its windows at creation) while
+/// another thread captures a *blocking* stream leaves that capture valid: a
+/// fill that touched or waited for the legacy default stream would join
+/// the capture's stream implicitly and invalidate it. In a process of its
+/// own: the other tests of this binary use the legacy stream meanwhile.
+#[test]
+fn a_fill_leaves_another_threads_capture_on_a_blocking_stream_alone() {
+    if common::device_or_skip("a_fill_leaves_another_threads_capture_on_a_blocking_stream_alone")
+        .is_none()
+    {
+        return;
+    }
+    let proof = streamcomm_testkit::ChildProof::new("fill during a blocking capture");
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+    child
+        .args(streamcomm_testkit::child_args(
+            module_path!(),
+            "fill_during_a_blocking_capture",
+        ))
+        .envs([proof.env()]);
+    let out = streamcomm_testkit::run_limited(child, LONG);
+    assert!(
+        out.status.success(),
+        "{}",
+        streamcomm_testkit::output_text(&out)
+    );
+    proof.assert_ran(1);
+}
+
+/// The body of the test above, in a process of its own.
+#[test]
+#[ignore = "run by a_fill_leaves_another_threads_capture_on_a_blocking_stream_alone"]
+fn fill_during_a_blocking_capture() {
+    let device = streamcomm_gpu::Device::open(0).unwrap();
+    // SAFETY: the primary context of an open device.
+    let bound = unsafe { streamcomm_gpu::driver::sys::cuCtxSetCurrent(device.as_raw()) };
+    assert_eq!(bound as u32, 0, "cuCtxSetCurrent");
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; flags 0 make a blocking stream of the
+    // current (primary) context.
+    let created = unsafe { streamcomm_gpu::driver::sys::cuStreamCreate(&mut raw, 0) };
+    assert_eq!(created as u32, 0, "cuStreamCreate");
+    // SAFETY: `raw` is a stream of the primary context, destroyed below
+    // after its last use.
+    let blocking = unsafe { Stream::from_raw(&device, raw) };
+    let (began, ended) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+    let graph = std::thread::scope(|scope| {
+        let capture = scope.spawn(|| {
+            blocking.begin_capture().unwrap();
+            began.wait();
+            ended.wait();
+            blocking.end_capture()
+        });
+        began.wait();
+        let mut buf = DeviceBuffer::alloc(&device, 1 << 16).unwrap();
+        buf.fill(0).unwrap();
+        ended.wait();
+        capture.join().unwrap()
+    });
+    assert!(
+        graph.is_ok(),
+        "the capture survives a fill: {:?}",
+        graph.err()
+    );
+    drop(graph);
+    // SAFETY: the stream's last use was the capture above.
+    let destroyed = unsafe { streamcomm_gpu::driver::sys::cuStreamDestroy_v2(raw) };
+    assert_eq!(destroyed as u32, 0, "cuStreamDestroy");
+    streamcomm_testkit::child_ran();
 }
 
 #[test]

@@ -130,9 +130,19 @@ __device__ __forceinline__ void sc_reduce_copy(const sc_reduce_args& a) {
   }
 }
 
+// The abort word lives in host memory: one thread per block reads it (one
+// PCIe read per block, not one per thread) and the block returns as one.
+// The kernels never wait, so there is no loop that would need to re-read it.
+__device__ __forceinline__ bool sc_aborted(const volatile sc_u32* abort) {
+  __shared__ sc_u32 seen;
+  if (threadIdx.x == 0) seen = abort != 0 ? *abort : 0u;
+  __syncthreads();
+  return seen != 0u;
+}
+
 #define SC_KERNEL(NAME, T, OP, AVG)                                                        \
   extern "C" __global__ void __launch_bounds__(512) sc_reduce_copy_##NAME(struct sc_reduce_args a) { \
-    if (a.abort != 0 && *a.abort != 0u) return;                                             \
+    if (sc_aborted(a.abort)) return;                                                        \
     sc_reduce_copy<T, OP, AVG>(a);                                                          \
   }
 #define SC_KERNELS(NAME, T)                    \
