@@ -340,27 +340,28 @@ impl CudaComm {
                     let _ = shared.direct.set(direct);
                     None
                 }
-                // Every rank of one host could have taken the direct path:
-                // off is a fall-back (IPC, host registration, an allocation,
-                // another window size), which the GPU check must not pass.
-                // Ranks on other hosts are no fall-back: they stage (or
-                // use GPUDirect RDMA) by design.
-                Err(reason) if gpu_config.require_gpu && comm.local_size() == comm.size() => {
+                // A fall-back (IPC, host registration, an allocation,
+                // window sizes, kernels) must not pass the GPU check; the
+                // ranks' placement (another host, threads of one process
+                // on other devices) rules the path out by design.
+                Err(off) if gpu_config.require_gpu && !off.by_design => {
                     return Err(Error::Unavailable(format!(
                         "STREAMCOMM_REQUIRE_GPU=1, and the CUDA direct path is off on rank {}: \
-                         {reason}",
-                        comm.rank()
+                         {}",
+                        comm.rank(),
+                        off.reason
                     )));
                 }
-                Err(reason) => {
+                Err(off) => {
                     // Never silent: the staged path moves every byte through
                     // host memory, which a user must be able to see.
                     eprintln!(
                         "streamcomm: rank {}: the CUDA direct path is off, so collectives \
-                         are staged through host memory: {reason}",
-                        comm.rank()
+                         are staged through host memory: {}",
+                        comm.rank(),
+                        off.reason
                     );
-                    Some(reason)
+                    Some(off.reason)
                 }
             }
         };

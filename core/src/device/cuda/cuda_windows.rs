@@ -24,6 +24,10 @@ pub(crate) struct CudaWindows<'a> {
 }
 
 impl WindowDevice for CudaWindows<'_> {
+    fn ordinal(&self) -> u32 {
+        self.device.ordinal() as u32
+    }
+
     fn alloc(&self, bytes: usize) -> Result<(DevAddr, Vec<u8>, Box<dyn Any + Send + Sync>)> {
         let mut buf = DeviceBuffer::alloc(self.device, bytes).map_err(gpu_error)?;
         buf.fill(0).map_err(gpu_error)?;

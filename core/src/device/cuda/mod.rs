@@ -13,7 +13,7 @@ use streamcomm_gpu::{Device, Kernels};
 
 use crate::comm::peer_watch::peer_gone;
 use crate::device::direct::Direct;
-use crate::device::direct::window::WindowDevice;
+use crate::device::direct::window::{Off, WindowDevice};
 use crate::device::direct::window_watch::WATCH_PERIOD;
 use crate::{Communicator, Error, Result};
 use cuda_windows::CudaWindows;
@@ -44,7 +44,7 @@ pub(crate) fn establish_direct(
     comm: &Communicator,
     device: &Device,
     kernels: Option<&Kernels>,
-) -> Result<std::result::Result<Direct, String>> {
+) -> Result<std::result::Result<Direct, Off>> {
     // Nothing here may return early: every rank must join the exchange.
     let inner = comm.inner.clone();
     let source = CudaWindows { device };

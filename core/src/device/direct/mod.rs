@@ -51,7 +51,7 @@ use super::graveyard::Graveyard;
 use crate::comm::failure::Learned;
 use crate::{Communicator, DataType, ReduceOp, Result};
 use steps::{DirectStep, direct_steps};
-use window::{WindowDevice, Windows};
+use window::{Off, WindowDevice, Windows};
 use window_watch::{Liveness, WindowWatch};
 
 /// The direct path of one communicator on one device.
@@ -64,7 +64,7 @@ pub(crate) struct Direct {
 impl Direct {
     /// Sets up the direct path of `comm` (a collective call: every rank
     /// makes it): windows of `capacity` data bytes from `source`, mapped by
-    /// every rank, and their watch. `Err(reason)`, on every rank alike,
+    /// every rank, and their watch. `Err(off)`, on every rank alike,
     /// where the path cannot be used (a rank without `source` still joins
     /// the exchange so that every rank decides alike).
     pub(crate) fn establish(
@@ -73,10 +73,10 @@ impl Direct {
         capacity: usize,
         alive: Liveness,
         period: Duration,
-    ) -> Result<std::result::Result<Direct, String>> {
+    ) -> Result<std::result::Result<Direct, Off>> {
         let windows = match Windows::establish(comm, source, capacity)? {
             Ok(w) => Arc::new(w),
-            Err(reason) => return Ok(Err(reason)),
+            Err(off) => return Ok(Err(off)),
         };
         let watch = WindowWatch::start(comm, windows.clone(), alive, period)?;
         Ok(Ok(Direct {

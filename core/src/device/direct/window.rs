@@ -76,13 +76,30 @@ pub(crate) enum Round {
 
 /// Bytes of one rank's exchange record.
 const RECORD: usize = 192;
+/// Offset of the device's ordinal in a record.
+const ORDINAL: usize = 28;
 /// Offset of the device-specific payload in a record (at most 96 bytes).
 const PAYLOAD: usize = 32;
 /// Offset of the flag area's shared-memory name in a record.
 const FLAG_NAME: usize = 128;
 
+/// Why the direct path is off, alike on every rank.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Off {
+    /// This rank's reason, or which ranks could not take part.
+    pub(crate) reason: String,
+    /// True where the ranks' placement rules the path out (a rank on
+    /// another host, threads of one process on different devices): no
+    /// fall-back from something that should have worked. Decided from the
+    /// exchanged records alone, so every rank decides alike.
+    pub(crate) by_design: bool,
+}
+
 /// What a device offers to build windows.
 pub(crate) trait WindowDevice {
+    /// Which device of this host the windows live on.
+    fn ordinal(&self) -> u32;
+
     /// A zeroed allocation of `bytes`: its device address, the bytes
     /// (at most `128 - 32`) another process of this host opens it with, and
     /// what keeps it alive.
@@ -272,7 +289,7 @@ impl Windows {
         comm: &Communicator,
         device: Option<&dyn WindowDevice>,
         capacity: usize,
-    ) -> Result<std::result::Result<Windows, String>> {
+    ) -> Result<std::result::Result<Windows, Off>> {
         if capacity < MIN_CAPACITY {
             return Err(Error::invalid(format!(
                 "direct-path window of {capacity} bytes: at least {MIN_CAPACITY} are needed"
@@ -317,10 +334,14 @@ impl Windows {
                 (0, 0, None)
             }
         };
+        if let Some(d) = device {
+            record[ORDINAL..ORDINAL + 4].copy_from_slice(&d.ordinal().to_le_bytes());
+        }
         record[4..8].copy_from_slice(&std::process::id().to_le_bytes());
         record[8..16].copy_from_slice(&host_hash().to_le_bytes());
         record[16..24].copy_from_slice(&(capacity as u64).to_le_bytes());
         let all = gather_bytes(comm, &record)?;
+        let by_design = placement_rules_out(&all, rank);
 
         let mut bases = vec![0; size];
         let mut flag_bases = vec![0; size];
@@ -355,6 +376,14 @@ impl Windows {
             }
             let len = u16::from_le_bytes([rec[24], rec[25]]) as usize;
             let same_process = pids[p] == std::process::id();
+            if same_process && rec[ORDINAL..ORDINAL + 4] != record[ORDINAL..ORDINAL + 4] {
+                off = Some(format!(
+                    "rank {p} is a thread of this process on another CUDA device (threads \
+                     share windows only on one device)"
+                ));
+                ok = false;
+                continue;
+            }
             let Some(device) = device else { continue };
             let name = String::from_utf8_lossy(&rec[FLAG_NAME..FLAG_NAME + rec[26] as usize]);
             let mapped = device
@@ -397,9 +426,10 @@ impl Windows {
             }
             closed?;
             let unable: Vec<usize> = (0..size).filter(|&p| votes[p] != 1).collect();
-            return Ok(Err(off.unwrap_or_else(|| {
+            let reason = off.unwrap_or_else(|| {
                 format!("rank(s) {unable:?} could not take part (each says why)")
-            })));
+            });
+            return Ok(Err(Off { reason, by_design }));
         }
         Ok(Ok(Windows {
             rank,
@@ -632,6 +662,23 @@ impl Windows {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+}
+
+/// True when the ranks' placement, read from every rank's record, rules the
+/// direct path out: a rank on another host than `rank`'s, or two ranks of
+/// one process on different devices.
+fn placement_rules_out(all: &[u8], rank: usize) -> bool {
+    let records: Vec<&[u8]> = all.chunks_exact(RECORD).collect();
+    let host = |r: &[u8]| r[8..16].to_vec();
+    let pid = |r: &[u8]| r[4..8].to_vec();
+    let ordinal = |r: &[u8]| r[ORDINAL..ORDINAL + 4].to_vec();
+    let another_host = records.iter().any(|r| host(r) != host(records[rank]));
+    let split_process = records.iter().any(|a| {
+        records
+            .iter()
+            .any(|b| a[0] == 1 && b[0] == 1 && pid(a) == pid(b) && ordinal(a) != ordinal(b))
+    });
+    another_host || split_process
 }
 
 /// True unless process `pid` (of this host) is known to be gone.
