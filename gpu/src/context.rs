@@ -1,5 +1,6 @@
 //! A CUDA device and its primary context.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use crate::driver::probe;
@@ -187,12 +188,54 @@ impl Device {
         guarded("cuDeviceGetAttribute", || attribute(self.inner.dev, attr))
     }
 
-    /// Makes the primary context current on the calling thread.
+    /// Makes the primary context current on the calling thread (inside
+    /// [`Device::bound`], only when another is).
     pub(crate) fn bind(&self) -> Result<()> {
+        let known = BOUND.with(Cell::get);
+        if !known.is_null() && known == self.inner.ctx {
+            return Ok(());
+        }
         // SAFETY: the context is retained for as long as `self` lives.
         check("cuCtxSetCurrent", unsafe {
             sys::cuCtxSetCurrent(self.inner.ctx)
-        })
+        })?;
+        if !known.is_null() {
+            BOUND.with(|b| b.set(self.inner.ctx));
+        }
+        Ok(())
+    }
+
+    /// Runs `f` with the primary context made current once: the calls `f`
+    /// makes through this crate do not make it current again each (one
+    /// `cuCtxSetCurrent` for a whole collective's stream operations, not
+    /// one per operation). Only this crate's code may run inside `f`: a
+    /// context made current behind its back would go unnoticed.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), streamcomm_gpu::Error> {
+    /// let device = streamcomm_gpu::Device::open(0)?;
+    /// let stream = streamcomm_gpu::Stream::new(&device)?;
+    /// device.bound(|| stream.synchronize_timeout(std::time::Duration::from_secs(5)))??;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// A context that cannot be made current (then `f` does not run).
+    pub fn bound<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
+        let outer = BOUND.with(Cell::get);
+        BOUND.with(|b| b.set(std::ptr::null_mut()));
+        let made = self.bind();
+        let result = made.map(|()| {
+            BOUND.with(|b| b.set(self.inner.ctx));
+            f()
+        });
+        // The context current now stays current: an enclosing scope goes on
+        // knowing it (null, where a bind failed: then it knows nothing and
+        // every later bind makes its context current).
+        if outer.is_null() {
+            BOUND.with(|b| b.set(std::ptr::null_mut()));
+        }
+        result
     }
 
     /// Waits for all work on the device (`cuCtxSynchronize`).
@@ -208,6 +251,12 @@ impl Device {
     pub fn as_raw(&self) -> sys::CUcontext {
         self.inner.ctx
     }
+}
+
+thread_local! {
+    /// Inside [`Device::bound`]: the context current on this thread (null
+    /// outside, where every bind makes its context current).
+    static BOUND: Cell<sys::CUcontext> = const { Cell::new(std::ptr::null_mut()) };
 }
 
 /// The error of a context the driver refused with

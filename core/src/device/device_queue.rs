@@ -106,8 +106,9 @@ pub(crate) trait DeviceQueue {
     unsafe fn enqueue_wait_flag(&self, addr: DevAddr) -> Result<()>;
 
     /// Enqueues `dst[i] = op(srcs[0][i], ..., srcs[n-1][i])` for `count`
-    /// elements of `dtype` (1..=8 sources; `dst` may be one of them); `Avg`
-    /// divides the sum by `avg_divisor`. When it runs, the reduction first
+    /// elements of `dtype` into every `dst` of `dsts` (1..=8 sources, 1..=8
+    /// destinations; a destination may be a source); `Avg` divides the sum
+    /// by `avg_divisor`. When it runs, the reduction first
     /// reads the 32-bit word at `abort` (0: none) and touches nothing if it
     /// is raised.
     ///
@@ -121,11 +122,18 @@ pub(crate) trait DeviceQueue {
         dtype: DataType,
         op: ReduceOp,
         srcs: &[DevAddr],
-        dst: DevAddr,
+        dsts: &[DevAddr],
         count: usize,
         avg_divisor: u32,
         abort: DevAddr,
     ) -> Result<()>;
+
+    /// Runs `f`, which enqueues several operations, with the per-call
+    /// set-up they share made once (for CUDA: the context made current
+    /// once, not once per operation).
+    fn batched<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        f()
+    }
 
     /// Drops what `graveyard` holds (which may free device or pinned
     /// memory), where the device allows it now: a driver refuses frees

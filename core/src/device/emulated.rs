@@ -149,12 +149,12 @@ impl DeviceQueue for EmulatedQueue<'_> {
         dtype: DataType,
         op: ReduceOp,
         srcs: &[DevAddr],
-        dst: DevAddr,
+        dsts: &[DevAddr],
         count: usize,
         avg_divisor: u32,
         abort: DevAddr,
     ) -> Result<()> {
-        let srcs = srcs.to_vec();
+        let (srcs, dsts) = (srcs.to_vec(), dsts.to_vec());
         let bytes = count * dtype.size();
         self.stream.try_host_fn(move || {
             // SAFETY: the caller keeps the word valid while this can run.
@@ -163,7 +163,7 @@ impl DeviceQueue for EmulatedQueue<'_> {
             }
             // SAFETY: the caller guarantees `count` elements at every
             // address while this runs; the result is built apart and copied
-            // last, so `dst` may be a source.
+            // last, so a destination may be a source.
             let view = |a: DevAddr| unsafe { std::slice::from_raw_parts(a as *const u8, bytes) };
             let mut acc = view(srcs[0]).to_vec();
             let step = if op == ReduceOp::Avg {
@@ -179,8 +179,10 @@ impl DeviceQueue for EmulatedQueue<'_> {
                 streamcomm_kernels::divide(dtype, &mut acc, avg_divisor as usize)
                     .map_err(|e| e.to_string())?;
             }
-            // SAFETY: as above.
-            unsafe { std::ptr::copy(acc.as_ptr(), dst as *mut u8, bytes) };
+            for &dst in &dsts {
+                // SAFETY: as above.
+                unsafe { std::ptr::copy(acc.as_ptr(), dst as *mut u8, bytes) };
+            }
             Ok(())
         })
     }

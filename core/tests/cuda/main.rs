@@ -13,3 +13,4 @@ mod failures;
 mod grouped;
 mod nccl;
 mod split;
+mod traffic;

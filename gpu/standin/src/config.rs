@@ -14,6 +14,7 @@
 //! | `STREAMCOMM_STANDIN_COMPUTE_MODE` | 0 (DEFAULT) | 0 (DEFAULT) | 0 (DEFAULT) |
 //! | `STREAMCOMM_STANDIN_STRICT` | 0 | 0 | 0 |
 //! | `STREAMCOMM_STANDIN_REFUSE` | empty | empty | empty |
+//! | `STREAMCOMM_STANDIN_COUNTS` | 0 | 0 | 0 |
 //! | `STREAMCOMM_STANDIN_MACHINE_ID` | empty | empty | empty |
 //! | `CUDA_DEVICE_MAX_CONNECTIONS` | 8 | 8 | 8 |
 //! | `STREAMCOMM_STANDIN_DEVICES` | 1 | 1 | 1 |
@@ -154,6 +155,9 @@ pub struct Config {
     /// default empty, in every profile): entry points that return
     /// `CUDA_ERROR_NOT_SUPPORTED`, saying once that this variable refused them.
     pub refuse: Refuse,
+    /// `STREAMCOMM_STANDIN_COUNTS` (`0`/`1`; default 0): print this
+    /// process's counts ([`crate::counters`]) on stderr at exit.
+    pub counts: bool,
 }
 
 /// The configuration, read at first call.
@@ -200,6 +204,7 @@ fn read(var: &dyn Fn(&str) -> Option<String>) -> Config {
     let gdr = strict_num("STREAMCOMM_STANDIN_GDR", gpu.into(), &flag, "0 or 1") == 1;
     let gdr_flush = strict_num("STREAMCOMM_STANDIN_GDR_FLUSH", gdr.into(), &flag, "0 or 1") == 1;
     let strict = strict_num("STREAMCOMM_STANDIN_STRICT", 0, &flag, "0 or 1") == 1;
+    let counts = strict_num("STREAMCOMM_STANDIN_COUNTS", 0, &flag, "0 or 1") == 1;
     let compute_mode = strict_num(
         "STREAMCOMM_STANDIN_COMPUTE_MODE",
         COMPUTE_DEFAULT.into(),
@@ -257,6 +262,7 @@ fn read(var: &dyn Fn(&str) -> Option<String>) -> Config {
         strict,
         destructor_delay: Duration::from_millis(delay_ms as u64),
         refuse,
+        counts,
         problems,
     }
 }

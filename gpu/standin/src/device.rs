@@ -158,6 +158,9 @@ pub(crate) extern "C" fn cuInit(flags: c_uint) -> u32 {
             return Err(INVALID_VALUE);
         }
         let cfg = config();
+        if cfg.counts {
+            crate::counters::print_at_exit_once();
+        }
         say_once(
             "profile".into(),
             &format!(

@@ -154,6 +154,7 @@ pub(crate) fn run(ctx: &Context, work: &Work) -> Result<(), Fault> {
         Work::DeviceCopy { dst, src, len } => {
             let s = device(*src, *len, "a device-to-device copy (source)")?;
             let d = device(*dst, *len, "a device-to-device copy (destination)")?;
+            crate::counters::read(&s, *len);
             // SAFETY: both translated ranges hold `len` bytes.
             unsafe { std::ptr::copy(s.ptr, d.ptr, *len) };
         }

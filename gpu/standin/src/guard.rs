@@ -35,6 +35,7 @@ pub(crate) fn say_once(key: String, line: &str) {
 
 /// Runs the body of entry point `name`, mapping its result to a `CUresult`.
 pub(crate) fn entry(name: &'static str, body: impl FnOnce() -> Res<()>) -> CUresult {
+    crate::counters::call(name);
     if IN_HOST_FN.with(Cell::get) {
         if crate::config::config().strict {
             say(&format!(

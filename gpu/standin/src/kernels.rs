@@ -260,7 +260,9 @@ fn reduce_typed<T: Elem>(op: ReduceOp, a: &ReduceArgs) -> Result<(), Fault> {
     let mut srcs = Vec::with_capacity(nsrcs);
     for &p in &a.srcs[..nsrcs] {
         check_aligned(p, size as u64, name)?;
-        srcs.push(device(p, bytes, name)?);
+        let source = device(p, bytes, name)?;
+        crate::counters::read(&source, bytes);
+        srcs.push(source);
     }
     let mut dsts = Vec::with_capacity(a.ndsts as usize);
     for &p in &a.dsts[..a.ndsts as usize] {

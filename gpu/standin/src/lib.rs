@@ -73,6 +73,7 @@ mod capture;
 pub mod config;
 mod context;
 mod copy;
+mod counters;
 mod device;
 mod error;
 mod error_table;

@@ -78,6 +78,14 @@ pub(crate) struct Mapped {
 }
 
 impl Mapped {
+    /// True when the range lies in an imported CUDA IPC mapping: another
+    /// process's device memory.
+    pub(crate) fn imported(&self) -> bool {
+        self.region
+            .as_ref()
+            .is_some_and(|r| matches!(r.kind, Kind::Ipc { .. }))
+    }
+
     /// Why device work may not touch this range now, if it may not: a
     /// stream-ordered allocation its stream has not reached, or an IPC
     /// mapping whose exporter freed the memory or exited.

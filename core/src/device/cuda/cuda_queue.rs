@@ -97,6 +97,10 @@ impl DeviceQueue for CudaQueue<'_> {
         Ok(CudaSignal { bell })
     }
 
+    fn batched<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.stream.device().bound(f).map_err(gpu_error)?
+    }
+
     fn bury(&self, graveyard: &Graveyard) {
         // Frees may synchronise, which a capturing stream refuses: leave
         // them for a call outside capture (or the communicator's drop).
@@ -171,7 +175,7 @@ impl DeviceQueue for CudaQueue<'_> {
         dtype: DataType,
         op: ReduceOp,
         srcs: &[DevAddr],
-        dst: DevAddr,
+        dsts: &[DevAddr],
         count: usize,
         avg_divisor: u32,
         abort: DevAddr,
@@ -181,7 +185,7 @@ impl DeviceQueue for CudaQueue<'_> {
             .ok_or_else(|| Error::Unavailable("the reduce kernels are not loaded".into()))?;
         let work = ReduceCopy {
             srcs,
-            dsts: &[dst],
+            dsts,
             count,
             avg_divisor,
         };

@@ -22,10 +22,12 @@
 //! 4. *done* round, the same way: no rank overwrites its window with the
 //!    next chunk before every peer has read it.
 //!
-//! Why two rounds suffice with fixed values: a rank raises a peer's *ready*
-//! word for call k+1 only after its own *done* round of call k, which needs
-//! that peer's *done* word, which the peer raises only after it reset the
-//! *ready* word of call k (stream order). The same holds for *done*.
+//! Why fixed values suffice: a rank raises a peer's word of a round only
+//! after its own previous round, which needs that peer's word of that
+//! previous round, which the peer raises only after it reset its word of
+//! the round's last use (stream order; no plan repeats a round back to
+//! back). The two-shot all-reduce adds a *reduced* round between *ready*
+//! and *done* ([`steps`] says when).
 //!
 //! Every step is a copy, a stream memory operation or a kernel: capturable,
 //! and no host function runs per call (a captured graph keeps the windows
@@ -100,7 +102,7 @@ impl Communicator {
         let Some(steps) = direct_steps(call, w)? else {
             return Ok(false);
         };
-        let result = enqueue_steps(queue, w, call, &steps);
+        let result = queue.batched(|| enqueue_steps(queue, w, call, &steps));
         if let Err(e) = &result {
             // Part of the call may be on the stream: the peers' flag rounds
             // no longer line up with this rank's, so fail rather than drift.
@@ -135,7 +137,7 @@ fn enqueue_steps<Q: DeviceQueue>(
                         DataType::U8,
                         ReduceOp::Sum,
                         &[*src],
-                        *dst,
+                        &[*dst],
                         *bytes,
                         1,
                         w.abort_word(),
@@ -166,14 +168,14 @@ fn enqueue_steps<Q: DeviceQueue>(
                 // SAFETY: as above.
                 unsafe { queue.enqueue_write_word(awaited, 0)? };
             }
-            DirectStep::Reduce { srcs, dst, count } => {
+            DirectStep::Reduce { srcs, dsts, count } => {
                 // SAFETY: as above.
                 unsafe {
                     queue.enqueue_reduce(
                         call.dtype,
                         call.op,
                         srcs,
-                        *dst,
+                        dsts,
                         *count,
                         size as u32,
                         w.abort_word(),

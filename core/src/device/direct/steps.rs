@@ -15,9 +15,10 @@
 //!   [`DirectStep::Arrive`] round instead writes the constant 1 and waits for at
 //!   least 1, then writes 0 back into its own flag area, so the same nodes are
 //!   right at every replay. The reset cannot erase a later raise: a peer
-//!   raises the same word again only after a round of the other kind
-//!   (`Ready` and `Done` alternate), which this rank joins after its reset.
-//!   Flag words are 32 bits because those stream operations are.
+//!   raises the same word again only after a round of another kind (no
+//!   plan has the same round twice in a row), which this rank joins only
+//!   after its reset. Arrival words are 32 bits because those stream
+//!   operations are.
 //! - **No slots, no messages.** The windows are device memory mapped by
 //!   every rank of the host, so data moves by copies into and out of them
 //!   ([`DirectStep::Copy`]) and reductions read every rank's window at once
@@ -29,7 +30,20 @@
 //!   "every rank of the host has reached this point", all-to-all over a
 //!   handful of ranks (at most [`MAX_SOURCES`] for a reduction), so there
 //!   is no algorithm to choose and nothing for the barrier simulator to
-//!   prove beyond what the window's two alternating rounds give.
+//!   prove beyond what the window's rounds give: *ready*, then *done* per
+//!   chunk, with *reduced* between them in the two-shot all-reduce.
+//!
+//! # Two plans for all-reduce
+//!
+//! Below [`TWO_SHOT_MIN_BYTES`], or with two ranks, the *one-shot* plan:
+//! every rank reads every peer's window in full and reduces it (two
+//! rounds a chunk; each rank reads `(n - 1) S` bytes from peers). Above
+//! it the *two-shot* plan ([`two_shot_steps`]): reduce-scatter then
+//! all-gather through the windows (three rounds a chunk; `2 (n - 1) / n S`
+//! bytes from peers). The stand-in counts the bytes each process reads
+//! through imported windows, and `core/tests/cuda/traffic.rs` holds the
+//! two-shot plan to `1.15 x 2 (n - 1) / n S` for 2 to 8 ranks. Chunks are
+//! not pipelined: one stream runs them one after the other.
 
 use super::window::{Round, Windows};
 use crate::device::DevAddr;
@@ -56,12 +70,13 @@ pub(crate) enum DirectStep {
     /// Raise this rank's word of `round` in every peer's flag area, then wait
     /// for (and reset) every peer's word in this rank's flag area.
     Arrive(Round),
-    /// `dst = op(srcs...)` over `count` elements.
+    /// `dst = op(srcs...)` over `count` elements, for every `dst` of `dsts`.
     Reduce {
         /// One source per rank, in rank order.
         srcs: Vec<DevAddr>,
-        /// Destination (the caller's buffer).
-        dst: DevAddr,
+        /// Destinations (the caller's buffer, and this rank's window where
+        /// peers read the result).
+        dsts: Vec<DevAddr>,
         /// Elements.
         count: usize,
     },
@@ -139,6 +154,12 @@ pub(crate) fn direct_steps(call: &DeviceCall, w: &Windows) -> Result<Option<Vec<
         ]));
     }
     let esz = call.dtype.size();
+    if collective == Collective::AllReduce
+        && two_shot(size, count * esz)
+        && two_shot_chunk(w.capacity(), esz, size) > 0
+    {
+        return Ok(Some(two_shot_steps(w, esz, count, &ends)));
+    }
     // Blocks per window: one per rank where every rank sends every rank its own.
     let blocks = match collective {
         Collective::ReduceScatter | Collective::AllToAll => size,
@@ -166,7 +187,7 @@ pub(crate) fn direct_steps(call: &DeviceCall, w: &Windows) -> Result<Option<Vec<
                 if ends.recv.is_some() {
                     steps.push(DirectStep::Reduce {
                         srcs: all(0),
-                        dst: el(recv, o),
+                        dsts: vec![el(recv, o)],
                         count: k,
                     });
                 }
@@ -196,7 +217,7 @@ pub(crate) fn direct_steps(call: &DeviceCall, w: &Windows) -> Result<Option<Vec<
                 steps.push(DirectStep::Arrive(Round::Ready));
                 steps.push(DirectStep::Reduce {
                     srcs: all(rank),
-                    dst: el(recv, o),
+                    dsts: vec![el(recv, o)],
                     count: k,
                 });
             }
@@ -214,4 +235,76 @@ pub(crate) fn direct_steps(call: &DeviceCall, w: &Windows) -> Result<Option<Vec<
         steps.push(DirectStep::Arrive(Round::Done));
     }
     Ok(Some(steps))
+}
+
+/// Smallest all-reduce, in bytes, that takes the two-shot plan (where more
+/// than two ranks take part): below it the one-shot plan's two flag rounds
+/// cost less than the bytes the third round saves.
+pub(crate) const TWO_SHOT_MIN_BYTES: usize = 256 << 10;
+
+/// True when an all-reduce of `bytes` over `size` ranks takes the two-shot
+/// plan. With two ranks both plans read the same bytes from the peer.
+pub(crate) fn two_shot(size: usize, bytes: usize) -> bool {
+    size > 2 && bytes >= TWO_SHOT_MIN_BYTES
+}
+
+/// Elements of one two-shot chunk for `size` ranks in windows of
+/// `capacity` bytes: a chunk of input and one rank's share of its result
+/// fit, and shares are whole 16-element groups (16-byte aligned).
+pub(crate) fn two_shot_chunk(capacity: usize, esz: usize, size: usize) -> usize {
+    let unit = 16 * size;
+    capacity / esz * size / (size + 1) / unit * unit
+}
+
+/// The two-shot all-reduce (reduce-scatter, then all-gather, through the
+/// windows): per chunk of `k` elements, every rank copies its input into
+/// its window; *ready*; each rank reduces its share (`k / size`, in whole
+/// 16-element groups) of every rank's window into its output and into the
+/// second part of its own window; *reduced*; each rank copies every peer's
+/// share out of the peer's window; *done*. Each rank reads `2 (n - 1) / n`
+/// of the bytes from peers, where the one-shot plan reads `n - 1` times
+/// them.
+fn two_shot_steps(w: &Windows, esz: usize, count: usize, ends: &Ends) -> Vec<DirectStep> {
+    let (rank, size) = (w.rank(), w.size());
+    let chunk = two_shot_chunk(w.capacity(), esz, size);
+    let (send, recv) = (ends.send.unwrap_or(0), ends.recv.unwrap_or(0));
+    let el = |base: DevAddr, i: usize| base + (i * esz) as u64;
+    // Where each rank's share of the result sits in its window.
+    let share_at = |p: usize| el(w.data(p), chunk);
+    let mut steps = Vec::new();
+    for o in (0..count).step_by(chunk) {
+        let k = chunk.min(count - o);
+        let part = k.div_ceil(size).div_ceil(16) * 16;
+        let share = |p: usize| {
+            let lo = (p * part).min(k);
+            (lo, (lo + part).min(k))
+        };
+        steps.push(DirectStep::Copy {
+            dst: w.data(rank),
+            src: el(send, o),
+            bytes: k * esz,
+        });
+        steps.push(DirectStep::Arrive(Round::Ready));
+        let (lo, hi) = share(rank);
+        if hi > lo {
+            steps.push(DirectStep::Reduce {
+                srcs: (0..size).map(|p| el(w.data(p), lo)).collect(),
+                dsts: vec![el(recv, o + lo), share_at(rank)],
+                count: hi - lo,
+            });
+        }
+        steps.push(DirectStep::Arrive(Round::Reduced));
+        for p in (0..size).filter(|&p| p != rank) {
+            let (lo, hi) = share(p);
+            if hi > lo {
+                steps.push(DirectStep::Copy {
+                    dst: el(recv, o + lo),
+                    src: share_at(p),
+                    bytes: (hi - lo) * esz,
+                });
+            }
+        }
+        steps.push(DirectStep::Arrive(Round::Done));
+    }
+    steps
 }

@@ -5,10 +5,12 @@
 //! ```text
 //! window of rank r (device memory, CUDA IPC):  data (capacity bytes)
 //! flags of rank r (POSIX shared memory):
-//!   ready[0..size] | done[0..size]     8-byte slots: arrival u32, release u32
+//!   ready[0..size] | reduced[0..size] | done[0..size]
+//!                                      8-byte slots: arrival u32, release u32
 //!   abort u32 | closed[0..size] u32 | awaited u32
 //! ```
-//! The arrival half of `ready[p]` / `done[p]` is written by rank `p` (1 =
+//! The arrival half of a slot `ready[p]`, `reduced[p]` or `done[p]` is
+//! written by rank `p` (1 =
 //! "arrived") and reset to 0 by rank `r` once its stream has waited on the
 //! slot. The stream waits for the whole slot to be non-zero, so the release
 //! half, which only the host raises (after a failure) and nobody resets,
@@ -41,11 +43,7 @@ use crate::{Communicator, Error, Result};
 /// The value of the awaited word while a stream waits for `from`'s word
 /// of `round` (0: it waits for nobody).
 fn awaited_value(round: Round, from: usize) -> u32 {
-    let r = match round {
-        Round::Ready => 1u32,
-        Round::Done => 2,
-    };
-    (r << 24) | (from as u32 + 1)
+    ((round as u32 + 1) << 24) | (from as u32 + 1)
 }
 
 /// The bit the watch sets in the awaited word to mark a wait it has seen
@@ -65,13 +63,29 @@ pub(crate) struct AwaitedWait {
     pub(crate) seen: bool,
 }
 
-/// Which of a window's two flag arrays.
+/// Which of a window's three flag arrays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Round {
     /// "My input is in my window."
-    Ready,
+    Ready = 0,
+    /// "My share of the reduction is in my window" (two-shot all-reduce).
+    Reduced = 1,
     /// "I have finished reading your window."
-    Done,
+    Done = 2,
+}
+
+impl Round {
+    /// Every round, in flag-array order.
+    pub(crate) const ALL: [Round; 3] = [Round::Ready, Round::Reduced, Round::Done];
+
+    /// The round's name in messages.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Round::Ready => "ready",
+            Round::Reduced => "reduced",
+            Round::Done => "done",
+        }
+    }
 }
 
 /// Bytes of one rank's exchange record.
@@ -136,7 +150,7 @@ struct FlagArea {
 }
 
 impl FlagArea {
-    /// Bytes of a flag area for `size` ranks: the two slot arrays, the
+    /// Bytes of a flag area for `size` ranks: the three slot arrays, the
     /// abort word, one "closed" word per rank, then the "awaited" word, in
     /// whole pages (a registration covers pages).
     fn bytes(size: usize) -> usize {
@@ -154,22 +168,18 @@ impl FlagArea {
     /// Index of the word rank `p` raises once it no longer maps this
     /// rank's window (see [`Windows`]'s `Drop`).
     fn closed_index(size: usize, p: usize) -> usize {
-        4 * size + 1 + p
+        FlagArea::abort_index(size) + 1 + p
     }
 
-    /// Index of the abort word: after the two slot arrays.
+    /// Index of the abort word: after the slot arrays (two words a slot).
     fn abort_index(size: usize) -> usize {
-        4 * size
+        2 * Round::ALL.len() * size
     }
 
     /// Index of the arrival half of the slot that rank `from` raises in
     /// `round` (the release half is the next word).
     fn slot_index(size: usize, round: Round, from: usize) -> usize {
-        let array = match round {
-            Round::Ready => 0,
-            Round::Done => size,
-        };
-        2 * (array + from)
+        2 * (round as usize * size + from)
     }
 
     /// Registers `segment` with `device`: the area and its device address.
@@ -504,11 +514,7 @@ impl Windows {
             .load(Ordering::Acquire);
         let word = raw & !SEEN;
         let from = (word & 0xff_ffff).checked_sub(1)? as usize;
-        let round = match word >> 24 {
-            1 => Round::Ready,
-            2 => Round::Done,
-            _ => return None,
-        };
+        let round = *Round::ALL.get(((word >> 24) as usize).checked_sub(1)?)?;
         if from >= self.size || from == self.rank {
             return None;
         }
@@ -579,7 +585,7 @@ impl Windows {
             .word(FlagArea::abort_index(self.size))
             .store(1, Ordering::Release);
         for p in (0..self.size).filter(|&p| p != self.rank) {
-            for round in [Round::Ready, Round::Done] {
+            for round in Round::ALL {
                 let slot = FlagArea::slot_index(self.size, round, p);
                 flags.word(slot + 1).store(1, Ordering::Release);
             }

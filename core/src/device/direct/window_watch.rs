@@ -30,7 +30,7 @@
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use super::window::{AwaitedWait, Round, Windows};
+use super::window::{AwaitedWait, Windows};
 use crate::comm::failure::Learned;
 use crate::comm::inner::CommInner;
 use crate::engine::Periodic;
@@ -177,10 +177,7 @@ fn trouble(w: &mut Watch) -> Option<(Error, usize)> {
                     "rank {} to reach the same call (its {} flag; it is alive but has not \
                      arrived)",
                     wait.from,
-                    match wait.round {
-                        Round::Ready => "ready",
-                        Round::Done => "done",
-                    }
+                    wait.round.name()
                 ),
                 waited_ms: waited.as_millis() as u64,
             };

@@ -1,0 +1,219 @@
+//! What the direct path costs, counted by the CPU stand-in: the bytes each
+//! rank's device work reads from other processes' windows (what crosses
+//! NVLink on a GPU node), and the driver calls one collective makes. Only
+//! the stand-in counts (`streamcomm_standin_counters`); on a GPU these
+//! tests skip.
+//!
+//! The all-reduce above the two-shot threshold reads at most
+//! `1.15 x 2 (n - 1) / n` of its bytes from peers for n = 2..8, every
+//! element checked (out of place, in place, and captured in a graph and
+//! replayed with fresh data).
+
+use std::sync::Arc;
+
+use streamcomm::Communicator;
+use streamcomm::ReduceOp;
+use streamcomm::cuda::CudaComm;
+use streamcomm::cuda::cudarc::driver::{CudaContext, CudaStream, sys};
+
+use crate::backend::{data, download, gpu_present, launch, poisoned, upload};
+
+/// The windows of these tests: small, so that a call is many chunks.
+const WINDOW: usize = 64 << 10;
+
+/// Chunks per all-reduce (at least 8, as the bound is stated for).
+const CHUNKS: usize = 8;
+
+/// Most driver calls of one 8-rank one-chunk all-reduce on the memop path:
+/// per flag round, a write to each of 7 peers and, per peer, the awaited
+/// word, the wait and the reset (29), two rounds, a copy, a kernel, one
+/// context switch and one capture query: 67 measured (126 before the
+/// context was made current once per call).
+const ALL_REDUCE_CALLS: u64 = 70;
+
+/// Most driver calls of one 8-rank stream barrier on the memop path: the
+/// two flag rounds and their set-up, 65 measured.
+const BARRIER_CALLS: u64 = 68;
+
+#[test]
+fn all_reduce_reads_at_most_two_n_minus_one_over_n_of_its_bytes_from_peers() {
+    if !gpu_present() || !on_stand_in() {
+        return;
+    }
+    for n in 2..=8 {
+        launch(module_path!(), n, WINDOW, "traffic");
+    }
+}
+
+/// True on the stand-in, which counts; a skip elsewhere.
+fn on_stand_in() -> bool {
+    if counters().is_some() {
+        return true;
+    }
+    streamcomm_testkit::skip(
+        &streamcomm_testkit::current_test(),
+        "only the CPU stand-in counts the bytes read through IPC windows and the driver calls",
+    );
+    false
+}
+
+type Counters = unsafe extern "C" fn(*mut u64, usize) -> usize;
+type Reset = unsafe extern "C" fn();
+
+/// The stand-in's counters, if the loaded libcuda is the stand-in.
+fn counters() -> Option<(Counters, Reset)> {
+    let name = c"libcuda.so.1";
+    // SAFETY: RTLD_NOLOAD only looks up a library already loaded.
+    let lib = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    if lib.is_null() {
+        return None;
+    }
+    // SAFETY: a live handle; the symbols' types are the stand-in's.
+    unsafe {
+        let read = libc::dlsym(lib, c"streamcomm_standin_counters".as_ptr());
+        let reset = libc::dlsym(lib, c"streamcomm_standin_reset_counters".as_ptr());
+        (!read.is_null() && !reset.is_null()).then(|| {
+            (
+                std::mem::transmute::<*mut libc::c_void, Counters>(read),
+                std::mem::transmute::<*mut libc::c_void, Reset>(reset),
+            )
+        })
+    }
+}
+
+/// Runs `f` with the counters cleared first; returns (driver calls, bytes
+/// read through imported windows) during `f`.
+fn counted(f: impl FnOnce()) -> (u64, u64) {
+    let (read, reset) = counters().expect("the stand-in");
+    // SAFETY: the stand-in's functions, as declared.
+    unsafe { reset() };
+    f();
+    let mut out = [0u64; 2];
+    // SAFETY: two writable slots.
+    let n = unsafe { read(out.as_mut_ptr(), out.len()) };
+    assert_eq!(n, 2);
+    (out[0], out[1])
+}
+
+/// One rank of the tests above.
+#[test]
+#[ignore = "a rank of the tests above"]
+fn child() {
+    let seed = streamcomm_testkit::seed();
+    let comm = Communicator::from_env().unwrap();
+    let ctx = CudaContext::new(0).unwrap();
+    let cuda = CudaComm::new(&comm, ctx.clone()).unwrap();
+    assert!(cuda.uses_direct_path(), "{:?}", cuda.direct_path_off());
+    let s = ctx.new_stream().unwrap();
+    let (r, n) = (comm.rank(), comm.size());
+    // Whole chunks of the plan the size takes, then an odd tail.
+    let chunk = if n > 2 {
+        WINDOW / 4 * n / (n + 1) / (16 * n) * (16 * n)
+    } else {
+        WINDOW / 4 / 16 * 16
+    };
+    let count = CHUNKS * chunk + 1003;
+    let bytes = 4 * count;
+    let bound = 1.15 * 2.0 * (n - 1) as f64 / n as f64 * bytes as f64;
+    let inputs: Vec<Vec<f64>> = (0..n).map(|q| data(seed ^ 7, q, count)).collect();
+    let send = upload::<f32>(&s, &inputs[r]);
+    let mut recv = poisoned::<f32>(&s, count);
+    s.synchronize().unwrap();
+    let (_, read) = counted(|| {
+        cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)
+            .unwrap();
+        s.synchronize().unwrap();
+    });
+    check(&download(&s, &recv), &inputs, "out of place", r);
+    println!(
+        "rank {r}/{n}: all_reduce of {bytes} bytes ({CHUNKS}+ chunks of {} bytes) read {read} \
+         bytes from peers, {:.3} x S; bound {:.3} x S",
+        4 * chunk,
+        read as f64 / bytes as f64,
+        bound / bytes as f64
+    );
+    assert!(
+        read as f64 <= bound,
+        "rank {r}/{n}: {read} bytes read from peers, more than {bound:.0}"
+    );
+    // In place, with fresh data.
+    let fresh: Vec<Vec<f64>> = (0..n).map(|q| data(seed ^ 11, q, count)).collect();
+    let mut both = upload::<f32>(&s, &fresh[r]);
+    let (_, read) = counted(|| {
+        cuda.all_reduce_in_place(&mut both, ReduceOp::Sum, &s)
+            .unwrap();
+        s.synchronize().unwrap();
+    });
+    check(&download(&s, &both), &fresh, "in place", r);
+    assert!(read as f64 <= bound, "in place: {read} bytes from peers");
+    captured(&cuda, &s, count, seed);
+    if n == 8 {
+        driver_calls(&cuda, &s);
+    }
+    assert!(cuda.async_error().is_none(), "{:?}", cuda.async_error());
+    streamcomm_testkit::child_ran();
+}
+
+/// Every element of `got` against the f64 sum of `inputs`.
+fn check(got: &[f64], inputs: &[Vec<f64>], what: &str, r: usize) {
+    for (i, g) in got.iter().enumerate() {
+        let want: f64 = inputs.iter().map(|v| v[i]).sum();
+        assert_eq!(*g, want, "rank {r}, {what}: element {i} of {}", got.len());
+    }
+}
+
+/// The all-reduce captured in a graph, replayed twice with fresh inputs.
+fn captured(cuda: &CudaComm, s: &Arc<CudaStream>, count: usize, seed: u64) {
+    let (r, n) = (cuda.communicator().rank(), cuda.communicator().size());
+    let mut send = poisoned::<f32>(s, count);
+    let mut recv = poisoned::<f32>(s, count);
+    s.synchronize().unwrap();
+    // SAFETY: one stream; every access is ordered on it.
+    unsafe { s.context().disable_event_tracking() };
+    s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, s).unwrap();
+    let graph = s
+        .end_capture(sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)
+        .unwrap()
+        .expect("a graph");
+    for replay in 0..2u64 {
+        let inputs: Vec<Vec<f64>> = (0..n)
+            .map(|q| data(seed ^ (100 + replay), q, count))
+            .collect();
+        s.memcpy_htod(
+            &inputs[r].iter().map(|&x| x as f32).collect::<Vec<_>>(),
+            &mut send,
+        )
+        .unwrap();
+        graph.launch().unwrap();
+        s.synchronize().unwrap();
+        check(&download(s, &recv), &inputs, "captured and replayed", r);
+    }
+}
+
+/// The driver calls of one-chunk all-reduce and of a stream barrier, held
+/// to ceilings (8 ranks, memop path).
+fn driver_calls(cuda: &CudaComm, s: &Arc<CudaStream>) {
+    let r = cuda.communicator().rank();
+    let send = upload::<f32>(s, &[1.0; 1024]);
+    let mut recv = poisoned::<f32>(s, 1024);
+    // Once before counting: first-use allocations are not the steady state.
+    cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, s).unwrap();
+    cuda.barrier(s).unwrap();
+    s.synchronize().unwrap();
+    let (calls, _) = counted(|| {
+        cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, s).unwrap();
+    });
+    let (barrier, _) = counted(|| cuda.barrier(s).unwrap());
+    s.synchronize().unwrap();
+    println!(
+        "rank {r}/8: driver calls to enqueue a one-chunk all_reduce {calls}, a stream barrier \
+         {barrier}"
+    );
+    assert!(
+        calls <= ALL_REDUCE_CALLS,
+        "all_reduce: {calls} driver calls"
+    );
+    assert!(barrier <= BARRIER_CALLS, "barrier: {barrier} driver calls");
+}
