@@ -143,12 +143,14 @@ impl Device {
                 )
             };
             match check("cuMemGetHandleForAddressRange", r) {
-                // NOT_SUPPORTED: the attribute said yes, the kernel or the
-                // allocation says no (memory-pool memory, an old kernel).
-                Err(Error::Driver { code: 801, .. }) => {
+                // The attribute said yes, and the kernel, the allocation
+                // (memory-pool memory) or a sandbox says no: NOT_SUPPORTED
+                // (801) most often, but a real driver may pick another
+                // code; as NCCL, any refusal only means no dma-buf here.
+                Err(Error::Driver { code, name, .. }) => {
                     return Err(Error::Unavailable(format!(
-                        "{self:?}: dma-buf export of {len} bytes at {addr:#x} is not supported \
-                         (CUDA_ERROR_NOT_SUPPORTED)"
+                        "{self:?}: dma-buf export of {len} bytes at {addr:#x} is not available \
+                         here ({name} ({code}))"
                     )));
                 }
                 other => other?,

@@ -77,18 +77,23 @@ pub fn cubin_for(
     Ok((cubin, false))
 }
 
-/// True for the driver's refusals of an image it cannot run: a toolkit newer
-/// than the driver, or no code for this GPU (`CUDA_ERROR_INVALID_IMAGE` 200,
-/// `CUDA_ERROR_NO_BINARY_FOR_GPU` 209, `CUDA_ERROR_UNSUPPORTED_PTX_VERSION`
-/// 222). Another candidate image may load where such a one does not.
+/// True for the driver's refusals of an image: any driver error but those
+/// that say the context itself cannot go on. A toolkit newer than the
+/// driver, no code for this GPU, PTX it cannot JIT, or a sandbox that
+/// refuses the load (`CUDA_ERROR_INVALID_IMAGE` 200,
+/// `CUDA_ERROR_NO_BINARY_FOR_GPU` 209, `CUDA_ERROR_INVALID_PTX` 218,
+/// `CUDA_ERROR_JIT_COMPILER_NOT_FOUND` 221,
+/// `CUDA_ERROR_UNSUPPORTED_PTX_VERSION` 222, `CUDA_ERROR_NOT_SUPPORTED` 801,
+/// and others a real driver may pick): another candidate image may load
+/// where such a one does not, as NCCL goes on to its next candidate. Out of
+/// memory (2), an uninitialised or torn-down driver (3, 4), a bad context
+/// (201) and the sticky errors of a faulted context (700 to 719) stop the
+/// search.
 fn refused(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::Driver {
-            code: 200 | 209 | 222,
-            ..
-        }
-    )
+    match e {
+        Error::Driver { code, .. } => !matches!(code, 2..=4 | 201 | 700..=719),
+        _ => false,
+    }
 }
 
 /// Where NVRTC comes from in [`obtain`]: `None` when it is off.
@@ -472,6 +477,19 @@ mod tests {
     }
 
     const MISSING: &[String] = &[];
+
+    /// Any code a real driver may refuse an image with moves on to the next
+    /// candidate; the context's own failures stop the search.
+    #[test]
+    fn every_refusal_but_a_failed_context_tries_the_next_image() {
+        for code in [200, 209, 218, 221, 222, 300, 304, 801, 1, 999] {
+            assert!(refused(&refusal(code)), "{code} tries the next image");
+        }
+        for code in [2, 3, 4, 201, 700, 719] {
+            assert!(!refused(&refusal(code)), "{code} stops the search");
+        }
+        assert!(!refused(&Error::Unavailable("no NVRTC".into())));
+    }
 
     /// A cached image is used without any NVRTC: none of the candidates
     /// exists here.

@@ -156,7 +156,8 @@ pub struct Config {
     /// `CUDA_ERROR_NOT_SUPPORTED`, saying once that this variable refused them.
     pub refuse: Refuse,
     /// `STREAMCOMM_STANDIN_COUNTS` (`0`/`1`; default 0): print this
-    /// process's counts ([`crate::counters`]) on stderr at exit.
+    /// process's counts (driver calls, bytes read through imported IPC
+    /// mappings) on stderr at exit.
     pub counts: bool,
 }
 
