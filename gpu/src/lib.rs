@@ -30,6 +30,7 @@ mod error;
 mod guard;
 pub mod nvrtc;
 
+mod batch;
 mod cache;
 mod capture_mode;
 mod context;
@@ -48,6 +49,7 @@ mod release;
 mod signals;
 mod stream;
 
+pub use batch::MemOp;
 pub use cache::{KernelCache, cache_key};
 pub use capture_mode::relaxed_capture;
 pub use config::GpuConfig;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use streamcomm_kernels::cuda::{SpinWaitArgs, SpinWriteArgs};
 
+use crate::batch::MemOp;
 use crate::context::Device;
 use crate::doorbell::Doorbells;
 use crate::driver::result::check;
@@ -42,6 +43,8 @@ pub enum SignalPath {
 pub struct Signals {
     device: Device,
     path: SignalPath,
+    /// Stream memory operations are batched (`cuStreamBatchMemOp_v2`).
+    batches: bool,
     kernels: Option<Kernels>,
     status: Doorbells,
     spin_timeout: Duration,
@@ -61,6 +64,7 @@ impl Signals {
     ) -> Result<Signals> {
         let status = Doorbells::new(device, 2)?;
         let native = !force_spin && native_works(device, &status)?;
+        let batches = native && crate::batch::batches_work(device, &status)?;
         let path = if native {
             SignalPath::StreamMemOps
         } else if kernels.is_some() {
@@ -73,6 +77,7 @@ impl Signals {
         Ok(Signals {
             device: device.clone(),
             path,
+            batches,
             kernels: kernels.cloned(),
             status,
             spin_timeout,
@@ -82,6 +87,47 @@ impl Signals {
     /// The path in use.
     pub fn path(&self) -> SignalPath {
         self.path
+    }
+
+    /// True when [`Signals::batch`] enqueues several operations with one
+    /// driver call (`cuStreamBatchMemOp_v2`), false where it makes one call
+    /// per operation (no batches from this driver, or the spin kernels).
+    pub fn batches(&self) -> bool {
+        self.batches
+    }
+
+    /// Enqueues `ops` on `stream`, in order: with one driver call per 256
+    /// where [`Signals::batches`], else each alone (as
+    /// [`Signals::write_value32`], [`Signals::wait_value32`] and
+    /// [`Signals::wait_value64`] do).
+    ///
+    /// # Safety
+    /// Every address must be a device-visible word, aligned to its width,
+    /// valid until its operation has run (at every replay of a graph that
+    /// captures it).
+    pub unsafe fn batch(&self, stream: &Stream, ops: &[MemOp]) -> Result<()> {
+        for op in ops {
+            op.checked_addr()?;
+        }
+        if self.batches {
+            // SAFETY: forwarded contract.
+            return unsafe { crate::batch::submit(&self.device, stream, ops) };
+        }
+        for op in ops {
+            // SAFETY: forwarded contract.
+            unsafe {
+                match *op {
+                    MemOp::Write32 { addr, value } => self.write_value32(stream, addr, value)?,
+                    MemOp::Wait32 { addr, value, cond } => {
+                        self.wait_value32(stream, addr, value, cond)?
+                    }
+                    MemOp::Wait64 { addr, value, cond } => {
+                        self.wait_value64(stream, addr, value, cond)?
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Makes `stream` wait until the word at `addr` satisfies `cond` against `value`.

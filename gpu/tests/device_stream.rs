@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use streamcomm_gpu::{
-    DeviceBuffer, Doorbells, Error, Event, GpuConfig, IpcHandle, IpcMapping, Kernels, ReduceCopy,
-    SignalPath, Signals, Stream, WaitCondition,
+    DeviceBuffer, Doorbells, Error, Event, GpuConfig, IpcHandle, IpcMapping, Kernels, MemOp,
+    ReduceCopy, SignalPath, Signals, Stream, WaitCondition,
 };
 use streamcomm_kernels::{DataType, ReduceOp};
 
@@ -229,6 +229,51 @@ fn fill_during_a_blocking_capture() {
     let destroyed = unsafe { streamcomm_gpu::driver::sys::cuStreamDestroy_v2(raw) };
     assert_eq!(destroyed as u32, 0, "cuStreamDestroy");
     streamcomm_testkit::child_ran();
+}
+
+/// A batch of stream memory operations runs in order, its wait holding
+/// back the writes after it, and reads a 64-bit word whole.
+#[test]
+fn a_batch_of_memory_operations_runs_in_order() {
+    let Some(device) = common::device_or_skip("a_batch_of_memory_operations_runs_in_order") else {
+        return;
+    };
+    let signals = Signals::new(&device, None, false, LONG).unwrap();
+    println!("batched stream memory operations: {}", signals.batches());
+    let bells = Doorbells::new(&device, 2).unwrap();
+    let stream = Stream::new(&device).unwrap();
+    let (gate, out) = (bells.device_ptr(0).unwrap(), bells.device_ptr(1).unwrap());
+    let ops = [
+        MemOp::Wait64 {
+            addr: gate,
+            value: u64::MAX,
+            cond: WaitCondition::And,
+        },
+        MemOp::Write32 {
+            addr: out,
+            value: 7,
+        },
+        MemOp::Write32 {
+            addr: gate,
+            value: 0,
+        },
+    ];
+    // SAFETY: the doorbells outlive the synchronisation below.
+    unsafe { signals.batch(&stream, &ops).unwrap() };
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(bells.load(1).unwrap(), 0, "the write waited for the gate");
+    bells.store(0, 1).unwrap();
+    stream.synchronize_timeout(LONG).unwrap();
+    assert_eq!(bells.load(1).unwrap(), 7, "the write after the wait");
+    assert_eq!(bells.load(0).unwrap(), 0, "the gate reset by the batch");
+    let misaligned = MemOp::Wait64 {
+        addr: gate + 4,
+        value: 1,
+        cond: WaitCondition::Geq,
+    };
+    // SAFETY: refused before anything is enqueued.
+    let refused = unsafe { signals.batch(&stream, &[misaligned]) }.unwrap_err();
+    assert!(refused.to_string().contains("8-byte aligned"), "{refused}");
 }
 
 #[test]

@@ -34,6 +34,18 @@ pub(crate) trait CompletionSignal: Send + Sync + 'static {
     fn reset(&self);
 }
 
+/// One stream memory operation, for [`DeviceQueue::enqueue_signals`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Signal {
+    /// [`DeviceQueue::enqueue_raise_word`]: a write of 1.
+    Raise(DevAddr),
+    /// [`DeviceQueue::enqueue_write_word`]: a write of a value.
+    Write(DevAddr, u32),
+    /// [`DeviceQueue::enqueue_wait_flag`]: a wait on a flag slot, then its
+    /// arrival half reset.
+    WaitFlag(DevAddr),
+}
+
 /// One device stream, as the staged path drives it. Every `enqueue_*` is
 /// stream-ordered and capturable.
 pub(crate) trait DeviceQueue {
@@ -104,6 +116,27 @@ pub(crate) trait DeviceQueue {
     /// `addr` must be an 8-byte aligned slot the device can read and write,
     /// valid while the wait can run (at every replay of a captured graph).
     unsafe fn enqueue_wait_flag(&self, addr: DevAddr) -> Result<()>;
+
+    /// Enqueues `signals` in order: one call per signal by default; a
+    /// device that batches stream memory operations makes them all with
+    /// one driver call (a flag round of the direct path is one batch).
+    ///
+    /// # Safety
+    /// Each signal's address as its single form requires
+    /// ([`DeviceQueue::enqueue_raise_word`], [`DeviceQueue::enqueue_wait_flag`]).
+    unsafe fn enqueue_signals(&self, signals: &[Signal]) -> Result<()> {
+        for signal in signals {
+            // SAFETY: forwarded contract.
+            unsafe {
+                match *signal {
+                    Signal::Raise(addr) => self.enqueue_raise_word(addr)?,
+                    Signal::Write(addr, value) => self.enqueue_write_word(addr, value)?,
+                    Signal::WaitFlag(addr) => self.enqueue_wait_flag(addr)?,
+                }
+            }
+        }
+        Ok(())
+    }
 
     /// Enqueues `dst[i] = op(srcs[0][i], ..., srcs[n-1][i])` for `count`
     /// elements of `dtype` into every `dst` of `dsts` (1..=8 sources, 1..=8

@@ -61,6 +61,15 @@ impl Graveyard {
         n
     }
 
+    /// True when something handed over waits to be dropped.
+    pub(crate) fn has_dead(&self) -> bool {
+        !self
+            .dead
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+
     /// Releases made and not yet handed over.
     pub(crate) fn pending(&self) -> usize {
         self.pending.load(Ordering::Acquire)

@@ -36,7 +36,9 @@
 //! `cuIpcOpenMemHandle_v2` return `CUDA_ERROR_NOT_SUPPORTED`, and
 //! `host-register` does so for `cuMemHostRegister_v2` (pinned allocations
 //! with `cuMemHostAlloc` keep working, and `HOST_REGISTER_SUPPORTED` still
-//! reads 1, as on machines where registration fails anyway); each refused
+//! reads 1, as on machines where registration fails anyway), and
+//! `batch-memops` for `cuStreamBatchMemOp_v2` (a driver without batched
+//! stream memory operations); each refused
 //! entry point says once on stderr that the variable refused it.
 //!
 //! A value the stand-in cannot read (an unknown profile, `MEMORY_POOLS=yes`,
@@ -90,6 +92,9 @@ pub struct Refuse {
     pub ipc: bool,
     /// `host-register`: `cuMemHostRegister_v2`.
     pub host_register: bool,
+    /// `batch-memops`: `cuStreamBatchMemOp_v2` (a driver without batched
+    /// stream memory operations).
+    pub batch_memops: bool,
 }
 
 /// Settings read from the environment at first use.
@@ -151,7 +156,8 @@ pub struct Config {
     /// 50): a user object's destructor runs on a destructor thread this long
     /// after its last reference goes, as the driver runs them asynchronously.
     pub destructor_delay: Duration,
-    /// `STREAMCOMM_STANDIN_REFUSE` (comma-separated `ipc`, `host-register`;
+    /// `STREAMCOMM_STANDIN_REFUSE` (comma-separated `ipc`, `host-register`,
+    /// `batch-memops`;
     /// default empty, in every profile): entry points that return
     /// `CUDA_ERROR_NOT_SUPPORTED`, saying once that this variable refused them.
     pub refuse: Refuse,
@@ -237,8 +243,9 @@ fn read(var: &dyn Fn(&str) -> Option<String>) -> Config {
             match word {
                 "ipc" => refuse.ipc = true,
                 "host-register" => refuse.host_register = true,
+                "batch-memops" => refuse.batch_memops = true,
                 other => problems.push(format!(
-                    "STREAMCOMM_STANDIN_REFUSE={v:?} names {other:?}, which the stand-in cannot refuse; expected a comma-separated list of ipc and host-register"
+                    "STREAMCOMM_STANDIN_REFUSE={v:?} names {other:?}, which the stand-in cannot refuse; expected a comma-separated list of ipc, host-register and batch-memops"
                 )),
             }
         }

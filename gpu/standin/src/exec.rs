@@ -87,6 +87,8 @@ pub enum Work {
         /// 64-bit word.
         wide: bool,
     },
+    /// `cuStreamBatchMemOp_v2`: its waits and writes, in order.
+    Batch(Arc<[Work]>),
     /// A host function with its user data.
     HostFn {
         /// The function.
@@ -194,6 +196,11 @@ pub(crate) fn run(ctx: &Context, work: &Work) -> Result<(), Fault> {
                 } else {
                     AtomicU32::from_ptr(d.ptr.cast()).store(*value as u32, Ordering::Release);
                 }
+            }
+        }
+        Work::Batch(ops) => {
+            for op in ops.iter() {
+                run(ctx, op)?;
             }
         }
         Work::HostFn { f, data } => {

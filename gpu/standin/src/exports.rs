@@ -7,7 +7,7 @@
 //! Among them, deliberately: `cuMemGetHandleForAddressRange` (dma-buf export:
 //! the device reports `DMA_BUF_SUPPORTED` = 0), the pool APIs beyond the default pool (`cuMemPoolCreate`, export and
 //! import, access), `cuStreamAddCallback`,
-//! `cuStreamBatchMemOp_v2`, `cuIpcGetEventHandle` / `cuIpcOpenEventHandle`,
+//! `cuIpcGetEventHandle` / `cuIpcOpenEventHandle`,
 //! `cuCtxCreate*` and `cuGetProcAddress_v2` (so libcudart cannot run on the
 //! stand-in). `cuGetExportTable` is unimplemented too, but quiet (below).
 
@@ -256,7 +256,6 @@ not_supported! {
     cuSignalExternalSemaphoresAsync,
     cuStreamAddCallback,
     cuStreamAttachMemAsync,
-    cuStreamBatchMemOp_v2,
     cuStreamCopyAttributes,
     cuStreamGetAttribute,
     cuStreamSetAttribute,

@@ -42,6 +42,12 @@ fn wait(
 ) -> Res<()> {
     current()?;
     let s = stream_of(stream)?;
+    let work = wait_work(addr, value, flags, wide, name)?;
+    submit(&s, work, Vec::new(), name).map(|_| ())
+}
+
+/// The work of a stream wait, its arguments checked.
+fn wait_work(addr: u64, value: u64, flags: u32, wide: bool, name: &'static str) -> Res<Work> {
     if flags & !(FLUSH | 0x3) != 0 {
         return Err(INVALID_VALUE);
     }
@@ -55,13 +61,12 @@ fn wait(
         return Err(INVALID_VALUE);
     }
     target(addr, wide, name)?;
-    let work = Work::WaitValue {
+    Ok(Work::WaitValue {
         addr,
         value,
         cond: flags & 0x3,
         wide,
-    };
-    submit(&s, work, Vec::new(), name).map(|_| ())
+    })
 }
 
 fn write(
@@ -74,6 +79,12 @@ fn write(
 ) -> Res<()> {
     current()?;
     let s = stream_of(stream)?;
+    let work = write_work(addr, value, flags, wide, name)?;
+    submit(&s, work, Vec::new(), name).map(|_| ())
+}
+
+/// The work of a stream write, its arguments checked.
+fn write_work(addr: u64, value: u64, flags: u32, wide: bool, name: &'static str) -> Res<Work> {
     if flags != 0 {
         say_once(
             format!("write-flags:{name}"),
@@ -84,7 +95,77 @@ fn write(
         return Err(INVALID_VALUE);
     }
     target(addr, wide, name)?;
-    submit(&s, Work::WriteValue { addr, value, wide }, Vec::new(), name).map(|_| ())
+    Ok(Work::WriteValue { addr, value, wide })
+}
+
+/// Most operations one `cuStreamBatchMemOp_v2` takes (the driver's
+/// documented limit).
+const BATCH_MAX: u32 = 256;
+
+/// Bytes of one `CUstreamBatchMemOpParams` (a union of six 64-bit words).
+const PARAMS: usize = 48;
+
+/// `cuStreamBatchMemOp_v2`: 1 to 256 waits and writes (32 or 64 bits),
+/// run in order as one piece of stream work (one graph node when
+/// captured); `flags` must be 0. Each operation is checked as its single
+/// form is; memory barriers and remote-write flushes are refused (this
+/// device cannot flush remote writes, and the stand-in models no barrier
+/// without one).
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn cuStreamBatchMemOp_v2(
+    stream: usize,
+    count: u32,
+    params: *const u8,
+    flags: u32,
+) -> u32 {
+    entry("cuStreamBatchMemOp_v2", || {
+        current()?;
+        if crate::config::config().refuse.batch_memops {
+            return Err(crate::guard::refused(
+                "cuStreamBatchMemOp_v2",
+                "batch-memops",
+            ));
+        }
+        let s = stream_of(stream)?;
+        if flags != 0 || count == 0 || count > BATCH_MAX || params.is_null() {
+            say_once(
+                format!("batch:{flags}:{count}"),
+                &format!(
+                    "cuStreamBatchMemOp_v2: count {count} (1..={BATCH_MAX}), flags {flags:#x} (0), \
+                     params {params:?}: CUDA_ERROR_INVALID_VALUE"
+                ),
+            );
+            return Err(INVALID_VALUE);
+        }
+        let name = "cuStreamBatchMemOp_v2";
+        let mut ops = Vec::with_capacity(count as usize);
+        for i in 0..count as usize {
+            // SAFETY: the caller passes `count` parameter blocks of 48
+            // bytes (the driver's contract); read unaligned, as bytes.
+            let op = unsafe { std::slice::from_raw_parts(params.add(i * PARAMS), PARAMS) };
+            let word = |at: usize| u64::from_ne_bytes(op[at..at + 8].try_into().expect("8 bytes"));
+            let operation = u32::from_ne_bytes(op[0..4].try_into().expect("4 bytes"));
+            let (addr, value) = (word(8), word(16));
+            let op_flags = u32::from_ne_bytes(op[24..28].try_into().expect("4 bytes"));
+            ops.push(match operation {
+                1 => wait_work(addr, value & 0xffff_ffff, op_flags, false, name)?,
+                4 => wait_work(addr, value, op_flags, true, name)?,
+                2 => write_work(addr, value & 0xffff_ffff, op_flags, false, name)?,
+                5 => write_work(addr, value, op_flags, true, name)?,
+                other => {
+                    say_once(
+                        format!("batch-op:{other}"),
+                        &format!(
+                            "cuStreamBatchMemOp_v2: operation {other} (of entry {i}) is not a wait or \
+                             write the stand-in runs: CUDA_ERROR_NOT_SUPPORTED"
+                        ),
+                    );
+                    return Err(crate::error::NOT_SUPPORTED);
+                }
+            });
+        }
+        submit(&s, Work::Batch(ops.into()), Vec::new(), name).map(|_| ())
+    })
 }
 
 /// `cuStreamWaitValue32_v2`: GEQ (cyclic), EQ, AND, NOR; FLUSH only where the

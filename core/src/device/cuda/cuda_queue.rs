@@ -8,12 +8,13 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use streamcomm_gpu::{
-    Device, Doorbells, Kernels, PinnedBuffer, ReduceCopy, Signals, Stream, WaitCondition,
+    Device, Doorbells, Kernels, MemOp, PinnedBuffer, ReduceCopy, Signals, Stream, WaitCondition,
     relaxed_capture,
 };
 
 use super::gpu_error;
 use crate::device::HostCallback;
+use crate::device::device_queue::Signal;
 use crate::device::{CompletionSignal, DevAddr, DeviceQueue, Graveyard, StagingMemory};
 use crate::host::RawBuffer;
 use crate::{DataType, Error, ReduceOp, Result};
@@ -105,8 +106,8 @@ impl DeviceQueue for CudaQueue<'_> {
         // Frees may synchronise, which a capturing stream refuses: leave
         // them for a call outside capture (or the communicator's drop).
         // Relaxed mode, so that another thread's global capture does not
-        // forbid them either.
-        if self.stream.is_capturing() == Ok(false) {
+        // forbid them either. Nothing to drop: no driver call at all.
+        if graveyard.has_dead() && self.stream.is_capturing() == Ok(false) {
             let _ = relaxed_capture(|| graveyard.bury());
         }
     }
@@ -155,6 +156,27 @@ impl DeviceQueue for CudaQueue<'_> {
                 .write_value32(&self.stream, addr, 0)
                 .map_err(gpu_error)
         }
+    }
+
+    unsafe fn enqueue_signals(&self, signals: &[Signal]) -> Result<()> {
+        let mut ops = Vec::with_capacity(2 * signals.len());
+        for signal in signals {
+            match *signal {
+                Signal::Raise(addr) => ops.push(MemOp::Write32 { addr, value: 1 }),
+                Signal::Write(addr, value) => ops.push(MemOp::Write32 { addr, value }),
+                Signal::WaitFlag(addr) => {
+                    ops.push(MemOp::Wait64 {
+                        addr,
+                        value: u64::MAX,
+                        cond: WaitCondition::And,
+                    });
+                    ops.push(MemOp::Write32 { addr, value: 0 });
+                }
+            }
+        }
+        // SAFETY: forwarded contract; writes are preceded by a memory
+        // barrier (the batch's default), as enqueue_raise_word's are.
+        unsafe { self.signals.batch(&self.stream, &ops) }.map_err(gpu_error)
     }
 
     unsafe fn enqueue_wait_flag(&self, addr: DevAddr) -> Result<()> {

@@ -48,7 +48,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::DeviceCall;
-use super::device_queue::DeviceQueue;
+use super::device_queue::{DeviceQueue, Signal};
 use super::graveyard::Graveyard;
 use crate::comm::failure::Learned;
 use crate::{Communicator, DataType, ReduceOp, Result};
@@ -149,24 +149,24 @@ fn enqueue_steps<Q: DeviceQueue>(
                 unsafe { queue.enqueue_copy(*dst, *src, *bytes)? }
             }
             DirectStep::Arrive(round) => {
-                for p in (0..size).filter(|&p| p != me) {
-                    // SAFETY: as above.
-                    unsafe { queue.enqueue_raise_word(w.flag(p, *round, me))? };
-                }
-                // Each wait is announced in the awaited word first, and the
-                // word cleared after the round, so the watch can tell a
-                // peer that left from one that is late.
-                for p in (0..size).filter(|&p| p != me) {
+                // One batch: raise this rank's word in every peer's area;
+                // then, per peer, announce the wait in the awaited word
+                // (so the watch can tell a peer that left, or never comes,
+                // from one that is late), wait, reset; clear the word.
+                let peers = (0..size).filter(|&p| p != me);
+                let mut signals: Vec<Signal> = peers
+                    .clone()
+                    .map(|p| Signal::Raise(w.flag(p, *round, me)))
+                    .collect();
+                for p in peers {
                     let (awaited, value) = w.awaited_word(*round, p);
-                    // SAFETY: as above.
-                    unsafe {
-                        queue.enqueue_write_word(awaited, value)?;
-                        queue.enqueue_wait_flag(w.flag(me, *round, p))?;
-                    }
+                    signals.push(Signal::Write(awaited, value));
+                    signals.push(Signal::WaitFlag(w.flag(me, *round, p)));
                 }
                 let (awaited, _) = w.awaited_word(*round, me);
+                signals.push(Signal::Write(awaited, 0));
                 // SAFETY: as above.
-                unsafe { queue.enqueue_write_word(awaited, 0)? };
+                unsafe { queue.enqueue_signals(&signals)? };
             }
             DirectStep::Reduce { srcs, dsts, count } => {
                 // SAFETY: as above.
