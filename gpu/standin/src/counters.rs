@@ -1,8 +1,9 @@
 //! What the stand-in counts in each process, for tests that hold the CUDA
 //! path to ceilings: driver calls (each entry point the process called),
 //! and the bytes device work (copies and kernels) read through imported
-//! CUDA IPC mappings, i.e. from other processes' device memory, which is
-//! what crosses NVLink on a GPU node.
+//! CUDA IPC mappings and VMM mappings of allocations other processes
+//! exported (`cuMemImportFromShareableHandle`), i.e. from other processes'
+//! device memory, which is what crosses NVLink on a GPU node.
 //!
 //! A test reads them with [`streamcomm_standin_counters`] (found with
 //! `dlsym` in the loaded libcuda), and clears them with
@@ -34,7 +35,7 @@ pub(crate) fn call(name: &'static str) {
 }
 
 /// Counts `bytes` read from `source` by device work, if it is an imported
-/// IPC mapping.
+/// IPC or VMM mapping.
 pub(crate) fn read(source: &Mapped, bytes: usize) {
     if source.imported() {
         IMPORTED_READ.fetch_add(bytes as u64, Ordering::Relaxed);

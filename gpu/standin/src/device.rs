@@ -5,9 +5,12 @@
 //! itself as the stand-in and reports the compute capability and limits of an
 //! H200 (sm_90: compute capability 9.0, 132 SMs), except that capability
 //! attributes of features the stand-in does not implement (managed memory,
-//! VMM, dma-buf, cooperative launch, IPC events, pool export handles) read 0,
+//! dma-buf, cooperative launch, IPC events, pool export handles) read 0,
 //! so callers take their fallback paths instead of reaching an unimplemented
-//! entry point. Its total memory is the host's. Under the `h100` profile its
+//! entry point. Virtual memory management (102) and POSIX file-descriptor
+//! handles (103) read 1 (module `vmm`); GPUDirect RDMA with VMM memory (110)
+//! reads 1 with GPUDirect RDMA (116), as on an H200. Its total memory is
+//! the host's. Under the `h100` profile its
 //! name adds the H100 it stands for (`... #0, as NVIDIA H100 80GB HBM3`), and
 //! it reports an H100 SXM's total memory (81,559 MiB) and 5120-bit memory
 //! bus. Memory pools (115) and GPUDirect RDMA (116-118) follow the
@@ -315,6 +318,7 @@ fn attribute(attrib: c_int, ordinal: c_int) -> Option<c_int> {
         Profile::Default | Profile::H200 => 6144,
     };
     let pools = config().memory_pools.into();
+    let vmm_rdma = crate::vmm::rdma_with_vmm();
     let (rdma, flush, order) = (
         crate::pointer::rdma_supported(),
         crate::pointer::flush_options(),
@@ -362,16 +366,19 @@ fn attribute(attrib: c_int, ordinal: c_int) -> Option<c_int> {
         97 => 232_448, // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
         98 => 0,      // CAN_FLUSH_REMOTE_WRITES
         99 => 1,      // HOST_REGISTER_SUPPORTED
-        100..=105 => 0, // pageable via host tables, managed from host, VMM, export handles
-        106 => 32,    // MAX_BLOCKS_PER_MULTIPROCESSOR
-        107..=110 => 0, // compression, persisting L2, access policy, GDR with VMM
-        111 => 1024,  // RESERVED_SHARED_MEMORY_PER_BLOCK
+        100 | 101 => 0, // PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, DIRECT_MANAGED_MEM_ACCESS_FROM_HOST
+        102 | 103 => 1, // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+        104 | 105 => 0, // HANDLE_TYPE_WIN32_HANDLE_SUPPORTED, HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED
+        106 => 32,      // MAX_BLOCKS_PER_MULTIPROCESSOR
+        107..=109 => 0, // compression, persisting L2, access policy
+        110 => vmm_rdma, // GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED
+        111 => 1024,    // RESERVED_SHARED_MEMORY_PER_BLOCK
         112 | 113 => 0, // sparse arrays, read-only host register
-        114 => 0,     // TIMELINE_SEMAPHORE_INTEROP_SUPPORTED
-        115 => pools, // MEMORY_POOLS_SUPPORTED
-        116 => rdma,  // GPU_DIRECT_RDMA_SUPPORTED
-        117 => flush, // GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS
-        118 => order, // GPU_DIRECT_RDMA_WRITES_ORDERING
+        114 => 0,       // TIMELINE_SEMAPHORE_INTEROP_SUPPORTED
+        115 => pools,   // MEMORY_POOLS_SUPPORTED
+        116 => rdma,    // GPU_DIRECT_RDMA_SUPPORTED
+        117 => flush,   // GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS
+        118 => order,   // GPU_DIRECT_RDMA_WRITES_ORDERING
         119..=121 => 0, // MEMPOOL_SUPPORTED_HANDLE_TYPES (no pool export), cluster launch, ...
         122 | 123 => 1, // CAN_USE_64_BIT_STREAM_MEM_OPS, CAN_USE_STREAM_WAIT_VALUE_NOR
         124 | 125 => 0, // DMA_BUF_SUPPORTED, IPC_EVENT_SUPPORTED

@@ -36,6 +36,9 @@ pub(crate) const NO_BINARY_FOR_GPU: CUresult = 209;
 pub(crate) const INVALID_PTX: CUresult = 218;
 /// `CUDA_ERROR_UNSUPPORTED_PTX_VERSION` (222).
 pub(crate) const UNSUPPORTED_PTX_VERSION: CUresult = 222;
+/// `CUDA_ERROR_OPERATING_SYSTEM` (304): an OS call failed (a descriptor
+/// could not be duplicated for a VMM export, for one).
+pub(crate) const OPERATING_SYSTEM: CUresult = 304;
 /// `CUDA_ERROR_INVALID_HANDLE` (400).
 pub(crate) const INVALID_HANDLE: CUresult = 400;
 /// `CUDA_ERROR_ILLEGAL_STATE` (401).

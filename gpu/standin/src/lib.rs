@@ -9,8 +9,9 @@
 //! ordering: the driver's argument rules and error codes, stream order, the
 //! legacy stream's implicit synchronisation, events, hardware-queue sharing
 //! (`CUDA_DEVICE_MAX_CONNECTIONS`), stream memory operations that wait for
-//! ever, host functions, graph capture with the driver's refusals, IPC between
-//! processes, and kernel argument packing. It does **not** check the GPU memory
+//! ever, host functions, graph capture with the driver's refusals, IPC and
+//! virtual memory management (VMM) export and import between processes, and
+//! kernel argument packing. It does **not** check the GPU memory
 //! model, timing, or the CUDA C kernels' code: kernels run as CPU
 //! re-implementations ([`kernels`]). A run on the stand-in is never a GPU run;
 //! `cuDeviceGetName` says `streamcomm CPU stand-in (not a GPU)` in every
@@ -41,6 +42,23 @@
 //!   device address range (modules `memory` and `shm`); addresses are never
 //!   reused; an IPC mapping whose exporter freed the memory or exited makes
 //!   device work that touches it a device fault;
+//! - virtual memory management (module `vmm`): `cuMemCreate`,
+//!   `cuMemRelease`, `cuMemAddressReserve`, `cuMemAddressFree`, `cuMemMap`,
+//!   `cuMemUnmap`, `cuMemSetAccess`, `cuMemGetAccess`,
+//!   `cuMemGetAllocationGranularity` (2 MiB, minimum and recommended),
+//!   `cuMemGetAllocationPropertiesFromHandle`, `cuMemRetainAllocationHandle`,
+//!   and export and import as POSIX file descriptors
+//!   (`cuMemExportToShareableHandle`, `cuMemImportFromShareableHandle`; the
+//!   other handle types are `CUDA_ERROR_NOT_SUPPORTED`), with the driver's
+//!   argument rules; `VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED` and
+//!   `HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED` read 1 in every profile.
+//!   Each allocation is a sealed memfd that its handles, mappings and
+//!   exported descriptors hold, so, unlike legacy IPC, an importer's mapping
+//!   stays valid after its exporter released, unmapped or exited; device
+//!   work touching a mapping before `cuMemSetAccess` gave its device
+//!   read-write access, or reserved but unmapped addresses, faults; reading
+//!   another process's allocation counts as imported bytes (module
+//!   `counters`). `STREAMCOMM_STANDIN_REFUSE` does not touch it;
 //! - memory pools off (`STREAMCOMM_STANDIN_MEMORY_POOLS`; on under `h200`
 //!   and `h100`): `MEMORY_POOLS_SUPPORTED`, the default pool and
 //!   stream-ordered `cuMemAllocAsync` / `cuMemFreeAsync`, which is the path
@@ -94,3 +112,4 @@ mod pointer;
 mod pool;
 mod shm;
 mod stream;
+mod vmm;

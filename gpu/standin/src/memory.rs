@@ -7,7 +7,10 @@
 //! in a shared-memory segment per allocation ([`crate::shm`]); every device
 //! access translates the address through [`resolve`], which also accepts
 //! host-mapped pinned memory (whose device address equals its host address,
-//! as on devices with `CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM`).
+//! as on devices with `CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM`). VMM
+//! address reservations ([`reserve_aligned`]) come from the same space and
+//! hold no region until `cuMemMap` registers one where it maps
+//! ([`insert_at`]; module `vmm`).
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
@@ -41,6 +44,15 @@ pub(crate) enum Kind {
     /// A stream-ordered allocation (`cuMemAllocAsync`) from the device's
     /// default memory pool.
     Pool,
+    /// A VMM mapping (`cuMemMap`) of a `cuMemCreate` allocation or of one
+    /// imported with `cuMemImportFromShareableHandle` (module `vmm`).
+    Vmm {
+        /// True when the allocation was exported by another process: its
+        /// bytes are another process's device memory.
+        imported: bool,
+        /// The handle, the allocation and the access granted to it.
+        map: crate::vmm::Mapping,
+    },
 }
 
 /// [`Region::state`]: allocated by a `cuMemAllocAsync` its stream has not
@@ -78,17 +90,22 @@ pub(crate) struct Mapped {
 }
 
 impl Mapped {
-    /// True when the range lies in an imported CUDA IPC mapping: another
-    /// process's device memory.
+    /// True when the range lies in an imported CUDA IPC mapping or a VMM
+    /// mapping of an allocation another process exported: another process's
+    /// device memory.
     pub(crate) fn imported(&self) -> bool {
         self.region
             .as_ref()
-            .is_some_and(|r| matches!(r.kind, Kind::Ipc { .. }))
+            .is_some_and(|r| matches!(r.kind, Kind::Ipc { .. } | Kind::Vmm { imported: true, .. }))
     }
 
     /// Why device work may not touch this range now, if it may not: a
-    /// stream-ordered allocation its stream has not reached, or an IPC
-    /// mapping whose exporter freed the memory or exited.
+    /// stream-ordered allocation its stream has not reached, an IPC
+    /// mapping whose exporter freed the memory or exited, or a VMM mapping
+    /// unmapped since, or without read-write access for its device
+    /// (`cuMemSetAccess`). A VMM mapping of an imported allocation never
+    /// becomes unusable because of its exporter: the mapping holds the
+    /// memory.
     pub(crate) fn unusable(&self) -> Option<String> {
         let r = self.region.as_ref()?;
         match r.state.load(Ordering::Acquire) {
@@ -97,11 +114,15 @@ impl Mapped {
                     "it belongs to a cuMemAllocAsync allocation its stream has not reached".into(),
                 );
             }
+            FREED if matches!(r.kind, Kind::Vmm { .. }) => {
+                return Some("its VMM mapping has been unmapped (cuMemUnmap)".into());
+            }
             FREED => return Some("it has been freed".into()),
             _ => {}
         }
-        match r.kind {
-            Kind::Ipc { key: (pid, serial) } => crate::shm::exporter_gone(pid, serial),
+        match &r.kind {
+            Kind::Ipc { key: (pid, serial) } => crate::shm::exporter_gone(*pid, *serial),
+            Kind::Vmm { map, .. } => map.inaccessible(r.ordinal),
             _ => None,
         }
     }
@@ -135,6 +156,17 @@ fn space() -> Res<usize> {
 /// True when `addr` lies in the device address space (not host memory).
 pub(crate) fn is_device_address(addr: usize) -> bool {
     space().is_ok_and(|base| (base..base + SPACE).contains(&addr))
+}
+
+/// Reserves `len` bytes of fresh device addresses whose first is a
+/// multiple of `align` (a power of two): a VMM address reservation
+/// (`cuMemAddressReserve`), which stays unmapped until `cuMemMap` maps
+/// parts of it ([`insert_at`]). Never reused, as every device address.
+pub(crate) fn reserve_aligned(len: usize, align: usize) -> Res<u64> {
+    let padded = len.checked_add(align).ok_or(OUT_OF_MEMORY)?;
+    let base = reserve(padded)?;
+    let mask = align as u64 - 1;
+    Ok((base + mask) & !mask)
 }
 
 /// Reserves `len` bytes of fresh device addresses.
@@ -210,6 +242,33 @@ pub(crate) fn insert(len: usize, kind: Kind, seg: Segment, ordinal: usize) -> Re
     });
     regions_write().insert(base, region);
     Ok(base)
+}
+
+/// Registers a new region at `base` (inside a VMM address reservation, not
+/// overlapping another region) of device `ordinal`, backed by `seg`; live
+/// at once.
+pub(crate) fn insert_at(base: u64, kind: Kind, seg: Segment, ordinal: usize) -> Res<()> {
+    let len = seg.len();
+    let end = base.checked_add(len as u64).ok_or(INVALID_VALUE)?;
+    let mut map = regions_write();
+    let before = map
+        .range(..end)
+        .next_back()
+        .is_some_and(|(_, r)| r.base + r.len as u64 > base);
+    if before {
+        return Err(INVALID_VALUE);
+    }
+    let region = Arc::new(Region {
+        base,
+        len,
+        kind,
+        ordinal,
+        state: AtomicU8::new(LIVE),
+        free_queued: AtomicBool::new(false),
+        seg,
+    });
+    map.insert(base, region);
+    Ok(())
 }
 
 /// Unregisters the region starting at `base` if `pick` accepts it.

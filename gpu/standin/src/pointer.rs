@@ -5,8 +5,10 @@
 //! reports GPUDirect RDMA as an H200 does, and `cuMemAlloc` memory (and IPC
 //! mappings of it) reports `IS_GPU_DIRECT_RDMA_CAPABLE` = 1; memory from the
 //! default memory pool (`cuMemAllocAsync`) reports 0, as the driver's
-//! default pool is not created RDMA-capable. Without it every buffer reports
-//! 0. No NIC ever writes into stand-in memory: the flush is a memory fence.
+//! default pool is not created RDMA-capable; a VMM mapping reports 1 when
+//! its allocation was created with `allocFlags.gpuDirectRDMACapable` (module
+//! `vmm`). Without it every buffer reports 0. No NIC ever writes into
+//! stand-in memory: the flush is a memory fence.
 //!
 //! The values: `GPU_DIRECT_RDMA_SUPPORTED` 1, `GPU_DIRECT_RDMA_WRITES_ORDERING`
 //! OWNER (100: the device consumes remote writes in order itself, so a flush
@@ -53,9 +55,11 @@ pub(crate) fn writes_ordering() -> c_int {
 }
 
 /// `cuPointerGetAttribute` for device memory (allocations, stream-ordered
-/// allocations, IPC mappings): CONTEXT, MEMORY_TYPE (DEVICE), DEVICE_POINTER,
-/// BUFFER_ID, IS_MANAGED (0), DEVICE_ORDINAL, IS_LEGACY_CUDA_IPC_CAPABLE,
-/// RANGE_START_ADDR, RANGE_SIZE, MAPPED and IS_GPU_DIRECT_RDMA_CAPABLE.
+/// allocations, IPC mappings, VMM mappings, whose range is the mapping's
+/// and which are not legacy-IPC capable): CONTEXT, MEMORY_TYPE (DEVICE),
+/// DEVICE_POINTER, BUFFER_ID, IS_MANAGED (0), DEVICE_ORDINAL,
+/// IS_LEGACY_CUDA_IPC_CAPABLE, RANGE_START_ADDR, RANGE_SIZE, MAPPED and
+/// IS_GPU_DIRECT_RDMA_CAPABLE.
 /// Pinned host memory and other attributes are not modelled
 /// (`CUDA_ERROR_NOT_SUPPORTED`, named on stderr); memory the driver does not
 /// know is `CUDA_ERROR_INVALID_VALUE`.
@@ -93,10 +97,22 @@ pub(crate) extern "C" fn cuPointerGetAttribute(
             11 => out(data.cast::<u64>(), r.base),
             12 => out(data.cast::<usize>(), r.len),
             13 => write_u32(1),
-            15 => write_u32((config().gdr && !matches!(r.kind, Kind::Pool)).into()),
+            15 => write_u32(rdma_capable(&r.kind).into()),
             _ => Err(not_modelled(attribute)),
         }
     })
+}
+
+/// `IS_GPU_DIRECT_RDMA_CAPABLE`: with GPUDirect RDMA, `cuMemAlloc` memory
+/// and IPC mappings of it, and VMM mappings of allocations created with
+/// `gpuDirectRDMACapable`; never default-pool memory.
+fn rdma_capable(kind: &Kind) -> bool {
+    config().gdr
+        && match kind {
+            Kind::Device { .. } | Kind::Ipc { .. } => true,
+            Kind::Pool => false,
+            Kind::Vmm { map, .. } => map.gdr(),
+        }
 }
 
 fn not_modelled(attribute: c_int) -> u32 {

@@ -2,6 +2,9 @@
 //! can map an allocation (CUDA IPC). Each allocation is one segment named
 //! `/sc-cuda-standin-<pid>-<serial>`, created 0600 and unlinked when freed or
 //! at exit; segments of processes that died are removed at the next `cuInit`.
+//! VMM allocations (module `vmm`) are anonymous, sealed memfds instead,
+//! which [`Segment::map_fd`] maps: they have no name to unlink, and vanish
+//! with their last descriptor and mapping.
 
 use std::collections::BTreeSet;
 use std::ffi::CString;
@@ -82,6 +85,34 @@ impl Segment {
             return Err(INVALID_VALUE);
         }
         Segment::map(name, fd, page_round(len), false)
+    }
+
+    /// Maps `len` bytes at `offset` of the shared-memory object open as `fd`
+    /// (a VMM mapping, module `vmm`); `fd` stays open and the caller's. The
+    /// mapping keeps the object's memory while it lives, whatever becomes of
+    /// `fd`.
+    pub(crate) fn map_fd(fd: i32, offset: usize, len: usize) -> Res<Segment> {
+        let offset = libc::off_t::try_from(offset).map_err(|_| INVALID_VALUE)?;
+        // SAFETY: maps `len` bytes of an open object; checked for MAP_FAILED.
+        let host = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                offset,
+            )
+        };
+        if host == libc::MAP_FAILED {
+            return Err(OUT_OF_MEMORY);
+        }
+        Ok(Segment {
+            name: String::new(),
+            host: host.cast(),
+            len,
+            owner: false,
+        })
     }
 
     fn map(name: String, fd: i32, len: usize, owner: bool) -> Res<Segment> {
