@@ -48,6 +48,7 @@ mod registered;
 mod release;
 mod signals;
 mod stream;
+mod vmm;
 
 pub use batch::MemOp;
 pub use cache::{KernelCache, cache_key};
@@ -69,3 +70,4 @@ pub use registered::HostRegistration;
 pub use release::RawHostFn;
 pub use signals::{SignalPath, Signals, WaitCondition};
 pub use stream::Stream;
+pub use vmm::VmmBuffer;

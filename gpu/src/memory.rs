@@ -103,19 +103,7 @@ impl DeviceBuffer {
     /// another thread's capture on a blocking stream nor waits for that
     /// thread's work.
     pub fn fill(&mut self, value: u8) -> Result<()> {
-        let stream = crate::Stream::new(&self.device)?;
-        guarded("cuMemsetD8Async", || {
-            self.device.bind()?;
-            // SAFETY: the whole range belongs to the allocation, which
-            // outlives the wait below; the stream is live.
-            check("cuMemsetD8Async", unsafe {
-                sys::cuMemsetD8Async(self.ptr, value, self.len, stream.as_raw())
-            })?;
-            // SAFETY: as above.
-            check("cuStreamSynchronize", unsafe {
-                sys::cuStreamSynchronize(stream.as_raw())
-            })
-        })
+        fill_privately(&self.device, self.ptr, self.len, value)
     }
 
     fn check_len(&self, what: &str, n: usize) -> Result<()> {
@@ -127,6 +115,30 @@ impl DeviceBuffer {
         }
         Ok(())
     }
+}
+
+/// Sets `len` bytes at `ptr` (device memory of `device`) to `value` and
+/// waits for it, on a private non-blocking stream: nothing else is waited
+/// for, and the legacy default stream is left alone.
+pub(crate) fn fill_privately(
+    device: &Device,
+    ptr: CUdeviceptr,
+    len: usize,
+    value: u8,
+) -> Result<()> {
+    let stream = crate::Stream::new(device)?;
+    guarded("cuMemsetD8Async", || {
+        device.bind()?;
+        // SAFETY: the caller's range is device memory of `device`, which
+        // outlives the wait below; the stream is live.
+        check("cuMemsetD8Async", unsafe {
+            sys::cuMemsetD8Async(ptr, value, len, stream.as_raw())
+        })?;
+        // SAFETY: as above.
+        check("cuStreamSynchronize", unsafe {
+            sys::cuStreamSynchronize(stream.as_raw())
+        })
+    })
 }
 
 /// Waits for the legacy default stream. The "synchronous" `cuMemcpyHtoD` (from

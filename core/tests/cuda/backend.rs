@@ -282,7 +282,8 @@ fn kernels_that_do_not_load_are_an_error_when_the_gpu_is_required() {
     launch_with(module_path!(), 1, DEFAULT_CUDA_WINDOW, "no-kernels", &env);
 }
 
-/// A driver that refuses CUDA IPC, or host-memory registration, turns the
+/// A driver that refuses CUDA IPC (and has no virtual memory management
+/// to share windows by descriptor), or host-memory registration, turns the
 /// direct path off: each rank says why on stderr and in
 /// `direct_path_off()`, and collectives stage, checked; under
 /// `STREAMCOMM_REQUIRE_GPU=1` creation fails naming the reason instead.
@@ -299,8 +300,10 @@ fn a_refused_window_mapping_is_visible_and_an_error_when_the_gpu_is_required() {
         );
         return;
     }
+    // Without the virtual memory management windows, whose descriptors
+    // need no CUDA IPC.
     for (refuse, why) in [
-        ("ipc", "cuIpcGetMemHandle"),
+        ("ipc,vmm", "cuIpcGetMemHandle"),
         ("host-register", "cuMemHostRegister"),
     ] {
         for require in ["0", "1"] {

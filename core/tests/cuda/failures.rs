@@ -87,6 +87,69 @@ fn a_live_peer_that_never_arrives_times_out_naming_it() {
     launch_with(module_path!(), 3, SMALL, "absent", &timeout);
 }
 
+/// A window shared by descriptor (the driver's virtual memory management)
+/// is held by each process that maps it: a rank drops its `CudaComm` at
+/// once while a peer still maps its window. Shared through CUDA IPC (where
+/// the driver has no such descriptors), the drop waits until the peer has
+/// closed its mapping, bounded. Only the stand-in can be told to refuse
+/// the descriptors; on a GPU the first case runs as the driver allows.
+#[test]
+fn a_window_mapped_by_a_peer_is_freed_at_once_when_shared_by_descriptor() {
+    if !gpu_present() {
+        return;
+    }
+    let device = streamcomm_gpu::Device::open(0).unwrap();
+    let stand_in = device.name().contains("stand-in");
+    // What this driver offers decides how the windows are shared.
+    let by_descriptor = streamcomm_gpu::VmmBuffer::supported(&device);
+    let held = [(HELD, u8::from(by_descriptor).to_string())];
+    launch_with(module_path!(), 2, SMALL, "drop-mapped", &held);
+    if stand_in && by_descriptor {
+        let ipc = [
+            (HELD, "0".to_string()),
+            ("STREAMCOMM_STANDIN_REFUSE", "vmm".to_string()),
+        ];
+        launch_with(module_path!(), 2, SMALL, "drop-mapped", &ipc);
+    }
+}
+
+/// Set to 1 where windows are shared by descriptor, 0 by CUDA IPC.
+const HELD: &str = "SC_WINDOWS_HELD";
+
+/// How long rank 0 keeps mapping rank 1's window in `drop_mapped`.
+const KEEP_MAPPED: Duration = Duration::from_secs(2);
+
+/// Rank 1 drops its `CudaComm` while rank 0 still maps its window.
+fn drop_mapped(cuda: CudaComm, comm: &Communicator, s: &Arc<CudaStream>) {
+    assert!(cuda.uses_direct_path(), "{:?}", cuda.direct_path_off());
+    let send = upload::<f32>(s, &[1.0; 1000]);
+    let mut recv = poisoned::<f32>(s, 1000);
+    cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, s).unwrap();
+    assert!(download(s, &recv).iter().all(|&x| x == 2.0));
+    comm.barrier_host().unwrap();
+    if comm.rank() == 0 {
+        std::thread::sleep(KEEP_MAPPED);
+        drop(cuda);
+        return;
+    }
+    let start = Instant::now();
+    drop(cuda);
+    let took = start.elapsed();
+    let held = std::env::var(HELD).is_ok_and(|v| v == "1");
+    eprintln!("rank 1 dropped its CudaComm in {took:?} (windows held by importers: {held})");
+    if held {
+        assert!(
+            took < KEEP_MAPPED / 2,
+            "the drop waited for the peer: {took:?}"
+        );
+    } else {
+        assert!(
+            took >= KEEP_MAPPED / 2,
+            "a CUDA IPC window was freed while the peer mapped it: {took:?}"
+        );
+    }
+}
+
 #[test]
 fn one_rank_with_another_window_sends_every_rank_down_the_staged_path() {
     if !gpu_present() {
@@ -317,6 +380,11 @@ fn child() {
             return;
         }
         "absent" => absent(&cuda, &s),
+        "drop-mapped" => {
+            drop_mapped(cuda, &comm, &s);
+            streamcomm_testkit::child_ran();
+            return;
+        }
         "odd-window" => {
             assert!(!cuda.uses_direct_path(), "rank {rank}, window {window}");
             let why = cuda.direct_path_off().expect("a reason");
@@ -541,6 +609,9 @@ fn absent(cuda: &CudaComm, s: &Arc<CudaStream>) {
         "rank {rank} released after {waited:?}, timeout {ABSENT_TIMEOUT:?}"
     );
     assert!(cuda.barrier(s).is_err(), "later calls return the error");
+    // Alive until the absent rank has come back and read its error (which
+    // would otherwise be this process's exit, should that come first).
+    std::thread::sleep(ABSENT_TIMEOUT * 3);
 }
 
 /// How long the rank that left stays alive in `left`.

@@ -6,5 +6,6 @@
 pub mod probe;
 pub(crate) mod result;
 pub(crate) mod stable;
+pub(crate) mod vmm_sys;
 
 pub use cudarc::driver::sys;

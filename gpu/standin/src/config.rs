@@ -38,7 +38,9 @@
 //! with `cuMemHostAlloc` keep working, and `HOST_REGISTER_SUPPORTED` still
 //! reads 1, as on machines where registration fails anyway), and
 //! `batch-memops` for `cuStreamBatchMemOp_v2` (a driver without batched
-//! stream memory operations); each refused
+//! stream memory operations), and `vmm` for virtual memory management with
+//! POSIX file descriptors (both device attributes read 0 and `cuMemCreate`
+//! refuses); each refused
 //! entry point says once on stderr that the variable refused it.
 //!
 //! A value the stand-in cannot read (an unknown profile, `MEMORY_POOLS=yes`,
@@ -95,6 +97,9 @@ pub struct Refuse {
     /// `batch-memops`: `cuStreamBatchMemOp_v2` (a driver without batched
     /// stream memory operations).
     pub batch_memops: bool,
+    /// `vmm`: virtual memory management with POSIX file descriptors (the
+    /// device reports both attributes 0, and `cuMemCreate` refuses).
+    pub vmm: bool,
 }
 
 /// Settings read from the environment at first use.
@@ -157,7 +162,7 @@ pub struct Config {
     /// after its last reference goes, as the driver runs them asynchronously.
     pub destructor_delay: Duration,
     /// `STREAMCOMM_STANDIN_REFUSE` (comma-separated `ipc`, `host-register`,
-    /// `batch-memops`;
+    /// `batch-memops`, `vmm`;
     /// default empty, in every profile): entry points that return
     /// `CUDA_ERROR_NOT_SUPPORTED`, saying once that this variable refused them.
     pub refuse: Refuse,
@@ -244,8 +249,9 @@ fn read(var: &dyn Fn(&str) -> Option<String>) -> Config {
                 "ipc" => refuse.ipc = true,
                 "host-register" => refuse.host_register = true,
                 "batch-memops" => refuse.batch_memops = true,
+                "vmm" => refuse.vmm = true,
                 other => problems.push(format!(
-                    "STREAMCOMM_STANDIN_REFUSE={v:?} names {other:?}, which the stand-in cannot refuse; expected a comma-separated list of ipc, host-register and batch-memops"
+                    "STREAMCOMM_STANDIN_REFUSE={v:?} names {other:?}, which the stand-in cannot refuse; expected a comma-separated list of ipc, host-register, batch-memops and vmm"
                 )),
             }
         }

@@ -8,7 +8,7 @@
 //! dma-buf, cooperative launch, IPC events, pool export handles) read 0,
 //! so callers take their fallback paths instead of reaching an unimplemented
 //! entry point. Virtual memory management (102) and POSIX file-descriptor
-//! handles (103) read 1 (module `vmm`); GPUDirect RDMA with VMM memory (110)
+//! handles (103) read 1 (module `vmm`; 0 under `STREAMCOMM_STANDIN_REFUSE=vmm`); GPUDirect RDMA with VMM memory (110)
 //! reads 1 with GPUDirect RDMA (116), as on an H200. Its total memory is
 //! the host's. Under the `h100` profile its
 //! name adds the H100 it stands for (`... #0, as NVIDIA H100 80GB HBM3`), and
@@ -367,7 +367,9 @@ fn attribute(attrib: c_int, ordinal: c_int) -> Option<c_int> {
         98 => 0,      // CAN_FLUSH_REMOTE_WRITES
         99 => 1,      // HOST_REGISTER_SUPPORTED
         100 | 101 => 0, // PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, DIRECT_MANAGED_MEM_ACCESS_FROM_HOST
-        102 | 103 => 1, // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+        // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+        // (0 under STREAMCOMM_STANDIN_REFUSE=vmm)
+        102 | 103 => i32::from(!config().refuse.vmm),
         104 | 105 => 0, // HANDLE_TYPE_WIN32_HANDLE_SUPPORTED, HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED
         106 => 32,      // MAX_BLOCKS_PER_MULTIPROCESSOR
         107..=109 => 0, // compression, persisting L2, access policy

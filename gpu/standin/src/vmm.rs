@@ -612,6 +612,9 @@ pub(crate) extern "C" fn cuMemCreate(
     const NAME: &str = "cuMemCreate";
     entry(NAME, || {
         current()?;
+        if crate::config::config().refuse.vmm {
+            return Err(crate::guard::refused("cuMemCreate", "vmm"));
+        }
         if handle.is_null() {
             return Err(bad(NAME, "handle is NULL"));
         }

@@ -40,6 +40,7 @@
 //! A [`window_watch::WindowWatch`] turns a dead peer, or one that left while
 //! this rank's stream waits for it, into an error instead of a hang.
 
+pub(crate) mod fd_post;
 pub(crate) mod steps;
 pub(crate) mod window;
 pub(crate) mod window_watch;

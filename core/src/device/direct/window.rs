@@ -29,10 +29,13 @@
 //! of device memory.
 
 use std::any::Any;
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use super::fd_post::FdPost;
 use crate::comm::local_host_id;
 use crate::config::MIN_CUDA_WINDOW as MIN_CAPACITY;
 use crate::device::DevAddr;
@@ -88,8 +91,17 @@ impl Round {
     }
 }
 
-/// Bytes of one rank's exchange record.
-const RECORD: usize = 192;
+/// Bytes of one rank's exchange record:
+///
+/// ```text
+/// 0 has a window | 1 exports a descriptor | 4..8 pid | 8..16 host hash
+/// 16..24 capacity | 24..26 payload length | 26 flag-area name length
+/// 27 socket name length | 28..32 device ordinal | 32..128 payload
+/// 128..192 flag-area name | 192..256 descriptor socket name
+/// ```
+const RECORD: usize = 256;
+/// Offset of the descriptor socket's name ([`FdPost`]) in a record.
+const SOCKET_NAME: usize = 192;
 /// Offset of the device's ordinal in a record.
 const ORDINAL: usize = 28;
 /// Offset of the device-specific payload in a record (at most 96 bytes).
@@ -109,23 +121,37 @@ pub(crate) struct Off {
     pub(crate) by_design: bool,
 }
 
+/// A window allocation, as [`WindowDevice::alloc`] makes it.
+pub(crate) struct Allocation {
+    /// Its device address.
+    pub(crate) addr: DevAddr,
+    /// The bytes (at most `128 - 32`) another rank of this host opens it with.
+    pub(crate) payload: Vec<u8>,
+    /// What keeps it alive.
+    pub(crate) keep: Box<dyn Any + Send + Sync>,
+    /// A descriptor other processes map it through, where they do: then
+    /// each mapping holds the memory, and the owner may free its allocation
+    /// while peers still map it.
+    pub(crate) fd: Option<OwnedFd>,
+}
+
 /// What a device offers to build windows.
 pub(crate) trait WindowDevice {
     /// Which device of this host the windows live on.
     fn ordinal(&self) -> u32;
 
-    /// A zeroed allocation of `bytes`: its device address, the bytes
-    /// (at most `128 - 32`) another process of this host opens it with, and
-    /// what keeps it alive.
-    fn alloc(&self, bytes: usize) -> Result<(DevAddr, Vec<u8>, Box<dyn Any + Send + Sync>)>;
+    /// A zeroed allocation of `bytes`.
+    fn alloc(&self, bytes: usize) -> Result<Allocation>;
 
-    /// Maps a peer's allocation from its payload. `same_process` is true
-    /// when the peer is a thread of this process (then its address is
-    /// usable as it is, where the device allows).
+    /// Maps a peer's allocation from its payload, and its descriptor where
+    /// it exports one. `same_process` is true when the peer is a thread of
+    /// this process (then its address is usable as it is, where the device
+    /// allows).
     fn open(
         &self,
         payload: &[u8],
         same_process: bool,
+        fd: Option<OwnedFd>,
     ) -> Result<(DevAddr, Box<dyn Any + Send + Sync>)>;
 
     /// Makes `len` bytes of host memory at `host` addressable by device
@@ -237,19 +263,25 @@ pub(crate) fn find_in_process(addr: DevAddr) -> Option<Box<dyn Any + Send + Sync
 }
 
 /// The longest a dropped [`Windows`] waits for its peers to close their
-/// mappings of its window.
+/// CUDA IPC mappings of its window.
 const LEAVE_WITHIN: Duration = Duration::from_secs(10);
+
+/// The longest the window descriptors take to arrive at creation.
+const EXCHANGE_WITHIN: Duration = Duration::from_secs(30);
 
 /// Every rank's window, as this rank addresses it.
 ///
-/// Freeing an allocation that another process still maps through CUDA IPC
-/// is undefined, so a drop leaves in three steps, with no collective call
-/// (none of the communicator's order of operations is spent): close this
-/// rank's mappings of the peers' windows and say so in each peer's flag
-/// area; wait until every peer has said the same in this rank's (or its
-/// process is gone); free this rank's window. A peer that does not say so
-/// within `leave_within` costs the window: it is leaked, never freed under
-/// a mapping.
+/// A window shared through a descriptor (the driver's virtual memory
+/// management, where it has it) is held by every process that maps it: a
+/// drop closes this rank's mappings and frees its own window at once. One
+/// shared through CUDA IPC (the fall-back) must not be freed while another
+/// process maps it, so a drop leaves in three steps, with no collective
+/// call (none of the communicator's order of operations is spent): close
+/// this rank's mappings of the peers' windows and say so in each peer's
+/// flag area; wait until every peer has said the same in this rank's (or
+/// its process is gone); free this rank's window. A peer that does not say
+/// so within `leave_within` (at most 10 s) costs the window: it is leaked,
+/// never freed under a mapping.
 pub(crate) struct Windows {
     rank: usize,
     size: usize,
@@ -267,6 +299,9 @@ pub(crate) struct Windows {
     peer_flags: Vec<FlagArea>,
     /// The longest a drop waits for the peers to close their mappings.
     leave_within: Duration,
+    /// Peers map this rank's window through a descriptor, which holds the
+    /// memory: it may be freed while they still map it.
+    importers_hold: bool,
 }
 
 impl std::fmt::Debug for Windows {
@@ -313,27 +348,38 @@ impl Windows {
         // Why this rank cannot take part, if it cannot.
         let mut off: Option<String> = None;
         let mine = match device {
-            Some(d) => d.alloc(capacity).and_then(|(base, payload, owner)| {
+            Some(d) => d.alloc(capacity).and_then(|a| {
                 let segment = ShmSegment::create(flag_bytes)?;
                 let name = segment.name().as_bytes().to_vec();
                 let (flags, flag_base) = FlagArea::register(d, segment)?;
-                Ok((base, payload, owner, flags, flag_base, name))
+                // Every rank with a window can receive descriptors.
+                let post = FdPost::bind()?;
+                Ok((a, flags, flag_base, name, post))
             }),
             None => Err(Error::Unavailable(
                 "the reduce kernels did not load here (see the warning above)".into(),
             )),
         };
+        let mut my_fd = None;
+        let mut post = None;
         let (my_base, my_flag_base, mut own_flags) = match mine {
-            Ok((base, payload, owner, flags, flag_base, name))
-                if payload.len() <= FLAG_NAME - PAYLOAD && name.len() < RECORD - FLAG_NAME =>
+            Ok((a, flags, flag_base, name, p))
+                if a.payload.len() <= FLAG_NAME - PAYLOAD
+                    && name.len() < SOCKET_NAME - FLAG_NAME
+                    && p.name().len() <= RECORD - SOCKET_NAME =>
             {
-                own_window = Some(owner);
+                own_window = Some(a.keep);
                 record[0] = 1;
-                record[PAYLOAD..PAYLOAD + payload.len()].copy_from_slice(&payload);
-                record[24..26].copy_from_slice(&(payload.len() as u16).to_le_bytes());
+                record[1] = u8::from(a.fd.is_some());
+                record[PAYLOAD..PAYLOAD + a.payload.len()].copy_from_slice(&a.payload);
+                record[24..26].copy_from_slice(&(a.payload.len() as u16).to_le_bytes());
                 record[26] = name.len() as u8;
                 record[FLAG_NAME..FLAG_NAME + name.len()].copy_from_slice(&name);
-                (base, flag_base, Some(flags))
+                record[27] = p.name().len() as u8;
+                record[SOCKET_NAME..SOCKET_NAME + p.name().len()].copy_from_slice(p.name());
+                my_fd = a.fd;
+                post = Some(p);
+                (a.addr, flag_base, Some(flags))
             }
             Ok(_) => {
                 off = Some("this rank's window record is too long to exchange".into());
@@ -352,12 +398,43 @@ impl Windows {
         record[16..24].copy_from_slice(&(capacity as u64).to_le_bytes());
         let all = gather_bytes(comm, &record)?;
         let by_design = placement_rules_out(&all, rank);
+        // Descriptors go between the processes of this host, before any
+        // rank maps: from each rank that exports one to every other
+        // process's rank with a window.
+        let mut fds = BTreeMap::new();
+        if let Some(post) = &post {
+            let peers: Vec<(usize, &[u8])> = all
+                .chunks_exact(RECORD)
+                .enumerate()
+                .filter(|&(p, rec)| {
+                    p != rank
+                        && rec[0] == 1
+                        && rec[8..16] == record[8..16]
+                        && rec[4..8] != record[4..8]
+                })
+                .collect();
+            let to: Vec<Vec<u8>> = peers
+                .iter()
+                .map(|(_, rec)| rec[SOCKET_NAME..SOCKET_NAME + rec[27] as usize].to_vec())
+                .collect();
+            let from: Vec<usize> = peers
+                .iter()
+                .filter(|(_, rec)| rec[1] == 1)
+                .map(|&(p, _)| p)
+                .collect();
+            let within = comm.config().timeout.min(EXCHANGE_WITHIN);
+            match post.exchange(rank, my_fd.as_ref().map(|f| f.as_fd()), &to, &from, within) {
+                Ok(got) => fds = got,
+                Err(e) => off = Some(format!("the window descriptors did not arrive ({e})")),
+            }
+        }
+        drop(post);
 
         let mut bases = vec![0; size];
         let mut flag_bases = vec![0; size];
         let mut peer_flags = Vec::new();
         let mut pids = vec![0; size];
-        let mut ok = record[0] == 1;
+        let mut ok = record[0] == 1 && off.is_none();
         for (p, rec) in all.chunks_exact(RECORD).enumerate() {
             pids[p] = u32::from_le_bytes(rec[4..8].try_into().expect("4 bytes"));
             if p == rank {
@@ -397,7 +474,7 @@ impl Windows {
             let Some(device) = device else { continue };
             let name = String::from_utf8_lossy(&rec[FLAG_NAME..FLAG_NAME + rec[26] as usize]);
             let mapped = device
-                .open(&rec[PAYLOAD..PAYLOAD + len], same_process)
+                .open(&rec[PAYLOAD..PAYLOAD + len], same_process, fds.remove(&p))
                 .and_then(|(base, owner)| {
                     let segment = ShmSegment::open(&name, flag_bytes)?;
                     let (flags, flag_base) = FlagArea::register(device, segment)?;
@@ -453,6 +530,7 @@ impl Windows {
             peer_windows,
             peer_flags,
             leave_within: comm.config().timeout.min(LEAVE_WITHIN),
+            importers_hold: record[1] == 1,
         }))
     }
 
@@ -628,10 +706,15 @@ impl Windows {
                 .store(1, Ordering::Release);
         }
         drop(peer_flags);
-        // 2. The peers' mappings of this rank's window must be gone first.
+        // 2. The peers' mappings of this rank's window must be gone first,
+        // unless each holds the memory it maps (a descriptor's import).
         let Some(own) = own else {
             return;
         };
+        if self.importers_hold {
+            drop(own);
+            return;
+        }
         let Some(flags) = &self.own_flags else {
             return;
         };
