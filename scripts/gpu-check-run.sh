@@ -21,17 +21,20 @@
 #   1 probe        which driver answered (it must be NVIDIA's on a GPU run, the
 #                  stand-in's under --stand-in) and its compute mode, then
 #                  every kernel through NVRTC (on the stand-in, the test run
-#                  it reuses did that); it may not use the
-#                  GPU_CHECK_BENCH_RESERVE seconds (default 210) kept for
-#   2 benches      gpu_bench and cuda_bench (direct, then staged): the only
-#                  measurements, so they run early
+#                  it reuses did that)
+#   2 quickstarts  gpu_quickstart, the main quick start (2 ranks) and
+#                  cuda_allreduce (2 ranks, cudarc buffers), each checked for
+#                  its OK line (the quick start for the CUDA backend too)
 #   3 memops       doorbells, stream memory operations, host functions, capture
 #   4 reduce       the reduce kernels against a CPU reference
 #   5 ipc          CUDA IPC between two processes
 #   6 cuda-backend the CUDA backend's tests, --test-threads=1 --nocapture
-#   7 quickstarts  gpu_quickstart, the main quick start (2 ranks) and
-#                  cuda_allreduce (2 ranks, cudarc buffers), each checked for
-#                  its OK line (the quick start for the CUDA backend too)
+#   7 sanitizer    compute-sanitizer's memcheck and racecheck over the reduce
+#                  kernels' tests, where a CUDA toolkit provides it (skipped
+#                  where none is found, or where it cannot run here)
+#   8 benches      gpu_bench and cuda_bench (direct, then staged): the
+#                  measurements, last; steps 1 to 7 may not use the
+#                  GPU_CHECK_BENCH_RESERVE seconds (default 210) kept for them
 # A verdict line per step, then `gpu-check: N passed, M failed, K skipped`.
 # When the GPU's compute mode is EXCLUSIVE_PROCESS (or PROHIBITED), what
 # needs several processes on one GPU (ipc, the CUDA backend's multi-process
@@ -76,7 +79,7 @@ has_libcuda() {
 }
 if ! has_libcuda; then
   echo "skipped: no GPU (no libcuda.so.1 or libcuda.so on this machine${STUB_ONLY:+; $STUB_ONLY is the link-time stub of a CUDA toolkit, not a driver})"
-  say "0 passed, 0 failed, 7 skipped"
+  say "0 passed, 0 failed, 8 skipped"
   exit 0
 fi
 
@@ -245,6 +248,7 @@ step() {
   case $rc in
     0) status=ok ;;
     124) status=TIMEOUT ;;
+    77) status=skipped ;;
     *) status=FAILED ;;
   esac
   verdict "$name" "$status" "$(($(date +%s) - t0)) s${DETAIL:+; $DETAIL}"
@@ -334,6 +338,38 @@ step_memops() {
 step_reduce() {
   need test-device_reduce || return 1
   run reduce 60 "$BIN/test-device_reduce" --nocapture --test-threads=1
+}
+
+# compute-sanitizer of a CUDA toolkit (the driver alone has none).
+find_sanitizer() {
+  local c
+  c=$(command -v compute-sanitizer 2>/dev/null) && { echo "$c"; return; }
+  for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda-*/bin/compute-sanitizer \
+           /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+    [[ -x "$c" ]] && { echo "$c"; return; }
+  done
+}
+
+# memcheck, then racecheck, over the reduce kernels' tests. The tool's
+# --error-exitcode (3) marks what it found in the kernels; any other
+# failure of the tool to run (a sandbox that refuses its attach, a driver
+# it does not support) skips the step, saying so (status 77).
+step_sanitizer() {
+  need test-device_reduce || return 1
+  local tool rc
+  for tool in memcheck racecheck; do
+    run sanitizer 90 "$SANITIZER" --tool "$tool" --error-exitcode 3 \
+      "$BIN/test-device_reduce" --test-threads=1
+    rc=$?
+    case $rc in
+      0) ;;
+      3) DETAIL="$tool found errors in the kernels"; return 1 ;;
+      124) return 124 ;;
+      101) DETAIL="$tool: the tests failed under it"; return 1 ;;
+      *) DETAIL="compute-sanitizer could not run here ($tool: status $rc)"; return 77 ;;
+    esac
+  done
+  DETAIL="memcheck and racecheck clean ($SANITIZER)"
 }
 
 step_ipc() {
@@ -431,20 +467,29 @@ ONE_PROCESS=$(one_process_reason)
 cat "$SUMMARY"
 
 echo "gpu-check ($MODE) over $BIN; NVRTC: ${NVRTC:-none found}"
+# Steps by what they tell, the measurements last with their time kept.
 RESERVE=$BENCH_RESERVE
 step probe step_probe
-RESERVE=0
 if [[ -n $STOP ]]; then
   echo "stopping: this bundle checks NVIDIA's driver, and the CPU stand-in answered" \
        "(remove it from LD_LIBRARY_PATH)"
-  SKIPPED=$((SKIPPED + 6))
+  SKIPPED=$((SKIPPED + 7))
 else
-  step benches step_benches
+  step quickstarts step_quickstarts
   step memops step_memops
   step reduce step_reduce
   if [[ -n "$ONE_PROCESS" ]]; then skip ipc "$ONE_PROCESS"; else step ipc step_ipc; fi
   step cuda-backend step_backend
-  step quickstarts step_quickstarts
+  SANITIZER=$(find_sanitizer)
+  if [[ $MODE == stand-in ]]; then
+    skip sanitizer "the stand-in is no GPU: compute-sanitizer needs NVIDIA's driver"
+  elif [[ -z "$SANITIZER" ]]; then
+    skip sanitizer "no compute-sanitizer here (it comes with a CUDA toolkit, not the driver)"
+  else
+    step sanitizer step_sanitizer
+  fi
+  RESERVE=0
+  step benches step_benches
 fi
 
 if [[ -s "$STREAMCOMM_SKIP_LOG" ]]; then

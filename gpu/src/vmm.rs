@@ -65,14 +65,7 @@ impl VmmBuffer {
         guarded("cuMemCreate", || {
             device.bind()?;
             let prop = AllocationProp::exportable(device.ordinal());
-            let mut granule = 0usize;
-            // SAFETY: valid pointers for the call.
-            check("cuMemGetAllocationGranularity", unsafe {
-                (f.granularity)(&mut granule, &prop, GRANULARITY_MINIMUM)
-            })?;
-            let size = len
-                .checked_next_multiple_of(granule.max(1))
-                .ok_or_else(|| Error::invalid(format!("VmmBuffer::alloc: len {len} too large")))?;
+            let size = rounded(&prop, len)?;
             let mut handle: Handle = 0;
             // SAFETY: valid pointers; the size is a multiple of the granularity.
             check("cuMemCreate", unsafe {
@@ -90,12 +83,7 @@ impl VmmBuffer {
         guarded("cuMemImportFromShareableHandle", || {
             device.bind()?;
             let prop = AllocationProp::exportable(device.ordinal());
-            let mut granule = 0usize;
-            // SAFETY: valid pointers for the call.
-            check("cuMemGetAllocationGranularity", unsafe {
-                (f.granularity)(&mut granule, &prop, GRANULARITY_MINIMUM)
-            })?;
-            let size = len.next_multiple_of(granule.max(1));
+            let size = rounded(&prop, len)?;
             let mut handle: Handle = 0;
             // SAFETY: the driver reads the descriptor's number from the
             // pointer-sized argument, as its POSIX handle type documents.
@@ -201,6 +189,19 @@ impl VmmBuffer {
     pub fn fill(&mut self, value: u8) -> Result<()> {
         crate::memory::fill_privately(&self.device, self.ptr, self.len, value)
     }
+}
+
+/// `len` rounded up to the allocation granularity of `prop` (a context is
+/// current).
+fn rounded(prop: &AllocationProp, len: usize) -> Result<usize> {
+    let f = vmm()?;
+    let mut granule = 0usize;
+    // SAFETY: valid pointers for the call.
+    check("cuMemGetAllocationGranularity", unsafe {
+        (f.granularity)(&mut granule, prop, GRANULARITY_MINIMUM)
+    })?;
+    len.checked_next_multiple_of(granule.max(1))
+        .ok_or_else(|| Error::invalid(format!("VmmBuffer: len {len} too large")))
 }
 
 impl Drop for VmmBuffer {

@@ -518,6 +518,9 @@ fn dead(cuda: &CudaComm, s: &Arc<CudaStream>) {
         "{kept}"
     );
     assert!(cuda.barrier(s).is_err(), "later calls return the error");
+    // Alive a while, so that the other survivor does not see this process
+    // gone before it has read its own error.
+    std::thread::sleep(Duration::from_millis(500));
 }
 
 /// Chunks of the all-reduce that `dead` leaves waiting.

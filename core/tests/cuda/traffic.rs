@@ -34,8 +34,9 @@ const ALL_REDUCE_CALLS: u64 = 7;
 /// without the copy and the kernel (5 measured).
 const BARRIER_CALLS: u64 = 5;
 
-/// The same without batches (a driver that refuses them), one call per
-/// operation: per flag round a write to each of 7 peers and, per peer, the
+/// The same without batches (a driver that refuses them, or one without
+/// stream memory operations, whose spin kernels launch one per operation),
+/// one call per operation: per flag round a write to each of 7 peers and, per peer, the
 /// awaited word, the wait and the reset (29), so 58 more than batched.
 const SINGLE_ALL_REDUCE_CALLS: u64 = ALL_REDUCE_CALLS + 58;
 /// See [`SINGLE_ALL_REDUCE_CALLS`].
@@ -57,6 +58,13 @@ fn all_reduce_reads_at_most_two_n_minus_one_over_n_of_its_bytes_from_peers() {
         (SINGLE, "1".to_string()),
     ];
     launch_with(module_path!(), 8, WINDOW, "traffic", &single);
+    // No stream memory operations at all: the spin kernels (a 64-bit wait
+    // on each flag slot), one launch per operation.
+    let spin = [
+        ("STREAMCOMM_STANDIN_REFUSE", "memops".to_string()),
+        (SINGLE, "1".to_string()),
+    ];
+    launch_with(module_path!(), 8, WINDOW, "traffic", &spin);
 }
 
 /// True on the stand-in, which counts; a skip elsewhere.

@@ -40,7 +40,8 @@
 //! `batch-memops` for `cuStreamBatchMemOp_v2` (a driver without batched
 //! stream memory operations), and `vmm` for virtual memory management with
 //! POSIX file descriptors (both device attributes read 0 and `cuMemCreate`
-//! refuses); each refused
+//! refuses), and `memops` for every stream memory operation (callers take
+//! their spin kernels); each refused
 //! entry point says once on stderr that the variable refused it.
 //!
 //! A value the stand-in cannot read (an unknown profile, `MEMORY_POOLS=yes`,
@@ -100,6 +101,10 @@ pub struct Refuse {
     /// `vmm`: virtual memory management with POSIX file descriptors (the
     /// device reports both attributes 0, and `cuMemCreate` refuses).
     pub vmm: bool,
+    /// `memops`: every stream memory operation (`cuStreamWaitValue*`,
+    /// `cuStreamWriteValue*`, `cuStreamBatchMemOp_v2`), as on a driver or
+    /// device without them: callers take their spin kernels.
+    pub memops: bool,
 }
 
 /// Settings read from the environment at first use.
@@ -162,7 +167,7 @@ pub struct Config {
     /// after its last reference goes, as the driver runs them asynchronously.
     pub destructor_delay: Duration,
     /// `STREAMCOMM_STANDIN_REFUSE` (comma-separated `ipc`, `host-register`,
-    /// `batch-memops`, `vmm`;
+    /// `batch-memops`, `vmm`, `memops`;
     /// default empty, in every profile): entry points that return
     /// `CUDA_ERROR_NOT_SUPPORTED`, saying once that this variable refused them.
     pub refuse: Refuse,
@@ -250,8 +255,9 @@ fn read(var: &dyn Fn(&str) -> Option<String>) -> Config {
                 "host-register" => refuse.host_register = true,
                 "batch-memops" => refuse.batch_memops = true,
                 "vmm" => refuse.vmm = true,
+                "memops" => refuse.memops = true,
                 other => problems.push(format!(
-                    "STREAMCOMM_STANDIN_REFUSE={v:?} names {other:?}, which the stand-in cannot refuse; expected a comma-separated list of ipc, host-register, batch-memops and vmm"
+                    "STREAMCOMM_STANDIN_REFUSE={v:?} names {other:?}, which the stand-in cannot refuse; expected a comma-separated list of ipc, host-register, batch-memops, vmm and memops"
                 )),
             }
         }

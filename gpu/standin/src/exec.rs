@@ -234,20 +234,27 @@ pub(crate) fn satisfied(word: u64, value: u64, cond: u32, wide: bool) -> bool {
     }
 }
 
+/// The 32- or 64-bit word at `d`, read atomically (acquire).
+///
+/// # Safety
+/// `d` must be translated for at least the word's bytes, aligned to them.
+pub(crate) unsafe fn load_word(d: &Mapped, wide: bool) -> u64 {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if wide {
+            AtomicU64::from_ptr(d.ptr.cast()).load(Ordering::Acquire)
+        } else {
+            u64::from(AtomicU32::from_ptr(d.ptr.cast()).load(Ordering::Acquire))
+        }
+    }
+}
+
 /// Polls the word until the condition holds; never gives up (as on the
 /// device), unless the context faults.
 fn wait_value(ctx: &Context, addr: u64, value: u64, cond: u32, wide: bool) -> Result<(), Fault> {
     let d = device(addr, if wide { 8 } else { 4 }, "cuStreamWaitValue")?;
-    let read = || {
-        // SAFETY: the word is translated, in bounds, and aligned (checked at enqueue).
-        unsafe {
-            if wide {
-                AtomicU64::from_ptr(d.ptr.cast()).load(Ordering::Acquire)
-            } else {
-                u64::from(AtomicU32::from_ptr(d.ptr.cast()).load(Ordering::Acquire))
-            }
-        }
-    };
+    // SAFETY: the word is translated, in bounds, and aligned (checked at enqueue).
+    let read = || unsafe { load_word(&d, wide) };
     let mut spins = 0u32;
     while !satisfied(read(), value, cond, wide) {
         spins += 1;

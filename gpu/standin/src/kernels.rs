@@ -11,7 +11,7 @@
 //! `CUDA_ERROR_MISALIGNED_ADDRESS`, as on the GPU. They do not run the CUDA C
 //! code itself: only a GPU checks that.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicU32, Ordering, fence};
 use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
@@ -122,16 +122,8 @@ fn spin_wait(ctx: &Context, a: &SpinWaitArgs) -> Result<(), Fault> {
     let w = device(a.addr, size, "sc_spin_wait")?;
     check_aligned(a.addr, size as u64, "sc_spin_wait")?;
     let start = Instant::now();
-    let read = || {
-        // SAFETY: translated, in bounds, aligned word of `size` bytes.
-        unsafe {
-            if wide {
-                AtomicU64::from_ptr(w.ptr.cast()).load(Ordering::Acquire)
-            } else {
-                u64::from(AtomicU32::from_ptr(w.ptr.cast()).load(Ordering::Acquire))
-            }
-        }
-    };
+    // SAFETY: translated, in bounds, aligned word of `size` bytes.
+    let read = || unsafe { crate::exec::load_word(&w, wide) };
     let value = if wide { a.value } else { a.value & 0xffff_ffff };
     while !satisfied(read(), value, a.cond.min(4), wide) {
         if start.elapsed().as_nanos() > u128::from(a.timeout_ns) {

@@ -41,9 +41,19 @@ fn wait(
     name: &'static str,
 ) -> Res<()> {
     current()?;
+    refuse_memops(name)?;
     let s = stream_of(stream)?;
     let work = wait_work(addr, value, flags, wide, name)?;
     submit(&s, work, Vec::new(), name).map(|_| ())
+}
+
+/// `CUDA_ERROR_NOT_SUPPORTED` for `name` under
+/// `STREAMCOMM_STANDIN_REFUSE=memops`.
+fn refuse_memops(name: &'static str) -> Res<()> {
+    if crate::config::config().refuse.memops {
+        return Err(crate::guard::refused(name, "memops"));
+    }
+    Ok(())
 }
 
 /// The work of a stream wait, its arguments checked.
@@ -78,6 +88,7 @@ fn write(
     name: &'static str,
 ) -> Res<()> {
     current()?;
+    refuse_memops(name)?;
     let s = stream_of(stream)?;
     let work = write_work(addr, value, flags, wide, name)?;
     submit(&s, work, Vec::new(), name).map(|_| ())
@@ -120,6 +131,7 @@ pub(crate) unsafe extern "C" fn cuStreamBatchMemOp_v2(
 ) -> u32 {
     entry("cuStreamBatchMemOp_v2", || {
         current()?;
+        refuse_memops("cuStreamBatchMemOp_v2")?;
         if crate::config::config().refuse.batch_memops {
             return Err(crate::guard::refused(
                 "cuStreamBatchMemOp_v2",

@@ -131,8 +131,13 @@ fn look(comm: &Communicator, w: &mut Watch) {
 fn trouble(w: &mut Watch) -> Option<(Error, usize)> {
     let windows = &w.windows;
     let op = || "a direct-path device operation".to_string();
-    let dead =
-        (0..windows.size()).find(|&p| p != windows.rank() && !(w.alive)(p, windows.pids()[p]));
+    let is_dead = |p: usize| p != windows.rank() && !(w.alive)(p, windows.pids()[p]);
+    // The peer this rank's stream waits for first, when it is one of the
+    // dead: the one that holds this rank up (others may have died since).
+    let waited_for = windows.current_wait().map(|wait| wait.from);
+    let dead = waited_for
+        .filter(|&p| is_dead(p))
+        .or_else(|| (0..windows.size()).find(|&p| is_dead(p)));
     if let Some(peer) = dead {
         let cause = format!("process {} exited", windows.pids()[peer]);
         return Some((
