@@ -1,0 +1,448 @@
+//! [`TensorComm`]: streamcomm's calls on candle tensors.
+
+use candle_core::{DType, Device, Result, Shape, Tensor};
+use streamcomm::bootstrap::UniqueId;
+use streamcomm::{Communicator, ReduceOp};
+
+use crate::elements::{Elem, PerType, with_dtype};
+use crate::in_place::{InPlace, Op};
+
+/// A streamcomm error as a candle one (kept whole, as its source).
+pub(crate) fn wrap(e: streamcomm::Error) -> candle_core::Error {
+    candle_core::Error::wrap(e)
+}
+
+/// Collectives and point-to-point calls on candle tensors, over one
+/// streamcomm communicator.
+///
+/// Every rank makes the same calls in the same order, with tensors of the
+/// same shape and type (a reduce-scatter's dimension divisible by the
+/// number of ranks), as with any communicator; a call that does not match
+/// its peers' fails with streamcomm's error rather than hanging.
+///
+/// ```
+/// use candle_core::{Device, Tensor};
+/// use streamcomm::ReduceOp;
+/// use streamcomm_candle::TensorComm;
+///
+/// # fn main() -> candle_core::Result<()> {
+/// let comm = TensorComm::alone()?;
+/// let grads = Tensor::new(&[[0.5f32, 1.0], [2.0, 4.0]], &Device::Cpu)?;
+/// comm.all_reduce_in_place(&grads, ReduceOp::Avg)?;
+/// let gathered = comm.all_gather(&grads, 1)?;
+/// assert_eq!(gathered.dims(), &[2, 2]);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct TensorComm {
+    comm: Communicator,
+}
+
+impl TensorComm {
+    /// Calls over `comm`.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let id = streamcomm::bootstrap::UniqueId::new()?;
+    /// let comm = streamcomm::Communicator::builder().unique_id(&id).rank(0).size(1).build()?;
+    /// let tensors = streamcomm_candle::TensorComm::new(comm);
+    /// assert_eq!(tensors.size(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn new(comm: Communicator) -> TensorComm {
+        TensorComm { comm }
+    }
+
+    /// The communicator a launcher's environment describes
+    /// ([`Communicator::from_env`]: `streamcomm-run`, torchrun, Slurm,
+    /// Open MPI, PMI).
+    ///
+    /// ```no_run
+    /// // Started as `streamcomm-run -n 4 -- prog`:
+    /// let comm = streamcomm_candle::TensorComm::from_env()?;
+    /// println!("rank {} of {}", comm.rank(), comm.size());
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Communicator::from_env`], wrapped.
+    pub fn from_env() -> Result<TensorComm> {
+        Communicator::from_env().map(TensorComm::new).map_err(wrap)
+    }
+
+    /// A communicator of one rank: every call is local.
+    ///
+    /// ```
+    /// let comm = streamcomm_candle::TensorComm::alone()?;
+    /// assert_eq!((comm.rank(), comm.size()), (0, 1));
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Communicator::builder`]'s build, wrapped.
+    pub fn alone() -> Result<TensorComm> {
+        let id = UniqueId::new().map_err(wrap)?;
+        Communicator::builder()
+            .unique_id(&id)
+            .rank(0)
+            .size(1)
+            .build()
+            .map(TensorComm::new)
+            .map_err(wrap)
+    }
+
+    /// The communicator underneath.
+    ///
+    /// ```
+    /// let comm = streamcomm_candle::TensorComm::alone()?;
+    /// comm.communicator().barrier_host().map_err(candle_core::Error::wrap)?;
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    pub fn communicator(&self) -> &Communicator {
+        &self.comm
+    }
+
+    /// This rank.
+    ///
+    /// ```
+    /// assert_eq!(streamcomm_candle::TensorComm::alone()?.rank(), 0);
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    pub fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    /// The number of ranks.
+    ///
+    /// ```
+    /// assert_eq!(streamcomm_candle::TensorComm::alone()?.size(), 1);
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    pub fn size(&self) -> usize {
+        self.comm.size()
+    }
+
+    /// Every rank's `t` reduced with `op`, as a new tensor (`t` stays).
+    ///
+    /// ```
+    /// # use candle_core::{Device, Tensor};
+    /// let comm = streamcomm_candle::TensorComm::alone()?;
+    /// let t = Tensor::new(&[3f32, -1.], &Device::Cpu)?;
+    /// let max = comm.all_reduce(&t, streamcomm::ReduceOp::Max)?;
+    /// assert_eq!(max.to_vec1::<f32>()?, [3., -1.]);
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// A tensor off the CPU or of a type streamcomm does not carry; the
+    /// communicator's errors (a peer that failed, a timeout), wrapped.
+    pub fn all_reduce(&self, t: &Tensor, op: ReduceOp) -> Result<Tensor> {
+        cpu(t, "all_reduce")?;
+        let out = t.copy()?.contiguous()?;
+        self.all_reduce_in_place(&out, op)?;
+        Ok(out)
+    }
+
+    /// Every rank's `t` reduced with `op`, into `t`'s own storage (no copy;
+    /// `t` must be contiguous).
+    ///
+    /// ```
+    /// # use candle_core::{Device, Tensor};
+    /// let comm = streamcomm_candle::TensorComm::alone()?;
+    /// let t = Tensor::new(&[1f32, 2.], &Device::Cpu)?;
+    /// comm.all_reduce_in_place(&t, streamcomm::ReduceOp::Sum)?;
+    /// // A strided view is refused, naming the way out.
+    /// let square = Tensor::new(&[[1f32, 2.], [3., 4.]], &Device::Cpu)?;
+    /// let err = comm.all_reduce_in_place(&square.t()?, streamcomm::ReduceOp::Sum);
+    /// assert!(err.unwrap_err().to_string().contains("not contiguous"));
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`TensorComm::all_reduce`], and a tensor that is not contiguous.
+    pub fn all_reduce_in_place(&self, t: &Tensor, op: ReduceOp) -> Result<()> {
+        self.in_place(t, InPlace::AllReduce(op), "all_reduce_in_place")
+    }
+
+    /// Rank `root`'s `t` on every rank, as a new tensor.
+    ///
+    /// ```
+    /// # use candle_core::{Device, Tensor};
+    /// let comm = streamcomm_candle::TensorComm::alone()?;
+    /// let t = Tensor::new(&[7u32, 8], &Device::Cpu)?;
+    /// assert_eq!(comm.broadcast(&t, 0)?.to_vec1::<u32>()?, [7, 8]);
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`TensorComm::all_reduce`], and a root that is no rank.
+    pub fn broadcast(&self, t: &Tensor, root: usize) -> Result<Tensor> {
+        cpu(t, "broadcast")?;
+        let out = t.copy()?.contiguous()?;
+        self.broadcast_in_place(&out, root)?;
+        Ok(out)
+    }
+
+    /// Rank `root`'s `t` into every rank's `t` (no copy; contiguous).
+    ///
+    /// ```
+    /// # use candle_core::{Device, Tensor};
+    /// let comm = streamcomm_candle::TensorComm::alone()?;
+    /// let t = Tensor::new(&[1i64], &Device::Cpu)?;
+    /// comm.broadcast_in_place(&t, 0)?;
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`TensorComm::broadcast`], and a tensor that is not contiguous.
+    pub fn broadcast_in_place(&self, t: &Tensor, root: usize) -> Result<()> {
+        self.in_place(t, InPlace::Broadcast(root), "broadcast_in_place")
+    }
+
+    /// Every rank's `t`, concatenated in rank order along `dim`.
+    ///
+    /// ```
+    /// # use candle_core::{Device, Tensor};
+    /// let comm = streamcomm_candle::TensorComm::alone()?;
+    /// let t = Tensor::new(&[[1f32, 2.]], &Device::Cpu)?;
+    /// assert_eq!(comm.all_gather(&t, 0)?.dims(), &[1, 2]);
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`TensorComm::all_reduce`], and a dimension `t` does not have.
+    pub fn all_gather(&self, t: &Tensor, dim: usize) -> Result<Tensor> {
+        cpu(t, "all_gather")?;
+        let dims = t.dims().to_vec();
+        check_dim(&dims, dim, "all_gather")?;
+        let n = self.size();
+        if n == 1 {
+            return Ok(t.clone());
+        }
+        let gathered = with_dtype(t.dtype(), "all_gather", Gather { comm: self, t })?;
+        // Rank-major: [n, dims...], then rank blocks side by side along dim.
+        let mut stacked = vec![n];
+        stacked.extend(&dims);
+        let g = gathered.reshape(stacked)?;
+        let blocks: Vec<Tensor> = (0..n).map(|r| g.get(r)).collect::<Result<_>>()?;
+        Tensor::cat(&blocks, dim)
+    }
+
+    /// Every rank's `t` reduced with `op`, cut into as many equal parts
+    /// along `dim` as there are ranks: this rank's part.
+    ///
+    /// ```
+    /// # use candle_core::{Device, Tensor};
+    /// let comm = streamcomm_candle::TensorComm::alone()?;
+    /// let t = Tensor::new(&[[1f32, 2.], [3., 4.]], &Device::Cpu)?;
+    /// let mine = comm.reduce_scatter(&t, 1, streamcomm::ReduceOp::Sum)?;
+    /// assert_eq!(mine.dims(), &[2, 2]);
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`TensorComm::all_reduce`], and a dimension that is not divisible
+    /// by the number of ranks.
+    pub fn reduce_scatter(&self, t: &Tensor, dim: usize, op: ReduceOp) -> Result<Tensor> {
+        cpu(t, "reduce_scatter")?;
+        let dims = t.dims().to_vec();
+        check_dim(&dims, dim, "reduce_scatter")?;
+        let n = self.size();
+        if !dims[dim].is_multiple_of(n) {
+            return Err(candle_core::Error::Msg(format!(
+                "reduce_scatter: dimension {dim} of shape {dims:?} is {}, not divisible by {n} ranks",
+                dims[dim]
+            )));
+        }
+        if n == 1 {
+            return Ok(t.clone());
+        }
+        // Each rank's part, contiguous, one after the other.
+        let parts: Vec<Tensor> = t
+            .chunk(n, dim)?
+            .iter()
+            .map(|p| p.contiguous()?.flatten_all())
+            .collect::<Result<_>>()?;
+        let send = Tensor::cat(&parts, 0)?;
+        let mut part_dims = dims;
+        part_dims[dim] /= n;
+        let task = Scatter {
+            comm: self,
+            send: &send,
+            op,
+        };
+        with_dtype(t.dtype(), "reduce_scatter", task)?.reshape(part_dims)
+    }
+
+    /// Sends `t` to rank `peer`, which receives it with [`TensorComm::recv`].
+    ///
+    /// ```no_run
+    /// # use candle_core::{DType, Device, Tensor};
+    /// # let comm = streamcomm_candle::TensorComm::from_env()?;
+    /// let right = (comm.rank() + 1) % comm.size();
+    /// let left = (comm.rank() + comm.size() - 1) % comm.size();
+    /// let t = Tensor::ones((2, 3), DType::BF16, &Device::Cpu)?;
+    /// if comm.rank() % 2 == 0 {
+    ///     comm.send(&t, right)?;
+    ///     let got = comm.recv((2, 3), DType::BF16, left)?;
+    /// } else {
+    ///     let got = comm.recv((2, 3), DType::BF16, left)?;
+    ///     comm.send(&t, right)?;
+    /// }
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`TensorComm::all_reduce`], and a peer that is no rank.
+    pub fn send(&self, t: &Tensor, peer: usize) -> Result<()> {
+        cpu(t, "send")?;
+        with_dtype(
+            t.dtype(),
+            "send",
+            SendTo {
+                comm: self,
+                t,
+                peer,
+            },
+        )
+    }
+
+    /// A tensor of `shape` and `dtype` from rank `peer`'s
+    /// [`TensorComm::send`].
+    ///
+    /// # Errors
+    /// As [`TensorComm::send`]; a message of another size than `shape`'s.
+    pub fn recv(&self, shape: impl Into<Shape>, dtype: DType, peer: usize) -> Result<Tensor> {
+        let shape = shape.into();
+        with_dtype(
+            dtype,
+            "recv",
+            RecvFrom {
+                comm: self,
+                shape,
+                peer,
+            },
+        )
+    }
+
+    fn in_place(&self, t: &Tensor, what: InPlace, name: &str) -> Result<()> {
+        cpu(t, name)?;
+        if !t.is_contiguous() {
+            return Err(candle_core::Error::Msg(format!(
+                "{name}: the tensor is not contiguous (shape {:?}, stride {:?}): call \
+                 .contiguous() first, or use the call that returns a new tensor",
+                t.dims(),
+                t.stride()
+            )));
+        }
+        if self.size() == 1 {
+            return match what {
+                InPlace::Broadcast(root) if root != 0 => Err(candle_core::Error::Msg(format!(
+                    "{name}: root {root} is not a rank of 1"
+                ))),
+                _ => Ok(()),
+            };
+        }
+        t.inplace_op1(&Op {
+            comm: &self.comm,
+            what,
+        })
+    }
+}
+
+/// Refuses a tensor off the CPU, naming its device.
+fn cpu(t: &Tensor, what: &str) -> Result<()> {
+    match t.device() {
+        Device::Cpu => Ok(()),
+        other => Err(candle_core::Error::Msg(format!(
+            "{what}: the tensor is on {other:?}; streamcomm-candle moves CPU tensors (CUDA \
+             tensors: streamcomm::cuda)"
+        ))),
+    }
+}
+
+/// Refuses a dimension the shape does not have.
+fn check_dim(dims: &[usize], dim: usize, what: &str) -> Result<()> {
+    if dim >= dims.len() {
+        return Err(candle_core::Error::Msg(format!(
+            "{what}: dimension {dim} of a tensor of shape {dims:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// The elements of `t`, in order.
+fn elements<T: Elem>(t: &Tensor) -> Result<Vec<T>> {
+    t.flatten_all()?.to_vec1::<T>()
+}
+
+struct Gather<'a> {
+    comm: &'a TensorComm,
+    t: &'a Tensor,
+}
+
+impl PerType for Gather<'_> {
+    type Out = Tensor;
+    fn run<T: Elem>(self) -> Result<Tensor> {
+        let send = elements::<T>(self.t)?;
+        let mut recv = vec![T::from_f64(0.0); send.len() * self.comm.size()];
+        self.comm
+            .comm
+            .all_gather_host(&send, &mut recv)
+            .map_err(wrap)?;
+        let len = recv.len();
+        Tensor::from_vec(recv, len, &Device::Cpu)
+    }
+}
+
+struct Scatter<'a> {
+    comm: &'a TensorComm,
+    send: &'a Tensor,
+    op: ReduceOp,
+}
+
+impl PerType for Scatter<'_> {
+    type Out = Tensor;
+    fn run<T: Elem>(self) -> Result<Tensor> {
+        let send = elements::<T>(self.send)?;
+        let mut recv = vec![T::from_f64(0.0); send.len() / self.comm.size()];
+        self.comm
+            .comm
+            .reduce_scatter_host(&send, &mut recv, self.op)
+            .map_err(wrap)?;
+        let len = recv.len();
+        Tensor::from_vec(recv, len, &Device::Cpu)
+    }
+}
+
+struct SendTo<'a> {
+    comm: &'a TensorComm,
+    t: &'a Tensor,
+    peer: usize,
+}
+
+impl PerType for SendTo<'_> {
+    type Out = ();
+    fn run<T: Elem>(self) -> Result<()> {
+        let data = elements::<T>(self.t)?;
+        self.comm.comm.send_host(&data, self.peer).map_err(wrap)
+    }
+}
+
+struct RecvFrom<'a> {
+    comm: &'a TensorComm,
+    shape: Shape,
+    peer: usize,
+}
+
+impl PerType for RecvFrom<'_> {
+    type Out = Tensor;
+    fn run<T: Elem>(self) -> Result<Tensor> {
+        let mut data = vec![T::from_f64(0.0); self.shape.elem_count()];
+        self.comm
+            .comm
+            .recv_host(&mut data, self.peer)
+            .map_err(wrap)?;
+        Tensor::from_vec(data, self.shape, &Device::Cpu)
+    }
+}
