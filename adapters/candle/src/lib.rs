@@ -16,6 +16,11 @@
 //! At world size 1 every call returns its input's values at once, without
 //! communicating.
 //!
+//! [`tensor_parallel`] holds tensor-parallel layers built on these calls: a
+//! linear layer split by output features, one split by input features, and
+//! an embedding split by vocabulary, loaded from a full tensor or from a
+//! safetensors file reading only this rank's share.
+//!
 //! ```
 //! use candle_core::{Device, Tensor};
 //! use streamcomm::ReduceOp;
@@ -33,5 +38,6 @@
 mod collectives;
 mod elements;
 mod in_place;
+pub mod tensor_parallel;
 
 pub use collectives::TensorComm;
