@@ -6,8 +6,8 @@
 # (GPU_CHECK_BUDGET, default 30 s here) and checks what a GPU machine's
 # operator would read after such a run: it ended within the budget (plus
 # the runner's grace for killing a step), summary.txt holds a verdict for
-# every one of the 8 steps, written as each ended (the cut ones TIMEOUT,
-# or FAILED when a step's last command was refused for want of budget),
+# every one of the 8 steps, written as each ended (the cut ones, and those
+# not started for want of budget, TIMEOUT),
 # the final count line, and gpu-check.log the steps' output.
 #
 # usage: scripts/check-cut-run.sh        (after scripts/gpu-check.sh --stand-in)

@@ -219,6 +219,7 @@ run() {
   ((limit > left)) && limit=$left
   if ((limit <= 0)); then
     echo "[$step] not started: the run's $BUDGET s budget is spent" | tee -a "$LOG"
+    CUT=1
     return 124
   fi
   printf '\n=== [%s] %s (limit %ss)\n' "$step" "$*" "$limit" >>"$LOG"
@@ -228,6 +229,7 @@ run() {
   timeout --kill-after=5 "$limit" "$@" >>"$LOG" 2>&1
   rc=$?
   ((rc == 137)) && rc=124
+  ((rc == 124)) && CUT=1
   if ((rc == 124)); then
     echo "[$step] TIMEOUT after ${limit}s" >>"$LOG"
   else
@@ -243,8 +245,12 @@ step() {
   local t0 rc status
   t0=$(date +%s)
   printf '\n=== step %s\n' "$name"
+  CUT=
   "$@"
   rc=$?
+  # A step whose command the budget cut (or never started) is TIMEOUT,
+  # whatever status its function made of that.
+  [[ -n $CUT && $rc != 0 ]] && rc=124
   case $rc in
     0) status=ok ;;
     124) status=TIMEOUT ;;

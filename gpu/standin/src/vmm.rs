@@ -66,8 +66,9 @@
 //! and `cuMemRetainAllocationHandle` (any address inside a mapping; the
 //! same handle value, one more reference). Every entry point needs a current
 //! context (the stand-in's rule: the sticky error of a faulted context
-//! refuses them too, as it does `cuMemFree`); none is refused by
-//! `STREAMCOMM_STANDIN_REFUSE` or by stream capture. Device work spanning
+//! refuses them too, as it does `cuMemFree`); none is refused by stream
+//! capture. `STREAMCOMM_STANDIN_REFUSE=vmm` makes both attributes read 0 and
+//! `cuMemCreate` refuse, as a driver without POSIX-descriptor VMM would. Device work spanning
 //! two adjacent mappings is not modelled: it must lie in one mapping.
 //! Reading an imported mapping of another process's allocation counts as
 //! imported bytes (module `counters`).
