@@ -4,45 +4,23 @@
 //! element by element against a reference computed in f64 from every
 //! rank's inputs, which each rank makes again from the seed.
 
-use std::sync::mpsc;
-use std::time::Duration;
-
 use candle_core::{DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 use streamcomm::ReduceOp;
 use streamcomm_candle::TensorComm;
-use streamcomm_run::local::LocalLauncher;
 
 /// Shape of every rank's input: dimension 1 divides among 1, 2 and 3 ranks.
 const SHAPE: (usize, usize) = (4, 6);
+
+mod common;
 
 #[test]
 fn every_call_on_one_two_and_three_ranks() {
     let seed = streamcomm_testkit::seed();
     for n in 1..=3 {
-        launch(n, seed);
+        let what = format!("candle adapter on {n} ranks");
+        common::launch(module_path!(), n, seed, &[], &what);
     }
-}
-
-/// Runs `child` as `n` ranks; fails unless each ran its body to the end.
-fn launch(n: usize, seed: u64) {
-    let what = format!("candle adapter on {n} ranks");
-    let proof = streamcomm_testkit::ChildProof::new(&what);
-    let (key, dir) = proof.env();
-    let launcher = LocalLauncher::new(n, std::env::current_exe().unwrap())
-        .args(streamcomm_testkit::child_args(module_path!(), "child"))
-        .env(key, dir)
-        .env("STREAMCOMM_TEST_SEED", seed.to_string());
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(launcher.run());
-    });
-    let outcome = rx
-        .recv_timeout(Duration::from_secs(120))
-        .unwrap_or_else(|_| panic!("{what}: not done within 120 s"))
-        .expect("launch");
-    assert_eq!(outcome.exit_code(), 0, "{what}: {outcome:?}");
-    proof.assert_ran(n);
 }
 
 /// Rank `rank`'s input: small integers, so sums are exact in every type.

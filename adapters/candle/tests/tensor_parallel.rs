@@ -5,8 +5,6 @@
 //! data are small integers (the seed is printed), so every sum is exact.
 
 use std::collections::HashMap;
-use std::sync::mpsc;
-use std::time::Duration;
 
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
@@ -15,7 +13,8 @@ use streamcomm_candle::TensorComm;
 use streamcomm_candle::tensor_parallel::{
     ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, shard,
 };
-use streamcomm_run::local::LocalLauncher;
+
+mod common;
 
 /// Where the parent wrote the weights.
 const FILE: &str = "SC_CANDLE_TP_WEIGHTS";
@@ -39,23 +38,8 @@ fn layers_match_the_whole_layer_on_one_two_and_three_ranks() {
     candle_core::safetensors::save(&named, &path).unwrap();
     for n in 1..=3 {
         let what = format!("tensor-parallel layers on {n} ranks");
-        let proof = streamcomm_testkit::ChildProof::new(&what);
-        let (key, dir) = proof.env();
-        let launcher = LocalLauncher::new(n, std::env::current_exe().unwrap())
-            .args(streamcomm_testkit::child_args(module_path!(), "child"))
-            .env(key, dir)
-            .env("STREAMCOMM_TEST_SEED", seed.to_string())
-            .env(FILE, path.as_os_str());
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(launcher.run());
-        });
-        let outcome = rx
-            .recv_timeout(Duration::from_secs(120))
-            .unwrap_or_else(|_| panic!("{what}: not done within 120 s"))
-            .expect("launch");
-        assert_eq!(outcome.exit_code(), 0, "{what}: {outcome:?}");
-        proof.assert_ran(n);
+        let file = [(FILE, path.clone().into_os_string())];
+        common::launch(module_path!(), n, seed, &file, &what);
     }
     let _ = std::fs::remove_file(&path);
 }

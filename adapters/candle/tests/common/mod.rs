@@ -1,0 +1,32 @@
+//! Starting the ranks of a test as processes (streamcomm-run's launcher).
+
+use std::ffi::OsString;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use streamcomm_run::local::LocalLauncher;
+
+/// Runs the ignored test `child` of the calling test binary as `n` ranks
+/// with `env` added (and the seed), within 120 s; fails unless every rank
+/// ran its body to the end. `module` is the caller's `module_path!()`.
+pub fn launch(module: &str, n: usize, seed: u64, env: &[(&str, OsString)], what: &str) {
+    let proof = streamcomm_testkit::ChildProof::new(what);
+    let (key, dir) = proof.env();
+    let mut launcher = LocalLauncher::new(n, std::env::current_exe().unwrap())
+        .args(streamcomm_testkit::child_args(module, "child"))
+        .env(key, dir)
+        .env("STREAMCOMM_TEST_SEED", seed.to_string());
+    for (k, v) in env {
+        launcher = launcher.env(k, v);
+    }
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(launcher.run());
+    });
+    let outcome = rx
+        .recv_timeout(Duration::from_secs(120))
+        .unwrap_or_else(|_| panic!("{what}: not done within 120 s"))
+        .expect("launch");
+    assert_eq!(outcome.exit_code(), 0, "{what}: {outcome:?}");
+    proof.assert_ran(n);
+}
