@@ -4,7 +4,7 @@ use candle_core::{DType, Device, Result, Shape, Tensor};
 use streamcomm::bootstrap::UniqueId;
 use streamcomm::{Communicator, ReduceOp};
 
-use crate::elements::{Elem, PerType, with_dtype};
+use crate::elements::{Elem, PerType, not_contiguous, with_dtype};
 use crate::in_place::{InPlace, Op};
 
 /// A streamcomm error as a candle one (kept whole, as its source).
@@ -328,12 +328,7 @@ impl TensorComm {
     fn in_place(&self, t: &Tensor, what: InPlace, name: &str) -> Result<()> {
         cpu(t, name)?;
         if !t.is_contiguous() {
-            return Err(candle_core::Error::Msg(format!(
-                "{name}: the tensor is not contiguous (shape {:?}, stride {:?}): call \
-                 .contiguous() first, or use the call that returns a new tensor",
-                t.dims(),
-                t.stride()
-            )));
+            return Err(not_contiguous(name, t.dims(), t.stride()));
         }
         if self.size() == 1 {
             return match what {

@@ -29,9 +29,22 @@ pub(crate) fn with_dtype<P: PerType>(dtype: DType, what: &str, task: P) -> Resul
         DType::U8 => task.run::<u8>(),
         DType::U32 => task.run::<u32>(),
         DType::I64 => task.run::<i64>(),
-        other => Err(candle_core::Error::Msg(format!(
-            "{what}: tensors of {other:?} are not carried by streamcomm (f32, f64, f16, bf16, \
-             u8, u32 and i64 are)"
-        ))),
+        other => Err(unsupported(what, other)),
     }
+}
+
+/// The error for tensors of `dtype`, which streamcomm does not carry.
+pub(crate) fn unsupported(what: &str, dtype: DType) -> candle_core::Error {
+    candle_core::Error::Msg(format!(
+        "{what}: tensors of {dtype:?} are not carried by streamcomm (f32, f64, f16, bf16, u8, \
+         u32 and i64 are)"
+    ))
+}
+
+/// The error for a strided tensor given to a call that works in place.
+pub(crate) fn not_contiguous(what: &str, dims: &[usize], stride: &[usize]) -> candle_core::Error {
+    candle_core::Error::Msg(format!(
+        "{what}: the tensor is not contiguous (shape {dims:?}, stride {stride:?}): call \
+         .contiguous() first, or use the call that returns a new tensor"
+    ))
 }

@@ -7,6 +7,7 @@ use streamcomm::host::Element;
 use streamcomm::{Communicator, ReduceOp};
 
 use crate::collectives::wrap;
+use crate::elements::{not_contiguous, unsupported};
 
 /// What an in-place call does.
 #[derive(Clone, Copy, Debug)]
@@ -42,15 +43,9 @@ impl InplaceOp1 for Op<'_> {
     }
 
     fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> Result<()> {
-        let (start, end) = layout.contiguous_offsets().ok_or_else(|| {
-            candle_core::Error::Msg(format!(
-                "{}: the tensor is not contiguous (shape {:?}, stride {:?}): call .contiguous() \
-                 first, or use the call that returns a new tensor",
-                self.name(),
-                layout.shape(),
-                layout.stride()
-            ))
-        })?;
+        let (start, end) = layout
+            .contiguous_offsets()
+            .ok_or_else(|| not_contiguous(self.name(), layout.dims(), layout.stride()))?;
         match storage {
             CpuStorage::F32(v) => self.apply(&mut v[start..end]),
             CpuStorage::F64(v) => self.apply(&mut v[start..end]),
@@ -59,12 +54,7 @@ impl InplaceOp1 for Op<'_> {
             CpuStorage::U8(v) => self.apply(&mut v[start..end]),
             CpuStorage::U32(v) => self.apply(&mut v[start..end]),
             CpuStorage::I64(v) => self.apply(&mut v[start..end]),
-            other => Err(candle_core::Error::Msg(format!(
-                "{}: tensors of {:?} are not carried by streamcomm (f32, f64, f16, bf16, u8, \
-                 u32 and i64 are)",
-                self.name(),
-                other.dtype()
-            ))),
+            other => Err(unsupported(self.name(), other.dtype())),
         }
     }
 }

@@ -180,16 +180,9 @@ impl DeviceQueue for CudaQueue<'_> {
     }
 
     unsafe fn enqueue_wait_flag(&self, addr: DevAddr) -> Result<()> {
-        // SAFETY: forwarded contract; the slot is 8-byte aligned, its low
-        // half the arrival word.
-        unsafe {
-            self.signals
-                .wait_value64(&self.stream, addr, u64::MAX, WaitCondition::And)
-                .map_err(gpu_error)?;
-            self.signals
-                .write_value32(&self.stream, addr, 0)
-                .map_err(gpu_error)
-        }
+        // SAFETY: forwarded contract; `enqueue_signals` says how a flag
+        // wait becomes stream operations.
+        unsafe { self.enqueue_signals(&[Signal::WaitFlag(addr)]) }
     }
 
     unsafe fn enqueue_reduce(

@@ -110,8 +110,12 @@ impl FdPost {
                 unsent = kept;
                 moved |= unsent.len() < before;
             }
-            while let Some((sender, received)) = self.receive()? {
-                if from.contains(&sender) {
+            while let Some(datagram) = self.receive()? {
+                // A datagram that is not one of ours is dropped (its
+                // descriptor, if any, with it).
+                if let Some((sender, received)) = datagram
+                    && from.contains(&sender)
+                {
                     got.insert(sender, received);
                 }
                 moved = true;
@@ -182,8 +186,8 @@ impl FdPost {
     }
 
     /// The next datagram received, if one is waiting: its sender's rank
-    /// and descriptor.
-    fn receive(&self) -> Result<Option<(usize, OwnedFd)>> {
+    /// and descriptor (`None` for a datagram that is not one of ours).
+    fn receive(&self) -> Result<Option<Option<(usize, OwnedFd)>>> {
         let mut tag = [0u8; 4];
         let mut iov = libc::iovec {
             iov_base: tag.as_mut_ptr().cast(),
@@ -219,20 +223,12 @@ impl FdPost {
                 ))
             }
         };
-        match (n as usize == tag.len(), fd) {
-            (true, Some(fd)) => Ok(Some((u32::from_le_bytes(tag) as usize, fd))),
-            // A datagram that is not one of ours: dropped (its descriptor
-            // with it).
-            _ => Ok(Some((usize::MAX, receive_nothing()?))),
-        }
+        let sender = u32::from_le_bytes(tag) as usize;
+        Ok(Some(
+            fd.filter(|_| n as usize == tag.len())
+                .map(|fd| (sender, fd)),
+        ))
     }
-}
-
-/// A descriptor that stands for nothing (`/dev/null`), for a stray datagram.
-fn receive_nothing() -> Result<OwnedFd> {
-    let null = std::fs::File::open("/dev/null")
-        .map_err(|e| Error::Unavailable(format!("/dev/null: {e}")))?;
-    Ok(OwnedFd::from(null))
 }
 
 #[cfg(test)]

@@ -131,6 +131,14 @@ fn look(comm: &Communicator, w: &mut Watch) {
 fn trouble(w: &mut Watch) -> Option<(Error, usize)> {
     let windows = &w.windows;
     let op = || "a direct-path device operation".to_string();
+    let gone = |peer: usize, cause: String| {
+        let error = Error::RemoteFailed {
+            peer,
+            op: op(),
+            cause,
+        };
+        Some((error, peer))
+    };
     let is_dead = |p: usize| p != windows.rank() && !(w.alive)(p, windows.pids()[p]);
     // The peer this rank's stream waits for first, when it is one of the
     // dead: the one that holds this rank up (others may have died since).
@@ -139,15 +147,7 @@ fn trouble(w: &mut Watch) -> Option<(Error, usize)> {
         .filter(|&p| is_dead(p))
         .or_else(|| (0..windows.size()).find(|&p| is_dead(p)));
     if let Some(peer) = dead {
-        let cause = format!("process {} exited", windows.pids()[peer]);
-        return Some((
-            Error::RemoteFailed {
-                peer,
-                op: op(),
-                cause,
-            },
-            peer,
-        ));
+        return gone(peer, format!("process {} exited", windows.pids()[peer]));
     }
     // A peer that left cleanly is no failure in itself (it may exit while
     // this rank finishes), but it is when this rank's stream waits for a
@@ -158,14 +158,7 @@ fn trouble(w: &mut Watch) -> Option<(Error, usize)> {
             "it left (closed its communicator or exited) while rank {} waited for it",
             windows.rank()
         );
-        return Some((
-            Error::RemoteFailed {
-                peer,
-                op: op(),
-                cause,
-            },
-            peer,
-        ));
+        return gone(peer, cause);
     }
     let Some(wait) = windows.current_wait() else {
         w.marked = None;
