@@ -1,5 +1,9 @@
 //! [`TensorComm`]: streamcomm's calls on candle tensors.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
 use candle_core::{DType, Device, Result, Shape, Tensor};
 use streamcomm::bootstrap::UniqueId;
 use streamcomm::{Communicator, ReduceOp};
@@ -36,6 +40,8 @@ pub(crate) fn wrap(e: streamcomm::Error) -> candle_core::Error {
 #[derive(Clone, Debug)]
 pub struct TensorComm {
     comm: Communicator,
+    /// Nanoseconds spent inside calls that communicate, over every clone.
+    busy: Arc<AtomicU64>,
 }
 
 impl TensorComm {
@@ -50,7 +56,10 @@ impl TensorComm {
     /// # Ok(()) }
     /// ```
     pub fn new(comm: Communicator) -> TensorComm {
-        TensorComm { comm }
+        TensorComm {
+            comm,
+            busy: Arc::default(),
+        }
     }
 
     /// The communicator a launcher's environment describes
@@ -100,6 +109,32 @@ impl TensorComm {
     /// ```
     pub fn communicator(&self) -> &Communicator {
         &self.comm
+    }
+
+    /// Time spent so far inside this communicator's calls that
+    /// communicate (from the call's first exchange to its last), summed
+    /// over its clones: set it against a step's time to see the share of
+    /// communication. Calls at world size 1 communicate nothing and add
+    /// nothing.
+    ///
+    /// ```
+    /// # use candle_core::{Device, Tensor};
+    /// let comm = streamcomm_candle::TensorComm::alone()?;
+    /// comm.all_reduce(&Tensor::new(&[1f32], &Device::Cpu)?, streamcomm::ReduceOp::Sum)?;
+    /// assert_eq!(comm.time_communicating(), std::time::Duration::ZERO);
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    pub fn time_communicating(&self) -> Duration {
+        Duration::from_nanos(self.busy.load(Ordering::Relaxed))
+    }
+
+    /// `f`, its time added to [`Self::time_communicating`].
+    fn timed<R>(&self, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        let start = Instant::now();
+        let out = f();
+        let nanos = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.busy.fetch_add(nanos, Ordering::Relaxed);
+        out
     }
 
     /// This rank.
@@ -219,7 +254,8 @@ impl TensorComm {
         if n == 1 {
             return Ok(t.clone());
         }
-        let gathered = with_dtype(t.dtype(), "all_gather", Gather { comm: self, t })?;
+        let gathered =
+            self.timed(|| with_dtype(t.dtype(), "all_gather", Gather { comm: self, t }))?;
         // Rank-major: [n, dims...], then rank blocks side by side along dim.
         let mut stacked = vec![n];
         stacked.extend(&dims);
@@ -271,7 +307,8 @@ impl TensorComm {
             send: &send,
             op,
         };
-        with_dtype(t.dtype(), "reduce_scatter", task)?.reshape(part_dims)
+        self.timed(|| with_dtype(t.dtype(), "reduce_scatter", task))?
+            .reshape(part_dims)
     }
 
     /// Sends `t` to rank `peer`, which receives it with [`TensorComm::recv`].
@@ -296,15 +333,12 @@ impl TensorComm {
     /// As [`TensorComm::all_reduce`], and a peer that is no rank.
     pub fn send(&self, t: &Tensor, peer: usize) -> Result<()> {
         cpu(t, "send")?;
-        with_dtype(
-            t.dtype(),
-            "send",
-            SendTo {
-                comm: self,
-                t,
-                peer,
-            },
-        )
+        let task = SendTo {
+            comm: self,
+            t,
+            peer,
+        };
+        self.timed(|| with_dtype(t.dtype(), "send", task))
     }
 
     /// A tensor of `shape` and `dtype` from rank `peer`'s
@@ -313,16 +347,12 @@ impl TensorComm {
     /// # Errors
     /// As [`TensorComm::send`]; a message of another size than `shape`'s.
     pub fn recv(&self, shape: impl Into<Shape>, dtype: DType, peer: usize) -> Result<Tensor> {
-        let shape = shape.into();
-        with_dtype(
-            dtype,
-            "recv",
-            RecvFrom {
-                comm: self,
-                shape,
-                peer,
-            },
-        )
+        let task = RecvFrom {
+            comm: self,
+            shape: shape.into(),
+            peer,
+        };
+        self.timed(|| with_dtype(dtype, "recv", task))
     }
 
     fn in_place(&self, t: &Tensor, what: InPlace, name: &str) -> Result<()> {
@@ -338,9 +368,11 @@ impl TensorComm {
                 _ => Ok(()),
             };
         }
-        t.inplace_op1(&Op {
-            comm: &self.comm,
-            what,
+        self.timed(|| {
+            t.inplace_op1(&Op {
+                comm: &self.comm,
+                what,
+            })
         })
     }
 }

@@ -19,7 +19,8 @@
 //! [`tensor_parallel`] holds tensor-parallel layers built on these calls: a
 //! linear layer split by output features, one split by input features, and
 //! an embedding split by vocabulary, loaded from a full tensor or from a
-//! safetensors file reading only this rank's share.
+//! safetensors or GGUF file reading only this rank's share ([`gguf`]
+//! reads shares of llama.cpp's quantized files and keeps them quantized).
 //!
 //! ```
 //! use candle_core::{Device, Tensor};
@@ -37,6 +38,7 @@
 
 mod collectives;
 mod elements;
+pub mod gguf;
 mod in_place;
 pub mod tensor_parallel;
 

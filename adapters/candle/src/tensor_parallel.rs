@@ -1,19 +1,26 @@
 //! Tensor-parallel building blocks (Megatron's layout): a linear layer
 //! split by output features, one split by input features, and an
 //! embedding split by vocabulary, each holding only this rank's share of
-//! the weights, from a full tensor or straight from a safetensors file
-//! (memory-mapped: only this rank's bytes are read).
+//! the weights, from a full tensor, straight from a safetensors file
+//! (memory-mapped: only this rank's bytes are read) or from a GGUF file
+//! (only this rank's bytes read, and kept quantized: the layer multiplies
+//! with candle's quantized kernels, as `candle-transformers`' quantized
+//! models do).
 //!
 //! Shares may be uneven: a dimension of `len` over `n` ranks gives the first
-//! `len % n` ranks one more ([`shard`]).
+//! `len % n` ranks one more ([`shard`]). Where a share must hold whole
+//! attention heads or whole quantization blocks, the dimension is split in
+//! units of that many features ([`shard_in_units`]).
 
 use std::ops::Range;
 
+use candle_core::quantized::QMatMul;
 use candle_core::safetensors::MmapedSafetensors;
-use candle_core::{DType, Device, Result, Tensor};
+use candle_core::{DType, Device, Module, Result, Tensor};
 use streamcomm::ReduceOp;
 
 use crate::TensorComm;
+use crate::gguf::GgufFile;
 
 /// The part of a dimension of `len` that `rank` of `size` holds:
 /// contiguous, in rank order, the first `len % size` ranks one element more.
@@ -26,6 +33,31 @@ pub fn shard(len: usize, rank: usize, size: usize) -> Range<usize> {
     let (base, extra) = (len / size, len % size);
     let start = rank * base + rank.min(extra);
     start..start + base + usize::from(rank < extra)
+}
+
+/// [`shard`] in units of `unit` features: the `len / unit` units are shared
+/// out as [`shard`] shares elements, and the range is in features. For
+/// whole attention heads (`unit` = head size) or whole quantization blocks
+/// (`unit` = 32 for `Q4_1`).
+///
+/// ```
+/// use streamcomm_candle::tensor_parallel::shard_in_units;
+/// // 9 heads of 64 over 2 ranks: 5 heads and 4.
+/// assert_eq!([shard_in_units(576, 64, 0, 2), shard_in_units(576, 64, 1, 2)], [0..320, 320..576]);
+/// ```
+pub fn shard_in_units(len: usize, unit: usize, rank: usize, size: usize) -> Range<usize> {
+    let units = shard(len / unit.max(1), rank, size);
+    units.start * unit..units.end * unit
+}
+
+/// Checks that `len` features split into whole units of `unit`.
+fn check_units(name: &str, len: usize, unit: usize) -> Result<()> {
+    if unit == 0 || !len.is_multiple_of(unit) {
+        return Err(candle_core::Error::Msg(format!(
+            "{name}: {len} features do not split into units of {unit}"
+        )));
+    }
+    Ok(())
 }
 
 /// Rows `rows` (of dimension 0) of the tensor `name` in `st`, reading only
@@ -67,9 +99,10 @@ fn load_columns(st: &MmapedSafetensors, name: &str, cols: Range<usize>) -> Resul
 /// output features of `y`.
 #[derive(Clone, Debug)]
 pub struct ColumnParallelLinear {
-    weight: Tensor,
+    weight: QMatMul,
     bias: Option<Tensor>,
     out_features: usize,
+    unit: usize,
     comm: TensorComm,
 }
 
@@ -93,11 +126,12 @@ impl ColumnParallelLinear {
         let (out, _) = weight.dims2()?;
         let rows = shard(out, comm.rank(), comm.size());
         Ok(ColumnParallelLinear {
-            weight: weight.narrow(0, rows.start, rows.len())?.contiguous()?,
+            weight: QMatMul::Tensor(weight.narrow(0, rows.start, rows.len())?.contiguous()?),
             bias: bias
                 .map(|b| b.narrow(0, rows.start, rows.len()))
                 .transpose()?,
             out_features: out,
+            unit: 1,
             comm: comm.clone(),
         })
     }
@@ -118,9 +152,41 @@ impl ColumnParallelLinear {
             .then(|| load_rows(st, &bias, rows.clone()))
             .transpose()?;
         Ok(ColumnParallelLinear {
-            weight: load_rows(st, &name, rows)?,
+            weight: QMatMul::Tensor(load_rows(st, &name, rows)?),
             bias,
             out_features: out,
+            unit: 1,
+            comm: comm.clone(),
+        })
+    }
+
+    /// This rank's share of the weight `name` (`out × in`, no bias) in a
+    /// GGUF file, split in units of `unit` output features
+    /// ([`shard_in_units`]: whole heads, say), reading only its rows and
+    /// keeping them quantized.
+    ///
+    /// ```no_run
+    /// use streamcomm_candle::{TensorComm, gguf::GgufFile, tensor_parallel::ColumnParallelLinear};
+    /// let comm = TensorComm::from_env()?;
+    /// let file = GgufFile::open("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// // Whole heads of 64 of the query projection.
+    /// let q = ColumnParallelLinear::from_gguf(&file, "blk.0.attn_q.weight", 64, &comm)?;
+    /// println!("this rank's query features: {:?}", q.features());
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// A missing or malformed weight; output features that are not whole
+    /// units.
+    pub fn from_gguf(file: &GgufFile, name: &str, unit: usize, comm: &TensorComm) -> Result<Self> {
+        let out = file.shape(name)?.first().copied().unwrap_or(0);
+        check_units(name, out, unit)?;
+        let rows = shard_in_units(out, unit, comm.rank(), comm.size());
+        Ok(ColumnParallelLinear {
+            weight: QMatMul::from_qtensor(file.rows(name, rows)?)?,
+            bias: None,
+            out_features: out,
+            unit,
             comm: comm.clone(),
         })
     }
@@ -137,7 +203,11 @@ impl ColumnParallelLinear {
     /// # Ok::<(), candle_core::Error>(())
     /// ```
     pub fn features(&self) -> Range<usize> {
-        shard(self.out_features, self.comm.rank(), self.comm.size())
+        self.features_of(self.comm.rank())
+    }
+
+    fn features_of(&self, rank: usize) -> Range<usize> {
+        shard_in_units(self.out_features, self.unit, rank, self.comm.size())
     }
 
     /// This rank's output features of `x W^T + b` (`x`: `… × in`).
@@ -145,7 +215,7 @@ impl ColumnParallelLinear {
     /// # Errors
     /// Shapes that do not match.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.broadcast_matmul(&self.weight.t()?)?;
+        let y = self.weight.forward(x)?;
         match &self.bias {
             Some(b) => y.broadcast_add(b),
             None => Ok(y),
@@ -160,9 +230,9 @@ impl ColumnParallelLinear {
     /// As [`Self::forward`]; the communicator's errors.
     pub fn forward_gathered(&self, x: &Tensor) -> Result<Tensor> {
         let mine = self.forward(x)?;
-        let (n, out) = (self.comm.size(), self.out_features);
+        let n = self.comm.size();
         let last = mine.rank() - 1;
-        let widest = out.div_ceil(n);
+        let widest = self.features_of(0).len();
         let have = mine.dim(last)?;
         let padded = if have < widest {
             let mut dims = mine.dims().to_vec();
@@ -176,7 +246,7 @@ impl ColumnParallelLinear {
         };
         let all = self.comm.all_gather(&padded.contiguous()?, last)?;
         let parts: Vec<Tensor> = (0..n)
-            .map(|r| all.narrow(last, r * widest, shard(out, r, n).len()))
+            .map(|r| all.narrow(last, r * widest, self.features_of(r).len()))
             .collect::<Result<_>>()?;
         Tensor::cat(&parts, last)
     }
@@ -188,8 +258,9 @@ impl ColumnParallelLinear {
 /// the partial products are summed over the ranks, and `b` added once.
 #[derive(Clone, Debug)]
 pub struct RowParallelLinear {
-    weight: Tensor,
+    weight: QMatMul,
     bias: Option<Tensor>,
+    inputs: Range<usize>,
     comm: TensorComm,
 }
 
@@ -213,8 +284,9 @@ impl RowParallelLinear {
         let (_, inputs) = weight.dims2()?;
         let cols = shard(inputs, comm.rank(), comm.size());
         Ok(RowParallelLinear {
-            weight: weight.narrow(1, cols.start, cols.len())?.contiguous()?,
+            weight: QMatMul::Tensor(weight.narrow(1, cols.start, cols.len())?.contiguous()?),
             bias: bias.cloned(),
+            inputs: cols,
             comm: comm.clone(),
         })
     }
@@ -235,10 +307,58 @@ impl RowParallelLinear {
             .then(|| st.load(&bias, &Device::Cpu))
             .transpose()?;
         Ok(RowParallelLinear {
-            weight: load_columns(st, &name, cols)?,
+            weight: QMatMul::Tensor(load_columns(st, &name, cols.clone())?),
             bias,
+            inputs: cols,
             comm: comm.clone(),
         })
+    }
+
+    /// This rank's share of the weight `name` (`out × in`, no bias) in a
+    /// GGUF file, split in units of `unit` input features
+    /// ([`shard_in_units`]), reading only its columns of each row and
+    /// keeping them quantized. Each share must start and end on a
+    /// quantization block (32 values for `Q4_1`): a `unit` that is a
+    /// multiple of the block size guarantees it.
+    ///
+    /// ```no_run
+    /// use streamcomm_candle::{TensorComm, gguf::GgufFile, tensor_parallel::RowParallelLinear};
+    /// let comm = TensorComm::from_env()?;
+    /// let file = GgufFile::open("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// let down = RowParallelLinear::from_gguf(&file, "blk.0.ffn_down.weight", 32, &comm)?;
+    /// println!("this rank's input features: {:?}", down.inputs());
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// A missing or malformed weight; input features that are not whole
+    /// units; shares that cut a quantization block.
+    pub fn from_gguf(file: &GgufFile, name: &str, unit: usize, comm: &TensorComm) -> Result<Self> {
+        let inputs = file.shape(name)?.get(1).copied().unwrap_or(0);
+        check_units(name, inputs, unit)?;
+        let cols = shard_in_units(inputs, unit, comm.rank(), comm.size());
+        Ok(RowParallelLinear {
+            weight: QMatMul::from_qtensor(file.columns(name, cols.clone())?)?,
+            bias: None,
+            inputs: cols,
+            comm: comm.clone(),
+        })
+    }
+
+    /// The input features this rank takes (what the column-parallel layer
+    /// before it must compute on this rank).
+    ///
+    /// ```
+    /// # use candle_core::{DType, Device, Tensor};
+    /// # use streamcomm_candle::{TensorComm, tensor_parallel::RowParallelLinear};
+    /// # let comm = TensorComm::alone()?;
+    /// # let w = Tensor::zeros((2, 6), DType::F32, &Device::Cpu)?;
+    /// let layer = RowParallelLinear::from_full(&w, None, &comm)?;
+    /// assert_eq!(layer.inputs(), 0..6);
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    pub fn inputs(&self) -> Range<usize> {
+        self.inputs.clone()
     }
 
     /// `x W^T + b` on every rank, from this rank's input features `x`
@@ -248,7 +368,7 @@ impl RowParallelLinear {
     /// # Errors
     /// Shapes that do not match; the communicator's errors.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let partial = x.broadcast_matmul(&self.weight.t()?)?.contiguous()?;
+        let partial = self.weight.forward(x)?.contiguous()?;
         self.comm.all_reduce_in_place(&partial, ReduceOp::Sum)?;
         match &self.bias {
             Some(b) => partial.broadcast_add(b),
@@ -302,6 +422,29 @@ impl VocabParallelEmbedding {
         let rows = shard(vocab, comm.rank(), comm.size());
         Ok(VocabParallelEmbedding {
             table: load_rows(st, name, rows.clone())?,
+            rows,
+            comm: comm.clone(),
+        })
+    }
+
+    /// This rank's rows of the table `name` in a GGUF file, reading only
+    /// them, dequantized to f32 (a lookup takes whole rows).
+    ///
+    /// ```no_run
+    /// use streamcomm_candle::{TensorComm, gguf::GgufFile, tensor_parallel::VocabParallelEmbedding};
+    /// let comm = TensorComm::from_env()?;
+    /// let file = GgufFile::open("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+    /// let tokens = VocabParallelEmbedding::from_gguf(&file, "token_embd.weight", &comm)?;
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// A missing or malformed table.
+    pub fn from_gguf(file: &GgufFile, name: &str, comm: &TensorComm) -> Result<Self> {
+        let vocab = file.shape(name)?.first().copied().unwrap_or(0);
+        let rows = shard(vocab, comm.rank(), comm.size());
+        Ok(VocabParallelEmbedding {
+            table: file.rows(name, rows.clone())?.dequantize(&Device::Cpu)?,
             rows,
             comm: comm.clone(),
         })

@@ -29,8 +29,16 @@ use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-/// The setup script.
-pub const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/netns.sh");
+/// The setup script, `scripts/netns.sh` of the workspace (found from the
+/// crate that includes this module, whichever folder it is in).
+pub fn script_path() -> std::path::PathBuf {
+    let crate_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    crate_dir
+        .ancestors()
+        .map(|dir| dir.join("scripts/netns.sh"))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| crate_dir.join("../scripts/netns.sh"))
+}
 /// The launcher binary under test (crate `streamcomm-run`, built beside
 /// the tests or on first use).
 pub fn launcher() -> String {
@@ -76,8 +84,8 @@ fn probe() -> Result<(), String> {
         Ok(out) if out.status.success() => {}
         _ => return Err("'ip' (iproute2) is missing: apt-get install -y iproute2".into()),
     }
-    if !std::path::Path::new(SCRIPT).exists() {
-        return Err(format!("{SCRIPT} is missing"));
+    if !script_path().exists() {
+        return Err(format!("{} is missing", script_path().display()));
     }
     let probe = format!("sc{}probe", std::process::id() % 100_000);
     let made = Command::new("ip").args(["netns", "add", &probe]).output();
@@ -263,7 +271,7 @@ impl Drop for Netns {
 
 fn script(args: &[&str]) -> Result<Output, String> {
     let mut cmd = Command::new("bash");
-    cmd.arg(SCRIPT).args(args);
+    cmd.arg(script_path()).args(args);
     run_all(vec![cmd], SCRIPT_TIMEOUT)
 }
 
