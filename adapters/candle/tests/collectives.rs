@@ -1,4 +1,4 @@
-//! The adapter on real processes: 1, 2 and 3 ranks launched as processes
+//! The adapter on real processes: 1 to 4 ranks launched as processes
 //! over shared memory (streamcomm-run's launcher), every call with fresh
 //! random tensors (the seed is printed), f32, f16 and bf16, outputs checked
 //! element by element against a reference computed in f64 from every
@@ -9,15 +9,15 @@ use rand::{Rng, SeedableRng};
 use streamcomm::ReduceOp;
 use streamcomm_candle::TensorComm;
 
-/// Shape of every rank's input: dimension 1 divides among 1, 2 and 3 ranks.
-const SHAPE: (usize, usize) = (4, 6);
+/// Shape of every rank's input: dimension 1 divides among 1 to 4 ranks.
+const SHAPE: (usize, usize) = (4, 12);
 
 mod common;
 
 #[test]
-fn every_call_on_one_two_and_three_ranks() {
+fn every_call_on_one_to_four_ranks() {
     let seed = streamcomm_testkit::seed();
-    for n in 1..=3 {
+    for n in 1..=4 {
         let what = format!("candle adapter on {n} ranks");
         common::launch(module_path!(), n, seed, &[], &what);
     }
@@ -156,8 +156,16 @@ fn child() {
             &format!("rank {r}: reduce_scatter {dtype:?}"),
         );
         if n > 1 {
-            let odd = comm.reduce_scatter(&mine, 0, ReduceOp::Sum);
-            assert_eq!(n == 2, odd.is_ok(), "4 rows divide among 2 ranks, not 3");
+            let rows = comm.reduce_scatter(&mine, 0, ReduceOp::Sum);
+            assert_eq!(
+                SHAPE.0 % n == 0,
+                rows.is_ok(),
+                "{} rows divide among {n} ranks only if {n} divides them",
+                SHAPE.0
+            );
+            if let Err(e) = rows {
+                assert!(e.to_string().contains("not divisible"), "{e}");
+            }
         }
 
         let root = n - 1;
