@@ -81,21 +81,6 @@ const PARAMS: [(&str, &[usize]); 4] = [
     ("fc2.bias", &[OUTPUTS]),
 ];
 
-/// Variables a launcher sets (those `Communicator::from_env` reads ranks
-/// from, and where the ranks meet): with none of them set the example runs
-/// alone.
-const LAUNCHER_VARS: [&str; 9] = [
-    "RANK",
-    "WORLD_SIZE",
-    "SLURM_PROCID",
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "PMI_RANK",
-    "PMI_SIZE",
-    "STREAMCOMM_UNIQUE_ID",
-    "MASTER_ADDR",
-];
-
 /// The usage text (`--help`, and after a usage error).
 const USAGE: &str = "usage: dp_train [--steps N] [--batch B] [--lr X] [--seed S] \
 [--bucket-bytes N] [--adamw] [--f64] [--dump-weights PATH]
@@ -201,20 +186,6 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Options>>
         )));
     }
     Ok(Some(o))
-}
-
-/// The launcher's communicator, or one of this rank alone when no launcher
-/// variable is set. With some set, their errors are the launcher's
-/// (a missing or malformed variable is reported, not run alone).
-fn communicator() -> Result<TensorComm> {
-    let launched = LAUNCHER_VARS
-        .iter()
-        .any(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty()));
-    if launched {
-        TensorComm::from_env()
-    } else {
-        TensorComm::alone()
-    }
 }
 
 /// An independent generator for one use (`what`) of the seed.
@@ -393,7 +364,7 @@ fn main() -> Result<()> {
         println!("{USAGE}");
         return Ok(());
     };
-    let comm = communicator()?;
+    let comm = TensorComm::from_env_or_alone()?;
     let (rank, n) = (comm.rank(), comm.size());
     if !o.batch.is_multiple_of(n) {
         return Err(usage_error(format!(

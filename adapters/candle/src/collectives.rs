@@ -79,6 +79,31 @@ impl TensorComm {
         Communicator::from_env().map(TensorComm::new).map_err(wrap)
     }
 
+    /// [`TensorComm::from_env`] when a launcher started this process
+    /// ([`streamcomm::launch::launched`]), else [`TensorComm::alone`]: for
+    /// a program that also runs on its own.
+    ///
+    /// ```
+    /// // Run on its own (no launcher variables): one rank.
+    /// let comm = streamcomm_candle::TensorComm::from_env_or_alone()?;
+    /// # if !streamcomm::launch::launched() {
+    /// assert_eq!(comm.size(), 1);
+    /// # }
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`TensorComm::from_env`] (a launcher's environment that is
+    /// incomplete or wrong is an error, not a reason to run alone), or
+    /// [`TensorComm::alone`].
+    pub fn from_env_or_alone() -> Result<TensorComm> {
+        if streamcomm::launch::launched() {
+            TensorComm::from_env()
+        } else {
+            TensorComm::alone()
+        }
+    }
+
     /// A communicator of one rank: every call is local.
     ///
     /// ```

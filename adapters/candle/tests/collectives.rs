@@ -158,7 +158,7 @@ fn child() {
         if n > 1 {
             let rows = comm.reduce_scatter(&mine, 0, ReduceOp::Sum);
             assert_eq!(
-                SHAPE.0 % n == 0,
+                SHAPE.0.is_multiple_of(n),
                 rows.is_ok(),
                 "{} rows divide among {n} ranks only if {n} divides them",
                 SHAPE.0

@@ -13,7 +13,8 @@
 //! It serves exactly one communicator: the first `size` ranks that present the
 //! secret. Connections without the secret, with malformed or oversized
 //! frames, or that stay silent, are dropped and logged (`tracing::warn!`)
-//! without disturbing the real ranks (DESIGN §7). The secret never appears in
+//! without disturbing the real ranks: a stray or hostile connection costs
+//! the job nothing. The secret never appears in
 //! logs or in `Debug` output; it does appear in the id's text and byte forms,
 //! which are meant to be handed to the ranks.
 //!
@@ -34,3 +35,4 @@ pub use id::UniqueId;
 pub use wire::MAX_RANKS;
 
 pub(crate) use id::parse_secret;
+pub(crate) use wire::secrets_equal;

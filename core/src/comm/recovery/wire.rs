@@ -1,14 +1,16 @@
 //! The frames survivors exchange while they shrink a communicator.
 //!
 //! A frame is small and self-checking: a magic, a version, the kind, the
-//! communicator's secret (so that only its ranks are heard), the sender's
-//! rank, a list of ranks and, in a decision, the new communicator's id.
+//! communicator's secret (so that only its ranks are heard; compared in
+//! constant time, so that a stranger learns nothing from how fast it is
+//! refused), the sender's rank, a list of ranks and, in a decision, the new
+//! communicator's id.
 //! Every length is checked before anything is allocated: these bytes come
 //! from the network.
 
 use std::io::{Read, Write};
 
-use crate::bootstrap::{MAX_RANKS, UniqueId};
+use crate::bootstrap::{MAX_RANKS, UniqueId, secrets_equal};
 use crate::{Error, Result};
 
 const MAGIC: [u8; 4] = *b"SCRV";
@@ -110,7 +112,9 @@ impl Frame {
             return Err(bad("wrong magic or version".into()));
         }
         let kind = Kind::from_u8(head[5]).ok_or_else(|| bad(format!("kind {}", head[5])))?;
-        if head[6..22] != secret[..] {
+        let mut got = [0u8; 16];
+        got.copy_from_slice(&head[6..22]);
+        if !secrets_equal(&got, secret) {
             return Err(bad("wrong secret".into()));
         }
         let u32_at =

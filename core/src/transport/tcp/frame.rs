@@ -54,11 +54,7 @@ impl Hello {
         }
         let mut got = [0u8; 16];
         got.copy_from_slice(&b[8..24]);
-        let diff = got
-            .iter()
-            .zip(secret)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        if diff != 0 {
+        if !crate::bootstrap::secrets_equal(&got, secret) {
             return Err(Error::Bootstrap("tcp hello: wrong secret".into()));
         }
         Ok(Hello {
