@@ -237,3 +237,108 @@ fn note_to_tell(e: &Error) -> Option<MismatchNote> {
     }
     Some(note)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::bootstrap::UniqueId;
+    use crate::{Communicator, Config};
+
+    /// Two ranks (threads of this process) of one communicator, by rank,
+    /// with a 10 s timeout so that nothing here can wait long.
+    fn two_ranks() -> Vec<Communicator> {
+        let id = UniqueId::new().unwrap();
+        let ranks: Vec<_> = (0..2)
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    Communicator::builder()
+                        .unique_id(&id)
+                        .rank(rank)
+                        .size(2)
+                        .config(Config {
+                            timeout: Duration::from_secs(10),
+                            ..Config::default()
+                        })
+                        .build()
+                })
+            })
+            .collect();
+        ranks
+            .into_iter()
+            .enumerate()
+            .map(|(rank, t)| {
+                t.join()
+                    .unwrap_or_else(|_| panic!("rank {rank} panicked"))
+                    .unwrap_or_else(|e| panic!("rank {rank}: {e}"))
+            })
+            .collect()
+    }
+
+    /// Every later failure, by each way one reaches the record (a call,
+    /// `fail_blaming`, `abort()`, the engine), leaves the first record as
+    /// it was: its error, culprit, learner and time, and the error later
+    /// calls return. One thread: no timing decides which failure is first.
+    #[test]
+    fn a_later_failure_leaves_the_first_record_as_it_was() {
+        let ranks = two_ranks();
+        let state = &ranks[0].inner.failure;
+        let first = Error::RemoteFailed {
+            peer: 1,
+            op: "all_reduce #7".into(),
+            cause: "its process is gone".into(),
+        };
+        state.fail(&first, Learned::PeerWatch);
+        let recorded = state.failure().expect("the first failure is recorded");
+        assert_eq!(recorded.culprit, 1, "the first failure blames rank 1");
+
+        let late = Error::Timeout {
+            op: "barrier #8".into(),
+            what: "rank 1's arrival".into(),
+            waited_ms: 10,
+        };
+        state.fail(&late, Learned::Call);
+        state.fail_blaming(&late, 0, Learned::Call);
+        ranks[0].abort();
+        FailureSink::fail(&**state, Error::Aborted("a peer's abort notice".into()));
+
+        let kept = state.failure().expect("a failure stays recorded");
+        assert_eq!(
+            kept.error.to_string(),
+            first.to_string(),
+            "a later failure overwrote the first one's error"
+        );
+        assert_eq!(
+            kept.culprit, 1,
+            "a later failure overwrote the first one's culprit"
+        );
+        assert_eq!(
+            kept.learned,
+            Learned::PeerWatch,
+            "a later failure overwrote who learned the first one"
+        );
+        assert_eq!(
+            kept.at, recorded.at,
+            "a later failure overwrote when the first one was learned"
+        );
+        let e = state
+            .check()
+            .expect_err("a failed communicator's check fails");
+        assert_eq!(
+            e.to_string(),
+            first.to_string(),
+            "later calls must return the first failure's error"
+        );
+        assert_eq!(
+            ranks[0].async_error().map(|e| e.to_string()),
+            Some(first.to_string()),
+            "async_error must report the first failure"
+        );
+        assert_eq!(
+            state.raised_by(),
+            Some(1),
+            "the failure word names the first culprit"
+        );
+    }
+}

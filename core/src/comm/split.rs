@@ -154,3 +154,77 @@ impl Communicator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::bootstrap::UniqueId;
+    use crate::{Communicator, Config, ReduceOp, Result};
+
+    /// Splits a communicator of `colours.len()` ranks (threads of this
+    /// process), rank `r` passing `colours[r]` and key 0, with a 10 s
+    /// timeout (a rank that waits for a member that never comes gives up
+    /// then). By rank: its group as `(rank in it, size, sum of the parent
+    /// ranks of its members)`, `None` for no group, or its error.
+    fn split_on_threads(
+        colours: &'static [Option<u32>],
+    ) -> Vec<Result<Option<(usize, usize, f64)>>> {
+        let id = UniqueId::new().unwrap();
+        let n = colours.len();
+        let ranks: Vec<_> = (0..n)
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    let world = Communicator::builder()
+                        .unique_id(&id)
+                        .rank(rank)
+                        .size(n)
+                        .config(Config {
+                            timeout: Duration::from_secs(10),
+                            ..Config::default()
+                        })
+                        .build()?;
+                    let Some(group) = world.split(colours[rank], 0)? else {
+                        return Ok(None);
+                    };
+                    let mut x = [rank as f64];
+                    group.all_reduce_in_place_host(&mut x, ReduceOp::Sum)?;
+                    Ok(Some((group.rank(), group.size(), x[0])))
+                })
+            })
+            .collect();
+        ranks
+            .into_iter()
+            .enumerate()
+            .map(|(rank, t)| t.join().unwrap_or_else(|_| panic!("rank {rank} panicked")))
+            .collect()
+    }
+
+    /// Rank 0 passes no colour, ranks 1 and 2 colour 0, rank 3 colour 1:
+    /// colour 0's group is ranks 1 and 2 alone. Were rank 0 counted in
+    /// colour 0, it would lead that group (the lowest key and rank) and
+    /// serve no id, so ranks 1 and 2 fail at once instead of waiting.
+    #[test]
+    fn a_rank_with_no_colour_is_in_no_group_and_not_in_colour_0() {
+        let got = split_on_threads(&[None, Some(0), Some(0), Some(1)]);
+        let want = [
+            None,
+            Some((0, 2, 3.0)),
+            Some((1, 2, 3.0)),
+            Some((0, 1, 3.0)),
+        ];
+        for (rank, (got, want)) in got.into_iter().zip(want).enumerate() {
+            match got {
+                Ok(g) => assert_eq!(
+                    g, want,
+                    "rank {rank}: its group as (rank, size, sum of members' parent ranks); \
+                     rank 0 passed no colour and belongs to none"
+                ),
+                Err(e) => panic!(
+                    "rank {rank}: split failed: {e} (rank 0 passed no colour: \
+                     was it counted among colour 0's members?)"
+                ),
+            }
+        }
+    }
+}
