@@ -23,8 +23,8 @@
 //! The seed is random and printed (`STREAMCOMM_TEST_SEED` replays one).
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 /// How close a loss or weight of the ranks must be to one rank's: within
 /// `rel` of the larger, or within `abs` (values near zero).
@@ -80,52 +80,10 @@ fn example() -> PathBuf {
     path
 }
 
-/// Runs `cmd` to its end, stopped after [`JOB_LIMIT`] (SIGTERM, which the
-/// launcher passes on to its ranks, then SIGKILL): its status and output.
-fn run(mut cmd: Command, what: &str) -> Output {
-    let dir = std::env::temp_dir();
-    let name = |s: &str| dir.join(format!("dp_train-{what}-{}.{s}", std::process::id()));
-    let (out_path, err_path) = (name("out"), name("err"));
-    let out_file = std::fs::File::create(&out_path).expect("stdout file");
-    let err_file = std::fs::File::create(&err_path).expect("stderr file");
-    let mut child = cmd
-        .stdout(Stdio::from(out_file))
-        .stderr(Stdio::from(err_file))
-        .spawn()
-        .expect("start the job");
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for the job") {
-            break status;
-        }
-        if t0.elapsed() > JOB_LIMIT {
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
-            let grace = Instant::now();
-            while grace.elapsed() < Duration::from_secs(5) {
-                if child.try_wait().ok().flatten().is_some() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-            let err = std::fs::read_to_string(&err_path).unwrap_or_default();
-            panic!("{what}: the job did not finish in {JOB_LIMIT:?}; its stderr:\n{err}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let read = |p: &PathBuf| {
-        let v = std::fs::read(p).unwrap_or_default();
-        let _ = std::fs::remove_file(p);
-        v
-    };
-    Output {
-        status,
-        stdout: read(&out_path),
-        stderr: read(&err_path),
-    }
+/// Runs `cmd` to its end (killed after [`JOB_LIMIT`], its ranks with it:
+/// the launcher's children die with it).
+fn run(cmd: Command) -> Output {
+    streamcomm_testkit::run_limited(cmd, JOB_LIMIT)
 }
 
 /// What one training run printed and wrote.
@@ -164,7 +122,7 @@ fn train(ranks: usize, seed: u64, args: &[&str], what: &str) -> Trained {
         .args(args)
         .arg("--dump-weights")
         .arg(&weights_path);
-    let out = run(cmd, what);
+    let out = run(cmd);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -342,7 +300,7 @@ fn without_a_launcher_it_runs_alone_and_bad_arguments_are_refused() {
         for v in launcher_vars {
             cmd.env_remove(v);
         }
-        run(cmd, "alone")
+        run(cmd)
     };
     let out = alone(&["--steps", "3"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -374,7 +332,7 @@ fn without_a_launcher_it_runs_alone_and_bad_arguments_are_refused() {
     cmd.args(["-n", "4", "--"])
         .arg(example())
         .args(["--batch", "6", "--steps", "1"]);
-    let out = run(cmd, "uneven");
+    let out = run(cmd);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success(),

@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use crate::barrier::area::{Area, BarrierArea, RemoteArea};
+use crate::barrier::area::{Area, BarrierArea};
 use crate::barrier::{BarrierAlgo, FlagBarriers};
 use crate::comm::Communicator;
 use crate::comm::buffer::Binding;
@@ -66,7 +66,7 @@ impl BarrierState {
         let areas: Option<Vec<Area>> = (0..size)
             .map(|p| match peers.get(p).and_then(|c| c.as_ref()) {
                 None => Some(Area::Mapped(own.clone())),
-                Some(c) => match (c.peer_segment(), remote_area(c)) {
+                Some(c) => match (c.peer_segment(), c.remote_area()) {
                     (Some(seg), _) => Some(Area::Mapped(Arc::new(seg.barrier_area(size)))),
                     (None, Some(r)) => Some(Area::Remote(r)),
                     (None, None) => None,
@@ -112,16 +112,6 @@ impl BarrierState {
             BarrierState::Messages { .. } => BarrierAlgo::Dissemination,
         }
     }
-}
-
-/// A verbs peer's barrier area, when the connection has one.
-fn remote_area(c: &Connection) -> Option<Arc<dyn RemoteArea>> {
-    #[cfg(feature = "verbs")]
-    if let Some(p) = c.rdma() {
-        return Some(p.clone() as Arc<dyn RemoteArea>);
-    }
-    let _ = c;
-    None
 }
 
 impl CommInner {

@@ -75,6 +75,12 @@ pub(crate) trait Carrier {
     fn rdma(&self) -> Option<&Arc<super::verbs::progress::SharedPeer>> {
         None
     }
+
+    /// The peer's barrier area, where this rank writes the peer's barrier
+    /// flags itself (by RDMA); `None` where flags travel otherwise.
+    fn remote_area(&self) -> Option<Arc<dyn crate::barrier::area::RemoteArea>> {
+        None
+    }
 }
 
 /// Which transport a connection uses, and its state.
@@ -139,6 +145,9 @@ impl Carrier for Link {
     #[inline]
     fn rdma(&self) -> Option<&Arc<super::verbs::progress::SharedPeer>> {
         on_carrier!(self, l => l.rdma())
+    }
+    fn remote_area(&self) -> Option<Arc<dyn crate::barrier::area::RemoteArea>> {
+        on_carrier!(self, l => l.remote_area())
     }
 }
 
@@ -224,6 +233,11 @@ impl Connection {
     #[cfg(feature = "verbs")]
     pub(crate) fn rdma(&self) -> Option<&Arc<super::verbs::progress::SharedPeer>> {
         self.link.rdma()
+    }
+
+    /// The peer's barrier area, where this rank writes its flags itself.
+    pub(crate) fn remote_area(&self) -> Option<Arc<dyn crate::barrier::area::RemoteArea>> {
+        self.link.remote_area()
     }
 
     /// Waits for a free outbound slot, poking the connection meanwhile;

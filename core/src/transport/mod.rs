@@ -19,9 +19,11 @@
 mod connection;
 pub(crate) mod device_span;
 pub(crate) mod fault;
+mod links;
 pub(crate) mod local_ring;
 pub(crate) mod mailbox;
 pub(crate) mod placement;
+pub(crate) mod rendezvous;
 pub(crate) mod ring;
 pub(crate) mod shm;
 pub(crate) mod sweep;
@@ -33,6 +35,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::barrier::area::{BarrierArea, area_bytes};
 pub(crate) use connection::{Carrier, Connection, Link};
+pub(crate) use links::{LinkSetup, Links, RdmaDevice, Route, connect_links};
 use ring::{RingEnd, RingShape};
 use shm::ShmSegment;
 

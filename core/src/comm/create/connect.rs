@@ -8,7 +8,6 @@
 //! use it ([`pair_uses_verbs`]): peers on other hosts when both have an
 //! active RDMA port, every peer under `STREAMCOMM_TRANSPORT=verbs`.
 
-use std::collections::HashMap;
 use std::net::TcpListener;
 use std::sync::Arc;
 
@@ -16,30 +15,10 @@ use super::prepare::Local;
 use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::comm::endpoint::{Endpoint, VERBS_FORCED, pair_uses_verbs};
 use crate::config::{Config, Transport, TransportChoice};
-use crate::engine::{Kick, Source};
+use crate::engine::Kick;
 use crate::transport::ring::RingShape;
-use crate::transport::shm::ShmLink;
-use crate::transport::tcp::setup::{ConnectPlan, connect_all};
-use crate::transport::tcp::{TcpLink, TcpPeerSetup, TcpRings, TcpSource};
-#[cfg(feature = "verbs")]
-use crate::transport::verbs::VerbsLink;
-use crate::transport::{Connection, Link, Segment, ring_offset};
+use crate::transport::{LinkSetup, Links, RdmaDevice, Route, Segment, connect_links};
 use crate::{Error, Result};
-
-/// Every peer's connection, plus what the progress engine must drive.
-pub(crate) struct Links {
-    /// `peers[p]` for every rank (`None` for ourselves).
-    pub peers: Vec<Option<Connection>>,
-    /// The proxied transports' sources (tcp, verbs), for the engine.
-    pub sources: Vec<Box<dyn Source>>,
-}
-
-/// The RDMA device this rank may use, if any.
-#[cfg(feature = "verbs")]
-pub(crate) type VerbsDevice = Option<Arc<crate::transport::verbs::device::Device>>;
-/// Without the `verbs` feature there is never a device.
-#[cfg(not(feature = "verbs"))]
-pub(crate) type VerbsDevice = Option<()>;
 
 /// Opens a connection to every peer (proxied connections wake the progress
 /// engine through `kick`), then, once every peer has mapped this rank's
@@ -86,7 +65,7 @@ fn connect_peers(
     listener: Option<(TcpListener, std::net::SocketAddr)>,
     shape: RingShape,
     boot: &mut Bootstrap,
-    device: &VerbsDevice,
+    device: &RdmaDevice,
     kick: &Arc<Kick>,
 ) -> Result<Links> {
     let size = endpoints.len();
@@ -134,126 +113,37 @@ fn connect_peers(
             )));
         }
     }
-    let tcp_peers: Vec<(usize, std::net::SocketAddr)> = (0..size)
-        .filter(|&p| use_tcp[p])
-        .filter_map(|p| endpoints[p].tcp.map(|a| (p, a)))
-        .collect();
-    let mut sockets = match (&listener, tcp_peers.is_empty()) {
-        (_, true) => HashMap::new(),
-        (Some((l, _)), false) => connect_all(
-            &ConnectPlan {
-                rank,
-                peers: &tcp_peers,
-                nsockets: config.nchannels,
-                secret: *id.secret(),
-                timeout: config.timeout.min(std::time::Duration::from_secs(120)),
-            },
-            l,
-        )?,
-        (None, false) => {
-            return Err(Error::Unavailable(
-                "tcp peers but no tcp listener (STREAMCOMM_TRANSPORT=shm?)".into(),
-            ));
-        }
-    };
     // Collective: every rank exchanges verbs addresses when any pair uses verbs.
     let any_verbs = endpoints
         .iter()
         .enumerate()
         .any(|(a, ea)| endpoints[a + 1..].iter().any(|eb| pair_uses_verbs(ea, eb)));
-    let verbs_peers: Vec<usize> = (0..size).filter(|&p| use_verbs[p]).collect();
-    let mut sources: Vec<Box<dyn Source>> = Vec::new();
-    #[cfg(feature = "verbs")]
-    let verbs = match any_verbs {
-        true => crate::transport::verbs::connect(
-            boot,
+    let routes: Vec<Route> = endpoints
+        .iter()
+        .enumerate()
+        .map(
+            |(p, ep)| match (p == rank, use_verbs[p], use_tcp[p], ep.tcp) {
+                (true, ..) => Route::Me,
+                (_, true, ..) => Route::Verbs,
+                (_, _, true, Some(addr)) => Route::Tcp(addr),
+                _ => Route::Shm(ep.shm_name.clone()),
+            },
+        )
+        .collect();
+    connect_links(
+        &routes,
+        LinkSetup {
             rank,
-            device.as_ref(),
-            &verbs_peers,
+            config,
+            segment,
             shape,
-            &std::sync::Arc::new(segment.barrier_area(size)),
-        )?,
-        false => Vec::new(),
-    };
-    #[cfg(feature = "verbs")]
-    let verbs = {
-        let rings: Vec<_> = verbs.iter().map(|v| (v.peer, v.rings.clone())).collect();
-        let (shared, source) = crate::transport::verbs::share(verbs);
-        if !shared.is_empty() {
-            sources.push(Box::new(source));
-        }
-        rings
-            .into_iter()
-            .zip(shared)
-            .map(|((p, rings), (_, peer))| (p, rings, peer))
-            .collect::<Vec<_>>()
-    };
-    #[cfg(not(feature = "verbs"))]
-    {
-        let _ = (boot, device, &verbs_peers);
-        if any_verbs {
-            return Err(Error::Unavailable(
-                "other ranks use the verbs transport, but this build of streamcomm lacks the `verbs` feature".into(),
-            ));
-        }
-    }
-    let mut peers = Vec::with_capacity(size);
-    let (mut tcp_io, mut tcp_rings) = (Vec::new(), Vec::new());
-    for (p, ep) in endpoints.iter().enumerate() {
-        if p == rank {
-            peers.push(None);
-        } else if use_verbs[p] {
-            #[cfg(feature = "verbs")]
-            {
-                let (_, rings, direct) = verbs.iter().find(|v| v.0 == p).ok_or_else(|| {
-                    Error::Bootstrap(format!("verbs: no connection formed to rank {p}"))
-                })?;
-                let (send, recv) = rings.stream_ends();
-                peers.push(Some(Connection::new(
-                    p,
-                    send,
-                    recv,
-                    Link::Verbs(VerbsLink {
-                        _rings: rings.clone(),
-                        kick: kick.clone(),
-                        direct: direct.clone(),
-                    }),
-                )));
-            }
-        } else if use_tcp[p] {
-            let rings = Arc::new(TcpRings::new(shape));
-            let (send, recv) = rings.stream_ends();
-            let io = TcpPeerSetup {
-                peer: p,
-                rings: rings.clone(),
-                sockets: sockets.remove(&p).unwrap_or_default(),
-                placement: crate::comm::p2p::PLACEMENT,
-            }
-            .into_io();
-            tcp_io.push(io.clone());
-            tcp_rings.push(rings.clone());
-            peers.push(Some(Connection::new(
-                p,
-                send,
-                recv,
-                Link::Tcp(TcpLink {
-                    io,
-                    _rings: rings,
-                    kick: kick.clone(),
-                }),
-            )));
-        } else {
-            let peer_segment = Arc::new(Segment::open(&ep.shm_name, size, shape)?);
-            peers.push(Some(Connection::new(
-                p,
-                peer_segment.ring(ring_offset(p, rank, size, shape), shape)?,
-                segment.ring(ring_offset(rank, p, size, shape), shape)?,
-                Link::Shm(ShmLink { peer_segment }),
-            )));
-        }
-    }
-    if !tcp_io.is_empty() {
-        sources.push(Box::new(TcpSource::new(tcp_io, tcp_rings)));
-    }
-    Ok(Links { peers, sources })
+            listener,
+            secret: *id.secret(),
+            boot,
+            any_verbs,
+            device,
+            placement: crate::comm::p2p::PLACEMENT,
+            kick,
+        },
+    )
 }

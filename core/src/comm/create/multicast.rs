@@ -134,7 +134,7 @@ fn join_and_probe(
     let faults = local.config.faults.datagram_faults(rank);
     let tag = tag_of(id);
     let joined = if all_pairs_on_verbs(endpoints) {
-        join(local, size, tag, faults)
+        local.device.join_multicast(size, tag, faults.refuse_join)
     } else {
         Err("some pair of ranks is not on verbs (multicast needs every pair on verbs)".into())
     };
@@ -178,31 +178,6 @@ fn agree(
         None => Ok(()),
         Some(r) => Err(format!("rank {r}: {}", String::from_utf8_lossy(&all[r]))),
     })
-}
-
-/// This rank's UD QP in the group, or why not.
-#[cfg(feature = "verbs")]
-fn join(
-    local: &Local,
-    size: usize,
-    tag: u64,
-    faults: DatagramFaults,
-) -> std::result::Result<Box<dyn crate::barrier::multicast::Datagrams>, String> {
-    use crate::transport::verbs::multicast::UdGroup;
-    let dev = local.device.as_ref().ok_or("no RDMA device")?;
-    let group = UdGroup::join(dev, size, tag, faults.refuse_join)?;
-    Ok(Box::new(group))
-}
-
-/// Without the `verbs` feature there is no group.
-#[cfg(not(feature = "verbs"))]
-fn join(
-    _local: &Local,
-    _size: usize,
-    _tag: u64,
-    _faults: DatagramFaults,
-) -> std::result::Result<Box<dyn crate::barrier::multicast::Datagrams>, String> {
-    Err("this build of streamcomm has no verbs transport (build with the `verbs` feature)".into())
 }
 
 /// The communicator's tag: FNV-1a of its unique id (the same on every

@@ -3,10 +3,10 @@
 use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
-use super::connect;
 use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::comm::endpoint::{self, Endpoint, local_host_id};
 use crate::config::{Config, Transport, TransportChoice};
+use crate::transport::RdmaDevice;
 use crate::transport::Segment;
 use crate::transport::fault::FaultInjector;
 use crate::transport::ring::RingShape;
@@ -20,7 +20,7 @@ pub(crate) struct Local {
     pub config: Config,
     pub faults: FaultInjector,
     pub shape: RingShape,
-    pub device: connect::VerbsDevice,
+    pub device: RdmaDevice,
     pub boot: Bootstrap,
     pub segment: Segment,
     /// The tcp listener, unless told to use shared memory only (taken by
@@ -58,7 +58,7 @@ pub(crate) fn prepare(id: &UniqueId, rank: usize, size: usize, config: Config) -
         slot_bytes: config.slot_bytes(),
     };
     let timeout = config.timeout.min(Duration::from_secs(120));
-    let device = open_verbs_device(&config, size)?;
+    let device = RdmaDevice::open(&config, size)?;
     let boot = Bootstrap::connect(id, rank, size, timeout)?;
     let segment = Segment::create(size, shape)?;
     // Listen for tcp unless told to use shared memory only.
@@ -83,12 +83,12 @@ pub(crate) fn prepare(id: &UniqueId, rank: usize, size: usize, config: Config) -
         shm_name: segment.name().to_string(),
         shape,
         tcp: listener.as_ref().map(|(_, addr)| *addr),
-        verbs: match (&device, config.transport) {
-            (None, _) => endpoint::VERBS_NONE,
-            (Some(_), TransportChoice::Only(Transport::Verbs)) => endpoint::VERBS_FORCED,
-            (Some(_), _) => endpoint::VERBS_AVAILABLE,
+        verbs: match (device.is_open(), config.transport) {
+            (false, _) => endpoint::VERBS_NONE,
+            (true, TransportChoice::Only(Transport::Verbs)) => endpoint::VERBS_FORCED,
+            (true, _) => endpoint::VERBS_AVAILABLE,
         },
-        verbs_atomics: device_atomics(&device),
+        verbs_atomics: device.atomics(),
         recovery: recovery.as_ref().map(|(_, addr)| *addr),
     };
     Ok(Local {
@@ -105,48 +105,4 @@ pub(crate) fn prepare(id: &UniqueId, rank: usize, size: usize, config: Config) -
         secret: *id.secret(),
         me,
     })
-}
-
-/// Opens the RDMA device when this rank has peers and may use verbs: under
-/// `STREAMCOMM_TRANSPORT=verbs` failing if there is none, under `auto` best
-/// effort (none: tcp between hosts).
-#[cfg(feature = "verbs")]
-fn open_verbs_device(config: &Config, size: usize) -> Result<connect::VerbsDevice> {
-    use crate::transport::verbs::device::Device;
-    use std::sync::Arc;
-    let open = || Device::open(config.ib_hca.as_deref(), config.ib_gid_index).map(Arc::new);
-    match config.transport {
-        TransportChoice::Only(Transport::Verbs) if size > 1 => open().map(Some),
-        TransportChoice::Auto if size > 1 => match open() {
-            Ok(d) => Ok(Some(d)),
-            Err(e) => {
-                tracing::debug!(error = %e, "verbs unavailable; tcp between hosts");
-                Ok(None)
-            }
-        },
-        _ => Ok(None),
-    }
-}
-
-/// Whether this rank's RDMA device, if any, executes atomics.
-#[cfg(feature = "verbs")]
-fn device_atomics(device: &connect::VerbsDevice) -> bool {
-    device.as_ref().is_some_and(|d| d.atomics)
-}
-
-/// Without the `verbs` feature there is no device.
-#[cfg(not(feature = "verbs"))]
-fn device_atomics(_device: &connect::VerbsDevice) -> bool {
-    false
-}
-
-/// Without the `verbs` feature: no device, and forcing verbs is an error.
-#[cfg(not(feature = "verbs"))]
-fn open_verbs_device(config: &Config, size: usize) -> Result<connect::VerbsDevice> {
-    match config.transport {
-        TransportChoice::Only(Transport::Verbs) if size > 1 => Err(Error::Unavailable(
-            "STREAMCOMM_TRANSPORT=verbs, but this build of streamcomm has no verbs transport (build with the `verbs` feature)".into(),
-        )),
-        _ => Ok(None),
-    }
 }

@@ -180,7 +180,7 @@ impl CommInner {
         // call's turn): no operation is built when it is done at once.
         let conn = self.connection(o.peer)?;
         let immediate = o.bytes() <= self.config.p2p_eager_limit
-            && !(spec.rdma_rendezvous && super::rdma::is_rdma(conn));
+            && !(spec.rdma_rendezvous && conn.writes_remotely());
         match o.dir {
             Dir::Send => {
                 let g = raw.read();
@@ -215,7 +215,7 @@ impl CommInner {
     fn new_op<'a>(&'a self, spec: &GroupSpec, o: &OpSpec, operand: Operand<'a>) -> Result<Op<'a>> {
         let conn = self.connection(o.peer)?;
         let direct = self.config.p2p_direct;
-        let rdma = super::rdma::is_rdma(conn);
+        let rdma = conn.writes_remotely();
         let device = matches!(
             operand,
             Operand::Src(Src::Device(_)) | Operand::Dst(Dst::Device(_))

@@ -56,7 +56,6 @@ mod immediate;
 pub(crate) use immediate::Now;
 mod payload;
 mod placement;
-mod rdma;
 mod receiver;
 mod sender;
 mod spec;
@@ -162,7 +161,10 @@ impl Communicator {
     pub(crate) fn moves_by_rdma(&self, peer: usize) -> bool {
         peer != self.inner.rank
             && self.inner.config.p2p_direct
-            && self.inner.connection(peer).is_ok_and(rdma::is_rdma)
+            && self
+                .inner
+                .connection(peer)
+                .is_ok_and(|c| c.writes_remotely())
     }
 }
 

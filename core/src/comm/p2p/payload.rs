@@ -8,14 +8,7 @@
 //! receive refuses bytes that arrive in slots, naming the cause.
 
 use crate::transport::device_span::DeviceSpan;
-
-/// Where an operation's first byte is, for the NIC.
-pub(super) enum Place<'s> {
-    /// A host address.
-    Host(u64),
-    /// Device memory.
-    Device(&'s DeviceSpan),
-}
+use crate::transport::rendezvous::Place;
 
 /// What a send reads.
 pub(super) enum Src<'a> {
@@ -42,8 +35,7 @@ impl Src<'_> {
         }
     }
 
-    /// Where the bytes are (what the NIC registers: verbs builds only).
-    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
+    /// Where the bytes are (what the NIC registers).
     pub(super) fn place(&self) -> Place<'_> {
         match self {
             Src::Host(b) => Place::Host(b.as_ptr() as u64),

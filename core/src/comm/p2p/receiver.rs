@@ -15,10 +15,11 @@
 use crate::comm::p2p::P2pState;
 use crate::comm::p2p::payload::Dst;
 use crate::comm::p2p::stats::Stat;
-use crate::comm::p2p::{cma, rdma, wire};
+use crate::comm::p2p::{cma, wire};
 use crate::error::MismatchNote;
 use crate::plan::signature::{self, P2pSlot};
 use crate::transport::Connection;
+use crate::transport::rendezvous::{Registration, forget_registration};
 use crate::wait::Notifier;
 use crate::{DataType, Error, Result};
 
@@ -70,7 +71,7 @@ pub(super) struct RecvOp<'a> {
     state: State,
     /// Over verbs, the receive buffer's registration while the peer's NIC
     /// may write it.
-    reg: Option<rdma::Reg>,
+    reg: Option<Registration>,
 }
 
 impl<'a> RecvOp<'a> {
@@ -210,7 +211,7 @@ impl<'a> RecvOp<'a> {
                         };
                         // Over verbs the grant carries the remote key of the
                         // registered buffer where `pid` goes.
-                        let key = match rdma::register(self.conn, &self.dst, total)? {
+                        let key = match self.conn.register_for_peer(&self.dst.place(), total)? {
                             Some((rkey, reg)) => {
                                 self.reg = Some(reg);
                                 rkey
@@ -338,7 +339,7 @@ impl<'a> RecvOp<'a> {
         if self.reg.take().is_some()
             && let Dst::Host(b) = &self.dst
         {
-            rdma::forget(b);
+            forget_registration(b);
         }
     }
 

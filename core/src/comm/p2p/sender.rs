@@ -13,7 +13,7 @@
 //! request through the ring instead, then the done slot.
 //!
 //! Over verbs the grant carries the receive buffer's remote key: the bytes
-//! go by one RDMA WRITE from the send buffer (see `rdma`), then the done slot.
+//! go by one RDMA WRITE from the send buffer (see `transport::rendezvous`), then the done slot.
 //!
 //! A device payload (GPUDirect RDMA, see `payload`) always goes by
 //! rendezvous over verbs: the NIC writes it from device memory.
@@ -25,10 +25,10 @@
 
 use crate::comm::p2p::P2pState;
 use crate::comm::p2p::payload::Src;
-use crate::comm::p2p::rdma;
 use crate::comm::p2p::stats::Stat;
 use crate::plan::signature::{self, P2pSlot};
 use crate::transport::Connection;
+use crate::transport::rendezvous::Registration;
 use crate::wait::Notifier;
 use crate::{DataType, Error, Result};
 
@@ -79,7 +79,7 @@ pub(super) struct SendOp<'a> {
     rdv: u64,
     state: State,
     /// The send buffer's registration while the NIC reads it.
-    reg: Option<rdma::Reg>,
+    reg: Option<Registration>,
 }
 
 impl<'a> SendOp<'a> {
@@ -247,7 +247,7 @@ impl<'a> SendOp<'a> {
                 // directly.
                 // (Over verbs only with direct writes allowed; else the
                 // bytes stream through the slots.)
-                let by_rdma = self.direct && rdma::is_rdma(self.conn);
+                let by_rdma = self.direct && self.conn.writes_remotely();
                 self.state = if self.conn.peer_segment().is_some() || by_rdma {
                     State::AwaitGrant { grant }
                 } else {
@@ -273,10 +273,14 @@ impl<'a> SendOp<'a> {
                         ),
                     });
                 }
-                if self.direct && rdma::is_rdma(self.conn) {
+                if self.direct && self.conn.writes_remotely() {
                     // `pid` carries the receive buffer's remote key.
-                    let Some(wr) =
-                        rdma::write(self.conn, &self.data, front, addr, pid, &mut self.reg)?
+                    let Some(wr) = self.conn.write_remote(
+                        &self.data.place(),
+                        front,
+                        (addr, pid),
+                        &mut self.reg,
+                    )?
                     else {
                         return Ok(false);
                     };
@@ -311,7 +315,7 @@ impl<'a> SendOp<'a> {
                 Ok(true)
             }
             State::AwaitWrite { wr } => {
-                if !rdma::written(self.conn, wr) {
+                if !self.conn.remote_write_done(wr) {
                     return Ok(false);
                 }
                 self.reg = None;
@@ -352,7 +356,7 @@ impl<'a> SendOp<'a> {
         match self.state {
             State::AwaitGrant { grant } => self.conn.send.mailbox().granted(grant).is_some(),
             State::AwaitPull { grant, .. } => self.conn.send.mailbox().pull_done(grant).is_some(),
-            State::AwaitWrite { wr } => rdma::written(self.conn, wr),
+            State::AwaitWrite { wr } => self.conn.remote_write_done(wr),
             State::Done => false,
             _ => self.conn.send.has_credit(),
         }

@@ -194,4 +194,7 @@ impl Carrier for VerbsLink {
     fn rdma(&self) -> Option<&Arc<SharedPeer>> {
         Some(&self.direct)
     }
+    fn remote_area(&self) -> Option<Arc<dyn crate::barrier::area::RemoteArea>> {
+        Some(self.direct.clone() as Arc<dyn crate::barrier::area::RemoteArea>)
+    }
 }

@@ -1,0 +1,330 @@
+//! Opening the links a communicator's creation chose: each transport's
+//! connect step, behind one call, so that creation names routes, not
+//! transports (and no transport's cargo feature).
+//!
+//! Creation decides per peer how it is reached ([`Route`]: the rule lives
+//! with the endpoints it reads); [`connect_links`] opens every route: the
+//! peer's shared-memory segment, the tcp sockets (one all-to-all connect
+//! among the tcp peers), the verbs queue pairs (one collective exchange
+//! among all ranks when any pair uses verbs), and returns one
+//! [`Connection`] per peer and the progress engine's sources.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::bootstrap::Bootstrap;
+use crate::config::{Config, Transport, TransportChoice};
+use crate::engine::{Kick, Source};
+use crate::transport::placement::Placement;
+use crate::transport::ring::RingShape;
+use crate::transport::shm::ShmLink;
+use crate::transport::tcp::setup::{ConnectPlan, connect_all};
+use crate::transport::tcp::{TcpLink, TcpPeerSetup, TcpRings, TcpSource};
+use crate::transport::{Connection, Link, Segment, ring_offset};
+use crate::{Error, Result};
+
+/// How one peer is reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// This rank itself.
+    Me,
+    /// Over shared memory: the peer's segment, by name.
+    Shm(String),
+    /// Over tcp, to the peer's listener.
+    Tcp(SocketAddr),
+    /// Over verbs (RDMA).
+    Verbs,
+}
+
+/// Every peer's connection, plus what the progress engine must drive.
+pub(crate) struct Links {
+    /// `peers[p]` for every rank (`None` for ourselves).
+    pub peers: Vec<Option<Connection>>,
+    /// The proxied transports' sources (tcp, verbs), for the engine.
+    pub sources: Vec<Box<dyn Source>>,
+}
+
+/// What [`connect_links`] needs besides the routes.
+pub(crate) struct LinkSetup<'a> {
+    /// This rank.
+    pub rank: usize,
+    /// Settings (tcp sockets per peer, the timeout).
+    pub config: &'a Config,
+    /// This rank's segment (its inbound rings, the barrier area).
+    pub segment: &'a Segment,
+    /// Slot geometry, the same on every rank.
+    pub shape: RingShape,
+    /// This rank's tcp listener, where it listens.
+    pub listener: Option<(TcpListener, SocketAddr)>,
+    /// The communicator's secret (the tcp hello carries it).
+    pub secret: [u8; 16],
+    /// The bootstrap (the verbs address exchange is collective).
+    pub boot: &'a mut Bootstrap,
+    /// Whether any pair of ranks uses verbs: then every rank takes part in
+    /// the verbs exchange, even one with no verbs peer of its own.
+    pub any_verbs: bool,
+    /// The RDMA device, where there is one.
+    pub device: &'a RdmaDevice,
+    /// Which arriving tcp slots may go straight into a receive buffer.
+    pub placement: Placement,
+    /// Wakes the progress engine when a proxied connection has work.
+    pub kick: &'a Arc<Kick>,
+}
+
+/// Opens every route: `routes[p]` for each rank `p`.
+///
+/// # Errors
+/// [`Error::Unavailable`] when a route cannot be taken (tcp peers without a
+/// listener, verbs in a build without it); as the bootstrap, sockets, verbs
+/// and shared memory.
+pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Links> {
+    let LinkSetup {
+        rank,
+        config,
+        segment,
+        shape,
+        listener,
+        secret,
+        boot,
+        any_verbs,
+        device,
+        placement,
+        kick,
+    } = setup;
+    let size = routes.len();
+    let tcp_peers: Vec<(usize, SocketAddr)> = routes
+        .iter()
+        .enumerate()
+        .filter_map(|(p, r)| match r {
+            Route::Tcp(addr) => Some((p, *addr)),
+            _ => None,
+        })
+        .collect();
+    let mut sockets = match (&listener, tcp_peers.is_empty()) {
+        (_, true) => HashMap::new(),
+        (Some((l, _)), false) => connect_all(
+            &ConnectPlan {
+                rank,
+                peers: &tcp_peers,
+                nsockets: config.nchannels,
+                secret,
+                timeout: config.timeout.min(Duration::from_secs(120)),
+            },
+            l,
+        )?,
+        (None, false) => {
+            return Err(Error::Unavailable(
+                "tcp peers but no tcp listener (STREAMCOMM_TRANSPORT=shm?)".into(),
+            ));
+        }
+    };
+    let verbs_peers: Vec<usize> = (0..size).filter(|&p| routes[p] == Route::Verbs).collect();
+    let mut sources: Vec<Box<dyn Source>> = Vec::new();
+    let mut verbs = device.connect(
+        boot,
+        (rank, size),
+        any_verbs,
+        &verbs_peers,
+        shape,
+        segment,
+        kick,
+        &mut sources,
+    )?;
+    let mut peers = Vec::with_capacity(size);
+    let (mut tcp_io, mut tcp_rings) = (Vec::new(), Vec::new());
+    for (p, route) in routes.iter().enumerate() {
+        match route {
+            Route::Me => peers.push(None),
+            Route::Verbs => {
+                let link = verbs.remove(&p).ok_or_else(|| {
+                    Error::Bootstrap(format!("verbs: no connection formed to rank {p}"))
+                })?;
+                peers.push(Some(link));
+            }
+            Route::Tcp(_) => {
+                let rings = Arc::new(TcpRings::new(shape));
+                let (send, recv) = rings.stream_ends();
+                let io = TcpPeerSetup {
+                    peer: p,
+                    rings: rings.clone(),
+                    sockets: sockets.remove(&p).unwrap_or_default(),
+                    placement,
+                }
+                .into_io();
+                tcp_io.push(io.clone());
+                tcp_rings.push(rings.clone());
+                peers.push(Some(Connection::new(
+                    p,
+                    send,
+                    recv,
+                    Link::Tcp(TcpLink {
+                        io,
+                        _rings: rings,
+                        kick: kick.clone(),
+                    }),
+                )));
+            }
+            Route::Shm(name) => {
+                let peer_segment = Arc::new(Segment::open(name, size, shape)?);
+                peers.push(Some(Connection::new(
+                    p,
+                    peer_segment.ring(ring_offset(p, rank, size, shape), shape)?,
+                    segment.ring(ring_offset(rank, p, size, shape), shape)?,
+                    Link::Shm(ShmLink { peer_segment }),
+                )));
+            }
+        }
+    }
+    if !tcp_io.is_empty() {
+        sources.push(Box::new(TcpSource::new(tcp_io, tcp_rings)));
+    }
+    Ok(Links { peers, sources })
+}
+
+/// The RDMA device this rank may use, if any (never one in a build without
+/// the `verbs` feature).
+#[derive(Clone, Default)]
+pub(crate) struct RdmaDevice {
+    #[cfg(feature = "verbs")]
+    device: Option<Arc<crate::transport::verbs::device::Device>>,
+}
+
+impl RdmaDevice {
+    /// Opens the device when this rank has peers and may use verbs: under
+    /// `STREAMCOMM_TRANSPORT=verbs` failing if there is none, under `auto`
+    /// best effort (none: tcp between hosts).
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] under `STREAMCOMM_TRANSPORT=verbs` without a
+    /// device, or in a build without the `verbs` feature.
+    pub(crate) fn open(config: &Config, size: usize) -> Result<RdmaDevice> {
+        let forced = matches!(config.transport, TransportChoice::Only(Transport::Verbs));
+        let wanted = size > 1 && (forced || matches!(config.transport, TransportChoice::Auto));
+        #[cfg(feature = "verbs")]
+        {
+            use crate::transport::verbs::device::Device;
+            if !wanted {
+                return Ok(RdmaDevice::default());
+            }
+            match Device::open(config.ib_hca.as_deref(), config.ib_gid_index) {
+                Ok(d) => Ok(RdmaDevice {
+                    device: Some(Arc::new(d)),
+                }),
+                Err(e) if forced => Err(e),
+                Err(e) => {
+                    tracing::debug!(error = %e, "verbs unavailable; tcp between hosts");
+                    Ok(RdmaDevice::default())
+                }
+            }
+        }
+        #[cfg(not(feature = "verbs"))]
+        {
+            if wanted && forced {
+                return Err(Error::Unavailable(
+                    "STREAMCOMM_TRANSPORT=verbs, but this build of streamcomm has no verbs transport (build with the `verbs` feature)".into(),
+                ));
+            }
+            Ok(RdmaDevice::default())
+        }
+    }
+
+    /// Whether there is a device.
+    pub(crate) fn is_open(&self) -> bool {
+        #[cfg(feature = "verbs")]
+        return self.device.is_some();
+        #[cfg(not(feature = "verbs"))]
+        false
+    }
+
+    /// Whether the device executes RDMA atomics.
+    pub(crate) fn atomics(&self) -> bool {
+        #[cfg(feature = "verbs")]
+        return self.device.as_ref().is_some_and(|d| d.atomics);
+        #[cfg(not(feature = "verbs"))]
+        false
+    }
+
+    /// This rank's UD queue pair in the multicast group `tag` of `size`
+    /// ranks (the multicast barrier's datagrams), or why there is none.
+    /// `refuse` makes the join fail, for the fault-injection tests.
+    pub(crate) fn join_multicast(
+        &self,
+        size: usize,
+        tag: u64,
+        refuse: bool,
+    ) -> std::result::Result<Box<dyn crate::barrier::multicast::Datagrams>, String> {
+        #[cfg(feature = "verbs")]
+        {
+            let dev = self.device.as_ref().ok_or("no RDMA device")?;
+            let group = crate::transport::verbs::multicast::UdGroup::join(dev, size, tag, refuse)?;
+            Ok(Box::new(group))
+        }
+        #[cfg(not(feature = "verbs"))]
+        {
+            let _ = (size, tag, refuse);
+            Err(
+                "this build of streamcomm has no verbs transport (build with the `verbs` feature)"
+                    .into(),
+            )
+        }
+    }
+
+    /// The verbs links to `peers`, by rank: every rank calls this (the
+    /// address exchange is collective) when `any_verbs`; the verbs source
+    /// joins `sources`.
+    #[allow(clippy::too_many_arguments)]
+    fn connect(
+        &self,
+        boot: &mut Bootstrap,
+        (rank, size): (usize, usize),
+        any_verbs: bool,
+        peers: &[usize],
+        shape: RingShape,
+        segment: &Segment,
+        kick: &Arc<Kick>,
+        sources: &mut Vec<Box<dyn Source>>,
+    ) -> Result<HashMap<usize, Connection>> {
+        if !any_verbs {
+            return Ok(HashMap::new());
+        }
+        #[cfg(feature = "verbs")]
+        {
+            use crate::transport::verbs::{VerbsLink, connect, share};
+            let made = connect(
+                boot,
+                rank,
+                self.device.as_ref(),
+                peers,
+                shape,
+                &Arc::new(segment.barrier_area(size)),
+            )?;
+            let rings: Vec<_> = made.iter().map(|v| (v.peer, v.rings.clone())).collect();
+            let (shared, source) = share(made);
+            if !shared.is_empty() {
+                sources.push(Box::new(source));
+            }
+            Ok(rings
+                .into_iter()
+                .zip(shared)
+                .map(|((p, rings), (_, direct))| {
+                    let (send, recv) = rings.stream_ends();
+                    let link = Link::Verbs(VerbsLink {
+                        _rings: rings,
+                        kick: kick.clone(),
+                        direct,
+                    });
+                    (p, Connection::new(p, send, recv, link))
+                })
+                .collect())
+        }
+        #[cfg(not(feature = "verbs"))]
+        {
+            let _ = (boot, rank, size, peers, shape, segment, kick, sources);
+            Err(Error::Unavailable(
+                "other ranks use the verbs transport, but this build of streamcomm lacks the `verbs` feature".into(),
+            ))
+        }
+    }
+}
