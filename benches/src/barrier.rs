@@ -18,7 +18,7 @@ use crate::stats::{Percentiles, across_ranks};
 
 /// One barrier flavour's figures, in microseconds.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
-pub struct BarrierStats {
+pub(crate) struct BarrierStats {
     /// Timed iterations.
     pub iters: u64,
     /// This rank's own distribution (what rank 0 reports as its view).
@@ -29,7 +29,7 @@ pub struct BarrierStats {
 
 /// Both flavours, for one algorithm.
 #[derive(Clone, Debug, serde::Serialize)]
-pub struct BarrierResult {
+pub(crate) struct BarrierResult {
     /// The algorithm measured (its full name, e.g. `tree:4`).
     pub algo: String,
     /// `barrier_host()`: blocks the calling thread.
@@ -43,7 +43,7 @@ pub struct BarrierResult {
 /// What the multicast barrier sent beyond one arrival per rank and
 /// barrier, summed over ranks, per barrier (warm-up included).
 #[derive(Clone, Copy, Debug, serde::Serialize)]
-pub struct Retransmits {
+pub(crate) struct Retransmits {
     /// `missing` questions multicast, per barrier.
     pub questions_per_barrier: f64,
     /// Arrivals multicast again (answers), per barrier.
@@ -60,7 +60,7 @@ fn warmup(iters: u64, min: u64) -> u64 {
 ///
 /// # Errors
 /// The first library error.
-pub fn run(
+pub(crate) fn run(
     comm: &Communicator,
     stream: &HostStream,
     host_iters: u64,

@@ -25,7 +25,7 @@ const MISMATCHES_SHOWN: usize = 3;
 
 /// The input pattern of one run: element type, operator and number of ranks.
 #[derive(Clone, Copy, Debug)]
-pub struct Pattern {
+pub(crate) struct Pattern {
     dtype: DataType,
     op: ReduceOp,
     nranks: usize,
@@ -35,7 +35,7 @@ pub struct Pattern {
 
 impl Pattern {
     /// The pattern for a run (`op` is ignored by non-reductions).
-    pub fn new(dtype: DataType, op: ReduceOp, nranks: usize) -> Pattern {
+    pub(crate) fn new(dtype: DataType, op: ReduceOp, nranks: usize) -> Pattern {
         let spread = (exact_limit(dtype) / nranks.max(1))
             .saturating_sub(1)
             .clamp(1, MAX_SPREAD);
@@ -48,12 +48,12 @@ impl Pattern {
     }
 
     /// Elements after which inputs and results repeat.
-    pub fn period(&self) -> usize {
+    pub(crate) fn period(&self) -> usize {
         self.spread * (self.nranks + 1)
     }
 
     /// Rank `rank`'s input at element `i`.
-    pub fn input(&self, rank: usize, i: usize) -> f64 {
+    pub(crate) fn input(&self, rank: usize, i: usize) -> f64 {
         match self.op {
             // One rank contributes 2 to each element (none to every
             // (n+1)-th): products are 1 or 2 in every type.
@@ -85,7 +85,7 @@ impl Pattern {
 
     /// The reduction over all ranks of element `i`, as the library must
     /// compute it (integer sums wrap, integer averages truncate).
-    pub fn reduced(&self, i: usize) -> f64 {
+    pub(crate) fn reduced(&self, i: usize) -> f64 {
         let inputs = (0..self.nranks).map(|r| self.input(r, i));
         match self.op {
             ReduceOp::Sum => wrap(self.dtype, inputs.sum()),
@@ -105,7 +105,7 @@ impl Pattern {
     }
 
     /// This rank's send buffer for a row, as bytes.
-    pub fn send_bytes(&self, rank: usize, geometry: &Geometry) -> Vec<u8> {
+    pub(crate) fn send_bytes(&self, rank: usize, geometry: &Geometry) -> Vec<u8> {
         let mut out = vec![0u8; geometry.send_len * self.dtype.size()];
         self.fill(&mut out, |i| self.input(rank, i));
         out
@@ -113,7 +113,7 @@ impl Pattern {
 
     /// What this rank's receive buffer must hold after the last iteration,
     /// or `None` when it receives nothing (reduce, except on the root).
-    pub fn expected_bytes(
+    pub(crate) fn expected_bytes(
         &self,
         collective: Collective,
         rank: usize,
@@ -166,7 +166,7 @@ impl Pattern {
 
 /// Counts the elements of `got` that differ from `expected`, printing the
 /// first few to stderr with `context` (rank and size).
-pub fn count_wrong(dtype: DataType, got: &[u8], expected: &[u8], context: &str) -> u64 {
+pub(crate) fn count_wrong(dtype: DataType, got: &[u8], expected: &[u8], context: &str) -> u64 {
     if got == expected {
         return 0;
     }

@@ -10,7 +10,7 @@ use streamcomm::{DataType, ReduceOp};
 
 /// The operation a run measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Collective {
+pub(crate) enum Collective {
     /// Every rank gets the reduction of all inputs.
     #[value(name = "all_reduce")]
     AllReduce,
@@ -39,7 +39,7 @@ pub enum Collective {
 
 impl Collective {
     /// The name used on the command line and in the JSON output.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Collective::AllReduce => "all_reduce",
             Collective::AllGather => "all_gather",
@@ -53,7 +53,7 @@ impl Collective {
     }
 
     /// True when the operation takes a reduction operator (`-o`).
-    pub fn has_op(self) -> bool {
+    pub(crate) fn has_op(self) -> bool {
         matches!(
             self,
             Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce
@@ -61,7 +61,7 @@ impl Collective {
     }
 
     /// True when the operation takes a root (`-r`).
-    pub fn has_root(self) -> bool {
+    pub(crate) fn has_root(self) -> bool {
         matches!(self, Collective::Broadcast | Collective::Reduce)
     }
 }
@@ -84,7 +84,7 @@ impl Collective {
         When rank 0 reaches rank 1 over tcp, ranks 0 and 1 first measure raw tcp between \
         them (--latency-iters round trips of 8 B; one and NCHANNELS sockets, best of 2 runs)."
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// The operation to measure.
     #[arg(value_enum)]
     pub collective: Collective,
@@ -172,7 +172,7 @@ pub struct Cli {
 
 impl Cli {
     /// True when `-c 1`.
-    pub fn check(&self) -> bool {
+    pub(crate) fn check(&self) -> bool {
         self.check == 1
     }
 
@@ -180,7 +180,9 @@ impl Cli {
     ///
     /// # Errors
     /// An unknown algorithm name.
-    pub fn barrier_algos(&self) -> Result<Vec<Option<streamcomm::barrier::BarrierAlgo>>, String> {
+    pub(crate) fn barrier_algos(
+        &self,
+    ) -> Result<Vec<Option<streamcomm::barrier::BarrierAlgo>>, String> {
         use streamcomm::barrier::BarrierAlgo;
         match self.algo.as_str() {
             "default" => Ok(vec![None]),
@@ -200,7 +202,7 @@ impl Cli {
     /// # Errors
     /// An unknown algorithm, one that does not implement the collective, or
     /// any algorithm for sendrecv.
-    pub fn forced_algo(&self) -> Result<Option<String>, String> {
+    pub(crate) fn forced_algo(&self) -> Result<Option<String>, String> {
         if self.algo == "default" || self.collective == Collective::Barrier {
             return Ok(None);
         }
@@ -229,13 +231,13 @@ impl Cli {
     }
 
     /// Timed stream-barrier iterations.
-    pub fn stream_barrier_iters(&self) -> u64 {
+    pub(crate) fn stream_barrier_iters(&self) -> u64 {
         self.stream_barrier_iters
             .unwrap_or((self.barrier_iters / 5).max(1))
     }
 
     /// The sizes of the sweep: `-b`, times `-f`, up to `-e` included.
-    pub fn sizes(&self) -> Vec<u64> {
+    pub(crate) fn sizes(&self) -> Vec<u64> {
         let mut sizes = Vec::new();
         let mut size = self.min_bytes;
         while size <= self.max_bytes {
@@ -253,7 +255,7 @@ impl Cli {
     ///
     /// # Errors
     /// A message naming the flag at fault.
-    pub fn validate(&self, nranks: usize) -> Result<(), String> {
+    pub(crate) fn validate(&self, nranks: usize) -> Result<(), String> {
         if self.min_bytes == 0 {
             return Err("-b must be at least 1 byte".into());
         }
@@ -282,7 +284,7 @@ impl Cli {
 ///
 /// # Errors
 /// A message quoting the input.
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let lower = t.to_ascii_lowercase();
     let digits_end = lower
@@ -312,7 +314,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 ///
 /// # Errors
 /// A message listing the valid names.
-pub fn parse_dtype(s: &str) -> Result<DataType, String> {
+pub(crate) fn parse_dtype(s: &str) -> Result<DataType, String> {
     DataType::parse(s).ok_or_else(|| {
         let names: Vec<_> = DataType::ALL.iter().map(|d| d.name()).collect();
         format!("unknown data type '{s}' (one of {})", names.join(", "))
@@ -323,7 +325,7 @@ pub fn parse_dtype(s: &str) -> Result<DataType, String> {
 ///
 /// # Errors
 /// A message listing the valid names.
-pub fn parse_op(s: &str) -> Result<ReduceOp, String> {
+pub(crate) fn parse_op(s: &str) -> Result<ReduceOp, String> {
     ReduceOp::parse(s).ok_or_else(|| {
         let names: Vec<_> = ReduceOp::ALL.iter().map(|o| o.name()).collect();
         format!("unknown reduction '{s}' (one of {})", names.join(", "))
@@ -331,7 +333,7 @@ pub fn parse_op(s: &str) -> Result<ReduceOp, String> {
 }
 
 /// Formats a byte count the way sizes are usually written (`64 MiB`).
-pub fn human_bytes(bytes: u64) -> String {
+pub(crate) fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
     let mut unit = 0;
     let mut value = bytes;

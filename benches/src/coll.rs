@@ -16,7 +16,7 @@ use crate::cli::Collective;
 
 /// Element counts for one size of the sweep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Geometry {
+pub(crate) struct Geometry {
     /// The `count` argument of the call, as nccl-tests prints it: all
     /// elements for all_reduce, broadcast, reduce and sendrecv; one rank's
     /// block for all_gather, reduce_scatter and all_to_all.
@@ -32,7 +32,7 @@ pub struct Geometry {
 impl Collective {
     /// The library's collective for this operation (`None` for sendrecv and
     /// barrier, which have a single schedule).
-    pub fn library(self) -> Option<streamcomm::Collective> {
+    pub(crate) fn library(self) -> Option<streamcomm::Collective> {
         use streamcomm::Collective as C;
         Some(match self {
             Collective::AllReduce => C::AllReduce,
@@ -47,7 +47,7 @@ impl Collective {
 
     /// Buffers for a row of `size` bytes (rounded down to whole elements, and
     /// to whole blocks where the buffer is split among `nranks`).
-    pub fn geometry(self, size: u64, dtype: DataType, nranks: usize) -> Geometry {
+    pub(crate) fn geometry(self, size: u64, dtype: DataType, nranks: usize) -> Geometry {
         let elems = usize::try_from(size).unwrap_or(usize::MAX) / dtype.size();
         let (count, send_len, recv_len) = match self {
             Collective::AllReduce
@@ -77,7 +77,7 @@ impl Collective {
     }
 
     /// nccl-tests' factor from algorithm bandwidth to bus bandwidth.
-    pub fn bus_factor(self, nranks: usize) -> f64 {
+    pub(crate) fn bus_factor(self, nranks: usize) -> f64 {
         let n = nranks as f64;
         match self {
             Collective::AllReduce => 2.0 * (n - 1.0) / n,
@@ -92,7 +92,7 @@ impl Collective {
 
 /// One iteration's arguments.
 #[derive(Clone, Copy, Debug)]
-pub struct Call {
+pub(crate) struct Call {
     /// The operation.
     pub collective: Collective,
     /// Reduction operator (reductions only).
@@ -113,7 +113,7 @@ impl Call {
     /// # Errors
     /// Whatever the library's enqueue returns (invalid arguments, a failed
     /// communicator); execution errors surface from `stream.synchronize()`.
-    pub fn enqueue(
+    pub(crate) fn enqueue(
         &self,
         comm: &Communicator,
         send: &UntypedBuffer,

@@ -8,10 +8,10 @@
 use std::fmt::Display;
 
 /// A result whose error is a message for the user.
-pub type Fallible<T> = Result<T, String>;
+pub(crate) type Fallible<T> = Result<T, String>;
 
 /// Adds what was being done to an error.
-pub trait Context<T> {
+pub(crate) trait Context<T> {
     /// Prefixes the error with `what`.
     ///
     /// # Errors

@@ -19,13 +19,13 @@ use crate::stats::Percentiles;
 use crate::ticks;
 
 /// Bytes per message.
-pub const MESSAGE_BYTES: usize = 8;
+pub(crate) const MESSAGE_BYTES: usize = 8;
 /// Untimed round trips before the timed ones.
-pub const WARMUP: u64 = 1000;
+pub(crate) const WARMUP: u64 = 1000;
 
 /// One-way latency between ranks 0 and 1 (half of each round trip), µs.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
-pub struct Latency {
+pub(crate) struct Latency {
     /// Bytes per message.
     pub bytes: usize,
     /// Timed round trips.
@@ -41,7 +41,7 @@ pub struct Latency {
 ///
 /// # Errors
 /// The first library error.
-pub fn ping_pong(
+pub(crate) fn ping_pong(
     comm: &Communicator,
     stream: &HostStream,
     iters: u64,

@@ -16,11 +16,11 @@ use crate::error::{Context, Fallible};
 use crate::machine::MachineLimits;
 
 /// Memcpy bandwidth measured by the launcher, GB/s.
-pub const ENV_MEMCPY_GBPS: &str = "STREAMCOMM_BENCH_MEMCPY_GBPS";
+pub(crate) const ENV_MEMCPY_GBPS: &str = "STREAMCOMM_BENCH_MEMCPY_GBPS";
 /// Core-to-core round trip p50 measured by the launcher, µs.
-pub const ENV_C2C_US: &str = "STREAMCOMM_BENCH_C2C_US";
+pub(crate) const ENV_C2C_US: &str = "STREAMCOMM_BENCH_C2C_US";
 /// Core-to-core round trip p99 measured by the launcher, µs.
-pub const ENV_C2C_P99_US: &str = "STREAMCOMM_BENCH_C2C_P99_US";
+pub(crate) const ENV_C2C_P99_US: &str = "STREAMCOMM_BENCH_C2C_P99_US";
 
 /// Variables that mean "started by a launcher" even when incomplete.
 const RANK_VARS: [&str; 5] = [
@@ -33,7 +33,7 @@ const RANK_VARS: [&str; 5] = [
 
 /// What this process does.
 #[derive(Debug)]
-pub enum Role {
+pub(crate) enum Role {
     /// No launcher environment: start the ranks.
     Launcher,
     /// One rank of a job.
@@ -45,7 +45,7 @@ pub enum Role {
 /// # Errors
 /// When a launcher's variables are present but malformed (rather than
 /// silently starting a local job of our own).
-pub fn role() -> Fallible<Role> {
+pub(crate) fn role() -> Fallible<Role> {
     match detect_from_process_env() {
         Ok(info) => Ok(Role::Rank(info)),
         Err(e) if RANK_VARS.iter().any(|v| std::env::var_os(v).is_some()) => {
@@ -60,7 +60,7 @@ pub fn role() -> Fallible<Role> {
 ///
 /// # Errors
 /// When the ranks cannot be started.
-pub fn run_ranks(nranks: usize, limits: &MachineLimits) -> Fallible<i32> {
+pub(crate) fn run_ranks(nranks: usize, limits: &MachineLimits) -> Fallible<i32> {
     let exe = std::env::current_exe().context("find this program's path")?;
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     install_termination_handler().context("install the signal handlers")?;
@@ -82,7 +82,7 @@ pub fn run_ranks(nranks: usize, limits: &MachineLimits) -> Fallible<i32> {
 ///
 /// # Errors
 /// When a variable is set but is not a number.
-pub fn limits_from_env() -> Fallible<Option<MachineLimits>> {
+pub(crate) fn limits_from_env() -> Fallible<Option<MachineLimits>> {
     let read = |name: &str| -> Fallible<Option<f64>> {
         match std::env::var(name) {
             Ok(v) => v

@@ -11,7 +11,7 @@ use streamcomm::{Communicator, Transport};
 
 /// The transport from rank 0 to rank 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Link {
+pub(crate) struct Link {
     /// `"shm"` or `"tcp"`; `None` with a single rank.
     pub transport_to_rank1: Option<&'static str>,
     /// Sockets per tcp peer (tcp only).
@@ -20,7 +20,7 @@ pub struct Link {
 
 impl Link {
     /// The link as `comm` (rank 0's communicator) sees it.
-    pub fn of(comm: &Communicator) -> Link {
+    pub(crate) fn of(comm: &Communicator) -> Link {
         let transport = comm.transport_to(1);
         Link {
             transport_to_rank1: transport.map(Transport::as_str),

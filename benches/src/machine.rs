@@ -15,7 +15,7 @@ use crossbeam_utils::CachePadded;
 
 /// Limits measured on this machine.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
-pub struct MachineLimits {
+pub(crate) struct MachineLimits {
     /// Single-thread memcpy bandwidth in GB/s (best of several 64 MiB copies).
     pub memcpy_gbps: f64,
     /// Median round trip of a flag between two threads, in microseconds.
@@ -25,7 +25,7 @@ pub struct MachineLimits {
 }
 
 /// Measures both limits (about a second).
-pub fn measure() -> MachineLimits {
+pub(crate) fn measure() -> MachineLimits {
     let memcpy_gbps = memcpy_bandwidth(64 << 20, 5);
     let (p50, p99) = core_to_core_round_trip(20_000);
     MachineLimits {
@@ -36,7 +36,7 @@ pub fn measure() -> MachineLimits {
 }
 
 /// Best bandwidth of `reps` copies of `bytes` bytes, in GB/s (bytes copied / time).
-pub fn memcpy_bandwidth(bytes: usize, reps: usize) -> f64 {
+pub(crate) fn memcpy_bandwidth(bytes: usize, reps: usize) -> f64 {
     let src = vec![1u8; bytes];
     let mut dst = vec![0u8; bytes];
     dst.copy_from_slice(&src); // fault the pages in
@@ -67,7 +67,7 @@ const STOP: u64 = u64::MAX;
 /// this thread and a helper thread: `iters` round trips, or fewer if they
 /// take longer than [`ROUND_TRIP_BUDGET`] (at least [`MIN_SAMPLES`] unless
 /// [`ROUND_TRIP_HARD_CAP`] passes first; NaN if none completed).
-pub fn core_to_core_round_trip(iters: u64) -> (f64, f64) {
+pub(crate) fn core_to_core_round_trip(iters: u64) -> (f64, f64) {
     let flags = Arc::new([
         CachePadded::new(AtomicU64::new(0)),
         CachePadded::new(AtomicU64::new(0)),
@@ -130,7 +130,7 @@ pub fn core_to_core_round_trip(iters: u64) -> (f64, f64) {
 /// Bytes of this host's last-level cache, all instances together (one
 /// per socket, or per core complex): what `/sys/devices/system/cpu` says,
 /// 0 where it says nothing readable.
-pub fn last_level_cache_bytes() -> usize {
+pub(crate) fn last_level_cache_bytes() -> usize {
     let Ok(cpus) = std::fs::read_dir("/sys/devices/system/cpu") else {
         return 0;
     };

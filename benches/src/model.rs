@@ -24,7 +24,7 @@ use crate::schedule::schedule_id;
 /// Arguments of `streamcomm-bench model`.
 #[derive(Debug, Parser)]
 #[command(name = "streamcomm-bench model")]
-pub struct ModelCli {
+pub(crate) struct ModelCli {
     /// Ranks per host.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
     pub per_host: u64,
@@ -128,7 +128,7 @@ fn sizes() -> Vec<u64> {
 }
 
 /// What the model needs besides the call.
-pub struct Setting {
+pub(crate) struct Setting {
     params: CostParams,
     slot_bytes: usize,
     nsteps: usize,
@@ -141,7 +141,7 @@ impl Setting {
     ///
     /// # Errors
     /// A bad `STREAMCOMM_*` variable or tuning file.
-    pub fn from_env(per_host: usize) -> Fallible<Setting> {
+    pub(crate) fn from_env(per_host: usize) -> Fallible<Setting> {
         let config = Config::from_env().context("read the configuration")?;
         Ok(Setting {
             params: tuning_file_params(&config).unwrap_or_default(),
@@ -154,7 +154,12 @@ impl Setting {
 
     /// Predicted µs of every candidate of `c` at `n` ranks and `bytes`, and
     /// the chosen one.
-    pub fn row(&self, c: Collective, n: usize, bytes: u64) -> (Vec<(Algorithm, f64)>, Algorithm) {
+    pub(crate) fn row(
+        &self,
+        c: Collective,
+        n: usize,
+        bytes: u64,
+    ) -> (Vec<(Algorithm, f64)>, Algorithm) {
         let lib = c.library().unwrap_or(streamcomm::Collective::Barrier);
         let count = c.geometry(bytes, DataType::F32, n).count;
         let shape = Shape::new(n, self.per_host, self.slot_bytes);
@@ -175,7 +180,7 @@ impl Setting {
 ///
 /// # Errors
 /// A bad configuration, or the plot file cannot be written.
-pub fn run(cli: &ModelCli) -> Fallible<()> {
+pub(crate) fn run(cli: &ModelCli) -> Fallible<()> {
     if let Some(path) = &cli.points {
         return run_points(path, cli.schedule_ids);
     }

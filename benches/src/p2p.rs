@@ -27,7 +27,7 @@ const POISON: u8 = 0xA5;
 
 /// One size of the sweep, as measured on rank 0.
 #[derive(Clone, Debug, serde::Serialize)]
-pub struct P2pRow {
+pub(crate) struct P2pRow {
     /// Message size in bytes.
     pub bytes: u64,
     /// `eager` or `rendezvous` (what the library did for this size).
@@ -60,7 +60,7 @@ fn pattern(bytes: u64, i: usize) -> u8 {
 ///
 /// # Errors
 /// The first library error.
-pub fn run(
+pub(crate) fn run(
     comm: &Communicator,
     stream: &HostStream,
     cli: &Cli,

@@ -26,13 +26,13 @@ use crate::vstcp::{self, VsTcp};
 
 /// Where the human-readable report goes: stdout, or stderr when the JSON
 /// document takes stdout.
-pub struct Printer {
+pub(crate) struct Printer {
     out: Box<dyn Write>,
 }
 
 impl Printer {
     /// A printer for this run's `--json` choice.
-    pub fn new(cli: &Cli) -> Printer {
+    pub(crate) fn new(cli: &Cli) -> Printer {
         let out: Box<dyn Write> = if cli.json.as_deref() == Some("-") {
             Box::new(std::io::stderr())
         } else {
@@ -43,7 +43,7 @@ impl Printer {
 
     /// Prints one line (output errors, e.g. a closed pipe, are ignored: the
     /// benchmark's exit code still tells the outcome).
-    pub fn line(&mut self, text: impl std::fmt::Display) {
+    pub(crate) fn line(&mut self, text: impl std::fmt::Display) {
         let _ = writeln!(self.out, "{text}");
         let _ = self.out.flush();
     }
@@ -52,7 +52,7 @@ impl Printer {
 /// The machine's limits as reported, with who measured them, and the path
 /// between ranks 0 and 1.
 #[derive(Clone, Debug, serde::Serialize)]
-pub struct Machine {
+pub(crate) struct Machine {
     /// The figures.
     #[serde(flatten)]
     pub limits: MachineLimits,
@@ -66,7 +66,13 @@ pub struct Machine {
 }
 
 /// The run's header: what is measured, and the machine's limits.
-pub fn print_header(p: &mut Printer, cli: &Cli, nranks: usize, launcher: &str, machine: &Machine) {
+pub(crate) fn print_header(
+    p: &mut Printer,
+    cli: &Cli,
+    nranks: usize,
+    launcher: &str,
+    machine: &Machine,
+) {
     let mut what = format!(
         "# streamcomm-bench {}: {nranks} ranks (started by {launcher})",
         cli.collective.name()
@@ -112,7 +118,7 @@ pub fn print_header(p: &mut Printer, cli: &Cli, nranks: usize, launcher: &str, m
 
 /// Column headings of the sweep table (with a `busbw/tcp` column when
 /// `tcp` is measured, and the cost model's two columns with `--model`).
-pub fn print_table_header(p: &mut Printer, tcp: bool, model: bool) {
+pub(crate) fn print_table_header(p: &mut Printer, tcp: bool, model: bool) {
     let extra = |s: &str| {
         if tcp {
             format!(" {s:>9}")
@@ -165,7 +171,7 @@ pub fn print_table_header(p: &mut Printer, tcp: bool, model: bool) {
 }
 
 /// One row of the sweep table.
-pub fn print_row(p: &mut Printer, cli: &Cli, row: &Row, machine: &Machine) {
+pub(crate) fn print_row(p: &mut Printer, cli: &Cli, row: &Row, machine: &Machine) {
     let limits = &machine.limits;
     let op = if cli.collective.has_op() {
         cli.op.name()
@@ -211,7 +217,7 @@ pub fn print_row(p: &mut Printer, cli: &Cli, row: &Row, machine: &Machine) {
 }
 
 /// The sendrecv table's header: what each column is.
-pub fn print_p2p_header(p: &mut Printer, comm: &streamcomm::Communicator) {
+pub(crate) fn print_p2p_header(p: &mut Printer, comm: &streamcomm::Communicator) {
     let c = comm.config();
     p.line(format!(
         "# sendrecv between ranks 0 and 1 over {}: eager limit {} B (STREAMCOMM_P2P_EAGER_LIMIT), direct rendezvous writes {}",
@@ -238,7 +244,7 @@ pub fn print_p2p_header(p: &mut Printer, comm: &streamcomm::Communicator) {
 }
 
 /// One row of the sendrecv table.
-pub fn print_p2p_row(p: &mut Printer, row: &P2pRow, machine: &Machine) {
+pub(crate) fn print_p2p_row(p: &mut Printer, row: &P2pRow, machine: &Machine) {
     let per_channel = row
         .per_channel_gbps
         .map_or("-".to_string(), |g| format!("{g:.3}"));
@@ -258,7 +264,7 @@ pub fn print_p2p_row(p: &mut Printer, row: &P2pRow, machine: &Machine) {
 
 /// A sendrecv row as a sweep row (time of one message at the measured
 /// bandwidth), for the summary and the comparison with raw tcp.
-pub fn p2p_as_row(r: &P2pRow) -> Row {
+pub(crate) fn p2p_as_row(r: &P2pRow) -> Row {
     Row {
         bytes: r.bytes,
         count: r.bytes as usize,
@@ -273,7 +279,12 @@ pub fn p2p_as_row(r: &P2pRow) -> Row {
 
 /// The lines after the table: average bus bandwidth, wrong elements, and
 /// the sendrecv latency where measured; then the comparison with raw tcp.
-pub fn print_summary(p: &mut Printer, rows: &[Row], latency: Option<&Latency>, machine: &Machine) {
+pub(crate) fn print_summary(
+    p: &mut Printer,
+    rows: &[Row],
+    latency: Option<&Latency>,
+    machine: &Machine,
+) {
     let limits = &machine.limits;
     p.line(format!(
         "# Avg bus bandwidth    : {:.3} GB/s",
@@ -325,7 +336,7 @@ pub fn print_summary(p: &mut Printer, rows: &[Row], latency: Option<&Latency>, m
 
 /// The barrier table: percentiles in µs, then as multiples of the
 /// core-to-core round trip.
-pub fn print_barrier(p: &mut Printer, result: &BarrierResult, limits: &MachineLimits) {
+pub(crate) fn print_barrier(p: &mut Printer, result: &BarrierResult, limits: &MachineLimits) {
     p.line("#");
     p.line(format!("# algorithm: {}", result.algo));
     p.line(format!(
@@ -366,7 +377,7 @@ fn barrier_line(
 
 /// A row as written to JSON: the printed figures.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
-pub struct JsonRow {
+pub(crate) struct JsonRow {
     /// The row.
     #[serde(flatten)]
     pub row: Row,
@@ -378,7 +389,7 @@ pub struct JsonRow {
 
 /// The JSON document (`--json`).
 #[derive(Debug, serde::Serialize)]
-pub struct Document {
+pub(crate) struct Document {
     /// The machine's limits.
     pub machine: Machine,
     /// The operation measured.
@@ -416,7 +427,7 @@ pub struct Document {
 
 impl Document {
     /// The document for a run.
-    pub fn new(
+    pub(crate) fn new(
         cli: &Cli,
         nranks: usize,
         machine: Machine,
@@ -462,7 +473,7 @@ impl Document {
     ///
     /// # Errors
     /// When the file cannot be written.
-    pub fn write(&self, target: &str) -> Fallible<()> {
+    pub(crate) fn write(&self, target: &str) -> Fallible<()> {
         let text = serde_json::to_string_pretty(self).context("encode the JSON document")?;
         if target == "-" {
             let mut out = std::io::stdout().lock();
@@ -476,7 +487,7 @@ impl Document {
 }
 
 /// Sum of wrong elements over rows; `None` when unchecked.
-pub fn wrong_total(rows: &[Row]) -> Option<u64> {
+pub(crate) fn wrong_total(rows: &[Row]) -> Option<u64> {
     rows.iter().map(|r| r.wrong).sum()
 }
 

@@ -17,7 +17,7 @@ use streamcomm::{DataType, ReduceOp};
 /// An id of the plans every rank runs for `collective` by `algo` (f32,
 /// sum): equal ids, equal plans on every rank (up to a 64-bit hash
 /// collision). `None` when a rank's plan cannot be built.
-pub fn schedule_id(
+pub(crate) fn schedule_id(
     collective: Collective,
     algo: Algorithm,
     count: usize,

@@ -10,7 +10,7 @@ use streamcomm::{Communicator, ReduceOp, Result};
 
 /// Percentiles of a latency distribution, in microseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
-pub struct Percentiles {
+pub(crate) struct Percentiles {
     /// Median.
     pub p50: f64,
     /// 99th percentile.
@@ -23,7 +23,7 @@ pub struct Percentiles {
 
 impl Percentiles {
     /// Percentiles of `samples` (sorted in place); all zero when empty.
-    pub fn of(samples: &mut [f64]) -> Percentiles {
+    pub(crate) fn of(samples: &mut [f64]) -> Percentiles {
         samples.sort_by(f64::total_cmp);
         Percentiles {
             p50: percentile(samples, 0.50),
@@ -34,12 +34,12 @@ impl Percentiles {
     }
 
     /// The four values, in field order.
-    pub fn to_array(self) -> [f64; 4] {
+    pub(crate) fn to_array(self) -> [f64; 4] {
         [self.p50, self.p99, self.p999, self.max]
     }
 
     /// From [`Percentiles::to_array`]'s order.
-    pub fn from_array(a: [f64; 4]) -> Percentiles {
+    pub(crate) fn from_array(a: [f64; 4]) -> Percentiles {
         Percentiles {
             p50: a[0],
             p99: a[1],
@@ -49,13 +49,13 @@ impl Percentiles {
     }
 
     /// Each value divided by `unit` (e.g. the core-to-core round trip).
-    pub fn scaled(self, unit: f64) -> Percentiles {
+    pub(crate) fn scaled(self, unit: f64) -> Percentiles {
         Percentiles::from_array(self.to_array().map(|v| v / unit))
     }
 }
 
 /// Nearest-rank percentile `q` (0..=1) of sorted samples; 0 when empty.
-pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -65,7 +65,7 @@ pub fn percentile(sorted: &[f64], q: f64) -> f64 {
 
 /// `value / unit`, NaN when `unit` is not positive (a limit that could not
 /// be measured).
-pub fn fraction(value: f64, unit: f64) -> f64 {
+pub(crate) fn fraction(value: f64, unit: f64) -> f64 {
     if unit > 0.0 { value / unit } else { f64::NAN }
 }
 
@@ -74,7 +74,7 @@ pub fn fraction(value: f64, unit: f64) -> f64 {
 ///
 /// # Errors
 /// As the all_reduce and the stream's synchronize.
-pub fn across_ranks(
+pub(crate) fn across_ranks(
     comm: &Communicator,
     stream: &HostStream,
     values: &[f64],

@@ -22,7 +22,7 @@ use crate::stats::across_ranks;
 
 /// One size's result, as printed and written to JSON.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
-pub struct Row {
+pub(crate) struct Row {
     /// Bytes of the larger buffer (nccl-tests' size column).
     pub bytes: u64,
     /// The call's `count` argument.
@@ -47,7 +47,7 @@ pub struct Row {
 ///
 /// # Errors
 /// The first library error, with the size it happened at.
-pub fn run(
+pub(crate) fn run(
     comm: &Communicator,
     stream: &HostStream,
     cli: &Cli,

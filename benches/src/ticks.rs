@@ -11,7 +11,7 @@ use std::time::Instant;
 
 /// One timestamp.
 #[inline]
-pub fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: `rdtsc` has no preconditions on x86-64.
@@ -27,14 +27,14 @@ pub fn now() -> u64 {
 
 /// Converts tick differences to microseconds, calibrated over a run.
 #[derive(Clone, Copy, Debug)]
-pub struct Span {
+pub(crate) struct Span {
     clock: Instant,
     ticks: u64,
 }
 
 impl Span {
     /// Starts a calibration span.
-    pub fn start() -> Span {
+    pub(crate) fn start() -> Span {
         Span {
             clock: Instant::now(),
             ticks: now(),
@@ -42,7 +42,7 @@ impl Span {
     }
 
     /// Microseconds per tick over the span so far (0 for an empty span).
-    pub fn us_per_tick(&self) -> f64 {
+    pub(crate) fn us_per_tick(&self) -> f64 {
         let ticks = now().wrapping_sub(self.ticks);
         let us = self.clock.elapsed().as_secs_f64() * 1e6;
         if ticks == 0 { 0.0 } else { us / ticks as f64 }

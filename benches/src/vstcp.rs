@@ -16,7 +16,7 @@ use crate::sweep::Row;
 
 /// The comparison, as written to JSON (`vs_tcp`).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
-pub struct VsTcp {
+pub(crate) struct VsTcp {
     /// Raw tcp bandwidth the busbw figures are divided by, GB/s.
     pub tcp_gbps: f64,
     /// Raw tcp round trip p50 the latency figures are divided by, µs.
@@ -49,7 +49,7 @@ pub struct VsTcp {
 
 impl VsTcp {
     /// The ratios of `rows` and `latency` to `tcp`'s figures.
-    pub fn new(tcp: &RawTcp, rows: &[Row], latency: Option<&Latency>) -> VsTcp {
+    pub(crate) fn new(tcp: &RawTcp, rows: &[Row], latency: Option<&Latency>) -> VsTcp {
         let largest = rows.iter().max_by_key(|r| r.bytes);
         let best = rows.iter().max_by(|a, b| a.busbw.total_cmp(&b.busbw));
         let one_way = latency.map(|l| l.one_way.p50);
@@ -75,7 +75,7 @@ impl VsTcp {
 }
 
 /// The header lines describing the raw tcp figures.
-pub fn header_lines(tcp: &RawTcp) -> [String; 2] {
+pub(crate) fn header_lines(tcp: &RawTcp) -> [String; 2] {
     let mut figures = format!(
         "# raw tcp between ranks 0 and 1: round trip {:.1} us (p99 {:.1} us), busy-polling {:.1} us (p99 {:.1} us), 1 socket {:.2} GB/s",
         tcp.round_trip_us,
@@ -104,7 +104,7 @@ pub fn header_lines(tcp: &RawTcp) -> [String; 2] {
 }
 
 /// The summary lines after the table.
-pub fn summary_lines(v: &VsTcp) -> Vec<String> {
+pub(crate) fn summary_lines(v: &VsTcp) -> Vec<String> {
     let mut lines = Vec::new();
     if let (Some(at), Some(largest), Some(best), Some(best_bytes)) = (
         v.busbw_vs_tcp_at_largest,

@@ -100,7 +100,7 @@ const ENV_CACHE: &str = "STREAMCOMM_BENCH_CALIBRATE_CACHE";
 /// Arguments of `streamcomm-bench calibrate`.
 #[derive(Debug, Parser)]
 #[command(name = "streamcomm-bench calibrate")]
-pub struct CalibrateCli {
+pub(crate) struct CalibrateCli {
     /// The tuning file to write (under a launcher across hosts: to update
     /// with the links between them).
     #[arg(long, default_value = "streamcomm-tuning.txt")]
@@ -126,7 +126,7 @@ pub struct CalibrateCli {
 ///
 /// # Errors
 /// When ranks fail or the file cannot be written.
-pub fn launcher(cli: &CalibrateCli) -> Fallible<()> {
+pub(crate) fn launcher(cli: &CalibrateCli) -> Fallible<()> {
     let gamma = reduce_gamma();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cache_bytes = crate::machine::last_level_cache_bytes();
@@ -542,7 +542,7 @@ fn ranks_for(transport: &str, cli: &CalibrateCli, cores: usize) -> usize {
 ///
 /// # Errors
 /// Library errors, or the result file cannot be written.
-pub fn rank(cli: &CalibrateCli) -> Fallible<()> {
+pub(crate) fn rank(cli: &CalibrateCli) -> Fallible<()> {
     let mut config = streamcomm::Config::from_env().context("read the configuration")?;
     config.algo = streamcomm::config::AlgoOverride::parse(SCHEDULES)
         .context("the calibration's schedules")?;

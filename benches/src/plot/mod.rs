@@ -5,5 +5,5 @@
 //! - [`panels`]: a grid of log-log line charts, the cost model's predicted
 //!   time against size (`model --plot`).
 
-pub mod panels;
-pub mod sendrecv;
+pub(crate) mod panels;
+pub(crate) mod sendrecv;

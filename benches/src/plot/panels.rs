@@ -6,7 +6,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 /// One line of a panel.
-pub struct Series {
+pub(crate) struct Series {
     /// Legend text.
     pub name: String,
     /// `(x, y)` points; only those with both positive are drawn (log scales).
@@ -14,7 +14,7 @@ pub struct Series {
 }
 
 /// One chart.
-pub struct Panel {
+pub(crate) struct Panel {
     /// Title above the chart.
     pub title: String,
     /// Its lines.
@@ -37,7 +37,7 @@ const COLORS: [RGBColor; 4] = [
 ///
 /// # Errors
 /// When plotters cannot draw (its message).
-pub fn render(title: &str, panels: &[Panel], per_row: usize) -> Result<String, String> {
+pub(crate) fn render(title: &str, panels: &[Panel], per_row: usize) -> Result<String, String> {
     let per_row = per_row.max(1);
     let rows = panels.len().div_ceil(per_row).max(1);
     let size = (PANEL.0 * per_row as u32, PANEL.1 * rows as u32 + TITLE);

@@ -19,7 +19,7 @@ const RENDEZVOUS: RGBColor = RGBColor(214, 39, 40);
 ///
 /// # Errors
 /// When the rows are empty or the file cannot be written.
-pub fn write_svg(path: &str, rows: &[P2pRow], refs: &[(&str, f64)]) -> Fallible<()> {
+pub(crate) fn write_svg(path: &str, rows: &[P2pRow], refs: &[(&str, f64)]) -> Fallible<()> {
     if rows.is_empty() {
         return Err("--plot: no rows to plot".into());
     }

@@ -23,7 +23,7 @@ use crate::stats::Percentiles;
 ///
 /// # Errors
 /// The first socket error, naming the step.
-pub fn run(addr: SocketAddr, settings: &Settings) -> Fallible<RawTcp> {
+pub(super) fn run(addr: SocketAddr, settings: &Settings) -> Fallible<RawTcp> {
     let mut control = wire::connect(addr, settings.timeout)
         .with_context(|| format!("connect to rank 1's raw tcp listener at {addr}"))?;
     let round_trip = ping_pong(&mut control, settings).context("raw tcp round trips")?;
@@ -197,7 +197,7 @@ fn exchange(
 ///
 /// # Errors
 /// The first socket error.
-pub fn both_ways(streams: Vec<TcpStream>, bytes: u64, write_bytes: usize) -> Fallible<()> {
+pub(super) fn both_ways(streams: Vec<TcpStream>, bytes: u64, write_bytes: usize) -> Fallible<()> {
     std::thread::scope(|scope| {
         let mut workers = Vec::new();
         for stream in streams {
@@ -231,7 +231,11 @@ fn write_n(mut stream: TcpStream, bytes: u64, write_bytes: usize) -> std::io::Re
 ///
 /// # Errors
 /// The read's error, or `UnexpectedEof` when the peer closes early.
-pub fn read_n(stream: &mut TcpStream, bytes: u64, buffer_bytes: usize) -> std::io::Result<()> {
+pub(super) fn read_n(
+    stream: &mut TcpStream,
+    bytes: u64,
+    buffer_bytes: usize,
+) -> std::io::Result<()> {
     let mut buffer = vec![0u8; buffer_bytes];
     let mut left = bytes;
     while left > 0 {

@@ -24,11 +24,11 @@ use streamcomm::{Communicator, Transport};
 
 use crate::error::{Context, Fallible};
 
-pub use settings::Settings;
+pub(crate) use settings::Settings;
 
 /// The raw TCP figures between ranks 0 and 1.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct RawTcp {
+pub(crate) struct RawTcp {
     /// Rank 1's raw listener (its tcp address, another port).
     pub addr: String,
     /// Bytes per round-trip message.
@@ -70,7 +70,7 @@ pub struct RawTcp {
 ///
 /// # Errors
 /// A library error in the port exchange or the barrier, or a socket error.
-pub fn measure(
+pub(crate) fn measure(
     comm: &Communicator,
     stream: &HostStream,
     settings: &Settings,

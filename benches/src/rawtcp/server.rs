@@ -20,7 +20,7 @@ use crate::latency::MESSAGE_BYTES;
 ///
 /// # Errors
 /// When this rank has no tcp address or the bind fails.
-pub fn listen(comm: &Communicator) -> Fallible<TcpListener> {
+pub(super) fn listen(comm: &Communicator) -> Fallible<TcpListener> {
     let own = comm
         .tcp_addr(comm.rank())
         .ok_or("this rank has no tcp address although it reaches rank 0 over tcp")?;
@@ -32,7 +32,7 @@ pub fn listen(comm: &Communicator) -> Fallible<TcpListener> {
 ///
 /// # Errors
 /// The first socket error, naming the step.
-pub fn serve(listener: &TcpListener, settings: &Settings) -> Fallible<()> {
+pub(super) fn serve(listener: &TcpListener, settings: &Settings) -> Fallible<()> {
     let mut control =
         wire::accept(listener, settings.timeout).context("accept rank 0's control connection")?;
     loop {

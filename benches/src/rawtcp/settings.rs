@@ -15,17 +15,17 @@ use crate::latency;
 
 /// Environment variable: bytes of each raw TCP bandwidth run (suffixes K, M,
 /// G; default 256M).
-pub const ENV_TCP_BYTES: &str = "STREAMCOMM_BENCH_TCP_BYTES";
+pub(super) const ENV_TCP_BYTES: &str = "STREAMCOMM_BENCH_TCP_BYTES";
 /// Bytes of each bandwidth run by default: 256 MiB.
-pub const DEFAULT_BYTES: u64 = 256 << 20;
+pub(super) const DEFAULT_BYTES: u64 = 256 << 20;
 /// Bytes per `write` call of the bandwidth runs: 1 MiB.
-pub const WRITE_BYTES: usize = 1 << 20;
+pub(super) const WRITE_BYTES: usize = 1 << 20;
 /// Bandwidth runs per socket count; the best one is reported.
-pub const RUNS: u32 = 2;
+pub(super) const RUNS: u32 = 2;
 
 /// What the raw TCP measurement does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Timed 8-byte round trips.
     pub round_trips: u64,
     /// Untimed round trips before them.
@@ -48,7 +48,7 @@ impl Settings {
     ///
     /// # Errors
     /// When the variable is set but is not a positive size.
-    pub fn new(round_trips: u64, sockets: usize, timeout: Duration) -> Fallible<Settings> {
+    pub(crate) fn new(round_trips: u64, sockets: usize, timeout: Duration) -> Fallible<Settings> {
         let bytes = match std::env::var(ENV_TCP_BYTES) {
             Ok(v) => match parse_size(&v) {
                 Ok(0) => return Err(format!("{ENV_TCP_BYTES}={v:?}: must be at least 1 byte")),
@@ -70,7 +70,7 @@ impl Settings {
     }
 
     /// Bytes each of `sockets` sockets carries in one run (at least one).
-    pub fn bytes_per_socket(&self, sockets: usize) -> u64 {
+    pub(crate) fn bytes_per_socket(&self, sockets: usize) -> u64 {
         (self.bytes / sockets.max(1) as u64).max(1)
     }
 }

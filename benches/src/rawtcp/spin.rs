@@ -20,7 +20,11 @@ const POLLS_PER_CHECK: u32 = 1024;
 /// # Errors
 /// `TimedOut` past the deadline, `UnexpectedEof` when the peer closes, or
 /// the read's own error.
-pub fn read_exact(stream: &mut TcpStream, buf: &mut [u8], timeout: Duration) -> io::Result<()> {
+pub(super) fn read_exact(
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+    timeout: Duration,
+) -> io::Result<()> {
     let deadline = Instant::now() + timeout;
     let (mut got, mut polls) = (0, 0u32);
     while got < buf.len() {
@@ -54,7 +58,7 @@ pub fn read_exact(stream: &mut TcpStream, buf: &mut [u8], timeout: Duration) -> 
 ///
 /// # Errors
 /// `TimedOut` past the deadline, or the write's own error.
-pub fn write_all(stream: &mut TcpStream, buf: &[u8], timeout: Duration) -> io::Result<()> {
+pub(super) fn write_all(stream: &mut TcpStream, buf: &[u8], timeout: Duration) -> io::Result<()> {
     let deadline = Instant::now() + timeout;
     let mut sent = 0;
     while sent < buf.len() {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 /// What rank 1 does next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Command {
+pub(super) enum Command {
     /// Echo `count` 8-byte messages on the control socket.
     PingPong {
         /// Round trips, warm-up included.
@@ -88,7 +88,7 @@ impl Command {
 ///
 /// # Errors
 /// As the write.
-pub fn send(control: &mut TcpStream, command: Command) -> io::Result<()> {
+pub(super) fn send(control: &mut TcpStream, command: Command) -> io::Result<()> {
     control.write_all(&command.encode())
 }
 
@@ -96,7 +96,7 @@ pub fn send(control: &mut TcpStream, command: Command) -> io::Result<()> {
 ///
 /// # Errors
 /// As the read; `InvalidData` for an unknown command.
-pub fn receive(control: &mut TcpStream) -> io::Result<Command> {
+pub(super) fn receive(control: &mut TcpStream) -> io::Result<Command> {
     let mut bytes = [0; COMMAND_BYTES];
     control.read_exact(&mut bytes)?;
     Command::decode(&bytes)
@@ -106,7 +106,7 @@ pub fn receive(control: &mut TcpStream) -> io::Result<Command> {
 ///
 /// # Errors
 /// As the connect and the socket options.
-pub fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+pub(super) fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
     let stream = TcpStream::connect_timeout(&addr, timeout)?;
     prepare(&stream, timeout)?;
     Ok(stream)
@@ -118,7 +118,7 @@ pub fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
 /// # Errors
 /// `TimedOut` when nobody connected in time; otherwise as the accept and the
 /// socket options.
-pub fn accept(listener: &TcpListener, timeout: Duration) -> io::Result<TcpStream> {
+pub(super) fn accept(listener: &TcpListener, timeout: Duration) -> io::Result<TcpStream> {
     let deadline = Instant::now() + timeout;
     listener.set_nonblocking(true)?;
     let accepted = loop {

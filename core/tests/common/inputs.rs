@@ -64,7 +64,7 @@ fn prod_twos(dtype: DataType) -> usize {
 
 /// `len` random values for `rank`, exact under `op` (or under plain copies
 /// when `op` is `None`).
-pub fn gen_values(
+pub(crate) fn gen_values(
     dtype: DataType,
     op: Option<ReduceOp>,
     rank: usize,
@@ -101,7 +101,7 @@ pub fn gen_values(
 
 /// Every rank's send buffer for one call, as bytes: `send_count` elements
 /// each (see [`send_count`]), reproducible from `seed`.
-pub fn gen_inputs(
+pub(crate) fn gen_inputs(
     collective: Collective,
     dtype: DataType,
     op: ReduceOp,

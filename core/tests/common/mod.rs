@@ -16,12 +16,12 @@ mod inputs;
 mod ports;
 mod reference;
 
-pub use inputs::{gen_inputs, gen_values};
-pub use ports::unused_port;
-pub use reference::{check, decode, encode, expected, recv_count, send_count};
+pub(crate) use inputs::{gen_inputs, gen_values};
+pub(crate) use ports::unused_port;
+pub(crate) use reference::{check, decode, encode, expected, recv_count, send_count};
 
 /// The (dtype, op) pairs the integration tests spread over their matrices.
-pub const DTYPE_OPS: [(streamcomm::DataType, streamcomm::ReduceOp); 20] = {
+pub(crate) const DTYPE_OPS: [(streamcomm::DataType, streamcomm::ReduceOp); 20] = {
     use streamcomm::DataType::{Bf16, F32, I32, U8};
     use streamcomm::ReduceOp::{Avg, Max, Min, Prod, Sum};
     [

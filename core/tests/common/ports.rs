@@ -20,7 +20,7 @@ const SPAN: u16 = 9_000;
 
 /// A TCP port below the ephemeral range that nothing is bound to right now,
 /// a different one on each call in this process.
-pub fn unused_port() -> u16 {
+pub(crate) fn unused_port() -> u16 {
     static NEXT: AtomicU16 = AtomicU16::new(u16::MAX);
     let seed = (std::process::id() % u32::from(SPAN)) as u16;
     let _ = NEXT.compare_exchange(u16::MAX, seed, Ordering::SeqCst, Ordering::SeqCst);

@@ -8,7 +8,7 @@ use streamcomm::{DataType, ReduceOp};
 use streamcomm_kernels::{element_as_f64, write_element_from_f64};
 
 /// True for the collectives that combine values with the operator.
-pub fn reduces(collective: Collective) -> bool {
+pub(super) fn reduces(collective: Collective) -> bool {
     matches!(
         collective,
         Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce { .. }
@@ -16,7 +16,12 @@ pub fn reduces(collective: Collective) -> bool {
 }
 
 /// Elements rank `rank` sends (NCCL's conventions for `count`).
-pub fn send_count(collective: Collective, rank: usize, nranks: usize, count: usize) -> usize {
+pub(crate) fn send_count(
+    collective: Collective,
+    rank: usize,
+    nranks: usize,
+    count: usize,
+) -> usize {
     match collective {
         Collective::ReduceScatter | Collective::AllToAll => nranks * count,
         Collective::Broadcast { root } if rank != root => 0,
@@ -26,7 +31,12 @@ pub fn send_count(collective: Collective, rank: usize, nranks: usize, count: usi
 }
 
 /// Elements rank `rank` receives (NCCL's conventions for `count`).
-pub fn recv_count(collective: Collective, rank: usize, nranks: usize, count: usize) -> usize {
+pub(crate) fn recv_count(
+    collective: Collective,
+    rank: usize,
+    nranks: usize,
+    count: usize,
+) -> usize {
     match collective {
         Collective::AllGather | Collective::AllToAll => nranks * count,
         Collective::Reduce { root } if rank != root => 0,
@@ -36,14 +46,14 @@ pub fn recv_count(collective: Collective, rank: usize, nranks: usize, count: usi
 }
 
 /// Every element of `bytes` as `f64`.
-pub fn decode(dtype: DataType, bytes: &[u8]) -> Vec<f64> {
+pub(crate) fn decode(dtype: DataType, bytes: &[u8]) -> Vec<f64> {
     (0..bytes.len() / dtype.size())
         .map(|i| element_as_f64(dtype, bytes, i))
         .collect()
 }
 
 /// `values` converted to `dtype`, as bytes.
-pub fn encode(dtype: DataType, values: &[f64]) -> Vec<u8> {
+pub(crate) fn encode(dtype: DataType, values: &[f64]) -> Vec<u8> {
     let mut bytes = vec![0u8; values.len() * dtype.size()];
     for (i, &v) in values.iter().enumerate() {
         write_element_from_f64(dtype, &mut bytes, i, v);
@@ -75,7 +85,7 @@ fn combine(dtype: DataType, op: ReduceOp, nranks: usize, values: impl Iterator<I
 /// Point-to-point is a pairing, not one collective: for `Send{..}` every
 /// entry is `None`; for `Recv{peer}` every entry is `peer`'s input, i.e.
 /// what any rank that receives from `peer` must hold (pick the receiver's).
-pub fn expected(
+pub(crate) fn expected(
     collective: Collective,
     dtype: DataType,
     op: ReduceOp,
@@ -116,7 +126,7 @@ pub fn expected(
 /// # Errors
 ///
 /// A message with the number of mismatches and the first few, by index.
-pub fn check(dtype: DataType, op: ReduceOp, got: &[u8], want: &[f64]) -> Result<(), String> {
+pub(crate) fn check(dtype: DataType, op: ReduceOp, got: &[u8], want: &[f64]) -> Result<(), String> {
     if got.len() != want.len() * dtype.size() {
         return Err(format!(
             "got {} bytes, want {} {dtype} elements ({} bytes)",

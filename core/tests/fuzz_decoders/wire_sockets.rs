@@ -9,10 +9,10 @@ use super::*;
 /// then the reason).
 mod wire {
     /// Bytes of a hello frame, length prefix included.
-    pub const HELLO_FRAME: usize = 4 + 32;
+    pub(super) const HELLO_FRAME: usize = 4 + 32;
 
     /// A hello frame.
-    pub fn hello(secret: [u8; 16], rank: u32, size: u32) -> Vec<u8> {
+    pub(super) fn hello(secret: [u8; 16], rank: u32, size: u32) -> Vec<u8> {
         let mut f = 32u32.to_le_bytes().to_vec();
         f.extend_from_slice(b"SCBS");
         f.extend_from_slice(&1u32.to_le_bytes());
@@ -23,7 +23,7 @@ mod wire {
     }
 
     /// One frame around `body`.
-    pub fn frame(body: &[u8]) -> Vec<u8> {
+    pub(super) fn frame(body: &[u8]) -> Vec<u8> {
         let mut f = (body.len() as u32).to_le_bytes().to_vec();
         f.extend_from_slice(body);
         f
@@ -31,7 +31,7 @@ mod wire {
 
     /// A reply from the root.
     #[derive(Clone, Debug)]
-    pub enum Reply {
+    pub(super) enum Reply {
         Welcome,
         Data(Vec<u8>),
         Failure { peer: Option<u32>, reason: String },
@@ -39,7 +39,7 @@ mod wire {
 
     impl Reply {
         /// The reply as one frame.
-        pub fn encode(&self) -> Vec<u8> {
+        pub(super) fn encode(&self) -> Vec<u8> {
             match self {
                 Reply::Welcome => frame(&[0]),
                 Reply::Data(d) => {

@@ -5,8 +5,8 @@
 
 #![allow(dead_code)]
 
-pub mod p2p;
-pub mod shared;
+pub(crate) mod p2p;
+pub(crate) mod shared;
 
 use std::sync::mpsc;
 use std::time::Duration;
@@ -21,7 +21,7 @@ use streamcomm_run::local::LocalLauncher;
 use crate::common::{check, expected, gen_inputs, recv_count, send_count};
 
 /// A small ring so that every multi-chunk path runs: 4 slots of 2 KiB.
-pub fn small_config() -> Config {
+pub(crate) fn small_config() -> Config {
     let mut c = Config::default();
     c.buffsize = 8 << 10;
     c.nsteps = 4;
@@ -31,7 +31,7 @@ pub fn small_config() -> Config {
 
 /// Runs `f` on `n` ranks, each a thread with its own communicator; fails the
 /// test (instead of hanging) if they do not all finish within `limit`.
-pub fn run_threads<R: Send + 'static>(
+pub(crate) fn run_threads<R: Send + 'static>(
     n: usize,
     config: Config,
     limit: Duration,
@@ -85,7 +85,13 @@ pub fn run_threads<R: Send + 'static>(
 /// with `env` set in each; fails the test if any rank fails, if they take
 /// longer than `limit`, or if any child did not run its body to the end
 /// (`what` names the job in the failure).
-pub fn launch_children(n: usize, child: &str, env: &[(&str, String)], limit: Duration, what: &str) {
+pub(crate) fn launch_children(
+    n: usize,
+    child: &str,
+    env: &[(&str, String)],
+    limit: Duration,
+    what: &str,
+) {
     let exe = std::env::current_exe().expect("this test binary");
     let proof = streamcomm_testkit::ChildProof::new(what);
     let (proof_key, proof_dir) = proof.env();
@@ -119,7 +125,7 @@ pub fn launch_children(n: usize, child: &str, env: &[(&str, String)], limit: Dur
 
 /// One collective call to run and check.
 #[derive(Clone, Copy, Debug)]
-pub struct Case {
+pub(crate) struct Case {
     pub collective: Collective,
     pub dtype: DataType,
     pub op: ReduceOp,
@@ -145,7 +151,7 @@ const POISON: u8 = 0xA5;
 
 /// Runs `case` on this rank (every rank must call it with the same case) and
 /// checks every element of the output against the f64 reference.
-pub fn run_case(comm: &Communicator, stream: &HostStream, c: &Case) -> Result<(), String> {
+pub(crate) fn run_case(comm: &Communicator, stream: &HostStream, c: &Case) -> Result<(), String> {
     let (rank, n) = (comm.rank(), comm.size());
     let inputs = gen_inputs(c.collective, c.dtype, c.op, n, c.count, c.seed);
     let want = expected(c.collective, c.dtype, c.op, n, c.count, &inputs);
@@ -200,7 +206,7 @@ pub fn run_case(comm: &Communicator, stream: &HostStream, c: &Case) -> Result<()
 }
 
 /// The collectives `run_case` covers, with roots spread over the ranks.
-pub fn collectives(n: usize) -> Vec<Collective> {
+pub(crate) fn collectives(n: usize) -> Vec<Collective> {
     vec![
         Collective::AllReduce,
         Collective::AllGather,
@@ -213,7 +219,7 @@ pub fn collectives(n: usize) -> Vec<Collective> {
 }
 
 /// True for the collectives that take an operator.
-pub fn reduces(c: Collective) -> bool {
+pub(crate) fn reduces(c: Collective) -> bool {
     matches!(
         c,
         Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce { .. }
@@ -225,7 +231,7 @@ pub fn reduces(c: Collective) -> bool {
 /// 3 × BUFFSIZE + 13} × in/out of place, a reducing collective taking the
 /// `ops` in turn, one per dtype (so each op runs through every reducing
 /// collective; the threads matrix runs every op with every dtype).
-pub fn run_slice(comm: &Communicator, stream: &HostStream, seed: u64, ops: &[ReduceOp]) {
+pub(crate) fn run_slice(comm: &Communicator, stream: &HostStream, seed: u64, ops: &[ReduceOp]) {
     let slot = comm.config().slot_bytes();
     let buffsize = comm.config().buffsize;
     assert!(
@@ -252,7 +258,12 @@ pub fn run_slice(comm: &Communicator, stream: &HostStream, seed: u64, ops: &[Red
 /// take most of a minute: every collective once with one element and once
 /// with 3 × BUFFSIZE + 13 elements (several chunks, in place where the
 /// collective allows it), the dtypes and `ops` in turn.
-pub fn run_thin_slice(comm: &Communicator, stream: &HostStream, seed: u64, ops: &[ReduceOp]) {
+pub(crate) fn run_thin_slice(
+    comm: &Communicator,
+    stream: &HostStream,
+    seed: u64,
+    ops: &[ReduceOp],
+) {
     let buffsize = comm.config().buffsize;
     for (ci, collective) in collectives(comm.size()).into_iter().enumerate() {
         let dtype = SLICE_DTYPES[ci % SLICE_DTYPES.len()];

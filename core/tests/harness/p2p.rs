@@ -11,10 +11,10 @@ use streamcomm::Communicator;
 use streamcomm::host::{HostBuffer, HostStream};
 
 /// What receive buffers hold before a message lands (never a payload value).
-pub const POISON: i64 = i64::MIN;
+pub(crate) const POISON: i64 = i64::MIN;
 
 /// The values `src` sends `dst` as message `tag` (never `POISON`).
-pub fn payload(seed: u64, src: usize, dst: usize, tag: u64, len: usize) -> Vec<i64> {
+pub(crate) fn payload(seed: u64, src: usize, dst: usize, tag: u64, len: usize) -> Vec<i64> {
     let mut rng = StdRng::seed_from_u64(seed ^ (src as u64) << 48 ^ (dst as u64) << 32 ^ tag);
     (0..len)
         .map(|_| rng.gen_range(-(1 << 40)..(1 << 40)))
@@ -24,7 +24,7 @@ pub fn payload(seed: u64, src: usize, dst: usize, tag: u64, len: usize) -> Vec<i
 /// Every rank sends to its right and receives from its left in one group,
 /// for eager and rendezvous sizes (with a 4 KiB eager limit), with the
 /// calls in either order.
-pub fn ring_exchange(comm: &Communicator, stream: &HostStream, seed: u64) {
+pub(crate) fn ring_exchange(comm: &Communicator, stream: &HostStream, seed: u64) {
     let (r, n) = (comm.rank(), comm.size());
     let (right, left) = ((r + 1) % n, (r + n - 1) % n);
     for (tag, len) in [(1u64, 1usize), (2, 300), (3, 5000), (4, 100_000)] {

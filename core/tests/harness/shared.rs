@@ -10,7 +10,7 @@ use streamcomm::host::HostStream;
 
 /// `n` 64-bit words, each alone in a cache line, of a file that every
 /// process maps shared (created if missing).
-pub struct SharedWords {
+pub(crate) struct SharedWords {
     ptr: *const u8,
     n: usize,
 }
@@ -22,7 +22,7 @@ unsafe impl Sync for SharedWords {}
 
 impl SharedWords {
     /// Maps `n` words of the file at `path`.
-    pub fn map(path: &str, n: usize) -> SharedWords {
+    pub(crate) fn map(path: &str, n: usize) -> SharedWords {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -54,7 +54,7 @@ impl SharedWords {
     }
 
     /// Word `i`.
-    pub fn word(&self, i: usize) -> &AtomicU64 {
+    pub(crate) fn word(&self, i: usize) -> &AtomicU64 {
         assert!(i < self.n, "word {i} of {}", self.n);
         // SAFETY: in bounds, 64-byte aligned inside a page-aligned mapping
         // that lives for the process; AtomicU64 is valid for any bits.
@@ -65,7 +65,7 @@ impl SharedWords {
 /// Enqueues one checked stream barrier on `s`: a task counting this
 /// rank's arrival in `arrived`, the barrier, and a task checking, as the
 /// `done`-th barrier this rank passed, that all `n` ranks had arrived.
-pub fn checked_stream_barrier(
+pub(crate) fn checked_stream_barrier(
     comm: &Communicator,
     s: &HostStream,
     n: usize,

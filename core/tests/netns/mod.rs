@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 /// The setup script, `scripts/netns.sh` of the workspace (found from the
 /// crate that includes this module, whichever folder it is in).
-pub fn script_path() -> std::path::PathBuf {
+pub(crate) fn script_path() -> std::path::PathBuf {
     let crate_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     crate_dir
         .ancestors()
@@ -41,7 +41,7 @@ pub fn script_path() -> std::path::PathBuf {
 }
 /// The launcher binary under test (crate `streamcomm-run`, built beside
 /// the tests or on first use).
-pub fn launcher() -> String {
+pub(crate) fn launcher() -> String {
     let path = streamcomm_testkit::launcher_binary();
     path.to_str().expect("UTF-8 launcher path").to_string()
 }
@@ -58,7 +58,7 @@ const DRAIN: Duration = Duration::from_secs(5);
 static NETWORKS: AtomicUsize = AtomicUsize::new(0);
 
 /// The address of pretend host `i`: `10.233.0.<i+1>`.
-pub fn host_addr(i: usize) -> IpAddr {
+pub(crate) fn host_addr(i: usize) -> IpAddr {
     let last = u8::try_from(i + 1).expect("at most 253 hosts");
     IpAddr::V4(Ipv4Addr::new(10, 233, 0, last))
 }
@@ -70,7 +70,7 @@ pub fn host_addr(i: usize) -> IpAddr {
 /// # Errors
 ///
 /// The reason they cannot.
-pub fn available() -> Result<(), String> {
+pub(crate) fn available() -> Result<(), String> {
     static AVAILABLE: OnceLock<Result<(), String>> = OnceLock::new();
     AVAILABLE.get_or_init(probe).clone()
 }
@@ -107,7 +107,7 @@ fn probe() -> Result<(), String> {
 /// `true` when namespaces are [`available`]; otherwise prints
 /// `SKIPPED: <test>: <reason>` and returns `false`, or panics when the
 /// environment variable `CI` is `true`.
-pub fn ready_or_skip(test: &str) -> bool {
+pub(crate) fn ready_or_skip(test: &str) -> bool {
     match available() {
         Ok(()) => true,
         Err(reason) if std::env::var("CI").as_deref() == Ok("true") => {
@@ -122,7 +122,7 @@ pub fn ready_or_skip(test: &str) -> bool {
 
 /// A network of pretend hosts, removed when dropped.
 #[derive(Debug)]
-pub struct Netns {
+pub(crate) struct Netns {
     name: String,
     nhosts: usize,
     jobs: AtomicU16,
@@ -135,7 +135,7 @@ impl Netns {
     /// # Errors
     ///
     /// The script's output when it fails or takes over 30 s.
-    pub fn up(nhosts: usize) -> Result<Netns, String> {
+    pub(crate) fn up(nhosts: usize) -> Result<Netns, String> {
         let k = NETWORKS.fetch_add(1, Ordering::SeqCst);
         let name = format!("sc{}n{k}", std::process::id() % 100_000);
         // A crashed process with the same pid may have left these behind.
@@ -158,23 +158,23 @@ impl Netns {
     }
 
     /// The network's name (namespaces are `<name>-h<i>` and `<name>-sw`).
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// Number of pretend hosts.
-    pub fn nhosts(&self) -> usize {
+    pub(crate) fn nhosts(&self) -> usize {
         self.nhosts
     }
 
     /// The namespace of pretend host `i`.
-    pub fn host(&self, i: usize) -> String {
+    pub(crate) fn host(&self, i: usize) -> String {
         assert!(i < self.nhosts, "host {i} of {}", self.nhosts);
         format!("{}-h{i}", self.name)
     }
 
     /// A command that runs `program` on pretend host `i`.
-    pub fn command_on(&self, i: usize, program: &str) -> Command {
+    pub(crate) fn command_on(&self, i: usize, program: &str) -> Command {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &self.host(i), program]);
         cmd
@@ -189,7 +189,7 @@ impl Netns {
     /// # Errors
     ///
     /// As for [`run_all`].
-    pub fn run_job(
+    pub(crate) fn run_job(
         &self,
         nodes: usize,
         ranks_per_node: usize,
@@ -233,7 +233,7 @@ impl Netns {
     /// # Errors
     ///
     /// As for [`run_all`].
-    pub fn run_launchers(
+    pub(crate) fn run_launchers(
         &self,
         nodes: usize,
         launcher_args: &dyn Fn(usize) -> Vec<String>,
@@ -276,7 +276,7 @@ fn script(args: &[&str]) -> Result<Output, String> {
 }
 
 /// Lossy UTF-8.
-pub fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
@@ -302,7 +302,7 @@ struct Running {
 ///
 /// When a command cannot be started (the others are stopped), or the job
 /// does not end within `timeout`: the message holds the output so far.
-pub fn run_all(commands: Vec<Command>, timeout: Duration) -> Result<Output, String> {
+pub(crate) fn run_all(commands: Vec<Command>, timeout: Duration) -> Result<Output, String> {
     let start = Instant::now();
     let mut running = Vec::with_capacity(commands.len());
     for (i, mut cmd) in commands.into_iter().enumerate() {

@@ -12,13 +12,13 @@ use streamcomm::{DataType, ReduceOp};
 
 use crate::common::{DTYPE_OPS, check, expected, gen_inputs};
 
-pub const NSTEPS: [usize; 3] = [1, 2, 8];
-pub const SLOTS: [usize; 2] = [16, 24];
-pub const MAX_RANKS: usize = 64;
+pub(crate) const NSTEPS: [usize; 3] = [1, 2, 8];
+pub(crate) const SLOTS: [usize; 2] = [16, 24];
+pub(crate) const MAX_RANKS: usize = 64;
 
 /// One simulated call.
 #[derive(Clone, Copy)]
-pub struct Case {
+pub(crate) struct Case {
     pub collective: Collective,
     /// `None`: the default algorithm (what `plan::build` picks).
     pub algo: Option<Algorithm>,
@@ -53,7 +53,7 @@ impl fmt::Debug for Case {
 
 impl Case {
     /// Every rank's plan.
-    pub fn plans(&self) -> Vec<Plan> {
+    pub(crate) fn plans(&self) -> Vec<Plan> {
         (0..self.nranks)
             .map(|rank| {
                 let params = PlanParams {
@@ -77,7 +77,7 @@ impl Case {
 
     /// Simulates the case and checks every rank's output, and that no
     /// step moves more than a slot.
-    pub fn run(&self) {
+    pub(crate) fn run(&self) {
         let seed = (self.nranks * 1_000_003 + self.count * 7 + self.nsteps) as u64;
         let inputs = gen_inputs(
             self.collective,
@@ -124,7 +124,7 @@ impl Case {
 /// Empty, one element, a prime, several chunks, and several chunks per rank
 /// for the default all-reduce (its ring loops) and for every named algorithm
 /// but all-gather (whose output is `nranks` times the count already).
-pub fn counts(
+pub(crate) fn counts(
     collective: Collective,
     algo: Option<Algorithm>,
     dtype: DataType,
@@ -146,7 +146,7 @@ pub fn counts(
 /// Every size in `1..=MAX_RANKS`, ring depth and count for `collectives(n)`
 /// run by `algo`, spreading dtypes, operators, slot sizes and in-place (where
 /// `in_place_ok`) over the matrix.
-pub fn sweep(
+pub(crate) fn sweep(
     algo: Option<Algorithm>,
     collectives: impl Fn(usize) -> Vec<Collective>,
     in_place_ok: bool,

@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// `target/<profile>/examples/<name>`, beside this test's `deps/`.
-pub fn example(name: &str) -> PathBuf {
+pub(crate) fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let profile_dir = exe
         .parent()
@@ -19,7 +19,7 @@ pub fn example(name: &str) -> PathBuf {
 }
 
 /// Runs `cmd` to its end (killed after 300 s); its status and output.
-pub fn run(mut cmd: Command, what: &str) -> Output {
+pub(crate) fn run(mut cmd: Command, what: &str) -> Output {
     let dir = std::env::temp_dir();
     let name = |s: &str| dir.join(format!("{what}-{}.{s}", std::process::id()));
     let (out_path, err_path) = (name("out"), name("err"));
@@ -55,7 +55,7 @@ pub fn run(mut cmd: Command, what: &str) -> Output {
 
 /// The losses the ranks printed, as `[rank R] step S loss L` lines: by
 /// rank, each rank's `(step, loss as printed)` in order.
-pub fn losses(stdout: &str) -> BTreeMap<usize, Vec<(usize, String)>> {
+pub(crate) fn losses(stdout: &str) -> BTreeMap<usize, Vec<(usize, String)>> {
     let mut losses: BTreeMap<usize, Vec<(usize, String)>> = BTreeMap::new();
     for line in stdout.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();

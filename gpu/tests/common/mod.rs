@@ -6,7 +6,7 @@
 use streamcomm_gpu::Device;
 
 /// Device 0, or `None` (after printing why) where there is no usable CUDA.
-pub fn device_or_skip(test: &str) -> Option<Device> {
+pub(crate) fn device_or_skip(test: &str) -> Option<Device> {
     match Device::open(0) {
         Ok(d) => {
             // Which driver answered: the CPU stand-in says it is no GPU.
@@ -26,6 +26,6 @@ pub fn device_or_skip(test: &str) -> Option<Device> {
 /// True when the driver that answered is the CPU stand-in (gpu/standin),
 /// whose kernels are loops on the host: sizes that exercise a GPU's grid
 /// there only cost time.
-pub fn is_stand_in(device: &Device) -> bool {
+pub(crate) fn is_stand_in(device: &Device) -> bool {
     device.name().contains("stand-in")
 }

@@ -30,7 +30,7 @@ use streamcomm_candle::tensor_parallel::{
 const MAX_SEQ_LEN: usize = 4096;
 
 /// One rank's share of the model.
-pub struct Model {
+pub(crate) struct Model {
     embedding: VocabParallelEmbedding,
     blocks: Vec<Block>,
     norm: RmsNorm,
@@ -80,7 +80,7 @@ impl RmsNorm {
 
 impl Model {
     /// This rank's share of the llama model in `file`.
-    pub fn load(file: &GgufFile, comm: &TensorComm) -> Result<Model> {
+    pub(crate) fn load(file: &GgufFile, comm: &TensorComm) -> Result<Model> {
         let arch = file.metadata("general.architecture")?.to_string()?;
         if arch != "llama" {
             candle_core::bail!("{arch} model: this example runs llama models");
@@ -161,7 +161,7 @@ impl Model {
     /// The logits (`batch × vocab`, every rank) of the token after `ids`
     /// (`batch × seq`), whose first token is at position `pos`; the
     /// attention caches keep `ids` for the next call.
-    pub fn forward(&mut self, ids: &Tensor, pos: usize) -> Result<Tensor> {
+    pub(crate) fn forward(&mut self, ids: &Tensor, pos: usize) -> Result<Tensor> {
         let (_, seq) = ids.dims2()?;
         let mask = (seq > 1).then(|| causal_mask(seq, pos)).transpose()?;
         let mut x = self.embedding.forward(ids)?;
@@ -181,7 +181,7 @@ impl Model {
     }
 
     /// Forgets the attention caches (a new prompt starts at position 0).
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         for block in &mut self.blocks {
             block.attention.cache = None;
         }
@@ -266,7 +266,7 @@ fn repeat_kv(x: Tensor, n: usize) -> Result<Tensor> {
 }
 
 /// The index of the largest logit (the first, on a tie).
-pub fn argmax(logits: &Tensor) -> Result<u32> {
+pub(crate) fn argmax(logits: &Tensor) -> Result<u32> {
     let v: Vec<f32> = logits.flatten_all()?.to_vec1()?;
     let mut best = 0;
     for (i, &x) in v.iter().enumerate() {

@@ -13,7 +13,7 @@ use streamcomm_candle::gguf::GgufFile;
 const CONTROL: i32 = 3;
 
 /// Byte-level BPE over the model's vocabulary and merges.
-pub struct Tokenizer {
+pub(crate) struct Tokenizer {
     tokens: Vec<String>,
     ids: HashMap<String, u32>,
     ranks: HashMap<(String, String), usize>,
@@ -29,7 +29,7 @@ pub struct Tokenizer {
 
 impl Tokenizer {
     /// The tokenizer described by `file`'s metadata.
-    pub fn from_gguf(file: &GgufFile) -> Result<Tokenizer> {
+    pub(crate) fn from_gguf(file: &GgufFile) -> Result<Tokenizer> {
         let model = file.metadata("tokenizer.ggml.model")?.to_string()?;
         if model != "gpt2" {
             return Err(Error::Msg(format!(
@@ -95,7 +95,7 @@ impl Tokenizer {
     }
 
     /// The ids of `text`.
-    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+    pub(crate) fn encode(&self, text: &str) -> Result<Vec<u32>> {
         let mut out: Vec<u32> = self.bos.into_iter().collect();
         let mut rest = text;
         while !rest.is_empty() {
@@ -124,7 +124,7 @@ impl Tokenizer {
     }
 
     /// The text of `ids` (bytes that are not UTF-8 replaced).
-    pub fn decode(&self, ids: &[u32]) -> String {
+    pub(crate) fn decode(&self, ids: &[u32]) -> String {
         let mut bytes = Vec::new();
         for &id in ids {
             let Some(token) = self.tokens.get(id as usize) else {
@@ -193,7 +193,7 @@ fn byte_chars() -> [char; 256] {
 /// The `smollm` pre-tokenizer: every numeric character alone, and the text
 /// between them split as GPT-2's pattern does
 /// (`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`).
-pub fn pieces(text: &str) -> Vec<&str> {
+pub(crate) fn pieces(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let mut segment = 0;
     for (i, c) in text.char_indices() {

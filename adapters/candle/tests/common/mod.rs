@@ -9,7 +9,7 @@ use streamcomm_run::local::LocalLauncher;
 /// Runs the ignored test `child` of the calling test binary as `n` ranks
 /// with `env` added (and the seed), within 120 s; fails unless every rank
 /// ran its body to the end. `module` is the caller's `module_path!()`.
-pub fn launch(module: &str, n: usize, seed: u64, env: &[(&str, OsString)], what: &str) {
+pub(crate) fn launch(module: &str, n: usize, seed: u64, env: &[(&str, OsString)], what: &str) {
     let proof = streamcomm_testkit::ChildProof::new(what);
     let (key, dir) = proof.env();
     let mut launcher = LocalLauncher::new(n, std::env::current_exe().unwrap())

@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 use cudarc::driver::sys::{self, CUresult};
 
 /// The file the stand-in's cdylib is built as.
-pub const STANDIN_FILE: &str = "libstreamcomm_cuda_standin.so";
+pub(crate) const STANDIN_FILE: &str = "libstreamcomm_cuda_standin.so";
 
 /// Environment variable naming the test a child process runs.
-pub const CHILD_ENV: &str = "SC_STANDIN_CHILD";
+pub(crate) const CHILD_ENV: &str = "SC_STANDIN_CHILD";
 
 /// What a finished (or killed) child left behind.
-pub struct Child {
+pub(crate) struct Child {
     pub ok: bool,
     pub timed_out: bool,
     pub stdout: String,
@@ -29,7 +29,7 @@ pub struct Child {
 }
 
 /// True in the child process that runs test `name`'s body.
-pub fn is_child(name: &str) -> bool {
+pub(crate) fn is_child(name: &str) -> bool {
     std::env::var(CHILD_ENV).is_ok_and(|v| v == name)
 }
 
@@ -37,7 +37,7 @@ pub fn is_child(name: &str) -> bool {
 /// (`target/<profile>/deps/<test>-<hash>`): `deps/libstreamcomm_cuda_standin.so`
 /// (what `cargo test` builds) or the one `cargo build` uplifts to
 /// `target/<profile>/`, whichever is newer.
-pub fn standin_lib() -> PathBuf {
+pub(crate) fn standin_lib() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let deps = exe.parent().expect("deps dir");
     let newest = [
@@ -59,7 +59,7 @@ pub fn standin_lib() -> PathBuf {
 
 /// A directory holding `libcuda.so` and `libcuda.so.1` links to the stand-in
 /// (`standin-ld/` beside it).
-pub fn lib_dir() -> PathBuf {
+pub(crate) fn lib_dir() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(make_lib_dir).clone()
 }
@@ -84,12 +84,17 @@ fn make_lib_dir() -> PathBuf {
 
 /// Runs test `name` in a child with the stand-in on its library path and
 /// `env` set, killing it after `deadline`.
-pub fn run_child(name: &str, env: &[(&str, &str)], deadline: Duration) -> Child {
+pub(crate) fn run_child(name: &str, env: &[(&str, &str)], deadline: Duration) -> Child {
     run_child_in(name, env, deadline, &lib_dir())
 }
 
 /// As [`run_child`], with the library directory given.
-pub fn run_child_in(name: &str, env: &[(&str, &str)], deadline: Duration, dir: &Path) -> Child {
+pub(crate) fn run_child_in(
+    name: &str,
+    env: &[(&str, &str)],
+    deadline: Duration,
+    dir: &Path,
+) -> Child {
     let mut cmd = Command::new(std::env::current_exe().expect("current_exe"));
     cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, name)
@@ -133,13 +138,13 @@ pub fn run_child_in(name: &str, env: &[(&str, &str)], deadline: Duration, dir: &
 }
 
 /// The token a child prints when its body ran to the end.
-pub fn token(name: &str) -> String {
+pub(crate) fn token(name: &str) -> String {
     format!("STANDIN-CHILD-OK {name}")
 }
 
 impl Child {
     /// Panics unless the child exited successfully after printing its token.
-    pub fn assert_ok(&self, name: &str) {
+    pub(crate) fn assert_ok(&self, name: &str) {
         assert!(
             self.ok && !self.timed_out && self.stdout.contains(&token(name)),
             "child {name} failed (timed out: {}):\n--- stdout\n{}\n--- stderr\n{}",
@@ -179,25 +184,25 @@ macro_rules! standin_test {
 }
 
 /// The code of a driver result.
-pub fn code(r: CUresult) -> u32 {
+pub(crate) fn code(r: CUresult) -> u32 {
     r as u32
 }
 
 /// Panics with the call and code unless `r` is success.
 #[track_caller]
-pub fn ok(r: CUresult) {
+pub(crate) fn ok(r: CUresult) {
     assert_eq!(r, sys::cudaError_enum::CUDA_SUCCESS, "driver call failed");
 }
 
 /// Panics unless `r` has code `want`.
 #[track_caller]
-pub fn expect(r: CUresult, want: u32) {
+pub(crate) fn expect(r: CUresult, want: u32) {
     assert_eq!(code(r), want, "expected CUresult {want}, got {r:?}");
 }
 
 /// Checks, in a child, that the stand-in (not another libcuda) answered, and
 /// makes device 0's primary context current.
-pub fn check_standin() {
+pub(crate) fn check_standin() {
     // SAFETY: plain driver calls with valid out-pointers.
     unsafe {
         ok(sys::cuInit(0));
@@ -214,7 +219,7 @@ pub fn check_standin() {
 }
 
 /// Retains device 0's primary context and makes it current.
-pub fn bind() -> sys::CUcontext {
+pub(crate) fn bind() -> sys::CUcontext {
     let mut ctx = std::ptr::null_mut();
     // SAFETY: valid out-pointer; device 0 exists on the stand-in.
     unsafe {
@@ -225,7 +230,7 @@ pub fn bind() -> sys::CUcontext {
 }
 
 /// A NON_BLOCKING (`non_blocking`) or blocking stream.
-pub fn stream(non_blocking: bool) -> sys::CUstream {
+pub(crate) fn stream(non_blocking: bool) -> sys::CUstream {
     let mut s = std::ptr::null_mut();
     // SAFETY: valid out-pointer; a context is current.
     ok(unsafe { sys::cuStreamCreate(&mut s, u32::from(non_blocking)) });
@@ -233,7 +238,7 @@ pub fn stream(non_blocking: bool) -> sys::CUstream {
 }
 
 /// `len` bytes of device memory.
-pub fn alloc(len: usize) -> sys::CUdeviceptr {
+pub(crate) fn alloc(len: usize) -> sys::CUdeviceptr {
     let mut p = 0;
     // SAFETY: valid out-pointer; a context is current.
     ok(unsafe { sys::cuMemAlloc_v2(&mut p, len) });
@@ -241,7 +246,7 @@ pub fn alloc(len: usize) -> sys::CUdeviceptr {
 }
 
 /// `len` bytes of pinned, device-mapped host memory: (host, device) pointers.
-pub fn mapped(len: usize) -> (*mut u8, sys::CUdeviceptr) {
+pub(crate) fn mapped(len: usize) -> (*mut u8, sys::CUdeviceptr) {
     let mut h = std::ptr::null_mut();
     let mut d = 0;
     // SAFETY: valid out-pointers; a context is current.
@@ -253,7 +258,7 @@ pub fn mapped(len: usize) -> (*mut u8, sys::CUdeviceptr) {
 }
 
 /// Reads `n` bytes of device memory (synchronous copy).
-pub fn read(src: sys::CUdeviceptr, n: usize) -> Vec<u8> {
+pub(crate) fn read(src: sys::CUdeviceptr, n: usize) -> Vec<u8> {
     let mut v = vec![0u8; n];
     // SAFETY: `v` holds n bytes; `src` is device memory of at least n bytes.
     ok(unsafe { sys::cuMemcpyDtoH_v2(v.as_mut_ptr().cast(), src, n) });
@@ -261,7 +266,7 @@ pub fn read(src: sys::CUdeviceptr, n: usize) -> Vec<u8> {
 }
 
 /// Polls `cond` every millisecond for at most `limit`.
-pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
     while start.elapsed() < limit {
         if cond() {
@@ -273,6 +278,6 @@ pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 }
 
 /// Says the test was skipped, and why (`streamcomm_testkit::skip`).
-pub fn skip(test: &str, reason: &str) {
+pub(crate) fn skip(test: &str, reason: &str) {
     streamcomm_testkit::skip(test, reason);
 }
