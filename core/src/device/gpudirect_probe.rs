@@ -14,13 +14,22 @@ use std::sync::Arc;
 use crate::Result;
 use crate::transport::device_span::{GpuDirectMode, NicAccess};
 
+/// The RDMA device of `comm`'s verbs peers, if any moves by RDMA.
+pub(crate) fn rdma_device(
+    comm: &crate::Communicator,
+) -> Option<Arc<crate::transport::verbs::device::Device>> {
+    (0..comm.size())
+        .filter(|&p| comm.moves_by_rdma(p))
+        .find_map(|p| comm.inner.connection(p).ok()?.rdma_device())
+}
+
 /// The RDMA device GPUDirect would use for `comm`'s device operations:
 /// `None` when no peer moves by RDMA, or with `STREAMCOMM_GPUDIRECT=0`
 /// (logged). What to check before allocating memory to probe with.
 pub(crate) fn wanted(
     comm: &crate::Communicator,
 ) -> Option<Arc<crate::transport::verbs::device::Device>> {
-    let dev = comm.rdma_device()?;
+    let dev = rdma_device(comm)?;
     if !comm.config().gpudirect {
         tracing::info!(
             "GPUDirect RDMA off (STREAMCOMM_GPUDIRECT=0): device p2p over verbs is staged"

@@ -149,7 +149,7 @@ fn gpudirect_is_off_without_verbs_peers_and_without_a_registration_that_works() 
     }
     // Neither dma-buf nor peermem: staged, and the probe says why (both).
     let why = on_ranks(2, Transport::Verbs.into(), false, |rk| {
-        let dev = rk.comm.rdma_device().expect("a verbs peer");
+        let dev = super::gpudirect_probe::rdma_device(&rk.comm).expect("a verbs peer");
         let mem = vec![0u8; 1 << 16];
         let r = crate::transport::verbs::gpudirect::probe(
             &dev,

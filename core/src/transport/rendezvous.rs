@@ -96,6 +96,15 @@ impl Connection {
         Ok(None)
     }
 
+    /// The RDMA device the connection writes through (GPUDirect registers
+    /// device memory with it).
+    #[cfg(feature = "verbs")]
+    pub(crate) fn rdma_device(
+        &self,
+    ) -> Option<std::sync::Arc<crate::transport::verbs::device::Device>> {
+        Some(self.rdma()?.lock().regs().device().clone())
+    }
+
     /// Sender: whether write `wr` from [`Connection::write_remote`]
     /// completed.
     pub(crate) fn remote_write_done(&self, wr: u64) -> bool {

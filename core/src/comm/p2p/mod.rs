@@ -168,20 +168,6 @@ impl Communicator {
     }
 }
 
-#[cfg(feature = "verbs")]
-impl Communicator {
-    /// The RDMA device of this rank's verbs peers, if any moves by RDMA.
-    pub(crate) fn rdma_device(&self) -> Option<Arc<crate::transport::verbs::device::Device>> {
-        (0..self.inner.size)
-            .filter(|&p| self.moves_by_rdma(p))
-            .find_map(|p| {
-                let conn = self.inner.connection(p).ok()?;
-                let dev = conn.rdma()?.lock().regs().device().clone();
-                Some(dev)
-            })
-    }
-}
-
 /// Operations posted together with [`Communicator::group`], all on its
 /// stream.
 pub struct Group<'a> {
