@@ -27,7 +27,7 @@ pub(in crate::comm) fn on_ranks<R: Send + 'static>(
 }
 
 /// As [`on_ranks`], every rank with `config`.
-fn on_ranks_with<R: Send + 'static>(
+pub(in crate::comm) fn on_ranks_with<R: Send + 'static>(
     n: usize,
     config: Config,
     f: impl Fn(Communicator) -> Result<R> + Send + Sync + Copy + 'static,

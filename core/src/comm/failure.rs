@@ -243,37 +243,16 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::bootstrap::UniqueId;
     use crate::{Communicator, Config};
 
     /// Two ranks (threads of this process) of one communicator, by rank,
     /// with a 10 s timeout so that nothing here can wait long.
     fn two_ranks() -> Vec<Communicator> {
-        let id = UniqueId::new().unwrap();
-        let ranks: Vec<_> = (0..2)
-            .map(|rank| {
-                std::thread::spawn(move || {
-                    Communicator::builder()
-                        .unique_id(&id)
-                        .rank(rank)
-                        .size(2)
-                        .config(Config {
-                            timeout: Duration::from_secs(10),
-                            ..Config::default()
-                        })
-                        .build()
-                })
-            })
-            .collect();
-        ranks
-            .into_iter()
-            .enumerate()
-            .map(|(rank, t)| {
-                t.join()
-                    .unwrap_or_else(|_| panic!("rank {rank} panicked"))
-                    .unwrap_or_else(|e| panic!("rank {rank}: {e}"))
-            })
-            .collect()
+        let config = Config {
+            timeout: Duration::from_secs(10),
+            ..Config::default()
+        };
+        crate::comm::blocking::tests::on_ranks_with(2, config, Ok)
     }
 
     /// Every later failure, by each way one reaches the record (a call,

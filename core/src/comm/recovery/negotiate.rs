@@ -244,7 +244,6 @@ fn closed(s: &mut TcpStream) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bootstrap::UniqueId;
     use crate::{Communicator, Config};
 
     /// The tests' bound on every wait: the coordinator's patience (the
@@ -254,31 +253,11 @@ mod tests {
     /// `n` ranks (threads of this process) of one communicator, by rank,
     /// with [`BOUND`] as their timeout.
     fn ranks(n: usize) -> Vec<Communicator> {
-        let id = UniqueId::new().unwrap();
-        let ranks: Vec<_> = (0..n)
-            .map(|rank| {
-                std::thread::spawn(move || {
-                    Communicator::builder()
-                        .unique_id(&id)
-                        .rank(rank)
-                        .size(n)
-                        .config(Config {
-                            timeout: BOUND,
-                            ..Config::default()
-                        })
-                        .build()
-                })
-            })
-            .collect();
-        ranks
-            .into_iter()
-            .enumerate()
-            .map(|(rank, t)| {
-                t.join()
-                    .unwrap_or_else(|_| panic!("rank {rank} panicked"))
-                    .unwrap_or_else(|e| panic!("rank {rank}: {e}"))
-            })
-            .collect()
+        let config = Config {
+            timeout: BOUND,
+            ..Config::default()
+        };
+        crate::comm::blocking::tests::on_ranks_with(n, config, Ok)
     }
 
     /// Plays `comm`'s rank joining rank 0's shrink, as `join` does it: a
