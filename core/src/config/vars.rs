@@ -82,12 +82,7 @@ pub(crate) const HOSTS_OVERRIDE: Var = var(
 pub(crate) const TRANSPORT: Var = var(
     "STREAMCOMM_TRANSPORT",
     "a transport",
-    if cfg!(feature = "verbs") {
-        "one of: auto, shm, tcp, verbs"
-    } else {
-        "one of: auto, shm, tcp, verbs (verbs needs the `verbs` cargo feature, \
-         which this build of streamcomm lacks)"
-    },
+    "one of: auto, shm, tcp, verbs",
 );
 pub(crate) const NCHANNELS: Var = var(
     "STREAMCOMM_NCHANNELS",

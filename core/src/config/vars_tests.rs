@@ -104,13 +104,10 @@ fn every_bad_value_names_the_variable_the_value_and_what_is_accepted() {
 #[test]
 fn infiniband_is_not_a_transport() {
     let msg = message(config_with(&[("STREAMCOMM_TRANSPORT", "infiniband")]));
-    let want = if cfg!(feature = "verbs") {
+    assert_eq!(
+        msg,
         "STREAMCOMM_TRANSPORT=infiniband is not a transport; expected one of: auto, shm, tcp, verbs"
-    } else {
-        "STREAMCOMM_TRANSPORT=infiniband is not a transport; expected one of: auto, shm, tcp, \
-         verbs (verbs needs the `verbs` cargo feature, which this build of streamcomm lacks)"
-    };
-    assert_eq!(msg, want);
+    );
 }
 
 #[test]

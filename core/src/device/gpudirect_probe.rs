@@ -13,22 +13,19 @@ use std::sync::Arc;
 
 use crate::Result;
 use crate::transport::device_span::{GpuDirectMode, NicAccess};
+use crate::transport::gpudirect_nic::GpuDirectNic;
 
-/// The RDMA device of `comm`'s verbs peers, if any moves by RDMA.
-pub(crate) fn rdma_device(
-    comm: &crate::Communicator,
-) -> Option<Arc<crate::transport::verbs::device::Device>> {
+/// The RDMA device of `comm`'s peers that move by RDMA, if any does.
+pub(crate) fn rdma_device(comm: &crate::Communicator) -> Option<GpuDirectNic> {
     (0..comm.size())
         .filter(|&p| comm.moves_by_rdma(p))
-        .find_map(|p| comm.inner.connection(p).ok()?.rdma_device())
+        .find_map(|p| comm.inner.connection(p).ok()?.gpudirect_nic())
 }
 
 /// The RDMA device GPUDirect would use for `comm`'s device operations:
 /// `None` when no peer moves by RDMA, or with `STREAMCOMM_GPUDIRECT=0`
 /// (logged). What to check before allocating memory to probe with.
-pub(crate) fn wanted(
-    comm: &crate::Communicator,
-) -> Option<Arc<crate::transport::verbs::device::Device>> {
+pub(crate) fn wanted(comm: &crate::Communicator) -> Option<GpuDirectNic> {
     let dev = rdma_device(comm)?;
     if !comm.config().gpudirect {
         tracing::info!(
@@ -58,23 +55,17 @@ pub(crate) struct ProbeMemory<'a> {
 /// way (device groups send every non-empty message over verbs by
 /// rendezvous).
 pub(crate) fn establish(
-    dev: &Arc<crate::transport::verbs::device::Device>,
+    dev: &GpuDirectNic,
     probe: &ProbeMemory<'_>,
     make: impl FnOnce(GpuDirectMode) -> Arc<dyn NicAccess>,
 ) -> Option<Arc<dyn NicAccess>> {
-    match crate::transport::verbs::gpudirect::probe(
-        dev,
-        probe.addr,
-        probe.len,
-        probe.export,
-        probe.peermem,
-    ) {
+    match dev.probe(probe.addr, probe.len, probe.export, probe.peermem) {
         Ok(mode) => {
-            tracing::info!(device = %dev.name, %mode, "GPUDirect RDMA: device p2p over verbs moves no byte through host memory");
+            tracing::info!(device = dev.name(), %mode, "GPUDirect RDMA: device p2p over verbs moves no byte through host memory");
             Some(make(mode))
         }
         Err(why) => {
-            tracing::warn!(device = %dev.name, %why, "GPUDirect RDMA unavailable: device p2p over verbs is staged through pinned host memory");
+            tracing::warn!(device = dev.name(), %why, "GPUDirect RDMA unavailable: device p2p over verbs is staged through pinned host memory");
             None
         }
     }

@@ -52,7 +52,6 @@ mod call;
 pub(crate) mod cuda;
 mod device_queue;
 pub(crate) mod direct;
-#[cfg(feature = "verbs")]
 pub(crate) mod gpudirect_probe;
 mod graveyard;
 mod pool;
@@ -60,11 +59,11 @@ mod runner;
 
 // The emulated device serves only the GPUDirect RDMA tests (see tests.rs);
 // every other device test runs on a CUDA driver (core/tests/cuda/).
-#[cfg(all(test, feature = "verbs"))]
+#[cfg(test)]
 mod emulated;
-#[cfg(all(test, feature = "verbs"))]
+#[cfg(test)]
 mod gpudirect_probe_tests;
-#[cfg(all(test, feature = "verbs"))]
+#[cfg(test)]
 mod tests;
 
 pub(crate) use crate::transport::device_span::NicAccess;

@@ -16,8 +16,11 @@ static ANY: AtomicBool = AtomicBool::new(false);
 
 /// Installs `hook` for every buffer dropped from now on (for the life of the
 /// process; install each hook once). Only the verbs registration cache
-/// installs one.
-#[cfg(feature = "verbs")]
+/// installs one (a build without that transport installs none).
+#[allow(
+    dead_code,
+    reason = "called only by transports that cache registrations"
+)]
 pub(crate) fn install(hook: ReleaseHook) {
     HOOKS.lock().unwrap_or_else(|e| e.into_inner()).push(hook);
     ANY.store(true, Ordering::Release);

@@ -19,6 +19,7 @@
 mod connection;
 pub(crate) mod device_span;
 pub(crate) mod fault;
+pub(crate) mod gpudirect_nic;
 mod links;
 pub(crate) mod local_ring;
 pub(crate) mod mailbox;

@@ -97,12 +97,14 @@ impl Connection {
     }
 
     /// The RDMA device the connection writes through (GPUDirect registers
-    /// device memory with it).
-    #[cfg(feature = "verbs")]
-    pub(crate) fn rdma_device(
-        &self,
-    ) -> Option<std::sync::Arc<crate::transport::verbs::device::Device>> {
-        Some(self.rdma()?.lock().regs().device().clone())
+    /// device memory with it); `None` where it writes through none.
+    pub(crate) fn gpudirect_nic(&self) -> Option<crate::transport::gpudirect_nic::GpuDirectNic> {
+        #[cfg(feature = "verbs")]
+        return Some(crate::transport::gpudirect_nic::GpuDirectNic {
+            device: self.rdma()?.lock().regs().device().clone(),
+        });
+        #[cfg(not(feature = "verbs"))]
+        None
     }
 
     /// Sender: whether write `wr` from [`Connection::write_remote`]

@@ -15,9 +15,6 @@
 //! call where the device orders the NIC's writes with its own work; no
 //! GPUDirect RDMA where neither holds).
 
-// Without the `verbs` feature nothing builds a device span or probes.
-#![cfg_attr(not(feature = "verbs"), allow(dead_code))]
-
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
@@ -72,44 +69,36 @@ impl NicAccess for CudaNic {
 /// 2 MiB to try; `None` without the `verbs` feature, without verbs peers,
 /// with `STREAMCOMM_GPUDIRECT=0`, or where it does not work.
 pub(crate) fn establish(comm: &Communicator, device: &Device) -> Option<Arc<dyn NicAccess>> {
-    #[cfg(feature = "verbs")]
-    {
-        let dev = crate::device::gpudirect_probe::wanted(comm)?;
-        // A receive must make the NIC's writes visible to the device's
-        // later work: by the device's own ordering, or by the flush call.
-        let flush = device.gpudirect_flush();
-        if flush == GpuDirectFlush::Impossible {
-            tracing::warn!(
-                "GPUDirect RDMA: the device neither orders the NIC's writes with its own work \
-                 nor offers cuFlushGPUDirectRDMAWrites; device p2p is staged"
-            );
+    let dev = crate::device::gpudirect_probe::wanted(comm)?;
+    // A receive must make the NIC's writes visible to the device's
+    // later work: by the device's own ordering, or by the flush call.
+    let flush = device.gpudirect_flush();
+    if flush == GpuDirectFlush::Impossible {
+        tracing::warn!(
+            "GPUDirect RDMA: the device neither orders the NIC's writes with its own work \
+             nor offers cuFlushGPUDirectRDMAWrites; device p2p is staged"
+        );
+        return None;
+    }
+    let scratch = match streamcomm_gpu::DeviceBuffer::alloc(device, 2 << 20) {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(error = %e, "GPUDirect RDMA: no scratch memory to probe with; device p2p is staged");
             return None;
         }
-        let scratch = match streamcomm_gpu::DeviceBuffer::alloc(device, 2 << 20) {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!(error = %e, "GPUDirect RDMA: no scratch memory to probe with; device p2p is staged");
-                return None;
-            }
-        };
-        let export = |addr, len| device.export_dmabuf_range(addr, len).map_err(gpu_error);
-        let probe = crate::device::gpudirect_probe::ProbeMemory {
-            addr: scratch.as_raw(),
-            len: scratch.allocated_len(),
-            export: &export,
-            peermem: crate::transport::verbs::gpudirect::peermem_loaded(),
-        };
-        crate::device::gpudirect_probe::establish(&dev, &probe, |mode| {
-            Arc::new(CudaNic {
-                device: device.clone(),
-                mode,
-                flush,
-            })
+    };
+    let export = |addr, len| device.export_dmabuf_range(addr, len).map_err(gpu_error);
+    let probe = crate::device::gpudirect_probe::ProbeMemory {
+        addr: scratch.as_raw(),
+        len: scratch.allocated_len(),
+        export: &export,
+        peermem: crate::transport::gpudirect_nic::peermem_loaded(),
+    };
+    crate::device::gpudirect_probe::establish(&dev, &probe, |mode| {
+        Arc::new(CudaNic {
+            device: device.clone(),
+            mode,
+            flush,
         })
-    }
-    #[cfg(not(feature = "verbs"))]
-    {
-        let _ = (comm, device);
-        None
-    }
+    })
 }

@@ -119,14 +119,6 @@ fn register_peermem(dev: &Arc<Device>, addr: u64, len: usize) -> Result<Arc<Regi
     }))
 }
 
-/// True where the nvidia-peermem module (or the older nv_peer_mem) is loaded.
-/// (Only the CUDA backend asks.)
-#[cfg(feature = "cuda")]
-pub(crate) fn peermem_loaded() -> bool {
-    std::path::Path::new("/sys/module/nvidia_peermem").exists()
-        || std::path::Path::new("/sys/kernel/mm/memory_peers/nv_mem/version").exists()
-}
-
 /// Which way the NIC of `dev` can register device memory, tried on `len`
 /// bytes of live device memory at `addr`: dma-buf (with `export`), else
 /// peermem where `peermem` says the module is loaded. The registration made
