@@ -91,10 +91,10 @@
 //!  3  host       launch     tuning           host streams, launchers' environments, algorithm choice
 //!  2  config     plan                        settings, plans of data steps and the simulator of both kinds
 //!  1  barrier    bootstrap  engine           barriers (algorithms, flag steps, flag memory, execution), rank rendezvous, progress thread
-//!  0  error      wait                        errors, waiting
+//!  0  error      framed     wait             errors, the framed tcp protocols' head, waiting
 //! ```
 //!
-//! Three channels carry control up past that order, each because no plain
+//! Four channels carry control up past that order, each because no plain
 //! argument reaches where it must act; the script names them too and fails
 //! on a callback kept in a static that it does not name:
 //! - `wait::SLICE_HOOK` (a thread-local the engine sets on its own thread):
@@ -111,6 +111,7 @@
 //! Each folder's job:
 //! - `error.rs`: [`Error`] and [`Result`].
 //! - `wait.rs`: how every wait spins, yields, sleeps and times out.
+//! - `framed.rs`: the head the three framed tcp protocols share (magic, version, the secret compared in constant time) and bounded field reads.
 //! - `config/`: [`Config`] and the types of its fields, parsed from `STREAMCOMM_*`; depends on nothing but `error` and `barrier` (whose [`barrier::BarrierAlgo`] is a field's type).
 //! - `plan/`: collectives as pure per-rank lists of data steps, their signatures, the message barrier, and the simulator of data steps and of the barriers' flag steps.
 //! - `bootstrap/`: [`bootstrap::UniqueId`] and the root and client that let ranks meet.
@@ -135,6 +136,7 @@ pub mod cuda;
 pub(crate) mod device;
 pub(crate) mod engine;
 pub(crate) mod error;
+pub(crate) mod framed;
 pub mod host;
 pub mod launch;
 pub(crate) mod plan;

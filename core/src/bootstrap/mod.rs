@@ -35,4 +35,3 @@ pub use id::UniqueId;
 pub use wire::MAX_RANKS;
 
 pub(crate) use id::parse_secret;
-pub(crate) use wire::secrets_equal;

@@ -16,7 +16,7 @@ use super::root::{
     FRAME_TIMEOUT, Joined, RootOptions, fail_all, millis, missing_ranks, poll, pollfd,
     remote_failed,
 };
-use super::wire::{HELLO_FRAME_LEN, HELLO_LEN, Hello, MAX_RANKS, Reply};
+use super::wire::{HELLO, HELLO_FRAME_LEN, HELLO_LEN, Hello, MAX_RANKS, Reply};
 use crate::{Error, Result};
 
 /// Connections that may be in their handshake at once; more are refused.
@@ -55,7 +55,7 @@ impl Pending {
                 body.copy_from_slice(&self.buf[4..]);
                 return match Hello::decode(&body, secret) {
                     Ok(hello) => Handshake::Hello(hello),
-                    Err(e) => Handshake::Drop(e.to_string()),
+                    Err(e) => Handshake::Drop(HELLO.describe(&e)),
                 };
             }
             match self.stream.read(&mut self.buf[self.filled..]) {

@@ -14,10 +14,14 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::time::Instant;
 
-/// Magic bytes that open every hello.
-pub(crate) const MAGIC: [u8; 4] = *b"SCBS";
-/// Bootstrap protocol version carried in the hello.
-pub(crate) const VERSION: u32 = 1;
+use crate::framed::{HeadError, Protocol};
+
+/// The hello's head (magic, version, secret).
+pub(crate) const HELLO: Protocol = Protocol {
+    name: "bootstrap hello",
+    magic: *b"SCBS",
+    version: 1,
+};
 /// Length of a hello body: magic, version, secret, rank, size.
 pub(crate) const HELLO_LEN: usize = 4 + 4 + 16 + 4 + 4;
 /// Length of a hello frame on the wire (length prefix included).
@@ -34,41 +38,12 @@ const KIND_DATA: u8 = 1;
 const KIND_FAILURE: u8 = 2;
 const NO_PEER: u32 = u32::MAX;
 
-/// Compares two secrets in time independent of where they differ.
-pub(crate) fn secrets_equal(a: &[u8; 16], b: &[u8; 16]) -> bool {
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
-}
-
 /// The first frame a rank sends to the root.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct Hello {
     pub(crate) secret: [u8; 16],
     pub(crate) rank: u32,
     pub(crate) size: u32,
-}
-
-/// Why a hello was refused before the sender was authenticated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum HelloError {
-    BadMagic,
-    Version(u32),
-    WrongSecret,
-}
-
-impl std::fmt::Display for HelloError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            HelloError::BadMagic => f.write_str("not a streamcomm hello (bad magic)"),
-            HelloError::Version(v) => {
-                write!(
-                    f,
-                    "bootstrap protocol version {v} (this root speaks {VERSION})"
-                )
-            }
-            HelloError::WrongSecret => f.write_str("wrong secret"),
-        }
-    }
 }
 
 impl std::fmt::Debug for Hello {
@@ -83,35 +58,30 @@ impl std::fmt::Debug for Hello {
 impl Hello {
     /// The whole frame, length prefix included.
     pub(crate) fn encode(&self) -> [u8; HELLO_FRAME_LEN] {
+        let body = HELLO
+            .writer(&self.secret)
+            .u32(self.rank)
+            .u32(self.size)
+            .finish();
         let mut out = [0u8; HELLO_FRAME_LEN];
         out[0..4].copy_from_slice(&(HELLO_LEN as u32).to_le_bytes());
-        out[4..8].copy_from_slice(&MAGIC);
-        out[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        out[12..28].copy_from_slice(&self.secret);
-        out[28..32].copy_from_slice(&self.rank.to_le_bytes());
-        out[32..36].copy_from_slice(&self.size.to_le_bytes());
+        out[4..].copy_from_slice(&body);
         out
     }
 
     /// Decodes a hello body (without its length prefix) and checks it against
     /// the expected secret.
-    pub(crate) fn decode(body: &[u8; HELLO_LEN], secret: &[u8; 16]) -> Result<Hello, HelloError> {
-        if body[0..4] != MAGIC {
-            return Err(HelloError::BadMagic);
-        }
-        let version = le_u32(&body[4..8]);
-        if version != VERSION {
-            return Err(HelloError::Version(version));
-        }
-        let mut got = [0u8; 16];
-        got.copy_from_slice(&body[8..24]);
-        if !secrets_equal(&got, secret) {
-            return Err(HelloError::WrongSecret);
-        }
+    ///
+    /// # Errors
+    /// What was wrong with its head.
+    pub(crate) fn decode(body: &[u8; HELLO_LEN], secret: &[u8; 16]) -> Result<Hello, HeadError> {
+        let mut r = HELLO.reader(body, secret)?;
+        // The body's length is fixed: its two fields are there.
+        let mut field = || r.u32().map_err(|_| HeadError::Short);
         Ok(Hello {
-            secret: got,
-            rank: le_u32(&body[24..28]),
-            size: le_u32(&body[28..32]),
+            secret: *secret,
+            rank: field()?,
+            size: field()?,
         })
     }
 }
@@ -285,16 +255,13 @@ mod tests {
         let mut body = [0u8; HELLO_LEN];
         body.copy_from_slice(&frame[4..]);
         assert_eq!(Hello::decode(&body, &secret), Ok(hello));
-        assert_eq!(
-            Hello::decode(&body, &[8u8; 16]),
-            Err(HelloError::WrongSecret)
-        );
+        assert_eq!(Hello::decode(&body, &[8u8; 16]), Err(HeadError::Secret));
         let mut bad = body;
         bad[0] = b'X';
-        assert_eq!(Hello::decode(&bad, &secret), Err(HelloError::BadMagic));
+        assert_eq!(Hello::decode(&bad, &secret), Err(HeadError::Magic));
         let mut bad = body;
         bad[4] = 9;
-        assert_eq!(Hello::decode(&bad, &secret), Err(HelloError::Version(9)));
+        assert_eq!(Hello::decode(&bad, &secret), Err(HeadError::Version(9)));
     }
 
     #[test]
@@ -340,13 +307,5 @@ mod tests {
             Reply::decode(buf[4..].to_vec()),
             Ok(Reply::Failure { .. })
         ));
-    }
-
-    #[test]
-    fn secrets_compare() {
-        assert!(secrets_equal(&[1; 16], &[1; 16]));
-        let mut b = [1; 16];
-        b[15] = 0;
-        assert!(!secrets_equal(&[1; 16], &b));
     }
 }

@@ -1,22 +1,24 @@
 //! The frames survivors exchange while they shrink a communicator.
 //!
-//! A frame is small and self-checking: a magic, a version, the kind, the
-//! communicator's secret (so that only its ranks are heard; compared in
-//! constant time, so that a stranger learns nothing from how fast it is
-//! refused), the sender's rank, a list of ranks and, in a decision, the new
-//! communicator's id.
-//! Every length is checked before anything is allocated: these bytes come
-//! from the network.
+//! A frame is small and self-checking: the framed head (magic, version,
+//! the communicator's secret, so that only its ranks are heard: see
+//! [`crate::framed`]), the kind, the sender's rank, a list of ranks and, in
+//! a decision, the new communicator's id. Every length is checked before
+//! anything is allocated: these bytes come from the network.
 
 use std::io::{Read, Write};
 
-use crate::bootstrap::{MAX_RANKS, UniqueId, secrets_equal};
+use crate::bootstrap::{MAX_RANKS, UniqueId};
+use crate::framed::{HEAD_BYTES, Protocol};
 use crate::{Error, Result};
 
-const MAGIC: [u8; 4] = *b"SCRV";
-const VERSION: u8 = 1;
-/// Bytes before the rank list: magic, version, kind, secret, rank, count, has-id.
-const HEAD: usize = 4 + 1 + 1 + 16 + 4 + 4 + 1;
+const SHRINK: Protocol = Protocol {
+    name: "shrink frame",
+    magic: *b"SCRV",
+    version: 2,
+};
+/// Bytes before the rank list: the framed head, kind, rank, count, has-id.
+const HEAD: usize = HEAD_BYTES + 1 + 4 + 4 + 1;
 
 /// What a frame says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,21 +73,19 @@ impl Frame {
 
     /// The frame's bytes, carrying `secret`.
     pub(super) fn encode(&self, secret: &[u8; 16]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(HEAD + 4 * self.ranks.len() + UniqueId::BYTES);
-        out.extend_from_slice(&MAGIC);
-        out.push(VERSION);
-        out.push(self.kind as u8);
-        out.extend_from_slice(secret);
-        out.extend_from_slice(&(self.rank as u32).to_le_bytes());
-        out.extend_from_slice(&(self.ranks.len() as u32).to_le_bytes());
-        out.push(u8::from(self.id.is_some()));
+        let mut w = SHRINK
+            .writer(secret)
+            .u8(self.kind as u8)
+            .u32(self.rank as u32)
+            .u32(self.ranks.len() as u32)
+            .u8(u8::from(self.id.is_some()));
         for r in &self.ranks {
-            out.extend_from_slice(&(*r as u32).to_le_bytes());
+            w = w.u32(*r as u32);
         }
         if let Some(id) = &self.id {
-            out.extend_from_slice(&id.to_bytes());
+            w = w.bytes(&id.to_bytes());
         }
-        out
+        w.finish()
     }
 
     /// Writes the frame to `w`.
@@ -108,21 +108,22 @@ impl Frame {
         r.read_exact(&mut head)
             .map_err(|e| Error::os("read a shrink frame", e))?;
         let bad = |what: String| Error::Bootstrap(format!("shrink frame: {what}"));
-        if head[0..4] != MAGIC || head[4] != VERSION {
-            return Err(bad("wrong magic or version".into()));
-        }
-        let kind = Kind::from_u8(head[5]).ok_or_else(|| bad(format!("kind {}", head[5])))?;
-        let mut got = [0u8; 16];
-        got.copy_from_slice(&head[6..22]);
-        if !secrets_equal(&got, secret) {
-            return Err(bad("wrong secret".into()));
-        }
-        let u32_at =
-            |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
-        let rank = u32_at(22) as usize;
-        let count = u32_at(26) as usize;
-        if rank >= size || count > size.min(MAX_RANKS) {
-            return Err(bad(format!("rank {rank}, {count} ranks listed, of {size}")));
+        let mut h = SHRINK
+            .reader(&head, secret)
+            .map_err(|e| Error::Bootstrap(SHRINK.describe(&e)))?;
+        // The head's length is fixed: its fields are there.
+        let (kind, rank, count, has_id) = (|| -> std::result::Result<_, String> {
+            Ok((
+                h.u8()?,
+                h.u32()? as usize,
+                h.count(size.min(MAX_RANKS), "ranks listed")?,
+                h.u8()?,
+            ))
+        })()
+        .map_err(bad)?;
+        let kind = Kind::from_u8(kind).ok_or_else(|| bad(format!("kind {kind}")))?;
+        if rank >= size {
+            return Err(bad(format!("rank {rank} of {size}")));
         }
         let mut list = vec![0u8; 4 * count];
         r.read_exact(&mut list)
@@ -134,7 +135,7 @@ impl Frame {
         if let Some(r) = ranks.iter().find(|&&r| r >= size) {
             return Err(bad(format!("rank {r} listed, of {size}")));
         }
-        let id = match head[30] {
+        let id = match has_id {
             0 => None,
             1 => {
                 let mut b = [0u8; UniqueId::BYTES];
@@ -181,10 +182,10 @@ mod tests {
             "rank 3 of 3"
         );
         let mut bad = bytes.clone();
-        bad[5] = 9;
+        bad[HEAD_BYTES] = 9;
         assert!(Frame::read(&mut &bad[..], &secret, 4).is_err(), "kind");
         let mut huge = bytes;
-        huge[26..30].copy_from_slice(&u32::MAX.to_le_bytes());
+        huge[HEAD_BYTES + 5..HEAD_BYTES + 9].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(Frame::read(&mut &huge[..], &secret, 4).is_err(), "count");
         let probe = Frame::bare(Kind::Probe, 1);
         assert_eq!(

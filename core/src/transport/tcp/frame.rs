@@ -5,15 +5,20 @@
 //! number must be the one expected on that socket, and the hello carries the
 //! communicator's secret, compared in constant time.
 
+use crate::framed::Protocol;
 use crate::{Error, Result};
 
 /// Bytes of a [`Hello`].
 pub const HELLO_BYTES: usize = 40;
 /// Bytes of a [`FrameHeader`].
 pub const HEADER_BYTES: usize = 24;
-const HELLO_MAGIC: u32 = 0x5343_5448; // "SCTH"
+/// The hello's head (magic, version, secret).
+const HELLO: Protocol = Protocol {
+    name: "tcp hello",
+    magic: *b"HTCS",
+    version: 1,
+};
 const FRAME_MAGIC: u32 = 0x5343_5446; // "SCTF"
-const VERSION: u32 = 1;
 
 /// First message on every data socket: who is connecting, to which socket index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,13 +36,14 @@ pub struct Hello {
 impl Hello {
     /// Fixed-size encoding.
     pub fn encode(&self) -> [u8; HELLO_BYTES] {
+        let body = HELLO
+            .writer(&self.secret)
+            .u32(self.from)
+            .u32(self.to)
+            .u32(self.socket)
+            .finish();
         let mut b = [0u8; HELLO_BYTES];
-        b[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
-        b[4..8].copy_from_slice(&VERSION.to_le_bytes());
-        b[8..24].copy_from_slice(&self.secret);
-        b[24..28].copy_from_slice(&self.from.to_le_bytes());
-        b[28..32].copy_from_slice(&self.to.to_le_bytes());
-        b[32..36].copy_from_slice(&self.socket.to_le_bytes());
+        b[..body.len()].copy_from_slice(&body);
         b
     }
 
@@ -46,22 +52,19 @@ impl Hello {
     /// # Errors
     /// [`Error::Bootstrap`] for a wrong magic, version or secret.
     pub fn decode(b: &[u8; HELLO_BYTES], secret: &[u8; 16]) -> Result<Hello> {
-        let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        if word(0) != HELLO_MAGIC || word(4) != VERSION {
-            return Err(Error::Bootstrap(
-                "tcp hello: not a streamcomm v1 connection".into(),
-            ));
-        }
-        let mut got = [0u8; 16];
-        got.copy_from_slice(&b[8..24]);
-        if !crate::bootstrap::secrets_equal(&got, secret) {
-            return Err(Error::Bootstrap("tcp hello: wrong secret".into()));
-        }
+        let mut r = HELLO
+            .reader(b, secret)
+            .map_err(|e| Error::Bootstrap(HELLO.describe(&e)))?;
+        // The hello's length is fixed: its three fields are there.
+        let mut field = || {
+            r.u32()
+                .map_err(|e| Error::Bootstrap(format!("tcp hello: {e}")))
+        };
         Ok(Hello {
-            secret: got,
-            from: word(24),
-            to: word(28),
-            socket: word(32),
+            secret: *secret,
+            from: field()?,
+            to: field()?,
+            socket: field()?,
         })
     }
 }
