@@ -134,11 +134,11 @@ impl CommInner {
                     send: None,
                     recv: None,
                 };
-                return self.run_plan(plan, &binding, ticket);
+                return self.core.run_plan(plan, &binding, ticket);
             }
         };
-        flags.run(self.policy()).map_err(|e| match e {
-            Error::Aborted(what) => self.wait_error(
+        flags.run(self.core.policy()).map_err(|e| match e {
+            Error::Aborted(what) => self.core.wait_error(
                 WaitError::Aborted,
                 &format!("barrier #{ticket}"),
                 what,
@@ -177,7 +177,7 @@ impl Communicator {
     /// # Errors
     /// The stored error if the communicator has failed.
     pub fn barrier(&self, stream: &HostStream) -> Result<()> {
-        self.inner.failure.check()?;
+        self.inner.core.failure().check()?;
         stream.enqueue(barrier_task(&self.inner))
     }
 
@@ -200,10 +200,11 @@ impl Communicator {
     /// # Errors
     /// [`Error::Timeout`] / [`Error::RemoteFailed`] / [`Error::Aborted`].
     pub fn barrier_host(&self) -> Result<()> {
-        let ticket = self.inner.turns.take();
+        let ticket = self.inner.core.turns().take();
         self.inner
-            .run_ticketed(ticket, JobMode::Run, "barrier_host", |c| {
-                c.run_barrier(ticket)
+            .core
+            .run_ticketed(ticket, JobMode::Run, "barrier_host", |_| {
+                self.inner.run_barrier(ticket)
             })
     }
 
@@ -291,10 +292,12 @@ impl Communicator {
             )));
         };
         let running = flags.running_for(algo)?;
-        let ticket = inner.turns.take();
-        inner.run_ticketed(ticket, JobMode::Run, "set_barrier_algo", |_| {
-            flags.install(running);
-            Ok(())
-        })
+        let ticket = inner.core.turns().take();
+        inner
+            .core
+            .run_ticketed(ticket, JobMode::Run, "set_barrier_algo", |_| {
+                flags.install(running);
+                Ok(())
+            })
     }
 }

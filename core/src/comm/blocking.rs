@@ -102,13 +102,15 @@ impl Communicator {
         (dtype, count, op): (DataType, usize, ReduceOp),
         bufs: impl FnOnce(&Plan) -> Result<Buffers<'a>>,
     ) -> Result<()> {
-        self.inner.failure.check()?;
-        let plan = self.inner.plan(collective, dtype, op, count)?;
+        self.inner.core.failure().check()?;
+        let plan = self.inner.core.plan(collective, dtype, op, count)?;
         let mut bufs = bufs(&plan)?;
-        let ticket = self.inner.turns.take();
-        self.inner.run_ticketed(ticket, JobMode::Run, name, |c| {
-            c.run_plan_on(&plan, &mut bufs, ticket)
-        })
+        let ticket = self.inner.core.turns().take();
+        self.inner
+            .core
+            .run_ticketed(ticket, JobMode::Run, name, |c| {
+                c.run_plan_on(&plan, &mut bufs, ticket)
+            })
     }
 
     /// Element-wise reduction of every rank's `send` into every rank's
@@ -320,7 +322,10 @@ impl Communicator {
     /// and returns `e`.
     fn give_up_turn(&self, ticket: Option<u64>, name: &str, e: crate::Error) -> crate::Error {
         if let Some(t) = ticket
-            && let Err(skip) = self.inner.run_ticketed(t, JobMode::Skip, name, |_| Ok(()))
+            && let Err(skip) = self
+                .inner
+                .core
+                .run_ticketed(t, JobMode::Skip, name, |_| Ok(()))
         {
             return skip;
         }

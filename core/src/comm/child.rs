@@ -33,7 +33,7 @@ const ID_FAILED: u64 = 1 << 63 | 2;
 pub(crate) fn serve_id(parent: &CommInner) -> Result<UniqueId> {
     let ip = parent
         .recovery
-        .addr(parent.rank)
+        .addr(parent.core.rank())
         .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| a.ip());
     UniqueId::new_on(ip)
 }
@@ -79,12 +79,12 @@ pub(crate) fn id_from_words(words: &[u64], from: usize) -> Result<UniqueId> {
 /// the parent's, with a hosts override narrowed to the members and no
 /// fault rules (they name the parent's ranks).
 pub(crate) fn child_config(parent: &CommInner, members: &[usize]) -> Config {
-    let mut config = parent.config.clone();
+    let mut config = parent.core.config().clone();
     if config.hosts_override.is_some() {
         config.hosts_override = Some(HostsOverride::Labels(
             members
                 .iter()
-                .map(|&m| parent.topology.hosts[m].clone())
+                .map(|&m| parent.core.topology().hosts[m].clone())
                 .collect(),
         ));
     }
@@ -101,11 +101,11 @@ pub(crate) fn child_config(parent: &CommInner, members: &[usize]) -> Config {
 pub(crate) fn join(parent: &CommInner, id: &UniqueId, members: &[usize]) -> Result<Communicator> {
     let rank = members
         .iter()
-        .position(|&m| m == parent.rank)
+        .position(|&m| m == parent.core.rank())
         .ok_or_else(|| {
             Error::InvalidUsage(format!(
                 "rank {} is not among the new communicator's ranks {members:?}",
-                parent.rank
+                parent.core.rank()
             ))
         })?;
     let config = child_config(parent, members);

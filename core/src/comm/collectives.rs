@@ -39,8 +39,8 @@ impl Communicator {
         count: usize,
         binding: Binding,
     ) -> Result<Arc<PlanTask>> {
-        self.inner.failure.check()?;
-        let plan = self.inner.plan(collective, dtype, op, count)?;
+        self.inner.core.failure().check()?;
+        let plan = self.inner.core.plan(collective, dtype, op, count)?;
         binding.check(&plan)?;
         Ok(Arc::new(PlanTask {
             comm: self.inner.clone(),
@@ -580,7 +580,7 @@ impl Communicator {
     }
 
     fn per_rank(&self, len: usize, what: &str) -> Result<usize> {
-        let size = self.inner.size;
+        let size = self.inner.core.size();
         if !len.is_multiple_of(size) {
             return Err(Error::invalid(format!(
                 "{what}: buffer of {len} elements is not divisible by the {size} ranks"

@@ -262,7 +262,7 @@ mod tests {
     #[test]
     fn a_later_failure_leaves_the_first_record_as_it_was() {
         let ranks = two_ranks();
-        let state = &ranks[0].inner.failure;
+        let state = ranks[0].inner.core.failure();
         let first = Error::RemoteFailed {
             peer: 1,
             op: "all_reduce #7".into(),

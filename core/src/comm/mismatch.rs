@@ -18,7 +18,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::inner::CommInner;
+use super::core::Core;
 use crate::Error;
 use crate::error::MismatchNote;
 use crate::plan::signature;
@@ -102,22 +102,26 @@ fn known_ranks(notes: &[MismatchNote], rank: usize, ours: Option<u64>) -> usize 
     ranks.len()
 }
 
-impl CommInner {
+impl Core {
     /// The mismatch this rank reports during `op` (its own call `ours`), from
     /// the records in its segment; `None` without records. Waits up to
     /// [`GRACE`] for more records while they cannot name the culprit.
     pub(crate) fn mismatch_error(&self, op: &str, ours: Option<u64>) -> Option<Error> {
-        let deadline = Instant::now() + GRACE.min(self.config.timeout / 4);
+        let deadline = Instant::now() + GRACE.min(self.config().timeout / 4);
         if let Some(ours) = ours {
             self.compare_with_records(ours);
         }
         loop {
-            let notes = mismatches(self.segment.header());
-            let (note, confirmed) = resolve(&notes, self.rank, ours)?;
-            let everyone = known_ranks(&notes, self.rank, ours) >= self.size;
+            let notes = mismatches(self.segment().header());
+            let (note, confirmed) = resolve(&notes, self.rank(), ours)?;
+            let everyone = known_ranks(&notes, self.rank(), ours) >= self.size();
             if confirmed || everyone || Instant::now() >= deadline {
                 return Some(signature::mismatch_error(
-                    op, self.rank, note, ours, confirmed,
+                    op,
+                    self.rank(),
+                    note,
+                    ours,
+                    confirmed,
                 ));
             }
             std::thread::sleep(Duration::from_millis(2));
@@ -125,7 +129,7 @@ impl CommInner {
     }
 }
 
-impl CommInner {
+impl Core {
     /// Adds this rank's own comparisons to the records: its call `ours`
     /// against each recorded call that differs from it. The ranks of a
     /// record, which cannot tell from it which of them differs, find here
@@ -133,20 +137,20 @@ impl CommInner {
     /// only the record its abort notice carried).
     fn compare_with_records(&self, ours: u64) {
         let mut mine = Vec::new();
-        for n in mismatches(self.segment.header()) {
+        for n in mismatches(self.segment().header()) {
             for (r, sig) in [(n.suspect, n.suspect_sig), (n.witness, n.witness_sig)] {
-                if r != self.rank && sig != ours {
+                if r != self.rank() && sig != ours {
                     mine.push(MismatchNote {
                         suspect: r,
                         suspect_sig: sig,
-                        witness: self.rank,
+                        witness: self.rank(),
                         witness_sig: ours,
                     });
                 }
             }
         }
         for note in mine {
-            self.failure.record_everywhere(note);
+            self.failure().record_everywhere(note);
         }
     }
 }

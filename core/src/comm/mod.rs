@@ -19,6 +19,7 @@ mod buffer;
 mod builder;
 mod child;
 mod collectives;
+pub(crate) mod core;
 mod create;
 mod endpoint;
 pub(crate) mod failure;
@@ -99,8 +100,8 @@ pub struct Communicator {
 impl std::fmt::Debug for Communicator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Communicator")
-            .field("rank", &self.inner.rank)
-            .field("size", &self.inner.size)
+            .field("rank", &self.inner.core.rank())
+            .field("size", &self.inner.core.size())
             .finish()
     }
 }
@@ -193,7 +194,7 @@ impl Communicator {
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn rank(&self) -> usize {
-        self.inner.rank
+        self.inner.core.rank()
     }
 
     /// Number of ranks.
@@ -208,7 +209,7 @@ impl Communicator {
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn size(&self) -> usize {
-        self.inner.size
+        self.inner.core.size()
     }
 
     /// Ranks that share this rank's host (itself included).
@@ -225,7 +226,7 @@ impl Communicator {
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn local_size(&self) -> usize {
-        self.inner.topology.local_ranks
+        self.inner.core.topology().local_ranks
     }
 
     /// Number of distinct hosts the ranks are on (after `STREAMCOMM_HOSTS_OVERRIDE`).
@@ -242,7 +243,7 @@ impl Communicator {
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn num_hosts(&self) -> usize {
-        self.inner.topology.nhosts
+        self.inner.core.topology().nhosts
     }
 
     /// Where `rank` accepts tcp connections (its tcp listener), if it has one;
@@ -262,7 +263,13 @@ impl Communicator {
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn tcp_addr(&self, rank: usize) -> Option<std::net::SocketAddr> {
-        self.inner.topology.tcp_addrs.get(rank).copied().flatten()
+        self.inner
+            .core
+            .topology()
+            .tcp_addrs
+            .get(rank)
+            .copied()
+            .flatten()
     }
 
     /// The transport that reaches `peer` (`None` for this rank itself or a
@@ -284,7 +291,12 @@ impl Communicator {
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn transport_to(&self, peer: usize) -> Option<crate::config::Transport> {
-        self.inner.peers.get(peer)?.as_ref().map(|c| c.kind())
+        self.inner
+            .core
+            .peers()
+            .get(peer)?
+            .as_ref()
+            .map(|c| c.kind())
     }
 
     /// Host identity of `rank`, as exchanged at bootstrap.
@@ -301,7 +313,12 @@ impl Communicator {
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn host_of(&self, rank: usize) -> Option<&str> {
-        self.inner.topology.hosts.get(rank).map(|s| s.as_str())
+        self.inner
+            .core
+            .topology()
+            .hosts
+            .get(rank)
+            .map(|s| s.as_str())
     }
 
     /// The configuration in use.
@@ -316,7 +333,7 @@ impl Communicator {
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn config(&self) -> &Config {
-        &self.inner.config
+        self.inner.core.config()
     }
 
     /// The error that put the communicator in its failed state, if any
@@ -336,14 +353,14 @@ impl Communicator {
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn async_error(&self) -> Option<Error> {
-        let failure = &self.inner.failure;
+        let failure = self.inner.core.failure();
         if let Some(e) = failure.error() {
             return Some(e);
         }
         if !failure.raised() {
             return None;
         }
-        let e = self.inner.wait_error(
+        let e = self.inner.core.wait_error(
             crate::wait::WaitError::Aborted,
             "communicator",
             "nothing (the rank was idle)".into(),
@@ -373,7 +390,8 @@ impl Communicator {
     /// ```
     pub fn abort(&self) {
         self.inner
-            .failure
+            .core
+            .failure()
             .fail(&Error::Aborted("abort() was called".into()), Learned::Abort);
     }
 }

@@ -40,14 +40,14 @@ fn look(comm: &Weak<CommInner>, peers: &[(usize, u32)]) -> bool {
     let Some(comm) = comm.upgrade() else {
         return false;
     };
-    if comm.failure.error().is_some() {
+    if comm.core.failure().error().is_some() {
         return false;
     }
     // A peer that dropped its communicator cleanly may exit while this rank
     // finishes its own last operation: not a failure.
     let dead = |&&(peer, pid): &&(usize, u32)| peer_gone(&comm, peer, pid);
     if let Some(&(peer, pid)) = peers.iter().find(dead) {
-        comm.failure.fail(
+        comm.core.failure().fail(
             &Error::RemoteFailed {
                 peer,
                 op: "communicator".into(),
@@ -63,7 +63,7 @@ fn look(comm: &Weak<CommInner>, peers: &[(usize, u32)]) -> bool {
 /// True when `peer`'s process `pid` (on this host) is gone without having
 /// dropped its communicator cleanly first: a failure.
 pub(crate) fn peer_gone(comm: &CommInner, peer: usize, pid: u32) -> bool {
-    !alive(pid) && !crate::comm::inner::departed(comm, peer)
+    !alive(pid) && !crate::comm::core::departed(&comm.core, peer)
 }
 
 /// True while process `pid` exists and is not a zombie.

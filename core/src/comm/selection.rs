@@ -32,7 +32,10 @@ impl Communicator {
         dtype: DataType,
         count: usize,
     ) -> Option<Algorithm> {
-        self.inner.selector.choose(collective, count, dtype.size())
+        self.inner
+            .core
+            .selector()
+            .choose(collective, count, dtype.size())
     }
 
     /// The cost model's predicted time, in seconds, of such a call run by
@@ -61,7 +64,8 @@ impl Communicator {
         count: usize,
     ) -> Option<f64> {
         self.inner
-            .selector
+            .core
+            .selector()
             .predict(collective, algo, count, dtype.size())
     }
 }

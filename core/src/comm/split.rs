@@ -107,23 +107,23 @@ impl Communicator {
     /// this communicator in its order of operations, signed as a split.
     fn exchange(&self, mine: &[u64]) -> Result<Vec<u64>> {
         let inner = &self.inner;
-        inner.failure.check()?;
+        inner.core.failure().check()?;
         let plan = plan::build(
             Collective::AllGather,
             DataType::U64,
             ReduceOp::Sum,
             mine.len(),
-            &inner.plan_params(),
+            &inner.core.plan_params(),
         )?;
         let sig = signature::split(mine.len());
-        let mut all = vec![0u64; mine.len() * inner.size];
+        let mut all = vec![0u64; mine.len() * inner.core.size()];
         let mut bufs = Buffers::Separate {
             send: bytemuck::cast_slice(mine),
             recv: bytemuck::cast_slice_mut(&mut all),
         };
         let started = std::time::Instant::now();
-        let ticket = inner.turns.take();
-        let result = inner.run_ticketed(ticket, JobMode::Run, "split", |c| {
+        let ticket = inner.core.turns().take();
+        let result = inner.core.run_ticketed(ticket, JobMode::Run, "split", |c| {
             c.run_plan_signed(&plan, sig, &mut bufs, ticket)
         });
         let e = match result {
@@ -134,8 +134,8 @@ impl Communicator {
         // The ring: the first rank before this one not heard from is one
         // that has not called (whichever rank timed out first and failed
         // the communicator, every rank names it).
-        let silent = (1..inner.size)
-            .map(|d| (inner.rank + inner.size - d) % inner.size)
+        let silent = (1..inner.core.size())
+            .map(|d| (inner.core.rank() + inner.core.size() - d) % inner.core.size())
             .find(|&r| all[r * mine.len()] & HEARD == 0);
         match (silent, e) {
             (Some(r), Error::Timeout { op, what, .. }) => Err(Error::Timeout {

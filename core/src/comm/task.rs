@@ -25,11 +25,12 @@ pub(crate) struct PlanTask {
 
 impl Task for PlanTask {
     fn prepare(&self) -> Job {
-        let ticket = self.comm.turns.take();
+        let ticket = self.comm.core.turns().take();
         let (comm, plan, binding) = (self.comm.clone(), self.plan.clone(), self.binding.clone());
         Job::new(move |mode| {
             let name = format_args!("{} #{ticket}", plan.collective.name());
-            comm.run_ticketed(ticket, mode, name, |c| c.run_plan(&plan, &binding, ticket))
+            comm.core
+                .run_ticketed(ticket, mode, name, |c| c.run_plan(&plan, &binding, ticket))
         })
     }
 
@@ -48,32 +49,35 @@ pub(crate) struct ProxyBarrierTask {
 
 impl Task for ProxyBarrierTask {
     fn prepare(&self) -> Job {
-        let ticket = self.comm.turns.take();
+        let ticket = self.comm.core.turns().take();
         let (comm, release) = (self.comm.clone(), self.release.clone());
         Job::new(move |mode| {
             if mode == JobMode::Skip {
-                return comm.run_ticketed(ticket, mode, "barrier", |_| Ok(()));
+                return comm.core.run_ticketed(ticket, mode, "barrier", |_| Ok(()));
             }
             // Signal(arrive): hand the barrier to the progress engine,
             // which runs it in issue order and writes the release doorbell
             // (1 to go on, POISON on failure).
             let (weak, bell) = (Arc::downgrade(&comm), release.clone());
-            let posted = comm.engine.handle().post(Box::new(move || {
+            let posted = comm.core.engine().handle().post(Box::new(move || {
                 let Some(comm) = weak.upgrade() else {
                     bell.store(Doorbell::POISON);
                     return;
                 };
                 let _span = tracing::trace_span!("engine_barrier", ticket).entered();
-                let r =
-                    comm.run_ticketed(ticket, JobMode::Run, "barrier", |c| c.run_barrier(ticket));
+                let r = comm
+                    .core
+                    .run_ticketed(ticket, JobMode::Run, "barrier", |_| {
+                        comm.run_barrier(ticket)
+                    });
                 bell.store(if r.is_ok() { 1 } else { Doorbell::POISON });
             }));
             if let Err(e) = posted {
-                comm.failure.fail(&e, Learned::Call);
+                comm.core.failure().fail(&e, Learned::Call);
                 return Err(e);
             }
             // Wait(release == 1), then reset to 0 (the consumer resets).
-            let policy = comm.policy();
+            let policy = comm.core.policy();
             let r = release.wait(WaitCmp::Eq, 1, &policy);
             match r {
                 Ok(()) => {
@@ -83,11 +87,12 @@ impl Task for ProxyBarrierTask {
                 Err(None) => {
                     release.store(0);
                     Err(comm
-                        .failure
+                        .core
+                        .failure()
                         .error()
                         .unwrap_or_else(|| Error::Aborted("barrier released with an error".into())))
                 }
-                Err(Some(w)) => Err(comm.wait_error(
+                Err(Some(w)) => Err(comm.core.wait_error(
                     w,
                     &format!("barrier #{ticket}"),
                     "the progress engine to release the barrier".into(),
@@ -109,9 +114,12 @@ pub(crate) struct InlineBarrierTask {
 
 impl Task for InlineBarrierTask {
     fn prepare(&self) -> Job {
-        let ticket = self.comm.turns.take();
+        let ticket = self.comm.core.turns().take();
         let comm = self.comm.clone();
-        Job::new(move |mode| comm.run_ticketed(ticket, mode, "barrier", |c| c.run_barrier(ticket)))
+        Job::new(move |mode| {
+            comm.core
+                .run_ticketed(ticket, mode, "barrier", |_| comm.run_barrier(ticket))
+        })
     }
 
     fn name(&self) -> &str {
@@ -121,7 +129,7 @@ impl Task for InlineBarrierTask {
 
 /// Which barrier task a stream barrier uses.
 pub(crate) fn barrier_task(comm: &Arc<CommInner>) -> Arc<dyn Task> {
-    match comm.config.progress {
+    match comm.core.config().progress {
         Progress::Inline => Arc::new(InlineBarrierTask { comm: comm.clone() }),
         Progress::Proxy => Arc::new(ProxyBarrierTask {
             comm: comm.clone(),

@@ -331,7 +331,10 @@ impl CudaComm {
                 None
             }
         };
-        let shared = DeviceShared::new(comm.inner.engine.handle().clone(), comm.config().timeout);
+        let shared = DeviceShared::new(
+            comm.inner.core.engine().handle().clone(),
+            comm.config().timeout,
+        );
         let direct_off = if comm.config().cuda_window == 0 {
             Some("STREAMCOMM_CUDA_WINDOW=0".to_string())
         } else {
@@ -647,7 +650,7 @@ impl Drop for CudaComm {
             // it gone, and their device waits never time out. Fail the
             // communicator: the failure word reaches every peer, whose
             // watchdog then releases its stream with the error.
-            self.comm.inner.failure.fail(
+            self.comm.inner.core.failure().fail(
                 &Error::Aborted(format!(
                     "rank {}'s thread panicked while it held its CudaComm",
                     self.comm.rank()

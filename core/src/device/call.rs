@@ -236,7 +236,7 @@ impl Communicator {
         call: &DeviceCall,
     ) -> Result<()> {
         queue.bury(&shared.graveyard);
-        self.inner.failure.check()?;
+        self.inner.core.failure().check()?;
         if let Some(direct) = shared.direct.get()
             && self.enqueue_direct(queue, direct, &shared.graveyard, call)?
         {
@@ -351,7 +351,7 @@ impl Communicator {
             // Part of the operation may be on the stream: this rank's place
             // in the communicator's sequence is no longer known, so fail it
             // (peers then stop waiting for it) rather than drift.
-            self.inner.failure.fail(e, Learned::Call);
+            self.inner.core.failure().fail(e, Learned::Call);
         }
         let owner = Box::new(Resources {
             callback: Some(callback),
@@ -374,7 +374,7 @@ impl Communicator {
         call: &DeviceCall,
     ) -> Result<(Arc<dyn Task>, Vec<Stage<Q::Staging>>)> {
         if call.collective == Collective::Barrier {
-            self.inner.failure.check()?;
+            self.inner.core.failure().check()?;
             return Ok((crate::comm::task::barrier_task(&self.inner), Vec::new()));
         }
         let (size, rank, dsize) = (self.size(), self.rank(), call.dtype.size());
@@ -477,7 +477,7 @@ fn hand_over<G: CompletionSignal>(
         result
     });
     if let Err(e) = runner.submit(wrapped) {
-        comm.failure.fail(&e, Learned::Call);
+        comm.core.failure().fail(&e, Learned::Call);
         signal.raise();
     }
 }

@@ -19,7 +19,7 @@ use crate::transport::gpudirect_nic::GpuDirectNic;
 pub(crate) fn rdma_device(comm: &crate::Communicator) -> Option<GpuDirectNic> {
     (0..comm.size())
         .filter(|&p| comm.moves_by_rdma(p))
-        .find_map(|p| comm.inner.connection(p).ok()?.gpudirect_nic())
+        .find_map(|p| comm.inner.core.connection(p).ok()?.gpudirect_nic())
 }
 
 /// The RDMA device GPUDirect would use for `comm`'s device operations:

@@ -117,8 +117,10 @@ fn on_ranks<T: Send + 'static>(
                     peermem,
                 };
                 let nic = Arc::new(EmulatedNic::default());
-                let shared =
-                    DeviceShared::new(comm.inner.engine.handle().clone(), comm.config().timeout);
+                let shared = DeviceShared::new(
+                    comm.inner.core.engine().handle().clone(),
+                    comm.config().timeout,
+                );
                 let made = wanted(&comm).and_then(|dev| {
                     establish(&dev, &probe, |mode| {
                         assert_eq!(mode, GpuDirectMode::PeerMem);

@@ -6,8 +6,8 @@ use crate::Result;
 use crate::barrier::{BarrierAlgo, default_algo};
 use crate::comm::affinity;
 use crate::comm::barrier::BarrierState;
+use crate::comm::core::Topology;
 use crate::comm::endpoint::Endpoint;
-use crate::comm::inner::Topology;
 use crate::transport::Connection;
 
 /// The topology and the barrier state.

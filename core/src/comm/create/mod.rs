@@ -30,9 +30,11 @@ mod prepare;
 
 use std::sync::Arc;
 
+use super::core::{Core, CoreParts};
 use super::failure::FailureState;
 use super::inner::CommInner;
 use super::multicast_service::MulticastService;
+use super::p2p::P2pState;
 use super::peer_watch::peer_watch;
 use super::recovery::RecoveryPoint;
 use crate::Result;
@@ -76,30 +78,33 @@ pub(crate) fn create(
     }
     let spin = spin_budget(local.config.spin, agreed.topology.local_ranks);
     let core = agreed.topology.core_binding;
-    let inner = Arc::new(CommInner::new(
-        rank,
-        size,
-        local.config,
-        agreed.topology,
-        engine,
-        links.peers,
-        failure.clone(),
-        segment,
-        spin,
-        agreed.barrier,
-        local.faults,
-        RecoveryPoint::new(
+    let inner = Arc::new(CommInner {
+        barrier: agreed.barrier,
+        p2p: P2pState::new(size),
+        recovery: RecoveryPoint::new(
             local.recovery.map(|(l, _)| l),
             endpoints.iter().map(|e| e.recovery).collect(),
             local.secret,
         ),
-    ));
+        core: Core::new(CoreParts {
+            rank,
+            size,
+            config: local.config,
+            topology: agreed.topology,
+            engine,
+            peers: links.peers,
+            failure: failure.clone(),
+            segment,
+            spin,
+            faults: local.faults,
+        }),
+    });
     // Shared-memory peers in other processes are watched; threads of this
     // process die with it.
     let watched: Vec<(usize, u32)> = (0..size)
         .filter(|&p| endpoints[p].pid != std::process::id())
         .filter(|&p| {
-            inner.peers[p]
+            inner.core.peers()[p]
                 .as_ref()
                 .is_some_and(|c| c.peer_segment().is_some())
         })
@@ -111,7 +116,7 @@ pub(crate) fn create(
     // One thread for everything off the callers' threads, started now if
     // there are sources (proxied transports, the watch), else by the first
     // job (a barrier run off-stream, the CUDA backend's host side).
-    inner.engine.start(rank, sources, failure)?;
+    inner.core.engine().start(rank, sources, failure)?;
     tracing::debug!(rank, size, cpu = ?core.cpu(), "communicator ready");
     Ok(inner)
 }

@@ -154,7 +154,7 @@ impl CommInner {
     pub(crate) fn run_group(&self, spec: &GroupSpec, seq: u64) -> Result<()> {
         let _span = tracing::trace_span!("p2p", op = %spec.name, seq).entered();
         if let [o] = spec.ops.as_slice()
-            && o.peer != self.rank
+            && o.peer != self.core.rank()
         {
             return self.run_single(spec, seq);
         }
@@ -178,8 +178,8 @@ impl CommInner {
         let range = o.offset..o.offset + o.bytes();
         // A message of one slot first tries the immediate path (it is this
         // call's turn): no operation is built when it is done at once.
-        let conn = self.connection(o.peer)?;
-        let immediate = o.bytes() <= self.config.p2p_eager_limit
+        let conn = self.core.connection(o.peer)?;
+        let immediate = o.bytes() <= self.core.config().p2p_eager_limit
             && !(spec.rdma_rendezvous && conn.writes_remotely());
         match o.dir {
             Dir::Send => {
@@ -190,7 +190,7 @@ impl CommInner {
                         return Ok(());
                     }
                     // A slot a fault rule failed is the communicator's error.
-                    self.failure.check()?;
+                    self.core.failure().check()?;
                 }
                 let op = self.new_op(spec, o, Operand::Src(Src::Host(src)))?;
                 self.drive_one(op, name)
@@ -213,8 +213,8 @@ impl CommInner {
     /// [`Error::InvalidArgument`] for device memory on a connection that
     /// cannot write it by RDMA (never built so: `device::call` checks).
     fn new_op<'a>(&'a self, spec: &GroupSpec, o: &OpSpec, operand: Operand<'a>) -> Result<Op<'a>> {
-        let conn = self.connection(o.peer)?;
-        let direct = self.config.p2p_direct;
+        let conn = self.core.connection(o.peer)?;
+        let direct = self.core.config().p2p_direct;
         let rdma = conn.writes_remotely();
         let device = matches!(
             operand,
@@ -235,7 +235,7 @@ impl CommInner {
         }
         Ok(match operand {
             Operand::Src(data) => {
-                let rendezvous = data.len() > self.config.p2p_eager_limit
+                let rendezvous = data.len() > self.core.config().p2p_eager_limit
                     || (spec.rdma_rendezvous && rdma && data.len() > 0);
                 Op::Send(SendOp::new(
                     o.peer, conn, &self.p2p, data, o.dtype, o.count, rendezvous, direct,
@@ -249,7 +249,14 @@ impl CommInner {
                 // receiver pulls the message on its own thread instead.
                 let pull_only = conn.peer_segment().is_some();
                 Op::Recv(RecvOp::new(
-                    self.rank, o.peer, conn, &self.p2p, dst, o.dtype, direct, pull_only,
+                    self.core.rank(),
+                    o.peer,
+                    conn,
+                    &self.p2p,
+                    dst,
+                    o.dtype,
+                    direct,
+                    pull_only,
                 ))
             }
         })
@@ -293,8 +300,8 @@ impl CommInner {
         name: impl Fn() -> String,
     ) -> Result<()> {
         let policy = WaitPolicy {
-            timeout: stalled.remaining(self.config.timeout),
-            ..self.policy()
+            timeout: stalled.remaining(self.core.config().timeout),
+            ..self.core.policy()
         };
         let mut pace = first.connection().pace(&policy);
         first
@@ -308,7 +315,10 @@ impl CommInner {
                 })
                 .then_some(())
             })
-            .map_err(|w| self.wait_error(w, &name(), waiting_for(), Some(first.peer())))
+            .map_err(|w| {
+                self.core
+                    .wait_error(w, &name(), waiting_for(), Some(first.peer()))
+            })
     }
 
     fn run_locked(&self, spec: &GroupSpec, seq: u64, locked: LockedBufs<'_>) -> Result<()> {
@@ -353,7 +363,7 @@ impl CommInner {
         let mut ops: Vec<Op<'_>> = Vec::with_capacity(n);
         let mut index: Vec<Option<usize>> = vec![None; n];
         for (k, o) in spec.ops.iter().enumerate() {
-            if o.peer == self.rank {
+            if o.peer == self.core.rank() {
                 continue;
             }
             let operand = Operand::of_device(o).unwrap_or_else(|| match o.dir {

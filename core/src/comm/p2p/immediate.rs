@@ -57,12 +57,12 @@ impl Communicator {
         let inner = &*self.inner;
         // A failed communicator (this rank's failure, a peer's, an abort)
         // has its failure word raised: the full path reports the error.
-        if peer == inner.rank || inner.failure.raised() {
+        if peer == inner.core.rank() || inner.core.failure().raised() {
             return Err(Now::FallBack);
         }
-        let conn = inner.connection(peer).map_err(|_| Now::FallBack)?;
-        let ticket = inner.turns.take();
-        if !inner.turns.serving(ticket) {
+        let conn = inner.core.connection(peer).map_err(|_| Now::FallBack)?;
+        let ticket = inner.core.turns().take();
+        if !inner.core.turns().serving(ticket) {
             return Err(Now::FallBackWithTicket(ticket));
         }
         Ok((conn, ticket))
@@ -71,7 +71,7 @@ impl Communicator {
     /// Sends `bytes` (`count` elements of `dtype`) to `peer` on the calling
     /// thread if that can finish now; see the module docs.
     pub(crate) fn send_now(&self, bytes: &[u8], dtype: DataType, count: usize, peer: usize) -> Now {
-        if bytes.len() > self.inner.config.p2p_eager_limit {
+        if bytes.len() > self.inner.core.config().p2p_eager_limit {
             return Now::FallBack;
         }
         let (conn, ticket) = match self.turn_now(peer) {
@@ -81,7 +81,7 @@ impl Communicator {
         if !self.inner.send_eager_in_turn(conn, bytes, dtype, count) {
             return Now::FallBackWithTicket(ticket);
         }
-        self.inner.turns.done(ticket);
+        self.inner.core.turns().done(ticket);
         Now::Completed
     }
 
@@ -102,7 +102,7 @@ impl Communicator {
         if self.inner.recv_eager_in_turn(conn, bytes, dtype)
             || (!conn.proxied() && self.spin_then_recv(conn, bytes, dtype))
         {
-            self.inner.turns.done(ticket);
+            self.inner.core.turns().done(ticket);
             return Now::Completed;
         }
         Now::FallBackWithTicket(ticket)
@@ -115,7 +115,7 @@ impl Communicator {
     /// it).
     #[inline(never)]
     fn spin_then_recv(&self, conn: &Connection, bytes: &mut [u8], dtype: DataType) -> bool {
-        for _ in 0..self.inner.spin {
+        for _ in 0..self.inner.core.spin() {
             std::hint::spin_loop();
             if conn.recv.has_data() {
                 return self.inner.recv_eager_in_turn(conn, bytes, dtype);
@@ -167,8 +167,10 @@ impl CommInner {
     #[cold]
     #[inline(never)]
     fn immediate_failed(&self, conn: &Connection, e: RingError) {
-        let e = self.ring_error(e, "send", conn, "a free slot (credit)", None);
-        self.failure.fail(&e, Learned::Call);
+        let e = self
+            .core
+            .ring_error(e, "send", conn, "a free slot (credit)", None);
+        self.core.failure().fail(&e, Learned::Call);
     }
 
     /// In this call's turn: copies the message from `conn` into the front

@@ -159,10 +159,11 @@ impl Communicator {
     /// True when messages with `peer` move by RDMA writes (verbs, with
     /// direct writes on): what a device operation needs to skip staging.
     pub(crate) fn moves_by_rdma(&self, peer: usize) -> bool {
-        peer != self.inner.rank
-            && self.inner.config.p2p_direct
+        peer != self.inner.core.rank()
+            && self.inner.core.config().p2p_direct
             && self
                 .inner
+                .core
                 .connection(peer)
                 .is_ok_and(|c| c.writes_remotely())
     }
@@ -255,11 +256,12 @@ struct GroupTask {
 
 impl Task for GroupTask {
     fn prepare(&self) -> Job {
-        let ticket = self.comm.turns.take();
+        let ticket = self.comm.core.turns().take();
         let (comm, spec) = (self.comm.clone(), self.spec.clone());
         Job::new(move |mode| {
             let name = format_args!("{} #{ticket}", spec.name);
-            comm.run_ticketed(ticket, mode, name, |c| c.run_group(&spec, ticket))
+            comm.core
+                .run_ticketed(ticket, mode, name, |_| comm.run_group(&spec, ticket))
         })
     }
 
@@ -305,10 +307,14 @@ impl Communicator {
         stream: &HostStream,
         f: impl FnOnce(&mut Group<'_>) -> Result<R>,
     ) -> Result<R> {
-        self.inner.failure.check()?;
+        self.inner.core.failure().check()?;
         let mut g = Group {
             comm: self,
-            spec: GroupSpec::new(name.to_string(), self.inner.rank, self.inner.size),
+            spec: GroupSpec::new(
+                name.to_string(),
+                self.inner.core.rank(),
+                self.inner.core.size(),
+            ),
         };
         let r = f(&mut g)?;
         let Group { comm, mut spec, .. } = g;
@@ -341,14 +347,14 @@ impl Communicator {
         ops: &[(Dir, usize, GroupMemory)],
         rdma_rendezvous: bool,
     ) -> Result<Option<Arc<dyn Task>>> {
-        self.inner.failure.check()?;
+        self.inner.core.failure().check()?;
         let name = match ops {
             [] => return Ok(None),
             [(Dir::Send, ..)] => "send",
             [(Dir::Recv, ..)] => "recv",
             _ => "group",
         };
-        let mut spec = GroupSpec::new(name, self.inner.rank, self.inner.size);
+        let mut spec = GroupSpec::new(name, self.inner.core.rank(), self.inner.core.size());
         spec.rdma_rendezvous = rdma_rendezvous;
         for (dir, peer, mem) in ops {
             match mem {
@@ -457,8 +463,8 @@ impl Communicator {
         ticket: Option<u64>,
     ) -> Result<()> {
         let spec = (|| {
-            self.inner.failure.check()?;
-            let mut spec = GroupSpec::new(name, self.inner.rank, self.inner.size);
+            self.inner.core.failure().check()?;
+            let mut spec = GroupSpec::new(name, self.inner.core.rank(), self.inner.core.size());
             spec.push(dir, peer, v, 0, v.len())?;
             spec.check()?;
             Ok(spec)
@@ -468,14 +474,16 @@ impl Communicator {
             (Err(e), None) => return Err(e),
             (Err(e), Some(ticket)) => {
                 self.inner
+                    .core
                     .run_ticketed(ticket, JobMode::Skip, name, |_| Ok(()))?;
                 return Err(e);
             }
         };
-        let ticket = ticket.unwrap_or_else(|| self.inner.turns.take());
+        let ticket = ticket.unwrap_or_else(|| self.inner.core.turns().take());
         self.inner
-            .run_ticketed(ticket, JobMode::Run, &spec.name, |c| {
-                c.run_group(&spec, ticket)
+            .core
+            .run_ticketed(ticket, JobMode::Run, &spec.name, |_| {
+                self.inner.run_group(&spec, ticket)
             })
     }
 
@@ -522,11 +530,11 @@ impl Communicator {
         recv_displs: &[usize],
         stream: &HostStream,
     ) -> Result<()> {
-        let n = self.inner.size;
+        let n = self.inner.core.size();
         check_one_per_rank(n, [send_counts, send_displs, recv_counts, recv_displs])?;
         let (s, r) = (send.buf_view(), recv.buf_view());
         check_pair("all_to_allv", &s, &r)?;
-        let me = self.inner.rank;
+        let me = self.inner.core.rank();
         self.group_named("all_to_allv", stream, |g| {
             // Pairwise order (round k: send to me+k, receive from me-k) so
             // every rank works on distinct pairs at any moment.
@@ -573,7 +581,7 @@ impl Communicator {
         stream: &HostStream,
     ) -> Result<()> {
         let (s, r) = (send.buf_view(), recv.buf_view());
-        let (n, me, count) = (self.inner.size, self.inner.rank, s.len());
+        let (n, me, count) = (self.inner.core.size(), self.inner.core.rank(), s.len());
         check_root("gather", root, n)?;
         self.group_named(&format!("gather root {root}"), stream, |g| {
             g.send_region(&s, 0, count, root)?;
@@ -617,7 +625,7 @@ impl Communicator {
         stream: &HostStream,
     ) -> Result<()> {
         let (s, r) = (send.buf_view(), recv.buf_view());
-        let (n, me, count) = (self.inner.size, self.inner.rank, r.len());
+        let (n, me, count) = (self.inner.core.size(), self.inner.core.rank(), r.len());
         check_root("scatter", root, n)?;
         self.group_named(&format!("scatter root {root}"), stream, |g| {
             if me == root {

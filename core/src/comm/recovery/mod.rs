@@ -152,18 +152,18 @@ impl Communicator {
     /// [`Communicator::shrink`].
     pub fn shrink_excluding(&self, exclude: &[usize]) -> Result<Communicator> {
         let inner = &self.inner;
-        let _span = tracing::info_span!("shrink", rank = inner.rank, ?exclude).entered();
-        if let Some(r) = exclude.iter().find(|&&r| r >= inner.size) {
+        let _span = tracing::info_span!("shrink", rank = inner.core.rank(), ?exclude).entered();
+        if let Some(r) = exclude.iter().find(|&&r| r >= inner.core.size()) {
             return Err(Error::invalid(format!(
                 "shrink: rank {r} in the exclusion list is out of range for size {}",
-                inner.size
+                inner.core.size()
             )));
         }
         let excluded: BTreeSet<usize> = exclude.iter().copied().collect();
-        if excluded.contains(&inner.rank) {
+        if excluded.contains(&inner.core.rank()) {
             return Err(Error::InvalidUsage(format!(
                 "shrink: rank {} is on the exclusion list; excluded ranks do not call shrink",
-                inner.rank
+                inner.core.rank()
             )));
         }
         let started = Instant::now();
@@ -173,9 +173,9 @@ impl Communicator {
             tracing::debug!(attempt, ?members, "shrink: membership decided");
             match child::join(inner, &id, &members) {
                 Ok(c) => {
-                    let since_failure = inner.failure.failure().map(|f| f.at.elapsed());
+                    let since_failure = inner.core.failure().failure().map(|f| f.at.elapsed());
                     tracing::info!(
-                        rank = inner.rank,
+                        rank = inner.core.rank(),
                         size = members.len(),
                         took_ms = started.elapsed().as_millis() as u64,
                         ?since_failure,
@@ -195,5 +195,5 @@ impl Communicator {
 
 /// How long a rank waits for a peer's part in the shrink.
 fn patience(inner: &super::inner::CommInner) -> Duration {
-    inner.config.timeout
+    inner.core.config().timeout
 }

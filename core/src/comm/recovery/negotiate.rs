@@ -33,24 +33,24 @@ pub(super) fn negotiate(
 ) -> Result<(Vec<usize>, UniqueId)> {
     let mut dead: BTreeSet<usize> = excluded.clone();
     // A peer whose process the watch saw exit is not tried.
-    if let Some(f) = inner.failure.failure()
+    if let Some(f) = inner.core.failure().failure()
         && f.learned == Learned::PeerWatch
-        && f.culprit != inner.rank
+        && f.culprit != inner.core.rank()
     {
         dead.insert(f.culprit);
     }
-    for c in 0..inner.size {
+    for c in 0..inner.core.size() {
         if dead.contains(&c) {
             continue;
         }
-        if c == inner.rank {
+        if c == inner.core.rank() {
             return coordinate(inner, excluded, dead);
         }
         match join(inner, c, &dead)? {
             Some(decided) => return Ok(decided),
             None => {
                 tracing::debug!(
-                    rank = inner.rank,
+                    rank = inner.core.rank(),
                     coordinator = c,
                     "shrink: rank did not answer; counted dead"
                 );
@@ -79,7 +79,7 @@ fn join(
     let _ = s.set_nodelay(true);
     let hello = Frame {
         kind: Kind::Join,
-        rank: inner.rank,
+        rank: inner.core.rank(),
         ranks: dead.iter().copied().collect(),
         id: None,
     };
@@ -92,14 +92,14 @@ fn join(
     let read = |s: &mut TcpStream, within: Duration| {
         s.set_read_timeout(Some(within.max(Duration::from_millis(1))))
             .ok()?;
-        Frame::read(s, &rp.secret, inner.size).ok()
+        Frame::read(s, &rp.secret, inner.core.size()).ok()
     };
     match read(&mut s, wait) {
         Some(f) if f.kind == Kind::Ack => {}
         Some(f) if f.kind == Kind::Refuse => {
             return Err(Error::InvalidUsage(format!(
                 "shrink: rank {c} coordinates and has rank {} on its exclusion list",
-                inner.rank
+                inner.core.rank()
             )));
         }
         _ => return Ok(None),
@@ -110,7 +110,7 @@ fn join(
             ranks,
             id: Some(id),
             ..
-        }) if ranks.contains(&inner.rank) => Ok(Some((ranks, id))),
+        }) if ranks.contains(&inner.core.rank()) => Ok(Some((ranks, id))),
         _ => Ok(None),
     }
 }
@@ -122,7 +122,7 @@ fn coordinate(
     mut dead: BTreeSet<usize>,
 ) -> Result<(Vec<usize>, UniqueId)> {
     let rp = &inner.recovery;
-    let size = inner.size;
+    let size = inner.core.size();
     let mut joined: BTreeMap<usize, TcpStream> = BTreeMap::new();
     let mut probes: BTreeMap<usize, TcpStream> = BTreeMap::new();
     let deadline = Instant::now() + patience(inner);
@@ -145,11 +145,11 @@ fn coordinate(
             let Ok(f) = Frame::read(&mut s, &rp.secret, size) else {
                 continue;
             };
-            if f.kind != Kind::Join || f.rank == inner.rank {
+            if f.kind != Kind::Join || f.rank == inner.core.rank() {
                 continue;
             }
             if excluded.contains(&f.rank) {
-                let _ = Frame::bare(Kind::Refuse, inner.rank).send(&mut s, &rp.secret);
+                let _ = Frame::bare(Kind::Refuse, inner.core.rank()).send(&mut s, &rp.secret);
                 continue;
             }
             // A join left in the backlog by an earlier attempt, whose
@@ -158,12 +158,12 @@ fn coordinate(
             if closed(&mut s) || joined.get_mut(&f.rank).is_some_and(|old| !closed(old)) {
                 continue;
             }
-            if Frame::bare(Kind::Ack, inner.rank)
+            if Frame::bare(Kind::Ack, inner.core.rank())
                 .send(&mut s, &rp.secret)
                 .is_ok()
             {
                 // What it found dead on its way (the ranks before this one).
-                dead.extend(f.ranks.iter().filter(|&&r| r != inner.rank));
+                dead.extend(f.ranks.iter().filter(|&&r| r != inner.core.rank()));
                 dead.remove(&f.rank);
                 probes.remove(&f.rank);
                 joined.insert(f.rank, s);
@@ -171,7 +171,7 @@ fn coordinate(
         }
         // The others: a refused or reset probe is a death.
         for r in 0..size {
-            if r == inner.rank || dead.contains(&r) || joined.contains_key(&r) {
+            if r == inner.core.rank() || dead.contains(&r) || joined.contains_key(&r) {
                 continue;
             }
             if let Some(p) = probes.get_mut(&r) {
@@ -190,8 +190,8 @@ fn coordinate(
                 }
             }
         }
-        let settled =
-            (0..size).all(|r| r == inner.rank || dead.contains(&r) || joined.contains_key(&r));
+        let settled = (0..size)
+            .all(|r| r == inner.core.rank() || dead.contains(&r) || joined.contains_key(&r));
         if settled || Instant::now() >= deadline {
             break;
         }
@@ -200,12 +200,12 @@ fn coordinate(
     // A joiner that died since it joined is left out now.
     joined.retain(|_, s| !closed(s));
     let mut members: Vec<usize> = joined.keys().copied().collect();
-    members.push(inner.rank);
+    members.push(inner.core.rank());
     members.sort_unstable();
     let id = child::serve_id(inner)?;
     let decision = Frame {
         kind: Kind::Decision,
-        rank: inner.rank,
+        rank: inner.core.rank(),
         ranks: members.clone(),
         id: Some(id),
     };
@@ -221,7 +221,7 @@ fn coordinate(
 fn probe(inner: &CommInner, r: usize) -> Option<TcpStream> {
     let addr = inner.recovery.addr(r)?;
     let mut s = TcpStream::connect_timeout(&addr, CONNECT).ok()?;
-    Frame::bare(Kind::Probe, inner.rank)
+    Frame::bare(Kind::Probe, inner.core.rank())
         .send(&mut s, &inner.recovery.secret)
         .ok()?;
     s.set_nonblocking(true).ok()?;
@@ -265,7 +265,7 @@ mod tests {
     /// connection, on which the decision comes (dropping it is the joiner
     /// dying).
     fn join_rank_0(comm: &Communicator) -> TcpStream {
-        let (rank, rp) = (comm.inner.rank, &comm.inner.recovery);
+        let (rank, rp) = (comm.inner.core.rank(), &comm.inner.recovery);
         let addr = rp.addr(0).expect("rank 0 has a recovery listener");
         let mut s = TcpStream::connect_timeout(&addr, CONNECT)
             .unwrap_or_else(|e| panic!("rank {rank}: connect to rank 0's listener: {e}"));
@@ -273,7 +273,7 @@ mod tests {
         Frame::bare(Kind::Join, rank)
             .send(&mut s, &rp.secret)
             .unwrap_or_else(|e| panic!("rank {rank}: send the join: {e}"));
-        let ack = Frame::read(&mut s, &rp.secret, comm.inner.size)
+        let ack = Frame::read(&mut s, &rp.secret, comm.inner.core.size())
             .unwrap_or_else(|e| panic!("rank {rank}: no answer to its join: {e}"));
         assert_eq!(
             ack.kind,

@@ -407,7 +407,8 @@ impl Drop for Group<'_> {
                 .cuda
                 .communicator()
                 .inner
-                .failure
+                .core
+                .failure()
                 .fail(&full, crate::comm::failure::Learned::Call);
         }
     }

@@ -107,7 +107,7 @@ impl Communicator {
         if let Err(e) = &result {
             // Part of the call may be on the stream: the peers' flag rounds
             // no longer line up with this rank's, so fail rather than drift.
-            self.inner.failure.fail(e, Learned::Call);
+            self.inner.core.failure().fail(e, Learned::Call);
         }
         let kept = queue.enqueue_keep(Box::new(w.clone()), graveyard);
         result.and(kept).map(|()| true)

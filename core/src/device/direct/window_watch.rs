@@ -90,7 +90,7 @@ impl WindowWatch {
             look(&Communicator { inner }, w);
             true
         });
-        comm.inner.engine.handle().attach(Box::new(timer))?;
+        comm.inner.core.engine().handle().attach(Box::new(timer))?;
         Ok(WindowWatch { watch })
     }
 }
@@ -121,7 +121,8 @@ fn look(comm: &Communicator, w: &mut Watch) {
             return;
         };
         comm.inner
-            .failure
+            .core
+            .failure()
             .fail_blaming(&error, culprit, Learned::PeerWatch);
     }
     w.windows.abort_and_release();
