@@ -16,7 +16,7 @@ pub mod barrier {
     /// joined: `[barriers, questions asked, arrivals re-sent]` (the
     /// benchmark reports retransmits per barrier from them).
     pub fn multicast_stats(comm: &crate::Communicator) -> Option<[u64; 3]> {
-        comm.inner.multicast_stats()
+        comm.inner.barrier.multicast_stats()
     }
 }
 

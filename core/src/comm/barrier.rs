@@ -18,7 +18,7 @@ use crate::barrier::area::{Area, BarrierArea};
 use crate::barrier::{BarrierAlgo, FlagBarriers};
 use crate::comm::Communicator;
 use crate::comm::buffer::Binding;
-use crate::comm::inner::CommInner;
+use crate::comm::core::Core;
 use crate::comm::task::barrier_task;
 use crate::host::{HostStream, JobMode};
 use crate::plan::{self, Collective, Plan, PlanParams};
@@ -114,31 +114,31 @@ impl BarrierState {
     }
 }
 
-impl CommInner {
+impl BarrierState {
     /// The multicast barrier's counters (barriers, questions asked,
     /// arrivals re-sent), where its group was joined.
     pub(crate) fn multicast_stats(&self) -> Option<[u64; 3]> {
-        let BarrierState::Flags(flags) = &self.barrier else {
+        let BarrierState::Flags(flags) = self else {
             return None;
         };
         let s = flags.multicast()?.stats();
         Some([s.barriers, s.questions, s.resends])
     }
 
-    /// Runs one barrier (call under a ticket).
-    pub(crate) fn run_barrier(&self, ticket: u64) -> Result<()> {
-        let flags = match &self.barrier {
+    /// Runs one barrier on `core` (call under a ticket).
+    pub(crate) fn run(&self, core: &Core, ticket: u64) -> Result<()> {
+        let flags = match self {
             BarrierState::Flags(flags) => flags,
             BarrierState::Messages { plan } => {
                 let binding = Binding::Separate {
                     send: None,
                     recv: None,
                 };
-                return self.core.run_plan(plan, &binding, ticket);
+                return core.run_plan(plan, &binding, ticket);
             }
         };
-        flags.run(self.core.policy()).map_err(|e| match e {
-            Error::Aborted(what) => self.core.wait_error(
+        flags.run(core.policy()).map_err(|e| match e {
+            Error::Aborted(what) => core.wait_error(
                 WaitError::Aborted,
                 &format!("barrier #{ticket}"),
                 what,
@@ -204,7 +204,7 @@ impl Communicator {
         self.inner
             .core
             .run_ticketed(ticket, JobMode::Run, "barrier_host", |_| {
-                self.inner.run_barrier(ticket)
+                self.inner.barrier.run(&self.inner.core, ticket)
             })
     }
 

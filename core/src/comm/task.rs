@@ -68,7 +68,7 @@ impl Task for ProxyBarrierTask {
                 let r = comm
                     .core
                     .run_ticketed(ticket, JobMode::Run, "barrier", |_| {
-                        comm.run_barrier(ticket)
+                        comm.barrier.run(&comm.core, ticket)
                     });
                 bell.store(if r.is_ok() { 1 } else { Doorbell::POISON });
             }));
@@ -118,7 +118,7 @@ impl Task for InlineBarrierTask {
         let comm = self.comm.clone();
         Job::new(move |mode| {
             comm.core
-                .run_ticketed(ticket, mode, "barrier", |_| comm.run_barrier(ticket))
+                .run_ticketed(ticket, mode, "barrier", |_| comm.barrier.run(&comm.core, ticket))
         })
     }
 

@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::comm::inner::CommInner;
+use crate::comm::p2p::P2p;
 use crate::comm::p2p::payload::{Dst, Src};
 use crate::comm::p2p::receiver::RecvOp;
 use crate::comm::p2p::sender::SendOp;
@@ -149,7 +149,7 @@ impl Stalled {
     }
 }
 
-impl CommInner {
+impl P2p<'_> {
     /// Executes the group `spec` as operation number `seq`.
     pub(crate) fn run_group(&self, spec: &GroupSpec, seq: u64) -> Result<()> {
         let _span = tracing::trace_span!("p2p", op = %spec.name, seq).entered();
@@ -238,7 +238,7 @@ impl CommInner {
                 let rendezvous = data.len() > self.core.config().p2p_eager_limit
                     || (spec.rdma_rendezvous && rdma && data.len() > 0);
                 Op::Send(SendOp::new(
-                    o.peer, conn, &self.p2p, data, o.dtype, o.count, rendezvous, direct,
+                    o.peer, conn, self.state, data, o.dtype, o.count, rendezvous, direct,
                 ))
             }
             Operand::Dst(dst) => {
@@ -252,7 +252,7 @@ impl CommInner {
                     self.core.rank(),
                     o.peer,
                     conn,
-                    &self.p2p,
+                    self.state,
                     dst,
                     o.dtype,
                     direct,

@@ -10,8 +10,8 @@
 //! path's.
 //!
 //! A single send or receive enqueued on a stream takes the same path when
-//! its turn comes ([`CommInner::send_eager_in_turn`] and
-//! [`CommInner::recv_eager_in_turn`], from the full path's one-operation
+//! its turn comes ([`P2p::send_eager_in_turn`] and
+//! [`P2p::recv_eager_in_turn`], from the full path's one-operation
 //! case), before building its operation.
 
 use std::sync::atomic::Ordering;
@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use crate::DataType;
 use crate::comm::Communicator;
 use crate::comm::failure::Learned;
-use crate::comm::inner::CommInner;
+use crate::comm::p2p::P2p;
 use crate::comm::p2p::stats::Stat;
 use crate::plan::signature::{self, P2pSlot};
 use crate::transport::Connection;
@@ -78,7 +78,7 @@ impl Communicator {
             Ok(turn) => turn,
             Err(not_now) => return not_now,
         };
-        if !self.inner.send_eager_in_turn(conn, bytes, dtype, count) {
+        if !P2p::of(&self.inner).send_eager_in_turn(conn, bytes, dtype, count) {
             return Now::FallBackWithTicket(ticket);
         }
         self.inner.core.turns().done(ticket);
@@ -99,7 +99,7 @@ impl Communicator {
             Ok(turn) => turn,
             Err(not_now) => return not_now,
         };
-        if self.inner.recv_eager_in_turn(conn, bytes, dtype)
+        if P2p::of(&self.inner).recv_eager_in_turn(conn, bytes, dtype)
             || (!conn.proxied() && self.spin_then_recv(conn, bytes, dtype))
         {
             self.inner.core.turns().done(ticket);
@@ -118,14 +118,14 @@ impl Communicator {
         for _ in 0..self.inner.core.spin() {
             std::hint::spin_loop();
             if conn.recv.has_data() {
-                return self.inner.recv_eager_in_turn(conn, bytes, dtype);
+                return P2p::of(&self.inner).recv_eager_in_turn(conn, bytes, dtype);
             }
         }
         false
     }
 }
 
-impl CommInner {
+impl P2p<'_> {
     /// In this call's turn: writes `bytes` (`count` elements of `dtype`, at
     /// most the eager limit) into one slot of `conn` and publishes it, if
     /// the ring has credit; false otherwise. False too when the slot
@@ -155,9 +155,9 @@ impl CommInner {
                 return false;
             }
         }
-        self.p2p.stats.add(Stat::SentEagerMessages, 1);
-        self.p2p.stats.add(Stat::SentEagerBytes, bytes.len());
-        self.p2p.immediate_calls.fetch_add(1, Ordering::Relaxed);
+        self.state.stats.add(Stat::SentEagerMessages, 1);
+        self.state.stats.add(Stat::SentEagerBytes, bytes.len());
+        self.state.immediate_calls.fetch_add(1, Ordering::Relaxed);
         true
     }
 
@@ -206,8 +206,8 @@ impl CommInner {
         let n = slot.len();
         copy_small(&mut bytes[..n], slot);
         conn.release_recv();
-        self.p2p.stats.add(Stat::RecvEagerBytes, n);
-        self.p2p.immediate_calls.fetch_add(1, Ordering::Relaxed);
+        self.state.stats.add(Stat::RecvEagerBytes, n);
+        self.state.immediate_calls.fetch_add(1, Ordering::Relaxed);
         true
     }
 }

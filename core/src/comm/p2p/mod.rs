@@ -69,6 +69,7 @@ pub use stats::P2pStats;
 
 use crate::comm::Communicator;
 use crate::comm::buffer::{AsBufView, BufView};
+use crate::comm::core::Core;
 use crate::comm::inner::CommInner;
 use crate::host::HostStream;
 use crate::host::{Job, JobMode, Task};
@@ -77,6 +78,25 @@ pub(crate) use placement::PLACEMENT;
 pub(crate) use spec::Dir;
 use spec::GroupSpec;
 use stats::StatCounters;
+
+/// Point-to-point's part of a communicator: the core it runs on and its
+/// own state ([`P2pState`]). The executor and the immediate path are its
+/// methods.
+#[derive(Clone, Copy)]
+pub(crate) struct P2p<'a> {
+    pub(crate) core: &'a Core,
+    pub(crate) state: &'a P2pState,
+}
+
+impl<'a> P2p<'a> {
+    /// The part of `comm`.
+    pub(crate) fn of(comm: &'a CommInner) -> P2p<'a> {
+        P2p {
+            core: &comm.core,
+            state: &comm.p2p,
+        }
+    }
+}
 
 /// Per-communicator point-to-point state: rendezvous sequence numbers per
 /// peer and the byte counters.
@@ -261,7 +281,7 @@ impl Task for GroupTask {
         Job::new(move |mode| {
             let name = format_args!("{} #{ticket}", spec.name);
             comm.core
-                .run_ticketed(ticket, mode, name, |_| comm.run_group(&spec, ticket))
+                .run_ticketed(ticket, mode, name, |_| P2p::of(&comm).run_group(&spec, ticket))
         })
     }
 
@@ -483,7 +503,7 @@ impl Communicator {
         self.inner
             .core
             .run_ticketed(ticket, JobMode::Run, &spec.name, |_| {
-                self.inner.run_group(&spec, ticket)
+                P2p::of(&self.inner).run_group(&spec, ticket)
             })
     }
 
