@@ -33,6 +33,7 @@ mod plan_cache;
 pub(crate) mod recovery;
 mod selection;
 mod split;
+pub(crate) mod submit;
 pub(crate) mod task;
 mod turns;
 

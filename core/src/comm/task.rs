@@ -117,8 +117,9 @@ impl Task for InlineBarrierTask {
         let ticket = self.comm.core.turns().take();
         let comm = self.comm.clone();
         Job::new(move |mode| {
-            comm.core
-                .run_ticketed(ticket, mode, "barrier", |_| comm.barrier.run(&comm.core, ticket))
+            comm.core.run_ticketed(ticket, mode, "barrier", |_| {
+                comm.barrier.run(&comm.core, ticket)
+            })
         })
     }
 

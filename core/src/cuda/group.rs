@@ -135,8 +135,7 @@ impl CudaComm {
         };
         let r = f(&mut g)?;
         let queue = self.queue(stream, "group")?;
-        self.comm
-            .enqueue_device_group(&queue, &self.shared, &g.ops)?;
+        crate::device::enqueue_device_group(&self.comm, &queue, &self.shared, &g.ops)?;
         // `g.guards` drop here, after the enqueue: cudarc records the use.
         Ok(r)
     }

@@ -56,7 +56,7 @@ impl CudaComm {
     /// Enqueues `ops` as one group on `stream`.
     fn enqueue_group(&self, what: &str, ops: &[DeviceP2p], stream: &Arc<CudaStream>) -> Result<()> {
         let queue = self.queue(stream, what)?;
-        self.comm.enqueue_device_group(&queue, &self.shared, ops)
+        crate::device::enqueue_device_group(&self.comm, &queue, &self.shared, ops)
     }
 
     /// Gathers `send` from every rank into `recv` at `root`, block `j` from

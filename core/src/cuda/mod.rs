@@ -633,7 +633,7 @@ impl CudaComm {
 
     fn enqueue(&self, stream: &Arc<CudaStream>, call: DeviceCall) -> Result<()> {
         let queue = self.queue(stream, call.collective.name())?;
-        self.comm.enqueue_device(&queue, &self.shared, &call)
+        crate::device::enqueue_device(&self.comm, &queue, &self.shared, &call)
     }
 }
 

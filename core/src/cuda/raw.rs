@@ -144,7 +144,7 @@ impl CudaComm {
             op,
             buffers,
         };
-        self.comm.enqueue_device(&queue, &self.shared, &call)
+        crate::device::enqueue_device(&self.comm, &queue, &self.shared, &call)
     }
 
     /// Enqueues a barrier on `stream`.
@@ -171,7 +171,7 @@ impl CudaComm {
         // SAFETY: forwarded contract.
         let queue = unsafe { self.raw_queue(stream, "barrier") }?;
         let call = DeviceCall::barrier();
-        self.comm.enqueue_device(&queue, &self.shared, &call)
+        crate::device::enqueue_device(&self.comm, &queue, &self.shared, &call)
     }
 
     /// Enqueues `ops` as one group on `stream` (as [`CudaComm::group`]).
@@ -215,6 +215,6 @@ impl CudaComm {
                 range: range(o.buf),
             })
             .collect();
-        self.comm.enqueue_device_group(&queue, &self.shared, &ops)
+        crate::device::enqueue_device_group(&self.comm, &queue, &self.shared, &ops)
     }
 }

@@ -5,12 +5,13 @@ use std::any::Any;
 use std::sync::Arc;
 
 use super::device_queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
+use super::direct::enqueue_direct;
 use super::pool::{DeviceShared, Pool};
 use super::runner::Runner;
-use crate::comm::failure::Learned;
-use crate::comm::inner::CommInner;
+use crate::comm::failure::{FailureState, Learned};
 use crate::comm::p2p::{Dir, GroupMemory};
-use crate::comm::{Binding, BufView, Communicator};
+use crate::comm::submit::Submit;
+use crate::comm::{Binding, BufView};
 use crate::host::{Job, Task};
 use crate::plan::Collective;
 use crate::transport::device_span::{DeviceSpan, NicAccess};
@@ -224,217 +225,219 @@ impl DeviceCall {
     }
 }
 
-impl Communicator {
-    /// Enqueues `call` on `queue`: by the direct path where the
-    /// communicator has one that takes the call ([`super::direct`]), else
-    /// copy in, host callback, wait, copy out, release (module docs). The host task is built and checked here, so
-    /// bad arguments fail now, before anything is enqueued.
-    pub(crate) fn enqueue_device<Q: DeviceQueue>(
-        &self,
-        queue: &Q,
-        shared: &DeviceShared<Q::Staging, Q::Signal>,
-        call: &DeviceCall,
-    ) -> Result<()> {
-        queue.bury(&shared.graveyard);
-        self.inner.core.failure().check()?;
-        if let Some(direct) = shared.direct.get()
-            && self.enqueue_direct(queue, direct, &shared.graveyard, call)?
-        {
-            return Ok(());
-        }
-        let (task, stages) = self.device_task(queue, &shared.pool, call)?;
-        self.enqueue_staged(queue, shared, task, stages)
+/// Enqueues `call` on `queue`: by the direct path where the
+/// communicator has one that takes the call ([`super::direct`]), else
+/// copy in, host callback, wait, copy out, release (module docs). The host task is built and checked here, so
+/// bad arguments fail now, before anything is enqueued.
+pub(crate) fn enqueue_device<Q: DeviceQueue>(
+    comm: &dyn Submit,
+    queue: &Q,
+    shared: &DeviceShared<Q::Staging, Q::Signal>,
+    call: &DeviceCall,
+) -> Result<()> {
+    queue.bury(&shared.graveyard);
+    comm.failure().check()?;
+    if let Some(direct) = shared.direct.get()
+        && enqueue_direct(comm, queue, direct, &shared.graveyard, call)?
+    {
+        return Ok(());
     }
+    let (task, stages) = device_task(comm, queue, &shared.pool, call)?;
+    enqueue_staged(comm, queue, shared, task, stages)
+}
 
-    /// Enqueues a group of sends and receives on `queue` (nothing for an
-    /// empty group).
-    ///
-    /// With GPUDirect RDMA ([`DeviceShared::gpudirect`]), the non-empty
-    /// operations with peers over verbs name the device memory itself: the
-    /// NIC reads and writes it, and the host task flushes the NIC's writes
-    /// to the device before it raises the completion word. Every other
-    /// operation is staged, receive buffers both ways, so that elements past
-    /// a shorter message keep their contents (the NIC writes only the
-    /// message's bytes). Every non-empty message over verbs goes by
-    /// rendezvous, staged or not, since the peer may receive into device
-    /// memory.
-    pub(crate) fn enqueue_device_group<Q: DeviceQueue>(
-        &self,
-        queue: &Q,
-        shared: &DeviceShared<Q::Staging, Q::Signal>,
-        ops: &[DeviceP2p],
-    ) -> Result<()> {
-        queue.bury(&shared.graveyard);
-        check_device_group(ops)?;
-        let mut stages = Vec::with_capacity(ops.len());
-        let mut mems = Vec::with_capacity(ops.len());
-        let mut flush = None;
-        for o in ops {
-            let bytes = o.range.len * o.dtype.size();
-            if let Some(nic) = shared.gpudirect.get()
-                && bytes > 0
-                && self.moves_by_rdma(o.peer)
-                && nic.reaches(o.range.addr)
-            {
-                let span = DeviceSpan {
-                    addr: o.range.addr,
-                    len: bytes,
-                    nic: nic.clone(),
-                };
-                if o.dir == Dir::Recv {
-                    flush = Some(nic.clone());
-                }
-                let (dtype, count) = (o.dtype, o.range.len);
-                mems.push((o.dir, o.peer, GroupMemory::Device { span, dtype, count }));
-                continue;
+/// Enqueues a group of sends and receives on `queue` (nothing for an
+/// empty group).
+///
+/// With GPUDirect RDMA ([`DeviceShared::gpudirect`]), the non-empty
+/// operations with peers over verbs name the device memory itself: the
+/// NIC reads and writes it, and the host task flushes the NIC's writes
+/// to the device before it raises the completion word. Every other
+/// operation is staged, receive buffers both ways, so that elements past
+/// a shorter message keep their contents (the NIC writes only the
+/// message's bytes). Every non-empty message over verbs goes by
+/// rendezvous, staged or not, since the peer may receive into device
+/// memory.
+pub(crate) fn enqueue_device_group<Q: DeviceQueue>(
+    comm: &dyn Submit,
+    queue: &Q,
+    shared: &DeviceShared<Q::Staging, Q::Signal>,
+    ops: &[DeviceP2p],
+) -> Result<()> {
+    queue.bury(&shared.graveyard);
+    check_device_group(ops)?;
+    let mut stages = Vec::with_capacity(ops.len());
+    let mut mems = Vec::with_capacity(ops.len());
+    let mut flush = None;
+    for o in ops {
+        let bytes = o.range.len * o.dtype.size();
+        if let Some(nic) = shared.gpudirect.get()
+            && bytes > 0
+            && comm.moves_by_rdma(o.peer)
+            && nic.reaches(o.range.addr)
+        {
+            let span = DeviceSpan {
+                addr: o.range.addr,
+                len: bytes,
+                nic: nic.clone(),
+            };
+            if o.dir == Dir::Recv {
+                flush = Some(nic.clone());
             }
-            let mem = shared.pool.staging(bytes, |b| queue.alloc_staging(b))?;
-            let view = BufView::new(mem.host_buffer(bytes), o.dtype, o.range.len);
-            mems.push((o.dir, o.peer, GroupMemory::Host(view)));
-            stages.push(Stage {
+            let (dtype, count) = (o.dtype, o.range.len);
+            mems.push((o.dir, o.peer, GroupMemory::Device { span, dtype, count }));
+            continue;
+        }
+        let mem = shared.pool.staging(bytes, |b| queue.alloc_staging(b))?;
+        let view = BufView::new(mem.host_buffer(bytes), o.dtype, o.range.len);
+        mems.push((o.dir, o.peer, GroupMemory::Host(view)));
+        stages.push(Stage {
+            mem,
+            bytes,
+            copy_in: Some(o.range.addr),
+            copy_out: (o.dir == Dir::Recv).then_some(o.range.addr),
+        });
+    }
+    let Some(task) = comm.group_task(&mems, true)? else {
+        return Ok(());
+    };
+    drop(mems);
+    let task = match flush {
+        Some(nic) => Arc::new(FlushAfter { task, nic }) as Arc<dyn Task>,
+        None => task,
+    };
+    enqueue_staged(comm, queue, shared, task, stages)
+}
+
+/// The five steps of one operation (module docs) around `task`.
+fn enqueue_staged<Q: DeviceQueue>(
+    comm: &dyn Submit,
+    queue: &Q,
+    shared: &DeviceShared<Q::Staging, Q::Signal>,
+    task: Arc<dyn Task>,
+    stages: Vec<Stage<Q::Staging>>,
+) -> Result<()> {
+    let signal = shared.pool.signal(|| queue.alloc_signal())?;
+    let callback: Arc<HostCallback> = {
+        let (task, signal) = (task.clone(), signal.clone());
+        let (runner, failure) = (shared.runner.clone(), comm.failure().clone());
+        Arc::new(move || hand_over(task.as_ref(), &signal, &runner, &failure))
+    };
+    let mut token = None;
+    let mut steps = || -> Result<()> {
+        for s in stages.iter().filter(|s| s.bytes > 0) {
+            if let Some(src) = s.copy_in {
+                // SAFETY: `src` is the caller's device buffer, valid for
+                // `bytes` (lengths checked in `device_task`) until the
+                // operation has run, as every stream API requires; the
+                // staging memory lives in `Resources` until released.
+                unsafe { queue.enqueue_copy(s.mem.dev_addr(), src, s.bytes)? };
+            }
+        }
+        // SAFETY: `callback` is kept in `Resources`, released only
+        // after the operation's last step.
+        token = Some(unsafe { queue.enqueue_callback(&callback)? });
+        queue.enqueue_wait(&signal)?;
+        for s in stages.iter().filter(|s| s.bytes > 0) {
+            if let Some(dst) = s.copy_out {
+                // SAFETY: as for the copy in.
+                unsafe { queue.enqueue_copy(dst, s.mem.dev_addr(), s.bytes)? };
+            }
+        }
+        Ok(())
+    };
+    let result = steps();
+    if let Err(e) = &result {
+        // Part of the operation may be on the stream: this rank's place
+        // in the communicator's sequence is no longer known, so fail it
+        // (peers then stop waiting for it) rather than drift.
+        comm.failure().fail(e, Learned::Call);
+    }
+    let owner = Box::new(Resources {
+        callback: Some(callback),
+        callback_token: token,
+        stages,
+        signal: Some(signal),
+        pool: shared.pool.clone(),
+    });
+    // Released even when a step failed: what was enqueued may still run.
+    let released = queue.enqueue_release(owner, &shared.graveyard);
+    result.and(released)
+}
+
+/// The host task of `call` over fresh staging buffers, and the stages.
+#[allow(clippy::type_complexity)]
+fn device_task<Q: DeviceQueue>(
+    comm: &dyn Submit,
+    queue: &Q,
+    pool: &Pool<Q::Staging, Q::Signal>,
+    call: &DeviceCall,
+) -> Result<(Arc<dyn Task>, Vec<Stage<Q::Staging>>)> {
+    if call.collective == Collective::Barrier {
+        let none = Binding::Separate {
+            send: None,
+            recv: None,
+        };
+        let task = comm.collective_task(call.collective, call.dtype, call.op, 0, none)?;
+        return Ok((task, Vec::new()));
+    }
+    let ((rank, size), dsize) = (comm.place(), call.dtype.size());
+    let count = call.count(size)?;
+    let (send_len, recv_len) = stage_lens(call.collective, count, size)?;
+    let stage = |len: usize, copy_in, copy_out| -> Result<(Stage<Q::Staging>, BufView)> {
+        let bytes = len * dsize;
+        let mem = pool.staging(bytes, |b| queue.alloc_staging(b))?;
+        let view = BufView::new(mem.host_buffer(bytes), call.dtype, len);
+        Ok((
+            Stage {
                 mem,
                 bytes,
-                copy_in: Some(o.range.addr),
-                copy_out: (o.dir == Dir::Recv).then_some(o.range.addr),
-            });
+                copy_in,
+                copy_out,
+            },
+            view,
+        ))
+    };
+    let (binding, stages) = match call.buffers {
+        DeviceBuffers::None => (
+            Binding::Separate {
+                send: None,
+                recv: None,
+            },
+            Vec::new(),
+        ),
+        DeviceBuffers::InPlace(b) => {
+            let (s, v) = stage(b.len, Some(b.addr), Some(b.addr))?;
+            (Binding::InPlace(v), vec![s])
         }
-        let Some(task) = self.group_task(&mems, true)? else {
-            return Ok(());
-        };
-        drop(mems);
-        let task = match flush {
-            Some(nic) => Arc::new(FlushAfter { task, nic }) as Arc<dyn Task>,
-            None => task,
-        };
-        self.enqueue_staged(queue, shared, task, stages)
-    }
-
-    /// The five steps of one operation (module docs) around `task`.
-    fn enqueue_staged<Q: DeviceQueue>(
-        &self,
-        queue: &Q,
-        shared: &DeviceShared<Q::Staging, Q::Signal>,
-        task: Arc<dyn Task>,
-        stages: Vec<Stage<Q::Staging>>,
-    ) -> Result<()> {
-        let signal = shared.pool.signal(|| queue.alloc_signal())?;
-        let callback: Arc<HostCallback> = {
-            let (task, signal) = (task.clone(), signal.clone());
-            let (runner, comm) = (shared.runner.clone(), self.inner.clone());
-            Arc::new(move || hand_over(task.as_ref(), &signal, &runner, &comm))
-        };
-        let mut token = None;
-        let mut steps = || -> Result<()> {
-            for s in stages.iter().filter(|s| s.bytes > 0) {
-                if let Some(src) = s.copy_in {
-                    // SAFETY: `src` is the caller's device buffer, valid for
-                    // `bytes` (lengths checked in `device_task`) until the
-                    // operation has run, as every stream API requires; the
-                    // staging memory lives in `Resources` until released.
-                    unsafe { queue.enqueue_copy(s.mem.dev_addr(), src, s.bytes)? };
-                }
-            }
-            // SAFETY: `callback` is kept in `Resources`, released only
-            // after the operation's last step.
-            token = Some(unsafe { queue.enqueue_callback(&callback)? });
-            queue.enqueue_wait(&signal)?;
-            for s in stages.iter().filter(|s| s.bytes > 0) {
-                if let Some(dst) = s.copy_out {
-                    // SAFETY: as for the copy in.
-                    unsafe { queue.enqueue_copy(dst, s.mem.dev_addr(), s.bytes)? };
-                }
-            }
-            Ok(())
-        };
-        let result = steps();
-        if let Err(e) = &result {
-            // Part of the operation may be on the stream: this rank's place
-            // in the communicator's sequence is no longer known, so fail it
-            // (peers then stop waiting for it) rather than drift.
-            self.inner.core.failure().fail(e, Learned::Call);
-        }
-        let owner = Box::new(Resources {
-            callback: Some(callback),
-            callback_token: token,
-            stages,
-            signal: Some(signal),
-            pool: shared.pool.clone(),
-        });
-        // Released even when a step failed: what was enqueued may still run.
-        let released = queue.enqueue_release(owner, &shared.graveyard);
-        result.and(released)
-    }
-
-    /// The host task of `call` over fresh staging buffers, and the stages.
-    #[allow(clippy::type_complexity)]
-    fn device_task<Q: DeviceQueue>(
-        &self,
-        queue: &Q,
-        pool: &Pool<Q::Staging, Q::Signal>,
-        call: &DeviceCall,
-    ) -> Result<(Arc<dyn Task>, Vec<Stage<Q::Staging>>)> {
-        if call.collective == Collective::Barrier {
-            self.inner.core.failure().check()?;
-            return Ok((crate::comm::task::barrier_task(&self.inner), Vec::new()));
-        }
-        let (size, rank, dsize) = (self.size(), self.rank(), call.dtype.size());
-        let count = call.count(size)?;
-        let (send_len, recv_len) = stage_lens(call.collective, count, size)?;
-        let stage = |len: usize, copy_in, copy_out| -> Result<(Stage<Q::Staging>, BufView)> {
-            let bytes = len * dsize;
-            let mem = pool.staging(bytes, |b| queue.alloc_staging(b))?;
-            let view = BufView::new(mem.host_buffer(bytes), call.dtype, len);
-            Ok((
-                Stage {
-                    mem,
-                    bytes,
-                    copy_in,
-                    copy_out,
-                },
-                view,
-            ))
-        };
-        let (binding, stages) = match call.buffers {
-            DeviceBuffers::None => (
+        DeviceBuffers::Separate { send, recv } => {
+            let (reads, writes) = check_separate(call, rank, send, recv, send_len, recv_len)?;
+            let mut stages = Vec::new();
+            let send_view = if reads {
+                let (s, v) = stage(send_len, Some(send.addr), None)?;
+                stages.push(s);
+                Some(v)
+            } else {
+                None
+            };
+            let recv_view = if writes {
+                let (s, v) = stage(recv_len, None, Some(recv.addr))?;
+                stages.push(s);
+                Some(v)
+            } else {
+                None
+            };
+            (
                 Binding::Separate {
-                    send: None,
-                    recv: None,
+                    send: send_view,
+                    recv: recv_view,
                 },
-                Vec::new(),
-            ),
-            DeviceBuffers::InPlace(b) => {
-                let (s, v) = stage(b.len, Some(b.addr), Some(b.addr))?;
-                (Binding::InPlace(v), vec![s])
-            }
-            DeviceBuffers::Separate { send, recv } => {
-                let (reads, writes) = check_separate(call, rank, send, recv, send_len, recv_len)?;
-                let mut stages = Vec::new();
-                let send_view = if reads {
-                    let (s, v) = stage(send_len, Some(send.addr), None)?;
-                    stages.push(s);
-                    Some(v)
-                } else {
-                    None
-                };
-                let recv_view = if writes {
-                    let (s, v) = stage(recv_len, None, Some(recv.addr))?;
-                    stages.push(s);
-                    Some(v)
-                } else {
-                    None
-                };
-                (
-                    Binding::Separate {
-                        send: send_view,
-                        recv: recv_view,
-                    },
-                    stages,
-                )
-            }
-        };
-        let task = self.plan_task(call.collective, call.dtype, call.op, count, binding)?;
-        Ok((task, stages))
-    }
+                stages,
+            )
+        }
+    };
+    let task = comm.collective_task(call.collective, call.dtype, call.op, count, binding)?;
+    Ok((task, stages))
 }
 
 /// A device group's task whose receives the NIC wrote into device memory:
@@ -467,7 +470,7 @@ fn hand_over<G: CompletionSignal>(
     task: &dyn Task,
     signal: &Arc<G>,
     runner: &Runner,
-    comm: &CommInner,
+    failure: &FailureState,
 ) {
     let job = task.prepare();
     let raise = signal.clone();
@@ -477,7 +480,7 @@ fn hand_over<G: CompletionSignal>(
         result
     });
     if let Err(e) = runner.submit(wrapped) {
-        comm.core.failure().fail(&e, Learned::Call);
+        failure.fail(&e, Learned::Call);
         signal.raise();
     }
 }

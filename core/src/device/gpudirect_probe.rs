@@ -12,6 +12,7 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use crate::Result;
+use crate::comm::submit::Submit;
 use crate::transport::device_span::{GpuDirectMode, NicAccess};
 use crate::transport::gpudirect_nic::GpuDirectNic;
 

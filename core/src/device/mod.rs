@@ -67,7 +67,9 @@ mod gpudirect_probe_tests;
 mod tests;
 
 pub(crate) use crate::transport::device_span::NicAccess;
-pub(crate) use call::{DeviceBuffers, DeviceCall, DeviceP2p, DeviceRange};
+pub(crate) use call::{
+    DeviceBuffers, DeviceCall, DeviceP2p, DeviceRange, enqueue_device, enqueue_device_group,
+};
 pub(crate) use device_queue::{
     CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory,
 };

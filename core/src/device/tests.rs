@@ -60,7 +60,7 @@ impl Rank {
         let queue = EmulatedQueue {
             stream: &self.stream,
         };
-        self.comm.enqueue_device_group(&queue, &self.shared, ops)
+        crate::device::enqueue_device_group(&self.comm, &queue, &self.shared, ops)
     }
 }
 

@@ -175,20 +175,6 @@ pub(crate) enum GroupMemory {
     },
 }
 
-impl Communicator {
-    /// True when messages with `peer` move by RDMA writes (verbs, with
-    /// direct writes on): what a device operation needs to skip staging.
-    pub(crate) fn moves_by_rdma(&self, peer: usize) -> bool {
-        peer != self.inner.core.rank()
-            && self.inner.core.config().p2p_direct
-            && self
-                .inner
-                .core
-                .connection(peer)
-                .is_ok_and(|c| c.writes_remotely())
-    }
-}
-
 /// Operations posted together with [`Communicator::group`], all on its
 /// stream.
 pub struct Group<'a> {
@@ -280,8 +266,9 @@ impl Task for GroupTask {
         let (comm, spec) = (self.comm.clone(), self.spec.clone());
         Job::new(move |mode| {
             let name = format_args!("{} #{ticket}", spec.name);
-            comm.core
-                .run_ticketed(ticket, mode, name, |_| P2p::of(&comm).run_group(&spec, ticket))
+            comm.core.run_ticketed(ticket, mode, name, |_| {
+                P2p::of(&comm).run_group(&spec, ticket)
+            })
         })
     }
 
@@ -362,7 +349,7 @@ impl Communicator {
     /// on device memory. With `rdma_rendezvous`, every non-empty message
     /// over an RDMA connection goes by rendezvous (a device group's peer may
     /// receive into device memory).
-    pub(crate) fn group_task(
+    pub(crate) fn p2p_group_task(
         &self,
         ops: &[(Dir, usize, GroupMemory)],
         rdma_rendezvous: bool,

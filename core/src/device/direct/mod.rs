@@ -52,6 +52,7 @@ use super::DeviceCall;
 use super::device_queue::{DeviceQueue, Signal};
 use super::graveyard::Graveyard;
 use crate::comm::failure::Learned;
+use crate::comm::submit::Submit;
 use crate::{Communicator, DataType, ReduceOp, Result};
 use steps::{DirectStep, direct_steps};
 use window::{Off, WindowDevice, Windows};
@@ -89,29 +90,27 @@ impl Direct {
     }
 }
 
-impl Communicator {
-    /// Enqueues `call` on `queue` by the direct path. `Ok(false)`, with
-    /// nothing enqueued, when the path does not take this call.
-    pub(crate) fn enqueue_direct<Q: DeviceQueue>(
-        &self,
-        queue: &Q,
-        direct: &Direct,
-        graveyard: &Arc<Graveyard>,
-        call: &DeviceCall,
-    ) -> Result<bool> {
-        let w = &direct.windows;
-        let Some(steps) = direct_steps(call, w)? else {
-            return Ok(false);
-        };
-        let result = queue.batched(|| enqueue_steps(queue, w, call, &steps));
-        if let Err(e) = &result {
-            // Part of the call may be on the stream: the peers' flag rounds
-            // no longer line up with this rank's, so fail rather than drift.
-            self.inner.core.failure().fail(e, Learned::Call);
-        }
-        let kept = queue.enqueue_keep(Box::new(w.clone()), graveyard);
-        result.and(kept).map(|()| true)
+/// Enqueues `call` on `queue` by the direct path. `Ok(false)`, with
+/// nothing enqueued, when the path does not take this call.
+pub(crate) fn enqueue_direct<Q: DeviceQueue>(
+    comm: &dyn Submit,
+    queue: &Q,
+    direct: &Direct,
+    graveyard: &Arc<Graveyard>,
+    call: &DeviceCall,
+) -> Result<bool> {
+    let w = &direct.windows;
+    let Some(steps) = direct_steps(call, w)? else {
+        return Ok(false);
+    };
+    let result = queue.batched(|| enqueue_steps(queue, w, call, &steps));
+    if let Err(e) = &result {
+        // Part of the call may be on the stream: the peers' flag rounds
+        // no longer line up with this rank's, so fail rather than drift.
+        comm.failure().fail(e, Learned::Call);
     }
+    let kept = queue.enqueue_keep(Box::new(w.clone()), graveyard);
+    result.and(kept).map(|()| true)
 }
 
 /// Enqueues `steps` in order.

@@ -1,0 +1,94 @@
+//! The one seam through which a device backend submits work to a
+//! communicator (`device/`): the stream tasks of collectives and groups,
+//! checked as the host forms check them, and the failure record a device
+//! operation fails into. The device backend adds no methods to
+//! [`Communicator`]; it asks this trait.
+
+use std::sync::Arc;
+
+use crate::comm::Communicator;
+use crate::comm::buffer::Binding;
+use crate::comm::failure::FailureState;
+use crate::comm::p2p::{Dir, GroupMemory};
+use crate::comm::task::barrier_task;
+use crate::host::Task;
+use crate::plan::Collective;
+use crate::{DataType, ReduceOp, Result};
+
+/// What a device backend asks of a communicator.
+pub(crate) trait Submit {
+    /// This rank and the communicator's size.
+    fn place(&self) -> (usize, usize);
+
+    /// The communicator's one failure record.
+    fn failure(&self) -> &Arc<FailureState>;
+
+    /// The host task of one collective over `binding` (a barrier's binds
+    /// nothing), checked.
+    ///
+    /// # Errors
+    /// As the host form of the collective.
+    fn collective_task(
+        &self,
+        collective: Collective,
+        dtype: DataType,
+        op: ReduceOp,
+        count: usize,
+        binding: Binding,
+    ) -> Result<Arc<dyn Task>>;
+
+    /// The host task of a group of whole-buffer sends and receives (`None`
+    /// for an empty group), checked as [`Communicator::group`] checks.
+    ///
+    /// # Errors
+    /// As [`Communicator::group`].
+    fn group_task(
+        &self,
+        ops: &[(Dir, usize, GroupMemory)],
+        rdma_rendezvous: bool,
+    ) -> Result<Option<Arc<dyn Task>>>;
+
+    /// True when messages with `peer` move by RDMA writes: what a device
+    /// operation needs to skip staging.
+    fn moves_by_rdma(&self, peer: usize) -> bool;
+}
+
+impl Submit for Communicator {
+    fn place(&self) -> (usize, usize) {
+        (self.inner.core.rank(), self.inner.core.size())
+    }
+
+    fn failure(&self) -> &Arc<FailureState> {
+        self.inner.core.failure()
+    }
+
+    fn collective_task(
+        &self,
+        collective: Collective,
+        dtype: DataType,
+        op: ReduceOp,
+        count: usize,
+        binding: Binding,
+    ) -> Result<Arc<dyn Task>> {
+        if collective == Collective::Barrier {
+            self.inner.core.failure().check()?;
+            return Ok(barrier_task(&self.inner));
+        }
+        Ok(self.plan_task(collective, dtype, op, count, binding)?)
+    }
+
+    fn group_task(
+        &self,
+        ops: &[(Dir, usize, GroupMemory)],
+        rdma_rendezvous: bool,
+    ) -> Result<Option<Arc<dyn Task>>> {
+        self.p2p_group_task(ops, rdma_rendezvous)
+    }
+
+    fn moves_by_rdma(&self, peer: usize) -> bool {
+        let core = &self.inner.core;
+        peer != core.rank()
+            && core.config().p2p_direct
+            && core.connection(peer).is_ok_and(|c| c.writes_remotely())
+    }
+}
