@@ -149,7 +149,13 @@ fn send_and_recv_host(transport: TransportChoice) {
                 // Larger than the message: the tail must stay as it was.
                 let mut inbox = vec![f32::NAN; len + 3];
                 inbox[len..].copy_from_slice(&[7.0, 8.0, 9.0]);
-                let pull_only = || comm.inner.p2p.pull_only_grants.load(Ordering::Relaxed);
+                let pull_only = || {
+                    comm.inner
+                        .p2p
+                        .state
+                        .pull_only_grants
+                        .load(Ordering::Relaxed)
+                };
                 let before = pull_only();
                 comm.recv_host(&mut inbox, 0)?;
                 assert_eq!(&inbox[len..], &[7.0, 8.0, 9.0], "the tail was written");
@@ -228,7 +234,7 @@ fn small_messages_take_the_immediate_path_and_fall_back_without_credit() {
     let seed = streamcomm_testkit::seed();
     for transport in [Transport::Shm, Transport::Tcp] {
         let got = on_ranks(2, transport.into(), move |comm| {
-            let immediate = || comm.inner.p2p.immediate_calls.load(Ordering::Relaxed);
+            let immediate = || comm.inner.p2p.state.immediate_calls.load(Ordering::Relaxed);
             let slots = comm.config().nsteps as u64;
             let messages = 3 * slots;
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -311,7 +317,7 @@ fn a_receive_that_spins_for_its_message_takes_the_immediate_path() {
             comm.recv_host(&mut m, 0)?;
             assert_eq!(m[0], *w, "message {i}");
         }
-        Ok(comm.inner.p2p.immediate_calls.load(Ordering::Relaxed))
+        Ok(comm.inner.p2p.state.immediate_calls.load(Ordering::Relaxed))
     });
     assert_eq!(got[1], MESSAGES, "receives taken by the immediate path");
 }
@@ -366,7 +372,7 @@ fn stream_sends_and_receives_of_one_slot_take_the_immediate_path() {
         }
         // Every send found credit; a receive whose message was not there
         // yet waited on the full path.
-        Ok(comm.inner.p2p.immediate_calls.load(Ordering::Relaxed))
+        Ok(comm.inner.p2p.state.immediate_calls.load(Ordering::Relaxed))
     });
     for (rank, immediate) in got.into_iter().enumerate() {
         assert!(

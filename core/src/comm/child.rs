@@ -12,7 +12,8 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use super::Communicator;
-use super::inner::CommInner;
+use super::core::Core;
+use super::recovery::RecoveryPoint;
 use crate::bootstrap::UniqueId;
 use crate::config::{Config, HostsOverride};
 use crate::{Error, Result};
@@ -30,10 +31,9 @@ const ID_FAILED: u64 = 1 << 63 | 2;
 
 /// A fresh id whose root this rank serves, on the address its peers
 /// already reach it at (its recovery listener's), else on loopback.
-pub(crate) fn serve_id(parent: &CommInner) -> Result<UniqueId> {
-    let ip = parent
-        .recovery
-        .addr(parent.core.rank())
+pub(crate) fn serve_id(recovery: &RecoveryPoint, rank: usize) -> Result<UniqueId> {
+    let ip = recovery
+        .addr(rank)
         .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| a.ip());
     UniqueId::new_on(ip)
 }
@@ -78,13 +78,13 @@ pub(crate) fn id_from_words(words: &[u64], from: usize) -> Result<UniqueId> {
 /// The configuration of a child whose ranks are the parent's `members`:
 /// the parent's, with a hosts override narrowed to the members and no
 /// fault rules (they name the parent's ranks).
-pub(crate) fn child_config(parent: &CommInner, members: &[usize]) -> Config {
-    let mut config = parent.core.config().clone();
+pub(crate) fn child_config(parent: &Core, members: &[usize]) -> Config {
+    let mut config = parent.config().clone();
     if config.hosts_override.is_some() {
         config.hosts_override = Some(HostsOverride::Labels(
             members
                 .iter()
-                .map(|&m| parent.core.topology().hosts[m].clone())
+                .map(|&m| parent.topology().hosts[m].clone())
                 .collect(),
         ));
     }
@@ -98,14 +98,14 @@ pub(crate) fn child_config(parent: &CommInner, members: &[usize]) -> Config {
 /// # Errors
 /// [`Error::InvalidUsage`] if this rank is not a member; as
 /// [`Communicator::init`].
-pub(crate) fn join(parent: &CommInner, id: &UniqueId, members: &[usize]) -> Result<Communicator> {
+pub(crate) fn join(parent: &Core, id: &UniqueId, members: &[usize]) -> Result<Communicator> {
     let rank = members
         .iter()
-        .position(|&m| m == parent.core.rank())
+        .position(|&m| m == parent.rank())
         .ok_or_else(|| {
             Error::InvalidUsage(format!(
                 "rank {} is not among the new communicator's ranks {members:?}",
-                parent.core.rank()
+                parent.rank()
             ))
         })?;
     let config = child_config(parent, members);

@@ -43,7 +43,7 @@ impl Communicator {
         let plan = self.inner.core.plan(collective, dtype, op, count)?;
         binding.check(&plan)?;
         Ok(Arc::new(PlanTask {
-            comm: self.inner.clone(),
+            comm: self.inner.core.clone(),
             plan,
             binding,
         }))

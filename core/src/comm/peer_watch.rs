@@ -15,8 +15,8 @@ use std::sync::Weak;
 use std::time::Duration;
 
 use crate::Error;
+use crate::comm::core::Core;
 use crate::comm::failure::Learned;
-use crate::comm::inner::CommInner;
 use crate::engine::{Periodic, Source};
 
 /// How often peers' processes are checked.
@@ -24,10 +24,7 @@ pub(crate) const PERIOD: Duration = Duration::from_millis(100);
 
 /// The engine's timer that watches `peers` (rank, process id) of `comm`;
 /// `None` for no peers.
-pub(crate) fn peer_watch(
-    comm: Weak<CommInner>,
-    peers: Vec<(usize, u32)>,
-) -> Option<Box<dyn Source>> {
+pub(crate) fn peer_watch(comm: Weak<Core>, peers: Vec<(usize, u32)>) -> Option<Box<dyn Source>> {
     if peers.is_empty() {
         return None;
     }
@@ -36,18 +33,18 @@ pub(crate) fn peer_watch(
 
 /// Looks at the peers once; false when there is nothing left to watch (the
 /// communicator is gone or failed).
-fn look(comm: &Weak<CommInner>, peers: &[(usize, u32)]) -> bool {
+fn look(comm: &Weak<Core>, peers: &[(usize, u32)]) -> bool {
     let Some(comm) = comm.upgrade() else {
         return false;
     };
-    if comm.core.failure().error().is_some() {
+    if comm.failure().error().is_some() {
         return false;
     }
     // A peer that dropped its communicator cleanly may exit while this rank
     // finishes its own last operation: not a failure.
     let dead = |&&(peer, pid): &&(usize, u32)| peer_gone(&comm, peer, pid);
     if let Some(&(peer, pid)) = peers.iter().find(dead) {
-        comm.core.failure().fail(
+        comm.failure().fail(
             &Error::RemoteFailed {
                 peer,
                 op: "communicator".into(),
@@ -62,8 +59,8 @@ fn look(comm: &Weak<CommInner>, peers: &[(usize, u32)]) -> bool {
 
 /// True when `peer`'s process `pid` (on this host) is gone without having
 /// dropped its communicator cleanly first: a failure.
-pub(crate) fn peer_gone(comm: &CommInner, peer: usize, pid: u32) -> bool {
-    !alive(pid) && !crate::comm::core::departed(&comm.core, peer)
+pub(crate) fn peer_gone(comm: &Core, peer: usize, pid: u32) -> bool {
+    !alive(pid) && !crate::comm::core::departed(comm, peer)
 }
 
 /// True while process `pid` exists and is not a zombie.

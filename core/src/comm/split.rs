@@ -93,14 +93,15 @@ impl Communicator {
         // The first rank of each group serves its id; all take part.
         let members = color.map(members_of);
         let leader = members.as_ref().and_then(|m| m.first().copied());
-        let served = (leader == Some(rank)).then(|| child::serve_id(&self.inner));
+        let served = (leader == Some(rank))
+            .then(|| child::serve_id(&self.inner.recovery, self.inner.core.rank()));
         let ids = self.exchange(&child::id_words(served.as_ref()))?;
         let (Some(members), Some(leader)) = (members, leader) else {
             return Ok(None);
         };
         let words = &ids[leader * child::ID_WORDS..][..child::ID_WORDS];
         let id = child::id_from_words(words, leader)?;
-        child::join(&self.inner, &id, &members).map(Some)
+        child::join(&self.inner.core, &id, &members).map(Some)
     }
 
     /// All-gathers `mine` (the same number of words on every rank) over

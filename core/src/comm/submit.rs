@@ -7,10 +7,10 @@
 use std::sync::Arc;
 
 use crate::comm::Communicator;
+use crate::comm::barrier::barrier_task;
 use crate::comm::buffer::Binding;
 use crate::comm::failure::FailureState;
 use crate::comm::p2p::{Dir, GroupMemory};
-use crate::comm::task::barrier_task;
 use crate::host::Task;
 use crate::plan::Collective;
 use crate::{DataType, ReduceOp, Result};
@@ -72,7 +72,7 @@ impl Submit for Communicator {
     ) -> Result<Arc<dyn Task>> {
         if collective == Collective::Barrier {
             self.inner.core.failure().check()?;
-            return Ok(barrier_task(&self.inner));
+            return Ok(barrier_task(&self.inner.barrier));
         }
         Ok(self.plan_task(collective, dtype, op, count, binding)?)
     }

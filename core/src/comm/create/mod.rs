@@ -30,11 +30,12 @@ mod prepare;
 
 use std::sync::Arc;
 
+use super::barrier::Barriers;
 use super::core::{Core, CoreParts};
 use super::failure::FailureState;
 use super::inner::CommInner;
 use super::multicast_service::MulticastService;
-use super::p2p::P2pState;
+use super::p2p::{P2p, P2pState};
 use super::peer_watch::peer_watch;
 use super::recovery::RecoveryPoint;
 use crate::Result;
@@ -77,27 +78,28 @@ pub(crate) fn create(
         sources.push(Box::new(MulticastService::new(group)));
     }
     let spin = spin_budget(local.config.spin, agreed.topology.local_ranks);
-    let core = agreed.topology.core_binding;
+    let binding = agreed.topology.core_binding;
+    let core = Arc::new(Core::new(CoreParts {
+        rank,
+        size,
+        config: local.config,
+        topology: agreed.topology,
+        engine,
+        peers: links.peers,
+        failure: failure.clone(),
+        segment,
+        spin,
+        faults: local.faults,
+    }));
     let inner = Arc::new(CommInner {
-        barrier: agreed.barrier,
-        p2p: P2pState::new(size),
+        barrier: Arc::new(Barriers::new(agreed.barrier, core.clone())),
+        p2p: Arc::new(P2p::new(P2pState::new(size), core.clone())),
         recovery: RecoveryPoint::new(
             local.recovery.map(|(l, _)| l),
             endpoints.iter().map(|e| e.recovery).collect(),
             local.secret,
         ),
-        core: Core::new(CoreParts {
-            rank,
-            size,
-            config: local.config,
-            topology: agreed.topology,
-            engine,
-            peers: links.peers,
-            failure: failure.clone(),
-            segment,
-            spin,
-            faults: local.faults,
-        }),
+        core,
     });
     // Shared-memory peers in other processes are watched; threads of this
     // process die with it.
@@ -110,14 +112,14 @@ pub(crate) fn create(
         })
         .map(|p| (p, endpoints[p].pid))
         .collect();
-    if let Some(watch) = peer_watch(Arc::downgrade(&inner), watched) {
+    if let Some(watch) = peer_watch(Arc::downgrade(&inner.core), watched) {
         sources.push(watch);
     }
     // One thread for everything off the callers' threads, started now if
     // there are sources (proxied transports, the watch), else by the first
     // job (a barrier run off-stream, the CUDA backend's host side).
     inner.core.engine().start(rank, sources, failure)?;
-    tracing::debug!(rank, size, cpu = ?core.cpu(), "communicator ready");
+    tracing::debug!(rank, size, cpu = ?binding.cpu(), "communicator ready");
     Ok(inner)
 }
 

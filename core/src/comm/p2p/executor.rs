@@ -149,7 +149,7 @@ impl Stalled {
     }
 }
 
-impl P2p<'_> {
+impl P2p {
     /// Executes the group `spec` as operation number `seq`.
     pub(crate) fn run_group(&self, spec: &GroupSpec, seq: u64) -> Result<()> {
         let _span = tracing::trace_span!("p2p", op = %spec.name, seq).entered();
@@ -238,7 +238,14 @@ impl P2p<'_> {
                 let rendezvous = data.len() > self.core.config().p2p_eager_limit
                     || (spec.rdma_rendezvous && rdma && data.len() > 0);
                 Op::Send(SendOp::new(
-                    o.peer, conn, self.state, data, o.dtype, o.count, rendezvous, direct,
+                    o.peer,
+                    conn,
+                    &self.state,
+                    data,
+                    o.dtype,
+                    o.count,
+                    rendezvous,
+                    direct,
                 ))
             }
             Operand::Dst(dst) => {
@@ -252,7 +259,7 @@ impl P2p<'_> {
                     self.core.rank(),
                     o.peer,
                     conn,
-                    self.state,
+                    &self.state,
                     dst,
                     o.dtype,
                     direct,

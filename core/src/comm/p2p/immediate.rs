@@ -78,7 +78,7 @@ impl Communicator {
             Ok(turn) => turn,
             Err(not_now) => return not_now,
         };
-        if !P2p::of(&self.inner).send_eager_in_turn(conn, bytes, dtype, count) {
+        if !self.inner.p2p.send_eager_in_turn(conn, bytes, dtype, count) {
             return Now::FallBackWithTicket(ticket);
         }
         self.inner.core.turns().done(ticket);
@@ -99,7 +99,7 @@ impl Communicator {
             Ok(turn) => turn,
             Err(not_now) => return not_now,
         };
-        if P2p::of(&self.inner).recv_eager_in_turn(conn, bytes, dtype)
+        if self.inner.p2p.recv_eager_in_turn(conn, bytes, dtype)
             || (!conn.proxied() && self.spin_then_recv(conn, bytes, dtype))
         {
             self.inner.core.turns().done(ticket);
@@ -118,14 +118,14 @@ impl Communicator {
         for _ in 0..self.inner.core.spin() {
             std::hint::spin_loop();
             if conn.recv.has_data() {
-                return P2p::of(&self.inner).recv_eager_in_turn(conn, bytes, dtype);
+                return self.inner.p2p.recv_eager_in_turn(conn, bytes, dtype);
             }
         }
         false
     }
 }
 
-impl P2p<'_> {
+impl P2p {
     /// In this call's turn: writes `bytes` (`count` elements of `dtype`, at
     /// most the eager limit) into one slot of `conn` and publishes it, if
     /// the ring has credit; false otherwise. False too when the slot

@@ -70,7 +70,6 @@ pub use stats::P2pStats;
 use crate::comm::Communicator;
 use crate::comm::buffer::{AsBufView, BufView};
 use crate::comm::core::Core;
-use crate::comm::inner::CommInner;
 use crate::host::HostStream;
 use crate::host::{Job, JobMode, Task};
 use crate::{DataType, Error, Result};
@@ -82,19 +81,14 @@ use stats::StatCounters;
 /// Point-to-point's part of a communicator: the core it runs on and its
 /// own state ([`P2pState`]). The executor and the immediate path are its
 /// methods.
-#[derive(Clone, Copy)]
-pub(crate) struct P2p<'a> {
-    pub(crate) core: &'a Core,
-    pub(crate) state: &'a P2pState,
+pub(crate) struct P2p {
+    pub(crate) core: Arc<Core>,
+    pub(crate) state: P2pState,
 }
 
-impl<'a> P2p<'a> {
-    /// The part of `comm`.
-    pub(crate) fn of(comm: &'a CommInner) -> P2p<'a> {
-        P2p {
-            core: &comm.core,
-            state: &comm.p2p,
-        }
+impl P2p {
+    pub(crate) fn new(state: P2pState, core: Arc<Core>) -> P2p {
+        P2p { core, state }
     }
 }
 
@@ -256,19 +250,18 @@ impl Group<'_> {
 
 /// A group on a stream.
 struct GroupTask {
-    comm: Arc<CommInner>,
+    p2p: Arc<P2p>,
     spec: Arc<GroupSpec>,
 }
 
 impl Task for GroupTask {
     fn prepare(&self) -> Job {
-        let ticket = self.comm.core.turns().take();
-        let (comm, spec) = (self.comm.clone(), self.spec.clone());
+        let ticket = self.p2p.core.turns().take();
+        let (p2p, spec) = (self.p2p.clone(), self.spec.clone());
         Job::new(move |mode| {
             let name = format_args!("{} #{ticket}", spec.name);
-            comm.core.run_ticketed(ticket, mode, name, |_| {
-                P2p::of(&comm).run_group(&spec, ticket)
-            })
+            p2p.core
+                .run_ticketed(ticket, mode, name, |_| p2p.run_group(&spec, ticket))
         })
     }
 
@@ -337,7 +330,7 @@ impl Communicator {
         }
         spec.check()?;
         stream.enqueue(Arc::new(GroupTask {
-            comm: comm.inner.clone(),
+            p2p: comm.inner.p2p.clone(),
             spec: Arc::new(spec),
         }))?;
         Ok(r)
@@ -373,7 +366,7 @@ impl Communicator {
         }
         spec.check()?;
         Ok(Some(Arc::new(GroupTask {
-            comm: self.inner.clone(),
+            p2p: self.inner.p2p.clone(),
             spec: Arc::new(spec),
         })))
     }
@@ -490,7 +483,7 @@ impl Communicator {
         self.inner
             .core
             .run_ticketed(ticket, JobMode::Run, &spec.name, |_| {
-                P2p::of(&self.inner).run_group(&spec, ticket)
+                self.inner.p2p.run_group(&spec, ticket)
             })
     }
 
@@ -666,7 +659,7 @@ impl Communicator {
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn p2p_stats(&self) -> P2pStats {
-        self.inner.p2p.stats.snapshot()
+        self.inner.p2p.state.stats.snapshot()
     }
 }
 

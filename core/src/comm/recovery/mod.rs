@@ -41,7 +41,14 @@ use std::time::{Duration, Instant};
 
 use super::Communicator;
 use super::child;
+use super::core::Core;
 use crate::{Error, Result};
+
+/// What a shrink runs on: the communicator's core and its recovery point.
+pub(crate) struct Meeting<'a> {
+    pub(crate) core: &'a Core,
+    pub(crate) recovery: &'a RecoveryPoint,
+}
 
 /// Where the ranks of a communicator meet to shrink it.
 pub(crate) struct RecoveryPoint {
@@ -169,9 +176,13 @@ impl Communicator {
         let started = Instant::now();
         let mut last = None;
         for attempt in 0..ATTEMPTS {
-            let (members, id) = negotiate::negotiate(inner, &excluded)?;
+            let meeting = Meeting {
+                core: &inner.core,
+                recovery: &inner.recovery,
+            };
+            let (members, id) = negotiate::negotiate(&meeting, &excluded)?;
             tracing::debug!(attempt, ?members, "shrink: membership decided");
-            match child::join(inner, &id, &members) {
+            match child::join(&inner.core, &id, &members) {
                 Ok(c) => {
                     let since_failure = inner.core.failure().failure().map(|f| f.at.elapsed());
                     tracing::info!(
@@ -194,6 +205,6 @@ impl Communicator {
 }
 
 /// How long a rank waits for a peer's part in the shrink.
-fn patience(inner: &super::inner::CommInner) -> Duration {
-    inner.core.config().timeout
+fn patience(core: &Core) -> Duration {
+    core.config().timeout
 }

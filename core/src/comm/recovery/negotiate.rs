@@ -6,12 +6,12 @@ use std::io::{ErrorKind, Read};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use super::Meeting;
 use super::patience;
 use super::wire::{Frame, Kind};
 use crate::bootstrap::UniqueId;
 use crate::comm::child;
 use crate::comm::failure::Learned;
-use crate::comm::inner::CommInner;
 use crate::{Error, Result};
 
 /// How long a connection attempt to a rank's listener may take.
@@ -28,7 +28,7 @@ const TICK: Duration = Duration::from_millis(2);
 /// [`Error::InvalidUsage`] when the coordinator refuses this rank (it is
 /// excluded there); [`Error::Os`] when this rank cannot listen.
 pub(super) fn negotiate(
-    inner: &CommInner,
+    inner: &Meeting<'_>,
     excluded: &BTreeSet<usize>,
 ) -> Result<(Vec<usize>, UniqueId)> {
     let mut dead: BTreeSet<usize> = excluded.clone();
@@ -65,7 +65,7 @@ pub(super) fn negotiate(
 /// Asks rank `c` to take this rank in; `None` when `c` is dead (refused,
 /// reset, or silent for the timeout).
 fn join(
-    inner: &CommInner,
+    inner: &Meeting<'_>,
     c: usize,
     dead: &BTreeSet<usize>,
 ) -> Result<Option<(Vec<usize>, UniqueId)>> {
@@ -88,7 +88,7 @@ fn join(
     }
     // It may not have called shrink yet: up to the timeout for the answer,
     // then as long again for the decision (it waits for the others).
-    let wait = patience(inner);
+    let wait = patience(inner.core);
     let read = |s: &mut TcpStream, within: Duration| {
         s.set_read_timeout(Some(within.max(Duration::from_millis(1))))
             .ok()?;
@@ -117,7 +117,7 @@ fn join(
 
 /// Coordinates: takes in the joiners, probes the rest, decides.
 fn coordinate(
-    inner: &CommInner,
+    inner: &Meeting<'_>,
     excluded: &BTreeSet<usize>,
     mut dead: BTreeSet<usize>,
 ) -> Result<(Vec<usize>, UniqueId)> {
@@ -125,7 +125,7 @@ fn coordinate(
     let size = inner.core.size();
     let mut joined: BTreeMap<usize, TcpStream> = BTreeMap::new();
     let mut probes: BTreeMap<usize, TcpStream> = BTreeMap::new();
-    let deadline = Instant::now() + patience(inner);
+    let deadline = Instant::now() + patience(inner.core);
     if let Some(l) = &rp.listener {
         l.set_nonblocking(true)
             .map_err(|e| Error::os("set the recovery listener non-blocking", e))?;
@@ -202,7 +202,7 @@ fn coordinate(
     let mut members: Vec<usize> = joined.keys().copied().collect();
     members.push(inner.core.rank());
     members.sort_unstable();
-    let id = child::serve_id(inner)?;
+    let id = child::serve_id(inner.recovery, inner.core.rank())?;
     let decision = Frame {
         kind: Kind::Decision,
         rank: inner.core.rank(),
@@ -218,7 +218,7 @@ fn coordinate(
 
 /// A connection to `r`'s listener, kept open to see it reset if `r` dies;
 /// `None` when `r` refuses (its process is gone) or cannot be reached.
-fn probe(inner: &CommInner, r: usize) -> Option<TcpStream> {
+fn probe(inner: &Meeting<'_>, r: usize) -> Option<TcpStream> {
     let addr = inner.recovery.addr(r)?;
     let mut s = TcpStream::connect_timeout(&addr, CONNECT).ok()?;
     Frame::bare(Kind::Probe, inner.core.rank())
@@ -292,7 +292,13 @@ mod tests {
     fn a_joiner_that_died_before_the_decision_is_left_out() {
         let comms = ranks(3);
         std::thread::scope(|sc| {
-            let coordinator = sc.spawn(|| negotiate(&comms[0].inner, &BTreeSet::new()));
+            let coordinator = sc.spawn(|| {
+                let meeting = Meeting {
+                    core: &comms[0].inner.core,
+                    recovery: &comms[0].inner.recovery,
+                };
+                negotiate(&meeting, &BTreeSet::new())
+            });
             drop(join_rank_0(&comms[1]));
             let mut two = join_rank_0(&comms[2]);
             let decision = Frame::read(&mut two, &comms[2].inner.recovery.secret, 3)

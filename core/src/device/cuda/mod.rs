@@ -46,7 +46,7 @@ pub(crate) fn establish_direct(
     kernels: Option<&Kernels>,
 ) -> Result<std::result::Result<Direct, Off>> {
     // Nothing here may return early: every rank must join the exchange.
-    let inner = comm.inner.clone();
+    let core = comm.inner.core.clone();
     let source = CudaWindows { device };
     // Without the reduce kernels this rank cannot take part.
     let source = kernels.is_some().then_some(&source as &dyn WindowDevice);
@@ -55,7 +55,7 @@ pub(crate) fn establish_direct(
         source,
         comm.config().cuda_window,
         // The shared-memory watchdog's rule: gone, and not departed cleanly.
-        Box::new(move |peer, pid| !peer_gone(&inner, peer, pid)),
+        Box::new(move |peer, pid| !peer_gone(&core, peer, pid)),
         WATCH_PERIOD,
     )
 }

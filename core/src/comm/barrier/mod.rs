@@ -12,6 +12,8 @@
 //! the dissemination barrier with its flags turned into messages through
 //! the slot rings ([`plan::build`] for [`Collective::Barrier`]).
 
+mod task;
+
 use std::sync::Arc;
 
 use crate::barrier::area::{Area, BarrierArea};
@@ -19,13 +21,13 @@ use crate::barrier::{BarrierAlgo, FlagBarriers};
 use crate::comm::Communicator;
 use crate::comm::buffer::Binding;
 use crate::comm::core::Core;
-use crate::comm::task::barrier_task;
 use crate::host::{HostStream, JobMode};
 use crate::plan::{self, Collective, Plan, PlanParams};
 use crate::transport::Connection;
 use crate::wait::WaitError;
 use crate::{DataType, ReduceOp};
 use crate::{Error, Result};
+pub(crate) use task::barrier_task;
 
 /// How a communicator's barriers run.
 pub(crate) enum BarrierState {
@@ -114,20 +116,38 @@ impl BarrierState {
     }
 }
 
-impl BarrierState {
+/// The barrier part of a communicator: how its barriers run, over its
+/// core (declared first, so dropped before the core whose segment holds
+/// this rank's flag area).
+pub(crate) struct Barriers {
+    state: BarrierState,
+    core: Arc<Core>,
+}
+
+impl Barriers {
+    pub(crate) fn new(state: BarrierState, core: Arc<Core>) -> Barriers {
+        Barriers { state, core }
+    }
+
+    /// The core the barriers run on.
+    pub(crate) fn core(&self) -> &Arc<Core> {
+        &self.core
+    }
+
     /// The multicast barrier's counters (barriers, questions asked,
     /// arrivals re-sent), where its group was joined.
     pub(crate) fn multicast_stats(&self) -> Option<[u64; 3]> {
-        let BarrierState::Flags(flags) = self else {
+        let BarrierState::Flags(flags) = &self.state else {
             return None;
         };
         let s = flags.multicast()?.stats();
         Some([s.barriers, s.questions, s.resends])
     }
 
-    /// Runs one barrier on `core` (call under a ticket).
-    pub(crate) fn run(&self, core: &Core, ticket: u64) -> Result<()> {
-        let flags = match self {
+    /// Runs one barrier (call under a ticket).
+    pub(crate) fn run(&self, ticket: u64) -> Result<()> {
+        let core = &self.core;
+        let flags = match &self.state {
             BarrierState::Flags(flags) => flags,
             BarrierState::Messages { plan } => {
                 let binding = Binding::Separate {
@@ -146,6 +166,12 @@ impl BarrierState {
             ),
             other => other,
         })
+    }
+
+    /// Runs one barrier in its turn, `ticket`.
+    pub(crate) fn run_ticketed(&self, ticket: u64, mode: JobMode, what: &str) -> Result<()> {
+        self.core
+            .run_ticketed(ticket, mode, what, |_| self.run(ticket))
     }
 }
 
@@ -178,7 +204,7 @@ impl Communicator {
     /// The stored error if the communicator has failed.
     pub fn barrier(&self, stream: &HostStream) -> Result<()> {
         self.inner.core.failure().check()?;
-        stream.enqueue(barrier_task(&self.inner))
+        stream.enqueue(barrier_task(&self.inner.barrier))
     }
 
     /// Blocks the calling thread until every rank has called `barrier_host`
@@ -202,10 +228,8 @@ impl Communicator {
     pub fn barrier_host(&self) -> Result<()> {
         let ticket = self.inner.core.turns().take();
         self.inner
-            .core
-            .run_ticketed(ticket, JobMode::Run, "barrier_host", |_| {
-                self.inner.barrier.run(&self.inner.core, ticket)
-            })
+            .barrier
+            .run_ticketed(ticket, JobMode::Run, "barrier_host")
     }
 
     /// The barrier algorithm in use. `Display` gives its name with its
@@ -227,7 +251,7 @@ impl Communicator {
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn barrier_algo(&self) -> BarrierAlgo {
-        self.inner.barrier.algo()
+        self.inner.barrier.state.algo()
     }
 
     /// Why barriers do not run the algorithm the default selection
@@ -247,7 +271,7 @@ impl Communicator {
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn barrier_fallback(&self) -> Option<&str> {
-        match &self.inner.barrier {
+        match &self.inner.barrier.state {
             BarrierState::Flags(flags) => flags.fallback(),
             BarrierState::Messages { .. } => None,
         }
@@ -286,7 +310,7 @@ impl Communicator {
     /// the reason.
     pub fn set_barrier_algo(&self, algo: BarrierAlgo) -> Result<()> {
         let inner = &self.inner;
-        let BarrierState::Flags(flags) = &inner.barrier else {
+        let BarrierState::Flags(flags) = &inner.barrier.state else {
             return Err(Error::Unavailable(format!(
                 "barrier algorithm {algo}: some peers are reached over tcp, where barriers use message dissemination"
             )));
