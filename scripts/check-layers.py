@@ -18,6 +18,11 @@ callback kept in a static or thread-local that UPWARD does not name, an
 UPWARD entry whose item is gone, or one that lib.rs does not mention fails
 the check.
 
+Inside the folders that FOLDERS names, the same holds one level down: the
+folder's modules (its files and subfolders) reference each other without
+cycles, its `mod.rs` being the root that composes them (a reference to
+what the root defines, such as `Communicator`, is not an edge).
+
 usage: scripts/check-layers.py [--with-tests] [--verbose]
 Exit status: 0 without cycles or unnamed upward channels, 1 with (each
 cycle is printed with one reference per edge, as FILE:LINE), 2 on a usage
@@ -50,6 +55,8 @@ UPWARD = [
      "memory and its tests need no transport) sends and receives through "
      "the verbs UD queue pair, or an in-memory group in its tests"),
 ]
+# Folders of core/src whose own modules must not form a cycle either.
+FOLDERS = ["comm"]
 CALLBACK_STATIC = re.compile(
     r"^\s*(?:pub(?:\([^)]*\))?\s+)?static\s+(" + IDENT + r")\s*:\s*([^=]*)", re.M)
 CALLABLE = re.compile(r"\bdyn\s+Fn|\bFn(?:Mut|Once)?\s*\(|\bfn\s*\(|\b\w*Hook\b")
@@ -224,6 +231,60 @@ def tarjan(nodes, edges):
     return sccs
 
 
+def folder_cycles(folder, with_tests):
+    """Cycles among the modules of core/src/FOLDER, each with one
+    reference per edge (FILE:LINE)."""
+    base = os.path.join(ROOT, folder)
+    mods = set()
+    for entry in os.listdir(base):
+        name = entry[:-3] if entry.endswith(".rs") else entry
+        if entry == "mod.rs" or name == "tests" or name.endswith("_tests"):
+            continue
+        if entry.endswith(".rs") or os.path.isdir(os.path.join(base, entry)):
+            mods.add(name)
+    edges, where = {}, {}
+    own = re.compile(r"\bcrate::" + folder + r"::(" + IDENT + r"|\{)")
+    for dirpath, _, files in os.walk(base):
+        for file in sorted(files):
+            if not file.endswith(".rs"):
+                continue
+            if not with_tests and (file == "tests.rs" or file.endswith("_tests.rs")):
+                continue
+            rel = os.path.relpath(os.path.join(dirpath, file), base)
+            parts = rel.split(os.sep)
+            top = parts[0][:-3] if parts[0].endswith(".rs") else parts[0]
+            if top == "mod":
+                continue  # the root
+            # `super::` count that climbs from this file to the folder.
+            depth = len(parts) - (1 if file == "mod.rs" else 0)
+            with open(os.path.join(dirpath, file)) as f:
+                text = strip_comments(f.read())
+            if not with_tests:
+                cut = re.search(r"^\s*#\[cfg\(test\)\]\s*\n\s*mod\s+tests\b", text, re.M)
+                if cut:
+                    text = text[:cut.start()]
+            lines = text.split("\n")
+            for number, line in enumerate(lines, 1):
+                found = [m for m in own.finditer(line)]
+                targets = []
+                for m in found:
+                    targets += names_at(line, m, 1, lines, number)
+                for m in SUPER_PATH.finditer(line):
+                    if m.group(1).count("super::") == depth:
+                        targets += names_at(line, m, 2, lines, number)
+                for t in targets:
+                    if t in mods and t != top:
+                        edges.setdefault(top, set()).add(t)
+                        where.setdefault((top, t), f"core/src/{folder}/{rel}:{number}")
+    out = []
+    for scc in tarjan(mods, edges):
+        if len(scc) > 1:
+            refs = [f"{a} -> {b}  ({where[(a, b)]})" for a in scc
+                    for b in sorted(edges.get(a, ())) if b in scc]
+            out.append((scc, refs))
+    return out
+
+
 def upward_problems(lib_text_raw):
     """Unnamed callback statics, stale UPWARD entries, entries lib.rs omits."""
     problems, named = [], {(f, n) for f, n, *_ in UPWARD}
@@ -318,11 +379,15 @@ def main(argv):
     for rel, name, frm, to, why in UPWARD:
         print(f"  {name} ({frm} -> {to}, core/src/{rel}): {why}")
     problems = upward_problems(lib_text_raw)
+    for folder in FOLDERS:
+        for scc, refs in folder_cycles(folder, with_tests):
+            problems.append(f"a cycle among the modules of core/src/{folder}: " + ", ".join(scc)
+                            + "".join("\n    " + r for r in refs))
     for p in problems:
         print("check-layers: " + p)
     if cycles or problems:
         return 1
-    print("check-layers: no cycles, no unnamed upward channels")
+    print("check-layers: no cycles (nor inside " + ", ".join(FOLDERS) + "), no unnamed upward channels")
     return 0
 
 

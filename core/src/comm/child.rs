@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use super::Communicator;
 use super::core::Core;
-use super::recovery::RecoveryPoint;
+use super::recovery_point::RecoveryPoint;
 use crate::bootstrap::UniqueId;
 use crate::config::{Config, HostsOverride};
 use crate::{Error, Result};

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::comm::barrier::Barriers;
 use crate::comm::core::Core;
 use crate::comm::p2p::P2p;
-use crate::comm::recovery::RecoveryPoint;
+use crate::comm::recovery_point::RecoveryPoint;
 
 /// A communicator's shared state: the handle and the progress engine's
 /// sources hold it; stream tasks hold only the part they run on.

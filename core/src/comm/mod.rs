@@ -31,6 +31,7 @@ pub(crate) mod p2p;
 pub(crate) mod peer_watch;
 mod plan_cache;
 pub(crate) mod recovery;
+mod recovery_point;
 mod selection;
 mod split;
 pub(crate) mod submit;

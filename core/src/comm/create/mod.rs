@@ -37,7 +37,7 @@ use super::inner::CommInner;
 use super::multicast_service::MulticastService;
 use super::p2p::{P2p, P2pState};
 use super::peer_watch::peer_watch;
-use super::recovery::RecoveryPoint;
+use super::recovery_point::RecoveryPoint;
 use crate::Result;
 use crate::bootstrap::UniqueId;
 use crate::config::Config;

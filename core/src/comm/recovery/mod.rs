@@ -36,49 +36,18 @@ mod negotiate;
 mod wire;
 
 use std::collections::BTreeSet;
-use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
 use super::Communicator;
 use super::child;
 use super::core::Core;
+use super::recovery_point::RecoveryPoint;
 use crate::{Error, Result};
 
 /// What a shrink runs on: the communicator's core and its recovery point.
 pub(crate) struct Meeting<'a> {
     pub(crate) core: &'a Core,
     pub(crate) recovery: &'a RecoveryPoint,
-}
-
-/// Where the ranks of a communicator meet to shrink it.
-pub(crate) struct RecoveryPoint {
-    /// This rank's listener (none in a communicator of one rank).
-    listener: Option<TcpListener>,
-    /// Every rank's listener address.
-    addrs: Vec<Option<SocketAddr>>,
-    /// The secret of the communicator's id: frames without it are refused.
-    secret: [u8; 16],
-}
-
-impl RecoveryPoint {
-    /// The recovery point of a rank listening on `listener`, whose ranks
-    /// listen at `addrs`, and whose id carried `secret`.
-    pub(crate) fn new(
-        listener: Option<TcpListener>,
-        addrs: Vec<Option<SocketAddr>>,
-        secret: [u8; 16],
-    ) -> RecoveryPoint {
-        RecoveryPoint {
-            listener,
-            addrs,
-            secret,
-        }
-    }
-
-    /// Where `rank` listens.
-    pub(crate) fn addr(&self, rank: usize) -> Option<SocketAddr> {
-        self.addrs.get(rank).copied().flatten()
-    }
 }
 
 /// How many times the survivors start over when a member dies while they

@@ -83,7 +83,7 @@ fn join(
         ranks: dead.iter().copied().collect(),
         id: None,
     };
-    if hello.send(&mut s, &rp.secret).is_err() {
+    if hello.send(&mut s, rp.secret()).is_err() {
         return Ok(None);
     }
     // It may not have called shrink yet: up to the timeout for the answer,
@@ -92,7 +92,7 @@ fn join(
     let read = |s: &mut TcpStream, within: Duration| {
         s.set_read_timeout(Some(within.max(Duration::from_millis(1))))
             .ok()?;
-        Frame::read(s, &rp.secret, inner.core.size()).ok()
+        Frame::read(s, rp.secret(), inner.core.size()).ok()
     };
     match read(&mut s, wait) {
         Some(f) if f.kind == Kind::Ack => {}
@@ -126,13 +126,13 @@ fn coordinate(
     let mut joined: BTreeMap<usize, TcpStream> = BTreeMap::new();
     let mut probes: BTreeMap<usize, TcpStream> = BTreeMap::new();
     let deadline = Instant::now() + patience(inner.core);
-    if let Some(l) = &rp.listener {
+    if let Some(l) = rp.listener() {
         l.set_nonblocking(true)
             .map_err(|e| Error::os("set the recovery listener non-blocking", e))?;
     }
     loop {
         // Joiners (and stale probes or joins, which are dropped).
-        while let Some(l) = &rp.listener {
+        while let Some(l) = rp.listener() {
             let mut s = match l.accept() {
                 Ok((s, _)) => s,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
@@ -142,14 +142,14 @@ fn coordinate(
             let _ = s.set_nonblocking(false);
             let _ = s.set_nodelay(true);
             let _ = s.set_read_timeout(Some(HELLO));
-            let Ok(f) = Frame::read(&mut s, &rp.secret, size) else {
+            let Ok(f) = Frame::read(&mut s, rp.secret(), size) else {
                 continue;
             };
             if f.kind != Kind::Join || f.rank == inner.core.rank() {
                 continue;
             }
             if excluded.contains(&f.rank) {
-                let _ = Frame::bare(Kind::Refuse, inner.core.rank()).send(&mut s, &rp.secret);
+                let _ = Frame::bare(Kind::Refuse, inner.core.rank()).send(&mut s, rp.secret());
                 continue;
             }
             // A join left in the backlog by an earlier attempt, whose
@@ -159,7 +159,7 @@ fn coordinate(
                 continue;
             }
             if Frame::bare(Kind::Ack, inner.core.rank())
-                .send(&mut s, &rp.secret)
+                .send(&mut s, rp.secret())
                 .is_ok()
             {
                 // What it found dead on its way (the ranks before this one).
@@ -211,7 +211,7 @@ fn coordinate(
     };
     for s in joined.values_mut() {
         // One that cannot be told fails the creation; all start over.
-        let _ = decision.send(s, &rp.secret);
+        let _ = decision.send(s, rp.secret());
     }
     Ok((members, id))
 }
@@ -222,7 +222,7 @@ fn probe(inner: &Meeting<'_>, r: usize) -> Option<TcpStream> {
     let addr = inner.recovery.addr(r)?;
     let mut s = TcpStream::connect_timeout(&addr, CONNECT).ok()?;
     Frame::bare(Kind::Probe, inner.core.rank())
-        .send(&mut s, &inner.recovery.secret)
+        .send(&mut s, inner.recovery.secret())
         .ok()?;
     s.set_nonblocking(true).ok()?;
     Some(s)
@@ -271,9 +271,9 @@ mod tests {
             .unwrap_or_else(|e| panic!("rank {rank}: connect to rank 0's listener: {e}"));
         s.set_read_timeout(Some(BOUND)).unwrap();
         Frame::bare(Kind::Join, rank)
-            .send(&mut s, &rp.secret)
+            .send(&mut s, rp.secret())
             .unwrap_or_else(|e| panic!("rank {rank}: send the join: {e}"));
-        let ack = Frame::read(&mut s, &rp.secret, comm.inner.core.size())
+        let ack = Frame::read(&mut s, rp.secret(), comm.inner.core.size())
             .unwrap_or_else(|e| panic!("rank {rank}: no answer to its join: {e}"));
         assert_eq!(
             ack.kind,
@@ -301,7 +301,7 @@ mod tests {
             });
             drop(join_rank_0(&comms[1]));
             let mut two = join_rank_0(&comms[2]);
-            let decision = Frame::read(&mut two, &comms[2].inner.recovery.secret, 3)
+            let decision = Frame::read(&mut two, comms[2].inner.recovery.secret(), 3)
                 .unwrap_or_else(|e| panic!("rank 2: no decision after its ack: {e}"));
             let (members, id) = coordinator
                 .join()
