@@ -17,7 +17,7 @@ use streamcomm::cuda::cudarc::driver::sys::CUstream;
 use streamcomm::cuda::{CudaComm, RawBuffers, RawDeviceBuffer, RawP2p};
 use streamcomm::{DataType, ReduceOp};
 
-use crate::args::{CBuf, disjoint, dtype, index, out_ptr, reduce_op};
+use crate::args::{CBuf, dtype, index, out_ptr, reduce_op};
 use crate::group::refuse_in_group;
 use crate::guard::guard;
 use crate::result::{FfiResult, SUCCESS, code_of};
@@ -81,13 +81,6 @@ pub unsafe extern "C" fn streamcomm_cuda_comm_get_async_error(
 }
 
 /// A buffer this rank does not use may be anything, NULL included.
-fn unused(ptr: *const c_void, len: usize) -> RawDeviceBuffer {
-    RawDeviceBuffer {
-        ptr: ptr as u64,
-        len,
-    }
-}
-
 fn raw(b: &CBuf) -> RawDeviceBuffer {
     RawDeviceBuffer {
         ptr: b.ptr as u64,
@@ -95,8 +88,9 @@ fn raw(b: &CBuf) -> RawDeviceBuffer {
     }
 }
 
-/// One collective: checks the buffers, applies NCCL's in-place rules,
-/// enqueues. `send_len`/`recv_len` are the element counts each side holds.
+/// One collective with NCCL's arguments: laid out by NCCL's rules
+/// ([`RawBuffers::nccl_layout`]: NULL, alignment, overlap and the in-place
+/// layouts checked there), then enqueued; nothing where it moves no element.
 #[allow(clippy::too_many_arguments)]
 fn collective(
     call: &str,
@@ -105,71 +99,28 @@ fn collective(
     coll: Collective,
     dt: DataType,
     op: ReduceOp,
-    (sendbuff, send_len): (*const c_void, usize),
-    (recvbuff, recv_len): (*mut c_void, usize),
+    (sendbuff, recvbuff): (*const c_void, *mut c_void),
+    count: usize,
 ) -> FfiResult {
     let cc = CUDA_COMMS.get(cuda_comm)?;
     refuse_in_group(call)?;
-    let rank = cc.communicator().rank();
-    let reads = !matches!(coll, Collective::Broadcast { root } if root != rank);
-    let writes = !matches!(coll, Collective::Reduce { root } if root != rank);
-    let buffers = match (reads, writes) {
-        (false, _) => {
-            let recv = CBuf::new(recvbuff, dt, recv_len, "recvbuff")?;
-            RawBuffers::Separate {
-                send: unused(sendbuff, send_len),
-                recv: raw(&recv),
-            }
-        }
-        (true, false) => {
-            let send = CBuf::new(sendbuff, dt, send_len, "sendbuff")?;
-            RawBuffers::Separate {
-                send: raw(&send),
-                recv: unused(recvbuff, recv_len),
-            }
-        }
-        (true, true) => {
-            let send = CBuf::new(sendbuff, dt, send_len, "sendbuff")?;
-            let recv = CBuf::new(recvbuff, dt, recv_len, "recvbuff")?;
-            let at = |inner: &CBuf, outer: &CBuf, block: usize| {
-                inner.count > 0 && inner.ptr as usize == outer.ptr as usize + block * dt.size()
-            };
-            match coll {
-                Collective::AllGather if at(&send, &recv, rank * send_len) => {
-                    RawBuffers::InPlace(raw(&recv))
-                }
-                Collective::ReduceScatter if at(&recv, &send, rank * recv_len) => {
-                    RawBuffers::InPlace(raw(&send))
-                }
-                Collective::AllReduce
-                | Collective::Broadcast { .. }
-                | Collective::Reduce { .. }
-                    if send.ptr == recv.ptr =>
-                {
-                    RawBuffers::InPlace(raw(&recv))
-                }
-                _ => {
-                    disjoint(coll.name(), &send, &recv)?;
-                    RawBuffers::Separate {
-                        send: raw(&send),
-                        recv: raw(&recv),
-                    }
-                }
-            }
-        }
+    let (rank, size) = (cc.communicator().rank(), cc.communicator().size());
+    let Some(buffers) = RawBuffers::nccl_layout(
+        coll,
+        dt,
+        sendbuff as u64,
+        recvbuff as u64,
+        count,
+        rank,
+        size,
+    )?
+    else {
+        return Ok(());
     };
     // SAFETY: the C caller's contract (header): live stream of the device,
     // device buffers valid until the operation completes; handle values and
     // pointers were checked above.
     Ok(unsafe { cc.collective_raw(coll, dt, op, buffers, stream as CUstream) }?)
-}
-
-/// `count * nranks`, or an error naming `what`.
-fn times_size(cuda_comm: *mut c_void, count: usize, what: &str) -> FfiResult<usize> {
-    let size = CUDA_COMMS.get(cuda_comm)?.communicator().size();
-    count.checked_mul(size).ok_or_else(|| {
-        crate::result::Failure::invalid(format!("{what} {count} times {size} ranks overflows"))
-    })
 }
 
 /// All-reduce of `count` elements of device memory on a CUDA stream (in
@@ -192,8 +143,8 @@ pub unsafe extern "C" fn streamcomm_cuda_all_reduce(
     guard(call, || {
         let (dt, op) = (dtype(datatype)?, reduce_op(op)?);
         let coll = Collective::AllReduce;
-        let (s, r) = ((sendbuff, count), (recvbuff, count));
-        collective(call, cuda_comm, cuda_stream, coll, dt, op, s, r)
+        let bufs = (sendbuff, recvbuff);
+        collective(call, cuda_comm, cuda_stream, coll, dt, op, bufs, count)
     })
 }
 
@@ -217,8 +168,17 @@ pub unsafe extern "C" fn streamcomm_cuda_broadcast(
         let coll = Collective::Broadcast {
             root: index(root, "root")?,
         };
-        let (s, r) = ((sendbuff, count), (recvbuff, count));
-        collective(call, cuda_comm, cuda_stream, coll, dt, ReduceOp::Sum, s, r)
+        let bufs = (sendbuff, recvbuff);
+        collective(
+            call,
+            cuda_comm,
+            cuda_stream,
+            coll,
+            dt,
+            ReduceOp::Sum,
+            bufs,
+            count,
+        )
     })
 }
 
@@ -244,8 +204,8 @@ pub unsafe extern "C" fn streamcomm_cuda_reduce(
         let coll = Collective::Reduce {
             root: index(root, "root")?,
         };
-        let (s, r) = ((sendbuff, count), (recvbuff, count));
-        collective(call, cuda_comm, cuda_stream, coll, dt, op, s, r)
+        let bufs = (sendbuff, recvbuff);
+        collective(call, cuda_comm, cuda_stream, coll, dt, op, bufs, count)
     })
 }
 
@@ -265,17 +225,17 @@ pub unsafe extern "C" fn streamcomm_cuda_all_gather(
     let call = "streamcomm_cuda_all_gather";
     guard(call, || {
         let dt = dtype(datatype)?;
-        let total = times_size(cuda_comm, sendcount, "sendcount")?;
-        let (s, r) = ((sendbuff, sendcount), (recvbuff, total));
+        let bufs = (sendbuff, recvbuff);
+        let coll = Collective::AllGather;
         collective(
             call,
             cuda_comm,
             cuda_stream,
-            Collective::AllGather,
+            coll,
             dt,
             ReduceOp::Sum,
-            s,
-            r,
+            bufs,
+            sendcount,
         )
     })
 }
@@ -297,18 +257,9 @@ pub unsafe extern "C" fn streamcomm_cuda_reduce_scatter(
     let call = "streamcomm_cuda_reduce_scatter";
     guard(call, || {
         let (dt, op) = (dtype(datatype)?, reduce_op(op)?);
-        let total = times_size(cuda_comm, recvcount, "recvcount")?;
-        let (s, r) = ((sendbuff, total), (recvbuff, recvcount));
-        collective(
-            call,
-            cuda_comm,
-            cuda_stream,
-            Collective::ReduceScatter,
-            dt,
-            op,
-            s,
-            r,
-        )
+        let bufs = (sendbuff, recvbuff);
+        let coll = Collective::ReduceScatter;
+        collective(call, cuda_comm, cuda_stream, coll, dt, op, bufs, recvcount)
     })
 }
 
@@ -328,17 +279,17 @@ pub unsafe extern "C" fn streamcomm_cuda_all_to_all(
     let call = "streamcomm_cuda_all_to_all";
     guard(call, || {
         let dt = dtype(datatype)?;
-        let total = times_size(cuda_comm, count, "count")?;
-        let (s, r) = ((sendbuff, total), (recvbuff, total));
+        let bufs = (sendbuff, recvbuff);
+        let coll = Collective::AllToAll;
         collective(
             call,
             cuda_comm,
             cuda_stream,
-            Collective::AllToAll,
+            coll,
             dt,
             ReduceOp::Sum,
-            s,
-            r,
+            bufs,
+            count,
         )
     })
 }

@@ -82,14 +82,30 @@ impl Call {
             })
     }
 
-    /// Enqueues `collective` on `stream`, after what this thread's open
-    /// group holds for the communicator.
+    /// Enqueues `collective` over NCCL's `sendbuff`, `recvbuff` and
+    /// `count` (laid out by [`RawBuffers::nccl_layout`]) on `stream`,
+    /// after what this thread's open group holds for the communicator;
+    /// nothing for a call that moves no element.
     fn collective(
         &self,
         collective: Collective,
-        buffers: RawBuffers,
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
         stream: cudaStream_t,
     ) -> Result<ncclResult_t, Error> {
+        let Some(buffers) = RawBuffers::nccl_layout(
+            collective,
+            self.dtype,
+            sendbuff as u64,
+            recvbuff as u64,
+            count,
+            self.rank,
+            self.size,
+        )?
+        else {
+            return Ok(ncclResult_t::ncclSuccess);
+        };
         groups::flush(self.comm)?;
         // SAFETY: the C caller's contract: every buffer this rank uses is
         // device memory of the communicator's device holding `len`
@@ -146,18 +162,7 @@ export! {
     ) -> ncclResult_t {
         guard("ncclAllReduce", || {
             let c = Call::new(comm, datatype, Some(op))?;
-            let n = c.elems(count, 1)?;
-            if n == 0 {
-                return Ok(ncclResult_t::ncclSuccess);
-            }
-            needed(sendbuff, "sendbuff")?;
-            needed(recvbuff, "recvbuff")?;
-            let buffers = if sendbuff == recvbuff.cast_const() {
-                RawBuffers::InPlace(buf(recvbuff, n))
-            } else {
-                RawBuffers::Separate { send: buf(sendbuff, n), recv: buf(recvbuff, n) }
-            };
-            c.collective(Collective::AllReduce, buffers, stream)
+            c.collective(Collective::AllReduce, sendbuff, recvbuff, count, stream)
         })
     }
 }
@@ -178,26 +183,13 @@ fn broadcast(
     guard(name, || {
         let c = Call::new(comm, datatype, None)?;
         let root = c.rank_of(root, "root")?;
-        let n = c.elems(count, 1)?;
-        if n == 0 {
-            return Ok(ncclResult_t::ncclSuccess);
-        }
-        needed(recvbuff, "recvbuff")?;
-        let buffers = if sendbuff == recvbuff.cast_const() {
-            RawBuffers::InPlace(buf(recvbuff, n))
-        } else if c.rank == root {
-            needed(sendbuff, "the root's sendbuff")?;
-            RawBuffers::Separate {
-                send: buf(sendbuff, n),
-                recv: buf(recvbuff, n),
-            }
-        } else {
-            RawBuffers::Separate {
-                send: buf(std::ptr::null(), 0),
-                recv: buf(recvbuff, n),
-            }
-        };
-        c.collective(Collective::Broadcast { root }, buffers, stream)
+        c.collective(
+            Collective::Broadcast { root },
+            sendbuff,
+            recvbuff,
+            count,
+            stream,
+        )
     })
 }
 
@@ -246,20 +238,7 @@ export! {
         guard("ncclReduce", || {
             let c = Call::new(comm, datatype, Some(op))?;
             let root = c.rank_of(root, "root")?;
-            let n = c.elems(count, 1)?;
-            if n == 0 {
-                return Ok(ncclResult_t::ncclSuccess);
-            }
-            needed(sendbuff, "sendbuff")?;
-            let buffers = if sendbuff == recvbuff.cast_const() {
-                RawBuffers::InPlace(buf(recvbuff, n))
-            } else if c.rank == root {
-                needed(recvbuff, "the root's recvbuff")?;
-                RawBuffers::Separate { send: buf(sendbuff, n), recv: buf(recvbuff, n) }
-            } else {
-                RawBuffers::Separate { send: buf(sendbuff, n), recv: buf(std::ptr::null(), 0) }
-            };
-            c.collective(Collective::Reduce { root }, buffers, stream)
+            c.collective(Collective::Reduce { root }, sendbuff, recvbuff, count, stream)
         })
     }
 }
@@ -278,18 +257,7 @@ export! {
     ) -> ncclResult_t {
         guard("ncclAllGather", || {
             let c = Call::new(comm, datatype, None)?;
-            let all = c.elems(sendcount, c.size)?;
-            if all == 0 {
-                return Ok(ncclResult_t::ncclSuccess);
-            }
-            needed(sendbuff, "sendbuff")?;
-            needed(recvbuff, "recvbuff")?;
-            let buffers = if sendbuff as usize == c.offset(recvbuff, c.rank * sendcount) {
-                RawBuffers::InPlace(buf(recvbuff, all))
-            } else {
-                RawBuffers::Separate { send: buf(sendbuff, sendcount), recv: buf(recvbuff, all) }
-            };
-            c.collective(Collective::AllGather, buffers, stream)
+            c.collective(Collective::AllGather, sendbuff, recvbuff, sendcount, stream)
         })
     }
 }
@@ -309,18 +277,7 @@ export! {
     ) -> ncclResult_t {
         guard("ncclReduceScatter", || {
             let c = Call::new(comm, datatype, Some(op))?;
-            let all = c.elems(recvcount, c.size)?;
-            if all == 0 {
-                return Ok(ncclResult_t::ncclSuccess);
-            }
-            needed(sendbuff, "sendbuff")?;
-            needed(recvbuff, "recvbuff")?;
-            let buffers = if recvbuff as usize == c.offset(sendbuff, c.rank * recvcount) {
-                RawBuffers::InPlace(buf(sendbuff, all))
-            } else {
-                RawBuffers::Separate { send: buf(sendbuff, all), recv: buf(recvbuff, recvcount) }
-            };
-            c.collective(Collective::ReduceScatter, buffers, stream)
+            c.collective(Collective::ReduceScatter, sendbuff, recvbuff, recvcount, stream)
         })
     }
 }
@@ -338,18 +295,7 @@ export! {
     ) -> ncclResult_t {
         guard("ncclAlltoAll", || {
             let c = Call::new(comm, datatype, None)?;
-            let all = c.elems(count, c.size)?;
-            if all == 0 {
-                return Ok(ncclResult_t::ncclSuccess);
-            }
-            needed(sendbuff, "sendbuff")?;
-            needed(recvbuff, "recvbuff")?;
-            let buffers = if sendbuff == recvbuff.cast_const() {
-                RawBuffers::InPlace(buf(recvbuff, all))
-            } else {
-                RawBuffers::Separate { send: buf(sendbuff, all), recv: buf(recvbuff, all) }
-            };
-            c.collective(Collective::AllToAll, buffers, stream)
+            c.collective(Collective::AllToAll, sendbuff, recvbuff, count, stream)
         })
     }
 }
