@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gen-verbs-sys.sh: regenerates core/src/transport/verbs/sys/bindings.rs, the
+# gen-verbs-sys.sh: regenerates verbs-sys/src/bindings.rs, the
 # libibverbs struct layouts, enums and constants the verbs transport uses,
 # from the system's <infiniband/verbs.h>, with bindgen. The output is checked
 # in, so that building the `verbs` feature needs no headers, pkg-config or
@@ -11,7 +11,7 @@
 # Usage: scripts/gen-verbs-sys.sh   (then review the diff and commit it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=core/src/transport/verbs/sys/bindings.rs
+out=verbs-sys/src/bindings.rs
 header=$(mktemp --suffix=.h)
 trap 'rm -f "$header"' EXIT
 echo '#include <infiniband/verbs.h>' >"$header"

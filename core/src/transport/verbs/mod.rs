@@ -35,7 +35,7 @@ pub(crate) mod progress;
 pub(crate) mod qp;
 pub(crate) mod regcache;
 mod source;
-pub(crate) mod sys;
+pub(crate) use streamcomm_verbs_sys as sys;
 
 use std::sync::Arc;
 
