@@ -214,6 +214,7 @@ impl FlagBarriers {
     /// # Errors
     /// A wait's timeout or abort; what a store or load met (a network
     /// error, a rank beyond the areas).
+    #[inline]
     pub(crate) fn run(&self, policy: WaitPolicy<'_>) -> Result<(), Error> {
         let plan = match self.current() {
             Running::Flags(plan) => plan,

@@ -252,6 +252,7 @@ impl Core {
 
     /// Runs `f` in issue order under `ticket`, recording any failure.
     /// `what` names the call in an error (formatted only then).
+    #[inline]
     pub(crate) fn run_ticketed(
         &self,
         ticket: u64,

@@ -51,13 +51,6 @@ impl GpuDirectNic {
     }
 }
 
-/// True where the nvidia-peermem module (or the older nv_peer_mem) is
-/// loaded: `ibv_reg_mr` may then take device memory.
-pub(crate) fn peermem_loaded() -> bool {
-    std::path::Path::new("/sys/module/nvidia_peermem").exists()
-        || std::path::Path::new("/sys/kernel/mm/memory_peers/nv_mem/version").exists()
-}
-
 /// Whether this build has the verbs transport (tests that need an RDMA
 /// device skip without it).
 #[cfg(test)]

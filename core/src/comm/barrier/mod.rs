@@ -144,7 +144,10 @@ impl Barriers {
         Some([s.barriers, s.questions, s.resends])
     }
 
-    /// Runs one barrier (call under a ticket).
+    /// Runs one barrier (call under a ticket). Inlined, with the flag
+    /// interpreter, into each caller: the host-blocking barrier's
+    /// instruction count is gated (`benches/icount-ceilings.txt`).
+    #[inline]
     pub(crate) fn run(&self, ticket: u64) -> Result<()> {
         let core = &self.core;
         let flags = match &self.state {
@@ -169,6 +172,7 @@ impl Barriers {
     }
 
     /// Runs one barrier in its turn, `ticket`.
+    #[inline]
     pub(crate) fn run_ticketed(&self, ticket: u64, mode: JobMode, what: &str) -> Result<()> {
         self.core
             .run_ticketed(ticket, mode, what, |_| self.run(ticket))

@@ -92,7 +92,7 @@ pub(crate) fn establish(comm: &Communicator, device: &Device) -> Option<Arc<dyn 
         addr: scratch.as_raw(),
         len: scratch.allocated_len(),
         export: &export,
-        peermem: crate::transport::gpudirect_nic::peermem_loaded(),
+        peermem: peermem_loaded(),
     };
     crate::device::gpudirect_probe::establish(&dev, &probe, |mode| {
         Arc::new(CudaNic {
@@ -101,4 +101,11 @@ pub(crate) fn establish(comm: &Communicator, device: &Device) -> Option<Arc<dyn 
             flush,
         })
     })
+}
+
+/// True where the nvidia-peermem module (or the older nv_peer_mem) is
+/// loaded: `ibv_reg_mr` may then take device memory.
+fn peermem_loaded() -> bool {
+    std::path::Path::new("/sys/module/nvidia_peermem").exists()
+        || std::path::Path::new("/sys/kernel/mm/memory_peers/nv_mem/version").exists()
 }
