@@ -7,7 +7,8 @@
 //! Each protocol keeps its own layout after the head; this module writes
 //! the head, checks it (the secret in constant time, so that a stranger
 //! learns nothing from how fast it is refused) and reads fields without
-//! panicking on short input.
+//! panicking on short input (the endpoint records the bootstrap gathers
+//! are read with the same reader).
 
 /// Bytes of the head: magic, version, secret.
 pub(crate) const HEAD_BYTES: usize = 4 + 4 + 16;
@@ -128,6 +129,17 @@ pub(crate) struct FrameReader<'a> {
 }
 
 impl<'a> FrameReader<'a> {
+    /// A reader of `bytes` from their start, for records with no head
+    /// (the endpoints the bootstrap all-gathers).
+    pub(crate) fn over(bytes: &'a [u8]) -> FrameReader<'a> {
+        FrameReader { bytes, at: 0 }
+    }
+
+    /// Bytes not read yet.
+    pub(crate) fn left(&self) -> usize {
+        self.bytes.len() - self.at
+    }
+
     /// The next `n` bytes.
     ///
     /// # Errors
@@ -162,6 +174,17 @@ impl<'a> FrameReader<'a> {
     pub(crate) fn u32(&mut self) -> Result<u32, String> {
         let b = self.bytes(4)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    /// The next 64-bit field.
+    ///
+    /// # Errors
+    /// When fewer than eight bytes are left.
+    pub(crate) fn u64(&mut self) -> Result<u64, String> {
+        let b = self.bytes(8)?;
+        let mut w = [0u8; 8];
+        w.copy_from_slice(b);
+        Ok(u64::from_le_bytes(w))
     }
 
     /// The next 32-bit field as a count of at most `max` (checked before

@@ -94,11 +94,8 @@ fn raw(b: &CBuf) -> RawDeviceBuffer {
 #[allow(clippy::too_many_arguments)]
 fn collective(
     call: &str,
-    cuda_comm: *mut c_void,
-    stream: *mut c_void,
-    coll: Collective,
-    dt: DataType,
-    op: ReduceOp,
+    (cuda_comm, stream): (*mut c_void, *mut c_void),
+    (coll, dt, op): (Collective, DataType, ReduceOp),
     (sendbuff, recvbuff): (*const c_void, *mut c_void),
     count: usize,
 ) -> FfiResult {
@@ -144,7 +141,7 @@ pub unsafe extern "C" fn streamcomm_cuda_all_reduce(
         let (dt, op) = (dtype(datatype)?, reduce_op(op)?);
         let coll = Collective::AllReduce;
         let bufs = (sendbuff, recvbuff);
-        collective(call, cuda_comm, cuda_stream, coll, dt, op, bufs, count)
+        collective(call, (cuda_comm, cuda_stream), (coll, dt, op), bufs, count)
     })
 }
 
@@ -169,16 +166,8 @@ pub unsafe extern "C" fn streamcomm_cuda_broadcast(
             root: index(root, "root")?,
         };
         let bufs = (sendbuff, recvbuff);
-        collective(
-            call,
-            cuda_comm,
-            cuda_stream,
-            coll,
-            dt,
-            ReduceOp::Sum,
-            bufs,
-            count,
-        )
+        let what = (coll, dt, ReduceOp::Sum);
+        collective(call, (cuda_comm, cuda_stream), what, bufs, count)
     })
 }
 
@@ -205,7 +194,7 @@ pub unsafe extern "C" fn streamcomm_cuda_reduce(
             root: index(root, "root")?,
         };
         let bufs = (sendbuff, recvbuff);
-        collective(call, cuda_comm, cuda_stream, coll, dt, op, bufs, count)
+        collective(call, (cuda_comm, cuda_stream), (coll, dt, op), bufs, count)
     })
 }
 
@@ -227,16 +216,8 @@ pub unsafe extern "C" fn streamcomm_cuda_all_gather(
         let dt = dtype(datatype)?;
         let bufs = (sendbuff, recvbuff);
         let coll = Collective::AllGather;
-        collective(
-            call,
-            cuda_comm,
-            cuda_stream,
-            coll,
-            dt,
-            ReduceOp::Sum,
-            bufs,
-            sendcount,
-        )
+        let what = (coll, dt, ReduceOp::Sum);
+        collective(call, (cuda_comm, cuda_stream), what, bufs, sendcount)
     })
 }
 
@@ -259,7 +240,13 @@ pub unsafe extern "C" fn streamcomm_cuda_reduce_scatter(
         let (dt, op) = (dtype(datatype)?, reduce_op(op)?);
         let bufs = (sendbuff, recvbuff);
         let coll = Collective::ReduceScatter;
-        collective(call, cuda_comm, cuda_stream, coll, dt, op, bufs, recvcount)
+        collective(
+            call,
+            (cuda_comm, cuda_stream),
+            (coll, dt, op),
+            bufs,
+            recvcount,
+        )
     })
 }
 
@@ -281,16 +268,8 @@ pub unsafe extern "C" fn streamcomm_cuda_all_to_all(
         let dt = dtype(datatype)?;
         let bufs = (sendbuff, recvbuff);
         let coll = Collective::AllToAll;
-        collective(
-            call,
-            cuda_comm,
-            cuda_stream,
-            coll,
-            dt,
-            ReduceOp::Sum,
-            bufs,
-            count,
-        )
+        let what = (coll, dt, ReduceOp::Sum);
+        collective(call, (cuda_comm, cuda_stream), what, bufs, count)
     })
 }
 

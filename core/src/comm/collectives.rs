@@ -6,49 +6,14 @@
 //! What "enqueued" and "capturable" promise is said once, on
 //! [`Communicator`](super::Communicator) (*Stream semantics*, *Graph capture*).
 
-use std::sync::Arc;
-
 use crate::comm::Communicator;
 use crate::comm::buffer::{AsBufView, Binding};
-use crate::comm::task::PlanTask;
+use crate::comm::submit::Submit;
 use crate::host::HostStream;
 use crate::plan::Collective;
-use crate::{DataType, Error, ReduceOp, Result};
+use crate::{Error, ReduceOp, Result};
 
 impl Communicator {
-    fn enqueue(
-        &self,
-        collective: Collective,
-        dtype: DataType,
-        op: ReduceOp,
-        count: usize,
-        binding: Binding,
-        stream: &HostStream,
-    ) -> Result<()> {
-        stream.enqueue(self.plan_task(collective, dtype, op, count, binding)?)
-    }
-
-    /// The stream task of one collective: its plan (algorithm chosen for the
-    /// call) bound to `binding`, checked. Host streams enqueue it; device
-    /// streams run it on staging buffers ([`crate::device`]).
-    pub(crate) fn plan_task(
-        &self,
-        collective: Collective,
-        dtype: DataType,
-        op: ReduceOp,
-        count: usize,
-        binding: Binding,
-    ) -> Result<Arc<PlanTask>> {
-        self.inner.core.failure().check()?;
-        let plan = self.inner.core.plan(collective, dtype, op, count)?;
-        binding.check(&plan)?;
-        Ok(Arc::new(PlanTask {
-            comm: self.inner.core.clone(),
-            plan,
-            binding,
-        }))
-    }
-
     /// Element-wise reduction of every rank's `send` into every rank's `recv`
     /// (`count = send.len()`; `recv` must hold at least as many).
     ///
@@ -91,14 +56,13 @@ impl Communicator {
             send: Some(s.clone()),
             recv: Some(r),
         };
-        self.enqueue(
+        stream.enqueue(self.collective_task(
             Collective::AllReduce,
             s.dtype(),
             op,
             s.len(),
             binding,
-            stream,
-        )
+        )?)
     }
 
     /// [`Communicator::all_reduce`] with one buffer as input and output.
@@ -135,14 +99,13 @@ impl Communicator {
     ) -> Result<()> {
         let v = buf.buf_view();
         let (dtype, count) = (v.dtype(), v.len());
-        self.enqueue(
+        stream.enqueue(self.collective_task(
             Collective::AllReduce,
             dtype,
             op,
             count,
             Binding::InPlace(v),
-            stream,
-        )
+        )?)
     }
 
     /// Copies `root`'s `send` into every rank's `recv` (`count = recv.len()`;
@@ -187,14 +150,13 @@ impl Communicator {
             send,
             recv: Some(r),
         };
-        self.enqueue(
+        stream.enqueue(self.collective_task(
             Collective::Broadcast { root },
             dtype,
             ReduceOp::Sum,
             count,
             binding,
-            stream,
-        )
+        )?)
     }
 
     /// [`Communicator::broadcast`] in one buffer (the root's is the source).
@@ -234,14 +196,13 @@ impl Communicator {
     ) -> Result<()> {
         let v = buf.buf_view();
         let (dtype, count) = (v.dtype(), v.len());
-        self.enqueue(
+        stream.enqueue(self.collective_task(
             Collective::Broadcast { root },
             dtype,
             ReduceOp::Sum,
             count,
             Binding::InPlace(v),
-            stream,
-        )
+        )?)
     }
 
     /// Reduces every rank's `send` into `root`'s `recv` (`count = send.len()`;
@@ -289,14 +250,13 @@ impl Communicator {
             send: Some(s),
             recv,
         };
-        self.enqueue(
+        stream.enqueue(self.collective_task(
             Collective::Reduce { root },
             dtype,
             op,
             count,
             binding,
-            stream,
-        )
+        )?)
     }
 
     /// [`Communicator::reduce`] in one buffer.
@@ -336,14 +296,13 @@ impl Communicator {
     ) -> Result<()> {
         let v = buf.buf_view();
         let (dtype, count) = (v.dtype(), v.len());
-        self.enqueue(
+        stream.enqueue(self.collective_task(
             Collective::Reduce { root },
             dtype,
             op,
             count,
             Binding::InPlace(v),
-            stream,
-        )
+        )?)
     }
 
     /// Concatenates every rank's `send` (in rank order) into every rank's
@@ -386,14 +345,13 @@ impl Communicator {
             send: Some(s),
             recv: Some(r),
         };
-        self.enqueue(
+        stream.enqueue(self.collective_task(
             Collective::AllGather,
             dtype,
             ReduceOp::Sum,
             count,
             binding,
-            stream,
-        )
+        )?)
     }
 
     /// [`Communicator::all_gather`] in one buffer of `size * count` elements,
@@ -427,14 +385,13 @@ impl Communicator {
     pub fn all_gather_in_place(&self, buf: &mut impl AsBufView, stream: &HostStream) -> Result<()> {
         let v = buf.buf_view();
         let count = self.per_rank(v.len(), "all_gather_in_place")?;
-        self.enqueue(
+        stream.enqueue(self.collective_task(
             Collective::AllGather,
             v.dtype(),
             ReduceOp::Sum,
             count,
             Binding::InPlace(v),
-            stream,
-        )
+        )?)
     }
 
     /// Reduces every rank's `send` (`size * count` elements) and leaves block
@@ -479,7 +436,13 @@ impl Communicator {
             send: Some(s),
             recv: Some(r),
         };
-        self.enqueue(Collective::ReduceScatter, dtype, op, count, binding, stream)
+        stream.enqueue(self.collective_task(
+            Collective::ReduceScatter,
+            dtype,
+            op,
+            count,
+            binding,
+        )?)
     }
 
     /// [`Communicator::reduce_scatter`] in one buffer of `size * count`
@@ -518,14 +481,13 @@ impl Communicator {
     ) -> Result<()> {
         let v = buf.buf_view();
         let count = self.per_rank(v.len(), "reduce_scatter_in_place")?;
-        self.enqueue(
+        stream.enqueue(self.collective_task(
             Collective::ReduceScatter,
             v.dtype(),
             op,
             count,
             Binding::InPlace(v),
-            stream,
-        )
+        )?)
     }
 
     /// Sends block `j` of `send` to rank `j`, which stores it as block `rank`
@@ -569,14 +531,13 @@ impl Communicator {
             send: Some(s),
             recv: Some(r),
         };
-        self.enqueue(
+        stream.enqueue(self.collective_task(
             Collective::AllToAll,
             dtype,
             ReduceOp::Sum,
             count,
             binding,
-            stream,
-        )
+        )?)
     }
 
     fn per_rank(&self, len: usize, what: &str) -> Result<usize> {

@@ -7,6 +7,7 @@
 
 use std::net::SocketAddr;
 
+use crate::framed::FrameReader;
 use crate::transport::ring::RingShape;
 use crate::{Error, Result};
 
@@ -80,7 +81,7 @@ impl Endpoint {
     /// # Errors
     /// [`Error::Bootstrap`] naming what was wrong.
     pub fn decode(bytes: &[u8]) -> Result<Endpoint> {
-        let mut r = Reader { bytes, pos: 0 };
+        let mut r = Reader(FrameReader::over(bytes));
         let version = r.u8()?;
         if version != VERSION {
             return Err(Error::Bootstrap(format!(
@@ -103,10 +104,10 @@ impl Endpoint {
             a => return Err(Error::Bootstrap(format!("endpoint verbs atomics {a}"))),
         };
         let recovery = r.addr("recovery")?;
-        if r.pos != bytes.len() {
+        if r.0.left() > 0 {
             return Err(Error::Bootstrap(format!(
                 "endpoint has {} trailing bytes",
-                bytes.len() - r.pos
+                r.0.left()
             )));
         }
         Ok(Endpoint {
@@ -133,24 +134,15 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(b);
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
+/// An endpoint's fields, read in order ([`FrameReader`] with this
+/// record's errors).
+struct Reader<'a>(FrameReader<'a>);
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.bytes.len());
-        let end = end.ok_or_else(|| {
-            Error::Bootstrap(format!(
-                "endpoint truncated: need {n} bytes at offset {}, have {}",
-                self.pos,
-                self.bytes.len()
-            ))
-        })?;
-        let s = &self.bytes[self.pos..end];
-        self.pos = end;
-        Ok(s)
+        self.0
+            .bytes(n)
+            .map_err(|e| Error::Bootstrap(format!("endpoint truncated: {e}")))
     }
 
     fn u8(&mut self) -> Result<u8> {
@@ -158,9 +150,9 @@ impl<'a> Reader<'a> {
     }
 
     fn u64(&mut self) -> Result<u64> {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(self.take(8)?);
-        Ok(u64::from_le_bytes(b))
+        self.0
+            .u64()
+            .map_err(|e| Error::Bootstrap(format!("endpoint truncated: {e}")))
     }
 
     /// An optional socket address (empty: none); `what` names it in an error.

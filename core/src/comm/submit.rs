@@ -1,8 +1,8 @@
-//! The one seam through which a device backend submits work to a
-//! communicator (`device/`): the stream tasks of collectives and groups,
-//! checked as the host forms check them, and the failure record a device
-//! operation fails into. The device backend adds no methods to
-//! [`Communicator`]; it asks this trait.
+//! The one seam through which work is submitted to a communicator: the
+//! stream task of a collective (which the host stream forms enqueue, and
+//! the device backend runs between its copies) or of a group, checked, and
+//! the failure record a device operation fails into. The device backend
+//! (`device/`) adds no methods to [`Communicator`]; it asks this trait.
 
 use std::sync::Arc;
 
@@ -11,6 +11,7 @@ use crate::comm::barrier::barrier_task;
 use crate::comm::buffer::Binding;
 use crate::comm::failure::FailureState;
 use crate::comm::p2p::{Dir, GroupMemory};
+use crate::comm::task::PlanTask;
 use crate::host::Task;
 use crate::plan::Collective;
 use crate::{DataType, ReduceOp, Result};
@@ -23,8 +24,10 @@ pub(crate) trait Submit {
     /// The communicator's one failure record.
     fn failure(&self) -> &Arc<FailureState>;
 
-    /// The host task of one collective over `binding` (a barrier's binds
-    /// nothing), checked.
+    /// The stream task of one collective: its plan (algorithm chosen for
+    /// the call, kept from the last call of the same shape) bound to
+    /// `binding`, checked (a barrier's binds nothing). Host streams enqueue
+    /// it; device streams run it on staging buffers.
     ///
     /// # Errors
     /// As the host form of the collective.
@@ -70,11 +73,18 @@ impl Submit for Communicator {
         count: usize,
         binding: Binding,
     ) -> Result<Arc<dyn Task>> {
+        let core = &self.inner.core;
+        core.failure().check()?;
         if collective == Collective::Barrier {
-            self.inner.core.failure().check()?;
             return Ok(barrier_task(&self.inner.barrier));
         }
-        Ok(self.plan_task(collective, dtype, op, count, binding)?)
+        let plan = core.plan(collective, dtype, op, count)?;
+        binding.check(&plan)?;
+        Ok(Arc::new(PlanTask {
+            comm: core.clone(),
+            plan,
+            binding,
+        }))
     }
 
     fn group_task(
