@@ -12,11 +12,12 @@ modules) unless `--with-tests` is given: tests may reach upwards.
 
 Control can also flow up without a path: a lower module calls code that an
 upper one handed it at run time (a callback kept in a static or a
-thread-local, a trait object the lower module defines). Such channels are
-allowed only when named in UPWARD below and in lib.rs's layer docs: a
-callback kept in a static or thread-local that UPWARD does not name, an
-UPWARD entry whose item is gone, or one that lib.rs does not mention fails
-the check.
+thread-local, a trait that a lower module defines and an upper one
+implements). Such channels are allowed only when the one table of them,
+under "Upward channels" in docs/design/architecture.md, has a row for it:
+a callback kept in a static that no row names, a trait of one module that
+a higher module implements without a row, a row whose item is gone, or a
+row that names a module that does not implement it, fails the check.
 
 Inside the folders that FOLDERS names, the same holds one level down: the
 folder's modules (its files and subfolders) reference each other without
@@ -38,25 +39,13 @@ IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 CRATE_PATH = re.compile(r"\bcrate::(" + IDENT + r"|\{)")
 SUPER_PATH = re.compile(r"\b((?:super::)+)(" + IDENT + r"|\{)")
 INLINE_MOD = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*\{")
-# The upward channels: (file under core/src, item, the module that hands
-# code down, the module that calls it, why a plain argument does not do).
-UPWARD = [
-    ("wait.rs", "SLICE_HOOK", "engine", "wait",
-     "the progress thread's sources must tick while any wait on that thread "
-     "sleeps, however deep in a job the wait is"),
-    ("host/release_hooks.rs", "HOOKS", "transport", "host",
-     "the verbs registration cache must forget memory as the buffer that "
-     "owned it is dropped, wherever that happens"),
-    ("engine/source.rs", "FailureSink", "comm", "engine",
-     "the progress engine reports a failed peer to the communicator that "
-     "owns it, which sits above the engine"),
-    ("barrier/multicast/mod.rs", "Datagrams", "transport", "barrier",
-     "the multicast barrier's protocol (below the transports, so the flag "
-     "memory and its tests need no transport) sends and receives through "
-     "the verbs UD queue pair, or an in-memory group in its tests"),
-]
+# The design page whose "Upward channels" table lists every channel.
+DESIGN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "design",
+                      "architecture.md")
 # Folders of core/src whose own modules must not form a cycle either.
 FOLDERS = ["comm"]
+TRAIT_DEF = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:unsafe\s+)?trait\s+(" + IDENT + r")", re.M)
+TRAIT_IMPL = re.compile(r"\bimpl\b(?:\s*<[^>]*>)?\s+(?:" + IDENT + r"::)*(" + IDENT + r")(?:<[^>]*>)?\s+for\b")
 CALLBACK_STATIC = re.compile(
     r"^\s*(?:pub(?:\([^)]*\))?\s+)?static\s+(" + IDENT + r")\s*:\s*([^=]*)", re.M)
 CALLABLE = re.compile(r"\bdyn\s+Fn|\bFn(?:Mut|Once)?\s*\(|\bfn\s*\(|\b\w*Hook\b")
@@ -285,33 +274,106 @@ def folder_cycles(folder, with_tests):
     return out
 
 
-def upward_problems(lib_text_raw):
-    """Unnamed callback statics, stale UPWARD entries, entries lib.rs omits."""
-    problems, named = [], {(f, n) for f, n, *_ in UPWARD}
+def upward_table():
+    """The rows of the design page's table: (item, defining module, the
+    modules that hand code down, why), from cells like
+    `| `engine::Source`, a trait | transport, comm → engine | why |`."""
+    with open(DESIGN) as f:
+        text = f.read()
+    start = text.find("### Upward channels")
+    if start < 0:
+        return None
+    rows = []
+    for line in text[start:].split("\n")[1:]:
+        if line.startswith("#"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or not cells[0].startswith("`"):
+            continue
+        path = cells[0].split("`")[1]
+        frm, _, to = cells[1].partition("→")
+        rows.append((path.split("::")[-1], path.split("::")[0],
+                     [m.strip() for m in frm.split(",")], to.strip(), cells[2]))
+    return rows
+
+
+def without_tests(text):
+    """`text` with its `#[cfg(test)]` inline modules blanked."""
+    out, lines, skip, depth, pending = [], text.split("\n"), None, 0, False
+    for line in lines:
+        if skip is None and CFG_TEST.match(line):
+            pending = True
+        elif skip is None and pending and INLINE_MOD.match(line):
+            skip, pending = depth, False
+        elif line.strip():
+            pending = False
+        out.append("" if skip is not None else line)
+        depth += line.count("{") - line.count("}")
+        if skip is not None and depth <= skip:
+            skip = None
+    return "\n".join(out)
+
+
+def upward_problems(edges):
+    """Channels the table misses, rows whose item is gone or whose
+    modules do not hand code down."""
+    rows = upward_table()
+    if rows is None:
+        return ["docs/design/architecture.md has no \"### Upward channels\" table"]
+    problems, by_name = [], {r[0]: r for r in rows}
+    statics, traits, impls = {}, {}, []
     for dirpath, _, files in os.walk(ROOT):
         for file in sorted(files):
             if not file.endswith(".rs") or file == "tests.rs" or file.endswith("_tests.rs"):
                 continue
             path = os.path.join(dirpath, file)
             rel = os.path.relpath(path, ROOT)
+            top = module_path(rel)[0] if module_path(rel) else "lib"
             with open(path) as f:
-                text = strip_comments(f.read())
+                text = without_tests(strip_comments(f.read()))
             for m in CALLBACK_STATIC.finditer(text):
                 name, ty = m.group(1), m.group(2)
-                if CALLABLE.search(ty) and (rel, name) not in named:
+                statics[name] = top
+                if CALLABLE.search(ty) and name not in by_name:
                     line = text.count("\n", 0, m.start()) + 1
                     problems.append(f"core/src/{rel}:{line}: static {name} keeps a callback; "
-                                    "name it in UPWARD and lib.rs, or pass it as an argument")
-    for rel, name, frm, to, _ in UPWARD:
-        try:
-            with open(os.path.join(ROOT, rel)) as f:
-                text = strip_comments(f.read())
-        except OSError:
-            text = ""
-        if not re.search(r"\b(?:static|trait)\s+" + name + r"\b", text):
-            problems.append(f"UPWARD names {name} in core/src/{rel}, which no longer defines it")
-        if name not in lib_text_raw:
-            problems.append(f"lib.rs's layer docs do not name the upward channel {name} ({frm} -> {to})")
+                                    "add a row to the design page's upward channels, or pass it "
+                                    "as an argument")
+            for m in TRAIT_DEF.finditer(text):
+                traits[m.group(1)] = top
+            for m in TRAIT_IMPL.finditer(text):
+                impls.append((m.group(1), top, f"core/src/{rel}:{text.count(chr(10), 0, m.start()) + 1}"))
+
+    def above(upper, lower):
+        seen, todo = set(), [upper]
+        while todo:
+            v = todo.pop()
+            for w in edges.get(v, ()):
+                if w == lower:
+                    return True
+                if w not in seen:
+                    seen.add(w)
+                    todo.append(w)
+        return False
+
+    implemented = {}
+    for name, top, where in impls:
+        home = traits.get(name)
+        if home is None or home == top or not above(top, home):
+            continue
+        implemented.setdefault(name, set()).add(top)
+        if name not in by_name:
+            problems.append(f"{where}: {top} implements {home}'s trait {name}, which carries "
+                            "control up: add a row to the design page's upward channels")
+    for name, home, frm, to, _ in rows:
+        found = traits.get(name) or statics.get(name)
+        if found is None:
+            problems.append(f"the upward channels name {name}, which core/src no longer defines")
+        elif found != home or to != home:
+            problems.append(f"the upward channels put {name} in {home} (→ {to}); it is in {found}")
+        if name in traits and set(frm) != implemented.get(name, set()):
+            problems.append(f"the upward channels say {', '.join(frm)} implement {name}; "
+                            f"the code: {', '.join(sorted(implemented.get(name, ()))) or 'none'}")
     return problems
 
 
@@ -375,10 +437,10 @@ def main(argv):
     print("layers, bottom first:")
     for lv in sorted(layers):
         print(f"  {lv}: " + ", ".join(sorted(layers[lv])))
-    print("upward channels (named, allowed):")
-    for rel, name, frm, to, why in UPWARD:
-        print(f"  {name} ({frm} -> {to}, core/src/{rel}): {why}")
-    problems = upward_problems(lib_text_raw)
+    print("upward channels (the design page's table):")
+    for name, home, frm, to, why in upward_table() or []:
+        print(f"  {name} ({', '.join(frm)} -> {to}): {why}")
+    problems = upward_problems(edges)
     for folder in FOLDERS:
         for scc, refs in folder_cycles(folder, with_tests):
             problems.append(f"a cycle among the modules of core/src/{folder}: " + ", ".join(scc)

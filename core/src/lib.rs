@@ -94,19 +94,12 @@
 //!  0  error      framed     wait             errors, the framed tcp protocols' head, waiting
 //! ```
 //!
-//! Four channels carry control up past that order, each because no plain
-//! argument reaches where it must act; the script names them too and fails
-//! on a callback kept in a static that it does not name:
-//! - `wait::SLICE_HOOK` (a thread-local the engine sets on its own thread):
-//!   every wait on the progress thread ticks the engine's sources between
-//!   its sleeps, however deep in a job the wait is;
-//! - `host::release_hooks::HOOKS` (installed once by the verbs transport): a
-//!   dropped host buffer tells the registration cache to forget its memory;
-//! - the `engine::FailureSink` trait object (the communicator's failure
-//!   state): the engine reports a failed peer to the communicator above it;
-//! - the `barrier::multicast::Datagrams` trait object (the verbs UD queue
-//!   pair of `transport::verbs::multicast`): the multicast barrier's
-//!   protocol sends and receives through a transport above it.
+//! Some control flows up past that order, through a callback kept in a
+//! static or a trait that a lower module defines and an upper one
+//! implements (a stream runs the communicator's tasks, the progress engine
+//! polls the transports' sources, ...): the one list of these channels,
+//! with why each is there, is the design page's table ("Upward channels"
+//! in `docs/design/architecture.md`), which the script checks.
 //!
 //! Each folder's job:
 //! - `error.rs`: [`Error`] and [`Result`].
