@@ -106,10 +106,10 @@
 //! - `wait.rs`: how every wait spins, yields, sleeps and times out.
 //! - `framed.rs`: the head the three framed tcp protocols share (magic, version, the secret compared in constant time) and bounded field reads.
 //! - `config/`: [`Config`] and the types of its fields, parsed from `STREAMCOMM_*`; depends on nothing but `error` and `barrier` (whose [`barrier::BarrierAlgo`] is a field's type).
-//! - `plan/`: collectives as pure per-rank lists of data steps, their signatures, the message barrier, and the simulator of data steps and of the barriers' flag steps.
+//! - `plan/`: collectives as pure per-rank lists of data steps, their signatures, the message barrier (dissemination as data steps), and the simulator of data steps.
 //! - `bootstrap/`: [`bootstrap::UniqueId`] and the root and client that let ranks meet.
 //! - `engine/`: the progress engine, a communicator's one background thread (tcp and verbs progress, the peer watch, off-stream barriers, the CUDA backend's host side).
-//! - `barrier/`: everything barriers are: the algorithms and the default choice, plans of flag steps, their memory model and interpreter, the flag memory of each rank's segment, and a communicator's barrier state and execution.
+//! - `barrier/`: everything barriers are: the algorithms and the default choice, plans of flag steps, their memory model and interpreter, the flag simulator that proves them, the flag memory of each rank's segment, and the barriers' execution; the communicator's barrier part (its state, stream tasks and multicast service) is `comm/barrier/`.
 //! - `host/`: the host backend: streams, events, doorbells, graphs, buffers.
 //! - `tuning/`: the cost model and the choice of an algorithm per call.
 //! - `launch/`: the variables of launchers (`streamcomm-run`, torchrun, Slurm, Open MPI, PMI) that `Communicator::from_env` reads.

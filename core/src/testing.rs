@@ -9,8 +9,8 @@ pub mod barrier {
     pub use crate::barrier::exec::{Epoch, run};
     pub use crate::barrier::memory::{BarrierMemory, WaitFor};
     pub use crate::barrier::plan::BarrierPlan;
+    pub use crate::barrier::simulate::{FlagSimConfig, FlagSimError, Schedule, simulate};
     pub use crate::barrier::step::{FlagStep, signal_value};
-    pub use crate::plan::simulate::flags::{FlagSimConfig, FlagSimError, Schedule, simulate};
 
     /// The multicast barrier's counters on this rank, where its group was
     /// joined: `[barriers, questions asked, arrivals re-sent]` (the

@@ -18,7 +18,7 @@
 //!   k-way dissemination, hierarchical).
 //! - [`run`](super::run) executes a plan for one epoch against any `BarrierMemory`;
 //!   the communicator implements it over the per-rank shared-memory segment.
-//! - the plan simulator (`plan/simulate/flags.rs`) runs every rank's plan for many consecutive epochs in
+//! - the flag simulator (`barrier/simulate/`) runs every rank's plan for many consecutive epochs in
 //!   one thread, under round-robin, random and adversarial schedules, and
 //!   checks that no rank leaves barrier `e` before every rank has entered it.
 //!

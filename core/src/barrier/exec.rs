@@ -4,7 +4,7 @@
 //! [`apply`] performs a flag step's action or checks its wait, without
 //! blocking; [`wait_for`] says what a wait awaits. [`run`] walks a plan
 //! with [`apply`] and blocks in [`BarrierMemory::wait`] on a wait that is
-//! not met yet; the simulator (`plan/simulate/`) calls the same [`apply`],
+//! not met yet; the flag simulator (`barrier/simulate/`) calls the same [`apply`],
 //! so what it proves is what runs. It takes [`FlagStep`]s only; data steps
 //! have their own type and interpreter (`plan::apply_step`).
 

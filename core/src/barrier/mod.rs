@@ -8,7 +8,7 @@
 //!   its words carry;
 //! - `memory.rs`: the memory model flag steps run on ([`BarrierMemory`]);
 //! - `exec.rs`: their one interpreter and the executor ([`exec::run`]), which
-//!   the plan simulator (`plan/simulate/flags.rs`) also calls;
+//!   the flag simulator (`simulate/`) also calls;
 //! - `algo/`: every algorithm of `docs/design/barriers.md`, and
 //!   [`BarrierAlgo`] naming them; `build.rs` makes one rank's
 //!   [`BarrierPlan`] (`plan.rs`) of one;
@@ -37,6 +37,7 @@ pub(crate) mod exec;
 pub(crate) mod memory;
 pub(crate) mod multicast;
 pub(crate) mod plan;
+pub(crate) mod simulate;
 mod state;
 pub(crate) mod step;
 

@@ -8,7 +8,7 @@
 //! their own, apart from the data steps of every other collective
 //! (`plan::DataStep`), so neither interpreter can be handed the other's
 //! steps. [`exec::apply`](super::exec::apply) is their one interpreter: the
-//! barrier executor and the simulator (`plan/simulate/`) both call it. The
+//! barrier executor and the flag simulator (`barrier/simulate/`) both call it. The
 //! same dissemination notifies and flag waits are also the message barrier
 //! of communicators with tcp peers (`plan/barrier.rs`), where a notify is a
 //! zero-byte data message and a flag wait a wait for one.

@@ -26,7 +26,6 @@ pub(crate) mod failure;
 mod host_collectives;
 pub(crate) mod inner;
 mod mismatch;
-mod multicast_service;
 pub(crate) mod p2p;
 pub(crate) mod peer_watch;
 mod plan_cache;

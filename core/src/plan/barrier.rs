@@ -19,7 +19,7 @@
 //! in round order), the `j`-th message from `p` is `p`'s notify of the very
 //! step the receiver's `j`-th wait on `p` awaits. So every run of the message
 //! plans is also a run of the flag plans, whose barrier property the flag
-//! simulator (`simulate/flags.rs`) proves for every interleaving; the
+//! simulator (`barrier::simulate`) proves for every interleaving; the
 //! message simulator (`simulate/messages.rs`) adds what only messages can
 //! break (deadlock on full single-slot rings, undelivered
 //! slots).

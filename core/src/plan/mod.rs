@@ -8,8 +8,8 @@
 //! [`DataStep`]s. [`apply::apply_step`] is the one interpreter of data steps,
 //! shared by the backends and by [`simulate::simulate`]. Barriers over flag
 //! memory are written in flag steps, a type of their own with its memory
-//! model and interpreter, all in `crate::barrier`; [`simulate::flags`]
-//! proves them.
+//! model and interpreter, all in `crate::barrier`, whose flag simulator
+//! (`barrier::simulate`) proves them.
 //!
 //! # Element counts
 //!

@@ -12,6 +12,7 @@
 //! the dissemination barrier with its flags turned into messages through
 //! the slot rings ([`plan::build`] for [`Collective::Barrier`]).
 
+mod multicast_service;
 mod task;
 
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use crate::transport::Connection;
 use crate::wait::WaitError;
 use crate::{DataType, ReduceOp};
 use crate::{Error, Result};
+pub(crate) use multicast_service::MulticastService;
 pub(crate) use task::barrier_task;
 
 /// How a communicator's barriers run.

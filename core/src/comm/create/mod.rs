@@ -31,10 +31,10 @@ mod prepare;
 use std::sync::Arc;
 
 use super::barrier::Barriers;
+use super::barrier::MulticastService;
 use super::core::{Core, CoreParts};
 use super::failure::FailureState;
 use super::inner::CommInner;
-use super::multicast_service::MulticastService;
 use super::p2p::{P2p, P2pState};
 use super::peer_watch::peer_watch;
 use super::recovery_point::RecoveryPoint;

@@ -13,11 +13,11 @@
 use std::collections::VecDeque;
 use std::fmt;
 
-pub(super) use super::schedule::Schedule;
+pub(super) use crate::barrier::simulate::Schedule;
 
 use super::list;
-use super::schedule::SplitMix;
 use crate::Error;
+use crate::barrier::simulate::schedule::SplitMix;
 use crate::plan::apply::{Buffers, apply_step};
 use crate::plan::layout::InPlaceLayout;
 use crate::plan::step::{DataStep, Plan};

@@ -1,9 +1,14 @@
 //! The flag simulator: proves barrier plans (plans of flag steps) over
-//! flag memory, for many consecutive barriers.
+//! flag memory, for many consecutive barriers. One file per job: this one
+//! (what it checks and reports), `state.rs` (the ranks, with per-word
+//! waiter lists so that only the ranks a store can wake are re-examined),
+//! `memory.rs` (flag memory as plain cells, with the monotonicity check),
+//! `schedule.rs` (the [`Schedule`]s, which the plan simulator of data steps
+//! runs under too, and the seeded generator behind them).
 //!
 //! The property a barrier must give is simple: **no rank leaves barrier `e`
 //! before every rank has entered barrier `e`**. The simulator runs the plans
-//! of all `n` ranks in one thread over `SimMemory` (`flag_memory.rs`), for `epochs`
+//! of all `n` ranks in one thread over `SimMemory` (`memory.rs`), for `epochs`
 //! consecutive barriers per rank, interpreting each step with the same
 //! `apply` (`barrier/exec.rs`) the real executor uses. Each rank's next action is either
 //! *enter* its next barrier, or its next step; a wait step can only be
@@ -33,15 +38,20 @@
 //! simulated epochs. Random schedules add variety for the running-ahead
 //! figures ([`SimStats::ahead`]) and the monotonicity check.
 
+mod memory;
+pub(crate) mod schedule;
+mod state;
+
+#[cfg(test)]
+mod tests;
+
 use std::fmt;
 
-pub use super::flag_memory::Regression;
+pub(crate) use memory::Regression;
+pub use schedule::Schedule;
+use schedule::{SplitMix, list};
+use state::Sim;
 
-use super::flag_state::Sim;
-pub use super::schedule::Schedule;
-
-use super::list;
-use super::schedule::SplitMix;
 use crate::Error;
 use crate::barrier::{BarrierPlan, FlagStep, MAX_EPOCH, ROUNDS_PER_EPOCH, WaitFor};
 

@@ -5,8 +5,8 @@
 //! ranks it wakes, not a scan of all ranks: a blocked rank is filed under the
 //! word it waits for, and re-checked only when that word is written.
 
-use super::flag_memory::SimMemory;
-use super::flags::{FlagSimError, SimStats, StuckFlagRank};
+use super::memory::SimMemory;
+use super::{FlagSimError, SimStats, StuckFlagRank};
 use crate::barrier::{BarrierPlan, Epoch, apply, wait_for};
 
 /// Not in the ready set.

@@ -2,8 +2,8 @@
 //! schedule, and the simulator's own failure reports (the N = 1..=64
 //! matrix lives in `core/tests/sim/barrier.rs`).
 
-use super::flag_memory::SimMemory;
-use super::flags::*;
+use super::memory::SimMemory;
+use super::*;
 use crate::Error;
 use crate::barrier::exec::run;
 use crate::barrier::{
