@@ -7,6 +7,7 @@
 //! streamcomm-bench all_reduce --ranks 4 --algo tree
 //! streamcomm-bench calibrate --out tuning.txt
 //! streamcomm-bench model --plot model.svg
+//! streamcomm-bench init --ranks 16
 //! ```
 //!
 //! `docs/guide/benchmarks.md`: every figure is printed next to the machine's own limits,
@@ -24,6 +25,7 @@ mod check;
 mod cli;
 mod coll;
 mod error;
+mod init;
 mod latency;
 mod launch;
 mod link;
@@ -65,6 +67,12 @@ fn main() -> ExitCode {
         Some("model") => {
             let cli = model::ModelCli::parse_from(std::env::args().skip(1));
             return match model::run(&cli) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e, EXIT_ERROR),
+            };
+        }
+        Some("init") => {
+            return match init::main(std::env::args_os().skip(1)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e, EXIT_ERROR),
             };

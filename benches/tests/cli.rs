@@ -281,3 +281,36 @@ fn sendrecv_with_fewer_latency_iterations_than_percentiles_need() {
     }
     assert_eq!(doc["wrong_total"], 0);
 }
+
+#[test]
+fn init_reports_creation_and_each_ranks_footprint() {
+    let doc = run_bench(&[
+        "init",
+        "--ranks",
+        "2",
+        "--bytes",
+        "256K",
+        "--pair-bytes",
+        "4K",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(doc["ranks"], 2);
+    let create = doc["create_us"]["max"].as_u64().expect("create_us");
+    assert!(create > 0 && create >= doc["create_us"]["median"].as_u64().unwrap());
+    let stages = doc["stages"].as_array().expect("stages");
+    let names: Vec<&str> = stages
+        .iter()
+        .map(|s| s["after"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["created", "all_reduce", "all_gather", "all_to_all"]);
+    for s in stages {
+        let (rss, shmem) = (
+            s["rss_kb"]["max"].as_u64().unwrap(),
+            s["shmem_kb"]["max"].as_u64().unwrap(),
+        );
+        assert!(rss > 0 && shmem > 0 && shmem <= rss, "{s}");
+        assert!(s["fds"]["max"].as_u64().unwrap() >= 3, "{s}");
+        assert!(s["threads"]["max"].as_u64().unwrap() >= 1, "{s}");
+    }
+}
