@@ -144,7 +144,7 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
                 peers.push(Some(link));
             }
             Route::Tcp(_) => {
-                let rings = Arc::new(TcpRings::new(shape));
+                let rings = Arc::new(TcpRings::new(shape)?);
                 let (send, recv) = rings.stream_ends();
                 let io = TcpPeerSetup {
                     peer: p,
@@ -168,10 +168,21 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
             }
             Route::Shm(name) => {
                 let peer_segment = Arc::new(Segment::open(name, size, shape)?);
-                peers.push(Some(Connection::new(
-                    p,
+                let (send, recv) = (
                     peer_segment.ring(ring_offset(p, rank, size, shape), shape)?,
                     segment.ring(ring_offset(rank, p, size, shape), shape)?,
+                );
+                // The ring neighbours' rings carry most traffic (ring
+                // algorithms use nothing else): their pages are filled now;
+                // the other rings' when first used.
+                if p == (rank + 1) % size || p == (rank + size - 1) % size {
+                    send.populate();
+                    recv.populate();
+                }
+                peers.push(Some(Connection::new(
+                    p,
+                    send,
+                    recv,
                     Link::Shm(ShmLink { peer_segment }),
                 )));
             }

@@ -154,6 +154,13 @@ impl RingEnd {
         RingEnd { base, shape }
     }
 
+    /// Fills the page tables of the ring's memory now (see
+    /// [`super::shm::populate`]), so that its first use takes no page
+    /// faults.
+    pub(crate) fn populate(&self) {
+        super::shm::populate(self.base, self.shape.ring_bytes());
+    }
+
     /// The ring's geometry.
     pub fn shape(&self) -> RingShape {
         self.shape

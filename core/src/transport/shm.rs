@@ -231,11 +231,15 @@ impl ShmSegment {
     }
 }
 
-/// Maps `len` bytes of `fd` shared, with its page tables filled now
-/// (`MAP_POPULATE`): otherwise the first pass of data through every slot of
-/// a ring takes a page fault per 4 KiB, in both processes (measured: a
-/// 2-rank 256 KiB ring all-reduce timed over its first 5 calls took
-/// 113–136 µs, over calls 21–70 22–62 µs).
+/// Maps `len` bytes of `fd` shared. The page tables are filled as pages are
+/// used, not now: a rank maps every local peer's segment, and filling them
+/// all made each rank's resident shared memory grow with the square of
+/// the local ranks (4 GB per rank at 32) whatever the program used. The
+/// rings a rank uses most, its ring neighbours', are filled at creation
+/// instead ([`populate`]): the first pass of data through a ring otherwise
+/// takes a page fault per 4 KiB in both processes (measured: a 2-rank
+/// 256 KiB ring all-reduce timed over its first 5 calls took 113–136 µs,
+/// over calls 21–70 22–62 µs).
 fn map(fd: libc::c_int, len: usize, name: &str) -> Result<NonNull<u8>> {
     // SAFETY: mapping a shared object we hold open; the kernel picks the address.
     let p = unsafe {
@@ -243,7 +247,7 @@ fn map(fd: libc::c_int, len: usize, name: &str) -> Result<NonNull<u8>> {
             std::ptr::null_mut(),
             len.max(1),
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_POPULATE,
+            libc::MAP_SHARED,
             fd,
             0,
         )
@@ -255,6 +259,24 @@ fn map(fd: libc::c_int, len: usize, name: &str) -> Result<NonNull<u8>> {
         ));
     }
     NonNull::new(p as *mut u8).ok_or_else(|| Error::Unavailable("mmap returned null".into()))
+}
+
+/// Fills the page tables of the `len` bytes at `addr` (whole pages around
+/// them), keeping their contents: `MADV_POPULATE_WRITE` (Linux 5.14 on).
+/// Best effort: where the kernel lacks it, pages come on first touch.
+pub(crate) fn populate(addr: *const u8, len: usize) {
+    /// `MADV_POPULATE_WRITE` (not in every libc crate version).
+    const MADV_POPULATE_WRITE: libc::c_int = 23;
+    // SAFETY: sysconf reads a constant of the system.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let start = addr as usize / page * page;
+    let end = (addr as usize + len).div_ceil(page) * page;
+    // SAFETY: the range covers whole pages of a live mapping (the caller's
+    // ring); populating changes no byte of it.
+    let r = unsafe { libc::madvise(start as *mut libc::c_void, end - start, MADV_POPULATE_WRITE) };
+    if r != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "MADV_POPULATE_WRITE refused; pages come on first touch");
+    }
 }
 
 impl Drop for ShmSegment {

@@ -14,6 +14,7 @@ mod netns;
 mod algos;
 mod barrier;
 mod collectives;
+mod footprint;
 mod groups;
 mod launch_env;
 mod launcher_nodes;

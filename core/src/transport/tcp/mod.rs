@@ -52,11 +52,14 @@ pub(crate) struct TcpPeerSetup {
 
 impl TcpRings {
     /// Two fresh rings of `shape`.
-    pub(crate) fn new(shape: RingShape) -> TcpRings {
-        TcpRings {
-            staging: LocalRing::new(shape),
-            inbound: LocalRing::new(shape),
-        }
+    ///
+    /// # Errors
+    /// As [`LocalRing::new`].
+    pub(crate) fn new(shape: RingShape) -> crate::Result<TcpRings> {
+        Ok(TcpRings {
+            staging: LocalRing::new(shape)?,
+            inbound: LocalRing::new(shape)?,
+        })
     }
 
     /// The stream's ends: (send into staging, receive from inbound).

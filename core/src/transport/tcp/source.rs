@@ -214,10 +214,13 @@ mod tests {
         let far = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (near, _) = listener.accept().unwrap();
         near.set_nonblocking(true).unwrap();
-        let rings = Arc::new(TcpRings::new(RingShape {
-            nsteps: 4,
-            slot_bytes: 64,
-        }));
+        let rings = Arc::new(
+            TcpRings::new(RingShape {
+                nsteps: 4,
+                slot_bytes: 64,
+            })
+            .unwrap(),
+        );
         let io = Arc::new(Mutex::new(PeerIo::new(
             1,
             rings.staging.end(),

@@ -87,7 +87,7 @@ pub(crate) fn connect(
         let depth = (2 * shape.nsteps as u32 + 16).min(4096);
         let channel = Arc::new(event::CompChannel::new(dev)?);
         for &p in peers {
-            let rings = Arc::new(VerbsRings::new(shape));
+            let rings = Arc::new(VerbsRings::new(shape)?);
             let (qp, local) = Qp::create(dev.clone(), &channel, &rings, barrier, depth)?;
             local.encode(p, &mut blob);
             made.push((p, rings, qp, local));

@@ -65,12 +65,15 @@ pub(crate) struct VerbsRings {
 
 impl VerbsRings {
     /// Fresh rings of `shape` and a zeroed control block.
-    pub(crate) fn new(shape: RingShape) -> VerbsRings {
-        VerbsRings {
-            staging: LocalRing::new(shape),
-            inbound: LocalRing::new(shape),
+    ///
+    /// # Errors
+    /// As [`LocalRing::new`].
+    pub(crate) fn new(shape: RingShape) -> crate::Result<VerbsRings> {
+        Ok(VerbsRings {
+            staging: LocalRing::new(shape)?,
+            inbound: LocalRing::new(shape)?,
             ctrl: Box::default(),
-        }
+        })
     }
 
     /// The stream's ends: (send into staging, receive from inbound).

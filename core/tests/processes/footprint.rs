@@ -1,0 +1,112 @@
+//! What a communicator keeps resident, read from `/proc/self/status` in
+//! real rank processes: a rank maps every local peer's segment, and only
+//! the rings it uses may become resident (its ring neighbours' at
+//! creation, others when first used); over tcp, a rank's local rings
+//! become resident as they are used, not at creation. Every rank checks
+//! its own figures against ceilings derived from the ring size, far below
+//! what a full mesh of touched rings holds (here 8 x 7 rings of 4 MiB,
+//! 224 MiB, over shared memory; 2 x 3 rings, 24 MiB, over tcp).
+
+use crate::harness;
+
+use std::time::Duration;
+
+use streamcomm::{Communicator, ReduceOp};
+
+const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";
+
+/// The default ring: 4 MiB of slots (`STREAMCOMM_BUFFSIZE`).
+const RING_KB: u64 = 4 << 10;
+
+/// `field` of this process's `/proc/self/status`, in kB.
+fn status_kb(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
+}
+
+fn launch(n: usize, scenario: &str, extra: &[(&str, &str)]) {
+    let mut env = vec![
+        (SCENARIO, scenario.to_string()),
+        ("STREAMCOMM_TIMEOUT", "60".to_string()),
+        ("STREAMCOMM_BUFFSIZE", "4M".to_string()),
+    ];
+    env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+    harness::launch_children(
+        n,
+        &streamcomm_testkit::test_path(module_path!(), "child"),
+        &env,
+        Duration::from_secs(300),
+        &format!("footprint {scenario} on {n} ranks"),
+    );
+}
+
+#[test]
+fn shared_memory_holds_the_rings_a_rank_uses_not_every_pair() {
+    launch(8, "shm", &[("STREAMCOMM_TRANSPORT", "shm")]);
+}
+
+#[test]
+fn tcp_rings_become_resident_as_they_are_used() {
+    launch(4, "tcp", &[("STREAMCOMM_TRANSPORT", "tcp")]);
+}
+
+/// An all-reduce of `count` elements, every element checked (integers, so
+/// the sum is exact in f32).
+fn all_reduce(comm: &Communicator, count: usize) {
+    let (rank, n) = (comm.rank(), comm.size());
+    let send: Vec<f32> = (0..count).map(|i| ((i * 7 + rank) % 13) as f32).collect();
+    let mut recv = vec![f32::NAN; count];
+    comm.all_reduce_host(&send, &mut recv, ReduceOp::Sum)
+        .unwrap();
+    for (i, &got) in recv.iter().enumerate() {
+        let want: usize = (0..n).map(|r| (i * 7 + r) % 13).sum();
+        assert_eq!(got, want as f32, "rank {rank}: element {i}");
+    }
+}
+
+#[test]
+#[ignore = "entry point of the child processes"]
+fn child() {
+    let Ok(scenario) = std::env::var(SCENARIO) else {
+        return;
+    };
+    let anon_before = status_kb("RssAnon");
+    let comm = Communicator::from_env().unwrap();
+    let rank = comm.rank();
+    // 1 MiB each: several passes through a neighbour's 4 MiB ring.
+    all_reduce(&comm, 1 << 18);
+    comm.barrier_host().unwrap();
+    match scenario.as_str() {
+        "shm" => {
+            // Its ring neighbours' rings both ways (4), headers and flag
+            // areas: at most 5 rings' worth.
+            let shmem = status_kb("RssShmem");
+            eprintln!("rank {rank}: RssShmem {shmem} kB");
+            assert!(
+                shmem <= 5 * RING_KB,
+                "rank {rank}: {shmem} kB of shared memory resident, more than the 5 rings \
+                 ({} kB) that a ring all-reduce touches",
+                5 * RING_KB
+            );
+        }
+        "tcp" => {
+            // Staging and inbound rings of its ring neighbours (4), and
+            // the library's own bookkeeping: at most 5 rings' worth.
+            let grown = status_kb("RssAnon").saturating_sub(anon_before);
+            eprintln!("rank {rank}: RssAnon grew by {grown} kB");
+            assert!(
+                grown <= 5 * RING_KB,
+                "rank {rank}: {grown} kB of anonymous memory became resident, more than the \
+                 5 rings ({} kB) that a ring all-reduce touches",
+                5 * RING_KB
+            );
+        }
+        other => panic!("unknown scenario {other}"),
+    }
+    drop(comm);
+    streamcomm_testkit::child_ran();
+}
