@@ -167,6 +167,7 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
                 )));
             }
             Route::Shm(name) => {
+                segment.reserve_ring(ring_offset(rank, p, size, shape), shape)?;
                 let peer_segment = Arc::new(Segment::open(name, size, shape)?);
                 let (send, recv) = (
                     peer_segment.ring(ring_offset(p, rank, size, shape), shape)?,

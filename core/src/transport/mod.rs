@@ -127,8 +127,14 @@ impl Segment {
     /// As [`ShmSegment::create`].
     pub fn create(nranks: usize, shape: RingShape) -> Result<Segment> {
         sweep::sweep_stale_segments();
+        // The rings' memory is reserved as their peers turn out to share
+        // this host ([`Segment::reserve_ring`]): a peer on another host
+        // never uses its ring here.
         let seg = Segment {
-            shm: ShmSegment::create(segment_bytes(nranks, shape))?,
+            shm: ShmSegment::create_reserving(
+                segment_bytes(nranks, shape),
+                SEGMENT_HEADER_BYTES + area_bytes(nranks),
+            )?,
         };
         let h = seg.header();
         h.version.store(VERSION, Ordering::Relaxed);
@@ -184,6 +190,16 @@ impl Segment {
     /// Removes the name once every peer has mapped the segment.
     pub fn unlink(&mut self) {
         self.shm.unlink();
+    }
+
+    /// Allocates the memory of this rank's inbound ring at `offset` now
+    /// (its peer shares this host), so that a full /dev/shm is an error
+    /// here rather than a SIGBUS later.
+    ///
+    /// # Errors
+    /// As [`ShmSegment::reserve`].
+    pub fn reserve_ring(&self, offset: usize, shape: RingShape) -> Result<()> {
+        self.shm.reserve(offset, shape.ring_bytes())
     }
 
     /// The ring at `offset`.
@@ -267,6 +283,38 @@ pub(crate) fn raise_failure(header: &SegmentHeader, rank: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bytes of /dev/shm that the segment named `name` holds.
+    fn allocated(name: &str) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(format!("/dev/shm{name}"))
+            .unwrap()
+            .blocks()
+            * 512
+    }
+
+    #[test]
+    fn a_segment_holds_memory_for_the_rings_reserved_only() {
+        let shape = RingShape {
+            nsteps: 8,
+            slot_bytes: 64 << 10,
+        };
+        let ring = shape.ring_bytes() as u64;
+        let seg = Segment::create(16, shape).unwrap();
+        let head = allocated(seg.name());
+        assert!(head < ring, "{head} bytes held before any ring is reserved");
+        seg.reserve_ring(ring_offset(0, 3, 16, shape), shape)
+            .unwrap();
+        seg.reserve_ring(ring_offset(0, 9, 16, shape), shape)
+            .unwrap();
+        let two = allocated(seg.name());
+        assert!(
+            two >= head + 2 * ring && two < head + 3 * ring + 8192,
+            "{two} bytes held after reserving two rings of {ring} (head {head})"
+        );
+        // The other 13 rings' memory stays unallocated until they are reserved.
+        assert!(two < segment_bytes(16, shape) as u64 / 4);
+    }
 
     #[test]
     fn mismatch_records_are_kept_once_each_up_to_the_slots() {

@@ -1,7 +1,9 @@
 //! POSIX shared-memory segments holding the slot rings of one rank.
 //!
-//! Each rank creates one segment with the inbound ring of every local peer
-//! (a ring lives in its receiver's memory; `docs/design/architecture.md`). The name is
+//! Each rank creates one segment with room for the inbound ring of every
+//! peer (a ring lives in its receiver's memory; `docs/design/architecture.md`);
+//! memory is allocated for the rings of peers on this host only, and pages
+//! become resident as rings are used (a rank's ring neighbours' at creation). The name is
 //! unpredictable (`/streamcomm-<pid>-<random>`), the mode 0600, and the owner
 //! unlinks it as soon as every peer has mapped it, so nothing is left in
 //! `/dev/shm` even if a process is killed later. One segment per rank, rather
@@ -57,6 +59,9 @@ pub(crate) struct ShmSegment {
     len: usize,
     owner: bool,
     unlinked: bool,
+    /// The owner's descriptor, kept until the name is removed, for
+    /// reserving the memory of rings as their peers become known.
+    fd: Option<std::os::fd::OwnedFd>,
 }
 
 // SAFETY: the mapping is process-wide; access to its contents goes through
@@ -66,17 +71,30 @@ unsafe impl Send for ShmSegment {}
 unsafe impl Sync for ShmSegment {}
 
 impl ShmSegment {
-    /// Creates and maps a new zeroed segment of `len` bytes with a fresh name.
+    /// Creates and maps a new zeroed segment of `len` bytes with a fresh
+    /// name, its memory allocated now ([`ShmSegment::create_reserving`]
+    /// all of it).
     ///
-    /// Its memory is allocated now (`posix_fallocate`), not page by page
-    /// on first touch: a /dev/shm too small for it fails here, with an
-    /// error, instead of a SIGBUS mid-collective (NCCL does the same), and
-    /// no page fault lands in the data path (the mapping is populated).
+    /// # Errors
+    /// As [`ShmSegment::create_reserving`].
+    pub(crate) fn create(len: usize) -> Result<ShmSegment> {
+        Self::create_reserving(len, len)
+    }
+
+    /// Creates and maps a new zeroed segment of `len` bytes with a fresh
+    /// name, allocating the memory of its first `reserved` bytes now
+    /// (`posix_fallocate`), the rest as [`ShmSegment::reserve`] asks.
+    ///
+    /// Memory is allocated before it is used, not page by page on first
+    /// touch: a /dev/shm too small for it fails with an error where it is
+    /// reserved, instead of a SIGBUS mid-collective (NCCL does the same).
+    /// What is never reserved (the rings of peers on other hosts) costs
+    /// nothing.
     ///
     /// # Errors
     /// [`Error::Os`] when `shm_open`, `ftruncate`, `posix_fallocate` or
     /// `mmap` fail (e.g. /dev/shm full).
-    pub(crate) fn create(len: usize) -> Result<ShmSegment> {
+    pub(crate) fn create_reserving(len: usize, reserved: usize) -> Result<ShmSegment> {
         let name = format!(
             "/streamcomm-{}-{:016x}",
             std::process::id(),
@@ -104,6 +122,7 @@ impl ShmSegment {
             len,
             owner: true,
             unlinked: false,
+            fd: None,
         };
         // SAFETY: fd is an open shm descriptor we own.
         let r = unsafe { libc::ftruncate(fd, len as libc::off_t) };
@@ -114,26 +133,14 @@ impl ShmSegment {
             seg.unlink();
             return Err(Error::os(format!("ftruncate({}, {len})", seg.name), e));
         }
-        // SAFETY: as above; returns an error number instead of setting errno.
-        let r = unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) };
-        // EINVAL/EOPNOTSUPP: a file system without fallocate; pages then
-        // come on first touch, as before.
-        if r != 0 && r != libc::EINVAL && r != libc::EOPNOTSUPP {
-            let e = std::io::Error::from_raw_os_error(r);
-            // SAFETY: closing our own descriptor once.
-            unsafe { libc::close(fd) };
+        // SAFETY: `fd` is the descriptor shm_open returned, owned from here on.
+        let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        seg.fd = Some(owned);
+        if let Err(e) = seg.reserve(0, reserved) {
             seg.unlink();
-            return Err(Error::os(
-                format!(
-                    "posix_fallocate({}, {len}) (is /dev/shm large enough?)",
-                    seg.name
-                ),
-                e,
-            ));
+            return Err(e);
         }
         let mapped = map(fd, len, &seg.name);
-        // SAFETY: the mapping (if any) keeps its own reference to the object.
-        unsafe { libc::close(fd) };
         match mapped {
             Ok(ptr) => {
                 seg.ptr = ptr;
@@ -182,7 +189,45 @@ impl ShmSegment {
             len,
             owner: false,
             unlinked: true,
+            fd: None,
         })
+    }
+
+    /// Allocates the memory of `len` bytes at `offset` of the owner's
+    /// segment now (see [`ShmSegment::create_reserving`]); nothing where
+    /// the file system cannot (pages then come on first touch).
+    ///
+    /// # Errors
+    /// [`Error::Os`] naming /dev/shm when the memory is not there;
+    /// [`Error::InvalidUsage`] on a segment this process did not create, or
+    /// after its name was removed.
+    pub(crate) fn reserve(&self, offset: usize, len: usize) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        let fd = self.fd.as_ref().ok_or_else(|| {
+            Error::InvalidUsage(format!(
+                "{}: only its owner reserves memory, before unlinking",
+                self.name
+            ))
+        })?;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: an open descriptor of ours; returns an error number
+        // instead of setting errno.
+        let r = unsafe {
+            libc::posix_fallocate(fd.as_raw_fd(), offset as libc::off_t, len as libc::off_t)
+        };
+        // EINVAL/EOPNOTSUPP: a file system without fallocate.
+        if r != 0 && r != libc::EINVAL && r != libc::EOPNOTSUPP {
+            return Err(Error::os(
+                format!(
+                    "posix_fallocate({}, {offset}, {len}) (is /dev/shm large enough?)",
+                    self.name
+                ),
+                std::io::Error::from_raw_os_error(r),
+            ));
+        }
+        Ok(())
     }
 
     /// The segment's name (to send to peers).
@@ -192,6 +237,7 @@ impl ShmSegment {
 
     /// Removes the name (the memory stays mapped); idempotent, owner only.
     pub(crate) fn unlink(&mut self) {
+        self.fd = None;
         if self.owner && !self.unlinked {
             if let Ok(cname) = CString::new(self.name.clone()) {
                 // SAFETY: valid C string; failure (already gone) is harmless.
