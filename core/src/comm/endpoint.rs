@@ -11,7 +11,7 @@ use crate::framed::FrameReader;
 use crate::transport::ring::RingShape;
 use crate::{Error, Result};
 
-const VERSION: u8 = 4;
+const VERSION: u8 = 5;
 const MAX_STRING: usize = 256;
 
 /// One rank's bootstrap record.
@@ -25,6 +25,10 @@ pub struct Endpoint {
     pub shm_name: String,
     /// Ring geometry the rank was configured with.
     pub shape: RingShape,
+    /// The shared-memory budget it was configured with
+    /// (`STREAMCOMM_SHM_BUDGET`: every rank must agree on it, since the
+    /// rings' slots follow from it).
+    pub shm_budget: u64,
     /// Where the rank accepts tcp connections, if it may use tcp.
     pub tcp: Option<SocketAddr>,
     /// The rank's verbs stance: `VERBS_NONE`, `VERBS_AVAILABLE` or
@@ -63,6 +67,7 @@ impl Endpoint {
         put_str(&mut out, &self.shm_name);
         out.extend_from_slice(&(self.shape.nsteps as u64).to_le_bytes());
         out.extend_from_slice(&(self.shape.slot_bytes as u64).to_le_bytes());
+        out.extend_from_slice(&self.shm_budget.to_le_bytes());
         put_str(
             &mut out,
             &self.tcp.map(|a| a.to_string()).unwrap_or_default(),
@@ -93,6 +98,7 @@ impl Endpoint {
         let shm_name = r.string()?;
         let nsteps = r.u64()? as usize;
         let slot_bytes = r.u64()? as usize;
+        let shm_budget = r.u64()?;
         let tcp = r.addr("tcp")?;
         let verbs = r.u8()?;
         if verbs > VERBS_FORCED {
@@ -115,6 +121,7 @@ impl Endpoint {
             pid,
             shm_name,
             shape: RingShape { nsteps, slot_bytes },
+            shm_budget,
             tcp,
             verbs,
             verbs_atomics,
@@ -207,6 +214,7 @@ mod tests {
                 nsteps: 8,
                 slot_bytes: 4096,
             },
+            shm_budget: 64 << 20,
             tcp: Some("10.1.2.3:4567".parse().unwrap()),
             verbs: VERBS_AVAILABLE,
             verbs_atomics: true,
@@ -239,6 +247,7 @@ mod tests {
                 nsteps: 1,
                 slot_bytes: 64,
             },
+            shm_budget: 1 << 20,
             tcp: None,
             verbs,
             verbs_atomics: false,

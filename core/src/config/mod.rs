@@ -23,6 +23,9 @@ use crate::{Error, Result};
 
 /// Default slot-ring size per connection (`docs/design/architecture.md`): 4 MiB.
 pub const DEFAULT_BUFFSIZE: usize = 4 << 20;
+/// Default of `STREAMCOMM_SHM_BUDGET`: 64 MiB, full-size rings from up to
+/// 16 local peers.
+pub const DEFAULT_SHM_BUDGET: usize = 64 << 20;
 /// Default number of slots per connection.
 pub const DEFAULT_NSTEPS: usize = 8;
 /// Most slots a ring may have (`STREAMCOMM_NSTEPS`).
@@ -84,6 +87,12 @@ pub struct Config {
     pub buffsize: usize,
     /// `STREAMCOMM_NSTEPS`: slots per ring (default 8); slot size is `buffsize / nsteps`.
     pub nsteps: usize,
+    /// `STREAMCOMM_SHM_BUDGET`: most bytes of shared memory one rank's
+    /// inbound rings from the ranks of its host may take (default 64 MiB):
+    /// where `buffsize` rings from every local peer would not fit, every
+    /// communicator's slots shrink alike (to no less than 4 KiB) until
+    /// they do. The communicator's [`Config`] shows the `buffsize` it runs.
+    pub shm_budget: usize,
     /// `STREAMCOMM_TIMEOUT`: seconds any single wait may take before the
     /// communicator fails with [`Error::Timeout`] (default 300; fractions allowed).
     pub timeout: Duration,
@@ -166,6 +175,7 @@ impl Default for Config {
         Config {
             buffsize: DEFAULT_BUFFSIZE,
             nsteps: DEFAULT_NSTEPS,
+            shm_budget: DEFAULT_SHM_BUDGET,
             timeout: DEFAULT_TIMEOUT,
             progress: Progress::Inline,
             spin: 200,
@@ -244,6 +254,12 @@ impl Config {
             self.buffsize = parse_size(BUFFSIZE, &v)?;
             if self.buffsize > MAX_BUFFSIZE {
                 return Err(invalid_because(BUFFSIZE, &v, "over 1G"));
+            }
+        }
+        if let Some(v) = get(SHM_BUDGET) {
+            self.shm_budget = parse_size(SHM_BUDGET, &v)?;
+            if !(64 << 10..=MAX_BUFFSIZE << 6).contains(&self.shm_budget) {
+                return Err(invalid_because(SHM_BUDGET, &v, "not between 64K and 64G"));
             }
         }
         if let Some(v) = get(NSTEPS) {

@@ -47,6 +47,12 @@ pub(crate) const BUFFSIZE: Var = var(
     "a size in bytes up to 1G, digits with an optional K, M or G suffix (binary multiples), \
      e.g. 4M, leaving slots (BUFFSIZE / NSTEPS) of at least 64 bytes",
 );
+pub(crate) const SHM_BUDGET: Var = var(
+    "STREAMCOMM_SHM_BUDGET",
+    "a shared-memory budget",
+    "a size in bytes from 64K to 64G, digits with an optional K, M or G suffix (binary \
+     multiples), e.g. 64M",
+);
 pub(crate) const NSTEPS: Var = var(
     "STREAMCOMM_NSTEPS",
     "a slot count",
@@ -148,6 +154,7 @@ pub(crate) const FAULTS: Var = var(
 pub(crate) const CONFIG: &[Var] = &[
     BUFFSIZE,
     NSTEPS,
+    SHM_BUDGET,
     TIMEOUT,
     PROGRESS,
     SPIN,

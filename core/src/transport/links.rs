@@ -54,7 +54,11 @@ pub(crate) struct LinkSetup<'a> {
     pub config: &'a Config,
     /// This rank's segment (its inbound rings, the barrier area).
     pub segment: &'a Segment,
-    /// Slot geometry, the same on every rank.
+    /// The segments' layout: room for a ring of this shape per peer, the
+    /// same on every rank (`STREAMCOMM_BUFFSIZE` / `NSTEPS`).
+    pub layout: RingShape,
+    /// The rings' geometry, the same on every rank: `layout`, or smaller
+    /// slots where the shared-memory budget asks (see `RingShape::within`).
     pub shape: RingShape,
     /// This rank's tcp listener, where it listens.
     pub listener: Option<(TcpListener, SocketAddr)>,
@@ -84,6 +88,7 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
         rank,
         config,
         segment,
+        layout,
         shape,
         listener,
         secret,
@@ -167,11 +172,11 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
                 )));
             }
             Route::Shm(name) => {
-                segment.reserve_ring(ring_offset(rank, p, size, shape), shape)?;
-                let peer_segment = Arc::new(Segment::open(name, size, shape)?);
+                segment.reserve_ring(ring_offset(rank, p, size, layout), shape)?;
+                let peer_segment = Arc::new(Segment::open(name, size, layout)?);
                 let (send, recv) = (
-                    peer_segment.ring(ring_offset(p, rank, size, shape), shape)?,
-                    segment.ring(ring_offset(rank, p, size, shape), shape)?,
+                    peer_segment.ring(ring_offset(p, rank, size, layout), shape)?,
+                    segment.ring(ring_offset(rank, p, size, layout), shape)?,
                 );
                 // The ring neighbours' rings carry most traffic (ring
                 // algorithms use nothing else): their pages are filled now;

@@ -104,7 +104,27 @@ impl RingShape {
     pub const fn ring_bytes(&self) -> usize {
         RING_HEADER_BYTES + self.nsteps * self.slot_stride()
     }
+
+    /// This shape, with slots shrunk (in whole 64 bytes, to no less than
+    /// [`MIN_BUDGET_SLOT`] or this shape's own slot, if smaller) until
+    /// `rings` rings fit in `budget` bytes.
+    pub(crate) fn within(self, budget: usize, rings: usize) -> RingShape {
+        if rings == 0 || rings * self.ring_bytes() <= budget {
+            return self;
+        }
+        let per_ring = budget / rings;
+        let fit = (per_ring.saturating_sub(RING_HEADER_BYTES) / self.nsteps.max(1))
+            .saturating_sub(SLOT_HEADER)
+            & !63;
+        RingShape {
+            nsteps: self.nsteps,
+            slot_bytes: fit.clamp(MIN_BUDGET_SLOT.min(self.slot_bytes), self.slot_bytes),
+        }
+    }
 }
+
+/// The smallest slot a memory budget shrinks slots to.
+pub(crate) const MIN_BUDGET_SLOT: usize = 4 << 10;
 
 /// Why a ring operation (or the seam's, [`super::Connection`]) failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -516,6 +536,34 @@ impl RingEnd {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_budget_shrinks_slots_until_the_rings_fit() {
+        let four = RingShape {
+            nsteps: 8,
+            slot_bytes: 512 << 10,
+        };
+        // 16 rings of 4 MiB fit 64 MiB and a little: unchanged.
+        assert_eq!(four.within(80 << 20, 16), four);
+        assert_eq!(four.within(64 << 20, 0), four);
+        // 63 rings in 64 MiB: about 1 MiB each.
+        let small = four.within(64 << 20, 63);
+        assert_eq!(small.nsteps, 8);
+        assert!(small.slot_bytes.is_multiple_of(64));
+        assert!(63 * small.ring_bytes() <= 64 << 20, "{small:?}");
+        assert!(
+            63 * (small.ring_bytes() + 8 * 64) > 64 << 20,
+            "{small:?} is not the largest"
+        );
+        // Never below 4 KiB slots, nor above the configured ones.
+        assert_eq!(four.within(1 << 20, 1000).slot_bytes, MIN_BUDGET_SLOT);
+        let tiny = RingShape {
+            nsteps: 2,
+            slot_bytes: 1024,
+        };
+        assert_eq!(tiny.within(1, 10), tiny);
+    }
+
     use super::*;
     use std::time::Duration;
 

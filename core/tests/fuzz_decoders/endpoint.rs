@@ -13,13 +13,25 @@ fn endpoint() -> BoxedStrategy<Endpoint> {
         string_upto(ENDPOINT_MAX_STRING),
         any::<u64>(),
         any::<u64>(),
+        any::<u64>(),
         prop::option::of(socket_addr()),
         0..=2u8,
         any::<bool>(),
         prop::option::of(socket_addr()),
     )
         .prop_map(
-            |(host, pid, shm_name, nsteps, slot_bytes, tcp, verbs, verbs_atomics, recovery)| {
+            |(
+                host,
+                pid,
+                shm_name,
+                nsteps,
+                slot_bytes,
+                shm_budget,
+                tcp,
+                verbs,
+                verbs_atomics,
+                recovery,
+            )| {
                 Endpoint {
                     host,
                     pid,
@@ -28,6 +40,7 @@ fn endpoint() -> BoxedStrategy<Endpoint> {
                         nsteps: nsteps as usize,
                         slot_bytes: slot_bytes as usize,
                     },
+                    shm_budget,
                     tcp,
                     verbs,
                     verbs_atomics,
@@ -159,6 +172,7 @@ proptest! {
             pid: 1,
             shm_name,
             shape: RingShape { nsteps: 8, slot_bytes: 4096 },
+            shm_budget: 1 << 26,
             tcp: None,
             verbs: 0,
             verbs_atomics: false,
@@ -185,6 +199,7 @@ fn bug_endpoint_encode_splits_a_character() {
             nsteps: 8,
             slot_bytes: 4096,
         },
+        shm_budget: 1 << 26,
         tcp: None,
         verbs: 0,
         verbs_atomics: false,

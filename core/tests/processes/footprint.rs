@@ -5,7 +5,9 @@
 //! become resident as they are used, not at creation. Every rank checks
 //! its own figures against ceilings derived from the ring size, far below
 //! what a full mesh of touched rings holds (here 8 x 7 rings of 4 MiB,
-//! 224 MiB, over shared memory; 2 x 3 rings, 24 MiB, over tcp).
+//! 224 MiB, over shared memory; 2 x 3 rings, 24 MiB, over tcp). A
+//! shared-memory budget shrinks every rank's slots alike, and collectives
+//! stay correct on them.
 
 use crate::harness;
 
@@ -33,6 +35,10 @@ fn launch(n: usize, scenario: &str, extra: &[(&str, &str)]) {
         (SCENARIO, scenario.to_string()),
         ("STREAMCOMM_TIMEOUT", "60".to_string()),
         ("STREAMCOMM_BUFFSIZE", "4M".to_string()),
+        (
+            "STREAMCOMM_TEST_SEED",
+            streamcomm_testkit::seed().to_string(),
+        ),
     ];
     env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
     harness::launch_children(
@@ -47,6 +53,11 @@ fn launch(n: usize, scenario: &str, extra: &[(&str, &str)]) {
 #[test]
 fn shared_memory_holds_the_rings_a_rank_uses_not_every_pair() {
     launch(8, "shm", &[("STREAMCOMM_TRANSPORT", "shm")]);
+}
+
+#[test]
+fn a_shared_memory_budget_shrinks_every_ranks_slots_alike() {
+    launch(4, "budget", &[("STREAMCOMM_SHM_BUDGET", "1M")]);
 }
 
 #[test]
@@ -77,6 +88,25 @@ fn child() {
     let anon_before = status_kb("RssAnon");
     let comm = Communicator::from_env().unwrap();
     let rank = comm.rank();
+    if scenario == "budget" {
+        // Three inbound rings of 8 slots in 1 MiB: slots of whole 64 bytes
+        // under (1 MiB / 3 - ring header) / 8 - slot header.
+        let slot = comm.config().slot_bytes();
+        assert_eq!(slot, (((1 << 20) / 3 - 256) / 8 - 64) & !63, "rank {rank}");
+        assert_eq!(comm.config().buffsize, 8 * slot);
+        // Every collective, every element checked, on the shrunk slots
+        // (one element, and several slots a call).
+        let stream = streamcomm::host::HostStream::new().unwrap();
+        harness::run_thin_slice(
+            &comm,
+            &stream,
+            streamcomm_testkit::seed(),
+            &[ReduceOp::Sum, ReduceOp::Max],
+        );
+        drop(comm);
+        streamcomm_testkit::child_ran();
+        return;
+    }
     // 1 MiB each: several passes through a neighbour's 4 MiB ring.
     all_reduce(&comm, 1 << 18);
     comm.barrier_host().unwrap();

@@ -35,6 +35,7 @@ pub(crate) fn connect(
     id: &UniqueId,
     kick: &Arc<Kick>,
 ) -> Result<Links> {
+    let ring = ring_shape(&local.config, local.shape, endpoints);
     let links = connect_peers(
         local.rank,
         &local.config,
@@ -43,14 +44,37 @@ pub(crate) fn connect(
         &local.segment,
         id,
         local.listener.take(),
-        local.shape,
+        (local.shape, ring),
         &mut local.boot,
         &local.device,
         kick,
     )?;
     local.boot.barrier()?;
     local.segment.unlink();
+    // What the communicator runs from here on: plans cut data into these
+    // slots, and `comm.config()` shows them.
+    local.shape = ring;
+    local.config.buffsize = ring.nsteps * ring.slot_bytes;
     Ok(links)
+}
+
+/// The rings' shape, alike on every rank: the configured one (`layout`),
+/// its slots shrunk where the inbound rings from every peer on the busiest
+/// host would not fit `STREAMCOMM_SHM_BUDGET` (where ranks of one host
+/// may share memory).
+fn ring_shape(config: &Config, layout: RingShape, endpoints: &[Endpoint]) -> RingShape {
+    if matches!(
+        config.transport,
+        TransportChoice::Only(Transport::Tcp | Transport::Verbs)
+    ) {
+        return layout;
+    }
+    let mut per_host: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for e in endpoints {
+        *per_host.entry(e.host.as_str()).or_default() += 1;
+    }
+    let busiest = per_host.values().copied().max().unwrap_or(1);
+    layout.within(config.shm_budget, busiest.saturating_sub(1))
 }
 
 /// Opens a connection to every peer.
@@ -63,7 +87,7 @@ fn connect_peers(
     segment: &Segment,
     id: &UniqueId,
     listener: Option<(TcpListener, std::net::SocketAddr)>,
-    shape: RingShape,
+    (layout, shape): (RingShape, RingShape),
     boot: &mut Bootstrap,
     device: &RdmaDevice,
     kick: &Arc<Kick>,
@@ -72,10 +96,16 @@ fn connect_peers(
     let mut use_tcp = vec![false; size];
     let mut use_verbs = vec![false; size];
     for (p, ep) in endpoints.iter().enumerate() {
-        if ep.shape != shape {
+        if ep.shm_budget != config.shm_budget as u64 {
+            return Err(Error::invalid(format!(
+                "rank {p} has a shared-memory budget of {} bytes, rank {rank} of {}: set the same STREAMCOMM_SHM_BUDGET everywhere",
+                ep.shm_budget, config.shm_budget
+            )));
+        }
+        if ep.shape != layout {
             return Err(Error::invalid(format!(
                 "rank {p} uses {} slots of {} bytes, rank {rank} uses {} of {}: set the same STREAMCOMM_BUFFSIZE/NSTEPS everywhere",
-                ep.shape.nsteps, ep.shape.slot_bytes, shape.nsteps, shape.slot_bytes
+                ep.shape.nsteps, ep.shape.slot_bytes, layout.nsteps, layout.slot_bytes
             )));
         }
         if p == rank {
@@ -136,6 +166,7 @@ fn connect_peers(
             rank,
             config,
             segment,
+            layout,
             shape,
             listener,
             secret: *id.secret(),

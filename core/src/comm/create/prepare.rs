@@ -82,6 +82,7 @@ pub(crate) fn prepare(id: &UniqueId, rank: usize, size: usize, config: Config) -
         pid: std::process::id(),
         shm_name: segment.name().to_string(),
         shape,
+        shm_budget: config.shm_budget as u64,
         tcp: listener.as_ref().map(|(_, addr)| *addr),
         verbs: match (device.is_open(), config.transport) {
             (false, _) => endpoint::VERBS_NONE,
