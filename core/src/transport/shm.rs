@@ -307,14 +307,23 @@ fn map(fd: libc::c_int, len: usize, name: &str) -> Result<NonNull<u8>> {
     NonNull::new(p as *mut u8).ok_or_else(|| Error::Unavailable("mmap returned null".into()))
 }
 
+/// The system's page size (4096 where it cannot be read).
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf reads a constant of the system.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(p)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096)
+}
+
 /// Fills the page tables of the `len` bytes at `addr` (whole pages around
 /// them), keeping their contents: `MADV_POPULATE_WRITE` (Linux 5.14 on).
 /// Best effort: where the kernel lacks it, pages come on first touch.
 pub(crate) fn populate(addr: *const u8, len: usize) {
     /// `MADV_POPULATE_WRITE` (not in every libc crate version).
     const MADV_POPULATE_WRITE: libc::c_int = 23;
-    // SAFETY: sysconf reads a constant of the system.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let page = page_size();
     let start = addr as usize / page * page;
     let end = (addr as usize + len).div_ceil(page) * page;
     // SAFETY: the range covers whole pages of a live mapping (the caller's

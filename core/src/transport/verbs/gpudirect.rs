@@ -56,15 +56,6 @@ pub(crate) fn register(dev: &Arc<Device>, span: &DeviceSpan) -> Result<Arc<Regis
     }
 }
 
-fn page_size() -> u64 {
-    // SAFETY: sysconf reads a constant of the system.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(p)
-        .ok()
-        .filter(|p| p.is_power_of_two())
-        .unwrap_or(4096)
-}
-
 /// dma-buf registration of the pages around `len` bytes at `addr`.
 fn register_dmabuf(
     dev: &Arc<Device>,
@@ -77,7 +68,7 @@ fn register_dmabuf(
             "verbs: libibverbs has no ibv_reg_dmabuf_mr (rdma-core before 34)".into(),
         )
     })?;
-    let page = page_size();
+    let page = crate::transport::shm::page_size() as u64;
     let start = addr & !(page - 1);
     let end = (addr + len.max(1) as u64).div_ceil(page) * page;
     let bytes = (end - start) as usize;
