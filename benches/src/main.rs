@@ -8,6 +8,7 @@
 //! streamcomm-bench calibrate --out tuning.txt
 //! streamcomm-bench model --plot model.svg
 //! streamcomm-bench init --ranks 16
+//! streamcomm-bench bootstrap --ranks 256
 //! ```
 //!
 //! `docs/guide/benchmarks.md`: every figure is printed next to the machine's own limits,
@@ -20,6 +21,7 @@
 //! a usage error, 3 when `-c 1` found wrong results.
 
 mod barrier;
+mod bootstrap;
 mod calibrate;
 mod check;
 mod cli;
@@ -67,6 +69,12 @@ fn main() -> ExitCode {
         Some("model") => {
             let cli = model::ModelCli::parse_from(std::env::args().skip(1));
             return match model::run(&cli) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e, EXIT_ERROR),
+            };
+        }
+        Some("bootstrap") => {
+            return match bootstrap::main(std::env::args_os().skip(1)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e, EXIT_ERROR),
             };

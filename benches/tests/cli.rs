@@ -1,4 +1,5 @@
-//! End-to-end runs of the built `streamcomm-bench` with two local ranks.
+//! End-to-end runs of the built `streamcomm-bench` with two local ranks
+//! (the bootstrap's, with up to 256 rank processes).
 //!
 //! Each run starts real rank processes through the benchmark's own
 //! launcher, checks the exit status and parses the JSON it writes to stdout.
@@ -313,4 +314,88 @@ fn init_reports_creation_and_each_ranks_footprint() {
         assert!(s["fds"]["max"].as_u64().unwrap() >= 3, "{s}");
         assert!(s["threads"]["max"].as_u64().unwrap() >= 1, "{s}");
     }
+}
+
+#[test]
+fn the_bootstrap_root_holds_one_socket_per_rank_at_256_ranks() {
+    let doc = run_bench(&[
+        "bootstrap",
+        "--ranks",
+        "256",
+        "--rounds",
+        "2",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(doc["ranks"], 256);
+    // Its listener and one connection per rank, sampled while all are joined.
+    let sockets = doc["root"]["sockets"].as_u64().expect("sockets");
+    assert!((128..=257).contains(&sockets), "{doc}");
+    assert_eq!(doc["rounds_us"].as_array().expect("rounds").len(), 2);
+    // Every round sends every rank every rank's 256 bytes, a length and a kind.
+    assert_eq!(doc["root"]["written_per_round"], 256.0 * 256.0 * 261.0);
+}
+
+/// The hard limit on open files here, from the shell.
+fn hard_fd_limit() -> u64 {
+    let out = Command::new("sh")
+        .args(["-c", "ulimit -Hn"])
+        .output()
+        .expect("sh");
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if text == "unlimited" {
+        u64::MAX
+    } else {
+        text.parse().expect("a number")
+    }
+}
+
+/// Runs `streamcomm-bench bootstrap --ranks 128` under `limits` (a
+/// `ulimit` command line); returns whether it succeeded, its stderr and
+/// how long it took.
+fn bootstrap_under(limits: &str) -> (bool, String, Duration) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let started = Instant::now();
+    let out = Command::new("sh")
+        .args(["-c", &format!("{limits} && exec \"$0\" \"$@\"")])
+        .arg(env!("CARGO_BIN_EXE_streamcomm-bench"))
+        .args(["bootstrap", "--ranks", "128", "--timeout", "60"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("start sh");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.success(), stderr, started.elapsed())
+}
+
+#[test]
+fn a_root_out_of_descriptors_tells_every_rank_at_once() {
+    // 100 descriptors, soft and hard: the root (one socket per rank) runs out.
+    let (ok, stderr, took) = bootstrap_under("ulimit -n 100");
+    assert!(!ok, "{stderr}");
+    let told = stderr
+        .lines()
+        .filter(|l| {
+            l.contains("join the bootstrap root") && l.contains("ran out of file descriptors")
+        })
+        .count();
+    assert_eq!(told, 128, "every rank names the cause:\n{stderr}");
+    assert!(
+        stderr.contains("the bootstrap root's process ran out of file descriptors"),
+        "{stderr}"
+    );
+    // Not after the rendezvous timeout (60 s) as before.
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+}
+
+#[test]
+fn a_root_raises_its_soft_descriptor_limit_when_it_runs_out() {
+    if hard_fd_limit() < 400 {
+        streamcomm_testkit::skip(
+            "a_root_raises_its_soft_descriptor_limit_when_it_runs_out",
+            "the hard limit on open files is under 400 here",
+        );
+        return;
+    }
+    let (ok, stderr, _) = bootstrap_under("ulimit -Sn 100");
+    assert!(ok, "{stderr}");
 }

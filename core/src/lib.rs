@@ -104,6 +104,7 @@
 //! Each folder's job:
 //! - `error.rs`: [`Error`] and [`Result`].
 //! - `wait.rs`: how every wait spins, yields, sleeps and times out.
+//! - `os_limits.rs`: the OS limits that grow with ranks: the open-file limit, raised to the hard one when a communicator's sockets reach it, and listen backlogs.
 //! - `framed.rs`: the head the three framed tcp protocols share (magic, version, the secret compared in constant time) and bounded field reads.
 //! - `config/`: [`Config`] and the types of its fields, parsed from `STREAMCOMM_*`; depends on nothing but `error` and `barrier` (whose [`barrier::BarrierAlgo`] is a field's type).
 //! - `plan/`: collectives as pure per-rank lists of data steps, their signatures, the message barrier (dissemination as data steps), and the simulator of data steps.
@@ -132,6 +133,7 @@ pub(crate) mod error;
 pub(crate) mod framed;
 pub mod host;
 pub mod launch;
+pub(crate) mod os_limits;
 pub(crate) mod plan;
 #[doc(hidden)]
 pub mod testing;

@@ -348,6 +348,15 @@ fn connect_retrying(root: SocketAddr, start: Instant, deadline: Instant) -> Resu
             attempts += 1;
             match TcpStream::connect_timeout(&root, left) {
                 Ok(stream) => return Ok(stream),
+                Err(e) if crate::os_limits::exhausted(&e) => {
+                    if crate::os_limits::raise().is_some() {
+                        continue;
+                    }
+                    return Err(Error::Unavailable(crate::os_limits::advice(
+                        "this process",
+                        &format!("connecting to the bootstrap root at {root}"),
+                    )));
+                }
                 Err(e) => Some(e),
             }
         };

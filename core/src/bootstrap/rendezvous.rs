@@ -159,8 +159,26 @@ pub(super) fn rendezvous(
         }
         pending = still;
 
-        if fds[0].revents != 0 {
-            accept_all(listener, &mut pending, now + opts.handshake_timeout);
+        if fds[0].revents != 0
+            && let Err(reason) = accept_all(listener, &mut pending, now + opts.handshake_timeout)
+        {
+            tracing::warn!("bootstrap root gives up: {reason}");
+            let size = slots.len();
+            let held = slots.iter_mut().flatten().map(|j| &mut j.stream);
+            let told = fail_all(
+                held.chain(pending.iter_mut().map(|p| &mut p.stream)),
+                None,
+                &reason,
+            );
+            drop((slots, pending));
+            // Before the first hello the size is unknown: answer until the deadline.
+            let untold = if size == 0 {
+                usize::MAX
+            } else {
+                size.saturating_sub(told)
+            };
+            refuse_latecomers(listener, &reason, untold, deadline);
+            return Err(Error::Bootstrap(reason));
         }
     }
     let mut ranks: Vec<Joined> = slots.into_iter().flatten().collect();
@@ -176,8 +194,14 @@ pub(super) fn rendezvous(
     Ok(ranks)
 }
 
-/// Takes every connection waiting in the backlog into the handshake.
-fn accept_all(listener: &TcpListener, pending: &mut Vec<Pending>, deadline: Instant) {
+/// Takes every connection waiting in the backlog into the handshake; fails
+/// with the reason to give every rank when this process is out of file
+/// descriptors even after raising its limit ([`crate::os_limits`]).
+fn accept_all(
+    listener: &TcpListener,
+    pending: &mut Vec<Pending>,
+    deadline: Instant,
+) -> std::result::Result<(), String> {
     loop {
         match listener.accept() {
             Ok((stream, peer)) => {
@@ -198,14 +222,44 @@ fn accept_all(listener: &TcpListener, pending: &mut Vec<Pending>, deadline: Inst
                     deadline,
                 });
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if crate::os_limits::exhausted(&e) => {
+                if crate::os_limits::raise().is_none() {
+                    return Err(crate::os_limits::advice(
+                        "the bootstrap root's process",
+                        "accepting ranks (it holds one socket per rank)",
+                    ));
+                }
+            }
             Err(e) => {
-                // E.g. out of file descriptors: back off instead of spinning.
+                // E.g. the system's table is full: back off instead of spinning.
                 tracing::warn!("bootstrap root accept failed: {e}");
                 std::thread::sleep(Duration::from_millis(10));
-                return;
+                return Ok(());
             }
+        }
+    }
+}
+
+/// After the root gave up for want of descriptors (its ranks' connections
+/// now closed, which frees them), answers every later connection with
+/// `reason`, until `untold` have been or the rendezvous `deadline`, so
+/// that the ranks still starting learn it instead of waiting for their
+/// timeout.
+fn refuse_latecomers(listener: &TcpListener, reason: &str, mut untold: usize, deadline: Instant) {
+    while untold > 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        let mut fds = [pollfd(listener.as_raw_fd())];
+        if poll(&mut fds, Some(left)).is_err() {
+            return;
+        }
+        while let Ok((mut stream, _)) = listener.accept() {
+            let _ = stream.set_nonblocking(false);
+            untold = untold.saturating_sub(fail_all(std::iter::once(&mut stream), None, reason));
         }
     }
 }

@@ -105,6 +105,7 @@ impl RootServer {
     pub fn start(addr: SocketAddr, secret: [u8; 16], options: RootOptions) -> Result<RootServer> {
         let listener = TcpListener::bind(addr)
             .map_err(|e| Error::os(format!("bind bootstrap root on {addr}"), e))?;
+        crate::os_limits::widen_backlog(&listener);
         let local = listener
             .local_addr()
             .map_err(|e| Error::os("getsockname of bootstrap root", e))?;
@@ -235,20 +236,22 @@ pub(super) struct Joined {
     pub(super) peer: SocketAddr,
 }
 
-/// Best-effort failure notice to each stream.
+/// Best-effort failure notice to each stream; returns how many took it.
 pub(super) fn fail_all<'a>(
     streams: impl Iterator<Item = &'a mut TcpStream>,
     peer: Option<usize>,
     reason: &str,
-) {
+) -> usize {
     let reply = Reply::Failure {
         peer,
         reason: reason.to_string(),
     };
+    let mut told = 0;
     for stream in streams {
         let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-        let _ = reply.write_to(stream);
+        told += usize::from(reply.write_to(stream).is_ok());
     }
+    told
 }
 
 pub(super) fn remote_failed(peer: usize, cause: String) -> Error {

@@ -26,6 +26,7 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
 pub(crate) fn listen(ip: IpAddr) -> Result<(TcpListener, SocketAddr)> {
     let listener = TcpListener::bind(SocketAddr::new(ip, 0))
         .map_err(|e| Error::os(format!("bind tcp listener on {ip}"), e))?;
+    crate::os_limits::widen_backlog(&listener);
     let addr = listener
         .local_addr()
         .map_err(|e| Error::os("getsockname(tcp listener)", e))?;
@@ -126,6 +127,14 @@ pub(crate) fn connect_all(
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
+            Err(e) if crate::os_limits::exhausted(&e) => {
+                if crate::os_limits::raise().is_none() {
+                    return Err(Error::Unavailable(crate::os_limits::advice(
+                        "this process",
+                        "accepting its tcp peers' connections",
+                    )));
+                }
+            }
             Err(e) => return Err(Error::os("accept(tcp listener)", e)),
         }
     }
@@ -188,6 +197,11 @@ fn connect_retrying(addr: SocketAddr, deadline: Instant) -> std::result::Result<
         }
         match TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(5))) {
             Ok(s) => return Ok(s),
+            Err(e) if crate::os_limits::exhausted(&e) => {
+                if crate::os_limits::raise().is_none() {
+                    return Err(crate::os_limits::advice("this process", "connecting to it"));
+                }
+            }
             Err(e) if Instant::now() >= deadline => return Err(e.to_string()),
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
         }
