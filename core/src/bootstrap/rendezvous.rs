@@ -165,12 +165,11 @@ pub(super) fn rendezvous(
             tracing::warn!("bootstrap root gives up: {reason}");
             let size = slots.len();
             let held = slots.iter_mut().flatten().map(|j| &mut j.stream);
-            let told = fail_all(
-                held.chain(pending.iter_mut().map(|p| &mut p.stream)),
-                None,
-                &reason,
-            );
-            drop((slots, pending));
+            let mut told = fail_all(held, None, &reason);
+            drop(slots);
+            for p in pending {
+                told += tell_and_close(p.stream, &reason);
+            }
             // Before the first hello the size is unknown: answer until the deadline.
             let untold = if size == 0 {
                 usize::MAX
@@ -257,11 +256,26 @@ fn refuse_latecomers(listener: &TcpListener, reason: &str, mut untold: usize, de
         if poll(&mut fds, Some(left)).is_err() {
             return;
         }
-        while let Ok((mut stream, _)) = listener.accept() {
-            let _ = stream.set_nonblocking(false);
-            untold = untold.saturating_sub(fail_all(std::iter::once(&mut stream), None, reason));
+        while let Ok((stream, _)) = listener.accept() {
+            untold = untold.saturating_sub(tell_and_close(stream, reason));
         }
     }
+}
+
+/// Tells a connection still in its handshake why the root gives up, and
+/// closes it without resetting it: its hello, unread, would make the close
+/// a reset that can reach the rank before the reason does. Returns 1 if
+/// the reason was sent.
+fn tell_and_close(mut stream: TcpStream, reason: &str) -> usize {
+    let _ = stream.set_nonblocking(false);
+    let told = fail_all(std::iter::once(&mut stream), None, reason);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    // Read what the rank sent until it closes (it does once it has read
+    // the reason), for at most a moment.
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+    let mut sink = [0u8; 256];
+    while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+    told
 }
 
 /// Checks an authenticated hello against the ranks already joined; takes the
