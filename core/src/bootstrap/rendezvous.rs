@@ -19,7 +19,8 @@ use super::root::{
 use super::wire::{HELLO, HELLO_FRAME_LEN, HELLO_LEN, Hello, MAX_RANKS, Reply};
 use crate::{Error, Result};
 
-/// Connections that may be in their handshake at once; more are refused.
+/// Connections that may be in their handshake at once; more wait in the
+/// listener's backlog (4,096: [`crate::os_limits`]) until one finishes.
 const MAX_PENDING: usize = 256;
 
 /// A connection that has not finished its hello yet.
@@ -110,6 +111,10 @@ pub(super) fn rendezvous(
             .fold(deadline, Instant::min);
         let waiting: Vec<usize> = (0..slots.len()).filter(|&r| slots[r].is_some()).collect();
         let mut fds = vec![pollfd(listener.as_raw_fd())];
+        if pending.len() >= MAX_PENDING {
+            // No room for another handshake: the backlog keeps them.
+            fds[0].events = 0;
+        }
         fds.extend(pending.iter().map(|p| pollfd(p.stream.as_raw_fd())));
         fds.extend(
             waiting
@@ -201,13 +206,9 @@ fn accept_all(
     pending: &mut Vec<Pending>,
     deadline: Instant,
 ) -> std::result::Result<(), String> {
-    loop {
+    while pending.len() < MAX_PENDING {
         match listener.accept() {
             Ok((stream, peer)) => {
-                if pending.len() >= MAX_PENDING {
-                    tracing::warn!(%peer, "dropped a connection: {MAX_PENDING} handshakes already pending");
-                    continue;
-                }
                 if let Err(e) = stream.set_nonblocking(true) {
                     tracing::warn!(%peer, "dropped a connection: {e}");
                     continue;
@@ -239,6 +240,7 @@ fn accept_all(
             }
         }
     }
+    Ok(())
 }
 
 /// After the root gave up for want of descriptors (its ranks' connections
