@@ -18,6 +18,7 @@ mod footprint;
 mod groups;
 mod launch_env;
 mod launcher_nodes;
+mod many_ranks;
 mod mismatch;
 mod shrink;
 mod stale_segments;

@@ -1,0 +1,201 @@
+//! Many ranks on one host as real processes: 16 over shared memory and 8
+//! over tcp run every collective (the thin slice: one element and several
+//! slots each, every element checked) and point-to-point (a ring, small
+//! and large messages); 32 and 64 over shared memory create, all-reduce
+//! and all-to-all, every element checked. Each rank checks its resident
+//! shared memory and open descriptors from `/proc/self` against the
+//! ceilings the design promises: descriptors at most two per tcp peer
+//! plus 16, shared memory at 32 and 64 ranks at most 16 MB after the
+//! all-reduce (the budget shrinks the rings; a full mesh of 4 MiB rings
+//! would hold 124 and 252 MiB).
+
+use crate::harness;
+
+use std::time::Duration;
+
+use streamcomm::host::{HostBuffer, HostStream};
+use streamcomm::{Communicator, ReduceOp};
+
+const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";
+
+fn launch(n: usize, scenario: &str, extra: &[(&str, &str)]) {
+    let mut env = vec![
+        (SCENARIO, scenario.to_string()),
+        ("STREAMCOMM_TIMEOUT", "120".to_string()),
+        (
+            "STREAMCOMM_TEST_SEED",
+            streamcomm_testkit::seed().to_string(),
+        ),
+    ];
+    env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+    harness::launch_children(
+        n,
+        &streamcomm_testkit::test_path(module_path!(), "child"),
+        &env,
+        Duration::from_secs(400),
+        &format!("{scenario} on {n} ranks"),
+    );
+}
+
+#[test]
+fn sixteen_ranks_over_shared_memory_run_every_collective_and_a_ring() {
+    launch(
+        16,
+        "slice",
+        &[
+            ("STREAMCOMM_TRANSPORT", "shm"),
+            ("STREAMCOMM_BUFFSIZE", "8K"),
+        ],
+    );
+}
+
+#[test]
+fn eight_ranks_over_tcp_run_every_collective_and_a_ring() {
+    launch(
+        8,
+        "slice",
+        &[
+            ("STREAMCOMM_TRANSPORT", "tcp"),
+            ("STREAMCOMM_BUFFSIZE", "8K"),
+        ],
+    );
+}
+
+#[test]
+fn thirty_two_and_sixty_four_ranks_create_all_reduce_and_all_to_all() {
+    for n in [32, 64] {
+        launch(n, "crowd", &[("STREAMCOMM_TRANSPORT", "shm")]);
+    }
+}
+
+/// `field` of this process's `/proc/self/status`, in kB.
+fn status_kb(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
+}
+
+/// Open descriptors of this process (the listing's own left out).
+fn open_fds() -> usize {
+    let listed = std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .count();
+    listed - 1
+}
+
+/// The value rank `from` sends rank `to` at index `i` (seeded).
+fn value(seed: u64, from: usize, to: usize, i: usize) -> u32 {
+    let x = seed ^ ((from as u64) << 40) ^ ((to as u64) << 20) ^ i as u64;
+    (x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 33) as u32
+}
+
+/// Every rank sends right and receives from the left in one group,
+/// `len` elements, the receive buffer poisoned past them.
+fn ring(comm: &Communicator, stream: &HostStream, seed: u64, len: usize) {
+    let (rank, n) = (comm.rank(), comm.size());
+    let (right, left) = ((rank + 1) % n, (rank + n - 1) % n);
+    let out: Vec<u32> = (0..len).map(|i| value(seed, rank, right, i)).collect();
+    let out = HostBuffer::from_slice(&out);
+    let mut inb = HostBuffer::from_slice(&vec![u32::MAX; len + 5]);
+    comm.group(stream, |g| {
+        g.send(&out, right)?;
+        g.recv(&mut inb, left)
+    })
+    .unwrap();
+    stream.synchronize().unwrap();
+    let got = inb.to_vec();
+    for (i, &v) in got[..len].iter().enumerate() {
+        assert_eq!(
+            v,
+            value(seed, left, rank, i),
+            "rank {rank}: element {i} from {left}"
+        );
+    }
+    assert!(
+        got[len..].iter().all(|&v| v == u32::MAX),
+        "rank {rank}: wrote past the message"
+    );
+}
+
+/// An all-reduce of `count` integers, every element checked (exact in f32).
+fn all_reduce(comm: &Communicator, count: usize) {
+    let (rank, n) = (comm.rank(), comm.size());
+    let send: Vec<f32> = (0..count).map(|i| ((i * 7 + rank) % 13) as f32).collect();
+    let mut recv = vec![f32::NAN; count];
+    comm.all_reduce_host(&send, &mut recv, ReduceOp::Sum)
+        .unwrap();
+    for (i, &got) in recv.iter().enumerate() {
+        let want: usize = (0..n).map(|r| (i * 7 + r) % 13).sum();
+        assert_eq!(got, want as f32, "rank {rank}: element {i}");
+    }
+}
+
+/// An all-to-all of `pair` elements per pair, every element checked.
+fn all_to_all(comm: &Communicator, seed: u64, pair: usize) {
+    let (rank, n) = (comm.rank(), comm.size());
+    let send: Vec<u32> = (0..n * pair)
+        .map(|i| value(seed, rank, i / pair, i % pair))
+        .collect();
+    let mut recv = vec![u32::MAX; n * pair];
+    comm.all_to_all_host(&send, &mut recv).unwrap();
+    for (i, &got) in recv.iter().enumerate() {
+        let want = value(seed, i / pair, rank, i % pair);
+        assert_eq!(
+            got,
+            want,
+            "rank {rank}: element {} from rank {}",
+            i % pair,
+            i / pair
+        );
+    }
+}
+
+/// Tcp peers of this rank: every other rank when the transport is tcp.
+fn tcp_peers(comm: &Communicator) -> usize {
+    let tcp = std::env::var("STREAMCOMM_TRANSPORT").is_ok_and(|t| t == "tcp");
+    if tcp { comm.size() - 1 } else { 0 }
+}
+
+#[test]
+#[ignore = "entry point of the child processes"]
+fn child() {
+    let Ok(scenario) = std::env::var(SCENARIO) else {
+        return;
+    };
+    let seed = streamcomm_testkit::seed();
+    let comm = Communicator::from_env().unwrap();
+    let rank = comm.rank();
+    let stream = HostStream::new().unwrap();
+    match scenario.as_str() {
+        "slice" => {
+            harness::run_thin_slice(&comm, &stream, seed, &[ReduceOp::Sum, ReduceOp::Max]);
+            // Small (in the rings) and large (rendezvous) messages.
+            ring(&comm, &stream, seed, 100);
+            ring(&comm, &stream, seed ^ 1, 300_000);
+        }
+        "crowd" => {
+            all_reduce(&comm, 1 << 18);
+            let shmem = status_kb("RssShmem");
+            eprintln!("rank {rank}: RssShmem {shmem} kB after the all-reduce");
+            assert!(
+                shmem <= 16_000,
+                "rank {rank}: {shmem} kB of shared memory resident after an all-reduce \
+                 (ceiling 16 MB)"
+            );
+            all_to_all(&comm, seed, 1024);
+        }
+        other => panic!("unknown scenario {other}"),
+    }
+    comm.barrier_host().unwrap();
+    let fds = open_fds();
+    let ceiling = 2 * tcp_peers(&comm) + 16;
+    assert!(
+        fds <= ceiling,
+        "rank {rank}: {fds} open descriptors, more than 2 per tcp peer + 16 ({ceiling})"
+    );
+    drop(comm);
+    streamcomm_testkit::child_ran();
+}
