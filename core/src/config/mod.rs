@@ -23,9 +23,10 @@ use crate::{Error, Result};
 
 /// Default slot-ring size per connection (`docs/design/architecture.md`): 4 MiB.
 pub const DEFAULT_BUFFSIZE: usize = 4 << 20;
-/// Default of `STREAMCOMM_SHM_BUDGET`: 64 MiB, full-size rings from up to
-/// 16 local peers.
-pub const DEFAULT_SHM_BUDGET: usize = 64 << 20;
+/// Default of `STREAMCOMM_SHM_BUDGET`: 28 MiB, full-size rings from up to
+/// 7 local peers (8 ranks on a host, a GPU node's count); with more, each
+/// rank's rings both ways stay under 64 MB even once all are used.
+pub const DEFAULT_SHM_BUDGET: usize = 28 << 20;
 /// Default number of slots per connection.
 pub const DEFAULT_NSTEPS: usize = 8;
 /// Most slots a ring may have (`STREAMCOMM_NSTEPS`).
@@ -88,7 +89,7 @@ pub struct Config {
     /// `STREAMCOMM_NSTEPS`: slots per ring (default 8); slot size is `buffsize / nsteps`.
     pub nsteps: usize,
     /// `STREAMCOMM_SHM_BUDGET`: most bytes of shared memory one rank's
-    /// inbound rings from the ranks of its host may take (default 64 MiB):
+    /// inbound rings from the ranks of its host may take (default 28 MiB):
     /// where `buffsize` rings from every local peer would not fit, every
     /// communicator's slots shrink alike (to no less than 4 KiB) until
     /// they do. The communicator's [`Config`] shows the `buffsize` it runs.

@@ -107,9 +107,12 @@ impl RingShape {
 
     /// This shape, with slots shrunk (in whole 64 bytes, to no less than
     /// [`MIN_BUDGET_SLOT`] or this shape's own slot, if smaller) until
-    /// `rings` rings fit in `budget` bytes.
+    /// `rings` rings fit in `budget` bytes. The configured shape is kept
+    /// where its slots' data fits (`rings × BUFFSIZE ≤ budget`: the
+    /// headers, 0.02% of a ring, are not counted, so that 7 rings of
+    /// 4 MiB fit the default 28 MiB); shrunk rings fit headers and all.
     pub(crate) fn within(self, budget: usize, rings: usize) -> RingShape {
-        if rings == 0 || rings * self.ring_bytes() <= budget {
+        if rings == 0 || rings * self.nsteps * self.slot_bytes <= budget {
             return self;
         }
         let per_ring = budget / rings;
@@ -543,9 +546,11 @@ mod tests {
             nsteps: 8,
             slot_bytes: 512 << 10,
         };
-        // 16 rings of 4 MiB fit 64 MiB and a little: unchanged.
-        assert_eq!(four.within(80 << 20, 16), four);
+        // 7 rings of 4 MiB fit the default budget, 16 fit 64 MiB: unchanged.
+        assert_eq!(four.within(crate::config::DEFAULT_SHM_BUDGET, 7), four);
+        assert_eq!(four.within(64 << 20, 16), four);
         assert_eq!(four.within(64 << 20, 0), four);
+        assert_ne!(four.within(crate::config::DEFAULT_SHM_BUDGET, 8), four);
         // 63 rings in 64 MiB: about 1 MiB each.
         let small = four.within(64 << 20, 63);
         assert_eq!(small.nsteps, 8);

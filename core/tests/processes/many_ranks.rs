@@ -185,7 +185,16 @@ fn child() {
                 "rank {rank}: {shmem} kB of shared memory resident after an all-reduce \
                  (ceiling 16 MB)"
             );
-            all_to_all(&comm, seed, 1024);
+            // 1 MiB per pair at 32 ranks: every ring both ways is used.
+            let pair = if comm.size() <= 32 { 1 << 18 } else { 1024 };
+            all_to_all(&comm, seed, pair);
+            let shmem = status_kb("RssShmem");
+            eprintln!("rank {rank}: RssShmem {shmem} kB after the all-to-all");
+            assert!(
+                shmem <= 64_000,
+                "rank {rank}: {shmem} kB of shared memory resident after an all-to-all \
+                 (ceiling 64 MB)"
+            );
         }
         other => panic!("unknown scenario {other}"),
     }
