@@ -168,20 +168,17 @@ pub(super) fn rendezvous(
             && let Err(reason) = accept_all(listener, &mut pending, now + opts.handshake_timeout)
         {
             tracing::warn!("bootstrap root gives up: {reason}");
-            let size = slots.len();
+            // The size, where a hello has told it (else a refused hello will).
+            let mut size = (!slots.is_empty()).then_some(slots.len());
             let held = slots.iter_mut().flatten().map(|j| &mut j.stream);
             let mut told = fail_all(held, None, &reason);
             drop(slots);
             for p in pending {
-                told += tell_and_close(p.stream, &reason);
+                let (sent, announced) = tell_and_close(p.stream, &reason, secret, p.buf, p.filled);
+                told += sent;
+                size = size.or(announced);
             }
-            // Before the first hello the size is unknown: answer until the deadline.
-            let untold = if size == 0 {
-                usize::MAX
-            } else {
-                size.saturating_sub(told)
-            };
-            refuse_latecomers(listener, &reason, untold, deadline);
+            refuse_latecomers(listener, &reason, secret, (size, told), deadline);
             return Err(Error::Bootstrap(reason));
         }
     }
@@ -245,11 +242,18 @@ fn accept_all(
 
 /// After the root gave up for want of descriptors (its ranks' connections
 /// now closed, which frees them), answers every later connection with
-/// `reason`, until `untold` have been or the rendezvous `deadline`, so
+/// `reason` until every rank has been told (`told` of `size`, the size
+/// learnt from a hello if not yet known) or the rendezvous `deadline`, so
 /// that the ranks still starting learn it instead of waiting for their
 /// timeout.
-fn refuse_latecomers(listener: &TcpListener, reason: &str, mut untold: usize, deadline: Instant) {
-    while untold > 0 {
+fn refuse_latecomers(
+    listener: &TcpListener,
+    reason: &str,
+    secret: &[u8; 16],
+    (mut size, mut told): (Option<usize>, usize),
+    deadline: Instant,
+) {
+    while size.is_none_or(|n| told < n) {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return;
@@ -259,25 +263,48 @@ fn refuse_latecomers(listener: &TcpListener, reason: &str, mut untold: usize, de
             return;
         }
         while let Ok((stream, _)) = listener.accept() {
-            untold = untold.saturating_sub(tell_and_close(stream, reason));
+            let (sent, announced) = tell_and_close(stream, reason, secret, [0; HELLO_FRAME_LEN], 0);
+            told += sent;
+            size = size.or(announced);
         }
     }
 }
 
 /// Tells a connection still in its handshake why the root gives up, and
-/// closes it without resetting it: its hello, unread, would make the close
-/// a reset that can reach the rank before the reason does. Returns 1 if
-/// the reason was sent.
-fn tell_and_close(mut stream: TcpStream, reason: &str) -> usize {
+/// closes it without resetting it (its hello, unread, would make the close
+/// a reset that can reach the rank before the reason does). `buf` holds
+/// the `filled` bytes of its hello read so far. Returns 1 if the reason
+/// was sent, and the size its hello announced, if it was a rank's.
+fn tell_and_close(
+    mut stream: TcpStream,
+    reason: &str,
+    secret: &[u8; 16],
+    mut buf: [u8; HELLO_FRAME_LEN],
+    mut filled: usize,
+) -> (usize, Option<usize>) {
     let _ = stream.set_nonblocking(false);
     let told = fail_all(std::iter::once(&mut stream), None, reason);
     let _ = stream.shutdown(std::net::Shutdown::Write);
     // Read what the rank sent until it closes (it does once it has read
     // the reason), for at most a moment.
     let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+    while filled < HELLO_FRAME_LEN {
+        match stream.read(&mut buf[filled..]) {
+            Ok(n) if n > 0 => filled += n,
+            _ => break,
+        }
+    }
+    let size = (filled == HELLO_FRAME_LEN)
+        .then(|| {
+            let mut body = [0u8; HELLO_LEN];
+            body.copy_from_slice(&buf[4..]);
+            Hello::decode(&body, secret).ok()
+        })
+        .flatten()
+        .map(|h| h.size as usize);
     let mut sink = [0u8; 256];
     while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
-    told
+    (told, size)
 }
 
 /// Checks an authenticated hello against the ranks already joined; takes the
