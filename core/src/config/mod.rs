@@ -88,8 +88,9 @@ pub struct Config {
     pub buffsize: usize,
     /// `STREAMCOMM_NSTEPS`: slots per ring (default 8); slot size is `buffsize / nsteps`.
     pub nsteps: usize,
-    /// `STREAMCOMM_SHM_BUDGET`: most bytes of shared memory one rank's
-    /// inbound rings from the ranks of its host may take (default 28 MiB):
+    /// `STREAMCOMM_SHM_BUDGET`: most bytes one rank's inbound rings from
+    /// the ranks of its host may take (default 28 MiB; shared memory, or
+    /// the rank's own where tcp or verbs carry them):
     /// where `buffsize` rings from every local peer would not fit, every
     /// communicator's slots shrink alike (to no less than 4 KiB) until
     /// they do. The communicator's [`Config`] shows the `buffsize` it runs.

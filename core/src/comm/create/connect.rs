@@ -60,15 +60,10 @@ pub(crate) fn connect(
 
 /// The rings' shape, alike on every rank: the configured one (`layout`),
 /// its slots shrunk where the inbound rings from every peer on the busiest
-/// host would not fit `STREAMCOMM_SHM_BUDGET` (where ranks of one host
-/// may share memory).
+/// host would not fit `STREAMCOMM_SHM_BUDGET`: the ranks of one host
+/// share its memory, whatever carries their rings (shared memory, or tcp
+/// and verbs between them, whose rings are each rank's own memory).
 fn ring_shape(config: &Config, layout: RingShape, endpoints: &[Endpoint]) -> RingShape {
-    if matches!(
-        config.transport,
-        TransportChoice::Only(Transport::Tcp | Transport::Verbs)
-    ) {
-        return layout;
-    }
     let mut per_host: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     for e in endpoints {
         *per_host.entry(e.host.as_str()).or_default() += 1;
