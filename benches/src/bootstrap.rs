@@ -30,6 +30,7 @@ use streamcomm::testing::bootstrap::{Bootstrap, RootOptions, RootServer};
 use crate::cli::parse_size;
 use crate::error::{Context, Fallible};
 use crate::init::Footprint;
+use crate::table_out::{TableOut, max_median};
 
 /// The command line of `streamcomm-bench bootstrap`.
 #[derive(Parser, Debug)]
@@ -255,15 +256,8 @@ fn root(cli: &BootstrapCli) -> Fallible<()> {
             median as f64 / 1e3
         )
     };
-    // With the JSON on standard output, the table goes to standard error.
-    let json_out = cli.json.as_ref().is_some_and(|p| p.as_os_str() == "-");
-    let say = |line: String| {
-        if json_out {
-            eprintln!("{line}");
-        } else {
-            println!("{line}");
-        }
-    };
+    let out = TableOut::new(cli.json.as_deref());
+    let say = |line: String| out.say(line);
     say(format!(
         "# streamcomm-bench bootstrap: {n} ranks (processes) over loopback, {} rounds of {} B per rank",
         cli.rounds, cli.bytes
@@ -293,34 +287,19 @@ fn root(cli: &BootstrapCli) -> Fallible<()> {
         written * k * k / 1e6,
         1000.0 * cli.bytes as f64 / 1e6
     ));
-    if let Some(path) = &cli.json {
-        let stat = |(max, median): (u64, u64)| serde_json::json!({"max": max, "median": median});
-        let doc = serde_json::json!({
-            "ranks": n,
-            "bytes": cli.bytes,
-            "join_us": stat(column(0)),
-            "rounds_us": (0..cli.rounds as usize).map(|r| stat(column(1 + r))).collect::<Vec<_>>(),
-            "root": {
-                "sockets": socks,
-                "rss_grew_kb": grew_kb,
-                "cpu_ms": root_cpu.as_secs_f64() * 1e3,
-                "written_per_round": written,
-            },
-        });
-        let text = serde_json::to_string_pretty(&doc).context("encode the figures")?;
-        if json_out {
-            println!("{text}");
-        } else {
-            std::fs::write(path, text + "\n").context("write the JSON file")?;
-        }
-    }
-    Ok(())
-}
-
-/// The largest and the median of `values`.
-fn max_median(mut values: Vec<u64>) -> (u64, u64) {
-    values.sort_unstable();
-    (values[values.len() - 1], values[values.len() / 2])
+    let stat = |(max, median): (u64, u64)| serde_json::json!({"max": max, "median": median});
+    out.json(&serde_json::json!({
+        "ranks": n,
+        "bytes": cli.bytes,
+        "join_us": stat(column(0)),
+        "rounds_us": (0..cli.rounds as usize).map(|r| stat(column(1 + r))).collect::<Vec<_>>(),
+        "root": {
+            "sockets": socks,
+            "rss_grew_kb": grew_kb,
+            "cpu_ms": root_cpu.as_secs_f64() * 1e3,
+            "written_per_round": written,
+        },
+    }))
 }
 
 /// CPU time (user and system) of this process so far.

@@ -27,6 +27,7 @@ use streamcomm_run::local::{LocalLauncher, Outcome, install_termination_handler}
 use crate::cli::parse_size;
 use crate::error::{Context, Fallible};
 use crate::launch::Role;
+use crate::table_out::{TableOut, max_median};
 
 /// The command line of `streamcomm-bench init`.
 #[derive(Parser, Debug)]
@@ -230,25 +231,12 @@ fn check(ok: bool, what: &str) -> Fallible<()> {
     }
 }
 
-/// The largest and the median of `values`.
-fn max_median(mut values: Vec<u64>) -> (u64, u64) {
-    values.sort_unstable();
-    (values[values.len() - 1], values[values.len() / 2])
-}
-
 /// Prints (and writes as JSON) every rank's figures, `WORDS` per rank.
 fn report(cli: &InitCli, n: usize, all: &[u64]) -> Fallible<()> {
     let ranks: Vec<&[u64]> = all.chunks(WORDS).collect();
     let (slowest, median) = max_median(ranks.iter().map(|r| r[0]).collect());
-    // With the JSON on standard output, the table goes to standard error.
-    let json_out = cli.json.as_ref().is_some_and(|p| p.as_os_str() == "-");
-    let say = |line: String| {
-        if json_out {
-            eprintln!("{line}");
-        } else {
-            println!("{line}");
-        }
-    };
+    let out = TableOut::new(cli.json.as_deref());
+    let say = |line: String| out.say(line);
     say(format!(
         "# streamcomm-bench init: {n} ranks, all_reduce {} B, all_gather {} B, all_to_all {} B per pair",
         cli.bytes, cli.bytes, cli.pair_bytes
@@ -289,22 +277,13 @@ fn report(cli: &InitCli, n: usize, all: &[u64]) -> Fallible<()> {
             "threads": {"max": threads.0, "median": threads.1},
         }));
     }
-    if let Some(path) = &cli.json {
-        let doc = serde_json::json!({
-            "ranks": n,
-            "bytes": cli.bytes,
-            "pair_bytes": cli.pair_bytes,
-            "create_us": {"max": slowest, "median": median},
-            "stages": stages,
-        });
-        let text = serde_json::to_string_pretty(&doc).context("encode the figures")?;
-        if path.as_os_str() == "-" {
-            println!("{text}");
-        } else {
-            std::fs::write(path, text + "\n").context("write the JSON file")?;
-        }
-    }
-    Ok(())
+    out.json(&serde_json::json!({
+        "ranks": n,
+        "bytes": cli.bytes,
+        "pair_bytes": cli.pair_bytes,
+        "create_us": {"max": slowest, "median": median},
+        "stages": stages,
+    }))
 }
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ mod report;
 mod schedule;
 mod stats;
 mod sweep;
+mod table_out;
 mod ticks;
 mod vstcp;
 

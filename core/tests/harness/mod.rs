@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub(crate) mod p2p;
+pub(crate) mod scenario;
 pub(crate) mod shared;
 
 use std::sync::mpsc;

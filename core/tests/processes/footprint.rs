@@ -10,44 +10,19 @@
 //! stay correct on them.
 
 use crate::harness;
+use crate::harness::scenario::{SCENARIO, checked_all_reduce, launch_scenario, status_kb};
 
 use std::time::Duration;
 
 use streamcomm::{Communicator, ReduceOp};
 
-const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";
-
 /// The default ring: 4 MiB of slots (`STREAMCOMM_BUFFSIZE`).
 const RING_KB: u64 = 4 << 10;
 
-/// `field` of this process's `/proc/self/status`, in kB.
-fn status_kb(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
-}
-
 fn launch(n: usize, scenario: &str, extra: &[(&str, &str)]) {
-    let mut env = vec![
-        (SCENARIO, scenario.to_string()),
-        ("STREAMCOMM_TIMEOUT", "60".to_string()),
-        ("STREAMCOMM_BUFFSIZE", "4M".to_string()),
-        (
-            "STREAMCOMM_TEST_SEED",
-            streamcomm_testkit::seed().to_string(),
-        ),
-    ];
-    env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
-    harness::launch_children(
-        n,
-        &streamcomm_testkit::test_path(module_path!(), "child"),
-        &env,
-        Duration::from_secs(300),
-        &format!("footprint {scenario} on {n} ranks"),
-    );
+    let mut env = vec![("STREAMCOMM_TIMEOUT", "60"), ("STREAMCOMM_BUFFSIZE", "4M")];
+    env.extend_from_slice(extra);
+    launch_scenario(module_path!(), n, scenario, &env, Duration::from_secs(300));
 }
 
 #[test]
@@ -63,20 +38,6 @@ fn a_shared_memory_budget_shrinks_every_ranks_slots_alike() {
 #[test]
 fn tcp_rings_become_resident_as_they_are_used() {
     launch(4, "tcp", &[("STREAMCOMM_TRANSPORT", "tcp")]);
-}
-
-/// An all-reduce of `count` elements, every element checked (integers, so
-/// the sum is exact in f32).
-fn all_reduce(comm: &Communicator, count: usize) {
-    let (rank, n) = (comm.rank(), comm.size());
-    let send: Vec<f32> = (0..count).map(|i| ((i * 7 + rank) % 13) as f32).collect();
-    let mut recv = vec![f32::NAN; count];
-    comm.all_reduce_host(&send, &mut recv, ReduceOp::Sum)
-        .unwrap();
-    for (i, &got) in recv.iter().enumerate() {
-        let want: usize = (0..n).map(|r| (i * 7 + r) % 13).sum();
-        assert_eq!(got, want as f32, "rank {rank}: element {i}");
-    }
 }
 
 #[test]
@@ -108,7 +69,7 @@ fn child() {
         return;
     }
     // 1 MiB each: several passes through a neighbour's 4 MiB ring.
-    all_reduce(&comm, 1 << 18);
+    checked_all_reduce(&comm, 1 << 18);
     comm.barrier_host().unwrap();
     match scenario.as_str() {
         "shm" => {

@@ -10,31 +10,17 @@
 //! would hold 124 and 252 MiB).
 
 use crate::harness;
+use crate::harness::scenario::{SCENARIO, checked_all_reduce, launch_scenario, status_kb};
 
 use std::time::Duration;
 
 use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::{Communicator, ReduceOp};
 
-const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";
-
 fn launch(n: usize, scenario: &str, extra: &[(&str, &str)]) {
-    let mut env = vec![
-        (SCENARIO, scenario.to_string()),
-        ("STREAMCOMM_TIMEOUT", "120".to_string()),
-        (
-            "STREAMCOMM_TEST_SEED",
-            streamcomm_testkit::seed().to_string(),
-        ),
-    ];
-    env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
-    harness::launch_children(
-        n,
-        &streamcomm_testkit::test_path(module_path!(), "child"),
-        &env,
-        Duration::from_secs(400),
-        &format!("{scenario} on {n} ranks"),
-    );
+    let mut env = vec![("STREAMCOMM_TIMEOUT", "120")];
+    env.extend_from_slice(extra);
+    launch_scenario(module_path!(), n, scenario, &env, Duration::from_secs(400));
 }
 
 #[test]
@@ -66,16 +52,6 @@ fn thirty_two_and_sixty_four_ranks_create_all_reduce_and_all_to_all() {
     for n in [32, 64] {
         launch(n, "crowd", &[("STREAMCOMM_TRANSPORT", "shm")]);
     }
-}
-
-/// `field` of this process's `/proc/self/status`, in kB.
-fn status_kb(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
 }
 
 /// Open descriptors of this process (the listing's own left out).
@@ -118,19 +94,6 @@ fn ring(comm: &Communicator, stream: &HostStream, seed: u64, len: usize) {
         got[len..].iter().all(|&v| v == u32::MAX),
         "rank {rank}: wrote past the message"
     );
-}
-
-/// An all-reduce of `count` integers, every element checked (exact in f32).
-fn all_reduce(comm: &Communicator, count: usize) {
-    let (rank, n) = (comm.rank(), comm.size());
-    let send: Vec<f32> = (0..count).map(|i| ((i * 7 + rank) % 13) as f32).collect();
-    let mut recv = vec![f32::NAN; count];
-    comm.all_reduce_host(&send, &mut recv, ReduceOp::Sum)
-        .unwrap();
-    for (i, &got) in recv.iter().enumerate() {
-        let want: usize = (0..n).map(|r| (i * 7 + r) % 13).sum();
-        assert_eq!(got, want as f32, "rank {rank}: element {i}");
-    }
 }
 
 /// An all-to-all of `pair` elements per pair, every element checked.
@@ -177,7 +140,7 @@ fn child() {
             ring(&comm, &stream, seed ^ 1, 300_000);
         }
         "crowd" => {
-            all_reduce(&comm, 1 << 18);
+            checked_all_reduce(&comm, 1 << 18);
             let shmem = status_kb("RssShmem");
             eprintln!("rank {rank}: RssShmem {shmem} kB after the all-reduce");
             assert!(

@@ -1,0 +1,60 @@
+//! Process tests whose one `child` entry runs a scenario named in the
+//! environment, and what their ranks read of themselves from `/proc`.
+
+use std::time::Duration;
+
+use streamcomm::{Communicator, ReduceOp};
+
+/// The variable that names the scenario a rank process runs.
+pub(crate) const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";
+
+/// Runs the ignored test `child` of `module` (pass `module_path!()`) as `n`
+/// rank processes with `SCENARIO=scenario`, this test's seed and `extra`;
+/// fails unless every rank ran it to the end within `limit`.
+pub(crate) fn launch_scenario(
+    module: &str,
+    n: usize,
+    scenario: &str,
+    extra: &[(&str, &str)],
+    limit: Duration,
+) {
+    let mut env = vec![
+        (SCENARIO, scenario.to_string()),
+        (
+            "STREAMCOMM_TEST_SEED",
+            streamcomm_testkit::seed().to_string(),
+        ),
+    ];
+    env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+    super::launch_children(
+        n,
+        &streamcomm_testkit::test_path(module, "child"),
+        &env,
+        limit,
+        &format!("{scenario} on {n} ranks"),
+    );
+}
+
+/// `field` of this process's `/proc/self/status`, in kB.
+pub(crate) fn status_kb(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
+}
+
+/// An all-reduce of `count` elements, every element checked (integers, so
+/// the sum is exact in f32).
+pub(crate) fn checked_all_reduce(comm: &Communicator, count: usize) {
+    let (rank, n) = (comm.rank(), comm.size());
+    let send: Vec<f32> = (0..count).map(|i| ((i * 7 + rank) % 13) as f32).collect();
+    let mut recv = vec![f32::NAN; count];
+    comm.all_reduce_host(&send, &mut recv, ReduceOp::Sum)
+        .unwrap();
+    for (i, &got) in recv.iter().enumerate() {
+        let want: usize = (0..n).map(|r| (i * 7 + r) % 13).sum();
+        assert_eq!(got, want as f32, "rank {rank}: element {i}");
+    }
+}
