@@ -262,10 +262,21 @@ fn refuse_latecomers(
         if poll(&mut fds, Some(left)).is_err() {
             return;
         }
-        while let Ok((stream, _)) = listener.accept() {
-            let (sent, announced) = tell_and_close(stream, reason, secret, [0; HELLO_FRAME_LEN], 0);
-            told += sent;
-            size = size.or(announced);
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    let (sent, announced) =
+                        tell_and_close(stream, reason, secret, [0; HELLO_FRAME_LEN], 0);
+                    told += sent;
+                    size = size.or(announced);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    // Still out of descriptors, say: back off, do not spin.
+                    std::thread::sleep(Duration::from_millis(10));
+                    break;
+                }
+            }
         }
     }
 }
@@ -286,9 +297,13 @@ fn tell_and_close(
     let told = fail_all(std::iter::once(&mut stream), None, reason);
     let _ = stream.shutdown(std::net::Shutdown::Write);
     // Read what the rank sent until it closes (it does once it has read
-    // the reason), for at most a moment.
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-    while filled < HELLO_FRAME_LEN {
+    // the reason), for at most a moment whatever a stranger sends.
+    let until = Instant::now() + Duration::from_millis(200);
+    let more = |stream: &TcpStream| {
+        let left = until.saturating_duration_since(Instant::now());
+        !left.is_zero() && stream.set_read_timeout(Some(left)).is_ok()
+    };
+    while filled < HELLO_FRAME_LEN && more(&stream) {
         match stream.read(&mut buf[filled..]) {
             Ok(n) if n > 0 => filled += n,
             _ => break,
@@ -303,7 +318,7 @@ fn tell_and_close(
         .flatten()
         .map(|h| h.size as usize);
     let mut sink = [0u8; 256];
-    while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+    while more(&stream) && matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
     (told, size)
 }
 
