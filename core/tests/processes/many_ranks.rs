@@ -6,8 +6,11 @@
 //! shared memory and open descriptors from `/proc/self` against the
 //! ceilings the design promises: descriptors at most two per tcp peer
 //! plus 16, shared memory at 32 and 64 ranks at most 16 MB after the
-//! all-reduce (the budget shrinks the rings; a full mesh of 4 MiB rings
-//! would hold 124 and 252 MiB).
+//! all-reduce and 64 MB after the all-to-all (1 MiB per pair at 32 ranks:
+//! every ring both ways used; the budget shrinks the rings, where a full
+//! mesh of 4 MiB rings would hold 248 MiB). Ranks that start with a soft
+//! limit of 16 open files connect over tcp all the same: the library
+//! raises the limit to the hard one when it runs out.
 
 use crate::harness;
 use crate::harness::scenario::{SCENARIO, checked_all_reduce, launch_scenario, status_kb};
@@ -45,6 +48,31 @@ fn eight_ranks_over_tcp_run_every_collective_and_a_ring() {
             ("STREAMCOMM_BUFFSIZE", "8K"),
         ],
     );
+}
+
+/// This process's soft and hard limits on open files.
+fn fd_limits() -> (u64, u64) {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `l` is a valid rlimit for getrlimit to fill.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) }, 0);
+    (l.rlim_cur, l.rlim_max)
+}
+
+#[test]
+fn ranks_that_start_under_a_low_descriptor_limit_raise_it_and_connect() {
+    // Each rank lowers its own soft limit to 16 before creating its
+    // communicator: 8 tcp ranks need more (two sockets per peer).
+    if fd_limits().1 < 256 {
+        streamcomm_testkit::skip(
+            "many_ranks::ranks_that_start_under_a_low_descriptor_limit_raise_it_and_connect",
+            "the hard limit on open files is under 256 here",
+        );
+        return;
+    }
+    launch(8, "low_fd_limit", &[("STREAMCOMM_TRANSPORT", "tcp")]);
 }
 
 #[test]
@@ -129,6 +157,14 @@ fn child() {
         return;
     };
     let seed = streamcomm_testkit::seed();
+    if scenario == "low_fd_limit" {
+        let l = libc::rlimit {
+            rlim_cur: 16,
+            rlim_max: fd_limits().1,
+        };
+        // SAFETY: lowering this process's own soft limit needs no privilege.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &l) }, 0);
+    }
     let comm = Communicator::from_env().unwrap();
     let rank = comm.rank();
     let stream = HostStream::new().unwrap();
@@ -138,6 +174,11 @@ fn child() {
             // Small (in the rings) and large (rendezvous) messages.
             ring(&comm, &stream, seed, 100);
             ring(&comm, &stream, seed ^ 1, 300_000);
+        }
+        "low_fd_limit" => {
+            checked_all_reduce(&comm, 1 << 16);
+            let (soft, _) = fd_limits();
+            assert!(soft > 16, "rank {rank}: the soft limit stayed at {soft}");
         }
         "crowd" => {
             checked_all_reduce(&comm, 1 << 18);
