@@ -26,8 +26,9 @@
 //! after its own previous round, which needs that peer's word of that
 //! previous round, which the peer raises only after it reset its word of
 //! the round's last use (stream order; no plan repeats a round back to
-//! back). The two-shot all-reduce adds a *reduced* round between *ready*
-//! and *done* ([`steps`] says when).
+//! back). The two-shot all-reduce, pipelined over the windows' two halves,
+//! alternates *ready* and *reduced* rounds, one a chunk, before its *done*
+//! ([`steps`] says why no write overtakes a read).
 //!
 //! Every step is a copy, a stream memory operation or a kernel: capturable,
 //! and no host function runs per call (a captured graph keeps the windows
@@ -54,7 +55,7 @@ use super::graveyard::Graveyard;
 use crate::comm::failure::Learned;
 use crate::comm::submit::Submit;
 use crate::{Communicator, DataType, ReduceOp, Result};
-use steps::{DirectStep, direct_steps};
+use steps::{DirectStep, WindowLayout, direct_steps};
 use window::{Off, WindowDevice, Windows};
 use window_watch::{Liveness, WindowWatch};
 
@@ -100,7 +101,7 @@ pub(crate) fn enqueue_direct<Q: DeviceQueue>(
     call: &DeviceCall,
 ) -> Result<bool> {
     let w = &direct.windows;
-    let Some(steps) = direct_steps(call, w)? else {
+    let Some(steps) = direct_steps(call, &**w)? else {
         return Ok(false);
     };
     let result = queue.batched(|| enqueue_steps(queue, w, call, &steps));

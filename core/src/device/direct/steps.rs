@@ -39,13 +39,25 @@
 //! every rank reads every peer's window in full and reduces it (two
 //! rounds a chunk; each rank reads `(n - 1) S` bytes from peers). Above
 //! it the *two-shot* plan ([`two_shot_steps`]): reduce-scatter then
-//! all-gather through the windows (three rounds a chunk; `2 (n - 1) / n S`
-//! bytes from peers). The stand-in counts the bytes each process reads
-//! through imported windows, and `core/tests/cuda/traffic.rs` holds the
-//! two-shot plan to `1.15 x 2 (n - 1) / n S` for 2 to 8 ranks. Chunks are
-//! not pipelined: one stream runs them one after the other.
+//! all-gather through the windows (`2 (n - 1) / n S` bytes from peers),
+//! pipelined over the two halves of each window: one flag round a chunk,
+//! after which a rank reduces its share of this chunk and gathers the
+//! peers' shares of the chunk before, so the reduction of one chunk and
+//! the gathering of the previous one share a round, and a rank that is
+//! ahead copies in its next chunk while its peers still read the last.
+//! The stand-in counts the bytes each process reads through imported
+//! windows, and `core/tests/cuda/traffic.rs` holds the two-shot plan to
+//! `1.15 x 2 (n - 1) / n S` for 2 to 8 ranks. On one stream the copy-in,
+//! the rounds and the reduction still run one after another *on a rank*;
+//! what the halves remove is two of every three rounds and the wait for
+//! the slowest rank's gathering before the next chunk's copy-in.
+//!
+//! Every plan here is run for 2 to 8 ranks under random interleavings by
+//! the model in `steps_tests.rs`, which executes the steps over simulated
+//! windows and flag words with the device's rules (a round raises, then
+//! waits for and resets each peer's word) and checks every element.
 
-use super::window::{Round, Windows};
+use super::window::Round;
 use crate::device::DevAddr;
 use crate::device::call::{DeviceBuffers, DeviceCall, check_separate, stage_lens};
 use crate::plan::Collective;
@@ -80,6 +92,19 @@ pub(crate) enum DirectStep {
         /// Elements.
         count: usize,
     },
+}
+
+/// Where the windows of a communicator's ranks are: all that a plan needs
+/// of them ([`super::window::Windows`] on a device, a model in the tests).
+pub(crate) trait WindowLayout {
+    /// This rank.
+    fn rank(&self) -> usize;
+    /// Number of ranks.
+    fn size(&self) -> usize;
+    /// Data bytes of each window.
+    fn capacity(&self) -> usize;
+    /// The data area of `owner`'s window.
+    fn data(&self, owner: usize) -> DevAddr;
 }
 
 /// The caller's buffers of one call: where this rank reads its input and
@@ -127,7 +152,10 @@ fn ends(call: &DeviceCall, rank: usize, size: usize, count: usize) -> Result<End
 /// The steps of `call` over `w`, or `None` when the direct path does not
 /// take it (a reduction over more than [`MAX_SOURCES`] ranks, or a window
 /// too small for one chunk of every rank's blocks).
-pub(crate) fn direct_steps(call: &DeviceCall, w: &Windows) -> Result<Option<Vec<DirectStep>>> {
+pub(crate) fn direct_steps(
+    call: &DeviceCall,
+    w: &impl WindowLayout,
+) -> Result<Option<Vec<DirectStep>>> {
     let (rank, size) = (w.rank(), w.size());
     if let Collective::Broadcast { root } | Collective::Reduce { root } = call.collective
         && root >= size
@@ -248,63 +276,108 @@ pub(crate) fn two_shot(size: usize, bytes: usize) -> bool {
     size > 2 && bytes >= TWO_SHOT_MIN_BYTES
 }
 
+/// Bytes of each half of a window of `capacity` bytes that the two-shot
+/// plan uses (the second half starts 256-byte aligned).
+fn half_bytes(capacity: usize) -> usize {
+    capacity / 2 / 256 * 256
+}
+
 /// Elements of one two-shot chunk for `size` ranks in windows of
 /// `capacity` bytes: a chunk of input and one rank's share of its result
-/// fit, and shares are whole 16-element groups (16-byte aligned).
+/// fit in half a window, and shares are whole 16-element groups (16-byte
+/// aligned).
 pub(crate) fn two_shot_chunk(capacity: usize, esz: usize, size: usize) -> usize {
     let unit = 16 * size;
-    capacity / esz * size / (size + 1) / unit * unit
+    half_bytes(capacity) / esz * size / (size + 1) / unit * unit
 }
 
 /// The two-shot all-reduce (reduce-scatter, then all-gather, through the
-/// windows): per chunk of `k` elements, every rank copies its input into
-/// its window; *ready*; each rank reduces its share (`k / size`, in whole
-/// 16-element groups) of every rank's window into its output and into the
-/// second part of its own window; *reduced*; each rank copies every peer's
-/// share out of the peer's window; *done*. Each rank reads `2 (n - 1) / n`
-/// of the bytes from peers, where the one-shot plan reads `n - 1` times
-/// them.
-fn two_shot_steps(w: &Windows, esz: usize, count: usize, ends: &Ends) -> Vec<DirectStep> {
+/// windows), pipelined over the windows' two halves. Chunk `j` (of `k`
+/// elements) uses half `j % 2` of every window: its input first, then the
+/// owner's share of the result (`k / size`, in whole 16-element groups).
+/// Round `j` (`0..=m` for `m` chunks) says "my input of chunk `j` is in my
+/// window, and my share of chunk `j - 1` is reduced in it":
+///
+/// ```text
+/// copy in 0 | round 0 | reduce 0 |
+/// copy in 1 | round 1 | reduce 1, gather 0 |
+///   ...
+/// copy in j | round j | reduce j, gather j - 1 |
+///   ...
+///           | round m |           gather m - 1 | done
+/// ```
+///
+/// Each rank reads `2 (n - 1) / n` of the bytes from peers, where the
+/// one-shot plan reads `n - 1` times them. Why no write overtakes a read:
+/// a rank writes the input part of half `j % 2` (copy in `j`) after round
+/// `j - 1`, which every peer raised after its last read of it (reduce
+/// `j - 2`); and the share part (reduce `j`) after round `j`, which every
+/// peer raised after its last read of it (gather `j - 2`, before copy in
+/// `j`). The final *done* round keeps the next call's writes behind the
+/// last gathering. Rounds alternate *ready* and *reduced* (both mean the
+/// same here): a round never follows itself, which the flags' fixed
+/// values need (module docs of [`super`]).
+fn two_shot_steps(w: &impl WindowLayout, esz: usize, count: usize, ends: &Ends) -> Vec<DirectStep> {
     let (rank, size) = (w.rank(), w.size());
     let chunk = two_shot_chunk(w.capacity(), esz, size);
+    let half = half_bytes(w.capacity()) as u64;
     let (send, recv) = (ends.send.unwrap_or(0), ends.recv.unwrap_or(0));
     let el = |base: DevAddr, i: usize| base + (i * esz) as u64;
-    // Where each rank's share of the result sits in its window.
-    let share_at = |p: usize| el(w.data(p), chunk);
-    let mut steps = Vec::new();
-    for o in (0..count).step_by(chunk) {
-        let k = chunk.min(count - o);
+    // Where chunk `j`'s input and rank `p`'s share of its result sit.
+    let input_at = |p: usize, j: usize| w.data(p) + (j as u64 % 2) * half;
+    let share_at = |p: usize, j: usize| el(input_at(p, j), chunk);
+    // The elements `[lo, hi)` of a chunk of `k` that rank `p` reduces.
+    let share = |p: usize, k: usize| {
         let part = k.div_ceil(size).div_ceil(16) * 16;
-        let share = |p: usize| {
-            let lo = (p * part).min(k);
-            (lo, (lo + part).min(k))
-        };
-        steps.push(DirectStep::Copy {
-            dst: w.data(rank),
-            src: el(send, o),
-            bytes: k * esz,
-        });
-        steps.push(DirectStep::Arrive(Round::Ready));
-        let (lo, hi) = share(rank);
-        if hi > lo {
-            steps.push(DirectStep::Reduce {
-                srcs: (0..size).map(|p| el(w.data(p), lo)).collect(),
-                dsts: vec![el(recv, o + lo), share_at(rank)],
-                count: hi - lo,
+        let lo = (p * part).min(k);
+        (lo, (lo + part).min(k))
+    };
+    let chunks = count.div_ceil(chunk);
+    let at = |j: usize| (j * chunk, chunk.min(count - j * chunk));
+    let mut steps = Vec::new();
+    for j in 0..=chunks {
+        if j < chunks {
+            let (o, k) = at(j);
+            steps.push(DirectStep::Copy {
+                dst: input_at(rank, j),
+                src: el(send, o),
+                bytes: k * esz,
             });
         }
-        steps.push(DirectStep::Arrive(Round::Reduced));
-        for p in (0..size).filter(|&p| p != rank) {
-            let (lo, hi) = share(p);
+        steps.push(DirectStep::Arrive(if j % 2 == 0 {
+            Round::Ready
+        } else {
+            Round::Reduced
+        }));
+        if j < chunks {
+            let (o, k) = at(j);
+            let (lo, hi) = share(rank, k);
             if hi > lo {
-                steps.push(DirectStep::Copy {
-                    dst: el(recv, o + lo),
-                    src: share_at(p),
-                    bytes: (hi - lo) * esz,
+                steps.push(DirectStep::Reduce {
+                    srcs: (0..size).map(|p| el(input_at(p, j), lo)).collect(),
+                    dsts: vec![el(recv, o + lo), share_at(rank, j)],
+                    count: hi - lo,
                 });
             }
         }
-        steps.push(DirectStep::Arrive(Round::Done));
+        if j > 0 {
+            let (o, k) = at(j - 1);
+            for p in (0..size).filter(|&p| p != rank) {
+                let (lo, hi) = share(p, k);
+                if hi > lo {
+                    steps.push(DirectStep::Copy {
+                        dst: el(recv, o + lo),
+                        src: share_at(p, j - 1),
+                        bytes: (hi - lo) * esz,
+                    });
+                }
+            }
+        }
     }
+    steps.push(DirectStep::Arrive(Round::Done));
     steps
 }
+
+#[cfg(test)]
+#[path = "steps_tests.rs"]
+mod tests;

@@ -321,6 +321,24 @@ pub(crate) fn host_hash() -> u64 {
     })
 }
 
+impl super::steps::WindowLayout for Windows {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    fn data(&self, owner: usize) -> DevAddr {
+        self.bases[owner]
+    }
+}
+
 impl Windows {
     /// Allocates this rank's window with `capacity` data bytes, exchanges
     /// records through `comm` (a collective call: every rank calls it) and
@@ -532,26 +550,6 @@ impl Windows {
             leave_within: comm.config().timeout.min(LEAVE_WITHIN),
             importers_hold: record[1] == 1,
         }))
-    }
-
-    /// This rank.
-    pub(crate) fn rank(&self) -> usize {
-        self.rank
-    }
-
-    /// Number of ranks.
-    pub(crate) fn size(&self) -> usize {
-        self.size
-    }
-
-    /// Data bytes of each window.
-    pub(crate) fn capacity(&self) -> usize {
-        self.capacity
-    }
-
-    /// The data area of `owner`'s window.
-    pub(crate) fn data(&self, owner: usize) -> DevAddr {
-        self.bases[owner]
     }
 
     /// The flag slot in `owner`'s flag area that rank `from` raises in

@@ -30,6 +30,7 @@
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use super::steps::WindowLayout;
 use super::window::{AwaitedWait, Windows};
 use crate::comm::failure::Learned;
 use crate::comm::inner::CommInner;

@@ -1,0 +1,450 @@
+//! The direct path's plans, run by a model of the device under random
+//! interleavings of the ranks: every window, flag word and buffer is
+//! simulated memory, each rank executes its steps in stream order one
+//! operation at a time, and a flag round is what the stream enqueues (raise
+//! this rank's word in every peer's area; then, per peer, wait for its word
+//! and reset it). A scheduler picks which rank moves next, some ranks far
+//! slower than others, so a write into a window that overtakes a peer's
+//! read of it shows up as a wrong element, and a round that can never
+//! complete as a deadlock. Several calls run back to back, so the rounds
+//! that keep one call's writes behind the last call's reads are checked
+//! too.
+
+use std::collections::BTreeMap;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::{DirectStep, TWO_SHOT_MIN_BYTES, WindowLayout, direct_steps, two_shot_chunk};
+use crate::device::DevAddr;
+use crate::device::call::{DeviceBuffers, DeviceCall, DeviceRange};
+use crate::device::direct::window::Round;
+use crate::plan::Collective;
+use crate::{DataType, ReduceOp};
+
+/// Bytes of an element: the model's elements are `u32`.
+const ESZ: usize = 4;
+
+/// Where rank `p`'s window starts.
+fn window_base(p: usize) -> DevAddr {
+    (1 + p as u64) << 32
+}
+
+/// Where rank `p`'s buffer `b` of call `c` starts.
+fn buffer_base(c: usize, p: usize, b: usize) -> DevAddr {
+    ((0x100 + 0x10 * c as u64 + 2 * p as u64 + b as u64) << 36) | 0x40
+}
+
+/// The windows of one rank of the model.
+struct Layout {
+    rank: usize,
+    size: usize,
+    capacity: usize,
+}
+
+impl WindowLayout for Layout {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+    fn data(&self, owner: usize) -> DevAddr {
+        window_base(owner)
+    }
+}
+
+/// Simulated memory: regions of `u32` elements by base address.
+#[derive(Default)]
+struct Memory {
+    regions: BTreeMap<DevAddr, Vec<u32>>,
+}
+
+impl Memory {
+    fn add(&mut self, base: DevAddr, data: Vec<u32>) {
+        self.regions.insert(base, data);
+    }
+
+    /// The region holding `[addr, addr + len)` elements, and the index.
+    fn at(&mut self, addr: DevAddr, len: usize) -> (&mut Vec<u32>, usize) {
+        let (&base, region) = self
+            .regions
+            .range_mut(..=addr)
+            .next_back()
+            .unwrap_or_else(|| panic!("address {addr:#x} is in no region"));
+        assert_eq!((addr - base) % ESZ as u64, 0, "misaligned {addr:#x}");
+        let i = ((addr - base) / ESZ as u64) as usize;
+        assert!(
+            i + len <= region.len(),
+            "[{addr:#x}, +{len} elements) runs past its region of {} at {base:#x}",
+            region.len()
+        );
+        (region, i)
+    }
+
+    fn read(&mut self, addr: DevAddr, len: usize) -> Vec<u32> {
+        let (r, i) = self.at(addr, len);
+        r[i..i + len].to_vec()
+    }
+
+    fn write(&mut self, addr: DevAddr, data: &[u32]) {
+        let (r, i) = self.at(addr, data.len());
+        r[i..i + data.len()].copy_from_slice(data);
+    }
+}
+
+/// One operation of a stream, as the device runs it.
+#[derive(Clone, Debug)]
+enum Op {
+    Step(DirectStep),
+    /// Raise this rank's word of the round in every peer's area.
+    Raise(Round),
+    /// Wait until `from`'s word of the round in this rank's area is raised.
+    Wait(Round, usize),
+    /// Reset `from`'s word of the round in this rank's area.
+    Reset(Round, usize),
+}
+
+/// The operations a rank's stream runs for `steps`.
+fn ops(steps: Vec<DirectStep>, rank: usize, size: usize) -> Vec<Op> {
+    let mut out = Vec::new();
+    for step in steps {
+        match step {
+            DirectStep::Arrive(round) => {
+                out.push(Op::Raise(round));
+                for p in (0..size).filter(|&p| p != rank) {
+                    out.push(Op::Wait(round, p));
+                    out.push(Op::Reset(round, p));
+                }
+            }
+            step => out.push(Op::Step(step)),
+        }
+    }
+    out
+}
+
+/// Flag words: `(owner, round, from)` raised or not.
+type Flags = BTreeMap<(usize, u8, usize), bool>;
+
+/// Runs one operation of `rank`, or returns false when it must wait.
+fn run_op(op: &Op, rank: usize, size: usize, mem: &mut Memory, flags: &mut Flags) -> bool {
+    match op {
+        Op::Step(DirectStep::Copy { dst, src, bytes }) => {
+            assert_eq!(bytes % ESZ, 0);
+            let data = mem.read(*src, bytes / ESZ);
+            mem.write(*dst, &data);
+        }
+        Op::Step(DirectStep::Reduce { srcs, dsts, count }) => {
+            let mut acc = vec![0u32; *count];
+            for &s in srcs {
+                for (a, x) in acc.iter_mut().zip(mem.read(s, *count)) {
+                    *a = a.wrapping_add(x);
+                }
+            }
+            for &d in dsts {
+                mem.write(d, &acc);
+            }
+        }
+        Op::Step(DirectStep::Arrive(_)) => unreachable!("lowered by `ops`"),
+        Op::Raise(round) => {
+            for p in (0..size).filter(|&p| p != rank) {
+                flags.insert((p, *round as u8, rank), true);
+            }
+        }
+        Op::Wait(round, from) => {
+            return flags
+                .get(&(rank, *round as u8, *from))
+                .copied()
+                .unwrap_or(false);
+        }
+        Op::Reset(round, from) => {
+            flags.insert((rank, *round as u8, *from), false);
+        }
+    }
+    true
+}
+
+/// One call of the model: what every rank passes and what it must get.
+struct Call {
+    collective: Collective,
+    in_place: bool,
+    /// Elements of the call's `count` (NCCL's meaning).
+    count: usize,
+}
+
+/// Send and receive lengths of `c` on `rank`.
+fn lens(c: &Call, size: usize) -> (usize, usize) {
+    match c.collective {
+        Collective::AllGather => (c.count, size * c.count),
+        Collective::ReduceScatter => (size * c.count, c.count),
+        Collective::AllToAll => (size * c.count, size * c.count),
+        Collective::Barrier => (0, 0),
+        _ => (c.count, c.count),
+    }
+}
+
+/// What rank `r` must hold in its output after `c`, from every rank's
+/// input (sums in `u64`, then the `u32` the model keeps), or `None` where
+/// `r` has no output.
+fn expected(c: &Call, inputs: &[Vec<u32>], r: usize) -> Option<Vec<u32>> {
+    let n = inputs.len();
+    let sum = |i: usize| inputs.iter().map(|v| u64::from(v[i])).sum::<u64>() as u32;
+    let k = c.count;
+    Some(match c.collective {
+        Collective::AllReduce => (0..k).map(sum).collect(),
+        Collective::Reduce { root } if root == r => (0..k).map(sum).collect(),
+        Collective::Reduce { .. } | Collective::Barrier => return None,
+        Collective::Broadcast { root } => inputs[root].clone(),
+        Collective::AllGather => (0..n * k).map(|i| inputs[i / k][i % k]).collect(),
+        Collective::ReduceScatter => (0..k).map(|i| sum(r * k + i)).collect(),
+        Collective::AllToAll => (0..n * k).map(|i| inputs[i / k][r * k + i % k]).collect(),
+    })
+}
+
+/// Runs `calls` back to back on `size` ranks with windows of `capacity`
+/// bytes, one interleaving drawn from `rng`; checks every element.
+fn run(calls: &[Call], size: usize, capacity: usize, rng: &mut StdRng) {
+    let mut mem = Memory::default();
+    for p in 0..size {
+        mem.add(window_base(p), vec![0xdead_beef; capacity / ESZ]);
+    }
+    let mut streams: Vec<Vec<Op>> = vec![Vec::new(); size];
+    let mut checks = Vec::new();
+    for (ci, c) in calls.iter().enumerate() {
+        let (send_len, recv_len) = lens(c, size);
+        let inputs: Vec<Vec<u32>> = (0..size)
+            .map(|_| (0..send_len).map(|_| rng.gen_range(0..1 << 24)).collect())
+            .collect();
+        for (r, stream) in streams.iter_mut().enumerate() {
+            let (send, recv) = (buffer_base(ci, r, 0), buffer_base(ci, r, 1));
+            let buffers = if c.collective == Collective::Barrier {
+                DeviceBuffers::None
+            } else if c.in_place {
+                // NCCL's in-place offsets: the input is this rank's block
+                // of the output (all-gather), or the whole buffer.
+                let len = send_len.max(recv_len);
+                let mut buf = vec![0xfeed_f00d; len];
+                let at = if c.collective == Collective::AllGather {
+                    r * c.count
+                } else {
+                    0
+                };
+                buf[at..at + send_len].copy_from_slice(&inputs[r]);
+                mem.add(send, buf);
+                DeviceBuffers::InPlace(DeviceRange { addr: send, len })
+            } else {
+                mem.add(send, inputs[r].clone());
+                mem.add(recv, vec![0xfeed_f00d; recv_len]);
+                DeviceBuffers::Separate {
+                    send: DeviceRange {
+                        addr: send,
+                        len: send_len,
+                    },
+                    recv: DeviceRange {
+                        addr: recv,
+                        len: recv_len,
+                    },
+                }
+            };
+            let call = DeviceCall {
+                collective: c.collective,
+                dtype: DataType::U32,
+                op: ReduceOp::Sum,
+                buffers,
+            };
+            let layout = Layout {
+                rank: r,
+                size,
+                capacity,
+            };
+            let steps = direct_steps(&call, &layout)
+                .expect("a valid call")
+                .expect("the direct path takes it");
+            stream.extend(ops(steps, r, size));
+            if let Some(want) = expected(c, &inputs, r) {
+                // In place, a reduce-scatter's output is this rank's block.
+                let out = match (c.in_place, c.collective) {
+                    (false, _) => recv,
+                    (true, Collective::ReduceScatter) => send + (r * c.count * ESZ) as u64,
+                    (true, _) => send,
+                };
+                checks.push((ci, r, out, want));
+            }
+        }
+    }
+    // Each rank's speed: most run alike, some far slower or faster.
+    let speed: Vec<u32> = (0..size)
+        .map(|_| [1, 1, 8, 64][rng.gen_range(0..4)])
+        .collect();
+    let mut pc = vec![0usize; size];
+    let mut flags = Flags::new();
+    loop {
+        let live: Vec<usize> = (0..size).filter(|&r| pc[r] < streams[r].len()).collect();
+        if live.is_empty() {
+            break;
+        }
+        // A rank that waits for a word nobody raised cannot move.
+        let mut movable = Vec::new();
+        for &r in &live {
+            if let Op::Wait(round, from) = &streams[r][pc[r]]
+                && !flags
+                    .get(&(r, *round as u8, *from))
+                    .copied()
+                    .unwrap_or(false)
+            {
+                continue;
+            }
+            movable.push(r);
+        }
+        assert!(
+            !movable.is_empty(),
+            "deadlock: ranks at {:?}",
+            live.iter()
+                .map(|&r| (r, &streams[r][pc[r]]))
+                .collect::<Vec<_>>()
+        );
+        let total: u32 = movable.iter().map(|&r| speed[r]).sum();
+        let mut pick = rng.gen_range(0..total);
+        let r = *movable
+            .iter()
+            .find(|&&r| {
+                if pick < speed[r] {
+                    true
+                } else {
+                    pick -= speed[r];
+                    false
+                }
+            })
+            .expect("a pick below the total");
+        assert!(run_op(&streams[r][pc[r]], r, size, &mut mem, &mut flags));
+        pc[r] += 1;
+    }
+    for (ci, r, out, want) in checks {
+        let got = mem.read(out, want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(
+                g,
+                w,
+                "call {ci} ({}{}), rank {r}/{size}: element {i} of {}",
+                calls[ci].collective.name(),
+                if calls[ci].in_place { ", in place" } else { "" },
+                want.len()
+            );
+        }
+    }
+    // No flag is left raised: the next call starts from clean words.
+    assert!(flags.values().all(|&up| !up), "a flag left raised");
+}
+
+/// Every collective, out of place and in place, several chunks each, back
+/// to back, for 2 to 8 ranks.
+#[test]
+fn every_plan_keeps_its_writes_behind_the_peers_reads_under_random_interleavings() {
+    let seed = streamcomm_testkit::seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    // Small windows: several chunks a call.
+    let capacity = 2048;
+    for size in 2..=8 {
+        let calls: Vec<Call> = [
+            Collective::AllReduce,
+            Collective::AllGather,
+            Collective::Barrier,
+            Collective::ReduceScatter,
+            Collective::AllToAll,
+            Collective::Broadcast { root: size - 1 },
+            Collective::Reduce { root: 1 },
+            Collective::AllReduce,
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(i, collective)| Call {
+            collective,
+            in_place: i % 2 == 1 && collective != Collective::AllToAll,
+            count: 3 * capacity / ESZ / size + 5 * i,
+        })
+        .collect();
+        for _ in 0..6 {
+            run(&calls, size, capacity, &mut rng);
+        }
+    }
+}
+
+/// The two-shot all-reduce: many chunks and an odd tail, back to back
+/// with itself and a one-shot call, for 3 to 8 ranks.
+#[test]
+fn the_two_shot_all_reduce_keeps_its_writes_behind_the_peers_reads() {
+    let seed = streamcomm_testkit::seed();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let capacity = 16 << 10;
+    for size in 3..=8 {
+        let chunk = two_shot_chunk(capacity, ESZ, size);
+        let count = (TWO_SHOT_MIN_BYTES / ESZ).next_multiple_of(chunk) + chunk / 3 + 1;
+        let calls = [
+            Call {
+                collective: Collective::AllReduce,
+                in_place: false,
+                count,
+            },
+            Call {
+                collective: Collective::AllReduce,
+                in_place: true,
+                count: count + 17,
+            },
+            Call {
+                collective: Collective::AllReduce,
+                in_place: false,
+                count: 100,
+            },
+        ];
+        for _ in 0..3 {
+            run(&calls, size, capacity, &mut rng);
+        }
+    }
+}
+
+/// The two-shot plan's shape: one flag round a chunk, one more, and the
+/// final *done*, a round never following itself.
+#[test]
+fn the_two_shot_all_reduce_takes_one_flag_round_a_chunk() {
+    let capacity = 64 << 10;
+    for size in 3..=8 {
+        let chunk = two_shot_chunk(capacity, ESZ, size);
+        let chunks = (TWO_SHOT_MIN_BYTES / ESZ).div_ceil(chunk) + 2;
+        let count = chunks * chunk - 7;
+        assert!(count * ESZ >= TWO_SHOT_MIN_BYTES);
+        let call = DeviceCall {
+            collective: Collective::AllReduce,
+            dtype: DataType::U32,
+            op: ReduceOp::Sum,
+            buffers: DeviceBuffers::Separate {
+                send: DeviceRange {
+                    addr: buffer_base(0, 0, 0),
+                    len: count,
+                },
+                recv: DeviceRange {
+                    addr: buffer_base(0, 0, 1),
+                    len: count,
+                },
+            },
+        };
+        let layout = Layout {
+            rank: 1,
+            size,
+            capacity,
+        };
+        let steps = direct_steps(&call, &layout).unwrap().unwrap();
+        let rounds: Vec<Round> = steps
+            .iter()
+            .filter_map(|s| match s {
+                DirectStep::Arrive(r) => Some(*r),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(rounds.len(), chunks + 2, "{size} ranks: {rounds:?}");
+        assert!(rounds.windows(2).all(|w| w[0] != w[1]), "{rounds:?}");
+        assert_eq!(rounds.last(), Some(&Round::Done));
+    }
+}
