@@ -6,7 +6,7 @@
 # (GPU_CHECK_BUDGET, default 30 s here) and checks what a GPU machine's
 # operator would read after such a run: it ended within the budget (plus
 # the runner's grace for killing a step), summary.txt holds a verdict for
-# every one of the 8 steps, written as each ended (the cut ones, and those
+# every one of the 9 steps, written as each ended (the cut ones, and those
 # not started for want of budget, TIMEOUT),
 # the final count line, and gpu-check.log the steps' output.
 #
@@ -34,7 +34,7 @@ summary="$OUT/summary.txt"
 # Every step's grace: a step past its timeout is killed 5 s later.
 ((took <= BUDGET + 7 * 5 + 30)) || fail "the run took $took s for a $BUDGET s budget"
 ((status != 0)) || fail "a run cut at $BUDGET s passed: is the budget still enforced?"
-steps=(probe quickstarts memops reduce ipc cuda-backend sanitizer benches)
+steps=(probe quickstarts memops reduce ipc cuda-backend sanitizer benches torch-nccl)
 for s in "${steps[@]}"; do
   grep -Eq "^$s +(ok|FAILED|TIMEOUT|skipped) " "$summary" ||
     fail "no verdict for step $s in summary.txt"

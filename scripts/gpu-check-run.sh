@@ -35,15 +35,22 @@
 #   8 benches      gpu_bench and cuda_bench (direct, then staged): the
 #                  measurements, last; steps 1 to 7 may not use the
 #                  GPU_CHECK_BENCH_RESERVE seconds (default 210) kept for them
+#   9 torch-nccl   where PyTorch with NCCL sees at least 2 GPUs: its NCCL
+#                  all_reduce and barrier on every GPU (torch-nccl-baseline.py
+#                  beside this script), then cuda_bench with as many ranks,
+#                  one per GPU, in the same run (skipped, saying why, where
+#                  there is no PyTorch, no NCCL or one GPU: there the
+#                  yardstick is gpu_bench's device-to-device copy)
 # A verdict line per step, then `gpu-check: N passed, M failed, K skipped`.
 # When the GPU's compute mode is EXCLUSIVE_PROCESS (or PROHIBITED), what
 # needs several processes on one GPU (ipc, the CUDA backend's multi-process
 # tests, the 2-rank quick starts, cuda_bench) is skipped, saying why.
 #
-# Files: at most 4, under $OUT (default: out/ beside this script, so in a
+# Files: at most 6, under $OUT (default: out/ beside this script, so in a
 # bundle DIR/out/): gpu-check.log (every step's output), summary.txt (the
 # machine's facts, the verdicts, what was not tested), gpu_bench.json,
-# cuda_bench.json; a run first removes those of an earlier run. The kernel
+# cuda_bench.json, and where step 9 ran torch_nccl.json and
+# cuda_bench_per_gpu.json; a run first removes those of an earlier run. The kernel
 # cache goes to a temporary directory, never under $OUT. Exit status 0 when
 # every step passed (or when there is no GPU at all), 1 otherwise.
 set -uo pipefail
@@ -93,7 +100,7 @@ fi
 OUT=$(cd "$OUT" && pwd)
 LOG="$OUT/gpu-check.log"
 SUMMARY="$OUT/summary.txt"
-rm -f "$OUT/gpu_bench.json" "$OUT/cuda_bench.json"
+rm -f "$OUT/gpu_bench.json" "$OUT/cuda_bench.json" "$OUT/torch_nccl.json" "$OUT/cuda_bench_per_gpu.json"
 : >"$LOG"
 : >"$SUMMARY"
 
@@ -262,6 +269,8 @@ step() {
 }
 DETAIL=
 STOP=
+# Set by the benches when cuda_bench ran one rank per GPU.
+PER_GPU=
 # Set by the probe when the GPU takes one process at a time: why the steps
 # that need several processes on one GPU are skipped.
 ONE_PROCESS=
@@ -450,7 +459,42 @@ step_benches() {
   run benches 60 env OUT="$WORK" STREAMCOMM_CUDA_WINDOW=0 "$BIN/cuda_bench" \
     "${staged_args[@]}"
   r=$?; ((r == 0)) || rc=$r
-  DETAIL="ranks as processes on one GPU: cuda_bench measures context switching, not an interconnect"
+  # cuda_bench puts one rank on each GPU where there are enough, and says so.
+  if grep -q "rank r on GPU r: this measures the interconnect" "$LOG"; then
+    PER_GPU=1
+    DETAIL="one rank per GPU: cuda_bench measures the interconnect"
+  else
+    DETAIL="ranks as processes on one GPU: cuda_bench measures context switching, not an interconnect"
+  fi
+  return $rc
+}
+
+# PyTorch's NCCL on every GPU, then streamcomm over as many ranks, one per
+# GPU: the baseline and our figure from one run (skipped, saying why, where
+# PyTorch, its NCCL or a second GPU is missing).
+step_torch() {
+  local reason gpus rc=0 r
+  command -v python3 >/dev/null || { DETAIL="no python3 here"; return 77; }
+  reason=$(timeout 60 python3 "$HERE/torch-nccl-baseline.py" --check 2>&1)
+  r=$?
+  if ((r != 0)); then
+    DETAIL=$(tail -n1 <<<"$reason")
+    ((r == 77)) && return 77
+    return 1
+  fi
+  gpus=$reason
+  local max=() cuda_args=("$gpus")
+  if [[ $MODE == stand-in ]]; then max=(4194304); cuda_args+=(4194304); fi
+  run torch-nccl 120 env OUT="$OUT" python3 "$HERE/torch-nccl-baseline.py" \
+    ${max[@]+"${max[@]}"}
+  r=$?; ((r == 0)) || rc=$r
+  need cuda_bench || return 1
+  mkdir -p "$WORK/per-gpu"
+  run torch-nccl 120 env OUT="$WORK/per-gpu" "$BIN/cuda_bench" "${cuda_args[@]}"
+  r=$?; ((r == 0)) || rc=$r
+  [[ -f "$WORK/per-gpu/cuda_bench.json" ]] &&
+    cp "$WORK/per-gpu/cuda_bench.json" "$OUT/cuda_bench_per_gpu.json"
+  DETAIL="$gpus GPUs, one rank each: torch's NCCL, then streamcomm"
   return $rc
 }
 
@@ -479,7 +523,7 @@ step probe step_probe
 if [[ -n $STOP ]]; then
   echo "stopping: this bundle checks NVIDIA's driver, and the CPU stand-in answered" \
        "(remove it from LD_LIBRARY_PATH)"
-  SKIPPED=$((SKIPPED + 7))
+  SKIPPED=$((SKIPPED + 8))
 else
   step quickstarts step_quickstarts
   step memops step_memops
@@ -496,6 +540,11 @@ else
   fi
   RESERVE=0
   step benches step_benches
+  if [[ $MODE == stand-in ]]; then
+    skip torch-nccl "the stand-in is no GPU: PyTorch's NCCL needs NVIDIA's driver"
+  else
+    step torch-nccl step_torch
+  fi
 fi
 
 if [[ -s "$STREAMCOMM_SKIP_LOG" ]]; then
@@ -503,9 +552,15 @@ if [[ -s "$STREAMCOMM_SKIP_LOG" ]]; then
   sort "$STREAMCOMM_SKIP_LOG" | uniq -c | sed 's/^/  /'
 fi
 {
-  [[ -z "$ONE_PROCESS" ]] && echo "what cuda_bench measures: every rank on GPU 0, ranks" \
-       "as processes sharing one GPU: context switching on one GPU, not an interconnect"
-  echo "not tested: several GPUs, NVLink/NVSwitch, GPUDirect RDMA with a NIC," \
+  if [[ -n "$PER_GPU" ]]; then
+    echo "what cuda_bench measures: one rank per GPU, the interconnect between them"
+  elif [[ -z "$ONE_PROCESS" ]]; then
+    echo "what cuda_bench measures: every rank on GPU 0, ranks" \
+      "as processes sharing one GPU: context switching on one GPU, not an interconnect"
+  fi
+  several="several GPUs, NVLink/NVSwitch, "
+  [[ -n "$PER_GPU" ]] && several=
+  echo "not tested: ${several}GPUDirect RDMA with a NIC," \
        "multi-node jobs${ONE_PROCESS:+, several processes on one GPU ($ONE_PROCESS)}"
   [[ $MODE == stand-in ]] && echo "not tested on the stand-in: a GPU's memory model," \
        "timing, or the CUDA C kernels' code"

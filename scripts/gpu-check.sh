@@ -185,6 +185,7 @@ prepare() {
   rm -f "$json"
   strip "$dir"/* || return 1
   cp "$ROOT/scripts/gpu-check-run.sh" "$dir/run.sh"
+  cp "$ROOT/scripts/torch-nccl-baseline.py" "$dir/torch-nccl-baseline.py"
   if compgen -G "$dir/*standin*" >/dev/null || compgen -G "$dir/*.so*" >/dev/null; then
     echo "gpu-check: the bundle must not contain the stand-in" >&2
     return 1

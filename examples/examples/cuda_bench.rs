@@ -1,6 +1,6 @@
-//! CUDA backend benchmark: ranks as processes on one GPU (default 2), each
-//! with its own stream (one rank per GPU per process: see
-//! `streamcomm::cuda`).
+//! CUDA backend benchmark: ranks as processes (default 2), one per GPU
+//! where the host has a GPU for each, else all on GPU 0; each with its own
+//! stream (one rank per GPU per process: see `streamcomm::cuda`).
 //!
 //! ```text
 //! cargo run --release --example cuda_bench [RANKS [MAX_BYTES]]
@@ -30,9 +30,12 @@
 //! yardstick, too, is the bytes copied over the time (each byte once, not
 //! read plus write). `gpu_bench` counts its "GB/s" the same way.
 //!
-//! Every rank runs on GPU 0 of its host: ranks sharing one GPU take turns
-//! on it, so on one host this measures context switching on one GPU, not an
-//! interconnect (the header says so).
+//! Rank `r` runs on GPU `r` where the host has at least RANKS GPUs (what
+//! NCCL programs do, and what `scripts/torch-nccl-baseline.py` measures
+//! PyTorch's NCCL on, in the same GPU check): then this measures the
+//! interconnect. With fewer GPUs every rank runs on GPU 0: ranks sharing one
+//! GPU take turns on it, so this measures context switching on one GPU, not
+//! an interconnect (the header says which).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -111,13 +114,17 @@ fn percentiles(mut v: Vec<f64>) -> [f64; 4] {
 /// One rank; rank 0 returns the JSON lines.
 fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
     let (r, n) = (comm.rank(), comm.size());
-    let cuda = CudaComm::on_device(comm, 0)?;
+    // One GPU per rank where there are enough (the launcher starts every
+    // rank on this host, so the rank is the local rank).
+    let gpus = streamcomm_gpu::Device::count()?;
+    let ordinal = if gpus >= n { r } else { 0 };
+    let cuda = CudaComm::on_device(comm, ordinal)?;
     let path = if cuda.uses_direct_path() {
         "direct"
     } else {
         "staged"
     };
-    let ctx = CudaContext::new(0)?;
+    let ctx = CudaContext::new(ordinal)?;
     let s: Arc<CudaStream> = ctx.new_stream()?;
     let mut json = Vec::new();
     comm.barrier_host()?;
@@ -161,7 +168,13 @@ fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
             "CUDA backend, {path} path, {n} ranks (processes) on {}; d2d copy {d2d:.1} GB/s (256 MiB, rank 0 alone)",
             cuda.device_name()
         );
-        if n > 1 {
+        if n > 1 && gpus >= n {
+            println!("{ONE_PER_GPU}");
+            json.push(format!(
+                r#"{{"what": "note", "device": "{}", "ranks": {n}, "note": "{ONE_PER_GPU}"}}"#,
+                cuda.device_name()
+            ));
+        } else if n > 1 {
             println!("{ONE_GPU}");
             json.push(format!(
                 r#"{{"what": "note", "device": "{}", "ranks": {n}, "note": "{ONE_GPU}"}}"#,
@@ -366,6 +379,9 @@ impl Row<'_> {
 /// What a run of several ranks on one GPU measures.
 const ONE_GPU: &str = "every rank on GPU 0: ranks sharing one GPU take turns on it, so this \
     measures context switching on one GPU, not an interconnect";
+
+/// What a run of one rank per GPU measures.
+const ONE_PER_GPU: &str = "rank r on GPU r: this measures the interconnect between the GPUs";
 
 /// How bytes are counted.
 const BYTES: &str = "GB/s as nccl-tests counts them: algbw = bytes / time, busbw = algbw * \
