@@ -425,6 +425,19 @@ streamcomm_result_t streamcomm_all_to_allv(const void *sendbuff, const size_t *s
                                            streamcomm_data_type_t datatype,
                                            streamcomm_comm_t comm, streamcomm_stream_t stream);
 
+/* All-gather with a count per rank, in elements, as MPI_Allgatherv: this
+ * rank's sendcount elements (sendcount must be recvcounts[rank]) and every
+ * other rank's go to recvbuff + rdispls[j] on every rank. Both arrays hold
+ * nranks entries (read during the call); counts may be 0. Not in place: the
+ * buffers must not overlap. Posted as one group of sends and receives.
+ * Extra errors: INVALID_ARGUMENT for a NULL or misaligned array, a
+ * sendcount other than recvcounts[rank], overlapping receive regions, a
+ * displacement + count that overflows. */
+streamcomm_result_t streamcomm_all_gatherv(const void *sendbuff, size_t sendcount, void *recvbuff,
+                                           const size_t *recvcounts, const size_t *rdispls,
+                                           streamcomm_data_type_t datatype,
+                                           streamcomm_comm_t comm, streamcomm_stream_t stream);
+
 /* ------------------------------------------------------------------------ */
 /* Point-to-point and groups                                                 */
 /* ------------------------------------------------------------------------ */

@@ -418,3 +418,40 @@ pub unsafe extern "C" fn streamcomm_all_to_allv(
         Ok(c.all_to_allv(&sb, &sc, &sd, &mut rb, &rc, &rd, &s)?)
     })
 }
+
+/// All-gather with a count per rank (in elements, as MPI_Allgatherv): this
+/// rank's `sendcount` elements at `sendbuff` (`sendcount` must be
+/// `recvcounts[rank]`) and every other rank's go to `rdispls[j]` of every
+/// rank's `recvbuff`. The buffers must not overlap.
+///
+/// # Safety
+/// As [`streamcomm_all_reduce`]; the two arrays hold `nranks` entries and
+/// `recvbuff` every region they describe.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn streamcomm_all_gatherv(
+    sendbuff: *const c_void,
+    sendcount: usize,
+    recvbuff: *mut c_void,
+    recvcounts: *const usize,
+    rdispls: *const usize,
+    datatype: c_int,
+    comm: *mut c_void,
+    stream: *mut c_void,
+) -> c_int {
+    guard("streamcomm_all_gatherv", || {
+        let dt = dtype(datatype)?;
+        let (c, s) = resolve("streamcomm_all_gatherv", comm, stream)?;
+        let n = c.size();
+        // SAFETY: the arrays' contract of this entry point.
+        let rc = unsafe { read_sizes(recvcounts, n, "recvcounts") }?;
+        // SAFETY: as above.
+        let rd = unsafe { read_sizes(rdispls, n, "rdispls") }?;
+        let send = CBuf::new(sendbuff, dt, sendcount, "sendbuff")?;
+        let recv = CBuf::new(recvbuff, dt, extent(&rc, &rd, "recvbuff")?, "recvbuff")?;
+        disjoint("all_gatherv", &send, &recv)?;
+        // SAFETY: the buffer contract of this entry point (checked by CBuf::new).
+        let (sb, mut rb) = unsafe { (send.wrap()?, recv.wrap()?) };
+        Ok(c.all_gatherv(&sb, &mut rb, &rc, &rd, &s)?)
+    })
+}

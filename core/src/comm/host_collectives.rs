@@ -5,9 +5,10 @@
 //! counts of its stream form; lengths are checked before anything runs.
 //! Gather and scatter are sends and receives to and from the root
 //! ([`Communicator::send_host`], [`Communicator::recv_host`]), as their
-//! stream forms are a group of them.
+//! stream forms are a group of them; so is `all_gatherv`, around the ring.
 
 use crate::comm::Communicator;
+use crate::comm::p2p::exchange::Exchange;
 use crate::host::Element;
 use crate::plan::{Buffers, Collective};
 use crate::{Error, ReduceOp, Result};
@@ -282,6 +283,58 @@ impl Communicator {
                 recv: bytemuck::cast_slice_mut(recv),
             })
         })
+    }
+
+    /// Every rank's `send` into every rank's `recv`, rank `j`'s elements at
+    /// `displs[j]..+counts[j]` (`MPI_Allgatherv`), from the calling thread:
+    /// this rank's `send` holds `counts[rank]` elements; counts may be zero,
+    /// and regions must not overlap. The blocks travel around the ring
+    /// (`n - 1` steps, each a send to the next rank and a receive from the
+    /// previous one, even ranks sending first so that blocking sends never
+    /// wait for each other in a circle).
+    ///
+    /// # Examples
+    /// ```
+    /// # streamcomm::testing::on_two_ranks(|comm, _stream| {
+    /// let (counts, displs) = ([2, 1], [1, 0]);
+    /// let mine = vec![comm.rank() as u8 + 1; counts[comm.rank()]];
+    /// let mut all = [0u8; 3];
+    /// comm.all_gatherv_host(&mine, &mut all, &counts, &displs)?;
+    /// assert_eq!(all, [2, 1, 1]);
+    /// # Ok(())
+    /// # })?;
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Communicator::all_gatherv`]; as [`Communicator::send_host`] and
+    /// [`Communicator::recv_host`].
+    pub fn all_gatherv_host<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<()> {
+        let (r, n) = (self.rank(), self.size());
+        // The shared rules of the call (lists, regions, overlap).
+        Exchange::AllGatherv { counts, displs }.lower(r, n, send.len(), recv.len())?;
+        recv[displs[r]..][..counts[r]].copy_from_slice(send);
+        let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+        // Step k: forward block r - k, receive block r - k - 1.
+        for k in 0..n.saturating_sub(1) {
+            let (out, inb) = ((r + n - k) % n, (r + 2 * n - k - 1) % n);
+            let forward =
+                |c: &Self, recv: &[T]| c.send_host(&recv[displs[out]..][..counts[out]], next);
+            if r % 2 == 0 {
+                forward(self, recv)?;
+                self.recv_host(&mut recv[displs[inb]..][..counts[inb]], prev)?;
+            } else {
+                self.recv_host(&mut recv[displs[inb]..][..counts[inb]], prev)?;
+                forward(self, recv)?;
+            }
+        }
+        Ok(())
     }
 
     /// Every rank's `send`, in rank order, into `root`'s `recv`

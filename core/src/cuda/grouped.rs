@@ -1,62 +1,71 @@
 //! The collectives of [`CudaComm`] that are groups of sends and receives:
-//! `gather`, `scatter` and `all_to_allv`, with the semantics of
-//! [`Communicator`](crate::Communicator)'s methods of the same names. Each
-//! is one device group on the caller's stream (the staged path, as every
-//! group), its blocks regions of the caller's buffers.
+//! `gather`, `scatter`, `all_to_allv` and `all_gatherv`, with the semantics
+//! of [`Communicator`](crate::Communicator)'s methods of the same names.
+//! Each describes itself as an [`Exchange`], whose lowering (shared with the
+//! host backend and the C API) checks it and gives this rank's transfers;
+//! they are one device group on the caller's stream (the staged path, as
+//! every group), their regions parts of the caller's buffers.
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 
 use super::CudaComm;
-use crate::comm::p2p::{Dir, check_one_per_rank};
+use crate::Result;
+use crate::comm::p2p::Dir;
+use crate::comm::p2p::exchange::Exchange;
 use crate::device::{DevAddr, DeviceP2p, DeviceRange};
 use crate::host::Element;
-use crate::{Error, Result};
-
-/// `count` elements of `T` at element `offset` of a buffer of `len`
-/// elements at `base`, or an error naming the call and the buffer.
-fn region<T: Element>(
-    what: &str,
-    buffer: &str,
-    (base, len): (DevAddr, usize),
-    offset: usize,
-    count: usize,
-) -> Result<DeviceRange> {
-    match offset.checked_add(count) {
-        Some(end) if end <= len => Ok(DeviceRange {
-            addr: base + (offset * T::DTYPE.size()) as u64,
-            len: count,
-        }),
-        _ => Err(Error::invalid(format!(
-            "{what}: {buffer} region {offset}..{offset}+{count} lies outside its {len} elements"
-        ))),
-    }
-}
-
-fn op<T: Element>(dir: Dir, peer: usize, range: DeviceRange) -> DeviceP2p {
-    DeviceP2p {
-        dir,
-        peer,
-        dtype: T::DTYPE,
-        range,
-    }
-}
-
-fn check_root(what: &str, root: usize, size: usize) -> Result<()> {
-    if root >= size {
-        return Err(Error::invalid(format!(
-            "{what}: root {root} is out of range for {size} ranks"
-        )));
-    }
-    Ok(())
-}
 
 impl CudaComm {
-    /// Enqueues `ops` as one group on `stream`.
-    fn enqueue_group(&self, what: &str, ops: &[DeviceP2p], stream: &Arc<CudaStream>) -> Result<()> {
-        let queue = self.queue(stream, what)?;
-        crate::device::enqueue_device_group(&self.comm, &queue, &self.shared, ops)
+    /// Checks `x` against the buffers (`None` where this rank does not
+    /// use one: cudarc's tracking then records no use of it) and enqueues
+    /// this rank's transfers as one group on `stream`.
+    fn post_exchange<T: Element>(
+        &self,
+        x: Exchange<'_>,
+        send: Option<&impl DevicePtr<T>>,
+        recv: Option<&mut impl DevicePtrMut<T>>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let call = x.call();
+        self.check_capturable(stream, call)?;
+        let (send_len, recv_len) = (
+            send.map_or(0, |b| b.len()),
+            recv.as_ref().map_or(0, |b| b.len()),
+        );
+        let transfers = x.lower(self.comm.rank(), self.comm.size(), send_len, recv_len)?;
+        // cudarc's tracking: the guards record this call's uses on drop,
+        // after the enqueue.
+        let (s, _read) = match send {
+            Some(b) => {
+                let (addr, guard) = b.device_ptr(stream);
+                (addr, Some(guard))
+            }
+            None => (0, None),
+        };
+        let (r, _write) = match recv {
+            Some(b) => {
+                let (addr, guard) = b.device_ptr_mut(stream);
+                (addr, Some(guard))
+            }
+            None => (0, None),
+        };
+        let at = |base: DevAddr, offset: usize| base + (offset * T::DTYPE.size()) as u64;
+        let ops: Vec<DeviceP2p> = transfers
+            .iter()
+            .map(|t| DeviceP2p {
+                dir: t.dir,
+                peer: t.peer,
+                dtype: T::DTYPE,
+                range: DeviceRange {
+                    addr: at(if t.dir == Dir::Send { s } else { r }, t.offset),
+                    len: t.count,
+                },
+            })
+            .collect();
+        let queue = self.queue(stream, call)?;
+        crate::device::enqueue_device_group(&self.comm, &queue, &self.shared, &ops)
     }
 
     /// Gathers `send` from every rank into `recv` at `root`, block `j` from
@@ -88,37 +97,13 @@ impl CudaComm {
         root: usize,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        self.check_capturable(stream, "gather")?;
-        let (n, me) = (self.comm.size(), self.comm.rank());
-        check_root("gather", root, n)?;
-        let count = send.len();
-        let recv_len = recv.len();
-        if me == root && recv_len < n * count {
-            return Err(Error::invalid(format!(
-                "gather: recv holds {recv_len} elements, the root needs size x count = \
-                 {n} x {count} = {}",
-                n * count
-            )));
-        }
-        // cudarc's tracking: the guards record this call's uses on drop,
-        // after the enqueue; a non-root's `recv` is not touched at all.
-        let (s, _read) = send.device_ptr(stream);
-        let mut ops = vec![op::<T>(
-            Dir::Send,
+        let x = Exchange::Gather {
             root,
-            region::<T>("gather", "send", (s, count), 0, count)?,
-        )];
-        let _write = if me == root {
-            let (r, guard) = recv.device_ptr_mut(stream);
-            for j in 0..n {
-                let range = region::<T>("gather", "recv", (r, recv_len), j * count, count)?;
-                ops.push(op::<T>(Dir::Recv, j, range));
-            }
-            Some(guard)
-        } else {
-            None
+            count: send.len(),
         };
-        self.enqueue_group("gather", &ops, stream)
+        // A non-root's `recv` is not touched at all.
+        let recv = (self.comm.rank() == root).then_some(recv);
+        self.post_exchange(x, Some(send), recv, stream)
     }
 
     /// Scatters block `j` of `send` at `root` to rank `j`'s `recv` (`count
@@ -147,33 +132,13 @@ impl CudaComm {
         root: usize,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        self.check_capturable(stream, "scatter")?;
-        let (n, me) = (self.comm.size(), self.comm.rank());
-        check_root("scatter", root, n)?;
-        let count = recv.len();
-        let send_len = send.len();
-        if me == root && send_len < n * count {
-            return Err(Error::invalid(format!(
-                "scatter: send holds {send_len} elements, the root needs size x count = \
-                 {n} x {count} = {}",
-                n * count
-            )));
-        }
-        let mut ops = Vec::with_capacity(n + 1);
-        let _read = if me == root {
-            let (s, guard) = send.device_ptr(stream);
-            for j in 0..n {
-                let range = region::<T>("scatter", "send", (s, send_len), j * count, count)?;
-                ops.push(op::<T>(Dir::Send, j, range));
-            }
-            Some(guard)
-        } else {
-            None
+        let x = Exchange::Scatter {
+            root,
+            count: recv.len(),
         };
-        let (r, _write) = recv.device_ptr_mut(stream);
-        let range = region::<T>("scatter", "recv", (r, count), 0, count)?;
-        ops.push(op::<T>(Dir::Recv, root, range));
-        self.enqueue_group("scatter", &ops, stream)
+        // A non-root's `send` is not read at all.
+        let send = (self.comm.rank() == root).then_some(send);
+        self.post_exchange(x, send, Some(recv), stream)
     }
 
     /// All-to-all with per-peer counts and displacements (MPI_Alltoallv):
@@ -218,34 +183,50 @@ impl CudaComm {
         recv_displs: &[usize],
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        self.check_capturable(stream, "all_to_allv")?;
-        let (n, me) = (self.comm.size(), self.comm.rank());
-        check_one_per_rank(n, [send_counts, send_displs, recv_counts, recv_displs])?;
-        let (send_len, recv_len) = (send.len(), recv.len());
-        let (s, _read) = send.device_ptr(stream);
-        let (r, _write) = recv.device_ptr_mut(stream);
-        let mut ops = Vec::with_capacity(2 * n);
-        // Pairwise order, as the host backend posts them (round k: send to
-        // me+k, receive from me-k); a group progresses as a whole anyway.
-        for k in 0..n {
-            let (to, from) = ((me + k) % n, (me + n - k) % n);
-            let out = region::<T>(
-                "all_to_allv",
-                "send",
-                (s, send_len),
-                send_displs[to],
-                send_counts[to],
-            )?;
-            let inb = region::<T>(
-                "all_to_allv",
-                "recv",
-                (r, recv_len),
-                recv_displs[from],
-                recv_counts[from],
-            )?;
-            ops.push(op::<T>(Dir::Send, to, out));
-            ops.push(op::<T>(Dir::Recv, from, inb));
-        }
-        self.enqueue_group("all_to_allv", &ops, stream)
+        let x = Exchange::AllToAllv {
+            send_counts,
+            send_displs,
+            recv_counts,
+            recv_displs,
+        };
+        self.post_exchange(x, Some(send), Some(recv), stream)
+    }
+
+    /// Every rank's `send` into every rank's `recv`, rank `j`'s elements at
+    /// `displs[j]..+counts[j]` (`MPI_Allgatherv`; this rank's `send` holds
+    /// `counts[rank]` elements; counts may be zero, regions must not
+    /// overlap), as [`Communicator::all_gatherv`](crate::Communicator::all_gatherv).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # let comm = streamcomm::Communicator::from_env()?;
+    /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
+    /// let stream = cuda.context().new_stream().expect("stream");
+    /// // Rank r contributes r + 1 elements.
+    /// let (r, n) = (comm.rank(), comm.size());
+    /// let counts: Vec<usize> = (0..n).map(|j| j + 1).collect();
+    /// let displs: Vec<usize> = (0..n).map(|j| j * (j + 1) / 2).collect();
+    /// let send = stream.clone_htod(&vec![r as f32; r + 1]).expect("copy");
+    /// let mut recv = stream.alloc_zeros::<f32>(n * (n + 1) / 2).expect("alloc");
+    /// cuda.all_gatherv(&send, &mut recv, &counts, &displs, &stream)?;
+    /// # Ok::<(), streamcomm::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when
+    /// `counts` or `displs` is not one entry per rank, `send` does not hold
+    /// `counts[rank]` elements, a region lies outside `recv`, regions
+    /// overlap, or the stream is of another context; the stored error if
+    /// the communicator has failed.
+    pub fn all_gatherv<T: Element>(
+        &self,
+        send: &impl DevicePtr<T>,
+        recv: &mut impl DevicePtrMut<T>,
+        counts: &[usize],
+        displs: &[usize],
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let x = Exchange::AllGatherv { counts, displs };
+        self.post_exchange(x, Some(send), Some(recv), stream)
     }
 }

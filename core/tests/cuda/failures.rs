@@ -214,7 +214,7 @@ fn a_device_group_refuses_overlapping_receives_and_unpaired_self_sends() {
 /// The checks of gather, scatter and all_to_allv, before anything is
 /// enqueued; then a valid call of each on the one rank, checked.
 #[test]
-fn gather_scatter_and_all_to_allv_refuse_bad_arguments() {
+fn gather_scatter_all_to_allv_and_all_gatherv_refuse_bad_arguments() {
     if !gpu_present() {
         return;
     }
@@ -229,6 +229,8 @@ fn gather_scatter_and_all_to_allv_refuse_bad_arguments() {
             cuda.all_to_allv(&ten, &[1, 1], &[0], &mut out, &[1], &[0], s),
             cuda.all_to_allv(&ten, &[11], &[0], &mut out, &[10], &[0], s),
             cuda.all_to_allv(&ten, &[10], &[0], &mut out, &[10], &[1], s),
+            cuda.all_gatherv(&ten, &mut out, &[9], &[0], s),
+            cuda.all_gatherv(&ten, &mut out, &[10], &[1], s),
         ]
         .map(|r| r.unwrap_err().to_string());
         // Nothing was enqueued; valid calls on one rank copy to itself.
@@ -243,6 +245,12 @@ fn gather_scatter_and_all_to_allv_refuse_bad_arguments() {
         let mut want = vec![crate::backend::POISON; 12];
         want[5..9].copy_from_slice(&data(7, 0, 10)[3..7]);
         assert_eq!(download(s, &moved), want, "all_to_allv");
+        let mut gathered = poisoned::<f32>(s, 12);
+        cuda.all_gatherv(&ten, &mut gathered, &[10], &[2], s)
+            .unwrap();
+        let mut want = vec![crate::backend::POISON; 12];
+        want[2..].copy_from_slice(&data(7, 0, 10));
+        assert_eq!(download(s, &gathered), want, "all_gatherv");
         assert!(cuda.async_error().is_none(), "{:?}", cuda.async_error());
         errors
     });
@@ -253,6 +261,8 @@ fn gather_scatter_and_all_to_allv_refuse_bad_arguments() {
         "all_to_allv: send_counts has 2 entries, needs one per rank (1)",
         "all_to_allv: send region 0..0+11 lies outside its 10 elements",
         "all_to_allv: recv region 1..1+10 lies outside its 10 elements",
+        "all_gatherv: send holds 10 elements, counts[0] says 9",
+        "all_gatherv: recv region 1..1+10 lies outside its 10 elements",
     ];
     for (got, want) in errors.iter().zip(wanted) {
         assert!(got.contains(want), "{got:?} should say {want:?}");

@@ -1,4 +1,4 @@
-//! `gather`, `scatter` and `all_to_allv` of the CUDA backend on a CUDA
+//! `gather`, `scatter`, `all_to_allv` and `all_gatherv` of the CUDA backend on a CUDA
 //! driver (the CPU stand-in under `scripts/gpu-check.sh --stand-in`, or a
 //! GPU): ranks as processes on GPU 0, random data (the seed is printed by
 //! the harness), outputs poisoned first, every element checked against an
@@ -16,7 +16,7 @@ use streamcomm::cuda::cudarc::driver::{CudaContext, CudaStream};
 use crate::backend::{Num, POISON, data, download, gpu_present, launch, poisoned, upload};
 
 #[test]
-fn gather_scatter_and_all_to_allv_on_one_gpu_with_2_and_3_ranks() {
+fn gather_scatter_all_to_allv_and_all_gatherv_on_one_gpu_with_2_and_3_ranks() {
     if !gpu_present() {
         return;
     }
@@ -175,6 +175,36 @@ fn all_to_allv<T: Num>(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<S
     bad
 }
 
+/// An all_gatherv with random counts (some zero) and gaps between the
+/// regions, which must keep their poison; returns mismatches.
+fn all_gatherv<T: Num>(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<String> {
+    let comm = cuda.communicator();
+    let (r, n) = (comm.rank(), comm.size());
+    let counts: Vec<usize> = pair_counts(seed, n).iter().map(|row| row[0] * 97).collect();
+    let (displs, len) = displs(seed ^ 0x6A7, &counts);
+    let inputs: Vec<Vec<f64>> = (0..n).map(|q| data(seed ^ 0x6A7, q, counts[q])).collect();
+    // A device allocation of 0 bytes is refused: an empty send is a slice
+    // of a one-element buffer.
+    let padded: Vec<f64> = inputs[r].iter().copied().chain([POISON]).collect();
+    let send = upload::<T>(s, &padded);
+    let mut recv = poisoned::<T>(s, len + 1);
+    cuda.all_gatherv(&send.slice(..counts[r]), &mut recv, &counts, &displs, s)
+        .unwrap();
+    let got = download(s, &recv);
+    let mut want = vec![POISON; len + 1];
+    for q in 0..n {
+        want[displs[q]..displs[q] + counts[q]].copy_from_slice(&inputs[q]);
+    }
+    let mut bad = Vec::new();
+    compare(
+        &format!("{} rank {r}/{n} all_gatherv, counts {counts:?}", T::DTYPE),
+        &got,
+        &want,
+        &mut bad,
+    );
+    bad
+}
+
 /// One rank's share of the test above; returns mismatches.
 fn run(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<String> {
     use half::f16;
@@ -186,6 +216,10 @@ fn run(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<String> {
         bad.extend(all_to_allv::<f32>(cuda, s, seed ^ (round << 8)));
     }
     bad.extend(all_to_allv::<f64>(cuda, s, seed ^ 0xF64));
+    for round in 0..3 {
+        bad.extend(all_gatherv::<f32>(cuda, s, seed ^ (round << 12)));
+    }
+    bad.extend(all_gatherv::<i32>(cuda, s, seed ^ 0x132));
     assert!(cuda.async_error().is_none(), "{:?}", cuda.async_error());
     bad
 }

@@ -1,6 +1,7 @@
 //! Point-to-point over shared memory and tcp, ranks as threads and as
-//! processes: ring exchanges in groups (either call order), all_to_allv with
-//! random per-peer counts (zeros included), gather and scatter, 10,000 small
+//! processes: ring exchanges in groups (either call order), all_to_allv and
+//! all_gatherv with random per-peer counts (zeros included), gather and
+//! scatter, 10,000 small
 //! messages in a row, messages straddling the eager limit, a receiver that
 //! posts late while the sender has more messages than slots, zero-byte
 //! messages, a receive buffer too small (an error naming both sizes), and the
@@ -98,6 +99,52 @@ fn all_to_allv(comm: &Communicator, stream: &HostStream, seed: u64) {
             want[recv_displs[j]..recv_displs[j] + p.len()].copy_from_slice(&p);
         }
         assert_eq!(got, want, "rank {r} round {round}: counts {counts:?}");
+    }
+}
+
+/// all_gatherv (on the stream and host-blocking) with random counts (the
+/// same on every rank), zeros included, blocks in reverse rank order with
+/// gaps that must stay poisoned.
+fn all_gatherv(comm: &Communicator, stream: &HostStream, seed: u64) {
+    let (r, n) = (comm.rank(), comm.size());
+    for round in 0..4u64 {
+        let mut rng = StdRng::seed_from_u64(seed ^ (round << 16) ^ 0x6a7);
+        let counts: Vec<usize> = (0..n)
+            .map(|_| match rng.gen_range(0..4) {
+                0 => 0,
+                1 => rng.gen_range(1..10),
+                2 => rng.gen_range(10..1000),
+                _ => rng.gen_range(1000..5000),
+            })
+            .collect();
+        let mut displs = vec![0; n];
+        let mut len = 0;
+        for j in (0..n).rev() {
+            displs[j] = len;
+            len += counts[j] + 5;
+        }
+        let send = HostBuffer::from_slice(&payload(seed, r, n, 400 + round, counts[r]));
+        let mut recv = HostBuffer::from_slice(&vec![POISON; len]);
+        comm.all_gatherv(&send, &mut recv, &counts, &displs, stream)
+            .unwrap();
+        stream.synchronize().unwrap();
+        let mut want = vec![POISON; len];
+        for j in 0..n {
+            let p = payload(seed, j, n, 400 + round, counts[j]);
+            want[displs[j]..displs[j] + p.len()].copy_from_slice(&p);
+        }
+        // The host-blocking form, around the ring, on the same data.
+        let mut blocking = vec![POISON; len];
+        comm.all_gatherv_host(&send.to_vec(), &mut blocking, &counts, &displs)
+            .unwrap();
+        for (what, got) in [("stream", recv.to_vec()), ("host-blocking", blocking)] {
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    g, w,
+                    "{what}: rank {r} round {round}: element {i} of {len}, counts {counts:?}"
+                );
+            }
+        }
     }
 }
 
@@ -292,6 +339,7 @@ fn rendezvous_is_one_copy(comm: &Communicator, stream: &HostStream, seed: u64) {
 fn everything(comm: &Communicator, stream: &HostStream, seed: u64) {
     ring_exchange(comm, stream, seed);
     all_to_allv(comm, stream, seed);
+    all_gatherv(comm, stream, seed);
     gather_scatter(comm, stream, seed);
     straddle_and_late(comm, stream, seed);
     rendezvous_is_one_copy(comm, stream, seed);
@@ -486,7 +534,20 @@ fn bad_arguments_are_refused_at_enqueue() {
         let e = comm.all_to_allv(&b, &[1], &[0, 1], &mut out, &[1, 1], &[0, 1], &stream);
         assert!(msg(e.unwrap_err()).contains("send_counts has 1 entries"));
         let e = comm.all_to_allv(&b, &[9, 0], &[0, 0], &mut out, &[1, 1], &[0, 1], &stream);
-        assert!(msg(e.unwrap_err()).contains("outside a buffer of 8"));
+        assert!(msg(e.unwrap_err()).contains("send region 0..0+9 lies outside its 8 elements"));
+        let mine = HostBuffer::<f32>::zeroed(2);
+        let e = comm.all_gatherv(&mine, &mut out, &[2, 2], &[0, 1], &stream);
+        assert!(msg(e.unwrap_err()).contains("overlap"));
+        let e = comm.all_gatherv(&mine, &mut out, &[2, 2, 2], &[0, 2, 4], &stream);
+        assert!(msg(e.unwrap_err()).contains("all_gatherv: counts has 3 entries"));
+        let e = comm.all_gatherv(&mine, &mut out, &[3, 3], &[0, 4], &stream);
+        assert!(msg(e.unwrap_err()).contains("send holds 2 elements, counts["));
+        let e = comm.all_gatherv(&mine, &mut out, &[2, 2], &[0, 7], &stream);
+        assert!(msg(e.unwrap_err()).contains("recv region 7..7+2 lies outside its 8 elements"));
+        let mut whole = [0, 0];
+        whole[comm.rank()] = 8;
+        let e = comm.all_gatherv(&out, &mut out.share(), &whole, &[0, 0], &stream);
+        assert!(msg(e.unwrap_err()).contains("the same buffer"));
         assert!(msg(comm.gather(&b, &mut out, 5, &stream).unwrap_err()).contains("root 5"));
         assert!(msg(comm.send_host(&b.read(), 9).unwrap_err()).contains("peer 9"));
         assert!(

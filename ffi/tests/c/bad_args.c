@@ -292,6 +292,21 @@ static void collectives(streamcomm_comm_t comm, streamcomm_stream_t s) {
   EXPECT_RC(HANDLE, fn, streamcomm_all_to_allv(a, &four, &zero, b, &four, &zero, F64, NULL, s));
   EXPECT_RC(HANDLE, fn, streamcomm_all_to_allv(a, &four, &zero, b, &four, &zero, F64, comm, NULL));
 
+  fn = "streamcomm_all_gatherv";
+  size_t three = 3;
+  EXPECT_RC(ARG, fn, streamcomm_all_gatherv(a, 4, b, &four, &zero, (streamcomm_data_type_t)10, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_all_gatherv(a, 4, b, NULL, &zero, F64, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_all_gatherv(a, 4, b, &four, NULL, F64, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_all_gatherv(a, 4, b, misaligned_sz, &zero, F64, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_all_gatherv(a, 4, b, &four, &big, F64, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_all_gatherv(a, 4, b, &three, &zero, F64, comm, s)); /* != recvcounts[rank] */
+  EXPECT_RC(ARG, fn, streamcomm_all_gatherv(NULL, 4, b, &four, &zero, F64, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_all_gatherv(a, 4, NULL, &four, &zero, F64, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_all_gatherv(a, 4, a, &four, &zero, F64, comm, s));
+  EXPECT_RC(ARG, fn, streamcomm_all_gatherv(odd, 1, b, &four, &zero, F64, comm, s));
+  EXPECT_RC(HANDLE, fn, streamcomm_all_gatherv(a, 4, b, &four, &zero, F64, NULL, s));
+  EXPECT_RC(HANDLE, fn, streamcomm_all_gatherv(a, 4, b, &four, &zero, F64, comm, NULL));
+
   EXPECT_RC(HANDLE, "streamcomm_barrier", streamcomm_barrier(NULL, s));
   EXPECT_RC(HANDLE, "streamcomm_barrier", streamcomm_barrier(comm, NULL));
   EXPECT_RC(HANDLE, "streamcomm_barrier_host", streamcomm_barrier_host(NULL));
@@ -309,7 +324,10 @@ static void collectives(streamcomm_comm_t comm, streamcomm_stream_t s) {
   OK(streamcomm_gather(a, g, 4, F64, 0, comm, s));
   OK(streamcomm_scatter(g, b, 4, F64, 0, comm, s));
   OK(streamcomm_all_to_allv(a, &two, &one_off, v, &two, &two, F64, comm, s));
+  double w[4] = {0};
+  OK(streamcomm_all_gatherv(a + 2, 2, w, &two, &one_off, F64, comm, s));
   OK(streamcomm_stream_synchronize(s));
+  EXPECT(w[0] == 0 && w[1] == a[2] && w[2] == a[3] && w[3] == 0);
   for (int i = 0; i < 4; i++) EXPECT(g[i] == a[i] && b[i] == a[i]);
   EXPECT(v[0] == 0 && v[1] == 0 && v[2] == a[1] && v[3] == a[2]);
   for (int i = 0; i < 4; i++) EXPECT(b[i] == i + 0.5 && a[i] == i + 0.5);

@@ -6,7 +6,7 @@
  * all_reduce (f64 sum, i32 sum, f32 max, in place), broadcast, reduce,
  * all_gather (also in place), reduce_scatter (also in place), all_to_all,
  * send/recv around a ring, grouped send/recv (sends first, to both
- * neighbours and to itself), gather, scatter, all_to_allv, a stream barrier and a host barrier (by
+ * neighbours and to itself), gather, scatter, all_to_allv, all_gatherv, a stream barrier and a host barrier (by
  * timestamps), events and callbacks; finally rank 0 aborts and the others
  * see their next all-reduce fail promptly, and the async error. References are computed here, in
  * double or exact integers, from the generator every rank shares.
@@ -291,6 +291,27 @@ static void test_rooted_p2p(streamcomm_comm_t comm, streamcomm_stream_t s, int n
            "all_to_allv wrote into the gap before rank %d's region", j);
   }
   free(sc), free(sd), free(rc), free(rd), free(sv), free(rv);
+
+  /* all_gatherv: rank j gives vcount(j, 0) elements (some ranks none),
+   * blocks in reverse rank order with a gap of 3 before each. */
+  size_t *gc = xmalloc((size_t)n * sizeof(size_t)), *gd = xmalloc((size_t)n * sizeof(size_t));
+  size_t glen = 0;
+  for (int j = n - 1; j >= 0; j--) gc[j] = vcount(j, 0), gd[j] = glen + 3, glen += gc[j] + 3;
+  double *gs = xmalloc(gc[g_rank] * 8), *gr = xmalloc(glen * 8);
+  for (size_t i = 0; i < gc[g_rank]; i++) gs[i] = dvalue(g_rank, i, 33);
+  poison(gr, glen * 8);
+  CHECK(streamcomm_all_gatherv(gs, gc[g_rank], gr, gc, gd, STREAMCOMM_FLOAT64, comm, s));
+  CHECK(streamcomm_stream_synchronize(s));
+  double dpoison;
+  memset(&dpoison, 0xA5, sizeof dpoison);
+  for (int j = 0; j < n; j++) {
+    for (size_t i = 0; i < gc[j]; i++)
+      EXPECT(gr[gd[j] + i] == dvalue(j, i, 33), "all_gatherv block %d [%zu]", j, i);
+    for (size_t i = 1; i <= 3; i++)
+      EXPECT(memcmp(&gr[gd[j] - i], &dpoison, 8) == 0,
+             "all_gatherv wrote into the gap before rank %d's block", j);
+  }
+  free(gc), free(gd), free(gs), free(gr);
 }
 
 static void test_groups(streamcomm_comm_t comm, streamcomm_stream_t s, int n) {

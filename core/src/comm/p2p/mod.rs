@@ -51,6 +51,8 @@
 //! across network namespaces), ranks as threads and as processes.
 
 mod cma;
+mod collectives;
+pub(crate) mod exchange;
 mod executor;
 mod immediate;
 pub(crate) use immediate::Now;
@@ -72,7 +74,7 @@ use crate::comm::buffer::{AsBufView, BufView};
 use crate::comm::core::Core;
 use crate::host::HostStream;
 use crate::host::{Job, JobMode, Task};
-use crate::{DataType, Error, Result};
+use crate::{DataType, Result};
 pub(crate) use placement::PLACEMENT;
 pub(crate) use spec::Dir;
 use spec::GroupSpec;
@@ -141,22 +143,6 @@ impl P2pState {
     }
 }
 
-/// Fails unless each of `all_to_allv`'s count and displacement lists
-/// (`send_counts`, `send_displs`, `recv_counts`, `recv_displs`, in that
-/// order) has one entry per rank of `size`.
-pub(crate) fn check_one_per_rank(size: usize, lists: [&[usize]; 4]) -> Result<()> {
-    let names = ["send_counts", "send_displs", "recv_counts", "recv_displs"];
-    for (what, v) in names.into_iter().zip(lists) {
-        if v.len() != size {
-            return Err(Error::invalid(format!(
-                "all_to_allv: {what} has {} entries, needs one per rank ({size})",
-                v.len()
-            )));
-        }
-    }
-    Ok(())
-}
-
 /// The memory of one operation of a device group.
 pub(crate) enum GroupMemory {
     /// A host (staging) buffer, all of it.
@@ -202,7 +188,7 @@ impl Group<'_> {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a peer out of range.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a peer out of range.
     pub fn send(&mut self, buf: &impl AsBufView, peer: usize) -> Result<()> {
         let v = buf.buf_view();
         self.send_region(&v, 0, v.len(), peer)
@@ -290,7 +276,7 @@ impl Communicator {
     /// ```
     ///
     /// # Errors
-    /// What `f` returns; [`Error::InvalidArgument`] when the group as a
+    /// What `f` returns; [`Error::InvalidArgument`](crate::Error::InvalidArgument) when the group as a
     /// whole is invalid (a buffer both sent and received, overlapping
     /// receive regions, unpaired sends to this rank).
     pub fn group<R>(
@@ -404,7 +390,7 @@ impl Communicator {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a peer out of range or equal to this
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a peer out of range or equal to this
     /// rank; the stored error if the communicator has failed.
     pub fn send(&self, buf: &impl AsBufView, peer: usize, stream: &HostStream) -> Result<()> {
         self.group(stream, |g| g.send(buf, peer))
@@ -487,157 +473,6 @@ impl Communicator {
             })
     }
 
-    /// All-to-all with per-peer counts and displacements (MPI_Alltoallv):
-    /// elements `send_displs[j]..+send_counts[j]` of `send` go to rank `j`,
-    /// which stores them at `recv_displs[rank]..+recv_counts[rank]` of its
-    /// `recv`. Counts may be zero; `recv_counts[j]` must be at least what
-    /// rank `j` sends here.
-    ///
-    /// # Examples
-    /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
-    /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
-    /// // On each of two ranks (`comm.rank()` is 0 or 1):
-    /// // Rank 0 sends 1 element to itself and 2 to rank 1; rank 1 sends 3 and 1.
-    /// let r = comm.rank();
-    /// let (send_counts, recv_counts) = if r == 0 { ([1, 2], [1, 3]) } else { ([3, 1], [2, 1]) };
-    /// let send_displs = [0, send_counts[0]];
-    /// let recv_displs = [0, recv_counts[0]];
-    /// let send = HostBuffer::from_slice(&vec![r as f32; 3 + r]);
-    /// let mut recv = HostBuffer::<f32>::zeroed(recv_counts.iter().sum());
-    /// comm.all_to_allv(&send, &send_counts, &send_displs, &mut recv, &recv_counts, &recv_displs, &stream)?;
-    /// stream.synchronize()?;
-    /// let want = if r == 0 { vec![0.0, 1.0, 1.0, 1.0] } else { vec![0.0, 0.0, 1.0] };
-    /// assert_eq!(recv.to_vec(), want);
-    /// # Ok(())
-    /// # })?;
-    /// # Ok::<(), streamcomm::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when a count or displacement list is not
-    /// one per rank, a region lies outside its buffer, receive regions
-    /// overlap, or the buffers are the same or of different types.
-    #[allow(clippy::too_many_arguments)]
-    pub fn all_to_allv(
-        &self,
-        send: &impl AsBufView,
-        send_counts: &[usize],
-        send_displs: &[usize],
-        recv: &mut impl AsBufView,
-        recv_counts: &[usize],
-        recv_displs: &[usize],
-        stream: &HostStream,
-    ) -> Result<()> {
-        let n = self.inner.core.size();
-        check_one_per_rank(n, [send_counts, send_displs, recv_counts, recv_displs])?;
-        let (s, r) = (send.buf_view(), recv.buf_view());
-        check_pair("all_to_allv", &s, &r)?;
-        let me = self.inner.core.rank();
-        self.group_named("all_to_allv", stream, |g| {
-            // Pairwise order (round k: send to me+k, receive from me-k) so
-            // every rank works on distinct pairs at any moment.
-            for k in 0..n {
-                let to = (me + k) % n;
-                let from = (me + n - k) % n;
-                g.send_region(&s, send_displs[to], send_counts[to], to)?;
-                g.recv_region(&r, recv_displs[from], recv_counts[from], from)?;
-            }
-            Ok(())
-        })
-    }
-
-    /// Gathers `send` from every rank into `recv` at `root`, block `j` from
-    /// rank `j` (`count = send.len()`, `recv` at the root holds `size *
-    /// count`; other ranks' `recv` is not used and may be empty).
-    ///
-    /// # Examples
-    /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
-    /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
-    /// // On each of two ranks (`comm.rank()` is 0 or 1):
-    /// let send = HostBuffer::from_slice(&[comm.rank() as u32 * 10; 2]);
-    /// let mut recv = HostBuffer::<u32>::zeroed(if comm.rank() == 0 { 4 } else { 0 });
-    /// comm.gather(&send, &mut recv, 0, &stream)?;
-    /// stream.synchronize()?;
-    /// if comm.rank() == 0 {
-    ///     assert_eq!(recv.to_vec(), vec![0, 0, 10, 10]);
-    /// }
-    /// # Ok(())
-    /// # })?;
-    /// # Ok::<(), streamcomm::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a root out of range, a root `recv` too
-    /// small, or mismatched element types.
-    pub fn gather(
-        &self,
-        send: &impl AsBufView,
-        recv: &mut impl AsBufView,
-        root: usize,
-        stream: &HostStream,
-    ) -> Result<()> {
-        let (s, r) = (send.buf_view(), recv.buf_view());
-        let (n, me, count) = (self.inner.core.size(), self.inner.core.rank(), s.len());
-        check_root("gather", root, n)?;
-        self.group_named(&format!("gather root {root}"), stream, |g| {
-            g.send_region(&s, 0, count, root)?;
-            if me == root {
-                check_pair("gather", &s, &r)?;
-                for j in 0..n {
-                    g.recv_region(&r, j * count, count, j)?;
-                }
-            }
-            Ok(())
-        })
-    }
-
-    /// Scatters block `j` of `send` at `root` to rank `j`'s `recv` (`count =
-    /// recv.len()`, `send` at the root holds `size * count`; other ranks'
-    /// `send` is not used and may be empty).
-    ///
-    /// # Examples
-    /// ```
-    /// # use streamcomm::{bootstrap::UniqueId, Communicator, ReduceOp};
-    /// # use streamcomm::host::{HostBuffer, HostStream};
-    /// # streamcomm::testing::on_two_ranks(|comm, stream| {
-    /// // On each of two ranks (`comm.rank()` is 0 or 1):
-    /// let send = HostBuffer::from_slice(&[1u32, 2, 3, 4]); // read on the root only
-    /// let mut recv = HostBuffer::<u32>::zeroed(2);
-    /// comm.scatter(&send, &mut recv, 0, &stream)?;
-    /// stream.synchronize()?;
-    /// assert_eq!(recv.to_vec(), if comm.rank() == 0 { [1, 2] } else { [3, 4] });
-    /// # Ok(())
-    /// # })?;
-    /// # Ok::<(), streamcomm::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    /// As [`Communicator::gather`].
-    pub fn scatter(
-        &self,
-        send: &impl AsBufView,
-        recv: &mut impl AsBufView,
-        root: usize,
-        stream: &HostStream,
-    ) -> Result<()> {
-        let (s, r) = (send.buf_view(), recv.buf_view());
-        let (n, me, count) = (self.inner.core.size(), self.inner.core.rank(), r.len());
-        check_root("scatter", root, n)?;
-        self.group_named(&format!("scatter root {root}"), stream, |g| {
-            if me == root {
-                check_pair("scatter", &s, &r)?;
-                for j in 0..n {
-                    g.send_region(&s, j * count, count, j)?;
-                }
-            }
-            g.recv_region(&r, 0, count, root)
-        })
-    }
-
     /// How this rank's point-to-point bytes travelled so far (eager, direct
     /// rendezvous writes, streamed rendezvous).
     ///
@@ -661,29 +496,4 @@ impl Communicator {
     pub fn p2p_stats(&self) -> P2pStats {
         self.inner.p2p.state.stats.snapshot()
     }
-}
-
-fn check_root(what: &str, root: usize, n: usize) -> Result<()> {
-    if root >= n {
-        return Err(Error::invalid(format!(
-            "{what}: root {root} is out of range for {n} ranks"
-        )));
-    }
-    Ok(())
-}
-
-fn check_pair(what: &str, s: &BufView, r: &BufView) -> Result<()> {
-    if s.raw().same_as(r.raw()) {
-        return Err(Error::invalid(format!(
-            "{what}: send and recv are the same buffer"
-        )));
-    }
-    if s.dtype() != r.dtype() {
-        return Err(Error::invalid(format!(
-            "{what}: dtype mismatch: send buffer holds {}, recv buffer holds {}",
-            s.dtype(),
-            r.dtype()
-        )));
-    }
-    Ok(())
 }
