@@ -289,6 +289,62 @@ impl TensorComm {
         Tensor::cat(&blocks, dim)
     }
 
+    /// Every rank's `t`, concatenated in rank order along `dim`, where the
+    /// ranks' tensors differ in size along `dim`: rank `r`'s is `sizes[r]`
+    /// long there (uneven shares, as [`crate::shard`] gives), every other
+    /// dimension alike. One `all_gatherv` moves the shares, no padding.
+    ///
+    /// ```
+    /// # use candle_core::{Device, Tensor};
+    /// let comm = streamcomm_candle::TensorComm::alone()?;
+    /// let t = Tensor::new(&[[1f32, 2., 3.]], &Device::Cpu)?;
+    /// assert_eq!(comm.all_gatherv(&t, 1, &[3])?.dims(), &[1, 3]);
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`TensorComm::all_reduce`]; a dimension `t` does not have;
+    /// `sizes` that is not one entry per rank, or whose entry for this rank
+    /// is not `t`'s size along `dim`.
+    pub fn all_gatherv(&self, t: &Tensor, dim: usize, sizes: &[usize]) -> Result<Tensor> {
+        const WHAT: &str = "all_gatherv";
+        cpu(t, WHAT)?;
+        let dims = t.dims().to_vec();
+        check_dim(&dims, dim, WHAT)?;
+        let (r, n) = (self.rank(), self.size());
+        if sizes.len() != n || sizes[r] != dims[dim] {
+            return Err(candle_core::Error::Msg(format!(
+                "{WHAT}: sizes {sizes:?} for {n} ranks, and this rank's (rank {r}) tensor is                  {} long along dimension {dim} (shape {dims:?})",
+                dims[dim]
+            )));
+        }
+        if n == 1 {
+            return Ok(t.clone());
+        }
+        // `dim` outermost: each rank's share is then one run of elements.
+        let moved = t.transpose(0, dim)?.contiguous()?;
+        let row: usize = moved.dims()[1..].iter().product();
+        let counts: Vec<usize> = sizes.iter().map(|&s| s * row).collect();
+        let displs: Vec<usize> = counts
+            .iter()
+            .scan(0, |at, &c| {
+                let here = *at;
+                *at += c;
+                Some(here)
+            })
+            .collect();
+        let task = GatherV {
+            comm: self,
+            t: &moved,
+            counts: &counts,
+            displs: &displs,
+        };
+        let flat = self.timed(|| with_dtype(t.dtype(), WHAT, task))?;
+        let mut shape = moved.dims().to_vec();
+        shape[0] = sizes.iter().sum();
+        flat.reshape(shape)?.transpose(0, dim)?.contiguous()
+    }
+
     /// Every rank's `t` reduced with `op`, cut into as many equal parts
     /// along `dim` as there are ranks: this rank's part.
     ///
@@ -441,6 +497,27 @@ impl PerType for Gather<'_> {
         self.comm
             .comm
             .all_gather_host(&send, &mut recv)
+            .map_err(wrap)?;
+        let len = recv.len();
+        Tensor::from_vec(recv, len, &Device::Cpu)
+    }
+}
+
+struct GatherV<'a> {
+    comm: &'a TensorComm,
+    t: &'a Tensor,
+    counts: &'a [usize],
+    displs: &'a [usize],
+}
+
+impl PerType for GatherV<'_> {
+    type Out = Tensor;
+    fn run<T: Elem>(self) -> Result<Tensor> {
+        let send = elements::<T>(self.t)?;
+        let mut recv = vec![T::from_f64(0.0); self.counts.iter().sum()];
+        self.comm
+            .comm
+            .all_gatherv_host(&send, &mut recv, self.counts, self.displs)
             .map_err(wrap)?;
         let len = recv.len();
         Tensor::from_vec(recv, len, &Device::Cpu)

@@ -223,32 +223,18 @@ impl ColumnParallelLinear {
     }
 
     /// Every output feature of `x W^T + b` on every rank: [`Self::forward`],
-    /// then an all-gather along the last dimension (uneven shares are
-    /// padded for the exchange and cut after).
+    /// then an all-gather of the uneven shares along the last dimension
+    /// ([`TensorComm::all_gatherv`]).
     ///
     /// # Errors
     /// As [`Self::forward`]; the communicator's errors.
     pub fn forward_gathered(&self, x: &Tensor) -> Result<Tensor> {
         let mine = self.forward(x)?;
-        let n = self.comm.size();
         let last = mine.rank() - 1;
-        let widest = self.features_of(0).len();
-        let have = mine.dim(last)?;
-        let padded = if have < widest {
-            let mut dims = mine.dims().to_vec();
-            dims[last] = widest - have;
-            Tensor::cat(
-                &[&mine, &Tensor::zeros(dims, mine.dtype(), &Device::Cpu)?],
-                last,
-            )?
-        } else {
-            mine
-        };
-        let all = self.comm.all_gather(&padded.contiguous()?, last)?;
-        let parts: Vec<Tensor> = (0..n)
-            .map(|r| all.narrow(last, r * widest, self.features_of(r).len()))
-            .collect::<Result<_>>()?;
-        Tensor::cat(&parts, last)
+        let sizes: Vec<usize> = (0..self.comm.size())
+            .map(|r| self.features_of(r).len())
+            .collect();
+        self.comm.all_gatherv(&mine, last, &sizes)
     }
 }
 

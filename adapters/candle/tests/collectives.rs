@@ -142,6 +142,58 @@ fn child() {
             );
         }
 
+        // Uneven shares along both dimensions: rank q gives the first
+        // `full - q` rows (or columns) of its input.
+        for dim in [0, 1] {
+            let full = [SHAPE.0, SHAPE.1][dim];
+            let sizes: Vec<usize> = (0..n).map(|q| full - q).collect();
+            let got = comm
+                .all_gatherv(&mine.narrow(dim, 0, sizes[r]).unwrap(), dim, &sizes)
+                .unwrap();
+            let total: usize = sizes.iter().sum();
+            let (rows, cols) = if dim == 0 {
+                (total, SHAPE.1)
+            } else {
+                (SHAPE.0, total)
+            };
+            assert_eq!(got.dims(), &[rows, cols], "all_gatherv along {dim}");
+            // Which rank, and which of its rows or columns, position k is.
+            let owner = |k: usize| {
+                let mut k = k;
+                let mut q = 0;
+                while k >= sizes[q] {
+                    k -= sizes[q];
+                    q += 1;
+                }
+                (q, k)
+            };
+            let want: Vec<f64> = (0..rows * cols)
+                .map(|k| {
+                    let (row, col) = (k / cols, k % cols);
+                    if dim == 0 {
+                        let (q, row) = owner(row);
+                        inputs[q][row * SHAPE.1 + col]
+                    } else {
+                        let (q, col) = owner(col);
+                        inputs[q][row * SHAPE.1 + col]
+                    }
+                })
+                .collect();
+            check(
+                &got,
+                &want,
+                0.0,
+                &format!("rank {r}: all_gatherv dim {dim} sizes {sizes:?} {dtype:?}"),
+            );
+        }
+        let wrong = comm.all_gatherv(&mine, 0, &vec![1; n]);
+        assert!(
+            wrong
+                .unwrap_err()
+                .to_string()
+                .contains("all_gatherv: sizes")
+        );
+
         // This rank's columns of the sum.
         let part = SHAPE.1 / n;
         let got = comm.reduce_scatter(&mine, 1, ReduceOp::Sum).unwrap();
