@@ -291,7 +291,7 @@ impl TensorComm {
 
     /// Every rank's `t`, concatenated in rank order along `dim`, where the
     /// ranks' tensors differ in size along `dim`: rank `r`'s is `sizes[r]`
-    /// long there (uneven shares, as [`crate::shard`] gives), every other
+    /// long there (uneven shares, as [`crate::tensor_parallel::shard`] gives), every other
     /// dimension alike. One `all_gatherv` moves the shares, no padding.
     ///
     /// ```

@@ -87,7 +87,7 @@ impl CudaComm {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a root out of range, a root `recv`
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a root out of range, a root `recv`
     /// shorter than `size * count`, or a stream of another context; the
     /// stored error if the communicator has failed.
     pub fn gather<T: Element>(
@@ -168,7 +168,7 @@ impl CudaComm {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when a count or displacement list is not
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when a count or displacement list is not
     /// one per rank, a region lies outside its buffer, receive regions
     /// overlap, or the stream is of another context; the stored error if the
     /// communicator has failed.

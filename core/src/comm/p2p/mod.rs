@@ -397,7 +397,7 @@ impl Communicator {
     }
 
     /// Receives a message from `peer` into the front of `buf`; one larger
-    /// than `buf` fails with [`Error::Mismatch`] naming both sizes.
+    /// than `buf` fails with [`Error::Mismatch`](crate::Error::Mismatch) naming both sizes.
     ///
     /// # Stream semantics
     /// Enqueued on `stream`, not complete, on return; `buf` must stay untouched
