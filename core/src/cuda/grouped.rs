@@ -14,7 +14,7 @@ use super::CudaComm;
 use crate::Result;
 use crate::comm::p2p::Dir;
 use crate::comm::p2p::exchange::Exchange;
-use crate::device::{DevAddr, DeviceP2p, DeviceRange};
+use crate::device::{DevAddr, DeviceP2p, DeviceRange, GathervLayout};
 use crate::host::Element;
 
 impl CudaComm {
@@ -64,8 +64,22 @@ impl CudaComm {
                 },
             })
             .collect();
+        // An all_gatherv may take the direct path: its blocks' layout.
+        let gatherv = match x {
+            Exchange::AllGatherv { counts, displs } => Some((
+                T::DTYPE,
+                GathervLayout {
+                    send: s,
+                    recv: r,
+                    counts,
+                    displs,
+                    esz: T::DTYPE.size(),
+                },
+            )),
+            _ => None,
+        };
         let queue = self.queue(stream, call)?;
-        crate::device::enqueue_device_group(&self.comm, &queue, &self.shared, &ops)
+        crate::device::enqueue_device_exchange(&self.comm, &queue, &self.shared, &ops, gatherv)
     }
 
     /// Gathers `send` from every rank into `recv` at `root`, block `j` from

@@ -5,7 +5,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use super::device_queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
-use super::direct::enqueue_direct;
+use super::direct::{GathervLayout, enqueue_direct, enqueue_direct_gatherv};
 use super::pool::{DeviceShared, Pool};
 use super::runner::Runner;
 use crate::comm::failure::{FailureState, Learned};
@@ -244,6 +244,27 @@ pub(crate) fn enqueue_device<Q: DeviceQueue>(
     }
     let (task, stages) = device_task(comm, queue, &shared.pool, call)?;
     enqueue_staged(comm, queue, shared, task, stages)
+}
+
+/// Enqueues the sends and receives of an exchange (a collective made of
+/// them) on `queue`: by the direct path where it is on and the exchange is
+/// an `all_gatherv` laid out as `gatherv` (device copies through the
+/// windows), else as [`enqueue_device_group`]. Checked as a group first,
+/// whichever path runs it.
+pub(crate) fn enqueue_device_exchange<Q: DeviceQueue>(
+    comm: &dyn Submit,
+    queue: &Q,
+    shared: &DeviceShared<Q::Staging, Q::Signal>,
+    ops: &[DeviceP2p],
+    gatherv: Option<(DataType, GathervLayout<'_>)>,
+) -> Result<()> {
+    check_device_group(ops)?;
+    if let (Some(direct), Some((dtype, layout))) = (shared.direct.get(), gatherv) {
+        queue.bury(&shared.graveyard);
+        comm.failure().check()?;
+        return enqueue_direct_gatherv(comm, queue, direct, &shared.graveyard, dtype, &layout);
+    }
+    enqueue_device_group(comm, queue, shared, ops)
 }
 
 /// Enqueues a group of sends and receives on `queue` (nothing for an

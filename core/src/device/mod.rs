@@ -68,10 +68,12 @@ mod tests;
 
 pub(crate) use crate::transport::device_span::NicAccess;
 pub(crate) use call::{
-    DeviceBuffers, DeviceCall, DeviceP2p, DeviceRange, enqueue_device, enqueue_device_group,
+    DeviceBuffers, DeviceCall, DeviceP2p, DeviceRange, enqueue_device, enqueue_device_exchange,
+    enqueue_device_group,
 };
 pub(crate) use device_queue::{
     CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory,
 };
+pub(crate) use direct::GathervLayout;
 pub(crate) use graveyard::Graveyard;
 pub(crate) use pool::DeviceShared;

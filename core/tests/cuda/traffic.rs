@@ -7,7 +7,8 @@
 //! The all-reduce above the two-shot threshold reads at most
 //! `1.15 x 2 (n - 1) / n` of its bytes from peers for n = 2..8, every
 //! element checked (out of place, in place, and captured in a graph and
-//! replayed with fresh data).
+//! replayed with fresh data); an all_gatherv takes the direct path and
+//! reads each peer's block exactly once.
 
 use std::sync::Arc;
 
@@ -172,11 +173,53 @@ fn child() {
     check(&download(&s, &both), &fresh, "in place", r);
     assert!(read as f64 <= bound, "in place: {read} bytes from peers");
     captured(&cuda, &s, count, seed);
+    gatherv(&cuda, &s, seed);
     if n == 8 {
         driver_calls(&cuda, &s);
     }
     assert!(cuda.async_error().is_none(), "{:?}", cuda.async_error());
     streamcomm_testkit::child_ran();
+}
+
+/// An all_gatherv of uneven blocks (one of them empty, some of several
+/// windows) by the direct path: every element checked, and each peer's
+/// block read exactly once through its window.
+fn gatherv(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) {
+    let (r, n) = (cuda.communicator().rank(), cuda.communicator().size());
+    let counts: Vec<usize> = (0..n).map(|p| [0, 5000, 40_001, 100][p % 4]).collect();
+    let displs: Vec<usize> = counts
+        .iter()
+        .scan(0, |at, &c| {
+            let here = *at + 2;
+            *at = here + c;
+            Some(here)
+        })
+        .collect();
+    let len = displs[n - 1] + counts[n - 1] + 2;
+    let inputs: Vec<Vec<f64>> = (0..n).map(|q| data(seed ^ 0x6a7, q, counts[q])).collect();
+    let padded: Vec<f64> = inputs[r].iter().copied().chain([0.0]).collect();
+    let send = upload::<f32>(s, &padded);
+    let mut recv = poisoned::<f32>(s, len);
+    s.synchronize().unwrap();
+    let (_, read) = counted(|| {
+        cuda.all_gatherv(&send.slice(..counts[r]), &mut recv, &counts, &displs, s)
+            .unwrap();
+        s.synchronize().unwrap();
+    });
+    let got = download(s, &recv);
+    let mut want = vec![crate::backend::POISON; len];
+    for q in 0..n {
+        want[displs[q]..displs[q] + counts[q]].copy_from_slice(&inputs[q]);
+    }
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g, w, "rank {r}/{n}: all_gatherv element {i} of {len}");
+    }
+    let others: usize = (0..n).filter(|&q| q != r).map(|q| 4 * counts[q]).sum();
+    println!("rank {r}/{n}: all_gatherv read {read} bytes from peers, their blocks hold {others}");
+    assert_eq!(
+        read as usize, others,
+        "rank {r}/{n}: all_gatherv's reads from peers"
+    );
 }
 
 /// Every element of `got` against the f64 sum of `inputs`.

@@ -55,7 +55,8 @@ use super::graveyard::Graveyard;
 use crate::comm::failure::Learned;
 use crate::comm::submit::Submit;
 use crate::{Communicator, DataType, ReduceOp, Result};
-use steps::{DirectStep, WindowLayout, direct_steps};
+pub(crate) use steps::GathervLayout;
+use steps::{DirectStep, WindowLayout, direct_steps, gatherv_steps};
 use window::{Off, WindowDevice, Windows};
 use window_watch::{Liveness, WindowWatch};
 
@@ -100,25 +101,68 @@ pub(crate) fn enqueue_direct<Q: DeviceQueue>(
     graveyard: &Arc<Graveyard>,
     call: &DeviceCall,
 ) -> Result<bool> {
-    let w = &direct.windows;
-    let Some(steps) = direct_steps(call, &**w)? else {
+    let Some(steps) = direct_steps(call, &*direct.windows)? else {
         return Ok(false);
     };
-    let result = queue.batched(|| enqueue_steps(queue, w, call, &steps));
+    enqueue_plan(
+        comm,
+        queue,
+        direct,
+        graveyard,
+        (call.dtype, call.op),
+        &steps,
+    )?;
+    Ok(true)
+}
+
+/// Enqueues an `all_gatherv` laid out as `g` on `queue` by the direct
+/// path (every rank with a direct path takes it).
+pub(crate) fn enqueue_direct_gatherv<Q: DeviceQueue>(
+    comm: &dyn Submit,
+    queue: &Q,
+    direct: &Direct,
+    graveyard: &Arc<Graveyard>,
+    dtype: DataType,
+    g: &GathervLayout<'_>,
+) -> Result<()> {
+    let steps = gatherv_steps(&*direct.windows, g);
+    enqueue_plan(
+        comm,
+        queue,
+        direct,
+        graveyard,
+        (dtype, ReduceOp::Sum),
+        &steps,
+    )
+}
+
+/// Enqueues `steps`, reducing (where they do) `dtype` elements with `op`,
+/// and keeps the windows alive for as long as the stream (or a graph that
+/// captured it) may run them.
+fn enqueue_plan<Q: DeviceQueue>(
+    comm: &dyn Submit,
+    queue: &Q,
+    direct: &Direct,
+    graveyard: &Arc<Graveyard>,
+    reduce: (DataType, ReduceOp),
+    steps: &[DirectStep],
+) -> Result<()> {
+    let w = &direct.windows;
+    let result = queue.batched(|| enqueue_steps(queue, w, reduce, steps));
     if let Err(e) = &result {
         // Part of the call may be on the stream: the peers' flag rounds
         // no longer line up with this rank's, so fail rather than drift.
         comm.failure().fail(e, Learned::Call);
     }
     let kept = queue.enqueue_keep(Box::new(w.clone()), graveyard);
-    result.and(kept).map(|()| true)
+    result.and(kept)
 }
 
 /// Enqueues `steps` in order.
 fn enqueue_steps<Q: DeviceQueue>(
     queue: &Q,
     w: &Windows,
-    call: &DeviceCall,
+    (dtype, op): (DataType, ReduceOp),
     steps: &[DirectStep],
 ) -> Result<()> {
     let (me, size) = (w.rank(), w.size());
@@ -173,8 +217,8 @@ fn enqueue_steps<Q: DeviceQueue>(
                 // SAFETY: as above.
                 unsafe {
                     queue.enqueue_reduce(
-                        call.dtype,
-                        call.op,
+                        dtype,
+                        op,
                         srcs,
                         dsts,
                         *count,

@@ -265,6 +265,81 @@ pub(crate) fn direct_steps(
     Ok(Some(steps))
 }
 
+/// Where an `all_gatherv`'s blocks are: this rank's input and the output
+/// (device addresses), and every rank's count and displacement in the
+/// output, in elements of `esz` bytes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GathervLayout<'a> {
+    /// This rank's block (`counts[rank]` elements).
+    pub(crate) send: DevAddr,
+    /// The output, where rank `p`'s block starts at element `displs[p]`.
+    pub(crate) recv: DevAddr,
+    /// Elements of each rank's block.
+    pub(crate) counts: &'a [usize],
+    /// Where each rank's block goes in the output.
+    pub(crate) displs: &'a [usize],
+    /// Bytes of an element.
+    pub(crate) esz: usize,
+}
+
+/// The `all_gatherv` over the windows: this rank's own block is copied
+/// straight into the output; then, per chunk of at most a window (the
+/// same number of chunks on every rank, from the largest block), every
+/// rank copies its block's chunk into its window; *ready*; each copies
+/// every peer's chunk out of the peer's window into its place; *done*.
+/// Each rank reads every other rank's block once from its window, as the
+/// group of sends and receives would move it, without host memory.
+pub(crate) fn gatherv_steps(w: &impl WindowLayout, g: &GathervLayout<'_>) -> Vec<DirectStep> {
+    let (rank, size) = (w.rank(), w.size());
+    let at = |base: DevAddr, bytes: usize| base + bytes as u64;
+    let bytes_of = |p: usize| g.counts[p] * g.esz;
+    let place = |p: usize| at(g.recv, g.displs[p] * g.esz);
+    let mut steps = Vec::new();
+    if bytes_of(rank) > 0 {
+        steps.push(DirectStep::Copy {
+            dst: place(rank),
+            src: g.send,
+            bytes: bytes_of(rank),
+        });
+    }
+    // Whole 256-byte units a round: every chunk starts aligned.
+    let chunk = w.capacity() / 256 * 256;
+    let largest = (0..size).map(bytes_of).max().unwrap_or(0);
+    let rounds = if size > 1 {
+        largest.div_ceil(chunk.max(1))
+    } else {
+        0
+    };
+    // The part of rank `p`'s block that round `c` moves.
+    let part = |p: usize, c: usize| {
+        let off = c * chunk;
+        (off, bytes_of(p).saturating_sub(off).min(chunk))
+    };
+    for c in 0..rounds {
+        let (off, bytes) = part(rank, c);
+        if bytes > 0 {
+            steps.push(DirectStep::Copy {
+                dst: w.data(rank),
+                src: at(g.send, off),
+                bytes,
+            });
+        }
+        steps.push(DirectStep::Arrive(Round::Ready));
+        for p in (0..size).filter(|&p| p != rank) {
+            let (off, bytes) = part(p, c);
+            if bytes > 0 {
+                steps.push(DirectStep::Copy {
+                    dst: at(place(p), off),
+                    src: w.data(p),
+                    bytes,
+                });
+            }
+        }
+        steps.push(DirectStep::Arrive(Round::Done));
+    }
+    steps
+}
+
 /// Smallest all-reduce, in bytes, that takes the two-shot plan (where more
 /// than two ranks take part): below it the one-shot plan's two flag rounds
 /// cost less than the bytes the third round saves.

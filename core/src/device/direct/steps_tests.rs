@@ -15,7 +15,10 @@ use std::collections::BTreeMap;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{DirectStep, TWO_SHOT_MIN_BYTES, WindowLayout, direct_steps, two_shot_chunk};
+use super::{
+    DirectStep, GathervLayout, TWO_SHOT_MIN_BYTES, WindowLayout, direct_steps, gatherv_steps,
+    two_shot_chunk,
+};
 use crate::device::DevAddr;
 use crate::device::call::{DeviceBuffers, DeviceCall, DeviceRange};
 use crate::device::direct::window::Round;
@@ -173,6 +176,33 @@ struct Call {
     in_place: bool,
     /// Elements of the call's `count` (NCCL's meaning).
     count: usize,
+    /// Set for an `all_gatherv` (then `collective` is not used): each
+    /// rank's count; blocks go in reverse rank order, 3 elements apart.
+    gatherv: Option<Vec<usize>>,
+}
+
+impl Call {
+    fn plan(collective: Collective, in_place: bool, count: usize) -> Call {
+        Call {
+            collective,
+            in_place,
+            count,
+            gatherv: None,
+        }
+    }
+}
+
+/// Displacements of an `all_gatherv` of `counts` (reverse rank order, a
+/// gap of 3 before each block) and the output's length.
+fn gatherv_displs(counts: &[usize]) -> (Vec<usize>, usize) {
+    let mut displs = vec![0; counts.len()];
+    let mut at = 0;
+    for p in (0..counts.len()).rev() {
+        at += 3;
+        displs[p] = at;
+        at += counts[p];
+    }
+    (displs, at)
 }
 
 /// Send and receive lengths of `c` on `rank`.
@@ -214,6 +244,37 @@ fn run(calls: &[Call], size: usize, capacity: usize, rng: &mut StdRng) {
     let mut streams: Vec<Vec<Op>> = vec![Vec::new(); size];
     let mut checks = Vec::new();
     for (ci, c) in calls.iter().enumerate() {
+        if let Some(counts) = &c.gatherv {
+            let (displs, len) = gatherv_displs(counts);
+            let inputs: Vec<Vec<u32>> = counts
+                .iter()
+                .map(|&k| (0..k).map(|_| rng.gen_range(0..1 << 24)).collect())
+                .collect();
+            let mut want = vec![0xfeed_f00d; len];
+            for p in 0..size {
+                want[displs[p]..displs[p] + counts[p]].copy_from_slice(&inputs[p]);
+            }
+            for (r, stream) in streams.iter_mut().enumerate() {
+                let (send, recv) = (buffer_base(ci, r, 0), buffer_base(ci, r, 1));
+                mem.add(send, inputs[r].clone());
+                mem.add(recv, vec![0xfeed_f00d; len]);
+                let layout = Layout {
+                    rank: r,
+                    size,
+                    capacity,
+                };
+                let g = GathervLayout {
+                    send,
+                    recv,
+                    counts,
+                    displs: &displs,
+                    esz: ESZ,
+                };
+                stream.extend(ops(gatherv_steps(&layout, &g), r, size));
+                checks.push((ci, r, recv, want.clone()));
+            }
+            continue;
+        }
         let (send_len, recv_len) = lens(c, size);
         let inputs: Vec<Vec<u32>> = (0..size)
             .map(|_| (0..send_len).map(|_| rng.gen_range(0..1 << 24)).collect())
@@ -329,7 +390,11 @@ fn run(calls: &[Call], size: usize, capacity: usize, rng: &mut StdRng) {
                 g,
                 w,
                 "call {ci} ({}{}), rank {r}/{size}: element {i} of {}",
-                calls[ci].collective.name(),
+                if calls[ci].gatherv.is_some() {
+                    "all_gatherv"
+                } else {
+                    calls[ci].collective.name()
+                },
                 if calls[ci].in_place { ", in place" } else { "" },
                 want.len()
             );
@@ -348,7 +413,7 @@ fn every_plan_keeps_its_writes_behind_the_peers_reads_under_random_interleavings
     // Small windows: several chunks a call.
     let capacity = 2048;
     for size in 2..=8 {
-        let calls: Vec<Call> = [
+        let mut calls: Vec<Call> = [
             Collective::AllReduce,
             Collective::AllGather,
             Collective::Barrier,
@@ -360,12 +425,24 @@ fn every_plan_keeps_its_writes_behind_the_peers_reads_under_random_interleavings
         ]
         .into_iter()
         .enumerate()
-        .map(|(i, collective)| Call {
-            collective,
-            in_place: i % 2 == 1 && collective != Collective::AllToAll,
-            count: 3 * capacity / ESZ / size + 5 * i,
+        .map(|(i, collective)| {
+            let in_place = i % 2 == 1 && collective != Collective::AllToAll;
+            Call::plan(collective, in_place, 3 * capacity / ESZ / size + 5 * i)
         })
         .collect();
+        // An all_gatherv of blocks from none to several windows, between
+        // plans, so that the rounds around it are checked too.
+        calls.insert(
+            3,
+            Call {
+                gatherv: Some(
+                    (0..size)
+                        .map(|p| [0, 7, capacity / ESZ, 3 * capacity / ESZ + 11][p % 4])
+                        .collect(),
+                ),
+                ..Call::plan(Collective::AllGather, false, 0)
+            },
+        );
         for _ in 0..6 {
             run(&calls, size, capacity, &mut rng);
         }
@@ -383,21 +460,9 @@ fn the_two_shot_all_reduce_keeps_its_writes_behind_the_peers_reads() {
         let chunk = two_shot_chunk(capacity, ESZ, size);
         let count = (TWO_SHOT_MIN_BYTES / ESZ).next_multiple_of(chunk) + chunk / 3 + 1;
         let calls = [
-            Call {
-                collective: Collective::AllReduce,
-                in_place: false,
-                count,
-            },
-            Call {
-                collective: Collective::AllReduce,
-                in_place: true,
-                count: count + 17,
-            },
-            Call {
-                collective: Collective::AllReduce,
-                in_place: false,
-                count: 100,
-            },
+            Call::plan(Collective::AllReduce, false, count),
+            Call::plan(Collective::AllReduce, true, count + 17),
+            Call::plan(Collective::AllReduce, false, 100),
         ];
         for _ in 0..3 {
             run(&calls, size, capacity, &mut rng);
