@@ -10,8 +10,8 @@ use crate::comm::Communicator;
 use crate::comm::buffer::{AsBufView, Binding};
 use crate::comm::submit::Submit;
 use crate::host::HostStream;
-use crate::plan::Collective;
-use crate::{Error, ReduceOp, Result};
+use crate::plan::{Collective, CountFrom, Lens, count_from};
+use crate::{ReduceOp, Result};
 
 impl Communicator {
     /// Element-wise reduction of every rank's `send` into every rank's `recv`
@@ -41,7 +41,7 @@ impl Communicator {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when `recv` is too small, the element types
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `recv` is too small, the element types
     /// differ, or `send` and `recv` are the same buffer; the stored error if
     /// the communicator has failed. Execution errors surface from the stream.
     pub fn all_reduce(
@@ -51,18 +51,7 @@ impl Communicator {
         op: ReduceOp,
         stream: &HostStream,
     ) -> Result<()> {
-        let (s, r) = (send.buf_view(), recv.buf_view());
-        let binding = Binding::Separate {
-            send: Some(s.clone()),
-            recv: Some(r),
-        };
-        stream.enqueue(self.collective_task(
-            Collective::AllReduce,
-            s.dtype(),
-            op,
-            s.len(),
-            binding,
-        )?)
+        self.separate(Collective::AllReduce, op, send, recv, stream)
     }
 
     /// [`Communicator::all_reduce`] with one buffer as input and output.
@@ -97,15 +86,7 @@ impl Communicator {
         op: ReduceOp,
         stream: &HostStream,
     ) -> Result<()> {
-        let v = buf.buf_view();
-        let (dtype, count) = (v.dtype(), v.len());
-        stream.enqueue(self.collective_task(
-            Collective::AllReduce,
-            dtype,
-            op,
-            count,
-            Binding::InPlace(v),
-        )?)
+        self.in_place(Collective::AllReduce, op, buf, stream)
     }
 
     /// Copies `root`'s `send` into every rank's `recv` (`count = recv.len()`;
@@ -143,20 +124,8 @@ impl Communicator {
         root: usize,
         stream: &HostStream,
     ) -> Result<()> {
-        let (s, r) = (send.buf_view(), recv.buf_view());
-        let (dtype, count) = (r.dtype(), r.len());
-        let send = (self.rank() == root).then_some(s);
-        let binding = Binding::Separate {
-            send,
-            recv: Some(r),
-        };
-        stream.enqueue(self.collective_task(
-            Collective::Broadcast { root },
-            dtype,
-            ReduceOp::Sum,
-            count,
-            binding,
-        )?)
+        let broadcast = Collective::Broadcast { root };
+        self.separate(broadcast, ReduceOp::Sum, send, recv, stream)
     }
 
     /// [`Communicator::broadcast`] in one buffer (the root's is the source).
@@ -194,15 +163,7 @@ impl Communicator {
         root: usize,
         stream: &HostStream,
     ) -> Result<()> {
-        let v = buf.buf_view();
-        let (dtype, count) = (v.dtype(), v.len());
-        stream.enqueue(self.collective_task(
-            Collective::Broadcast { root },
-            dtype,
-            ReduceOp::Sum,
-            count,
-            Binding::InPlace(v),
-        )?)
+        self.in_place(Collective::Broadcast { root }, ReduceOp::Sum, buf, stream)
     }
 
     /// Reduces every rank's `send` into `root`'s `recv` (`count = send.len()`;
@@ -243,20 +204,7 @@ impl Communicator {
         root: usize,
         stream: &HostStream,
     ) -> Result<()> {
-        let (s, r) = (send.buf_view(), recv.buf_view());
-        let (dtype, count) = (s.dtype(), s.len());
-        let recv = (self.rank() == root).then_some(r);
-        let binding = Binding::Separate {
-            send: Some(s),
-            recv,
-        };
-        stream.enqueue(self.collective_task(
-            Collective::Reduce { root },
-            dtype,
-            op,
-            count,
-            binding,
-        )?)
+        self.separate(Collective::Reduce { root }, op, send, recv, stream)
     }
 
     /// [`Communicator::reduce`] in one buffer.
@@ -294,15 +242,7 @@ impl Communicator {
         root: usize,
         stream: &HostStream,
     ) -> Result<()> {
-        let v = buf.buf_view();
-        let (dtype, count) = (v.dtype(), v.len());
-        stream.enqueue(self.collective_task(
-            Collective::Reduce { root },
-            dtype,
-            op,
-            count,
-            Binding::InPlace(v),
-        )?)
+        self.in_place(Collective::Reduce { root }, op, buf, stream)
     }
 
     /// Concatenates every rank's `send` (in rank order) into every rank's
@@ -339,19 +279,7 @@ impl Communicator {
         recv: &mut impl AsBufView,
         stream: &HostStream,
     ) -> Result<()> {
-        let (s, r) = (send.buf_view(), recv.buf_view());
-        let (dtype, count) = (s.dtype(), s.len());
-        let binding = Binding::Separate {
-            send: Some(s),
-            recv: Some(r),
-        };
-        stream.enqueue(self.collective_task(
-            Collective::AllGather,
-            dtype,
-            ReduceOp::Sum,
-            count,
-            binding,
-        )?)
+        self.separate(Collective::AllGather, ReduceOp::Sum, send, recv, stream)
     }
 
     /// [`Communicator::all_gather`] in one buffer of `size * count` elements,
@@ -383,15 +311,7 @@ impl Communicator {
     /// # Errors
     /// As [`Communicator::all_reduce`], plus a length not divisible by the size.
     pub fn all_gather_in_place(&self, buf: &mut impl AsBufView, stream: &HostStream) -> Result<()> {
-        let v = buf.buf_view();
-        let count = self.per_rank(v.len(), "all_gather_in_place")?;
-        stream.enqueue(self.collective_task(
-            Collective::AllGather,
-            v.dtype(),
-            ReduceOp::Sum,
-            count,
-            Binding::InPlace(v),
-        )?)
+        self.in_place(Collective::AllGather, ReduceOp::Sum, buf, stream)
     }
 
     /// Reduces every rank's `send` (`size * count` elements) and leaves block
@@ -430,19 +350,7 @@ impl Communicator {
         op: ReduceOp,
         stream: &HostStream,
     ) -> Result<()> {
-        let (s, r) = (send.buf_view(), recv.buf_view());
-        let (dtype, count) = (r.dtype(), r.len());
-        let binding = Binding::Separate {
-            send: Some(s),
-            recv: Some(r),
-        };
-        stream.enqueue(self.collective_task(
-            Collective::ReduceScatter,
-            dtype,
-            op,
-            count,
-            binding,
-        )?)
+        self.separate(Collective::ReduceScatter, op, send, recv, stream)
     }
 
     /// [`Communicator::reduce_scatter`] in one buffer of `size * count`
@@ -479,15 +387,7 @@ impl Communicator {
         op: ReduceOp,
         stream: &HostStream,
     ) -> Result<()> {
-        let v = buf.buf_view();
-        let count = self.per_rank(v.len(), "reduce_scatter_in_place")?;
-        stream.enqueue(self.collective_task(
-            Collective::ReduceScatter,
-            v.dtype(),
-            op,
-            count,
-            Binding::InPlace(v),
-        )?)
+        self.in_place(Collective::ReduceScatter, op, buf, stream)
     }
 
     /// Sends block `j` of `send` to rank `j`, which stores it as block `rank`
@@ -525,28 +425,55 @@ impl Communicator {
         recv: &mut impl AsBufView,
         stream: &HostStream,
     ) -> Result<()> {
-        let (s, r) = (send.buf_view(), recv.buf_view());
-        let (dtype, count) = (s.dtype(), self.per_rank(s.len(), "all_to_all")?);
-        let binding = Binding::Separate {
-            send: Some(s),
-            recv: Some(r),
-        };
-        stream.enqueue(self.collective_task(
-            Collective::AllToAll,
-            dtype,
-            ReduceOp::Sum,
-            count,
-            binding,
-        )?)
+        self.separate(Collective::AllToAll, ReduceOp::Sum, send, recv, stream)
     }
 
-    fn per_rank(&self, len: usize, what: &str) -> Result<usize> {
+    /// The front door of every collective with separate buffers: NCCL's
+    /// count and the element type from the buffers by the rule every face
+    /// shares ([`crate::plan::count_from`]), a rooted collective's buffer
+    /// that this rank does not use left out, then one task on `stream`.
+    fn separate(
+        &self,
+        collective: Collective,
+        op: ReduceOp,
+        send: &impl AsBufView,
+        recv: &mut impl AsBufView,
+        stream: &HostStream,
+    ) -> Result<()> {
+        let (s, r) = (send.buf_view(), recv.buf_view());
+        let lens = Lens::Separate {
+            send: s.len(),
+            recv: r.len(),
+        };
+        let core = &self.inner.core;
+        let (count, from) = count_from(collective, lens, core.size())?;
+        let dtype = match from {
+            CountFrom::Recv => r.dtype(),
+            _ => s.dtype(),
+        };
+        let rank = core.rank();
+        let reads = !matches!(collective, Collective::Broadcast { root } if root != rank);
+        let writes = !matches!(collective, Collective::Reduce { root } if root != rank);
+        let binding = Binding::Separate {
+            send: reads.then_some(s),
+            recv: writes.then_some(r),
+        };
+        stream.enqueue(self.collective_task(collective, dtype, op, count, binding)?)
+    }
+
+    /// The front door of every collective in one buffer (NCCL's in-place
+    /// layout), as [`Communicator::separate`].
+    fn in_place(
+        &self,
+        collective: Collective,
+        op: ReduceOp,
+        buf: &mut impl AsBufView,
+        stream: &HostStream,
+    ) -> Result<()> {
+        let v = buf.buf_view();
         let size = self.inner.core.size();
-        if !len.is_multiple_of(size) {
-            return Err(Error::invalid(format!(
-                "{what}: buffer of {len} elements is not divisible by the {size} ranks"
-            )));
-        }
-        Ok(len / size)
+        let (count, _) = count_from(collective, Lens::InPlace(v.len()), size)?;
+        let dtype = v.dtype();
+        stream.enqueue(self.collective_task(collective, dtype, op, count, Binding::InPlace(v))?)
     }
 }

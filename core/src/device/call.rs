@@ -13,7 +13,7 @@ use crate::comm::p2p::{Dir, GroupMemory};
 use crate::comm::submit::Submit;
 use crate::comm::{Binding, BufView};
 use crate::host::{Job, Task};
-use crate::plan::Collective;
+use crate::plan::{Collective, Lens, count_from};
 use crate::transport::device_span::{DeviceSpan, NicAccess};
 use crate::{DataType, Error, ReduceOp, Result};
 
@@ -197,31 +197,18 @@ impl DeviceCall {
         }
     }
 
-    /// The element count of the collective, derived from the buffers as the
-    /// host calls do.
+    /// The element count of the collective, derived from the buffers by
+    /// the rule every face shares ([`crate::plan::count_from`]).
     pub(crate) fn count(&self, size: usize) -> Result<usize> {
-        let name = self.collective.name();
-        let per_rank = |len: usize| {
-            if !len.is_multiple_of(size) {
-                return Err(Error::invalid(format!(
-                    "{name}: buffer of {len} elements is not divisible by the {size} ranks"
-                )));
-            }
-            Ok(len / size)
+        let lens = match self.buffers {
+            DeviceBuffers::None => return Ok(0),
+            DeviceBuffers::InPlace(b) => Lens::InPlace(b.len),
+            DeviceBuffers::Separate { send, recv } => Lens::Separate {
+                send: send.len,
+                recv: recv.len,
+            },
         };
-        Ok(match (self.collective, self.buffers) {
-            (_, DeviceBuffers::None) => 0,
-            (Collective::AllGather | Collective::ReduceScatter, DeviceBuffers::InPlace(b)) => {
-                per_rank(b.len)?
-            }
-            (_, DeviceBuffers::InPlace(b)) => b.len,
-            (
-                Collective::Broadcast { .. } | Collective::ReduceScatter,
-                DeviceBuffers::Separate { recv, .. },
-            ) => recv.len,
-            (Collective::AllToAll, DeviceBuffers::Separate { send, .. }) => per_rank(send.len)?,
-            (_, DeviceBuffers::Separate { send, .. }) => send.len,
-        })
+        Ok(count_from(self.collective, lens, size)?.0)
     }
 }
 

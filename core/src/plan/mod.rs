@@ -162,6 +162,71 @@ pub(crate) fn buffer_counts(
     }
 }
 
+/// The lengths of the buffers a call was given, in elements: what every
+/// face knows before NCCL's `count` is derived ([`count_from`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lens {
+    /// Distinct input and output.
+    Separate {
+        /// Elements of the send buffer.
+        send: usize,
+        /// Elements of the receive buffer.
+        recv: usize,
+    },
+    /// One buffer at NCCL's in-place offsets.
+    InPlace(usize),
+}
+
+/// Which buffer of a separate call gives its count (and element type).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CountFrom {
+    /// The send buffer.
+    Send,
+    /// The receive buffer.
+    Recv,
+    /// The one in-place buffer.
+    InPlace,
+}
+
+/// NCCL's `count` of a `collective` call over `size` ranks given buffers of
+/// `lens` elements, and the buffer it comes from: the send buffer's length
+/// (its blocks' for all-to-all), the receive buffer's for broadcast and
+/// reduce-scatter (whose send side is the root's only, or `size` blocks),
+/// and in place the buffer's (its blocks' for all-gather and
+/// reduce-scatter). The one rule of every face (host streams, CUDA
+/// streams, raw pointers); the plan then checks the buffers against the
+/// lengths the count needs.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when a length that holds `size` blocks is not
+/// divisible by `size`.
+pub(crate) fn count_from(
+    collective: Collective,
+    lens: Lens,
+    size: usize,
+) -> Result<(usize, CountFrom), Error> {
+    let per_rank = |len: usize| {
+        if size == 0 || !len.is_multiple_of(size) {
+            return Err(Error::invalid(format!(
+                "{}: buffer of {len} elements is not divisible by the {size} ranks",
+                collective.name()
+            )));
+        }
+        Ok(len / size)
+    };
+    Ok(match (collective, lens) {
+        (Collective::AllGather | Collective::ReduceScatter, Lens::InPlace(len)) => {
+            (per_rank(len)?, CountFrom::InPlace)
+        }
+        (_, Lens::InPlace(len)) => (len, CountFrom::InPlace),
+        (Collective::Broadcast { .. } | Collective::ReduceScatter, Lens::Separate { recv, .. }) => {
+            (recv, CountFrom::Recv)
+        }
+        (Collective::AllToAll, Lens::Separate { send, .. }) => (per_rank(send)?, CountFrom::Send),
+        (_, Lens::Separate { send, .. }) => (send, CountFrom::Send),
+    })
+}
+
 /// What the algorithm files need: who we are, how much, and the chunk size.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Geometry {
