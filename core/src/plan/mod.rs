@@ -415,4 +415,47 @@ mod tests {
             assert!(plan.steps.is_empty(), "{c:?}");
         }
     }
+
+    #[test]
+    fn the_count_comes_from_the_buffer_each_collective_names() {
+        let sep = Lens::Separate { send: 12, recv: 4 };
+        let cases = [
+            (Collective::AllReduce, sep, (12, CountFrom::Send)),
+            (Collective::Reduce { root: 1 }, sep, (12, CountFrom::Send)),
+            (Collective::Broadcast { root: 1 }, sep, (4, CountFrom::Recv)),
+            (Collective::AllGather, sep, (12, CountFrom::Send)),
+            (Collective::ReduceScatter, sep, (4, CountFrom::Recv)),
+            (Collective::AllToAll, sep, (3, CountFrom::Send)),
+            (
+                Collective::AllReduce,
+                Lens::InPlace(8),
+                (8, CountFrom::InPlace),
+            ),
+            (
+                Collective::AllGather,
+                Lens::InPlace(8),
+                (2, CountFrom::InPlace),
+            ),
+            (
+                Collective::ReduceScatter,
+                Lens::InPlace(8),
+                (2, CountFrom::InPlace),
+            ),
+            (
+                Collective::AllToAll,
+                Lens::InPlace(8),
+                (8, CountFrom::InPlace),
+            ),
+        ];
+        for (c, lens, want) in cases {
+            assert_eq!(count_from(c, lens, 4).unwrap(), want, "{c:?} {lens:?}");
+        }
+        let odd = count_from(Collective::AllGather, Lens::InPlace(10), 4).unwrap_err();
+        assert!(
+            odd.to_string()
+                .contains("all_gather: buffer of 10 elements is not divisible by the 4 ranks"),
+            "{odd}"
+        );
+        assert!(count_from(Collective::AllToAll, sep, 0).is_err());
+    }
 }
