@@ -14,7 +14,9 @@ use super::CudaComm;
 use crate::Result;
 use crate::comm::p2p::Dir;
 use crate::comm::p2p::exchange::Exchange;
-use crate::device::{DevAddr, DeviceP2p, DeviceRange, GathervLayout};
+use crate::device::{
+    DevAddr, DeviceP2p, DeviceRange, DirectExchange, GathervLayout, ScatterLayout,
+};
 use crate::host::Element;
 
 impl CudaComm {
@@ -64,22 +66,37 @@ impl CudaComm {
                 },
             })
             .collect();
-        // An all_gatherv may take the direct path: its blocks' layout.
-        let gatherv = match x {
-            Exchange::AllGatherv { counts, displs } => Some((
-                T::DTYPE,
-                GathervLayout {
-                    send: s,
-                    recv: r,
-                    counts,
-                    displs,
-                    esz: T::DTYPE.size(),
-                },
-            )),
-            _ => None,
+        // Its form on the direct path, where it has one: the blocks' layout.
+        let (size, esz) = (self.comm.size(), T::DTYPE.size());
+        let uniform: (Vec<usize>, Vec<usize>);
+        let gather = |counts, displs, only_to| {
+            DirectExchange::Gather(GathervLayout {
+                send: s,
+                recv: r,
+                counts,
+                displs,
+                esz,
+                only_to,
+            })
         };
+        let direct_form = match x {
+            Exchange::AllGatherv { counts, displs } => Some(gather(counts, displs, None)),
+            Exchange::Gather { root, count } => {
+                uniform = (vec![count; size], (0..size).map(|p| p * count).collect());
+                Some(gather(&uniform.0, &uniform.1, Some(root)))
+            }
+            Exchange::Scatter { root, count } => Some(DirectExchange::Scatter(ScatterLayout {
+                send: s,
+                recv: r,
+                count,
+                root,
+                esz,
+            })),
+            Exchange::AllToAllv { .. } => None,
+        };
+        let direct_form = direct_form.map(|x| (T::DTYPE, x));
         let queue = self.queue(stream, call)?;
-        crate::device::enqueue_device_exchange(&self.comm, &queue, &self.shared, &ops, gatherv)
+        crate::device::enqueue_device_exchange(&self.comm, &queue, &self.shared, &ops, direct_form)
     }
 
     /// Gathers `send` from every rank into `recv` at `root`, block `j` from

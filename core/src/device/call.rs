@@ -5,7 +5,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use super::device_queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
-use super::direct::{GathervLayout, enqueue_direct, enqueue_direct_gatherv};
+use super::direct::{DirectExchange, enqueue_direct, enqueue_direct_exchange};
 use super::pool::{DeviceShared, Pool};
 use super::runner::Runner;
 use crate::comm::failure::{FailureState, Learned};
@@ -234,22 +234,24 @@ pub(crate) fn enqueue_device<Q: DeviceQueue>(
 }
 
 /// Enqueues the sends and receives of an exchange (a collective made of
-/// them) on `queue`: by the direct path where it is on and the exchange is
-/// an `all_gatherv` laid out as `gatherv` (device copies through the
-/// windows), else as [`enqueue_device_group`]. Checked as a group first,
-/// whichever path runs it.
+/// them) on `queue`: by the direct path where it is on and the exchange
+/// has a direct form (`direct_form`: device copies through the windows),
+/// else as [`enqueue_device_group`]. Checked as a group first, whichever
+/// path runs it.
 pub(crate) fn enqueue_device_exchange<Q: DeviceQueue>(
     comm: &dyn Submit,
     queue: &Q,
     shared: &DeviceShared<Q::Staging, Q::Signal>,
     ops: &[DeviceP2p],
-    gatherv: Option<(DataType, GathervLayout<'_>)>,
+    direct_form: Option<(DataType, DirectExchange<'_>)>,
 ) -> Result<()> {
     check_device_group(ops)?;
-    if let (Some(direct), Some((dtype, layout))) = (shared.direct.get(), gatherv) {
+    if let (Some(direct), Some((dtype, x))) = (shared.direct.get(), direct_form) {
         queue.bury(&shared.graveyard);
         comm.failure().check()?;
-        return enqueue_direct_gatherv(comm, queue, direct, &shared.graveyard, dtype, &layout);
+        if enqueue_direct_exchange(comm, queue, direct, &shared.graveyard, dtype, &x)? {
+            return Ok(());
+        }
     }
     enqueue_device_group(comm, queue, shared, ops)
 }

@@ -74,6 +74,6 @@ pub(crate) use call::{
 pub(crate) use device_queue::{
     CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory,
 };
-pub(crate) use direct::GathervLayout;
+pub(crate) use direct::{DirectExchange, GathervLayout, ScatterLayout};
 pub(crate) use graveyard::Graveyard;
 pub(crate) use pool::DeviceShared;

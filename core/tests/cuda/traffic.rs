@@ -7,8 +7,8 @@
 //! The all-reduce above the two-shot threshold reads at most
 //! `1.15 x 2 (n - 1) / n` of its bytes from peers for n = 2..8, every
 //! element checked (out of place, in place, and captured in a graph and
-//! replayed with fresh data); an all_gatherv takes the direct path and
-//! reads each peer's block exactly once.
+//! replayed with fresh data); all_gatherv, gather and scatter take the
+//! direct path and read each block they receive exactly once.
 
 use std::sync::Arc;
 
@@ -174,6 +174,7 @@ fn child() {
     assert!(read as f64 <= bound, "in place: {read} bytes from peers");
     captured(&cuda, &s, count, seed);
     gatherv(&cuda, &s, seed);
+    gather_scatter(&cuda, &s, seed);
     if n == 8 {
         driver_calls(&cuda, &s);
     }
@@ -219,6 +220,56 @@ fn gatherv(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) {
     assert_eq!(
         read as usize, others,
         "rank {r}/{n}: all_gatherv's reads from peers"
+    );
+}
+
+/// A gather to the last rank and a scatter from rank 0, of blocks of
+/// several windows' parts, by the direct path: every element checked, the
+/// root of the gather reads each peer's block once through its window,
+/// each rank of the scatter its own block once through the root's.
+fn gather_scatter(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) {
+    let (r, n) = (cuda.communicator().rank(), cuda.communicator().size());
+    let count = 3 * WINDOW / 4 / n + 77;
+    let inputs: Vec<Vec<f64>> = (0..n).map(|q| data(seed ^ 0x6a8, q, count)).collect();
+    let send = upload::<f32>(s, &inputs[r]);
+    let mut all = poisoned::<f32>(s, n * count);
+    s.synchronize().unwrap();
+    let root = n - 1;
+    let (_, read) = counted(|| {
+        cuda.gather(&send, &mut all, root, s).unwrap();
+        s.synchronize().unwrap();
+    });
+    let want_read = if r == root { 4 * count * (n - 1) } else { 0 };
+    println!("rank {r}/{n}: gather read {read} bytes from peers, expected {want_read}");
+    assert_eq!(
+        read as usize, want_read,
+        "rank {r}/{n}: gather's reads from peers"
+    );
+    if r == root {
+        let got = download(s, &all);
+        assert_eq!(got, inputs.concat(), "rank {r}/{n}: gathered blocks");
+    }
+    // Scatter: rank 0's blocks, of its own inputs.
+    let blocks: Vec<f64> = (0..n * count)
+        .map(|i| inputs[0][i % count] + (i / count) as f64)
+        .collect();
+    let src = upload::<f32>(s, &blocks);
+    let mut mine = poisoned::<f32>(s, count);
+    s.synchronize().unwrap();
+    let (_, read) = counted(|| {
+        cuda.scatter(&src, &mut mine, 0, s).unwrap();
+        s.synchronize().unwrap();
+    });
+    let want_read = if r == 0 { 0 } else { 4 * count };
+    println!("rank {r}/{n}: scatter read {read} bytes from peers, expected {want_read}");
+    assert_eq!(
+        read as usize, want_read,
+        "rank {r}/{n}: scatter's reads from peers"
+    );
+    assert_eq!(
+        download(s, &mine),
+        blocks[r * count..][..count],
+        "rank {r}/{n}: scattered block"
     );
 }
 

@@ -55,8 +55,8 @@ use super::graveyard::Graveyard;
 use crate::comm::failure::Learned;
 use crate::comm::submit::Submit;
 use crate::{Communicator, DataType, ReduceOp, Result};
-pub(crate) use steps::GathervLayout;
-use steps::{DirectStep, WindowLayout, direct_steps, gatherv_steps};
+pub(crate) use steps::{DirectExchange, GathervLayout, ScatterLayout};
+use steps::{DirectStep, WindowLayout, direct_steps, exchange_steps};
 use window::{Off, WindowDevice, Windows};
 use window_watch::{Liveness, WindowWatch};
 
@@ -115,17 +115,20 @@ pub(crate) fn enqueue_direct<Q: DeviceQueue>(
     Ok(true)
 }
 
-/// Enqueues an `all_gatherv` laid out as `g` on `queue` by the direct
-/// path (every rank with a direct path takes it).
-pub(crate) fn enqueue_direct_gatherv<Q: DeviceQueue>(
+/// Enqueues the exchange `x` (elements of `dtype`) on `queue` by the
+/// direct path. `Ok(false)`, with nothing enqueued, when the path does not
+/// take it (every rank decides alike: the windows are the same size).
+pub(crate) fn enqueue_direct_exchange<Q: DeviceQueue>(
     comm: &dyn Submit,
     queue: &Q,
     direct: &Direct,
     graveyard: &Arc<Graveyard>,
     dtype: DataType,
-    g: &GathervLayout<'_>,
-) -> Result<()> {
-    let steps = gatherv_steps(&*direct.windows, g);
+    x: &DirectExchange<'_>,
+) -> Result<bool> {
+    let Some(steps) = exchange_steps(&*direct.windows, x) else {
+        return Ok(false);
+    };
     enqueue_plan(
         comm,
         queue,
@@ -133,7 +136,8 @@ pub(crate) fn enqueue_direct_gatherv<Q: DeviceQueue>(
         graveyard,
         (dtype, ReduceOp::Sum),
         &steps,
-    )
+    )?;
+    Ok(true)
 }
 
 /// Enqueues `steps`, reducing (where they do) `dtype` elements with `op`,

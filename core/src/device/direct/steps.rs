@@ -265,9 +265,9 @@ pub(crate) fn direct_steps(
     Ok(Some(steps))
 }
 
-/// Where an `all_gatherv`'s blocks are: this rank's input and the output
-/// (device addresses), and every rank's count and displacement in the
-/// output, in elements of `esz` bytes.
+/// Where an `all_gatherv`'s (or a gather's) blocks are: this rank's input
+/// and the output (device addresses), and every rank's count and
+/// displacement in the output, in elements of `esz` bytes.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct GathervLayout<'a> {
     /// This rank's block (`counts[rank]` elements).
@@ -280,22 +280,81 @@ pub(crate) struct GathervLayout<'a> {
     pub(crate) displs: &'a [usize],
     /// Bytes of an element.
     pub(crate) esz: usize,
+    /// The one rank that receives (a gather's root), or `None` when every
+    /// rank does (`all_gatherv`).
+    pub(crate) only_to: Option<usize>,
 }
 
-/// The `all_gatherv` over the windows: this rank's own block is copied
-/// straight into the output; then, per chunk of at most a window (the
+/// Where a scatter's blocks are: the root's input (`size` blocks of
+/// `count` elements of `esz` bytes) and this rank's output.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ScatterLayout {
+    /// The root's input (not read elsewhere).
+    pub(crate) send: DevAddr,
+    /// This rank's block of the output.
+    pub(crate) recv: DevAddr,
+    /// Elements of each block.
+    pub(crate) count: usize,
+    /// The sending rank.
+    pub(crate) root: usize,
+    /// Bytes of an element.
+    pub(crate) esz: usize,
+}
+
+/// A collective made of sends and receives that the direct path runs
+/// through the windows. (An all_to_allv's counts differ between pairs and
+/// no rank knows them all, so the ranks could not agree on the rounds: it
+/// stays a group.)
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum DirectExchange<'a> {
+    /// An `all_gatherv`, or a gather.
+    Gather(GathervLayout<'a>),
+    /// A scatter.
+    Scatter(ScatterLayout),
+}
+
+/// The steps of `x` over the windows `w`, or `None` where a window is too
+/// small for the exchange's chunks (a scatter cuts the root's window into
+/// one part per rank, each of at least 256 bytes).
+pub(crate) fn exchange_steps(
+    w: &impl WindowLayout,
+    x: &DirectExchange<'_>,
+) -> Option<Vec<DirectStep>> {
+    if w.capacity() / w.size() < 256 {
+        return None;
+    }
+    Some(match x {
+        DirectExchange::Gather(g) => gather_steps(w, g),
+        DirectExchange::Scatter(s) => scatter_steps(w, s),
+    })
+}
+
+/// Rounds of `chunk` bytes that move `largest` bytes (none for one rank,
+/// which has no peer to wait for).
+fn rounds(size: usize, largest: usize, chunk: usize) -> usize {
+    if size > 1 {
+        largest.div_ceil(chunk.max(1))
+    } else {
+        0
+    }
+}
+
+/// The gather over the windows: the receiving rank's own block is copied
+/// straight into its output; then, per chunk of at most a window (the
 /// same number of chunks on every rank, from the largest block), every
-/// rank copies its block's chunk into its window; *ready*; each copies
-/// every peer's chunk out of the peer's window into its place; *done*.
-/// Each rank reads every other rank's block once from its window, as the
-/// group of sends and receives would move it, without host memory.
-pub(crate) fn gatherv_steps(w: &impl WindowLayout, g: &GathervLayout<'_>) -> Vec<DirectStep> {
+/// rank copies its block's chunk into its window; *ready*; each receiving
+/// rank copies every peer's chunk out of the peer's window into its
+/// place; *done*. Each block is read once from its window by each
+/// receiver, as the group of sends and receives would move it, without
+/// host memory.
+fn gather_steps(w: &impl WindowLayout, g: &GathervLayout<'_>) -> Vec<DirectStep> {
     let (rank, size) = (w.rank(), w.size());
+    let receives = g.only_to.is_none_or(|root| root == rank);
     let at = |base: DevAddr, bytes: usize| base + bytes as u64;
     let bytes_of = |p: usize| g.counts[p] * g.esz;
     let place = |p: usize| at(g.recv, g.displs[p] * g.esz);
     let mut steps = Vec::new();
-    if bytes_of(rank) > 0 {
+    if receives && bytes_of(rank) > 0 {
         steps.push(DirectStep::Copy {
             dst: place(rank),
             src: g.send,
@@ -305,17 +364,12 @@ pub(crate) fn gatherv_steps(w: &impl WindowLayout, g: &GathervLayout<'_>) -> Vec
     // Whole 256-byte units a round: every chunk starts aligned.
     let chunk = w.capacity() / 256 * 256;
     let largest = (0..size).map(bytes_of).max().unwrap_or(0);
-    let rounds = if size > 1 {
-        largest.div_ceil(chunk.max(1))
-    } else {
-        0
-    };
     // The part of rank `p`'s block that round `c` moves.
     let part = |p: usize, c: usize| {
         let off = c * chunk;
         (off, bytes_of(p).saturating_sub(off).min(chunk))
     };
-    for c in 0..rounds {
+    for c in 0..rounds(size, largest, chunk) {
         let (off, bytes) = part(rank, c);
         if bytes > 0 {
             steps.push(DirectStep::Copy {
@@ -325,7 +379,7 @@ pub(crate) fn gatherv_steps(w: &impl WindowLayout, g: &GathervLayout<'_>) -> Vec
             });
         }
         steps.push(DirectStep::Arrive(Round::Ready));
-        for p in (0..size).filter(|&p| p != rank) {
+        for p in (0..size).filter(|&p| p != rank && receives) {
             let (off, bytes) = part(p, c);
             if bytes > 0 {
                 steps.push(DirectStep::Copy {
@@ -334,6 +388,50 @@ pub(crate) fn gatherv_steps(w: &impl WindowLayout, g: &GathervLayout<'_>) -> Vec
                     bytes,
                 });
             }
+        }
+        steps.push(DirectStep::Arrive(Round::Done));
+    }
+    steps
+}
+
+/// The scatter over the windows: the root copies its own block straight
+/// into its output; then, per chunk (the root's window cut into one part
+/// per rank), the root copies each peer's chunk into that peer's part of
+/// its window; *ready*; each peer copies its chunk out; *done*.
+fn scatter_steps(w: &impl WindowLayout, s: &ScatterLayout) -> Vec<DirectStep> {
+    let (rank, size) = (w.rank(), w.size());
+    let at = |base: DevAddr, bytes: usize| base + bytes as u64;
+    let block = s.count * s.esz;
+    let mut steps = Vec::new();
+    if rank == s.root && block > 0 {
+        steps.push(DirectStep::Copy {
+            dst: s.recv,
+            src: at(s.send, rank * block),
+            bytes: block,
+        });
+    }
+    // Each rank's part of the root's window, in whole 256-byte units.
+    let chunk = w.capacity() / size / 256 * 256;
+    for c in 0..rounds(size, block, chunk) {
+        let off = c * chunk;
+        let bytes = block.saturating_sub(off).min(chunk);
+        let slot = |p: usize| at(w.data(s.root), p * chunk);
+        if rank == s.root {
+            for p in (0..size).filter(|&p| p != rank) {
+                steps.push(DirectStep::Copy {
+                    dst: slot(p),
+                    src: at(s.send, p * block + off),
+                    bytes,
+                });
+            }
+        }
+        steps.push(DirectStep::Arrive(Round::Ready));
+        if rank != s.root {
+            steps.push(DirectStep::Copy {
+                dst: at(s.recv, off),
+                src: slot(rank),
+                bytes,
+            });
         }
         steps.push(DirectStep::Arrive(Round::Done));
     }

@@ -16,8 +16,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::{
-    DirectStep, GathervLayout, TWO_SHOT_MIN_BYTES, WindowLayout, direct_steps, gatherv_steps,
-    two_shot_chunk,
+    DirectExchange, DirectStep, GathervLayout, ScatterLayout, TWO_SHOT_MIN_BYTES, WindowLayout,
+    direct_steps, exchange_steps, two_shot_chunk,
 };
 use crate::device::DevAddr;
 use crate::device::call::{DeviceBuffers, DeviceCall, DeviceRange};
@@ -176,9 +176,28 @@ struct Call {
     in_place: bool,
     /// Elements of the call's `count` (NCCL's meaning).
     count: usize,
-    /// Set for an `all_gatherv` (then `collective` is not used): each
-    /// rank's count; blocks go in reverse rank order, 3 elements apart.
-    gatherv: Option<Vec<usize>>,
+    /// Set for an exchange (then `collective` and `count` are not used).
+    exchange: Option<ModelExchange>,
+}
+
+/// The exchanges the direct path runs.
+enum ModelExchange {
+    /// Each rank's count; blocks go in reverse rank order, 3 elements apart.
+    AllGatherv(Vec<usize>),
+    /// `count` elements from every rank to `root`.
+    Gather { root: usize, count: usize },
+    /// `count` elements from `root` to every rank.
+    Scatter { root: usize, count: usize },
+}
+
+impl ModelExchange {
+    fn name(&self) -> &'static str {
+        match self {
+            ModelExchange::AllGatherv(_) => "all_gatherv",
+            ModelExchange::Gather { .. } => "gather",
+            ModelExchange::Scatter { .. } => "scatter",
+        }
+    }
 }
 
 impl Call {
@@ -187,7 +206,7 @@ impl Call {
             collective,
             in_place,
             count,
-            gatherv: None,
+            exchange: None,
         }
     }
 }
@@ -244,34 +263,94 @@ fn run(calls: &[Call], size: usize, capacity: usize, rng: &mut StdRng) {
     let mut streams: Vec<Vec<Op>> = vec![Vec::new(); size];
     let mut checks = Vec::new();
     for (ci, c) in calls.iter().enumerate() {
-        if let Some(counts) = &c.gatherv {
-            let (displs, len) = gatherv_displs(counts);
-            let inputs: Vec<Vec<u32>> = counts
-                .iter()
-                .map(|&k| (0..k).map(|_| rng.gen_range(0..1 << 24)).collect())
-                .collect();
-            let mut want = vec![0xfeed_f00d; len];
-            for p in 0..size {
-                want[displs[p]..displs[p] + counts[p]].copy_from_slice(&inputs[p]);
-            }
-            for (r, stream) in streams.iter_mut().enumerate() {
-                let (send, recv) = (buffer_base(ci, r, 0), buffer_base(ci, r, 1));
-                mem.add(send, inputs[r].clone());
-                mem.add(recv, vec![0xfeed_f00d; len]);
-                let layout = Layout {
-                    rank: r,
-                    size,
-                    capacity,
-                };
-                let g = GathervLayout {
-                    send,
-                    recv,
-                    counts,
-                    displs: &displs,
-                    esz: ESZ,
-                };
-                stream.extend(ops(gatherv_steps(&layout, &g), r, size));
-                checks.push((ci, r, recv, want.clone()));
+        if let Some(x) = &c.exchange {
+            let layout = |r| Layout {
+                rank: r,
+                size,
+                capacity,
+            };
+            let random = |rng: &mut StdRng, k: usize| -> Vec<u32> {
+                (0..k).map(|_| rng.gen_range(0..1 << 24)).collect()
+            };
+            let mut run_on = |r: usize, steps: Option<Vec<DirectStep>>| {
+                let steps = steps.expect("the direct path takes it");
+                streams[r].extend(ops(steps, r, size));
+            };
+            match x {
+                ModelExchange::AllGatherv(counts) => {
+                    let (displs, len) = gatherv_displs(counts);
+                    let inputs: Vec<Vec<u32>> = counts.iter().map(|&k| random(rng, k)).collect();
+                    let mut want = vec![0xfeed_f00d; len];
+                    for p in 0..size {
+                        want[displs[p]..displs[p] + counts[p]].copy_from_slice(&inputs[p]);
+                    }
+                    for (r, input) in inputs.iter().enumerate() {
+                        let (send, recv) = (buffer_base(ci, r, 0), buffer_base(ci, r, 1));
+                        mem.add(send, input.clone());
+                        mem.add(recv, vec![0xfeed_f00d; len]);
+                        let g = GathervLayout {
+                            send,
+                            recv,
+                            counts,
+                            displs: &displs,
+                            esz: ESZ,
+                            only_to: None,
+                        };
+                        run_on(r, exchange_steps(&layout(r), &DirectExchange::Gather(g)));
+                        checks.push((ci, r, recv, want.clone()));
+                    }
+                }
+                &ModelExchange::Gather { root, count } => {
+                    let counts = vec![count; size];
+                    let displs: Vec<usize> = (0..size).map(|p| p * count).collect();
+                    let inputs: Vec<Vec<u32>> = (0..size).map(|_| random(rng, count)).collect();
+                    for r in 0..size {
+                        let send = buffer_base(ci, r, 0);
+                        mem.add(send, inputs[r].clone());
+                        // Only the root has an output.
+                        let recv = if r == root {
+                            let recv = buffer_base(ci, r, 1);
+                            mem.add(recv, vec![0xfeed_f00d; size * count]);
+                            checks.push((ci, r, recv, inputs.concat()));
+                            recv
+                        } else {
+                            0
+                        };
+                        let g = GathervLayout {
+                            send,
+                            recv,
+                            counts: &counts,
+                            displs: &displs,
+                            esz: ESZ,
+                            only_to: Some(root),
+                        };
+                        run_on(r, exchange_steps(&layout(r), &DirectExchange::Gather(g)));
+                    }
+                }
+                &ModelExchange::Scatter { root, count } => {
+                    let blocks = random(rng, size * count);
+                    for r in 0..size {
+                        // Only the root has an input.
+                        let send = if r == root {
+                            let send = buffer_base(ci, r, 0);
+                            mem.add(send, blocks.clone());
+                            send
+                        } else {
+                            0
+                        };
+                        let recv = buffer_base(ci, r, 1);
+                        mem.add(recv, vec![0xfeed_f00d; count]);
+                        checks.push((ci, r, recv, blocks[r * count..][..count].to_vec()));
+                        let x = DirectExchange::Scatter(ScatterLayout {
+                            send,
+                            recv,
+                            count,
+                            root,
+                            esz: ESZ,
+                        });
+                        run_on(r, exchange_steps(&layout(r), &x));
+                    }
+                }
             }
             continue;
         }
@@ -390,11 +469,10 @@ fn run(calls: &[Call], size: usize, capacity: usize, rng: &mut StdRng) {
                 g,
                 w,
                 "call {ci} ({}{}), rank {r}/{size}: element {i} of {}",
-                if calls[ci].gatherv.is_some() {
-                    "all_gatherv"
-                } else {
-                    calls[ci].collective.name()
-                },
+                calls[ci]
+                    .exchange
+                    .as_ref()
+                    .map_or(calls[ci].collective.name(), ModelExchange::name),
                 if calls[ci].in_place { ", in place" } else { "" },
                 want.len()
             );
@@ -430,18 +508,30 @@ fn every_plan_keeps_its_writes_behind_the_peers_reads_under_random_interleavings
             Call::plan(collective, in_place, 3 * capacity / ESZ / size + 5 * i)
         })
         .collect();
-        // An all_gatherv of blocks from none to several windows, between
-        // plans, so that the rounds around it are checked too.
+        // Exchanges between plans, so that the rounds around them are
+        // checked too: an all_gatherv of blocks from none to several
+        // windows, a gather and a scatter of several windows' parts.
+        let exchange = |x| Call {
+            exchange: Some(x),
+            ..Call::plan(Collective::AllGather, false, 0)
+        };
+        let uneven = (0..size)
+            .map(|p| [0, 7, capacity / ESZ, 3 * capacity / ESZ + 11][p % 4])
+            .collect();
+        calls.insert(3, exchange(ModelExchange::AllGatherv(uneven)));
         calls.insert(
-            3,
-            Call {
-                gatherv: Some(
-                    (0..size)
-                        .map(|p| [0, 7, capacity / ESZ, 3 * capacity / ESZ + 11][p % 4])
-                        .collect(),
-                ),
-                ..Call::plan(Collective::AllGather, false, 0)
-            },
+            5,
+            exchange(ModelExchange::Gather {
+                root: size - 1,
+                count: capacity / ESZ + 13,
+            }),
+        );
+        calls.insert(
+            7,
+            exchange(ModelExchange::Scatter {
+                root: 1,
+                count: capacity / ESZ / 2 + 9,
+            }),
         );
         for _ in 0..6 {
             run(&calls, size, capacity, &mut rng);
