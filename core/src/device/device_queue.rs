@@ -41,8 +41,8 @@ pub(crate) enum Signal {
     Raise(DevAddr),
     /// [`DeviceQueue::enqueue_write_word`]: a write of a value.
     Write(DevAddr, u32),
-    /// [`DeviceQueue::enqueue_wait_flag`]: a wait on a flag slot, then its
-    /// arrival half reset.
+    /// [`DeviceQueue::enqueue_wait_flag`]: a wait on a flag slot (its
+    /// arrival half is reset by a later [`Signal::Write`] of 0).
     WaitFlag(DevAddr),
 }
 
@@ -106,11 +106,12 @@ pub(crate) trait DeviceQueue {
     /// As [`DeviceQueue::enqueue_raise_word`].
     unsafe fn enqueue_wait_word(&self, addr: DevAddr) -> Result<()>;
 
-    /// Enqueues a wait until the 64-bit flag slot at `addr` is non-zero,
-    /// then a write of 0 to its low 32 bits: the *arrival* half, which a
-    /// peer raises with [`DeviceQueue::enqueue_raise_word`]. The high half is
-    /// the *release* half, which only the host raises (after a failure) and
-    /// the stream never resets, so every wait on the slot passes from then on.
+    /// Enqueues a wait until the 64-bit flag slot at `addr` is non-zero. Its
+    /// low 32 bits are the *arrival* half, which a peer raises with
+    /// [`DeviceQueue::enqueue_raise_word`] and the waiter resets with a
+    /// later [`DeviceQueue::enqueue_write_word`] of 0; the high half is the
+    /// *release* half, which only the host raises (after a failure) and the
+    /// stream never resets, so every wait on the slot passes from then on.
     ///
     /// # Safety
     /// `addr` must be an 8-byte aligned slot the device can read and write,

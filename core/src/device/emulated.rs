@@ -138,8 +138,6 @@ impl DeviceQueue for EmulatedQueue<'_> {
                 }
                 std::thread::yield_now();
             }
-            // SAFETY: as above; the low half is the arrival word.
-            unsafe { &*(addr as *const AtomicU32) }.store(0, Ordering::Release);
             Ok(())
         })
     }

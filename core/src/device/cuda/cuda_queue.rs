@@ -164,14 +164,11 @@ impl DeviceQueue for CudaQueue<'_> {
             match *signal {
                 Signal::Raise(addr) => ops.push(MemOp::Write32 { addr, value: 1 }),
                 Signal::Write(addr, value) => ops.push(MemOp::Write32 { addr, value }),
-                Signal::WaitFlag(addr) => {
-                    ops.push(MemOp::Wait64 {
-                        addr,
-                        value: u64::MAX,
-                        cond: WaitCondition::And,
-                    });
-                    ops.push(MemOp::Write32 { addr, value: 0 });
-                }
+                Signal::WaitFlag(addr) => ops.push(MemOp::Wait64 {
+                    addr,
+                    value: u64::MAX,
+                    cond: WaitCondition::And,
+                }),
             }
         }
         // SAFETY: forwarded contract; writes are preceded by a memory

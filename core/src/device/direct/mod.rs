@@ -12,9 +12,10 @@
 //! 1. copy this rank's input into its own window;
 //! 2. *ready* round: raise this rank's word in every peer's flag area
 //!    (`cuStreamWriteValue32`, which first makes the copy visible), then wait
-//!    for every peer's slot in its own flag area and reset its arrival half
-//!    (`cuStreamWaitValue64`, then a write of 0, so a graph replay behaves
-//!    like the first run; [`window`] says why a slot has two halves);
+//!    for every peer's slot in its own flag area (`cuStreamWaitValue64`)
+//!    and, once every wait has passed, reset their arrival halves (a write
+//!    of 0, so a graph replay behaves like the first run; [`window`] says
+//!    why a slot has two halves);
 //! 3. read the peers' windows: the NVRTC reduce kernel (NCCL's
 //!    `reduceCopy` shape, one source per rank; a copy out of a peer's
 //!    window is the kernel with one source), which first reads this rank's
@@ -50,7 +51,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::DeviceCall;
-use super::device_queue::{DeviceQueue, Signal};
+use super::device_queue::{DevAddr, DeviceQueue, Signal};
 use super::graveyard::Graveyard;
 use crate::comm::failure::Learned;
 use crate::comm::submit::Submit;
@@ -162,6 +163,34 @@ fn enqueue_plan<Q: DeviceQueue>(
     result.and(kept)
 }
 
+/// The stream operations of one flag round of rank `me` of `size`, as one
+/// batch: raise this rank's word in every peer's area (`flag(owner,
+/// from)`: the slot in `owner`'s area that `from` raises); then, per peer,
+/// announce the wait in the awaited word (`awaited(from)`: its address and
+/// value, so the watch can tell a peer that left, or never comes, from one
+/// that is late) and wait; clear the word; only then reset the arrival
+/// halves (each slot's low 32-bit word). While the awaited word names a
+/// peer, that peer's slot is either not raised yet (a wait) or still
+/// raised (passed): a reset before the word moved on would show the watch
+/// a wait for a peer that has arrived, and may have exited since.
+fn round_signals(
+    me: usize,
+    size: usize,
+    flag: impl Fn(usize, usize) -> DevAddr,
+    awaited: impl Fn(usize) -> (DevAddr, u32),
+) -> Vec<Signal> {
+    let peers = (0..size).filter(|&p| p != me);
+    let mut signals: Vec<Signal> = peers.clone().map(|p| Signal::Raise(flag(p, me))).collect();
+    for p in peers.clone() {
+        let (word, value) = awaited(p);
+        signals.push(Signal::Write(word, value));
+        signals.push(Signal::WaitFlag(flag(me, p)));
+    }
+    signals.push(Signal::Write(awaited(me).0, 0));
+    signals.extend(peers.map(|p| Signal::Write(flag(me, p), 0)));
+    signals
+}
+
 /// Enqueues `steps` in order.
 fn enqueue_steps<Q: DeviceQueue>(
     queue: &Q,
@@ -198,22 +227,12 @@ fn enqueue_steps<Q: DeviceQueue>(
                 unsafe { queue.enqueue_copy(*dst, *src, *bytes)? }
             }
             DirectStep::Arrive(round) => {
-                // One batch: raise this rank's word in every peer's area;
-                // then, per peer, announce the wait in the awaited word
-                // (so the watch can tell a peer that left, or never comes,
-                // from one that is late), wait, reset; clear the word.
-                let peers = (0..size).filter(|&p| p != me);
-                let mut signals: Vec<Signal> = peers
-                    .clone()
-                    .map(|p| Signal::Raise(w.flag(p, *round, me)))
-                    .collect();
-                for p in peers {
-                    let (awaited, value) = w.awaited_word(*round, p);
-                    signals.push(Signal::Write(awaited, value));
-                    signals.push(Signal::WaitFlag(w.flag(me, *round, p)));
-                }
-                let (awaited, _) = w.awaited_word(*round, me);
-                signals.push(Signal::Write(awaited, 0));
+                let signals = round_signals(
+                    me,
+                    size,
+                    |owner, from| w.flag(owner, *round, from),
+                    |from| w.awaited_word(*round, from),
+                );
                 // SAFETY: as above.
                 unsafe { queue.enqueue_signals(&signals)? };
             }
@@ -234,4 +253,45 @@ fn enqueue_steps<Q: DeviceQueue>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rank 1 of 4: slots at `owner * 0x100 + from * 8`, the awaited word
+    /// at 0x1000 (value `from + 1`).
+    fn signals() -> Vec<Signal> {
+        round_signals(
+            1,
+            4,
+            |owner, from| (owner * 0x100 + from * 8) as DevAddr,
+            |from| (0x1000, from as u32 + 1),
+        )
+    }
+
+    #[test]
+    fn the_awaited_word_moves_on_before_any_arrival_half_is_reset() {
+        let s = signals();
+        let cleared = s
+            .iter()
+            .position(|&x| x == Signal::Write(0x1000, 0))
+            .expect("the awaited word is cleared");
+        for p in [0, 2, 3] {
+            let slot = (0x100 + p * 8) as DevAddr;
+            let wait = s.iter().position(|&x| x == Signal::WaitFlag(slot)).unwrap();
+            let reset = s.iter().position(|&x| x == Signal::Write(slot, 0)).unwrap();
+            let announce = s
+                .iter()
+                .position(|&x| x == Signal::Write(0x1000, p as u32 + 1))
+                .unwrap();
+            assert!(
+                announce < wait && wait < cleared && cleared < reset,
+                "{s:?}"
+            );
+        }
+        // Every peer's word raised first, in the peers' areas.
+        assert_eq!(&s[..3], &[0x008, 0x208, 0x308].map(Signal::Raise), "{s:?}");
+        assert_eq!(s.len(), 3 + 2 * 3 + 1 + 3);
+    }
 }

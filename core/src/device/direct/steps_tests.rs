@@ -2,8 +2,8 @@
 //! interleavings of the ranks: every window, flag word and buffer is
 //! simulated memory, each rank executes its steps in stream order one
 //! operation at a time, and a flag round is what the stream enqueues (raise
-//! this rank's word in every peer's area; then, per peer, wait for its word
-//! and reset it). A scheduler picks which rank moves next, some ranks far
+//! this rank's word in every peer's area; wait for each peer's word; then
+//! reset each). A scheduler picks which rank moves next, some ranks far
 //! slower than others, so a write into a window that overtakes a peer's
 //! read of it shows up as a wrong element, and a round that can never
 //! complete as a deadlock. Several calls run back to back, so the rounds
@@ -117,11 +117,12 @@ fn ops(steps: Vec<DirectStep>, rank: usize, size: usize) -> Vec<Op> {
     for step in steps {
         match step {
             DirectStep::Arrive(round) => {
+                // As the stream enqueues a round: raise, wait for each
+                // peer, then reset each peer's word.
                 out.push(Op::Raise(round));
-                for p in (0..size).filter(|&p| p != rank) {
-                    out.push(Op::Wait(round, p));
-                    out.push(Op::Reset(round, p));
-                }
+                let peers = (0..size).filter(|&p| p != rank);
+                out.extend(peers.clone().map(|p| Op::Wait(round, p)));
+                out.extend(peers.map(|p| Op::Reset(round, p)));
             }
             step => out.push(Op::Step(step)),
         }
