@@ -245,9 +245,9 @@ pub(crate) fn enqueue_device_exchange<Q: DeviceQueue>(
     ops: &[DeviceP2p],
     direct_form: Option<(DataType, DirectExchange<'_>)>,
 ) -> Result<()> {
-    check_device_group(ops)?;
     if let (Some(direct), Some((dtype, x))) = (shared.direct.get(), direct_form) {
         queue.bury(&shared.graveyard);
+        check_device_group(ops)?;
         comm.failure().check()?;
         if enqueue_direct_exchange(comm, queue, direct, &shared.graveyard, dtype, &x)? {
             return Ok(());
