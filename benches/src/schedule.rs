@@ -10,9 +10,9 @@
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
-use streamcomm::testing::plan::{PlanParams, build_with};
 use streamcomm::{Algorithm, Collective};
 use streamcomm::{DataType, ReduceOp};
+use streamcomm_algo::plan::{PlanParams, build_with};
 
 /// An id of the plans every rank runs for `collective` by `algo` (f32,
 /// sum): equal ids, equal plans on every rank (up to a 64-bit hash

@@ -101,16 +101,23 @@
 //! with why each is there, is the design page's table ("Upward channels"
 //! in `docs/design/architecture.md`), which the script checks.
 //!
+//! Below every module, two crates of their own: the vocabulary
+//! (`streamcomm-types`: [`Error`], [`Result`], [`Collective`],
+//! [`Algorithm`], [`barrier::BarrierAlgo`]) and the algorithms
+//! (`streamcomm-algo`, internal: collectives as plans of data steps with
+//! their signatures, the message barrier and the data-step simulator;
+//! barriers as plans of flag steps with their interpreter and the flag
+//! simulator), which the runtime names `plan` and `barrier::{build, exec,
+//! ...}`.
+//!
 //! Each folder's job:
-//! - `error.rs`: [`Error`] and [`Result`].
 //! - `wait.rs`: how every wait spins, yields, sleeps and times out.
 //! - `os_limits.rs`: the OS limits that grow with ranks: the open-file limit, raised to the hard one when a communicator's sockets reach it, and listen backlogs.
 //! - `framed.rs`: the head the three framed tcp protocols share (magic, version, the secret compared in constant time) and bounded field reads.
-//! - `config/`: [`Config`] and the types of its fields, parsed from `STREAMCOMM_*`; depends on nothing but `error` and `barrier` (whose [`barrier::BarrierAlgo`] is a field's type).
-//! - `plan/`: collectives as pure per-rank lists of data steps, their signatures, the message barrier (dissemination as data steps), and the simulator of data steps.
+//! - `config/`: [`Config`] and the types of its fields, parsed from `STREAMCOMM_*`; depends on nothing of this crate but `barrier` (whose [`barrier::BarrierAlgo`] is a field's type).
 //! - `bootstrap/`: [`bootstrap::UniqueId`] and the root and client that let ranks meet.
 //! - `engine/`: the progress engine, a communicator's one background thread (tcp and verbs progress, the peer watch, off-stream barriers, the CUDA backend's host side).
-//! - `barrier/`: everything barriers are: the algorithms and the default choice, plans of flag steps, their memory model and interpreter, the flag simulator that proves them, the flag memory of each rank's segment, and the barriers' execution; the communicator's barrier part (its state, stream tasks and multicast service) is `comm/barrier/`.
+//! - `barrier/`: barriers at run time: the default choice, the flag memory of each rank's segment, the barriers' execution, the multicast barrier; the communicator's barrier part (its state, stream tasks and multicast service) is `comm/barrier/`.
 //! - `host/`: the host backend: streams, events, doorbells, graphs, buffers.
 //! - `tuning/`: the cost model and the choice of an algorithm per call.
 //! - `launch/`: the variables of launchers (`streamcomm-run`, torchrun, Slurm, Open MPI, PMI) that `Communicator::from_env` reads.
@@ -129,12 +136,10 @@ pub mod config;
 pub mod cuda;
 pub(crate) mod device;
 pub(crate) mod engine;
-pub(crate) mod error;
 pub(crate) mod framed;
 pub mod host;
 pub mod launch;
 pub(crate) mod os_limits;
-pub(crate) mod plan;
 #[doc(hidden)]
 pub mod testing;
 pub(crate) mod transport;
@@ -152,7 +157,11 @@ pub use comm::{
     AsBufView, BufView, Communicator, CommunicatorBuilder, Group, P2pStats, UntypedBuffer,
 };
 pub use config::{Config, Transport};
-pub use error::{CallDesc, Error, Mismatch, Result};
-pub use plan::{Algorithm, Collective};
-pub use streamcomm_kernels::{DataType, ReduceOp};
+pub use streamcomm_types::{
+    Algorithm, CallDesc, Collective, DataType, Error, Mismatch, ReduceOp, Result,
+};
+
+/// The plans of collectives and barriers, from the internal crate
+/// `streamcomm-algo`, under the name the runtime has always used.
+pub(crate) use streamcomm_algo::plan;
 pub use transport::device_span::GpuDirectMode;

@@ -2,16 +2,11 @@
 //! integration tests (`core/tests/`) reach, and nothing else: hidden from
 //! the documentation, not part of the public API, no semver promise. Each
 //! item is here because one of those needs it; remove it when the need goes.
+//! (Plans, barrier plans and their simulators are the internal crate
+//! `streamcomm-algo`'s: those reach it directly, not through here.)
 
-/// Barrier plans, their interpreter and their simulator.
+/// The barrier's runtime.
 pub mod barrier {
-    pub use crate::barrier::build::{build, build_for_network};
-    pub use crate::barrier::exec::{Epoch, run};
-    pub use crate::barrier::memory::{BarrierMemory, WaitFor};
-    pub use crate::barrier::plan::BarrierPlan;
-    pub use crate::barrier::simulate::{FlagSimConfig, FlagSimError, Schedule, simulate};
-    pub use crate::barrier::step::{FlagStep, signal_value};
-
     /// The multicast barrier's counters on this rank, where its group was
     /// joined: `[barriers, questions asked, arrivals re-sent]` (the
     /// benchmark reports retransmits per barrier from them).
@@ -37,14 +32,6 @@ pub mod launch {
 /// What ranks exchange at creation.
 pub mod comm {
     pub use crate::comm::Endpoint;
-}
-
-/// Plans, their signatures and their simulator.
-pub mod plan {
-    pub use crate::plan::signature;
-    pub use crate::plan::{
-        MessageSimConfig, Plan, PlanParams, Schedule, build, build_with, simulate, simulate_with,
-    };
 }
 
 /// Shared-memory segments and the tcp wire format.

@@ -20,7 +20,6 @@ use crate::comm::plan_cache::PlanCache;
 use crate::comm::turns::Turns;
 use crate::config::Config;
 use crate::engine::Engine;
-use crate::error::MismatchNote;
 use crate::host::JobMode;
 use crate::plan::{Buffers, Collective, DataStep, Plan, PlanParams, apply_step, signature};
 use crate::transport::fault::FaultInjector;
@@ -29,6 +28,7 @@ use crate::transport::{Connection, Segment};
 use crate::tuning::Selector;
 use crate::wait::{WaitError, WaitPolicy};
 use crate::{DataType, Error, ReduceOp, Result};
+use streamcomm_types::MismatchNote;
 
 /// The sleep hook of waits when some peer is reached over a proxied
 /// transport, verbs or tcp (see [`Core::policy`]): a waiter about to

@@ -20,9 +20,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::engine::{EngineHandle, FailureSink};
-use crate::error::MismatchNote;
 use crate::transport::{Connection, Segment, raise_failure, record_mismatch};
 use crate::{Error, Result};
+use streamcomm_types::MismatchNote;
 
 /// Who learned of a failure on this rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

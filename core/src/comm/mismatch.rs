@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 
 use super::core::Core;
 use crate::Error;
-use crate::error::MismatchNote;
 use crate::plan::signature;
 use crate::transport::mismatches;
+use streamcomm_types::MismatchNote;
 
 /// How long a rank whose records cannot name the culprit waits for more
 /// (unless they already hold every rank's call: then none can come).

@@ -52,8 +52,8 @@ pub(crate) use kick::Kick;
 pub(crate) use periodic::Periodic;
 pub(crate) use source::{Ctx, FailureSink, PollSet, Source};
 
-use crate::error::MismatchNote;
 use crate::{Error, Result};
+use streamcomm_types::MismatchNote;
 
 /// Work run once on the engine thread.
 pub(crate) type EngineJob = Box<dyn FnOnce() + Send>;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::AbortWord;
 use crate::Error;
-use crate::error::MismatchNote;
+use streamcomm_types::MismatchNote;
 
 /// Something the engine thread drives: a transport's connections, a watch.
 ///

@@ -42,7 +42,7 @@ impl Source for PipeSource {
         None
     }
 
-    fn abort(&mut self, failed: usize, _note: Option<crate::error::MismatchNote>) -> bool {
+    fn abort(&mut self, failed: usize, _note: Option<streamcomm_types::MismatchNote>) -> bool {
         let _ = self.seen.send(format!("abort {failed}"));
         true
     }

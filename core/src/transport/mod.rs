@@ -40,8 +40,8 @@ pub(crate) use links::{LinkSetup, Links, RdmaDevice, Route, connect_links};
 use ring::{RingEnd, RingShape};
 use shm::ShmSegment;
 
-use crate::error::MismatchNote;
 use crate::{Error, Result};
+use streamcomm_types::MismatchNote;
 
 /// Bytes reserved at the start of a segment for its header.
 pub(crate) const SEGMENT_HEADER_BYTES: usize = 4096;

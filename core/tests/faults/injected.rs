@@ -22,8 +22,8 @@ use rand::{Rng, SeedableRng};
 use streamcomm::Collective;
 use streamcomm::bootstrap::UniqueId;
 use streamcomm::host::{HostBuffer, HostStream};
-use streamcomm::testing::plan::{PlanParams, build};
 use streamcomm::{Communicator, Config, DataType, Error, ReduceOp, Transport};
+use streamcomm_algo::plan::{PlanParams, build};
 
 const N: usize = 4;
 /// 4 slots of 4 KiB: a chunk of the all-reduce below spans 3 slots.

@@ -50,13 +50,13 @@ use streamcomm::launch::RootSpec;
 use streamcomm::testing::bootstrap::{Bootstrap, RootOptions, RootServer};
 use streamcomm::testing::comm::Endpoint;
 use streamcomm::testing::launch::detect;
-use streamcomm::testing::plan::signature::P2pSlot;
-use streamcomm::testing::plan::{PlanParams, build, signature};
 use streamcomm::testing::transport::RingShape;
 use streamcomm::testing::transport::tcp_frame::{
     ABORT_LEN, CLOSE_LEN, FrameHeader, HEADER_BYTES, HELLO_BYTES, Hello as TcpHello,
 };
 use streamcomm::{DataType, Error, ReduceOp};
+use streamcomm_algo::plan::signature::P2pSlot;
+use streamcomm_algo::plan::{PlanParams, build, signature};
 
 // ---------------------------------------------------------------------------
 // Configuration and shared strategies

@@ -10,11 +10,9 @@ use std::time::Duration;
 
 use streamcomm::Error;
 use streamcomm::barrier::{BarrierAlgo, Inter};
-use streamcomm::testing::barrier::{
-    BarrierMemory, BarrierPlan, Epoch, FlagStep, WaitFor, build, run,
-};
-use streamcomm::testing::barrier::{FlagSimConfig, FlagSimError, Schedule, simulate};
 use streamcomm::testing::wait::{Notifier, WaitPolicy};
+use streamcomm_algo::barrier::{BarrierMemory, BarrierPlan, Epoch, FlagStep, WaitFor, build, run};
+use streamcomm_algo::barrier::{FlagSimConfig, FlagSimError, Schedule, simulate};
 
 const MAX_RANKS: usize = 64;
 const EPOCHS: u64 = 5;
@@ -122,7 +120,7 @@ fn every_algorithm_every_size_every_layout() {
 }
 
 /// Every rank as the laggard, every size: by the simulator's persistence
-/// argument (see `streamcomm::testing::barrier`) this checks the barrier
+/// argument (see `streamcomm_algo::barrier`) this checks the barrier
 /// property for every interleaving of the first `LAGGARD_EPOCHS` barriers.
 #[test]
 fn laggard_at_every_rank_is_exhaustive() {

@@ -4,11 +4,11 @@
 
 use std::fmt;
 
-use streamcomm::testing::plan::{
-    MessageSimConfig, Plan, PlanParams, Schedule, build_with, simulate_with,
-};
 use streamcomm::{Algorithm, Collective};
 use streamcomm::{DataType, ReduceOp};
+use streamcomm_algo::plan::{
+    MessageSimConfig, Plan, PlanParams, Schedule, build_with, simulate_with,
+};
 
 use crate::common::{DTYPE_OPS, check, expected, gen_inputs};
 

@@ -8,9 +8,9 @@
 //! connection; dtypes and operators spread over the matrix; every dtype and
 //! operator once per reducing algorithm; random interleavings with one slot.
 
-use streamcomm::testing::plan::Schedule;
 use streamcomm::{Algorithm, Collective};
 use streamcomm::{DataType, ReduceOp};
+use streamcomm_algo::plan::Schedule;
 
 use super::case::{Case, counts, sweep};
 use crate::common::DTYPE_OPS;

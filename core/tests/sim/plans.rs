@@ -9,10 +9,10 @@
 //! produces.
 
 use streamcomm::Collective;
-use streamcomm::testing::plan::{
+use streamcomm::{DataType, ReduceOp};
+use streamcomm_algo::plan::{
     MessageSimConfig, Plan, PlanParams, Schedule, build, simulate, simulate_with,
 };
-use streamcomm::{DataType, ReduceOp};
 
 use super::case::{Case, MAX_RANKS, NSTEPS, sweep};
 use crate::common::DTYPE_OPS;

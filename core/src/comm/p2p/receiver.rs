@@ -16,12 +16,12 @@ use crate::comm::p2p::P2pState;
 use crate::comm::p2p::payload::Dst;
 use crate::comm::p2p::stats::Stat;
 use crate::comm::p2p::{cma, wire};
-use crate::error::MismatchNote;
 use crate::plan::signature::{self, P2pSlot};
 use crate::transport::Connection;
 use crate::transport::rendezvous::{Registration, forget_registration};
 use crate::wait::Notifier;
 use crate::{DataType, Error, Result};
+use streamcomm_types::MismatchNote;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {

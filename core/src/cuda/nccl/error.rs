@@ -58,6 +58,9 @@ pub(crate) fn code_of(e: &Error) -> ncclResult_t {
         Error::Unavailable(_) | Error::Bootstrap(_) | Error::Os { .. } => {
             ncclResult_t::ncclSystemError
         }
+        // `Error` is non-exhaustive: a kind added later is NCCL's
+        // internal error until it is given its own code here.
+        _ => ncclResult_t::ncclInternalError,
     }
 }
 

@@ -20,9 +20,9 @@ use std::net::TcpStream;
 use super::frame::{ABORT_LEN, CLOSE_LEN, FrameHeader, HEADER_BYTES, NOTE_LEN};
 use super::read_ahead::ReadAhead;
 use crate::Error;
-use crate::error::MismatchNote;
 use crate::transport::placement::Placement;
 use crate::transport::ring::RingEnd;
+use streamcomm_types::MismatchNote;
 
 /// One socket's transfer state.
 pub(super) struct Sock {

@@ -26,7 +26,7 @@ use std::time::Duration;
 use super::TcpRings;
 use super::progress::PeerIo;
 use crate::engine::{Ctx, PollSet, Source};
-use crate::error::MismatchNote;
+use streamcomm_types::MismatchNote;
 
 /// Every tcp peer of a communicator.
 pub(crate) struct TcpSource {

@@ -98,7 +98,7 @@ impl Source for VerbsSource {
         Some(IDLE_WAIT)
     }
 
-    fn abort(&mut self, failed: usize, _note: Option<crate::error::MismatchNote>) -> bool {
+    fn abort(&mut self, failed: usize, _note: Option<streamcomm_types::MismatchNote>) -> bool {
         let mut all = true;
         for p in self.live() {
             let mut p = p.lock();

@@ -23,7 +23,7 @@ use crate::Error;
 
 /// The buffers of one collective call, as seen by [`apply_step`].
 #[derive(Debug)]
-pub(crate) enum Buffers<'a> {
+pub enum Buffers<'a> {
     /// Distinct send and receive buffers; the send buffer is only read.
     Separate {
         /// The call's input ([`BufId::Send`] regions).
@@ -51,7 +51,7 @@ impl<'a> Buffers<'a> {
     /// [`Error::InvalidUsage`] when the collective cannot run in place
     /// (all-to-all); [`Error::InvalidArgument`] when `buf` is shorter than the
     /// layout needs.
-    pub(crate) fn in_place(plan: &Plan, buf: &'a mut [u8]) -> Result<Buffers<'a>, Error> {
+    pub fn in_place(plan: &Plan, buf: &'a mut [u8]) -> Result<Buffers<'a>, Error> {
         let layout = InPlaceLayout::of(plan)?;
         let need = layout.len.saturating_mul(plan.dtype.size());
         if buf.len() < need {
@@ -96,7 +96,7 @@ impl<'a> Buffers<'a> {
 /// - [`Error::InvalidUsage`] when a slot is missing or unexpected, a
 ///   destination is in the (read-only) send buffer, or source and destination
 ///   partially overlap.
-pub(crate) fn apply_step(
+pub fn apply_step(
     plan: &Plan,
     step: &DataStep,
     bufs: &mut Buffers<'_>,

@@ -12,9 +12,8 @@
 
 use streamcomm_kernels::{DataType, ReduceOp};
 
-use super::step::{Collective, Plan};
-use crate::error::MismatchNote;
-use crate::{CallDesc, Error, Mismatch};
+use super::step::Plan;
+use streamcomm_types::{CallDesc, Collective, Error, Mismatch, MismatchNote};
 
 const KINDS: [&str; 8] = [
     "all_reduce",
@@ -88,12 +87,14 @@ const P2P_KIND: u64 = 6;
 
 /// The signature of a point-to-point slot of a message of `count` elements
 /// of `dtype` (kind `send/recv`; the root field says which slot it is).
+#[inline]
 pub fn p2p(slot: P2pSlot, dtype: DataType, count: usize) -> u64 {
     pack(P2P_KIND, slot as u64, dtype, 0, count as u64)
 }
 
 /// Decodes a point-to-point signature: which slot, the element type and the
 /// message's element count; `None` for any other signature.
+#[inline]
 pub fn parse_p2p(sig: u64) -> Option<(P2pSlot, Option<DataType>, u64)> {
     if sig >> 63 == 0 || (sig >> 59) & 0x7 != P2P_KIND {
         return None;
@@ -103,6 +104,7 @@ pub fn parse_p2p(sig: u64) -> Option<(P2pSlot, Option<DataType>, u64)> {
     Some((slot, dtype, unpack_count(sig)))
 }
 
+#[inline]
 fn pack(kind: u64, root: u64, dtype: DataType, op: u64, count: u64) -> u64 {
     let count = count & ((1 << 36) - 1);
     (1 << 63)
@@ -114,12 +116,13 @@ fn pack(kind: u64, root: u64, dtype: DataType, op: u64, count: u64) -> u64 {
         | (count & 1) << 62
 }
 
+#[inline]
 fn unpack_count(sig: u64) -> u64 {
     ((sig & ((1 << 35) - 1)) << 1) | ((sig >> 62) & 1)
 }
 
 /// The root field of an all-gather's signature that says it is the
-/// exchange of [`Communicator::split`](crate::Communicator::split).
+/// exchange of `Communicator::split`.
 const SPLIT_ROOT: u64 = 0x5917;
 
 /// The signature of the exchange a split makes: an all-gather of `count`
@@ -133,6 +136,7 @@ const RECV_SLOT: u64 = 0xffff;
 
 /// The signature that stands for a receive of up to `count` elements of
 /// `dtype` in a mismatch record (never sent in a slot).
+#[inline]
 pub fn recv(dtype: DataType, count: usize) -> u64 {
     pack(P2P_KIND, RECV_SLOT, dtype, 0, count as u64)
 }
@@ -152,35 +156,27 @@ pub fn call(sig: u64) -> CallDesc {
         "all_gather" if root == SPLIT_ROOT => "split",
         k => k,
     };
-    CallDesc {
-        op,
-        dtype,
-        reduce,
-        count: unpack_count(sig),
-        root: matches!(op, "broadcast" | "reduce").then_some(root as usize),
-        sig,
-    }
+    let root = matches!(op, "broadcast" | "reduce").then_some(root as usize);
+    CallDesc::decoded(op, dtype, reduce, unpack_count(sig), root, sig)
 }
 
 /// The [`Error::Mismatch`] that `note` tells, seen from `rank` during `op`
 /// (`ours`: this rank's own call, when it was in a collective).
-pub(crate) fn mismatch_error(
+pub fn mismatch_error(
     op: &str,
     rank: usize,
     note: MismatchNote,
     ours: Option<u64>,
     confirmed: bool,
 ) -> Error {
-    Error::Mismatch(Box::new(Mismatch {
-        op: op.to_string(),
+    Error::Mismatch(Box::new(Mismatch::between(
+        op.to_string(),
         rank,
-        culprit: note.suspect,
-        culprit_call: call(note.suspect_sig),
-        witness: note.witness,
-        witness_call: call(note.witness_sig),
-        ours: ours.map(call),
+        (note.suspect, call(note.suspect_sig)),
+        (note.witness, call(note.witness_sig)),
+        ours.map(call),
         confirmed,
-    }))
+    )))
 }
 
 /// A human description of a signature, for error messages.

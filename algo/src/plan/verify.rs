@@ -22,7 +22,7 @@ impl Plan {
     /// # Errors
     /// [`Error::InvalidArgument`] naming the step and what is wrong; an
     /// invalid plan is a bug in the algorithm that built it.
-    pub(crate) fn verify(&self) -> Result<(), Error> {
+    pub fn verify(&self) -> Result<(), Error> {
         let name = self.collective.name();
         let bad = |i: usize, step: &DataStep, what: String| {
             Error::InvalidArgument(format!("{name}: step {i} {step:?}: {what}"))

@@ -47,18 +47,19 @@ mod recursive_doubling;
 mod ring;
 mod tree;
 
-pub(crate) mod apply;
+pub mod apply;
 pub mod signature;
 pub mod simulate;
-pub(crate) mod step;
+pub mod step;
 mod verify;
 
-pub use algo::{Algorithm, build_with};
-pub(crate) use apply::{Buffers, apply_step};
-pub(crate) use layout::InPlaceLayout;
+pub use algo::build_with;
+pub use apply::{Buffers, apply_step};
+pub use layout::InPlaceLayout;
 pub use simulate::{MessageSimConfig, Schedule, simulate, simulate_with};
-pub(crate) use step::DataStep;
-pub use step::{Collective, Plan};
+pub use step::DataStep;
+pub use step::Plan;
+pub use streamcomm_types::{Algorithm, Collective};
 
 use streamcomm_kernels::{DataType, ReduceOp};
 
@@ -96,16 +97,16 @@ pub struct PlanParams {
 /// # Examples
 ///
 /// ```
-/// use streamcomm::testing::plan::{build, PlanParams};
-/// use streamcomm::Collective;
-/// use streamcomm::{DataType, ReduceOp};
+/// use streamcomm_algo::plan::{build, PlanParams};
+/// use streamcomm_types::Collective;
+/// use streamcomm_types::{DataType, ReduceOp};
 ///
 /// let params = PlanParams { rank: 1, nranks: 4, slot_bytes: 1 << 20, nsteps: 8 };
 /// let plan = build(Collective::AllReduce, DataType::F32, ReduceOp::Sum, 1024, &params)?;
 /// assert_eq!((plan.send_count, plan.recv_count), (1024, 1024));
 /// // Ring: send, 2 x recvReduceSend, recvReduceCopySend, 2 x recvCopySend, recv.
 /// assert_eq!(plan.steps.len(), 2 * 4 - 1);
-/// # Ok::<(), streamcomm::Error>(())
+/// # Ok::<(), streamcomm_types::Error>(())
 /// ```
 pub fn build(
     collective: Collective,
@@ -145,7 +146,7 @@ pub fn build(
 /// `count` among `nranks` (NCCL's meaning of `count`, whatever the
 /// algorithm): the broadcast's root sends, the reduce's root receives, the
 /// other ranks pass no buffer there.
-pub(crate) fn buffer_counts(
+pub fn buffer_counts(
     collective: Collective,
     count: usize,
     rank: usize,
@@ -165,7 +166,7 @@ pub(crate) fn buffer_counts(
 /// The lengths of the buffers a call was given, in elements: what every
 /// face knows before NCCL's `count` is derived ([`count_from`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Lens {
+pub enum Lens {
     /// Distinct input and output.
     Separate {
         /// Elements of the send buffer.
@@ -179,7 +180,7 @@ pub(crate) enum Lens {
 
 /// Which buffer of a separate call gives its count (and element type).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CountFrom {
+pub enum CountFrom {
     /// The send buffer.
     Send,
     /// The receive buffer.
@@ -200,7 +201,7 @@ pub(crate) enum CountFrom {
 /// # Errors
 /// [`Error::InvalidArgument`] when a length that holds `size` blocks is not
 /// divisible by `size`.
-pub(crate) fn count_from(
+pub fn count_from(
     collective: Collective,
     lens: Lens,
     size: usize,
@@ -229,7 +230,7 @@ pub(crate) fn count_from(
 
 /// What the algorithm files need: who we are, how much, and the chunk size.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Geometry {
+pub struct Geometry {
     /// This rank.
     pub rank: usize,
     /// Number of ranks.
@@ -244,18 +245,18 @@ pub(crate) struct Geometry {
 
 impl Geometry {
     /// The next rank on the ring.
-    pub(crate) fn next(&self) -> usize {
+    pub fn next(&self) -> usize {
         (self.rank + 1) % self.nranks
     }
 
     /// The previous rank on the ring.
-    pub(crate) fn prev(&self) -> usize {
+    pub fn prev(&self) -> usize {
         (self.rank + self.nranks - 1) % self.nranks
     }
 
     /// `(offset, len)` pieces of at most `chunk` elements covering
     /// `[0, len)`; nothing when `len` is 0.
-    pub(crate) fn chunks(&self, len: usize) -> impl Iterator<Item = (usize, usize)> + use<> {
+    pub fn chunks(&self, len: usize) -> impl Iterator<Item = (usize, usize)> + use<> {
         let chunk = self.chunk;
         (0..len)
             .step_by(chunk)

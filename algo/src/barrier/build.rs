@@ -5,7 +5,7 @@
 //! rank that leaves early corrupts whatever the barrier protected, and a
 //! reset race shows up once a week. So, as with the data plans of
 //! `plan`, the algorithms here are pure functions from
-//! `(algorithm, rank, size, host layout)` to a [`BarrierPlan`](super::BarrierPlan): a short list
+//! `(algorithm, rank, size, host layout)` to a [`BarrierPlan`]: a short list
 //! of [`FlagStep`]s (fetch-add, raise a flag, wait for a flag, write or
 //! wait for a release word) over a small memory model
 //! ([`BarrierMemory`](super::BarrierMemory)):
@@ -13,7 +13,7 @@
 //! monotonic 64-bit words whose values encode the barrier's epoch
 //! (`signal_value`), so nothing is ever reset.
 //!
-//! - [`build`] makes one rank's plan; [`BarrierAlgo`](super::BarrierAlgo) names the algorithms
+//! - [`build`] makes one rank's plan; [`BarrierAlgo`] names the algorithms
 //!   (central counter, central flags, chain, k-ary tree, dissemination,
 //!   k-way dissemination, hierarchical).
 //! - [`run`](super::run) executes a plan for one epoch against any `BarrierMemory`;
@@ -25,8 +25,8 @@
 //! # Examples
 //!
 //! ```
-//! use streamcomm::barrier::BarrierAlgo;
-//! use streamcomm::testing::barrier::{build, simulate, Schedule, FlagSimConfig};
+//! use streamcomm_types::BarrierAlgo;
+//! use streamcomm_algo::barrier::{build, simulate, Schedule, FlagSimConfig};
 //!
 //! let hosts = [0, 0, 0, 1, 1, 2];
 //! let plans = (0..6)
@@ -34,7 +34,7 @@
 //!     .collect::<Result<Vec<_>, _>>()?;
 //! let config = FlagSimConfig { epochs: 5, schedule: Schedule::Random { seed: 7 } };
 //! simulate(&plans, &config).unwrap();
-//! # Ok::<(), streamcomm::Error>(())
+//! # Ok::<(), streamcomm_types::Error>(())
 //! ```
 
 use super::FlagStep;
@@ -57,13 +57,13 @@ use crate::Error;
 /// # Examples
 ///
 /// ```
-/// use streamcomm::barrier::BarrierAlgo;
-/// use streamcomm::testing::barrier::{build, FlagStep};
+/// use streamcomm_types::BarrierAlgo;
+/// use streamcomm_algo::barrier::{build, FlagStep};
 ///
 /// let plan = build(BarrierAlgo::Dissemination, 1, 3, &[0, 0, 0])?;
 /// assert_eq!(plan.steps[0], FlagStep::Notify { peer: 2, round: 0 });
 /// assert!(build(BarrierAlgo::Chain, 0, 1, &[0])?.steps.is_empty());
-/// # Ok::<(), streamcomm::Error>(())
+/// # Ok::<(), streamcomm_types::Error>(())
 /// ```
 pub fn build(
     algo: BarrierAlgo,
@@ -85,12 +85,12 @@ pub fn build(
 /// # Examples
 ///
 /// ```
-/// use streamcomm::barrier::BarrierAlgo;
-/// use streamcomm::testing::barrier::{build_for_network, FlagStep};
+/// use streamcomm_types::BarrierAlgo;
+/// use streamcomm_algo::barrier::{build_for_network, FlagStep};
 ///
 /// let plan = build_for_network(BarrierAlgo::CentralCounter, 2, 3, &[0, 1, 2])?;
 /// assert_eq!(plan.steps[1], FlagStep::WaitRelease { at: 2 });
-/// # Ok::<(), streamcomm::Error>(())
+/// # Ok::<(), streamcomm_types::Error>(())
 /// ```
 pub fn build_for_network(
     algo: BarrierAlgo,

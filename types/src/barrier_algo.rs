@@ -1,6 +1,6 @@
 //! Which barrier algorithm (`STREAMCOMM_BARRIER_ALGO`, the benchmark's
-//! `--algo`): the names and their parameters. The algorithms themselves are
-//! the other files of `algo/`.
+//! `--algo`): the names and their parameters. The algorithms themselves
+//! are streamcomm's.
 
 use std::fmt;
 use std::str::FromStr;
@@ -48,7 +48,7 @@ pub enum Inter {
 /// RDMA writes over verbs). `multicast` needs every pair of ranks on verbs
 /// and a RoCE v2 port whose fabric carries multicast: where it is not
 /// there, asking for it fails with the reason, and the default selection
-/// falls back ([`Communicator::barrier_fallback`](crate::Communicator::barrier_fallback)).
+/// falls back (`Communicator::barrier_fallback`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BarrierAlgo {
     /// Fetch-add on rank 0's counter, one release word read by everybody.
@@ -145,8 +145,17 @@ impl BarrierAlgo {
     }
 
     /// [`BarrierAlgo::parse`], failing with the reason alone (`unknown
-    /// name`, `fanout 1 is below 2`), for callers that name the setting.
-    pub(crate) fn parse_reason(text: &str) -> Result<BarrierAlgo, String> {
+    /// name`, `fanout 1 is below 2`), for callers that name the setting
+    /// themselves (streamcomm's `STREAMCOMM_BARRIER_ALGO`).
+    ///
+    /// # Examples
+    /// ```
+    /// use streamcomm::barrier::BarrierAlgo;
+    ///
+    /// assert_eq!(BarrierAlgo::parse_reason("chain"), Ok(BarrierAlgo::Chain));
+    /// assert!(BarrierAlgo::parse_reason("tree:1").unwrap_err().contains("fanout 1"));
+    /// ```
+    pub fn parse_reason(text: &str) -> Result<BarrierAlgo, String> {
         let lower = text.trim().to_ascii_lowercase();
         let parts: Vec<&str> = lower.split(':').collect();
         let algo = match parts.as_slice() {

@@ -154,9 +154,9 @@ pub struct MessageSimConfig {
 /// # Examples
 ///
 /// ```
-/// use streamcomm::testing::plan::{build, simulate, PlanParams};
-/// use streamcomm::Collective;
-/// use streamcomm::{DataType, ReduceOp};
+/// use streamcomm_algo::plan::{build, simulate, PlanParams};
+/// use streamcomm_types::Collective;
+/// use streamcomm_types::{DataType, ReduceOp};
 ///
 /// let plans: Vec<_> = (0..3)
 ///     .map(|rank| {
@@ -167,7 +167,7 @@ pub struct MessageSimConfig {
 /// let inputs = vec![vec![1, 2, 3], vec![4, 5, 6], vec![7, 8, 9]];
 /// let out = simulate(&plans, inputs, false, 1, 2).unwrap();
 /// assert!(out.iter().all(|o| o == &[1, 2, 3, 4, 5, 6, 7, 8, 9]));
-/// # Ok::<(), streamcomm::Error>(())
+/// # Ok::<(), streamcomm_types::Error>(())
 /// ```
 pub fn simulate(
     plans: &[Plan],

@@ -32,7 +32,7 @@ pub enum Schedule {
 impl Schedule {
     /// The seed and the held-back rank of a random schedule; `None` for
     /// round-robin.
-    pub(crate) fn random(self) -> Option<(u64, Option<usize>)> {
+    pub fn random(self) -> Option<(u64, Option<usize>)> {
         match self {
             Schedule::RoundRobin => None,
             Schedule::Random { seed } => Some((seed, None)),
@@ -41,7 +41,7 @@ impl Schedule {
     }
 
     /// A setup error for a laggard that is not one of `n` ranks.
-    pub(crate) fn check(self, n: usize) -> Result<(), String> {
+    pub fn check(self, n: usize) -> Result<(), String> {
         match self {
             Schedule::Laggard { rank, .. } if rank >= n => {
                 Err(format!("laggard rank {rank} is out of range for {n} ranks"))
@@ -53,7 +53,7 @@ impl Schedule {
 
 /// SplitMix64 (Steele, Lea and Flood, 2014): a tiny, good-enough generator
 /// for picking ranks reproducibly.
-pub(crate) struct SplitMix(pub(crate) u64);
+pub struct SplitMix(pub u64);
 
 impl SplitMix {
     fn next(&mut self) -> u64 {
@@ -65,14 +65,14 @@ impl SplitMix {
     }
 
     /// A value in `0..bound` (`bound > 0`; the modulo bias is irrelevant here).
-    pub(crate) fn below(&mut self, bound: usize) -> usize {
+    pub fn below(&mut self, bound: usize) -> usize {
         (self.next() % bound as u64) as usize
     }
 
     /// Picks one of `len` (> 0) ready ranks, uniformly among all but the
     /// one at `held` (a laggard about to enter), which is picked only when
     /// it is the only one.
-    pub(crate) fn pick(&mut self, len: usize, held: Option<usize>) -> usize {
+    pub fn pick(&mut self, len: usize, held: Option<usize>) -> usize {
         match held {
             Some(p) if len > 1 => {
                 let i = self.below(len - 1);
@@ -84,7 +84,7 @@ impl SplitMix {
 }
 
 /// `items` joined by `"; "` (the lists of the simulators' reports).
-pub(crate) fn list<T: std::fmt::Display>(items: &[T]) -> String {
+pub fn list<T: std::fmt::Display>(items: &[T]) -> String {
     items
         .iter()
         .map(T::to_string)

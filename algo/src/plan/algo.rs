@@ -1,117 +1,17 @@
 //! Which algorithm a plan uses, and building a plan with a given one.
 //!
-//! [`build`](super::build) picks the historical default of each collective
+//! [`build`] picks the historical default of each collective
 //! (ring for all-reduce, all-gather and reduce-scatter, chain for broadcast
 //! and reduce, pairwise for all-to-all). [`build_with`] takes the algorithm
 //! explicitly; the communicator chooses it with the cost model
-//! ([`crate::tuning`]) or `STREAMCOMM_ALGO`. Every algorithm emits the same
+//! (the runtime's `tuning`) or `STREAMCOMM_ALGO`. Every algorithm emits the same
 //! [`DataStep`](super::DataStep)s, so the backends and the simulator run them all.
-
-use std::fmt;
 
 use streamcomm_kernels::{DataType, ReduceOp};
 
-use super::step::{Collective, Plan};
+use super::step::Plan;
 use super::{PlanParams, binomial, build, halving_doubling, recursive_doubling, tree, validate};
-use crate::Error;
-
-/// A collective algorithm.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Algorithm {
-    /// Ring (all-reduce, all-gather, reduce-scatter): bandwidth-optimal,
-    /// `n - 1` hops per phase.
-    Ring,
-    /// Pipelined chain (broadcast, reduce).
-    Chain,
-    /// Pairwise exchange (all-to-all).
-    Pairwise,
-    /// Double binary tree (all-reduce), as NCCL's tree: `2 log2 n` hops.
-    Tree,
-    /// Recursive halving then doubling (all-reduce), Rabenseifner's.
-    HalvingDoubling,
-    /// Binomial tree (broadcast, reduce): `log2 n` hops.
-    Binomial,
-    /// Recursive doubling: all-gather (Bruck's algorithm when the number of
-    /// ranks is not a power of two), and all-reduce by whole-vector swaps
-    /// in `log2 n` rounds (small messages).
-    RecursiveDoubling,
-    /// Bruck's all-gather for any number of ranks.
-    Bruck,
-}
-
-impl Algorithm {
-    /// Every algorithm.
-    pub const ALL: [Algorithm; 8] = [
-        Algorithm::Ring,
-        Algorithm::Chain,
-        Algorithm::Pairwise,
-        Algorithm::Tree,
-        Algorithm::HalvingDoubling,
-        Algorithm::Binomial,
-        Algorithm::RecursiveDoubling,
-        Algorithm::Bruck,
-    ];
-
-    /// The name used by `STREAMCOMM_ALGO` and the benchmark.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Algorithm::Ring => "ring",
-            Algorithm::Chain => "chain",
-            Algorithm::Pairwise => "pairwise",
-            Algorithm::Tree => "tree",
-            Algorithm::HalvingDoubling => "halving_doubling",
-            Algorithm::Binomial => "binomial",
-            Algorithm::RecursiveDoubling => "recursive_doubling",
-            Algorithm::Bruck => "bruck",
-        }
-    }
-
-    /// Parses a name (case-insensitive; `-` and `_` alike; `double_tree` and
-    /// `rabenseifner` are accepted aliases).
-    pub fn parse(text: &str) -> Option<Algorithm> {
-        let t = text.trim().to_ascii_lowercase().replace('-', "_");
-        match t.as_str() {
-            "double_tree" | "dtree" => Some(Algorithm::Tree),
-            "rabenseifner" => Some(Algorithm::HalvingDoubling),
-            _ => Algorithm::ALL.into_iter().find(|a| a.name() == t),
-        }
-    }
-
-    /// The algorithms that implement `collective` (the default first); empty
-    /// for point-to-point and barriers, which have one schedule each.
-    pub const fn candidates(collective: Collective) -> &'static [Algorithm] {
-        match collective {
-            Collective::AllReduce => &[
-                Algorithm::Ring,
-                Algorithm::Tree,
-                Algorithm::HalvingDoubling,
-                Algorithm::RecursiveDoubling,
-            ],
-            Collective::AllGather => &[
-                Algorithm::Ring,
-                Algorithm::RecursiveDoubling,
-                Algorithm::Bruck,
-            ],
-            Collective::ReduceScatter => &[Algorithm::Ring],
-            Collective::Broadcast { .. } | Collective::Reduce { .. } => {
-                &[Algorithm::Chain, Algorithm::Binomial]
-            }
-            Collective::AllToAll => &[Algorithm::Pairwise],
-            _ => &[],
-        }
-    }
-
-    /// True when this algorithm implements `collective`.
-    pub fn supports(self, collective: Collective) -> bool {
-        Algorithm::candidates(collective).contains(&self)
-    }
-}
-
-impl fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+use streamcomm_types::{Algorithm, Collective, Error};
 
 /// Builds the plan of one rank for one collective call with `algo`
 /// (`None`: the collective's default, as [`build`]).
@@ -126,9 +26,9 @@ impl fmt::Display for Algorithm {
 /// # Examples
 ///
 /// ```
-/// use streamcomm::testing::plan::{build_with, PlanParams};
-/// use streamcomm::{Algorithm, Collective};
-/// use streamcomm::{DataType, ReduceOp};
+/// use streamcomm_algo::plan::{build_with, PlanParams};
+/// use streamcomm_types::{Algorithm, Collective};
+/// use streamcomm_types::{DataType, ReduceOp};
 ///
 /// let params = PlanParams { rank: 0, nranks: 64, slot_bytes: 1 << 20, nsteps: 8 };
 /// let plan = build_with(
@@ -141,7 +41,7 @@ impl fmt::Display for Algorithm {
 /// )?;
 /// // The root sends to 32, 16, 8, 4, 2 and 1.
 /// assert_eq!(plan.steps.len(), 6);
-/// # Ok::<(), streamcomm::Error>(())
+/// # Ok::<(), streamcomm_types::Error>(())
 /// ```
 pub fn build_with(
     collective: Collective,

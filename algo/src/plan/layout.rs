@@ -4,19 +4,20 @@
 //! the same allocation, at offsets fixed per collective (`sendbuff ==
 //! recvbuff` for all-reduce, broadcast and reduce; `sendbuff == recvbuff +
 //! rank * count` for all-gather; `recvbuff == sendbuff + rank * count` for
-//! reduce-scatter). Plans always speak of [`BufId::Send`](super::BufId) and
-//! [`BufId::Recv`](super::BufId) regions; this module says how those map into
+//! reduce-scatter). Plans always speak of [`BufId::Send`](super::step::BufId) and
+//! [`BufId::Recv`](super::step::BufId) regions; this module says how those map into
 //! the single buffer, so the interpreter and every backend agree.
 
-use super::step::{Collective, Plan};
+use super::step::Plan;
 use crate::Error;
+use streamcomm_types::Collective;
 
 /// The layout of an in-place call, in elements.
 ///
 /// Send element `i` lies at buffer element `send_offset + i`, receive element
 /// `i` at `recv_offset + i`; the buffer holds at least `len` elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct InPlaceLayout {
+pub struct InPlaceLayout {
     /// Where element 0 of the send buffer lies in the in-place buffer.
     pub send_offset: usize,
     /// Where element 0 of the receive buffer lies in the in-place buffer.
@@ -42,7 +43,7 @@ impl InPlaceLayout {
     /// [`Error::InvalidUsage`] for `AllToAll`: a block a rank still has to
     /// send would be overwritten by one it receives (NCCL does not support
     /// an in-place all-to-all either).
-    pub(crate) fn of(plan: &Plan) -> Result<InPlaceLayout, Error> {
+    pub fn of(plan: &Plan) -> Result<InPlaceLayout, Error> {
         let rank = plan.rank;
         let (send_offset, recv_offset) = match plan.collective {
             Collective::AllGather => (rank * plan.send_count, 0),

@@ -24,6 +24,7 @@
 //! truncation).
 
 use streamcomm_kernels::{DataType, ReduceOp};
+use streamcomm_types::Collective;
 
 /// Which buffer of the collective call a [`Region`] lies in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -213,49 +214,8 @@ impl DataStep {
     }
 
     /// [`DataStep::finalized`] when `last`, else the step unchanged.
-    pub(crate) const fn finalized_if(self, last: bool) -> DataStep {
+    pub const fn finalized_if(self, last: bool) -> DataStep {
         if last { self.finalized() } else { self }
-    }
-}
-
-/// The collective a plan implements (also the header used for mismatch checks).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Collective {
-    /// Every rank ends with the reduction of all inputs.
-    AllReduce,
-    /// Every rank ends with every rank's input, concatenated in rank order.
-    AllGather,
-    /// Rank r ends with block r of the reduction.
-    ReduceScatter,
-    /// Every rank ends with the root's input.
-    Broadcast {
-        /// The source rank.
-        root: usize,
-    },
-    /// The root ends with the reduction of all inputs.
-    Reduce {
-        /// The destination rank.
-        root: usize,
-    },
-    /// Block j of rank i's input ends as block i of rank j's output.
-    AllToAll,
-    /// Nobody leaves before everyone has arrived.
-    Barrier,
-}
-
-impl Collective {
-    /// Short snake-case name (`all_reduce`, `broadcast`, ...), as used in
-    /// error messages and benchmark output.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Collective::AllReduce => "all_reduce",
-            Collective::AllGather => "all_gather",
-            Collective::ReduceScatter => "reduce_scatter",
-            Collective::Broadcast { .. } => "broadcast",
-            Collective::Reduce { .. } => "reduce",
-            Collective::AllToAll => "all_to_all",
-            Collective::Barrier => "barrier",
-        }
     }
 }
 
@@ -265,14 +225,14 @@ impl Collective {
 /// Its steps are data steps only; a flag step does not fit:
 ///
 /// ```compile_fail
-/// use streamcomm::testing::barrier::FlagStep;
-/// use streamcomm::testing::plan::{build, PlanParams};
-/// use streamcomm::{Collective, DataType, ReduceOp};
+/// use streamcomm_algo::barrier::FlagStep;
+/// use streamcomm_algo::plan::{build, PlanParams};
+/// use streamcomm_types::{Collective, DataType, ReduceOp};
 ///
 /// let params = PlanParams { rank: 0, nranks: 2, slot_bytes: 64, nsteps: 1 };
 /// let mut plan = build(Collective::Barrier, DataType::U8, ReduceOp::Sum, 0, &params)?;
 /// plan.steps.push(FlagStep::Notify { peer: 1, round: 0 });
-/// # Ok::<(), streamcomm::Error>(())
+/// # Ok::<(), streamcomm_types::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {

@@ -29,7 +29,7 @@ use crate::Error;
 /// loads read with at least `Acquire`, so whatever a rank did before a
 /// store is visible to a rank whose wait that store satisfied. Every write
 /// into `owner`'s area must wake the waiters of that area (for a futex
-/// [`crate::wait::Notifier`]: `notify()` after the store), because a wait
+/// the runtime's notifier: `notify()` after the store), because a wait
 /// always sleeps on the area that holds the awaited word
 /// ([`WaitFor::owner`]).
 pub trait BarrierMemory {
@@ -112,6 +112,7 @@ pub struct WaitFor {
 
 impl WaitFor {
     /// Whether the word has reached the target.
+    #[inline]
     pub fn is_met<M: BarrierMemory + ?Sized>(&self, mem: &M) -> bool {
         self.word.load(mem, self.owner) >= self.target
     }

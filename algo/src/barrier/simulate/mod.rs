@@ -39,7 +39,7 @@
 //! figures ([`SimStats::ahead`]) and the monotonicity check.
 
 mod memory;
-pub(crate) mod schedule;
+pub mod schedule;
 mod state;
 
 #[cfg(test)]
@@ -47,7 +47,7 @@ mod tests;
 
 use std::fmt;
 
-pub(crate) use memory::Regression;
+pub use memory::Regression;
 pub use schedule::Schedule;
 use schedule::{SplitMix, list};
 use state::Sim;
@@ -178,8 +178,8 @@ impl fmt::Display for StuckFlagRank {
 /// # Examples
 ///
 /// ```
-/// use streamcomm::barrier::BarrierAlgo;
-/// use streamcomm::testing::barrier::{build, simulate, Schedule, FlagSimConfig};
+/// use streamcomm_types::BarrierAlgo;
+/// use streamcomm_algo::barrier::{build, simulate, Schedule, FlagSimConfig};
 ///
 /// let plans: Vec<_> = (0..5)
 ///     .map(|r| build(BarrierAlgo::Chain, r, 5, &[0; 5]))
@@ -187,7 +187,7 @@ impl fmt::Display for StuckFlagRank {
 /// let schedule = Schedule::Laggard { rank: 2, seed: 1 };
 /// let stats = simulate(&plans, &FlagSimConfig { epochs: 3, schedule }).unwrap();
 /// assert!(stats.actions > 0);
-/// # Ok::<(), streamcomm::Error>(())
+/// # Ok::<(), streamcomm_types::Error>(())
 /// ```
 pub fn simulate(plans: &[BarrierPlan], config: &FlagSimConfig) -> Result<SimStats, FlagSimError> {
     check_setup(plans, config)?;

@@ -188,7 +188,8 @@ impl Error {
 
     /// The two calls a [`Error::Mismatch`] compared, as a record peers can
     /// be told.
-    pub(crate) fn mismatch_note(&self) -> Option<MismatchNote> {
+    #[doc(hidden)]
+    pub fn mismatch_note(&self) -> Option<MismatchNote> {
         match self {
             Error::Mismatch(m) => Some(MismatchNote {
                 suspect: m.culprit,
@@ -244,6 +245,32 @@ pub struct Mismatch {
     /// `culprit` is the one that differs from the others; false when only
     /// the two calls were compared.
     pub confirmed: bool,
+}
+
+impl Mismatch {
+    /// A mismatch seen by `rank` during `op`, between `culprit`'s call and
+    /// `witness`'s (each a rank and what it called): how streamcomm
+    /// reports one; programs read mismatches, they do not make them.
+    #[doc(hidden)]
+    pub fn between(
+        op: String,
+        rank: usize,
+        culprit: (usize, CallDesc),
+        witness: (usize, CallDesc),
+        ours: Option<CallDesc>,
+        confirmed: bool,
+    ) -> Mismatch {
+        Mismatch {
+            op,
+            rank,
+            culprit: culprit.0,
+            culprit_call: culprit.1,
+            witness: witness.0,
+            witness_call: witness.1,
+            ours,
+            confirmed,
+        }
+    }
 }
 
 impl fmt::Display for Mismatch {
@@ -319,8 +346,33 @@ pub struct CallDesc {
     pub count: u64,
     /// The root, for `broadcast` and `reduce`.
     pub root: Option<usize>,
-    /// The packed signature this was decoded from (told to peers as is).
-    pub(crate) sig: u64,
+    /// The packed signature this was decoded from (told to peers as is):
+    /// streamcomm's own, no promise of its layout.
+    #[doc(hidden)]
+    pub sig: u64,
+}
+
+impl CallDesc {
+    /// The call that the packed signature `sig` describes, decoded into
+    /// its parts: how streamcomm reports one; programs read these.
+    #[doc(hidden)]
+    pub fn decoded(
+        op: &'static str,
+        dtype: Option<DataType>,
+        reduce: Option<ReduceOp>,
+        count: u64,
+        root: Option<usize>,
+        sig: u64,
+    ) -> CallDesc {
+        CallDesc {
+            op,
+            dtype,
+            reduce,
+            count,
+            root,
+            sig,
+        }
+    }
 }
 
 impl fmt::Display for CallDesc {
@@ -351,9 +403,14 @@ impl fmt::Display for CallDesc {
 /// A mismatch record as ranks tell each other: `witness` compared its call
 /// (signature `witness_sig`) with the slot `suspect` sent (`suspect_sig`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct MismatchNote {
+#[doc(hidden)]
+pub struct MismatchNote {
+    /// The rank whose slot differed.
     pub suspect: usize,
+    /// Its call's signature.
     pub suspect_sig: u64,
+    /// The rank that compared.
     pub witness: usize,
+    /// The witness's own call's signature.
     pub witness_sig: u64,
 }

@@ -33,10 +33,11 @@ impl Epoch {
     /// # Examples
     ///
     /// ```
-    /// use streamcomm::testing::barrier::Epoch;
+    /// use streamcomm_algo::barrier::Epoch;
     ///
     /// assert_eq!(Epoch::uniform(3), Epoch { number: 3, counter: 3 });
     /// ```
+    #[inline]
     pub const fn uniform(number: u64) -> Epoch {
         Epoch {
             number,
@@ -77,7 +78,7 @@ pub fn run<M: BarrierMemory + ?Sized>(
 ///
 /// As [`wait_for`].
 #[inline]
-pub(crate) fn apply<M: BarrierMemory + ?Sized>(
+pub fn apply<M: BarrierMemory + ?Sized>(
     rank: usize,
     step: &FlagStep,
     epoch: Epoch,
@@ -107,11 +108,8 @@ pub(crate) fn apply<M: BarrierMemory + ?Sized>(
 /// is not below [`ROUNDS_PER_EPOCH`], or
 /// `epoch.counter * count_per_epoch` overflows; for a counter wait in a
 /// barrier whose counter epoch is 0.
-pub(crate) fn wait_for(
-    rank: usize,
-    step: &FlagStep,
-    epoch: Epoch,
-) -> Result<Option<WaitFor>, Error> {
+#[inline]
+pub fn wait_for(rank: usize, step: &FlagStep, epoch: Epoch) -> Result<Option<WaitFor>, Error> {
     check_epoch(epoch)?;
     let on = match *step {
         FlagStep::WaitCounter { .. } if epoch.counter == 0 => {
@@ -149,7 +147,8 @@ pub(crate) fn wait_for(
 
 /// Checks that `epoch` can be encoded (number in 1..=MAX_EPOCH, counter
 /// epoch at most the number).
-pub(crate) fn check_epoch(epoch: Epoch) -> Result<(), Error> {
+#[inline]
+pub fn check_epoch(epoch: Epoch) -> Result<(), Error> {
     let Epoch { number, counter } = epoch;
     if number == 0 || number > MAX_EPOCH {
         return Err(Error::invalid(format!(

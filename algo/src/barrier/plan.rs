@@ -13,16 +13,16 @@ use super::FlagStep;
 /// Its steps are flag steps only; a data step does not fit:
 ///
 /// ```compile_fail
-/// use streamcomm::barrier::BarrierAlgo;
-/// use streamcomm::testing::barrier::build;
-/// use streamcomm::testing::plan::{self, PlanParams};
-/// use streamcomm::{Collective, DataType, ReduceOp};
+/// use streamcomm_types::BarrierAlgo;
+/// use streamcomm_algo::barrier::build;
+/// use streamcomm_algo::plan::{self, PlanParams};
+/// use streamcomm_types::{Collective, DataType, ReduceOp};
 ///
 /// let params = PlanParams { rank: 0, nranks: 2, slot_bytes: 64, nsteps: 1 };
 /// let data = plan::build(Collective::Barrier, DataType::U8, ReduceOp::Sum, 0, &params)?;
 /// let mut flags = build(BarrierAlgo::Chain, 0, 2, &[0, 0])?;
 /// flags.steps.push(data.steps[0]);
-/// # Ok::<(), streamcomm::Error>(())
+/// # Ok::<(), streamcomm_types::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BarrierPlan {
@@ -40,6 +40,7 @@ pub struct BarrierPlan {
 impl BarrierPlan {
     /// Whether any step touches the arrival counter (so the plan's epochs
     /// count towards the counter's target).
+    #[inline]
     pub fn uses_counter(&self) -> bool {
         self.steps.iter().any(FlagStep::uses_counter)
     }

@@ -33,10 +33,10 @@
 //! counter barrier on it must have the same number of ranks.
 
 /// Rounds one epoch may use: values of consecutive epochs never overlap.
-pub(crate) const ROUNDS_PER_EPOCH: u64 = 256;
+pub const ROUNDS_PER_EPOCH: u64 = 256;
 
 /// Largest epoch whose values fit in a `u64`.
-pub(crate) const MAX_EPOCH: u64 = u64::MAX / ROUNDS_PER_EPOCH - 1;
+pub const MAX_EPOCH: u64 = u64::MAX / ROUNDS_PER_EPOCH - 1;
 
 /// The value of a flag or release word meaning "`round` of barrier `epoch`
 /// has happened": `epoch * ROUNDS_PER_EPOCH + round`.
@@ -49,12 +49,13 @@ pub(crate) const MAX_EPOCH: u64 = u64::MAX / ROUNDS_PER_EPOCH - 1;
 /// # Examples
 ///
 /// ```
-/// use streamcomm::testing::barrier::signal_value;
+/// use streamcomm_algo::barrier::signal_value;
 ///
 /// assert_eq!(signal_value(1, 0), Some(256));
 /// assert_eq!(signal_value(2, 3), Some(515));
 /// assert_eq!(signal_value(0, 0), None);
 /// ```
+#[inline]
 pub const fn signal_value(epoch: u64, round: u32) -> Option<u64> {
     if epoch == 0 || epoch > MAX_EPOCH || round as u64 >= ROUNDS_PER_EPOCH {
         return None;
@@ -107,6 +108,7 @@ pub enum FlagStep {
 
 impl FlagStep {
     /// Whether this operation waits (as opposed to acting).
+    #[inline]
     pub const fn is_wait(&self) -> bool {
         matches!(
             self,
@@ -115,6 +117,7 @@ impl FlagStep {
     }
 
     /// Whether this operation touches the arrival counter.
+    #[inline]
     pub const fn uses_counter(&self) -> bool {
         matches!(
             self,
@@ -125,6 +128,7 @@ impl FlagStep {
     /// The other rank the operation names: whose area it writes or reads,
     /// or whose flag it awaits (`None` for [`FlagStep::WaitCounter`], which
     /// only reads this rank's own area).
+    #[inline]
     pub const fn peer(&self) -> Option<usize> {
         match *self {
             FlagStep::FetchAdd { root } => Some(root),
@@ -136,6 +140,7 @@ impl FlagStep {
     }
 
     /// The round of a flag notify or wait.
+    #[inline]
     pub const fn round(&self) -> Option<u32> {
         match *self {
             FlagStep::Notify { round, .. } | FlagStep::WaitFlag { round, .. } => Some(round),

@@ -2,23 +2,22 @@
 //!
 //! Each file only emits one rank's [`FlagStep`]s (the dissemination
 //! barrier's are also the message barrier's, `plan/barrier.rs`);
-//! [`BarrierAlgo`] (`name.rs`) names them (`STREAMCOMM_BARRIER_ALGO`, the
+//! [`BarrierAlgo`] (in `streamcomm-types`) names them (`STREAMCOMM_BARRIER_ALGO`, the
 //! benchmark's `--algo`) and
-//! [`super::build`] validates arguments and dispatches here. Flat algorithms
+//! [`super::build()`] validates arguments and dispatches here. Flat algorithms
 //! ignore the host layout; the tree orders ranks host leaders first and the
 //! hierarchical barrier is built from it.
 
 mod central_counter;
 mod central_flags;
 mod chain;
-pub(crate) mod dissemination;
+pub mod dissemination;
 mod hierarchical;
 mod hosts;
-mod name;
 mod tree;
 
 pub(super) use hosts::Hosts;
-pub use name::{BarrierAlgo, Inter};
+pub(crate) use streamcomm_types::{BarrierAlgo, Inter};
 
 use super::FlagStep;
 
@@ -34,7 +33,7 @@ pub(super) fn steps_for_network(algo: BarrierAlgo, rank: usize, hosts: &Hosts) -
 
 /// The flag algorithms of [`BarrierAlgo::ALL`] (all but `multicast`).
 #[cfg(test)]
-pub(crate) fn flag_algos() -> impl Iterator<Item = BarrierAlgo> {
+pub fn flag_algos() -> impl Iterator<Item = BarrierAlgo> {
     BarrierAlgo::ALL
         .iter()
         .copied()

@@ -30,7 +30,7 @@ use crate::barrier::FlagStep;
 
 /// Steps of `rank` in a k-way dissemination barrier among `group` (which
 /// contains `rank`), numbering rounds from `first_round`.
-pub(crate) fn steps(group: &[usize], rank: usize, k: usize, first_round: u32) -> Vec<FlagStep> {
+pub fn steps(group: &[usize], rank: usize, k: usize, first_round: u32) -> Vec<FlagStep> {
     let m = group.len();
     let me = group.iter().position(|&r| r == rank).unwrap_or(0);
     let mut steps = Vec::new();
