@@ -11,10 +11,12 @@
 //! Printed: the time until every rank had joined and each round's time
 //! (slowest and median rank), the root's largest count of open sockets
 //! and this process's resident memory above the process's before the
-//! ranks started, its CPU time, and the bytes it wrote per round; and the
-//! same figures carried to 1,000 ranks by the root's shape (one
-//! connection per rank; one round holds every rank's blob once and writes
-//! every rank all of them).
+//! ranks started, its CPU time, and the bytes it wrote (each rank's
+//! all-gather peers, once: the rounds run among the ranks, Bruck's
+//! all-gather, `ceil(log2 n)` frames a rank); what each rank sends a
+//! round; and the same figures carried to 1,000 ranks by the protocol's
+//! shape (one connection per rank at the root, `2 ceil(log2 n)` at a
+//! rank).
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -245,8 +247,15 @@ fn root(cli: &BootstrapCli) -> Fallible<()> {
         .rss_kb
         .load(Ordering::Relaxed)
         .saturating_sub(before.rss_kb);
-    // Each frame carries a 4-byte length and a 1-byte kind.
-    let written = (n * n) as f64 * (cli.bytes + 5) as f64;
+    // What the protocol writes (bootstrap/wire.rs, bootstrap/gather.rs):
+    // the root, one welcome a rank (a 4-byte length, a kind byte, a count
+    // and a 19-byte address a step); a rank, a round, one frame a step (an
+    // 8-byte length) carrying the n - 1 records it lacks (a 4-byte length
+    // each).
+    let steps = |n: usize| n.next_power_of_two().trailing_zeros() as f64;
+    let welcomes = |n: usize| n as f64 * (9.0 + 19.0 * steps(n));
+    let per_rank = |n: usize| steps(n) * 8.0 + (n as f64 - 1.0) * (cli.bytes as f64 + 4.0);
+    let written = welcomes(n);
     let column = |k: usize| max_median(times.iter().map(|t| t[k]).collect());
     let per = |k: usize| {
         let (max, median) = column(k);
@@ -273,18 +282,27 @@ fn root(cli: &BootstrapCli) -> Fallible<()> {
     }
     say(format!(
         "root: {socks} sockets at most (its listener and one per rank; the process had {} \
-         descriptors before), resident memory +{:.1} MB, CPU {:.0} ms, {:.1} MB written per round",
+         descriptors before), resident memory +{:.1} MB, CPU {:.0} ms; by the protocol, \
+         {:.3} MB written (every rank's all-gather peers, once; nothing per round)",
         before.fds,
         grew_kb as f64 / 1e3,
         root_cpu.as_secs_f64() * 1e3,
         written / 1e6
     ));
-    let k = 1000.0 / n as f64;
     say(format!(
-        "carried to 1000 ranks: {} sockets, {:.1} MB written per round (n^2), \
-         {:.2} MB of blobs held per round (n)",
+        "each rank, a round, by the protocol: {} frames, {:.3} MB sent and as much received, \
+         over {} sockets",
+        steps(n),
+        per_rank(n) / 1e6,
+        2.0 * steps(n)
+    ));
+    say(format!(
+        "carried to 1000 ranks: the root {} sockets and {:.3} MB written once; a rank {} \
+         sockets and {:.3} MB sent a round (n); {:.2} MB of blobs held by each rank (n)",
         1000 + socks.saturating_sub(n as u64),
-        written * k * k / 1e6,
+        welcomes(1000) / 1e6,
+        2.0 * steps(1000),
+        per_rank(1000) / 1e6,
         1000.0 * cli.bytes as f64 / 1e6
     ));
     let stat = |(max, median): (u64, u64)| serde_json::json!({"max": max, "median": median});
@@ -297,7 +315,11 @@ fn root(cli: &BootstrapCli) -> Fallible<()> {
             "sockets": socks,
             "rss_grew_kb": grew_kb,
             "cpu_ms": root_cpu.as_secs_f64() * 1e3,
-            "written_per_round": written,
+            "written": written,
+        },
+        "rank_per_round": {
+            "frames": steps(n),
+            "sent_bytes": per_rank(n),
         },
     }))
 }

@@ -334,8 +334,16 @@ fn the_bootstrap_root_takes_320_ranks_joining_at_once() {
     let sockets = doc["root"]["sockets"].as_u64().expect("sockets");
     assert!((160..=321).contains(&sockets), "{doc}");
     assert_eq!(doc["rounds_us"].as_array().expect("rounds").len(), 2);
-    // Every round sends every rank every rank's 256 bytes, a length and a kind.
-    assert_eq!(doc["root"]["written_per_round"], 320.0 * 320.0 * 261.0);
+    // By the protocol: the root writes each rank its 9 all-gather peers
+    // once (a 9-byte head and 19 bytes a peer) and nothing per round. Each
+    // rank sends 9 frames a round (an 8-byte length each) carrying 319
+    // records (4 + 256 bytes).
+    assert_eq!(doc["root"]["written"], 320.0 * (9.0 + 19.0 * 9.0), "{doc}");
+    assert_eq!(doc["rank_per_round"]["frames"], 9.0);
+    assert_eq!(
+        doc["rank_per_round"]["sent_bytes"],
+        9.0 * 8.0 + 319.0 * 260.0
+    );
 }
 
 /// The hard limit on open files here, from the shell.

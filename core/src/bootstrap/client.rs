@@ -1,20 +1,29 @@
-//! [`Bootstrap`]: a rank's connection to the bootstrap root.
+//! [`Bootstrap`]: a rank's connection to the bootstrap root, and to the
+//! peers it all-gathers with.
 //!
 //! Before a communicator has any transport, its ranks need a slow but sure way
 //! to swap small records (endpoints, host names, shared-memory names): NCCL's
-//! `bootstrapAllGather`. Each rank keeps one TCP connection to the root; an
-//! all-gather is "send my blob, receive everyone's in rank order". Every read
-//! is bounded by the timeout given at connect time, and every way the root can
-//! fail (refusal, death, a rank gone, a deadline) becomes an error that says
-//! what happened, after which the connection stays failed.
+//! `bootstrapAllGather`. Each rank keeps one TCP connection to the root,
+//! which tells it where its all-gather peers listen and, later, which rank
+//! failed; an all-gather is "send my blob, receive everyone's in rank
+//! order", over the ranks' own connections ([`super::gather`]). Every wait
+//! is bounded by the timeout given at connect time, and every way the root
+//! or a peer can fail (refusal, death, a rank gone, a deadline) becomes an
+//! error that says what happened, after which the connection stays failed.
 
 use std::io;
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
+use super::gather::{self, Links, RootWatch, Stop};
 use super::id::UniqueId;
 use super::wire::{self, FrameRead, Hello, MAX_BLOB, MAX_RANKS, MAX_REPLY, Reply};
 use crate::{Error, Result};
+
+/// Longest a rank that found a peer gone waits for the root's verdict
+/// (which names the rank every rank blames: the first one reported).
+const VERDICT_WAIT: Duration = Duration::from_secs(2);
 
 /// A rank's connection to the bootstrap root of its communicator.
 ///
@@ -39,14 +48,17 @@ use crate::{Error, Result};
 #[derive(Debug)]
 pub struct Bootstrap {
     stream: TcpStream,
-    /// This end's address, recorded in [`super::local`] while connected.
-    local: Option<SocketAddr>,
     root: SocketAddr,
     rank: usize,
     size: usize,
     timeout: Duration,
     round: u64,
     failed: Option<Error>,
+    /// The connections to the peers of the all-gather.
+    links: Links,
+    /// The root closed its connection (its process exited): failures are
+    /// then learnt from the peers alone.
+    root_closed: bool,
 }
 
 impl Bootstrap {
@@ -86,27 +98,43 @@ impl Bootstrap {
         let _span = tracing::debug_span!("bootstrap_connect", %root, rank, size).entered();
         let stream = connect_retrying(root, start, deadline)?;
         let _ = stream.set_nodelay(true);
-        // Recorded before the hello, so the root knows this process's ranks
-        // by the time they have all joined (see `super::local`); dropping
-        // `boot` forgets it, whatever happens below.
         let local = stream.local_addr().ok();
-        if let Some(addr) = local {
-            super::local::add(addr);
-        }
+        // Where this rank's all-gather peers connect: on the interface
+        // that reaches the root, which theirs reach too.
+        let listener = match (size > 1, local) {
+            (false, _) => None,
+            (true, Some(addr)) => Some(
+                TcpListener::bind(SocketAddr::new(addr.ip(), 0))
+                    .map_err(|e| Error::os("bind(bootstrap all-gather listener)", e))?,
+            ),
+            (true, None) => {
+                return Err(Error::Bootstrap(format!(
+                    "the connection to the bootstrap root at {root} has no local address"
+                )));
+            }
+        };
+        let gather = match &listener {
+            Some(l) => l
+                .local_addr()
+                .map_err(|e| Error::os("getsockname(bootstrap all-gather listener)", e))?,
+            None => SocketAddr::from(([0, 0, 0, 0], 0)),
+        };
         let mut boot = Bootstrap {
             stream,
-            local,
             root,
             rank,
             size,
             timeout,
             round: 0,
             failed: None,
+            links: Links::none(rank, size),
+            root_closed: false,
         };
         let hello = Hello {
             secret: *id.secret(),
             rank: rank as u32,
             size: size as u32,
+            gather,
         };
         let sent = boot
             .stream
@@ -117,20 +145,36 @@ impl Bootstrap {
                 "sending the hello to the bootstrap root at {root} failed: {e}"
             )));
         }
-        match boot.read_reply(deadline, "bootstrap connect") {
-            Ok(Reply::Welcome) => Ok(boot),
-            Ok(other) => Err(boot.unexpected(&other)),
-            Err(ReadFail::Closed) => Err(Error::Bootstrap(format!(
-                "the bootstrap root at {root} closed the connection during the handshake \
-                 (wrong secret, or not a streamcomm bootstrap root)"
-            ))),
-            Err(ReadFail::TimedOut) => Err(Error::Timeout {
-                op: "bootstrap connect".into(),
-                what: format!("all {size} ranks to join the bootstrap root at {root}"),
-                waited_ms: millis(start.elapsed()),
-            }),
-            Err(ReadFail::Other(e)) => Err(e),
+        let targets = match boot.read_reply(deadline, "bootstrap connect") {
+            Ok(Reply::Welcome { targets }) => targets,
+            Ok(other) => return Err(boot.unexpected(&other)),
+            Err(ReadFail::Closed) => {
+                return Err(Error::Bootstrap(format!(
+                    "the bootstrap root at {root} closed the connection during the handshake \
+                     (wrong secret, or not a streamcomm bootstrap root)"
+                )));
+            }
+            Err(ReadFail::TimedOut) => {
+                return Err(Error::Timeout {
+                    op: "bootstrap connect".into(),
+                    what: format!("all {size} ranks to join the bootstrap root at {root}"),
+                    waited_ms: millis(start.elapsed()),
+                });
+            }
+            Err(ReadFail::Other(e)) => return Err(e),
+        };
+        if targets.len() != gather::steps(size) {
+            return Err(Error::Bootstrap(format!(
+                "the bootstrap root at {root} named {} all-gather peers for {size} ranks \
+                 (expected {})",
+                targets.len(),
+                gather::steps(size)
+            )));
         }
+        if let Some(listener) = listener {
+            boot.links = Links::open(listener, &targets, (rank, size), id.secret(), deadline)?;
+        }
+        Ok(boot)
     }
 
     /// This rank.
@@ -211,56 +255,80 @@ impl Bootstrap {
         let start = Instant::now();
         let deadline = start + self.timeout;
         let op = format!("bootstrap all_gather #{}", self.round);
-        let sent = self
-            .stream
-            .set_write_timeout(Some(socket_timeout(deadline)))
-            .and_then(|()| wire::write_frame(&mut self.stream, &[blob]));
-        if let Err(e) = sent {
-            if wire::is_timeout(&e) {
-                return Err(self.timeout_error(&op, "sending this rank's blob to the root", start));
+        let mut links = std::mem::replace(&mut self.links, Links::none(self.rank, self.size));
+        let root_fd = (!self.root_closed).then(|| self.stream.as_raw_fd());
+        let mut root_closed = false;
+        let gathered = {
+            let mut hear = || self.root_notice(deadline, &op, &mut root_closed);
+            let mut root = RootWatch {
+                fd: root_fd,
+                hear: &mut hear,
+            };
+            links.all_gather(blob, &mut root, deadline)
+        };
+        self.links = links;
+        self.root_closed |= root_closed;
+        let all = match gathered {
+            Ok(all) => all,
+            Err(Stop::Peer { peer, what }) => return Err(self.peer_gone(peer, &what, &op)),
+            Err(Stop::TimedOut { what }) => {
+                return Err(Error::Timeout {
+                    op,
+                    what,
+                    waited_ms: millis(start.elapsed()),
+                });
             }
-            // The root may have given up and closed first: its failure notice
-            // (which names the culprit) is then already here to be read.
-            let peek = Instant::now() + Duration::from_millis(100);
-            if let Err(ReadFail::Other(notice)) = self.read_reply(peek.min(deadline), &op) {
-                return Err(notice);
-            }
-            return Err(Error::Bootstrap(format!(
-                "{op}: sending to the root at {} failed: {e}",
-                self.root
-            )));
-        }
-        let mut all = Vec::with_capacity(self.size);
-        while all.len() < self.size {
-            match self.read_reply(deadline, &op) {
-                Ok(Reply::Data(bytes)) => all.push(bytes),
-                Ok(other) => return Err(self.unexpected(&other)),
-                Err(ReadFail::Closed) => {
-                    return Err(Error::Bootstrap(format!(
-                        "{op}: the bootstrap root at {} closed the connection after {} of {} \
-                         blobs (the root process exited, or it gave up on this communicator)",
-                        self.root,
-                        all.len(),
-                        self.size
-                    )));
-                }
-                Err(ReadFail::TimedOut) => {
-                    return Err(Error::Timeout {
-                        op,
-                        what: format!(
-                            "blobs from the bootstrap root at {} (got {} of {})",
-                            self.root,
-                            all.len(),
-                            self.size
-                        ),
-                        waited_ms: millis(start.elapsed()),
-                    });
-                }
-                Err(ReadFail::Other(e)) => return Err(e),
-            }
-        }
+            Err(Stop::Failed(e)) => return Err(e),
+        };
         self.round += 1;
         Ok(all)
+    }
+
+    /// What the root says in the middle of a round: a failure notice (the
+    /// error: the rank to blame), or `None` when its connection closed
+    /// (`closed` is then set: the root's process may exit once every rank
+    /// has joined, and the ranks need it only to learn of failures).
+    fn root_notice(&mut self, deadline: Instant, op: &str, closed: &mut bool) -> Option<Error> {
+        match self.read_reply(deadline, op) {
+            Err(ReadFail::Other(e)) => Some(e),
+            Ok(other) => Some(self.unexpected(&other)),
+            Err(ReadFail::Closed) => {
+                tracing::debug!("{op}: the bootstrap root closed its connection");
+                *closed = true;
+                None
+            }
+            Err(ReadFail::TimedOut) => Some(Error::Bootstrap(format!(
+                "{op}: the bootstrap root at {} began a frame and did not finish it",
+                self.root
+            ))),
+        }
+    }
+
+    /// The error when the connection to `peer` broke (`what`): the root is
+    /// told, and its verdict (the first rank any rank reported: a rank
+    /// whose own peer failed may look gone to the next when it stops) is
+    /// the error; without one in time, `peer` is blamed.
+    fn peer_gone(&mut self, peer: usize, what: &str, op: &str) -> Error {
+        let reason = format!("rank {} lost rank {peer} during {op}: {what}", self.rank);
+        let report = Reply::Failure {
+            peer: Some(peer),
+            reason: reason.clone(),
+        };
+        let wait = Instant::now() + VERDICT_WAIT;
+        let told = !self.root_closed
+            && self
+                .stream
+                .set_write_timeout(Some(VERDICT_WAIT))
+                .and_then(|()| report.write_to(&mut self.stream))
+                .is_ok();
+        if told && let Err(ReadFail::Other(verdict)) = self.read_reply(wait, op) {
+            return verdict;
+        }
+        Error::RemoteFailed {
+            peer,
+            op: op.to_string(),
+            cause: format!("{what} (the bootstrap root gave no verdict)"),
+        }
     }
 
     /// Reads one reply; a failure notice from the root becomes its error.
@@ -302,27 +370,10 @@ impl Bootstrap {
 
     fn unexpected(&self, reply: &Reply) -> Error {
         let kind = match reply {
-            Reply::Welcome => "a second welcome",
-            Reply::Data(_) => "data before the welcome",
+            Reply::Welcome { .. } => "a second welcome",
             Reply::Failure { .. } => "a failure notice",
         };
         Error::Bootstrap(format!("the bootstrap root at {} sent {kind}", self.root))
-    }
-
-    fn timeout_error(&self, op: &str, what: &str, start: Instant) -> Error {
-        Error::Timeout {
-            op: op.to_string(),
-            what: what.to_string(),
-            waited_ms: millis(start.elapsed()),
-        }
-    }
-}
-
-impl Drop for Bootstrap {
-    fn drop(&mut self) {
-        if let Some(addr) = self.local {
-            super::local::remove(addr);
-        }
     }
 }
 

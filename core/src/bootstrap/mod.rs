@@ -4,10 +4,12 @@
 //! communicator starts like NCCL's: one process creates a [`UniqueId`] (the
 //! address of a *bootstrap root* plus a random secret) and hands it to every
 //! rank by any means (an environment variable, MPI, a file). Each rank then
-//! calls [`Bootstrap::connect`] with its rank and the size, and the root
-//! relays [`Bootstrap::all_gather`] rounds among them: slow (every byte goes
-//! through one TCP server) but needing nothing but IP connectivity, which is
-//! all one can assume before the transports exist.
+//! calls [`Bootstrap::connect`] with its rank and the size; once all have
+//! joined, the root tells each rank where its all-gather peers listen, and
+//! [`Bootstrap::all_gather`] rounds run among the ranks themselves (Bruck's
+//! algorithm: `ceil(log2 n)` frames a rank, none through the root), needing
+//! nothing but IP connectivity, which is all one can assume before the
+//! transports exist. The root stays to tell every rank which rank failed.
 //!
 //! The root is a thread of the process that created the id (`RootServer`).
 //! It serves exactly one communicator: the first `size` ranks that present the
@@ -23,11 +25,11 @@
 //! exits when they have all dropped their [`Bootstrap`].
 
 pub(crate) mod client;
+mod gather;
 mod id;
-mod local;
 mod rendezvous;
 pub(crate) mod root;
-mod rounds;
+mod watch;
 pub(crate) mod wire;
 
 pub(crate) use client::Bootstrap;

@@ -12,6 +12,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
+use super::gather;
 use super::root::{
     FRAME_TIMEOUT, Joined, RootOptions, fail_all, millis, missing_ranks, poll, pollfd,
     remote_failed,
@@ -183,8 +184,14 @@ pub(super) fn rendezvous(
         }
     }
     let mut ranks: Vec<Joined> = slots.into_iter().flatten().collect();
-    for rank in 0..ranks.len() {
-        if let Err(e) = Reply::Welcome.write_to(&mut ranks[rank].stream) {
+    let n = ranks.len();
+    for rank in 0..n {
+        // The all-gather's peers this rank sends to (see `super::gather`):
+        // `ceil(log2 n)` addresses a rank, O(n log n) bytes in all.
+        let targets = (0..gather::steps(n))
+            .map(|k| ranks[gather::target(rank, n, k)].gather)
+            .collect();
+        if let Err(e) = (Reply::Welcome { targets }).write_to(&mut ranks[rank].stream) {
             let reason = format!("rank {rank} disconnected during the bootstrap rendezvous ({e})");
             tracing::warn!("{reason}");
             let others = ranks.iter_mut().enumerate().filter(|(r, _)| *r != rank);
@@ -362,6 +369,7 @@ fn admit(slots: &mut Vec<Option<Joined>>, p: Pending, hello: &Hello) -> bool {
     slots[rank] = Some(Joined {
         stream,
         peer: p.peer,
+        gather: hello.gather,
     });
     true
 }

@@ -14,12 +14,13 @@
 //! * It must not live forever. The rendezvous has an overall deadline
 //!   ([`RootOptions::timeout`], 10 minutes by default), so a root nobody uses
 //!   goes away; once all ranks have joined it lives as long as they keep their
-//!   connections, and ends when they all close them. A round that has begun
-//!   must also finish within the deadline.
+//!   connections, and ends when they all close them.
 //!
 //! This file holds the public face (options, handle, the `UniqueId`
 //! constructors that start a root) and the helpers both phases share; the
-//! phases themselves are [`super::rendezvous`] and [`super::rounds`].
+//! phases themselves are [`super::rendezvous`] (joining, then telling each
+//! rank its all-gather peers) and [`super::watch`] (relaying the first
+//! failure a rank reports).
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -28,7 +29,7 @@ use std::time::Duration;
 
 use super::id::UniqueId;
 use super::rendezvous::rendezvous;
-use super::rounds::serve_rounds;
+use super::watch::watch_ranks;
 use super::wire::Reply;
 use crate::{Error, Result};
 
@@ -49,9 +50,10 @@ pub(super) const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RootOptions {
-    /// Deadline for all ranks to join, counted from the start of the server,
-    /// and for each all-gather round once its first frame has arrived. A root
-    /// that reaches it tells the connected ranks and exits. Default 10 minutes.
+    /// Deadline for all ranks to join, counted from the start of the server.
+    /// A root that reaches it tells the connected ranks and exits (the
+    /// all-gathers after it are bounded by each rank's own timeout).
+    /// Default 10 minutes.
     pub timeout: Duration,
     /// How long a new connection may take to send its hello before it is
     /// dropped. Default 2 seconds.
@@ -227,13 +229,15 @@ fn serve(
     let ranks = rendezvous(&listener, addr, &secret, &opts)?;
     drop(listener);
     tracing::debug!(size = ranks.len(), "all ranks joined");
-    serve_rounds(ranks, &opts)
+    watch_ranks(ranks)
 }
 
 /// A rank that has joined.
 pub(super) struct Joined {
     pub(super) stream: TcpStream,
     pub(super) peer: SocketAddr,
+    /// Where it accepts its all-gather peers.
+    pub(super) gather: SocketAddr,
 }
 
 /// Best-effort failure notice to each stream; returns how many took it.

@@ -4,21 +4,45 @@ use super::*;
 
 /// The bootstrap protocol, as documented in bootstrap/wire.rs: frames are a
 /// `u32` little-endian length then the body; a hello body is magic `SCBS`,
-/// version 1, the secret, rank and size; a reply body is a kind byte
-/// (0 welcome, 1 data, 2 failure with a `u32` peer, `u32::MAX` for none,
-/// then the reason).
+/// version 2, the secret, rank, size and the address where the rank
+/// accepts its all-gather peers (family byte 4 or 6, 16 address bytes, a
+/// `u16` port); a reply body is a kind byte (0 welcome with a `u32` count
+/// of addresses and each address, 2 failure with a `u32` peer, `u32::MAX`
+/// for none, then the reason).
 mod wire {
-    /// Bytes of a hello frame, length prefix included.
-    pub(super) const HELLO_FRAME: usize = 4 + 32;
+    use std::net::SocketAddr;
 
-    /// A hello frame.
+    /// Bytes of a hello frame, length prefix included.
+    pub(super) const HELLO_FRAME: usize = 4 + 51;
+    /// Bytes of a hello frame before its address.
+    pub(super) const HELLO_BEFORE_ADDR: usize = 4 + 32;
+
+    /// An address as the protocol writes it.
+    pub(super) fn addr(a: SocketAddr) -> Vec<u8> {
+        let mut b = vec![0u8; 19];
+        match a {
+            SocketAddr::V4(v4) => {
+                b[0] = 4;
+                b[1..5].copy_from_slice(&v4.ip().octets());
+            }
+            SocketAddr::V6(v6) => {
+                b[0] = 6;
+                b[1..17].copy_from_slice(&v6.ip().octets());
+            }
+        }
+        b[17..].copy_from_slice(&a.port().to_le_bytes());
+        b
+    }
+
+    /// A hello frame (its all-gather address 127.0.0.1:1).
     pub(super) fn hello(secret: [u8; 16], rank: u32, size: u32) -> Vec<u8> {
-        let mut f = 32u32.to_le_bytes().to_vec();
+        let mut f = 51u32.to_le_bytes().to_vec();
         f.extend_from_slice(b"SCBS");
-        f.extend_from_slice(&1u32.to_le_bytes());
+        f.extend_from_slice(&2u32.to_le_bytes());
         f.extend_from_slice(&secret);
         f.extend_from_slice(&rank.to_le_bytes());
         f.extend_from_slice(&size.to_le_bytes());
+        f.extend_from_slice(&addr("127.0.0.1:1".parse().expect("addr")));
         f
     }
 
@@ -32,8 +56,7 @@ mod wire {
     /// A reply from the root.
     #[derive(Clone, Debug)]
     pub(super) enum Reply {
-        Welcome,
-        Data(Vec<u8>),
+        Welcome(Vec<SocketAddr>),
         Failure { peer: Option<u32>, reason: String },
     }
 
@@ -41,10 +64,12 @@ mod wire {
         /// The reply as one frame.
         pub(super) fn encode(&self) -> Vec<u8> {
             match self {
-                Reply::Welcome => frame(&[0]),
-                Reply::Data(d) => {
-                    let mut b = vec![1];
-                    b.extend_from_slice(d);
+                Reply::Welcome(targets) => {
+                    let mut b = vec![0];
+                    b.extend_from_slice(&(targets.len() as u32).to_le_bytes());
+                    for t in targets {
+                        b.extend_from_slice(&addr(*t));
+                    }
                     frame(&b)
                 }
                 Reply::Failure { peer, reason } => {
@@ -58,7 +83,6 @@ mod wire {
     }
 }
 
-/// A root's loopback address with a free port.
 fn loopback() -> SocketAddr {
     SocketAddr::from((Ipv4Addr::LOCALHOST, 0))
 }
@@ -288,21 +312,16 @@ proptest! {
 }
 
 /// What a fake root sends a real client: well-formed replies, perhaps
-/// damaged, perhaps followed or replaced by noise.
+/// damaged, perhaps followed or replaced by noise. A welcome names
+/// all-gather peers where nothing listens (port 1).
 fn root_replies() -> BoxedStrategy<(Vec<wire::Reply>, Vec<u8>)> {
+    let nowhere: SocketAddr = "127.0.0.1:1".parse().expect("addr");
     let reply = prop_oneof![
-        1 => Just(wire::Reply::Welcome),
-        8 => prop::collection::vec(any::<u8>(), 0..64).prop_map(wire::Reply::Data),
+        4 => (0usize..3).prop_map(move |n| wire::Reply::Welcome(vec![nowhere; n])),
         1 => (prop::option::of(prop_oneof![0u32..8, any::<u32>()]), ".{0,20}")
             .prop_map(|(peer, reason)| wire::Reply::Failure { peer, reason }),
     ];
-    let replies = prop::collection::vec(reply, 0..6).prop_map(|mut r| {
-        // Usually start as a root would, with a welcome.
-        if r.len() % 3 != 0 {
-            r.insert(0, wire::Reply::Welcome);
-        }
-        r
-    });
+    let replies = prop::collection::vec(reply, 0..4);
     (
         replies,
         prop_oneof![3 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8), 1 => Just(3u8)],
@@ -326,21 +345,15 @@ fn root_replies() -> BoxedStrategy<(Vec<wire::Reply>, Vec<u8>)> {
         .boxed()
 }
 
-/// What the client should make of a clean (undamaged) reply stream.
+/// What the client should make of a clean (undamaged) reply stream: a
+/// lone rank welcomed with no peers gathers its own blob; any other start
+/// is an error (a welcome naming peers for one rank, or peers where
+/// nothing listens, or no welcome).
 fn expected_gather(replies: &[wire::Reply], size: usize) -> Option<Vec<Vec<u8>>> {
     match replies.first() {
-        Some(wire::Reply::Welcome) => {}
-        _ => return None,
+        Some(wire::Reply::Welcome(t)) if t.is_empty() && size == 1 => Some(vec![b"mine".to_vec()]),
+        _ => None,
     }
-    let data: Vec<Vec<u8>> = replies[1..]
-        .iter()
-        .take(size)
-        .map_while(|r| match r {
-            wire::Reply::Data(d) => Some(d.clone()),
-            _ => None,
-        })
-        .collect();
-    (data.len() == size).then_some(data)
 }
 
 proptest! {
@@ -348,7 +361,8 @@ proptest! {
 
     /// A fake root feeds a real client arbitrary replies: the client returns
     /// `Ok` or `Err` (never panics, never waits past its timeout), and when
-    /// the replies are a clean welcome and `size` data frames it returns them.
+    /// the replies are a clean welcome for a lone rank it gathers its own
+    /// blob; its hello says who it is and where it accepts its peers.
     #[test]
     fn client_survives_a_hostile_root(
         (replies, bytes) in root_replies(),
@@ -363,7 +377,13 @@ proptest! {
             let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
             let mut hello = [0u8; wire::HELLO_FRAME];
             s.read_exact(&mut hello).expect("hello");
-            assert_eq!(hello.to_vec(), wire::hello([9; 16], 0, size as u32));
+            let want = wire::hello([9; 16], 0, size as u32);
+            assert_eq!(hello[..wire::HELLO_BEFORE_ADDR], want[..wire::HELLO_BEFORE_ADDR]);
+            // An IPv4 address (loopback's); a lone rank, which accepts no
+            // peers, names 0.0.0.0:0.
+            let addr = &hello[wire::HELLO_BEFORE_ADDR..];
+            assert_eq!(addr[0], 4, "its all-gather address's family");
+            assert_eq!(addr[1..].iter().all(|&b| b == 0), size == 1, "{addr:?}");
             let _ = s.write_all(&bytes);
             let _ = s.shutdown(Shutdown::Write);
             // Drain until the client hangs up, so its writes never fail.

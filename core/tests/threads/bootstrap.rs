@@ -68,7 +68,8 @@ fn run_ranks(id: UniqueId, size: usize, rounds: usize) -> Vec<thread::JoinHandle
 #[test]
 fn all_gather_rounds_for_several_sizes() {
     watchdog(Duration::from_secs(60), || {
-        for size in [1, 2, 3, 8] {
+        // Powers of two and not: Bruck's last step sends part of a block.
+        for size in [1, 2, 3, 5, 8, 13] {
             let id = UniqueId::new().expect("unique id");
             for h in run_ranks(id, size, 6) {
                 h.join().expect("rank thread");
@@ -108,13 +109,20 @@ fn serve_at_a_given_address() {
 }
 
 /// A valid-looking hello frame (for strangers that know the protocol).
+/// A hello as bootstrap/wire.rs documents it (version 2: after rank and
+/// size, the address where the rank accepts its all-gather peers, here
+/// 127.0.0.1:1).
 fn hello_frame(secret: [u8; 16], rank: u32, size: u32) -> Vec<u8> {
-    let mut f = 32u32.to_le_bytes().to_vec();
+    let mut f = 51u32.to_le_bytes().to_vec();
     f.extend_from_slice(b"SCBS");
-    f.extend_from_slice(&1u32.to_le_bytes());
+    f.extend_from_slice(&2u32.to_le_bytes());
     f.extend_from_slice(&secret);
     f.extend_from_slice(&rank.to_le_bytes());
     f.extend_from_slice(&size.to_le_bytes());
+    f.push(4);
+    f.extend_from_slice(&[127, 0, 0, 1]);
+    f.extend_from_slice(&[0; 12]);
+    f.extend_from_slice(&1u16.to_le_bytes());
     f
 }
 
@@ -338,6 +346,33 @@ fn rank_that_leaves_is_named_to_the_others() {
         for g in gatherers {
             let err = g.join().expect("thread");
             assert!(matches!(err, Error::RemoteFailed { peer: 2, .. }), "{err}");
+        }
+    });
+}
+
+#[test]
+fn a_rank_that_leaves_is_named_to_every_rank_not_only_its_peers() {
+    // 8 ranks: rank 5 sends to 4, 3 and 1 and receives from 6, 7 and 1;
+    // ranks 0 and 2 never exchange with it, and learn of it from the root
+    // (the first report it had), as do the ranks that only see a peer stop.
+    watchdog(Duration::from_secs(30), || {
+        let id = UniqueId::new().expect("id");
+        let gatherers: Vec<_> = (0..8)
+            .filter(|&r| r != 5)
+            .map(|rank| {
+                thread::spawn(move || {
+                    let mut b = Bootstrap::connect(&id, rank, 8, TIMEOUT).expect("connect");
+                    (rank, b.all_gather(b"x").expect_err("rank 5 is gone"))
+                })
+            })
+            .collect();
+        drop(Bootstrap::connect(&id, 5, 8, TIMEOUT).expect("rank 5 connects, then leaves"));
+        for g in gatherers {
+            let (rank, err) = g.join().expect("thread");
+            assert!(
+                matches!(err, Error::RemoteFailed { peer: 5, .. }),
+                "rank {rank}: {err}"
+            );
         }
     });
 }
