@@ -89,9 +89,10 @@
 //!  5  comm                                   the Communicator
 //!  4  transport                              the slot seam and the links that move slots between ranks
 //!  3  host       launch     tuning           host streams, launchers' environments, algorithm choice
-//!  2  config     plan                        settings, plans of data steps and the simulator of both kinds
-//!  1  barrier    bootstrap  engine           barriers (algorithms, flag steps, flag memory, execution), rank rendezvous, progress thread
-//!  0  error      framed     wait             errors, the framed tcp protocols' head, waiting
+//!  2  config                                 settings
+//!  1  barrier    bootstrap  engine           barriers at run time (flag memory, execution, multicast), rank rendezvous, progress thread
+//!  0  framed     os_limits  wait             the framed tcp protocols' head, the OS's limits, waiting
+//!  ─  streamcomm-algo, streamcomm-types      crates below them all: plans of data and flag steps and both simulators; the vocabulary
 //! ```
 //!
 //! Some control flows up past that order, through a callback kept in a

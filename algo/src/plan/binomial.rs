@@ -112,15 +112,7 @@ pub(super) fn reduce(g: &Geometry, root: usize) -> (Vec<DataStep>, bool) {
 mod tests {
     use super::*;
 
-    fn geom(rank: usize, nranks: usize, count: usize) -> Geometry {
-        Geometry {
-            rank,
-            nranks,
-            count,
-            chunk: 4,
-            breaker: true,
-        }
-    }
+    use crate::plan::geom;
 
     #[test]
     fn tree_shape() {

@@ -65,15 +65,7 @@ pub(super) fn reduce(g: &Geometry, root: usize) -> Vec<DataStep> {
 mod tests {
     use super::*;
 
-    fn geom(rank: usize, nranks: usize, count: usize) -> Geometry {
-        Geometry {
-            rank,
-            nranks,
-            count,
-            chunk: 4,
-            breaker: true,
-        }
-    }
+    use crate::plan::geom;
 
     #[test]
     fn broadcast_roles_along_the_chain() {

@@ -220,15 +220,7 @@ pub(super) fn interleave(steps: &mut Vec<DataStep>, a: Vec<DataStep>, b: Vec<Dat
 mod tests {
     use super::*;
 
-    fn geom(rank: usize, nranks: usize, count: usize) -> Geometry {
-        Geometry {
-            rank,
-            nranks,
-            count,
-            chunk: 4,
-            breaker: true,
-        }
-    }
+    use crate::plan::geom;
 
     #[test]
     fn four_ranks_halve_then_double() {

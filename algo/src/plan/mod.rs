@@ -228,6 +228,19 @@ pub fn count_from(
     })
 }
 
+/// The geometry the algorithm files' unit tests use: 4-element slots
+/// with a breaker.
+#[cfg(test)]
+pub(crate) fn geom(rank: usize, nranks: usize, count: usize) -> Geometry {
+    Geometry {
+        rank,
+        nranks,
+        count,
+        chunk: 4,
+        breaker: true,
+    }
+}
+
 /// What the algorithm files need: who we are, how much, and the chunk size.
 #[derive(Clone, Copy, Debug)]
 pub struct Geometry {

@@ -37,15 +37,7 @@ pub(super) fn all_to_all(g: &Geometry) -> Vec<DataStep> {
 mod tests {
     use super::*;
 
-    fn geom(rank: usize, nranks: usize, count: usize) -> Geometry {
-        Geometry {
-            rank,
-            nranks,
-            count,
-            chunk: 4,
-            breaker: true,
-        }
-    }
+    use crate::plan::geom;
 
     #[test]
     fn all_to_all_rounds_are_permutations() {

@@ -168,15 +168,7 @@ fn exchange(
 mod tests {
     use super::*;
 
-    fn geom(rank: usize, nranks: usize, count: usize) -> Geometry {
-        Geometry {
-            rank,
-            nranks,
-            count,
-            chunk: 4,
-            breaker: true,
-        }
-    }
+    use crate::plan::geom;
 
     #[test]
     fn all_reduce_of_two_ranks_is_one_exchange() {
