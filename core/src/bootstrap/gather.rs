@@ -462,6 +462,67 @@ mod tests {
         assert_eq!((steps(1), steps(2), steps(3), steps(1000)), (0, 1, 2, 10));
     }
 
+    /// Opens the links of `rank` of `size` on a fresh listener, after
+    /// `before` has had the listener's address (to connect as it likes).
+    fn open_with(
+        rank: usize,
+        size: usize,
+        targets: Vec<SocketAddr>,
+        listener: TcpListener,
+    ) -> std::thread::JoinHandle<Result<Links>> {
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            Links::open(listener, &targets, (rank, size), &[7; 16], deadline)
+        })
+    }
+
+    #[test]
+    fn strangers_and_impostors_at_a_ranks_listener_are_dropped() {
+        // Two ranks: each sends step 0 to the other. Before rank 1's real
+        // connection reaches rank 0's listener, it gets garbage, a hello
+        // with a wrong secret, one naming a rank it does not expect, and a
+        // silent connection; rank 0 still opens its links, with rank 1's.
+        let l0 = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let l1 = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let (a0, a1) = (l0.local_addr().expect("a0"), l1.local_addr().expect("a1"));
+        let mut garbage = TcpStream::connect(a0).expect("garbage");
+        garbage.write_all(&[0xff; 40]).expect("write");
+        let mut wrong = TcpStream::connect(a0).expect("wrong secret");
+        wrong
+            .write_all(&PeerHello { rank: 1, step: 0 }.encode(&[8; 16]))
+            .expect("write");
+        let mut impostor = TcpStream::connect(a0).expect("impostor");
+        impostor
+            .write_all(&PeerHello { rank: 0, step: 0 }.encode(&[7; 16]))
+            .expect("write");
+        let _silent = TcpStream::connect(a0).expect("silent");
+        let rank0 = open_with(0, 2, vec![a1], l0);
+        let rank1 = open_with(1, 2, vec![a0], l1);
+        let (mut links0, mut links1) = (
+            rank0.join().expect("rank 0").expect("rank 0's links"),
+            rank1.join().expect("rank 1").expect("rank 1's links"),
+        );
+        // The links carry an all-gather (no root to watch).
+        let g1 = std::thread::spawn(move || {
+            let mut quiet = || None;
+            let mut root = RootWatch {
+                fd: None,
+                hear: &mut quiet,
+            };
+            links1.all_gather(b"one", &mut root, Instant::now() + Duration::from_secs(10))
+        });
+        let mut quiet = || None;
+        let mut root = RootWatch {
+            fd: None,
+            hear: &mut quiet,
+        };
+        let all = links0
+            .all_gather(b"zero", &mut root, Instant::now() + Duration::from_secs(10))
+            .expect("rank 0 gathers");
+        assert_eq!(all, vec![b"zero".to_vec(), b"one".to_vec()]);
+        assert_eq!(g1.join().expect("rank 1").expect("rank 1 gathers"), all);
+    }
+
     #[test]
     fn records_round_trip_and_bad_frames_are_named() {
         let records = vec![vec![], vec![1, 2, 3], vec![9; 300]];

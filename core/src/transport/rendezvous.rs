@@ -137,10 +137,10 @@ fn registration(
 }
 
 /// Receiver whose receive ends before the message did: drops the cached
-/// registration of `bytes`, so that the peer's NIC cannot write them once
-/// the operation's hold is gone.
-pub(crate) fn forget_registration(bytes: &[u8]) {
+/// registration of the `len` bytes at `addr`, so that the peer's NIC
+/// cannot write them once the operation's hold is gone.
+pub(crate) fn forget_registration(addr: u64, len: usize) {
     #[cfg(feature = "verbs")]
-    crate::transport::verbs::regcache::forget(bytes.as_ptr() as usize, bytes.len());
-    let _ = bytes;
+    crate::transport::verbs::regcache::forget(addr as usize, len);
+    let _ = (addr, len);
 }

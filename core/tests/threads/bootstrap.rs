@@ -79,6 +79,20 @@ fn all_gather_rounds_for_several_sizes() {
 }
 
 #[test]
+fn ranks_gather_over_ipv6() {
+    // The links listen where each rank reaches the root: here ::1.
+    let Ok(id) = UniqueId::new_on("::1".parse().expect("::1")) else {
+        streamcomm_testkit::skip("bootstrap::ranks_gather_over_ipv6", "no IPv6 loopback here");
+        return;
+    };
+    watchdog(Duration::from_secs(30), move || {
+        for h in run_ranks(id, 5, 3) {
+            h.join().expect("rank thread");
+        }
+    });
+}
+
+#[test]
 fn root_exits_cleanly_after_ranks_leave() {
     watchdog(Duration::from_secs(30), || {
         let root = RootServer::start(

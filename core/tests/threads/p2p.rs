@@ -611,3 +611,67 @@ fn p2p_across_processes_shm() {
 fn p2p_across_processes_tcp() {
     launch(3, "everything", "tcp");
 }
+
+/// A receive enqueued on a stream holds its buffer's lock only while it
+/// moves bytes, never across its wait for the sender, as a collective's
+/// step does: a program that reads the buffer before synchronizing gets
+/// the old values at once instead of blocking (here the sender waits for
+/// that read, so a lock held across the wait would stall both ranks until
+/// the timeout). Eager and rendezvous sizes, alone and in a group, over
+/// shared memory and tcp.
+#[test]
+fn a_pending_receive_does_not_hold_its_buffer_across_the_wait() {
+    let seed = streamcomm_testkit::seed();
+    for (transport, len, grouped) in [Transport::Shm, Transport::Tcp]
+        .into_iter()
+        .flat_map(|t| [16usize, 3 * LIMIT].map(|len| (t, len)))
+        .flat_map(|(t, len)| [false, true].map(|g| (t, len, g)))
+    {
+        {
+            let mut cfg = config(transport);
+            cfg.timeout = Duration::from_secs(20);
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+            harness::run_threads(2, cfg, Duration::from_secs(60), move |comm| {
+                let stream = HostStream::new().unwrap();
+                if comm.rank() == 0 {
+                    let mut buf = HostBuffer::from_slice(&vec![POISON; len]);
+                    if grouped {
+                        comm.group(&stream, |g| g.recv(&mut buf, 1)).unwrap();
+                    } else {
+                        comm.recv(&mut buf, 1, &stream).unwrap();
+                    }
+                    // Let the stream reach the receive's wait.
+                    std::thread::sleep(Duration::from_millis(50));
+                    let start = std::time::Instant::now();
+                    let seen = buf.to_vec();
+                    let took = start.elapsed();
+                    tx.send(()).unwrap();
+                    assert!(
+                        took < Duration::from_secs(5),
+                        "{transport:?}, {len} B (grouped {grouped}): reading the buffer waited {took:?} for the receive"
+                    );
+                    assert!(
+                        seen.iter().all(|&b| b == POISON),
+                        "stale values are the old ones"
+                    );
+                    stream.synchronize().unwrap();
+                    assert_eq!(
+                        buf.to_vec(),
+                        payload(seed, 1, 0, 0, len),
+                        "{len} B arrived whole"
+                    );
+                } else {
+                    rx.lock().unwrap().recv().unwrap();
+                    comm.send(
+                        &HostBuffer::from_slice(&payload(seed, 1, 0, 0, len)),
+                        0,
+                        &stream,
+                    )
+                    .unwrap();
+                    stream.synchronize().unwrap();
+                }
+            });
+        }
+    }
+}

@@ -1,5 +1,7 @@
-//! The executor of a group: lock its buffers, then move every operation along until all
-//! are done, never blocking on any one of them.
+//! The executor of a group: move every operation along until all are done,
+//! never blocking on any one of them. A buffer is locked only while an
+//! operation moves its bytes (a slot's copy, a pull), never across a wait
+//! for a peer: the lock policy of a collective's step.
 //!
 //! Operations to one peer in one direction form a lane and run in posting
 //! order (so messages between a pair arrive in the order they were posted);
@@ -13,63 +15,36 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::comm::p2p::P2p;
-use crate::comm::p2p::payload::{Dst, Src};
+use crate::comm::p2p::payload::{Dst, HostBytes, Src};
 use crate::comm::p2p::receiver::RecvOp;
 use crate::comm::p2p::sender::SendOp;
-use crate::comm::p2p::spec::{Dir, GroupBuf, GroupSpec, OpSpec};
+use crate::comm::p2p::spec::{Dir, GroupSpec, OpSpec};
 use crate::transport::Connection;
 use crate::wait::{Notifier, WaitPolicy};
 use crate::{Error, Result};
 
-/// A locked buffer of the group.
-enum Locked<'a> {
-    Read(&'a [u8]),
-    Write(&'a mut [u8]),
-}
-
-/// The group's locked buffers, by index into [`GroupSpec::bufs`].
-type LockedBufs<'a> = Vec<(usize, Locked<'a>)>;
-
-/// Locks `bufs[order[..]]` one after another (address order, as every other
-/// lock of a buffer in this crate, so two streams can never deadlock), then
-/// runs `f` with all of them.
-fn lock_in_order<'b, R>(
-    bufs: &[GroupBuf],
-    order: &[usize],
-    acc: LockedBufs<'b>,
-    f: &mut dyn for<'x> FnMut(LockedBufs<'x>) -> R,
-) -> R {
-    let Some((&i, rest)) = order.split_first() else {
-        return f(acc);
-    };
-    let raw = bufs[i].view.raw();
-    let mut acc: LockedBufs<'_> = acc;
-    if bufs[i].written {
-        let mut g = raw.write();
-        acc.push((i, Locked::Write(raw.bytes_of_mut(&mut g))));
-        lock_in_order(bufs, rest, acc, f)
-    } else {
-        let g = raw.read();
-        acc.push((i, Locked::Read(raw.bytes_of(&g))));
-        lock_in_order(bufs, rest, acc, f)
-    }
-}
-
-/// An operation's operand: the bytes it reads or writes (locked host
-/// bytes, or device memory).
+/// An operation's operand: the bytes it reads or writes (host bytes,
+/// locked while moved, or device memory).
 enum Operand<'a> {
     Src(Src<'a>),
     Dst(Dst<'a>),
 }
 
-impl Operand<'_> {
-    /// The operand of a device operation (nothing to lock), if `o` is one.
-    fn of_device(o: &OpSpec) -> Option<Self> {
-        let d = o.device.clone()?;
-        Some(match o.dir {
-            Dir::Send => Operand::Src(Src::Device(d)),
-            Dir::Recv => Operand::Dst(Dst::Device(d)),
-        })
+impl<'a> Operand<'a> {
+    /// The operand of `o` of `spec`: its device memory, or its region of
+    /// one of the group's host buffers.
+    fn of(spec: &'a GroupSpec, o: &OpSpec) -> Self {
+        if let Some(d) = o.device.clone() {
+            return match o.dir {
+                Dir::Send => Operand::Src(Src::Device(d)),
+                Dir::Recv => Operand::Dst(Dst::Device(d)),
+            };
+        }
+        let bytes = HostBytes::new(spec.bufs[o.buf].view.raw(), o.offset, o.bytes());
+        match o.dir {
+            Dir::Send => Operand::Src(Src::Host(bytes)),
+            Dir::Recv => Operand::Dst(Dst::Host(bytes)),
+        }
     }
 }
 
@@ -158,11 +133,7 @@ impl P2p {
         {
             return self.run_single(spec, seq);
         }
-        let mut order: Vec<usize> = (0..spec.bufs.len()).collect();
-        order.sort_by_key(|&i| spec.bufs[i].view.raw().addr());
-        lock_in_order(&spec.bufs, &order, Vec::new(), &mut |locked| {
-            self.run_locked(spec, seq, locked)
-        })
+        self.run_ops(spec, seq)
     }
 
     /// One send or receive with another rank (the common case): the same
@@ -170,41 +141,30 @@ impl P2p {
     fn run_single(&self, spec: &GroupSpec, seq: u64) -> Result<()> {
         let o = &spec.ops[0];
         let name = || format!("{} #{seq}", spec.name);
-        if let Some(operand) = Operand::of_device(o) {
-            let op = self.new_op(spec, o, operand)?;
-            return self.drive_one(op, name);
-        }
-        let raw = spec.bufs[o.buf].view.raw();
-        let range = o.offset..o.offset + o.bytes();
-        // A message of one slot first tries the immediate path (it is this
-        // call's turn): no operation is built when it is done at once.
+        let operand = Operand::of(spec, o);
+        // A host message of one slot first tries the immediate path (it is
+        // this call's turn), its buffer locked for that attempt only: no
+        // operation is built when it is done at once.
         let conn = self.core.connection(o.peer)?;
         let immediate = o.bytes() <= self.core.config().p2p_eager_limit
             && !(spec.rdma_rendezvous && conn.writes_remotely());
-        match o.dir {
-            Dir::Send => {
-                let g = raw.read();
-                let src = &raw.bytes_of(&g)[range];
-                if immediate {
-                    if self.send_eager_in_turn(conn, src, o.dtype, o.count) {
-                        return Ok(());
-                    }
-                    // A slot a fault rule failed is the communicator's error.
-                    self.core.failure().check()?;
-                }
-                let op = self.new_op(spec, o, Operand::Src(Src::Host(src)))?;
-                self.drive_one(op, name)
-            }
-            Dir::Recv => {
-                let mut g = raw.write();
-                let dst = &mut raw.bytes_of_mut(&mut g)[range];
-                if immediate && self.recv_eager_in_turn(conn, dst, o.dtype) {
+        match &operand {
+            Operand::Src(Src::Host(src)) if immediate => {
+                if src.read(|src| self.send_eager_in_turn(conn, src, o.dtype, o.count)) {
                     return Ok(());
                 }
-                let op = self.new_op(spec, o, Operand::Dst(Dst::Host(dst)))?;
-                self.drive_one(op, name)
+                // A slot a fault rule failed is the communicator's error.
+                self.core.failure().check()?;
             }
+            Operand::Dst(Dst::Host(dst))
+                if immediate && dst.write(|dst| self.recv_eager_in_turn(conn, dst, o.dtype)) =>
+            {
+                return Ok(());
+            }
+            _ => {}
         }
+        let op = self.new_op(spec, o, operand)?;
+        self.drive_one(op, name)
     }
 
     /// The operation `o` of `spec` on its `operand`, over its connection.
@@ -328,44 +288,14 @@ impl P2p {
             })
     }
 
-    fn run_locked(&self, spec: &GroupSpec, seq: u64, locked: LockedBufs<'_>) -> Result<()> {
+    /// Runs a group's operations, each peer's in posting order, all at once.
+    fn run_ops(&self, spec: &GroupSpec, seq: u64) -> Result<()> {
         let name = format!("{} #{seq}", spec.name);
         let n = spec.ops.len();
-        let mut srcs: Vec<Option<&[u8]>> = vec![None; n];
-        let mut dsts: Vec<Option<&mut [u8]>> = (0..n).map(|_| None).collect();
-        // Device operations hold no buffer (`spec.bufs`): none is `mine`.
-        for (b, l) in locked {
-            let mut mine: Vec<usize> = (0..n).filter(|&k| spec.ops[k].buf == b).collect();
-            match l {
-                Locked::Read(bytes) => {
-                    for k in mine {
-                        let o = &spec.ops[k];
-                        srcs[k] = Some(&bytes[o.offset..o.offset + o.bytes()]);
-                    }
-                }
-                Locked::Write(mut rest) => {
-                    // Receive regions are disjoint (GroupSpec::check): split
-                    // them off in address order.
-                    mine.sort_by_key(|&k| spec.ops[k].offset);
-                    let mut base = 0;
-                    for k in mine {
-                        let o = &spec.ops[k];
-                        let (_, tail) = std::mem::take(&mut rest).split_at_mut(o.offset - base);
-                        let (bytes, tail) = tail.split_at_mut(o.bytes());
-                        dsts[k] = Some(bytes);
-                        rest = tail;
-                        base = o.offset + o.bytes();
-                    }
-                }
-            }
-        }
         // A rank's messages to itself: plain copies, paired in order.
         let (self_sends, self_recvs) = spec.self_ops();
         for (s, r) in self_sends.into_iter().zip(self_recvs) {
-            let src = srcs[s].take().unwrap_or_default();
-            if let Some(dst) = dsts[r].take() {
-                dst[..src.len()].copy_from_slice(src);
-            }
+            copy_to_self(spec, &spec.ops[s], &spec.ops[r]);
         }
         let mut ops: Vec<Op<'_>> = Vec::with_capacity(n);
         let mut index: Vec<Option<usize>> = vec![None; n];
@@ -373,11 +303,7 @@ impl P2p {
             if o.peer == self.core.rank() {
                 continue;
             }
-            let operand = Operand::of_device(o).unwrap_or_else(|| match o.dir {
-                Dir::Send => Operand::Src(Src::Host(srcs[k].take().unwrap_or_default())),
-                Dir::Recv => Operand::Dst(Dst::Host(dsts[k].take().unwrap_or_default())),
-            });
-            let op = self.new_op(spec, o, operand)?;
+            let op = self.new_op(spec, o, Operand::of(spec, o))?;
             index[k] = Some(ops.len());
             ops.push(op);
         }
@@ -428,6 +354,36 @@ impl P2p {
                 || name.clone(),
             )?;
         }
+    }
+}
+
+/// Copies a message to this rank itself: `send`'s region into `recv`'s
+/// (the receive region may be larger), both buffers locked for the copy,
+/// in address order as every lock of two buffers (one lock when they are
+/// one buffer: the regions are apart, `GroupSpec::check`).
+fn copy_to_self(spec: &GroupSpec, send: &OpSpec, recv: &OpSpec) {
+    let (from, to) = (
+        spec.bufs[send.buf].view.raw(),
+        spec.bufs[recv.buf].view.raw(),
+    );
+    let n = send.bytes().min(recv.bytes());
+    if from.same_as(to) {
+        let mut g = to.write();
+        to.bytes_of_mut(&mut g)
+            .copy_within(send.offset..send.offset + n, recv.offset);
+        return;
+    }
+    let copy = |src: &[u8], dst: &mut [u8]| {
+        dst[recv.offset..recv.offset + n].copy_from_slice(&src[send.offset..send.offset + n]);
+    };
+    if from.addr() < to.addr() {
+        let r = from.read();
+        let mut w = to.write();
+        copy(from.bytes_of(&r), to.bytes_of_mut(&mut w));
+    } else {
+        let mut w = to.write();
+        let r = from.read();
+        copy(from.bytes_of(&r), to.bytes_of_mut(&mut w));
     }
 }
 

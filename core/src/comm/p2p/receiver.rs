@@ -115,22 +115,27 @@ impl<'a> RecvOp<'a> {
         }
     }
 
-    /// The bytes of `range`, for a copy by the CPU: refused for device memory.
-    fn host_bytes(&mut self, range: std::ops::Range<usize>, how: &str) -> Result<&mut [u8]> {
-        let peer = self.peer;
+    /// Runs `f` on the bytes of `range`, write-locked for the copy by the
+    /// CPU (and only for it: never across a wait for the sender); refused
+    /// for device memory.
+    fn with_host_bytes<R>(
+        &self,
+        range: std::ops::Range<usize>,
+        how: &str,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R> {
         if range.is_empty() {
-            return Ok(&mut []);
+            return Ok(f(&mut []));
         }
-        match self.dst.host_mut() {
-            Some(b) => Ok(&mut b[range]),
-            None => Err(Error::RemoteFailed {
-                peer,
+        self.dst
+            .write_host(|b| f(&mut b[range]))
+            .ok_or_else(|| Error::RemoteFailed {
+                peer: self.peer,
                 op: "recv".into(),
                 cause: format!(
                     "it sent {how}, but this receive is into device memory, which only an RDMA write can fill (send from a device buffer of a CudaComm, with direct writes on)"
                 ),
-            }),
-        }
+            })
     }
 
     /// This receive's call as the peer's slot disagreed with it: an
@@ -227,8 +232,12 @@ impl<'a> RecvOp<'a> {
                         }
                         match (source, front < total) {
                             (Some(src), true) => {
-                                let back = self.host_bytes(front..total, "a pulled rendezvous")?;
-                                let ok = match cma::pull(src.pid, src.addr + front as u64, back) {
+                                let pulled = self.with_host_bytes(
+                                    front..total,
+                                    "a pulled rendezvous",
+                                    |back| cma::pull(src.pid, src.addr + front as u64, back),
+                                )?;
+                                let ok = match pulled {
                                     Ok(()) => true,
                                     Err(e) => {
                                         self.state_of_comm.direct_refused(self.peer, &e);
@@ -271,8 +280,11 @@ impl<'a> RecvOp<'a> {
             }
             State::Granted { got, placed, total } => match signature::parse_p2p(sig) {
                 Some((P2pSlot::Data, ..)) if got + slot.len() <= total => {
-                    self.host_bytes(got..got + slot.len(), "rendezvous bytes through the ring")?
-                        .copy_from_slice(slot);
+                    self.with_host_bytes(
+                        got..got + slot.len(),
+                        "rendezvous bytes through the ring",
+                        |b| b.copy_from_slice(slot),
+                    )?;
                     Ok(State::Granted {
                         got: got + slot.len(),
                         placed,
@@ -316,8 +328,9 @@ impl<'a> RecvOp<'a> {
                 slot.len()
             )));
         }
-        self.host_bytes(got..got + expect, "an eager message")?
-            .copy_from_slice(slot);
+        self.with_host_bytes(got..got + expect, "an eager message", |b| {
+            b.copy_from_slice(slot)
+        })?;
         let got = got + expect;
         if got == total {
             self.state_of_comm.stats.add(Stat::RecvEagerBytes, total);
@@ -337,9 +350,9 @@ impl<'a> RecvOp<'a> {
         // Ended before the message did: the peer's NIC may still write, so
         // the buffer's registration must not stay cached.
         if self.reg.take().is_some()
-            && let Dst::Host(b) = &self.dst
+            && let Dst::Host(_) = &self.dst
         {
-            forget_registration(b);
+            forget_registration(self.dst.addr(), self.dst.len());
         }
     }
 

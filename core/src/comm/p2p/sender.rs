@@ -147,25 +147,29 @@ impl<'a> SendOp<'a> {
         kind: P2pSlot,
         min_one: bool,
     ) -> Result<bool> {
-        let data = self.data.host().ok_or_else(|| {
-            Error::invalid(format!(
+        // The send buffer is read-locked while slots are filled, never
+        // while this operation waits for credit.
+        let pushed = self.data.read_host(|data| -> Result<bool> {
+            let mut progressed = false;
+            while *sent < data.len() || (min_one && *slots == 0) {
+                let Some(slot) = self.conn.try_acquire_send() else {
+                    break;
+                };
+                let n = slot.len().min(data.len() - *sent);
+                slot[..n].copy_from_slice(&data[*sent..*sent + n]);
+                self.commit(n, kind)?;
+                *sent += n;
+                *slots += 1;
+                progressed = true;
+            }
+            Ok(progressed)
+        });
+        pushed.unwrap_or_else(|| {
+            Err(Error::invalid(format!(
                 "send to {}: device memory can only be sent by RDMA, not through slots",
                 self.peer
-            ))
-        })?;
-        let mut progressed = false;
-        while *sent < data.len() || (min_one && *slots == 0) {
-            let Some(slot) = self.conn.try_acquire_send() else {
-                break;
-            };
-            let n = slot.len().min(data.len() - *sent);
-            slot[..n].copy_from_slice(&data[*sent..*sent + n]);
-            self.commit(n, kind)?;
-            *sent += n;
-            *slots += 1;
-            progressed = true;
-        }
-        Ok(progressed)
+            )))
+        })
     }
 
     /// Publishes the slot just filled with `len` bytes, signed as a slot
@@ -227,10 +231,10 @@ impl<'a> SendOp<'a> {
                 // Over shared memory the request says where our data is, so
                 // the receiver can pull the back part while we write the
                 // front part: one copy per byte, both cores copying.
-                let sent = match (self.conn.peer_segment(), self.data.host()) {
-                    (Some(_), Some(data)) => self.control_with(
+                let sent = match (self.conn.peer_segment(), self.data.host_span()) {
+                    (Some(_), Some(span)) => self.control_with(
                         P2pSlot::ReadyToSend,
-                        &super::wire::Source::of(data).encode(),
+                        &super::wire::Source::of(span).encode(),
                     )?,
                     _ => self.control(P2pSlot::ReadyToSend)?,
                 };
@@ -348,7 +352,7 @@ impl<'a> SendOp<'a> {
     /// Whether the receiver may pull the message from our memory: a host
     /// buffer, with direct copies allowed.
     fn pullable(&self) -> bool {
-        self.direct && self.data.host().is_some()
+        self.direct && self.data.host_span().is_some()
     }
 
     /// True when [`SendOp::poll`] could make progress now.

@@ -17,10 +17,10 @@ pub(crate) const SOURCE_BYTES: usize = 24;
 
 impl Source {
     /// This process's `data`.
-    pub(super) fn of(data: &[u8]) -> Source {
+    pub(super) fn of((addr, len): (u64, usize)) -> Source {
         Source {
-            addr: data.as_ptr() as u64,
-            len: data.len() as u64,
+            addr,
+            len: len as u64,
             pid: std::process::id(),
         }
     }
