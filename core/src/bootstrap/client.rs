@@ -151,7 +151,8 @@ impl Bootstrap {
             Err(ReadFail::Closed) => {
                 return Err(Error::Bootstrap(format!(
                     "the bootstrap root at {root} closed the connection during the handshake \
-                     (wrong secret, or not a streamcomm bootstrap root)"
+                     (wrong secret, not a streamcomm bootstrap root, or one of another streamcomm \
+                     version: the launcher and the program must be of the same version)"
                 )));
             }
             Err(ReadFail::TimedOut) => {

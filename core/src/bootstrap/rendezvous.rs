@@ -37,6 +37,8 @@ struct Pending {
 enum Handshake {
     Wait,
     Drop(String),
+    /// Told why (a failure frame), then dropped.
+    Refuse(String),
     Hello(Hello),
 }
 
@@ -47,6 +49,26 @@ impl Pending {
             if self.filled >= 4 {
                 let len = u32::from_le_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]);
                 if len as usize != HELLO_LEN {
+                    // A hello of another version of this protocol is told
+                    // why (its own version, nothing else of what it sent):
+                    // a launcher and a program of different streamcomm
+                    // versions say so instead of timing out.
+                    if self.filled < 12 && len >= 8 {
+                        match self.read_more() {
+                            Some(stop) => return stop,
+                            None => continue,
+                        }
+                    }
+                    let version =
+                        u32::from_le_bytes([self.buf[8], self.buf[9], self.buf[10], self.buf[11]]);
+                    if len >= 8 && self.buf[4..8] == HELLO.magic && version != HELLO.version {
+                        return Handshake::Refuse(format!(
+                            "a bootstrap hello of version {version}, and this root speaks version \
+                             {}: the launcher (or the process that created the id) and the \
+                             program are of different streamcomm versions",
+                            HELLO.version
+                        ));
+                    }
                     return Handshake::Drop(format!(
                         "announced a {len}-byte first frame (a hello is {HELLO_LEN} bytes)"
                     ));
@@ -60,18 +82,27 @@ impl Pending {
                     Err(e) => Handshake::Drop(HELLO.describe(&e)),
                 };
             }
-            match self.stream.read(&mut self.buf[self.filled..]) {
-                Ok(0) => {
-                    return Handshake::Drop(format!(
-                        "closed after {} of {HELLO_FRAME_LEN} hello bytes",
-                        self.filled
-                    ));
-                }
-                Ok(n) => self.filled += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Handshake::Wait,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Handshake::Drop(format!("read failed: {e}")),
+            if let Some(stop) = self.read_more() {
+                return stop;
             }
+        }
+    }
+
+    /// Reads what has arrived into the hello's buffer: `None` when bytes
+    /// came (or a signal interrupted), else what to do.
+    fn read_more(&mut self) -> Option<Handshake> {
+        match self.stream.read(&mut self.buf[self.filled..]) {
+            Ok(0) => Some(Handshake::Drop(format!(
+                "closed after {} of {HELLO_FRAME_LEN} hello bytes",
+                self.filled
+            ))),
+            Ok(n) => {
+                self.filled += n;
+                None
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Some(Handshake::Wait),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => None,
+            Err(e) => Some(Handshake::Drop(format!("read failed: {e}"))),
         }
     }
 }
@@ -155,6 +186,12 @@ pub(super) fn rendezvous(
                 Handshake::Wait => still.push(p),
                 Handshake::Drop(reason) => {
                     tracing::warn!(peer = %p.peer, "dropped a connection: {reason}");
+                }
+                Handshake::Refuse(reason) => {
+                    tracing::warn!(peer = %p.peer, "refused a connection: {reason}");
+                    let mut stream = p.stream;
+                    let _ = stream.set_nonblocking(false);
+                    fail_all(std::iter::once(&mut stream), None, &reason);
                 }
                 Handshake::Hello(hello) => {
                     if admit(&mut slots, p, &hello) {

@@ -161,6 +161,37 @@ fn closed_by_root(s: &mut TcpStream, limit: Duration) -> bool {
 }
 
 #[test]
+fn a_hello_of_another_version_is_told_why() {
+    // The first version's hello (rank and size, no listener address): the
+    // root answers with a failure naming both versions, and the real
+    // ranks are not disturbed.
+    watchdog(Duration::from_secs(30), || {
+        let secret = [0x3c; 16];
+        let root = RootServer::start(local(), secret, RootOptions::default()).expect("root");
+        let mut old = 32u32.to_le_bytes().to_vec();
+        old.extend_from_slice(b"SCBS");
+        old.extend_from_slice(&1u32.to_le_bytes());
+        old.extend_from_slice(&secret);
+        old.extend_from_slice(&0u32.to_le_bytes());
+        old.extend_from_slice(&2u32.to_le_bytes());
+        let mut s = stranger(root.id().addr(), &old);
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut reply = Vec::new();
+        let _ = s.read_to_end(&mut reply);
+        let text = String::from_utf8_lossy(&reply);
+        assert!(
+            text.contains("version 1") && text.contains("version 2"),
+            "{text:?}"
+        );
+        for h in run_ranks(root.id(), 2, 2) {
+            h.join().expect("rank thread");
+        }
+        root.join().expect("the root ends cleanly");
+    });
+}
+
+#[test]
 fn strangers_do_not_disturb_the_ranks() {
     watchdog(Duration::from_secs(60), || {
         // A long handshake timeout: the ranks must finish while the silent
