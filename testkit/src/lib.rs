@@ -38,4 +38,4 @@ pub use knobs::{SKIP_LOG_VAR, current_test, full, rdma_device, reps, seed, skip}
 pub use launcher::launcher_binary;
 pub use linked::{C_RUNTIME, is_elf, is_loader, link_flags_of, needed_libraries};
 pub use nvrtc::{NVRTC_INSTALL, cuda_include_dir, nvrtc_library};
-pub use process::{assert_header_compiles_strictly, output_text, run_limited};
+pub use process::{assert_header_compiles_strictly, output_text, run_limited, within};

@@ -1,9 +1,31 @@
-//! Running a command from a test: its output, bounded in time, and how to
-//! show it when an assertion fails.
+//! Running a command, or a test's own body, bounded in time: its output,
+//! and how to show it when an assertion fails.
 
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
+
+/// Runs `f` on a thread of its own and returns what it returns; past
+/// `limit` the test fails instead of hanging (the thread is left behind).
+///
+/// # Panics
+/// When `f` runs past `limit`, or panics.
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(streamcomm_testkit::within(Duration::from_secs(10), || 6 * 7), 42);
+/// ```
+pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(v) => v,
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("did not finish within {limit:?}"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the test's body panicked"),
+    }
+}
 
 /// Runs `cmd` (no standard input, its output captured) and returns what it
 /// printed; past `limit` the process is killed and the test fails, naming

@@ -83,20 +83,10 @@ mod wire {
     }
 }
 
+use streamcomm_testkit::within;
+
 fn loopback() -> SocketAddr {
     SocketAddr::from((Ipv4Addr::LOCALHOST, 0))
-}
-
-/// Runs `f` on a thread and fails if it takes longer than `limit`.
-fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(v) => v,
-        Err(_) => panic!("did not finish within {limit:?}"),
-    }
 }
 
 /// The blob `rank` contributes to `round`.

@@ -14,20 +14,9 @@ use rand::{Rng, SeedableRng};
 use streamcomm::Error;
 use streamcomm::bootstrap::UniqueId;
 use streamcomm::testing::bootstrap::{Bootstrap, MAX_BLOB, RootOptions, RootServer};
+use streamcomm_testkit::within;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
-
-/// Runs `f` on a thread and fails the test if it takes longer than `limit`.
-fn watchdog<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(v) => v,
-        Err(_) => panic!("test body did not finish within {limit:?}"),
-    }
-}
 
 /// The blob rank `rank` contributes in round `round`: sizes vary per round,
 /// including empty and one large blob.
@@ -67,7 +56,7 @@ fn run_ranks(id: UniqueId, size: usize, rounds: usize) -> Vec<thread::JoinHandle
 
 #[test]
 fn all_gather_rounds_for_several_sizes() {
-    watchdog(Duration::from_secs(60), || {
+    within(Duration::from_secs(60), || {
         // Powers of two and not: Bruck's last step sends part of a block.
         for size in [1, 2, 3, 5, 8, 13] {
             let id = UniqueId::new().expect("unique id");
@@ -85,7 +74,7 @@ fn ranks_gather_over_ipv6() {
         streamcomm_testkit::skip("bootstrap::ranks_gather_over_ipv6", "no IPv6 loopback here");
         return;
     };
-    watchdog(Duration::from_secs(30), move || {
+    within(Duration::from_secs(30), move || {
         for h in run_ranks(id, 5, 3) {
             h.join().expect("rank thread");
         }
@@ -94,7 +83,7 @@ fn ranks_gather_over_ipv6() {
 
 #[test]
 fn root_exits_cleanly_after_ranks_leave() {
-    watchdog(Duration::from_secs(30), || {
+    within(Duration::from_secs(30), || {
         let root = RootServer::start(
             local(),
             UniqueId::random_secret().expect("rng"),
@@ -110,7 +99,7 @@ fn root_exits_cleanly_after_ranks_leave() {
 
 #[test]
 fn serve_at_a_given_address() {
-    watchdog(Duration::from_secs(30), || {
+    within(Duration::from_secs(30), || {
         let addr = free_port();
         let secret = [0x5a; 16];
         let served = UniqueId::serve_at(addr, secret).expect("serve_at");
@@ -165,7 +154,7 @@ fn a_hello_of_another_version_is_told_why() {
     // The first version's hello (rank and size, no listener address): the
     // root answers with a failure naming both versions, and the real
     // ranks are not disturbed.
-    watchdog(Duration::from_secs(30), || {
+    within(Duration::from_secs(30), || {
         let secret = [0x3c; 16];
         let root = RootServer::start(local(), secret, RootOptions::default()).expect("root");
         let mut old = 32u32.to_le_bytes().to_vec();
@@ -193,7 +182,7 @@ fn a_hello_of_another_version_is_told_why() {
 
 #[test]
 fn strangers_do_not_disturb_the_ranks() {
-    watchdog(Duration::from_secs(60), || {
+    within(Duration::from_secs(60), || {
         // A long handshake timeout: the ranks must finish while the silent
         // stranger is still connected, i.e. nobody waits for it.
         let opts = RootOptions::default().with_handshake_timeout(Duration::from_secs(30));
@@ -246,7 +235,7 @@ fn strangers_do_not_disturb_the_ranks() {
 
 #[test]
 fn silent_connection_is_dropped_after_the_handshake_timeout() {
-    watchdog(Duration::from_secs(30), || {
+    within(Duration::from_secs(30), || {
         let opts = RootOptions::default().with_handshake_timeout(Duration::from_millis(200));
         let root = RootServer::start(local(), [1; 16], opts).expect("root");
         let mut silent = TcpStream::connect(root.id().addr()).expect("connect");
@@ -264,7 +253,7 @@ fn silent_connection_is_dropped_after_the_handshake_timeout() {
 
 #[test]
 fn wrong_secret_rank_is_refused_and_real_ranks_complete() {
-    watchdog(Duration::from_secs(30), || {
+    within(Duration::from_secs(30), || {
         let id = UniqueId::new().expect("id");
         let impostor = UniqueId::from_parts(id.addr(), [0; 16]);
         let err = Bootstrap::connect(&impostor, 0, 2, TIMEOUT).expect_err("wrong secret");
@@ -280,7 +269,7 @@ fn wrong_secret_rank_is_refused_and_real_ranks_complete() {
 
 #[test]
 fn duplicate_rank_and_size_disagreement_are_refused() {
-    watchdog(Duration::from_secs(30), || {
+    within(Duration::from_secs(30), || {
         let id = UniqueId::new().expect("id");
         // Two processes both claim rank 0: whichever comes second is refused
         // at once, the first waits for rank 1.
@@ -338,7 +327,7 @@ fn invalid_arguments() {
             "size {size}: {err}"
         );
     }
-    watchdog(Duration::from_secs(30), || {
+    within(Duration::from_secs(30), || {
         let id = UniqueId::new().expect("id");
         let mut b = Bootstrap::connect(&id, 0, 1, TIMEOUT).expect("connect");
         let err = b.all_gather(&vec![0u8; MAX_BLOB + 1]).expect_err("too big");
@@ -363,7 +352,7 @@ fn unreachable_root_times_out_within_the_timeout() {
 
 #[test]
 fn rendezvous_deadline_is_reported_to_waiting_ranks() {
-    watchdog(Duration::from_secs(30), || {
+    within(Duration::from_secs(30), || {
         let opts = RootOptions::default().with_timeout(Duration::from_millis(300));
         let root = RootServer::start(local(), [3; 16], opts).expect("root");
         let err = Bootstrap::connect(&root.id(), 0, 2, TIMEOUT).expect_err("rank 1 never comes");
@@ -377,7 +366,7 @@ fn rendezvous_deadline_is_reported_to_waiting_ranks() {
 
 #[test]
 fn rank_that_leaves_is_named_to_the_others() {
-    watchdog(Duration::from_secs(30), || {
+    within(Duration::from_secs(30), || {
         let id = UniqueId::new().expect("id");
         let gatherers: Vec<_> = (0..2)
             .map(|rank| {
@@ -400,7 +389,7 @@ fn a_rank_that_leaves_is_named_to_every_rank_not_only_its_peers() {
     // 8 ranks: rank 5 sends to 4, 3 and 1 and receives from 6, 7 and 1;
     // ranks 0 and 2 never exchange with it, and learn of it from the root
     // (the first report it had), as do the ranks that only see a peer stop.
-    watchdog(Duration::from_secs(30), || {
+    within(Duration::from_secs(30), || {
         let id = UniqueId::new().expect("id");
         let gatherers: Vec<_> = (0..8)
             .filter(|&r| r != 5)
@@ -424,7 +413,7 @@ fn a_rank_that_leaves_is_named_to_every_rank_not_only_its_peers() {
 
 #[test]
 fn all_gather_times_out_and_stays_failed() {
-    watchdog(Duration::from_secs(30), || {
+    within(Duration::from_secs(30), || {
         let id = UniqueId::new().expect("id");
         let other = thread::spawn(move || {
             let b = Bootstrap::connect(&id, 1, 2, TIMEOUT).expect("rank 1");
