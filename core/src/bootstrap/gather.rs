@@ -115,12 +115,25 @@ impl Links {
         let mut out = Vec::with_capacity(targets.len());
         for (k, &addr) in targets.iter().enumerate() {
             let peer = target(rank, size, k);
-            let stream = TcpStream::connect_timeout(&addr, left(deadline)).map_err(|e| {
-                Error::Bootstrap(format!(
-                    "bootstrap: connecting to rank {peer} at {addr} (all-gather step {k}) \
-                     failed: {e}"
-                ))
-            })?;
+            let stream = loop {
+                match TcpStream::connect_timeout(&addr, left(deadline)) {
+                    Ok(stream) => break stream,
+                    Err(e) if crate::os_limits::exhausted(&e) => {
+                        if crate::os_limits::raise().is_none() {
+                            return Err(Error::Unavailable(crate::os_limits::advice(
+                                "this process",
+                                "connecting to its bootstrap all-gather peers",
+                            )));
+                        }
+                    }
+                    Err(e) => {
+                        return Err(Error::Bootstrap(format!(
+                            "bootstrap: connecting to rank {peer} at {addr} (all-gather step \
+                             {k}) failed: {e}"
+                        )));
+                    }
+                }
+            };
             let _ = stream.set_nodelay(true);
             let hello = PeerHello {
                 rank: rank as u32,
@@ -137,6 +150,9 @@ impl Links {
                 })?;
             out.push(stream);
         }
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::os("set_nonblocking(bootstrap all-gather listener)", e))?;
         let mut inc: Vec<Option<TcpStream>> = (0..targets.len()).map(|_| None).collect();
         while inc.iter().any(Option::is_none) {
             if Instant::now() >= deadline {
@@ -155,9 +171,29 @@ impl Links {
             if fds[0].revents == 0 {
                 continue;
             }
-            let Ok((stream, from)) = listener.accept() else {
-                continue;
+            // Non-blocking: a connection reset between the wake-up and the
+            // accept must not block this loop past its deadline.
+            let (stream, from) = match listener.accept() {
+                Ok(accepted) => accepted,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) if crate::os_limits::exhausted(&e) => {
+                    if crate::os_limits::raise().is_none() {
+                        return Err(Error::Unavailable(crate::os_limits::advice(
+                            "this process",
+                            "accepting its bootstrap all-gather peers",
+                        )));
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!("bootstrap: accepting an all-gather peer failed: {e}");
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
             };
+            // Accepted sockets do not inherit the listener's non-blocking
+            // mode; the hello is read with a timeout.
+            let _ = stream.set_nonblocking(false);
             match greeting(&stream, secret, deadline) {
                 Ok(h)
                     if (h.step as usize) < inc.len()
