@@ -13,6 +13,7 @@ mod netns;
 
 mod algos;
 mod barrier;
+mod bootstrap_kill;
 mod collectives;
 mod footprint;
 mod groups;
