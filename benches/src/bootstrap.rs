@@ -12,11 +12,11 @@
 //! (slowest and median rank), the root's largest count of open sockets
 //! and this process's resident memory above the process's before the
 //! ranks started, its CPU time, and the bytes it wrote (each rank's
-//! all-gather peers, once: the rounds run among the ranks, Bruck's
-//! all-gather, `ceil(log2 n)` frames a rank); what each rank sends a
-//! round; and the same figures carried to 1,000 ranks by the protocol's
-//! shape (one connection per rank at the root, `2 ceil(log2 n)` at a
-//! rank).
+//! all-gather peers, once, and a release a rank a round: the rounds run
+//! among the ranks, Bruck's all-gather, `ceil(log2 n)` frames a rank);
+//! what each rank sends a round; and the same figures carried to 1,000
+//! ranks by the protocol's shape (one connection per rank at the root,
+//! `2 ceil(log2 n)` at a rank).
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -249,13 +249,14 @@ fn root(cli: &BootstrapCli) -> Fallible<()> {
         .saturating_sub(before.rss_kb);
     // What the protocol writes (bootstrap/wire.rs, bootstrap/gather.rs):
     // the root, one welcome a rank (a 4-byte length, a kind byte, a count
-    // and a 19-byte address a step); a rank, a round, one frame a step (an
-    // 8-byte length) carrying the n - 1 records it lacks (a 4-byte length
-    // each).
+    // and a 19-byte address a step) and a 5-byte release a rank a round; a
+    // rank, a round, one frame a step (an 8-byte length) carrying the
+    // n - 1 records it lacks (a 4-byte length each).
     let steps = |n: usize| n.next_power_of_two().trailing_zeros() as f64;
     let welcomes = |n: usize| n as f64 * (9.0 + 19.0 * steps(n));
+    let releases = |n: usize| n as f64 * 5.0;
     let per_rank = |n: usize| steps(n) * 8.0 + (n as f64 - 1.0) * (cli.bytes as f64 + 4.0);
-    let written = welcomes(n);
+    let written = welcomes(n) + cli.rounds as f64 * releases(n);
     let column = |k: usize| max_median(times.iter().map(|t| t[k]).collect());
     let per = |k: usize| {
         let (max, median) = column(k);
@@ -283,7 +284,7 @@ fn root(cli: &BootstrapCli) -> Fallible<()> {
     say(format!(
         "root: {socks} sockets at most (its listener and one per rank; the process had {} \
          descriptors before), resident memory +{:.1} MB, CPU {:.0} ms; by the protocol, \
-         {:.3} MB written (every rank's all-gather peers, once; nothing per round)",
+         {:.3} MB written (every rank's all-gather peers once, a release a rank a round)",
         before.fds,
         grew_kb as f64 / 1e3,
         root_cpu.as_secs_f64() * 1e3,
@@ -297,10 +298,12 @@ fn root(cli: &BootstrapCli) -> Fallible<()> {
         2.0 * steps(n)
     ));
     say(format!(
-        "carried to 1000 ranks: the root {} sockets and {:.3} MB written once; a rank {} \
-         sockets and {:.3} MB sent a round (n); {:.2} MB of blobs held by each rank (n)",
+        "carried to 1000 ranks: the root {} sockets, {:.3} MB written once and {:.3} MB a \
+         round (n); a rank {} sockets and {:.3} MB sent a round (n); {:.2} MB of blobs held by \
+         each rank (n)",
         1000 + socks.saturating_sub(n as u64),
         welcomes(1000) / 1e6,
+        releases(1000) / 1e6,
         2.0 * steps(1000),
         per_rank(1000) / 1e6,
         1000.0 * cli.bytes as f64 / 1e6

@@ -48,6 +48,8 @@ const VERDICT_WAIT: Duration = Duration::from_secs(2);
 #[derive(Debug)]
 pub struct Bootstrap {
     stream: TcpStream,
+    /// This end's address, recorded in [`super::local`] while connected.
+    local: Option<SocketAddr>,
     root: SocketAddr,
     rank: usize,
     size: usize,
@@ -98,7 +100,13 @@ impl Bootstrap {
         let _span = tracing::debug_span!("bootstrap_connect", %root, rank, size).entered();
         let stream = connect_retrying(root, start, deadline)?;
         let _ = stream.set_nodelay(true);
+        // Recorded before the hello, so the root knows this process's ranks
+        // by the time they have all joined (see `super::local`); dropping
+        // `boot` forgets it, whatever happens below.
         let local = stream.local_addr().ok();
+        if let Some(addr) = local {
+            super::local::add(addr);
+        }
         // Where this rank's all-gather peers connect: on the interface
         // that reaches the root, which theirs reach too.
         let listener = match (size > 1, local) {
@@ -121,6 +129,7 @@ impl Bootstrap {
         };
         let mut boot = Bootstrap {
             stream,
+            local,
             root,
             rank,
             size,
@@ -281,8 +290,54 @@ impl Bootstrap {
             }
             Err(Stop::Failed(e)) => return Err(e),
         };
+        // A lone rank's round is all or nothing already.
+        if self.size > 1 {
+            self.confirm(deadline, &op, start)?;
+        }
         self.round += 1;
         Ok(all)
+    }
+
+    /// Tells the root this rank has the round's records and waits for its
+    /// release: a round ends for every rank or for none (a rank that fails
+    /// or leaves before every rank has arrived fails it for all), which a
+    /// shrink relies on to have its survivors start over together.
+    fn confirm(&mut self, deadline: Instant, op: &str, start: Instant) -> Result<()> {
+        let root = self.root;
+        let closed = || {
+            Error::Bootstrap(format!(
+                "{op}: the bootstrap root at {root} closed the connection before every rank \
+                 had the round (the process that created the id exited, or it gave up)"
+            ))
+        };
+        if self.root_closed {
+            return Err(closed());
+        }
+        let told = self
+            .stream
+            .set_write_timeout(Some(socket_timeout(deadline)))
+            .and_then(|()| Reply::Arrived.write_to(&mut self.stream));
+        if told.is_err() {
+            let peek = (Instant::now() + Duration::from_millis(100)).min(deadline);
+            if let Err(ReadFail::Other(notice)) = self.read_reply(peek, op) {
+                return Err(notice);
+            }
+            return Err(closed());
+        }
+        match self.read_reply(deadline, op) {
+            Ok(Reply::Release) => Ok(()),
+            Ok(other) => Err(self.unexpected(&other)),
+            Err(ReadFail::Closed) => Err(closed()),
+            Err(ReadFail::TimedOut) => Err(Error::Timeout {
+                op: op.to_string(),
+                what: format!(
+                    "every rank to have the round (the bootstrap root at {} releases them)",
+                    self.root
+                ),
+                waited_ms: millis(start.elapsed()),
+            }),
+            Err(ReadFail::Other(e)) => Err(e),
+        }
     }
 
     /// What the root says in the middle of a round: a failure notice (the
@@ -373,8 +428,18 @@ impl Bootstrap {
         let kind = match reply {
             Reply::Welcome { .. } => "a second welcome",
             Reply::Failure { .. } => "a failure notice",
+            Reply::Arrived => "an arrival",
+            Reply::Release => "a release outside a round",
         };
         Error::Bootstrap(format!("the bootstrap root at {} sent {kind}", self.root))
+    }
+}
+
+impl Drop for Bootstrap {
+    fn drop(&mut self) {
+        if let Some(addr) = self.local {
+            super::local::remove(addr);
+        }
     }
 }
 

@@ -9,7 +9,9 @@
 //! [`Bootstrap::all_gather`] rounds run among the ranks themselves (Bruck's
 //! algorithm: `ceil(log2 n)` frames a rank, none through the root), needing
 //! nothing but IP connectivity, which is all one can assume before the
-//! transports exist. The root stays to tell every rank which rank failed.
+//! transports exist. The root stays to make each round all or nothing: a
+//! rank that has its records tells the root, and the root releases every
+//! rank once all have (or tells every rank which rank failed).
 //!
 //! The root is a thread of the process that created the id (`RootServer`).
 //! It serves exactly one communicator: the first `size` ranks that present the
@@ -27,6 +29,7 @@
 pub(crate) mod client;
 mod gather;
 mod id;
+mod local;
 mod rendezvous;
 pub(crate) mod root;
 mod watch;

@@ -10,9 +10,9 @@
 //! Frames are a `u32` little-endian length followed by that many bytes.
 //! A client opens with a fixed-size [`Hello`] (which carries the address
 //! where it accepts its peers); the root answers with [`Reply`] frames
-//! (welcome with the addresses this rank sends to, or a failure), one kind
-//! byte first; a rank tells the root of a peer it found gone with a failure
-//! frame too. Between ranks, a connection opens with a [`PeerHello`], and
+//! (welcome with the addresses this rank sends to, a round's release, or a
+//! failure), one kind byte first; a rank tells the root that it has a
+//! round's records, or of a peer it found gone (a failure frame too). Between ranks, a connection opens with a [`PeerHello`], and
 //! each step of an all-gather is one frame of records (see
 //! [`super::gather`]).
 use std::io::{self, Read, Write};
@@ -44,6 +44,8 @@ const MAX_REASON: usize = 1024;
 
 const KIND_WELCOME: u8 = 0;
 const KIND_FAILURE: u8 = 2;
+const KIND_ARRIVED: u8 = 3;
+const KIND_RELEASE: u8 = 4;
 const NO_PEER: u32 = u32::MAX;
 
 /// The head of the first frame one rank sends another (magic, version,
@@ -169,6 +171,10 @@ pub(crate) enum Reply {
     /// The root gives up (or a rank tells it why it should): `peer` is the
     /// rank to blame, if any.
     Failure { peer: Option<usize>, reason: String },
+    /// A rank to the root: it has every record of the round.
+    Arrived,
+    /// The root to every rank: every rank has the round's records.
+    Release,
 }
 
 impl Reply {
@@ -183,6 +189,8 @@ impl Reply {
                 }
                 write_frame(w, &[&body])
             }
+            Reply::Arrived => write_frame(w, &[&[KIND_ARRIVED]]),
+            Reply::Release => write_frame(w, &[&[KIND_RELEASE]]),
             Reply::Failure { peer, reason } => {
                 let peer = peer.map_or(NO_PEER, |p| u32::try_from(p).unwrap_or(NO_PEER));
                 let mut cut = reason.len().min(MAX_REASON);
@@ -214,6 +222,8 @@ impl Reply {
                 }
                 Ok(Reply::Welcome { targets })
             }
+            Some(KIND_ARRIVED) if body.len() == 1 => Ok(Reply::Arrived),
+            Some(KIND_RELEASE) if body.len() == 1 => Ok(Reply::Release),
             Some(KIND_FAILURE) if body.len() >= 5 => {
                 let peer = le_u32(&body[1..5]);
                 let reason = String::from_utf8_lossy(&body[5..]).into_owned();
@@ -403,6 +413,8 @@ mod tests {
                 peer: None,
                 reason: "timed out".into(),
             },
+            Reply::Arrived,
+            Reply::Release,
         ] {
             let mut buf = Vec::new();
             reply.write_to(&mut buf).expect("write to a Vec");
