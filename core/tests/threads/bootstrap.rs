@@ -180,6 +180,51 @@ fn a_hello_of_another_version_is_told_why() {
     });
 }
 
+/// Reads one frame body from `s` (the root's replies, as bootstrap/wire.rs
+/// documents them: a `u32` length, then a kind byte and its fields).
+fn frame_from(s: &mut TcpStream) -> Vec<u8> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).expect("a frame's length");
+    let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
+    s.read_exact(&mut body).expect("a frame's body");
+    body
+}
+
+#[test]
+fn the_root_releases_a_round_for_every_rank_or_for_none() {
+    // Two ranks played by hand: both say they have the round's records
+    // (kind 3) and both are released (kind 4); in the next round one says
+    // so and the other leaves, and the one is told that its peer failed
+    // (kind 2, naming rank 1) instead of being released.
+    within(Duration::from_secs(30), || {
+        let secret = [0x4d; 16];
+        let root = RootServer::start(local(), secret, RootOptions::default()).expect("root");
+        let mut ranks: Vec<TcpStream> = (0..2)
+            .map(|rank| stranger(root.id().addr(), &hello_frame(secret, rank, 2)))
+            .collect();
+        for s in &mut ranks {
+            s.set_read_timeout(Some(Duration::from_secs(10)))
+                .expect("timeout");
+            assert_eq!(frame_from(s)[0], 0, "a welcome");
+        }
+        for s in &mut ranks {
+            s.write_all(&[1, 0, 0, 0, 3]).expect("arrived");
+        }
+        for s in &mut ranks {
+            assert_eq!(frame_from(s), vec![4], "released");
+        }
+        ranks[0].write_all(&[1, 0, 0, 0, 3]).expect("arrived again");
+        drop(ranks.pop());
+        let told = frame_from(&mut ranks[0]);
+        assert_eq!(told[0], 2, "a failure, not a release: {told:?}");
+        assert_eq!(u32::from_le_bytes([told[1], told[2], told[3], told[4]]), 1);
+        assert!(matches!(
+            root.join(),
+            Err(Error::RemoteFailed { peer: 1, .. })
+        ));
+    });
+}
+
 #[test]
 fn strangers_do_not_disturb_the_ranks() {
     within(Duration::from_secs(60), || {
