@@ -19,8 +19,8 @@
 //! This file holds the public face (options, handle, the `UniqueId`
 //! constructors that start a root) and the helpers both phases share; the
 //! phases themselves are [`super::rendezvous`] (joining, then telling each
-//! rank its all-gather peers) and [`super::watch`] (relaying the first
-//! failure a rank reports).
+//! rank its all-gather peers) and [`super::watch`] (releasing each round
+//! once every rank has it, and relaying the first failure a rank reports).
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
