@@ -341,20 +341,9 @@ impl Binding {
                 let empty_send: &[u8] = &[];
                 let mut empty_recv: [u8; 0] = [];
                 match (send, recv) {
-                    (Some(s), Some(r)) => {
-                        let (sg, mut rg);
-                        if s.raw.addr() < r.raw.addr() {
-                            sg = s.raw.read();
-                            rg = r.raw.write();
-                        } else {
-                            rg = r.raw.write();
-                            sg = s.raw.read();
-                        }
-                        f(&mut Buffers::Separate {
-                            send: s.raw.bytes_of(&sg),
-                            recv: r.raw.bytes_of_mut(&mut rg),
-                        })
-                    }
+                    (Some(s), Some(r)) => RawBuffer::read_write(&s.raw, &r.raw, |send, recv| {
+                        f(&mut Buffers::Separate { send, recv })
+                    }),
                     (Some(s), None) => {
                         let sg = s.raw.read();
                         f(&mut Buffers::Separate {

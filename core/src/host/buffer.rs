@@ -235,6 +235,27 @@ impl RawBuffer {
         self.inner.write().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Runs `f` on `src`'s bytes read-locked and `dst`'s write-locked,
+    /// taking the two locks in address order ([`RawBuffer::addr`]), as
+    /// every lock of two buffers in this crate, so that two threads doing
+    /// the same in opposite roles can never deadlock. `src` and `dst` must
+    /// be two buffers (one buffer would wait for itself).
+    pub(crate) fn read_write<R>(
+        src: &RawBuffer,
+        dst: &RawBuffer,
+        f: impl FnOnce(&[u8], &mut [u8]) -> R,
+    ) -> R {
+        let (sg, mut dg);
+        if src.addr() < dst.addr() {
+            sg = src.read();
+            dg = dst.write();
+        } else {
+            dg = dst.write();
+            sg = src.read();
+        }
+        f(src.bytes_of(&sg), dst.bytes_of_mut(&mut dg))
+    }
+
     /// Views locked storage as exactly `bytes` bytes.
     pub(crate) fn bytes_of<'a>(&self, storage: &'a Storage) -> &'a [u8] {
         match storage {

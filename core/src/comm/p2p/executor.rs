@@ -19,6 +19,7 @@ use crate::comm::p2p::payload::{Dst, HostBytes, Src};
 use crate::comm::p2p::receiver::RecvOp;
 use crate::comm::p2p::sender::SendOp;
 use crate::comm::p2p::spec::{Dir, GroupSpec, OpSpec};
+use crate::host::RawBuffer;
 use crate::transport::Connection;
 use crate::wait::{Notifier, WaitPolicy};
 use crate::{Error, Result};
@@ -358,9 +359,9 @@ impl P2p {
 }
 
 /// Copies a message to this rank itself: `send`'s region into `recv`'s
-/// (the receive region may be larger), both buffers locked for the copy,
-/// in address order as every lock of two buffers (one lock when they are
-/// one buffer: the regions are apart, `GroupSpec::check`).
+/// (the receive region may be larger), both buffers locked for the copy
+/// (`RawBuffer::read_write`; one lock when they are one buffer: the
+/// regions are apart, `GroupSpec::check`).
 fn copy_to_self(spec: &GroupSpec, send: &OpSpec, recv: &OpSpec) {
     let (from, to) = (
         spec.bufs[send.buf].view.raw(),
@@ -373,18 +374,9 @@ fn copy_to_self(spec: &GroupSpec, send: &OpSpec, recv: &OpSpec) {
             .copy_within(send.offset..send.offset + n, recv.offset);
         return;
     }
-    let copy = |src: &[u8], dst: &mut [u8]| {
+    RawBuffer::read_write(from, to, |src, dst| {
         dst[recv.offset..recv.offset + n].copy_from_slice(&src[send.offset..send.offset + n]);
-    };
-    if from.addr() < to.addr() {
-        let r = from.read();
-        let mut w = to.write();
-        copy(from.bytes_of(&r), to.bytes_of_mut(&mut w));
-    } else {
-        let mut w = to.write();
-        let r = from.read();
-        copy(from.bytes_of(&r), to.bytes_of_mut(&mut w));
-    }
+    });
 }
 
 /// Puts the group's name into an error raised by one of its operations.

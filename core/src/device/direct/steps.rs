@@ -10,7 +10,7 @@
 //!
 //! - **Fixed flag values.** A captured graph replays the same operations
 //!   with the same parameters every time. The host barrier's flags carry
-//!   the barrier's epoch ([`crate::barrier::signal_value`]), a value that
+//!   the barrier's epoch ([`streamcomm_algo::barrier::signal_value`]), a value that
 //!   differs at every call and so cannot be baked into a replayed graph. A
 //!   [`DirectStep::Arrive`] round instead writes the constant 1 and waits for at
 //!   least 1, then writes 0 back into its own flag area, so the same nodes are
