@@ -39,6 +39,20 @@ pub mod transport {
     pub use crate::transport::Segment;
     pub use crate::transport::ring::RingShape;
 
+    /// The peers this rank's links connect now, in rank order (a tcp peer
+    /// counts once its sockets are made, on first use; every other kind
+    /// of link is made at creation).
+    pub fn connected_peers(comm: &crate::Communicator) -> Vec<usize> {
+        comm.inner
+            .core
+            .peers()
+            .iter()
+            .flatten()
+            .filter(|c| c.connected())
+            .map(|c| c.peer())
+            .collect()
+    }
+
     /// The tcp transport's frames.
     pub mod tcp_frame {
         pub use crate::transport::tcp::frame::{

@@ -57,6 +57,12 @@ pub(crate) trait Carrier {
     /// data lands without anyone's help and poking does nothing.
     fn poke_period(&self) -> Option<u32>;
 
+    /// True once the link carries bytes: always, except a tcp peer not
+    /// used yet (its sockets are made on first use).
+    fn connected(&self) -> bool {
+        true
+    }
+
     /// Sends `payload` as one slot signed `sig` straight from the caller's
     /// bytes, where the transport can and nothing is queued before it (over
     /// verbs, one inline RDMA write); false (nothing done) elsewhere.
@@ -132,6 +138,9 @@ impl Carrier for Link {
     #[inline]
     fn poke_period(&self) -> Option<u32> {
         on_carrier!(self, l => l.poke_period())
+    }
+    fn connected(&self) -> bool {
+        on_carrier!(self, l => l.connected())
     }
     #[inline]
     fn send_unstaged(&self, payload: &[u8], sig: u64) -> bool {
@@ -222,6 +231,11 @@ impl Connection {
         self.link
             .poke_period()
             .map(|n| tcp::inline::Pace::every(policy, n))
+    }
+
+    /// True once the link carries bytes ([`Carrier::connected`]).
+    pub(crate) fn connected(&self) -> bool {
+        self.link.connected()
     }
 
     /// The peer's segment, when it shares memory with us.

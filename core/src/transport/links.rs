@@ -4,8 +4,8 @@
 //!
 //! Creation decides per peer how it is reached ([`Route`]: the rule lives
 //! with the endpoints it reads); [`connect_links`] opens every route: the
-//! peer's shared-memory segment, the tcp sockets (one all-to-all connect
-//! among the tcp peers), the verbs queue pairs (one collective exchange
+//! peer's shared-memory segment, the tcp rings (their sockets are made on
+//! first use, by the engine's tcp source), the verbs queue pairs (one collective exchange
 //! among all ranks when any pair uses verbs), and returns one
 //! [`Connection`] per peer and the progress engine's sources.
 
@@ -20,7 +20,7 @@ use crate::engine::{Kick, Source};
 use crate::transport::placement::Placement;
 use crate::transport::ring::RingShape;
 use crate::transport::shm::ShmLink;
-use crate::transport::tcp::setup::{ConnectPlan, connect_all};
+use crate::transport::tcp::connector::{Connector, ConnectorSetup};
 use crate::transport::tcp::{TcpLink, TcpPeerSetup, TcpRings, TcpSource};
 use crate::transport::{Connection, Link, Segment, ring_offset};
 use crate::{Error, Result};
@@ -107,18 +107,18 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
             _ => None,
         })
         .collect();
-    let mut sockets = match (&listener, tcp_peers.is_empty()) {
-        (_, true) => HashMap::new(),
-        (Some((l, _)), false) => connect_all(
-            &ConnectPlan {
-                rank,
-                peers: &tcp_peers,
-                nsockets: config.nchannels,
-                secret,
-                timeout: config.timeout.min(Duration::from_secs(120)),
-            },
-            l,
-        )?,
+    // Tcp peers are connected on first use: the listener goes to the
+    // engine's tcp source, which dials and accepts.
+    let connector = match (listener, tcp_peers.is_empty()) {
+        (_, true) => None,
+        (Some((listener, _)), false) => Some(Connector::new(ConnectorSetup {
+            rank,
+            secret,
+            nsockets: config.nchannels,
+            timeout: config.timeout.min(Duration::from_secs(120)),
+            listener,
+            peers: tcp_peers,
+        })?),
         (None, false) => {
             return Err(Error::Unavailable(
                 "tcp peers but no tcp listener (STREAMCOMM_TRANSPORT=shm?)".into(),
@@ -154,7 +154,6 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
                 let io = TcpPeerSetup {
                     peer: p,
                     rings: rings.clone(),
-                    sockets: sockets.remove(&p).unwrap_or_default(),
                     placement,
                 }
                 .into_io();
@@ -194,8 +193,8 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
             }
         }
     }
-    if !tcp_io.is_empty() {
-        sources.push(Box::new(TcpSource::new(tcp_io, tcp_rings)));
+    if let Some(connector) = connector {
+        sources.push(Box::new(TcpSource::new(tcp_io, tcp_rings, connector)));
     }
     Ok(Links { peers, sources })
 }

@@ -8,9 +8,12 @@
 //! plus 16, shared memory at 32 and 64 ranks at most 16 MB after the
 //! all-reduce and 64 MB after the all-to-all (1 MiB per pair at 32 ranks:
 //! every ring both ways used; the budget shrinks the rings, where a full
-//! mesh of 4 MiB rings would hold 248 MiB). Ranks that start with a soft
-//! limit of 16 open files connect over tcp all the same: the library
-//! raises the limit to the hard one when it runs out.
+//! mesh of 4 MiB rings would hold 248 MiB). Tcp peers are connected on
+//! first use: 16 ranks over tcp that only pass a message around a ring
+//! hold sockets to their two neighbours only. Ranks that start with a
+//! soft limit of 16 open files connect every pair over tcp all the same
+//! (an all-to-all): the library raises the limit to the hard one when it
+//! runs out.
 
 use crate::harness;
 use crate::harness::scenario::{SCENARIO, checked_all_reduce, launch_scenario, status_kb};
@@ -48,6 +51,11 @@ fn eight_ranks_over_tcp_run_every_collective_and_a_ring() {
             ("STREAMCOMM_BUFFSIZE", "8K"),
         ],
     );
+}
+
+#[test]
+fn sixteen_ranks_over_tcp_that_use_a_ring_connect_only_their_neighbours() {
+    launch(16, "neighbours", &[("STREAMCOMM_TRANSPORT", "tcp")]);
 }
 
 /// This process's soft and hard limits on open files.
@@ -175,8 +183,44 @@ fn child() {
             ring(&comm, &stream, seed, 100);
             ring(&comm, &stream, seed ^ 1, 300_000);
         }
+        "neighbours" => {
+            let connected = streamcomm::testing::transport::connected_peers;
+            let n = comm.size();
+            let mut neighbours = vec![(rank + 1) % n, (rank + n - 1) % n];
+            neighbours.sort();
+            // Creation connects nobody (a neighbour already in its ring
+            // may have connected since).
+            let early = connected(&comm);
+            assert!(
+                early.iter().all(|p| neighbours.contains(p)),
+                "rank {rank}: connected to {early:?} before using any link"
+            );
+            ring(&comm, &stream, seed, 100);
+            ring(&comm, &stream, seed ^ 1, 300_000);
+            assert_eq!(
+                connected(&comm),
+                neighbours,
+                "rank {rank}: not its neighbours only"
+            );
+            // The losing dials of pairs that dialed each other at once
+            // close as the engines see them.
+            let ceiling = 2 * comm.config().nchannels + 16;
+            let t0 = std::time::Instant::now();
+            let mut fds = open_fds();
+            while fds > ceiling && t0.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(10));
+                fds = open_fds();
+            }
+            eprintln!("rank {rank}: {fds} descriptors after the ring");
+            assert!(
+                fds <= ceiling,
+                "rank {rank}: {fds} open descriptors, more than 2 per connected peer + 16"
+            );
+        }
         "low_fd_limit" => {
             checked_all_reduce(&comm, 1 << 16);
+            // Every pair connected: 2 sockets each to 7 peers.
+            all_to_all(&comm, seed, 1024);
             let (soft, _) = fd_limits();
             assert!(soft > 16, "rank {rank}: the soft limit stayed at {soft}");
         }
@@ -202,7 +246,10 @@ fn child() {
         }
         other => panic!("unknown scenario {other}"),
     }
-    comm.barrier_host().unwrap();
+    // The neighbours' scenario ends without one: a barrier connects more.
+    if scenario != "neighbours" {
+        comm.barrier_host().unwrap();
+    }
     let fds = open_fds();
     let ceiling = 2 * tcp_peers(&comm) + 16;
     assert!(

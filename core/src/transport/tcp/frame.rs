@@ -1,4 +1,4 @@
-//! What travels on a tcp connection: one hello, then slot frames.
+//! What travels on a tcp connection: a hello each way, then slot frames.
 //!
 //! Every byte read from a socket is untrusted: a frame's length is checked
 //! against the slot size before anything is read into a slot, the sequence
@@ -16,11 +16,12 @@ pub const HEADER_BYTES: usize = 24;
 const HELLO: Protocol = Protocol {
     name: "tcp hello",
     magic: *b"HTCS",
-    version: 1,
+    version: 2,
 };
 const FRAME_MAGIC: u32 = 0x5343_5446; // "SCTF"
 
-/// First message on every data socket: who is connecting, to which socket index.
+/// First message on every data socket, each way: who is connecting, to
+/// which socket index (the answer swaps the ranks).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hello {
     /// The communicator's secret (from the UniqueId).

@@ -7,9 +7,10 @@
 //! ([`TcpSource`], each peer's state in [`progress`]) moves slots between
 //! those rings and the peer's sockets. Several sockets per peer (`STREAMCOMM_NCHANNELS`)
 //! carry alternate slots, in order, to use more than one TCP stream's worth
-//! of bandwidth. Formation of the connections is in [`setup`], the wire
-//! format in [`frame`].
+//! of bandwidth. A peer's sockets are made when it is first used
+//! ([`connector`]); the listener in [`setup`], the wire format in [`frame`].
 
+pub(crate) mod connector;
 pub(crate) mod frame;
 pub(crate) mod inline;
 pub(crate) mod progress;
@@ -17,7 +18,6 @@ mod read_ahead;
 pub(crate) mod setup;
 mod source;
 
-use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 
 use progress::PeerIo;
@@ -38,14 +38,12 @@ pub(crate) struct TcpRings {
     pub inbound: LocalRing,
 }
 
-/// One tcp peer, ready to start: its rings and sockets.
+/// One tcp peer, ready to start: its rings (its sockets come on first use).
 pub(crate) struct TcpPeerSetup {
     /// The peer's rank.
     pub peer: usize,
     /// Its rings (kept alive by the caller's connection).
     pub rings: Arc<TcpRings>,
-    /// Its sockets.
-    pub sockets: Vec<TcpStream>,
     /// Which arriving slots may go straight into a receive buffer.
     pub placement: crate::transport::placement::Placement,
 }
@@ -80,7 +78,6 @@ impl TcpPeerSetup {
             self.peer,
             staging,
             inbound,
-            self.sockets,
             self.placement,
         )))
     }
@@ -126,5 +123,8 @@ impl Carrier for TcpLink {
     #[inline]
     fn poke_period(&self) -> Option<u32> {
         Some(inline::SPIN_CHECKS_PER_PUMP)
+    }
+    fn connected(&self) -> bool {
+        self.io.lock().unwrap_or_else(|e| e.into_inner()).link == progress::LinkState::Up
     }
 }

@@ -51,6 +51,20 @@ pub(super) struct Sock {
     rx: ReadAhead,
 }
 
+/// Where a peer's connection stands: made on first use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LinkState {
+    /// Never used: no socket.
+    Unused,
+    /// A stream staged a slot for the peer or waits for one: the engine
+    /// is to start making the connection.
+    Wanted,
+    /// The engine is making it (dialing, or accepting the peer's).
+    Opening,
+    /// Connected: the sockets are attached.
+    Up,
+}
+
 /// One tcp peer as the engine sees it.
 pub(crate) struct PeerIo {
     /// The peer's rank.
@@ -60,6 +74,8 @@ pub(crate) struct PeerIo {
     /// Inbound ring, sender end (we fill it).
     pub inbound: RingEnd,
     pub(super) socks: Vec<Sock>,
+    /// Whether the peer is connected, or wanted ([`PeerIo::attach`]).
+    pub(super) link: LinkState,
     /// Staged slots fully written, not yet released (by slot % nsteps).
     sent: Vec<bool>,
     staging_head: u64,
@@ -101,16 +117,41 @@ impl std::fmt::Debug for PeerIo {
 }
 
 impl PeerIo {
-    /// Wraps a peer's rings and its sockets.
+    /// Wraps a peer's rings, not connected yet ([`PeerIo::attach`]
+    /// connects it, on first use).
     pub(crate) fn new(
         peer: usize,
         staging: RingEnd,
         inbound: RingEnd,
-        sockets: Vec<TcpStream>,
         placement: Placement,
     ) -> PeerIo {
         let nsteps = staging.shape().nsteps;
-        let socks = sockets
+        PeerIo {
+            peer,
+            staging,
+            inbound,
+            socks: Vec::new(),
+            link: LinkState::Unused,
+            sent: vec![false; nsteps],
+            staging_head: 0,
+            arrived: vec![false; nsteps],
+            inbound_tail: 0,
+            bad_frame: false,
+            peer_aborted: false,
+            polled: Vec::new(),
+            dead: false,
+            placement,
+            inline_error: None,
+            stream_reads: 0,
+            stream_reads_seen: 0,
+        }
+    }
+
+    /// Connects the peer: its sockets, in order (slot `k` travels on
+    /// socket `k % sockets.len()`), ready for I/O ([`super::connector`]
+    /// made them, on first use).
+    pub(crate) fn attach(&mut self, sockets: Vec<TcpStream>) {
+        self.socks = sockets
             .into_iter()
             .enumerate()
             .map(|(j, stream)| Sock {
@@ -129,24 +170,22 @@ impl PeerIo {
                 rx: ReadAhead::new(),
             })
             .collect();
-        PeerIo {
-            peer,
-            staging,
-            inbound,
-            socks,
-            sent: vec![false; nsteps],
-            staging_head: 0,
-            arrived: vec![false; nsteps],
-            inbound_tail: 0,
-            bad_frame: false,
-            peer_aborted: false,
-            polled: Vec::new(),
-            dead: false,
-            placement,
-            inline_error: None,
-            stream_reads: 0,
-            stream_reads_seen: 0,
+        self.polled.clear();
+        self.link = LinkState::Up;
+    }
+
+    /// Marks the link wanted if it was never used: a stream has staged a
+    /// slot for the peer or waits for one from it.
+    fn first_use(&mut self) {
+        if self.link == LinkState::Unused {
+            self.link = LinkState::Wanted;
         }
+    }
+
+    /// True when a stream wants the link and the engine has yet to start
+    /// making it.
+    pub(super) fn wants_link(&self) -> bool {
+        self.link == LinkState::Wanted
     }
 
     /// A waiting stream read this peer's sockets itself ([`super::inline`]).
@@ -178,6 +217,7 @@ impl PeerIo {
     /// # Errors
     /// The first socket or protocol error, naming the peer.
     pub(crate) fn pump(&mut self) -> Result<(), Error> {
+        self.first_use();
         for j in 0..self.socks.len() {
             self.send_on(j)?;
             self.recv_on(j)?;
@@ -192,6 +232,7 @@ impl PeerIo {
     /// # Errors
     /// The first socket error, naming the peer.
     pub(crate) fn pump_out(&mut self) -> Result<(), Error> {
+        self.first_use();
         for j in 0..self.socks.len() {
             self.send_on(j)?;
         }
@@ -205,7 +246,8 @@ impl PeerIo {
     pub(crate) fn needs_net(&self) -> bool {
         // Socket by socket, without collecting: a stream calls this after
         // every pump, and an allocation here was most of a host call's.
-        self.socks.len() != self.polled.len()
+        self.wants_link()
+            || self.socks.len() != self.polled.len()
             || (0..self.socks.len()).any(|j| self.interest_of(j) & !self.polled[j] != 0)
             || (0..self.socks.len()).any(|j| self.completable(j))
     }

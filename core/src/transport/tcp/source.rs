@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::TcpRings;
+use super::connector::Connector;
 use super::progress::PeerIo;
 use crate::engine::{Ctx, PollSet, Source};
 use streamcomm_types::MismatchNote;
@@ -42,6 +43,11 @@ pub(crate) struct TcpSource {
     /// By peer: the last arming left reading its sockets to the streams,
     /// so the engine reads them itself after each sleep.
     streams_read: Vec<bool>,
+    /// Makes the peers' connections on first use; its descriptors follow
+    /// the peers' in each arming.
+    connector: Connector,
+    /// Descriptors the connector armed last.
+    connector_fds: usize,
 }
 
 /// The longest a frame waits for the engine while the peer's sockets are
@@ -55,14 +61,32 @@ fn lock(p: &Mutex<PeerIo>) -> MutexGuard<'_, PeerIo> {
 }
 
 impl TcpSource {
-    /// A source for `peers`, whose state points into `rings`.
-    pub(crate) fn new(peers: Vec<Arc<Mutex<PeerIo>>>, rings: Vec<Arc<TcpRings>>) -> TcpSource {
+    /// A source for `peers`, whose state points into `rings`, connected
+    /// on first use by `connector`.
+    pub(crate) fn new(
+        peers: Vec<Arc<Mutex<PeerIo>>>,
+        rings: Vec<Arc<TcpRings>>,
+        connector: Connector,
+    ) -> TcpSource {
         TcpSource {
             streams_read: vec![false; peers.len()],
             peers,
             _rings: rings,
             owners: Vec::new(),
             recheck: false,
+            connector,
+            connector_fds: 0,
+        }
+    }
+
+    /// Starts the dials streams asked for since the last look (peers whose
+    /// locks a stream holds now are looked at next time).
+    fn start_wanted(&mut self) {
+        for (i, p) in self.peers.iter().enumerate() {
+            let Ok(mut p) = p.try_lock() else { continue };
+            if !p.dead && p.wants_link() {
+                self.connector.dial(i, &mut p);
+            }
         }
     }
 }
@@ -73,11 +97,16 @@ impl Source for TcpSource {
         // nothing to do: the peers' locks are left to the streams, which
         // move their own bytes meanwhile.
         let ready = (0..self.owners.len()).any(|k| fds.revents(k) != 0);
+        let connecting = self.connector.busy()
+            || (0..self.connector_fds).any(|c| fds.revents(self.owners.len() + c) != 0);
         let timed = self.streams_read.contains(&true);
-        if !ready && !std::mem::take(&mut self.recheck) && !timed {
+        if !ready && !connecting && !std::mem::take(&mut self.recheck) && !timed {
             return false;
         }
         let mut moved = false;
+        if connecting {
+            moved |= self.connector.step(&self.peers, ctx);
+        }
         for (k, &(i, j)) in self.owners.iter().enumerate() {
             let mut p = lock(&self.peers[i]);
             if p.dead {
@@ -123,6 +152,8 @@ impl Source for TcpSource {
     /// left for the engine would otherwise wait for the job, and the peer
     /// for it).
     fn tick(&mut self, ctx: &Ctx<'_>) {
+        self.start_wanted();
+        self.connector.step(&self.peers, ctx);
         for p in &self.peers {
             let Ok(mut p) = p.try_lock() else { continue };
             if p.dead {
@@ -159,16 +190,27 @@ impl Source for TcpSource {
             }
             now |= (0..p.socks.len()).any(|j| p.completable(j));
             p.polled = interest;
+            if p.wants_link() {
+                self.connector.dial(i, &mut p);
+            }
         }
+        let before = fds.len();
+        let connecting = self.connector.arm(fds);
+        self.connector_fds = fds.len() - before;
         // A frame waiting for a slot that is free now, or an error a stream
         // met: no descriptor will announce either.
         self.recheck = now;
         if now {
             Some(Duration::ZERO)
         } else {
-            self.streams_read
+            let reads = self
+                .streams_read
                 .contains(&true)
-                .then_some(STREAMS_READ_RECHECK)
+                .then_some(STREAMS_READ_RECHECK);
+            match (reads, connecting) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
         }
     }
 
@@ -206,6 +248,7 @@ mod tests {
     use super::*;
     use crate::transport::placement::Placement;
     use crate::transport::ring::RingShape;
+    use crate::transport::tcp::connector::ConnectorSetup;
 
     /// A source over one peer whose single socket is connected to the
     /// returned one.
@@ -221,18 +264,28 @@ mod tests {
             })
             .unwrap(),
         );
-        let io = Arc::new(Mutex::new(PeerIo::new(
+        let mut peer = PeerIo::new(
             1,
             rings.staging.end(),
             rings.inbound.end(),
-            vec![near],
             Placement {
                 grant_key: |_| None,
                 placed: |sig| sig,
             },
-        )));
+        );
+        peer.attach(vec![near]);
+        let io = Arc::new(Mutex::new(peer));
+        let connector = Connector::new(ConnectorSetup {
+            rank: 0,
+            secret: [0; 16],
+            nsockets: 1,
+            timeout: Duration::from_secs(1),
+            listener,
+            peers: vec![(1, far.local_addr().unwrap())],
+        })
+        .unwrap();
         (
-            TcpSource::new(vec![io.clone()], vec![rings.clone()]),
+            TcpSource::new(vec![io.clone()], vec![rings.clone()], connector),
             io,
             rings,
             far,
