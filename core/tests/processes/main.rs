@@ -15,6 +15,7 @@ mod algos;
 mod barrier;
 mod bootstrap_kill;
 mod collectives;
+mod first_contact;
 mod footprint;
 mod groups;
 mod launch_env;
