@@ -1,6 +1,7 @@
 //! `streamcomm-bench init`: what a communicator costs to have, as the
 //! number of ranks grows: the time to create it, and each rank's resident
-//! memory (all, anonymous, shared), open file descriptors and threads,
+//! memory (all, anonymous, shared), open file descriptors, threads and
+//! the peers its links connect (tcp peers are connected on first use),
 //! after creation and after the first all-reduce, all-gather and
 //! all-to-all.
 //!
@@ -62,6 +63,8 @@ pub(crate) struct Footprint {
     pub(crate) fds: u64,
     /// Threads.
     pub(crate) threads: u64,
+    /// Peers this rank's links connect (tcp peers once first used).
+    pub(crate) peers: u64,
 }
 
 impl Footprint {
@@ -97,16 +100,24 @@ impl Footprint {
             shmem_kb: field("RssShmem"),
             fds: 0,
             threads: field("Threads"),
+            peers: 0,
         }
     }
 
-    fn to_words(self) -> [u64; 5] {
+    /// With the number of peers `comm` connects now.
+    fn with_peers(self, comm: &Communicator) -> Footprint {
+        let peers = streamcomm::testing::transport::connected_peers(comm).len() as u64;
+        Footprint { peers, ..self }
+    }
+
+    fn to_words(self) -> [u64; FIGURES] {
         [
             self.rss_kb,
             self.anon_kb,
             self.shmem_kb,
             self.fds,
             self.threads,
+            self.peers,
         ]
     }
 
@@ -117,6 +128,7 @@ impl Footprint {
             shmem_kb: w[2],
             fds: w[3],
             threads: w[4],
+            peers: w[5],
         }
     }
 }
@@ -124,9 +136,12 @@ impl Footprint {
 /// The stages at which figures are taken, in order.
 const STAGES: [&str; 4] = ["created", "all_reduce", "all_gather", "all_to_all"];
 
-/// Words each rank contributes: its creation time (µs), then five figures
-/// per stage.
-const WORDS: usize = 1 + 5 * STAGES.len();
+/// Figures per stage.
+const FIGURES: usize = 6;
+
+/// Words each rank contributes: its creation time (µs), then the figures
+/// of each stage.
+const WORDS: usize = 1 + FIGURES * STAGES.len();
 
 /// Runs `streamcomm-bench init` (its arguments after the word `init`).
 ///
@@ -166,7 +181,7 @@ fn rank(cli: &InitCli) -> Fallible<()> {
     let create_us = started.elapsed().as_micros() as u64;
     let (rank, n) = (comm.rank(), comm.size());
     let mut mine = vec![create_us];
-    mine.extend(Footprint::now()?.to_words());
+    mine.extend(Footprint::now()?.with_peers(&comm).to_words());
 
     // Each stage is measured once the program's own buffers are gone (large
     // blocks go back to the system when freed): what stays is the library's.
@@ -182,7 +197,7 @@ fn rank(cli: &InitCli) -> Fallible<()> {
         "all_reduce",
     )?;
     drop((send, recv));
-    mine.extend(Footprint::now()?.to_words());
+    mine.extend(Footprint::now()?.with_peers(&comm).to_words());
 
     let share = (floats / n).max(1);
     let send = vec![rank as f32; share];
@@ -196,7 +211,7 @@ fn rank(cli: &InitCli) -> Fallible<()> {
         "all_gather",
     )?;
     drop((send, recv));
-    mine.extend(Footprint::now()?.to_words());
+    mine.extend(Footprint::now()?.with_peers(&comm).to_words());
 
     let pair = (cli.pair_bytes / 4).max(1) as usize;
     let send: Vec<f32> = (0..pair * n)
@@ -212,7 +227,7 @@ fn rank(cli: &InitCli) -> Fallible<()> {
         "all_to_all",
     )?;
     drop((send, recv));
-    mine.extend(Footprint::now()?.to_words());
+    mine.extend(Footprint::now()?.with_peers(&comm).to_words());
 
     let mut all = vec![0u64; WORDS * n];
     comm.all_gather_host(&mine, &mut all)
@@ -248,25 +263,26 @@ fn report(cli: &InitCli, n: usize, all: &[u64]) -> Fallible<()> {
     ));
     say("# per rank, largest / median over the ranks (MB = 10^6 bytes)".into());
     say(format!(
-        "{:>12} {:>17} {:>17} {:>17} {:>11} {:>11}",
-        "after", "VmRSS MB", "RssAnon MB", "RssShmem MB", "fds", "threads"
+        "{:>12} {:>17} {:>17} {:>17} {:>11} {:>11} {:>11}",
+        "after", "VmRSS MB", "RssAnon MB", "RssShmem MB", "fds", "threads", "peers"
     ));
     let mut stages = Vec::new();
     for (s, name) in STAGES.iter().enumerate() {
-        let at = |r: &[u64]| Footprint::from_words(&r[1 + 5 * s..1 + 5 * (s + 1)]);
+        let at = |r: &[u64]| Footprint::from_words(&r[1 + FIGURES * s..1 + FIGURES * (s + 1)]);
         let figures: Vec<Footprint> = ranks.iter().map(|r| at(r)).collect();
         let col = |f: fn(&Footprint) -> u64| max_median(figures.iter().map(f).collect());
         let mb = |(a, b): (u64, u64)| format!("{:.1} / {:.1}", a as f64 / 1e3, b as f64 / 1e3);
         let count = |(a, b): (u64, u64)| format!("{a} / {b}");
         let (rss, anon, shmem) = (col(|f| f.rss_kb), col(|f| f.anon_kb), col(|f| f.shmem_kb));
-        let (fds, threads) = (col(|f| f.fds), col(|f| f.threads));
+        let (fds, threads, peers) = (col(|f| f.fds), col(|f| f.threads), col(|f| f.peers));
         say(format!(
-            "{name:>12} {:>17} {:>17} {:>17} {:>11} {:>11}",
+            "{name:>12} {:>17} {:>17} {:>17} {:>11} {:>11} {:>11}",
             mb(rss),
             mb(anon),
             mb(shmem),
             count(fds),
-            count(threads)
+            count(threads),
+            count(peers)
         ));
         stages.push(serde_json::json!({
             "after": name,
@@ -275,6 +291,7 @@ fn report(cli: &InitCli, n: usize, all: &[u64]) -> Fallible<()> {
             "shmem_kb": {"max": shmem.0, "median": shmem.1},
             "fds": {"max": fds.0, "median": fds.1},
             "threads": {"max": threads.0, "median": threads.1},
+            "peers": {"max": peers.0, "median": peers.1},
         }));
     }
     out.json(&serde_json::json!({
@@ -302,7 +319,8 @@ mod tests {
                 anon_kb: 200,
                 shmem_kb: 1000,
                 fds: 0,
-                threads: 3
+                threads: 3,
+                peers: 0
             }
         );
         assert_eq!(Footprint::from_words(&f.to_words()), f);
