@@ -120,7 +120,10 @@ fn stopped_victim(dir: &Path) -> i32 {
         {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
             // The state follows the command's closing parenthesis.
-            let state = stat.rsplit(')').next().and_then(|s| s.split_whitespace().next());
+            let state = stat
+                .rsplit(')')
+                .next()
+                .and_then(|s| s.split_whitespace().next());
             if state == Some("T") {
                 return pid;
             }
