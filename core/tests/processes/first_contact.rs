@@ -1,14 +1,16 @@
-//! Failures while tcp links are made on first use, for real: three
+//! Failures while tcp links are made on first use, for real: four
 //! processes over tcp, none connected to another after creation. Rank 2
 //! stops itself (`SIGSTOP`: its kernel still completes connections into
 //! its listener's backlog, nobody answers them); rank 0 then sends to it
 //! and waits for its reply, so its dial hangs between hello and answer
 //! until rank 0 kills rank 2; rank 1 waits for a message from rank 0 that
-//! never comes. Both fail naming rank 2 well within the timeout (rank 0
-//! from its dial, rank 1 from rank 0's abort notice: a rank waiting for a
-//! peer connects to it, so it hears of the peer's failure), and both
-//! shrink to a communicator of two whose all-reduce is checked, though
-//! most pairs were never connected.
+//! never comes; rank 3 starts waiting for rank 0 only once rank 0 has
+//! failed. All three fail naming rank 2 well within the timeout (rank 0
+//! from its dial, ranks 1 and 3 from rank 0's abort notice: a rank waiting
+//! for a peer connects to it, and a rank that failed tells the peers that
+//! connect to it afterwards too), and they shrink to a communicator of
+//! three whose all-reduce is checked, though most pairs were never
+//! connected.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -31,7 +33,7 @@ fn a_rank_killed_while_a_peer_dials_it_is_named_by_every_rank() {
     let exe = std::env::current_exe().unwrap();
     let proof = streamcomm_testkit::ChildProof::new("first contact");
     let (proof_key, proof_dir) = proof.env();
-    let launcher = LocalLauncher::new(3, exe)
+    let launcher = LocalLauncher::new(4, exe)
         .args(streamcomm_testkit::child_args!("child"))
         .env(proof_key, proof_dir)
         .env(CHILD, "1")
@@ -46,7 +48,7 @@ fn a_rank_killed_while_a_peer_dials_it_is_named_by_every_rank() {
         Outcome::RankFailed { rank, .. } => assert_eq!(*rank, VICTIM, "{outcome}"),
         o => panic!("the job should report rank {VICTIM} killed, got {o}"),
     }
-    assert_eq!(proof.count(), 2, "both survivors must finish their body");
+    assert_eq!(proof.count(), 3, "every survivor must finish its body");
 }
 
 #[test]
@@ -78,11 +80,18 @@ fn child() {
             unsafe { libc::kill(pid, libc::SIGKILL) };
         });
         let mut reply = [0u32; 4];
-        world
+        let e = world
             .send_host(&[1u32, 2, 3, 4], VICTIM)
             .and_then(|()| world.recv_host(&mut reply, VICTIM))
-            .expect_err("rank 2 never replies")
+            .expect_err("rank 2 never replies");
+        std::fs::write(dir.join("rank0.failed"), b"").unwrap();
+        e
     } else {
+        if rank == 3 {
+            while !dir.join("rank0.failed").exists() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
         let mut got = [0u32; 4];
         world
             .recv_host(&mut got, 0)
@@ -98,13 +107,16 @@ fn child() {
     let alive = world
         .shrink()
         .unwrap_or_else(|e| panic!("rank {rank}: shrink: {e}"));
-    assert_eq!(alive.size(), 2);
+    assert_eq!(alive.size(), 3);
     let mine = [rank as f32 + 0.5; 64];
     let mut sum = [f32::NAN; 64];
     alive
         .all_reduce_host(&mine, &mut sum, streamcomm::ReduceOp::Sum)
         .unwrap();
-    assert!(sum.iter().all(|&v| v == 0.5 + 1.5), "rank {rank}: {sum:?}");
+    assert!(
+        sum.iter().all(|&v| v == 0.5 + 1.5 + 3.5),
+        "rank {rank}: {sum:?}"
+    );
     drop(alive);
     streamcomm_testkit::child_ran();
 }

@@ -367,6 +367,39 @@ fn p2p_over_tcp_threads_2_3_4_5() {
     }
 }
 
+/// Tcp links are made on first use, and in an all-to-all every pair makes
+/// its link from both sides at once (the sender as it stages, the
+/// receiver as it waits): twenty fresh communicators of six ranks, each
+/// first used by an all-to-allv (every element checked, receive gaps
+/// poisoned), then a ring exchange over the links made. That a race ends
+/// in one link of the lower rank's dial is the connector's unit tests'.
+#[test]
+fn pairs_that_first_meet_from_both_sides_at_once_carry_every_element_over_tcp() {
+    let seed = streamcomm_testkit::seed();
+    for trial in 0..20u64 {
+        harness::run_threads(
+            6,
+            config(Transport::Tcp),
+            Duration::from_secs(120),
+            move |comm| {
+                let connected = streamcomm::testing::transport::connected_peers;
+                let stream = HostStream::new().unwrap();
+                all_to_allv(&comm, &stream, seed ^ trial);
+                let others: Vec<usize> = (0..comm.size()).filter(|&p| p != comm.rank()).collect();
+                // A pair whose counts were both zero exchanged nothing and
+                // may not be connected: the ones that did, are.
+                let got = connected(&comm);
+                assert!(
+                    got.iter().all(|p| others.contains(p)),
+                    "trial {trial}, rank {}: {got:?}",
+                    comm.rank()
+                );
+                ring_exchange(&comm, &stream, seed ^ trial);
+            },
+        );
+    }
+}
+
 #[test]
 fn rendezvous_streams_through_the_ring_when_direct_writes_are_off() {
     let seed = streamcomm_testkit::seed();

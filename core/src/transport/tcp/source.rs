@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use super::TcpRings;
 use super::connector::Connector;
-use super::progress::PeerIo;
+use super::progress::{LinkState, PeerIo};
 use crate::engine::{Ctx, PollSet, Source};
 use streamcomm_types::MismatchNote;
 
@@ -48,6 +48,11 @@ pub(crate) struct TcpSource {
     connector: Connector,
     /// Descriptors the connector armed last.
     connector_fds: usize,
+    /// The abort notice, once the communicator failed: a peer connected
+    /// after it (it dialed to wait on us) is told too.
+    aborted: Option<(usize, Option<MismatchNote>)>,
+    /// By peer: told of the abort.
+    told: Vec<bool>,
 }
 
 /// The longest a frame waits for the engine while the peer's sockets are
@@ -68,6 +73,7 @@ impl TcpSource {
         rings: Vec<Arc<TcpRings>>,
         connector: Connector,
     ) -> TcpSource {
+        let n = peers.len();
         TcpSource {
             streams_read: vec![false; peers.len()],
             peers,
@@ -76,6 +82,22 @@ impl TcpSource {
             recheck: false,
             connector,
             connector_fds: 0,
+            aborted: None,
+            told: vec![false; n],
+        }
+    }
+
+    /// After the communicator failed, tells the peers connected since.
+    fn tell_new_links(&mut self) {
+        let Some((failed, note)) = self.aborted else {
+            return;
+        };
+        for (p, told) in self.peers.iter().zip(&mut self.told) {
+            let mut p = lock(p);
+            if !*told && p.link == LinkState::Up && !p.dead {
+                p.abort_notice(failed as u64, note);
+                *told = true;
+            }
         }
     }
 
@@ -104,8 +126,9 @@ impl Source for TcpSource {
             return false;
         }
         let mut moved = false;
-        if connecting {
-            moved |= self.connector.step(&self.peers, ctx);
+        if connecting && self.connector.step(&self.peers, ctx) {
+            moved = true;
+            self.tell_new_links();
         }
         for (k, &(i, j)) in self.owners.iter().enumerate() {
             let mut p = lock(&self.peers[i]);
@@ -153,7 +176,9 @@ impl Source for TcpSource {
     /// for it).
     fn tick(&mut self, ctx: &Ctx<'_>) {
         self.start_wanted();
-        self.connector.step(&self.peers, ctx);
+        if self.connector.step(&self.peers, ctx) {
+            self.tell_new_links();
+        }
         for p in &self.peers {
             let Ok(mut p) = p.try_lock() else { continue };
             if p.dead {
@@ -215,10 +240,12 @@ impl Source for TcpSource {
     }
 
     fn abort(&mut self, failed: usize, note: Option<MismatchNote>) -> bool {
-        for p in &self.peers {
+        self.aborted = Some((failed, note));
+        for (p, told) in self.peers.iter().zip(&mut self.told) {
             let mut p = lock(p);
-            if !p.dead || p.bad_frame || p.peer_aborted {
+            if p.link == LinkState::Up && (!p.dead || p.bad_frame || p.peer_aborted) {
                 p.abort_notice(failed as u64, note);
+                *told = true;
             }
         }
         true
