@@ -16,6 +16,7 @@
 //! methods cost: nothing.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::fault::{SendFault, SlotFaults};
 use super::ring::{RingEnd, RingError};
@@ -176,6 +177,9 @@ pub(crate) struct Connection {
     link: Link,
     /// Fault injection at the seam (an empty type without the feature).
     faults: SlotFaults,
+    /// The send ring's memory is to be allocated at its first use (a
+    /// shared-memory ring in the peer's segment, not a ring neighbour's).
+    unreserved: AtomicBool,
 }
 
 impl Connection {
@@ -187,7 +191,39 @@ impl Connection {
             recv,
             link,
             faults: Default::default(),
+            unreserved: AtomicBool::new(false),
         }
+    }
+
+    /// Allocates the send ring's memory at its first use rather than now
+    /// (see [`Connection::reserve_send`]).
+    pub(crate) fn reserving_on_first_send(self) -> Connection {
+        self.unreserved.store(true, Ordering::Relaxed);
+        self
+    }
+
+    /// Before the first slot is written into the peer's ring: allocates
+    /// the ring's memory, so that a full /dev/shm is this error, not a
+    /// SIGBUS at the write (creation reserved only the rings' headers and
+    /// the ring neighbours' rings).
+    ///
+    /// # Errors
+    /// [`RingError::Reserve`] where the memory is not there.
+    #[inline]
+    fn reserve_send(&self) -> Result<(), RingError> {
+        if !self.unreserved.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.reserve_send_now()
+    }
+
+    #[cold]
+    fn reserve_send_now(&self) -> Result<(), RingError> {
+        self.send
+            .reserve()
+            .map_err(|e| RingError::Reserve(e.raw_os_error().unwrap_or(libc::ENOMEM)))?;
+        self.unreserved.store(false, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Applies `faults` at this connection's seam from now on.
@@ -261,6 +297,7 @@ impl Connection {
     /// [`RingError::Wait`] when no credit came back in time.
     #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
     pub(crate) fn acquire_send(&self, policy: &WaitPolicy<'_>) -> Result<&mut [u8], RingError> {
+        self.reserve_send()?;
         match self.pace(policy) {
             Some(mut pace) => self.send.acquire_send_with(policy, || {
                 if pace.due() {
@@ -273,10 +310,15 @@ impl Connection {
 
     /// The next outbound slot if the receiver has returned credit for it,
     /// without waiting; fill it, then [`Connection::commit_send`].
+    ///
+    /// # Errors
+    /// [`RingError::Reserve`] where the ring's memory, allocated at its
+    /// first use, is not there.
     #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
     #[inline]
-    pub(crate) fn try_acquire_send(&self) -> Option<&mut [u8]> {
-        self.send.try_acquire_send()
+    pub(crate) fn try_acquire_send(&self) -> Result<Option<&mut [u8]>, RingError> {
+        self.reserve_send()?;
+        Ok(self.send.try_acquire_send())
     }
 
     /// Publishes the slot just acquired, holding `len` bytes and signed
@@ -408,6 +450,21 @@ impl Connection {
             ),
             RingError::Injected(rule) => {
                 format!("{what}: injected fault `{rule}` (STREAMCOMM_FAULTS)")
+            }
+            RingError::Reserve(errno) => {
+                // This host's shortage, not the peer's fault. The kernel
+                // says EFAULT or ENOMEM where /dev/shm is full.
+                let errno = match errno {
+                    libc::EFAULT | libc::ENOMEM => libc::ENOSPC,
+                    e => e,
+                };
+                return Error::os(
+                    format!(
+                        "{what}: allocating the shared-memory ring to rank {peer} at its first \
+                         use (is /dev/shm large enough? STREAMCOMM_SHM_BUDGET shrinks the rings)"
+                    ),
+                    std::io::Error::from_raw_os_error(errno),
+                );
             }
             RingError::Wait(WaitError::Timeout(d)) => {
                 return Error::Timeout {

@@ -137,6 +137,7 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
         kick,
         &mut sources,
     )?;
+    let reserves_on_use = segment.reserves_on_use();
     let mut peers = Vec::with_capacity(size);
     let (mut tcp_io, mut tcp_rings) = (Vec::new(), Vec::new());
     for (p, route) in routes.iter().enumerate() {
@@ -171,25 +172,45 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
                 )));
             }
             Route::Shm(name) => {
-                segment.reserve_ring(ring_offset(rank, p, size, layout), shape)?;
+                let inbound = ring_offset(rank, p, size, layout);
                 let peer_segment = Arc::new(Segment::open(name, size, layout)?);
                 let (send, recv) = (
                     peer_segment.ring(ring_offset(p, rank, size, layout), shape)?,
-                    segment.ring(ring_offset(rank, p, size, layout), shape)?,
+                    segment.ring(inbound, shape)?,
                 );
+                let conn = Connection::new(p, send, recv, Link::Shm(ShmLink { peer_segment }));
                 // The ring neighbours' rings carry most traffic (ring
-                // algorithms use nothing else): their pages are filled now;
-                // the other rings' when first used.
-                if p == (rank + 1) % size || p == (rank + size - 1) % size {
-                    send.populate();
-                    recv.populate();
-                }
-                peers.push(Some(Connection::new(
-                    p,
-                    send,
-                    recv,
-                    Link::Shm(ShmLink { peer_segment }),
-                )));
+                // algorithms use nothing else): their memory is allocated
+                // and mapped now. Every other ring's header now, its slots
+                // by the sender at their first use (where the kernel can
+                // say /dev/shm is full instead of raising SIGBUS; else the
+                // whole ring now).
+                let neighbour = p == (rank + 1) % size || p == (rank + size - 1) % size;
+                peers.push(Some(match (neighbour, reserves_on_use) {
+                    (true, true) => {
+                        for ring in [&conn.send, &conn.recv] {
+                            ring.reserve().map_err(|e| {
+                                Error::os(
+                                    format!("allocating the shared-memory rings with rank {p} (is /dev/shm large enough?)"),
+                                    e,
+                                )
+                            })?;
+                        }
+                        conn
+                    }
+                    (false, true) => {
+                        segment.reserve_ring_header(inbound)?;
+                        conn.reserving_on_first_send()
+                    }
+                    (_, false) => {
+                        segment.reserve_ring(inbound, shape)?;
+                        if neighbour {
+                            conn.send.populate();
+                            conn.recv.populate();
+                        }
+                        conn
+                    }
+                }));
             }
         }
     }

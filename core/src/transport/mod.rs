@@ -202,6 +202,25 @@ impl Segment {
         self.shm.reserve(offset, shape.ring_bytes())
     }
 
+    /// Allocates the memory of the header of this rank's inbound ring at
+    /// `offset` now (where the ranks' counters and the rendezvous mailbox
+    /// live: read before any slot is written); its slots are allocated at
+    /// their first use ([`Connection::reserving_on_first_send`]).
+    ///
+    /// # Errors
+    /// As [`ShmSegment::reserve`].
+    pub fn reserve_ring_header(&self, offset: usize) -> Result<()> {
+        self.shm.reserve(offset, ring::RING_HEADER_BYTES)
+    }
+
+    /// True where a ring's memory can be allocated at its first use with
+    /// an error rather than a SIGBUS when /dev/shm is full
+    /// (`MADV_POPULATE_WRITE`, Linux 5.14 on); elsewhere every ring is
+    /// allocated at creation. Probed on this segment's header.
+    pub fn reserves_on_use(&self) -> bool {
+        shm::reserve_pages(self.shm_ptr(), SEGMENT_HEADER_BYTES).is_ok()
+    }
+
     /// The ring at `offset`.
     ///
     /// # Errors

@@ -146,6 +146,9 @@ pub(crate) enum RingError {
     },
     /// A fault rule failed the slot ([`super::fault`]).
     Injected(FaultRule),
+    /// A shared-memory ring's memory could not be allocated at its first
+    /// use (a full /dev/shm): the kernel's error number.
+    Reserve(i32),
 }
 
 /// One end of a ring mapped in this process.
@@ -182,6 +185,15 @@ impl RingEnd {
     /// faults.
     pub(crate) fn populate(&self) {
         super::shm::populate(self.base, self.shape.ring_bytes());
+    }
+
+    /// Allocates the ring's memory now, or says why it cannot (see
+    /// [`super::shm::reserve_pages`]): a shared-memory ring first used.
+    ///
+    /// # Errors
+    /// As [`super::shm::reserve_pages`].
+    pub(crate) fn reserve(&self) -> std::io::Result<()> {
+        super::shm::reserve_pages(self.base, self.shape.ring_bytes())
     }
 
     /// The ring's geometry.

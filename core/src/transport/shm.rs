@@ -317,20 +317,37 @@ pub(crate) fn page_size() -> usize {
         .unwrap_or(4096)
 }
 
-/// Fills the page tables of the `len` bytes at `addr` (whole pages around
-/// them), keeping their contents: `MADV_POPULATE_WRITE` (Linux 5.14 on).
-/// Best effort: where the kernel lacks it, pages come on first touch.
-pub(crate) fn populate(addr: *const u8, len: usize) {
-    /// `MADV_POPULATE_WRITE` (not in every libc crate version).
-    const MADV_POPULATE_WRITE: libc::c_int = 23;
+/// `MADV_POPULATE_WRITE` (not in every libc crate version).
+const MADV_POPULATE_WRITE: libc::c_int = 23;
+
+/// Allocates the memory of the `len` bytes at `addr` (whole pages around
+/// them) and fills their page tables, keeping their contents:
+/// `MADV_POPULATE_WRITE` (Linux 5.14 on). Where the memory is not there
+/// (a full /dev/shm), an error instead of the SIGBUS a first touch would
+/// raise.
+///
+/// # Errors
+/// The kernel's: `ENOMEM` or `EFAULT` where the memory is not there,
+/// `EINVAL` where the kernel lacks `MADV_POPULATE_WRITE`.
+pub(crate) fn reserve_pages(addr: *const u8, len: usize) -> std::io::Result<()> {
     let page = page_size();
     let start = addr as usize / page * page;
     let end = (addr as usize + len).div_ceil(page) * page;
     // SAFETY: the range covers whole pages of a live mapping (the caller's
-    // ring); populating changes no byte of it.
+    // ring or header); populating changes no byte of it.
     let r = unsafe { libc::madvise(start as *mut libc::c_void, end - start, MADV_POPULATE_WRITE) };
-    if r != 0 {
-        tracing::debug!(error = %std::io::Error::last_os_error(), "MADV_POPULATE_WRITE refused; pages come on first touch");
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// [`reserve_pages`], best effort: where it fails, pages come on first
+/// touch.
+pub(crate) fn populate(addr: *const u8, len: usize) {
+    if let Err(e) = reserve_pages(addr, len) {
+        tracing::debug!(error = %e, "MADV_POPULATE_WRITE refused; pages come on first touch");
     }
 }
 

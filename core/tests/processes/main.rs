@@ -22,6 +22,7 @@ mod launch_env;
 mod launcher_nodes;
 mod many_ranks;
 mod mismatch;
+mod shm_space;
 mod shrink;
 mod stale_segments;
 mod unknown_vars;

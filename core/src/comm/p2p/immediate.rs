@@ -146,9 +146,14 @@ impl P2p {
                 // (and over tcp a frame still in the socket): look once.
                 conn.poke();
             }
-            let Some(slot) = conn.try_acquire_send().filter(|s| s.len() >= bytes.len()) else {
+            // A ring whose memory cannot be had (reserved at its first
+            // use) is the full path's to report.
+            let Ok(Some(slot)) = conn.try_acquire_send() else {
                 return false;
             };
+            if slot.len() < bytes.len() {
+                return false;
+            }
             copy_small(&mut slot[..bytes.len()], bytes);
             if let Err(e) = conn.commit_send(bytes.len(), sig) {
                 self.immediate_failed(conn, e);

@@ -152,7 +152,7 @@ impl<'a> SendOp<'a> {
         let pushed = self.data.read_host(|data| -> Result<bool> {
             let mut progressed = false;
             while *sent < data.len() || (min_one && *slots == 0) {
-                let Some(slot) = self.conn.try_acquire_send() else {
+                let Some(slot) = self.acquire()? else {
                     break;
                 };
                 let n = slot.len().min(data.len() - *sent);
@@ -170,6 +170,17 @@ impl<'a> SendOp<'a> {
                 self.peer
             )))
         })
+    }
+
+    /// The next outbound slot, if credit allows.
+    ///
+    /// # Errors
+    /// As [`Connection::try_acquire_send`], as the error of this send.
+    #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
+    fn acquire(&self) -> Result<Option<&mut [u8]>> {
+        self.conn
+            .try_acquire_send()
+            .map_err(|e| self.conn.slot_error(e, "send"))
     }
 
     /// Publishes the slot just filled with `len` bytes, signed as a slot
@@ -196,7 +207,7 @@ impl<'a> SendOp<'a> {
     /// # Errors
     /// As [`SendOp::commit`].
     fn control_with(&self, kind: P2pSlot, payload: &[u8]) -> Result<bool> {
-        let Some(slot) = self.conn.try_acquire_send() else {
+        let Some(slot) = self.acquire()? else {
             return Ok(false);
         };
         slot[..payload.len()].copy_from_slice(payload);
