@@ -2,6 +2,7 @@
 //! number of ranks grows: the time to create it, and each rank's resident
 //! memory (all, anonymous, shared), open file descriptors, threads and
 //! the peers its links connect (tcp peers are connected on first use),
+//! and the host's allocated shared memory (/dev/shm, mapped or not),
 //! after creation and after the first all-reduce, all-gather and
 //! all-to-all.
 //!
@@ -65,6 +66,10 @@ pub(crate) struct Footprint {
     pub(crate) threads: u64,
     /// Peers this rank's links connect (tcp peers once first used).
     pub(crate) peers: u64,
+    /// Shared memory allocated on the whole host, kB (`Shmem` of
+    /// `/proc/meminfo`: every job's /dev/shm, the job's own rings among
+    /// them, mapped or not).
+    pub(crate) host_shm_kb: u64,
 }
 
 impl Footprint {
@@ -78,9 +83,16 @@ impl Footprint {
         let fds = std::fs::read_dir("/proc/self/fd")
             .context("list /proc/self/fd")?
             .count() as u64;
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let host_shm_kb = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("Shmem:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0);
         // The listing held one descriptor of its own while it ran.
         Ok(Footprint {
             fds: fds.saturating_sub(1),
+            host_shm_kb,
             ..Footprint::parse(&status)
         })
     }
@@ -101,6 +113,7 @@ impl Footprint {
             fds: 0,
             threads: field("Threads"),
             peers: 0,
+            host_shm_kb: 0,
         }
     }
 
@@ -118,6 +131,7 @@ impl Footprint {
             self.fds,
             self.threads,
             self.peers,
+            self.host_shm_kb,
         ]
     }
 
@@ -129,6 +143,7 @@ impl Footprint {
             fds: w[3],
             threads: w[4],
             peers: w[5],
+            host_shm_kb: w[6],
         }
     }
 }
@@ -137,7 +152,7 @@ impl Footprint {
 const STAGES: [&str; 4] = ["created", "all_reduce", "all_gather", "all_to_all"];
 
 /// Figures per stage.
-const FIGURES: usize = 6;
+const FIGURES: usize = 7;
 
 /// Words each rank contributes: its creation time (µs), then the figures
 /// of each stage.
@@ -263,8 +278,8 @@ fn report(cli: &InitCli, n: usize, all: &[u64]) -> Fallible<()> {
     ));
     say("# per rank, largest / median over the ranks (MB = 10^6 bytes)".into());
     say(format!(
-        "{:>12} {:>17} {:>17} {:>17} {:>11} {:>11} {:>11}",
-        "after", "VmRSS MB", "RssAnon MB", "RssShmem MB", "fds", "threads", "peers"
+        "{:>12} {:>17} {:>17} {:>17} {:>11} {:>11} {:>11} {:>13}",
+        "after", "VmRSS MB", "RssAnon MB", "RssShmem MB", "fds", "threads", "peers", "host shm MB"
     ));
     let mut stages = Vec::new();
     for (s, name) in STAGES.iter().enumerate() {
@@ -275,14 +290,16 @@ fn report(cli: &InitCli, n: usize, all: &[u64]) -> Fallible<()> {
         let count = |(a, b): (u64, u64)| format!("{a} / {b}");
         let (rss, anon, shmem) = (col(|f| f.rss_kb), col(|f| f.anon_kb), col(|f| f.shmem_kb));
         let (fds, threads, peers) = (col(|f| f.fds), col(|f| f.threads), col(|f| f.peers));
+        let host = col(|f| f.host_shm_kb);
         say(format!(
-            "{name:>12} {:>17} {:>17} {:>17} {:>11} {:>11} {:>11}",
+            "{name:>12} {:>17} {:>17} {:>17} {:>11} {:>11} {:>11} {:>13.0}",
             mb(rss),
             mb(anon),
             mb(shmem),
             count(fds),
             count(threads),
-            count(peers)
+            count(peers),
+            host.0 as f64 / 1e3
         ));
         stages.push(serde_json::json!({
             "after": name,
@@ -292,6 +309,7 @@ fn report(cli: &InitCli, n: usize, all: &[u64]) -> Fallible<()> {
             "fds": {"max": fds.0, "median": fds.1},
             "threads": {"max": threads.0, "median": threads.1},
             "peers": {"max": peers.0, "median": peers.1},
+            "host_shm_kb": {"max": host.0, "median": host.1},
         }));
     }
     out.json(&serde_json::json!({
@@ -320,7 +338,8 @@ mod tests {
                 shmem_kb: 1000,
                 fds: 0,
                 threads: 3,
-                peers: 0
+                peers: 0,
+                host_shm_kb: 0
             }
         );
         assert_eq!(Footprint::from_words(&f.to_words()), f);

@@ -220,7 +220,7 @@ impl Connection {
     #[cold]
     fn reserve_send_now(&self) -> Result<(), RingError> {
         self.send
-            .reserve()
+            .reserve_unmapped()
             .map_err(|e| RingError::Reserve(e.raw_os_error().unwrap_or(libc::ENOMEM)))?;
         self.unreserved.store(false, Ordering::Relaxed);
         Ok(())

@@ -187,13 +187,25 @@ impl RingEnd {
         super::shm::populate(self.base, self.shape.ring_bytes());
     }
 
-    /// Allocates the ring's memory now, or says why it cannot (see
-    /// [`super::shm::reserve_pages`]): a shared-memory ring first used.
+    /// Allocates the ring's memory now and fills its page tables, or says
+    /// why it cannot (see [`super::shm::reserve_pages`]): a ring
+    /// neighbour's, at creation.
     ///
     /// # Errors
     /// As [`super::shm::reserve_pages`].
     pub(crate) fn reserve(&self) -> std::io::Result<()> {
         super::shm::reserve_pages(self.base, self.shape.ring_bytes())
+    }
+
+    /// Allocates the ring's memory now, or says why it cannot, without
+    /// keeping it mapped (see [`super::shm::reserve_unmapped`]): a
+    /// shared-memory ring at its first use, whose pages this process maps
+    /// as it writes them.
+    ///
+    /// # Errors
+    /// As [`super::shm::reserve_pages`].
+    pub(crate) fn reserve_unmapped(&self) -> std::io::Result<()> {
+        super::shm::reserve_unmapped(self.base, self.shape.ring_bytes())
     }
 
     /// The ring's geometry.

@@ -343,6 +343,25 @@ pub(crate) fn reserve_pages(addr: *const u8, len: usize) -> std::io::Result<()> 
     }
 }
 
+/// [`reserve_pages`], then drops this process's mappings of the pages
+/// (`MADV_DONTNEED`: a shared mapping's pages stay allocated in /dev/shm,
+/// contents and all): the memory is there, and this process's resident
+/// figure grows only as it touches the pages again.
+///
+/// # Errors
+/// As [`reserve_pages`].
+pub(crate) fn reserve_unmapped(addr: *const u8, len: usize) -> std::io::Result<()> {
+    reserve_pages(addr, len)?;
+    let page = page_size();
+    let start = addr as usize / page * page;
+    let end = (addr as usize + len).div_ceil(page) * page;
+    // SAFETY: whole pages of a live shared mapping of a /dev/shm file:
+    // dropping their page-table entries keeps the file's pages and their
+    // contents (the next touch maps them again).
+    unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+    Ok(())
+}
+
 /// [`reserve_pages`], best effort: where it fails, pages come on first
 /// touch.
 pub(crate) fn populate(addr: *const u8, len: usize) {

@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | `sim` | plans run by a simulator in one thread | `plans`, `plan_algos`, `barrier` |
 //! | `threads` | threads of the test process | `collectives`, `barrier`, `host_stream`, `api_errors`, `bootstrap`, `algo_selection`, `p2p`, `soak` (ignored) |
-//! | `processes` | copies of the test binary, as `streamcomm-run` starts them | `collectives`, `algos`, `barrier`, `launch_env`, `launcher_nodes` (multi-node `streamcomm-run`), `stale_segments`, `footprint`, `many_ranks`, `first_contact` |
+//! | `processes` | copies of the test binary, as `streamcomm-run` starts them | `collectives`, `algos`, `barrier`, `launch_env`, `launcher_nodes` (multi-node `streamcomm-run`), `stale_segments`, `footprint`, `many_ranks`, `first_contact`, `shm_space` |
 //! | `transports` | threads or processes over one named transport | `tcp`, `verbs` (Soft-RoCE guest), `across_hosts` (network namespaces) |
 //! | `faults` | processes or threads that fail on purpose | `injected` (`fault-injection` feature), `peer_death` |
 //! | `cuda` | the CUDA backend, ranks as processes (a GPU or the stand-in) | `backend`, `failures` |
