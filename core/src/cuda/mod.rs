@@ -599,6 +599,7 @@ impl CudaComm {
             stream: unsafe { Stream::from_raw(&self.device, stream.cu_stream()) },
             signals: &self.signals,
             kernels: self.kernels.as_ref(),
+            capture: std::cell::Cell::new(None),
         })
     }
 

@@ -220,6 +220,7 @@ impl CudaComm {
             stream,
             signals: &self.signals,
             kernels: self.kernels.as_ref(),
+            capture: std::cell::Cell::new(None),
         })
     }
 

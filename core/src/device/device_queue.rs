@@ -177,6 +177,15 @@ pub(crate) trait DeviceQueue {
         graveyard.bury();
     }
 
+    /// True while this queue's stream captures a graph (asked of the
+    /// driver once per call at most).
+    ///
+    /// # Errors
+    /// As the driver's query.
+    fn capturing(&self) -> Result<bool> {
+        Ok(false)
+    }
+
     /// Keeps `owner` alive for as long as a graph captured from this stream
     /// may run the work enqueued so far; outside capture the caller keeps it
     /// (the default keeps it with [`DeviceQueue::enqueue_release`]).

@@ -120,6 +120,35 @@ const HELD: &str = "SC_WINDOWS_HELD";
 const KEEP_MAPPED: Duration = Duration::from_secs(2);
 
 /// Rank 1 drops its `CudaComm` while rank 0 still maps its window.
+fn drop_queued(cuda: CudaComm, comm: &Communicator, s: &Arc<CudaStream>) {
+    assert!(cuda.uses_direct_path(), "{:?}", cuda.direct_path_off());
+    comm.barrier_host().unwrap();
+    if comm.rank() == 1 {
+        // Never calls: rank 0's all-reduce waits for it until dropped.
+        std::thread::sleep(Duration::from_secs(2));
+        drop(cuda);
+        return;
+    }
+    let send = upload::<f32>(s, &[1.0; 4096]);
+    let mut recv = poisoned::<f32>(s, 4096);
+    cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, s)
+        .expect("enqueued: the peer is alive");
+    std::thread::sleep(Duration::from_millis(50));
+    let start = Instant::now();
+    drop(cuda);
+    let took = start.elapsed();
+    let synced = s.synchronize();
+    eprintln!("rank 0: dropped in {took:?} with the call queued; the stream: {synced:?}");
+    assert!(
+        synced.is_ok(),
+        "the stream drains without a fault: {synced:?}"
+    );
+    assert!(took < Duration::from_secs(1), "the drop waited {took:?}");
+    // The context is still usable.
+    let again = upload::<f32>(s, &[3.0; 16]);
+    assert_eq!(download(s, &again), vec![3.0; 16]);
+}
+
 fn drop_mapped(cuda: CudaComm, comm: &Communicator, s: &Arc<CudaStream>) {
     assert!(cuda.uses_direct_path(), "{:?}", cuda.direct_path_off());
     let send = upload::<f32>(s, &[1.0; 1000]);
@@ -148,6 +177,21 @@ fn drop_mapped(cuda: CudaComm, comm: &Communicator, s: &Arc<CudaStream>) {
             "a CUDA IPC window was freed while the peer mapped it: {took:?}"
         );
     }
+}
+
+/// A `CudaComm` dropped while its stream still waits in a call (as
+/// `ncclCommAbort` after an error, with work queued): the drop abandons
+/// the call (its waits released) and frees the windows and flag areas
+/// only once the stream is past it, so the stream drains without a device
+/// fault and the context stays usable. Freed at once, the stream's next
+/// access faulted (the stand-in: error 700, the context unusable; once in
+/// eight runs of NCCL's abort test under load, a SIGSEGV).
+#[test]
+fn a_comm_dropped_with_a_call_queued_frees_nothing_under_the_stream() {
+    if !gpu_present() {
+        return;
+    }
+    launch(module_path!(), 2, SMALL, "drop-queued");
 }
 
 #[test]
@@ -392,6 +436,11 @@ fn child() {
         "absent" => absent(&cuda, &s),
         "drop-mapped" => {
             drop_mapped(cuda, &comm, &s);
+            streamcomm_testkit::child_ran();
+            return;
+        }
+        "drop-queued" => {
+            drop_queued(cuda, &comm, &s);
             streamcomm_testkit::child_ran();
             return;
         }

@@ -67,6 +67,9 @@ pub(crate) struct CudaQueue<'a> {
     pub signals: &'a Signals,
     /// The reduce kernels (needed by the direct path only).
     pub kernels: Option<&'a Kernels>,
+    /// Whether the stream captures, once asked ([`DeviceQueue::capturing`]):
+    /// a queue serves one call.
+    pub capture: std::cell::Cell<Option<bool>>,
 }
 
 /// Calls the `Arc<HostCallback>` that `data` points to.
@@ -96,6 +99,15 @@ impl DeviceQueue for CudaQueue<'_> {
             .and_then(|r| r)
             .map_err(gpu_error)?;
         Ok(CudaSignal { bell })
+    }
+
+    fn capturing(&self) -> Result<bool> {
+        if let Some(known) = self.capture.get() {
+            return Ok(known);
+        }
+        let now = self.stream.is_capturing().map_err(gpu_error)?;
+        self.capture.set(Some(now));
+        Ok(now)
     }
 
     fn batched<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
@@ -207,9 +219,9 @@ impl DeviceQueue for CudaQueue<'_> {
     }
 
     fn enqueue_keep(&self, owner: Box<dyn Any + Send>, graveyard: &Arc<Graveyard>) -> Result<()> {
-        // Outside capture the communicator outlives the stream's work (its
-        // documented contract), so only a graph needs to own `owner`.
-        if self.stream.is_capturing().map_err(gpu_error)? {
+        // Outside capture the windows' drop waits until the stream is past
+        // the call (its "done" word), so only a graph needs to own `owner`.
+        if self.capturing()? {
             self.enqueue_release(owner, graveyard)
         } else {
             Ok(())

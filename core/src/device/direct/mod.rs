@@ -153,7 +153,13 @@ fn enqueue_plan<Q: DeviceQueue>(
     steps: &[DirectStep],
 ) -> Result<()> {
     let w = &direct.windows;
-    let result = queue.batched(|| enqueue_steps(queue, w, reduce, steps));
+    // Outside capture the call ends by writing its number where a drop of
+    // the windows can see that the stream is past it (a graph's replays
+    // keep the windows alive instead, below).
+    let result = queue.batched(|| {
+        let done = (!queue.capturing()?).then(|| w.next_done());
+        enqueue_steps(queue, w, reduce, steps, done)
+    });
     if let Err(e) = &result {
         // Part of the call may be on the stream: the peers' flag rounds
         // no longer line up with this rank's, so fail rather than drift.
@@ -191,15 +197,18 @@ fn round_signals(
     signals
 }
 
-/// Enqueues `steps` in order.
+/// Enqueues `steps` in order, then `done` (in the last flag round's batch
+/// where the steps end with one, as they do: no driver call of its own).
 fn enqueue_steps<Q: DeviceQueue>(
     queue: &Q,
     w: &Windows,
     (dtype, op): (DataType, ReduceOp),
     steps: &[DirectStep],
+    mut done: Option<Signal>,
 ) -> Result<()> {
     let (me, size) = (w.rank(), w.size());
-    for step in steps {
+    for (i, step) in steps.iter().enumerate() {
+        let last = i + 1 == steps.len();
         match step {
             DirectStep::Copy { dst, src, bytes } if w.is_peer_data(*src) => {
                 // A read of a peer's window: a kernel that first checks
@@ -227,12 +236,15 @@ fn enqueue_steps<Q: DeviceQueue>(
                 unsafe { queue.enqueue_copy(*dst, *src, *bytes)? }
             }
             DirectStep::Arrive(round) => {
-                let signals = round_signals(
+                let mut signals = round_signals(
                     me,
                     size,
                     |owner, from| w.flag(owner, *round, from),
                     |from| w.awaited_word(*round, from),
                 );
+                if last {
+                    signals.extend(done.take());
+                }
                 // SAFETY: as above.
                 unsafe { queue.enqueue_signals(&signals)? };
             }
@@ -251,6 +263,11 @@ fn enqueue_steps<Q: DeviceQueue>(
                 }
             }
         }
+    }
+    if let Some(done) = done {
+        // SAFETY: the word is this rank's own flag area's, mapped while
+        // the windows live.
+        unsafe { queue.enqueue_signals(&[done])? };
     }
     Ok(())
 }

@@ -31,7 +31,7 @@
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,7 @@ use super::fd_post::FdPost;
 use crate::comm::local_host_id;
 use crate::config::MIN_CUDA_WINDOW as MIN_CAPACITY;
 use crate::device::DevAddr;
+use crate::device::device_queue::Signal;
 use crate::host::{HostBuffer, HostStream};
 use crate::transport::shm::ShmSegment;
 use crate::{Communicator, Error, Result};
@@ -177,10 +178,18 @@ struct FlagArea {
 
 impl FlagArea {
     /// Bytes of a flag area for `size` ranks: the three slot arrays, the
-    /// abort word, one "closed" word per rank, then the "awaited" word, in
-    /// whole pages (a registration covers pages).
+    /// abort word, one "closed" word per rank, the "awaited" word, then
+    /// the [`DONE_WORDS`] "done" words, in whole pages (a registration
+    /// covers pages).
     fn bytes(size: usize) -> usize {
-        (4 * (FlagArea::awaited_index(size) + 1)).div_ceil(4096) * 4096
+        (4 * FlagArea::done_index(size, DONE_WORDS)).div_ceil(4096) * 4096
+    }
+
+    /// Index of "done" word `k`: the stream writes call `seq`'s number
+    /// into word `seq % DONE_WORDS` once it is past the call's last
+    /// access to any window or flag area (see [`Windows::drained`]).
+    fn done_index(size: usize, k: usize) -> usize {
+        FlagArea::awaited_index(size) + 1 + k
     }
 
     /// Index of the word this rank's stream writes before each wait of a
@@ -266,6 +275,10 @@ pub(crate) fn find_in_process(addr: DevAddr) -> Option<Box<dyn Any + Send + Sync
 /// CUDA IPC mappings of its window.
 const LEAVE_WITHIN: Duration = Duration::from_secs(10);
 
+/// "Done" words in a flag area: a drop checks the last this many calls,
+/// which streams may finish in any order.
+const DONE_WORDS: usize = 64;
+
 /// The longest the window descriptors take to arrive at creation.
 const EXCHANGE_WITHIN: Duration = Duration::from_secs(30);
 
@@ -299,6 +312,9 @@ pub(crate) struct Windows {
     peer_flags: Vec<FlagArea>,
     /// The longest a drop waits for the peers to close their mappings.
     leave_within: Duration,
+    /// Calls enqueued on streams outside capture so far: call `n` (from
+    /// 1) writes `n` into "done" word `n % DONE_WORDS` at its end.
+    calls: AtomicU64,
     /// Peers map this rank's window through a descriptor, which holds the
     /// memory: it may be freed while they still map it.
     importers_hold: bool,
@@ -549,6 +565,7 @@ impl Windows {
             peer_flags,
             leave_within: comm.config().timeout.min(LEAVE_WITHIN),
             importers_hold: record[1] == 1,
+            calls: AtomicU64::new(0),
         }))
     }
 
@@ -571,6 +588,33 @@ impl Windows {
     /// and does nothing.
     pub(crate) fn abort_word(&self) -> DevAddr {
         self.flag_bases[self.rank] + 4 * FlagArea::abort_index(self.size) as u64
+    }
+
+    /// The last write of a call enqueued outside capture: the next call's
+    /// number into its "done" word (the call's stream is then past every
+    /// access it makes to the windows and flag areas).
+    pub(crate) fn next_done(&self) -> Signal {
+        let n = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        let k = (n % DONE_WORDS as u64) as usize;
+        let addr = self.flag_bases[self.rank] + 4 * FlagArea::done_index(self.size, k) as u64;
+        Signal::Write(addr, n as u32)
+    }
+
+    /// True when every call enqueued outside capture has run to its end
+    /// (its "done" word says so; the last [`DONE_WORDS`] calls are
+    /// checked, so streams may finish them in any order).
+    fn drained(&self) -> bool {
+        let Some(flags) = &self.own_flags else {
+            return true;
+        };
+        let n = self.calls.load(Ordering::Relaxed);
+        (n.saturating_sub(DONE_WORDS as u64 - 1).max(1)..=n).all(|c| {
+            let k = (c % DONE_WORDS as u64) as usize;
+            flags
+                .word(FlagArea::done_index(self.size, k))
+                .load(Ordering::Acquire)
+                == c as u32
+        })
     }
 
     /// The device address of this rank's awaited word, and the value its
@@ -676,12 +720,33 @@ impl Windows {
 
 impl Drop for Windows {
     fn drop(&mut self) {
-        // After a failure, this rank's streams may still hold waits on its
-        // flag slots; their release halves stay raised (no stream resets
-        // them), so those streams drain while the window is freed.
         let peer_windows = std::mem::take(&mut self.peer_windows);
         let peer_flags = std::mem::take(&mut self.peer_flags);
         let own = self.own_window.take();
+        // Streams may still run calls that touch the windows and flag
+        // areas: after a failure (an abort while work is queued: its
+        // waits' release halves stay raised, so it drains), or where a
+        // program drops the communicator before synchronizing. Nothing is
+        // freed under them: wait until each call's "done" word says it
+        // ran to its end, bounded, else leak.
+        let start = Instant::now();
+        if !self.drained() {
+            // Calls still queued are abandoned: their waits are released
+            // (the abort word stops their reads of peers' windows).
+            self.abort_and_release();
+        }
+        while !self.drained() {
+            if start.elapsed() >= self.leave_within {
+                tracing::warn!(
+                    "direct path: streams still run this communicator's calls after {:?}; \
+                     its windows and flag areas are leaked rather than freed under them",
+                    self.leave_within
+                );
+                std::mem::forget((peer_windows, peer_flags, own, self.own_flags.take()));
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
         self.leave(peer_windows, peer_flags, own);
     }
 }
