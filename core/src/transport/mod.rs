@@ -127,9 +127,11 @@ impl Segment {
     /// As [`ShmSegment::create`].
     pub fn create(nranks: usize, shape: RingShape) -> Result<Segment> {
         sweep::sweep_stale_segments();
-        // The rings' memory is reserved as their peers turn out to share
-        // this host ([`Segment::reserve_ring`]): a peer on another host
-        // never uses its ring here.
+        // The rings' memory is allocated as their peers turn out to share
+        // this host and use them (`transport::links`: a header page, the
+        // ring neighbours' rings, the rest at the sender's first slot; or
+        // [`Segment::reserve_ring`] at creation where the kernel cannot
+        // allocate on use): a peer on another host never uses its ring here.
         let seg = Segment {
             shm: ShmSegment::create_reserving(
                 segment_bytes(nranks, shape),
