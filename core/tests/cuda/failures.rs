@@ -143,7 +143,10 @@ fn drop_queued(cuda: CudaComm, comm: &Communicator, s: &Arc<CudaStream>) {
         synced.is_ok(),
         "the stream drains without a fault: {synced:?}"
     );
-    assert!(took < Duration::from_secs(1), "the drop waited {took:?}");
+    // Windows shared through CUDA IPC are freed once rank 1 unmaps them
+    // (its drop, after 2 s); a call never released would hold the drop
+    // for the 10 s bound.
+    assert!(took < Duration::from_secs(5), "the drop waited {took:?}");
     // The context is still usable.
     let again = upload::<f32>(s, &[3.0; 16]);
     assert_eq!(download(s, &again), vec![3.0; 16]);
