@@ -317,6 +317,15 @@ pub(crate) fn page_size() -> usize {
         .unwrap_or(4096)
 }
 
+/// The whole pages around the `len` bytes at `addr`: their start and
+/// length, as `madvise` takes them.
+fn whole_pages(addr: *const u8, len: usize) -> (*mut libc::c_void, usize) {
+    let page = page_size();
+    let start = addr as usize / page * page;
+    let end = (addr as usize + len).div_ceil(page) * page;
+    (start as *mut libc::c_void, end - start)
+}
+
 /// `MADV_POPULATE_WRITE` (not in every libc crate version).
 const MADV_POPULATE_WRITE: libc::c_int = 23;
 
@@ -330,12 +339,10 @@ const MADV_POPULATE_WRITE: libc::c_int = 23;
 /// The kernel's: `ENOMEM` or `EFAULT` where the memory is not there,
 /// `EINVAL` where the kernel lacks `MADV_POPULATE_WRITE`.
 pub(crate) fn reserve_pages(addr: *const u8, len: usize) -> std::io::Result<()> {
-    let page = page_size();
-    let start = addr as usize / page * page;
-    let end = (addr as usize + len).div_ceil(page) * page;
+    let (start, bytes) = whole_pages(addr, len);
     // SAFETY: the range covers whole pages of a live mapping (the caller's
     // ring or header); populating changes no byte of it.
-    let r = unsafe { libc::madvise(start as *mut libc::c_void, end - start, MADV_POPULATE_WRITE) };
+    let r = unsafe { libc::madvise(start, bytes, MADV_POPULATE_WRITE) };
     if r == 0 {
         Ok(())
     } else {
@@ -352,13 +359,11 @@ pub(crate) fn reserve_pages(addr: *const u8, len: usize) -> std::io::Result<()> 
 /// As [`reserve_pages`].
 pub(crate) fn reserve_unmapped(addr: *const u8, len: usize) -> std::io::Result<()> {
     reserve_pages(addr, len)?;
-    let page = page_size();
-    let start = addr as usize / page * page;
-    let end = (addr as usize + len).div_ceil(page) * page;
+    let (start, bytes) = whole_pages(addr, len);
     // SAFETY: whole pages of a live shared mapping of a /dev/shm file:
     // dropping their page-table entries keeps the file's pages and their
     // contents (the next touch maps them again).
-    unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+    unsafe { libc::madvise(start, bytes, libc::MADV_DONTNEED) };
     Ok(())
 }
 

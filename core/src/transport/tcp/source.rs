@@ -232,10 +232,7 @@ impl Source for TcpSource {
                 .streams_read
                 .contains(&true)
                 .then_some(STREAMS_READ_RECHECK);
-            match (reads, connecting) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            }
+            reads.into_iter().chain(connecting).min()
         }
     }
 
