@@ -238,7 +238,7 @@ impl CommunicatorBuilder {
                 )));
             }
         };
-        create::create(&id, rank, size, config).map(|inner| Communicator { inner })
+        create::create(&id, rank, size, config).map(Communicator::from_inner)
     }
 }
 

@@ -110,7 +110,7 @@ pub(crate) fn join(parent: &Core, id: &UniqueId, members: &[usize]) -> Result<Co
         })?;
     let config = child_config(parent, members);
     let inner = super::create::create(id, rank, members.len(), config)?;
-    Ok(Communicator { inner })
+    Ok(Communicator::from_inner(inner))
 }
 
 #[cfg(test)]

@@ -479,13 +479,25 @@ impl Core {
     }
 }
 
-impl Drop for Core {
-    fn drop(&mut self) {
-        // Leaving cleanly: peers still finishing their last operation must
-        // not take this process's exit for a crash (their watchdogs check).
-        if !std::thread::panicking() && self.failure.error().is_none() {
-            self.segment.header().departed.store(1, Ordering::Release);
+impl Core {
+    /// The communicator's failure, if it failed, or if a peer raised its
+    /// failure word (recorded then): [`crate::Communicator::async_error`].
+    pub(crate) fn async_error(&self) -> Option<Error> {
+        let failure = self.failure();
+        if let Some(e) = failure.error() {
+            return Some(e);
         }
+        if !failure.raised() {
+            return None;
+        }
+        let e = self.wait_error(
+            crate::wait::WaitError::Aborted,
+            "communicator",
+            "nothing (the rank was idle)".into(),
+            None,
+        );
+        failure.fail(&e, Learned::FailureWord);
+        failure.error()
     }
 }
 

@@ -21,6 +21,7 @@ mod child;
 mod collectives;
 pub(crate) mod core;
 mod create;
+mod departure;
 mod endpoint;
 pub(crate) mod failure;
 mod host_collectives;
@@ -96,6 +97,10 @@ use inner::CommInner;
 #[derive(Clone)]
 pub struct Communicator {
     pub(crate) inner: Arc<CommInner>,
+    /// Shared by this handle's clones only (not by the engine's sources or
+    /// stream tasks): dropped with the last of them, on the thread that
+    /// drops it.
+    _departure: Arc<departure::Departure>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -108,6 +113,15 @@ impl std::fmt::Debug for Communicator {
 }
 
 impl Communicator {
+    /// The first user handle of a communicator just created.
+    pub(crate) fn from_inner(inner: Arc<CommInner>) -> Communicator {
+        let departure = Arc::new(departure::Departure::new(inner.core.clone()));
+        Communicator {
+            inner,
+            _departure: departure,
+        }
+    }
+
     /// Joins the communicator named by `id` as `rank` of `size`, with the
     /// configuration from the environment ([`Config::from_env`]): the short
     /// form of [`Communicator::builder`], as `ncclCommInitRank`.
@@ -354,21 +368,7 @@ impl Communicator {
     /// # Ok::<(), streamcomm::Error>(())
     /// ```
     pub fn async_error(&self) -> Option<Error> {
-        let failure = self.inner.core.failure();
-        if let Some(e) = failure.error() {
-            return Some(e);
-        }
-        if !failure.raised() {
-            return None;
-        }
-        let e = self.inner.core.wait_error(
-            crate::wait::WaitError::Aborted,
-            "communicator",
-            "nothing (the rank was idle)".into(),
-            None,
-        );
-        failure.fail(&e, Learned::FailureWord);
-        failure.error()
+        self.inner.core.async_error()
     }
 
     /// Fails the communicator from any thread: pending and later operations

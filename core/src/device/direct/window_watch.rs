@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use super::steps::WindowLayout;
 use super::window::{AwaitedWait, Windows};
+use crate::comm::core::Core;
 use crate::comm::failure::Learned;
 use crate::comm::inner::CommInner;
 use crate::engine::Periodic;
@@ -88,7 +89,7 @@ impl WindowWatch {
             let Some(inner) = w.comm.upgrade() else {
                 return false;
             };
-            look(&Communicator { inner }, w);
+            look(&inner.core, w);
             true
         });
         comm.inner.core.engine().handle().attach(Box::new(timer))?;
@@ -106,7 +107,7 @@ impl Drop for WindowWatch {
         if let Some(w) = &mut watch
             && let Some(inner) = w.comm.upgrade()
         {
-            look(&Communicator { inner }, w);
+            look(&inner.core, w);
         }
         drop(watch);
     }
@@ -116,14 +117,12 @@ impl Drop for WindowWatch {
 /// it, or a wait longer than the timeout fails the communicator; once it
 /// failed, every flag slot of this rank's window is released, so every wait
 /// enqueued passes.
-fn look(comm: &Communicator, w: &mut Watch) {
-    if comm.async_error().is_none() {
+fn look(core: &Core, w: &mut Watch) {
+    if core.async_error().is_none() {
         let Some((error, culprit)) = trouble(w) else {
             return;
         };
-        comm.inner
-            .core
-            .failure()
+        core.failure()
             .fail_blaming(&error, culprit, Learned::PeerWatch);
     }
     w.windows.abort_and_release();
