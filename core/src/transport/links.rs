@@ -245,9 +245,9 @@ impl RdmaDevice {
             if !wanted {
                 return Ok(RdmaDevice::default());
             }
-            match Device::open(config.ib_hca.as_deref(), config.ib_gid_index) {
-                Ok(d) => Ok(RdmaDevice {
-                    device: Some(Arc::new(d)),
+            match Device::shared(config.ib_hca.as_deref(), config.ib_gid_index) {
+                Ok(device) => Ok(RdmaDevice {
+                    device: Some(device),
                 }),
                 Err(e) if forced => Err(e),
                 Err(e) => {

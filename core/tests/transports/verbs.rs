@@ -348,6 +348,15 @@ fn split_and_shrink_over_verbs() {
         assert_eq!(group.transport_to(1 - group.rank()), Some(Transport::Verbs));
         checked(&group, &members, me);
         world.barrier_host().unwrap();
+        if me == 0 {
+            // Eight communicators in this process (four ranks, a group
+            // each): one device context.
+            assert_eq!(
+                open_device_contexts(),
+                1,
+                "one RDMA device context a process"
+            );
+        }
         if me == 3 {
             return;
         }
@@ -355,6 +364,20 @@ fn split_and_shrink_over_verbs() {
         assert_eq!((rest.rank(), rest.size()), (me, 3));
         checked(&rest, &[0, 1, 2], me);
     });
+}
+
+/// The RDMA device contexts this process holds open: its descriptors on
+/// `/dev/infiniband/uverbs*`.
+fn open_device_contexts() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter(|target| {
+            target
+                .to_string_lossy()
+                .starts_with("/dev/infiniband/uverbs")
+        })
+        .count()
 }
 
 const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";

@@ -9,11 +9,19 @@
 //! GID, else index 0 (InfiniBand ports are addressed by LID as well).
 
 use std::ffi::CStr;
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::transport::verbs::sys::*;
 
 use super::dl::{self, Lib};
 use crate::{Error, Result};
+
+/// What a device was opened for: this process, `STREAMCOMM_IB_HCA`,
+/// `STREAMCOMM_IB_GID_INDEX`.
+type OpenKey = (u32, Option<String>, Option<u32>);
+
+/// The devices this process has open ([`Device::shared`]).
+static OPEN: Mutex<Vec<(OpenKey, Weak<Device>)>> = Mutex::new(Vec::new());
 
 /// An open device with its protection domain and chosen port and GID.
 pub(crate) struct Device {
@@ -213,6 +221,31 @@ fn choose_gid(v: &Lib, dev: &str, ctx: *mut ibv_context, p: &PortInfo) -> Option
 }
 
 impl Device {
+    /// The device this process has open for `hca` and `gid_index`, or
+    /// [`Device::open`]ed now: the communicators of one process (a parent
+    /// and its split children, ranks as threads) share one context and
+    /// protection domain, as NCCL's process-wide device table does. Closed
+    /// when the last communicator using it goes. Keyed by process id too:
+    /// a forked child opens its own (verbs contexts do not survive a fork).
+    ///
+    /// # Errors
+    /// As [`Device::open`].
+    pub(crate) fn shared(hca: Option<&str>, gid_index: Option<u32>) -> Result<Arc<Device>> {
+        let key = (std::process::id(), hca.map(str::to_owned), gid_index);
+        let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
+        open.retain(|(_, device)| device.strong_count() > 0);
+        if let Some(device) = open
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, device)| device.upgrade())
+        {
+            return Ok(device);
+        }
+        let device = Arc::new(Device::open(hca, gid_index)?);
+        open.push((key, Arc::downgrade(&device)));
+        Ok(device)
+    }
+
     /// Opens the device `hca` (or the first with an active port).
     ///
     /// # Errors
