@@ -600,15 +600,30 @@ mod tests {
     #[repr(C, align(64))]
     struct Aligned([u8; RING_HEADER_BYTES + 4 * (SLOT_HEADER + 64)]);
 
+    /// The shape that fits [`Aligned`].
+    const SHAPE: RingShape = RingShape {
+        nsteps: 4,
+        slot_bytes: 64,
+    };
+
+    /// A ring of [`SHAPE`] in zeroed memory, and its two ends (sender,
+    /// receiver); the memory is returned with them and must outlive them.
+    fn ring() -> (Box<Aligned>, RingEnd, RingEnd) {
+        let mut mem = Box::new(Aligned([0; RING_HEADER_BYTES + 4 * (SLOT_HEADER + 64)]));
+        // SAFETY: aligned, zeroed, sized for the shape; the box's memory
+        // does not move when the box does, and the caller keeps it alive.
+        let (tx, rx) = unsafe {
+            (
+                RingEnd::new(mem.0.as_mut_ptr(), SHAPE),
+                RingEnd::new(mem.0.as_mut_ptr(), SHAPE),
+            )
+        };
+        (mem, tx, rx)
+    }
+
     #[test]
     fn a_wire_slot_is_the_bytes_a_staged_slot_sends() {
-        let shape = RingShape {
-            nsteps: 4,
-            slot_bytes: 64,
-        };
-        let mut mem = Box::new(Aligned([0; RING_HEADER_BYTES + 4 * (SLOT_HEADER + 64)]));
-        // SAFETY: aligned, zeroed, sized for the shape, outlives `ring`.
-        let ring = unsafe { RingEnd::new(mem.0.as_mut_ptr(), shape) };
+        let (_mem, ring, _) = ring();
         let payload = [7u8, 1, 2, 3, 4, 5, 6, 9, 11];
         for seq in 0..6u64 {
             let slot = ring.try_acquire_send().expect("credit");
@@ -634,18 +649,7 @@ mod tests {
 
     #[test]
     fn fifo_with_credits() {
-        let mut mem = Box::new(Aligned([0; RING_HEADER_BYTES + 4 * (SLOT_HEADER + 64)]));
-        let shape = RingShape {
-            nsteps: 4,
-            slot_bytes: 64,
-        };
-        // SAFETY: aligned, zeroed, sized for the shape, outlives both ends.
-        let (tx, rx) = unsafe {
-            (
-                RingEnd::new(mem.0.as_mut_ptr(), shape),
-                RingEnd::new(mem.0.as_mut_ptr(), shape),
-            )
-        };
+        let (_mem, tx, rx) = ring();
         let policy = WaitPolicy::new(10, Duration::from_millis(20));
         for i in 0..4u8 {
             let s = tx.acquire_send(&policy).unwrap();
@@ -668,18 +672,7 @@ mod tests {
 
     #[test]
     fn lost_and_repeated_slots_are_refused() {
-        let mut mem = Box::new(Aligned([0; RING_HEADER_BYTES + 4 * (SLOT_HEADER + 64)]));
-        let shape = RingShape {
-            nsteps: 4,
-            slot_bytes: 64,
-        };
-        // SAFETY: aligned, zeroed, sized for the shape, outlives both ends.
-        let (tx, rx) = unsafe {
-            (
-                RingEnd::new(mem.0.as_mut_ptr(), shape),
-                RingEnd::new(mem.0.as_mut_ptr(), shape),
-            )
-        };
+        let (_mem, tx, rx) = ring();
         let policy = WaitPolicy::new(10, Duration::from_millis(20));
         tx.acquire_send(&policy).unwrap();
         tx.commit_send_numbered(1, 7, 0);
