@@ -477,9 +477,7 @@ impl Core {
             }
         }
     }
-}
 
-impl Core {
     /// The communicator's failure, if it failed, or if a peer raised its
     /// failure word (recorded then): [`crate::Communicator::async_error`].
     pub(crate) fn async_error(&self) -> Option<Error> {

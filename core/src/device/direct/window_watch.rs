@@ -34,7 +34,6 @@ use super::steps::WindowLayout;
 use super::window::{AwaitedWait, Windows};
 use crate::comm::core::Core;
 use crate::comm::failure::Learned;
-use crate::comm::inner::CommInner;
 use crate::engine::Periodic;
 use crate::{Communicator, Error, Result};
 
@@ -52,7 +51,7 @@ pub(crate) struct WindowWatch {
 
 /// What the engine's timer looks at.
 struct Watch {
-    comm: Weak<CommInner>,
+    comm: Weak<Core>,
     windows: Arc<Windows>,
     alive: Liveness,
     /// The wait the watch marked, and when it first saw it.
@@ -74,7 +73,7 @@ impl WindowWatch {
         period: Duration,
     ) -> Result<WindowWatch> {
         let watch = Arc::new(Mutex::new(Some(Watch {
-            comm: Arc::downgrade(&comm.inner),
+            comm: Arc::downgrade(&comm.inner.core),
             windows,
             alive,
             marked: None,
@@ -86,10 +85,10 @@ impl WindowWatch {
             let Some(w) = watch.as_mut() else {
                 return false;
             };
-            let Some(inner) = w.comm.upgrade() else {
+            let Some(core) = w.comm.upgrade() else {
                 return false;
             };
-            look(&inner.core, w);
+            look(&core, w);
             true
         });
         comm.inner.core.engine().handle().attach(Box::new(timer))?;
@@ -105,9 +104,9 @@ impl Drop for WindowWatch {
         // the windows' drop drains this rank's streams instead of waiting
         // for them for ever.
         if let Some(w) = &mut watch
-            && let Some(inner) = w.comm.upgrade()
+            && let Some(core) = w.comm.upgrade()
         {
-            look(&inner.core, w);
+            look(&core, w);
         }
         drop(watch);
     }
