@@ -58,8 +58,9 @@ pub(crate) trait Carrier {
     /// data lands without anyone's help and poking does nothing.
     fn poke_period(&self) -> Option<u32>;
 
-    /// True once the link carries bytes: always, except a tcp peer not
-    /// used yet (its sockets are made on first use).
+    /// True once the link carries bytes: always, except a tcp or verbs
+    /// peer not used yet (tcp sockets, and verbs rings' registrations, are
+    /// made on first use).
     fn connected(&self) -> bool {
         true
     }

@@ -366,6 +366,103 @@ fn split_and_shrink_over_verbs() {
     });
 }
 
+/// A pair's rings are registered at its first slot: after creation no
+/// pair is (a barrier moves flags, not slots) and the process has pinned
+/// less than one pair's rings; a send from rank 0 to rank 1 registers that
+/// pair's four rings only; an all-to-all every pair's. Four ranks as
+/// threads, 1 MiB rings, eager messages (no user buffer registered); every
+/// element checked; the process's pinned memory (`VmPin`) printed.
+#[test]
+fn rings_are_registered_at_a_pairs_first_slot() {
+    if !rdma_here() {
+        streamcomm_testkit::skip(
+            "verbs::rings_are_registered_at_a_pairs_first_slot",
+            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
+        );
+        return;
+    }
+    const MIB: u64 = 1 << 10; // in kB, as VmPin counts
+    let seed = streamcomm_testkit::seed();
+    let value = move |from: usize, to: usize, i: usize| {
+        (seed ^ (from as u64) << 40 ^ (to as u64) << 32 ^ i as u64) % 1_000_003
+    };
+    let mut config = verbs_config();
+    config.buffsize = 1 << 20;
+    harness::run_threads(4, config, Duration::from_secs(100), move |comm| {
+        let connected = streamcomm::testing::transport::connected_peers;
+        let me = comm.rank();
+        // Under the eager limit: through the rings only.
+        let len = 400;
+        comm.barrier_host().unwrap();
+        assert_eq!(
+            connected(&comm),
+            Vec::<usize>::new(),
+            "rank {me} after creation"
+        );
+        let created = pinned_kb();
+        if me == 0 {
+            eprintln!("after creation and a barrier: VmPin {created} kB");
+            assert!(
+                created < 2 * MIB,
+                "{created} kB pinned: rings registered at creation?"
+            );
+        }
+        comm.barrier_host().unwrap();
+        if me == 0 {
+            let mine: Vec<u64> = (0..len).map(|i| value(0, 1, i)).collect();
+            comm.send_host(&mine, 1).unwrap();
+        } else if me == 1 {
+            let mut got = vec![u64::MAX; len];
+            comm.recv_host(&mut got, 0).unwrap();
+            for (i, g) in got.iter().enumerate() {
+                assert_eq!(*g, value(0, 1, i), "element {i} from rank 0");
+            }
+        }
+        comm.barrier_host().unwrap();
+        let pair: &[usize] = match me {
+            0 => &[1],
+            1 => &[0],
+            _ => &[],
+        };
+        assert_eq!(connected(&comm), pair, "rank {me} after one send");
+        if me == 0 {
+            let one = pinned_kb() - created;
+            eprintln!("after rank 0 sent to rank 1: VmPin +{one} kB");
+            assert!(
+                (4 * MIB..6 * MIB).contains(&one),
+                "one pair's four rings: {one} kB"
+            );
+        }
+        comm.barrier_host().unwrap();
+        let send: Vec<u64> = (0..4 * len).map(|i| value(me, i / len, i % len)).collect();
+        let mut recv = vec![u64::MAX; 4 * len];
+        comm.all_to_all_host(&send, &mut recv).unwrap();
+        for (i, g) in recv.iter().enumerate() {
+            assert_eq!(*g, value(i / len, me, i % len), "rank {me}, element {i}");
+        }
+        comm.barrier_host().unwrap();
+        let others: Vec<usize> = (0..4).filter(|&p| p != me).collect();
+        assert_eq!(connected(&comm), others, "rank {me} after an all-to-all");
+        if me == 0 {
+            let all = pinned_kb() - created;
+            eprintln!("after an all-to-all: VmPin +{all} kB");
+            assert!(all >= 24 * MIB, "six pairs' 24 rings: {all} kB");
+        }
+        comm.barrier_host().unwrap();
+    });
+}
+
+/// The memory this process has pinned (`VmPin` of `/proc/self/status`, kB):
+/// what RDMA registrations hold.
+fn pinned_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmPin:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// The RDMA device contexts this process holds open: its descriptors on
 /// `/dev/infiniband/uverbs*`.
 fn open_device_contexts() -> usize {

@@ -9,7 +9,8 @@
 //! which also reaps completions and sleeps on a completion channel ([`event`]). Device, port and GID choice is in [`device`]; the rings'
 //! registration and the QP in [`qp`]; formation ([`connect`]) exchanges the
 //! QP addresses through the communicator's bootstrap and moves each QP to
-//! RTS before any rank's engine drives it.
+//! RTS before any rank's engine drives it. A pair's rings are registered
+//! at its first slot, and their keys told in-band (`progress::rings`).
 //!
 //! Rendezvous p2p writes straight into the receiver's registered buffer
 //! ([`regcache`], and `comm::p2p::rdma`); with the CUDA backend, device
@@ -193,6 +194,11 @@ impl Carrier for VerbsLink {
     }
     fn rdma(&self) -> Option<&Arc<SharedPeer>> {
         Some(&self.direct)
+    }
+    /// True once the pair's rings are registered on both sides (at its
+    /// first slot: [`progress`]'s `rings`).
+    fn connected(&self) -> bool {
+        self.direct.lock().rings_up()
     }
     fn remote_area(&self) -> Option<Arc<dyn crate::barrier::area::RemoteArea>> {
         Some(self.direct.clone() as Arc<dyn crate::barrier::area::RemoteArea>)

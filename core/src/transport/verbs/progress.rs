@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 
 use crate::transport::verbs::sys::*;
 
-use super::qp::{CTRL_HEAD, Qp, RECV_WR_ID, VerbsAddr, VerbsRings};
+use super::qp::{CTRL_HEAD, Qp, RECV_WR_ID, RingKeys, VerbsAddr, VerbsRings};
 use super::regcache::RegCache;
 use crate::barrier::area::BarrierArea;
 use crate::transport::ring::{RingEnd, SLOT_WIRE_HEADER, SLOT_WIRE_OFFSET, write_wire_slot};
@@ -59,6 +59,7 @@ mod barrier;
 mod imm;
 mod post;
 mod rendezvous;
+mod rings;
 use crate::Error;
 use imm::{IMM_CONTROL, IMM_CREDIT_MASK, IMM_CREDIT_SHIFT, IMM_TAIL_MASK, rebuild};
 use post::{MAX_INLINE, Write};
@@ -98,6 +99,13 @@ pub(crate) struct PeerRdma {
     inbound: RingEnd,
     rings: Arc<VerbsRings>,
     remote: VerbsAddr,
+    /// Where the peer's rings are, once it told us ([`rings`]).
+    peer_rings: RingKeys,
+    /// True once our rings are registered and the peer told where they
+    /// are (and where its own are): slots may go.
+    rings_up: bool,
+    /// True once our rings are registered and the peer told where.
+    rings_told: bool,
     /// Next staged slot to write.
     posted: u64,
     /// Inbound slots published to the stream.
@@ -163,6 +171,9 @@ impl PeerRdma {
             rings,
             qp,
             remote,
+            peer_rings: RingKeys::default(),
+            rings_up: false,
+            rings_told: false,
             posted: 0,
             published: 0,
             credit_sent: Arc::new(AtomicU64::new(0)),
@@ -205,6 +216,9 @@ impl PeerRdma {
         // waits) find nothing staged: say so before anything else (the
         // counts are in docs/measurements/soft-roce.md).
         if !self.staged_unwritten() {
+            return Ok(false);
+        }
+        if !self.rings_up && !self.rings_ready()? {
             return Ok(false);
         }
         let nsteps = self.staging.shape().nsteps as u64;
@@ -284,7 +298,7 @@ impl PeerRdma {
         set_imm(&mut wr, imm);
         wr.wr.rdma = RdmaWr {
             remote_addr: remote,
-            rkey: self.remote.ring_rkey,
+            rkey: self.peer_rings.inbound_rkey,
         };
         let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
         // SAFETY: the QP is in RTS; the WR and its SGE live across the
@@ -306,6 +320,10 @@ impl PeerRdma {
     /// the peer and the work queue have room; false (nothing done)
     /// otherwise.
     fn post_inline(&mut self, payload: &[u8], sig: u64) -> Result<bool, Error> {
+        if !self.rings_up {
+            // Staged instead: the pair's first slot makes the rings.
+            return Ok(false);
+        }
         let k = self.posted;
         let nsteps = self.staging.shape().nsteps as u64;
         let credit = self.rings.ctrl.head.value.load(Ordering::Acquire);
@@ -337,7 +355,7 @@ impl PeerRdma {
             local: self.staging.slot_wire_addr(k),
             len,
             remote: self.remote_slot_addr(k),
-            rkey: self.remote.ring_rkey,
+            rkey: self.peer_rings.inbound_rkey,
             // Small slots go inline: copied at post time, no DMA read.
             lkey: (len > MAX_INLINE).then_some(self.qp.staging_lkey),
             notify: false,
@@ -373,7 +391,7 @@ impl PeerRdma {
     #[inline]
     fn remote_slot_addr(&self, k: u64) -> u64 {
         let shape = self.staging.shape();
-        self.remote.ring_addr
+        self.peer_rings.inbound_addr
             + crate::transport::ring::RING_HEADER_BYTES as u64
             + (k % shape.nsteps as u64) * shape.slot_stride() as u64
             + SLOT_WIRE_OFFSET as u64
@@ -603,7 +621,9 @@ impl PeerRdma {
         let sent = if self.peer_closed() {
             false
         } else {
-            self.send()?
+            // The peer's first slot for us may be waiting for our rings.
+            let answered = !self.rings_up && self.peer_told_rings() && self.rings_ready()?;
+            self.send()? || answered
         };
         let received = self.receive()?;
         let now = Instant::now();

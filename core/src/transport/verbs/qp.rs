@@ -1,16 +1,20 @@
 //! One verbs peer's memory, registrations and reliable-connected QP.
 //!
-//! Each peer has three local areas, registered once when the connection is
-//! made: the *staging* ring (the stream fills it, the NIC reads it), the
-//! *inbound* ring (the peer's NIC writes slots into it) and a small control
-//! block the peer's NIC writes counters into (slots delivered, slots
-//! consumed, abort, goodbye). The addresses and keys of the last two, with
-//! the QP number, PSN, LID and GID, are what a rank tells a peer at
-//! bootstrap ([`VerbsAddr`]).
+//! Each peer has three local areas: the *staging* ring (the stream fills
+//! it, the NIC reads it), the *inbound* ring (the peer's NIC writes slots
+//! into it) and a small control block the peer's NIC writes counters into
+//! (slots consumed, abort, goodbye, where the peer's rings are). The
+//! control block is registered when the connection is made, and its
+//! address and key, with the QP number, PSN, LID, GID and the barrier
+//! area's, are what a rank tells a peer at creation ([`VerbsAddr`]). The
+//! rings are registered at the pair's first use ([`Qp::register_rings`]),
+//! and their addresses and keys told in-band ([`RingKeys`], written into
+//! the peer's control block): until then their pages are neither pinned
+//! nor resident.
 
 use std::mem::MaybeUninit;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::transport::verbs::sys::*;
 
@@ -42,6 +46,17 @@ pub(crate) struct Ctrl {
     pub abort: RemoteWord,
     /// Non-zero once the peer closed its end cleanly.
     pub closed: RemoteWord,
+    /// Where the peer's rings are, once it registered them.
+    pub rings: RingWords,
+}
+
+/// Where a peer's rings are, written by the peer (one write) when it
+/// registers them.
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub(crate) struct RingWords {
+    /// The words of a [`RingKeys`], the last non-zero once they are in place.
+    pub words: [AtomicU64; 4],
 }
 
 /// Byte offsets of the words in [`Ctrl`].
@@ -51,6 +66,47 @@ pub(crate) const CTRL_ABORT: u64 = 64;
 /// See [`CTRL_HEAD`].
 pub(crate) const CTRL_CLOSED: u64 = 128;
 const _: () = assert!(std::mem::offset_of!(Ctrl, closed) == CTRL_CLOSED as usize);
+/// See [`CTRL_HEAD`].
+pub(crate) const CTRL_RINGS: u64 = 192;
+const _: () = assert!(std::mem::offset_of!(Ctrl, rings) == CTRL_RINGS as usize);
+
+/// Where a peer's rings are: its inbound ring, which our slots are written
+/// into, and its staging ring, whose header takes our rendezvous grants.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RingKeys {
+    /// Address and key of the inbound ring.
+    pub inbound_addr: u64,
+    /// See `inbound_addr`.
+    pub inbound_rkey: u32,
+    /// Address and key of the staging ring.
+    pub staging_addr: u64,
+    /// See `staging_addr`.
+    pub staging_rkey: u32,
+}
+
+impl RingKeys {
+    /// The words written into the peer's [`RingWords`]; the last is 1
+    /// (present).
+    pub(crate) fn words(&self) -> [u64; 4] {
+        let keys = u64::from(self.inbound_rkey) << 32 | u64::from(self.staging_rkey);
+        [self.inbound_addr, self.staging_addr, keys, 1]
+    }
+
+    /// What the peer wrote into `at`, once it did.
+    pub(crate) fn read(at: &RingWords) -> Option<RingKeys> {
+        let [inbound, staging, keys, present] = &at.words;
+        if present.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let keys = keys.load(Ordering::Acquire);
+        Some(RingKeys {
+            inbound_addr: inbound.load(Ordering::Acquire),
+            inbound_rkey: (keys >> 32) as u32,
+            staging_addr: staging.load(Ordering::Acquire),
+            staging_rkey: keys as u32,
+        })
+    }
+}
 
 /// The local memory of one verbs peer.
 #[derive(Debug)]
@@ -95,19 +151,10 @@ pub(crate) struct VerbsAddr {
     pub mtu: u8,
     /// Source GID.
     pub gid: [u8; 16],
-    /// Address and key of the inbound ring.
-    pub ring_addr: u64,
-    /// See `ring_addr`.
-    pub ring_rkey: u32,
     /// Address and key of the control block.
     pub ctrl_addr: u64,
     /// See `ctrl_addr`.
     pub ctrl_rkey: u32,
-    /// Address and key of the staging ring (the peer writes rendezvous
-    /// grants into its header's mailbox).
-    pub staging_addr: u64,
-    /// See `staging_addr`.
-    pub staging_rkey: u32,
     /// Address and key of our barrier area (the peer writes its flags and
     /// our release word there).
     pub barrier_addr: u64,
@@ -116,7 +163,7 @@ pub(crate) struct VerbsAddr {
 }
 
 /// Bytes of an encoded [`VerbsAddr`] with its peer rank.
-pub(crate) const ADDR_BYTES: usize = 4 + 4 + 4 + 2 + 1 + 16 + 8 + 4 + 8 + 4 + 8 + 4 + 8 + 4;
+pub(crate) const ADDR_BYTES: usize = 4 + 4 + 4 + 2 + 1 + 16 + 8 + 4 + 8 + 4;
 
 impl VerbsAddr {
     /// Appends `(to, self)` to `out`.
@@ -127,12 +174,8 @@ impl VerbsAddr {
         out.extend_from_slice(&self.lid.to_le_bytes());
         out.push(self.mtu);
         out.extend_from_slice(&self.gid);
-        out.extend_from_slice(&self.ring_addr.to_le_bytes());
-        out.extend_from_slice(&self.ring_rkey.to_le_bytes());
         out.extend_from_slice(&self.ctrl_addr.to_le_bytes());
         out.extend_from_slice(&self.ctrl_rkey.to_le_bytes());
-        out.extend_from_slice(&self.staging_addr.to_le_bytes());
-        out.extend_from_slice(&self.staging_rkey.to_le_bytes());
         out.extend_from_slice(&self.barrier_addr.to_le_bytes());
         out.extend_from_slice(&self.barrier_rkey.to_le_bytes());
     }
@@ -166,14 +209,10 @@ impl VerbsAddr {
                 lid: u16::from_le_bytes([b[12], b[13]]),
                 mtu: b[14],
                 gid,
-                ring_addr: u64_at(31),
-                ring_rkey: u32_at(39),
-                ctrl_addr: u64_at(43),
-                ctrl_rkey: u32_at(51),
-                staging_addr: u64_at(55),
-                staging_rkey: u32_at(63),
-                barrier_addr: u64_at(67),
-                barrier_rkey: u32_at(75),
+                ctrl_addr: u64_at(31),
+                ctrl_rkey: u32_at(39),
+                barrier_addr: u64_at(43),
+                barrier_rkey: u32_at(51),
             });
         }
         Err(Error::Bootstrap(format!(
@@ -224,6 +263,10 @@ impl Drop for Mr {
     }
 }
 
+/// What the peer may do to a registered area: write it (and our NIC too).
+const REMOTE_WRITE: u32 =
+    ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+
 /// `wr_id` of every posted receive (send requests count up from 1).
 pub(crate) const RECV_WR_ID: u64 = u64::MAX;
 
@@ -234,7 +277,7 @@ pub(crate) struct Qp {
     /// Work requests the send queue holds, and receives kept posted (each
     /// WRITE_WITH_IMM from the peer consumes one).
     pub depth: u32,
-    /// Local key of the staging ring.
+    /// Local key of the staging ring (0 until [`Qp::register_rings`]).
     pub staging_lkey: u32,
     /// Local key of `fetch_sink`.
     pub(crate) fetch_sink_lkey: u32,
@@ -276,9 +319,10 @@ fn attr_mask(bits: &[ibv_qp_attr_mask]) -> i32 {
 }
 
 impl Qp {
-    /// Creates the CQ (reporting to `channel`) and QP, registers `rings`,
-    /// moves the QP to INIT, posts `depth` receives and returns it with the
-    /// address to send to the peer.
+    /// Creates the CQ (reporting to `channel`) and QP, registers the control
+    /// block of `rings` and the barrier area (not the rings: see
+    /// [`Qp::register_rings`]), moves the QP to INIT, posts `depth` receives
+    /// and returns it with the address to send to the peer.
     ///
     /// # Errors
     /// [`Error::Os`] when a verbs call fails.
@@ -289,13 +333,8 @@ impl Qp {
         barrier: &BarrierArea,
         depth: u32,
     ) -> Result<(Qp, VerbsAddr)> {
-        let (sp, sl) = rings.staging.memory();
-        let (ip, il) = rings.inbound.memory();
         let cp = (&*rings.ctrl as *const Ctrl).cast_mut().cast::<u8>();
-        let remote = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
-            | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
-        let staging = Mr::new(&dev, sp, sl, remote, "staging ring")?;
-        let inbound = Mr::new(&dev, ip, il, remote, "inbound ring")?;
+        let remote = REMOTE_WRITE;
         let ctrl = Mr::new(&dev, cp, std::mem::size_of::<Ctrl>(), remote, "control")?;
         let (bp, bl) = barrier.memory();
         // The barrier area also takes the central counter's fetch-adds,
@@ -353,7 +392,7 @@ impl Qp {
             qp,
             cq,
             depth,
-            staging_lkey: staging.lkey(),
+            staging_lkey: 0,
             fetch_sink_lkey: sink.lkey(),
             fetch_sink,
             mrs: Vec::new(),
@@ -383,20 +422,38 @@ impl Qp {
             lid: dev.lid,
             mtu: dev.mtu as u8,
             gid: dev.gid,
-            ring_addr: ip as u64,
-            ring_rkey: inbound.rkey(),
             ctrl_addr: cp as u64,
             ctrl_rkey: ctrl.rkey(),
-            staging_addr: sp as u64,
-            staging_rkey: staging.rkey(),
             barrier_addr: bp as u64,
             barrier_rkey: area.rkey(),
         };
         let mut q = q;
-        q.mrs = vec![staging, inbound, ctrl, area, sink];
+        q.mrs = vec![ctrl, area, sink];
         q.post_recvs(depth as usize)
             .map_err(|e| Error::os("verbs: ibv_post_recv", e))?;
         Ok((q, addr))
+    }
+
+    /// Registers the staging and inbound rings of `rings` (the pair's first
+    /// use: their pages are pinned from now on) and returns where the peer
+    /// is to write.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when a registration fails.
+    pub(crate) fn register_rings(&mut self, rings: &VerbsRings) -> Result<RingKeys> {
+        let (sp, sl) = rings.staging.memory();
+        let (ip, il) = rings.inbound.memory();
+        let staging = Mr::new(&self.dev, sp, sl, REMOTE_WRITE, "staging ring")?;
+        let inbound = Mr::new(&self.dev, ip, il, REMOTE_WRITE, "inbound ring")?;
+        let keys = RingKeys {
+            inbound_addr: ip as u64,
+            inbound_rkey: inbound.rkey(),
+            staging_addr: sp as u64,
+            staging_rkey: staging.rkey(),
+        };
+        self.staging_lkey = staging.lkey();
+        self.mrs.extend([staging, inbound]);
+        Ok(keys)
     }
 
     /// The device the QP lives on.
@@ -537,12 +594,8 @@ mod tests {
             lid: 7,
             mtu: 3,
             gid: std::array::from_fn(|i| i as u8 * 11),
-            ring_addr: 0x7f00_dead_0000,
-            ring_rkey: 0x1111_2222,
             ctrl_addr: 0x7f00_beef_0040,
             ctrl_rkey: 0x3333_4444,
-            staging_addr: 0x7f00_cafe_0000,
-            staging_rkey: 0x5555_6666,
             barrier_addr: 0x7f00_f00d_0080,
             barrier_rkey: 0x7777_8888,
         };
@@ -555,5 +608,27 @@ mod tests {
         assert_eq!(VerbsAddr::find(&list, 5, 0).unwrap(), b);
         assert!(VerbsAddr::find(&list, 3, 0).is_err());
         assert!(VerbsAddr::find(&list[1..], 2, 0).is_err());
+    }
+
+    #[test]
+    fn ring_keys_read_back_once_present() {
+        let keys = RingKeys {
+            inbound_addr: 0x7f00_dead_0000,
+            inbound_rkey: 0x1111_2222,
+            staging_addr: 0x7f00_cafe_0000,
+            staging_rkey: 0x5555_6666,
+        };
+        let at = RingWords::default();
+        let words = keys.words();
+        for (word, value) in at.words.iter().zip(words).take(3) {
+            word.store(value, Ordering::Relaxed);
+        }
+        assert_eq!(
+            RingKeys::read(&at),
+            None,
+            "not present before the last word"
+        );
+        at.words[3].store(words[3], Ordering::Release);
+        assert_eq!(RingKeys::read(&at), Some(keys));
     }
 }

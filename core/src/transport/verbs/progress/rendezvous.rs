@@ -34,19 +34,24 @@ impl PeerRdma {
         if cts == self.grant_sent || self.room() <= 3 {
             return Ok(false);
         }
+        // A grant answers the peer's slots, so the rings are up, unless
+        // this side has not read the peer's word yet.
+        if !self.rings_up && !self.rings_ready()? {
+            return Ok(false);
+        }
         let local = self.rings.inbound.memory().0 as u64;
-        let remote = self.remote.staging_addr;
+        let remote = self.peer_rings.staging_addr;
         self.post_write(
             local + MAILBOX,
             MAILBOX_GRANT_BYTES,
             remote + MAILBOX,
-            self.remote.staging_rkey,
+            self.peer_rings.staging_rkey,
             None,
             Wake::Nobody,
             false,
         )?;
         // The waiting sender sees the grant in its memory or polls.
-        let rkey = self.remote.staging_rkey;
+        let rkey = self.peer_rings.staging_rkey;
         self.post_u64(remote + CTS, rkey, cts, Wake::IfAsked, false)?;
         self.grant_sent = cts;
         Ok(true)
