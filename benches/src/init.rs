@@ -1,7 +1,8 @@
 //! `streamcomm-bench init`: what a communicator costs to have, as the
 //! number of ranks grows: the time to create it, and each rank's resident
-//! memory (all, anonymous, shared), open file descriptors, threads and
-//! the peers its links connect (tcp peers are connected on first use),
+//! memory (all, anonymous, shared), pinned memory (RDMA registrations),
+//! open file descriptors, threads and the peers its links connect (tcp
+//! peers, and verbs peers' rings, on first use),
 //! and the host's allocated shared memory (/dev/shm, mapped or not),
 //! after creation and after the first all-reduce, all-gather and
 //! all-to-all.
@@ -12,7 +13,7 @@
 //! ```
 //!
 //! Each rank reads, once the program's own buffers of the stage are freed,
-//! `/proc/self/status` (`VmRSS`, `RssAnon`, `RssShmem`,
+//! `/proc/self/status` (`VmRSS`, `RssAnon`, `RssShmem`, `VmPin`,
 //! `Threads`) and counts `/proc/self/fd`; rank 0 prints, for every stage,
 //! the largest and the median over the ranks. Creation is timed around
 //! `Communicator::from_env` on each rank (it returns once every rank has
@@ -60,6 +61,8 @@ pub(crate) struct Footprint {
     pub(crate) anon_kb: u64,
     /// Resident shared memory, kB (`RssShmem`).
     pub(crate) shmem_kb: u64,
+    /// Pinned memory, kB (`VmPin`: RDMA registrations).
+    pub(crate) pinned_kb: u64,
     /// Open file descriptors.
     pub(crate) fds: u64,
     /// Threads.
@@ -110,6 +113,7 @@ impl Footprint {
             rss_kb: field("VmRSS"),
             anon_kb: field("RssAnon"),
             shmem_kb: field("RssShmem"),
+            pinned_kb: field("VmPin"),
             fds: 0,
             threads: field("Threads"),
             peers: 0,
@@ -128,6 +132,7 @@ impl Footprint {
             self.rss_kb,
             self.anon_kb,
             self.shmem_kb,
+            self.pinned_kb,
             self.fds,
             self.threads,
             self.peers,
@@ -140,10 +145,11 @@ impl Footprint {
             rss_kb: w[0],
             anon_kb: w[1],
             shmem_kb: w[2],
-            fds: w[3],
-            threads: w[4],
-            peers: w[5],
-            host_shm_kb: w[6],
+            pinned_kb: w[3],
+            fds: w[4],
+            threads: w[5],
+            peers: w[6],
+            host_shm_kb: w[7],
         }
     }
 }
@@ -152,7 +158,7 @@ impl Footprint {
 const STAGES: [&str; 4] = ["created", "all_reduce", "all_gather", "all_to_all"];
 
 /// Figures per stage.
-const FIGURES: usize = 7;
+const FIGURES: usize = 8;
 
 /// Words each rank contributes: its creation time (µs), then the figures
 /// of each stage.
@@ -278,8 +284,16 @@ fn report(cli: &InitCli, n: usize, all: &[u64]) -> Fallible<()> {
     ));
     say("# per rank, largest / median over the ranks (MB = 10^6 bytes)".into());
     say(format!(
-        "{:>12} {:>17} {:>17} {:>17} {:>11} {:>11} {:>11} {:>13}",
-        "after", "VmRSS MB", "RssAnon MB", "RssShmem MB", "fds", "threads", "peers", "host shm MB"
+        "{:>12} {:>17} {:>17} {:>17} {:>17} {:>11} {:>11} {:>11} {:>13}",
+        "after",
+        "VmRSS MB",
+        "RssAnon MB",
+        "RssShmem MB",
+        "VmPin MB",
+        "fds",
+        "threads",
+        "peers",
+        "host shm MB"
     ));
     let mut stages = Vec::new();
     for (s, name) in STAGES.iter().enumerate() {
@@ -289,13 +303,15 @@ fn report(cli: &InitCli, n: usize, all: &[u64]) -> Fallible<()> {
         let mb = |(a, b): (u64, u64)| format!("{:.1} / {:.1}", a as f64 / 1e3, b as f64 / 1e3);
         let count = |(a, b): (u64, u64)| format!("{a} / {b}");
         let (rss, anon, shmem) = (col(|f| f.rss_kb), col(|f| f.anon_kb), col(|f| f.shmem_kb));
+        let pinned = col(|f| f.pinned_kb);
         let (fds, threads, peers) = (col(|f| f.fds), col(|f| f.threads), col(|f| f.peers));
         let host = col(|f| f.host_shm_kb);
         say(format!(
-            "{name:>12} {:>17} {:>17} {:>17} {:>11} {:>11} {:>11} {:>13.0}",
+            "{name:>12} {:>17} {:>17} {:>17} {:>17} {:>11} {:>11} {:>11} {:>13.0}",
             mb(rss),
             mb(anon),
             mb(shmem),
+            mb(pinned),
             count(fds),
             count(threads),
             count(peers),
@@ -306,6 +322,7 @@ fn report(cli: &InitCli, n: usize, all: &[u64]) -> Fallible<()> {
             "rss_kb": {"max": rss.0, "median": rss.1},
             "anon_kb": {"max": anon.0, "median": anon.1},
             "shmem_kb": {"max": shmem.0, "median": shmem.1},
+            "pinned_kb": {"max": pinned.0, "median": pinned.1},
             "fds": {"max": fds.0, "median": fds.1},
             "threads": {"max": threads.0, "median": threads.1},
             "peers": {"max": peers.0, "median": peers.1},
@@ -327,8 +344,8 @@ mod tests {
 
     #[test]
     fn status_fields_are_read_in_kb() {
-        let status = "Name:\tx\nVmRSS:\t  1234 kB\nRssAnon:\t 200 kB\nRssFile:\t 34 kB\n\
-                      RssShmem:\t1000 kB\nThreads:\t3\n";
+        let status = "Name:\tx\nVmPin:\t 48 kB\nVmRSS:\t  1234 kB\nRssAnon:\t 200 kB\n\
+                      RssFile:\t 34 kB\nRssShmem:\t1000 kB\nThreads:\t3\n";
         let f = Footprint::parse(status);
         assert_eq!(
             f,
@@ -336,6 +353,7 @@ mod tests {
                 rss_kb: 1234,
                 anon_kb: 200,
                 shmem_kb: 1000,
+                pinned_kb: 48,
                 fds: 0,
                 threads: 3,
                 peers: 0,
