@@ -371,7 +371,8 @@ fn split_and_shrink_over_verbs() {
 /// less than one pair's rings; a send from rank 0 to rank 1 registers that
 /// pair's four rings only; an all-to-all every pair's. Four ranks as
 /// threads, 1 MiB rings, eager messages (no user buffer registered); every
-/// element checked; the process's pinned memory (`VmPin`) printed.
+/// element checked; the process's pinned memory (`VmPin`) printed. The
+/// barrier area and the fetch-add sink are registered once a rank.
 #[test]
 fn rings_are_registered_at_a_pairs_first_slot() {
     if !rdma_here() {
@@ -405,6 +406,13 @@ fn rings_are_registered_at_a_pairs_first_slot() {
             assert!(
                 created < 2 * MIB,
                 "{created} kB pinned: rings registered at creation?"
+            );
+            // Each rank: a control block a peer (at most two pages), and
+            // its barrier area and fetch-add sink once (a page each here),
+            // not once a peer (144 kB).
+            assert!(
+                created <= 4 * (3 * 8 + 2 * 4),
+                "{created} kB pinned at creation"
             );
         }
         comm.barrier_host().unwrap();

@@ -221,6 +221,16 @@ fn choose_gid(v: &Lib, dev: &str, ctx: *mut ibv_context, p: &PortInfo) -> Option
 }
 
 impl Device {
+    /// The access flag that lets peers' atomics reach a registration:
+    /// remote atomics where the device executes them, else none.
+    pub(crate) fn atomic_access(&self) -> u32 {
+        if self.atomics {
+            ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0
+        } else {
+            0
+        }
+    }
+
     /// The device this process has open for `hca` and `gid_index`, or
     /// [`Device::open`]ed now: the communicators of one process (a parent
     /// and its split children, ranks as threads) share one context and

@@ -42,7 +42,7 @@ use std::sync::Arc;
 
 use device::Device;
 use progress::{PeerRdma, SharedPeer};
-use qp::{Qp, VerbsAddr, VerbsRings};
+use qp::{Qp, SharedRegs, VerbsAddr, VerbsRings};
 use source::VerbsSource;
 
 use crate::barrier::area::BarrierArea;
@@ -87,9 +87,11 @@ pub(crate) fn connect(
         // Room for a full ring of data writes, their tail writes and control.
         let depth = (2 * shape.nsteps as u32 + 16).min(4096);
         let channel = Arc::new(event::CompChannel::new(dev)?);
+        // The barrier area and the fetch-add sink, once for every peer.
+        let shared = Arc::new(SharedRegs::new(dev, barrier)?);
         for &p in peers {
             let rings = Arc::new(VerbsRings::new(shape)?);
-            let (qp, local) = Qp::create(dev.clone(), &channel, &rings, barrier, depth)?;
+            let (qp, local) = Qp::create(dev.clone(), &channel, &rings, &shared, depth)?;
             local.encode(p, &mut blob);
             made.push((p, rings, qp, local));
         }

@@ -263,6 +263,65 @@ impl Drop for Mr {
     }
 }
 
+/// What every QP of a communicator shares, registered once: the rank's
+/// barrier area (its peers write their flags into it, and fetch-add its
+/// counter where the device has atomics), which grows with the ranks, and
+/// the sink where the old values of this rank's fetch-adds land.
+pub(crate) struct SharedRegs {
+    area: Mr,
+    area_addr: u64,
+    sink: Mr,
+    /// Written by the NIC, read by nobody; freed after its registration.
+    sink_memory: Box<[u64; 8]>,
+    // Dropped last: the registrations belong to its protection domain.
+    _dev: Arc<Device>,
+}
+
+// SAFETY: the registrations are only read (keys) and deregistered once, on
+// drop, from whichever thread drops the last QP; the sink is written only
+// by the NIC.
+unsafe impl Send for SharedRegs {}
+// SAFETY: as above.
+unsafe impl Sync for SharedRegs {}
+
+impl SharedRegs {
+    /// Registers `barrier` (writable by peers, and by their atomics where
+    /// `dev` has them) and a fetch-add sink on `dev`.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when a registration fails.
+    pub(crate) fn new(dev: &Arc<Device>, barrier: &BarrierArea) -> Result<SharedRegs> {
+        let (bp, bl) = barrier.memory();
+        let area = Mr::new(
+            dev,
+            bp,
+            bl,
+            REMOTE_WRITE | dev.atomic_access(),
+            "barrier area",
+        )?;
+        let mut sink_memory = Box::new([0u64; 8]);
+        let sink = Mr::new(
+            dev,
+            sink_memory.as_mut_ptr().cast(),
+            std::mem::size_of::<[u64; 8]>(),
+            ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0,
+            "fetch-add sink",
+        )?;
+        Ok(SharedRegs {
+            area,
+            area_addr: bp as u64,
+            sink,
+            sink_memory,
+            _dev: dev.clone(),
+        })
+    }
+
+    /// Where a fetch-add's old value lands, and its local key.
+    pub(crate) fn sink(&self) -> (u64, u32) {
+        (self.sink_memory.as_ptr() as u64, self.sink.lkey())
+    }
+}
+
 /// What the peer may do to a registered area: write it (and our NIC too).
 const REMOTE_WRITE: u32 =
     ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
@@ -279,12 +338,10 @@ pub(crate) struct Qp {
     pub depth: u32,
     /// Local key of the staging ring (0 until [`Qp::register_rings`]).
     pub staging_lkey: u32,
-    /// Local key of `fetch_sink`.
-    pub(crate) fetch_sink_lkey: u32,
     mrs: Vec<Mr>,
-    /// Where the old values of this QP's fetch-adds land (registered, read
-    /// by nobody; freed after its registration in `mrs`).
-    pub(crate) fetch_sink: Box<[u64; 8]>,
+    /// The registrations every QP of the communicator shares (released
+    /// after the last QP).
+    pub(crate) shared: Arc<SharedRegs>,
     /// The channel the CQ reports to (destroyed after the CQ).
     pub(crate) channel: Arc<CompChannel>,
     // Dropped last: the QP, CQ and MRs belong to its context and PD.
@@ -330,28 +387,16 @@ impl Qp {
         dev: Arc<Device>,
         channel: &Arc<CompChannel>,
         rings: &VerbsRings,
-        barrier: &BarrierArea,
+        shared: &Arc<SharedRegs>,
         depth: u32,
     ) -> Result<(Qp, VerbsAddr)> {
         let cp = (&*rings.ctrl as *const Ctrl).cast_mut().cast::<u8>();
-        let remote = REMOTE_WRITE;
-        let ctrl = Mr::new(&dev, cp, std::mem::size_of::<Ctrl>(), remote, "control")?;
-        let (bp, bl) = barrier.memory();
-        // The barrier area also takes the central counter's fetch-adds,
-        // where the device executes atomics.
-        let atomic = if dev.atomics {
-            ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0
-        } else {
-            0
-        };
-        let area = Mr::new(&dev, bp, bl, remote | atomic, "barrier area")?;
-        let mut fetch_sink = Box::new([0u64; 8]);
-        let sink = Mr::new(
+        let ctrl = Mr::new(
             &dev,
-            fetch_sink.as_mut_ptr().cast(),
-            std::mem::size_of::<[u64; 8]>(),
-            ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0,
-            "fetch-add sink",
+            cp,
+            std::mem::size_of::<Ctrl>(),
+            REMOTE_WRITE,
+            "control",
         )?;
         // SAFETY: the context and the channel are open. Room for a full
         // send queue and a full receive queue of completions.
@@ -393,9 +438,8 @@ impl Qp {
             cq,
             depth,
             staging_lkey: 0,
-            fetch_sink_lkey: sink.lkey(),
-            fetch_sink,
             mrs: Vec::new(),
+            shared: shared.clone(),
             channel: channel.clone(),
             dev: dev.clone(),
         };
@@ -404,7 +448,7 @@ impl Qp {
         a.qp_state = ibv_qp_state::IBV_QPS_INIT;
         a.pkey_index = 0;
         a.port_num = dev.port;
-        a.qp_access_flags = remote | atomic;
+        a.qp_access_flags = REMOTE_WRITE | dev.atomic_access();
         q.modify(
             &mut a,
             &[
@@ -424,11 +468,11 @@ impl Qp {
             gid: dev.gid,
             ctrl_addr: cp as u64,
             ctrl_rkey: ctrl.rkey(),
-            barrier_addr: bp as u64,
-            barrier_rkey: area.rkey(),
+            barrier_addr: shared.area_addr,
+            barrier_rkey: shared.area.rkey(),
         };
         let mut q = q;
-        q.mrs = vec![ctrl, area, sink];
+        q.mrs = vec![ctrl];
         q.post_recvs(depth as usize)
             .map_err(|e| Error::os("verbs: ibv_post_recv", e))?;
         Ok((q, addr))

@@ -24,7 +24,7 @@ impl PeerRdma {
     }
 
     /// Adds `value` to the word at `offset` of the peer's barrier area with
-    /// an RDMA fetch-and-add (the old value lands in this QP's sink), then
+    /// an RDMA fetch-and-add (the old value lands in the communicator's sink), then
     /// tells the peer with an empty WRITE_WITH_IMM, which wakes it if it
     /// sleeps (an atomic leaves no completion at its target).
     ///
@@ -34,14 +34,14 @@ impl PeerRdma {
         self.wait_for_room(3)?;
         let (base, rkey) = (self.remote.barrier_addr, self.remote.barrier_rkey);
         let slots = self.posted;
-        let sink = self.qp.fetch_sink.as_ptr() as u64;
+        let (sink, sink_lkey) = self.qp.shared.sink();
         let add = Write {
             fetch_add: Some(value),
             local: sink,
             len: 8,
             remote: base + offset,
             rkey,
-            lkey: Some(self.qp.fetch_sink_lkey),
+            lkey: Some(sink_lkey),
             notify: false,
             imm: 0,
             solicited: false,
