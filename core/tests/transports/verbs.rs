@@ -504,14 +504,16 @@ fn child() {
         return;
     }
     assert_eq!(scenario, "die", "unknown scenario");
+    let kill_at: u32 = std::env::var(KILL_AT).unwrap().parse().unwrap();
     let comm = Communicator::from_env().unwrap();
     let stream = HostStream::new().unwrap();
-    // Rank 1 dies (SIGKILL) in the middle of an all_reduce loop.
+    // Rank 1 dies (SIGKILL) before its `kill_at`-th all_reduce: in the
+    // middle of the loop, or before any slot (no pair's rings are made).
     let buf = HostBuffer::<f32>::zeroed(1 << 14);
     let mut out = HostBuffer::<f32>::zeroed(1 << 14);
     comm.barrier_host().unwrap();
     for i in 0.. {
-        if comm.rank() == 1 && i == 10 {
+        if comm.rank() == 1 && i == kill_at {
             // SAFETY: raising SIGKILL on ourselves.
             unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
         }
@@ -557,7 +559,6 @@ fn libibverbs_is_not_linked() {
 /// writes to it, heartbeats included, exhaust their retries).
 #[test]
 fn a_killed_peer_fails_the_others_naming_it() {
-    use std::os::unix::process::ExitStatusExt;
     if !rdma_here() {
         streamcomm_testkit::skip(
             "verbs::a_killed_peer_fails_the_others_naming_it",
@@ -565,6 +566,31 @@ fn a_killed_peer_fails_the_others_naming_it() {
         );
         return;
     }
+    killed_peer(10);
+}
+
+/// As [`a_killed_peer_fails_the_others_naming_it`], rank 1 killed before
+/// its first slot: the others' first slots to it (which would make the
+/// pair's rings) fail naming it, not a wait for its answer.
+#[test]
+fn a_peer_killed_before_the_pairs_first_slot_fails_the_others_naming_it() {
+    if !rdma_here() {
+        streamcomm_testkit::skip(
+            "verbs::a_peer_killed_before_the_pairs_first_slot_fails_the_others_naming_it",
+            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
+        );
+        return;
+    }
+    killed_peer(0);
+}
+
+/// The all_reduce before which rank 1 of `killed_peer` kills itself.
+const KILL_AT: &str = "STREAMCOMM_TEST_KILL_AT";
+
+/// Three processes; rank 1 kills itself before its `kill_at`-th
+/// all_reduce; ranks 0 and 2 must fail naming it within the timeout.
+fn killed_peer(kill_at: u32) {
+    use std::os::unix::process::ExitStatusExt;
     let exe = std::env::current_exe().unwrap();
     let id = UniqueId::new().unwrap();
     let t0 = std::time::Instant::now();
@@ -573,6 +599,7 @@ fn a_killed_peer_fails_the_others_naming_it() {
             std::process::Command::new(&exe)
                 .args(streamcomm_testkit::child_args!("child"))
                 .env(SCENARIO, "die")
+                .env(KILL_AT, kill_at.to_string())
                 .env("STREAMCOMM_UNIQUE_ID", id.to_string())
                 .env("RANK", rank.to_string())
                 .env("WORLD_SIZE", "3")
