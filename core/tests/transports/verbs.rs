@@ -460,6 +460,60 @@ fn rings_are_registered_at_a_pairs_first_slot() {
     });
 }
 
+/// A buffer sent by rendezvous over a communicator and then over its split
+/// child is registered once: the registration cache is the device's, not
+/// the communicator's. Two ranks as threads, 64 KiB rings, 4 MiB buffers;
+/// the child's send pins its pair's rings only, not the two buffers again
+/// (8 MiB). Every element checked.
+#[test]
+fn a_buffer_used_by_a_communicator_and_its_child_is_registered_once() {
+    if !rdma_here() {
+        streamcomm_testkit::skip(
+            "verbs::a_buffer_used_by_a_communicator_and_its_child_is_registered_once",
+            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
+        );
+        return;
+    }
+    let seed = streamcomm_testkit::seed();
+    let mut config = verbs_config();
+    config.buffsize = 64 << 10;
+    harness::run_threads(2, config, Duration::from_secs(100), move |world| {
+        let me = world.rank();
+        let child = world.split(Some(0), 0).unwrap().expect("a colour");
+        let stream = HostStream::new().unwrap();
+        let len = 1 << 19;
+        let want: Vec<u64> = (0..len as u64)
+            .map(|i| seed ^ i.wrapping_mul(0x9e37))
+            .collect();
+        let send = HostBuffer::from_slice(&want);
+        let mut recv = HostBuffer::<u64>::zeroed(len);
+        let exchange = |comm: &Communicator, recv: &mut HostBuffer<u64>| {
+            if me == 0 {
+                comm.send(&send, 1, &stream).unwrap();
+            } else {
+                recv.with_mut(|r| r.fill(u64::MAX));
+                comm.recv(recv, 0, &stream).unwrap();
+            }
+            stream.synchronize().unwrap();
+            if me == 1 {
+                assert!(recv.to_vec() == want, "rank 1 received other data");
+            }
+        };
+        exchange(&world, &mut recv);
+        world.barrier_host().unwrap();
+        let before = pinned_kb();
+        world.barrier_host().unwrap();
+        exchange(&child, &mut recv);
+        world.barrier_host().unwrap();
+        if me == 0 {
+            let more = pinned_kb() - before;
+            eprintln!("the child's send pinned {more} kB more");
+            assert!(more < 2 << 10, "{more} kB: the buffers registered again?");
+        }
+        world.barrier_host().unwrap();
+    });
+}
+
 /// The memory this process has pinned (`VmPin` of `/proc/self/status`, kB):
 /// what RDMA registrations hold.
 fn pinned_kb() -> u64 {

@@ -123,10 +123,11 @@ pub(crate) fn connect(
 /// [`SharedPeer::pump`]) and the source that drives them all in the
 /// progress engine.
 pub(crate) fn share(peers: Vec<VerbsPeerSetup>) -> (Vec<(usize, Arc<SharedPeer>)>, VerbsSource) {
-    // One registration cache for the user buffers of every peer.
+    // One registration cache for the user buffers of every peer (and of
+    // every other communicator of the process on the device).
     let regs = peers
         .first()
-        .map(|p| regcache::RegCache::new(p.qp.device().clone()));
+        .map(|p| regcache::RegCache::of(p.qp.device().clone()));
     let shared: Vec<(usize, Arc<SharedPeer>)> = match regs {
         None => Vec::new(),
         Some(regs) => peers

@@ -4,8 +4,10 @@
 //! send buffer into the receiver's receive buffer, so both must be
 //! registered. Registration pins pages and costs a system call, so the
 //! registrations of recently used buffers are kept ([`CAPACITY`] per
-//! communicator, least recently used evicted), keyed by the address range
-//! they cover (exactly the buffer: no neighbouring bytes become writable).
+//! device, shared by every communicator of the process on it, least
+//! recently used evicted), keyed by the address range they cover (exactly
+//! the buffer: no neighbouring bytes become writable). A buffer used by a
+//! communicator and its split children is registered once.
 //!
 //! A cached registration must never outlive the memory it covers: a buffer
 //! freed and another allocated at the same address would get the old,
@@ -25,7 +27,7 @@ use crate::transport::verbs::sys::*;
 use super::device::Device;
 use crate::{Error, Result};
 
-/// Registrations kept per communicator.
+/// Registrations kept per device.
 pub(crate) const CAPACITY: usize = 16;
 
 /// A registered user buffer range, deregistered when the last holder drops it.
@@ -98,7 +100,8 @@ impl Drop for Registration {
     }
 }
 
-/// The registrations of one communicator's verbs peers (one device).
+/// The registrations of the verbs peers of every communicator of this
+/// process on one device.
 pub(crate) struct RegCache {
     dev: Arc<Device>,
     /// Most recently used last.
@@ -119,14 +122,22 @@ static ANY: AtomicBool = AtomicBool::new(false);
 static HOOK: Once = Once::new();
 
 impl RegCache {
-    /// An empty cache on `dev`, reachable from [`forget`].
-    pub(crate) fn new(dev: Arc<Device>) -> Arc<RegCache> {
+    /// The cache of `dev`: the one another communicator of this process
+    /// uses on it, or a new one, reachable from [`forget`].
+    pub(crate) fn of(dev: Arc<Device>) -> Arc<RegCache> {
+        let mut all = CACHES.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|w| w.strong_count() > 0);
+        if let Some(c) = all
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|c| Arc::ptr_eq(&c.dev, &dev))
+        {
+            return c;
+        }
         let c = Arc::new(RegCache {
             dev,
             entries: Mutex::new(Vec::new()),
         });
-        let mut all = CACHES.lock().unwrap_or_else(|e| e.into_inner());
-        all.retain(|w| w.strong_count() > 0);
         all.push(Arc::downgrade(&c));
         ANY.store(true, Ordering::Release);
         HOOK.call_once(|| crate::host::release_hooks::install(forget));
