@@ -104,7 +104,7 @@ pub(crate) struct PeerRdma {
     /// True once our rings are registered and the peer told where they
     /// are (and where its own are): slots may go.
     rings_up: bool,
-    /// True once our rings are registered and the peer told where.
+    /// True once our rings are registered and we told the peer where.
     rings_told: bool,
     /// Next staged slot to write.
     posted: u64,

@@ -59,6 +59,13 @@ pub(crate) struct RingWords {
     pub words: [AtomicU64; 4],
 }
 
+impl RingWords {
+    /// True once the peer's write is complete (its last word is in place).
+    pub(crate) fn present(&self) -> bool {
+        self.words[3].load(Ordering::Acquire) != 0
+    }
+}
+
 /// Byte offsets of the words in [`Ctrl`].
 pub(crate) const CTRL_HEAD: u64 = 0;
 /// See [`CTRL_HEAD`].
@@ -94,10 +101,10 @@ impl RingKeys {
 
     /// What the peer wrote into `at`, once it did.
     pub(crate) fn read(at: &RingWords) -> Option<RingKeys> {
-        let [inbound, staging, keys, present] = &at.words;
-        if present.load(Ordering::Acquire) == 0 {
+        if !at.present() {
             return None;
         }
+        let [inbound, staging, keys, _] = &at.words;
         let keys = keys.load(Ordering::Acquire);
         Some(RingKeys {
             inbound_addr: inbound.load(Ordering::Acquire),

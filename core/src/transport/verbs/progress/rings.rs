@@ -12,8 +12,6 @@
 //! keys; it has told its own by then, so the peer's inbound ring is
 //! registered before anything is written into it.
 
-use std::sync::atomic::Ordering;
-
 use super::{PeerRdma, Wake};
 use crate::Error;
 use crate::transport::verbs::qp::{CTRL_RINGS, RingKeys};
@@ -22,7 +20,7 @@ impl PeerRdma {
     /// True once the peer has written where its rings are.
     #[inline]
     pub(super) fn peer_told_rings(&self) -> bool {
-        self.rings.ctrl.rings.words[3].load(Ordering::Acquire) != 0
+        self.rings.ctrl.rings.present()
     }
 
     /// Registers our rings and tells the peer where they are (once), then
