@@ -350,9 +350,10 @@ proptest! {
     #![proptest_config(socket_config(8))]
 
     /// A fake root feeds a real client arbitrary replies: the client returns
-    /// `Ok` or `Err` (never panics, never waits past its timeout), and when
-    /// the replies are a clean welcome for a lone rank it gathers its own
-    /// blob; its hello says who it is and where it accepts its peers.
+    /// `Ok` or `Err` (never panics, never waits past its timeout: 10 s,
+    /// within 2 s), and when the replies are a clean welcome for a lone rank
+    /// it gathers its own blob; its hello says who it is and where it
+    /// accepts its peers.
     #[test]
     fn client_survives_a_hostile_root(
         (replies, bytes) in root_replies(),
@@ -381,9 +382,14 @@ proptest! {
             while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
         });
         let start = Instant::now();
-        let got = Bootstrap::connect(&id, 0, size, Duration::from_secs(10))
+        let timeout = Duration::from_secs(10);
+        let got = Bootstrap::connect(&id, 0, size, timeout)
             .and_then(|mut boot| boot.all_gather(b"mine"));
-        prop_assert!(start.elapsed() < Duration::from_secs(9), "took {:?}", start.elapsed());
+        // A damaged welcome may name a peer at an address nothing answers
+        // from (126.0.0.1, say, where a network namespace has no route):
+        // the client then waits out its timeout, and no longer.
+        let took = start.elapsed();
+        prop_assert!(took < timeout + Duration::from_secs(2), "took {:?}", took);
         fake_root.join().expect("fake root");
         match (&expected, &got) {
             (Some(want), Ok(all)) => prop_assert_eq!(want, all),
