@@ -35,6 +35,7 @@ mod recovery_point;
 mod selection;
 mod split;
 pub(crate) mod submit;
+pub(crate) mod table;
 pub(crate) mod task;
 mod turns;
 
