@@ -155,7 +155,8 @@ pub(crate) mod wait;
 mod readme {}
 
 pub use comm::{
-    AsBufView, BufView, Communicator, CommunicatorBuilder, Group, P2pStats, UntypedBuffer,
+    AsBufView, BufView, Communicator, CommunicatorBuilder, Group, P2pStats, RawBuffers, RawSpan,
+    UntypedBuffer,
 };
 pub use config::{Config, Transport};
 pub use streamcomm_types::{

@@ -4,20 +4,20 @@
 //!
 //! Buffers are device pointers (e.g. from `cudaMalloc`, or PyTorch's
 //! `tensor.data_ptr()`); they are checked for NULL, alignment and overlap
-//! like host buffers, never dereferenced by the host. NCCL's in-place rules
-//! apply as in `ops.rs`. The stream must belong to the device's primary
+//! like host buffers, never dereferenced by the host. The collectives that
+//! are plans are in `collectives.rs`, through [`collective`], with NCCL's
+//! in-place rules. The stream must belong to the device's primary
 //! context (what the runtime API and PyTorch use); 0 is the legacy default
 //! stream. Without a usable GPU, `streamcomm_cuda_comm_create` returns
 //! `STREAMCOMM_UNAVAILABLE`.
 
 use std::ffi::{c_int, c_void};
 
-use streamcomm::Collective;
 use streamcomm::cuda::cudarc::driver::sys::CUstream;
-use streamcomm::cuda::{CudaComm, RawBuffers, RawDeviceBuffer, RawP2p};
-use streamcomm::{DataType, ReduceOp};
+use streamcomm::cuda::{CudaComm, RawP2p};
+use streamcomm::{Collective, DataType, RawBuffers, RawSpan, ReduceOp};
 
-use crate::args::{CBuf, dtype, index, out_ptr, reduce_op};
+use crate::args::{CBuf, dtype, index, out_ptr};
 use crate::group::refuse_in_group;
 use crate::guard::guard;
 use crate::result::{FfiResult, SUCCESS, code_of};
@@ -81,8 +81,8 @@ pub unsafe extern "C" fn streamcomm_cuda_comm_get_async_error(
 }
 
 /// A buffer this rank does not use may be anything, NULL included.
-fn raw(b: &CBuf) -> RawDeviceBuffer {
-    RawDeviceBuffer {
+fn raw(b: &CBuf) -> RawSpan {
+    RawSpan {
         ptr: b.ptr as u64,
         len: b.count,
     }
@@ -91,8 +91,10 @@ fn raw(b: &CBuf) -> RawDeviceBuffer {
 /// One collective with NCCL's arguments: laid out by NCCL's rules
 /// ([`RawBuffers::nccl_layout`]: NULL, alignment, overlap and the in-place
 /// layouts checked there), then enqueued; nothing where it moves no element.
-#[allow(clippy::too_many_arguments)]
-fn collective(
+///
+/// # Safety
+/// The C caller's contract for a collective's buffers (`streamcomm.h`).
+pub(crate) unsafe fn collective(
     call: &str,
     (cuda_comm, stream): (*mut c_void, *mut c_void),
     (coll, dt, op): (Collective, DataType, ReduceOp),
@@ -120,159 +122,6 @@ fn collective(
     Ok(unsafe { cc.collective_raw(coll, dt, op, buffers, stream as CUstream) }?)
 }
 
-/// All-reduce of `count` elements of device memory on a CUDA stream (in
-/// place when `sendbuff == recvbuff`).
-///
-/// # Safety
-/// Device buffers hold `count` elements and stay valid until the operation
-/// completes on `cuda_stream`, a live stream of the device (or NULL).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn streamcomm_cuda_all_reduce(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: c_int,
-    op: c_int,
-    cuda_comm: *mut c_void,
-    cuda_stream: *mut c_void,
-) -> c_int {
-    let call = "streamcomm_cuda_all_reduce";
-    guard(call, || {
-        let (dt, op) = (dtype(datatype)?, reduce_op(op)?);
-        let coll = Collective::AllReduce;
-        let bufs = (sendbuff, recvbuff);
-        collective(call, (cuda_comm, cuda_stream), (coll, dt, op), bufs, count)
-    })
-}
-
-/// Broadcast of `count` elements from `root` on a CUDA stream.
-///
-/// # Safety
-/// As [`streamcomm_cuda_all_reduce`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn streamcomm_cuda_broadcast(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: c_int,
-    root: c_int,
-    cuda_comm: *mut c_void,
-    cuda_stream: *mut c_void,
-) -> c_int {
-    let call = "streamcomm_cuda_broadcast";
-    guard(call, || {
-        let dt = dtype(datatype)?;
-        let coll = Collective::Broadcast {
-            root: index(root, "root")?,
-        };
-        let bufs = (sendbuff, recvbuff);
-        let what = (coll, dt, ReduceOp::Sum);
-        collective(call, (cuda_comm, cuda_stream), what, bufs, count)
-    })
-}
-
-/// Reduce of `count` elements into `root`'s `recvbuff` on a CUDA stream.
-///
-/// # Safety
-/// As [`streamcomm_cuda_all_reduce`].
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn streamcomm_cuda_reduce(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: c_int,
-    op: c_int,
-    root: c_int,
-    cuda_comm: *mut c_void,
-    cuda_stream: *mut c_void,
-) -> c_int {
-    let call = "streamcomm_cuda_reduce";
-    guard(call, || {
-        let (dt, op) = (dtype(datatype)?, reduce_op(op)?);
-        let coll = Collective::Reduce {
-            root: index(root, "root")?,
-        };
-        let bufs = (sendbuff, recvbuff);
-        collective(call, (cuda_comm, cuda_stream), (coll, dt, op), bufs, count)
-    })
-}
-
-/// All-gather of `sendcount` elements per rank on a CUDA stream.
-///
-/// # Safety
-/// As [`streamcomm_cuda_all_reduce`], `recvbuff` holding `nranks * sendcount`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn streamcomm_cuda_all_gather(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    sendcount: usize,
-    datatype: c_int,
-    cuda_comm: *mut c_void,
-    cuda_stream: *mut c_void,
-) -> c_int {
-    let call = "streamcomm_cuda_all_gather";
-    guard(call, || {
-        let dt = dtype(datatype)?;
-        let bufs = (sendbuff, recvbuff);
-        let coll = Collective::AllGather;
-        let what = (coll, dt, ReduceOp::Sum);
-        collective(call, (cuda_comm, cuda_stream), what, bufs, sendcount)
-    })
-}
-
-/// Reduce-scatter leaving `recvcount` elements per rank, on a CUDA stream.
-///
-/// # Safety
-/// As [`streamcomm_cuda_all_reduce`], `sendbuff` holding `nranks * recvcount`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn streamcomm_cuda_reduce_scatter(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    recvcount: usize,
-    datatype: c_int,
-    op: c_int,
-    cuda_comm: *mut c_void,
-    cuda_stream: *mut c_void,
-) -> c_int {
-    let call = "streamcomm_cuda_reduce_scatter";
-    guard(call, || {
-        let (dt, op) = (dtype(datatype)?, reduce_op(op)?);
-        let bufs = (sendbuff, recvbuff);
-        let coll = Collective::ReduceScatter;
-        collective(
-            call,
-            (cuda_comm, cuda_stream),
-            (coll, dt, op),
-            bufs,
-            recvcount,
-        )
-    })
-}
-
-/// All-to-all of `count` elements per pair of ranks on a CUDA stream.
-///
-/// # Safety
-/// As [`streamcomm_cuda_all_reduce`], both buffers holding `nranks * count`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn streamcomm_cuda_all_to_all(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: c_int,
-    cuda_comm: *mut c_void,
-    cuda_stream: *mut c_void,
-) -> c_int {
-    let call = "streamcomm_cuda_all_to_all";
-    guard(call, || {
-        let dt = dtype(datatype)?;
-        let bufs = (sendbuff, recvbuff);
-        let coll = Collective::AllToAll;
-        let what = (coll, dt, ReduceOp::Sum);
-        collective(call, (cuda_comm, cuda_stream), what, bufs, count)
-    })
-}
-
 /// A barrier on a CUDA stream.
 ///
 /// # Safety
@@ -295,7 +144,7 @@ pub unsafe extern "C" fn streamcomm_cuda_barrier(
 /// stream. A count of 0 with a NULL buffer skips that side.
 ///
 /// # Safety
-/// As [`streamcomm_cuda_all_reduce`], for both buffers.
+/// As [`streamcomm_cuda_all_reduce`](crate::collectives::streamcomm_cuda_all_reduce), for both buffers.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn streamcomm_cuda_sendrecv(

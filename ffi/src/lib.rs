@@ -33,6 +33,7 @@
 #![deny(unreachable_pub)]
 
 mod args;
+pub mod collectives;
 pub mod comm;
 pub mod cuda;
 pub mod group;

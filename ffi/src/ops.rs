@@ -1,23 +1,19 @@
-//! Collectives and barriers for C, with NCCL's argument order and in-place rules.
-//!
-//! Each entry point decodes its enums, resolves its handles, checks its
-//! buffers, and calls the matching [`Communicator`] method, choosing the
-//! `*_in_place` form exactly where NCCL treats a call as in place:
-//! `sendbuff == recvbuff` for all-reduce, broadcast and reduce;
-//! `sendbuff == recvbuff + rank * sendcount` for all-gather;
-//! `recvbuff == sendbuff + rank * recvcount` for reduce-scatter. Any other
-//! overlap of the two buffers is refused. All operations are enqueued on the
+//! Barriers and the collectives made of sends and receives (gather,
+//! scatter, `all_to_allv`, `all_gatherv`) for C, on host streams; the
+//! collectives that are plans are in `collectives.rs`, through
+//! [`collective`]. Each entry point decodes its enums, resolves its
+//! handles, checks its buffers (NULL, alignment, overlap), and calls the
+//! matching [`Communicator`] method. All operations are enqueued on the
 //! stream; none is complete on return.
 
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-use streamcomm::UntypedBuffer;
 use streamcomm::host::HostStream;
-use streamcomm::{Communicator, DataType};
+use streamcomm::{Collective, Communicator, DataType, RawBuffers, ReduceOp, UntypedBuffer};
 
 use crate::COMMS;
-use crate::args::{CBuf, disjoint, dtype, index, non_null, reduce_op};
+use crate::args::{CBuf, disjoint, dtype, index, non_null};
 use crate::group::refuse_in_group;
 use crate::guard::{guard, refuse_in_callback};
 use crate::result::{Failure, FfiResult};
@@ -42,214 +38,35 @@ fn times_size(count: usize, size: usize, what: &str) -> FfiResult<usize> {
         .ok_or_else(|| Failure::invalid(format!("{what} {count} times {size} ranks overflows")))
 }
 
+/// One collective that is a plan, with NCCL's arguments, on a host
+/// stream: laid out by NCCL's rules ([`RawBuffers::nccl_layout`]: NULL,
+/// alignment, overlap and the in-place layouts checked there), then
+/// enqueued through the host backend's door; nothing where it moves no
+/// element.
+///
+/// # Safety
+/// The C caller's contract for a collective's buffers (`streamcomm.h`).
+pub(crate) unsafe fn collective(
+    call: &str,
+    (comm, stream): (*mut c_void, *mut c_void),
+    (coll, dt, op): (Collective, DataType, ReduceOp),
+    (sendbuff, recvbuff): (*const c_void, *mut c_void),
+    count: usize,
+) -> FfiResult {
+    let (c, s) = resolve(call, comm, stream)?;
+    let (send, recv) = (sendbuff as u64, recvbuff as u64);
+    let layout = RawBuffers::nccl_layout(coll, dt, send, recv, count, c.rank(), c.size())?;
+    let Some(buffers) = layout else {
+        return Ok(());
+    };
+    // SAFETY: forwarded: every buffer the layout names holds its elements
+    // and stays valid until the operation completes on the stream.
+    Ok(unsafe { c.collective_raw(coll, dt, op, buffers, &s) }?)
+}
+
 /// An empty buffer, for the side a rank does not use (NCCL lets it be NULL).
 fn unused(dtype: DataType) -> UntypedBuffer {
     UntypedBuffer::zeroed(dtype, 0)
-}
-
-/// True when `inner` starts `block` elements into `outer`.
-fn starts_at(inner: &CBuf, outer: &CBuf, block: usize) -> bool {
-    inner.count > 0 && inner.ptr as usize == outer.ptr as usize + block * outer.dtype.size()
-}
-
-/// All-reduce of `count` elements (in place when `sendbuff == recvbuff`).
-///
-/// # Safety
-/// Non-NULL buffers hold `count` elements and stay valid until the
-/// operation completes on the stream.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn streamcomm_all_reduce(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: c_int,
-    op: c_int,
-    comm: *mut c_void,
-    stream: *mut c_void,
-) -> c_int {
-    guard("streamcomm_all_reduce", || {
-        let (dt, op) = (dtype(datatype)?, reduce_op(op)?);
-        let (c, s) = resolve("streamcomm_all_reduce", comm, stream)?;
-        let send = CBuf::new(sendbuff, dt, count, "sendbuff")?;
-        let recv = CBuf::new(recvbuff, dt, count, "recvbuff")?;
-        if send.ptr == recv.ptr {
-            // SAFETY: the buffer contract of this entry point (checked by CBuf::new).
-            let mut buf = unsafe { recv.wrap() }?;
-            return Ok(c.all_reduce_in_place(&mut buf, op, &s)?);
-        }
-        disjoint("all_reduce", &send, &recv)?;
-        // SAFETY: the buffer contract of this entry point (checked by CBuf::new).
-        let (sb, mut rb) = unsafe { (send.wrap()?, recv.wrap()?) };
-        Ok(c.all_reduce(&sb, &mut rb, op, &s)?)
-    })
-}
-
-/// Broadcast of `count` elements from `root` (`sendbuff` is read on the
-/// root only; in place when `sendbuff == recvbuff`).
-///
-/// # Safety
-/// As [`streamcomm_all_reduce`].
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn streamcomm_broadcast(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: c_int,
-    root: c_int,
-    comm: *mut c_void,
-    stream: *mut c_void,
-) -> c_int {
-    guard("streamcomm_broadcast", || {
-        let dt = dtype(datatype)?;
-        let root = index(root, "root")?;
-        let (c, s) = resolve("streamcomm_broadcast", comm, stream)?;
-        let recv = CBuf::new(recvbuff, dt, count, "recvbuff")?;
-        // SAFETY: the buffer contract of this entry point (checked by CBuf::new).
-        let mut rb = unsafe { recv.wrap() }?;
-        if c.rank() != root {
-            return Ok(c.broadcast(&unused(dt), &mut rb, root, &s)?);
-        }
-        let send = CBuf::new(sendbuff, dt, count, "sendbuff")?;
-        if send.ptr == recv.ptr {
-            return Ok(c.broadcast_in_place(&mut rb, root, &s)?);
-        }
-        disjoint("broadcast", &send, &recv)?;
-        // SAFETY: the buffer contract of this entry point (checked by CBuf::new).
-        let sb = unsafe { send.wrap() }?;
-        Ok(c.broadcast(&sb, &mut rb, root, &s)?)
-    })
-}
-
-/// Reduce of `count` elements into `root`'s `recvbuff` (written on the root
-/// only; in place when `sendbuff == recvbuff`).
-///
-/// # Safety
-/// As [`streamcomm_all_reduce`].
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn streamcomm_reduce(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: c_int,
-    op: c_int,
-    root: c_int,
-    comm: *mut c_void,
-    stream: *mut c_void,
-) -> c_int {
-    guard("streamcomm_reduce", || {
-        let (dt, op) = (dtype(datatype)?, reduce_op(op)?);
-        let root = index(root, "root")?;
-        let (c, s) = resolve("streamcomm_reduce", comm, stream)?;
-        let send = CBuf::new(sendbuff, dt, count, "sendbuff")?;
-        // SAFETY: the buffer contract of this entry point (checked by CBuf::new).
-        let sb = unsafe { send.wrap() }?;
-        if c.rank() != root {
-            return Ok(c.reduce(&sb, &mut unused(dt), op, root, &s)?);
-        }
-        let recv = CBuf::new(recvbuff, dt, count, "recvbuff")?;
-        if send.ptr == recv.ptr {
-            // SAFETY: the buffer contract of this entry point (checked by CBuf::new).
-            let mut buf = unsafe { recv.wrap() }?;
-            return Ok(c.reduce_in_place(&mut buf, op, root, &s)?);
-        }
-        disjoint("reduce", &send, &recv)?;
-        // SAFETY: the buffer contract of this entry point (checked by CBuf::new).
-        let mut rb = unsafe { recv.wrap() }?;
-        Ok(c.reduce(&sb, &mut rb, op, root, &s)?)
-    })
-}
-
-/// All-gather: every rank's `sendcount` elements, in rank order, into every
-/// rank's `recvbuff` of `nranks * sendcount` elements.
-///
-/// # Safety
-/// As [`streamcomm_all_reduce`], with `recvbuff` holding `nranks * sendcount`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn streamcomm_all_gather(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    sendcount: usize,
-    datatype: c_int,
-    comm: *mut c_void,
-    stream: *mut c_void,
-) -> c_int {
-    guard("streamcomm_all_gather", || {
-        let dt = dtype(datatype)?;
-        let (c, s) = resolve("streamcomm_all_gather", comm, stream)?;
-        let total = times_size(sendcount, c.size(), "sendcount")?;
-        let send = CBuf::new(sendbuff, dt, sendcount, "sendbuff")?;
-        let recv = CBuf::new(recvbuff, dt, total, "recvbuff")?;
-        if starts_at(&send, &recv, c.rank() * sendcount) {
-            // SAFETY: the buffer contract of this entry point (checked by CBuf::new).
-            let mut buf = unsafe { recv.wrap() }?;
-            return Ok(c.all_gather_in_place(&mut buf, &s)?);
-        }
-        disjoint("all_gather", &send, &recv)?;
-        // SAFETY: the buffer contract of this entry point (checked by CBuf::new).
-        let (sb, mut rb) = unsafe { (send.wrap()?, recv.wrap()?) };
-        Ok(c.all_gather(&sb, &mut rb, &s)?)
-    })
-}
-
-/// Reduce-scatter: reduces every rank's `nranks * recvcount` elements and
-/// leaves block `rank` (`recvcount` elements) in `recvbuff`.
-///
-/// # Safety
-/// As [`streamcomm_all_reduce`], with `sendbuff` holding `nranks * recvcount`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn streamcomm_reduce_scatter(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    recvcount: usize,
-    datatype: c_int,
-    op: c_int,
-    comm: *mut c_void,
-    stream: *mut c_void,
-) -> c_int {
-    guard("streamcomm_reduce_scatter", || {
-        let (dt, op) = (dtype(datatype)?, reduce_op(op)?);
-        let (c, s) = resolve("streamcomm_reduce_scatter", comm, stream)?;
-        let total = times_size(recvcount, c.size(), "recvcount")?;
-        let send = CBuf::new(sendbuff, dt, total, "sendbuff")?;
-        let recv = CBuf::new(recvbuff, dt, recvcount, "recvbuff")?;
-        if starts_at(&recv, &send, c.rank() * recvcount) {
-            // SAFETY: the buffer contract of this entry point (checked by CBuf::new).
-            let mut buf = unsafe { send.wrap() }?;
-            return Ok(c.reduce_scatter_in_place(&mut buf, op, &s)?);
-        }
-        disjoint("reduce_scatter", &send, &recv)?;
-        // SAFETY: the buffer contract of this entry point (checked by CBuf::new).
-        let (sb, mut rb) = unsafe { (send.wrap()?, recv.wrap()?) };
-        Ok(c.reduce_scatter(&sb, &mut rb, op, &s)?)
-    })
-}
-
-/// All-to-all: block `j` (`count` elements) of `sendbuff` goes to rank `j`,
-/// which stores it as block `rank` of its `recvbuff`. Not in place.
-///
-/// # Safety
-/// As [`streamcomm_all_reduce`], with both buffers holding `nranks * count`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn streamcomm_all_to_all(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: c_int,
-    comm: *mut c_void,
-    stream: *mut c_void,
-) -> c_int {
-    guard("streamcomm_all_to_all", || {
-        let dt = dtype(datatype)?;
-        let (c, s) = resolve("streamcomm_all_to_all", comm, stream)?;
-        let total = times_size(count, c.size(), "count")?;
-        let send = CBuf::new(sendbuff, dt, total, "sendbuff")?;
-        let recv = CBuf::new(recvbuff, dt, total, "recvbuff")?;
-        disjoint("all_to_all", &send, &recv)?;
-        // SAFETY: the buffer contract of this entry point (checked by CBuf::new).
-        let (sb, mut rb) = unsafe { (send.wrap()?, recv.wrap()?) };
-        Ok(c.all_to_all(&sb, &mut rb, &s)?)
-    })
 }
 
 /// Enqueues a barrier on the stream.
@@ -284,7 +101,7 @@ pub unsafe extern "C" fn streamcomm_barrier_host(comm: *mut c_void) -> c_int {
 /// where it may be NULL). The buffers must not overlap.
 ///
 /// # Safety
-/// As [`streamcomm_all_reduce`], with the root's `recvbuff` holding
+/// As [`streamcomm_all_reduce`](crate::collectives::streamcomm_all_reduce), with the root's `recvbuff` holding
 /// `nranks * count`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_gather(
@@ -320,7 +137,7 @@ pub unsafe extern "C" fn streamcomm_gather(
 /// `recvbuff`. The buffers must not overlap.
 ///
 /// # Safety
-/// As [`streamcomm_all_reduce`], with the root's `sendbuff` holding
+/// As [`streamcomm_all_reduce`](crate::collectives::streamcomm_all_reduce), with the root's `sendbuff` holding
 /// `nranks * count`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_scatter(
@@ -383,7 +200,7 @@ fn extent(counts: &[usize], displs: &[usize], what: &str) -> FfiResult<usize> {
 /// `recvbuff`. The buffers must not overlap.
 ///
 /// # Safety
-/// As [`streamcomm_all_reduce`]; the four arrays hold `nranks` entries and
+/// As [`streamcomm_all_reduce`](crate::collectives::streamcomm_all_reduce); the four arrays hold `nranks` entries and
 /// the buffers every region they describe.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
@@ -425,7 +242,7 @@ pub unsafe extern "C" fn streamcomm_all_to_allv(
 /// rank's `recvbuff`. The buffers must not overlap.
 ///
 /// # Safety
-/// As [`streamcomm_all_reduce`]; the two arrays hold `nranks` entries and
+/// As [`streamcomm_all_reduce`](crate::collectives::streamcomm_all_reduce); the two arrays hold `nranks` entries and
 /// `recvbuff` every region they describe.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]

@@ -5,10 +5,11 @@
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
+use streamcomm::cuda::RawP2p;
 use streamcomm::cuda::cudarc::driver::sys::CUstream;
 use streamcomm::cuda::nccl::sys::{ncclDataType_t, ncclRedOp_t};
-use streamcomm::cuda::{RawBuffers, RawDeviceBuffer, RawP2p};
 use streamcomm::{Collective, DataType, Error, ReduceOp};
+use streamcomm::{RawBuffers, RawSpan};
 
 use crate::api::{cudaStream_t, export, ncclComm_t, ncclResult_t};
 use crate::comms::{self, Ready};
@@ -123,7 +124,7 @@ impl Call {
         Ok(ncclResult_t::ncclSuccess)
     }
 
-    fn p2p(&self, send: bool, peer: usize, buf: RawDeviceBuffer) -> RawP2p {
+    fn p2p(&self, send: bool, peer: usize, buf: RawSpan) -> RawP2p {
         RawP2p {
             send,
             peer,
@@ -133,8 +134,8 @@ impl Call {
     }
 }
 
-fn buf(ptr: *const c_void, len: usize) -> RawDeviceBuffer {
-    RawDeviceBuffer {
+fn buf(ptr: *const c_void, len: usize) -> RawSpan {
+    RawSpan {
         ptr: ptr as u64,
         len,
     }

@@ -71,7 +71,7 @@ impl Communicator {
     /// count and the element type from the buffers by the rule every face
     /// shares ([`crate::plan::count_from`]), a rooted collective's buffer
     /// that this rank does not use left out, then one task on `stream`.
-    fn separate(
+    pub(super) fn separate(
         &self,
         collective: Collective,
         op: ReduceOp,
@@ -102,7 +102,7 @@ impl Communicator {
 
     /// The front door of every collective in one buffer (NCCL's in-place
     /// layout), as [`Communicator::separate`].
-    fn in_place(
+    pub(super) fn in_place(
         &self,
         collective: Collective,
         op: ReduceOp,

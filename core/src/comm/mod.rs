@@ -30,6 +30,7 @@ mod mismatch;
 pub(crate) mod p2p;
 pub(crate) mod peer_watch;
 mod plan_cache;
+mod raw;
 pub(crate) mod recovery;
 mod recovery_point;
 mod selection;
@@ -47,6 +48,7 @@ pub use builder::CommunicatorBuilder;
 pub use endpoint::Endpoint;
 pub(crate) use endpoint::local_host_id;
 pub use p2p::{Group, P2pStats};
+pub use raw::{RawBuffers, RawSpan};
 
 use crate::bootstrap::UniqueId;
 use crate::config::Config;

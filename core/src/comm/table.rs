@@ -17,7 +17,7 @@
 //! The host-blocking slice forms (`*_host`) are not generated: each checks
 //! exact lengths and runs on the caller's thread, as `comm::blocking` says.
 //! The C API and the NCCL-compatible library are written in C's terms and
-//! lay out their calls by NCCL's rules (`cuda::RawBuffers::nccl_layout`).
+//! lay out their calls by NCCL's rules ([`RawBuffers::nccl_layout`](crate::RawBuffers::nccl_layout)).
 //!
 //! [`Communicator`]: crate::Communicator
 //! [`Collective`]: crate::plan::Collective

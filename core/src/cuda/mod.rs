@@ -187,7 +187,7 @@ use crate::{Communicator, Error, Result};
 
 pub use cudarc::driver::{DevicePtr, DevicePtrMut};
 pub use group::CudaGroup;
-pub use raw::{RawBuffers, RawDeviceBuffer, RawP2p};
+pub use raw::RawP2p;
 
 /// The number of CUDA devices (at least 1), probing the driver first:
 /// [`Error::Unavailable`] (never a panic) where no usable CUDA driver is

@@ -10,175 +10,7 @@ use crate::comm::p2p::Dir;
 use crate::device::cuda::{CudaQueue, gpu_error};
 use crate::device::{DeviceBuffers, DeviceCall, DeviceP2p, DeviceRange};
 use crate::plan::Collective;
-use crate::{DataType, Error, ReduceOp, Result};
-
-/// `len` elements at a device address.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RawDeviceBuffer {
-    /// Device address of the first element (`CUdeviceptr`).
-    pub ptr: u64,
-    /// Number of elements.
-    pub len: usize,
-}
-
-/// The buffers of a raw collective.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RawBuffers {
-    /// Distinct input and output (either may be unused by this rank, e.g. a
-    /// non-root's input of a broadcast; its `ptr` may then be 0).
-    Separate {
-        /// Input.
-        send: RawDeviceBuffer,
-        /// Output.
-        recv: RawDeviceBuffer,
-    },
-    /// One buffer at NCCL's in-place offsets.
-    InPlace(RawDeviceBuffer),
-}
-
-impl RawBuffers {
-    /// The buffers of a call made with NCCL's arguments, laid out by
-    /// NCCL's rules: `send` and `recv` are device addresses (0 for NULL),
-    /// `count` is NCCL's count (per rank for all-gather's input,
-    /// reduce-scatter's output and all-to-all's blocks). In place where
-    /// NCCL says so: the same buffer (all-reduce, broadcast, reduce,
-    /// all-to-all), the input at this rank's block of the output
-    /// (all-gather), the output at this rank's block of the input
-    /// (reduce-scatter). A buffer this rank does not use (a non-root's
-    /// input of a broadcast, output of a reduce) may be NULL. `None` when
-    /// the call moves no element: NCCL returns at once.
-    ///
-    /// The C API, the NCCL-compatible library and callers that hold
-    /// pointers (`tensor.data_ptr()`) all lay out their calls here.
-    ///
-    /// # Examples
-    /// ```
-    /// use streamcomm::cuda::{RawBuffers, RawDeviceBuffer};
-    /// use streamcomm::{Collective, DataType};
-    /// // Rank 1 of 4 gathers 8 f32 each; its input is its block of the output.
-    /// let recv = 0x10000;
-    /// let send = recv + 8 * 4;
-    /// let b = RawBuffers::nccl_layout(Collective::AllGather, DataType::F32, send, recv, 8, 1, 4)?;
-    /// assert_eq!(b, Some(RawBuffers::InPlace(RawDeviceBuffer { ptr: recv, len: 32 })));
-    /// # Ok::<(), streamcomm::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a barrier (no buffers), a root out of
-    /// range, a count whose bytes overflow, or a NULL buffer this rank uses
-    /// (named: `sendbuff`, `the root's recvbuff`, ...).
-    pub fn nccl_layout(
-        collective: Collective,
-        dtype: DataType,
-        send: u64,
-        recv: u64,
-        count: usize,
-        rank: usize,
-        size: usize,
-    ) -> Result<Option<RawBuffers>> {
-        let blocks = |n: usize| {
-            n.checked_mul(size)
-                .filter(|all| all.checked_mul(dtype.size()).is_some())
-                .ok_or_else(|| Error::invalid(format!("count {count} (x {size}) overflows")))
-        };
-        let (send_len, recv_len) = match collective {
-            Collective::Barrier => {
-                return Err(Error::invalid("a barrier has no buffers"));
-            }
-            Collective::Broadcast { root } | Collective::Reduce { root } if root >= size => {
-                return Err(Error::invalid(format!(
-                    "root {root} is not a rank of this communicator of {size}"
-                )));
-            }
-            Collective::AllGather => (count, blocks(count)?),
-            Collective::ReduceScatter => (blocks(count)?, count),
-            Collective::AllToAll => (blocks(count)?, blocks(count)?),
-            _ => {
-                blocks(count)?;
-                (count, count)
-            }
-        };
-        if send_len.max(recv_len) == 0 {
-            return Ok(None);
-        }
-        let reads = !matches!(collective, Collective::Broadcast { root } if root != rank);
-        let writes = !matches!(collective, Collective::Reduce { root } if root != rank);
-        let needed = |ptr: u64, side: &str| {
-            if ptr != 0 {
-                return Ok(());
-            }
-            // The side only the root uses is named so.
-            let root_only = matches!(
-                (collective, side),
-                (Collective::Broadcast { .. }, "sendbuff")
-                    | (Collective::Reduce { .. }, "recvbuff")
-            );
-            let whose = if root_only { "the root's " } else { "" };
-            Err(Error::invalid(format!("{whose}{side} is NULL")))
-        };
-        let buf = |ptr: u64, len: usize| RawDeviceBuffer { ptr, len };
-        let at = |base: u64, elems: usize| base.wrapping_add((elems * dtype.size()) as u64);
-        let in_place = send != 0
-            && match collective {
-                Collective::AllGather => send == at(recv, rank * count),
-                Collective::ReduceScatter => recv == at(send, rank * count),
-                _ => send == recv,
-            };
-        let esz = dtype.size() as u64;
-        let checked = |ptr: u64, len: usize, side: &str| -> Result<std::ops::Range<u64>> {
-            needed(ptr, side)?;
-            if !ptr.is_multiple_of(esz) {
-                return Err(Error::invalid(format!(
-                    "{side} {ptr:#x} is not aligned to its element size ({esz} bytes for {dtype})"
-                )));
-            }
-            let end = (len as u64)
-                .checked_mul(esz)
-                .and_then(|b| ptr.checked_add(b))
-                .ok_or_else(|| {
-                    Error::invalid(format!(
-                        "{side}: {len} elements at {ptr:#x} run past the end of the address space"
-                    ))
-                })?;
-            Ok(ptr..end)
-        };
-        if in_place {
-            let (ptr, len, side) = match collective {
-                Collective::ReduceScatter => (send, send_len, "sendbuff"),
-                _ => (recv, recv_len, "recvbuff"),
-            };
-            checked(ptr, len, side)?;
-            return Ok(Some(RawBuffers::InPlace(buf(ptr, len))));
-        }
-        let sends = reads
-            .then(|| checked(send, send_len, "sendbuff"))
-            .transpose()?;
-        let recvs = writes
-            .then(|| checked(recv, recv_len, "recvbuff"))
-            .transpose()?;
-        if let (Some(a), Some(b)) = (sends, recvs)
-            && a.start < b.end
-            && b.start < a.end
-        {
-            return Err(Error::invalid(format!(
-                "{}: sendbuff and recvbuff overlap without being NCCL's in-place layout",
-                collective.name()
-            )));
-        }
-        Ok(Some(RawBuffers::Separate {
-            send: if reads {
-                buf(send, send_len)
-            } else {
-                buf(0, 0)
-            },
-            recv: if writes {
-                buf(recv, recv_len)
-            } else {
-                buf(0, 0)
-            },
-        }))
-    }
-}
+use crate::{DataType, Error, RawBuffers, RawSpan, ReduceOp, Result};
 
 /// One send or receive of a raw group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,10 +22,10 @@ pub struct RawP2p {
     /// Element type.
     pub dtype: DataType,
     /// The buffer.
-    pub buf: RawDeviceBuffer,
+    pub buf: RawSpan,
 }
 
-fn range(b: RawDeviceBuffer) -> DeviceRange {
+fn range(b: RawSpan) -> DeviceRange {
     DeviceRange {
         addr: b.ptr,
         len: b.len,
@@ -229,8 +61,8 @@ impl CudaComm {
     ///
     /// # Examples
     /// ```no_run
-    /// use streamcomm::cuda::{DevicePtr, DevicePtrMut, RawBuffers, RawDeviceBuffer, RawP2p};
-    /// use streamcomm::{Collective, DataType, ReduceOp};
+    /// use streamcomm::cuda::{DevicePtr, DevicePtrMut, RawP2p};
+    /// use streamcomm::{Collective, DataType, RawBuffers, RawSpan, ReduceOp};
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
@@ -240,8 +72,8 @@ impl CudaComm {
     /// let (s, _r) = send.device_ptr(&stream);
     /// let (r, _w) = recv.device_ptr_mut(&stream);
     /// let buffers = RawBuffers::Separate {
-    ///     send: RawDeviceBuffer { ptr: s, len: 1024 },
-    ///     recv: RawDeviceBuffer { ptr: r, len: 1024 },
+    ///     send: RawSpan { ptr: s, len: 1024 },
+    ///     recv: RawSpan { ptr: r, len: 1024 },
     /// };
     /// // SAFETY: both buffers hold 1024 f32 and outlive the synchronisation below.
     /// unsafe {
@@ -296,8 +128,8 @@ impl CudaComm {
     ///
     /// # Examples
     /// ```no_run
-    /// use streamcomm::cuda::{DevicePtr, DevicePtrMut, RawBuffers, RawDeviceBuffer, RawP2p};
-    /// use streamcomm::{Collective, DataType, ReduceOp};
+    /// use streamcomm::cuda::{DevicePtr, DevicePtrMut, RawP2p};
+    /// use streamcomm::{Collective, DataType, RawBuffers, RawSpan, ReduceOp};
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
@@ -323,8 +155,8 @@ impl CudaComm {
     ///
     /// # Examples
     /// ```no_run
-    /// use streamcomm::cuda::{DevicePtr, DevicePtrMut, RawBuffers, RawDeviceBuffer, RawP2p};
-    /// use streamcomm::{Collective, DataType, ReduceOp};
+    /// use streamcomm::cuda::{DevicePtr, DevicePtrMut, RawP2p};
+    /// use streamcomm::{Collective, DataType, RawBuffers, RawSpan, ReduceOp};
     /// # let comm = streamcomm::Communicator::from_env()?;
     /// # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;
     /// let stream = cuda.context().new_stream().expect("stream");
@@ -334,8 +166,8 @@ impl CudaComm {
     /// let (o, _r) = out.device_ptr(&stream);
     /// let (i, _w) = inb.device_ptr_mut(&stream);
     /// let ring = [
-    ///     RawP2p { send: true, peer: (r + 1) % n, dtype: DataType::F32, buf: RawDeviceBuffer { ptr: o, len: 256 } },
-    ///     RawP2p { send: false, peer: (r + n - 1) % n, dtype: DataType::F32, buf: RawDeviceBuffer { ptr: i, len: 256 } },
+    ///     RawP2p { send: true, peer: (r + 1) % n, dtype: DataType::F32, buf: RawSpan { ptr: o, len: 256 } },
+    ///     RawP2p { send: false, peer: (r + n - 1) % n, dtype: DataType::F32, buf: RawSpan { ptr: i, len: 256 } },
     /// ];
     /// // SAFETY: both buffers hold 256 f32 and outlive the synchronisation below.
     /// unsafe { cuda.group_raw(&ring, stream.cu_stream())? };
@@ -361,137 +193,5 @@ impl CudaComm {
             })
             .collect();
         crate::device::enqueue_device_group(&self.comm, &queue, &self.shared, &ops)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const F32: DataType = DataType::F32;
-
-    fn layout(
-        c: Collective,
-        send: u64,
-        recv: u64,
-        count: usize,
-        rank: usize,
-    ) -> Result<Option<RawBuffers>> {
-        RawBuffers::nccl_layout(c, F32, send, recv, count, rank, 4)
-    }
-
-    fn b(ptr: u64, len: usize) -> RawDeviceBuffer {
-        RawDeviceBuffer { ptr, len }
-    }
-
-    fn message(r: Result<Option<RawBuffers>>) -> String {
-        r.expect_err("refused").to_string()
-    }
-
-    #[test]
-    fn in_place_where_nccl_says_so() {
-        let base = 0x10_000;
-        let block = |r: usize| base + (r * 8 * 4) as u64;
-        for c in [
-            Collective::AllReduce,
-            Collective::Broadcast { root: 2 },
-            Collective::Reduce { root: 2 },
-        ] {
-            assert_eq!(
-                layout(c, base, base, 8, 1).unwrap(),
-                Some(RawBuffers::InPlace(b(base, 8))),
-                "{c:?}"
-            );
-        }
-        assert_eq!(
-            layout(Collective::AllGather, block(3), base, 8, 3).unwrap(),
-            Some(RawBuffers::InPlace(b(base, 32)))
-        );
-        assert_eq!(
-            layout(Collective::ReduceScatter, base, block(2), 8, 2).unwrap(),
-            Some(RawBuffers::InPlace(b(base, 32)))
-        );
-        assert_eq!(
-            layout(Collective::AllToAll, base, base, 8, 0).unwrap(),
-            Some(RawBuffers::InPlace(b(base, 32)))
-        );
-        // The input at another rank's block is no in-place layout: it overlaps.
-        let e = message(layout(Collective::AllGather, block(2), base, 8, 3));
-        assert!(
-            e.contains("overlap without being NCCL's in-place layout"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn separate_buffers_carry_each_side_its_length() {
-        let (s, r) = (0x10_000, 0x20_000);
-        assert_eq!(
-            layout(Collective::AllGather, s, r, 8, 1).unwrap(),
-            Some(RawBuffers::Separate {
-                send: b(s, 8),
-                recv: b(r, 32)
-            })
-        );
-        assert_eq!(
-            layout(Collective::ReduceScatter, s, r, 8, 1).unwrap(),
-            Some(RawBuffers::Separate {
-                send: b(s, 32),
-                recv: b(r, 8)
-            })
-        );
-        // What a rank does not use may be NULL, and is passed as nothing.
-        assert_eq!(
-            layout(Collective::Broadcast { root: 0 }, 0, r, 8, 1).unwrap(),
-            Some(RawBuffers::Separate {
-                send: b(0, 0),
-                recv: b(r, 8)
-            })
-        );
-        assert_eq!(
-            layout(Collective::Reduce { root: 0 }, s, 0, 8, 1).unwrap(),
-            Some(RawBuffers::Separate {
-                send: b(s, 8),
-                recv: b(0, 0)
-            })
-        );
-        assert_eq!(
-            layout(Collective::AllReduce, 0, 0, 0, 1).unwrap(),
-            None,
-            "no element"
-        );
-    }
-
-    #[test]
-    fn bad_buffers_are_named() {
-        let (s, r) = (0x10_000, 0x20_000);
-        assert_eq!(
-            message(layout(Collective::AllReduce, 0, r, 8, 0)),
-            "invalid argument: sendbuff is NULL"
-        );
-        assert!(
-            message(layout(Collective::Broadcast { root: 1 }, 0, r, 8, 1))
-                .contains("the root's sendbuff is NULL")
-        );
-        assert!(
-            message(layout(Collective::Reduce { root: 1 }, s, 0, 8, 1))
-                .contains("the root's recvbuff is NULL")
-        );
-        assert!(
-            message(layout(Collective::AllReduce, s + 2, r, 8, 0))
-                .contains("not aligned to its element size")
-        );
-        assert!(message(layout(Collective::AllReduce, s, s + 16, 8, 0)).contains("overlap"));
-        assert!(
-            message(layout(Collective::Reduce { root: 4 }, s, r, 8, 0))
-                .contains("root 4 is not a rank")
-        );
-        assert!(
-            message(layout(Collective::AllGather, s, r, usize::MAX / 2, 0)).contains("overflows")
-        );
-        assert!(
-            message(layout(Collective::AllReduce, u64::MAX - 3, r, 8, 0)).contains("past the end")
-        );
-        assert!(message(layout(Collective::Barrier, s, r, 8, 0)).contains("barrier"));
     }
 }

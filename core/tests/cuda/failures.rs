@@ -10,9 +10,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use streamcomm::RawSpan;
 use streamcomm::config::Config;
 use streamcomm::cuda::cudarc::driver::{CudaContext, CudaStream, result, sys};
-use streamcomm::cuda::{CudaComm, RawDeviceBuffer, RawP2p};
+use streamcomm::cuda::{CudaComm, RawP2p};
 use streamcomm::{Communicator, DataType, Error, ReduceOp};
 
 use crate::backend::{alone, data, download, gpu_present, launch, launch_with, poisoned, upload};
@@ -224,11 +225,11 @@ fn a_device_group_refuses_overlapping_receives_and_unpaired_self_sends() {
     let (overlap, unpaired, empty) = alone(|cuda, s| {
         let a = poisoned::<f32>(s, 64);
         let (base, _guard) = streamcomm::cuda::DevicePtr::device_ptr(&a, s);
-        let buf = |off: u64, len: usize| RawDeviceBuffer {
+        let buf = |off: u64, len: usize| RawSpan {
             ptr: base + 4 * off,
             len,
         };
-        let op = |send: bool, b: RawDeviceBuffer| RawP2p {
+        let op = |send: bool, b: RawSpan| RawP2p {
             send,
             peer: 0,
             dtype: DataType::F32,
@@ -485,7 +486,7 @@ fn bad_args(cuda: &CudaComm, s: &Arc<CudaStream>) {
         .unwrap_err()
         .to_string();
     let (addr, _guard) = streamcomm::cuda::DevicePtr::device_ptr(&send, s);
-    let same = RawDeviceBuffer { ptr: addr, len: 10 };
+    let same = RawSpan { ptr: addr, len: 10 };
     // SAFETY: `send` holds 10 f32 and outlives the synchronisation below; the
     // call is refused before anything is enqueued.
     let aliased = unsafe {
@@ -493,7 +494,7 @@ fn bad_args(cuda: &CudaComm, s: &Arc<CudaStream>) {
             streamcomm::Collective::AllReduce,
             DataType::F32,
             ReduceOp::Sum,
-            streamcomm::cuda::RawBuffers::Separate {
+            streamcomm::RawBuffers::Separate {
                 send: same,
                 recv: same,
             },

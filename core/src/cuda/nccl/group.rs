@@ -16,7 +16,8 @@ use cudarc::driver::{CudaStream, CudaView, CudaViewMut, SyncOnDrop};
 
 use super::result::NcclStatus;
 use super::{Comm, NcclError, NcclType, ReduceOp};
-use crate::cuda::{CudaComm, RawDeviceBuffer, RawP2p};
+use crate::RawSpan;
+use crate::cuda::{CudaComm, RawP2p};
 
 /// `cudarc::nccl`'s `group!`: runs the block between [`group_start`] and
 /// [`group_end`], here `streamcomm::cuda::nccl::group!` (or
@@ -151,7 +152,7 @@ pub(super) fn p2p<T: NcclType>(
     comm: &Comm,
     send: bool,
     peer: usize,
-    buf: RawDeviceBuffer,
+    buf: RawSpan,
 ) -> Result<(), NcclError> {
     let op = RawP2p {
         send,
@@ -265,7 +266,7 @@ impl<'g> Group<'g> {
         let len = data.len();
         let (ptr, sync) = data.view_ptr(&self.comm.stream);
         self.syncs.push(sync);
-        p2p::<T>(self.comm, true, peer, RawDeviceBuffer { ptr, len })
+        p2p::<T>(self.comm, true, peer, RawSpan { ptr, len })
     }
 
     /// Receives from `peer` into `buff` when the group ends.
@@ -281,7 +282,7 @@ impl<'g> Group<'g> {
         let len = buff.len();
         let (ptr, sync) = buff.view_ptr_mut(&self.comm.stream);
         self.syncs.push(sync);
-        p2p::<T>(self.comm, false, peer, RawDeviceBuffer { ptr, len })?;
+        p2p::<T>(self.comm, false, peer, RawSpan { ptr, len })?;
         Ok(NcclStatus::Success)
     }
 

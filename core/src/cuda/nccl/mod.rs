@@ -46,9 +46,10 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 
-use super::{CudaComm, RawBuffers, RawDeviceBuffer};
+use super::CudaComm;
 use crate::bootstrap::UniqueId;
 use crate::{Collective, Communicator, DataType, Error};
+use crate::{RawBuffers, RawSpan};
 
 pub use crate::group;
 pub use error::{NcclError, last_error};
@@ -430,7 +431,7 @@ impl Comm {
         let peer = self.peer(peer)?;
         self.cuda.check_capturable(&self.stream, "send")?;
         let (ptr, _read) = data.device_ptr(&self.stream);
-        let buf = RawDeviceBuffer {
+        let buf = RawSpan {
             ptr,
             len: data.len(),
         };
@@ -450,7 +451,7 @@ impl Comm {
         self.cuda.check_capturable(&self.stream, "recv")?;
         let len = buff.len();
         let (ptr, _write) = buff.device_ptr_mut(&self.stream);
-        group::p2p::<T>(self, false, peer, RawDeviceBuffer { ptr, len })?;
+        group::p2p::<T>(self, false, peer, RawSpan { ptr, len })?;
         Ok(NcclStatus::Success)
     }
 
@@ -621,17 +622,17 @@ impl Comm {
         // cudarc's tracking: waits now, records when the guards drop,
         // after the enqueue.
         let mut guards: Vec<SyncOnDrop<'_>> = Vec::with_capacity(2);
-        let send = send.map_or(RawDeviceBuffer { ptr: 0, len: 0 }, |s| {
+        let send = send.map_or(RawSpan { ptr: 0, len: 0 }, |s| {
             let len = s.len();
             let (ptr, g) = s.device_ptr(&self.stream);
             guards.push(g);
-            RawDeviceBuffer { ptr, len }
+            RawSpan { ptr, len }
         });
-        let recv = recv.map_or(RawDeviceBuffer { ptr: 0, len: 0 }, |r| {
+        let recv = recv.map_or(RawSpan { ptr: 0, len: 0 }, |r| {
             let len = r.len();
             let (ptr, g) = r.device_ptr_mut(&self.stream);
             guards.push(g);
-            RawDeviceBuffer { ptr, len }
+            RawSpan { ptr, len }
         });
         self.collective::<T>(collective, op, RawBuffers::Separate { send, recv })
     }
@@ -647,7 +648,7 @@ impl Comm {
             .check_capturable(&self.stream, collective.name())?;
         let len = buff.len();
         let (ptr, _write) = buff.device_ptr_mut(&self.stream);
-        let buffer = RawBuffers::InPlace(RawDeviceBuffer { ptr, len });
+        let buffer = RawBuffers::InPlace(RawSpan { ptr, len });
         self.collective::<T>(collective, op, buffer)
     }
 
