@@ -39,9 +39,10 @@ pub mod transport {
     pub use crate::transport::Segment;
     pub use crate::transport::ring::RingShape;
 
-    /// The peers this rank's links connect now, in rank order (a tcp peer
-    /// counts once its sockets are made, on first use; every other kind
-    /// of link is made at creation).
+    /// The peers this rank's links carry bytes to now, in rank order (a
+    /// tcp peer counts once its sockets are made, a verbs peer once the
+    /// pair's rings are registered, both on first use; a shared-memory
+    /// peer from creation).
     pub fn connected_peers(comm: &crate::Communicator) -> Vec<usize> {
         comm.inner
             .core
@@ -49,6 +50,21 @@ pub mod transport {
             .iter()
             .flatten()
             .filter(|c| c.connected())
+            .map(|c| c.peer())
+            .collect()
+    }
+
+    /// The peers whose connection this rank has made, in rank order:
+    /// [`connected_peers`], and a verbs peer once the pair's queue pairs
+    /// are made (at its first use, by either side: a barrier's flag writes
+    /// make them too, without a slot).
+    pub fn made_peers(comm: &crate::Communicator) -> Vec<usize> {
+        comm.inner
+            .core
+            .peers()
+            .iter()
+            .flatten()
+            .filter(|c| c.made())
             .map(|c| c.peer())
             .collect()
     }

@@ -11,7 +11,7 @@ use crate::framed::FrameReader;
 use crate::transport::ring::RingShape;
 use crate::{Error, Result};
 
-const VERSION: u8 = 5;
+const VERSION: u8 = 6;
 const MAX_STRING: usize = 256;
 
 /// One rank's bootstrap record.
@@ -40,6 +40,9 @@ pub struct Endpoint {
     /// Where the rank accepts the survivors' connections when its
     /// communicator shrinks (see `comm::recovery`), if it has peers.
     pub recovery: Option<SocketAddr>,
+    /// Where the rank answers its verbs peers' handshakes (a pair's queue
+    /// pairs are made at its first use), if it has an RDMA device.
+    pub verbs_shake: Option<SocketAddr>,
 }
 
 /// No active RDMA device, or verbs not allowed (tcp or shm forced, or a
@@ -74,10 +77,9 @@ impl Endpoint {
         );
         out.push(self.verbs);
         out.push(u8::from(self.verbs_atomics));
-        put_str(
-            &mut out,
-            &self.recovery.map(|a| a.to_string()).unwrap_or_default(),
-        );
+        for addr in [self.recovery, self.verbs_shake] {
+            put_str(&mut out, &addr.map(|a| a.to_string()).unwrap_or_default());
+        }
         out
     }
 
@@ -110,6 +112,7 @@ impl Endpoint {
             a => return Err(Error::Bootstrap(format!("endpoint verbs atomics {a}"))),
         };
         let recovery = r.addr("recovery")?;
+        let verbs_shake = r.addr("verbs handshake")?;
         if r.0.left() > 0 {
             return Err(Error::Bootstrap(format!(
                 "endpoint has {} trailing bytes",
@@ -126,6 +129,7 @@ impl Endpoint {
             verbs,
             verbs_atomics,
             recovery,
+            verbs_shake,
         })
     }
 }
@@ -219,6 +223,7 @@ mod tests {
             verbs: VERBS_AVAILABLE,
             verbs_atomics: true,
             recovery: Some("10.1.2.3:4568".parse().unwrap()),
+            verbs_shake: Some("10.1.2.3:4569".parse().unwrap()),
         };
         let bytes = e.encode();
         assert_eq!(Endpoint::decode(&bytes).unwrap(), e);
@@ -232,7 +237,9 @@ mod tests {
         bad[0] = 9;
         assert!(Endpoint::decode(&bad).is_err());
         let mut bad = e.encode();
-        let at = bad.len() - e.recovery.unwrap().to_string().len() - 3;
+        let addrs =
+            e.recovery.unwrap().to_string().len() + e.verbs_shake.unwrap().to_string().len();
+        let at = bad.len() - addrs - 5;
         bad[at] = 7; // the verbs atomics flag
         assert!(Endpoint::decode(&bad).is_err());
     }
@@ -252,6 +259,7 @@ mod tests {
             verbs,
             verbs_atomics: false,
             recovery: None,
+            verbs_shake: None,
         };
         for a in 0..=VERBS_FORCED {
             for b in 0..=VERBS_FORCED {

@@ -400,7 +400,7 @@ mod tests {
             let addr = data.as_mut_ptr() as u64;
             let run = |c: Collective, buffers: RawBuffers| {
                 // SAFETY: `data` holds 8 u64 and outlives the synchronisation below.
-                unsafe { comm.collective_raw(c, DataType::U64, ReduceOp::Sum, buffers, &stream) }
+                unsafe { comm.collective_raw(c, DataType::U64, ReduceOp::Sum, buffers, stream) }
             };
             let all = RawBuffers::InPlace(b(addr, 8));
             let e = run(Collective::AllToAll, all).expect_err("all-to-all in place");

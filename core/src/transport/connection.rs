@@ -65,6 +65,13 @@ pub(crate) trait Carrier {
         true
     }
 
+    /// True once the link's connection is made, whether or not it carried
+    /// bytes yet: always, except a tcp peer whose sockets, or a verbs peer
+    /// whose queue pairs, are made on first use (by either side).
+    fn made(&self) -> bool {
+        self.connected()
+    }
+
     /// Sends `payload` as one slot signed `sig` straight from the caller's
     /// bytes, where the transport can and nothing is queued before it (over
     /// verbs, one inline RDMA write); false (nothing done) elsewhere.
@@ -143,6 +150,9 @@ impl Carrier for Link {
     }
     fn connected(&self) -> bool {
         on_carrier!(self, l => l.connected())
+    }
+    fn made(&self) -> bool {
+        on_carrier!(self, l => l.made())
     }
     #[inline]
     fn send_unstaged(&self, payload: &[u8], sig: u64) -> bool {
@@ -273,6 +283,11 @@ impl Connection {
     /// True once the link carries bytes ([`Carrier::connected`]).
     pub(crate) fn connected(&self) -> bool {
         self.link.connected()
+    }
+
+    /// True once the link's connection is made ([`Carrier::made`]).
+    pub(crate) fn made(&self) -> bool {
+        self.link.made()
     }
 
     /// The peer's segment, when it shares memory with us.

@@ -5,8 +5,8 @@
 //! Creation decides per peer how it is reached ([`Route`]: the rule lives
 //! with the endpoints it reads); [`connect_links`] opens every route: the
 //! peer's shared-memory segment, the tcp rings (their sockets are made on
-//! first use, by the engine's tcp source), the verbs queue pairs (one collective exchange
-//! among all ranks when any pair uses verbs), and returns one
+//! first use, by the engine's tcp source), the verbs pairs (their queue
+//! pairs are made on first use too, by the engine's verbs source), and returns one
 //! [`Connection`] per peer and the progress engine's sources.
 
 use std::collections::HashMap;
@@ -14,7 +14,6 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::bootstrap::Bootstrap;
 use crate::config::{Config, Transport, TransportChoice};
 use crate::engine::{Kick, Source};
 use crate::transport::placement::Placement;
@@ -34,8 +33,8 @@ pub(crate) enum Route {
     Shm(String),
     /// Over tcp, to the peer's listener.
     Tcp(SocketAddr),
-    /// Over verbs (RDMA).
-    Verbs,
+    /// Over verbs (RDMA): the peer answers handshakes at this address.
+    Verbs(SocketAddr),
 }
 
 /// Every peer's connection, plus what the progress engine must drive.
@@ -62,13 +61,10 @@ pub(crate) struct LinkSetup<'a> {
     pub shape: RingShape,
     /// This rank's tcp listener, where it listens.
     pub listener: Option<(TcpListener, SocketAddr)>,
-    /// The communicator's secret (the tcp hello carries it).
+    /// Where this rank answers its verbs peers' handshakes.
+    pub verbs_listener: Option<(TcpListener, SocketAddr)>,
+    /// The communicator's secret (the tcp and verbs hellos carry it).
     pub secret: [u8; 16],
-    /// The bootstrap (the verbs address exchange is collective).
-    pub boot: &'a mut Bootstrap,
-    /// Whether any pair of ranks uses verbs: then every rank takes part in
-    /// the verbs exchange, even one with no verbs peer of its own.
-    pub any_verbs: bool,
     /// The RDMA device, where there is one.
     pub device: &'a RdmaDevice,
     /// Which arriving tcp slots may go straight into a receive buffer.
@@ -91,9 +87,8 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
         layout,
         shape,
         listener,
+        verbs_listener,
         secret,
-        boot,
-        any_verbs,
         device,
         placement,
         kick,
@@ -125,13 +120,20 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
             ));
         }
     };
-    let verbs_peers: Vec<usize> = (0..size).filter(|&p| routes[p] == Route::Verbs).collect();
+    let verbs_peers: Vec<(usize, SocketAddr)> = routes
+        .iter()
+        .enumerate()
+        .filter_map(|(p, r)| match r {
+            Route::Verbs(addr) => Some((p, *addr)),
+            _ => None,
+        })
+        .collect();
     let mut sources: Vec<Box<dyn Source>> = Vec::new();
     let mut verbs = device.connect(
-        boot,
         (rank, size),
-        any_verbs,
         &verbs_peers,
+        verbs_listener,
+        (secret, config.timeout.min(Duration::from_secs(120))),
         shape,
         segment,
         kick,
@@ -143,7 +145,7 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
     for (p, route) in routes.iter().enumerate() {
         match route {
             Route::Me => peers.push(None),
-            Route::Verbs => {
+            Route::Verbs(_) => {
                 let link = verbs.remove(&p).ok_or_else(|| {
                     Error::Bootstrap(format!("verbs: no connection formed to rank {p}"))
                 })?;
@@ -308,40 +310,47 @@ impl RdmaDevice {
         }
     }
 
-    /// The verbs links to `peers`, by rank: every rank calls this (the
-    /// address exchange is collective) when `any_verbs`; the verbs source
+    /// The verbs links to `peers` (each rank with its handshake address),
+    /// by rank: no queue pair is made until a pair's first use; the verbs
+    /// source, which answers handshakes on `listener` and dials them,
     /// joins `sources`.
     #[allow(clippy::too_many_arguments)]
     fn connect(
         &self,
-        boot: &mut Bootstrap,
         (rank, size): (usize, usize),
-        any_verbs: bool,
-        peers: &[usize],
+        peers: &[(usize, SocketAddr)],
+        listener: Option<(TcpListener, SocketAddr)>,
+        (secret, timeout): ([u8; 16], Duration),
         shape: RingShape,
         segment: &Segment,
         kick: &Arc<Kick>,
         sources: &mut Vec<Box<dyn Source>>,
     ) -> Result<HashMap<usize, Connection>> {
-        if !any_verbs {
+        if peers.is_empty() {
             return Ok(HashMap::new());
         }
         #[cfg(feature = "verbs")]
         {
+            use crate::transport::verbs::handshake::Shaker;
             use crate::transport::verbs::{VerbsLink, connect, share};
+            let (listener, _) = listener.ok_or_else(|| {
+                Error::Unavailable("verbs peers but no handshake listener".into())
+            })?;
             let made = connect(
-                boot,
-                rank,
                 self.device.as_ref(),
                 peers,
                 shape,
                 &Arc::new(segment.barrier_area(size)),
             )?;
             let rings: Vec<_> = made.iter().map(|v| (v.peer, v.rings.clone())).collect();
-            let (shared, source) = share(made);
-            if !shared.is_empty() {
-                sources.push(Box::new(source));
-            }
+            let shaker = Arc::new(Shaker {
+                rank,
+                secret,
+                timeout,
+                kick: kick.clone(),
+            });
+            let (shared, source) = share(made, listener, shaker)?;
+            sources.push(Box::new(source));
             Ok(rings
                 .into_iter()
                 .zip(shared)
@@ -358,7 +367,9 @@ impl RdmaDevice {
         }
         #[cfg(not(feature = "verbs"))]
         {
-            let _ = (boot, rank, size, peers, shape, segment, kick, sources);
+            let _ = (
+                rank, size, listener, secret, timeout, shape, segment, kick, sources,
+            );
             Err(Error::Unavailable(
                 "other ranks use the verbs transport, but this build of streamcomm lacks the `verbs` feature".into(),
             ))

@@ -18,6 +18,7 @@ fn endpoint() -> BoxedStrategy<Endpoint> {
         0..=2u8,
         any::<bool>(),
         prop::option::of(socket_addr()),
+        prop::option::of(socket_addr()),
     )
         .prop_map(
             |(
@@ -31,6 +32,7 @@ fn endpoint() -> BoxedStrategy<Endpoint> {
                 verbs,
                 verbs_atomics,
                 recovery,
+                verbs_shake,
             )| {
                 Endpoint {
                     host,
@@ -45,6 +47,7 @@ fn endpoint() -> BoxedStrategy<Endpoint> {
                     verbs,
                     verbs_atomics,
                     recovery,
+                    verbs_shake,
                 }
             },
         )
@@ -84,30 +87,46 @@ fn endpoint_fixed_field(n: usize) -> BoxedStrategy<Vec<u8>> {
 }
 
 /// Bytes shaped like an endpoint, field by field (version, host, pid, shm
-/// name, nsteps, slot bytes, tcp address, verbs stance, verbs atomics,
-/// recovery address, then perhaps trailing bytes), each
+/// name, nsteps, slot bytes, shared-memory budget, tcp address, verbs
+/// stance, verbs atomics, recovery and verbs handshake addresses, then
+/// perhaps trailing bytes), each
 /// field usually well formed, so that decoding gets past the first checks.
 fn endpoint_like_bytes() -> BoxedStrategy<Vec<u8>> {
     (
-        prop_oneof![8 => Just(4u8), 1 => any::<u8>()],
+        prop_oneof![8 => Just(6u8), 1 => any::<u8>()],
         endpoint_string_field(),
         endpoint_fixed_field(4),
         endpoint_string_field(),
-        endpoint_fixed_field(8),
-        endpoint_fixed_field(8),
+        (
+            endpoint_fixed_field(8),
+            endpoint_fixed_field(8),
+            endpoint_fixed_field(8),
+        ),
         endpoint_string_field(),
         prop_oneof![8 => (0..=2u8).prop_map(|x| vec![x]), 1 => endpoint_fixed_field(1)],
         prop_oneof![8 => (0..=1u8).prop_map(|x| vec![x]), 1 => endpoint_fixed_field(1)],
         (
             endpoint_string_field(),
+            endpoint_string_field(),
             prop_oneof![8 => Just(Vec::new()), 1 => prop::collection::vec(any::<u8>(), 1..4)],
         ),
     )
         .prop_map(
-            |(v, host, pid, shm, nsteps, slot, tcp, verbs, atomics, (recovery, tail))| {
+            |(
+                v,
+                host,
+                pid,
+                shm,
+                (nsteps, slot, budget),
+                tcp,
+                verbs,
+                atomics,
+                (recovery, shake, tail),
+            )| {
                 let mut b = vec![v];
                 for f in [
-                    host, pid, shm, nsteps, slot, tcp, verbs, atomics, recovery, tail,
+                    host, pid, shm, nsteps, slot, budget, tcp, verbs, atomics, recovery, shake,
+                    tail,
                 ] {
                     b.extend(f);
                 }
@@ -177,6 +196,7 @@ proptest! {
             verbs: 0,
             verbs_atomics: false,
             recovery: None,
+            verbs_shake: None,
         };
         let d = Endpoint::decode(&e.encode());
         prop_assert!(d.is_ok(), "an encoded endpoint does not decode: {:?}", d);
@@ -204,6 +224,7 @@ fn bug_endpoint_encode_splits_a_character() {
         verbs: 0,
         verbs_atomics: false,
         recovery: None,
+        verbs_shake: None,
     };
     let decoded = Endpoint::decode(&e.encode());
     assert!(decoded.is_ok(), "{decoded:?}");

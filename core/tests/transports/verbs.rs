@@ -366,13 +366,17 @@ fn split_and_shrink_over_verbs() {
     });
 }
 
-/// A pair's rings are registered at its first slot: after creation no
-/// pair is (a barrier moves flags, not slots) and the process has pinned
-/// less than one pair's rings; a send from rank 0 to rank 1 registers that
-/// pair's four rings only; an all-to-all every pair's. Four ranks as
-/// threads, 1 MiB rings, eager messages (no user buffer registered); every
-/// element checked; the process's pinned memory (`VmPin`) printed. The
-/// barrier area and the fetch-add sink are registered once a rank.
+/// A pair's queue pairs are made at its first use and its rings
+/// registered at its first slot: after creation and a chain barrier, the
+/// queue pairs made are the barrier's neighbours' only (its flags need
+/// them), no pair's rings are registered (flags are not slots) and the
+/// process has pinned less than one pair's rings; a send from rank 0 to
+/// rank 2, a pair the barrier never used, makes that pair's queue pairs
+/// and registers its four rings only; an all-to-all makes every pair.
+/// Four ranks as threads, 1 MiB rings, eager messages (no user buffer
+/// registered); every element checked; the process's pinned memory
+/// (`VmPin`) printed. The barrier area and the fetch-add sink are
+/// registered once a rank.
 #[test]
 fn rings_are_registered_at_a_pairs_first_slot() {
     if !rdma_here() {
@@ -389,53 +393,72 @@ fn rings_are_registered_at_a_pairs_first_slot() {
     };
     let mut config = verbs_config();
     config.buffsize = 1 << 20;
+    // The chain barrier writes flags between neighbours only (0-1, 1-2,
+    // 2-3): the pairs it makes are known.
+    config.barrier_algo = Some(BarrierAlgo::Chain);
     harness::run_threads(4, config, Duration::from_secs(100), move |comm| {
-        let connected = streamcomm::testing::transport::connected_peers;
+        use streamcomm::testing::transport::{connected_peers as connected, made_peers as made};
         let me = comm.rank();
+        let others = |ranks: &[usize]| -> Vec<usize> {
+            ranks.iter().copied().filter(|&p| p != me).collect()
+        };
+        let neighbours = others(&[me.saturating_sub(1), (me + 1).min(3)]);
         // Under the eager limit: through the rings only.
         let len = 400;
         comm.barrier_host().unwrap();
         assert_eq!(
             connected(&comm),
             Vec::<usize>::new(),
-            "rank {me} after creation"
+            "rank {me}: rings after creation and a barrier"
         );
         let created = pinned_kb();
+        comm.barrier_host().unwrap();
+        assert_eq!(
+            made(&comm),
+            neighbours,
+            "rank {me}: the queue pairs the chain barrier made, no more"
+        );
         if me == 0 {
             eprintln!("after creation and a barrier: VmPin {created} kB");
             assert!(
                 created < 2 * MIB,
                 "{created} kB pinned: rings registered at creation?"
             );
-            // Each rank: a control block a peer (at most two pages), and
-            // its barrier area and fetch-add sink once (a page each here),
-            // not once a peer (144 kB).
+            // Each rank: a control block a made pair (at most two pages),
+            // and its barrier area and fetch-add sink once (a page each
+            // here), not once a peer.
             assert!(
-                created <= 4 * (3 * 8 + 2 * 4),
+                created <= 4 * (2 * 8 + 2 * 4),
                 "{created} kB pinned at creation"
             );
         }
         comm.barrier_host().unwrap();
+        // A pair no barrier used: its queue pairs and rings are made now.
         if me == 0 {
-            let mine: Vec<u64> = (0..len).map(|i| value(0, 1, i)).collect();
-            comm.send_host(&mine, 1).unwrap();
-        } else if me == 1 {
+            let mine: Vec<u64> = (0..len).map(|i| value(0, 2, i)).collect();
+            comm.send_host(&mine, 2).unwrap();
+        } else if me == 2 {
             let mut got = vec![u64::MAX; len];
             comm.recv_host(&mut got, 0).unwrap();
             for (i, g) in got.iter().enumerate() {
-                assert_eq!(*g, value(0, 1, i), "element {i} from rank 0");
+                assert_eq!(*g, value(0, 2, i), "element {i} from rank 0");
             }
         }
         comm.barrier_host().unwrap();
-        let pair: &[usize] = match me {
-            0 => &[1],
-            1 => &[0],
-            _ => &[],
+        let (pair, made_now): (&[usize], Vec<usize>) = match me {
+            0 => (&[2], vec![1, 2]),
+            2 => (&[0], vec![0, 1, 3]),
+            _ => (&[], neighbours.clone()),
         };
-        assert_eq!(connected(&comm), pair, "rank {me} after one send");
+        assert_eq!(connected(&comm), pair, "rank {me}: rings after one send");
+        assert_eq!(
+            made(&comm),
+            made_now,
+            "rank {me}: queue pairs after one send"
+        );
         if me == 0 {
             let one = pinned_kb() - created;
-            eprintln!("after rank 0 sent to rank 1: VmPin +{one} kB");
+            eprintln!("after rank 0 sent to rank 2: VmPin +{one} kB");
             assert!(
                 (4 * MIB..6 * MIB).contains(&one),
                 "one pair's four rings: {one} kB"
@@ -449,8 +472,17 @@ fn rings_are_registered_at_a_pairs_first_slot() {
             assert_eq!(*g, value(i / len, me, i % len), "rank {me}, element {i}");
         }
         comm.barrier_host().unwrap();
-        let others: Vec<usize> = (0..4).filter(|&p| p != me).collect();
-        assert_eq!(connected(&comm), others, "rank {me} after an all-to-all");
+        let all = others(&[0, 1, 2, 3]);
+        assert_eq!(
+            connected(&comm),
+            all,
+            "rank {me}: rings after an all-to-all"
+        );
+        assert_eq!(
+            made(&comm),
+            all,
+            "rank {me}: queue pairs after an all-to-all"
+        );
         if me == 0 {
             let all = pinned_kb() - created;
             eprintln!("after an all-to-all: VmPin +{all} kB");
@@ -559,6 +591,10 @@ fn child() {
     }
     assert_eq!(scenario, "die", "unknown scenario");
     let kill_at: u32 = std::env::var(KILL_AT).unwrap().parse().unwrap();
+    let signal = match std::env::var(KILL_SIGNAL).as_deref() {
+        Ok("STOP") => libc::SIGSTOP,
+        _ => libc::SIGKILL,
+    };
     let comm = Communicator::from_env().unwrap();
     let stream = HostStream::new().unwrap();
     // Rank 1 dies (SIGKILL) before its `kill_at`-th all_reduce: in the
@@ -568,8 +604,8 @@ fn child() {
     comm.barrier_host().unwrap();
     for i in 0.. {
         if comm.rank() == 1 && i == kill_at {
-            // SAFETY: raising SIGKILL on ourselves.
-            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            // SAFETY: raising SIGKILL (or SIGSTOP) on ourselves.
+            unsafe { libc::kill(libc::getpid(), signal) };
         }
         if let Err(e) = comm
             .all_reduce(&buf, &mut out, ReduceOp::Sum, &stream)
@@ -579,10 +615,12 @@ fn child() {
             // Stay alive a moment so that no survivor sees another
             // survivor's exit before rank 1's death.
             std::thread::sleep(Duration::from_secs(2));
-            let named = matches!(
-                e,
-                Error::Transport { peer: 1, .. } | Error::RemoteFailed { peer: 1, .. }
-            );
+            let named = match &e {
+                Error::Transport { peer: 1, .. } | Error::RemoteFailed { peer: 1, .. } => true,
+                // Waiting on a stopped rank's data (its process alive).
+                Error::Timeout { what, .. } => what.contains("rank 1 "),
+                _ => false,
+            };
             std::process::exit(if named { 42 } else { 43 });
         }
     }
@@ -620,7 +658,7 @@ fn a_killed_peer_fails_the_others_naming_it() {
         );
         return;
     }
-    killed_peer(10);
+    killed_peer(10, false);
 }
 
 /// As [`a_killed_peer_fails_the_others_naming_it`], rank 1 killed before
@@ -635,15 +673,37 @@ fn a_peer_killed_before_the_pairs_first_slot_fails_the_others_naming_it() {
         );
         return;
     }
-    killed_peer(0);
+    killed_peer(0, false);
+}
+
+/// As [`a_peer_killed_before_the_pairs_first_slot_fails_the_others_naming_it`],
+/// rank 1 stopped (SIGSTOP: alive, its listener's backlog still accepting
+/// connections, but nobody answering) instead of killed: the others'
+/// handshakes (and waits for its data) get no answer and fail within the
+/// timeout (10 s here), the first naming it, instead of waiting for ever.
+/// The test kills rank 1 once the others are done.
+#[test]
+fn a_stopped_peer_fails_the_others_naming_it_within_the_timeout() {
+    if !rdma_here() {
+        streamcomm_testkit::skip(
+            "verbs::a_stopped_peer_fails_the_others_naming_it_within_the_timeout",
+            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
+        );
+        return;
+    }
+    killed_peer(0, true);
 }
 
 /// The all_reduce before which rank 1 of `killed_peer` kills itself.
 const KILL_AT: &str = "STREAMCOMM_TEST_KILL_AT";
+/// `STOP`: rank 1 of `killed_peer` stops itself instead.
+const KILL_SIGNAL: &str = "STREAMCOMM_TEST_KILL_SIGNAL";
 
-/// Three processes; rank 1 kills itself before its `kill_at`-th
-/// all_reduce; ranks 0 and 2 must fail naming it within the timeout.
-fn killed_peer(kill_at: u32) {
+/// Three processes; rank 1 kills (or, with `stop`, stops) itself before
+/// its `kill_at`-th all_reduce; ranks 0 and 2 must fail naming it within
+/// the timeout (60 s, or 10 s for a stopped rank, which the test kills
+/// once the others are done).
+fn killed_peer(kill_at: u32, stop: bool) {
     use std::os::unix::process::ExitStatusExt;
     let exe = std::env::current_exe().unwrap();
     let id = UniqueId::new().unwrap();
@@ -654,11 +714,12 @@ fn killed_peer(kill_at: u32) {
                 .args(streamcomm_testkit::child_args!("child"))
                 .env(SCENARIO, "die")
                 .env(KILL_AT, kill_at.to_string())
+                .env(KILL_SIGNAL, if stop { "STOP" } else { "KILL" })
                 .env("STREAMCOMM_UNIQUE_ID", id.to_string())
                 .env("RANK", rank.to_string())
                 .env("WORLD_SIZE", "3")
                 .env("STREAMCOMM_TRANSPORT", "verbs")
-                .env("STREAMCOMM_TIMEOUT", "60")
+                .env("STREAMCOMM_TIMEOUT", if stop { "10" } else { "60" })
                 .spawn()
                 .unwrap()
         })
@@ -676,6 +737,10 @@ fn killed_peer(kill_at: u32) {
                 status[r] = c.try_wait().unwrap();
             }
         }
+        if stop && status[0].is_some() && status[2].is_some() && status[1].is_none() {
+            // The others are done: the stopped rank is ours to end.
+            let _ = children[1].kill();
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     let took = t0.elapsed();
@@ -685,15 +750,23 @@ fn killed_peer(kill_at: u32) {
         Some(libc::SIGKILL),
         "{status:?}"
     );
-    for r in [0, 2] {
+    let codes = [0, 2].map(|r| status[r].unwrap().code());
+    if stop {
+        // The first survivor to time out names rank 1; the other may
+        // learn of that survivor's abort first, and blame it.
+        assert!(
+            codes.iter().all(|c| matches!(c, Some(42 | 43))) && codes.contains(&Some(42)),
+            "ranks 0 and 2 must fail, one naming rank 1: {status:?}"
+        );
+    } else {
         assert_eq!(
-            status[r].unwrap().code(),
-            Some(42),
-            "rank {r} must fail naming rank 1: {status:?}"
+            codes,
+            [Some(42); 2],
+            "ranks 0 and 2 must fail naming rank 1: {status:?}"
         );
     }
     assert!(
         took < Duration::from_secs(60),
-        "took {took:?} (timeout 60 s)"
+        "took {took:?} (timeout 60 s, 10 s for a stopped rank)"
     );
 }

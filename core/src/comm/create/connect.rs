@@ -8,11 +8,11 @@
 //! use it ([`pair_uses_verbs`]): peers on other hosts when both have an
 //! active RDMA port, every peer under `STREAMCOMM_TRANSPORT=verbs`.
 
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
 use super::prepare::Local;
-use crate::bootstrap::{Bootstrap, UniqueId};
+use crate::bootstrap::UniqueId;
 use crate::comm::endpoint::{Endpoint, VERBS_FORCED, pair_uses_verbs};
 use crate::config::{Config, Transport, TransportChoice};
 use crate::engine::Kick;
@@ -43,9 +43,8 @@ pub(crate) fn connect(
         &local.me,
         &local.segment,
         id,
-        local.listener.take(),
+        (local.listener.take(), local.verbs_shake.take()),
         (local.shape, ring),
-        &mut local.boot,
         &local.device,
         kick,
     )?;
@@ -72,6 +71,9 @@ fn ring_shape(config: &Config, layout: RingShape, endpoints: &[Endpoint]) -> Rin
     layout.within(config.shm_budget, busiest.saturating_sub(1))
 }
 
+/// A listener and the address it listens at.
+type Listener = (TcpListener, SocketAddr);
+
 /// Opens a connection to every peer.
 #[allow(clippy::too_many_arguments)]
 fn connect_peers(
@@ -81,9 +83,8 @@ fn connect_peers(
     me: &Endpoint,
     segment: &Segment,
     id: &UniqueId,
-    listener: Option<(TcpListener, std::net::SocketAddr)>,
+    (listener, verbs_listener): (Option<Listener>, Option<Listener>),
     (layout, shape): (RingShape, RingShape),
-    boot: &mut Bootstrap,
     device: &RdmaDevice,
     kick: &Arc<Kick>,
 ) -> Result<Links> {
@@ -138,23 +139,19 @@ fn connect_peers(
             )));
         }
     }
-    // Collective: every rank exchanges verbs addresses when any pair uses verbs.
-    let any_verbs = endpoints
-        .iter()
-        .enumerate()
-        .any(|(a, ea)| endpoints[a + 1..].iter().any(|eb| pair_uses_verbs(ea, eb)));
-    let routes: Vec<Route> = endpoints
-        .iter()
-        .enumerate()
-        .map(
-            |(p, ep)| match (p == rank, use_verbs[p], use_tcp[p], ep.tcp) {
-                (true, ..) => Route::Me,
-                (_, true, ..) => Route::Verbs,
-                (_, _, true, Some(addr)) => Route::Tcp(addr),
-                _ => Route::Shm(ep.shm_name.clone()),
-            },
-        )
-        .collect();
+    let mut routes = Vec::with_capacity(size);
+    for (p, ep) in endpoints.iter().enumerate() {
+        routes.push(match (p == rank, use_verbs[p], use_tcp[p], ep.tcp) {
+            (true, ..) => Route::Me,
+            (_, true, ..) => Route::Verbs(ep.verbs_shake.ok_or_else(|| {
+                Error::Bootstrap(format!(
+                    "rank {p} has an RDMA device but no address for verbs handshakes"
+                ))
+            })?),
+            (_, _, true, Some(addr)) => Route::Tcp(addr),
+            _ => Route::Shm(ep.shm_name.clone()),
+        });
+    }
     connect_links(
         &routes,
         LinkSetup {
@@ -164,9 +161,8 @@ fn connect_peers(
             layout,
             shape,
             listener,
+            verbs_listener,
             secret: *id.secret(),
-            boot,
-            any_verbs,
             device,
             placement: crate::comm::p2p::PLACEMENT,
             kick,

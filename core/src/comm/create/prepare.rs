@@ -29,6 +29,9 @@ pub(crate) struct Local {
     /// Where the survivors of a failure meet to shrink the communicator
     /// (none for a communicator of one rank).
     pub recovery: Option<(TcpListener, SocketAddr)>,
+    /// Where this rank answers its verbs peers' handshakes (with an RDMA
+    /// device only; taken by the connect stage).
+    pub verbs_shake: Option<(TcpListener, SocketAddr)>,
     /// The secret of the id the communicator was created from, which
     /// admits the ranks to each other's recovery listener.
     pub secret: [u8; 16],
@@ -77,6 +80,11 @@ pub(crate) fn prepare(id: &UniqueId, rank: usize, size: usize, config: Config) -
         1 => None,
         _ => Some(setup::listen(ip()?)?),
     };
+    // Verbs peers make their queue pairs at first use, meeting here.
+    let verbs_shake = match device.is_open() {
+        true => Some(setup::listen(ip()?)?),
+        false => None,
+    };
     let me = Endpoint {
         host: local_host_id(),
         pid: std::process::id(),
@@ -91,6 +99,7 @@ pub(crate) fn prepare(id: &UniqueId, rank: usize, size: usize, config: Config) -
         },
         verbs_atomics: device.atomics(),
         recovery: recovery.as_ref().map(|(_, addr)| *addr),
+        verbs_shake: verbs_shake.as_ref().map(|(_, addr)| *addr),
     };
     Ok(Local {
         rank,
@@ -103,6 +112,7 @@ pub(crate) fn prepare(id: &UniqueId, rank: usize, size: usize, config: Config) -
         segment,
         listener,
         recovery,
+        verbs_shake,
         secret: *id.secret(),
         me,
     })

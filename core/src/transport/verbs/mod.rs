@@ -7,10 +7,10 @@
 //! the data without a hand-off. The writes are posted by the stream itself
 //! when it can, else by the communicator's progress engine ([`source`]),
 //! which also reaps completions and sleeps on a completion channel ([`event`]). Device, port and GID choice is in [`device`]; the rings'
-//! registration and the QP in [`qp`]; formation ([`connect`]) exchanges the
-//! QP addresses through the communicator's bootstrap and moves each QP to
-//! RTS before any rank's engine drives it. A pair's rings are registered
-//! at its first slot, and their keys told in-band (`progress::rings`).
+//! registration and the QP in [`qp`]. Creation ([`connect`]) makes no QP:
+//! a pair's QPs are made and connected at its first use, by a handshake
+//! over tcp ([`handshake`]), and its rings registered at its first slot,
+//! their keys told in-band (`progress::rings`).
 //!
 //! Rendezvous p2p writes straight into the receiver's registered buffer
 //! ([`regcache`], and `comm::p2p::rdma`); with the CUDA backend, device
@@ -30,6 +30,7 @@ pub(crate) mod device;
 pub(crate) mod dl;
 pub(crate) mod event;
 pub(crate) mod gpudirect;
+pub(crate) mod handshake;
 mod ip_membership;
 pub(crate) mod multicast;
 pub(crate) mod progress;
@@ -38,15 +39,15 @@ pub(crate) mod regcache;
 mod source;
 pub(crate) use streamcomm_verbs_sys as sys;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use device::Device;
 use progress::{PeerRdma, SharedPeer};
-use qp::{Qp, SharedRegs, VerbsAddr, VerbsRings};
+use qp::{Qp, SharedRegs, VerbsRings};
 use source::VerbsSource;
 
 use crate::barrier::area::BarrierArea;
-use crate::bootstrap::Bootstrap;
 use crate::config::Transport;
 use crate::engine::Kick;
 use crate::transport::Carrier;
@@ -54,92 +55,83 @@ use crate::transport::ring::RingEnd;
 use crate::transport::ring::RingShape;
 use crate::{Error, Result};
 
-/// One verbs peer, connected and ready for the progress engine.
+/// One verbs peer, ready for the progress engine (its QP made at the
+/// pair's first use).
 pub(crate) struct VerbsPeerSetup {
     /// The peer's rank.
     pub peer: usize,
+    /// Where the peer answers handshakes.
+    addr: SocketAddr,
     /// Its rings (also held by the stream's connection).
     pub rings: Arc<VerbsRings>,
     qp: Qp,
-    remote: VerbsAddr,
     barrier: Arc<BarrierArea>,
 }
 
-/// Creates a QP per peer in `peers`, exchanges addresses with every rank
-/// (collective: every rank calls it, with its own verbs peers, possibly
-/// none) and connects the QPs.
+/// Each peer's rings and (unmade) QP: nothing is registered but the
+/// communicator's barrier area and fetch-add sink, and no QP is made,
+/// until a pair is first used ([`handshake`]).
 ///
 /// # Errors
 /// [`Error::Unavailable`] when there are peers but no device; as the
-/// bootstrap and [`Qp`] otherwise.
+/// registrations otherwise.
 pub(crate) fn connect(
-    boot: &mut Bootstrap,
-    rank: usize,
     dev: Option<&Arc<Device>>,
-    peers: &[usize],
+    peers: &[(usize, SocketAddr)],
     shape: RingShape,
     barrier: &Arc<BarrierArea>,
 ) -> Result<Vec<VerbsPeerSetup>> {
-    let mut made = Vec::with_capacity(peers.len());
-    let mut blob = Vec::new();
-    if !peers.is_empty() {
-        let dev = dev.ok_or_else(|| Error::Unavailable("verbs: no RDMA device".into()))?;
-        // Room for a full ring of data writes, their tail writes and control.
-        let depth = (2 * shape.nsteps as u32 + 16).min(4096);
-        let channel = Arc::new(event::CompChannel::new(dev)?);
-        // The barrier area and the fetch-add sink, once for every peer.
-        let shared = Arc::new(SharedRegs::new(dev, barrier)?);
-        for &p in peers {
-            let rings = Arc::new(VerbsRings::new(shape)?);
-            let (qp, local) = Qp::create(dev.clone(), &channel, &rings, &shared, depth)?;
-            local.encode(p, &mut blob);
-            made.push((p, rings, qp, local));
-        }
-    }
-    let lists = boot.all_gather(&blob)?;
-    let mut out = Vec::with_capacity(made.len());
-    for (p, rings, qp, local) in made {
-        let list = lists
-            .get(p)
-            .ok_or_else(|| Error::Bootstrap(format!("verbs: no addresses from rank {p}")))?;
-        let remote = VerbsAddr::find(list, rank, p)?;
-        qp.connect(&local, &remote).map_err(|e| Error::Transport {
-            transport: "verbs",
-            peer: p,
-            cause: e.to_string(),
-        })?;
-        out.push(VerbsPeerSetup {
-            peer: p,
-            rings,
-            qp,
-            remote,
-            barrier: barrier.clone(),
-        });
-    }
-    Ok(out)
+    let dev = dev.ok_or_else(|| Error::Unavailable("verbs: no RDMA device".into()))?;
+    // Room for a full ring of data writes, their tail writes and control.
+    let depth = (2 * shape.nsteps as u32 + 16).min(4096);
+    let channel = Arc::new(event::CompChannel::new(dev)?);
+    // The barrier area and the fetch-add sink, once for every peer.
+    let shared = Arc::new(SharedRegs::new(dev, barrier)?);
+    peers
+        .iter()
+        .map(|&(peer, addr)| {
+            Ok(VerbsPeerSetup {
+                peer,
+                addr,
+                rings: Arc::new(VerbsRings::new(shape)?),
+                qp: Qp::unmade(dev.clone(), &channel, &shared, depth),
+                barrier: barrier.clone(),
+            })
+        })
+        .collect()
 }
+
+/// A verbs peer's rank and shared state.
+pub(crate) type RankedPeer = (usize, Arc<SharedPeer>);
 
 /// Every verbs peer's shared state (for its streams' direct posting,
 /// [`SharedPeer::pump`]) and the source that drives them all in the
-/// progress engine.
-pub(crate) fn share(peers: Vec<VerbsPeerSetup>) -> (Vec<(usize, Arc<SharedPeer>)>, VerbsSource) {
+/// progress engine, answering handshakes on `listener`.
+///
+/// # Errors
+/// As [`VerbsSource::new`].
+pub(crate) fn share(
+    peers: Vec<VerbsPeerSetup>,
+    listener: std::net::TcpListener,
+    shaker: Arc<handshake::Shaker>,
+) -> Result<(Vec<RankedPeer>, VerbsSource)> {
     // One registration cache for the user buffers of every peer (and of
     // every other communicator of the process on the device).
     let regs = peers
         .first()
         .map(|p| regcache::RegCache::of(p.qp.device().clone()));
-    let shared: Vec<(usize, Arc<SharedPeer>)> = match regs {
-        None => Vec::new(),
-        Some(regs) => peers
-            .into_iter()
-            .map(|p| {
-                let peer = PeerRdma::new(p.peer, p.rings, p.qp, p.remote, regs.clone(), p.barrier);
-                (p.peer, Arc::new(SharedPeer::new(peer)))
-            })
-            .collect(),
-    };
-    let source = VerbsSource::new(shared.iter().map(|(_, p)| p.clone()).collect());
-    (shared, source)
+    let mut shared = Vec::with_capacity(peers.len());
+    let mut listed = Vec::with_capacity(peers.len());
+    if let Some(regs) = regs {
+        for p in peers {
+            let peer = PeerRdma::new(p.peer, p.rings, p.qp, regs.clone(), p.barrier);
+            let peer = Arc::new(SharedPeer::new(peer, shaker.kick.clone(), shaker.timeout));
+            listed.push((p.peer, p.addr, peer.clone()));
+            shared.push((p.peer, peer));
+        }
+    }
+    let source = VerbsSource::new(listed, listener, shaker)?;
+    Ok((shared, source))
 }
 
 /// The verbs link to one peer: both rings are local; the stream or the
@@ -202,6 +194,11 @@ impl Carrier for VerbsLink {
     /// first slot: [`progress`]'s `rings`).
     fn connected(&self) -> bool {
         self.direct.lock().rings_up()
+    }
+    /// True once the pair's queue pairs are made (at its first use, by a
+    /// handshake either side started: [`handshake`]).
+    fn made(&self) -> bool {
+        self.direct.lock().qp.made()
     }
     fn remote_area(&self) -> Option<Arc<dyn crate::barrier::area::RemoteArea>> {
         Some(self.direct.clone() as Arc<dyn crate::barrier::area::RemoteArea>)

@@ -53,6 +53,7 @@ use crate::transport::verbs::sys::*;
 use super::qp::{CTRL_HEAD, Qp, RECV_WR_ID, RingKeys, VerbsAddr, VerbsRings};
 use super::regcache::RegCache;
 use crate::barrier::area::BarrierArea;
+use crate::engine::Kick;
 use crate::transport::ring::{RingEnd, SLOT_WIRE_HEADER, SLOT_WIRE_OFFSET, write_wire_slot};
 
 mod barrier;
@@ -98,7 +99,14 @@ pub(crate) struct PeerRdma {
     staging: RingEnd,
     inbound: RingEnd,
     rings: Arc<VerbsRings>,
+    /// The peer's end of the pair, once connected ([`super::handshake`]).
     remote: VerbsAddr,
+    /// True once our QP is connected and the peer's is ready to receive
+    /// (the handshake is done): words and slots may be written.
+    qp_up: bool,
+    /// True once something needs the pair while it is not connected: the
+    /// engine starts the handshake.
+    pub(crate) wanted: bool,
     /// Where the peer's rings are, once it told us ([`rings`]).
     peer_rings: RingKeys,
     /// True once our rings are registered and the peer told where they
@@ -153,12 +161,12 @@ pub(crate) struct PeerRdma {
 }
 
 impl PeerRdma {
-    /// Wraps a connected peer.
+    /// Wraps a peer whose QP is not made yet ([`super::handshake`] makes
+    /// and connects it at the pair's first use).
     pub(crate) fn new(
         peer: usize,
         rings: Arc<VerbsRings>,
         qp: Qp,
-        remote: VerbsAddr,
         regs: Arc<RegCache>,
         barrier: Arc<BarrierArea>,
     ) -> PeerRdma {
@@ -170,7 +178,9 @@ impl PeerRdma {
             inbound,
             rings,
             qp,
-            remote,
+            remote: VerbsAddr::default(),
+            qp_up: false,
+            wanted: false,
             peer_rings: RingKeys::default(),
             rings_up: false,
             rings_told: false,
@@ -484,6 +494,9 @@ impl PeerRdma {
     /// completed, turns the peer's tail immediates into the inbound ring's
     /// tail (waking a stream asleep on it) and puts receives back.
     pub(crate) fn poll(&mut self) -> Result<bool, Error> {
+        if !self.qp.made() {
+            return Ok(false);
+        }
         // Not zeroed: the poll writes the entries it returns, and this runs
         // every few checks of a spinning wait.
         let mut wc = [const { MaybeUninit::<ibv_wc>::uninit() }; 16];
@@ -592,6 +605,11 @@ impl PeerRdma {
                 .map_or(true, |s| s.is_none())
     }
 
+    /// True once the pair is connected (see [`PeerRdma::qp_up`]'s field).
+    pub(crate) fn up(&self) -> bool {
+        self.qp_up
+    }
+
     pub(crate) fn peer_closed(&self) -> bool {
         self.rings.ctrl.closed.value.load(Ordering::Acquire) != 0
     }
@@ -639,7 +657,8 @@ impl PeerRdma {
         if self.idle_mark.0 != self.wr_posted {
             self.idle_mark = (self.wr_posted, now);
         }
-        if !self.peer_closed()
+        if self.qp_up
+            && !self.peer_closed()
             && now.duration_since(self.idle_mark.1) >= HEARTBEAT
             && self.room() > 1
         {
@@ -653,7 +672,8 @@ impl PeerRdma {
     }
 }
 
-/// A peer shared by the progress engine and the streams' threads.
+/// A peer shared by the progress engine, the streams' threads and the
+/// handshakes that connect it.
 ///
 /// Measured in the Soft-RoCE guest, every thread hand-off on a message's
 /// path (stream wakes the engine, the engine posts) cost about as much as the RDMA
@@ -668,6 +688,10 @@ pub(crate) struct SharedPeer {
     /// The peer's `credit_sent`: whether a credit is due after a receive
     /// is known without the lock.
     credit_sent: Arc<AtomicU64>,
+    /// Wakes the engine to connect the pair.
+    kick: Arc<Kick>,
+    /// How long connecting the pair may take.
+    connect_timeout: Duration,
 }
 
 impl std::fmt::Debug for PeerRdma {
@@ -677,11 +701,78 @@ impl std::fmt::Debug for PeerRdma {
 }
 
 impl SharedPeer {
-    /// Wraps a peer.
-    pub(crate) fn new(p: PeerRdma) -> SharedPeer {
+    /// Wraps a peer; `kick` wakes the engine, which connects it within
+    /// `connect_timeout` of its first use.
+    pub(crate) fn new(p: PeerRdma, kick: Arc<Kick>, connect_timeout: Duration) -> SharedPeer {
         SharedPeer {
             credit_sent: p.credit_sent.clone(),
             peer: Mutex::new(p),
+            kick,
+            connect_timeout,
+        }
+    }
+
+    /// Makes this side's QP (once) and returns its address.
+    ///
+    /// # Errors
+    /// As [`Qp::make`].
+    pub(crate) fn make_qp(&self) -> Result<VerbsAddr, Error> {
+        let mut p = self.lock();
+        let p = &mut *p;
+        p.qp.make(&p.rings)
+    }
+
+    /// Moves this side's QP to RTS towards `remote` (once); with `up`, the
+    /// peer's QP is known ready to receive, so the pair may carry writes.
+    ///
+    /// # Errors
+    /// As [`Qp::connect`].
+    pub(crate) fn connect_qp(&self, remote: &VerbsAddr, up: bool) -> Result<(), Error> {
+        let mut p = self.lock();
+        p.qp.connect(remote)?;
+        p.remote = *remote;
+        p.qp_up |= up;
+        Ok(())
+    }
+
+    /// The peer said its QP is ready to receive: the pair may carry writes.
+    pub(crate) fn mark_up(&self) {
+        let mut p = self.lock();
+        p.qp_up |= p.qp.connected();
+    }
+
+    /// Leaves `e` for the engine to report (first error kept).
+    pub(crate) fn defer(&self, e: Error) {
+        let mut p = self.lock();
+        if p.deferred.is_none() {
+            p.deferred = Some(e);
+        }
+    }
+
+    /// Waits until the pair is connected, asking the engine to connect it.
+    ///
+    /// # Errors
+    /// [`Error::Transport`] when connecting failed, or took longer than
+    /// the timeout.
+    pub(crate) fn await_up(&self) -> Result<(), Error> {
+        let deadline = Instant::now() + self.connect_timeout + Duration::from_secs(1);
+        let mut nap = Duration::from_micros(20);
+        loop {
+            {
+                let mut p = self.lock();
+                if p.qp_up {
+                    return Ok(());
+                }
+                if p.dead || p.deferred.is_some() || Instant::now() > deadline {
+                    return Err(
+                        p.fail("the pair could not be connected (the engine reports why)".into())
+                    );
+                }
+                p.wanted = true;
+            }
+            self.kick.kick();
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(5));
         }
     }
 
@@ -723,7 +814,8 @@ impl SharedPeer {
             p.return_credit(true)
         };
         match step() {
-            Ok(_) => true,
+            // Not connected yet: the engine makes the pair.
+            Ok(_) => p.qp_up,
             Err(e) => {
                 p.deferred = Some(e);
                 false

@@ -4,9 +4,10 @@
 //! it, the NIC reads it), the *inbound* ring (the peer's NIC writes slots
 //! into it) and a small control block the peer's NIC writes counters into
 //! (slots consumed, abort, goodbye, where the peer's rings are). The
-//! control block is registered when the connection is made, and its
-//! address and key, with the QP number, PSN, LID, GID and the barrier
-//! area's, are what a rank tells a peer at creation ([`VerbsAddr`]). The
+//! control block is registered when the QP is made (at the pair's first
+//! use), and its address and key, with the QP number, PSN, LID, GID and
+//! the barrier area's, are what a rank tells the peer in the handshake
+//! ([`VerbsAddr`]). The
 //! rings are registered at the pair's first use ([`Qp::register_rings`]),
 //! and their addresses and keys told in-band ([`RingKeys`], written into
 //! the peer's control block): until then their pages are neither pinned
@@ -146,7 +147,7 @@ impl VerbsRings {
 }
 
 /// What a rank tells one peer about its end of their connection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct VerbsAddr {
     /// QP number.
     pub qpn: u32,
@@ -167,65 +168,6 @@ pub(crate) struct VerbsAddr {
     pub barrier_addr: u64,
     /// See `barrier_addr`.
     pub barrier_rkey: u32,
-}
-
-/// Bytes of an encoded [`VerbsAddr`] with its peer rank.
-pub(crate) const ADDR_BYTES: usize = 4 + 4 + 4 + 2 + 1 + 16 + 8 + 4 + 8 + 4;
-
-impl VerbsAddr {
-    /// Appends `(to, self)` to `out`.
-    pub(crate) fn encode(&self, to: usize, out: &mut Vec<u8>) {
-        out.extend_from_slice(&(to as u32).to_le_bytes());
-        out.extend_from_slice(&self.qpn.to_le_bytes());
-        out.extend_from_slice(&self.psn.to_le_bytes());
-        out.extend_from_slice(&self.lid.to_le_bytes());
-        out.push(self.mtu);
-        out.extend_from_slice(&self.gid);
-        out.extend_from_slice(&self.ctrl_addr.to_le_bytes());
-        out.extend_from_slice(&self.ctrl_rkey.to_le_bytes());
-        out.extend_from_slice(&self.barrier_addr.to_le_bytes());
-        out.extend_from_slice(&self.barrier_rkey.to_le_bytes());
-    }
-
-    /// Finds the entry addressed to `me` in a rank's list.
-    ///
-    /// # Errors
-    /// [`Error::Bootstrap`] when the list is malformed or has no entry for `me`.
-    pub(crate) fn find(list: &[u8], me: usize, from: usize) -> Result<VerbsAddr> {
-        if !list.len().is_multiple_of(ADDR_BYTES) {
-            return Err(Error::Bootstrap(format!(
-                "verbs: rank {from} sent {} bytes of addresses",
-                list.len()
-            )));
-        }
-        for b in list.chunks_exact(ADDR_BYTES) {
-            let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-            let u64_at = |o: usize| {
-                let mut x = [0u8; 8];
-                x.copy_from_slice(&b[o..o + 8]);
-                u64::from_le_bytes(x)
-            };
-            if u32_at(0) as usize != me {
-                continue;
-            }
-            let mut gid = [0u8; 16];
-            gid.copy_from_slice(&b[15..31]);
-            return Ok(VerbsAddr {
-                qpn: u32_at(4),
-                psn: u32_at(8),
-                lid: u16::from_le_bytes([b[12], b[13]]),
-                mtu: b[14],
-                gid,
-                ctrl_addr: u64_at(31),
-                ctrl_rkey: u32_at(39),
-                barrier_addr: u64_at(43),
-                barrier_rkey: u32_at(51),
-            });
-        }
-        Err(Error::Bootstrap(format!(
-            "verbs: rank {from} sent no address for rank {me}"
-        )))
-    }
 }
 
 /// A registered memory region, deregistered on drop.
@@ -336,7 +278,9 @@ const REMOTE_WRITE: u32 =
 /// `wr_id` of every posted receive (send requests count up from 1).
 pub(crate) const RECV_WR_ID: u64 = u64::MAX;
 
-/// A reliable-connected QP with its CQ and the peer's registrations.
+/// A reliable-connected QP with its CQ and the peer's registrations,
+/// made at the pair's first use ([`Qp::make`]; until then it holds no
+/// verbs object, and its CQ and QP pointers are null).
 pub(crate) struct Qp {
     pub(crate) qp: *mut ibv_qp,
     pub(crate) cq: *mut ibv_cq,
@@ -346,6 +290,10 @@ pub(crate) struct Qp {
     /// Local key of the staging ring (0 until [`Qp::register_rings`]).
     pub staging_lkey: u32,
     mrs: Vec<Mr>,
+    /// What we tell the peer about our end, once made.
+    local: Option<VerbsAddr>,
+    /// The peer's QP number, once ours was moved to RTS towards it.
+    connected_to: Option<u32>,
     /// The registrations every QP of the communicator shares (released
     /// after the last QP).
     pub(crate) shared: Arc<SharedRegs>,
@@ -355,23 +303,26 @@ pub(crate) struct Qp {
     dev: Arc<Device>,
 }
 
-// SAFETY: a Qp is used by one thread at a time (created by the
-// communicator's init, then moved to the progress engine).
+// SAFETY: a Qp is used by one thread at a time (under its peer's lock).
 unsafe impl Send for Qp {}
 
 impl std::fmt::Debug for Qp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Qp(depth {})", self.depth)
+        write!(f, "Qp(depth {}, made {})", self.depth, self.made())
     }
 }
 
 impl Drop for Qp {
     fn drop(&mut self) {
-        // SAFETY: created once in `create`, destroyed once, QP before its CQ;
+        // SAFETY: created once in `make`, destroyed once, QP before its CQ;
         // the MRs and the device are released after (field order).
         unsafe {
-            (self.dev.lib.destroy_qp)(self.qp);
-            (self.dev.lib.destroy_cq)(self.cq);
+            if !self.qp.is_null() {
+                (self.dev.lib.destroy_qp)(self.qp);
+            }
+            if !self.cq.is_null() {
+                (self.dev.lib.destroy_cq)(self.cq);
+            }
         }
         self.mrs.clear();
         let _ = (&self.dev, &self.channel);
@@ -383,20 +334,53 @@ fn attr_mask(bits: &[ibv_qp_attr_mask]) -> i32 {
 }
 
 impl Qp {
-    /// Creates the CQ (reporting to `channel`) and QP, registers the control
-    /// block of `rings` and the barrier area (not the rings: see
-    /// [`Qp::register_rings`]), moves the QP to INIT, posts `depth` receives
-    /// and returns it with the address to send to the peer.
+    /// A QP not made yet: nothing is created or registered until
+    /// [`Qp::make`].
+    pub(crate) fn unmade(
+        dev: Arc<Device>,
+        channel: &Arc<CompChannel>,
+        shared: &Arc<SharedRegs>,
+        depth: u32,
+    ) -> Qp {
+        Qp {
+            qp: std::ptr::null_mut(),
+            cq: std::ptr::null_mut(),
+            depth,
+            staging_lkey: 0,
+            mrs: Vec::new(),
+            local: None,
+            connected_to: None,
+            shared: shared.clone(),
+            channel: channel.clone(),
+            dev,
+        }
+    }
+
+    /// True once [`Qp::make`] created the QP.
+    #[inline]
+    pub(crate) fn made(&self) -> bool {
+        !self.qp.is_null()
+    }
+
+    /// True once the QP was moved to RTS towards the peer's.
+    pub(crate) fn connected(&self) -> bool {
+        self.connected_to.is_some()
+    }
+
+    /// Creates the CQ (reporting to the channel) and QP, registers the
+    /// control block of `rings` (not the rings: see
+    /// [`Qp::register_rings`]), moves the QP to INIT, posts `depth`
+    /// receives and returns the address to tell the peer. Once: a second
+    /// call returns the same address.
     ///
     /// # Errors
     /// [`Error::Os`] when a verbs call fails.
-    pub(crate) fn create(
-        dev: Arc<Device>,
-        channel: &Arc<CompChannel>,
-        rings: &VerbsRings,
-        shared: &Arc<SharedRegs>,
-        depth: u32,
-    ) -> Result<(Qp, VerbsAddr)> {
+    pub(crate) fn make(&mut self, rings: &VerbsRings) -> Result<VerbsAddr> {
+        if let Some(local) = self.local {
+            return Ok(local);
+        }
+        let dev = self.dev.clone();
+        let depth = self.depth;
         let cp = (&*rings.ctrl as *const Ctrl).cast_mut().cast::<u8>();
         let ctrl = Mr::new(
             &dev,
@@ -412,7 +396,7 @@ impl Qp {
                 dev.ctx,
                 2 * depth as i32,
                 std::ptr::null_mut(),
-                channel.as_raw(),
+                self.channel.as_raw(),
                 0,
             )
         };
@@ -422,6 +406,8 @@ impl Qp {
                 std::io::Error::last_os_error(),
             ));
         }
+        // Destroyed by Drop from here on.
+        self.cq = cq;
         // SAFETY: zeroed init attributes are valid; filled below.
         let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         init.send_cq = cq;
@@ -435,28 +421,19 @@ impl Qp {
         // SAFETY: the PD is valid; init is filled.
         let qp = unsafe { (dev.lib.create_qp)(dev.pd, &mut init) };
         if qp.is_null() {
-            let e = std::io::Error::last_os_error();
-            // SAFETY: created above, destroyed once.
-            unsafe { (dev.lib.destroy_cq)(cq) };
-            return Err(Error::os("verbs: ibv_create_qp", e));
+            return Err(Error::os(
+                "verbs: ibv_create_qp",
+                std::io::Error::last_os_error(),
+            ));
         }
-        let q = Qp {
-            qp,
-            cq,
-            depth,
-            staging_lkey: 0,
-            mrs: Vec::new(),
-            shared: shared.clone(),
-            channel: channel.clone(),
-            dev: dev.clone(),
-        };
+        self.qp = qp;
         // SAFETY: zeroed attributes are valid; filled below.
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
         a.qp_state = ibv_qp_state::IBV_QPS_INIT;
         a.pkey_index = 0;
         a.port_num = dev.port;
         a.qp_access_flags = REMOTE_WRITE | dev.atomic_access();
-        q.modify(
+        self.modify(
             &mut a,
             &[
                 ibv_qp_attr_mask::IBV_QP_STATE,
@@ -466,7 +443,7 @@ impl Qp {
             ],
             "INIT",
         )?;
-        let addr = VerbsAddr {
+        let local = VerbsAddr {
             // SAFETY: the QP was created above.
             qpn: unsafe { (*qp).qp_num },
             psn: rand::random::<u32>() & 0xff_ffff,
@@ -475,14 +452,14 @@ impl Qp {
             gid: dev.gid,
             ctrl_addr: cp as u64,
             ctrl_rkey: ctrl.rkey(),
-            barrier_addr: shared.area_addr,
-            barrier_rkey: shared.area.rkey(),
+            barrier_addr: self.shared.area_addr,
+            barrier_rkey: self.shared.area.rkey(),
         };
-        let mut q = q;
-        q.mrs = vec![ctrl];
-        q.post_recvs(depth as usize)
+        self.mrs.push(ctrl);
+        self.post_recvs(depth as usize)
             .map_err(|e| Error::os("verbs: ibv_post_recv", e))?;
-        Ok((q, addr))
+        self.local = Some(local);
+        Ok(local)
     }
 
     /// Registers the staging and inbound rings of `rings` (the pair's first
@@ -518,6 +495,9 @@ impl Qp {
     /// # Errors
     /// The verbs error code when the CQ cannot be armed.
     pub(crate) fn arm(&self, solicited_only: bool) -> std::result::Result<(), std::io::Error> {
+        if self.cq.is_null() {
+            return Ok(());
+        }
         // SAFETY: the CQ is live and was created with a completion channel.
         let rc = unsafe { ibv_req_notify_cq(self.cq, i32::from(solicited_only)) };
         if rc != 0 {
@@ -574,12 +554,34 @@ impl Qp {
         Ok(())
     }
 
-    /// Moves the QP through RTR to RTS towards `remote` (`local` is what we
-    /// sent the peer).
+    /// Moves the QP (made) through RTR to RTS towards `remote`, once: a
+    /// second call towards the same QP does nothing (both ranks of a pair
+    /// may have dialed the other), towards another is refused.
     ///
     /// # Errors
-    /// [`Error::Os`] when the device refuses a transition.
-    pub(crate) fn connect(&self, local: &VerbsAddr, remote: &VerbsAddr) -> Result<()> {
+    /// [`Error::Os`] when the device refuses a transition;
+    /// [`Error::Bootstrap`] when the QP is not made or is connected to
+    /// another.
+    pub(crate) fn connect(&mut self, remote: &VerbsAddr) -> Result<()> {
+        let Some(local) = self.local else {
+            return Err(Error::Bootstrap("verbs: connecting a QP not made".into()));
+        };
+        match self.connected_to {
+            Some(qpn) if qpn == remote.qpn => return Ok(()),
+            Some(qpn) => {
+                return Err(Error::Bootstrap(format!(
+                    "verbs: the peer named QP {:#x}, but ours is connected to {qpn:#x}",
+                    remote.qpn
+                )));
+            }
+            None => {}
+        }
+        self.move_to_rts(&local, remote)?;
+        self.connected_to = Some(remote.qpn);
+        Ok(())
+    }
+
+    fn move_to_rts(&self, local: &VerbsAddr, remote: &VerbsAddr) -> Result<()> {
         // SAFETY: zeroed attributes are valid; filled below.
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
         a.qp_state = ibv_qp_state::IBV_QPS_RTR;
@@ -636,30 +638,6 @@ impl Qp {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn addresses_round_trip_and_junk_is_refused() {
-        let a = VerbsAddr {
-            qpn: 0x12_3456,
-            psn: 0xab_cdef,
-            lid: 7,
-            mtu: 3,
-            gid: std::array::from_fn(|i| i as u8 * 11),
-            ctrl_addr: 0x7f00_beef_0040,
-            ctrl_rkey: 0x3333_4444,
-            barrier_addr: 0x7f00_f00d_0080,
-            barrier_rkey: 0x7777_8888,
-        };
-        let b = VerbsAddr { qpn: 99, ..a };
-        let mut list = Vec::new();
-        b.encode(5, &mut list);
-        a.encode(2, &mut list);
-        assert_eq!(list.len(), 2 * ADDR_BYTES);
-        assert_eq!(VerbsAddr::find(&list, 2, 0).unwrap(), a);
-        assert_eq!(VerbsAddr::find(&list, 5, 0).unwrap(), b);
-        assert!(VerbsAddr::find(&list, 3, 0).is_err());
-        assert!(VerbsAddr::find(&list[1..], 2, 0).is_err());
-    }
 
     #[test]
     fn ring_keys_read_back_once_present() {

@@ -14,10 +14,13 @@
 //! peer. On close the engine waits (bounded) until what was staged is
 //! written, then this source writes a goodbye word to every peer.
 
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::event::CompChannel;
+use super::handshake::Shaker;
 use super::progress::{SharedPeer, Wake};
 use super::qp::{CTRL_ABORT, CTRL_CLOSED};
 use crate::engine::{Ctx, PollSet, Source};
@@ -25,22 +28,75 @@ use crate::engine::{Ctx, PollSet, Source};
 /// Every verbs peer of a communicator.
 pub(crate) struct VerbsSource {
     peers: Vec<Arc<SharedPeer>>,
+    /// Each peer's rank and handshake address, in `peers`' order.
+    ranks: Vec<(usize, SocketAddr)>,
     dead: Vec<bool>,
+    /// A handshake of ours was started for the peer.
+    dialing: Vec<bool>,
     /// Every peer's CQ reports to this channel (one per communicator).
     channel: Option<Arc<CompChannel>>,
     /// The channel woke the engine and was not drained yet.
     evented: bool,
+    /// Where the peers' handshakes arrive (non-blocking).
+    listener: TcpListener,
+    shaker: Arc<Shaker>,
+    /// When the listener was last looked at (it is looked at when it
+    /// woke the engine, and at least every [`ACCEPT_EVERY`] while the
+    /// engine is too busy to sleep).
+    accepted_at: Instant,
+    /// The rank the communicator failed because of, once it aborted: told
+    /// to each peer connected later too.
+    aborted: Option<usize>,
 }
 
 impl VerbsSource {
-    /// A source for `peers`.
-    pub(crate) fn new(peers: Vec<Arc<SharedPeer>>) -> VerbsSource {
-        let channel = peers.first().map(|p| p.lock().qp.channel.clone());
-        VerbsSource {
+    /// A source for `peers` (each with its rank and handshake address),
+    /// answering handshakes on `listener`.
+    ///
+    /// # Errors
+    /// [`crate::Error::Os`] when the listener cannot be made non-blocking.
+    pub(crate) fn new(
+        peers: Vec<(usize, SocketAddr, Arc<SharedPeer>)>,
+        listener: TcpListener,
+        shaker: Arc<Shaker>,
+    ) -> crate::Result<VerbsSource> {
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| crate::Error::os("verbs: non-blocking handshake listener", e))?;
+        let channel = peers.first().map(|(_, _, p)| p.lock().qp.channel.clone());
+        let ranks = peers.iter().map(|&(r, a, _)| (r, a)).collect();
+        let peers: Vec<_> = peers.into_iter().map(|(_, _, p)| p).collect();
+        Ok(VerbsSource {
             dead: vec![false; peers.len()],
+            dialing: vec![false; peers.len()],
+            ranks,
             peers,
             channel,
             evented: false,
+            listener,
+            shaker,
+            accepted_at: Instant::now(),
+            aborted: None,
+        })
+    }
+
+    /// Answers the handshakes that arrived, each on a thread of its own.
+    fn accept(&mut self) {
+        self.accepted_at = Instant::now();
+        while let Ok((stream, _)) = self.listener.accept() {
+            let _ = stream.set_nonblocking(false);
+            let index: Vec<(usize, Arc<SharedPeer>)> = self
+                .ranks
+                .iter()
+                .zip(&self.peers)
+                .map(|(&(r, _), p)| (r, p.clone()))
+                .collect();
+            self.shaker.answer(stream, move |rank| {
+                index
+                    .iter()
+                    .find(|(r, _)| *r == rank)
+                    .map(|(_, p)| p.clone())
+            });
         }
     }
 
@@ -56,12 +112,30 @@ impl VerbsSource {
 impl Source for VerbsSource {
     fn progress(&mut self, ctx: &Ctx<'_>, fds: &PollSet) -> bool {
         self.evented |= fds.revents(0) != 0;
+        if fds.revents(1) != 0 || self.accepted_at.elapsed() > ACCEPT_EVERY {
+            self.accept();
+        }
         let mut moved = false;
-        for (p, dead) in self.peers.iter().zip(&mut self.dead) {
+        for (i, (p, dead)) in self.peers.iter().zip(&mut self.dead).enumerate() {
             if *dead {
                 continue;
             }
             let mut p = p.lock();
+            if p.wanted && !self.dialing[i] {
+                // The pair's first use: connect it (the peer's answer, or
+                // its failure, comes back through the peer and a kick).
+                self.dialing[i] = true;
+                let (rank, addr) = self.ranks[i];
+                self.shaker.dial(self.peers[i].clone(), rank, addr);
+            }
+            if let Some(failed) = self.aborted
+                && !p.abort_sent
+                && p.up()
+                && p.room() > 0
+            {
+                p.abort_sent = true;
+                let _ = p.post_word(CTRL_ABORT, failed as u64 + 1, Wake::Engine, true);
+            }
             match p.step() {
                 Ok(m) => moved |= m,
                 Err(e) => {
@@ -94,14 +168,20 @@ impl Source for VerbsSource {
         }
         if let Some(c) = &self.channel {
             fds.add(c.fd(), libc::POLLIN);
+            fds.add(self.listener.as_raw_fd(), libc::POLLIN);
         }
         Some(IDLE_WAIT)
     }
 
     fn abort(&mut self, failed: usize, _note: Option<streamcomm_types::MismatchNote>) -> bool {
+        // A pair connected later is told too (in `progress`).
+        self.aborted = Some(failed);
         let mut all = true;
         for p in self.live() {
             let mut p = p.lock();
+            if !p.up() {
+                continue;
+            }
             if !p.abort_sent && p.room() > 0 {
                 p.abort_sent = true;
                 let _ = p.post_word(CTRL_ABORT, failed as u64 + 1, Wake::Engine, true);
@@ -133,7 +213,7 @@ fn goodbye(peers: &[Arc<SharedPeer>], dead: &[bool]) {
         let mut p = p.lock();
         // Streams must not post after the goodbye.
         p.dead = true;
-        if !p.closed_sent && p.room() > 0 {
+        if !p.closed_sent && p.up() && p.room() > 0 {
             p.closed_sent = true;
             let _ = p.post_word(CTRL_CLOSED, 1, Wake::Engine, true);
         }
@@ -154,6 +234,9 @@ fn goodbye(peers: &[Arc<SharedPeer>], dead: &[bool]) {
         std::thread::sleep(Duration::from_micros(50));
     }
 }
+
+/// Longest an engine too busy to sleep leaves a peer's handshake waiting.
+const ACCEPT_EVERY: Duration = Duration::from_millis(10);
 
 /// Longest sleep the verbs connections allow an idle engine: a completion
 /// (the peer wrote a counter) or a kick from the stream ends it at once;

@@ -89,10 +89,12 @@ impl PeerRdma {
 
 impl RemoteArea for SharedPeer {
     fn store(&self, offset: usize, v: u64) -> Result<(), Error> {
+        self.await_up()?;
         self.lock().write_barrier_word(offset as u64, v)
     }
 
     fn fetch_add(&self, offset: usize, v: u64) -> Result<(), Error> {
+        self.await_up()?;
         self.lock().fetch_add_barrier_word(offset as u64, v)
     }
 

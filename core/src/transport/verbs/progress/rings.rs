@@ -1,5 +1,8 @@
 //! A pair's rings, registered at its first use.
 //!
+//! The pair's QPs are made first, by the handshake the first use asks the
+//! engine for ([`super::super::handshake`]).
+//!
 //! Creation registers each peer's control block and the barrier area, not
 //! the slot rings (two a peer, pinned once registered): a rank that never
 //! sends to a peer, nor hears from it, never pins their memory. The first
@@ -30,6 +33,11 @@ impl PeerRdma {
     pub(super) fn rings_ready(&mut self) -> Result<bool, Error> {
         if self.rings_up {
             return Ok(true);
+        }
+        if !self.qp_up {
+            // The pair's first use: the engine connects it first.
+            self.wanted = true;
+            return Ok(false);
         }
         if !self.rings_told {
             if self.room() < 2 {
