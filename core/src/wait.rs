@@ -149,7 +149,7 @@ pub(crate) fn set_thread_slice_hook(hook: Option<Box<dyn Fn()>>) {
 }
 
 /// Runs this thread's slice hook; false when it has none.
-fn run_slice_hook() -> bool {
+pub(crate) fn run_slice_hook() -> bool {
     SLICE_HOOK.with(|h| match h.try_borrow().as_deref() {
         Ok(Some(hook)) => {
             hook();

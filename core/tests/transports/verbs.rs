@@ -112,7 +112,9 @@ fn every_barrier_algorithm_over_verbs_2_and_4_ranks() {
                         std::thread::sleep(Duration::from_micros(rng.gen_range(0..500)));
                     }
                     arrived.fetch_add(1, Ordering::SeqCst);
-                    if k % 2 == 0 {
+                    // The first on the stream: a job on the engine's
+                    // thread makes the pairs' queue pairs.
+                    if k % 2 == 1 {
                         comm.barrier_host().unwrap();
                     } else {
                         comm.barrier(&stream).unwrap();

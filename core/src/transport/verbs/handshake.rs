@@ -138,6 +138,13 @@ pub(crate) struct Shaker {
     pub kick: Arc<Kick>,
 }
 
+impl std::fmt::Debug for Shaker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the secret.
+        write!(f, "Shaker(rank {})", self.rank)
+    }
+}
+
 impl Shaker {
     /// Starts connecting to `peer` (rank `to`, listening at `addr`) on a
     /// thread of its own; the outcome is left on the peer.

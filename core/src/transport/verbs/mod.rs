@@ -125,8 +125,8 @@ pub(crate) fn share(
     if let Some(regs) = regs {
         for p in peers {
             let peer = PeerRdma::new(p.peer, p.rings, p.qp, regs.clone(), p.barrier);
-            let peer = Arc::new(SharedPeer::new(peer, shaker.kick.clone(), shaker.timeout));
-            listed.push((p.peer, p.addr, peer.clone()));
+            let peer = SharedPeer::new(peer, shaker.clone(), p.addr);
+            listed.push((p.peer, peer.clone()));
             shared.push((p.peer, peer));
         }
     }

@@ -44,16 +44,17 @@
 
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use crate::transport::verbs::sys::*;
 
+use super::handshake::Shaker;
 use super::qp::{CTRL_HEAD, Qp, RECV_WR_ID, RingKeys, VerbsAddr, VerbsRings};
 use super::regcache::RegCache;
 use crate::barrier::area::BarrierArea;
-use crate::engine::Kick;
 use crate::transport::ring::{RingEnd, SLOT_WIRE_HEADER, SLOT_WIRE_OFFSET, write_wire_slot};
 
 mod barrier;
@@ -688,10 +689,16 @@ pub(crate) struct SharedPeer {
     /// The peer's `credit_sent`: whether a credit is due after a receive
     /// is known without the lock.
     credit_sent: Arc<AtomicU64>,
-    /// Wakes the engine to connect the pair.
-    kick: Arc<Kick>,
-    /// How long connecting the pair may take.
-    connect_timeout: Duration,
+    /// Makes the pair's handshake (and wakes the engine).
+    shaker: Arc<Shaker>,
+    /// The peer's rank, and where it answers handshakes.
+    rank: usize,
+    addr: SocketAddr,
+    /// Set once this side's handshake was started (by whichever thread
+    /// first needed the pair).
+    dialing: AtomicBool,
+    /// This peer, for the handshake's thread.
+    me: Weak<SharedPeer>,
 }
 
 impl std::fmt::Debug for PeerRdma {
@@ -701,14 +708,29 @@ impl std::fmt::Debug for PeerRdma {
 }
 
 impl SharedPeer {
-    /// Wraps a peer; `kick` wakes the engine, which connects it within
-    /// `connect_timeout` of its first use.
-    pub(crate) fn new(p: PeerRdma, kick: Arc<Kick>, connect_timeout: Duration) -> SharedPeer {
-        SharedPeer {
+    /// Wraps a peer that answers handshakes at `addr`; `shaker` connects
+    /// the pair at its first use.
+    pub(crate) fn new(p: PeerRdma, shaker: Arc<Shaker>, addr: SocketAddr) -> Arc<SharedPeer> {
+        Arc::new_cyclic(|me| SharedPeer {
             credit_sent: p.credit_sent.clone(),
+            rank: p.peer,
             peer: Mutex::new(p),
-            kick,
-            connect_timeout,
+            shaker,
+            addr,
+            dialing: AtomicBool::new(false),
+            me: me.clone(),
+        })
+    }
+
+    /// Starts this side's handshake (once), from whichever thread first
+    /// needs the pair: a stream, a job on the engine's thread, the engine
+    /// (takes no lock: the caller may hold the peer's).
+    pub(crate) fn want(&self) {
+        if self.dialing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Some(me) = self.me.upgrade() {
+            self.shaker.dial(me, self.rank, self.addr);
         }
     }
 
@@ -755,11 +777,12 @@ impl SharedPeer {
     /// [`Error::Transport`] when connecting failed, or took longer than
     /// the timeout.
     pub(crate) fn await_up(&self) -> Result<(), Error> {
-        let deadline = Instant::now() + self.connect_timeout + Duration::from_secs(1);
+        let deadline = Instant::now() + self.shaker.timeout + Duration::from_secs(1);
         let mut nap = Duration::from_micros(20);
+        self.want();
         loop {
             {
-                let mut p = self.lock();
+                let p = self.lock();
                 if p.qp_up {
                     return Ok(());
                 }
@@ -768,11 +791,12 @@ impl SharedPeer {
                         p.fail("the pair could not be connected (the engine reports why)".into())
                     );
                 }
-                p.wanted = true;
             }
-            self.kick.kick();
+            // On the engine's thread (a job), its sources go on meanwhile:
+            // the peer's own handshake to us must be answered.
+            crate::wait::run_slice_hook();
             std::thread::sleep(nap);
-            nap = (nap * 2).min(Duration::from_millis(5));
+            nap = (nap * 2).min(Duration::from_millis(2));
         }
     }
 
@@ -814,8 +838,17 @@ impl SharedPeer {
             p.return_credit(true)
         };
         match step() {
-            // Not connected yet: the engine makes the pair.
-            Ok(_) => p.qp_up,
+            Ok(_) if p.qp_up => true,
+            // The pair's first use: connect it (and have the engine post
+            // once it is).
+            Ok(_) => {
+                let wanted = p.wanted;
+                drop(p);
+                if wanted {
+                    self.want();
+                }
+                false
+            }
             Err(e) => {
                 p.deferred = Some(e);
                 false

@@ -14,7 +14,7 @@
 //! peer. On close the engine waits (bounded) until what was staged is
 //! written, then this source writes a goodbye word to every peer.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,11 +28,9 @@ use crate::engine::{Ctx, PollSet, Source};
 /// Every verbs peer of a communicator.
 pub(crate) struct VerbsSource {
     peers: Vec<Arc<SharedPeer>>,
-    /// Each peer's rank and handshake address, in `peers`' order.
-    ranks: Vec<(usize, SocketAddr)>,
+    /// Each peer's rank, in `peers`' order.
+    ranks: Vec<usize>,
     dead: Vec<bool>,
-    /// A handshake of ours was started for the peer.
-    dialing: Vec<bool>,
     /// Every peer's CQ reports to this channel (one per communicator).
     channel: Option<Arc<CompChannel>>,
     /// The channel woke the engine and was not drained yet.
@@ -50,25 +48,24 @@ pub(crate) struct VerbsSource {
 }
 
 impl VerbsSource {
-    /// A source for `peers` (each with its rank and handshake address),
-    /// answering handshakes on `listener`.
+    /// A source for `peers` (each with its rank), answering handshakes on
+    /// `listener`.
     ///
     /// # Errors
     /// [`crate::Error::Os`] when the listener cannot be made non-blocking.
     pub(crate) fn new(
-        peers: Vec<(usize, SocketAddr, Arc<SharedPeer>)>,
+        peers: Vec<(usize, Arc<SharedPeer>)>,
         listener: TcpListener,
         shaker: Arc<Shaker>,
     ) -> crate::Result<VerbsSource> {
         listener
             .set_nonblocking(true)
             .map_err(|e| crate::Error::os("verbs: non-blocking handshake listener", e))?;
-        let channel = peers.first().map(|(_, _, p)| p.lock().qp.channel.clone());
-        let ranks = peers.iter().map(|&(r, a, _)| (r, a)).collect();
-        let peers: Vec<_> = peers.into_iter().map(|(_, _, p)| p).collect();
+        let channel = peers.first().map(|(_, p)| p.lock().qp.channel.clone());
+        let ranks = peers.iter().map(|(r, _)| *r).collect();
+        let peers: Vec<_> = peers.into_iter().map(|(_, p)| p).collect();
         Ok(VerbsSource {
             dead: vec![false; peers.len()],
-            dialing: vec![false; peers.len()],
             ranks,
             peers,
             channel,
@@ -89,7 +86,7 @@ impl VerbsSource {
                 .ranks
                 .iter()
                 .zip(&self.peers)
-                .map(|(&(r, _), p)| (r, p.clone()))
+                .map(|(&r, p)| (r, p.clone()))
                 .collect();
             self.shaker.answer(stream, move |rank| {
                 index
@@ -116,17 +113,15 @@ impl Source for VerbsSource {
             self.accept();
         }
         let mut moved = false;
-        for (i, (p, dead)) in self.peers.iter().zip(&mut self.dead).enumerate() {
+        for (shared, dead) in self.peers.iter().zip(&mut self.dead) {
             if *dead {
                 continue;
             }
-            let mut p = p.lock();
-            if p.wanted && !self.dialing[i] {
+            let mut p = shared.lock();
+            if p.wanted && !p.up() {
                 // The pair's first use: connect it (the peer's answer, or
                 // its failure, comes back through the peer and a kick).
-                self.dialing[i] = true;
-                let (rank, addr) = self.ranks[i];
-                self.shaker.dial(self.peers[i].clone(), rank, addr);
+                shared.want();
             }
             if let Some(failed) = self.aborted
                 && !p.abort_sent
@@ -148,6 +143,13 @@ impl Source for VerbsSource {
             }
         }
         moved
+    }
+
+    /// A job on the engine waits: answer the peers' handshakes too (a
+    /// peer's first use of the pair may be what the job waits for).
+    fn tick(&mut self, ctx: &Ctx<'_>) {
+        self.accept();
+        self.progress(ctx, &PollSet::default());
     }
 
     fn arm(&mut self, fds: &mut PollSet) -> Option<Duration> {
