@@ -1,8 +1,8 @@
 //! `streamcomm-bench init`: what a communicator costs to have, as the
 //! number of ranks grows: the time to create it, and each rank's resident
 //! memory (all, anonymous, shared), pinned memory (RDMA registrations),
-//! open file descriptors, threads and the peers its links connect (tcp
-//! peers, and verbs peers' rings, on first use),
+//! open file descriptors, threads and the peers whose connection it has
+//! made (tcp sockets and verbs queue pairs are made on first use),
 //! and the host's allocated shared memory (/dev/shm, mapped or not),
 //! after creation and after the first all-reduce, all-gather and
 //! all-to-all.
@@ -67,7 +67,8 @@ pub(crate) struct Footprint {
     pub(crate) fds: u64,
     /// Threads.
     pub(crate) threads: u64,
-    /// Peers this rank's links connect (tcp peers once first used).
+    /// Peers whose connection this rank has made (tcp sockets and verbs
+    /// queue pairs on first use; shared memory at creation).
     pub(crate) peers: u64,
     /// Shared memory allocated on the whole host, kB (`Shmem` of
     /// `/proc/meminfo`: every job's /dev/shm, the job's own rings among
@@ -121,9 +122,9 @@ impl Footprint {
         }
     }
 
-    /// With the number of peers `comm` connects now.
+    /// With the number of peers whose connection `comm` has made now.
     fn with_peers(self, comm: &Communicator) -> Footprint {
-        let peers = streamcomm::testing::transport::connected_peers(comm).len() as u64;
+        let peers = streamcomm::testing::transport::made_peers(comm).len() as u64;
         Footprint { peers, ..self }
     }
 

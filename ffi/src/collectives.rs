@@ -3,7 +3,7 @@
 //! (`streamcomm_stream_t`, host buffers) and `streamcomm_cuda_<name>` on a
 //! CUDA stream (`cudaStream_t`, device buffers). Each decodes its data
 //! type, reduction and root, and hands NCCL's arguments to its backend's
-//! one function ([`crate::ops::collective`], [`crate::cuda::collective`]),
+//! one function (`ops::collective`, `cuda::collective`),
 //! which lays the buffers out by NCCL's rules
 //! ([`RawBuffers::nccl_layout`](streamcomm::RawBuffers::nccl_layout): in
 //! place where NCCL says so, any other overlap refused) and calls the

@@ -5,7 +5,7 @@
 //! Buffers are device pointers (e.g. from `cudaMalloc`, or PyTorch's
 //! `tensor.data_ptr()`); they are checked for NULL, alignment and overlap
 //! like host buffers, never dereferenced by the host. The collectives that
-//! are plans are in `collectives.rs`, through [`collective`], with NCCL's
+//! are plans are in `collectives.rs`, through `collective`, with NCCL's
 //! in-place rules. The stream must belong to the device's primary
 //! context (what the runtime API and PyTorch use); 0 is the legacy default
 //! stream. Without a usable GPU, `streamcomm_cuda_comm_create` returns

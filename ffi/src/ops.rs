@@ -1,7 +1,7 @@
 //! Barriers and the collectives made of sends and receives (gather,
 //! scatter, `all_to_allv`, `all_gatherv`) for C, on host streams; the
 //! collectives that are plans are in `collectives.rs`, through
-//! [`collective`]. Each entry point decodes its enums, resolves its
+//! `collective`. Each entry point decodes its enums, resolves its
 //! handles, checks its buffers (NULL, alignment, overlap), and calls the
 //! matching [`Communicator`] method. All operations are enqueued on the
 //! stream; none is complete on return.
