@@ -44,14 +44,7 @@ pub mod transport {
     /// pair's rings are registered, both on first use; a shared-memory
     /// peer from creation).
     pub fn connected_peers(comm: &crate::Communicator) -> Vec<usize> {
-        comm.inner
-            .core
-            .peers()
-            .iter()
-            .flatten()
-            .filter(|c| c.connected())
-            .map(|c| c.peer())
-            .collect()
+        peers_where(comm, crate::transport::Connection::connected)
     }
 
     /// The peers whose connection this rank has made, in rank order:
@@ -59,12 +52,18 @@ pub mod transport {
     /// are made (at its first use, by either side: a barrier's flag writes
     /// make them too, without a slot).
     pub fn made_peers(comm: &crate::Communicator) -> Vec<usize> {
-        comm.inner
-            .core
-            .peers()
+        peers_where(comm, crate::transport::Connection::made)
+    }
+
+    fn peers_where(
+        comm: &crate::Communicator,
+        f: fn(&crate::transport::Connection) -> bool,
+    ) -> Vec<usize> {
+        let peers = comm.inner.core.peers();
+        peers
             .iter()
             .flatten()
-            .filter(|c| c.made())
+            .filter(|c| f(c))
             .map(|c| c.peer())
             .collect()
     }

@@ -94,14 +94,15 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
         kick,
     } = setup;
     let size = routes.len();
-    let tcp_peers: Vec<(usize, SocketAddr)> = routes
-        .iter()
-        .enumerate()
-        .filter_map(|(p, r)| match r {
-            Route::Tcp(addr) => Some((p, *addr)),
-            _ => None,
-        })
-        .collect();
+    // The peers of a transport dialed on first use, with their addresses.
+    let dialed = |of: fn(&Route) -> Option<SocketAddr>| -> Vec<(usize, SocketAddr)> {
+        let ranked = routes.iter().enumerate();
+        ranked.filter_map(|(p, r)| of(r).map(|a| (p, a))).collect()
+    };
+    let tcp_peers = dialed(|r| match r {
+        Route::Tcp(addr) => Some(*addr),
+        _ => None,
+    });
     // Tcp peers are connected on first use: the listener goes to the
     // engine's tcp source, which dials and accepts.
     let connector = match (listener, tcp_peers.is_empty()) {
@@ -120,14 +121,10 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
             ));
         }
     };
-    let verbs_peers: Vec<(usize, SocketAddr)> = routes
-        .iter()
-        .enumerate()
-        .filter_map(|(p, r)| match r {
-            Route::Verbs(addr) => Some((p, *addr)),
-            _ => None,
-        })
-        .collect();
+    let verbs_peers = dialed(|r| match r {
+        Route::Verbs(addr) => Some(*addr),
+        _ => None,
+    });
     let mut sources: Vec<Box<dyn Source>> = Vec::new();
     let mut verbs = device.connect(
         (rank, size),
@@ -348,6 +345,7 @@ impl RdmaDevice {
                 secret,
                 timeout,
                 kick: kick.clone(),
+                answering: Default::default(),
             });
             let (shared, source) = share(made, listener, shaker)?;
             sources.push(Box::new(source));

@@ -29,6 +29,19 @@ fn rdma_here() -> bool {
     streamcomm_testkit::rdma_device(cfg!(feature = "verbs"))
 }
 
+/// True, once the running test said it skipped, where no RDMA device is
+/// active (`scripts/verbs-check.sh` runs these tests in a Soft-RoCE guest).
+fn no_rdma() -> bool {
+    if rdma_here() {
+        return false;
+    }
+    streamcomm_testkit::skip(
+        &streamcomm_testkit::current_test(),
+        "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
+    );
+    true
+}
+
 fn verbs_config() -> Config {
     {
         let mut c = harness::small_config();
@@ -42,11 +55,7 @@ fn verbs_config() -> Config {
 /// one (every collective, one and several chunks), which is what 4 ranks
 /// on the guest's 2 emulated cores can afford (the full slice took 40–90 s).
 fn matrix(n: usize, thin: bool) {
-    if !rdma_here() {
-        streamcomm_testkit::skip(
-            &streamcomm_testkit::current_test(),
-            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
-        );
+    if no_rdma() {
         return;
     }
     let base = streamcomm_testkit::seed();
@@ -80,11 +89,7 @@ fn collectives_over_verbs_4_ranks() {
 /// host or stream, before every rank arrived at it.
 #[test]
 fn every_barrier_algorithm_over_verbs_2_and_4_ranks() {
-    if !rdma_here() {
-        streamcomm_testkit::skip(
-            "verbs::every_barrier_algorithm_over_verbs_2_and_4_ranks",
-            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
-        );
+    if no_rdma() {
         return;
     }
     const ROUNDS: usize = 20;
@@ -228,11 +233,7 @@ fn host_blocking_pairs(comm: &streamcomm::Communicator, seed: u64) {
 
 #[test]
 fn p2p_over_verbs_2_and_4_ranks() {
-    if !rdma_here() {
-        streamcomm_testkit::skip(
-            "verbs::p2p_over_verbs_2_and_4_ranks",
-            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
-        );
+    if no_rdma() {
         return;
     }
     for n in [2, 4] {
@@ -275,11 +276,7 @@ fn p2p_over_verbs_2_and_4_ranks() {
 
 #[test]
 fn an_abort_reaches_verbs_peers_instead_of_a_timeout() {
-    if !rdma_here() {
-        streamcomm_testkit::skip(
-            "verbs::an_abort_reaches_verbs_peers_instead_of_a_timeout",
-            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
-        );
+    if no_rdma() {
         return;
     }
     let config = {
@@ -322,11 +319,7 @@ fn an_abort_reaches_verbs_peers_instead_of_a_timeout() {
 /// world without it, and all-reduce on the 3 ranks.
 #[test]
 fn split_and_shrink_over_verbs() {
-    if !rdma_here() {
-        streamcomm_testkit::skip(
-            "verbs::split_and_shrink_over_verbs",
-            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
-        );
+    if no_rdma() {
         return;
     }
     let seed = streamcomm_testkit::seed();
@@ -381,11 +374,7 @@ fn split_and_shrink_over_verbs() {
 /// registered once a rank.
 #[test]
 fn rings_are_registered_at_a_pairs_first_slot() {
-    if !rdma_here() {
-        streamcomm_testkit::skip(
-            "verbs::rings_are_registered_at_a_pairs_first_slot",
-            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
-        );
+    if no_rdma() {
         return;
     }
     const MIB: u64 = 1 << 10; // in kB, as VmPin counts
@@ -501,11 +490,7 @@ fn rings_are_registered_at_a_pairs_first_slot() {
 /// (8 MiB). Every element checked.
 #[test]
 fn a_buffer_used_by_a_communicator_and_its_child_is_registered_once() {
-    if !rdma_here() {
-        streamcomm_testkit::skip(
-            "verbs::a_buffer_used_by_a_communicator_and_its_child_is_registered_once",
-            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
-        );
+    if no_rdma() {
         return;
     }
     let seed = streamcomm_testkit::seed();
@@ -653,11 +638,7 @@ fn libibverbs_is_not_linked() {
 /// writes to it, heartbeats included, exhaust their retries).
 #[test]
 fn a_killed_peer_fails_the_others_naming_it() {
-    if !rdma_here() {
-        streamcomm_testkit::skip(
-            "verbs::a_killed_peer_fails_the_others_naming_it",
-            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
-        );
+    if no_rdma() {
         return;
     }
     killed_peer(10, false);
@@ -668,11 +649,7 @@ fn a_killed_peer_fails_the_others_naming_it() {
 /// pair's rings) fail naming it, not a wait for its answer.
 #[test]
 fn a_peer_killed_before_the_pairs_first_slot_fails_the_others_naming_it() {
-    if !rdma_here() {
-        streamcomm_testkit::skip(
-            "verbs::a_peer_killed_before_the_pairs_first_slot_fails_the_others_naming_it",
-            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
-        );
+    if no_rdma() {
         return;
     }
     killed_peer(0, false);
@@ -686,11 +663,7 @@ fn a_peer_killed_before_the_pairs_first_slot_fails_the_others_naming_it() {
 /// The test kills rank 1 once the others are done.
 #[test]
 fn a_stopped_peer_fails_the_others_naming_it_within_the_timeout() {
-    if !rdma_here() {
-        streamcomm_testkit::skip(
-            "verbs::a_stopped_peer_fails_the_others_naming_it_within_the_timeout",
-            "no active RDMA device on this host (scripts/verbs-check.sh runs it in the Soft-RoCE guest)",
-        );
+    if no_rdma() {
         return;
     }
     killed_peer(0, true);

@@ -31,6 +31,7 @@
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::progress::SharedPeer;
@@ -54,6 +55,10 @@ pub(crate) const SHAKE_BYTES: usize = HEAD_BYTES + 4 + 4 + ADDR_BYTES;
 const READY: u8 = 0x52;
 /// How long an accepted connection may take to say who it is.
 pub(crate) const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Most handshakes answered at once: beyond them, connections wait in the
+/// listener's backlog until one is done (a flood of strangers costs no
+/// more threads, and each of those is dropped within [`HELLO_TIMEOUT`]).
+const MAX_ANSWERING: usize = 64;
 
 /// One side's message: who it is, whom it means, where its QP is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,6 +141,8 @@ pub(crate) struct Shaker {
     pub timeout: Duration,
     /// Wakes the engine once a pair is connected or failed.
     pub kick: Arc<Kick>,
+    /// Handshakes being answered now (at most [`MAX_ANSWERING`]).
+    pub answering: AtomicUsize,
 }
 
 impl std::fmt::Debug for Shaker {
@@ -225,6 +232,12 @@ impl Shaker {
         }
     }
 
+    /// True while fewer than [`MAX_ANSWERING`] handshakes are being
+    /// answered: the listener may accept another.
+    pub(crate) fn has_room(&self) -> bool {
+        self.answering.load(Ordering::Acquire) < MAX_ANSWERING
+    }
+
     /// Answers one connection the listener accepted, on a thread of its
     /// own; `peer_of` finds the pair of a rank (`None`: not a verbs peer).
     pub(crate) fn answer(
@@ -232,12 +245,17 @@ impl Shaker {
         stream: TcpStream,
         peer_of: impl Fn(usize) -> Option<Arc<SharedPeer>> + Send + 'static,
     ) {
+        self.answering.fetch_add(1, Ordering::AcqRel);
         let me = self.clone();
-        let run = move || me.answer_now(stream, peer_of);
+        let run = move || {
+            me.answer_now(stream, peer_of);
+            me.answering.fetch_sub(1, Ordering::AcqRel);
+        };
         if let Err(e) = std::thread::Builder::new()
             .name("streamcomm-verbs-answer".into())
             .spawn(run)
         {
+            self.answering.fetch_sub(1, Ordering::AcqRel);
             tracing::warn!(error = %e, "verbs: no thread for a handshake");
         }
     }

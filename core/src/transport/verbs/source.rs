@@ -80,7 +80,9 @@ impl VerbsSource {
     /// Answers the handshakes that arrived, each on a thread of its own.
     fn accept(&mut self) {
         self.accepted_at = Instant::now();
-        while let Ok((stream, _)) = self.listener.accept() {
+        while self.shaker.has_room()
+            && let Ok((stream, _)) = self.listener.accept()
+        {
             let _ = stream.set_nonblocking(false);
             let index: Vec<(usize, Arc<SharedPeer>)> = self
                 .ranks
