@@ -7,6 +7,23 @@ use std::sync::Arc;
 use crate::host::RawBuffer;
 use crate::{DataType, ReduceOp, Result};
 
+/// One reduction on a device queue: `dst[i] = op(srcs[0][i], ...,
+/// srcs[n-1][i])` for `count` elements of `dtype` into every `dst` of
+/// `dsts` (1..=8 sources, 1..=8 destinations; a destination may be a
+/// source); `Avg` divides the sum by `avg_divisor`. When it runs, it first
+/// reads the 32-bit word at `abort` (0: none) and touches nothing if it is
+/// raised.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reduction<'a> {
+    pub dtype: DataType,
+    pub op: ReduceOp,
+    pub srcs: &'a [DevAddr],
+    pub dsts: &'a [DevAddr],
+    pub count: usize,
+    pub avg_divisor: u32,
+    pub abort: DevAddr,
+}
+
 /// A device address (CUDA's `CUdeviceptr`; a host address in the tests'
 /// emulated device).
 pub(crate) type DevAddr = u64;
@@ -139,28 +156,14 @@ pub(crate) trait DeviceQueue {
         Ok(())
     }
 
-    /// Enqueues `dst[i] = op(srcs[0][i], ..., srcs[n-1][i])` for `count`
-    /// elements of `dtype` into every `dst` of `dsts` (1..=8 sources, 1..=8
-    /// destinations; a destination may be a source); `Avg` divides the sum
-    /// by `avg_divisor`. When it runs, the reduction first
-    /// reads the 32-bit word at `abort` (0: none) and touches nothing if it
-    /// is raised.
+    /// Enqueues `r` ([`Reduction`]).
     ///
     /// # Safety
-    /// Every address must hold `count` elements of device-accessible memory,
-    /// valid while the reduction can run, unless `abort` is raised by then;
-    /// `abort` must stay valid while the reduction can run.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn enqueue_reduce(
-        &self,
-        dtype: DataType,
-        op: ReduceOp,
-        srcs: &[DevAddr],
-        dsts: &[DevAddr],
-        count: usize,
-        avg_divisor: u32,
-        abort: DevAddr,
-    ) -> Result<()>;
+    /// Every address of `r` must hold `r.count` elements of
+    /// device-accessible memory, valid while the reduction can run, unless
+    /// `r.abort` is raised by then; `r.abort` must stay valid while the
+    /// reduction can run.
+    unsafe fn enqueue_reduce(&self, r: &Reduction<'_>) -> Result<()>;
 
     /// Runs `f`, which enqueues several operations, with the per-call
     /// set-up they share made once (for CUDA: the context made current

@@ -8,10 +8,12 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::device_queue::{CompletionSignal, DevAddr, DeviceQueue, HostCallback, StagingMemory};
+use super::device_queue::{
+    CompletionSignal, DevAddr, DeviceQueue, HostCallback, Reduction, StagingMemory,
+};
 use super::graveyard::Graveyard;
 use crate::host::{Doorbell, HostStream, RawBuffer, WaitCmp};
-use crate::{DataType, ReduceOp, Result};
+use crate::{ReduceOp, Result};
 
 /// How long an emulated flag wait spins before it fails the stream (a real
 /// device would wait for ever: the direct path's watchdog releases it).
@@ -142,17 +144,10 @@ impl DeviceQueue for EmulatedQueue<'_> {
         })
     }
 
-    unsafe fn enqueue_reduce(
-        &self,
-        dtype: DataType,
-        op: ReduceOp,
-        srcs: &[DevAddr],
-        dsts: &[DevAddr],
-        count: usize,
-        avg_divisor: u32,
-        abort: DevAddr,
-    ) -> Result<()> {
-        let (srcs, dsts) = (srcs.to_vec(), dsts.to_vec());
+    unsafe fn enqueue_reduce(&self, r: &Reduction<'_>) -> Result<()> {
+        let (dtype, op, count, avg_divisor, abort) =
+            (r.dtype, r.op, r.count, r.avg_divisor, r.abort);
+        let (srcs, dsts) = (r.srcs.to_vec(), r.dsts.to_vec());
         let bytes = count * dtype.size();
         self.stream.try_host_fn(move || {
             // SAFETY: the caller keeps the word valid while this can run.

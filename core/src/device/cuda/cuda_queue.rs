@@ -14,10 +14,10 @@ use streamcomm_gpu::{
 
 use super::gpu_error;
 use crate::device::HostCallback;
-use crate::device::device_queue::Signal;
+use crate::device::device_queue::{Reduction, Signal};
 use crate::device::{CompletionSignal, DevAddr, DeviceQueue, Graveyard, StagingMemory};
 use crate::host::RawBuffer;
-use crate::{DataType, Error, ReduceOp, Result};
+use crate::{Error, Result};
 
 /// Pinned, host-mapped staging memory.
 pub(crate) struct CudaStaging {
@@ -194,27 +194,18 @@ impl DeviceQueue for CudaQueue<'_> {
         unsafe { self.enqueue_signals(&[Signal::WaitFlag(addr)]) }
     }
 
-    unsafe fn enqueue_reduce(
-        &self,
-        dtype: DataType,
-        op: ReduceOp,
-        srcs: &[DevAddr],
-        dsts: &[DevAddr],
-        count: usize,
-        avg_divisor: u32,
-        abort: DevAddr,
-    ) -> Result<()> {
+    unsafe fn enqueue_reduce(&self, r: &Reduction<'_>) -> Result<()> {
         let kernels = self
             .kernels
             .ok_or_else(|| Error::Unavailable("the reduce kernels are not loaded".into()))?;
         let work = ReduceCopy {
-            srcs,
-            dsts,
-            count,
-            avg_divisor,
+            srcs: r.srcs,
+            dsts: r.dsts,
+            count: r.count,
+            avg_divisor: r.avg_divisor,
         };
         // SAFETY: forwarded contract.
-        unsafe { kernels.reduce_copy_unless(&self.stream, dtype, op, &work, abort) }
+        unsafe { kernels.reduce_copy_unless(&self.stream, r.dtype, r.op, &work, r.abort) }
             .map_err(gpu_error)
     }
 

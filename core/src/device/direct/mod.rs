@@ -51,7 +51,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::DeviceCall;
-use super::device_queue::{DevAddr, DeviceQueue, Signal};
+use super::device_queue::{DevAddr, DeviceQueue, Reduction, Signal};
 use super::graveyard::Graveyard;
 use crate::comm::failure::Learned;
 use crate::comm::submit::Submit;
@@ -220,15 +220,15 @@ fn enqueue_steps<Q: DeviceQueue>(
                 // addresses stay mapped while the communicator lives, or
                 // while a graph that captured them does (`enqueue_keep`).
                 unsafe {
-                    queue.enqueue_reduce(
-                        DataType::U8,
-                        ReduceOp::Sum,
-                        &[*src],
-                        &[*dst],
-                        *bytes,
-                        1,
-                        w.abort_word(),
-                    )?
+                    queue.enqueue_reduce(&Reduction {
+                        dtype: DataType::U8,
+                        op: ReduceOp::Sum,
+                        srcs: &[*src],
+                        dsts: &[*dst],
+                        count: *bytes,
+                        avg_divisor: 1,
+                        abort: w.abort_word(),
+                    })?
                 }
             }
             DirectStep::Copy { dst, src, bytes } => {
@@ -251,15 +251,15 @@ fn enqueue_steps<Q: DeviceQueue>(
             DirectStep::Reduce { srcs, dsts, count } => {
                 // SAFETY: as above.
                 unsafe {
-                    queue.enqueue_reduce(
+                    queue.enqueue_reduce(&Reduction {
                         dtype,
                         op,
                         srcs,
                         dsts,
-                        *count,
-                        size as u32,
-                        w.abort_word(),
-                    )?
+                        count: *count,
+                        avg_divisor: size as u32,
+                        abort: w.abort_word(),
+                    })?
                 }
             }
         }
