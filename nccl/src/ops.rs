@@ -149,64 +149,71 @@ fn needed(ptr: *const c_void, what: &str) -> Result<(), Error> {
     Ok(())
 }
 
-export! {
+/// Writes NCCL's entry points of the collectives that are plans (and
+/// their `pncclX` names), each decoding its operator and root and calling
+/// [`Call::collective`], which lays the buffers out by NCCL's rules.
+macro_rules! nccl_collectives {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident, $pname:ident ($($arg:ident),*) => $collective:expr;
+    )*) => {
+        $(
+            export! {
+                $(#[$doc])*
+                $name, $pname => fn(
+                    sendbuff: *const c_void,
+                    recvbuff: *mut c_void,
+                    count: usize,
+                    datatype: c_int,
+                    $($arg: c_int,)*
+                    comm: ncclComm_t,
+                    stream: cudaStream_t,
+                ) -> ncclResult_t {
+                    guard(stringify!($name), || {
+                        let c = Call::new(comm, datatype, nccl_collectives!(@op $($arg $arg)*))?;
+                        $(nccl_collectives!(@root $arg $arg, c);)*
+                        c.collective($collective, sendbuff, recvbuff, count, stream)
+                    })
+                }
+            }
+        )*
+    };
+    // The operator is decoded with the type (`Call::new`), the root after.
+    (@op op $a:ident $($rest:tt)*) => { Some($a) };
+    (@op root $a:ident $($rest:tt)*) => { nccl_collectives!(@op $($rest)*) };
+    (@op) => { None };
+    (@root root $a:ident, $c:ident) => { let $a = $c.rank_of($a, "root")?; };
+    (@root op $a:ident, $c:ident) => {};
+}
+
+nccl_collectives! {
     /// `ncclAllReduce`: every rank's `sendbuff` reduced into every rank's
     /// `recvbuff` (in place when they are the same).
-    ncclAllReduce, pncclAllReduce => fn(
-        sendbuff: *const c_void,
-        recvbuff: *mut c_void,
-        count: usize,
-        datatype: c_int,
-        op: c_int,
-        comm: ncclComm_t,
-        stream: cudaStream_t,
-    ) -> ncclResult_t {
-        guard("ncclAllReduce", || {
-            let c = Call::new(comm, datatype, Some(op))?;
-            c.collective(Collective::AllReduce, sendbuff, recvbuff, count, stream)
-        })
-    }
-}
+    ncclAllReduce, pncclAllReduce(op) => Collective::AllReduce;
 
-/// A broadcast of `count` elements from `root` (`sendbuff` used on the
-/// root only; in place where the buffers are the same).
-#[allow(clippy::too_many_arguments)] // NCCL's parameters, and the entry point's name
-fn broadcast(
-    name: &str,
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: c_int,
-    root: c_int,
-    comm: ncclComm_t,
-    stream: cudaStream_t,
-) -> ncclResult_t {
-    guard(name, || {
-        let c = Call::new(comm, datatype, None)?;
-        let root = c.rank_of(root, "root")?;
-        c.collective(
-            Collective::Broadcast { root },
-            sendbuff,
-            recvbuff,
-            count,
-            stream,
-        )
-    })
-}
+    /// `ncclBroadcast`: `root`'s `sendbuff` into every rank's `recvbuff`
+    /// (`sendbuff` used on the root only; in place where they are the
+    /// same).
+    ncclBroadcast, pncclBroadcast(root) => Collective::Broadcast { root };
 
-export! {
-    /// `ncclBroadcast`: `root`'s `sendbuff` into every rank's `recvbuff`.
-    ncclBroadcast, pncclBroadcast => fn(
-        sendbuff: *const c_void,
-        recvbuff: *mut c_void,
-        count: usize,
-        datatype: c_int,
-        root: c_int,
-        comm: ncclComm_t,
-        stream: cudaStream_t,
-    ) -> ncclResult_t {
-        broadcast("ncclBroadcast", sendbuff, recvbuff, count, datatype, root, comm, stream)
-    }
+    /// `ncclReduce`: every rank's `sendbuff` reduced into `root`'s
+    /// `recvbuff` (unused, and may be NULL, elsewhere).
+    ncclReduce, pncclReduce(op, root) => Collective::Reduce { root };
+
+    /// `ncclAllGather`: every rank's `count` (`sendcount`) elements, in
+    /// rank order, into every rank's `recvbuff` (in place when `sendbuff`
+    /// is this rank's block of `recvbuff`).
+    ncclAllGather, pncclAllGather() => Collective::AllGather;
+
+    /// `ncclReduceScatter`: every rank's `sendbuff` reduced, block `r` of
+    /// the result (`count`, NCCL's `recvcount`, elements) into rank `r`'s
+    /// `recvbuff` (in place when `recvbuff` is this rank's block of
+    /// `sendbuff`).
+    ncclReduceScatter, pncclReduceScatter(op) => Collective::ReduceScatter;
+
+    /// `ncclAlltoAll`: block `p` of every rank's `sendbuff` (`count`
+    /// elements) into block `r` of rank `p`'s `recvbuff`.
+    ncclAlltoAll, pncclAlltoAll() => Collective::AllToAll;
 }
 
 export! {
@@ -219,85 +226,8 @@ export! {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t {
-        broadcast("ncclBcast", buff, buff, count, datatype, root, comm, stream)
-    }
-}
-
-export! {
-    /// `ncclReduce`: every rank's `sendbuff` reduced into `root`'s
-    /// `recvbuff` (unused, and may be NULL, elsewhere).
-    ncclReduce, pncclReduce => fn(
-        sendbuff: *const c_void,
-        recvbuff: *mut c_void,
-        count: usize,
-        datatype: c_int,
-        op: c_int,
-        root: c_int,
-        comm: ncclComm_t,
-        stream: cudaStream_t,
-    ) -> ncclResult_t {
-        guard("ncclReduce", || {
-            let c = Call::new(comm, datatype, Some(op))?;
-            let root = c.rank_of(root, "root")?;
-            c.collective(Collective::Reduce { root }, sendbuff, recvbuff, count, stream)
-        })
-    }
-}
-
-export! {
-    /// `ncclAllGather`: every rank's `sendcount` elements, in rank order,
-    /// into every rank's `recvbuff` (in place when `sendbuff` is this
-    /// rank's block of `recvbuff`).
-    ncclAllGather, pncclAllGather => fn(
-        sendbuff: *const c_void,
-        recvbuff: *mut c_void,
-        sendcount: usize,
-        datatype: c_int,
-        comm: ncclComm_t,
-        stream: cudaStream_t,
-    ) -> ncclResult_t {
-        guard("ncclAllGather", || {
-            let c = Call::new(comm, datatype, None)?;
-            c.collective(Collective::AllGather, sendbuff, recvbuff, sendcount, stream)
-        })
-    }
-}
-
-export! {
-    /// `ncclReduceScatter`: every rank's `sendbuff` reduced, block `r` of
-    /// the result into rank `r`'s `recvbuff` (in place when `recvbuff` is
-    /// this rank's block of `sendbuff`).
-    ncclReduceScatter, pncclReduceScatter => fn(
-        sendbuff: *const c_void,
-        recvbuff: *mut c_void,
-        recvcount: usize,
-        datatype: c_int,
-        op: c_int,
-        comm: ncclComm_t,
-        stream: cudaStream_t,
-    ) -> ncclResult_t {
-        guard("ncclReduceScatter", || {
-            let c = Call::new(comm, datatype, Some(op))?;
-            c.collective(Collective::ReduceScatter, sendbuff, recvbuff, recvcount, stream)
-        })
-    }
-}
-
-export! {
-    /// `ncclAlltoAll`: block `p` of every rank's `sendbuff` (`count`
-    /// elements) into block `r` of rank `p`'s `recvbuff`.
-    ncclAlltoAll, pncclAlltoAll => fn(
-        sendbuff: *const c_void,
-        recvbuff: *mut c_void,
-        count: usize,
-        datatype: c_int,
-        comm: ncclComm_t,
-        stream: cudaStream_t,
-    ) -> ncclResult_t {
-        guard("ncclAlltoAll", || {
-            let c = Call::new(comm, datatype, None)?;
-            c.collective(Collective::AllToAll, sendbuff, recvbuff, count, stream)
-        })
+        // SAFETY: the caller's contract, with one buffer as both.
+        unsafe { ncclBroadcast(buff, buff, count, datatype, root, comm, stream) }
     }
 }
 
