@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use streamcomm::host::HostStream;
 use streamcomm::{Communicator, ReduceOp};
 
 /// The variable that names the scenario a rank process runs.
@@ -33,6 +34,32 @@ pub(crate) fn launch_scenario(
         limit,
         &format!("{scenario} on {n} ranks"),
     );
+}
+
+/// What a rank process of a scenario test starts from.
+pub(crate) struct Child {
+    /// The scenario it runs.
+    pub scenario: String,
+    /// The test's seed.
+    pub seed: u64,
+    /// Its communicator, from the launcher's environment.
+    pub comm: Communicator,
+    /// A stream for it.
+    pub stream: HostStream,
+}
+
+/// In a rank process started to run the scenario named in `var` (with
+/// the test's seed in `STREAMCOMM_TEST_SEED`): its [`Child`]; `None` when
+/// the ignored `child` test runs on its own (it then does nothing).
+pub(crate) fn child(var: &str) -> Option<Child> {
+    let scenario = std::env::var(var).ok()?;
+    let seed = std::env::var("STREAMCOMM_TEST_SEED").expect("the test's seed");
+    Some(Child {
+        scenario,
+        seed: seed.parse().expect("a seed"),
+        comm: Communicator::from_env().expect("from_env"),
+        stream: HostStream::new().expect("a stream"),
+    })
 }
 
 /// `field` of this process's `/proc/self/status`, in kB.

@@ -15,36 +15,31 @@ use streamcomm::Collective;
 use streamcomm::host::{HostBuffer, HostEvent, HostStream};
 use streamcomm::{Communicator, DataType, ReduceOp};
 
-const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";
-const SEED: &str = "STREAMCOMM_TEST_SEED";
+use harness::scenario::SCENARIO;
 
 /// Launches `n` copies of this binary running `scenario`; fails on any rank's failure or a hang.
 fn launch(n: usize, scenario: &str, buffsize: &str) {
-    let env = [
-        (SCENARIO, scenario.to_string()),
-        (SEED, streamcomm_testkit::seed().to_string()),
-        ("STREAMCOMM_BUFFSIZE", buffsize.to_string()),
-        ("STREAMCOMM_NSTEPS", "4".to_string()),
-        ("STREAMCOMM_TIMEOUT", "60".to_string()),
+    let extra = [
+        ("STREAMCOMM_BUFFSIZE", buffsize),
+        ("STREAMCOMM_NSTEPS", "4"),
+        ("STREAMCOMM_TIMEOUT", "60"),
     ];
-    harness::launch_children(
-        n,
-        &streamcomm_testkit::test_path(module_path!(), "child"),
-        &env,
-        Duration::from_secs(300),
-        scenario,
-    );
+    let limit = Duration::from_secs(300);
+    harness::scenario::launch_scenario(module_path!(), n, scenario, &extra, limit);
 }
 
 #[test]
 #[ignore = "entry point of the child processes"]
 fn child() {
-    let Ok(scenario) = std::env::var(SCENARIO) else {
+    let Some(harness::scenario::Child {
+        scenario,
+        seed,
+        comm,
+        stream,
+    }) = harness::scenario::child(SCENARIO)
+    else {
         return;
     };
-    let seed: u64 = std::env::var(SEED).unwrap().parse().unwrap();
-    let comm = Communicator::from_env().expect("from_env");
-    let stream = HostStream::new().unwrap();
     match scenario.as_str() {
         "matrix" => matrix_slice(&comm, &stream, seed),
         "thin" => harness::run_thin_slice(&comm, &stream, seed, &[ReduceOp::Sum, ReduceOp::Max]),

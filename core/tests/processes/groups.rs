@@ -212,11 +212,15 @@ fn split_checked(
 #[test]
 #[ignore = "entry point of the child processes"]
 fn child() {
-    let Ok(scenario) = std::env::var(SCENARIO) else {
+    let Some(harness::scenario::Child {
+        scenario,
+        seed,
+        comm: world,
+        ..
+    }) = harness::scenario::child(SCENARIO)
+    else {
         return;
     };
-    let seed: u64 = std::env::var(SEED).unwrap().parse().unwrap();
-    let world = Communicator::from_env().expect("from_env");
     let rank = world.rank();
     match scenario.as_str() {
         "grids" => grids(&world, seed),

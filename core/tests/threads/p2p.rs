@@ -593,38 +593,33 @@ fn bad_arguments_are_refused_at_enqueue() {
 
 // --- ranks as processes -------------------------------------------------
 
-const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";
-const SEED: &str = "STREAMCOMM_TEST_SEED";
+use harness::scenario::SCENARIO;
 
 fn launch(n: usize, scenario: &str, transport: &str) {
-    let env = [
-        (SCENARIO, scenario.to_string()),
-        (SEED, streamcomm_testkit::seed().to_string()),
-        ("STREAMCOMM_BUFFSIZE", "8K".to_string()),
-        ("STREAMCOMM_NSTEPS", "4".to_string()),
-        ("STREAMCOMM_P2P_EAGER_LIMIT", LIMIT.to_string()),
-        ("STREAMCOMM_TRANSPORT", transport.to_string()),
-        ("STREAMCOMM_TIMEOUT", "60".to_string()),
+    let limit = LIMIT.to_string();
+    let extra = [
+        ("STREAMCOMM_BUFFSIZE", "8K"),
+        ("STREAMCOMM_NSTEPS", "4"),
+        ("STREAMCOMM_P2P_EAGER_LIMIT", limit.as_str()),
+        ("STREAMCOMM_TRANSPORT", transport),
+        ("STREAMCOMM_TIMEOUT", "60"),
     ];
-    let what = format!("{scenario} over {transport}");
-    harness::launch_children(
-        n,
-        &streamcomm_testkit::test_path(module_path!(), "child"),
-        &env,
-        Duration::from_secs(240),
-        &what,
-    );
+    let within = Duration::from_secs(240);
+    harness::scenario::launch_scenario(module_path!(), n, scenario, &extra, within);
 }
 
 #[test]
 #[ignore = "entry point of the child processes"]
 fn child() {
-    let Ok(scenario) = std::env::var(SCENARIO) else {
+    let Some(harness::scenario::Child {
+        scenario,
+        seed,
+        comm,
+        stream,
+    }) = harness::scenario::child(SCENARIO)
+    else {
         return;
     };
-    let seed: u64 = std::env::var(SEED).unwrap().parse().unwrap();
-    let comm = Communicator::from_env().expect("from_env");
-    let stream = HostStream::new().unwrap();
     match scenario.as_str() {
         "everything" => everything(&comm, &stream, seed),
         "many_small" => many_small(&comm, &stream, seed),

@@ -13,10 +13,10 @@ use crate::netns;
 use std::time::Duration;
 
 use netns::{Netns, ready_or_skip};
-use streamcomm::host::{HostBuffer, HostStream};
-use streamcomm::{Communicator, ReduceOp, Transport};
+use streamcomm::host::HostBuffer;
+use streamcomm::{ReduceOp, Transport};
 
-const SCENARIO: &str = "STREAMCOMM_TEST_SCENARIO";
+use crate::harness::scenario::SCENARIO;
 const SEED: &str = "STREAMCOMM_TEST_SEED";
 const SECRET: &str = "0123456789abcdef0123456789abcdef";
 const LIMIT: Duration = Duration::from_secs(300);
@@ -53,12 +53,15 @@ fn job(hosts: usize, ranks_per_host: usize, scenario: &str, extra: &[(&str, &str
 #[test]
 #[ignore = "entry point of the child processes"]
 fn child() {
-    let Ok(scenario) = std::env::var(SCENARIO) else {
+    let Some(harness::scenario::Child {
+        scenario,
+        seed,
+        comm,
+        stream,
+    }) = harness::scenario::child(SCENARIO)
+    else {
         return;
     };
-    let seed: u64 = std::env::var(SEED).unwrap().parse().unwrap();
-    let comm = Communicator::from_env().expect("from_env");
-    let stream = HostStream::new().unwrap();
     let (rank, n) = (comm.rank(), comm.size());
     let per_host = std::env::var("LOCAL_WORLD_SIZE")
         .unwrap()
