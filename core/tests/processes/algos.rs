@@ -8,42 +8,30 @@ use crate::harness;
 use std::time::Duration;
 
 use streamcomm::Collective;
-use streamcomm::host::HostStream;
-use streamcomm::{Communicator, DataType, ReduceOp};
-
-const ROLE: &str = "STREAMCOMM_TEST_ALGOS_CHILD";
-const SEED: &str = "STREAMCOMM_TEST_SEED";
+use streamcomm::{DataType, ReduceOp};
 
 /// Runs `n` copies of this binary with `algo` forced; fails on any rank's
 /// failure or a hang.
 fn launch(n: usize, algo: &str) {
-    let env = [
-        (ROLE, "1".to_string()),
-        (SEED, streamcomm_testkit::seed().to_string()),
-        ("STREAMCOMM_ALGO", algo.to_string()),
-        ("STREAMCOMM_BUFFSIZE", "8K".to_string()),
-        ("STREAMCOMM_NSTEPS", "4".to_string()),
-        ("STREAMCOMM_TIMEOUT", "60".to_string()),
+    let extra = [
+        ("STREAMCOMM_ALGO", algo),
+        ("STREAMCOMM_BUFFSIZE", "8K"),
+        ("STREAMCOMM_NSTEPS", "4"),
+        ("STREAMCOMM_TIMEOUT", "60"),
     ];
-    let what = format!("STREAMCOMM_ALGO={algo}");
-    harness::launch_children(
-        n,
-        &streamcomm_testkit::test_path(module_path!(), "child"),
-        &env,
-        Duration::from_secs(240),
-        &what,
-    );
+    let within = Duration::from_secs(240);
+    harness::scenario::launch_scenario(module_path!(), n, "algos", &extra, within);
 }
 
 #[test]
 #[ignore = "entry point of the child processes"]
 fn child() {
-    if std::env::var(ROLE).is_err() {
+    let Some(harness::scenario::Child {
+        seed, comm, stream, ..
+    }) = harness::scenario::child(harness::scenario::SCENARIO)
+    else {
         return;
-    }
-    let seed: u64 = std::env::var(SEED).unwrap().parse().unwrap();
-    let comm = Communicator::from_env().expect("from_env");
-    let stream = HostStream::new().unwrap();
+    };
     let n = comm.size();
     let slot = comm.config().slot_bytes();
     let buffsize = comm.config().buffsize;
