@@ -36,17 +36,10 @@ pub(crate) fn launch_scenario(
     );
 }
 
-/// What a rank process of a scenario test starts from.
-pub(crate) struct Child {
-    /// The scenario it runs.
-    pub scenario: String,
-    /// The test's seed.
-    pub seed: u64,
-    /// Its communicator, from the launcher's environment.
-    pub comm: Communicator,
-    /// A stream for it.
-    pub stream: HostStream,
-}
+/// What a rank process of a scenario test starts from: the scenario it
+/// runs, the test's seed, its communicator (from the launcher's
+/// environment) and a stream.
+pub(crate) type Child = (String, u64, Communicator, HostStream);
 
 /// In a rank process started to run the scenario named in `var` (with
 /// the test's seed in `STREAMCOMM_TEST_SEED`): its [`Child`]; `None` when
@@ -54,12 +47,9 @@ pub(crate) struct Child {
 pub(crate) fn child(var: &str) -> Option<Child> {
     let scenario = std::env::var(var).ok()?;
     let seed = std::env::var("STREAMCOMM_TEST_SEED").expect("the test's seed");
-    Some(Child {
-        scenario,
-        seed: seed.parse().expect("a seed"),
-        comm: Communicator::from_env().expect("from_env"),
-        stream: HostStream::new().expect("a stream"),
-    })
+    let comm = Communicator::from_env().expect("from_env");
+    let stream = HostStream::new().expect("a stream");
+    Some((scenario, seed.parse().expect("a seed"), comm, stream))
 }
 
 /// `field` of this process's `/proc/self/status`, in kB.

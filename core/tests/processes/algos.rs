@@ -26,9 +26,7 @@ fn launch(n: usize, algo: &str) {
 #[test]
 #[ignore = "entry point of the child processes"]
 fn child() {
-    let Some(harness::scenario::Child {
-        seed, comm, stream, ..
-    }) = harness::scenario::child(harness::scenario::SCENARIO)
+    let Some((_, seed, comm, stream)) = harness::scenario::child(harness::scenario::SCENARIO)
     else {
         return;
     };

@@ -31,13 +31,7 @@ fn launch(n: usize, scenario: &str, buffsize: &str) {
 #[test]
 #[ignore = "entry point of the child processes"]
 fn child() {
-    let Some(harness::scenario::Child {
-        scenario,
-        seed,
-        comm,
-        stream,
-    }) = harness::scenario::child(SCENARIO)
-    else {
+    let Some((scenario, seed, comm, stream)) = harness::scenario::child(SCENARIO) else {
         return;
     };
     match scenario.as_str() {

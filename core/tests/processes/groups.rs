@@ -212,13 +212,7 @@ fn split_checked(
 #[test]
 #[ignore = "entry point of the child processes"]
 fn child() {
-    let Some(harness::scenario::Child {
-        scenario,
-        seed,
-        comm: world,
-        ..
-    }) = harness::scenario::child(SCENARIO)
-    else {
+    let Some((scenario, seed, world, _)) = harness::scenario::child(SCENARIO) else {
         return;
     };
     let rank = world.rank();

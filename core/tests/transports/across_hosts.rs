@@ -53,13 +53,7 @@ fn job(hosts: usize, ranks_per_host: usize, scenario: &str, extra: &[(&str, &str
 #[test]
 #[ignore = "entry point of the child processes"]
 fn child() {
-    let Some(harness::scenario::Child {
-        scenario,
-        seed,
-        comm,
-        stream,
-    }) = harness::scenario::child(SCENARIO)
-    else {
+    let Some((scenario, seed, comm, stream)) = harness::scenario::child(SCENARIO) else {
         return;
     };
     let (rank, n) = (comm.rank(), comm.size());
