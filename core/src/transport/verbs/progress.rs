@@ -771,7 +771,8 @@ impl SharedPeer {
         }
     }
 
-    /// Waits until the pair is connected, asking the engine to connect it.
+    /// Waits until the pair is connected, starting this side's handshake
+    /// if nobody has (a barrier's flag write, on any thread).
     ///
     /// # Errors
     /// [`Error::Transport`] when connecting failed, or took longer than

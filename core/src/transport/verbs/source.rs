@@ -28,8 +28,8 @@ use crate::engine::{Ctx, PollSet, Source};
 /// Every verbs peer of a communicator.
 pub(crate) struct VerbsSource {
     peers: Vec<Arc<SharedPeer>>,
-    /// Each peer's rank, in `peers`' order.
-    ranks: Vec<usize>,
+    /// Each peer with its rank, for the handshakes' answers.
+    by_rank: Arc<[(usize, Arc<SharedPeer>)]>,
     dead: Vec<bool>,
     /// Every peer's CQ reports to this channel (one per communicator).
     channel: Option<Arc<CompChannel>>,
@@ -62,11 +62,11 @@ impl VerbsSource {
             .set_nonblocking(true)
             .map_err(|e| crate::Error::os("verbs: non-blocking handshake listener", e))?;
         let channel = peers.first().map(|(_, p)| p.lock().qp.channel.clone());
-        let ranks = peers.iter().map(|(r, _)| *r).collect();
-        let peers: Vec<_> = peers.into_iter().map(|(_, p)| p).collect();
+        let by_rank: Arc<[(usize, Arc<SharedPeer>)]> = peers.into();
+        let peers: Vec<_> = by_rank.iter().map(|(_, p)| p.clone()).collect();
         Ok(VerbsSource {
             dead: vec![false; peers.len()],
-            ranks,
+            by_rank,
             peers,
             channel,
             evented: false,
@@ -84,17 +84,10 @@ impl VerbsSource {
             && let Ok((stream, _)) = self.listener.accept()
         {
             let _ = stream.set_nonblocking(false);
-            let index: Vec<(usize, Arc<SharedPeer>)> = self
-                .ranks
-                .iter()
-                .zip(&self.peers)
-                .map(|(&r, p)| (r, p.clone()))
-                .collect();
+            let by_rank = self.by_rank.clone();
             self.shaker.answer(stream, move |rank| {
-                index
-                    .iter()
-                    .find(|(r, _)| *r == rank)
-                    .map(|(_, p)| p.clone())
+                let found = by_rank.iter().find(|(r, _)| *r == rank);
+                found.map(|(_, p)| p.clone())
             });
         }
     }
