@@ -65,6 +65,9 @@ fn child() {
         connected(&world).is_empty(),
         "rank {rank}: creation connected a tcp peer"
     );
+    // No rank uses a link before every rank has looked (a rank that waits
+    // for rank 0 dials it: rank 0 would see that connection).
+    all_checked(&dir, rank, world.size());
     if rank == VICTIM {
         std::fs::write(dir.join("victim.pid"), std::process::id().to_string()).unwrap();
         // SAFETY: raise has no memory-safety preconditions.
@@ -141,5 +144,19 @@ fn stopped_victim(dir: &Path) -> i32 {
             }
         }
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Says this rank has checked its links after creation, then waits until
+/// every rank of `n` has (through files in `dir`: no link is used).
+fn all_checked(dir: &Path, rank: usize, n: usize) {
+    std::fs::write(dir.join(format!("checked.{rank}")), b"").unwrap();
+    let t0 = Instant::now();
+    while !(0..n).all(|r| dir.join(format!("checked.{r}")).exists()) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "rank {rank}: the others never checked their links"
+        );
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
