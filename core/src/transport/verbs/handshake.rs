@@ -156,14 +156,17 @@ impl Shaker {
     /// Starts connecting to `peer` (rank `to`, listening at `addr`) on a
     /// thread of its own; the outcome is left on the peer.
     pub(crate) fn dial(self: &Arc<Self>, peer: Arc<SharedPeer>, to: usize, addr: SocketAddr) {
-        let me = self.clone();
+        let failed = move |peer: &SharedPeer, cause: String| {
+            peer.defer(Error::Transport {
+                transport: "verbs",
+                peer: to,
+                cause,
+            });
+        };
+        let (me, target) = (self.clone(), peer.clone());
         let run = move || {
-            if let Err(cause) = me.dial_now(&peer, to, addr) {
-                peer.defer(Error::Transport {
-                    transport: "verbs",
-                    peer: to,
-                    cause,
-                });
+            if let Err(cause) = me.dial_now(&target, to, addr) {
+                failed(&target, cause);
             }
             me.kick.kick();
         };
@@ -171,7 +174,9 @@ impl Shaker {
             .name(format!("streamcomm-verbs-dial-{to}"))
             .spawn(run)
         {
-            tracing::warn!(error = %e, peer = to, "verbs: no thread for a handshake");
+            // Reported, not left waiting for a dial that never started.
+            failed(&peer, format!("no thread for the handshake: {e}"));
+            self.kick.kick();
         }
     }
 
