@@ -22,6 +22,7 @@
 
 use crate::comm::Communicator;
 use crate::comm::buffer::BufView;
+use crate::comm::exec;
 use crate::comm::p2p::{Dir, Now};
 use crate::host::{Element, JobMode, RawBuffer};
 use crate::plan::{Buffers, Collective, Plan};
@@ -109,7 +110,7 @@ impl Communicator {
         self.inner
             .core
             .run_ticketed(ticket, JobMode::Run, name, |c| {
-                c.run_plan_on(&plan, &mut bufs, ticket)
+                exec::run_plan_on(c, &plan, &mut bufs, ticket)
             })
     }
 

@@ -1,27 +1,24 @@
 //! The communicator's core: its place, connections, turns, failure record,
-//! progress engine and wait policy, and the code that executes plans on
-//! them. Its fields are private: barrier, point-to-point and recovery (see
+//! progress engine and wait policy. Its fields are private: barrier, point-to-point and recovery (see
 //! [`super::inner::CommInner`], which composes them) reach it through the
 //! methods here, never its fields.
 //!
 //! `Core` holds sub-structs (connections, turns, error state, proxy
-//! handle), never transport or algorithm details. Executing a plan is a loop
-//! over its steps: wait for the input slot and the output credit, lock the
-//! buffers for the duration of one step, apply it, publish. The thread doing
-//! this is whoever runs the stream (or calls `barrier_host`): shared memory is
-//! a direct transport and needs no proxy on its data path.
+//! handle), never transport or algorithm details. Plans and groups run on
+//! it through the one executor (`comm::exec`), on whichever thread runs
+//! the stream (or calls a host-blocking form): shared memory is a direct
+//! transport and needs no proxy on its data path.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::comm::buffer::Binding;
 use crate::comm::failure::{FailureState, Learned};
 use crate::comm::plan_cache::PlanCache;
 use crate::comm::turns::Turns;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::host::JobMode;
-use crate::plan::{Buffers, Collective, DataStep, Plan, PlanParams, apply_step, signature};
+use crate::plan::{Collective, Plan, PlanParams, signature};
 use crate::transport::fault::FaultInjector;
 use crate::transport::ring::RingError;
 use crate::transport::{Connection, Segment};
@@ -238,7 +235,7 @@ impl Core {
     /// The error of a slot from `peer` signed `theirs` where this rank's call
     /// is signed `ours`: the record is told to every rank at once, then the
     /// culprit is named from every record known (see `comm::mismatch`).
-    fn mismatch(&self, what: &str, peer: usize, theirs: u64, ours: u64) -> Error {
+    pub(crate) fn mismatch(&self, what: &str, peer: usize, theirs: u64, ours: u64) -> Error {
         let note = MismatchNote {
             suspect: peer,
             suspect_sig: theirs,
@@ -286,58 +283,6 @@ impl Core {
         result
     }
 
-    /// Executes every step of `plan` on `binding`.
-    pub(crate) fn run_plan(&self, plan: &Plan, binding: &Binding, seq: u64) -> Result<()> {
-        let _span = tracing::trace_span!("plan", op = plan.collective.name(), seq).entered();
-        // Working memory lives for the whole plan (see `Plan::work_count`).
-        let mut work = Binding::work_buffer(plan);
-        let sig = signature::of(plan);
-        for step in &plan.steps {
-            self.run_step(step, seq, sig, |slot_in, slot_out| {
-                if step.src.is_none() && step.dst.is_none() {
-                    let mut none = Buffers::Separate {
-                        send: &[],
-                        recv: &mut [],
-                    };
-                    apply_step(plan, step, &mut none, slot_in, slot_out)
-                } else {
-                    binding.with_buffers(plan, &mut work, |bufs| {
-                        apply_step(plan, step, bufs, slot_in, slot_out)
-                    })
-                }
-            })?;
-        }
-        Ok(())
-    }
-
-    /// Executes every step of `plan` on the caller's own memory, `bufs`:
-    /// the host-blocking collectives' path, with no buffer handle, lock or
-    /// working memory between the call and its slices (`plan` must need
-    /// none: [`Plan::work_count`] is for calls without a receive buffer).
-    pub(crate) fn run_plan_on(&self, plan: &Plan, bufs: &mut Buffers<'_>, seq: u64) -> Result<()> {
-        self.run_plan_signed(plan, signature::of(plan), bufs, seq)
-    }
-
-    /// [`Core::run_plan_on`] with the slots signed `sig` instead of
-    /// the plan's own signature: for a call built from another's plan (the
-    /// split's exchange is an all-gather), so that a peer making that other
-    /// call is told apart.
-    pub(crate) fn run_plan_signed(
-        &self,
-        plan: &Plan,
-        sig: u64,
-        bufs: &mut Buffers<'_>,
-        seq: u64,
-    ) -> Result<()> {
-        let _span = tracing::trace_span!("plan", op = plan.collective.name(), seq).entered();
-        for step in &plan.steps {
-            self.run_step(step, seq, sig, |slot_in, slot_out| {
-                apply_step(plan, step, bufs, slot_in, slot_out)
-            })?;
-        }
-        Ok(())
-    }
-
     /// The connection to `peer`.
     ///
     /// # Errors
@@ -347,51 +292,6 @@ impl Core {
             .get(peer)
             .and_then(|c| c.as_ref())
             .ok_or_else(|| Error::InvalidUsage(format!("no connection to rank {peer}")))
-    }
-
-    /// Runs one step of a call signed `sig`: waits for its input slot and
-    /// output credit, has `apply` combine them with the call's memory, and
-    /// publishes, all through the connections' seam.
-    fn run_step(
-        &self,
-        step: &DataStep,
-        seq: u64,
-        sig: u64,
-        apply: impl FnOnce(Option<&[u8]>, Option<&mut [u8]>) -> Result<usize>,
-    ) -> Result<()> {
-        let policy = self.policy();
-        let what = || format!("{} #{seq}", signature::call(sig).op);
-        let recv = step.recv_from.map(|p| self.connection(p)).transpose()?;
-        let send = step.send_to.map(|p| self.connection(p)).transpose()?;
-        let slot_in = match recv {
-            Some(c) => {
-                let slot = c
-                    .acquire_recv(&policy)
-                    .map_err(|e| self.ring_error(e, &what(), c, "data", Some(sig)))?;
-                let theirs = c.recv.head_sig();
-                if theirs != sig {
-                    return Err(self.mismatch(&what(), c.peer(), theirs, sig));
-                }
-                Some(slot)
-            }
-            None => None,
-        };
-        let slot_out =
-            match send {
-                Some(c) => Some(c.acquire_send(&policy).map_err(|e| {
-                    self.ring_error(e, &what(), c, "a free slot (credit)", Some(sig))
-                })?),
-                None => None,
-            };
-        let written = apply(slot_in, slot_out)?;
-        if let Some(c) = send {
-            c.commit_send(written, sig)
-                .map_err(|e| self.ring_error(e, &what(), c, "a free slot (credit)", Some(sig)))?;
-        }
-        if let Some(c) = recv {
-            c.release_recv();
-        }
-        Ok(())
     }
 
     /// The error of a failed slot operation on `c` in the call `what`

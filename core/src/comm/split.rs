@@ -18,6 +18,7 @@
 
 use super::Communicator;
 use super::child;
+use super::exec;
 use crate::host::JobMode;
 use crate::plan::{self, Buffers, Collective, signature};
 use crate::{DataType, Error, ReduceOp, Result};
@@ -125,7 +126,7 @@ impl Communicator {
         let started = std::time::Instant::now();
         let ticket = inner.core.turns().take();
         let result = inner.core.run_ticketed(ticket, JobMode::Run, "split", |c| {
-            c.run_plan_signed(&plan, sig, &mut bufs, ticket)
+            exec::run_plan_signed(c, &plan, sig, &mut bufs, ticket)
         });
         let e = match result {
             Ok(()) => return Ok(all),

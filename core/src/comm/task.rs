@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::comm::buffer::Binding;
 use crate::comm::core::Core;
+use crate::comm::exec;
 use crate::host::{Job, Task};
 use crate::plan::Plan;
 
@@ -26,7 +27,9 @@ impl Task for PlanTask {
         let (comm, plan, binding) = (self.comm.clone(), self.plan.clone(), self.binding.clone());
         Job::new(move |mode| {
             let name = format_args!("{} #{ticket}", plan.collective.name());
-            comm.run_ticketed(ticket, mode, name, |c| c.run_plan(&plan, &binding, ticket))
+            comm.run_ticketed(ticket, mode, name, |c| {
+                exec::run_plan(c, &plan, &binding, ticket)
+            })
         })
     }
 

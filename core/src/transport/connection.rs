@@ -395,25 +395,6 @@ impl Connection {
         self.faults.sends_plain() && self.link.send_unstaged(payload, sig)
     }
 
-    /// Waits for the next inbound slot, poking the connection meanwhile;
-    /// return it with [`Connection::release_recv`]. A fault rule may delay
-    /// or fail it first.
-    ///
-    /// # Errors
-    /// As [`RingEnd::acquire_recv`]; [`RingError::Injected`] for an
-    /// injected error.
-    pub(crate) fn acquire_recv(&self, policy: &WaitPolicy<'_>) -> Result<&[u8], RingError> {
-        self.faults.before_recv(&self.recv)?;
-        match self.pace(policy) {
-            Some(mut pace) => self.recv.acquire_recv_with(policy, || {
-                if pace.due() {
-                    self.poke()
-                }
-            }),
-            None => self.recv.acquire_recv(policy),
-        }
-    }
-
     /// The next inbound slot, if one was published, without waiting (a
     /// fault rule may delay or fail it); return it with
     /// [`Connection::release_recv`].
@@ -430,8 +411,8 @@ impl Connection {
         Ok(slot)
     }
 
-    /// Returns the slot taken by [`Connection::acquire_recv`] or
-    /// [`Connection::try_acquire_recv`] to the sender, then does what the
+    /// Returns the slot taken by [`Connection::try_acquire_recv`] to the
+    /// sender, then does what the
     /// transport needs ([`Carrier::after_recv`]).
     #[inline]
     pub(crate) fn release_recv(&self) {

@@ -314,63 +314,26 @@ impl RingEnd {
         h.tail.notifier.notify();
     }
 
-    /// Receiver: waits for the next slot and returns its payload.
+    /// Receiver: waits for the next slot and returns its payload (for
+    /// tests; the executor takes slots with [`RingEnd::try_acquire_recv`]
+    /// and waits itself).
     ///
     /// # Errors
-    /// [`RingError::Wait`] when nothing arrived in time;
-    /// [`RingError::BadLength`] when the slot header is impossible;
-    /// [`RingError::OutOfOrder`] when the slot is not the one due next.
+    /// [`RingError::Wait`] when nothing arrived in time; as
+    /// [`RingEnd::try_acquire_recv`] otherwise.
+    #[cfg(test)]
     pub(in crate::transport) fn acquire_recv(
         &self,
         policy: &WaitPolicy<'_>,
     ) -> Result<&[u8], RingError> {
-        self.acquire_recv_with(policy, || {})
-    }
-
-    /// As [`RingEnd::acquire_recv`], calling `poke` between checks (a
-    /// proxied transport's waiter moves its own bytes meanwhile).
-    ///
-    /// # Errors
-    /// As [`RingEnd::acquire_recv`].
-    pub(in crate::transport) fn acquire_recv_with(
-        &self,
-        policy: &WaitPolicy<'_>,
-        mut poke: impl FnMut(),
-    ) -> Result<&[u8], RingError> {
-        let h = self.header();
-        let head = h.head.value.load(Ordering::Relaxed);
-        h.tail
-            .notifier
-            .wait_until(policy, || {
-                let arrived = || h.tail.value.load(Ordering::Acquire) > head;
-                // Poke only when needed, then look again at once.
-                (arrived() || {
-                    poke();
-                    arrived()
-                })
-                .then_some(())
-            })
+        self.data_notifier()
+            .wait_until(policy, || self.has_data().then_some(()))
             .map_err(RingError::Wait)?;
-        let len = self.len_word(head).load(Ordering::Relaxed);
-        if len > self.shape.slot_bytes as u64 {
-            return Err(RingError::BadLength(len));
-        }
-        let seq = self.seq_word(head).load(Ordering::Relaxed);
-        if seq != head {
-            return Err(RingError::OutOfOrder {
-                expected: head,
-                got: seq,
-            });
-        }
-        // SAFETY: tail > head, so the sender published this slot (Acquire
-        // above orders its writes before our reads) and will not touch it until
-        // we advance head; len was checked against the slot size.
-        Ok(unsafe {
-            std::slice::from_raw_parts(self.slot_ptr(head).add(SLOT_HEADER), len as usize)
-        })
+        self.try_acquire_recv()?
+            .ok_or(RingError::Wait(crate::wait::WaitError::Aborted))
     }
 
-    /// Receiver: returns the slot from [`RingEnd::acquire_recv`] to the sender.
+    /// Receiver: returns the slot from [`RingEnd::try_acquire_recv`] to the sender.
     pub(in crate::transport) fn release_recv(&self) {
         let h = self.header();
         let head = h.head.value.load(Ordering::Relaxed);
@@ -420,7 +383,7 @@ impl RingEnd {
         self.seq_word(index).load(Ordering::Relaxed)
     }
 
-    /// Receiver: the signature of the slot [`RingEnd::acquire_recv`] returned.
+    /// Receiver: the signature of the slot [`RingEnd::try_acquire_recv`] returned.
     pub fn head_sig(&self) -> u64 {
         let head = self.header().head.value.load(Ordering::Relaxed);
         self.slot_sig(head)

@@ -22,6 +22,7 @@ use crate::barrier::{BarrierAlgo, FlagBarriers};
 use crate::comm::Communicator;
 use crate::comm::buffer::Binding;
 use crate::comm::core::Core;
+use crate::comm::exec;
 use crate::host::{HostStream, JobMode};
 use crate::plan::{self, Collective, Plan, PlanParams};
 use crate::transport::Connection;
@@ -159,7 +160,7 @@ impl Barriers {
                     send: None,
                     recv: None,
                 };
-                return core.run_plan(plan, &binding, ticket);
+                return exec::run_plan(core, plan, &binding, ticket);
             }
         };
         flags.run(core.policy()).map_err(|e| match e {

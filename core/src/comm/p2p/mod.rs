@@ -53,7 +53,7 @@
 mod cma;
 mod collectives;
 pub(crate) mod exchange;
-mod executor;
+mod group;
 mod immediate;
 pub(crate) use immediate::Now;
 mod payload;

@@ -1,19 +1,15 @@
-//! The executor of a group: move every operation along until all are done,
-//! never blocking on any one of them. A buffer is locked only while an
-//! operation moves its bytes (a slot's copy, a pull), never across a wait
-//! for a peer: the lock policy of a collective's step.
-//!
-//! Operations to one peer in one direction form a lane and run in posting
-//! order (so messages between a pair arrive in the order they were posted);
-//! the fronts of all lanes are polled round-robin. That is what makes a group
-//! deadlock-free whatever the order of its calls: a send waiting for credit
-//! never stops a receive from draining the ring that would give the credit
-//! back. When no lane can move, the thread waits (spin, yield, futex) until
-//! any of them can, bounded by the communicator's timeout without progress.
+//! A group lowered into items of the one executor (`comm::exec`): each
+//! send or receive with another rank is an item (a state machine of its
+//! own, `sender.rs`, `receiver.rs`), those to one peer in one direction a
+//! lane in posting order (so messages between a pair arrive in the order
+//! they were posted); a rank's messages to itself are plain copies. A
+//! buffer is locked only while an operation moves its bytes (a slot's copy,
+//! a pull), never across a wait for a peer: the lock policy of a
+//! collective's step.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
 
+use crate::comm::exec::{self, Item};
 use crate::comm::p2p::P2p;
 use crate::comm::p2p::payload::{Dst, HostBytes, Src};
 use crate::comm::p2p::receiver::RecvOp;
@@ -21,7 +17,7 @@ use crate::comm::p2p::sender::SendOp;
 use crate::comm::p2p::spec::{Dir, GroupSpec, OpSpec};
 use crate::host::RawBuffer;
 use crate::transport::Connection;
-use crate::wait::{Notifier, WaitPolicy};
+use crate::wait::Notifier;
 use crate::{Error, Result};
 
 /// An operation's operand: the bytes it reads or writes (host bytes,
@@ -55,7 +51,7 @@ enum Op<'a> {
     Recv(RecvOp<'a>),
 }
 
-impl<'a> Op<'a> {
+impl<'a> Item<'a> for Op<'a> {
     fn poll(&mut self) -> Result<bool> {
         match self {
             Op::Send(s) => s.poll(),
@@ -74,54 +70,17 @@ impl<'a> Op<'a> {
             Op::Recv(r) => r.ready(),
         }
     }
-    fn notifier(&self) -> &'a Notifier {
-        match self {
-            Op::Send(s) => s.notifier(),
-            Op::Recv(r) => r.notifier(),
-        }
-    }
-    fn connection(&self) -> &'a Connection {
-        match self {
-            Op::Send(s) => s.connection(),
-            Op::Recv(r) => r.connection(),
-        }
-    }
-    fn peer(&self) -> usize {
-        match self {
-            Op::Send(s) => s.peer,
-            Op::Recv(r) => r.peer,
-        }
+    fn waits_on(&self) -> Option<(&'a Connection, &'a Notifier)> {
+        Some(match self {
+            Op::Send(s) => (s.connection(), s.notifier()),
+            Op::Recv(r) => (r.connection(), r.notifier()),
+        })
     }
     fn waiting_for(&self) -> String {
         match self {
             Op::Send(s) => s.waiting_for(),
             Op::Recv(r) => r.waiting_for(),
         }
-    }
-}
-
-/// How long an operation has gone without progress, read from the clock
-/// only when a wait ended without the operation moving (a clock read is a
-/// system call on some machines, e.g. a VM on the HPET, ~2 µs: more than a
-/// small message's software path). The first wait after progress gets the
-/// whole timeout; later ones what is left of it, counted from the end of
-/// that first wait, so an operation that stops moving fails within twice
-/// the timeout at most (within one timeout unless a wake-up was spurious).
-#[derive(Debug, Default)]
-struct Stalled {
-    waits: u32,
-    since: Option<Instant>,
-}
-
-impl Stalled {
-    /// The timeout left for the next wait, out of `timeout`.
-    fn remaining(&mut self, timeout: Duration) -> Duration {
-        self.waits += 1;
-        if self.waits == 1 {
-            return timeout;
-        }
-        let since = *self.since.get_or_insert_with(Instant::now);
-        timeout.saturating_sub(since.elapsed())
     }
 }
 
@@ -164,8 +123,8 @@ impl P2p {
             }
             _ => {}
         }
-        let op = self.new_op(spec, o, operand)?;
-        self.drive_one(op, name)
+        let mut op = self.new_op(spec, o, operand)?;
+        exec::drive(&self.core, &mut op, name)
     }
 
     /// The operation `o` of `spec` on its `operand`, over its connection.
@@ -230,131 +189,29 @@ impl P2p {
         })
     }
 
-    /// Polls one operation until it is done, waiting when it cannot move.
-    fn drive_one(&self, mut op: Op<'_>, name: impl Fn() -> String) -> Result<()> {
-        let mut stalled = Stalled::default();
-        loop {
-            let progressed = op.poll().map_err(|e| rename(e, &name()))?;
-            if op.done() {
-                return Ok(());
-            }
-            if progressed {
-                stalled = Stalled::default();
-                continue;
-            }
-            let conn = op.connection();
-            self.wait_for_progress(
-                &op,
-                &mut stalled,
-                || op.ready(),
-                || conn.poke(),
-                || op.waiting_for(),
-                &name,
-            )?;
-        }
-    }
-
-    /// Waits until `ready` (sleeping on `first`'s notifier, calling `poke`
-    /// now and then while it spins: see [`Connection::poke`]), bounded by
-    /// the timeout counted from the last progress (see [`Stalled`]); on
-    /// timeout or abort, the error names the operation and what it waited for.
-    fn wait_for_progress(
-        &self,
-        first: &Op<'_>,
-        stalled: &mut Stalled,
-        mut ready: impl FnMut() -> bool,
-        mut poke: impl FnMut(),
-        waiting_for: impl FnOnce() -> String,
-        name: impl Fn() -> String,
-    ) -> Result<()> {
-        let policy = WaitPolicy {
-            timeout: stalled.remaining(self.core.config().timeout),
-            ..self.core.policy()
-        };
-        let mut pace = first.connection().pace(&policy);
-        first
-            .notifier()
-            .wait_until(&policy, || {
-                (ready() || {
-                    if pace.as_mut().is_some_and(|p| p.due()) {
-                        poke();
-                    }
-                    ready()
-                })
-                .then_some(())
-            })
-            .map_err(|w| {
-                self.core
-                    .wait_error(w, &name(), waiting_for(), Some(first.peer()))
-            })
-    }
-
     /// Runs a group's operations, each peer's in posting order, all at once.
     fn run_ops(&self, spec: &GroupSpec, seq: u64) -> Result<()> {
         let name = format!("{} #{seq}", spec.name);
-        let n = spec.ops.len();
         // A rank's messages to itself: plain copies, paired in order.
         let (self_sends, self_recvs) = spec.self_ops();
         for (s, r) in self_sends.into_iter().zip(self_recvs) {
             copy_to_self(spec, &spec.ops[s], &spec.ops[r]);
         }
-        let mut ops: Vec<Op<'_>> = Vec::with_capacity(n);
-        let mut index: Vec<Option<usize>> = vec![None; n];
-        for (k, o) in spec.ops.iter().enumerate() {
+        // Lanes: per (peer, direction), in posting order.
+        let mut lanes: Vec<((usize, Dir), VecDeque<Op<'_>>)> = Vec::new();
+        for o in &spec.ops {
             if o.peer == self.core.rank() {
                 continue;
             }
             let op = self.new_op(spec, o, Operand::of(spec, o))?;
-            index[k] = Some(ops.len());
-            ops.push(op);
-        }
-        // Lanes: per (peer, direction), in posting order.
-        let mut lanes: Vec<((usize, Dir), VecDeque<usize>)> = Vec::new();
-        for (k, o) in spec.ops.iter().enumerate() {
-            let Some(i) = index[k] else { continue };
             let key = (o.peer, o.dir);
-            match lanes.iter_mut().find(|(kk, _)| *kk == key) {
-                Some((_, lane)) => lane.push_back(i),
-                None => lanes.push((key, VecDeque::from([i]))),
+            match lanes.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, lane)) => lane.push_back(op),
+                None => lanes.push((key, VecDeque::from([op]))),
             }
         }
-        let mut lanes: Vec<VecDeque<usize>> = lanes.into_iter().map(|(_, l)| l).collect();
-        let mut stalled = Stalled::default();
-        loop {
-            let mut progressed = false;
-            for lane in &mut lanes {
-                while let Some(&i) = lane.front() {
-                    progressed |= ops[i].poll().map_err(|e| rename(e, &name))?;
-                    if !ops[i].done() {
-                        break;
-                    }
-                    lane.pop_front();
-                }
-            }
-            lanes.retain(|l| !l.is_empty());
-            if lanes.is_empty() {
-                return Ok(());
-            }
-            if progressed {
-                stalled = Stalled::default();
-                continue;
-            }
-            let first = &ops[lanes[0][0]];
-            self.wait_for_progress(
-                first,
-                &mut stalled,
-                || lanes.iter().any(|l| ops[l[0]].ready()),
-                || lanes.iter().for_each(|l| ops[l[0]].connection().poke()),
-                || {
-                    lanes
-                        .iter()
-                        .map(|l| ops[l[0]].waiting_for())
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                },
-                || name.clone(),
-            )?;
-        }
+        let lanes = lanes.into_iter().map(|(_, lane)| lane).collect();
+        exec::drive_lanes(&self.core, lanes, || name.clone())
     }
 }
 
@@ -377,16 +234,4 @@ fn copy_to_self(spec: &GroupSpec, send: &OpSpec, recv: &OpSpec) {
     RawBuffer::read_write(from, to, |src, dst| {
         dst[recv.offset..recv.offset + n].copy_from_slice(&src[send.offset..send.offset + n]);
     });
-}
-
-/// Puts the group's name into an error raised by one of its operations.
-fn rename(e: Error, name: &str) -> Error {
-    match e {
-        Error::RemoteFailed { peer, cause, .. } => Error::RemoteFailed {
-            peer,
-            op: name.to_string(),
-            cause,
-        },
-        e => e,
-    }
 }

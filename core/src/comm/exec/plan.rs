@@ -1,0 +1,270 @@
+//! A collective's plan as one item of the executor: its steps in order,
+//! each taking its input slot and its output credit as they come, then
+//! applied and published. The buffers are locked only while a step moves
+//! their bytes, never across a wait for a peer.
+
+use crate::comm::buffer::Binding;
+use crate::comm::core::Core;
+use crate::plan::{Buffers, DataStep, Plan, apply_step, signature};
+use crate::transport::Connection;
+use crate::wait::Notifier;
+use crate::{Error, Result};
+
+use super::Item;
+
+/// Executes every step of `plan` on `binding`, as call number `seq`.
+///
+/// # Errors
+/// A slot out of order or signed by another call, a peer's failure, or a
+/// wait without progress past the communicator's timeout.
+pub(crate) fn run_plan(core: &Core, plan: &Plan, binding: &Binding, seq: u64) -> Result<()> {
+    let _span = tracing::trace_span!("plan", op = plan.collective.name(), seq).entered();
+    // Working memory lives for the whole plan (see `Plan::work_count`).
+    let mut work = Binding::work_buffer(plan);
+    run(
+        core,
+        plan,
+        signature::of(plan),
+        seq,
+        |step, slot_in, slot_out| {
+            if step.src.is_none() && step.dst.is_none() {
+                let mut none = Buffers::Separate {
+                    send: &[],
+                    recv: &mut [],
+                };
+                apply_step(plan, step, &mut none, slot_in, slot_out)
+            } else {
+                binding.with_buffers(plan, &mut work, |bufs| {
+                    apply_step(plan, step, bufs, slot_in, slot_out)
+                })
+            }
+        },
+    )
+}
+
+/// Executes every step of `plan` on the caller's own memory, `bufs`: the
+/// host-blocking collectives' path, with no buffer handle, lock or working
+/// memory between the call and its slices (`plan` must need none:
+/// [`Plan::work_count`] is for calls without a receive buffer).
+///
+/// # Errors
+/// As [`run_plan`].
+pub(crate) fn run_plan_on(
+    core: &Core,
+    plan: &Plan,
+    bufs: &mut Buffers<'_>,
+    seq: u64,
+) -> Result<()> {
+    run_plan_signed(core, plan, signature::of(plan), bufs, seq)
+}
+
+/// [`run_plan_on`] with the slots signed `sig` instead of the plan's own
+/// signature: for a call built from another's plan (the split's exchange
+/// is an all-gather), so that a peer making that other call is told apart.
+///
+/// # Errors
+/// As [`run_plan`].
+pub(crate) fn run_plan_signed(
+    core: &Core,
+    plan: &Plan,
+    sig: u64,
+    bufs: &mut Buffers<'_>,
+    seq: u64,
+) -> Result<()> {
+    let _span = tracing::trace_span!("plan", op = plan.collective.name(), seq).entered();
+    run(core, plan, sig, seq, |step, slot_in, slot_out| {
+        apply_step(plan, step, bufs, slot_in, slot_out)
+    })
+}
+
+/// Runs `plan`'s steps signed `sig` through the executor, `apply`
+/// combining each step's slots with the call's memory.
+#[inline]
+fn run<F>(core: &Core, plan: &Plan, sig: u64, seq: u64, apply: F) -> Result<()>
+where
+    F: FnMut(&DataStep, Option<&[u8]>, Option<&mut [u8]>) -> Result<usize>,
+{
+    let mut item = PlanItem {
+        core,
+        steps: &plan.steps,
+        sig,
+        seq,
+        next: 0,
+        slot_in: None,
+        slot_out: None,
+        waiting: None,
+        apply,
+    };
+    super::drive(core, &mut item, || item_name(sig, seq))
+}
+
+/// The name of call number `seq` signed `sig` in an error.
+fn item_name(sig: u64, seq: u64) -> String {
+    format!("{} #{seq}", signature::call(sig).op)
+}
+
+/// What a step waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Want {
+    /// Its input slot.
+    Data,
+    /// A free output slot (the peer's credit).
+    Credit,
+}
+
+impl Want {
+    fn words(self) -> &'static str {
+        match self {
+            Want::Data => "data",
+            Want::Credit => "a free slot (credit)",
+        }
+    }
+}
+
+/// A plan under way: the step `next`, the slots it holds so far, and what
+/// it waits for.
+struct PlanItem<'a, F> {
+    core: &'a Core,
+    steps: &'a [DataStep],
+    sig: u64,
+    seq: u64,
+    next: usize,
+    slot_in: Option<&'a [u8]>,
+    slot_out: Option<&'a mut [u8]>,
+    waiting: Option<(&'a Connection, Want)>,
+    apply: F,
+}
+
+impl<'a, F> PlanItem<'a, F>
+where
+    F: FnMut(&DataStep, Option<&[u8]>, Option<&mut [u8]>) -> Result<usize>,
+{
+    /// The error of a failed slot operation on `c` while the step wanted
+    /// `want`.
+    #[cold]
+    fn slot_error(
+        &self,
+        e: crate::transport::ring::RingError,
+        c: &Connection,
+        want: Want,
+    ) -> Error {
+        let what = item_name(self.sig, self.seq);
+        self.core
+            .ring_error(e, &what, c, want.words(), Some(self.sig))
+    }
+
+    /// Takes the step's input slot from `peer` if it arrived; whether it has.
+    #[inline]
+    fn take_input(&mut self, peer: usize) -> Result<bool> {
+        let c = self.core.connection(peer)?;
+        match c.try_acquire_recv() {
+            Ok(Some(slot)) => {
+                let theirs = c.recv.head_sig();
+                if theirs != self.sig {
+                    let what = item_name(self.sig, self.seq);
+                    return Err(self.core.mismatch(&what, peer, theirs, self.sig));
+                }
+                self.slot_in = Some(slot);
+                Ok(true)
+            }
+            Ok(None) => {
+                self.waiting = Some((c, Want::Data));
+                Ok(false)
+            }
+            Err(e) => Err(self.slot_error(e, c, Want::Data)),
+        }
+    }
+
+    /// Takes the step's output slot towards `peer` if its credit came;
+    /// whether it has.
+    #[inline]
+    fn take_output(&mut self, peer: usize) -> Result<bool> {
+        let c = self.core.connection(peer)?;
+        match c.try_acquire_send() {
+            Ok(Some(slot)) => {
+                self.slot_out = Some(slot);
+                Ok(true)
+            }
+            Ok(None) => {
+                self.waiting = Some((c, Want::Credit));
+                Ok(false)
+            }
+            Err(e) => Err(self.slot_error(e, c, Want::Credit)),
+        }
+    }
+}
+
+impl<'a, F> Item<'a> for PlanItem<'a, F>
+where
+    F: FnMut(&DataStep, Option<&[u8]>, Option<&mut [u8]>) -> Result<usize>,
+{
+    #[inline]
+    fn poll(&mut self) -> Result<bool> {
+        let mut moved = false;
+        while let Some(step) = self.steps.get(self.next) {
+            if let Some(p) = step.recv_from
+                && self.slot_in.is_none()
+                && !self.take_input(p)?
+            {
+                return Ok(moved);
+            }
+            if let Some(p) = step.send_to
+                && self.slot_out.is_none()
+                && !self.take_output(p)?
+            {
+                return Ok(moved);
+            }
+            self.waiting = None;
+            let written = (self.apply)(step, self.slot_in.take(), self.slot_out.take())?;
+            if let Some(p) = step.send_to {
+                let c = self.core.connection(p)?;
+                c.commit_send(written, self.sig)
+                    .map_err(|e| self.slot_error(e, c, Want::Credit))?;
+            }
+            if let Some(p) = step.recv_from {
+                self.core.connection(p)?.release_recv();
+            }
+            self.next += 1;
+            moved = true;
+        }
+        Ok(moved)
+    }
+
+    fn done(&self) -> bool {
+        self.next == self.steps.len()
+    }
+
+    fn ready(&self) -> bool {
+        match self.waiting {
+            Some((c, Want::Data)) => c.recv.has_data(),
+            Some((c, Want::Credit)) => c.send.has_credit(),
+            None => true,
+        }
+    }
+
+    fn waits_on(&self) -> Option<(&'a Connection, &'a Notifier)> {
+        self.waiting.map(|(c, want)| {
+            let n = match want {
+                Want::Data => c.recv.data_notifier(),
+                Want::Credit => c.send.credit_notifier(),
+            };
+            (c, n)
+        })
+    }
+
+    fn waiting_for(&self) -> String {
+        match self.waiting {
+            Some((c, want)) => format!(
+                "{} from rank {} over {}",
+                want.words(),
+                c.peer(),
+                c.transport()
+            ),
+            None => "nothing".into(),
+        }
+    }
+
+    fn signature(&self) -> Option<u64> {
+        Some(self.sig)
+    }
+}
