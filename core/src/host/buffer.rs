@@ -300,6 +300,55 @@ impl RawBuffer {
     }
 }
 
+/// The accessors every typed handle of a [`RawBuffer`] has (a
+/// [`HostBuffer`] and a [`SharedHostBuffer`]: fields `raw` and `len`);
+/// `$share` is how the doc examples turn a new `HostBuffer` into the
+/// handle (`""`, or `".share()"`).
+macro_rules! typed_storage_accessors {
+    ($share:literal) => {
+        /// Number of elements.
+        ///
+        /// # Examples
+        /// ```
+        /// # use streamcomm::host::HostBuffer;
+        #[doc = concat!("assert_eq!(HostBuffer::<u64>::zeroed(5)", $share, ".len(), 5);")]
+        /// ```
+        pub fn len(&self) -> usize {
+            self.len
+        }
+
+        /// True when the buffer holds no elements.
+        ///
+        /// # Examples
+        /// ```
+        /// # use streamcomm::host::HostBuffer;
+        #[doc = concat!("assert!(HostBuffer::<u64>::zeroed(0)", $share, ".is_empty());")]
+        /// ```
+        pub fn is_empty(&self) -> bool {
+            self.len == 0
+        }
+
+        /// The element type.
+        ///
+        /// # Examples
+        /// ```
+        /// # use streamcomm::host::HostBuffer;
+        /// use streamcomm::DataType;
+        #[doc = concat!("assert_eq!(HostBuffer::<half::bf16>::zeroed(1)", $share, ".dtype(), DataType::Bf16);")]
+        #[doc = concat!("assert_eq!(HostBuffer::<i32>::zeroed(1)", $share, ".dtype(), DataType::I32);")]
+        /// ```
+        pub fn dtype(&self) -> DataType {
+            T::DTYPE
+        }
+
+        /// The untyped storage (its size, and whether two buffers share it).
+        pub(crate) fn raw(&self) -> &RawBuffer {
+            &self.raw
+        }
+    };
+}
+pub(super) use typed_storage_accessors;
+
 /// A typed buffer in host memory, usable by streams and collectives.
 ///
 /// A `HostBuffer` owns its elements, like a `Vec<T>` (or a cudarc
@@ -476,45 +525,7 @@ impl<T: Element> HostBuffer<T> {
         Ok(copy.to_vec())
     }
 
-    /// Number of elements.
-    ///
-    /// # Examples
-    /// ```
-    /// # use streamcomm::host::HostBuffer;
-    /// assert_eq!(HostBuffer::<u64>::zeroed(5).len(), 5);
-    /// ```
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True when the buffer holds no elements.
-    ///
-    /// # Examples
-    /// ```
-    /// # use streamcomm::host::HostBuffer;
-    /// assert!(HostBuffer::<u64>::zeroed(0).is_empty());
-    /// ```
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The element type.
-    ///
-    /// # Examples
-    /// ```
-    /// # use streamcomm::host::HostBuffer;
-    /// use streamcomm::DataType;
-    /// assert_eq!(HostBuffer::<half::bf16>::zeroed(1).dtype(), DataType::Bf16);
-    /// assert_eq!(HostBuffer::<i32>::zeroed(1).dtype(), DataType::I32);
-    /// ```
-    pub fn dtype(&self) -> DataType {
-        T::DTYPE
-    }
-
-    /// The untyped storage (its size, and whether two buffers share it).
-    pub(crate) fn raw(&self) -> &RawBuffer {
-        &self.raw
-    }
+    typed_storage_accessors!("");
 
     /// A read-only handle to the same memory, which may be cloned and
     /// moved (into a closure on a stream, to another thread) and passed to

@@ -4,7 +4,7 @@ use std::fmt;
 
 #[cfg(doc)]
 use super::HostBuffer;
-use super::buffer::{Element, HostBufferRead, RawBuffer};
+use super::buffer::{Element, HostBufferRead, RawBuffer, typed_storage_accessors};
 use crate::DataType;
 
 /// A read-only handle to a [`HostBuffer`]'s memory, made by
@@ -50,43 +50,7 @@ impl<T: Element> SharedHostBuffer<T> {
         }
     }
 
-    /// Number of elements.
-    ///
-    /// # Examples
-    /// ```
-    /// # use streamcomm::host::HostBuffer;
-    /// assert_eq!(HostBuffer::<u8>::zeroed(3).share().len(), 3);
-    /// ```
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True when the buffer holds no elements.
-    ///
-    /// # Examples
-    /// ```
-    /// # use streamcomm::host::HostBuffer;
-    /// assert!(HostBuffer::<u8>::zeroed(0).share().is_empty());
-    /// ```
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The element type.
-    ///
-    /// # Examples
-    /// ```
-    /// # use streamcomm::host::HostBuffer;
-    /// assert_eq!(HostBuffer::<f64>::zeroed(1).share().dtype(), streamcomm::DataType::F64);
-    /// ```
-    pub fn dtype(&self) -> DataType {
-        T::DTYPE
-    }
-
-    /// The untyped storage.
-    pub(crate) fn raw(&self) -> &RawBuffer {
-        &self.raw
-    }
+    typed_storage_accessors!(".share()");
 
     /// Runs `f` with shared access to the elements (not ordered with stream
     /// work, as [`HostBuffer::with`]).

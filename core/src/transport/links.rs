@@ -79,20 +79,7 @@ pub(crate) struct LinkSetup<'a> {
 /// [`Error::Unavailable`] when a route cannot be taken (tcp peers without a
 /// listener, verbs in a build without it); as the bootstrap, sockets, verbs
 /// and shared memory.
-pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Links> {
-    let LinkSetup {
-        rank,
-        config,
-        segment,
-        layout,
-        shape,
-        listener,
-        verbs_listener,
-        secret,
-        device,
-        placement,
-        kick,
-    } = setup;
+pub(crate) fn connect_links(routes: &[Route], s: LinkSetup<'_>) -> Result<Links> {
     let size = routes.len();
     // The peers of a transport dialed on first use, with their addresses.
     let dialed = |of: fn(&Route) -> Option<SocketAddr>| -> Vec<(usize, SocketAddr)> {
@@ -105,13 +92,13 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
     });
     // Tcp peers are connected on first use: the listener goes to the
     // engine's tcp source, which dials and accepts.
-    let connector = match (listener, tcp_peers.is_empty()) {
+    let connector = match (s.listener, tcp_peers.is_empty()) {
         (_, true) => None,
         (Some((listener, _)), false) => Some(Connector::new(ConnectorSetup {
-            rank,
-            secret,
-            nsockets: config.nchannels,
-            timeout: config.timeout.min(Duration::from_secs(120)),
+            rank: s.rank,
+            secret: s.secret,
+            nsockets: s.config.nchannels,
+            timeout: s.config.timeout.min(Duration::from_secs(120)),
             listener,
             peers: tcp_peers,
         })?),
@@ -126,17 +113,17 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
         _ => None,
     });
     let mut sources: Vec<Box<dyn Source>> = Vec::new();
-    let mut verbs = device.connect(
-        (rank, size),
+    let mut verbs = s.device.connect(
+        (s.rank, size),
         &verbs_peers,
-        verbs_listener,
-        (secret, config.timeout.min(Duration::from_secs(120))),
-        shape,
-        segment,
-        kick,
+        s.verbs_listener,
+        (s.secret, s.config.timeout.min(Duration::from_secs(120))),
+        s.shape,
+        s.segment,
+        s.kick,
         &mut sources,
     )?;
-    let reserves_on_use = segment.reserves_on_use();
+    let reserves_on_use = s.segment.reserves_on_use();
     let mut peers = Vec::with_capacity(size);
     let (mut tcp_io, mut tcp_rings) = (Vec::new(), Vec::new());
     for (p, route) in routes.iter().enumerate() {
@@ -149,12 +136,12 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
                 peers.push(Some(link));
             }
             Route::Tcp(_) => {
-                let rings = Arc::new(TcpRings::new(shape)?);
+                let rings = Arc::new(TcpRings::new(s.shape)?);
                 let (send, recv) = rings.stream_ends();
                 let io = TcpPeerSetup {
                     peer: p,
                     rings: rings.clone(),
-                    placement,
+                    placement: s.placement,
                 }
                 .into_io();
                 tcp_io.push(io.clone());
@@ -166,16 +153,16 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
                     Link::Tcp(TcpLink {
                         io,
                         _rings: rings,
-                        kick: kick.clone(),
+                        kick: s.kick.clone(),
                     }),
                 )));
             }
             Route::Shm(name) => {
-                let inbound = ring_offset(rank, p, size, layout);
-                let peer_segment = Arc::new(Segment::open(name, size, layout)?);
+                let inbound = ring_offset(s.rank, p, size, s.layout);
+                let peer_segment = Arc::new(Segment::open(name, size, s.layout)?);
                 let (send, recv) = (
-                    peer_segment.ring(ring_offset(p, rank, size, layout), shape)?,
-                    segment.ring(inbound, shape)?,
+                    peer_segment.ring(ring_offset(p, s.rank, size, s.layout), s.shape)?,
+                    s.segment.ring(inbound, s.shape)?,
                 );
                 let conn = Connection::new(p, send, recv, Link::Shm(ShmLink { peer_segment }));
                 // The ring neighbours' rings carry most traffic (ring
@@ -184,7 +171,7 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
                 // by the sender at their first use (where the kernel can
                 // say /dev/shm is full instead of raising SIGBUS; else the
                 // whole ring now).
-                let neighbour = p == (rank + 1) % size || p == (rank + size - 1) % size;
+                let neighbour = p == (s.rank + 1) % size || p == (s.rank + size - 1) % size;
                 peers.push(Some(match (neighbour, reserves_on_use) {
                     (true, true) => {
                         for ring in [&conn.send, &conn.recv] {
@@ -198,11 +185,11 @@ pub(crate) fn connect_links(routes: &[Route], setup: LinkSetup<'_>) -> Result<Li
                         conn
                     }
                     (false, true) => {
-                        segment.reserve_ring_header(inbound)?;
+                        s.segment.reserve_ring_header(inbound)?;
                         conn.reserving_on_first_send()
                     }
                     (_, false) => {
-                        segment.reserve_ring(inbound, shape)?;
+                        s.segment.reserve_ring(inbound, s.shape)?;
                         if neighbour {
                             conn.send.populate();
                             conn.recv.populate();

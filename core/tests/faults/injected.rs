@@ -25,6 +25,8 @@ use streamcomm::host::{HostBuffer, HostStream};
 use streamcomm::{Communicator, Config, DataType, Error, ReduceOp, Transport};
 use streamcomm_algo::plan::{PlanParams, build};
 
+use super::expect::{self, shm_and_tcp};
+
 const N: usize = 4;
 /// 4 slots of 4 KiB: a chunk of the all-reduce below spans 3 slots.
 const BUFFSIZE: usize = 16 << 10;
@@ -194,10 +196,6 @@ impl Gate {
     }
 }
 
-fn transport_name(t: Transport) -> &'static str {
-    t.as_str()
-}
-
 /// True when `e`, seen by `rank`, blames `culprit`.
 fn blames(e: &Error, rank: usize, culprit: usize) -> bool {
     match e {
@@ -205,6 +203,26 @@ fn blames(e: &Error, rank: usize, culprit: usize) -> bool {
         Error::Mismatch(m) => m.culprit == culprit,
         Error::Aborted(m) => rank == culprit && m.contains("this rank"),
         _ => false,
+    }
+}
+
+/// Panics unless every rank failed within `within`, each blaming
+/// `culprit` but the rank `timed_out` (the one whose wait ended).
+fn every_rank_failed_blaming(
+    out: &[Outcome],
+    culprit: usize,
+    timed_out: Option<usize>,
+    within: Duration,
+) {
+    for (rank, o) in out.iter().enumerate() {
+        let e = o
+            .error
+            .as_ref()
+            .unwrap_or_else(|| panic!("rank {rank} did not fail\n{out:#?}"));
+        if timed_out != Some(rank) {
+            assert!(blames(e, rank, culprit), "rank {rank}: {e}\n{out:#?}");
+        }
+        assert!(o.after < within, "rank {rank}: {o:?}\n{out:#?}");
     }
 }
 
@@ -246,37 +264,9 @@ fn dropped_last(transport: Transport) {
     let out = run_ranks(configs, move |comm| {
         scenario(comm, 2, seed, Some(gate.clone()))
     });
-    match &out[1].error {
-        Some(Error::Timeout {
-            op,
-            what,
-            waited_ms,
-        }) => {
-            assert!(op.starts_with("all_reduce #"), "{op}");
-            assert!(
-                what.contains("rank 0") && what.contains(transport_name(transport)),
-                "{what}"
-            );
-            // At least the 1 s timeout; the upper bound only tells it apart from
-            // the long timeout, with room for a loaded machine.
-            assert!(*waited_ms >= 1000 && *waited_ms < 21_000, "{waited_ms}");
-        }
-        other => panic!("rank 1 must time out waiting for rank 0: {other:?}"),
-    }
+    expect::timeout_waiting_for_rank_0(&out[1].error, "all_reduce #", transport.as_str());
     assert!(out[1].after < short + Duration::from_secs(20), "{out:?}");
-    for (rank, o) in out.iter().enumerate() {
-        let e = o
-            .error
-            .as_ref()
-            .unwrap_or_else(|| panic!("rank {rank} did not fail"));
-        if rank != 1 {
-            assert!(blames(e, rank, 1), "rank {rank}: {e}");
-        }
-        assert!(
-            o.after < short + Duration::from_secs(2),
-            "rank {rank}: {o:?}"
-        );
-    }
+    every_rank_failed_blaming(&out, 1, Some(1), short + Duration::from_secs(2));
 }
 
 fn dropped_then_more(transport: Transport) {
@@ -293,23 +283,8 @@ fn dropped_then_more(transport: Transport) {
             after: t0.elapsed(),
         }
     });
-    match &out[1].error {
-        Some(e @ Error::Transport { peer: 0, cause, .. }) => {
-            assert!(cause.contains("lost"), "{e}")
-        }
-        other => panic!("rank 1 must report a lost slot from rank 0: {other:?}"),
-    }
-    for (rank, o) in out.iter().enumerate() {
-        let e = o
-            .error
-            .as_ref()
-            .unwrap_or_else(|| panic!("rank {rank} did not fail"));
-        assert!(blames(e, rank, 0), "rank {rank}: {e}\n{out:#?}");
-        assert!(
-            o.after < Duration::from_secs(20),
-            "rank {rank}: {o:?}\n{out:#?}"
-        );
-    }
+    expect::transport_error_from(&out[1].error, 0, "lost", "rank 1");
+    every_rank_failed_blaming(&out, 0, None, Duration::from_secs(20));
 }
 
 fn duplicated(transport: Transport) {
@@ -318,23 +293,8 @@ fn duplicated(transport: Transport) {
     configs[0] = config(transport, LONG, &format!("send:peer=1:nth={}:dup", k + 2));
     let seed = streamcomm_testkit::seed();
     let out = run_ranks(configs, move |comm| scenario(comm, 3, seed, None));
-    match &out[1].error {
-        Some(e @ Error::Transport { peer: 0, cause, .. }) => {
-            assert!(cause.contains("twice"), "{e}")
-        }
-        other => panic!("rank 1 must report a repeated slot from rank 0: {other:?}"),
-    }
-    for (rank, o) in out.iter().enumerate() {
-        let e = o
-            .error
-            .as_ref()
-            .unwrap_or_else(|| panic!("rank {rank} did not fail"));
-        assert!(blames(e, rank, 0), "rank {rank}: {e}\n{out:#?}");
-        assert!(
-            o.after < Duration::from_secs(20),
-            "rank {rank}: {o:?}\n{out:#?}"
-        );
-    }
+    expect::transport_error_from(&out[1].error, 0, "twice", "rank 1");
+    every_rank_failed_blaming(&out, 0, None, Duration::from_secs(20));
 }
 
 fn injected_error(transport: Transport) {
@@ -345,20 +305,9 @@ fn injected_error(transport: Transport) {
     configs[0] = config(transport, LONG, &rule);
     let seed = streamcomm_testkit::seed();
     let out = run_ranks(configs, move |comm| scenario(comm, 2, seed, None));
-    match &out[0].error {
-        Some(e @ Error::Transport { peer: 1, cause, .. }) => {
-            assert!(cause.contains(&format!("injected fault `{rule}`")), "{e}")
-        }
-        other => panic!("rank 0 must fail with the injected error: {other:?}"),
-    }
-    for (rank, o) in out.iter().enumerate() {
-        let e = o
-            .error
-            .as_ref()
-            .unwrap_or_else(|| panic!("rank {rank} did not fail"));
-        assert!(blames(e, rank, 1), "rank {rank}: {e}");
-        assert!(o.after < Duration::from_secs(20), "rank {rank}: {o:?}");
-    }
+    let says = format!("injected fault `{rule}`");
+    expect::transport_error_from(&out[0].error, 1, &says, "rank 0");
+    every_rank_failed_blaming(&out, 1, None, Duration::from_secs(20));
 }
 
 /// Regression (found by the soak test): over tcp, a zero-length frame (a
@@ -384,52 +333,10 @@ fn zero_length_frame_waiting_for_a_slot_is_delivered_tcp() {
     }
 }
 
-#[test]
-fn delayed_slot_shm() {
-    delayed(Transport::Shm);
-}
-
-#[test]
-fn delayed_slot_tcp() {
-    delayed(Transport::Tcp);
-}
-
-#[test]
-fn dropped_last_slot_times_out_shm() {
-    dropped_last(Transport::Shm);
-}
-
-#[test]
-fn dropped_last_slot_times_out_tcp() {
-    dropped_last(Transport::Tcp);
-}
-
-#[test]
-fn dropped_slot_then_more_is_lost_shm() {
-    dropped_then_more(Transport::Shm);
-}
-
-#[test]
-fn dropped_slot_then_more_is_lost_tcp() {
-    dropped_then_more(Transport::Tcp);
-}
-
-#[test]
-fn duplicated_slot_is_an_error_shm() {
-    duplicated(Transport::Shm);
-}
-
-#[test]
-fn duplicated_slot_is_an_error_tcp() {
-    duplicated(Transport::Tcp);
-}
-
-#[test]
-fn injected_error_names_the_culprit_shm() {
-    injected_error(Transport::Shm);
-}
-
-#[test]
-fn injected_error_names_the_culprit_tcp() {
-    injected_error(Transport::Tcp);
+shm_and_tcp! {
+    delayed_slot_shm, delayed_slot_tcp => delayed();
+    dropped_last_slot_times_out_shm, dropped_last_slot_times_out_tcp => dropped_last();
+    dropped_slot_then_more_is_lost_shm, dropped_slot_then_more_is_lost_tcp => dropped_then_more();
+    duplicated_slot_is_an_error_shm, duplicated_slot_is_an_error_tcp => duplicated();
+    injected_error_names_the_culprit_shm, injected_error_names_the_culprit_tcp => injected_error();
 }

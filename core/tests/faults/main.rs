@@ -2,6 +2,7 @@
 //! feature) and peers killed mid-collective. The map of all test binaries
 //! is in `threads/main.rs`.
 
+mod expect;
 mod injected;
 mod p2p;
 mod peer_death;

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use streamcomm::{Communicator, Error, Transport};
 
+use super::expect::{self, shm_and_tcp};
 use super::injected::{config, run_ranks};
 
 /// Elements of each message (f32): one slot of the tests' rings holds 1024.
@@ -134,14 +135,9 @@ fn delayed(transport: Transport) {
 /// Drops slot `nth` of rank 0's; a later slot reveals the loss.
 fn dropped_then_more(transport: Transport, nth: u64) {
     let r = run(transport, &format!("send:peer=1:nth={nth}:drop"), "", LONG);
-    match &r.error {
-        Some(e @ Error::Transport { peer: 0, cause, .. }) => {
-            // "slot 3 arrived where slot 2 was due (a slot was lost)", or
-            // over tcp the frame's own count: "... (a frame was lost)".
-            assert!(cause.contains("was lost"), "{e}")
-        }
-        other => panic!("rank 1 must report a lost slot from rank 0: {other:?}"),
-    }
+    // "slot 3 arrived where slot 2 was due (a slot was lost)", or over
+    // tcp the frame's own count: "... (a frame was lost)".
+    expect::transport_error_from(&r.error, 0, "was lost", "rank 1");
     // No message from the one that lost its slot on arrived. Over shared
     // memory every message before it did (checked); over tcp the
     // progress engine may find the gap in the frames, and fail the
@@ -158,21 +154,7 @@ fn dropped_last(transport: Transport) {
     let nth = FIRST_SLOT[SIZES.len() - 1];
     let t0 = Instant::now();
     let r = run(transport, &format!("send:peer=1:nth={nth}:drop"), "", short);
-    match &r.error {
-        Some(Error::Timeout {
-            op,
-            what,
-            waited_ms,
-        }) => {
-            assert!(op.starts_with("recv_host"), "{op}");
-            assert!(
-                what.contains("rank 0") && what.contains(transport.as_str()),
-                "{what}"
-            );
-            assert!(*waited_ms >= 1000 && *waited_ms < 21_000, "{waited_ms}");
-        }
-        other => panic!("rank 1 must time out waiting for rank 0: {other:?}"),
-    }
+    expect::timeout_waiting_for_rank_0(&r.error, "recv_host", transport.as_str());
     assert_eq!(r.done_at.len(), SIZES.len() - 1, "{r:?}");
     assert!(t0.elapsed() < Duration::from_secs(20), "{r:?}");
 }
@@ -180,77 +162,25 @@ fn dropped_last(transport: Transport) {
 /// Repeats slot `nth` of rank 0's; the copy is refused.
 fn duplicated(transport: Transport, nth: u64) {
     let r = run(transport, &format!("send:peer=1:nth={nth}:dup"), "", LONG);
-    match &r.error {
-        Some(e @ Error::Transport { peer: 0, cause, .. }) => {
-            // A slot's or a tcp frame's count: "... came twice".
-            assert!(cause.contains("came twice"), "{e}")
-        }
-        other => panic!("rank 1 must report a repeated slot from rank 0: {other:?}"),
-    }
+    // A slot's or a tcp frame's count: "... came twice".
+    expect::transport_error_from(&r.error, 0, "came twice", "rank 1");
     // The message holding the original slot may complete (its last slot)
     // or fail (a middle one); nothing after it does.
     let holding = FIRST_SLOT.iter().take_while(|&&f| f <= nth).count();
     assert!(r.done_at.len() <= holding, "{r:?}");
 }
 
-#[test]
-fn delayed_slots_shm() {
-    delayed(Transport::Shm);
-}
-
-#[test]
-fn delayed_slots_tcp() {
-    delayed(Transport::Tcp);
-}
-
-#[test]
-fn dropped_slot_of_the_full_path_is_lost_shm() {
-    dropped_then_more(Transport::Shm, FIRST_SLOT[1] + 1);
-}
-
-#[test]
-fn dropped_slot_of_the_full_path_is_lost_tcp() {
-    dropped_then_more(Transport::Tcp, FIRST_SLOT[1] + 1);
-}
-
-#[test]
-fn dropped_slot_of_the_immediate_path_is_lost_shm() {
-    dropped_then_more(Transport::Shm, FIRST_SLOT[2]);
-}
-
-#[test]
-fn dropped_slot_of_the_immediate_path_is_lost_tcp() {
-    dropped_then_more(Transport::Tcp, FIRST_SLOT[2]);
-}
-
-#[test]
-fn dropped_last_slot_times_out_shm() {
-    dropped_last(Transport::Shm);
-}
-
-#[test]
-fn dropped_last_slot_times_out_tcp() {
-    dropped_last(Transport::Tcp);
-}
-
-#[test]
-fn duplicated_slot_of_the_full_path_is_an_error_shm() {
-    duplicated(Transport::Shm, FIRST_SLOT[1] + 1);
-}
-
-#[test]
-fn duplicated_slot_of_the_full_path_is_an_error_tcp() {
-    duplicated(Transport::Tcp, FIRST_SLOT[1] + 1);
-}
-
-#[test]
-fn duplicated_slot_of_the_immediate_path_is_an_error_shm() {
-    duplicated(Transport::Shm, FIRST_SLOT[2]);
-}
-
-#[test]
-fn duplicated_slot_of_the_immediate_path_is_an_error_tcp() {
-    duplicated(Transport::Tcp, FIRST_SLOT[2]);
+shm_and_tcp! {
+    delayed_slots_shm, delayed_slots_tcp => delayed();
+    dropped_slot_of_the_full_path_is_lost_shm, dropped_slot_of_the_full_path_is_lost_tcp
+        => dropped_then_more(FIRST_SLOT[1] + 1);
+    dropped_slot_of_the_immediate_path_is_lost_shm, dropped_slot_of_the_immediate_path_is_lost_tcp
+        => dropped_then_more(FIRST_SLOT[2]);
+    dropped_last_slot_times_out_shm, dropped_last_slot_times_out_tcp => dropped_last();
+    duplicated_slot_of_the_full_path_is_an_error_shm, duplicated_slot_of_the_full_path_is_an_error_tcp
+        => duplicated(FIRST_SLOT[1] + 1);
+    duplicated_slot_of_the_immediate_path_is_an_error_shm,
+        duplicated_slot_of_the_immediate_path_is_an_error_tcp => duplicated(FIRST_SLOT[2]);
 }
 
 /// Runs `body` over verbs where an RDMA device is, else says why not.

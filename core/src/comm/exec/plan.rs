@@ -153,44 +153,35 @@ where
             .ring_error(e, &what, c, want.words(), Some(self.sig))
     }
 
-    /// Takes the step's input slot from `peer` if it arrived; whether it has.
+    /// Takes what the step wants (`want`) from `peer`'s connection (its input
+    /// slot, or its output slot once credit came) if it is there; whether
+    /// it was. A slot signed by another call is a mismatch.
     #[inline]
-    fn take_input(&mut self, peer: usize) -> Result<bool> {
+    fn take(&mut self, peer: usize, want: Want) -> Result<bool> {
         let c = self.core.connection(peer)?;
-        match c.try_acquire_recv() {
-            Ok(Some(slot)) => {
-                let theirs = c.recv.head_sig();
-                if theirs != self.sig {
+        let took = match want {
+            Want::Data => {
+                self.slot_in = c
+                    .try_acquire_recv()
+                    .map_err(|e| self.slot_error(e, c, want))?;
+                let theirs = || c.recv.head_sig();
+                if self.slot_in.is_some() && theirs() != self.sig {
                     let what = item_name(self.sig, self.seq);
-                    return Err(self.core.mismatch(&what, peer, theirs, self.sig));
+                    return Err(self.core.mismatch(&what, peer, theirs(), self.sig));
                 }
-                self.slot_in = Some(slot);
-                Ok(true)
+                self.slot_in.is_some()
             }
-            Ok(None) => {
-                self.waiting = Some((c, Want::Data));
-                Ok(false)
+            Want::Credit => {
+                self.slot_out = c
+                    .try_acquire_send()
+                    .map_err(|e| self.slot_error(e, c, want))?;
+                self.slot_out.is_some()
             }
-            Err(e) => Err(self.slot_error(e, c, Want::Data)),
+        };
+        if !took {
+            self.waiting = Some((c, want));
         }
-    }
-
-    /// Takes the step's output slot towards `peer` if its credit came;
-    /// whether it has.
-    #[inline]
-    fn take_output(&mut self, peer: usize) -> Result<bool> {
-        let c = self.core.connection(peer)?;
-        match c.try_acquire_send() {
-            Ok(Some(slot)) => {
-                self.slot_out = Some(slot);
-                Ok(true)
-            }
-            Ok(None) => {
-                self.waiting = Some((c, Want::Credit));
-                Ok(false)
-            }
-            Err(e) => Err(self.slot_error(e, c, Want::Credit)),
-        }
+        Ok(took)
     }
 }
 
@@ -204,13 +195,13 @@ where
         while let Some(step) = self.steps.get(self.next) {
             if let Some(p) = step.recv_from
                 && self.slot_in.is_none()
-                && !self.take_input(p)?
+                && !self.take(p, Want::Data)?
             {
                 return Ok(moved);
             }
             if let Some(p) = step.send_to
                 && self.slot_out.is_none()
-                && !self.take_output(p)?
+                && !self.take(p, Want::Credit)?
             {
                 return Ok(moved);
             }
