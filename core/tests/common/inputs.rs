@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use streamcomm::Collective;
 use streamcomm::{DataType, ReduceOp};
 
-use super::reference::{encode, reduces, send_count};
+use super::reference::{counts, encode, reduces};
 
 /// Inclusive range of integers whose sum over 64 ranks is exact.
 fn sum_range(dtype: DataType) -> (i64, i64) {
@@ -99,8 +99,8 @@ pub(crate) fn gen_values(
         .collect()
 }
 
-/// Every rank's send buffer for one call, as bytes: `send_count` elements
-/// each (see [`send_count`]), reproducible from `seed`.
+/// Every rank's send buffer for one call, as bytes: the elements it sends
+/// (see [`counts`]), reproducible from `seed`.
 pub(crate) fn gen_inputs(
     collective: Collective,
     dtype: DataType,
@@ -113,7 +113,7 @@ pub(crate) fn gen_inputs(
     let op = reduces(collective).then_some(op);
     (0..nranks)
         .map(|rank| {
-            let len = send_count(collective, rank, nranks, count);
+            let len = counts(collective, rank, nranks, count).0;
             encode(dtype, &gen_values(dtype, op, rank, len, &mut rng))
         })
         .collect()

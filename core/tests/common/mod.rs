@@ -18,7 +18,7 @@ mod reference;
 
 pub(crate) use inputs::{gen_inputs, gen_values};
 pub(crate) use ports::unused_port;
-pub(crate) use reference::{check, decode, encode, expected, recv_count, send_count};
+pub(crate) use reference::{check, counts, decode, encode, expected};
 
 /// The (dtype, op) pairs the integration tests spread over their matrices.
 pub(crate) const DTYPE_OPS: [(streamcomm::DataType, streamcomm::ReduceOp); 20] = {

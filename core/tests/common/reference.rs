@@ -15,33 +15,23 @@ pub(super) fn reduces(collective: Collective) -> bool {
     )
 }
 
-/// Elements rank `rank` sends (NCCL's conventions for `count`).
-pub(crate) fn send_count(
+/// Elements rank `rank` sends and receives, in that order (NCCL's
+/// conventions for `count`).
+pub(crate) fn counts(
     collective: Collective,
     rank: usize,
     nranks: usize,
     count: usize,
-) -> usize {
+) -> (usize, usize) {
+    let (whole, root_only) = (nranks * count, |root| if rank == root { count } else { 0 });
     match collective {
-        Collective::ReduceScatter | Collective::AllToAll => nranks * count,
-        Collective::Broadcast { root } if rank != root => 0,
-        Collective::Barrier => 0,
-        _ => count,
-    }
-}
-
-/// Elements rank `rank` receives (NCCL's conventions for `count`).
-pub(crate) fn recv_count(
-    collective: Collective,
-    rank: usize,
-    nranks: usize,
-    count: usize,
-) -> usize {
-    match collective {
-        Collective::AllGather | Collective::AllToAll => nranks * count,
-        Collective::Reduce { root } if rank != root => 0,
-        Collective::Barrier => 0,
-        _ => count,
+        Collective::ReduceScatter => (whole, count),
+        Collective::AllGather => (count, whole),
+        Collective::AllToAll => (whole, whole),
+        Collective::Broadcast { root } => (root_only(root), count),
+        Collective::Reduce { root } => (count, root_only(root)),
+        Collective::Barrier => (0, 0),
+        _ => (count, count),
     }
 }
 

@@ -5,53 +5,20 @@ use super::*;
 /// Longest string an endpoint carries (`MAX_STRING` in endpoint.rs).
 const ENDPOINT_MAX_STRING: usize = 256;
 
-/// Any endpoint `encode` can carry exactly (strings within the limit).
-fn endpoint() -> BoxedStrategy<Endpoint> {
-    (
-        string_upto(ENDPOINT_MAX_STRING),
-        any::<u32>(),
-        string_upto(ENDPOINT_MAX_STRING),
-        any::<u64>(),
-        any::<u64>(),
-        any::<u64>(),
-        prop::option::of(socket_addr()),
-        0..=2u8,
-        any::<bool>(),
-        prop::option::of(socket_addr()),
-        prop::option::of(socket_addr()),
-    )
-        .prop_map(
-            |(
-                host,
-                pid,
-                shm_name,
-                nsteps,
-                slot_bytes,
-                shm_budget,
-                tcp,
-                verbs,
-                verbs_atomics,
-                recovery,
-                verbs_shake,
-            )| {
-                Endpoint {
-                    host,
-                    pid,
-                    shm_name,
-                    shape: RingShape {
-                        nsteps: nsteps as usize,
-                        slot_bytes: slot_bytes as usize,
-                    },
-                    shm_budget,
-                    tcp,
-                    verbs,
-                    verbs_atomics,
-                    recovery,
-                    verbs_shake,
-                }
-            },
-        )
-        .boxed()
+prop_compose! {
+    /// Any endpoint `encode` can carry exactly (strings within the limit).
+    fn endpoint()(
+        host in string_upto(ENDPOINT_MAX_STRING), pid in any::<u32>(),
+        shm_name in string_upto(ENDPOINT_MAX_STRING),
+        nsteps in any::<u64>(), slot_bytes in any::<u64>(), shm_budget in any::<u64>(),
+        tcp in prop::option::of(socket_addr()), verbs in 0..=2u8, verbs_atomics in any::<bool>(),
+        recovery in prop::option::of(socket_addr()), verbs_shake in prop::option::of(socket_addr()),
+    ) -> Endpoint {
+        let shape = RingShape { nsteps: nsteps as usize, slot_bytes: slot_bytes as usize };
+        Endpoint {
+            host, pid, shm_name, shape, shm_budget, tcp, verbs, verbs_atomics, recovery, verbs_shake,
+        }
+    }
 }
 
 /// One length-prefixed string field of an endpoint: usually well formed

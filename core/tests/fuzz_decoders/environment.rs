@@ -2,38 +2,23 @@
 
 use super::*;
 
-/// Every variable `detect` reads, except `MASTER_ADDR` (which is
-/// resolved, and so only ever given addresses that need no DNS).
-const LAUNCH_VARS: &[&str] = &[
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
+/// The variables `detect` reads beside the launcher families' (below),
+/// except `MASTER_ADDR` (which is resolved, and so only ever given
+/// addresses that need no DNS).
+const OTHER_LAUNCH_VARS: &[&str] = &[
     "STREAMCOMM_LAUNCHER",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "SLURM_NPROCS",
-    "SLURM_LOCALID",
-    "SLURM_NTASKS_PER_NODE",
-    "SLURM_TASKS_PER_NODE",
-    "SLURM_NODEID",
-    "SLURM_NNODES",
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "PMI_RANK",
-    "PMI_SIZE",
-    "MPI_LOCALRANKID",
-    "PMI_LOCAL_RANK",
-    "MPI_LOCALNRANKS",
-    "PMI_LOCAL_SIZE",
     "STREAMCOMM_UNIQUE_ID",
     "MASTER_PORT",
     "STREAMCOMM_ROOT_PORT",
     "TORCHELASTIC_RUN_ID",
     "STREAMCOMM_SECRET",
 ];
+
+/// Every variable `detect` reads, except `MASTER_ADDR`.
+fn launch_vars() -> Vec<&'static str> {
+    let families = LAUNCH_FAMILIES.iter().flat_map(|f| f.iter());
+    families.chain(OTHER_LAUNCH_VARS).copied().collect()
+}
 
 /// `MASTER_ADDR` values that resolve without a name server: IP literals in
 /// every accepted spelling, and garbage made unresolvable by a NUL byte.
@@ -115,7 +100,7 @@ fn root_vars() -> BoxedStrategy<Vec<(&'static str, String)>> {
 /// many cases get all the way through), plus a stray variable or two.
 fn launch_env() -> BoxedStrategy<BTreeMap<String, String>> {
     let anything = (
-        prop::collection::btree_map(prop::sample::select(LAUNCH_VARS), env_value(), 0..10),
+        prop::collection::btree_map(prop::sample::select(launch_vars()), env_value(), 0..10),
         prop::option::of(master_addr()),
     )
         .prop_map(|(vars, addr)| {
@@ -135,7 +120,7 @@ fn launch_env() -> BoxedStrategy<BTreeMap<String, String>> {
         prop::sample::select(LAUNCH_FAMILIES.to_vec()),
         prop::collection::vec((prop::bool::weighted(0.85), small), 8),
         root_vars(),
-        prop::collection::btree_map(prop::sample::select(LAUNCH_VARS), env_value(), 0..2),
+        prop::collection::btree_map(prop::sample::select(launch_vars()), env_value(), 0..2),
         prop::option::of(prop_oneof![
             Just("streamcomm-run".to_string()),
             Just("torchrun".to_string())

@@ -19,7 +19,7 @@ use streamcomm::host::HostStream;
 use streamcomm::{Communicator, Config, DataType, ReduceOp};
 use streamcomm_run::local::LocalLauncher;
 
-use crate::common::{check, expected, gen_inputs, recv_count, send_count};
+use crate::common::{check, counts, expected, gen_inputs};
 
 /// A small ring so that every multi-chunk path runs: 4 slots of 2 KiB.
 pub(crate) fn small_config() -> Config {
@@ -137,10 +137,7 @@ pub(crate) struct Case {
 
 /// Where send and recv lie inside an in-place buffer (NCCL's layout), and its length.
 fn in_place_layout(c: &Case, rank: usize, n: usize) -> (usize, usize, usize) {
-    let (s, r) = (
-        send_count(c.collective, rank, n, c.count),
-        recv_count(c.collective, rank, n, c.count),
-    );
+    let (s, r) = counts(c.collective, rank, n, c.count);
     match c.collective {
         Collective::AllGather => (rank * c.count, 0, n * c.count),
         Collective::ReduceScatter => (0, rank * c.count, n * c.count),
@@ -184,7 +181,7 @@ pub(crate) fn run_case(comm: &Communicator, stream: &HostStream, c: &Case) -> Re
     }
     let send = UntypedBuffer::zeroed(c.dtype, inputs[rank].len() / esize);
     send.copy_from_bytes(&inputs[rank]).map_err(ctx)?;
-    let rlen = recv_count(c.collective, rank, n, c.count);
+    let rlen = counts(c.collective, rank, n, c.count).1;
     let mut recv = UntypedBuffer::zeroed(c.dtype, rlen);
     recv.copy_from_bytes(&vec![POISON; rlen * esize])
         .map_err(ctx)?;

@@ -52,6 +52,26 @@ pub(crate) fn child(var: &str) -> Option<Child> {
     Some((scenario, seed.parse().expect("a seed"), comm, stream))
 }
 
+/// A scenario of a rank process: its name, and what it runs on the
+/// communicator, a stream and the test's seed.
+pub(crate) type Scenario = (&'static str, fn(&Communicator, &HostStream, u64));
+
+/// In a rank process started to run one of `scenarios` (named in `var`):
+/// runs it, then says the child ran; nothing when the ignored `child` test
+/// runs on its own. Panics on a name no scenario has.
+pub(crate) fn run_child(var: &str, scenarios: &[Scenario]) {
+    let Some((name, seed, comm, stream)) = child(var) else {
+        return;
+    };
+    let (_, run) = scenarios
+        .iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("unknown scenario {name}"));
+    run(&comm, &stream, seed);
+    eprintln!("rank {}: {name} done", comm.rank());
+    streamcomm_testkit::child_ran();
+}
+
 /// `field` of this process's `/proc/self/status`, in kB.
 pub(crate) fn status_kb(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");

@@ -31,18 +31,18 @@ fn launch(n: usize, scenario: &str, buffsize: &str) {
 #[test]
 #[ignore = "entry point of the child processes"]
 fn child() {
-    let Some((scenario, seed, comm, stream)) = harness::scenario::child(SCENARIO) else {
-        return;
-    };
-    match scenario.as_str() {
-        "matrix" => matrix_slice(&comm, &stream, seed),
-        "thin" => harness::run_thin_slice(&comm, &stream, seed, &[ReduceOp::Sum, ReduceOp::Max]),
-        "order" => stream_order(&comm, &stream, seed),
-        "graph" => graph_replay(&comm, &stream, seed),
-        "p2p" => point_to_point(&comm, &stream, seed),
-        other => panic!("unknown scenario {other}"),
-    }
-    streamcomm_testkit::child_ran();
+    harness::scenario::run_child(
+        SCENARIO,
+        &[
+            ("matrix", matrix_slice),
+            ("thin", |comm, stream, seed| {
+                harness::run_thin_slice(comm, stream, seed, &[ReduceOp::Sum, ReduceOp::Max])
+            }),
+            ("order", stream_order),
+            ("graph", graph_replay),
+            ("p2p", point_to_point),
+        ],
+    );
 }
 
 fn matrix_slice(comm: &Communicator, stream: &HostStream, seed: u64) {

@@ -212,18 +212,14 @@ fn split_checked(
 #[test]
 #[ignore = "entry point of the child processes"]
 fn child() {
-    let Some((scenario, seed, world, _)) = harness::scenario::child(SCENARIO) else {
-        return;
-    };
-    let rank = world.rank();
-    match scenario.as_str() {
-        "grids" => grids(&world, seed),
-        "absent" => absent(&world),
-        "mismatch" => mismatch(&world),
-        s => panic!("unknown scenario {s}"),
-    }
-    eprintln!("rank {rank}: {scenario} done");
-    streamcomm_testkit::child_ran();
+    harness::scenario::run_child(
+        SCENARIO,
+        &[
+            ("grids", |world, _, seed| grids(world, seed)),
+            ("absent", |world, _, _| absent(world)),
+            ("mismatch", |world, _, _| mismatch(world)),
+        ],
+    );
 }
 
 fn grids(world: &Communicator, seed: u64) {

@@ -611,15 +611,10 @@ fn launch(n: usize, scenario: &str, transport: &str) {
 #[test]
 #[ignore = "entry point of the child processes"]
 fn child() {
-    let Some((scenario, seed, comm, stream)) = harness::scenario::child(SCENARIO) else {
-        return;
-    };
-    match scenario.as_str() {
-        "everything" => everything(&comm, &stream, seed),
-        "many_small" => many_small(&comm, &stream, seed),
-        other => panic!("unknown scenario {other}"),
-    }
-    streamcomm_testkit::child_ran();
+    harness::scenario::run_child(
+        SCENARIO,
+        &[("everything", everything), ("many_small", many_small)],
+    );
 }
 
 #[test]
