@@ -320,7 +320,10 @@ impl Core {
         }
     }
 
-    /// Turns a failed wait into the error a user should see.
+    /// Turns a failed wait into the error a user should see. A timeout
+    /// waiting for `peer` is recorded as this communicator's failure
+    /// blaming `peer`, so that the ranks it aborts name the rank that did
+    /// not come, not the one that waited for it.
     pub(crate) fn wait_error(
         &self,
         w: WaitError,
@@ -343,11 +346,20 @@ impl Core {
         ours: Option<u64>,
     ) -> Error {
         match w {
-            WaitError::Timeout(d) => Error::Timeout {
-                op: what.to_string(),
-                what: waiting_for,
-                waited_ms: d.as_millis() as u64,
-            },
+            WaitError::Timeout(d) => {
+                let e = Error::Timeout {
+                    op: what.to_string(),
+                    what: waiting_for,
+                    waited_ms: d.as_millis() as u64,
+                };
+                // A timeout waiting for a peer blames that peer in the
+                // failure every other rank is told (the first record wins,
+                // so the caller's own record of `e` changes nothing).
+                if let Some(p) = peer {
+                    self.failure.fail_blaming(&e, p, Learned::Call);
+                }
+                e
+            }
             WaitError::Aborted => {
                 let stored = self.failure.error();
                 if let Some(e) = stored.as_ref().filter(|e| !matches!(e, Error::Mismatch(_))) {

@@ -6,7 +6,8 @@
 //! - a delayed slot: every result is right, the receiver just gets it later;
 //! - a dropped slot with nothing after it: the receiver fails with a timeout
 //!   naming the operation, the sender and the transport, and its peers are
-//!   released with an error well before their own (longer) timeout;
+//!   released with an error naming the sender well before their own
+//!   (longer) timeout;
 //! - a dropped slot followed by others: reported as lost at once;
 //! - a duplicated slot: an error, never silently shifted data;
 //! - an injected transport error: every rank fails naming the same culprit.
@@ -266,7 +267,9 @@ fn dropped_last(transport: Transport) {
     });
     expect::timeout_waiting_for_rank_0(&out[1].error, "all_reduce #", transport.as_str());
     assert!(out[1].after < short + Duration::from_secs(20), "{out:?}");
-    every_rank_failed_blaming(&out, 1, Some(1), short + Duration::from_secs(2));
+    // Rank 1's timeout blames the rank it waited for, and the others are
+    // told so: rank 0, whose slot never came.
+    every_rank_failed_blaming(&out, 0, Some(1), short + Duration::from_secs(2));
 }
 
 fn dropped_then_more(transport: Transport) {

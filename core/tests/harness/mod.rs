@@ -38,10 +38,20 @@ pub(crate) fn run_threads<R: Send + 'static>(
     limit: Duration,
     f: impl Fn(Communicator) -> R + Send + Sync + Clone + 'static,
 ) -> Vec<R> {
+    run_threads_configured(vec![config; n], limit, f)
+}
+
+/// [`run_threads`] on one rank a configuration, rank `r` with `configs[r]`.
+pub(crate) fn run_threads_configured<R: Send + 'static>(
+    configs: Vec<Config>,
+    limit: Duration,
+    f: impl Fn(Communicator) -> R + Send + Sync + Clone + 'static,
+) -> Vec<R> {
+    let n = configs.len();
     let id = UniqueId::new().expect("unique id");
     let (tx, rx) = mpsc::channel();
-    for rank in 0..n {
-        let (id, config, f, tx) = (id, config.clone(), f.clone(), tx.clone());
+    for (rank, config) in configs.into_iter().enumerate() {
+        let (id, f, tx) = (id, f.clone(), tx.clone());
         std::thread::Builder::new()
             .name(format!("rank-{rank}"))
             .spawn(move || {

@@ -4,7 +4,7 @@ use crate::harness;
 
 use std::time::Duration;
 
-use harness::{run_threads, small_config};
+use harness::{run_threads, run_threads_configured, small_config};
 use streamcomm::UntypedBuffer;
 use streamcomm::bootstrap::UniqueId;
 use streamcomm::host::{HostBuffer, HostStream};
@@ -152,6 +152,41 @@ fn an_idle_rank_sees_a_peer_failure_in_async_error() {
             matches!(e, Some(Error::RemoteFailed { peer: 2, .. })),
             "rank {rank}: {e:?}"
         );
+    }
+}
+
+/// A rank that never comes (alive, making no call) is the one every rank
+/// names: rank 2 waits for it and times out (1 s), and rank 0, waiting
+/// on rank 2 with a long timeout, learns from rank 2's abort that rank 1
+/// is at fault, not rank 2, which only waited for it.
+#[test]
+fn a_timeout_waiting_for_a_peer_names_that_peer_to_every_rank() {
+    let mut configs = vec![small_config(); 3];
+    configs[2].timeout = Duration::from_secs(1);
+    let done = std::sync::Arc::new(std::sync::Barrier::new(3));
+    let results = run_threads_configured(configs, Duration::from_secs(60), move |comm| {
+        let rank = comm.rank();
+        let stream = HostStream::new().unwrap();
+        let mut buf = HostBuffer::<u32>::zeroed(4);
+        let waited_for = [Some(2), None, Some(1)][rank];
+        let t0 = std::time::Instant::now();
+        let e = waited_for.map(|peer| {
+            let r = comm.recv(&mut buf, peer, &stream);
+            r.and_then(|()| stream.synchronize()).unwrap_err()
+        });
+        // Rank 1 stays in the communicator until the others have failed.
+        done.wait();
+        (e, t0.elapsed())
+    });
+    match &results[2].0 {
+        Some(Error::Timeout { what, .. }) => assert!(what.contains("rank 1"), "{what}"),
+        other => panic!("rank 2 must time out waiting for rank 1: {other:?}"),
+    }
+    match &results[0] {
+        (Some(Error::RemoteFailed { peer: 1, .. }), took) => {
+            assert!(*took < Duration::from_secs(20), "rank 0 waited {took:?}")
+        }
+        other => panic!("rank 0 must name rank 1, the rank that did not come: {other:?}"),
     }
 }
 
