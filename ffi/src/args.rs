@@ -13,30 +13,28 @@ use streamcomm::{DataType, ReduceOp};
 
 use crate::result::{Failure, FfiResult};
 
-/// Decodes a `streamcomm_data_type_t`.
-pub(crate) fn dtype(value: c_int) -> FfiResult<DataType> {
-    u8::try_from(value)
+/// Decodes a C enum whose values are the indices of `all` (`what` names
+/// the enum in the error).
+fn decode_enum<T: Copy>(value: c_int, all: &[T], what: &str) -> FfiResult<T> {
+    usize::try_from(value)
         .ok()
-        .and_then(DataType::from_u8)
+        .and_then(|i| all.get(i).copied())
         .ok_or_else(|| {
             Failure::invalid(format!(
-                "unknown data type {value} (valid: 0..={})",
-                DataType::ALL.len() - 1
+                "unknown {what} {value} (valid: 0..={})",
+                all.len() - 1
             ))
         })
 }
 
+/// Decodes a `streamcomm_data_type_t`.
+pub(crate) fn dtype(value: c_int) -> FfiResult<DataType> {
+    decode_enum(value, &DataType::ALL, "data type")
+}
+
 /// Decodes a `streamcomm_reduce_op_t`.
 pub(crate) fn reduce_op(value: c_int) -> FfiResult<ReduceOp> {
-    u8::try_from(value)
-        .ok()
-        .and_then(ReduceOp::from_u8)
-        .ok_or_else(|| {
-            Failure::invalid(format!(
-                "unknown reduce op {value} (valid: 0..={})",
-                ReduceOp::ALL.len() - 1
-            ))
-        })
+    decode_enum(value, &ReduceOp::ALL, "reduce op")
 }
 
 /// A rank-like integer (`what` names it) that must be non-negative.
@@ -107,6 +105,30 @@ pub(crate) fn out_ptr<T>(ptr: *mut T, what: &str) -> FfiResult<*mut T> {
             std::mem::align_of::<T>()
         )));
     }
+    Ok(ptr)
+}
+
+/// Stores `value` through an out-parameter (`what` names it), checked by
+/// [`out_ptr`].
+///
+/// # Safety
+/// `ptr` is NULL or writable.
+pub(crate) unsafe fn write_out<T>(ptr: *mut T, what: &str, value: T) -> FfiResult {
+    let ptr = out_ptr(ptr, what)?;
+    // SAFETY: checked non-null and aligned; writable per the contract.
+    unsafe { ptr.write(value) };
+    Ok(())
+}
+
+/// Checks a handle out-parameter (`what` names it) and stores NULL there:
+/// what the caller reads should the call then fail.
+///
+/// # Safety
+/// `ptr` is NULL or writable.
+pub(crate) unsafe fn cleared_out(ptr: *mut *mut c_void, what: &str) -> FfiResult<*mut *mut c_void> {
+    let ptr = out_ptr(ptr, what)?;
+    // SAFETY: checked non-null and aligned; writable per the contract.
+    unsafe { ptr.write(std::ptr::null_mut()) };
     Ok(ptr)
 }
 

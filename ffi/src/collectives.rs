@@ -14,10 +14,11 @@
 
 use std::ffi::{c_int, c_void};
 
-use streamcomm::{Collective, ReduceOp};
+use streamcomm::{Collective, DataType, RawBuffers, ReduceOp};
 
 use crate::args::dtype;
 use crate::guard::guard;
+use crate::result::FfiResult;
 
 /// Decoders of the arguments beyond the buffers, by the argument's name.
 mod decode {
@@ -39,75 +40,114 @@ mod decode {
     }
 }
 
-/// Writes the host and CUDA entry points of every row.
+/// One call of a collective that is a plan, its enums decoded: what an
+/// entry point below hands to its backend's `collective`.
+pub(crate) struct NcclArgs {
+    /// The entry point's name, for errors.
+    pub(crate) call: &'static str,
+    /// The collective, its root decoded.
+    pub(crate) collective: Collective,
+    /// The element type.
+    pub(crate) dtype: DataType,
+    /// The reduction (`Sum` for a collective without one).
+    pub(crate) op: ReduceOp,
+    /// NCCL's `sendbuff`.
+    pub(crate) sendbuff: *const c_void,
+    /// NCCL's `recvbuff`.
+    pub(crate) recvbuff: *mut c_void,
+    /// NCCL's `count`.
+    pub(crate) count: usize,
+}
+
+impl NcclArgs {
+    /// The buffers of rank `rank` of `size`, laid out by NCCL's rules
+    /// ([`RawBuffers::nccl_layout`]: NULL, alignment, overlap and the
+    /// in-place layouts checked there); `None` where the call moves no
+    /// element.
+    pub(crate) fn layout(&self, rank: usize, size: usize) -> FfiResult<Option<RawBuffers>> {
+        Ok(RawBuffers::nccl_layout(
+            self.collective,
+            self.dtype,
+            self.sendbuff as u64,
+            self.recvbuff as u64,
+            self.count,
+            rank,
+            size,
+        )?)
+    }
+}
+
+/// Writes the host and CUDA entry points of every row (`@entry`: one entry
+/// point, its handles' names and its backend).
 macro_rules! c_collectives {
     ($(
         $(#[$doc:meta])*
         $host:ident, $cuda:ident ($($arg:ident),*) => $collective:expr, $op:expr;
     )*) => {
         $(
-            $(#[$doc])*
-            ///
-            /// On a host stream.
-            ///
-            /// # Safety
-            /// Every buffer this rank uses holds the elements the call
-            /// names and stays valid, untouched, until the operation
-            /// completes on the stream.
-            #[unsafe(no_mangle)]
-            #[allow(clippy::too_many_arguments)]
-            pub unsafe extern "C" fn $host(
-                sendbuff: *const c_void,
-                recvbuff: *mut c_void,
-                count: usize,
-                datatype: c_int,
-                $($arg: c_int,)*
-                comm: *mut c_void,
-                stream: *mut c_void,
-            ) -> c_int {
-                let call = stringify!($host);
-                guard(call, || {
-                    let dt = dtype(datatype)?;
-                    $(let $arg = decode::$arg($arg)?;)*
-                    let what = ($collective, dt, $op);
-                    // SAFETY: forwarded: this entry point's contract.
-                    unsafe {
-                        crate::ops::collective(call, (comm, stream), what, (sendbuff, recvbuff), count)
-                    }
-                })
+            c_collectives! {
+                @entry
+                $(#[$doc])*
+                ///
+                /// On a host stream.
+                ///
+                /// # Safety
+                /// Every buffer this rank uses holds the elements the call
+                /// names and stays valid, untouched, until the operation
+                /// completes on the stream.
+                $host(comm, stream) => crate::ops::collective, ($($arg),*) => $collective, $op
             }
 
-            $(#[$doc])*
-            ///
-            /// On a CUDA stream, with device buffers.
-            ///
-            /// # Safety
-            /// Every buffer this rank uses is device memory holding the
-            /// elements the call names, valid until the operation
-            /// completes on `cuda_stream`, a live stream of the device (or
-            /// NULL).
-            #[unsafe(no_mangle)]
-            #[allow(clippy::too_many_arguments)]
-            pub unsafe extern "C" fn $cuda(
-                sendbuff: *const c_void,
-                recvbuff: *mut c_void,
-                count: usize,
-                datatype: c_int,
-                $($arg: c_int,)*
-                cuda_comm: *mut c_void,
-                cuda_stream: *mut c_void,
-            ) -> c_int {
-                let call = stringify!($cuda);
-                guard(call, || {
-                    let dt = dtype(datatype)?;
-                    $(let $arg = decode::$arg($arg)?;)*
-                    let what = ($collective, dt, $op);
-                    let handles = (cuda_comm, cuda_stream);
-                    // SAFETY: forwarded: this entry point's contract.
-                    unsafe { crate::cuda::collective(call, handles, what, (sendbuff, recvbuff), count) }
-                })
+            c_collectives! {
+                @entry
+                $(#[$doc])*
+                ///
+                /// On a CUDA stream, with device buffers.
+                ///
+                /// # Safety
+                /// Every buffer this rank uses is device memory holding the
+                /// elements the call names, valid until the operation
+                /// completes on `cuda_stream`, a live stream of the device (or
+                /// NULL).
+                $cuda(cuda_comm, cuda_stream) => crate::cuda::collective, ($($arg),*) => $collective, $op
             }
         )*
+    };
+    (
+        @entry
+        $(#[$doc:meta])*
+        $name:ident($comm:ident, $stream:ident) => $backend:path,
+        ($($arg:ident),*) => $collective:expr, $op:expr
+    ) => {
+        $(#[$doc])*
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "C" fn $name(
+            sendbuff: *const c_void,
+            recvbuff: *mut c_void,
+            count: usize,
+            datatype: c_int,
+            $($arg: c_int,)*
+            $comm: *mut c_void,
+            $stream: *mut c_void,
+        ) -> c_int {
+            let call = stringify!($name);
+            guard(call, || {
+                let dt = dtype(datatype)?;
+                $(let $arg = decode::$arg($arg)?;)*
+                let args = NcclArgs {
+                    call,
+                    collective: $collective,
+                    dtype: dt,
+                    op: $op,
+                    sendbuff,
+                    recvbuff,
+                    count,
+                };
+                // SAFETY: forwarded: this entry point's contract.
+                unsafe { $backend(&args, ($comm, $stream)) }
+            })
+        }
     };
 }
 

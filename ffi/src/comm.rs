@@ -13,7 +13,7 @@ use std::ffi::{c_char, c_int, c_void};
 use streamcomm::Communicator;
 
 use crate::COMMS;
-use crate::args::{index, out_ptr, read_ranks, split_color};
+use crate::args::{cleared_out, index, out_ptr, read_ranks, split_color, write_out};
 use crate::group::refuse_in_group;
 use crate::guard::{guard, last_error_ptr, refuse_in_callback, set_last_error};
 use crate::id::{CUniqueId, read_id};
@@ -44,9 +44,8 @@ pub unsafe extern "C" fn streamcomm_comm_init_rank(
     rank: c_int,
 ) -> c_int {
     guard("streamcomm_comm_init_rank", || {
-        let comm = out_ptr(comm, "comm")?;
-        // SAFETY: checked non-null and aligned; writable per the contract.
-        unsafe { comm.write(std::ptr::null_mut()) };
+        // SAFETY: forwarded from this function's contract.
+        let comm = unsafe { cleared_out(comm, "comm") }?;
         // SAFETY: forwarded from this function's contract.
         let id = unsafe { read_id(id, "id") }?;
         let size = index(nranks, "nranks")?;
@@ -65,12 +64,40 @@ pub unsafe extern "C" fn streamcomm_comm_init_rank(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn streamcomm_comm_init_from_env(comm: *mut *mut c_void) -> c_int {
     guard("streamcomm_comm_init_from_env", || {
-        let comm = out_ptr(comm, "comm")?;
-        // SAFETY: checked non-null and aligned; writable per the contract.
-        unsafe { comm.write(std::ptr::null_mut()) };
+        // SAFETY: forwarded from this function's contract.
+        let comm = unsafe { cleared_out(comm, "comm") }?;
         let made = Communicator::from_env()?;
         // SAFETY: `comm` was checked above.
         unsafe { publish(comm, made) }
+    })
+}
+
+/// What split and shrink share: `*newcomm` holds NULL until the
+/// communicator `make` derives from `comm` is published there (it stays
+/// NULL where `make` gives none); `decode` checks the call's own arguments,
+/// then a call inside a group or a callback is refused.
+///
+/// # Safety
+/// `newcomm` is NULL or writable.
+unsafe fn derive<A>(
+    call: &str,
+    comm: *mut c_void,
+    newcomm: *mut *mut c_void,
+    decode: impl FnOnce() -> FfiResult<A>,
+    make: impl FnOnce(&Communicator, A) -> streamcomm::Result<Option<Communicator>>,
+) -> c_int {
+    guard(call, || {
+        // SAFETY: forwarded from this function's contract.
+        let newcomm = unsafe { cleared_out(newcomm, "newcomm") }?;
+        let c = COMMS.get(comm)?;
+        let args = decode()?;
+        refuse_in_group(call)?;
+        refuse_in_callback(call)?;
+        match make(&c, args)? {
+            // SAFETY: `newcomm` was checked above.
+            Some(made) => unsafe { publish(newcomm, made) },
+            None => Ok(()),
+        }
     })
 }
 
@@ -88,20 +115,17 @@ pub unsafe extern "C" fn streamcomm_comm_split(
     key: c_int,
     newcomm: *mut *mut c_void,
 ) -> c_int {
-    guard("streamcomm_comm_split", || {
-        let newcomm = out_ptr(newcomm, "newcomm")?;
-        // SAFETY: checked non-null and aligned; writable per the contract.
-        unsafe { newcomm.write(std::ptr::null_mut()) };
-        let c = COMMS.get(comm)?;
-        let color = split_color(color)?;
-        refuse_in_group("streamcomm_comm_split")?;
-        refuse_in_callback("streamcomm_comm_split")?;
-        match c.split(color, key)? {
-            // SAFETY: `newcomm` was checked above.
-            Some(made) => unsafe { publish(newcomm, made) },
-            None => Ok(()),
-        }
-    })
+    let decode = || split_color(color);
+    // SAFETY: forwarded from this function's contract.
+    unsafe {
+        derive(
+            "streamcomm_comm_split",
+            comm,
+            newcomm,
+            decode,
+            |c, color| c.split(color, key),
+        )
+    }
 }
 
 /// The live ranks of `comm`, less the `nexclude` ranks of `exclude` (which
@@ -119,19 +143,18 @@ pub unsafe extern "C" fn streamcomm_comm_shrink(
     nexclude: usize,
     newcomm: *mut *mut c_void,
 ) -> c_int {
-    guard("streamcomm_comm_shrink", || {
-        let newcomm = out_ptr(newcomm, "newcomm")?;
-        // SAFETY: checked non-null and aligned; writable per the contract.
-        unsafe { newcomm.write(std::ptr::null_mut()) };
-        let c = COMMS.get(comm)?;
-        // SAFETY: forwarded from this function's contract.
-        let exclude = unsafe { read_ranks(exclude, nexclude, "exclude") }?;
-        refuse_in_group("streamcomm_comm_shrink")?;
-        refuse_in_callback("streamcomm_comm_shrink")?;
-        let made = c.shrink_excluding(&exclude)?;
-        // SAFETY: `newcomm` was checked above.
-        unsafe { publish(newcomm, made) }
-    })
+    // SAFETY: forwarded from this function's contract.
+    let decode = || unsafe { read_ranks(exclude, nexclude, "exclude") };
+    // SAFETY: forwarded from this function's contract.
+    unsafe {
+        derive(
+            "streamcomm_comm_shrink",
+            comm,
+            newcomm,
+            decode,
+            |c, exclude| c.shrink_excluding(&exclude).map(Some),
+        )
+    }
 }
 
 /// Releases the handle; enqueued work still completes.
@@ -172,7 +195,6 @@ pub unsafe extern "C" fn streamcomm_comm_get_async_error(
 ) -> c_int {
     guard("streamcomm_comm_get_async_error", || {
         let c = COMMS.get(comm)?;
-        let result = out_ptr(result, "result")?;
         let code = match c.async_error() {
             Some(e) => {
                 set_last_error(&format!("communicator failed: {e}"));
@@ -180,9 +202,8 @@ pub unsafe extern "C" fn streamcomm_comm_get_async_error(
             }
             None => SUCCESS,
         };
-        // SAFETY: checked non-null and aligned; writable per the contract.
-        unsafe { result.write(code) };
-        Ok(())
+        // SAFETY: forwarded from this function's contract.
+        unsafe { write_out(result, "result", code) }
     })
 }
 

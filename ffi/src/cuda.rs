@@ -15,9 +15,10 @@ use std::ffi::{c_int, c_void};
 
 use streamcomm::cuda::cudarc::driver::sys::CUstream;
 use streamcomm::cuda::{CudaComm, RawP2p};
-use streamcomm::{Collective, DataType, RawBuffers, RawSpan, ReduceOp};
+use streamcomm::{DataType, RawSpan};
 
-use crate::args::{CBuf, dtype, index, out_ptr};
+use crate::args::{CBuf, cleared_out, dtype, index, write_out};
+use crate::collectives::NcclArgs;
 use crate::group::refuse_in_group;
 use crate::guard::guard;
 use crate::result::{FfiResult, SUCCESS, code_of};
@@ -35,13 +36,13 @@ pub unsafe extern "C" fn streamcomm_cuda_comm_create(
     cuda_comm: *mut *mut c_void,
 ) -> c_int {
     guard("streamcomm_cuda_comm_create", || {
-        let out = out_ptr(cuda_comm, "cuda_comm")?;
-        // SAFETY: checked non-null and aligned; writable per the contract.
-        unsafe { out.write(std::ptr::null_mut()) };
+        // SAFETY: forwarded from this function's contract.
+        let out = unsafe { cleared_out(cuda_comm, "cuda_comm") }?;
         let c = COMMS.get(comm)?;
         let device = index(device, "device")?;
         let handle = CUDA_COMMS.insert(CudaComm::on_device(&c, device)?)?;
-        // SAFETY: as above.
+        // SAFETY: checked non-null and aligned by `cleared_out`; writable
+        // per the contract.
         unsafe { out.write(handle) };
         Ok(())
     })
@@ -72,54 +73,33 @@ pub unsafe extern "C" fn streamcomm_cuda_comm_get_async_error(
 ) -> c_int {
     guard("streamcomm_cuda_comm_get_async_error", || {
         let cc = CUDA_COMMS.get(cuda_comm)?;
-        let out = out_ptr(result, "result")?;
         let code = cc.async_error().map_or(SUCCESS, |e| code_of(&e));
-        // SAFETY: checked non-null and aligned; writable per the contract.
-        unsafe { out.write(code) };
-        Ok(())
+        // SAFETY: forwarded from this function's contract.
+        unsafe { write_out(result, "result", code) }
     })
 }
 
-/// A buffer this rank does not use may be anything, NULL included.
-fn raw(b: &CBuf) -> RawSpan {
-    RawSpan {
-        ptr: b.ptr as u64,
-        len: b.count,
-    }
-}
-
-/// One collective with NCCL's arguments: laid out by NCCL's rules
-/// ([`RawBuffers::nccl_layout`]: NULL, alignment, overlap and the in-place
-/// layouts checked there), then enqueued; nothing where it moves no element.
+/// One collective that is a plan on a CUDA stream: laid out by NCCL's
+/// rules ([`NcclArgs::layout`]), then enqueued; nothing where it moves no
+/// element.
 ///
 /// # Safety
 /// The C caller's contract for a collective's buffers (`streamcomm.h`).
 pub(crate) unsafe fn collective(
-    call: &str,
+    args: &NcclArgs,
     (cuda_comm, stream): (*mut c_void, *mut c_void),
-    (coll, dt, op): (Collective, DataType, ReduceOp),
-    (sendbuff, recvbuff): (*const c_void, *mut c_void),
-    count: usize,
 ) -> FfiResult {
     let cc = CUDA_COMMS.get(cuda_comm)?;
-    refuse_in_group(call)?;
-    let (rank, size) = (cc.communicator().rank(), cc.communicator().size());
-    let Some(buffers) = RawBuffers::nccl_layout(
-        coll,
-        dt,
-        sendbuff as u64,
-        recvbuff as u64,
-        count,
-        rank,
-        size,
-    )?
-    else {
+    refuse_in_group(args.call)?;
+    let comm = cc.communicator();
+    let Some(buffers) = args.layout(comm.rank(), comm.size())? else {
         return Ok(());
     };
+    let stream = stream as CUstream;
     // SAFETY: the C caller's contract (header): live stream of the device,
     // device buffers valid until the operation completes; handle values and
     // pointers were checked above.
-    Ok(unsafe { cc.collective_raw(coll, dt, op, buffers, stream as CUstream) }?)
+    Ok(unsafe { cc.collective_raw(args.collective, args.dtype, args.op, buffers, stream) }?)
 }
 
 /// A barrier on a CUDA stream.
@@ -137,6 +117,31 @@ pub unsafe extern "C" fn streamcomm_cuda_barrier(
         // SAFETY: the caller's contract.
         Ok(unsafe { cc.barrier_raw(cuda_stream as CUstream) }?)
     })
+}
+
+/// One side of a sendrecv (`send`, or the receive): `count` elements at
+/// `ptr` with `peer` (its argument and name); nothing for a NULL buffer of 0
+/// elements.
+fn side(
+    send: bool,
+    ptr: *const c_void,
+    count: usize,
+    dt: DataType,
+    (peer, peer_name): (c_int, &str),
+) -> FfiResult<Option<RawP2p>> {
+    if ptr.is_null() && count == 0 {
+        return Ok(None);
+    }
+    let buf = CBuf::new(ptr, dt, count, if send { "sendbuff" } else { "recvbuff" })?;
+    Ok(Some(RawP2p {
+        send,
+        peer: index(peer, peer_name)?,
+        dtype: dt,
+        buf: RawSpan {
+            ptr: buf.ptr as u64,
+            len: buf.count,
+        },
+    }))
 }
 
 /// Sends `sendcount` elements to `dest` and receives up to `recvcount` from
@@ -162,25 +167,13 @@ pub unsafe extern "C" fn streamcomm_cuda_sendrecv(
         let dt = dtype(datatype)?;
         let cc = CUDA_COMMS.get(cuda_comm)?;
         refuse_in_group("streamcomm_cuda_sendrecv")?;
-        let mut ops = Vec::with_capacity(2);
-        if !(sendbuff.is_null() && sendcount == 0) {
-            let send = CBuf::new(sendbuff, dt, sendcount, "sendbuff")?;
-            ops.push(RawP2p {
-                send: true,
-                peer: index(dest, "dest")?,
-                dtype: dt,
-                buf: raw(&send),
-            });
-        }
-        if !(recvbuff.is_null() && recvcount == 0) {
-            let recv = CBuf::new(recvbuff, dt, recvcount, "recvbuff")?;
-            ops.push(RawP2p {
-                send: false,
-                peer: index(source, "source")?,
-                dtype: dt,
-                buf: raw(&recv),
-            });
-        }
+        let ops: Vec<RawP2p> = [
+            side(true, sendbuff, sendcount, dt, (dest, "dest"))?,
+            side(false, recvbuff, recvcount, dt, (source, "source"))?,
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         // SAFETY: the caller's contract; pointers and handles checked above.
         Ok(unsafe { cc.group_raw(&ops, cuda_stream as CUstream) }?)
     })

@@ -10,10 +10,11 @@ use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
 use streamcomm::host::HostStream;
-use streamcomm::{Collective, Communicator, DataType, RawBuffers, ReduceOp, UntypedBuffer};
+use streamcomm::{Communicator, DataType, UntypedBuffer};
 
 use crate::COMMS;
 use crate::args::{CBuf, disjoint, dtype, index, non_null};
+use crate::collectives::NcclArgs;
 use crate::group::refuse_in_group;
 use crate::guard::{guard, refuse_in_callback};
 use crate::result::{Failure, FfiResult};
@@ -38,30 +39,23 @@ fn times_size(count: usize, size: usize, what: &str) -> FfiResult<usize> {
         .ok_or_else(|| Failure::invalid(format!("{what} {count} times {size} ranks overflows")))
 }
 
-/// One collective that is a plan, with NCCL's arguments, on a host
-/// stream: laid out by NCCL's rules ([`RawBuffers::nccl_layout`]: NULL,
-/// alignment, overlap and the in-place layouts checked there), then
-/// enqueued through the host backend's door; nothing where it moves no
-/// element.
+/// One collective that is a plan on a host stream: laid out by NCCL's
+/// rules ([`NcclArgs::layout`]), then enqueued through the host backend's
+/// door; nothing where it moves no element.
 ///
 /// # Safety
 /// The C caller's contract for a collective's buffers (`streamcomm.h`).
 pub(crate) unsafe fn collective(
-    call: &str,
+    args: &NcclArgs,
     (comm, stream): (*mut c_void, *mut c_void),
-    (coll, dt, op): (Collective, DataType, ReduceOp),
-    (sendbuff, recvbuff): (*const c_void, *mut c_void),
-    count: usize,
 ) -> FfiResult {
-    let (c, s) = resolve(call, comm, stream)?;
-    let (send, recv) = (sendbuff as u64, recvbuff as u64);
-    let layout = RawBuffers::nccl_layout(coll, dt, send, recv, count, c.rank(), c.size())?;
-    let Some(buffers) = layout else {
+    let (c, s) = resolve(args.call, comm, stream)?;
+    let Some(buffers) = args.layout(c.rank(), c.size())? else {
         return Ok(());
     };
     // SAFETY: forwarded: every buffer the layout names holds its elements
     // and stays valid until the operation completes on the stream.
-    Ok(unsafe { c.collective_raw(coll, dt, op, buffers, &s) }?)
+    Ok(unsafe { c.collective_raw(args.collective, args.dtype, args.op, buffers, &s) }?)
 }
 
 /// An empty buffer, for the side a rank does not use (NCCL lets it be NULL).
@@ -96,91 +90,118 @@ pub unsafe extern "C" fn streamcomm_barrier_host(comm: *mut c_void) -> c_int {
     })
 }
 
-/// Gather: every rank's `count` elements into `root`'s `recvbuff`
-/// (`nranks * count` elements, block `j` from rank `j`; not used elsewhere,
-/// where it may be NULL). The buffers must not overlap.
+/// Gather (`to_root`) or scatter: this rank's own `count` elements
+/// (gather's `sendbuff`, scatter's `recvbuff`), and on the root its
+/// `nranks * count` blocks (gather's `recvbuff`, scatter's `sendbuff`),
+/// which must not overlap them.
 ///
 /// # Safety
-/// As [`streamcomm_all_reduce`](crate::collectives::streamcomm_all_reduce), with the root's `recvbuff` holding
-/// `nranks * count`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn streamcomm_gather(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
+/// The buffer contract of `streamcomm_gather` / `streamcomm_scatter`.
+unsafe fn rooted(
+    (call, to_root): (&str, bool),
+    (sendbuff, recvbuff): (*const c_void, *mut c_void),
     count: usize,
     datatype: c_int,
     root: c_int,
-    comm: *mut c_void,
-    stream: *mut c_void,
-) -> c_int {
-    guard("streamcomm_gather", || {
-        let dt = dtype(datatype)?;
-        let root = index(root, "root")?;
-        let (c, s) = resolve("streamcomm_gather", comm, stream)?;
-        let send = CBuf::new(sendbuff, dt, count, "sendbuff")?;
-        // SAFETY: the buffer contract of this entry point (checked by CBuf::new).
-        let sb = unsafe { send.wrap() }?;
-        if c.rank() != root {
-            return Ok(c.gather(&sb, &mut unused(dt), root, &s)?);
-        }
+    (comm, stream): (*mut c_void, *mut c_void),
+) -> FfiResult {
+    let dt = dtype(datatype)?;
+    let root = index(root, "root")?;
+    let (c, s) = resolve(call, comm, stream)?;
+    let recvbuff = recvbuff.cast_const();
+    let ((own, own_name), (blocks, blocks_name)) = if to_root {
+        ((sendbuff, "sendbuff"), (recvbuff, "recvbuff"))
+    } else {
+        ((recvbuff, "recvbuff"), (sendbuff, "sendbuff"))
+    };
+    let own = CBuf::new(own, dt, count, own_name)?;
+    // SAFETY: the buffer contract of this entry point (checked by CBuf::new).
+    let mut own_buf = unsafe { own.wrap() }?;
+    let mut blocks_buf = if c.rank() != root {
+        unused(dt)
+    } else {
         let total = times_size(count, c.size(), "count")?;
-        let recv = CBuf::new(recvbuff, dt, total, "recvbuff")?;
-        disjoint("gather", &send, &recv)?;
-        // SAFETY: the buffer contract of this entry point (checked by CBuf::new).
-        let mut rb = unsafe { recv.wrap() }?;
-        Ok(c.gather(&sb, &mut rb, root, &s)?)
-    })
-}
-
-/// Scatter: block `j` (`count` elements) of `root`'s `sendbuff` (`nranks *
-/// count` elements; not used elsewhere, where it may be NULL) to rank `j`'s
-/// `recvbuff`. The buffers must not overlap.
-///
-/// # Safety
-/// As [`streamcomm_all_reduce`](crate::collectives::streamcomm_all_reduce), with the root's `sendbuff` holding
-/// `nranks * count`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn streamcomm_scatter(
-    sendbuff: *const c_void,
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: c_int,
-    root: c_int,
-    comm: *mut c_void,
-    stream: *mut c_void,
-) -> c_int {
-    guard("streamcomm_scatter", || {
-        let dt = dtype(datatype)?;
-        let root = index(root, "root")?;
-        let (c, s) = resolve("streamcomm_scatter", comm, stream)?;
-        let recv = CBuf::new(recvbuff, dt, count, "recvbuff")?;
-        // SAFETY: the buffer contract of this entry point (checked by CBuf::new).
-        let mut rb = unsafe { recv.wrap() }?;
-        if c.rank() != root {
-            return Ok(c.scatter(&unused(dt), &mut rb, root, &s)?);
+        let blocks = CBuf::new(blocks, dt, total, blocks_name)?;
+        if to_root {
+            disjoint("gather", &own, &blocks)?;
+        } else {
+            disjoint("scatter", &blocks, &own)?;
         }
-        let total = times_size(count, c.size(), "count")?;
-        let send = CBuf::new(sendbuff, dt, total, "sendbuff")?;
-        disjoint("scatter", &send, &recv)?;
         // SAFETY: the buffer contract of this entry point (checked by CBuf::new).
-        let sb = unsafe { send.wrap() }?;
-        Ok(c.scatter(&sb, &mut rb, root, &s)?)
-    })
-}
-
-/// Reads `n` counts or displacements (`what` names the array).
-///
-/// # Safety
-/// `ptr` is NULL or points to `n` readable `size_t`.
-unsafe fn read_sizes(ptr: *const usize, n: usize, what: &str) -> FfiResult<Vec<usize>> {
-    non_null(ptr, what)?;
-    if !ptr.is_aligned() {
-        return Err(Failure::invalid(format!(
-            "{what} {ptr:p} is not aligned for size_t"
-        )));
+        unsafe { blocks.wrap() }?
+    };
+    if to_root {
+        Ok(c.gather(&own_buf, &mut blocks_buf, root, &s)?)
+    } else {
+        Ok(c.scatter(&blocks_buf, &mut own_buf, root, &s)?)
     }
-    // SAFETY: non-null, aligned, and `n` entries long per the contract.
-    Ok(unsafe { std::slice::from_raw_parts(ptr, n) }.to_vec())
+}
+
+/// Writes the entry points of gather and scatter, each a [`rooted`] call.
+macro_rules! rooted_entry_points {
+    ($($(#[$doc:meta])* $name:ident => $to_root:expr;)*) => {$(
+        $(#[$doc])*
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            sendbuff: *const c_void,
+            recvbuff: *mut c_void,
+            count: usize,
+            datatype: c_int,
+            root: c_int,
+            comm: *mut c_void,
+            stream: *mut c_void,
+        ) -> c_int {
+            let call = stringify!($name);
+            guard(call, || {
+                let buffers = (sendbuff, recvbuff);
+                // SAFETY: forwarded from this function's contract.
+                unsafe { rooted((call, $to_root), buffers, count, datatype, root, (comm, stream)) }
+            })
+        }
+    )*};
+}
+
+rooted_entry_points! {
+    /// Gather: every rank's `count` elements into `root`'s `recvbuff`
+    /// (`nranks * count` elements, block `j` from rank `j`; not used elsewhere,
+    /// where it may be NULL). The buffers must not overlap.
+    ///
+    /// # Safety
+    /// As [`streamcomm_all_reduce`](crate::collectives::streamcomm_all_reduce), with the root's `recvbuff` holding
+    /// `nranks * count`.
+    streamcomm_gather => true;
+
+    /// Scatter: block `j` (`count` elements) of `root`'s `sendbuff` (`nranks *
+    /// count` elements; not used elsewhere, where it may be NULL) to rank `j`'s
+    /// `recvbuff`. The buffers must not overlap.
+    ///
+    /// # Safety
+    /// As [`streamcomm_all_reduce`](crate::collectives::streamcomm_all_reduce), with the root's `sendbuff` holding
+    /// `nranks * count`.
+    streamcomm_scatter => false;
+}
+
+/// Reads `N` arrays of `n` counts or displacements each, in order (each
+/// with its name, for errors).
+///
+/// # Safety
+/// Each pointer is NULL or points to `n` readable `size_t`.
+unsafe fn read_sizes<const N: usize>(
+    arrays: [(*const usize, &str); N],
+    n: usize,
+) -> FfiResult<[Vec<usize>; N]> {
+    let mut read = arrays.map(|_| Vec::new());
+    for ((ptr, what), out) in arrays.into_iter().zip(&mut read) {
+        non_null(ptr, what)?;
+        if !ptr.is_aligned() {
+            return Err(Failure::invalid(format!(
+                "{what} {ptr:p} is not aligned for size_t"
+            )));
+        }
+        // SAFETY: non-null, aligned, and `n` entries long per the contract.
+        *out = unsafe { std::slice::from_raw_parts(ptr, n) }.to_vec();
+    }
+    Ok(read)
 }
 
 /// Elements a buffer needs to hold every `(displ, count)` region (an empty
@@ -218,15 +239,14 @@ pub unsafe extern "C" fn streamcomm_all_to_allv(
     guard("streamcomm_all_to_allv", || {
         let dt = dtype(datatype)?;
         let (c, s) = resolve("streamcomm_all_to_allv", comm, stream)?;
-        let n = c.size();
+        let arrays = [
+            (sendcounts, "sendcounts"),
+            (sdispls, "sdispls"),
+            (recvcounts, "recvcounts"),
+            (rdispls, "rdispls"),
+        ];
         // SAFETY: the arrays' contract of this entry point.
-        let sc = unsafe { read_sizes(sendcounts, n, "sendcounts") }?;
-        // SAFETY: as above.
-        let sd = unsafe { read_sizes(sdispls, n, "sdispls") }?;
-        // SAFETY: as above.
-        let rc = unsafe { read_sizes(recvcounts, n, "recvcounts") }?;
-        // SAFETY: as above.
-        let rd = unsafe { read_sizes(rdispls, n, "rdispls") }?;
+        let [sc, sd, rc, rd] = unsafe { read_sizes(arrays, c.size()) }?;
         let send = CBuf::new(sendbuff, dt, extent(&sc, &sd, "sendbuff")?, "sendbuff")?;
         let recv = CBuf::new(recvbuff, dt, extent(&rc, &rd, "recvbuff")?, "recvbuff")?;
         disjoint("all_to_allv", &send, &recv)?;
@@ -259,11 +279,9 @@ pub unsafe extern "C" fn streamcomm_all_gatherv(
     guard("streamcomm_all_gatherv", || {
         let dt = dtype(datatype)?;
         let (c, s) = resolve("streamcomm_all_gatherv", comm, stream)?;
-        let n = c.size();
+        let arrays = [(recvcounts, "recvcounts"), (rdispls, "rdispls")];
         // SAFETY: the arrays' contract of this entry point.
-        let rc = unsafe { read_sizes(recvcounts, n, "recvcounts") }?;
-        // SAFETY: as above.
-        let rd = unsafe { read_sizes(rdispls, n, "rdispls") }?;
+        let [rc, rd] = unsafe { read_sizes(arrays, c.size()) }?;
         let send = CBuf::new(sendbuff, dt, sendcount, "sendbuff")?;
         let recv = CBuf::new(recvbuff, dt, extent(&rc, &rd, "recvbuff")?, "recvbuff")?;
         disjoint("all_gatherv", &send, &recv)?;

@@ -56,42 +56,39 @@ unsafe fn post(
     }
 }
 
-/// Sends `count` elements to `peer`, which posts a matching
-/// `streamcomm_recv`; messages to one peer arrive in posting order.
-///
-/// # Safety
-/// A non-NULL `sendbuff` holds `count` elements and stays valid until the
-/// operation completes on the stream.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn streamcomm_send(
-    sendbuff: *const c_void,
-    count: usize,
-    datatype: c_int,
-    peer: c_int,
-    comm: *mut c_void,
-    stream: *mut c_void,
-) -> c_int {
-    guard("streamcomm_send", || {
-        // SAFETY: forwarded from this function's contract.
-        unsafe { post(true, sendbuff, count, datatype, peer, comm, stream) }
-    })
+/// Writes the entry points of send and receive, each a [`post`] call.
+macro_rules! p2p_entry_points {
+    ($($(#[$doc:meta])* $name:ident($buf:ident: $ptr:ty) => $is_send:expr;)*) => {$(
+        $(#[$doc])*
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            $buf: $ptr,
+            count: usize,
+            datatype: c_int,
+            peer: c_int,
+            comm: *mut c_void,
+            stream: *mut c_void,
+        ) -> c_int {
+            guard(stringify!($name), || {
+                // SAFETY: forwarded from this function's contract.
+                unsafe { post($is_send, $buf, count, datatype, peer, comm, stream) }
+            })
+        }
+    )*};
 }
 
-/// Receives `count` elements from `peer` into `recvbuff`.
-///
-/// # Safety
-/// As [`streamcomm_send`], for `recvbuff`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn streamcomm_recv(
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: c_int,
-    peer: c_int,
-    comm: *mut c_void,
-    stream: *mut c_void,
-) -> c_int {
-    guard("streamcomm_recv", || {
-        // SAFETY: forwarded from this function's contract.
-        unsafe { post(false, recvbuff, count, datatype, peer, comm, stream) }
-    })
+p2p_entry_points! {
+    /// Sends `count` elements to `peer`, which posts a matching
+    /// `streamcomm_recv`; messages to one peer arrive in posting order.
+    ///
+    /// # Safety
+    /// A non-NULL `sendbuff` holds `count` elements and stays valid until the
+    /// operation completes on the stream.
+    streamcomm_send(sendbuff: *const c_void) => true;
+
+    /// Receives `count` elements from `peer` into `recvbuff`.
+    ///
+    /// # Safety
+    /// As [`streamcomm_send`], for `recvbuff`.
+    streamcomm_recv(recvbuff: *mut c_void) => false;
 }

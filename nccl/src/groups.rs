@@ -107,29 +107,17 @@ export! {
         guard("ncclGroupEnd", || {
             let held = OPEN.with(|o| {
                 let mut o = o.borrow_mut();
-                match o.0 {
-                    0 => Err(Error::InvalidUsage(
-                        "ncclGroupEnd without ncclGroupStart".into(),
-                    )),
-                    1 => {
-                        o.0 = 0;
-                        Ok(std::mem::take(&mut o.1))
-                    }
-                    _ => {
-                        o.0 -= 1;
-                        Ok(Vec::new())
-                    }
-                }
+                o.0 = o.0.checked_sub(1).ok_or_else(|| {
+                    Error::InvalidUsage("ncclGroupEnd without ncclGroupStart".into())
+                })?;
+                Ok::<_, Error>(if o.0 == 0 { std::mem::take(&mut o.1) } else { Vec::new() })
             })?;
-            let mut first = Ok(ncclResult_t::ncclSuccess);
-            for h in held {
-                if let Err(e) = issue(&h.ready, h.stream, &h.ops)
-                    && first.is_ok()
-                {
-                    first = Err(e);
-                }
-            }
-            first
+            // Every communicator's operations are enqueued, even after one
+            // fails; the first failure is returned.
+            let issued: Vec<Result<(), Error>> =
+                held.iter().map(|h| issue(&h.ready, h.stream, &h.ops)).collect();
+            issued.into_iter().collect::<Result<(), _>>()?;
+            Ok(ncclResult_t::ncclSuccess)
         })
     }
 }

@@ -221,24 +221,20 @@ export! {
                     std::thread::spawn(move || make(&Communicator::init(&unique, rank, n)?, dev))
                 })
                 .collect();
-            let mut made = Vec::with_capacity(n);
-            let mut first_error = None;
-            for (rank, t) in threads.into_iter().enumerate() {
-                match t.join() {
-                    Ok(Ok(r)) => made.push(r),
-                    Ok(Err(e)) => {
-                        first_error.get_or_insert(e);
-                    }
-                    Err(_) => {
-                        first_error.get_or_insert(Error::InvalidUsage(format!(
+            // Every thread is joined; the first failure, in rank order, is
+            // returned.
+            let joined: Vec<Result<Ready, Error>> = threads
+                .into_iter()
+                .enumerate()
+                .map(|(rank, t)| {
+                    t.join().unwrap_or_else(|_| {
+                        Err(Error::InvalidUsage(format!(
                             "the thread making rank {rank} panicked"
-                        )));
-                    }
-                }
-            }
-            if let Some(e) = first_error {
-                return Err(e);
-            }
+                        )))
+                    })
+                })
+                .collect();
+            let made = joined.into_iter().collect::<Result<Vec<_>, _>>()?;
             for (i, r) in made.into_iter().enumerate() {
                 // SAFETY: the caller's contract: `ndev` writable handles.
                 unsafe { comm.add(i).write(comms::insert_ready(r)) };
@@ -389,40 +385,36 @@ export! {
     }
 }
 
-export! {
+/// Writes the entry points that store one property of a live
+/// communicator (`ready`, its table entry) in an `int` out-parameter.
+macro_rules! comm_queries {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident, $pname:ident($out:ident) => |$ready:ident| $value:expr;
+    )*) => {$(
+        export! {
+            $(#[$doc])*
+            $name, $pname => fn(comm: ncclComm_t, $out: *mut c_int) -> ncclResult_t {
+                guard(stringify!($name), || {
+                    let $ready = comms::get(comm)?;
+                    // SAFETY: the caller's contract for the out-parameter.
+                    unsafe { put($out, $value as c_int, stringify!($out)) }?;
+                    Ok(ncclResult_t::ncclSuccess)
+                })
+            }
+        }
+    )*};
+}
+
+comm_queries! {
     /// `ncclCommCount`: the number of ranks.
-    ncclCommCount, pncclCommCount => fn(comm: ncclComm_t, count: *mut c_int) -> ncclResult_t {
-        guard("ncclCommCount", || {
-            let n = comms::get(comm)?.cuda.communicator().size();
-            // SAFETY: the caller's contract for `count`.
-            unsafe { put(count, n as c_int, "count") }?;
-            Ok(ncclResult_t::ncclSuccess)
-        })
-    }
-}
+    ncclCommCount, pncclCommCount(count) => |ready| ready.cuda.communicator().size();
 
-export! {
     /// `ncclCommCuDevice`: the communicator's CUDA device.
-    ncclCommCuDevice, pncclCommCuDevice => fn(comm: ncclComm_t, device: *mut c_int) -> ncclResult_t {
-        guard("ncclCommCuDevice", || {
-            let d = comms::get(comm)?.device;
-            // SAFETY: the caller's contract for `device`.
-            unsafe { put(device, d as c_int, "device") }?;
-            Ok(ncclResult_t::ncclSuccess)
-        })
-    }
-}
+    ncclCommCuDevice, pncclCommCuDevice(device) => |ready| ready.device;
 
-export! {
     /// `ncclCommUserRank`: this rank.
-    ncclCommUserRank, pncclCommUserRank => fn(comm: ncclComm_t, rank: *mut c_int) -> ncclResult_t {
-        guard("ncclCommUserRank", || {
-            let r = comms::get(comm)?.cuda.communicator().rank();
-            // SAFETY: the caller's contract for `rank`.
-            unsafe { put(rank, r as c_int, "rank") }?;
-            Ok(ncclResult_t::ncclSuccess)
-        })
-    }
+    ncclCommUserRank, pncclCommUserRank(rank) => |ready| ready.cuda.communicator().rank();
 }
 
 export! {

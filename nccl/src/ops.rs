@@ -16,6 +16,12 @@ use crate::comms::{self, Ready};
 use crate::groups;
 use crate::guard::guard;
 
+/// A gather (`to_root`) or a scatter, and its root.
+struct Rooted {
+    to_root: bool,
+    root: usize,
+}
+
 /// What every operation checks first: the communicator, the type, the
 /// operator (if any).
 struct Call {
@@ -124,6 +130,50 @@ impl Call {
         Ok(ncclResult_t::ncclSuccess)
     }
 
+    /// Enqueues a gather or a scatter of `count` elements a rank as one
+    /// group of sends and receives (as NCCL itself does): this rank's own
+    /// block (gather's `sendbuff`, scatter's `recvbuff`) with the root,
+    /// and on the root the `nranks` blocks (gather's `recvbuff`, scatter's
+    /// `sendbuff`) with every rank, this rank's own block first for a
+    /// gather and last for a scatter.
+    fn rooted(
+        &self,
+        Rooted { to_root, root }: Rooted,
+        sendbuff: *const c_void,
+        recvbuff: *mut c_void,
+        count: usize,
+        stream: cudaStream_t,
+    ) -> Result<ncclResult_t, Error> {
+        self.elems(count, self.size)?;
+        if count == 0 {
+            return Ok(ncclResult_t::ncclSuccess);
+        }
+        let recvbuff = recvbuff.cast_const();
+        let ((own, own_name), (blocks, blocks_name)) = if to_root {
+            ((sendbuff, "sendbuff"), (recvbuff, "the root's recvbuff"))
+        } else {
+            ((recvbuff, "recvbuff"), (sendbuff, "the root's sendbuff"))
+        };
+        needed(own, own_name)?;
+        let own = self.p2p(to_root, root, buf(own, count));
+        let mut ops = Vec::with_capacity(self.size + 1);
+        if to_root {
+            ops.push(own);
+        }
+        if self.rank == root {
+            needed(blocks, blocks_name)?;
+            ops.extend((0..self.size).map(|p| {
+                let block = self.offset(blocks, p * count) as *const c_void;
+                self.p2p(!to_root, p, buf(block, count))
+            }));
+        }
+        if !to_root {
+            ops.push(own);
+        }
+        groups::p2p(self.comm, self.ready.clone(), stream, ops)?;
+        Ok(ncclResult_t::ncclSuccess)
+    }
+
     fn p2p(&self, send: bool, peer: usize, buf: RawSpan) -> RawP2p {
         RawP2p {
             send,
@@ -149,13 +199,14 @@ fn needed(ptr: *const c_void, what: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// Writes NCCL's entry points of the collectives that are plans (and
-/// their `pncclX` names), each decoding its operator and root and calling
-/// [`Call::collective`], which lays the buffers out by NCCL's rules.
+/// Writes NCCL's entry points of the collectives (and their `pncclX`
+/// names), each decoding its operator and root and calling its `Call`
+/// method: [`Call::collective`] for those that are plans, which lays the
+/// buffers out by NCCL's rules, or [`Call::rooted`] for gather and scatter.
 macro_rules! nccl_collectives {
     ($(
         $(#[$doc:meta])*
-        $name:ident, $pname:ident ($($arg:ident),*) => $collective:expr;
+        $name:ident, $pname:ident ($($arg:ident),*) => $method:ident($what:expr);
     )*) => {
         $(
             export! {
@@ -172,7 +223,7 @@ macro_rules! nccl_collectives {
                     guard(stringify!($name), || {
                         let c = Call::new(comm, datatype, nccl_collectives!(@op $($arg $arg)*))?;
                         $(nccl_collectives!(@root $arg $arg, c);)*
-                        c.collective($collective, sendbuff, recvbuff, count, stream)
+                        c.$method($what, sendbuff, recvbuff, count, stream)
                     })
                 }
             }
@@ -189,31 +240,40 @@ macro_rules! nccl_collectives {
 nccl_collectives! {
     /// `ncclAllReduce`: every rank's `sendbuff` reduced into every rank's
     /// `recvbuff` (in place when they are the same).
-    ncclAllReduce, pncclAllReduce(op) => Collective::AllReduce;
+    ncclAllReduce, pncclAllReduce(op) => collective(Collective::AllReduce);
 
     /// `ncclBroadcast`: `root`'s `sendbuff` into every rank's `recvbuff`
     /// (`sendbuff` used on the root only; in place where they are the
     /// same).
-    ncclBroadcast, pncclBroadcast(root) => Collective::Broadcast { root };
+    ncclBroadcast, pncclBroadcast(root) => collective(Collective::Broadcast { root });
 
     /// `ncclReduce`: every rank's `sendbuff` reduced into `root`'s
     /// `recvbuff` (unused, and may be NULL, elsewhere).
-    ncclReduce, pncclReduce(op, root) => Collective::Reduce { root };
+    ncclReduce, pncclReduce(op, root) => collective(Collective::Reduce { root });
 
     /// `ncclAllGather`: every rank's `count` (`sendcount`) elements, in
     /// rank order, into every rank's `recvbuff` (in place when `sendbuff`
     /// is this rank's block of `recvbuff`).
-    ncclAllGather, pncclAllGather() => Collective::AllGather;
+    ncclAllGather, pncclAllGather() => collective(Collective::AllGather);
 
     /// `ncclReduceScatter`: every rank's `sendbuff` reduced, block `r` of
     /// the result (`count`, NCCL's `recvcount`, elements) into rank `r`'s
     /// `recvbuff` (in place when `recvbuff` is this rank's block of
     /// `sendbuff`).
-    ncclReduceScatter, pncclReduceScatter(op) => Collective::ReduceScatter;
+    ncclReduceScatter, pncclReduceScatter(op) => collective(Collective::ReduceScatter);
 
     /// `ncclAlltoAll`: block `p` of every rank's `sendbuff` (`count`
     /// elements) into block `r` of rank `p`'s `recvbuff`.
-    ncclAlltoAll, pncclAlltoAll() => Collective::AllToAll;
+    ncclAlltoAll, pncclAlltoAll() => collective(Collective::AllToAll);
+
+    /// `ncclGather`: every rank's `count` elements, in rank order, into
+    /// `root`'s `recvbuff` (sends and receives as one group, as NCCL
+    /// itself does).
+    ncclGather, pncclGather(root) => rooted(Rooted { to_root: true, root });
+
+    /// `ncclScatter`: block `r` of `root`'s `sendbuff` (`count` elements)
+    /// into rank `r`'s `recvbuff`.
+    ncclScatter, pncclScatter(root) => rooted(Rooted { to_root: false, root });
 }
 
 export! {
@@ -231,128 +291,42 @@ export! {
     }
 }
 
-export! {
-    /// `ncclGather`: every rank's `count` elements, in rank order, into
-    /// `root`'s `recvbuff` (sends and receives as one group, as NCCL
-    /// itself does).
-    ncclGather, pncclGather => fn(
-        sendbuff: *const c_void,
-        recvbuff: *mut c_void,
-        count: usize,
-        datatype: c_int,
-        root: c_int,
-        comm: ncclComm_t,
-        stream: cudaStream_t,
-    ) -> ncclResult_t {
-        guard("ncclGather", || {
-            let c = Call::new(comm, datatype, None)?;
-            let root = c.rank_of(root, "root")?;
-            c.elems(count, c.size)?;
-            if count == 0 {
-                return Ok(ncclResult_t::ncclSuccess);
+/// Writes `ncclSend` and `ncclRecv` (and their `pncclX` names): `count`
+/// elements with `peer`, held by this thread's open group or enqueued now.
+macro_rules! nccl_p2p {
+    ($($(#[$doc:meta])* $name:ident, $pname:ident($buff:ident: $ty:ty) => $send:expr;)*) => {$(
+        export! {
+            $(#[$doc])*
+            $name, $pname => fn(
+                $buff: $ty,
+                count: usize,
+                datatype: c_int,
+                peer: c_int,
+                comm: ncclComm_t,
+                stream: cudaStream_t,
+            ) -> ncclResult_t {
+                let send: bool = $send;
+                guard(stringify!($name), || {
+                    let c = Call::new(comm, datatype, None)?;
+                    let peer = c.rank_of(peer, "peer")?;
+                    c.elems(count, 1)?;
+                    if count == 0 {
+                        return Ok(ncclResult_t::ncclSuccess);
+                    }
+                    needed($buff, stringify!($buff))?;
+                    let op = c.p2p(send, peer, buf($buff, count));
+                    groups::p2p(c.comm, c.ready.clone(), stream, vec![op])?;
+                    Ok(ncclResult_t::ncclSuccess)
+                })
             }
-            needed(sendbuff, "sendbuff")?;
-            let mut ops = vec![c.p2p(true, root, buf(sendbuff, count))];
-            if c.rank == root {
-                needed(recvbuff, "the root's recvbuff")?;
-                ops.extend((0..c.size).map(|p| {
-                    c.p2p(false, p, buf(c.offset(recvbuff, p * count) as *const c_void, count))
-                }));
-            }
-            groups::p2p(c.comm, c.ready.clone(), stream, ops)?;
-            Ok(ncclResult_t::ncclSuccess)
-        })
-    }
-}
-
-export! {
-    /// `ncclScatter`: block `r` of `root`'s `sendbuff` (`count` elements)
-    /// into rank `r`'s `recvbuff`.
-    ncclScatter, pncclScatter => fn(
-        sendbuff: *const c_void,
-        recvbuff: *mut c_void,
-        count: usize,
-        datatype: c_int,
-        root: c_int,
-        comm: ncclComm_t,
-        stream: cudaStream_t,
-    ) -> ncclResult_t {
-        guard("ncclScatter", || {
-            let c = Call::new(comm, datatype, None)?;
-            let root = c.rank_of(root, "root")?;
-            c.elems(count, c.size)?;
-            if count == 0 {
-                return Ok(ncclResult_t::ncclSuccess);
-            }
-            needed(recvbuff, "recvbuff")?;
-            let mut ops = Vec::with_capacity(c.size + 1);
-            if c.rank == root {
-                needed(sendbuff, "the root's sendbuff")?;
-                ops.extend((0..c.size).map(|p| {
-                    c.p2p(true, p, buf(c.offset(sendbuff, p * count) as *const c_void, count))
-                }));
-            }
-            ops.push(c.p2p(false, root, buf(recvbuff, count)));
-            groups::p2p(c.comm, c.ready.clone(), stream, ops)?;
-            Ok(ncclResult_t::ncclSuccess)
-        })
-    }
-}
-
-/// A send or a receive of `count` elements with `peer`.
-#[allow(clippy::too_many_arguments)] // NCCL's parameters, and the entry point's name
-fn p2p(
-    name: &str,
-    send: bool,
-    buff: *const c_void,
-    count: usize,
-    datatype: c_int,
-    peer: c_int,
-    comm: ncclComm_t,
-    stream: cudaStream_t,
-) -> ncclResult_t {
-    guard(name, || {
-        let c = Call::new(comm, datatype, None)?;
-        let peer = c.rank_of(peer, "peer")?;
-        c.elems(count, 1)?;
-        if count == 0 {
-            return Ok(ncclResult_t::ncclSuccess);
         }
-        needed(buff, if send { "sendbuff" } else { "recvbuff" })?;
-        groups::p2p(
-            c.comm,
-            c.ready.clone(),
-            stream,
-            vec![c.p2p(send, peer, buf(buff, count))],
-        )?;
-        Ok(ncclResult_t::ncclSuccess)
-    })
+    )*};
 }
 
-export! {
+nccl_p2p! {
     /// `ncclSend`: `count` elements to `peer`, which calls `ncclRecv`.
-    ncclSend, pncclSend => fn(
-        sendbuff: *const c_void,
-        count: usize,
-        datatype: c_int,
-        peer: c_int,
-        comm: ncclComm_t,
-        stream: cudaStream_t,
-    ) -> ncclResult_t {
-        p2p("ncclSend", true, sendbuff, count, datatype, peer, comm, stream)
-    }
-}
+    ncclSend, pncclSend(sendbuff: *const c_void) => true;
 
-export! {
     /// `ncclRecv`: `count` elements from `peer`, which calls `ncclSend`.
-    ncclRecv, pncclRecv => fn(
-        recvbuff: *mut c_void,
-        count: usize,
-        datatype: c_int,
-        peer: c_int,
-        comm: ncclComm_t,
-        stream: cudaStream_t,
-    ) -> ncclResult_t {
-        p2p("ncclRecv", false, recvbuff, count, datatype, peer, comm, stream)
-    }
+    ncclRecv, pncclRecv(recvbuff: *mut c_void) => false;
 }

@@ -106,6 +106,14 @@ fn compile(cc: &str, source: &str, lib: &Path, linked: bool) -> PathBuf {
     exe
 }
 
+/// `tests/c/<source>` compiled as [`compile`] does, into a scratch library
+/// folder of its own (`dir`, see [`library_dir`]), or `None` where `test`
+/// skips for want of a C compiler.
+fn program(test: &str, dir: &str, source: &str, linked: bool) -> Option<PathBuf> {
+    let cc = cc(test)?;
+    Some(compile(&cc, source, &library_dir(dir), linked))
+}
+
 /// `streamcomm-run --cuda-stand-in -n <n> [--keep-going] -- <exe> <args>`.
 fn launch(n: usize, keep_going: bool, exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let options: &[&str] = if keep_going { &["--keep-going"] } else { &[] };
@@ -150,9 +158,9 @@ fn header_declares_exactly_the_exported_symbols_and_compiles_as_c_and_cpp() {
 #[test]
 fn c_ranks_on_the_stand_in_run_every_call_checked() {
     let test = "c_ranks_on_the_stand_in_run_every_call_checked";
-    let Some(cc) = cc(test) else { return };
-    let lib = library_dir("ranks");
-    let exe = compile(&cc, "nccl_ranks.c", &lib, true);
+    let Some(exe) = program(test, "ranks", "nccl_ranks.c", true) else {
+        return;
+    };
     let needed = streamcomm_testkit::needed_libraries(&exe).unwrap_or_else(|e| panic!("{e}"));
     assert!(needed.iter().any(|l| l == "libnccl.so.2"), "{needed:?}");
     let seed = streamcomm_testkit::seed().to_string();
@@ -190,9 +198,9 @@ fn c_ranks_on_the_stand_in_run_every_call_checked() {
 #[test]
 fn one_process_drives_every_device_with_init_all() {
     let test = "one_process_drives_every_device_with_init_all";
-    let Some(cc) = cc(test) else { return };
-    let lib = library_dir("initall");
-    let exe = compile(&cc, "nccl_ranks.c", &lib, true);
+    let Some(exe) = program(test, "initall", "nccl_ranks.c", true) else {
+        return;
+    };
     let seed = streamcomm_testkit::seed().to_string();
     let out = launch(
         1,
@@ -212,9 +220,9 @@ fn one_process_drives_every_device_with_init_all() {
 #[test]
 fn a_killed_rank_is_an_error_on_the_others_and_abort_returns() {
     let test = "a_killed_rank_is_an_error_on_the_others_and_abort_returns";
-    let Some(cc) = cc(test) else { return };
-    let lib = library_dir("kill");
-    let exe = compile(&cc, "nccl_ranks.c", &lib, true);
+    let Some(exe) = program(test, "kill", "nccl_ranks.c", true) else {
+        return;
+    };
     let port = free_port_pair().to_string();
     const TIMEOUT_S: u64 = 10;
     let start = Instant::now();
@@ -254,9 +262,9 @@ fn a_killed_rank_is_an_error_on_the_others_and_abort_returns() {
 #[test]
 fn a_program_that_dlopens_libnccl_finds_every_function() {
     let test = "a_program_that_dlopens_libnccl_finds_every_function";
-    let Some(cc) = cc(test) else { return };
-    let lib = library_dir("dlopen");
-    let exe = compile(&cc, "nccl_dlopen.c", &lib, false);
+    let Some(exe) = program(test, "dlopen", "nccl_dlopen.c", false) else {
+        return;
+    };
     let header = std::fs::read_to_string(Path::new(MANIFEST).join("include/nccl.h")).unwrap();
     let names: Vec<&str> = header
         .lines()
@@ -269,7 +277,7 @@ fn a_program_that_dlopens_libnccl_finds_every_function() {
         .map(|n| n.trim_start_matches('*'))
         .collect();
     assert!(names.len() > 100, "{} names read from nccl.h", names.len());
-    let list = lib.join("names.txt");
+    let list = exe.with_file_name("names.txt");
     std::fs::write(&list, names.join("\n")).unwrap();
     // `--nccl` puts the library this build made (beside the launcher) first
     // on the program's library path, by both of its names.

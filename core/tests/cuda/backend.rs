@@ -191,6 +191,16 @@ fn on_one_gpu(n: usize, window: usize, scenario: &str) {
     launch(module_path!(), n, window, scenario);
 }
 
+/// This rank's seed ([`launch`] passes it in `STREAMCOMM_TEST_SEED`) and
+/// communicator (from the launcher's environment).
+pub(crate) fn child_rank() -> (u64, Communicator) {
+    let seed = std::env::var("STREAMCOMM_TEST_SEED")
+        .expect("set by the parent test")
+        .parse()
+        .expect("a number");
+    (seed, Communicator::from_env().unwrap())
+}
+
 /// Runs the ignored test `child` of `module` (pass `module_path!()`) as `n`
 /// ranks (processes) with `SC_CUDA_SCENARIO=scenario` and direct-path
 /// windows of `window` bytes; fails unless every rank ran it to the end.
@@ -613,12 +623,8 @@ fn ring(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<String> {
 #[test]
 #[ignore = "a rank of the tests above"]
 fn child() {
-    let seed: u64 = std::env::var("STREAMCOMM_TEST_SEED")
-        .expect("set by the parent test")
-        .parse()
-        .expect("a number");
+    let (seed, comm) = child_rank();
     let scenario = std::env::var("SC_CUDA_SCENARIO").expect("set by the parent test");
-    let comm = Communicator::from_env().unwrap();
     let window = Config::from_env().unwrap().cuda_window;
     if scenario == "no-kernels" {
         let e = CudaComm::on_device(&comm, 0).expect_err("no kernels under REQUIRE_GPU");

@@ -13,7 +13,9 @@ use streamcomm::config::DEFAULT_CUDA_WINDOW;
 use streamcomm::cuda::CudaComm;
 use streamcomm::cuda::cudarc::driver::{CudaContext, CudaStream};
 
-use crate::backend::{Num, POISON, data, download, gpu_present, launch, poisoned, upload};
+use crate::backend::{
+    Num, POISON, child_rank, data, download, gpu_present, launch, poisoned, upload,
+};
 
 #[test]
 fn gather_scatter_all_to_allv_and_all_gatherv_on_one_gpu_with_2_and_3_ranks() {
@@ -229,11 +231,7 @@ fn run(cuda: &CudaComm, s: &Arc<CudaStream>, seed: u64) -> Vec<String> {
 #[test]
 #[ignore = "a rank of the test above"]
 fn child() {
-    let seed: u64 = std::env::var("STREAMCOMM_TEST_SEED")
-        .expect("set by the parent test")
-        .parse()
-        .expect("a number");
-    let comm = Communicator::from_env().unwrap();
+    let (seed, comm) = child_rank();
     let ctx = CudaContext::new(0).unwrap();
     let cuda = CudaComm::new(&comm, ctx.clone()).unwrap();
     let s = ctx.new_stream().unwrap();

@@ -17,7 +17,9 @@ use streamcomm::cuda::nccl::{Comm, Id, ReduceOp, group_end, group_start};
 // What such programs also name: cudarc::nccl::{result, sys, NcclError, group}.
 use streamcomm::cuda::nccl::{NcclError, group, result, sys};
 
-use crate::backend::{Num, POISON, data, download, gpu_present, launch, poisoned, upload};
+use crate::backend::{
+    Num, POISON, child_rank, data, download, gpu_present, launch, poisoned, upload,
+};
 
 const COUNT: usize = 1030;
 
@@ -207,11 +209,7 @@ fn every_method<T: Num + streamcomm::cuda::nccl::NcclType>(comm: &Comm, seed: u6
 #[test]
 #[ignore = "a rank of the test above"]
 fn child() {
-    let seed: u64 = std::env::var("STREAMCOMM_TEST_SEED")
-        .expect("set by the parent test")
-        .parse()
-        .expect("a number");
-    let world = Communicator::from_env().unwrap();
+    let (seed, world) = child_rank();
     let id = shipped_id(&world);
     // Two ranks on streams of their own, three on the context's default
     // stream, which is what cudarc programs (and cudarc's own nccl tests)

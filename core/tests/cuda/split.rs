@@ -5,11 +5,10 @@
 //! every element checked against an f64 reference; the world's own
 //! `CudaComm` runs beside it.
 
-use streamcomm::Communicator;
 use streamcomm::cuda::CudaComm;
 use streamcomm::cuda::cudarc::driver::CudaContext;
 
-use crate::backend::{collectives, gpu_present, launch};
+use crate::backend::{child_rank, collectives, gpu_present, launch};
 
 #[test]
 fn a_cuda_comm_on_a_split_group() {
@@ -23,11 +22,7 @@ fn a_cuda_comm_on_a_split_group() {
 #[test]
 #[ignore = "a rank of the test above"]
 fn child() {
-    let seed: u64 = std::env::var("STREAMCOMM_TEST_SEED")
-        .expect("set by the parent test")
-        .parse()
-        .expect("a number");
-    let world = Communicator::from_env().unwrap();
+    let (seed, world) = child_rank();
     let rank = world.rank();
     let group = world
         .split(Some((rank % 2) as u32), -(rank as i32))
