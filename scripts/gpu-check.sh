@@ -38,8 +38,9 @@ TESTS=(device_stream device_reduce nvrtc_compile cuda)
 EXAMPLES=(gpu_quickstart quickstart cuda_allreduce gpu_bench cuda_bench)
 MAX_BUNDLE_BYTES=$((48 << 20))
 
-# artifacts JSON_FILE: "test|example|other NAME EXECUTABLE" for each binary
-# in cargo's JSON messages (python3, which the NVRTC wheel needs anyway).
+# artifacts JSON_FILE: from cargo's JSON messages (python3, which the
+# NVRTC wheel needs anyway), "test|example|other NAME EXECUTABLE" for each
+# binary and "so NAME FILE" for each shared library.
 artifacts() {
   python3 - "$1" <<'PY'
 import json, sys
@@ -48,29 +49,22 @@ for line in open(sys.argv[1]):
         m = json.loads(line)
     except ValueError:
         continue
-    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+    if m.get("reason") != "compiler-artifact":
         continue
-    kind = "test" if m["profile"]["test"] else (
-        "example" if "example" in m["target"]["kind"] else "other")
-    print(kind, m["target"]["name"], m["executable"])
+    name = m["target"]["name"]
+    for f in m["filenames"]:
+        if f.endswith(".so"):
+            print("so", name, f)
+    if m.get("executable"):
+        kind = "test" if m["profile"]["test"] else (
+            "example" if "example" in m["target"]["kind"] else "other")
+        print(kind, name, m["executable"])
 PY
 }
 
 # standin_lib JSON_FILE: the stand-in's shared library from cargo's messages.
 standin_lib() {
-  python3 - "$1" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    try:
-        m = json.loads(line)
-    except ValueError:
-        continue
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "streamcomm_cuda_standin":
-        for f in m["filenames"]:
-            if f.endswith(".so"):
-                print(f)
-                sys.exit(0)
-PY
+  artifacts "$1" | awk '$1 == "so" && $2 == "streamcomm_cuda_standin" {print $3; exit}'
 }
 
 # collect JSON_FILE DIR: links (or copies, with COPY=1) the binaries named

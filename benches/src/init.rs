@@ -212,12 +212,7 @@ fn rank(cli: &InitCli) -> Fallible<()> {
     let mut recv = vec![0f32; floats];
     comm.all_reduce_host(&send, &mut recv, ReduceOp::Sum)
         .context("all_reduce")?;
-    check(
-        recv.iter()
-            .enumerate()
-            .all(|(i, &v)| v == ((i % 7) * n) as f32),
-        "all_reduce",
-    )?;
+    check(&recv, "all_reduce", |i| ((i % 7) * n) as f32)?;
     drop((send, recv));
     mine.extend(Footprint::now()?.with_peers(&comm).to_words());
 
@@ -226,12 +221,7 @@ fn rank(cli: &InitCli) -> Fallible<()> {
     let mut recv = vec![-1f32; share * n];
     comm.all_gather_host(&send, &mut recv)
         .context("all_gather")?;
-    check(
-        recv.iter()
-            .enumerate()
-            .all(|(i, &v)| v == (i / share) as f32),
-        "all_gather",
-    )?;
+    check(&recv, "all_gather", |i| (i / share) as f32)?;
     drop((send, recv));
     mine.extend(Footprint::now()?.with_peers(&comm).to_words());
 
@@ -242,12 +232,7 @@ fn rank(cli: &InitCli) -> Fallible<()> {
     let mut recv = vec![-1f32; pair * n];
     comm.all_to_all_host(&send, &mut recv)
         .context("all_to_all")?;
-    check(
-        recv.iter()
-            .enumerate()
-            .all(|(i, &v)| v == ((i / pair) * n + rank) as f32),
-        "all_to_all",
-    )?;
+    check(&recv, "all_to_all", |i| ((i / pair) * n + rank) as f32)?;
     drop((send, recv));
     mine.extend(Footprint::now()?.with_peers(&comm).to_words());
 
@@ -260,8 +245,10 @@ fn rank(cli: &InitCli) -> Fallible<()> {
     Ok(())
 }
 
-fn check(ok: bool, what: &str) -> Fallible<()> {
-    if ok {
+/// Refuses `recv` (the output of `what`) unless each element `i` of it is
+/// `want(i)`.
+fn check(recv: &[f32], what: &str, want: impl Fn(usize) -> f32) -> Fallible<()> {
+    if recv.iter().enumerate().all(|(i, &v)| v == want(i)) {
         Ok(())
     } else {
         Err(format!("{what}: wrong elements"))

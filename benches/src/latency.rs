@@ -48,51 +48,23 @@ pub(crate) fn ping_pong(
 ) -> Fallible<Option<Latency>> {
     let ping = UntypedBuffer::zeroed(DataType::U8, MESSAGE_BYTES);
     let mut pong = UntypedBuffer::zeroed(DataType::U8, MESSAGE_BYTES);
-    let mut samples = Vec::with_capacity(iters as usize);
     comm.barrier_host()
         .context("barrier before the ping-pong")?;
-    if comm.rank() <= 1 {
-        let peer = 1 - comm.rank();
-        let span = ticks::Span::start();
-        for i in 0..WARMUP + iters {
-            let start = ticks::now();
-            if comm.rank() == 0 {
-                comm.send(&ping, peer, stream).context("send")?;
-                comm.recv(&mut pong, peer, stream).context("recv")?;
-            } else {
-                comm.recv(&mut pong, peer, stream).context("recv")?;
-                comm.send(&ping, peer, stream).context("send")?;
-            }
-            stream.synchronize().context("ping-pong")?;
-            if i >= WARMUP {
-                samples.push(ticks::now().wrapping_sub(start) as f64);
-            }
-        }
-        to_one_way_us(&mut samples, span.us_per_tick());
-    }
+    let mut samples = one_way_us(comm, iters, || {
+        stream_round_trip(comm, stream, &ping, &mut pong)
+    })?;
     comm.barrier_host()
         .context("barrier between the ping-pongs")?;
-    let mut host_samples = Vec::with_capacity(iters as usize);
     // The host-blocking calls take plain slices.
     let (ping_bytes, mut pong_bytes) = (vec![0u8; MESSAGE_BYTES], vec![0u8; MESSAGE_BYTES]);
-    if comm.rank() <= 1 {
+    let mut host_samples = one_way_us(comm, iters, || {
         let peer = 1 - comm.rank();
-        let span = ticks::Span::start();
-        for i in 0..WARMUP + iters {
-            let start = ticks::now();
-            if comm.rank() == 0 {
-                comm.send_host(&ping_bytes, peer).context("send_host")?;
-                comm.recv_host(&mut pong_bytes, peer).context("recv_host")?;
-            } else {
-                comm.recv_host(&mut pong_bytes, peer).context("recv_host")?;
-                comm.send_host(&ping_bytes, peer).context("send_host")?;
-            }
-            if i >= WARMUP {
-                host_samples.push(ticks::now().wrapping_sub(start) as f64);
-            }
-        }
-        to_one_way_us(&mut host_samples, span.us_per_tick());
-    }
+        round_trip(
+            comm,
+            || comm.send_host(&ping_bytes, peer).context("send_host"),
+            || comm.recv_host(&mut pong_bytes, peer).context("recv_host"),
+        )
+    })?;
     comm.barrier_host().context("barrier after the ping-pong")?;
     Ok((comm.rank() == 0).then(|| Latency {
         bytes: MESSAGE_BYTES,
@@ -100,6 +72,68 @@ pub(crate) fn ping_pong(
         one_way: Percentiles::of(&mut samples),
         host_one_way: Percentiles::of(&mut host_samples),
     }))
+}
+
+/// Half of each of `iters` round trips that `one` makes between ranks 0
+/// and 1 (after [`WARMUP`] untimed ones), µs; none on the other ranks.
+///
+/// # Errors
+/// The first error of `one`.
+fn one_way_us(
+    comm: &Communicator,
+    iters: u64,
+    mut one: impl FnMut() -> Fallible<()>,
+) -> Fallible<Vec<f64>> {
+    let mut samples = Vec::with_capacity(iters as usize);
+    if comm.rank() <= 1 {
+        let span = ticks::Span::start();
+        for i in 0..WARMUP + iters {
+            let start = ticks::now();
+            one()?;
+            if i >= WARMUP {
+                samples.push(ticks::now().wrapping_sub(start) as f64);
+            }
+        }
+        to_one_way_us(&mut samples, span.us_per_tick());
+    }
+    Ok(samples)
+}
+
+/// One round trip between ranks 0 and 1 with stream operations, then
+/// synchronized: rank 0 sends `ping` and receives `pong`, rank 1 the other
+/// way round.
+///
+/// # Errors
+/// The first library error.
+pub(crate) fn stream_round_trip(
+    comm: &Communicator,
+    stream: &HostStream,
+    ping: &UntypedBuffer,
+    pong: &mut UntypedBuffer,
+) -> Fallible<()> {
+    let peer = 1 - comm.rank();
+    round_trip(
+        comm,
+        || comm.send(ping, peer, stream).context("send"),
+        || comm.recv(pong, peer, stream).context("recv"),
+    )?;
+    stream.synchronize().context("ping-pong")
+}
+
+/// One round trip between ranks 0 and 1: rank 0 runs `send`, then
+/// `receive`; rank 1 the other way round.
+fn round_trip(
+    comm: &Communicator,
+    send: impl FnOnce() -> Fallible<()>,
+    receive: impl FnOnce() -> Fallible<()>,
+) -> Fallible<()> {
+    if comm.rank() == 0 {
+        send()?;
+        receive()
+    } else {
+        receive()?;
+        send()
+    }
 }
 
 /// Turns round-trip tick counts into one-way microseconds.

@@ -19,7 +19,9 @@ use streamcomm::{Communicator, DataType};
 
 use crate::cli::Cli;
 use crate::error::{Context, Fallible};
+use crate::latency;
 use crate::stats::Percentiles;
+use crate::sweep;
 
 /// Bytes moved per size for timing (iterations shrink above this).
 const BUDGET_BYTES: u64 = 256 << 20;
@@ -64,18 +66,11 @@ pub(crate) fn run(
     comm: &Communicator,
     stream: &HostStream,
     cli: &Cli,
-    mut on_row: impl FnMut(&P2pRow),
+    on_row: impl FnMut(&P2pRow),
 ) -> Fallible<Vec<P2pRow>> {
-    let mut rows = Vec::new();
-    for size in cli.sizes() {
-        let row = one_size(comm, stream, cli, size)
-            .with_context(|| format!("sendrecv of {size} bytes"))?;
-        if let Some(row) = row {
-            on_row(&row);
-            rows.push(row);
-        }
-    }
-    Ok(rows)
+    sweep::rows_by_size(cli, on_row, |size| {
+        one_size(comm, stream, cli, size).with_context(|| format!("sendrecv of {size} bytes"))
+    })
 }
 
 fn one_size(
@@ -106,14 +101,7 @@ fn one_size(
     let mut samples = Vec::with_capacity(lat_iters as usize);
     for i in 0..warm + lat_iters {
         let t = Instant::now();
-        if rank == 0 {
-            comm.send(&send, peer, stream).context("send")?;
-            comm.recv(&mut recv, peer, stream).context("recv")?;
-        } else {
-            comm.recv(&mut recv, peer, stream).context("recv")?;
-            comm.send(&send, peer, stream).context("send")?;
-        }
-        stream.synchronize().context("ping-pong")?;
+        latency::stream_round_trip(comm, stream, &send, &mut recv)?;
         if i >= warm {
             samples.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
         }

@@ -51,15 +51,32 @@ pub(crate) fn run(
     comm: &Communicator,
     stream: &HostStream,
     cli: &Cli,
-    mut on_row: impl FnMut(&Row),
+    on_row: impl FnMut(&Row),
 ) -> Fallible<Vec<Row>> {
     let pattern = Pattern::new(cli.dtype, cli.op, comm.size());
+    rows_by_size(cli, on_row, |size| {
+        one_size(comm, stream, cli, &pattern, size)
+            .map(Some)
+            .with_context(|| format!("{} of {size} bytes", cli.collective.name()))
+    })
+}
+
+/// The rows `one` makes for each of `cli`'s sizes in turn (`None`: no row
+/// on this rank), calling `on_row` as each completes.
+///
+/// # Errors
+/// The first error of `one`.
+pub(crate) fn rows_by_size<R>(
+    cli: &Cli,
+    mut on_row: impl FnMut(&R),
+    mut one: impl FnMut(u64) -> Fallible<Option<R>>,
+) -> Fallible<Vec<R>> {
     let mut rows = Vec::new();
     for size in cli.sizes() {
-        let row = one_size(comm, stream, cli, &pattern, size)
-            .with_context(|| format!("{} of {size} bytes", cli.collective.name()))?;
-        on_row(&row);
-        rows.push(row);
+        if let Some(row) = one(size)? {
+            on_row(&row);
+            rows.push(row);
+        }
     }
     Ok(rows)
 }

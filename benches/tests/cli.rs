@@ -6,12 +6,13 @@
 //! A watchdog kills a run that hangs, so a library deadlock fails the test
 //! in seconds instead of stalling CI.
 
-use std::io::Read;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+mod support;
 
 /// Longest a run may take (they take a second or two).
 const WATCHDOG: Duration = Duration::from_secs(90);
@@ -21,83 +22,34 @@ const WATCHDOG: Duration = Duration::from_secs(90);
 /// threads spin too, would crawl).
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// Runs the benchmark with `args`, returning its parsed stdout.
-fn run_bench(args: &[&str]) -> Value {
-    run_bench_with(args, &[])
+/// Runs the benchmark's `command_line` with `--json -`, returning its
+/// parsed stdout.
+fn run_bench(command_line: &str) -> Value {
+    run_bench_with(command_line, &[])
 }
 
-/// Runs the benchmark with `args` and the environment variables `envs`,
-/// returning its parsed stdout.
-fn run_bench_with(args: &[&str], envs: &[(&str, &str)]) -> Value {
+/// Runs the benchmark's `command_line` with `--json -` and the environment
+/// variables `envs`, returning its parsed stdout.
+fn run_bench_with(command_line: &str, envs: &[(&str, &str)]) -> Value {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_streamcomm-bench"))
-        .args(args)
-        // Fail fast inside the library too, not after its 300 s default.
-        .env("STREAMCOMM_TIMEOUT", "30")
-        .env_remove("RANK")
-        .env_remove("WORLD_SIZE")
-        .env_remove("STREAMCOMM_TRANSPORT")
-        .env_remove("STREAMCOMM_BENCH_TCP_BYTES")
-        .envs(envs.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start streamcomm-bench");
-    let mut stdout = child.stdout.take().expect("stdout");
-    let mut stderr = child.stderr.take().expect("stderr");
-    let out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stdout.read_to_string(&mut s);
-        s
-    });
-    let err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + WATCHDOG;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("streamcomm-bench {args:?} hung for {WATCHDOG:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let (stdout, stderr) = (out.join().expect("stdout"), err.join().expect("stderr"));
+    let mut command = support::bench(command_line, envs);
+    command.args(["--json", "-"]);
+    let out = streamcomm_testkit::run_limited(command, WATCHDOG);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        status.success(),
-        "streamcomm-bench {args:?} failed ({status}):\n{stderr}\n{stdout}"
+        out.status.success(),
+        "streamcomm-bench {command_line} failed ({}):\n{stderr}\n{stdout}",
+        out.status
     );
     serde_json::from_str(&stdout).unwrap_or_else(|e| {
-        panic!("stdout of {args:?} is not JSON ({e}):\n{stdout}\nstderr:\n{stderr}")
+        panic!("stdout of {command_line} is not JSON ({e}):\n{stdout}\nstderr:\n{stderr}")
     })
 }
 
 #[test]
 fn all_reduce_sweep_is_correct() {
-    let doc = run_bench(&[
-        "all_reduce",
-        "-b",
-        "8",
-        "-e",
-        "64K",
-        "-f",
-        "8",
-        "-n",
-        "2",
-        "-w",
-        "1",
-        "-c",
-        "1",
-        "--ranks",
-        "2",
-        "--json",
-        "-",
-    ]);
+    let doc = run_bench("all_reduce -b 8 -e 64K -f 8 -n 2 -w 1 -c 1 --ranks 2");
     assert_eq!(doc["collective"], "all_reduce");
     assert_eq!(doc["ranks"], 2);
     assert_eq!(doc["dtype"], "f32");
@@ -132,25 +84,7 @@ fn all_reduce_sweep_is_correct() {
 #[test]
 fn all_reduce_over_tcp_reports_raw_tcp() {
     let doc = run_bench_with(
-        &[
-            "all_reduce",
-            "-b",
-            "8",
-            "-e",
-            "1M",
-            "-f",
-            "32",
-            "-n",
-            "2",
-            "-w",
-            "1",
-            "-c",
-            "1",
-            "--ranks",
-            "2",
-            "--json",
-            "-",
-        ],
+        "all_reduce -b 8 -e 1M -f 32 -n 2 -w 1 -c 1 --ranks 2",
         // 1 MiB per raw bandwidth run instead of 256 MiB.
         &[
             ("STREAMCOMM_TRANSPORT", "tcp"),
@@ -190,17 +124,7 @@ fn all_reduce_over_tcp_reports_raw_tcp() {
 
 #[test]
 fn barrier_reports_percentiles() {
-    let doc = run_bench(&[
-        "barrier",
-        "--ranks",
-        "2",
-        "--barrier-iters",
-        "200",
-        "--algo",
-        "ALL",
-        "--json",
-        "-",
-    ]);
+    let doc = run_bench("barrier --ranks 2 --barrier-iters 200 --algo ALL");
     assert_eq!(doc["collective"], "barrier");
     assert_eq!(doc["ranks"], 2);
     assert_eq!(doc["rows"].as_array().map(Vec::len), Some(0));
@@ -240,12 +164,8 @@ fn check_barrier(result: &serde_json::Value) {
 #[test]
 fn wrong_arguments_fail_cleanly() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let out = Command::new(env!("CARGO_BIN_EXE_streamcomm-bench"))
-        .args(["broadcast", "-r", "5", "--ranks", "2"])
-        .env_remove("RANK")
-        .env_remove("WORLD_SIZE")
-        .output()
-        .expect("run");
+    let command = support::bench("broadcast -r 5 --ranks 2", &[]);
+    let out = streamcomm_testkit::run_limited(command, WATCHDOG);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("-r 5"));
 }
@@ -254,25 +174,7 @@ fn wrong_arguments_fail_cleanly() {
 fn sendrecv_with_fewer_latency_iterations_than_percentiles_need() {
     // `--latency-iters` below 3 used to panic (a clamp with min > max);
     // the table then takes the 3 samples its percentiles need.
-    let doc = run_bench(&[
-        "sendrecv",
-        "-b",
-        "8",
-        "-e",
-        "64",
-        "-f",
-        "8",
-        "-n",
-        "2",
-        "-w",
-        "1",
-        "--latency-iters",
-        "1",
-        "--ranks",
-        "2",
-        "--json",
-        "-",
-    ]);
+    let doc = run_bench("sendrecv -b 8 -e 64 -f 8 -n 2 -w 1 --latency-iters 1 --ranks 2");
     let rows = doc["sendrecv"].as_array().expect("sendrecv rows");
     assert_eq!(rows.len(), 2, "{doc}");
     for row in rows {
@@ -285,17 +187,7 @@ fn sendrecv_with_fewer_latency_iterations_than_percentiles_need() {
 
 #[test]
 fn init_reports_creation_and_each_ranks_footprint() {
-    let doc = run_bench(&[
-        "init",
-        "--ranks",
-        "2",
-        "--bytes",
-        "256K",
-        "--pair-bytes",
-        "4K",
-        "--json",
-        "-",
-    ]);
+    let doc = run_bench("init --ranks 2 --bytes 256K --pair-bytes 4K");
     assert_eq!(doc["ranks"], 2);
     let create = doc["create_us"]["max"].as_u64().expect("create_us");
     assert!(create > 0 && create >= doc["create_us"]["median"].as_u64().unwrap());
@@ -320,15 +212,7 @@ fn init_reports_creation_and_each_ranks_footprint() {
 fn the_bootstrap_root_takes_320_ranks_joining_at_once() {
     // More than the root's 256 handshakes in flight: the rest wait in the
     // listener's backlog (they were refused, each rank told "wrong secret").
-    let doc = run_bench(&[
-        "bootstrap",
-        "--ranks",
-        "320",
-        "--rounds",
-        "2",
-        "--json",
-        "-",
-    ]);
+    let doc = run_bench("bootstrap --ranks 320 --rounds 2");
     assert_eq!(doc["ranks"], 320);
     // Its listener and one connection per rank, sampled while all are joined.
     let sockets = doc["root"]["sockets"].as_u64().expect("sockets");

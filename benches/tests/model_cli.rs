@@ -1,44 +1,18 @@
 //! End-to-end runs of `streamcomm-bench model`, `calibrate` and `--algo`.
 
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Output;
+use std::time::Duration;
 
 use streamcomm::testing::tuning::CostParams;
+use streamcomm_testkit::run_limited;
+use support::bench;
 
 #[path = "../../core/tests/common/ports.rs"]
 mod ports;
+mod support;
 
-/// Runs the benchmark, killing it after 120 s (calibrate starts ranks twice).
-fn run(args: &[&str], envs: &[(&str, &str)]) -> Output {
-    let child = Command::new(env!("CARGO_BIN_EXE_streamcomm-bench"))
-        .args(args)
-        .env("STREAMCOMM_TIMEOUT", "30")
-        .env_remove("RANK")
-        .env_remove("WORLD_SIZE")
-        .env_remove("STREAMCOMM_TRANSPORT")
-        .env_remove("STREAMCOMM_ALGO")
-        .env_remove("STREAMCOMM_TUNING_FILE")
-        .envs(envs.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start streamcomm-bench");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    finish(child, deadline, &format!("streamcomm-bench {args:?}"))
-}
-
-/// Waits for `child`'s output, killing it (and failing the test, naming
-/// `what`) past `deadline`.
-fn finish(mut child: Child, deadline: Instant, what: &str) -> Output {
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("watchdog: {what} ran past its deadline");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
-}
+/// Longest a run may take (calibrate starts ranks twice).
+const LIMIT: Duration = Duration::from_secs(120);
 
 fn temp(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("sc-bench-{}-{name}", std::process::id()))
@@ -47,16 +21,9 @@ fn temp(name: &str) -> std::path::PathBuf {
 #[test]
 fn model_prints_every_algorithm_and_plots() {
     let svg = temp("model.svg");
-    let out = run(
-        &[
-            "model",
-            "--max-ranks",
-            "64",
-            "--plot",
-            svg.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let mut command = bench("model --max-ranks 64 --plot", &[]);
+    command.arg(&svg);
+    let out = run_limited(command, LIMIT);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8(out.stdout).unwrap();
     for name in [
@@ -92,7 +59,12 @@ fn model_predicts_listed_points_as_the_library_does() {
          all_gather ring 8 2 65536 8\n",
     )
     .unwrap();
-    let out = run(&["model", "--points", points.to_str().unwrap()], &[]);
+    let model_points = || {
+        let mut command = bench("model --points", &[]);
+        command.arg(&points);
+        run_limited(command, LIMIT)
+    };
+    let out = model_points();
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
@@ -135,7 +107,7 @@ fn model_predicts_listed_points_as_the_library_does() {
     assert!((got - want).abs() < 1e-3, "{got} vs {want}");
     // A bad line is an error naming it.
     std::fs::write(&points, "all_reduce binomial 4 4 64\n").unwrap();
-    let out = run(&["model", "--points", points.to_str().unwrap()], &[]);
+    let out = model_points();
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
@@ -148,18 +120,12 @@ fn model_predicts_listed_points_as_the_library_does() {
 #[test]
 fn calibrate_writes_a_tuning_file_the_library_reads() {
     let file = temp("tuning.txt");
-    let out = run(
-        &[
-            "calibrate",
-            "--iters",
-            "20",
-            "--bytes",
-            "256K",
-            "--out",
-            file.to_str().unwrap(),
-        ],
+    let mut command = bench(
+        "calibrate --iters 20 --bytes 256K --out",
         &[("STREAMCOMM_BUFFSIZE", "256K")],
     );
+    command.arg(&file);
+    let out = run_limited(command, LIMIT);
     assert!(out.status.success(), "{out:?}");
     let params = CostParams::load(&file).unwrap();
     assert!(
@@ -173,9 +139,12 @@ fn calibrate_writes_a_tuning_file_the_library_reads() {
     assert!(params.tcp_latency > 0.0, "{params:?}");
     assert!(params.tcp_crowded_alpha > 0.0, "{params:?}");
     // The model uses it.
-    let out = run(
-        &["model", "--max-ranks", "4"],
-        &[("STREAMCOMM_TUNING_FILE", file.to_str().unwrap())],
+    let out = run_limited(
+        bench(
+            "model --max-ranks 4",
+            &[("STREAMCOMM_TUNING_FILE", file.to_str().unwrap())],
+        ),
+        LIMIT,
     );
     assert!(out.status.success(), "{out:?}");
     assert!(
@@ -186,33 +155,18 @@ fn calibrate_writes_a_tuning_file_the_library_reads() {
 
 #[test]
 fn forced_algorithms_run_and_wrong_ones_are_usage_errors() {
-    let out = run(
-        &[
-            "all_gather",
-            "--ranks",
-            "3",
-            "-b",
-            "96",
-            "-e",
-            "96K",
-            "-f",
-            "32",
-            "-n",
-            "3",
-            "-w",
-            "1",
-            "--algo",
-            "bruck",
-        ],
+    let command = bench(
+        "all_gather --ranks 3 -b 96 -e 96K -f 32 -n 3 -w 1 --algo bruck",
         &[],
     );
+    let out = run_limited(command, LIMIT);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     // The algorithm is the last column (the model's columns need --model).
     let bruck_rows = text.lines().filter(|l| l.ends_with(" bruck")).count();
     assert_eq!(bruck_rows, 3, "{text}");
     assert!(text.contains("Wrong elements       : 0 OK"), "{text}");
-    let out = run(&["all_reduce", "--algo", "binomial"], &[]);
+    let out = run_limited(bench("all_reduce --algo binomial", &[]), LIMIT);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("binomial does not implement all_reduce")
@@ -233,28 +187,24 @@ fn calibrate_under_a_launcher_measures_the_links_between_hosts_into_the_file() {
     std::fs::write(&file, kept.to_file(&["measured on this host".into()])).unwrap();
     let port = ports::unused_port().to_string();
     let start = |rank: &str| {
-        Command::new(env!("CARGO_BIN_EXE_streamcomm-bench"))
-            .args(["calibrate", "--iters", "20", "--bytes", "256K", "--out"])
-            .arg(&file)
-            .env("STREAMCOMM_TIMEOUT", "30")
-            .env("STREAMCOMM_BUFFSIZE", "256K")
-            .env("STREAMCOMM_TRANSPORT", "tcp")
-            .env_remove("STREAMCOMM_ALGO")
-            .env_remove("STREAMCOMM_TUNING_FILE")
-            .env("RANK", rank)
-            .env("WORLD_SIZE", "2")
-            .env("MASTER_ADDR", "127.0.0.1")
-            .env("MASTER_PORT", &port)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start streamcomm-bench")
+        let mut command = bench(
+            "calibrate --iters 20 --bytes 256K --out",
+            &[
+                ("STREAMCOMM_BUFFSIZE", "256K"),
+                ("STREAMCOMM_TRANSPORT", "tcp"),
+                ("RANK", rank),
+                ("WORLD_SIZE", "2"),
+                ("MASTER_ADDR", "127.0.0.1"),
+                ("MASTER_PORT", &port),
+            ],
+        );
+        command.arg(&file);
+        std::thread::spawn(move || run_limited(command, LIMIT))
     };
     let ranks = [start("0"), start("1")];
-    let deadline = Instant::now() + Duration::from_secs(120);
     let outs: Vec<Output> = ranks
         .into_iter()
-        .map(|child| finish(child, deadline, "calibrate under a launcher"))
+        .map(|rank| rank.join().expect("calibrate under a launcher"))
         .collect();
     for out in &outs {
         assert!(out.status.success(), "{out:?}");
@@ -285,25 +235,17 @@ fn calibrate_under_a_launcher_on_one_host_says_what_to_run_instead() {
     const RUNS: usize = 50;
     let once = || {
         let port = ports::unused_port().to_string();
-        let out = |rank: &'static str| {
-            let port = port.clone();
-            std::thread::spawn(move || {
-                run(
-                    &[
-                        "calibrate",
-                        "--iters",
-                        "20",
-                        "--out",
-                        "/nonexistent/never-written.txt",
-                    ],
-                    &[
-                        ("RANK", rank),
-                        ("WORLD_SIZE", "2"),
-                        ("MASTER_ADDR", "127.0.0.1"),
-                        ("MASTER_PORT", &port),
-                    ],
-                )
-            })
+        let out = |rank: &str| {
+            let command = bench(
+                "calibrate --iters 20 --out /nonexistent/never-written.txt",
+                &[
+                    ("RANK", rank),
+                    ("WORLD_SIZE", "2"),
+                    ("MASTER_ADDR", "127.0.0.1"),
+                    ("MASTER_PORT", &port),
+                ],
+            );
+            std::thread::spawn(move || run_limited(command, LIMIT))
         };
         let (a, b) = (out("0"), out("1"));
         [a.join().unwrap(), b.join().unwrap()]
@@ -330,10 +272,8 @@ fn calibrate_under_a_launcher_on_one_host_says_what_to_run_instead() {
 fn model_columns_are_opt_in() {
     // nccl-tests' columns and the algorithm by default; the model's
     // prediction, its ratio and the "within 35%" footer only with --model.
-    let args: Vec<&str> = "all_reduce --ranks 2 -b 64 -e 4K -f 64 -n 3 -w 1"
-        .split(' ')
-        .collect();
-    let out = run(&args, &[]);
+    let args = "all_reduce --ranks 2 -b 64 -e 4K -f 64 -n 3 -w 1";
+    let out = run_limited(bench(args, &[]), LIMIT);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("# out-of-place"), "{text}");
@@ -341,8 +281,7 @@ fn model_columns_are_opt_in() {
     assert!(!text.contains("model"), "{text}");
     assert!(text.contains("Wrong elements       : 0 OK"), "{text}");
 
-    let with_model: Vec<&str> = args.iter().copied().chain(["--model"]).collect();
-    let out = run(&with_model, &[]);
+    let out = run_limited(bench(&format!("{args} --model"), &[]), LIMIT);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains(" model/"), "{text}");

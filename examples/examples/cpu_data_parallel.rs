@@ -29,17 +29,12 @@ const LEARNING_RATE: f32 = 0.3;
 const SEED: u64 = 2024;
 
 fn main() -> ExitCode {
-    if let Some(code) = streamcomm_examples::run_if_rank(run_rank) {
-        return code;
-    }
-    match streamcomm_examples::ranks_arg("cpu_data_parallel", 4) {
-        Ok(ranks) => streamcomm_examples::launch_self(
-            "cpu_data_parallel",
-            ranks,
-            "(processes, host backend)",
-        ),
-        Err(code) => code,
-    }
+    streamcomm_examples::rank_or_launch(
+        "cpu_data_parallel",
+        4,
+        "(processes, host backend)",
+        run_rank,
+    )
 }
 
 /// `w · x + bias` (the bias is the last weight).

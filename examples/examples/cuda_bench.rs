@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use streamcomm::cuda::CudaComm;
-use streamcomm::cuda::cudarc::driver::{CudaContext, CudaStream, sys};
+use streamcomm::cuda::cudarc::driver::{CudaContext, CudaGraph, CudaStream, sys};
 use streamcomm::launch::detect_from_process_env;
 use streamcomm::{Communicator, ReduceOp};
 use streamcomm_run::local::LocalLauncher;
@@ -136,32 +136,10 @@ fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
     comm.barrier_host()?;
 
     // Barrier, plain.
-    let mut plain = Vec::with_capacity(BARRIER_ITERS);
-    for i in 0..BARRIER_ITERS + 100 {
-        let t = Instant::now();
-        cuda.barrier(&s)?;
-        s.synchronize()?;
-        if i >= 100 {
-            plain.push(t.elapsed().as_secs_f64() * 1e6);
-        }
-    }
+    let plain = each_call_us(&s, || Ok(cuda.barrier(&s)?))?;
     // Barrier, captured once, replayed.
-    s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-    cuda.barrier(&s)?;
-    let graph = s
-        .end_capture(
-            sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
-        )?
-        .ok_or("empty capture")?;
-    let mut replayed = Vec::with_capacity(BARRIER_ITERS);
-    for i in 0..BARRIER_ITERS + 100 {
-        let t = Instant::now();
-        graph.launch()?;
-        s.synchronize()?;
-        if i >= 100 {
-            replayed.push(t.elapsed().as_secs_f64() * 1e6);
-        }
-    }
+    let graph = captured(&s, || Ok(cuda.barrier(&s)?))?;
+    let replayed = each_call_us(&s, || Ok(graph.launch()?))?;
     drop(graph);
     if r == 0 {
         println!(
@@ -197,11 +175,22 @@ fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
                 cuda.device_name()
             ));
         }
-        println!(
-            "{:>12} {:>10} {:>10} {:>10} {:>10} {:>7}",
-            "bytes", "time_us", "algbw", "busbw", "/d2d", "wrong"
-        );
+        Row::print_header("");
     }
+
+    // Each all_reduce measurement: rank 0 prints it and keeps its JSON.
+    let mut record = |what, bytes, secs, wrong| {
+        let row = Row {
+            what,
+            path,
+            n,
+            bytes,
+            secs,
+            d2d,
+            wrong,
+        };
+        row.record(r, &cuda, &mut json)
+    };
 
     // all_reduce sweep, 8 B .. 256 MiB, x8.
     let mut bytes = 8usize;
@@ -210,33 +199,11 @@ fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
         let iters = if bytes >= 16 << 20 { 5 } else { 20 };
         let send = s.clone_htod(&SWEEP.input(r, count))?;
         let mut recv = s.clone_htod(&vec![f32::NAN; count])?;
-        cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
-        s.synchronize()?;
-        let t = Instant::now();
-        for _ in 0..iters {
-            cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
-        }
-        s.synchronize()?;
-        let secs = t.elapsed().as_secs_f64() / iters as f64;
+        let secs = seconds_per_call(&s, iters, || {
+            Ok(cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?)
+        })?;
         let wrong = SWEEP.wrong(&s.clone_dtoh(&recv)?, n);
-        if let Some(e) = cuda.async_error() {
-            return Err(e.into());
-        }
-        let row = Row {
-            what: "all_reduce",
-            path,
-            n,
-            bytes,
-            secs,
-            d2d,
-            wrong,
-        };
-        if r == 0 {
-            json.push(row.report());
-        }
-        if wrong > 0 {
-            return Err(format!("rank {r}: {wrong} wrong elements at {bytes} B").into());
-        }
+        record("all_reduce", bytes, secs, wrong)?;
         bytes *= 8;
     }
 
@@ -247,10 +214,7 @@ fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
     // ordered on it.
     unsafe { ctx.disable_event_tracking() };
     if r == 0 {
-        println!(
-            "{:>12} {:>10} {:>10} {:>10} {:>10} {:>7}   graph-replayed all_reduce",
-            "bytes", "time_us", "algbw", "busbw", "/d2d", "wrong"
-        );
+        Row::print_header("   graph-replayed all_reduce");
     }
     for bytes in [8usize, 256 << 10] {
         if bytes > max_bytes {
@@ -261,42 +225,14 @@ fn rank(comm: &Communicator, max_bytes: usize) -> Res<Option<Vec<String>>> {
         let send = s.clone_htod(&REPLAYED.input(r, count))?;
         let mut recv = s.clone_htod(&vec![f32::NAN; count])?;
         s.synchronize()?;
-        s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-        cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?;
-        let graph = s
-            .end_capture(
-                sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
-            )?
-            .ok_or("empty capture")?;
-        graph.launch()?;
-        s.synchronize()?;
-        let t = Instant::now();
-        for _ in 0..iters {
-            graph.launch()?;
-        }
-        s.synchronize()?;
-        let secs = t.elapsed().as_secs_f64() / iters as f64;
+        let graph = captured(&s, || {
+            Ok(cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, &s)?)
+        })?;
+        let secs = seconds_per_call(&s, iters, || Ok(graph.launch()?))?;
         let got = s.clone_dtoh(&recv)?;
         drop(graph);
         let wrong = REPLAYED.wrong(&got, n);
-        if let Some(e) = cuda.async_error() {
-            return Err(e.into());
-        }
-        let row = Row {
-            what: "graph-replayed all_reduce",
-            path,
-            n,
-            bytes,
-            secs,
-            d2d,
-            wrong,
-        };
-        if r == 0 {
-            json.push(row.report());
-        }
-        if wrong > 0 {
-            return Err(format!("rank {r}: {wrong} wrong elements at {bytes} B, replayed").into());
-        }
+        record("graph-replayed all_reduce", bytes, secs, wrong)?;
     }
     comm.barrier_host()?;
     Ok((r == 0).then_some(json))
@@ -351,17 +287,35 @@ struct Row<'a> {
 }
 
 impl Row<'_> {
+    /// Prints the table's column names, then `title`.
+    fn print_header(title: &str) {
+        println!(
+            "{:>12} {:>10} {:>10} {:>10} {:>10} {:>7}{title}",
+            "bytes", "time_us", "algbw", "busbw", "/d2d", "wrong"
+        );
+    }
+
+    /// Rank `r`'s row: rank 0 prints it and adds its JSON record to
+    /// `json`. An error where `cuda` reports one, or where elements were
+    /// wrong.
+    fn record(&self, r: usize, cuda: &CudaComm, json: &mut Vec<String>) -> Res<()> {
+        if let Some(e) = cuda.async_error() {
+            return Err(e.into());
+        }
+        if r == 0 {
+            json.push(self.report());
+        }
+        if self.wrong > 0 {
+            let (what, wrong, bytes) = (self.what, self.wrong, self.bytes);
+            return Err(format!("rank {r}: {what} of {bytes} B: {wrong} wrong elements").into());
+        }
+        Ok(())
+    }
+
     /// Prints the row and returns its JSON record.
     fn report(&self) -> String {
-        let Row {
-            what,
-            path,
-            n,
-            bytes,
-            secs,
-            d2d,
-            wrong,
-        } = *self;
+        let (what, path, n, bytes) = (self.what, self.path, self.n, self.bytes);
+        let (secs, d2d, wrong) = (self.secs, self.d2d, self.wrong);
         let algbw = bytes as f64 / secs / 1e9;
         let busbw = algbw * 2.0 * (n - 1) as f64 / n as f64;
         println!(
@@ -392,12 +346,46 @@ const BYTES: &str = "GB/s as nccl-tests counts them: algbw = bytes / time, busbw
 fn copy_gbs(s: &Arc<CudaStream>, bytes: usize) -> Res<f64> {
     let a = s.alloc_zeros::<u8>(bytes)?;
     let mut b = s.alloc_zeros::<u8>(bytes)?;
-    s.memcpy_dtod(&a, &mut b)?;
+    let secs = seconds_per_call(s, 5, || Ok(s.memcpy_dtod(&a, &mut b)?))?;
+    Ok(bytes as f64 / secs / 1e9)
+}
+
+/// Mean seconds per call of `call`: one untimed call, then `iters` calls
+/// enqueued back to back on `s` and timed to one synchronize.
+fn seconds_per_call(s: &CudaStream, iters: usize, mut call: impl FnMut() -> Res<()>) -> Res<f64> {
+    call()?;
     s.synchronize()?;
-    let t0 = Instant::now();
-    for _ in 0..5 {
-        s.memcpy_dtod(&a, &mut b)?;
+    let t = Instant::now();
+    for _ in 0..iters {
+        call()?;
     }
     s.synchronize()?;
-    Ok(5.0 * bytes as f64 / t0.elapsed().as_secs_f64() / 1e9)
+    Ok(t.elapsed().as_secs_f64() / iters as f64)
+}
+
+/// What `call` enqueues on `s`, captured into a CUDA graph to replay.
+fn captured(s: &Arc<CudaStream>, call: impl FnOnce() -> Res<()>) -> Res<CudaGraph> {
+    s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    call()?;
+    let graph = s
+        .end_capture(
+            sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+        )?
+        .ok_or("empty capture")?;
+    Ok(graph)
+}
+
+/// Microseconds of each of `BARRIER_ITERS` calls of `call`, each
+/// synchronized on `s` on its own (after 100 untimed ones).
+fn each_call_us(s: &CudaStream, mut call: impl FnMut() -> Res<()>) -> Res<Vec<f64>> {
+    let mut times = Vec::with_capacity(BARRIER_ITERS);
+    for i in 0..BARRIER_ITERS + 100 {
+        let t = Instant::now();
+        call()?;
+        s.synchronize()?;
+        if i >= 100 {
+            times.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    Ok(times)
 }

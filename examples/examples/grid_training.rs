@@ -39,17 +39,12 @@ const LEARNING_RATE: f32 = 0.3;
 const SEED: u64 = 2025;
 
 fn main() -> ExitCode {
-    if let Some(code) = streamcomm_examples::run_if_rank(run_rank) {
-        return code;
-    }
-    match streamcomm_examples::ranks_arg("grid_training", 8) {
-        Ok(ranks) => streamcomm_examples::launch_self(
-            "grid_training",
-            ranks,
-            "(processes, a tensor x data grid)",
-        ),
-        Err(code) => code,
-    }
+    streamcomm_examples::rank_or_launch(
+        "grid_training",
+        8,
+        "(processes, a tensor x data grid)",
+        run_rank,
+    )
 }
 
 /// `--kill R@S`: the rank to kill and the step to kill it at.

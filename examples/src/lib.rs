@@ -96,6 +96,37 @@ pub fn launch_self(name: &str, ranks: usize, how: &str) -> ExitCode {
     }
 }
 
+/// An example's whole `main`: `rank_main` when a launcher started this
+/// process ([`run_if_rank`]), else [`launch_self`] with the number of ranks
+/// from the first argument, or `default_ranks` ([`ranks_arg`]).
+///
+/// # Examples
+/// ```no_run
+/// use std::process::ExitCode;
+/// fn rank_main() -> Result<(), Box<dyn std::error::Error>> {
+///     let comm = streamcomm::Communicator::from_env()?;
+///     println!("rank {} of {}", comm.rank(), comm.size());
+///     Ok(())
+/// }
+/// fn main() -> ExitCode {
+///     streamcomm_examples::rank_or_launch("demo", 4, "(processes, host backend)", rank_main)
+/// }
+/// ```
+pub fn rank_or_launch(
+    name: &str,
+    default_ranks: usize,
+    how: &str,
+    rank_main: RankMain,
+) -> ExitCode {
+    if let Some(code) = run_if_rank(rank_main) {
+        return code;
+    }
+    match ranks_arg(name, default_ranks) {
+        Ok(ranks) => launch_self(name, ranks, how),
+        Err(code) => code,
+    }
+}
+
 /// A data set for a linear model, the same on every rank for a given
 /// `seed`: `samples` rows of `F` features in [-1, 1), with targets from a
 /// fixed random model (`F` weights and a bias in [-2, 2)) plus noise of at

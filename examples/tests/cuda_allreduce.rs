@@ -10,20 +10,14 @@
 //! streamcomm-examples` alone) the test says `SKIPPED` and why.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+
+mod support;
+
+use support::{example, profile_dir, run};
 
 const STANDIN_FILE: &str = "libstreamcomm_cuda_standin.so";
 const RANKS: usize = 4;
-
-/// `target/<profile>`, above this test's `deps/`.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>")
-        .to_path_buf()
-}
 
 /// The newest built stand-in: `deps/` (a `cargo test` build) or the one
 /// `cargo build` puts in `target/<profile>/`.
@@ -50,12 +44,7 @@ fn libcuda_dir(lib: &Path) -> PathBuf {
 #[test]
 fn the_cuda_allreduce_example_checks_its_sums_on_the_stand_in() {
     let profile = profile_dir();
-    let example = profile.join("examples").join("cuda_allreduce");
-    assert!(
-        example.exists(),
-        "{} is missing: `cargo test` builds the examples before it runs tests",
-        example.display()
-    );
+    let example = example("cuda_allreduce");
     let Some(lib) = standin(&profile) else {
         streamcomm_testkit::skip(
             "the_cuda_allreduce_example_checks_its_sums_on_the_stand_in",
@@ -70,28 +59,11 @@ fn the_cuda_allreduce_example_checks_its_sums_on_the_stand_in() {
         Ok(p) if !p.is_empty() => format!("{}:{p}", dir.display()),
         _ => dir.display().to_string(),
     };
-    let out_path = dir.join("out.txt");
-    let out_file = std::fs::File::create(&out_path).expect("output file");
-    let mut child = Command::new(&example)
-        .arg(RANKS.to_string())
-        .env("LD_LIBRARY_PATH", &path)
-        .stdout(Stdio::from(out_file))
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the example");
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for the example") {
-            break status;
-        }
-        if t0.elapsed() > Duration::from_secs(300) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the example did not finish in 300 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let stdout = std::fs::read_to_string(&out_path).expect("read the output");
+    let mut command = Command::new(&example);
+    command.arg(RANKS.to_string()).env("LD_LIBRARY_PATH", &path);
+    let out = run(command, "cuda_allreduce");
+    let (status, stdout) = (out.status, String::from_utf8_lossy(&out.stdout));
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     let _ = std::fs::remove_dir_all(&dir);
     println!("{stdout}");
     assert!(status.success(), "the example failed: {status}\n{stdout}");

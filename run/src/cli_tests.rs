@@ -19,6 +19,28 @@ fn nodes(words: &[&str]) -> NodeArgs {
         .unwrap_or_else(|| panic!("{words:?}: expected node options"))
 }
 
+/// `words` run `prog a` as `nproc` ranks on this host alone.
+fn run_prog_a(words: &[&str], nproc: usize) -> RunArgs {
+    let r = run(words);
+    assert_eq!(
+        (r.nproc, r.program.to_str(), &r.nodes),
+        (nproc, Some("prog"), &None),
+        "{words:?}"
+    );
+    assert_eq!(r.args, vec![OsString::from("a")], "{words:?}");
+    r
+}
+
+/// Node 1 of 2, node 0 at 10.0.0.1.
+const NODE_1_OF_2: [&str; 6] = [
+    "--nnodes",
+    "2",
+    "--node-rank",
+    "1",
+    "--master-addr",
+    "10.0.0.1",
+];
+
 fn message(words: &[&str]) -> String {
     match parse(words) {
         Err(Error::InvalidArgument(m)) => m,
@@ -38,14 +60,7 @@ fn accepted_forms() {
         &["-n", "3", "--", "prog", "a"],
         &["-n", "1", "-n", "3", "prog", "a"],
     ] {
-        let r = run(words);
-        assert_eq!(
-            (r.nproc, r.program.to_str()),
-            (3, Some("prog")),
-            "{words:?}"
-        );
-        assert_eq!(r.args, vec![OsString::from("a")], "{words:?}");
-        assert_eq!(r.nodes, None, "{words:?}");
+        run_prog_a(words, 3);
     }
     // The program's own options are passed through, even ours.
     let r = run(&["-n", "2", "--", "-weird", "-n", "5", "--help"]);
@@ -70,20 +85,12 @@ fn node_options() {
         hosts: Vec::new(),
     };
     for words in [
-        &[
-            "--nnodes",
-            "2",
-            "--node-rank",
-            "1",
-            "--master-addr",
-            "10.0.0.1",
-            "--master-port",
-            "1234",
-            "-n",
-            "4",
-            "prog",
-        ][..],
-        &[
+        [
+            &NODE_1_OF_2[..],
+            &["--master-port", "1234", "-n", "4", "prog"],
+        ]
+        .concat(),
+        vec![
             "--nnodes=2",
             "--node_rank=1",
             "--master_addr=10.0.0.1",
@@ -93,8 +100,8 @@ fn node_options() {
             "prog",
         ],
     ] {
-        assert_eq!(nodes(words), explicit, "{words:?}");
-        assert_eq!(run(words).nproc, 4);
+        assert_eq!(nodes(&words), explicit, "{words:?}");
+        assert_eq!(run(&words).nproc, 4);
     }
     // Defaults: port 29500; one node needs neither rank nor address.
     let n = nodes(&[
@@ -169,40 +176,44 @@ fn node_errors() {
         all.extend(["-n", "2", "prog"]);
         message(&all)
     };
-    assert_eq!(
-        m(&["--nnodes", "2", "--master-addr", "h"]),
-        "--nnodes 2 needs --node-rank K (0..=1) on each node, or --hosts"
-    );
-    assert_eq!(
-        m(&["--nnodes", "2", "--node-rank", "1"]),
-        "--nnodes 2 needs --master-addr (the address of node 0), or --hosts"
-    );
-    assert_eq!(
-        m(&["--nnodes", "2", "--node-rank", "2", "--master-addr", "h"]),
-        "--node-rank 2 is out of range for 2 nodes (0..=1)"
-    );
-    assert_eq!(
-        m(&["--node-rank", "1"]),
-        "--node-rank 1 is out of range for 1 nodes (0..=0)"
-    );
-    assert_eq!(
-        m(&["--hosts", "a,b", "--nnodes", "3"]),
-        "--hosts lists 2 hosts but --nnodes is 3"
-    );
-    assert_eq!(
-        m(&["--hosts", "a,b", "--master-addr", "b"]),
-        "--master-addr b is not the first of --hosts (a), which is the master"
-    );
+    for (words, want) in [
+        (
+            &["--nnodes", "2", "--master-addr", "h"][..],
+            "--nnodes 2 needs --node-rank K (0..=1) on each node, or --hosts",
+        ),
+        (
+            &["--nnodes", "2", "--node-rank", "1"],
+            "--nnodes 2 needs --master-addr (the address of node 0), or --hosts",
+        ),
+        (
+            &["--nnodes", "2", "--node-rank", "2", "--master-addr", "h"],
+            "--node-rank 2 is out of range for 2 nodes (0..=1)",
+        ),
+        (
+            &["--node-rank", "1"],
+            "--node-rank 1 is out of range for 1 nodes (0..=0)",
+        ),
+        (
+            &["--hosts", "a,b", "--nnodes", "3"],
+            "--hosts lists 2 hosts but --nnodes is 3",
+        ),
+        (
+            &["--hosts", "a,b", "--master-addr", "b"],
+            "--master-addr b is not the first of --hosts (a), which is the master",
+        ),
+        (
+            &["--master-addr", " "],
+            "--master-addr needs an address, got \"\"",
+        ),
+    ] {
+        assert_eq!(m(words), want, "{words:?}");
+    }
     assert!(m(&["--hosts", "a,,b"]).starts_with("--hosts needs a comma-separated list"));
     assert!(m(&["--hosts", ""]).starts_with("--hosts needs a comma-separated list"));
     assert!(m(&["--nnodes", "0"]).contains("between 1 and"));
     assert!(m(&["--node-rank", "-1"]).contains("got \"-1\""));
     assert!(m(&["--master-port", "0"]).contains("between 1 and 65535"));
     assert!(m(&["--master-port", "70000"]).contains("between 1 and 65535"));
-    assert_eq!(
-        m(&["--master-addr", " "]),
-        "--master-addr needs an address, got \"\""
-    );
     assert_eq!(message(&["--hosts"]), "--hosts needs a value");
     assert!(
         message(&[
@@ -246,51 +257,42 @@ fn usage_is_the_help_clap_renders() {
     assert!(USAGE.starts_with("usage: streamcomm-run -n N"));
 }
 
+/// The flag `flag` (read back by `given`): off unless given, on in every
+/// place among the options, for a node of a multi-node job too, the
+/// program's own word after the program, and refused with a value.
+fn check_flag(flag: &str, given: fn(&RunArgs) -> bool) {
+    assert!(!given(&run(&["-n", "2", "prog"])), "{flag}");
+    for words in [
+        &[flag, "-n", "2", "prog", "a"][..],
+        &["-n", "2", flag, "prog", "a"],
+        &["-n", "2", flag, "--", "prog", "a"],
+        &[flag, flag, "-n2", "prog", "a"],
+    ] {
+        // Not a node option: the job stays a single-node one.
+        assert!(given(&run_prog_a(words, 2)), "{words:?}");
+    }
+    // With the node options, for a node of a multi-node job.
+    let r = run(&[&NODE_1_OF_2[..], &[flag, "-n", "4", "prog"]].concat());
+    assert!(given(&r), "{flag}");
+    assert_eq!(r.nodes.map(|n| (n.nnodes, n.node_rank)), Some((2, Some(1))));
+    // After the program it is the program's.
+    let r = run(&["-n", "2", "prog", flag]);
+    assert!(!given(&r), "{flag}");
+    assert_eq!(r.args, vec![OsString::from(flag)]);
+    // A flag, not an option with a value.
+    for value in ["yes", "1"] {
+        assert_eq!(
+            message(&[&format!("{flag}={value}"), "-n", "2", "prog"]),
+            format!("{flag} takes no value, got \"{value}\"")
+        );
+    }
+    assert!(USAGE.contains(flag), "{flag}");
+}
+
 #[test]
 fn keep_going_option() {
     // Off unless given: a failed rank stops the others.
-    assert!(!run(&["-n", "2", "prog"]).keep_going);
-    for words in [
-        &["--keep-going", "-n", "2", "prog", "a"][..],
-        &["-n", "2", "--keep-going", "prog", "a"],
-        &["-n", "2", "--keep-going", "--", "prog", "a"],
-        &["--keep-going", "--keep-going", "-n2", "prog", "a"],
-    ] {
-        let r = run(words);
-        assert!(r.keep_going, "{words:?}");
-        assert_eq!(
-            (r.nproc, r.program.to_str()),
-            (2, Some("prog")),
-            "{words:?}"
-        );
-        assert_eq!(r.args, vec![OsString::from("a")], "{words:?}");
-        // Not a node option: the job stays a single-node one.
-        assert_eq!(r.nodes, None, "{words:?}");
-    }
-    // With the node options, for a node of a multi-node job.
-    let r = run(&[
-        "--nnodes",
-        "2",
-        "--node-rank",
-        "1",
-        "--master-addr",
-        "10.0.0.1",
-        "--keep-going",
-        "-n",
-        "4",
-        "prog",
-    ]);
-    assert!(r.keep_going);
-    assert_eq!(r.nodes.map(|n| (n.nnodes, n.node_rank)), Some((2, Some(1))));
-    // After the program it is the program's.
-    let r = run(&["-n", "2", "prog", "--keep-going"]);
-    assert!(!r.keep_going);
-    assert_eq!(r.args, vec![OsString::from("--keep-going")]);
-    // A flag, not an option with a value.
-    assert_eq!(
-        message(&["--keep-going=yes", "-n", "2", "prog"]),
-        "--keep-going takes no value, got \"yes\""
-    );
+    check_flag("--keep-going", |r| r.keep_going);
     assert_eq!(
         message(&["--keep_going", "-n", "2", "prog"]),
         "unknown option \"--keep_going\""
@@ -300,58 +302,24 @@ fn keep_going_option() {
 #[test]
 fn cuda_stand_in_option() {
     // Off unless given: the ranks load whatever libcuda the system has.
-    assert!(!run(&["-n", "2", "prog"]).cuda_stand_in);
-    for words in [
-        &["--cuda-stand-in", "-n", "2", "prog", "a"][..],
-        &["-n", "2", "--cuda-stand-in", "prog", "a"],
-        &[
-            "-n",
-            "2",
-            "--cuda-stand-in",
-            "--keep-going",
-            "--",
-            "prog",
-            "a",
-        ],
-    ] {
-        let r = run(words);
-        assert!(r.cuda_stand_in, "{words:?}");
-        assert_eq!(
-            (r.nproc, r.program.to_str(), r.nodes),
-            (2, Some("prog"), None),
-            "{words:?}"
-        );
-        assert_eq!(r.args, vec![OsString::from("a")], "{words:?}");
-    }
-    // A node of a multi-node job may take it too (for its own ranks).
-    let r = run(&[
-        "--nnodes",
-        "2",
-        "--node-rank",
-        "0",
-        "--master-addr",
-        "127.0.0.1",
-        "--cuda-stand-in",
+    check_flag("--cuda-stand-in", |r| r.cuda_stand_in);
+    let words = [
         "-n",
-        "1",
+        "2",
+        "--cuda-stand-in",
+        "--keep-going",
+        "--",
         "prog",
-    ]);
-    assert!(r.cuda_stand_in);
-    assert_eq!(r.nodes.map(|n| n.nnodes), Some(2));
-    // After the program it is the program's.
-    let r = run(&["-n", "2", "prog", "--cuda-stand-in"]);
-    assert!(!r.cuda_stand_in);
-    assert_eq!(r.args, vec![OsString::from("--cuda-stand-in")]);
-    assert_eq!(
-        message(&["--cuda-stand-in=1", "-n", "2", "prog"]),
-        "--cuda-stand-in takes no value, got \"1\""
-    );
-    assert!(USAGE.contains("--cuda-stand-in"));
+        "a",
+    ];
+    let r = run_prog_a(&words, 2);
+    assert!(r.cuda_stand_in && r.keep_going);
 }
 
 #[test]
 fn nccl_option() {
     // Off unless given: the ranks load whatever NCCL the system has.
+    check_flag("--nccl", |r| r.nccl);
     let plain = run(&["-n", "2", "prog"]);
     assert!(!plain.nccl && !plain.cuda_stand_in);
     let r = run(&["--nccl", "--cuda-stand-in", "-n", "2", "prog", "--nccl"]);

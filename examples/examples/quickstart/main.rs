@@ -26,17 +26,7 @@ const COUNT: usize = 1 << 20;
 const BARRIERS: u32 = 2000;
 
 fn main() -> ExitCode {
-    if let Some(code) = streamcomm_examples::run_if_rank(run_rank) {
-        return code;
-    }
-    match streamcomm_examples::ranks_arg("quickstart", 4) {
-        Ok(ranks) => streamcomm_examples::launch_self(
-            "streamcomm quick start",
-            ranks,
-            "(processes, host backend)",
-        ),
-        Err(code) => code,
-    }
+    streamcomm_examples::rank_or_launch("quickstart", 4, "(processes, host backend)", run_rank)
 }
 
 fn run_rank() -> Result<(), Box<dyn std::error::Error>> {

