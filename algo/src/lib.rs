@@ -28,6 +28,7 @@
 #![deny(unreachable_pub)]
 
 pub mod barrier;
+mod check;
 pub mod plan;
 
 // The vocabulary, named as `crate::Error` and so on inside this crate.

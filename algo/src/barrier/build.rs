@@ -41,6 +41,7 @@ use super::FlagStep;
 use super::algo;
 use super::{BarrierAlgo, BarrierPlan};
 use crate::Error;
+use crate::check::rank_in_range;
 
 /// Builds `rank`'s barrier plan for `algo` among `nranks` ranks.
 ///
@@ -114,16 +115,7 @@ fn build_with(
             "barrier multicast runs over datagrams, not flag memory: it has no flag plan",
         ));
     }
-    if nranks == 0 {
-        return Err(Error::invalid(format!(
-            "barrier {name}: nranks is 0 (a communicator has at least one rank)"
-        )));
-    }
-    if rank >= nranks {
-        return Err(Error::invalid(format!(
-            "barrier {name}: rank {rank} is out of range for {nranks} ranks"
-        )));
-    }
+    rank_in_range(&format!("barrier {name}"), rank, nranks)?;
     if hosts.len() != nranks {
         return Err(Error::invalid(format!(
             "barrier {name}: hosts has {} entries for {nranks} ranks",

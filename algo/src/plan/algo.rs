@@ -10,7 +10,10 @@
 use streamcomm_kernels::{DataType, ReduceOp};
 
 use super::step::Plan;
-use super::{PlanParams, binomial, build, halving_doubling, recursive_doubling, tree, validate};
+use super::{
+    PlanParams, binomial, build, halving_doubling, recursive_doubling, tree, validate,
+    verified_plan,
+};
 use streamcomm_types::{Algorithm, Collective, Error};
 
 /// Builds the plan of one rank for one collective call with `algo`
@@ -71,8 +74,6 @@ pub fn build_with(
         return build(collective, dtype, op, count, params);
     }
     let g = validate(collective, dtype, count, params)?;
-    let (n, r) = (g.nranks, g.rank);
-    let (send_count, recv_count) = super::buffer_counts(collective, count, r, n);
     let mut work_count = 0;
     let steps = match (collective, algo) {
         (Collective::AllReduce, Algorithm::Tree) => tree::all_reduce(&g),
@@ -83,7 +84,7 @@ pub fn build_with(
         (Collective::Broadcast { root }, _) => binomial::broadcast(&g, root),
         (Collective::Reduce { root }, _) => {
             let (steps, uses_recv) = binomial::reduce(&g, root);
-            if r != root && uses_recv {
+            if g.rank != root && uses_recv {
                 work_count = count;
             }
             steps
@@ -91,19 +92,7 @@ pub fn build_with(
         // `candidates` lists no other non-default pair.
         _ => return build(collective, dtype, op, count, params),
     };
-    let plan = Plan {
-        collective,
-        dtype,
-        op,
-        rank: r,
-        nranks: n,
-        send_count,
-        recv_count,
-        work_count,
-        steps,
-    };
-    plan.verify()?;
-    Ok(plan)
+    verified_plan(collective, dtype, op, &g, work_count, steps)
 }
 
 #[cfg(test)]
@@ -132,27 +121,14 @@ mod tests {
             slot_bytes: 64,
             nsteps: 2,
         };
-        let err = build_with(
-            Collective::AllGather,
-            DataType::F32,
-            ReduceOp::Sum,
-            4,
-            &p,
-            Some(Algorithm::Tree),
-        )
-        .unwrap_err()
-        .to_string();
+        let refusal = |c, count, algo| {
+            build_with(c, DataType::F32, ReduceOp::Sum, count, &p, Some(algo))
+                .unwrap_err()
+                .to_string()
+        };
+        let err = refusal(Collective::AllGather, 4, Algorithm::Tree);
         assert!(err.contains("algorithm tree") && err.contains("ring, recursive_doubling, bruck"));
-        let err = build_with(
-            Collective::Barrier,
-            DataType::F32,
-            ReduceOp::Sum,
-            0,
-            &p,
-            Some(Algorithm::Ring),
-        )
-        .unwrap_err()
-        .to_string();
+        let err = refusal(Collective::Barrier, 0, Algorithm::Ring);
         assert!(err.contains("single schedule"), "{err}");
     }
 

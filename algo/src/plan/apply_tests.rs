@@ -28,21 +28,58 @@ fn floats(b: &[u8]) -> Vec<f32> {
         .collect()
 }
 
+/// A rank's separate buffers: a send buffer of the given `f32`s and a
+/// zeroed receive buffer of four.
+struct Separate {
+    send: Vec<u8>,
+    recv: Vec<u8>,
+}
+
+impl Separate {
+    fn new(send: &[f32]) -> Separate {
+        Separate {
+            send: bytes(send),
+            recv: vec![0u8; 16],
+        }
+    }
+
+    fn bufs(&mut self) -> Buffers<'_> {
+        Buffers::Separate {
+            send: &self.send,
+            recv: &mut self.recv,
+        }
+    }
+
+    /// Applies `step` with `slot` arriving and an outgoing slot of
+    /// `out_len` bytes: the bytes it reports sent, and that slot.
+    fn apply_with_slots(
+        &mut self,
+        p: &Plan,
+        step: &DataStep,
+        slot: &[f32],
+        out_len: usize,
+    ) -> (usize, Vec<u8>) {
+        let mut out = vec![0u8; out_len];
+        let n = apply_step(
+            p,
+            step,
+            &mut self.bufs(),
+            Some(&bytes(slot)),
+            Some(&mut out),
+        )
+        .unwrap();
+        (n, out)
+    }
+}
+
 #[test]
 fn recv_reduce_copy_send_writes_dst_and_slot() {
     let p = plan(ReduceOp::Sum, 2);
-    let send = bytes(&[1.0, 2.0, 3.0, 4.0]);
-    let mut recv = vec![0u8; 16];
-    let slot = bytes(&[10.0, 20.0]);
-    let mut out = vec![0u8; 64];
+    let mut io = Separate::new(&[1.0, 2.0, 3.0, 4.0]);
     let step = DataStep::recv_reduce_copy_send(1, Region::send(2, 2), Region::recv(1, 2), 1);
-    let mut bufs = Buffers::Separate {
-        send: &send,
-        recv: &mut recv,
-    };
-    let n = apply_step(&p, &step, &mut bufs, Some(&slot), Some(&mut out)).unwrap();
+    let (n, out) = io.apply_with_slots(&p, &step, &[10.0, 20.0], 64);
     assert_eq!(n, 8);
-    assert_eq!(floats(&recv), [0.0, 13.0, 24.0, 0.0]);
+    assert_eq!(floats(&io.recv), [0.0, 13.0, 24.0, 0.0]);
     assert_eq!(floats(&out[..8]), [13.0, 24.0]);
 }
 
@@ -63,16 +100,9 @@ fn avg_finalizes_once_and_in_place_reduces() {
 #[test]
 fn reduce_into_slot_and_finalize_in_slot() {
     let p = plan(ReduceOp::Avg, 2);
-    let send = bytes(&[1.0, 3.0, 0.0, 0.0]);
-    let mut recv = vec![0u8; 16];
-    let slot = bytes(&[3.0, 5.0]);
-    let mut out = vec![0u8; 8];
+    let mut io = Separate::new(&[1.0, 3.0, 0.0, 0.0]);
     let step = DataStep::recv_reduce_send(1, Region::send(0, 2), 1).finalized();
-    let mut bufs = Buffers::Separate {
-        send: &send,
-        recv: &mut recv,
-    };
-    apply_step(&p, &step, &mut bufs, Some(&slot), Some(&mut out)).unwrap();
+    let (_, out) = io.apply_with_slots(&p, &step, &[3.0, 5.0], 8);
     assert_eq!(floats(&out), [2.0, 4.0]);
 }
 
@@ -97,29 +127,18 @@ fn copies_between_disjoint_ranges_of_one_buffer() {
 #[test]
 fn recv_then_send_slot_copies() {
     let p = plan(ReduceOp::Max, 3);
-    let send = Vec::new();
-    let mut recv = vec![0u8; 16];
-    let slot = bytes(&[5.0]);
-    let mut out = vec![0u8; 4];
+    let mut io = Separate::new(&[]);
     let step = DataStep::recv_copy_send(2, Region::recv(3, 1), 1);
-    let mut bufs = Buffers::Separate {
-        send: &send,
-        recv: &mut recv,
-    };
-    apply_step(&p, &step, &mut bufs, Some(&slot), Some(&mut out)).unwrap();
-    assert_eq!(floats(&recv)[3], 5.0);
+    let (_, out) = io.apply_with_slots(&p, &step, &[5.0], 4);
+    assert_eq!(floats(&io.recv)[3], 5.0);
     assert_eq!(floats(&out), [5.0]);
 }
 
 #[test]
 fn a_short_slot_is_a_remote_failure() {
     let p = plan(ReduceOp::Sum, 2);
-    let send = bytes(&[1.0; 4]);
-    let mut recv = vec![0u8; 16];
-    let mut bufs = Buffers::Separate {
-        send: &send,
-        recv: &mut recv,
-    };
+    let mut io = Separate::new(&[1.0; 4]);
+    let mut bufs = io.bufs();
     let step = DataStep::recv(1, Region::recv(0, 3));
     let err = apply_step(&p, &step, &mut bufs, Some(&[0u8; 8]), None).unwrap_err();
     match err {
@@ -134,12 +153,8 @@ fn a_short_slot_is_a_remote_failure() {
 #[test]
 fn misuse_is_an_error_not_a_panic() {
     let p = plan(ReduceOp::Sum, 2);
-    let send = bytes(&[1.0; 4]);
-    let mut recv = vec![0u8; 16];
-    let mut bufs = Buffers::Separate {
-        send: &send,
-        recv: &mut recv,
-    };
+    let mut io = Separate::new(&[1.0; 4]);
+    let mut bufs = io.bufs();
     // Out of bounds, naming the region and the buffer length.
     let far = DataStep::copy(Region::send(3, 2), Region::recv(0, 2));
     match apply_step(&p, &far, &mut bufs, None, None) {

@@ -120,6 +120,11 @@ mod tests {
         assert!(message(FlagStep::Release { peer: 0 }).is_err());
     }
 
+    /// The rounds of the steps of `plan` that `of` picks, in order.
+    fn picked_rounds(plan: &[FlagStep], of: impl Fn(FlagStep) -> Option<u32>) -> Vec<u32> {
+        plan.iter().filter_map(|&s| of(s)).collect()
+    }
+
     /// The condition of the module docs: for every directed pair, the
     /// rounds the sender notifies are the rounds the receiver awaits, in
     /// the same order, for every size the simulators cover.
@@ -131,20 +136,14 @@ mod tests {
                 .map(|r| dissemination::steps(&all, r, 1, 0))
                 .collect();
             for (p, r) in (0..n).flat_map(|p| (0..n).map(move |r| (p, r))) {
-                let sent: Vec<u32> = plans[p]
-                    .iter()
-                    .filter_map(|s| match *s {
-                        FlagStep::Notify { peer, round } if peer == r => Some(round),
-                        _ => None,
-                    })
-                    .collect();
-                let awaited: Vec<u32> = plans[r]
-                    .iter()
-                    .filter_map(|s| match *s {
-                        FlagStep::WaitFlag { from, round } if from == p => Some(round),
-                        _ => None,
-                    })
-                    .collect();
+                let sent = picked_rounds(&plans[p], |s| match s {
+                    FlagStep::Notify { peer, round } if peer == r => Some(round),
+                    _ => None,
+                });
+                let awaited = picked_rounds(&plans[r], |s| match s {
+                    FlagStep::WaitFlag { from, round } if from == p => Some(round),
+                    _ => None,
+                });
                 assert_eq!(sent, awaited, "n={n}: {p} -> {r}");
                 assert!(sent.len() <= 1, "n={n}: {p} -> {r} carries {sent:?}");
             }

@@ -221,6 +221,7 @@ mod tests {
     use super::*;
 
     use crate::plan::geom;
+    use crate::plan::test_support::assert_finalized_times;
 
     #[test]
     fn four_ranks_halve_then_double() {
@@ -267,19 +268,6 @@ mod tests {
 
     #[test]
     fn finalizes_each_element_once() {
-        for n in 1..=12 {
-            for count in [1, 3, 17] {
-                let mut seen = vec![0; count];
-                for r in 0..n {
-                    for s in all_reduce(&geom(r, n, count)) {
-                        if s.finalize {
-                            let d = s.dst.unwrap();
-                            seen[d.offset..d.end()].iter_mut().for_each(|c| *c += 1);
-                        }
-                    }
-                }
-                assert!(seen.iter().all(|&c| c == 1), "n={n} count={count}");
-            }
-        }
+        assert_finalized_times(all_reduce, 1..=12, &[1, 3, 17], |_| 1);
     }
 }

@@ -53,6 +53,9 @@ pub mod simulate;
 pub mod step;
 mod verify;
 
+#[cfg(test)]
+mod test_support;
+
 pub use algo::build_with;
 pub use apply::{Buffers, apply_step};
 pub use layout::InPlaceLayout;
@@ -64,6 +67,7 @@ pub use streamcomm_types::{Algorithm, Collective};
 use streamcomm_kernels::{DataType, ReduceOp};
 
 use crate::Error;
+use crate::check::rank_in_range;
 
 /// Where a plan is built for: this rank, the communicator size and the slot size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,7 +120,6 @@ pub fn build(
     params: &PlanParams,
 ) -> Result<Plan, Error> {
     let g = validate(collective, dtype, count, params)?;
-    let (send_count, recv_count) = buffer_counts(collective, count, g.rank, g.nranks);
     let steps = match collective {
         Collective::AllReduce => ring::all_reduce(&g),
         Collective::AllGather => ring::all_gather(&g),
@@ -126,16 +129,29 @@ pub fn build(
         Collective::AllToAll => pairwise::all_to_all(&g),
         Collective::Barrier => barrier::steps(&g)?,
     };
-    let (n, r) = (g.nranks, g.rank);
+    verified_plan(collective, dtype, op, &g, 0, steps)
+}
+
+/// The plan of `g`'s rank running `steps` over NCCL's buffer sizes (and
+/// `work_count` elements of scratch), checked by [`Plan::verify`].
+fn verified_plan(
+    collective: Collective,
+    dtype: DataType,
+    op: ReduceOp,
+    g: &Geometry,
+    work_count: usize,
+    steps: Vec<DataStep>,
+) -> Result<Plan, Error> {
+    let (send_count, recv_count) = buffer_counts(collective, g.count, g.rank, g.nranks);
     let plan = Plan {
         collective,
         dtype,
         op,
-        rank: r,
-        nranks: n,
+        rank: g.rank,
+        nranks: g.nranks,
         send_count,
         recv_count,
-        work_count: 0,
+        work_count,
         steps,
     };
     plan.verify()?;
@@ -291,16 +307,7 @@ fn validate(
         ..
     } = *params;
     let name = collective.name();
-    if nranks == 0 {
-        return Err(Error::invalid(format!(
-            "{name}: nranks is 0 (a communicator has at least one rank)"
-        )));
-    }
-    if rank >= nranks {
-        return Err(Error::invalid(format!(
-            "{name}: rank {rank} is out of range for {nranks} ranks"
-        )));
-    }
+    rank_in_range(name, rank, nranks)?;
     if slot_bytes < dtype.size() {
         return Err(Error::invalid(format!(
             "{name}: slot_bytes {slot_bytes} cannot hold one {dtype} element ({} bytes)",
@@ -342,6 +349,7 @@ fn validate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::test_support::data_collectives;
 
     fn params(rank: usize, nranks: usize) -> PlanParams {
         PlanParams {
@@ -395,15 +403,7 @@ mod tests {
 
     #[test]
     fn slot_steps_never_exceed_a_slot() {
-        let all = [
-            Collective::AllReduce,
-            Collective::AllGather,
-            Collective::ReduceScatter,
-            Collective::Broadcast { root: 2 },
-            Collective::Reduce { root: 0 },
-            Collective::AllToAll,
-        ];
-        for c in all {
+        for c in data_collectives(2, 0) {
             for rank in 0..5 {
                 let plan = build(c, DataType::F32, ReduceOp::Sum, 37, &params(rank, 5)).unwrap();
                 for s in &plan.steps {
@@ -417,14 +417,7 @@ mod tests {
 
     #[test]
     fn zero_count_collectives_have_no_steps() {
-        for c in [
-            Collective::AllReduce,
-            Collective::AllGather,
-            Collective::ReduceScatter,
-            Collective::Broadcast { root: 0 },
-            Collective::Reduce { root: 0 },
-            Collective::AllToAll,
-        ] {
+        for c in data_collectives(0, 0) {
             let plan = build(c, DataType::U8, ReduceOp::Max, 0, &params(0, 3)).unwrap();
             assert!(plan.steps.is_empty(), "{c:?}");
         }
@@ -433,6 +426,7 @@ mod tests {
     #[test]
     fn the_count_comes_from_the_buffer_each_collective_names() {
         let sep = Lens::Separate { send: 12, recv: 4 };
+        let one = Lens::InPlace(8);
         let cases = [
             (Collective::AllReduce, sep, (12, CountFrom::Send)),
             (Collective::Reduce { root: 1 }, sep, (12, CountFrom::Send)),
@@ -440,26 +434,10 @@ mod tests {
             (Collective::AllGather, sep, (12, CountFrom::Send)),
             (Collective::ReduceScatter, sep, (4, CountFrom::Recv)),
             (Collective::AllToAll, sep, (3, CountFrom::Send)),
-            (
-                Collective::AllReduce,
-                Lens::InPlace(8),
-                (8, CountFrom::InPlace),
-            ),
-            (
-                Collective::AllGather,
-                Lens::InPlace(8),
-                (2, CountFrom::InPlace),
-            ),
-            (
-                Collective::ReduceScatter,
-                Lens::InPlace(8),
-                (2, CountFrom::InPlace),
-            ),
-            (
-                Collective::AllToAll,
-                Lens::InPlace(8),
-                (8, CountFrom::InPlace),
-            ),
+            (Collective::AllReduce, one, (8, CountFrom::InPlace)),
+            (Collective::AllGather, one, (2, CountFrom::InPlace)),
+            (Collective::ReduceScatter, one, (2, CountFrom::InPlace)),
+            (Collective::AllToAll, one, (8, CountFrom::InPlace)),
         ];
         for (c, lens, want) in cases {
             assert_eq!(count_from(c, lens, 4).unwrap(), want, "{c:?} {lens:?}");

@@ -80,42 +80,72 @@ pub(super) fn all_gather(g: &Geometry) -> Vec<DataStep> {
 
 /// Bruck all-gather, for any number of ranks.
 pub(super) fn bruck(g: &Geometry) -> Vec<DataStep> {
-    let (n, r, count) = (g.nranks, g.rank, g.count);
-    if n == 1 || count == 0 {
-        return local_copy(count, false);
-    }
-    let mut steps = vec![own_block(g)];
-    let mut dist = 1;
-    while dist < n {
+    let (n, r) = (g.nranks, g.rank);
+    gather_in_rounds(g, |dist| {
         let blocks = dist.min(n - dist);
-        let to = (r + n - dist) % n;
         let from = (r + dist) % n;
-        let sends = cyclic_chunks(g, r, blocks);
-        let recvs = cyclic_chunks(g, from, blocks);
-        exchange(&mut steps, to, &sends, from, &recvs);
-        dist *= 2;
-    }
-    steps
+        Round {
+            to: (r + n - dist) % n,
+            sends: cyclic_chunks(g, r, blocks),
+            from,
+            recvs: cyclic_chunks(g, from, blocks),
+        }
+    })
 }
 
 /// Recursive-doubling all-gather (`n` a power of two).
 fn doubling(g: &Geometry) -> Vec<DataStep> {
-    let (n, r, count) = (g.nranks, g.rank, g.count);
-    if n == 1 || count == 0 {
-        return local_copy(count, false);
+    let (r, count) = (g.rank, g.count);
+    gather_in_rounds(g, |dist| {
+        let peer = r ^ dist;
+        let group = |rank: usize| {
+            let start = (rank & !(dist - 1)) * count;
+            g.chunks(dist * count)
+                .map(|(o, l)| (start + o, l))
+                .collect()
+        };
+        Round {
+            to: peer,
+            sends: group(r),
+            from: peer,
+            recvs: group(peer),
+        }
+    })
+}
+
+/// One round of an all-gather: the output chunks `(offset, len)` sent to
+/// `to` and those received from `from`.
+struct Round {
+    to: usize,
+    sends: Vec<(usize, usize)>,
+    from: usize,
+    recvs: Vec<(usize, usize)>,
+}
+
+/// An all-gather that copies this rank's own block, then runs `round(dist)`
+/// for each distance 1, 2, 4, ... below `n`, alternating the round's sends
+/// and receives, all within the output buffer.
+fn gather_in_rounds(g: &Geometry, round: impl Fn(usize) -> Round) -> Vec<DataStep> {
+    if g.nranks == 1 || g.count == 0 {
+        return local_copy(g.count, false);
     }
     let mut steps = vec![own_block(g)];
     let mut dist = 1;
-    while dist < n {
-        let peer = r ^ dist;
-        let mine = (r & !(dist - 1)) * count;
-        let theirs = (peer & !(dist - 1)) * count;
-        let sends: Vec<_> = g.chunks(dist * count).map(|(o, l)| (mine + o, l)).collect();
-        let recvs: Vec<_> = g
-            .chunks(dist * count)
-            .map(|(o, l)| (theirs + o, l))
-            .collect();
-        exchange(&mut steps, peer, &sends, peer, &recvs);
+    while dist < g.nranks {
+        let Round {
+            to,
+            sends,
+            from,
+            recvs,
+        } = round(dist);
+        for i in 0..sends.len().max(recvs.len()) {
+            if let Some(&(off, len)) = sends.get(i) {
+                steps.push(DataStep::send(to, Region::recv(off, len)));
+            }
+            if let Some(&(off, len)) = recvs.get(i) {
+                steps.push(DataStep::recv(from, Region::recv(off, len)));
+            }
+        }
         dist *= 2;
     }
     steps
@@ -145,41 +175,25 @@ fn cyclic_chunks(g: &Geometry, first: usize, blocks: usize) -> Vec<(usize, usize
         .collect()
 }
 
-/// Alternates sends of `sends` to `to` and receives of `recvs` from `from`,
-/// all within the output buffer.
-fn exchange(
-    steps: &mut Vec<DataStep>,
-    to: usize,
-    sends: &[(usize, usize)],
-    from: usize,
-    recvs: &[(usize, usize)],
-) {
-    for i in 0..sends.len().max(recvs.len()) {
-        if let Some(&(off, len)) = sends.get(i) {
-            steps.push(DataStep::send(to, Region::recv(off, len)));
-        }
-        if let Some(&(off, len)) = recvs.get(i) {
-            steps.push(DataStep::recv(from, Region::recv(off, len)));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     use crate::plan::geom;
+    use crate::plan::test_support::assert_finalized_times;
+
+    /// One whole-vector exchange of `count` elements with `peer`, finalized.
+    fn one_exchange(peer: usize, count: usize) -> Vec<DataStep> {
+        let (s, d) = (Region::send(0, count), Region::recv(0, count));
+        vec![
+            DataStep::send(peer, s),
+            DataStep::recv_reduce(peer, s, d).finalized(),
+        ]
+    }
 
     #[test]
     fn all_reduce_of_two_ranks_is_one_exchange() {
-        let (s, d) = (Region::send(0, 3), Region::recv(0, 3));
-        assert_eq!(
-            all_reduce(&geom(1, 2, 3)),
-            vec![
-                DataStep::send(0, s),
-                DataStep::recv_reduce(0, s, d).finalized()
-            ]
-        );
+        assert_eq!(all_reduce(&geom(1, 2, 3)), one_exchange(0, 3));
     }
 
     #[test]
@@ -199,68 +213,47 @@ mod tests {
                 DataStep::send(0, d),
             ]
         );
-        assert_eq!(
-            all_reduce(&geom(2, 3, 2)),
-            vec![
-                DataStep::send(1, s),
-                DataStep::recv_reduce(1, s, d).finalized()
-            ]
-        );
+        assert_eq!(all_reduce(&geom(2, 3, 2)), one_exchange(1, 2));
     }
 
     #[test]
     fn all_reduce_finalizes_each_element_once() {
-        for n in 1..=12 {
-            for count in [1, 3, 17] {
-                let mut seen = vec![0; count];
-                for r in 0..n {
-                    for s in all_reduce(&geom(r, n, count)) {
-                        if s.finalize {
-                            let d = s.dst.unwrap();
-                            seen[d.offset..d.end()].iter_mut().for_each(|c| *c += 1);
-                        }
-                    }
-                }
-                // Every rank of the rounds (the largest power of two
-                // <= n) finalizes its own copy of every element; the
-                // folded ranks receive theirs finalized.
-                let p = 1 << n.ilog2();
-                assert!(seen.iter().all(|&c| c == p), "n={n} count={count}");
-            }
-        }
+        // Every rank of the rounds (the largest power of two <= n)
+        // finalizes its own copy of every element; the folded ranks
+        // receive theirs finalized.
+        assert_finalized_times(all_reduce, 1..=12, &[1, 3, 17], |n| 1 << n.ilog2());
     }
+
+    /// An all-gather of one element a rank as the tests expect it: rank
+    /// `rank` copies its input into its block, then runs each exchange
+    /// `(to, sent, from, received)` of output regions `(offset, len)`.
+    fn gather(rank: usize, exchanges: &[Exchange]) -> Vec<DataStep> {
+        let mut steps = vec![DataStep::copy(Region::send(0, 1), Region::recv(rank, 1))];
+        for &(to, (so, sl), from, (ro, rl)) in exchanges {
+            steps.push(DataStep::send(to, Region::recv(so, sl)));
+            steps.push(DataStep::recv(from, Region::recv(ro, rl)));
+        }
+        steps
+    }
+
+    /// `(to, (offset, len) sent, from, (offset, len) received)`.
+    type Exchange = (usize, (usize, usize), usize, (usize, usize));
 
     #[test]
     fn doubling_swaps_growing_groups() {
-        let steps = all_gather(&geom(2, 4, 1));
-        assert_eq!(
-            steps,
-            vec![
-                DataStep::copy(Region::send(0, 1), Region::recv(2, 1)),
-                DataStep::send(3, Region::recv(2, 1)),
-                DataStep::recv(3, Region::recv(3, 1)),
-                DataStep::send(0, Region::recv(2, 2)),
-                DataStep::recv(0, Region::recv(0, 2)),
-            ]
-        );
+        let want = gather(2, &[(3, (2, 1), 3, (3, 1)), (0, (2, 2), 0, (0, 2))]);
+        assert_eq!(all_gather(&geom(2, 4, 1)), want);
     }
 
     #[test]
     fn bruck_wraps_and_sends_only_what_is_missing() {
         // 5 ranks, rank 3: rounds of 1, 2 and 1 blocks.
-        let steps = all_gather(&geom(3, 5, 1));
-        assert_eq!(
-            steps,
-            vec![
-                DataStep::copy(Region::send(0, 1), Region::recv(3, 1)),
-                DataStep::send(2, Region::recv(3, 1)),
-                DataStep::recv(4, Region::recv(4, 1)),
-                DataStep::send(1, Region::recv(3, 2)),
-                DataStep::recv(0, Region::recv(0, 2)),
-                DataStep::send(4, Region::recv(3, 1)),
-                DataStep::recv(2, Region::recv(2, 1)),
-            ]
-        );
+        let rounds = [
+            (2, (3, 1), 4, (4, 1)),
+            (1, (3, 2), 0, (0, 2)),
+            (4, (3, 1), 2, (2, 1)),
+        ];
+        assert_eq!(all_gather(&geom(3, 5, 1)), gather(3, &rounds));
         // Wrapping blocks are cut where they wrap, then per chunk.
         assert_eq!(cyclic_chunks(&geom(0, 5, 3), 4, 2), vec![(12, 3), (0, 3)]);
         assert_eq!(cyclic_chunks(&geom(0, 5, 3), 1, 2), vec![(3, 4), (7, 2)]);

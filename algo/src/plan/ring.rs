@@ -124,20 +124,15 @@ pub(super) fn all_reduce(g: &Geometry) -> Vec<DataStep> {
 /// every output, piece by piece.
 pub(super) fn all_gather(g: &Geometry) -> Vec<DataStep> {
     let (n, r, count) = (g.nranks, g.rank, g.count);
-    if n == 1 {
-        return local_copy(count, false);
-    }
     let (next, prev) = (g.next(), g.prev());
-    let mut steps = Vec::new();
-    for (off, len) in g.chunks(count) {
+    per_chunk(g, false, |steps, off, len| {
         let at = |b: usize| Region::recv(b * count + off, len);
         steps.push(DataStep::copy_send(Region::send(off, len), at(r), next));
         for j in 1..n - 1 {
-            relay(&mut steps, g, None, at((r + n - j) % n), false);
+            relay(steps, g, None, at((r + n - j) % n), false);
         }
         steps.push(DataStep::recv(prev, at((r + 1) % n)));
-    }
-    steps
+    })
 }
 
 /// Ring reduce-scatter: block `b` of every input is reduced along the ring
@@ -152,14 +147,10 @@ pub(super) fn all_gather(g: &Geometry) -> Vec<DataStep> {
 /// per chunk on the link `0 -> 1` (`n` instead of `n - 1`).
 pub(super) fn reduce_scatter(g: &Geometry) -> Vec<DataStep> {
     let (n, r, count) = (g.nranks, g.rank, g.count);
-    if n == 1 {
-        return local_copy(count, true);
-    }
     let (next, prev) = (g.next(), g.prev());
     // With two ranks there is no relay step, hence no cycle to break.
     let broken = g.breaker && n >= 3;
-    let mut steps = Vec::new();
-    for (off, len) in g.chunks(count) {
+    per_chunk(g, true, |steps, off, len| {
         let block = |b: usize| Region::send(b * count + off, len);
         let out = Region::recv(off, len);
         let first = (r + n - 1) % n;
@@ -177,7 +168,7 @@ pub(super) fn reduce_scatter(g: &Geometry) -> Vec<DataStep> {
                 // Rank n - 1's last relay completes the breaker's block.
                 steps.push(DataStep::recv_reduce_send(prev, block(b), next).finalized());
             } else {
-                relay(&mut steps, g, Some(block(b)), out, false);
+                relay(steps, g, Some(block(b)), out, false);
             }
         }
         if broken && r == BREAKER {
@@ -185,6 +176,23 @@ pub(super) fn reduce_scatter(g: &Geometry) -> Vec<DataStep> {
         } else {
             steps.push(DataStep::recv_reduce(prev, block(r), out).finalized());
         }
+    })
+}
+
+/// A ring collective of `chunk_steps(steps, offset, len)` for each
+/// slot-sized piece of the count; on a single rank, the local copy
+/// (finalised when the collective `reduces`).
+fn per_chunk(
+    g: &Geometry,
+    reduces: bool,
+    mut chunk_steps: impl FnMut(&mut Vec<DataStep>, usize, usize),
+) -> Vec<DataStep> {
+    if g.nranks == 1 {
+        return local_copy(g.count, reduces);
+    }
+    let mut steps = Vec::new();
+    for (off, len) in g.chunks(g.count) {
+        chunk_steps(&mut steps, off, len);
     }
     steps
 }
@@ -202,6 +210,7 @@ pub(super) fn local_copy(count: usize, finalize: bool) -> Vec<DataStep> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::test_support::assert_finalized_times;
 
     fn geom(rank: usize, nranks: usize, count: usize, chunk: usize) -> Geometry {
         Geometry {
@@ -229,22 +238,7 @@ mod tests {
 
     #[test]
     fn all_reduce_finalizes_every_element_once_per_rank_block() {
-        for n in 1..=9 {
-            for count in [1, 7, 40, 101] {
-                let mut finalized = vec![0usize; count];
-                for r in 0..n {
-                    for s in all_reduce(&geom(r, n, count, 4)) {
-                        if s.finalize {
-                            let d = s.dst.unwrap();
-                            for c in &mut finalized[d.offset..d.end()] {
-                                *c += 1;
-                            }
-                        }
-                    }
-                }
-                assert!(finalized.iter().all(|&c| c == 1), "n={n} count={count}");
-            }
-        }
+        assert_finalized_times(all_reduce, 1..=9, &[1, 7, 40, 101], |_| 1);
     }
 
     #[test]

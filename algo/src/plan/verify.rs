@@ -81,6 +81,7 @@ mod tests {
     use streamcomm_kernels::{DataType, ReduceOp};
 
     use super::*;
+    use crate::plan::test_support::data_collectives;
     use crate::plan::{Algorithm, Collective, PlanParams, build_with};
 
     fn plan(steps: Vec<DataStep>) -> Plan {
@@ -145,14 +146,7 @@ mod tests {
 
     #[test]
     fn every_built_plan_verifies() {
-        for c in [
-            Collective::AllReduce,
-            Collective::AllGather,
-            Collective::ReduceScatter,
-            Collective::Broadcast { root: 1 },
-            Collective::Reduce { root: 2 },
-            Collective::AllToAll,
-        ] {
+        for c in data_collectives(1, 2) {
             for &algo in Algorithm::candidates(c) {
                 for nranks in [1, 2, 3, 5, 8] {
                     for rank in 0..nranks {

@@ -12,6 +12,29 @@ const COLLECTIVES: [Collective; 6] = [
     Collective::AllToAll,
 ];
 
+/// The default parameters on `cores` cores.
+fn on_cores(cores: usize) -> CostParams {
+    CostParams {
+        cores,
+        ..CostParams::default()
+    }
+}
+
+/// [`on_cores`]'s parameters for ranks that wake up at no cost.
+fn awake_on(cores: usize) -> CostParams {
+    CostParams {
+        wake: 0.0,
+        ..on_cores(cores)
+    }
+}
+
+/// [`awake_on`]'s parameters with the tcp link's cost changed by `set`.
+fn tcp_set(cores: usize, set: impl FnOnce(&mut LinkCost)) -> CostParams {
+    let mut p = awake_on(cores);
+    set(&mut p.tcp);
+    p
+}
+
 fn t(c: Collective, a: Algorithm, bytes: usize, n: usize, per_host: usize) -> f64 {
     let shape = Shape::new(n, per_host, 512 << 10);
     predict(&CostParams::default(), c, a, bytes / 4, 4, &shape).unwrap()
@@ -61,13 +84,12 @@ fn bandwidth_bound_sizes_favour_the_ring_on_few_ranks() {
 fn a_wake_up_per_phase_once_steps_outlast_the_patience() {
     let ar = Collective::AllReduce;
     let p = |wake: f64| CostParams {
-        cores: 2,
         wake,
         spin: 5e-6,
         yields: 40e-6,
         // Every pass alike: the step times below.
         write_weight: 1.0,
-        ..CostParams::default()
+        ..on_cores(2)
     };
     let at = |p: &CostParams, n: usize, bytes: usize| {
         let shape = Shape::new(n, n, 1 << 20);
@@ -91,7 +113,6 @@ fn a_wake_up_per_phase_once_steps_outlast_the_patience() {
 #[test]
 fn crowded_ranks_pay_the_crowded_step_and_cached_buffers_the_cached_byte() {
     let p = CostParams {
-        cores: 2,
         shm: LinkCost {
             alpha: 1e-6,
             beta: 0.2e-9,
@@ -100,7 +121,7 @@ fn crowded_ranks_pay_the_crowded_step_and_cached_buffers_the_cached_byte() {
         cached_beta: 0.05e-9,
         cache_bytes: 64 << 20,
         gamma: 0.0,
-        ..CostParams::default()
+        ..on_cores(2)
     };
     let at = |p: &CostParams, c: Collective, n: usize, bytes: usize| {
         let shape = Shape::new(n, n, 512 << 10);
@@ -149,21 +170,10 @@ fn ranks_crossing_hosts_at_once_share_the_link() {
     // 16 ranks, 8 per host: the last recursive-doubling round (8 apart)
     // sends 8 blocks from every rank across, 8 ranks through each
     // host's link; the other rounds stay inside.
-    let p = CostParams {
-        cores: 64,
-        wake: 0.0,
-        ..CostParams::default()
-    };
     let shape = Shape::new(16, 8, 512 << 10);
     let block = 1 << 20;
     let at = |tcp_beta: f64| {
-        let p = CostParams {
-            tcp: LinkCost {
-                beta: tcp_beta,
-                ..p.tcp
-            },
-            ..p
-        };
+        let p = tcp_set(64, |tcp| tcp.beta = tcp_beta);
         let ag = Collective::AllGather;
         predict(&p, ag, Algorithm::RecursiveDoubling, block, 1, &shape).unwrap()
     };
@@ -179,10 +189,7 @@ fn ranks_crossing_hosts_at_once_share_the_link() {
 
 #[test]
 fn a_copy_inside_a_rank_costs_no_step() {
-    let p = CostParams {
-        cores: 64,
-        ..CostParams::default()
-    };
+    let p = on_cores(64);
     // A 2-rank ring all-gather of 8 bytes: one hop; copying the rank's
     // own block into its output adds bytes, not a step.
     let shape = Shape::new(2, 2, 512 << 10);
@@ -193,10 +200,7 @@ fn a_copy_inside_a_rank_costs_no_step() {
 #[test]
 fn ranks_outnumbering_cores_are_priced_by_their_work() {
     let t = |cores, algo, n, count| {
-        let p = CostParams {
-            cores,
-            ..CostParams::default()
-        };
+        let p = on_cores(cores);
         let shape = Shape::new(n, n, 1 << 20);
         predict(&p, Collective::AllReduce, algo, count, 4, &shape).unwrap()
     };
@@ -218,10 +222,7 @@ fn ranks_outnumbering_cores_are_priced_by_their_work() {
 
 #[test]
 fn ranks_on_one_machine_share_its_cores_even_over_tcp() {
-    let p = CostParams {
-        cores: 2,
-        ..CostParams::default()
-    };
+    let p = on_cores(2);
     let ar = Collective::AllReduce;
     // Four ranks forced onto tcp on one 2-core machine: tcp links, but
     // their steps serialise on the cores as over shared memory.
@@ -348,14 +349,12 @@ fn ranks_a_phase_leaves_out_free_their_cores_once_they_sleep() {
     // core for every rank. With short ones it yields its turns, and each
     // step waits for them.
     let p = |cores| CostParams {
-        cores,
         crowded_alpha: 1e-6,
         shm: LinkCost {
             alpha: 1e-6,
             beta: 0.2e-9,
         },
-        wake: 0.0,
-        ..CostParams::default()
+        ..awake_on(cores)
     };
     let shape = Shape::new(3, 3, 512 << 10);
     let ar = Collective::AllReduce;
@@ -374,10 +373,9 @@ fn writes_weigh_more_than_reads_by_the_write_weight() {
     // (2 + w), when it weighs `w` (16 ranks with a core each and 16 MiB:
     // the relays of the pipeline dominate; no reduction cost).
     let p = |w: f64| CostParams {
-        cores: 64,
         gamma: 0.0,
         write_weight: w,
-        ..CostParams::default()
+        ..on_cores(64)
     };
     let shape = Shape::new(16, 16, 512 << 10);
     let (bc, rd) = (
@@ -393,12 +391,7 @@ fn writes_weigh_more_than_reads_by_the_write_weight() {
 /// Two ranks with a core each and no wake-up cost: each call's critical
 /// path, in steps.
 fn two_ranks_on_two_cores() -> (CostParams, Shape) {
-    let p = CostParams {
-        cores: 2,
-        wake: 0.0,
-        ..CostParams::default()
-    };
-    (p, Shape::new(2, 2, 512 << 10))
+    (awake_on(2), Shape::new(2, 2, 512 << 10))
 }
 
 #[test]
@@ -428,11 +421,9 @@ fn tcp_steps_arrive_after_the_latency_and_cost_the_ranks_their_step() {
     // Two pretend hosts of 4 ranks on one 2-core machine.
     let crowded = Shape::new(8, 4, 512 << 10).with_sharing(8);
     let params = |cores: usize, tcp_latency: f64, tcp_crowded_alpha: f64| CostParams {
-        cores,
-        wake: 0.0,
         tcp_latency,
         tcp_crowded_alpha,
-        ..CostParams::default()
+        ..awake_on(cores)
     };
     let (ar, bc) = (Collective::AllReduce, Collective::Broadcast { root: 0 });
     let t = |c: Collective, a: Algorithm, p: &CostParams, shape: &Shape| {
@@ -472,14 +463,8 @@ fn calls_that_pipeline_pay_the_tcp_step_the_others_its_latency() {
     // Two ranks, a host each, a core each, 8 bytes.
     let shape = Shape::new(2, 1, 512 << 10);
     let p = CostParams {
-        cores: 64,
-        wake: 0.0,
-        tcp: LinkCost {
-            alpha: 15e-6,
-            ..CostParams::default().tcp
-        },
         tcp_latency: 45e-6,
-        ..CostParams::default()
+        ..tcp_set(64, |tcp| tcp.alpha = 15e-6)
     };
     let t = |c: Collective, a: Algorithm| predict(&p, c, a, 8, 1, &shape).unwrap();
     let near = |got: f64, want: f64| (got / want - 1.0).abs() < 0.01;
@@ -507,15 +492,7 @@ fn a_network_thread_carries_what_its_rank_sends_and_what_it_receives() {
     let per_byte = |c: Collective, algo: Algorithm, n: usize| {
         let shape = Shape::new(n, 1, 512 << 10);
         let at = |beta: f64| {
-            let p = CostParams {
-                cores: 64,
-                wake: 0.0,
-                tcp: LinkCost {
-                    beta,
-                    ..CostParams::default().tcp
-                },
-                ..CostParams::default()
-            };
+            let p = tcp_set(64, |tcp| tcp.beta = beta);
             predict(&p, c, algo, bytes, 1, &shape).unwrap()
         };
         (at(2e-6) - at(1e-6)) / 1e-6 / bytes as f64
@@ -547,15 +524,7 @@ fn ranks_cross_hosts_at_once_only_as_many_as_the_cores_run() {
     let block = 1 << 20;
     let across = |cores: usize| {
         let at = |tcp_beta: f64| {
-            let p = CostParams {
-                cores,
-                wake: 0.0,
-                tcp: LinkCost {
-                    beta: tcp_beta,
-                    ..CostParams::default().tcp
-                },
-                ..CostParams::default()
-            };
+            let p = tcp_set(cores, |tcp| tcp.beta = tcp_beta);
             let ag = Collective::AllGather;
             predict(&p, ag, Algorithm::RecursiveDoubling, block, 1, &shape).unwrap()
         };
@@ -580,14 +549,8 @@ fn tcp_steps(c: Collective, algo: Algorithm, n: usize, per_host: usize) -> f64 {
     let shape = Shape::new(n, per_host, 512 << 10);
     let at = |alpha: f64| {
         let p = CostParams {
-            cores: 64,
-            wake: 0.0,
-            tcp: LinkCost {
-                alpha,
-                ..CostParams::default().tcp
-            },
             tcp_latency: alpha,
-            ..CostParams::default()
+            ..tcp_set(64, |tcp| tcp.alpha = alpha)
         };
         predict(&p, c, algo, 2, 4, &shape).unwrap()
     };

@@ -67,6 +67,22 @@ fn algorithms() -> Vec<(BarrierAlgo, bool)> {
     algos
 }
 
+/// Every algorithm of [`algorithms`] with each host layout it runs on:
+/// every layout where it depends on them, the first alone elsewhere.
+fn algorithm_layouts() -> Vec<(BarrierAlgo, Layout)> {
+    algorithms()
+        .into_iter()
+        .flat_map(|(algo, uses_hosts)| {
+            let layouts = if uses_hosts {
+                &LAYOUTS[..]
+            } else {
+                &LAYOUTS[..1]
+            };
+            layouts.iter().map(move |&layout| (algo, layout))
+        })
+        .collect()
+}
+
 fn plans(algo: BarrierAlgo, hosts: &[usize]) -> Vec<BarrierPlan> {
     let n = hosts.len();
     (0..n)
@@ -92,24 +108,17 @@ fn schedules(n: usize) -> Vec<Schedule> {
 #[test]
 fn every_algorithm_every_size_every_layout() {
     let mut ahead = 0;
-    for (algo, uses_hosts) in algorithms() {
-        let layouts = if uses_hosts {
-            &LAYOUTS[..]
-        } else {
-            &LAYOUTS[..1]
-        };
-        for (layout, hosts_of) in layouts {
-            for n in 1..=MAX_RANKS {
-                let plans = plans(algo, &hosts_of(n));
-                for schedule in schedules(n) {
-                    let config = FlagSimConfig {
-                        epochs: EPOCHS,
-                        schedule,
-                    };
-                    let stats = simulate(&plans, &config)
-                        .unwrap_or_else(|e| panic!("{algo}, {layout}, n={n}, {schedule:?}: {e}"));
-                    ahead += stats.ahead;
-                }
+    for (algo, (layout, hosts_of)) in algorithm_layouts() {
+        for n in 1..=MAX_RANKS {
+            let plans = plans(algo, &hosts_of(n));
+            for schedule in schedules(n) {
+                let config = FlagSimConfig {
+                    epochs: EPOCHS,
+                    schedule,
+                };
+                let stats = simulate(&plans, &config)
+                    .unwrap_or_else(|e| panic!("{algo}, {layout}, n={n}, {schedule:?}: {e}"));
+                ahead += stats.ahead;
             }
         }
     }
@@ -125,23 +134,16 @@ fn every_algorithm_every_size_every_layout() {
 #[test]
 fn laggard_at_every_rank_is_exhaustive() {
     const LAGGARD_EPOCHS: u64 = 3;
-    for (algo, uses_hosts) in algorithms() {
-        let layouts = if uses_hosts {
-            &LAYOUTS[..]
-        } else {
-            &LAYOUTS[..1]
-        };
-        for (layout, hosts_of) in layouts {
-            for n in 2..=LAGGARD_MAX_RANKS {
-                let plans = plans(algo, &hosts_of(n));
-                for rank in 0..n {
-                    let config = FlagSimConfig {
-                        epochs: LAGGARD_EPOCHS,
-                        schedule: Schedule::Laggard { rank, seed: 3 },
-                    };
-                    if let Err(e) = simulate(&plans, &config) {
-                        panic!("{algo}, {layout}, n={n}, laggard {rank}: {e}");
-                    }
+    for (algo, (layout, hosts_of)) in algorithm_layouts() {
+        for n in 2..=LAGGARD_MAX_RANKS {
+            let plans = plans(algo, &hosts_of(n));
+            for rank in 0..n {
+                let config = FlagSimConfig {
+                    epochs: LAGGARD_EPOCHS,
+                    schedule: Schedule::Laggard { rank, seed: 3 },
+                };
+                if let Err(e) = simulate(&plans, &config) {
+                    panic!("{algo}, {layout}, n={n}, laggard {rank}: {e}");
                 }
             }
         }

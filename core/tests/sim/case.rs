@@ -1,6 +1,7 @@
 //! The simulated call both plan sweeps run: every rank's plan built for one
 //! collective (by the default or a named algorithm), simulated, and every
-//! rank's output checked element by element against the f64 reference.
+//! rank's output checked element by element against the f64 reference; and
+//! the matrices of calls both sweeps run it over.
 
 use std::fmt;
 
@@ -52,27 +53,74 @@ impl fmt::Debug for Case {
 }
 
 impl Case {
+    /// A round-robin call of `collective` by `algo` on `nranks` ranks, on
+    /// one 16-byte slot a connection: empty and out of place until the
+    /// caller sets its count and `in_place`.
+    pub(crate) fn new(
+        collective: Collective,
+        algo: Option<Algorithm>,
+        (dtype, op): (DataType, ReduceOp),
+        nranks: usize,
+    ) -> Case {
+        Case {
+            collective,
+            algo,
+            dtype,
+            op,
+            nranks,
+            count: 0,
+            nsteps: 1,
+            slot: 16,
+            in_place: false,
+            schedule: Schedule::RoundRobin,
+        }
+    }
+
+    /// A call under the random schedule of `schedule_seed`, on 16-byte
+    /// slots, one or two a connection as `seed` is even or odd, with the
+    /// dtype and operator at `spread` (modulo its length) of `DTYPE_OPS`:
+    /// empty and out of place until the caller sets its count and
+    /// `in_place`.
+    pub(crate) fn random(
+        collective: Collective,
+        algo: Option<Algorithm>,
+        nranks: usize,
+        seed: u64,
+        schedule_seed: u64,
+        spread: usize,
+    ) -> Case {
+        Case {
+            nsteps: 1 + seed as usize % 2,
+            schedule: Schedule::Random {
+                seed: schedule_seed,
+            },
+            ..Case::new(
+                collective,
+                algo,
+                DTYPE_OPS[spread % DTYPE_OPS.len()],
+                nranks,
+            )
+        }
+    }
+
+    /// Elements one slot holds.
+    pub(crate) fn chunk(&self) -> usize {
+        self.slot / self.dtype.size()
+    }
+
     /// Every rank's plan.
     pub(crate) fn plans(&self) -> Vec<Plan> {
-        (0..self.nranks)
-            .map(|rank| {
-                let params = PlanParams {
-                    rank,
-                    nranks: self.nranks,
-                    slot_bytes: self.slot,
-                    nsteps: self.nsteps,
-                };
-                build_with(
-                    self.collective,
-                    self.dtype,
-                    self.op,
-                    self.count,
-                    &params,
-                    self.algo,
-                )
-                .unwrap_or_else(|e| panic!("{self:?}: build failed: {e}"))
-            })
-            .collect()
+        rank_plans(self.nranks, self.slot, self.nsteps, |params| {
+            build_with(
+                self.collective,
+                self.dtype,
+                self.op,
+                self.count,
+                params,
+                self.algo,
+            )
+            .unwrap_or_else(|e| panic!("{self:?}: build failed: {e}"))
+        })
     }
 
     /// Simulates the case and checks every rank's output, and that no
@@ -121,6 +169,87 @@ impl Case {
     }
 }
 
+/// The plan `plan` builds for each rank of `nranks` with `nsteps` slots of
+/// `slot` bytes a connection.
+pub(crate) fn rank_plans(
+    nranks: usize,
+    slot: usize,
+    nsteps: usize,
+    plan: impl Fn(&PlanParams) -> Plan,
+) -> Vec<Plan> {
+    (0..nranks)
+        .map(|rank| {
+            plan(&PlanParams {
+                rank,
+                nranks,
+                slot_bytes: slot,
+                nsteps,
+            })
+        })
+        .collect()
+}
+
+/// Every collective that moves data, broadcasting from `broadcast_root`
+/// and reducing to `reduce_root`.
+pub(crate) fn data_collectives(broadcast_root: usize, reduce_root: usize) -> Vec<Collective> {
+    vec![
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::Broadcast {
+            root: broadcast_root,
+        },
+        Collective::Reduce { root: reduce_root },
+        Collective::AllToAll,
+    ]
+}
+
+/// The collectives of a [`sweep`]: `collective` alone at every size.
+pub(crate) fn only(collective: Collective) -> impl Fn(usize) -> Vec<Collective> {
+    move |_| vec![collective]
+}
+
+/// The collectives of a [`sweep`]: `at(root)` for each of `roots(nranks)`.
+pub(crate) fn rooted(
+    roots: fn(usize) -> Vec<usize>,
+    at: fn(usize) -> Collective,
+) -> impl Fn(usize) -> Vec<Collective> {
+    move |nranks| roots(nranks).into_iter().map(at).collect()
+}
+
+/// Every dtype and operator once for each `(collective, algorithm)` of
+/// `calls`: three chunks and five elements on 24-byte slots, on `5 + i %
+/// sizes` ranks and in place every other time for the `i`th dtype.
+pub(crate) fn every_dtype_and_op_once(calls: &[(Collective, Option<Algorithm>)], sizes: usize) {
+    for (i, dtype) in DataType::ALL.into_iter().enumerate() {
+        for op in ReduceOp::ALL {
+            for &(collective, algo) in calls {
+                Case {
+                    count: 3 * 24 / dtype.size() + 5,
+                    slot: 24,
+                    in_place: i % 2 == 0,
+                    ..Case::new(collective, algo, (dtype, op), 5 + i % sizes)
+                }
+                .run();
+            }
+        }
+    }
+}
+
+/// Declares one `#[test]` per entry `name: algo, collectives,
+/// in_place_ok;`, each a [`sweep`] with those arguments.
+macro_rules! sweep_tests {
+    ($($name:ident: $algo:expr, $collectives:expr, $in_place_ok:expr;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                $crate::case::sweep($algo, $collectives, $in_place_ok);
+            }
+        )*
+    };
+}
+pub(crate) use sweep_tests;
+
 /// Empty, one element, a prime, several chunks, and several chunks per rank
 /// for the default all-reduce (its ring loops) and for every named algorithm
 /// but all-gather (whose output is `nranks` times the count already).
@@ -163,16 +292,11 @@ pub(crate) fn sweep(
                     .enumerate()
                 {
                     Case {
-                        collective,
-                        algo,
-                        dtype,
-                        op,
-                        nranks,
                         count,
                         nsteps,
                         slot,
                         in_place: in_place_ok && (k + ci) % 2 == 1,
-                        schedule: Schedule::RoundRobin,
+                        ..Case::new(collective, algo, (dtype, op), nranks)
                     }
                     .run();
                 }

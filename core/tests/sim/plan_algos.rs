@@ -9,34 +9,8 @@
 //! operator once per reducing algorithm; random interleavings with one slot.
 
 use streamcomm::{Algorithm, Collective};
-use streamcomm::{DataType, ReduceOp};
-use streamcomm_algo::plan::Schedule;
 
-use super::case::{Case, counts, sweep};
-use crate::common::DTYPE_OPS;
-
-#[test]
-fn double_tree_all_reduce() {
-    sweep(Some(Algorithm::Tree), |_| vec![Collective::AllReduce], true);
-}
-
-#[test]
-fn halving_doubling_all_reduce() {
-    sweep(
-        Some(Algorithm::HalvingDoubling),
-        |_| vec![Collective::AllReduce],
-        true,
-    );
-}
-
-#[test]
-fn recursive_doubling_all_reduce() {
-    sweep(
-        Some(Algorithm::RecursiveDoubling),
-        |_| vec![Collective::AllReduce],
-        true,
-    );
-}
+use super::case::{Case, counts, every_dtype_and_op_once, only, rooted, sweep_tests};
 
 /// Roots 0, n/2 and n−1 (without repeats).
 fn roots(n: usize) -> Vec<usize> {
@@ -45,78 +19,32 @@ fn roots(n: usize) -> Vec<usize> {
     roots
 }
 
-#[test]
-fn binomial_broadcast() {
-    sweep(
-        Some(Algorithm::Binomial),
-        |n| {
-            roots(n)
-                .into_iter()
-                .map(|root| Collective::Broadcast { root })
-                .collect()
-        },
-        true,
-    );
-}
-
-#[test]
-fn binomial_reduce() {
-    sweep(
-        Some(Algorithm::Binomial),
-        |n| {
-            roots(n)
-                .into_iter()
-                .map(|root| Collective::Reduce { root })
-                .collect()
-        },
-        true,
-    );
-}
-
-#[test]
-fn recursive_doubling_all_gather() {
-    sweep(
-        Some(Algorithm::RecursiveDoubling),
-        |_| vec![Collective::AllGather],
-        true,
-    );
-}
-
-#[test]
-fn bruck_all_gather() {
-    sweep(
-        Some(Algorithm::Bruck),
-        |_| vec![Collective::AllGather],
-        true,
-    );
+sweep_tests! {
+    double_tree_all_reduce: Some(Algorithm::Tree), only(Collective::AllReduce), true;
+    halving_doubling_all_reduce:
+        Some(Algorithm::HalvingDoubling), only(Collective::AllReduce), true;
+    recursive_doubling_all_reduce:
+        Some(Algorithm::RecursiveDoubling), only(Collective::AllReduce), true;
+    binomial_broadcast:
+        Some(Algorithm::Binomial), rooted(roots, |root| Collective::Broadcast { root }), true;
+    binomial_reduce:
+        Some(Algorithm::Binomial), rooted(roots, |root| Collective::Reduce { root }), true;
+    recursive_doubling_all_gather:
+        Some(Algorithm::RecursiveDoubling), only(Collective::AllGather), true;
+    bruck_all_gather: Some(Algorithm::Bruck), only(Collective::AllGather), true;
 }
 
 #[test]
 fn every_dtype_and_op() {
-    for (i, dtype) in DataType::ALL.into_iter().enumerate() {
-        for op in ReduceOp::ALL {
-            for (collective, algo) in [
-                (Collective::AllReduce, Algorithm::Tree),
-                (Collective::AllReduce, Algorithm::HalvingDoubling),
-                (Collective::AllReduce, Algorithm::RecursiveDoubling),
-                (Collective::Reduce { root: 1 }, Algorithm::Binomial),
-            ] {
-                Case {
-                    collective,
-                    algo: Some(algo),
-                    dtype,
-                    op,
-                    nranks: 5 + i % 4,
-                    count: 3 * 24 / dtype.size() + 5,
-                    nsteps: 1,
-                    slot: 24,
-                    in_place: i % 2 == 0,
-                    schedule: Schedule::RoundRobin,
-                }
-                .run();
-            }
-        }
-    }
+    every_dtype_and_op_once(
+        &[
+            (Collective::AllReduce, Some(Algorithm::Tree)),
+            (Collective::AllReduce, Some(Algorithm::HalvingDoubling)),
+            (Collective::AllReduce, Some(Algorithm::RecursiveDoubling)),
+            (Collective::Reduce { root: 1 }, Some(Algorithm::Binomial)),
+        ],
+        4,
+    );
 }
 
 /// Random interleavings with one slot per connection.
@@ -136,23 +64,17 @@ fn random_schedules() {
     for nranks in [2, 3, 4, 5, 6, 7, 8, 11, 16, 24, 33, 64] {
         for (i, (collective, algo)) in cases(nranks).into_iter().enumerate() {
             for seed in 0..4u64 {
-                let (dtype, op) = DTYPE_OPS[(nranks + i + seed as usize) % DTYPE_OPS.len()];
-                let chunk = 16 / dtype.size();
+                let spread = nranks + i + seed as usize;
+                let schedule_seed = seed * 7919 + nranks as u64;
+                let case =
+                    Case::random(collective, Some(algo), nranks, seed, schedule_seed, spread);
+                let counts = counts(collective, Some(algo), case.dtype, 16, nranks);
                 Case {
-                    collective,
-                    algo: Some(algo),
-                    dtype,
-                    op,
-                    nranks,
-                    count: *counts(collective, Some(algo), dtype, 16, nranks)
+                    count: *counts
                         .get(1 + seed as usize)
-                        .unwrap_or(&(2 * chunk + 1)),
-                    nsteps: 1 + seed as usize % 2,
-                    slot: 16,
+                        .unwrap_or(&(2 * case.chunk() + 1)),
                     in_place: seed % 2 == 1,
-                    schedule: Schedule::Random {
-                        seed: seed * 7919 + nranks as u64,
-                    },
+                    ..case
                 }
                 .run();
             }

@@ -10,12 +10,12 @@
 
 use streamcomm::Collective;
 use streamcomm::{DataType, ReduceOp};
-use streamcomm_algo::plan::{
-    MessageSimConfig, Plan, PlanParams, Schedule, build, simulate, simulate_with,
-};
+use streamcomm_algo::plan::{MessageSimConfig, Plan, Schedule, build, simulate, simulate_with};
 
-use super::case::{Case, MAX_RANKS, NSTEPS, sweep};
-use crate::common::DTYPE_OPS;
+use super::case::{
+    Case, MAX_RANKS, NSTEPS, data_collectives, every_dtype_and_op_once, only, rank_plans, rooted,
+    sweep_tests,
+};
 
 /// Both ends of the ranks as roots (once when they coincide).
 fn roots(nranks: usize) -> Vec<usize> {
@@ -26,109 +26,41 @@ fn roots(nranks: usize) -> Vec<usize> {
     }
 }
 
-#[test]
-fn all_reduce() {
-    sweep(None, |_| vec![Collective::AllReduce], true);
-}
-
-#[test]
-fn all_gather() {
-    sweep(None, |_| vec![Collective::AllGather], true);
-}
-
-#[test]
-fn reduce_scatter() {
-    sweep(None, |_| vec![Collective::ReduceScatter], true);
-}
-
-#[test]
-fn broadcast() {
-    sweep(
-        None,
-        |n| {
-            roots(n)
-                .into_iter()
-                .map(|root| Collective::Broadcast { root })
-                .collect()
-        },
-        true,
-    );
-}
-
-#[test]
-fn reduce() {
-    sweep(
-        None,
-        |n| {
-            roots(n)
-                .into_iter()
-                .map(|root| Collective::Reduce { root })
-                .collect()
-        },
-        true,
-    );
-}
-
-#[test]
-fn all_to_all() {
-    sweep(None, |_| vec![Collective::AllToAll], false);
+sweep_tests! {
+    all_reduce: None, only(Collective::AllReduce), true;
+    all_gather: None, only(Collective::AllGather), true;
+    reduce_scatter: None, only(Collective::ReduceScatter), true;
+    broadcast: None, rooted(roots, |root| Collective::Broadcast { root }), true;
+    reduce: None, rooted(roots, |root| Collective::Reduce { root }), true;
+    all_to_all: None, only(Collective::AllToAll), false;
 }
 
 #[test]
 fn every_dtype_and_op_on_one_ring() {
-    for (i, dtype) in DataType::ALL.into_iter().enumerate() {
-        for op in ReduceOp::ALL {
-            for collective in [Collective::AllReduce, Collective::ReduceScatter] {
-                Case {
-                    collective,
-                    algo: None,
-                    dtype,
-                    op,
-                    nranks: 5 + i % 3,
-                    count: 3 * 24 / dtype.size() + 5,
-                    nsteps: 1,
-                    slot: 24,
-                    in_place: i % 2 == 0,
-                    schedule: Schedule::RoundRobin,
-                }
-                .run();
-            }
-        }
-    }
+    every_dtype_and_op_once(
+        &[
+            (Collective::AllReduce, None),
+            (Collective::ReduceScatter, None),
+        ],
+        3,
+    );
 }
 
 /// Random interleavings, one slot per connection: the schedule most likely
 /// to expose a deadlock or a race between chunks.
 #[test]
 fn random_schedules() {
-    let collectives = |n: usize| {
-        vec![
-            Collective::AllReduce,
-            Collective::AllGather,
-            Collective::ReduceScatter,
-            Collective::Broadcast { root: n / 2 },
-            Collective::Reduce { root: n - 1 },
-            Collective::AllToAll,
-        ]
-    };
     for nranks in [2, 3, 4, 5, 7, 8, 13, 16, 33, 64] {
-        for (i, collective) in collectives(nranks).into_iter().enumerate() {
+        let collectives = data_collectives(nranks / 2, nranks - 1);
+        for (i, collective) in collectives.into_iter().enumerate() {
             for seed in 0..3u64 {
-                let (dtype, op) = DTYPE_OPS[(nranks + i + seed as usize) % DTYPE_OPS.len()];
-                let chunk = 16 / dtype.size();
+                let spread = nranks + i + seed as usize;
+                let schedule_seed = seed * 7919 + nranks as u64;
+                let case = Case::random(collective, None, nranks, seed, schedule_seed, spread);
                 Case {
-                    collective,
-                    algo: None,
-                    dtype,
-                    op,
-                    nranks,
-                    count: 2 * chunk + 3,
-                    nsteps: 1 + seed as usize % 2,
-                    slot: 16,
+                    count: 2 * case.chunk() + 3,
                     in_place: collective != Collective::AllToAll && seed == 1,
-                    schedule: Schedule::Random {
-                        seed: seed * 7919 + nranks as u64,
-                    },
+                    ..case
                 }
                 .run();
             }
@@ -144,17 +76,9 @@ fn random_schedules() {
 fn barrier_completes_for_every_size() {
     const BARRIERS: usize = 3;
     for nranks in 1..=MAX_RANKS {
-        let plans: Vec<Plan> = (0..nranks)
-            .map(|rank| {
-                let p = PlanParams {
-                    rank,
-                    nranks,
-                    slot_bytes: 16,
-                    nsteps: 1,
-                };
-                build(Collective::Barrier, DataType::U8, ReduceOp::Sum, 0, &p).unwrap()
-            })
-            .collect();
+        let plans = rank_plans(nranks, 16, 1, |p| {
+            build(Collective::Barrier, DataType::U8, ReduceOp::Sum, 0, p).unwrap()
+        });
         let rounds = plans[0].steps.len() / 2;
         // ceil(log2 n) rounds.
         assert!(1 << rounds >= nranks && (rounds == 0 || 1 << (rounds - 1) < nranks));
@@ -208,18 +132,10 @@ fn mismatched(
     odd: usize,
     odd_count: usize,
 ) -> Vec<Plan> {
-    (0..nranks)
-        .map(|rank| {
-            let p = PlanParams {
-                rank,
-                nranks,
-                slot_bytes: 16,
-                nsteps: 1,
-            };
-            let c = if rank == odd { odd_count } else { count };
-            build(collective, DataType::F32, ReduceOp::Sum, c, &p).unwrap()
-        })
-        .collect()
+    rank_plans(nranks, 16, 1, |p| {
+        let c = if p.rank == odd { odd_count } else { count };
+        build(collective, DataType::F32, ReduceOp::Sum, c, p).unwrap()
+    })
 }
 
 fn inputs_for(plans: &[Plan]) -> Vec<Vec<u8>> {
@@ -233,14 +149,7 @@ fn inputs_for(plans: &[Plan]) -> Vec<Vec<u8>> {
 fn mismatched_counts_are_errors_not_panics() {
     // Collectives where one rank called a different count: an error
     // (mismatch, deadlock or undelivered slots), whatever the algorithm.
-    for collective in [
-        Collective::AllReduce,
-        Collective::AllGather,
-        Collective::ReduceScatter,
-        Collective::Broadcast { root: 0 },
-        Collective::Reduce { root: 2 },
-        Collective::AllToAll,
-    ] {
+    for collective in data_collectives(0, 2) {
         for (count, odd_count) in [(13, 14), (13, 0), (1, 9), (40, 13)] {
             for nsteps in [1, 8] {
                 let plans = mismatched(collective, 4, count, 1, odd_count);
@@ -258,32 +167,16 @@ fn mismatched_counts_are_errors_not_panics() {
 #[test]
 #[ignore]
 fn random_schedules_stress() {
-    let collectives = |n: usize| {
-        vec![
-            Collective::AllReduce,
-            Collective::AllGather,
-            Collective::ReduceScatter,
-            Collective::Broadcast { root: n - 1 },
-            Collective::Reduce { root: 0 },
-            Collective::AllToAll,
-        ]
-    };
     for nranks in 2..=24 {
-        for collective in collectives(nranks) {
+        for collective in data_collectives(nranks - 1, 0) {
             for seed in 0..40u64 {
-                let (dtype, op) = DTYPE_OPS[(seed as usize + nranks) % DTYPE_OPS.len()];
-                let chunk = 16 / dtype.size();
+                let case =
+                    Case::random(collective, None, nranks, seed, seed, seed as usize + nranks);
+                let chunk = case.chunk();
                 Case {
-                    collective,
-                    algo: None,
-                    dtype,
-                    op,
-                    nranks,
                     count: [1, 13, 3 * chunk + 5, 2 * nranks * chunk + 3][seed as usize % 4],
-                    nsteps: 1 + seed as usize % 2,
-                    slot: 16,
                     in_place: collective != Collective::AllToAll && seed % 3 == 0,
-                    schedule: Schedule::Random { seed },
+                    ..case
                 }
                 .run();
             }

@@ -57,37 +57,16 @@ pub(crate) fn steps_own_releases(rank: usize, n: usize) -> Vec<FlagStep> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::barrier::algo::brief;
 
     #[test]
     fn root_counts_others_add() {
+        assert_eq!(brief(&steps(0, 5)), "wait count 4, release 0");
+        assert_eq!(brief(&steps(3, 5)), "add 0, wait release 0");
         assert_eq!(
-            steps(0, 5),
-            vec![
-                FlagStep::WaitCounter { count_per_epoch: 4 },
-                FlagStep::Release { peer: 0 }
-            ]
+            brief(&steps_own_releases(0, 3)),
+            "wait count 2, release 1, release 2"
         );
-        assert_eq!(
-            steps(3, 5),
-            vec![
-                FlagStep::FetchAdd { root: 0 },
-                FlagStep::WaitRelease { at: 0 }
-            ]
-        );
-        assert_eq!(
-            steps_own_releases(0, 3),
-            vec![
-                FlagStep::WaitCounter { count_per_epoch: 2 },
-                FlagStep::Release { peer: 1 },
-                FlagStep::Release { peer: 2 }
-            ]
-        );
-        assert_eq!(
-            steps_own_releases(2, 3),
-            vec![
-                FlagStep::FetchAdd { root: 0 },
-                FlagStep::WaitRelease { at: 2 }
-            ]
-        );
+        assert_eq!(brief(&steps_own_releases(2, 3)), "add 0, wait release 2");
     }
 }

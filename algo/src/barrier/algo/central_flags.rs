@@ -38,25 +38,15 @@ pub(super) fn steps(rank: usize, n: usize) -> Vec<FlagStep> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::barrier::algo::brief;
 
     #[test]
     fn root_waits_all_then_releases_each() {
         assert_eq!(
-            steps(0, 3),
-            vec![
-                FlagStep::WaitFlag { from: 1, round: 0 },
-                FlagStep::WaitFlag { from: 2, round: 0 },
-                FlagStep::Release { peer: 1 },
-                FlagStep::Release { peer: 2 },
-            ]
+            brief(&steps(0, 3)),
+            "wait 1@0, wait 2@0, release 1, release 2"
         );
-        assert_eq!(
-            steps(2, 3),
-            vec![
-                FlagStep::Notify { peer: 0, round: 0 },
-                FlagStep::WaitRelease { at: 2 }
-            ]
-        );
+        assert_eq!(brief(&steps(2, 3)), "notify 0@0, wait release 2");
     }
 
     #[test]

@@ -36,31 +36,15 @@ pub(super) fn steps(rank: usize, n: usize) -> Vec<FlagStep> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::barrier::algo::brief;
 
     #[test]
     fn ends_and_middle() {
+        assert_eq!(brief(&steps(0, 3)), "notify 1@0, wait release 0");
         assert_eq!(
-            steps(0, 3),
-            vec![
-                FlagStep::Notify { peer: 1, round: 0 },
-                FlagStep::WaitRelease { at: 0 }
-            ]
+            brief(&steps(1, 3)),
+            "wait 0@0, notify 2@0, wait release 1, release 0"
         );
-        assert_eq!(
-            steps(1, 3),
-            vec![
-                FlagStep::WaitFlag { from: 0, round: 0 },
-                FlagStep::Notify { peer: 2, round: 0 },
-                FlagStep::WaitRelease { at: 1 },
-                FlagStep::Release { peer: 0 },
-            ]
-        );
-        assert_eq!(
-            steps(2, 3),
-            vec![
-                FlagStep::WaitFlag { from: 1, round: 0 },
-                FlagStep::Release { peer: 1 }
-            ]
-        );
+        assert_eq!(brief(&steps(2, 3)), "wait 1@0, release 1");
     }
 }

@@ -63,6 +63,7 @@ pub fn steps(group: &[usize], rank: usize, k: usize, first_round: u32) -> Vec<Fl
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::barrier::algo::brief;
 
     fn all(n: usize) -> Vec<usize> {
         (0..n).collect()
@@ -89,15 +90,8 @@ mod tests {
     #[test]
     fn signals_then_waits_per_round() {
         assert_eq!(
-            steps(&all(5), 1, 1, 0),
-            vec![
-                FlagStep::Notify { peer: 2, round: 0 },
-                FlagStep::WaitFlag { from: 0, round: 0 },
-                FlagStep::Notify { peer: 3, round: 1 },
-                FlagStep::WaitFlag { from: 4, round: 1 },
-                FlagStep::Notify { peer: 0, round: 2 },
-                FlagStep::WaitFlag { from: 2, round: 2 },
-            ]
+            brief(&steps(&all(5), 1, 1, 0)),
+            "notify 2@0, wait 0@0, notify 3@1, wait 4@1, notify 0@2, wait 2@2"
         );
     }
 
@@ -105,13 +99,8 @@ mod tests {
     fn kway_drops_offsets_beyond_n() {
         // n = 3, k = 3: offsets 1, 2 (3 would be itself) -> one round.
         assert_eq!(
-            steps(&all(3), 0, 3, 0),
-            vec![
-                FlagStep::Notify { peer: 1, round: 0 },
-                FlagStep::Notify { peer: 2, round: 0 },
-                FlagStep::WaitFlag { from: 2, round: 0 },
-                FlagStep::WaitFlag { from: 1, round: 0 },
-            ]
+            brief(&steps(&all(3), 0, 3, 0)),
+            "notify 1@0, notify 2@0, wait 2@0, wait 1@0"
         );
         // n = 2, k = 3: offset 1 only.
         assert_eq!(steps(&all(2), 1, 3, 0).len(), 2);
@@ -125,13 +114,8 @@ mod tests {
     fn runs_over_a_group_from_a_round() {
         let group = [0, 3, 5];
         assert_eq!(
-            steps(&group, 5, 1, 1),
-            vec![
-                FlagStep::Notify { peer: 0, round: 1 },
-                FlagStep::WaitFlag { from: 3, round: 1 },
-                FlagStep::Notify { peer: 3, round: 2 },
-                FlagStep::WaitFlag { from: 0, round: 2 },
-            ]
+            brief(&steps(&group, 5, 1, 1)),
+            "notify 0@1, wait 3@1, notify 3@2, wait 0@2"
         );
     }
 }

@@ -62,50 +62,34 @@ pub(super) fn steps(rank: usize, hosts: &Hosts, inter: Inter) -> Vec<FlagStep> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::barrier::algo::brief;
+
+    /// `rank`'s steps, in brief, on hosts of 3, 2 and 1 ranks.
+    fn on_three_hosts(rank: usize, inter: Inter) -> String {
+        brief(&steps(rank, &Hosts::new(&[0, 0, 0, 1, 1, 2]), inter))
+    }
 
     #[test]
     fn members_signal_their_leader() {
-        let hosts = Hosts::new(&[0, 0, 0, 1, 1, 2]);
         assert_eq!(
-            steps(4, &hosts, Inter::Dissemination),
-            vec![
-                FlagStep::Notify { peer: 3, round: 0 },
-                FlagStep::WaitRelease { at: 4 }
-            ]
+            on_three_hosts(4, Inter::Dissemination),
+            "notify 3@0, wait release 4"
         );
     }
 
     #[test]
     fn leaders_gather_disseminate_release() {
-        let hosts = Hosts::new(&[0, 0, 0, 1, 1, 2]);
         assert_eq!(
-            steps(3, &hosts, Inter::Dissemination),
-            vec![
-                FlagStep::WaitFlag { from: 4, round: 0 },
-                FlagStep::Notify { peer: 5, round: 1 },
-                FlagStep::WaitFlag { from: 0, round: 1 },
-                FlagStep::Notify { peer: 0, round: 2 },
-                FlagStep::WaitFlag { from: 5, round: 2 },
-                FlagStep::Release { peer: 4 },
-            ]
+            on_three_hosts(3, Inter::Dissemination),
+            "wait 4@0, notify 5@1, wait 0@1, notify 0@2, wait 5@2, release 4"
         );
     }
 
     #[test]
     fn leaders_tree() {
-        let hosts = Hosts::new(&[0, 0, 0, 1, 1, 2]);
         assert_eq!(
-            steps(0, &hosts, Inter::Tree { fanout: 2 }),
-            vec![
-                FlagStep::WaitFlag { from: 1, round: 0 },
-                FlagStep::WaitFlag { from: 2, round: 0 },
-                FlagStep::WaitFlag { from: 3, round: 1 },
-                FlagStep::WaitFlag { from: 5, round: 1 },
-                FlagStep::Release { peer: 3 },
-                FlagStep::Release { peer: 5 },
-                FlagStep::Release { peer: 1 },
-                FlagStep::Release { peer: 2 },
-            ]
+            on_three_hosts(0, Inter::Tree { fanout: 2 }),
+            "wait 1@0, wait 2@0, wait 3@1, wait 5@1, release 3, release 5, release 1, release 2"
         );
     }
 }

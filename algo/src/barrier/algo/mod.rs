@@ -40,6 +40,23 @@ pub fn flag_algos() -> impl Iterator<Item = BarrierAlgo> {
         .filter(|a| *a != BarrierAlgo::Multicast)
 }
 
+/// Test shorthand of a plan's steps, to compare with the listing a test
+/// expects: `notify 2@1` (peer and round), `wait 0@1` (the flag's writer
+/// and round), `release 3`, `wait release 3` (whose release word), `add 0`
+/// (the counter's root), `wait count 4` (arrivals per epoch).
+#[cfg(test)]
+fn brief(steps: &[FlagStep]) -> String {
+    let word = |s: &FlagStep| match *s {
+        FlagStep::Notify { peer, round } => format!("notify {peer}@{round}"),
+        FlagStep::WaitFlag { from, round } => format!("wait {from}@{round}"),
+        FlagStep::Release { peer } => format!("release {peer}"),
+        FlagStep::WaitRelease { at } => format!("wait release {at}"),
+        FlagStep::FetchAdd { root } => format!("add {root}"),
+        FlagStep::WaitCounter { count_per_epoch } => format!("wait count {count_per_epoch}"),
+    };
+    steps.iter().map(word).collect::<Vec<_>>().join(", ")
+}
+
 /// The steps of `algo` for `rank` (validated arguments, at least 2 ranks).
 pub(super) fn steps(algo: BarrierAlgo, rank: usize, hosts: &Hosts) -> Vec<FlagStep> {
     let n = hosts.nranks();

@@ -75,6 +75,7 @@ pub(super) fn steps(rank: usize, hosts: &Hosts, k: usize) -> Vec<FlagStep> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::barrier::algo::brief;
 
     #[test]
     fn heap_parents_and_children() {
@@ -89,15 +90,8 @@ mod tests {
     fn one_host_is_the_plain_heap() {
         let hosts = Hosts::new(&[0; 7]);
         assert_eq!(
-            steps(1, &hosts, 2),
-            vec![
-                FlagStep::WaitFlag { from: 3, round: 0 },
-                FlagStep::WaitFlag { from: 4, round: 0 },
-                FlagStep::Notify { peer: 0, round: 0 },
-                FlagStep::WaitRelease { at: 1 },
-                FlagStep::Release { peer: 3 },
-                FlagStep::Release { peer: 4 },
-            ]
+            brief(&steps(1, &hosts, 2)),
+            "wait 3@0, wait 4@0, notify 0@0, wait release 1, release 3, release 4"
         );
         assert_eq!(steps(0, &hosts, 2).len(), 4);
     }
@@ -117,15 +111,8 @@ mod tests {
         }
         // Leader 3 of host 1: child of 0 in the leader tree, parent of 4 and 9.
         assert_eq!(
-            steps(3, &hosts, 2),
-            vec![
-                FlagStep::WaitFlag { from: 4, round: 0 },
-                FlagStep::WaitFlag { from: 9, round: 0 },
-                FlagStep::Notify { peer: 0, round: 0 },
-                FlagStep::WaitRelease { at: 3 },
-                FlagStep::Release { peer: 4 },
-                FlagStep::Release { peer: 9 },
-            ]
+            brief(&steps(3, &hosts, 2)),
+            "wait 4@0, wait 9@0, notify 0@0, wait release 3, release 4, release 9"
         );
     }
 }

@@ -49,7 +49,7 @@ use std::fmt;
 
 pub use memory::Regression;
 pub use schedule::Schedule;
-use schedule::{SplitMix, list};
+use schedule::{Acting, SplitMix, list, round_robin};
 use state::Sim;
 
 use crate::Error;
@@ -194,18 +194,7 @@ pub fn simulate(plans: &[BarrierPlan], config: &FlagSimConfig) -> Result<SimStat
     let mut sim = Sim::new(plans, config.epochs);
     let n = plans.len();
     match config.schedule.random() {
-        None => loop {
-            let mut progressed = false;
-            for r in 0..n {
-                if sim.can_act(r) {
-                    sim.act(r)?;
-                    progressed = true;
-                }
-            }
-            if !progressed {
-                break;
-            }
-        },
+        None => round_robin(&mut sim, n)?,
         Some((seed, laggard)) => run_random(&mut sim, seed, laggard)?,
     }
     sim.finish()

@@ -29,6 +29,36 @@ pub enum Schedule {
     },
 }
 
+/// A simulation whose ranks a [`Schedule`] lets act, one at a time.
+pub(crate) trait Acting {
+    /// What a failed action reports.
+    type Error;
+
+    /// Whether rank `r` can take its next action now.
+    fn can_act(&self, r: usize) -> bool;
+
+    /// Takes rank `r`'s next action (which it [can](Acting::can_act)).
+    fn act(&mut self, r: usize) -> Result<(), Self::Error>;
+}
+
+/// [`Schedule::RoundRobin`]: passes over the `n` ranks of `sim` in rank
+/// order, each rank that can act taking one action a pass, until a pass
+/// moves none.
+pub(crate) fn round_robin<S: Acting>(sim: &mut S, n: usize) -> Result<(), S::Error> {
+    loop {
+        let mut progressed = false;
+        for r in 0..n {
+            if sim.can_act(r) {
+                sim.act(r)?;
+                progressed = true;
+            }
+        }
+        if !progressed {
+            return Ok(());
+        }
+    }
+}
+
 impl Schedule {
     /// The seed and the held-back rank of a random schedule; `None` for
     /// round-robin.

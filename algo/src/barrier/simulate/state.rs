@@ -6,6 +6,7 @@
 //! word it waits for, and re-checked only when that word is written.
 
 use super::memory::SimMemory;
+use super::schedule::Acting;
 use super::{FlagSimError, SimStats, StuckFlagRank};
 use crate::barrier::{BarrierPlan, Epoch, apply, wait_for};
 
@@ -84,11 +85,6 @@ impl<'p> Sim<'p> {
         &self.ready
     }
 
-    /// Rank `r` can take its next action.
-    pub(super) fn can_act(&self, r: usize) -> bool {
-        matches!(self.status(r), Status::Ready)
-    }
-
     /// `r`'s position in [`Sim::ready`] when its next action is to enter a
     /// barrier.
     pub(super) fn entering_slot(&self, r: usize) -> Option<usize> {
@@ -136,55 +132,6 @@ impl<'p> Sim<'p> {
             }
             self.slot[r] = NOT_READY;
         }
-    }
-
-    /// Takes rank `r`'s next action (which it [can](Sim::can_act)), leaves
-    /// the barrier if that was its last step, and wakes the ranks waiting
-    /// on the word it wrote.
-    pub(super) fn act(&mut self, r: usize) -> Result<(), FlagSimError> {
-        self.stats.actions += 1;
-        let s = self.ranks[r];
-        if s.inside {
-            let step = self.plans[r].steps[s.pc];
-            let (epoch, index) = (s.epoch, s.pc);
-            let blocked = apply(r, &step, Epoch::uniform(epoch), &self.mem).map_err(|source| {
-                FlagSimError::Step {
-                    rank: r,
-                    epoch,
-                    index,
-                    step: Box::new(step),
-                    source,
-                }
-            })?;
-            if let Some(regression) = self.mem.take_regression() {
-                return Err(FlagSimError::Regression {
-                    writer: r,
-                    epoch,
-                    index,
-                    regression,
-                });
-            }
-            if blocked.is_none() {
-                if epoch >= 2 && self.left(epoch - 1) < self.ranks.len() {
-                    self.stats.ahead += 1;
-                }
-                self.ranks[r].pc += 1;
-            }
-        } else {
-            self.ranks[r] = RankState {
-                epoch: s.epoch + 1,
-                inside: true,
-                pc: 0,
-            };
-        }
-        self.maybe_leave(r)?;
-        self.refresh(r);
-        if let Some(word) = self.mem.take_written() {
-            for q in std::mem::take(&mut self.waiters[word]) {
-                self.refresh(q);
-            }
-        }
-        Ok(())
     }
 
     /// Ranks that have left barrier `epoch`.
@@ -240,5 +187,63 @@ impl<'p> Sim<'p> {
             return Err(FlagSimError::Deadlock { stuck });
         }
         Ok(self.stats)
+    }
+}
+
+impl Acting for Sim<'_> {
+    type Error = FlagSimError;
+
+    /// Rank `r` can take its next action.
+    fn can_act(&self, r: usize) -> bool {
+        matches!(self.status(r), Status::Ready)
+    }
+
+    /// Takes rank `r`'s next action (which it [can](Acting::can_act)), leaves
+    /// the barrier if that was its last step, and wakes the ranks waiting
+    /// on the word it wrote.
+    fn act(&mut self, r: usize) -> Result<(), FlagSimError> {
+        self.stats.actions += 1;
+        let s = self.ranks[r];
+        if s.inside {
+            let step = self.plans[r].steps[s.pc];
+            let (epoch, index) = (s.epoch, s.pc);
+            let blocked = apply(r, &step, Epoch::uniform(epoch), &self.mem).map_err(|source| {
+                FlagSimError::Step {
+                    rank: r,
+                    epoch,
+                    index,
+                    step: Box::new(step),
+                    source,
+                }
+            })?;
+            if let Some(regression) = self.mem.take_regression() {
+                return Err(FlagSimError::Regression {
+                    writer: r,
+                    epoch,
+                    index,
+                    regression,
+                });
+            }
+            if blocked.is_none() {
+                if epoch >= 2 && self.left(epoch - 1) < self.ranks.len() {
+                    self.stats.ahead += 1;
+                }
+                self.ranks[r].pc += 1;
+            }
+        } else {
+            self.ranks[r] = RankState {
+                epoch: s.epoch + 1,
+                inside: true,
+                pc: 0,
+            };
+        }
+        self.maybe_leave(r)?;
+        self.refresh(r);
+        if let Some(word) = self.mem.take_written() {
+            for q in std::mem::take(&mut self.waiters[word]) {
+                self.refresh(q);
+            }
+        }
+        Ok(())
     }
 }

@@ -17,7 +17,7 @@ pub(super) use crate::barrier::simulate::Schedule;
 
 use super::list;
 use crate::Error;
-use crate::barrier::simulate::schedule::SplitMix;
+use crate::barrier::simulate::schedule::{Acting, SplitMix, round_robin};
 use crate::plan::apply::{Buffers, apply_step};
 use crate::plan::layout::InPlaceLayout;
 use crate::plan::step::{DataStep, Plan};
@@ -214,24 +214,13 @@ pub fn simulate_with(
         nsteps,
     };
     match config.schedule.random() {
-        None => loop {
-            let mut progressed = false;
-            for r in 0..n {
-                if sim.can_run(r) {
-                    sim.run(r)?;
-                    progressed = true;
-                }
-            }
-            if !progressed {
-                break;
-            }
-        },
+        None => round_robin(&mut sim, n)?,
         Some((seed, laggard)) => {
             let mut rng = SplitMix(seed);
             let mut ready = Vec::with_capacity(n);
             loop {
                 ready.clear();
-                ready.extend((0..n).filter(|&r| sim.can_run(r)));
+                ready.extend((0..n).filter(|&r| sim.can_act(r)));
                 if ready.is_empty() {
                     break;
                 }
@@ -239,7 +228,7 @@ pub fn simulate_with(
                 let held = laggard
                     .filter(|&l| sim.ranks[l].pc == 0)
                     .and_then(|l| ready.iter().position(|&r| r == l));
-                sim.run(ready[rng.pick(ready.len(), held)])?;
+                sim.act(ready[rng.pick(ready.len(), held)])?;
             }
         }
     }
@@ -260,55 +249,6 @@ struct Sim<'p> {
 impl Sim<'_> {
     fn n(&self) -> usize {
         self.plans.len()
-    }
-
-    /// Rank `r` has a next step and nothing blocks it.
-    fn can_run(&self, r: usize) -> bool {
-        match self.plans[r].steps.get(self.ranks[r].pc) {
-            Some(step) => blocked(step, r, self.n(), self.nsteps, &self.fifos).is_none(),
-            None => false,
-        }
-    }
-
-    /// Runs the next step of rank `r` (which [`Sim::can_run`]).
-    fn run(&mut self, r: usize) -> Result<(), MessageSimError> {
-        let n = self.n();
-        let plan = &self.plans[r];
-        let state = &mut self.ranks[r];
-        let index = state.pc;
-        let step = plan.steps[index];
-        let slot_bytes = self.scratch.len();
-        let bytes = step.count.saturating_mul(plan.dtype.size());
-        if step.send_to.is_some() && bytes > slot_bytes {
-            return Err(MessageSimError::SlotOverflow {
-                rank: r,
-                index,
-                bytes,
-                slot_bytes,
-            });
-        }
-        let slot_in = step
-            .recv_from
-            .and_then(|from| self.fifos[from * n + r].pop_front());
-        let mut bufs = state.buffers();
-        let written = apply_step(
-            plan,
-            &step,
-            &mut bufs,
-            slot_in.as_deref(),
-            Some(&mut self.scratch),
-        )
-        .map_err(|source| MessageSimError::Step {
-            rank: r,
-            index,
-            step: Box::new(step),
-            source,
-        })?;
-        if let Some(to) = step.send_to {
-            self.fifos[r * n + to].push_back(self.scratch[..written].to_vec());
-        }
-        state.pc += 1;
-        Ok(())
     }
 
     /// Nobody can move: either all finished (check the FIFOs are empty and
@@ -348,6 +288,59 @@ impl Sim<'_> {
             return Err(MessageSimError::Undelivered { slots });
         }
         Ok(self.ranks.into_iter().map(RankState::into_output).collect())
+    }
+}
+
+impl Acting for Sim<'_> {
+    type Error = MessageSimError;
+
+    /// Rank `r` has a next step and nothing blocks it.
+    fn can_act(&self, r: usize) -> bool {
+        match self.plans[r].steps.get(self.ranks[r].pc) {
+            Some(step) => blocked(step, r, self.n(), self.nsteps, &self.fifos).is_none(),
+            None => false,
+        }
+    }
+
+    /// Runs the next step of rank `r` (which [can](Acting::can_act)).
+    fn act(&mut self, r: usize) -> Result<(), MessageSimError> {
+        let n = self.n();
+        let plan = &self.plans[r];
+        let state = &mut self.ranks[r];
+        let index = state.pc;
+        let step = plan.steps[index];
+        let slot_bytes = self.scratch.len();
+        let bytes = step.count.saturating_mul(plan.dtype.size());
+        if step.send_to.is_some() && bytes > slot_bytes {
+            return Err(MessageSimError::SlotOverflow {
+                rank: r,
+                index,
+                bytes,
+                slot_bytes,
+            });
+        }
+        let slot_in = step
+            .recv_from
+            .and_then(|from| self.fifos[from * n + r].pop_front());
+        let mut bufs = state.buffers();
+        let written = apply_step(
+            plan,
+            &step,
+            &mut bufs,
+            slot_in.as_deref(),
+            Some(&mut self.scratch),
+        )
+        .map_err(|source| MessageSimError::Step {
+            rank: r,
+            index,
+            step: Box::new(step),
+            source,
+        })?;
+        if let Some(to) = step.send_to {
+            self.fifos[r * n + to].push_back(self.scratch[..written].to_vec());
+        }
+        state.pc += 1;
+        Ok(())
     }
 }
 

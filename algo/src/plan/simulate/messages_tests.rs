@@ -8,6 +8,7 @@ use crate::plan::step::{DataStep, Plan};
 use crate::plan::{Collective, PlanParams, build};
 use streamcomm_kernels::{DataType, ReduceOp};
 
+/// A hand-written plan of two-element `U8` buffers for `rank` of `nranks`.
 fn plan(collective: Collective, rank: usize, nranks: usize, steps: Vec<DataStep>) -> Plan {
     Plan {
         collective,
@@ -22,19 +23,55 @@ fn plan(collective: Collective, rank: usize, nranks: usize, steps: Vec<DataStep>
     }
 }
 
-#[test]
-fn runs_a_small_all_reduce() {
-    let plans: Vec<Plan> = (0..3)
+/// Hand-written plans of a two-rank call: `steps[r]` is rank `r`'s plan.
+fn two_rank_plans(collective: Collective, steps: [Vec<DataStep>; 2]) -> Vec<Plan> {
+    steps
+        .into_iter()
+        .enumerate()
+        .map(|(rank, steps)| plan(collective, rank, 2, steps))
+        .collect()
+}
+
+/// Zeroed two-element inputs for both ranks of a two-rank call.
+fn two_zeroed_inputs() -> Vec<Vec<u8>> {
+    vec![vec![0; 2], vec![0; 2]]
+}
+
+/// The plans the builder makes for every rank of an `nranks`-rank call.
+fn built_plans(
+    collective: Collective,
+    op: ReduceOp,
+    count: usize,
+    nranks: usize,
+    slot_bytes: usize,
+) -> Vec<Plan> {
+    (0..nranks)
         .map(|rank| {
             let p = PlanParams {
                 rank,
-                nranks: 3,
-                slot_bytes: 1,
+                nranks,
+                slot_bytes,
                 nsteps: 1,
             };
-            build(Collective::AllReduce, DataType::U8, ReduceOp::Sum, 4, &p).unwrap()
+            build(collective, DataType::U8, op, count, &p).unwrap()
         })
-        .collect();
+        .collect()
+}
+
+/// Rank 0 sends its two elements to rank 1, which receives `recv_len` of them.
+fn send_two_recv(recv_len: usize) -> Vec<Plan> {
+    two_rank_plans(
+        Collective::AllReduce,
+        [
+            vec![DataStep::send(1, Region::send(0, 2))],
+            vec![DataStep::recv(0, Region::recv(0, recv_len))],
+        ],
+    )
+}
+
+#[test]
+fn runs_a_small_all_reduce() {
+    let plans = built_plans(Collective::AllReduce, ReduceOp::Sum, 4, 3, 1);
     let inputs = vec![vec![1, 2, 3, 4], vec![10, 20, 30, 40], vec![0, 1, 0, 1]];
     for nsteps in [1, 2, 8] {
         let out = simulate(&plans, inputs.clone(), false, nsteps, 1).unwrap();
@@ -46,21 +83,14 @@ fn runs_a_small_all_reduce() {
 
 #[test]
 fn reports_a_deadlock_naming_each_rank() {
-    let plans = vec![
-        plan(
-            Collective::AllReduce,
-            0,
-            2,
+    let plans = two_rank_plans(
+        Collective::AllReduce,
+        [
             vec![DataStep::wait(1), DataStep::signal(1)],
-        ),
-        plan(
-            Collective::AllReduce,
-            1,
-            2,
             vec![DataStep::wait(0), DataStep::signal(0)],
-        ),
-    ];
-    let err = simulate(&plans, vec![vec![0; 2], vec![0; 2]], false, 1, 4).unwrap_err();
+        ],
+    );
+    let err = simulate(&plans, two_zeroed_inputs(), false, 1, 4).unwrap_err();
     let msg = err.to_string();
     assert!(
         matches!(&err, MessageSimError::Deadlock { stuck } if stuck.len() == 2),
@@ -83,23 +113,16 @@ fn full_rings_block_and_deadlock() {
             DataStep::wait(peer),
         ]
     };
-    let plans = vec![
-        plan(Collective::Barrier, 0, 2, steps(1)),
-        plan(Collective::Barrier, 1, 2, steps(0)),
-    ];
-    let inputs = || vec![vec![0; 2], vec![0; 2]];
-    assert!(simulate(&plans, inputs(), false, 2, 4).is_ok());
-    let err = simulate(&plans, inputs(), false, 1, 4).unwrap_err();
+    let plans = two_rank_plans(Collective::Barrier, [steps(1), steps(0)]);
+    assert!(simulate(&plans, two_zeroed_inputs(), false, 2, 4).is_ok());
+    let err = simulate(&plans, two_zeroed_inputs(), false, 1, 4).unwrap_err();
     assert!(err.to_string().contains("is full"), "{err}");
 }
 
 #[test]
 fn reports_undelivered_slots() {
-    let plans = vec![
-        plan(Collective::AllReduce, 0, 2, vec![DataStep::signal(1)]),
-        plan(Collective::AllReduce, 1, 2, vec![]),
-    ];
-    let err = simulate(&plans, vec![vec![0; 2], vec![0; 2]], false, 1, 4).unwrap_err();
+    let plans = two_rank_plans(Collective::AllReduce, [vec![DataStep::signal(1)], vec![]]);
+    let err = simulate(&plans, two_zeroed_inputs(), false, 1, 4).unwrap_err();
     assert_eq!(
         err.to_string(),
         "undelivered slots at the end: 1 slot(s) from rank 0 to rank 1"
@@ -108,21 +131,8 @@ fn reports_undelivered_slots() {
 
 #[test]
 fn mismatched_lengths_fail_the_step() {
-    let plans = vec![
-        plan(
-            Collective::AllReduce,
-            0,
-            2,
-            vec![DataStep::send(1, Region::send(0, 2))],
-        ),
-        plan(
-            Collective::AllReduce,
-            1,
-            2,
-            vec![DataStep::recv(0, Region::recv(0, 1))],
-        ),
-    ];
-    let err = simulate(&plans, vec![vec![0; 2], vec![0; 2]], false, 1, 4).unwrap_err();
+    let plans = send_two_recv(1);
+    let err = simulate(&plans, two_zeroed_inputs(), false, 1, 4).unwrap_err();
     assert!(
         matches!(
             &err,
@@ -138,23 +148,9 @@ fn mismatched_lengths_fail_the_step() {
 
 #[test]
 fn oversized_steps_and_bad_setups_are_reported() {
-    let plans = vec![
-        plan(
-            Collective::AllReduce,
-            0,
-            2,
-            vec![DataStep::send(1, Region::send(0, 2))],
-        ),
-        plan(
-            Collective::AllReduce,
-            1,
-            2,
-            vec![DataStep::recv(0, Region::recv(0, 2))],
-        ),
-    ];
-    let inputs = || vec![vec![0; 2], vec![0; 2]];
+    let plans = send_two_recv(2);
     assert!(matches!(
-        simulate(&plans, inputs(), false, 1, 1),
+        simulate(&plans, two_zeroed_inputs(), false, 1, 1),
         Err(MessageSimError::SlotOverflow { bytes: 2, .. })
     ));
     assert!(matches!(
@@ -166,24 +162,14 @@ fn oversized_steps_and_bad_setups_are_reported() {
         Err(MessageSimError::Setup(_))
     ));
     assert!(matches!(
-        simulate(&plans, inputs(), false, 0, 4),
+        simulate(&plans, two_zeroed_inputs(), false, 0, 4),
         Err(MessageSimError::Setup(_))
     ));
 }
 
 #[test]
 fn random_schedules_are_reproducible_and_complete() {
-    let plans: Vec<Plan> = (0..5)
-        .map(|rank| {
-            let p = PlanParams {
-                rank,
-                nranks: 5,
-                slot_bytes: 2,
-                nsteps: 1,
-            };
-            build(Collective::AllReduce, DataType::U8, ReduceOp::Max, 23, &p).unwrap()
-        })
-        .collect();
+    let plans = built_plans(Collective::AllReduce, ReduceOp::Max, 23, 5, 2);
     let inputs: Vec<Vec<u8>> = (0..5u8)
         .map(|r| (0..23u8).map(|i| i.wrapping_mul(7) ^ r).collect())
         .collect();
@@ -204,17 +190,7 @@ fn random_schedules_are_reproducible_and_complete() {
 
 #[test]
 fn laggard_schedules_complete_and_check_the_laggard() {
-    let plans: Vec<Plan> = (0..4)
-        .map(|rank| {
-            let p = PlanParams {
-                rank,
-                nranks: 4,
-                slot_bytes: 1,
-                nsteps: 1,
-            };
-            build(Collective::AllGather, DataType::U8, ReduceOp::Sum, 2, &p).unwrap()
-        })
-        .collect();
+    let plans = built_plans(Collective::AllGather, ReduceOp::Sum, 2, 4, 1);
     let inputs: Vec<Vec<u8>> = (0..4u8).map(|r| vec![r, 10 + r]).collect();
     let want = [0, 10, 1, 11, 2, 12, 3, 13];
     let seed = streamcomm_testkit::seed();
