@@ -96,109 +96,127 @@ fn refused(e: &Error) -> bool {
     }
 }
 
-/// Where NVRTC comes from in [`obtain`]: `None` when it is off.
-type NvrtcCandidates<'a> = Option<&'a [String]>;
-
-/// An image of kernel source `name` for `arch` that `load` accepts, and
-/// a line saying where it came from. Tried in order: every cached image,
-/// newest NVRTC first (no NVRTC needed), skipping those of an NVRTC newer
-/// than the driver (`driver_version`); then each usable NVRTC of
-/// `candidates` ([`Usable`]). An image the driver refuses (see [`refused`])
-/// moves on to the next; any other error of `load` is returned as it is.
-/// When nothing loads, [`Error::Unavailable`] says what was tried and why
-/// each was passed over.
-fn obtain<M>(
-    name: &str,
+/// Where [`Search::obtain`] looks for kernel images, and for which device
+/// and driver.
+#[derive(Clone, Copy)]
+struct Search<'a> {
+    /// The device's architecture.
     arch: Arch,
+    /// The driver's CUDA version, as `cuDriverGetVersion` gives it.
     driver_version: i32,
-    cache: &KernelCache,
-    include: Option<&Path>,
-    candidates: NvrtcCandidates<'_>,
-    mut load: impl FnMut(&[u8]) -> Result<M>,
-) -> Result<(M, String)> {
-    let (key, options) = key_of(name, arch, include)?;
-    let mut notes = Vec::new();
-    // Images the driver refused: an NVRTC that makes the same bytes again
-    // is passed over (a damaged cached file is compiled anew and replaced).
-    let mut refused_images: Vec<Vec<u8>> = Vec::new();
-    let cached = cache.images(&key);
-    for img in &cached {
-        let (v, file) = (img.nvrtc, img.path.display());
-        if let Err(why) = choice::fits(v, driver_version) {
-            notes.push(format!("cached {file}: {why}"));
-            continue;
-        }
-        match load(&img.image) {
-            Ok(m) => return Ok((m, format!("{name}: cached {file} (NVRTC {}.{})", v.0, v.1))),
-            Err(e) if refused(&e) => {
-                notes.push(format!("cached {file}: the driver refused it: {e}"));
-                refused_images.push(img.image.clone());
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    if cached.is_empty() {
-        notes.push(match cache.dir() {
-            Some(dir) => format!("no cached image {key}-nvrtc*.cubin in {}", dir.display()),
-            None => "no kernel cache (STREAMCOMM_KERNEL_CACHE=off)".to_string(),
-        });
-    }
-    let (cuda_major, cuda_minor) = choice::driver_cuda(driver_version);
-    let Some(candidates) = candidates else {
-        notes.push("NVRTC is off (STREAMCOMM_NVRTC_LIB=off)".to_string());
-        return Err(Error::Unavailable(format!(
-            "the {name} kernels for {arch} did not load on the driver's CUDA \
-             {cuda_major}.{cuda_minor}: {}",
-            notes.join("; ")
-        )));
-    };
-    let mut usable = Usable::new(candidates, driver_version);
-    while let Some(nvrtc) = usable.next() {
-        let from = &nvrtc.loaded_from;
-        let v = nvrtc.version()?;
-        let cubin = match compile(nvrtc, name, &options) {
-            Ok(c) => c,
-            Err(e) => {
-                usable.note(format!("{from}: {e}"));
+    /// The cache of compiled images.
+    cache: &'a KernelCache,
+    /// An extra include directory (the kernels need none).
+    include: Option<&'a Path>,
+    /// The NVRTC libraries to try: `None` when NVRTC is off.
+    candidates: Option<&'a [String]>,
+}
+
+impl Search<'_> {
+    /// An image of kernel source `name` that `load` accepts, and a line
+    /// saying where it came from. Tried in order: every cached image, newest
+    /// NVRTC first (no NVRTC needed), skipping those of an NVRTC newer than
+    /// the driver; then each usable NVRTC of the candidates ([`Usable`]). An
+    /// image the driver refuses (see [`refused`]) moves on to the next; any
+    /// other error of `load` is returned as it is. When nothing loads,
+    /// [`Error::Unavailable`] says what was tried and why each was passed
+    /// over.
+    fn obtain<M>(
+        &self,
+        name: &str,
+        mut load: impl FnMut(&[u8]) -> Result<M>,
+    ) -> Result<(M, String)> {
+        let Search {
+            arch,
+            driver_version,
+            cache,
+            include,
+            candidates,
+        } = *self;
+        let (key, options) = key_of(name, arch, include)?;
+        let mut notes = Vec::new();
+        // Images the driver refused: an NVRTC that makes the same bytes again
+        // is passed over (a damaged cached file is compiled anew and replaced).
+        let mut refused_images: Vec<Vec<u8>> = Vec::new();
+        let cached = cache.images(&key);
+        for img in &cached {
+            let (v, file) = (img.nvrtc, img.path.display());
+            if let Err(why) = choice::fits(v, driver_version) {
+                notes.push(format!("cached {file}: {why}"));
                 continue;
             }
-        };
-        if refused_images.contains(&cubin) {
-            usable.note(format!(
-                "{from}: NVRTC {}.{} makes the image the driver refused",
-                v.0, v.1
-            ));
-            continue;
-        }
-        match load(&cubin) {
-            Ok(m) => {
-                // A cache that cannot be written only costs a compilation.
-                let _ = cache.store(&key, v, &cubin);
-                let how = format!("{name}: compiled by NVRTC {}.{} ({from})", v.0, v.1);
-                return Ok((m, how));
+            match load(&img.image) {
+                Ok(m) => return Ok((m, format!("{name}: cached {file} (NVRTC {}.{})", v.0, v.1))),
+                Err(e) if refused(&e) => {
+                    notes.push(format!("cached {file}: the driver refused it: {e}"));
+                    refused_images.push(img.image.clone());
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) if refused(&e) => {
+        }
+        if cached.is_empty() {
+            notes.push(match cache.dir() {
+                Some(dir) => format!("no cached image {key}-nvrtc*.cubin in {}", dir.display()),
+                None => "no kernel cache (STREAMCOMM_KERNEL_CACHE=off)".to_string(),
+            });
+        }
+        let (cuda_major, cuda_minor) = choice::driver_cuda(driver_version);
+        let Some(candidates) = candidates else {
+            notes.push("NVRTC is off (STREAMCOMM_NVRTC_LIB=off)".to_string());
+            return Err(Error::Unavailable(format!(
+                "the {name} kernels for {arch} did not load on the driver's CUDA \
+                 {cuda_major}.{cuda_minor}: {}",
+                notes.join("; ")
+            )));
+        };
+        let mut usable = Usable::new(candidates, driver_version);
+        while let Some(nvrtc) = usable.next() {
+            let from = &nvrtc.loaded_from;
+            let v = nvrtc.version()?;
+            let cubin = match compile(nvrtc, name, &options) {
+                Ok(c) => c,
+                Err(e) => {
+                    usable.note(format!("{from}: {e}"));
+                    continue;
+                }
+            };
+            if refused_images.contains(&cubin) {
                 usable.note(format!(
-                    "{from}: the driver refused the image of NVRTC {}.{}: {e}",
+                    "{from}: NVRTC {}.{} makes the image the driver refused",
                     v.0, v.1
                 ));
-                refused_images.push(cubin);
+                continue;
             }
-            Err(e) => return Err(e),
+            match load(&cubin) {
+                Ok(m) => {
+                    // A cache that cannot be written only costs a compilation.
+                    let _ = cache.store(&key, v, &cubin);
+                    let how = format!("{name}: compiled by NVRTC {}.{} ({from})", v.0, v.1);
+                    return Ok((m, how));
+                }
+                Err(e) if refused(&e) => {
+                    usable.note(format!(
+                        "{from}: the driver refused the image of NVRTC {}.{}: {e}",
+                        v.0, v.1
+                    ));
+                    refused_images.push(cubin);
+                }
+                Err(e) => return Err(e),
+            }
         }
+        notes.push(format!(
+            "NVRTC candidates {}: {}",
+            usable.names().join(", "),
+            usable.notes().join("; ")
+        ));
+        Err(Error::Unavailable(format!(
+            "the {name} kernels for {arch} did not load on the driver's CUDA \
+             {cuda_major}.{cuda_minor}: {}. Set STREAMCOMM_NVRTC_LIB to a libnvrtc.so.N \
+             with N <= {cuda_major} (e.g. from `pip install nvidia-cuda-nvrtc-cu12`), or \
+             put precompiled kernels in the kernel cache (the kernel_cache example)",
+            notes.join("; ")
+        )))
     }
-    notes.push(format!(
-        "NVRTC candidates {}: {}",
-        usable.names().join(", "),
-        usable.notes().join("; ")
-    ));
-    Err(Error::Unavailable(format!(
-        "the {name} kernels for {arch} did not load on the driver's CUDA \
-         {cuda_major}.{cuda_minor}: {}. Set STREAMCOMM_NVRTC_LIB to a libnvrtc.so.N \
-         with N <= {cuda_major} (e.g. from `pip install nvidia-cuda-nvrtc-cu12`), or \
-         put precompiled kernels in the kernel cache (the kernel_cache example)",
-        notes.join("; ")
-    )))
 }
 
 /// The buffers of one reduce-copy.
@@ -241,18 +259,14 @@ impl Kernels {
         let include = config.cuda_include.as_deref();
         let candidates = nvrtc_lib_candidates(config.nvrtc_lib.as_deref());
         let candidates = (!config.nvrtc_off).then_some(&candidates[..]);
-        let arch = device.arch();
-        let module = |name| {
-            obtain(
-                name,
-                arch,
-                driver_version,
-                &cache,
-                include,
-                candidates,
-                |img| Module::load(device, img),
-            )
+        let search = Search {
+            arch: device.arch(),
+            driver_version,
+            cache: &cache,
+            include,
+            candidates,
         };
+        let module = |name| search.obtain(name, |img| Module::load(device, img));
         let (reduce_mod, reduce_origin) = module("reduce.cu")?;
         let (signal_mod, signal_origin) = module("signal.cu")?;
         let mut reduce = HashMap::new();
@@ -461,10 +475,30 @@ mod tests {
         format!("\x7fELF by {}.{}", v.0, v.1).into_bytes()
     }
 
-    fn fill(cache: &KernelCache, versions: &[(i32, i32)]) {
+    /// Runs `test` on a fresh scratch cache holding an image of `signal.cu`
+    /// for sm_90 by each of these NVRTC versions, then removes the cache.
+    fn with_filled_cache(tag: &str, versions: &[(i32, i32)], test: impl FnOnce(&KernelCache)) {
+        let cache = scratch(tag);
         let (key, _) = key_of("signal.cu", Arch::SM90, None).unwrap();
         for &v in versions {
             cache.store(&key, v, &image(v)).unwrap();
+        }
+        test(&cache);
+        std::fs::remove_dir_all(cache.dir().unwrap()).unwrap();
+    }
+
+    /// A search for sm_90 images under a driver of `driver_version`.
+    fn search<'a>(
+        driver_version: i32,
+        cache: &'a KernelCache,
+        candidates: Option<&'a [String]>,
+    ) -> Search<'a> {
+        Search {
+            arch: Arch::SM90,
+            driver_version,
+            cache,
+            include: None,
+            candidates,
         }
     }
 
@@ -495,133 +529,86 @@ mod tests {
     /// exists here.
     #[test]
     fn a_cached_image_needs_no_nvrtc() {
-        let cache = scratch("no-nvrtc");
-        fill(&cache, &[(12, 9)]);
-        let missing = ["/nonexistent/libnvrtc.so.12".to_string()];
-        let (img, origin) = obtain(
-            "signal.cu",
-            Arch::SM90,
-            12080,
-            &cache,
-            None,
-            Some(&missing),
-            |img| Ok(img.to_vec()),
-        )
-        .unwrap();
-        assert_eq!(img, image((12, 9)));
-        assert!(
-            origin.contains("cached") && origin.contains("NVRTC 12.9"),
-            "{origin}"
-        );
-        // NVRTC off: the same.
-        let (img, _) = obtain("signal.cu", Arch::SM90, 12080, &cache, None, None, |img| {
-            Ok(img.to_vec())
-        })
-        .unwrap();
-        assert_eq!(img, image((12, 9)));
-        std::fs::remove_dir_all(cache.dir().unwrap()).unwrap();
+        with_filled_cache("no-nvrtc", &[(12, 9)], |cache| {
+            let missing = ["/nonexistent/libnvrtc.so.12".to_string()];
+            let (img, origin) = search(12080, cache, Some(&missing))
+                .obtain("signal.cu", |img| Ok(img.to_vec()))
+                .unwrap();
+            assert_eq!(img, image((12, 9)));
+            assert!(
+                origin.contains("cached") && origin.contains("NVRTC 12.9"),
+                "{origin}"
+            );
+            // NVRTC off: the same.
+            let (img, _) = search(12080, cache, None)
+                .obtain("signal.cu", |img| Ok(img.to_vec()))
+                .unwrap();
+            assert_eq!(img, image((12, 9)));
+        });
     }
 
     /// Images of an NVRTC newer than the driver are passed over, refused
     /// ones move on to the next, newest first.
     #[test]
     fn cached_images_are_tried_newest_first_within_the_driver() {
-        let cache = scratch("order");
-        fill(&cache, &[(12, 4), (13, 0), (12, 9)]);
-        let mut seen = Vec::new();
-        let (img, _) = obtain(
-            "signal.cu",
-            Arch::SM90,
-            12080,
-            &cache,
-            None,
-            Some(MISSING),
-            |img| {
-                seen.push(String::from_utf8_lossy(img).into_owned());
-                if img == image((12, 9)) {
-                    Err(refusal(209))
-                } else {
-                    Ok(img.to_vec())
-                }
-            },
-        )
-        .unwrap();
-        assert_eq!(img, image((12, 4)));
-        assert_eq!(seen, ["\x7fELF by 12.9", "\x7fELF by 12.4"]);
-        // On a CUDA 13 driver the NVRTC 13 image comes first.
-        let (img, _) = obtain(
-            "signal.cu",
-            Arch::SM90,
-            13000,
-            &cache,
-            None,
-            Some(MISSING),
-            |img| Ok(img.to_vec()),
-        )
-        .unwrap();
-        assert_eq!(img, image((13, 0)));
-        std::fs::remove_dir_all(cache.dir().unwrap()).unwrap();
+        with_filled_cache("order", &[(12, 4), (13, 0), (12, 9)], |cache| {
+            let mut seen = Vec::new();
+            let (img, _) = search(12080, cache, Some(MISSING))
+                .obtain("signal.cu", |img| {
+                    seen.push(String::from_utf8_lossy(img).into_owned());
+                    if img == image((12, 9)) {
+                        Err(refusal(209))
+                    } else {
+                        Ok(img.to_vec())
+                    }
+                })
+                .unwrap();
+            assert_eq!(img, image((12, 4)));
+            assert_eq!(seen, ["\x7fELF by 12.9", "\x7fELF by 12.4"]);
+            // On a CUDA 13 driver the NVRTC 13 image comes first.
+            let (img, _) = search(13000, cache, Some(MISSING))
+                .obtain("signal.cu", |img| Ok(img.to_vec()))
+                .unwrap();
+            assert_eq!(img, image((13, 0)));
+        });
     }
 
     /// When nothing loads, the error says what each image and candidate was,
     /// and why it was passed over; other driver errors pass through as is.
     #[test]
     fn the_error_says_what_failed() {
-        let cache = scratch("error");
-        fill(&cache, &[(13, 0), (12, 9)]);
-        let candidates = [
-            "/nonexistent/libnvrtc.so.12".to_string(),
-            "libnvrtc.so.13".to_string(),
-        ];
-        let err = obtain(
-            "signal.cu",
-            Arch::SM90,
-            12080,
-            &cache,
-            None,
-            Some(&candidates),
-            |_| Err::<(), _>(refusal(209)),
-        )
-        .unwrap_err();
-        let msg = err.to_string();
-        assert!(err.is_unavailable(), "{msg}");
-        for needle in [
-            "signal.cu kernels for sm_90 did not load on the driver's CUDA 12.8",
-            "nvrtc13.0.cubin: NVRTC 13.0 is newer than the driver",
-            "nvrtc12.9.cubin: the driver refused it",
-            "CUDA_ERROR_NO_BINARY_FOR_GPU (209)",
-            "not loaded: /nonexistent/libnvrtc.so.12: cannot open",
-            "libnvrtc.so.13: CUDA 13 by its name, newer than the driver",
-            "STREAMCOMM_NVRTC_LIB",
-        ] {
-            assert!(msg.contains(needle), "{needle:?} not in {msg}");
-        }
-        let off = obtain(
-            "signal.cu",
-            Arch::SM90,
-            12080,
-            &scratch("none"),
-            None,
-            None,
-            |_| Ok(()),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            off.contains("no cached image") && off.contains("NVRTC is off"),
-            "{off}"
-        );
-        let oom = obtain(
-            "signal.cu",
-            Arch::SM90,
-            12080,
-            &cache,
-            None,
-            Some(MISSING),
-            |_| Err::<(), _>(refusal(2)),
-        )
-        .unwrap_err();
-        assert_eq!(oom, refusal(2));
-        std::fs::remove_dir_all(cache.dir().unwrap()).unwrap();
+        with_filled_cache("error", &[(13, 0), (12, 9)], |cache| {
+            let candidates = [
+                "/nonexistent/libnvrtc.so.12".to_string(),
+                "libnvrtc.so.13".to_string(),
+            ];
+            let err = search(12080, cache, Some(&candidates))
+                .obtain("signal.cu", |_| Err::<(), _>(refusal(209)))
+                .unwrap_err();
+            crate::test_support::assert_unavailable_saying(
+                &err,
+                &[
+                    "signal.cu kernels for sm_90 did not load on the driver's CUDA 12.8",
+                    "nvrtc13.0.cubin: NVRTC 13.0 is newer than the driver",
+                    "nvrtc12.9.cubin: the driver refused it",
+                    "CUDA_ERROR_NO_BINARY_FOR_GPU (209)",
+                    "not loaded: /nonexistent/libnvrtc.so.12: cannot open",
+                    "libnvrtc.so.13: CUDA 13 by its name, newer than the driver",
+                    "STREAMCOMM_NVRTC_LIB",
+                ],
+            );
+            let off = search(12080, &scratch("none"), None)
+                .obtain("signal.cu", |_| Ok(()))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                off.contains("no cached image") && off.contains("NVRTC is off"),
+                "{off}"
+            );
+            let oom = search(12080, cache, Some(MISSING))
+                .obtain("signal.cu", |_| Err::<(), _>(refusal(2)))
+                .unwrap_err();
+            assert_eq!(oom, refusal(2));
+        });
     }
 }

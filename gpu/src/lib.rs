@@ -48,6 +48,8 @@ mod registered;
 mod release;
 mod signals;
 mod stream;
+#[cfg(test)]
+mod test_support;
 mod vmm;
 
 pub use batch::MemOp;

@@ -159,41 +159,31 @@ pub(crate) trait Op {
     fn apply<T: Element>(a: T, b: T) -> T;
 }
 
-/// `Sum` (and `Avg`, whose division happens in [`crate::divide`]).
-pub(crate) struct SumOp;
-/// `Prod`.
-pub(crate) struct ProdOp;
-/// `Min`.
-pub(crate) struct MinOp;
-/// `Max`.
-pub(crate) struct MaxOp;
+/// Defines each operator type and its [`Op`] impl, applying its
+/// [`Element`] method.
+macro_rules! ops {
+    ($($(#[doc = $doc:literal])* $op:ident => $method:ident;)*) => {$(
+        $(#[doc = $doc])*
+        pub(crate) struct $op;
 
-impl Op for SumOp {
-    #[inline(always)]
-    fn apply<T: Element>(a: T, b: T) -> T {
-        a.op_sum(b)
-    }
+        impl Op for $op {
+            #[inline(always)]
+            fn apply<T: Element>(a: T, b: T) -> T {
+                a.$method(b)
+            }
+        }
+    )*};
 }
 
-impl Op for ProdOp {
-    #[inline(always)]
-    fn apply<T: Element>(a: T, b: T) -> T {
-        a.op_prod(b)
-    }
-}
-
-impl Op for MinOp {
-    #[inline(always)]
-    fn apply<T: Element>(a: T, b: T) -> T {
-        a.op_min(b)
-    }
-}
-
-impl Op for MaxOp {
-    #[inline(always)]
-    fn apply<T: Element>(a: T, b: T) -> T {
-        a.op_max(b)
-    }
+ops! {
+    /// `Sum` (and `Avg`, whose division happens in [`crate::divide`]).
+    SumOp => op_sum;
+    /// `Prod`.
+    ProdOp => op_prod;
+    /// `Min`.
+    MinOp => op_min;
+    /// `Max`.
+    MaxOp => op_max;
 }
 
 #[cfg(test)]

@@ -5,47 +5,78 @@
 
 use std::fmt;
 
-/// Element type of a communication buffer (NCCL's `ncclDataType_t`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum DataType {
-    /// IEEE 754 binary32.
-    F32 = 0,
-    /// IEEE 754 binary64.
-    F64 = 1,
-    /// IEEE 754 binary16 ([`half::f16`]).
-    F16 = 2,
-    /// bfloat16 ([`half::bf16`]).
-    Bf16 = 3,
-    /// Signed 8-bit integer.
-    I8 = 4,
-    /// Unsigned 8-bit integer.
-    U8 = 5,
-    /// Signed 32-bit integer.
-    I32 = 6,
-    /// Unsigned 32-bit integer.
-    U32 = 7,
-    /// Signed 64-bit integer.
-    I64 = 8,
-    /// Unsigned 64-bit integer.
-    U64 = 9,
+/// Defines a `repr(u8)` vocabulary enum from its variants, each with its
+/// discriminant and short name, and what every such enum has: `ALL` (the
+/// variants in declaration order), `name`, `from_u8` (the wire format's
+/// decoding) and `Display` (the name).
+macro_rules! vocabulary {
+    (
+        $(#[$meta:meta])*
+        pub enum $ty:ident {
+            $($(#[doc = $doc:literal])* $v:ident = $n:literal => $name:literal,)*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum $ty {
+            $($(#[doc = $doc])* $v = $n,)*
+        }
+
+        impl $ty {
+            /// Every variant, in declaration order (which is discriminant
+            /// order).
+            pub const ALL: [$ty; [$($name),*].len()] = [$($ty::$v),*];
+
+            /// Short lowercase name, as used on the command line.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $($ty::$v => $name,)*
+                }
+            }
+
+            /// Decodes the `repr(u8)` discriminant (wire format).
+            pub fn from_u8(v: u8) -> Option<$ty> {
+                $ty::ALL.get(v as usize).copied()
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
+vocabulary! {
+    /// Element type of a communication buffer (NCCL's `ncclDataType_t`):
+    /// `f32`, `f64`, `f16`, `bf16`, `i8`, `u8`, `i32`, `u32`, `i64`, `u64`.
+    pub enum DataType {
+        /// IEEE 754 binary32.
+        F32 = 0 => "f32",
+        /// IEEE 754 binary64.
+        F64 = 1 => "f64",
+        /// IEEE 754 binary16 ([`half::f16`]).
+        F16 = 2 => "f16",
+        /// bfloat16 ([`half::bf16`]).
+        Bf16 = 3 => "bf16",
+        /// Signed 8-bit integer.
+        I8 = 4 => "i8",
+        /// Unsigned 8-bit integer.
+        U8 = 5 => "u8",
+        /// Signed 32-bit integer.
+        I32 = 6 => "i32",
+        /// Unsigned 32-bit integer.
+        U32 = 7 => "u32",
+        /// Signed 64-bit integer.
+        I64 = 8 => "i64",
+        /// Unsigned 64-bit integer.
+        U64 = 9 => "u64",
+    }
 }
 
 impl DataType {
-    /// Every data type, in declaration order.
-    pub const ALL: [DataType; 10] = [
-        DataType::F32,
-        DataType::F64,
-        DataType::F16,
-        DataType::Bf16,
-        DataType::I8,
-        DataType::U8,
-        DataType::I32,
-        DataType::U32,
-        DataType::I64,
-        DataType::U64,
-    ];
-
     /// Size of one element in bytes.
     pub const fn size(self) -> usize {
         match self {
@@ -62,22 +93,6 @@ impl DataType {
             self,
             DataType::F32 | DataType::F64 | DataType::F16 | DataType::Bf16
         )
-    }
-
-    /// Short lowercase name, as used on the command line (`f32`, `bf16`, ...).
-    pub const fn name(self) -> &'static str {
-        match self {
-            DataType::F32 => "f32",
-            DataType::F64 => "f64",
-            DataType::F16 => "f16",
-            DataType::Bf16 => "bf16",
-            DataType::I8 => "i8",
-            DataType::U8 => "u8",
-            DataType::I32 => "i32",
-            DataType::U32 => "u32",
-            DataType::I64 => "i64",
-            DataType::U64 => "u64",
-        }
     }
 
     /// Parses a name produced by [`DataType::name`] (also accepts `float`, `half`,
@@ -99,75 +114,34 @@ impl DataType {
         };
         Some(dtype)
     }
-
-    /// Decodes the `repr(u8)` discriminant (wire format).
-    pub fn from_u8(v: u8) -> Option<DataType> {
-        DataType::ALL.get(v as usize).copied()
-    }
 }
 
-impl fmt::Display for DataType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+vocabulary! {
+    /// Reduction operator (NCCL's `ncclRedOp_t`): `sum`, `prod`, `min`,
+    /// `max`, `avg`.
+    ///
+    /// `Avg` reduces with a sum and divides by the number of ranks once, at the end
+    /// (integer types use truncating division, like NCCL).
+    pub enum ReduceOp {
+        /// Element-wise sum (wrapping for integers).
+        Sum = 0 => "sum",
+        /// Element-wise product (wrapping for integers).
+        Prod = 1 => "prod",
+        /// Element-wise minimum.
+        Min = 2 => "min",
+        /// Element-wise maximum.
+        Max = 3 => "max",
+        /// Sum divided by the number of ranks.
+        Avg = 4 => "avg",
     }
-}
-
-/// Reduction operator (NCCL's `ncclRedOp_t`).
-///
-/// `Avg` reduces with a sum and divides by the number of ranks once, at the end
-/// (integer types use truncating division, like NCCL).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum ReduceOp {
-    /// Element-wise sum (wrapping for integers).
-    Sum = 0,
-    /// Element-wise product (wrapping for integers).
-    Prod = 1,
-    /// Element-wise minimum.
-    Min = 2,
-    /// Element-wise maximum.
-    Max = 3,
-    /// Sum divided by the number of ranks.
-    Avg = 4,
 }
 
 impl ReduceOp {
-    /// Every operator, in declaration order.
-    pub const ALL: [ReduceOp; 5] = [
-        ReduceOp::Sum,
-        ReduceOp::Prod,
-        ReduceOp::Min,
-        ReduceOp::Max,
-        ReduceOp::Avg,
-    ];
-
-    /// Short lowercase name (`sum`, `prod`, `min`, `max`, `avg`).
-    pub const fn name(self) -> &'static str {
-        match self {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Prod => "prod",
-            ReduceOp::Min => "min",
-            ReduceOp::Max => "max",
-            ReduceOp::Avg => "avg",
-        }
-    }
-
     /// Parses a name produced by [`ReduceOp::name`].
     pub fn parse(s: &str) -> Option<ReduceOp> {
         ReduceOp::ALL
             .iter()
             .copied()
             .find(|op| op.name().eq_ignore_ascii_case(s))
-    }
-
-    /// Decodes the `repr(u8)` discriminant (wire format).
-    pub fn from_u8(v: u8) -> Option<ReduceOp> {
-        ReduceOp::ALL.get(v as usize).copied()
-    }
-}
-
-impl fmt::Display for ReduceOp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }

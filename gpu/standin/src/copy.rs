@@ -22,57 +22,20 @@ use crate::memory::{host_ptr, resolve};
 use crate::pinned::is_pinned;
 use crate::stream::{stream_of, submit, submit_and_wait};
 
-fn to_device(
-    dst: u64,
-    src: *const c_void,
-    n: usize,
-    stream: Option<usize>,
-    name: &'static str,
-) -> Res<()> {
-    let ctx = current()?;
-    if stream.is_none() {
-        check_unsafe(name)?;
-    }
-    let s = match stream {
-        Some(h) => stream_of(h)?,
-        None => ctx.legacy().clone(),
-    };
-    if n == 0 {
-        return Ok(());
-    }
-    resolve(dst, n)?;
-    let src = host_ptr(src)?;
-    let raw = Work::ToDevice { dst, src, len: n };
-    if is_pinned(src, n) {
-        return match stream {
-            None => submit_and_wait(&s, raw, name),
-            Some(_) => submit(&s, raw, Vec::new(), name).map(|_| ()),
-        };
-    }
-    if capture::of(&s).is_some() {
-        return submit(&s, raw, Vec::new(), name).map(|_| ());
-    }
-    // SAFETY: the caller guarantees `n` readable bytes at `src`.
-    let data = unsafe { std::slice::from_raw_parts(src as *const u8, n) }.to_vec();
-    submit(
-        &s,
-        Work::Staged {
-            dst,
-            data: Arc::new(data),
-        },
-        Vec::new(),
-        name,
-    )
-    .map(|_| ())
+/// Where a copy goes from and to.
+enum Route {
+    /// Host memory (pageable or pinned) to device memory.
+    ToDevice { dst: u64, src: *const c_void },
+    /// Device memory to host memory (pageable or pinned).
+    ToHost { dst: *mut c_void, src: u64 },
+    /// Device memory to device memory.
+    OnDevice { dst: u64, src: u64 },
 }
 
-fn to_host(
-    dst: *mut c_void,
-    src: u64,
-    n: usize,
-    stream: Option<usize>,
-    name: &'static str,
-) -> Res<()> {
+/// Copies `n` bytes along `route` on `stream`, or synchronously on the legacy
+/// stream when it names none (see the module docs for when each form
+/// returns).
+fn copy(route: Route, n: usize, stream: Option<usize>, name: &'static str) -> Res<()> {
     let ctx = current()?;
     if stream.is_none() {
         check_unsafe(name)?;
@@ -84,30 +47,43 @@ fn to_host(
     if n == 0 {
         return Ok(());
     }
-    resolve(src, n)?;
-    let dst = host_ptr(dst)?;
-    let work = Work::ToHost { dst, src, len: n };
-    if stream.is_some() && (is_pinned(dst, n) || capture::of(&s).is_some()) {
-        return submit(&s, work, Vec::new(), name).map(|_| ());
+    match route {
+        Route::ToDevice { dst, src } => {
+            resolve(dst, n)?;
+            let src = host_ptr(src)?;
+            let raw = Work::ToDevice { dst, src, len: n };
+            if is_pinned(src, n) {
+                return match stream {
+                    None => submit_and_wait(&s, raw, name),
+                    Some(_) => submit(&s, raw, Vec::new(), name).map(|_| ()),
+                };
+            }
+            if capture::of(&s).is_some() {
+                return submit(&s, raw, Vec::new(), name).map(|_| ());
+            }
+            // SAFETY: the caller guarantees `n` readable bytes at `src`.
+            let data = unsafe { std::slice::from_raw_parts(src as *const u8, n) }.to_vec();
+            let staged = Work::Staged {
+                dst,
+                data: Arc::new(data),
+            };
+            submit(&s, staged, Vec::new(), name).map(|_| ())
+        }
+        Route::ToHost { dst, src } => {
+            resolve(src, n)?;
+            let dst = host_ptr(dst)?;
+            let work = Work::ToHost { dst, src, len: n };
+            if stream.is_some() && (is_pinned(dst, n) || capture::of(&s).is_some()) {
+                return submit(&s, work, Vec::new(), name).map(|_| ());
+            }
+            submit_and_wait(&s, work, name)
+        }
+        Route::OnDevice { dst, src } => {
+            resolve(src, n)?;
+            resolve(dst, n)?;
+            submit(&s, Work::DeviceCopy { dst, src, len: n }, Vec::new(), name).map(|_| ())
+        }
     }
-    submit_and_wait(&s, work, name)
-}
-
-fn device_copy(dst: u64, src: u64, n: usize, stream: Option<usize>, name: &'static str) -> Res<()> {
-    let ctx = current()?;
-    if stream.is_none() {
-        check_unsafe(name)?;
-    }
-    let s = match stream {
-        Some(h) => stream_of(h)?,
-        None => ctx.legacy().clone(),
-    };
-    if n == 0 {
-        return Ok(());
-    }
-    resolve(src, n)?;
-    resolve(dst, n)?;
-    submit(&s, Work::DeviceCopy { dst, src, len: n }, Vec::new(), name).map(|_| ())
 }
 
 fn memset(
@@ -118,11 +94,8 @@ fn memset(
     stream: Option<usize>,
     name: &'static str,
 ) -> Res<()> {
-    let ctx = current()?;
-    let s = match stream {
-        Some(h) => stream_of(h)?,
-        None => ctx.legacy().clone(),
-    };
+    // Handle 0 (NULL) is the legacy stream.
+    let s = stream_of(stream.unwrap_or(0))?;
     if !dst.is_multiple_of(width as u64) {
         return Err(INVALID_VALUE);
     }
@@ -147,7 +120,7 @@ fn memset(
 #[unsafe(no_mangle)]
 pub(crate) extern "C" fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, n: usize) -> u32 {
     entry("cuMemcpyHtoD_v2", || {
-        to_device(dst, src, n, None, "cuMemcpyHtoD_v2")
+        copy(Route::ToDevice { dst, src }, n, None, "cuMemcpyHtoD_v2")
     })
 }
 
@@ -155,7 +128,7 @@ pub(crate) extern "C" fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, n: usize)
 #[unsafe(no_mangle)]
 pub(crate) extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, n: usize) -> u32 {
     entry("cuMemcpyDtoH_v2", || {
-        to_host(dst, src, n, None, "cuMemcpyDtoH_v2")
+        copy(Route::ToHost { dst, src }, n, None, "cuMemcpyDtoH_v2")
     })
 }
 
@@ -163,7 +136,7 @@ pub(crate) extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, n: usize) -
 #[unsafe(no_mangle)]
 pub(crate) extern "C" fn cuMemcpyDtoD_v2(dst: u64, src: u64, n: usize) -> u32 {
     entry("cuMemcpyDtoD_v2", || {
-        device_copy(dst, src, n, None, "cuMemcpyDtoD_v2")
+        copy(Route::OnDevice { dst, src }, n, None, "cuMemcpyDtoD_v2")
     })
 }
 
@@ -176,7 +149,12 @@ pub(crate) extern "C" fn cuMemcpyHtoDAsync_v2(
     stream: usize,
 ) -> u32 {
     entry("cuMemcpyHtoDAsync_v2", || {
-        to_device(dst, src, n, Some(stream), "cuMemcpyHtoDAsync_v2")
+        copy(
+            Route::ToDevice { dst, src },
+            n,
+            Some(stream),
+            "cuMemcpyHtoDAsync_v2",
+        )
     })
 }
 
@@ -189,7 +167,12 @@ pub(crate) extern "C" fn cuMemcpyDtoHAsync_v2(
     stream: usize,
 ) -> u32 {
     entry("cuMemcpyDtoHAsync_v2", || {
-        to_host(dst, src, n, Some(stream), "cuMemcpyDtoHAsync_v2")
+        copy(
+            Route::ToHost { dst, src },
+            n,
+            Some(stream),
+            "cuMemcpyDtoHAsync_v2",
+        )
     })
 }
 
@@ -197,7 +180,12 @@ pub(crate) extern "C" fn cuMemcpyDtoHAsync_v2(
 #[unsafe(no_mangle)]
 pub(crate) extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, n: usize, stream: usize) -> u32 {
     entry("cuMemcpyDtoDAsync_v2", || {
-        device_copy(dst, src, n, Some(stream), "cuMemcpyDtoDAsync_v2")
+        copy(
+            Route::OnDevice { dst, src },
+            n,
+            Some(stream),
+            "cuMemcpyDtoDAsync_v2",
+        )
     })
 }
 

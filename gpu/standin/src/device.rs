@@ -29,6 +29,7 @@ use crate::error::{
     INVALID_CONTEXT, INVALID_DEVICE, INVALID_VALUE, NOT_INITIALIZED, NOT_SUPPORTED, Res,
 };
 use crate::guard::{entry, say_once};
+use crate::handles::PerDevice;
 
 /// The name every stand-in device reports (`cuDeviceGetName`).
 pub(crate) const DEVICE_NAME: &str = "streamcomm CPU stand-in (not a GPU)";
@@ -46,8 +47,8 @@ fn modelled_total_mem() -> Option<usize> {
     (config().profile == Profile::H100).then_some(H100_TOTAL_MEM)
 }
 
-/// Handle tag of contexts.
-const CTX_TAG: usize = 0x11;
+/// Handles of the primary contexts.
+pub(crate) const CONTEXTS: PerDevice = PerDevice::new(0x11);
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
 
@@ -102,17 +103,11 @@ fn slot(dev: c_int) -> Res<&'static Slot> {
         .ok_or(INVALID_DEVICE)
 }
 
-/// The handle value of device `ordinal`'s primary context.
-pub(crate) fn ctx_handle(ordinal: usize) -> usize {
-    (CTX_TAG << 44) | ((ordinal + 1) << 4)
-}
-
+/// The device of a primary context's handle.
 fn ctx_ordinal(handle: usize) -> Res<usize> {
-    let ordinal = (handle >> 4).wrapping_sub(1) & 0xff_ffff;
-    if handle >> 44 != CTX_TAG || ctx_handle(ordinal) != handle || ordinal >= slots().len() {
-        return Err(INVALID_CONTEXT);
-    }
-    Ok(ordinal)
+    CONTEXTS
+        .ordinal(handle, slots().len())
+        .ok_or(INVALID_CONTEXT)
 }
 
 /// The active primary context of `ordinal`, if retained.
@@ -437,7 +432,7 @@ pub(crate) extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut usize, dev: c_int) 
             p.ctx = Some(Context::create(dev as usize));
         }
         p.refs += 1;
-        out(pctx, ctx_handle(dev as usize))
+        out(pctx, CONTEXTS.handle(dev as usize))
     })
 }
 
@@ -520,7 +515,7 @@ pub(crate) extern "C" fn cuCtxGetCurrent(pctx: *mut usize) -> u32 {
     entry("cuCtxGetCurrent", || {
         require_init()?;
         let top = STACK.with(|s| s.borrow().last().copied());
-        out(pctx, top.map_or(0, ctx_handle))
+        out(pctx, top.map_or(0, |o| CONTEXTS.handle(o)))
     })
 }
 
@@ -545,7 +540,7 @@ pub(crate) extern "C" fn cuCtxPopCurrent_v2(pctx: *mut usize) -> u32 {
             .with(|s| s.borrow_mut().pop())
             .ok_or(INVALID_CONTEXT)?;
         if !pctx.is_null() {
-            out(pctx, ctx_handle(top))?;
+            out(pctx, CONTEXTS.handle(top))?;
         }
         Ok(())
     })

@@ -90,36 +90,41 @@ pub(crate) fn describe(code: CUresult) -> Option<(&'static CStr, &'static CStr)>
         .map(|(_, name, text)| (*name, *text))
 }
 
-/// `cuGetErrorName`: the enum name of `error` (e.g. `CUDA_ERROR_INVALID_VALUE`).
-///
-/// # Safety
-/// `p_str` must be a valid out-pointer.
-#[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cuGetErrorName(
-    error: CUresult,
-    p_str: *mut *const c_char,
-) -> CUresult {
-    error_text(error, p_str, |(name, _)| name)
+/// Defines the entry points that describe an error code, each with what it
+/// picks of the code's name and description.
+macro_rules! error_text_entry_points {
+    ($($(#[doc = $doc:literal])* $name:ident => $pick:expr;)*) => {$(
+        $(#[doc = $doc])*
+        ///
+        /// # Safety
+        /// `p_str` must be a valid out-pointer.
+        #[unsafe(no_mangle)]
+        pub(crate) unsafe extern "C" fn $name(
+            error: CUresult,
+            p_str: *mut *const c_char,
+        ) -> CUresult {
+            error_text(stringify!($name), error, p_str, $pick)
+        }
+    )*};
 }
 
-/// `cuGetErrorString`: the description of `error`.
-///
-/// # Safety
-/// `p_str` must be a valid out-pointer.
-#[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cuGetErrorString(
-    error: CUresult,
-    p_str: *mut *const c_char,
-) -> CUresult {
-    error_text(error, p_str, |(_, text)| text)
+error_text_entry_points! {
+    /// `cuGetErrorName`: the enum name of `error` (e.g. `CUDA_ERROR_INVALID_VALUE`).
+    cuGetErrorName => |(name, _)| name;
+    /// `cuGetErrorString`: the description of `error`.
+    cuGetErrorString => |(_, text)| text;
 }
 
+/// Entry point `name`: writes what `pick` takes of `error`'s name and
+/// description to `p_str` (NULL and `CUDA_ERROR_INVALID_VALUE` for a code
+/// `cuda.h` does not define).
 fn error_text(
+    name: &'static str,
     error: CUresult,
     p_str: *mut *const c_char,
     pick: fn((&'static CStr, &'static CStr)) -> &'static CStr,
 ) -> CUresult {
-    entry("cuGetErrorString", || {
+    entry(name, || {
         if p_str.is_null() {
             return Err(INVALID_VALUE);
         }

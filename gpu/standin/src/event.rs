@@ -135,21 +135,30 @@ pub(crate) extern "C" fn cuEventRecordWithFlags(h: usize, stream: usize, flags: 
     })
 }
 
+/// The stream position event `h` last recorded (`None`: never recorded),
+/// for `name`, which waits on it: refused for an event recorded in a
+/// capture (`CUDA_ERROR_CAPTURED_EVENT`) and, being potentially unsafe, while
+/// a capture bars this thread (900).
+fn recorded(h: usize, name: &str) -> Res<Option<Dep>> {
+    let (_, st) = state(h)?;
+    if matches!(st, State::Captured { .. }) {
+        return Err(CAPTURED_EVENT);
+    }
+    capture::check_unsafe(name)?;
+    match st {
+        State::Never => Ok(None),
+        State::Captured { .. } => Err(CAPTURED_EVENT),
+        State::Recorded { dep, .. } => Ok(Some(dep)),
+    }
+}
+
 /// `cuEventQuery`: potentially unsafe during capture (900).
 #[unsafe(no_mangle)]
 pub(crate) extern "C" fn cuEventQuery(h: usize) -> u32 {
-    entry("cuEventQuery", || {
-        let (_, st) = state(h)?;
-        if matches!(st, State::Captured { .. }) {
-            return Err(CAPTURED_EVENT);
-        }
-        capture::check_unsafe("cuEventQuery")?;
-        match st {
-            State::Never => Ok(()),
-            State::Captured { .. } => Err(CAPTURED_EVENT),
-            State::Recorded { dep, .. } if dep.is_done() => dep.stream.ctx.check_sticky(),
-            State::Recorded { .. } => Err(NOT_READY),
-        }
+    entry("cuEventQuery", || match recorded(h, "cuEventQuery")? {
+        None => Ok(()),
+        Some(dep) if dep.is_done() => dep.stream.ctx.check_sticky(),
+        Some(_) => Err(NOT_READY),
     })
 }
 
@@ -157,19 +166,11 @@ pub(crate) extern "C" fn cuEventQuery(h: usize) -> u32 {
 #[unsafe(no_mangle)]
 pub(crate) extern "C" fn cuEventSynchronize(h: usize) -> u32 {
     entry("cuEventSynchronize", || {
-        let (_, st) = state(h)?;
-        if matches!(st, State::Captured { .. }) {
-            return Err(CAPTURED_EVENT);
-        }
-        capture::check_unsafe("cuEventSynchronize")?;
-        match st {
-            State::Never => Ok(()),
-            State::Captured { .. } => Err(CAPTURED_EVENT),
-            State::Recorded { dep, .. } => {
-                dep.stream.ctx.wait(&dep);
-                dep.stream.ctx.check_sticky()
-            }
-        }
+        let Some(dep) = recorded(h, "cuEventSynchronize")? else {
+            return Ok(());
+        };
+        dep.stream.ctx.wait(&dep);
+        dep.stream.ctx.check_sticky()
     })
 }
 

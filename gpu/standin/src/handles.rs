@@ -52,3 +52,30 @@ impl<T> Registry<T> {
         self.live.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
+
+/// Handles of per-device objects (primary contexts, default memory pools):
+/// one fixed handle per device, with a [`Registry`] handle's layout and the
+/// device ordinal + 1 as its serial.
+pub(crate) struct PerDevice {
+    tag: usize,
+}
+
+impl PerDevice {
+    /// The handles carrying `tag` (1..=255, distinct from every registry's).
+    pub(crate) const fn new(tag: usize) -> PerDevice {
+        PerDevice { tag }
+    }
+
+    /// The handle of device `ordinal`'s object.
+    pub(crate) fn handle(&self, ordinal: usize) -> usize {
+        (self.tag << 44) | ((ordinal + 1) << 4)
+    }
+
+    /// The device ordinal behind `handle`, if it is one of these handles
+    /// and names one of the `devices` devices.
+    pub(crate) fn ordinal(&self, handle: usize, devices: usize) -> Option<usize> {
+        let ordinal = (handle >> 4).wrapping_sub(1) & 0xff_ffff;
+        let ours = handle >> 44 == self.tag && self.handle(ordinal) == handle;
+        (ours && ordinal < devices).then_some(ordinal)
+    }
+}

@@ -32,19 +32,15 @@ fn target(addr: u64, wide: bool, name: &str) -> Res<()> {
     Ok(())
 }
 
-fn wait(
-    stream: usize,
-    addr: u64,
-    value: u64,
-    flags: u32,
-    wide: bool,
-    name: &'static str,
-) -> Res<()> {
-    current()?;
-    refuse_memops(name)?;
-    let s = stream_of(stream)?;
-    let work = wait_work(addr, value, flags, wide, name)?;
-    submit(&s, work, Vec::new(), name).map(|_| ())
+/// Entry point `name`: submits one stream memory operation to `stream`, its
+/// work made (and its arguments checked) by `work`.
+fn memop(name: &'static str, stream: usize, work: impl FnOnce(&'static str) -> Res<Work>) -> u32 {
+    entry(name, || {
+        current()?;
+        refuse_memops(name)?;
+        let s = stream_of(stream)?;
+        submit(&s, work(name)?, Vec::new(), name).map(|_| ())
+    })
 }
 
 /// `CUDA_ERROR_NOT_SUPPORTED` for `name` under
@@ -77,21 +73,6 @@ fn wait_work(addr: u64, value: u64, flags: u32, wide: bool, name: &'static str) 
         cond: flags & 0x3,
         wide,
     })
-}
-
-fn write(
-    stream: usize,
-    addr: u64,
-    value: u64,
-    flags: u32,
-    wide: bool,
-    name: &'static str,
-) -> Res<()> {
-    current()?;
-    refuse_memops(name)?;
-    let s = stream_of(stream)?;
-    let work = write_work(addr, value, flags, wide, name)?;
-    submit(&s, work, Vec::new(), name).map(|_| ())
 }
 
 /// The work of a stream write, its arguments checked.
@@ -180,71 +161,30 @@ pub(crate) unsafe extern "C" fn cuStreamBatchMemOp_v2(
     })
 }
 
-/// `cuStreamWaitValue32_v2`: GEQ (cyclic), EQ, AND, NOR; FLUSH only where the
-/// device can flush remote writes (this one cannot).
-#[unsafe(no_mangle)]
-pub(crate) extern "C" fn cuStreamWaitValue32_v2(
-    stream: usize,
-    addr: u64,
-    value: u32,
-    flags: u32,
-) -> u32 {
-    entry("cuStreamWaitValue32_v2", || {
-        wait(
-            stream,
-            addr,
-            value.into(),
-            flags,
-            false,
-            "cuStreamWaitValue32_v2",
-        )
-    })
+/// Defines the single-operation entry points, each `fn(stream, addr, value,
+/// flags)` with its value type, width and kind of work.
+macro_rules! single_memops {
+    ($($(#[doc = $doc:literal])* $name:ident($value:ty, wide: $wide:literal) => $work:ident;)*) => {$(
+        $(#[doc = $doc])*
+        #[unsafe(no_mangle)]
+        pub(crate) extern "C" fn $name(stream: usize, addr: u64, value: $value, flags: u32) -> u32 {
+            memop(stringify!($name), stream, |name| {
+                $work(addr, u64::from(value), flags, $wide, name)
+            })
+        }
+    )*};
 }
 
-/// `cuStreamWaitValue64_v2`.
-#[unsafe(no_mangle)]
-pub(crate) extern "C" fn cuStreamWaitValue64_v2(
-    stream: usize,
-    addr: u64,
-    value: u64,
-    flags: u32,
-) -> u32 {
-    entry("cuStreamWaitValue64_v2", || {
-        wait(stream, addr, value, flags, true, "cuStreamWaitValue64_v2")
-    })
-}
-
-/// `cuStreamWriteValue32_v2`: flags must be 0 (the write is fenced).
-#[unsafe(no_mangle)]
-pub(crate) extern "C" fn cuStreamWriteValue32_v2(
-    stream: usize,
-    addr: u64,
-    value: u32,
-    flags: u32,
-) -> u32 {
-    entry("cuStreamWriteValue32_v2", || {
-        write(
-            stream,
-            addr,
-            value.into(),
-            flags,
-            false,
-            "cuStreamWriteValue32_v2",
-        )
-    })
-}
-
-/// `cuStreamWriteValue64_v2`.
-#[unsafe(no_mangle)]
-pub(crate) extern "C" fn cuStreamWriteValue64_v2(
-    stream: usize,
-    addr: u64,
-    value: u64,
-    flags: u32,
-) -> u32 {
-    entry("cuStreamWriteValue64_v2", || {
-        write(stream, addr, value, flags, true, "cuStreamWriteValue64_v2")
-    })
+single_memops! {
+    /// `cuStreamWaitValue32_v2`: GEQ (cyclic), EQ, AND, NOR; FLUSH only where
+    /// the device can flush remote writes (this one cannot).
+    cuStreamWaitValue32_v2(u32, wide: false) => wait_work;
+    /// `cuStreamWaitValue64_v2`.
+    cuStreamWaitValue64_v2(u64, wide: true) => wait_work;
+    /// `cuStreamWriteValue32_v2`: flags must be 0 (the write is fenced).
+    cuStreamWriteValue32_v2(u32, wide: false) => write_work;
+    /// `cuStreamWriteValue64_v2`.
+    cuStreamWriteValue64_v2(u64, wide: true) => write_work;
 }
 
 /// `cuLaunchHostFunc`: runs `f(data)` when the stream reaches it, one host

@@ -12,11 +12,10 @@
 //! Threads of one process share the lock (it is taken once per process).
 //! Under PROHIBITED, every context creation fails with 46.
 
-use std::ffi::CString;
-
 use crate::config::{COMPUTE_EXCLUSIVE_PROCESS, COMPUTE_PROHIBITED, config};
 use crate::error::{DEVICE_UNAVAILABLE, Res};
 use crate::guard::say_once;
+use crate::shm::shm_open;
 
 /// The right to create contexts on one device; dropping it releases the
 /// device to other processes.
@@ -54,26 +53,16 @@ fn exclusive(ordinal: usize) -> Res<Claim> {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
     let machine = &config().machine_id;
-    let path = format!("/dev/shm/sc-cuda-standin-excl-{uid}-{machine}-{ordinal}");
-    let c = CString::new(path.clone()).map_err(|_| DEVICE_UNAVAILABLE)?;
-    // SAFETY: a valid NUL-terminated path; the flags open or create a file.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
-            0o600,
-        )
-    };
-    if fd < 0 {
+    let name = format!("/sc-cuda-standin-excl-{uid}-{machine}-{ordinal}");
+    let fd = shm_open(&name, libc::O_CREAT).map_err(|e| {
         say_once(
             format!("mode:open:{ordinal}"),
             &format!(
-                "compute mode EXCLUSIVE_PROCESS: cannot open {path} ({}): CUDA_ERROR_DEVICE_UNAVAILABLE",
-                std::io::Error::last_os_error()
+                "compute mode EXCLUSIVE_PROCESS: cannot open /dev/shm{name} ({e}): CUDA_ERROR_DEVICE_UNAVAILABLE"
             ),
         );
-        return Err(DEVICE_UNAVAILABLE);
-    }
+        DEVICE_UNAVAILABLE
+    })?;
     let claim = Claim { fd };
     // SAFETY: `fd` is an open descriptor; a non-blocking exclusive lock.
     if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {

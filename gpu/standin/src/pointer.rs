@@ -21,7 +21,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{Ordering, fence};
 
 use crate::config::config;
-use crate::device::{ctx_handle, current, out};
+use crate::device::{CONTEXTS, current, out};
 use crate::error::{INVALID_VALUE, NOT_SUPPORTED, Res};
 use crate::guard::{entry, say_once};
 use crate::memory::{Kind, region_of};
@@ -87,7 +87,7 @@ pub(crate) extern "C" fn cuPointerGetAttribute(
         let own = matches!(r.kind, Kind::Device { .. });
         let write_u32 = |v: u32| out(data.cast::<u32>(), v);
         match attribute {
-            1 => out(data.cast::<usize>(), ctx_handle(r.ordinal)),
+            1 => out(data.cast::<usize>(), CONTEXTS.handle(r.ordinal)),
             2 => write_u32(2),
             3 => out(data.cast::<u64>(), ptr),
             7 => out(data.cast::<u64>(), r.base),

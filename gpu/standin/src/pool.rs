@@ -32,12 +32,13 @@ use crate::device::{current, out, require_init};
 use crate::error::{INVALID_DEVICE, INVALID_VALUE, NOT_SUPPORTED, Res};
 use crate::exec::Work;
 use crate::guard::{entry, say_once, unsupported};
+use crate::handles::PerDevice;
 use crate::memory::{FREED, Kind, LIVE, Region, insert, is_own_base, region_of, remove};
 use crate::shm::Segment;
 use crate::stream::{stream_of, submit};
 
-/// Handle tag of memory pools.
-const POOL_TAG: usize = 0x19;
+/// Handles of the default memory pools.
+const POOLS: PerDevice = PerDevice::new(0x19);
 
 /// One device's default pool: its attributes and usage.
 struct Pool {
@@ -83,18 +84,9 @@ fn pools() -> &'static [Mutex<Pool>] {
     })
 }
 
-/// The handle of device `ordinal`'s default pool.
-fn handle(ordinal: usize) -> usize {
-    (POOL_TAG << 44) | ((ordinal + 1) << 4)
-}
-
 /// The device ordinal of a pool handle.
 fn ordinal_of(pool: usize) -> Res<usize> {
-    let ordinal = (pool >> 4).wrapping_sub(1) & 0xff_ffff;
-    if pool >> 44 != POOL_TAG || handle(ordinal) != pool || ordinal >= pools().len() {
-        return Err(INVALID_VALUE);
-    }
-    Ok(ordinal)
+    POOLS.ordinal(pool, pools().len()).ok_or(INVALID_VALUE)
 }
 
 /// `CUDA_ERROR_NOT_SUPPORTED`, named on stderr, unless memory pools are on.
@@ -269,7 +261,7 @@ pub(crate) extern "C" fn cuMemFreeAsync(dptr: u64, stream: usize) -> u32 {
 pub(crate) extern "C" fn cuDeviceGetDefaultMemPool(pool: *mut usize, dev: c_int) -> u32 {
     entry("cuDeviceGetDefaultMemPool", || {
         enabled("cuDeviceGetDefaultMemPool")?;
-        out(pool, handle(device(dev)?))
+        out(pool, POOLS.handle(device(dev)?))
     })
 }
 
@@ -278,7 +270,7 @@ pub(crate) extern "C" fn cuDeviceGetDefaultMemPool(pool: *mut usize, dev: c_int)
 pub(crate) extern "C" fn cuDeviceGetMemPool(pool: *mut usize, dev: c_int) -> u32 {
     entry("cuDeviceGetMemPool", || {
         enabled("cuDeviceGetMemPool")?;
-        out(pool, handle(device(dev)?))
+        out(pool, POOLS.handle(device(dev)?))
     })
 }
 

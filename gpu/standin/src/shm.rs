@@ -7,7 +7,7 @@
 //! with their last descriptor and mapping.
 
 use std::collections::BTreeSet;
-use std::ffi::CString;
+use std::ffi::{CString, c_int};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, Once};
 
@@ -42,6 +42,37 @@ fn page_round(len: usize) -> usize {
     len.div_ceil(4096).max(1) * 4096
 }
 
+/// Opens the shared-memory object `name` (`/`-prefixed) for reading and
+/// writing, close-on-exec, with `flags` added (`O_CREAT` makes it 0600).
+pub(crate) fn shm_open(name: &str, flags: c_int) -> std::io::Result<i32> {
+    let c = CString::new(name)?;
+    // SAFETY: a valid NUL-terminated name; opens or creates an object.
+    let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR | flags, 0o600) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// Maps `len` bytes at `offset` of the shared-memory object open as `fd`,
+/// readable and writable, shared with every other mapping of it; `None`
+/// where `mmap` fails.
+fn map_shared(fd: i32, offset: libc::off_t, len: usize) -> Option<*mut u8> {
+    // SAFETY: a fresh mapping at an address of the kernel's choosing (the
+    // hint is NULL) touches no existing memory; failure is MAP_FAILED.
+    let host = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            offset,
+        )
+    };
+    (host != libc::MAP_FAILED).then_some(host.cast())
+}
+
 impl Segment {
     /// Creates and maps a new segment of `len` bytes; returns it with its serial.
     pub(crate) fn create(len: usize) -> Res<(Segment, u64)> {
@@ -53,19 +84,8 @@ impl Segment {
         });
         let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
         let name = name_of(std::process::id(), serial);
-        let c = CString::new(name.clone()).map_err(|_| INVALID_VALUE)?;
         let len = page_round(len);
-        // SAFETY: valid NUL-terminated name; the flags create a new private segment.
-        let fd = unsafe {
-            libc::shm_open(
-                c.as_ptr(),
-                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
-                0o600,
-            )
-        };
-        if fd < 0 {
-            return Err(OUT_OF_MEMORY);
-        }
+        let fd = shm_open(&name, libc::O_CREAT | libc::O_EXCL).map_err(|_| OUT_OF_MEMORY)?;
         lock(&LIVE).insert(name.clone());
         let seg = Segment::map(name, fd, len, true)?;
         if config().poison {
@@ -78,12 +98,7 @@ impl Segment {
     /// Maps the segment `serial` of process `pid` (an IPC import).
     pub(crate) fn open(pid: u32, serial: u64, len: usize) -> Res<Segment> {
         let name = name_of(pid, serial);
-        let c = CString::new(name.clone()).map_err(|_| INVALID_VALUE)?;
-        // SAFETY: valid NUL-terminated name; opens an existing segment.
-        let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR, 0) };
-        if fd < 0 {
-            return Err(INVALID_VALUE);
-        }
+        let fd = shm_open(&name, 0).map_err(|_| INVALID_VALUE)?;
         Segment::map(name, fd, page_round(len), false)
     }
 
@@ -93,23 +108,10 @@ impl Segment {
     /// `fd`.
     pub(crate) fn map_fd(fd: i32, offset: usize, len: usize) -> Res<Segment> {
         let offset = libc::off_t::try_from(offset).map_err(|_| INVALID_VALUE)?;
-        // SAFETY: maps `len` bytes of an open object; checked for MAP_FAILED.
-        let host = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                offset,
-            )
-        };
-        if host == libc::MAP_FAILED {
-            return Err(OUT_OF_MEMORY);
-        }
+        let host = map_shared(fd, offset, len).ok_or(OUT_OF_MEMORY)?;
         Ok(Segment {
             name: String::new(),
-            host: host.cast(),
+            host,
             len,
             owner: false,
         })
@@ -118,35 +120,18 @@ impl Segment {
     fn map(name: String, fd: i32, len: usize, owner: bool) -> Res<Segment> {
         // SAFETY: `fd` is an open shared-memory object we own.
         let sized = !owner || unsafe { libc::ftruncate(fd, len as libc::off_t) } == 0;
-        let host = if sized {
-            // SAFETY: maps `len` bytes of the object; checked for MAP_FAILED below.
-            unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    fd,
-                    0,
-                )
-            }
-        } else {
-            libc::MAP_FAILED
-        };
+        let host = if sized { map_shared(fd, 0, len) } else { None };
         // SAFETY: the descriptor is ours; the mapping (if any) keeps the object.
         unsafe { libc::close(fd) };
-        let failed = host == libc::MAP_FAILED;
+        // Made even when mapping failed, so that dropping it unlinks a
+        // segment this process created.
         let seg = Segment {
             name,
-            host: if failed {
-                std::ptr::null_mut()
-            } else {
-                host.cast()
-            },
+            host: host.unwrap_or(std::ptr::null_mut()),
             len,
             owner,
         };
-        if failed {
+        if host.is_none() {
             return Err(OUT_OF_MEMORY);
         }
         Ok(seg)

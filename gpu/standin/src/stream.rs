@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use crate::capture;
 use crate::context::{Context, Dep, Stream, lock};
-use crate::device::{ctx_handle, current, out};
+use crate::device::{CONTEXTS, current, out};
 use crate::error::{INVALID_VALUE, NOT_READY, NOT_SUPPORTED, Res};
 use crate::exec::Work;
 use crate::guard::{entry, say_once};
@@ -124,17 +124,26 @@ pub(crate) extern "C" fn cuStreamDestroy_v2(h: usize) -> u32 {
     })
 }
 
+/// The stream behind `h`, for `name`, which waits on it or asks after it:
+/// refused on a capturing stream (900, the capture invalidated), while a
+/// capture bars this thread (900), and for the legacy stream while a
+/// blocking stream captures (906).
+fn stream_to_wait_on(h: usize, name: &str) -> Res<Arc<Stream>> {
+    let s = stream_of(h)?;
+    capture::check_stream_sync(&s, name)?;
+    capture::check_unsafe(name)?;
+    if s.legacy {
+        capture::check_legacy(s.ctx, name)?;
+    }
+    Ok(s)
+}
+
 /// `cuStreamSynchronize`: waits for the stream's work (for ever, if it never
 /// finishes). On a capturing stream: 900, and the capture is invalidated.
 #[unsafe(no_mangle)]
 pub(crate) extern "C" fn cuStreamSynchronize(h: usize) -> u32 {
     entry("cuStreamSynchronize", || {
-        let s = stream_of(h)?;
-        capture::check_stream_sync(&s, "cuStreamSynchronize")?;
-        capture::check_unsafe("cuStreamSynchronize")?;
-        if s.legacy {
-            capture::check_legacy(s.ctx, "cuStreamSynchronize")?;
-        }
+        let s = stream_to_wait_on(h, "cuStreamSynchronize")?;
         s.ctx.wait(&Context::tail(&s));
         s.ctx.check_sticky()
     })
@@ -145,12 +154,7 @@ pub(crate) extern "C" fn cuStreamSynchronize(h: usize) -> u32 {
 #[unsafe(no_mangle)]
 pub(crate) extern "C" fn cuStreamQuery(h: usize) -> u32 {
     entry("cuStreamQuery", || {
-        let s = stream_of(h)?;
-        capture::check_stream_sync(&s, "cuStreamQuery")?;
-        capture::check_unsafe("cuStreamQuery")?;
-        if s.legacy {
-            capture::check_legacy(s.ctx, "cuStreamQuery")?;
-        }
+        let s = stream_to_wait_on(h, "cuStreamQuery")?;
         if s.done.load(Ordering::Acquire) < s.enqueued.load(Ordering::Acquire) {
             return Err(NOT_READY);
         }
@@ -181,7 +185,7 @@ pub(crate) extern "C" fn cuStreamGetPriority(h: usize, priority: *mut c_int) -> 
 pub(crate) extern "C" fn cuStreamGetCtx(h: usize, pctx: *mut usize) -> u32 {
     entry("cuStreamGetCtx", || {
         let s = stream_of(h)?;
-        out(pctx, ctx_handle(s.ctx.ordinal))
+        out(pctx, CONTEXTS.handle(s.ctx.ordinal))
     })
 }
 

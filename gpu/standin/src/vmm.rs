@@ -75,14 +75,16 @@
 
 use std::collections::BTreeMap;
 use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::config::config;
 use crate::context::lock;
 use crate::device::{current, out};
-use crate::error::{INVALID_VALUE, NOT_SUPPORTED, OPERATING_SYSTEM, OUT_OF_MEMORY, Res};
+use crate::error::{
+    CUresult, INVALID_VALUE, NOT_SUPPORTED, OPERATING_SYSTEM, OUT_OF_MEMORY, Res, describe,
+};
 use crate::guard::{entry, say_once};
 use crate::memory::{FREED, Kind, insert_at, region_of, remove, reserve_aligned};
 use crate::shm::Segment;
@@ -238,25 +240,122 @@ static STATE: Mutex<State> = Mutex::new(State {
     mapped: BTreeMap::new(),
 });
 
-/// Refuses a call with `CUDA_ERROR_INVALID_VALUE`, saying why once.
-fn bad(name: &str, why: impl AsRef<str>) -> u32 {
-    let why = why.as_ref();
-    say_once(
-        format!("vmm:{name}:{why}"),
-        &format!("{name}: {why}: CUDA_ERROR_INVALID_VALUE"),
-    );
-    INVALID_VALUE
+/// The two kinds of range in [`State`]: each is taken back whole, a
+/// reservation by `cuMemAddressFree` and a mapping by `cuMemUnmap`.
+#[derive(Clone, Copy)]
+enum Range {
+    Reservation,
+    Mapping,
 }
 
-/// Refuses what the stand-in does not model with `CUDA_ERROR_NOT_SUPPORTED`,
-/// naming it once.
-fn not_modelled(name: &str, what: impl AsRef<str>) -> u32 {
-    let what = what.as_ref();
-    say_once(
-        format!("vmm:{name}:{what}"),
-        &format!("{name}: {what}: CUDA_ERROR_NOT_SUPPORTED"),
+/// Locks [`STATE`] for `name`, which takes back the whole `kind` range at
+/// `ptr`: refused unless one starts there and is `size` bytes long.
+fn lock_whole(name: &str, kind: Range, ptr: u64, size: usize) -> Res<MutexGuard<'static, State>> {
+    let st = lock(&STATE);
+    let (ranges, noun, maker) = match kind {
+        Range::Reservation => (&st.reserved, "reservation", "cuMemAddressReserve"),
+        Range::Mapping => (&st.mapped, "mapping", "cuMemMap"),
+    };
+    match ranges.get(&ptr) {
+        Some(&len) if len == size => {}
+        Some(&len) => {
+            return Err(refuse(
+                INVALID_VALUE,
+                name,
+                format!(
+                    "size {size} is not the size of the {noun} at {ptr:#x} ({len}): one {name} \
+                     per {maker} range"
+                ),
+            ));
+        }
+        None => {
+            return Err(refuse(
+                INVALID_VALUE,
+                name,
+                format!("{ptr:#x} is not the start of a live {maker} {noun}"),
+            ));
+        }
+    }
+    Ok(st)
+}
+
+/// Refuses `name` with `code` (`CUDA_ERROR_INVALID_VALUE`, or
+/// `CUDA_ERROR_NOT_SUPPORTED` for what the stand-in does not model), saying
+/// why once.
+fn refuse(code: CUresult, name: &str, why: impl AsRef<str>) -> CUresult {
+    let why = why.as_ref();
+    let code_name = describe(code).map_or_else(
+        || code.to_string(),
+        |(n, _)| n.to_string_lossy().into_owned(),
     );
-    NOT_SUPPORTED
+    say_once(
+        format!("vmm:{name}:{why}"),
+        &format!("{name}: {why}: {code_name}"),
+    );
+    code
+}
+
+/// Runs the body of VMM entry point `name` under [`entry`], given its name,
+/// once [`current`] finds a usable context (its error otherwise).
+fn vmm_entry(name: &'static str, body: impl FnOnce(&'static str) -> Res<()>) -> CUresult {
+    entry(name, || {
+        current()?;
+        body(name)
+    })
+}
+
+/// Refuses a NULL `what` pointer (`p`) for `name`.
+fn not_null<T>(name: &str, what: &str, p: *const T) -> Res<()> {
+    if p.is_null() {
+        return Err(refuse(INVALID_VALUE, name, format!("{what} is NULL")));
+    }
+    Ok(())
+}
+
+/// Refuses `flags` other than 0 for `name` (every VMM call's flags).
+fn flags_zero(name: &str, flags: c_ulonglong) -> Res<()> {
+    if flags != 0 {
+        return Err(refuse(
+            INVALID_VALUE,
+            name,
+            format!("flags {flags:#x} are not 0"),
+        ));
+    }
+    Ok(())
+}
+
+/// Runs `f` on the `cuMemMap` mapping holding device address `at`; refused
+/// for `name` where none does.
+fn with_mapping<T>(name: &str, at: u64, f: impl FnOnce(&Mapping) -> T) -> Res<T> {
+    let r = region_of(at)
+        .ok_or_else(|| refuse(INVALID_VALUE, name, format!("{at:#x} is not mapped")))?;
+    let Kind::Vmm { map, .. } = &r.kind else {
+        return Err(refuse(
+            INVALID_VALUE,
+            name,
+            format!("{at:#x} is not in a cuMemMap mapping"),
+        ));
+    };
+    Ok(f(map))
+}
+
+/// A new close-on-exec descriptor of the open file `fd`, which stays open;
+/// `CUDA_ERROR_OPERATING_SYSTEM` for `name`, said once, where that fails.
+fn dup_fd(name: &str, fd: c_int) -> Res<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC touches no memory of ours; a bad `fd` fails.
+    let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        say_once(
+            format!("vmm:{name}:dup"),
+            &format!(
+                "{name}: duplicating the descriptor failed ({}): CUDA_ERROR_OPERATING_SYSTEM",
+                errno()
+            ),
+        );
+        return Err(OPERATING_SYSTEM);
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(dup) })
 }
 
 /// The name of a handle type other than POSIX_FILE_DESCRIPTOR.
@@ -272,7 +371,8 @@ fn handle_type_name(bit: u32) -> &'static str {
 /// Checks requested handle types: NONE or POSIX_FILE_DESCRIPTOR.
 fn check_requested(name: &str, types: u32) -> Res<()> {
     if types & !0xF != 0 {
-        return Err(bad(
+        return Err(refuse(
+            INVALID_VALUE,
             name,
             format!("requestedHandleTypes {types:#x} has bits no CUmemAllocationHandleType has"),
         ));
@@ -283,7 +383,8 @@ fn check_requested(name: &str, types: u32) -> Res<()> {
         .map(handle_type_name)
         .collect();
     if !others.is_empty() {
-        return Err(not_modelled(
+        return Err(refuse(
+            NOT_SUPPORTED,
             name,
             format!(
                 "requested handle type(s) {} (only CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR is)",
@@ -298,14 +399,16 @@ fn check_requested(name: &str, types: u32) -> Res<()> {
 fn check_shareable(name: &str, handle_type: c_uint) -> Res<()> {
     match handle_type {
         HANDLE_POSIX_FD => Ok(()),
-        2 | 4 | 8 => Err(not_modelled(
+        2 | 4 | 8 => Err(refuse(
+            NOT_SUPPORTED,
             name,
             format!(
                 "handle type {} (only CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR is)",
                 handle_type_name(handle_type)
             ),
         )),
-        other => Err(bad(
+        other => Err(refuse(
+            INVALID_VALUE,
             name,
             format!("handle type {other} is not one shareable handle type"),
         )),
@@ -317,13 +420,15 @@ fn check_device(name: &str, what: &str, loc: MemLocation) -> Res<usize> {
     match loc.kind {
         LOCATION_DEVICE => {}
         2..=4 => {
-            return Err(not_modelled(
+            return Err(refuse(
+                NOT_SUPPORTED,
                 name,
                 format!("{what} is a host location (only device locations are modelled)"),
             ));
         }
         other => {
-            return Err(bad(
+            return Err(refuse(
+                INVALID_VALUE,
                 name,
                 format!("{what} has type {other}, not CU_MEM_LOCATION_TYPE_DEVICE"),
             ));
@@ -331,7 +436,8 @@ fn check_device(name: &str, what: &str, loc: MemLocation) -> Res<usize> {
     }
     match usize::try_from(loc.id) {
         Ok(d) if d < config().devices => Ok(d),
-        _ => Err(bad(
+        _ => Err(refuse(
+            INVALID_VALUE,
             name,
             format!("{what} names device {}, which does not exist", loc.id),
         )),
@@ -346,21 +452,21 @@ pub(crate) fn rdma_with_vmm() -> c_int {
 /// Reads and checks an allocation property structure; returns it and its
 /// device.
 fn read_prop(name: &str, prop: *const AllocationProp) -> Res<(AllocationProp, usize)> {
-    if prop.is_null() {
-        return Err(bad(name, "prop is NULL"));
-    }
+    not_null(name, "prop", prop)?;
     // SAFETY: non-null; the caller passes a valid CUmemAllocationProp.
     let p = unsafe { prop.read() };
     match p.kind {
         TYPE_PINNED => {}
         TYPE_MANAGED => {
-            return Err(not_modelled(
+            return Err(refuse(
+                NOT_SUPPORTED,
                 name,
                 "prop.type CU_MEM_ALLOCATION_TYPE_MANAGED",
             ));
         }
         other => {
-            return Err(bad(
+            return Err(refuse(
+                INVALID_VALUE,
                 name,
                 format!("prop.type {other} is not CU_MEM_ALLOCATION_TYPE_PINNED"),
             ));
@@ -369,14 +475,16 @@ fn read_prop(name: &str, prop: *const AllocationProp) -> Res<(AllocationProp, us
     let ordinal = check_device(name, "prop.location", p.location)?;
     check_requested(name, p.requested_handle_types)?;
     if !p.win32_handle_meta_data.is_null() {
-        return Err(bad(
+        return Err(refuse(
+            INVALID_VALUE,
             name,
             "prop.win32HandleMetaData is not NULL (it is for Windows handle types)",
         ));
     }
     let f = p.alloc_flags;
     if f.compression_type > 1 {
-        return Err(bad(
+        return Err(refuse(
+            INVALID_VALUE,
             name,
             format!(
                 "prop.allocFlags.compressionType {} is no CUmemAllocationCompType",
@@ -388,21 +496,24 @@ fn read_prop(name: &str, prop: *const AllocationProp) -> Res<(AllocationProp, us
         0 => {}
         1 if rdma_with_vmm() == 1 => {}
         1 => {
-            return Err(bad(
+            return Err(refuse(
+                INVALID_VALUE,
                 name,
                 "prop.allocFlags.gpuDirectRDMACapable is set, but the device reports \
                  GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED = 0",
             ));
         }
         other => {
-            return Err(bad(
+            return Err(refuse(
+                INVALID_VALUE,
                 name,
                 format!("prop.allocFlags.gpuDirectRDMACapable is {other}, not 0 or 1"),
             ));
         }
     }
     if f.usage != 0 {
-        return Err(not_modelled(
+        return Err(refuse(
+            NOT_SUPPORTED,
             name,
             format!(
                 "prop.allocFlags.usage {} (tile pools, decompression)",
@@ -411,7 +522,11 @@ fn read_prop(name: &str, prop: *const AllocationProp) -> Res<(AllocationProp, us
         ));
     }
     if f.reserved != [0; 4] {
-        return Err(bad(name, "prop.allocFlags.reserved is not zero"));
+        return Err(refuse(
+            INVALID_VALUE,
+            name,
+            "prop.allocFlags.reserved is not zero",
+        ));
     }
     Ok((p, ordinal))
 }
@@ -519,7 +634,8 @@ fn make_memfd(name: &str, header: &Header) -> Res<OwnedFd> {
 /// Checks that `fd` is a stand-in VMM export and reads its header.
 fn check_export(name: &str, fd: c_int) -> Res<Header> {
     let not_ours = |why: String| {
-        bad(
+        refuse(
+            INVALID_VALUE,
             name,
             format!("descriptor {fd} is not a stand-in VMM export ({why})"),
         )
@@ -573,7 +689,13 @@ fn live(name: &str, handle: u64) -> Res<Arc<Alloc>> {
     lock(&HANDLES)
         .get(&handle)
         .map(|e| e.alloc.clone())
-        .ok_or_else(|| bad(name, format!("{handle:#x} is not a live allocation handle")))
+        .ok_or_else(|| {
+            refuse(
+                INVALID_VALUE,
+                name,
+                format!("{handle:#x} is not a live allocation handle"),
+            )
+        })
 }
 
 /// `cuMemGetAllocationGranularity`: 2 MiB for MINIMUM (0) and RECOMMENDED
@@ -584,16 +706,13 @@ pub(crate) extern "C" fn cuMemGetAllocationGranularity(
     prop: *const AllocationProp,
     option: c_uint,
 ) -> u32 {
-    const NAME: &str = "cuMemGetAllocationGranularity";
-    entry(NAME, || {
-        current()?;
-        if granularity.is_null() {
-            return Err(bad(NAME, "granularity is NULL"));
-        }
-        read_prop(NAME, prop)?;
+    vmm_entry("cuMemGetAllocationGranularity", |name| {
+        not_null(name, "granularity", granularity)?;
+        read_prop(name, prop)?;
         if option > 1 {
-            return Err(bad(
-                NAME,
+            return Err(refuse(
+                INVALID_VALUE,
+                name,
                 format!("option {option} is neither MINIMUM (0) nor RECOMMENDED (1)"),
             ));
         }
@@ -610,22 +729,17 @@ pub(crate) extern "C" fn cuMemCreate(
     prop: *const AllocationProp,
     flags: c_ulonglong,
 ) -> u32 {
-    const NAME: &str = "cuMemCreate";
-    entry(NAME, || {
-        current()?;
+    vmm_entry("cuMemCreate", |name| {
         if crate::config::config().refuse.vmm {
             return Err(crate::guard::refused("cuMemCreate", "vmm"));
         }
-        if handle.is_null() {
-            return Err(bad(NAME, "handle is NULL"));
-        }
-        let (p, ordinal) = read_prop(NAME, prop)?;
-        if flags != 0 {
-            return Err(bad(NAME, format!("flags {flags:#x} are not 0")));
-        }
+        not_null(name, "handle", handle)?;
+        let (p, ordinal) = read_prop(name, prop)?;
+        flags_zero(name, flags)?;
         if size == 0 || !size.is_multiple_of(GRANULARITY) {
-            return Err(bad(
-                NAME,
+            return Err(refuse(
+                INVALID_VALUE,
+                name,
                 format!(
                     "size {size} is not a nonzero multiple of the granularity ({GRANULARITY} bytes)"
                 ),
@@ -639,7 +753,7 @@ pub(crate) extern "C" fn cuMemCreate(
             handle_types: p.requested_handle_types,
             gdr,
         };
-        let fd = make_memfd(NAME, &header)?;
+        let fd = make_memfd(name, &header)?;
         let h = register(Arc::new(Alloc {
             fd,
             size,
@@ -657,13 +771,12 @@ pub(crate) extern "C" fn cuMemCreate(
 /// when no reference, mapping or exported descriptor is left.
 #[unsafe(no_mangle)]
 pub(crate) extern "C" fn cuMemRelease(handle: u64) -> u32 {
-    const NAME: &str = "cuMemRelease";
-    entry(NAME, || {
-        current()?;
+    vmm_entry("cuMemRelease", |name| {
         let mut handles = lock(&HANDLES);
         let Some(e) = handles.get_mut(&handle) else {
-            return Err(bad(
-                NAME,
+            return Err(refuse(
+                INVALID_VALUE,
+                name,
                 format!(
                     "{handle:#x} is not a live allocation handle (never created, imported or \
                      retained, or already released as often)"
@@ -690,34 +803,31 @@ pub(crate) extern "C" fn cuMemAddressReserve(
     addr: u64,
     flags: c_ulonglong,
 ) -> u32 {
-    const NAME: &str = "cuMemAddressReserve";
-    entry(NAME, || {
-        current()?;
+    vmm_entry("cuMemAddressReserve", |name| {
         let page = page_size();
-        if ptr.is_null() {
-            return Err(bad(NAME, "ptr is NULL"));
-        }
+        not_null(name, "ptr", ptr)?;
         if size == 0 || !size.is_multiple_of(page) {
-            return Err(bad(
-                NAME,
+            return Err(refuse(
+                INVALID_VALUE,
+                name,
                 format!("size {size} is not a nonzero multiple of the host page size ({page})"),
             ));
         }
         if alignment != 0 && !alignment.is_power_of_two() {
-            return Err(bad(
-                NAME,
+            return Err(refuse(
+                INVALID_VALUE,
+                name,
                 format!("alignment {alignment} is neither 0 nor a power of two"),
             ));
         }
         if !addr.is_multiple_of(page as u64) {
-            return Err(bad(
-                NAME,
+            return Err(refuse(
+                INVALID_VALUE,
+                name,
                 format!("the address hint {addr:#x} is not a multiple of the host page size"),
             ));
         }
-        if flags != 0 {
-            return Err(bad(NAME, format!("flags {flags:#x} are not 0")));
-        }
+        flags_zero(name, flags)?;
         if addr != 0 {
             say_once(
                 "vmm:reserve-hint".into(),
@@ -735,29 +845,13 @@ pub(crate) extern "C" fn cuMemAddressReserve(
 /// of it still mapped.
 #[unsafe(no_mangle)]
 pub(crate) extern "C" fn cuMemAddressFree(ptr: u64, size: usize) -> u32 {
-    const NAME: &str = "cuMemAddressFree";
-    entry(NAME, || {
-        current()?;
-        let mut st = lock(&STATE);
-        match st.reserved.get(&ptr) {
-            Some(&len) if len == size => {}
-            Some(&len) => {
-                return Err(bad(
-                    NAME,
-                    format!("size {size} is not the size of the reservation at {ptr:#x} ({len})"),
-                ));
-            }
-            None => {
-                return Err(bad(
-                    NAME,
-                    format!("{ptr:#x} is not the start of a live cuMemAddressReserve reservation"),
-                ));
-            }
-        }
+    vmm_entry("cuMemAddressFree", |name| {
+        let mut st = lock_whole(name, Range::Reservation, ptr, size)?;
         let end = ptr + size as u64;
         if let Some((&m, _)) = st.mapped.range(ptr..end).next() {
-            return Err(bad(
-                NAME,
+            return Err(refuse(
+                INVALID_VALUE,
+                name,
                 format!(
                     "the reservation at {ptr:#x} is still mapped at {m:#x}: cuMemUnmap it first"
                 ),
@@ -780,20 +874,17 @@ pub(crate) extern "C" fn cuMemMap(
     handle: u64,
     flags: c_ulonglong,
 ) -> u32 {
-    const NAME: &str = "cuMemMap";
-    entry(NAME, || {
-        current()?;
-        if flags != 0 {
-            return Err(bad(NAME, format!("flags {flags:#x} are not 0")));
-        }
+    vmm_entry("cuMemMap", |name| {
+        flags_zero(name, flags)?;
         let g = GRANULARITY;
         if size == 0
             || !size.is_multiple_of(g)
             || !offset.is_multiple_of(g)
             || !ptr.is_multiple_of(g as u64)
         {
-            return Err(bad(
-                NAME,
+            return Err(refuse(
+                INVALID_VALUE,
+                name,
                 format!(
                     "ptr {ptr:#x}, size {size} and offset {offset} must be multiples of the \
                      granularity ({g} bytes), size nonzero"
@@ -808,8 +899,9 @@ pub(crate) extern "C" fn cuMemMap(
             .next_back()
             .is_some_and(|(&b, &l)| end <= b + l as u64);
         if !inside {
-            return Err(bad(
-                NAME,
+            return Err(refuse(
+                INVALID_VALUE,
+                name,
                 format!(
                     "[{ptr:#x}, {end:#x}) does not lie inside one cuMemAddressReserve reservation"
                 ),
@@ -821,15 +913,17 @@ pub(crate) extern "C" fn cuMemMap(
             .next_back()
             .filter(|(b, l)| **b + **l as u64 > ptr)
         {
-            return Err(bad(
-                NAME,
+            return Err(refuse(
+                INVALID_VALUE,
+                name,
                 format!("[{ptr:#x}, {end:#x}) overlaps the mapping at {b:#x}"),
             ));
         }
-        let alloc = live(NAME, handle)?;
+        let alloc = live(name, handle)?;
         if offset.checked_add(size).is_none_or(|e| e > alloc.size) {
-            return Err(bad(
-                NAME,
+            return Err(refuse(
+                INVALID_VALUE,
+                name,
                 format!(
                     "offset {offset} + size {size} exceeds the allocation's {} bytes",
                     alloc.size
@@ -855,28 +949,8 @@ pub(crate) extern "C" fn cuMemMap(
 /// work in flight (work reaching the range afterwards faults).
 #[unsafe(no_mangle)]
 pub(crate) extern "C" fn cuMemUnmap(ptr: u64, size: usize) -> u32 {
-    const NAME: &str = "cuMemUnmap";
-    entry(NAME, || {
-        current()?;
-        let mut st = lock(&STATE);
-        match st.mapped.get(&ptr) {
-            Some(&len) if len == size => {}
-            Some(&len) => {
-                return Err(bad(
-                    NAME,
-                    format!(
-                        "size {size} is not the size of the mapping at {ptr:#x} ({len}): one \
-                         cuMemUnmap per cuMemMap range"
-                    ),
-                ));
-            }
-            None => {
-                return Err(bad(
-                    NAME,
-                    format!("{ptr:#x} is not the start of a cuMemMap mapping"),
-                ));
-            }
-        }
+    vmm_entry("cuMemUnmap", |name| {
+        let mut st = lock_whole(name, Range::Mapping, ptr, size)?;
         let r = remove(ptr, |r| matches!(r.kind, Kind::Vmm { .. }))?;
         st.mapped.remove(&ptr);
         r.state.store(FREED, Ordering::Release);
@@ -894,29 +968,33 @@ pub(crate) extern "C" fn cuMemSetAccess(
     desc: *const AccessDesc,
     count: usize,
 ) -> u32 {
-    const NAME: &str = "cuMemSetAccess";
-    entry(NAME, || {
-        current()?;
+    vmm_entry("cuMemSetAccess", |name| {
         if desc.is_null() || count == 0 {
-            return Err(bad(NAME, "no access descriptors (desc NULL or count 0)"));
+            return Err(refuse(
+                INVALID_VALUE,
+                name,
+                "no access descriptors (desc NULL or count 0)",
+            ));
         }
         // SAFETY: the caller passes `count` descriptors at `desc`.
         let descs = unsafe { std::slice::from_raw_parts(desc, count) };
         let mut changes = Vec::with_capacity(count);
         for d in descs {
-            let dev = check_device(NAME, "desc.location", d.location)?;
+            let dev = check_device(name, "desc.location", d.location)?;
             let grant = match d.flags {
                 PROT_READWRITE => true,
                 PROT_NONE => false,
                 PROT_READ => {
-                    return Err(not_modelled(
-                        NAME,
+                    return Err(refuse(
+                        NOT_SUPPORTED,
+                        name,
                         "read-only access (CU_MEM_ACCESS_FLAGS_PROT_READ)",
                     ));
                 }
                 other => {
-                    return Err(bad(
-                        NAME,
+                    return Err(refuse(
+                        INVALID_VALUE,
+                        name,
                         format!("desc.flags {other} is no CUmemAccess_flags"),
                     ));
                 }
@@ -924,11 +1002,15 @@ pub(crate) extern "C" fn cuMemSetAccess(
             changes.push((1u32 << dev, grant));
         }
         if size == 0 {
-            return Err(bad(NAME, "size is 0"));
+            return Err(refuse(INVALID_VALUE, name, "size is 0"));
         }
-        let end = ptr
-            .checked_add(size as u64)
-            .ok_or_else(|| bad(NAME, format!("[{ptr:#x}, +{size}) overflows")))?;
+        let end = ptr.checked_add(size as u64).ok_or_else(|| {
+            refuse(
+                INVALID_VALUE,
+                name,
+                format!("[{ptr:#x}, +{size}) overflows"),
+            )
+        })?;
         let st = lock(&STATE);
         let mut at = ptr;
         let mut bases = Vec::new();
@@ -940,8 +1022,9 @@ pub(crate) extern "C" fn cuMemSetAccess(
             bases.push(b);
         }
         if at != end {
-            return Err(bad(
-                NAME,
+            return Err(refuse(
+                INVALID_VALUE,
+                name,
                 format!(
                     "[{ptr:#x}, {end:#x}) is not whole cuMemMap mappings lying back to back \
                      (stopped at {at:#x})"
@@ -972,19 +1055,14 @@ pub(crate) extern "C" fn cuMemGetAccess(
     location: *const MemLocation,
     ptr: u64,
 ) -> u32 {
-    const NAME: &str = "cuMemGetAccess";
-    entry(NAME, || {
-        current()?;
+    vmm_entry("cuMemGetAccess", |name| {
         if flags.is_null() || location.is_null() {
-            return Err(bad(NAME, "flags or location is NULL"));
+            return Err(refuse(INVALID_VALUE, name, "flags or location is NULL"));
         }
         // SAFETY: non-null; the caller passes a valid CUmemLocation.
-        let dev = check_device(NAME, "location", unsafe { location.read() })?;
-        let r = region_of(ptr).ok_or_else(|| bad(NAME, format!("{ptr:#x} is not mapped")))?;
-        let Kind::Vmm { map, .. } = &r.kind else {
-            return Err(bad(NAME, format!("{ptr:#x} is not in a cuMemMap mapping")));
-        };
-        let rw = map.access.load(Ordering::Acquire) & (1 << dev) != 0;
+        let dev = check_device(name, "location", unsafe { location.read() })?;
+        let access = with_mapping(name, ptr, |map| map.access.load(Ordering::Acquire))?;
+        let rw = access & (1 << dev) != 0;
         out(
             flags,
             c_ulonglong::from(if rw { PROT_READWRITE } else { PROT_NONE }),
@@ -1003,20 +1081,15 @@ pub(crate) extern "C" fn cuMemExportToShareableHandle(
     handle_type: c_uint,
     flags: c_ulonglong,
 ) -> u32 {
-    const NAME: &str = "cuMemExportToShareableHandle";
-    entry(NAME, || {
-        current()?;
-        if shareable_handle.is_null() {
-            return Err(bad(NAME, "shareableHandle is NULL"));
-        }
-        check_shareable(NAME, handle_type)?;
-        if flags != 0 {
-            return Err(bad(NAME, format!("flags {flags:#x} are not 0")));
-        }
-        let alloc = live(NAME, handle)?;
+    vmm_entry("cuMemExportToShareableHandle", |name| {
+        not_null(name, "shareableHandle", shareable_handle)?;
+        check_shareable(name, handle_type)?;
+        flags_zero(name, flags)?;
+        let alloc = live(name, handle)?;
         if alloc.handle_types & HANDLE_POSIX_FD == 0 {
-            return Err(bad(
-                NAME,
+            return Err(refuse(
+                INVALID_VALUE,
+                name,
                 format!(
                     "{handle:#x} was created without CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR in \
                      prop.requestedHandleTypes"
@@ -1024,27 +1097,17 @@ pub(crate) extern "C" fn cuMemExportToShareableHandle(
             ));
         }
         if alloc.imported {
-            return Err(bad(
-                NAME,
+            return Err(refuse(
+                INVALID_VALUE,
+                name,
                 format!(
                     "{handle:#x} was imported; exporting an imported allocation again is not \
                      modelled"
                 ),
             ));
         }
-        // SAFETY: duplicates our open descriptor.
-        let fd = unsafe { libc::fcntl(alloc.fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
-        if fd < 0 {
-            say_once(
-                format!("vmm:{NAME}:dup"),
-                &format!(
-                    "{NAME}: duplicating the descriptor failed ({}): CUDA_ERROR_OPERATING_SYSTEM",
-                    errno()
-                ),
-            );
-            return Err(OPERATING_SYSTEM);
-        }
-        out(shareable_handle.cast::<c_int>(), fd)
+        let fd = dup_fd(name, alloc.fd.as_raw_fd())?;
+        out(shareable_handle.cast::<c_int>(), fd.into_raw_fd())
     })
 }
 
@@ -1060,28 +1123,18 @@ pub(crate) extern "C" fn cuMemImportFromShareableHandle(
     const NAME: &str = "cuMemImportFromShareableHandle";
     entry(NAME, || {
         let ctx = current()?;
-        if handle.is_null() {
-            return Err(bad(NAME, "handle is NULL"));
-        }
+        not_null(NAME, "handle", handle)?;
         check_shareable(NAME, handle_type)?;
         let raw = os_handle as usize;
-        let fd = c_int::try_from(raw)
-            .map_err(|_| bad(NAME, format!("osHandle {raw:#x} is not a file descriptor")))?;
+        let fd = c_int::try_from(raw).map_err(|_| {
+            refuse(
+                INVALID_VALUE,
+                NAME,
+                format!("osHandle {raw:#x} is not a file descriptor"),
+            )
+        })?;
         let header = check_export(NAME, fd)?;
-        // SAFETY: duplicates the caller's descriptor (checked above).
-        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-        if dup < 0 {
-            say_once(
-                format!("vmm:{NAME}:dup"),
-                &format!(
-                    "{NAME}: duplicating the descriptor failed ({}): CUDA_ERROR_OPERATING_SYSTEM",
-                    errno()
-                ),
-            );
-            return Err(OPERATING_SYSTEM);
-        }
-        // SAFETY: a fresh descriptor nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(dup) };
+        let fd = dup_fd(NAME, fd)?;
         let h = register(Arc::new(Alloc {
             fd,
             size: header.size,
@@ -1102,13 +1155,9 @@ pub(crate) extern "C" fn cuMemGetAllocationPropertiesFromHandle(
     prop: *mut AllocationProp,
     handle: u64,
 ) -> u32 {
-    const NAME: &str = "cuMemGetAllocationPropertiesFromHandle";
-    entry(NAME, || {
-        current()?;
-        if prop.is_null() {
-            return Err(bad(NAME, "prop is NULL"));
-        }
-        let alloc = live(NAME, handle)?;
+    vmm_entry("cuMemGetAllocationPropertiesFromHandle", |name| {
+        not_null(name, "prop", prop)?;
+        let alloc = live(name, handle)?;
         out(
             prop,
             AllocationProp {
@@ -1134,24 +1183,13 @@ pub(crate) extern "C" fn cuMemGetAllocationPropertiesFromHandle(
 /// made with, with one more reference (live again if it had been released).
 #[unsafe(no_mangle)]
 pub(crate) extern "C" fn cuMemRetainAllocationHandle(handle: *mut u64, addr: *mut c_void) -> u32 {
-    const NAME: &str = "cuMemRetainAllocationHandle";
-    entry(NAME, || {
-        current()?;
-        if handle.is_null() {
-            return Err(bad(NAME, "handle is NULL"));
-        }
-        let at = addr as u64;
-        let r = region_of(at).ok_or_else(|| bad(NAME, format!("{at:#x} is not mapped")))?;
-        let Kind::Vmm { map, .. } = &r.kind else {
-            return Err(bad(NAME, format!("{at:#x} is not in a cuMemMap mapping")));
-        };
+    vmm_entry("cuMemRetainAllocationHandle", |name| {
+        not_null(name, "handle", handle)?;
+        let (h, alloc) = with_mapping(name, addr as u64, |map| (map.handle, map.alloc.clone()))?;
         lock(&HANDLES)
-            .entry(map.handle)
-            .or_insert_with(|| Entry {
-                alloc: map.alloc.clone(),
-                refs: 0,
-            })
+            .entry(h)
+            .or_insert_with(|| Entry { alloc, refs: 0 })
             .refs += 1;
-        out(handle, map.handle)
+        out(handle, h)
     })
 }

@@ -274,15 +274,7 @@ standin_test!(a_captured_graph_replays_with_fresh_data, 20, &[], {
             s, &mut st, &mut id, &mut g, &mut deps, &mut n,
         ));
         assert_eq!((st as u32, n), (1, 1));
-        let mut obj = std::ptr::null_mut();
-        ok(sys::cuUserObjectCreate(
-            &mut obj,
-            std::ptr::null_mut(),
-            Some(destroyed),
-            1,
-            1,
-        ));
-        ok(sys::cuGraphRetainUserObject(g, obj, 1, 1));
+        common::give_graph_user_object(g, destroyed);
         ok(sys::cuStreamEndCapture(s, &mut graph));
         assert_eq!(graph, g);
         assert_eq!(

@@ -9,10 +9,9 @@ use std::time::Duration;
 use common::{alloc, bind, code, expect, mapped, ok, read};
 use cudarc::driver::sys;
 
-#[test]
-fn cudarc_binds_every_symbol_and_unimplemented_calls_say_so() {
-    let name = "cudarc_binds_every_symbol_and_unimplemented_calls_say_so";
-    if common::is_child(name) {
+standin_test!(
+    raw cudarc_binds_every_symbol_and_unimplemented_calls_say_so,
+    {
         // cudarc resolves all 382 cuda-12000 symbols here, panicking on a missing one.
         cudarc::driver::result::init().expect("cuInit through cudarc");
         let ctx = cudarc::driver::CudaContext::new(0).expect("CudaContext::new");
@@ -23,19 +22,19 @@ fn cudarc_binds_every_symbol_and_unimplemented_calls_say_so() {
         let r = unsafe { sys::cuMemAllocManaged(&mut p, 64, 1) };
         expect(r, 801);
         println!("device: {dev}");
-        println!("{}", common::token(name));
-        return;
+    },
+    |name| {
+        let child = common::run_child(name, &[], Duration::from_secs(20));
+        child.assert_ok(name);
+        assert!(
+            child
+                .stderr
+                .contains("cuMemAllocManaged is not implemented by the stand-in"),
+            "the unimplemented entry point names itself: {}",
+            child.stderr
+        );
     }
-    let child = common::run_child(name, &[], Duration::from_secs(20));
-    child.assert_ok(name);
-    assert!(
-        child
-            .stderr
-            .contains("cuMemAllocManaged is not implemented by the stand-in"),
-        "the unimplemented entry point names itself: {}",
-        child.stderr
-    );
-}
+);
 
 standin_test!(raw init_devices_contexts_and_errors, 20, &[], {
     // SAFETY: driver calls with valid pointers throughout.
@@ -200,16 +199,15 @@ standin_test!(ipc_between_processes, 20, &[], {
     ok(unsafe { sys::cuMemFree_v2(d) });
 });
 
-/// cudarc loads `libcuda.so` before `libcuda.so.1`, so a CUDA toolkit's
-/// `stubs/` directory (a `libcuda.so` whose every call returns
-/// `CUDA_ERROR_STUB_LIBRARY`, and no `libcuda.so.1`) ahead of the driver
-/// on the library path binds the stub. The probe must look where cudarc
-/// looks and say so plainly. The stub is built here from the stand-in's
-/// symbol list; the driver is the stand-in, as `libcuda.so.1` only.
-#[test]
-fn a_toolkit_stub_ahead_of_the_driver_is_named_by_the_probe() {
-    let name = "a_toolkit_stub_ahead_of_the_driver_is_named_by_the_probe";
-    if common::is_child(name) {
+standin_test!(
+    /// cudarc loads `libcuda.so` before `libcuda.so.1`, so a CUDA toolkit's
+    /// `stubs/` directory (a `libcuda.so` whose every call returns
+    /// `CUDA_ERROR_STUB_LIBRARY`, and no `libcuda.so.1`) ahead of the driver
+    /// on the library path binds the stub. The probe must look where cudarc
+    /// looks and say so plainly. The stub is built here from the stand-in's
+    /// symbol list; the driver is the stand-in, as `libcuda.so.1` only.
+    raw a_toolkit_stub_ahead_of_the_driver_is_named_by_the_probe,
+    {
         let err = streamcomm_gpu::Device::count().expect_err("only a stub answers first");
         let msg = err.to_string();
         assert!(
@@ -217,50 +215,50 @@ fn a_toolkit_stub_ahead_of_the_driver_is_named_by_the_probe() {
             "the probe does not name the stub: {msg}"
         );
         println!("{msg}");
-        println!("{}", common::token(name));
-        return;
-    }
-    let lib = common::standin_lib();
-    let Ok(nm) = std::process::Command::new("nm")
-        .args(["-D", "--defined-only"])
-        .arg(&lib)
-        .output()
-    else {
-        common::skip(name, "no `nm` to list the driver's symbols");
-        return;
-    };
-    let symbols: Vec<String> = String::from_utf8_lossy(&nm.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(2))
-        .filter(|s| s.starts_with("cu"))
-        .map(str::to_string)
-        .collect();
-    assert!(symbols.len() >= 382, "{} symbols", symbols.len());
-    let dir = lib
-        .parent()
-        .expect("lib dir")
-        .join(format!("stub-test-{}", std::process::id()));
-    let (stubs, drv) = (dir.join("stubs"), dir.join("drv"));
-    std::fs::create_dir_all(&stubs).unwrap();
-    std::fs::create_dir_all(&drv).unwrap();
-    let source: String = symbols
-        .iter()
-        .map(|s| format!("int {s}(void) {{ return 34; }}\n"))
-        .collect();
-    std::fs::write(dir.join("stub.c"), source).unwrap();
-    let built = std::process::Command::new("cc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(stubs.join("libcuda.so"))
-        .arg(dir.join("stub.c"))
-        .status();
-    if !built.is_ok_and(|s| s.success()) {
+    },
+    |name| {
+        let lib = common::standin_lib();
+        let Ok(nm) = std::process::Command::new("nm")
+            .args(["-D", "--defined-only"])
+            .arg(&lib)
+            .output()
+        else {
+            common::skip(name, "no `nm` to list the driver's symbols");
+            return;
+        };
+        let symbols: Vec<String> = String::from_utf8_lossy(&nm.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(2))
+            .filter(|s| s.starts_with("cu"))
+            .map(str::to_string)
+            .collect();
+        assert!(symbols.len() >= 382, "{} symbols", symbols.len());
+        let dir = lib
+            .parent()
+            .expect("lib dir")
+            .join(format!("stub-test-{}", std::process::id()));
+        let (stubs, drv) = (dir.join("stubs"), dir.join("drv"));
+        std::fs::create_dir_all(&stubs).unwrap();
+        std::fs::create_dir_all(&drv).unwrap();
+        let source: String = symbols
+            .iter()
+            .map(|s| format!("int {s}(void) {{ return 34; }}\n"))
+            .collect();
+        std::fs::write(dir.join("stub.c"), source).unwrap();
+        let built = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(stubs.join("libcuda.so"))
+            .arg(dir.join("stub.c"))
+            .status();
+        if !built.is_ok_and(|s| s.success()) {
+            let _ = std::fs::remove_dir_all(&dir);
+            common::skip(name, "no `cc` to build the stub");
+            return;
+        }
+        std::os::unix::fs::symlink(&lib, drv.join("libcuda.so.1")).unwrap();
+        let path = std::path::PathBuf::from(format!("{}:{}", stubs.display(), drv.display()));
+        let child = common::run_child_in(name, &[], Duration::from_secs(20), &path);
         let _ = std::fs::remove_dir_all(&dir);
-        common::skip(name, "no `cc` to build the stub");
-        return;
+        child.assert_ok(name);
     }
-    std::os::unix::fs::symlink(&lib, drv.join("libcuda.so.1")).unwrap();
-    let path = std::path::PathBuf::from(format!("{}:{}", stubs.display(), drv.display()));
-    let child = common::run_child_in(name, &[], Duration::from_secs(20), &path);
-    let _ = std::fs::remove_dir_all(&dir);
-    child.assert_ok(name);
-}
+);

@@ -9,7 +9,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use common::{bind, code, expect, ok};
@@ -42,16 +42,12 @@ struct Helper {
 
 impl Helper {
     fn spawn(name: &str, role: &str, env: &[(&str, &str)]) -> Helper {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
-            .env(common::CHILD_ENV, name)
+        let mut child = common::child_command(name, env)
             .env("SC_ROLE", role)
             .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("spawn helper");
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn helper");
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
         Helper { child, lines }
     }
@@ -97,10 +93,9 @@ fn role() -> String {
     std::env::var("SC_ROLE").unwrap_or_default()
 }
 
-#[test]
-fn every_process_says_it_runs_on_the_standin_and_with_which_profile() {
-    let name = "every_process_says_it_runs_on_the_standin_and_with_which_profile";
-    if common::is_child(name) {
+standin_test!(
+    raw every_process_says_it_runs_on_the_standin_and_with_which_profile,
+    {
         let want: i32 = std::env::var("SC_WANT_VERSION").unwrap().parse().unwrap();
         // SAFETY: plain driver calls.
         let r = unsafe { sys::cuInit(0) };
@@ -110,66 +105,66 @@ fn every_process_says_it_runs_on_the_standin_and_with_which_profile() {
             ok(r);
             assert_eq!(driver_version(), want);
         }
-        println!("{}", common::token(name));
-        return;
+    },
+    |name| {
+        type Case<'a> = (&'a [(&'a str, &'a str)], i32, &'a str);
+        let cases: [Case; 10] = [
+            (&[], 13000, "(profile default)"),
+            // Driver 580 (CUDA 13.0), as on the GPU machines.
+            (&[H200], 13000, "(profile h200)"),
+            (&[H100], 13000, "(profile h100)"),
+            (
+                &[H200, ("STREAMCOMM_STANDIN_DRIVER_VERSION", "12080")],
+                12080,
+                "(profile h200)",
+            ),
+            (
+                &[H100, ("STREAMCOMM_STANDIN_DRIVER_VERSION", "12080")],
+                12080,
+                "(profile h100)",
+            ),
+            (
+                &[("STREAMCOMM_STANDIN_PROFILE", "a100")],
+                -1,
+                "STREAMCOMM_STANDIN_PROFILE=\"a100\" is not a profile",
+            ),
+            (
+                &[(REFUSE, "ipc,peer-access")],
+                -1,
+                "STREAMCOMM_STANDIN_REFUSE=\"ipc,peer-access\" names \"peer-access\"",
+            ),
+            (
+                &[(REFUSE, " ipc , host-register ")],
+                13000,
+                "(profile default)",
+            ),
+            (
+                &[("STREAMCOMM_STANDIN_MEMORY_POOLS", "yes")],
+                -1,
+                "STREAMCOMM_STANDIN_MEMORY_POOLS=\"yes\" is not 0 or 1",
+            ),
+            (
+                &[("STREAMCOMM_STANDIN_GDR_FLUSH", "1")],
+                -1,
+                "STREAMCOMM_STANDIN_GDR_FLUSH=1 needs GPUDirect RDMA",
+            ),
+        ];
+        for (env, version, said) in cases {
+            let v = version.to_string();
+            let mut env = env.to_vec();
+            env.push(("SC_WANT_VERSION", &v));
+            let child = common::run_child(name, &env, Duration::from_secs(20));
+            child.assert_ok(name);
+            assert!(child.stderr.contains(said), "{env:?}: {}", child.stderr);
+            assert_eq!(
+                child.stderr.matches("not on a GPU").count(),
+                1,
+                "said once per process: {}",
+                child.stderr
+            );
+        }
     }
-    type Case<'a> = (&'a [(&'a str, &'a str)], i32, &'a str);
-    let cases: [Case; 10] = [
-        (&[], 13000, "(profile default)"),
-        // Driver 580 (CUDA 13.0), as on the GPU machines.
-        (&[H200], 13000, "(profile h200)"),
-        (&[H100], 13000, "(profile h100)"),
-        (
-            &[H200, ("STREAMCOMM_STANDIN_DRIVER_VERSION", "12080")],
-            12080,
-            "(profile h200)",
-        ),
-        (
-            &[H100, ("STREAMCOMM_STANDIN_DRIVER_VERSION", "12080")],
-            12080,
-            "(profile h100)",
-        ),
-        (
-            &[("STREAMCOMM_STANDIN_PROFILE", "a100")],
-            -1,
-            "STREAMCOMM_STANDIN_PROFILE=\"a100\" is not a profile",
-        ),
-        (
-            &[(REFUSE, "ipc,peer-access")],
-            -1,
-            "STREAMCOMM_STANDIN_REFUSE=\"ipc,peer-access\" names \"peer-access\"",
-        ),
-        (
-            &[(REFUSE, " ipc , host-register ")],
-            13000,
-            "(profile default)",
-        ),
-        (
-            &[("STREAMCOMM_STANDIN_MEMORY_POOLS", "yes")],
-            -1,
-            "STREAMCOMM_STANDIN_MEMORY_POOLS=\"yes\" is not 0 or 1",
-        ),
-        (
-            &[("STREAMCOMM_STANDIN_GDR_FLUSH", "1")],
-            -1,
-            "STREAMCOMM_STANDIN_GDR_FLUSH=1 needs GPUDirect RDMA",
-        ),
-    ];
-    for (env, version, said) in cases {
-        let v = version.to_string();
-        let mut env = env.to_vec();
-        env.push(("SC_WANT_VERSION", &v));
-        let child = common::run_child(name, &env, Duration::from_secs(20));
-        child.assert_ok(name);
-        assert!(child.stderr.contains(said), "{env:?}: {}", child.stderr);
-        assert_eq!(
-            child.stderr.matches("not on a GPU").count(),
-            1,
-            "said once per process: {}",
-            child.stderr
-        );
-    }
-}
+);
 
 /// Device 0's name (`cuDeviceGetName`).
 fn device_name() -> String {
@@ -552,11 +547,9 @@ unsafe extern "C" fn calls_the_driver(_: *mut std::ffi::c_void) {
     println!("HOSTFN-RESULT {}", code(r));
 }
 
-#[test]
-fn strict_mode_aborts_on_a_driver_call_from_a_host_function() {
-    let name = "strict_mode_aborts_on_a_driver_call_from_a_host_function";
-    if common::is_child(name) {
-        common::check_standin();
+standin_test!(
+    strict_mode_aborts_on_a_driver_call_from_a_host_function,
+    {
         bind();
         let s = common::stream(true);
         // SAFETY: a valid stream and a host function that takes no data.
@@ -568,35 +561,35 @@ fn strict_mode_aborts_on_a_driver_call_from_a_host_function() {
             ));
             let _ = sys::cuStreamSynchronize(s);
         }
-        println!("{}", common::token(name));
-        return;
+    },
+    |name| {
+        let lenient = common::run_child(name, &[], Duration::from_secs(20));
+        lenient.assert_ok(name);
+        assert!(
+            lenient.stdout.contains("HOSTFN-RESULT 800"),
+            "{}",
+            lenient.stdout
+        );
+        let strict = common::run_child(
+            name,
+            &[("STREAMCOMM_STANDIN_STRICT", "1")],
+            Duration::from_secs(20),
+        );
+        assert!(
+            !strict.ok && !strict.timed_out && !strict.stdout.contains(&common::token(name)),
+            "the strict child must abort:\n{}\n{}",
+            strict.stdout,
+            strict.stderr
+        );
+        assert!(
+            strict
+                .stderr
+                .contains("cuCtxSynchronize called from a host function or destructor"),
+            "{}",
+            strict.stderr
+        );
     }
-    let lenient = common::run_child(name, &[], Duration::from_secs(20));
-    lenient.assert_ok(name);
-    assert!(
-        lenient.stdout.contains("HOSTFN-RESULT 800"),
-        "{}",
-        lenient.stdout
-    );
-    let strict = common::run_child(
-        name,
-        &[("STREAMCOMM_STANDIN_STRICT", "1")],
-        Duration::from_secs(20),
-    );
-    assert!(
-        !strict.ok && !strict.timed_out && !strict.stdout.contains(&common::token(name)),
-        "the strict child must abort:\n{}\n{}",
-        strict.stdout,
-        strict.stderr
-    );
-    assert!(
-        strict
-            .stderr
-            .contains("cuCtxSynchronize called from a host function or destructor"),
-        "{}",
-        strict.stderr
-    );
-}
+);
 
 static DESTROYED_AT: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
 
@@ -626,15 +619,7 @@ fn destructors_run_late() {
     unsafe {
         let mut g = std::ptr::null_mut();
         ok(sys::cuGraphCreate(&mut g, 0));
-        let mut obj = std::ptr::null_mut();
-        ok(sys::cuUserObjectCreate(
-            &mut obj,
-            std::ptr::null_mut(),
-            Some(note_destroyed),
-            1,
-            1,
-        ));
-        ok(sys::cuGraphRetainUserObject(g, obj, 1, 1));
+        common::give_graph_user_object(g, note_destroyed);
         let released = std::time::Instant::now();
         ok(sys::cuGraphDestroy(g));
         assert!(
@@ -738,16 +723,15 @@ standin_test!(
     }
 );
 
-/// `STREAMCOMM_STANDIN_REFUSE`: `ipc` refuses IPC export and open with
-/// `CUDA_ERROR_NOT_SUPPORTED` (801), `host-register` refuses
-/// `cuMemHostRegister_v2` (pinned allocations keep working), each refused
-/// entry point says so once on stderr; unset, both work. (An unknown word
-/// failing `cuInit` is a case of
-/// `every_process_says_it_runs_on_the_standin_and_with_which_profile`.)
-#[test]
-fn refuse_turns_ipc_and_host_registration_away_and_says_so() {
-    let name = "refuse_turns_ipc_and_host_registration_away_and_says_so";
-    if common::is_child(name) {
+standin_test!(
+    /// `STREAMCOMM_STANDIN_REFUSE`: `ipc` refuses IPC export and open with
+    /// `CUDA_ERROR_NOT_SUPPORTED` (801), `host-register` refuses
+    /// `cuMemHostRegister_v2` (pinned allocations keep working), each refused
+    /// entry point says so once on stderr; unset, both work. (An unknown word
+    /// failing `cuInit` is a case of
+    /// `every_process_says_it_runs_on_the_standin_and_with_which_profile`.)
+    raw refuse_turns_ipc_and_host_registration_away_and_says_so,
+    {
         let refuse = std::env::var(REFUSE).unwrap_or_default();
         let (ipc, register) = (refuse.contains("ipc"), refuse.contains("host-register"));
         common::check_standin();
@@ -784,46 +768,46 @@ fn refuse_turns_ipc_and_host_registration_away_and_says_so() {
             ok(sys::cuMemFreeHost(pinned.cast()));
             ok(sys::cuMemFree_v2(d));
         }
-        println!("{}", common::token(name));
-        return;
+    },
+    |name| {
+        let said = |stderr: &str, call: &str, word: &str| {
+            stderr
+                .matches(&format!(
+                    "{call} refused: STREAMCOMM_STANDIN_REFUSE names {word}: CUDA_ERROR_NOT_SUPPORTED"
+                ))
+                .count()
+        };
+        for refuse in [
+            None,
+            Some("ipc"),
+            Some("host-register"),
+            Some("host-register,ipc"),
+        ] {
+            let env: Vec<(&str, &str)> = refuse.iter().map(|r| (REFUSE, *r)).collect();
+            let child = common::run_child(name, &env, Duration::from_secs(20));
+            child.assert_ok(name);
+            let r = refuse.unwrap_or("");
+            let (ipc, register) = (r.contains("ipc"), r.contains("host-register"));
+            let e = &child.stderr;
+            assert_eq!(
+                said(e, "cuIpcGetMemHandle", "ipc"),
+                usize::from(ipc),
+                "{refuse:?}: {e}"
+            );
+            assert_eq!(
+                said(e, "cuIpcOpenMemHandle_v2", "ipc"),
+                usize::from(ipc),
+                "{refuse:?}: {e}"
+            );
+            assert_eq!(
+                said(e, "cuMemHostRegister_v2", "host-register"),
+                usize::from(register),
+                "{refuse:?}: {e}"
+            );
+            assert_eq!(
+                e.matches(" refused: ").count(),
+                2 * usize::from(ipc) + usize::from(register)
+            );
+        }
     }
-    let said = |stderr: &str, call: &str, word: &str| {
-        stderr
-            .matches(&format!(
-                "{call} refused: STREAMCOMM_STANDIN_REFUSE names {word}: CUDA_ERROR_NOT_SUPPORTED"
-            ))
-            .count()
-    };
-    for refuse in [
-        None,
-        Some("ipc"),
-        Some("host-register"),
-        Some("host-register,ipc"),
-    ] {
-        let env: Vec<(&str, &str)> = refuse.iter().map(|r| (REFUSE, *r)).collect();
-        let child = common::run_child(name, &env, Duration::from_secs(20));
-        child.assert_ok(name);
-        let r = refuse.unwrap_or("");
-        let (ipc, register) = (r.contains("ipc"), r.contains("host-register"));
-        let e = &child.stderr;
-        assert_eq!(
-            said(e, "cuIpcGetMemHandle", "ipc"),
-            usize::from(ipc),
-            "{refuse:?}: {e}"
-        );
-        assert_eq!(
-            said(e, "cuIpcOpenMemHandle_v2", "ipc"),
-            usize::from(ipc),
-            "{refuse:?}: {e}"
-        );
-        assert_eq!(
-            said(e, "cuMemHostRegister_v2", "host-register"),
-            usize::from(register),
-            "{refuse:?}: {e}"
-        );
-        assert_eq!(
-            e.matches(" refused: ").count(),
-            2 * usize::from(ipc) + usize::from(register)
-        );
-    }
-}
+);

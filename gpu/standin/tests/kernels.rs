@@ -159,44 +159,42 @@ fn random_bytes(dtype: DataType, n: usize, rng: &mut rand::rngs::StdRng) -> Vec<
     out
 }
 
-#[test]
-fn nvrtc_reduce_kernels_match_a_cpu_reference() {
-    let name = "nvrtc_reduce_kernels_match_a_cpu_reference";
-    if common::is_child(name) {
-        common::check_standin();
+standin_test!(
+    nvrtc_reduce_kernels_match_a_cpu_reference,
+    {
         reduce_body();
-        println!("{}", common::token(name));
-        return;
-    }
-    let Some(lib) = streamcomm_testkit::nvrtc_library() else {
-        common::skip(
+    },
+    |name| {
+        let Some(lib) = streamcomm_testkit::nvrtc_library() else {
+            common::skip(
+                name,
+                &format!("no NVRTC: {}", streamcomm_testkit::NVRTC_INSTALL),
+            );
+            return;
+        };
+        let lib = lib.display().to_string();
+        let child = common::run_child(
             name,
-            &format!("no NVRTC: {}", streamcomm_testkit::NVRTC_INSTALL),
+            &[
+                ("STREAMCOMM_NVRTC_LIB", &lib),
+                ("STREAMCOMM_KERNEL_CACHE", "off"),
+            ],
+            Duration::from_secs(25),
         );
-        return;
-    };
-    let lib = lib.display().to_string();
-    let child = common::run_child(
-        name,
-        &[
-            ("STREAMCOMM_NVRTC_LIB", &lib),
-            ("STREAMCOMM_KERNEL_CACHE", "off"),
-        ],
-        Duration::from_secs(25),
-    );
-    child.assert_ok(name);
-    assert!(
-        !child.stderr.contains("cuGetExportTable"),
-        "NVRTC's cuGetExportTable calls are answered quietly: {}",
-        child.stderr
-    );
-    let seed_line = child
-        .stdout
-        .lines()
-        .find(|l| l.contains("seed"))
-        .unwrap_or("");
-    println!("{seed_line}");
-}
+        child.assert_ok(name);
+        assert!(
+            !child.stderr.contains("cuGetExportTable"),
+            "NVRTC's cuGetExportTable calls are answered quietly: {}",
+            child.stderr
+        );
+        let seed_line = child
+            .stdout
+            .lines()
+            .find(|l| l.contains("seed"))
+            .unwrap_or("");
+        println!("{seed_line}");
+    }
+);
 
 fn reduce_body() {
     use streamcomm_gpu::{
@@ -336,52 +334,50 @@ fn load_image(image: &[u8]) -> (u32, sys::CUmodule) {
     (code(r), m)
 }
 
-/// A CUBIN's toolkit is its ELF `e_version` (NVRTC 12.9 writes 129): a newer
-/// minor version than the driver's loads, a newer major version does not;
-/// PTX whose `.version` the driver does not know is refused.
-#[test]
-fn module_images_newer_than_the_driver_are_refused() {
-    let name = "module_images_newer_than_the_driver_are_refused";
-    if common::is_child(name) {
-        common::check_standin();
-        bind();
-        let driver: i32 = std::env::var("STREAMCOMM_STANDIN_DRIVER_VERSION")
-            .unwrap()
-            .parse()
-            .unwrap();
-        let (r, m) = load_image(&cubin(129));
-        assert_eq!(r, 0, "a CUDA 12.9 CUBIN on driver {driver}");
-        assert_eq!(function(m, "k").0, 0);
-        let want = if driver >= 13000 { 0 } else { 200 };
-        assert_eq!(
-            load_image(&cubin(130)).0,
-            want,
-            "a CUDA 13.0 CUBIN on driver {driver}"
+standin_test!(
+    /// A CUBIN's toolkit is its ELF `e_version` (NVRTC 12.9 writes 129): a newer
+    /// minor version than the driver's loads, a newer major version does not;
+    /// PTX whose `.version` the driver does not know is refused.
+    module_images_newer_than_the_driver_are_refused,
+    {
+            bind();
+            let driver: i32 = std::env::var("STREAMCOMM_STANDIN_DRIVER_VERSION")
+                .unwrap()
+                .parse()
+                .unwrap();
+            let (r, m) = load_image(&cubin(129));
+            assert_eq!(r, 0, "a CUDA 12.9 CUBIN on driver {driver}");
+            assert_eq!(function(m, "k").0, 0);
+            let want = if driver >= 13000 { 0 } else { 200 };
+            assert_eq!(
+                load_image(&cubin(130)).0,
+                want,
+                "a CUDA 13.0 CUBIN on driver {driver}"
+            );
+            let ptx = |version: &str| {
+                let text = PTX.replace(".version 8.0", &format!(".version {version}"));
+                load(&text).0
+            };
+            assert_eq!(ptx("8.7"), 0);
+            assert_eq!(ptx("8.8"), if driver >= 12090 { 0 } else { 222 });
+    },
+    |name| {
+        let old = common::run_child(
+            name,
+            &[("STREAMCOMM_STANDIN_DRIVER_VERSION", "12080")],
+            Duration::from_secs(20),
         );
-        let ptx = |version: &str| {
-            let text = PTX.replace(".version 8.0", &format!(".version {version}"));
-            load(&text).0
-        };
-        assert_eq!(ptx("8.7"), 0);
-        assert_eq!(ptx("8.8"), if driver >= 12090 { 0 } else { 222 });
-        println!("{}", common::token(name));
-        return;
+        old.assert_ok(name);
+        assert!(
+            old.stderr.contains("a CUBIN made by CUDA 13.0") && old.stderr.contains(".version 8.8"),
+            "the refusals are named: {}",
+            old.stderr
+        );
+        common::run_child(
+            name,
+            &[("STREAMCOMM_STANDIN_DRIVER_VERSION", "13000")],
+            Duration::from_secs(20),
+        )
+        .assert_ok(name);
     }
-    let old = common::run_child(
-        name,
-        &[("STREAMCOMM_STANDIN_DRIVER_VERSION", "12080")],
-        Duration::from_secs(20),
-    );
-    old.assert_ok(name);
-    assert!(
-        old.stderr.contains("a CUBIN made by CUDA 13.0") && old.stderr.contains(".version 8.8"),
-        "the refusals are named: {}",
-        old.stderr
-    );
-    common::run_child(
-        name,
-        &[("STREAMCOMM_STANDIN_DRIVER_VERSION", "13000")],
-        Duration::from_secs(20),
-    )
-    .assert_ok(name);
-}
+);

@@ -11,7 +11,6 @@
 mod common;
 
 use std::ffi::{c_int, c_void};
-use std::process::Command;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
@@ -713,11 +712,9 @@ standin_test!(
     }
 );
 
-#[test]
-fn access_before_set_access_faults() {
-    let name = "access_before_set_access_faults";
-    if common::is_child(name) {
-        common::check_standin();
+standin_test!(
+    access_before_set_access_faults,
+    {
         bind();
         let h = create(G, &prop(POSIX));
         let ptr = reserve(G);
@@ -729,24 +726,22 @@ fn access_before_set_access_faults() {
         // The fault is sticky, as on a GPU.
         // SAFETY: plain driver call.
         expect(unsafe { sys::cuCtxSynchronize() }, 700);
-        println!("{}", common::token(name));
-        return;
+    },
+    |name| {
+        let child = run(name, &[]);
+        assert!(
+            child.stderr.contains(
+                "no cuMemSetAccess has given device 0 read-write access to its VMM mapping"
+            ),
+            "the fault names the missing access:\n{}",
+            child.stderr
+        );
     }
-    let child = run(name, &[]);
-    assert!(
-        child
-            .stderr
-            .contains("no cuMemSetAccess has given device 0 read-write access to its VMM mapping"),
-        "the fault names the missing access:\n{}",
-        child.stderr
-    );
-}
+);
 
-#[test]
-fn work_reaching_an_unmapped_range_faults() {
-    let name = "work_reaching_an_unmapped_range_faults";
-    if common::is_child(name) {
-        common::check_standin();
+standin_test!(
+    work_reaching_an_unmapped_range_faults,
+    {
         bind();
         let h = create(G, &prop(POSIX));
         let ptr = map_rw(h, G);
@@ -767,18 +762,18 @@ fn work_reaching_an_unmapped_range_faults() {
                 .store(1, std::sync::atomic::Ordering::SeqCst);
             expect(sys::cuStreamSynchronize(s), 700);
         }
-        println!("{}", common::token(name));
-        return;
+    },
+    |name| {
+        let child = run(name, &[]);
+        assert!(
+            child
+                .stderr
+                .contains("which is not device-accessible memory"),
+            "the fault names the unmapped range:\n{}",
+            child.stderr
+        );
     }
-    let child = run(name, &[]);
-    assert!(
-        child
-            .stderr
-            .contains("which is not device-accessible memory"),
-        "the fault names the unmapped range:\n{}",
-        child.stderr
-    );
-}
+);
 
 /// The importer of [`between_processes`]: imports the descriptor it
 /// inherited, reads and writes through its own mapping, tells the exporter,
@@ -852,15 +847,14 @@ fn importer(fd: c_int, ready: c_int, exporter: u32) {
     println!("VMM-IMPORTER-OK after exporter {exporter} exited");
 }
 
-/// NCCL's cuMem path across processes: the exporter creates, maps, gives
-/// access, writes and exports a descriptor; another process, which inherits
-/// it, imports, maps, gives access, reads and writes; each sees the other's
-/// bytes through device copies; the exporter then releases everything and
-/// exits while the importer goes on reading.
-#[test]
-fn between_processes() {
-    let name = "between_processes";
-    if common::is_child(name) {
+standin_test!(
+    /// NCCL's cuMem path across processes: the exporter creates, maps, gives
+    /// access, writes and exports a descriptor; another process, which inherits
+    /// it, imports, maps, gives access, reads and writes; each sees the other's
+    /// bytes through device copies; the exporter then releases everything and
+    /// exits while the importer goes on reading.
+    raw between_processes,
+    {
         if let Ok(fd) = std::env::var("SC_VMM_FD") {
             let ready = std::env::var("SC_VMM_READY").unwrap().parse().unwrap();
             let exporter = std::env::var("SC_VMM_EXPORTER").unwrap().parse().unwrap();
@@ -896,14 +890,16 @@ fn between_processes() {
         // The importer writes to our stdout and stderr, which the test reads
         // to their end, after we exit. It must outlive us, so we never wait
         // for it: it is re-parented when we exit (no zombie stays behind).
+        let (fd_s, ready_s) = (fd.to_string(), pipe[1].to_string());
+        let exporter_s = std::process::id().to_string();
+        let env = [
+            ("SC_VMM_FD", fd_s.as_str()),
+            ("SC_VMM_READY", &ready_s),
+            ("SC_VMM_EXPORTER", &exporter_s),
+        ];
         #[allow(clippy::zombie_processes)]
-        let _importer = Command::new(std::env::current_exe().unwrap())
-            .args([name, "--exact", "--nocapture", "--test-threads=1"])
-            .env(common::CHILD_ENV, name)
+        let _importer = common::child_command(name, &env)
             .env("LD_LIBRARY_PATH", common::lib_dir())
-            .env("SC_VMM_FD", fd.to_string())
-            .env("SC_VMM_READY", pipe[1].to_string())
-            .env("SC_VMM_EXPORTER", std::process::id().to_string())
             .spawn()
             .expect("spawn the importer");
         close(fd);
@@ -931,14 +927,14 @@ fn between_processes() {
             ok(sys::cuMemUnmap(ptr, size));
             ok(sys::cuMemAddressFree(ptr, size));
         }
-        println!("{}", common::token(name));
-        return;
+    },
+    |name| {
+        let child = run(name, &[]);
+        assert!(
+            child.stdout.contains("VMM-IMPORTER-OK after exporter"),
+            "the importer finished after its exporter exited:\n--- stdout\n{}\n--- stderr\n{}",
+            child.stdout,
+            child.stderr
+        );
     }
-    let child = run(name, &[]);
-    assert!(
-        child.stdout.contains("VMM-IMPORTER-OK after exporter"),
-        "the importer finished after its exporter exited:\n--- stdout\n{}\n--- stderr\n{}",
-        child.stdout,
-        child.stderr
-    );
-}
+);

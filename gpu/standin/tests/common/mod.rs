@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+use std::ffi::c_void;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -82,6 +83,16 @@ fn make_lib_dir() -> PathBuf {
     dir
 }
 
+/// This test binary, to be run as test `name`'s child (its body only, on one
+/// thread, its output not captured) with `env` set.
+pub(crate) fn child_command(name: &str, env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().expect("current_exe"));
+    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, name)
+        .envs(env.iter().copied());
+    cmd
+}
+
 /// Runs test `name` in a child with the stand-in on its library path and
 /// `env` set, killing it after `deadline`.
 pub(crate) fn run_child(name: &str, env: &[(&str, &str)], deadline: Duration) -> Child {
@@ -95,16 +106,12 @@ pub(crate) fn run_child_in(
     deadline: Duration,
     dir: &Path,
 ) -> Child {
-    let mut cmd = Command::new(std::env::current_exe().expect("current_exe"));
-    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, name)
+    let mut child = child_command(name, env)
         .env("LD_LIBRARY_PATH", dir)
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().expect("spawn child");
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn child");
     let mut out = child.stdout.take().expect("stdout");
     let mut err = child.stderr.take().expect("stderr");
     let reader = std::thread::spawn(move || {
@@ -155,30 +162,46 @@ impl Child {
     }
 }
 
-/// Defines a test whose body runs in a child process on the stand-in.
+/// Defines a test whose body runs in a child process on the stand-in, after
+/// a check that the stand-in answers (`raw`: without it). The test process
+/// either runs the child with `env` and a deadline of `deadline_s` seconds
+/// and requires that it succeed, or, given a closure, runs the body of that
+/// closure instead (`|name| { ... }`, given the test's name), to run and
+/// judge its children itself.
 #[macro_export]
 macro_rules! standin_test {
+    ($(#[$m:meta])* $name:ident, $body:block, |$n:ident| $parent:block) => {
+        $crate::standin_test!(@ $(#[$m])* $name, true, $body, $n, $parent);
+    };
+    ($(#[$m:meta])* raw $name:ident, $body:block, |$n:ident| $parent:block) => {
+        $crate::standin_test!(@ $(#[$m])* $name, false, $body, $n, $parent);
+    };
     ($(#[$m:meta])* $name:ident, $deadline_s:expr, $env:expr, $body:block) => {
-        $crate::standin_test!(@ $(#[$m])* $name, $deadline_s, $env, true, $body);
+        $crate::standin_test!($(#[$m])* $name, $body, |name| {
+            common::run_child(name, $env, std::time::Duration::from_secs($deadline_s))
+                .assert_ok(name);
+        });
     };
     ($(#[$m:meta])* raw $name:ident, $deadline_s:expr, $env:expr, $body:block) => {
-        $crate::standin_test!(@ $(#[$m])* $name, $deadline_s, $env, false, $body);
+        $crate::standin_test!($(#[$m])* raw $name, $body, |name| {
+            common::run_child(name, $env, std::time::Duration::from_secs($deadline_s))
+                .assert_ok(name);
+        });
     };
-    (@ $(#[$m:meta])* $name:ident, $deadline_s:expr, $env:expr, $check:expr, $body:block) => {
+    (@ $(#[$m:meta])* $name:ident, $check:expr, $body:block, $n:ident, $parent:block) => {
         $(#[$m])*
         #[test]
         fn $name() {
-            let name = stringify!($name);
-            if common::is_child(name) {
+            let $n = stringify!($name);
+            if common::is_child($n) {
                 if $check {
                     common::check_standin();
                 }
                 $body
-                println!("{}", common::token(name));
+                println!("{}", common::token($n));
                 return;
             }
-            let child = common::run_child(name, $env, std::time::Duration::from_secs($deadline_s));
-            child.assert_ok(name);
+            $parent
         }
     };
 }
@@ -263,6 +286,24 @@ pub(crate) fn read(src: sys::CUdeviceptr, n: usize) -> Vec<u8> {
     // SAFETY: `v` holds n bytes; `src` is device memory of at least n bytes.
     ok(unsafe { sys::cuMemcpyDtoH_v2(v.as_mut_ptr().cast(), src, n) });
     v
+}
+
+/// Gives graph `g` a user object whose destructor is `destroy` (called with
+/// NULL; `CU_USER_OBJECT_NO_DESTRUCTOR_SYNC`): its one reference moves to
+/// the graph.
+pub(crate) fn give_graph_user_object(g: sys::CUgraph, destroy: unsafe extern "C" fn(*mut c_void)) {
+    let mut obj = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer and graph; the destructor takes any pointer.
+    unsafe {
+        ok(sys::cuUserObjectCreate(
+            &mut obj,
+            std::ptr::null_mut(),
+            Some(destroy),
+            1,
+            1,
+        ));
+        ok(sys::cuGraphRetainUserObject(g, obj, 1, 1));
+    }
 }
 
 /// Polls `cond` every millisecond for at most `limit`.
