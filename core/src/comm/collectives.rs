@@ -42,19 +42,7 @@ macro_rules! host_face {
     };
     (@docs $example:literal, $errors:literal) => {
         method_doc!(
-            sections: "# Stream semantics\n\
-                Enqueued on `stream`, not complete, on return\n\
-                ([what that means](Communicator#stream-semantics)).\n\n\
-                # Graph capture\n\
-                Capturable ([what replays](Communicator#graph-capture)).\n",
-            example: [
-                "",
-                "# use streamcomm::ReduceOp;\n\
-                 # use streamcomm::host::HostBuffer;\n\
-                 # streamcomm::testing::on_two_ranks(|comm, stream| {\n\
-                 // On each of two ranks (`comm.rank()` is 0 or 1):\n",
-                "# Ok(())\n# })?;\n# Ok::<(), streamcomm::Error>(())\n"
-            ],
+            host,
             errors: "[`Error::InvalidArgument`](crate::Error::InvalidArgument) when a buffer \
                 is too small for the call, the element types differ, or `send` and `recv` \
                 are the same buffer; the stored error if the communicator has failed. \

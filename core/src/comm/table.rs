@@ -190,6 +190,43 @@ macro_rules! for_each_collective {
 /// opening lines, the entry's body, its closing lines), the face's errors,
 /// and what the entry adds to them (empty: nothing).
 macro_rules! method_doc {
+    // A host stream face's method: its stream sections, its example run
+    // on two ranks as threads.
+    (host, errors: $errors:literal, $body:literal, $extra:literal) => {
+        $crate::comm::table::method_doc!(
+            sections: "# Stream semantics\n\
+                Enqueued on `stream`, not complete, on return\n\
+                ([what that means](Communicator#stream-semantics)).\n\n\
+                # Graph capture\n\
+                Capturable ([what replays](Communicator#graph-capture)).\n",
+            example: [
+                "",
+                "# use streamcomm::ReduceOp;\n\
+                 # use streamcomm::host::HostBuffer;\n\
+                 # streamcomm::testing::on_two_ranks(|comm, stream| {\n\
+                 // On each of two ranks (`comm.rank()` is 0 or 1):\n",
+                "# Ok(())\n# })?;\n# Ok::<(), streamcomm::Error>(())\n"
+            ],
+            errors: $errors,
+            $body, $extra
+        )
+    };
+    // A CUDA face's method: its example compiled, not run (it needs a GPU).
+    (cuda, errors: $errors:literal, $body:literal, $extra:literal) => {
+        $crate::comm::table::method_doc!(
+            sections: "",
+            example: [
+                "no_run",
+                "# use streamcomm::ReduceOp;\n\
+                 # let comm = streamcomm::Communicator::from_env()?;\n\
+                 # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;\n\
+                 let stream = cuda.context().new_stream().expect(\"stream\");\n",
+                "# Ok::<(), streamcomm::Error>(())\n"
+            ],
+            errors: $errors,
+            $body, $extra
+        )
+    };
     (
         sections: $sections:literal,
         example: [$fence:literal, $open:literal, $close:literal],

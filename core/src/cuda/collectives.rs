@@ -49,15 +49,7 @@ macro_rules! cuda_face {
     };
     (@docs $example:literal, $errors:literal) => {
         method_doc!(
-            sections: "",
-            example: [
-                "no_run",
-                "# use streamcomm::ReduceOp;\n\
-                 # let comm = streamcomm::Communicator::from_env()?;\n\
-                 # let cuda = streamcomm::cuda::CudaComm::on_device(&comm, 0)?;\n\
-                 let stream = cuda.context().new_stream().expect(\"stream\");\n",
-                "# Ok::<(), streamcomm::Error>(())\n"
-            ],
+            cuda,
             errors: "[`Error::InvalidArgument`](crate::Error::InvalidArgument) when a buffer \
                 is too small for the call, `send` and `recv` are one buffer, or `stream` is \
                 of another context than [`CudaComm::context`]; the stored error if the \

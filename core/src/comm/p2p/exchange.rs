@@ -88,6 +88,18 @@ impl Exchange<'_> {
         }
     }
 
+    /// Whether `rank` reads its send buffer and writes its receive buffer
+    /// in this call: a gather's receive buffer is the root's alone, a
+    /// scatter's send buffer too (the CUDA face then touches no other
+    /// rank's, so cudarc's tracking records no use of it).
+    pub(crate) fn uses(&self, rank: usize) -> (bool, bool) {
+        match *self {
+            Exchange::Gather { root, .. } => (true, rank == root),
+            Exchange::Scatter { root, .. } => (rank == root, true),
+            _ => (true, true),
+        }
+    }
+
     /// This rank's transfers, after checking the call against a send
     /// buffer of `send_len` and a receive buffer of `recv_len` elements
     /// (a buffer the rank does not use, such as a non-root's receive buffer

@@ -270,6 +270,25 @@ impl std::fmt::Debug for Comm {
     }
 }
 
+
+/// Writes the look-alike's reductions with separate buffers, as cudarc
+/// declares them (`sendbuff`, `recvbuff`, `reduce_op`): one entry a
+/// collective, each method one call into [`Comm::separate`].
+macro_rules! reductions {
+    ($($(#[$doc:meta])* $name:ident = $collective:expr;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
+                &self,
+                sendbuff: &S,
+                recvbuff: &mut R,
+                reduce_op: &ReduceOp,
+            ) -> Result<NcclStatus, NcclError> {
+                self.separate::<T>($collective, reduce_op, Some(sendbuff as _), Some(recvbuff))
+            }
+        )*
+    };
+}
 impl Comm {
     /// Rank `rank` of `world_size` ranks of the communicator `id` names,
     /// on `stream`'s device (`ncclCommInitRank`; every rank calls it).
@@ -510,23 +529,20 @@ impl Comm {
         )
     }
 
-    /// Reduces every rank's `sendbuff` into every rank's `recvbuff`
-    /// (`ncclAllReduce`).
-    ///
-    /// # Errors
-    /// As [`CudaComm::all_reduce`].
-    pub fn all_reduce<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
-        &self,
-        sendbuff: &S,
-        recvbuff: &mut R,
-        reduce_op: &ReduceOp,
-    ) -> Result<NcclStatus, NcclError> {
-        self.separate::<T>(
-            Collective::AllReduce,
-            reduce_op,
-            Some(sendbuff as _),
-            Some(recvbuff),
-        )
+    reductions! {
+        /// Reduces every rank's `sendbuff` into every rank's `recvbuff`
+        /// (`ncclAllReduce`).
+        ///
+        /// # Errors
+        /// As [`CudaComm::all_reduce`].
+        all_reduce = Collective::AllReduce;
+
+        /// Reduces every rank's `sendbuff` and scatters the result: rank `r`'s
+        /// `recvbuff` gets block `r` (`ncclReduceScatter`).
+        ///
+        /// # Errors
+        /// As [`CudaComm::reduce_scatter`].
+        reduce_scatter = Collective::ReduceScatter;
     }
 
     /// [`Comm::all_reduce`] in place.
@@ -574,25 +590,6 @@ impl Comm {
     ) -> Result<NcclStatus, NcclError> {
         let root = self.peer(root)?;
         self.in_place::<T>(Collective::Reduce { root }, reduce_op, recvbuff)
-    }
-
-    /// Reduces every rank's `sendbuff` and scatters the result: rank `r`'s
-    /// `recvbuff` gets block `r` (`ncclReduceScatter`).
-    ///
-    /// # Errors
-    /// As [`CudaComm::reduce_scatter`].
-    pub fn reduce_scatter<S: DevicePtr<T>, R: DevicePtrMut<T>, T: NcclType>(
-        &self,
-        sendbuff: &S,
-        recvbuff: &mut R,
-        reduce_op: &ReduceOp,
-    ) -> Result<NcclStatus, NcclError> {
-        self.separate::<T>(
-            Collective::ReduceScatter,
-            reduce_op,
-            Some(sendbuff as _),
-            Some(recvbuff),
-        )
     }
 
     /// `peer` as a rank, or the error naming it.
