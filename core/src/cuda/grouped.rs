@@ -14,9 +14,9 @@ use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 use super::CudaComm;
 use crate::Result;
 use crate::comm::exchange_table::for_each_exchange;
-use crate::comm::table::method_doc;
 use crate::comm::p2p::Dir;
 use crate::comm::p2p::exchange::Exchange;
+use crate::comm::table::method_doc;
 use crate::device::{
     DevAddr, DeviceP2p, DeviceRange, DirectExchange, GathervLayout, ScatterLayout,
 };

@@ -270,7 +270,6 @@ impl std::fmt::Debug for Comm {
     }
 }
 
-
 /// Writes the look-alike's reductions with separate buffers, as cudarc
 /// declares them (`sendbuff`, `recvbuff`, `reduce_op`): one entry a
 /// collective, each method one call into [`Comm::separate`].
