@@ -21,6 +21,23 @@ use streamcomm_run::local::LocalLauncher;
 
 use crate::common::{check, counts, expected, gen_inputs};
 
+/// An all-reduce whose counts differ (rank 0 gives 10 elements, the others
+/// 12): the error it ends with, from the enqueue when a peer failed first
+/// (it then returns the stored error) or from the stream, and how long
+/// that took.
+pub(crate) fn mismatched_all_reduce(comm: &Communicator) -> (streamcomm::Error, Duration) {
+    let stream = HostStream::new().unwrap();
+    let n = if comm.rank() == 0 { 10 } else { 12 };
+    let send = streamcomm::host::HostBuffer::<i32>::zeroed(n);
+    let mut recv = streamcomm::host::HostBuffer::<i32>::zeroed(n);
+    let t0 = std::time::Instant::now();
+    let e = comm
+        .all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)
+        .and_then(|()| stream.synchronize())
+        .expect_err("an all-reduce of differing counts must fail");
+    (e, t0.elapsed())
+}
+
 /// A small ring so that every multi-chunk path runs: 4 slots of 2 KiB.
 pub(crate) fn small_config() -> Config {
     let mut c = Config::default();
