@@ -23,7 +23,6 @@ pub(crate) mod core;
 mod create;
 mod departure;
 mod endpoint;
-pub(crate) mod exchange_table;
 pub(crate) mod exec;
 pub(crate) mod failure;
 mod host_collectives;

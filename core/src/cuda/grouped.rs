@@ -1,7 +1,7 @@
 //! The collectives of [`CudaComm`] that are groups of sends and receives:
 //! `gather`, `scatter`, `all_to_allv` and `all_gatherv`, with the semantics
 //! of [`Communicator`](crate::Communicator)'s methods of the same names,
-//! written from the one table of them ([`crate::comm::exchange_table`]).
+//! written from the one table of them ([`crate::comm::p2p::exchange_table`]).
 //! Each describes itself as an [`Exchange`], whose lowering (shared with the
 //! host backend and the C API) checks it and gives this rank's transfers;
 //! they are one device group on the caller's stream (the staged path, as
@@ -13,9 +13,9 @@ use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 
 use super::CudaComm;
 use crate::Result;
-use crate::comm::exchange_table::for_each_exchange;
 use crate::comm::p2p::Dir;
 use crate::comm::p2p::exchange::Exchange;
+use crate::comm::p2p::exchange_table::for_each_exchange;
 use crate::comm::table::method_doc;
 use crate::device::{
     DevAddr, DeviceP2p, DeviceRange, DirectExchange, GathervLayout, ScatterLayout,

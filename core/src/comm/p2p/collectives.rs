@@ -1,6 +1,6 @@
 //! The collectives of a host stream that are groups of sends and
 //! receives: `gather`, `scatter`, `all_to_allv` and `all_gatherv`, written
-//! from the one table of them ([`crate::comm::exchange_table`]). Each
+//! from the one table of them ([`crate::comm::p2p::exchange_table`]). Each
 //! describes itself as an [`Exchange`], whose lowering (shared with the
 //! CUDA backend and the C API) checks it and gives this rank's transfers;
 //! they are posted as one group.
@@ -9,7 +9,7 @@ use super::exchange::Exchange;
 use super::{BufView, Dir};
 use crate::comm::Communicator;
 use crate::comm::buffer::AsBufView;
-use crate::comm::exchange_table::for_each_exchange;
+use crate::comm::p2p::exchange_table::for_each_exchange;
 use crate::comm::table::method_doc;
 use crate::host::HostStream;
 use crate::{Error, Result};

@@ -53,6 +53,7 @@
 mod cma;
 mod collectives;
 pub(crate) mod exchange;
+pub(crate) mod exchange_table;
 mod group;
 mod immediate;
 pub(crate) use immediate::Now;

@@ -9,7 +9,7 @@
 //! how it describes itself as an [`Exchange`] from the two buffers'
 //! lengths, what it does, what it adds to the face's errors, and one
 //! example a face. The description's lowering holds every rule of the call
-//! (`comm/p2p/exchange.rs`); which buffer a rank does not touch follows
+//! (`exchange.rs`); which buffer a rank does not touch follows
 //! from it too ([`Exchange::uses`]).
 //!
 //! Adding such a collective means an [`Exchange`] variant with its
@@ -35,7 +35,7 @@
 /// ```
 macro_rules! for_each_exchange {
     ($face:ident) => {
-        $crate::comm::exchange_table::for_each_exchange! { @entries $face;
+        $crate::comm::p2p::exchange_table::for_each_exchange! { @entries $face;
             /// All-to-all with per-peer counts and displacements (MPI_Alltoallv):
             /// elements `send_displs[j]..+send_counts[j]` of `send` go to rank `j`,
             /// which stores them at `recv_displs[rank]..+recv_counts[rank]` of its
