@@ -27,6 +27,10 @@ use streamcomm::cuda::cudarc::driver::{
 use streamcomm::host::Element;
 use streamcomm::{Communicator, Error, ReduceOp};
 
+/// Whether the CUDA backend can run here: a driver with a device, and the
+/// backend's kernels loadable on it (a cached image, or an NVRTC to compile
+/// them). Else the test says it is skipped and why, or fails where
+/// `STREAMCOMM_REQUIRE_GPU` is set. The kernels are loaded once a process.
 pub(crate) fn gpu_present() -> bool {
     let present = streamcomm_gpu::Device::count().is_ok_and(|n| n > 0);
     if present {
@@ -38,17 +42,43 @@ pub(crate) fn gpu_present() -> bool {
             streamcomm_gpu::driver::probe::driver_path().unwrap_or("?")
         );
     }
-    if !present {
-        assert!(
-            std::env::var_os("STREAMCOMM_REQUIRE_GPU").is_none(),
-            "STREAMCOMM_REQUIRE_GPU is set but no GPU is usable"
-        );
-        streamcomm_testkit::skip(
-            &streamcomm_testkit::current_test(),
-            "no usable GPU here (`scripts/gpu-check.sh --stand-in` runs it on the CPU stand-in)",
-        );
-    }
-    present
+    let missing = if present {
+        kernels_missing().map(|e| {
+            format!(
+                "the CUDA backend's kernels do not load here ({e}); {}",
+                streamcomm_testkit::NVRTC_INSTALL
+            )
+        })
+    } else {
+        Some(
+            "no usable GPU here (`scripts/gpu-check.sh --stand-in` runs it on the CPU stand-in)"
+                .into(),
+        )
+    };
+    let Some(why) = missing else {
+        return true;
+    };
+    assert!(
+        std::env::var_os("STREAMCOMM_REQUIRE_GPU").is_none(),
+        "STREAMCOMM_REQUIRE_GPU is set but the CUDA backend cannot run: {why}"
+    );
+    streamcomm_testkit::skip(&streamcomm_testkit::current_test(), &why);
+    false
+}
+
+/// Why the backend's kernels do not load on device 0, if they do not
+/// (asked once a process).
+fn kernels_missing() -> Option<String> {
+    static MISSING: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    MISSING
+        .get_or_init(|| {
+            let config = streamcomm_gpu::GpuConfig::from_env();
+            streamcomm_gpu::Device::open(0)
+                .and_then(|d| streamcomm_gpu::Kernels::load(&d, &config))
+                .err()
+                .map(|e| e.to_string())
+        })
+        .clone()
 }
 
 #[test]
