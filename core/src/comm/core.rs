@@ -1,7 +1,7 @@
 //! The communicator's core: its place, connections, turns, failure record,
-//! progress engine and wait policy. Its fields are private: barrier, point-to-point and recovery (see
-//! [`super::inner::CommInner`], which composes them) reach it through the
-//! methods here, never its fields.
+//! progress engine and wait policy. Its fields are private: barrier,
+//! point-to-point and recovery (see [`super::inner::CommInner`], which
+//! composes them) reach it through the methods here, never its fields.
 //!
 //! `Core` holds sub-structs (connections, turns, error state, proxy
 //! handle), never transport or algorithm details. Plans and groups run on

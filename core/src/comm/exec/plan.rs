@@ -113,6 +113,7 @@ enum Want {
 }
 
 impl Want {
+    /// What the step waits for, as a timeout's message says it.
     fn words(self) -> &'static str {
         match self {
             Want::Data => "data",
