@@ -5,15 +5,15 @@
 //! the immediate path of a small host call) goes through the same few
 //! calls on a [`Connection`]: acquire a slot ([`Connection::acquire_send`],
 //! [`Connection::try_acquire_send`]), publish it
-//! ([`Connection::commit_send`]), take an arrived one
-//! ([`Connection::acquire_recv`], [`Connection::try_acquire_recv`]) and
-//! return it ([`Connection::release_recv`]). Publishing and taking are
-//! where fault injection acts ([`super::fault`]), and publishing and
-//! returning are where a proxied transport gets the bytes moving (a tcp
-//! write, an RDMA write or a credit): each transport says what it does
-//! there by implementing [`Carrier`], and [`Link`] dispatches to it in one
-//! `match`, statically, so the shared-memory path costs what its empty
-//! methods cost: nothing.
+//! ([`Connection::commit_send`]), take an arrived one with its signature
+//! ([`Connection::try_acquire_recv`]) and return it
+//! ([`Connection::release_recv`]). Publishing and taking are where fault
+//! injection acts ([`super::fault`]), on a connection some rule names;
+//! publishing and returning are where a proxied transport gets the bytes
+//! moving (a tcp write, an RDMA write or a credit): each transport says
+//! what it does there by implementing [`Carrier`], and [`Link`] dispatches
+//! to it in one `match`, statically. Shared memory needs nothing there and
+//! is not asked: its slots' path is the ring's own words.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -186,8 +186,13 @@ pub(crate) struct Connection {
     pub recv: RingEnd,
     /// The transport behind the rings (keeps their memory alive).
     link: Link,
-    /// Fault injection at the seam (an empty type without the feature).
-    faults: SlotFaults,
+    /// Fault injection at the seam: `None` unless some rule names this
+    /// connection (always without the feature), so that an unarmed
+    /// connection's slots never enter the fault hooks.
+    faults: Option<SlotFaults>,
+    /// The transport needs a thread to move its bytes (tcp, verbs):
+    /// [`Connection::proxied`], fixed by the transport's kind.
+    proxied: bool,
     /// The send ring's memory is to be allocated at its first use (a
     /// shared-memory ring in the peer's segment, not a ring neighbour's).
     unreserved: AtomicBool,
@@ -200,8 +205,9 @@ impl Connection {
             peer,
             send,
             recv,
+            proxied: link.poke_period().is_some(),
             link,
-            faults: Default::default(),
+            faults: None,
             unreserved: AtomicBool::new(false),
         }
     }
@@ -213,23 +219,15 @@ impl Connection {
         self
     }
 
-    /// Before the first slot is written into the peer's ring: allocates
-    /// the ring's memory, so that a full /dev/shm is this error, not a
-    /// SIGBUS at the write (creation reserved only the rings' headers and
-    /// the ring neighbours' rings).
+    /// Before the first slot is written into the peer's ring (called
+    /// where `unreserved` is set): allocates the ring's memory, so that a
+    /// full /dev/shm is this error, not a SIGBUS at the write (creation
+    /// reserved only the rings' headers and the ring neighbours' rings).
     ///
     /// # Errors
     /// [`RingError::Reserve`] where the memory is not there.
-    #[inline]
-    fn reserve_send(&self) -> Result<(), RingError> {
-        if !self.unreserved.load(Ordering::Relaxed) {
-            return Ok(());
-        }
-        self.reserve_send_now()
-    }
-
     #[cold]
-    fn reserve_send_now(&self) -> Result<(), RingError> {
+    fn reserve_send(&self) -> Result<(), RingError> {
         self.send
             .reserve_unmapped()
             .map_err(|e| RingError::Reserve(e.raw_os_error().unwrap_or(libc::ENOMEM)))?;
@@ -240,7 +238,7 @@ impl Connection {
     /// Applies `faults` at this connection's seam from now on.
     #[cfg(feature = "fault-injection")]
     pub(crate) fn arm(&mut self, faults: SlotFaults) {
-        self.faults = faults;
+        self.faults = Some(faults);
     }
 
     /// The peer's rank.
@@ -263,7 +261,7 @@ impl Connection {
     /// before it sleeps. False over shared memory, where it lands unaided.
     #[inline]
     pub(crate) fn proxied(&self) -> bool {
-        self.link.poke_period().is_some()
+        self.proxied
     }
 
     /// Moves this connection's bytes on the calling thread ([`Carrier::poke`]).
@@ -313,7 +311,9 @@ impl Connection {
     /// [`RingError::Wait`] when no credit came back in time.
     #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
     pub(crate) fn acquire_send(&self, policy: &WaitPolicy<'_>) -> Result<&mut [u8], RingError> {
-        self.reserve_send()?;
+        if self.unreserved.load(Ordering::Relaxed) {
+            self.reserve_send()?;
+        }
         match self.pace(policy) {
             Some(mut pace) => self.send.acquire_send_with(policy, || {
                 if pace.due() {
@@ -333,13 +333,15 @@ impl Connection {
     #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
     #[inline]
     pub(crate) fn try_acquire_send(&self) -> Result<Option<&mut [u8]>, RingError> {
-        self.reserve_send()?;
+        if self.unreserved.load(Ordering::Relaxed) {
+            self.reserve_send()?;
+        }
         Ok(self.send.try_acquire_send())
     }
 
     /// Publishes the slot just acquired, holding `len` bytes and signed
-    /// `sig` ([`crate::plan::signature`]), then has the transport move it
-    /// ([`Carrier::after_send`]). A fault rule may delay, drop, repeat or
+    /// `sig` ([`crate::plan::signature`]), then has a proxied transport
+    /// move it ([`Carrier::after_send`]). A fault rule may delay, drop, repeat or
     /// fail it here.
     ///
     /// # Errors
@@ -347,23 +349,34 @@ impl Connection {
     /// when repeating a slot found no credit for the copy.
     #[inline]
     pub(crate) fn commit_send(&self, len: usize, sig: u64) -> Result<(), RingError> {
-        match self.faults.on_send(&self.send) {
-            None => self.send.commit_send(len, sig),
-            Some(fault) => self.commit_faulty(fault, len, sig)?,
+        if let Some(faults) = &self.faults
+            && let Some(fault) = faults.on_send(&self.send)
+        {
+            self.commit_faulty(faults, fault, len, sig)?;
+        } else {
+            self.send.commit_send(len, sig, None);
         }
-        self.link.after_send();
+        if self.proxied {
+            self.link.after_send();
+        }
         Ok(())
     }
 
     /// [`Connection::commit_send`] of a slot a fault rule hits.
     #[cold]
     #[inline(never)]
-    fn commit_faulty(&self, fault: SendFault, len: usize, sig: u64) -> Result<(), RingError> {
+    fn commit_faulty(
+        &self,
+        faults: &SlotFaults,
+        fault: SendFault,
+        len: usize,
+        sig: u64,
+    ) -> Result<(), RingError> {
         match fault {
-            SendFault::Renumber(seq) => self.send.commit_send_numbered(len, sig, seq),
+            SendFault::Renumber(seq) => self.send.commit_send(len, sig, Some(seq)),
             SendFault::Delay(d, seq) => {
-                self.faults.pause(d);
-                self.send.commit_send_numbered(len, sig, seq);
+                faults.pause(d);
+                self.send.commit_send(len, sig, Some(seq));
             }
             // The slot stays unpublished and is overwritten by the next
             // one, which carries the following number.
@@ -374,11 +387,11 @@ impl Connection {
                     .slot_for_write(self.send.tail())
                     .map(|s| s[..len].to_vec())
                     .unwrap_or_default();
-                self.send.commit_send_numbered(len, sig, seq);
+                self.send.commit_send(len, sig, Some(seq));
                 self.link.after_send();
-                let again = self.acquire_send(&self.faults.policy())?;
+                let again = self.acquire_send(&faults.policy())?;
                 again[..copy.len()].copy_from_slice(&copy);
-                self.send.commit_send_numbered(copy.len(), sig, seq);
+                self.send.commit_send(copy.len(), sig, Some(seq));
             }
             SendFault::Fail(rule) => return Err(RingError::Injected(rule)),
         }
@@ -392,32 +405,37 @@ impl Connection {
     /// then stages the slot.
     #[inline]
     pub(crate) fn send_unstaged(&self, payload: &[u8], sig: u64) -> bool {
-        self.faults.sends_plain() && self.link.send_unstaged(payload, sig)
+        self.faults.as_ref().is_none_or(SlotFaults::sends_plain)
+            && self.link.send_unstaged(payload, sig)
     }
 
-    /// The next inbound slot, if one was published, without waiting (a
-    /// fault rule may delay or fail it); return it with
-    /// [`Connection::release_recv`].
+    /// The next inbound slot and the signature it was published with, if
+    /// one was published, without waiting (a fault rule may delay or fail
+    /// it); return it with [`Connection::release_recv`].
     ///
     /// # Errors
     /// As [`RingEnd::try_acquire_recv`]; [`RingError::Injected`] for an
     /// injected error.
     #[inline]
-    pub(crate) fn try_acquire_recv(&self) -> Result<Option<&[u8]>, RingError> {
+    pub(crate) fn try_acquire_recv(&self) -> Result<Option<(&[u8], u64)>, RingError> {
         let slot = self.recv.try_acquire_recv()?;
-        if slot.is_some() {
-            self.faults.before_recv(&self.recv)?;
+        if slot.is_some()
+            && let Some(faults) = &self.faults
+        {
+            faults.before_recv(&self.recv)?;
         }
         Ok(slot)
     }
 
     /// Returns the slot taken by [`Connection::try_acquire_recv`] to the
-    /// sender, then does what the
-    /// transport needs ([`Carrier::after_recv`]).
+    /// sender, then does what the transport needs, if it is proxied
+    /// ([`Carrier::after_recv`]).
     #[inline]
     pub(crate) fn release_recv(&self) {
         self.recv.release_recv();
-        self.link.after_recv(&self.recv);
+        if self.proxied {
+            self.link.after_recv(&self.recv);
+        }
     }
 
     /// Receiver: grants rendezvous number `grant` in the inbound ring's

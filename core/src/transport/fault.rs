@@ -4,7 +4,7 @@
 //! [`Connection`]: the slot it publishes to a peer
 //! ([`Connection::commit_send`]: into the peer's shared memory, or the
 //! staging ring tcp or verbs drain) and the slot it takes from a peer
-//! ([`Connection::acquire_recv`], [`Connection::try_acquire_recv`]). Every
+//! ([`Connection::try_acquire_recv`]). Every
 //! writer of slots goes through them (collective steps, point-to-point
 //! messages, the immediate path of small host calls), so one hook covers
 //! shared memory, tcp and verbs, collectives and point-to-point alike.

@@ -235,18 +235,6 @@ impl RingEnd {
         unsafe { &*(self.slot_ptr(index).add(offset) as *const AtomicU64) }
     }
 
-    fn len_word(&self, index: u64) -> &AtomicU64 {
-        self.header_word(index, LEN_OFFSET)
-    }
-
-    fn sig_word(&self, index: u64) -> &AtomicU64 {
-        self.header_word(index, SIG_OFFSET)
-    }
-
-    fn seq_word(&self, index: u64) -> &AtomicU64 {
-        self.header_word(index, SEQ_OFFSET)
-    }
-
     /// Sender: waits for a free slot and returns its payload area.
     ///
     /// # Errors
@@ -297,19 +285,13 @@ impl RingEnd {
 
     /// Sender: publishes the slot returned by [`RingEnd::acquire_send`]
     /// holding `len` bytes, signed with the call's signature
-    /// ([`crate::plan::signature`]) and numbered with its position.
-    pub(in crate::transport) fn commit_send(&self, len: usize, sig: u64) {
-        let tail = self.header().tail.value.load(Ordering::Relaxed);
-        self.commit_send_numbered(len, sig, tail);
-    }
-
-    /// As [`RingEnd::commit_send`], with an explicit sequence number (fault
-    /// injection uses it to make a transport look as if it lost a slot or
-    /// delivered one twice; the receiver must notice).
-    pub(in crate::transport) fn commit_send_numbered(&self, len: usize, sig: u64, seq: u64) {
+    /// ([`crate::plan::signature`]) and numbered with its position, or
+    /// with `renumber` (fault injection makes a transport look so as if it
+    /// lost a slot or delivered one twice; the receiver must notice).
+    pub(in crate::transport) fn commit_send(&self, len: usize, sig: u64, renumber: Option<u64>) {
         let h = self.header();
         let tail = h.tail.value.load(Ordering::Relaxed);
-        self.set_header(tail, len, sig, seq);
+        self.set_header(tail, len, sig, renumber.unwrap_or(tail));
         h.tail.value.store(tail + 1, Ordering::Release);
         h.tail.notifier.notify();
     }
@@ -330,6 +312,7 @@ impl RingEnd {
             .wait_until(policy, || self.has_data().then_some(()))
             .map_err(RingError::Wait)?;
         self.try_acquire_recv()?
+            .map(|(slot, _sig)| slot)
             .ok_or(RingError::Wait(crate::wait::WaitError::Aborted))
     }
 
@@ -366,27 +349,24 @@ impl RingEnd {
     /// Sender side: records the payload length, signature and sequence
     /// number of slot `index` (before publishing it).
     pub fn set_header(&self, index: u64, len: usize, sig: u64, seq: u64) {
-        self.len_word(index).store(len as u64, Ordering::Relaxed);
-        self.sig_word(index).store(sig, Ordering::Relaxed);
-        self.seq_word(index).store(seq, Ordering::Relaxed);
+        self.header_word(index, LEN_OFFSET)
+            .store(len as u64, Ordering::Relaxed);
+        self.header_word(index, SIG_OFFSET)
+            .store(sig, Ordering::Relaxed);
+        self.header_word(index, SEQ_OFFSET)
+            .store(seq, Ordering::Relaxed);
     }
 
     /// The signature of slot `index` (read it only while you own the slot:
     /// between `acquire_recv` and `release_recv`, or a published staging slot).
     pub fn slot_sig(&self, index: u64) -> u64 {
-        self.sig_word(index).load(Ordering::Relaxed)
+        self.header_word(index, SIG_OFFSET).load(Ordering::Relaxed)
     }
 
     /// The sequence number slot `index` was published with (same ownership
     /// rule as [`RingEnd::slot_sig`]).
     pub fn slot_seq(&self, index: u64) -> u64 {
-        self.seq_word(index).load(Ordering::Relaxed)
-    }
-
-    /// Receiver: the signature of the slot [`RingEnd::try_acquire_recv`] returned.
-    pub fn head_sig(&self) -> u64 {
-        let head = self.header().head.value.load(Ordering::Relaxed);
-        self.slot_sig(head)
+        self.header_word(index, SEQ_OFFSET).load(Ordering::Relaxed)
     }
 
     /// Sender side: publishes every slot below `new_tail` (all written).
@@ -408,7 +388,7 @@ impl RingEnd {
         if index < head || index >= tail {
             return Ok(None);
         }
-        let len = self.len_word(index).load(Ordering::Relaxed);
+        let len = self.header_word(index, LEN_OFFSET).load(Ordering::Relaxed);
         if len > self.shape.slot_bytes as u64 {
             return Err(RingError::BadLength(len));
         }
@@ -453,25 +433,28 @@ impl RingEnd {
         self.slot_for_write(tail)
     }
 
-    /// Receiver: the next slot's payload, if one was published, without
-    /// waiting.
+    /// Receiver: the next slot's payload and the signature it was published
+    /// with, if one was published, without waiting.
     ///
     /// # Errors
     /// [`RingError::BadLength`] when the slot header is impossible;
     /// [`RingError::OutOfOrder`] when the slot is not the one due next.
-    pub(in crate::transport) fn try_acquire_recv(&self) -> Result<Option<&[u8]>, RingError> {
+    pub(in crate::transport) fn try_acquire_recv(&self) -> Result<Option<(&[u8], u64)>, RingError> {
         let head = self.header().head.value.load(Ordering::Relaxed);
-        let slot = self.slot_for_read(head)?;
-        if slot.is_some() {
-            let seq = self.seq_word(head).load(Ordering::Relaxed);
-            if seq != head {
-                return Err(RingError::OutOfOrder {
-                    expected: head,
-                    got: seq,
-                });
-            }
+        let Some(slot) = self.slot_for_read(head)? else {
+            return Ok(None);
+        };
+        let seq = self.header_word(head, SEQ_OFFSET).load(Ordering::Relaxed);
+        if seq != head {
+            return Err(RingError::OutOfOrder {
+                expected: head,
+                got: seq,
+            });
         }
-        Ok(slot)
+        Ok(Some((
+            slot,
+            self.header_word(head, SIG_OFFSET).load(Ordering::Relaxed),
+        )))
     }
 
     /// True while a stream sleeps on a proxied peer's rings: for a slot of
@@ -591,7 +574,7 @@ mod tests {
         for seq in 0..6u64 {
             let slot = ring.try_acquire_send().expect("credit");
             slot[..payload.len()].copy_from_slice(&payload);
-            ring.commit_send(payload.len(), 0xfeed_0000 + seq);
+            ring.commit_send(payload.len(), 0xfeed_0000 + seq, None);
             let staged_len = SLOT_WIRE_HEADER + payload.len();
             // SAFETY: the slot was published above and lies in `mem`.
             let staged = unsafe {
@@ -617,7 +600,7 @@ mod tests {
         for i in 0..4u8 {
             let s = tx.acquire_send(&policy).unwrap();
             s[0] = i;
-            tx.commit_send(1 + i as usize, 7);
+            tx.commit_send(1 + i as usize, 7, None);
         }
         // Ring full: no credit.
         assert!(matches!(
@@ -638,11 +621,11 @@ mod tests {
         let (_mem, tx, rx) = ring();
         let policy = WaitPolicy::new(10, Duration::from_millis(20));
         tx.acquire_send(&policy).unwrap();
-        tx.commit_send_numbered(1, 7, 0);
+        tx.commit_send(1, 7, Some(0));
         tx.acquire_send(&policy).unwrap();
-        tx.commit_send_numbered(1, 7, 0); // the same slot again
+        tx.commit_send(1, 7, Some(0)); // the same slot again
         tx.acquire_send(&policy).unwrap();
-        tx.commit_send_numbered(1, 7, 3); // slot 2 never came
+        tx.commit_send(1, 7, Some(3)); // slot 2 never came
         assert!(rx.acquire_recv(&policy).is_ok());
         rx.release_recv();
         assert_eq!(

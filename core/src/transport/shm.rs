@@ -404,7 +404,7 @@ mod tests {
         let tx = b.ring(0, shape).unwrap();
         let rx = a.ring(0, shape).unwrap();
         tx.acquire_send(&policy).unwrap()[..3].copy_from_slice(b"abc");
-        tx.commit_send(3, 1);
+        tx.commit_send(3, 1, None);
         assert_eq!(rx.acquire_recv(&policy).unwrap(), b"abc");
         assert!(ShmSegment::open(a.name(), 64).is_err());
         assert!(a.ring(8, shape).is_err());

@@ -161,17 +161,20 @@ where
     fn take(&mut self, peer: usize, want: Want) -> Result<bool> {
         let c = self.core.connection(peer)?;
         let took = match want {
-            Want::Data => {
-                self.slot_in = c
-                    .try_acquire_recv()
-                    .map_err(|e| self.slot_error(e, c, want))?;
-                let theirs = || c.recv.head_sig();
-                if self.slot_in.is_some() && theirs() != self.sig {
+            Want::Data => match c
+                .try_acquire_recv()
+                .map_err(|e| self.slot_error(e, c, want))?
+            {
+                Some((_, theirs)) if theirs != self.sig => {
                     let what = item_name(self.sig, self.seq);
-                    return Err(self.core.mismatch(&what, peer, theirs(), self.sig));
+                    return Err(self.core.mismatch(&what, peer, theirs, self.sig));
                 }
-                self.slot_in.is_some()
-            }
+                Some((slot, _)) => {
+                    self.slot_in = Some(slot);
+                    true
+                }
+                None => false,
+            },
             Want::Credit => {
                 self.slot_out = c
                     .try_acquire_send()

@@ -196,10 +196,10 @@ impl P2p {
             // (nothing to do over shared memory).
             conn.poke();
         }
-        let Ok(Some(slot)) = conn.try_acquire_recv() else {
+        let Ok(Some((slot, sig))) = conn.try_acquire_recv() else {
             return false;
         };
-        let whole = match signature::parse_p2p(conn.recv.head_sig()) {
+        let whole = match signature::parse_p2p(sig) {
             Some((P2pSlot::Eager, Some(d), count)) if d == dtype => {
                 usize::try_from(count).is_ok_and(|c| c * d.size() == slot.len())
             }

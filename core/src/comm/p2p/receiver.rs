@@ -164,14 +164,13 @@ impl<'a> RecvOp<'a> {
     pub(super) fn poll(&mut self) -> Result<bool> {
         let mut progressed = false;
         while self.state != State::Done {
-            let Some(slot) = self
+            let Some((slot, sig)) = self
                 .conn
                 .try_acquire_recv()
                 .map_err(|e| self.conn.slot_error(e, "recv"))?
             else {
                 break;
             };
-            let sig = self.conn.recv.head_sig();
             self.state = self.consume(sig, slot)?;
             self.conn.release_recv();
             progressed = true;
