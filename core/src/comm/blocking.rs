@@ -24,6 +24,7 @@ use crate::comm::Communicator;
 use crate::comm::buffer::BufView;
 use crate::comm::exec;
 use crate::comm::p2p::{Dir, Now};
+use crate::comm::plan_cache::CallKey;
 use crate::host::{Element, JobMode, RawBuffer};
 use crate::plan::{Buffers, Collective, Plan};
 use crate::{DataType, Error, ReduceOp, Result};
@@ -104,7 +105,12 @@ impl Communicator {
         bufs: impl FnOnce(&Plan) -> Result<Buffers<'a>>,
     ) -> Result<()> {
         self.inner.core.failure().check()?;
-        let plan = self.inner.core.plan(collective, dtype, op, count)?;
+        let plan = self.inner.core.plan(CallKey {
+            collective,
+            dtype,
+            op,
+            count,
+        })?;
         let mut bufs = bufs(&plan)?;
         let ticket = self.inner.core.turns().take();
         self.inner

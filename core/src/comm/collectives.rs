@@ -72,13 +72,12 @@ impl Communicator {
             send: s.len(),
             recv: r.len(),
         };
-        let core = &self.inner.core;
-        let (count, from) = count_from(collective, lens, core.size())?;
+        let (rank, size) = self.inner.core.place();
+        let (count, from) = count_from(collective, lens, size)?;
         let dtype = match from {
             CountFrom::Recv => r.dtype(),
             _ => s.dtype(),
         };
-        let rank = core.rank();
         let reads = !matches!(collective, Collective::Broadcast { root } if root != rank);
         let writes = !matches!(collective, Collective::Reduce { root } if root != rank);
         let binding = Binding::Separate {

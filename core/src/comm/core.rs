@@ -13,18 +13,18 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::comm::failure::{FailureState, Learned};
-use crate::comm::plan_cache::PlanCache;
+use crate::comm::plan_cache::{CallKey, PlanCache};
 use crate::comm::turns::Turns;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::host::JobMode;
-use crate::plan::{Collective, Plan, PlanParams, signature};
+use crate::plan::{Plan, PlanParams, signature};
 use crate::transport::fault::FaultInjector;
 use crate::transport::ring::RingError;
 use crate::transport::{Connection, Segment};
 use crate::tuning::Selector;
 use crate::wait::{WaitError, WaitPolicy};
-use crate::{DataType, Error, ReduceOp, Result};
+use crate::{Error, Result};
 use streamcomm_types::MismatchNote;
 
 /// The sleep hook of waits when some peer is reached over a proxied
@@ -146,6 +146,11 @@ impl Core {
         self.size
     }
 
+    /// This rank and the communicator's size, for a call that needs both.
+    pub(crate) fn place(&self) -> (usize, usize) {
+        (self.rank, self.size)
+    }
+
     /// The configuration it was made with.
     pub(crate) fn config(&self) -> &Config {
         &self.config
@@ -200,26 +205,23 @@ impl Core {
         }
     }
 
-    /// The plan of one collective call, built for this rank (or kept
-    /// from the last call of the same shape).
+    /// The plan of one collective call, built for this rank (algorithm
+    /// chosen by the selector) or kept from the last call of the same
+    /// shape.
     ///
     /// # Errors
     /// As [`crate::plan::build_with`].
-    pub(crate) fn plan(
-        &self,
-        collective: Collective,
-        dtype: DataType,
-        op: ReduceOp,
-        count: usize,
-    ) -> Result<Arc<Plan>> {
-        self.plans.plan(
-            &self.selector,
-            &self.plan_params(),
-            collective,
-            dtype,
-            op,
-            count,
-        )
+    pub(crate) fn plan(&self, shape: CallKey) -> Result<Arc<Plan>> {
+        self.plans.get(shape, || {
+            let CallKey {
+                collective,
+                dtype,
+                op,
+                count,
+            } = shape;
+            let algo = self.selector.choose(collective, count, dtype.size());
+            crate::plan::build_with(collective, dtype, op, count, &self.plan_params(), algo)
+        })
     }
 
     /// What this rank's plans are built for: its place and its rings.

@@ -177,10 +177,12 @@ impl FailureState {
     /// The stored error.
     #[inline]
     pub(crate) fn check(&self) -> Result<()> {
-        match self.error() {
-            None => Ok(()),
-            Some(e) => Err(e),
+        if self.raised()
+            && let Some(e) = self.error()
+        {
+            return Err(e);
         }
+        Ok(())
     }
 
     /// True once this rank's failure word is raised: by its own failure

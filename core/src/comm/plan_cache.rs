@@ -11,8 +11,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::plan::{self, Collective, Plan, PlanParams};
-use crate::tuning::Selector;
+use crate::plan::{Collective, Plan};
 use crate::{DataType, ReduceOp, Result};
 
 /// How many shapes are kept: enough for the handful of calls a training
@@ -20,12 +19,12 @@ use crate::{DataType, ReduceOp, Result};
 const ENTRIES: usize = 8;
 
 /// What a plan is built from, besides the communicator's fixed settings.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct CallKey {
-    collective: Collective,
-    dtype: DataType,
-    op: ReduceOp,
-    count: usize,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CallKey {
+    pub(crate) collective: Collective,
+    pub(crate) dtype: DataType,
+    pub(crate) op: ReduceOp,
+    pub(crate) count: usize,
 }
 
 /// Recently built plans, the most recent first.
@@ -35,64 +34,43 @@ pub(crate) struct PlanCache {
 }
 
 impl PlanCache {
-    /// The plan of one call: the one kept for this shape, or a new one
-    /// (algorithm chosen by `selector`), then kept.
+    /// The plan of the call `shape`: the one kept for it (moved to the
+    /// front), or the one `build` makes, then kept. The lock is not held
+    /// while building.
     ///
     /// # Errors
-    /// As [`plan::build_with`] (a count or root out of range, a forced
-    /// algorithm that does not implement the collective).
-    pub(crate) fn plan(
+    /// As `build` (nothing is kept then).
+    pub(crate) fn get(
         &self,
-        selector: &Selector,
-        params: &PlanParams,
-        collective: Collective,
-        dtype: DataType,
-        op: ReduceOp,
-        count: usize,
+        shape: CallKey,
+        build: impl FnOnce() -> Result<Plan>,
     ) -> Result<Arc<Plan>> {
-        let shape = CallKey {
-            collective,
-            dtype,
-            op,
-            count,
-        };
-        if let Some(plan) = self.find(&shape) {
-            return Ok(plan);
+        {
+            let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(at) = recent.iter().position(|(s, _)| *s == shape) {
+                if at > 0 {
+                    let hit = recent.remove(at);
+                    recent.insert(0, hit);
+                }
+                return Ok(recent[0].1.clone());
+            }
         }
-        let algo = selector.choose(collective, count, dtype.size());
-        let plan = Arc::new(plan::build_with(
-            collective, dtype, op, count, params, algo,
-        )?);
-        let mut recent = self.lock();
+        let plan = Arc::new(build()?);
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         recent.insert(0, (shape, plan.clone()));
         recent.truncate(ENTRIES);
         Ok(plan)
-    }
-
-    /// The kept plan of `shape`, moved to the front.
-    fn find(&self, shape: &CallKey) -> Option<Arc<Plan>> {
-        let mut recent = self.lock();
-        let at = recent.iter().position(|(s, _)| s == shape)?;
-        if at > 0 {
-            let hit = recent.remove(at);
-            recent.insert(0, hit);
-        }
-        Some(recent[0].1.clone())
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(CallKey, Arc<Plan>)>> {
-        self.recent.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::cell::Cell;
+
     use super::*;
     use crate::config::Config;
-
-    fn selector() -> Selector {
-        Selector::new(&Config::default(), &["h".to_string(), "h".to_string()])
-    }
+    use crate::plan::{self, PlanParams};
+    use crate::tuning::Selector;
 
     const PARAMS: PlanParams = PlanParams {
         rank: 0,
@@ -101,60 +79,88 @@ mod tests {
         nsteps: 4,
     };
 
+    /// A cache and a `get` that builds as the core does, counting builds.
+    struct Fixture {
+        cache: PlanCache,
+        selector: Selector,
+        builds: Cell<usize>,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            Fixture {
+                cache: PlanCache::default(),
+                selector: Selector::new(&Config::default(), &["h".to_string(), "h".to_string()]),
+                builds: Cell::new(0),
+            }
+        }
+
+        fn build(&self, k: CallKey) -> Result<Plan> {
+            let algo = self.selector.choose(k.collective, k.count, k.dtype.size());
+            plan::build_with(k.collective, k.dtype, k.op, k.count, &PARAMS, algo)
+        }
+
+        fn get(
+            &self,
+            collective: Collective,
+            dtype: DataType,
+            op: ReduceOp,
+            count: usize,
+        ) -> Result<Arc<Plan>> {
+            let key = CallKey {
+                collective,
+                dtype,
+                op,
+                count,
+            };
+            self.cache.get(key, || {
+                self.builds.set(self.builds.get() + 1);
+                self.build(key)
+            })
+        }
+
+        fn kept(&self) -> usize {
+            self.cache.recent.lock().unwrap().len()
+        }
+    }
+
     #[test]
     fn a_repeated_call_gets_the_same_plan_and_another_shape_its_own() {
-        let (cache, sel) = (PlanCache::default(), selector());
+        let f = Fixture::new();
         let plan = |count, op| {
-            cache
-                .plan(
-                    &sel,
-                    &PARAMS,
-                    Collective::AllReduce,
-                    DataType::F32,
-                    op,
-                    count,
-                )
+            f.get(Collective::AllReduce, DataType::F32, op, count)
                 .unwrap()
         };
         let a = plan(2, ReduceOp::Sum);
         assert!(Arc::ptr_eq(&a, &plan(2, ReduceOp::Sum)));
+        assert_eq!(f.builds.get(), 1, "a hit builds nothing");
         let b = plan(2, ReduceOp::Max);
         assert!(!Arc::ptr_eq(&a, &b));
         assert_eq!(b.op, ReduceOp::Max);
         assert_eq!(plan(3, ReduceOp::Sum).send_count, 3);
+        assert_eq!(f.builds.get(), 3);
         // What was built is what building anew gives.
-        let fresh = plan::build_with(
-            Collective::AllReduce,
-            DataType::F32,
-            ReduceOp::Sum,
-            2,
-            &PARAMS,
-            sel.choose(Collective::AllReduce, 2, 4),
-        )
-        .unwrap();
-        assert_eq!(*a, fresh);
+        let key = CallKey {
+            collective: Collective::AllReduce,
+            dtype: DataType::F32,
+            op: ReduceOp::Sum,
+            count: 2,
+        };
+        assert_eq!(*a, f.build(key).unwrap());
     }
 
     #[test]
     fn it_keeps_the_most_recent_shapes_only() {
-        let (cache, sel) = (PlanCache::default(), selector());
+        let f = Fixture::new();
         let plan = |count| {
-            cache
-                .plan(
-                    &sel,
-                    &PARAMS,
-                    Collective::AllGather,
-                    DataType::U8,
-                    ReduceOp::Sum,
-                    count,
-                )
+            f.get(Collective::AllGather, DataType::U8, ReduceOp::Sum, count)
                 .unwrap()
         };
         let first = plan(1);
         for count in 2..=ENTRIES + 1 {
             plan(count);
         }
-        assert_eq!(cache.lock().len(), ENTRIES);
+        assert_eq!(f.kept(), ENTRIES);
         assert!(!Arc::ptr_eq(&first, &plan(1)), "the oldest was dropped");
         // A hit moves to the front and survives the next new shape.
         let kept = plan(5);
@@ -164,12 +170,10 @@ mod tests {
 
     #[test]
     fn a_bad_call_is_an_error_and_keeps_nothing() {
-        let (cache, sel) = (PlanCache::default(), selector());
+        let f = Fixture::new();
         let root = Collective::Broadcast { root: 7 };
-        let e = cache
-            .plan(&sel, &PARAMS, root, DataType::F32, ReduceOp::Sum, 4)
-            .unwrap_err();
+        let e = f.get(root, DataType::F32, ReduceOp::Sum, 4).unwrap_err();
         assert!(e.to_string().contains("root"), "{e}");
-        assert!(cache.lock().is_empty());
+        assert_eq!(f.kept(), 0);
     }
 }

@@ -11,6 +11,7 @@ use crate::comm::barrier::barrier_task;
 use crate::comm::buffer::Binding;
 use crate::comm::failure::FailureState;
 use crate::comm::p2p::{Dir, GroupMemory};
+use crate::comm::plan_cache::CallKey;
 use crate::comm::task::PlanTask;
 use crate::host::Task;
 use crate::plan::Collective;
@@ -58,7 +59,7 @@ pub(crate) trait Submit {
 
 impl Submit for Communicator {
     fn place(&self) -> (usize, usize) {
-        (self.inner.core.rank(), self.inner.core.size())
+        self.inner.core.place()
     }
 
     fn failure(&self) -> &Arc<FailureState> {
@@ -78,7 +79,12 @@ impl Submit for Communicator {
         if collective == Collective::Barrier {
             return Ok(barrier_task(&self.inner.barrier));
         }
-        let plan = core.plan(collective, dtype, op, count)?;
+        let plan = core.plan(CallKey {
+            collective,
+            dtype,
+            op,
+            count,
+        })?;
         binding.check(&plan)?;
         Ok(Arc::new(PlanTask {
             comm: core.clone(),

@@ -25,7 +25,7 @@ impl Task for PlanTask {
     fn prepare(&self) -> Job {
         let ticket = self.comm.turns().take();
         let (comm, plan, binding) = (self.comm.clone(), self.plan.clone(), self.binding.clone());
-        Job::new(move |mode| {
+        Box::new(move |mode| {
             let name = format_args!("{} #{ticket}", plan.collective.name());
             comm.run_ticketed(ticket, mode, name, |c| {
                 exec::run_plan(c, &plan, &binding, ticket)

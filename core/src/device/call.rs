@@ -462,8 +462,8 @@ impl Task for FlushAfter {
     fn prepare(&self) -> Job {
         let job = self.task.prepare();
         let nic = self.nic.clone();
-        Job::new(move |mode| {
-            job.execute(mode)?;
+        Box::new(move |mode| {
+            job(mode)?;
             nic.flush()
         })
     }
@@ -484,8 +484,8 @@ fn hand_over<G: CompletionSignal>(
 ) {
     let job = task.prepare();
     let raise = signal.clone();
-    let wrapped = Job::new(move |mode| {
-        let result = job.execute(mode);
+    let wrapped = Box::new(move |mode| {
+        let result = job(mode);
         raise.raise();
         result
     });

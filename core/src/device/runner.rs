@@ -51,7 +51,7 @@ impl Runner {
         let posted = self.engine.post(Box::new(move || {
             let failed = state.error().is_some();
             let mode = if failed { JobMode::Skip } else { JobMode::Run };
-            let result = std::panic::catch_unwind(AssertUnwindSafe(|| job.execute(mode)))
+            let result = std::panic::catch_unwind(AssertUnwindSafe(|| job(mode)))
                 .unwrap_or_else(|p| Err(Error::UserTask(crate::host::stream::panic_message(&p))));
             if let Err(e) = result {
                 state

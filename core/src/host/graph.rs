@@ -95,7 +95,7 @@ impl Graph {
             ));
         }
         let jobs: Vec<Job> = self.tasks.iter().map(|t| t.prepare()).collect();
-        stream.enqueue_job(Job::new(move |mode| {
+        stream.enqueue_job(Box::new(move |mode| {
             let mut first_error = None;
             for job in jobs {
                 let m = if first_error.is_some() {
@@ -103,7 +103,7 @@ impl Graph {
                 } else {
                     mode
                 };
-                if let Err(e) = job.execute(m) {
+                if let Err(e) = job(m) {
                     first_error.get_or_insert(e);
                 }
             }

@@ -21,20 +21,9 @@ pub(crate) enum JobMode {
     Skip,
 }
 
-/// A one-shot unit of stream work.
-pub(crate) struct Job(Box<dyn FnOnce(JobMode) -> Result<()> + Send>);
-
-impl Job {
-    /// Wraps a closure.
-    pub(crate) fn new(f: impl FnOnce(JobMode) -> Result<()> + Send + 'static) -> Job {
-        Job(Box::new(f))
-    }
-
-    /// Runs or skips the job.
-    pub(crate) fn execute(self, mode: JobMode) -> Result<()> {
-        (self.0)(mode)
-    }
-}
+/// A one-shot unit of stream work: run it with [`JobMode::Run`], or with
+/// [`JobMode::Skip`] to release what it holds without doing the work.
+pub(crate) type Job = Box<dyn FnOnce(JobMode) -> Result<()> + Send>;
 
 /// A reusable description of stream work.
 pub(crate) trait Task: Send + Sync + 'static {
@@ -57,7 +46,7 @@ where
 {
     fn prepare(&self) -> Job {
         let f = self.f.clone();
-        Job::new(move |mode| match mode {
+        Box::new(move |mode| match mode {
             JobMode::Run => f(),
             JobMode::Skip => Ok(()),
         })

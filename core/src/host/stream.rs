@@ -156,7 +156,7 @@ impl Shared {
             JobMode::Run
         };
         drop(st);
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.execute(mode)))
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(mode)))
             .unwrap_or_else(|panic| Err(Error::UserTask(panic_message(&panic))));
         let mut st = self.lock();
         if let Err(e) = result

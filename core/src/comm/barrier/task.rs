@@ -23,7 +23,7 @@ impl Task for ProxyBarrierTask {
     fn prepare(&self) -> Job {
         let ticket = self.barriers.core().turns().take();
         let (barriers, release) = (self.barriers.clone(), self.release.clone());
-        Job::new(move |mode| {
+        Box::new(move |mode| {
             if mode == JobMode::Skip {
                 return barriers
                     .core()
@@ -86,7 +86,7 @@ impl Task for InlineBarrierTask {
     fn prepare(&self) -> Job {
         let ticket = self.barriers.core().turns().take();
         let barriers = self.barriers.clone();
-        Job::new(move |mode| barriers.run_ticketed(ticket, mode, "barrier"))
+        Box::new(move |mode| barriers.run_ticketed(ticket, mode, "barrier"))
     }
 
     fn name(&self) -> &str {

@@ -92,6 +92,7 @@ impl Exchange<'_> {
     /// in this call: a gather's receive buffer is the root's alone, a
     /// scatter's send buffer too (the CUDA face then touches no other
     /// rank's, so cudarc's tracking records no use of it).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn uses(&self, rank: usize) -> (bool, bool) {
         match *self {
             Exchange::Gather { root, .. } => (true, rank == root),

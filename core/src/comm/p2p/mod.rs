@@ -245,7 +245,7 @@ impl Task for GroupTask {
     fn prepare(&self) -> Job {
         let ticket = self.p2p.core.turns().take();
         let (p2p, spec) = (self.p2p.clone(), self.spec.clone());
-        Job::new(move |mode| {
+        Box::new(move |mode| {
             let name = format_args!("{} #{ticket}", spec.name);
             p2p.core
                 .run_ticketed(ticket, mode, name, |_| p2p.run_group(&spec, ticket))
