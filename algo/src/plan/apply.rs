@@ -20,7 +20,6 @@ use streamcomm_kernels::{self as kernels, DataType, KernelError, ReduceOp};
 use super::layout::InPlaceLayout;
 use super::step::{BufId, DataStep, Plan, Region};
 use crate::Error;
-use streamcomm_types::Collective;
 
 /// The buffers of one collective call, as seen by [`apply_step`].
 #[derive(Debug)]
@@ -115,7 +114,7 @@ pub fn apply_step(
         (Some(peer), Some(s)) if s.len() != nbytes => {
             return Err(Error::RemoteFailed {
                 peer,
-                op: interp.collective.name().to_string(),
+                op: interp.name.to_string(),
                 cause: format!("sent {} bytes where {nbytes} were expected", s.len()),
             });
         }
@@ -228,11 +227,10 @@ enum Pair<'b> {
 }
 
 /// The interpreter of one step: what it needs to know about the plan
-/// (its collective, named in errors only, element type, operator, rank
-/// count), and the helpers that check, resolve and finalise the step's
-/// regions.
+/// (its name for errors, element type, operator, rank count), and the
+/// helpers that check, resolve and finalise the step's regions.
 struct Interpreter {
-    collective: Collective,
+    name: &'static str,
     dtype: DataType,
     op: ReduceOp,
     nranks: usize,
@@ -242,7 +240,7 @@ struct Interpreter {
 impl Interpreter {
     fn new(plan: &Plan) -> Interpreter {
         Interpreter {
-            collective: plan.collective,
+            name: plan.collective.name(),
             dtype: plan.dtype,
             op: plan.op,
             nranks: plan.nranks,
@@ -251,11 +249,11 @@ impl Interpreter {
     }
 
     fn invalid(&self, msg: impl std::fmt::Display) -> Error {
-        Error::InvalidArgument(format!("{}: {msg}", self.collective.name()))
+        Error::InvalidArgument(format!("{}: {msg}", self.name))
     }
 
     fn usage(&self, msg: impl std::fmt::Display) -> Error {
-        Error::InvalidUsage(format!("{}: {msg}", self.collective.name()))
+        Error::InvalidUsage(format!("{}: {msg}", self.name))
     }
 
     fn kernel(&self, r: Result<(), KernelError>) -> Result<(), Error> {
