@@ -38,11 +38,13 @@ pub(crate) trait Carrier {
 
     /// After the stream published a slot in the send ring: gets it moving
     /// (over tcp it is written out, over verbs posted, without a read).
+    /// Asked of proxied transports only ([`Connection::proxied`]).
     fn after_send(&self);
 
     /// After the stream returned a slot of `inbound`: whatever is now due
     /// (over verbs the credit, if the peer ran out; over tcp a wake-up of
-    /// the engine, if it stopped reading for want of room).
+    /// the engine, if it stopped reading for want of room). Asked of
+    /// proxied transports only.
     fn after_recv(&self, inbound: &RingEnd);
 
     /// After the receiver granted a rendezvous in its inbound ring's
@@ -388,7 +390,9 @@ impl Connection {
                     .map(|s| s[..len].to_vec())
                     .unwrap_or_default();
                 self.send.commit_send(len, sig, Some(seq));
-                self.link.after_send();
+                if self.proxied {
+                    self.link.after_send();
+                }
                 let again = self.acquire_send(&faults.policy())?;
                 again[..copy.len()].copy_from_slice(&copy);
                 self.send.commit_send(copy.len(), sig, Some(seq));

@@ -358,7 +358,7 @@ impl RingEnd {
     }
 
     /// The signature of slot `index` (read it only while you own the slot:
-    /// between `acquire_recv` and `release_recv`, or a published staging slot).
+    /// between `try_acquire_recv` and `release_recv`, or a published staging slot).
     pub fn slot_sig(&self, index: u64) -> u64 {
         self.header_word(index, SIG_OFFSET).load(Ordering::Relaxed)
     }
