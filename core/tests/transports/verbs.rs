@@ -313,6 +313,47 @@ fn an_abort_reaches_verbs_peers_instead_of_a_timeout() {
     }
 }
 
+/// A rank that only receives from a peer, on a pair nobody used yet,
+/// connects the pair while it waits: two ranks as threads, no call before,
+/// rank 0 receives from rank 1, which aborts after 300 ms without sending.
+/// Rank 0 must fail naming rank 1 well within its timeout (60 s), not at
+/// it: only a first slot connected a pair before, so the abort had no way
+/// to rank 0.
+#[test]
+fn a_rank_that_only_receives_connects_the_pair_and_hears_an_abort() {
+    if no_rdma() {
+        return;
+    }
+    let config = {
+        let mut c = verbs_config();
+        c.timeout = Duration::from_secs(60);
+        c
+    };
+    let results = harness::run_threads(2, config, Duration::from_secs(100), |comm| {
+        if comm.rank() == 1 {
+            std::thread::sleep(Duration::from_millis(300));
+            comm.abort();
+            return None;
+        }
+        let stream = HostStream::new().unwrap();
+        let mut b = HostBuffer::<i64>::zeroed(16);
+        let t = std::time::Instant::now();
+        let r = comm
+            .recv(&mut b, 1, &stream)
+            .and_then(|_| stream.synchronize());
+        Some((r, t.elapsed()))
+    });
+    let (r, took) = results
+        .into_iter()
+        .next()
+        .flatten()
+        .expect("rank 0's result");
+    eprintln!("rank 0: {r:?} after {took:?}");
+    let e = r.expect_err("the receive from an aborted rank succeeded");
+    assert!(e.to_string().contains('1'), "rank 0 must name rank 1: {e}");
+    assert!(took < Duration::from_secs(20), "rank 0 took {took:?}");
+}
+
 /// Split and shrink over verbs: 4 ranks split into two groups of 2 whose
 /// connections are verbs too, each group all-reduces fresh data (checked
 /// against an f64 reference); then rank 3 leaves and the others shrink the

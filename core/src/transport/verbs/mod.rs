@@ -177,7 +177,7 @@ impl Carrier for VerbsLink {
     }
     #[inline]
     fn poke(&self) {
-        self.direct.poll_now()
+        self.direct.wait_on()
     }
     #[inline]
     fn poke_period(&self) -> Option<u32> {

@@ -900,23 +900,51 @@ impl SharedPeer {
         true
     }
 
+    /// Stream side, while waiting on this pair's rings (a slot, credit or a
+    /// grant): [`SharedPeer::poll_now`], once the pair is connected. A pair
+    /// nobody used yet (this rank only receives from the peer) is connected
+    /// now, as a first slot would connect it, so that what the peer sends,
+    /// or its failure, reaches this rank, and a peer that is gone fails the
+    /// dial naming it instead of the wait running into its timeout. (A
+    /// barrier's wait polls its areas' peers with `poll_now` alone: its
+    /// writers connect the pairs its flags need.)
+    pub(crate) fn wait_on(&self) {
+        let Some(mut p) = self.for_stream() else {
+            return;
+        };
+        if p.qp_up {
+            p.poll_waiting();
+            return;
+        }
+        p.wanted = true;
+        drop(p);
+        self.want();
+    }
+
     /// Stream side, while waiting on one of this peer's rings: reaps
     /// completions (a new tail and credit from the peer's immediate,
     /// staging slots freed), posts what the new credit allows and returns
     /// a credit that is due, unless the engine holds the peer (it does all
     /// that itself).
     pub(crate) fn poll_now(&self) {
-        let Some(mut p) = self.for_stream() else {
-            return;
-        };
-        // New credit may let staged slots go; a credit of ours is due
-        // now that this stream waits rather than sends.
-        if let Err(e) = p
+        if let Some(mut p) = self.for_stream() {
+            p.poll_waiting();
+        }
+    }
+}
+
+impl PeerRdma {
+    /// What a waiting stream does with the peer it holds: reaps
+    /// completions, then posts what new credit lets go and returns a
+    /// credit of ours that is due now that the stream waits rather than
+    /// sends; a failure is kept for the engine to report.
+    fn poll_waiting(&mut self) {
+        if let Err(e) = self
             .poll()
-            .and_then(|_| p.send())
-            .and_then(|_| p.return_credit(false))
+            .and_then(|_| self.send())
+            .and_then(|_| self.return_credit(false))
         {
-            p.deferred = Some(e);
+            self.deferred = Some(e);
         }
     }
 }
