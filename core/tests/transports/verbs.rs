@@ -274,84 +274,69 @@ fn p2p_over_verbs_2_and_4_ranks() {
     });
 }
 
+/// `n` ranks as threads (after a barrier, with `barrier_first`); the last
+/// aborts after 300 ms without sending, the others receive from it: each
+/// must fail naming it within `within`, well under its `timeout`.
+fn receivers_of_an_aborting_rank(n: usize, barrier_first: bool, timeout: u64, within: u64) {
+    let config = {
+        let mut c = verbs_config();
+        c.timeout = Duration::from_secs(timeout);
+        c
+    };
+    let last = n - 1;
+    let results = harness::run_threads(n, config, Duration::from_secs(100), move |comm| {
+        if barrier_first {
+            comm.barrier_host().unwrap();
+        }
+        if comm.rank() == last {
+            std::thread::sleep(Duration::from_millis(300));
+            comm.abort();
+            return None;
+        }
+        let stream = HostStream::new().unwrap();
+        let mut b = HostBuffer::<i64>::zeroed(16);
+        let t = std::time::Instant::now();
+        let r = comm
+            .recv(&mut b, last, &stream)
+            .and_then(|_| stream.synchronize());
+        Some((r, t.elapsed()))
+    });
+    for (rank, r) in results.into_iter().enumerate().take(last) {
+        let (r, took) = r.unwrap();
+        eprintln!("rank {rank}: {r:?} after {took:?}");
+        let e = r.expect_err("the receive from an aborted rank succeeded");
+        assert!(
+            e.to_string().contains(&last.to_string()),
+            "rank {rank}: {e}"
+        );
+        assert!(
+            took < Duration::from_secs(within),
+            "rank {rank} took {took:?}"
+        );
+    }
+}
+
+/// An abort reaches the verbs peers that wait on the aborting rank (3
+/// ranks, the pairs made by a barrier first), instead of their timeout.
 #[test]
 fn an_abort_reaches_verbs_peers_instead_of_a_timeout() {
     if no_rdma() {
         return;
     }
-    let config = {
-        let mut c = verbs_config();
-        c.timeout = Duration::from_secs(120);
-        c
-    };
-    let results = harness::run_threads(3, config, Duration::from_secs(100), |comm| {
-        let stream = HostStream::new().unwrap();
-        comm.barrier_host().unwrap();
-        if comm.rank() == 2 {
-            std::thread::sleep(Duration::from_millis(300));
-            comm.abort();
-            return None;
-        }
-        // Waits for rank 2, which never sends.
-        let mut b = HostBuffer::<i64>::zeroed(16);
-        let t = std::time::Instant::now();
-        let r = comm
-            .recv(&mut b, 2, &stream)
-            .and_then(|_| stream.synchronize());
-        Some((r, t.elapsed()))
-    });
-    for (rank, r) in results.into_iter().enumerate().take(2) {
-        let (r, took) = r.unwrap();
-        match r {
-            Err(e) => {
-                let s = e.to_string();
-                assert!(s.contains('2'), "rank {rank}: {s}");
-                assert!(took < Duration::from_secs(60), "rank {rank} took {took:?}");
-            }
-            Ok(()) => panic!("rank {rank}: the receive from an aborted rank succeeded"),
-        }
-    }
+    receivers_of_an_aborting_rank(3, true, 120, 60);
 }
 
 /// A rank that only receives from a peer, on a pair nobody used yet,
-/// connects the pair while it waits: two ranks as threads, no call before,
-/// rank 0 receives from rank 1, which aborts after 300 ms without sending.
-/// Rank 0 must fail naming rank 1 well within its timeout (60 s), not at
-/// it: only a first slot connected a pair before, so the abort had no way
-/// to rank 0.
+/// connects the pair while it waits: two ranks, no call before, rank 0
+/// receives from rank 1, which aborts without sending. Rank 0 must fail
+/// naming rank 1 well within its timeout (60 s), not at it: only a first
+/// slot connected a pair before, so the abort had no way to rank 0.
 #[test]
 fn a_rank_that_only_receives_connects_the_pair_and_hears_an_abort() {
     if no_rdma() {
         return;
     }
-    let config = {
-        let mut c = verbs_config();
-        c.timeout = Duration::from_secs(60);
-        c
-    };
-    let results = harness::run_threads(2, config, Duration::from_secs(100), |comm| {
-        if comm.rank() == 1 {
-            std::thread::sleep(Duration::from_millis(300));
-            comm.abort();
-            return None;
-        }
-        let stream = HostStream::new().unwrap();
-        let mut b = HostBuffer::<i64>::zeroed(16);
-        let t = std::time::Instant::now();
-        let r = comm
-            .recv(&mut b, 1, &stream)
-            .and_then(|_| stream.synchronize());
-        Some((r, t.elapsed()))
-    });
-    let (r, took) = results
-        .into_iter()
-        .next()
-        .flatten()
-        .expect("rank 0's result");
-    eprintln!("rank 0: {r:?} after {took:?}");
-    let e = r.expect_err("the receive from an aborted rank succeeded");
-    assert!(e.to_string().contains('1'), "rank 0 must name rank 1: {e}");
-    assert!(took < Duration::from_secs(20), "rank 0 took {took:?}");
+    receivers_of_an_aborting_rank(2, false, 60, 20);
 }
 
 /// Split and shrink over verbs: 4 ranks split into two groups of 2 whose
