@@ -194,6 +194,30 @@ pub enum Lens {
     InPlace(usize),
 }
 
+/// Every collective that moves data, broadcasting from `broadcast_root` and
+/// reducing to `reduce_root`: what a sweep over the plans (the algorithm
+/// files' tests, the simulators' tests in `core`) runs.
+///
+/// # Examples
+/// ```
+/// use streamcomm_algo::plan::{Collective, data_collectives};
+/// let all = data_collectives(0, 1);
+/// assert!(all.contains(&Collective::Reduce { root: 1 }));
+/// assert!(!all.contains(&Collective::Barrier));
+/// ```
+pub fn data_collectives(broadcast_root: usize, reduce_root: usize) -> [Collective; 6] {
+    [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::Broadcast {
+            root: broadcast_root,
+        },
+        Collective::Reduce { root: reduce_root },
+        Collective::AllToAll,
+    ]
+}
+
 /// Which buffer of a separate call gives its count (and element type).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CountFrom {
@@ -349,7 +373,7 @@ fn validate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::test_support::data_collectives;
+    use crate::plan::data_collectives;
 
     fn params(rank: usize, nranks: usize) -> PlanParams {
         PlanParams {

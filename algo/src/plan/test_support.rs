@@ -3,22 +3,7 @@
 use std::ops::RangeInclusive;
 
 use super::step::DataStep;
-use super::{Collective, Geometry, geom};
-
-/// Every collective that moves data, broadcasting from `broadcast_root` and
-/// reducing to `reduce_root`.
-pub(crate) fn data_collectives(broadcast_root: usize, reduce_root: usize) -> [Collective; 6] {
-    [
-        Collective::AllReduce,
-        Collective::AllGather,
-        Collective::ReduceScatter,
-        Collective::Broadcast {
-            root: broadcast_root,
-        },
-        Collective::Reduce { root: reduce_root },
-        Collective::AllToAll,
-    ]
-}
+use super::{Geometry, geom};
 
 /// Checks, for every size in `sizes` and count in `counts`, that the
 /// all-reduce plans `all_reduce` builds for all ranks (on [`geom`]'s

@@ -81,7 +81,7 @@ mod tests {
     use streamcomm_kernels::{DataType, ReduceOp};
 
     use super::*;
-    use crate::plan::test_support::data_collectives;
+    use crate::plan::data_collectives;
     use crate::plan::{Algorithm, Collective, PlanParams, build_with};
 
     fn plan(steps: Vec<DataStep>) -> Plan {

@@ -189,21 +189,6 @@ pub(crate) fn rank_plans(
         .collect()
 }
 
-/// Every collective that moves data, broadcasting from `broadcast_root`
-/// and reducing to `reduce_root`.
-pub(crate) fn data_collectives(broadcast_root: usize, reduce_root: usize) -> Vec<Collective> {
-    vec![
-        Collective::AllReduce,
-        Collective::AllGather,
-        Collective::ReduceScatter,
-        Collective::Broadcast {
-            root: broadcast_root,
-        },
-        Collective::Reduce { root: reduce_root },
-        Collective::AllToAll,
-    ]
-}
-
 /// The collectives of a [`sweep`]: `collective` alone at every size.
 pub(crate) fn only(collective: Collective) -> impl Fn(usize) -> Vec<Collective> {
     move |_| vec![collective]

@@ -10,11 +10,12 @@
 
 use streamcomm::Collective;
 use streamcomm::{DataType, ReduceOp};
-use streamcomm_algo::plan::{MessageSimConfig, Plan, Schedule, build, simulate, simulate_with};
+use streamcomm_algo::plan::{
+    MessageSimConfig, Plan, Schedule, build, data_collectives, simulate, simulate_with,
+};
 
 use super::case::{
-    Case, MAX_RANKS, NSTEPS, data_collectives, every_dtype_and_op_once, only, rank_plans, rooted,
-    sweep_tests,
+    Case, MAX_RANKS, NSTEPS, every_dtype_and_op_once, only, rank_plans, rooted, sweep_tests,
 };
 
 /// Both ends of the ranks as roots (once when they coincide).
