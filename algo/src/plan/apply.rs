@@ -147,14 +147,22 @@ pub fn apply_step(
     if step.count == 0 {
         return Ok(written);
     }
-    let src = step
-        .src
-        .map(|r| interp.resolve(bufs, r, "src"))
-        .transpose()?;
-    let dst = step
-        .dst
-        .map(|r| interp.resolve(bufs, r, "dst"))
-        .transpose()?;
+    let src = match step.src {
+        Some(r) => Some(
+            interp
+                .resolve(bufs, r)
+                .ok_or_else(|| interp.outside(bufs, r, "src"))?,
+        ),
+        None => None,
+    };
+    let dst = match step.dst {
+        Some(r) => Some(
+            interp
+                .resolve(bufs, r)
+                .ok_or_else(|| interp.outside(bufs, r, "dst"))?,
+        ),
+        None => None,
+    };
     match (slot, src, dst) {
         (Some(s), Some(src), Some(dst)) => {
             match pair(bufs, &src, &dst, &interp)? {
@@ -248,10 +256,12 @@ impl Interpreter {
         }
     }
 
+    #[cold]
     fn invalid(&self, msg: impl std::fmt::Display) -> Error {
         Error::InvalidArgument(format!("{}: {msg}", self.name))
     }
 
+    #[cold]
     fn usage(&self, msg: impl std::fmt::Display) -> Error {
         Error::InvalidUsage(format!("{}: {msg}", self.name))
     }
@@ -260,37 +270,27 @@ impl Interpreter {
         r.map_err(|e| self.invalid(e))
     }
 
-    /// Resolves `region` to bytes of a buffer, checking bounds.
-    fn resolve(&self, bufs: &Buffers<'_>, region: Region, what: &str) -> Result<Loc, Error> {
-        let (target, base, len, buf_name) = match bufs {
-            Buffers::Separate { send, recv } => match region.buf {
-                BufId::Send => (Target::Send, 0, send.len(), "send"),
-                BufId::Recv => (Target::Recv, 0, recv.len(), "recv"),
-            },
-            Buffers::InPlace {
-                buf,
-                send_offset,
-                recv_offset,
-            } => {
-                let base = match region.buf {
-                    BufId::Send => *send_offset,
-                    BufId::Recv => *recv_offset,
-                };
-                (Target::InPlace, base, buf.len(), "in-place")
-            }
-        };
-        let elem_range = base
-            .checked_add(region.offset)
-            .and_then(|s| Some(s..s.checked_add(region.count)?));
-        let bytes = elem_range
-            .and_then(|r| Some(r.start.checked_mul(self.esize)?..r.end.checked_mul(self.esize)?));
-        match bytes {
-            Some(b) if b.end <= len => Ok(Loc { target, bytes: b }),
-            _ => Err(self.invalid(format!(
-                "{what} region {region:?} (elements at offset {base} of the buffer) \
-                 lies outside the {buf_name} buffer of {len} bytes"
-            ))),
-        }
+    /// Resolves `region` to bytes of a buffer, checking bounds: `None`
+    /// when it lies outside (the error is [`Interpreter::outside`]'s, kept
+    /// off this path, which every step of every call takes).
+    #[inline]
+    fn resolve(&self, bufs: &Buffers<'_>, region: Region) -> Option<Loc> {
+        let (target, base, len, _) = place(bufs, region.buf);
+        let start = base.checked_add(region.offset)?;
+        let end = start.checked_add(region.count)?;
+        let bytes = start.checked_mul(self.esize)?..end.checked_mul(self.esize)?;
+        (bytes.end <= len).then_some(Loc { target, bytes })
+    }
+
+    /// The error of a `region` that [`Interpreter::resolve`] found outside
+    /// its buffer (`what` says which of the step's regions it is).
+    #[cold]
+    fn outside(&self, bufs: &Buffers<'_>, region: Region, what: &str) -> Error {
+        let (_, base, len, buf_name) = place(bufs, region.buf);
+        self.invalid(format!(
+            "{what} region {region:?} (elements at offset {base} of the buffer) \
+             lies outside the {buf_name} buffer of {len} bytes"
+        ))
     }
 
     /// Divides by the number of ranks when the step finalises an `Avg`.
@@ -315,6 +315,30 @@ impl Interpreter {
             o.copy_from_slice(view(bufs, dst));
         }
         Ok(())
+    }
+}
+
+/// Where buffer `buf` of a step lies in `bufs`: its target, the element
+/// offset its regions start from (in place, the send or receive part of
+/// the one buffer), the bytes it holds, and its name for an error.
+#[inline]
+fn place(bufs: &Buffers<'_>, buf: BufId) -> (Target, usize, usize, &'static str) {
+    match bufs {
+        Buffers::Separate { send, recv } => match buf {
+            BufId::Send => (Target::Send, 0, send.len(), "send"),
+            BufId::Recv => (Target::Recv, 0, recv.len(), "recv"),
+        },
+        Buffers::InPlace {
+            buf: whole,
+            send_offset,
+            recv_offset,
+        } => {
+            let base = match buf {
+                BufId::Send => *send_offset,
+                BufId::Recv => *recv_offset,
+            };
+            (Target::InPlace, base, whole.len(), "in-place")
+        }
     }
 }
 

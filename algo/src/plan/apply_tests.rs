@@ -187,6 +187,28 @@ fn misuse_is_an_error_not_a_panic() {
 }
 
 #[test]
+fn a_region_past_an_in_place_buffer_is_an_error_naming_it() {
+    let p = plan(ReduceOp::Sum, 2);
+    let mut buf = bytes(&[1.0; 4]);
+    let mut bufs = Buffers::InPlace {
+        buf: &mut buf,
+        send_offset: 2,
+        recv_offset: 0,
+    };
+    // The send part starts at element 2: elements 2..5 run past the 4.
+    let far = DataStep::copy(Region::send(1, 2), Region::recv(0, 2));
+    match apply_step(&p, &far, &mut bufs, None, None) {
+        Err(Error::InvalidArgument(m)) => {
+            assert!(
+                m.contains("src") && m.contains("in-place buffer of 16 bytes"),
+                "{m}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn partial_overlap_is_refused() {
     let p = plan(ReduceOp::Sum, 1);
     let mut buf = bytes(&[1.0; 4]);
