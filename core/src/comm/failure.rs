@@ -159,11 +159,20 @@ impl FailureState {
     }
 
     /// The stored error, if the communicator has failed. One load while it
-    /// has not: the failure word is raised after the record is stored.
+    /// has not (inlined into the caller): the failure word is raised after
+    /// the record is stored.
+    #[inline]
     pub(crate) fn error(&self) -> Option<Error> {
         if !self.raised() {
             return None;
         }
+        self.stored_error()
+    }
+
+    /// The stored error under the record's lock: [`FailureState::error`]
+    /// once the word is raised.
+    #[cold]
+    fn stored_error(&self) -> Option<Error> {
         self.first
             .lock()
             .unwrap_or_else(|p| p.into_inner())
