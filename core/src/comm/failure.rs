@@ -186,12 +186,10 @@ impl FailureState {
     /// The stored error.
     #[inline]
     pub(crate) fn check(&self) -> Result<()> {
-        if self.raised()
-            && let Some(e) = self.error()
-        {
-            return Err(e);
+        if !self.raised() {
+            return Ok(());
         }
-        Ok(())
+        self.stored_error().map_or(Ok(()), Err)
     }
 
     /// True once this rank's failure word is raised: by its own failure
