@@ -186,10 +186,7 @@ impl FailureState {
     /// The stored error.
     #[inline]
     pub(crate) fn check(&self) -> Result<()> {
-        if !self.raised() {
-            return Ok(());
-        }
-        self.stored_error().map_or(Ok(()), Err)
+        self.error().map_or(Ok(()), Err)
     }
 
     /// True once this rank's failure word is raised: by its own failure

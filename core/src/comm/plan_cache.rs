@@ -46,7 +46,7 @@ impl PlanCache {
         build: impl FnOnce() -> Result<Plan>,
     ) -> Result<Arc<Plan>> {
         {
-            let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            let mut recent = self.lock();
             if let Some(at) = recent.iter().position(|(s, _)| *s == shape) {
                 if at > 0 {
                     let hit = recent.remove(at);
@@ -56,10 +56,16 @@ impl PlanCache {
             }
         }
         let plan = Arc::new(build()?);
-        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        let mut recent = self.lock();
         recent.insert(0, (shape, plan.clone()));
         recent.truncate(ENTRIES);
         Ok(plan)
+    }
+
+    /// The kept plans (a panic elsewhere while holding them leaves them
+    /// usable: each entry is whole).
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(CallKey, Arc<Plan>)>> {
+        self.recent.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -120,7 +126,7 @@ mod tests {
         }
 
         fn kept(&self) -> usize {
-            self.cache.recent.lock().unwrap().len()
+            self.cache.lock().len()
         }
     }
 
