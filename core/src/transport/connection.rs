@@ -221,15 +221,23 @@ impl Connection {
         self
     }
 
-    /// Before the first slot is written into the peer's ring (called
-    /// where `unreserved` is set): allocates the ring's memory, so that a
-    /// full /dev/shm is this error, not a SIGBUS at the write (creation
-    /// reserved only the rings' headers and the ring neighbours' rings).
+    /// Before the first slot is written into the peer's ring: allocates
+    /// the ring's memory, so that a full /dev/shm is this error, not a
+    /// SIGBUS at the write (creation reserved only the rings' headers and
+    /// the ring neighbours' rings). One load once it is there.
     ///
     /// # Errors
     /// [`RingError::Reserve`] where the memory is not there.
-    #[cold]
+    #[inline]
     fn reserve_send(&self) -> Result<(), RingError> {
+        if !self.unreserved.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.reserve_send_now()
+    }
+
+    #[cold]
+    fn reserve_send_now(&self) -> Result<(), RingError> {
         self.send
             .reserve_unmapped()
             .map_err(|e| RingError::Reserve(e.raw_os_error().unwrap_or(libc::ENOMEM)))?;
@@ -313,9 +321,7 @@ impl Connection {
     /// [`RingError::Wait`] when no credit came back in time.
     #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
     pub(crate) fn acquire_send(&self, policy: &WaitPolicy<'_>) -> Result<&mut [u8], RingError> {
-        if self.unreserved.load(Ordering::Relaxed) {
-            self.reserve_send()?;
-        }
+        self.reserve_send()?;
         match self.pace(policy) {
             Some(mut pace) => self.send.acquire_send_with(policy, || {
                 if pace.due() {
@@ -335,9 +341,7 @@ impl Connection {
     #[allow(clippy::mut_from_ref)] // the credit protocol gives the slot to one writer
     #[inline]
     pub(crate) fn try_acquire_send(&self) -> Result<Option<&mut [u8]>, RingError> {
-        if self.unreserved.load(Ordering::Relaxed) {
-            self.reserve_send()?;
-        }
+        self.reserve_send()?;
         Ok(self.send.try_acquire_send())
     }
 
