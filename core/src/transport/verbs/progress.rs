@@ -916,7 +916,8 @@ impl SharedPeer {
             p.poll_waiting();
             return;
         }
-        p.wanted = true;
+        // Nothing for the engine to post once connected (`wanted` is for
+        // a side with slots waiting): starting the handshake is all.
         drop(p);
         self.want();
     }
