@@ -40,3 +40,17 @@ impl Collective {
         }
     }
 }
+
+/// Its [`Collective::name`]: what an error message says of the call.
+///
+/// # Examples
+/// ```
+/// use streamcomm_types::Collective;
+/// assert_eq!(Collective::Reduce { root: 2 }.to_string(), "reduce");
+/// assert_eq!(format!("{}: bad", Collective::AllReduce), "all_reduce: bad");
+/// ```
+impl std::fmt::Display for Collective {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -20,6 +20,7 @@ use streamcomm_kernels::{self as kernels, DataType, KernelError, ReduceOp};
 use super::layout::InPlaceLayout;
 use super::step::{BufId, DataStep, Plan, Region};
 use crate::Error;
+use streamcomm_types::Collective;
 
 /// The buffers of one collective call, as seen by [`apply_step`].
 #[derive(Debug)]
@@ -114,7 +115,7 @@ pub fn apply_step(
         (Some(peer), Some(s)) if s.len() != nbytes => {
             return Err(Error::RemoteFailed {
                 peer,
-                op: interp.name.to_string(),
+                op: interp.collective.to_string(),
                 cause: format!("sent {} bytes where {nbytes} were expected", s.len()),
             });
         }
@@ -235,10 +236,11 @@ enum Pair<'b> {
 }
 
 /// The interpreter of one step: what it needs to know about the plan
-/// (its name for errors, element type, operator, rank count), and the
+/// (its collective, named in errors only, element type, operator, rank
+/// count), and the
 /// helpers that check, resolve and finalise the step's regions.
 struct Interpreter {
-    name: &'static str,
+    collective: Collective,
     dtype: DataType,
     op: ReduceOp,
     nranks: usize,
@@ -248,7 +250,7 @@ struct Interpreter {
 impl Interpreter {
     fn new(plan: &Plan) -> Interpreter {
         Interpreter {
-            name: plan.collective.name(),
+            collective: plan.collective,
             dtype: plan.dtype,
             op: plan.op,
             nranks: plan.nranks,
@@ -258,12 +260,12 @@ impl Interpreter {
 
     #[cold]
     fn invalid(&self, msg: impl std::fmt::Display) -> Error {
-        Error::InvalidArgument(format!("{}: {msg}", self.name))
+        Error::InvalidArgument(format!("{}: {msg}", self.collective))
     }
 
     #[cold]
     fn usage(&self, msg: impl std::fmt::Display) -> Error {
-        Error::InvalidUsage(format!("{}: {msg}", self.name))
+        Error::InvalidUsage(format!("{}: {msg}", self.collective))
     }
 
     fn kernel(&self, r: Result<(), KernelError>) -> Result<(), Error> {

@@ -14,6 +14,7 @@ fn plan(op: ReduceOp, nranks: usize) -> Plan {
         send_count: 4,
         recv_count: 4,
         work_count: 0,
+        signature: 0,
         steps: Vec::new(),
     }
 }

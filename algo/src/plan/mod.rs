@@ -143,7 +143,7 @@ fn verified_plan(
     steps: Vec<DataStep>,
 ) -> Result<Plan, Error> {
     let (send_count, recv_count) = buffer_counts(collective, g.count, g.rank, g.nranks);
-    let plan = Plan {
+    let mut plan = Plan {
         collective,
         dtype,
         op,
@@ -152,8 +152,10 @@ fn verified_plan(
         send_count,
         recv_count,
         work_count,
+        signature: 0,
         steps,
     };
+    plan.signature = signature::of(&plan);
     plan.verify()?;
     Ok(plan)
 }

@@ -206,6 +206,29 @@ mod tests {
     }
 
     #[test]
+    fn a_built_plan_carries_its_calls_signature() {
+        let p = PlanParams {
+            rank: 1,
+            nranks: 3,
+            slot_bytes: 64,
+            nsteps: 2,
+        };
+        let mut seen = Vec::new();
+        for c in crate::plan::data_collectives(0, 2) {
+            for count in [0, 5] {
+                let plan = build(c, DataType::F32, ReduceOp::Max, count, &p).unwrap();
+                assert_eq!(plan.signature, of(&plan), "{c}, count {count}");
+                assert_ne!(plan.signature, 0, "{c}, count {count}");
+                seen.push(plan.signature);
+            }
+        }
+        let n = seen.len();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), n, "two calls signed alike");
+    }
+
+    #[test]
     fn differs_by_call_and_describes_it() {
         let base = sig(Collective::AllReduce, DataType::F32, ReduceOp::Sum, 1000);
         assert_eq!(describe(base), "all_reduce(f32, sum, 1000)");
@@ -252,6 +275,7 @@ mod tests {
             send_count: 0,
             recv_count: (1 << 36) - 1,
             work_count: 0,
+            signature: 0,
             steps: Vec::new(),
         };
         assert_eq!(

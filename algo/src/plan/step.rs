@@ -255,6 +255,10 @@ pub struct Plan {
     /// combines several children's partial results): the runtime supplies a
     /// temporary buffer of this size there. 0 for every other plan.
     pub work_count: usize,
+    /// The signature every slot of the call carries
+    /// ([`super::signature::of`]): computed once, when the plan is built,
+    /// and read by every run of it.
+    pub signature: u64,
     /// The steps, in execution order.
     pub steps: Vec<DataStep>,
 }

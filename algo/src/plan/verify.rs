@@ -94,6 +94,7 @@ mod tests {
             send_count: 4,
             recv_count: 4,
             work_count: 0,
+            signature: 0,
             steps,
         }
     }

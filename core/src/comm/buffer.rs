@@ -241,7 +241,7 @@ impl BufView {
 
     /// Fails when this view may not be written (a shared, read-only
     /// handle) but `call` would write it as its `what` buffer.
-    pub(crate) fn check_writable(&self, call: &str, what: &str) -> Result<()> {
+    pub(crate) fn check_writable(&self, call: impl std::fmt::Display, what: &str) -> Result<()> {
         if self.read_only {
             return Err(Error::invalid(format!(
                 "{call}: the {what} buffer is a read-only shared handle (HostBuffer::share); pass the HostBuffer itself"
@@ -371,9 +371,10 @@ impl Binding {
         }
     }
 
-    /// Checks the bound buffers against what `plan` needs.
+    /// Checks the bound buffers against what `plan` needs (the call is
+    /// named in an error only: nothing is formatted while all is well).
     pub(crate) fn check(&self, plan: &Plan) -> Result<()> {
-        let name = plan.collective.name();
+        let name = plan.collective;
         let check_one = |v: &BufView, need: usize, what: &str| -> Result<()> {
             if v.dtype != plan.dtype {
                 return Err(Error::invalid(format!(

@@ -10,8 +10,9 @@
 
 use crate::comm::Communicator;
 use crate::comm::buffer::{AsBufView, Binding};
-use crate::comm::submit::Submit;
+use crate::comm::plan_cache::CallKey;
 use crate::comm::table::{for_each_collective, method_doc};
+use crate::comm::task::PlanTask;
 use crate::host::HostStream;
 use crate::plan::{Collective, CountFrom, Lens, count_from};
 use crate::{ReduceOp, Result};
@@ -84,7 +85,13 @@ impl Communicator {
             send: reads.then_some(s),
             recv: writes.then_some(r),
         };
-        stream.enqueue(self.collective_task(collective, dtype, op, count, binding)?)
+        let shape = CallKey {
+            collective,
+            dtype,
+            op,
+            count,
+        };
+        stream.enqueue(PlanTask::for_call(&self.inner.core, shape, binding)?)
     }
 
     /// The front door of every collective in one buffer (NCCL's in-place
@@ -99,7 +106,16 @@ impl Communicator {
         let v = buf.buf_view();
         let size = self.inner.core.size();
         let (count, _) = count_from(collective, Lens::InPlace(v.len()), size)?;
-        let dtype = v.dtype();
-        stream.enqueue(self.collective_task(collective, dtype, op, count, Binding::InPlace(v))?)
+        let shape = CallKey {
+            collective,
+            dtype: v.dtype(),
+            op,
+            count,
+        };
+        stream.enqueue(PlanTask::for_call(
+            &self.inner.core,
+            shape,
+            Binding::InPlace(v),
+        )?)
     }
 }

@@ -1,7 +1,8 @@
-//! The one seam through which work is submitted to a communicator: the
-//! stream task of a collective (which the host stream forms enqueue, and
-//! the device backend runs between its copies) or of a group, checked, and
-//! the failure record a device operation fails into. The device backend
+//! The one seam through which the device backend submits work to a
+//! communicator: the stream task of a collective (the same task the host
+//! stream's doors enqueue, [`PlanTask::for_call`], which the device
+//! backend runs between its copies) or of a group, checked, and the
+//! failure record a device operation fails into. The device backend
 //! (`device/`) adds no methods to [`Communicator`]; it asks this trait.
 
 use std::sync::Arc;
@@ -74,23 +75,17 @@ impl Submit for Communicator {
         count: usize,
         binding: Binding,
     ) -> Result<Arc<dyn Task>> {
-        let core = &self.inner.core;
-        core.failure().check()?;
         if collective == Collective::Barrier {
+            self.inner.core.failure().check()?;
             return Ok(barrier_task(&self.inner.barrier));
         }
-        let plan = core.plan(CallKey {
+        let shape = CallKey {
             collective,
             dtype,
             op,
             count,
-        })?;
-        binding.check(&plan)?;
-        Ok(Arc::new(PlanTask {
-            comm: core.clone(),
-            plan,
-            binding,
-        }))
+        };
+        PlanTask::for_call(&self.inner.core, shape, binding)
     }
 
     fn group_task(

@@ -8,9 +8,11 @@
 
 use std::sync::Arc;
 
+use crate::Result;
 use crate::comm::buffer::Binding;
 use crate::comm::core::Core;
 use crate::comm::exec;
+use crate::comm::plan_cache::CallKey;
 use crate::host::{Job, Task};
 use crate::plan::Plan;
 
@@ -19,6 +21,33 @@ pub(crate) struct PlanTask {
     pub comm: Arc<Core>,
     pub plan: Arc<Plan>,
     pub binding: Binding,
+}
+
+impl PlanTask {
+    /// The stream task of the call `shape` on `core` with the buffers
+    /// `binding`: refused once the communicator has failed; its plan the
+    /// one kept from the last call of the same shape (built on a miss),
+    /// the buffers checked against it. What every face's door enqueues
+    /// (the host stream's) or runs on staging buffers (the device
+    /// backend's, through `comm::submit`).
+    ///
+    /// # Errors
+    /// The stored error of a failed communicator; the plan's (a count
+    /// the plans refuse); the buffers' check ([`Binding::check`]).
+    pub(crate) fn for_call(
+        core: &Arc<Core>,
+        shape: CallKey,
+        binding: Binding,
+    ) -> Result<Arc<dyn Task>> {
+        core.failure().check()?;
+        let plan = core.plan(shape)?;
+        binding.check(&plan)?;
+        Ok(Arc::new(PlanTask {
+            comm: core.clone(),
+            plan,
+            binding,
+        }))
+    }
 }
 
 impl Task for PlanTask {

@@ -19,6 +19,7 @@ fn plan(collective: Collective, rank: usize, nranks: usize, steps: Vec<DataStep>
         send_count: 2,
         recv_count: 2,
         work_count: 0,
+        signature: 0,
         steps,
     }
 }

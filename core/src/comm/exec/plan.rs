@@ -24,7 +24,7 @@ pub(crate) fn run_plan(core: &Core, plan: &Plan, binding: &Binding, seq: u64) ->
     run(
         core,
         plan,
-        signature::of(plan),
+        plan.signature,
         seq,
         |step, slot_in, slot_out| {
             if step.src.is_none() && step.dst.is_none() {
@@ -55,7 +55,7 @@ pub(crate) fn run_plan_on(
     bufs: &mut Buffers<'_>,
     seq: u64,
 ) -> Result<()> {
-    run_plan_signed(core, plan, signature::of(plan), bufs, seq)
+    run_plan_signed(core, plan, plan.signature, bufs, seq)
 }
 
 /// [`run_plan_on`] with the slots signed `sig` instead of the plan's own
@@ -90,8 +90,8 @@ where
         sig,
         seq,
         next: 0,
-        slot_in: None,
-        slot_out: None,
+        inbound: None,
+        outbound: None,
         waiting: None,
         apply,
     };
@@ -122,16 +122,16 @@ impl Want {
     }
 }
 
-/// A plan under way: the step `next`, the slots it holds so far, and what
-/// it waits for.
+/// A plan under way: the step `next`, the slots it holds so far (each
+/// with the connection it is returned to), and what it waits for.
 struct PlanItem<'a, F> {
     core: &'a Core,
     steps: &'a [DataStep],
     sig: u64,
     seq: u64,
     next: usize,
-    slot_in: Option<&'a [u8]>,
-    slot_out: Option<&'a mut [u8]>,
+    inbound: Option<(&'a Connection, &'a [u8])>,
+    outbound: Option<(&'a Connection, &'a mut [u8])>,
     waiting: Option<(&'a Connection, Want)>,
     apply: F,
 }
@@ -170,16 +170,17 @@ where
                     return Err(self.core.mismatch(&what, peer, theirs, self.sig));
                 }
                 Some((slot, _)) => {
-                    self.slot_in = Some(slot);
+                    self.inbound = Some((c, slot));
                     true
                 }
                 None => false,
             },
             Want::Credit => {
-                self.slot_out = c
+                self.outbound = c
                     .try_acquire_send()
-                    .map_err(|e| self.slot_error(e, c, want))?;
-                self.slot_out.is_some()
+                    .map_err(|e| self.slot_error(e, c, want))?
+                    .map(|slot| (c, slot));
+                self.outbound.is_some()
             }
         };
         if !took {
@@ -198,26 +199,27 @@ where
         let mut moved = false;
         while let Some(step) = self.steps.get(self.next) {
             if let Some(p) = step.recv_from
-                && self.slot_in.is_none()
+                && self.inbound.is_none()
                 && !self.take(p, Want::Data)?
             {
                 return Ok(moved);
             }
             if let Some(p) = step.send_to
-                && self.slot_out.is_none()
+                && self.outbound.is_none()
                 && !self.take(p, Want::Credit)?
             {
                 return Ok(moved);
             }
             self.waiting = None;
-            let written = (self.apply)(step, self.slot_in.take(), self.slot_out.take())?;
-            if let Some(p) = step.send_to {
-                let c = self.core.connection(p)?;
+            let (from, slot_in) = self.inbound.take().unzip();
+            let (to, slot_out) = self.outbound.take().unzip();
+            let written = (self.apply)(step, slot_in, slot_out)?;
+            if let Some(c) = to {
                 c.commit_send(written, self.sig)
                     .map_err(|e| self.slot_error(e, c, Want::Credit))?;
             }
-            if let Some(p) = step.recv_from {
-                self.core.connection(p)?.release_recv();
+            if let Some(c) = from {
+                c.release_recv();
             }
             self.next += 1;
             moved = true;
