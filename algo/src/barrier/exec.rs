@@ -6,7 +6,7 @@
 //! with [`apply`] and blocks in [`BarrierMemory::wait`] on a wait that is
 //! not met yet; the flag simulator (`barrier/simulate/`) calls the same [`apply`],
 //! so what it proves is what runs. It takes [`FlagStep`]s only; data steps
-//! have their own type and interpreter (`plan::apply_step`).
+//! have their own type and interpreter (`plan::Interpreter`).
 
 use super::memory::{BarrierMemory, WaitFor, Word};
 use super::plan::BarrierPlan;

@@ -22,7 +22,7 @@ use super::step::{BufId, DataStep, Plan, Region};
 use crate::Error;
 use streamcomm_types::Collective;
 
-/// The buffers of one collective call, as seen by [`apply_step`].
+/// The buffers of one collective call, as seen by [`Interpreter::apply`].
 #[derive(Debug)]
 pub enum Buffers<'a> {
     /// Distinct send and receive buffers; the send buffer is only read.
@@ -72,145 +72,6 @@ impl<'a> Buffers<'a> {
     }
 }
 
-/// Executes one step of `plan` on `bufs`.
-///
-/// `slot_in` is the slot received from `step.recv_from` (required exactly when
-/// the step receives); `slot_out` is the slot to fill for `step.send_to`
-/// (required when the step sends, at least `step.count * dtype.size()` bytes;
-/// ignored otherwise). Returns the number of bytes written into `slot_out`,
-/// which the caller publishes as the slot's length.
-///
-/// The result is `src op slot` when the step has both inputs, else its one
-/// input; with [`DataStep::finalize`] and [`ReduceOp::Avg`] it is divided by
-/// `plan.nranks` before being written. A destination equal to the source
-/// range is reduced in place.
-///
-/// # Errors
-///
-/// - [`Error::RemoteFailed`] when `slot_in` is not exactly `step.count`
-///   elements long: the peer ran a different call (count, dtype or
-///   collective).
-/// - [`Error::InvalidArgument`] when a region lies outside the buffer bound
-///   to it (the call's buffers were checked against the plan when it was
-///   enqueued, so this is an internal error) or the outgoing slot is too
-///   small.
-/// - [`Error::InvalidUsage`] when a slot is missing or unexpected, a
-///   destination is in the (read-only) send buffer, or source and destination
-///   partially overlap.
-pub fn apply_step(
-    plan: &Plan,
-    step: &DataStep,
-    bufs: &mut Buffers<'_>,
-    slot_in: Option<&[u8]>,
-    slot_out: Option<&mut [u8]>,
-) -> Result<usize, Error> {
-    let interp = Interpreter::new(plan);
-    // The step's shape was checked once, when its plan was built
-    // (`Plan::verify`): its regions hold `count` elements and its byte count
-    // does not overflow.
-    debug_assert!(step.src.is_none_or(|r| r.count == step.count));
-    debug_assert!(step.dst.is_none_or(|r| r.count == step.count));
-    let nbytes = step.count * interp.esize;
-    let slot = match (step.recv_from, slot_in) {
-        (Some(peer), Some(s)) if s.len() != nbytes => {
-            return Err(Error::RemoteFailed {
-                peer,
-                op: interp.collective.to_string(),
-                cause: format!("sent {} bytes where {nbytes} were expected", s.len()),
-            });
-        }
-        (Some(_), Some(s)) => Some(s),
-        (Some(peer), None) => {
-            return Err(interp.usage(format!(
-                "step receives from rank {peer} but no slot was given"
-            )));
-        }
-        (None, Some(_)) => {
-            return Err(interp.usage("a slot was given to a step that receives none"));
-        }
-        (None, None) => None,
-    };
-    let out = match (step.send_to, slot_out) {
-        (Some(peer), Some(o)) => {
-            let len = o.len();
-            Some(o.get_mut(..nbytes).ok_or_else(|| {
-                interp.invalid(format!(
-                    "slot for rank {peer} is {len} bytes, the step writes {nbytes}"
-                ))
-            })?)
-        }
-        (Some(peer), None) => {
-            return Err(interp.usage(format!("step sends to rank {peer} but no slot was given")));
-        }
-        (None, _) => None,
-    };
-    let written = if out.is_some() { nbytes } else { 0 };
-    if step.count == 0 {
-        return Ok(written);
-    }
-    let src = match step.src {
-        Some(r) => Some(
-            interp
-                .resolve(bufs, r)
-                .ok_or_else(|| interp.outside(bufs, r, "src"))?,
-        ),
-        None => None,
-    };
-    let dst = match step.dst {
-        Some(r) => Some(
-            interp
-                .resolve(bufs, r)
-                .ok_or_else(|| interp.outside(bufs, r, "dst"))?,
-        ),
-        None => None,
-    };
-    match (slot, src, dst) {
-        (Some(s), Some(src), Some(dst)) => {
-            match pair(bufs, &src, &dst, &interp)? {
-                Pair::Same(d) => {
-                    interp.kernel(kernels::reduce_in_place(interp.dtype, interp.op, d, s))?
-                }
-                Pair::Disjoint(a, d) => {
-                    interp.kernel(kernels::reduce(interp.dtype, interp.op, a, s, d))?
-                }
-            }
-            interp.finish_local(step, bufs, &dst, out)?;
-        }
-        (Some(s), Some(src), None) => {
-            if let Some(o) = out {
-                let a = view(bufs, &src);
-                interp.kernel(kernels::reduce(interp.dtype, interp.op, a, s, o))?;
-                interp.finalize(step, o)?;
-            }
-        }
-        (Some(s), None, Some(dst)) => {
-            view_mut(bufs, &dst, &interp)?.copy_from_slice(s);
-            interp.finish_local(step, bufs, &dst, out)?;
-        }
-        (Some(s), None, None) => {
-            if let Some(o) = out {
-                o.copy_from_slice(s);
-                interp.finalize(step, o)?;
-            }
-        }
-        (None, Some(src), Some(dst)) => {
-            if let Pair::Disjoint(a, d) = pair(bufs, &src, &dst, &interp)? {
-                d.copy_from_slice(a);
-            }
-            interp.finish_local(step, bufs, &dst, out)?;
-        }
-        (None, Some(src), None) => {
-            if let Some(o) = out {
-                o.copy_from_slice(view(bufs, &src));
-                interp.finalize(step, o)?;
-            }
-        }
-        // No input: `Plan::verify` made sure the count is 0 (handled above).
-        (None, None, _) => {}
-    }
-    Ok(written)
-}
-
 /// A region resolved to a byte range of one concrete buffer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Loc {
@@ -235,11 +96,32 @@ enum Pair<'b> {
     Disjoint(&'b [u8], &'b mut [u8]),
 }
 
-/// The interpreter of one step: what it needs to know about the plan
-/// (its collective, named in errors only, element type, operator, rank
-/// count), and the
-/// helpers that check, resolve and finalise the step's regions.
-struct Interpreter {
+/// The interpreter of one plan's steps: what it needs to know about the
+/// plan (its collective, named in errors only, element type, operator,
+/// rank count, element size), read once for a run of the plan, and
+/// [`Interpreter::apply`], which executes a step.
+///
+/// # Examples
+/// ```
+/// use streamcomm_algo::plan::{build, Buffers, Interpreter, PlanParams};
+/// use streamcomm_types::{Collective, DataType, ReduceOp};
+///
+/// // The root of a broadcast of one f32 to two ranks: its first step sends its input.
+/// let params = PlanParams { rank: 0, nranks: 2, slot_bytes: 64, nsteps: 2 };
+/// let root = Collective::Broadcast { root: 0 };
+/// let plan = build(root, DataType::F32, ReduceOp::Sum, 1, &params)?;
+/// let send = 2.5f32.to_ne_bytes();
+/// let mut recv = [0u8; 4];
+/// let mut bufs = Buffers::Separate { send: &send, recv: &mut recv };
+/// let mut slot = [0u8; 64];
+/// let interp = Interpreter::new(&plan);
+/// let step = &plan.steps[0];
+/// assert_eq!(step.send_to, Some(1));
+/// assert_eq!(interp.apply(step, &mut bufs, None, Some(&mut slot))?, 4);
+/// assert_eq!(slot[..4], send);
+/// # Ok::<(), streamcomm_types::Error>(())
+/// ```
+pub struct Interpreter {
     collective: Collective,
     dtype: DataType,
     op: ReduceOp,
@@ -248,7 +130,8 @@ struct Interpreter {
 }
 
 impl Interpreter {
-    fn new(plan: &Plan) -> Interpreter {
+    /// The interpreter of `plan`'s steps.
+    pub fn new(plan: &Plan) -> Interpreter {
         Interpreter {
             collective: plan.collective,
             dtype: plan.dtype,
@@ -256,6 +139,142 @@ impl Interpreter {
             nranks: plan.nranks,
             esize: plan.dtype.size(),
         }
+    }
+
+    /// Executes one step of the plan on `bufs`.
+    ///
+    /// `slot_in` is the slot received from `step.recv_from` (required exactly when
+    /// the step receives); `slot_out` is the slot to fill for `step.send_to`
+    /// (required when the step sends, at least `step.count * dtype.size()` bytes;
+    /// ignored otherwise). Returns the number of bytes written into `slot_out`,
+    /// which the caller publishes as the slot's length.
+    ///
+    /// The result is `src op slot` when the step has both inputs, else its one
+    /// input; with [`DataStep::finalize`] and [`ReduceOp::Avg`] it is divided by
+    /// `plan.nranks` before being written. A destination equal to the source
+    /// range is reduced in place.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::RemoteFailed`] when `slot_in` is not exactly `step.count`
+    ///   elements long: the peer ran a different call (count, dtype or
+    ///   collective).
+    /// - [`Error::InvalidArgument`] when a region lies outside the buffer bound
+    ///   to it (the call's buffers were checked against the plan when it was
+    ///   enqueued, so this is an internal error) or the outgoing slot is too
+    ///   small.
+    /// - [`Error::InvalidUsage`] when a slot is missing or unexpected, a
+    ///   destination is in the (read-only) send buffer, or source and destination
+    ///   partially overlap.
+    pub fn apply(
+        &self,
+        step: &DataStep,
+        bufs: &mut Buffers<'_>,
+        slot_in: Option<&[u8]>,
+        slot_out: Option<&mut [u8]>,
+    ) -> Result<usize, Error> {
+        // The step's shape was checked once, when its plan was built
+        // (`Plan::verify`): its regions hold `count` elements and its byte count
+        // does not overflow.
+        debug_assert!(step.src.is_none_or(|r| r.count == step.count));
+        debug_assert!(step.dst.is_none_or(|r| r.count == step.count));
+        let nbytes = step.count * self.esize;
+        let slot = match (step.recv_from, slot_in) {
+            (Some(peer), Some(s)) if s.len() != nbytes => {
+                return Err(Error::RemoteFailed {
+                    peer,
+                    op: self.collective.to_string(),
+                    cause: format!("sent {} bytes where {nbytes} were expected", s.len()),
+                });
+            }
+            (Some(_), Some(s)) => Some(s),
+            (Some(peer), None) => {
+                return Err(self.usage(format!(
+                    "step receives from rank {peer} but no slot was given"
+                )));
+            }
+            (None, Some(_)) => {
+                return Err(self.usage("a slot was given to a step that receives none"));
+            }
+            (None, None) => None,
+        };
+        let out = match (step.send_to, slot_out) {
+            (Some(peer), Some(o)) => {
+                let len = o.len();
+                Some(o.get_mut(..nbytes).ok_or_else(|| {
+                    self.invalid(format!(
+                        "slot for rank {peer} is {len} bytes, the step writes {nbytes}"
+                    ))
+                })?)
+            }
+            (Some(peer), None) => {
+                return Err(self.usage(format!("step sends to rank {peer} but no slot was given")));
+            }
+            (None, _) => None,
+        };
+        let written = if out.is_some() { nbytes } else { 0 };
+        if step.count == 0 {
+            return Ok(written);
+        }
+        let src = match step.src {
+            Some(r) => Some(
+                self.resolve(bufs, r)
+                    .ok_or_else(|| self.outside(bufs, r, "src"))?,
+            ),
+            None => None,
+        };
+        let dst = match step.dst {
+            Some(r) => Some(
+                self.resolve(bufs, r)
+                    .ok_or_else(|| self.outside(bufs, r, "dst"))?,
+            ),
+            None => None,
+        };
+        match (slot, src, dst) {
+            (Some(s), Some(src), Some(dst)) => {
+                match pair(bufs, &src, &dst, self)? {
+                    Pair::Same(d) => {
+                        self.kernel(kernels::reduce_in_place(self.dtype, self.op, d, s))?
+                    }
+                    Pair::Disjoint(a, d) => {
+                        self.kernel(kernels::reduce(self.dtype, self.op, a, s, d))?
+                    }
+                }
+                self.finish_local(step, bufs, &dst, out)?;
+            }
+            (Some(s), Some(src), None) => {
+                if let Some(o) = out {
+                    let a = view(bufs, &src);
+                    self.kernel(kernels::reduce(self.dtype, self.op, a, s, o))?;
+                    self.finalize(step, o)?;
+                }
+            }
+            (Some(s), None, Some(dst)) => {
+                view_mut(bufs, &dst, self)?.copy_from_slice(s);
+                self.finish_local(step, bufs, &dst, out)?;
+            }
+            (Some(s), None, None) => {
+                if let Some(o) = out {
+                    o.copy_from_slice(s);
+                    self.finalize(step, o)?;
+                }
+            }
+            (None, Some(src), Some(dst)) => {
+                if let Pair::Disjoint(a, d) = pair(bufs, &src, &dst, self)? {
+                    d.copy_from_slice(a);
+                }
+                self.finish_local(step, bufs, &dst, out)?;
+            }
+            (None, Some(src), None) => {
+                if let Some(o) = out {
+                    o.copy_from_slice(view(bufs, &src));
+                    self.finalize(step, o)?;
+                }
+            }
+            // No input: `Plan::verify` made sure the count is 0 (handled above).
+            (None, None, _) => {}
+        }
+        Ok(written)
     }
 
     #[cold]

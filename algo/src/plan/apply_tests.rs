@@ -61,14 +61,9 @@ impl Separate {
         out_len: usize,
     ) -> (usize, Vec<u8>) {
         let mut out = vec![0u8; out_len];
-        let n = apply_step(
-            p,
-            step,
-            &mut self.bufs(),
-            Some(&bytes(slot)),
-            Some(&mut out),
-        )
-        .unwrap();
+        let n = Interpreter::new(p)
+            .apply(step, &mut self.bufs(), Some(&bytes(slot)), Some(&mut out))
+            .unwrap();
         (n, out)
     }
 }
@@ -92,7 +87,9 @@ fn avg_finalizes_once_and_in_place_reduces() {
     let step = DataStep::recv_reduce(1, Region::send(0, 2), Region::recv(0, 2)).finalized();
     let mut bufs = Buffers::in_place(&p, &mut buf).unwrap();
     assert_eq!(
-        apply_step(&p, &step, &mut bufs, Some(&slot), None).unwrap(),
+        Interpreter::new(&p)
+            .apply(&step, &mut bufs, Some(&slot), None)
+            .unwrap(),
         0
     );
     assert_eq!(floats(&buf), [2.0, 2.0, 3.0, 4.0]);
@@ -117,11 +114,17 @@ fn copies_between_disjoint_ranges_of_one_buffer() {
         recv_offset: 0,
     };
     let fwd = DataStep::copy(Region::send(0, 2), Region::recv(2, 2));
-    apply_step(&p, &fwd, &mut bufs, None, None).unwrap();
+    Interpreter::new(&p)
+        .apply(&fwd, &mut bufs, None, None)
+        .unwrap();
     let back = DataStep::copy(Region::send(3, 1), Region::recv(0, 1));
-    apply_step(&p, &back, &mut bufs, None, None).unwrap();
+    Interpreter::new(&p)
+        .apply(&back, &mut bufs, None, None)
+        .unwrap();
     let same = DataStep::copy(Region::send(1, 2), Region::recv(1, 2));
-    apply_step(&p, &same, &mut bufs, None, None).unwrap();
+    Interpreter::new(&p)
+        .apply(&same, &mut bufs, None, None)
+        .unwrap();
     assert_eq!(floats(&buf), [2.0, 2.0, 1.0, 2.0]);
 }
 
@@ -141,7 +144,9 @@ fn a_short_slot_is_a_remote_failure() {
     let mut io = Separate::new(&[1.0; 4]);
     let mut bufs = io.bufs();
     let step = DataStep::recv(1, Region::recv(0, 3));
-    let err = apply_step(&p, &step, &mut bufs, Some(&[0u8; 8]), None).unwrap_err();
+    let err = Interpreter::new(&p)
+        .apply(&step, &mut bufs, Some(&[0u8; 8]), None)
+        .unwrap_err();
     match err {
         Error::RemoteFailed { peer, op, cause } => {
             assert_eq!((peer, op.as_str()), (1, "all_reduce"));
@@ -158,29 +163,29 @@ fn misuse_is_an_error_not_a_panic() {
     let mut bufs = io.bufs();
     // Out of bounds, naming the region and the buffer length.
     let far = DataStep::copy(Region::send(3, 2), Region::recv(0, 2));
-    match apply_step(&p, &far, &mut bufs, None, None) {
+    match Interpreter::new(&p).apply(&far, &mut bufs, None, None) {
         Err(Error::InvalidArgument(m)) => assert!(m.contains("16 bytes"), "{m}"),
         other => panic!("{other:?}"),
     }
     // Writing the send buffer.
     let into_send = DataStep::copy(Region::recv(0, 1), Region::send(0, 1));
     assert!(matches!(
-        apply_step(&p, &into_send, &mut bufs, None, None),
+        Interpreter::new(&p).apply(&into_send, &mut bufs, None, None),
         Err(Error::InvalidUsage(_))
     ));
     // Missing slots.
     let rs = DataStep::recv_reduce_send(1, Region::send(0, 1), 1);
     assert!(matches!(
-        apply_step(&p, &rs, &mut bufs, None, Some(&mut [0u8; 4])),
+        Interpreter::new(&p).apply(&rs, &mut bufs, None, Some(&mut [0u8; 4])),
         Err(Error::InvalidUsage(_))
     ));
     assert!(matches!(
-        apply_step(&p, &rs, &mut bufs, Some(&[0u8; 4]), None),
+        Interpreter::new(&p).apply(&rs, &mut bufs, Some(&[0u8; 4]), None),
         Err(Error::InvalidUsage(_))
     ));
     // An outgoing slot too small.
     assert!(matches!(
-        apply_step(&p, &rs, &mut bufs, Some(&[0u8; 4]), Some(&mut [0u8; 2])),
+        Interpreter::new(&p).apply(&rs, &mut bufs, Some(&[0u8; 4]), Some(&mut [0u8; 2])),
         Err(Error::InvalidArgument(_))
     ));
     // A count that disagrees with its region is the plan's error, refused
@@ -198,7 +203,7 @@ fn a_region_past_an_in_place_buffer_is_an_error_naming_it() {
     };
     // The send part starts at element 2: elements 2..5 run past the 4.
     let far = DataStep::copy(Region::send(1, 2), Region::recv(0, 2));
-    match apply_step(&p, &far, &mut bufs, None, None) {
+    match Interpreter::new(&p).apply(&far, &mut bufs, None, None) {
         Err(Error::InvalidArgument(m)) => {
             assert!(
                 m.contains("src") && m.contains("in-place buffer of 16 bytes"),
@@ -220,7 +225,7 @@ fn partial_overlap_is_refused() {
     };
     let step = DataStep::copy(Region::send(0, 2), Region::recv(0, 2));
     assert!(matches!(
-        apply_step(&p, &step, &mut bufs, None, None),
+        Interpreter::new(&p).apply(&step, &mut bufs, None, None),
         Err(Error::InvalidUsage(_))
     ));
 }
@@ -234,15 +239,19 @@ fn signals_carry_no_bytes() {
     };
     let mut out = [0u8; 4];
     assert_eq!(
-        apply_step(&p, &DataStep::signal(1), &mut bufs, None, Some(&mut out)).unwrap(),
+        Interpreter::new(&p)
+            .apply(&DataStep::signal(1), &mut bufs, None, Some(&mut out))
+            .unwrap(),
         0
     );
     assert_eq!(
-        apply_step(&p, &DataStep::wait(1), &mut bufs, Some(&[]), None).unwrap(),
+        Interpreter::new(&p)
+            .apply(&DataStep::wait(1), &mut bufs, Some(&[]), None)
+            .unwrap(),
         0
     );
     assert!(matches!(
-        apply_step(&p, &DataStep::wait(1), &mut bufs, Some(&[1]), None),
+        Interpreter::new(&p).apply(&DataStep::wait(1), &mut bufs, Some(&[1]), None),
         Err(Error::RemoteFailed { .. })
     ));
 }

@@ -5,7 +5,7 @@
 //! [`build`] checks the call's arguments once and dispatches to one file per
 //! family of algorithms (ring, chain, pairwise; the message barrier runs the
 //! dissemination barrier's flag steps as messages); those files only emit
-//! [`DataStep`]s. [`apply::apply_step`] is the one interpreter of data steps,
+//! [`DataStep`]s. [`apply::Interpreter`] is the one interpreter of data steps,
 //! shared by the backends and by [`simulate::simulate`]. Barriers over flag
 //! memory are written in flag steps, a type of their own with its memory
 //! model and interpreter, all in `crate::barrier`, whose flag simulator
@@ -57,7 +57,7 @@ mod verify;
 mod test_support;
 
 pub use algo::build_with;
-pub use apply::{Buffers, apply_step};
+pub use apply::{Buffers, Interpreter};
 pub use layout::InPlaceLayout;
 pub use simulate::{MessageSimConfig, Schedule, simulate, simulate_with};
 pub use step::DataStep;

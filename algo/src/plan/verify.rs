@@ -4,7 +4,7 @@
 //! counts, whether it has an input, which buffer it writes and whether its
 //! regions fit the plan's buffer sizes are properties of the plan. They are
 //! checked here once per plan (plans are cached per call shape), so the
-//! interpreter ([`apply_step`](super::apply_step)) checks per step only what
+//! interpreter ([`Interpreter`](super::Interpreter)) checks per step only what
 //! arrives at run time: a peer's slot length. The buffers are checked
 //! against the plan once per call, when the call is enqueued
 //! (`Binding::check`, or the host-blocking forms' length checks).

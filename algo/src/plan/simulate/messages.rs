@@ -6,7 +6,7 @@
 //! deadlocks only when a connection has one free slot. The simulator runs
 //! every rank's plan in one thread, round-robin, over modelled connections
 //! (a FIFO of `nsteps` slots of `slot_bytes` per directed pair, `docs/design/architecture.md`),
-//! interpreting each step with the same `apply_step` the real backends use.
+//! interpreting each step with the same `Interpreter` the real backends use.
 //! It reports deadlocks and undelivered slots with the ranks and steps
 //! involved, so a failing algorithm is diagnosed, not just detected.
 
@@ -18,7 +18,7 @@ pub(super) use crate::barrier::simulate::Schedule;
 use super::list;
 use crate::Error;
 use crate::barrier::simulate::schedule::{Acting, SplitMix, round_robin};
-use crate::plan::apply::{Buffers, apply_step};
+use crate::plan::apply::{Buffers, Interpreter};
 use crate::plan::layout::InPlaceLayout;
 use crate::plan::step::{DataStep, Plan};
 
@@ -40,7 +40,7 @@ pub enum MessageSimError {
         index: usize,
         /// The step (boxed to keep the error small).
         step: Box<DataStep>,
-        /// What `apply_step` reported.
+        /// What `Interpreter::apply` reported.
         #[source]
         source: Error,
     },
@@ -323,19 +323,19 @@ impl Acting for Sim<'_> {
             .recv_from
             .and_then(|from| self.fifos[from * n + r].pop_front());
         let mut bufs = state.buffers();
-        let written = apply_step(
-            plan,
-            &step,
-            &mut bufs,
-            slot_in.as_deref(),
-            Some(&mut self.scratch),
-        )
-        .map_err(|source| MessageSimError::Step {
-            rank: r,
-            index,
-            step: Box::new(step),
-            source,
-        })?;
+        let written = Interpreter::new(plan)
+            .apply(
+                &step,
+                &mut bufs,
+                slot_in.as_deref(),
+                Some(&mut self.scratch),
+            )
+            .map_err(|source| MessageSimError::Step {
+                rank: r,
+                index,
+                step: Box::new(step),
+                source,
+            })?;
         if let Some(to) = step.send_to {
             self.fifos[r * n + to].push_back(self.scratch[..written].to_vec());
         }

@@ -9,7 +9,7 @@
 //! not just detected. One file per job:
 //!
 //! - `messages.rs`: plans of data steps (collectives and the message
-//!   barrier) over modelled slot rings, with `plan::apply_step`:
+//!   barrier) over modelled slot rings, with `plan::Interpreter`:
 //!   deadlocks on full rings, undelivered slots, wrong outputs.
 //!
 //! The flag simulator (plans of flag steps: barriers over flag memory, for

@@ -5,7 +5,7 @@
 
 use crate::comm::buffer::Binding;
 use crate::comm::core::Core;
-use crate::plan::{Buffers, DataStep, Plan, apply_step, signature};
+use crate::plan::{Buffers, DataStep, Interpreter, Plan, signature};
 use crate::transport::Connection;
 use crate::wait::Notifier;
 use crate::{Error, Result};
@@ -21,6 +21,7 @@ pub(crate) fn run_plan(core: &Core, plan: &Plan, binding: &Binding, seq: u64) ->
     let _span = tracing::trace_span!("plan", op = plan.collective.name(), seq).entered();
     // Working memory lives for the whole plan (see `Plan::work_count`).
     let mut work = Binding::work_buffer(plan);
+    let interp = Interpreter::new(plan);
     run(
         core,
         plan,
@@ -32,10 +33,10 @@ pub(crate) fn run_plan(core: &Core, plan: &Plan, binding: &Binding, seq: u64) ->
                     send: &[],
                     recv: &mut [],
                 };
-                apply_step(plan, step, &mut none, slot_in, slot_out)
+                interp.apply(step, &mut none, slot_in, slot_out)
             } else {
                 binding.with_buffers(plan, &mut work, |bufs| {
-                    apply_step(plan, step, bufs, slot_in, slot_out)
+                    interp.apply(step, bufs, slot_in, slot_out)
                 })
             }
         },
@@ -72,8 +73,9 @@ pub(crate) fn run_plan_signed(
     seq: u64,
 ) -> Result<()> {
     let _span = tracing::trace_span!("plan", op = plan.collective.name(), seq).entered();
+    let interp = Interpreter::new(plan);
     run(core, plan, sig, seq, |step, slot_in, slot_out| {
-        apply_step(plan, step, bufs, slot_in, slot_out)
+        interp.apply(step, bufs, slot_in, slot_out)
     })
 }
 
