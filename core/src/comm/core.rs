@@ -40,6 +40,13 @@ fn proxy_sleep_hook(
     proxied.then(|| Box::new(move || kick.kick()) as Box<dyn Fn() + Send + Sync>)
 }
 
+/// The error of asking for a connection to `peer` that this rank does not
+/// have (itself, or a rank out of range).
+#[cold]
+pub(crate) fn no_connection(peer: usize) -> Error {
+    Error::InvalidUsage(format!("no connection to rank {peer}"))
+}
+
 /// Where this communicator's ranks live.
 #[derive(Clone, Debug)]
 pub(crate) struct Topology {
@@ -293,7 +300,7 @@ impl Core {
         self.peers
             .get(peer)
             .and_then(|c| c.as_ref())
-            .ok_or_else(|| Error::InvalidUsage(format!("no connection to rank {peer}")))
+            .ok_or_else(|| no_connection(peer))
     }
 
     /// The error of a failed slot operation on `c` in the call `what`

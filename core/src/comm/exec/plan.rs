@@ -4,7 +4,7 @@
 //! their bytes, never across a wait for a peer.
 
 use crate::comm::buffer::Binding;
-use crate::comm::core::Core;
+use crate::comm::core::{Core, no_connection};
 use crate::plan::{Buffers, DataStep, Interpreter, Plan, signature};
 use crate::transport::Connection;
 use crate::wait::Notifier;
@@ -88,6 +88,7 @@ where
 {
     let mut item = PlanItem {
         core,
+        peers: core.peers(),
         steps: &plan.steps,
         sig,
         seq,
@@ -128,6 +129,8 @@ impl Want {
 /// with the connection it is returned to), and what it waits for.
 struct PlanItem<'a, F> {
     core: &'a Core,
+    /// The communicator's connections, by rank (`None` for this rank).
+    peers: &'a [Option<Connection>],
     steps: &'a [DataStep],
     sig: u64,
     seq: u64,
@@ -161,7 +164,8 @@ where
     /// it was. A slot signed by another call is a mismatch.
     #[inline]
     fn take(&mut self, peer: usize, want: Want) -> Result<bool> {
-        let c = self.core.connection(peer)?;
+        let c = self.peers.get(peer).and_then(Option::as_ref);
+        let c = c.ok_or_else(|| no_connection(peer))?;
         let took = match want {
             Want::Data => match c
                 .try_acquire_recv()
