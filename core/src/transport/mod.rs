@@ -169,11 +169,7 @@ impl Segment {
     pub fn header(&self) -> &SegmentHeader {
         // SAFETY: the mapping is page-aligned, at least SEGMENT_HEADER_BYTES
         // long, zero-initialised, and lives as long as `self`.
-        unsafe { &*(self.shm_ptr() as *const SegmentHeader) }
-    }
-
-    fn shm_ptr(&self) -> *const u8 {
-        self.shm.ring_base()
+        unsafe { &*(self.shm.ring_base() as *const SegmentHeader) }
     }
 
     /// The segment's barrier area (right after the header page).
@@ -181,7 +177,7 @@ impl Segment {
         // SAFETY: segment_bytes reserves area_bytes(nranks) at this 64-aligned
         // offset; the memory is zeroed at creation and outlives the area as
         // long as the communicator holds the segment (it does).
-        unsafe { BarrierArea::new(self.shm_ptr().add(SEGMENT_HEADER_BYTES), nranks) }
+        unsafe { BarrierArea::new(self.shm.ring_base().add(SEGMENT_HEADER_BYTES), nranks) }
     }
 
     /// Name to publish to peers.
@@ -220,7 +216,7 @@ impl Segment {
     /// (`MADV_POPULATE_WRITE`, Linux 5.14 on); elsewhere every ring is
     /// allocated at creation. Probed on this segment's header.
     pub fn reserves_on_use(&self) -> bool {
-        shm::reserve_pages(self.shm_ptr(), SEGMENT_HEADER_BYTES).is_ok()
+        shm::reserve_pages(self.shm.ring_base(), SEGMENT_HEADER_BYTES).is_ok()
     }
 
     /// The ring at `offset`.
