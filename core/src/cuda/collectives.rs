@@ -71,7 +71,7 @@ impl CudaComm {
         recv: &mut impl DevicePtrMut<T>,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        self.check_capturable(stream, collective.name())?;
+        let capturing = self.check_capturable(stream, collective.name())?;
         let (send_len, recv_len) = (send.len(), recv.len());
         // cudarc's tracking: wait for earlier writers now, record this
         // call's read and write when the guards drop, after the enqueue.
@@ -94,6 +94,7 @@ impl CudaComm {
                     },
                 },
             },
+            capturing,
         )
     }
 
@@ -104,7 +105,7 @@ impl CudaComm {
         buf: &mut impl DevicePtrMut<T>,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        self.check_capturable(stream, collective.name())?;
+        let capturing = self.check_capturable(stream, collective.name())?;
         let len = buf.len();
         let (addr, _write) = buf.device_ptr_mut(stream);
         self.enqueue(
@@ -115,6 +116,7 @@ impl CudaComm {
                 op,
                 buffers: DeviceBuffers::InPlace(DeviceRange { addr, len }),
             },
+            capturing,
         )
     }
 
@@ -137,6 +139,6 @@ impl CudaComm {
     /// The stored error if the communicator has failed; a stream of another
     /// context; [`Error::Cuda`](crate::Error::Cuda) when a driver call fails.
     pub fn barrier(&self, stream: &Arc<CudaStream>) -> Result<()> {
-        self.enqueue(stream, DeviceCall::barrier())
+        self.enqueue(stream, DeviceCall::barrier(), None)
     }
 }

@@ -134,7 +134,8 @@ impl CudaComm {
             stream,
         };
         let r = f(&mut g)?;
-        let queue = self.queue(stream, "group")?;
+        // Asked again: `f`, the caller's code, ran since the check.
+        let queue = self.queue(stream, "group", None)?;
         crate::device::enqueue_device_group(&self.comm, &queue, &self.shared, &g.ops)?;
         // `g.guards` drop here, after the enqueue: cudarc records the use.
         Ok(r)

@@ -64,7 +64,7 @@ impl CudaComm {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let call = x.call();
-        self.check_capturable(stream, call)?;
+        let capturing = self.check_capturable(stream, call)?;
         let (send_len, recv_len) = (
             send.map_or(0, |b| b.len()),
             recv.as_ref().map_or(0, |b| b.len()),
@@ -128,7 +128,7 @@ impl CudaComm {
             Exchange::AllToAllv { .. } => None,
         };
         let direct_form = direct_form.map(|x| (T::DTYPE, x));
-        let queue = self.queue(stream, call)?;
+        let queue = self.queue(stream, call, capturing)?;
         crate::device::enqueue_device_exchange(&self.comm, &queue, &self.shared, &ops, direct_form)
     }
 

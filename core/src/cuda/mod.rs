@@ -578,8 +578,15 @@ impl CudaComm {
     }
 
     /// `stream` as the staged path's queue, if it is a stream of this
-    /// communicator's context.
-    fn queue<'q>(&'q self, stream: &'q Arc<CudaStream>, what: &str) -> Result<CudaQueue<'q>> {
+    /// communicator's context; `capturing` is whether the stream captures,
+    /// where the call asked already ([`CudaComm::check_capturable`]), so
+    /// that the queue does not ask the driver again.
+    fn queue<'q>(
+        &'q self,
+        stream: &'q Arc<CudaStream>,
+        what: &str,
+        capturing: Option<bool>,
+    ) -> Result<CudaQueue<'q>> {
         let theirs = stream.context();
         if theirs.cu_ctx() != self.device.as_raw() {
             let mine = self.device.ordinal();
@@ -599,7 +606,7 @@ impl CudaComm {
             stream: unsafe { Stream::from_raw(&self.device, stream.cu_stream()) },
             signals: &self.signals,
             kernels: self.kernels.as_ref(),
-            capture: std::cell::Cell::new(None),
+            capture: std::cell::Cell::new(capturing),
         })
     }
 
@@ -608,12 +615,14 @@ impl CudaComm {
     /// buffers recorded before the capture, which the driver refuses
     /// (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`) and which invalidates the
     /// capture, so the next call fails with an error that says nothing of
-    /// the cause. Called before the buffers are touched.
-    fn check_capturable(&self, stream: &Arc<CudaStream>, what: &str) -> Result<()> {
+    /// the cause. Called before the buffers are touched. Whether the
+    /// stream captures, where it had to ask (tracking on): the call's
+    /// queue takes the answer ([`CudaComm::queue`]).
+    fn check_capturable(&self, stream: &Arc<CudaStream>, what: &str) -> Result<Option<bool>> {
         let ctx = stream.context();
         // Another context's stream is refused by `queue`, with its reason.
         if !ctx.is_managing_stream_synchronization() || ctx.cu_ctx() != self.device.as_raw() {
-            return Ok(());
+            return Ok(None);
         }
         // SAFETY: the cudarc stream is live for this call; the queue check
         // that follows refuses a stream of another context.
@@ -629,11 +638,17 @@ impl CudaComm {
                  ordered by your own events or synchronisation)"
             )));
         }
-        Ok(())
+        Ok(Some(false))
     }
 
-    fn enqueue(&self, stream: &Arc<CudaStream>, call: DeviceCall) -> Result<()> {
-        let queue = self.queue(stream, call.collective.name())?;
+    /// Enqueues `call` on `stream`; `capturing` as [`CudaComm::queue`]'s.
+    fn enqueue(
+        &self,
+        stream: &Arc<CudaStream>,
+        call: DeviceCall,
+        capturing: Option<bool>,
+    ) -> Result<()> {
+        let queue = self.queue(stream, call.collective.name(), capturing)?;
         crate::device::enqueue_device(&self.comm, &queue, &self.shared, &call)
     }
 }

@@ -38,7 +38,12 @@ impl CudaComm {
     ///
     /// # Safety
     /// `raw` is a live CUDA stream (or 0, the legacy default stream).
-    unsafe fn raw_queue(&self, raw: CUstream, what: &str) -> Result<CudaQueue<'_>> {
+    unsafe fn raw_queue(
+        &self,
+        raw: CUstream,
+        what: &str,
+        capturing: Option<bool>,
+    ) -> Result<CudaQueue<'_>> {
         // SAFETY: forwarded: the stream is live for this call.
         let stream = unsafe { Stream::from_raw(&self.device, raw) };
         if !stream.is_on_primary_context().map_err(gpu_error)? {
@@ -52,7 +57,7 @@ impl CudaComm {
             stream,
             signals: &self.signals,
             kernels: self.kernels.as_ref(),
-            capture: std::cell::Cell::new(None),
+            capture: std::cell::Cell::new(capturing),
         })
     }
 
@@ -101,13 +106,32 @@ impl CudaComm {
         buffers: RawBuffers,
         stream: CUstream,
     ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.collective_raw_known(collective, dtype, op, buffers, stream, None) }
+    }
+
+    /// [`CudaComm::collective_raw`] by a face that knows already whether
+    /// `stream` captures (`capturing`, where it asked the driver), so that
+    /// the call's queue does not ask again.
+    ///
+    /// # Safety
+    /// As [`CudaComm::collective_raw`].
+    pub(crate) unsafe fn collective_raw_known(
+        &self,
+        collective: Collective,
+        dtype: DataType,
+        op: ReduceOp,
+        buffers: RawBuffers,
+        stream: CUstream,
+        capturing: Option<bool>,
+    ) -> Result<()> {
         if collective == Collective::Barrier {
             return Err(Error::invalid(
                 "collective_raw: a barrier has no buffers; use barrier_raw",
             ));
         }
         // SAFETY: forwarded contract.
-        let queue = unsafe { self.raw_queue(stream, collective.name()) }?;
+        let queue = unsafe { self.raw_queue(stream, collective.name(), capturing) }?;
         let buffers = match buffers {
             RawBuffers::Separate { send, recv } => DeviceBuffers::Separate {
                 send: range(send),
@@ -146,7 +170,7 @@ impl CudaComm {
     /// As [`CudaComm::barrier`].
     pub unsafe fn barrier_raw(&self, stream: CUstream) -> Result<()> {
         // SAFETY: forwarded contract.
-        let queue = unsafe { self.raw_queue(stream, "barrier") }?;
+        let queue = unsafe { self.raw_queue(stream, "barrier", None) }?;
         let call = DeviceCall::barrier();
         crate::device::enqueue_device(&self.comm, &queue, &self.shared, &call)
     }
@@ -182,7 +206,7 @@ impl CudaComm {
     /// As [`CudaComm::group`].
     pub unsafe fn group_raw(&self, ops: &[RawP2p], stream: CUstream) -> Result<()> {
         // SAFETY: forwarded contract.
-        let queue = unsafe { self.raw_queue(stream, "group") }?;
+        let queue = unsafe { self.raw_queue(stream, "group", None) }?;
         let ops: Vec<DeviceP2p> = ops
             .iter()
             .map(|o| DeviceP2p {

@@ -45,6 +45,13 @@ const SINGLE_ALL_REDUCE_CALLS: u64 = ALL_REDUCE_CALLS + 58;
 /// See [`SINGLE_ALL_REDUCE_CALLS`].
 const SINGLE_BARRIER_CALLS: u64 = BARRIER_CALLS + 58;
 
+/// Driver calls cudarc's event tracking adds to a one-chunk all-reduce:
+/// the capture query that refuses a capture tracking would break, with
+/// the context made current for it, and cudarc's own calls for the two
+/// buffers' events (11 measured, batched or not; 12 when the call's queue
+/// asked the driver again).
+const TRACKED_CALLS: u64 = 11;
+
 /// Set for the run whose driver refuses batched memory operations.
 const SINGLE: &str = "SC_TRAFFIC_SINGLE";
 
@@ -172,6 +179,9 @@ fn child() {
     });
     check(&download(&s, &both), &fresh, "in place", r);
     assert!(read as f64 <= bound, "in place: {read} bytes from peers");
+    if n == 8 {
+        tracked_driver_calls(&cuda, &s);
+    }
     captured(&cuda, &s, count, seed);
     gatherv(&cuda, &s, seed);
     gather_scatter(&cuda, &s, seed);
@@ -309,6 +319,38 @@ fn captured(cuda: &CudaComm, s: &Arc<CudaStream>, count: usize, seed: u64) {
         s.synchronize().unwrap();
         check(&download(s, &recv), &inputs, "captured and replayed", r);
     }
+}
+
+/// The driver calls cudarc's event tracking adds to a one-chunk
+/// all-reduce (tracking is cudarc's default; this turns it off, as
+/// `captured` after it does), held to [`TRACKED_CALLS`]: the same call
+/// counted with tracking on, then off, in one process.
+fn tracked_driver_calls(cuda: &CudaComm, s: &Arc<CudaStream>) {
+    let r = cuda.communicator().rank();
+    assert!(s.context().is_managing_stream_synchronization());
+    let send = upload::<f32>(s, &[1.0; 1024]);
+    let mut recv = poisoned::<f32>(s, 1024);
+    cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, s).unwrap();
+    s.synchronize().unwrap();
+    let (tracked, _) = counted(|| {
+        cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, s).unwrap();
+    });
+    s.synchronize().unwrap();
+    // SAFETY: one stream; every access is ordered on it.
+    unsafe { s.context().disable_event_tracking() };
+    let (untracked, _) = counted(|| {
+        cuda.all_reduce(&send, &mut recv, ReduceOp::Sum, s).unwrap();
+    });
+    s.synchronize().unwrap();
+    check(&download(s, &recv), &vec![vec![1.0; 1024]; 8], "tracked", r);
+    println!(
+        "rank {r}/8: driver calls to enqueue a one-chunk all_reduce with cudarc's event \
+         tracking on {tracked}, off {untracked}"
+    );
+    assert!(
+        tracked <= untracked + TRACKED_CALLS,
+        "all_reduce: {tracked} driver calls with tracking on, {untracked} off"
+    );
 }
 
 /// The driver calls of one-chunk all-reduce and of a stream barrier, held

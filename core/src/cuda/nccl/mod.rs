@@ -614,7 +614,7 @@ impl Comm {
         recv: Option<&mut dyn DevicePtrMut<T>>,
     ) -> Result<NcclStatus, NcclError> {
         let name = collective.name();
-        self.cuda.check_capturable(&self.stream, name)?;
+        let capturing = self.cuda.check_capturable(&self.stream, name)?;
         // cudarc's tracking: waits now, records when the guards drop,
         // after the enqueue.
         let mut guards: Vec<SyncOnDrop<'_>> = Vec::with_capacity(2);
@@ -630,7 +630,8 @@ impl Comm {
             guards.push(g);
             RawSpan { ptr, len }
         });
-        self.collective::<T>(collective, op, RawBuffers::Separate { send, recv })
+        let buffers = RawBuffers::Separate { send, recv };
+        self.collective::<T>(collective, op, buffers, capturing)
     }
 
     /// A collective in place.
@@ -640,21 +641,24 @@ impl Comm {
         op: &ReduceOp,
         buff: &mut dyn DevicePtrMut<T>,
     ) -> Result<NcclStatus, NcclError> {
-        self.cuda
+        let capturing = self
+            .cuda
             .check_capturable(&self.stream, collective.name())?;
         let len = buff.len();
         let (ptr, _write) = buff.device_ptr_mut(&self.stream);
         let buffer = RawBuffers::InPlace(RawSpan { ptr, len });
-        self.collective::<T>(collective, op, buffer)
+        self.collective::<T>(collective, op, buffer, capturing)
     }
 
     /// Enqueues a collective (after the sends and receives this thread's
-    /// open group holds for this communicator, which come first).
+    /// open group holds for this communicator, which come first);
+    /// `capturing` is what the capture check learned of the stream.
     fn collective<T: NcclType>(
         &self,
         collective: Collective,
         op: &ReduceOp,
         buffers: RawBuffers,
+        capturing: Option<bool>,
     ) -> Result<NcclStatus, NcclError> {
         group::flush(self)?;
         let dtype = dtype_of::<T>()?;
@@ -664,12 +668,13 @@ impl Comm {
         // (its own rule: a buffer is freed in stream order); the stream is
         // the one this Comm holds.
         unsafe {
-            self.cuda.collective_raw(
+            self.cuda.collective_raw_known(
                 collective,
                 dtype,
                 op.into(),
                 buffers,
                 self.stream.cu_stream(),
+                capturing,
             )
         }?;
         Ok(NcclStatus::Success)

@@ -119,7 +119,7 @@ impl DeviceQueue for CudaQueue<'_> {
         // them for a call outside capture (or the communicator's drop).
         // Relaxed mode, so that another thread's global capture does not
         // forbid them either. Nothing to drop: no driver call at all.
-        if graveyard.has_dead() && self.stream.is_capturing() == Ok(false) {
+        if graveyard.has_dead() && self.capturing().is_ok_and(|c| !c) {
             let _ = relaxed_capture(|| graveyard.bury());
         }
     }
