@@ -189,15 +189,16 @@ pub(crate) trait DeviceQueue {
         Ok(false)
     }
 
-    /// Keeps `owner` alive for as long as a graph captured from this stream
-    /// may run the work enqueued so far; outside capture the caller keeps it
-    /// (the default keeps it with [`DeviceQueue::enqueue_release`]).
+    /// Keeps what `owner` makes alive for as long as a graph captured from
+    /// this stream may run the work enqueued so far; outside capture the
+    /// caller keeps it, and nothing is made (the default keeps it with
+    /// [`DeviceQueue::enqueue_release`]).
     fn enqueue_keep(
         &self,
-        owner: Box<dyn Any + Send>,
+        owner: impl FnOnce() -> Box<dyn Any + Send>,
         graveyard: &Arc<super::Graveyard>,
     ) -> Result<()> {
-        self.enqueue_release(owner, graveyard)
+        self.enqueue_release(owner(), graveyard)
     }
 
     /// Keeps `owner` until the work enqueued so far can no longer run (has

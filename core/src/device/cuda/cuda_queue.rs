@@ -209,11 +209,15 @@ impl DeviceQueue for CudaQueue<'_> {
             .map_err(gpu_error)
     }
 
-    fn enqueue_keep(&self, owner: Box<dyn Any + Send>, graveyard: &Arc<Graveyard>) -> Result<()> {
+    fn enqueue_keep(
+        &self,
+        owner: impl FnOnce() -> Box<dyn Any + Send>,
+        graveyard: &Arc<Graveyard>,
+    ) -> Result<()> {
         // Outside capture the windows' drop waits until the stream is past
         // the call (its "done" word), so only a graph needs to own `owner`.
         if self.capturing()? {
-            self.enqueue_release(owner, graveyard)
+            self.enqueue_release(owner(), graveyard)
         } else {
             Ok(())
         }

@@ -165,7 +165,7 @@ fn enqueue_plan<Q: DeviceQueue>(
         // no longer line up with this rank's, so fail rather than drift.
         comm.failure().fail(e, Learned::Call);
     }
-    let kept = queue.enqueue_keep(Box::new(w.clone()), graveyard);
+    let kept = queue.enqueue_keep(|| Box::new(w.clone()), graveyard);
     result.and(kept)
 }
 
