@@ -71,7 +71,7 @@ impl CudaComm {
         recv: &mut impl DevicePtrMut<T>,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        let capturing = self.check_capturable(stream, collective.name())?;
+        let capturing = self.check_capturable(stream, collective)?;
         let (send_len, recv_len) = (send.len(), recv.len());
         // cudarc's tracking: wait for earlier writers now, record this
         // call's read and write when the guards drop, after the enqueue.
@@ -105,7 +105,7 @@ impl CudaComm {
         buf: &mut impl DevicePtrMut<T>,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        let capturing = self.check_capturable(stream, collective.name())?;
+        let capturing = self.check_capturable(stream, collective)?;
         let len = buf.len();
         let (addr, _write) = buf.device_ptr_mut(stream);
         self.enqueue(

@@ -584,7 +584,7 @@ impl CudaComm {
     fn queue<'q>(
         &'q self,
         stream: &'q Arc<CudaStream>,
-        what: &str,
+        what: impl std::fmt::Display,
         capturing: Option<bool>,
     ) -> Result<CudaQueue<'q>> {
         let theirs = stream.context();
@@ -618,7 +618,11 @@ impl CudaComm {
     /// the cause. Called before the buffers are touched. Whether the
     /// stream captures, where it had to ask (tracking on): the call's
     /// queue takes the answer ([`CudaComm::queue`]).
-    fn check_capturable(&self, stream: &Arc<CudaStream>, what: &str) -> Result<Option<bool>> {
+    fn check_capturable(
+        &self,
+        stream: &Arc<CudaStream>,
+        what: impl std::fmt::Display,
+    ) -> Result<Option<bool>> {
         let ctx = stream.context();
         // Another context's stream is refused by `queue`, with its reason.
         if !ctx.is_managing_stream_synchronization() || ctx.cu_ctx() != self.device.as_raw() {
@@ -648,7 +652,7 @@ impl CudaComm {
         call: DeviceCall,
         capturing: Option<bool>,
     ) -> Result<()> {
-        let queue = self.queue(stream, call.collective.name(), capturing)?;
+        let queue = self.queue(stream, call.collective, capturing)?;
         crate::device::enqueue_device(&self.comm, &queue, &self.shared, &call)
     }
 }

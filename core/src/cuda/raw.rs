@@ -41,7 +41,7 @@ impl CudaComm {
     unsafe fn raw_queue(
         &self,
         raw: CUstream,
-        what: &str,
+        what: impl std::fmt::Display,
         capturing: Option<bool>,
     ) -> Result<CudaQueue<'_>> {
         // SAFETY: forwarded: the stream is live for this call.
@@ -131,7 +131,7 @@ impl CudaComm {
             ));
         }
         // SAFETY: forwarded contract.
-        let queue = unsafe { self.raw_queue(stream, collective.name(), capturing) }?;
+        let queue = unsafe { self.raw_queue(stream, collective, capturing) }?;
         let buffers = match buffers {
             RawBuffers::Separate { send, recv } => DeviceBuffers::Separate {
                 send: range(send),

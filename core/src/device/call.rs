@@ -161,7 +161,7 @@ pub(crate) fn check_separate(
     send_len: usize,
     recv_len: usize,
 ) -> Result<(bool, bool)> {
-    let name = call.collective.name();
+    let name = call.collective;
     if send.addr == recv.addr && send.len > 0 && recv.len > 0 {
         return Err(Error::invalid(format!(
             "{name}: send and recv are the same buffer; use the in-place call"
