@@ -25,6 +25,37 @@ pub struct RawP2p {
     pub buf: RawSpan,
 }
 
+/// The device call of a collective given by NCCL's arguments (not a
+/// barrier: that has no buffers).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a barrier.
+pub(crate) fn raw_call(
+    collective: Collective,
+    dtype: DataType,
+    op: ReduceOp,
+    buffers: RawBuffers,
+) -> Result<DeviceCall> {
+    if collective == Collective::Barrier {
+        return Err(Error::invalid(
+            "collective_raw: a barrier has no buffers; use barrier_raw",
+        ));
+    }
+    let buffers = match buffers {
+        RawBuffers::Separate { send, recv } => DeviceBuffers::Separate {
+            send: range(send),
+            recv: range(recv),
+        },
+        RawBuffers::InPlace(b) => DeviceBuffers::InPlace(range(b)),
+    };
+    Ok(DeviceCall {
+        collective,
+        dtype,
+        op,
+        buffers,
+    })
+}
+
 fn range(b: RawSpan) -> DeviceRange {
     DeviceRange {
         addr: b.ptr,
@@ -106,46 +137,27 @@ impl CudaComm {
         buffers: RawBuffers,
         stream: CUstream,
     ) -> Result<()> {
+        let call = raw_call(collective, dtype, op, buffers)?;
         // SAFETY: forwarded contract.
-        unsafe { self.collective_raw_known(collective, dtype, op, buffers, stream, None) }
+        unsafe { self.enqueue_raw(&call, stream, None) }
     }
 
-    /// [`CudaComm::collective_raw`] by a face that knows already whether
-    /// `stream` captures (`capturing`, where it asked the driver), so that
-    /// the call's queue does not ask again.
+    /// Enqueues `call` on `stream`; `capturing` is whether the stream
+    /// captures, where the face asked already (the `cudarc::nccl`
+    /// look-alike's capture check), so that the call's queue does not ask
+    /// the driver again.
     ///
     /// # Safety
-    /// As [`CudaComm::collective_raw`].
-    pub(crate) unsafe fn collective_raw_known(
+    /// As [`CudaComm::collective_raw`], for `call`'s buffers.
+    pub(crate) unsafe fn enqueue_raw(
         &self,
-        collective: Collective,
-        dtype: DataType,
-        op: ReduceOp,
-        buffers: RawBuffers,
+        call: &DeviceCall,
         stream: CUstream,
         capturing: Option<bool>,
     ) -> Result<()> {
-        if collective == Collective::Barrier {
-            return Err(Error::invalid(
-                "collective_raw: a barrier has no buffers; use barrier_raw",
-            ));
-        }
         // SAFETY: forwarded contract.
-        let queue = unsafe { self.raw_queue(stream, collective, capturing) }?;
-        let buffers = match buffers {
-            RawBuffers::Separate { send, recv } => DeviceBuffers::Separate {
-                send: range(send),
-                recv: range(recv),
-            },
-            RawBuffers::InPlace(b) => DeviceBuffers::InPlace(range(b)),
-        };
-        let call = DeviceCall {
-            collective,
-            dtype,
-            op,
-            buffers,
-        };
-        crate::device::enqueue_device(&self.comm, &queue, &self.shared, &call)
+        let queue = unsafe { self.raw_queue(stream, call.collective, capturing) }?;
+        crate::device::enqueue_device(&self.comm, &queue, &self.shared, call)
     }
 
     /// Enqueues a barrier on `stream`.
@@ -170,9 +182,7 @@ impl CudaComm {
     /// As [`CudaComm::barrier`].
     pub unsafe fn barrier_raw(&self, stream: CUstream) -> Result<()> {
         // SAFETY: forwarded contract.
-        let queue = unsafe { self.raw_queue(stream, "barrier", None) }?;
-        let call = DeviceCall::barrier();
-        crate::device::enqueue_device(&self.comm, &queue, &self.shared, &call)
+        unsafe { self.enqueue_raw(&DeviceCall::barrier(), stream, None) }
     }
 
     /// Enqueues `ops` as one group on `stream` (as [`CudaComm::group`]).

@@ -47,6 +47,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 
 use super::CudaComm;
+use super::raw::raw_call;
 use crate::bootstrap::UniqueId;
 use crate::{Collective, Communicator, DataType, Error};
 use crate::{RawBuffers, RawSpan};
@@ -661,21 +662,15 @@ impl Comm {
         capturing: Option<bool>,
     ) -> Result<NcclStatus, NcclError> {
         group::flush(self)?;
-        let dtype = dtype_of::<T>()?;
+        let call = raw_call(collective, dtype_of::<T>()?, op.into(), buffers)?;
         // SAFETY: the buffers are cudarc allocations of this stream's
         // context holding `len` elements of `T` (their lengths come from
         // cudarc), which cudarc keeps alive until the stream has used them
         // (its own rule: a buffer is freed in stream order); the stream is
         // the one this Comm holds.
         unsafe {
-            self.cuda.collective_raw_known(
-                collective,
-                dtype,
-                op.into(),
-                buffers,
-                self.stream.cu_stream(),
-                capturing,
-            )
+            self.cuda
+                .enqueue_raw(&call, self.stream.cu_stream(), capturing)
         }?;
         Ok(NcclStatus::Success)
     }
