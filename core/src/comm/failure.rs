@@ -15,6 +15,7 @@
 //! Readers ask [`FailureState::failure`] (the record) or
 //! [`FailureState::raised`] (one load, for fast paths).
 
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -54,12 +55,25 @@ pub(crate) struct Failure {
     pub at: Instant,
 }
 
+/// The address of this rank's failure word, resolved once (every check of
+/// every call reads it).
+struct WordAddr(NonNull<AtomicU32>);
+
+// SAFETY: the address is of an `AtomicU32` (itself `Send` and `Sync`) in a
+// shared mapping that the `FailureState` holding it keeps mapped (`own`);
+// it is only read through `FailureState::word`, never freed or moved.
+unsafe impl Send for WordAddr {}
+// SAFETY: as above: shared use is atomic.
+unsafe impl Sync for WordAddr {}
+
 /// The failure state of one rank's communicator (see the module doc).
 pub(crate) struct FailureState {
     rank: usize,
     first: Mutex<Option<Failure>>,
     /// This rank's segment: the failure word its own waits watch.
     own: Arc<Segment>,
+    /// The failure word in `own`'s header.
+    word: WordAddr,
     /// The segments of the peers that share memory with this rank.
     peers: Vec<Arc<Segment>>,
     /// Tells the peers over tcp and verbs.
@@ -79,6 +93,7 @@ impl FailureState {
             rank,
             first: Mutex::new(None),
             own: own.clone(),
+            word: WordAddr(NonNull::from(&own.header().failed_by)),
             peers: peers
                 .iter()
                 .flatten()
@@ -207,8 +222,11 @@ impl FailureState {
     }
 
     /// The failure word every wait of this rank watches.
+    #[inline]
     pub(crate) fn word(&self) -> &AtomicU32 {
-        &self.own.header().failed_by
+        // SAFETY: the word lies in the header of `own`'s mapping, which
+        // `own` keeps mapped for as long as `self` lives (see `WordAddr`).
+        unsafe { self.word.0.as_ref() }
     }
 }
 
